@@ -1,0 +1,271 @@
+"""dispatch(op, *inputs, **attrs): the one path from user code to a kernel.
+
+Inputs are Tensors, Python scalars or None (an absent optional tensor); attrs are plain
+Python values. Dispatch validates through the op's ``infer`` rule, runs the device's kernel
+(or nothing, on ``meta``), wraps the arrays as Tensors and records an autograd node when
+grad mode is on and an input requires grad. Tracing and global tensors will enter here too,
+through ``push_mode``.
+
+>>> import tessera
+>>> from tessera.ops.registry import REGISTRY
+>>> dispatch(REGISTRY["add"], tessera.ones(2), 1.0)
+tensor([2., 2.])
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from tessera.autograd.grad_mode import STATE
+from tessera.autograd.graph import Node
+from tessera.device.registry import _BACKENDS, device
+from tessera.ops.registry import Meta, MissingRule, OpDef
+
+_DEBUG = int(os.environ.get("TESSERA_DEBUG", "0") or 0)
+_MODES: list = []   # dispatch modes (tracer, global tensors) installed by later layers
+CPU = device("cpu")
+
+
+def push_mode(mode) -> None:
+    """Route every dispatch through ``mode.dispatch(op, args, attrs)`` until popped."""
+    _MODES.append(mode)
+
+
+def pop_mode():
+    return _MODES.pop()
+
+
+def _device_error(op: OpDef, a: device, b: device) -> RuntimeError:
+    return RuntimeError(f"{op.name}: expected all tensors to be on the same device, but found "
+                        f"at least two devices, {a} and {b}!")
+
+
+def dispatch(op: OpDef, *args, **attrs):
+    if _MODES:
+        return _MODES[-1].dispatch(op, args, attrs)
+    dev = None
+    grad = False
+    metas = []
+    for a in args:
+        if isinstance(a, Tensor):
+            d = a._device
+            if dev is None:
+                dev = d
+            elif d is not dev and d != dev:
+                if a._shape == () and d.type == "cpu":
+                    pass  # like PyTorch, a 0-d CPU tensor may join tensors on another device
+                elif dev.type == "cpu" and _first_tensor(args)._shape == ():
+                    dev = d
+                else:
+                    raise _device_error(op, dev, d)
+            metas.append(Meta(a._shape, a._dtype))
+            if a._requires_grad:
+                grad = True
+        else:
+            metas.append(a)
+    if dev is None:
+        dev = attrs.get("device") or CPU
+        if not isinstance(dev, device):
+            dev = device(dev)
+    out = op.infer(*metas, **attrs)
+    multi = type(out) is tuple
+    outs = out if multi else (out,)
+    backend = _BACKENDS[dev.type]
+    if backend.has_storage:
+        datas = _run_kernel(op, backend, dev, args, metas, attrs, outs, multi)
+    elif op.dynamic_shape:
+        raise NotImplementedError(f"{op.name}: the output shape depends on the data, so it "
+                                  f"cannot run on the {dev.type} device")
+    else:
+        datas = (None,) * len(outs)
+    if op.dynamic_shape:
+        outs = tuple(Meta(d.shape, m.dtype) for m, d in zip(outs, datas))
+    record = grad and STATE.enabled and op.grad is not None
+    results = []
+    nondiff = op.nondiff_outputs
+    for i, (m, d) in enumerate(zip(outs, datas)):
+        t = Tensor._make(d, m.dtype, dev, m.shape)
+        if record and i not in nondiff and (m.dtype.category >= 2):
+            t._requires_grad = True
+        results.append(t)
+    if op.aliasing == "view":
+        _mark_view(results[0], args, op, attrs)
+    if record:
+        _record(op, args, attrs, metas, outs, results)
+    return tuple(results) if multi else results[0]
+
+
+def _first_tensor(args):
+    for a in args:
+        if isinstance(a, Tensor):
+            return a
+
+
+def _run_kernel(op, backend, dev, args, metas, attrs, outs, multi):
+    kernel = op.kernels.get(dev.type) or backend.kernel(op)
+    if kernel is None:
+        raise MissingRule(op.name, f"kernel:{dev.type}", f"no kernel for device '{dev.type}'")
+    if op.promote:
+        from tessera._dtype import result_type
+        ct = result_type(*[(m.dtype, len(m.shape)) if type(m) is Meta else m
+                           for m in metas if m is not None]).np
+        arrays = [a._data.astype(ct, copy=False) if isinstance(a, Tensor) else a for a in args]
+    else:
+        arrays = [a._data if isinstance(a, Tensor) else a for a in args]
+    res = kernel(*arrays, **attrs)
+    res = res if multi else (res,)
+    datas = []
+    for m, r in zip(outs, res):
+        if type(r) is not np.ndarray and dev.type == "cpu":
+            r = np.asarray(r)
+        if r.dtype != m.dtype.np:
+            r = r.astype(m.dtype.np)
+        if _DEBUG and r.shape != m.shape and not op.dynamic_shape:
+            raise AssertionError(f"{op.name}: kernel gave shape {r.shape}, infer said {m.shape}")
+        datas.append(r)
+    return datas
+
+
+def _mark_view(out, args, op, attrs) -> None:
+    src = args[0]
+    out._version = src._version
+    out._base = src._base if src._base is not None else src
+    out._view_chain = src._view_chain + ((op, args[1:], attrs),)
+    out._view_version = src._version[0]
+
+
+def _record(op, args, attrs, metas, outs, results) -> None:
+    edges = []
+    for a in args:
+        if isinstance(a, Tensor) and a._requires_grad:
+            if a._base is not None and a._view_version != a._version[0]:
+                _refresh_view(a)
+            edges.append((a.grad_fn, a._output_nr) if a.grad_fn is not None
+                         else (a._grad_accumulator(), 0))
+        else:
+            edges.append(None)
+    node = Node(op, attrs, tuple(edges), metas, outs)
+    save = op.save
+    if save:
+        node.save(args if "inputs" in save else None,
+                  [r for r in results] if "outputs" in save else None)
+    for i, t in enumerate(results):
+        if t._requires_grad:
+            t.grad_fn = node
+            t._output_nr = i
+
+
+def dispatch_inplace(op: OpDef, target: Tensor, *args, **attrs) -> Tensor:
+    """Run ``op`` and write its result into ``target`` (``add_``, ``x[i] = v``, ...).
+
+    ``args`` are the op's inputs (``target`` usually among them). Autograd sees the result as
+    a new version of ``target``: its history is rebased onto the op's node, and, when
+    ``target`` is a view, its base's history onto a ``view_assign`` node.
+    """
+    if _MODES:
+        return _MODES[-1].dispatch_inplace(op, target, args, attrs)
+    if not isinstance(target, Tensor):
+        raise TypeError(f"{op.name}_: expected a Tensor to write into, got {type(target).__name__}")
+    grad_on = STATE.enabled
+    base = target._base
+    if grad_on and target._requires_grad:
+        if target.grad_fn is None and base is None:
+            raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                               "in-place operation.")
+        if base is not None and base._requires_grad and base.grad_fn is None:
+            raise RuntimeError("a view of a leaf Variable that requires grad is being used in "
+                               "an in-place operation.")
+    record = grad_on and (target._requires_grad or any(
+        isinstance(a, Tensor) and a._requires_grad for a in args))
+    fast = op.inplace_kernels.get(target._device.type)
+    if not record and fast is not None:
+        metas = [Meta(a._shape, a._dtype) if isinstance(a, Tensor) else a for a in args]
+        m = op.infer(*metas, **attrs)
+        _check_inplace(op, target, m)
+        if target._data is not None:
+            fast(target._data, *[a._data if isinstance(a, Tensor) else a for a in args], **attrs)
+        target._version[0] += 1
+        return target
+    if record and op.save and "inputs" in op.save:
+        # backward needs the old value of target, which the write below overwrites
+        args = tuple(_snapshot(a) if a is target else a for a in args)
+    out = dispatch(op, *args, **attrs)
+    _check_inplace(op, target, Meta(out._shape, out._dtype))
+    if out._dtype is not target._dtype:
+        out = out.to(target._dtype)
+    if target._data is not None:
+        np.copyto(target._data, out._data, casting="unsafe")
+    target._version[0] += 1
+    if record and out._requires_grad:
+        if base is None:
+            target.grad_fn, target._output_nr = out.grad_fn, out._output_nr
+            target._requires_grad = True
+        else:
+            _rebase_view(target, out)
+    return target
+
+
+def _check_inplace(op: OpDef, target: Tensor, m) -> None:
+    if tuple(m.shape) != target._shape:
+        raise RuntimeError(f"{op.name}_: output with shape {list(target._shape)} doesn't match "
+                           f"the broadcast shape {list(m.shape)}")
+    if m.dtype.category > target._dtype.category:
+        raise RuntimeError(f"{op.name}_: result type {_tname(m.dtype)} can't be cast to the "
+                           f"desired output type {_tname(target._dtype)}")
+
+
+def _tname(d) -> str:
+    return {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int",
+            "bool": "Bool", "float16": "Half", "bfloat16": "BFloat16", "int16": "Short",
+            "int8": "Char", "uint8": "Byte"}.get(d.name, d.name)
+
+
+def _snapshot(t: Tensor) -> Tensor:
+    """A copy of ``t``'s current value that keeps ``t``'s place in the autograd graph."""
+    s = Tensor._make(None if t._data is None else t._data.copy(), t._dtype, t._device, t._shape)
+    s.grad_fn, s._output_nr, s._requires_grad = t.grad_fn, t._output_nr, t._requires_grad
+    if t.grad_fn is None and t._requires_grad:
+        s._grad_acc = t._grad_acc
+    return s
+
+
+def _rebase_view(view: Tensor, new_value: Tensor) -> None:
+    """``view`` was written in place: its base now comes from a ``view_assign`` node."""
+    from tessera.ops.registry import REGISTRY
+    base = view._base
+    chain = view._view_chain
+    new_base = dispatch(REGISTRY["view_assign"], _alias(base), new_value, chain=chain)
+    base.grad_fn, base._output_nr = new_base.grad_fn, new_base._output_nr
+    base._requires_grad = True
+    # the view's own history: the same view taken of the new base
+    v = new_base
+    for op, rest, attrs in chain:
+        v = dispatch(op, v, *rest, **attrs)
+    view.grad_fn, view._output_nr, view._requires_grad = v.grad_fn, v._output_nr, True
+    view._view_version = view._version[0]
+
+
+def _refresh_view(view: Tensor) -> None:
+    """The base of ``view`` was written after the view was taken: take the view's history
+    again from the base's current history (PyTorch regenerates a view's grad_fn so too)."""
+    base = view._base
+    view._view_version = view._version[0]
+    if not base._requires_grad:
+        return
+    v = _alias(base)
+    for op, rest, attrs in view._view_chain:
+        v = dispatch(op, v, *rest, **attrs)
+    view.grad_fn, view._output_nr, view._requires_grad = v.grad_fn, v._output_nr, True
+
+
+def _alias(t: Tensor) -> Tensor:
+    """A new Tensor object for ``t``'s storage and autograd identity (no copy)."""
+    a = Tensor._make(t._data, t._dtype, t._device, t._shape)
+    a.grad_fn, a._output_nr, a._requires_grad = t.grad_fn, t._output_nr, t._requires_grad
+    if t.grad_fn is None and t._requires_grad:
+        a._grad_acc = t._grad_acc
+    return a
+
+
+from tessera._tensor import Tensor  # noqa: E402  (Tensor methods call dispatch)

@@ -1,0 +1,23 @@
+"""The public op functions of every family, gathered for ``tessera.*`` and Tensor methods.
+
+Each family module in ``tessera.ops`` registers its ``OpDef``s and lists its public
+functions in ``__all__``; importing this module fills the table Tensor methods call.
+"""
+from tessera._tensor_methods import _OPS
+from tessera.ops import creation, elementwise, getitem, reduce, views
+
+_FAMILIES = [creation, elementwise, views, getitem, reduce]
+for _mod in ("indexing", "shape", "sorting", "linalg", "random", "nn_ops"):
+    try:  # families written in later steps; each is optional until it exists
+        _FAMILIES.append(__import__(f"tessera.ops.{_mod}", fromlist=["__all__"]))
+    except ModuleNotFoundError as _e:
+        if _e.name != f"tessera.ops.{_mod}":
+            raise
+
+for _fam in _FAMILIES:
+    for _name in _fam.__all__:
+        _fn = getattr(_fam, _name)
+        globals()[_name] = _fn
+        _OPS[_name] = _fn
+
+__all__ = sorted({n for f in _FAMILIES for n in f.__all__})

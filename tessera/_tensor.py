@@ -1,0 +1,524 @@
+"""The Tensor: metadata (shape, dtype, device), a device array, and its autograd identity.
+
+Every method that computes is one ``dispatch`` call (through the functions in
+``tessera.ops``); this file holds the metadata, autograd and conversion surface.
+
+>>> import tessera
+>>> x = tessera.arange(6).view(2, 3)
+>>> x.t().is_contiguous(), x.stride()
+(False, (3, 1))
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from tessera import _dtype as D
+from tessera.autograd.grad_mode import STATE
+from tessera.device.registry import _BACKENDS, device
+from tessera._tensor_methods import _OPS, TensorMethods
+from tessera.ops.registry import Meta
+
+
+class Size(tuple):
+    """``tensor.shape``: a tuple of ints that prints like PyTorch's ``torch.Size``."""
+
+    def __repr__(self) -> str:
+        return f"tessera.Size({list(self)})"
+
+    def numel(self) -> int:
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+
+class Tensor(TensorMethods):
+    """A multi-dimensional array with autograd, like ``torch.Tensor``.
+
+    >>> import tessera
+    >>> t = tessera.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> (t * t).sum().backward(); t.grad
+    tensor([[2., 4.],
+            [6., 8.]])
+    """
+
+    __slots__ = ("_data", "_shape", "_dtype", "_device", "_requires_grad", "grad", "grad_fn",
+                 "_output_nr", "_version", "_base", "_view_chain", "_grad_acc", "_hooks",
+                 "_retains_grad", "_inference", "_view_version", "__dict__", "__weakref__")
+
+    # ---- construction ---------------------------------------------------------------
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(cls)
+
+    def __init__(self, *args, **kwargs):
+        # ``tessera.Tensor([1, 2])`` / ``Tensor(2, 3)`` as in PyTorch: float data or shape
+        if not args and not kwargs:
+            args = ((0,),)
+        if len(args) == 1 and isinstance(args[0], (list, tuple, np.ndarray, Tensor)):
+            src = _OPS["tensor"](args[0], dtype=D.get_default_dtype())
+        else:
+            src = _OPS["empty"](*args, **kwargs)
+        self._adopt(src)
+
+    def _adopt(self, src: Tensor) -> None:
+        for k in Tensor.__slots__[:-2]:
+            if k != "__dict__":
+                object.__setattr__(self, k, getattr(src, k))
+
+    @staticmethod
+    def _make(data, dtype: D.dtype, dev: device, shape: tuple) -> Tensor:
+        t = object.__new__(Tensor)
+        t._data = data
+        t._shape = shape
+        t._dtype = dtype
+        t._device = dev
+        t._requires_grad = False
+        t.grad = None
+        t.grad_fn = None
+        t._output_nr = 0
+        t._version = [0]
+        t._base = None
+        t._view_chain = ()
+        t._grad_acc = None
+        t._hooks = None
+        t._retains_grad = False
+        t._inference = STATE.inference
+        t._view_version = 0
+        return t
+
+    @staticmethod
+    def _from_numpy(arr: np.ndarray, dev: device | None = None) -> Tensor:
+        dev = dev or _CPU
+        dt = D.from_numpy_dtype(arr.dtype)
+        data = _BACKENDS[dev.type].from_numpy(arr, dev.index)
+        return Tensor._make(data, dt, dev, tuple(arr.shape))
+
+    # ---- metadata ---------------------------------------------------------------------
+    @property
+    def shape(self) -> Size:
+        return Size(self._shape)
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return Size(self._shape)
+        return self._shape[_wrap_dim(dim, len(self._shape), "size")]
+
+    @property
+    def dtype(self) -> D.dtype:
+        return self._dtype
+
+    @property
+    def device(self) -> device:
+        return self._device
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+    ndimension = dim
+
+    def numel(self) -> int:
+        n = 1
+        for s in self._shape:
+            n *= s
+        return n
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self._dtype.itemsize
+
+    @property
+    def is_meta(self) -> bool:
+        return self._device.type == "meta"
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._device.type == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self._device.type == "cpu"
+
+    def is_floating_point(self) -> bool:
+        return self._dtype.is_floating_point
+
+    def is_complex(self) -> bool:
+        return self._dtype.is_complex
+
+    def is_inference(self) -> bool:
+        return self._inference
+
+    def get_device(self) -> int:
+        return -1 if self._device.type == "cpu" else (self._device.index or 0)
+
+    def meta(self) -> Meta:
+        return Meta(self._shape, self._dtype)
+
+    def stride(self, dim: int | None = None):
+        if self._data is None:
+            st = _contiguous_strides(self._shape)
+        else:
+            st = _BACKENDS[self._device.type].strides(self._data)
+        if dim is None:
+            return st
+        return st[_wrap_dim(dim, len(self._shape), "stride")]
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        if self._data is None:
+            return True
+        st = self.stride()
+        expected = 1
+        for size, s in zip(reversed(self._shape), reversed(st)):
+            if size != 1 and s != expected:
+                return False
+            expected *= size
+        return True
+
+    def storage_offset(self) -> int:
+        if self._base is None or self._data is None:
+            return 0
+        base = self._base._data
+        off = self._data.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        return off // self._dtype.itemsize
+
+    def data_ptr(self) -> int:
+        return 0 if self._data is None else self._data.__array_interface__["data"][0]
+
+    def untyped_storage(self):
+        return self._base._data if self._base is not None else self._data
+
+    # ---- autograd surface -------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        if self.grad_fn is not None:
+            if not requires_grad:
+                raise RuntimeError("you can only change requires_grad flags of leaf variables. "
+                                   "If you want to use a computed variable in a subgraph that "
+                                   "doesn't require differentiation use var_no_grad = var.detach().")
+            return self
+        if requires_grad and not (self._dtype.is_floating_point or self._dtype.is_complex):
+            raise RuntimeError("only Tensors of floating point and complex dtype can require "
+                               f"gradients (got {self._dtype})")
+        self._requires_grad = bool(requires_grad)
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    @property
+    def output_nr(self) -> int:
+        return self._output_nr
+
+    @property
+    def _version_value(self) -> int:
+        return self._version[0]
+
+    def _grad_accumulator(self):
+        acc = self._grad_acc() if self._grad_acc is not None else None
+        if acc is None:
+            from tessera.autograd.graph import AccumulateGrad
+            acc = AccumulateGrad(self)
+            self._grad_acc = weakref.ref(acc)
+        return acc
+
+    def backward(self, gradient: Tensor | None = None, retain_graph: bool | None = None,
+                 create_graph: bool = False, inputs=None) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad``."""
+        from tessera.autograd import backward
+        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+    def register_hook(self, hook):
+        """``hook(grad) -> grad or None`` runs when this tensor's gradient is computed."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is None:
+            if self._hooks is None:
+                self._hooks = []
+            from tessera.autograd.graph import _Handle
+            self._hooks.append(hook)
+            return _Handle(self._hooks, hook)
+        return self.grad_fn.add_pre_hook(self._output_nr, hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
+                               "tensors")
+        hooks = self.__dict__.setdefault("_post_accumulate_hooks", [])
+        hooks.append(hook)
+        from tessera.autograd.graph import _Handle
+        return _Handle(hooks, hook)
+
+    def retain_grad(self) -> None:
+        if not self._requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self.grad_fn is not None and not self._retains_grad:
+            self.grad_fn.retain(self._output_nr, self)
+        self._retains_grad = self.grad_fn is not None or self._retains_grad
+
+    def detach(self) -> Tensor:
+        """A tensor sharing storage with ``self``, cut from the autograd graph."""
+        t = Tensor._make(self._data, self._dtype, self._device, self._shape)
+        t._version = self._version  # shares the version counter, not the history
+        return t
+
+    def detach_(self) -> Tensor:
+        if self._base is not None and self._base._requires_grad:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        self.grad_fn = None
+        self._requires_grad = False
+        return self
+
+    @property
+    def data(self) -> Tensor:
+        return self.detach()
+
+    @data.setter
+    def data(self, other: Tensor) -> None:
+        if not isinstance(other, Tensor):
+            raise TypeError(f"data must be a Tensor, got {type(other).__name__}")
+        self._data, self._shape, self._dtype = other._data, other._shape, other._dtype
+        self._device = other._device
+        self._version = [0]
+        self._base = None
+        self._view_chain = ()
+
+    # ---- conversion -------------------------------------------------------------------
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """The data as a NumPy array, sharing memory on the CPU."""
+        if self._requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
+                               "tensor.detach().numpy() instead.")
+        return self._to_numpy()
+
+    def _to_numpy(self) -> np.ndarray:
+        if self._data is None:
+            raise NotImplementedError(f"Cannot copy out of {self._device.type} tensor; no data!")
+        return _BACKENDS[self._device.type].to_numpy(self._data)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._to_numpy()
+        return a.astype(dtype) if dtype is not None else a
+
+    def item(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to "
+                               "Scalar")
+        return self._to_numpy().reshape(()).item()
+
+    def tolist(self):
+        a = self._to_numpy()
+        return a.tolist() if self._dtype is not D.bfloat16 else a.astype(np.float32).tolist()
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
+    def __index__(self) -> int:
+        if self._dtype.category != 1 or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an "
+                            "index")
+        return int(self.item())
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __iter__(self):
+        if not self._shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(self.unbind(0))
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        from tessera._tensor_str import tensor_repr
+        return tensor_repr(self)
+
+    def __format__(self, spec: str) -> str:
+        if self._shape == () and self._data is not None:
+            return self.item().__format__(spec)
+        return repr(self)
+
+    def __reduce_ex__(self, proto):
+        from tessera.ops.creation import _rebuild_tensor
+        return (_rebuild_tensor, (self.detach()._to_numpy().copy()
+                                  if self._data is not None else None,
+                                  self._dtype.name, str(self._device), self._shape,
+                                  self._requires_grad))
+
+    def __deepcopy__(self, memo):
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) "
+                               "support the deepcopy protocol at the moment.")
+        new = self.clone().detach().requires_grad_(self._requires_grad)
+        if type(self) is not Tensor:
+            new = type(self).__new__(type(self), new, self._requires_grad)
+            if not hasattr(new, "_data"):
+                new._adopt(self.clone().detach().requires_grad_(self._requires_grad))
+        if self.grad is not None:
+            new.grad = self.grad.clone()
+        new.__dict__.update({k: v for k, v in self.__dict__.items()})
+        memo[id(self)] = new
+        return new
+
+    # ---- device and dtype moves ----------------------------------------------------------
+    def to(self, *args, **kwargs) -> Tensor:
+        """``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(other)``; ``copy=``."""
+        dev, dt = kwargs.pop("device", None), kwargs.pop("dtype", None)
+        copy = kwargs.pop("copy", False)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise TypeError(f"to() got unexpected keyword arguments {list(kwargs)}")
+        for a in args:
+            if isinstance(a, Tensor):
+                dev, dt = a._device, a._dtype
+            elif isinstance(a, D.dtype) or a in (float, int, bool):
+                dt = D.as_dtype(a)
+            elif a is not None:
+                dev = a
+        out = self
+        if dt is not None:
+            dt = D.as_dtype(dt)
+            if dt is not self._dtype:
+                out = _OPS["cast"](out, dt)
+        if dev is not None:
+            dev = device(dev)
+            if dev != self._device:
+                out = _OPS["to_device"](out, dev)
+        if copy and out is self:
+            out = self.clone()
+        return out
+
+    def cpu(self) -> Tensor:
+        return self.to("cpu")
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return f"tessera.{_TYPE_NAMES.get(self._dtype.name, self._dtype.name)}"
+        return self.to(D.as_dtype(dtype))
+
+    def type_as(self, other: Tensor) -> Tensor:
+        return self.to(other._dtype)
+
+    def float(self) -> Tensor:
+        return self.to(D.float32)
+
+    def double(self) -> Tensor:
+        return self.to(D.float64)
+
+    def half(self) -> Tensor:
+        return self.to(D.float16)
+
+    def bfloat16(self) -> Tensor:
+        return self.to(D.bfloat16)
+
+    def int(self) -> Tensor:
+        return self.to(D.int32)
+
+    def long(self) -> Tensor:
+        return self.to(D.int64)
+
+    def short(self) -> Tensor:
+        return self.to(D.int16)
+
+    def char(self) -> Tensor:
+        return self.to(D.int8)
+
+    def byte(self) -> Tensor:
+        return self.to(D.uint8)
+
+    def bool(self) -> Tensor:
+        return self.to(D.bool_)
+
+    # ---- factories relative to self ------------------------------------------------------
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False) -> Tensor:
+        return _OPS["tensor"](data, dtype=dtype or self._dtype, device=device or self._device,
+                              requires_grad=requires_grad)
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+        return _OPS["zeros"](*size, dtype=dtype or self._dtype, device=device or self._device,
+                             requires_grad=requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+        return _OPS["ones"](*size, dtype=dtype or self._dtype, device=device or self._device,
+                            requires_grad=requires_grad)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+        return _OPS["empty"](*size, dtype=dtype or self._dtype, device=device or self._device,
+                             requires_grad=requires_grad)
+
+    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+        return _OPS["full"](size, fill_value, dtype=dtype or self._dtype,
+                            device=device or self._device, requires_grad=requires_grad)
+
+    # ---- indexing ---------------------------------------------------------------------
+    def __getitem__(self, key) -> Tensor:
+        return _OPS["getitem"](self, key)
+
+    def __setitem__(self, key, value) -> None:
+        _OPS["setitem"](self, key, value)
+
+
+_TYPE_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
+               "bfloat16": "BFloat16Tensor", "int64": "LongTensor", "int32": "IntTensor",
+               "int16": "ShortTensor", "int8": "CharTensor", "uint8": "ByteTensor",
+               "bool": "BoolTensor"}
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    st, acc = [], 1
+    for s in reversed(shape):
+        st.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(st))
+
+
+def _wrap_dim(dim: int, ndim: int, op: str = "") -> int:
+    n = max(ndim, 1)
+    if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
+        raise TypeError(f"{op}: dim must be an int, got {type(dim).__name__}")
+    if dim < -n or dim >= n:
+        raise IndexError(f"{op}: Dimension out of range (expected to be in range of "
+                         f"[{-n}, {n - 1}], but got {dim})")
+    return dim + n if dim < 0 else dim
+
+
+_CPU = device("cpu")

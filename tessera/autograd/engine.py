@@ -1,0 +1,224 @@
+"""Reverse-mode autograd: walk the graph of ``Node``s from the outputs back to the leaves.
+
+Each node runs once all gradients flowing into it have arrived (dependency counting), in
+reverse creation order among the ready ones. Grad rules are ordinary tessera code: with
+``create_graph=True`` they run with grad mode on and are recorded, so double backward works.
+
+>>> import tessera
+>>> x = tessera.tensor([2.0], requires_grad=True)
+>>> (g,) = tessera.autograd.grad(x ** 3, x, create_graph=True)
+>>> tessera.autograd.grad(g, x)[0]
+tensor([12.])
+"""
+from __future__ import annotations
+
+import heapq
+
+from tessera.autograd.grad_mode import STATE
+from tessera.autograd.graph import AccumulateGrad, Node
+
+
+def _edge(t):
+    if t.grad_fn is not None:
+        return t.grad_fn, t._output_nr
+    if t._requires_grad:
+        return t._grad_accumulator(), 0
+    return None
+
+
+def _make_grads(outputs, grad_outputs):
+    from tessera import ones_like
+    from tessera._tensor import Tensor
+    grads = []
+    for out, g in zip(outputs, grad_outputs):
+        if g is None:
+            if out.numel() != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            if not out.dtype.is_floating_point and not out.dtype.is_complex:
+                raise RuntimeError("grad can be implicitly created only for real scalar "
+                                   f"outputs but got {out.dtype}")
+            g = ones_like(out)
+        elif not isinstance(g, Tensor):
+            raise TypeError(f"gradient must be a Tensor or None, got {type(g).__name__}")
+        elif tuple(g.shape) != tuple(out.shape):
+            raise RuntimeError(f"Mismatch in shape: grad_output[0] has a shape of "
+                               f"{g.shape} and output[0] has a shape of {out.shape}.")
+        grads.append(g)
+    return grads
+
+
+def run_backward(outputs, grad_outputs, retain_graph: bool, create_graph: bool,
+                 inputs=None, accumulate: bool = True, allow_unused: bool = False):
+    """The engine. Returns the captured gradients of ``inputs`` when ``accumulate`` is False."""
+    grads = _make_grads(outputs, grad_outputs)
+    roots = []
+    for i, out in enumerate(outputs):
+        e = _edge(out)
+        if e is None:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not "
+                               "have a grad_fn")
+        roots.append((e, grads[i]))
+
+    capture: dict[tuple[int, int], int] = {}   # (id(node), output_nr) -> position in inputs
+    if inputs is not None:
+        for k, t in enumerate(inputs):
+            e = _edge(t)
+            if e is None:
+                raise RuntimeError(f"One of the differentiated Tensors (index {k}) does not "
+                                   "require grad")
+            capture[(id(e[0]), e[1])] = k
+    captured = [None] * (len(inputs) if inputs is not None else 0)
+
+    # 1. dependency counts over the reachable graph, and which nodes lead to a capture
+    deps: dict[int, int] = {}
+    nodes: dict[int, object] = {}
+    stack = [e[0] for e, _ in roots]
+    for n in stack:
+        nodes[id(n)] = n
+    seen = set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        for e in n.next_functions:
+            if e is None:
+                continue
+            nxt = e[0]
+            deps[id(nxt)] = deps.get(id(nxt), 0) + 1
+            if id(nxt) not in nodes:
+                nodes[id(nxt)] = nxt
+                stack.append(nxt)
+    needed = None
+    if inputs is not None:
+        needed = _needed(nodes, {k[0] for k in capture})
+
+    # 2. run
+    buffers: dict[int, dict[int, object]] = {}
+    for (node, nr), g in roots:
+        _add(buffers, node, nr, g)
+    ready = []
+    for (node, _), _g in roots:
+        if deps.get(id(node), 0) == 0 and all(r[2] is not node for r in ready):
+            heapq.heappush(ready, (-node.seq, id(node), node))
+    prev = STATE.enabled
+    STATE.enabled = create_graph
+    try:
+        while ready:
+            _, _, node = heapq.heappop(ready)
+            got = buffers.pop(id(node), {})
+            got = _pre_hooks(node, got)
+            for nr, g in got.items():
+                k = capture.get((id(node), nr))
+                if k is not None:
+                    captured[k] = g
+            if needed is not None and id(node) not in needed:
+                continue
+            if isinstance(node, AccumulateGrad):
+                if accumulate and got:
+                    node.accumulate(got[0])
+                continue
+            in_grads = _apply(node, got, retain_graph)
+            for e, g in zip(node.next_functions, in_grads):
+                if e is None:
+                    continue
+                nxt, nr = e
+                if g is not None:
+                    _add(buffers, nxt, nr, g)
+                deps[id(nxt)] -= 1
+                if deps[id(nxt)] == 0:
+                    heapq.heappush(ready, (-nxt.seq, id(nxt), nxt))
+    finally:
+        STATE.enabled = prev
+    if inputs is not None and not allow_unused:
+        for k, g in enumerate(captured):
+            if g is None:
+                raise RuntimeError("One of the differentiated Tensors appears to not have "
+                                   "been used in the graph. Set allow_unused=True if this is "
+                                   "the desired behavior.")
+    return captured
+
+
+def _needed(nodes: dict, targets: set) -> set:
+    """Ids of nodes from which some capture target is reachable (including the targets)."""
+    memo: dict[int, bool] = {}
+    stack = list(nodes.values())
+    visiting = set()
+    while stack:  # iterative post-order, so deep graphs do not hit the recursion limit
+        n = stack[-1]
+        if id(n) in memo:
+            stack.pop()
+            continue
+        if id(n) not in visiting:
+            visiting.add(id(n))
+            stack.extend(e[0] for e in n.next_functions if e is not None and id(e[0]) not in memo)
+            continue
+        stack.pop()
+        memo[id(n)] = id(n) in targets or any(
+            memo.get(id(e[0]), False) for e in n.next_functions if e is not None)
+    return {k for k, v in memo.items() if v}
+
+
+def _add(buffers, node, nr, g):
+    slot = buffers.setdefault(id(node), {})
+    prev = slot.get(nr)
+    slot[nr] = g if prev is None else prev + g
+
+
+def _pre_hooks(node, got: dict) -> dict:
+    if node._pre_hooks:
+        for nr, hooks in node._pre_hooks.items():
+            if nr in got:
+                for h in hooks:
+                    new = h(got[nr])
+                    if new is not None:
+                        got[nr] = new
+    if node._retained:
+        for nr, ref in node._retained.items():
+            t = ref()
+            if t is not None and nr in got:
+                g = got[nr]
+                if t.grad is None:
+                    t.grad = g if g.requires_grad else g.detach().clone()
+                else:
+                    t.grad = t.grad + g
+    return got
+
+
+def _apply(node: Node, got: dict, retain_graph: bool) -> tuple:
+    from tessera import zeros
+    metas = node.output_metas
+    nondiff = node.op.nondiff_outputs
+    grads = []
+    for i, m in enumerate(metas):
+        g = got.get(i)
+        if g is None and i not in nondiff:
+            g = zeros(m.shape, dtype=m.dtype)
+        grads.append(g)
+    result = node.apply(tuple(grads))
+    if not isinstance(result, tuple):
+        result = (result,)
+    if len(result) != len(node.next_functions):
+        raise RuntimeError(f"grad rule of '{node.op.name}' returned {len(result)} gradients, "
+                           f"expected {len(node.next_functions)}")
+    out = []
+    for k, (g, e) in enumerate(zip(result, node.next_functions)):
+        if e is None or g is None:
+            out.append(None)
+            continue
+        m = node.input_metas[k]
+        if tuple(g.shape) != tuple(m.shape):
+            raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index "
+                               f"{k} - got {list(g.shape)} but expected shape compatible with "
+                               f"{list(m.shape)}")
+        if g.dtype is not m.dtype:
+            g = g.to(m.dtype)
+        out.append(g)
+    if node._hooks:
+        for h in node._hooks:
+            new = h(tuple(out), tuple(grads))
+            if new is not None:
+                out = list(new)
+    if not retain_graph:
+        node.release()
+    return tuple(out)

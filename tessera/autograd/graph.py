@@ -1,0 +1,199 @@
+"""Autograd graph nodes. A ``Node`` is one recorded op; it is also the ``ctx`` its op's grad
+rule receives, so a grad rule reads ``ctx.inputs``, ``ctx.outputs``, ``ctx.attrs`` and
+``ctx.needs_input_grad``.
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+
+_seq = itertools.count()
+
+FREED_MSG = ("Trying to backward through the graph a second time (or directly access saved "
+             "tensors after they have already been freed). Saved intermediate values of the "
+             "graph are freed when you call .backward() or autograd.grad(). Specify "
+             "retain_graph=True if you need to backward through the graph a second time or if "
+             "you need to access saved tensors after calling backward.")
+
+
+class _Freed:
+    pass
+
+
+FREED = _Freed()
+
+
+class Node:
+    """One op in the backward graph (PyTorch's ``grad_fn``)."""
+
+    __slots__ = ("op", "attrs", "next_functions", "needs_input_grad", "input_metas",
+                 "output_metas", "_saved_inputs", "_saved_outputs", "_versions", "seq",
+                 "_pre_hooks", "_hooks", "_retained", "__weakref__")
+
+    def __init__(self, op, attrs, next_functions, input_metas, output_metas):
+        self.op = op
+        self.attrs = attrs
+        self.next_functions = next_functions
+        self.needs_input_grad = tuple(e is not None for e in next_functions)
+        self.input_metas = input_metas
+        self.output_metas = output_metas
+        self._saved_inputs = None
+        self._saved_outputs = None
+        self._versions = None
+        self.seq = next(_seq)
+        self._pre_hooks = None   # {output_nr: [hook]} from Tensor.register_hook on outputs
+        self._hooks = None       # node hooks (register_hook on the grad_fn itself)
+        self._retained = None    # {output_nr: weakref(tensor)} for retain_grad()
+
+    def name(self) -> str:
+        return f"{_camel(self.op.name)}Backward0"
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object at {id(self):#x}>"
+
+    # --- what grad rules read -----------------------------------------------------------
+    @property
+    def inputs(self) -> tuple:
+        saved = self._saved_inputs
+        if saved is None:
+            raise RuntimeError(f"op '{self.op.name}' did not save its inputs for backward "
+                               "(its OpDef's save rule leaves them out)")
+        if saved is FREED:
+            raise RuntimeError(FREED_MSG)
+        self._check_versions(saved, 0)
+        return saved
+
+    @property
+    def outputs(self) -> tuple:
+        saved = self._saved_outputs
+        if saved is None:
+            raise RuntimeError(f"op '{self.op.name}' did not save its outputs for backward")
+        if saved is FREED:
+            raise RuntimeError(FREED_MSG)
+        from tessera._tensor import Tensor
+        n_in = len(self._saved_inputs) if isinstance(self._saved_inputs, tuple) else 0
+        outs = []
+        for i, (data, meta, version) in enumerate(saved):
+            if data is None:
+                outs.append(None)
+                continue
+            t = Tensor._make(data, meta.dtype, version[1], meta.shape)
+            t._version = version[0]
+            t.grad_fn, t._output_nr, t._requires_grad = self, i, True
+            outs.append(t)
+        self._check_versions(outs, n_in)
+        return tuple(outs)
+
+    def _check_versions(self, tensors, offset: int) -> None:
+        versions = self._versions
+        if versions is None:
+            return
+        from tessera._tensor import Tensor
+        for i, t in enumerate(tensors):
+            if isinstance(t, Tensor):
+                expected = versions[offset + i]
+                if expected is not None and t._version[0] != expected:
+                    kind = f"output {t._output_nr} of {t.grad_fn.name()}" if t.grad_fn \
+                        else "a leaf"
+                    raise RuntimeError(
+                        "one of the variables needed for gradient computation has been "
+                        f"modified by an inplace operation: [{t.dtype} {list(t.shape)}], "
+                        f"which is {kind}, is at version {t._version[0]}; expected version "
+                        f"{expected} instead.")
+
+    def save(self, inputs, outputs) -> None:
+        from tessera._tensor import Tensor
+        versions = []
+        if inputs is not None:
+            self._saved_inputs = inputs
+            versions += [a._version[0] if isinstance(a, Tensor) else None for a in inputs]
+        if outputs is not None:
+            saved = []
+            for t in outputs:
+                saved.append((t._data, t.meta(), (t._version, t._device)))
+                versions.append(t._version[0])
+            self._saved_outputs = tuple(saved)
+        self._versions = versions
+
+    def release(self) -> None:
+        if self._saved_inputs is not None:
+            self._saved_inputs = FREED
+        if self._saved_outputs is not None:
+            self._saved_outputs = FREED
+
+    def apply(self, grads: tuple) -> tuple:
+        return self.op.grad(self, *grads)
+
+    def register_hook(self, fn):
+        """``fn(grad_inputs, grad_outputs)`` runs after this node; may return new inputs."""
+        if self._hooks is None:
+            self._hooks = []
+        self._hooks.append(fn)
+        return _Handle(self._hooks, fn)
+
+    def add_pre_hook(self, output_nr: int, fn):
+        if self._pre_hooks is None:
+            self._pre_hooks = {}
+        lst = self._pre_hooks.setdefault(output_nr, [])
+        lst.append(fn)
+        return _Handle(lst, fn)
+
+    def retain(self, output_nr: int, tensor) -> None:
+        if self._retained is None:
+            self._retained = {}
+        self._retained[output_nr] = weakref.ref(tensor)
+
+
+class AccumulateGrad:
+    """The sink of a leaf tensor: adds the incoming gradient into ``variable.grad``."""
+
+    __slots__ = ("variable", "seq", "next_functions", "_pre_hooks", "_hooks", "_retained",
+                 "__weakref__")
+
+    def __init__(self, variable):
+        self.variable = variable
+        self.seq = next(_seq)
+        self.next_functions = ()
+        self._pre_hooks = None
+        self._hooks = None
+        self._retained = None
+
+    def name(self) -> str:
+        return "AccumulateGrad"
+
+    def __repr__(self) -> str:
+        return f"<AccumulateGrad object at {id(self):#x}>"
+
+    def accumulate(self, grad) -> None:
+        var = self.variable
+        for hook in var._hooks or ():
+            new = hook(grad)
+            if new is not None:
+                grad = new
+        if var.grad is None:
+            # Always own the buffer: grad rules may hand the same tensor to several inputs,
+            # or a broadcast view, and optimizers later update .grad in place.
+            var.grad = grad if grad.requires_grad else grad.detach().clone()
+        elif grad.requires_grad:
+            var.grad = var.grad + grad  # create_graph: keep the sum differentiable
+        else:
+            from tessera.autograd.grad_mode import no_grad
+            with no_grad():
+                var.grad = var.grad + grad
+        for hook in getattr(var, "_post_accumulate_hooks", None) or ():
+            hook(var)
+
+
+class _Handle:
+    """Returned by register_hook; ``remove()`` unregisters."""
+
+    def __init__(self, lst, fn):
+        self._lst, self._fn = lst, fn
+
+    def remove(self) -> None:
+        if self._fn in self._lst:
+            self._lst.remove(self._fn)
+
+
+def _camel(name: str) -> str:
+    return "".join(p[:1].upper() + p[1:] for p in name.split("_"))

@@ -1,0 +1,131 @@
+"""The device registry and the ``tessera.device`` value type."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+class device:
+    """Where a tensor lives: ``device("cpu")``, ``device("meta")``, ``device("toy", 1)``."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, type: str | device, index: int | None = None):
+        if isinstance(type, device):
+            type, index = type.type, type.index if index is None else index
+        elif not isinstance(type, str):
+            raise TypeError(f"device() expected a string or device, got {type.__class__.__name__}")
+        elif ":" in type:
+            type, _, idx = type.partition(":")
+            if not idx.isdigit():
+                raise RuntimeError(f"Invalid device string: '{type}:{idx}'")
+            index = int(idx)
+        if type not in _BACKENDS:
+            raise RuntimeError(f"Expected one of {', '.join(sorted(_BACKENDS))} device type at "
+                               f"start of device string: {type}")
+        self.type = type
+        self.index = index
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, str):
+            other = device(other)
+        return isinstance(other, device) and self.type == other.type and \
+            (self.index or 0) == (other.index or 0)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.index or 0))
+
+    def __repr__(self) -> str:
+        idx = "" if self.index is None else f", index={self.index}"
+        return f"device(type='{self.type}'{idx})"
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+class Backend:
+    """What a device must provide. Subclass it and pass an instance to ``register_device``.
+
+    ``kernel(op)`` returns the function that runs ``op`` on this device's arrays, or None when
+    the device has none (dispatch then raises an error naming the op and the device).
+    ``has_storage`` is False for devices that only carry metadata (``meta``).
+    """
+
+    name: str = ""
+    has_storage: bool = True
+
+    def from_numpy(self, array: np.ndarray, index: int | None) -> Any:
+        raise NotImplementedError(f"device {self.name} cannot take NumPy arrays")
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        raise NotImplementedError(f"device {self.name} cannot give NumPy arrays")
+
+    def kernel(self, op) -> Callable | None:
+        return op.kernels.get(self.name)
+
+    def strides(self, array: Any) -> tuple[int, ...]:
+        """Strides in elements (not bytes)."""
+        return tuple(s // array.itemsize for s in array.strides)
+
+    def shares_memory(self, a: Any, b: Any) -> bool:
+        return False
+
+
+class CPUBackend(Backend):
+    name = "cpu"
+
+    def from_numpy(self, array: np.ndarray, index: int | None) -> np.ndarray:
+        return array
+
+    def to_numpy(self, array: np.ndarray) -> np.ndarray:
+        return array
+
+    def shares_memory(self, a, b) -> bool:
+        return np.shares_memory(a, b)
+
+
+class MetaBackend(Backend):
+    name = "meta"
+    has_storage = False
+
+    def from_numpy(self, array, index):
+        return None
+
+    def to_numpy(self, array):
+        raise NotImplementedError("Cannot copy out of meta tensor; no data!")
+
+    def kernel(self, op):  # never called: dispatch runs only ``infer`` on meta
+        return None
+
+
+_BACKENDS: dict[str, Backend] = {}
+
+
+def register_device(name: str, backend: Backend) -> None:
+    """Make ``name`` a device type. ``backend`` is a ``Backend`` instance.
+
+    >>> class Toy(Backend): ...  # doctest: +SKIP
+    >>> register_device("toy", Toy())  # doctest: +SKIP
+    """
+    if not isinstance(backend, Backend):
+        raise TypeError(f"register_device expects a Backend instance, got {type(backend)}")
+    backend.name = name
+    _BACKENDS[name] = backend
+
+
+def get_backend(name: str) -> Backend:
+    try:
+        return _BACKENDS[name]
+    except KeyError:
+        raise RuntimeError(f"unknown device type '{name}'; registered: "
+                           f"{', '.join(sorted(_BACKENDS))}") from None
+
+
+def registered_devices() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+register_device("cpu", CPUBackend())
+register_device("meta", MetaBackend())

@@ -1,0 +1,463 @@
+"""Factories (tensor, zeros, arange, ...), dtype casts, device moves, fill and copy.
+
+Factories are ops too: they have no tensor inputs, take ``device`` as an attribute, and
+so run on ``meta`` (shape only) like every other op.
+
+>>> import tessera
+>>> tessera.arange(0, 1, 0.25)
+tensor([0.0000, 0.2500, 0.5000, 0.7500])
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tessera import _dtype as D
+from tessera._dispatch import dispatch
+from tessera._tensor import Tensor
+from tessera.device.registry import _BACKENDS, device as Device
+from tessera.ops._util import broadcast_shapes, call, size_args, sum_to
+from tessera.ops.registry import Meta, defop
+
+__all__ = ["tensor", "as_tensor", "asarray", "from_numpy", "scalar_tensor", "zeros", "ones",
+           "full", "empty", "zeros_like", "ones_like", "full_like", "empty_like", "arange",
+           "linspace", "logspace", "eye", "fill", "zero", "copy", "clone", "contiguous",
+           "cast", "to_device", "scalar_like", "empty_strided", "complex", "polar"]
+
+
+def _dev(device) -> Device:
+    return device if isinstance(device, Device) else Device(device or "cpu")
+
+
+def _finish(t: Tensor, requires_grad: bool) -> Tensor:
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+# ---- data -> tensor ------------------------------------------------------------------
+
+def _infer_data_dtype(data) -> D.dtype:
+    """The dtype PyTorch gives nested Python data: bool < int64 < default float."""
+    best = None
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Tensor):
+            d = x.dtype
+        elif isinstance(x, np.ndarray):
+            d = D.from_numpy_dtype(x.dtype)
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+            continue
+        else:
+            d = D.scalar_dtype(x)
+        if best is None or d.category > best.category or (
+                d.category == best.category and d.category != 2 and
+                D.promote_types(best, d) is d):
+            best = d if d.category != 2 or isinstance(x, (Tensor, np.ndarray)) \
+                else D.get_default_dtype()
+    return best or D.get_default_dtype()
+
+
+def _to_numpy_data(data, dt: D.dtype) -> np.ndarray:
+    if isinstance(data, Tensor):
+        return data.detach()._to_numpy().astype(dt.np, copy=True)
+    if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
+        data = _nested_tolist(data)
+    try:
+        arr = np.array(data, dtype=dt.np)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"tensor(): could not build a tensor from the data: {e}") from None
+    if arr.dtype == object:
+        raise TypeError("tensor(): data must be numbers or nested sequences of numbers")
+    return arr
+
+
+def _flat(data):
+    for x in data:
+        if isinstance(x, (list, tuple)):
+            yield from _flat(x)
+        else:
+            yield x
+
+
+def _nested_tolist(data):
+    if isinstance(data, Tensor):
+        return data.tolist()
+    if isinstance(data, (list, tuple)):
+        return [_nested_tolist(x) for x in data]
+    return data
+
+
+def tensor(data, *, dtype=None, device=None, requires_grad: bool = False,
+           pin_memory: bool = False) -> Tensor:
+    """A new tensor holding a copy of ``data`` (nested lists, scalars, arrays, tensors).
+
+    >>> tensor([[1, 2], [3, 4]]).dtype
+    tessera.int64
+    """
+    if isinstance(data, str) or data is None:
+        raise TypeError(f"tensor(): data must be a number or a sequence, not "
+                        f"{type(data).__name__}")
+    dt = D.as_dtype(dtype) if dtype is not None else _infer_data_dtype(data)
+    arr = _to_numpy_data(data, dt)
+    dev = _dev(device if device is not None else
+               (data.device if isinstance(data, Tensor) else None))
+    if dev.type != "cpu":
+        return _finish(to_device(Tensor._from_numpy(arr), dev), requires_grad)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy()
+    return _finish(Tensor._from_numpy(arr), requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    """Like ``tensor`` but shares memory with a tensor or a NumPy array when it can."""
+    if isinstance(data, Tensor):
+        out = data
+        if dtype is not None:
+            out = out.to(D.as_dtype(dtype))
+        if device is not None:
+            out = out.to(device)
+        return out
+    if isinstance(data, np.ndarray) and (dtype is None or D.as_dtype(dtype).np == data.dtype) \
+            and _dev(device).type == "cpu":
+        return from_numpy(data)
+    return tensor(data, dtype=dtype, device=device)
+
+
+asarray = as_tensor
+
+
+def from_numpy(ndarray: np.ndarray) -> Tensor:
+    """A tensor sharing memory with ``ndarray`` (writes show through both ways)."""
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
+    return Tensor._from_numpy(ndarray)
+
+
+def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return tensor(s, dtype=dtype or D.get_default_dtype(), device=device,
+                  requires_grad=requires_grad)
+
+
+def scalar_like(value, like: Tensor) -> Tensor:
+    """A 0-d tensor for a Python number met by ``like`` (for reflected operators)."""
+    if isinstance(value, Tensor):
+        return value
+    if not isinstance(value, (int, float, bool, complex, np.generic)):
+        raise TypeError(f"unsupported operand type: '{type(value).__name__}' and 'Tensor'")
+    dt = D.result_type((like.dtype, like.dim()), value)
+    return tensor(value, dtype=dt, device=like.device)
+
+
+# ---- shape factories -----------------------------------------------------------------
+
+def _factory_infer(shape, dtype, device=None, value=None):
+    return Meta(shape, dtype)
+
+
+_FULL = defop("full", lambda shape, dtype, value, device=None: Meta(shape, dtype),
+              lambda shape, dtype, value, device=None: np.full(shape, value, dtype.np),
+              grad=None)
+_EMPTY = defop("empty", lambda shape, dtype, device=None: Meta(shape, dtype),
+               lambda shape, dtype, device=None: np.empty(shape, dtype.np), grad=None)
+
+
+def _make_full(op_name, size, value, dtype, device, requires_grad):
+    shape = size_args(op_name, size)
+    if value is None:
+        dt = D.as_dtype(dtype) if dtype is not None else D.get_default_dtype()
+        out = dispatch(_EMPTY, shape=shape, dtype=dt, device=_dev(device))
+    else:
+        dt = D.as_dtype(dtype) if dtype is not None else (
+            D.scalar_dtype(value) if not isinstance(value, Tensor) else value.dtype)
+        if isinstance(value, Tensor):
+            value = value.item()
+        out = dispatch(_FULL, shape=shape, dtype=dt, value=value, device=_dev(device))
+    return _finish(out, requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None) -> Tensor:
+    """A tensor of zeros: ``zeros(2, 3)`` or ``zeros((2, 3))``."""
+    return _make_full("zeros", size, 0, dtype or D.get_default_dtype(), device, requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None) -> Tensor:
+    """A tensor of ones."""
+    return _make_full("ones", size, 1, dtype or D.get_default_dtype(), device, requires_grad)
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad=False, out=None,
+         layout=None) -> Tensor:
+    """A tensor filled with ``fill_value``; its dtype follows the value (int64 for ints)."""
+    if isinstance(size, int):
+        size = (size,)
+    return _make_full("full", (tuple(size),), fill_value, dtype, device, requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None,
+          pin_memory=False, memory_format=None) -> Tensor:
+    """An uninitialised tensor."""
+    return _make_full("empty", size, None, dtype, device, requires_grad)
+
+
+def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return empty(tuple(size), dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def _like(fn_name, input, value, dtype, device, requires_grad):
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{fn_name}(): argument 'input' must be Tensor, not "
+                        f"{type(input).__name__}")
+    return _make_full(fn_name, (tuple(input.shape),), value, dtype or input.dtype,
+                      device or input.device, requires_grad)
+
+
+def zeros_like(input, *, dtype=None, device=None, requires_grad=False, layout=None,
+               memory_format=None) -> Tensor:
+    return _like("zeros_like", input, 0, dtype, device, requires_grad)
+
+
+def ones_like(input, *, dtype=None, device=None, requires_grad=False, layout=None,
+              memory_format=None) -> Tensor:
+    return _like("ones_like", input, 1, dtype, device, requires_grad)
+
+
+def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False,
+              layout=None, memory_format=None) -> Tensor:
+    return _like("full_like", input, fill_value, dtype, device, requires_grad)
+
+
+def empty_like(input, *, dtype=None, device=None, requires_grad=False, layout=None,
+               memory_format=None) -> Tensor:
+    return _like("empty_like", input, None, dtype, device, requires_grad)
+
+
+def _arange_infer(start, end, step, dtype, device=None):
+    if step == 0:
+        raise RuntimeError("arange: step must be nonzero")
+    if (end - start) * step < 0 and end != start:
+        raise RuntimeError(f"arange: upper bound and larger bound inconsistent with step sign "
+                           f"(start={start}, end={end}, step={step})")
+    for v in (start, end, step):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise RuntimeError(f"arange: unsupported range: {start} -> {end}")
+    n = max(0, math.ceil((end - start) / step))
+    return Meta((n,), dtype)
+
+
+def _arange_kernel(start, end, step, dtype, device=None):
+    n = _arange_infer(start, end, step, dtype).shape[0]
+    if dtype.category == 1:
+        return (start + step * np.arange(n, dtype=np.int64)).astype(dtype.np)
+    return (start + step * np.arange(n, dtype=np.float64)).astype(dtype.np)
+
+
+_ARANGE = defop("arange", _arange_infer, _arange_kernel, grad=None)
+
+
+def arange(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False,
+           out=None) -> Tensor:
+    """``[start, end)`` in steps; int64 for integer arguments, else the default float."""
+    if end is None:
+        start, end = 0, start
+    vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
+    for v in vals:
+        if not isinstance(v, (int, float, np.number)) or isinstance(v, bool):
+            raise TypeError(f"arange(): expected numbers for start, end and step, got "
+                            f"{type(v).__name__}")
+    start, end, step = vals
+    if dtype is None:
+        dtype = D.int64 if all(isinstance(v, (int, np.integer)) for v in vals) \
+            else D.get_default_dtype()
+    out = dispatch(_ARANGE, start=start, end=end, step=step, dtype=D.as_dtype(dtype),
+                   device=_dev(device))
+    return _finish(out, requires_grad)
+
+
+def _linspace_infer(start, end, steps, dtype, device=None):
+    if steps < 0:
+        raise RuntimeError("linspace: number of steps must be non-negative")
+    return Meta((steps,), dtype)
+
+
+_LINSPACE = defop("linspace", _linspace_infer,
+                  lambda start, end, steps, dtype, device=None:
+                  np.linspace(start, end, steps).astype(dtype.np), grad=None)
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False,
+             out=None) -> Tensor:
+    """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
+    start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
+    if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool):
+        raise TypeError(f"linspace(): argument 'steps' must be int, not {type(steps).__name__}")
+    dt = D.as_dtype(dtype) if dtype is not None else D.get_default_dtype()
+    out = dispatch(_LINSPACE, start=start, end=end, steps=int(steps), dtype=dt,
+                   device=_dev(device))
+    return _finish(out, requires_grad)
+
+
+def logspace(start, end, steps, base=10.0, *, dtype=None, device=None,
+             requires_grad=False) -> Tensor:
+    from tessera.ops.elementwise import pow as _pow
+    lin = linspace(start, end, steps, dtype=D.float64, device=device)
+    dt = D.as_dtype(dtype) if dtype is not None else D.get_default_dtype()
+    return _finish(_pow(base, lin).to(dt), requires_grad)
+
+
+def _eye_infer(n, m, dtype, device=None):
+    if n < 0 or m < 0:
+        raise RuntimeError(f"eye: n and m must be non-negative, got n={n}, m={m}")
+    return Meta((n, m), dtype)
+
+
+_EYE = defop("eye", _eye_infer, lambda n, m, dtype, device=None: np.eye(n, m, dtype=dtype.np),
+             grad=None)
+
+
+def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, out=None) -> Tensor:
+    """The identity matrix, ``n`` x ``m`` (``m`` defaults to ``n``)."""
+    dt = D.as_dtype(dtype) if dtype is not None else D.get_default_dtype()
+    out = dispatch(_EYE, n=int(n), m=int(n if m is None else m), dtype=dt, device=_dev(device))
+    return _finish(out, requires_grad)
+
+
+# ---- casts, moves, copies ------------------------------------------------------------
+
+def _cast_kernel(x, dtype):
+    if x.dtype.kind == "f" and dtype.category == 1:
+        with np.errstate(invalid="ignore"):
+            return x.astype(dtype.np)
+    return x.astype(dtype.np)
+
+
+_CAST = defop("cast", lambda x, dtype: Meta(x.shape, dtype), _cast_kernel,
+              grad=lambda ctx, g: (g.to(ctx.input_metas[0].dtype),), save=())
+
+
+def cast(input: Tensor, dtype) -> Tensor:
+    """``input`` converted to ``dtype`` (``tensor.to(dtype)``)."""
+    return dispatch(_CAST, input, dtype=D.as_dtype(dtype))
+
+
+def _to_device_kernel(x, device):  # the source device's kernel: hand over as NumPy
+    return x
+
+
+_TO_DEVICE = defop("to_device", lambda x, device: Meta(x.shape, x.dtype), _to_device_kernel,
+                   grad=lambda ctx, g: (to_device(g, ctx.attrs["src"]),), save=())
+
+
+def to_device(input: Tensor, device) -> Tensor:
+    """``input`` copied to ``device``, through NumPy between devices with storage."""
+    dst = _dev(device)
+    src = input.device
+    if dst == src:
+        return input
+    from tessera.autograd.grad_mode import STATE
+    data = None
+    if _BACKENDS[dst.type].has_storage:
+        arr = _BACKENDS[src.type].to_numpy(input._data)
+        data = _BACKENDS[dst.type].from_numpy(np.array(arr, copy=True), dst.index)
+    out = Tensor._make(data, input.dtype, dst, input._shape)
+    if input.requires_grad and STATE.enabled:
+        from tessera._dispatch import _record
+        _record(_TO_DEVICE, (input,), {"device": dst, "src": src}, [input.meta()],
+                (out.meta(),), [out])
+        out._requires_grad = True
+        out.grad_fn = out.grad_fn  # set by _record
+    return out
+
+
+def _fill_infer(x, value):
+    if type(value) is Meta and value.shape != ():
+        raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
+                           f"{len(value.shape)} dimensions.")
+    return Meta(x.shape, x.dtype)
+
+
+_FILL = defop("fill", _fill_infer, lambda x, value: np.full(x.shape, value, x.dtype),
+              grad=lambda ctx, g: (g * 0, g.sum() if ctx.needs_input_grad[1] else None),
+              save=())
+_FILL.inplace_kernels["cpu"] = lambda t, x, value: t.fill(value)
+
+
+def fill(input: Tensor, value, *, out=None) -> Tensor:
+    """A tensor like ``input`` filled with ``value`` (``x.fill_(v)`` writes in place)."""
+    return call(_FILL, input, value, out=out)
+
+
+def zero(input: Tensor, *, out=None) -> Tensor:
+    return call(_FILL, input, 0, out=out)
+
+
+def _copy_infer(x, src, non_blocking=False):
+    if type(src) is not Meta:
+        raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
+    broadcast_shapes("copy_", x.shape, src.shape)
+    if len(src.shape) > len(x.shape) or broadcast_shapes("copy_", x.shape, src.shape) != x.shape:
+        raise RuntimeError(f"copy_: the size of src {list(src.shape)} does not broadcast to "
+                           f"the destination shape {list(x.shape)}")
+    return Meta(x.shape, x.dtype)
+
+
+def _copy_kernel(x, src, non_blocking=False):
+    return np.broadcast_to(src, x.shape).astype(x.dtype, copy=True)
+
+
+def _copy_grad(ctx, g):
+    src_meta = ctx.input_metas[1]
+    gs = sum_to(g, src_meta.shape).to(src_meta.dtype) if ctx.needs_input_grad[1] else None
+    return g * 0 if ctx.needs_input_grad[0] else None, gs
+
+
+_COPY = defop("copy", _copy_infer, _copy_kernel, grad=_copy_grad, save=())
+_COPY.inplace_kernels["cpu"] = lambda t, x, src, non_blocking=False: np.copyto(
+    t, src, casting="unsafe")
+
+
+def copy(input: Tensor, src: Tensor, non_blocking: bool = False, *, out=None) -> Tensor:
+    """``src`` broadcast and cast to ``input``'s shape and dtype (``x.copy_(src)``)."""
+    if isinstance(src, Tensor) and out is not None and src.device != out.device:
+        src = to_device(src, out.device)
+    return call(_COPY, input, src, out=out)
+
+
+_CLONE = defop("clone", lambda x, memory_format=None: Meta(x.shape, x.dtype),
+               lambda x, memory_format=None: np.array(x, copy=True, order="C"),
+               grad=lambda ctx, g: (g,), save=())
+
+
+def clone(input: Tensor, *, memory_format=None) -> Tensor:
+    """A copy of ``input`` in new memory; gradients flow back to ``input``."""
+    return dispatch(_CLONE, input)
+
+
+def contiguous(input: Tensor, memory_format=None) -> Tensor:
+    """``input`` itself when already contiguous, else a contiguous copy."""
+    if input.is_contiguous():
+        return input
+    return dispatch(_CLONE, input)
+
+
+def complex(real: Tensor, imag: Tensor) -> Tensor:
+    from tessera.ops.elementwise import mul
+    return real.to(real.dtype.to_complex()) + mul(imag.to(imag.dtype.to_complex()), 1j)
+
+
+def polar(abs: Tensor, angle: Tensor) -> Tensor:
+    from tessera.ops.elementwise import cos, sin
+    return complex(abs * cos(angle), abs * sin(angle))
+
+
+def _rebuild_tensor(array, dtype_name, device, shape, requires_grad):
+    """Unpickling (and the restricted checkpoint loader) rebuild tensors through here."""
+    dt = D.as_dtype(dtype_name)
+    if array is None:
+        t = empty(shape, dtype=dt, device=device)
+    else:
+        t = tensor(np.asarray(array, dtype=dt.np), dtype=dt, device=device)
+    return t.requires_grad_(requires_grad) if requires_grad else t

@@ -1,0 +1,142 @@
+"""The op registry: one ``OpDef`` per op, holding every rule of that op.
+
+Eager execution, autograd and (later) tracing, distributed execution and every exporter
+read the same entry. A rule that is missing raises ``MissingRule`` naming op and rule.
+
+>>> from tessera.ops.registry import REGISTRY
+>>> REGISTRY["add"].name
+'add'
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from tessera._dtype import dtype
+
+RULES = ("infer", "kernel:cpu", "meta", "grad", "sbp", "cost", "to_onnx", "to_c")
+
+
+class Meta(NamedTuple):
+    """What ``infer`` knows about a tensor: shape, dtype, device type."""
+
+    shape: tuple[int, ...]
+    dtype: dtype
+
+
+class MissingRule(NotImplementedError):
+    def __init__(self, op: str, rule: str, detail: str = ""):
+        super().__init__(f"op '{op}' has no '{rule}' rule" + (f": {detail}" if detail else ""))
+        self.op, self.rule = op, rule
+
+
+# Marks an op whose derivative exists mathematically but is not written.
+NOT_DIFFERENTIABLE = None
+
+
+def _no_grad_written(ctx, *grads):
+    raise MissingRule(ctx.op.name, "grad", "the derivative is not implemented")
+
+
+@dataclass(eq=False)
+class OpDef:
+    """One operator and all of its rules.
+
+    ``infer(*metas, **attrs) -> Meta | tuple[Meta, ...]``: tensor inputs arrive as ``Meta``,
+    Python scalars as themselves, absent optional tensors as None. It validates and raises
+    the user-facing error.
+
+    ``kernels[device](*arrays, **attrs) -> array | tuple``: the computation.
+
+    ``grad(ctx, *grad_outputs) -> tuple`` (one entry per input, None where there is none),
+    written with tessera ops so it runs eagerly, with ``create_graph`` and traced.
+    ``grad=None`` marks an op with no derivative (its outputs never require grad).
+
+    ``save`` names what backward needs: "inputs", "outputs", both, or nothing; autograd keeps
+    only that alive, and checks the version counters of what it kept.
+
+    ``promote``: tensor inputs are cast to ``result_type`` of all inputs before the kernel.
+    ``aliasing``: "view" ops return arrays sharing memory with input 0.
+    ``nondiff_outputs``: output positions that never carry gradients (indices, masks).
+    ``dynamic_shape``: ``infer`` gives -1 for sizes that depend on the data (nonzero,
+    unique); the kernel's result decides them, and the op cannot run on ``meta``.
+    """
+
+    name: str
+    infer: Callable[..., Any]
+    kernels: dict[str, Callable] = field(default_factory=dict)
+    grad: Callable | None = _no_grad_written
+    save: tuple[str, ...] = ("inputs",)
+    promote: bool = False
+    aliasing: str = "none"
+    nondiff_outputs: tuple[int, ...] = ()
+    dynamic_shape: bool = False
+    inplace_kernels: dict[str, Callable] = field(default_factory=dict)
+    sbp: Callable | None = None
+    cost: Callable | None = None
+    to_onnx: dict[int, Callable] = field(default_factory=dict)
+    to_c: Callable | None = None
+    doc: str = ""
+
+    def __repr__(self) -> str:
+        return f"OpDef({self.name})"
+
+    def rule(self, name: str):
+        """The rule called ``name``; ``MissingRule`` if this op lacks it."""
+        value = {"infer": self.infer, "grad": self.grad, "sbp": self.sbp, "cost": self.cost,
+                 "to_c": self.to_c, "to_onnx": self.to_onnx or None}.get(name)
+        if name.startswith("kernel:"):
+            value = self.kernels.get(name.split(":", 1)[1])
+        if value is None or value is _no_grad_written:
+            raise MissingRule(self.name, name)
+        return value
+
+    def has_rule(self, name: str) -> bool:
+        if name == "meta":
+            return self.infer is not None
+        if name == "grad" and self.grad is None:
+            return True  # non-differentiable by definition: nothing is missing
+        try:
+            self.rule(name)
+            return True
+        except MissingRule:
+            return False
+
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    """Add ``op`` to the registry; names are unique."""
+    if op.name in REGISTRY:
+        raise ValueError(f"op '{op.name}' is already registered")
+    REGISTRY[op.name] = op
+    return op
+
+
+def defop(name: str, infer: Callable, cpu: Callable, **rules) -> OpDef:
+    """Shorthand: register an op with its infer rule and CPU kernel, plus any other rules."""
+    kernels = rules.pop("kernels", {})
+    kernels.setdefault("cpu", cpu)
+    return register(OpDef(name, infer, kernels, **rules))
+
+
+def coverage_table() -> str:
+    """The op × rule table printed by ``python -m tessera opcov``."""
+    cols = RULES
+    width = max([len(n) for n in REGISTRY] + [4])
+    lines = [f"{'op'.ljust(width)}  " + "  ".join(cols)]
+    counts = dict.fromkeys(cols, 0)
+    for name in sorted(REGISTRY):
+        op = REGISTRY[name]
+        marks = []
+        for c in cols:
+            ok = op.has_rule(c)
+            counts[c] += ok
+            marks.append(("x" if ok else ".").center(len(c)))
+        lines.append(f"{name.ljust(width)}  " + "  ".join(marks))
+    lines.append(f"{'total'.ljust(width)}  " +
+                 "  ".join(str(counts[c]).center(len(c)) for c in cols))
+    lines.append(f"{len(REGISTRY)} ops registered")
+    return "\n".join(lines)

@@ -1,0 +1,566 @@
+"""View ops: results share memory with their input (PyTorch's view semantics).
+
+``view`` (and so reshape/flatten/squeeze/unsqueeze), ``permute`` (and transpose/t/movedim),
+``expand``, ``slice`` (basic indexing, narrow, select), ``diagonal`` and ``unfold``. A view
+records how it was made (``_view_chain``) so that an in-place write to it can be replayed
+on its base (``view_assign``) for autograd.
+
+>>> import tessera
+>>> x = tessera.zeros(2, 3)
+>>> x[0].fill_(1.0); x.sum().item()
+3.0
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tessera import _dtype as D
+from tessera._dispatch import dispatch
+from tessera._tensor import Tensor
+from tessera.ops._util import ensure_tensor, numel, sum_to, wrap_dim
+from tessera.ops.registry import Meta, defop
+
+__all__ = ["view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "ravel",
+           "permute", "transpose", "swapaxes", "swapdims", "t", "adjoint", "movedim",
+           "moveaxis", "squeeze", "unsqueeze", "expand", "expand_as", "broadcast_to",
+           "narrow", "select", "unfold", "diagonal", "view_assign", "squeeze_", "unsqueeze_",
+           "t_", "transpose_", "as_strided", "numpy_T", "mT"]
+
+_strided = np.lib.stride_tricks.as_strided
+
+
+# ---- view (reshape) ------------------------------------------------------------------
+
+def _resolve_shape(op: str, shape, n: int) -> tuple[int, ...]:
+    shape = list(shape)
+    neg = [i for i, s in enumerate(shape) if s == -1]
+    if len(neg) > 1:
+        raise RuntimeError(f"{op}: only one dimension can be inferred")
+    for s in shape:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
+            raise TypeError(f"{op}(): argument 'size' must be tuple of ints, but found element "
+                            f"of type {type(s).__name__}")
+        if s < -1:
+            raise RuntimeError(f"{op}: invalid shape dimension {s}")
+    known = numel([s for s in shape if s != -1])
+    if neg:
+        if known == 0 or n % known:
+            raise RuntimeError(f"{op}: shape '{shape}' is invalid for input of size {n}")
+        shape[neg[0]] = n // known
+    elif known != n:
+        raise RuntimeError(f"{op}: shape '{shape}' is invalid for input of size {n}")
+    return tuple(int(s) for s in shape)
+
+
+def _view_infer(x, shape):
+    return Meta(_resolve_shape("view", shape, numel(x.shape)), x.dtype)
+
+
+def _view_kernel(x, shape):
+    v = x.view()
+    try:
+        v.shape = shape
+    except AttributeError:
+        raise RuntimeError("view size is not compatible with input tensor's size and stride "
+                           "(at least one dimension spans across two contiguous subspaces). "
+                           "Use .reshape(...) instead.") from None
+    return v
+
+
+_VIEW = defop("view", _view_infer, _view_kernel, aliasing="view", save=(),
+              grad=lambda ctx, g: (reshape(g, ctx.input_metas[0].shape),))
+
+
+def _shape_args(size) -> tuple:
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        return tuple(size[0])
+    return tuple(size)
+
+
+def view(input: Tensor, *shape) -> Tensor:
+    """The same data with a new shape; no copy (raises if strides do not allow it)."""
+    ensure_tensor("view", input)
+    if len(shape) == 1 and isinstance(shape[0], D.dtype):
+        raise NotImplementedError("view(dtype) reinterpretation is not supported")
+    return dispatch(_VIEW, input, shape=_shape_args(shape))
+
+
+def view_as(input: Tensor, other: Tensor) -> Tensor:
+    return view(input, tuple(other.shape))
+
+
+def _viewable(x: Tensor, shape: tuple[int, ...]) -> bool:
+    if x._data is None or x.is_contiguous():
+        return True
+    try:
+        v = x._data.view()
+        v.shape = _resolve_shape("reshape", shape, x.numel())
+        return True
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def reshape(input: Tensor, *shape) -> Tensor:
+    """A view when the strides allow it, else a copy, with the new shape."""
+    ensure_tensor("reshape", input)
+    shape = _shape_args(shape)
+    if tuple(shape) == input._shape:
+        return dispatch(_VIEW, input, shape=tuple(shape))
+    if not _viewable(input, shape):
+        from tessera.ops.creation import clone
+        input = clone(input)
+    return dispatch(_VIEW, input, shape=tuple(shape))
+
+
+def reshape_as(input: Tensor, other: Tensor) -> Tensor:
+    return reshape(input, tuple(other.shape))
+
+
+def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """Merge dims ``start_dim..end_dim`` into one."""
+    nd = input.dim()
+    if nd == 0:
+        return reshape(input, (1,))
+    s, e = wrap_dim(start_dim, nd, "flatten"), wrap_dim(end_dim, nd, "flatten")
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    shp = input._shape
+    return reshape(input, shp[:s] + (numel(shp[s:e + 1]),) + shp[e + 1:])
+
+
+def unflatten(input: Tensor, dim: int, sizes) -> Tensor:
+    """Split dim ``dim`` into ``sizes`` (one entry may be -1)."""
+    d = wrap_dim(dim, input.dim(), "unflatten")
+    shp = input._shape
+    sizes = _resolve_shape("unflatten", tuple(sizes), shp[d])
+    return reshape(input, shp[:d] + sizes + shp[d + 1:])
+
+
+def ravel(input: Tensor) -> Tensor:
+    return reshape(input, (-1,))
+
+
+def squeeze(input: Tensor, dim=None) -> Tensor:
+    """Drop size-1 dims (all of them, or those in ``dim``)."""
+    shp = input._shape
+    if dim is None:
+        dims = {i for i, s in enumerate(shp) if s == 1}
+    else:
+        dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+        dims = {d for d in (wrap_dim(d, len(shp), "squeeze") for d in dims) if
+                len(shp) and shp[d] == 1}
+    return view(input, tuple(s for i, s in enumerate(shp) if i not in dims))
+
+
+def unsqueeze(input: Tensor, dim: int) -> Tensor:
+    """Insert a size-1 dim at ``dim``."""
+    ensure_tensor("unsqueeze", input)
+    d = wrap_dim(dim, input.dim() + 1, "unsqueeze")
+    shp = input._shape
+    return view(input, shp[:d] + (1,) + shp[d:])
+
+
+def squeeze_(input: Tensor, dim=None) -> Tensor:
+    return _set_view_inplace(input, squeeze(input, dim))
+
+
+def unsqueeze_(input: Tensor, dim: int) -> Tensor:
+    return _set_view_inplace(input, unsqueeze(input, dim))
+
+
+def _set_view_inplace(target: Tensor, v: Tensor) -> Tensor:
+    """Metadata-only in-place ops (``squeeze_``): ``target`` takes ``v``'s shape."""
+    target._data, target._shape = v._data, v._shape
+    if v.grad_fn is not None:
+        target.grad_fn, target._output_nr = v.grad_fn, v._output_nr
+    return target
+
+
+# ---- permute -------------------------------------------------------------------------
+
+def _permute_infer(x, dims):
+    nd = len(x.shape)
+    if len(dims) != nd:
+        raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input "
+                           f"does not match the length of the desired ordering of dimensions "
+                           f"i.e. input.dim() = {nd} is not equal to len(dims) = {len(dims)}")
+    wd = tuple(wrap_dim(d, nd, "permute") for d in dims)
+    if len(set(wd)) != nd:
+        raise RuntimeError("permute: repeated dim")
+    return Meta(tuple(x.shape[d] for d in wd), x.dtype)
+
+
+def _permute_grad(ctx, g):
+    dims = [d % max(len(ctx.input_metas[0].shape), 1) for d in ctx.attrs["dims"]]
+    inv = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inv[d] = i
+    return (permute(g, tuple(inv)),)
+
+
+_PERMUTE = defop("permute", _permute_infer, lambda x, dims: np.transpose(x, dims),
+                 aliasing="view", save=(), grad=_permute_grad)
+
+
+def permute(input: Tensor, *dims) -> Tensor:
+    """Reorder dims: ``x.permute(2, 0, 1)``."""
+    ensure_tensor("permute", input)
+    return dispatch(_PERMUTE, input, dims=_shape_args(dims))
+
+
+def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
+    """Swap two dims."""
+    nd = input.dim()
+    d0, d1 = wrap_dim(dim0, nd, "transpose"), wrap_dim(dim1, nd, "transpose")
+    dims = list(range(nd))
+    if nd:
+        dims[d0], dims[d1] = dims[d1], dims[d0]
+    return dispatch(_PERMUTE, input, dims=tuple(dims))
+
+
+swapaxes = swapdims = transpose
+
+
+def t(input: Tensor) -> Tensor:
+    """Transpose of a tensor with at most 2 dims."""
+    if input.dim() > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is "
+                           f"{input.dim()}D")
+    return transpose(input, 0, 1) if input.dim() == 2 else view(input, input._shape)
+
+
+def t_(input: Tensor) -> Tensor:
+    return _set_view_inplace(input, t(input))
+
+
+def transpose_(input: Tensor, dim0: int, dim1: int) -> Tensor:
+    return _set_view_inplace(input, transpose(input, dim0, dim1))
+
+
+def adjoint(input: Tensor) -> Tensor:
+    return transpose(input, -2, -1)
+
+
+def numpy_T(input: Tensor) -> Tensor:
+    return permute(input, tuple(reversed(range(input.dim()))))
+
+
+def mT(input: Tensor) -> Tensor:
+    if input.dim() < 2:
+        raise RuntimeError("tensor.mT is only supported on matrices or batches of matrices. "
+                           f"Got {input.dim()}-D tensor.")
+    return transpose(input, -2, -1)
+
+
+def movedim(input: Tensor, source, destination) -> Tensor:
+    """Move dims ``source`` to positions ``destination``."""
+    nd = input.dim()
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    if len(src) != len(dst):
+        raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims)"
+                           f" should contain the same number of dims as destination ({dst} "
+                           "dims)")
+    src = [wrap_dim(d, nd, "movedim") for d in src]
+    dst = [wrap_dim(d, nd, "movedim") for d in dst]
+    order = [d for d in range(nd) if d not in src]
+    perm = [None] * nd
+    for s, d in zip(src, dst):
+        perm[d] = s
+    it = iter(order)
+    perm = [p if p is not None else next(it) for p in perm]
+    return permute(input, tuple(perm))
+
+
+moveaxis = movedim
+
+
+# ---- expand --------------------------------------------------------------------------
+
+def _expand_infer(x, shape):
+    nd = len(x.shape)
+    if len(shape) < nd:
+        raise RuntimeError(f"expand: the number of sizes provided ({len(shape)}) must be "
+                           f"greater or equal to the number of dimensions in the tensor ({nd})")
+    lead = len(shape) - nd
+    out = []
+    for i, s in enumerate(shape):
+        if i < lead:
+            if s < 0:
+                raise RuntimeError(f"expand: the expanded size of the tensor ({s}) isn't "
+                                   "allowed in a leading, non-existing dimension 0")
+            out.append(s)
+            continue
+        cur = x.shape[i - lead]
+        if s == -1:
+            out.append(cur)
+        elif cur == s or cur == 1:
+            out.append(s)
+        else:
+            raise RuntimeError(f"expand: The expanded size of the tensor ({s}) must match the "
+                               f"existing size ({cur}) at non-singleton dimension {i}.  Target "
+                               f"sizes: {list(shape)}.  Tensor sizes: {list(x.shape)}")
+    return Meta(tuple(out), x.dtype)
+
+
+def _expand_kernel(x, shape):
+    shape = _expand_infer(Meta(x.shape, None), shape).shape
+    lead = len(shape) - x.ndim
+    strides = (0,) * lead + tuple(0 if (x.shape[i] == 1 and shape[i + lead] != 1) else st
+                                  for i, st in enumerate(x.strides))
+    return _strided(x, shape, strides)
+
+
+_EXPAND = defop("expand", _expand_infer, _expand_kernel, aliasing="view", save=(),
+                grad=lambda ctx, g: (sum_to(g, ctx.input_metas[0].shape),))
+
+
+def expand(input: Tensor, *sizes) -> Tensor:
+    """Broadcast size-1 dims to ``sizes`` without copying (-1 keeps a dim)."""
+    return dispatch(_EXPAND, input, shape=_shape_args(sizes))
+
+
+def expand_as(input: Tensor, other: Tensor) -> Tensor:
+    return expand(input, tuple(other.shape))
+
+
+def broadcast_to(input: Tensor, size) -> Tensor:
+    return expand(input, tuple(size))
+
+
+# ---- slicing (basic indexing) --------------------------------------------------------
+
+def _slice_infer(x, key):
+    shape = []
+    dim = 0
+    nd = len(x.shape)
+    n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if n_real > nd:
+        raise IndexError(f"too many indices for tensor of dimension {nd}")
+    for k in key:
+        if k is None:
+            shape.append(1)
+        elif k is Ellipsis:
+            take = nd - n_real
+            shape.extend(x.shape[dim:dim + take])
+            dim += take
+        elif isinstance(k, slice):
+            if k.step is not None and k.step <= 0:
+                raise ValueError("step must be greater than zero")
+            shape.append(len(range(*k.indices(x.shape[dim]))))
+            dim += 1
+        else:
+            size = x.shape[dim]
+            if k < -size or k >= size:
+                raise IndexError(f"index {k} is out of bounds for dimension {dim} with size "
+                                 f"{size}")
+            dim += 1
+    shape.extend(x.shape[dim:])
+    return Meta(tuple(shape), x.dtype)
+
+
+def _slice_kernel(x, key):
+    if Ellipsis not in key:
+        key = key + (Ellipsis,)  # keeps integer-only keys a 0-d view, not a NumPy scalar
+    return x[key]
+
+
+def _slice_grad(ctx, g):
+    from tessera.ops.creation import zeros
+    m = ctx.input_metas[0]
+    base = zeros(m.shape, dtype=g.dtype, device=g.device)
+    return (view_assign(base, g, ((_SLICE, (), {"key": ctx.attrs["key"]}),)),)
+
+
+_SLICE = defop("slice", _slice_infer, _slice_kernel, aliasing="view", save=(),
+               grad=_slice_grad)
+
+
+def slice_view(input: Tensor, key: tuple) -> Tensor:
+    """Basic indexing (ints, slices, None, Ellipsis) as a view."""
+    return dispatch(_SLICE, input, key=key)
+
+
+def narrow(input: Tensor, dim: int, start, length: int) -> Tensor:
+    """``length`` elements of dim ``dim`` from ``start``, as a view."""
+    d = wrap_dim(dim, input.dim(), "narrow")
+    size = input._shape[d]
+    start = int(start)
+    if start < 0:
+        start += size
+    if start < 0 or start > size or length < 0 or start + length > size:
+        raise IndexError(f"narrow: start ({start}) + length ({length}) exceeds dimension size "
+                         f"({size}).")
+    key = (slice(None),) * d + (slice(start, start + length),)
+    return slice_view(input, key)
+
+
+def select(input: Tensor, dim: int, index: int) -> Tensor:
+    """Index ``index`` of dim ``dim``, which is removed; a view."""
+    d = wrap_dim(dim, input.dim(), "select")
+    size = input._shape[d]
+    if index < -size or index >= size:
+        raise IndexError(f"select(): index {index} out of range for tensor of size "
+                         f"{list(input.shape)} at dimension {d}")
+    return slice_view(input, (slice(None),) * d + (int(index),))
+
+
+# ---- diagonal, unfold ----------------------------------------------------------------
+
+def _diag_dims(x, offset, dim1, dim2):
+    nd = len(x.shape)
+    d1, d2 = wrap_dim(dim1, nd, "diagonal"), wrap_dim(dim2, nd, "diagonal")
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    return d1, d2
+
+
+def _diagonal_infer(x, offset=0, dim1=0, dim2=1):
+    d1, d2 = _diag_dims(x, offset, dim1, dim2)
+    n1, n2 = x.shape[d1], x.shape[d2]
+    n = max(0, min(n1, n2 - offset) if offset >= 0 else min(n1 + offset, n2))
+    rest = tuple(s for i, s in enumerate(x.shape) if i not in (d1, d2))
+    return Meta(rest + (n,), x.dtype)
+
+
+def _diagonal_kernel(x, offset=0, dim1=0, dim2=1):
+    d1, d2 = _diag_dims(Meta(x.shape, None), offset, dim1, dim2)
+    m = _diagonal_infer(Meta(x.shape, None), offset, dim1, dim2)
+    if m.shape[-1] == 0:
+        return np.empty(m.shape, x.dtype)
+    # start at the first diagonal element, then step along both dims at once (writeable,
+    # unlike np.diagonal's read-only view)
+    start = [slice(None)] * x.ndim
+    if offset >= 0:
+        start[d2] = slice(offset, None)
+    else:
+        start[d1] = slice(-offset, None)
+    xs = x[tuple(start)]
+    st = xs.strides
+    rest = tuple(s for i, s in enumerate(st) if i not in (d1, d2))
+    return _strided(xs, m.shape, rest + (st[d1] + st[d2],))
+
+
+def _diagonal_grad(ctx, g):
+    from tessera.ops.creation import zeros
+    m = ctx.input_metas[0]
+    base = zeros(m.shape, dtype=g.dtype, device=g.device)
+    return (view_assign(base, g, ((_DIAGONAL, (), dict(ctx.attrs)),)),)
+
+
+_DIAGONAL = defop("diagonal", _diagonal_infer, _diagonal_kernel, aliasing="view", save=(),
+                  grad=_diagonal_grad)
+
+
+def diagonal(input: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The diagonal over dims (dim1, dim2), appended as the last dim; a view."""
+    return dispatch(_DIAGONAL, input, offset=offset, dim1=dim1, dim2=dim2)
+
+
+def _unfold_infer(x, dimension, size, step):
+    nd = len(x.shape)
+    d = wrap_dim(dimension, nd, "unfold") if nd else 0
+    n = x.shape[d] if nd else 1
+    if size > n:
+        raise RuntimeError(f"unfold: maximum size for tensor at dimension {d} is {n} but size "
+                           f"is {size}")
+    if step <= 0:
+        raise RuntimeError(f"unfold: step is {step} but must be > 0")
+    count = (n - size) // step + 1
+    shape = list(x.shape) if nd else []
+    if nd:
+        shape[d] = count
+    return Meta(tuple(shape) + (size,), x.dtype)
+
+
+def _unfold_kernel(x, dimension, size, step):
+    if x.ndim == 0:
+        return x.reshape(1)
+    d = dimension % x.ndim
+    m = _unfold_infer(Meta(x.shape, None), dimension, size, step)
+    st = list(x.strides)
+    st[d] = st[d] * step
+    return _strided(x, m.shape, tuple(st) + (x.strides[d],))
+
+
+def _unfold_backward_kernel(g, input_shape, dimension, size, step):
+    out = np.zeros(input_shape, g.dtype)
+    if not input_shape:
+        return g.reshape(())
+    win = _unfold_kernel(out, dimension, size, step)
+    # Windows may overlap, so add one in-window offset k at a time: the elements at
+    # offset k of distinct windows are distinct, which makes each += exact.
+    for k in range(size):
+        win[..., k] += g[..., k]
+    return out
+
+
+_UNFOLD_BACKWARD = defop(
+    "unfold_backward",
+    lambda g, input_shape, dimension, size, step: Meta(tuple(input_shape), g.dtype),
+    _unfold_backward_kernel, save=(),
+    grad=lambda ctx, gg: (unfold(gg, ctx.attrs["dimension"], ctx.attrs["size"],
+                                 ctx.attrs["step"]),))
+
+
+_UNFOLD = defop("unfold", _unfold_infer, _unfold_kernel, aliasing="view", save=(),
+                grad=lambda ctx, g: (dispatch(_UNFOLD_BACKWARD, g,
+                                              input_shape=ctx.input_metas[0].shape,
+                                              **ctx.attrs),))
+
+
+def unfold(input: Tensor, dimension: int, size: int, step: int) -> Tensor:
+    """All windows of ``size`` along ``dimension`` with stride ``step``, as a new last dim."""
+    return dispatch(_UNFOLD, input, dimension=dimension, size=size, step=step)
+
+
+def as_strided(input: Tensor, size, stride, storage_offset: int = 0) -> Tensor:
+    raise NotImplementedError("as_strided is not supported: tessera views are built from "
+                              "shape ops so that autograd and graphs can replay them")
+
+
+# ---- view_assign: the functional form of writing into a view -------------------------
+
+def _replay_np(arr, chain):
+    for op, rest, attrs in chain:
+        arr = op.kernels["cpu"](arr, *rest, **attrs)
+    return arr
+
+
+def _view_assign_kernel(base, src, chain):
+    out = np.array(base, copy=True)
+    v = _replay_np(out, chain)
+    v[...] = src
+    return out
+
+
+def _view_assign_infer(base, src, chain):
+    return Meta(base.shape, base.dtype)
+
+
+def _replay(t: Tensor, chain) -> Tensor:
+    for op, rest, attrs in chain:
+        t = dispatch(op, t, *rest, **attrs)
+    return t
+
+
+def _view_assign_grad(ctx, g):
+    from tessera.ops.creation import zeros
+    chain = ctx.attrs["chain"]
+    src_m = ctx.input_metas[1]
+    gb = gs = None
+    if ctx.needs_input_grad[0]:
+        gb = view_assign(g, zeros(src_m.shape, dtype=g.dtype, device=g.device), chain)
+    if ctx.needs_input_grad[1]:
+        gs = sum_to(_replay(g, chain), src_m.shape)
+    return gb, gs
+
+
+_VIEW_ASSIGN = defop("view_assign", _view_assign_infer, _view_assign_kernel, save=(),
+                     grad=_view_assign_grad)
+
+
+def view_assign(base: Tensor, src: Tensor, chain) -> Tensor:
+    """A copy of ``base`` whose view ``chain`` holds ``src``: the out-of-place form of an
+    in-place write into a view (autograd's CopySlices)."""
+    return dispatch(_VIEW_ASSIGN, base, src, chain=tuple(chain))
