@@ -80,12 +80,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
 
 
 def gradcheck(*args, **kwargs):
-    from tessera.autograd.gradcheck import gradcheck as _gc
+    from tessera.autograd.checks import gradcheck as _gc
     return _gc(*args, **kwargs)
 
 
 def gradgradcheck(*args, **kwargs):
-    from tessera.autograd.gradcheck import gradgradcheck as _ggc
+    from tessera.autograd.checks import gradgradcheck as _ggc
     return _ggc(*args, **kwargs)
 
 
