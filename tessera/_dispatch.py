@@ -41,29 +41,37 @@ def _device_error(op: OpDef, a: device, b: device) -> RuntimeError:
                         f"at least two devices, {a} and {b}!")
 
 
+_SCALAR_CATEGORY = {bool: 0, int: 1, float: 2, complex: 3}
+_new_meta = tuple.__new__  # Meta(shape, dtype) without NamedTuple's Python-level __new__
+
+
 def dispatch(op: OpDef, *args, **attrs):
     if _MODES:
         return _MODES[-1].dispatch(op, args, attrs)
     dev = None
     grad = False
     metas = []
+    first_dt = None
+    mixed = False  # inputs of different dtypes: promoting ops must cast before the kernel
     for a in args:
         if isinstance(a, Tensor):
             d = a._device
             if dev is None:
                 dev = d
             elif d is not dev and d != dev:
-                if a._shape == () and d.type == "cpu":
-                    pass  # like PyTorch, a 0-d CPU tensor may join tensors on another device
-                elif dev.type == "cpu" and _first_tensor(args)._shape == ():
-                    dev = d
-                else:
-                    raise _device_error(op, dev, d)
-            metas.append(Meta(a._shape, a._dtype))
+                dev = _join_devices(op, args, dev, a)
+            dt = a._dtype
+            if first_dt is None:
+                first_dt = dt
+            elif dt is not first_dt:
+                mixed = True
+            metas.append(_new_meta(Meta, (a._shape, dt)))
             if a._requires_grad:
                 grad = True
         else:
             metas.append(a)
+            if a is not None and _SCALAR_CATEGORY.get(type(a), 3) > 0:
+                mixed = True  # decided exactly below, only for promoting ops
     if dev is None:
         dev = attrs.get("device") or CPU
         if not isinstance(dev, device):
@@ -73,7 +81,8 @@ def dispatch(op: OpDef, *args, **attrs):
     outs = out if multi else (out,)
     backend = _BACKENDS[dev.type]
     if backend.has_storage:
-        datas = _run_kernel(op, backend, dev, args, metas, attrs, outs, multi)
+        datas = _run_kernel(op, backend, dev, args, metas, attrs, outs, multi,
+                            mixed and op.promote and _needs_cast(first_dt, metas))
     elif op.dynamic_shape:
         raise NotImplementedError(f"{op.name}: the output shape depends on the data, so it "
                                   f"cannot run on the {dev.type} device")
@@ -82,13 +91,20 @@ def dispatch(op: OpDef, *args, **attrs):
     if op.dynamic_shape:
         outs = tuple(Meta(d.shape, m.dtype) for m, d in zip(outs, datas))
     record = grad and STATE.enabled and op.grad is not None
-    results = []
-    nondiff = op.nondiff_outputs
-    for i, (m, d) in enumerate(zip(outs, datas)):
-        t = Tensor._make(d, m.dtype, dev, m.shape)
-        if record and i not in nondiff and (m.dtype.category >= 2):
+    if not multi:
+        m = out if not op.dynamic_shape else outs[0]
+        t = Tensor._make(datas[0], m.dtype, dev, m.shape)
+        results = [t]
+        if record and m.dtype.category >= 2 and not op.nondiff_outputs:
             t._requires_grad = True
-        results.append(t)
+    else:
+        results = []
+        nondiff = op.nondiff_outputs
+        for i, (m, d) in enumerate(zip(outs, datas)):
+            t = Tensor._make(d, m.dtype, dev, m.shape)
+            if record and i not in nondiff and m.dtype.category >= 2:
+                t._requires_grad = True
+            results.append(t)
     if op.aliasing == "view":
         _mark_view(results[0], args, op, attrs)
     if record:
@@ -96,17 +112,34 @@ def dispatch(op: OpDef, *args, **attrs):
     return tuple(results) if multi else results[0]
 
 
-def _first_tensor(args):
-    for a in args:
-        if isinstance(a, Tensor):
-            return a
+def _join_devices(op, args, dev, a):
+    """Two devices met: like PyTorch, a 0-d CPU tensor may join tensors on another device."""
+    d = a._device
+    if a._shape == () and d.type == "cpu":
+        return dev
+    first = next(t for t in args if isinstance(t, Tensor))
+    if dev.type == "cpu" and first._shape == ():
+        return d
+    raise _device_error(op, dev, d)
 
 
-def _run_kernel(op, backend, dev, args, metas, attrs, outs, multi):
+def _needs_cast(first_dt, metas) -> bool:
+    """Whether promotion changes any tensor input's dtype (scalars of a higher category
+    do, scalars of the same or a lower category don't)."""
+    for m in metas:
+        if type(m) is Meta:
+            if m.dtype is not first_dt:
+                return True
+        elif m is not None and _SCALAR_CATEGORY.get(type(m), 3) > first_dt.category:
+            return True
+    return False
+
+
+def _run_kernel(op, backend, dev, args, metas, attrs, outs, multi, cast):
     kernel = op.kernels.get(dev.type) or backend.kernel(op)
     if kernel is None:
         raise MissingRule(op.name, f"kernel:{dev.type}", f"no kernel for device '{dev.type}'")
-    if op.promote:
+    if cast:
         from tessera._dtype import result_type
         ct = result_type(*[(m.dtype, len(m.shape)) if type(m) is Meta else m
                            for m in metas if m is not None]).np
@@ -114,7 +147,8 @@ def _run_kernel(op, backend, dev, args, metas, attrs, outs, multi):
     else:
         arrays = [a._data if isinstance(a, Tensor) else a for a in args]
     res = kernel(*arrays, **attrs)
-    res = res if multi else (res,)
+    if not multi:
+        res = (res,)
     datas = []
     for m, r in zip(outs, res):
         if type(r) is not np.ndarray and dev.type == "cpu":

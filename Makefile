@@ -1,0 +1,32 @@
+# make demo   -- set up .venv (once) and run the demo
+# make test   -- set up .venv (once) and run the whole test suite
+# make bench  -- side-by-side benchmarks (tessera vs PyTorch), not part of the tests
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test bench lint opcov clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,demo]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/train_eager.py
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 -q -p no:cacheprovider tests
+
+bench: $(STAMP)
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) -m bench
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check tessera tests bench examples
+
+opcov: $(STAMP)
+	$(PY) -m tessera opcov
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,53 @@
+"""Per-op overhead of eager mode: tiny ops where the framework, not the math, is the cost.
+
+Target (issue 2): tessera's per-op overhead at most 3x PyTorch's.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from bench.common import per_call_us, table
+
+
+def cases(lib):
+    a, b = lib.ones(1), lib.ones(1)
+    m = lib.from_numpy(np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32))
+    x = lib.ones(16, requires_grad=True)
+    y = lib.ones(16, requires_grad=True)
+
+    def expr_backward():
+        ((x * y + x).exp()).sum().backward()
+
+    return {
+        "add, 1 element": lambda: a + b,
+        "matmul 64x64": lambda: m @ m,
+        "3-op expression + backward": expr_backward,
+        "sum of 1 element": lambda: a.sum(),
+        "view + transpose": lambda: m.view(32, 128).t(),
+    }
+
+
+def run() -> list[dict]:
+    import torch
+
+    import tessera
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    ours, theirs = cases(tessera), cases(torch)
+    results = []
+    for name in ours:
+        t_us, p_us = per_call_us(ours[name]), per_call_us(theirs[name])
+        results.append({"case": name, "tessera_us": t_us, "torch_us": p_us,
+                        "ratio": t_us / p_us})
+    return results
+
+
+def main() -> None:
+    res = run()
+    print("Eager per-call overhead (median; lower is better; target ratio <= 3)")
+    print(table([(r["case"], f"{r['tessera_us']:.2f}", f"{r['torch_us']:.2f}",
+                  f"{r['ratio']:.2f}x") for r in res],
+                ("case", "tessera us", "torch us", "ratio")))
+
+
+if __name__ == "__main__":
+    main()
