@@ -22,16 +22,68 @@ from tessera.ops.registry import Meta
 
 
 class Size(tuple):
-    """``tensor.shape``: a tuple of ints that prints like PyTorch's ``torch.Size``."""
+    """``tensor.shape``: a tuple of ints that prints like PyTorch's ``torch.Size``.
+
+    Slices, sums and repeats stay ``Size``, as in PyTorch (``x.shape[:-1] + (4,)``).
+    """
 
     def __repr__(self) -> str:
         return f"tessera.Size({list(self)})"
+
+    def __getitem__(self, key):
+        out = tuple.__getitem__(self, key)
+        return Size(out) if isinstance(key, slice) else out
+
+    def __add__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(self, other))
+
+    def __radd__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(other, self))
+
+    def __mul__(self, n):
+        return Size(tuple.__mul__(self, n))
+
+    __rmul__ = __mul__
+
+    def __reduce__(self):
+        return (Size, (tuple(self),))
 
     def numel(self) -> int:
         n = 1
         for s in self:
             n *= s
         return n
+
+
+def _array_operand(name: str):
+    """The operator ``name`` of ``TensorMethods``, also taking a NumPy array operand.
+
+    PyTorch computes ``tensor + ndarray`` through NumPy, so the result has NumPy's common
+    dtype of the two; here both operands are cast to it and the tessera op runs (keeping
+    autograd). In-place operators keep ``self``'s dtype.
+    """
+    base = getattr(TensorMethods, name)
+    inplace = name.startswith("__i")
+
+    def method(self, other):
+        if isinstance(other, np.generic):  # a NumPy scalar acts as the Python number
+            other = other.item()
+        elif isinstance(other, np.ndarray):
+            other = Tensor._from_numpy(np.ascontiguousarray(other)).to(self._device)
+            if not inplace:
+                try:
+                    common = D.from_numpy_dtype(np.result_type(self._dtype.np, other._dtype.np))
+                except TypeError:  # e.g. bfloat16, which NumPy cannot promote
+                    common = D.promote_types(self._dtype, other._dtype)
+                self, other = self.to(common), other.to(common)
+        return base(self, other)
+    method.__name__ = name
+    method.__qualname__ = f"Tensor.{name}"
+    return method
 
 
 class Tensor(TensorMethods):
@@ -54,9 +106,10 @@ class Tensor(TensorMethods):
 
     def __init__(self, *args, **kwargs):
         # ``tessera.Tensor([1, 2])`` / ``Tensor(2, 3)`` as in PyTorch: float data or shape
-        if not args and not kwargs:
-            args = ((0,),)
-        if len(args) == 1 and isinstance(args[0], (list, tuple, np.ndarray, Tensor)):
+        if not args:
+            args = (0,)
+        if len(args) == 1 and isinstance(args[0], (list, tuple, np.ndarray, Tensor)) and \
+                not isinstance(args[0], Size):
             src = _OPS["tensor"](args[0], dtype=D.get_default_dtype())
         else:
             src = _OPS["empty"](*args, **kwargs)
@@ -169,7 +222,7 @@ class Tensor(TensorMethods):
         return Meta(self._shape, self._dtype)
 
     def stride(self, dim: int | None = None):
-        if self._data is None:
+        if self._data is None or self.numel() == 0:  # NumPy gives empty arrays 0 strides
             st = _contiguous_strides(self._shape)
         else:
             st = _BACKENDS[self._device.type].strides(self._data)
@@ -178,7 +231,7 @@ class Tensor(TensorMethods):
         return st[_wrap_dim(dim, len(self._shape), "stride")]
 
     def is_contiguous(self, memory_format=None) -> bool:
-        if self._data is None:
+        if self._data is None or self.numel() == 0:
             return True
         st = self.stride()
         expected = 1
@@ -336,18 +389,26 @@ class Tensor(TensorMethods):
         return a.tolist() if self._dtype is not D.bfloat16 else a.astype(np.float32).tolist()
 
     def __bool__(self) -> bool:
-        if self.numel() != 1:
-            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+        n = self.numel()
+        if n != 1:
+            what = "no values" if n == 0 else "more than one value"
+            raise RuntimeError(f"Boolean value of Tensor with {what} is ambiguous")
         return bool(self.item())
 
+    def _scalar(self):
+        if self.numel() != 1:  # PyTorch: ValueError here, RuntimeError from item()
+            raise ValueError("only one element tensors can be converted to Python scalars "
+                             f"(got a tensor of shape {list(self._shape)})")
+        return self.item()
+
     def __float__(self) -> float:
-        return float(self.item())
+        return float(self._scalar())
 
     def __int__(self) -> int:
-        return int(self.item())
+        return int(self._scalar())
 
     def __complex__(self) -> complex:
-        return complex(self.item())
+        return complex(self._scalar())
 
     def __index__(self) -> int:
         if self._dtype.category != 1 or self.numel() != 1:
@@ -363,10 +424,54 @@ class Tensor(TensorMethods):
     def __iter__(self):
         if not self._shape:
             raise TypeError("iteration over a 0-d tensor")
-        return iter(self.unbind(0))
+        if "unbind" in _OPS:
+            return iter(_OPS["unbind"](self, 0))
+        return (self[i] for i in range(self._shape[0]))
 
     def __hash__(self) -> int:
         return id(self)
+
+    # ---- NumPy interop ------------------------------------------------------------------
+    # NumPy scalars and arrays on the left of an operator defer to the Tensor's reflected
+    # operator (``np.float32(2) * t`` is a Tensor with autograd, as in PyTorch), and NumPy
+    # functions applied to a Tensor give a Tensor back (``np.exp(t)``).
+    __array_priority__ = 1000
+
+    def __array_wrap__(self, array, context=None, return_scalar=False):
+        return Tensor._from_numpy(np.asarray(array))
+
+    __add__ = _array_operand("__add__")
+    __radd__ = _array_operand("__radd__")
+    __sub__ = _array_operand("__sub__")
+    __rsub__ = _array_operand("__rsub__")
+    __mul__ = _array_operand("__mul__")
+    __rmul__ = _array_operand("__rmul__")
+    __truediv__ = _array_operand("__truediv__")
+    __rtruediv__ = _array_operand("__rtruediv__")
+    __floordiv__ = _array_operand("__floordiv__")
+    __rfloordiv__ = _array_operand("__rfloordiv__")
+    __mod__ = _array_operand("__mod__")
+    __rmod__ = _array_operand("__rmod__")
+    __pow__ = _array_operand("__pow__")
+    __rpow__ = _array_operand("__rpow__")
+    __matmul__ = _array_operand("__matmul__")
+    __rmatmul__ = _array_operand("__rmatmul__")
+    __and__ = _array_operand("__and__")
+    __rand__ = _array_operand("__rand__")
+    __or__ = _array_operand("__or__")
+    __ror__ = _array_operand("__ror__")
+    __xor__ = _array_operand("__xor__")
+    __rxor__ = _array_operand("__rxor__")
+    __eq__ = _array_operand("__eq__")  # type: ignore[assignment]
+    __ne__ = _array_operand("__ne__")  # type: ignore[assignment]
+    __lt__ = _array_operand("__lt__")
+    __le__ = _array_operand("__le__")
+    __gt__ = _array_operand("__gt__")
+    __ge__ = _array_operand("__ge__")
+    __iadd__ = _array_operand("__iadd__")
+    __isub__ = _array_operand("__isub__")
+    __imul__ = _array_operand("__imul__")
+    __itruediv__ = _array_operand("__itruediv__")
 
     def __repr__(self) -> str:
         from tessera._tensor_str import tensor_repr
@@ -430,9 +535,16 @@ class Tensor(TensorMethods):
     def cpu(self) -> Tensor:
         return self.to("cpu")
 
-    def type(self, dtype=None):
+    def type(self, dtype=None, non_blocking: bool = False):
+        """``'tessera.FloatTensor'`` with no argument, else ``self`` cast to ``dtype`` (a
+        dtype or a type name such as ``'torch.LongTensor'``)."""
         if dtype is None:
             return f"tessera.{_TYPE_NAMES.get(self._dtype.name, self._dtype.name)}"
+        if isinstance(dtype, str):
+            name = dtype.rpartition(".")[2]
+            for dt_name, type_name in _TYPE_NAMES.items():
+                if name == type_name:
+                    return self.to(D.as_dtype(dt_name))
         return self.to(D.as_dtype(dtype))
 
     def type_as(self, other: Tensor) -> Tensor:

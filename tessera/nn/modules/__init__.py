@@ -1,0 +1,1 @@
+"""The layers of ``tessera.nn``, one family per module."""

@@ -1,0 +1,604 @@
+"""``nn.Module``: the base class of every layer, with PyTorch's registration, state_dict,
+hooks, train/eval and device/dtype moves.
+
+>>> import tessera.nn as nn
+>>> m = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+>>> [n for n, _ in m.named_parameters()]
+['0.weight', '0.bias']
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections import OrderedDict, namedtuple
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import no_grad
+from tessera.nn.parameter import Buffer, Parameter
+
+
+class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+    def __repr__(self) -> str:
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+    __str__ = __repr__
+
+
+class RemovableHandle:
+    """Returned by ``register_*_hook``; ``remove()`` unregisters the hook."""
+
+    _ids = itertools.count()
+
+    def __init__(self, hooks_dict: dict):
+        self.hooks_dict_ref = weakref.ref(hooks_dict)
+        self.id = next(RemovableHandle._ids)
+
+    def remove(self) -> None:
+        d = self.hooks_dict_ref()
+        if d is not None and self.id in d:
+            del d[self.id]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def _addindent(s: str, n: int) -> str:
+    lines = s.split("\n")
+    if len(lines) == 1:
+        return s
+    return lines[0] + "\n" + "\n".join(" " * n + line for line in lines[1:])
+
+
+class Module:
+    """Base class for all neural network modules; subclasses define ``forward``."""
+
+    training: bool
+    _version: int = 1
+    call_super_init: bool = False
+
+    def __init__(self, *args, **kwargs) -> None:
+        if args or kwargs:
+            raise TypeError(f"{type(self).__name__}.__init__() got unexpected arguments")
+        d = self.__dict__
+        d["training"] = True
+        d["_parameters"] = {}
+        d["_buffers"] = {}
+        d["_non_persistent_buffers_set"] = set()
+        d["_modules"] = {}
+        d["_forward_hooks"] = OrderedDict()
+        d["_forward_hooks_with_kwargs"] = {}
+        d["_forward_hooks_always_called"] = {}
+        d["_forward_pre_hooks"] = OrderedDict()
+        d["_forward_pre_hooks_with_kwargs"] = {}
+        d["_backward_hooks"] = OrderedDict()
+        d["_backward_pre_hooks"] = OrderedDict()
+        d["_state_dict_hooks"] = OrderedDict()
+        d["_load_state_dict_pre_hooks"] = OrderedDict()
+
+    forward: Callable[..., Any]
+
+    def _forward_unimplemented(self, *input: Any) -> None:
+        raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required '
+                                  '"forward" function')
+
+    forward = _forward_unimplemented  # type: ignore[assignment]
+
+    # ---- registration -------------------------------------------------------------------
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """Add a tensor that is state but not a parameter (e.g. BatchNorm's running_mean)."""
+        if "_buffers" not in self.__dict__:
+            raise AttributeError("cannot assign buffer before Module.__init__() call")
+        _check_name(name, "buffer")
+        if hasattr(self, name) and name not in self._buffers:
+            raise KeyError(f"attribute '{name}' already exists")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' "
+                            "(torch Tensor or None required)")
+        if isinstance(tensor, Buffer):
+            persistent = tensor.persistent
+            tensor = tensor.detach()
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent_buffers_set.discard(name)
+        else:
+            self._non_persistent_buffers_set.add(name)
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("cannot assign parameter before Module.__init__() call")
+        _check_name(name, "parameter")
+        if hasattr(self, name) and name not in self._parameters:
+            raise KeyError(f"attribute '{name}' already exists")
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign '{type(param).__name__}' object to parameter "
+                            f"'{name}' (torch.nn.Parameter or None required)")
+        if param is not None and param.grad_fn is not None:
+            raise ValueError(f"Cannot assign non-leaf Tensor to parameter '{name}'. Model "
+                             "parameters must be created explicitly.")
+        self._parameters[name] = param
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        _check_name(name, "module")
+        if hasattr(self, name) and name not in self._modules:
+            raise KeyError(f"attribute '{name}' already exists")
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        d = self.__dict__
+        params = d.get("_parameters")
+        if isinstance(value, Parameter):
+            if params is None:
+                raise AttributeError("cannot assign parameters before Module.__init__() call")
+            _remove_from(self, name, ("_buffers", "_modules"))
+            d.pop(name, None)
+            self.register_parameter(name, value)
+        elif params is not None and name in params:
+            if value is not None:
+                raise TypeError(f"cannot assign '{type(value).__name__}' as parameter '{name}' "
+                                "(torch.nn.Parameter or None expected)")
+            self.register_parameter(name, value)
+        elif isinstance(value, Module):
+            if d.get("_modules") is None:
+                raise AttributeError("cannot assign module before Module.__init__() call")
+            _remove_from(self, name, ("_parameters", "_buffers"))
+            d.pop(name, None)
+            self._modules[name] = value
+        elif d.get("_modules") is not None and name in d["_modules"]:
+            if value is not None:
+                raise TypeError(f"cannot assign '{type(value).__name__}' as child module "
+                                f"'{name}' (torch.nn.Module or None expected)")
+            self._modules[name] = value
+        elif isinstance(value, Buffer) or (d.get("_buffers") is not None and
+                                           name in d["_buffers"]):
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' "
+                                "(torch.Tensor or None expected)")
+            if isinstance(value, Buffer):
+                d.pop(name, None)
+                self.register_buffer(name, value, value.persistent)
+            else:
+                self._buffers[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        d = self.__dict__
+        for store in ("_parameters", "_buffers", "_modules"):
+            s = d.get(store)
+            if s is not None and name in s:
+                return s[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name: str) -> None:
+        for store in ("_parameters", "_buffers", "_modules"):
+            s = self.__dict__.get(store)
+            if s is not None and name in s:
+                del s[name]
+                self._non_persistent_buffers_set.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    def __dir__(self):
+        keys = list(super().__dir__()) + list(self._parameters) + list(self._modules) + \
+            list(self._buffers)
+        return sorted(k for k in set(keys) if not k[0].isdigit())
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    # ---- traversal ----------------------------------------------------------------------
+    def named_modules(self, memo: set | None = None, prefix: str = "",
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Module]]:
+        if memo is None:
+            memo = set()
+        if remove_duplicate:
+            if self in memo:
+                return
+            memo.add(self)
+        yield prefix, self
+        for name, module in self._modules.items():
+            if module is None:
+                continue
+            sub = prefix + ("." if prefix else "") + name
+            yield from module.named_modules(memo, sub, remove_duplicate)
+
+    def modules(self) -> Iterator[Module]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        seen = set()
+        for name, m in self._modules.items():
+            if m is not None and m not in seen:
+                seen.add(m)
+                yield name, m
+
+    def children(self) -> Iterator[Module]:
+        for _, m in self.named_children():
+            yield m
+
+    def _named_members(self, get, prefix="", recurse=True, remove_duplicate=True):
+        seen = set()
+        mods = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) \
+            if recurse else [(prefix, self)]
+        for mprefix, m in mods:
+            for k, v in get(m):
+                if v is None or (remove_duplicate and id(v) in seen):
+                    continue
+                if remove_duplicate:
+                    seen.add(id(v))
+                yield mprefix + ("." if mprefix else "") + k, v
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, Parameter]]:
+        yield from self._named_members(lambda m: m._parameters.items(), prefix, recurse,
+                                       remove_duplicate)
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
+        yield from self._named_members(lambda m: m._buffers.items(), prefix, recurse,
+                                       remove_duplicate)
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def get_submodule(self, target: str) -> Module:
+        if target == "":
+            return self
+        mod = self
+        for item in target.split("."):
+            if not hasattr(mod, item):
+                raise AttributeError(f"{mod._get_name()} has no attribute `{item}`")
+            mod = getattr(mod, item)
+            if not isinstance(mod, Module):
+                raise AttributeError(f"`{item}` is not an nn.Module")
+        return mod
+
+    def get_parameter(self, target: str) -> Parameter:
+        mod_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(mod_path)
+        if name not in mod._parameters:
+            raise AttributeError(f"{mod._get_name()} has no parameter `{name}`")
+        return mod._parameters[name]
+
+    def get_buffer(self, target: str) -> Tensor:
+        mod_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(mod_path)
+        if name not in mod._buffers:
+            raise AttributeError(f"{mod._get_name()} has no buffer `{name}`")
+        return mod._buffers[name]
+
+    # ---- modes --------------------------------------------------------------------------
+    def train(self, mode: bool = True) -> Module:
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
+        self.training = mode
+        for m in self.children():
+            m.train(mode)
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                if p.grad.grad_fn is not None:
+                    p.grad.detach_()
+                else:
+                    p.grad.requires_grad_(False)
+                p.grad.zero_()
+
+    def apply(self, fn: Callable[[Module], None]) -> Module:
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    # ---- device and dtype ---------------------------------------------------------------
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Module:
+        if recurse:
+            for m in self.children():
+                m._apply(fn)
+        with no_grad():
+            for key, p in self._parameters.items():
+                if p is None:
+                    continue
+                new = fn(p)
+                if new is not p:
+                    p.data = new  # keep the Parameter object: optimizers hold references
+                if p.grad is not None:
+                    g = fn(p.grad)
+                    if g is not p.grad:
+                        p.grad = g
+            for key, b in self._buffers.items():
+                if b is not None:
+                    self._buffers[key] = fn(b)
+        return self
+
+    def to(self, *args, **kwargs) -> Module:
+        """``to(device)``, ``to(dtype)`` (floating parameters only), ``to(tensor)``."""
+        from tessera import _dtype as D
+        device = kwargs.pop("device", None)
+        dtype = kwargs.pop("dtype", None)
+        kwargs.pop("non_blocking", None)
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif isinstance(a, D.dtype):
+                dtype = a
+            elif a is not None:
+                device = a
+        if dtype is not None:
+            dtype = D.as_dtype(dtype)
+            if not (dtype.is_floating_point or dtype.is_complex):
+                raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, "
+                                f"but got desired dtype={dtype}")
+
+        def convert(t: Tensor) -> Tensor:
+            out = t
+            if dtype is not None and (t.is_floating_point() or t.is_complex()):
+                out = out.to(dtype)
+            if device is not None:
+                out = out.to(device)
+            return out
+        return self._apply(convert)
+
+    def cpu(self) -> Module:
+        return self.to("cpu")
+
+    def type(self, dst_type) -> Module:
+        return self._apply(lambda t: t.type(dst_type))
+
+    def float(self) -> Module:
+        from tessera import float32
+        return self._apply(lambda t: t.to(float32) if t.is_floating_point() else t)
+
+    def double(self) -> Module:
+        from tessera import float64
+        return self._apply(lambda t: t.to(float64) if t.is_floating_point() else t)
+
+    def half(self) -> Module:
+        from tessera import float16
+        return self._apply(lambda t: t.to(float16) if t.is_floating_point() else t)
+
+    def bfloat16(self) -> Module:
+        from tessera import bfloat16
+        return self._apply(lambda t: t.to(bfloat16) if t.is_floating_point() else t)
+
+    def share_memory(self) -> Module:
+        return self
+
+    # ---- calling and hooks --------------------------------------------------------------
+    def _call_impl(self, *args, **kwargs):
+        if not (self._forward_pre_hooks or self._forward_hooks or self._backward_hooks or
+                self._backward_pre_hooks):
+            return self.forward(*args, **kwargs)
+        from tessera.nn.modules._hooks import call_with_hooks
+        return call_with_hooks(self, args, kwargs)
+
+    __call__ = _call_impl
+
+    def register_forward_pre_hook(self, hook, *, prepend: bool = False,
+                                  with_kwargs: bool = False) -> RemovableHandle:
+        """``hook(module, args) -> None | new args`` runs before ``forward``."""
+        h = RemovableHandle(self._forward_pre_hooks)
+        self._forward_pre_hooks[h.id] = hook
+        if with_kwargs:
+            self._forward_pre_hooks_with_kwargs[h.id] = True
+        if prepend:
+            self._forward_pre_hooks.move_to_end(h.id, last=False)
+        return h
+
+    def register_forward_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False,
+                              always_call: bool = False) -> RemovableHandle:
+        """``hook(module, args, output) -> None | new output`` runs after ``forward``."""
+        h = RemovableHandle(self._forward_hooks)
+        self._forward_hooks[h.id] = hook
+        if with_kwargs:
+            self._forward_hooks_with_kwargs[h.id] = True
+        if always_call:
+            self._forward_hooks_always_called[h.id] = True
+        if prepend:
+            self._forward_hooks.move_to_end(h.id, last=False)
+        return h
+
+    def register_full_backward_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """``hook(module, grad_input, grad_output) -> None | new grad_input``."""
+        h = RemovableHandle(self._backward_hooks)
+        self._backward_hooks[h.id] = hook
+        if prepend:
+            self._backward_hooks.move_to_end(h.id, last=False)
+        return h
+
+    def register_full_backward_pre_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """``hook(module, grad_output) -> None | new grad_output``."""
+        h = RemovableHandle(self._backward_pre_hooks)
+        self._backward_pre_hooks[h.id] = hook
+        if prepend:
+            self._backward_pre_hooks.move_to_end(h.id, last=False)
+        return h
+
+    def register_backward_hook(self, hook) -> RemovableHandle:
+        return self.register_full_backward_hook(hook)
+
+    # ---- state dict ---------------------------------------------------------------------
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        for name, p in self._parameters.items():
+            if p is not None:
+                destination[prefix + name] = p if keep_vars else p.detach()
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent_buffers_set:
+                destination[prefix + name] = b if keep_vars else b.detach()
+
+    def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
+        """Parameters and persistent buffers by dotted name (detached, sharing storage)."""
+        if args:  # PyTorch's deprecated positional form (destination, prefix, keep_vars)
+            destination = args[0]
+            prefix = args[1] if len(args) > 1 else prefix
+            keep_vars = args[2] if len(args) > 2 else keep_vars
+        if destination is None:
+            destination = OrderedDict()
+            destination._metadata = OrderedDict()  # type: ignore[attr-defined]
+        meta = getattr(destination, "_metadata", None)
+        if meta is not None:
+            meta[prefix[:-1]] = {"version": self._version}
+        self._save_to_state_dict(destination, prefix, keep_vars)
+        for name, m in self._modules.items():
+            if m is not None:
+                m.state_dict(destination=destination, prefix=prefix + name + ".",
+                             keep_vars=keep_vars)
+        for hook in self._state_dict_hooks.values():
+            res = hook(self, destination, prefix, {})
+            if res is not None:
+                destination = res
+        return destination
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs, assign: bool = False) -> None:
+        for hook in self._load_state_dict_pre_hooks.values():
+            hook(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                 error_msgs)
+        persistent = {k: v for k, v in self._buffers.items()
+                      if k not in self._non_persistent_buffers_set}
+        local = {k: v for k, v in itertools.chain(self._parameters.items(), persistent.items())
+                 if v is not None}
+        for name, param in local.items():
+            key = prefix + name
+            if key not in state_dict:
+                if strict:
+                    missing_keys.append(key)
+                continue
+            value = state_dict[key]
+            if not isinstance(value, Tensor):
+                from tessera import as_tensor
+                try:
+                    value = as_tensor(value)
+                except Exception:
+                    error_msgs.append(f'While copying the parameter named "{key}", expected '
+                                      f"torch.Tensor or Tensor-like object from checkpoint but "
+                                      f"received {type(value)}")
+                    continue
+            if tuple(value.shape) != tuple(param.shape):
+                error_msgs.append(f"size mismatch for {key}: copying a param with shape "
+                                  f"{value.shape} from checkpoint, the shape in current model "
+                                  f"is {param.shape}.")
+                continue
+            with no_grad():
+                if assign:
+                    if name in self._parameters:
+                        setattr(self, name, Parameter(value, param.requires_grad))
+                    else:
+                        self._buffers[name] = value
+                else:
+                    param.copy_(value)
+        if strict:
+            for key in state_dict:
+                if key.startswith(prefix):
+                    rest = key[len(prefix):]
+                    head = rest.split(".", 1)[0]
+                    if head not in self._modules and rest not in local and \
+                            rest not in self._non_persistent_buffers_set:
+                        unexpected_keys.append(key)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Copy parameters and buffers from ``state_dict``; PyTorch's errors on mismatch."""
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
+        missing: list[str] = []
+        unexpected: list[str] = []
+        errors: list[str] = []
+        metadata = getattr(state_dict, "_metadata", None)
+
+        def load(module: Module, prefix: str = "") -> None:
+            local_meta = {} if metadata is None else metadata.get(prefix[:-1], {})
+            module._load_from_state_dict(state_dict, prefix, local_meta, True, missing,
+                                         unexpected, errors, assign)
+            for name, child in module._modules.items():
+                if child is not None:
+                    load(child, prefix + name + ".")
+        load(self)
+        if strict:
+            if unexpected:
+                errors.insert(0, "Unexpected key(s) in state_dict: " +
+                              ", ".join(f'"{k}"' for k in unexpected) + ". ")
+            if missing:
+                errors.insert(0, "Missing key(s) in state_dict: " +
+                              ", ".join(f'"{k}"' for k in missing) + ". ")
+        if errors:
+            raise RuntimeError(f"Error(s) in loading state_dict for {self._get_name()}:\n\t" +
+                               "\n\t".join(errors))
+        return _IncompatibleKeys(missing, unexpected)
+
+    def _register_state_dict_hook(self, hook) -> RemovableHandle:
+        h = RemovableHandle(self._state_dict_hooks)
+        self._state_dict_hooks[h.id] = hook
+        return h
+
+    def _register_load_state_dict_pre_hook(self, hook, with_module: bool = False):
+        h = RemovableHandle(self._load_state_dict_pre_hooks)
+        self._load_state_dict_pre_hooks[h.id] = \
+            (lambda *a: hook(self, *a)) if with_module else hook
+        return h
+
+    # ---- printing -----------------------------------------------------------------------
+    def _get_name(self) -> str:
+        return type(self).__name__
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        extra = self.extra_repr()
+        lines = extra.split("\n") if extra else []
+        for key, module in self._modules.items():
+            mod_str = _addindent(repr(module), 2)
+            lines.append("(" + key + "): " + mod_str)
+        main = self._get_name() + "("
+        if lines:
+            if len(lines) == 1 and not self._modules:
+                main += lines[0]
+            else:
+                main += "\n  " + "\n  ".join(lines) + "\n"
+        return main + ")"
+
+
+def _check_name(name: str, kind: str) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"{kind} name should be a string. Got {type(name).__name__}")
+    if "." in name:
+        raise KeyError(f'{kind} name can\'t contain "."')
+    if name == "":
+        raise KeyError(f'{kind} name can\'t be empty string ""')
+
+
+def _remove_from(module: Module, name: str, stores) -> None:
+    for s in stores:
+        d = module.__dict__.get(s)
+        if d is not None and name in d:
+            del d[name]
