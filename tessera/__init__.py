@@ -87,3 +87,5 @@ def get_default_device() -> device:
 import builtins as _builtins  # noqa: E402
 
 builtins_bool, builtins_int = _builtins.bool, _builtins.int
+
+from tessera import nn  # noqa: E402  (torch.nn is reachable as an attribute, as in PyTorch)

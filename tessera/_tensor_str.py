@@ -1,115 +1,227 @@
-"""``repr(tensor)`` in PyTorch's format: ``tensor([1., 2.], requires_grad=True)``."""
+"""``repr(tensor)`` in PyTorch's exact format: ``tensor([1., 2.], requires_grad=True)``.
+
+The algorithm follows ``torch/_tensor_str.py`` step by step (one formatter per tensor chosen
+from its nonzero finite values; int mode, fixed or scientific; edge items when summarised),
+so printed tensors read the same as PyTorch's, with ``torch.`` spelled ``tessera.``.
+
+>>> import tessera
+>>> tessera.tensor([1.0, 2.5, 1e-5])
+tensor([1.0000e+00, 2.5000e+00, 1.0000e-05])
+"""
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from tessera import _dtype as D
 
-PRECISION = 4
-THRESHOLD = 1000
-EDGEITEMS = 3
-LINEWIDTH = 80
+
+@dataclass
+class _PrintOptions:
+    precision: int = 4
+    threshold: float = 1000
+    edgeitems: int = 3
+    linewidth: int = 80
+    sci_mode: bool | None = None
 
 
-def _float_formatter(values: np.ndarray):
-    finite = values[np.isfinite(values)] if values.size else values
-    if finite.size == 0:
-        return lambda v: _special(v) or f"{v:.{PRECISION}f}"
-    if np.all(finite == np.round(finite)):
-        amax = np.abs(finite).max()
-        if amax >= 1e8:
-            return lambda v: _special(v) or f"{v:.{PRECISION}e}"
-        return lambda v: _special(v) or f"{v:.0f}."
-    nonzero = np.abs(finite[finite != 0])
-    if nonzero.size and (nonzero.max() / nonzero.min() > 1000 or nonzero.max() > 1e8 or
-                         nonzero.min() < 1e-4):
-        return lambda v: _special(v) or f"{v:.{PRECISION}e}"
-    return lambda v: _special(v) or f"{v:.{PRECISION}f}"
+PRINT_OPTS = _PrintOptions()
 
 
-def _special(v) -> str | None:
-    if np.isnan(v):
-        return "nan"
-    if np.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return None
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
+                     profile=None, sci_mode=None) -> None:
+    """PyTorch's ``set_printoptions``: ``profile`` is 'default', 'short' or 'full'."""
+    if profile == "default":
+        PRINT_OPTS.precision, PRINT_OPTS.threshold = 4, 1000
+        PRINT_OPTS.edgeitems, PRINT_OPTS.linewidth = 3, 80
+    elif profile == "short":
+        PRINT_OPTS.precision, PRINT_OPTS.threshold = 2, 1000
+        PRINT_OPTS.edgeitems, PRINT_OPTS.linewidth = 2, 80
+    elif profile == "full":
+        PRINT_OPTS.precision, PRINT_OPTS.threshold = 4, math.inf
+        PRINT_OPTS.edgeitems, PRINT_OPTS.linewidth = 3, 80
+    if precision is not None:
+        PRINT_OPTS.precision = precision
+    if threshold is not None:
+        PRINT_OPTS.threshold = threshold
+    if edgeitems is not None:
+        PRINT_OPTS.edgeitems = edgeitems
+    if linewidth is not None:
+        PRINT_OPTS.linewidth = linewidth
+    PRINT_OPTS.sci_mode = sci_mode
 
 
-def _summary_values(a: np.ndarray, summarize: bool) -> np.ndarray:
-    if not summarize or a.ndim == 0:
-        return a.reshape(-1)
-    parts = []
-    if a.shape[0] > 2 * EDGEITEMS:
-        for sub in list(a[:EDGEITEMS]) + list(a[-EDGEITEMS:]):
-            parts.append(_summary_values(np.asarray(sub), summarize))
-    else:
-        for sub in a:
-            parts.append(_summary_values(np.asarray(sub), summarize))
-    return np.concatenate(parts) if parts else a.reshape(-1)
+class _Formatter:
+    """Chooses one width and notation for every element of a (summarised) array."""
 
-
-def _fmt_array(a: np.ndarray, fmt, width: int, indent: int, summarize: bool) -> str:
-    if a.ndim == 0:
-        return fmt(a.item()).rjust(width)
-    if a.ndim == 1:
-        items = list(a)
-        if summarize and len(items) > 2 * EDGEITEMS:
-            cells = [fmt(v).rjust(width) for v in items[:EDGEITEMS]] + ["..."] + \
-                [fmt(v).rjust(width) for v in items[-EDGEITEMS:]]
+    def __init__(self, values: np.ndarray, floating: bool):
+        self.floating = floating
+        self.int_mode, self.sci_mode, self.max_width = True, False, 1
+        flat = values.reshape(-1)
+        if not floating:
+            for v in flat:
+                self.max_width = max(self.max_width, len(_plain(v)))
         else:
-            cells = [fmt(v).rjust(width) for v in items]
-        per_line = max(1, (LINEWIDTH - indent) // (width + 2))
-        lines = [", ".join(cells[i:i + per_line]) for i in range(0, len(cells), per_line)]
-        return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
-    rows = list(range(a.shape[0]))
-    if summarize and len(rows) > 2 * EDGEITEMS:
-        rows = rows[:EDGEITEMS] + [None] + rows[-EDGEITEMS:]
-    sep = "," + "\n" * (a.ndim - 1) + " " * (indent + 1)
-    parts = ["..." if r is None else _fmt_array(a[r], fmt, width, indent + 1, summarize)
-             for r in rows]
-    return "[" + sep.join(parts) + "]"
+            self._scan_floats(flat.astype(np.float64))
+
+    def _scan_floats(self, flat: np.ndarray) -> None:
+        vals = flat[np.isfinite(flat) & (flat != 0)]
+        if vals.size == 0:
+            return
+        amin, amax = np.abs(vals).min(), np.abs(vals).max()
+        p = PRINT_OPTS.precision
+        self.int_mode = bool(np.all(vals == np.ceil(vals)))
+        forced = PRINT_OPTS.sci_mode
+        self.sci_mode = bool(amax / amin > 1000.0 or amax > 1.0e8 or amin < 1.0e-4) \
+            if forced is None else forced
+        if self.sci_mode:
+            widths = [len(f"{v:.{p}e}") for v in vals]
+        elif self.int_mode:
+            widths = [len(f"{v:.0f}") + 1 for v in vals]
+        else:
+            widths = [len(f"{v:.{p}f}") for v in vals]
+        self.max_width = max(widths)
+
+    def width(self) -> int:
+        return self.max_width
+
+    def format(self, value) -> str:
+        if self.floating:
+            value = float(value)
+            p = PRINT_OPTS.precision
+            if self.sci_mode:
+                ret = f"{value:{self.max_width}.{p}e}"
+            elif self.int_mode:
+                ret = f"{value:.0f}"
+                if not (math.isinf(value) or math.isnan(value)):
+                    ret += "."
+            else:
+                ret = f"{value:.{p}f}"
+        else:
+            ret = _plain(value)
+        return (self.max_width - len(ret)) * " " + ret
 
 
-def _body(t) -> str:
+def _plain(v) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return "True" if v else "False"
+    return str(int(v))
+
+
+def _summarized(a: np.ndarray) -> np.ndarray:
+    """Only the edge items a summarised print shows (they alone decide the format)."""
+    e = PRINT_OPTS.edgeitems
+    if a.ndim == 0:
+        return a
+    if a.ndim == 1:
+        return np.concatenate([a[:e], a[-e:]]) if a.shape[0] > 2 * e else a
+    if not e:
+        return a[(slice(0, 0),) * a.ndim]
+    rows = list(range(e)) + list(range(a.shape[0] - e, a.shape[0])) \
+        if a.shape[0] > 2 * e else range(a.shape[0])
+    return np.stack([_summarized(a[i]) for i in rows])
+
+
+class _Complex:
+    """Formats complex values with one formatter for the real and one for the imaginary
+    parts, as PyTorch does."""
+
+    def __init__(self, real: _Formatter, imag: _Formatter):
+        self.real, self.imag = real, imag
+
+    def width(self) -> int:  # ", " plus the "j"
+        return self.real.width() + self.imag.width() + 1
+
+    def format(self, value) -> str:
+        re_s = self.real.format(value.real)
+        im_s = (self.imag.format(value.imag) + "j").lstrip()
+        return re_s + im_s if im_s[0] in "+-" else re_s + "+" + im_s
+
+
+def _vector_str(a: np.ndarray, indent: int, summarize: bool, fmt) -> str:
+    e = PRINT_OPTS.edgeitems
+    per_line = max(1, math.floor((PRINT_OPTS.linewidth - indent) / (fmt.width() + 2)))
+    if summarize and not e:
+        data = ["..."]
+    elif summarize and a.shape[0] > 2 * e:
+        data = [fmt.format(v) for v in a[:e]] + [" ..."] + [fmt.format(v) for v in a[-e:]]
+    else:
+        data = [fmt.format(v) for v in a]
+    lines = [", ".join(data[i:i + per_line]) for i in range(0, len(data), per_line)]
+    return "[" + ("," + "\n" + " " * (indent + 1)).join(lines) + "]"
+
+
+def _array_str(a: np.ndarray, indent: int, summarize: bool, fmt) -> str:
+    if a.ndim == 0:
+        return fmt.format(a.item() if a.dtype.kind == "c" else a[()])
+    if a.ndim == 1:
+        return _vector_str(a, indent, summarize, fmt)
+    e = PRINT_OPTS.edgeitems
+    if summarize and a.shape[0] > 2 * e:
+        slices = [_array_str(a[i], indent + 1, summarize, fmt) for i in range(e)] + ["..."] + \
+            [_array_str(a[i], indent + 1, summarize, fmt)
+             for i in range(a.shape[0] - e, a.shape[0])]
+    else:
+        slices = [_array_str(a[i], indent + 1, summarize, fmt) for i in range(a.shape[0])]
+    return "[" + ("," + "\n" * (a.ndim - 1) + " " * (indent + 1)).join(slices) + "]"
+
+
+def _tensor_str(t, indent: int) -> str:
     a = t.detach()._to_numpy()
     if t.dtype is D.bfloat16 or t.dtype is D.float16:
         a = a.astype(np.float32)
-    summarize = a.size > THRESHOLD
-    vals = _summary_values(a, summarize)
-    if t.dtype is D.bool_:
-        def fmt(v):
-            return "True" if v else "False"
-    elif t.dtype.is_floating_point:
-        fmt = _float_formatter(vals.astype(np.float64))
-    elif t.dtype.is_complex:
-        def fmt(v):
-            return f"{v.real:.{PRECISION}f}{v.imag:+.{PRECISION}f}j"
+    summarize = a.size > PRINT_OPTS.threshold
+    shown = _summarized(a) if summarize else a
+    if t.dtype.is_complex:
+        fmt = _Complex(_Formatter(shown.real, True), _Formatter(shown.imag, True))
     else:
-        def fmt(v):
-            return str(int(v))
-    width = max((len(fmt(v)) for v in vals), default=1)
-    return _fmt_array(a, fmt, width, len("tensor("), summarize)
+        fmt = _Formatter(shown, t.dtype.is_floating_point)
+    return _array_str(a, indent, summarize, fmt)
 
 
-def tensor_repr(t) -> str:
-    suffix = []
+def _add_suffixes(text: str, suffixes: list[str], indent: int) -> str:
+    parts = [text]
+    last_line_len = len(text) - text.rfind("\n") + 1
+    for s in suffixes:
+        if last_line_len + len(s) + 2 > PRINT_OPTS.linewidth:
+            parts.append(",\n" + " " * indent + s)
+            last_line_len = indent + len(s)
+        else:
+            parts.append(", " + s)
+            last_line_len += len(s) + 2
+    parts.append(")")
+    return "".join(parts)
+
+
+def tensor_repr(t, prefix: str = "tensor(") -> str:
+    """The text PyTorch prints for ``t`` (``torch.`` replaced by ``tessera.``)."""
+    indent = len(prefix)
+    suffixes = []
     if t.device.type != "cpu":
-        suffix.append(f"device='{t.device}'")
+        suffixes.append(f"device='{t.device}'")
+    default = D.get_default_dtype()
+    has_default_dtype = t.dtype in (default, default.to_complex(), D.int64, D.bool_)
     if t._data is None:
+        suffixes.append(f"size={tuple(t.shape)}")
+        if t.dtype is not default:
+            suffixes.append(f"dtype={t.dtype}")
         body = "..."
-        suffix.append(f"size={tuple(t.shape)}")
     elif t.numel() == 0:
-        body = "[]"
         if t.dim() != 1:
-            suffix.append(f"size={tuple(t.shape)}")
+            suffixes.append(f"size={tuple(t.shape)}")
+        if t.dtype is not default:
+            suffixes.append(f"dtype={t.dtype}")
+        body = "[]"
     else:
-        body = _body(t)
-    default_shown = (D.get_default_dtype(), D.int64, D.bool_)
-    if t.dtype not in default_shown or (t.numel() == 0 and t.dtype is not
-                                        D.get_default_dtype() and t._data is not None):
-        suffix.append(f"dtype={t.dtype}")
+        if not PRINT_OPTS.edgeitems:
+            suffixes.append(f"size={tuple(t.shape)}")
+        if not has_default_dtype:
+            suffixes.append(f"dtype={t.dtype}")
+        body = _tensor_str(t, indent)
     if t.grad_fn is not None:
-        suffix.append(f"grad_fn=<{t.grad_fn.name()}>")
+        suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
     elif t.requires_grad:
-        suffix.append("requires_grad=True")
-    return "tensor(" + ", ".join([body] + suffix) + ")"
+        suffixes.append("requires_grad=True")
+    return _add_suffixes(prefix + body, suffixes, indent)

@@ -1,0 +1,535 @@
+"""Products of tensors: ``matmul`` is the primitive (one BLAS call through ``np.matmul``);
+``mm bmm mv dot inner outer addmm addmv addbmm baddbmm tensordot`` are thin composites of it
+that keep PyTorch's own, stricter shape checks and error messages. ``vdot`` is its own op
+because it conjugates its first argument.
+
+Like PyTorch, products do not promote: both operands must have the same dtype.
+
+>>> import tessera
+>>> a = tessera.ones(2, 3, 4)
+>>> (a @ tessera.ones(4)).shape
+tessera.Size([2, 3])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tessera import _dtype as D
+from tessera._dispatch import dispatch
+from tessera._tensor import Tensor
+from tessera.ops._util import call, ensure_tensor, numel, sum_to, wrap_dim
+from tessera.ops.elementwise import add, mul
+from tessera.ops.reduce import sum as _sum
+from tessera.ops.registry import Meta, MissingRule, defop
+from tessera.ops.views import movedim, permute, reshape, transpose
+
+__all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "inner", "outer", "ger", "addmm",
+           "addmv", "addbmm", "baddbmm", "tensordot"]
+
+# PyTorch names dtypes two ways in these messages: C++ type names and ScalarType names
+_CNAME = {"float32": "float", "float64": "double", "float16": "c10::Half",
+          "bfloat16": "c10::BFloat16", "int64": "long int", "int32": "int",
+          "int16": "short int", "int8": "signed char", "uint8": "unsigned char", "bool": "bool",
+          "complex64": "c10::complex<float>", "complex128": "c10::complex<double>"}
+_SNAME = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+          "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+          "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+_HALF = (D.float16, D.bfloat16)
+
+
+def _s(d: D.dtype) -> str:
+    return _SNAME[d.name]
+
+
+def _x(shape) -> str:
+    return "x".join(str(s) for s in shape)
+
+
+def _no_bool(d: D.dtype, kernel: str) -> None:
+    if d is D.bool_:
+        raise NotImplementedError(f'"{kernel}" not implemented for \'Bool\'')
+
+
+# ---- matmul: the primitive -----------------------------------------------------------
+
+def _matmul_infer(a, b):
+    if type(a) is not Meta or type(b) is not Meta:
+        name, pos, bad = ("input", 1, a) if type(a) is not Meta else ("other", 2, b)
+        raise TypeError(f"matmul(): argument '{name}' (position {pos}) must be Tensor, not "
+                        f"{type(bad).__name__}")
+    sa, sb = a.shape, b.shape
+    da, db = len(sa), len(sb)
+    dt = a.dtype
+    if da == 2 and db == 2:  # the common case first: it is every Linear layer's
+        _mm_dtype(dt, b.dtype)
+        if sa[1] != sb[0]:
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({_x(sa)} and "
+                               f"{_x(sb)})")
+        return Meta((sa[0], sb[1]), dt)
+    if da == 0 or db == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are "
+                           f"{da}D and {db}D")
+    if da == 1 and db == 1:
+        return Meta((), _dot_check(a, b))
+    if db == 1:  # matrix (or folded batch of matrices) times vector: PyTorch's mv
+        rows = numel(sa[:-1])
+        if dt is not b.dtype:
+            raise RuntimeError(f"addmv input tensors must have the same dtype, but got "
+                               f"{_s(b.dtype)}, {_s(dt)}, and {_s(b.dtype)}")
+        _no_bool(dt, "addmv_impl_cpu")
+        if sa[-1] != sb[0]:
+            raise RuntimeError(f"size mismatch, got input ({rows}), mat ({rows}x{sa[-1]}), "
+                               f"vec ({sb[0]})")
+        return Meta(sa[:-1], dt)
+    if da == 1 and db == 2:
+        _mm_dtype(dt, b.dtype)
+        if sa[0] != sb[0]:
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied (1x{sa[0]} and "
+                               f"{_x(sb)})")
+        return Meta((sb[1],), dt)
+    if db == 2:  # a batch of matrices times one matrix: folded into one mm
+        _mm_dtype(dt, b.dtype)
+        if sa[-1] != sb[0]:
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
+                               f"({numel(sa[:-1])}x{sa[-1]} and {_x(sb)})")
+        return Meta(sa[:-1] + (sb[1],), dt)
+    return _batched_infer(a, b)
+
+
+def _batched_infer(a, b):
+    sa, sb = a.shape, b.shape
+    ma = sa if len(sa) > 1 else (1,) + sa
+    batch = _broadcast_batch(sa[:-2], sb[:-2])
+    if a.dtype is not b.dtype:
+        raise RuntimeError(f"expected scalar type {_s(a.dtype)} but found {_s(b.dtype)}")
+    _no_bool(a.dtype, "bmm")
+    if ma[-1] != sb[-2]:
+        n = numel(batch)
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                           f"[{n}, {ma[-1]}] but got: [{n}, {sb[-2]}].")
+    rows = (sa[-2],) if len(sa) > 1 else ()
+    return Meta(batch + rows + (sb[-1],), a.dtype)
+
+
+def _broadcast_batch(x: tuple, y: tuple) -> tuple:
+    n = max(len(x), len(y))
+    x, y = (1,) * (n - len(x)) + x, (1,) * (n - len(y)) + y
+    out = []
+    for i, (p, q) in enumerate(zip(x, y)):
+        if p != q and p != 1 and q != 1:
+            raise RuntimeError(f"The size of tensor a ({p}) must match the size of tensor b "
+                               f"({q}) at non-singleton dimension {i}")
+        out.append(q if p == 1 else p)
+    return tuple(out)
+
+
+def _mm_dtype(a: D.dtype, b: D.dtype) -> None:
+    if a is not b:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
+                           f"{_CNAME[a.name]} != {_CNAME[b.name]}")
+    _no_bool(a, "addmm_impl_cpu_")
+
+
+def _dot_check(a, b) -> D.dtype:
+    if a.dtype is not b.dtype:
+        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found "
+                           f"{_s(a.dtype)} and {_s(b.dtype)}")
+    _no_bool(a.dtype, "dot")
+    if a.shape[0] != b.shape[0]:
+        n, m = a.shape[0], b.shape[0]
+        raise RuntimeError(f"inconsistent tensor size, expected tensor [{n}] and src [{m}] to "
+                           f"have the same number of elements, but got {n} and {m} elements "
+                           f"respectively")
+    return a.dtype
+
+
+def _matmul_kernel(a, b):
+    if a.dtype.itemsize == 2 and a.dtype.kind != "i":  # float16/bfloat16: accumulate in fp32
+        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
+    return np.matmul(a, b)
+
+
+def _conj(t: Tensor) -> Tensor:
+    if not t.dtype.is_complex:
+        return t
+    from tessera._tensor_methods import _OPS
+    if "conj" not in _OPS:
+        raise MissingRule("matmul", "grad", "complex gradients need a 'conj' op")
+    return _OPS["conj"](t)
+
+
+def _matmul_grad(ctx, g):
+    a, b = ctx.inputs
+    need_a, need_b = ctx.needs_input_grad
+    da, db = a.dim(), b.dim()
+    if da == 1 and db == 1:
+        return (g * _conj(b) if need_a else None, _conj(a) * g if need_b else None)
+    a2 = a.unsqueeze(0) if da == 1 else a
+    b2 = b.unsqueeze(-1) if db == 1 else b
+    g2 = g.unsqueeze(-2) if da == 1 else g
+    g2 = g2.unsqueeze(-1) if db == 1 else g2
+    ga = gb = None
+    if need_a:
+        bt = _conj(transpose(b2, -1, -2))
+        if a2.dim() == 2 and b2.dim() > 2:  # fold the batch into the contraction
+            n, k = a2.shape
+            r = numel(g2.shape) // n if n else numel(g2.shape[:-2]) * g2.shape[-1]
+            ga = matmul(reshape(movedim(g2, -2, 0), (n, r)), reshape(bt, (r, k)))
+        else:
+            ga = sum_to(matmul(g2, bt), tuple(a2.shape))
+        ga = ga.reshape(a.shape)
+    if need_b:
+        at = _conj(a2)
+        if b2.dim() == 2 and a2.dim() > 2:
+            k, m = b2.shape
+            r = numel(at.shape[:-1])
+            gb = matmul(transpose(reshape(at, (r, k)), 0, 1), reshape(g2, (r, m)))
+        else:
+            gb = sum_to(matmul(transpose(at, -1, -2), g2), tuple(b2.shape))
+        gb = gb.reshape(b.shape)
+    return ga, gb
+
+
+_MATMUL = defop("matmul", _matmul_infer, _matmul_kernel, grad=_matmul_grad)
+
+
+def matmul(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """Matrix product with NumPy's broadcasting rules (``a @ b``).
+
+    1-d operands are vectors (a dot product, or a row/column promoted and dropped again);
+    leading batch dims broadcast.
+
+    >>> import tessera
+    >>> tessera.matmul(tessera.ones(5, 2, 3), tessera.ones(3, 4)).shape
+    tessera.Size([5, 2, 4])
+    """
+    if out is None:
+        return dispatch(_MATMUL, input, other)
+    return _call_out(_MATMUL, out, input, other)
+
+
+def _call_out(op, out: Tensor, a, b) -> Tensor:
+    """``out=`` of a primitive: like PyTorch, ``out`` must already have the result dtype."""
+    if isinstance(a, Tensor) and out.dtype is not a.dtype:
+        raise RuntimeError(f"Expected out tensor to have dtype {_CNAME[a.dtype.name]}, but got "
+                           f"{_CNAME[out.dtype.name]} instead")
+    return call(op, a, b, out=out)
+
+
+def _out(result: Tensor, out: Tensor | None) -> Tensor:
+    """Write a composite's result into ``out`` (``x.addmm_(...)``, ``out=``)."""
+    if out is None:
+        return result
+    from tessera.ops.creation import copy
+    if out.dtype is not result.dtype:
+        raise RuntimeError(f"Expected out tensor to have dtype {_CNAME[result.dtype.name]}, "
+                           f"but got {_CNAME[out.dtype.name]} instead")
+    return copy(out, result, out=out)
+
+
+# ---- strict 2-d / 3-d / 1-d products -------------------------------------------------
+
+def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """Product of two matrices; no broadcasting (``tessera.mm(a, b)``)."""
+    ensure_tensor("mm", input)
+    ensure_tensor("mm", mat2, "mat2")
+    if input.dim() != 2:
+        raise RuntimeError("self must be a matrix")
+    if mat2.dim() != 2:
+        raise RuntimeError("mat2 must be a matrix")
+    return matmul(input, mat2, out=out)
+
+
+def _check_bmm(b1: Tensor, b2: Tensor, index_error: bool = False) -> None:
+    for name, t in (("batch1", b1), ("batch2", b2)):
+        if index_error and t.dim() < 3:  # baddbmm/addbmm index dim 2 before checking
+            n = max(t.dim(), 1)
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, "
+                             f"{n - 1}], but got 2)")
+        if t.dim() != 3:
+            raise RuntimeError(f"{name} must be a 3D tensor")
+
+
+def bmm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """Batched product of ``(b, n, k)`` and ``(b, k, m)``; batch sizes must be equal."""
+    ensure_tensor("bmm", input)
+    ensure_tensor("bmm", mat2, "mat2")
+    _check_bmm(input, mat2)
+    s1, s2 = input.shape, mat2.shape
+    if s1[0] != s2[0] or s1[2] != s2[1]:
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                           f"[{s1[0]}, {s1[2]}] but got: [{s2[0]}, {s2[1]}].")
+    return matmul(input, mat2, out=out)
+
+
+def mv(input: Tensor, vec: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """Matrix times vector."""
+    ensure_tensor("mv", input)
+    ensure_tensor("mv", vec, "vec")
+    if input.dim() != 2 or vec.dim() != 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got 1, {input.dim()}, "
+                           f"{vec.dim()}")
+    return matmul(input, vec, out=out)
+
+
+def _check_1d(da: int, db: int) -> None:
+    if da != 1 or db != 1:
+        raise RuntimeError(f"1D tensors expected, but got {da}D and {db}D tensors")
+
+
+def dot(input: Tensor, tensor: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """Inner product of two 1-d tensors (no conjugation)."""
+    ensure_tensor("dot", input)
+    ensure_tensor("dot", tensor, "tensor")
+    _check_1d(input.dim(), tensor.dim())
+    return matmul(input, tensor, out=out)
+
+
+def _vdot_infer(a, b):
+    _check_1d(len(a.shape), len(b.shape))
+    return Meta((), _dot_check(a, b))
+
+
+def _vdot_grad(ctx, g):
+    a, b = ctx.inputs
+    need_a, need_b = ctx.needs_input_grad
+    return (_conj(g) * b if need_a else None, g * a if need_b else None)
+
+
+_VDOT = defop("vdot", _vdot_infer,
+              lambda a, b: _matmul_kernel(np.conj(a) if a.dtype.kind == "c" else a, b),
+              grad=_vdot_grad)
+
+
+def vdot(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """``sum(conj(input) * other)`` over two 1-d tensors."""
+    ensure_tensor("vdot", input)
+    ensure_tensor("vdot", other, "other")
+    if out is None:
+        return dispatch(_VDOT, input, other)
+    return _call_out(_VDOT, out, input, other)
+
+
+def inner(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """Contraction over the last dim of both: shape ``input[:-1] + other[:-1]``."""
+    ensure_tensor("inner", input)
+    ensure_tensor("inner", other, "other")
+    if input.dim() == 0 or other.dim() == 0:
+        return _out(mul(input, other), out)
+    if input.dtype is not other.dtype:
+        raise RuntimeError("both inputs should have same dtype")
+    sa, sb = tuple(input.shape), tuple(other.shape)
+    if sa[-1] != sb[-1]:
+        raise RuntimeError(f"inner() the last dimension must match on both input tensors but "
+                           f"got shapes {list(sa)} and {list(sb)}")
+    if input.dim() == 1 and other.dim() == 1:
+        return _out(matmul(input, other), out)
+    k = sa[-1]
+    a2 = reshape(input, (numel(sa[:-1]), k))
+    b2 = reshape(other, (numel(sb[:-1]), k))
+    return _out(reshape(matmul(a2, transpose(b2, 0, 1)), sa[:-1] + sb[:-1]), out)
+
+
+def outer(input: Tensor, vec2: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """Outer product of two 1-d tensors; dtypes promote (it is a broadcast multiply)."""
+    ensure_tensor("outer", input)
+    ensure_tensor("outer", vec2, "vec2")
+    for name, t in (("self", input), ("vec2", vec2)):
+        if t.dim() != 1:
+            raise RuntimeError(f"outer: Expected 1-D argument {name}, but got {t.dim()}-D")
+    return _out(mul(reshape(input, (input.shape[0], 1)), vec2), out)
+
+
+ger = outer
+
+
+# ---- products with an added term -----------------------------------------------------
+
+def _expand_check(t: Tensor, target: tuple) -> None:
+    """PyTorch's ``expand`` rule for the added term: it broadcasts one way only."""
+    shape = tuple(t.shape)
+    if len(shape) > len(target):
+        raise RuntimeError(f"expand(torch.{_s(t.dtype)}Tensor{{{list(shape)}}}, size="
+                           f"{list(target)}): the number of sizes provided ({len(target)}) "
+                           f"must be greater or equal to the number of dimensions in the "
+                           f"tensor ({len(shape)})")
+    lead = len(target) - len(shape)
+    for i, s in enumerate(shape):
+        if s != 1 and s != target[lead + i]:
+            raise RuntimeError(f"The expanded size of the tensor ({target[lead + i]}) must "
+                               f"match the existing size ({s}) at non-singleton dimension "
+                               f"{lead + i}.  Target sizes: {list(target)}.  Tensor sizes: "
+                               f"{list(shape)}")
+
+
+def _scaled_sum(input: Tensor, prod: Tensor, beta, alpha) -> Tensor:
+    """``beta * input + alpha * prod``; ``beta == 0`` ignores ``input`` (even nan)."""
+    if not prod.dtype.is_floating_point and not prod.dtype.is_complex:
+        beta, alpha = int(beta), int(alpha)  # PyTorch truncates scalars for integer tensors
+    if alpha != 1:
+        prod = mul(prod, alpha)
+    if beta == 0:
+        return prod
+    return add(prod, input if beta == 1 else mul(input, beta))
+
+
+def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta=1, alpha=1,
+          out: Tensor | None = None) -> Tensor:
+    """``beta * input + alpha * (mat1 @ mat2)``; ``input`` broadcasts to the product."""
+    for name, t in (("input", input), ("mat1", mat1), ("mat2", mat2)):
+        ensure_tensor("addmm", t, name)
+    for name, t in (("mat1", mat1), ("mat2", mat2)):
+        if t.dim() != 2:
+            raise RuntimeError(f"{name} must be a matrix, got {t.dim()}-D tensor")
+    if mat1.shape[1] != mat2.shape[0]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
+                           f"({_x(mat1.shape)} and {_x(mat2.shape)})")
+    if mat1.dtype is not mat2.dtype:
+        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got "
+                           f"{_s(mat1.dtype)} and {_s(mat2.dtype)}")
+    if input.dtype is not mat2.dtype:
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got "
+                           f"{_s(input.dtype)} and {_s(mat2.dtype)}")
+    _no_bool(input.dtype, "addmm_impl_cpu_")
+    _expand_check(input, (mat1.shape[0], mat2.shape[1]))
+    return _out(_scaled_sum(input, matmul(mat1, mat2), beta, alpha), out)
+
+
+def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta=1, alpha=1,
+          out: Tensor | None = None) -> Tensor:
+    """``beta * input + alpha * (mat @ vec)``."""
+    for name, t in (("input", input), ("mat", mat), ("vec", vec)):
+        ensure_tensor("addmv", t, name)
+    if input.dim() > 1 or mat.dim() != 2 or vec.dim() != 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got {input.dim()}, "
+                           f"{mat.dim()}, {vec.dim()}")
+    if not input.dtype is mat.dtype is vec.dtype:
+        raise RuntimeError(f"addmv input tensors must have the same dtype, but got "
+                           f"{_s(input.dtype)}, {_s(mat.dtype)}, and {_s(vec.dtype)}")
+    _no_bool(input.dtype, "addmv_impl_cpu")
+    n, k = mat.shape
+    if vec.shape[0] != k or input.numel() not in (1, n):
+        raise RuntimeError(f"size mismatch, got input ({input.numel()}), mat ({n}x{k}), "
+                           f"vec ({vec.shape[0]})")
+    return _out(_scaled_sum(input, matmul(mat, vec), beta, alpha), out)
+
+
+def _check_batches(b1: Tensor, b2: Tensor) -> None:
+    if b1.shape[0] != b2.shape[0] or b1.shape[2] != b2.shape[1]:
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                           f"[{b1.shape[0]}, {b1.shape[2]}] but got: [{b2.shape[0]}, "
+                           f"{b2.shape[1]}].")
+
+
+def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1, alpha=1,
+            out: Tensor | None = None) -> Tensor:
+    """``beta * input + alpha * bmm(batch1, batch2)``."""
+    for name, t in (("input", input), ("batch1", batch1), ("batch2", batch2)):
+        ensure_tensor("baddbmm", t, name)
+    _check_bmm(batch1, batch2, index_error=True)
+    if input.dtype is not batch1.dtype:
+        raise RuntimeError(f"Input dtypes must be the same, got: input "
+                           f"{_CNAME[input.dtype.name]}, batch1: {_CNAME[batch1.dtype.name]}, "
+                           f"batch2: {_CNAME[batch2.dtype.name]}")
+    if batch1.dtype is not batch2.dtype:
+        raise RuntimeError(f"expected scalar type {_s(batch1.dtype)} but found "
+                           f"{_s(batch2.dtype)}")
+    _no_bool(input.dtype, "baddbmm_cpu")
+    _check_batches(batch1, batch2)
+    _expand_check(input, (batch1.shape[0], batch1.shape[1], batch2.shape[2]))
+    return _out(_scaled_sum(input, matmul(batch1, batch2), beta, alpha), out)
+
+
+def addbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1, alpha=1,
+           out: Tensor | None = None) -> Tensor:
+    """``beta * input + alpha * sum_b(batch1[b] @ batch2[b])``, as one matrix product."""
+    for name, t in (("input", input), ("batch1", batch1), ("batch2", batch2)):
+        ensure_tensor("addbmm", t, name)
+    _check_bmm(batch1, batch2, index_error=True)
+    (b, n, k), (b2, k2, m) = batch1.shape, batch2.shape
+    if b != b2:
+        raise RuntimeError(f"batch1 and batch2 must have same number of batches, got {b} "
+                           f"and {b2}")
+    if k != k2:
+        raise RuntimeError(f"Incompatible matrix sizes for bmm ({n}x{k} and {k2}x{m})")
+    if batch1.dtype is not batch2.dtype:
+        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got "
+                           f"{_s(batch1.dtype)} and {_s(batch2.dtype)}")
+    if input.dtype is not batch2.dtype:
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got "
+                           f"{_s(input.dtype)} and {_s(batch2.dtype)}")
+    _no_bool(input.dtype, "addmm_impl_cpu_")
+    _expand_check(input, (n, m))
+    # sum over the batch of products == one product with the batch folded into k
+    lhs = reshape(transpose(batch1, 0, 1), (n, b * k))
+    prod = matmul(lhs, reshape(batch2, (b * k, m)))
+    return _out(_scaled_sum(input, prod, beta, alpha), out)
+
+
+# ---- tensordot -----------------------------------------------------------------------
+
+def _tensordot_dims(a: Tensor, b: Tensor, dims) -> tuple[list, list]:
+    if isinstance(dims, Tensor):
+        if dims.numel() > 1:
+            return [int(v) for v in dims[0].tolist()], [int(v) for v in dims[1].tolist()]
+        dims = int(dims.item())
+    if isinstance(dims, (int, np.integer)) and not isinstance(dims, bool):
+        if dims < 0:
+            raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
+        if dims > min(a.dim(), b.dim()):
+            raise RuntimeError(f"tensordot expects dims < ndim_a or ndim_b, but got "
+                               f"dims={dims}")
+        return list(range(-dims, 0)), list(range(dims))
+    if not isinstance(dims, (tuple, list)):
+        raise RuntimeError(f"tensordot expects dims to be int or tuple[list[int], list[int]] "
+                           f"or list[list[int]] containing two lists, but got dims={dims}")
+    da, db = dims
+    for name, d in (("dims_self", da), ("dims_other", db)):
+        if not isinstance(d, (tuple, list)):
+            raise TypeError(f"tensordot(): argument '{name}' must be tuple of ints, not "
+                            f"{type(d).__name__}")
+    return list(da), list(db)
+
+
+def tensordot(a: Tensor, b: Tensor, dims=2, out: Tensor | None = None) -> Tensor:
+    """Contract ``dims`` of ``a`` with ``dims`` of ``b`` (an int n: the last n of ``a`` with
+    the first n of ``b``; or a pair of lists), as one matrix product.
+
+    >>> import tessera
+    >>> tessera.tensordot(tessera.ones(3, 4, 5), tessera.ones(4, 5, 2), dims=2).shape
+    tessera.Size([3, 2])
+    """
+    ensure_tensor("tensordot", a, "a")
+    ensure_tensor("tensordot", b, "b")
+    dims_a, dims_b = _tensordot_dims(a, b, dims)
+    if len(dims_a) != len(dims_b):
+        raise RuntimeError("both dimension lists should have same length")
+    if a.dtype is not b.dtype:
+        raise RuntimeError("both inputs should have same dtype")
+    wa = [wrap_dim(d, a.dim(), "tensordot") for d in dims_a]
+    wb = [wrap_dim(d, b.dim(), "tensordot") for d in dims_b]
+    for w in (wa, wb):
+        if len(set(w)) != len(w):
+            dup = next(d for d in w if w.count(d) > 1)
+            raise RuntimeError(f"dim {dup} appears multiple times in the list of dims")
+    sum_a, sum_b = [], []
+    for da, db, ia, ib in zip(wa, wb, dims_a, dims_b):
+        s1, s2 = a.shape[da], b.shape[db]
+        if s2 == 1 and s1 != 1:  # a size-1 dim of b broadcasts: sum a over it first
+            sum_a.append(da)
+        elif s1 == 1 and s2 != 1:
+            sum_b.append(db)
+        elif s1 != s2:
+            raise RuntimeError(f"contracted dimensions need to match, but first has size {s1} "
+                               f"in dim {ia} and second has size {s2} in dim {ib}")
+    if sum_a:
+        a = _sum(a, tuple(sum_a), keepdim=True)
+    if sum_b:
+        b = _sum(b, tuple(sum_b), keepdim=True)
+    free_a = [d for d in range(a.dim()) if d not in wa]
+    free_b = [d for d in range(b.dim()) if d not in wb]
+    k = numel([a.shape[d] for d in wa])
+    fa, fb = [a.shape[d] for d in free_a], [b.shape[d] for d in free_b]
+    pa = reshape(permute(a, tuple(free_a + wa)), (numel(fa), k))
+    pb = reshape(permute(b, tuple(wb + free_b)), (k, numel(fb)))
+    return _out(reshape(matmul(pa, pb), tuple(fa + fb)), out)

@@ -1,0 +1,668 @@
+"""Shape and movement ops that copy: joining, splitting, flipping, repeating, triangles.
+
+Primitives with their own ``OpDef`` are ``cat``, ``flip``, ``roll``, ``repeat``,
+``repeat_interleave`` (tensor repeats), ``tril``, ``triu`` and ``diag_embed``; the rest are
+composites of them and of the views in ``views.py`` (``split``/``chunk``/``unbind`` return
+views, so writes show through as in PyTorch).
+
+>>> import tessera
+>>> a, b = tessera.ones(2, 3), tessera.zeros(2, 3)
+>>> tessera.cat([a, b], 1).shape, tessera.stack([a, b]).shape
+(tessera.Size([2, 6]), tessera.Size([2, 2, 3]))
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from tessera import _dtype as D
+from tessera._dispatch import dispatch
+from tessera._tensor import Size, Tensor
+from tessera.ops._util import call, ensure_tensor, wrap_dim, wrap_dims
+from tessera.ops.registry import Meta, defop
+from tessera.ops.views import (diagonal, expand, flatten, narrow, reshape, select, slice_view,
+                               transpose, unsqueeze, view)
+
+__all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack",
+           "column_stack", "row_stack", "split", "tensor_split", "chunk", "unbind", "flip",
+           "fliplr", "flipud", "roll", "rot90", "repeat", "tile", "repeat_interleave", "tril",
+           "triu", "diag", "diag_embed", "trace", "broadcast_tensors", "broadcast_shapes",
+           "meshgrid", "atleast_1d", "atleast_2d", "atleast_3d"]
+
+
+def _tensor_list(op: str, tensors) -> tuple:
+    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{op}(): argument 'tensors' (position 1) must be tuple of Tensors, "
+                        f"not {type(tensors).__name__}")
+    return tuple(tensors)
+
+
+def _write_out(out: Tensor | None, result: Tensor) -> Tensor:
+    """``out=`` for composites: copy the result into ``out``."""
+    if out is None:
+        return result
+    from tessera.ops.creation import copy
+    return copy(out, result, out=out)
+
+
+# ---- cat and the stacks ----------------------------------------------------------------
+
+def _legacy_empty(m) -> bool:
+    # PyTorch still accepts 1-d empty tensors of any other rank in cat, and skips them
+    return tuple(m.shape) == (0,)
+
+
+def _cat_dim(metas, dim) -> int | None:
+    """``dim`` wrapped against the first tensor that is not a legacy empty (None if all are)."""
+    for m in metas:
+        if not _legacy_empty(m):
+            return wrap_dim(dim, len(m.shape), "cat")
+    return None
+
+
+def _cat_infer(*ts, dim=0):
+    if not ts:
+        raise ValueError("torch.cat(): expected a non-empty list of Tensors")
+    for i, m in enumerate(ts):
+        if type(m) is not Meta:
+            raise TypeError(f"expected Tensor as element {i} in argument 0, but got "
+                            f"{type(m).__name__}")
+        if not m.shape:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be "
+                               "concatenated")
+    dt = D.result_type(*[(m.dtype, 1) for m in ts])
+    d = _cat_dim(ts, dim)
+    if d is None:
+        return Meta((0,), dt)
+    ref = next(m.shape for m in ts if not _legacy_empty(m))
+    total = 0
+    for i, m in enumerate(ts):
+        if _legacy_empty(m):
+            continue
+        if len(m.shape) != len(ref):
+            raise RuntimeError(f"Tensors must have same number of dimensions: got {len(ref)} "
+                               f"and {len(m.shape)}")
+        for k, (a, b) in enumerate(zip(ref, m.shape)):
+            if k != d and a != b:
+                raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. "
+                                   f"Expected size {a} but got size {b} for tensor number {i} "
+                                   "in the list.")
+        total += m.shape[d]
+    return Meta(ref[:d] + (total,) + ref[d + 1:], dt)
+
+
+def _cat_kernel(*arrays, dim=0):
+    keep = [a for a in arrays if a.shape != (0,)]
+    if not keep:
+        return np.empty((0,), arrays[0].dtype)
+    return np.concatenate(keep, axis=dim % keep[0].ndim)
+
+
+def _cat_grad(ctx, g):
+    metas = ctx.input_metas
+    d = _cat_dim(metas, ctx.attrs["dim"])
+    grads, offset = [], 0
+    for m, need in zip(metas, ctx.needs_input_grad):
+        if _legacy_empty(m):
+            grads.append(g.new_zeros((0,)) if need else None)
+            continue
+        n = m.shape[d]
+        grads.append(narrow(g, d, offset, n) if need else None)
+        offset += n
+    return tuple(grads)
+
+
+_CAT = defop("cat", _cat_infer, _cat_kernel, promote=True, save=(), grad=_cat_grad)
+
+
+def cat(tensors, dim: int = 0, *, out: Tensor | None = None) -> Tensor:
+    """Join tensors along an existing dim, promoting dtypes (``cat([a, b], 1)``)."""
+    return call(_CAT, *_tensor_list("cat", tensors), dim=dim, out=out)
+
+
+def concat(tensors, dim: int = 0, *, out: Tensor | None = None) -> Tensor:
+    return cat(tensors, dim, out=out)
+
+
+def concatenate(tensors, axis: int = 0, out: Tensor | None = None) -> Tensor:
+    return cat(tensors, axis, out=out)
+
+
+def stack(tensors, dim: int = 0, *, out: Tensor | None = None) -> Tensor:
+    """Join equally shaped tensors along a new dim ``dim``."""
+    tensors = _tensor_list("stack", tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    shp = ensure_tensor("stack", tensors[0])._shape
+    for i, t in enumerate(tensors):
+        if ensure_tensor("stack", t)._shape != shp:
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got "
+                               f"{list(shp)} at entry 0 and {list(t._shape)} at entry {i}")
+    d = wrap_dim(dim, len(shp) + 1, "stack")
+    return cat([unsqueeze(t, d) for t in tensors], d, out=out)
+
+
+def _nonempty(op: str, tensors) -> tuple:
+    tensors = _tensor_list(op, tensors)
+    if not tensors:
+        raise RuntimeError(f"{op} expects a non-empty TensorList")
+    return tensors
+
+
+def hstack(tensors, *, out: Tensor | None = None) -> Tensor:
+    """Concatenate along dim 0 for 1-d inputs, else along dim 1."""
+    ts = atleast_1d(_nonempty("hstack", tensors))
+    return cat(ts, 0 if ts[0].dim() == 1 else 1, out=out)
+
+
+def vstack(tensors, *, out: Tensor | None = None) -> Tensor:
+    """Concatenate along dim 0 after making every input at least 2-d."""
+    return cat(atleast_2d(_nonempty("vstack", tensors)), 0, out=out)
+
+
+row_stack = vstack
+
+
+def dstack(tensors, *, out: Tensor | None = None) -> Tensor:
+    """Concatenate along dim 2 after making every input at least 3-d."""
+    return cat(atleast_3d(_nonempty("dstack", tensors)), 2, out=out)
+
+
+def column_stack(tensors, *, out: Tensor | None = None) -> Tensor:
+    """Stack 0-d and 1-d inputs as columns, concatenating the rest along dim 1."""
+    ts = [reshape(t, (t.numel(), 1)) if t.dim() <= 1 else t
+          for t in _nonempty("column_stack", tensors)]
+    return cat(ts, 1, out=out)
+
+
+# ---- split, chunk, unbind (views) ------------------------------------------------------
+
+def _split_dim(op: str, input: Tensor, dim: int) -> int:
+    ensure_tensor(op, input)
+    if input.dim() == 0:
+        raise RuntimeError(f"{op} expects at least a 1-dimensional tensor")
+    return wrap_dim(dim, input.dim(), op)
+
+
+def _narrow_all(input: Tensor, d: int, sizes) -> tuple:
+    out, start = [], 0
+    for s in sizes:
+        out.append(narrow(input, d, start, s))
+        start += s
+    return tuple(out)
+
+
+def split(tensor: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
+    """Views of pieces of ``split_size`` (the last may be smaller) or of the listed sizes."""
+    if isinstance(split_size_or_sections, (list, tuple)):
+        d = _split_dim("split_with_sizes", tensor, dim)
+        sizes = [int(s) for s in split_size_or_sections]
+        n = tensor._shape[d]
+        if any(s < 0 for s in sizes):
+            raise RuntimeError("split_with_sizes expects split_sizes have only non-negative "
+                               f"entries, but got split_sizes={sizes}")
+        if sum(sizes) != n:
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} "
+                               f"(input tensor's size at dimension {d}), but got "
+                               f"split_sizes={sizes}")
+        return _narrow_all(tensor, d, sizes)
+    d = _split_dim("split", tensor, dim)
+    s, n = int(split_size_or_sections), tensor._shape[d]
+    if s < 0:
+        raise RuntimeError(f"split expects split_size be non-negative, but got split_size={s}")
+    if s == 0 and n != 0:
+        raise RuntimeError("split_size can only be 0 if dimension size is 0, but got "
+                           f"dimension size of {n}")
+    count = max(-(-n // s) if s else 1, 1)
+    return _narrow_all(tensor, d, [s] * (count - 1) + [n - s * (count - 1)])
+
+
+def chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple:
+    """At most ``chunks`` views of (nearly) equal size."""
+    d = _split_dim("chunk", input, dim)
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    n = input._shape[d]
+    size = -(-n // chunks)
+    if size == 0 and n == 0:
+        return _narrow_all(input, d, [0] * chunks)
+    return split(input, size, d)
+
+
+def tensor_split(input: Tensor, indices_or_sections, dim: int = 0) -> tuple:
+    """Views split into ``sections`` parts (sizes differ by at most one) or at ``indices``."""
+    ensure_tensor("tensor_split", input)
+    if input.dim() == 0:
+        raise RuntimeError("tensor_split expected at least a 1-dimensional tensor, but got a "
+                           "tensor with 0 dims")
+    ios = indices_or_sections
+    if isinstance(ios, Tensor):
+        if ios.dtype is not D.int64:
+            raise RuntimeError("tensor_split expected tensor_indices_or_sections to have dtype "
+                               f"of long, but got {_tname(ios.dtype)}")
+        if ios.dim() > 1:
+            raise RuntimeError("tensor_split expected tensor_indices_or_sections to be a "
+                               "zero-dimensional or one-dimensional tensor, but got a tensor "
+                               f"with {ios.dim()} dims")
+        ios = ios.item() if ios.dim() == 0 else ios.tolist()
+    d = wrap_dim(dim, input.dim(), "tensor_split")
+    n = input._shape[d]
+    if isinstance(ios, (list, tuple)):
+        bounds = [int(i) for i in ios]
+        starts, stops = [0] + bounds, bounds + [None]
+        lead = (slice(None),) * d
+        return tuple(slice_view(input, lead + (slice(a, b),)) for a, b in zip(starts, stops))
+    k = int(ios)
+    if k <= 0:
+        raise RuntimeError(f"number of sections must be larger than 0, got {k}")
+    small, extra = divmod(n, k)
+    return _narrow_all(input, d, [small + 1] * extra + [small] * (k - extra))
+
+
+def unbind(input: Tensor, dim: int = 0) -> tuple:
+    """The slices along ``dim`` as a tuple of views (the dim removed)."""
+    ensure_tensor("unbind", input)
+    if input.dim() == 0:
+        raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+    d = wrap_dim(dim, input.dim(), "unbind")
+    return tuple(select(input, d, i) for i in range(input._shape[d]))
+
+
+# ---- flip, roll, rot90 ------------------------------------------------------------------
+
+def _no_dims(op: str, nd: int, dims) -> None:
+    if nd == 0 and dims:
+        raise IndexError(f"{op}: Dimension specified as {dims[0]} but tensor has no dimensions")
+
+
+def _flip_infer(x, dims):
+    nd = len(x.shape)
+    if nd:
+        wrap_dims(dims, nd, "flip")
+    return Meta(x.shape, x.dtype)
+
+
+def _flip_kernel(x, dims):
+    if not dims or x.ndim == 0:
+        return x.copy(order="K")
+    # like PyTorch, the copy keeps the input's memory layout (order="K")
+    return np.flip(x, [d % x.ndim for d in dims]).copy(order="K")
+
+
+_FLIP = defop("flip", _flip_infer, _flip_kernel, save=(),
+              grad=lambda ctx, g: (flip(g, ctx.attrs["dims"]),))
+
+
+def flip(input: Tensor, *dims) -> Tensor:
+    """Reverse the order of elements along ``dims``; a copy."""
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+        dims = tuple(dims[0])
+    return dispatch(_FLIP, ensure_tensor("flip", input), dims=tuple(dims))
+
+
+def fliplr(input: Tensor) -> Tensor:
+    """Flip dim 1 (left/right) of a tensor with at least 2 dims."""
+    if input.dim() < 2:
+        raise RuntimeError("Input must be >= 2-d.")
+    return flip(input, (1,))
+
+
+def flipud(input: Tensor) -> Tensor:
+    """Flip dim 0 (up/down) of a tensor with at least 1 dim."""
+    if input.dim() < 1:
+        raise RuntimeError("Input must be >= 1-d.")
+    return flip(input, (0,))
+
+
+def _roll_infer(x, shifts, dims):
+    nd = len(x.shape)
+    if not shifts:
+        raise RuntimeError("`shifts` required")
+    if len(shifts) != len(dims) and not (len(shifts) == 1 and not dims):
+        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, "
+                           f"dims:{len(dims)}")
+    _no_dims("roll", nd, dims)
+    for d in dims:
+        wrap_dim(d, nd, "roll")
+    return Meta(x.shape, x.dtype)
+
+
+def _roll_kernel(x, shifts, dims):
+    if not dims:  # roll the flattened tensor
+        return np.roll(x, shifts[0])
+    return np.roll(x, shifts, [d % x.ndim for d in dims])
+
+
+_ROLL = defop("roll", _roll_infer, _roll_kernel, save=(),
+              grad=lambda ctx, g: (roll(g, tuple(-s for s in ctx.attrs["shifts"]),
+                                        ctx.attrs["dims"]),))
+
+
+def roll(input: Tensor, shifts, dims=None) -> Tensor:
+    """Shift elements cyclically along ``dims`` (the flattened tensor when None)."""
+    shifts = (shifts,) if isinstance(shifts, (int, np.integer)) else tuple(shifts)
+    dims = () if dims is None else (dims,) if isinstance(dims, (int, np.integer)) \
+        else tuple(dims)
+    return dispatch(_ROLL, ensure_tensor("roll", input), shifts=tuple(int(s) for s in shifts),
+                    dims=dims)
+
+
+def rot90(input: Tensor, k: int = 1, dims=(0, 1)) -> Tensor:
+    """Rotate by 90 degrees ``k`` times in the plane of ``dims`` (from dims[0] to dims[1])."""
+    dims = list(dims)
+    nd = input.dim()
+    if len(dims) != 2:
+        raise RuntimeError(f"expected total rotation dims == 2, but got dims = {len(dims)}")
+    if nd < 2:
+        raise RuntimeError(f"expected total dims >= 2, but got total dims = {nd}")
+    d0, d1 = wrap_dim(dims[0], nd, "rot90"), wrap_dim(dims[1], nd, "rot90")
+    if d0 == d1:
+        raise RuntimeError(f"expected rotation dims to be different, but got dim0 = {d0} and "
+                           f"dim1 = {d1}")
+    k %= 4
+    if k == 1:
+        return transpose(flip(input, (d1,)), d0, d1)
+    if k == 2:
+        return flip(input, (d0, d1))
+    if k == 3:
+        return transpose(flip(input, (d0,)), d0, d1)
+    from tessera.ops.creation import clone
+    return clone(input)
+
+
+# ---- repeat, tile, repeat_interleave ----------------------------------------------------
+
+def _repeat_infer(x, repeats):
+    nd = len(x.shape)
+    if len(repeats) < nd:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
+                           "of dimensions of tensor")
+    padded = (1,) * (len(repeats) - nd) + tuple(x.shape)
+    shape = [r * s for r, s in zip(repeats, padded)]
+    for s in shape:
+        if s < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {shape}")
+    return Meta(tuple(shape), x.dtype)
+
+
+def _repeat_grad(ctx, g):
+    repeats = ctx.attrs["repeats"]
+    shape = ctx.input_metas[0].shape
+    if not repeats:
+        return (g,)
+    padded = (1,) * (len(repeats) - len(shape)) + tuple(shape)
+    split_shape = [n for pair in zip(repeats, padded) for n in pair]
+    from tessera.ops.reduce import sum as _sum
+    g = _sum(reshape(g, split_shape), tuple(range(0, 2 * len(repeats), 2)))
+    return (reshape(g, shape),)
+
+
+_REPEAT = defop("repeat", _repeat_infer, lambda x, repeats: np.tile(x, repeats), save=(),
+                grad=_repeat_grad)
+
+
+def repeat(input: Tensor, *repeats) -> Tensor:
+    """``x.repeat(2, 3)``: tile the tensor, adding leading dims if more sizes are given."""
+    if not repeats:
+        raise TypeError('repeat() missing 1 required positional arguments: "repeats"')
+    if len(repeats) == 1 and isinstance(repeats[0], (list, tuple, Size)):
+        repeats = tuple(repeats[0])
+    return dispatch(_REPEAT, ensure_tensor("repeat", input),
+                    repeats=tuple(int(r) for r in repeats))
+
+
+def tile(input: Tensor, dims) -> Tensor:
+    """``repeat`` with ``dims`` padded by leading ones to the tensor's rank."""
+    dims = tuple(dims)
+    return repeat(input, (1,) * (input.dim() - len(dims)) + dims)
+
+
+def _rep_infer(x, repeats, dim, output_size=None):
+    if repeats.dtype not in (D.int64, D.int32):
+        raise NotImplementedError(f'"repeat_interleave_cpu" not implemented for '
+                                  f"'{_tname(repeats.dtype)}'")
+    if len(repeats.shape) != 1:
+        raise RuntimeError("repeats must be 0-dim or 1-dim tensor")
+    if repeats.shape[0] != x.shape[dim]:
+        raise RuntimeError("repeats must have the same size as input along dim, but got "
+                           f"repeats.size(0) = {repeats.shape[0]} and input.size({dim}) = "
+                           f"{x.shape[dim]}")
+    shape = list(x.shape)
+    shape[dim] = -1 if output_size is None else output_size
+    return Meta(tuple(shape), x.dtype)
+
+
+def _rep_kernel(x, repeats, dim, output_size=None):
+    if (repeats < 0).any():
+        raise RuntimeError("repeats can not be negative")
+    total = int(repeats.sum())
+    if output_size is not None and output_size != total:
+        raise RuntimeError(f"repeat_interleave: Invalid output_size, expected {total} but got "
+                           f"{output_size}")
+    return np.repeat(x, repeats, axis=dim)
+
+
+def _rep_grad(ctx, g):
+    from tessera.ops.creation import arange, zeros
+    from tessera.ops.getitem import T, index_put
+    x, repeats = ctx.inputs
+    d = ctx.attrs["dim"]
+    src = repeat_interleave(arange(x.shape[d], device=g.device), repeats)
+    z = zeros(x.shape, dtype=g.dtype, device=g.device)
+    return index_put(z, g, (src,), key=(slice(None),) * d + (T,), accumulate=True), None
+
+
+# Per-element repeats make the output size depend on the data (PyTorch syncs on it too).
+_REP = defop("repeat_interleave", _rep_infer, _rep_kernel, grad=_rep_grad,
+             dynamic_shape=True)
+
+
+def repeat_interleave(input: Tensor, repeats=None, dim: int | None = None, *,
+                      output_size: int | None = None) -> Tensor:
+    """Repeat each element ``repeats`` times (an int, or one count per element) along ``dim``
+    (the flattened tensor when None). ``repeat_interleave(counts)`` repeats ``arange``."""
+    if repeats is None:
+        counts = ensure_tensor("repeat_interleave", input)
+        if counts.dim() != 1:
+            raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
+        from tessera.ops.creation import arange
+        return repeat_interleave(arange(counts.shape[0], device=counts.device), counts, 0,
+                                 output_size=output_size)
+    x = flatten(input) if dim is None else input
+    d = 0 if dim is None else wrap_dim(dim, x.dim(), "repeat_interleave")
+    if not isinstance(repeats, Tensor):
+        r = int(repeats)
+        if r < 0:
+            raise RuntimeError("Repeats must be non-negative")
+        if output_size is not None and x.dim() and output_size != x.shape[d] * r:
+            raise RuntimeError(f"repeat_interleave: Invalid output_size, expected "
+                               f"{x.shape[d] * r} but got {output_size}")
+        y = unsqueeze(x, d + 1)
+        shape = list(y.shape)
+        shape[d + 1] = r
+        from tessera.ops.creation import clone
+        return flatten(clone(expand(y, shape)), d, d + 1)
+    if repeats.dim() == 0 or tuple(repeats.shape) == (1,):
+        repeats = expand(reshape(repeats, (1,)), (x.shape[d] if x.dim() else 1,))
+    if x.dim() == 0:
+        x = reshape(x, (1,))
+    return dispatch(_REP, x, repeats, dim=d, output_size=output_size)
+
+
+# ---- triangles and diagonals -------------------------------------------------------------
+
+def _tri(name: str, kernel):
+    def infer(x, diagonal=0):
+        if len(x.shape) < 2:
+            raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
+        return Meta(x.shape, x.dtype)
+
+    op = defop(name, infer, lambda x, diagonal=0: kernel(x, diagonal), save=(),
+               grad=lambda ctx, g: (dispatch(op, g, diagonal=ctx.attrs["diagonal"]),))
+
+    def fn(input: Tensor, diagonal: int = 0, *, out: Tensor | None = None) -> Tensor:
+        return call(op, ensure_tensor(name, input), diagonal=int(diagonal), out=out)
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+tril = _tri("tril", np.tril)
+tril.__doc__ = "The lower triangle (on and below diagonal ``diagonal``) of the last two dims."
+triu = _tri("triu", np.triu)
+triu.__doc__ = "The upper triangle (on and above diagonal ``diagonal``) of the last two dims."
+
+
+def _diag_embed_dims(nd_out: int, dim1, dim2) -> tuple[int, int]:
+    d1, d2 = wrap_dim(dim1, nd_out, "diag_embed"), wrap_dim(dim2, nd_out, "diag_embed")
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    return d1, d2
+
+
+def _diag_embed_infer(x, offset=0, dim1=-2, dim2=-1):
+    nd = len(x.shape) + 1
+    d1, d2 = _diag_embed_dims(nd, dim1, dim2)
+    n = (x.shape[-1] if x.shape else 1) + abs(offset)
+    rest = iter(x.shape[:-1])
+    shape = tuple(n if i in (d1, d2) else next(rest) for i in range(nd))
+    return Meta(shape, x.dtype)
+
+
+def _diag_embed_kernel(x, offset=0, dim1=-2, dim2=-1):
+    from tessera.ops.views import _diagonal_kernel
+    m = _diag_embed_infer(Meta(x.shape, None), offset, dim1, dim2)
+    out = np.zeros(m.shape, x.dtype)
+    _diagonal_kernel(out, offset, dim1 % out.ndim, dim2 % out.ndim)[...] = x
+    return out
+
+
+_DIAG_EMBED = defop("diag_embed", _diag_embed_infer, _diag_embed_kernel, save=(),
+                    grad=lambda ctx, g: (diagonal(g, ctx.attrs["offset"], ctx.attrs["dim1"],
+                                                  ctx.attrs["dim2"]),))
+
+
+def diag_embed(input: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
+    """A tensor whose diagonals (over ``dim1``, ``dim2``) are the last dim of ``input``."""
+    return dispatch(_DIAG_EMBED, ensure_tensor("diag_embed", input), offset=int(offset),
+                    dim1=dim1, dim2=dim2)
+
+
+def diag(input: Tensor, diagonal: int = 0, *, out: Tensor | None = None) -> Tensor:
+    """1-d input: a matrix with it on diagonal ``diagonal``; 2-d input: that diagonal."""
+    nd = ensure_tensor("diag", input).dim()
+    if nd == 1:
+        return _write_out(out, diag_embed(input, diagonal, 0, 1))
+    if nd != 2:
+        raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {nd}D")
+    from tessera.ops.creation import clone
+    from tessera.ops.views import diagonal as _diagonal
+    return _write_out(out, clone(_diagonal(input, diagonal)))
+
+
+def trace(input: Tensor) -> Tensor:
+    """The sum of the main diagonal of a matrix."""
+    nd = ensure_tensor("trace", input).dim()
+    if nd != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {nd}")
+    if input.dtype is D.bool_:
+        raise NotImplementedError("\"trace\" not implemented for 'Bool'")
+    return diagonal(input).sum()
+
+
+# ---- broadcasting, meshgrid, atleast_nd ----------------------------------------------------
+
+def broadcast_shapes(*shapes) -> Size:
+    """The shape that tensors of ``shapes`` broadcast to (no tensors are made)."""
+    shapes = [(s,) if isinstance(s, (int, np.integer)) else s for s in shapes if s is not None]
+    if not shapes:
+        return Size(())
+    for s in shapes:
+        if not isinstance(s, (tuple, list)):
+            raise RuntimeError("Input shapes should be of type ints, a tuple of ints, or a list "
+                               f"of ints, got {s}")
+    common = [1] * max(len(s) for s in shapes)
+    for arg, s in enumerate(shapes):
+        for i in range(-1, -1 - len(s), -1):
+            if s[i] == common[i]:
+                continue
+            if common[i] == 1:
+                if s[i] < 0:
+                    raise ValueError("Attempting to broadcast a dimension with negative length!")
+                common[i] = s[i]
+            elif s[i] != 1:
+                raise RuntimeError(f"Attempting to broadcast a dimension of length {s[i]} at "
+                                   f"{i}! Mismatching argument at index {arg} had {tuple(s)}; "
+                                   f"but expected shape should be broadcastable to {common}")
+    return Size(int(c) for c in common)
+
+
+def broadcast_tensors(*tensors) -> tuple:
+    """Views of ``tensors`` expanded to their common broadcast shape."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    from tessera.ops._util import broadcast_shapes as _common
+    if not tensors:
+        return ()
+    shape = _common("broadcast_tensors", *[ensure_tensor("broadcast_tensors", t)._shape
+                                           for t in tensors])
+    return tuple(expand(t, shape) for t in tensors)
+
+
+def meshgrid(*tensors, indexing: str | None = None) -> tuple:
+    """Coordinate grids from 0-d/1-d tensors: output i varies along dim i (``'ij'``); with
+    ``'xy'`` (Cartesian) the first two dims trade places. Outputs are expanded views."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing is None:
+        warnings.warn("torch.meshgrid: in an upcoming release, it will be required to pass the "
+                      "indexing argument.", UserWarning, stacklevel=2)
+        indexing = "ij"
+    if not tensors:
+        raise RuntimeError("meshgrid expects a non-empty TensorList")
+    if indexing not in ("ij", "xy"):
+        raise RuntimeError('torch.meshgrid: indexing must be one of "xy" or "ij", but '
+                           f"received: {indexing}")
+    for t in tensors:
+        if ensure_tensor("meshgrid", t).dim() > 1:
+            raise RuntimeError("torch.meshgrid: Expected 0D or 1D tensor in the tensor list but "
+                               f"got: {t}")
+        if t.dtype is not tensors[0].dtype:
+            raise RuntimeError("meshgrid expects all tensors to have the same dtype")
+    swap = indexing == "xy" and len(tensors) >= 2
+    ts = list(tensors)
+    if swap:
+        ts[0], ts[1] = ts[1], ts[0]
+    shape = tuple(t.numel() for t in ts)
+    n = len(ts)
+    grids = [expand(view(t, (1,) * i + (-1,) + (1,) * (n - i - 1)), shape)
+             for i, t in enumerate(ts)]
+    if swap:
+        grids[0], grids[1] = grids[1], grids[0]
+    return tuple(grids)
+
+
+def _atleast(nd: int, fix):
+    def fn(*tensors):
+        if len(tensors) == 1:
+            tensors = tensors[0]
+        if isinstance(tensors, Tensor):
+            return tensors if tensors.dim() >= nd else fix(tensors)
+        return tuple(t if ensure_tensor(f"atleast_{nd}d", t).dim() >= nd else fix(t)
+                     for t in tensors)
+    fn.__name__ = fn.__qualname__ = f"atleast_{nd}d"
+    fn.__doc__ = (f"Each input with fewer than {nd} dims as a view with {nd} dims (others "
+                  "as they are); one tensor in, one out.")
+    return fn
+
+
+atleast_1d = _atleast(1, lambda t: reshape(t, (1,)))
+atleast_2d = _atleast(2, lambda t: reshape(t, (1, 1)) if t.dim() == 0 else unsqueeze(t, 0))
+atleast_3d = _atleast(3, lambda t: reshape(t, (1, 1, 1)) if t.dim() == 0 else
+                      unsqueeze(unsqueeze(t, 0), -1) if t.dim() == 1 else unsqueeze(t, -1))
+
+
+def _tname(d) -> str:
+    from tessera._dispatch import _tname as name
+    return name(d)
+
