@@ -42,6 +42,7 @@ from tessera.autograd import (
     no_grad,
     set_grad_enabled,
 )
+from tessera.serialization import load, save  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -123,6 +123,8 @@ class Tensor(TensorMethods):
     @staticmethod
     def _make(data, dtype: D.dtype, dev: device, shape: tuple) -> Tensor:
         t = object.__new__(Tensor)
+        if dev.index is not None and dev.type == "cpu":
+            dev = _CPU  # there is one CPU: tensors on 'cpu:0' report 'cpu', as in PyTorch
         t._data = data
         t._shape = shape
         t._dtype = dtype
@@ -364,6 +366,9 @@ class Tensor(TensorMethods):
     # ---- conversion -------------------------------------------------------------------
     def numpy(self, *, force: bool = False) -> np.ndarray:
         """The data as a NumPy array, sharing memory on the CPU."""
+        if self._device.type != "cpu" and not force:
+            raise TypeError(f"can't convert {self._device} device type tensor to numpy. Use "
+                            "Tensor.cpu() to copy the tensor to host memory first.")
         if self._requires_grad and not force:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
                                "tensor.detach().numpy() instead.")
@@ -375,13 +380,19 @@ class Tensor(TensorMethods):
         return _BACKENDS[self._device.type].to_numpy(self._data)
 
     def __array__(self, dtype=None, copy=None):
+        if self._device.type != "cpu":
+            raise TypeError(f"can't convert {self._device} device type tensor to numpy. Use "
+                            "Tensor.cpu() to copy the tensor to host memory first.")
         a = self._to_numpy()
         return a.astype(dtype) if dtype is not None else a
 
     def item(self):
+        """The value of a one-element tensor as a Python number."""
         if self.numel() != 1:
             raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to "
                                "Scalar")
+        if self._data is None:
+            raise RuntimeError(f"Tensor.item() cannot be called on {self._device.type} tensors")
         return self._to_numpy().reshape(()).item()
 
     def tolist(self):
@@ -600,6 +611,31 @@ class Tensor(TensorMethods):
     def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
         return _OPS["full"](size, fill_value, dtype=dtype or self._dtype,
                             device=device or self._device, requires_grad=requires_grad)
+
+    # ---- transposes as properties ------------------------------------------------------
+    @property
+    def T(self) -> Tensor:
+        """All dims reversed (NumPy's ``.T``)."""
+        return _OPS["numpy_T"](self)
+
+    @property
+    def mT(self) -> Tensor:
+        """The last two dims swapped (a batch of matrices transposed)."""
+        return _OPS["mT"](self)
+
+    @property
+    def H(self) -> Tensor:
+        """The conjugate transpose of a matrix."""
+        if self.dim() not in (0, 2):
+            raise RuntimeError("tensor.H is only supported on matrices (2-D tensors). Got "
+                               f"{self.dim()}-D tensor.")
+        return self if self.dim() == 0 else self.mH
+
+    @property
+    def mH(self) -> Tensor:
+        """The last two dims swapped and conjugated."""
+        out = _OPS["mT"](self)
+        return _OPS["conj"](out) if self._dtype.is_complex and "conj" in _OPS else out
 
     # ---- indexing ---------------------------------------------------------------------
     def __getitem__(self, key) -> Tensor:

@@ -85,6 +85,10 @@ def gradgradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: fl
     cots = [tessera.tensor(rng.standard_normal(o.shape), dtype=o.dtype) for o in outs]
 
     def first_grad(*xs):
+        with tessera.enable_grad():  # the numerical part of gradcheck runs under no_grad
+            return _first_grad(xs)
+
+    def _first_grad(xs):
         os_ = _outputs(fn, xs)
         used = [(o, c) for o, c in zip(os_, cots) if o.requires_grad]
         xs_diff = [x for x in xs if isinstance(x, Tensor) and x.requires_grad]

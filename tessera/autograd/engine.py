@@ -189,11 +189,13 @@ def _apply(node: Node, got: dict, retain_graph: bool) -> tuple:
     from tessera import zeros
     metas = node.output_metas
     nondiff = node.op.nondiff_outputs
+    # outputs nothing flowed into get zeros, on the device the other gradients are on
+    dev = next((g.device for g in got.values() if g is not None), None)
     grads = []
     for i, m in enumerate(metas):
         g = got.get(i)
-        if g is None and i not in nondiff:
-            g = zeros(m.shape, dtype=m.dtype)
+        if g is None and i not in nondiff and m is not None:
+            g = zeros(m.shape, dtype=m.dtype, device=dev)
         grads.append(g)
     result = node.apply(tuple(grads))
     if not isinstance(result, tuple):

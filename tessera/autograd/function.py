@@ -62,6 +62,7 @@ class _FunctionMeta(type):
         super().__init__(name, bases, ns)
         # every subclass is one OpDef, outside the global registry (it is the user's op)
         cls._opdef = OpDef(f"{name}", infer=None, grad=_custom_grad, save=())
+        cls._opdef.node_name = f"{name}Backward"  # PyTorch names a Function's node so
 
 
 def _custom_grad(node, *grads):

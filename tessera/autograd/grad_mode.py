@@ -28,9 +28,16 @@ def is_inference_mode_enabled() -> bool:
 
 
 class _Mode:
-    """Base of the grad-mode context managers; each also works as a decorator."""
+    """Base of the grad-mode context managers; each also works as a decorator, with or
+    without parentheses (``@no_grad()`` and ``@no_grad``), as in PyTorch."""
 
     _target: bool = True
+
+    def __new__(cls, *args, **kwargs):
+        if cls is not set_grad_enabled and len(args) == 1 and not kwargs and \
+                callable(args[0]) and not isinstance(args[0], bool):
+            return cls()(args[0])  # used as a bare decorator
+        return super().__new__(cls)
 
     def __enter__(self):
         self._prev = STATE.enabled

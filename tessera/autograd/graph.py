@@ -46,7 +46,8 @@ class Node:
         self._retained = None    # {output_nr: weakref(tensor)} for retain_grad()
 
     def name(self) -> str:
-        return f"{_camel(self.op.name)}Backward0"
+        custom = getattr(self.op, "node_name", None)
+        return custom or f"{_camel(self.op.name)}Backward0"
 
     def __repr__(self) -> str:
         return f"<{self.name()} object at {id(self):#x}>"

@@ -17,11 +17,8 @@ class device:
             type, index = type.type, type.index if index is None else index
         elif not isinstance(type, str):
             raise TypeError(f"device() expected a string or device, got {type.__class__.__name__}")
-        elif ":" in type:
-            type, _, idx = type.partition(":")
-            if not idx.isdigit():
-                raise RuntimeError(f"Invalid device string: '{type}:{idx}'")
-            index = int(idx)
+        else:
+            type, index = _parse(type, index)
         if type not in _BACKENDS:
             raise RuntimeError(f"Expected one of {', '.join(sorted(_BACKENDS))} device type at "
                                f"start of device string: {type}")
@@ -29,13 +26,20 @@ class device:
         self.index = index
 
     def __eq__(self, other) -> bool:
+        # like torch.device, 'cpu' and 'cpu:0' are different values; strings compare too
         if isinstance(other, str):
-            other = device(other)
+            try:
+                other = device(other)
+            except RuntimeError:
+                return False
         return isinstance(other, device) and self.type == other.type and \
-            (self.index or 0) == (other.index or 0)
+            self.index == other.index
 
     def __hash__(self) -> int:
-        return hash((self.type, self.index or 0))
+        return hash((self.type, self.index))
+
+    def __reduce__(self):
+        return (device, (self.type, self.index))
 
     def __repr__(self) -> str:
         idx = "" if self.index is None else f", index={self.index}"
@@ -45,9 +49,33 @@ class device:
         return self.type if self.index is None else f"{self.type}:{self.index}"
 
 
+def _parse(text: str, index) -> tuple[str, int | None]:
+    """'cpu' -> ('cpu', None), 'toy:1' -> ('toy', 1); PyTorch's errors for bad strings."""
+    if index is not None and (isinstance(index, bool) or not isinstance(index, (int, np.integer))):
+        raise TypeError(f"device(): argument 'index' must be int, not {type(index).__name__}")
+    if index is not None and index < 0:
+        raise RuntimeError(f"Device index must not be negative, got {index}")
+    if not text:
+        raise RuntimeError("Device string must not be empty")
+    name, colon, idx = text.partition(":")
+    if colon:
+        if not idx.isdigit() or (len(idx) > 1 and idx[0] == "0") or not name:
+            raise RuntimeError(f"Invalid device string: '{text}'")
+        if index is not None:
+            raise RuntimeError("type (string) must not include an index because index was "
+                               f"passed explicitly: {text}")
+        index = int(idx)
+    if not name.replace("_", "").isalnum():
+        raise RuntimeError(f"Invalid device string: '{text}'")
+    return name, None if index is None else int(index)
+
+
 class Backend:
     """What a device must provide. Subclass it and pass an instance to ``register_device``.
 
+    A device array is any object with NumPy's ``shape``, ``dtype`` and ``astype(np_dtype)``
+    (NumPy and CuPy arrays qualify; a plug-in may wrap its own buffers in a small class).
+    ``from_numpy``/``to_numpy`` move data between host NumPy arrays and device arrays.
     ``kernel(op)`` returns the function that runs ``op`` on this device's arrays, or None when
     the device has none (dispatch then raises an error naming the op and the device).
     ``has_storage`` is False for devices that only carry metadata (``meta``).
@@ -64,6 +92,11 @@ class Backend:
 
     def kernel(self, op) -> Callable | None:
         return op.kernels.get(self.name)
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        """Write ``src`` into the existing array ``dst`` (same shape), casting its dtype; how
+        in-place ops store their result."""
+        np.copyto(dst, src, casting="unsafe")
 
     def strides(self, array: Any) -> tuple[int, ...]:
         """Strides in elements (not bytes)."""

@@ -17,7 +17,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops._util import call, ensure_tensor, numel, sum_to, wrap_dim
+from tessera.ops._util import call, ensure_tensor, numel, sum_to
 from tessera.ops.elementwise import add, mul
 from tessera.ops.reduce import sum as _sum
 from tessera.ops.registry import Meta, MissingRule, defop
@@ -370,7 +370,18 @@ def _scaled_sum(input: Tensor, prod: Tensor, beta, alpha) -> Tensor:
         prod = mul(prod, alpha)
     if beta == 0:
         return prod
-    return add(prod, input if beta == 1 else mul(input, beta))
+    # add's alpha scales input without saving it, so x.addmm_(...) may overwrite x
+    return add(prod, input, alpha=beta)
+
+
+def _addmm_dtypes(input: Tensor, mat1: Tensor, mat2: Tensor) -> None:
+    if input.dtype is not mat2.dtype:
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got "
+                           f"{_s(input.dtype)} and {_s(mat2.dtype)}")
+    if mat1.dtype is not mat2.dtype:
+        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got "
+                           f"{_s(mat1.dtype)} and {_s(mat2.dtype)}")
+    _no_bool(input.dtype, "addmm_impl_cpu_")
 
 
 def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta=1, alpha=1,
@@ -384,13 +395,7 @@ def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta=1, alpha=1,
     if mat1.shape[1] != mat2.shape[0]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
                            f"({_x(mat1.shape)} and {_x(mat2.shape)})")
-    if mat1.dtype is not mat2.dtype:
-        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got "
-                           f"{_s(mat1.dtype)} and {_s(mat2.dtype)}")
-    if input.dtype is not mat2.dtype:
-        raise RuntimeError(f"self and mat2 must have the same dtype, but got "
-                           f"{_s(input.dtype)} and {_s(mat2.dtype)}")
-    _no_bool(input.dtype, "addmm_impl_cpu_")
+    _addmm_dtypes(input, mat1, mat2)
     _expand_check(input, (mat1.shape[0], mat2.shape[1]))
     return _out(_scaled_sum(input, matmul(mat1, mat2), beta, alpha), out)
 
@@ -452,13 +457,7 @@ def addbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1, alpha=1,
                            f"and {b2}")
     if k != k2:
         raise RuntimeError(f"Incompatible matrix sizes for bmm ({n}x{k} and {k2}x{m})")
-    if batch1.dtype is not batch2.dtype:
-        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got "
-                           f"{_s(batch1.dtype)} and {_s(batch2.dtype)}")
-    if input.dtype is not batch2.dtype:
-        raise RuntimeError(f"self and mat2 must have the same dtype, but got "
-                           f"{_s(input.dtype)} and {_s(batch2.dtype)}")
-    _no_bool(input.dtype, "addmm_impl_cpu_")
+    _addmm_dtypes(input, batch1, batch2)
     _expand_check(input, (n, m))
     # sum over the batch of products == one product with the batch folded into k
     lhs = reshape(transpose(batch1, 0, 1), (n, b * k))
@@ -491,6 +490,14 @@ def _tensordot_dims(a: Tensor, b: Tensor, dims) -> tuple[list, list]:
     return list(da), list(db)
 
 
+def _wrap(d: int, ndim: int) -> int:
+    n = max(ndim, 1)
+    if not -n <= d < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
+                         f"but got {d})")
+    return d % n
+
+
 def tensordot(a: Tensor, b: Tensor, dims=2, out: Tensor | None = None) -> Tensor:
     """Contract ``dims`` of ``a`` with ``dims`` of ``b`` (an int n: the last n of ``a`` with
     the first n of ``b``; or a pair of lists), as one matrix product.
@@ -506,8 +513,8 @@ def tensordot(a: Tensor, b: Tensor, dims=2, out: Tensor | None = None) -> Tensor
         raise RuntimeError("both dimension lists should have same length")
     if a.dtype is not b.dtype:
         raise RuntimeError("both inputs should have same dtype")
-    wa = [wrap_dim(d, a.dim(), "tensordot") for d in dims_a]
-    wb = [wrap_dim(d, b.dim(), "tensordot") for d in dims_b]
+    wa = [_wrap(d, a.dim()) for d in dims_a]
+    wb = [_wrap(d, b.dim()) for d in dims_b]
     for w in (wa, wb):
         if len(set(w)) != len(w):
             dup = next(d for d in w if w.count(d) > 1)

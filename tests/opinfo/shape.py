@@ -120,12 +120,17 @@ def tensor_split_samples(rng, dt):
     yield _s(m(7, 2), [1, 5, 3, 9])
     yield _s(m(7, 2), (-2, 6))
     yield _s(m(7, 2), [])
+    yield _s(m(7, 2), 0, name="zero_sections")
+    yield _s(m(), 1, name="zero_dim")
+
+
+def tensor_split_tensor_samples(rng, dt):
+    m = lambda *s: make(rng, s, dt)  # noqa: E731
     yield _s(m(7, 2), np.array([2, 3], I64), name="tensor_indices")
+    yield _s(m(2, 7), np.array([-1, 9], I64), 1, name="tensor_indices")
     yield _s(m(7, 2), np.array(2, I64), name="tensor_sections")
     yield _s(m(7, 2), np.array([[2]], I64), name="tensor_2d")
     yield _s(m(7, 2), np.array([2.0]), name="tensor_float", grad_args=(0,))
-    yield _s(m(7, 2), 0, name="zero_sections")
-    yield _s(m(), 1, name="zero_dim")
 
 
 def unbind_samples(rng, dt):
@@ -147,6 +152,9 @@ register(
     OpInfo("chunk", lambda L, x, c, dim=0: x.chunk(c, dim), chunk_samples, covers=("slice",)),
     OpInfo("tensor_split", lambda L, x, s, dim=0: L.tensor_split(x, s, dim),
            tensor_split_samples, covers=("slice",)),
+    # the split points are data: like PyTorch, they must be readable (not on meta)
+    OpInfo("tensor_split_tensor", lambda L, x, s, dim=0: x.tensor_split(s, dim),
+           tensor_split_tensor_samples, meta=False, covers=("slice",)),
     OpInfo("unbind", lambda L, x, dim=0: L.unbind(x, dim), unbind_samples, covers=("slice",)),
     OpInfo("unbind_method", lambda L, x, dim=0: x.unbind(dim), unbind_samples,
            covers=("slice",)),

@@ -1,0 +1,401 @@
+"""Reductions that sort or scan along one dim: order statistics and cumulative ops.
+
+``median``/``nanmedian``/``mode``/``kthvalue`` return ``(values, indices)`` and send the
+gradient to the returned index; ``quantile`` interpolates between two sorted neighbours and
+sends the gradient to both; ``cumsum``/``cumprod``/``cummax``/``cummin`` scan along ``dim``.
+Kernels sort or scan whole arrays at once (no Python loop over elements). The public names
+are exported through ``tessera.ops.reduce``.
+
+>>> import tessera
+>>> tessera.tensor([1., 2., 3.]).cumsum(0)
+tensor([1., 3., 6.])
+>>> tessera.quantile(tessera.tensor([1., 2., 3., 4.]), 0.5)
+tensor(2.5000)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tessera import _dtype as D
+from tessera._dispatch import dispatch
+from tessera._tensor import Tensor
+from tessera.ops import elementwise as E
+from tessera.ops._util import call, ensure_tensor, numel, wrap_dim
+from tessera.ops.reduce import (_acc_np, _dt, _indexed, _long_dtype, _named, _one_dim,
+                                reduced_shape, return_types, sum)
+from tessera.ops.registry import Meta, defop
+
+__all__ = ["median", "nanmedian", "mode", "kthvalue", "quantile", "nanquantile", "cumsum",
+           "cumprod", "cummax", "cummin"]
+
+
+# ---- order statistics: median, nanmedian, mode, kthvalue -------------------------------
+
+def _no_bool(name):
+    def check(x, dim, **kw):
+        if x.dtype is D.bool_:
+            raise NotImplementedError(f"\"{name}_cpu\" not implemented for 'Bool'")
+    return check
+
+
+def _median_idx(ignore_nan: bool):
+    def idx(a, d):
+        # stable sort: among equal values PyTorch picks the one at the median's sorted place
+        order = np.argsort(a, axis=d, kind="stable")
+        n = a.shape[d]
+        kd = a.shape[:d] + (1,) + a.shape[d + 1:]
+        nan = np.isnan(a).sum(axis=d, keepdims=True) if a.dtype.kind == "f" else \
+            np.zeros(kd, np.intp)
+        if ignore_nan:
+            pos = np.maximum((n - nan - 1) // 2, 0)
+        else:  # NaN sorts last; a slice holding one yields its first NaN
+            pos = np.where(nan > 0, n - nan, (n - 1) // 2)
+        return np.take_along_axis(order, pos.astype(np.intp), d)
+    return idx
+
+
+def _median_all(ignore_nan: bool):
+    def whole(x):
+        f = x.reshape(-1)
+        if f.dtype.kind == "f":
+            nan = np.isnan(f)
+            if ignore_nan:
+                f = f[~nan]
+            elif nan.any():
+                return np.array(np.nan, x.dtype)
+        if f.size == 0:
+            return np.array(np.nan if x.dtype.kind == "f" else np.iinfo(x.dtype).min, x.dtype)
+        k = (f.size - 1) // 2
+        return np.partition(f, k)[k]
+    return whole
+
+
+_MEDIAN = _indexed("median", _median_idx(False), _no_bool("median"), _median_all(False))
+_NANMEDIAN = _indexed("nanmedian", _median_idx(True), _no_bool("nanmedian"), _median_all(True))
+
+
+def _median_call(op, name, kind, input, dim, keepdim, out):
+    ensure_tensor(name, input)
+    if dim is None:
+        if keepdim:
+            raise TypeError(f"{name}() missing 1 required positional arguments: \"dim\"")
+        return call(op, input, out=out)
+    return _named(kind, dispatch(op, input, dim=dim, keepdim=keepdim), out)
+
+
+def median(input, dim=None, keepdim: bool = False, *, out=None):
+    """The lower median; with ``dim``, ``(values, indices)``. NaN if the input holds one."""
+    return _median_call(_MEDIAN, "median", return_types.median, input, dim, keepdim, out)
+
+
+def nanmedian(input, dim=None, keepdim: bool = False, *, out=None):
+    """The lower median of the non-NaN elements; with ``dim``, ``(values, indices)``."""
+    return _median_call(_NANMEDIAN, "nanmedian", return_types.nanmedian, input, dim, keepdim,
+                        out)
+
+
+def _mode_idx(a, d):
+    """Index of the most frequent value (the smallest among equally frequent ones), at its
+    last occurrence, as PyTorch's CPU kernel (a sort, then a scan of runs) returns it."""
+    a = np.moveaxis(a, d, -1)
+    order = np.argsort(a, axis=-1, kind="stable")
+    s = np.take_along_axis(a, order, -1)
+    end = np.ones(s.shape, bool)
+    end[..., :-1] = s[..., 1:] != s[..., :-1]  # NaN != NaN: each NaN is a run of its own
+    start = np.ones(s.shape, bool)
+    start[..., 1:] = end[..., :-1]
+    pos = np.arange(s.shape[-1])
+    first = np.maximum.accumulate(np.where(start, pos, 0), axis=-1)
+    best = np.argmax(np.where(end, pos - first + 1, 0), axis=-1, keepdims=True)
+    return np.moveaxis(np.take_along_axis(order, best, -1), -1, d)
+
+
+_MODE = _indexed("mode", _mode_idx)
+
+
+def mode(input, dim: int = -1, keepdim: bool = False, *, out=None):
+    """``(values, indices)``: the most frequent value along ``dim`` and where it occurs."""
+    ensure_tensor("mode", input)
+    return _named(return_types.mode, dispatch(_MODE, input, dim=dim, keepdim=keepdim), out)
+
+
+def _kth_check(x, dim, k=1):
+    _no_bool("kthvalue")(x, dim)
+    d = _one_dim("kthvalue", dim, x.shape)
+    n = 1 if d is None else x.shape[d]
+    if not 1 <= k <= n:
+        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension "
+                           f"{0 if d is None else d}")
+
+
+def _kth_idx(a, d, k=1):
+    return np.take(np.argpartition(a, k - 1, axis=d), [k - 1], axis=d)
+
+
+_KTHVALUE = _indexed("kthvalue", _kth_idx, _kth_check)
+
+
+def kthvalue(input, k: int, dim: int = -1, keepdim: bool = False, *, out=None):
+    """``(values, indices)`` of the k-th smallest element along ``dim`` (NaN sorts last)."""
+    ensure_tensor("kthvalue", input)
+    res = dispatch(_KTHVALUE, input, dim=dim, keepdim=keepdim, k=int(k))
+    return _named(return_types.kthvalue, res, out)
+
+
+# ---- quantile ----------------------------------------------------------------------------
+
+_INTERP = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def _quantile_infer(x, q, dim=None, keepdim=False, interpolation="linear", ignore_nan=False):
+    name = "nanquantile" if ignore_nan else "quantile"
+    if x.dtype is not D.float32 and x.dtype is not D.float64:
+        raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
+    if type(q) is Meta:
+        if len(q.shape) > 1:
+            raise RuntimeError(f"{name}() q must be a scalar or 1D tensor")
+        if q.dtype is not x.dtype:
+            raise RuntimeError(f"{name}() q tensor must be same dtype as the input tensor")
+    elif not 0 <= q <= 1:
+        raise RuntimeError(f"{name}() q must be in the range [0, 1] but got {q}")
+    if numel(x.shape) == 0:
+        raise RuntimeError(f"{name}() input tensor must be non-empty")
+    if interpolation not in _INTERP:
+        raise RuntimeError(f"{name}() interpolation must be one of linear, lower, higher, "
+                           f"midpoint or nearest, but got {interpolation}")
+    shape = _quantile_shape(name, x.shape, q.shape if type(q) is Meta else (), dim, keepdim)
+    v, i = Meta(shape, x.dtype), Meta(shape, D.int64)
+    # hidden outputs for backward: the two sorted neighbours' indices, their weight, and
+    # d rank / d q
+    return v, i, i, v, v
+
+
+def _quantile_shape(name, x_shape, q_shape, dim, keepdim):
+    nd = len(x_shape)
+    dims = tuple(range(nd)) if dim is None else (wrap_dim(dim, nd, name),) if nd else ()
+    return tuple(q_shape) + reduced_shape(x_shape, dims, keepdim)
+
+
+def _quantile_ranks(s, qv, interpolation, ignore_nan):
+    """Fractional sorted positions (Q, ..., 1) of the quantiles, and d rank / d q."""
+    n = s.shape[-1]
+    nan = np.isnan(s).sum(-1, keepdims=True)
+    qv = qv.reshape(qv.shape + (1,) * s.ndim)
+    if ignore_nan:  # among the non-NaN values; an all-NaN slice gives its first (NaN) value
+        span = (n - nan - 1).astype(s.dtype)
+        rank = qv * span
+        drank = np.where(rank < 0, 0, span)
+        rank = np.maximum(rank, 0)
+    else:  # a slice holding NaN gives NaN: its last sorted value
+        rank = np.where(nan > 0, np.asarray(n - 1, s.dtype), qv * np.asarray(n - 1, s.dtype))
+        drank = np.where(nan > 0, 0, np.asarray(n - 1, s.dtype))
+    if interpolation in ("lower", "higher", "nearest"):
+        rank = {"lower": np.floor, "higher": np.ceil, "nearest": np.round}[interpolation](rank)
+    if interpolation != "linear":
+        drank = np.zeros_like(drank)
+    return rank, drank
+
+
+def _quantile_kernel(x, q, dim=None, keepdim=False, interpolation="linear", ignore_nan=False):
+    name = "nanquantile" if ignore_nan else "quantile"
+    qv = np.asarray(q, x.dtype).reshape(-1)
+    if np.ndim(q) and ((qv < 0) | (qv > 1)).any():
+        raise RuntimeError(f"{name}() q values must be in the range [0, 1]")
+    flat = dim is None or x.ndim == 0
+    a = x.reshape(-1) if flat else np.moveaxis(x, dim % x.ndim, -1)
+    order = np.argsort(a, axis=-1, kind="stable")
+    s = np.take_along_axis(a, order, -1)
+    rank, drank = _quantile_ranks(s, qv, interpolation, ignore_nan)
+    lo, hi = np.floor(rank).astype(np.intp), np.ceil(rank).astype(np.intp)
+    w = (rank - lo).astype(x.dtype) if interpolation == "linear" else \
+        np.full(rank.shape, 0.5 if interpolation == "midpoint" else 0.0, x.dtype)
+    vlo, vhi = np.take_along_axis(s[None], lo, -1), np.take_along_axis(s[None], hi, -1)
+    with np.errstate(all="ignore"):  # PyTorch's lerp, exact at both ends
+        val = np.where(w < 0.5, vlo + w * (vhi - vlo), vhi - (vhi - vlo) * (1 - w))
+    shape = _quantile_shape(name, x.shape, qv.shape if np.ndim(q) else (), dim, keepdim)
+
+    def fin(r):
+        r = np.broadcast_to(r, val.shape)
+        if not flat and keepdim:
+            r = np.moveaxis(r, -1, 1 + dim % x.ndim)
+        return r.reshape(shape)
+    ilo, ihi = np.take_along_axis(order[None], lo, -1), np.take_along_axis(order[None], hi, -1)
+    return tuple(fin(r) for r in (val, ilo, ihi, w, drank))
+
+
+def _quantile_grad(ctx, g, *_):
+    x, q = ctx.inputs
+    xm, qm = ctx.input_metas
+    dim = ctx.attrs.get("dim")
+    lead = tuple(qm.shape) if type(qm) is Meta else ()
+    if dim is None or not xm.shape:  # indices are into the flattened input
+        xs, d, kd = x.reshape(-1), 0, (1,)
+    else:
+        d = wrap_dim(dim, len(xm.shape), "quantile")
+        xs, kd = x, reduced_shape(xm.shape, (d,), True)
+    gk, lo, hi, wk, drk = (t.reshape(lead + kd) for t in (g,) + ctx.outputs[1:])
+    from tessera.ops.creation import arange
+    pos = arange(xs.shape[d], device=g.device).reshape(
+        tuple(-1 if i == d else 1 for i in range(len(kd))))
+    at_lo, at_hi = pos == lo, pos == hi
+    gx = gq = None
+    if ctx.needs_input_grad[0]:
+        gx = E.where(at_lo, gk * (1 - wk), 0.0) + E.where(at_hi, gk * wk, 0.0)
+        gx = (sum(gx, 0) if lead else gx).reshape(xm.shape)
+    if len(ctx.needs_input_grad) > 1 and ctx.needs_input_grad[1]:
+        ax = d + len(lead)
+        gap = sum(E.where(at_hi, xs, 0.0), ax, True) - sum(E.where(at_lo, xs, 0.0), ax, True)
+        gq = sum(E.where(drk == 0, 0.0, gk * gap * drk), tuple(range(len(lead), gk.dim())))
+    return gx, gq
+
+
+_QUANTILE = defop("quantile", _quantile_infer, _quantile_kernel, grad=_quantile_grad,
+                  save=("inputs", "outputs"), nondiff_outputs=(1, 2, 3, 4))
+
+
+def _quantile_call(name, ignore_nan, input, q, dim, keepdim, interpolation, out):
+    ensure_tensor(name, input)
+    if not isinstance(q, Tensor):
+        if isinstance(q, (list, tuple)) or not isinstance(q, (int, float, np.number)):
+            raise TypeError(f"{name}(): argument 'q' must be float or Tensor, not "
+                            f"{type(q).__name__}")
+        q = float(q)
+    res = dispatch(_QUANTILE, input, q, dim=dim, keepdim=keepdim, interpolation=interpolation,
+                   ignore_nan=ignore_nan)[0]
+    return res if out is None else out.copy_(res)
+
+
+def quantile(input, q, dim=None, keepdim: bool = False, *, interpolation: str = "linear",
+             out=None) -> Tensor:
+    """The ``q``-quantiles (a float or a 1-D tensor of them) over ``dim`` (flattened when
+    None), interpolating between sorted neighbours; NaN where a slice holds NaN."""
+    return _quantile_call("quantile", False, input, q, dim, keepdim, interpolation, out)
+
+
+def nanquantile(input, q, dim=None, keepdim: bool = False, *, interpolation: str = "linear",
+                out=None) -> Tensor:
+    """``quantile`` of the non-NaN elements."""
+    return _quantile_call("nanquantile", True, input, q, dim, keepdim, interpolation, out)
+
+
+# ---- cumulative: cumsum, cumprod, cummax, cummin ---------------------------------------
+
+def _cum_infer(name: str):
+    def infer(x, dim, dtype=None, reverse=False):
+        wrap_dim(dim, len(x.shape), name)
+        out = _long_dtype(x.dtype, dtype)
+        if out is D.bool_:
+            raise NotImplementedError(f"\"{name}_out_cpu\" not implemented for 'Bool'")
+        return Meta(x.shape, out)
+    return infer
+
+
+def _cum_kernel(npf):
+    def cpu(x, dim, dtype=None, reverse=False):
+        dt = _acc_np(_long_dtype(D.from_numpy_dtype(x.dtype), dtype))
+        if x.ndim == 0:
+            return x.astype(dt)
+        d = dim % x.ndim
+        if reverse:  # the gradient of a scan is the scan run backwards
+            return np.ascontiguousarray(np.flip(npf(np.flip(x, d), axis=d, dtype=dt), d))
+        return npf(x, axis=d, dtype=dt)
+    return cpu
+
+
+def _cumsum_grad(ctx, g):
+    return (dispatch(_CUMSUM, g, dim=ctx.attrs["dim"], reverse=not ctx.attrs.get("reverse")),)
+
+
+def _cumprod_grad(ctx, g):
+    # out_j / x_i summed over j >= i where no zero came before; the first zero of a row gets
+    # the products that skip it; anything after it gets nothing (PyTorch's cumprod_backward)
+    x, d = ctx.inputs[0], ctx.attrs["dim"]
+    if x.dim() == 0:
+        return (g,)
+    x = x.to(g.dtype)
+    zero = x == 0
+    zeros_so_far = cumsum(zero, d)
+    before, first = zeros_so_far == 0, zero & (zeros_so_far == 1)
+    t = g * cumprod(E.where(first, 1.0, x), d)
+
+    def rsum(v):
+        return dispatch(_CUMSUM, v, dim=d, reverse=True)
+    at_first = E.where(first, rsum(E.where(before, 0.0, t)), 0.0)
+    return (E.where(before, rsum(E.where(before, t, 0.0)) / E.where(before, x, 1.0),
+                    at_first),)
+
+
+_CUMSUM = defop("cumsum", _cum_infer("cumsum"), _cum_kernel(np.cumsum), grad=_cumsum_grad,
+                save=())
+_CUMPROD = defop("cumprod", _cum_infer("cumprod"), _cum_kernel(np.cumprod),
+                 grad=_cumprod_grad)
+
+
+def cumsum(input, dim: int, *, dtype=None, out=None) -> Tensor:
+    """Running sums along ``dim``; integers and bools sum to int64."""
+    ensure_tensor("cumsum", input)
+    return call(_CUMSUM, input, dim=dim, dtype=_dt(dtype), out=out)
+
+
+def cumprod(input, dim: int, *, dtype=None, out=None) -> Tensor:
+    """Running products along ``dim``; integers and bools multiply to int64."""
+    ensure_tensor("cumprod", input)
+    return call(_CUMPROD, input, dim=dim, dtype=_dt(dtype), out=out)
+
+
+def _scatter_kernel(src, index, dim, gather=False):
+    if src.ndim == 0 or src.size == 0:
+        return src.copy()
+    d = dim % src.ndim
+    if gather:
+        return np.take_along_axis(src, index, d)
+    a, i = np.moveaxis(src, d, -1), np.moveaxis(index, d, -1)
+    n = a.shape[-1]
+    rows = np.arange(a.size // n).reshape(a.shape[:-1] + (1,)) * n
+    out = np.bincount((rows + i).ravel(), weights=a.ravel(), minlength=a.size)
+    return np.ascontiguousarray(np.moveaxis(out.reshape(a.shape), -1, d))
+
+
+# The backward of cummax/cummin adds each gradient into the element its index names
+# (scatter-add along dim); its own backward is the gather at those indices, and back.
+_CUMEXT_BACKWARD = defop(
+    "cummaxmin_backward", lambda g, index, dim, gather=False: Meta(g.shape, g.dtype),
+    _scatter_kernel, save=("inputs",),
+    grad=lambda ctx, gg, *_: (dispatch(_CUMEXT_BACKWARD, gg, ctx.inputs[1], dim=ctx.attrs[
+        "dim"], gather=not ctx.attrs.get("gather", False)), None))
+
+
+def _cum_extremum(name: str, ufunc):
+    def infer(x, dim):
+        wrap_dim(dim, len(x.shape), name)
+        return Meta(x.shape, x.dtype), Meta(x.shape, D.int64)
+
+    def cpu(x, dim):
+        if x.ndim == 0:
+            return x.copy(), np.zeros((), np.int64)
+        d = dim % x.ndim
+        v = ufunc.accumulate(x, axis=d)
+        # PyTorch takes a later element equal to the running extremum, and every NaN
+        hit = (x == v) | np.isnan(x) if x.dtype.kind == "f" else x == v
+        pos = np.arange(x.shape[d]).reshape(tuple(-1 if i == d else 1 for i in range(x.ndim)))
+        return v, np.maximum.accumulate(np.where(hit, pos, 0), axis=d)
+
+    def grad(ctx, g, gi=None):
+        return (dispatch(_CUMEXT_BACKWARD, g, ctx.outputs[1], dim=ctx.attrs["dim"]),)
+    return defop(name, infer, cpu, grad=grad, save=("outputs",), nondiff_outputs=(1,))
+
+
+_CUMMAX = _cum_extremum("cummax", np.maximum)
+_CUMMIN = _cum_extremum("cummin", np.minimum)
+
+
+def cummax(input, dim: int, *, out=None):
+    """``(values, indices)`` of the running maximum along ``dim``."""
+    ensure_tensor("cummax", input)
+    return _named(return_types.cummax, dispatch(_CUMMAX, input, dim=dim), out)
+
+
+def cummin(input, dim: int, *, out=None):
+    """``(values, indices)`` of the running minimum along ``dim``."""
+    ensure_tensor("cummin", input)
+    return _named(return_types.cummin, dispatch(_CUMMIN, input, dim=dim), out)

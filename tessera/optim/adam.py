@@ -1,0 +1,115 @@
+"""Adam (Kingma & Ba), with AMSGrad, maximize and L2 or decoupled weight decay.
+
+>>> import tessera
+>>> w = tessera.nn.Parameter(tessera.ones(2))
+>>> opt = tessera.optim.Adam([w], lr=0.1)
+>>> (w * w).sum().backward(); opt.step(); w.detach()
+tensor([0.9000, 0.9000])
+"""
+from __future__ import annotations
+
+from tessera._tensor import Tensor
+from tessera.ops.creation import zeros_like
+from tessera.ops.elementwise import maximum
+from tessera.optim.optimizer import (
+    Optimizer,
+    _check_betas,
+    _check_lr,
+    _check_nonneg,
+    _get_value,
+    _run_closure,
+    _step_tensor,
+    _to_scalar,
+    _use_grad_for_differentiable,
+)
+
+__all__ = ["Adam"]
+
+
+class Adam(Optimizer):
+    """``torch.optim.Adam``: ``m = lerp(m, g, 1-b1)``, ``v = b2 v + (1-b2) g^2``,
+    ``p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)``."""
+
+    def __init__(self, params, lr: float | Tensor = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0, amsgrad: bool = False, *,
+                 foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False, fused: bool | None = None,
+                 decoupled_weight_decay: bool = False) -> None:
+        _check_lr(lr)
+        _check_nonneg(eps, "epsilon value")
+        _check_betas(betas)
+        _check_nonneg(weight_decay, "weight_decay value")
+        if not (isinstance(betas[0], float) and isinstance(betas[1], float)
+                or isinstance(betas[0], Tensor) and isinstance(betas[1], Tensor)):
+            raise ValueError("betas must be either both floats or both Tensors")
+        betas = tuple(map(_to_scalar, betas))
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
+                    "amsgrad": amsgrad, "maximize": maximize, "foreach": foreach,
+                    "capturable": capturable, "differentiable": differentiable, "fused": fused,
+                    "decoupled_weight_decay": decoupled_weight_decay}
+        super().__init__(params, defaults)
+        if fused and differentiable:
+            raise RuntimeError("`fused` does not support `differentiable`")
+        if fused and foreach:
+            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:
+            for key, value in (("amsgrad", False), ("maximize", False), ("foreach", None),
+                               ("capturable", False), ("differentiable", False),
+                               ("decoupled_weight_decay", False), ("fused", None)):
+                group.setdefault(key, value)
+            for p in group["params"]:
+                p_state = self.state.get(p, {})
+                if p_state and not isinstance(p_state["step"], Tensor):
+                    p_state["step"] = _step_tensor(float(p_state["step"]))
+
+    def _init_state(self, p: Tensor, group: dict) -> dict:
+        state = self.state[p]
+        if len(state) == 0:
+            state["step"] = _step_tensor()
+            state["exp_avg"] = zeros_like(p)
+            state["exp_avg_sq"] = zeros_like(p)
+            if group["amsgrad"]:
+                state["max_exp_avg_sq"] = zeros_like(p)
+        return state
+
+    @_use_grad_for_differentiable
+    def step(self, closure=None):
+        """One Adam step; ``closure`` (optional) re-evaluates the model and returns the loss."""
+        loss = _run_closure(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    _adam_update(self._init_state(p, group), p, p.grad, group)
+        return loss
+
+
+def _adam_update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
+    lr = _to_scalar(group["lr"])
+    beta1, beta2 = group["betas"]
+    weight_decay, eps = group["weight_decay"], group["eps"]
+    if group["maximize"]:
+        grad = -grad
+    exp_avg, exp_avg_sq, step_t = state["exp_avg"], state["exp_avg_sq"], state["step"]
+    step_t += 1
+    if weight_decay != 0:
+        if group["decoupled_weight_decay"]:
+            param.mul_(1 - lr * weight_decay)
+        else:
+            grad = grad.add(param, alpha=weight_decay)
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    step = _get_value(step_t)
+    bias_correction1 = 1 - beta1 ** step
+    bias_correction2 = 1 - beta2 ** step
+    step_size = lr / bias_correction1
+    bias_correction2_sqrt = bias_correction2 ** 0.5
+    if group["amsgrad"]:
+        max_sq = state["max_exp_avg_sq"]
+        maximum(max_sq, exp_avg_sq, out=max_sq)
+        denom = (max_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+    else:
+        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+    param.addcdiv_(exp_avg, denom, value=-step_size)

@@ -1,0 +1,986 @@
+"""Autograd against PyTorch: accumulation, retain_graph, higher derivatives, grad modes,
+hooks, custom Functions, version counters, in-place ops, graph shapes and gradcheck.
+
+Most tests write one scenario as ``fn(L)`` and run it with ``L = tessera`` and ``L = torch``,
+comparing every returned tensor (or the exception type raised).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tessera
+
+X = np.array([0.5, -1.25, 2.0], dtype=np.float64)
+M = np.array([[0.3, -0.7], [1.1, 0.25], [-0.4, 0.9]], dtype=np.float64)
+
+
+def _flat(out):
+    if isinstance(out, (tuple, list)):
+        return [y for o in out for y in _flat(o)]
+    return [out]
+
+
+def _np(t):
+    return t.detach().numpy() if t is not None else None
+
+
+def same(fn, atol=1e-10, rtol=1e-7):
+    """Run ``fn(L)`` on both libraries and compare what comes back (or what is raised)."""
+    try:
+        ref = fn(torch)
+    except Exception as e:  # noqa: BLE001  (any torch error must be matched by type)
+        with pytest.raises(type(e)) as ours:
+            fn(tessera)
+        return e, ours.value
+    ours = fn(tessera)
+    fo, fr = _flat(ours), _flat(ref)
+    assert len(fo) == len(fr)
+    for k, (o, r) in enumerate(zip(fo, fr)):
+        if isinstance(r, torch.Tensor):
+            assert isinstance(o, tessera.Tensor), f"result {k}: {type(o)}"
+            assert tuple(o.shape) == tuple(r.shape), f"result {k}: {o.shape} vs {r.shape}"
+            assert o.dtype.name == str(r.dtype).removeprefix("torch."), f"result {k}"
+            np.testing.assert_allclose(_np(o), _np(r), atol=atol, rtol=rtol,
+                                       err_msg=f"result {k}")
+        elif r is None:
+            assert o is None, f"result {k}: expected None, got {o}"
+        else:
+            assert o == pytest.approx(r), f"result {k}"
+    return ref, ours
+
+
+def leaf(L, a=X):
+    return L.tensor(a, requires_grad=True)
+
+
+# ---- .grad accumulation, backward(gradient=), retain_graph --------------------------------
+
+def test_grad_accumulates_across_backward_calls():
+    def fn(L):
+        x = leaf(L)
+        (x * x).sum().backward()
+        g1 = x.grad.clone()
+        (x * 3).sum().backward()
+        (x.sin()).sum().backward()
+        return g1, x.grad
+    same(fn)
+
+
+def test_grad_zeroing_and_none():
+    def fn(L):
+        x = leaf(L)
+        (x ** 2).sum().backward()
+        x.grad.zero_()
+        (x * 2).sum().backward()
+        g = x.grad.clone()
+        x.grad = None
+        (x * 5).sum().backward()
+        return g, x.grad
+    same(fn)
+
+
+def test_backward_with_gradient():
+    def fn(L):
+        x = leaf(L)
+        y = x * x
+        y.backward(gradient=L.tensor([1.0, 0.5, -2.0], dtype=L.float64))
+        z = leaf(L, M)
+        (z.exp() * 2).backward(L.ones(3, 2, dtype=L.float64) * 0.25)
+        return x.grad, z.grad
+    same(fn)
+
+
+def test_backward_gradient_shape_mismatch():
+    same(lambda L: (leaf(L) * 2).backward(L.ones(2, dtype=L.float64)))
+
+
+def test_backward_of_non_scalar_needs_gradient():
+    ref, ours = same(lambda L: (leaf(L) * 2).backward())
+    assert "grad can be implicitly created only for scalar outputs" in str(ours)
+    same(lambda L: L.autograd.grad(leaf(L) * 2, leaf(L)))
+
+
+def test_backward_of_tensor_without_grad():
+    same(lambda L: L.ones(2).sum().backward())
+    same(lambda L: L.autograd.grad(L.ones(2).sum(), L.ones(2, requires_grad=True)))
+
+
+def test_backward_on_single_element_non_scalar():
+    same(lambda L: (lambda x: ((x * 3).reshape(1, 1).backward(), x.grad)[1])(leaf(L, X[:1])))
+
+
+@pytest.mark.parametrize("make", [
+    lambda L, x: (x * x).sum(),
+    lambda L, x: x.exp().sum(),
+    lambda L, x: (x * 2).sum(),
+    lambda L, x: (x + 1).sum(),
+    lambda L, x: x.sum(),
+    lambda L, x: (x / 3).sum(),
+    lambda L, x: (x ** 2).sum(),
+    lambda L, x: x.sigmoid().sum(),
+    lambda L, x: x.view(3, 1).sum(),
+    lambda L, x: x.relu().sum(),
+], ids=["mul", "exp", "mul-scalar", "add-scalar", "sum", "div-scalar", "pow", "sigmoid",
+        "view", "relu"])
+def test_second_backward_without_retain_graph(make):
+    # PyTorch raises only when a node needs saved tensors that were freed
+    def fn(L):
+        x = leaf(L)
+        y = make(L, x)
+        y.backward()
+        y.backward()
+        return x.grad
+    _, ours = same(fn)
+    if isinstance(ours, RuntimeError):
+        assert "Trying to backward through the graph a second time" in str(ours)
+
+
+def test_retain_graph_allows_second_backward():
+    def fn(L):
+        x = leaf(L)
+        y = (x * x).exp().sum()
+        y.backward(retain_graph=True)
+        g1 = x.grad.clone()
+        y.backward()
+        return g1, x.grad
+    same(fn)
+
+
+def test_autograd_grad_frees_graph_too():
+    def fn(L):
+        x = leaf(L)
+        y = (x * x).sum()
+        L.autograd.grad(y, x)
+        return L.autograd.grad(y, x)
+    _, ours = same(fn)
+    assert "second time" in str(ours)
+
+
+def test_backward_inputs_argument():
+    def fn(L):
+        x, w = leaf(L), leaf(L, X * 2)
+        (x * w).sum().backward(inputs=[w])
+        return x.grad, w.grad
+    same(fn)
+
+
+# ---- higher derivatives ----------------------------------------------------------------
+
+def _derivs(f, order):
+    def fn(L):
+        x = leaf(L)
+        out = []
+        y = f(L, x).sum()
+        for _ in range(order):
+            (g,) = L.autograd.grad(y, x, create_graph=True)
+            out.append(g)
+            y = g.sum()
+        return out
+    return fn
+
+
+HIGHER = {
+    "cube": lambda L, x: x ** 3,
+    "sin": lambda L, x: x.sin(),
+    "exp-times-x": lambda L, x: x.exp() * x,
+    "tanh": lambda L, x: x.tanh(),
+    "sigmoid": lambda L, x: x.sigmoid(),
+    "div": lambda L, x: 1 / (x * x + 1),
+    "log": lambda L, x: (x * x + 1).log(),
+    "sqrt": lambda L, x: (x * x + 1).sqrt(),
+    "pow-tensor": lambda L, x: (x * x + 1) ** x,
+    "cos-sum-mean": lambda L, x: x.cos().mean() * x,
+    "atan2": lambda L, x: L.atan2(x, x * x + 1),
+    "where": lambda L, x: L.where(x > 0, x ** 3, x.exp()),
+    "reshape-expand": lambda L, x: (x.view(3, 1).expand(3, 2) ** 2).sum(1) * x,
+}
+
+
+@pytest.mark.parametrize("name", list(HIGHER))
+def test_double_and_triple_backward(name):
+    same(_derivs(HIGHER[name], 3), atol=1e-9, rtol=1e-7)
+
+
+def test_double_backward_through_two_inputs():
+    def fn(L):
+        x, w = leaf(L), leaf(L, X[::-1].copy())
+        y = (x * x * w).sum()
+        gx, gw = L.autograd.grad(y, (x, w), create_graph=True)
+        gxx = L.autograd.grad(gx.sum(), (x, w), create_graph=True)
+        gww = L.autograd.grad((gw * gw).sum(), (x, w), allow_unused=True)
+        return gx, gw, gxx, gww
+    same(fn)
+
+
+def test_double_backward_with_backward_create_graph():
+    def fn(L):
+        x = leaf(L)
+        (x ** 3).sum().backward(create_graph=True)
+        g = x.grad
+        x.grad = None
+        g.sum().backward()
+        return g, x.grad
+    same(fn)
+
+
+@pytest.mark.skipif(not hasattr(tessera, "matmul"), reason="matmul not yet written")
+def test_matmul_chain_higher_derivatives():
+    def fn(L):
+        a = leaf(L, M)
+        b = leaf(L, M.T.copy())
+        y = ((a @ b).tanh() @ a).sum()
+        ga, gb = L.autograd.grad(y, (a, b), create_graph=True)
+        gga = L.autograd.grad((ga * ga).sum() + gb.sum(), (a, b))
+        return ga, gb, gga
+    same(fn)
+
+
+def test_grad_with_grad_outputs_and_multiple_outputs():
+    def fn(L):
+        x = leaf(L)
+        y1, y2 = x * 2, x.exp()
+        v1, v2 = L.ones(3, dtype=L.float64), L.tensor(X * 3)
+        return L.autograd.grad((y1, y2), x, grad_outputs=(v1, v2))
+    same(fn)
+
+
+def test_grad_does_not_touch_dot_grad():
+    x = tessera.tensor(X, requires_grad=True)
+    tessera.autograd.grad((x * x).sum(), x)
+    assert x.grad is None
+
+
+# ---- allow_unused / materialize_grads ------------------------------------------------------
+
+def test_allow_unused():
+    def unused(L):
+        x, z = leaf(L), leaf(L)
+        return L.autograd.grad((x * 2).sum(), (x, z))
+    _, err = same(unused)
+    assert "allow_unused" in str(err)
+
+    def allowed(L):
+        x, z = leaf(L), leaf(L)
+        return L.autograd.grad((x * 2).sum(), (x, z), allow_unused=True)
+    same(allowed)
+
+    def materialized(L):
+        x, z = leaf(L), leaf(L)
+        return L.autograd.grad((x * 2).sum(), (x, z), materialize_grads=True)
+    same(materialized)
+
+
+def test_grad_of_input_that_does_not_require_grad():
+    same(lambda L: L.autograd.grad((leaf(L) * 2).sum(), L.ones(3)))
+
+
+# ---- grad modes ----------------------------------------------------------------------------
+
+def test_no_grad_context_and_decorator():
+    def fn(L):
+        x = leaf(L)
+        with L.no_grad():
+            a = x * 2
+            with L.enable_grad():
+                b = x * 2
+        @L.no_grad()
+        def f(t):
+            return t * 3
+        c = f(x)
+        d = x * 4
+        return [a.requires_grad, b.requires_grad, c.requires_grad, d.requires_grad,
+                L.is_grad_enabled()]
+    ref, ours = same(fn)
+    assert list(ours) == list(ref)
+
+
+def test_no_grad_decorator_without_call():
+    # ``@torch.no_grad`` without parentheses also works
+    @tessera.no_grad
+    def f(t):
+        return t * 3
+    assert not f(tessera.ones(2, requires_grad=True)).requires_grad
+    assert tessera.is_grad_enabled()
+
+
+def test_set_grad_enabled_forms():
+    for L in (tessera, torch):
+        x = L.ones(2, requires_grad=True)
+        L.set_grad_enabled(False)
+        try:
+            assert not L.is_grad_enabled()
+            assert not (x * 2).requires_grad
+        finally:
+            L.set_grad_enabled(True)
+        assert L.is_grad_enabled()
+        with L.set_grad_enabled(False):
+            assert not (x * 2).requires_grad
+        assert L.is_grad_enabled()
+        with L.no_grad():
+            with L.set_grad_enabled(True):
+                assert (x * 2).requires_grad
+            assert not L.is_grad_enabled()
+
+        @L.set_grad_enabled(False)
+        def f(t):
+            return t * 2
+        assert L.is_grad_enabled()
+        assert not f(x).requires_grad
+        assert L.is_grad_enabled()
+
+
+def test_grad_mode_restored_after_exception():
+    for L in (tessera, torch):
+        with pytest.raises(ValueError):
+            with L.no_grad():
+                raise ValueError
+        assert L.is_grad_enabled()
+
+
+def test_enable_grad_decorator_inside_no_grad():
+    for L in (tessera, torch):
+        @L.enable_grad()
+        def f(t):
+            return t * 2
+        with L.no_grad():
+            assert f(L.ones(1, requires_grad=True)).requires_grad
+
+
+def test_inference_mode():
+    for L in (tessera, torch):
+        x = L.ones(2, requires_grad=True)
+        with L.inference_mode():
+            y = x * 2
+            assert L.is_inference_mode_enabled()
+            assert not L.is_grad_enabled()
+        assert not y.requires_grad and y.is_inference()
+        assert not x.is_inference() and L.is_grad_enabled()
+        assert not L.is_inference_mode_enabled()
+        with L.inference_mode(False):
+            assert (x * 2).requires_grad
+
+        @L.inference_mode()
+        def f(t):
+            return t * 2
+        assert f(x).is_inference()
+
+
+def test_no_grad_results_can_be_used_later():
+    def fn(L):
+        x = leaf(L)
+        with L.no_grad():
+            c = x * 2
+        y = (c * x).sum()
+        y.backward()
+        return x.grad
+    same(fn)
+
+
+# ---- detach / retain_grad / is_leaf ------------------------------------------------------------
+
+def test_detach_stops_gradient():
+    def fn(L):
+        x = leaf(L)
+        y = x * x
+        z = y.detach() * x + y
+        z.sum().backward()
+        return x.grad
+    same(fn)
+
+
+def test_retain_grad():
+    def fn(L):
+        x = leaf(L)
+        y = x * 2
+        y.retain_grad()
+        z = y * y
+        w = z.sum()
+        w.backward()
+        return x.grad, y.grad, z.grad, y.retains_grad, z.retains_grad, y.is_leaf
+    with pytest.warns(UserWarning):
+        ref = fn(torch)
+    ours = fn(tessera)
+    for a, b in zip(ours, ref):
+        if isinstance(b, torch.Tensor):
+            np.testing.assert_allclose(_np(a), _np(b))
+        else:
+            assert a == b
+
+
+def test_retain_grad_accumulates_and_create_graph():
+    def fn(L):
+        x = leaf(L)
+        y = x * 3
+        y.retain_grad()
+        (y * y).sum().backward(retain_graph=True)
+        (y * 2).sum().backward()
+        return y.grad, x.grad
+    same(fn)
+
+
+def test_retain_grad_errors():
+    same(lambda L: L.ones(2).retain_grad())
+
+
+def test_non_leaf_grad_is_none():
+    x = tessera.ones(2, requires_grad=True)
+    y = x * 2
+    y.sum().backward()
+    assert y.grad is None and x.grad is not None
+
+
+# ---- hooks ---------------------------------------------------------------------------------
+
+def test_hooks_on_leaves_and_non_leaves():
+    def fn(L):
+        x = leaf(L)
+        seen = []
+        x.register_hook(lambda g: g * 10)
+        y = x * x
+        y.register_hook(lambda g: seen.append(g.clone()))
+        h = y.register_hook(lambda g: g + 1)
+        z = y.exp()
+        z.register_hook(lambda g: g * 0.5)
+        z.sum().backward(retain_graph=True)
+        g1 = x.grad.clone()
+        h.remove()
+        x.grad = None
+        z.sum().backward()
+        return g1, x.grad, seen
+    same(fn)
+
+
+def test_hook_returning_none_keeps_gradient():
+    def fn(L):
+        x = leaf(L)
+        calls = []
+        x.register_hook(lambda g: calls.append(1))
+        (x * 2).sum().backward()
+        return x.grad, float(len(calls))
+    same(fn)
+
+
+def test_hook_on_tensor_used_twice():
+    def fn(L):
+        x = leaf(L)
+        y = x * 2
+        y.register_hook(lambda g: g * 3)
+        (y * y + y).sum().backward()
+        return x.grad
+    same(fn)
+
+
+def test_register_hook_requires_grad():
+    same(lambda L: L.ones(2).register_hook(lambda g: g))
+
+
+def test_post_accumulate_grad_hook():
+    for L in (tessera, torch):
+        x = L.ones(2, requires_grad=True)
+        got = []
+        x.register_post_accumulate_grad_hook(lambda t: got.append(t.grad.sum().item()))
+        (x * 3).sum().backward()
+        assert got == [6.0]
+
+
+# ---- requires_grad flags ---------------------------------------------------------------------
+
+def test_requires_grad_false_on_non_leaf_raises():
+    _, err = same(lambda L: (leaf(L) * 2).requires_grad_(False))
+    assert "leaf" in str(err)
+    same(lambda L: setattr(leaf(L) * 2, "requires_grad", False))
+
+
+def test_requires_grad_propagation():
+    def fn(L):
+        a, b = L.ones(2), L.ones(2, requires_grad=True)
+        return [(a * 2).requires_grad, (a * b).requires_grad, (b > 0).requires_grad,
+                (a + b).is_leaf, b.sum().is_leaf, (b * 2).long().requires_grad,
+                b.detach().requires_grad]
+    ref, ours = same(fn)
+
+
+def test_integer_outputs_do_not_require_grad():
+    def fn(L):
+        x = leaf(L)
+        return [x.long().requires_grad, (x > 0).requires_grad, x.floor().requires_grad,
+                x.isnan().requires_grad, x.sign().requires_grad]
+    same(fn)
+
+
+# ---- custom Functions --------------------------------------------------------------------------
+
+def _functions(L):
+    class Cube(L.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, scale):
+            ctx.save_for_backward(x)
+            ctx.scale = scale
+            return x ** 3 * scale
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 3 * x ** 2 * ctx.scale, None
+
+    class SplitSum(L.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return a + b, a * b
+
+        @staticmethod
+        def backward(ctx, g_sum, g_prod):
+            a, b = ctx.saved_tensors
+            return g_sum + g_prod * b, g_sum + g_prod * a
+
+    class ArgmaxAndValue(L.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            idx = (x > 0).long()
+            ctx.mark_non_differentiable(idx)
+            ctx.save_for_backward(x)
+            return x * 2, idx
+
+        @staticmethod
+        def backward(ctx, g, g_idx):
+            return g * 2
+
+    class NeedsGrad(L.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.flags = ctx.needs_input_grad
+            return a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            return (g * 2 if ctx.needs_input_grad[0] else None,
+                    g * 3 if ctx.needs_input_grad[1] else None)
+
+    return Cube, SplitSum, ArgmaxAndValue, NeedsGrad
+
+
+def test_function_save_for_backward_and_non_tensor_args():
+    def fn(L):
+        Cube = _functions(L)[0]
+        x = leaf(L)
+        y = Cube.apply(x, 2.5)
+        y.sum().backward()
+        return y, x.grad, y.requires_grad, y.is_leaf
+    same(fn)
+    Cube = _functions(tessera)[0]
+    y = Cube.apply(tessera.ones(1, requires_grad=True), 1.0)
+    assert y.grad_fn.name() == "CubeBackward"  # PyTorch's name for a Function's node
+
+
+def test_function_multiple_outputs():
+    def fn(L):
+        SplitSum = _functions(L)[1]
+        a, b = leaf(L), leaf(L, X * 2)
+        s, p = SplitSum.apply(a, b)
+        (s * 3 + p).sum().backward()
+        return s, p, a.grad, b.grad
+    same(fn)
+
+
+def test_function_one_output_unused():
+    def fn(L):
+        SplitSum = _functions(L)[1]
+        a, b = leaf(L), leaf(L, X * 2)
+        s, p = SplitSum.apply(a, b)
+        p.sum().backward()
+        return a.grad, b.grad
+    same(fn)
+
+
+def test_function_mark_non_differentiable():
+    def fn(L):
+        F = _functions(L)[2]
+        x = leaf(L)
+        v, idx = F.apply(x)
+        v.sum().backward()
+        return v, idx, idx.requires_grad, v.requires_grad, x.grad
+    same(fn)
+
+
+def test_function_needs_input_grad():
+    def fn(L):
+        F = _functions(L)[3]
+        a, b = leaf(L), L.tensor(X)
+        y = F.apply(a, b)
+        y.sum().backward()
+        return a.grad, b.grad
+    same(fn)
+    seen = {}
+    for L in (tessera, torch):
+        F = _functions(L)[3]
+
+        class Spy(F):
+            @staticmethod
+            def forward(ctx, a, b):
+                seen[L.__name__] = tuple(ctx.needs_input_grad)
+                return a * b
+        Spy.apply(L.ones(1, requires_grad=True), L.ones(1))
+    assert seen["tessera"] == seen["torch"] == (True, False)
+
+
+def test_function_double_backward():
+    def fn(L):
+        Cube = _functions(L)[0]
+        x = leaf(L)
+        y = Cube.apply(x, 1.5).sum()
+        (g,) = L.autograd.grad(y, x, create_graph=True)
+        (gg,) = L.autograd.grad(g.sum(), x)
+        return g, gg
+    same(fn)
+
+
+def test_function_without_grad_inputs():
+    def fn(L):
+        Cube = _functions(L)[0]
+        y = Cube.apply(L.tensor(X), 2.0)
+        return y, y.requires_grad, y.grad_fn is None
+    same(fn)
+
+
+def test_function_wrong_number_of_grads():
+    def fn(L):
+        class Bad(L.autograd.Function):
+            @staticmethod
+            def forward(ctx, a, b):
+                return a * b
+
+            @staticmethod
+            def backward(ctx, g):
+                return (g,)
+        Bad.apply(leaf(L), leaf(L)).sum().backward()
+    same(fn)
+
+
+def test_function_saved_tensor_modified_in_place():
+    def fn(L):
+        Cube = _functions(L)[0]
+        x = leaf(L)
+        h = x * 1
+        y = Cube.apply(h, 1.0)
+        h.add_(1)
+        y.sum().backward()
+    _, err = same(fn)
+    assert "modified by an inplace operation" in str(err)
+
+
+def test_function_returning_input_unchanged():
+    def fn(L):
+        class Ident(L.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 2
+        x = leaf(L)
+        y = Ident.apply(x)
+        (y * 3).sum().backward()
+        return x.grad, y.is_leaf
+    same(fn)
+
+
+def test_function_inside_no_grad():
+    def fn(L):
+        Cube = _functions(L)[0]
+        with L.no_grad():
+            y = Cube.apply(leaf(L), 2.0)
+        return y.requires_grad
+    same(fn)
+
+
+# ---- version counters and in-place ops -------------------------------------------------------
+
+def test_modifying_saved_tensor_raises():
+    def fn(L):
+        x = leaf(L)
+        y = x * 1
+        z = y * y
+        y.mul_(2)
+        z.sum().backward()
+    _, err = same(fn)
+    assert "modified by an inplace operation" in str(err)
+
+
+def test_modifying_saved_output_raises():
+    def fn(L):
+        x = leaf(L)
+        y = x.exp()
+        y.add_(1)
+        y.sum().backward()
+    _, err = same(fn)
+    assert "modified by an inplace operation" in str(err)
+
+
+def test_modifying_tensor_not_saved_is_fine():
+    def fn(L):
+        x = leaf(L)
+        y = x * 1
+        z = y + 2
+        y.mul_(2)
+        (z + y).sum().backward()
+        return x.grad
+    same(fn)
+
+
+def test_modifying_saved_through_a_view_raises():
+    def fn(L):
+        x = leaf(L)
+        y = x * 1
+        z = y.sin()
+        y[1:].mul_(3)
+        z.sum().backward()
+    same(fn)
+
+
+def test_inplace_on_leaf_requiring_grad_raises():
+    _, err = same(lambda L: leaf(L).add_(1))
+    assert "leaf Variable that requires grad" in str(err)
+    same(lambda L: leaf(L)[0].mul_(2))
+    same(lambda L: leaf(L).view(3, 1).zero_())
+
+
+def test_inplace_on_leaf_under_no_grad_is_allowed():
+    def fn(L):
+        x = leaf(L)
+        with L.no_grad():
+            x.mul_(2)
+            x[0] = 5.0
+        (x * x).sum().backward()
+        return x, x.grad, x.is_leaf
+    same(fn)
+
+
+INPLACE = {
+    "add-mul": lambda L, x: (lambda y: (y.add_(1), y.mul_(x), y)[-1])(x * 2),
+    "mul-self": lambda L, x: (lambda y: (y.mul_(y), y)[-1])(x * 1),
+    "exp-then-use": lambda L, x: (lambda y: (y.exp_(), y * x)[-1])(x + 0),
+    "sigmoid-inplace": lambda L, x: (lambda y: (y.sigmoid_(), y)[-1])(x * 3),
+    "div-by-input": lambda L, x: (lambda y: (y.div_(x * x + 1), y)[-1])(x.sin()),
+    "slice-write": lambda L, x: (lambda y: (y[1:].mul_(x[:2]), y)[-1])(x * 2),
+    "setitem-tensor": lambda L, x: (lambda y: (y.__setitem__(0, x[2] * 5), y)[-1])(x * 1),
+    "setitem-scalar": lambda L, x: (lambda y: (y.__setitem__(slice(0, 2), 0.0), y * x)[-1])(
+        x * 1),
+    "view-write-base-read": lambda L, x: (lambda y: (y.view(3, 1)[2].add_(x[0]), y)[-1])(
+        x * 1),
+    "base-write-view-read": lambda L, x: (lambda y, v: (y.mul_(2), v * x)[-1])(
+        *(lambda y: (y, y[:2]))(x * 1)),
+    "iadd": lambda L, x: (lambda y: (y.__iadd__(x), y)[-1])(x * x),
+    "clamp-inplace": lambda L, x: (lambda y: (y.clamp_(-1, 1), y)[-1])(x * 2),
+    "relu-inplace": lambda L, x: (lambda y: (y.relu_(), y * x)[-1])(x - 0.6),
+    "copy-into": lambda L, x: (lambda y: (y.copy_(x.exp()), y * x)[-1])(L.zeros(3,
+                                                                             dtype=x.dtype)),
+    "fill-inplace": lambda L, x: (lambda y: (y.fill_(2.0), y * x)[-1])(x * 1),
+    "zero-then-add": lambda L, x: (lambda y: (y.zero_(), y.add_(x * x), y)[-1])(x * 1),
+}
+
+
+@pytest.mark.parametrize("name", list(INPLACE))
+def test_inplace_on_non_leaves_gives_torchs_gradients(name):
+    def fn(L):
+        x = leaf(L)
+        y = INPLACE[name](L, x)
+        w = L.tensor(np.array([1.0, -2.0, 0.5]))
+        (y * w).sum().backward()
+        return y, x.grad
+    same(fn)
+
+
+def _version(t):
+    # torch's ``_version`` is an int; tessera keeps a shared one-element list in ``_version``
+    # and exposes the number as ``_version_value``
+    return t._version if isinstance(t, torch.Tensor) else t._version_value
+
+
+def test_inplace_bumps_version():
+    for L in (tessera, torch):
+        x = L.ones(3)
+        v = _version(x)
+        x.add_(1)
+        x[0] = 2
+        x.mul_(2)
+        assert _version(x) == v + 3
+        y = x.view(3)
+        y.add_(1)
+        assert _version(x) == _version(y) == v + 4
+        d = x.detach()
+        d.add_(1)
+        assert _version(x) == v + 5
+
+
+def test_inplace_on_no_grad_view_of_leaf_then_grad():
+    def fn(L):
+        x = leaf(L)
+        y = x * 1
+        v = y[:2]
+        v.mul_(x[1:])
+        y.sum().backward()
+        return y, v, x.grad
+    same(fn)
+
+
+def test_inplace_dtype_rule():
+    same(lambda L: L.ones(2, dtype=L.int64).add_(1.5))
+    same(lambda L: L.ones(2, dtype=L.float32).add_(L.ones(2, dtype=L.float64)))
+
+
+# ---- graph shapes --------------------------------------------------------------------------
+
+def test_diamond_graph():
+    def fn(L):
+        x = leaf(L)
+        a = x * 2
+        b = a.sin()
+        c = a.exp()
+        d = b * c + a
+        d.sum().backward()
+        return x.grad
+    same(fn)
+
+
+def test_reused_tensor_many_times():
+    def fn(L):
+        x = leaf(L)
+        y = x
+        for _ in range(5):
+            y = y * x + x
+        y.sum().backward()
+        return x.grad
+    same(fn)
+
+
+def test_same_tensor_both_operands():
+    def fn(L):
+        x = leaf(L)
+        (x * x + x / x - x ** x).sum().backward()
+        return x.grad
+    same(fn)
+
+
+def test_multiple_roots_backward():
+    def fn(L):
+        x = leaf(L)
+        y1, y2 = (x * 2).sum(), (x * x).sum()
+        L.autograd.backward([y1, y2])
+        return x.grad
+    same(fn)
+
+
+def test_multiple_roots_with_grad_tensors():
+    def fn(L):
+        x = leaf(L)
+        y1, y2 = x * 2, x.exp()
+        L.autograd.backward([y1, y2], [L.ones(3, dtype=L.float64), L.tensor(X)])
+        return x.grad
+    same(fn)
+
+
+def test_deep_chain_has_no_recursion_error():
+    x = tessera.tensor([1.0], requires_grad=True)
+    y = x
+    for _ in range(10000):
+        y = y * 1.0001 + 0.0
+    (g,) = tessera.autograd.grad(y.sum(), x, retain_graph=True)
+    y.sum().backward()
+    assert x.grad.item() == pytest.approx(1.0001 ** 10000, rel=1e-3)
+    assert g.item() == x.grad.item()
+
+
+def test_deep_chain_double_backward():
+    x = tessera.tensor([0.3], dtype=tessera.float64, requires_grad=True)
+    y = x
+    for _ in range(3000):
+        y = y + x * x * 0.001
+    (g,) = tessera.autograd.grad(y.sum(), x, create_graph=True)
+    (gg,) = tessera.autograd.grad(g.sum(), x)
+    assert g.item() == pytest.approx(1 + 3000 * 0.002 * 0.3)
+    assert gg.item() == pytest.approx(3000 * 0.002)
+
+
+def test_deep_graph_repr_and_deletion():
+    x = tessera.ones(1, requires_grad=True)
+    y = x
+    for _ in range(20000):
+        y = y + 1
+    assert "grad_fn" in repr(y)
+    del y  # freeing a long chain must not overflow the stack
+
+
+def test_grad_fn_and_next_functions():
+    x = tessera.ones(2, requires_grad=True)
+    y = x * 2
+    z = y.sum()
+    assert z.grad_fn is not None and z.grad_fn.name() == "SumBackward0"
+    (nxt, nr), = z.grad_fn.next_functions
+    assert nxt is y.grad_fn and nr == 0
+    acc = y.grad_fn.next_functions[0][0]
+    assert acc.name() == "AccumulateGrad" and acc.variable is x
+    assert x.grad_fn is None and x.is_leaf
+
+
+def test_gradient_dtype_follows_input():
+    def fn(L):
+        x = L.tensor([1.0, 2.0], requires_grad=True)
+        (x.double() * 3).sum().backward()
+        h = L.tensor([1.0, 2.0], dtype=L.float64, requires_grad=True)
+        (h.float() * 3).sum().backward()
+        return x.grad, h.grad
+    same(fn)
+
+
+def test_broadcast_gradients_reduce_to_input_shapes():
+    def fn(L):
+        a = leaf(L, M)
+        b = leaf(L, X[:2].copy())
+        c = L.tensor(np.array(2.0), requires_grad=True)
+        (a * b + c).exp().sum().backward()
+        return a.grad, b.grad, c.grad
+    same(fn)
+
+
+# ---- gradcheck -----------------------------------------------------------------------------
+
+GRADCHECK = [
+    lambda x: (x * x).sin(),
+    lambda x: x.exp() / (x * x + 1),
+    lambda x: (x.sigmoid() * x.tanh()).sum(),
+    lambda x: x.view(3, 1).expand(3, 2) * x.view(3, 1),
+    lambda x: tessera.where(x > 0, x ** 2, -x),
+]
+
+
+@pytest.mark.parametrize("f", GRADCHECK)
+def test_gradcheck_and_gradgradcheck(f):
+    x = tessera.tensor(X, requires_grad=True)
+    assert tessera.autograd.gradcheck(f, (x,))
+    assert tessera.autograd.gradgradcheck(f, (x,))
+
+
+def test_gradcheck_two_inputs():
+    a = tessera.tensor(X, requires_grad=True)
+    b = tessera.tensor(X[::-1].copy(), requires_grad=True)
+    assert tessera.autograd.gradcheck(lambda p, q: p * q.exp() + p / (q * q + 2), (a, b))
+    assert tessera.autograd.gradgradcheck(lambda p, q: p * q.exp(), (a, b))
+
+
+def test_gradcheck_detects_a_wrong_gradient():
+    class Wrong(tessera.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            return g  # should be 2 x g
+    x = tessera.tensor(X, requires_grad=True)
+    with pytest.raises(RuntimeError):
+        tessera.autograd.gradcheck(Wrong.apply, (x,))
+    assert tessera.autograd.gradcheck(Wrong.apply, (x,), raise_exception=False) is False

@@ -1,0 +1,76 @@
+"""Argument errors: non-tensor inputs, negative sizes, bad scalars, bad keywords."""
+from __future__ import annotations
+
+import pytest
+
+from tests.errors._check import raises_like_torch
+
+CASES = [
+    ("exp-list", lambda L: L.exp([1, 2]), ("exp", "list")),
+    ("sum-list", lambda L: L.sum([1.0, 2.0]), ("sum", "list")),
+    ("mean-none", lambda L: L.mean(None), ("mean", "NoneType")),
+    ("add-str", lambda L: L.ones(2) + "a", ("str",)),
+    ("radd-str", lambda L: "a" + L.ones(2), ("str",)),
+    ("mul-none", lambda L: L.ones(2) * None, ("NoneType",)),
+    ("add-list", lambda L: L.add(L.ones(2), [1, 2]), ("add", "list")),
+    ("add-bad-alpha", lambda L: L.add(L.ones(2), L.ones(2), alpha="a"), ("add",)),
+    ("zeros-negative", lambda L: L.zeros(-1), ("negative", "-1")),
+    ("zeros-negative-2d", lambda L: L.zeros(2, -3), ("negative", "-3")),
+    ("ones-negative-tuple", lambda L: L.ones((2, -1)), ("negative", "-1")),
+    ("empty-negative", lambda L: L.empty(-2), ("negative", "-2")),
+    ("full-negative", lambda L: L.full((-1,), 2.0), ("negative", "-1")),
+    ("randn-negative", lambda L: L.randn(-1), ("negative", "-1")),
+    ("zeros-float-size", lambda L: L.zeros(2.5), ("zeros", "float")),
+    ("zeros-str-size", lambda L: L.zeros("a"), ("zeros", "str")),
+    ("ones-none-size", lambda L: L.ones(2, None), ("ones",)),
+    ("full-str-value", lambda L: L.full((2,), "a"), ("full",)),
+    ("full-list-value", lambda L: L.full((2,), [1, 2]), ("full",)),
+    ("arange-zero-step", lambda L: L.arange(0, 10, 0), ("arange", "step")),
+    ("arange-wrong-sign", lambda L: L.arange(10, 0, 1), ("arange",)),
+    ("arange-nan", lambda L: L.arange(0, float("nan")), ("arange",)),
+    ("arange-str", lambda L: L.arange("a"), ("arange",)),
+    ("linspace-negative-steps", lambda L: L.linspace(0, 1, -1), ("linspace", "-1")),
+    ("linspace-float-steps", lambda L: L.linspace(0, 1, 2.5), ("linspace", "steps")),
+    ("eye-negative", lambda L: L.eye(-1), ("eye", "-1")),
+    ("eye-negative-m", lambda L: L.eye(2, -2), ("eye", "-2")),
+    ("view-str", lambda L: L.ones(2).view("a"), ("view",)),
+    ("reshape-float", lambda L: L.ones(2).reshape(2.0), ("reshape",)),
+    ("expand-str", lambda L: L.ones(2).expand("a"), ("expand",)),
+    ("clamp-no-bounds", lambda L: L.clamp(L.ones(2)), ("clamp", "min", "max")),
+    ("pow-str", lambda L: L.pow(L.ones(2), "a"), ("pow",)),
+    ("unexpected-keyword", lambda L: L.sum(L.ones(2), foo=1), ("foo",)),
+    ("missing-argument", lambda L: L.add(L.ones(2)), ("other",)),
+    ("tensor-of-str", lambda L: L.tensor("abc"), ("str",)),
+    ("tensor-ragged", lambda L: L.tensor([[1, 2], [3]]), ()),
+    ("tensor-none", lambda L: L.tensor(None), ()),
+    ("tensor-dict", lambda L: L.tensor({"a": 1}), ()),
+    ("from_numpy-list", lambda L: L.from_numpy([1, 2]), ("list",)),
+    ("to-bad-kwarg", lambda L: L.ones(2).to(foo=1), ("foo",)),
+    ("item-many", lambda L: L.ones(2).item(), ("2 elements",)),
+    ("float-many", lambda L: float(L.ones(2)), ("one element",)),
+    ("bool-many", lambda L: bool(L.ones(2)), ("ambiguous",)),
+    ("len-0d", lambda L: len(L.tensor(1.0)), ("0-d",)),
+    ("iter-0d", lambda L: iter(L.tensor(1.0)), ("0-d",)),
+    ("index-float-tensor", lambda L: [1, 2][L.tensor(1.0)], ("integer",)),
+    ("numpy-requires-grad", lambda L: L.ones(2, requires_grad=True).numpy(),
+     ("requires grad",)),
+    ("backward-nonscalar", lambda L: (L.ones(2, requires_grad=True) * 2).backward(),
+     ("scalar outputs",)),
+    ("backward-no-grad", lambda L: L.ones(2).sum().backward(), ("does not require grad",)),
+    ("inplace-leaf", lambda L: L.ones(2, requires_grad=True).add_(1), ("leaf Variable",)),
+    ("fill_-nonscalar", lambda L: L.ones(2).fill_(L.ones(2)), ("fill_", "1")),
+    ("dtype-bad-name", lambda L: L.ones(2, dtype="notatype"), ()),
+    ("repeat-negative", lambda L: L.ones(2).repeat(-1), ("repeat",)),
+    ("split-zero", lambda L: L.ones(4).split(0), ("split",)),
+    ("chunk-zero", lambda L: L.ones(4).chunk(0), ("chunk",)),
+    ("topk-too-big", lambda L: L.ones(3).topk(4), ("topk",)),
+    ("multinomial-negative", lambda L: L.multinomial(L.tensor([-1.0, 1.0]), 1),
+     ("multinomial",)),
+    ("unfold-size", lambda L: L.ones(3).unfold(0, 4, 1), ("unfold", "4")),
+    ("unfold-step", lambda L: L.ones(3).unfold(0, 2, 0), ("unfold", "step")),
+]
+
+
+@pytest.mark.parametrize("fn,needles", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_argument_errors(fn, needles):
+    raises_like_torch(fn, *needles)
