@@ -89,4 +89,4 @@ import builtins as _builtins  # noqa: E402
 
 builtins_bool, builtins_int = _builtins.bool, _builtins.int
 
-from tessera import nn  # noqa: E402  (torch.nn is reachable as an attribute, as in PyTorch)
+from tessera import nn, optim, utils  # noqa: E402  (reachable as attributes, as in PyTorch)

@@ -10,6 +10,7 @@ Every method that computes is one ``dispatch`` call (through the functions in
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 
 import numpy as np
@@ -96,7 +97,7 @@ class Tensor(TensorMethods):
             [6., 8.]])
     """
 
-    __slots__ = ("_data", "_shape", "_dtype", "_device", "_requires_grad", "grad", "grad_fn",
+    __slots__ = ("_data", "_shape", "_dtype", "_device", "_requires_grad", "_grad", "grad_fn",
                  "_output_nr", "_version", "_base", "_view_chain", "_grad_acc", "_hooks",
                  "_retains_grad", "_inference", "_view_version", "__dict__", "__weakref__")
 
@@ -130,7 +131,7 @@ class Tensor(TensorMethods):
         t._dtype = dtype
         t._device = dev
         t._requires_grad = False
-        t.grad = None
+        t._grad = None
         t.grad_fn = None
         t._output_nr = 0
         t._version = [0]
@@ -277,6 +278,37 @@ class Tensor(TensorMethods):
                                f"gradients (got {self._dtype})")
         self._requires_grad = bool(requires_grad)
         return self
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The gradient accumulated by ``backward`` (leaves, and non-leaves that
+        ``retain_grad()``)."""
+        g = self._grad
+        if g is None and self.grad_fn is not None and not self._retains_grad:
+            warnings.warn(_NON_LEAF_GRAD_WARNING, UserWarning, stacklevel=2)
+        return g
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError("assigned grad expected to be a Tensor or None but got grad of "
+                                f"type {type(value).__name__}")
+            if value._shape != self._shape:
+                raise RuntimeError(f"attempting to assign a gradient of size "
+                                   f"'{list(value._shape)}' to a tensor of size "
+                                   f"'{list(self._shape)}'. Please ensure that the gradient "
+                                   "and the tensor are the same size")
+            if value._dtype is not self._dtype:
+                raise RuntimeError(f"attempting to assign a gradient with dtype "
+                                   f"'{value._dtype}' to a tensor with dtype '{self._dtype}'. "
+                                   "The gradient must match the tensor's dtype")
+            if value._device != self._device:
+                raise RuntimeError(f"attempting to assign a gradient with device type "
+                                   f"'{value._device.type}' to a tensor with device type "
+                                   f"'{self._device.type}'. Please ensure that the gradient "
+                                   "and the tensor are on the same device")
+        self._grad = value
 
     @property
     def is_leaf(self) -> bool:
@@ -644,6 +676,13 @@ class Tensor(TensorMethods):
     def __setitem__(self, key, value) -> None:
         _OPS["setitem"](self, key, value)
 
+
+_NON_LEAF_GRAD_WARNING = (
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
+    "attribute won't be populated during autograd.backward(). If you indeed want the .grad "
+    "field to be populated for a non-leaf Tensor, use .retain_grad() on the non-leaf Tensor. "
+    "If you access the non-leaf Tensor by mistake, make sure you access the leaf Tensor "
+    "instead.")
 
 _TYPE_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
                "bfloat16": "BFloat16Tensor", "int64": "LongTensor", "int32": "IntTensor",

@@ -265,6 +265,7 @@ class TensorMethods:
     inner = _method("inner")
     addmm_ = _inplace("addmm")
     baddbmm_ = _inplace("baddbmm")
+    addmv_, addbmm_ = _inplace("addmv"), _inplace("addbmm")
     # shape and movement
     view = _method("view")
     view_as = _method("view_as")

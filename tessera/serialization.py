@@ -37,7 +37,7 @@ import pickle
 import struct
 import tempfile
 from collections.abc import Callable, Iterable
-from typing import IO, Any, Union
+from typing import IO, Any
 
 import numpy as np
 
@@ -48,10 +48,11 @@ from tessera.device import device as Device
 __all__ = ["save", "load", "save_file", "load_file", "add_safe_globals",
            "get_safe_globals", "clear_safe_globals", "safe_globals"]
 
-FileLike = Union[str, os.PathLike, IO[bytes]]
+FileLike = str | os.PathLike | IO[bytes]
 
 _FORMAT = "tessera"
 _VERSION = "1"
+_DIGEST_KEY = "tessera.sha256"
 _PICKLE_PROTOCOL = 4
 _CHUNK = 1 << 24  # bytes written per call, so a huge checkpoint is not one giant write
 
@@ -231,7 +232,7 @@ class _Saver:
 
     def __init__(self) -> None:
         self.entries: list[dict] = []        # the tensor table
-        self._arrays: list[np.ndarray] = []  # the data of each entry (None for meta)
+        self._arrays: list[np.ndarray | None] = []  # the data of each entry (None for meta)
         self._paths: list[str] = []
         self._by_id: dict[int, int] = {}     # id(tensor or array) -> entry index
         self._keep: list = []                # keeps ids valid while saving
@@ -321,14 +322,15 @@ class _Saver:
 
     def layout_storages(self) -> None:
         """Give every entry its storage: one per group of entries sharing memory."""
-        groups: dict[int, list[int]] = {}
+        groups: dict[int, list[tuple[int, np.ndarray]]] = {}
         for i, arr in enumerate(self._arrays):
             if arr is None:
                 self.entries[i]["storage"] = None
             else:
-                groups.setdefault(id(_root_array(arr)), []).append(i)
-        for members in groups.values():
-            arrs = [self._arrays[i] for i in members]
+                groups.setdefault(id(_root_array(arr)), []).append((i, arr))
+        for group in groups.values():
+            members = [i for i, _ in group]
+            arrs = [a for _, a in group]
             root = _root_array(arrs[0])
             same_view = all(_view_key(a) == _view_key(arrs[0]) for a in arrs)
             if same_view:
@@ -392,11 +394,13 @@ class _Pickler(pickle.Pickler):
         return None
 
 
-def _digest(structure: str, items: Iterable[tuple[str, str, list, Any]]) -> str:
-    """SHA-256 over the structure and every stored tensor's name, dtype, shape and bytes
-    (``data`` is any C-contiguous buffer)."""
+def _digest(metadata: dict, items: Iterable[tuple[str, str, list, Any]]) -> str:
+    """SHA-256 over the metadata (all but the digest itself: the structure, the format
+    fields) and every stored tensor's name, dtype, shape and bytes (``data`` is any
+    C-contiguous buffer)."""
     h = hashlib.sha256(b"tessera-checkpoint-1\0")
-    h.update(structure.encode())
+    fields = sorted((k, v) for k, v in metadata.items() if k != _DIGEST_KEY)
+    h.update(json.dumps(fields).encode())
     for name, code, shape, data in sorted(items, key=lambda it: it[0]):
         view = memoryview(data).cast("B")
         h.update(f"\0{name}\0{code}\0{list(shape)}\0{view.nbytes}\0".encode())
@@ -424,10 +428,9 @@ def _serialize(obj: Any) -> bytes:
     saver.layout_storages()
     structure = json.dumps({"version": 1, "root": root, "tensors": saver.entries},
                            separators=(",", ":"), allow_nan=False)
-    digest = _digest(structure, ((n, _code(a), list(a.shape), _raw_bytes(a))
-                                 for n, a in saver.storages.items()))
-    metadata = {"format": _FORMAT, "tessera.version": _VERSION,
-                "tessera.structure": structure, "tessera.sha256": digest}
+    metadata = {"format": _FORMAT, "tessera.version": _VERSION, "tessera.structure": structure}
+    metadata[_DIGEST_KEY] = _digest(metadata, ((n, _code(a), list(a.shape), _raw_bytes(a))
+                                               for n, a in saver.storages.items()))
     return safetensors.numpy.save(saver.storages, metadata=metadata)
 
 
@@ -612,7 +615,7 @@ class _Loader:
             import tessera
             t = tessera.empty(e["shape"], dtype=dt, device="meta")
         else:
-            t = Tensor._from_numpy(self._array(e, dt.np))
+            t = Tensor._from_numpy(self._array(e, np.dtype(dt.np)))
             t = self._place(t, e.get("device", "cpu"))
         if kind == "parameter":
             from tessera.nn.parameter import Parameter
@@ -693,17 +696,18 @@ class _Loader:
 
 
 def _load_tessera(meta: dict, data: bytes, map_location, weights_only, where) -> Any:
-    for key in ("tessera.structure", "tessera.sha256"):
+    for key in ("tessera.structure", _DIGEST_KEY):
         if not isinstance(meta.get(key), str):
             raise _Corrupt(f"{where}: corrupted checkpoint: metadata field {key!r} is missing")
     raw = _deserialize(data, where)
-    structure_text = meta["tessera.structure"]
-    digest = _digest(structure_text, ((n, code, shape, buf)
-                                      for n, (code, shape, buf) in raw.items()))
-    if digest != meta["tessera.sha256"]:
+    digest = _digest(meta, ((n, code, shape, buf) for n, (code, shape, buf) in raw.items()))
+    if digest != meta[_DIGEST_KEY]:
         raise _Corrupt(f"{where}: corrupted checkpoint: the checksum does not match the "
                        "content (the file was modified or damaged)")
-    structure = json.loads(structure_text)
+    if meta.get("tessera.version") != _VERSION:
+        raise RuntimeError(f"{where}: checkpoint format version {meta.get('tessera.version')!r}"
+                           f" is not supported by this tessera (it reads version {_VERSION})")
+    structure = json.loads(meta["tessera.structure"])
     storages = {name: buf for name, (_, _, buf) in raw.items()}
     # the checksum matched, so errors past this point are not corruption and propagate
     return _Loader(structure, storages, map_location, weights_only, where).decode(

@@ -178,10 +178,10 @@ def _pre_hooks(node, got: dict) -> dict:
             t = ref()
             if t is not None and nr in got:
                 g = got[nr]
-                if t.grad is None:
-                    t.grad = g if g.requires_grad else g.detach().clone()
+                if t._grad is None:
+                    t._grad = g if g.requires_grad else g.detach().clone()
                 else:
-                    t.grad = t.grad + g
+                    t._grad = t._grad + g
     return got
 
 

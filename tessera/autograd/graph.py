@@ -171,16 +171,16 @@ class AccumulateGrad:
             new = hook(grad)
             if new is not None:
                 grad = new
-        if var.grad is None:
+        if var._grad is None:
             # Always own the buffer: grad rules may hand the same tensor to several inputs,
             # or a broadcast view, and optimizers later update .grad in place.
-            var.grad = grad if grad.requires_grad else grad.detach().clone()
+            var._grad = grad if grad.requires_grad else grad.detach().clone()
         elif grad.requires_grad:
-            var.grad = var.grad + grad  # create_graph: keep the sum differentiable
+            var._grad = var._grad + grad  # create_graph: keep the sum differentiable
         else:
             from tessera.autograd.grad_mode import no_grad
             with no_grad():
-                var.grad = var.grad + grad
+                var._grad = var._grad + grad
         for hook in getattr(var, "_post_accumulate_hooks", None) or ():
             hook(var)
 

@@ -96,8 +96,10 @@ class MNIST(Dataset):
         self.transform = transform
         self.target_transform = target_transform
         prefix = "train" if train else "t10k"
-        images = self._load(f"{prefix}-images-idx3-ubyte", _IMAGES_MAGIC, 3, download)
-        labels = self._load(f"{prefix}-labels-idx1-ubyte", _LABELS_MAGIC, 1, download)
+        stems = (f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte")
+        paths = [self._locate(stem, download) for stem in stems]  # all present, then read
+        images = self._load(paths[0], stems[0], _IMAGES_MAGIC, 3)
+        labels = self._load(paths[1], stems[1], _LABELS_MAGIC, 1)
         if len(images) != len(labels):
             raise ValueError(f"MNIST: {len(images)} images but {len(labels)} labels in "
                              f"{self.root}")
@@ -113,7 +115,7 @@ class MNIST(Dataset):
     def _folders(self) -> list[str]:
         return [self.root, os.path.join(self.root, "MNIST", "raw")]
 
-    def _load(self, stem: str, magic: int, ndim: int, download: bool) -> np.ndarray:
+    def _locate(self, stem: str, download: bool) -> str:
         folders = self._folders()
         path = _find(folders, stem)
         if path is None:
@@ -122,6 +124,9 @@ class MNIST(Dataset):
             raise FileNotFoundError(
                 f"MNIST: file {stem!r} (or {stem.replace('-idx', '.idx')!r}, raw or .gz) not "
                 f"found in {' or '.join(folders)}; put the four MNIST IDX files there{hint}")
+        return path
+
+    def _load(self, path: str, stem: str, magic: int, ndim: int) -> np.ndarray:
         data = _read(path)
         expected = self.md5s.get(stem)
         if expected is not None:

@@ -173,7 +173,7 @@ def _matmul_grad(ctx, g):
         bt = _conj(transpose(b2, -1, -2))
         if a2.dim() == 2 and b2.dim() > 2:  # fold the batch into the contraction
             n, k = a2.shape
-            r = numel(g2.shape) // n if n else numel(g2.shape[:-2]) * g2.shape[-1]
+            r = numel(g2.shape[:-2]) * g2.shape[-1]
             ga = matmul(reshape(movedim(g2, -2, 0), (n, r)), reshape(bt, (r, k)))
         else:
             ga = sum_to(matmul(g2, bt), tuple(a2.shape))

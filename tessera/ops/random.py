@@ -204,7 +204,8 @@ def _rand_infer(shape, dtype, generator, device=None):
 
 
 def _randn_infer(shape, dtype, generator, device=None):
-    _floating_only(dtype, "normal_kernel_cpu")
+    if 0 not in shape:  # like PyTorch, whose dtype check is in the kernel it skips when empty
+        _floating_only(dtype, "normal_kernel_cpu")
     return Meta(shape, dtype)
 
 
@@ -217,6 +218,9 @@ _RANDN = defop("randn", _randn_infer,
 
 
 def _factory(op, name, size, generator, out, dtype, device, requires_grad, **attrs):
+    if not size:
+        raise TypeError(f"{name}() received an invalid combination of arguments - got no "
+                        f"size, but expected (tuple of ints size, *, Generator generator, ...)")
     shape = size_args(name, size)
     dt = D.as_dtype(dtype) if dtype is not None else (
         out.dtype if out is not None else D.get_default_dtype())
@@ -228,15 +232,27 @@ def _factory(op, name, size, generator, out, dtype, device, requires_grad, **att
 
 
 def rand(*size, generator=None, out=None, dtype=None, layout=None, device=None,
-         requires_grad=False, pin_memory=False) -> Tensor:
+         requires_grad=False, pin_memory=False, **kwargs) -> Tensor:
     """Uniform samples in [0, 1): ``rand(2, 3)`` or ``rand((2, 3), generator=g)``."""
+    size = _size_kwarg("rand", size, kwargs)
     return _factory(_RAND, "rand", size, generator, out, dtype, device, requires_grad)
 
 
 def randn(*size, generator=None, out=None, dtype=None, layout=None, device=None,
-          requires_grad=False, pin_memory=False) -> Tensor:
+          requires_grad=False, pin_memory=False, **kwargs) -> Tensor:
     """Standard normal samples: ``randn(2, 3)``."""
+    size = _size_kwarg("randn", size, kwargs)
     return _factory(_RANDN, "randn", size, generator, out, dtype, device, requires_grad)
+
+
+def _size_kwarg(name: str, size: tuple, kwargs: dict) -> tuple:
+    """``rand(size=(2, 3))``: PyTorch also takes the size as a keyword."""
+    if not kwargs:
+        return size
+    if set(kwargs) != {"size"} or size:
+        raise TypeError(f"{name}() got an unexpected keyword argument "
+                        f"'{next(k for k in kwargs if k != 'size' or size)}'")
+    return (tuple(kwargs["size"]),)
 
 
 def _like(input, name):
@@ -271,13 +287,13 @@ def _int_bounds(dt: D.dtype) -> tuple[int, int] | None:
 
 def _check_range(low: int, high: int, dt: D.dtype) -> None:
     """``[low, high)`` must be non-empty and representable (PyTorch's random_ checks)."""
+    b = _int_bounds(dt)
+    if b is not None and not b[0] <= low <= b[1]:
+        raise RuntimeError(f"from is out of bounds for {_CNAME[dt.name]}")
     if low >= high:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} "
                            f">= to={high}")
-    b = _int_bounds(dt)
     if b is not None:
-        if not b[0] <= low <= b[1]:
-            raise RuntimeError(f"from is out of bounds for {_CNAME[dt.name]}")
         if not b[0] <= high - 1 <= b[1]:
             raise RuntimeError(f"to - 1 is out of bounds for {_CNAME[dt.name]}")
 
@@ -308,23 +324,23 @@ def _int_arg(name: str, v) -> int:
 def randint(*args, size=None, low=None, high=None, generator=None, out=None, dtype=None,
             layout=None, device=None, requires_grad=False, pin_memory=False) -> Tensor:
     """Integers uniform in [low, high): ``randint(10, (3,))``, ``randint(2, 5, (3,))``."""
-    args = list(args)
+    rest = list(args)
     if size is None:
-        if not args:
+        if not rest:
             raise TypeError("randint(): missing required argument 'size'")
-        size = args.pop()
+        size = rest.pop()
         if not isinstance(size, (tuple, list)):
-            raise TypeError(f"randint(): argument 'size' (position {len(args) + 1}) must be "
+            raise TypeError(f"randint(): argument 'size' (position {len(rest) + 1}) must be "
                             f"tuple of ints, not {type(size).__name__}")
-    if len(args) == 2:
-        low, high = args
-    elif len(args) == 1:
+    if len(rest) == 2:
+        low, high = rest
+    elif len(rest) == 1:
         if high is None:
-            high = args[0]
+            high = rest[0]
         else:
-            low = args[0]
-    elif args:
-        raise TypeError(f"randint() takes at most 3 positional arguments ({len(args) + 1} "
+            low = rest[0]
+    elif rest:
+        raise TypeError(f"randint() takes at most 3 positional arguments ({len(rest) + 1} "
                         f"given)")
     if high is None:
         raise TypeError("randint(): missing required argument 'high'")
@@ -385,7 +401,8 @@ def _normal_infer(mean, std, generator, shape=None, dtype=None, device=None):
         out = Meta(m.shape, m.dtype)
     else:
         out = Meta(shape, dtype)
-    _floating_only(out.dtype, "normal_kernel_cpu")
+    if 0 not in out.shape:
+        _floating_only(out.dtype, "normal_kernel_cpu")
     if not ts and std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {_fmt(std)}")
     return out
@@ -533,7 +550,7 @@ def _poisson_infer(x, generator):
 def _poisson_kernel(x, generator):
     if (x < 0).any():
         raise RuntimeError("invalid Poisson rate, expected rate to be non-negative")
-    return generator._np.poisson(x.astype(np.float64)).astype(x.dtype)
+    return np.asarray(generator._np.poisson(x.astype(np.float64))).astype(x.dtype)
 
 
 _POISSON = defop("poisson", _poisson_infer, _poisson_kernel, grad=_zero_grads, save=())

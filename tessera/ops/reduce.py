@@ -583,65 +583,67 @@ def _select_grad(g: Tensor, idx: Tensor, shape, dim, keepdim: bool) -> Tensor:
     return E.where(pos == idx, g, 0.0)
 
 
-def _indexed(name: str, argf, check=None, whole=None):
-    """An op returning (values, indices) over one dim (``whole`` computes the no-dim form,
-    a single value); ``argf(a, axis, **attrs)`` gives the indices in keepdim shape."""
-    def infer(x, dim=None, keepdim=False, **kw):
+def _indexed(name: str, argf, check=None):
+    """An op returning (values, indices) over one dim; ``argf(a, axis, **attrs)`` gives the
+    indices in keepdim shape. The gradient goes to the returned index."""
+    def infer(x, dim, keepdim=False, **kw):
         if check is not None:
             check(x, dim, **kw)
-        if dim is None:
-            return Meta((), x.dtype)
-        d = _one_dim(name, dim, x.shape)
+        d = _one_dim(name.removesuffix("_dim"), dim, x.shape)
         shape = reduced_shape(x.shape, () if d is None else (d,), keepdim)
         return Meta(shape, x.dtype), Meta(shape, D.int64)
 
-    def cpu(x, dim=None, keepdim=False, **kw):
-        if dim is None:
-            return whole(x)
+    def cpu(x, dim, keepdim=False, **kw):
         return _take(x, lambda a, d: argf(a, d, **kw), dim, keepdim)
 
     def grad(ctx, g, gi=None):
-        if ctx.attrs.get("dim") is None:
-            return (_evenly(g, ctx.inputs[0], ctx.outputs[0]),)
         return (_select_grad(g, ctx.outputs[1], ctx.input_metas[0].shape, ctx.attrs["dim"],
                              ctx.attrs.get("keepdim", False)),)
-    save = ("inputs", "outputs") if whole is not None else ("outputs",)
-    return defop(name, infer, cpu, grad=grad, save=save, nondiff_outputs=(1,))
+    return defop(name, infer, cpu, grad=grad, save=("outputs",), nondiff_outputs=(1,))
+
+
+def _whole(name: str, kernel, check=None):
+    """The no-dim form of max/min/median: one value; equal elements share the gradient."""
+    def infer(x):
+        if check is not None:
+            check(x, None)
+        return Meta((), x.dtype)
+    return defop(name, infer, kernel, save=("inputs", "outputs"),
+                 grad=lambda ctx, g: (_evenly(g, ctx.inputs[0], ctx.outputs[0]),))
 
 
 def _extremum_check(name):
     def check(x, dim):
-        if dim is None:
-            _no_empty(name, x, None, ())
+        _no_empty(name, x, None, ())
     return check
 
 
-_MAX = _indexed("max", lambda a, d: np.argmax(a, axis=d, keepdims=True), _extremum_check("max"),
-                np.max)
-_MIN = _indexed("min", lambda a, d: np.argmin(a, axis=d, keepdims=True), _extremum_check("min"),
-                np.min)
+_MAX = _whole("max", np.max, _extremum_check("max"))
+_MIN = _whole("min", np.min, _extremum_check("min"))
+_MAX_DIM = _indexed("max_dim", lambda a, d: np.argmax(a, axis=d, keepdims=True))
+_MIN_DIM = _indexed("min_dim", lambda a, d: np.argmin(a, axis=d, keepdims=True))
 
 
-def _extremum_call(op, name, kind, binary, input, dim, keepdim, out):
+def _extremum_call(ops, name, kind, binary, input, dim, keepdim, out):
     ensure_tensor(name, input)
     if isinstance(dim, Tensor):  # max(a, b) is maximum(a, b)
         return binary(input, dim, out=out)
     if dim is None:
         if keepdim:
             raise TypeError(f"{name}(): keepdim=True needs a dim to reduce")
-        return call(op, input, out=out)
-    return _named(kind, dispatch(op, input, dim=dim, keepdim=keepdim), out)
+        return call(ops[0], input, out=out)
+    return _named(kind, dispatch(ops[1], input, dim=dim, keepdim=keepdim), out)
 
 
 def max(input, dim=None, keepdim: bool = False, *, out=None):
     """The largest element; with ``dim``, ``(values, indices)`` (first index among ties);
     with a tensor, the elementwise ``maximum``."""
-    return _extremum_call(_MAX, "max", return_types.max, E.maximum, input, dim, keepdim, out)
+    return _extremum_call((_MAX, _MAX_DIM), "max", return_types.max, E.maximum, input, dim, keepdim, out)
 
 
 def min(input, dim=None, keepdim: bool = False, *, out=None):
     """The smallest element; with ``dim``, ``(values, indices)``; with a tensor, ``minimum``."""
-    return _extremum_call(_MIN, "min", return_types.min, E.minimum, input, dim, keepdim, out)
+    return _extremum_call((_MIN, _MIN_DIM), "min", return_types.min, E.minimum, input, dim, keepdim, out)
 
 
 def _amax_grad(ctx, g):

@@ -22,7 +22,7 @@ from tessera._tensor import Tensor
 from tessera.ops import elementwise as E
 from tessera.ops._util import call, ensure_tensor, numel, wrap_dim
 from tessera.ops.reduce import (_acc_np, _dt, _indexed, _long_dtype, _named, _one_dim,
-                                reduced_shape, return_types, sum)
+                                _whole, reduced_shape, return_types, sum)
 from tessera.ops.registry import Meta, defop
 
 __all__ = ["median", "nanmedian", "mode", "kthvalue", "quantile", "nanquantile", "cumsum",
@@ -70,28 +70,31 @@ def _median_all(ignore_nan: bool):
     return whole
 
 
-_MEDIAN = _indexed("median", _median_idx(False), _no_bool("median"), _median_all(False))
-_NANMEDIAN = _indexed("nanmedian", _median_idx(True), _no_bool("nanmedian"), _median_all(True))
+_MEDIAN = _whole("median", _median_all(False), _no_bool("median"))
+_NANMEDIAN = _whole("nanmedian", _median_all(True), _no_bool("nanmedian"))
+_MEDIAN_DIM = _indexed("median_dim", _median_idx(False), _no_bool("median"))
+_NANMEDIAN_DIM = _indexed("nanmedian_dim", _median_idx(True), _no_bool("nanmedian"))
 
 
-def _median_call(op, name, kind, input, dim, keepdim, out):
+def _median_call(ops, name, kind, input, dim, keepdim, out):
     ensure_tensor(name, input)
     if dim is None:
         if keepdim:
             raise TypeError(f"{name}() missing 1 required positional arguments: \"dim\"")
-        return call(op, input, out=out)
-    return _named(kind, dispatch(op, input, dim=dim, keepdim=keepdim), out)
+        return call(ops[0], input, out=out)
+    return _named(kind, dispatch(ops[1], input, dim=dim, keepdim=keepdim), out)
 
 
 def median(input, dim=None, keepdim: bool = False, *, out=None):
     """The lower median; with ``dim``, ``(values, indices)``. NaN if the input holds one."""
-    return _median_call(_MEDIAN, "median", return_types.median, input, dim, keepdim, out)
+    return _median_call((_MEDIAN, _MEDIAN_DIM), "median", return_types.median, input, dim,
+                        keepdim, out)
 
 
 def nanmedian(input, dim=None, keepdim: bool = False, *, out=None):
     """The lower median of the non-NaN elements; with ``dim``, ``(values, indices)``."""
-    return _median_call(_NANMEDIAN, "nanmedian", return_types.nanmedian, input, dim, keepdim,
-                        out)
+    return _median_call((_NANMEDIAN, _NANMEDIAN_DIM), "nanmedian", return_types.nanmedian,
+                        input, dim, keepdim, out)
 
 
 def _mode_idx(a, d):

@@ -61,7 +61,7 @@ class ReduceLROnPlateau(LRScheduler):
         self.cooldown_counter = 0
         self.num_bad_epochs = 0
 
-    def step(self, metrics: SupportsFloat, epoch=None) -> None:
+    def step(self, metrics: SupportsFloat, epoch=None) -> None:  # type: ignore[override]
         """Record one epoch's metric and reduce the lr if it has plateaued."""
         current = float(metrics)
         if epoch is None:

@@ -148,13 +148,13 @@ class LBFGS(Optimizer):
         if len(self.param_groups) != 1:
             raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
         self._params = self.param_groups[0]["params"]
-        self._numel_cache = None
+        self._numel_cache: int | None = None
 
     def _numel(self) -> int:
         if self._numel_cache is None:
             self._numel_cache = sum(2 * p.numel() if p.is_complex() else p.numel()
                                     for p in self._params)
-        return self._numel_cache
+        return self._numel_cache  # type: ignore[return-value]
 
     def _gather_flat_grad(self) -> Tensor:
         from tessera.ops.shape import cat

@@ -174,6 +174,8 @@ class _LambdaStateMixin:
     """state_dict of lambda schedulers: plain functions are dropped, callable objects keep
     their ``__dict__`` (PyTorch's rule)."""
 
+    lr_lambdas: list
+
     def state_dict(self) -> dict[str, Any]:
         sd = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "lr_lambdas")}
         sd["lr_lambdas"] = [None if isinstance(fn, types.FunctionType) else fn.__dict__.copy()
@@ -395,6 +397,8 @@ class CosineAnnealingLR(LRScheduler):
 class _ComposedStateMixin:
     """state_dict of schedulers made of schedulers: each inner one saves its own."""
 
+    _schedulers: Sequence[LRScheduler]
+
     def state_dict(self) -> dict[str, Any]:
         sd = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
         sd["_schedulers"] = [s.state_dict() for s in self._schedulers]
@@ -457,7 +461,7 @@ class SequentialLR(_ComposedStateMixin, LRScheduler):
         elif hasattr(scheds, "last_epoch"):
             scheds.last_epoch -= 1
 
-    def step(self) -> None:
+    def step(self) -> None:  # type: ignore[override]
         self.last_epoch += 1
         idx = bisect_right(self._milestones, self.last_epoch)
         scheduler = self._schedulers[idx]
@@ -483,15 +487,15 @@ class ChainedScheduler(_ComposedStateMixin, LRScheduler):
         self.optimizer = optimizer
         self._last_lr = _param_groups_val_list(self._schedulers[-1].optimizer, "lr")
 
-    def step(self) -> None:
+    def step(self) -> None:  # type: ignore[override]
         for scheduler in self._schedulers:
             scheduler.step()
         self._last_lr = _param_groups_val_list(self._schedulers[-1].optimizer, "lr")
 
 
-from tessera.optim._plateau import ReduceLROnPlateau  # noqa: E402
 from tessera.optim._cyclic import (  # noqa: E402
     CosineAnnealingWarmRestarts,
     CyclicLR,
     OneCycleLR,
 )
+from tessera.optim._plateau import ReduceLROnPlateau  # noqa: E402

@@ -175,6 +175,13 @@ class Optimizer:
     ``defaults``: the hyper-parameters a group takes when it does not give them.
     """
 
+    _optimizer_step_pre_hooks: OrderedDict[int, Callable]
+    _optimizer_step_post_hooks: OrderedDict[int, Callable]
+    _optimizer_state_dict_pre_hooks: OrderedDict[int, Callable]
+    _optimizer_state_dict_post_hooks: OrderedDict[int, Callable]
+    _optimizer_load_state_dict_pre_hooks: OrderedDict[int, Callable]
+    _optimizer_load_state_dict_post_hooks: OrderedDict[int, Callable]
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         step = cls.__dict__.get("step")
@@ -414,5 +421,6 @@ def _cast(param: Tensor, value, param_id=None, param_groups=None, key=None):
     if isinstance(value, dict):
         return {k: _cast(param, v, param_id, param_groups, key=k) for k, v in value.items()}
     if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
-        return type(value)(_cast(param, v, param_id, param_groups) for v in value)
+        return type(value)(_cast(param, v, param_id, param_groups)  # type: ignore[call-arg]
+                           for v in value)
     return value

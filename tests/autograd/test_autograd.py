@@ -428,7 +428,9 @@ def test_non_leaf_grad_is_none():
     x = tessera.ones(2, requires_grad=True)
     y = x * 2
     y.sum().backward()
-    assert y.grad is None and x.grad is not None
+    with pytest.warns(UserWarning):
+        assert y.grad is None
+    assert x.grad is not None
 
 
 # ---- hooks ---------------------------------------------------------------------------------
@@ -984,3 +986,38 @@ def test_gradcheck_detects_a_wrong_gradient():
     with pytest.raises(RuntimeError):
         tessera.autograd.gradcheck(Wrong.apply, (x,))
     assert tessera.autograd.gradcheck(Wrong.apply, (x,), raise_exception=False) is False
+
+
+# ---- the .grad attribute --------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [
+    lambda L: L.ones(3), lambda L: L.ones(2, dtype=L.int64), lambda L: 3,
+    lambda L: L.ones(2, dtype=L.float64), lambda L: L.ones(1, 2),
+    lambda L: L.ones(2, device="meta"),
+], ids=["size", "int-dtype", "not-a-tensor", "double", "shape", "device"])
+def test_assigning_a_bad_grad_raises(value):
+    def fn(L):
+        x = L.ones(2, requires_grad=True)
+        x.grad = value(L)
+    same(fn)
+
+
+def test_assigning_grad():
+    x = tessera.ones(2, requires_grad=True)
+    x.grad = tessera.tensor([1.0, 2.0])
+    (x * 3).sum().backward()
+    assert x.grad.tolist() == [4.0, 5.0]
+    x.grad = None
+    assert x.grad is None
+
+
+def test_non_leaf_grad_access_warns_like_torch():
+    for L in (tessera, torch):
+        y = L.ones(2, requires_grad=True) * 2
+        with pytest.warns(UserWarning, match="not a leaf"):
+            assert y.grad is None
+        y.retain_grad()
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert y.grad is None

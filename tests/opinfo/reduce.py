@@ -109,6 +109,7 @@ def double_backward(fn):
 
 
 def dbl(name, fn, samples, **kw):
+    kw.setdefault("gradcheck", False)  # the first derivative needs inputs requiring grad
     return OpInfo(name, double_backward(fn), samples, dtypes=(np.float64,), meta=False,
                   noncontiguous=False, **kw)
 
@@ -138,21 +139,27 @@ register(
 )
 
 # ---- var, std and their _mean forms ------------------------------------------------------
-VAR_SAMPLES = chain(reduce_samples(), reduce_samples(correction=0, shapes=INT_DIMS[2:5]),
-                    reduce_samples(correction=2, shapes=INT_DIMS[2:5]),
-                    reduce_samples(unbiased=False, shapes=INT_DIMS[2:5]),
+BIG = [((5,), (NONE, -1)), ((3, 4), (NONE, -2)), ((2, 3, 4), (NONE, -1, (0, 2)))]
+VAR_SAMPLES = chain(reduce_samples(), reduce_samples(correction=0, shapes=BIG),
+                    reduce_samples(correction=2, shapes=BIG),
+                    reduce_samples(unbiased=False, shapes=BIG),
                     fixed(([[1., 2., 4.], [3., 3., 3.]], dict(dim=1)),
                           ([5.0], {}), ([5.0], dict(dim=0, correction=0))))
+# N - correction <= 0: infinite or NaN results and gradients, as in PyTorch
+VAR_DEGENERATE = fixed(([1., 2.], dict(correction=2)), ([1., 2.], dict(correction=3)),
+                       ([[1., 2.], [3., 3.]], dict(dim=1, correction=2)),
+                       ([[1., 2.], [3., 3.]], dict(dim=1, correction=3)),
+                       ([3., 3.], dict(correction=2.5)))
 for _name in ("var", "std", "var_mean", "std_mean"):
-    register(OpInfo(_name, call(_name), VAR_SAMPLES, dtypes=FI))
+    register(OpInfo(_name, call(_name), VAR_SAMPLES, dtypes=FI),
+             OpInfo(f"{_name}_degenerate", call(_name), VAR_DEGENERATE, covers=(_name,),
+                    gradcheck=False))
 register(
     OpInfo("var_positional", lambda L, x: (x.var(1, False, True), L.std(x, 0, True),
                                            x.var(False), L.std(x, True)),
            fixed(([[1., 2., 4.], [3., 5., 8.]], {})), covers=("var", "std")),
-    dbl("var_double_backward", call("var"), reduce_samples(shapes=INT_DIMS[2:5]),
-        covers=("var",)),
-    dbl("std_double_backward", call("std"), reduce_samples(shapes=INT_DIMS[2:5]),
-        covers=("std",)),
+    dbl("var_double_backward", call("var"), reduce_samples(shapes=BIG), covers=("var",)),
+    dbl("std_double_backward", call("std"), reduce_samples(shapes=BIG), covers=("std",)),
 )
 
 # ---- logsumexp and norm ------------------------------------------------------------------
@@ -217,7 +224,7 @@ for _name in ("max", "min"):
     register(
         OpInfo(_name, call(_name), reduce_samples(distinct, ONE_DIM), dtypes=FIB),
         OpInfo(f"{_name}_method", method(_name), reduce_samples(distinct, ONE_DIM[3:5]),
-               dtypes=FIB, covers=(_name,)),
+               dtypes=FIB, covers=(_name, f"{_name}_dim")),
         OpInfo(f"{_name}_ties", call(_name), chain(reduce_samples(ties, TIES),
                                                    reduce_samples(with_nan, TIES)),
                dtypes=FI, covers=(_name,), gradcheck=False),
@@ -226,7 +233,7 @@ for _name in ("max", "min"):
                                 for s1, s2 in [((3, 4), (3, 4)), ((3, 4), (4,)), ((), (2,))]),
                dtypes=FI, covers=("maximum" if _name == "max" else "minimum",)),
         dbl(f"{_name}_double_backward", call(_name), reduce_samples(distinct, ONE_DIM[2:5]),
-            covers=(_name,)),
+            covers=(_name, f"{_name}_dim")),
     )
 for _name in ("amax", "amin"):
     register(
@@ -239,7 +246,7 @@ for _name in ("amax", "amin"):
                                                    reduce_samples(with_nan, TIES)),
                dtypes=FI, covers=(_name,), gradcheck=False),
         dbl(f"{_name}_double_backward", call(_name), reduce_samples(ties, TIES),
-            covers=(_name,), gradcheck=False),
+            covers=(_name,)),
     )
 register(
     OpInfo("aminmax", lambda L, x, **kw: L.aminmax(x, **kw),

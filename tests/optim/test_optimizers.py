@@ -451,3 +451,32 @@ def test_no_warnings_in_a_plain_step():
         warnings.simplefilter("error")
         loss_fn(params).backward()
         opt.step()
+
+
+def test_user_defined_optimizer_subclass():
+    """A PyTorch-style custom optimizer (defaults, state, no_grad step) runs the same on both,
+    and its step hooks fire once even when its step calls super().step()-like helpers."""
+    def make(L):
+        class SignSGD(L.optim.Optimizer):
+            def __init__(self, params, lr=0.01):
+                super().__init__(params, {"lr": lr})
+
+            @L.no_grad()
+            def step(self, closure=None):
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        if p.grad is not None:
+                            n = self.state[p].setdefault("n", 0)
+                            self.state[p]["n"] = n + 1
+                            p.add_(p.grad.sign(), alpha=-group["lr"])
+        return SignSGD
+    trajs, counts = [], []
+    for L in (tessera, torch):
+        params = make_params(L, "float64")
+        opt = make(L)(params, lr=0.05)
+        calls = []
+        opt.register_step_post_hook(lambda *a: calls.append(1))
+        trajs.append(_steps(opt, params, 5))
+        counts.append((len(calls), opt.state_dict()["state"]))
+    _assert_traj(trajs[0], trajs[1], "float64")
+    assert counts[0] == counts[1]

@@ -153,6 +153,8 @@ def default_convert(data):
     if elem_type.__module__ == "numpy" and elem_type.__name__ not in ("str_", "bytes_"):
         if isinstance(data, np.ndarray) and _STR_OBJ_DTYPE.search(data.dtype.str) is not None:
             return data
+        if isinstance(data, np.generic):  # keep the scalar's own dtype (np.float64 -> float64)
+            return tessera.from_numpy(np.asarray(data))
         return tessera.as_tensor(data)
     if isinstance(data, collections.abc.Mapping):
         items = {key: default_convert(data[key]) for key in data}

@@ -243,8 +243,12 @@ def _serve(args, worker_id, index_queue, data_queue, done_event, fetcher, init_e
             data_queue.put((r, _dumps(None)))
             iteration_end = False
             if args.iterable and init_error is None:
-                fetcher = create_fetcher(True, args.dataset, args.auto_collation,
-                                         args.collate_fn, args.drop_last)
+                try:
+                    fetcher = create_fetcher(True, args.dataset, args.auto_collation,
+                                             args.collate_fn, args.drop_last)
+                except Exception:
+                    init_error = ExceptionWrapper(
+                        where=f"in DataLoader worker process {worker_id}")
             continue
         if r is None:
             return
@@ -277,6 +281,10 @@ def _send(data_queue, idx, data, worker_id: int) -> None:
     try:
         payload = _dumps(data)
     except Exception:
-        payload = _dumps(ExceptionWrapper(
-            where=f"in DataLoader worker process {worker_id} (pickling the batch)"))
+        if isinstance(data, ExceptionWrapper):  # an exception class pickle cannot name
+            data.exc_type = RuntimeError  # the message still has the original traceback
+            payload = _dumps(data)
+        else:
+            payload = _dumps(ExceptionWrapper(
+                where=f"in DataLoader worker process {worker_id} (pickling the batch)"))
     data_queue.put((idx, payload))

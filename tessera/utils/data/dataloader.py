@@ -50,8 +50,10 @@ __all__ = ["DataLoader", "get_worker_info", "default_collate", "default_convert"
 
 # How often the main process, while waiting for a batch, checks that workers are alive.
 _STATUS_INTERVAL = 0.5
-# How long shutdown waits for workers to exit by themselves before terminating them.
-_SHUTDOWN_TIMEOUT = 5.0
+# How long shutdown waits for workers to exit by themselves before terminating them. Idle
+# workers exit at once; this grace only delays shutting down a worker busy on a batch
+# nobody will read (after an error, a timeout, or a loop left early).
+_SHUTDOWN_TIMEOUT = 1.0
 
 _FROZEN_AFTER_INIT = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
                       "persistent_workers")
@@ -312,7 +314,7 @@ class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
 
     def __init__(self, loader: DataLoader) -> None:
         super().__init__(loader)
-        self._prefetch_factor = loader.prefetch_factor
+        self._prefetch_factor: int = loader.prefetch_factor or 2
         self._owner_pid = os.getpid()
         ctx = loader.multiprocessing_context or _default_context()
         self._workers: list = []
