@@ -1,14 +1,20 @@
-"""Convolution as im2col + one batched GEMM (BLAS), for 1-d, 2-d and 3-d inputs.
+"""Convolution as im2col + one GEMM per group (BLAS), for 1-d, 2-d and 3-d inputs.
 
 Three ops carry every rule, and each one's gradient is written with the other two, so
 double backward works:
 
-    conv(x, w)                -> y      grads: conv_input_grad(g, w), conv_weight_grad(x, g)
+    conv(x, w, b)             -> y      grads: conv_input_grad(g, w), conv_weight_grad(x, g),
+                                               sum(g) for the bias
     conv_input_grad(g, w)     -> dx     (also conv_transpose's forward)
     conv_weight_grad(x, g)    -> dw
 
 Shapes: x (N, C, *S), w (O, C/groups, *K), y (N, O, *S_out). Padding is explicit per side
 (``pads`` = ((lo, hi), ...)), so 'same' padding with an even kernel works too.
+
+The column matrix is laid out channel-major, (G, C/G * prod(K), N * prod(S_out)), so each
+of the three ops is ONE large GEMM per group (BLAS threads well on one big product and
+badly on N small ones); only the (N, O) <-> (O, N) transposes of the output-sized arrays
+are paid on top.
 
 >>> import tessera
 >>> from tessera.ops.conv import conv
@@ -42,73 +48,141 @@ def _check(op, x, w, stride, pads, dilation, groups):
     if x.dtype is not w.dtype:
         raise RuntimeError(f"{op}: Input type ({x.dtype}) and weight type ({w.dtype}) should "
                            "be the same")
-    if groups < 1 or x.shape[1] % groups or w.shape[0] % groups:
-        raise RuntimeError(f"{op}: Given groups={groups}, expected input channels "
-                           f"{x.shape[1]} and output channels {w.shape[0]} to be divisible "
-                           "by groups")
+    if groups < 1:
+        raise RuntimeError(f"{op}: non-positive groups is not supported")
+    if w.shape[0] == 0 or w.shape[0] % groups:
+        raise RuntimeError(f"{op}: Given groups={groups}, expected weight to be at least "
+                           f"{groups} at dimension 0 and divisible by it, but got weight of "
+                           f"size {list(w.shape)} instead")
     if x.shape[1] != w.shape[1] * groups:
         raise RuntimeError(f"{op}: Given groups={groups}, weight of size {list(w.shape)}, "
                            f"expected input{list(x.shape)} to have {w.shape[1] * groups} "
                            f"channels, but got {x.shape[1]} channels instead")
-    if any(s < 1 for s in stride) or any(d < 1 for d in dilation):
-        raise RuntimeError(f"{op}: non-positive stride or dilation is not supported")
+    if any(s < 1 for s in stride):
+        raise RuntimeError(f"{op}: non-positive stride is not supported")
+    if any(d < 1 for d in dilation):
+        raise RuntimeError(f"{op}: non-positive dilation is not supported")
     if any(lo < 0 or hi < 0 for lo, hi in pads):
         raise RuntimeError(f"{op}: negative padding is not supported")
 
 
-def _conv_infer(x, w, stride, pads, dilation, groups):
+def _conv_infer(x, w, b, stride, pads, dilation, groups):
     _check("conv", x, w, stride, pads, dilation, groups)
+    if b is not None:
+        if len(b.shape) != 1 or b.shape[0] != w.shape[0]:
+            raise RuntimeError(f"conv: Given weight of size {list(w.shape)}, expected bias to "
+                               f"be 1-dimensional with {w.shape[0]} elements, but got bias of "
+                               f"size {list(b.shape)} instead")
+        if b.dtype is not x.dtype:
+            raise RuntimeError(f"conv: Input type ({x.dtype}) and bias type ({b.dtype}) should "
+                               "be the same")
     spatial = []
     for i, s in enumerate(x.shape[2:]):
         k = w.shape[2 + i]
-        o = out_size(s, k, stride[i], *pads[i], dilation[i])
-        if o <= 0:
-            raise RuntimeError(f"conv: Calculated output size {o} is too small at spatial dim "
-                               f"{i} (input {list(x.shape)}, kernel {list(w.shape)}, padding "
-                               f"{list(pads)}, dilation {list(dilation)})")
-        spatial.append(o)
+        padded = s + pads[i][0] + pads[i][1]
+        if padded < dilation[i] * (k - 1) + 1:
+            raise RuntimeError(f"conv: Calculated padded input size per channel: {padded} at "
+                               f"spatial dim {i}. Kernel size: {dilation[i] * (k - 1) + 1}. "
+                               "Kernel size can't be greater than actual input size")
+        spatial.append(out_size(s, k, stride[i], *pads[i], dilation[i]))
     return Meta((x.shape[0], w.shape[0]) + tuple(spatial), x.dtype)
 
 
-def _pad(x: np.ndarray, pads) -> np.ndarray:
+# ---- im2col / col2im on NumPy arrays (shared with pooling and nn.functional.unfold) ----
+
+def pad_array(x: np.ndarray, pads, value=0) -> np.ndarray:
+    """Pad the trailing ``len(pads)`` dims of ``x`` by ((lo, hi), ...) with ``value``."""
     if not any(lo or hi for lo, hi in pads):
         return x
-    return np.pad(x, ((0, 0), (0, 0)) + tuple(pads))
+    lead = ((0, 0),) * (x.ndim - len(pads))
+    return np.pad(x, lead + tuple(tuple(p) for p in pads), constant_values=value)
 
 
-def im2col(xp: np.ndarray, ksize, out_spatial, stride, dilation) -> np.ndarray:
-    """(N, C, *Sp) padded input -> (N, C, *K, *S_out) strided view of every window."""
+def window_view(xp: np.ndarray, ksize, out_spatial, stride, dilation,
+                kernel_last: bool = False) -> np.ndarray:
+    """(A, B, *Sp) padded array -> a strided view of every window, (A, B, *K, *S_out)
+    (or (A, B, *S_out, *K) with ``kernel_last``). No copy."""
     nd = len(ksize)
     st = xp.strides
-    shape = xp.shape[:2] + tuple(ksize) + tuple(out_spatial)
-    strides = st[:2] + tuple(st[2 + i] * dilation[i] for i in range(nd)) + \
-        tuple(st[2 + i] * stride[i] for i in range(nd))
+    kst = tuple(st[2 + i] * dilation[i] for i in range(nd))
+    ost = tuple(st[2 + i] * stride[i] for i in range(nd))
+    if kernel_last:
+        shape = xp.shape[:2] + tuple(out_spatial) + tuple(ksize)
+        strides = st[:2] + ost + kst
+    else:
+        shape = xp.shape[:2] + tuple(ksize) + tuple(out_spatial)
+        strides = st[:2] + kst + ost
     return _strided(xp, shape, strides, writeable=False)
 
 
-def _cols(x, ksize, out_spatial, stride, pads, dilation, groups):
-    """The im2col matrix, grouped: (N, G, C/G * prod(K), prod(S_out)), contiguous."""
-    n, c = x.shape[:2]
-    win = im2col(_pad(x, pads), ksize, out_spatial, stride, dilation)
-    p = int(np.prod(out_spatial))
-    k = int(np.prod(ksize))
-    return np.ascontiguousarray(win).reshape(n, groups, (c // groups) * k, p)
+def offset_slices(offs, out_spatial, stride, dilation) -> tuple:
+    """The slice of a padded (A, B, *Sp) array read by kernel offset ``offs`` of every
+    window (one strided slice per spatial dim)."""
+    return (slice(None), slice(None)) + tuple(
+        slice(o * d, o * d + s * (n - 1) + 1, s)
+        for o, n, s, d in zip(offs, out_spatial, stride, dilation))
 
 
-def _conv_kernel(x, w, stride, pads, dilation, groups):
-    n = x.shape[0]
-    o = w.shape[0]
-    ksize = w.shape[2:]
-    out_sp = _out_spatial(x.shape, w.shape, stride, pads, dilation)
-    cols = _cols(x, ksize, out_sp, stride, pads, dilation, groups)
-    wm = w.reshape(groups, o // groups, -1)                      # (G, O/G, K)
-    y = np.matmul(wm[None], cols)                                # (N, G, O/G, P)
-    return y.reshape((n, o) + tuple(out_sp))
+def col2im_add(dst: np.ndarray, cols: np.ndarray, ksize, out_spatial, stride, dilation):
+    """Add (A, B, *K, *S_out) window values into the padded (A, B, *Sp) ``dst``.
+
+    One vectorised add per kernel offset: the windows at a fixed offset never overlap."""
+    if 0 in out_spatial:
+        return dst
+    for offs in np.ndindex(*ksize):
+        dst[offset_slices(offs, out_spatial, stride, dilation)] += \
+            cols[(slice(None), slice(None)) + offs]
+    return dst
 
 
-def _out_spatial(xs, ws, stride, pads, dilation):
-    return tuple(out_size(s, ws[2 + i], stride[i], *pads[i], dilation[i])
+def crop(xp: np.ndarray, pads, spatial) -> np.ndarray:
+    return xp[(slice(None), slice(None)) + tuple(slice(lo, lo + s)
+                                                 for (lo, _), s in zip(pads, spatial))]
+
+
+def _out_spatial(xs, ks, stride, pads, dilation):
+    return tuple(out_size(s, ks[i], stride[i], *pads[i], dilation[i])
                  for i, s in enumerate(xs[2:]))
+
+
+def _cols(x, ksize, out_sp, stride, pads, dilation, groups):
+    """The channel-major im2col matrix (G, C/G * prod(K), N * prod(S_out)), contiguous."""
+    n, c = x.shape[:2]
+    nd = len(ksize)
+    win = window_view(pad_array(x, pads), ksize, out_sp, stride, dilation)
+    # (N, C, *K, *S_out) -> (C, *K, N, *S_out): the copy is the im2col
+    perm = (1,) + tuple(range(2, 2 + nd)) + (0,) + tuple(range(2 + nd, 2 + 2 * nd))
+    cols = np.ascontiguousarray(win.transpose(perm))
+    return cols.reshape(groups, (c // groups) * int(np.prod(ksize)), n * int(np.prod(out_sp)))
+
+
+def _gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Grouped product (G, m, k) @ (G, k, n); a single 2-D GEMM when G == 1."""
+    if a.shape[0] == 1:
+        return (a[0] @ b[0])[None]
+    return np.matmul(a, b)
+
+
+def _channel_major(g: np.ndarray, groups: int) -> np.ndarray:
+    """(N, O, *S) -> (G, O/G, N * prod(S)) contiguous."""
+    n, o = g.shape[:2]
+    return np.ascontiguousarray(np.swapaxes(g, 0, 1)).reshape(groups, o // groups, -1)
+
+
+def _conv_kernel(x, w, b, stride, pads, dilation, groups):
+    n, o = x.shape[0], w.shape[0]
+    ksize = w.shape[2:]
+    out_sp = _out_spatial(x.shape, ksize, stride, pads, dilation)
+    cols = _cols(x, ksize, out_sp, stride, pads, dilation, groups)
+    ym = _gemm(w.reshape(groups, o // groups, -1), cols)         # (G, O/G, N*P)
+    ym = ym.reshape((o, n) + tuple(out_sp))
+    y = np.empty((n, o) + tuple(out_sp), ym.dtype)
+    yt = np.swapaxes(ym, 0, 1)
+    if b is None:
+        np.copyto(y, yt)
+    else:  # the transpose copy and the bias add in one pass
+        np.add(yt, b.reshape((1, o) + (1,) * len(out_sp)).astype(ym.dtype, copy=False), out=y)
+    return y
 
 
 def _attrs(ctx):
@@ -117,65 +191,74 @@ def _attrs(ctx):
 
 
 def _conv_grad(ctx, g):
-    x, w = ctx.inputs
+    x, w, b = ctx.inputs
     need = ctx.needs_input_grad
     a = _attrs(ctx)
     gx = conv_input_grad(g, w, input_shape=tuple(x.shape), **a) if need[0] else None
     gw = conv_weight_grad(x, g, weight_shape=tuple(w.shape), **a) if need[1] else None
-    return gx, gw
+    gb = None
+    if b is not None and need[2]:
+        from tessera.ops.reduce import sum as _sum
+        gb = _sum(g, (0,) + tuple(range(2, g.dim())))
+    return gx, gw, gb
 
 
 _CONV = defop("conv", _conv_infer, _conv_kernel, grad=_conv_grad)
 
 
-def conv(x: Tensor, w: Tensor, *, stride, pads, dilation, groups) -> Tensor:
-    """N-d convolution (no bias) with explicit per-side padding."""
-    return dispatch(_CONV, x, w, stride=tuple(stride), pads=tuple(map(tuple, pads)),
+def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride, pads, dilation,
+         groups) -> Tensor:
+    """N-d convolution (optional bias) with explicit per-side padding."""
+    return dispatch(_CONV, x, w, b, stride=tuple(stride), pads=tuple(map(tuple, pads)),
                     dilation=tuple(dilation), groups=int(groups))
 
 
 # ---- gradient with respect to the input (= transposed convolution) ------------------
 
 def _input_grad_infer(g, w, input_shape, stride, pads, dilation, groups):
+    op = "conv_transpose"
     if g.dtype is not w.dtype:
-        raise RuntimeError(f"conv_transpose: Input type ({g.dtype}) and weight type "
-                           f"({w.dtype}) should be the same")
-    if len(g.shape) != len(w.shape) or len(input_shape) != len(g.shape):
-        raise RuntimeError(f"conv_transpose: expected input of {len(w.shape)} dims, got "
-                           f"{list(g.shape)}")
+        raise RuntimeError(f"{op}: Input type ({g.dtype}) and weight type ({w.dtype}) should "
+                           "be the same")
+    if len(g.shape) != len(w.shape) or len(input_shape) != len(g.shape) or len(g.shape) < 3:
+        raise RuntimeError(f"{op}: expected input of {len(w.shape)} dims, got {list(g.shape)}")
+    if groups < 1 or w.shape[0] % groups:
+        raise RuntimeError(f"{op}: Given groups={groups}, expected weight to be divisible by "
+                           f"{groups} at dimension 0, but got weight of size {list(w.shape)}")
     if g.shape[1] != w.shape[0]:
-        raise RuntimeError(f"conv_transpose: Given transposed weight of size {list(w.shape)}, "
-                           f"expected input {list(g.shape)} to have {w.shape[0]} channels, "
+        raise RuntimeError(f"{op}: Given transposed=1, weight of size {list(w.shape)}, "
+                           f"expected input{list(g.shape)} to have {w.shape[0]} channels, "
                            f"but got {g.shape[1]} channels instead")
+    if input_shape[1] != w.shape[1] * groups or input_shape[0] != g.shape[0]:
+        raise RuntimeError(f"{op}: output shape {list(input_shape)} does not match weight "
+                           f"{list(w.shape)} with groups={groups}")
+    if any(s <= 0 for s in input_shape[2:]):
+        raise RuntimeError(f"{op}: Given input size per channel: {list(g.shape[2:])}. "
+                           f"Calculated output size per channel: {list(input_shape[2:])}. "
+                           "Output size is too small")
+    expect = _out_spatial(input_shape, w.shape[2:], stride, pads, dilation)
+    if expect != tuple(g.shape[2:]):
+        raise RuntimeError(f"{op}: an input of spatial size {list(g.shape[2:])} cannot give "
+                           f"an output of spatial size {list(input_shape[2:])}")
     return Meta(tuple(input_shape), g.dtype)
-
-
-def _col2im(gcols, x_shape, ksize, out_sp, stride, pads, dilation):
-    """Scatter-add (N, C, *K, *S_out) window gradients into the (unpadded) input shape."""
-    nd = len(ksize)
-    padded = tuple(s + lo + hi for s, (lo, hi) in zip(x_shape[2:], pads))
-    dx = np.zeros(x_shape[:2] + padded, gcols.dtype)
-    # one vectorised add per kernel offset: windows at a fixed offset never overlap
-    for offs in np.ndindex(*ksize):
-        sl = tuple(slice(offs[i] * dilation[i], offs[i] * dilation[i] +
-                         stride[i] * (out_sp[i] - 1) + 1, stride[i]) for i in range(nd))
-        dx[(slice(None), slice(None)) + sl] += gcols[(slice(None), slice(None)) + offs]
-    crop = tuple(slice(lo, lo + s) for (lo, hi), s in zip(pads, x_shape[2:]))
-    return dx[(slice(None), slice(None)) + crop]
 
 
 def _input_grad_kernel(g, w, input_shape, stride, pads, dilation, groups):
     n, o = g.shape[:2]
     out_sp = g.shape[2:]
     ksize = w.shape[2:]
+    nd = len(ksize)
     c = input_shape[1]
-    p = int(np.prod(out_sp))
-    wm = w.reshape(groups, o // groups, -1)                       # (G, O/G, C/G*K)
-    gm = g.reshape(n, groups, o // groups, p)                     # (N, G, O/G, P)
-    gcols = np.matmul(np.swapaxes(wm, 1, 2)[None], gm)            # (N, G, C/G*K, P)
-    gcols = gcols.reshape((n, c) + tuple(ksize) + tuple(out_sp))
-    return np.ascontiguousarray(_col2im(gcols, tuple(input_shape), ksize, out_sp, stride,
-                                        pads, dilation))
+    wm = w.reshape(groups, o // groups, -1)                        # (G, O/G, C/G*K)
+    gcols = _gemm(np.swapaxes(wm, 1, 2), _channel_major(g, groups))  # (G, C/G*K, N*P)
+    gcols = gcols.reshape((c,) + tuple(ksize) + (n,) + tuple(out_sp))
+    # (C, *K, N, *S_out) viewed as (C, N, *K, *S_out); accumulate in (C, N, *Sp)
+    gcols = np.moveaxis(gcols, 1 + nd, 1)
+    padded = tuple(s + lo + hi for s, (lo, hi) in zip(input_shape[2:], pads))
+    dxp = col2im_add(np.zeros((c, n) + padded, gcols.dtype), gcols, ksize, out_sp, stride,
+                     dilation)
+    dx = crop(dxp, pads, input_shape[2:])
+    return np.ascontiguousarray(np.swapaxes(dx, 0, 1))
 
 
 def _input_grad_grad(ctx, gg):
@@ -194,7 +277,7 @@ _CONV_INPUT_GRAD = defop("conv_input_grad", _input_grad_infer, _input_grad_kerne
 def conv_input_grad(g: Tensor, w: Tensor, *, input_shape, stride, pads, dilation,
                     groups) -> Tensor:
     """d conv / d input applied to ``g``; with a transposed-conv weight it is
-    ``conv_transpose``."""
+    ``conv_transpose`` (``input_shape`` then carries the output padding)."""
     return dispatch(_CONV_INPUT_GRAD, g, w, input_shape=tuple(input_shape),
                     stride=tuple(stride), pads=tuple(map(tuple, pads)),
                     dilation=tuple(dilation), groups=int(groups))
@@ -205,19 +288,24 @@ def conv_input_grad(g: Tensor, w: Tensor, *, input_shape, stride, pads, dilation
 def _weight_grad_infer(x, g, weight_shape, stride, pads, dilation, groups):
     if x.dtype is not g.dtype:
         raise RuntimeError(f"conv_weight_grad: dtypes differ ({x.dtype}, {g.dtype})")
+    if len(x.shape) != len(g.shape) or len(weight_shape) != len(x.shape):
+        raise RuntimeError(f"conv_weight_grad: ranks differ ({list(x.shape)}, "
+                           f"{list(g.shape)}, weight {list(weight_shape)})")
+    expect = _out_spatial(x.shape, weight_shape[2:], stride, pads, dilation)
+    if expect != tuple(g.shape[2:]) or g.shape[1] != weight_shape[0]:
+        raise RuntimeError(f"conv_weight_grad: gradient {list(g.shape)} does not match input "
+                           f"{list(x.shape)} and weight {list(weight_shape)}")
     return Meta(tuple(weight_shape), x.dtype)
 
 
 def _weight_grad_kernel(x, g, weight_shape, stride, pads, dilation, groups):
-    n, o = g.shape[:2]
     out_sp = g.shape[2:]
     ksize = tuple(weight_shape[2:])
-    cols = _cols(x, ksize, out_sp, stride, pads, dilation, groups)  # (N, G, C/G*K, P)
-    gm = g.reshape(n, groups, o // groups, -1)                     # (N, G, O/G, P)
-    # one GEMM per (sample, group) on a transposed view (BLAS takes the transpose flag),
-    # then a sum over the batch: no copies of the big operands
-    gw = np.matmul(gm, cols.swapaxes(-1, -2)).sum(axis=0)          # (G, O/G, C/G*K)
-    return gw.reshape(weight_shape)
+    cols = _cols(x, ksize, out_sp, stride, pads, dilation, groups)   # (G, C/G*K, N*P)
+    # cols @ g^T (BLAS takes the transposed operand by flag, no copy): OpenBLAS is much
+    # faster with the long N*P dimension as the inner one of this orientation
+    gwt = _gemm(cols, np.swapaxes(_channel_major(g, groups), 1, 2))  # (G, C/G*K, O/G)
+    return np.ascontiguousarray(np.swapaxes(gwt, 1, 2)).reshape(weight_shape)
 
 
 def _weight_grad_grad(ctx, gg):

@@ -1,7 +1,10 @@
 """Elementwise ops: unary math, binary arithmetic, comparisons, logic, clamp and where.
 
 Unary float functions are one table (name, NumPy function, derivative), so adding one is a
-line. Every op broadcasts like PyTorch and promotes dtypes with ``result_type``.
+line. Every op broadcasts like PyTorch and promotes dtypes with ``result_type``. Kernels see
+their operands through ``_operands``: Python ints are cast to an integer tensor's dtype with
+wrap-around (PyTorch casts wrapped scalars so: ``uint8 + 300`` adds 44), and float16/bfloat16
+compute in float32 and round once (PyTorch's "opmath" type on the CPU).
 
 >>> import tessera
 >>> (tessera.tensor([1, 2]) / 2).dtype
@@ -9,6 +12,7 @@ tessera.float32
 """
 from __future__ import annotations
 
+import builtins
 import math
 
 import numpy as np
@@ -19,6 +23,7 @@ from tessera.ops._util import broadcast_shapes, call, dtype_arg, float_dtype, sh
 from tessera.ops.registry import Meta, defop
 
 __all__ = []  # filled by _public
+builtins_abs = builtins.abs  # ``abs`` is redefined below as the tensor op
 
 
 def _public(fn):
@@ -26,29 +31,129 @@ def _public(fn):
     return fn
 
 
-def _errstate(fn):
-    """Kernels whose edge cases (log(0), 1/0) must give inf/nan quietly, as PyTorch does."""
-    def k(*a, **kw):
-        with np.errstate(all="ignore"):
-            return fn(*a, **kw)
-    k.__name__ = fn.__name__
-    return k
-
-
 def _special():
     import scipy.special  # lazily: only erf/erfinv-like kernels need it
     return scipy.special
 
 
-# ---- unary ---------------------------------------------------------------------------
+# ---- operands: scalar casts and the float16/bfloat16 compute type ----------------------
 
-def _unary_infer(name: str, float_out: bool, allow_bool: bool = True):
+_LOWP = (np.dtype(np.float16), D.bfloat16.np)
+_NUMBER = (int, float, bool, complex, np.generic)
+
+
+def _is_int_scalar(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _wrap_int(v, dt: np.dtype):
+    """A Python int cast to an integer dtype modulo 2**bits, as PyTorch casts wrapped
+    scalars (``int8 + 300`` adds 44)."""
+    v = int(v)
+    if not -(1 << 63) <= v < (1 << 64):
+        raise OverflowError("int too big to convert")
+    return np.array(v % (1 << 64), np.uint64).astype(dt)[()]
+
+
+_C_NAMES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int",
+            "int64": "long", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+            "float32": "float", "float64": "double", "bool": "bool"}
+
+
+def checked_scalar(v, dt: D.dtype):
+    """A Python number as a ``Scalar`` argument of ``dt`` (fill values, clamp bounds): values
+    that do not fit raise, as PyTorch's checked conversion does (unsigned types accept
+    negatives down to -max; NaN and inf fit every float type)."""
+    if isinstance(v, (bool, np.bool_)) or dt is D.bool_ or \
+            not isinstance(v, (int, float, np.integer, np.floating)):
+        return v
+    if dt.category == 1:
+        info = np.iinfo(dt.np)
+        lo = info.min if dt.is_signed else -int(info.max)
+        bad = not lo <= v <= info.max if not math.isnan(v) else False
+    else:
+        bad = math.isfinite(v) and builtins_abs(v) > _float_max(dt)
+    if bad:
+        raise RuntimeError(f"value cannot be converted to type {_C_NAMES[dt.name]} without "
+                           "overflow")
+    return v
+
+
+def _float_max(dt: D.dtype) -> float:
+    if dt is D.bfloat16:
+        import ml_dtypes
+        return float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    return float(np.finfo(dt.np).max)
+
+
+def _operands(args, compute=None):
+    """Kernel operands made ready for NumPy. ``compute``: the dtype arrays are cast to (by
+    default the first array's); float16/bfloat16 become float32, Python ints wrap into an
+    integer compute dtype."""
+    dt = compute
+    if dt is None:
+        dt = next((a.dtype for a in args if isinstance(a, np.ndarray)), None)
+        if dt is None:
+            return args
+    up = np.dtype(np.float32) if dt in _LOWP else dt
+    out = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            if a.dtype != up and (compute is not None or a.dtype in _LOWP):
+                a = a.astype(up)
+        elif dt.kind in "iu" and _is_int_scalar(a):
+            a = _wrap_int(a, dt)
+        out.append(a)
+    return out
+
+
+def _np_result_type(*vals) -> np.dtype:
+    """``result_type`` of kernel operands (arrays keep their ndim, so the 0-d rule holds)."""
+    return D.result_type(*[(D.from_numpy_dtype(v.dtype), v.ndim) if isinstance(v, np.ndarray)
+                           else v for v in vals if v is not None]).np
+
+
+def _kernel(fn, float_compute=False):
+    """Wrap ``fn(*arrays, **attrs)``: promoted operands (see ``_operands``), quiet inf/nan.
+    ``float_compute``: integer operands compute in the default float dtype (div, atan2)."""
+    def k(*args, **attrs):
+        ct = _np_result_type(*args)
+        if float_compute and ct.kind in "biu":
+            ct = D.get_default_dtype().np
+        with np.errstate(all="ignore"):
+            return fn(*_operands(args, ct), **attrs)
+    k.__name__ = getattr(fn, "__name__", "kernel")
+    return k
+
+
+def _inplace_kernel(fn):
+    """In-place fast kernels write into ``t`` with unsafe casting; operands as ``_kernel``."""
+    def k(t, *args, **attrs):
+        with np.errstate(all="ignore"):
+            fn(t, *_operands(args), **attrs)
+    return k
+
+
+# ---- unary -------------------------------------------------------------------------------
+
+def _need_tensor(name, x, arg="input"):
+    if type(x) is not Meta:
+        raise TypeError(f"{name}(): argument '{arg}' (position 1) must be Tensor, not "
+                        f"{type(x).__name__}")
+    return x
+
+
+def _unary_infer(name: str, float_out: bool, bool_ok: bool = True, int_ok: bool = True,
+                 bool_to=None):
     def infer(x, **attrs):
-        if type(x) is not Meta:
-            raise TypeError(f"{name}(): argument 'input' must be Tensor, not {type(x).__name__}")
-        if not allow_bool and x.dtype is D.bool_:
-            raise RuntimeError(f"{name}: not supported for bool tensors")
-        return Meta(x.shape, float_dtype(x.dtype) if float_out else x.dtype)
+        _need_tensor(name, x)
+        if x.dtype is D.bool_ and not bool_ok:
+            raise NotImplementedError(f'"{name}_cpu" not implemented for \'Bool\'')
+        if x.dtype.category == 1 and not int_ok:
+            raise NotImplementedError(f'"{name}_cpu" not implemented for \'{x.dtype.name}\'')
+        if float_out:
+            return Meta(x.shape, float_dtype(x.dtype))
+        return Meta(x.shape, bool_to if bool_to and x.dtype is D.bool_ else x.dtype)
     return infer
 
 
@@ -63,41 +168,37 @@ def _go(ctx):
     return ctx.outputs[0]
 
 
-# name: (kernel, grad(ctx, g) -> g_input, save, float_out)
+# name: (kernel, grad(ctx, g) -> g_input, save)
 _UNARY = {
-    "exp": (np.exp, lambda c, g: g * _go(c), "outputs", True),
-    "exp2": (np.exp2, lambda c, g: g * _go(c) * LN2, "outputs", True),
-    "expm1": (np.expm1, lambda c, g: g * (_go(c) + 1), "outputs", True),
-    "log": (np.log, lambda c, g: g / _gx(c), "inputs", True),
-    "log2": (np.log2, lambda c, g: g / (_gx(c) * LN2), "inputs", True),
-    "log10": (np.log10, lambda c, g: g / (_gx(c) * LN10), "inputs", True),
-    "log1p": (np.log1p, lambda c, g: g / (_gx(c) + 1), "inputs", True),
-    "sqrt": (np.sqrt, lambda c, g: g / (2 * _go(c)), "outputs", True),
-    "rsqrt": (lambda x: 1 / np.sqrt(x), lambda c, g: -0.5 * g * _go(c) ** 3, "outputs", True),
-    "reciprocal": (lambda x: 1 / x, lambda c, g: -g * _go(c) * _go(c), "outputs", True),
-    "sin": (np.sin, lambda c, g: g * cos(_gx(c)), "inputs", True),
-    "cos": (np.cos, lambda c, g: -g * sin(_gx(c)), "inputs", True),
-    "tan": (np.tan, lambda c, g: g * (1 + _go(c) * _go(c)), "outputs", True),
-    "asin": (np.arcsin, lambda c, g: g * rsqrt(1 - _gx(c) * _gx(c)), "inputs", True),
-    "acos": (np.arccos, lambda c, g: -g * rsqrt(1 - _gx(c) * _gx(c)), "inputs", True),
-    "atan": (np.arctan, lambda c, g: g / (1 + _gx(c) * _gx(c)), "inputs", True),
-    "sinh": (np.sinh, lambda c, g: g * cosh(_gx(c)), "inputs", True),
-    "cosh": (np.cosh, lambda c, g: g * sinh(_gx(c)), "inputs", True),
-    "tanh": (np.tanh, lambda c, g: g * (1 - _go(c) * _go(c)), "outputs", True),
-    "asinh": (np.arcsinh, lambda c, g: g * rsqrt(_gx(c) * _gx(c) + 1), "inputs", True),
-    "acosh": (np.arccosh, lambda c, g: g * rsqrt(_gx(c) * _gx(c) - 1), "inputs", True),
-    "atanh": (np.arctanh, lambda c, g: g / (1 - _gx(c) * _gx(c)), "inputs", True),
-    "sigmoid": (lambda x: _sigmoid_np(x), lambda c, g: g * _go(c) * (1 - _go(c)), "outputs",
-                True),
+    "exp": (np.exp, lambda c, g: g * _go(c), "outputs"),
+    "exp2": (np.exp2, lambda c, g: g * _go(c) * LN2, "outputs"),
+    "expm1": (np.expm1, lambda c, g: g * (_go(c) + 1), "outputs"),
+    "log": (np.log, lambda c, g: g / _gx(c), "inputs"),
+    "log2": (np.log2, lambda c, g: g / (_gx(c) * LN2), "inputs"),
+    "log10": (np.log10, lambda c, g: g / (_gx(c) * LN10), "inputs"),
+    "log1p": (np.log1p, lambda c, g: g / (_gx(c) + 1), "inputs"),
+    "sqrt": (np.sqrt, lambda c, g: g / (2 * _go(c)), "outputs"),
+    "rsqrt": (lambda x: 1 / np.sqrt(x), lambda c, g: -0.5 * g * _go(c) ** 3, "outputs"),
+    "reciprocal": (lambda x: 1 / x, lambda c, g: -g * _go(c) * _go(c), "outputs"),
+    "sin": (np.sin, lambda c, g: g * cos(_gx(c)), "inputs"),
+    "cos": (np.cos, lambda c, g: -g * sin(_gx(c)), "inputs"),
+    "tan": (np.tan, lambda c, g: g * (1 + _go(c) * _go(c)), "outputs"),
+    "asin": (np.arcsin, lambda c, g: g * rsqrt(1 - _gx(c) * _gx(c)), "inputs"),
+    "acos": (np.arccos, lambda c, g: -g * rsqrt(1 - _gx(c) * _gx(c)), "inputs"),
+    "atan": (np.arctan, lambda c, g: g / (1 + _gx(c) * _gx(c)), "inputs"),
+    "sinh": (np.sinh, lambda c, g: g * cosh(_gx(c)), "inputs"),
+    "cosh": (np.cosh, lambda c, g: g * sinh(_gx(c)), "inputs"),
+    "tanh": (np.tanh, lambda c, g: g * (1 - _go(c) * _go(c)), "outputs"),
+    "asinh": (np.arcsinh, lambda c, g: g * rsqrt(_gx(c) * _gx(c) + 1), "inputs"),
+    "acosh": (np.arccosh, lambda c, g: g * rsqrt(_gx(c) * _gx(c) - 1), "inputs"),
+    "atanh": (np.arctanh, lambda c, g: g / (1 - _gx(c) * _gx(c)), "inputs"),
+    "sigmoid": (lambda x: _sigmoid_np(x), lambda c, g: g * _go(c) * (1 - _go(c)), "outputs"),
     "erf": (lambda x: _special().erf(x),
-            lambda c, g: g * (2 / math.sqrt(math.pi)) * exp(-_gx(c) * _gx(c)), "inputs", True),
+            lambda c, g: g * (2 / math.sqrt(math.pi)) * exp(-_gx(c) * _gx(c)), "inputs"),
     "erfc": (lambda x: _special().erfc(x),
-             lambda c, g: g * (-2 / math.sqrt(math.pi)) * exp(-_gx(c) * _gx(c)), "inputs", True),
+             lambda c, g: g * (-2 / math.sqrt(math.pi)) * exp(-_gx(c) * _gx(c)), "inputs"),
     "erfinv": (lambda x: _special().erfinv(x),
-               lambda c, g: g * (math.sqrt(math.pi) / 2) * exp(_go(c) * _go(c)), "outputs",
-               True),
-    "square": (np.square, lambda c, g: g * 2 * _gx(c), "inputs", False),
-    "frac": (lambda x: x - np.trunc(x), lambda c, g: g, "", False),
+               lambda c, g: g * (math.sqrt(math.pi) / 2) * exp(_go(c) * _go(c)), "outputs"),
 }
 
 
@@ -107,12 +208,21 @@ def _sigmoid_np(x):
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
 
 
-def _make_unary(name, kernel, grad, save, float_out):
+def _float_kernel(kernel):
+    """Integer and bool inputs compute in the default float dtype; float16/bfloat16 in
+    float32 (dispatch rounds the result to the inferred dtype)."""
     def cpu(x):
-        if float_out and x.dtype.kind in "biu":
+        if x.dtype.kind in "biu":
             x = x.astype(D.get_default_dtype().np)
-        return kernel(x)
-    op = defop(name, _unary_infer(name, float_out, allow_bool=float_out), _errstate(cpu),
+        if x.dtype in _LOWP:
+            x = x.astype(np.float32)
+        with np.errstate(all="ignore"):
+            return kernel(x)
+    return cpu
+
+
+def _make_unary(name, kernel, grad, save):
+    op = defop(name, _unary_infer(name, True), _float_kernel(kernel),
                grad=lambda ctx, g: (grad(ctx, g),), save=(save,) if save else ())
 
     def fn(input, *, out=None):
@@ -130,17 +240,32 @@ def _zero_grad(ctx, g):
     return (g * 0,)
 
 
-def _int_preserving(name, kernel, grad=_zero_grad, save=()):
+def _same_kernel(float_fn):
+    """Kernels of dtype-keeping ops: ``float_fn`` on floats (in float32 for float16 and
+    bfloat16), a copy of integers (the result never aliases the input)."""
+    def k(x, **attrs):
+        if x.dtype.kind != "f":
+            return x.copy()
+        with np.errstate(all="ignore"):
+            return float_fn(x.astype(np.float32) if x.dtype in _LOWP else x, **attrs)
+    return k
+
+
+def _dtype_keeping(name, kernel, grad=_zero_grad, save=(), bool_ok=False, int_ok=True,
+                   bool_to=None, infer=None):
     """Unary ops that keep the input dtype (floor of an int is that int)."""
-    op = defop(name, _unary_infer(name, False), kernel, grad=grad, save=save)
+    op = defop(name, infer or _unary_infer(name, False, bool_ok, int_ok, bool_to), kernel,
+               grad=grad, save=save)
 
     def fn(input, *, out=None):
         return call(op, input, out=out)
     fn.__name__ = name
+    fn.__doc__ = f"Elementwise ``{name}``, keeping the input dtype."
     return _public(fn), op
 
 
 def _neg_infer(x):
+    _need_tensor("neg", x)
     if x.dtype is D.bool_:
         raise RuntimeError("neg: Negation, the `-` operator, on a bool tensor is not supported. "
                            "If you are trying to invert a mask, use the `~` or `logical_not()` "
@@ -148,62 +273,78 @@ def _neg_infer(x):
     return Meta(x.shape, x.dtype)
 
 
-_NEG = defop("neg", _neg_infer, np.negative, grad=lambda c, g: (-g,), save=())
+def _positive_infer(x):
+    _need_tensor("positive", x)
+    if x.dtype is D.bool_:
+        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
+    return Meta(x.shape, x.dtype)
+
+
+neg, _NEG = _dtype_keeping("neg", np.negative, grad=lambda c, g: (-g,), infer=_neg_infer)
 _NEG.inplace_kernels["cpu"] = lambda t, x: np.negative(x, out=t)
-
-
-@_public
-def neg(input, *, out=None):
-    """``-input``."""
-    return call(_NEG, input, out=out)
-
-
 negative = neg
-__all__.append("negative")
-
-positive, _ = _int_preserving("positive", lambda x: x, grad=lambda c, g: (g,))
-abs, _ = _int_preserving("abs", np.abs, grad=lambda c, g: (g * sign(c.inputs[0]),),
-                         save=("inputs",))
+positive, _ = _dtype_keeping("positive", np.positive, grad=lambda c, g: (g,),
+                             infer=_positive_infer)
+abs, _ = _dtype_keeping("abs", np.abs, grad=lambda c, g: (g * sign(c.inputs[0]),),
+                        save=("inputs",))
 absolute = abs
-__all__.append("absolute")
-sign, _ = _int_preserving("sign", lambda x: np.sign(x) if x.dtype != np.bool_ else x)
+
+
+def _sign_kernel(x):
+    if x.dtype == np.bool_:
+        return x.copy()
+    # (0 < x) - (x < 0): NaN gives 0 as in PyTorch (np.sign gives NaN)
+    return ((x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)).astype(x.dtype)
+
+
+sign, _ = _dtype_keeping("sign", _sign_kernel, bool_ok=True)
 sgn = sign
-__all__.append("sgn")
-floor, _ = _int_preserving("floor", lambda x: np.floor(x) if x.dtype.kind == "f" else x)
-ceil, _ = _int_preserving("ceil", lambda x: np.ceil(x) if x.dtype.kind == "f" else x)
-trunc, _ = _int_preserving("trunc", lambda x: np.trunc(x) if x.dtype.kind == "f" else x)
+floor, _ = _dtype_keeping("floor", _same_kernel(np.floor))
+ceil, _ = _dtype_keeping("ceil", _same_kernel(np.ceil))
+trunc, _ = _dtype_keeping("trunc", _same_kernel(np.trunc))
 fix = trunc
-__all__.append("fix")
+frac, _ = _dtype_keeping("frac", _same_kernel(lambda x: x - np.trunc(x)),
+                         grad=lambda c, g: (g,), int_ok=False)
+square, _ = _dtype_keeping("square", lambda x: np.square(
+    x.astype(np.int64) if x.dtype == np.bool_ else
+    x.astype(np.float32) if x.dtype in _LOWP else x),
+    grad=lambda c, g: (g * 2 * c.inputs[0],), save=("inputs",), bool_ok=True, bool_to=D.int64)
+__all__ += ["negative", "absolute", "sgn", "fix"]
 
 
-def _round_kernel(x, decimals=0):
-    if x.dtype.kind != "f":
-        return x
-    return np.round(x, decimals)  # half to even, like PyTorch
+def _relu_kernel(x):
+    return np.maximum(x, np.zeros((), x.dtype))
 
 
-_ROUND = defop("round", lambda x, decimals=0: _unary_infer("round", False)(x),
-               _round_kernel, grad=_zero_grad, save=())
+relu, _RELU = _dtype_keeping("relu", _relu_kernel,
+                             grad=lambda c, g: (g * (c.outputs[0] > 0),), save=("outputs",))
+
+
+def _round_infer(x, decimals=0):
+    m = _unary_infer("round", False, bool_ok=False)(x)
+    if decimals != 0 and x.dtype.category < 2:
+        raise NotImplementedError(f'"round_cpu" not implemented for \'{x.dtype.name}\'')
+    return m
+
+
+def _round_float(x, decimals=0):
+    # PyTorch: nearbyint(x * 10**d) / 10**d (x / 10**-d ... for d < 0), in the input dtype
+    if decimals == 0:
+        return np.rint(x)
+    if decimals > 0:
+        p = x.dtype.type(10.0 ** decimals)
+        return np.rint(x * p) / p
+    p = x.dtype.type(10.0 ** -decimals)
+    return np.rint(x / p) * p
+
+
+_ROUND = defop("round", _round_infer, _same_kernel(_round_float), grad=_zero_grad, save=())
 
 
 @_public
 def round(input, *, decimals: int = 0, out=None):
     """Round half to even, to ``decimals`` places."""
     return call(_ROUND, input, decimals=decimals, out=out)
-
-
-def _relu_kernel(x):
-    return np.maximum(x, 0).astype(x.dtype, copy=False)
-
-
-_RELU = defop("relu", _unary_infer("relu", False, allow_bool=False), _relu_kernel,
-              grad=lambda c, g: (g * (c.outputs[0] > 0),), save=("outputs",))
-
-
-@_public
-def relu(input, *, out=None):
-    """max(input, 0)."""
-    return call(_RELU, input, out=out)
 
 
 def _logit_kernel(x, eps=None):
@@ -222,7 +363,8 @@ def _logit_grad(ctx, g):
 
 
 _LOGIT = defop("logit", lambda x, eps=None: _unary_infer("logit", True)(x),
-               _errstate(_logit_kernel), grad=_logit_grad)
+               lambda x, eps=None: _float_kernel(lambda y: _logit_kernel(y, eps))(x),
+               grad=_logit_grad)
 
 
 @_public
@@ -232,13 +374,17 @@ def logit(input, eps: float | None = None, *, out=None):
 
 
 def _nan_to_num_kernel(x, nan=0.0, posinf=None, neginf=None):
-    if x.dtype.kind not in "fc":
-        return x
-    return np.nan_to_num(x, nan=nan, posinf=posinf, neginf=neginf)
+    if x.dtype.kind != "f":
+        return x.copy()
+    big = _float_max(D.from_numpy_dtype(x.dtype))
+    posinf = big if posinf is None else posinf
+    neginf = -big if neginf is None else neginf
+    out = np.where(np.isnan(x), nan, x)
+    out = np.where(out == np.inf, posinf, out)
+    return np.where(out == -np.inf, neginf, out).astype(x.dtype)
 
 
-_NAN_TO_NUM = defop("nan_to_num", lambda x, **k: _unary_infer("nan_to_num", False)(x),
-                    _nan_to_num_kernel,
+_NAN_TO_NUM = defop("nan_to_num", _unary_infer("nan_to_num", False), _nan_to_num_kernel,
                     grad=lambda c, g: (g * isfinite(c.inputs[0]),))
 
 
@@ -250,38 +396,34 @@ def nan_to_num(input, nan: float = 0.0, posinf: float | None = None,
 
 
 def _bool_unary(name, kernel):
-    op = defop(name, lambda x: Meta(_tensor_meta(name, x).shape, D.bool_), kernel, grad=None)
+    op = defop(name, lambda x: Meta(_need_tensor(name, x).shape, D.bool_), kernel, grad=None)
 
-    def fn(input):
-        return call(op, input)
+    def fn(input, *, out=None):
+        return call(op, input, out=out)
     fn.__name__ = name
+    fn.__doc__ = f"Elementwise ``{name}``; a bool tensor."
     return _public(fn)
 
 
-def _tensor_meta(name, x):
-    if type(x) is not Meta:
-        raise TypeError(f"{name}(): argument 'input' must be Tensor, not {type(x).__name__}")
-    return x
+def _float_only(fn, default):
+    return lambda x: fn(x) if x.dtype.kind == "f" else np.full(x.shape, default)
 
 
 isnan = _bool_unary("isnan", np.isnan)
-isinf = _bool_unary("isinf", lambda x: np.isinf(x) if x.dtype.kind in "fc" else
-                    np.zeros(x.shape, bool))
-isfinite = _bool_unary("isfinite", lambda x: np.isfinite(x) if x.dtype.kind in "fc" else
-                       np.ones(x.shape, bool))
-isposinf = _bool_unary("isposinf", lambda x: np.isposinf(x) if x.dtype.kind == "f" else
-                       np.zeros(x.shape, bool))
-isneginf = _bool_unary("isneginf", lambda x: np.isneginf(x) if x.dtype.kind == "f" else
-                       np.zeros(x.shape, bool))
+isinf = _bool_unary("isinf", _float_only(np.isinf, False))
+isfinite = _bool_unary("isfinite", _float_only(np.isfinite, True))
+isposinf = _bool_unary("isposinf", _float_only(np.isposinf, False))
+isneginf = _bool_unary("isneginf", _float_only(np.isneginf, False))
 signbit = _bool_unary("signbit", lambda x: np.signbit(x) if x.dtype.kind != "b" else
                       np.zeros(x.shape, bool))
 logical_not = _bool_unary("logical_not", np.logical_not)
 
 
 def _bitwise_not_infer(x):
+    _need_tensor("bitwise_not", x)
     if x.dtype.category >= 2:
-        raise RuntimeError(f"bitwise_not: not implemented for '{x.dtype}'; it takes integer "
-                           "or bool tensors")
+        raise TypeError("~ (operator.invert) is only implemented on integer and Boolean-type "
+                        "tensors")
     return Meta(x.shape, x.dtype)
 
 
@@ -296,23 +438,24 @@ def bitwise_not(input, *, out=None):
 
 # ---- binary --------------------------------------------------------------------------
 
-def _binary_infer(name, out_dtype=None, int_ok=True, bool_ok=True):
+def _binary_infer(name, out_dtype=None, int_ok=True, bool_ok=True, tensors=False,
+                  scalar_first=True):
+    """Broadcast shapes and promote dtypes. ``tensors``: both operands must be tensors;
+    ``scalar_first=False``: only ``other`` may be a Python number (``eq(2, t)`` is a
+    TypeError in PyTorch)."""
     def infer(a, b, **attrs):
         if type(a) is not Meta and type(b) is not Meta:
             raise TypeError(f"{name}(): expected at least one Tensor argument, got "
                             f"{type(a).__name__} and {type(b).__name__}")
-        for m in (a, b):
-            if type(m) is not Meta and not isinstance(m, (int, float, bool, complex,
-                                                            np.generic)):
-                raise TypeError(f"{name}(): argument 'other' must be Tensor or Number, not "
-                                f"{type(m).__name__}")
+        for pos, m in ((1, a), (2, b)):
+            if type(m) is not Meta and (tensors or (pos == 1 and not scalar_first) or
+                                        not isinstance(m, _NUMBER)):
+                raise TypeError(f"{name}(): argument '{'input' if pos == 1 else 'other'}' "
+                                f"(position {pos}) must be Tensor, not {type(m).__name__}")
         shape = broadcast_shapes(name, shape_of(a), shape_of(b))
         dt = D.result_type(dtype_arg(a), dtype_arg(b))
-        if not int_ok and dt.category < 2:
-            raise RuntimeError(f"{name}: not implemented for '{dt}'; it takes floating-point "
-                               "tensors")
-        if not bool_ok and dt is D.bool_:
-            raise RuntimeError(f"{name}: not supported for bool tensors")
+        if (not int_ok and dt.category < 2) or (not bool_ok and dt is D.bool_):
+            raise NotImplementedError(f'"{name}_cpu" not implemented for \'{dt.name}\'')
         return Meta(shape, out_dtype(dt) if out_dtype else dt)
     return infer
 
@@ -332,12 +475,20 @@ def _reduce_pair(ctx, ga, gb):
             sum_to(gb, _shape(ctx, 1)) if need[1] and gb is not None else None)
 
 
+def _first_dtype(*args) -> np.dtype:
+    return next(a.dtype for a in args if isinstance(a, np.ndarray))
+
+
+def _alpha(alpha, dt: np.dtype):
+    return _wrap_int(alpha, dt) if dt.kind in "iu" and _is_int_scalar(alpha) else alpha
+
+
 def _add_kernel(a, b, alpha=1):
-    return a + b if alpha == 1 else a + alpha * b
+    return a + b if alpha == 1 else a + _alpha(alpha, _first_dtype(a, b)) * b
 
 
 def _sub_kernel(a, b, alpha=1):
-    return a - b if alpha == 1 else a - alpha * b
+    return a - b if alpha == 1 else a - _alpha(alpha, _first_dtype(a, b)) * b
 
 
 def _add_grad(ctx, g):
@@ -350,24 +501,44 @@ def _sub_grad(ctx, g):
     return _reduce_pair(ctx, g, -g if alpha == 1 else g * (-alpha))
 
 
-_ADD = defop("add", _binary_infer("add"), _add_kernel, grad=_add_grad, save=(), promote=True)
-_SUB = defop("sub", _binary_infer("sub", bool_ok=False), _sub_kernel, grad=_sub_grad, save=(),
+def _add_infer(name):
+    base = _binary_infer(name)
+
+    def infer(a, b, alpha=1):
+        if name == "sub" and any(m is D.bool_ or isinstance(m, (bool, np.bool_))
+                                 for m in (a.dtype if type(a) is Meta else a,
+                                           b.dtype if type(b) is Meta else b)):
+            raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not "
+                               "supported. If you are trying to invert a mask, use the `~` or "
+                               "`logical_not()` operator instead.")
+        m = base(a, b)
+        if isinstance(alpha, (bool, np.bool_)) and m.dtype is not D.bool_:
+            raise RuntimeError("Boolean alpha only supported for Boolean results.")
+        if m.dtype.category < 2 and not isinstance(alpha, (int, np.integer)):
+            raise RuntimeError("For integral input tensors, argument alpha must not be a "
+                               "floating point number.")
+        return m
+    return infer
+
+
+_ADD = defop("add", _add_infer("add"), _kernel(_add_kernel), grad=_add_grad, save=(),
+             promote=True)
+_SUB = defop("sub", _add_infer("sub"), _kernel(_sub_kernel), grad=_sub_grad, save=(),
              promote=True)
 
 
 def _inplace_add(t, a, b, alpha=1):
-    if alpha == 1:
-        np.add(a, b, out=t, casting="unsafe")
-    else:
-        np.add(a, np.multiply(b, alpha), out=t, casting="unsafe")
+    np.add(a, b if alpha == 1 else np.multiply(b, _alpha(alpha, t.dtype)), out=t,
+           casting="unsafe")
 
 
 def _inplace_sub(t, a, b, alpha=1):
-    _inplace_add(t, a, -b if np.ndim(b) else -b, alpha)
+    np.subtract(a, b if alpha == 1 else np.multiply(b, _alpha(alpha, t.dtype)), out=t,
+                casting="unsafe")
 
 
-_ADD.inplace_kernels["cpu"] = _inplace_add
-_SUB.inplace_kernels["cpu"] = _inplace_sub
+_ADD.inplace_kernels["cpu"] = _inplace_kernel(_inplace_add)
+_SUB.inplace_kernels["cpu"] = _inplace_kernel(_inplace_sub)
 
 
 @_public
@@ -392,9 +563,9 @@ def _mul_grad(ctx, g):
     return _reduce_pair(ctx, g * b if need[0] else None, g * a if need[1] else None)
 
 
-_MUL = defop("mul", _binary_infer("mul"), lambda a, b: a * b if a.dtype != np.bool_ else a & b,
-             grad=_mul_grad, promote=True)
-_MUL.inplace_kernels["cpu"] = lambda t, a, b: np.multiply(a, b, out=t, casting="unsafe")
+_MUL = defop("mul", _binary_infer("mul"), _kernel(np.multiply), grad=_mul_grad, promote=True)
+_MUL.inplace_kernels["cpu"] = _inplace_kernel(
+    lambda t, a, b: np.multiply(a, b, out=t, casting="unsafe"))
 
 
 @_public
@@ -415,26 +586,37 @@ def _div_infer(a, b, rounding_mode=None):
     if rounding_mode not in (None, "trunc", "floor"):
         raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' "
                          f"but found '{rounding_mode}'")
-    m = _binary_infer("div")(a, b)
-    return m if rounding_mode else Meta(m.shape, _div_out(m.dtype))
+    if rounding_mode is None:
+        m = _binary_infer("div")(a, b)
+        return Meta(m.shape, _div_out(m.dtype))
+    return _binary_infer(f"div_{rounding_mode}", bool_ok=False)(a, b)
 
 
-def _check_int_zero(name, b):
-    if np.ndim(b) == 0 and b == 0 or (isinstance(b, np.ndarray) and (b == 0).any()):
-        raise RuntimeError(f"{name}: ZeroDivisionError (integer division by zero)")
+def _check_int_zero(b):
+    if (np.asarray(b) == 0).any():
+        raise RuntimeError("ZeroDivisionError")
 
 
 def _div_kernel(a, b, rounding_mode=None):
     if rounding_mode is None:
         return np.true_divide(a, b)
-    if a.dtype.kind in "biu":
-        _check_int_zero("div", b)
-        if rounding_mode == "floor":
-            return np.floor_divide(a, b)
-        q = np.abs(a) // np.abs(b)
-        return np.where((a < 0) ^ (np.asarray(b) < 0), -q, q).astype(a.dtype)
-    q = np.true_divide(a, b)
-    return np.floor(q) if rounding_mode == "floor" else np.trunc(q)
+    if _first_dtype(a, b).kind in "iu":
+        _check_int_zero(b)
+        q = np.floor_divide(a, b)
+        if rounding_mode == "trunc":  # floor, plus one where the division was inexact and
+            q = q + ((np.remainder(a, b) != 0) & ((np.asarray(a) < 0) != (np.asarray(b) < 0)))
+        return q
+    if rounding_mode == "floor":
+        return np.floor_divide(a, b)  # Python's rule, as PyTorch: 1.0 // 0.1 == 9.0
+    return np.trunc(np.true_divide(a, b))
+
+
+def _div_float_kernel(a, b, rounding_mode=None):
+    ct = _np_result_type(a, b)
+    if rounding_mode is None and ct.kind in "biu":
+        ct = D.get_default_dtype().np  # true division of integers: in the float result type
+    with np.errstate(all="ignore"):
+        return _div_kernel(*_operands([a, b], ct), rounding_mode=rounding_mode)
 
 
 def _div_grad(ctx, g):
@@ -446,7 +628,10 @@ def _div_grad(ctx, g):
                         -g * a / (b * b) if need[1] else None)
 
 
-_DIV = defop("div", _div_infer, _errstate(_div_kernel), grad=_div_grad, promote=True)
+_DIV = defop("div", _div_infer, _div_float_kernel, grad=_div_grad, promote=True)
+_DIV.inplace_kernels["cpu"] = _inplace_kernel(
+    lambda t, a, b, rounding_mode=None: np.copyto(
+        t, _div_float_kernel(a, b, rounding_mode), casting="unsafe"))
 
 
 @_public
@@ -466,29 +651,33 @@ def floor_divide(input, other, *, out=None):
 
 
 def _remainder_kernel(a, b):
-    if a.dtype.kind in "biu":
-        _check_int_zero("remainder", b)
-    return np.mod(a, b)
+    if _first_dtype(a, b).kind in "iu":
+        _check_int_zero(b)
+    return np.remainder(a, b)
 
 
 def _fmod_kernel(a, b):
-    if a.dtype.kind in "biu":
-        _check_int_zero("fmod", b)
+    if _first_dtype(a, b).kind in "iu":
+        _check_int_zero(b)
     return np.fmod(a, b)
 
 
 def _mod_grad(kind):
     def grad(ctx, g):
         a, b = ctx.inputs
-        q = div(a, b, rounding_mode="floor" if kind == "remainder" else "trunc")
-        return _reduce_pair(ctx, g, -g * q)
+        q = div(a, b, rounding_mode="floor" if kind == "remainder" else "trunc") \
+            if ctx.needs_input_grad[1] else None
+        return _reduce_pair(ctx, g, -g * q if q is not None else None)
     return grad
 
 
 _REMAINDER = defop("remainder", _binary_infer("remainder", bool_ok=False),
-                   _errstate(_remainder_kernel), grad=_mod_grad("remainder"), promote=True)
-_FMOD = defop("fmod", _binary_infer("fmod", bool_ok=False), _errstate(_fmod_kernel),
-              grad=_mod_grad("fmod"), promote=True)
+                   _kernel(_remainder_kernel), grad=_mod_grad("remainder"), promote=True)
+_FMOD = defop("fmod", _binary_infer("fmod", bool_ok=False, scalar_first=False),
+              _kernel(_fmod_kernel), grad=_mod_grad("fmod"), promote=True)
+for _op, _k in ((_REMAINDER, _remainder_kernel), (_FMOD, _fmod_kernel)):
+    _op.inplace_kernels["cpu"] = _inplace_kernel(
+        lambda t, a, b, k=_k: np.copyto(t, _kernel(k)(a, b), casting="unsafe"))
 
 
 @_public
@@ -503,28 +692,62 @@ def fmod(input, other, *, out=None):
     return call(_FMOD, input, other, out=out)
 
 
+def _pow_infer(a, b):
+    m = _binary_infer("pow")(a, b)
+    if type(a) is Meta and a.dtype.category < 2 and _is_int_scalar(b):
+        if b < 0:
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+        checked_scalar(b, a.dtype)
+    return m
+
+
+def _int_pow(a, b):
+    """Integer powers; a negative exponent gives 1 for base 1, ±1 for base -1, else 0."""
+    neg = np.asarray(b) < 0
+    if not neg.any():
+        return np.power(a, b)
+    bb = np.asarray(b)
+    res = np.power(a, np.where(neg, np.zeros((), bb.dtype), bb))
+    aa = np.asarray(a)
+    special = np.where(aa == 1, 1, np.where(aa == -1, np.where(bb % 2 == 0, 1, -1), 0))
+    return np.where(neg, special.astype(res.dtype), res)
+
+
 def _pow_kernel(a, b):
-    if a.dtype.kind in "iu" and np.any(np.asarray(b) < 0):
-        raise RuntimeError("pow: Integers to negative integer powers are not allowed.")
+    if _first_dtype(a, b).kind in "biu":
+        return _int_pow(a, b)
     return np.power(a, b)
 
 
+def _scalar_log(a: float) -> float:
+    return math.log(a) if a > 0 else -math.inf if a == 0 else math.nan
+
+
 def _pow_grad(ctx, g):
+    """PyTorch's rules: no gradient through exponent 0 for the base, none through base 0
+    (with exponent >= 0) for the exponent."""
     a, b = ctx.inputs
     need = ctx.needs_input_grad
     ga = gb = None
     if need[0]:
-        ga = g * b * pow(a, b - 1) if not _scalar(ctx, 1) or b != 0 else g * 0
-        if _scalar(ctx, 1) and b == 0:
-            ga = g * 0
+        if _scalar(ctx, 1):
+            ga = g * 0 if b == 0 else g * (b * pow(a, b - 1))
+        else:
+            ga = where(b == 0, 0.0, g * (b * pow(a, b - 1)))
     if need[1]:
         out = pow(a, b)
-        gb = where((a == 0) & (b >= 0), 0.0, g * out * log(a))
+        if _scalar(ctx, 0):
+            gb = g * (out * _scalar_log(a))
+            if a == 0:
+                gb = where(b >= 0, 0.0, gb)
+        else:
+            gb = where((a == 0) & (b >= 0), 0.0, g * (out * log(a)))
     return _reduce_pair(ctx, ga, gb)
 
 
-_POW = defop("pow", _binary_infer("pow"), _errstate(_pow_kernel), grad=_pow_grad,
-             promote=True)
+_POW = defop("pow", _pow_infer, _kernel(_pow_kernel), grad=_pow_grad, promote=True)
+_POW.inplace_kernels["cpu"] = _inplace_kernel(
+    lambda t, a, b: np.copyto(t, _kernel(_pow_kernel)(a, b), casting="unsafe"))
 
 
 @_public
@@ -536,30 +759,41 @@ def pow(input, exponent, *, out=None):
 @_public
 def float_power(input, exponent, *, out=None):
     """``pow`` computed in float64."""
-    x = input.double() if isinstance(input, Tensor) else input
-    e = exponent.double() if isinstance(exponent, Tensor) else exponent
+    x = input.double() if isinstance(input, Tensor) else float(input)
+    e = exponent.double() if isinstance(exponent, Tensor) else float(exponent)
     return pow(x, e, out=out)
 
 
-def _minmax_grad(pick_a):
+def _minmax_grad(a_wins, b_wins):
+    """maximum/minimum: ties share the gradient; where neither side wins (NaN) both get it."""
     def grad(ctx, g):
         a, b = ctx.inputs
-        sel = pick_a(a, b)
-        tie = a == b
-        ga = where(tie, g / 2, where(sel, g, 0.0))
-        gb = where(tie, g / 2, where(sel, 0.0, g))
-        return _reduce_pair(ctx, ga, gb)
+        half = where(a == b, g / 2, g)
+        return _reduce_pair(ctx, where(b_wins(a, b), 0.0, half), where(a_wins(a, b), 0.0, half))
     return grad
 
 
-_MAXIMUM = defop("maximum", _binary_infer("maximum"), np.maximum,
-                 grad=_minmax_grad(lambda a, b: a > b), promote=True)
-_MINIMUM = defop("minimum", _binary_infer("minimum"), np.minimum,
-                 grad=_minmax_grad(lambda a, b: a < b), promote=True)
-_FMAX = defop("fmax", _binary_infer("fmax"), np.fmax,
-              grad=_minmax_grad(lambda a, b: (a > b) | isnan(b)), promote=True)
-_FMIN = defop("fmin", _binary_infer("fmin"), np.fmin,
-              grad=_minmax_grad(lambda a, b: (a < b) | isnan(b)), promote=True)
+def _fminmax_grad(a_keeps):
+    """fmax/fmin: the gradient goes to ``input`` where it is picked (ties and NaN ``other``
+    included), else to ``other``."""
+    def grad(ctx, g):
+        a, b = ctx.inputs
+        keep = a_keeps(a, b) | isnan(b)
+        return _reduce_pair(ctx, where(keep, g, 0.0), where(keep, 0.0, g))
+    return grad
+
+
+def _tensors_op(name, kernel, grad, **kw):
+    return defop(name, _binary_infer(name, tensors=True, **kw), _kernel(kernel), grad=grad,
+                 promote=True)
+
+
+_MAXIMUM = _tensors_op("maximum", np.maximum, _minmax_grad(lambda a, b: a > b,
+                                                           lambda a, b: a < b))
+_MINIMUM = _tensors_op("minimum", np.minimum, _minmax_grad(lambda a, b: a < b,
+                                                           lambda a, b: a > b))
+_FMAX = _tensors_op("fmax", np.fmax, _fminmax_grad(lambda a, b: a >= b))
+_FMIN = _tensors_op("fmin", np.fmin, _fminmax_grad(lambda a, b: a <= b))
 
 
 @_public
@@ -598,11 +832,9 @@ def _hypot_grad(ctx, g):
     return _reduce_pair(ctx, g * a / h, g * b / h)
 
 
-_FLOAT_OUT = _div_out
-_ATAN2 = defop("atan2", _binary_infer("atan2", out_dtype=_FLOAT_OUT), _errstate(np.arctan2),
-               grad=_atan2_grad, promote=True)
-_HYPOT = defop("hypot", _binary_infer("hypot", int_ok=False), np.hypot, grad=_hypot_grad,
-               promote=True)
+_ATAN2 = defop("atan2", _binary_infer("atan2", out_dtype=_div_out, tensors=True),
+               _kernel(np.arctan2, float_compute=True), grad=_atan2_grad, promote=True)
+_HYPOT = _tensors_op("hypot", np.hypot, _hypot_grad, int_ok=False, bool_ok=False)
 
 
 @_public
@@ -623,9 +855,9 @@ def hypot(input, other, *, out=None):
 
 # ---- comparisons and logic (bool results, no gradient) ------------------------------
 
-def _compare(name, kernel):
-    op = defop(name, _binary_infer(name, out_dtype=lambda d: D.bool_), kernel, grad=None,
-               promote=True)
+def _compare(name, kernel, **kw):
+    op = defop(name, _binary_infer(name, out_dtype=lambda d: D.bool_, **kw), _kernel(kernel),
+               grad=None, promote=True)
 
     def fn(input, other, *, out=None):
         return call(op, input, other, out=out)
@@ -634,52 +866,89 @@ def _compare(name, kernel):
     return _public(fn)
 
 
-eq = _compare("eq", np.equal)
-ne = _compare("ne", np.not_equal)
-lt = _compare("lt", np.less)
-le = _compare("le", np.less_equal)
-gt = _compare("gt", np.greater)
-ge = _compare("ge", np.greater_equal)
-logical_and = _compare("logical_and", np.logical_and)
-logical_or = _compare("logical_or", np.logical_or)
-logical_xor = _compare("logical_xor", np.logical_xor)
+eq = _compare("eq", np.equal, scalar_first=False)
+ne = _compare("ne", np.not_equal, scalar_first=False)
+lt = _compare("lt", np.less, scalar_first=False)
+le = _compare("le", np.less_equal, scalar_first=False)
+gt = _compare("gt", np.greater, scalar_first=False)
+ge = _compare("ge", np.greater_equal, scalar_first=False)
+logical_and = _compare("logical_and", np.logical_and, tensors=True)
+logical_or = _compare("logical_or", np.logical_or, tensors=True)
+logical_xor = _compare("logical_xor", np.logical_xor, tensors=True)
 not_equal, less, less_equal, greater, greater_equal = ne, lt, le, gt, ge
 __all__ += ["not_equal", "less", "less_equal", "greater", "greater_equal"]
 
 
+def _shift(left: bool):
+    """PyTorch's shifts: a shift by a negative amount or by the bit width or more gives 0
+    (left) or the sign fill (right), never C's undefined behaviour."""
+    def kernel(a, b):
+        dt = _first_dtype(a, b)
+        bits = dt.itemsize * 8
+        bb = np.asarray(b)
+        ok = (bb >= 0) & (bb < bits)
+        safe = np.where(ok, bb, np.zeros((), bb.dtype)).astype(bb.dtype)
+        if left:
+            return np.where(ok, np.left_shift(a, safe), np.zeros((), dt))
+        fill = np.right_shift(a, bits - 1) if dt.kind == "i" else np.zeros((), dt)
+        return np.where(ok, np.right_shift(a, safe), fill)
+    return kernel
+
+
 def _bitwise(name, kernel):
+    base = _binary_infer(name)
+
     def infer(a, b):
-        m = _binary_infer(name)(a, b)
+        m = base(a, b)
         if m.dtype.category >= 2:
-            raise RuntimeError(f"{name}: not implemented for '{m.dtype}'; it takes integer or "
-                               "bool tensors")
+            raise NotImplementedError(f'"{name}_cpu" not implemented for \'{m.dtype.name}\'')
         return m
-    op = defop(name, infer, kernel, grad=None, promote=True)
+    op = defop(name, infer, _kernel(kernel), grad=None, promote=True)
 
     def fn(input, other, *, out=None):
         return call(op, input, other, out=out)
     fn.__name__ = name
+    fn.__doc__ = f"Elementwise ``{name}`` of integer or bool tensors."
     return _public(fn)
 
 
 bitwise_and = _bitwise("bitwise_and", np.bitwise_and)
 bitwise_or = _bitwise("bitwise_or", np.bitwise_or)
 bitwise_xor = _bitwise("bitwise_xor", np.bitwise_xor)
-bitwise_left_shift = _bitwise("bitwise_left_shift", np.left_shift)
-bitwise_right_shift = _bitwise("bitwise_right_shift", np.right_shift)
+bitwise_left_shift = _bitwise("bitwise_left_shift", _shift(True))
+bitwise_right_shift = _bitwise("bitwise_right_shift", _shift(False))
 
 
 def _isclose_infer(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
     if type(a) is not Meta or type(b) is not Meta:
-        raise TypeError("isclose(): arguments must be Tensors")
+        bad, pos = (a, 1) if type(a) is not Meta else (b, 2)
+        raise TypeError(f"isclose(): argument '{'input' if pos == 1 else 'other'}' (position "
+                        f"{pos}) must be Tensor, not {type(bad).__name__}")
     if a.dtype is not b.dtype:
         raise RuntimeError(f"isclose: {a.dtype} did not match {b.dtype}")
     return Meta(broadcast_shapes("isclose", a.shape, b.shape), D.bool_)
 
 
-_ISCLOSE = defop("isclose", _isclose_infer,
-                 lambda a, b, rtol=1e-5, atol=1e-8, equal_nan=False:
-                 np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan), grad=None)
+def _isclose_kernel(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
+    """PyTorch's algorithm: equal, or a finite |a - b| (in the input dtype) within
+    atol + |rtol * b| (in the float type)."""
+    close = a == b
+    if equal_nan and a.dtype.kind == "f":
+        close |= np.isnan(a) & np.isnan(b)
+    if rtol == 0 and atol == 0:
+        return close
+    if a.dtype == np.bool_:
+        a, b = (x.astype(D.get_default_dtype().np) for x in (a, b))
+    ft = a.dtype if a.dtype.kind == "f" else D.get_default_dtype().np
+    ft = np.dtype(np.float32) if ft in _LOWP else ft
+    with np.errstate(all="ignore"):
+        allowed = ft.type(atol) + np.abs(b.astype(ft) * ft.type(rtol))
+        actual = np.abs(a - b)
+        actual = actual.astype(ft) if a.dtype in _LOWP else actual
+        return close | (np.isfinite(actual) & (actual <= allowed))
+
+
+_ISCLOSE = defop("isclose", _isclose_infer, _isclose_kernel, grad=None)
 
 
 @_public
@@ -703,18 +972,32 @@ def equal(input, other) -> bool:
 
 # ---- ternary: where, lerp, addcmul, addcdiv, clamp, masked_fill ----------------------
 
+def _number_or_tensor(name, m, arg, pos):
+    if type(m) is not Meta and not isinstance(m, _NUMBER):
+        raise TypeError(f"{name}(): argument '{arg}' (position {pos}) must be Tensor or "
+                        f"Number, not {type(m).__name__}")
+
+
 def _where_infer(cond, a, b):
     if type(cond) is not Meta:
-        raise TypeError(f"where(): argument 'condition' must be Tensor, not "
+        raise TypeError(f"where(): argument 'condition' (position 1) must be Tensor, not "
                         f"{type(cond).__name__}")
     if cond.dtype is not D.bool_ and cond.dtype is not D.uint8:
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor "
                            f"with dtype {cond.dtype.name.capitalize()}")
+    _number_or_tensor("where", a, "input", 2)
+    _number_or_tensor("where", b, "other", 3)
     shape = broadcast_shapes("where", cond.shape, shape_of(a), shape_of(b))
-    return Meta(shape, D.result_type(dtype_arg(a), dtype_arg(b)))
+    dt = D.result_type(dtype_arg(a), dtype_arg(b))
+    if dt.category == 1:
+        for v in (a, b):
+            if type(v) is not Meta:
+                checked_scalar(v, dt)
+    return Meta(shape, dt)
 
 
 def _where_kernel(c, a, b):
+    a, b = _operands([a, b], _np_result_type(a, b))
     return np.where(c, a, b)
 
 
@@ -739,10 +1022,29 @@ def where(condition, input=None, other=None, *, out=None):
 
 
 def _lerp_infer(a, b, w):
-    shape = broadcast_shapes("lerp", shape_of(a), shape_of(b), shape_of(w))
-    if type(a) is Meta and type(b) is Meta and a.dtype is not b.dtype:
-        raise RuntimeError(f"lerp: expected dtype {a.dtype} for `end` but got dtype {b.dtype}")
-    return Meta(shape, a.dtype)
+    _need_tensor("lerp", a)
+    if type(b) is not Meta:
+        raise TypeError(f"lerp(): argument 'end' (position 2) must be Tensor, not "
+                        f"{type(b).__name__}")
+    _number_or_tensor("lerp", w, "weight", 3)
+    if a.dtype.category != 2:
+        raise NotImplementedError(f'"lerp_kernel_scalar" not implemented for '
+                                  f"'{a.dtype.name}'")
+    if b.dtype is not a.dtype:
+        raise RuntimeError(f"expected dtype {a.dtype.name} for `end` but got dtype "
+                           f"{b.dtype.name}")
+    # a 0-d weight of another dtype binds to PyTorch's Scalar overload and is accepted
+    if type(w) is Meta and w.dtype is not a.dtype and w.shape != ():
+        raise RuntimeError(f"expected dtype {a.dtype.name} for `weight` but got dtype "
+                           f"{w.dtype.name}")
+    return Meta(broadcast_shapes("lerp", a.shape, b.shape, shape_of(w)), a.dtype)
+
+
+def _lerp_kernel(a, b, w):
+    # PyTorch's formula: exact at both ends, from whichever end the weight is nearer
+    a, b, w = _operands([a, b, w], a.dtype)
+    diff = b - a
+    return np.where(np.abs(w) < 0.5, a + w * diff, b - diff * (1 - w))
 
 
 def _lerp_grad(ctx, g):
@@ -754,7 +1056,9 @@ def _lerp_grad(ctx, g):
     return ga, gb, gw
 
 
-_LERP = defop("lerp", _lerp_infer, lambda a, b, w: a + w * (b - a), grad=_lerp_grad)
+_LERP = defop("lerp", _lerp_infer, _kernel(_lerp_kernel), grad=_lerp_grad)
+_LERP.inplace_kernels["cpu"] = lambda t, a, b, w: np.copyto(t, _kernel(_lerp_kernel)(a, b, w),
+                                                            casting="unsafe")
 
 
 @_public
@@ -765,9 +1069,34 @@ def lerp(input, end, weight, *, out=None):
 
 def _addc_infer(name):
     def infer(a, t1, t2, value=1):
-        shape = broadcast_shapes(name, shape_of(a), shape_of(t1), shape_of(t2))
+        for pos, (m, arg) in enumerate(((a, "input"), (t1, "tensor1"), (t2, "tensor2")), 1):
+            if type(m) is not Meta:
+                raise TypeError(f"{name}(): argument '{arg}' (position {pos}) must be Tensor, "
+                                f"not {type(m).__name__}")
+        if name == "addcdiv" and t1.dtype.category < 2 and t2.dtype.category < 2:
+            raise RuntimeError("Integer division with addcdiv is no longer supported, and in a "
+                               "future release addcdiv will perform a true division of tensor1 "
+                               "and tensor2. The historic addcdiv behavior can be implemented "
+                               "as (input + value * torch.trunc(tensor1 / tensor2)).to("
+                               "input.dtype) for integer inputs and as (input + value * tensor1 "
+                               "/ tensor2) for float inputs. The future addcdiv behavior can be "
+                               "implemented with (input + value * tensor1 / tensor2).")
+        shape = broadcast_shapes(name, a.shape, t1.shape, t2.shape)
         return Meta(shape, D.result_type(dtype_arg(a), dtype_arg(t1), dtype_arg(t2)))
     return infer
+
+
+def _value(value, dt: np.dtype):
+    """``value`` as PyTorch casts it to the compute type (truncated for integers)."""
+    return _wrap_int(int(value), dt) if dt.kind in "iu" else value
+
+
+def _addcmul_kernel(a, t1, t2, value=1):
+    return a + _value(value, _first_dtype(a, t1, t2)) * t1 * t2
+
+
+def _addcdiv_kernel(a, t1, t2, value=1):
+    return a + _value(value, _first_dtype(a, t1, t2)) * t1 / t2
 
 
 def _addcmul_grad(ctx, g):
@@ -788,14 +1117,13 @@ def _addcdiv_grad(ctx, g):
             sum_to(-g * v * t1 / (t2 * t2), _shape(ctx, 2)) if need[2] else None)
 
 
-_ADDCMUL = defop("addcmul", _addc_infer("addcmul"), lambda a, t1, t2, value=1:
-                 a + value * t1 * t2, grad=_addcmul_grad, promote=True)
-_ADDCDIV = defop("addcdiv", _addc_infer("addcdiv"), _errstate(lambda a, t1, t2, value=1:
-                 a + value * (t1 / t2)), grad=_addcdiv_grad, promote=True)
-_ADDCMUL.inplace_kernels["cpu"] = lambda t, a, t1, t2, value=1: np.add(
-    a, value * (t1 * t2) if value != 1 else t1 * t2, out=t, casting="unsafe")
-_ADDCDIV.inplace_kernels["cpu"] = lambda t, a, t1, t2, value=1: np.add(
-    a, value * (t1 / t2) if value != 1 else t1 / t2, out=t, casting="unsafe")
+_ADDCMUL = defop("addcmul", _addc_infer("addcmul"), _kernel(_addcmul_kernel),
+                 grad=_addcmul_grad, promote=True)
+_ADDCDIV = defop("addcdiv", _addc_infer("addcdiv"), _kernel(_addcdiv_kernel),
+                 grad=_addcdiv_grad, promote=True)
+for _op, _k in ((_ADDCMUL, _addcmul_kernel), (_ADDCDIV, _addcdiv_kernel)):
+    _op.inplace_kernels["cpu"] = lambda t, a, t1, t2, value=1, k=_k: np.copyto(
+        t, _kernel(k)(a, t1, t2, value=value), casting="unsafe")
 
 
 @_public
@@ -807,55 +1135,53 @@ def addcmul(input, tensor1, tensor2, *, value=1, out=None):
 @_public
 def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
     """``input + value * tensor1 / tensor2``."""
-    if isinstance(tensor1, Tensor) and isinstance(tensor2, Tensor) and \
-            tensor1.dtype.category < 2 and tensor2.dtype.category < 2:
-        raise RuntimeError("addcdiv: Integer division with addcdiv is no longer supported, "
-                           "and in a future release addcdiv will perform a true division of "
-                           "tensor1 and tensor2.")
     return call(_ADDCDIV, input, tensor1, tensor2, value=value, out=out)
 
 
 def _clamp_infer(x, lo, hi):
-    if type(x) is not Meta:
-        raise TypeError(f"clamp(): argument 'input' must be Tensor, not {type(x).__name__}")
+    _need_tensor("clamp", x)
     if lo is None and hi is None:
         raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
+    _number_or_tensor("clamp", lo if lo is not None else 0, "min", 2)
+    _number_or_tensor("clamp", hi if hi is not None else 0, "max", 3)
     shape = broadcast_shapes("clamp", x.shape, shape_of(lo), shape_of(hi))
-    return Meta(shape, D.result_type(*[dtype_arg(m) for m in (x, lo, hi) if m is not None]))
+    dt = D.result_type(*[dtype_arg(m) for m in (x, lo, hi) if m is not None])
+    for v in (lo, hi):
+        if v is not None and type(v) is not Meta:
+            checked_scalar(v, dt)
+    return Meta(shape, dt)
 
 
 def _clamp_kernel(x, lo, hi):
-    out = x
-    if lo is not None:
-        out = np.where(np.isnan(out) if out.dtype.kind == "f" else False, out,
-                       np.maximum(out, lo))
-    if hi is not None:
-        out = np.where(np.isnan(out) if out.dtype.kind == "f" else False, out,
-                       np.minimum(out, hi))
-    return out
+    # min(max(x, lo), hi): NaN in x or in a bound propagates, and lo > hi gives hi
+    out = x if lo is None else np.maximum(x, lo)
+    return out if hi is None else np.minimum(out, hi)
 
 
 def _clamp_grad(ctx, g):
+    """PyTorch's rule: ``input`` gets the gradient where it lies within the bounds, a tensor
+    bound where it was taken (``min`` never, when min > max)."""
     x, lo, hi = ctx.inputs
     need = ctx.needs_input_grad
     inside = None
     if lo is not None:
         inside = x >= lo
     if hi is not None:
-        m = x <= hi
-        inside = m if inside is None else inside & m
+        inside = (x <= hi) if inside is None else inside & (x <= hi)
     gx = sum_to(where(inside, g, 0.0), _shape(ctx, 0)) if need[0] else None
     glo = ghi = None
     if need[1]:
-        glo = sum_to(where(x < lo, g, 0.0), _shape(ctx, 1))
+        took = x < lo if hi is None else (x < lo) & (lo < hi)
+        glo = sum_to(where(took, g, 0.0), _shape(ctx, 1))
     if need[2]:
-        ghi = sum_to(where(x > hi, g, 0.0), _shape(ctx, 2))
+        took = x > hi if lo is None else (x > hi) | (hi < lo)
+        ghi = sum_to(where(took, g, 0.0), _shape(ctx, 2))
     return gx, glo, ghi
 
 
-_CLAMP = defop("clamp", _clamp_infer, _clamp_kernel, grad=_clamp_grad, promote=True)
+_CLAMP = defop("clamp", _clamp_infer, _kernel(_clamp_kernel), grad=_clamp_grad, promote=True)
 _CLAMP.inplace_kernels["cpu"] = lambda t, x, lo, hi: np.copyto(
-    t, _clamp_kernel(x, lo, hi), casting="unsafe")
+    t, _kernel(_clamp_kernel)(x, lo, hi), casting="unsafe")
 
 
 @_public
@@ -870,23 +1196,42 @@ __all__.append("clip")
 
 @_public
 def clamp_min(input, min, *, out=None):
+    """``clamp(input, min=min)``."""
     return clamp(input, min, None, out=out)
 
 
 @_public
 def clamp_max(input, max, *, out=None):
+    """``clamp(input, max=max)``."""
     return clamp(input, None, max, out=out)
 
 
+_MASK_NAMES = {"int64": "long int", "int32": "int", "int16": "short int", "int8": "signed char",
+               "uint8": "unsigned char", "float32": "float", "float64": "double",
+               "float16": "c10::Half", "bfloat16": "c10::BFloat16"}
+
+
 def _masked_fill_infer(x, mask, value):
-    if type(mask) is not Meta or mask.dtype is not D.bool_:
+    _need_tensor("masked_fill", x)
+    if type(mask) is not Meta:
+        raise TypeError(f"masked_fill(): argument 'mask' (position 2) must be Tensor, not "
+                        f"{type(mask).__name__}")
+    if mask.dtype is not D.bool_:
         raise RuntimeError("masked_fill_ only supports boolean masks, but got mask with dtype "
-                           f"{mask.dtype if type(mask) is Meta else type(mask).__name__}")
+                           f"{_MASK_NAMES.get(mask.dtype.name, mask.dtype.name)}")
+    _number_or_tensor("masked_fill", value, "value", 3)
     if type(value) is Meta and value.shape != ():
         raise RuntimeError("masked_fill_ only supports a 0-dimensional value tensor, but got "
                            f"tensor with {len(value.shape)} dimension(s).")
-    shape = broadcast_shapes("masked_fill", x.shape, mask.shape)
-    return Meta(shape, x.dtype)
+    if type(value) is not Meta:
+        checked_scalar(value, x.dtype)
+    return Meta(broadcast_shapes("masked_fill", x.shape, mask.shape), x.dtype)
+
+
+def _fill_value(value, dt: np.dtype):
+    if _is_int_scalar(value) and dt.kind in "iu":
+        return _wrap_int(value, dt)
+    return np.asarray(value).astype(dt)
 
 
 def _masked_fill_grad(ctx, g):
@@ -898,14 +1243,13 @@ def _masked_fill_grad(ctx, g):
 
 
 _MASKED_FILL = defop("masked_fill", _masked_fill_infer,
-                     lambda x, mask, value: np.where(mask, np.asarray(value, x.dtype), x),
+                     lambda x, mask, value: np.where(mask, _fill_value(value, x.dtype), x),
                      grad=_masked_fill_grad)
 _MASKED_FILL.inplace_kernels["cpu"] = lambda t, x, mask, value: np.copyto(
-    t, np.asarray(value, t.dtype), where=np.broadcast_to(mask, t.shape))
+    t, _fill_value(value, t.dtype), where=np.broadcast_to(mask, t.shape))
 
 
 @_public
 def masked_fill(input, mask, value, *, out=None):
     """``value`` where ``mask`` is True, else ``input``."""
     return call(_MASKED_FILL, input, mask, value, out=out)
-

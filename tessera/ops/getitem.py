@@ -1,6 +1,9 @@
 """``x[key]`` and ``x[key] = v``: basic keys give views, advanced keys (integer or bool
-tensors, lists) go through the ``index`` and ``index_put`` ops, with NumPy's (= PyTorch's)
-rules for where the advanced dims land.
+tensors, lists) go through the ``index`` and ``index_put`` ops.
+
+As in PyTorch, the basic part of a key (ints, slices, None, Ellipsis) is applied first as a
+view; the index tensors then index that view, with NumPy's rule for where the advanced dims
+land (in place when adjacent, else first). So ``x[1, :, idx]`` is ``x[1][:, idx]``.
 
 >>> import tessera
 >>> x = tessera.arange(6).view(2, 3)
@@ -15,7 +18,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch, dispatch_inplace
 from tessera._tensor import Tensor
-from tessera.ops._util import broadcast_shapes, sum_to
+from tessera.ops._util import broadcast_shapes, ensure_tensor, sum_to
 from tessera.ops.registry import Meta, defop
 from tessera.ops.views import slice_view
 
@@ -25,83 +28,103 @@ __all__ = ["getitem", "setitem", "index", "index_put", "nonzero", "argwhere"]
 class _Slot:
     """Marks where an index tensor goes in a key (the tensors travel as op inputs)."""
 
-    __slots__ = ()
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
 
     def __repr__(self) -> str:
-        return "T"
+        return self.name
 
 
-T = _Slot()
+T = _Slot("T")          # an index tensor over one existing dim
+NEW_T = _Slot("NEW_T")  # a 0-d bool key: a new size-1 dim, indexed by [0] (True) or [] (False)
 _strided = np.lib.stride_tricks.as_strided
 
 
-def _as_int(v, what="index"):
+def _as_int(v):
     if isinstance(v, Tensor):
         if v.numel() != 1 or v.dtype.category != 1:
-            raise TypeError(f"only integer tensors of a single element can be converted to an "
-                            f"{what}")
+            raise TypeError("only integer tensors of a single element can be converted to an "
+                            "index")
         return int(v.item())
     return v
 
 
+def _to_index_tensor(x: Tensor, k):
+    from tessera.ops.creation import tensor
+    try:
+        k = tensor(k, device=x.device)
+    except (TypeError, ValueError):
+        raise IndexError(f"index: could not convert {type(k).__name__} to an index "
+                         "tensor") from None
+    return k.long() if k.numel() == 0 else k
+
+
 def _parse(x: Tensor, key):
-    """Split a user key into a template (ints, slices, None, Ellipsis, T) and index tensors."""
+    """Split a user key into a template (ints, slices, None, Ellipsis, T, NEW_T) and the
+    index tensors that fill its T slots, in order."""
     if not isinstance(key, tuple):
         key = (key,)
+    if sum(1 for k in key if k is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
     template, tensors = [], []
-    dim = 0
     for k in key:
         if k is None or k is Ellipsis:
             template.append(k)
-            if k is Ellipsis:
-                dim = -10**9
-            continue
-        if isinstance(k, slice):
+        elif isinstance(k, slice):
             template.append(slice(_as_int(k.start), _as_int(k.stop), _as_int(k.step)))
-            dim += 1
-            continue
-        if isinstance(k, bool):
-            k = Tensor._from_numpy(np.array(k))
-        if isinstance(k, (int, np.integer)):
+        elif isinstance(k, (bool, np.bool_)) or (isinstance(k, Tensor) and k.dim() == 0 and
+                                                  k.dtype is D.bool_ and k._data is not None):
+            from tessera.ops.creation import zeros
+            template.append(NEW_T)
+            tensors.append(zeros(int(bool(k)), dtype=D.int64, device=x.device))
+        elif isinstance(k, (int, np.integer)):
             template.append(int(k))
-            dim += 1
-            continue
-        if isinstance(k, Tensor) and k.dim() == 0 and k.dtype.category == 1:
-            template.append(int(k.item()))
-            dim += 1
-            continue
-        if isinstance(k, (list, tuple, np.ndarray)):
-            from tessera.ops.creation import tensor
-            try:
-                k = tensor(k)
-            except (TypeError, ValueError):
-                raise IndexError(f"index: could not convert {type(k).__name__} to an index "
-                                 "tensor") from None
-            if k.numel() == 0:
-                k = k.long()
-        if not isinstance(k, Tensor):
-            raise IndexError("only integers, slices (`:`), ellipsis (`...`), None and long or "
-                             f"byte or bool tensors are valid indices (got {type(k).__name__})")
-        if k.dtype is D.bool_ or k.dtype is D.uint8:
-            k = k.bool()
-            if k.dim() == 0:
-                template.append(None)
-                template.append(T)
-                from tessera.ops.creation import zeros
-                tensors.append(zeros(int(bool(k.item())), dtype=D.int64, device=x.device))
+        elif isinstance(k, Tensor) and k.dim() == 0 and k.dtype.category == 1 and \
+                k._data is not None:
+            template.append(int(k.item()))  # like PyTorch: a 0-d integer tensor selects
+        else:
+            if isinstance(k, (list, tuple, np.ndarray)):
+                k = _to_index_tensor(x, k)
+            if not isinstance(k, Tensor):
+                raise IndexError("only integers, slices (`:`), ellipsis (`...`), None and long "
+                                 "or byte or bool tensors are valid indices (got "
+                                 f"{type(k).__name__})")
+            if k.dtype is D.bool_ or k.dtype is D.uint8:
+                for idx in nonzero(k.bool(), as_tuple=True):
+                    template.append(T)
+                    tensors.append(idx)
                 continue
-            for j, idx in enumerate(nonzero(k, as_tuple=True)):
-                template.append(T)
-                tensors.append(idx)
-            dim += k.dim()
-            continue
-        if k.dtype.category != 1:
-            raise IndexError("tensors used as indices must be long, int, byte or bool tensors "
-                             f"(got {k.dtype})")
-        template.append(T)
-        tensors.append(k)
-        dim += 1
+            if k.dtype.category != 1:
+                raise IndexError("tensors used as indices must be long, int, byte or bool "
+                                 f"tensors (got {k.dtype})")
+            template.append(T)
+            tensors.append(k)
     return tuple(template), tensors
+
+
+def _split(template):
+    """(basic key, advanced key, whether the basic key is a no-op): the basic key makes the
+    view that the advanced key (only full slices, Ellipsis and T) then indexes."""
+    basic, adv = [], []
+    for k in template:
+        if k is T:
+            basic.append(slice(None))
+            adv.append(T)
+        elif k is NEW_T:
+            basic.append(None)
+            adv.append(T)
+        elif k is Ellipsis:
+            basic.append(k)
+            adv.append(k)
+        elif isinstance(k, slice) or k is None:
+            basic.append(k)
+            adv.append(slice(None))
+        else:
+            basic.append(k)  # an int: selected away by the view
+    trivial = all(k is Ellipsis or k == slice(None) for k in basic)
+    return tuple(basic), tuple(adv), trivial
 
 
 def _np_key(template, arrays):
@@ -137,7 +160,7 @@ def _index_grad(ctx, g):
     x_m = ctx.input_metas[0]
     idx = ctx.inputs[1:]
     z = zeros(x_m.shape, dtype=g.dtype, device=g.device)
-    return (index_put(z, g, idx, key=ctx.attrs["key"], accumulate=True),) + (None,) * len(idx)
+    return (_index_put(z, g, idx, ctx.attrs["key"], True),) + (None,) * len(idx)
 
 
 _INDEX = defop("index", _index_infer, _index_kernel, grad=_index_grad)
@@ -145,7 +168,8 @@ _INDEX = defop("index", _index_infer, _index_kernel, grad=_index_grad)
 
 def index(input: Tensor, indices, *, key=None) -> Tensor:
     """Advanced indexing: ``key`` is a template whose ``T`` slots take ``indices``."""
-    return dispatch(_INDEX, input, *indices, key=key)
+    indices = tuple(indices)
+    return dispatch(_INDEX, input, *indices, key=(T,) * len(indices) if key is None else key)
 
 
 # ---- index_put -----------------------------------------------------------------------
@@ -170,11 +194,11 @@ def _index_put_infer(x, values, *idx, key, accumulate=False):
 
 def _put(out, values, idx, key, accumulate):
     k = _np_key(key, idx)
-    sub_shape = out[k].shape
-    v = np.asarray(values, out.dtype)
-    if v.ndim > len(sub_shape):
-        v = v.reshape(v.shape[v.ndim - len(sub_shape):])
     try:
+        sub_shape = out[k].shape
+        v = np.asarray(values, out.dtype)
+        if v.ndim > len(sub_shape):  # leading size-1 dims of values are dropped
+            v = v.reshape(v.shape[v.ndim - len(sub_shape):])
         if accumulate:
             np.add.at(out, k, np.broadcast_to(v, sub_shape))
         else:
@@ -188,15 +212,24 @@ def _index_put_kernel(x, values, *idx, key, accumulate=False):
     return _put(np.array(x, copy=True), values, idx, key, accumulate)
 
 
+def _values_grad(g: Tensor, idx, key, shape) -> Tensor:
+    gi = index(g, idx, key=key)
+    lead = len(shape) - gi.dim()
+    if lead > 0:  # values had extra leading size-1 dims
+        return sum_to(gi, tuple(shape[lead:])).reshape(shape)
+    return sum_to(gi, tuple(shape))
+
+
 def _index_put_grad(ctx, g):
     idx = ctx.inputs[2:]
     key = ctx.attrs["key"]
     need = ctx.needs_input_grad
     gx = gv = None
     if need[0]:
-        gx = g if ctx.attrs.get("accumulate") else index_put(g, 0.0, idx, key=key)
+        gx = g if ctx.attrs.get("accumulate") else _index_put(g, g.new_zeros(()), idx, key,
+                                                                False)
     if need[1]:
-        gv = sum_to(index(g, idx, key=key), ctx.input_metas[1].shape)
+        gv = _values_grad(g, idx, key, ctx.input_metas[1].shape)
     return (gx, gv) + (None,) * len(idx)
 
 
@@ -205,22 +238,26 @@ _INDEX_PUT.inplace_kernels["cpu"] = lambda t, x, values, *idx, key, accumulate=F
     t, values, idx, key, accumulate)
 
 
-def index_put(input: Tensor, values, indices, *, key=None, accumulate: bool = False,
-              out: Tensor | None = None) -> Tensor:
-    """``input`` with ``input[indices] = values`` (or ``+=`` when ``accumulate``).
-
-    ``indices`` is a tuple of index tensors, one per leading dim, as in PyTorch; ``key``
-    (internal) is a template that places them among slices.
-    """
-    indices = tuple(indices)
-    if key is None:
-        key = (T,) * len(indices)
-    if not isinstance(values, Tensor):
-        values = Tensor._from_numpy(np.array(values, dtype=input.dtype.np), input.device)
+def _index_put(input, values, indices, key, accumulate, out=None):
     if out is None:
         return dispatch(_INDEX_PUT, input, values, *indices, key=key, accumulate=accumulate)
     return dispatch_inplace(_INDEX_PUT, out, input, values, *indices, key=key,
                             accumulate=accumulate)
+
+
+def index_put(input: Tensor, indices, values: Tensor, accumulate: bool = False, *,
+              out: Tensor | None = None) -> Tensor:
+    """``input`` with ``input[indices] = values`` (``+=`` when ``accumulate``); ``indices``
+    is a tuple of index tensors, one per leading dim (``x.index_put_((i,), v)`` in place)."""
+    ensure_tensor("index_put", input)
+    if not isinstance(values, Tensor):
+        raise TypeError(f"index_put(): argument 'values' (position 2) must be Tensor, not "
+                        f"{type(values).__name__}")
+    if isinstance(indices, Tensor) or not isinstance(indices, (tuple, list)):
+        raise TypeError("index_put(): argument 'indices' (position 1) must be tuple of "
+                        f"Tensors, not {type(indices).__name__}")
+    template, tensors = _parse(input, tuple(indices))
+    return _index_put(input, values, tensors, _split(template)[1], bool(accumulate), out)
 
 
 # ---- the Python operators ------------------------------------------------------------
@@ -228,9 +265,18 @@ def index_put(input: Tensor, values, indices, *, key=None, accumulate: bool = Fa
 def getitem(input: Tensor, key) -> Tensor:
     """``input[key]``: a view for basic keys, a copy for advanced ones."""
     template, tensors = _parse(input, key)
-    if not tensors and T not in template:
+    if not tensors:
         return slice_view(input, template)
-    return index(input, tensors, key=template)
+    basic, adv, trivial = _split(template)
+    return index(input if trivial else slice_view(input, basic), tensors, key=adv)
+
+
+def _drop_leading_ones(value: Tensor, ndim: int) -> Tensor:
+    # PyTorch lets ``x[k] = v`` give v extra leading size-1 dims
+    extra = value.dim() - ndim
+    if extra > 0 and all(s == 1 for s in value.shape[:extra]):
+        return value.reshape(tuple(value.shape[extra:]))
+    return value
 
 
 def setitem(input: Tensor, key, value) -> None:
@@ -243,12 +289,14 @@ def setitem(input: Tensor, key, value) -> None:
     else:
         from tessera.ops.creation import tensor
         value = tensor(value, dtype=input.dtype, device=input.device)
-    if not tensors and T not in template:
+    if not tensors:
         target = slice_view(input, template)
         from tessera.ops.creation import copy
-        copy(target, value, out=target)
+        copy(target, _drop_leading_ones(value, target.dim()), out=target)
         return
-    index_put(input, value, tensors, key=template, out=input)
+    basic, adv, trivial = _split(template)
+    target = input if trivial else slice_view(input, basic)
+    _index_put(target, value, tensors, adv, False, out=target)
 
 
 # ---- nonzero (data-dependent shape) --------------------------------------------------
@@ -264,13 +312,15 @@ _NONZERO = defop("nonzero", lambda x: Meta((-1, len(x.shape)), D.int64), _nonzer
 
 def nonzero(input: Tensor, *, as_tuple: bool = False):
     """Indices of non-zero elements: an (n, ndim) int64 tensor, or a tuple of 1-d tensors."""
-    out = dispatch(_NONZERO, input)
+    ensure_tensor("nonzero", input)
     if as_tuple:
-        if input.dim() == 0:
-            return (out.reshape(-1),)
+        if input.dim() == 0:  # PyTorch treats a 0-d input as 1-d here
+            return nonzero(input.reshape(1), as_tuple=True)
+        out = dispatch(_NONZERO, input)
         return tuple(out[:, i] for i in range(input.dim()))
-    return out
+    return dispatch(_NONZERO, input)
 
 
 def argwhere(input: Tensor) -> Tensor:
+    """The same as ``nonzero(input)``."""
     return nonzero(input)

@@ -714,6 +714,8 @@ def take_along_dim(input, indices, dim=None, *, out=None) -> Tensor:
         raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same "
                            f"number of dimensions, but got {input.dim()} dimensions for input, "
                            f"and {indices.dim()} dimensions for indices")
+    if input.dim() == 0:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
     d = wrap_dim(dim, input.dim(), "take_along_dim")
     if input.dim():
         xs, ix = tuple(input.shape), tuple(indices.shape)

@@ -587,9 +587,9 @@ def _indexed(name: str, argf, check=None):
     """An op returning (values, indices) over one dim; ``argf(a, axis, **attrs)`` gives the
     indices in keepdim shape. The gradient goes to the returned index."""
     def infer(x, dim, keepdim=False, **kw):
+        d = _one_dim(name.removesuffix("_dim"), dim, x.shape)
         if check is not None:
             check(x, dim, **kw)
-        d = _one_dim(name.removesuffix("_dim"), dim, x.shape)
         shape = reduced_shape(x.shape, () if d is None else (d,), keepdim)
         return Meta(shape, x.dtype), Meta(shape, D.int64)
 

@@ -14,6 +14,8 @@ tensor(2.5000)
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from tessera import _dtype as D
@@ -33,7 +35,7 @@ __all__ = ["median", "nanmedian", "mode", "kthvalue", "quantile", "nanquantile",
 
 def _no_bool(name):
     def check(x, dim, **kw):
-        if x.dtype is D.bool_:
+        if x.dtype is D.bool_ and (dim is not None or numel(x.shape)):
             raise NotImplementedError(f"\"{name}_cpu\" not implemented for 'Bool'")
     return check
 
@@ -50,8 +52,31 @@ def _median_idx(ignore_nan: bool):
             pos = np.maximum((n - nan - 1) // 2, 0)
         else:  # NaN sorts last; a slice holding one yields its first NaN
             pos = np.where(nan > 0, n - nan, (n - 1) // 2)
-        return np.take_along_axis(order, pos.astype(np.intp), d)
+        i = np.take_along_axis(order, pos.astype(np.intp), d)
+        if ignore_nan and n > 3:
+            i = np.where(nan == n, _all_equal_nth(n), i)
+        return i
     return idx
+
+
+@functools.lru_cache(maxsize=64)
+def _all_equal_nth(n: int) -> int:
+    """The index libstdc++'s ``nth_element`` (which PyTorch's nanmedian calls) leaves first
+    when no element compares less than another, as in an all-NaN slice: its introselect
+    loop of median-of-three pivot and unguarded partition, on positions only."""
+    idx, first, last = list(range(n)), 0, n
+    while last - first > 3:
+        mid = first + (last - first) // 2
+        idx[first], idx[mid] = idx[mid], idx[first]  # "median" of three equals: the middle
+        lo, hi = first + 1, last
+        while True:
+            hi -= 1
+            if lo >= hi:
+                break
+            idx[lo], idx[hi] = idx[hi], idx[lo]
+            lo += 1
+        last = lo  # the cut lies past nth = first, so the left part is kept
+    return idx[first]
 
 
 def _median_all(ignore_nan: bool):
@@ -63,8 +88,10 @@ def _median_all(ignore_nan: bool):
                 f = f[~nan]
             elif nan.any():
                 return np.array(np.nan, x.dtype)
-        if f.size == 0:
-            return np.array(np.nan if x.dtype.kind == "f" else np.iinfo(x.dtype).min, x.dtype)
+        if f.size == 0:  # PyTorch's NaN cast to the dtype
+            kind = x.dtype.kind
+            return np.array(np.nan if kind == "f" else True if kind == "b" else
+                            np.iinfo(x.dtype).min, x.dtype)
         k = (f.size - 1) // 2
         return np.partition(f, k)[k]
     return whole

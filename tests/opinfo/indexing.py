@@ -79,7 +79,8 @@ def scatter_samples(rng, dt):
                  grad_args=g, name="0d_index")
     yield Sample((make(rng, (0, 3), dt), 0, np.zeros((0, 3), np.int64),
                   make(rng, (0, 3), dt)), grad_args=g, name="zero_size")
-    yield Sample((x, 1, np.zeros((3, 0), np.int64), make(rng, (3, 2), dt)), grad_args=g,
+    # PyTorch's backward fails when src is larger than index, so src needs no grad there
+    yield Sample((x, 1, np.zeros((3, 0), np.int64), make(rng, (3, 2), dt)), grad_args=(0,),
                  name="empty_index")
     yield Sample((x, 0, rand_index(rng, (2, 4), 3), make(rng, (2, 4), dt)), grad_args=(),
                  kwargs=dict(reduce="add"), name="reduce_add")
@@ -121,7 +122,7 @@ def scatter_add_samples(rng, dt):
                  name="src_bigger_than_index")
     yield Sample((make(rng, (), dt), 0, idx(0, 0), make(rng, (2,), dt)), grad_args=g,
                  name="0d_self")
-    yield Sample((x, 1, np.zeros((3, 0), np.int64), make(rng, (3, 2), dt)), grad_args=g,
+    yield Sample((x, 1, np.zeros((3, 0), np.int64), make(rng, (3, 2), dt)), grad_args=(0,),
                  name="empty_index")
     yield Sample((x, 0, idx([[3, 0, 0, 0]]), x), grad_args=(0,), name="out_of_range")
     yield Sample((x, 0, idx([[0, 1, 2, 0]]), x.astype(other(dt))), grad_args=(0,),
@@ -139,8 +140,10 @@ def scatter_reduce_samples(rng, dt):
             x = (make(rng, (3, 4), dt, 0.5, 2.0) * rng.choice([-1, 1], (3, 4))).astype(dt)
             yield Sample((x, 0, rand_index(rng, (5, 4), 3),
                           make(rng, (5, 4), dt, 0.5, 2.0)), kw, grad_args=g, name=reduce)
+            # with src larger than index PyTorch's backward fails for these reductions
             yield Sample((x, -1, rand_index(rng, (3, 2), 4), make(rng, (3, 3), dt)), kw,
-                         grad_args=(0,), name=reduce + "_negdim_src_bigger")
+                         grad_args=(0,) if reduce in ("sum", "mean") else (),
+                         name=reduce + "_negdim_src_bigger")
             yield Sample((make(rng, (), dt), 0, idx(0, 0), make(rng, (2,), dt)), kw,
                          grad_args=g, name=reduce + "_0d_self")
     # a single zero and a double zero in one product
@@ -152,7 +155,9 @@ def scatter_reduce_samples(rng, dt):
                  dict(reduce="prod"), grad_args=g, name="prod_zeros")
     x = make(rng, (3, 4), dt)
     yield Sample((x, 1, np.zeros((3, 0), np.int64), make(rng, (3, 2), dt)),
-                 dict(reduce="amax"), grad_args=g, name="empty_index")
+                 dict(reduce="amax"), grad_args=(), name="empty_index")
+    yield Sample((x, 1, np.zeros((3, 0), np.int64), make(rng, (3, 0), dt)),
+                 dict(reduce="mean"), grad_args=g, name="empty_index_and_src")
     yield Sample((x, 0, idx([[0, 1, 2, 0]]), x), dict(reduce="max"), name="bad_reduce")
     yield Sample((x, 0, idx([[3, 0, 0, 0]]), x), dict(reduce="sum"), grad_args=(0,),
                  name="out_of_range")
@@ -241,8 +246,11 @@ def index_fill_samples(rng, dt):
     yield Sample((x, 1, idx(1, 1, 2), make(rng, (), dt)), grad_args=(0, 3),
                  name="tensor_value")
     yield Sample((x, 0, idx(1).reshape(()), 0.5), grad_args=(0,), name="0d_index")
-    yield Sample((make(rng, (), dt), 0, idx(-1), make(rng, (), dt)), grad_args=(0, 3),
+    yield Sample((make(rng, (), dt), 0, idx(0), make(rng, (), dt)), grad_args=(0, 3),
                  name="0d")
+    # PyTorch's value gradient rejects negative indices, so the value needs no grad here
+    yield Sample((make(rng, (), dt), 0, idx(-1), make(rng, (), dt)), grad_args=(0,),
+                 name="0d_negative_index")
     yield Sample((x, 1, np.zeros(0, np.int64), 1.0), grad_args=(0,), name="empty_index")
     yield Sample((make(rng, (0, 3), dt), 1, idx(2), 1.0), grad_args=(0,), name="zero_size")
     yield Sample((x, 0, idx(0).astype(np.int32), 1.0), grad_args=(0,), name="int32_index")

@@ -79,14 +79,14 @@ def chain(*gens):
 
 
 def fixed(*samples):
-    """Hand-written samples: (args, kwargs) pairs, arrays cast to the dtype (samples holding
-    inf or NaN only for floating dtypes)."""
+    """Hand-written (input, kwargs) samples, the input cast to the dtype (inputs holding inf
+    or NaN only for floating dtypes)."""
     def gen(rng, dtype):
-        for args, kwargs in samples:
-            arrays = [np.asarray(a) for a in args]
-            if np.dtype(dtype).kind != "f" and not np.all([np.isfinite(a).all() for a in arrays]):
+        for x, kwargs in samples:
+            x = np.asarray(x)
+            if np.dtype(dtype).kind != "f" and not np.isfinite(x).all():
                 continue
-            yield Sample(tuple(a.astype(dtype) for a in arrays), dict(kwargs))
+            yield Sample((x.astype(dtype),), dict(kwargs))
     return gen
 
 
@@ -262,4 +262,127 @@ for _name in ("argmax", "argmin"):
                                          reduce_samples(with_nan, TIES)), dtypes=FIB),
         OpInfo(f"{_name}_method", method(_name), reduce_samples(distinct, ONE_DIM[3:4]),
                dtypes=F, covers=(_name,)),
+    )
+
+# ---- median, nanmedian, mode, kthvalue ---------------------------------------------------
+for _name in ("median", "nanmedian"):
+    register(
+        OpInfo(_name, call(_name), chain(reduce_samples(distinct, ONE_DIM),
+                                         fixed((np.zeros((0, 3)), {}))),
+               dtypes=FIB, covers=(_name, f"{_name}_dim")),
+        OpInfo(f"{_name}_ties", method(_name), chain(reduce_samples(ties, TIES),
+                                                     reduce_samples(with_nan, TIES)),
+               dtypes=FI, covers=(_name, f"{_name}_dim"), gradcheck=False),
+        dbl(f"{_name}_double_backward", call(_name), reduce_samples(distinct, ONE_DIM[2:5]),
+            covers=(_name, f"{_name}_dim")),
+    )
+NO_NONE = [(s, tuple(d for d in dims if d is not NONE)) for s, dims in ONE_DIM]
+SMALL_TIES = [((6,), (0,)), ((3, 4), (1, 0)), ((2, 3, 4), (-1, 1))]  # rows of <= 16: see mode
+register(
+    OpInfo("mode", call("mode"), chain(reduce_samples(distinct, ONE_DIM), reduce_samples(
+        ties, SMALL_TIES)), dtypes=FIB),
+    OpInfo("kthvalue", lambda L, x, k, **kw: L.kthvalue(x, k, **kw),
+           lambda rng, dt: (Sample((np.asarray(distinct(rng, s, dt)), k), kw)
+                            for s, k, kw in [((), 1, {}), ((1,), 1, dict(dim=0)),
+                                             ((5,), 2, {}), ((5,), 5, dict(dim=-1)),
+                                             ((3, 4), 1, dict(dim=0, keepdim=True)),
+                                             ((3, 4), 3, {}), ((2, 3, 4), 2, dict(dim=1)),
+                                             ((0, 3), 1, dict(dim=1)), ((0, 3), 1, dict(dim=0)),
+                                             ((3, 4), 5, {}), ((3, 4), 0, {}), ((), 2, {})]),
+           dtypes=FIB),
+    OpInfo("kthvalue_nan", lambda L, x, **kw: x.kthvalue(2, **kw),
+           fixed(([[3., np.nan, 1.], [np.nan, np.nan, 2.]], dict(dim=1)),), covers=("kthvalue",),
+           gradcheck=False),
+    OpInfo("mode_method", lambda L, x: x.mode(), fixed(([[1., 3., 3., 1., 2.]], {}),
+                                                       ([2., 2., 1., 1.], {})),
+           covers=("mode",), gradcheck=False),
+)
+
+# ---- quantile, nanquantile ---------------------------------------------------------------
+Q_DIMS = [((), (NONE, 0)), ((1,), (0,)), ((5,), (NONE, -1)), ((3, 4), (NONE, 1, -2)),
+          ((2, 3, 4), (NONE, 0, -1))]
+
+
+def quantile_samples(values):
+    def gen(rng, dtype):
+        q_tensor = np.array([0.0, 0.3, 0.5, 0.77, 1.0], dtype)
+        for q in (0.25, q_tensor, np.asarray(0.6, dtype)):
+            yield from reduce_samples(values, Q_DIMS, q=q)(rng, dtype)
+        for mode in ("lower", "higher", "midpoint", "nearest"):
+            yield from reduce_samples(values, Q_DIMS[2:4], q=q_tensor,
+                                      interpolation=mode)(rng, dtype)
+    return gen
+
+
+def quantile_fn(name):
+    def f(L, x, q, **kw):
+        return getattr(L, name)(x, q, **kw)
+    return f
+
+
+def q_args(gen):
+    """Samples whose kwargs hold q: pass q positionally (and as a tensor when an array)."""
+    def g(rng, dtype):
+        for s in gen(rng, dtype):
+            kw = dict(s.kwargs)
+            yield Sample(s.args + (kw.pop("q"),), kw)
+    return g
+
+
+for _name in ("quantile", "nanquantile"):
+    register(
+        OpInfo(_name, quantile_fn(_name), q_args(quantile_samples(distinct)), dtypes=FI,
+               covers=("quantile",)),
+        OpInfo(f"{_name}_nan", quantile_fn(_name), q_args(quantile_samples(with_nan)),
+               covers=("quantile",), gradcheck=False),
+        OpInfo(f"{_name}_errors", quantile_fn(_name),
+               lambda rng, dt: iter([Sample((make(rng, (3,), dt), 1.5)),
+                                     Sample((make(rng, (3,), dt), np.array([0.5, 1.5], dt))),
+                                     Sample((make(rng, (3,), dt), np.zeros((1, 1), dt))),
+                                     Sample((make(rng, (3,), dt), np.array([0.5]))),
+                                     Sample((make(rng, (0,), dt), 0.5)),
+                                     Sample((make(rng, (3,), dt), 0.5), dict(dim=(0,))),
+                                     Sample((make(rng, (3,), dt), 0.5),
+                                            dict(interpolation="cubic"))]),
+               dtypes=(np.float32,), covers=("quantile",)),
+        dbl(f"{_name}_double_backward", quantile_fn(_name),
+            q_args(reduce_samples(distinct, Q_DIMS[2:4], q=0.3)), covers=("quantile",)),
+    )
+
+# ---- cumsum, cumprod, cummax, cummin -----------------------------------------------------
+CUM_DIMS = [((), (0, -1)), ((1,), (0,)), ((5,), (0, -1)), ((3, 4), (1, -2)),
+            ((2, 3, 4), (0, -1)), ((0, 3), (0, 1))]
+register(
+    OpInfo("cumsum", call("cumsum"), reduce_samples(shapes=CUM_DIMS, keepdim=False),
+           dtypes=FIB),
+    OpInfo("cumsum_dtype", lambda L, x, **kw: x.cumsum(dtype=L.float64, **kw),
+           reduce_samples(shapes=CUM_DIMS[2:5], keepdim=False), dtypes=FIB, covers=("cumsum",)),
+    OpInfo("cumsum_errors", lambda L, x, **kw: L.cumsum(x, **kw),
+           fixed(([1., 2.], dict(dim=None)), ([1., 2.], dict(dim=1))), covers=("cumsum",)),
+    dbl("cumsum_double_backward", call("cumsum"),
+        reduce_samples(shapes=CUM_DIMS[2:5], keepdim=False), covers=("cumsum",)),
+    OpInfo("cumprod", call("cumprod"),
+           chain(reduce_samples(shapes=CUM_DIMS, keepdim=False),
+                 reduce_samples(with_zeros, shapes=CUM_DIMS[2:5], keepdim=False),
+                 fixed(([[2., 0., 3., 0., 5.], [0., 1., 2., 3., 4.]], dict(dim=1)),
+                       ([[2., 1., 3., 4., 0.], [1., 0., 2., 3., 4.]], dict(dim=0)))),
+           dtypes=FIB),
+    OpInfo("cumprod_dtype", lambda L, x, **kw: L.cumprod(x, dtype=L.float64, **kw),
+           reduce_samples(shapes=CUM_DIMS[2:5], keepdim=False), dtypes=FI, covers=("cumprod",)),
+    dbl("cumprod_double_backward", call("cumprod"),
+        reduce_samples(away_from_zero, shapes=CUM_DIMS[2:5], keepdim=False),
+        covers=("cumprod",)),
+)
+for _name in ("cummax", "cummin"):
+    register(
+        OpInfo(_name, call(_name), reduce_samples(distinct, CUM_DIMS, keepdim=False),
+               dtypes=FIB, covers=(_name, "cummaxmin_backward")),
+        OpInfo(f"{_name}_ties", method(_name),
+               chain(reduce_samples(ties, CUM_DIMS[2:5], keepdim=False),
+                     reduce_samples(with_nan, CUM_DIMS[2:5], keepdim=False),
+                     fixed(([np.nan, 1.0, np.nan, 2.0],  dict(dim=0)))),
+               dtypes=FIB, covers=(_name,), gradcheck=False),
+        dbl(f"{_name}_double_backward", call(_name),
+            reduce_samples(ties, CUM_DIMS[2:5], keepdim=False),
+            covers=(_name, "cummaxmin_backward")),
     )

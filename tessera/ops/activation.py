@@ -1,0 +1,526 @@
+"""Activation ops: pointwise nonlinearities, softmax and log_softmax.
+
+Each op has one fused, numerically stable NumPy kernel (float16/bfloat16 compute in float32)
+and a grad rule written with tessera ops. The hot ones (gelu, silu, softmax, log_softmax)
+have their own backward op with a fused kernel, whose grad rule is again tessera ops, so
+double backward works:
+
+    gelu(x)                  grad: gelu_backward(g, x)
+    silu(x)                  grad: silu_backward(g, x)
+    softmax(x, dim)          grad: softmax_backward(g, y, dim)          (y = output)
+    log_softmax(x, dim)      grad: log_softmax_backward(g, y, dim)
+
+selu and celu are ``elu`` with PyTorch's ``scale``/``input_scale`` attrs; relu6 is hardtanh.
+Argument handling (``inplace=``, defaults, legacy rules) lives in ``tessera.nn.functional``.
+
+>>> import tessera
+>>> tessera.softmax(tessera.tensor([0., 0.]), 0)
+tensor([0.5000, 0.5000])
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tessera import _dtype as D
+from tessera.ops import elementwise as E
+from tessera.ops import reduce as R
+from tessera.ops._util import call, wrap_dim
+from tessera.ops.registry import Meta, defop
+
+__all__ = ["softmax", "log_softmax"]
+
+_LOWP = (np.dtype(np.float16), D.bfloat16.np)
+_TNAME = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+          "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+          "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+SQRT_2_PI = math.sqrt(2.0 / math.pi)   # gelu's tanh approximation
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+KAPPA = 0.044715
+
+
+def tname(d: D.dtype) -> str:
+    """PyTorch's name of a dtype in kernel errors ('Long', 'Float', ...)."""
+    return _TNAME.get(d.name, d.name)
+
+
+def need_tensor(name: str, m, arg: str = "input", pos: int = 1) -> Meta:
+    if type(m) is not Meta:
+        raise TypeError(f"{name}(): argument '{arg}' (position {pos}) must be Tensor, not "
+                        f"{type(m).__name__}")
+    return m
+
+
+def need_float(kname: str, m: Meta) -> None:
+    """PyTorch's dispatch error for a kernel that has no integer/bool version."""
+    if m.dtype.category != 2:
+        raise NotImplementedError(f"\"{kname}\" not implemented for '{tname(m.dtype)}'")
+
+
+def upcast(x: np.ndarray) -> np.ndarray:
+    """float16/bfloat16 compute in float32 (dispatch rounds the result back once)."""
+    return x.astype(np.float32) if x.dtype in _LOWP else x
+
+
+def _ndtr(x):
+    import scipy.special  # lazily: only gelu needs it
+    return scipy.special.ndtr(x)
+
+
+# ---- the pointwise-op pattern ---------------------------------------------------------------
+
+def _pointwise(name: str, kernel, grad, kname: str | None = None, ints: bool = False,
+               check=None, save=("inputs",)):
+    """Register an elementwise activation: same shape and dtype out. ``ints``: integer inputs
+    are allowed (relu-like ops); ``check(x, **attrs)`` validates attrs."""
+    kname = kname or f"{name}_cpu"
+
+    def infer(x, **attrs):
+        need_tensor(name, x)
+        if x.dtype is D.bool_ or (not ints and x.dtype.category != 2):
+            raise NotImplementedError(f"\"{kname}\" not implemented for '{tname(x.dtype)}'")
+        if check is not None:
+            check(x, **attrs)
+        return Meta(x.shape, x.dtype)
+
+    def cpu(x, **attrs):
+        with np.errstate(all="ignore"):
+            return kernel(upcast(x), **attrs)
+    cpu.__name__ = f"{name}_kernel"
+    return defop(name, infer, cpu, grad=grad, save=save)
+
+
+def _x(ctx):
+    return ctx.inputs[0]
+
+
+# gelu ---------------------------------------------------------------------------------------
+
+def _check_gelu(x, approximate="none"):
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError("approximate argument must be either none or tanh.")
+
+
+def _gelu_kernel(x, approximate="none"):
+    if approximate == "tanh":
+        inner = np.tanh(SQRT_2_PI * (x + KAPPA * x * x * x))
+        inner += 1
+        return 0.5 * x * inner
+    return x * _ndtr(x)
+
+
+def _gelu_backward_kernel(g, x, approximate="none"):
+    g, x = upcast(g), upcast(x)
+    with np.errstate(all="ignore"):
+        if approximate == "tanh":
+            x2 = x * x
+            t = np.tanh(SQRT_2_PI * (x + KAPPA * x2 * x))
+            right = 0.5 * x * (1 - t * t) * (SQRT_2_PI * (1 + 3 * KAPPA * x2))
+            return g * (0.5 * (1 + t) + right)
+        pdf = np.exp(-0.5 * x * x)
+        pdf *= INV_SQRT_2PI * x
+        pdf += _ndtr(x)
+        return g * pdf
+
+
+def _gelu_backward_infer(g, x, approximate="none"):
+    return Meta(x.shape, x.dtype)
+
+
+def _gelu_backward_grad(ctx, gg):
+    """f(g, x) = g gelu'(x): d/dg = gelu_backward(gg, x); d/dx = gg g gelu''(x)."""
+    g, x = ctx.inputs
+    a = ctx.attrs.get("approximate", "none")
+    need = ctx.needs_input_grad
+    dg = gelu_backward(gg, x, a) if need[0] else None
+    if not need[1]:
+        return dg, None
+    if a == "tanh":
+        x2 = x * x
+        du = SQRT_2_PI * (1 + 3 * KAPPA * x2)
+        t = E.tanh(SQRT_2_PI * (x + KAPPA * x2 * x))
+        d2 = (1 - t * t) * (du + 0.5 * x * (6 * SQRT_2_PI * KAPPA * x - 2 * t * du * du))
+    else:
+        d2 = INV_SQRT_2PI * E.exp(-0.5 * x * x) * (2 - x * x)
+    return dg, gg * g * d2
+
+
+_GELU = _pointwise("gelu", _gelu_kernel,
+                   lambda ctx, g: (gelu_backward(g, _x(ctx), ctx.attrs.get("approximate",
+                                                                           "none")),),
+                   kname="GeluKernelImpl", check=_check_gelu)
+_GELU_BACKWARD = defop("gelu_backward", _gelu_backward_infer, _gelu_backward_kernel,
+                       grad=_gelu_backward_grad)
+
+
+def gelu(input, approximate: str = "none"):
+    return call(_GELU, input, approximate=approximate)
+
+
+def gelu_backward(grad, input, approximate: str = "none"):
+    """The gradient of gelu at ``input`` times ``grad`` (one fused kernel)."""
+    return call(_GELU_BACKWARD, grad, input, approximate=approximate)
+
+
+# silu -----------------------------------------------------------------------------------------
+
+def _sig(x):
+    s = np.exp(-x)
+    s += 1
+    return np.reciprocal(s, out=s)
+
+
+def _silu_backward_kernel(g, x):
+    g, x = upcast(g), upcast(x)
+    with np.errstate(all="ignore"):
+        s = _sig(x)
+        d = 1 - s
+        d *= x
+        d += 1
+        d *= s
+        return g * d
+
+
+def _silu_backward_grad(ctx, gg):
+    """silu'(x) = s (1 + x (1 - s)); silu''(x) = s (1 - s) (2 + x (1 - 2 s))."""
+    g, x = ctx.inputs
+    need = ctx.needs_input_grad
+    dg = silu_backward(gg, x) if need[0] else None
+    if not need[1]:
+        return dg, None
+    s = E.sigmoid(x)
+    return dg, gg * g * (s * (1 - s) * (2 + x * (1 - 2 * s)))
+
+
+_SILU = _pointwise("silu", lambda x: x * _sig(x),
+                   lambda ctx, g: (silu_backward(g, _x(ctx)),))
+_SILU_BACKWARD = defop("silu_backward", lambda g, x: Meta(x.shape, x.dtype),
+                       _silu_backward_kernel, grad=_silu_backward_grad)
+
+
+def silu_backward(grad, input):
+    return call(_SILU_BACKWARD, grad, input)
+
+
+# mish, softplus, logsigmoid -------------------------------------------------------------------
+
+def _softplus_np(z):
+    """log(1 + exp(z)) without overflow."""
+    return np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z)))
+
+
+def _mish_grad(ctx, g):
+    x = _x(ctx)
+    t = E.tanh(softplus(x))
+    return (g * (t + x * E.sigmoid(x) * (1 - t * t)),)
+
+
+_MISH = _pointwise("mish", lambda x: x * np.tanh(_softplus_np(x)), _mish_grad)
+
+
+def _softplus_kernel(x, beta=1.0, threshold=20.0):
+    z = x * beta
+    return np.where(z > threshold, x, np.log1p(np.exp(z)) / beta)
+
+
+def _softplus_grad(ctx, g):
+    x = _x(ctx)
+    beta, th = ctx.attrs.get("beta", 1.0), ctx.attrs.get("threshold", 20.0)
+    z = x * beta
+    return (E.where(z > th, g, g * E.sigmoid(z)),)
+
+
+_SOFTPLUS = _pointwise("softplus", _softplus_kernel, _softplus_grad)
+
+
+def softplus(input, beta: float = 1.0, threshold: float = 20.0):
+    return call(_SOFTPLUS, input, beta=beta, threshold=threshold)
+
+
+_LOGSIGMOID = _pointwise(
+    "log_sigmoid", lambda x: np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x))),
+    lambda ctx, g: (g * E.sigmoid(-_x(ctx)),))
+
+
+# relu family: leaky_relu, elu (selu, celu), hardtanh (relu6), threshold --------------------------
+
+_LEAKY = _pointwise("leaky_relu",
+                    lambda x, negative_slope=0.01: np.where(x > 0, x, x * negative_slope),
+                    lambda ctx, g: (E.where(_x(ctx) > 0, g,
+                                            g * ctx.attrs.get("negative_slope", 0.01)),))
+
+
+def _elu_kernel(x, alpha=1.0, scale=1.0, input_scale=1.0):
+    return np.where(x <= 0, np.expm1(x * input_scale) * (alpha * scale), x * scale)
+
+
+def _elu_grad(ctx, g):
+    x = _x(ctx)
+    a = ctx.attrs
+    alpha, scale, iscale = a.get("alpha", 1.0), a.get("scale", 1.0), a.get("input_scale", 1.0)
+    neg = g * E.exp(x * iscale) * (iscale * alpha * scale)
+    return (E.where(x <= 0, neg, g * scale),)
+
+
+_ELU = _pointwise("elu", _elu_kernel, _elu_grad)
+
+
+def _int_bound(v, dt: np.dtype):
+    """A float bound as PyTorch converts it for an integer tensor (truncation)."""
+    return int(v) if dt.kind in "iu" else v
+
+
+def _hardtanh_kernel(x, min_val=-1.0, max_val=1.0):
+    lo, hi = _int_bound(min_val, x.dtype), _int_bound(max_val, x.dtype)
+    return np.minimum(np.maximum(x, lo), hi).astype(x.dtype, copy=False)
+
+
+def _check_hardtanh(x, min_val=-1.0, max_val=1.0):
+    if x.dtype is D.uint8 and (min_val < 0 or max_val < 0):
+        raise RuntimeError("cannot do hardtanh on an unsigned type with negative limits")
+
+
+def _hardtanh_grad(ctx, g):
+    x = _x(ctx)
+    lo, hi = ctx.attrs.get("min_val", -1.0), ctx.attrs.get("max_val", 1.0)
+    return (E.where((x <= lo) | (x >= hi), 0.0, g),)
+
+
+_HARDTANH = _pointwise("hardtanh", _hardtanh_kernel, _hardtanh_grad, ints=True,
+                       check=_check_hardtanh)
+
+
+def _threshold_kernel(x, threshold=0.0, value=0.0):
+    return np.where(x <= threshold, np.asarray(value).astype(x.dtype), x)
+
+
+_THRESHOLD = _pointwise("threshold", _threshold_kernel,
+                        lambda ctx, g: (E.where(_x(ctx) <= ctx.attrs["threshold"], 0.0, g),),
+                        ints=True)
+
+
+# hard gates and shrinks ------------------------------------------------------------------------
+
+def _relu6_np(z):
+    return np.minimum(np.maximum(z, 0), 6)
+
+
+_HARDSIGMOID = _pointwise(
+    "hardsigmoid", lambda x: _relu6_np(x + 3) / 6,
+    lambda ctx, g: (E.where((_x(ctx) > -3) & (_x(ctx) < 3), g / 6, 0.0),))
+
+
+def _hardswish_grad(ctx, g):
+    x = _x(ctx)
+    mid = E.where(x <= 3, g * (x / 3 + 0.5), g)
+    return (E.where(x < -3, 0.0, mid),)
+
+
+_HARDSWISH = _pointwise("hardswish", lambda x: x * _relu6_np(x + 3) / 6, _hardswish_grad)
+
+
+def _shrink_grad(ctx, g):
+    x, lam = _x(ctx), ctx.attrs.get("lambd", 0.5)
+    return (E.where((x >= -lam) & (x <= lam), 0.0, g),)
+
+
+def _check_softshrink(x, lambd=0.5):
+    if not lambd >= 0:
+        raise RuntimeError(f"lambda must be in range [0, 3.40282e+38] for input dtype "
+                           f"{tname(x.dtype)}, but found {lambd}")
+
+
+def _softshrink_kernel(x, lambd=0.5):
+    return np.where(x > lambd, x - lambd, np.where(x < -lambd, x + lambd, 0)).astype(x.dtype)
+
+
+_SOFTSHRINK = _pointwise("softshrink", _softshrink_kernel, _shrink_grad,
+                         kname="softshrink_check", check=_check_softshrink)
+_HARDSHRINK = _pointwise(
+    "hardshrink",
+    lambda x, lambd=0.5: np.where((x >= -lambd) & (x <= lambd), np.zeros((), x.dtype), x),
+    _shrink_grad)
+
+
+# prelu ----------------------------------------------------------------------------------------
+
+def _prelu_infer(x, w):
+    need_tensor("prelu", x)
+    need_tensor("prelu", w, "weight", 2)
+    if len(w.shape) > 1:
+        raise RuntimeError(f"prelu: Expected `weight` to be a scalar or 1D tensor, but got: "
+                           f"ndim = {len(w.shape)}")
+    need_float("prelu_cpu", x)
+    if w.dtype is not x.dtype:
+        raise RuntimeError(f"prelu: Type promoting not supported. Got {tname(x.dtype)} and "
+                           f"{tname(w.dtype)}")
+    n = int(np.prod(w.shape))
+    channels = x.shape[1] if len(x.shape) >= 2 else 1
+    if n != 1 and n != channels:
+        raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found "
+                           f"parameter numbers = {n} and channel size = {channels}.")
+    return Meta(x.shape, x.dtype)
+
+
+def _channel_shape(ndim: int, n: int) -> tuple:
+    """The shape a per-channel weight broadcasts as against an ``ndim``-d input."""
+    if n == 1 or ndim < 2:
+        return ()
+    return (n,) + (1,) * (ndim - 2)
+
+
+def _prelu_kernel(x, w):
+    x, w = upcast(x), upcast(w)
+    wb = w.reshape(_channel_shape(x.ndim, w.size))
+    return np.where(x > 0, x, wb * x)
+
+
+def _prelu_grad(ctx, g):
+    x, w = ctx.inputs
+    wb = w.reshape(_channel_shape(x.dim(), w.numel()))
+    pos = x > 0
+    need = ctx.needs_input_grad
+    gx = E.where(pos, g, g * wb) if need[0] else None
+    gw = None
+    if need[1]:
+        contrib = E.where(pos, 0.0, g * x)
+        if wb.dim() == 0:
+            gw = contrib.sum().reshape(w.shape)
+        else:
+            dims = (0,) + tuple(range(2, x.dim()))
+            gw = R.sum(contrib, dims).reshape(w.shape)
+    return gx, gw
+
+
+_PRELU = defop("prelu", _prelu_infer, _prelu_kernel, grad=_prelu_grad)
+
+
+def prelu(input, weight):
+    """``max(0, x) + weight * min(0, x)``, one weight per channel (dim 1) or one in all."""
+    return call(_PRELU, input, weight)
+
+
+# ---- softmax and log_softmax -----------------------------------------------------------------
+
+def _softmax_infer(name: str, kname: str):
+    def infer(x, dim):
+        need_tensor(name, x)
+        wrap_dim(dim, len(x.shape), name)
+        need_float(kname, x)
+        return Meta(x.shape, x.dtype)
+    return infer
+
+
+def _along(fn):
+    """Wrap a kernel over ``dim``: 0-d inputs compute as one element, empty ones are empty."""
+    def kernel(*arrays, dim):
+        arrays = [upcast(a) for a in arrays]
+        x = arrays[0]
+        if x.ndim == 0:
+            return kernel(*[a.reshape(1) for a in arrays], dim=0).reshape(())
+        if x.size == 0:
+            return x.copy()
+        with np.errstate(all="ignore"):
+            return fn(*arrays, axis=dim % x.ndim)
+    kernel.__name__ = fn.__name__
+    return kernel
+
+
+@_along
+def _softmax_kernel(x, axis):
+    e = x - x.max(axis=axis, keepdims=True)
+    np.exp(e, out=e)
+    e /= e.sum(axis=axis, keepdims=True)
+    return e
+
+
+@_along
+def _log_softmax_kernel(x, axis):
+    y = x - x.max(axis=axis, keepdims=True)
+    y -= np.log(np.exp(y).sum(axis=axis, keepdims=True))
+    return y
+
+
+@_along
+def _softmax_backward_kernel(g, y, axis):
+    out = g - (g * y).sum(axis=axis, keepdims=True)
+    out *= y
+    return out
+
+
+@_along
+def _log_softmax_backward_kernel(g, y, axis):
+    e = np.exp(y)
+    e *= g.sum(axis=axis, keepdims=True)
+    return g - e
+
+
+def _ksum(t, dim):
+    return R.sum(t, dim, keepdim=True) if t.dim() else t
+
+
+def _softmax_backward_grad(ctx, gg):
+    """f(g, y) = y * (g - sum(g y)): d/dg = f(gg, y); d/dy = gg (g - sum(g y)) - g sum(gg y)."""
+    g, y = ctx.inputs
+    dim = ctx.attrs["dim"]
+    need = ctx.needs_input_grad
+    dg = softmax_backward(gg, y, dim) if need[0] else None
+    dy = gg * (g - _ksum(g * y, dim)) - g * _ksum(gg * y, dim) if need[1] else None
+    return dg, dy
+
+
+def _log_softmax_backward_grad(ctx, gg):
+    """f(g, y) = g - exp(y) sum(g): d/dg = gg - sum(gg exp(y)); d/dy = -gg exp(y) sum(g)."""
+    g, y = ctx.inputs
+    dim = ctx.attrs["dim"]
+    need = ctx.needs_input_grad
+    s = E.exp(y)
+    dg = gg - _ksum(gg * s, dim) if need[0] else None
+    dy = -gg * s * _ksum(g, dim) if need[1] else None
+    return dg, dy
+
+
+def _backward_infer(g, y, dim):
+    return Meta(y.shape, y.dtype)
+
+
+_SOFTMAX = defop("softmax", _softmax_infer("softmax", "softmax_lastdim_kernel_impl"),
+                 _softmax_kernel, save=("outputs",),
+                 grad=lambda ctx, g: (softmax_backward(g, ctx.outputs[0], ctx.attrs["dim"]),))
+_LOG_SOFTMAX = defop(
+    "log_softmax", _softmax_infer("log_softmax", "log_softmax_lastdim_kernel_impl"),
+    _log_softmax_kernel, save=("outputs",),
+    grad=lambda ctx, g: (log_softmax_backward(g, ctx.outputs[0], ctx.attrs["dim"]),))
+_SOFTMAX_BACKWARD = defop("softmax_backward", _backward_infer, _softmax_backward_kernel,
+                          grad=_softmax_backward_grad)
+_LOG_SOFTMAX_BACKWARD = defop("log_softmax_backward", _backward_infer,
+                              _log_softmax_backward_kernel, grad=_log_softmax_backward_grad)
+
+
+def softmax_backward(grad, output, dim: int):
+    return call(_SOFTMAX_BACKWARD, grad, output, dim=dim)
+
+
+def log_softmax_backward(grad, output, dim: int):
+    return call(_LOG_SOFTMAX_BACKWARD, grad, output, dim=dim)
+
+
+def _cast_for(input, dtype):
+    if dtype is None:
+        return input
+    return input.to(D.as_dtype(dtype))
+
+
+def softmax(input, dim: int, dtype=None, *, out=None):
+    """``exp(x) / sum(exp(x))`` along ``dim``; with ``dtype`` the input is cast first.
+
+    >>> tessera.softmax(tessera.tensor([1., 1., 1., 1.]), 0)
+    tensor([0.2500, 0.2500, 0.2500, 0.2500])
+    """
+    return call(_SOFTMAX, _cast_for(input, dtype), dim=dim, out=out)
+
+
+def log_softmax(input, dim: int, dtype=None, *, out=None):
+    """``x - logsumexp(x)`` along ``dim``, computed stably in one kernel."""
+    return call(_LOG_SOFTMAX, _cast_for(input, dtype), dim=dim, out=out)

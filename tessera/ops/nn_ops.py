@@ -1,0 +1,143 @@
+"""The neural-network functions PyTorch also has at top level (``torch.softmax``,
+``torch.selu``, ``torch.cdist``, ``torch.kl_div``, ...), exported as ``tessera.<name>`` and
+used by Tensor methods (``x.softmax(dim)``).
+
+softmax and log_softmax are the ops themselves; the rest forward to
+``tessera.nn.functional`` when called (imported lazily: ``tessera.nn`` loads after this
+module). Top-level loss functions take PyTorch's reduction enum (0 none, 1 mean, 2 sum).
+
+>>> import tessera
+>>> tessera.tensor([[1., 1.]]).softmax(-1)
+tensor([[0.5000, 0.5000]])
+"""
+from __future__ import annotations
+
+from tessera.ops.activation import log_softmax, softmax
+
+__all__ = ["softmax", "log_softmax", "relu_", "sigmoid_", "tanh_", "selu", "selu_", "celu",
+           "celu_", "threshold", "threshold_", "hardshrink", "prelu", "rrelu", "rrelu_",
+           "cosine_similarity", "pairwise_distance", "pdist", "cdist",
+           "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss",
+           "margin_ranking_loss", "hinge_embedding_loss", "triplet_margin_loss",
+           "cosine_embedding_loss"]
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _F():
+    import tessera.nn.functional as F
+    return F
+
+
+def _reduction(enum) -> str:
+    if isinstance(enum, str):
+        return enum
+    if enum not in (0, 1, 2):
+        raise ValueError(f"{enum} is not a valid value for reduction")
+    return _REDUCTIONS[enum]
+
+
+def relu_(input):
+    return _F().relu_(input)
+
+
+def sigmoid_(input):
+    return input.sigmoid_()
+
+
+def tanh_(input):
+    return input.tanh_()
+
+
+def selu(input):
+    return _F().selu(input)
+
+
+def selu_(input):
+    return _F().selu_(input)
+
+
+def celu(input, alpha: float = 1.0):
+    return _F().celu(input, alpha)
+
+
+def celu_(input, alpha: float = 1.0):
+    return _F().celu_(input, alpha)
+
+
+def threshold(input, threshold: float, value: float):
+    return _F().threshold(input, threshold, value)
+
+
+def threshold_(input, threshold: float, value: float):
+    return _F().threshold_(input, threshold, value)
+
+
+def hardshrink(input, lambd: float = 0.5):
+    return _F().hardshrink(input, lambd)
+
+
+def prelu(input, weight):
+    return _F().prelu(input, weight)
+
+
+def rrelu(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,
+          generator=None):
+    return _F().rrelu(input, lower, upper, training)
+
+
+def rrelu_(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,
+           generator=None):
+    return _F().rrelu_(input, lower, upper, training)
+
+
+def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
+    return _F().cosine_similarity(x1, x2, dim, eps)
+
+
+def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
+    return _F().pairwise_distance(x1, x2, p, eps, keepdim)
+
+
+def pdist(input, p: float = 2.0):
+    return _F().pdist(input, p)
+
+
+def cdist(x1, x2, p: float = 2.0, compute_mode: str = "use_mm_for_euclid_dist_if_necessary"):
+    return _F().cdist(x1, x2, p, compute_mode)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None,
+                                     reduction=1):
+    return _F().binary_cross_entropy_with_logits(input, target, weight,
+                                                 reduction=_reduction(reduction),
+                                                 pos_weight=pos_weight)
+
+
+def kl_div(input, target, reduction=1, *, log_target: bool = False):
+    return _F().kl_div(input, target, reduction=_reduction(reduction), log_target=log_target)
+
+
+def poisson_nll_loss(input, target, log_input: bool, full: bool, eps: float, reduction):
+    return _F().poisson_nll_loss(input, target, log_input, full, eps=eps,
+                                 reduction=_reduction(reduction))
+
+
+def margin_ranking_loss(input1, input2, target, margin: float = 0.0, reduction=1):
+    return _F().margin_ranking_loss(input1, input2, target, margin,
+                                    reduction=_reduction(reduction))
+
+
+def hinge_embedding_loss(input, target, margin: float = 1.0, reduction=1):
+    return _F().hinge_embedding_loss(input, target, margin, reduction=_reduction(reduction))
+
+
+def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2,
+                        eps: float = 1e-6, swap: bool = False, reduction=1):
+    return _F().triplet_margin_loss(anchor, positive, negative, margin, p, eps, swap,
+                                    reduction=_reduction(reduction))
+
+
+def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, reduction=1):
+    return _F().cosine_embedding_loss(input1, input2, target, margin,
+                                      reduction=_reduction(reduction))

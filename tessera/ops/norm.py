@@ -1,0 +1,366 @@
+"""Normalisation ops: ``batch_norm``, ``layer_norm``, ``group_norm`` and ``rms_norm``.
+
+Each is one ``OpDef`` with a fused NumPy kernel: the statistics are computed once over the
+normalised axes (sums through ``np.einsum``, which reduces any set of axes in one pass with
+no temporary) and the centred input is scaled and shifted in place. Half-precision inputs
+compute in float32, as PyTorch does.
+
+The ops save only their inputs (never their output, so an in-place op after a norm, as in
+``Conv -> BatchNorm -> ReLU(inplace=True)``, stays legal); the grad rules recompute the
+statistics with differentiable tessera ops, so double backward is exact.
+
+Instance norm is ``batch_norm`` over a ``(1, N*C, *)`` view (PyTorch's own decomposition);
+local response norm is a composite (``tessera.nn.functional``).
+
+>>> import tessera
+>>> from tessera.ops.norm import layer_norm
+>>> layer_norm(tessera.tensor([[1., 3.]]), None, None, normalized_ndim=1, eps=0.0)
+tensor([[-1.,  1.]])
+"""
+from __future__ import annotations
+
+import string
+
+import numpy as np
+
+from tessera import _dtype as D
+from tessera._dispatch import dispatch
+from tessera._tensor import Tensor
+from tessera.ops.registry import Meta, defop
+
+__all__: list[str] = []
+
+_HALF = tuple(np.dtype(t) for t in (np.float16, D.bfloat16.np) if t is not None)
+_SNAME = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+          "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+          "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+
+
+# ---- kernel helpers ----------------------------------------------------------------------
+
+def _acc(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32) if x.dtype in _HALF else x
+
+
+def _subscripts(ndim: int, axes) -> tuple[str, str]:
+    """einsum subscripts for ``x`` and for ``x`` reduced over ``axes``."""
+    letters = string.ascii_letters[:ndim]
+    return letters, "".join(c for i, c in enumerate(letters) if i not in axes)
+
+
+def _moments(x: np.ndarray, axes: tuple[int, ...]):
+    """(centred x, biased variance, mean) over ``axes``; the variance and mean have the
+    reduced shape, ``xc`` is a fresh array the caller may overwrite."""
+    src, dst = _subscripts(x.ndim, axes)
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    keep = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+    with np.errstate(all="ignore"):  # an empty slice gives NaN statistics, like PyTorch
+        mean = np.einsum(f"{src}->{dst}", x) / x.dtype.type(n)
+        xc = x - mean.reshape(keep)
+        var = np.einsum(f"{src},{src}->{dst}", xc, xc) / x.dtype.type(n)
+    return xc, var, mean
+
+
+def _rstd(var: np.ndarray, eps: float) -> np.ndarray:
+    return 1.0 / np.sqrt(var + var.dtype.type(eps))
+
+
+def _float_only(x, kernel: str) -> None:
+    if x.dtype.category < 2 or x.dtype.is_complex:
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{_SNAME[x.dtype.name]}\'')
+
+
+def _same_dtype(x, *params) -> None:
+    for p in params:
+        if type(p) is Meta and p.dtype is not x.dtype:
+            raise RuntimeError(f"mixed dtype (CPU): expect parameter to have scalar type of "
+                               f"{_SNAME[x.dtype.name]}")
+
+
+def _lead(ndim: int, k: int) -> tuple[int, ...]:
+    return tuple(range(ndim - k))
+
+
+def _tail(ndim: int, k: int) -> tuple[int, ...]:
+    return tuple(range(ndim - k, ndim))
+
+
+def _sum_over(t: Tensor, dims: tuple[int, ...]) -> Tensor:
+    return t.sum(dims) if dims else t
+
+
+# ---- batch_norm --------------------------------------------------------------------------
+
+def _bn_infer(x, weight, bias, running_mean, running_var, training, eps):
+    _float_only(x, "batch_norm")
+    if len(x.shape) < 2:
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-max(len(x.shape), 1)}, {max(len(x.shape), 1) - 1}], but got 1)")
+    c = x.shape[1]
+    for name, m in (("weight", weight), ("bias", bias), ("running_mean", running_mean),
+                    ("running_var", running_var)):
+        if type(m) is Meta and _numel(m.shape) != c:
+            raise RuntimeError(f"{name} should contain {c} elements not {_numel(m.shape)}")
+    if not training and (running_mean is None or running_var is None):
+        which = "running_mean" if running_mean is None else "running_var"
+        raise RuntimeError(f"{which} must be defined in evaluation mode")
+    _same_dtype(x, weight, bias, running_mean, running_var)
+    stat = Meta((c,), x.dtype)
+    return Meta(x.shape, x.dtype), stat, stat
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _bn_kernel(x, weight, bias, running_mean, running_var, training, eps):
+    dt = x.dtype
+    x = _acc(x)
+    c = x.shape[1]
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    if training:
+        out, var, mean = _moments(x, (0,) + tuple(range(2, x.ndim)))
+        scale = _rstd(var, eps)
+        if weight is not None:
+            scale = scale * weight.reshape(c)
+        out *= scale.reshape(bshape)
+        if bias is not None:
+            out += bias.reshape(bshape)
+    else:
+        mean, var = running_mean.reshape(c).astype(x.dtype), running_var.reshape(c)
+        scale = _rstd(var.astype(x.dtype), eps)
+        if weight is not None:
+            scale = scale * weight.reshape(c)
+        shift = -mean * scale
+        if bias is not None:
+            shift = shift + bias.reshape(c)
+        out = x * scale.reshape(bshape).astype(x.dtype)
+        out += shift.reshape(bshape).astype(x.dtype)
+    return out.astype(dt, copy=False), mean.astype(dt), var.astype(dt)
+
+
+def _bn_grad(ctx, g, _gmean=None, _gvar=None):
+    x, weight, bias, running_mean, running_var = ctx.inputs
+    need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    training, eps = ctx.attrs["training"], ctx.attrs["eps"]
+    nd = x.dim()
+    c = x.shape[1]
+    dims = (0,) + tuple(range(2, nd))
+    bshape = (1, c) + (1,) * (nd - 2)
+    if training:
+        var, mean = x.var_mean(dims, correction=0, keepdim=True)
+    else:
+        mean, var = running_mean.reshape(bshape), running_var.reshape(bshape)
+    rstd = (var + eps).rsqrt()
+    db = g.sum(dims) if (need_b or (training and need_x)) else None
+    xhat = (x - mean) * rstd if (need_w or (training and need_x)) else None
+    dwr = (g * xhat).sum(dims) if xhat is not None else None
+    dx = None
+    if need_x:
+        k = rstd if weight is None else rstd * weight.reshape(bshape)
+        if training:
+            m = x.numel() // max(c, 1)
+            dx = k * (g - db.reshape(bshape) / m - xhat * (dwr.reshape(bshape) / m))
+        else:
+            dx = g * k
+    return (dx, dwr if need_w else None, db if need_b else None, None, None)
+
+
+_BATCH_NORM = defop("batch_norm", _bn_infer, _bn_kernel, grad=_bn_grad, nondiff_outputs=(1, 2))
+
+
+def batch_norm(x: Tensor, weight, bias, running_mean, running_var, *, training: bool,
+               eps: float):
+    """``(out, mean, var)``: normalise over every dim but dim 1. In training the batch's
+    statistics are used and returned (biased variance); otherwise the running ones."""
+    return dispatch(_BATCH_NORM, x, weight, bias, running_mean, running_var,
+                    training=bool(training), eps=float(eps))
+
+
+# ---- layer_norm --------------------------------------------------------------------------
+
+def _check_trailing(x, normalized_shape, sep: str) -> None:
+    k = len(normalized_shape)
+    if k == 0:
+        raise RuntimeError("Expected normalized_shape to be at least 1-dimensional, i.e., "
+                           "containing at least one element, but got normalized_shape = []")
+    if len(x.shape) < k or tuple(x.shape[len(x.shape) - k:]) != tuple(normalized_shape):
+        raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input "
+                           f"with shape [*{sep}{', '.join(map(str, normalized_shape))}], but "
+                           f"got input of size{list(x.shape)}")
+
+
+def _ln_infer(x, weight, bias, normalized_shape, eps):
+    _float_only(x, "LayerNormKernelImpl")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if type(p) is Meta and tuple(p.shape) != tuple(normalized_shape):
+            raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but "
+                               f"got {name} of shape {list(p.shape)} and normalized_shape = "
+                               f"{list(normalized_shape)}")
+    _check_trailing(x, normalized_shape, ", ")
+    _same_dtype(x, weight, bias)
+    return Meta(x.shape, x.dtype)
+
+
+def _ln_kernel(x, weight, bias, normalized_shape, eps):
+    dt = x.dtype
+    x = _acc(x)
+    k = len(normalized_shape)
+    if x.size == 0:
+        return np.empty(x.shape, dt)
+    out, var, _ = _moments(x, _tail(x.ndim, k))
+    out *= _rstd(var, eps).reshape(var.shape + (1,) * k)
+    if weight is not None:
+        out *= weight
+    if bias is not None:
+        out += bias
+    return out.astype(dt, copy=False)
+
+
+def _normalised_grad(g, x, gw, dims, eps):
+    """d/dx of ``(x - mean) * rstd`` over ``dims`` applied to ``gw``, and ``xhat``."""
+    var, mean = x.var_mean(dims, correction=0, keepdim=True)
+    rstd = (var + eps).rsqrt()
+    xhat = (x - mean) * rstd
+    if gw is None:
+        return None, xhat
+    dx = rstd * (gw - gw.mean(dims, keepdim=True) - xhat * (gw * xhat).mean(dims, keepdim=True))
+    return dx, xhat
+
+
+def _ln_grad(ctx, g):
+    x, weight, bias = ctx.inputs
+    need_x, need_w, need_b = ctx.needs_input_grad
+    k = len(ctx.attrs["normalized_shape"])
+    nd = x.dim()
+    gw = (g if weight is None else g * weight) if need_x else None
+    dx, xhat = _normalised_grad(g, x, gw, _tail(nd, k), ctx.attrs["eps"])
+    lead = _lead(nd, k)
+    dw = _sum_over(g * xhat, lead) if need_w else None
+    db = _sum_over(g, lead) if need_b else None
+    return dx, dw, db
+
+
+_LAYER_NORM = defop("layer_norm", _ln_infer, _ln_kernel, grad=_ln_grad)
+
+
+def layer_norm(x: Tensor, weight, bias, *, normalized_shape, eps: float) -> Tensor:
+    """Normalise over the trailing ``normalized_shape`` dims, then scale and shift."""
+    return dispatch(_LAYER_NORM, x, weight, bias,
+                    normalized_shape=tuple(int(s) for s in normalized_shape), eps=float(eps))
+
+
+# ---- group_norm --------------------------------------------------------------------------
+
+def _gn_infer(x, weight, bias, num_groups, eps):
+    _float_only(x, "group_norm")
+    if len(x.shape) < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
+                           f"{len(x.shape)}")
+    c = x.shape[1]
+    if num_groups <= 0 or c % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by "
+                           f"num_groups, but got input of shape {list(x.shape)} and "
+                           f"num_groups={num_groups}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if type(p) is Meta and (len(p.shape) != 1 or p.shape[0] != c):
+            raise RuntimeError(f"Expected {name} to be a vector of size equal to the number "
+                               f"of channels in input, but got {name} of shape "
+                               f"{list(p.shape)} and input of shape {list(x.shape)}")
+    _same_dtype(x, weight, bias)
+    return Meta(x.shape, x.dtype)
+
+
+def _gn_kernel(x, weight, bias, num_groups, eps):
+    dt = x.dtype
+    n, c = x.shape[:2]
+    if x.size == 0:
+        return np.empty(x.shape, dt)
+    xr = _acc(x).reshape(n, num_groups, -1)
+    out, var, _ = _moments(xr, (2,))
+    out *= _rstd(var, eps)[..., None]
+    out = out.reshape(n, c, -1)
+    if weight is not None:
+        out *= weight[:, None]
+    if bias is not None:
+        out += bias[:, None]
+    return out.reshape(x.shape).astype(dt, copy=False)
+
+
+def _gn_grad(ctx, g):
+    x, weight, bias = ctx.inputs
+    need_x, need_w, need_b = ctx.needs_input_grad
+    groups = ctx.attrs["num_groups"]
+    n, c = x.shape[:2]
+    shape4 = (n, groups, c // groups, -1)
+    x4, g4 = x.reshape(shape4), g.reshape(shape4)
+    gw = None
+    if need_x:
+        gw = g4 if weight is None else g4 * weight.reshape(1, groups, c // groups, 1)
+    dx, xhat = _normalised_grad(g4, x4, gw, (2, 3), ctx.attrs["eps"])
+    dw = (g4 * xhat).sum((0, 3)).reshape(c) if need_w else None
+    db = g4.sum((0, 3)).reshape(c) if need_b else None
+    return (dx.reshape(x.shape) if dx is not None else None), dw, db
+
+
+_GROUP_NORM = defop("group_norm", _gn_infer, _gn_kernel, grad=_gn_grad)
+
+
+def group_norm(x: Tensor, weight, bias, *, num_groups: int, eps: float) -> Tensor:
+    """Normalise each group of ``C / num_groups`` channels of every sample."""
+    return dispatch(_GROUP_NORM, x, weight, bias, num_groups=int(num_groups), eps=float(eps))
+
+
+# ---- rms_norm ----------------------------------------------------------------------------
+
+def _rms_infer(x, weight, normalized_shape, eps):
+    _float_only(x, "rms_norm")
+    _check_trailing(x, normalized_shape, "")
+    if type(weight) is Meta and tuple(weight.shape) != tuple(normalized_shape):
+        raise RuntimeError(f"Expected weight to be of same shape as normalized_shape, but got "
+                           f"weight of shape {list(weight.shape)} and normalized_shape = "
+                           f"{list(normalized_shape)}")
+    return Meta(x.shape, x.dtype)
+
+
+def _rms_kernel(x, weight, normalized_shape, eps):
+    dt = x.dtype
+    xa = _acc(x)
+    k = len(normalized_shape)
+    src, dst = _subscripts(xa.ndim, _tail(xa.ndim, k))
+    n = _numel(normalized_shape)
+    with np.errstate(all="ignore"):
+        ms = np.einsum(f"{src},{src}->{dst}", xa, xa) / xa.dtype.type(max(n, 1))
+        out = xa * _rstd(ms, eps).reshape(ms.shape + (1,) * k)
+    if weight is not None:
+        out *= weight
+    return out.astype(dt, copy=False)
+
+
+def _rms_grad(ctx, g):
+    x, weight = ctx.inputs
+    need_x, need_w = ctx.needs_input_grad
+    k = len(ctx.attrs["normalized_shape"])
+    dims = _tail(x.dim(), k)
+    r = ((x * x).mean(dims, keepdim=True) + ctx.attrs["eps"]).rsqrt()
+    dx = dw = None
+    if need_x:
+        gw = g if weight is None else g * weight
+        dx = r * (gw - x * (r * r) * (gw * x).mean(dims, keepdim=True))
+    if need_w:
+        dw = _sum_over(g * x * r, _lead(x.dim(), k))
+    return dx, dw
+
+
+_RMS_NORM = defop("rms_norm", _rms_infer, _rms_kernel, grad=_rms_grad)
+
+
+def rms_norm(x: Tensor, weight, *, normalized_shape, eps: float) -> Tensor:
+    """``x / sqrt(mean(x**2) + eps) * weight`` over the trailing ``normalized_shape``."""
+    return dispatch(_RMS_NORM, x, weight,
+                    normalized_shape=tuple(int(s) for s in normalized_shape), eps=float(eps))
