@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from bench import overhead
+from bench import overhead, training
 from bench.common import environment
 
 
@@ -26,6 +26,9 @@ def main() -> int:
     print(table([(r["case"], f"{r['tessera_us']:.2f}", f"{r['torch_us']:.2f}",
                   f"{r['ratio']:.2f}x") for r in overhead_rows],
                 ("case", "tessera us", "torch us", "ratio")))
+    results["training"] = training.run()
+    print("\nTraining step, eager (median of 10 after 2 warm-up; target ratio <= 1.5)")
+    print(training.render(results["training"]))
     os.makedirs("bench/results", exist_ok=True)
     path = f"bench/results/{time.strftime('%Y%m%d-%H%M%S')}.json"
     with open(path + ".tmp", "w") as f:

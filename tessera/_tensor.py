@@ -16,9 +16,9 @@ import weakref
 import numpy as np
 
 from tessera import _dtype as D
+from tessera._tensor_methods import _OPS, TensorMethods
 from tessera.autograd.grad_mode import STATE
 from tessera.device.registry import _BACKENDS, device
-from tessera._tensor_methods import _OPS, TensorMethods
 from tessera.ops.registry import Meta
 
 
@@ -271,7 +271,8 @@ class Tensor(TensorMethods):
             if not requires_grad:
                 raise RuntimeError("you can only change requires_grad flags of leaf variables. "
                                    "If you want to use a computed variable in a subgraph that "
-                                   "doesn't require differentiation use var_no_grad = var.detach().")
+                                   "doesn't require differentiation use "
+                                   "var_no_grad = var.detach().")
             return self
         if requires_grad and not (self._dtype.is_floating_point or self._dtype.is_complex):
             raise RuntimeError("only Tensors of floating point and complex dtype can require "

@@ -156,7 +156,7 @@ class TensorMethods:
     clamp = clip = _method("clamp")
     clamp_min = _method("clamp_min")
     clamp_max = _method("clamp_max")
-    where = _method("where")
+    where = lambda self, condition, other: _OPS["where"](condition, self, other)  # noqa: E731
     eq = _method("eq")
     ne = not_equal = _method("ne")
     lt = less = _method("lt")
@@ -324,6 +324,7 @@ class TensorMethods:
     index_copy = _method("index_copy")
     index_fill = _method("index_fill")
     index_put = _method("index_put")
+    put = _method("put")
     take = _method("take")
     take_along_dim = _method("take_along_dim")
     masked_select = _method("masked_select")

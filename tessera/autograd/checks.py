@@ -79,7 +79,6 @@ def gradgradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: fl
     import tessera
     from tessera._tensor import Tensor
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-    diff = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
     rng = np.random.default_rng(seed)
     outs = _outputs(fn, inputs)
     cots = [tessera.tensor(rng.standard_normal(o.shape), dtype=o.dtype) for o in outs]

@@ -166,7 +166,9 @@ def gelu_backward(grad, input, approximate: str = "none"):
 # silu -----------------------------------------------------------------------------------------
 
 def _sig(x):
-    s = np.exp(-x)
+    s = np.empty_like(x)  # one buffer for every step (0-d inputs included)
+    np.negative(x, out=s)
+    np.exp(s, out=s)
     s += 1
     return np.reciprocal(s, out=s)
 

@@ -62,7 +62,8 @@ def _check(op, x, w, stride, pads, dilation, groups):
         raise RuntimeError(f"{op}: non-positive stride is not supported")
     if any(d < 1 for d in dilation):
         raise RuntimeError(f"{op}: non-positive dilation is not supported")
-    if any(lo < 0 or hi < 0 for lo, hi in pads):
+    # a negative high-side pad crops (conv_transpose's output_padding above the padding)
+    if any(lo < 0 for lo, hi in pads):
         raise RuntimeError(f"{op}: negative padding is not supported")
 
 
@@ -91,11 +92,18 @@ def _conv_infer(x, w, b, stride, pads, dilation, groups):
 # ---- im2col / col2im on NumPy arrays (shared with pooling and nn.functional.unfold) ----
 
 def pad_array(x: np.ndarray, pads, value=0) -> np.ndarray:
-    """Pad the trailing ``len(pads)`` dims of ``x`` by ((lo, hi), ...) with ``value``."""
+    """Pad the trailing ``len(pads)`` dims of ``x`` by ((lo, hi), ...) with ``value``;
+    negative sizes crop."""
     if not any(lo or hi for lo, hi in pads):
         return x
-    lead = ((0, 0),) * (x.ndim - len(pads))
-    return np.pad(x, lead + tuple(tuple(p) for p in pads), constant_values=value)
+    nl = x.ndim - len(pads)
+    if any(lo < 0 or hi < 0 for lo, hi in pads):
+        x = x[(slice(None),) * nl + tuple(slice(max(-lo, 0), n - max(-hi, 0)) for (lo, hi), n
+                                          in zip(pads, x.shape[nl:]))]
+        pads = tuple((max(lo, 0), max(hi, 0)) for lo, hi in pads)
+        if not any(lo or hi for lo, hi in pads):
+            return x
+    return np.pad(x, ((0, 0),) * nl + tuple(tuple(p) for p in pads), constant_values=value)
 
 
 def window_view(xp: np.ndarray, ksize, out_spatial, stride, dilation,
@@ -254,7 +262,7 @@ def _input_grad_kernel(g, w, input_shape, stride, pads, dilation, groups):
     gcols = gcols.reshape((c,) + tuple(ksize) + (n,) + tuple(out_sp))
     # (C, *K, N, *S_out) viewed as (C, N, *K, *S_out); accumulate in (C, N, *Sp)
     gcols = np.moveaxis(gcols, 1 + nd, 1)
-    padded = tuple(s + lo + hi for s, (lo, hi) in zip(input_shape[2:], pads))
+    padded = tuple(s + lo + max(hi, 0) for s, (lo, hi) in zip(input_shape[2:], pads))
     dxp = col2im_add(np.zeros((c, n) + padded, gcols.dtype), gcols, ksize, out_sp, stride,
                      dilation)
     dx = crop(dxp, pads, input_shape[2:])

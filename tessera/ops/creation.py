@@ -68,6 +68,9 @@ def _to_numpy_data(data, dt: D.dtype) -> np.ndarray:
         data = _nested_tolist(data)
     try:
         arr = np.array(data, dtype=dt.np)
+    except OverflowError:
+        raise RuntimeError(f"value cannot be converted to type {dt.name} without "
+                           "overflow") from None
     except (ValueError, TypeError) as e:
         raise ValueError(f"tensor(): could not build a tensor from the data: {e}") from None
     if arr.dtype == object:
@@ -142,14 +145,15 @@ def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False) -> Tensor:
                   requires_grad=requires_grad)
 
 
-def scalar_like(value, like: Tensor) -> Tensor:
-    """A 0-d tensor for a Python number met by ``like`` (for reflected operators)."""
+def scalar_like(value, like: Tensor):
+    """The left operand of a reflected operator (``2.5 - x``) checked: a Python number stays
+    a number, so promotion treats it as a wrapped scalar as PyTorch does (``300 - int8``
+    wraps like ``int8 - 300``, never overflows a 0-d tensor)."""
     if isinstance(value, Tensor):
         return value
     if not isinstance(value, (int, float, bool, complex, np.generic)):
         raise TypeError(f"unsupported operand type: '{type(value).__name__}' and 'Tensor'")
-    dt = D.result_type((like.dtype, like.dim()), value)
-    return tensor(value, dtype=dt, device=like.device)
+    return value
 
 
 # ---- shape factories -----------------------------------------------------------------
@@ -158,14 +162,22 @@ def _factory_infer(shape, dtype, device=None, value=None):
     return Meta(shape, dtype)
 
 
+def _fill_value(value, dt: np.dtype):
+    from tessera.ops.elementwise import _fill_value as fv
+    return fv(value, dt)
+
+
 _FULL = defop("full", lambda shape, dtype, value, device=None: Meta(shape, dtype),
-              lambda shape, dtype, value, device=None: np.full(shape, value, dtype.np),
+              lambda shape, dtype, value, device=None: np.full(
+                  shape, _fill_value(value, dtype.np), dtype.np),
               grad=None)
 _EMPTY = defop("empty", lambda shape, dtype, device=None: Meta(shape, dtype),
                lambda shape, dtype, device=None: np.empty(shape, dtype.np), grad=None)
 
 
 def _make_full(op_name, size, value, dtype, device, requires_grad):
+    if not size:
+        raise TypeError(f'{op_name}() missing 1 required positional arguments: "size"')
     shape = size_args(op_name, size)
     if value is None:
         dt = D.as_dtype(dtype) if dtype is not None else D.get_default_dtype()
@@ -175,6 +187,8 @@ def _make_full(op_name, size, value, dtype, device, requires_grad):
             D.scalar_dtype(value) if not isinstance(value, Tensor) else value.dtype)
         if isinstance(value, Tensor):
             value = value.item()
+        from tessera.ops.elementwise import checked_scalar
+        checked_scalar(value, dt)
         out = dispatch(_FULL, shape=shape, dtype=dt, value=value, device=_dev(device))
     return _finish(out, requires_grad)
 
@@ -192,8 +206,9 @@ def ones(*size, dtype=None, device=None, requires_grad=False, out=None, layout=N
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False, out=None,
          layout=None) -> Tensor:
     """A tensor filled with ``fill_value``; its dtype follows the value (int64 for ints)."""
-    if isinstance(size, int):
-        size = (size,)
+    if not isinstance(size, (tuple, list)):
+        raise TypeError(f"full(): argument 'size' (position 1) must be tuple of ints, not "
+                        f"{type(size).__name__}")
     return _make_full("full", (tuple(size),), fill_value, dtype, device, requires_grad)
 
 
@@ -343,32 +358,34 @@ def cast(input: Tensor, dtype) -> Tensor:
     return dispatch(_CAST, input, dtype=D.as_dtype(dtype))
 
 
-def _to_device_kernel(x, device):  # the source device's kernel: hand over as NumPy
-    return x
+def _to_device_kernel(x, device, src):
+    """Runs on the source device and hands the data over as a NumPy copy (a zero-stride
+    placeholder when the destination keeps no data)."""
+    if not _BACKENDS[device.type].has_storage:
+        return np.broadcast_to(np.zeros((), x.dtype), x.shape)
+    return np.array(_BACKENDS[src.type].to_numpy(x), copy=True)
 
 
-_TO_DEVICE = defop("to_device", lambda x, device: Meta(x.shape, x.dtype), _to_device_kernel,
-                   grad=lambda ctx, g: (to_device(g, ctx.attrs["src"]),), save=())
+_TO_DEVICE = defop("to_device", lambda x, device, src: Meta(x.shape, x.dtype),
+                   _to_device_kernel, grad=lambda ctx, g: (to_device(g, ctx.attrs["src"]),),
+                   save=())
 
 
 def to_device(input: Tensor, device) -> Tensor:
-    """``input`` copied to ``device``, through NumPy between devices with storage."""
+    """``input`` copied to ``device`` (``x.to("meta")``), through NumPy between devices."""
     dst = _dev(device)
     src = input.device
     if dst == src:
         return input
-    from tessera.autograd.grad_mode import STATE
-    data = None
-    if _BACKENDS[dst.type].has_storage:
-        arr = _BACKENDS[src.type].to_numpy(input._data)
-        data = _BACKENDS[dst.type].from_numpy(np.array(arr, copy=True), dst.index)
-    out = Tensor._make(data, input.dtype, dst, input._shape)
-    if input.requires_grad and STATE.enabled:
-        from tessera._dispatch import _record
-        _record(_TO_DEVICE, (input,), {"device": dst, "src": src}, [input.meta()],
-                (out.meta(),), [out])
-        out._requires_grad = True
-        out.grad_fn = out.grad_fn  # set by _record
+    dst_backend = _BACKENDS[dst.type]
+    if dst_backend.has_storage and not _BACKENDS[src.type].has_storage:
+        raise NotImplementedError(f"Cannot copy out of {src.type} tensor; no data!")
+    out = dispatch(_TO_DEVICE, input, device=dst, src=src)
+    if isinstance(out, Tensor) and out._device != dst:
+        # dispatch puts results on the inputs' device; this op's result belongs on ``dst``
+        out._data = dst_backend.from_numpy(out._data, dst.index) \
+            if dst_backend.has_storage else None
+        out._device = dst
     return out
 
 
@@ -376,13 +393,21 @@ def _fill_infer(x, value):
     if type(value) is Meta and value.shape != ():
         raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
                            f"{len(value.shape)} dimensions.")
+    if type(value) is not Meta:
+        from tessera.ops.elementwise import checked_scalar
+        checked_scalar(value, x.dtype)
     return Meta(x.shape, x.dtype)
 
 
-_FILL = defop("fill", _fill_infer, lambda x, value: np.full(x.shape, value, x.dtype),
+def _fill_kernel(t, x, value):
+    t[...] = _fill_value(value, t.dtype)
+
+
+_FILL = defop("fill", _fill_infer,
+              lambda x, value: np.full(x.shape, _fill_value(value, x.dtype), x.dtype),
               grad=lambda ctx, g: (g * 0, g.sum() if ctx.needs_input_grad[1] else None),
               save=())
-_FILL.inplace_kernels["cpu"] = lambda t, x, value: t.fill(value)
+_FILL.inplace_kernels["cpu"] = _fill_kernel
 
 
 def fill(input: Tensor, value, *, out=None) -> Tensor:

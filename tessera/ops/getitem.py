@@ -67,7 +67,7 @@ def _parse(x: Tensor, key):
     if not isinstance(key, tuple):
         key = (key,)
     if sum(1 for k in key if k is Ellipsis) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
+        key = _one_ellipsis(x, key)
     template, tensors = [], []
     for k in key:
         if k is None or k is Ellipsis:
@@ -102,6 +102,24 @@ def _parse(x: Tensor, key):
             template.append(T)
             tensors.append(k)
     return tuple(template), tensors
+
+
+def _one_ellipsis(x: Tensor, key: tuple) -> tuple:
+    """PyTorch lets every ``...`` skip the unspecified dims: a later one is a no-op unless
+    something indexes past it, which is then out of range."""
+    def consumed(k):
+        if k is None or k is Ellipsis:
+            return 0
+        if isinstance(k, Tensor) and (k.dtype is D.bool_ or k.dtype is D.uint8):
+            return k.dim()
+        return 1
+    skip = x.dim() - sum(consumed(k) for k in key)
+    first = key.index(Ellipsis)
+    rest = key[first + 1:]
+    last = max(i for i, k in enumerate(rest) if k is Ellipsis)
+    if skip > 0 and any(consumed(k) for k in rest[last:]):
+        raise IndexError(f"too many indices for tensor of dimension {x.dim()}")
+    return key[:first + 1] + tuple(k for k in rest if k is not Ellipsis)
 
 
 def _split(template):
@@ -181,9 +199,8 @@ def _index_put_infer(x, values, *idx, key, accumulate=False):
     sub = _index_infer(x, *idx, key=key)
     vshape = values.shape if type(values) is Meta else ()
     try:
-        broadcast_shapes("index_put", sub.shape, vshape)
-        if len(vshape) > len(sub.shape) and any(s != 1 for s in vshape[:len(vshape) -
-                                                                     len(sub.shape)]):
+        if len(vshape) > len(sub.shape) or \
+                broadcast_shapes("index_put", sub.shape, vshape) != sub.shape:
             raise RuntimeError
     except RuntimeError:
         raise RuntimeError(f"index_put: shape mismatch: value tensor of shape {list(vshape)} "
@@ -195,12 +212,9 @@ def _index_put_infer(x, values, *idx, key, accumulate=False):
 def _put(out, values, idx, key, accumulate):
     k = _np_key(key, idx)
     try:
-        sub_shape = out[k].shape
         v = np.asarray(values, out.dtype)
-        if v.ndim > len(sub_shape):  # leading size-1 dims of values are dropped
-            v = v.reshape(v.shape[v.ndim - len(sub_shape):])
         if accumulate:
-            np.add.at(out, k, np.broadcast_to(v, sub_shape))
+            np.add.at(out, k, np.broadcast_to(v, out[k].shape))
         else:
             out[k] = v
     except IndexError as e:
@@ -212,14 +226,6 @@ def _index_put_kernel(x, values, *idx, key, accumulate=False):
     return _put(np.array(x, copy=True), values, idx, key, accumulate)
 
 
-def _values_grad(g: Tensor, idx, key, shape) -> Tensor:
-    gi = index(g, idx, key=key)
-    lead = len(shape) - gi.dim()
-    if lead > 0:  # values had extra leading size-1 dims
-        return sum_to(gi, tuple(shape[lead:])).reshape(shape)
-    return sum_to(gi, tuple(shape))
-
-
 def _index_put_grad(ctx, g):
     idx = ctx.inputs[2:]
     key = ctx.attrs["key"]
@@ -229,7 +235,7 @@ def _index_put_grad(ctx, g):
         gx = g if ctx.attrs.get("accumulate") else _index_put(g, g.new_zeros(()), idx, key,
                                                                 False)
     if need[1]:
-        gv = _values_grad(g, idx, key, ctx.input_metas[1].shape)
+        gv = sum_to(index(g, idx, key=key), ctx.input_metas[1].shape)
     return (gx, gv) + (None,) * len(idx)
 
 
@@ -256,8 +262,18 @@ def index_put(input: Tensor, indices, values: Tensor, accumulate: bool = False, 
     if isinstance(indices, Tensor) or not isinstance(indices, (tuple, list)):
         raise TypeError("index_put(): argument 'indices' (position 1) must be tuple of "
                         f"Tensors, not {type(indices).__name__}")
-    template, tensors = _parse(input, tuple(indices))
-    return _index_put(input, values, tensors, _split(template)[1], bool(accumulate), out)
+    key, tensors = [], []
+    for k in indices:
+        if k is None:
+            key.append(slice(None))
+        elif isinstance(k, Tensor) and (k.dtype is D.bool_ or k.dtype is D.uint8):
+            for idx in nonzero(k.bool(), as_tuple=True):
+                key.append(T)
+                tensors.append(idx)
+        else:
+            key.append(T)
+            tensors.append(k if isinstance(k, Tensor) else _to_index_tensor(input, k))
+    return _index_put(input, values, tensors, tuple(key), bool(accumulate), out)
 
 
 # ---- the Python operators ------------------------------------------------------------
@@ -296,7 +312,8 @@ def setitem(input: Tensor, key, value) -> None:
         return
     basic, adv, trivial = _split(template)
     target = input if trivial else slice_view(input, basic)
-    _index_put(target, value, tensors, adv, False, out=target)
+    sub = _index_infer(target.meta(), *[t.meta() for t in tensors], key=adv)
+    _index_put(target, _drop_leading_ones(value, len(sub.shape)), tensors, adv, False, out=target)
 
 
 # ---- nonzero (data-dependent shape) --------------------------------------------------

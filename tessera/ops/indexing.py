@@ -34,6 +34,12 @@ _INT_INDEX = (D.int32, D.int64)
 
 # ---- shared helpers ------------------------------------------------------------------
 
+def _tensors(op: str, **args) -> None:
+    """TypeError naming the argument unless every one of ``args`` is a Tensor."""
+    for name, t in args.items():
+        ensure_tensor(op, t, name)
+
+
 def _nd(shape) -> int:
     """PyTorch's ``ensure_nonempty_dim``: a 0-d tensor counts as 1-d."""
     return max(len(shape), 1)
@@ -181,8 +187,7 @@ _GATHER = defop("gather", _gather_infer, _gather_kernel, grad=_gather_grad)
 
 def gather(input, dim, index, *, sparse_grad: bool = False, out=None) -> Tensor:
     """``out[i][j] = input[index[i][j]][j]`` for ``dim=0`` (and so on for other dims)."""
-    ensure_tensor("gather", input)
-    ensure_tensor("gather", index, "index")
+    _tensors("gather", input=input, index=index)
     return call(_GATHER, input, index, dim=dim, out=out)
 
 
@@ -246,8 +251,7 @@ _SCATTER.inplace_kernels["cpu"] = _scatter_inplace
 def scatter(input, dim, index, src=None, value=None, *, reduce=None, out=None) -> Tensor:
     """Write ``src`` (a tensor) or ``value`` (a number) into ``input`` at ``index`` along
     ``dim``; ``reduce='add'|'multiply'`` combines instead of overwriting (no gradient)."""
-    ensure_tensor("scatter", input)
-    ensure_tensor("scatter", index, "index")
+    _tensors("scatter", input=input, index=index)
     s = src if src is not None else value
     if s is None:
         raise TypeError("scatter() missing 1 required argument: 'src' or 'value'")
@@ -287,8 +291,7 @@ _SCATTER_ADD.inplace_kernels["cpu"] = _scatter_add_inplace
 
 def scatter_add(input, dim, index, src, *, out=None) -> Tensor:
     """``input`` with ``src`` added at ``index`` along ``dim`` (repeated indices add up)."""
-    ensure_tensor("scatter_add", input)
-    ensure_tensor("scatter_add", index, "index")
+    _tensors("scatter_add", input=input, index=index)
     if not isinstance(src, Tensor):
         raise TypeError(f"scatter_add(): argument 'src' (position 4) must be Tensor, not "
                         f"{type(src).__name__}")
@@ -392,9 +395,7 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self: bool = True,
     """Reduce ``src`` into ``input`` at ``index`` along ``dim`` with ``reduce`` in
     ``'sum' | 'prod' | 'mean' | 'amax' | 'amin'``; ``include_self=False`` leaves the old
     values of the written positions out of the reduction."""
-    ensure_tensor("scatter_reduce", input)
-    ensure_tensor("scatter_reduce", index, "index")
-    ensure_tensor("scatter_reduce", src, "src")
+    _tensors("scatter_reduce", input=input, index=index, src=src)
     return call(_SCATTER_REDUCE, input, index, src, dim=dim, reduce=reduce,
                 include_self=include_self, out=out)
 
@@ -439,8 +440,7 @@ _INDEX_SELECT = defop("index_select", _index_select_infer, _index_select_kernel,
 
 def index_select(input, dim, index, *, out=None) -> Tensor:
     """The slices of ``input`` along ``dim`` at the positions in the 1-d ``index``."""
-    ensure_tensor("index_select", input)
-    ensure_tensor("index_select", index, "index")
+    _tensors("index_select", input=input, index=index)
     return call(_INDEX_SELECT, input, index, dim=dim, out=out)
 
 
@@ -500,9 +500,7 @@ _INDEX_ADD.inplace_kernels["cpu"] = _index_add_inplace
 
 def index_add(input, dim, index, source, *, alpha=1, out=None) -> Tensor:
     """``input`` with ``alpha * source`` added to the slices at ``index`` along ``dim``."""
-    ensure_tensor("index_add", input)
-    ensure_tensor("index_add", index, "index")
-    ensure_tensor("index_add", source, "source")
+    _tensors("index_add", input=input, index=index, source=source)
     return call(_INDEX_ADD, input, index, source, dim=dim, alpha=alpha, out=out)
 
 
@@ -561,9 +559,7 @@ _INDEX_COPY.inplace_kernels["cpu"] = _index_copy_inplace
 
 def index_copy(input, dim, index, source, *, out=None) -> Tensor:
     """``input`` with the slices at ``index`` along ``dim`` replaced by those of ``source``."""
-    ensure_tensor("index_copy", input)
-    ensure_tensor("index_copy", index, "index")
-    ensure_tensor("index_copy", source, "source")
+    _tensors("index_copy", input=input, index=index, source=source)
     return call(_INDEX_COPY, input, index, source, dim=dim, out=out)
 
 
@@ -604,8 +600,7 @@ _INDEX_FILL.inplace_kernels["cpu"] = _index_fill_inplace
 def index_fill(input, dim, index, value, *, out=None) -> Tensor:
     """``input`` with the slices at ``index`` along ``dim`` set to ``value`` (a number or a
     0-d tensor)."""
-    ensure_tensor("index_fill", input)
-    ensure_tensor("index_fill", index, "index")
+    _tensors("index_fill", input=input, index=index)
     if isinstance(value, np.generic):
         value = value.item()
     return call(_INDEX_FILL, input, index, value, dim=dim, out=out)
@@ -644,8 +639,7 @@ _TAKE = defop("take", _take_infer, _take_kernel, grad=_take_grad)
 
 def take(input, index, *, out=None) -> Tensor:
     """``input`` read as 1-d at ``index`` (negative indices count from the end)."""
-    ensure_tensor("take", input)
-    ensure_tensor("take", index, "index")
+    _tensors("take", input=input, index=index)
     return call(_TAKE, input, index, out=out)
 
 
@@ -693,9 +687,7 @@ _PUT.inplace_kernels["cpu"] = _put_inplace
 
 def put(input, index, source, accumulate: bool = False, *, out=None) -> Tensor:
     """``input`` read as 1-d with ``source`` written (or added) at ``index``."""
-    ensure_tensor("put", input)
-    ensure_tensor("put", index, "index")
-    ensure_tensor("put", source, "source")
+    _tensors("put", input=input, index=index, source=source)
     return call(_PUT, input, index, source, accumulate=accumulate, out=out)
 
 
@@ -703,8 +695,7 @@ def take_along_dim(input, indices, dim=None, *, out=None) -> Tensor:
     """``gather`` with ``input`` and ``indices`` broadcast against each other off ``dim``;
     with ``dim=None`` both are read as 1-d. Along a dim, PyTorch wraps indices modulo the
     size (so ``-1`` is the last element); this follows it."""
-    ensure_tensor("take_along_dim", input)
-    ensure_tensor("take_along_dim", indices, "indices")
+    _tensors("take_along_dim", input=input, indices=indices)
     if indices.dtype is not D.int64:
         raise RuntimeError(f"torch.take_along_dim(): dtype of indices should be Long but got "
                            f"{_tname(indices.dtype)}")
@@ -757,8 +748,7 @@ _MASKED_SELECT = defop("masked_select", _masked_select_infer, _masked_select_ker
 
 def masked_select(input, mask, *, out=None) -> Tensor:
     """The elements of ``input`` where the (broadcast) bool ``mask`` is True, as 1-d."""
-    ensure_tensor("masked_select", input)
-    ensure_tensor("masked_select", mask, "mask")
+    _tensors("masked_select", input=input, mask=mask)
     return call(_MASKED_SELECT, input, mask, out=out)
 
 
@@ -805,9 +795,7 @@ _MASKED_SCATTER.inplace_kernels["cpu"] = _op_pair(_write_masked_scatter)[1]
 def masked_scatter(input, mask, source, *, out=None) -> Tensor:
     """``input`` with the positions where ``mask`` is True filled, in order, from the
     elements of ``source``."""
-    ensure_tensor("masked_scatter", input)
-    ensure_tensor("masked_scatter", mask, "mask")
-    ensure_tensor("masked_scatter", source, "source")
+    _tensors("masked_scatter", input=input, mask=mask, source=source)
     return call(_MASKED_SCATTER, input, mask, source, out=out)
 
 

@@ -104,7 +104,8 @@ def pdist(input, p: float = 2.0):
 
 
 def cdist(x1, x2, p: float = 2.0, compute_mode: str = "use_mm_for_euclid_dist_if_necessary"):
-    return _F().cdist(x1, x2, p, compute_mode)
+    from tessera.nn.functional.distance import cdist as _cdist
+    return _cdist(x1, x2, p, compute_mode)
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None,

@@ -26,6 +26,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
+from tessera.ops.reduce import var_mean
 from tessera.ops.registry import Meta, defop
 
 __all__: list[str] = []
@@ -153,7 +154,7 @@ def _bn_grad(ctx, g, _gmean=None, _gvar=None):
     dims = (0,) + tuple(range(2, nd))
     bshape = (1, c) + (1,) * (nd - 2)
     if training:
-        var, mean = x.var_mean(dims, correction=0, keepdim=True)
+        var, mean = var_mean(x, dims, correction=0, keepdim=True)
     else:
         mean, var = running_mean.reshape(bshape), running_var.reshape(bshape)
     rstd = (var + eps).rsqrt()
@@ -224,7 +225,7 @@ def _ln_kernel(x, weight, bias, normalized_shape, eps):
 
 def _normalised_grad(g, x, gw, dims, eps):
     """d/dx of ``(x - mean) * rstd`` over ``dims`` applied to ``gw``, and ``xhat``."""
-    var, mean = x.var_mean(dims, correction=0, keepdim=True)
+    var, mean = var_mean(x, dims, correction=0, keepdim=True)
     rstd = (var + eps).rsqrt()
     xhat = (x - mean) * rstd
     if gw is None:
@@ -281,10 +282,10 @@ def _gn_kernel(x, weight, bias, num_groups, eps):
     n, c = x.shape[:2]
     if x.size == 0:
         return np.empty(x.shape, dt)
-    xr = _acc(x).reshape(n, num_groups, -1)
+    xr = _acc(x).reshape(n, num_groups, _numel(x.shape[1:]) // num_groups)
     out, var, _ = _moments(xr, (2,))
     out *= _rstd(var, eps)[..., None]
-    out = out.reshape(n, c, -1)
+    out = out.reshape(n, c, _numel(x.shape[2:]))
     if weight is not None:
         out *= weight[:, None]
     if bias is not None:
@@ -297,7 +298,7 @@ def _gn_grad(ctx, g):
     need_x, need_w, need_b = ctx.needs_input_grad
     groups = ctx.attrs["num_groups"]
     n, c = x.shape[:2]
-    shape4 = (n, groups, c // groups, -1)
+    shape4 = (n, groups, c // groups, _numel(x.shape[2:]))
     x4, g4 = x.reshape(shape4), g.reshape(shape4)
     gw = None
     if need_x:

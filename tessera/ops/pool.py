@@ -129,7 +129,7 @@ def _max_pool_kernel(x, kernel_size, stride, padding, dilation, ceil_mode):
     pads = _hi_pads(in_sp, out_sp, kernel_size, stride, padding, dilation)
     xp = pad_array(x, pads, _lowest(x.dtype))
     win = window_view(xp, kernel_size, out_sp, stride, dilation, kernel_last=True)
-    flat = win.reshape(x.shape[:2] + out_sp + (-1,))               # the one copy
+    flat = win.reshape(x.shape[:2] + out_sp + (int(np.prod(kernel_size)),))  # the one copy
     arg = flat.argmax(axis=-1)
     y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
     idx = _flat_indices(arg, kernel_size, out_sp, in_sp, stride, padding, dilation)
@@ -239,7 +239,7 @@ def _mpb_infer(g, idx, input_shape):
 def _mpb_kernel(g, idx, input_shape):
     rows = int(input_shape[0] * input_shape[1])
     plane = int(np.prod(input_shape[2:]))
-    idx2 = idx.reshape(rows, -1)
+    idx2 = idx.reshape(rows, int(np.prod(idx.shape[2:])))
     if idx2.size and (idx2.min() < 0 or idx2.max() >= plane):
         bad = idx2.min() if idx2.min() < 0 else idx2.max()
         raise RuntimeError(f"max_unpool: Found an invalid max index: {bad} (output volumes "
@@ -247,15 +247,15 @@ def _mpb_kernel(g, idx, input_shape):
     flat = (idx2 + (np.arange(rows, dtype=np.int64) * plane)[:, None]).ravel()
     # one scatter-add for every window (overlapping windows may share an index)
     dx = np.bincount(flat, weights=g.reshape(-1), minlength=rows * plane)
-    if g.dtype.kind == "c":
-        dx = dx + 1j * np.bincount(flat, weights=g.imag.reshape(-1), minlength=rows * plane)
     return dx.reshape(input_shape).astype(g.dtype, copy=False)
 
 
 def _mpb_grad(ctx, gg):
     _g, idx = ctx.inputs
     n, c = idx.shape[:2]
-    picked = gg.reshape(n, c, -1).gather(2, idx.reshape(n, c, -1))
+    q = int(np.prod(idx.shape[2:]))
+    p = int(np.prod(gg.shape[2:]))
+    picked = gg.reshape(n, c, p).gather(2, idx.reshape(n, c, q))
     return picked.reshape(tuple(idx.shape)), None
 
 

@@ -150,7 +150,8 @@ def mode(input, dim: int = -1, keepdim: bool = False, *, out=None):
 
 
 def _kth_check(x, dim, k=1):
-    _no_bool("kthvalue")(x, dim)
+    if x.shape:  # a 0-d input is its own k-th value, whatever its dtype
+        _no_bool("kthvalue")(x, dim)
     d = _one_dim("kthvalue", dim, x.shape)
     n = 1 if d is None else x.shape[d]
     if not 1 <= k <= n:

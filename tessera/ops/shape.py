@@ -445,12 +445,12 @@ def _rep_kernel(x, repeats, dim, output_size=None):
 
 def _rep_grad(ctx, g):
     from tessera.ops.creation import arange, zeros
-    from tessera.ops.getitem import T, index_put
+    from tessera.ops.getitem import T, _index_put
     x, repeats = ctx.inputs
     d = ctx.attrs["dim"]
     src = repeat_interleave(arange(x.shape[d], device=g.device), repeats)
     z = zeros(x.shape, dtype=g.dtype, device=g.device)
-    return index_put(z, g, (src,), key=(slice(None),) * d + (T,), accumulate=True), None
+    return _index_put(z, g, (src,), (slice(None),) * d + (T,), True), None
 
 
 # Per-element repeats make the output size depend on the data (PyTorch syncs on it too).

@@ -144,7 +144,9 @@ def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
     """The ``k`` largest (or smallest) elements along ``dim`` and their indices; the result
     is always in sorted order, which ``sorted=False`` allows."""
     ensure_tensor("topk", input)
-    res = call(_TOPK, input, k, dim=dim, largest=bool(largest))
+    if isinstance(k, Tensor):
+        k = int(k)
+    res = call(_TOPK, input, k=k, dim=dim, largest=bool(largest))
     return _write_out(out, res) if out is not None else SortResult(*res)
 
 

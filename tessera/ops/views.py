@@ -80,6 +80,8 @@ def _shape_args(size) -> tuple:
 def view(input: Tensor, *shape) -> Tensor:
     """The same data with a new shape; no copy (raises if strides do not allow it)."""
     ensure_tensor("view", input)
+    if not shape:
+        raise TypeError("view() missing 1 required positional arguments: \"size\"")
     if len(shape) == 1 and isinstance(shape[0], D.dtype):
         raise NotImplementedError("view(dtype) reinterpretation is not supported")
     return dispatch(_VIEW, input, shape=_shape_args(shape))
@@ -103,6 +105,8 @@ def _viewable(x: Tensor, shape: tuple[int, ...]) -> bool:
 def reshape(input: Tensor, *shape) -> Tensor:
     """A view when the strides allow it, else a copy, with the new shape."""
     ensure_tensor("reshape", input)
+    if not shape:
+        raise TypeError("reshape() missing 1 required positional arguments: \"shape\"")
     shape = _shape_args(shape)
     if tuple(shape) == input._shape:
         return dispatch(_VIEW, input, shape=tuple(shape))

@@ -455,7 +455,8 @@ def _im2col_kernel(x, kernel_size, dilation, padding, stride):
     win = window_view(pad_array(x, [(p, p) for p in padding]), kernel_size, blocks, stride,
                       dilation)
     n, c = x.shape[:2]
-    return np.ascontiguousarray(win).reshape(n, c * int(np.prod(kernel_size)), -1)
+    return np.ascontiguousarray(win).reshape(n, c * int(np.prod(kernel_size)),
+                                             int(np.prod(blocks)))
 
 
 def _fattrs(a) -> dict:

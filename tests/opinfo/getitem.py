@@ -5,7 +5,13 @@ Index arrays in samples are NumPy int64/bool arrays, which the harness turns int
 """
 import numpy as np
 
-from tests.opinfo.core import OpInfo, Sample, make, register
+from tests.opinfo.core import OpInfo, Sample, register
+from tests.opinfo.core import make as _make
+
+
+def make(*args, **kwargs) -> np.ndarray:
+    # core.make gives a NumPy scalar (not a 0-d array) for 0-d bool samples
+    return np.asarray(_make(*args, **kwargs))
 
 ALL = (np.float32, np.float64, np.int64, np.bool_)
 I = np.int64  # noqa: E741
@@ -48,6 +54,10 @@ INDEX_CASES = [  # (key template, data shape, index arrays, sample name)
     ((1, slice(None), "T"), (3, 4, 5), [_idx(0, 4)], "int_before"),
     (("T", 1, "T"), (3, 4, 5), [_idx(0, 2), _idx(4, 0)], "int_between"),
     ((slice(None, None, 2), "T"), (4, 3), [_idx(2, 2, 0)], "step"),
+    (("T",), (4, 3), [B([1.0])], "float_index"),
+]
+# bool masks become index tensors through nonzero, so their shapes depend on the data
+MASK_CASES = [
     (("T",), (4, 3), [B([True, False, True, True])], "mask"),
     (("T",), (2, 3), [B([[True, False, True], [False, False, True]])], "mask_2d"),
     ((slice(None), "T"), (2, 3), [B([False, True, True])], "mask_dim1"),
@@ -56,17 +66,20 @@ INDEX_CASES = [  # (key template, data shape, index arrays, sample name)
     (("T",), (2, 3), [B([True, False, True])], "mask_mismatch"),
     (("T",), (), [B(True)], "0d_true"),
     (("T",), (), [B(False)], "0d_false"),
-    (("T",), (4, 3), [B([1.0])], "float_index"),
 ]
 
 
-def index_samples(rng, dt):
-    for template, shape, idx, name in INDEX_CASES:
-        yield Sample((template, make(rng, shape, dt), *idx), grad_args=(1,), name=name)
+def _index_samples(cases):
+    def gen(rng, dt):
+        for template, shape, idx, name in cases:
+            yield Sample((template, make(rng, shape, dt), *idx), grad_args=(1,), name=name)
+    return gen
 
 
 register(
-    OpInfo("index", _get, index_samples, dtypes=ALL, covers=("index", "nonzero", "slice")),
+    OpInfo("index", _get, _index_samples(INDEX_CASES), dtypes=ALL, covers=("index", "slice")),
+    OpInfo("index_mask", _get, _index_samples(MASK_CASES), dtypes=ALL, meta=False,
+           covers=("index", "nonzero", "slice")),
     OpInfo("index_list_key", lambda L, x: x[[0, 2], 1:], lambda rng, dt: [
         _s(make(rng, (3, 4), dt))], covers=("index",)),
     OpInfo("index_nested_list_key", lambda L, x: x[[[0, 1], [2, 2]], [1, 0]], lambda rng, dt: [
@@ -137,7 +150,7 @@ register(
         _s(make(rng, (3, 5), dt), make(rng, (3, 2), dt), _idx(4, 0), grad_args=(0, 1)),
         _s(make(rng, (3, 5), dt), make(rng, (2,), dt), _idx(4, 0), grad_args=(0, 1))],
         covers=("index_put",)),
-    OpInfo("setitem_mask", _set(("T",)), setitem_mask_samples,
+    OpInfo("setitem_mask", _set(("T",)), setitem_mask_samples, meta=False,
            covers=("index_put", "nonzero")),
     OpInfo("setitem_two_indices", _set(("T", slice(None), "T")), setitem_2idx_samples,
            covers=("index_put",)),

@@ -410,6 +410,8 @@ register(
     OpInfo("put", lambda L, x, i, s, **kw: L.put(x, i, s, **kw), put_samples, dtypes=FI),
     OpInfo("put_", lambda L, x, i, s, **kw: x.clone().put_(i, s, **kw), put_samples,
            covers=("put",)),
+    OpInfo("put_method", lambda L, x, i, s, **kw: x.put(i, s, **kw), put_samples,
+           covers=("put",)),
     OpInfo("take_along_dim", lambda L, x, i, d: L.take_along_dim(x, i, d),
            take_along_dim_samples, dtypes=FI, covers=("gather",)),
     OpInfo("masked_select", lambda L, x, m: L.masked_select(x, m), masked_select_samples,

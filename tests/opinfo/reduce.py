@@ -165,10 +165,10 @@ register(
 # ---- logsumexp and norm ------------------------------------------------------------------
 LSE_SHAPES = [(s, tuple(d for d in dims if d is not NONE)) for s, dims in SHAPES]
 register(
-    OpInfo("logsumexp", call("logsumexp"),
-           chain(reduce_samples(shapes=LSE_SHAPES),
-                 fixed(([[-INF, -INF], [INF, 1.0], [INF, INF], [-INF, 0.0]], dict(dim=1)))),
-           dtypes=FIB, gradcheck=True),
+    OpInfo("logsumexp", call("logsumexp"), reduce_samples(shapes=LSE_SHAPES), dtypes=FIB),
+    OpInfo("logsumexp_inf", call("logsumexp"),
+           fixed(([[-INF, -INF], [INF, 1.0], [INF, INF], [-INF, 0.0]], dict(dim=1))),
+           covers=("logsumexp",), gradcheck=False),
     dbl("logsumexp_double_backward", call("logsumexp"), reduce_samples(shapes=LSE_SHAPES[2:5]),
         covers=("logsumexp",)),
 )
@@ -303,11 +303,16 @@ Q_DIMS = [((), (NONE, 0)), ((1,), (0,)), ((5,), (NONE, -1)), ((3, 4), (NONE, 1, 
           ((2, 3, 4), (NONE, 0, -1))]
 
 
-def quantile_samples(values):
+# PyTorch sorts rows of more than 16 elements unstably, so which of several NaNs (or equal
+# values) a quantile lands on is arbitrary there: NaN samples keep rows short
+Q_SHORT = Q_DIMS[:4] + [((2, 3, 4), (0, -1))]
+
+
+def quantile_samples(values, shapes=Q_DIMS):
     def gen(rng, dtype):
         q_tensor = np.array([0.0, 0.3, 0.5, 0.77, 1.0], dtype)
         for q in (0.25, q_tensor, np.asarray(0.6, dtype)):
-            yield from reduce_samples(values, Q_DIMS, q=q)(rng, dtype)
+            yield from reduce_samples(values, shapes, q=q)(rng, dtype)
         for mode in ("lower", "higher", "midpoint", "nearest"):
             yield from reduce_samples(values, Q_DIMS[2:4], q=q_tensor,
                                       interpolation=mode)(rng, dtype)
@@ -333,7 +338,7 @@ for _name in ("quantile", "nanquantile"):
     register(
         OpInfo(_name, quantile_fn(_name), q_args(quantile_samples(distinct)), dtypes=FI,
                covers=("quantile",)),
-        OpInfo(f"{_name}_nan", quantile_fn(_name), q_args(quantile_samples(with_nan)),
+        OpInfo(f"{_name}_nan", quantile_fn(_name), q_args(quantile_samples(with_nan, Q_SHORT)),
                covers=("quantile",), gradcheck=False),
         OpInfo(f"{_name}_errors", quantile_fn(_name),
                lambda rng, dt: iter([Sample((make(rng, (3,), dt), 1.5)),

@@ -2,7 +2,13 @@
 writes into views (``view_assign``)."""
 import numpy as np
 
-from tests.opinfo.core import OpInfo, Sample, make, register
+from tests.opinfo.core import OpInfo, Sample, register
+from tests.opinfo.core import make as _make
+
+
+def make(*args, **kwargs) -> np.ndarray:
+    # core.make gives a NumPy scalar (not a 0-d array) for 0-d bool samples
+    return np.asarray(_make(*args, **kwargs))
 
 ALL = (np.float32, np.float64, np.int64, np.bool_)
 
@@ -33,7 +39,8 @@ register(
     OpInfo("reshape_fn", lambda L, x, s: L.reshape(x, s), reshape_samples, covers=("view",)),
     # a transposed input cannot be viewed flat: reshape copies, view raises like PyTorch
     OpInfo("reshape_transposed", lambda L, x, s: x.t().reshape(s), _shapes(
-        ((2, 3), (6,)), ((2, 3), (3, 2)), ((2, 3), (3, 1, 2)), ((1, 3), (3,)))),
+        ((2, 3), (6,)), ((2, 3), (3, 2)), ((2, 3), (3, 1, 2)), ((1, 3), (3,))),
+        covers=("view", "permute", "clone")),
     OpInfo("view_transposed", lambda L, x, s: x.t().view(s), _shapes(
         ((2, 3), (6,)), ((2, 3), (3, 1, 2)), ((1, 3), (3,)), ((3, 1), (3,))),
         covers=("view", "permute")),
@@ -161,8 +168,9 @@ def unfold_samples(rng, dt):
 def _unfold_double_backward(L, x, v, dim, size, step):
     # d(unfold)/dx applied to v is unfold_backward(v); differentiating that in v checks
     # unfold_backward's own grad (unfold again)
-    y = x.unfold(dim, size, step)
-    return L.autograd.grad(y, x, v, create_graph=True)[0]
+    with L.enable_grad():  # gradcheck evaluates under no_grad
+        y = x.unfold(dim, size, step)
+        return L.autograd.grad(y, x, v, create_graph=True)[0]
 
 
 def unfold_bw_samples(rng, dt):

@@ -61,7 +61,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
                          "be None")
     if training:
         out, mean, var = N.batch_norm(input, weight, bias, None, None, training=True, eps=eps)
-        if running_mean is not None:
+        if running_mean is not None and input.numel():  # an empty batch updates nothing
             n = input.numel() // max(input.shape[1], 1)
             _check_running(running_mean, running_var, input.shape[1])
             _update_running(running_mean, mean, momentum)

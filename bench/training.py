@@ -1,0 +1,133 @@
+"""Training-step workloads of issue 3, tessera eager vs PyTorch eager, in one run.
+
+- MLP 784-1024-1024-10, batch 256, SGD with momentum
+- small CNN on 1x28x28 (conv 32, conv 64, pool, fc 128, fc 10), batch 64, Adam
+- Transformer encoder layer (d_model 256, 4 heads, seq 128, batch 16, GELU FFN 1024), AdamW
+
+Each (framework, workload) runs in its own subprocess so that peak memory (max RSS growth
+over the process's state after warm-up) is measured separately.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+WORKLOADS = ("mlp", "cnn", "transformer")
+
+
+def build(lib, name):
+    nn, F = lib.nn, lib.nn.functional
+    lib.manual_seed(0)
+    if name == "mlp":
+        model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                              nn.Linear(1024, 10))
+        x, y = lib.randn(256, 784), lib.randint(0, 10, (256,))
+        opt = lib.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        loss_fn = nn.CrossEntropyLoss()
+    elif name == "cnn":
+        class CNN(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.c1 = nn.Conv2d(1, 32, 3, padding=1)
+                self.c2 = nn.Conv2d(32, 64, 3, padding=1)
+                self.f1 = nn.Linear(64 * 14 * 14, 128)
+                self.f2 = nn.Linear(128, 10)
+
+            def forward(self, t):
+                t = F.relu(self.c2(F.relu(self.c1(t))))
+                t = F.max_pool2d(t, 2).flatten(1)
+                return self.f2(F.relu(self.f1(t)))
+        model = CNN()
+        x, y = lib.randn(64, 1, 28, 28), lib.randint(0, 10, (64,))
+        opt = lib.optim.Adam(model.parameters(), lr=1e-3)
+        loss_fn = nn.CrossEntropyLoss()
+    else:
+        model = nn.TransformerEncoderLayer(256, 4, dim_feedforward=1024, dropout=0.0,
+                                           activation="gelu", batch_first=True)
+        x, y = lib.randn(16, 128, 256), lib.randn(16, 128, 256)
+        opt = lib.optim.AdamW(model.parameters(), lr=1e-4)
+        loss_fn = nn.MSELoss()
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def _maxrss_mb() -> float:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child(framework: str, name: str, steps: int) -> dict:
+    if framework == "torch":
+        import torch as lib
+    else:
+        import tessera as lib
+    step = build(lib, name)
+    step()
+    step()
+    base = _maxrss_mb()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1000)
+    return {"ms": statistics.median(times), "peak_mb": _maxrss_mb() - base,
+            "threads": _threads(framework)}
+
+
+def _threads(framework: str) -> int:
+    if framework == "torch":
+        import torch
+        return torch.get_num_threads()
+    try:
+        from threadpoolctl import threadpool_info
+        return max((i["num_threads"] for i in threadpool_info()), default=1)
+    except ImportError:
+        return os.cpu_count() or 1
+
+
+def run(steps: int = 10) -> list[dict]:
+    rows = []
+    for name in WORKLOADS:
+        res = {}
+        for fw in ("tessera", "torch"):
+            out = subprocess.run([sys.executable, "-m", "bench.training", "--child", fw, name,
+                                  str(steps)], capture_output=True, text=True, check=False)
+            if out.returncode != 0:
+                res[fw] = {"error": out.stderr.strip().splitlines()[-1] if out.stderr else "?"}
+            else:
+                res[fw] = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append({"workload": name, **res})
+    return rows
+
+
+def render(rows) -> str:
+    from bench.common import table
+    out = []
+    for r in rows:
+        t, p = r["tessera"], r["torch"]
+        if "error" in t or "error" in p:
+            out.append((r["workload"], t.get("error", ""), p.get("error", ""), "-", "-", "-"))
+            continue
+        out.append((r["workload"], f"{t['ms']:.1f}", f"{p['ms']:.1f}",
+                    f"{t['ms'] / p['ms']:.2f}x", f"{t['peak_mb']:.0f} / {p['peak_mb']:.0f}",
+                    f"{t['peak_mb'] / max(p['peak_mb'], 1):.2f}x"))
+    return table(out, ("workload", "tessera ms/step", "torch ms/step", "ratio",
+                       "peak MB (tessera/torch)", "mem ratio"))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        print(json.dumps(child(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
+    else:
+        print("Training step, eager (median of 10 after 2 warm-up; target ratio <= 1.5)")
+        print(render(run()))
