@@ -366,9 +366,17 @@ def _to_device_kernel(x, device, src):
     return np.array(_BACKENDS[src.type].to_numpy(x), copy=True)
 
 
+class _EveryDevice(dict):
+    """to_device's kernel is one function for every source device: it goes through the
+    backends' NumPy conversions, so plug-in devices need not register it."""
+
+    def get(self, key, default=None):
+        return super().get(key, _to_device_kernel)
+
+
 _TO_DEVICE = defop("to_device", lambda x, device, src: Meta(x.shape, x.dtype),
                    _to_device_kernel, grad=lambda ctx, g: (to_device(g, ctx.attrs["src"]),),
-                   save=())
+                   save=(), kernels=_EveryDevice())
 
 
 def to_device(input: Tensor, device) -> Tensor:

@@ -56,15 +56,48 @@ def _view_infer(x, shape):
     return Meta(_resolve_shape("view", shape, numel(x.shape)), x.dtype)
 
 
+def _compute_stride(oldshape, oldstride, newshape):
+    """PyTorch's ``computeStride``: strides (in elements) that view ``oldshape``/``oldstride``
+    as ``newshape``, or None when no view exists. Following it exactly (rather than NumPy's
+    reshape) gives the same strides as PyTorch, including those of size-1 dims."""
+    if not oldshape:
+        return (1,) * len(newshape)
+    if numel(oldshape) == 0:
+        if tuple(oldshape) == tuple(newshape):
+            return tuple(oldstride)
+        out, acc = [], 1
+        for s in reversed(newshape):
+            out.append(acc)
+            acc *= max(s, 1)
+        return tuple(reversed(out))
+    newstride = [0] * len(newshape)
+    view_d = len(newshape) - 1
+    base = oldstride[-1]
+    tensor_numel = view_numel = 1
+    for d in range(len(oldshape) - 1, -1, -1):
+        tensor_numel *= oldshape[d]
+        # a chunk ends where the next dim out is not laid out contiguously after this one
+        if d == 0 or (oldshape[d - 1] != 1 and oldstride[d - 1] != tensor_numel * base):
+            while view_d >= 0 and (view_numel < tensor_numel or newshape[view_d] == 1):
+                newstride[view_d] = view_numel * base
+                view_numel *= newshape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                base = oldstride[d - 1]
+                tensor_numel = view_numel = 1
+    return tuple(newstride) if view_d == -1 else None
+
+
 def _view_kernel(x, shape):
-    v = x.view()
-    try:
-        v.shape = shape
-    except AttributeError:
+    shape = _resolve_shape("view", shape, x.size)
+    st = _compute_stride(x.shape, [s // x.itemsize for s in x.strides], shape)
+    if st is None:
         raise RuntimeError("view size is not compatible with input tensor's size and stride "
                            "(at least one dimension spans across two contiguous subspaces). "
-                           "Use .reshape(...) instead.") from None
-    return v
+                           "Use .reshape(...) instead.")
+    return _strided(x, shape, tuple(s * x.itemsize for s in st))
 
 
 _VIEW = defop("view", _view_infer, _view_kernel, aliasing="view", save=(),
@@ -94,12 +127,8 @@ def view_as(input: Tensor, other: Tensor) -> Tensor:
 def _viewable(x: Tensor, shape: tuple[int, ...]) -> bool:
     if x._data is None or x.is_contiguous():
         return True
-    try:
-        v = x._data.view()
-        v.shape = _resolve_shape("reshape", shape, x.numel())
-        return True
-    except (AttributeError, RuntimeError):
-        return False
+    new = _resolve_shape("reshape", shape, x.numel())
+    return _compute_stride(x._shape, x.stride(), new) is not None
 
 
 def reshape(input: Tensor, *shape) -> Tensor:
@@ -144,24 +173,51 @@ def ravel(input: Tensor) -> Tensor:
     return reshape(input, (-1,))
 
 
+# squeeze/unsqueeze keep PyTorch's own stride rules (not computeStride's, which differ on
+# size-1 dims): squeeze drops dims, unsqueeze gives the new dim size * stride of the next one
+
+def _squeeze_kernel(x, dims):
+    keep = [i for i in range(x.ndim) if i not in dims]
+    return _strided(x, tuple(x.shape[i] for i in keep), tuple(x.strides[i] for i in keep))
+
+
+_SQUEEZE = defop("squeeze", lambda x, dims: Meta(tuple(
+    s for i, s in enumerate(x.shape) if i not in dims), x.dtype), _squeeze_kernel,
+    aliasing="view", save=(), grad=lambda ctx, g: (reshape(g, ctx.input_metas[0].shape),))
+
+
 def squeeze(input: Tensor, dim=None) -> Tensor:
     """Drop size-1 dims (all of them, or those in ``dim``)."""
-    shp = input._shape
+    shp = ensure_tensor("squeeze", input)._shape
     if dim is None:
         dims = {i for i, s in enumerate(shp) if s == 1}
     else:
         dims = dim if isinstance(dim, (tuple, list)) else (dim,)
         dims = {d for d in (wrap_dim(d, len(shp), "squeeze") for d in dims) if
                 len(shp) and shp[d] == 1}
-    return view(input, tuple(s for i, s in enumerate(shp) if i not in dims))
+    return dispatch(_SQUEEZE, input, dims=tuple(sorted(dims)))
+
+
+def _unsqueeze_infer(x, dim):
+    if not 0 <= dim <= len(x.shape):
+        raise IndexError(f"unsqueeze: dim {dim} out of range for a {len(x.shape)}-d tensor")
+    return Meta(x.shape[:dim] + (1,) + x.shape[dim:], x.dtype)
+
+
+def _unsqueeze_kernel(x, dim):
+    st = x.shape[dim] * x.strides[dim] if dim < x.ndim else x.itemsize
+    return _strided(x, x.shape[:dim] + (1,) + x.shape[dim:],
+                    x.strides[:dim] + (st,) + x.strides[dim:])
+
+
+_UNSQUEEZE = defop("unsqueeze", _unsqueeze_infer, _unsqueeze_kernel, aliasing="view",
+                   save=(), grad=lambda ctx, g: (reshape(g, ctx.input_metas[0].shape),))
 
 
 def unsqueeze(input: Tensor, dim: int) -> Tensor:
     """Insert a size-1 dim at ``dim``."""
     ensure_tensor("unsqueeze", input)
-    d = wrap_dim(dim, input.dim() + 1, "unsqueeze")
-    shp = input._shape
-    return view(input, shp[:d] + (1,) + shp[d:])
+    return dispatch(_UNSQUEEZE, input, dim=wrap_dim(dim, input.dim() + 1, "unsqueeze"))
 
 
 def squeeze_(input: Tensor, dim=None) -> Tensor:
@@ -175,6 +231,7 @@ def unsqueeze_(input: Tensor, dim: int) -> Tensor:
 def _set_view_inplace(target: Tensor, v: Tensor) -> Tensor:
     """Metadata-only in-place ops (``squeeze_``): ``target`` takes ``v``'s shape."""
     target._data, target._shape = v._data, v._shape
+    target._version[0] += 1  # PyTorch counts metadata changes as writes too
     if v.grad_fn is not None:
         target.grad_fn, target._output_nr = v.grad_fn, v._output_nr
     return target
@@ -308,11 +365,18 @@ def _expand_infer(x, shape):
 
 
 def _expand_kernel(x, shape):
+    # PyTorch's inferExpandGeometry: broadcast dims get stride 0, and a new leading dim of
+    # size 1 the stride an unsqueeze would give it
     shape = _expand_infer(Meta(x.shape, None), shape).shape
-    lead = len(shape) - x.ndim
-    strides = (0,) * lead + tuple(0 if (x.shape[i] == 1 and shape[i + lead] != 1) else st
-                                  for i, st in enumerate(x.strides))
-    return _strided(x, shape, strides)
+    nd, lead = len(shape), len(shape) - x.ndim
+    strides = [0] * nd
+    for i in range(nd - 1, -1, -1):
+        if i >= lead:
+            size, st = x.shape[i - lead], x.strides[i - lead]
+        else:
+            size, st = 1, (shape[i + 1] * strides[i + 1] if i + 1 < nd else 0)
+        strides[i] = st if size == shape[i] else 0
+    return _strided(x, shape, tuple(strides))
 
 
 _EXPAND = defop("expand", _expand_infer, _expand_kernel, aliasing="view", save=(),
@@ -364,9 +428,27 @@ def _slice_infer(x, key):
 
 
 def _slice_kernel(x, key):
-    if Ellipsis not in key:
-        key = key + (Ellipsis,)  # keeps integer-only keys a 0-d view, not a NumPy scalar
-    return x[key]
+    if not any(k is None for k in key):  # NumPy's strides are PyTorch's
+        # a trailing Ellipsis keeps integer-only keys a 0-d view, not a NumPy scalar
+        return x[key if any(k is Ellipsis for k in key) else key + (Ellipsis,)]
+    # PyTorch applies the key left to right, and a None is an unsqueeze of the tensor so far:
+    # its stride is size * stride of the (not yet sliced) dim it lands before, or 1 at the end
+    r, d = x, 0
+    skip = x.ndim - sum(1 for k in key if k is not None and k is not Ellipsis)
+    for k in key:
+        if k is None:
+            st = r.shape[d] * r.strides[d] if d < r.ndim else r.itemsize
+            r = _strided(r, r.shape[:d] + (1,) + r.shape[d:], r.strides[:d] + (st,) +
+                         r.strides[d:])
+            d += 1
+        elif k is Ellipsis:
+            d += skip
+        elif isinstance(k, slice):
+            r = r[(slice(None),) * d + (k,)]
+            d += 1
+        else:
+            r = r[(slice(None),) * d + (k, Ellipsis)]
+    return r
 
 
 def _slice_grad(ctx, g):

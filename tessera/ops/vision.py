@@ -176,7 +176,9 @@ def _interp_check(x_shape, dtype, mode, size):
         name = "adaptive_avg_pool" if mode == "area" else f"upsample_{mode}"
         raise NotImplementedError(f'"{name}{nd}d" not implemented for \'{dtype}\'')
     if mode == "area":
-        for i, s in enumerate(x_shape[1:]):
+        # PyTorch checks the channels too only in 3-d
+        first = 1 if nd == 3 else 2
+        for i, s in enumerate(x_shape[first:], first - 1):
             if s == 0:
                 raise RuntimeError(f"adaptive_avg_pool{nd}d(): Expected input to have non-zero "
                                    f"size for non-batch dimensions, but input has sizes "

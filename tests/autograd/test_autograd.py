@@ -1,5 +1,6 @@
 """Autograd against PyTorch: accumulation, retain_graph, higher derivatives, grad modes,
-hooks, custom Functions, version counters, in-place ops, graph shapes and gradcheck.
+hooks, graph shapes, gradcheck and the ``.grad`` attribute (custom Functions are in
+``test_function.py``, version counters and in-place ops in ``test_inplace.py``).
 
 Most tests write one scenario as ``fn(L)`` and run it with ``L = tessera`` and ``L = torch``,
 comparing every returned tensor (or the exception type raised).

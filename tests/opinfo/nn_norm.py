@@ -14,10 +14,21 @@ from tests.opinfo.core import OpInfo, Sample, make, register
 F32 = np.dtype(np.float32)
 
 
-def _bn(L, x, rm=None, rv=None, w=None, b=None, **kw):
+def _pure(name):
+    """``F.<name>`` on copies of the running statistics, so that repeated calls (gradcheck)
+    see the same ones."""
+    def call(L, x, rm=None, rv=None, *args, **kw):
+        rm, rv = (t.detach().clone() if t is not None else None for t in (rm, rv))
+        return getattr(L.nn.functional, name)(x, rm, rv, *args, **kw)
+    return call
+
+
+def _stats(name):
     """The output, and the running statistics after the call (updated in place)."""
-    out = L.nn.functional.batch_norm(x, rm, rv, w, b, **kw)
-    return (out,) + tuple(t.detach().clone() for t in (rm, rv) if t is not None)
+    def call(L, x, rm=None, rv=None, *args, **kw):
+        out = getattr(L.nn.functional, name)(x, rm, rv, *args, **kw)
+        return (out,) + tuple(t.detach().clone() for t in (rm, rv) if t is not None)
+    return call
 
 
 def _bn_samples(rng, dt):
@@ -47,11 +58,6 @@ def _bn_samples(rng, dt):
     yield Sample((make(rng, (4,), dt),), dict(training=True), grad_args=(0,))
     yield Sample((x, rm, None), dict(training=True), grad_args=(0,))
     yield Sample((x,), dict(training=True, eps=0.0), grad_args=(0,))
-
-
-def _in(L, x, rm=None, rv=None, w=None, b=None, **kw):
-    out = L.nn.functional.instance_norm(x, rm, rv, w, b, **kw)
-    return (out,) + tuple(t.detach().clone() for t in (rm, rv) if t is not None)
 
 
 def _in_samples(rng, dt):
@@ -136,8 +142,12 @@ def fn(name):
 
 
 register(
-    OpInfo("batch_norm", _bn, _bn_samples, covers=("batch_norm",)),
-    OpInfo("instance_norm", _in, _in_samples, covers=("batch_norm",)),
+    OpInfo("batch_norm", _pure("batch_norm"), _bn_samples, covers=("batch_norm",)),
+    OpInfo("batch_norm_running_stats", _stats("batch_norm"), _bn_samples,
+           covers=("batch_norm",), gradcheck=False),
+    OpInfo("instance_norm", _pure("instance_norm"), _in_samples, covers=("batch_norm",)),
+    OpInfo("instance_norm_running_stats", _stats("instance_norm"), _in_samples,
+           covers=("batch_norm",), gradcheck=False),
     OpInfo("layer_norm", fn("layer_norm"), _ln_samples),
     OpInfo("group_norm", fn("group_norm"), _gn_samples),
     OpInfo("rms_norm", fn("rms_norm"), _rms_samples),
@@ -148,7 +158,7 @@ register(
           make(rng, (8,), np.float16)), {})]),
         covers=("layer_norm",), atol=2e-3, rtol=2e-3, grad_atol=2e-2, grad_rtol=2e-2,
         gradcheck=False),
-    OpInfo("batch_norm_f16", _bn, _f16(lambda rng: [
+    OpInfo("batch_norm_f16", _pure("batch_norm"), _f16(lambda rng: [
         ((make(rng, (6, 3, 2), np.float16), None, None, make(rng, (3,), np.float16),
           make(rng, (3,), np.float16)), dict(training=True))]),
         covers=("batch_norm",), atol=2e-3, rtol=2e-3, grad_atol=3e-2, grad_rtol=3e-2,

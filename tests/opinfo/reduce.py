@@ -279,8 +279,9 @@ for _name in ("median", "nanmedian"):
 NO_NONE = [(s, tuple(d for d in dims if d is not NONE)) for s, dims in ONE_DIM]
 SMALL_TIES = [((6,), (0,)), ((3, 4), (1, 0)), ((2, 3, 4), (-1, 1))]  # rows of <= 16: see mode
 register(
-    OpInfo("mode", call("mode"), chain(reduce_samples(distinct, ONE_DIM), reduce_samples(
-        ties, SMALL_TIES)), dtypes=FIB),
+    OpInfo("mode", call("mode"), reduce_samples(distinct, NO_NONE), dtypes=FIB),
+    OpInfo("mode_ties", call("mode"), reduce_samples(ties, SMALL_TIES), dtypes=FIB,
+           covers=("mode",), gradcheck=False),
     OpInfo("kthvalue", lambda L, x, k, **kw: L.kthvalue(x, k, **kw),
            lambda rng, dt: (Sample((np.asarray(distinct(rng, s, dt)), k), kw)
                             for s, k, kw in [((), 1, {}), ((1,), 1, dict(dim=0)),

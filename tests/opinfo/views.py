@@ -55,12 +55,11 @@ register(
     OpInfo("ravel", lambda L, x: L.ravel(x), _shapes(((2, 3),), ((),)), covers=("view",)),
     OpInfo("squeeze", lambda L, x, *a: x.squeeze(*a), _shapes(
         ((1, 3, 1),), ((1, 3, 1), 0), ((1, 3, 1), 1), ((1, 3, 1), -1), ((1, 3, 1), (0, 2)),
-        ((),), ((), 0), ((1, 3), 2)), covers=("view",)),
+        ((),), ((), 0), ((1, 3), 2))),
     OpInfo("unsqueeze", lambda L, x, d: x.unsqueeze(d), _shapes(
-        ((2, 3), 0), ((2, 3), 2), ((2, 3), -1), ((2, 3), -3), ((), 0), ((2, 3), 3)),
-        covers=("view",)),
+        ((2, 3), 0), ((2, 3), 2), ((2, 3), -1), ((2, 3), -3), ((), 0), ((2, 3), 3))),
     OpInfo("squeeze_", lambda L, x, *a: x.clone().unsqueeze_(0).squeeze_(*a), _shapes(
-        ((3, 1),), ((3, 1), 0)), covers=("view", "clone")),
+        ((3, 1),), ((3, 1), 0)), covers=("squeeze", "unsqueeze", "clone")),
 )
 
 

@@ -179,8 +179,9 @@ def local_response_norm(input: Tensor, size: int, alpha: float = 1e-4, beta: flo
     sq = input * input
     c = input.shape[1]
     rest = tuple(input.shape[2:])
-    front = zeros((input.shape[0], size // 2) + rest, dtype=input.dtype)
-    back = zeros((input.shape[0], (size - 1) // 2) + rest, dtype=input.dtype)
+    front = zeros((input.shape[0], size // 2) + rest, dtype=input.dtype, device=input.device)
+    back = zeros((input.shape[0], (size - 1) // 2) + rest, dtype=input.dtype,
+                 device=input.device)
     padded = cat([front, sq, back], 1)
     # the window sum as `size` shifted slices: a loop over the window, not the elements
     acc = padded.narrow(1, 0, c)
