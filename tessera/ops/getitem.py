@@ -18,7 +18,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch, dispatch_inplace
 from tessera._tensor import Tensor
-from tessera.ops._util import broadcast_shapes, ensure_tensor, sum_to
+from tessera.ops._util import broadcast_shapes, ensure_tensor, numel, sum_to
 from tessera.ops.registry import Meta, defop
 from tessera.ops.views import slice_view
 
@@ -39,7 +39,6 @@ class _Slot:
 
 T = _Slot("T")          # an index tensor over one existing dim
 NEW_T = _Slot("NEW_T")  # a 0-d bool key: a new size-1 dim, indexed by [0] (True) or [] (False)
-_strided = np.lib.stride_tricks.as_strided
 
 
 def _as_int(v):
@@ -61,70 +60,92 @@ def _to_index_tensor(x: Tensor, k):
     return k.long() if k.numel() == 0 else k
 
 
+def _is_mask(k) -> bool:
+    return isinstance(k, Tensor) and (k.dtype is D.bool_ or k.dtype is D.uint8)
+
+
+def _consumed(k) -> int:
+    """How many dims of the indexed tensor a key entry uses up."""
+    if k is None or k is Ellipsis or isinstance(k, (bool, np.bool_)):
+        return 0
+    return k.dim() if _is_mask(k) else 1
+
+
+def _mask_indices(x: Tensor, k: Tensor, dim: int) -> tuple:
+    """The index tensors of bool mask ``k`` applied from dim ``dim`` of ``x``."""
+    if dim + k.dim() > x.dim():
+        raise IndexError(f"too many indices for tensor of dimension {x.dim()}")
+    for j, s in enumerate(k.shape):
+        if s != x.shape[dim + j]:
+            raise IndexError(f"The shape of the mask {list(k.shape)} at index {j} does not "
+                             f"match the shape of the indexed tensor {list(x.shape)} at index "
+                             f"{dim + j}")
+    return nonzero(k.bool(), as_tuple=True)
+
+
 def _parse(x: Tensor, key):
     """Split a user key into a template (ints, slices, None, Ellipsis, T, NEW_T) and the
     index tensors that fill its T slots, in order."""
     if not isinstance(key, tuple):
         key = (key,)
+    key = tuple(_to_index_tensor(x, k) if isinstance(k, (list, tuple, np.ndarray)) else k
+                for k in key)
     if sum(1 for k in key if k is Ellipsis) > 1:
         key = _one_ellipsis(x, key)
-    template, tensors = [], []
+    skip = max(x.dim() - sum(_consumed(k) for k in key), 0)
+    template, tensors, dim = [], [], 0
     for k in key:
         if k is None or k is Ellipsis:
             template.append(k)
+            dim += skip if k is Ellipsis else 0
         elif isinstance(k, slice):
             template.append(slice(_as_int(k.start), _as_int(k.stop), _as_int(k.step)))
-        elif isinstance(k, (bool, np.bool_)) or (isinstance(k, Tensor) and k.dim() == 0 and
-                                                  k.dtype is D.bool_ and k._data is not None):
+            dim += 1
+        elif isinstance(k, (bool, np.bool_)) or (_is_mask(k) and k.dim() == 0 and
+                                                  k._data is not None):
             from tessera.ops.creation import zeros
             template.append(NEW_T)
             tensors.append(zeros(int(bool(k)), dtype=D.int64, device=x.device))
-        elif isinstance(k, (int, np.integer)):
-            template.append(int(k))
-        elif isinstance(k, Tensor) and k.dim() == 0 and k.dtype.category == 1 and \
-                k._data is not None:
-            template.append(int(k.item()))  # like PyTorch: a 0-d integer tensor selects
+        elif isinstance(k, (int, np.integer)) or (
+                isinstance(k, Tensor) and k.dim() == 0 and k.dtype.category == 1 and
+                k._data is not None):
+            template.append(int(k))  # like PyTorch, a 0-d integer tensor selects
+            dim += 1
+        elif not isinstance(k, Tensor):
+            raise IndexError("only integers, slices (`:`), ellipsis (`...`), None and long or "
+                             "byte or bool tensors are valid indices (got "
+                             f"{type(k).__name__})")
+        elif _is_mask(k):
+            for idx in _mask_indices(x, k, dim):
+                template.append(T)
+                tensors.append(idx)
+            dim += k.dim()
+        elif k.dtype.category != 1:
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors "
+                             f"(got {k.dtype})")
         else:
-            if isinstance(k, (list, tuple, np.ndarray)):
-                k = _to_index_tensor(x, k)
-            if not isinstance(k, Tensor):
-                raise IndexError("only integers, slices (`:`), ellipsis (`...`), None and long "
-                                 "or byte or bool tensors are valid indices (got "
-                                 f"{type(k).__name__})")
-            if k.dtype is D.bool_ or k.dtype is D.uint8:
-                for idx in nonzero(k.bool(), as_tuple=True):
-                    template.append(T)
-                    tensors.append(idx)
-                continue
-            if k.dtype.category != 1:
-                raise IndexError("tensors used as indices must be long, int, byte or bool "
-                                 f"tensors (got {k.dtype})")
             template.append(T)
             tensors.append(k)
+            dim += 1
     return tuple(template), tensors
 
 
 def _one_ellipsis(x: Tensor, key: tuple) -> tuple:
     """PyTorch lets every ``...`` skip the unspecified dims: a later one is a no-op unless
     something indexes past it, which is then out of range."""
-    def consumed(k):
-        if k is None or k is Ellipsis:
-            return 0
-        if isinstance(k, Tensor) and (k.dtype is D.bool_ or k.dtype is D.uint8):
-            return k.dim()
-        return 1
-    skip = x.dim() - sum(consumed(k) for k in key)
+    skip = x.dim() - sum(_consumed(k) for k in key)
     first = key.index(Ellipsis)
     rest = key[first + 1:]
     last = max(i for i, k in enumerate(rest) if k is Ellipsis)
-    if skip > 0 and any(consumed(k) for k in rest[last:]):
+    if skip > 0 and any(_consumed(k) for k in rest[last:]):
         raise IndexError(f"too many indices for tensor of dimension {x.dim()}")
     return key[:first + 1] + tuple(k for k in rest if k is not Ellipsis)
 
 
-def _split(template):
+def _split(template, ndim: int):
     """(basic key, advanced key, whether the basic key is a no-op): the basic key makes the
-    view that the advanced key (only full slices, Ellipsis and T) then indexes."""
+    view that the advanced key (only full slices and T) then indexes."""
+    used = sum(1 for k in template if k is T or isinstance(k, (int, slice)))
     basic, adv = [], []
     for k in template:
         if k is T:
@@ -135,7 +156,8 @@ def _split(template):
             adv.append(T)
         elif k is Ellipsis:
             basic.append(k)
-            adv.append(k)
+            # spelled out: NumPy would treat T's on both sides of an Ellipsis as apart
+            adv.extend([slice(None)] * max(ndim - used, 0))
         elif isinstance(k, slice) or k is None:
             basic.append(k)
             adv.append(slice(None))
@@ -143,6 +165,25 @@ def _split(template):
             basic.append(k)  # an int: selected away by the view
     trivial = all(k is Ellipsis or k == slice(None) for k in basic)
     return tuple(basic), tuple(adv), trivial
+
+
+def _index_shape(shape, key, idx_shapes) -> tuple[int, ...]:
+    """The shape of ``x[key]`` for a key of full slices and T slots (NumPy's placement: the
+    broadcast index shape in place when the T's are adjacent, else first)."""
+    if len(key) > len(shape):
+        raise IndexError(f"too many indices for tensor of dimension {len(shape)}")
+    key = tuple(key) + (slice(None),) * (len(shape) - len(key))
+    pos = [i for i, k in enumerate(key) if k is T]
+    if not pos:
+        return tuple(shape)
+    try:
+        b = broadcast_shapes("index", *idx_shapes)
+    except RuntimeError:
+        raise IndexError("shape mismatch: indexing tensors could not be broadcast together "
+                         "with shapes " + ", ".join(str(list(s)) for s in idx_shapes)) from None
+    if pos[-1] - pos[0] == len(pos) - 1:
+        return tuple(shape[:pos[0]]) + tuple(b) + tuple(shape[pos[-1] + 1:])
+    return tuple(b) + tuple(s for s, k in zip(shape, key) if k is not T)
 
 
 def _np_key(template, arrays):
@@ -157,16 +198,13 @@ def _index_infer(x, *idx, key):
         if m.dtype.category != 1:
             raise IndexError(f"index: tensors used as indices must be long or int tensors, got "
                              f"{m.dtype}")
-    dummy = _strided(np.zeros(1, np.int8), x.shape, (0,) * len(x.shape))
-    dummies = [np.zeros(m.shape, np.intp) for m in idx]
-    try:
-        shape = dummy[_np_key(key, dummies)].shape
-    except IndexError as e:
-        raise IndexError(f"index: {e} (tensor of shape {list(x.shape)})") from None
-    return Meta(shape, x.dtype)
+    return Meta(_index_shape(x.shape, key, [m.shape for m in idx]), x.dtype)
 
 
 def _index_kernel(x, *idx, key):
+    shape = _index_shape(x.shape, key, [i.shape for i in idx])
+    if numel(shape) == 0:  # PyTorch checks the bounds of indices only as it reads
+        return np.empty(shape, x.dtype)
     try:
         return x[_np_key(key, idx)]
     except IndexError as e:
@@ -210,6 +248,8 @@ def _index_put_infer(x, values, *idx, key, accumulate=False):
 
 
 def _put(out, values, idx, key, accumulate):
+    if numel(_index_shape(out.shape, key, [i.shape for i in idx])) == 0:
+        return out
     k = _np_key(key, idx)
     try:
         v = np.asarray(values, out.dtype)
@@ -266,8 +306,8 @@ def index_put(input: Tensor, indices, values: Tensor, accumulate: bool = False, 
     for k in indices:
         if k is None:
             key.append(slice(None))
-        elif isinstance(k, Tensor) and (k.dtype is D.bool_ or k.dtype is D.uint8):
-            for idx in nonzero(k.bool(), as_tuple=True):
+        elif _is_mask(k):
+            for idx in _mask_indices(input, k, len(key)):
                 key.append(T)
                 tensors.append(idx)
         else:
@@ -283,7 +323,7 @@ def getitem(input: Tensor, key) -> Tensor:
     template, tensors = _parse(input, key)
     if not tensors:
         return slice_view(input, template)
-    basic, adv, trivial = _split(template)
+    basic, adv, trivial = _split(template, input.dim())
     return index(input if trivial else slice_view(input, basic), tensors, key=adv)
 
 
@@ -310,7 +350,7 @@ def setitem(input: Tensor, key, value) -> None:
         from tessera.ops.creation import copy
         copy(target, _drop_leading_ones(value, target.dim()), out=target)
         return
-    basic, adv, trivial = _split(template)
+    basic, adv, trivial = _split(template, input.dim())
     target = input if trivial else slice_view(input, basic)
     sub = _index_infer(target.meta(), *[t.meta() for t in tensors], key=adv)
     _index_put(target, _drop_leading_ones(value, len(sub.shape)), tensors, adv, False, out=target)

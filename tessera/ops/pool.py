@@ -102,17 +102,19 @@ def _acc_dtype(dtype: np.dtype) -> np.dtype:
 # ---- max pooling -----------------------------------------------------------------------
 
 def _flat_indices(arg, ksize, out_sp, in_sp, stride, lo, dilation) -> np.ndarray:
-    """Window-local argmax (row-major over the kernel) -> flat input position per plane."""
+    """Window-local argmax (row-major over the kernel) -> flat input position per plane.
+
+    The flat position is linear in the window's start and the kernel offset, so it is
+    start[o] + offset[arg]: a lookup in a K-entry table plus one broadcast add."""
     nd = len(ksize)
-    kst = [int(np.prod(ksize[d + 1:])) for d in range(nd)]
-    idx = None
+    row = [int(np.prod(in_sp[d + 1:])) for d in range(nd)]       # flat stride of each dim
+    offset = np.zeros((), np.int64)
+    start = np.zeros((), np.int64)
     for d in range(nd):
-        shape = [1] * (2 + nd)
-        shape[2 + d] = out_sp[d]
-        start = (np.arange(out_sp[d], dtype=np.int64) * stride[d] - lo[d]).reshape(shape)
-        pos = start + (arg // kst[d] % ksize[d]) * dilation[d]
-        idx = pos if idx is None else idx * in_sp[d] + pos
-    return idx
+        offset = np.add.outer(offset, np.arange(ksize[d], dtype=np.int64) * dilation[d] * row[d])
+        start = np.add.outer(start, (np.arange(out_sp[d], dtype=np.int64) * stride[d] - lo[d]) *
+                             row[d])
+    return np.take(offset.reshape(-1), arg) + start
 
 
 def _max_pool_infer(x, kernel_size, stride, padding, dilation, ceil_mode):

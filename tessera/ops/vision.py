@@ -270,7 +270,7 @@ def _cpad_infer(x, pads, value):
     out = list(x.shape)
     for i, (lo, hi) in enumerate(pads):
         n = x.shape[lead + i] + lo + hi
-        if n < 0:
+        if x.shape[lead + i] + min(lo, 0) + min(hi, 0) < 0 or n < 0:   # crops come first
             raise RuntimeError("constant_pad: narrow(): length must be non-negative.")
         out[lead + i] = n
     return Meta(tuple(out), x.dtype)

@@ -113,6 +113,8 @@ def cast_gen(rng, dt):
     """Every source kind to every target dtype; values chosen so that each conversion is
     defined (no negative floats into uint8, no NaN or out-of-range floats into integers)."""
     for target in DTYPES:
+        if target in ("float16", "bfloat16") and not once(dt):
+            continue  # finite differences cannot see through half-precision rounding
         yield Sample((make(rng, (3, 4), dt, 0, 100), target), name=f"to-{target}")
         yield Sample((make(rng, (), dt, -100, 100) if target != "uint8" else
                       make(rng, (), dt, 0, 100), target), name=f"0-d-to-{target}")
@@ -139,7 +141,7 @@ register(
                                          x.short(), x.char(), x.byte(), x.bool(),
                                          x.bfloat16(), x.type(L.float64), x.type_as(x.double())),
            lambda rng, dt: [Sample((make(rng, s, dt, 0, 50),)) for s in UNARY_SHAPES],
-           covers=("cast",)),
+           covers=("cast",), gradcheck=False),  # half outputs: no finite differences
     OpInfo("cast_roundtrip", lambda L, x: x.to(L.bfloat16).to(L.float32) * x.half(),
            lambda rng, dt: [Sample((make(rng, s, dt),)) for s in UNARY_SHAPES],
            covers=("cast", "mul"), grad_atol=1e-2, grad_rtol=1e-2, atol=1e-2, rtol=1e-2,

@@ -448,16 +448,19 @@ def isclose_gen(rng, dt):
         yield Sample((a, a.astype(np.float64)), {}, name="dtype-mismatch")
 
 
+def equal_gen(rng, dt):
+    a = make(rng, (3, 4), dt)
+    return [Sample((a, a.copy())), Sample((a, a + 1)), Sample((a, a[:1])), Sample((a, a[0]))]
+
+
 register(
     OpInfo("isclose", lambda L, a, b, **k: L.isclose(a, b, **k), isclose_gen,
            differentiable=False),
     OpInfo("allclose", lambda L, a, b, **k: L.allclose(a, b, **k),
            lambda rng, dt: (s for s in isclose_gen(rng, dt) if s.name != "dtype-mismatch"),
-           differentiable=False, covers=("isclose",)),
-    OpInfo("equal", lambda L, a, b: L.equal(a, b),
-           lambda rng, dt: [Sample((a, a.copy())), Sample((a, a + 1)), Sample((a, a[:1])),
-                            Sample((a, a[0]))] if (a := make(rng, (3, 4), dt)) is not None
-           else [], differentiable=False, covers=("eq",)),
+           differentiable=False, covers=("isclose",), meta=False),  # Python bools
+    OpInfo("equal", lambda L, a, b: L.equal(a, b), lambda rng, dt: equal_gen(rng, dt),
+           differentiable=False, covers=("eq",), meta=False),
 )
 
 
@@ -667,4 +670,4 @@ for _info in list(OP_DB[_FIRST:]):
     if F32 in map(np.dtype, _info.dtypes):
         register(OpInfo(_info.name + "_float16", _info.fn, _half_samples(_info), dtypes=(F32,),
                         covers=_info.covered_ops(), differentiable=False, atol=1e-3,
-                        rtol=2e-3))
+                        rtol=2e-3, meta=_info.meta))

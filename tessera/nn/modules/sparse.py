@@ -10,7 +10,7 @@ from __future__ import annotations
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
 from tessera.nn import init
-from tessera.nn.functional import sparse as F
+from tessera.nn.functional.sparse import embedding, embedding_bag
 from tessera.nn.modules.module import Module
 from tessera.nn.parameter import Parameter
 
@@ -74,7 +74,7 @@ class Embedding(Module):
                 self.weight[self.padding_idx].fill_(0)
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.embedding(input, self.weight, self.padding_idx, self.max_norm,
+        return embedding(input, self.weight, self.padding_idx, self.max_norm,
                            self.norm_type, self.scale_grad_by_freq, self.sparse)
 
     def extra_repr(self) -> str:
@@ -144,7 +144,7 @@ class EmbeddingBag(Module):
 
     def forward(self, input: Tensor, offsets: Tensor | None = None,
                 per_sample_weights: Tensor | None = None) -> Tensor:
-        return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type,
+        return embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type,
                                self.scale_grad_by_freq, self.mode, self.sparse,
                                per_sample_weights, self.include_last_offset, self.padding_idx)
 
