@@ -22,6 +22,11 @@ def _outputs(fn, inputs):
     return [o for o in outs if isinstance(o, Tensor) and o.dtype.is_floating_point]
 
 
+def _snapshot(outs) -> list:
+    """float64 copies: an output may be a view of the input that is perturbed next."""
+    return [o.detach()._to_numpy().astype(np.float64) for o in outs]
+
+
 def gradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
               raise_exception: bool = True, seed: int = 0, **_ignored) -> bool:
     """Check ``fn``'s gradients for every input that requires grad.
@@ -45,6 +50,7 @@ def gradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float 
         used = [(o, c) for o, c, n in zip(outs, cots, needs) if n]
         analytic = tessera.autograd.grad([o for o, _ in used], diff,
                                          grad_outputs=[c for _, c in used], allow_unused=True)
+    cots_np = [c._to_numpy().astype(np.float64) for c in cots]
     with tessera.no_grad():
         for t, ag in zip(diff, analytic):
             data = t.detach()._to_numpy()
@@ -56,13 +62,12 @@ def gradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float 
                 orig = flat[i]
                 flat[i] = orig + eps
                 t._version[0] += 1
-                plus = _outputs(fn, inputs)
+                plus = _snapshot(_outputs(fn, inputs))
                 flat[i] = orig - eps
-                minus = _outputs(fn, inputs)
+                minus = _snapshot(_outputs(fn, inputs))
                 flat[i] = orig
-                num.reshape(-1)[i] = sum(
-                    float(((p.to(tessera.float64) - m.to(tessera.float64)) * c.double()).sum())
-                    for p, m, c in zip(plus, minus, cots)) / (2 * eps)
+                num.reshape(-1)[i] = sum(float(((p - m) * c).sum()) for p, m, c in
+                                         zip(plus, minus, cots_np)) / (2 * eps)
             a = np.zeros(data.shape) if ag is None else ag.detach()._to_numpy().astype(np.float64)
             if not np.allclose(a, num, atol=atol, rtol=rtol, equal_nan=True):
                 if raise_exception:

@@ -6,8 +6,10 @@ no temporary) and the centred input is scaled and shifted in place. Half-precisi
 compute in float32, as PyTorch does.
 
 The ops save only their inputs (never their output, so an in-place op after a norm, as in
-``Conv -> BatchNorm -> ReLU(inplace=True)``, stays legal); the grad rules recompute the
-statistics with differentiable tessera ops, so double backward is exact.
+``Conv -> BatchNorm -> ReLU(inplace=True)``, stays legal). A plain backward of batch and
+layer norm runs one fused kernel (``batch_norm_backward``, ``layer_norm_backward``); with
+``create_graph`` the grad rules instead recompute the statistics with differentiable
+tessera ops, so double backward is exact.
 
 Instance norm is ``batch_norm`` over a ``(1, N*C, *)`` view (PyTorch's own decomposition);
 local response norm is a composite (``tessera.nn.functional``).
@@ -26,6 +28,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import STATE
 from tessera.ops.reduce import var_mean
 from tessera.ops.registry import Meta, defop
 
@@ -149,6 +152,11 @@ def _bn_grad(ctx, g, _gmean=None, _gvar=None):
     x, weight, bias, running_mean, running_var = ctx.inputs
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
     training, eps = ctx.attrs["training"], ctx.attrs["eps"]
+    if not STATE.enabled:  # a plain backward: one fused kernel (create_graph: below)
+        dx, dw, db = dispatch(_BATCH_NORM_BACKWARD, g, x, weight, running_mean, running_var,
+                              training=training, eps=eps)
+        return (dx if need_x else None, dw if need_w else None, db if need_b else None,
+                None, None)
     nd = x.dim()
     c = x.shape[1]
     dims = (0,) + tuple(range(2, nd))
@@ -173,6 +181,44 @@ def _bn_grad(ctx, g, _gmean=None, _gvar=None):
 
 
 _BATCH_NORM = defop("batch_norm", _bn_infer, _bn_kernel, grad=_bn_grad, nondiff_outputs=(1, 2))
+
+
+def _bn_backward_infer(g, x, weight, running_mean, running_var, training, eps):
+    stat = Meta((x.shape[1],), x.dtype)
+    return Meta(x.shape, x.dtype), stat, stat
+
+
+def _bn_backward_kernel(g, x, weight, running_mean, running_var, training, eps):
+    """(dx, dweight, dbias) in one pass family: per-channel coefficients, then
+    ``dx = k1 * g + k2 * xhat + k3``."""
+    dt = x.dtype
+    x, g = _acc(x), _acc(g)
+    c = x.shape[1]
+    axes = (0,) + tuple(range(2, x.ndim))
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    src, dst = _subscripts(x.ndim, axes)
+    if training:
+        xhat, var, _ = _moments(x, axes)
+    else:
+        xhat = x - running_mean.reshape(bshape).astype(x.dtype)
+        var = running_var.reshape(c).astype(x.dtype)
+    rstd = _rstd(var, eps)
+    xhat *= rstd.reshape(bshape)
+    db = np.einsum(f"{src}->{dst}", g)
+    dw = np.einsum(f"{src},{src}->{dst}", g, xhat)
+    k = rstd if weight is None else rstd * weight.reshape(c)
+    dx = g * k.reshape(bshape)
+    if training:
+        m = x.dtype.type(max(x.size // max(c, 1), 1))
+        xhat *= (-k * dw / m).reshape(bshape)
+        dx += xhat
+        dx -= (k * db / m).reshape(bshape)
+    return dx.astype(dt, copy=False), dw.astype(dt), db.astype(dt)
+
+
+# Only plain (not create_graph) backwards use it, so it has no derivative of its own.
+_BATCH_NORM_BACKWARD = defop("batch_norm_backward", _bn_backward_infer, _bn_backward_kernel,
+                             grad=None)
 
 
 def batch_norm(x: Tensor, weight, bias, running_mean, running_var, *, training: bool,
@@ -237,6 +283,9 @@ def _normalised_grad(g, x, gw, dims, eps):
 def _ln_grad(ctx, g):
     x, weight, bias = ctx.inputs
     need_x, need_w, need_b = ctx.needs_input_grad
+    if not STATE.enabled:  # a plain backward: one fused kernel (create_graph: below)
+        dx, dw, db = dispatch(_LAYER_NORM_BACKWARD, g, x, weight, **ctx.attrs)
+        return dx if need_x else None, dw if need_w else None, db if need_b else None
     k = len(ctx.attrs["normalized_shape"])
     nd = x.dim()
     gw = (g if weight is None else g * weight) if need_x else None
@@ -248,6 +297,39 @@ def _ln_grad(ctx, g):
 
 
 _LAYER_NORM = defop("layer_norm", _ln_infer, _ln_kernel, grad=_ln_grad)
+
+
+def _ln_backward_infer(g, x, weight, normalized_shape, eps):
+    stat = Meta(tuple(normalized_shape), x.dtype)
+    return Meta(x.shape, x.dtype), stat, stat
+
+
+def _ln_backward_kernel(g, x, weight, normalized_shape, eps):
+    """(dx, dweight, dbias) with the rows of ``x`` flattened to (rows, features)."""
+    dt = x.dtype
+    n = _numel(normalized_shape)
+    x2, g2 = _acc(x).reshape(-1, n), _acc(g).reshape(-1, n)
+    xhat, var, _ = _moments(x2, (1,))
+    rstd = _rstd(var, eps)[:, None]
+    xhat *= rstd
+    dw = np.einsum("ij,ij->j", g2, xhat)
+    db = np.einsum("ij->j", g2)
+    gw = g2 if weight is None else g2 * weight.reshape(n)
+    scale = x2.dtype.type(1.0 / max(n, 1))
+    c1 = np.einsum("ij->i", gw) * scale
+    c2 = np.einsum("ij,ij->i", gw, xhat) * scale
+    xhat *= c2[:, None]
+    dx = gw - c1[:, None]
+    dx -= xhat
+    dx *= rstd
+    shape = tuple(normalized_shape)
+    return (dx.reshape(x.shape).astype(dt, copy=False), dw.reshape(shape).astype(dt),
+            db.reshape(shape).astype(dt))
+
+
+# Only plain (not create_graph) backwards use it, so it has no derivative of its own.
+_LAYER_NORM_BACKWARD = defop("layer_norm_backward", _ln_backward_infer, _ln_backward_kernel,
+                             grad=None)
 
 
 def layer_norm(x: Tensor, weight, bias, *, normalized_shape, eps: float) -> Tensor:

@@ -142,13 +142,15 @@ def fn(name):
 
 
 register(
-    OpInfo("batch_norm", _pure("batch_norm"), _bn_samples, covers=("batch_norm",)),
+    OpInfo("batch_norm", _pure("batch_norm"), _bn_samples,
+           covers=("batch_norm", "batch_norm_backward")),
     OpInfo("batch_norm_running_stats", _stats("batch_norm"), _bn_samples,
            covers=("batch_norm",), gradcheck=False),
     OpInfo("instance_norm", _pure("instance_norm"), _in_samples, covers=("batch_norm",)),
     OpInfo("instance_norm_running_stats", _stats("instance_norm"), _in_samples,
            covers=("batch_norm",), gradcheck=False),
-    OpInfo("layer_norm", fn("layer_norm"), _ln_samples),
+    OpInfo("layer_norm", fn("layer_norm"), _ln_samples,
+           covers=("layer_norm", "layer_norm_backward")),
     OpInfo("group_norm", fn("group_norm"), _gn_samples),
     OpInfo("rms_norm", fn("rms_norm"), _rms_samples),
     OpInfo("local_response_norm", fn("local_response_norm"), _lrn_samples,

@@ -310,9 +310,11 @@ Q_SHORT = Q_DIMS[:4] + [((2, 3, 4), (0, -1))]
 
 
 def quantile_samples(values, shapes=Q_DIMS):
+    """q values whose ranks q * (n - 1) are never whole: at a whole rank the derivative in q
+    has a kink, which finite differences cannot check."""
     def gen(rng, dtype):
-        q_tensor = np.array([0.1, 0.3, 0.5, 0.77, 0.9], dtype)  # inside (0, 1): gradcheck
-        for q in (0.25, q_tensor, np.asarray(0.6, dtype)):
+        q_tensor = np.array([0.1, 0.3, 0.45, 0.77, 0.9], dtype)
+        for q in (0.35, q_tensor, np.asarray(0.6, dtype)):
             yield from reduce_samples(values, shapes, q=q)(rng, dtype)
         for mode in ("lower", "higher", "midpoint", "nearest"):
             yield from reduce_samples(values, Q_DIMS[2:4], q=q_tensor,

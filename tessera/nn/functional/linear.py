@@ -34,7 +34,13 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         ensure_tensor("linear", bias, "bias")
         if input.dim() == 2 and weight.dim() == 2:  # PyTorch's addmm path and its messages
             return addmm(bias, input, wt)
-    out = matmul(input, wt)
+    if input.dim() > 2 and weight.dim() == 2 and input.shape[-1] == weight.shape[1]:
+        # one 2-d GEMM over all leading dims: NumPy's batched matmul with a transposed
+        # operand does not reach BLAS and is several times slower
+        lead = tuple(input.shape[:-1])
+        out = matmul(input.reshape(-1, input.shape[-1]), wt).reshape(lead + (wt.shape[1],))
+    else:
+        out = matmul(input, wt)
     if bias is None:
         return out
     _expand_check(bias, tuple(out.shape))
