@@ -32,6 +32,8 @@ def _inplace(name: str):
 def _reflected(name: str):
     """``other <op> self`` for a non-tensor ``other``."""
     def method(self, other):
+        if name == "matmul":  # a number @ tensor is a TypeError in Python and PyTorch
+            return NotImplemented
         return _OPS[name](_OPS["scalar_like"](other, self), self)
     method.__name__ = f"__r{name}__"
     return method

@@ -317,7 +317,7 @@ def test_inplace_on_views_gradients(fn):
         loss = fn(L, x, w)
         loss.backward()
         zero = np.zeros_like(wv)
-        res.append((float(loss), _np(x.grad), zero if w.grad is None else _np(w.grad)))
+        res.append((float(loss.detach()), _np(x.grad), zero if w.grad is None else _np(w.grad)))
     (lo, gxo, gwo), (lr, gxr, gwr) = res
     np.testing.assert_allclose(lo, lr, rtol=1e-12)
     np.testing.assert_allclose(gxo, gxr, rtol=1e-10, atol=1e-12)

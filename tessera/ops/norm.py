@@ -16,7 +16,7 @@ local response norm is a composite (``tessera.nn.functional``).
 
 >>> import tessera
 >>> from tessera.ops.norm import layer_norm
->>> layer_norm(tessera.tensor([[1., 3.]]), None, None, normalized_ndim=1, eps=0.0)
+>>> layer_norm(tessera.tensor([[1., 3.]]), None, None, normalized_shape=(2,), eps=0.0)
 tensor([[-1.,  1.]])
 """
 from __future__ import annotations
@@ -83,6 +83,13 @@ def _same_dtype(x, *params) -> None:
                                f"{_SNAME[x.dtype.name]}")
 
 
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
 def _lead(ndim: int, k: int) -> tuple[int, ...]:
     return tuple(range(ndim - k))
 
@@ -113,13 +120,6 @@ def _bn_infer(x, weight, bias, running_mean, running_var, training, eps):
     _same_dtype(x, weight, bias, running_mean, running_var)
     stat = Meta((c,), x.dtype)
     return Meta(x.shape, x.dtype), stat, stat
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def _bn_kernel(x, weight, bias, running_mean, running_var, training, eps):
@@ -269,7 +269,7 @@ def _ln_kernel(x, weight, bias, normalized_shape, eps):
     return out.astype(dt, copy=False)
 
 
-def _normalised_grad(g, x, gw, dims, eps):
+def _normalised_grad(x, gw, dims, eps):
     """d/dx of ``(x - mean) * rstd`` over ``dims`` applied to ``gw``, and ``xhat``."""
     var, mean = var_mean(x, dims, correction=0, keepdim=True)
     rstd = (var + eps).rsqrt()
@@ -289,7 +289,7 @@ def _ln_grad(ctx, g):
     k = len(ctx.attrs["normalized_shape"])
     nd = x.dim()
     gw = (g if weight is None else g * weight) if need_x else None
-    dx, xhat = _normalised_grad(g, x, gw, _tail(nd, k), ctx.attrs["eps"])
+    dx, xhat = _normalised_grad(x, gw, _tail(nd, k), ctx.attrs["eps"])
     lead = _lead(nd, k)
     dw = _sum_over(g * xhat, lead) if need_w else None
     db = _sum_over(g, lead) if need_b else None
@@ -385,7 +385,7 @@ def _gn_grad(ctx, g):
     gw = None
     if need_x:
         gw = g4 if weight is None else g4 * weight.reshape(1, groups, c // groups, 1)
-    dx, xhat = _normalised_grad(g4, x4, gw, (2, 3), ctx.attrs["eps"])
+    dx, xhat = _normalised_grad(x4, gw, (2, 3), ctx.attrs["eps"])
     dw = (g4 * xhat).sum((0, 3)).reshape(c) if need_w else None
     db = g4.sum((0, 3)).reshape(c) if need_b else None
     return (dx.reshape(x.shape) if dx is not None else None), dw, db

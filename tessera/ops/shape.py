@@ -21,8 +21,18 @@ from tessera._dispatch import dispatch
 from tessera._tensor import Size, Tensor
 from tessera.ops._util import call, ensure_tensor, wrap_dim, wrap_dims
 from tessera.ops.registry import Meta, defop
-from tessera.ops.views import (diagonal, expand, flatten, narrow, reshape, select, slice_view,
-                               transpose, unsqueeze, view)
+from tessera.ops.views import (
+    diagonal,
+    expand,
+    flatten,
+    narrow,
+    reshape,
+    select,
+    slice_view,
+    transpose,
+    unsqueeze,
+    view,
+)
 
 __all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack",
            "column_stack", "row_stack", "split", "tensor_split", "chunk", "unbind", "flip",

@@ -343,6 +343,11 @@ F_CASES = [
     ("unfold", lambda L, x: L.nn.functional.unfold(x, 2, padding=1, stride=2), [(2, 3, 5, 6)]),
     ("fold", lambda L, x: L.nn.functional.fold(x, (4, 5), 2, padding=1, stride=2),
      [(2, 12, 9)]),
+    ("grid_sample_bilinear", lambda L, x, g: L.nn.functional.grid_sample(
+        x, g, padding_mode="reflection", align_corners=False), [(2, 3, 4, 5), (2, 3, 2, 2)]),
+    ("grid_sample_bicubic", lambda L, x, g: L.nn.functional.grid_sample(
+        x, g, mode="bicubic", padding_mode="border", align_corners=True),
+     [(1, 2, 4, 5), (1, 3, 2, 2)]),
 ]
 
 

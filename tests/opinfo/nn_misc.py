@@ -60,6 +60,10 @@ def _dropout_samples(rng, dt):
     yield Sample((make(rng, (0, 3), dt),), dict(p=0.5))
     yield Sample((x,), dict(p=1.5))
     yield Sample((x,), dict(p=-0.1))
+    if np.dtype(dt) == F32:  # integer inputs: an error in training, the identity in eval
+        ints = make(rng, (3, 4), np.int64, -3, 4)
+        yield Sample((ints,), dict(p=0.5))
+        yield Sample((ints,), dict(p=0.5, training=False))
 
 
 def _random_dropout_samples(rng, dt):

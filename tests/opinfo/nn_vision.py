@@ -239,3 +239,35 @@ def _affine_samples(rng, dtype):
 
 register(OpInfo("nn.functional.affine_grid", _f("affine_grid"), _affine_samples,
                 covers=("matmul",)))
+
+
+def _grid_samples(rng, dtype):
+    for nd, modes in ((2, ("bilinear", "nearest", "bicubic")), (3, ("bilinear", "nearest"))):
+        x_shape = (2, 3, 4, 5) if nd == 2 else (2, 2, 3, 4, 3)
+        g_shape = (2, 3, 4, 2) if nd == 2 else (2, 2, 2, 3, 3)
+        for mode in modes:
+            for pad in ("zeros", "border", "reflection"):
+                for ac in (False, True):
+                    yield Sample((make(rng, x_shape, dtype), make(rng, g_shape, dtype, -1.3, 1.3)),
+                                 dict(mode=mode, padding_mode=pad, align_corners=ac))
+    # small enough for the float64 gradcheck
+    yield Sample((make(rng, (1, 2, 3, 3), dtype), make(rng, (1, 2, 3, 2), dtype, -1.2, 1.2)),
+                 dict(mode="bilinear", padding_mode="reflection", align_corners=False))
+    yield Sample((make(rng, (1, 1, 3, 4), dtype), make(rng, (1, 2, 2, 2), dtype, -1.2, 1.2)),
+                 dict(mode="bicubic", padding_mode="border", align_corners=True))
+    # errors
+    x = make(rng, (2, 3, 4, 5), dtype)
+    yield Sample((x, make(rng, (2, 3, 4, 2), dtype)), dict(mode="area", align_corners=False))
+    yield Sample((x, make(rng, (2, 3, 4, 2), dtype)), dict(padding_mode="wrap",
+                                                           align_corners=False))
+    yield Sample((x, make(rng, (1, 3, 4, 2), dtype)), dict(align_corners=False))
+    yield Sample((x, make(rng, (2, 3, 4, 3), dtype)), dict(align_corners=False))
+    yield Sample((x, make(rng, (2, 3, 4, 2, 2), dtype)), dict(align_corners=False))
+    yield Sample((make(rng, (2, 2, 3, 4, 3), dtype), make(rng, (2, 2, 2, 3, 3), dtype)),
+                 dict(mode="bicubic", align_corners=False))
+    yield Sample((make(rng, (2, 3, 0, 5), dtype), make(rng, (2, 3, 4, 2), dtype)),
+                 dict(align_corners=False))
+
+
+register(OpInfo("nn.functional.grid_sample", _f("grid_sample"), _grid_samples,
+                covers=("gather",)))

@@ -1,6 +1,6 @@
 """Attention: ``scaled_dot_product_attention`` and ``multi_head_attention_forward``,
-composites of matmul, softmax and dropout (so autograd, meta and later tracing come from
-those ops' rules).
+composites of matmul, softmax, masked_fill and dropout (so autograd, meta and later tracing
+come from those ops' rules).
 
 >>> import tessera
 >>> import tessera.nn.functional as F
@@ -11,6 +11,7 @@ tessera.Size([2, 4, 5, 8])
 from __future__ import annotations
 
 import math
+import warnings
 
 import tessera
 from tessera._tensor import Tensor
@@ -18,62 +19,260 @@ from tessera._tensor import Tensor
 __all__ = ["scaled_dot_product_attention", "multi_head_attention_forward"]
 
 
-def _apply_mask(scores: Tensor, attn_mask: Tensor | None) -> Tensor:
-    if attn_mask is None:
-        return scores
-    if attn_mask.dtype is tessera.bool:
-        return scores.masked_fill(attn_mask.logical_not(), float("-inf"))
-    return scores + attn_mask
+# ---- scaled dot-product attention -----------------------------------------------------------
+
+def _check_sdpa(query, key, value, attn_mask, dropout_p, is_causal) -> None:
+    """PyTorch's ``validate_sdpa_input`` plus the checks its kernels make."""
+    if not (query.dtype == key.dtype == value.dtype):
+        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got "
+                           f"query.dtype: {query.dtype} key.dtype: {key.dtype} and "
+                           f"value.dtype: {value.dtype} instead.")
+    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
+        raise RuntimeError(f"Expected query, key, and value to all be  at least 2 dimensional, "
+                           f"but got query.dim: {query.dim()} key.dim: {key.dim()} and "
+                           f"value.dim: {value.dim()} instead.")
+    if not query.dtype.is_floating_point:
+        raise RuntimeError(f"scaled_dot_product_attention: expected a floating-point query, "
+                           f"got {query.dtype}")
+    if attn_mask is not None and attn_mask.dtype not in (tessera.bool, tessera.float32,
+                                                         query.dtype):
+        raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query "
+                           f"dtype, but got attn_mask.dtype: {attn_mask.dtype} and  "
+                           f"query.dtype: {query.dtype} instead.")
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be "
+                           "set when is_causal=True")
+    if dropout_p > 1.0:
+        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got "
+                           f"{dropout_p}")
+
+
+def _expand_gqa(query, key, value):
+    """Repeat key/value heads (dim -3) so that they match the query's heads."""
+    if query.dim() < 3 or key.dim() < 3 or value.dim() < 3:
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-min(query.dim(), key.dim(), value.dim())}, "
+                         f"{min(query.dim(), key.dim(), value.dim()) - 1}], but got -3)")
+    hq, hk, hv = query.size(-3), key.size(-3), value.size(-3)
+    if hq == hk == hv:
+        return key, value
+    if hk == 0 or hv == 0 or hq % hk or hq % hv:
+        raise RuntimeError("Number of heads in key and value must divide the number of heads "
+                           f"in query ({hq} query heads, {hk} key heads, {hv} value heads)")
+    if hk != hq:
+        key = key.repeat_interleave(hq // hk, dim=-3)
+    if hv != hq:
+        value = value.repeat_interleave(hq // hv, dim=-3)
+    return key, value
+
+
+def _check_mask_shape(attn_mask, query, key) -> None:
+    """The mask is added in place in PyTorch: it must broadcast *to* the scores' shape."""
+    batch = tuple(tessera.broadcast_shapes(tuple(query.shape[:-2]), tuple(key.shape[:-2])))
+    scores = batch + (query.size(-2), key.size(-2))
+    mask = tuple(attn_mask.shape)
+    ok = len(mask) <= len(scores) and all(
+        m in (1, s) for m, s in zip(reversed(mask), reversed(scores)))
+    if not ok:
+        raise RuntimeError(f"scaled_dot_product_attention: attn_mask of shape {list(mask)} "
+                           f"does not broadcast to the attention scores' shape {list(scores)}")
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Tensor | None = None, dropout_p: float = 0.0,
-                                 is_causal: bool = False, scale: float | None = None,
+                                 is_causal: bool = False, *, scale: float | None = None,
                                  enable_gqa: bool = False) -> Tensor:
-    """softmax(q k^T * scale + mask) v, over the last two dims; a bool mask marks the
-    positions that may attend (True = keep), a float mask is added."""
+    """softmax(q k^T * scale + mask) v over the last two dims.
+
+    A boolean ``attn_mask`` marks the positions that may be attended to (True = keep); a
+    float mask is added to the scores. Rows with nothing to attend to give zeros (PyTorch's
+    safe softmax), not NaN. ``is_causal`` applies the top-left aligned lower-triangular mask.
+
+    >>> q = tessera.randn(2, 3, 4)
+    >>> F.scaled_dot_product_attention(q, q, q, is_causal=True).shape
+    tessera.Size([2, 3, 4])
+    """
     from tessera.nn.functional import dropout, softmax
-    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
-        raise RuntimeError("scaled_dot_product_attention: query, key and value must have at "
-                           f"least 2 dims, got {list(query.shape)}, {list(key.shape)}, "
-                           f"{list(value.shape)}")
-    if query.size(-1) != key.size(-1):
-        raise RuntimeError(f"scaled_dot_product_attention: query's last dim "
-                           f"({query.size(-1)}) must match key's ({key.size(-1)})")
-    if is_causal and attn_mask is not None:
-        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be "
-                           "set when is_causal=True")
-    if enable_gqa and query.dim() >= 3 and query.size(-3) != key.size(-3):
-        rep = query.size(-3) // key.size(-3)
-        key = key.repeat_interleave(rep, dim=-3)
-        value = value.repeat_interleave(rep, dim=-3)
-    L, S = query.size(-2), key.size(-2)
-    scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
-    scores = query.matmul(key.transpose(-2, -1)) * scale
+    _check_sdpa(query, key, value, attn_mask, dropout_p, is_causal)
+    if enable_gqa:
+        key, value = _expand_gqa(query, key, value)
+    L, S, E = query.size(-2), key.size(-2), query.size(-1)
+    if scale is None:
+        scale = 1.0 / math.sqrt(E) if E > 0 else math.inf
+    # scaling q costs L*E multiplies instead of L*S for the scores
+    q = query * scale if scale != 1.0 else query
+    scores = q.matmul(key.transpose(-2, -1))
+    dead = None
     if is_causal:
-        causal = tessera.ones(L, S, dtype=tessera.bool, device=query.device).tril()
-        scores = scores.masked_fill(causal.logical_not(), float("-inf"))
-    scores = _apply_mask(scores, attn_mask)
+        keep = tessera.ones((L, S), dtype=tessera.bool, device=query.device).tril()
+        scores = scores.masked_fill(keep.logical_not(), -math.inf)
+    elif attn_mask is not None:
+        _check_mask_shape(attn_mask, query, key)
+        if attn_mask.dtype is tessera.bool:
+            attn_mask = tessera.zeros(attn_mask.shape, dtype=query.dtype,
+                                      device=query.device).masked_fill(
+                                          attn_mask.logical_not(), -math.inf)
+        # rows whose every entry is -inf would give 0/0: softmax them unmasked (finite, and
+        # no NaN in the backward either), then zero them, as PyTorch's safe softmax does
+        dead = tessera.isneginf(attn_mask).all(-1, keepdim=True)
+        scores = scores + attn_mask.masked_fill(dead, 0.0)
     weights = softmax(scores, dim=-1)
+    if dead is not None:
+        weights = weights.masked_fill(dead, 0.0)
     if dropout_p > 0.0:
         weights = dropout(weights, p=dropout_p, training=True)
     return weights.matmul(value)
 
 
-def _in_projection(query, key, value, in_proj_weight, in_proj_bias, q_w, k_w, v_w,
-                   use_separate):
+# ---- multi-head attention -------------------------------------------------------------------
+
+def _none_or_dtype(input):
+    if input is None:
+        return None
+    if isinstance(input, Tensor):
+        return input.dtype
+    raise RuntimeError("input to _none_or_dtype() must be None or torch.Tensor")
+
+
+def _canonical_mask(mask, mask_name: str, other_type, other_name: str, target_type,
+                    check_other: bool = True):
+    """A boolean mask (True = masked) becomes an additive float mask (-inf where True)."""
+    if mask is None:
+        return None
+    is_float = mask.dtype.is_floating_point
+    if mask.dtype is not tessera.bool and not is_float:
+        raise AssertionError(f"only bool and floating types of {mask_name} are supported")
+    if check_other and other_type is not None and mask.dtype != other_type:
+        warnings.warn(f"Support for mismatched {mask_name} and {other_name} is deprecated. "
+                      "Use same type for both instead.", stacklevel=2)
+    if not is_float:
+        mask = tessera.zeros(mask.shape, dtype=target_type,
+                             device=mask.device).masked_fill(mask, -math.inf)
+    return mask
+
+
+def _mha_shape_check(query, key, value, key_padding_mask, attn_mask, num_heads) -> bool:
+    """PyTorch's checks of the input ranks; returns whether the input is batched."""
+    if query.dim() not in (2, 3):
+        raise AssertionError(f"query should be unbatched 2D or batched 3D tensor but received "
+                             f"{query.dim()}-D query tensor")
+    batched = query.dim() == 3
+    kind = "batched (3-D)" if batched else "unbatched (2-D)"
+    if key.dim() != query.dim() or value.dim() != query.dim():
+        raise AssertionError(f"For {kind} `query`, expected `key` and `value` to be "
+                             f"{query.dim()}-D but found {key.dim()}-D and {value.dim()}-D "
+                             "tensors respectively")
+    if key_padding_mask is not None and key_padding_mask.dim() != query.dim() - 1:
+        raise AssertionError(f"For {kind} `query`, expected `key_padding_mask` to be `None` "
+                             f"or {query.dim() - 1}-D but found {key_padding_mask.dim()}-D "
+                             "tensor instead")
+    if attn_mask is not None:
+        if attn_mask.dim() not in (2, 3):
+            raise AssertionError(f"For {kind} `query`, expected `attn_mask` to be `None`, 2-D "
+                                 f"or 3-D but found {attn_mask.dim()}-D tensor instead")
+        if not batched and attn_mask.dim() == 3:
+            expected = (num_heads, query.shape[0], key.shape[0])
+            if tuple(attn_mask.shape) != expected:
+                raise AssertionError(f"Expected `attn_mask` shape to be {expected} but got "
+                                     f"{attn_mask.shape}")
+    return batched
+
+
+def _in_projection_packed(q, k, v, w, b):
+    """q, k, v projected by the packed (3E, E) weight: one GEMM for self-attention, two for
+    encoder-decoder attention (k is v), three otherwise. Results are views of the GEMM
+    output, split along the feature dim."""
     from tessera.nn.functional import linear
-    e = query.size(-1)
-    if not use_separate:
-        w_q, w_k, w_v = in_proj_weight.chunk(3)
-    else:
-        w_q, w_k, w_v = q_w, k_w, v_w
-    if in_proj_bias is not None:
-        b_q, b_k, b_v = in_proj_bias.chunk(3)
-    else:
-        b_q = b_k = b_v = None
-    del e
-    return linear(query, w_q, b_q), linear(key, w_k, b_k), linear(value, w_v, b_v)
+    E = q.size(-1)
+    if k is v:
+        if q is k:
+            return linear(q, w, b).chunk(3, dim=-1)
+        w_q, w_kv = w.split([E, 2 * E])
+        b_q, b_kv = b.split([E, 2 * E]) if b is not None else (None, None)
+        return (linear(q, w_q, b_q),) + tuple(linear(k, w_kv, b_kv).chunk(2, dim=-1))
+    w_q, w_k, w_v = w.chunk(3)
+    b_q, b_k, b_v = b.chunk(3) if b is not None else (None, None, None)
+    return linear(q, w_q, b_q), linear(k, w_k, b_k), linear(v, w_v, b_v)
+
+
+def _in_projection(q, k, v, w_q, w_k, w_v, b):
+    """Separate projection weights (``kdim``/``vdim`` != ``embed_dim``)."""
+    from tessera.nn.functional import linear
+    Eq, Ek, Ev = q.size(-1), k.size(-1), v.size(-1)
+    for name, w, shape in (("query", w_q, (Eq, Eq)), ("key", w_k, (Eq, Ek)),
+                           ("value", w_v, (Eq, Ev))):
+        if tuple(w.shape) != shape:
+            raise AssertionError(f"expecting {name} weights shape of {shape}, but got "
+                                 f"{w.shape}")
+    b_q, b_k, b_v = b.chunk(3) if b is not None else (None, None, None)
+    for name, bias in (("query", b_q), ("key", b_k), ("value", b_v)):
+        if bias is not None and tuple(bias.shape) != (Eq,):
+            raise AssertionError(f"expecting {name} bias shape of {(Eq,)}, but got "
+                                 f"{bias.shape}")
+    return linear(q, w_q, b_q), linear(k, w_k, b_k), linear(v, w_v, b_v)
+
+
+def _heads(x, bsz: int, num_heads: int, head_dim: int):
+    """(S, N, E) -> (N, H, S, head_dim), a view (no copy)."""
+    return x.view(x.size(0), bsz, num_heads, head_dim).permute(1, 2, 0, 3)
+
+
+def _static(t, name: str, bsz: int, num_heads: int, head_dim: int):
+    """A user-given (N*H, S, head_dim) key or value as (N, H, S, head_dim)."""
+    if t.size(0) != bsz * num_heads:
+        raise AssertionError(f"expecting {name}.size(0) of {bsz * num_heads}, but got "
+                             f"{t.size(0)}")
+    if t.size(2) != head_dim:
+        raise AssertionError(f"expecting {name}.size(2) of {head_dim}, but got {t.size(2)}")
+    return t.view(bsz, num_heads, t.size(1), head_dim)
+
+
+def _check_attn_mask(attn_mask, tgt_len, src_len, bsz, num_heads):
+    """The 2-D (L, S) or 3-D (N*H, L, S) attention mask, made 3-D."""
+    if attn_mask.dim() == 2:
+        if tuple(attn_mask.shape) != (tgt_len, src_len):
+            raise RuntimeError(f"The shape of the 2D attn_mask is {attn_mask.shape}, but "
+                               f"should be {(tgt_len, src_len)}.")
+        return attn_mask.unsqueeze(0)
+    if attn_mask.dim() == 3:
+        if tuple(attn_mask.shape) != (bsz * num_heads, tgt_len, src_len):
+            raise RuntimeError(f"The shape of the 3D attn_mask is {attn_mask.shape}, but "
+                               f"should be {(bsz * num_heads, tgt_len, src_len)}.")
+        return attn_mask
+    raise RuntimeError(f"attn_mask's dimension {attn_mask.dim()} is not supported")
+
+
+def _merge_masks(attn_mask, kpm, bsz: int, num_heads: int, src_len: int):
+    """One additive mask broadcastable to (N, H, L, S) from the (1 or N*H, L, S) attention
+    mask and the (N, S) key-padding mask."""
+    if attn_mask is not None:
+        attn_mask = attn_mask.view(-1 if attn_mask.size(0) != 1 else 1,
+                                   num_heads if attn_mask.size(0) != 1 else 1,
+                                   attn_mask.size(1), src_len)
+    if kpm is not None:
+        if kpm.size(0) != bsz:
+            raise AssertionError(f"Expected key_padded_mask.shape[0] to be {bsz}, but got "
+                                 f"{kpm.size(0)}")
+        if kpm.size(1) != src_len:
+            raise AssertionError(f"Expected key_padded_mask.shape[1] to be {src_len}, but got "
+                                 f"{kpm.size(1)}")
+        kpm = kpm.view(bsz, 1, 1, src_len)
+        attn_mask = kpm if attn_mask is None else attn_mask + kpm
+    return attn_mask
+
+
+def _attend_with_weights(q, k, v, mask, dropout_p, average: bool):
+    """The need_weights path: plain softmax (NaN for fully masked rows, as in PyTorch)."""
+    from tessera.nn.functional import dropout, softmax
+    head_dim = q.size(-1)
+    scores = (q * math.sqrt(1.0 / head_dim)).matmul(k.transpose(-2, -1))
+    if mask is not None:
+        scores = scores + mask
+    weights = softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = dropout(weights, p=dropout_p)
+    out = weights.matmul(v)
+    return out, (weights.mean(dim=1) if average else weights)
 
 
 def multi_head_attention_forward(query, key, value, embed_dim_to_check: int, num_heads: int,
@@ -85,108 +284,123 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check: int, num
                                  k_proj_weight=None, v_proj_weight=None, static_k=None,
                                  static_v=None, average_attn_weights: bool = True,
                                  is_causal: bool = False):
-    """PyTorch's functional multi-head attention on (L, N, E) inputs (or unbatched (L, E))."""
-    from tessera.nn.functional import dropout, linear, pad, softmax
-    unbatched = query.dim() == 2
-    if unbatched:
+    """PyTorch's functional multi-head attention on (L, N, E) inputs (or unbatched (L, E)).
+
+    Returns ``(attn_output, attn_weights)``; the weights are None unless ``need_weights``.
+    """
+    batched = _mha_shape_check(query, key, value, key_padding_mask, attn_mask, num_heads)
+    if not batched:
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
         if key_padding_mask is not None:
             key_padding_mask = key_padding_mask.unsqueeze(0)
     tgt_len, bsz, embed_dim = query.shape
     src_len = key.size(0)
+    key_padding_mask = _canonical_mask(key_padding_mask, "key_padding_mask",
+                                       _none_or_dtype(attn_mask), "attn_mask", query.dtype)
+    if is_causal and attn_mask is None:
+        raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the "
+                           "Transformer module method `generate_square_subsequent_mask` to "
+                           "create this mask.")
+    if is_causal and key_padding_mask is None and not need_weights:
+        attn_mask = None  # the hint lets SDPA build the causal mask itself
+    else:
+        attn_mask = _canonical_mask(attn_mask, "attn_mask", None, "", query.dtype,
+                                    check_other=False)
+        if key_padding_mask is not None:
+            is_causal = False
+    q, k, v, head_dim = _project(query, key, value, embed_dim_to_check, num_heads,
+                                 in_proj_weight, in_proj_bias, use_separate_proj_weight,
+                                 q_proj_weight, k_proj_weight, v_proj_weight)
+    if attn_mask is not None:
+        attn_mask = _check_attn_mask(attn_mask, tgt_len, src_len, bsz, num_heads)
+    q = _heads(q, bsz, num_heads, head_dim)
+    k, v, attn_mask, key_padding_mask = _keys_values(
+        k, v, attn_mask, key_padding_mask, bias_k, bias_v, static_k, static_v,
+        add_zero_attn, bsz, num_heads, head_dim)
+    mask = _merge_masks(attn_mask, key_padding_mask, bsz, num_heads, k.size(2))
+    if not training:
+        dropout_p = 0.0
+    if need_weights:
+        out, weights = _attend_with_weights(q, k, v, mask, dropout_p, average_attn_weights)
+    else:
+        out = scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal)
+        weights = None
+    out = _out_projection(out, out_proj_weight, out_proj_bias, tgt_len, bsz, embed_dim)
+    if not batched:
+        out = out.squeeze(1)
+        weights = weights.squeeze(0) if weights is not None else None
+    return out, weights
+
+
+def _project(query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
+             use_separate, q_proj_weight, k_proj_weight, v_proj_weight):
+    """Shape checks and the input projections; returns (L, N, E) q, k, v and head_dim."""
+    embed_dim = query.size(-1)
     if embed_dim != embed_dim_to_check:
         raise AssertionError(f"was expecting embedding dimension of {embed_dim_to_check}, but "
                              f"got {embed_dim}")
     head_dim = embed_dim // num_heads
     if head_dim * num_heads != embed_dim:
         raise AssertionError(f"embed_dim {embed_dim} not divisible by num_heads {num_heads}")
-    if is_causal and attn_mask is None:
-        raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the "
-                           "Transformer module method `generate_square_subsequent_mask` to "
-                           "create this mask.")
-    if is_causal and key_padding_mask is None and not need_weights:
-        attn_mask = None  # SDPA applies the causal mask itself
+    if use_separate:
+        if tuple(key.shape[:2]) != tuple(value.shape[:2]):
+            raise AssertionError(f"key's sequence and batch dims {key.shape[:2]} do not match "
+                                 f"value's {value.shape[:2]}")
+        for name, w in (("q", q_proj_weight), ("k", k_proj_weight), ("v", v_proj_weight)):
+            if w is None:
+                raise AssertionError(f"use_separate_proj_weight is True but {name}_proj_weight "
+                                     "is None")
+        q, k, v = _in_projection(query, key, value, q_proj_weight, k_proj_weight,
+                                 v_proj_weight, in_proj_bias)
     else:
-        is_causal = False
-    q, k, v = _in_projection(query, key, value, in_proj_weight, in_proj_bias, q_proj_weight,
-                             k_proj_weight, v_proj_weight, use_separate_proj_weight)
-    if attn_mask is not None:
-        if attn_mask.dim() == 2:
-            if tuple(attn_mask.shape) != (tgt_len, src_len):
-                raise RuntimeError(f"The shape of the 2D attn_mask is {attn_mask.shape}, but "
-                                   f"should be {(tgt_len, src_len)}.")
-            attn_mask = attn_mask.unsqueeze(0)
-        elif attn_mask.dim() == 3:
-            if tuple(attn_mask.shape) != (bsz * num_heads, tgt_len, src_len):
-                raise RuntimeError(f"The shape of the 3D attn_mask is {attn_mask.shape}, but "
-                                   f"should be {(bsz * num_heads, tgt_len, src_len)}.")
-        else:
-            raise RuntimeError(f"attn_mask's dimension {attn_mask.dim()} is not supported")
+        if tuple(key.shape) != tuple(value.shape):
+            raise AssertionError(f"key shape {key.shape} does not match value shape "
+                                 f"{value.shape}")
+        if in_proj_weight is None:
+            raise AssertionError("use_separate_proj_weight is False but in_proj_weight is None")
+        q, k, v = _in_projection_packed(query, key, value, in_proj_weight, in_proj_bias)
+    return q, k, v, head_dim
+
+
+def _keys_values(k, v, attn_mask, kpm, bias_k, bias_v, static_k, static_v, add_zero_attn,
+                 bsz, num_heads, head_dim):
+    """Keys and values as (N, H, S, head_dim), with bias_k/bias_v, static_k/static_v and the
+    zero attention position applied, and the masks padded to match."""
     if bias_k is not None and bias_v is not None:
-        k = tessera.cat([k, bias_k.repeat(1, bsz, 1)])
-        v = tessera.cat([v, bias_v.repeat(1, bsz, 1)])
-        if attn_mask is not None:
-            attn_mask = pad(attn_mask, (0, 1))
-        if key_padding_mask is not None:
-            key_padding_mask = pad(key_padding_mask, (0, 1))
-    q = q.reshape(tgt_len, bsz * num_heads, head_dim).transpose(0, 1)
-    k = (static_k if static_k is not None else
-         k.reshape(k.size(0), bsz * num_heads, head_dim).transpose(0, 1))
-    v = (static_v if static_v is not None else
-         v.reshape(v.size(0), bsz * num_heads, head_dim).transpose(0, 1))
+        if static_k is not None:
+            raise AssertionError("bias cannot be added to static key.")
+        if static_v is not None:
+            raise AssertionError("bias cannot be added to static value.")
+        k = tessera.cat([k, bias_k.expand(1, bsz, -1)])
+        v = tessera.cat([v, bias_v.expand(1, bsz, -1)])
+        attn_mask = _pad_last(attn_mask)
+        kpm = _pad_last(kpm)
+    elif bias_k is not None:
+        raise AssertionError("bias_k is set but bias_v is None")
+    elif bias_v is not None:
+        raise AssertionError("bias_v is set but bias_k is None")
+    k = (_heads(k, bsz, num_heads, head_dim) if static_k is None
+         else _static(static_k, "static_k", bsz, num_heads, head_dim))
+    v = (_heads(v, bsz, num_heads, head_dim) if static_v is None
+         else _static(static_v, "static_v", bsz, num_heads, head_dim))
     if add_zero_attn:
-        k = tessera.cat([k, tessera.zeros((bsz * num_heads, 1, head_dim), dtype=k.dtype)], dim=1)
-        v = tessera.cat([v, tessera.zeros((bsz * num_heads, 1, head_dim), dtype=v.dtype)], dim=1)
-        if attn_mask is not None:
-            attn_mask = pad(attn_mask, (0, 1))
-        if key_padding_mask is not None:
-            key_padding_mask = pad(key_padding_mask, (0, 1))
-    src_len = k.size(1)
-    attn_mask = _merge_masks(attn_mask, key_padding_mask, bsz, num_heads, src_len, q.dtype)
-    if not training:
-        dropout_p = 0.0
-    if need_weights:
-        scores = q.matmul(k.transpose(-2, -1)) * (1.0 / math.sqrt(head_dim))
-        if attn_mask is not None:
-            scores = scores + attn_mask
-        weights = softmax(scores, dim=-1)
-        if dropout_p > 0.0:
-            weights = dropout(weights, p=dropout_p)
-        out = weights.matmul(v)
-        out = out.transpose(0, 1).reshape(tgt_len * bsz, embed_dim)
-        out = linear(out, out_proj_weight, out_proj_bias).view(tgt_len, bsz, embed_dim)
-        weights = weights.view(bsz, num_heads, tgt_len, src_len)
-        if average_attn_weights:
-            weights = weights.mean(dim=1)
-        if unbatched:
-            out, weights = out.squeeze(1), weights.squeeze(0)
-        return out, weights
-    if attn_mask is not None:
-        attn_mask = attn_mask.view(bsz, num_heads, -1, src_len) if attn_mask.size(0) != 1 \
-            else attn_mask.unsqueeze(0)
-    q = q.view(bsz, num_heads, tgt_len, head_dim)
-    k = k.view(bsz, num_heads, src_len, head_dim)
-    v = v.view(bsz, num_heads, src_len, head_dim)
-    out = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)
-    out = out.permute(2, 0, 1, 3).reshape(bsz * tgt_len, embed_dim)
-    out = linear(out, out_proj_weight, out_proj_bias).view(tgt_len, bsz, embed_dim)
-    if unbatched:
-        out = out.squeeze(1)
-    return out, None
+        k = tessera.cat([k, tessera.zeros((bsz, num_heads, 1, head_dim), dtype=k.dtype,
+                                          device=k.device)], dim=2)
+        v = tessera.cat([v, tessera.zeros((bsz, num_heads, 1, head_dim), dtype=v.dtype,
+                                          device=v.device)], dim=2)
+        attn_mask = _pad_last(attn_mask)
+        kpm = _pad_last(kpm)
+    return k, v, attn_mask, kpm
 
 
-def _merge_masks(attn_mask, key_padding_mask, bsz, num_heads, src_len, dtype):
-    """One float mask (0 or -inf) of shape (1 or N*H, L, S) from both masks."""
-    def to_float(m):
-        if m is None or m.dtype is not tessera.bool:
-            return m
-        return tessera.zeros(m.shape, dtype=dtype).masked_fill(m, float("-inf"))
-    attn_mask = to_float(attn_mask)
-    if key_padding_mask is not None:
-        if tuple(key_padding_mask.shape) != (bsz, src_len):
-            raise RuntimeError(f"expecting key_padding_mask shape of {(bsz, src_len)}, but got "
-                               f"{tuple(key_padding_mask.shape)}")
-        kpm = to_float(key_padding_mask).view(bsz, 1, 1, src_len)
-        kpm = kpm.expand(-1, num_heads, -1, -1).reshape(bsz * num_heads, 1, src_len)
-        attn_mask = kpm if attn_mask is None else attn_mask + kpm
-    return attn_mask
+def _pad_last(mask):
+    from tessera.nn.functional import pad
+    return pad(mask, (0, 1)) if mask is not None else None
+
+
+def _out_projection(out, weight, bias, tgt_len: int, bsz: int, embed_dim: int):
+    """(N, H, L, head_dim) -> (L, N, E) through the output projection."""
+    from tessera.nn.functional import linear
+    out = out.permute(2, 0, 1, 3).reshape(tgt_len * bsz, embed_dim)
+    out = linear(out, weight, bias)
+    return out.view(tgt_len, bsz, out.size(1))

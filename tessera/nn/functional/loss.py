@@ -364,10 +364,18 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
     _need_float("huber_cpu", input, target)
+    if target.dtype is not input.dtype:
+        raise RuntimeError(f"Found dtype {tname(target.dtype)} but expected {tname(input.dtype)}")
     z = (x - t).abs()
     loss = E.where(z < delta, 0.5 * z * z, delta * (z - 0.5 * delta))
-    return _reduce(loss, reduction) if weight is None else \
-        _weighted(loss, weight, input, reduction)
+    if weight is None:
+        return _reduce(loss, reduction)
+    if tuple(weight.shape) != tuple(input.shape):
+        raise ValueError("Weights and input must have the same size.")
+    if reduction not in ("none", "mean", "sum"):  # huber's 'mean' is a plain mean
+        raise ValueError(f"Invalid reduction mode: {reduction}. Expected one of 'none', "
+                         "'mean', 'sum'.")
+    return _reduce(loss * weight, reduction)
 
 
 def _xlogy_self(t):
@@ -475,6 +483,8 @@ def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, 
     zeros = zeros_like(input)
     margin_clamp = (margin - input).clamp_min(0)
     out = E.where(target != 1, margin_clamp, zeros) + E.where(target != -1, input, zeros)
+    if input.dtype.category < 2:  # ATen keeps an integer input's dtype (its mean then fails)
+        out = out.to(input.dtype)
     return _reduce(out, reduction)
 
 

@@ -5,8 +5,8 @@ arguments like PyTorch and updates running statistics in place (without autograd
 
 >>> import tessera
 >>> import tessera.nn.functional as F
->>> F.layer_norm(tessera.tensor([[1., 3.]]), (2,)).tolist()
-[[-0.9999950528144836, 0.9999950528144836]]
+>>> F.layer_norm(tessera.tensor([[1., 3.]]), (2,), eps=0.0).tolist()
+[[-1.0, 1.0]]
 """
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
                          "be None")
     if training:
         out, mean, var = N.batch_norm(input, weight, bias, None, None, training=True, eps=eps)
-        if running_mean is not None and input.numel():  # an empty batch updates nothing
+        if running_mean is not None and running_var is not None and input.numel():
+            # (an empty batch updates nothing, like PyTorch)
             n = input.numel() // max(input.shape[1], 1)
             _check_running(running_mean, running_var, input.shape[1])
             _update_running(running_mean, mean, momentum)

@@ -11,6 +11,7 @@ view and matmul ops.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 
@@ -22,7 +23,7 @@ from tessera.ops import vision as V
 
 __all__ = ["pad", "interpolate", "upsample", "upsample_nearest", "upsample_bilinear",
            "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle",
-           "unfold", "fold", "affine_grid"]
+           "unfold", "fold", "affine_grid", "grid_sample"]
 
 
 # ---- pad -----------------------------------------------------------------------------------
@@ -315,7 +316,11 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Te
     return y if batched else y.squeeze(0)
 
 
-# ---- affine_grid ---------------------------------------------------------------------------
+# ---- affine_grid / grid_sample -------------------------------------------------------------
+
+_ALIGN_WARNING = ("Default grid_sample and affine_grid behavior has changed to align_corners="
+                  "False since 1.3.0. Please specify align_corners=True if the old behavior is "
+                  "desired. See the documentation of grid_sample for details.")
 
 def _base_coords(steps: int, align_corners: bool) -> np.ndarray:
     if steps <= 1:
@@ -329,6 +334,7 @@ def affine_grid(theta, size, align_corners=None) -> Tensor:
     import tessera
     _tensor("affine_grid", theta, "theta")
     if align_corners is None:
+        warnings.warn(_ALIGN_WARNING, stacklevel=2)
         align_corners = False
     if not theta.dtype.is_floating_point:
         raise ValueError(f"Expected theta to have floating point type, but got {theta.dtype}")
@@ -358,3 +364,147 @@ def affine_grid(theta, size, align_corners=None) -> Tensor:
                             device=theta.device)
     grid = base_t.matmul(theta.transpose(1, 2))
     return grid.reshape(size[0], *spatial, len(spatial))
+
+
+def _unnormalize(c: Tensor, size: int, align_corners: bool) -> Tensor:
+    """[-1, 1] grid coordinates -> input pixel coordinates (PyTorch's convention)."""
+    if align_corners:
+        return (c + 1) / 2 * (size - 1)
+    return ((c + 1) * size - 1) / 2
+
+
+def _reflect(c: Tensor, twice_low: int, twice_high: int) -> Tensor:
+    """Fold ``c`` back into [twice_low / 2, twice_high / 2] by reflection (any number of
+    times), differentiably."""
+    from tessera.ops.elementwise import where
+    if twice_low == twice_high:
+        return c * 0
+    lo, span = twice_low / 2, (twice_high - twice_low) / 2
+    c = (c - lo).abs()
+    extra = c.fmod(span)
+    flips = (c / span).floor()
+    return where(flips.remainder(2) == 0, extra + lo, span - extra + lo)
+
+
+def _pad_coords(c: Tensor, size: int, padding_mode: str, align_corners: bool) -> Tensor:
+    if padding_mode == "border":
+        return c.clamp(0, size - 1)
+    if padding_mode == "reflection":
+        c = _reflect(c, 0, 2 * (size - 1)) if align_corners else _reflect(c, -1, 2 * size - 1)
+        return c.clamp(0, size - 1)
+    return c
+
+
+def _cubic_weights(t: Tensor) -> list[Tensor]:
+    a = -0.75
+
+    def conv1(x):
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def conv2(x):
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return [conv2(t + 1), conv1(t), conv1(1 - t), conv2(2 - t)]
+
+
+def _gather_taps(flat_in: Tensor, idx: list[Tensor], in_sp, out_valid) -> Tensor:
+    """input[n, :, idx_0, idx_1, ...] for (N, P) integer positions; zero where invalid."""
+    n, c = flat_in.shape[:2]
+    flat = None
+    valid = out_valid
+    for d, (i, size) in enumerate(zip(idx, in_sp)):
+        ok = (i >= 0) & (i < size)
+        valid = ok if valid is None else valid & ok
+        i = i.clamp(0, size - 1)
+        row = int(np.prod(in_sp[d + 1:]))
+        flat = i * row if flat is None else flat + i * row
+    p = flat.shape[1]
+    vals = flat_in.gather(2, flat.unsqueeze(1).expand(n, c, p))
+    return vals * valid.unsqueeze(1).to(vals.dtype)
+
+
+def _sample_nd(input, coords, mode, padding_mode, align_corners):
+    """(N, C, P) samples of ``input`` at per-dim pixel coordinates ``coords`` (N, P)."""
+    import tessera
+    n, c = input.shape[:2]
+    in_sp = tuple(input.shape[2:])
+    flat_in = input.reshape(n, c, int(np.prod(in_sp)))
+    if mode == "bicubic":
+        base = [x.detach().floor() for x in coords]
+        ws = [_cubic_weights(x - b) for x, b in zip(coords, base)]
+        out = None
+        for taps in itertools.product(range(4), repeat=len(coords)):
+            with tessera.no_grad():
+                idx = [_pad_coords(b + (t - 1), size, padding_mode, align_corners).long()
+                       for b, t, size in zip(base, taps, in_sp)]
+            w = ws[0][taps[0]]
+            for d in range(1, len(coords)):
+                w = w * ws[d][taps[d]]
+            term = _gather_taps(flat_in, idx, in_sp, None) * w.unsqueeze(1)
+            out = term if out is None else out + term
+        return out
+    coords = [_pad_coords(x, size, padding_mode, align_corners)
+              for x, size in zip(coords, in_sp)]
+    if mode == "nearest":
+        with tessera.no_grad():
+            idx = [x.round().long() for x in coords]
+        # the grid's gradient is zero but defined (as in PyTorch): keep it in the graph
+        return _gather_taps(flat_in, idx, in_sp, None) + coords[0].sum() * 0
+    base = [x.detach().floor() for x in coords]
+    frac = [x - b for x, b in zip(coords, base)]
+    out = None
+    for corner in itertools.product((0, 1), repeat=len(coords)):
+        w = None
+        for f, bit in zip(frac, corner):
+            wd = f if bit else 1 - f
+            w = wd if w is None else w * wd
+        with tessera.no_grad():
+            idx = [(b + bit).long() for b, bit in zip(base, corner)]
+        term = _gather_taps(flat_in, idx, in_sp, None) * w.unsqueeze(1)
+        out = term if out is None else out + term
+    return out
+
+
+def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
+    """Sample (N, C, H, W) ``input`` at the [-1, 1] locations of ``grid`` (N, Ho, Wo, 2)
+    (5-d: (N, Do, Ho, Wo, 3)); modes bilinear, nearest, bicubic (4-d); padding zeros,
+    border or reflection. A composite of gathers and elementwise ops, so it is
+    differentiable in both arguments to any order."""
+    _tensor("grid_sample", input, "input")
+    _tensor("grid_sample", grid, "grid")
+    if mode not in ("bilinear", "nearest", "bicubic"):
+        raise ValueError(f"nn.functional.grid_sample(): expected mode to be 'bilinear', "
+                         f"'nearest' or 'bicubic', but got: '{mode}'")
+    if padding_mode not in ("zeros", "border", "reflection"):
+        raise ValueError(f"nn.functional.grid_sample(): expected padding_mode to be 'zeros', "
+                         f"'border', or 'reflection', but got: '{padding_mode}'")
+    if align_corners is None:
+        warnings.warn(_ALIGN_WARNING, stacklevel=2)
+        align_corners = False
+    if input.dim() not in (4, 5) or grid.dim() != input.dim():
+        raise RuntimeError(f"grid_sampler(): expected 4D or 5D input and grid with same number "
+                           f"of dimensions, but got input with sizes {list(input.shape)} and "
+                           f"grid with sizes {list(grid.shape)}")
+    nd = input.dim() - 2
+    if grid.shape[0] != input.shape[0]:
+        raise RuntimeError(f"grid_sampler(): expected grid and input to have same batch size, "
+                           f"but got input with sizes {list(input.shape)} and grid with sizes "
+                           f"{list(grid.shape)}")
+    if grid.shape[-1] != nd:
+        raise RuntimeError(f"grid_sampler(): expected grid to have size {nd} in last "
+                           f"dimension, but got grid with sizes {list(grid.shape)}")
+    if any(s == 0 for s in input.shape[2:]):
+        raise RuntimeError(f"grid_sampler(): expected input to have non-empty spatial "
+                           f"dimensions, but input has sizes {list(input.shape)}")
+    if input.dtype is not grid.dtype:
+        raise RuntimeError(f"grid_sampler(): expected input and grid to have the same dtype, "
+                           f"but input has {input.dtype} and grid has {grid.dtype}")
+    if mode == "bicubic" and nd != 2:
+        raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
+    n, c = input.shape[:2]
+    out_sp = tuple(grid.shape[1:-1])
+    g = grid.reshape(n, int(np.prod(out_sp)), nd)
+    # grid's last dim is (x, y[, z]) = (W, H[, D]): reversed spatial order
+    coords = [_unnormalize(g[..., nd - 1 - d], size, align_corners)
+              for d, size in enumerate(input.shape[2:])]
+    out = _sample_nd(input, coords, mode, padding_mode, align_corners)
+    return out.reshape(n, c, *out_sp)

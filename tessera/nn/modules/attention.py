@@ -15,7 +15,15 @@ class NonDynamicallyQuantizableLinear(Linear):
 
 
 class MultiheadAttention(Module):
-    """Multi-head attention: ``attn_output, attn_weights = mha(query, key, value)``."""
+    """Multi-head attention: ``attn_output, attn_weights = mha(query, key, value)``.
+
+    >>> mha = tessera.nn.MultiheadAttention(8, 2, batch_first=True)
+    >>> x = tessera.randn(3, 5, 8)
+    >>> mha(x, x, x)[0].shape
+    tessera.Size([3, 5, 8])
+    """
+
+    __constants__ = ["batch_first"]
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim=None, vdim=None,
@@ -75,19 +83,57 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights: bool = True,
                 attn_mask=None, average_attn_weights: bool = True, is_causal: bool = False):
-        from tessera.nn.functional.attention import multi_head_attention_forward
+        """``(attn_output, attn_weights)``; the weights are None unless ``need_weights``.
+
+        Boolean masks mark the positions that may NOT be attended to (True = masked); float
+        masks are added to the attention scores.
+        """
+        from tessera.nn.functional.attention import (_canonical_mask, _none_or_dtype,
+                                                     multi_head_attention_forward)
         batched = query.dim() == 3
+        key_padding_mask = _canonical_mask(key_padding_mask, "key_padding_mask",
+                                           _none_or_dtype(attn_mask), "attn_mask", query.dtype)
+        attn_mask = _canonical_mask(attn_mask, "attn_mask", None, "", query.dtype,
+                                    check_other=False)
         if self.batch_first and batched:
-            query, key, value = (t.transpose(1, 0) for t in (query, key, value))
+            # keep q is k is v (one packed projection GEMM for self-attention)
+            if key is value:
+                if query is key:
+                    query = key = value = query.transpose(1, 0)
+                else:
+                    query, key = (x.transpose(1, 0) for x in (query, key))
+                    value = key
+            else:
+                query, key, value = (x.transpose(1, 0) for x in (query, key, value))
+        separate = not self._qkv_same_embed_dim
         out, weights = multi_head_attention_forward(
             query, key, value, self.embed_dim, self.num_heads, self.in_proj_weight,
             self.in_proj_bias, self.bias_k, self.bias_v, self.add_zero_attn, self.dropout,
             self.out_proj.weight, self.out_proj.bias, training=self.training,
             key_padding_mask=key_padding_mask, need_weights=need_weights, attn_mask=attn_mask,
-            use_separate_proj_weight=not self._qkv_same_embed_dim,
-            q_proj_weight=self.q_proj_weight, k_proj_weight=self.k_proj_weight,
-            v_proj_weight=self.v_proj_weight, average_attn_weights=average_attn_weights,
-            is_causal=is_causal)
+            use_separate_proj_weight=separate, q_proj_weight=self.q_proj_weight,
+            k_proj_weight=self.k_proj_weight, v_proj_weight=self.v_proj_weight,
+            average_attn_weights=average_attn_weights, is_causal=is_causal)
         if self.batch_first and batched:
             out = out.transpose(1, 0)
         return out, weights
+
+    def merge_masks(self, attn_mask, key_padding_mask, query):
+        """PyTorch's mask merging for its fused path: ``(merged_mask, mask_type)``, type 1
+        for a key-padding mask alone, 2 when an attention mask is given (expanded to
+        (N, H, L, L) and added to the key-padding mask if both are)."""
+        mask_type, merged = None, None
+        if key_padding_mask is not None:
+            mask_type, merged = 1, key_padding_mask
+        if attn_mask is not None:
+            batch_size, seq_len, _ = query.shape
+            mask_type = 2
+            if attn_mask.dim() == 3:
+                merged = attn_mask.view(batch_size, -1, seq_len, seq_len)
+            else:
+                merged = attn_mask.view(1, 1, seq_len, seq_len).expand(
+                    batch_size, self.num_heads, -1, -1)
+            if key_padding_mask is not None:
+                merged = merged + key_padding_mask.view(batch_size, 1, 1, seq_len).expand(
+                    -1, self.num_heads, -1, -1)
+        return merged, mask_type

@@ -272,10 +272,11 @@ def _update_pairs(kind: str, target, items, sort_plain_dicts: bool) -> None:
             if not isinstance(p, container_abcs.Iterable):
                 raise TypeError(f"{name} update sequence element #{j} should be Iterable; is"
                                 f"{type(p).__name__}")
-            if len(p) != 2:
-                raise ValueError(f"{name} update sequence element #{j} has length {len(p)}; "
-                                 "2 is required")
-            target[p[0]] = p[1]
+            pair: Any = p
+            if len(pair) != 2:
+                raise ValueError(f"{name} update sequence element #{j} has length "
+                                 f"{len(pair)}; 2 is required")
+            target[pair[0]] = pair[1]
 
 
 class ModuleDict(Module):

@@ -141,7 +141,7 @@ class LazyLinear(Linear):
                 self.bias.data = _empty((self.out_features,), **self._factory)
             self.reset_parameters()
         del self._factory
-        self.__class__ = self.cls_to_become
+        self.__class__ = self.cls_to_become  # type: ignore[assignment]
 
     def forward(self, input: Tensor) -> Tensor:
         if self.has_uninitialized_params():
