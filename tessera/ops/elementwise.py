@@ -168,6 +168,11 @@ def _go(ctx):
     return ctx.outputs[0]
 
 
+def _u(name: str):
+    """A unary op function by name: the table's gradients use ops the table itself defines."""
+    return globals()[name]
+
+
 # name: (kernel, grad(ctx, g) -> g_input, save)
 _UNARY = {
     "exp": (np.exp, lambda c, g: g * _go(c), "outputs"),
@@ -180,25 +185,25 @@ _UNARY = {
     "sqrt": (np.sqrt, lambda c, g: g / (2 * _go(c)), "outputs"),
     "rsqrt": (lambda x: 1 / np.sqrt(x), lambda c, g: -0.5 * g * _go(c) ** 3, "outputs"),
     "reciprocal": (lambda x: 1 / x, lambda c, g: -g * _go(c) * _go(c), "outputs"),
-    "sin": (np.sin, lambda c, g: g * cos(_gx(c)), "inputs"),
-    "cos": (np.cos, lambda c, g: -g * sin(_gx(c)), "inputs"),
+    "sin": (np.sin, lambda c, g: g * _u("cos")(_gx(c)), "inputs"),
+    "cos": (np.cos, lambda c, g: -g * _u("sin")(_gx(c)), "inputs"),
     "tan": (np.tan, lambda c, g: g * (1 + _go(c) * _go(c)), "outputs"),
-    "asin": (np.arcsin, lambda c, g: g * rsqrt(1 - _gx(c) * _gx(c)), "inputs"),
-    "acos": (np.arccos, lambda c, g: -g * rsqrt(1 - _gx(c) * _gx(c)), "inputs"),
+    "asin": (np.arcsin, lambda c, g: g * _u("rsqrt")(1 - _gx(c) * _gx(c)), "inputs"),
+    "acos": (np.arccos, lambda c, g: -g * _u("rsqrt")(1 - _gx(c) * _gx(c)), "inputs"),
     "atan": (np.arctan, lambda c, g: g / (1 + _gx(c) * _gx(c)), "inputs"),
-    "sinh": (np.sinh, lambda c, g: g * cosh(_gx(c)), "inputs"),
-    "cosh": (np.cosh, lambda c, g: g * sinh(_gx(c)), "inputs"),
+    "sinh": (np.sinh, lambda c, g: g * _u("cosh")(_gx(c)), "inputs"),
+    "cosh": (np.cosh, lambda c, g: g * _u("sinh")(_gx(c)), "inputs"),
     "tanh": (np.tanh, lambda c, g: g * (1 - _go(c) * _go(c)), "outputs"),
-    "asinh": (np.arcsinh, lambda c, g: g * rsqrt(_gx(c) * _gx(c) + 1), "inputs"),
-    "acosh": (np.arccosh, lambda c, g: g * rsqrt(_gx(c) * _gx(c) - 1), "inputs"),
+    "asinh": (np.arcsinh, lambda c, g: g * _u("rsqrt")(_gx(c) * _gx(c) + 1), "inputs"),
+    "acosh": (np.arccosh, lambda c, g: g * _u("rsqrt")(_gx(c) * _gx(c) - 1), "inputs"),
     "atanh": (np.arctanh, lambda c, g: g / (1 - _gx(c) * _gx(c)), "inputs"),
     "sigmoid": (lambda x: _sigmoid_np(x), lambda c, g: g * _go(c) * (1 - _go(c)), "outputs"),
     "erf": (lambda x: _special().erf(x),
-            lambda c, g: g * (2 / math.sqrt(math.pi)) * exp(-_gx(c) * _gx(c)), "inputs"),
+            lambda c, g: g * (2 / math.sqrt(math.pi)) * _u("exp")(-_gx(c) * _gx(c)), "inputs"),
     "erfc": (lambda x: _special().erfc(x),
-             lambda c, g: g * (-2 / math.sqrt(math.pi)) * exp(-_gx(c) * _gx(c)), "inputs"),
+             lambda c, g: g * (-2 / math.sqrt(math.pi)) * _u("exp")(-_gx(c) * _gx(c)), "inputs"),
     "erfinv": (lambda x: _special().erfinv(x),
-               lambda c, g: g * (math.sqrt(math.pi) / 2) * exp(_go(c) * _go(c)), "outputs"),
+               lambda c, g: g * (math.sqrt(math.pi) / 2) * _u("exp")(_go(c) * _go(c)), "outputs"),
 }
 
 
@@ -741,7 +746,7 @@ def _pow_grad(ctx, g):
             if a == 0:
                 gb = where(b >= 0, 0.0, gb)
         else:
-            gb = where((a == 0) & (b >= 0), 0.0, g * (out * log(a)))
+            gb = where((a == 0) & (b >= 0), 0.0, g * (out * _u("log")(a)))
     return _reduce_pair(ctx, ga, gb)
 
 

@@ -352,8 +352,6 @@ def test_attribute_registration_rules():
 
 # ---- known gaps of tessera/nn/modules/module.py (reported; strict xfail flips when fixed) -
 
-@pytest.mark.xfail(strict=True, reason="module.py _load_from_state_dict accepts the key of a "
-                   "non-persistent buffer instead of reporting it as unexpected")
 def test_non_persistent_buffer_key_is_unexpected():
     results = []
     for lib in LIBS:
@@ -363,8 +361,6 @@ def test_non_persistent_buffer_key_is_unexpected():
     assert results[1] == results[0] == ["b"]
 
 
-@pytest.mark.xfail(strict=True, reason="module.py ignores always_call=True forward hooks when "
-                   "forward (or a pre-hook) raises")
 def test_always_call_forward_hook_runs_on_error():
     for lib in LIBS:
         m = lib.nn.Linear(1, 1)

@@ -7,7 +7,7 @@ the float64 pass stays a clean numerical gradcheck.
 """
 import numpy as np
 
-from tests.opinfo.core import OP_DB, BINARY_SHAPES, UNARY_SHAPES, OpInfo, Sample, register
+from tests.opinfo.core import BINARY_SHAPES, OP_DB, UNARY_SHAPES, OpInfo, Sample, register
 from tests.opinfo.core import make as _make
 
 _FIRST = len(OP_DB)  # this family's entries start here (for the float16 companions)

@@ -40,6 +40,20 @@ def _replace(obj, new: list[Tensor]):
 
 
 def call_with_hooks(module, args: tuple, kwargs: dict):
+    try:
+        return _call(module, args, kwargs)
+    except Exception:
+        # hooks registered with always_call=True run even when forward raises
+        for hid, hook in list(module._forward_hooks.items()):
+            if module._forward_hooks_always_called.get(hid):
+                if module._forward_hooks_with_kwargs.get(hid):
+                    hook(module, args, kwargs, None)
+                else:
+                    hook(module, args, None)
+        raise
+
+
+def _call(module, args: tuple, kwargs: dict):
     for hid, hook in list(module._forward_pre_hooks.items()):
         if module._forward_pre_hooks_with_kwargs.get(hid):
             res = hook(module, args, kwargs)

@@ -396,8 +396,9 @@ class Module:
 
     # ---- calling and hooks --------------------------------------------------------------
     def _call_impl(self, *args, **kwargs):
-        if not (self._forward_pre_hooks or self._forward_hooks or self._backward_hooks or
-                self._backward_pre_hooks):
+        d = self.__dict__
+        if not (d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_hooks"] or
+                d["_backward_pre_hooks"]):
             return self.forward(*args, **kwargs)
         from tessera.nn.modules._hooks import call_with_hooks
         return call_with_hooks(self, args, kwargs)
@@ -522,8 +523,7 @@ class Module:
                 if key.startswith(prefix):
                     rest = key[len(prefix):]
                     head = rest.split(".", 1)[0]
-                    if head not in self._modules and rest not in local and \
-                            rest not in self._non_persistent_buffers_set:
+                    if head not in self._modules and rest not in local:
                         unexpected_keys.append(key)
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
