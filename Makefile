@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/train_eager.py
+	$(PY) examples/train_digits.py
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -q -p no:cacheprovider tests

@@ -90,7 +90,7 @@ def evaluate(model, loader) -> tuple[float, float]:
 def parse_args(argv):
     p = argparse.ArgumentParser(description="Train a small CNN on handwritten digits.")
     p.add_argument("--data-dir", help="folder with MNIST's IDX files (default: sklearn digits)")
-    p.add_argument("--epochs", type=int, default=None, help="default 15 (digits) / 3 (MNIST)")
+    p.add_argument("--epochs", type=int, default=None, help="default 10 (digits) / 3 (MNIST)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
@@ -99,7 +99,7 @@ def parse_args(argv):
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     args = p.parse_args(argv)
     if args.epochs is None:
-        args.epochs = 15 if args.data_dir is None else 3
+        args.epochs = 10 if args.data_dir is None else 3
     if args.epochs < 0 or args.batch_size < 1 or args.lr <= 0 or args.workers < 0:
         p.error("--epochs, --batch-size and --workers must be non-negative, --lr positive")
     return args

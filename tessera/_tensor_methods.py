@@ -251,7 +251,9 @@ class TensorMethods:
     mode = _method("mode")
     kthvalue = _method("kthvalue")
     quantile = _method("quantile")
+    nanquantile = _method("nanquantile")
     cumsum_ = _inplace("cumsum")
+    cumprod_ = _inplace("cumprod")
     # linear algebra
     matmul = _method("matmul")
     mm = _method("mm")

@@ -2,11 +2,10 @@
 
 Sums and means, products, variance, extrema with their indices, norms and the logical
 reductions, one ``OpDef`` each; the ops that sort or scan along one dim (median, mode,
-kthvalue, quantile, cumsum, cummax, ...) live in ``scan.py`` and are exported from here. Kernels are NumPy calls over the reduced axes; gradients
-are tessera ops, and send ties where PyTorch sends them (evenly for ``amax``/``max()``, to the
-returned index for ``max(dim)``). Indices among equal values follow PyTorch's CPU kernels:
-first occurrence for max/min/argmax, stable sorted position for median, last occurrence for
-mode (exact for slices of up to 16 elements; PyTorch's own choice is arbitrary beyond).
+kthvalue, quantile, cumsum, cummax, ...) live in ``scan.py`` and are exported from here.
+Kernels are NumPy calls over the reduced axes; gradients are tessera ops and send ties where
+PyTorch sends them (evenly for ``amax`` and ``max()``, to the returned index for
+``max(dim)``). Among equal values the index is the first occurrence for max/min/argmax.
 
 >>> import tessera
 >>> tessera.ones(2, 3).sum(dim=1)
@@ -638,12 +637,14 @@ def _extremum_call(ops, name, kind, binary, input, dim, keepdim, out):
 def max(input, dim=None, keepdim: bool = False, *, out=None):
     """The largest element; with ``dim``, ``(values, indices)`` (first index among ties);
     with a tensor, the elementwise ``maximum``."""
-    return _extremum_call((_MAX, _MAX_DIM), "max", return_types.max, E.maximum, input, dim, keepdim, out)
+    return _extremum_call((_MAX, _MAX_DIM), "max", return_types.max, E.maximum, input, dim,
+                          keepdim, out)
 
 
 def min(input, dim=None, keepdim: bool = False, *, out=None):
     """The smallest element; with ``dim``, ``(values, indices)``; with a tensor, ``minimum``."""
-    return _extremum_call((_MIN, _MIN_DIM), "min", return_types.min, E.minimum, input, dim, keepdim, out)
+    return _extremum_call((_MIN, _MIN_DIM), "min", return_types.min, E.minimum, input, dim,
+                          keepdim, out)
 
 
 def _amax_grad(ctx, g):
@@ -750,4 +751,14 @@ argmin = _arg_op("argmin", np.argmin)
 
 
 from tessera.ops.scan import (  # noqa: E402  (scan.py builds on the helpers above)
-    cummax, cummin, cumprod, cumsum, kthvalue, median, mode, nanmedian, nanquantile, quantile)
+    cummax,
+    cummin,
+    cumprod,
+    cumsum,
+    kthvalue,
+    median,
+    mode,
+    nanmedian,
+    nanquantile,
+    quantile,
+)

@@ -1,7 +1,10 @@
 """Reductions that sort or scan along one dim: order statistics and cumulative ops.
 
 ``median``/``nanmedian``/``mode``/``kthvalue`` return ``(values, indices)`` and send the
-gradient to the returned index; ``quantile`` interpolates between two sorted neighbours and
+gradient to the returned index. Among equal values, median takes the one at the median's
+place in a stable sort, mode the last occurrence of the mode (both as PyTorch's CPU kernels
+do; for mode exactly so for rows of up to 16 elements, beyond which PyTorch's choice is
+arbitrary; kthvalue, whose choice PyTorch leaves arbitrary, takes the stable place too); ``quantile`` interpolates between two sorted neighbours and
 sends the gradient to both; ``cumsum``/``cumprod``/``cummax``/``cummin`` scan along ``dim``.
 Kernels sort or scan whole arrays at once (no Python loop over elements). The public names
 are exported through ``tessera.ops.reduce``.
@@ -23,8 +26,18 @@ from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
 from tessera.ops import elementwise as E
 from tessera.ops._util import call, ensure_tensor, numel, wrap_dim
-from tessera.ops.reduce import (_acc_np, _dt, _indexed, _long_dtype, _named, _one_dim,
-                                _whole, reduced_shape, return_types, sum)
+from tessera.ops.reduce import (
+    _acc_np,
+    _dt,
+    _indexed,
+    _long_dtype,
+    _named,
+    _one_dim,
+    _whole,
+    reduced_shape,
+    return_types,
+    sum,
+)
 from tessera.ops.registry import Meta, defop
 
 __all__ = ["median", "nanmedian", "mode", "kthvalue", "quantile", "nanquantile", "cumsum",
@@ -40,21 +53,39 @@ def _no_bool(name):
     return check
 
 
+def _stable_kth(a, d, k: int):
+    """The index (keepdim shape) of the element at place ``k`` of a stable sort along ``d``
+    (NaN last), in O(n): a partition finds the value, then the equal values are counted off
+    in their original order."""
+    v = np.take(np.partition(a, k, axis=d), [k], axis=d)
+    eq = a == v
+    less = np.sum(a < v, axis=d, keepdims=True)
+    if a.dtype.kind == "f":  # a NaN value: place k lies among the NaNs, after all numbers
+        v_nan = np.isnan(v)
+        eq |= np.isnan(a) & v_nan
+        less = np.where(v_nan, np.sum(~np.isnan(a), axis=d, keepdims=True), less)
+    return np.argmax(eq & (np.cumsum(eq, axis=d) == k - less + 1), axis=d, keepdims=True)
+
+
 def _median_idx(ignore_nan: bool):
+    # among equal values PyTorch picks the one at the median's place in a stable sort
     def idx(a, d):
-        # stable sort: among equal values PyTorch picks the one at the median's sorted place
-        order = np.argsort(a, axis=d, kind="stable")
         n = a.shape[d]
-        kd = a.shape[:d] + (1,) + a.shape[d + 1:]
-        nan = np.isnan(a).sum(axis=d, keepdims=True) if a.dtype.kind == "f" else \
-            np.zeros(kd, np.intp)
-        if ignore_nan:
-            pos = np.maximum((n - nan - 1) // 2, 0)
-        else:  # NaN sorts last; a slice holding one yields its first NaN
-            pos = np.where(nan > 0, n - nan, (n - 1) // 2)
-        i = np.take_along_axis(order, pos.astype(np.intp), d)
-        if ignore_nan and n > 3:
-            i = np.where(nan == n, _all_equal_nth(n), i)
+        nan = np.isnan(a) if a.dtype.kind == "f" else None
+        if not ignore_nan:
+            i = _stable_kth(a, d, (n - 1) // 2)
+            if nan is None:
+                return i
+            # a slice holding NaN yields its first NaN
+            return np.where(nan.any(axis=d, keepdims=True),
+                            np.argmax(nan, axis=d, keepdims=True), i)
+        # the place depends on each slice's NaN count: sort
+        order = np.argsort(a, axis=d, kind="stable")
+        count = np.zeros(a.shape[:d] + (1,) + a.shape[d + 1:], np.intp) if nan is None else \
+            nan.sum(axis=d, keepdims=True)
+        i = np.take_along_axis(order, np.maximum((n - count - 1) // 2, 0), d)
+        if n > 3:
+            i = np.where(count == n, _all_equal_nth(n), i)
         return i
     return idx
 
@@ -160,7 +191,7 @@ def _kth_check(x, dim, k=1):
 
 
 def _kth_idx(a, d, k=1):
-    return np.take(np.argpartition(a, k - 1, axis=d), [k - 1], axis=d)
+    return _stable_kth(a, d, k - 1)
 
 
 _KTHVALUE = _indexed("kthvalue", _kth_idx, _kth_check)

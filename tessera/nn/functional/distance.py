@@ -63,9 +63,9 @@ def pdist(input, p: float = 2.0):
     n = input.shape[0]
     i, j = np.triu_indices(n, 1)
     if i.size == 0:
-        return tessera.zeros(0, dtype=input.dtype) + input.sum() * 0
-    rows_i = input.index_select(0, tessera.from_numpy(i.astype(np.int64)))
-    rows_j = input.index_select(0, tessera.from_numpy(j.astype(np.int64)))
+        return input.new_zeros(0) + input.sum() * 0
+    rows_i = input.index_select(0, tessera.tensor(i, dtype=tessera.int64, device=input.device))
+    rows_j = input.index_select(0, tessera.tensor(j, dtype=tessera.int64, device=input.device))
     return (rows_i - rows_j).norm(p, 1)
 
 
@@ -109,7 +109,7 @@ def cdist(x1, x2, p: float = 2.0, compute_mode: str = "use_mm_for_euclid_dist_if
     dtype = tessera.promote_types(x1.dtype, x2.dtype)
     if r1 == 0 or r2 == 0 or m == 0 or int(np.prod(batch)) == 0:
         zero = (x1.sum() + x2.sum()) * 0
-        return tessera.zeros(tuple(batch) + (r1, r2), dtype=dtype) + zero
+        return x1.new_zeros(tuple(batch) + (r1, r2), dtype=dtype) + zero
     if p == 2 and (mode == 1 or (mode == 0 and (r1 > 25 or r2 > 25))):
         return _euclidean_dist(x1, x2)
     diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)

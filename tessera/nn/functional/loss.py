@@ -139,8 +139,11 @@ def _ce_smoothing(input, target, weight, reduction, ignore_index, label_smoothin
         smooth = -logp.sum(class_dim)
     smooth = smooth.masked_fill(ignore, 0.0)
     if reduction == "mean":
-        if weight is not None:
-            ret = smooth.sum() / weight.index_select(0, target.masked_select(~ignore).long()).sum()
+        if weight is not None:  # the summed weights of the kept targets (no data-dependent
+            # shapes, so it runs on the meta device too)
+            safe = target.masked_fill(ignore, 0).reshape(-1).long()
+            kept = weight.index_select(0, safe).masked_fill(ignore.reshape(-1), 0)
+            ret = smooth.sum() / kept.sum()
         else:
             ret = smooth.sum() / (~ignore).sum()
     else:
@@ -364,8 +367,6 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
     _need_float("huber_cpu", input, target)
-    if target.dtype is not input.dtype:
-        raise RuntimeError(f"Found dtype {tname(target.dtype)} but expected {tname(input.dtype)}")
     z = (x - t).abs()
     loss = E.where(z < delta, 0.5 * z * z, delta * (z - 0.5 * delta))
     if weight is None:

@@ -1,12 +1,22 @@
-"""Recurrent layers: ``RNN``, ``LSTM``, ``GRU`` and their cells, with PyTorch's parameter
-names (``weight_ih_l0``, ``weight_hh_l0_reverse``...), gate order and options.
+"""Recurrent layers: ``RNN``, ``LSTM`` (with ``proj_size``), ``GRU`` and their cells, with
+PyTorch's parameter names (``weight_ih_l0``, ``weight_hh_l0_reverse``...), gate order
+(LSTM: input, forget, cell, output; GRU: reset, update, new), options, checks and errors.
 
-The input projection of every time step is one GEMM over the whole sequence; only the
-recurrent part runs step by step.
+The input projection of every time step is one GEMM over the whole sequence (with both
+biases folded into it where the gate math allows); only the recurrent GEMM and the gate
+math run step by step.
+
+>>> import tessera
+>>> lstm = tessera.nn.LSTM(4, 8, num_layers=2, batch_first=True)
+>>> out, (h, c) = lstm(tessera.randn(3, 5, 4))
+>>> out.shape, h.shape
+(tessera.Size([3, 5, 8]), tessera.Size([2, 3, 8]))
 """
 from __future__ import annotations
 
 import math
+import numbers
+import warnings
 
 import tessera
 from tessera.nn import init
@@ -18,14 +28,21 @@ __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell"
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 
-def _linear(x, w, b):
-    out = x.matmul(w.t())
-    return out if b is None else out + b
+def _linear(x, w, b=None):
+    from tessera.nn.functional import linear
+    return linear(x, w, b)
 
 
-def _rnn_step(mode, gi, h, w_hh, b_hh, c=None):
-    """One recurrent step given the precomputed input projection ``gi``."""
-    gh = _linear(h, w_hh, b_hh)
+def _step(mode: str, gi, h, c, w_hh_t, b_hh):
+    """One time step from the input projection ``gi``: returns the new (h, c).
+
+    ``w_hh_t`` is the transposed recurrent weight; ``b_hh`` is None when it was folded into
+    ``gi`` already (everything but GRU, whose reset gate multiplies the hidden projection
+    including its bias).
+    """
+    gh = h.matmul(w_hh_t)
+    if b_hh is not None:
+        gh = gh + b_hh
     if mode == "RNN_TANH":
         return (gi + gh).tanh(), None
     if mode == "RNN_RELU":
@@ -34,61 +51,59 @@ def _rnn_step(mode, gi, h, w_hh, b_hh, c=None):
         i, f, g, o = (gi + gh).chunk(4, dim=-1)
         c = f.sigmoid() * c + i.sigmoid() * g.tanh()
         return o.sigmoid() * c.tanh(), c
-    r_i, z_i, n_i = gi.chunk(3, dim=-1)
-    r_h, z_h, n_h = gh.chunk(3, dim=-1)
-    r = (r_i + r_h).sigmoid()
-    z = (z_i + z_h).sigmoid()
-    n = (n_i + r * n_h).tanh()
-    return (1 - z) * n + z * h, None
+    two = 2 * h.size(-1)
+    r, z = (gi[..., :two] + gh[..., :two]).sigmoid().chunk(2, dim=-1)
+    n = (gi[..., two:] + r * gh[..., two:]).tanh()
+    return n + z * (h - n), None   # = (1 - z) * n + z * h
 
 
 class RNNBase(Module):
     """The shared machinery of RNN, LSTM and GRU."""
+
+    __constants__ = ["mode", "input_size", "hidden_size", "num_layers", "bias", "batch_first",
+                     "dropout", "bidirectional", "proj_size"]
 
     def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1,
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
                  bidirectional: bool = False, proj_size: int = 0, device=None,
                  dtype=None) -> None:
         super().__init__()
-        if not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1 or \
-                isinstance(dropout, bool):
-            raise ValueError("dropout should be a number in range [0, 1] representing the "
-                             "probability of an element being zeroed")
-        if not isinstance(hidden_size, int) or hidden_size <= 0:
-            raise ValueError("hidden_size must be an integer greater than zero")
-        if not isinstance(num_layers, int) or num_layers <= 0:
-            raise ValueError("num_layers must be an integer greater than zero")
-        if proj_size < 0:
-            raise ValueError("proj_size should be a positive integer or zero to disable "
-                             "projections")
-        if proj_size >= hidden_size:
-            raise ValueError("proj_size has to be smaller than hidden_size")
-        if proj_size and mode != "LSTM":
-            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
         self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
         self.num_layers, self.bias, self.batch_first = num_layers, bias, batch_first
-        self.dropout, self.bidirectional, self.proj_size = float(dropout), bidirectional, \
-            proj_size
+        self.dropout, self.bidirectional = float(dropout), bidirectional
+        self.proj_size = proj_size
+        _check_rnn_args(mode, input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                        proj_size)
         gate = _GATES[mode] * hidden_size
         dirs = 2 if bidirectional else 1
         real_hidden = proj_size if proj_size > 0 else hidden_size
         kw = {"device": device, "dtype": dtype}
-        self._flat_weights_names = []
+        self._flat_weights_names: list[str] = []
+        self._all_weights: list[list[str]] = []
         for layer in range(num_layers):
             for d in range(dirs):
                 layer_in = input_size if layer == 0 else real_hidden * dirs
                 sfx = f"_l{layer}" + ("_reverse" if d == 1 else "")
-                params = {f"weight_ih{sfx}": (gate, layer_in),
+                shapes = {f"weight_ih{sfx}": (gate, layer_in),
                           f"weight_hh{sfx}": (gate, real_hidden)}
                 if bias:
-                    params[f"bias_ih{sfx}"] = (gate,)
-                    params[f"bias_hh{sfx}"] = (gate,)
+                    shapes[f"bias_ih{sfx}"] = (gate,)
+                    shapes[f"bias_hh{sfx}"] = (gate,)
                 if proj_size > 0:
-                    params[f"weight_hr{sfx}"] = (proj_size, hidden_size)
-                for name, shape in params.items():
+                    shapes[f"weight_hr{sfx}"] = (proj_size, hidden_size)
+                for name, shape in shapes.items():
                     setattr(self, name, Parameter(tessera.empty(shape, **kw)))
-                    self._flat_weights_names.append(name)
+                self._flat_weights_names.extend(shapes)
+                self._all_weights.append(list(shapes))
         self.reset_parameters()
+
+    @property
+    def _flat_weights(self) -> list:
+        return [getattr(self, n, None) for n in self._flat_weights_names]
+
+    @property
+    def all_weights(self) -> list:
+        return [[getattr(self, w) for w in ws] for ws in self._all_weights]
 
     def reset_parameters(self) -> None:
         stdv = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0
@@ -96,136 +111,294 @@ class RNNBase(Module):
             init.uniform_(w, -stdv, stdv)
 
     def flatten_parameters(self) -> None:
-        """A no-op kept for PyTorch compatibility (weights are always usable as they are)."""
+        """A no-op kept for PyTorch compatibility (cuDNN's packed weights do not apply)."""
 
     def extra_repr(self) -> str:
-        s = f"{self.input_size}, {self.hidden_size}"
+        s = "{input_size}, {hidden_size}"
         if self.proj_size != 0:
-            s += f", proj_size={self.proj_size}"
+            s += ", proj_size={proj_size}"
         if self.num_layers != 1:
-            s += f", num_layers={self.num_layers}"
+            s += ", num_layers={num_layers}"
         if self.bias is not True:
-            s += f", bias={self.bias}"
+            s += ", bias={bias}"
         if self.batch_first is not False:
-            s += f", batch_first={self.batch_first}"
+            s += ", batch_first={batch_first}"
         if self.dropout != 0:
-            s += f", dropout={self.dropout}"
+            s += ", dropout={dropout}"
         if self.bidirectional is not False:
-            s += f", bidirectional={self.bidirectional}"
-        return s
+            s += ", bidirectional={bidirectional}"
+        return s.format(**self.__dict__)
 
-    def _w(self, kind: str, layer: int, d: int):
-        return getattr(self, f"{kind}_l{layer}" + ("_reverse" if d else ""), None)
+    # -- PyTorch's argument checks (public methods there too) --
 
-    def _run(self, x, h0, c0):
+    def check_input(self, input, batch_sizes=None) -> None:
+        w0 = self._flat_weights[0]
+        if input.dtype != w0.dtype:
+            raise ValueError(f"RNN input dtype ({input.dtype}) does not match weight dtype "
+                             f"({w0.dtype}). Convert input: input.to({w0.dtype}), or convert "
+                             f"model: model.to({input.dtype})")
+        expected = 2 if batch_sizes is not None else 3
+        if input.dim() != expected:
+            raise RuntimeError(f"input must have {expected} dimensions, got {input.dim()}")
+        if self.input_size != input.size(-1):
+            raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
+                               f"{self.input_size}, got {input.size(-1)}")
+
+    def get_expected_hidden_size(self, input, batch_sizes=None) -> tuple[int, int, int]:
+        mini_batch = input.size(0) if self.batch_first else input.size(1)
+        dirs = 2 if self.bidirectional else 1
+        hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
+        return (self.num_layers * dirs, mini_batch, hidden)
+
+    def check_hidden_size(self, hx, expected_hidden_size,
+                          msg: str = "Expected hidden size {}, got {}") -> None:
+        if tuple(hx.shape) != tuple(expected_hidden_size):
+            raise RuntimeError(msg.format(tuple(expected_hidden_size), list(hx.shape)))
+
+    def check_forward_args(self, input, hidden, batch_sizes=None) -> None:
+        self.check_input(input, batch_sizes)
+        self.check_hidden_size(hidden, self.get_expected_hidden_size(input, batch_sizes))
+
+    def permute_hidden(self, hx, permutation):
+        return hx if permutation is None else hx.index_select(1, permutation)
+
+    # -- the computation --
+
+    def _layer_weights(self, layer: int, d: int):
+        sfx = f"_l{layer}" + ("_reverse" if d else "")
+        return tuple(getattr(self, f"{k}{sfx}", None)
+                     for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr"))
+
+    def _direction(self, inp, h, c, layer: int, d: int):
+        """One direction of one layer over the whole (T, N, F) sequence."""
+        w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_weights(layer, d)
+        fold = b_hh is not None and self.mode != "GRU"
+        gi_all = _linear(inp, w_ih, (b_ih + b_hh) if fold else b_ih)   # (T, N, gates)
+        steps = gi_all.unbind(0)
+        w_hh_t = w_hh.t()
+        w_hr_t = w_hr.t() if w_hr is not None else None
+        seq = [None] * len(steps)
+        for t in (range(len(steps) - 1, -1, -1) if d else range(len(steps))):
+            h, c = _step(self.mode, steps[t], h, c, w_hh_t, None if fold else b_hh)
+            if w_hr_t is not None:
+                h = h.matmul(w_hr_t)
+            seq[t] = h
+        return tessera.stack(seq), h, c
+
+    def _run(self, x, h0, c0=None):
         """x: (T, N, F); h0/c0: (layers*dirs, N, H). Returns output, h_n, c_n."""
         import tessera.nn.functional as F
+        if x.size(0) == 0:
+            raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
         dirs = 2 if self.bidirectional else 1
-        T = x.size(0)
-        hs, cs = [], []
-        inp = x
+        hs, cs, inp = [], [], x
         for layer in range(self.num_layers):
             outs = []
             for d in range(dirs):
                 idx = layer * dirs + d
-                w_ih, w_hh = self._w("weight_ih", layer, d), self._w("weight_hh", layer, d)
-                b_ih, b_hh = self._w("bias_ih", layer, d), self._w("bias_hh", layer, d)
-                w_hr = self._w("weight_hr", layer, d)
-                gi_all = _linear(inp, w_ih, b_ih)            # (T, N, gates): one GEMM
-                h, c = h0[idx], (c0[idx] if c0 is not None else None)
-                steps = range(T - 1, -1, -1) if d else range(T)
-                seq = [None] * T
-                for t in steps:
-                    h, c = _rnn_step(self.mode, gi_all[t], h, w_hh, b_hh, c)
-                    if w_hr is not None:
-                        h = h.matmul(w_hr.t())
-                    seq[t] = h
-                outs.append(tessera.stack(seq) if T else gi_all.new_zeros(0, x.size(1),
-                                                                          h.size(-1)))
+                out, h, c = self._direction(inp, h0[idx], c0[idx] if c0 is not None else None,
+                                            layer, d)
+                outs.append(out)
                 hs.append(h)
                 cs.append(c)
             inp = outs[0] if dirs == 1 else tessera.cat(outs, dim=-1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 inp = F.dropout(inp, self.dropout, training=True)
-        c_n = tessera.stack(cs) if self.mode == "LSTM" else None
-        return inp, tessera.stack(hs), c_n
+        return inp, tessera.stack(hs), (tessera.stack(cs) if c0 is not None else None)
 
-    def forward(self, input, hx=None):
-        if isinstance(input, tuple) or type(input).__name__ == "PackedSequence":
-            raise NotImplementedError("PackedSequence inputs are not supported; pad the batch "
-                                      "(nn.utils.rnn.pad_sequence) instead")
-        batched = input.dim() == 3
+    def _zeros(self, n_layers_dirs: int, batch: int, size: int, like):
+        return tessera.zeros(n_layers_dirs, batch, size, dtype=like.dtype, device=like.device)
+
+    def _forward_single_state(self, input, hx):
+        """RNN and GRU: one hidden state tensor."""
+        name = "RNN" if self.mode.startswith("RNN") else self.mode
+        _reject_packed(input)
         if input.dim() not in (2, 3):
-            raise ValueError(f"{type(self).__name__}: Expected input to be 2D or 3D, got "
-                             f"{input.dim()}D instead")
-        if input.size(-1) != self.input_size:
-            raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
-                               f"{self.input_size}, got {input.size(-1)}")
-        x = input if batched else input.unsqueeze(1)
-        if self.batch_first and batched:
-            x = x.transpose(0, 1)
-        n = x.size(1)
+            raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.dim()}D "
+                             "tensor instead")
+        batched = input.dim() == 3
+        batch_dim = 0 if self.batch_first else 1
+        if not batched:
+            input = input.unsqueeze(batch_dim)
+            if hx is not None:
+                if hx.dim() != 2:
+                    raise RuntimeError(f"For unbatched 2-D input, hx should also be 2-D but "
+                                       f"got {hx.dim()}-D tensor")
+                hx = hx.unsqueeze(1)
+        elif hx is not None and hx.dim() != 3:
+            raise RuntimeError(f"For batched 3-D input, hx should also be 3-D but got "
+                               f"{hx.dim()}-D tensor")
+        batch = input.size(0) if self.batch_first else input.size(1)
         dirs = 2 if self.bidirectional else 1
-        real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
-        h0 = c0 = None
-        if hx is not None:
-            if self.mode == "LSTM":
-                h0, c0 = hx
-            else:
-                h0 = hx
-            if not batched:
-                h0 = h0.unsqueeze(1)
-                c0 = c0.unsqueeze(1) if c0 is not None else None
-            expected = (self.num_layers * dirs, n, real_hidden)
-            if tuple(h0.shape) != expected:
-                raise RuntimeError(f"Expected hidden size {expected}, got {list(h0.shape)}")
-        if h0 is None:
-            h0 = tessera.zeros(self.num_layers * dirs, n, real_hidden, dtype=x.dtype)
-        if self.mode == "LSTM" and c0 is None:
-            c0 = tessera.zeros(self.num_layers * dirs, n, self.hidden_size, dtype=x.dtype)
-        out, h_n, c_n = self._run(x, h0, c0)
-        if self.batch_first and batched:
+        if hx is None:
+            hx = self._zeros(self.num_layers * dirs, batch, self.hidden_size, input)
+        self.check_forward_args(input, hx, None)
+        x = input.transpose(0, 1) if self.batch_first else input
+        out, h_n, _ = self._run(x, hx)
+        if self.batch_first:
             out = out.transpose(0, 1)
         if not batched:
-            out, h_n = out.squeeze(1), h_n.squeeze(1)
-            c_n = c_n.squeeze(1) if c_n is not None else None
-        return (out, (h_n, c_n)) if self.mode == "LSTM" else (out, h_n)
+            out, h_n = out.squeeze(batch_dim), h_n.squeeze(1)
+        return out, h_n
+
+
+def _check_rnn_args(mode, input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                    proj_size) -> None:
+    """PyTorch's constructor checks, in its order, with its exception types."""
+    if (not isinstance(dropout, numbers.Number) or isinstance(dropout, bool)
+            or not 0 <= dropout <= 1):
+        raise ValueError("dropout should be a number in range [0, 1] representing the "
+                         "probability of an element being zeroed")
+    if dropout > 0 and num_layers == 1:
+        warnings.warn("dropout option adds dropout after all but last recurrent layer, so "
+                      "non-zero dropout expects num_layers greater than 1, but got "
+                      f"dropout={dropout} and num_layers={num_layers}", stacklevel=4)
+    for name, value, kind in (("bias", bias, bool), ("batch_first", batch_first, bool),
+                              ("input_size", input_size, int)):
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} should be of type {kind.__name__}, got: "
+                            f"{type(value).__name__}")
+    if input_size <= 0:
+        raise ValueError("input_size must be greater than zero")
+    if not isinstance(hidden_size, int):
+        raise TypeError(f"hidden_size should be of type int, got: {type(hidden_size).__name__}")
+    if hidden_size <= 0:
+        raise ValueError("hidden_size must be greater than zero")
+    if num_layers <= 0:
+        raise ValueError("num_layers must be greater than zero")
+    if not isinstance(num_layers, int):
+        raise TypeError(f"'{type(num_layers).__name__}' object cannot be interpreted as an "
+                        "integer")
+    if proj_size < 0:
+        raise ValueError("proj_size should be a positive integer or zero to disable "
+                         "projections")
+    if proj_size >= hidden_size:
+        raise ValueError("proj_size has to be smaller than hidden_size")
+    if mode not in _GATES:
+        raise ValueError("Unrecognized RNN mode: " + mode)
+
+
+def _reject_packed(input) -> None:
+    if isinstance(input, tuple) or type(input).__name__ == "PackedSequence":
+        raise NotImplementedError("PackedSequence inputs are not supported; pad the batch "
+                                  "(nn.utils.rnn.pad_sequence) instead")
 
 
 class RNN(RNNBase):
-    """Elman RNN with tanh or relu."""
+    """Elman RNN: ``h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)`` (or relu).
 
-    def __init__(self, *args, nonlinearity: str = "tanh", **kwargs):
+    ``RNN(input_size, hidden_size, num_layers=1, nonlinearity='tanh', bias=True,
+    batch_first=False, dropout=0.0, bidirectional=False, device=None, dtype=None)``
+    """
+
+    def __init__(self, *args, **kwargs):
+        if "proj_size" in kwargs:
+            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
         if len(args) > 3:  # RNN's positional order puts nonlinearity fourth
-            args = list(args)
-            nonlinearity = args.pop(3)
-        if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or "
-                             "'relu'.")
-        self.nonlinearity = nonlinearity
-        super().__init__("RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", *args,
-                         **kwargs)
+            self.nonlinearity = args[3]
+            args = args[:3] + args[4:]
+        else:
+            self.nonlinearity = kwargs.pop("nonlinearity", "tanh")
+        if self.nonlinearity == "tanh":
+            mode = "RNN_TANH"
+        elif self.nonlinearity == "relu":
+            mode = "RNN_RELU"
+        else:
+            raise ValueError(f"Unknown nonlinearity '{self.nonlinearity}'. Select from 'tanh' "
+                             "or 'relu'.")
+        super().__init__(mode, *args, **kwargs)
 
-    def extra_repr(self) -> str:
-        s = super().extra_repr()
-        return s + (", nonlinearity='relu'" if self.nonlinearity != "tanh" else "")
+    def forward(self, input, hx=None):
+        """Returns ``(output, h_n)``."""
+        return self._forward_single_state(input, hx)
 
 
 class LSTM(RNNBase):
-    """Long short-term memory; gates in PyTorch's order (input, forget, cell, output)."""
+    """Long short-term memory; with ``proj_size > 0`` the hidden state is projected by
+    ``weight_hr`` (the cell state keeps ``hidden_size``).
+
+    ``LSTM(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+    bidirectional=False, proj_size=0, device=None, dtype=None)``
+    """
 
     def __init__(self, *args, **kwargs):
         super().__init__("LSTM", *args, **kwargs)
 
+    def get_expected_cell_size(self, input, batch_sizes=None) -> tuple[int, int, int]:
+        mini_batch = input.size(0) if self.batch_first else input.size(1)
+        return (self.num_layers * (2 if self.bidirectional else 1), mini_batch,
+                self.hidden_size)
+
+    def check_forward_args(self, input, hidden, batch_sizes=None) -> None:
+        self.check_input(input, batch_sizes)
+        self.check_hidden_size(hidden[0], self.get_expected_hidden_size(input, batch_sizes),
+                               "Expected hidden[0] size {}, got {}")
+        self.check_hidden_size(hidden[1], self.get_expected_cell_size(input, batch_sizes),
+                               "Expected hidden[1] size {}, got {}")
+
+    def permute_hidden(self, hx, permutation):
+        if permutation is None:
+            return hx
+        return hx[0].index_select(1, permutation), hx[1].index_select(1, permutation)
+
+    def forward(self, input, hx=None):
+        """Returns ``(output, (h_n, c_n))``."""
+        _reject_packed(input)
+        if input.dim() not in (2, 3):
+            raise ValueError(f"LSTM: Expected input to be 2D or 3D, got {input.dim()}D "
+                             "instead")
+        batched = input.dim() == 3
+        batch_dim = 0 if self.batch_first else 1
+        if not batched:
+            input = input.unsqueeze(batch_dim)
+        batch = input.size(0) if self.batch_first else input.size(1)
+        dirs = 2 if self.bidirectional else 1
+        real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
+        if hx is None:
+            hx = (self._zeros(self.num_layers * dirs, batch, real_hidden, input),
+                  self._zeros(self.num_layers * dirs, batch, self.hidden_size, input))
+        else:
+            want = 3 if batched else 2
+            if hx[0].dim() != want or hx[1].dim() != want:
+                kind = "batched 3-D" if batched else "unbatched 2-D"
+                raise RuntimeError(f"For {kind} input, hx and cx should also be {want}-D but "
+                                   f"got ({hx[0].dim()}-D, {hx[1].dim()}-D) tensors")
+            if not batched:
+                hx = (hx[0].unsqueeze(1), hx[1].unsqueeze(1))
+        self.check_forward_args(input, hx, None)
+        x = input.transpose(0, 1) if self.batch_first else input
+        out, h_n, c_n = self._run(x, hx[0], hx[1])
+        if self.batch_first:
+            out = out.transpose(0, 1)
+        if not batched:
+            out, h_n, c_n = out.squeeze(batch_dim), h_n.squeeze(1), c_n.squeeze(1)
+        return out, (h_n, c_n)
+
 
 class GRU(RNNBase):
-    """Gated recurrent unit; gates in PyTorch's order (reset, update, new)."""
+    """Gated recurrent unit: ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``,
+    ``h' = (1 - z) * n + z * h``.
+
+    ``GRU(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+    bidirectional=False, device=None, dtype=None)``
+    """
 
     def __init__(self, *args, **kwargs):
+        if "proj_size" in kwargs:
+            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
         super().__init__("GRU", *args, **kwargs)
+
+    def forward(self, input, hx=None):
+        """Returns ``(output, h_n)``."""
+        return self._forward_single_state(input, hx)
 
 
 class RNNCellBase(Module):
+    """The shared parameters of the cells: ``weight_ih``, ``weight_hh``, ``bias_ih``,
+    ``bias_hh`` with ``num_chunks`` gates."""
+
+    __constants__ = ["input_size", "hidden_size", "bias"]
+
     def __init__(self, input_size: int, hidden_size: int, bias: bool, num_chunks: int,
                  device=None, dtype=None) -> None:
         super().__init__()
@@ -241,66 +414,108 @@ class RNNCellBase(Module):
             self.register_parameter("bias_hh", None)
         self.reset_parameters()
 
+    def extra_repr(self) -> str:
+        s = "{input_size}, {hidden_size}"
+        if "bias" in self.__dict__ and self.bias is not True:
+            s += ", bias={bias}"
+        if "nonlinearity" in self.__dict__ and self.nonlinearity != "tanh":
+            s += ", nonlinearity={nonlinearity}"
+        return s.format(**self.__dict__)
+
     def reset_parameters(self) -> None:
         stdv = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0
         for w in self.parameters():
             init.uniform_(w, -stdv, stdv)
 
-    def extra_repr(self) -> str:
-        s = f"{self.input_size}, {self.hidden_size}"
-        if self.bias is not True:
-            s += f", bias={self.bias}"
-        if getattr(self, "nonlinearity", "tanh") != "tanh":
-            s += f", nonlinearity={self.nonlinearity}"
-        return s
-
-    def _prep(self, input, hx, n_states):
+    def _check_dims(self, input, states) -> bool:
+        """PyTorch's rank checks; returns whether the input is batched."""
+        name = type(self).__name__
         if input.dim() not in (1, 2):
-            raise ValueError(f"{type(self).__name__}: Expected input to be 1D or 2D, got "
-                             f"{input.dim()}D instead")
-        batched = input.dim() == 2
-        x = input if batched else input.unsqueeze(0)
-        if hx is None:
-            z = tessera.zeros(x.size(0), self.hidden_size, dtype=x.dtype)
-            hx = z if n_states == 1 else (z, z)
-        elif not batched:
-            hx = hx.unsqueeze(0) if n_states == 1 else tuple(h.unsqueeze(0) for h in hx)
-        return x, hx, batched
+            raise ValueError(f"{name}: Expected input to be 1D or 2D, got {input.dim()}D "
+                             "instead")
+        for label, s in states:
+            if s.dim() not in (1, 2):
+                raise ValueError(f"{name}: Expected {label} to be 1D or 2D, got {s.dim()}D "
+                                 "instead")
+        return input.dim() == 2
+
+    def _check_sizes(self, x, hs) -> None:
+        """The checks PyTorch's cell kernels make on the (batched) input and states."""
+        if x.size(1) != self.input_size:
+            raise RuntimeError(f"input has inconsistent input_size: got {x.size(1)} expected "
+                               f"{self.input_size}")
+        for i, h in enumerate(hs):
+            if x.size(0) != h.size(0):
+                raise RuntimeError(f"Input batch size {x.size(0)} doesn't match hidden{i} "
+                                   f"batch size {h.size(0)}")
+            if h.size(1) != self.hidden_size:
+                raise RuntimeError(f"hidden{i} has inconsistent hidden_size: got {h.size(1)}, "
+                                   f"expected {self.hidden_size}")
+
+    def _cell(self, mode: str, x, h, c=None):
+        gi = _linear(x, self.weight_ih, self.bias_ih)
+        return _step(mode, gi, h, c, self.weight_hh.t(), self.bias_hh)
 
 
 class RNNCell(RNNCellBase):
+    """One Elman RNN step: ``h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)`` (or relu)."""
+
+    __constants__ = ["input_size", "hidden_size", "bias", "nonlinearity"]
+
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
                  nonlinearity: str = "tanh", device=None, dtype=None) -> None:
         super().__init__(input_size, hidden_size, bias, 1, device, dtype)
         self.nonlinearity = nonlinearity
 
     def forward(self, input, hx=None):
-        x, h, batched = self._prep(input, hx, 1)
-        mode = "RNN_TANH" if self.nonlinearity == "tanh" else "RNN_RELU"
-        h, _ = _rnn_step(mode, _linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh,
-                         self.bias_hh)
+        batched = self._check_dims(input, [("hidden", hx)] if hx is not None else [])
+        x = input if batched else input.unsqueeze(0)
+        if hx is None:
+            hx = tessera.zeros(x.size(0), self.hidden_size, dtype=x.dtype, device=x.device)
+        elif not batched:
+            hx = hx.unsqueeze(0)
+        if self.nonlinearity not in ("tanh", "relu"):
+            raise RuntimeError(f"Unknown nonlinearity: {self.nonlinearity}")
+        self._check_sizes(x, [hx])
+        h, _ = self._cell("RNN_TANH" if self.nonlinearity == "tanh" else "RNN_RELU", x, hx)
         return h if batched else h.squeeze(0)
 
 
 class LSTMCell(RNNCellBase):
+    """One LSTM step: returns ``(h', c')``."""
+
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None,
                  dtype=None) -> None:
         super().__init__(input_size, hidden_size, bias, 4, device, dtype)
 
     def forward(self, input, hx=None):
-        x, (h, c), batched = self._prep(input, hx, 2)
-        h, c = _rnn_step("LSTM", _linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh,
-                         self.bias_hh, c)
+        states = [(f"hx[{i}]", s) for i, s in enumerate(hx)] if hx is not None else []
+        batched = self._check_dims(input, states)
+        x = input if batched else input.unsqueeze(0)
+        if hx is None:
+            z = tessera.zeros(x.size(0), self.hidden_size, dtype=x.dtype, device=x.device)
+            hx = (z, z)
+        elif not batched:
+            hx = (hx[0].unsqueeze(0), hx[1].unsqueeze(0))
+        self._check_sizes(x, hx)
+        h, c = self._cell("LSTM", x, hx[0], hx[1])
         return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
 
 
 class GRUCell(RNNCellBase):
+    """One GRU step."""
+
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None,
                  dtype=None) -> None:
         super().__init__(input_size, hidden_size, bias, 3, device, dtype)
 
     def forward(self, input, hx=None):
-        x, h, batched = self._prep(input, hx, 1)
-        h, _ = _rnn_step("GRU", _linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh,
-                         self.bias_hh)
+        batched = self._check_dims(input, [("hidden", hx)] if hx is not None else [])
+        x = input if batched else input.unsqueeze(0)
+        if hx is None:
+            hx = tessera.zeros(x.size(0), self.hidden_size, dtype=x.dtype, device=x.device)
+        elif not batched:
+            hx = hx.unsqueeze(0)
+        self._check_sizes(x, [hx])
+        h, _ = self._cell("GRU", x, hx)
         return h if batched else h.squeeze(0)
