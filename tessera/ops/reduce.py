@@ -178,12 +178,13 @@ def _nansum_grad(ctx, g):
 
 def _mean_check(name):
     def check(x, dims, dim, dtype=None):
-        dt = D.as_dtype(dtype) if dtype is not None and name == "mean" else x.dtype
+        given = dtype is not None and name == "mean"
+        dt = D.as_dtype(dtype) if given else x.dtype
         if dt.category < 2:
             if name == "mean":
-                raise RuntimeError("mean(): could not infer output dtype. Input dtype must be "
-                                   "either a floating point or complex dtype. Got: "
-                                   f"{_dname(x.dtype)}")
+                raise RuntimeError(f"mean(): could not infer output dtype. "
+                                   f"{'Optional' if given else 'Input'} dtype must be either a "
+                                   f"floating point or complex dtype. Got: {_dname(dt)}")
             raise RuntimeError("nanmean(): expected input to have floating point or complex "
                                f"dtype but got {_dname(x.dtype)}")
     return check

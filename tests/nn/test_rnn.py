@@ -228,7 +228,7 @@ def _error_cases():
         lambda L_: run(L_, rnn, (4, 3), lambda L_: L_.zeros(2, 1, 5)),       # 3-d h0, unbatched
         lambda L_: run(L_, rnn, (0, 2, 3)),                                  # empty sequence
         lambda L_: run(L_, rnn, (4, 2, 3), dtype=L_.float64),                # dtype mismatch
-        lambda L_: run(L_, lstm, (4, 2, 3), lambda L_: (L_.zeros(2, 2, 2), L_.zeros(2, 2, 5))),
+        lambda L_: run(L_, lstm, (4, 2, 3), lambda L_: (L_.zeros(2, 2, 2), L_.zeros(2, 2, 2))),
         lambda L_: run(L_, lstm, (4, 2, 3), lambda L_: (L_.zeros(2, 2, 5), L_.zeros(2, 2, 5))),
         lambda L_: run(L_, lstm, (4, 2, 3), lambda L_: (L_.zeros(2, 2, 2), L_.zeros(2, 5))),
         lambda L_: run(L_, lstm, (4, 3), lambda L_: (L_.zeros(2, 1, 2), L_.zeros(2, 1, 5))),

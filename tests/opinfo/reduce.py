@@ -151,7 +151,7 @@ VAR_DEGENERATE = fixed(([1., 2.], dict(correction=2)), ([1., 2.], dict(correctio
                        ([[1., 2.], [3., 3.]], dict(dim=1, correction=3)),
                        ([3., 3.], dict(correction=2.5)))
 for _name in ("var", "std", "var_mean", "std_mean"):
-    register(OpInfo(_name, call(_name), VAR_SAMPLES, dtypes=FI),
+    register(OpInfo(_name, call(_name), VAR_SAMPLES, dtypes=FI if _name == "var" else F),
              OpInfo(f"{_name}_degenerate", call(_name), VAR_DEGENERATE, covers=(_name,),
                     gradcheck=False))
 register(
@@ -177,7 +177,7 @@ NORM_SHAPES = [((), (NONE, 0)), ((1,), (0,)), ((5,), (NONE, -1)), ((3, 4), (NONE
 for _p in (2, 1, INF, -INF, "fro", 0, 3, 0.5, -1, 1.5):
     register(OpInfo(f"norm_p{_p}", lambda L, x, **kw: L.norm(x, **kw),
                     reduce_samples(away_from_zero, shapes=NORM_SHAPES, p=_p),
-                    dtypes=FI, covers=("norm",)))
+                    dtypes=FI if _p == 2 else F, covers=("norm",)))
 register(
     OpInfo("norm_method", lambda L, x, **kw: x.norm(**kw),
            chain(reduce_samples(with_zeros, shapes=NORM_SHAPES[:4]),
@@ -339,8 +339,8 @@ def q_args(gen):
 
 for _name in ("quantile", "nanquantile"):
     register(
-        OpInfo(_name, quantile_fn(_name), q_args(quantile_samples(distinct)), dtypes=FI,
-               covers=("quantile",)),
+        OpInfo(_name, quantile_fn(_name), q_args(quantile_samples(distinct)),
+               dtypes=FI if _name == "quantile" else F, covers=("quantile",)),
         OpInfo(f"{_name}_nan", quantile_fn(_name), q_args(quantile_samples(with_nan, Q_SHORT)),
                covers=("quantile",), gradcheck=False),
         OpInfo(f"{_name}_errors", quantile_fn(_name),

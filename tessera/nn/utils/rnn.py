@@ -1,4 +1,4 @@
-"""``nn.utils.rnn``: padding variable-length sequences into one batch tensor.
+"""``nn.utils.rnn``: padding variable-length sequences into one batch tensor and back.
 
 >>> import tessera
 >>> from tessera.nn.utils.rnn import pad_sequence
@@ -7,37 +7,61 @@ tessera.Size([2, 3])
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import tessera
+from tessera._tensor import Tensor
 
 __all__ = ["pad_sequence", "unpad_sequence"]
 
 
 def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.0,
-                 padding_side: str = "right"):
-    """Stack tensors of shape (L_i, *) into (max L, B, *) (or (B, max L, *))."""
-    if padding_side not in ("left", "right"):
-        raise ValueError(f"Expected padding_side to be one of left or right, but got "
-                         f"{padding_side}.")
-    sequences = list(sequences)
+                 padding_side: str = "right") -> Tensor:
+    """Stack tensors of shape (L_i, *) into (max L, B, *), or (B, max L, *) with
+    ``batch_first``, filling with ``padding_value`` on the ``padding_side``. The result has
+    the first sequence's dtype; gradients flow back to every sequence.
+
+    >>> pad_sequence([tessera.ones(1), tessera.ones(2)], padding_side="left").tolist()
+    [[0.0, 1.0], [1.0, 1.0]]
+    """
+    from tessera.nn.functional import pad
+    if not isinstance(sequences, Iterable):
+        raise RuntimeError(f"pad_sequence: Expected iterable for input sequences, but got arg "
+                           f"of type: {type(sequences)}")
+    sequences = tuple(sequences)
     if not sequences:
         raise RuntimeError("received an empty list of sequences")
+    if padding_side not in ("left", "right"):
+        raise RuntimeError(f"Expected padding_side to be one of left or right, but got "
+                         f"{padding_side}.")
+    first = sequences[0]
+    if first.dim() == 0:
+        raise RuntimeError("pad_sequence: expected sequences of at least one dimension (the "
+                           "sequence length), got a 0-d tensor")
+    trailing = tuple(first.shape[1:])
+    dtype = first.dtype
+    value = padding_value if dtype.is_floating_point else (
+        bool(padding_value) if dtype is tessera.bool else int(padding_value))
     max_len = max(s.size(0) for s in sequences)
-    trailing = tuple(sequences[0].shape[1:])
-    out = tessera.full((len(sequences), max_len) + trailing, padding_value,
-                       dtype=sequences[0].dtype)
     rows = []
     for s in sequences:
-        pad = max_len - s.size(0)
-        if pad == 0:
-            rows.append(s)
-            continue
-        filler = tessera.full((pad,) + trailing, padding_value, dtype=s.dtype)
-        rows.append(tessera.cat([s, filler] if padding_side == "right" else [filler, s]))
-    out = tessera.stack(rows)
-    return out if batch_first else out.transpose(0, 1)
+        if s.dim() == 0 or tuple(s.shape[1:]) != trailing:
+            raise RuntimeError(f"pad_sequence: every sequence must have the trailing shape "
+                               f"{list(trailing)} of the first one, got {list(s.shape)}")
+        s = s.to(dtype) if s.dtype != dtype else s
+        n = max_len - s.size(0)
+        if n:
+            widths = [0, 0] * len(trailing) + ([0, n] if padding_side == "right" else [n, 0])
+            s = pad(s, widths, value=value)
+        rows.append(s)
+    return tessera.stack(rows, dim=0 if batch_first else 1)
 
 
-def unpad_sequence(padded_sequences, lengths, batch_first: bool = False):
+def unpad_sequence(padded_sequences: Tensor, lengths, batch_first: bool = False) -> list:
+    """The inverse of :func:`pad_sequence` (for right padding): a list of the sequences
+    ``padded[:lengths[i]]``. Unlike PyTorch, which transposes ``padded_sequences`` in place
+    when ``batch_first`` is False, the input is left untouched.
+    """
     if not batch_first:
         padded_sequences = padded_sequences.transpose(0, 1)
-    return [seq[:int(n)] for seq, n in zip(padded_sequences, lengths)]
+    return [seq[:int(n)] for seq, n in zip(padded_sequences, lengths, strict=True)]
