@@ -31,6 +31,7 @@ from tessera._dtype import (
 )
 from tessera._dtype import bool_ as bool  # noqa: A001  (PyTorch's name)
 from tessera._tensor import Size, Tensor
+from tessera._tensor_str import set_printoptions
 from tessera.device import device, register_device
 from tessera import autograd, ops  # noqa: E402
 from tessera._functions import *  # noqa: F401,F403,E402  (public op functions)

@@ -76,7 +76,10 @@ def dispatch(op: OpDef, *args, **attrs):
         dev = attrs.get("device") or CPU
         if not isinstance(dev, device):
             dev = device(dev)
-    out = op.infer(*metas, **attrs)
+    try:
+        out = op.infer(*metas, **attrs)
+    except _USER_ERRORS as e:
+        raise _name_op(e, op) from None
     multi = type(out) is tuple
     outs = out if multi else (out,)
     backend = _BACKENDS[dev.type]
@@ -110,6 +113,17 @@ def dispatch(op: OpDef, *args, **attrs):
     if record:
         _record(op, args, attrs, metas, outs, results)
     return tuple(results) if multi else results[0]
+
+
+_USER_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
+
+
+def _name_op(e: Exception, op: OpDef) -> Exception:
+    """The same error, its message starting with the op's name when it does not name it."""
+    msg = str(e)
+    if type(e) not in _USER_ERRORS or op.name in msg:
+        return e
+    return type(e)(f"{op.name}: {msg}")
 
 
 def _join_devices(op, args, dev, a):
@@ -146,7 +160,10 @@ def _run_kernel(op, backend, dev, args, metas, attrs, outs, multi, cast):
         arrays = [a._data.astype(ct, copy=False) if isinstance(a, Tensor) else a for a in args]
     else:
         arrays = [a._data if isinstance(a, Tensor) else a for a in args]
-    res = kernel(*arrays, **attrs)
+    try:
+        res = kernel(*arrays, **attrs)
+    except _USER_ERRORS as e:  # data-dependent checks (index ranges, ...) live in kernels
+        raise _name_op(e, op) from None
     if not multi:
         res = (res,)
     datas = []
@@ -210,6 +227,13 @@ def dispatch_inplace(op: OpDef, target: Tensor, *args, **attrs) -> Tensor:
         if base is not None and base._requires_grad and base.grad_fn is None:
             raise RuntimeError("a view of a leaf Variable that requires grad is being used in "
                                "an in-place operation.")
+    if grad_on and base is not None and target._view_version != target._version[0]:
+        _refresh_view(target)  # the base was written after this view was taken
+    if target._data is not None and any(
+            st == 0 and n > 1 for st, n in zip(target._data.strides, target._shape)):
+        raise RuntimeError(f"{op.name}_: unsupported operation: more than one element of the "
+                           "written-to tensor refers to a single memory location. Please clone() "
+                           "the tensor before performing the operation.")
     record = grad_on and (target._requires_grad or any(
         isinstance(a, Tensor) and a._requires_grad for a in args))
     fast = op.inplace_kernels.get(target._device.type)
@@ -229,7 +253,7 @@ def dispatch_inplace(op: OpDef, target: Tensor, *args, **attrs) -> Tensor:
     if out._dtype is not target._dtype:
         out = out.to(target._dtype)
     if target._data is not None:
-        np.copyto(target._data, out._data, casting="unsafe")
+        _BACKENDS[target._device.type].copy_into(target._data, out._data)
     target._version[0] += 1
     if record and out._requires_grad:
         if base is None:

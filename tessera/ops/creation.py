@@ -57,7 +57,7 @@ def _infer_data_dtype(data) -> D.dtype:
         if best is None or d.category > best.category or (
                 d.category == best.category and d.category != 2 and
                 D.promote_types(best, d) is d):
-            best = d if d.category != 2 or isinstance(x, (Tensor, np.ndarray)) \
+            best = d if d.category != 2 or isinstance(x, (Tensor, np.ndarray, np.generic)) \
                 else D.get_default_dtype()
     return best or D.get_default_dtype()
 
@@ -102,7 +102,9 @@ def tensor(data, *, dtype=None, device=None, requires_grad: bool = False,
     >>> tensor([[1, 2], [3, 4]]).dtype
     tessera.int64
     """
-    if isinstance(data, str) or data is None:
+    if data is None or isinstance(data, dict):
+        raise RuntimeError(f"tensor(): Could not infer dtype of {type(data).__name__}")
+    if isinstance(data, str):
         raise TypeError(f"tensor(): data must be a number or a sequence, not "
                         f"{type(data).__name__}")
     dt = D.as_dtype(dtype) if dtype is not None else _infer_data_dtype(data)

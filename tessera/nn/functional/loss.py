@@ -369,6 +369,8 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
     _need_float("huber_cpu", input, target)
     z = (x - t).abs()
     loss = E.where(z < delta, 0.5 * z * z, delta * (z - 0.5 * delta))
+    if loss.dtype is not input.dtype:  # ATen's huber writes into a tensor like the input
+        loss = loss.to(input.dtype)
     if weight is None:
         return _reduce(loss, reduction)
     if tuple(weight.shape) != tuple(input.shape):
