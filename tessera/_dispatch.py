@@ -98,7 +98,7 @@ def dispatch(op: OpDef, *args, **attrs):
         m = out if not op.dynamic_shape else outs[0]
         t = Tensor._make(datas[0], m.dtype, dev, m.shape)
         results = [t]
-        if record and m.dtype.category >= 2 and not op.nondiff_outputs:
+        if record and m.dtype.category >= 2 and 0 not in op.nondiff_outputs:
             t._requires_grad = True
     else:
         results = []
@@ -229,7 +229,7 @@ def dispatch_inplace(op: OpDef, target: Tensor, *args, **attrs) -> Tensor:
                                "an in-place operation.")
     if grad_on and base is not None and target._view_version != target._version[0]:
         _refresh_view(target)  # the base was written after this view was taken
-    if target._data is not None and any(
+    if op.name != "fill" and target._data is not None and any(
             st == 0 and n > 1 for st, n in zip(target._data.strides, target._shape)):
         raise RuntimeError(f"{op.name}_: unsupported operation: more than one element of the "
                            "written-to tensor refers to a single memory location. Please clone() "

@@ -365,3 +365,5 @@ class TensorMethods:
     # nn-ish helpers that PyTorch keeps on Tensor
     softmax = _method("softmax")
     log_softmax = _method("log_softmax")
+    hardshrink = _method("hardshrink")
+    prelu = _method("prelu")

@@ -4,6 +4,16 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    from tests.known_failures import KNOWN_FAILURES
+    for item in items:
+        reason = KNOWN_FAILURES.get(item.nodeid)
+        if reason is not None:
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
+
+
 def pytest_terminal_summary(terminalreporter):
     try:
         from tessera.ops.registry import REGISTRY

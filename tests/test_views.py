@@ -300,8 +300,8 @@ INPLACE = [_ip_mul_row, _ip_setitem_col, _ip_chain, _ip_view_after_base_write, _
 #   dispatch_inplace snapshots the view's stale history (it never calls _refresh_view).
 _DISPATCH_BUGS = {
     _ip_advanced_after_basic: "index saves its data input; PyTorch saves only the indices",
-    _ip_nested_views: "dispatch_inplace uses a stale view history (no _refresh_view)",
 }
+INPLACE.append(_ip_nested_views)
 INPLACE += [pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=r))
             for f, r in _DISPATCH_BUGS.items()]
 
@@ -411,8 +411,6 @@ def test_inplace_on_leaf_allowed_under_no_grad():
         assert x.is_leaf and x.grad_fn is None
 
 
-@pytest.mark.xfail(strict=True, reason="dispatch_inplace does not check internal overlap "
-                   "(PyTorch refuses in-place writes into expanded tensors); see report")
 def test_inplace_into_expanded_tensor_raises():
     with pytest.raises(RuntimeError):
         tessera.zeros(3).expand(2, 3).add_(1)

@@ -308,9 +308,11 @@ def _relu6_np(z):
     return np.minimum(np.maximum(z, 0), 6)
 
 
+# PyTorch's hardsigmoid backward multiplies by the float literal 1.0f / 6.0f in every dtype
+ONE_SIXTH_F32 = float(np.float32(1.0) / np.float32(6.0))
 _HARDSIGMOID = _pointwise(
     "hardsigmoid", lambda x: _relu6_np(x + 3) / 6,
-    lambda ctx, g: (E.where((_x(ctx) > -3) & (_x(ctx) < 3), g / 6, 0.0),))
+    lambda ctx, g: (E.where((_x(ctx) > -3) & (_x(ctx) < 3), g * ONE_SIXTH_F32, 0.0),))
 
 
 def _hardswish_grad(ctx, g):

@@ -1149,7 +1149,10 @@ def _clamp_infer(x, lo, hi):
         raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
     _number_or_tensor("clamp", lo if lo is not None else 0, "min", 2)
     _number_or_tensor("clamp", hi if hi is not None else 0, "max", 3)
-    if lo is not None and hi is not None and (type(lo) is Meta) != (type(hi) is Meta):
+    # PyTorch binds either both bounds as Tensors or both as Numbers (a 0-d tensor can
+    # pass as a Number)
+    if lo is not None and hi is not None and (type(lo) is Meta) != (type(hi) is Meta) and \
+            (lo if type(lo) is Meta else hi).shape != ():
         raise TypeError("clamp() received an invalid combination of arguments: min and max "
                         "must both be Tensors or both be Numbers")
     shape = broadcast_shapes("clamp", x.shape, shape_of(lo), shape_of(hi))

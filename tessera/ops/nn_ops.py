@@ -4,7 +4,8 @@ used by Tensor methods (``x.softmax(dim)``).
 
 softmax and log_softmax are the ops themselves; the rest forward to
 ``tessera.nn.functional`` when called (imported lazily: ``tessera.nn`` loads after this
-module). Top-level loss functions take PyTorch's reduction enum (0 none, 1 mean, 2 sum).
+module). Top-level loss functions take PyTorch's reduction enum (0 none, 1 mean, 2 sum);
+as PyTorch 2.13's bindings do, they default to 0 (no reduction), unlike ``nn.functional``.
 
 >>> import tessera
 >>> tessera.tensor([[1., 1.]]).softmax(-1)
@@ -30,8 +31,8 @@ def _F():
 
 
 def _reduction(enum) -> str:
-    if isinstance(enum, str):
-        return enum
+    if isinstance(enum, bool) or not isinstance(enum, int):
+        raise TypeError(f"argument 'reduction' must be int, not {type(enum).__name__}")
     if enum not in (0, 1, 2):
         raise ValueError(f"{enum} is not a valid value for reduction")
     return _REDUCTIONS[enum]
@@ -109,13 +110,13 @@ def cdist(x1, x2, p: float = 2.0, compute_mode: str = "use_mm_for_euclid_dist_if
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None,
-                                     reduction=1):
+                                     reduction=0):
     return _F().binary_cross_entropy_with_logits(input, target, weight,
                                                  reduction=_reduction(reduction),
                                                  pos_weight=pos_weight)
 
 
-def kl_div(input, target, reduction=1, *, log_target: bool = False):
+def kl_div(input, target, reduction=0, *, log_target: bool = False):
     return _F().kl_div(input, target, reduction=_reduction(reduction), log_target=log_target)
 
 
@@ -124,21 +125,21 @@ def poisson_nll_loss(input, target, log_input: bool, full: bool, eps: float, red
                                  reduction=_reduction(reduction))
 
 
-def margin_ranking_loss(input1, input2, target, margin: float = 0.0, reduction=1):
+def margin_ranking_loss(input1, input2, target, margin: float = 0.0, reduction=0):
     return _F().margin_ranking_loss(input1, input2, target, margin,
                                     reduction=_reduction(reduction))
 
 
-def hinge_embedding_loss(input, target, margin: float = 1.0, reduction=1):
+def hinge_embedding_loss(input, target, margin: float = 1.0, reduction=0):
     return _F().hinge_embedding_loss(input, target, margin, reduction=_reduction(reduction))
 
 
 def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2,
-                        eps: float = 1e-6, swap: bool = False, reduction=1):
+                        eps: float = 1e-6, swap: bool = False, reduction=0):
     return _F().triplet_margin_loss(anchor, positive, negative, margin, p, eps, swap,
                                     reduction=_reduction(reduction))
 
 
-def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, reduction=1):
+def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, reduction=0):
     return _F().cosine_embedding_loss(input1, input2, target, margin,
                                       reduction=_reduction(reduction))

@@ -1,13 +1,13 @@
 """Reductions that sort or scan along one dim: order statistics and cumulative ops.
 
 ``median``/``nanmedian``/``mode``/``kthvalue`` return ``(values, indices)`` and send the
-gradient to the returned index. Among equal values, median takes the one at the median's
-place in a stable sort, mode the last occurrence of the mode (both as PyTorch's CPU kernels
-do; for mode exactly so for rows of up to 16 elements, beyond which PyTorch's choice is
-arbitrary; kthvalue, whose choice PyTorch leaves arbitrary, takes the stable place too); ``quantile`` interpolates between two sorted neighbours and
-sends the gradient to both; ``cumsum``/``cumprod``/``cummax``/``cummin`` scan along ``dim``.
-Kernels sort or scan whole arrays at once (no Python loop over elements). The public names
-are exported through ``tessera.ops.reduce``.
+gradient to the returned index. Among equal values median takes the one at the median's
+place in a stable sort and mode the last occurrence of the mode, as PyTorch's CPU kernels do
+(for mode exactly so in rows of up to 16 elements; beyond, PyTorch's choice is arbitrary, as
+it is for kthvalue, which takes the stable place here too). ``quantile`` interpolates between
+two sorted neighbours and sends the gradient to both; ``cumsum``/``cumprod``/``cummax``/
+``cummin`` scan along ``dim``. Kernels sort or scan whole arrays at once (no Python loop over
+elements). The public names are exported through ``tessera.ops.reduce``.
 
 >>> import tessera
 >>> tessera.tensor([1., 2., 3.]).cumsum(0)

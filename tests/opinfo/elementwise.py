@@ -549,8 +549,8 @@ def clamp_gen(rng, dt):
         yield Sample((make(rng, (4,), np.int64, -5, 5), make(rng, (4,), dt, -1, 0), None),
                      name="int-float-tensor-bound")
         yield Sample((make(rng, (4,), np.uint8, 0, 9), 2, 300), name="uint8-overflow-bound")
-        yield Sample((make(rng, (4,), dt), make(rng, (), np.float64, -1, 0), 1.0),
-                     name="0-d-float64-bound-and-number")
+        yield Sample((make(rng, (4,), dt), make(rng, (4,), dt, -2, -1), 1.0),
+                     name="tensor-and-number-bounds")
         yield Sample((make(rng, (4,), dt), make(rng, (), np.float64, -1, 0),
                       make(rng, (), np.float64, 0, 1)), name="0-d-float64-bounds")
 

@@ -303,11 +303,11 @@ def _bad_beta(rng, dt):
         yield Sample((x, x), {"beta": -1.0})
 
 
-register(OpInfo("smooth_l1_loss_errors", fn("smooth_l1_loss"), _bad_beta))
+register(OpInfo("smooth_l1_loss_errors", fn("smooth_l1_loss"), _bad_beta, covers=("abs",)))
 register(OpInfo("huber_loss_errors", fn("huber_loss"),
                 lambda rng, dt: iter([Sample((make(rng, (3,), dt), make(rng, (3,), dt)),
                                              {"delta": d}) for d in (0.0, -1.0)]
-                                     if once(dt) else [])))
+                                     if once(dt) else []), covers=("abs",)))
 
 
 # ---- distributions: kl_div, poisson, gaussian ---------------------------------------------

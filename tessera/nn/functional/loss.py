@@ -197,12 +197,13 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Target size ({target.size()}) must be the same as input size "
                          f"({input.size()})")
+    # ATen's formula with its in-place products: the weights never widen the dtype
     log_sig = call(A._LOGSIGMOID, input)
     if pos_weight is not None:
-        log_sig = log_sig * ((pos_weight - 1) * target + 1)
+        log_sig = (log_sig * ((pos_weight - 1) * target + 1)).to(log_sig.dtype)
     loss = (1 - target) * input - log_sig
     if weight is not None:
-        loss = loss * weight
+        loss = (loss * weight).to(loss.dtype)
     return _reduce(loss, reduction)
 
 
