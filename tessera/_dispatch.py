@@ -229,11 +229,6 @@ def dispatch_inplace(op: OpDef, target: Tensor, *args, **attrs) -> Tensor:
                                "an in-place operation.")
     if grad_on and base is not None and target._view_version != target._version[0]:
         _refresh_view(target)  # the base was written after this view was taken
-    if op.name != "fill" and target._data is not None and any(
-            st == 0 and n > 1 for st, n in zip(target._data.strides, target._shape)):
-        raise RuntimeError(f"{op.name}_: unsupported operation: more than one element of the "
-                           "written-to tensor refers to a single memory location. Please clone() "
-                           "the tensor before performing the operation.")
     record = grad_on and (target._requires_grad or any(
         isinstance(a, Tensor) and a._requires_grad for a in args))
     fast = op.inplace_kernels.get(target._device.type)

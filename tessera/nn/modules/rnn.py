@@ -20,6 +20,7 @@ import warnings
 
 import tessera
 from tessera.nn import init
+from tessera.nn.functional.attention import _chunk, _split, _unbind
 from tessera.nn.modules.module import Module
 from tessera.nn.parameter import Parameter
 
@@ -48,12 +49,13 @@ def _step(mode: str, gi, h, c, w_hh_t, b_hh):
     if mode == "RNN_RELU":
         return (gi + gh).relu(), None
     if mode == "LSTM":
-        i, f, g, o = (gi + gh).chunk(4, dim=-1)
+        i, f, g, o = _chunk(gi + gh, 4, -1)
         c = f.sigmoid() * c + i.sigmoid() * g.tanh()
         return o.sigmoid() * c.tanh(), c
-    two = 2 * h.size(-1)
-    r, z = (gi[..., :two] + gh[..., :two]).sigmoid().chunk(2, dim=-1)
-    n = (gi[..., two:] + r * gh[..., two:]).tanh()
+    sizes = [2 * h.size(-1), h.size(-1)]
+    (gi_rz, gi_n), (gh_rz, gh_n) = _split(gi, sizes, -1), _split(gh, sizes, -1)
+    r, z = _chunk((gi_rz + gh_rz).sigmoid(), 2, -1)
+    n = (gi_n + r * gh_n).tanh()
     return n + z * (h - n), None   # = (1 - z) * n + z * h
 
 
@@ -174,7 +176,7 @@ class RNNBase(Module):
         w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_weights(layer, d)
         fold = b_hh is not None and self.mode != "GRU"
         gi_all = _linear(inp, w_ih, (b_ih + b_hh) if fold else b_ih)   # (T, N, gates)
-        steps = gi_all.unbind(0)
+        steps = _unbind(gi_all, 0)
         w_hh_t = w_hh.t()
         w_hr_t = w_hr.t() if w_hr is not None else None
         seq = [None] * len(steps)
