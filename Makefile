@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(PY) examples/train_digits.py
 
 test: $(STAMP)
-	$(PY) -m pytest -n 2 -q -p no:cacheprovider tests
+	$(PY) -m pytest -n 2 -p no:cacheprovider tests
 
 bench: $(STAMP)
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) -m bench
