@@ -622,3 +622,26 @@ def _transformer_error_cases():
 @pytest.mark.parametrize("fn", _transformer_error_cases())
 def test_transformer_errors_match_torch(fn):
     raises_like_torch(fn)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+def test_inference_matches_torch_fused_fast_paths(dtype):
+    """Eval mode without autograd sends PyTorch through its fused kernels
+    (_native_multi_head_attention, _transformer_encoder_layer_fwd); same results here."""
+    arrays = {**_mha_arrays(np.random.default_rng(4), batch_first=True),
+              **_seq_arrays(np.random.default_rng(5), batch_first=True)}
+    cases = [
+        (_mha(batch_first=True), _with(_self, key_padding_mask="kpm_self")),
+        (_mha(batch_first=True), _with(_self, need_weights=False, attn_mask="causal")),
+        (_mha(batch_first=True), _with(_self, average_attn_weights=False)),
+        (_enc_layer("gelu", batch_first=True), _with(_enc, src_key_padding_mask="tgt_kpm")),
+        (_enc_layer(batch_first=True), _with(_enc, src_mask="causal")),
+        (_encoder(2, batch_first=True),
+         _with(lambda m, L_, T, **kw: m(T("tgt"), **kw), mask="causal")),
+    ]
+    for make, fwd in cases:
+        pm, tm = build_pair(make, dtype)
+        pm.eval()
+        tm.eval()
+        with torch.no_grad(), tessera.no_grad():
+            compare(make, fwd, arrays, dtype, grads=False, modules=(pm, tm))

@@ -16,8 +16,14 @@ import pytest
 import torch
 
 import tessera
-from tests.nn.test_attention_transformer import (DTYPES, compare, norm_repr, npy,
-                                                 raises_like_torch, tol)
+from tests.nn.test_attention_transformer import (
+    DTYPES,
+    compare,
+    norm_repr,
+    npy,
+    raises_like_torch,
+    tol,
+)
 
 T, N, F_IN, HID = 5, 3, 4, 6
 

@@ -90,7 +90,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     safe softmax), not NaN. ``is_causal`` applies the top-left aligned lower-triangular mask.
 
     >>> q = tessera.randn(2, 3, 4)
-    >>> F.scaled_dot_product_attention(q, q, q, is_causal=True).shape
+    >>> scaled_dot_product_attention(q, q, q, is_causal=True).shape
     tessera.Size([2, 3, 4])
     """
     from tessera.nn.functional import dropout, softmax

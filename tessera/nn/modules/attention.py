@@ -88,8 +88,11 @@ class MultiheadAttention(Module):
         Boolean masks mark the positions that may NOT be attended to (True = masked); float
         masks are added to the attention scores.
         """
-        from tessera.nn.functional.attention import (_canonical_mask, _none_or_dtype,
-                                                     multi_head_attention_forward)
+        from tessera.nn.functional.attention import (
+            _canonical_mask,
+            _none_or_dtype,
+            multi_head_attention_forward,
+        )
         batched = query.dim() == 3
         key_padding_mask = _canonical_mask(key_padding_mask, "key_padding_mask",
                                            _none_or_dtype(attn_mask), "attn_mask", query.dtype)

@@ -322,19 +322,19 @@ class Transformer(Module):
         if custom_encoder is not None:
             self.encoder = custom_encoder
         else:
-            layer = TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout,
-                                            activation, layer_norm_eps, batch_first,
-                                            norm_first, bias, **kw)
-            norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-            self.encoder = TransformerEncoder(layer, num_encoder_layers, norm)
+            enc_layer = TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout,
+                                                activation, layer_norm_eps, batch_first,
+                                                norm_first, bias, **kw)
+            enc_norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+            self.encoder = TransformerEncoder(enc_layer, num_encoder_layers, enc_norm)
         if custom_decoder is not None:
             self.decoder = custom_decoder
         else:
-            layer = TransformerDecoderLayer(d_model, nhead, dim_feedforward, dropout,
-                                            activation, layer_norm_eps, batch_first,
-                                            norm_first, bias, **kw)
-            norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-            self.decoder = TransformerDecoder(layer, num_decoder_layers, norm)
+            dec_layer = TransformerDecoderLayer(d_model, nhead, dim_feedforward, dropout,
+                                                activation, layer_norm_eps, batch_first,
+                                                norm_first, bias, **kw)
+            dec_norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+            self.decoder = TransformerDecoder(dec_layer, num_decoder_layers, dec_norm)
         self._reset_parameters()
         self.d_model = d_model
         self.nhead = nhead
