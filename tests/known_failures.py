@@ -5,10 +5,6 @@ Remove an entry when its bug is fixed (the run then reports it as XPASS)."""
 KNOWN_FAILURES: dict[str, str] = {
     "tests/autograd/test_inplace.py::test_inplace_on_non_leaves_gives_torchs_gradients[mul-self]":
         "y.mul_(y) keeps a snapshot and computes the right gradient where PyTorch raises a version error",
-    "tests/device/test_devices.py::test_inplace_ops_on_toy":
-        "the toy device test backend exercises paths (empty factory, moves) not finished in dispatch/creation",
-    "tests/device/test_devices.py::test_moving_between_cpu_and_toy":
-        "the toy device test backend exercises paths (empty factory, moves) not finished in dispatch/creation",
     "tests/errors/test_arguments.py::test_argument_errors[add-bad-alpha]":
         "add(alpha='a') fails inside NumPy instead of a TypeError naming add",
     "tests/errors/test_arguments.py::test_argument_errors[full-str-value]":
