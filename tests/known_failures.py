@@ -55,24 +55,4 @@ KNOWN_FAILURES: dict[str, str] = {
         "clone() makes a contiguous copy; PyTorch keeps the strides of a dense non-contiguous tensor",
     "tests/compat/test_drop_in.py::test_loss_curves_match[cnn_mnist_style-0.002]":
         "loss curve matches PyTorch for the first epoch (16 steps) and drifts from the second epoch on: cause not found yet",
-    "tests/ops/test_opinfo.py::test_forward_backward_vs_torch[cast-float32-8]":
-        "the gradient of a cast to float16/bfloat16 is not rounded through the low-precision dtype as PyTorch's is",
-    "tests/ops/test_opinfo.py::test_forward_backward_vs_torch[cast-float32-9]":
-        "the gradient of a cast to float16/bfloat16 is not rounded through the low-precision dtype as PyTorch's is",
-    "tests/ops/test_opinfo.py::test_forward_backward_vs_torch[cast-float32-14]":
-        "the gradient of a cast to float16/bfloat16 is not rounded through the low-precision dtype as PyTorch's is",
-    "tests/ops/test_opinfo.py::test_forward_backward_vs_torch[cast_kw-float32-1]":
-        "the gradient of a cast to float16/bfloat16 is not rounded through the low-precision dtype as PyTorch's is",
-    "tests/ops/test_opinfo.py::test_forward_backward_vs_torch[cast_methods-float32-2]":
-        "the gradient of a cast to float16/bfloat16 is not rounded through the low-precision dtype as PyTorch's is",
-    "tests/ops/test_opinfo.py::test_forward_backward_vs_torch[cast_methods-float32-3]":
-        "the gradient of a cast to float16/bfloat16 is not rounded through the low-precision dtype as PyTorch's is",
-    "tests/ops/test_opinfo.py::test_forward_backward_vs_torch[cast_methods-float32-4]":
-        "the gradient of a cast to float16/bfloat16 is not rounded through the low-precision dtype as PyTorch's is",
-    "tests/ops/test_opinfo.py::test_forward_backward_vs_torch[cast_methods-float64-2]":
-        "the gradient of a cast to float16/bfloat16 is not rounded through the low-precision dtype as PyTorch's is",
-    "tests/ops/test_opinfo.py::test_forward_backward_vs_torch[cast_methods-float64-3]":
-        "the gradient of a cast to float16/bfloat16 is not rounded through the low-precision dtype as PyTorch's is",
-    "tests/ops/test_opinfo.py::test_forward_backward_vs_torch[cast_methods-float64-4]":
-        "the gradient of a cast to float16/bfloat16 is not rounded through the low-precision dtype as PyTorch's is",
 }

@@ -43,6 +43,8 @@ def _make_grads(outputs, grad_outputs):
         elif tuple(g.shape) != tuple(out.shape):
             raise RuntimeError(f"Mismatch in shape: grad_output[0] has a shape of "
                                f"{g.shape} and output[0] has a shape of {out.shape}.")
+        elif g.dtype is not out.dtype:
+            g = g.to(out.dtype)  # PyTorch rounds the cotangent to the output's dtype
         grads.append(g)
     return grads
 

@@ -121,9 +121,18 @@ def _kernel(fn, float_compute=False):
         if float_compute and ct.kind in "biu":
             ct = D.get_default_dtype().np
         with np.errstate(all="ignore"):
-            return fn(*_operands(args, ct), **attrs)
+            return _down(fn(*_operands(args, ct), **attrs), ct)
     k.__name__ = getattr(fn, "__name__", "kernel")
     return k
+
+
+def _down(res, dt: np.dtype):
+    """A float32 result of a float16/bfloat16 computation rounded back (quietly: overflow to
+    inf is the answer)."""
+    if dt in _LOWP and isinstance(res, np.ndarray) and res.dtype == np.float32:
+        with np.errstate(all="ignore"):
+            return res.astype(dt)
+    return res
 
 
 def _inplace_kernel(fn):
@@ -219,10 +228,11 @@ def _float_kernel(kernel):
     def cpu(x):
         if x.dtype.kind in "biu":
             x = x.astype(D.get_default_dtype().np)
-        if x.dtype in _LOWP:
+        dt = x.dtype
+        if dt in _LOWP:
             x = x.astype(np.float32)
         with np.errstate(all="ignore"):
-            return kernel(x)
+            return _down(kernel(x), dt)
     return cpu
 
 
@@ -252,7 +262,8 @@ def _same_kernel(float_fn):
         if x.dtype.kind != "f":
             return x.copy()
         with np.errstate(all="ignore"):
-            return float_fn(x.astype(np.float32) if x.dtype in _LOWP else x, **attrs)
+            return _down(float_fn(x.astype(np.float32) if x.dtype in _LOWP else x, **attrs),
+                         x.dtype)
     return k
 
 
@@ -310,9 +321,9 @@ trunc, _ = _dtype_keeping("trunc", _same_kernel(np.trunc))
 fix = trunc
 frac, _ = _dtype_keeping("frac", _same_kernel(lambda x: x - np.trunc(x)),
                          grad=lambda c, g: (g,), int_ok=False)
-square, _ = _dtype_keeping("square", lambda x: np.square(
-    x.astype(np.int64) if x.dtype == np.bool_ else
-    x.astype(np.float32) if x.dtype in _LOWP else x),
+square, _ = _dtype_keeping("square", lambda x: np.square(x.astype(np.int64)) if
+                           x.dtype == np.bool_ else _same_kernel(np.square)(x) if
+                           x.dtype.kind == "f" else np.square(x),
     grad=lambda c, g: (g * 2 * c.inputs[0],), save=("inputs",), bool_ok=True, bool_to=D.int64)
 __all__ += ["negative", "absolute", "sgn", "fix"]
 
@@ -621,7 +632,7 @@ def _div_float_kernel(a, b, rounding_mode=None):
     if rounding_mode is None and ct.kind in "biu":
         ct = D.get_default_dtype().np  # true division of integers: in the float result type
     with np.errstate(all="ignore"):
-        return _div_kernel(*_operands([a, b], ct), rounding_mode=rounding_mode)
+        return _down(_div_kernel(*_operands([a, b], ct), rounding_mode=rounding_mode), ct)
 
 
 def _div_grad(ctx, g):
