@@ -184,7 +184,6 @@ def test_double_backward_with_backward_create_graph():
     same(fn)
 
 
-@pytest.mark.skipif(not hasattr(tessera, "matmul"), reason="matmul not yet written")
 def test_matmul_chain_higher_derivatives():
     def fn(L):
         a = leaf(L, M)

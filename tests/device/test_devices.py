@@ -305,8 +305,6 @@ META_OPS = {
 @pytest.mark.parametrize("name", list(META_OPS))
 def test_ops_on_meta(name):
     fn = META_OPS[name]
-    if name == "matmul" and not hasattr(tessera, "matmul"):
-        pytest.skip("matmul not yet written")
     a, b = tessera.empty(2, 3, 4, device="meta"), tessera.empty(3, 4, device="meta")
     ta, tb = torch.empty(2, 3, 4, device="meta"), torch.empty(3, 4, device="meta")
     ours, ref = fn(tessera, a, b), fn(torch, ta, tb)
