@@ -14,8 +14,11 @@ tensor([2., 2.])
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
+
+from tessera import _dtype as D
 
 from tessera.autograd.grad_mode import STATE
 from tessera.autograd.graph import Node
@@ -43,6 +46,10 @@ def _device_error(op: OpDef, a: device, b: device) -> RuntimeError:
 
 _SCALAR_CATEGORY = {bool: 0, int: 1, float: 2, complex: 3}
 _new_meta = tuple.__new__  # Meta(shape, dtype) without NamedTuple's Python-level __new__
+# NumPy reports inf/nan results as RuntimeWarnings; PyTorch is silent. A filter scoped to
+# tessera's modules silences them at no cost per call (``np.errstate`` costs ~1 us a call).
+warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero|underflow) "
+                        r"encountered", RuntimeWarning, r"tessera(\.|$)")
 
 
 def dispatch(op: OpDef, *args, **attrs):
@@ -52,7 +59,8 @@ def dispatch(op: OpDef, *args, **attrs):
     grad = False
     metas = []
     first_dt = None
-    mixed = False  # inputs of different dtypes: promoting ops must cast before the kernel
+    mixed = False     # tensor inputs of different dtypes
+    scalars = False   # a Python number among the inputs
     for a in args:
         if isinstance(a, Tensor):
             d = a._device
@@ -70,22 +78,21 @@ def dispatch(op: OpDef, *args, **attrs):
                 grad = True
         else:
             metas.append(a)
-            if a is not None and _SCALAR_CATEGORY.get(type(a), 3) > 0:
-                mixed = True  # decided exactly below, only for promoting ops
+            if a is not None:
+                scalars = True
     if dev is None:
         dev = attrs.get("device") or CPU
         if not isinstance(dev, device):
             dev = device(dev)
-    try:
-        out = op.infer(*metas, **attrs)
-    except _USER_ERRORS as e:
-        raise _name_op(e, op) from None
+    out = _infer(op, metas, attrs, scalars)
     multi = type(out) is tuple
     outs = out if multi else (out,)
     backend = _BACKENDS[dev.type]
     if backend.has_storage:
-        datas = _run_kernel(op, backend, dev, args, metas, attrs, outs, multi,
-                            mixed and op.promote and _needs_cast(first_dt, metas))
+        cast = op.promote and (mixed or scalars) and _needs_cast(first_dt, metas)
+        plain = not (mixed or cast) and first_dt in _PLAIN_DTYPES and \
+            (not scalars or _plain_scalars(args))
+        datas = _run_kernel(op, backend, dev, args, metas, attrs, outs, multi, cast, plain)
     elif op.dynamic_shape:
         raise NotImplementedError(f"{op.name}: the output shape depends on the data, so it "
                                   f"cannot run on the {dev.type} device")
@@ -93,26 +100,80 @@ def dispatch(op: OpDef, *args, **attrs):
         datas = (None,) * len(outs)
     if op.dynamic_shape:
         outs = tuple(Meta(d.shape, m.dtype) for m, d in zip(outs, datas))
+        out = outs if multi else outs[0]
+    return _finish(op, args, attrs, metas, out, datas, dev, grad)
+
+
+def _finish(op, args, attrs, metas, out, datas, dev, grad):
+    """Wrap the kernel's arrays (or a tracer's symbols) as Tensors; views and autograd."""
     record = grad and STATE.enabled and op.grad is not None
-    if not multi:
-        m = out if not op.dynamic_shape else outs[0]
-        t = Tensor._make(datas[0], m.dtype, dev, m.shape)
-        results = [t]
-        if record and m.dtype.category >= 2 and 0 not in op.nondiff_outputs:
+    if type(out) is not tuple:
+        t = Tensor._make(datas[0], out.dtype, dev, out.shape)
+        if record and out.dtype.category >= 2 and 0 not in op.nondiff_outputs:
             t._requires_grad = True
-    else:
-        results = []
-        nondiff = op.nondiff_outputs
-        for i, (m, d) in enumerate(zip(outs, datas)):
-            t = Tensor._make(d, m.dtype, dev, m.shape)
-            if record and i not in nondiff and m.dtype.category >= 2:
-                t._requires_grad = True
-            results.append(t)
+        if op.aliasing == "view":
+            _mark_view(t, args, op, attrs)
+        if record:
+            _record(op, args, attrs, metas, (out,), (t,))
+        return t
+    results = []
+    nondiff = op.nondiff_outputs
+    for i, (m, d) in enumerate(zip(out, datas)):
+        t = Tensor._make(d, m.dtype, dev, m.shape)
+        if record and i not in nondiff and m.dtype.category >= 2:
+            t._requires_grad = True
+        results.append(t)
     if op.aliasing == "view":
         _mark_view(results[0], args, op, attrs)
     if record:
-        _record(op, args, attrs, metas, outs, results)
-    return tuple(results) if multi else results[0]
+        _record(op, args, attrs, metas, out, results)
+    return tuple(results)
+
+
+# ---- infer, memoised ----------------------------------------------------------------------
+# ``infer`` is a pure function of the input metas, the scalars, the attrs and the default
+# dtype, so its result is kept per key: a training step repeats the same shapes every
+# iteration. Attrs of other types (arrays, generators, tensors) are never part of a key.
+_INFER_CACHE: dict = {}
+_INFER_CACHE_SIZE = 8192
+_KEY_TYPES = frozenset((int, float, bool, str, type(None), D.dtype, device))
+
+
+def _keyable(v) -> bool:
+    t = type(v)
+    if t in _KEY_TYPES:
+        return True
+    return (t is tuple or t is Size) and all(_keyable(x) for x in v)
+
+
+def _infer(op: OpDef, metas: list, attrs: dict, scalars: bool):
+    key = None
+    if attrs:
+        for v in attrs.values():
+            if not _keyable(v):
+                break
+        else:
+            key = (op, D._default, *metas, *attrs.items())
+    else:
+        key = (op, D._default, *metas)
+    if key is not None and scalars:  # 1, 1.0 and True are equal keys but infer differently
+        key += tuple(map(type, metas))
+    try:
+        return _INFER_CACHE[key]
+    except (KeyError, TypeError):  # TypeError: a metas entry is unhashable (a list)
+        pass
+    try:
+        out = op.infer(*metas, **attrs)
+    except _USER_ERRORS as e:
+        raise _name_op(e, op) from None
+    if key is not None:
+        if len(_INFER_CACHE) >= _INFER_CACHE_SIZE:
+            _INFER_CACHE.clear()
+        try:
+            _INFER_CACHE[key] = out
+        except TypeError:
+            pass
+    return out
 
 
 _USER_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
@@ -149,10 +210,25 @@ def _needs_cast(first_dt, metas) -> bool:
     return False
 
 
-def _run_kernel(op, backend, dev, args, metas, attrs, outs, multi, cast):
+# Dtypes whose NumPy arithmetic already is PyTorch's: a kernel's ``plain`` function (the
+# bare NumPy computation, without the operand casts of ``_kernel``) runs on them directly.
+_PLAIN_DTYPES = frozenset((D.float32, D.float64))
+
+
+def _plain_scalars(args) -> bool:
+    for a in args:
+        if a is not None and type(a) is not float and type(a) is not int and \
+                not isinstance(a, Tensor):
+            return False
+    return True
+
+
+def _run_kernel(op, backend, dev, args, metas, attrs, outs, multi, cast, plain):
     kernel = op.kernels.get(dev.type) or backend.kernel(op)
     if kernel is None:
         raise MissingRule(op.name, f"kernel:{dev.type}", f"no kernel for device '{dev.type}'")
+    if plain:
+        kernel = getattr(kernel, "plain", kernel)
     if cast:
         from tessera._dtype import result_type
         ct = result_type(*[(m.dtype, len(m.shape)) if type(m) is Meta else m
@@ -165,7 +241,14 @@ def _run_kernel(op, backend, dev, args, metas, attrs, outs, multi, cast):
     except _USER_ERRORS as e:  # data-dependent checks (index ranges, ...) live in kernels
         raise _name_op(e, op) from None
     if not multi:
-        res = (res,)
+        m = outs[0]
+        if type(res) is not np.ndarray and dev.type == "cpu":
+            res = np.asarray(res)
+        if res.dtype != m.dtype.np:
+            res = res.astype(m.dtype.np)
+        if _DEBUG and res.shape != m.shape and not op.dynamic_shape:
+            raise AssertionError(f"{op.name}: kernel gave shape {res.shape}, infer said {m.shape}")
+        return (res,)
     datas = []
     for m, r in zip(outs, res):
         if type(r) is not np.ndarray and dev.type == "cpu":
@@ -321,4 +404,4 @@ def _alias(t: Tensor) -> Tensor:
     return a
 
 
-from tessera._tensor import Tensor  # noqa: E402  (Tensor methods call dispatch)
+from tessera._tensor import Size, Tensor  # noqa: E402  (Tensor methods call dispatch)

@@ -18,6 +18,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._tensor_methods import _OPS, TensorMethods
 from tessera.autograd.grad_mode import STATE
+from tessera.autograd.graph import AccumulateGrad
 from tessera.device.registry import _BACKENDS, device
 from tessera.ops.registry import Meta
 
@@ -71,6 +72,9 @@ def _array_operand(name: str):
     inplace = name.startswith("__i")
 
     def method(self, other):
+        t = type(other)
+        if t is Tensor or t is float or t is int:  # the common cases, first
+            return base(self, other)
         if isinstance(other, np.generic):  # a NumPy scalar acts as the Python number
             other = other.item()
         elif isinstance(other, np.ndarray):
@@ -97,9 +101,18 @@ class Tensor(TensorMethods):
             [6., 8.]])
     """
 
-    __slots__ = ("_data", "_shape", "_dtype", "_device", "_requires_grad", "_grad", "grad_fn",
-                 "_output_nr", "_version", "_base", "_view_chain", "_grad_acc", "_hooks",
-                 "_retains_grad", "_inference", "_view_version", "__dict__", "__weakref__")
+    # Every tensor sets these in ``_make``; the fields below them are class-level defaults
+    # that few tensors override (in their ``__dict__``), so making a tensor stays cheap.
+    __slots__ = ("_data", "_shape", "_dtype", "_device", "_requires_grad", "grad_fn",
+                 "_output_nr", "_version", "__dict__", "__weakref__")
+    _grad = None
+    _base = None            # the tensor whose storage a view shares
+    _view_chain = ()        # the view ops that made this view from _base
+    _view_version = 0       # _version when the view's history was last taken
+    _grad_acc = None
+    _hooks = None
+    _retains_grad = False
+    _inference = False
 
     # ---- construction ---------------------------------------------------------------
     def __new__(cls, *args, **kwargs):
@@ -118,30 +131,24 @@ class Tensor(TensorMethods):
 
     def _adopt(self, src: Tensor) -> None:
         for k in Tensor.__slots__[:-2]:
-            if k != "__dict__":
-                object.__setattr__(self, k, getattr(src, k))
+            object.__setattr__(self, k, getattr(src, k))
+        self.__dict__.update(src.__dict__)
 
     @staticmethod
     def _make(data, dtype: D.dtype, dev: device, shape: tuple) -> Tensor:
         t = object.__new__(Tensor)
-        if dev.index is not None and dev.type == "cpu":
-            dev = _CPU  # there is one CPU: tensors on 'cpu:0' report 'cpu', as in PyTorch
+        if dev.type == "cpu":
+            dev = _CPU  # one CPU object (tensors on 'cpu:0' report 'cpu', as in PyTorch)
         t._data = data
         t._shape = shape
         t._dtype = dtype
         t._device = dev
         t._requires_grad = False
-        t._grad = None
         t.grad_fn = None
         t._output_nr = 0
         t._version = [0]
-        t._base = None
-        t._view_chain = ()
-        t._grad_acc = None
-        t._hooks = None
-        t._retains_grad = False
-        t._inference = STATE.inference
-        t._view_version = 0
+        if STATE.inference:
+            t._inference = True
         return t
 
     @staticmethod
@@ -330,7 +337,6 @@ class Tensor(TensorMethods):
     def _grad_accumulator(self):
         acc = self._grad_acc() if self._grad_acc is not None else None
         if acc is None:
-            from tessera.autograd.graph import AccumulateGrad
             acc = AccumulateGrad(self)
             self._grad_acc = weakref.ref(acc)
         return acc

@@ -180,7 +180,12 @@ class AccumulateGrad:
         else:
             from tessera.autograd.grad_mode import no_grad
             with no_grad():
-                var._grad = var._grad + grad
+                g = var._grad
+                if not g.requires_grad and g._base is None and g._shape == grad._shape and \
+                        g._dtype is grad._dtype:
+                    g.add_(grad)  # in place, as PyTorch accumulates into an owned .grad
+                else:
+                    var._grad = g + grad
         for hook in getattr(var, "_post_accumulate_hooks", None) or ():
             hook(var)
 

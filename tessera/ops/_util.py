@@ -55,6 +55,8 @@ def promote(*ms) -> D.dtype:
 
 
 def wrap_dim(dim, ndim: int, op: str) -> int:
+    if type(dim) is int and -ndim <= dim < ndim:  # the common case, first
+        return dim + ndim if dim < 0 else dim
     n = max(ndim, 1)
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
         raise TypeError(f"{op}(): argument 'dim' must be int, not {type(dim).__name__}")

@@ -120,9 +120,9 @@ def _kernel(fn, float_compute=False):
         ct = _np_result_type(*args)
         if float_compute and ct.kind in "biu":
             ct = D.get_default_dtype().np
-        with np.errstate(all="ignore"):
-            return _down(fn(*_operands(args, ct), **attrs), ct)
+        return _down(fn(*_operands(args, ct), **attrs), ct)
     k.__name__ = getattr(fn, "__name__", "kernel")
+    k.plain = fn  # what ``k`` reduces to on float32/float64 operands (dispatch's fast path)
     return k
 
 
@@ -130,16 +130,14 @@ def _down(res, dt: np.dtype):
     """A float32 result of a float16/bfloat16 computation rounded back (quietly: overflow to
     inf is the answer)."""
     if dt in _LOWP and isinstance(res, np.ndarray) and res.dtype == np.float32:
-        with np.errstate(all="ignore"):
-            return res.astype(dt)
+        return res.astype(dt)
     return res
 
 
 def _inplace_kernel(fn):
     """In-place fast kernels write into ``t`` with unsafe casting; operands as ``_kernel``."""
     def k(t, *args, **attrs):
-        with np.errstate(all="ignore"):
-            fn(t, *_operands(args), **attrs)
+        fn(t, *_operands(args), **attrs)
     return k
 
 

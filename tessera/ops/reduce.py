@@ -70,6 +70,8 @@ def reduced_shape(shape, dims, keepdim: bool) -> tuple[int, ...]:
 
 def expand_back(g: Tensor, in_shape, dims, keepdim: bool) -> Tensor:
     """Broadcast a reduced gradient back over the reduced dims."""
+    if not keepdim and len(dims) == len(in_shape):  # a full reduction: expand the 0-d grad
+        return g.expand(tuple(in_shape))
     return _kd(g, in_shape, dims, keepdim).expand(tuple(in_shape))
 
 
@@ -130,8 +132,10 @@ def _ident(d, dtype=None):
     return d
 
 
-def _reduction(name, kernel, grad, out_dtype=_ident, save=(), check=None):
-    """Register a reduction over ``dim``/``keepdim``; ``kernel(x, dims, keepdim, **kw)``."""
+def _reduction(name, kernel, grad, out_dtype=_ident, save=(), check=None, quiet=False):
+    """Register a reduction over ``dim``/``keepdim``; ``kernel(x, dims, keepdim, **kw)``.
+    ``quiet``: the kernel calls ufuncs from tessera's own frames, whose inf/nan warnings the
+    filter in ``_dispatch`` silences, so it needs no ``np.errstate``."""
     def infer(x, dim=None, keepdim=False, **kw):
         dims = _dims(name, dim, len(x.shape))
         if check is not None:
@@ -139,6 +143,8 @@ def _reduction(name, kernel, grad, out_dtype=_ident, save=(), check=None):
         return Meta(reduced_shape(x.shape, dims, keepdim), out_dtype(x.dtype, **kw))
 
     def cpu(x, dim=None, keepdim=False, **kw):
+        if quiet:
+            return kernel(x, _dims(name, dim, x.ndim), keepdim, **kw)
         with np.errstate(all="ignore"):
             return kernel(x, _dims(name, dim, x.ndim), keepdim, **kw)
     return defop(name, infer, cpu, grad=grad, save=save)
@@ -158,7 +164,7 @@ def _dim_arg(dim):
 
 def _sum_kernel(x, dims, keepdim, dtype=None):
     out = _long_dtype(D.from_numpy_dtype(x.dtype), dtype)
-    return np.sum(x, axis=dims, keepdims=keepdim, dtype=_acc_np(out))
+    return np.add.reduce(x, axis=dims, keepdims=keepdim, dtype=_acc_np(out))
 
 
 def _sum_grad(ctx, g):
@@ -217,7 +223,7 @@ def _dtype_out(d, dtype=None):
     return D.as_dtype(dtype) if dtype is not None else d
 
 
-_SUM = _reduction("sum", _sum_kernel, _sum_grad, _long_dtype)
+_SUM = _reduction("sum", _sum_kernel, _sum_grad, _long_dtype, quiet=True)
 _NANSUM = _reduction("nansum", _nansum_kernel, _nansum_grad, _long_dtype, save=("inputs",))
 _MEAN = _reduction("mean", _mean_kernel, _mean_grad, _dtype_out, check=_mean_check("mean"))
 _NANMEAN = _reduction("nanmean", _nanmean_kernel, _nanmean_grad, _dtype_out,

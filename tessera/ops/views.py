@@ -26,7 +26,18 @@ __all__ = ["view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "
            "narrow", "select", "unfold", "diagonal", "view_assign", "squeeze_", "unsqueeze_",
            "t_", "transpose_", "as_strided", "numpy_T", "mT"]
 
-_strided = np.lib.stride_tricks.as_strided
+_as_strided = np.lib.stride_tricks.as_strided
+
+
+def _strided(x: np.ndarray, shape, strides) -> np.ndarray:
+    """A view of ``x``'s memory with new shape and strides (bytes). A contiguous ``x`` lends
+    its buffer to the ndarray constructor directly, ~6x cheaper than ``as_strided``."""
+    if x.flags.c_contiguous:
+        try:
+            return np.ndarray(shape, x.dtype, x, 0, strides)
+        except (ValueError, TypeError, BufferError):  # e.g. a read-only or odd buffer
+            pass
+    return _as_strided(x, shape, strides)
 
 
 # ---- view (reshape) ------------------------------------------------------------------
@@ -91,6 +102,10 @@ def _compute_stride(oldshape, oldstride, newshape):
 
 
 def _view_kernel(x, shape):
+    if x.flags.c_contiguous and x.size > 1 and 1 not in x.shape:
+        # truly C-strided (NumPy's flag ignores the strides of size-1 and empty dims), so
+        # NumPy's reshape gives PyTorch's strides; infer has checked the shape
+        return x.reshape(shape)
     shape = _resolve_shape("view", shape, x.size)
     st = _compute_stride(x.shape, [s // x.itemsize for s in x.strides], shape)
     if st is None:
