@@ -24,3 +24,6 @@ for _name in _FAMILIES:
         __all__.append(_cls)
 
 from tessera.nn import functional, init, utils  # noqa: E402,F401
+from tessera.nn.graph import Graph, GraphConfig  # noqa: E402
+
+__all__ += ["Graph", "GraphConfig"]

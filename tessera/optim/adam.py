@@ -101,6 +101,8 @@ def _adam_update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
             grad = grad.add(param, alpha=weight_decay)
     exp_avg.lerp_(grad, 1 - beta1)
     exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    # Python numbers eagerly; tensors when traced in an nn.Graph (PyTorch's capturable
+    # math), where step and lr are known only when the graph runs
     step = _get_value(step_t)
     bias_correction1 = 1 - beta1 ** step
     bias_correction2 = 1 - beta2 ** step
@@ -112,4 +114,7 @@ def _adam_update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
         denom = (max_sq.sqrt() / bias_correction2_sqrt).add_(eps)
     else:
         denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-    param.addcdiv_(exp_avg, denom, value=-step_size)
+    if isinstance(step_size, Tensor):
+        param.sub_(exp_avg / denom * step_size)
+    else:
+        param.addcdiv_(exp_avg, denom, value=-step_size)

@@ -25,6 +25,7 @@ import numpy as np
 
 from tessera import _dtype as D
 from tessera._tensor import Tensor
+from tessera.graph.trace import is_tracing
 from tessera.autograd.grad_mode import STATE
 from tessera.nn.modules.module import RemovableHandle
 
@@ -77,14 +78,22 @@ def _use_grad_for_differentiable(func):
     return _use_grad
 
 
+def _traced(x) -> bool:
+    """``x`` is a tensor inside an ``nn.Graph`` trace: its value is known only when the
+    graph runs, so the update must stay tensor math (PyTorch's ``capturable`` path)."""
+    return isinstance(x, Tensor) and is_tracing()
+
+
 def _get_value(x):
-    """A 0-d tensor's Python number (how PyTorch reads ``step`` outside compilation)."""
-    return x.item() if isinstance(x, Tensor) else x
+    """A 0-d tensor's Python number (how PyTorch reads ``step`` outside compilation); a
+    traced tensor stays a tensor."""
+    return x.item() if isinstance(x, Tensor) and not _traced(x) else x
 
 
 def _to_scalar(x):
-    """A 1-element tensor hyper-parameter as a Python number (plain numbers unchanged)."""
-    return x.item() if isinstance(x, Tensor) else x
+    """A 1-element tensor hyper-parameter as a Python number (plain numbers unchanged); a
+    traced tensor (the lr an ``nn.Graph`` feeds each step) stays a tensor."""
+    return x.item() if isinstance(x, Tensor) and not _traced(x) else x
 
 
 def _get_scalar_dtype() -> D.dtype:

@@ -81,4 +81,7 @@ def _sgd_update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
             buf.mul_(momentum).add_(grad, alpha=1 - group["dampening"])
         state["momentum_buffer"] = buf
         grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
-    param.add_(grad, alpha=-lr)
+    if isinstance(lr, Tensor):  # traced in an nn.Graph: lr is fed each step
+        param.sub_(grad * lr)
+    else:
+        param.add_(grad, alpha=-lr)

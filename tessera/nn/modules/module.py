@@ -56,6 +56,8 @@ def _addindent(s: str, n: int) -> str:
     return lines[0] + "\n" + "\n".join(" " * n + line for line in lines[1:])
 
 
+_CALL_WRAPPERS: list = []  # wrappers of every module call (nn.Graph's scopes)
+
 class Module:
     """Base class for all neural network modules; subclasses define ``forward``."""
 
@@ -396,6 +398,11 @@ class Module:
 
     # ---- calling and hooks --------------------------------------------------------------
     def _call_impl(self, *args, **kwargs):
+        if _CALL_WRAPPERS:  # nn.Graph tracing names nodes after module paths
+            return _CALL_WRAPPERS[-1](self, self._call_inner, args, kwargs)
+        return self._call_inner(*args, **kwargs)
+
+    def _call_inner(self, *args, **kwargs):
         d = self.__dict__
         if not (d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_hooks"] or
                 d["_backward_pre_hooks"]):

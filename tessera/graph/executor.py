@@ -1,0 +1,155 @@
+"""The compiled executor: a graph lowered once to a flat list of kernel calls.
+
+Everything eager dispatch decides per call (infer, promotion casts, which kernel, autograd,
+Tensor objects) is decided here once, at compile time; a step is then a loop of direct
+kernel calls on NumPy arrays held in numbered slots. Each intermediate is dropped after its
+last use. Kernels with an ``out``-form (``OpDef.inplace_kernels``) write into buffers of
+the memory plan's arena (``tessera.graph.memory``) instead of allocating.
+
+>>> import tessera
+>>> from tessera.graph.trace import trace
+>>> g, _ = trace(lambda x: (x * 2).exp(), tessera.zeros(2))
+>>> Executor(g).run([tessera.zeros(2)._data], {})[0][0]
+array([1., 1.], dtype=float32)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tessera import _dtype as D
+from tessera._dispatch import _PLAIN_DTYPES, _needs_cast
+from tessera.graph.ir import Graph, IRError, Value
+from tessera.ops.registry import Meta
+
+__all__ = ["Executor", "compile_kernel"]
+
+
+def _reshape(x, shape):
+    # a view when the layout allows, else a copy: the graph is functional, so both are right
+    return np.reshape(x, shape)
+
+
+_OVERRIDES = {"view": _reshape}
+
+
+def compile_kernel(node) -> tuple:
+    """(function, cast dtypes per input) for ``node`` on the CPU, as dispatch would pick."""
+    op = node.op
+    metas = [Meta(v.shape, v.dtype) if isinstance(v, Value) else v for v in node.inputs]
+    if node.op.name in _OVERRIDES:
+        return _OVERRIDES[node.op.name], [None] * len(metas)
+    kernel = op.kernels.get("cpu")
+    if kernel is None:
+        raise IRError(f"op '{op.name}' has no CPU kernel")
+    tensor_dts = [m.dtype for m in metas if type(m) is Meta]
+    first = tensor_dts[0] if tensor_dts else None
+    mixed = any(d is not first for d in tensor_dts)
+    scalars = any(type(m) is not Meta and m is not None for m in metas)
+    cast = op.promote and (mixed or scalars) and first is not None and _needs_cast(first, metas)
+    casts = [None] * len(metas)
+    if cast:
+        ct = D.result_type(*[(m.dtype, len(m.shape)) if type(m) is Meta else m
+                             for m in metas if m is not None]).np
+        casts = [ct if type(m) is Meta and m.dtype.np != ct else None for m in metas]
+    plain = not (mixed or cast) and first in _PLAIN_DTYPES and all(
+        type(m) in (Meta, float, int) or m is None for m in metas)
+    if plain:
+        kernel = getattr(kernel, "plain", kernel)
+    return kernel, casts
+
+
+class Executor:
+    """Runs a graph: ``run(input arrays, variable arrays) -> (outputs, assigned values)``."""
+
+    def __init__(self, g: Graph):
+        self.graph = g
+        slot: dict[int, int] = {}
+
+        def slot_of(v: Value) -> int:
+            if id(v) not in slot:
+                slot[id(v)] = len(slot)
+            return slot[id(v)]
+
+        self.input_slots = [slot_of(v) for v in g.inputs]
+        self.var_slots = [(name, slot_of(v)) for name, v in g.variables.items()]
+        last_use = _last_uses(g)
+        steps = []
+        for i, n in enumerate(g.nodes):
+            fn, casts = compile_kernel(n)
+            template = [None if isinstance(v, Value) else v for v in n.inputs]
+            reads = tuple((k, slot_of(v), casts[k]) for k, v in enumerate(n.inputs)
+                          if isinstance(v, Value))
+            outs = tuple((slot_of(v), v.dtype.np) for v in n.outputs)
+            frees = tuple(slot[id(v)] for v in _dying(n, i, last_use))
+            steps.append((fn, template, reads, n.attrs, outs, frees, n))
+        self.steps = steps
+        self.output_slots = [slot_of(v) for v in g.outputs]
+        self.assign_slots = [(name, slot_of(v)) for name, v in g.assigns]
+        self.n_slots = len(slot)
+
+    def run(self, inputs: list, variables: dict):
+        env: list = [None] * self.n_slots
+        for s, a in zip(self.input_slots, inputs):
+            env[s] = a
+        for name, s in self.var_slots:
+            env[s] = variables[name]
+        for fn, template, reads, attrs, outs, frees, node in self.steps:
+            args = list(template)
+            for k, s, cast in reads:
+                a = env[s]
+                args[k] = a if cast is None else a.astype(cast)
+            try:
+                res = fn(*args, **attrs)
+            except Exception as e:
+                raise type(e)(f"{node.op.name} ({node.name or 'graph'}): {e}") from e
+            if len(outs) == 1:
+                res = (res,)
+            for (s, dt), r in zip(outs, res):
+                if type(r) is not np.ndarray:
+                    r = np.asarray(r)
+                if r.dtype != dt:
+                    r = r.astype(dt)
+                env[s] = r
+            for s in frees:
+                env[s] = None
+        return [env[s] for s in self.output_slots], [(n, env[s]) for n, s in self.assign_slots]
+
+    def memory_stats(self, tensors: dict, optimizers=()) -> dict:
+        """Bytes: the sum of all intermediates, the peak of those alive at once (what a
+        step holds with values dropped at their last use), and the persistent state."""
+        g = self.graph
+        last = _last_uses(g)
+        naive = sum(v.nbytes for n in g.nodes for v in n.outputs)
+        alive, peak = 0, 0
+        for i, n in enumerate(g.nodes):
+            alive += sum(v.nbytes for v in n.outputs)
+            peak = max(peak, alive)
+            alive -= sum(v.nbytes for v in _dying(n, i, last))
+        params = sum(t.numel() * t.dtype.itemsize for t in tensors.values())
+        return {"intermediate_bytes_naive": naive, "intermediate_bytes_peak": peak,
+                "variable_bytes": params}
+
+
+def _last_uses(g: Graph) -> dict[int, int]:
+    """id(value) -> index of the last node reading it (values the step returns never die)."""
+    last: dict[int, int] = {}
+    for i, n in enumerate(g.nodes):
+        for v in n.inputs:
+            if isinstance(v, Value):
+                last[id(v)] = i
+    for v in g.live_roots():
+        last[id(v)] = len(g.nodes)
+    return last
+
+
+def _dying(n, i: int, last: dict[int, int]) -> list[Value]:
+    seen, out = set(), []
+    for v in n.inputs:
+        if isinstance(v, Value) and v.kind == "node" and last.get(id(v)) == i and \
+                id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    for v in n.outputs:  # produced but never read
+        if id(v) not in last:
+            out.append(v)
+    return out

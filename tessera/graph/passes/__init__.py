@@ -1,0 +1,47 @@
+"""Graph passes, one per module, run in the order of ``PIPELINE``.
+
+Each pass is ``run(graph, ctx) -> bool`` (whether it changed the graph) and mutates the
+graph in place. With ``TESSERA_DEBUG=1`` the verifier runs after every pass.
+
+>>> from tessera.graph.passes import PIPELINE
+>>> PIPELINE[0]
+'dce'
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+
+from tessera.graph.ir import Graph
+
+__all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass"]
+
+# the default order; a pass module tessera/graph/passes/<name>.py defines run(graph, ctx)
+PIPELINE = ["dce", "cse", "dce"]
+
+
+@dataclass
+class PassContext:
+    """What passes may know beyond the graph: whether it trains (then weights change every
+    step, so folding them is not allowed), and the variables' current values."""
+
+    training: bool = False
+    values: dict | None = None   # variable name -> Tensor (read by folding passes)
+
+
+def get_pass(name: str):
+    return importlib.import_module(f"tessera.graph.passes.{name}").run
+
+
+def run_pipeline(g: Graph, names=None, training: bool = False, values=None) -> list[str]:
+    """Run the passes ``names`` (default ``PIPELINE``); returns those that changed g."""
+    ctx = PassContext(training, values)
+    debug = os.environ.get("TESSERA_DEBUG", "0") not in ("", "0")
+    changed = []
+    for name in (PIPELINE if names is None else names):
+        if get_pass(name)(g, ctx):
+            changed.append(name)
+        if debug:
+            g.verify()
+    return changed

@@ -1,0 +1,311 @@
+"""Tracing: run Python code on symbolic tensors and record every ``dispatch`` as an IR node.
+
+A ``Tracer`` is a dispatch mode (``tessera._dispatch.push_mode``): while it is active, each
+op call goes through the same ``infer`` rule as in eager mode, appends a ``Node`` to the
+graph, and returns Tensors whose data is a ``Symbol`` naming the IR value. Autograd records
+as usual, so ``loss.backward()`` inside a trace runs the ops' ``grad`` rules on symbolic
+tensors and the backward pass lands in the same graph. Concrete tensors met on the way
+(parameters, buffers, optimizer state, captured constants) become named variables; an
+in-place op on one rebinds its current value, and the trace ends with ``assigns``.
+
+>>> import tessera
+>>> from tessera.graph.trace import trace
+>>> g, out = trace(lambda x: (x * 2).relu(), tessera.ones(3))
+>>> [n.op.name for n in g.nodes]
+['mul', 'relu']
+"""
+from __future__ import annotations
+
+import os
+import traceback
+
+from tessera._dispatch import (
+    _check_inplace,
+    _finish,
+    _infer,
+    _rebase_view,
+    _refresh_view,
+    pop_mode,
+    push_mode,
+)
+from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import STATE
+from tessera.graph.ir import Graph, Value
+from tessera.ops.registry import REGISTRY, Meta
+
+__all__ = ["Symbol", "Tracer", "trace", "GraphTraceError", "is_symbolic", "is_tracing",
+           "value_of"]
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class GraphTraceError(RuntimeError):
+    """Something in ``build()`` cannot be captured in a static graph."""
+
+
+def _user_frame() -> str:
+    """'file:line' of the innermost frame outside the tessera package."""
+    for fr in reversed(traceback.extract_stack()[:-1]):
+        if not os.path.abspath(fr.filename).startswith(_PKG):
+            return f"{fr.filename}:{fr.lineno} ({fr.line})"
+    return "<unknown>"
+
+
+def _data_dependent(what: str):
+    raise GraphTraceError(
+        f"nn.Graph: {what} needs a tensor's value, which is unknown while build() is traced "
+        f"(data-dependent Python control flow, .item(), .numpy() and printing values are not "
+        f"supported in a graph); at {_user_frame()}")
+
+
+class Symbol:
+    """The data of a symbolic tensor: which IR value it is. Anything that would read real
+    data raises ``GraphTraceError`` naming the user's line."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Value):
+        self.value = value
+
+    # Layout: a symbolic tensor is contiguous. The graph is functional (writes through
+    # views become ``view_assign``), so the executor may copy where eager mode would view.
+    @property
+    def itemsize(self) -> int:
+        return self.value.dtype.itemsize
+
+    @property
+    def strides(self) -> tuple:
+        out, acc = [], self.value.dtype.itemsize
+        for s in reversed(self.value.shape):
+            out.append(acc)
+            acc *= max(s, 1)
+        return tuple(reversed(out))
+
+    def __getattr__(self, name):
+        _data_dependent(f"reading the array's '{name}'")
+
+    def __array__(self, *a, **k):
+        _data_dependent("converting to a NumPy array")
+
+    def __bool__(self):
+        _data_dependent("bool()")
+
+    def __float__(self):
+        _data_dependent("float()")
+
+    def __int__(self):
+        _data_dependent("int()")
+
+    def __index__(self):
+        _data_dependent("using a tensor as an index")
+
+    def __getitem__(self, key):
+        _data_dependent("indexing the array")
+
+    def __len__(self):
+        _data_dependent("len() of the array")
+
+    def __iter__(self):
+        _data_dependent("iterating over the array")
+
+    def __repr__(self):
+        return f"Symbol(%{self.value.name})"
+
+
+_ACTIVE: list = []  # the tracers currently tracing (innermost last)
+
+
+def is_tracing() -> bool:
+    """Whether an ``nn.Graph`` trace is running (then even concrete tensors are graph
+    variables whose values change between steps, so Python must not read them)."""
+    return bool(_ACTIVE)
+
+
+def is_symbolic(t) -> bool:
+    return isinstance(t, Tensor) and type(t._data) is Symbol
+
+
+def value_of(t: Tensor) -> Value:
+    return t._data.value
+
+
+class Tracer:
+    """The dispatch mode that builds ``graph``. ``names`` maps ``id(tensor)`` of known
+    persistent tensors to variable names (module paths)."""
+
+    def __init__(self, graph: Graph, names: dict[int, str] | None = None):
+        self.graph = graph
+        self.names = dict(names or {})
+        self.current: dict[int, Value] = {}    # id(concrete tensor) -> its current value
+        self.initial: dict[int, Value] = {}    # id(concrete tensor) -> its variable
+        self.tensors: dict[int, Tensor] = {}   # id -> the concrete tensor (kept alive)
+        self.scope: list[str] = []
+        self._consts = 0
+
+    # ---- values of tensors ---------------------------------------------------------
+    def value(self, t: Tensor) -> Value:
+        data = t._data
+        if type(data) is Symbol:
+            return data.value
+        key = id(t)
+        v = self.current.get(key)
+        if v is None:
+            v = self._variable(t)
+        return v
+
+    def _variable(self, t: Tensor) -> Value:
+        if t._data is None:
+            raise GraphTraceError(f"nn.Graph: a tensor on the '{t.device}' device cannot be "
+                                  f"captured in a graph; at {_user_frame()}")
+        name = self.names.get(id(t))
+        if name is None:
+            name = f"_const{self._consts}"
+            self._consts += 1
+        v = self.graph.add_variable(name, t._shape, t._dtype)
+        self.current[id(t)] = self.initial[id(t)] = v
+        self.tensors[id(t)] = t
+        return v
+
+    def symbolic(self, v: Value, like: Tensor | None = None) -> Tensor:
+        """A new symbolic tensor for ``v`` (a graph input, typically)."""
+        from tessera._tensor import _CPU
+        return Tensor._make(Symbol(v), v.dtype, like._device if like is not None else _CPU,
+                            v.shape)
+
+    def _rebind(self, t: Tensor, v: Value) -> None:
+        if type(t._data) is Symbol:
+            t._data = Symbol(v)
+        else:
+            self.value(t)  # make sure it is a variable first
+            self.current[id(t)] = v
+
+    # ---- the dispatch mode ---------------------------------------------------------
+    def dispatch(self, op, args, attrs):
+        dev = None
+        grad = scalars = False
+        metas, inputs = [], []
+        for a in args:
+            if isinstance(a, Tensor):
+                if dev is None:
+                    dev = a._device
+                metas.append(Meta(a._shape, a._dtype))
+                inputs.append(self.value(a))
+                if a._requires_grad:
+                    grad = True
+            else:
+                metas.append(a)
+                inputs.append(a)
+                scalars = scalars or a is not None
+        if op.dynamic_shape:
+            raise GraphTraceError(f"nn.Graph: '{op.name}' has an output shape that depends "
+                                  f"on the data, which a static graph cannot hold; at "
+                                  f"{_user_frame()}")
+        if dev is None:
+            from tessera._tensor import _CPU
+            dev = _CPU
+        for k, v in attrs.items():
+            if isinstance(v, Tensor):
+                raise GraphTraceError(f"nn.Graph: '{op.name}' got a tensor as its attribute "
+                                      f"'{k}', which a graph cannot hold; at {_user_frame()}")
+        out = _infer(op, metas, attrs, scalars)
+        outs = out if type(out) is tuple else (out,)
+        values = self.graph.add_node(op, inputs, attrs, [(m.shape, m.dtype) for m in outs],
+                                     name=".".join(self.scope))
+        return _finish(op, args, attrs, metas, out, [Symbol(v) for v in values], dev, grad)
+
+    def dispatch_inplace(self, op, target, args, attrs):
+        """``target`` takes the op's result as its new value (functionally: a new SSA value
+        rebinds the tensor; a view's base is rebound through ``view_assign``)."""
+        if not isinstance(target, Tensor):
+            raise TypeError(f"{op.name}_: expected a Tensor to write into, got "
+                            f"{type(target).__name__}")
+        grad_on = STATE.enabled
+        base = target._base
+        if grad_on and target._requires_grad:
+            if target.grad_fn is None and base is None:
+                raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                                   "in-place operation.")
+            if base is not None and base._requires_grad and base.grad_fn is None:
+                raise RuntimeError("a view of a leaf Variable that requires grad is being "
+                                   "used in an in-place operation.")
+        if grad_on and base is not None and target._view_version != target._version[0]:
+            _refresh_view(target)
+        record = grad_on and (target._requires_grad or any(
+            isinstance(a, Tensor) and a._requires_grad for a in args))
+        if record and op.save and "inputs" in op.save:
+            # the old value stays valid (values are immutable): a fresh alias keeps it
+            args = tuple(self._alias(a) if a is target else a for a in args)
+        out = self.dispatch(op, args, attrs)
+        _check_inplace(op, target, Meta(out._shape, out._dtype))
+        if out._dtype is not target._dtype:
+            out = out.to(target._dtype)
+        self._write(target, out)
+        target._version[0] += 1
+        if record and out._requires_grad:
+            if base is None:
+                target.grad_fn, target._output_nr = out.grad_fn, out._output_nr
+                target._requires_grad = True
+            else:
+                _rebase_view(target, out)
+        return target
+
+    def _alias(self, t: Tensor) -> Tensor:
+        a = Tensor._make(Symbol(self.value(t)), t._dtype, t._device, t._shape)
+        a.grad_fn, a._output_nr, a._requires_grad = t.grad_fn, t._output_nr, t._requires_grad
+        if t.grad_fn is None and t._requires_grad:
+            a._grad_acc = t._grad_acc
+        return a
+
+    def _write(self, target: Tensor, out: Tensor) -> None:
+        base = target._base
+        if base is not None:
+            prev = STATE.enabled
+            STATE.enabled = False  # values only; autograd of the write is _rebase_view's
+            try:
+                new_base = self.dispatch(REGISTRY["view_assign"],
+                                         (self._alias(base), out), {"chain":
+                                                                    target._view_chain})
+            finally:
+                STATE.enabled = prev
+            self._rebind(base, self.value(new_base))
+        self._rebind(target, self.value(out))
+
+    # ---- scopes --------------------------------------------------------------------
+    def push_scope(self, name: str) -> None:
+        self.scope.append(name)
+
+    def pop_scope(self) -> None:
+        self.scope.pop()
+
+    def __enter__(self):
+        push_mode(self)
+        _ACTIVE.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _ACTIVE.pop()
+        pop_mode()
+        return False
+
+    def updated(self) -> list[tuple[str, Value]]:
+        """(variable name, new value) of every concrete tensor the trace wrote."""
+        return [(self.initial[k].name, v) for k, v in self.current.items()
+                if v is not self.initial[k]]
+
+
+def trace(fn, *inputs: Tensor, names: dict[int, str] | None = None):
+    """Trace ``fn(*inputs)`` into a Graph; returns (graph, symbolic output(s))."""
+    g = Graph()
+    tracer = Tracer(g, names)
+    syms = []
+    for i, x in enumerate(inputs):
+        v = g.add_input(f"input{i}", x._shape, x._dtype)
+        s = tracer.symbolic(v, x)
+        s._requires_grad = x._requires_grad
+        syms.append(s)
+    with tracer:
+        out = fn(*syms)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    g.outputs = [tracer.value(o) for o in outs]
+    g.assigns = tracer.updated()
+    return g, out

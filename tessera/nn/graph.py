@@ -1,0 +1,424 @@
+"""``nn.Graph``: the same model, traced once into an IR, optimised and run as a static graph.
+
+OneFlow's API with PyTorch's names: subclass, assign modules as attributes, register an
+optimizer with ``add_optimizer``, write the step in ``build()`` (``loss.backward()``
+included), and call the graph like a module. The first call per input signature traces
+``build()`` through the same ``dispatch`` and ``OpDef`` rules as eager mode (the backward
+pass through the ops' ``grad`` rules, the optimizer step as in-place updates of parameters
+and state), runs the pass pipeline, plans memory and compiles the executor; later calls
+only run it. Parameters, buffers and optimizer state are shared with the eager objects.
+
+>>> import tessera
+>>> from tessera import nn
+>>> model = nn.Linear(4, 2)
+>>> opt = tessera.optim.SGD(model.parameters(), lr=0.1)
+>>> class TrainGraph(nn.Graph):
+...     def __init__(self):
+...         super().__init__()
+...         self.model = model
+...         self.add_optimizer(opt)
+...     def build(self, x, y):
+...         loss = nn.functional.mse_loss(self.model(x), y)
+...         loss.backward()
+...         return loss
+>>> g = TrainGraph()
+>>> loss = g(tessera.ones(8, 4), tessera.zeros(8, 2))
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from tessera import _dtype as D
+from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import STATE
+from tessera.graph.executor import Executor
+from tessera.graph.ir import Graph as IRGraph
+from tessera.graph.trace import GraphTraceError, Symbol, Tracer, value_of
+from tessera.nn.modules import module as _module_mod
+from tessera.nn.modules.module import Module
+
+__all__ = ["Graph", "GraphConfig"]
+
+_SUPPORTED_OPTIMIZERS = ("SGD", "Adam", "AdamW")
+
+
+class GraphConfig:
+    """``graph.config``: OneFlow's switches (those that change what runs here)."""
+
+    def __init__(self):
+        self.gradient_accumulation_steps = 1
+        self.passes = None  # None: the default pipeline; else a list of pass names
+
+    def set_gradient_accumulation_steps(self, n: int) -> None:
+        """Split each input batch into ``n`` micro-batches whose gradients are summed
+        before one optimizer step (the loss returned is the micro-batch mean)."""
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"gradient accumulation steps must be a positive int, got {n!r}")
+        self.gradient_accumulation_steps = n
+
+    def enable_amp(self, mode: bool = True) -> None:
+        if mode:
+            raise NotImplementedError("nn.Graph: automatic mixed precision is not supported")
+
+    def allow_fuse_add_to_output(self, mode: bool = True) -> None:
+        """Accepted for OneFlow compatibility; fusion is decided by the pass pipeline."""
+
+
+class _Compiled:
+    """One traced and compiled step for one input signature."""
+
+    def __init__(self, ir, executor, tensors, new_state, n_outputs, treedef):
+        self.ir = ir
+        self.executor = executor
+        self.tensors = tensors          # variable name -> the eager tensor it reads/writes
+        self.new_state = new_state      # [(optimizer, param, key)] created by this step
+        self.n_outputs = n_outputs
+        self.treedef = treedef
+
+
+class Graph:
+    """Subclass, assign modules, optionally ``add_optimizer``, define ``build``, call."""
+
+    def __init__(self):
+        self.__dict__["_modules"] = OrderedDict()
+        self.__dict__["_optimizers"] = []     # [(optimizer, lr_scheduler or None)]
+        self.__dict__["config"] = GraphConfig()
+        self.__dict__["_cache"] = {}
+        self.__dict__["_last_key"] = None
+        self.__dict__["_debug_log"] = []
+        self.__dict__["_debug_level"] = -1
+
+    def __setattr__(self, name, value):
+        if isinstance(value, Module):
+            self._modules[name] = value
+        object.__setattr__(self, name, value)
+
+    # ---- the user API ---------------------------------------------------------------
+    def build(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define build()")
+
+    def add_optimizer(self, optim, *, lr_sch=None, is_sparse: bool = False) -> None:
+        """Run ``optim``'s step (and ``lr_sch.step()`` after it) as part of every call."""
+        name = type(optim).__name__
+        if name not in _SUPPORTED_OPTIMIZERS:
+            raise NotImplementedError(f"nn.Graph: the {name} optimizer cannot be traced yet; "
+                                      f"supported: {', '.join(_SUPPORTED_OPTIMIZERS)}")
+        if is_sparse:
+            raise NotImplementedError("nn.Graph: sparse optimizer updates are not supported")
+        self._optimizers.append((optim, lr_sch))
+
+    @property
+    def training(self) -> bool:
+        return bool(self._optimizers)
+
+    def __call__(self, *args):
+        for a in args:
+            if not isinstance(a, (Tensor, int, float, bool, str, type(None))):
+                raise TypeError(f"nn.Graph: inputs must be tensors or Python constants, got "
+                                f"{type(a).__name__}")
+        key = self._signature(args)
+        compiled = self._cache.get(key)
+        if compiled is None:
+            self._log_retrace(key)
+            compiled = self._compile(args)
+            self._cache[key] = compiled
+        self.__dict__["_last_key"] = key
+        return self._run(compiled, args)
+
+    # ---- signature and debug --------------------------------------------------------
+    def _signature(self, args) -> tuple:
+        inputs = tuple((a._shape, a._dtype, a._device.type) if isinstance(a, Tensor)
+                       else ("const", type(a).__name__, a) for a in args)
+        modes = tuple(m.training for mod in self._modules.values() for m in mod.modules())
+        state = tuple(tuple(sorted((id(p), tuple(sorted(st))) for p, st in opt.state.items()))
+                      for opt, _ in self._optimizers)
+        return inputs, modes, state, D.get_default_dtype().name
+
+    def _log_retrace(self, key) -> None:
+        if self._last_key is None:
+            why = "first call"
+        else:
+            old = self._last_key
+            parts = [n for n, a, b in zip(("input shapes/dtypes", "train/eval modes",
+                                           "optimizer state", "default dtype"), old, key)
+                     if a != b]
+            why = "changed: " + ", ".join(parts)
+        self._debug_log.append(why)
+        if self._debug_level >= 0:
+            print(f"[nn.Graph {type(self).__name__}] tracing and compiling ({why})")
+
+    def debug(self, v_level: int = 0) -> None:
+        """Print why each compile happened (first call, or which part of the signature
+        changed), from now on; ``debug_log()`` returns the history."""
+        self.__dict__["_debug_level"] = v_level
+
+    def debug_log(self) -> list[str]:
+        return list(self._debug_log)
+
+    # ---- compile --------------------------------------------------------------------
+    def _names(self) -> dict[int, str]:
+        names: dict[int, str] = {}
+        for prefix, mod in self._modules.items():
+            for n, t in mod.named_parameters(remove_duplicate=True):
+                names.setdefault(id(t), f"{prefix}.{n}")
+            for n, t in mod.named_buffers(remove_duplicate=True):
+                if t is not None:
+                    names.setdefault(id(t), f"{prefix}.{n}")
+        for k, (opt, _) in enumerate(self._optimizers):
+            for p, st in opt.state.items():
+                pname = names.get(id(p), f"param{id(p)}")
+                for key, v in st.items():
+                    if isinstance(v, Tensor):
+                        names.setdefault(id(v), f"{pname}.{key}")
+        return names
+
+    def _compile(self, args) -> _Compiled:
+        ir = IRGraph()
+        tracer = Tracer(ir, self._names())
+        sym_args = []
+        for i, a in enumerate(args):
+            if isinstance(a, Tensor):
+                s = tracer.symbolic(ir.add_input(f"input{i}", a._shape, a._dtype), a)
+                sym_args.append(s)
+            else:
+                sym_args.append(a)
+        lrs = [ir.add_input(f"lr{k}.{j}", (), D.get_default_dtype())
+               for k, (opt, _) in enumerate(self._optimizers)
+               for j in range(len(opt.param_groups))]
+        params = self._trainable()
+        saved_grads = {id(p): p._grad for p in params}
+        saved_state = [{p: dict(st) for p, st in opt.state.items()} for opt, _ in
+                       self._optimizers]
+        saved_lrs = [[g["lr"] for g in opt.param_groups] for opt, _ in self._optimizers]
+        new_state: list = []
+        try:
+            for p in params:
+                p._grad = None
+            with tracer, _module_scopes(self, tracer):
+                out = self._build_traced(sym_args)
+                if self.training:
+                    self._trace_step(tracer, lrs)
+            outs, treedef = _flatten(out)
+            for o in outs:
+                if not (isinstance(o, Tensor) and type(o._data) is Symbol):
+                    raise GraphTraceError("nn.Graph: build() must return tensors computed "
+                                          f"from its inputs (got {type(o).__name__})")
+            ir.outputs = [value_of(o) for o in outs]
+            for k, (opt, _) in enumerate(self._optimizers):
+                for p, st in opt.state.items():
+                    for key, v in list(st.items()):
+                        if isinstance(v, Tensor) and type(v._data) is Symbol:
+                            new_state.append((opt, p, key))
+                            ir.outputs.append(value_of(v))
+            ir.assigns = tracer.updated()
+            ok = True
+        except BaseException:
+            ok = False
+            raise
+        finally:
+            for p in params:
+                p._grad = saved_grads[id(p)]
+            for (opt, _), st, lrs_k in zip(self._optimizers, saved_state, saved_lrs):
+                _restore_state(opt, st, keep_concrete=ok)
+                for g, lr in zip(opt.param_groups, lrs_k):
+                    g["lr"] = lr
+        from tessera.graph.passes import run_pipeline
+        run_pipeline(ir, self.config.passes, training=self.training)
+        tensors = {tracer.initial[k].name: t for k, t in tracer.tensors.items()
+                   if tracer.initial[k].name in ir.variables}
+        return _Compiled(ir, Executor(ir), tensors, new_state, len(outs), treedef)
+
+    def _build_traced(self, sym_args):
+        n = self.config.gradient_accumulation_steps
+        if n == 1:
+            return self.build(*sym_args)
+        # micro-batches along dim 0; each builds and backwards, gradients accumulate
+        parts = [a.chunk(n, 0) if isinstance(a, Tensor) else [a] * n for a in sym_args]
+        if any(len(p) != n for p in parts):
+            raise ValueError(f"nn.Graph: a batch must split into {n} micro-batches")
+        outs = [self.build(*[p[i] for p in parts]) for i in range(n)]
+        flat = [_flatten(o) for o in outs]
+        mean = [sum(f[0][j] for f in flat) / n for j in range(len(flat[0][0]))]
+        return _unflatten(mean, flat[0][1])
+
+    def _trainable(self) -> list[Tensor]:
+        seen, out = set(), []
+        for opt, _ in self._optimizers:
+            for g in opt.param_groups:
+                for p in g["params"]:
+                    if id(p) not in seen:
+                        seen.add(id(p))
+                        out.append(p)
+        return out
+
+    def _trace_step(self, tracer: Tracer, lrs) -> None:
+        """The optimizer step on the traced gradients: clipping, then ``opt.step()`` with
+        each group's lr a graph input."""
+        from tessera.nn.utils.clip_grad import clip_grad_norm_
+        k = 0
+        for opt, _ in self._optimizers:
+            for g in opt.param_groups:
+                g["lr"] = tracer.symbolic(lrs[k])
+                k += 1
+                if g.get("clip_grad_max_norm") is not None:
+                    clip_grad_norm_(g["params"], g["clip_grad_max_norm"],
+                                    g.get("clip_grad_norm_type", 2.0))
+            prev = STATE.enabled
+            try:
+                opt.step()
+            finally:
+                STATE.enabled = prev
+
+    # ---- run ------------------------------------------------------------------------
+    def _run(self, c: _Compiled, args):
+        inputs = [a._data for a in args if isinstance(a, Tensor)]
+        for opt, _ in self._optimizers:
+            for g in opt.param_groups:
+                lr = g["lr"]
+                lr = lr.item() if isinstance(lr, Tensor) else lr
+                inputs.append(np.asarray(lr, dtype=D.get_default_dtype().np))
+        variables = {n: t._data for n, t in c.tensors.items()}
+        outs, assigns = c.executor.run(inputs, variables)
+        for name, value in assigns:
+            t = c.tensors[name]
+            np.copyto(t._data, value, casting="unsafe")
+            t._version[0] += 1
+        results = [Tensor._from_numpy(np.array(o, copy=True)) for o in outs]
+        for (opt, p, key), r in zip(c.new_state, results[c.n_outputs:]):
+            opt.state[p][key] = r
+        for opt, sched in self._optimizers:
+            opt._opt_called = True
+            if sched is not None:
+                sched.step()
+        return _unflatten(results[:c.n_outputs], c.treedef)
+
+    # ---- introspection and state ----------------------------------------------------
+    def _current(self) -> _Compiled:
+        if self._last_key is None:
+            raise RuntimeError("nn.Graph: the graph has not been compiled yet; call it once")
+        return self._cache[self._last_key]
+
+    @property
+    def ir(self) -> IRGraph:
+        """The compiled IR of the most recent call's signature."""
+        return self._current().ir
+
+    def __repr__(self) -> str:
+        head = f"{type(self).__name__}(nn.Graph, {'training' if self.training else 'eval'})"
+        if self._last_key is None:
+            return head + " [not compiled yet]"
+        return f"{head}\n{self.ir}"
+
+    def memory_stats(self) -> dict:
+        """Planned arena bytes, the naive sum of intermediates, and state bytes."""
+        c = self._current()
+        return c.executor.memory_stats(c.tensors, self._optimizers)
+
+    def state_dict(self) -> dict:
+        """The modules' state dicts under their attribute names, and each optimizer's."""
+        out = {name: m.state_dict() for name, m in self._modules.items()}
+        for k, (opt, sched) in enumerate(self._optimizers):
+            out[f"_optimizer{k}"] = opt.state_dict()
+            if sched is not None:
+                out[f"_lr_scheduler{k}"] = sched.state_dict()
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, m in self._modules.items():
+            m.load_state_dict(state[name])
+        for k, (opt, sched) in enumerate(self._optimizers):
+            opt.load_state_dict(state[f"_optimizer{k}"])
+            if sched is not None and f"_lr_scheduler{k}" in state:
+                sched.load_state_dict(state[f"_lr_scheduler{k}"])
+        self._cache.clear()  # optimizer state objects changed: retrace
+        self.__dict__["_last_key"] = None
+
+
+def _restore_state(opt, saved: dict, keep_concrete: bool) -> None:
+    """Undo what tracing ``opt.step()`` did to ``opt.state``: symbolic entries go (the
+    graph's run supplies their values); concrete tensors the step created (a ``step``
+    counter made from a Python number) stay when the trace succeeded, since the graph's
+    assigns update them."""
+    for p in list(opt.state):
+        st = opt.state[p]
+        old = saved.get(p)
+        for key in list(st):
+            v = st[key]
+            if old is not None and key in old:
+                st[key] = old[key]
+            elif not keep_concrete or (isinstance(v, Tensor) and type(v._data) is Symbol):
+                del st[key]
+        if not st and old is None:
+            del opt.state[p]
+
+
+class _module_scopes:
+    """While tracing, each module call names the nodes it makes after its module path."""
+
+    def __init__(self, graph: Graph, tracer: Tracer):
+        self.paths = {}
+        for prefix, mod in graph._modules.items():
+            for n, m in mod.named_modules():
+                self.paths.setdefault(id(m), f"{prefix}.{n}" if n else prefix)
+        self.tracer = tracer
+
+    def wrapper(self, module, call, args, kwargs):
+        path = self.paths.get(id(module))
+        if path is None:
+            return call(*args, **kwargs)
+        saved = self.tracer.scope
+        self.tracer.scope = [path]
+        try:
+            return call(*args, **kwargs)
+        finally:
+            self.tracer.scope = saved
+
+    def __enter__(self):
+        _module_mod._CALL_WRAPPERS.append(self.wrapper)
+        return self
+
+    def __exit__(self, *exc):
+        _module_mod._CALL_WRAPPERS.pop()
+        return False
+
+
+def _flatten(out):
+    """Tensors of a (nested tuple/list/dict) build() result, and how to rebuild it."""
+    if isinstance(out, Tensor):
+        return [out], None
+    if isinstance(out, (tuple, list)):
+        flat, defs = [], []
+        for o in out:
+            f, d = _flatten(o)
+            flat += f
+            defs.append((len(f), d))
+        return flat, (type(out), defs)
+    if isinstance(out, dict):
+        flat, defs = [], []
+        for k, o in out.items():
+            f, d = _flatten(o)
+            flat += f
+            defs.append((k, len(f), d))
+        return flat, (dict, defs)
+    raise GraphTraceError(f"nn.Graph: build() returned a {type(out).__name__}; return "
+                          "tensors (or tuples, lists, dicts of them)")
+
+
+def _unflatten(flat, treedef):
+    if treedef is None:
+        return flat[0]
+    kind, defs = treedef
+    out, i = [], 0
+    if kind is dict:
+        res = {}
+        for k, n, d in defs:
+            res[k] = _unflatten(flat[i:i + n], d)
+            i += n
+        return res
+    for n, d in defs:
+        out.append(_unflatten(flat[i:i + n], d))
+        i += n
+    return kind(out)
+
