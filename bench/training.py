@@ -19,7 +19,7 @@ import time
 WORKLOADS = ("mlp", "cnn", "transformer")
 
 
-def build(lib, name):
+def build(lib, name, graph: bool = False):
     nn, F = lib.nn, lib.nn.functional
     lib.manual_seed(0)
     if name == "mlp":
@@ -52,12 +52,34 @@ def build(lib, name):
         opt = lib.optim.AdamW(model.parameters(), lr=1e-4)
         loss_fn = nn.MSELoss()
 
+    if graph:
+        return _graph_step(lib, model, loss_fn, opt, x, y)
+
     def step():
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         return loss
+    return step
+
+
+def _graph_step(lib, model, loss_fn, opt, x, y):
+    class TrainGraph(lib.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model, self.loss_fn = model, loss_fn
+            self.add_optimizer(opt)
+
+        def build(self, x, y):
+            loss = self.loss_fn(self.model(x), y)
+            loss.backward()
+            return loss
+    g = TrainGraph()
+
+    def step():
+        return g(x, y)
+    step.graph = g
     return step
 
 
@@ -71,17 +93,23 @@ def child(framework: str, name: str, steps: int) -> dict:
         import torch as lib
     else:
         import tessera as lib
-    step = build(lib, name)
+    step = build(lib, name, graph=framework == "graph")
+    t0 = time.perf_counter()
     step()
-    step()
+    first = time.perf_counter() - t0
+    step()  # a graph traces twice: the first step creates the optimizer state
     base = _maxrss_mb()
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
         step()
         times.append((time.perf_counter() - t0) * 1000)
-    return {"ms": statistics.median(times), "peak_mb": _maxrss_mb() - base,
-            "threads": _threads(framework)}
+    out = {"ms": statistics.median(times), "peak_mb": _maxrss_mb() - base,
+           "threads": _threads(framework), "first_s": first}
+    g = getattr(step, "graph", None)
+    if g is not None:
+        out["memory"] = g.memory_stats()
+    return out
 
 
 def _threads(framework: str) -> int:
@@ -99,7 +127,7 @@ def run(steps: int = 10) -> list[dict]:
     rows = []
     for name in WORKLOADS:
         res = {}
-        for fw in ("tessera", "torch"):
+        for fw in ("tessera", "graph", "torch"):
             out = subprocess.run([sys.executable, "-m", "bench.training", "--child", fw, name,
                                   str(steps)], capture_output=True, text=True, check=False)
             if out.returncode != 0:
@@ -114,20 +142,26 @@ def render(rows) -> str:
     from bench.common import table
     out = []
     for r in rows:
-        t, p = r["tessera"], r["torch"]
-        if "error" in t or "error" in p:
-            out.append((r["workload"], t.get("error", ""), p.get("error", ""), "-", "-", "-"))
+        t, g, p = r["tessera"], r["graph"], r["torch"]
+        err = next((x["error"] for x in (t, g, p) if "error" in x), None)
+        if err:
+            out.append((r["workload"], err[:60], "-", "-", "-", "-", "-", "-"))
             continue
-        out.append((r["workload"], f"{t['ms']:.1f}", f"{p['ms']:.1f}",
-                    f"{t['ms'] / p['ms']:.2f}x", f"{t['peak_mb']:.0f} / {p['peak_mb']:.0f}",
-                    f"{t['peak_mb'] / max(p['peak_mb'], 1):.2f}x"))
-    return table(out, ("workload", "tessera ms/step", "torch ms/step", "ratio",
-                       "peak MB (tessera/torch)", "mem ratio"))
+        mem = g.get("memory", {})
+        out.append((r["workload"], f"{t['ms']:.1f}", f"{g['ms']:.1f}", f"{p['ms']:.1f}",
+                    f"{t['ms'] / p['ms']:.2f}x", f"{g['ms'] / p['ms']:.2f}x",
+                    f"{t['peak_mb']:.0f} / {g['peak_mb']:.0f} / {p['peak_mb']:.0f}",
+                    f"{mem.get('intermediate_bytes_peak', 0) / 2**20:.0f} / "
+                    f"{mem.get('intermediate_bytes_naive', 0) / 2**20:.0f}",
+                    f"{g['first_s']:.1f}"))
+    return table(out, ("workload", "eager ms", "graph ms", "torch ms", "eager/torch",
+                       "graph/torch", "peak MB e/g/t", "plan MB peak/naive", "compile s"))
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         print(json.dumps(child(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
     else:
-        print("Training step, eager (median of 10 after 2 warm-up; target ratio <= 1.5)")
+        print("Training step: tessera eager, tessera nn.Graph, PyTorch eager (median of 10 "
+              "after 2 warm-up; targets: eager/torch <= 1.5, graph faster than eager)")
         print(render(run()))

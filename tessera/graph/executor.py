@@ -58,10 +58,40 @@ def compile_kernel(node) -> tuple:
     return kernel, casts
 
 
-class Executor:
-    """Runs a graph: ``run(input arrays, variable arrays) -> (outputs, assigned values)``."""
+# Ops whose ``inplace_kernels`` entry is a general out-form ``fn(out, *args, **attrs)``
+# (it computes from its arguments only; checked against the kernels on the op-info
+# samples), usable when a node's inputs need no casts.
+OUT_FORMS = frozenset({"neg", "add", "sub", "mul", "div", "remainder", "fmod", "pow", "lerp",
+                       "addcmul", "addcdiv", "clamp"})
 
-    def __init__(self, g: Graph):
+
+def out_form(node, kernel, casts):
+    """``fn(out, *args, **attrs)`` writing ``node``'s single output into ``out``, or None."""
+    if len(node.outputs) != 1 or any(c is not None for c in casts):
+        return None
+    out = node.outputs[0]
+    tensors = [v for v in node.inputs if isinstance(v, Value)]
+    if out.dtype not in (D.float32, D.float64) or any(v.dtype is not out.dtype
+                                                     for v in tensors):
+        return None
+    name = node.op.name
+    if name in OUT_FORMS:
+        return node.op.inplace_kernels["cpu"]
+    if isinstance(kernel, np.ufunc) and kernel.nout == 1 and not node.attrs:
+        return lambda t, *a: kernel(*a, out=t)
+    if name == "matmul" and all(len(v.shape) >= 2 for v in tensors):
+        return lambda t, a, b: np.matmul(a, b, out=t)
+    return None
+
+
+class Executor:
+    """Runs a graph: ``run(input arrays, variable arrays) -> (outputs, assigned values)``.
+
+    ``plan=False`` turns the memory plan off (every kernel allocates), for comparison.
+    """
+
+    def __init__(self, g: Graph, plan: bool = True):
+        from tessera.graph.memory import plan_memory
         self.graph = g
         slot: dict[int, int] = {}
 
@@ -72,20 +102,41 @@ class Executor:
 
         self.input_slots = [slot_of(v) for v in g.inputs]
         self.var_slots = [(name, slot_of(v)) for name, v in g.variables.items()]
+        compiled = [compile_kernel(n) for n in g.nodes]
+        outs_fn = [out_form(n, fn, casts) for n, (fn, casts) in zip(g.nodes, compiled)]
+        self.plan = plan_memory(g, {i for i, f in enumerate(outs_fn) if f is not None}
+                                if plan else set())
+        self.arena = np.empty(self.plan.arena_bytes, np.uint8)
         last_use = _last_uses(g)
         steps = []
         for i, n in enumerate(g.nodes):
-            fn, casts = compile_kernel(n)
+            fn, casts = compiled[i]
             template = [None if isinstance(v, Value) else v for v in n.inputs]
             reads = tuple((k, slot_of(v), casts[k]) for k, v in enumerate(n.inputs)
                           if isinstance(v, Value))
             outs = tuple((slot_of(v), v.dtype.np) for v in n.outputs)
             frees = tuple(slot[id(v)] for v in _dying(n, i, last_use))
-            steps.append((fn, template, reads, n.attrs, outs, frees, n))
+            steps.append((fn, template, reads, n.attrs, outs, frees, n,
+                          self._destination(i, n, outs_fn[i], slot_of)))
         self.steps = steps
         self.output_slots = [slot_of(v) for v in g.outputs]
         self.assign_slots = [(name, slot_of(v)) for name, v in g.assigns]
         self.n_slots = len(slot)
+
+    def _destination(self, i, n, fn, slot_of):
+        """Where node i writes: (out-form, kind, where) with kind "arena" (a fixed view),
+        "slot" (an input's buffer, in place) or "var" (a variable's array); or None."""
+        plan = self.plan
+        if i in plan.into_var:
+            return fn, "var", plan.into_var[i]
+        if i in plan.inplace:
+            return fn, "slot", slot_of(n.inputs[plan.inplace[i]])
+        v = n.outputs[0] if len(n.outputs) == 1 else None
+        if v is not None and id(v) in plan.offsets:
+            off = plan.offsets[id(v)]
+            view = self.arena[off:off + v.nbytes].view(v.dtype.np).reshape(v.shape)
+            return fn, "arena", view
+        return None
 
     def run(self, inputs: list, variables: dict):
         env: list = [None] * self.n_slots
@@ -93,41 +144,54 @@ class Executor:
             env[s] = a
         for name, s in self.var_slots:
             env[s] = variables[name]
-        for fn, template, reads, attrs, outs, frees, node in self.steps:
+        for fn, template, reads, attrs, outs, frees, node, dest in self.steps:
             args = list(template)
             for k, s, cast in reads:
                 a = env[s]
                 args[k] = a if cast is None else a.astype(cast)
             try:
-                res = fn(*args, **attrs)
+                if dest is not None:
+                    ofn, kind, where = dest
+                    out = where if kind == "arena" else env[where] if kind == "slot" \
+                        else variables[where]
+                    ofn(out, *args, **attrs)
+                    env[outs[0][0]] = out
+                    res = None
+                else:
+                    res = fn(*args, **attrs)
             except Exception as e:
                 raise type(e)(f"{node.op.name} ({node.name or 'graph'}): {e}") from e
-            if len(outs) == 1:
-                res = (res,)
-            for (s, dt), r in zip(outs, res):
-                if type(r) is not np.ndarray:
-                    r = np.asarray(r)
-                if r.dtype != dt:
-                    r = r.astype(dt)
-                env[s] = r
+            if res is not None or dest is None:
+                if len(outs) == 1:
+                    res = (res,)
+                for (s, dt), r in zip(outs, res):
+                    if type(r) is not np.ndarray:
+                        r = np.asarray(r)
+                    if r.dtype != dt:
+                        r = r.astype(dt)
+                    env[s] = r
             for s in frees:
                 env[s] = None
         return [env[s] for s in self.output_slots], [(n, env[s]) for n, s in self.assign_slots]
 
     def memory_stats(self, tensors: dict, optimizers=()) -> dict:
-        """Bytes: the sum of all intermediates, the peak of those alive at once (what a
-        step holds with values dropped at their last use), and the persistent state."""
+        """Bytes: the arena, the sum of all intermediates (what a step without reuse would
+        allocate), the planned buffers' sum, the peak of intermediates alive at once, and
+        the persistent variables."""
         g = self.graph
         last = _last_uses(g)
-        naive = sum(v.nbytes for n in g.nodes for v in n.outputs)
         alive, peak = 0, 0
         for i, n in enumerate(g.nodes):
             alive += sum(v.nbytes for v in n.outputs)
             peak = max(peak, alive)
             alive -= sum(v.nbytes for v in _dying(n, i, last))
         params = sum(t.numel() * t.dtype.itemsize for t in tensors.values())
-        return {"intermediate_bytes_naive": naive, "intermediate_bytes_peak": peak,
-                "variable_bytes": params}
+        return {"arena_bytes": self.plan.arena_bytes,
+                "intermediate_bytes_naive": self.plan.naive_bytes,
+                "planned_bytes": self.plan.planned_bytes,
+                "intermediate_bytes_peak": peak, "variable_bytes": params,
+                "inplace_nodes": len(self.plan.inplace),
+                "written_into_variables": len(self.plan.into_var)}
 
 
 def _last_uses(g: Graph) -> dict[int, int]:

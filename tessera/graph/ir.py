@@ -74,6 +74,9 @@ class Node:
     attrs: dict
     outputs: list
     name: str = ""
+    # pass annotations that do not change what the node computes, e.g. {"region": 3}
+    # (fusion group) or {"inplace": 0} (the output may take input 0's buffer)
+    notes: dict = field(default_factory=dict)
 
     @property
     def tensor_inputs(self) -> list[Value]:

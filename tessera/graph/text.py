@@ -5,7 +5,7 @@
     graph(%x: float32[8, 4]) {
       var %fc.weight: float32[3, 4]
       %0: float32[8, 3] = linear(%x, %fc.weight, None)  # fc
-      %1: float32[8, 3] = mul(%0, 2.0) {}  # scale
+      %1: float32[8, 3] = mul(%0, 2.0) [region=0]  # scale
       return (%1)
       assign %fc.weight = %0
     }
@@ -67,6 +67,8 @@ def print_graph(g: Graph) -> str:
         line = f"  {outs} = {n.op.name}({args})"
         if attrs:
             line += f" {{{attrs}}}"
+        if n.notes:
+            line += " [" + ", ".join(f"{k}={_fmt(v)}" for k, v in n.notes.items()) + "]"
         if n.name:
             line += f"  # {n.name}"
         lines.append(line)
@@ -210,10 +212,10 @@ def _parse_node(g: Graph, line: str, values: dict, count: int) -> int:
     lhs, eq, rhs = line.partition(" = ")
     if not eq:
         raise IRError(f"cannot parse '{line}'")
-    m = re.match(r"([\w.]+)\((.*?)\)\s*(\{.*\})?\s*$", rhs.strip())
+    m = re.match(r"([\w.]+)\((.*?)\)\s*(\{.*\})?\s*(\[.*\])?\s*$", rhs.strip())
     if not m:
         raise IRError(f"cannot parse node '{rhs.strip()}'")
-    opname, args, attrs = m.group(1), m.group(2), m.group(3)
+    opname, args, attrs, notes = m.group(1), m.group(2), m.group(3), m.group(4)
     if opname not in REGISTRY:
         raise IRError(f"unknown op '{opname}'")
     inputs = [_eval(a, values) for a in _split_top(args)]
@@ -224,6 +226,10 @@ def _parse_node(g: Graph, line: str, values: dict, count: int) -> int:
             kw[k.strip()] = _eval(v, values)
     outs = _types(lhs)
     vals = g.add_node(opname, inputs, kw, [(s, d) for _, s, d in outs], name=scope.strip())
+    if notes:
+        for item in _split_top(notes[1:-1]):
+            k, _, v = item.partition("=")
+            vals[0].producer.notes[k.strip()] = _eval(v, values)
     for (name, _, _), v in zip(outs, vals):
         v.name = name
         values[name] = v

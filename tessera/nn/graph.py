@@ -181,6 +181,7 @@ class Graph:
         for i, a in enumerate(args):
             if isinstance(a, Tensor):
                 s = tracer.symbolic(ir.add_input(f"input{i}", a._shape, a._dtype), a)
+                s._requires_grad = a._requires_grad  # build() may ask for input gradients
                 sym_args.append(s)
             else:
                 sym_args.append(a)
@@ -283,7 +284,8 @@ class Graph:
         outs, assigns = c.executor.run(inputs, variables)
         for name, value in assigns:
             t = c.tensors[name]
-            np.copyto(t._data, value, casting="unsafe")
+            if value is not t._data:  # the plan may have computed it in place already
+                np.copyto(t._data, value, casting="unsafe")
             t._version[0] += 1
         results = [Tensor._from_numpy(np.array(o, copy=True)) for o in outs]
         for (opt, p, key), r in zip(c.new_state, results[c.n_outputs:]):

@@ -1,0 +1,163 @@
+"""Static memory planning: liveness over the schedule, in-place reuse, and offsets for every
+planned intermediate in one arena.
+
+A value's *buffer* is shared by the views taken of it (``aliasing="view"`` ops), so a
+buffer lives from its producer to the last use of any of its views. Nodes with an
+``out``-form kernel (``Executor`` decides which) write into planned buffers:
+
+* in place: the output takes the buffer of an input that dies at this node and has the same
+  size (an elementwise chain then runs in one buffer);
+* into a variable: a new value of a parameter or optimizer state, when nothing reads the
+  old value afterwards, is written straight into the variable's array (no copy-back);
+* otherwise at an offset in the arena, chosen greedily by size (largest first, lowest
+  offset that no buffer alive at the same time occupies), as TFLite's planner does.
+
+>>> from tessera.graph.ir import Graph
+>>> g = Graph.parse('''graph(%x: float32[256]) {
+...   %0: float32[256] = exp(%x)
+...   %1: float32[256] = neg(%0)
+...   return (%1)
+... }''')
+>>> p = plan_memory(g, {0, 1}); p.arena_bytes, p.inplace
+(1024, {1: 0})
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tessera.graph.ir import Graph, Value
+
+__all__ = ["MemoryPlan", "plan_memory", "ALIGN"]
+
+ALIGN = 64  # bytes: cache-line aligned buffers
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass
+class MemoryPlan:
+    arena_bytes: int = 0
+    offsets: dict = field(default_factory=dict)     # id(value) -> byte offset in the arena
+    inplace: dict = field(default_factory=dict)     # node index -> input position reused
+    into_var: dict = field(default_factory=dict)    # node index -> variable name written
+    naive_bytes: int = 0                            # sum of all intermediates
+    planned_bytes: int = 0                          # sum of the planned buffers' sizes
+
+
+def _roots(g: Graph) -> dict[int, Value]:
+    """id(value) -> the value whose buffer it uses (itself unless made by a view op)."""
+    root: dict[int, Value] = {}
+    for v in g.inputs:
+        root[id(v)] = v
+    for v in g.variables.values():
+        root[id(v)] = v
+    for n in g.nodes:
+        src = n.inputs[0] if n.inputs else None
+        for v in n.outputs:
+            if n.op.aliasing == "view" and isinstance(src, Value):
+                root[id(v)] = root[id(src)]
+            else:
+                root[id(v)] = v
+    return root
+
+
+def _buffer_ends(g: Graph, root: dict) -> dict[int, int]:
+    """id(buffer root) -> index of the last node that reads the buffer (through any view);
+    len(nodes) when a step result (output or assign) is in it."""
+    end: dict[int, int] = {}
+    for i, n in enumerate(g.nodes):
+        for v in n.inputs:
+            if isinstance(v, Value):
+                r = id(root[id(v)])
+                end[r] = max(end.get(r, -1), i)
+    for v in g.live_roots():
+        end[id(root[id(v)])] = len(g.nodes)
+    return end
+
+
+def plan_memory(g: Graph, out_nodes: set[int]) -> MemoryPlan:
+    """Plan buffers for the outputs of the nodes in ``out_nodes`` (indices into g.nodes)."""
+    root = _roots(g)
+    end = _buffer_ends(g, root)
+    plan = MemoryPlan()
+    plan.naive_bytes = sum(v.nbytes for n in g.nodes for v in n.outputs)
+    assigned = _assign_targets(g)
+    owner: dict[int, int] = {}      # id(buffer root) -> id of the buffer it was merged into
+    intervals: dict[int, list] = {}  # id(buffer) -> [start, end, nbytes]
+    for i, n in enumerate(g.nodes):
+        if i not in out_nodes or len(n.outputs) != 1:
+            continue
+        out = n.outputs[0]
+        if out.nbytes == 0:
+            continue
+        name = assigned.get(id(out))
+        if name is not None and _var_free_after(g, name, i, root, end):
+            plan.into_var[i] = name
+            continue
+        k = _reusable_input(n, i, root, end, intervals, owner)
+        if k is not None:
+            buf = owner[id(root[id(n.inputs[k])])]
+            owner[id(out)] = buf
+            intervals[buf][1] = max(intervals[buf][1], end.get(id(out), i))
+            plan.inplace[i] = k
+            continue
+        owner[id(out)] = id(out)
+        intervals[id(out)] = [i, end.get(id(out), i), out.nbytes]
+    plan.offsets, plan.arena_bytes = _place(intervals)
+    plan.planned_bytes = sum(s for _, _, s in intervals.values())
+    for vid, buf in owner.items():
+        plan.offsets[vid] = plan.offsets[buf]
+    return plan
+
+
+def _assign_targets(g: Graph) -> dict[int, str]:
+    out, seen = {}, set()
+    for name, v in g.assigns:
+        if id(v) in seen or v in g.outputs:
+            out.pop(id(v), None)  # one value into two variables, or also returned: copy
+            continue
+        seen.add(id(v))
+        out[id(v)] = name
+    return out
+
+
+def _var_free_after(g: Graph, name: str, i: int, root: dict, end: dict) -> bool:
+    """Nothing reads variable ``name`` (or a view of it) after node ``i``."""
+    var = g.variables[name]
+    return end.get(id(var), -1) <= i
+
+
+def _reusable_input(n, i, root, end, intervals, owner):
+    out = n.outputs[0]
+    for k, v in enumerate(n.inputs):
+        if not isinstance(v, Value) or v.kind != "node":
+            continue
+        r = root[id(v)]
+        buf = owner.get(id(r))
+        if buf is None or end.get(id(r), -1) != i:
+            continue  # not a planned buffer, or read later
+        if intervals[buf][2] == out.nbytes and v.dtype is out.dtype and v.shape == out.shape \
+                and r is v:
+            return k
+    return None
+
+
+def _place(intervals: dict) -> tuple[dict, int]:
+    """Greedy by size: offsets such that buffers alive at the same time never overlap."""
+    placed: list[tuple[int, int, int, int]] = []   # (offset, size, start, end)
+    offsets: dict[int, int] = {}
+    total = 0
+    for key, (start, stop, size) in sorted(intervals.items(), key=lambda kv: -kv[1][2]):
+        size = _aligned(size)
+        busy = sorted((o, o + s) for o, s, a, b in placed if a <= stop and start <= b)
+        off = 0
+        for lo, hi in busy:
+            if off + size <= lo:
+                break
+            off = max(off, hi)
+        placed.append((off, size, start, stop))
+        offsets[key] = off
+        total = max(total, off + size)
+    return offsets, total
