@@ -30,7 +30,10 @@ def interpret(g: Graph, inputs: list[Tensor], variables: dict[str, Tensor]):
     with no_grad():
         for n in g.nodes:
             args = [env[a] if isinstance(a, Value) else a for a in n.inputs]
-            out = dispatch(n.op, *args, **n.attrs)
+            if n.op.name == "view":  # traced tensors are contiguous; here they may not be
+                out = args[0].reshape(n.attrs["shape"])
+            else:
+                out = dispatch(n.op, *args, **n.attrs)
             for v, o in zip(n.outputs, out if isinstance(out, tuple) else (out,)):
                 env[v] = o
     return [env[v] for v in g.outputs], [(name, env[v]) for name, v in g.assigns]

@@ -226,9 +226,9 @@ class Graph:
                 for g, lr in zip(opt.param_groups, lrs_k):
                     g["lr"] = lr
         from tessera.graph.passes import run_pipeline
-        run_pipeline(ir, self.config.passes, training=self.training)
-        tensors = {tracer.initial[k].name: t for k, t in tracer.tensors.items()
-                   if tracer.initial[k].name in ir.variables}
+        values = {tracer.initial[k].name: t for k, t in tracer.tensors.items()}
+        run_pipeline(ir, self.config.passes, training=self.training, values=values)
+        tensors = {name: values[name] for name in ir.variables}  # folding may add some
         return _Compiled(ir, Executor(ir), tensors, new_state, len(outs), treedef)
 
     def _build_traced(self, sym_args):

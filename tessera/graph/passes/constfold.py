@@ -61,6 +61,13 @@ def known_variables(g: Graph, ctx) -> dict[int, Tensor]:
             and ctx.values[name]._data is not None}
 
 
+def _random(n) -> bool:
+    """Whether the node draws random numbers. ``cse.is_impure`` goes by name and misses
+    in-place samplers (``normal_``) and ``poisson``; a generator or seed attribute tells."""
+    return is_impure(n.op.name) or is_impure(n.op.name.rstrip("_")) or \
+        "generator" in n.attrs or "seed" in n.attrs
+
+
 def _own(t: Tensor, arrays: list) -> Tensor:
     """``t`` as a C-contiguous tensor sharing no memory with ``arrays``."""
     a = t._to_numpy()
@@ -104,7 +111,7 @@ def run(g: Graph, ctx) -> bool:
     env = known_variables(g, ctx)
     folded: set[int] = set()   # ids of Values computed here
     for n in g.nodes:
-        if is_impure(n.op.name) or n.op.dynamic_shape:
+        if _random(n) or n.op.dynamic_shape:
             continue
         if not all(id(v) in env for v in n.tensor_inputs):
             continue
