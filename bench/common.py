@@ -29,7 +29,7 @@ def per_call_us(fn: Callable[[], object], repeat: int = 7, min_time: float = 0.0
 def table(rows: list[tuple], headers: tuple) -> str:
     cols = list(zip(*([headers] + [tuple(str(c) for c in r) for r in rows])))
     widths = [max(len(c) for c in col) for col in cols]
-    fmt = "  ".join("{:<%d}" % w if i == 0 else "{:>%d}" % w for i, w in enumerate(widths))
+    fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
     lines = [fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
     lines += [fmt.format(*(str(c) for c in r)) for r in rows]
     return "\n".join(lines)

@@ -22,7 +22,7 @@ import time
 
 import tessera as torch
 import tessera.nn.functional as F
-from tessera.models.dcgan import dcgan
+from tessera.models.gan import dcgan
 from tessera.utils import save_image
 from tessera.utils.data import DataLoader, TensorDataset
 

@@ -91,3 +91,4 @@ import builtins as _builtins  # noqa: E402
 builtins_bool, builtins_int = _builtins.bool, _builtins.int
 
 from tessera import nn, optim, utils  # noqa: E402  (reachable as attributes, as in PyTorch)
+from tessera._info import finfo, get_num_threads, iinfo, set_num_threads  # noqa: E402

@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if cmd == "info":
         import numpy as np
+
         from tessera.device import registered_devices
         print(f"tessera {tessera.__version__}, numpy {np.__version__}")
         print(f"devices: {', '.join(registered_devices())}")

@@ -19,7 +19,6 @@ import warnings
 import numpy as np
 
 from tessera import _dtype as D
-
 from tessera.autograd.grad_mode import STATE
 from tessera.autograd.graph import Node
 from tessera.device.registry import _BACKENDS, device
@@ -88,6 +87,22 @@ def dispatch(op: OpDef, *args, **attrs):
     multi = type(out) is tuple
     outs = out if multi else (out,)
     backend = _BACKENDS[dev.type]
+    if not (mixed or scalars or multi) and first_dt in _PLAIN_DTYPES and dev is _CPU:
+        # the common case, inline: one CPU output, inputs of one float dtype, no casts
+        kernel = op.kernels.get("cpu")
+        if kernel is not None:
+            try:
+                res = getattr(kernel, "plain", kernel)(
+                    *[a._data if isinstance(a, Tensor) else a for a in args], **attrs)
+            except _USER_ERRORS as e:
+                raise _name_op(e, op) from None
+            if type(res) is not np.ndarray:
+                res = np.asarray(res)
+            if res.dtype != out.dtype.np:
+                res = res.astype(out.dtype.np)
+            if op.dynamic_shape:
+                out = Meta(res.shape, out.dtype)
+            return _finish(op, args, attrs, metas, out, (res,), dev, grad)
     if backend.has_storage:
         cast = op.promote and (mixed or scalars) and _needs_cast(first_dt, metas)
         plain = not (mixed or cast) and first_dt in _PLAIN_DTYPES and \
@@ -143,7 +158,17 @@ def _keyable(v) -> bool:
     t = type(v)
     if t in _KEY_TYPES:
         return True
-    return (t is tuple or t is Size) and all(_keyable(x) for x in v)
+    return (t is tuple or t is Size) and _int_tuple(v)
+
+
+def _int_tuple(v) -> bool:
+    """Tuples of ints, None and such tuples (shapes, dims, pads) are keys; other elements
+    are not, because 2 == 2.0 == True would make different arguments one key."""
+    for x in v:
+        t = type(x)
+        if t is not int and x is not None and not (t is tuple and _int_tuple(x)):
+            return False
+    return True
 
 
 def _infer(op: OpDef, metas: list, attrs: dict, scalars: bool):
@@ -152,8 +177,8 @@ def _infer(op: OpDef, metas: list, attrs: dict, scalars: bool):
         for v in attrs.values():
             if not _keyable(v):
                 break
-        else:
-            key = (op, D._default, *metas, *attrs.items())
+        else:  # with the attrs' types: alpha=1 and alpha=True are equal but differ
+            key = (op, D._default, *metas, *attrs.items(), *map(type, attrs.values()))
     else:
         key = (op, D._default, *metas)
     if key is not None and scalars:  # 1, 1.0 and True are equal keys but infer differently
@@ -404,4 +429,4 @@ def _alias(t: Tensor) -> Tensor:
     return a
 
 
-from tessera._tensor import Size, Tensor  # noqa: E402  (Tensor methods call dispatch)
+from tessera._tensor import _CPU, Size, Tensor  # noqa: E402  (Tensor methods call dispatch)

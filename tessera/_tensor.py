@@ -61,6 +61,11 @@ class Size(tuple):
         return n
 
 
+# operator name -> (OpDef, attrs): ``tensor + tensor`` and ``tensor * number`` go straight to
+# dispatch (filled by the op modules; what ``add(a, b)`` would dispatch, minus two calls)
+FAST_OPERATORS: dict = {}
+
+
 def _array_operand(name: str):
     """The operator ``name`` of ``TensorMethods``, also taking a NumPy array operand.
 
@@ -74,6 +79,9 @@ def _array_operand(name: str):
     def method(self, other):
         t = type(other)
         if t is Tensor or t is float or t is int:  # the common cases, first
+            fast = FAST_OPERATORS.get(name)
+            if fast is not None:
+                return _dispatch(fast[0], self, other, **fast[1])
             return base(self, other)
         if isinstance(other, np.generic):  # a NumPy scalar acts as the Python number
             other = other.item()
@@ -716,3 +724,5 @@ def _wrap_dim(dim: int, ndim: int, op: str = "") -> int:
 
 
 _CPU = device("cpu")
+
+from tessera._dispatch import dispatch as _dispatch  # noqa: E402  (dispatch imports Tensor)

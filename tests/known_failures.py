@@ -4,7 +4,8 @@ Remove an entry when its bug is fixed (the run then reports it as XPASS)."""
 
 KNOWN_FAILURES: dict[str, str] = {
     "tests/autograd/test_inplace.py::test_inplace_on_non_leaves_gives_torchs_gradients[mul-self]":
-        "y.mul_(y) keeps a snapshot and computes the right gradient where PyTorch raises a version error",
+        "y.mul_(y) keeps a snapshot and computes the right gradient where PyTorch raises a "
+        "version error",
     "tests/errors/test_arguments.py::test_argument_errors[add-bad-alpha]":
         "add(alpha='a') fails inside NumPy instead of a TypeError naming add",
     "tests/errors/test_arguments.py::test_argument_errors[full-str-value]":
@@ -52,7 +53,9 @@ KNOWN_FAILURES: dict[str, str] = {
     "tests/test_tensor.py::test_tensor_bad_data":
         "tensor([[1], 2]) raises ValueError, PyTorch raises TypeError",
     "tests/test_tensor.py::test_clone_is_a_copy_with_grad":
-        "clone() makes a contiguous copy; PyTorch keeps the strides of a dense non-contiguous tensor",
+        "clone() makes a contiguous copy; PyTorch keeps the strides of a dense non-contiguous "
+        "tensor",
     "tests/compat/test_drop_in.py::test_loss_curves_match[cnn_mnist_style-0.002]":
-        "loss curve matches PyTorch for the first epoch (16 steps) and drifts from the second epoch on: cause not found yet",
+        "loss curve matches PyTorch for the first epoch (16 steps) and drifts from the second "
+        "epoch on: cause not found yet",
 }

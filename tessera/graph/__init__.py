@@ -2,8 +2,8 @@
 
 ``tessera.nn.Graph`` is the user-facing entry; this package is the machinery under it.
 """
-from tessera.graph.ir import Graph, IRError, Node, Value
 from tessera.graph.interpreter import interpret
+from tessera.graph.ir import Graph, IRError, Node, Value
 from tessera.graph.trace import GraphTraceError, Tracer, trace
 
 __all__ = ["Graph", "Node", "Value", "IRError", "Tracer", "trace", "GraphTraceError",

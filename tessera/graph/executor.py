@@ -140,6 +140,7 @@ class Executor:
 
     def run(self, inputs: list, variables: dict):
         env: list = [None] * self.n_slots
+        seeds: dict = {}  # traced seed -> this step's seed (forward and backward agree)
         for s, a in zip(self.input_slots, inputs):
             env[s] = a
         for name, s in self.var_slots:
@@ -149,6 +150,11 @@ class Executor:
             for k, s, cast in reads:
                 a = env[s]
                 args[k] = a if cast is None else a.astype(cast)
+            if "seed" in attrs:  # dropout masks: a fresh seed every step, as eager draws
+                traced = attrs["seed"]
+                if traced not in seeds:
+                    seeds[traced] = _fresh_seed()
+                attrs = {**attrs, "seed": seeds[traced]}
             try:
                 if dest is not None:
                     ofn, kind, where = dest
@@ -192,6 +198,11 @@ class Executor:
                 "intermediate_bytes_peak": peak, "variable_bytes": params,
                 "inplace_nodes": len(self.plan.inplace),
                 "written_into_variables": len(self.plan.into_var)}
+
+
+def _fresh_seed() -> int:
+    from tessera.nn.functional.dropout import _seed
+    return _seed()
 
 
 def _last_uses(g: Graph) -> dict[int, int]:

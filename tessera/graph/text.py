@@ -49,6 +49,12 @@ def _fmt(v) -> str:
         return "[" + ", ".join(_fmt(x) for x in v) + "]"
     if v is None or isinstance(v, (bool, int, str, slice)):
         return repr(v)
+    from tessera.ops.random import Generator, default_generator
+    if v is default_generator:  # random ops draw from it when the graph runs
+        return "default_generator"
+    if isinstance(v, Generator):
+        raise IRError("a graph drawing from a user Generator object has no text form (only "
+                      "the default generator can be named)")
     raise IRError(f"cannot print attribute value {v!r} of type {type(v).__name__}")
 
 
@@ -103,6 +109,9 @@ def _literal(node: ast.AST, values: dict):
             return values[node.id]
         if node.id in _NAMES:
             return _NAMES[node.id]
+        if node.id == "default_generator":
+            from tessera.ops.random import default_generator
+            return default_generator
         raise IRError(f"unknown name '{node.id}'")
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
         args = [_literal(a, values) for a in node.args]

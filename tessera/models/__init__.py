@@ -21,8 +21,8 @@ _WHERE = {
     "BertConfig": "bert", "BertModel": "bert", "BertOutput": "bert",
     "SentenceEmbedder": "bert", "mean_pool": "bert",
     "WordPieceTokenizer": "tokenizer", "load_tokenizer": "tokenizer",
-    "GPTConfig": "gpt", "GPT": "gpt", "gpt": "gpt",
-    "DCGANGenerator": "dcgan", "DCGANDiscriminator": "dcgan", "dcgan": "dcgan",
+    "GPTConfig": "gpt2", "GPT": "gpt2", "gpt": "gpt2", "KVCache": "gpt2",
+    "DCGANGenerator": "gan", "DCGANDiscriminator": "gan", "dcgan": "gan",
 }
 
 __all__ = sorted(_WHERE)

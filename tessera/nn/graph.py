@@ -76,6 +76,10 @@ class _Compiled:
         self.new_state = new_state      # [(optimizer, param, key)] created by this step
         self.n_outputs = n_outputs
         self.treedef = treedef
+        self.versions: list = []  # (tensor, version) whose values were folded in
+
+    def stale(self) -> bool:
+        return any(t._version[0] != v for t, v in self.versions)
 
 
 class Graph:
@@ -120,8 +124,11 @@ class Graph:
                                 f"{type(a).__name__}")
         key = self._signature(args)
         compiled = self._cache.get(key)
+        why = None
+        if compiled is not None and compiled.stale():
+            why, compiled = "variables folded in at compile time changed", None
         if compiled is None:
-            self._log_retrace(key)
+            self._log_retrace(key, why)
             compiled = self._compile(args)
             self._cache[key] = compiled
         self.__dict__["_last_key"] = key
@@ -136,8 +143,10 @@ class Graph:
                       for opt, _ in self._optimizers)
         return inputs, modes, state, D.get_default_dtype().name
 
-    def _log_retrace(self, key) -> None:
-        if self._last_key is None:
+    def _log_retrace(self, key, why=None) -> None:
+        if why is not None:
+            pass
+        elif self._last_key is None:
             why = "first call"
         else:
             old = self._last_key
@@ -229,7 +238,14 @@ class Graph:
         values = {tracer.initial[k].name: t for k, t in tracer.tensors.items()}
         run_pipeline(ir, self.config.passes, training=self.training, values=values)
         tensors = {name: values[name] for name in ir.variables}  # folding may add some
-        return _Compiled(ir, Executor(ir), tensors, new_state, len(outs), treedef)
+        compiled = _Compiled(ir, Executor(ir), tensors, new_state, len(outs), treedef)
+        if not self.training:
+            # inference graphs may fold variables into constants (conv+bn folding): a later
+            # eager change to one of them makes this compiled step stale
+            assigned = {name for name, _ in ir.assigns}
+            compiled.versions = [(t, t._version[0]) for name, t in values.items()
+                                 if name not in assigned and t._data is not None]
+        return compiled
 
     def _build_traced(self, sym_args):
         n = self.config.gradient_accumulation_steps

@@ -63,8 +63,70 @@ def upcast(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32) if x.dtype in _LOWP else x
 
 
+# erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2), with fractional error < 1.2e-7 for all
+# z >= 0 (Numerical Recipes' Chebyshev fit "erfcc"), highest coefficient first.
+_ERFC_P = (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
+           0.09678418, 0.37409196, 1.00002368, -1.26551223)
+_BLOCK = 32768   # float32 elements per block: the ~25 passes over a block stay in cache
+
+
+def _phi_block(x, p, z, t) -> None:
+    """Phi(x) (the standard normal CDF) of a 1-d float32 block into ``p``; ``z`` and ``t`` are
+    scratch. Its relative error stays ~1e-7 even far into the negative tail, where PyTorch's
+    float32 ``0.5 * (1 + erf)`` loses every digit to cancellation."""
+    f = np.float32
+    np.abs(x, out=z)
+    z *= f(0.7071067811865476)
+    np.multiply(z, f(0.5), out=t)
+    t += f(1)
+    np.reciprocal(t, out=t)
+    np.multiply(t, f(_ERFC_P[0]), out=p)
+    for c in _ERFC_P[1:-1]:
+        p += f(c)
+        p *= t
+    p += f(_ERFC_P[-1])
+    np.multiply(x, x, out=z)      # z^2 = x^2 / 2, with one rounding fewer than (|x|/sqrt2)^2
+    z *= f(0.5)
+    p -= z
+    np.exp(p, out=p)
+    p *= t
+    p *= f(0.5)                   # p = Phi(-|x|) = erfc(|x| / sqrt2) / 2
+    # Phi(x) = [x <= 0] p + [x > 0] (1 - p): products with 0/1 and a sum with a zero are
+    # exact, and ~20x faster on float32 than np.where or a where= mask
+    np.subtract(f(1), p, out=z)
+    z *= x > 0
+    p *= x <= 0
+    p += z
+
+
+def _gelu_f32(x: np.ndarray, g: np.ndarray | None = None) -> np.ndarray:
+    """Exact gelu of float32 ``x`` (or ``g * gelu'(x)`` when ``g`` is given), a block at a
+    time: ~3x faster than scipy's ndtr, which evaluates every element in float64."""
+    xf = np.ascontiguousarray(x).reshape(-1)
+    gf = None if g is None else np.ascontiguousarray(g, np.float32).reshape(-1)
+    out = np.empty_like(xf)
+    z = np.empty(min(_BLOCK, xf.size), np.float32)
+    t = np.empty_like(z)
+    for i in range(0, xf.size, _BLOCK):
+        xs = xf[i:i + _BLOCK]
+        n = xs.size
+        p, zs = out[i:i + n], z[:n]
+        _phi_block(xs, p, zs, t[:n])
+        if gf is None:
+            p *= xs
+            continue
+        np.multiply(xs, xs, out=zs)   # gelu'(x) = Phi(x) + x phi(x)
+        zs *= np.float32(-0.5)
+        np.exp(zs, out=zs)
+        zs *= xs
+        zs *= np.float32(INV_SQRT_2PI)
+        p += zs
+        p *= gf[i:i + n]
+    return out.reshape(np.shape(x))
+
+
 def _ndtr(x):
-    import scipy.special  # lazily: only gelu needs it
+    import scipy.special  # lazily: only gelu needs it (float64; float32 uses _phi_block)
     return scipy.special.ndtr(x)
 
 
@@ -107,6 +169,8 @@ def _gelu_kernel(x, approximate="none"):
         inner = np.tanh(SQRT_2_PI * (x + KAPPA * x * x * x))
         inner += 1
         return 0.5 * x * inner
+    if x.dtype == np.float32:
+        return _gelu_f32(x)
     return x * _ndtr(x)
 
 
@@ -118,6 +182,8 @@ def _gelu_backward_kernel(g, x, approximate="none"):
             t = np.tanh(SQRT_2_PI * (x + KAPPA * x2 * x))
             right = 0.5 * x * (1 - t * t) * (SQRT_2_PI * (1 + 3 * KAPPA * x2))
             return g * (0.5 * (1 + t) + right)
+        if x.dtype == np.float32:
+            return _gelu_f32(x, np.broadcast_to(g, x.shape))
         pdf = np.exp(-0.5 * x * x)
         pdf *= INV_SQRT_2PI * x
         pdf += _ndtr(x)
@@ -519,6 +585,7 @@ def _cast_for(input, dtype):
 def softmax(input, dim: int, dtype=None, *, out=None):
     """``exp(x) / sum(exp(x))`` along ``dim``; with ``dtype`` the input is cast first.
 
+    >>> import tessera
     >>> tessera.softmax(tessera.tensor([1., 1., 1., 1.]), 0)
     tensor([0.2500, 0.2500, 0.2500, 0.2500])
     """

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from tessera import _dtype as D
-from tessera._tensor import Tensor
+from tessera._tensor import FAST_OPERATORS, Tensor
 from tessera.ops._util import broadcast_shapes, call, dtype_arg, float_dtype, shape_of, sum_to
 from tessera.ops.registry import Meta, defop
 
@@ -541,6 +541,9 @@ _SUB = defop("sub", _add_infer("sub"), _kernel(_sub_kernel), grad=_sub_grad, sav
              promote=True)
 
 
+FAST_OPERATORS.update({"__add__": (_ADD, {"alpha": 1}), "__sub__": (_SUB, {"alpha": 1})})
+
+
 def _inplace_add(t, a, b, alpha=1):
     np.add(a, b if alpha == 1 else np.multiply(b, _alpha(alpha, t.dtype)), out=t,
            casting="unsafe")
@@ -580,6 +583,9 @@ def _mul_grad(ctx, g):
 _MUL = defop("mul", _binary_infer("mul"), _kernel(np.multiply), grad=_mul_grad, promote=True)
 _MUL.inplace_kernels["cpu"] = _inplace_kernel(
     lambda t, a, b: np.multiply(a, b, out=t, casting="unsafe"))
+
+
+FAST_OPERATORS["__mul__"] = (_MUL, {})
 
 
 @_public
@@ -646,6 +652,9 @@ _DIV = defop("div", _div_infer, _div_float_kernel, grad=_div_grad, promote=True)
 _DIV.inplace_kernels["cpu"] = _inplace_kernel(
     lambda t, a, b, rounding_mode=None: np.copyto(
         t, _div_float_kernel(a, b, rounding_mode), casting="unsafe"))
+
+
+FAST_OPERATORS["__truediv__"] = (_DIV, {"rounding_mode": None})
 
 
 @_public

@@ -146,6 +146,12 @@ def _dot_check(a, b) -> D.dtype:
 def _matmul_kernel(a, b):
     if a.dtype.itemsize == 2 and a.dtype.kind != "i":  # float16/bfloat16: accumulate in fp32
         return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
+    # batched operands that are strided views (k.transpose(-2, -1) in attention) take
+    # NumPy's slow non-BLAS loop; one copy to contiguous memory is 2-3x cheaper
+    if a.ndim > 2 and not (a.flags.c_contiguous or a.flags.f_contiguous):
+        a = np.ascontiguousarray(a)
+    if b.ndim > 2 and not (b.flags.c_contiguous or b.flags.f_contiguous):
+        b = np.ascontiguousarray(b)
     return np.matmul(a, b)
 
 

@@ -2,8 +2,9 @@
 
 Primitives with their own ``OpDef`` are ``cat``, ``flip``, ``roll``, ``repeat``,
 ``repeat_interleave`` (tensor repeats), ``tril``, ``triu`` and ``diag_embed``; the rest are
-composites of them and of the views in ``views.py`` (``split``/``chunk``/``unbind`` return
-views, so writes show through as in PyTorch).
+composites of them and of the views in ``views.py``. ``split``/``chunk``/``tensor_split``/
+``unbind`` are one multi-output view op, ``split_view``, whose backward is one
+``split_backward`` (writes into the pieces show through, as in PyTorch).
 
 >>> import tessera
 >>> a, b = tessera.ones(2, 3), tessera.zeros(2, 3)
@@ -17,18 +18,16 @@ import warnings
 import numpy as np
 
 from tessera import _dtype as D
-from tessera._dispatch import dispatch
+from tessera._dispatch import _mark_view, dispatch
 from tessera._tensor import Size, Tensor
 from tessera.ops._util import call, ensure_tensor, wrap_dim, wrap_dims
 from tessera.ops.registry import Meta, defop
 from tessera.ops.views import (
+    _SLICE,
     diagonal,
     expand,
     flatten,
-    narrow,
     reshape,
-    select,
-    slice_view,
     transpose,
     unsqueeze,
     view,
@@ -110,17 +109,18 @@ def _cat_kernel(*arrays, dim=0):
 
 
 def _cat_grad(ctx, g):
+    """The pieces of ``g`` as views from ONE split (so a second backward is one op too)."""
     metas = ctx.input_metas
     d = _cat_dim(metas, ctx.attrs["dim"])
-    grads, offset = [], 0
+    bounds, offset = [], 0
     for m, need in zip(metas, ctx.needs_input_grad):
-        if _legacy_empty(m):
-            grads.append(g.new_zeros((0,)) if need else None)
-            continue
-        n = m.shape[d]
-        grads.append(narrow(g, d, offset, n) if need else None)
-        offset += n
-    return tuple(grads)
+        if not _legacy_empty(m):
+            if need:
+                bounds.append((offset, offset + m.shape[d]))
+            offset += m.shape[d]
+    pieces = iter(_views(g, d, bounds))
+    return tuple(None if not need else g.new_zeros((0,)) if _legacy_empty(m) else next(pieces)
+                 for m, need in zip(metas, ctx.needs_input_grad))
 
 
 _CAT = defop("cat", _cat_infer, _cat_kernel, promote=True, save=(), grad=_cat_grad)
@@ -186,7 +186,89 @@ def column_stack(tensors, *, out: Tensor | None = None) -> Tensor:
     return cat(ts, 1, out=out)
 
 
-# ---- split, chunk, unbind (views) ------------------------------------------------------
+# ---- split, chunk, tensor_split, unbind: one multi-output view op ---------------------------
+# ``split_view`` returns every piece at once, and its backward is ONE ``split_backward`` that
+# assembles all the piece gradients (cat, stack, or scatter-add for overlapping pieces):
+# O(input) work, where a slice grad per piece would fill a full-size buffer each, O(T^2).
+# dispatch marks only a multi-output op's first result as a view, and with a chain that
+# replays the whole op; ``_views`` re-marks every piece with the single slice it is, so
+# writes, version counters and history regeneration work per piece as for other views.
+
+def _split_infer(x, dim, bounds, squeeze):
+    s = x.shape
+    if squeeze:
+        piece = Meta(s[:dim] + s[dim + 1:], x.dtype)
+        return tuple(piece for _ in bounds)
+    return tuple(Meta(s[:dim] + (b - a,) + s[dim + 1:], x.dtype) for a, b in bounds)
+
+
+def _split_kernel(x, dim, bounds, squeeze):
+    lead = (slice(None),) * dim
+    if squeeze:  # the Ellipsis keeps a 1-d input's pieces 0-d views, not NumPy scalars
+        return tuple(x[lead + (a, Ellipsis)] for a, _ in bounds)
+    return tuple(x[lead + (slice(a, b),)] for a, b in bounds)
+
+
+def _split_grad(ctx, *grads):
+    return (dispatch(_SPLIT_BACKWARD, *grads, shape=ctx.input_metas[0].shape, **ctx.attrs),)
+
+
+_SPLIT = defop("split_view", _split_infer, _split_kernel, aliasing="view", save=(),
+               grad=_split_grad)
+
+
+def _split_backward_infer(*gs, shape, dim, bounds, squeeze):
+    want = _split_infer(Meta(shape, gs[0].dtype), dim, bounds, squeeze)
+    for i, (g, m) in enumerate(zip(gs, want)):
+        if tuple(g.shape) != m.shape:
+            raise RuntimeError(f"split_backward: gradient {i} has shape {list(g.shape)}, "
+                               f"expected {list(m.shape)}")
+    return Meta(tuple(shape), D.result_type(*[(g.dtype, 1) for g in gs]))
+
+
+def _is_partition(bounds, n: int) -> bool:
+    """Whether the pieces tile ``[0, n)`` in order, so their gradients just concatenate."""
+    at = 0
+    for a, b in bounds:
+        if a != at:
+            return False
+        at = b
+    return at == n
+
+
+def _split_backward_kernel(*gs, shape, dim, bounds, squeeze):
+    if squeeze:
+        return np.stack(gs, axis=dim)
+    if _is_partition(bounds, shape[dim]):
+        return np.concatenate(gs, axis=dim)
+    out = np.zeros(shape, np.result_type(*gs))   # tensor_split with decreasing indices
+    lead = (slice(None),) * dim
+    for (a, b), g in zip(bounds, gs):
+        out[lead + (slice(a, b),)] += g
+    return out
+
+
+def _split_backward_grad(ctx, g):
+    a = ctx.attrs
+    return dispatch(_SPLIT, g, dim=a["dim"], bounds=a["bounds"], squeeze=a["squeeze"])
+
+
+_SPLIT_BACKWARD = defop("split_backward", _split_backward_infer, _split_backward_kernel,
+                        save=(), grad=_split_backward_grad)
+
+
+def _views(input: Tensor, d: int, bounds, squeeze: bool = False) -> tuple:
+    """The pieces ``[a, b)`` of dim ``d`` (or the single indices ``a``, dim removed, when
+    ``squeeze``), as views of ``input`` from one ``split_view`` op."""
+    if not bounds:  # nothing to return (and nothing for dispatch to mark)
+        return ()
+    bounds = tuple((int(a), int(b)) for a, b in bounds)
+    pieces = dispatch(_SPLIT, input, dim=d, bounds=bounds, squeeze=squeeze)
+    lead = (slice(None),) * d
+    for p, (a, b) in zip(pieces, bounds):
+        _mark_view(p, (input,), _SLICE, {"key": lead + ((a,) if squeeze else (slice(a, b),))})
+    return pieces
+
 
 def _split_dim(op: str, input: Tensor, dim: int) -> int:
     ensure_tensor(op, input)
@@ -196,11 +278,11 @@ def _split_dim(op: str, input: Tensor, dim: int) -> int:
 
 
 def _narrow_all(input: Tensor, d: int, sizes) -> tuple:
-    out, start = [], 0
+    bounds, start = [], 0
     for s in sizes:
-        out.append(narrow(input, d, start, s))
+        bounds.append((start, start + s))
         start += s
-    return tuple(out)
+    return _views(input, d, bounds)
 
 
 def split(tensor: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
@@ -259,10 +341,12 @@ def tensor_split(input: Tensor, indices_or_sections, dim: int = 0) -> tuple:
     d = wrap_dim(dim, input.dim(), "tensor_split")
     n = input._shape[d]
     if isinstance(ios, (list, tuple)):
-        bounds = [int(i) for i in ios]
-        starts, stops = [0] + bounds, bounds + [None]
-        lead = (slice(None),) * d
-        return tuple(slice_view(input, lead + (slice(a, b),)) for a, b in zip(starts, stops))
+        idx = [int(i) for i in ios]
+        bounds = []
+        for a, b in zip([0] + idx, idx + [n]):
+            a, b, _ = slice(a, b).indices(n)   # Python slice rules: negatives, clamping
+            bounds.append((a, max(a, b)))
+        return _views(input, d, bounds)
     k = int(ios)
     if k <= 0:
         raise RuntimeError(f"number of sections must be larger than 0, got {k}")
@@ -276,7 +360,7 @@ def unbind(input: Tensor, dim: int = 0) -> tuple:
     if input.dim() == 0:
         raise IndexError("Dimension specified as 0 but tensor has no dimensions")
     d = wrap_dim(dim, input.dim(), "unbind")
-    return tuple(select(input, d, i) for i in range(input._shape[d]))
+    return _views(input, d, [(i, i + 1) for i in range(input._shape[d])], squeeze=True)
 
 
 # ---- flip, roll, rot90 ------------------------------------------------------------------

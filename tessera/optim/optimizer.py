@@ -25,8 +25,8 @@ import numpy as np
 
 from tessera import _dtype as D
 from tessera._tensor import Tensor
-from tessera.graph.trace import is_tracing
 from tessera.autograd.grad_mode import STATE
+from tessera.graph.trace import is_tracing
 from tessera.nn.modules.module import RemovableHandle
 
 __all__ = ["Optimizer", "register_optimizer_step_pre_hook",

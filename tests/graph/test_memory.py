@@ -9,7 +9,7 @@ import pytest
 import tessera
 from tessera import nn
 from tessera.graph import Graph, interpret, trace
-from tessera.graph.executor import Executor, out_form, compile_kernel
+from tessera.graph.executor import Executor, compile_kernel, out_form
 from tessera.graph.memory import _buffer_ends, _roots, plan_memory
 from tessera.graph.passes import fuse, run_pipeline
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import tessera
-from tessera.models.dcgan import DCGANDiscriminator, DCGANGenerator, dcgan, weights_init
+from tessera.models.gan import DCGANDiscriminator, DCGANGenerator, dcgan, weights_init
 
 SIZES = (28, 32)
 
@@ -242,9 +242,6 @@ def test_wrong_input_size_raises():
         netD(tessera.randn(2, 1, 8, 8))
 
 
-@pytest.mark.xfail(reason="tessera/models/__init__.py: the lazy name 'dcgan' is shadowed by "
-                          "the submodule tessera.models.dcgan once it is imported",
-                   strict=False)
 def test_lazy_public_name_stays_a_function():
     import tessera.models
     first = tessera.models.dcgan

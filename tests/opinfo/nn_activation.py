@@ -77,6 +77,15 @@ act("elu", ({}, {"alpha": 0.5}, {"alpha": -1.0}), covers=("elu",))
 act("selu", covers=("elu",))
 act("celu", ({}, {"alpha": 0.5}, {"alpha": 2.0}), covers=("elu",))
 act("gelu", ({}, {"approximate": "tanh"}), covers=("gelu", "gelu_backward"))
+
+
+def gelu_blocks(rng, dt):
+    """float32 exact gelu runs in blocks of 32768 elements: sizes across block edges."""
+    for shape in ((32768,), (3, 32769), (300, 257)):
+        yield Sample((make(rng, shape, dt, -6.0, 6.0),), {})
+
+
+register(OpInfo("gelu_blocks", fn("gelu"), gelu_blocks, covers=("gelu", "gelu_backward")))
 act("silu", covers=("silu", "silu_backward"))
 act("mish", covers=("mish",))
 act("softplus", ({}, {"beta": 2.0}, {"beta": 0.5, "threshold": 1.0}, {"beta": -1.0}),

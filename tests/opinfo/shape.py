@@ -89,6 +89,9 @@ register(
 
 
 # ---- split, chunk, unbind ------------------------------------------------------------
+# all are the one multi-output view op ``split_view``; its backward is ``split_backward``
+_SPLIT_OPS = ("split_view", "split_backward")
+
 
 def split_samples(rng, dt):
     m = lambda *s: make(rng, s, dt)  # noqa: E731
@@ -125,6 +128,9 @@ def tensor_split_samples(rng, dt):
     yield _s(m(2, 3), 5, dim=-1)
     yield _s(m(7, 2), [1, 5, 3, 9])
     yield _s(m(7, 2), (-2, 6))
+    yield _s(m(7, 2), [5, 2, 6], name="overlapping")
+    yield _s(m(2, 7), [3, 1], -1, name="overlapping")
+    yield _s(m(6), [-9, 20], name="clamped")
     yield _s(m(7, 2), [])
     yield _s(m(7, 2), 0, name="zero_sections")
     yield _s(m(), 1, name="zero_dim")
@@ -145,6 +151,8 @@ def unbind_samples(rng, dt):
     yield _s(m(3, 2), 1)
     yield _s(m(2, 3, 4), -1)
     yield _s(m(2, 0), 1)
+    yield _s(m(4), name="to_0d")
+    yield _s(m(1, 3, 2), 1)
     yield _s(m(0, 2), 0)
     yield _s(m(), 0, name="zero_dim")
     yield _s(m(2), 1, name="dim_range")
@@ -152,18 +160,18 @@ def unbind_samples(rng, dt):
 
 register(
     OpInfo("split", lambda L, x, s, dim=0: L.split(x, s, dim), split_samples,
-           covers=("slice",)),
+           covers=_SPLIT_OPS),
     OpInfo("split_method", lambda L, x, s, dim=0: x.split(s, dim), split_samples,
-           covers=("slice",)),
-    OpInfo("chunk", lambda L, x, c, dim=0: x.chunk(c, dim), chunk_samples, covers=("slice",)),
+           covers=_SPLIT_OPS),
+    OpInfo("chunk", lambda L, x, c, dim=0: x.chunk(c, dim), chunk_samples, covers=_SPLIT_OPS),
     OpInfo("tensor_split", lambda L, x, s, dim=0: L.tensor_split(x, s, dim),
-           tensor_split_samples, covers=("slice",)),
+           tensor_split_samples, covers=_SPLIT_OPS),
     # the split points are data: like PyTorch, they must be readable (not on meta)
     OpInfo("tensor_split_tensor", lambda L, x, s, dim=0: x.tensor_split(s, dim),
-           tensor_split_tensor_samples, meta=False, covers=("slice",)),
-    OpInfo("unbind", lambda L, x, dim=0: L.unbind(x, dim), unbind_samples, covers=("slice",)),
+           tensor_split_tensor_samples, meta=False, covers=_SPLIT_OPS),
+    OpInfo("unbind", lambda L, x, dim=0: L.unbind(x, dim), unbind_samples, covers=_SPLIT_OPS),
     OpInfo("unbind_method", lambda L, x, dim=0: x.unbind(dim), unbind_samples,
-           covers=("slice",)),
+           covers=_SPLIT_OPS),
 )
 
 

@@ -35,8 +35,13 @@ def _key(n, rename):
     return key
 
 
-def is_impure(op_name: str) -> bool:
-    return op_name in IMPURE or "rand" in op_name or "dropout" in op_name
+def is_impure(op_name: str, attrs: dict | None = None) -> bool:
+    """Random: a sampler by name (in-place ones too: ``normal_``), or a node drawing from a
+    generator or a seed."""
+    if attrs and ("generator" in attrs or "seed" in attrs):
+        return True
+    base = op_name.rstrip("_")
+    return base in IMPURE or "rand" in base or "dropout" in base or base == "poisson"
 
 
 def run(g: Graph, ctx) -> bool:
@@ -46,7 +51,7 @@ def run(g: Graph, ctx) -> bool:
     for n in g.nodes:
         if rename:
             n.inputs = [rename.get(id(v), v) if isinstance(v, Value) else v for v in n.inputs]
-        key = None if is_impure(n.op.name) else _key(n, rename)
+        key = None if is_impure(n.op.name, n.attrs) else _key(n, rename)
         if key is not None and key in seen:
             for old, new in zip(n.outputs, seen[key].outputs):
                 rename[id(old)] = new

@@ -15,7 +15,6 @@ import warnings
 
 import tessera
 from tessera._tensor import Tensor
-from tessera.autograd.function import Function
 
 __all__ = ["scaled_dot_product_attention", "multi_head_attention_forward"]
 
@@ -187,12 +186,12 @@ def _in_projection_packed(q, k, v, w, b):
     E = q.size(-1)
     if k is v:
         if q is k:
-            return _chunk(linear(q, w, b), 3, -1)
-        w_q, w_kv = _split(w, [E, 2 * E], 0)
-        b_q, b_kv = _split(b, [E, 2 * E], 0) if b is not None else (None, None)
-        return (linear(q, w_q, b_q),) + _chunk(linear(k, w_kv, b_kv), 2, -1)
-    w_q, w_k, w_v = _chunk(w, 3, 0)
-    b_q, b_k, b_v = _chunk(b, 3, 0) if b is not None else (None, None, None)
+            return linear(q, w, b).chunk(3, -1)
+        w_q, w_kv = w.split([E, 2 * E], 0)
+        b_q, b_kv = b.split([E, 2 * E], 0) if b is not None else (None, None)
+        return (linear(q, w_q, b_q),) + linear(k, w_kv, b_kv).chunk(2, -1)
+    w_q, w_k, w_v = w.chunk(3, 0)
+    b_q, b_k, b_v = b.chunk(3, 0) if b is not None else (None, None, None)
     return linear(q, w_q, b_q), linear(k, w_k, b_k), linear(v, w_v, b_v)
 
 
@@ -205,7 +204,7 @@ def _in_projection(q, k, v, w_q, w_k, w_v, b):
         if tuple(w.shape) != shape:
             raise AssertionError(f"expecting {name} weights shape of {shape}, but got "
                                  f"{w.shape}")
-    b_q, b_k, b_v = _chunk(b, 3, 0) if b is not None else (None, None, None)
+    b_q, b_k, b_v = b.chunk(3, 0) if b is not None else (None, None, None)
     for name, bias in (("query", b_q), ("key", b_k), ("value", b_v)):
         if bias is not None and tuple(bias.shape) != (Eq,):
             raise AssertionError(f"expecting {name} bias shape of {(Eq,)}, but got "
@@ -405,46 +404,3 @@ def _out_projection(out, weight, bias, tgt_len: int, bsz: int, embed_dim: int):
     out = out.permute(2, 0, 1, 3).reshape(tgt_len * bsz, embed_dim)
     out = linear(out, weight, bias)
     return out.view(tgt_len, bsz, out.size(1))
-
-
-# ---- splitting with one-buffer gradients ----------------------------------------------------
-# A slice's grad rule fills a zero tensor of its base's full size, so splitting a tensor into
-# n views costs n full-size buffers in the backward: O(n^2) for the T time steps of an RNN.
-# These Functions return the same views but concatenate (stack) the gradients in one buffer.
-# TODO: replace with split/unbind OpDefs that carry this grad rule, when shape.py has them.
-
-class _Split(Function):
-    @staticmethod
-    def forward(ctx, x, sizes, dim):
-        ctx.dim = dim
-        return tuple(x.split(list(sizes), dim))
-
-    @staticmethod
-    def backward(ctx, *grads):
-        return tessera.cat(grads, ctx.dim), None, None
-
-
-class _Unbind(Function):
-    @staticmethod
-    def forward(ctx, x, dim):
-        ctx.dim = dim
-        return tuple(x.unbind(dim))
-
-    @staticmethod
-    def backward(ctx, *grads):
-        return tessera.stack(grads, ctx.dim), None
-
-
-def _split(x: Tensor, sizes, dim: int = -1) -> tuple:
-    """``x.split(sizes, dim)`` whose backward is one ``cat``."""
-    return _Split.apply(x, tuple(sizes), dim)
-
-
-def _chunk(x: Tensor, n: int, dim: int = -1) -> tuple:
-    """``x.chunk(n, dim)`` (n equal pieces) whose backward is one ``cat``."""
-    return _split(x, [x.size(dim) // n] * n, dim)
-
-
-def _unbind(x: Tensor, dim: int = 0) -> tuple:
-    """``x.unbind(dim)`` whose backward is one ``stack``."""
-    return _Unbind.apply(x, dim)

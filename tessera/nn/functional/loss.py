@@ -1,7 +1,8 @@
 """Loss functions of ``tessera.nn.functional``, with PyTorch's signatures, legacy
 ``size_average``/``reduce`` arguments, reductions, shape checks and messages.
 
-``nll_loss`` and ``binary_cross_entropy`` are ops (``tessera.ops.loss``); cross_entropy is
+``nll_loss`` and ``binary_cross_entropy`` are ops (``tessera.ops.loss``), ``ctc_loss`` is
+one (``tessera.ops.ctc``); cross_entropy is
 ``log_softmax`` + ``nll_loss`` (plus the label-smoothing and class-probability terms); the
 other losses are composites of tessera ops, written as PyTorch's ATen composites are.
 
@@ -17,6 +18,7 @@ import warnings
 
 import tessera
 from tessera.ops import activation as A
+from tessera.ops import ctc as CTC
 from tessera.ops import elementwise as E
 from tessera.ops import loss as L
 from tessera.ops._util import call
@@ -28,7 +30,7 @@ __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
            "poisson_nll_loss", "gaussian_nll_loss", "margin_ranking_loss",
            "hinge_embedding_loss", "soft_margin_loss", "multilabel_soft_margin_loss",
            "multilabel_margin_loss", "multi_margin_loss", "triplet_margin_loss",
-           "triplet_margin_with_distance_loss", "cosine_embedding_loss"]
+           "triplet_margin_with_distance_loss", "cosine_embedding_loss", "ctc_loss"]
 
 EPSILON = 1e-12  # cosine_embedding_loss's guard, as in ATen
 
@@ -155,6 +157,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
                   reduce=None, reduction: str = "mean", label_smoothing: float = 0.0):
     """Cross entropy between ``input`` logits and class-index or class-probability targets.
 
+    >>> import tessera.nn.functional as F
     >>> F.cross_entropy(tessera.zeros(2, 4), tessera.tensor([0, 3]))
     tensor(1.3863)
     """
@@ -564,3 +567,49 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     if swap:
         dist_neg = tessera.minimum(dist_neg, dist(positive, negative))
     return _reduce((margin + dist_pos - dist_neg).clamp_min(0), reduction)
+
+
+# ---- sequences --------------------------------------------------------------------------------
+
+def _ctc_lengths(input_lengths, target_lengths) -> tuple[tuple, tuple]:
+    """Both lengths as tuples of ints: PyTorch takes two integral tensors or two int lists."""
+    both = (input_lengths, target_lengths)
+    if all(isinstance(v, tessera.Tensor) for v in both):
+        for name, v in zip(("input_lengths", "target_lengths"), both):
+            if v.dtype.category != 1:
+                raise RuntimeError(f"{name} must be integral")
+        return tuple(tuple(int(n) for n in v.reshape(-1).tolist()) for v in both)
+    if all(isinstance(v, (list, tuple)) for v in both):
+        try:
+            return tuple(tuple(n.__index__() for n in v) for v in both)
+        except AttributeError:
+            pass
+    raise TypeError("ctc_loss(): expected input_lengths and target_lengths both as tuples of "
+                    f"ints or both as Tensors, got {type(input_lengths).__name__} and "
+                    f"{type(target_lengths).__name__}")
+
+
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0,
+             reduction: str = "mean", zero_infinity: bool = False):
+    """Connectionist temporal classification loss of (T, N, C) (or unbatched (T, C))
+    log-probabilities against padded (N, S) or concatenated targets; 'mean' divides each
+    sequence's loss by its target length, then averages. ``zero_infinity`` zeroes the
+    infinite losses (and their gradients) of impossible alignments.
+
+    >>> lp = tessera.full((2, 1, 2), 0.5).log()
+    >>> ctc_loss(lp, tessera.tensor([[1]]), [2], [1])
+    tensor(0.2877)
+    """
+    reduction = _reduction(None, None, reduction)
+    il, tl = _ctc_lengths(input_lengths, target_lengths)
+    batched = log_probs.dim() == 3
+    lp = log_probs if batched else log_probs.unsqueeze(1)
+    loss = CTC.ctc_loss(lp, targets, il, tl, blank, zero_infinity)
+    if zero_infinity:
+        loss = E.where(loss == math.inf, zeros_like(loss), loss)
+    if reduction == "mean":
+        lengths = tessera.tensor(tl, dtype=loss.dtype, device=loss.device).clamp_min(1)
+        return (loss / lengths).mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss if batched else loss.squeeze(0)

@@ -4,7 +4,9 @@ PyTorch's parameter names (``weight_ih_l0``, ``weight_hh_l0_reverse``...), gate 
 
 The input projection of every time step is one GEMM over the whole sequence (with both
 biases folded into it where the gate math allows); only the recurrent GEMM and the gate
-math run step by step.
+math run step by step. A ``PackedSequence`` input runs the same way on its packed rows: at
+step t only the first ``batch_sizes[t]`` (longest) sequences advance, the others keep their
+state, so each sequence's final state is the one at its own length, as in PyTorch.
 
 >>> import tessera
 >>> lstm = tessera.nn.LSTM(4, 8, num_layers=2, batch_first=True)
@@ -20,9 +22,9 @@ import warnings
 
 import tessera
 from tessera.nn import init
-from tessera.nn.functional.attention import _chunk, _split, _unbind
 from tessera.nn.modules.module import Module
 from tessera.nn.parameter import Parameter
+from tessera.nn.utils.rnn import PackedSequence
 
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
 
@@ -49,12 +51,12 @@ def _step(mode: str, gi, h, c, w_hh_t, b_hh):
     if mode == "RNN_RELU":
         return (gi + gh).relu(), None
     if mode == "LSTM":
-        i, f, g, o = _chunk(gi + gh, 4, -1)
+        i, f, g, o = (gi + gh).chunk(4, -1)
         c = f.sigmoid() * c + i.sigmoid() * g.tanh()
         return o.sigmoid() * c.tanh(), c
     sizes = [2 * h.size(-1), h.size(-1)]
-    (gi_rz, gi_n), (gh_rz, gh_n) = _split(gi, sizes, -1), _split(gh, sizes, -1)
-    r, z = _chunk((gi_rz + gh_rz).sigmoid(), 2, -1)
+    (gi_rz, gi_n), (gh_rz, gh_n) = gi.split(sizes, -1), gh.split(sizes, -1)
+    r, z = (gi_rz + gh_rz).sigmoid().chunk(2, -1)
     n = (gi_n + r * gh_n).tanh()
     return n + z * (h - n), None   # = (1 - z) * n + z * h
 
@@ -146,8 +148,13 @@ class RNNBase(Module):
             raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
                                f"{self.input_size}, got {input.size(-1)}")
 
+    def _mini_batch(self, input, batch_sizes) -> int:
+        if batch_sizes is not None:
+            return int(batch_sizes[0])
+        return input.size(0) if self.batch_first else input.size(1)
+
     def get_expected_hidden_size(self, input, batch_sizes=None) -> tuple[int, int, int]:
-        mini_batch = input.size(0) if self.batch_first else input.size(1)
+        mini_batch = self._mini_batch(input, batch_sizes)
         dirs = 2 if self.bidirectional else 1
         hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
         return (self.num_layers * dirs, mini_batch, hidden)
@@ -171,26 +178,39 @@ class RNNBase(Module):
         return tuple(getattr(self, f"{k}{sfx}", None)
                      for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr"))
 
-    def _direction(self, inp, h, c, layer: int, d: int):
-        """One direction of one layer over the whole (T, N, F) sequence."""
+    def _direction(self, inp, h, c, layer: int, d: int, batch_sizes=None):
+        """One direction of one layer over the whole (T, N, F) sequence, or over the rows of
+        packed data with its ``batch_sizes``."""
         w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_weights(layer, d)
         fold = b_hh is not None and self.mode != "GRU"
         gi_all = _linear(inp, w_ih, (b_ih + b_hh) if fold else b_ih)   # (T, N, gates)
-        steps = _unbind(gi_all, 0)
+        steps = gi_all.unbind(0) if batch_sizes is None else gi_all.split(batch_sizes)
         w_hh_t = w_hh.t()
         w_hr_t = w_hr.t() if w_hr is not None else None
         seq = [None] * len(steps)
         for t in (range(len(steps) - 1, -1, -1) if d else range(len(steps))):
-            h, c = _step(self.mode, steps[t], h, c, w_hh_t, None if fold else b_hh)
-            if w_hr_t is not None:
-                h = h.matmul(w_hr_t)
-            seq[t] = h
-        return tessera.stack(seq), h, c
+            n = steps[t].size(0)
+            if n == h.size(0):
+                h, c = self._cell_step(steps[t], h, c, w_hh_t, w_hr_t, fold, b_hh)
+                seq[t] = h
+                continue
+            # packed: only the n longest sequences run at step t; the rest keep their state
+            h_t, c_t = self._cell_step(steps[t], h[:n], None if c is None else c[:n], w_hh_t,
+                                       w_hr_t, fold, b_hh)
+            seq[t] = h_t
+            h = tessera.cat([h_t, h[n:]])
+            c = None if c is None else tessera.cat([c_t, c[n:]])
+        return tessera.stack(seq) if batch_sizes is None else tessera.cat(seq), h, c
 
-    def _run(self, x, h0, c0=None):
-        """x: (T, N, F); h0/c0: (layers*dirs, N, H). Returns output, h_n, c_n."""
+    def _cell_step(self, gi, h, c, w_hh_t, w_hr_t, fold: bool, b_hh):
+        h, c = _step(self.mode, gi, h, c, w_hh_t, None if fold else b_hh)
+        return (h if w_hr_t is None else h.matmul(w_hr_t)), c
+
+    def _run(self, x, h0, c0=None, batch_sizes=None):
+        """x: (T, N, F), or packed (rows, F) with ``batch_sizes``; h0/c0: (layers*dirs, N,
+        H). Returns output, h_n, c_n."""
         import tessera.nn.functional as F
-        if x.size(0) == 0:
+        if batch_sizes is None and x.size(0) == 0:
             raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
         dirs = 2 if self.bidirectional else 1
         hs, cs, inp = [], [], x
@@ -199,7 +219,7 @@ class RNNBase(Module):
             for d in range(dirs):
                 idx = layer * dirs + d
                 out, h, c = self._direction(inp, h0[idx], c0[idx] if c0 is not None else None,
-                                            layer, d)
+                                            layer, d, batch_sizes)
                 outs.append(out)
                 hs.append(h)
                 cs.append(c)
@@ -208,13 +228,35 @@ class RNNBase(Module):
                 inp = F.dropout(inp, self.dropout, training=True)
         return inp, tessera.stack(hs), (tessera.stack(cs) if c0 is not None else None)
 
+    def _forward_packed(self, packed, hx):
+        """A PackedSequence in, a PackedSequence out; states in the caller's batch order."""
+        data, batch_sizes, sorted_indices, unsorted_indices = packed
+        sizes = [int(b) for b in batch_sizes.tolist()]
+        dirs = 2 if self.bidirectional else 1
+        real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
+        lstm = self.mode == "LSTM"
+        if hx is None:
+            hx = self._zeros(self.num_layers * dirs, sizes[0], real_hidden, data)
+            if lstm:
+                hx = (hx, self._zeros(self.num_layers * dirs, sizes[0], self.hidden_size,
+                                      data))
+        else:
+            hx = self.permute_hidden(hx, sorted_indices)
+        self.check_forward_args(data, hx, batch_sizes)
+        h0, c0 = hx if lstm else (hx, None)
+        out, h_n, c_n = self._run(data, h0, c0, sizes)
+        hidden = (h_n, c_n) if lstm else h_n
+        return (PackedSequence(out, batch_sizes, sorted_indices, unsorted_indices),
+                self.permute_hidden(hidden, unsorted_indices))
+
     def _zeros(self, n_layers_dirs: int, batch: int, size: int, like):
         return tessera.zeros(n_layers_dirs, batch, size, dtype=like.dtype, device=like.device)
 
     def _forward_single_state(self, input, hx):
         """RNN and GRU: one hidden state tensor."""
         name = "RNN" if self.mode.startswith("RNN") else self.mode
-        _reject_packed(input)
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
         if input.dim() not in (2, 3):
             raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.dim()}D "
                              "tensor instead")
@@ -280,12 +322,6 @@ def _check_rnn_args(mode, input_size, hidden_size, num_layers, bias, batch_first
         raise ValueError("Unrecognized RNN mode: " + mode)
 
 
-def _reject_packed(input) -> None:
-    if isinstance(input, tuple) or type(input).__name__ == "PackedSequence":
-        raise NotImplementedError("PackedSequence inputs are not supported; pad the batch "
-                                  "(nn.utils.rnn.pad_sequence) instead")
-
-
 class RNN(RNNBase):
     """Elman RNN: ``h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)`` (or relu).
 
@@ -327,7 +363,7 @@ class LSTM(RNNBase):
         super().__init__("LSTM", *args, **kwargs)
 
     def get_expected_cell_size(self, input, batch_sizes=None) -> tuple[int, int, int]:
-        mini_batch = input.size(0) if self.batch_first else input.size(1)
+        mini_batch = self._mini_batch(input, batch_sizes)
         return (self.num_layers * (2 if self.bidirectional else 1), mini_batch,
                 self.hidden_size)
 
@@ -345,7 +381,8 @@ class LSTM(RNNBase):
 
     def forward(self, input, hx=None):
         """Returns ``(output, (h_n, c_n))``."""
-        _reject_packed(input)
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
         if input.dim() not in (2, 3):
             raise ValueError(f"LSTM: Expected input to be 2D or 3D, got {input.dim()}D "
                              "instead")

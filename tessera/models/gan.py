@@ -9,7 +9,7 @@ layers each, sized so that the feature maps go 1 -> 4 -> 8 -> 16 -> 32 (32x32) o
 1 -> 3 -> 7 -> 14 -> 28 (28x28, MNIST's size) and back.
 
 >>> import tessera
->>> from tessera.models.dcgan import dcgan
+>>> from tessera.models.gan import dcgan
 >>> netG, netD = dcgan(nz=16, ngf=8, ndf=8, image_size=28)
 >>> fake = netG(tessera.randn(2, 16, 1, 1))
 >>> tuple(fake.shape), tuple(netD(fake).shape)
