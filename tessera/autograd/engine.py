@@ -187,7 +187,22 @@ def _pre_hooks(node, got: dict) -> dict:
     return got
 
 
+# scope hooks of active nn.Graph tracers: ``begin(node)`` names the ops a grad rule makes
+# after its forward op's module path, ``end(token)`` restores
+BACKWARD_SCOPES: list = []
+
+
 def _apply(node: Node, got: dict, retain_graph: bool) -> tuple:
+    if BACKWARD_SCOPES:
+        token = BACKWARD_SCOPES[-1].begin(node)
+        try:
+            return _apply_rule(node, got, retain_graph)
+        finally:
+            BACKWARD_SCOPES[-1].end(token)
+    return _apply_rule(node, got, retain_graph)
+
+
+def _apply_rule(node: Node, got: dict, retain_graph: bool) -> tuple:
     from tessera import zeros
     metas = node.output_metas
     nondiff = node.op.nondiff_outputs

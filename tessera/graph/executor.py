@@ -115,9 +115,10 @@ class Executor:
             reads = tuple((k, slot_of(v), casts[k]) for k, v in enumerate(n.inputs)
                           if isinstance(v, Value))
             outs = tuple((slot_of(v), v.dtype.np) for v in n.outputs)
+            multi = _is_multi(n)
             frees = tuple(slot[id(v)] for v in _dying(n, i, last_use))
             steps.append((fn, template, reads, n.attrs, outs, frees, n,
-                          self._destination(i, n, outs_fn[i], slot_of)))
+                          self._destination(i, n, outs_fn[i], slot_of), multi))
         self.steps = steps
         self.output_slots = [slot_of(v) for v in g.outputs]
         self.assign_slots = [(name, slot_of(v)) for name, v in g.assigns]
@@ -145,7 +146,7 @@ class Executor:
             env[s] = a
         for name, s in self.var_slots:
             env[s] = variables[name]
-        for fn, template, reads, attrs, outs, frees, node, dest in self.steps:
+        for fn, template, reads, attrs, outs, frees, node, dest, multi in self.steps:
             args = list(template)
             for k, s, cast in reads:
                 a = env[s]
@@ -168,7 +169,7 @@ class Executor:
             except Exception as e:
                 raise type(e)(f"{node.op.name} ({node.name or 'graph'}): {e}") from e
             if res is not None or dest is None:
-                if len(outs) == 1:
+                if not multi:
                     res = (res,)
                 for (s, dt), r in zip(outs, res):
                     if type(r) is not np.ndarray:
@@ -198,6 +199,13 @@ class Executor:
                 "intermediate_bytes_peak": peak, "variable_bytes": params,
                 "inplace_nodes": len(self.plan.inplace),
                 "written_into_variables": len(self.plan.into_var)}
+
+
+def _is_multi(n) -> bool:
+    """Whether the op returns a tuple of outputs (even a tuple of one, like a split into
+    one piece)."""
+    metas = [Meta(v.shape, v.dtype) if isinstance(v, Value) else v for v in n.inputs]
+    return type(n.op.infer(*metas, **n.attrs)) is tuple
 
 
 def _fresh_seed() -> int:

@@ -29,6 +29,7 @@ from tessera._dispatch import (
     push_mode,
 )
 from tessera._tensor import Tensor
+from tessera.autograd.engine import BACKWARD_SCOPES
 from tessera.autograd.grad_mode import STATE
 from tessera.graph.ir import Graph, Value
 from tessera.ops.registry import REGISTRY, Meta
@@ -140,6 +141,7 @@ class Tracer:
         self.initial: dict[int, Value] = {}    # id(concrete tensor) -> its variable
         self.tensors: dict[int, Tensor] = {}   # id -> the concrete tensor (kept alive)
         self.scope: list[str] = []
+        self.node_scope: dict[int, str] = {}  # id(autograd node) -> forward module path
         self._consts = 0
 
     # ---- values of tensors ---------------------------------------------------------
@@ -209,9 +211,24 @@ class Tracer:
                                       f"'{k}', which a graph cannot hold; at {_user_frame()}")
         out = _infer(op, metas, attrs, scalars)
         outs = out if type(out) is tuple else (out,)
+        scope = ".".join(self.scope)
         values = self.graph.add_node(op, inputs, attrs, [(m.shape, m.dtype) for m in outs],
-                                     name=".".join(self.scope))
-        return _finish(op, args, attrs, metas, out, [Symbol(v) for v in values], dev, grad)
+                                     name=scope)
+        res = _finish(op, args, attrs, metas, out, [Symbol(v) for v in values], dev, grad)
+        first = res[0] if type(res) is tuple else res
+        if first is not None and first.grad_fn is not None and scope:
+            self.node_scope[id(first.grad_fn)] = scope
+        return res
+
+    # ---- backward scopes (called by the autograd engine) ----------------------------
+    def begin(self, node):
+        prev = self.scope
+        path = self.node_scope.get(id(node))
+        self.scope = [f"{path}.grad"] if path else []
+        return prev
+
+    def end(self, prev) -> None:
+        self.scope = prev
 
     def dispatch_inplace(self, op, target, args, attrs):
         """``target`` takes the op's result as its new value (functionally: a new SSA value
@@ -280,9 +297,11 @@ class Tracer:
     def __enter__(self):
         push_mode(self)
         _ACTIVE.append(self)
+        BACKWARD_SCOPES.append(self)
         return self
 
     def __exit__(self, *exc):
+        BACKWARD_SCOPES.pop()
         _ACTIVE.pop()
         pop_mode()
         return False

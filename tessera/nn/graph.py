@@ -38,6 +38,7 @@ from tessera.graph.ir import Graph as IRGraph
 from tessera.graph.trace import GraphTraceError, Symbol, Tracer, value_of
 from tessera.nn.modules import module as _module_mod
 from tessera.nn.modules.module import Module
+from tessera.ops.random import default_generator
 
 __all__ = ["Graph", "GraphConfig"]
 
@@ -194,7 +195,8 @@ class Graph:
                 sym_args.append(s)
             else:
                 sym_args.append(a)
-        lrs = [ir.add_input(f"lr{k}.{j}", (), D.get_default_dtype())
+        # float64, like the Python floats eager mode computes the update's scalars in
+        lrs = [ir.add_input(f"lr{k}.{j}", (), D.float64)
                for k, (opt, _) in enumerate(self._optimizers)
                for j in range(len(opt.param_groups))]
         params = self._trainable()
@@ -203,6 +205,7 @@ class Graph:
                        self._optimizers]
         saved_lrs = [[g["lr"] for g in opt.param_groups] for opt, _ in self._optimizers]
         new_state: list = []
+        rng_state = default_generator.get_state()  # tracing must not consume random draws
         try:
             for p in params:
                 p._grad = None
@@ -216,6 +219,11 @@ class Graph:
                     raise GraphTraceError("nn.Graph: build() must return tensors computed "
                                           f"from its inputs (got {type(o).__name__})")
             ir.outputs = [value_of(o) for o in outs]
+            written = []  # in-place writes to build()'s inputs go back to the caller's tensors
+            for i, (a, sym) in enumerate(zip(args, sym_args)):
+                if isinstance(a, Tensor) and value_of(sym) is not ir.inputs[i]:
+                    written.append(i)
+                    ir.outputs.append(value_of(sym))
             for k, (opt, _) in enumerate(self._optimizers):
                 for p, st in opt.state.items():
                     for key, v in list(st.items()):
@@ -228,6 +236,7 @@ class Graph:
             ok = False
             raise
         finally:
+            default_generator.set_state(rng_state)
             for p in params:
                 p._grad = saved_grads[id(p)]
             for (opt, _), st, lrs_k in zip(self._optimizers, saved_state, saved_lrs):
@@ -239,6 +248,7 @@ class Graph:
         run_pipeline(ir, self.config.passes, training=self.training, values=values)
         tensors = {name: values[name] for name in ir.variables}  # folding may add some
         compiled = _Compiled(ir, Executor(ir), tensors, new_state, len(outs), treedef)
+        compiled.written = written
         if not self.training:
             # inference graphs may fold variables into constants (conv+bn folding): a later
             # eager change to one of them makes this compiled step stale
@@ -256,6 +266,9 @@ class Graph:
         if any(len(p) != n for p in parts):
             raise ValueError(f"nn.Graph: a batch must split into {n} micro-batches")
         outs = [self.build(*[p[i] for p in parts]) for i in range(n)]
+        for p in self._trainable():  # OneFlow scales the summed gradients by 1/n
+            if p._grad is not None:
+                p._grad = p._grad / n
         flat = [_flatten(o) for o in outs]
         mean = [sum(f[0][j] for f in flat) / n for j in range(len(flat[0][0]))]
         return _unflatten(mean, flat[0][1])
@@ -295,7 +308,7 @@ class Graph:
             for g in opt.param_groups:
                 lr = g["lr"]
                 lr = lr.item() if isinstance(lr, Tensor) else lr
-                inputs.append(np.asarray(lr, dtype=D.get_default_dtype().np))
+                inputs.append(np.asarray(lr, dtype=np.float64))
         variables = {n: t._data for n, t in c.tensors.items()}
         outs, assigns = c.executor.run(inputs, variables)
         for name, value in assigns:
@@ -304,7 +317,11 @@ class Graph:
                 np.copyto(t._data, value, casting="unsafe")
             t._version[0] += 1
         results = [Tensor._from_numpy(np.array(o, copy=True)) for o in outs]
-        for (opt, p, key), r in zip(c.new_state, results[c.n_outputs:]):
+        extra = results[c.n_outputs:]
+        for i, r in zip(c.written, extra):
+            np.copyto(args[i]._data, r._data, casting="unsafe")
+            args[i]._version[0] += 1
+        for (opt, p, key), r in zip(c.new_state, extra[len(c.written):]):
             opt.state[p][key] = r
         for opt, sched in self._optimizers:
             opt._opt_called = True

@@ -104,6 +104,8 @@ def _adam_update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
     # Python numbers eagerly; tensors when traced in an nn.Graph (PyTorch's capturable
     # math), where step and lr are known only when the graph runs
     step = _get_value(step_t)
+    if isinstance(step, Tensor):
+        step = step.double()  # the Python float eager mode computes with
     bias_correction1 = 1 - beta1 ** step
     bias_correction2 = 1 - beta2 ** step
     step_size = lr / bias_correction1
@@ -115,6 +117,6 @@ def _adam_update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
     else:
         denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
     if isinstance(step_size, Tensor):
-        param.sub_(exp_avg / denom * step_size)
+        param.sub_(exp_avg * step_size / denom)  # addcdiv computes (value * t1) / t2
     else:
         param.addcdiv_(exp_avg, denom, value=-step_size)

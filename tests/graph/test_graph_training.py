@@ -23,25 +23,6 @@ from tessera.graph import GraphTraceError
 RTOL, ATOL = 1e-5, 1e-6
 STEPS = 10
 
-# Known bugs (reported to the lead; strict xfail so a fix shows up as XPASS):
-ADAM_F32 = ("traced Adam/AdamW computes its scalar math (1 - beta2**step, lr*weight_decay, "
-            "lr / bias_correction1) in float32 tensors where eager uses Python floats: "
-            "1 - beta2**step loses ~1.3e-5 relative, so parameters drift beyond float32 "
-            "tolerance (the Transformer's key-projection bias, whose true gradient is 0, "
-            "amplifies it: Adam normalises the rounding noise)")
-DROPOUT_RNG = ("tracing dropout draws a seed from the default generator (dropout._seed) "
-               "and the executor draws another fresh seed per run, so a call that compiles "
-               "consumes one extra draw: under the same manual_seed, graph masks differ from "
-               "eager masks")
-GRAD_ACC = ("gradient accumulation sums the micro-batch gradients unscaled (2x the "
-            "full-batch mean gradient for 2 steps); OneFlow scales model diffs by "
-            "1/steps (ScaleModelDiffByLossInstanceNum), i.e. eager accumulation of loss/2")
-
-
-def _xfail(reason):
-    return pytest.mark.xfail(strict=True, reason=reason)
-
-
 # ---- the four models ----------------------------------------------------------------
 
 class DigitsCNN(nn.Module):
@@ -189,10 +170,7 @@ def assert_same_state(a: nn.Module, b: nn.Module, opt_a=None, opt_b=None, what="
 
 # ---- 10 steps: graph == eager ---------------------------------------------------------
 
-@pytest.mark.parametrize("kind,opt_kind", [
-    pytest.param(k, o, marks=_xfail(ADAM_F32) if (k, o) in {("cnn", "adamw"),
-                                                           ("transformer", "adamw")} else ())
-    for k in MODELS for o in ("sgd", "adamw")])
+@pytest.mark.parametrize("kind,opt_kind", [(k, o) for k in MODELS for o in ("sgd", "adamw")])
 def test_train_10_steps_equals_eager(kind, opt_kind):
     data = batches(kind, STEPS)
     m_eager, m_graph = make_model(kind), make_model(kind)
@@ -454,7 +432,6 @@ def test_failed_trace_leaves_model_and_optimizer_untouched():
 # ---- gradient accumulation -------------------------------------------------------------
 
 @pytest.mark.parametrize("opt_kind", ["sgd", "adamw"])
-@_xfail(GRAD_ACC)
 def test_gradient_accumulation_equals_eager_half_batches(opt_kind):
     """steps=2: each batch is split into two micro-batches along dim 0; the update equals
     eager accumulation of loss/2 over the two halves (one optimizer step on the
@@ -488,7 +465,7 @@ def test_gradient_accumulation_rejects_indivisible_batch():
 
 # ---- gradient clipping -----------------------------------------------------------------
 
-@pytest.mark.parametrize("opt_kind", ["sgd", pytest.param("adamw", marks=_xfail(ADAM_F32))])
+@pytest.mark.parametrize("opt_kind", ["sgd", "adamw"])
 def test_clip_grad_max_norm_equals_eager_clip_grad_norm(opt_kind):
     data = batches("mlp", 4)
     m_g, m_e = make_model("mlp"), make_model("mlp")
@@ -532,8 +509,6 @@ def test_print_graph_shows_module_paths():
         assert path in text2, path
 
 
-@pytest.mark.xfail(strict=True, reason="backward nodes have no name; issue 5 item 3 asks for "
-                   "'<module path>.grad' names (e.g. model.layer1.0.conv1.grad)")
 def test_backward_nodes_named_after_module_paths():
     model = make_model("mlp")
     g = TrainGraph(model, *make_opt("sgd", model))
@@ -543,7 +518,6 @@ def test_backward_nodes_named_after_module_paths():
 
 # ---- random ops in a graph -------------------------------------------------------------
 
-@_xfail(DROPOUT_RNG)
 def test_dropout_training_graph_equals_eager_with_same_seed():
     """The digits CNN with its dropout(0.25): seeding the default generator before each
     step gives the graph and eager mode the same masks."""

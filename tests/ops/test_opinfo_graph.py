@@ -45,16 +45,10 @@ UNCAPTURABLE: dict[str, str] = {
 _SINGLE_OUT = ("Executor: a multi-output kernel (split_view/unbind) whose node has ONE "
                "output returns a 1-element tuple/list, which run() wraps again and "
                "np.asarray stacks into shape (1, ...)")
-_INPUT_WRITE = ("an in-place write to a graph input (symbolic) is not written back to the "
-                "caller's tensor: the IR only assigns variables")
 _VALUE_CHECK = ("the function validates argument values in Python (bool(tensor)), which "
                 "cannot be traced; output shapes are static")
 EXPECTED_GRAPH_FAILURES: dict[str, str] = {
-    "tensor_split": _SINGLE_OUT,
-    "local_response_norm": _SINGLE_OUT,
     "embedding_bag": _SINGLE_OUT,
-    "batch_norm_running_stats": _INPUT_WRITE + " (running_mean/var passed as inputs)",
-    "embedding_max_norm": _INPUT_WRITE + " (max_norm renormalises the weight in place)",
     "index_tensor_scalar": "x[i, 1] with a 0-d int tensor i calls int(i) (getitem._parse) "
                            "instead of tracing an index op; the output shape is static",
     "masked_scatter": "its grad rule uses masked_select (dynamic shape) for the source "
@@ -64,9 +58,6 @@ EXPECTED_GRAPH_FAILURES: dict[str, str] = {
     "gaussian_nll_loss": _VALUE_CHECK + " (var >= 0 check)",
     "multi_margin_loss": _VALUE_CHECK + " (target range check)",
     "multilabel_margin_loss": _VALUE_CHECK + " (target range check)",
-    "nn.functional.pixel_shuffle": "vision._fresh calls np.shares_memory on a Symbol",
-    "nn.functional.pixel_unshuffle": "vision._fresh calls np.shares_memory on a Symbol",
-    "nn.functional.channel_shuffle": "vision._fresh calls np.shares_memory on a Symbol",
     "embedding_bag_max_norm": "the max_norm renorm goes through unique/nonzero (dynamic "
                               "shape); the weight update itself has a static shape",
     "ctc_loss_tensor_lengths": "tensor input/target lengths are read with .tolist() in "

@@ -190,7 +190,8 @@ def upsample_bilinear(input, size=None, scale_factor=None):
 def _fresh(y: Tensor, x: Tensor) -> Tensor:
     """PyTorch's shuffles return new memory; when the permutation moved only size-1 dims the
     reshape is a view of ``x``, so copy it then."""
-    if y._data is not None and x._data is not None and np.shares_memory(y._data, x._data):
+    if type(y._data) is np.ndarray and type(x._data) is np.ndarray and \
+            np.shares_memory(y._data, x._data):  # (a traced graph has no memory to share)
         return y.clone()
     return y
 
