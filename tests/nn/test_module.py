@@ -410,3 +410,21 @@ def test_backward_hook_sees_one_entry_per_tensor():
         (x.sum() + y.sum()).backward()
         seen.append(got)
     assert seen[1] == seen[0] == [(2, 2)]
+
+
+def test_load_from_state_dict_override_with_pytorchs_signature():
+    """Overrides written for PyTorch take seven arguments; ``assign`` travels in the
+    metadata (``assign_to_params_buffers``), as in PyTorch."""
+    seen = []
+
+    class M(tessera.nn.Linear):
+        def _load_from_state_dict(self, sd, prefix, meta, strict, missing, unexpected, errors):
+            seen.append(meta.get("assign_to_params_buffers", False))
+            super()._load_from_state_dict(sd, prefix, meta, strict, missing, unexpected,
+                                          errors)
+    src, dst = M(2, 2), M(2, 2)
+    dst.load_state_dict(src.state_dict())
+    assert tessera.equal(dst.weight, src.weight)
+    w = tessera.ones(2, 2)
+    dst.load_state_dict({"weight": w, "bias": tessera.zeros(2)}, assign=True)
+    assert seen == [False, True] and dst.weight.data_ptr() == w.data_ptr()

@@ -488,7 +488,10 @@ class Module:
         return destination
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
-                              unexpected_keys, error_msgs, assign: bool = False) -> None:
+                              unexpected_keys, error_msgs) -> None:
+        # PyTorch's signature: ``assign`` travels in the metadata, so overrides written for
+        # PyTorch (seven arguments) work unchanged
+        assign = local_metadata.get("assign_to_params_buffers", False)
         for hook in self._load_state_dict_pre_hooks.values():
             hook(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                  error_msgs)
@@ -543,9 +546,11 @@ class Module:
         metadata = getattr(state_dict, "_metadata", None)
 
         def load(module: Module, prefix: str = "") -> None:
-            local_meta = {} if metadata is None else metadata.get(prefix[:-1], {})
+            local_meta = {} if metadata is None else dict(metadata.get(prefix[:-1], {}))
+            if assign:
+                local_meta["assign_to_params_buffers"] = True
             module._load_from_state_dict(state_dict, prefix, local_meta, True, missing,
-                                         unexpected, errors, assign)
+                                         unexpected, errors)
             for name, child in module._modules.items():
                 if child is not None:
                     load(child, prefix + name + ".")
