@@ -154,13 +154,6 @@ _INFER_CACHE_SIZE = 8192
 _KEY_TYPES = frozenset((int, float, bool, str, type(None), D.dtype, device))
 
 
-def _keyable(v) -> bool:
-    t = type(v)
-    if t in _KEY_TYPES:
-        return True
-    return (t is tuple or t is Size) and _int_tuple(v)
-
-
 def _int_tuple(v) -> bool:
     """Tuples of ints, None and such tuples (shapes, dims, pads) are keys; other elements
     are not, because 2 == 2.0 == True would make different arguments one key."""
@@ -174,11 +167,20 @@ def _int_tuple(v) -> bool:
 def _infer(op: OpDef, metas: list, attrs: dict, scalars: bool):
     key = None
     if attrs:
+        typed = False  # a number among the attrs: alpha=1, 1.0 and True are equal keys
         for v in attrs.values():
-            if not _keyable(v):
+            t = type(v)
+            if t is int or t is float or t is bool:
+                typed = True
+            elif t is tuple or t is Size:
+                if not _int_tuple(v):
+                    break
+            elif t not in _KEY_TYPES:
                 break
-        else:  # with the attrs' types: alpha=1 and alpha=True are equal but differ
-            key = (op, D._default, *metas, *attrs.items(), *map(type, attrs.values()))
+        else:
+            key = (op, D._default, *metas, *attrs.items())
+            if typed:
+                key += tuple(map(type, attrs.values()))
     else:
         key = (op, D._default, *metas)
     if key is not None and scalars:  # 1, 1.0 and True are equal keys but infer differently

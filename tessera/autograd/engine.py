@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import heapq
 
+import numpy as np
+
 from tessera.autograd.grad_mode import STATE
 from tessera.autograd.graph import AccumulateGrad, Node
 
@@ -37,7 +39,11 @@ def _make_grads(outputs, grad_outputs):
             if not out.dtype.is_floating_point and not out.dtype.is_complex:
                 raise RuntimeError("grad can be implicitly created only for real scalar "
                                    f"outputs but got {out.dtype}")
-            g = ones_like(out)
+            if type(out._data) is np.ndarray:  # eager CPU: no op needed for a constant
+                g = Tensor._make(np.ones(out._shape, out._dtype.np), out._dtype, out._device,
+                                 out._shape)
+            else:
+                g = ones_like(out)
         elif not isinstance(g, Tensor):
             raise TypeError(f"gradient must be a Tensor or None, got {type(g).__name__}")
         elif tuple(g.shape) != tuple(out.shape):
@@ -73,24 +79,21 @@ def run_backward(outputs, grad_outputs, retain_graph: bool, create_graph: bool,
 
     # 1. dependency counts over the reachable graph, and which nodes lead to a capture
     deps: dict[int, int] = {}
-    nodes: dict[int, object] = {}
     stack = [e[0] for e, _ in roots]
-    for n in stack:
-        nodes[id(n)] = n
-    seen = set()
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        for e in n.next_functions:
+    nodes: dict[int, object] = {id(n): n for n in stack}
+    while stack:  # each node is pushed once, when first reached
+        for e in stack.pop().next_functions:
             if e is None:
                 continue
             nxt = e[0]
-            deps[id(nxt)] = deps.get(id(nxt), 0) + 1
-            if id(nxt) not in nodes:
-                nodes[id(nxt)] = nxt
-                stack.append(nxt)
+            k = id(nxt)
+            if k in deps:
+                deps[k] += 1
+            else:
+                deps[k] = 1
+                if k not in nodes:
+                    nodes[k] = nxt
+                    stack.append(nxt)
     needed = None
     if inputs is not None:
         needed = _needed(nodes, {k[0] for k in capture})
@@ -109,11 +112,13 @@ def run_backward(outputs, grad_outputs, retain_graph: bool, create_graph: bool,
         while ready:
             _, _, node = heapq.heappop(ready)
             got = buffers.pop(id(node), {})
-            got = _pre_hooks(node, got)
-            for nr, g in got.items():
-                k = capture.get((id(node), nr))
-                if k is not None:
-                    captured[k] = g
+            if node._pre_hooks or node._retained:
+                got = _pre_hooks(node, got)
+            if capture:
+                for nr, g in got.items():
+                    k = capture.get((id(node), nr))
+                    if k is not None:
+                        captured[k] = g
             if needed is not None and id(node) not in needed:
                 continue
             if isinstance(node, AccumulateGrad):
@@ -187,6 +192,21 @@ def _pre_hooks(node, got: dict) -> dict:
     return got
 
 
+def _output_grads(node: Node, got: dict, metas) -> tuple:
+    """Each output's gradient; outputs nothing flowed into get zeros, on the device the
+    other gradients are on."""
+    from tessera import zeros
+    nondiff = node.op.nondiff_outputs
+    dev = next((g.device for g in got.values() if g is not None), None)
+    grads = []
+    for i, m in enumerate(metas):
+        g = got.get(i)
+        if g is None and i not in nondiff and m is not None:
+            g = zeros(m.shape, dtype=m.dtype, device=dev)
+        grads.append(g)
+    return tuple(grads)
+
+
 # scope hooks of active nn.Graph tracers: ``begin(node)`` names the ops a grad rule makes
 # after its forward op's module path, ``end(token)`` restores
 BACKWARD_SCOPES: list = []
@@ -203,18 +223,12 @@ def _apply(node: Node, got: dict, retain_graph: bool) -> tuple:
 
 
 def _apply_rule(node: Node, got: dict, retain_graph: bool) -> tuple:
-    from tessera import zeros
     metas = node.output_metas
-    nondiff = node.op.nondiff_outputs
-    # outputs nothing flowed into get zeros, on the device the other gradients are on
-    dev = next((g.device for g in got.values() if g is not None), None)
-    grads = []
-    for i, m in enumerate(metas):
-        g = got.get(i)
-        if g is None and i not in nondiff and m is not None:
-            g = zeros(m.shape, dtype=m.dtype, device=dev)
-        grads.append(g)
-    result = node.apply(tuple(grads))
+    if len(metas) == 1 and 0 in got:  # the common case: one output, its gradient arrived
+        grads = (got[0],)
+    else:
+        grads = _output_grads(node, got, metas)
+    result = node.apply(grads)
     if not isinstance(result, tuple):
         result = (result,)
     if len(result) != len(node.next_functions):
@@ -226,11 +240,11 @@ def _apply_rule(node: Node, got: dict, retain_graph: bool) -> tuple:
             out.append(None)
             continue
         m = node.input_metas[k]
-        if tuple(g.shape) != tuple(m.shape):
+        if g._shape != m.shape and tuple(g._shape) != tuple(m.shape):
             raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index "
                                f"{k} - got {list(g.shape)} but expected shape compatible with "
                                f"{list(m.shape)}")
-        if g.dtype is not m.dtype:
+        if g._dtype is not m.dtype:
             g = g.to(m.dtype)
         out.append(g)
     if node._hooks:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import weakref
 
+import numpy as np
+
 _seq = itertools.count()
 
 FREED_MSG = ("Trying to backward through the graph a second time (or directly access saved "
@@ -183,7 +185,12 @@ class AccumulateGrad:
                 g = var._grad
                 if not g.requires_grad and g._base is None and g._shape == grad._shape and \
                         g._dtype is grad._dtype:
-                    g.add_(grad)  # in place, as PyTorch accumulates into an owned .grad
+                    # in place, as PyTorch accumulates into an owned .grad
+                    if type(g._data) is np.ndarray and type(grad._data) is np.ndarray:
+                        np.add(g._data, grad._data, out=g._data)
+                        g._version[0] += 1
+                    else:
+                        g.add_(grad)
                 else:
                     var._grad = g + grad
         for hook in getattr(var, "_post_accumulate_hooks", None) or ():

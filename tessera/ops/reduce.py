@@ -162,7 +162,12 @@ def _dim_arg(dim):
 
 # ---- sums and means --------------------------------------------------------------------
 
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _sum_kernel(x, dims, keepdim, dtype=None):
+    if dtype is None and x.dtype in _FLOATS:  # the common case
+        return np.add.reduce(x, axis=dims, keepdims=keepdim)
     out = _long_dtype(D.from_numpy_dtype(x.dtype), dtype)
     return np.add.reduce(x, axis=dims, keepdims=keepdim, dtype=_acc_np(out))
 

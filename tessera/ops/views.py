@@ -274,7 +274,7 @@ def _permute_grad(ctx, g):
     return (permute(g, tuple(inv)),)
 
 
-_PERMUTE = defop("permute", _permute_infer, lambda x, dims: np.transpose(x, dims),
+_PERMUTE = defop("permute", _permute_infer, lambda x, dims: x.transpose(dims),
                  aliasing="view", save=(), grad=_permute_grad)
 
 
@@ -299,10 +299,10 @@ swapaxes = swapdims = transpose
 
 def t(input: Tensor) -> Tensor:
     """Transpose of a tensor with at most 2 dims."""
-    if input.dim() > 2:
-        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is "
-                           f"{input.dim()}D")
-    return transpose(input, 0, 1) if input.dim() == 2 else view(input, input._shape)
+    nd = len(input._shape)
+    if nd > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {nd}D")
+    return dispatch(_PERMUTE, input, dims=(1, 0)) if nd == 2 else view(input, input._shape)
 
 
 def t_(input: Tensor) -> Tensor:
