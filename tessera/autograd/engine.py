@@ -79,8 +79,8 @@ def run_backward(outputs, grad_outputs, retain_graph: bool, create_graph: bool,
 
     # 1. dependency counts over the reachable graph, and which nodes lead to a capture
     deps: dict[int, int] = {}
-    stack = [e[0] for e, _ in roots]
-    nodes: dict[int, object] = {id(n): n for n in stack}
+    nodes: dict[int, object] = {id(e[0]): e[0] for e, _ in roots}
+    stack = list(nodes.values())  # a node with two root outputs is expanded once
     while stack:  # each node is pushed once, when first reached
         for e in stack.pop().next_functions:
             if e is None:
