@@ -437,7 +437,7 @@ def _bitwise_not_infer(x):
     _need_tensor("bitwise_not", x)
     if x.dtype.category >= 2:
         raise TypeError("~ (operator.invert) is only implemented on integer and Boolean-type "
-                        "tensors")
+                        f"tensors, not {x.dtype.name}")
     return Meta(x.shape, x.dtype)
 
 
@@ -525,6 +525,9 @@ def _add_infer(name):
             raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not "
                                "supported. If you are trying to invert a mask, use the `~` or "
                                "`logical_not()` operator instead.")
+        if not isinstance(alpha, (int, float, complex, np.number, np.bool_, Tensor)):
+            raise TypeError(f"{name}(): argument 'alpha' must be Number, not "
+                            f"{type(alpha).__name__}")
         m = base(a, b)
         if isinstance(alpha, (bool, np.bool_)) and m.dtype is not D.bool_:
             raise RuntimeError("Boolean alpha only supported for Boolean results.")
@@ -1063,11 +1066,22 @@ def _lerp_infer(a, b, w):
     return Meta(broadcast_shapes("lerp", a.shape, b.shape, shape_of(w)), a.dtype)
 
 
-def _lerp_kernel(a, b, w):
+def _lerp_kernel(a, b, w, out=None):
     # PyTorch's formula: exact at both ends, from whichever end the weight is nearer
     a, b, w = _operands([a, b, w], a.dtype)
+    if isinstance(w, (int, float)):  # one branch, one temporary (Adam's exp_avg.lerp_)
+        diff = np.subtract(b, a)
+        if builtins_abs(w) < 0.5:
+            np.multiply(diff, w, out=diff)
+            return np.add(a, diff, out=out)
+        np.multiply(diff, 1 - w, out=diff)
+        return np.subtract(b, diff, out=out)
     diff = b - a
-    return np.where(np.abs(w) < 0.5, a + w * diff, b - diff * (1 - w))
+    res = np.where(np.abs(w) < 0.5, a + w * diff, b - diff * (1 - w))
+    if out is None:
+        return res
+    np.copyto(out, res, casting="unsafe")
+    return out
 
 
 def _lerp_grad(ctx, g):
@@ -1080,8 +1094,17 @@ def _lerp_grad(ctx, g):
 
 
 _LERP = defop("lerp", _lerp_infer, _kernel(_lerp_kernel), grad=_lerp_grad)
-_LERP.inplace_kernels["cpu"] = lambda t, a, b, w: np.copyto(t, _kernel(_lerp_kernel)(a, b, w),
-                                                            casting="unsafe")
+
+
+def _lerp_into(t, a, b, w):
+    if t.dtype == a.dtype == b.dtype and a.dtype in _FLOATS32_64:
+        _lerp_kernel(a, b, w, out=t)
+    else:
+        np.copyto(t, _kernel(_lerp_kernel)(a, b, w), casting="unsafe")
+
+
+_FLOATS32_64 = (np.dtype(np.float32), np.dtype(np.float64))
+_LERP.inplace_kernels["cpu"] = _lerp_into
 
 
 @_public

@@ -124,7 +124,29 @@ def _permute(n: Node, emit):
         dims = tuple(p1[d] for d in dims)
     if dims == tuple(range(len(dims))):
         return x
+    if inner is None and dims == (1, 0):
+        return _transpose_of_matmul(x, emit)
     return emit("permute", [x], {"dims": dims}) if inner is not None else None
+
+
+def _transpose_of_matmul(x, emit):
+    """(A @ B).T -> B.T @ A.T for 2-D operands read only here: the product comes out
+    contiguous instead of as a transposed view (a linear layer's weight gradient), so the
+    elementwise ops after it (optimizer updates) read memory in order."""
+    mm = _producer(x, "matmul")
+    if mm is None or emit.uses(x) != 1 or \
+            not all(isinstance(v, Value) and len(v.shape) == 2 for v in mm.inputs):
+        return None
+    a, b = mm.inputs
+    return emit("matmul", [_t(b, emit), _t(a, emit)], {})
+
+
+def _t(v, emit):
+    """v.T as a value: the operand of a transposing permute, or a new permute."""
+    p = _producer(v, "permute")
+    if p is not None and tuple(p.attrs["dims"]) in ((1, 0), (-1, -2), (-1, 0), (1, -2)):
+        return p.inputs[0]
+    return emit("permute", [v], {"dims": (1, 0)})
 
 
 _RESHAPES = ("view", "squeeze", "unsqueeze")
@@ -225,6 +247,13 @@ def _meta(v):
 def run(g: Graph, ctx) -> bool:
     rename: dict[int, Value] = {}
     nodes: list[Node] = []
+    uses: dict[int, int] = {}
+    for n in g.nodes:
+        for v in n.inputs:
+            if isinstance(v, Value):
+                uses[id(v)] = uses.get(id(v), 0) + 1
+    for v in g.live_roots():
+        uses[id(v)] = uses.get(id(v), 0) + 1
 
     for n in g.nodes:
         if rename:
@@ -241,6 +270,7 @@ def run(g: Graph, ctx) -> bool:
             new.outputs = [Value(g.fresh(), m.shape, m.dtype, new, 0)]
             nodes.append(new)
             return new.outputs[0]
+        emit.uses = lambda v: uses.get(id(v), 0)
 
         new = rule(n, emit)
         if new is not None:
