@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from bench import overhead, training
+from bench import models, overhead, training
 from bench.common import environment
 
 
@@ -27,8 +27,12 @@ def main() -> int:
                   f"{r['ratio']:.2f}x") for r in overhead_rows],
                 ("case", "tessera us", "torch us", "ratio")))
     results["training"] = training.run()
-    print("\nTraining step, eager (median of 10 after 2 warm-up; target ratio <= 1.5)")
+    print("\nTraining step: tessera eager, tessera nn.Graph, PyTorch eager (median of 10 "
+          "after 2 warm-up; targets: eager/torch <= 1.5, graph faster than eager)")
     print(training.render(results["training"]))
+    results["models"] = models.run()
+    print("\nModel zoo (median ms of 5 after a warm-up)")
+    print(models.render(results["models"]))
     os.makedirs("bench/results", exist_ok=True)
     path = f"bench/results/{time.strftime('%Y%m%d-%H%M%S')}.json"
     with open(path + ".tmp", "w") as f:

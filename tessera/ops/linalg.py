@@ -143,7 +143,7 @@ def _dot_check(a, b) -> D.dtype:
     return a.dtype
 
 
-def _matmul_kernel(a, b):
+def _matmul_kernel(a, b, out=None):
     if a.dtype.itemsize == 2 and a.dtype.kind != "i":  # float16/bfloat16: accumulate in fp32
         return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
     # batched operands that are strided views (k.transpose(-2, -1) in attention) take
@@ -152,7 +152,7 @@ def _matmul_kernel(a, b):
         a = np.ascontiguousarray(a)
     if b.ndim > 2 and not (b.flags.c_contiguous or b.flags.f_contiguous):
         b = np.ascontiguousarray(b)
-    return np.matmul(a, b)
+    return np.matmul(a, b, out=out)
 
 
 def _conj(t: Tensor) -> Tensor:
@@ -239,31 +239,33 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
     """Product of two matrices; no broadcasting (``tessera.mm(a, b)``)."""
     ensure_tensor("mm", input)
     ensure_tensor("mm", mat2, "mat2")
-    if input.dim() != 2:
-        raise RuntimeError("self must be a matrix")
-    if mat2.dim() != 2:
-        raise RuntimeError("mat2 must be a matrix")
+    for name, t in (("self", input), ("mat2", mat2)):
+        if t.dim() != 2:
+            raise RuntimeError(f"mm: {name} must be a matrix (2D), got a {t.dim()}D tensor")
+    if input.shape[1] != mat2.shape[0]:
+        raise RuntimeError(f"mm: mat1 and mat2 shapes cannot be multiplied ({input.shape[0]}x"
+                           f"{input.shape[1]} and {mat2.shape[0]}x{mat2.shape[1]})")
     return matmul(input, mat2, out=out)
 
 
-def _check_bmm(b1: Tensor, b2: Tensor, index_error: bool = False) -> None:
+def _check_bmm(op: str, b1: Tensor, b2: Tensor, index_error: bool = False) -> None:
     for name, t in (("batch1", b1), ("batch2", b2)):
         if index_error and t.dim() < 3:  # baddbmm/addbmm index dim 2 before checking
             n = max(t.dim(), 1)
             raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, "
                              f"{n - 1}], but got 2)")
         if t.dim() != 3:
-            raise RuntimeError(f"{name} must be a 3D tensor")
+            raise RuntimeError(f"{op}: {name} must be a 3D tensor")
 
 
 def bmm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
     """Batched product of ``(b, n, k)`` and ``(b, k, m)``; batch sizes must be equal."""
     ensure_tensor("bmm", input)
     ensure_tensor("bmm", mat2, "mat2")
-    _check_bmm(input, mat2)
+    _check_bmm("bmm", input, mat2)
     s1, s2 = input.shape, mat2.shape
     if s1[0] != s2[0] or s1[2] != s2[1]:
-        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+        raise RuntimeError(f"bmm: Expected size for first two dimensions of batch2 tensor to be: "
                            f"[{s1[0]}, {s1[2]}] but got: [{s2[0]}, {s2[1]}].")
     return matmul(input, mat2, out=out)
 
@@ -288,6 +290,11 @@ def dot(input: Tensor, tensor: Tensor, *, out: Tensor | None = None) -> Tensor:
     ensure_tensor("dot", input)
     ensure_tensor("dot", tensor, "tensor")
     _check_1d(input.dim(), tensor.dim())
+    n, m = input.shape[0], tensor.shape[0]
+    if n != m:  # checked here too, so that the error names dot rather than matmul
+        raise RuntimeError(f"dot: inconsistent tensor size, expected tensor [{n}] and src [{m}] "
+                           f"to have the same number of elements, but got {n} and {m} "
+                           "elements respectively")
     return matmul(input, tensor, out=out)
 
 
@@ -437,7 +444,7 @@ def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1, alpha=1,
     """``beta * input + alpha * bmm(batch1, batch2)``."""
     for name, t in (("input", input), ("batch1", batch1), ("batch2", batch2)):
         ensure_tensor("baddbmm", t, name)
-    _check_bmm(batch1, batch2, index_error=True)
+    _check_bmm("baddbmm", batch1, batch2, index_error=True)
     if input.dtype is not batch1.dtype:
         raise RuntimeError(f"Input dtypes must be the same, got: input "
                            f"{_CNAME[input.dtype.name]}, batch1: {_CNAME[batch1.dtype.name]}, "
@@ -456,7 +463,7 @@ def addbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1, alpha=1,
     """``beta * input + alpha * sum_b(batch1[b] @ batch2[b])``, as one matrix product."""
     for name, t in (("input", input), ("batch1", batch1), ("batch2", batch2)):
         ensure_tensor("addbmm", t, name)
-    _check_bmm(batch1, batch2, index_error=True)
+    _check_bmm("addbmm", batch1, batch2, index_error=True)
     (b, n, k), (b2, k2, m) = batch1.shape, batch2.shape
     if b != b2:
         raise RuntimeError(f"batch1 and batch2 must have same number of batches, got {b} "
