@@ -350,9 +350,11 @@ def dispatch_inplace(op: OpDef, target: Tensor, *args, **attrs) -> Tensor:
             fast(target._data, *[a._data if isinstance(a, Tensor) else a for a in args], **attrs)
         target._version[0] += 1
         return target
-    if record and op.save and "inputs" in op.save:
-        # backward needs the old value of target, which the write below overwrites
-        args = tuple(_snapshot(a) if a is target else a for a in args)
+    if record and op.save and "inputs" in op.save and args and args[0] is target:
+        # backward needs the old value of self, which the write below overwrites; like
+        # PyTorch, only self is kept so: ``y.mul_(y)`` saves the live ``y`` as ``other``,
+        # and backward then reports the in-place modification
+        args = (_snapshot(target),) + tuple(args[1:])
     out = dispatch(op, *args, **attrs)
     _check_inplace(op, target, Meta(out._shape, out._dtype))
     if out._dtype is not target._dtype:

@@ -249,9 +249,9 @@ class Tracer:
             _refresh_view(target)
         record = grad_on and (target._requires_grad or any(
             isinstance(a, Tensor) and a._requires_grad for a in args))
-        if record and op.save and "inputs" in op.save:
+        if record and op.save and "inputs" in op.save and args and args[0] is target:
             # the old value stays valid (values are immutable): a fresh alias keeps it
-            args = tuple(self._alias(a) if a is target else a for a in args)
+            args = (self._alias(target),) + tuple(args[1:])
         out = self.dispatch(op, args, attrs)
         _check_inplace(op, target, Meta(out._shape, out._dtype))
         if out._dtype is not target._dtype:

@@ -15,11 +15,13 @@ import numpy as np
 
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
-from tessera._tensor import Tensor
+from tessera._tensor import Tensor, _contiguous_strides
 from tessera.device.registry import _BACKENDS
 from tessera.device.registry import device as Device
 from tessera.ops._util import broadcast_shapes, call, size_args, sum_to
 from tessera.ops.registry import Meta, defop
+
+_Complex = complex  # the builtin: this module defines tessera.complex below
 
 __all__ = ["tensor", "as_tensor", "asarray", "from_numpy", "scalar_tensor", "zeros", "ones",
            "full", "empty", "zeros_like", "ones_like", "full_like", "empty_like", "arange",
@@ -40,25 +42,23 @@ def _finish(t: Tensor, requires_grad: bool) -> Tensor:
 # ---- data -> tensor ------------------------------------------------------------------
 
 def _infer_data_dtype(data) -> D.dtype:
-    """The dtype PyTorch gives nested Python data: bool < int64 < default float."""
+    """The dtype PyTorch gives nested data: the promotion of its elements' dtypes, where a
+    Python bool/int/float/complex is bool/int64/the default float/its complex, and a NumPy
+    scalar, array or tensor keeps its own dtype (``tensor(np.float64(2.0))`` is float64)."""
     best = None
     stack = [data]
     while stack:
         x = stack.pop()
         if isinstance(x, Tensor):
             d = x.dtype
-        elif isinstance(x, np.ndarray):
-            d = D.from_numpy_dtype(x.dtype)
+        elif isinstance(x, (np.ndarray, np.generic)):  # before scalar_dtype: np.float64 is a
+            d = D.from_numpy_dtype(x.dtype)              # float subclass
         elif isinstance(x, (list, tuple)):
             stack.extend(x)
             continue
         else:
             d = D.scalar_dtype(x)
-        if best is None or d.category > best.category or (
-                d.category == best.category and d.category != 2 and
-                D.promote_types(best, d) is d):
-            best = d if d.category != 2 or isinstance(x, (Tensor, np.ndarray, np.generic)) \
-                else D.get_default_dtype()
+        best = d if best is None else D.promote_types(best, d)
     return best or D.get_default_dtype()
 
 
@@ -73,10 +73,38 @@ def _to_numpy_data(data, dt: D.dtype) -> np.ndarray:
         raise RuntimeError(f"value cannot be converted to type {dt.name} without "
                            "overflow") from None
     except (ValueError, TypeError) as e:
-        raise ValueError(f"tensor(): could not build a tensor from the data: {e}") from None
+        raise (_ragged_error(data) or
+               ValueError(f"tensor(): could not build a tensor from the data: {e}")) from None
     if arr.dtype == object:
         raise TypeError("tensor(): data must be numbers or nested sequences of numbers")
     return arr
+
+
+def _ragged_error(data) -> Exception | None:
+    """PyTorch's error for nested sequences of uneven depth or length: the shape is read off
+    the first element at each depth, then every element is checked against it in order."""
+    seq = (list, tuple, np.ndarray)
+    sizes, x = [], data
+    while isinstance(x, seq):
+        sizes.append(len(x))
+        if not len(x):
+            break
+        x = x[0]
+
+    def walk(x, dim: int) -> Exception | None:
+        if dim == len(sizes):
+            if isinstance(x, seq):
+                return TypeError(f"tensor(): expected a number at dim {dim}, got a "
+                                 f"{type(x).__name__}")
+            return None
+        if not isinstance(x, seq):
+            return TypeError(f"tensor(): not a sequence: expected a sequence of length "
+                             f"{sizes[dim]} at dim {dim}, got {type(x).__name__}")
+        if len(x) != sizes[dim]:
+            return ValueError(f"tensor(): expected sequence of length {sizes[dim]} at dim "
+                              f"{dim} (got {len(x)})")
+        return next((e for e in (walk(y, dim + 1) for y in x) if e is not None), None)
+    return walk(data, 0)
 
 
 def _flat(data):
@@ -186,6 +214,8 @@ def _make_full(op_name, size, value, dtype, device, requires_grad):
         dt = D.as_dtype(dtype) if dtype is not None else D.get_default_dtype()
         out = dispatch(_EMPTY, shape=shape, dtype=dt, device=_dev(device))
     else:
+        if isinstance(value, np.generic):  # PyTorch reads a NumPy scalar as a Python number
+            value = value.item()
         dt = D.as_dtype(dtype) if dtype is not None else (
             D.scalar_dtype(value) if not isinstance(value, Tensor) else value.dtype)
         if isinstance(value, Tensor):
@@ -212,6 +242,9 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad=False, out=
     if not isinstance(size, (tuple, list)):
         raise TypeError(f"full(): argument 'size' (position 1) must be tuple of ints, not "
                         f"{type(size).__name__}")
+    if not isinstance(fill_value, (int, float, _Complex, np.number, np.bool_, Tensor)):
+        raise TypeError(f"full(): argument 'fill_value' (position 2) must be Number, not "
+                        f"{type(fill_value).__name__}")
     return _make_full("full", (tuple(size),), fill_value, dtype, device, requires_grad)
 
 
@@ -254,6 +287,9 @@ def empty_like(input, *, dtype=None, device=None, requires_grad=False, layout=No
 
 
 def _arange_infer(start, end, step, dtype, device=None):
+    if dtype is D.bool_ or dtype.is_complex:
+        from tessera.ops.activation import tname
+        raise NotImplementedError(f"\"arange_cpu\" not implemented for '{tname(dtype)}'")
     if step == 0:
         raise RuntimeError("arange: step must be nonzero")
     if (end - start) * step < 0 and end != start:
@@ -297,7 +333,7 @@ def arange(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=
 
 def _linspace_infer(start, end, steps, dtype, device=None):
     if steps < 0:
-        raise RuntimeError("linspace: number of steps must be non-negative")
+        raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     return Meta((steps,), dtype)
 
 
@@ -460,13 +496,72 @@ def copy(input: Tensor, src: Tensor, non_blocking: bool = False, *, out=None) ->
     return call(_COPY, input, src, out=out)
 
 
-_CLONE = defop("clone", lambda x, memory_format=None: Meta(x.shape, x.dtype),
-               lambda x, memory_format=None: np.array(x, copy=True, order="C"),
+def _dense_non_overlapping(shape, strides) -> bool:
+    """PyTorch's ``is_non_overlapping_and_dense``: some order of the dims is contiguous."""
+    expected = 1
+    for st, size in sorted((st, size) for size, st in zip(shape, strides) if size > 1):
+        if st != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _infer_dense_strides(shape, strides) -> tuple[int, ...]:
+    """PyTorch's ``infer_dense_strides``: dense strides in the dim order of ``strides``
+    (a stable insertion sort in which a 0 stride compares equal to anything)."""
+    nd = len(shape)
+    perm = list(range(nd - 1, -1, -1))  # innermost first
+
+    def should_swap(d0: int, d1: int) -> int:
+        s0, s1 = strides[d0], strides[d1]
+        if s0 == 0 or s1 == 0:
+            return 0
+        if s0 != s1:
+            return 1 if s0 > s1 else -1
+        return 1 if shape[d0] > shape[d1] else 0
+
+    for i in range(1, nd):
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            c = should_swap(perm[d0], perm[d1])
+            if c > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif c < 0:
+                break
+    out, acc = [0] * nd, 1
+    for d in perm:
+        out[d] = acc
+        acc *= max(shape[d], 1)
+    return tuple(out)
+
+
+def _clone_kernel(x, contiguous=False):
+    # PyTorch's preserve_format: a dense tensor keeps its strides (a transpose stays one),
+    # any other gets dense strides in the same dim order
+    if not contiguous and x.ndim > 1 and x.size and min(x.strides) >= 0:
+        st = tuple(s // x.itemsize for s in x.strides)
+        if not (x.flags.c_contiguous or _dense_non_overlapping(x.shape, st)):
+            st = _infer_dense_strides(x.shape, st)
+        if st != _contiguous_strides(x.shape):
+            out = np.lib.stride_tricks.as_strided(np.empty(x.size, x.dtype), x.shape,
+                                                  tuple(s * x.itemsize for s in st))
+            out[...] = x
+            return out
+    return np.array(x, copy=True, order="C")
+
+
+_CLONE = defop("clone", lambda x, contiguous=False: Meta(x.shape, x.dtype), _clone_kernel,
                grad=lambda ctx, g: (g,), save=())
 
 
 def clone(input: Tensor, *, memory_format=None) -> Tensor:
-    """A copy of ``input`` in new memory; gradients flow back to ``input``."""
+    """A copy of ``input`` in new memory with the same strides when it is dense (PyTorch's
+    ``preserve_format``); gradients flow back to ``input``.
+
+    >>> clone(arange(6).view(2, 3).t()).stride()
+    (1, 3)
+    """
     return dispatch(_CLONE, input)
 
 
@@ -474,7 +569,7 @@ def contiguous(input: Tensor, memory_format=None) -> Tensor:
     """``input`` itself when already contiguous, else a contiguous copy."""
     if input.is_contiguous():
         return input
-    return dispatch(_CLONE, input)
+    return dispatch(_CLONE, input, contiguous=True)
 
 
 def complex(real: Tensor, imag: Tensor) -> Tensor:

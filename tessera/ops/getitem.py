@@ -111,6 +111,8 @@ def _parse(x: Tensor, key):
                 k._data is not None):
             template.append(int(k))  # like PyTorch, a 0-d integer tensor selects
             dim += 1
+        elif isinstance(k, (str, bytes)):  # PyTorch tries to make a tensor of it
+            raise TypeError(f"invalid index: new(): invalid data type '{type(k).__name__}'")
         elif not isinstance(k, Tensor):
             raise IndexError("only integers, slices (`:`), ellipsis (`...`), None and long or "
                              "byte or bool tensors are valid indices (got "

@@ -420,8 +420,7 @@ def _index_select_infer(x, index, dim):
 def _index_select_kernel(x, index, dim):
     d = dim % _nd(x.shape)
     x1, i = _as1(x), _index_1d(index)
-    if ((i < 0) | (i >= x1.shape[d])).any():
-        raise IndexError("index out of range in self")
+    _check_bounds(i, x1.shape[d], d, IndexError, "index out of range in self: ")
     out = np.take(x1, i, axis=d)
     return out.reshape(()) if x.ndim == 0 else out
 
@@ -476,7 +475,7 @@ def _index_add_infer(x, index, source, dim, alpha=1):
 def _write_index_add(t, index, source, dim, alpha=1):
     d = dim % _nd(t.shape)
     t1, i = _as1(t), _index_1d(index)
-    _check_bounds(i, t1.shape[d], d)
+    _check_bounds(i, t1.shape[d], d, IndexError, "index out of range in self: ")
     src = _as1(source)
     if alpha != 1 and t.dtype != np.bool_:
         src = src * _value(alpha, t.dtype)  # alpha takes the tensor's type first, as in PyTorch

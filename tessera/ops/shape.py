@@ -462,7 +462,7 @@ def rot90(input: Tensor, k: int = 1, dims=(0, 1)) -> Tensor:
     if k == 3:
         return transpose(flip(input, (d0,)), d0, d1)
     from tessera.ops.creation import clone
-    return clone(input)
+    return clone(input).contiguous()  # PyTorch's rot90(k=0) is a contiguous copy
 
 
 # ---- repeat, tile, repeat_interleave ----------------------------------------------------

@@ -77,6 +77,8 @@ def _value_grad(ctx, g, gi=None):
 
 def _sort_infer(x, dim=-1, descending=False):
     wrap_dim(dim, len(x.shape), "sort")
+    if x.dtype.is_complex:  # complex numbers have no order
+        raise RuntimeError("sort: Sort does not support complex dtypes on CPU")
     return Meta(x.shape, x.dtype), Meta(x.shape, D.int64)
 
 
@@ -116,8 +118,9 @@ def msort(input, *, out=None) -> Tensor:
 
 def _topk_infer(x, k, dim=-1, largest=True):
     d = wrap_dim(dim, len(x.shape), "topk")
-    if x.dtype is D.bool_:
-        raise RuntimeError("topk does not support bool dtypes on CPU")
+    if x.dtype is D.bool_ or x.dtype.is_complex:
+        what = "bool" if x.dtype is D.bool_ else "complex"
+        raise RuntimeError(f"topk does not support {what} dtypes on CPU")
     n = x.shape[d] if x.shape else 1
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise TypeError(f"topk(): argument 'k' must be int, not {type(k).__name__}")

@@ -46,13 +46,14 @@ def _resolve_shape(op: str, shape, n: int) -> tuple[int, ...]:
     shape = list(shape)
     neg = [i for i, s in enumerate(shape) if s == -1]
     if len(neg) > 1:
-        raise RuntimeError(f"{op}: only one dimension can be inferred")
+        raise RuntimeError(f"{op}: only one dimension can be inferred (shape {shape})")
     for s in shape:
         if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
             raise TypeError(f"{op}(): argument 'size' must be tuple of ints, but found element "
                             f"of type {type(s).__name__}")
         if s < -1:
-            raise RuntimeError(f"{op}: invalid shape dimension {s}")
+            raise RuntimeError(f"{op}: invalid shape dimension {s} at index {shape.index(s)} "
+                               f"of shape {shape}")
     known = numel([s for s in shape if s != -1])
     if neg:
         if known == 0 or n % known:
@@ -119,10 +120,29 @@ _VIEW = defop("view", _view_infer, _view_kernel, aliasing="view", save=(),
               grad=lambda ctx, g: (reshape(g, ctx.input_metas[0].shape),))
 
 
-def _shape_args(size) -> tuple:
+def _as_index(s, op: str, arg: str, pos: int | None):
+    """``s`` as an int (also from a NumPy int or an integer 0-d tensor), else PyTorch's
+    argument-parser TypeError: ``pos`` is the element's place in a sequence, or None."""
+    if not isinstance(s, bool):
+        try:
+            return int(s.__index__())
+        except (AttributeError, TypeError):
+            pass
+    what = type(s).__name__
+    if pos is None:
+        raise TypeError(f"{op}(): argument '{arg}' (position 1) must be tuple of ints, not "
+                        f"{what}")
+    raise TypeError(f"{op}(): argument '{arg}' failed to unpack the object at pos {pos} with "
+                    f"error \"type must be tuple of ints,but got {what}\"")
+
+
+def _shape_args(size, op: str = "view", arg: str = "size") -> tuple:
+    """The ``*size`` of ``x.view(2, 3)`` or ``x.view((2, 3))`` as a tuple of ints."""
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
-        return tuple(size[0])
-    return tuple(size)
+        return tuple(_as_index(s, op, arg, i + 1) for i, s in enumerate(size[0]))
+    if len(size) == 1:
+        return (_as_index(size[0], op, arg, None),)
+    return tuple(_as_index(s, op, arg, i + 1) for i, s in enumerate(size))
 
 
 def view(input: Tensor, *shape) -> Tensor:
@@ -142,8 +162,7 @@ def view_as(input: Tensor, other: Tensor) -> Tensor:
 def _viewable(x: Tensor, shape: tuple[int, ...]) -> bool:
     if x._data is None or x.is_contiguous():
         return True
-    new = _resolve_shape("reshape", shape, x.numel())
-    return _compute_stride(x._shape, x.stride(), new) is not None
+    return _compute_stride(x._shape, x.stride(), shape) is not None
 
 
 def reshape(input: Tensor, *shape) -> Tensor:
@@ -151,12 +170,13 @@ def reshape(input: Tensor, *shape) -> Tensor:
     ensure_tensor("reshape", input)
     if not shape:
         raise TypeError("reshape() missing 1 required positional arguments: \"shape\"")
-    shape = _shape_args(shape)
+    # resolved here so that a bad shape is reported as reshape's error, not view's
+    shape = _resolve_shape("reshape", _shape_args(shape, "reshape", "shape"), input.numel())
     if tuple(shape) == input._shape:
         return dispatch(_VIEW, input, shape=tuple(shape))
     if not _viewable(input, shape):
-        from tessera.ops.creation import clone
-        input = clone(input)
+        from tessera.ops.creation import contiguous
+        input = contiguous(input)
     return dispatch(_VIEW, input, shape=tuple(shape))
 
 
@@ -281,7 +301,7 @@ _PERMUTE = defop("permute", _permute_infer, lambda x, dims: x.transpose(dims),
 def permute(input: Tensor, *dims) -> Tensor:
     """Reorder dims: ``x.permute(2, 0, 1)``."""
     ensure_tensor("permute", input)
-    return dispatch(_PERMUTE, input, dims=_shape_args(dims))
+    return dispatch(_PERMUTE, input, dims=_shape_args(dims, "permute", "dims"))
 
 
 def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
@@ -337,6 +357,10 @@ def movedim(input: Tensor, source, destination) -> Tensor:
         raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims)"
                            f" should contain the same number of dims as destination ({dst} "
                            "dims)")
+    for name, given in (("source", src), ("destination", dst)):
+        wrapped = [wrap_dim(d, nd, "movedim") for d in given]
+        if len(set(wrapped)) != len(wrapped):
+            raise RuntimeError(f"movedim: repeated dim in `{name}` ({given})")
     src = [wrap_dim(d, nd, "movedim") for d in src]
     dst = [wrap_dim(d, nd, "movedim") for d in dst]
     order = [d for d in range(nd) if d not in src]
@@ -356,8 +380,9 @@ moveaxis = movedim
 def _expand_infer(x, shape):
     nd = len(x.shape)
     if len(shape) < nd:
-        raise RuntimeError(f"expand: the number of sizes provided ({len(shape)}) must be "
-                           f"greater or equal to the number of dimensions in the tensor ({nd})")
+        raise RuntimeError(f"expand(tensor of shape {list(x.shape)}, size={list(shape)}): the "
+                           f"number of sizes provided ({len(shape)}) must be greater or equal "
+                           f"to the number of dimensions in the tensor ({nd})")
     lead = len(shape) - nd
     out = []
     for i, s in enumerate(shape):
@@ -400,7 +425,7 @@ _EXPAND = defop("expand", _expand_infer, _expand_kernel, aliasing="view", save=(
 
 def expand(input: Tensor, *sizes) -> Tensor:
     """Broadcast size-1 dims to ``sizes`` without copying (-1 keeps a dim)."""
-    return dispatch(_EXPAND, input, shape=_shape_args(sizes))
+    return dispatch(_EXPAND, input, shape=_shape_args(sizes, "expand", "size"))
 
 
 def expand_as(input: Tensor, other: Tensor) -> Tensor:
@@ -486,12 +511,16 @@ def narrow(input: Tensor, dim: int, start, length: int) -> Tensor:
     """``length`` elements of dim ``dim`` from ``start``, as a view."""
     d = wrap_dim(dim, input.dim(), "narrow")
     size = input._shape[d]
-    start = int(start)
-    if start < 0:
-        start += size
-    if start < 0 or start > size or length < 0 or start + length > size:
-        raise IndexError(f"narrow: start ({start}) + length ({length}) exceeds dimension size "
-                         f"({size}).")
+    given = int(start)
+    if not -size <= given <= size:
+        raise IndexError(f"narrow: start out of range (expected to be in range of [{-size}, "
+                         f"{size}], but got {given})")
+    start = given + size if given < 0 else given
+    if length < 0:
+        raise RuntimeError("narrow(): length must be non-negative.")
+    if start + length > size:
+        raise RuntimeError(f"narrow: start ({start}) + length ({length}) exceeds dimension "
+                           f"size ({size}).")
     key = (slice(None),) * d + (slice(start, start + length),)
     return slice_view(input, key)
 
