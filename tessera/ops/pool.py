@@ -21,6 +21,8 @@ offset and its backward adds them back the same way (col2im).
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from tessera import _dtype as D
@@ -130,12 +132,33 @@ def _max_pool_kernel(x, kernel_size, stride, padding, dilation, ceil_mode):
                    zip(in_sp, kernel_size, stride, padding, dilation))
     pads = _hi_pads(in_sp, out_sp, kernel_size, stride, padding, dilation)
     xp = pad_array(x, pads, _lowest(x.dtype))
-    win = window_view(xp, kernel_size, out_sp, stride, dilation, kernel_last=True)
-    flat = win.reshape(x.shape[:2] + out_sp + (int(np.prod(kernel_size)),))  # the one copy
-    arg = flat.argmax(axis=-1)
-    y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
+    y, arg = _window_max(xp, kernel_size, out_sp, stride, dilation)
     idx = _flat_indices(arg, kernel_size, out_sp, in_sp, stride, padding, dilation)
     return y, idx
+
+
+def _window_max(xp, kernel_size, out_sp, stride, dilation):
+    """Max over each window and its position (the first maximum; the last NaN, as PyTorch):
+    one pass per kernel offset over strided views of the input, each as large as the
+    output, instead of gathering every window into a copy."""
+    offsets = list(itertools.product(*[range(n) for n in kernel_size]))
+    views = [xp[(slice(None), slice(None)) + tuple(
+        slice(o * d, o * d + s * (n - 1) + 1, s)
+        for o, d, s, n in zip(offs, dilation, stride, out_sp))] for offs in offsets]
+    best = views[0].copy()
+    arg = np.zeros(best.shape, np.uint8 if len(views) < 256 else np.int64)
+    kind = arg.dtype.type
+    for k in range(1, len(views)):  # branch-free: masked copies mispredict on random data
+        take = views[k] > best
+        np.maximum(best, views[k], out=best)
+        # offsets grow with k, so the newest strictly larger one is the largest index
+        np.maximum(arg, np.multiply(take, kind(k), dtype=arg.dtype), out=arg)
+    if xp.dtype.kind in "fcV" and np.isnan(best.sum()):  # rare: windows holding a NaN
+        for k, v in enumerate(views):  # PyTorch's ``val > max || isnan(val)``: last NaN
+            isnan = np.isnan(v)
+            np.copyto(best, v, where=isnan)
+            np.copyto(arg, k, where=isnan)
+    return best, arg.astype(np.int64)
 
 
 def _max_grad(ctx, g, _gi):

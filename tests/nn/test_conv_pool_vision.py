@@ -411,3 +411,15 @@ def test_ops_run_on_meta_device():
     assert tuple(y.shape) == (2, 4, 5, 5) and i.dtype is tessera.int64
     assert tuple(F.interpolate(x, scale_factor=1.5, mode="bilinear").shape) == (2, 4, 13, 12)
     assert tuple(F.pad(x, (1, 2, 3, -4), mode="reflect").shape) == (2, 4, 8, 11)
+
+
+@pytest.mark.parametrize("k,s,p,d", [(2, 2, 0, 1), (3, 1, 1, 1), (3, 2, 1, 2)])
+def test_max_pool_nan_and_tie_indices_match_torch(k, s, p, d):
+    """Ties keep the first maximum, a NaN wins over numbers and the last NaN is taken."""
+    x = np.round(np.random.default_rng(0).standard_normal((2, 3, 8, 8)), 1).astype(np.float32)
+    x[0, 0, 0, 1] = x[0, 0, 1, 0] = x[1, 2, 5, 5] = np.nan
+    a, ia = tessera.nn.functional.max_pool2d(tessera.tensor(x), k, s, p, d,
+                                             return_indices=True)
+    b, ib = torch.nn.functional.max_pool2d(torch.tensor(x), k, s, p, d, return_indices=True)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(ia.numpy(), ib.numpy())
