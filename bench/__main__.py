@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from bench import models, overhead, training
+from bench import demo, models, overhead, training
 from bench.common import environment
 
 
@@ -30,6 +30,8 @@ def main() -> int:
     print("\nTraining step: tessera eager, tessera nn.Graph, PyTorch eager (median of 10 "
           "after 2 warm-up; targets: eager/torch <= 1.5, graph faster than eager)")
     print(training.render(results["training"]))
+    results["demo"] = demo.run()
+    print("\n" + demo.render(results["demo"]))
     results["models"] = models.run()
     print("\nModel zoo (median ms of 5 after a warm-up)")
     print(models.render(results["models"]))
