@@ -4,8 +4,10 @@
 - small CNN on 1x28x28 (conv 32, conv 64, pool, fc 128, fc 10), batch 64, Adam
 - Transformer encoder layer (d_model 256, 4 heads, seq 128, batch 16, GELU FFN 1024), AdamW
 
-Each (framework, workload) runs in its own subprocess so that peak memory (max RSS growth
-over the process's state after warm-up) is measured separately.
+Each (framework, workload) runs in its own subprocess so that peak memory is measured
+separately: the peak RSS over the run minus the RSS once model, optimizer and data exist
+(what training adds: gradients, optimizer state, activations, workspaces; for a graph also
+its tracing and compile).
 """
 from __future__ import annotations
 
@@ -88,17 +90,26 @@ def _maxrss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _rss_mb() -> float:
+    """Resident memory now (Linux /proc; falls back to the peak elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+    except OSError:
+        return _maxrss_mb()
+
+
 def child(framework: str, name: str, steps: int) -> dict:
     if framework == "torch":
         import torch as lib
     else:
         import tessera as lib
     step = build(lib, name, graph=framework == "graph")
+    base = _rss_mb()  # model, optimizer and data built; no step taken yet
     t0 = time.perf_counter()
     step()
     first = time.perf_counter() - t0
     step()  # a graph traces twice: the first step creates the optimizer state
-    base = _maxrss_mb()
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
