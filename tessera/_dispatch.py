@@ -341,6 +341,8 @@ def dispatch_inplace(op: OpDef, target: Tensor, *args, **attrs) -> Tensor:
         _refresh_view(target)  # the base was written after this view was taken
     record = grad_on and (target._requires_grad or any(
         isinstance(a, Tensor) and a._requires_grad for a in args))
+    if record and target._multi_view is not None:
+        raise _multi_view_error(target)
     fast = op.inplace_kernels.get(target._device.type)
     if not record and fast is not None:
         metas = [Meta(a._shape, a._dtype) if isinstance(a, Tensor) else a for a in args]
@@ -369,6 +371,14 @@ def dispatch_inplace(op: OpDef, target: Tensor, *args, **attrs) -> Tensor:
         else:
             _rebase_view(target, out)
     return target
+
+
+def _multi_view_error(t: Tensor) -> RuntimeError:
+    i, node = t._multi_view
+    return RuntimeError(f"Output {i} of {node} is a view and is being modified inplace. This "
+                        "view is the output of a function that returns multiple views. Such "
+                        "functions do not allow the output views to be modified inplace. You "
+                        "should replace the inplace operation by an out-of-place one.")
 
 
 def _check_inplace(op: OpDef, target: Tensor, m) -> None:

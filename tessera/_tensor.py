@@ -121,6 +121,7 @@ class Tensor(TensorMethods):
     _hooks = None
     _retains_grad = False
     _inference = False
+    _multi_view = None      # (index, node name) of a split/unbind output made under autograd
 
     # ---- construction ---------------------------------------------------------------
     def __new__(cls, *args, **kwargs):

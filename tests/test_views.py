@@ -418,13 +418,16 @@ def test_inplace_into_expanded_tensor_raises():
         tessera.zeros(3).expand(2, 3).add_(1)
 
 
-@pytest.mark.xfail(strict=True, reason="multi-output views (split/chunk/unbind) are not "
-                   "marked, so dispatch_inplace cannot refuse in-place writes into them "
-                   "under autograd as PyTorch does; see report")
 def test_inplace_on_multi_output_view_raises():
+    """Like PyTorch: refused under autograd, allowed without it."""
     x = tessera.ones(4, 3, requires_grad=True)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="returns multiple views"):
         (x * 1).unbind(0)[0].mul_(2)
+    with pytest.raises(RuntimeError, match="returns multiple views"):
+        (x * 1).split(2)[1].add_(1)
+    tessera.ones(4, 3).unbind(0)[0].mul_(2)
+    with tessera.no_grad():
+        (x * 1).chunk(2)[0].mul_(2)
 
 
 # ---- property tests: random view chains ---------------------------------------------------

@@ -23,6 +23,7 @@ from tessera._dispatch import (
     _check_inplace,
     _finish,
     _infer,
+    _multi_view_error,
     _rebase_view,
     _refresh_view,
     pop_mode,
@@ -249,6 +250,8 @@ class Tracer:
             _refresh_view(target)
         record = grad_on and (target._requires_grad or any(
             isinstance(a, Tensor) and a._requires_grad for a in args))
+        if record and target._multi_view is not None:
+            raise _multi_view_error(target)
         if record and op.save and "inputs" in op.save and args and args[0] is target:
             # the old value stays valid (values are immutable): a fresh alias keeps it
             args = (self._alias(target),) + tuple(args[1:])

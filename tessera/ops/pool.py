@@ -28,7 +28,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops.conv import col2im_add, crop, offset_slices, pad_array, window_view
+from tessera.ops.conv import col2im_add, crop, offset_slices, pad_array
 from tessera.ops.registry import Meta, defop
 
 __all__: list[str] = []

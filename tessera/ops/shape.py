@@ -20,6 +20,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import _mark_view, dispatch
 from tessera._tensor import Size, Tensor
+from tessera.autograd.grad_mode import STATE
 from tessera.ops._util import call, ensure_tensor, wrap_dim, wrap_dims
 from tessera.ops.registry import Meta, defop
 from tessera.ops.views import (
@@ -265,8 +266,11 @@ def _views(input: Tensor, d: int, bounds, squeeze: bool = False) -> tuple:
     bounds = tuple((int(a), int(b)) for a, b in bounds)
     pieces = dispatch(_SPLIT, input, dim=d, bounds=bounds, squeeze=squeeze)
     lead = (slice(None),) * d
-    for p, (a, b) in zip(pieces, bounds):
+    guard = STATE.enabled and input._requires_grad
+    for i, (p, (a, b)) in enumerate(zip(pieces, bounds)):
         _mark_view(p, (input,), _SLICE, {"key": lead + ((a,) if squeeze else (slice(a, b),))})
+        if guard:  # PyTorch refuses in-place writes into these (dispatch_inplace checks)
+            p._multi_view = (i, "UnbindBackward0" if squeeze else "SplitBackward0")
     return pieces
 
 
