@@ -138,6 +138,12 @@ def _as_index(s, op: str, arg: str, pos: int | None):
 
 def _shape_args(size, op: str = "view", arg: str = "size") -> tuple:
     """The ``*size`` of ``x.view(2, 3)`` or ``x.view((2, 3))`` as a tuple of ints."""
+    flat = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+    for s in flat:  # the common case: plain ints, nothing to convert
+        if type(s) is not int:
+            break
+    else:
+        return tuple(flat)
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         return tuple(_as_index(s, op, arg, i + 1) for i, s in enumerate(size[0]))
     if len(size) == 1:
