@@ -8,6 +8,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch, dispatch_inplace
 from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import STATE
 from tessera.ops.registry import Meta
 
 
@@ -16,6 +17,13 @@ def call(op, *args, out: Tensor | None = None, **attrs):
     and ``add(x, y, out=z)`` work)."""
     if out is None:
         return dispatch(op, *args, **attrs)
+    if (not args or out is not args[0]) and STATE.enabled and (
+            (isinstance(out, Tensor) and out._requires_grad) or
+            any(isinstance(a, Tensor) and a._requires_grad for a in args)):
+        # an explicit out= (not the in-place form x.add_(y)): PyTorch refuses autograd
+        raise RuntimeError(f"{op.name}(): functions with out=... arguments don't support "
+                           "automatic differentiation, but one of the arguments requires "
+                           "grad.")
     return dispatch_inplace(op, out, *args, **attrs)
 
 

@@ -140,3 +140,20 @@ def test_inplace_on_no_grad_view_of_leaf_then_grad():
 def test_inplace_dtype_rule():
     same(lambda L: L.ones(2, dtype=L.int64).add_(1.5))
     same(lambda L: L.ones(2, dtype=L.float32).add_(L.ones(2, dtype=L.float64)))
+
+
+@pytest.mark.parametrize("lib", [tessera, torch], ids=["tessera", "torch"])
+def test_out_argument_refuses_autograd_like_torch(lib):
+    """An explicit out= under autograd is a RuntimeError (the in-place form is not)."""
+    a = lib.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="out=... arguments don't support automatic"):
+        lib.add(a, 1, out=lib.empty(2))
+    with pytest.raises(RuntimeError, match="out=... arguments don't support automatic"):
+        lib.mul(lib.ones(2), 2, out=a * 1)
+    with lib.no_grad():
+        c = lib.empty(2)
+        lib.add(a, 1, out=c)
+    assert c.tolist() == [2.0, 2.0]
+    b = lib.ones(2)
+    lib.add(b, 1, out=b)
+    assert b.tolist() == [2.0, 2.0]
