@@ -104,10 +104,7 @@ def dispatch(op: OpDef, *args, **attrs):
                 out = Meta(res.shape, out.dtype)
             return _finish(op, args, attrs, metas, out, (res,), dev, grad)
     if backend.has_storage:
-        cast = op.promote and (mixed or scalars) and _needs_cast(first_dt, metas)
-        plain = not (mixed or cast) and first_dt in _PLAIN_DTYPES and \
-            (not scalars or _plain_scalars(args))
-        datas = _run_kernel(op, backend, dev, args, metas, attrs, outs, multi, cast, plain)
+        datas = _run_kernel(op, backend, dev, args, metas, attrs, outs, multi)
     elif op.dynamic_shape:
         raise NotImplementedError(f"{op.name}: the output shape depends on the data, so it "
                                   f"cannot run on the {dev.type} device")
@@ -242,24 +239,30 @@ def _needs_cast(first_dt, metas) -> bool:
 _PLAIN_DTYPES = frozenset((D.float32, D.float64))
 
 
-def _plain_scalars(args) -> bool:
-    for a in args:
-        if a is not None and type(a) is not float and type(a) is not int and \
-                not isinstance(a, Tensor):
-            return False
-    return True
+def kernel_plan(op: OpDef, metas, kernel):
+    """The function to call and the dtype to cast tensor inputs to (None: no cast) for
+    inputs with these metas: promoting ops cast to ``result_type`` when the inputs
+    differ; inputs of one float32/float64 dtype call the kernel's bare NumPy form."""
+    dts = [m.dtype for m in metas if type(m) is Meta]
+    first = dts[0] if dts else None
+    mixed = any(d is not first for d in dts)
+    scalars = any(type(m) is not Meta and m is not None for m in metas)
+    ct = None
+    if op.promote and (mixed or scalars) and first is not None and _needs_cast(first, metas):
+        ct = D.result_type(*[(m.dtype, len(m.shape)) if type(m) is Meta else m
+                             for m in metas if m is not None]).np
+    elif not mixed and first in _PLAIN_DTYPES and all(
+            m is None or type(m) in (Meta, float, int) for m in metas):
+        kernel = getattr(kernel, "plain", kernel)
+    return kernel, ct
 
 
-def _run_kernel(op, backend, dev, args, metas, attrs, outs, multi, cast, plain):
+def _run_kernel(op, backend, dev, args, metas, attrs, outs, multi):
     kernel = op.kernels.get(dev.type) or backend.kernel(op)
     if kernel is None:
         raise MissingRule(op.name, f"kernel:{dev.type}", f"no kernel for device '{dev.type}'")
-    if plain:
-        kernel = getattr(kernel, "plain", kernel)
-    if cast:
-        from tessera._dtype import result_type
-        ct = result_type(*[(m.dtype, len(m.shape)) if type(m) is Meta else m
-                           for m in metas if m is not None]).np
+    kernel, ct = kernel_plan(op, metas, kernel)
+    if ct is not None:
         arrays = [a._data.astype(ct, copy=False) if isinstance(a, Tensor) else a for a in args]
     else:
         arrays = [a._data if isinstance(a, Tensor) else a for a in args]
@@ -326,6 +329,24 @@ def dispatch_inplace(op: OpDef, target: Tensor, *args, **attrs) -> Tensor:
     """
     if _MODES:
         return _MODES[-1].dispatch_inplace(op, target, args, attrs)
+    record = inplace_begin(op, target, args)
+    fast = op.inplace_kernels.get(target._device.type)
+    if not record and fast is not None:
+        metas = [Meta(a._shape, a._dtype) if isinstance(a, Tensor) else a for a in args]
+        m = op.infer(*metas, **attrs)
+        _check_inplace(op, target, m)
+        if target._data is not None:
+            fast(target._data, *[a._data if isinstance(a, Tensor) else a for a in args], **attrs)
+        target._version[0] += 1
+        return target
+    if saves_old_self(op, target, args, record):
+        args = (_snapshot(target),) + tuple(args[1:])
+    return inplace_end(op, target, dispatch(op, *args, **attrs), record, _copy_into)
+
+
+def inplace_begin(op: OpDef, target, args) -> bool:
+    """The checks before ``target`` is written in place (PyTorch's errors for leaves and
+    multi-output views); returns whether autograd records the write."""
     if not isinstance(target, Tensor):
         raise TypeError(f"{op.name}_: expected a Tensor to write into, got {type(target).__name__}")
     grad_on = STATE.enabled
@@ -343,34 +364,37 @@ def dispatch_inplace(op: OpDef, target: Tensor, *args, **attrs) -> Tensor:
         isinstance(a, Tensor) and a._requires_grad for a in args))
     if record and target._multi_view is not None:
         raise _multi_view_error(target)
-    fast = op.inplace_kernels.get(target._device.type)
-    if not record and fast is not None:
-        metas = [Meta(a._shape, a._dtype) if isinstance(a, Tensor) else a for a in args]
-        m = op.infer(*metas, **attrs)
-        _check_inplace(op, target, m)
-        if target._data is not None:
-            fast(target._data, *[a._data if isinstance(a, Tensor) else a for a in args], **attrs)
-        target._version[0] += 1
-        return target
-    if record and op.save and "inputs" in op.save and args and args[0] is target:
-        # backward needs the old value of self, which the write below overwrites; like
-        # PyTorch, only self is kept so: ``y.mul_(y)`` saves the live ``y`` as ``other``,
-        # and backward then reports the in-place modification
-        args = (_snapshot(target),) + tuple(args[1:])
-    out = dispatch(op, *args, **attrs)
+    return record
+
+
+def saves_old_self(op: OpDef, target: Tensor, args, record: bool) -> bool:
+    """Backward needs the old value of self, which the write overwrites. Like PyTorch, only
+    self is kept so: ``y.mul_(y)`` saves the live ``y`` as ``other``, and backward then
+    reports the in-place modification."""
+    return record and bool(op.save) and "inputs" in op.save and bool(args) and \
+        args[0] is target
+
+
+def inplace_end(op: OpDef, target: Tensor, out: Tensor, record: bool, write) -> Tensor:
+    """``target`` becomes ``out`` (cast to its dtype) through ``write(target, out)``: a new
+    version, and the history rebased when autograd recorded the op."""
     _check_inplace(op, target, Meta(out._shape, out._dtype))
     if out._dtype is not target._dtype:
         out = out.to(target._dtype)
-    if target._data is not None:
-        _BACKENDS[target._device.type].copy_into(target._data, out._data)
+    write(target, out)
     target._version[0] += 1
     if record and out._requires_grad:
-        if base is None:
+        if target._base is None:
             target.grad_fn, target._output_nr = out.grad_fn, out._output_nr
             target._requires_grad = True
         else:
             _rebase_view(target, out)
     return target
+
+
+def _copy_into(target: Tensor, out: Tensor) -> None:
+    if target._data is not None:
+        _BACKENDS[target._device.type].copy_into(target._data, out._data)
 
 
 def _multi_view_error(t: Tensor) -> RuntimeError:

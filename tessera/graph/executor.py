@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera import _dtype as D
-from tessera._dispatch import _PLAIN_DTYPES, _needs_cast
+from tessera._dispatch import kernel_plan
 from tessera.graph.ir import Graph, IRError, Value
 from tessera.ops.registry import Meta
 
@@ -41,20 +41,9 @@ def compile_kernel(node) -> tuple:
     kernel = op.kernels.get("cpu")
     if kernel is None:
         raise IRError(f"op '{op.name}' has no CPU kernel")
-    tensor_dts = [m.dtype for m in metas if type(m) is Meta]
-    first = tensor_dts[0] if tensor_dts else None
-    mixed = any(d is not first for d in tensor_dts)
-    scalars = any(type(m) is not Meta and m is not None for m in metas)
-    cast = op.promote and (mixed or scalars) and first is not None and _needs_cast(first, metas)
-    casts = [None] * len(metas)
-    if cast:
-        ct = D.result_type(*[(m.dtype, len(m.shape)) if type(m) is Meta else m
-                             for m in metas if m is not None]).np
-        casts = [ct if type(m) is Meta and m.dtype.np != ct else None for m in metas]
-    plain = not (mixed or cast) and first in _PLAIN_DTYPES and all(
-        type(m) in (Meta, float, int) or m is None for m in metas)
-    if plain:
-        kernel = getattr(kernel, "plain", kernel)
+    kernel, ct = kernel_plan(op, metas, kernel)  # the choice dispatch makes, made once
+    casts = [ct if ct is not None and type(m) is Meta and m.dtype.np != ct else None
+             for m in metas]
     return kernel, casts
 
 

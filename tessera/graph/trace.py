@@ -20,14 +20,13 @@ import os
 import traceback
 
 from tessera._dispatch import (
-    _check_inplace,
     _finish,
     _infer,
-    _multi_view_error,
-    _rebase_view,
-    _refresh_view,
+    inplace_begin,
+    inplace_end,
     pop_mode,
     push_mode,
+    saves_old_self,
 )
 from tessera._tensor import Tensor
 from tessera.autograd.engine import BACKWARD_SCOPES
@@ -234,40 +233,11 @@ class Tracer:
     def dispatch_inplace(self, op, target, args, attrs):
         """``target`` takes the op's result as its new value (functionally: a new SSA value
         rebinds the tensor; a view's base is rebound through ``view_assign``)."""
-        if not isinstance(target, Tensor):
-            raise TypeError(f"{op.name}_: expected a Tensor to write into, got "
-                            f"{type(target).__name__}")
-        grad_on = STATE.enabled
-        base = target._base
-        if grad_on and target._requires_grad:
-            if target.grad_fn is None and base is None:
-                raise RuntimeError("a leaf Variable that requires grad is being used in an "
-                                   "in-place operation.")
-            if base is not None and base._requires_grad and base.grad_fn is None:
-                raise RuntimeError("a view of a leaf Variable that requires grad is being "
-                                   "used in an in-place operation.")
-        if grad_on and base is not None and target._view_version != target._version[0]:
-            _refresh_view(target)
-        record = grad_on and (target._requires_grad or any(
-            isinstance(a, Tensor) and a._requires_grad for a in args))
-        if record and target._multi_view is not None:
-            raise _multi_view_error(target)
-        if record and op.save and "inputs" in op.save and args and args[0] is target:
+        record = inplace_begin(op, target, args)
+        if saves_old_self(op, target, args, record):
             # the old value stays valid (values are immutable): a fresh alias keeps it
             args = (self._alias(target),) + tuple(args[1:])
-        out = self.dispatch(op, args, attrs)
-        _check_inplace(op, target, Meta(out._shape, out._dtype))
-        if out._dtype is not target._dtype:
-            out = out.to(target._dtype)
-        self._write(target, out)
-        target._version[0] += 1
-        if record and out._requires_grad:
-            if base is None:
-                target.grad_fn, target._output_nr = out.grad_fn, out._output_nr
-                target._requires_grad = True
-            else:
-                _rebase_view(target, out)
-        return target
+        return inplace_end(op, target, self.dispatch(op, args, attrs), record, self._write)
 
     def _alias(self, t: Tensor) -> Tensor:
         a = Tensor._make(Symbol(self.value(t)), t._dtype, t._device, t._shape)
