@@ -77,10 +77,11 @@ def out_form(node, kernel, casts):
 class Executor:
     """Runs a graph: ``run(input arrays, variable arrays) -> (outputs, assigned values)``.
 
-    ``plan=False`` turns the memory plan off (every kernel allocates), for comparison.
+    ``plan=False`` turns the memory plan off (every kernel allocates), for comparison;
+    ``codegen=False`` runs fused regions with their NumPy reference kernels.
     """
 
-    def __init__(self, g: Graph, plan: bool = True):
+    def __init__(self, g: Graph, plan: bool = True, codegen: bool = True):
         from tessera.graph.memory import plan_memory
         self.graph = g
         slot: dict[int, int] = {}
@@ -94,6 +95,11 @@ class Executor:
         self.var_slots = [(name, slot_of(v)) for name, v in g.variables.items()]
         compiled = [compile_kernel(n) for n in g.nodes]
         outs_fn = [out_form(n, fn, casts) for n, (fn, casts) in zip(g.nodes, compiled)]
+        self.generated = _generate(g) if codegen else {}
+        for i, n in enumerate(g.nodes):
+            if n in self.generated:  # a fused region compiled to C
+                outs_fn[i] = self.generated[n]
+                compiled[i] = (_allocating(outs_fn[i], n.outputs[0]), compiled[i][1])
         self.plan = plan_memory(g, {i for i, f in enumerate(outs_fn) if f is not None}
                                 if plan else set())
         self.arena = np.empty(self.plan.arena_bytes, np.uint8)
@@ -189,6 +195,28 @@ class Executor:
                 "intermediate_bytes_peak": peak, "variable_bytes": params,
                 "inplace_nodes": len(self.plan.inplace),
                 "written_into_variables": len(self.plan.into_var)}
+
+
+def _generate(g: Graph) -> dict:
+    """{fused node: C kernel ``fn(out, *arrays)``} when code generation is on."""
+    fused = [n for n in g.nodes if n.op.name == "fused"]
+    if not fused:
+        return {}
+    import tessera.codegen as codegen
+    if not codegen.enabled():
+        return {}
+    return codegen.compile_fused(fused)
+
+
+def _allocating(fn, v: Value):
+    """``fn(out, *args)`` as a kernel that returns a new array."""
+    shape, dtype = v.shape, v.dtype.np
+
+    def kernel(*args, **attrs):
+        out = np.empty(shape, dtype)
+        fn(out, *args)
+        return out
+    return kernel
 
 
 def _is_multi(n) -> bool:

@@ -122,18 +122,23 @@ def _literal(node: ast.AST, values: dict):
     raise IRError(f"not a literal: {ast.dump(node)}")
 
 
+_REF = re.compile(r"""("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')|%([\w.\-]+)""")
+
+
 def _eval(text: str, values: dict):
     # value references %a.b become identifiers v_<n> the evaluator maps back
     refs: dict[str, Value] = {}
 
     def sub(m):
+        if m.group(1):  # a string literal (a fused node's body): its %names are its own
+            return m.group(1)
         key = f"_v{len(refs)}"
-        name = m.group(1)
+        name = m.group(2)
         if name not in values:
             raise IRError(f"use of undefined value %{name}")
         refs[key] = values[name]
         return key
-    text = re.sub(r"%([\w.\-]+)", sub, text)
+    text = _REF.sub(sub, text)
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:

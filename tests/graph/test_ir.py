@@ -59,7 +59,8 @@ def compiled(kind: str, mode: str):
             g = TrainGraph(model, opt, sched)
             g(x, y)
             g(x2, y2)  # the second signature has the optimizer state as variables
-            lrs = [tessera.tensor(float(gr["lr"])) for gr in opt.param_groups]
+            lrs = [tessera.tensor(float(gr["lr"]), dtype=tessera.float64)
+                   for gr in opt.param_groups]
             inputs, variables = [x2, y2, *lrs], _variables(model, opt)
         # passes may add variables (folded weights): take those from the compiled step
         variables = {**g._current().tensors, **variables}

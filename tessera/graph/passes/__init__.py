@@ -18,7 +18,7 @@ from tessera.graph.ir import Graph
 __all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass"]
 
 # the default order; a pass module tessera/graph/passes/<name>.py defines run(graph, ctx)
-PIPELINE = ["dce", "algebraic", "dce", "cse", "constfold", "bnfold", "dce", "fuse"]
+PIPELINE = ["dce", "algebraic", "dce", "cse", "constfold", "bnfold", "dce", "fuse", "outline"]
 
 
 @dataclass

@@ -19,27 +19,13 @@ True
 """
 from __future__ import annotations
 
-import numpy as np
-
 from tessera.graph.ir import Graph
-
-# elementwise ops whose kernels are not bare ufuncs (their ufunc kernels are found below)
-ELEMENTWISE = frozenset({
-    "add", "sub", "mul", "div", "neg", "pow", "remainder", "fmod", "lerp", "addcmul",
-    "addcdiv", "clamp", "where", "relu", "sigmoid", "tanh", "gelu", "silu", "leaky_relu",
-    "elu", "hardtanh", "softplus", "threshold_backward", "relu6", "hardswish", "hardsigmoid",
-    "mish", "logsigmoid", "selu", "celu", "abs", "sign", "sqrt", "rsqrt", "exp", "log",
-    "reciprocal", "square", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
-    "logical_not", "logical_and", "logical_or", "masked_fill", "to", "gelu_backward",
-    "sigmoid_backward", "tanh_backward", "silu_backward",
-})
 
 
 def is_elementwise(n) -> bool:
-    if n.op.name in ELEMENTWISE:
-        return True
-    k = n.op.kernels.get("cpu")
-    return isinstance(getattr(k, "plain", None), np.ufunc)
+    """Fusible: the op has a C rule (``tessera.codegen.c_rules``), so it computes each output
+    element from the same element of its (broadcast) inputs."""
+    return n.op.to_c is not None
 
 
 def run(g: Graph, ctx) -> bool:

@@ -1,0 +1,252 @@
+"""The loop IR: what a fused region becomes before it is C, and its rendering table.
+
+A kernel is a ``Func`` over ``Param`` buffers whose body nests ``Loop``s around the element
+program: ``Load`` each input element, ``Let`` one value per body node (the expression comes
+from the op's ``to_c`` rule), ``Store`` the result. Each IR kind renders through one entry
+of ``RENDER`` (STYLE rule 3: rules as a table per node kind).
+
+Every region becomes two functions:
+
+* ``<name>_c`` for inputs that are C-contiguous in their own shape (the common case): the
+  index space is collapsed to as few loops as the broadcast pattern allows, so the inner
+  loop reads each input with stride 1 or 0 and vectorises;
+* ``<name>_s`` for any strides (transposed, sliced, flipped views): one loop per output
+  dimension, each input indexed through strides passed at run time.
+
+The outermost loop runs in parallel (OpenMP) only when the region is large enough to pay
+for waking the threads.
+
+>>> from tessera.graph.ir import Graph
+>>> g = Graph.parse('''graph(%a: float32[4, 8], %b: float32[8]) {
+...   %0: float32[4, 8] = add(%a, %b) {alpha=1}
+...   %1: float32[4, 8] = relu(%0)
+...   return (%1)
+... }''')
+>>> print(render(lower(g, "k")[0]))   # doctest: +ELLIPSIS
+void k_c(float* out, const float* in0, const float* in1) {
+  for (int64_t i0 = 0; i0 < 4; i0++) {
+    #pragma omp simd
+    for (int64_t i1 = 0; i1 < 8; i1++) {
+      float v0 = in0[i0 * 8 + i1];
+      float v1 = in1[i1];
+      float v2 = (v0 + v1);
+      float v3 = (v2 < 0 ? (float)0 : v2);
+      out[i0 * 8 + i1] = v3;
+    }
+  }
+}
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tessera.codegen.c_rules import LOGICAL, CType, compute_dtype
+from tessera.graph.ir import Graph, Value
+
+__all__ = ["Param", "Load", "Let", "Store", "Loop", "Func", "lower", "render", "RENDER",
+           "PARALLEL_MIN", "supported"]
+
+PARALLEL_MIN = 1 << 16   # elements: below this, waking a second thread costs more than it saves
+DTYPES = frozenset({"float32", "float64", "bool"})
+_NO_CONVERT = LOGICAL | {"cast"}   # their rules test inputs against 0 themselves
+
+
+@dataclass
+class Param:
+    name: str
+    ctype: str
+    const: bool = True
+
+
+@dataclass
+class Load:
+    var: str
+    ctype: str
+    buf: str
+    index: str
+
+
+@dataclass
+class Let:
+    var: str
+    ctype: str
+    expr: str
+
+
+@dataclass
+class Store:
+    buf: str
+    index: str
+    value: str
+
+
+@dataclass
+class Loop:
+    var: str
+    extent: int
+    body: list
+    parallel: bool = False
+    simd: bool = False
+
+
+@dataclass
+class Func:
+    name: str
+    params: list[Param]
+    body: list = field(default_factory=list)
+
+
+# ---- rendering: one rule per IR kind -----------------------------------------------------
+
+def _r_func(f: Func, ind: str) -> list[str]:
+    params = ", ".join(f"{'const ' if p.const else ''}{p.ctype}* {p.name}" for p in f.params)
+    lines = [f"{ind}void {f.name}({params}) {{"]
+    for s in f.body:
+        lines += RENDER[type(s)](s, ind + "  ")
+    return lines + [f"{ind}}}"]
+
+
+def _r_loop(loop: Loop, ind: str) -> list[str]:
+    pragma = []
+    if loop.parallel and loop.simd:
+        pragma = [f"{ind}#pragma omp parallel for simd"]
+    elif loop.parallel:
+        pragma = [f"{ind}#pragma omp parallel for"]
+    elif loop.simd:
+        pragma = [f"{ind}#pragma omp simd"]
+    v = loop.var
+    lines = pragma + [f"{ind}for (int64_t {v} = 0; {v} < {loop.extent}; {v}++) {{"]
+    for s in loop.body:
+        lines += RENDER[type(s)](s, ind + "  ")
+    return lines + [f"{ind}}}"]
+
+
+RENDER = {
+    Func: _r_func,
+    Loop: _r_loop,
+    Load: lambda s, ind: [f"{ind}{s.ctype} {s.var} = {s.buf}[{s.index}];"],
+    Let: lambda s, ind: [f"{ind}{s.ctype} {s.var} = {s.expr};"],
+    Store: lambda s, ind: [f"{ind}{s.buf}[{s.index}] = {s.value};"],
+}
+
+
+def render(f: Func) -> str:
+    """C source of one kernel."""
+    return "\n".join(RENDER[type(f)](f, ""))
+
+
+# ---- lowering ------------------------------------------------------------------------------
+
+def supported(body: Graph) -> str | None:
+    """Why ``body`` cannot be lowered (None when it can)."""
+    for v in [*body.inputs, *(o for n in body.nodes for o in n.outputs)]:
+        if v.dtype.name not in DTYPES:
+            return f"dtype {v.dtype.name} of %{v.name}"
+    for n in body.nodes:
+        if n.op.to_c is None:
+            return f"op '{n.op.name}' has no to_c rule"
+        if len(n.outputs) != 1:
+            return f"op '{n.op.name}' has {len(n.outputs)} outputs"
+    return None
+
+
+def _ctype(v) -> str:
+    return CType.NAMES[v.dtype.name]
+
+
+def _element_program(body: Graph, index: list[str], out_index: str) -> list:
+    """Load, Let per node, Store: one element of the region."""
+    stmts: list = []
+    names: dict[int, str] = {}
+    for k, v in enumerate(body.inputs):
+        names[id(v)] = f"v{len(names)}"
+        stmts.append(Load(names[id(v)], _ctype(v), f"in{k}", index[k]))
+    types = {id(v): v.dtype.name for v in body.inputs}
+    for n in body.nodes:
+        out = n.outputs[0]
+        tensor_dtypes = [types[id(a)] for a in n.inputs if isinstance(a, Value)]
+        c = CType(compute_dtype(n.op.name, tensor_dtypes, out.dtype.name))
+        args = []
+        for a in n.inputs:
+            if isinstance(a, Value):
+                var = names[id(a)]
+                if types[id(a)] != c.dtype and n.op.name not in _NO_CONVERT:
+                    var = f"(({c.T}){var})"
+                args.append(var)
+            else:
+                args.append(None if a is None else c.lit(a))
+        expr = n.op.to_c(c, args, n.attrs)
+        names[id(out)] = f"v{len(names)}"
+        types[id(out)] = out.dtype.name
+        stmts.append(Let(names[id(out)], _ctype(out), expr))
+    stmts.append(Store("out", out_index, names[id(body.outputs[0])]))
+    return stmts
+
+
+def _contiguous_strides(shape: tuple, nd: int) -> list[int]:
+    """Element strides of a C-contiguous array of ``shape`` in an ``nd``-dim broadcast
+    index space (0 where it broadcasts)."""
+    shape = (1,) * (nd - len(shape)) + tuple(shape)
+    strides, acc = [0] * nd, 1
+    for d in range(nd - 1, -1, -1):
+        strides[d] = 0 if shape[d] == 1 else acc
+        acc *= shape[d]
+    return strides
+
+
+def _index(vars_: list[str], strides: list) -> str:
+    terms = [v if s == 1 else f"{v} * {s}" for v, s in zip(vars_, strides) if s != 0]
+    return " + ".join(terms) if terms else "0"
+
+
+def _nest(extents: list[int], body: list, total: int) -> list:
+    """Loops i0.. over ``extents`` around ``body``: the innermost simd, the outermost
+    parallel when the region is large."""
+    if not extents:
+        return body
+    stmts = body
+    for d in range(len(extents) - 1, -1, -1):
+        stmts = [Loop(f"i{d}", extents[d], stmts, parallel=d == 0 and total >= PARALLEL_MIN,
+                      simd=d == len(extents) - 1)]
+    return stmts
+
+
+def lower(body: Graph, name: str) -> list[Func]:
+    """The contiguous and the strided kernel of a fused region's body."""
+    out = body.outputs[0]
+    nd = len(out.shape)
+    total = out.numel
+    params = [Param("out", _ctype(out), const=False)] + \
+        [Param(f"in{k}", _ctype(v)) for k, v in enumerate(body.inputs)]
+
+    # contiguous: collapse adjacent dims that every access walks as one
+    access = [_contiguous_strides(v.shape, nd) for v in body.inputs] + \
+        [_contiguous_strides(out.shape, nd)]
+    groups: list[tuple[int, list[int]]] = []   # (extent, stride per access)
+    for d in range(nd):
+        n = out.shape[d]
+        if n == 1:
+            continue
+        st = [a[d] for a in access]
+        if groups and all(g == s * n for g, s in zip(groups[-1][1], st)):
+            groups[-1] = (groups[-1][0] * n, st)
+        else:
+            groups.append((n, st))
+    vars_ = [f"i{d}" for d in range(len(groups))]
+    idx = [_index(vars_, [g[1][k] for g in groups]) for k in range(len(access))]
+    prog = _element_program(body, idx[:-1], idx[-1])
+    contiguous = Func(f"{name}_c", params, _nest([g[0] for g in groups], prog, total))
+
+    # strided: input strides arrive at run time in st[k * ndim + d]
+    dims = [d for d in range(nd) if out.shape[d] != 1]
+    svars = [f"i{j}" for j in range(len(dims))]
+    ostrides = _contiguous_strides(out.shape, nd)
+    pre = [Let(f"s{k}_{j}", "const int64_t", f"st[{k * len(dims) + j}]")
+           for k in range(len(body.inputs)) for j in range(len(dims))]
+    sidx = [" + ".join(f"{v} * s{k}_{j}" for j, v in enumerate(svars)) or "0"
+            for k in range(len(body.inputs))]
+    oidx = _index(svars, [ostrides[d] for d in dims])
+    prog = _element_program(body, sidx, oidx)
+    strided = Func(f"{name}_s", params + [Param("st", "int64_t")],
+                   pre + _nest([out.shape[d] for d in dims], prog, total))
+    return [contiguous, strided]

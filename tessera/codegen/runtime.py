@@ -1,0 +1,93 @@
+"""One C library per graph, and the Python side of each kernel call.
+
+``build(nodes)`` lowers every fused node it can, renders them all into one translation
+unit, loads it through the compile cache, and wraps each kernel as ``fn(out, *arrays)``:
+the contiguous variant when every input is C-contiguous, else the strided one with the
+inputs' strides (in elements, 0 where they broadcast).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+from tessera.codegen import cc
+from tessera.codegen.loops import lower, render, supported
+from tessera.codegen.prelude import PRELUDE
+from tessera.ops.fused import body_graph
+
+__all__ = ["build", "stats"]
+
+# what the last build did, for nn.Graph's debug output and the benchmark
+stats: dict = {}
+
+
+def build(nodes: list) -> dict:
+    t0 = time.perf_counter()
+    chunks, plans = [PRELUDE], []
+    skipped: dict[str, str] = {}
+    for j, node in enumerate(nodes):
+        body = body_graph(node.attrs["body"])
+        why = supported(body)
+        if why is not None:
+            skipped[node.name or f"fused{j}"] = why
+            continue
+        name = f"tsr_f{j}"
+        chunks += [render(f) for f in lower(body, name)]
+        plans.append((node, name, body))
+    if not plans:
+        return {}
+    source = "\n\n".join(chunks) + "\n"
+    debug = os.environ.get("TESSERA_DEBUG", "0") == "2"
+    if debug:
+        print(f"// tessera codegen: {len(plans)} kernels\n{source}", file=sys.stderr)
+    try:
+        lib = cc.load(source)
+    except cc.CompileError as e:  # a code generator bug: run the reference kernels instead
+        warnings.warn(f"tessera codegen: {e}; running these nodes with NumPy kernels",
+                      RuntimeWarning, stacklevel=2)
+        return {}
+    out = {}
+    for node, name, body in plans:
+        out[node] = _wrap(getattr(lib, name + "_c"), getattr(lib, name + "_s"), body)
+    stats.update(kernels=len(plans), skipped=skipped, seconds=time.perf_counter() - t0,
+                 cached=cc.last_build.get("cached"), source_lines=source.count("\n"))
+    if debug:
+        hit = "hit" if stats["cached"] else "miss"
+        print(f"// compiled in {stats['seconds']:.3f} s (cache {hit})", file=sys.stderr)
+    return out
+
+
+def _wrap(fc, fs, body):
+    """``fn(out, *arrays)`` calling the contiguous or the strided kernel."""
+    n_in = len(body.inputs)
+    for f, extra in ((fc, 0), (fs, 1)):
+        f.argtypes = [ctypes.c_void_p] * (1 + n_in + extra)
+        f.restype = None
+    out_v = body.outputs[0]
+    nd = len(out_v.shape)
+    if out_v.numel == 0:
+        return lambda out, *arrays: None
+    dims = [d for d in range(nd) if out_v.shape[d] != 1]
+
+    def strides(a: np.ndarray) -> list[int]:
+        pad = nd - a.ndim
+        res = []
+        for d in dims:
+            j = d - pad
+            res.append(0 if j < 0 or a.shape[j] == 1 else a.strides[j] // a.itemsize)
+        return res
+
+    def call(out, *arrays, body=None):
+        if not out.flags.c_contiguous:
+            raise ValueError("fused kernel: the output buffer must be C-contiguous")
+        if all(a.flags.c_contiguous for a in arrays):
+            fc(out.ctypes.data, *[a.ctypes.data for a in arrays])
+            return
+        st = np.array([s for a in arrays for s in strides(a)] or [0], np.int64)
+        fs(out.ctypes.data, *[a.ctypes.data for a in arrays], st.ctypes.data)
+    return call

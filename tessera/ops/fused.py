@@ -1,0 +1,67 @@
+"""``fused``: a region of elementwise ops run as one op (the outline pass makes them).
+
+Its ``body`` attribute is the region as a graph in the IR's text form, whose inputs are the
+op's inputs, in order, and whose one output is the op's output. The CPU kernel here is the
+reference: it runs the body's nodes with their own NumPy kernels. ``tessera.codegen``
+compiles the same body to one C loop; the two are tested against each other.
+
+>>> import tessera
+>>> from tessera._dispatch import dispatch
+>>> from tessera.ops.registry import REGISTRY
+>>> body = '''graph(%a: float32[2]) {
+...   %0: float32[2] = exp(%a)
+...   %1: float32[2] = neg(%0)
+...   return (%1)
+... }'''
+>>> dispatch(REGISTRY["fused"], tessera.zeros(2), body=body)
+tensor([-1., -1.])
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from tessera.ops.registry import Meta, defop
+
+__all__: list[str] = []  # no public function: graphs make fused nodes
+
+
+@functools.lru_cache(maxsize=4096)
+def body_graph(text: str):
+    """The body graph of a fused node (parsed once per distinct text)."""
+    from tessera.graph.ir import Graph
+    g = Graph.parse(text)
+    if len(g.outputs) != 1 or g.variables or g.assigns:
+        raise ValueError("fused: the body must have one output and no variables")
+    return g
+
+
+@functools.lru_cache(maxsize=4096)
+def _reference(text: str):
+    from tessera.graph.executor import Executor
+    return Executor(body_graph(text), plan=False)  # results must not share an arena
+
+
+def _infer(*metas, body: str):
+    g = body_graph(body)
+    if len(metas) != len(g.inputs):
+        raise ValueError(f"fused: the body takes {len(g.inputs)} inputs, got {len(metas)}")
+    for i, (m, v) in enumerate(zip(metas, g.inputs)):
+        if type(m) is not Meta or tuple(m.shape) != v.shape or m.dtype is not v.dtype:
+            got = f"{m.dtype.name}{list(m.shape)}" if type(m) is Meta else type(m).__name__
+            raise ValueError(f"fused: input {i} must be {v.type_str()}, got {got}")
+    out = g.outputs[0]
+    return Meta(out.shape, out.dtype)
+
+
+def _kernel(*arrays, body: str):
+    return _reference(body).run(list(arrays), {})[0][0]
+
+
+def _into(out, *arrays, body: str):
+    np.copyto(out, _kernel(*arrays, body=body))
+
+
+FUSED = defop("fused", _infer, _kernel, inplace_kernels={"cpu": _into},
+              doc="A fused region of elementwise ops (see tessera.graph.passes.outline).")
