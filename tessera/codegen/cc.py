@@ -98,6 +98,10 @@ def load(source: str) -> ctypes.CDLL:
         if not _sound(path):
             cached = False
             _build(source, path)
+        # OpenMP threads that spin after a kernel steal the cores BLAS needs next (2x
+        # slower GEMMs measured on 2 cores): let them sleep unless the user chose otherwise.
+        # libgomp reads this once, when the first kernel library loads it.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         lib = _LOADED[key] = ctypes.CDLL(path)
     last_build.update(key=key, cached=cached, seconds=time.perf_counter() - t0)
     return lib

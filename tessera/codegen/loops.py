@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from tessera.codegen.c_rules import LOGICAL, CType, compute_dtype
 from tessera.graph.ir import Graph, Value
 
-__all__ = ["Param", "Load", "Let", "Store", "Loop", "Func", "lower", "render", "RENDER",
-           "PARALLEL_MIN", "supported"]
+__all__ = ["Param", "Load", "Let", "Raw", "Store", "Loop", "Func", "lower", "render", "RENDER",
+           "PARALLEL_MIN", "supported", "iteration_shape"]
 
 PARALLEL_MIN = 1 << 16   # elements: below this, waking a second thread costs more than it saves
 DTYPES = frozenset({"float32", "float64", "bool"})
@@ -74,6 +74,11 @@ class Let:
 
 
 @dataclass
+class Raw:
+    text: str
+
+
+@dataclass
 class Store:
     buf: str
     index: str
@@ -87,6 +92,7 @@ class Loop:
     body: list
     parallel: bool = False
     simd: bool = False
+    reduction: str | None = None   # e.g. "+:a": the loop sums into scalar a
 
 
 @dataclass
@@ -108,7 +114,9 @@ def _r_func(f: Func, ind: str) -> list[str]:
 
 def _r_loop(loop: Loop, ind: str) -> list[str]:
     pragma = []
-    if loop.parallel and loop.simd:
+    if loop.reduction:
+        pragma = [f"{ind}#pragma omp simd reduction({loop.reduction})"]
+    elif loop.parallel and loop.simd:
         pragma = [f"{ind}#pragma omp parallel for simd"]
     elif loop.parallel:
         pragma = [f"{ind}#pragma omp parallel for"]
@@ -125,7 +133,8 @@ RENDER = {
     Func: _r_func,
     Loop: _r_loop,
     Load: lambda s, ind: [f"{ind}{s.ctype} {s.var} = {s.buf}[{s.index}];"],
-    Let: lambda s, ind: [f"{ind}{s.ctype} {s.var} = {s.expr};"],
+    Let: lambda s, ind: [f"{ind}{s.ctype + ' ' if s.ctype else ''}{s.var} = {s.expr};"],
+    Raw: lambda s, ind: [f"{ind}{s.text}"],
     Store: lambda s, ind: [f"{ind}{s.buf}[{s.index}] = {s.value};"],
 }
 
@@ -142,7 +151,11 @@ def supported(body: Graph) -> str | None:
     for v in [*body.inputs, *(o for n in body.nodes for o in n.outputs)]:
         if v.dtype.name not in DTYPES:
             return f"dtype {v.dtype.name} of %{v.name}"
-    for n in body.nodes:
+    for k, n in enumerate(body.nodes):
+        if k == len(body.nodes) - 1 and n.op.name in REDUCE:
+            if n.attrs.get("dtype") is not None or n.outputs[0].dtype.name == "bool":
+                return f"{n.op.name} with dtype={n.attrs.get('dtype')}"
+            continue
         if n.op.to_c is None:
             return f"op '{n.op.name}' has no to_c rule"
         if len(n.outputs) != 1:
@@ -154,8 +167,9 @@ def _ctype(v) -> str:
     return CType.NAMES[v.dtype.name]
 
 
-def _element_program(body: Graph, index: list[str], out_index: str) -> list:
-    """Load, Let per node, Store: one element of the region."""
+def _element_program(body: Graph, index: list[str], out_index: str | None) -> list:
+    """Load, Let per node, Store (unless ``out_index`` is None): one element of the
+    region."""
     stmts: list = []
     names: dict[int, str] = {}
     for k, v in enumerate(body.inputs):
@@ -179,7 +193,8 @@ def _element_program(body: Graph, index: list[str], out_index: str) -> list:
         names[id(out)] = f"v{len(names)}"
         types[id(out)] = out.dtype.name
         stmts.append(Let(names[id(out)], _ctype(out), expr))
-    stmts.append(Store("out", out_index, names[id(body.outputs[0])]))
+    if out_index is not None:
+        stmts.append(Store("out", out_index, names[id(body.outputs[0])]))
     return stmts
 
 
@@ -211,20 +226,109 @@ def _nest(extents: list[int], body: list, total: int) -> list:
     return stmts
 
 
+# reductions a region may end in: (identity, combine(acc, v), accumulate in double?)
+REDUCE = {
+    "sum": ("0", "({a} + {v})", True),
+    "mean": ("0", "({a} + {v})", True),
+    "amax": ("-INFINITY", "(({v} > {a} || {v} != {v}) ? {v} : {a})", False),
+    "amin": ("INFINITY", "(({v} < {a} || {v} != {v}) ? {v} : {a})", False),
+}
+
+
+def _reduced_dims(node, nd: int) -> set[int]:
+    dim = node.attrs.get("dim")
+    if dim is None or dim == () or dim == []:
+        return set(range(nd))
+    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+    return {d % nd for d in dims}
+
+
+def _reduce_nest(red, extents: list[int], kinds: list[bool], prog: list, value: str,
+                 oidx: str, total: int) -> list:
+    """Loops over ``extents`` (``kinds[g]``: whether group g is reduced) combining the
+    element value into ``acc[oidx]``; a trailing run of reduced loops first combines into
+    a scalar ``a``, which vectorises (``omp simd reduction``) for sums."""
+    ident, comb, _ = REDUCE[red.op.name]
+    n = len(extents)
+    tail = n
+    while tail > 0 and kinds[tail - 1]:
+        tail -= 1
+    if tail < n:   # reduce the innermost loops into a register
+        stmts = prog + [Let("a", "", comb.format(a="a", v=value))]
+        for g in range(n - 1, tail - 1, -1):
+            sum_ = red.op.name in ("sum", "mean")
+            stmts = [Loop(f"i{g}", extents[g], stmts, simd=g == n - 1 and sum_,
+                          reduction="+:a" if g == n - 1 and sum_ else None)]
+        stmts = [Let("a", "acc_t", ident)] + stmts + \
+            [Store("acc", oidx, comb.format(a=f"acc[{oidx}]", v="a"))]
+    else:
+        stmts = prog + [Store("acc", oidx, comb.format(a=f"acc[{oidx}]", v=value))]
+    for g in range(tail - 1, -1, -1):
+        stmts = [Loop(f"i{g}", extents[g], stmts,
+                      parallel=g == 0 and not kinds[0] and total >= PARALLEL_MIN,
+                      simd=g == n - 1)]
+    return stmts
+
+
+def _kernel(body: Graph, name: str, extents: list[int], in_idx: list[str], out_idx: str,
+            params: list[Param], pre: list, kinds: list[bool] | None = None) -> Func:
+    """One kernel: the element program inside loops over ``extents``; for a region ending
+    in a reduction (``kinds`` given) the accumulating nest around an init and a final pass."""
+    red = body.nodes[-1] if kinds is not None else None
+    if red is None:
+        total = body.outputs[0].numel
+        prog = _element_program(body, in_idx, out_idx)
+        return Func(name, params, pre + _nest(extents, prog, total))
+    out = body.outputs[0]
+    src = red.inputs[0]
+    head = Graph(inputs=body.inputs, nodes=body.nodes[:-1], outputs=[src])
+    prog = _element_program(head, in_idx, None)
+    value = prog[-1].var if prog else None
+    ident, _, wide = REDUCE[red.op.name]
+    ct = _ctype(out)
+    acc_t = "double" if wide else ct
+    count = src.numel // max(out.numel, 1)
+    m = out.numel
+    stmts: list = [Raw(f"typedef {acc_t} acc_t;")]
+    if acc_t == ct and red.op.name != "mean":
+        stmts.append(Let("acc", "acc_t*", "out"))
+    else:
+        stmts.append(Let("acc", "acc_t*", f"(acc_t*)malloc({max(m, 1)} * sizeof(acc_t))"))
+    stmts.append(Loop("o", m, [Store("acc", "o", ident)]))
+    stmts += _reduce_nest(red, extents, kinds, prog, value, out_idx, src.numel)
+    if acc_t != ct or red.op.name == "mean":
+        scale = f" * {1.0 / count!r}" if red.op.name == "mean" and count else \
+            " * NAN" if red.op.name == "mean" else ""
+        stmts.append(Loop("o", m, [Store("out", "o", f"({ct})(acc[o]{scale})")]))
+        stmts.append(Raw("free(acc);"))
+    return Func(name, params, pre + stmts)
+
+
+def iteration_shape(body: Graph) -> tuple:
+    """The shape a region's loops run over: its output's, or a final reduction's input's."""
+    red = body.nodes[-1] if body.nodes and body.nodes[-1].op.name in REDUCE else None
+    return red.inputs[0].shape if red is not None else body.outputs[0].shape
+
+
 def lower(body: Graph, name: str) -> list[Func]:
     """The contiguous and the strided kernel of a fused region's body."""
     out = body.outputs[0]
-    nd = len(out.shape)
-    total = out.numel
+    red = body.nodes[-1] if body.nodes and body.nodes[-1].op.name in REDUCE else None
+    full = iteration_shape(body)
+    nd = len(full)
     params = [Param("out", _ctype(out), const=False)] + \
         [Param(f"in{k}", _ctype(v)) for k, v in enumerate(body.inputs)]
+    if red is not None:  # where each point of the iteration space accumulates
+        dims = _reduced_dims(red, nd)
+        ostr = _contiguous_strides(tuple(1 if d in dims else full[d] for d in range(nd)), nd)
+    else:
+        ostr = _contiguous_strides(out.shape, nd)
 
     # contiguous: collapse adjacent dims that every access walks as one
-    access = [_contiguous_strides(v.shape, nd) for v in body.inputs] + \
-        [_contiguous_strides(out.shape, nd)]
+    access = [_contiguous_strides(v.shape, nd) for v in body.inputs] + [ostr]
     groups: list[tuple[int, list[int]]] = []   # (extent, stride per access)
     for d in range(nd):
-        n = out.shape[d]
+        n = full[d]
         if n == 1:
             continue
         st = [a[d] for a in access]
@@ -234,19 +338,19 @@ def lower(body: Graph, name: str) -> list[Func]:
             groups.append((n, st))
     vars_ = [f"i{d}" for d in range(len(groups))]
     idx = [_index(vars_, [g[1][k] for g in groups]) for k in range(len(access))]
-    prog = _element_program(body, idx[:-1], idx[-1])
-    contiguous = Func(f"{name}_c", params, _nest([g[0] for g in groups], prog, total))
+    kinds = [g[1][-1] == 0 for g in groups] if red is not None else None
+    contiguous = _kernel(body, f"{name}_c", [g[0] for g in groups], idx[:-1], idx[-1],
+                         params, [], kinds)
 
     # strided: input strides arrive at run time in st[k * ndim + d]
-    dims = [d for d in range(nd) if out.shape[d] != 1]
-    svars = [f"i{j}" for j in range(len(dims))]
-    ostrides = _contiguous_strides(out.shape, nd)
-    pre = [Let(f"s{k}_{j}", "const int64_t", f"st[{k * len(dims) + j}]")
-           for k in range(len(body.inputs)) for j in range(len(dims))]
+    dims_ = [d for d in range(nd) if full[d] != 1]
+    svars = [f"i{j}" for j in range(len(dims_))]
+    pre = [Let(f"s{k}_{j}", "const int64_t", f"st[{k * len(dims_) + j}]")
+           for k in range(len(body.inputs)) for j in range(len(dims_))]
     sidx = [" + ".join(f"{v} * s{k}_{j}" for j, v in enumerate(svars)) or "0"
             for k in range(len(body.inputs))]
-    oidx = _index(svars, [ostrides[d] for d in dims])
-    prog = _element_program(body, sidx, oidx)
-    strided = Func(f"{name}_s", params + [Param("st", "int64_t")],
-                   pre + _nest([out.shape[d] for d in dims], prog, total))
+    oidx = _index(svars, [ostr[d] for d in dims_])
+    skinds = [ostr[d] == 0 for d in dims_] if red is not None else None
+    strided = _kernel(body, f"{name}_s", [full[d] for d in dims_], sidx, oidx,
+                      params + [Param("st", "int64_t")], pre, skinds)
     return [contiguous, strided]

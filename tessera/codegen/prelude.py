@@ -20,6 +20,7 @@ from __future__ import annotations
 PRELUDE = r"""
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TSR_INLINE static inline __attribute__((always_inline))

@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 from tessera.codegen import cc
-from tessera.codegen.loops import lower, render, supported
+from tessera.codegen.loops import iteration_shape, lower, render, supported
 from tessera.codegen.prelude import PRELUDE
 from tessera.ops.fused import body_graph
 
@@ -68,11 +68,11 @@ def _wrap(fc, fs, body):
     for f, extra in ((fc, 0), (fs, 1)):
         f.argtypes = [ctypes.c_void_p] * (1 + n_in + extra)
         f.restype = None
-    out_v = body.outputs[0]
-    nd = len(out_v.shape)
-    if out_v.numel == 0:
-        return lambda out, *arrays: None
-    dims = [d for d in range(nd) if out_v.shape[d] != 1]
+    full = iteration_shape(body)
+    nd = len(full)
+    if body.outputs[0].numel == 0:
+        return lambda out, *arrays, body=None: None
+    dims = [d for d in range(nd) if full[d] != 1]
 
     def strides(a: np.ndarray) -> list[int]:
         pad = nd - a.ndim
@@ -82,7 +82,14 @@ def _wrap(fc, fs, body):
             res.append(0 if j < 0 or a.shape[j] == 1 else a.strides[j] // a.itemsize)
         return res
 
+    shapes = [v.shape for v in body.inputs]
+    out_shape = body.outputs[0].shape
+
     def call(out, *arrays, body=None):
+        # the kernel trusts these shapes: a mismatch must be an error, not a stray read
+        if [a.shape for a in arrays] != shapes or out.shape != out_shape:
+            raise ValueError(f"fused kernel: expected inputs {shapes} and output {out_shape}, "
+                             f"got {[a.shape for a in arrays]} and {out.shape}")
         if not out.flags.c_contiguous:
             raise ValueError("fused kernel: the output buffer must be C-contiguous")
         if all(a.flags.c_contiguous for a in arrays):

@@ -166,7 +166,7 @@ def test_fusion_groups_elementwise_chains_and_round_trips():
   %0: float32[8] = exp(%x) [region=0]
   %1: float32[8] = mul(%0, %y) [region=0]
   %2: float32[8] = relu(%1) [region=0]
-  %3: float32[] = sum(%2) {dim=None, keepdim=False, dtype=None}
+  %3: float32[] = sum(%2) {dim=None, keepdim=False, dtype=None} [region=0]
   %4: float32[8] = neg(%y)
   return (%3, %4)
 }"""
