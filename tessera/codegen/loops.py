@@ -152,9 +152,14 @@ def supported(body: Graph) -> str | None:
         if v.dtype.name not in DTYPES:
             return f"dtype {v.dtype.name} of %{v.name}"
     for k, n in enumerate(body.nodes):
-        if k == len(body.nodes) - 1 and n.op.name in REDUCE:
+        if n.op.name in REDUCE:
             if n.attrs.get("dtype") is not None or n.outputs[0].dtype.name == "bool":
                 return f"{n.op.name} with dtype={n.attrs.get('dtype')}"
+            if k < len(body.nodes) - 1:
+                from tessera.codegen.rowwise import check_rowwise
+                why = check_rowwise(body)
+                if why is not None:
+                    return why
             continue
         if n.op.to_c is None:
             return f"op '{n.op.name}' has no to_c rule"
@@ -167,6 +172,24 @@ def _ctype(v) -> str:
     return CType.NAMES[v.dtype.name]
 
 
+def node_expr(n, names: dict) -> str:
+    """The C expression of elementwise node ``n`` over the variables ``names`` holds for
+    its inputs (by id), converted to the op's compute type."""
+    out = n.outputs[0]
+    tensor_dtypes = [a.dtype.name for a in n.inputs if isinstance(a, Value)]
+    c = CType(compute_dtype(n.op.name, tensor_dtypes, out.dtype.name))
+    args = []
+    for a in n.inputs:
+        if isinstance(a, Value):
+            var = names[id(a)]
+            if a.dtype.name != c.dtype and n.op.name not in _NO_CONVERT:
+                var = f"(({c.T}){var})"
+            args.append(var)
+        else:
+            args.append(None if a is None else c.lit(a))
+    return n.op.to_c(c, args, n.attrs)
+
+
 def _element_program(body: Graph, index: list[str], out_index: str | None) -> list:
     """Load, Let per node, Store (unless ``out_index`` is None): one element of the
     region."""
@@ -175,23 +198,10 @@ def _element_program(body: Graph, index: list[str], out_index: str | None) -> li
     for k, v in enumerate(body.inputs):
         names[id(v)] = f"v{len(names)}"
         stmts.append(Load(names[id(v)], _ctype(v), f"in{k}", index[k]))
-    types = {id(v): v.dtype.name for v in body.inputs}
     for n in body.nodes:
         out = n.outputs[0]
-        tensor_dtypes = [types[id(a)] for a in n.inputs if isinstance(a, Value)]
-        c = CType(compute_dtype(n.op.name, tensor_dtypes, out.dtype.name))
-        args = []
-        for a in n.inputs:
-            if isinstance(a, Value):
-                var = names[id(a)]
-                if types[id(a)] != c.dtype and n.op.name not in _NO_CONVERT:
-                    var = f"(({c.T}){var})"
-                args.append(var)
-            else:
-                args.append(None if a is None else c.lit(a))
-        expr = n.op.to_c(c, args, n.attrs)
+        expr = node_expr(n, names)
         names[id(out)] = f"v{len(names)}"
-        types[id(out)] = out.dtype.name
         stmts.append(Let(names[id(out)], _ctype(out), expr))
     if out_index is not None:
         stmts.append(Store("out", out_index, names[id(body.outputs[0])]))
@@ -237,7 +247,7 @@ REDUCE = {
 
 def _reduced_dims(node, nd: int) -> set[int]:
     dim = node.attrs.get("dim")
-    if dim is None or dim == () or dim == []:
+    if dim is None or dim == () or dim == [] or nd == 0:
         return set(range(nd))
     dims = dim if isinstance(dim, (tuple, list)) else (dim,)
     return {d % nd for d in dims}
@@ -312,6 +322,9 @@ def iteration_shape(body: Graph) -> tuple:
 
 def lower(body: Graph, name: str) -> list[Func]:
     """The contiguous and the strided kernel of a fused region's body."""
+    from tessera.codegen.rowwise import is_rowwise, lower_rowwise
+    if is_rowwise(body):
+        return lower_rowwise(body, name)
     out = body.outputs[0]
     red = body.nodes[-1] if body.nodes and body.nodes[-1].op.name in REDUCE else None
     full = iteration_shape(body)

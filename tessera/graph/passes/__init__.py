@@ -18,7 +18,8 @@ from tessera.graph.ir import Graph
 __all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass"]
 
 # the default order; a pass module tessera/graph/passes/<name>.py defines run(graph, ctx)
-PIPELINE = ["dce", "algebraic", "dce", "cse", "constfold", "bnfold", "dce", "fuse", "outline"]
+PIPELINE = ["dce", "algebraic", "dce", "cse", "constfold", "bnfold", "dce", "decompose", "cse",
+            "fuse", "outline"]
 
 
 @dataclass
@@ -28,15 +29,22 @@ class PassContext:
 
     training: bool = False
     values: dict | None = None   # variable name -> Tensor (read by folding passes)
+    codegen: bool = False        # the executor will generate C (decompose, outline need it)
 
 
 def get_pass(name: str):
     return importlib.import_module(f"tessera.graph.passes.{name}").run
 
 
-def run_pipeline(g: Graph, names=None, training: bool = False, values=None) -> list[str]:
-    """Run the passes ``names`` (default ``PIPELINE``); returns those that changed g."""
-    ctx = PassContext(training, values)
+def run_pipeline(g: Graph, names=None, training: bool = False, values=None,
+                 codegen: bool | None = None) -> list[str]:
+    """Run the passes ``names`` (default ``PIPELINE``); returns those that changed g.
+    ``codegen`` (default: whether ``tessera.codegen`` is enabled) turns on the passes that
+    prepare regions for generated kernels."""
+    if codegen is None:
+        import tessera.codegen
+        codegen = tessera.codegen.enabled()
+    ctx = PassContext(training, values, codegen)
     debug = os.environ.get("TESSERA_DEBUG", "0") not in ("", "0")
     changed = []
     for name in (PIPELINE if names is None else names):

@@ -1,12 +1,14 @@
 """Fusion grouping: mark chains of elementwise nodes as regions (``notes["region"]``).
 
-A producer joins its consumer's region when it is elementwise, has the shape the region
-iterates over and the consumer's dtype, and the consumer is its only user, so the whole
-region can run as one loop without materialising the intermediates. A region iterates over
-its root's output shape, or, when the root is a reduction (``sum``, ``mean``, ``amax``,
-``amin`` over any dims), over the reduction's input: the chain feeding a reduction fuses
-into it. On the NumPy executor a region runs in one buffer (the memory plan's in-place
-reuse); code generation compiles each region to one C kernel.
+A producer joins its consumers' region when all its users are in that one region (and it
+is no step result) and it fits the region's loops: an elementwise op of the shape the
+region iterates over, or a ``keepdim`` reduction over it (a per-row statistic, like
+softmax's max and sum or layer norm's mean), or an elementwise op of the per-row shape. A
+region iterates over its root's output shape, or, when the root is a reduction (``sum``,
+``mean``, ``amax``, ``amin`` over any dims), over the reduction's input: the chain feeding
+a reduction fuses into it. All reductions of a region reduce the same dims. The outline
+pass turns each region into one ``fused`` node, which code generation compiles to one C
+kernel.
 
 >>> from tessera.graph.ir import Graph
 >>> g = Graph.parse('''graph(%x: float32[8]) {
@@ -39,30 +41,65 @@ def is_reduction_root(n) -> bool:
         len(n.outputs) == 1 and n.outputs[0].dtype.name in ("float32", "float64")
 
 
+def _dims(n, nd: int) -> frozenset:
+    dim = n.attrs.get("dim")
+    if dim is None or dim == () or dim == [] or nd == 0:
+        return frozenset(range(nd))
+    return frozenset(d % nd for d in (dim if isinstance(dim, (tuple, list)) else (dim,)))
+
+
+def _join(n, reduction: bool, users, roots, region_of, info) -> int | None:
+    """The region ``n`` joins: its consumers' one region, when ``n`` fits its loops."""
+    out = n.outputs[0]
+    us = users.get(out, [])
+    if not us or id(out) in roots:
+        return None
+    rs = {region_of.get(id(u)) for u in us}
+    if len(rs) != 1 or None in rs:
+        return None
+    r = rs.pop()
+    shape, dims = info[r]
+    if reduction:  # a per-row statistic (softmax's max and sum, layer norm's mean)
+        if not n.attrs.get("keepdim") or tuple(n.inputs[0].shape) != shape:
+            return None
+        d = _real(_dims(n, len(shape)), shape)
+        if dims is not None and d != dims:
+            return None
+        info[r][1] = d
+        return r
+    if out.shape == shape:
+        return r
+    if len(out.shape) == len(shape):  # one value per row, computed between the row's loops
+        d = frozenset(i for i, (a, b) in enumerate(zip(out.shape, shape)) if a != b)
+        if all(out.shape[i] == 1 for i in d) and d and (dims is None or d == dims):
+            info[r][1] = d
+            return r
+    return None
+
+
+def _real(dims: frozenset, shape: tuple) -> frozenset:
+    """The reduced dims that have more than one element."""
+    return frozenset(d for d in dims if shape[d] != 1)
+
+
 def run(g: Graph, ctx) -> bool:
     users = g.users()
     roots = {id(v) for v in g.live_roots()}
     region_of: dict[int, int] = {}
-    shape_of: dict[int, tuple] = {}   # region -> the shape it iterates over
+    info: dict[int, list] = {}   # region -> [the shape it iterates over, reduced dims]
     count = 0
     changed = False
-    for n in reversed(g.nodes):  # consumers first: a producer joins its consumer's region
+    for n in reversed(g.nodes):  # consumers first: a producer joins its consumers' region
         reduction = is_reduction_root(n)
         if not (reduction or is_elementwise(n)) or len(n.outputs) != 1:
             continue
-        out = n.outputs[0]
-        region = None
-        us = users.get(out, [])
-        if not reduction and len(us) == 1 and id(out) not in roots and \
-                id(us[0]) in region_of:
-            c = us[0]
-            r = region_of[id(c)]
-            if shape_of[r] == out.shape and c.outputs[0].dtype is out.dtype:
-                region = r
+        region = _join(n, reduction, users, roots, region_of, info)
         if region is None:
             region = count
             count += 1
-            shape_of[region] = n.inputs[0].shape if reduction else out.shape
+            src = n.inputs[0]
+            info[region] = [tuple(src.shape), _real(_dims(n, len(src.shape)), src.shape)] \
+                if reduction else [n.outputs[0].shape, None]
         region_of[id(n)] = region
     # singleton regions are not fusion; renumber the rest in program order
     sizes: dict[int, int] = {}

@@ -58,6 +58,8 @@ def _body(nodes: list[Node]) -> tuple[Graph, list[Value], Value]:
 
 
 def run(g: Graph, ctx) -> bool:
+    if ctx is not None and not getattr(ctx, "codegen", True):
+        return False  # the NumPy executor runs regions node by node, in one buffer
     groups = list(regions(g).values())
     grouped = {id(n) for grp in groups for n in grp}
     groups += [[n] for n in g.nodes if id(n) not in grouped and is_elementwise(n)

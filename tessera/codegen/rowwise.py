@@ -1,0 +1,262 @@
+"""Reduce-then-map kernels: regions whose reductions (``keepdim=True``, all over the same
+dims D) feed later elementwise ops, as softmax and layer norm do once decomposed.
+
+The loops run over the kept dims outside and D inside. For each kept index (a *row*), each
+reduction gets a phase: a loop over D that recomputes the elementwise chain it reads and
+accumulates into a register; values of the row's shape (``rsqrt(var + eps)``) are computed
+between phases; a last loop over D computes and stores the output (or, when the region ends
+in a reduction, one more phase stores it). Nothing but the output touches memory, and each
+row stays in cache across its phases.
+
+>>> from tessera.graph.ir import Graph
+>>> from tessera.codegen.loops import render
+>>> g = Graph.parse('''graph(%a0: float32[4, 8]) {
+...   %0: float32[4, 1] = amax(%a0) {dim=(1,), keepdim=True}
+...   %1: float32[4, 8] = sub(%a0, %0) {alpha=1}
+...   %2: float32[4, 8] = exp(%1)
+...   %3: float32[4, 1] = sum(%2) {dim=(1,), keepdim=True, dtype=None}
+...   %4: float32[4, 8] = div(%2, %3) {rounding_mode=None}
+...   return (%4)
+... }''')
+>>> print(render(lower_rowwise(g, "softmax")[0]))
+void softmax_c(float* out, const float* in0) {
+  for (int64_t i0 = 0; i0 < 4; i0++) {
+    float r1 = -INFINITY;
+    for (int64_t i1 = 0; i1 < 8; i1++) {
+      float v2 = in0[i0 * 8 + i1];
+      r1 = ((v2 > r1 || v2 != v2) ? v2 : r1);
+    }
+    float v3 = (float)(r1);
+    double r4 = 0;
+    #pragma omp simd reduction(+:r4)
+    for (int64_t i1 = 0; i1 < 8; i1++) {
+      float v7 = in0[i0 * 8 + i1];
+      float v6 = (v7 - v3);
+      float v5 = tsr_expf(v6);
+      r4 = (r4 + v5);
+    }
+    float v8 = (float)(r4);
+    #pragma omp simd
+    for (int64_t i1 = 0; i1 < 8; i1++) {
+      float v12 = in0[i0 * 8 + i1];
+      float v11 = (v12 - v3);
+      float v10 = tsr_expf(v11);
+      float v9 = (v10 / v8);
+      out[i0 * 8 + i1] = v9;
+    }
+  }
+}
+"""
+from __future__ import annotations
+
+from tessera.codegen.loops import (
+    PARALLEL_MIN,
+    REDUCE,
+    Func,
+    Let,
+    Load,
+    Loop,
+    Param,
+    Store,
+    _contiguous_strides,
+    _ctype,
+    _index,
+    _reduced_dims,
+    iteration_shape,
+    node_expr,
+)
+from tessera.graph.ir import Graph, Value
+
+__all__ = ["is_rowwise", "lower_rowwise"]
+
+
+def is_rowwise(body: Graph) -> bool:
+    """Whether ``body`` has a reduction before its last node."""
+    return any(n.op.name in REDUCE for n in body.nodes[:-1])
+
+
+def check_rowwise(body: Graph) -> str | None:
+    """Why a body with inner reductions cannot be lowered (None when it can)."""
+    full = iteration_shape(body)
+    nd = len(full)
+    dims = None
+    for n in body.nodes:
+        if n.op.name not in REDUCE:
+            continue
+        if n.attrs.get("dtype") is not None:
+            return f"{n.op.name} with a dtype"
+        if n is not body.nodes[-1] and not n.attrs.get("keepdim"):
+            return f"{n.op.name} without keepdim inside a region"
+        if tuple(n.inputs[0].shape) != tuple(full):
+            return f"{n.op.name} over a value of another shape"
+        d = _reduced_dims(n, nd)
+        if dims is not None and d != dims:
+            return "reductions over different dims"
+        dims = d
+    return None
+
+
+def _kinds(body: Graph, full: tuple, dims: set[int]) -> dict[int, bool]:
+    """id(value) -> whether it varies along the reduced dims (a full value) or is one per
+    row (a reduced value)."""
+    nd = len(full)
+    real = {d for d in dims if full[d] != 1}
+
+    def varies(v) -> bool:
+        shape = (1,) * (nd - len(v.shape)) + tuple(v.shape)
+        return any(shape[d] != 1 for d in real)
+    out = {id(v): varies(v) for v in body.inputs}
+    for n in body.nodes:
+        out[id(n.outputs[0])] = False if n.op.name in REDUCE else varies(n.outputs[0])
+    return out
+
+
+class _Emitter:
+    """Emits the statements computing a value, hoisting per-row values out of inner loops."""
+
+    def __init__(self, body: Graph, in_idx: list[str], full_kind: dict[int, bool]):
+        self.body, self.in_idx, self.full = body, in_idx, full_kind
+        self.inputs = {id(v): k for k, v in enumerate(body.inputs)}
+        self.count = 0
+
+    def fresh(self, prefix="v") -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def value(self, v: Value, scope: dict, stmts: list, outer: tuple[dict, list]) -> str:
+        """The variable holding ``v`` in ``scope``; statements go to ``stmts``, or for a
+        per-row value needed inside a row loop, to the row's statements ``outer``."""
+        if id(v) in scope:
+            return scope[id(v)]
+        if not self.full[id(v)] and outer is not None and scope is not outer[0]:
+            name = self.value(v, outer[0], outer[1], outer)
+            scope[id(v)] = name
+            return name
+        name = self.fresh()
+        if id(v) in self.inputs:
+            k = self.inputs[id(v)]
+            stmts.append(Load(name, _ctype(v), f"in{k}", self.in_idx[k]))
+        else:
+            n = v.producer
+            assert n.op.name not in REDUCE, "a reduction is computed by its phase"
+            names = {id(a): self.value(a, scope, stmts, outer) for a in n.inputs
+                     if isinstance(a, Value)}
+            stmts.append(Let(name, _ctype(v), node_expr(n, names)))
+        scope[id(v)] = name
+        return name
+
+
+def _variant(body: Graph, name: str, groups: list[tuple[int, bool]], in_idx: list[str],
+             out_idx: str, params: list[Param], pre: list) -> Func:
+    """``groups``: (extent, reduced?) per loop, kept loops first."""
+    full = iteration_shape(body)
+    dims = next(_reduced_dims(n, len(full)) for n in body.nodes if n.op.name in REDUCE)
+    em = _Emitter(body, in_idx, _kinds(body, full, dims))
+    kept = [(e, k) for e, k in groups if not k]
+    inner = [(e, k) for e, k in groups if k]
+    nk = len(kept)
+    row: list = []
+    scope: dict = {}
+    outer = (scope, row)
+    count = 1
+    for e, _ in inner:
+        count *= e
+
+    def inner_loops(body_stmts: list, reduction: str | None, simd: bool) -> list:
+        """Loops over the reduced dims; the innermost is simd (with the sum's reduction
+        clause); a max/min phase is left scalar: its NaN-propagating combine is no OpenMP
+        reduction."""
+        stmts = body_stmts
+        for j in range(len(inner) - 1, -1, -1):
+            last = j == len(inner) - 1
+            stmts = [Loop(f"i{nk + j}", inner[j][0], stmts, simd=last and simd,
+                          reduction=reduction if last else None)]
+        return stmts
+
+    last = body.nodes[-1]
+    for n in body.nodes:
+        if n.op.name not in REDUCE:
+            continue
+        ident, comb, wide = REDUCE[n.op.name]
+        acc = em.fresh("r")
+        acc_t = "double" if wide else _ctype(n.outputs[0])
+        row.append(Let(acc, acc_t, ident))
+        loop_scope = dict(scope)
+        stmts: list = []
+        v = em.value(n.inputs[0], loop_scope, stmts, outer)
+        stmts.append(Let(acc, "", comb.format(a=acc, v=v)))
+        row += inner_loops(stmts, f"+:{acc}" if wide else None, simd=wide)
+        value = f"{acc} * {1.0 / count!r}" if n.op.name == "mean" and count else \
+            f"{acc} * NAN" if n.op.name == "mean" else acc
+        res = em.fresh()
+        row.append(Let(res, _ctype(n.outputs[0]), f"({_ctype(n.outputs[0])})({value})"))
+        scope[id(n.outputs[0])] = res
+        if n is last:
+            row.append(Store("out", out_idx, res))
+    if last.op.name not in REDUCE:
+        loop_scope = dict(scope)
+        stmts = []
+        v = em.value(last.outputs[0], loop_scope, stmts, outer)
+        stmts.append(Store("out", out_idx, v))
+        row += inner_loops(stmts, None, simd=True)
+    total = 1
+    for e, _ in groups:
+        total *= e
+    nest = row
+    for j in range(nk - 1, -1, -1):
+        nest = [Loop(f"i{j}", kept[j][0], nest, parallel=j == 0 and total >= PARALLEL_MIN)]
+    return Func(name, params, pre + nest)
+
+
+def _strided_index(v: Value, nd: int, dims_: list[int], k: int, pos: dict) -> str:
+    """Input k's index from runtime strides, leaving out the dims it broadcasts along (a
+    per-row input is loaded outside the loops over the reduced dims)."""
+    shape = (1,) * (nd - len(v.shape)) + tuple(v.shape)
+    terms = [f"i{pos[j]} * s{k}_{j}" for j, d in enumerate(dims_) if shape[d] != 1]
+    return " + ".join(terms) or "0"
+
+
+def lower_rowwise(body: Graph, name: str) -> list[Func]:
+    """The contiguous and the strided kernel of a reduce-then-map region."""
+    out = body.outputs[0]
+    full = iteration_shape(body)
+    nd = len(full)
+    dims = next(_reduced_dims(n, nd) for n in body.nodes if n.op.name in REDUCE)
+    params = [Param("out", _ctype(out), const=False)] + \
+        [Param(f"in{k}", _ctype(v)) for k, v in enumerate(body.inputs)]
+    final_red = body.nodes[-1].op.name in REDUCE
+    rstr = _contiguous_strides(tuple(1 if d in dims else full[d] for d in range(nd)), nd)
+    ostr = rstr if final_red else _contiguous_strides(full, nd)
+    reduced = [d in dims for d in range(nd)]
+
+    # contiguous: collapse neighbouring dims of one kind that every access walks as one
+    access = [_contiguous_strides(v.shape, nd) for v in body.inputs] + [ostr]
+    groups: list[list] = []   # [extent, reduced?, strides per access]
+    for d in range(nd):
+        n = full[d]
+        if n == 1:
+            continue
+        st = [a[d] for a in access]
+        if groups and groups[-1][1] == reduced[d] and \
+                all(g == s * n for g, s in zip(groups[-1][2], st)):
+            groups[-1][0] *= n
+            groups[-1][2] = st
+        else:
+            groups.append([n, reduced[d], st])
+    groups.sort(key=lambda g: g[1])   # kept loops outside (a stable sort keeps the order)
+    vars_ = [f"i{j}" for j in range(len(groups))]
+    idx = [_index(vars_, [g[2][k] for g in groups]) for k in range(len(access))]
+    contiguous = _variant(body, f"{name}_c", [(g[0], g[1]) for g in groups], idx[:-1],
+                          idx[-1], params, [])
+
+    # strided: runtime strides st[k * ndim + j] over the dims of extent > 1
+    dims_ = [d for d in range(nd) if full[d] != 1]
+    order = sorted(range(len(dims_)), key=lambda j: reduced[dims_[j]])
+    pos = {j: p for p, j in enumerate(order)}      # dim j runs as loop i<pos>
+    pre = [Let(f"s{k}_{j}", "const int64_t", f"st[{k * len(dims_) + j}]")
+           for k in range(len(body.inputs)) for j in range(len(dims_))]
+    sidx = [_strided_index(v, nd, dims_, k, pos) for k, v in enumerate(body.inputs)]
+    oidx = " + ".join(f"i{pos[j]} * {ostr[d]}" for j, d in enumerate(dims_) if ostr[d]) or "0"
+    strided = _variant(body, f"{name}_s", [(full[dims_[j]], reduced[dims_[j]]) for j in order],
+                       sidx, oidx, params + [Param("st", "int64_t")], pre)
+    return [contiguous, strided]
