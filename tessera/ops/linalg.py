@@ -146,13 +146,28 @@ def _dot_check(a, b) -> D.dtype:
 def _matmul_kernel(a, b, out=None):
     if a.dtype.itemsize == 2 and a.dtype.kind != "i":  # float16/bfloat16: accumulate in fp32
         return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
-    # batched operands that are strided views (k.transpose(-2, -1) in attention) take
-    # NumPy's slow non-BLAS loop; one copy to contiguous memory is 2-3x cheaper
-    if a.ndim > 2 and not (a.flags.c_contiguous or a.flags.f_contiguous):
-        a = np.ascontiguousarray(a)
-    if b.ndim > 2 and not (b.flags.c_contiguous or b.flags.f_contiguous):
-        b = np.ascontiguousarray(b)
+    if a.ndim > 2:
+        a = _blasable(a)
+    if b.ndim > 2:
+        b = _blasable(b)
     return np.matmul(a, b, out=out)
+
+
+def _blasable(x: np.ndarray) -> np.ndarray:
+    """``x`` itself when each of its matrices is one BLAS can read (unit stride along rows
+    or columns: attention's permuted q, k, v views are), else a copy that is. NumPy runs
+    other strided stacks through a slow non-BLAS loop. The copy follows the smaller of the
+    two inner strides, so it reads memory in runs (a plain C-order copy of a transposed
+    view gathers with a large stride and costs 3x more)."""
+    s = x.itemsize
+    r, c = x.strides[-2:]
+    m, n = x.shape[-2:]
+    if all(t % s == 0 for t in x.strides) and \
+            ((c == s and r >= n * s) or (r == s and c >= m * s)):
+        return x
+    if abs(r) < abs(c):
+        return np.ascontiguousarray(x.swapaxes(-1, -2)).swapaxes(-1, -2)
+    return np.ascontiguousarray(x)
 
 
 def _conj(t: Tensor) -> Tensor:
