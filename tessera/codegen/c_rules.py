@@ -20,23 +20,27 @@ import math
 
 from tessera.ops.registry import REGISTRY
 
-__all__ = ["RULES", "CType", "COMPARE", "LOGICAL", "compute_dtype", "attach"]
+__all__ = ["RULES", "CType", "COMPARE", "LOGICAL", "INT_OPS", "compute_dtype", "attach"]
 
 
 class CType:
     """The C side of a dtype name: type, libm suffix, literals."""
 
-    NAMES = {"float32": "float", "float64": "double", "bool": "unsigned char"}
+    NAMES = {"float32": "float", "float64": "double", "bool": "unsigned char",
+             "int32": "int32_t", "int64": "int64_t"}
 
     def __init__(self, dtype: str):
         self.dtype = dtype
         self.T = self.NAMES[dtype]
         self.f = "f" if dtype == "float32" else ""
+        self.is_int = dtype in ("int32", "int64")
 
     def lit(self, v) -> str:
         """``v`` (a Python number) as a C constant of this type."""
         if isinstance(v, bool) or self.dtype == "bool":
             return "1" if v else "0"
+        if self.is_int:
+            return f"(({self.T}){int(v)}LL)"
         v = float(v)
         if math.isnan(v):
             return f"(({self.T})NAN)"
@@ -61,16 +65,26 @@ def _f32(v: float):
 
 
 COMPARE = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
-LOGICAL = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not",
-                     "bitwise_and", "bitwise_or", "bitwise_xor"})
+LOGICAL = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not"})
+# ops whose rules are right for int32/int64 too (C's signed overflow wraps: -fwrapv); not
+# division or remainder, where a zero divisor must raise
+INT_OPS = frozenset({"neg", "positive", "add", "sub", "mul", "abs", "square", "sign",
+                     "maximum", "minimum", "clamp", "where", "masked_fill", "cast",
+                     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}
+                    | COMPARE | LOGICAL)
 
 
-def compute_dtype(op: str, in_dtypes: list[str], out_dtype: str) -> str:
+def compute_dtype(op: str, in_dtypes: list[str], out_dtype: str,
+                  float_scalar: bool = False) -> str:
     """The dtype an op computes in: comparisons in their promoted input type, logic on bools,
     everything else in its output type."""
     if op in COMPARE:
-        return "float64" if "float64" in in_dtypes else "float32" if "float32" in in_dtypes \
-            else "bool"
+        if float_scalar and not any(d.startswith("float") for d in in_dtypes):
+            return "float32"   # an int tensor against 1.5 compares as floats
+        for d in ("float64", "float32", "int64", "int32"):
+            if d in in_dtypes:
+                return d
+        return "bool"
     if op in LOGICAL:
         return "bool"
     return out_dtype
@@ -206,13 +220,30 @@ def _logic(op: str):
     return lambda c, a, at: f"(({a[0]} != 0) {op} ({a[1]} != 0))"
 
 
+def _bitwise(op: str, logical: str):
+    """Bitwise on integers, logical on bools (whose 0/1 bytes must stay 0/1)."""
+    def rule(c, a, at):
+        if c.is_int:
+            return f"({a[0]} {op} {a[1]})"
+        return f"(({a[0]} != 0) {logical} ({a[1]} != 0))"
+    return rule
+
+
+def _abs(c, a, at):
+    return f"({a[0]} < 0 ? -{a[0]} : {a[0]})" if c.is_int else f"{c.fn('fabs')}({a[0]})"
+
+
+def _remainder(c, a, at):  # floats only: an integer zero divisor raises, as in PyTorch
+    return f"{c.tsr('rem')}({a[0]}, {a[1]})"
+
+
 RULES = {
     # arithmetic
     "neg": _fmt("(-{0})"), "positive": _fmt("{0}"),
     "add": _alpha("+"), "sub": _alpha("-"), "mul": _fmt("({0} * {1})"), "div": _div,
-    "remainder": lambda c, a, at: f"{c.tsr('rem')}({a[0]}, {a[1]})",
+    "remainder": _remainder,
     "fmod": _math("fmod"), "pow": _pow, "reciprocal": _fmt("(({T})1 / {0})"),
-    "square": _fmt("({0} * {0})"), "abs": _math("fabs"), "sign": _sign,
+    "square": _fmt("({0} * {0})"), "abs": _abs, "sign": _sign,
     "lerp": _lerp, "addcmul": lambda c, a, at: (
         f"({a[0]} + {c.lit(at.get('value', 1))} * {a[1]} * {a[2]})"),
     "addcdiv": lambda c, a, at: f"({a[0]} + {c.lit(at.get('value', 1))} * ({a[1]} / {a[2]}))",
@@ -251,8 +282,9 @@ RULES = {
     "eq": _fmt("({0} == {1})"), "ne": _fmt("({0} != {1})"), "lt": _fmt("({0} < {1})"),
     "le": _fmt("({0} <= {1})"), "gt": _fmt("({0} > {1})"), "ge": _fmt("({0} >= {1})"),
     "logical_not": _fmt("(!{0})"), "logical_and": _logic("&&"), "logical_or": _logic("||"),
-    "logical_xor": _logic("!="), "bitwise_and": _logic("&&"), "bitwise_or": _logic("||"),
-    "bitwise_xor": _logic("!="), "bitwise_not": _fmt("(!{0})"),
+    "logical_xor": _logic("!="), "bitwise_and": _bitwise("&", "&&"),
+    "bitwise_or": _bitwise("|", "||"), "bitwise_xor": _bitwise("^", "!="),
+    "bitwise_not": lambda c, a, at: f"(~{a[0]})" if c.is_int else f"(!{a[0]})",
 }
 
 

@@ -31,7 +31,9 @@ __all__ = ["CompileError", "compiler", "cache_dir", "load", "FLAGS", "last_build
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
          # results are unchanged by these two (no errno from sqrt, no FP traps), but
          # they let sqrt and friends vectorise
-         "-fno-math-errno", "-fno-trapping-math")
+         "-fno-math-errno", "-fno-trapping-math",
+         # integer overflow wraps as NumPy's does, instead of being undefined
+         "-fwrapv")
 LIBS = ("-lm",)
 
 

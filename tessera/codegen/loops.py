@@ -40,14 +40,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tessera.codegen.c_rules import LOGICAL, CType, compute_dtype
+from tessera.codegen.c_rules import INT_OPS, LOGICAL, CType, compute_dtype
 from tessera.graph.ir import Graph, Value
 
 __all__ = ["Param", "Load", "Let", "Raw", "Store", "Loop", "Func", "lower", "render", "RENDER",
            "PARALLEL_MIN", "supported", "iteration_shape"]
 
 PARALLEL_MIN = 1 << 16   # elements: below this, waking a second thread costs more than it saves
-DTYPES = frozenset({"float32", "float64", "bool"})
+DTYPES = frozenset({"float32", "float64", "bool", "int32", "int64"})
 _NO_CONVERT = LOGICAL | {"cast"}   # their rules test inputs against 0 themselves
 
 
@@ -153,7 +153,8 @@ def supported(body: Graph) -> str | None:
             return f"dtype {v.dtype.name} of %{v.name}"
     for k, n in enumerate(body.nodes):
         if n.op.name in REDUCE:
-            if n.attrs.get("dtype") is not None or n.outputs[0].dtype.name == "bool":
+            if n.attrs.get("dtype") is not None or \
+                    n.outputs[0].dtype.name not in ("float32", "float64"):
                 return f"{n.op.name} with dtype={n.attrs.get('dtype')}"
             if k < len(body.nodes) - 1:
                 from tessera.codegen.rowwise import check_rowwise
@@ -163,6 +164,9 @@ def supported(body: Graph) -> str | None:
             continue
         if n.op.to_c is None:
             return f"op '{n.op.name}' has no to_c rule"
+        ints = [v for v in n.tensor_inputs + n.outputs if v.dtype.name in ("int32", "int64")]
+        if ints and n.op.name not in INT_OPS:
+            return f"op '{n.op.name}' on integers"
         if len(n.outputs) != 1:
             return f"op '{n.op.name}' has {len(n.outputs)} outputs"
     return None
@@ -177,7 +181,8 @@ def node_expr(n, names: dict) -> str:
     its inputs (by id), converted to the op's compute type."""
     out = n.outputs[0]
     tensor_dtypes = [a.dtype.name for a in n.inputs if isinstance(a, Value)]
-    c = CType(compute_dtype(n.op.name, tensor_dtypes, out.dtype.name))
+    c = CType(compute_dtype(n.op.name, tensor_dtypes, out.dtype.name,
+                            any(type(a) is float for a in n.inputs)))
     args = []
     for a in n.inputs:
         if isinstance(a, Value):

@@ -53,13 +53,28 @@ def build(nodes: list) -> dict:
         return {}
     out = {}
     for node, name, body in plans:
-        out[node] = _wrap(getattr(lib, name + "_c"), getattr(lib, name + "_s"), body)
+        fn = _wrap(getattr(lib, name + "_c"), getattr(lib, name + "_s"), body)
+        out[node] = _timed(fn, name, node.name) if debug else fn
     stats.update(kernels=len(plans), skipped=skipped, seconds=time.perf_counter() - t0,
                  cached=cc.last_build.get("cached"), source_lines=source.count("\n"))
     if debug:
         hit = "hit" if stats["cached"] else "miss"
         print(f"// compiled in {stats['seconds']:.3f} s (cache {hit})", file=sys.stderr)
     return out
+
+
+def _timed(fn, name: str, where: str):
+    """``fn`` that prints its run time on its first call (``TESSERA_DEBUG=2``)."""
+    first = [True]
+
+    def call(out, *arrays, body=None):
+        t0 = time.perf_counter()
+        fn(out, *arrays)
+        if first[0]:
+            first[0] = False
+            print(f"// {name} ({where or 'graph'}): {(time.perf_counter() - t0) * 1e3:.3f} ms "
+                  f"for {out.size} elements", file=sys.stderr)
+    return call
 
 
 def _wrap(fc, fs, body):
