@@ -94,8 +94,7 @@ def load(source: str) -> ctypes.CDLL:
     lib = _LOADED.get(key)
     cached = True
     if lib is None:
-        d = cache_dir()
-        os.makedirs(d, exist_ok=True)
+        d = _writable(cache_dir())
         path = os.path.join(d, f"tsr_{key}.so")
         if not _sound(path):
             cached = False
@@ -107,6 +106,20 @@ def load(source: str) -> ctypes.CDLL:
         lib = _LOADED[key] = ctypes.CDLL(path)
     last_build.update(key=key, cached=cached, seconds=time.perf_counter() - t0)
     return lib
+
+
+def _writable(d: str) -> str:
+    """``d``, created if needed; a private temporary directory when ``d`` cannot be written
+    (a read-only home), so that compiling still works, only without reuse across runs."""
+    try:
+        os.makedirs(d, exist_ok=True)
+        if os.access(d, os.W_OK):
+            return d
+    except OSError:
+        pass
+    fallback = os.path.join(tempfile.gettempdir(), f"tessera-kernels-{os.getuid()}")
+    os.makedirs(fallback, mode=0o700, exist_ok=True)
+    return fallback
 
 
 def _digest(path: str) -> str:
