@@ -7,7 +7,7 @@ on its base (``view_assign``) for autograd.
 
 >>> import tessera
 >>> x = tessera.zeros(2, 3)
->>> x[0].fill_(1.0); x.sum().item()
+>>> _ = x[0].fill_(1.0); x.sum().item()
 3.0
 """
 from __future__ import annotations

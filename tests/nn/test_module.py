@@ -428,3 +428,44 @@ def test_load_from_state_dict_override_with_pytorchs_signature():
     w = tessera.ones(2, 2)
     dst.load_state_dict({"weight": w, "bias": tessera.zeros(2)}, assign=True)
     assert seen == [False, True] and dst.weight.data_ptr() == w.data_ptr()
+
+
+# ---- public state_dict hooks (PyTorch's four) -------------------------------------------
+
+@pytest.mark.parametrize("lib_name", ["tessera", "torch"])
+def test_state_dict_hooks_like_pytorch(lib_name):
+    import torch
+    lib = tessera if lib_name == "tessera" else torch
+    calls = []
+    m = lib.nn.Sequential(lib.nn.Linear(2, 3), lib.nn.ReLU(), lib.nn.Linear(3, 1))
+    m[0].register_state_dict_pre_hook(lambda mod, prefix, keep: calls.append(("pre", prefix)))
+
+    def post(mod, sd, prefix, meta):
+        calls.append(("post", prefix, sorted(meta)))
+        del sd[prefix + "bias"]
+    m[2].register_state_dict_post_hook(post)
+    sd = m.state_dict()
+    assert list(sd) == ["0.weight", "0.bias", "2.weight"]
+    assert calls == [("pre", "0."), ("post", "2.", ["version"])]
+    bad = m[0].register_state_dict_post_hook(lambda mod, sd, prefix, meta: {})
+    with pytest.raises(RuntimeError, match="must return None"):
+        m.state_dict()
+    bad.remove()
+
+    # load: the pre hook sees the module; the post hook may forgive missing keys in place
+    seen = []
+    m[2].register_load_state_dict_pre_hook(
+        lambda mod, sd, prefix, *rest: seen.append((type(mod).__name__, prefix)))
+
+    def forgive(mod, keys):
+        seen.append(sorted(keys.missing_keys))
+        keys.missing_keys.remove("2.bias")
+    h = m.register_load_state_dict_post_hook(forgive)
+    m.load_state_dict(sd)   # "2.bias" is missing, forgiven
+    assert seen == [("Linear", "2."), ["2.bias"]]
+    h.remove()
+    with pytest.raises(RuntimeError, match="Missing key"):
+        m.load_state_dict(sd)
+    m.register_load_state_dict_post_hook(lambda mod, keys: 1)
+    with pytest.raises(Exception, match="not expected to return new values"):
+        m.load_state_dict(sd, strict=False)

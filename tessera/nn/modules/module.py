@@ -82,7 +82,9 @@ class Module:
         d["_backward_hooks"] = OrderedDict()
         d["_backward_pre_hooks"] = OrderedDict()
         d["_state_dict_hooks"] = OrderedDict()
+        d["_state_dict_pre_hooks"] = OrderedDict()
         d["_load_state_dict_pre_hooks"] = OrderedDict()
+        d["_load_state_dict_post_hooks"] = OrderedDict()
 
     forward: Callable[..., Any]
 
@@ -473,17 +475,23 @@ class Module:
         if destination is None:
             destination = OrderedDict()
             destination._metadata = OrderedDict()  # type: ignore[attr-defined]
+        local_metadata = {"version": self._version}
         meta = getattr(destination, "_metadata", None)
         if meta is not None:
-            meta[prefix[:-1]] = {"version": self._version}
+            meta[prefix[:-1]] = local_metadata
+        for pre in self._state_dict_pre_hooks.values():
+            pre(self, prefix, keep_vars)
         self._save_to_state_dict(destination, prefix, keep_vars)
         for name, m in self._modules.items():
             if m is not None:
                 m.state_dict(destination=destination, prefix=prefix + name + ".",
                              keep_vars=keep_vars)
         for hook in self._state_dict_hooks.values():
-            res = hook(self, destination, prefix, {})
-            if res is not None:
+            res = hook(self, destination, prefix, local_metadata)
+            if getattr(hook, "_from_public_api", False):
+                if res is not None:
+                    raise RuntimeError("state_dict post-hook must return None")
+            elif res is not None:  # the private hook's old protocol: a new dict
                 destination = res
         return destination
 
@@ -554,6 +562,14 @@ class Module:
             for name, child in module._modules.items():
                 if child is not None:
                     load(child, prefix + name + ".")
+            # post hooks may edit the key lists in place (before strict decides)
+            keys = _IncompatibleKeys(missing, unexpected)
+            for hook in module._load_state_dict_post_hooks.values():
+                if hook(module, keys) is not None:
+                    raise RuntimeError(
+                        "Hooks registered with ``register_load_state_dict_post_hook`` are not "
+                        "expected to return new values, if incompatible_keys need to be "
+                        "modified, it should be done inplace.")
         load(self)
         if strict:
             if unexpected:
@@ -566,6 +582,49 @@ class Module:
             raise RuntimeError(f"Error(s) in loading state_dict for {self._get_name()}:\n\t" +
                                "\n\t".join(errors))
         return _IncompatibleKeys(missing, unexpected)
+
+    def register_state_dict_pre_hook(self, hook) -> RemovableHandle:
+        """``hook(module, prefix, keep_vars) -> None`` runs before ``state_dict`` collects.
+
+        >>> m = tessera.nn.Linear(2, 2)
+        >>> h = m.register_state_dict_pre_hook(lambda mod, prefix, keep: None); h.remove()
+        """
+        h = RemovableHandle(self._state_dict_pre_hooks)
+        self._state_dict_pre_hooks[h.id] = hook
+        return h
+
+    def register_state_dict_post_hook(self, hook) -> RemovableHandle:
+        """``hook(module, state_dict, prefix, local_metadata) -> None`` may edit the
+        collected ``state_dict`` in place (returning anything else is an error).
+
+        >>> m = tessera.nn.Linear(2, 2)
+        >>> _ = m.register_state_dict_post_hook(lambda mod, sd, p, meta: sd.__delitem__("bias"))
+        >>> list(m.state_dict())
+        ['weight']
+        """
+        hook._from_public_api = True
+        return self._register_state_dict_hook(hook)
+
+    def register_load_state_dict_pre_hook(self, hook) -> RemovableHandle:
+        """``hook(module, state_dict, prefix, local_metadata, strict, missing_keys,
+        unexpected_keys, error_msgs) -> None`` runs before this module loads its entries.
+
+        >>> m = tessera.nn.Linear(2, 2)
+        >>> h = m.register_load_state_dict_pre_hook(lambda mod, sd, *rest: None); h.remove()
+        """
+        return self._register_load_state_dict_pre_hook(hook, with_module=True)
+
+    def register_load_state_dict_post_hook(self, hook) -> RemovableHandle:
+        """``hook(module, incompatible_keys) -> None`` runs after this module and its children
+        loaded; it may remove entries from ``incompatible_keys.missing_keys`` /
+        ``unexpected_keys`` in place before ``strict`` turns them into an error.
+
+        >>> m = tessera.nn.Linear(2, 2)
+        >>> h = m.register_load_state_dict_post_hook(lambda mod, keys: None); h.remove()
+        """
+        h = RemovableHandle(self._load_state_dict_post_hooks)
+        self._load_state_dict_post_hooks[h.id] = hook
+        return h
 
     def _register_state_dict_hook(self, hook) -> RemovableHandle:
         h = RemovableHandle(self._state_dict_hooks)
