@@ -1,7 +1,7 @@
 """The system C compiler, and a content-addressed cache of the libraries it builds.
 
 ``load(source)`` returns a ``ctypes.CDLL`` of ``source`` compiled with
-``cc -O3 -march=native -fopenmp -shared -fPIC``. The library is cached on disk under
+``cc -O3 -march=native -fopenmp-simd -shared -fPIC``. The library is cached on disk under
 ``$TESSERA_CACHE_DIR`` (default ``~/.cache/tessera/kernels``) by the SHA-256 of everything
 that decides the binary: the source, the flags, the compiler's version line and this CPU's
 instruction-set flags (``-march=native`` code must not run on another CPU). A second
@@ -28,7 +28,8 @@ import time
 
 __all__ = ["CompileError", "compiler", "cache_dir", "load", "FLAGS", "last_build"]
 
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
+# -fopenmp-simd: the simd pragmas only; threads come from the runtime, not an OpenMP library
+FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC", "-std=gnu11",
          # results are unchanged by these two (no errno from sqrt, no FP traps), but
          # they let sqrt and friends vectorise
          "-fno-math-errno", "-fno-trapping-math",
@@ -99,10 +100,6 @@ def load(source: str) -> ctypes.CDLL:
         if not _sound(path):
             cached = False
             _build(source, path)
-        # OpenMP threads that spin after a kernel steal the cores BLAS needs next (2x
-        # slower GEMMs measured on 2 cores): let them sleep unless the user chose otherwise.
-        # libgomp reads this once, when the first kernel library loads it.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         lib = _LOADED[key] = ctypes.CDLL(path)
     last_build.update(key=key, cached=cached, seconds=time.perf_counter() - t0)
     return lib

@@ -13,8 +13,10 @@ Every region becomes two functions:
 * ``<name>_s`` for any strides (transposed, sliced, flipped views): one loop per output
   dimension, each input indexed through strides passed at run time.
 
-The outermost loop runs in parallel (OpenMP) only when the region is large enough to pay
-for waking the threads.
+The outermost loop of a large region is *split*: it runs over ``[lo, hi)``, arguments every
+kernel takes, and the runtime calls the kernel on disjoint chunks from several threads
+(``tessera.codegen.runtime``). Not OpenMP: a process that imported PyTorch first shares
+PyTorch's OpenMP runtime, whose spinning threads starved BLAS (5x slower convolutions).
 
 >>> from tessera.graph.ir import Graph
 >>> g = Graph.parse('''graph(%a: float32[4, 8], %b: float32[8]) {
@@ -23,7 +25,7 @@ for waking the threads.
 ...   return (%1)
 ... }''')
 >>> print(render(lower(g, "k")[0]))   # doctest: +ELLIPSIS
-void k_c(float* out, const float* in0, const float* in1) {
+void k_c(float* out, const float* in0, const float* in1, int64_t lo, int64_t hi) {
   for (int64_t i0 = 0; i0 < 4; i0++) {
     #pragma omp simd
     for (int64_t i1 = 0; i1 < 8; i1++) {
@@ -46,7 +48,7 @@ from tessera.graph.ir import Graph, Value
 __all__ = ["Param", "Load", "Let", "Raw", "Store", "Loop", "Func", "lower", "render", "RENDER",
            "PARALLEL_MIN", "supported", "iteration_shape"]
 
-PARALLEL_MIN = 1 << 16   # elements: below this, waking a second thread costs more than it saves
+PARALLEL_MIN = 1 << 18   # elements: below this, handing chunks to threads costs more than it saves
 DTYPES = frozenset({"float32", "float64", "bool", "int32", "int64"})
 _NO_CONVERT = LOGICAL | {"cast"}   # their rules test inputs against 0 themselves
 
@@ -90,7 +92,7 @@ class Loop:
     var: str
     extent: int
     body: list
-    parallel: bool = False
+    parallel: bool = False         # runs over [lo, hi): the caller splits it across threads
     simd: bool = False
     reduction: str | None = None   # e.g. "+:a": the loop sums into scalar a
 
@@ -101,11 +103,17 @@ class Func:
     params: list[Param]
     body: list = field(default_factory=list)
 
+    @property
+    def split(self) -> int | None:
+        """The extent of the loop callers may split (run over chunks [lo, hi)), if any."""
+        return next((s.extent for s in self.body if isinstance(s, Loop) and s.parallel), None)
+
 
 # ---- rendering: one rule per IR kind -----------------------------------------------------
 
 def _r_func(f: Func, ind: str) -> list[str]:
-    params = ", ".join(f"{'const ' if p.const else ''}{p.ctype}* {p.name}" for p in f.params)
+    params = ", ".join([f"{'const ' if p.const else ''}{p.ctype}* {p.name}" for p in f.params]
+                       + ["int64_t lo", "int64_t hi"])
     lines = [f"{ind}void {f.name}({params}) {{"]
     for s in f.body:
         lines += RENDER[type(s)](s, ind + "  ")
@@ -116,14 +124,11 @@ def _r_loop(loop: Loop, ind: str) -> list[str]:
     pragma = []
     if loop.reduction:
         pragma = [f"{ind}#pragma omp simd reduction({loop.reduction})"]
-    elif loop.parallel and loop.simd:
-        pragma = [f"{ind}#pragma omp parallel for simd"]
-    elif loop.parallel:
-        pragma = [f"{ind}#pragma omp parallel for"]
     elif loop.simd:
         pragma = [f"{ind}#pragma omp simd"]
     v = loop.var
-    lines = pragma + [f"{ind}for (int64_t {v} = 0; {v} < {loop.extent}; {v}++) {{"]
+    lo, hi = ("lo", "hi") if loop.parallel else ("0", loop.extent)
+    lines = pragma + [f"{ind}for (int64_t {v} = {lo}; {v} < {hi}; {v}++) {{"]
     for s in loop.body:
         lines += RENDER[type(s)](s, ind + "  ")
     return lines + [f"{ind}}}"]
@@ -231,7 +236,7 @@ def _index(vars_: list[str], strides: list) -> str:
 
 def _nest(extents: list[int], body: list, total: int) -> list:
     """Loops i0.. over ``extents`` around ``body``: the innermost simd, the outermost
-    parallel when the region is large."""
+    split across threads when the region is large."""
     if not extents:
         return body
     stmts = body
@@ -259,10 +264,11 @@ def _reduced_dims(node, nd: int) -> set[int]:
 
 
 def _reduce_nest(red, extents: list[int], kinds: list[bool], prog: list, value: str,
-                 oidx: str, total: int) -> list:
+                 oidx: str) -> list:
     """Loops over ``extents`` (``kinds[g]``: whether group g is reduced) combining the
     element value into ``acc[oidx]``; a trailing run of reduced loops first combines into
-    a scalar ``a``, which vectorises (``omp simd reduction``) for sums."""
+    a scalar ``a``, which vectorises (``omp simd reduction``) for sums. Never split: the
+    accumulator is initialised and finished around the whole nest."""
     ident, comb, _ = REDUCE[red.op.name]
     n = len(extents)
     tail = n
@@ -279,9 +285,7 @@ def _reduce_nest(red, extents: list[int], kinds: list[bool], prog: list, value: 
     else:
         stmts = prog + [Store("acc", oidx, comb.format(a=f"acc[{oidx}]", v=value))]
     for g in range(tail - 1, -1, -1):
-        stmts = [Loop(f"i{g}", extents[g], stmts,
-                      parallel=g == 0 and not kinds[0] and total >= PARALLEL_MIN,
-                      simd=g == n - 1)]
+        stmts = [Loop(f"i{g}", extents[g], stmts, simd=g == n - 1)]
     return stmts
 
 
@@ -310,7 +314,7 @@ def _kernel(body: Graph, name: str, extents: list[int], in_idx: list[str], out_i
     else:
         stmts.append(Let("acc", "acc_t*", f"(acc_t*)malloc({max(m, 1)} * sizeof(acc_t))"))
     stmts.append(Loop("o", m, [Store("acc", "o", ident)]))
-    stmts += _reduce_nest(red, extents, kinds, prog, value, out_idx, src.numel)
+    stmts += _reduce_nest(red, extents, kinds, prog, value, out_idx)
     if acc_t != ct or red.op.name == "mean":
         scale = f" * {1.0 / count!r}" if red.op.name == "mean" and count else \
             " * NAN" if red.op.name == "mean" else ""

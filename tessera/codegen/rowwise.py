@@ -19,7 +19,7 @@ row stays in cache across its phases.
 ...   return (%4)
 ... }''')
 >>> print(render(lower_rowwise(g, "softmax")[0]))
-void softmax_c(float* out, const float* in0) {
+void softmax_c(float* out, const float* in0, int64_t lo, int64_t hi) {
   for (int64_t i0 = 0; i0 < 4; i0++) {
     float r1 = -INFINITY;
     for (int64_t i1 = 0; i1 < 8; i1++) {
@@ -205,6 +205,7 @@ def _variant(body: Graph, name: str, groups: list[tuple[int, bool]], in_idx: lis
     nest = row
     for j in range(nk - 1, -1, -1):
         nest = [Loop(f"i{j}", kept[j][0], nest, parallel=j == 0 and total >= PARALLEL_MIN)]
+    # (each row is independent: the outer loop may be split across threads)
     return Func(name, params, pre + nest)
 
 

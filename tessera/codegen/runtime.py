@@ -37,8 +37,9 @@ def build(nodes: list) -> dict:
             skipped[node.name or f"fused{j}"] = why
             continue
         name = f"tsr_f{j}"
-        chunks += [render(f) for f in lower(body, name)]
-        plans.append((node, name, body))
+        funcs = lower(body, name)
+        chunks += [render(f) for f in funcs]
+        plans.append((node, name, body, [f.split for f in funcs]))
     if not plans:
         return {}
     source = "\n\n".join(chunks) + "\n"
@@ -52,8 +53,8 @@ def build(nodes: list) -> dict:
                       RuntimeWarning, stacklevel=2)
         return {}
     out = {}
-    for node, name, body in plans:
-        fn = _wrap(getattr(lib, name + "_c"), getattr(lib, name + "_s"), body)
+    for node, name, body, splits in plans:
+        fn = _wrap(getattr(lib, name + "_c"), getattr(lib, name + "_s"), body, splits)
         out[node] = _timed(fn, name, node.name) if debug else fn
     stats.update(kernels=len(plans), skipped=skipped, seconds=time.perf_counter() - t0,
                  cached=cc.last_build.get("cached"), source_lines=source.count("\n"))
@@ -77,12 +78,43 @@ def _timed(fn, name: str, where: str):
     return call
 
 
-def _wrap(fc, fs, body):
+_POOL: list = []   # [ThreadPoolExecutor] once a kernel is big enough to split
+
+
+def _threads() -> int:
+    from tessera._info import get_num_threads
+    return max(1, get_num_threads())
+
+
+def _runner(f, extent: int | None):
+    """``run(*pointers)``: ``f`` over its whole split loop, or over chunks of it on a pool of
+    threads (ctypes releases the GIL; idle pool threads sleep, so BLAS keeps its cores)."""
+    threads = min(_threads(), extent or 1)
+    if not extent or threads < 2:
+        return lambda *ptrs: f(*ptrs, 0, extent or 1)
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL.append(ThreadPoolExecutor(max_workers=threads - 1,
+                                        thread_name_prefix="tessera-kernel"))
+    pool = _POOL[0]
+    bounds = [extent * k // threads for k in range(threads + 1)]
+    chunks = list(zip(bounds[:-1], bounds[1:]))
+
+    def run(*ptrs):
+        futures = [pool.submit(f, *ptrs, lo, hi) for lo, hi in chunks[1:]]
+        f(*ptrs, *chunks[0])
+        for fut in futures:
+            fut.result()
+    return run
+
+
+def _wrap(fc, fs, body, splits):
     """``fn(out, *arrays)`` calling the contiguous or the strided kernel."""
     n_in = len(body.inputs)
     for f, extra in ((fc, 0), (fs, 1)):
-        f.argtypes = [ctypes.c_void_p] * (1 + n_in + extra)
+        f.argtypes = [ctypes.c_void_p] * (1 + n_in + extra) + [ctypes.c_int64] * 2
         f.restype = None
+    fc, fs = _runner(fc, splits[0]), _runner(fs, splits[1])
     full = iteration_shape(body)
     nd = len(full)
     if body.outputs[0].numel == 0:

@@ -279,6 +279,28 @@ def test_rowwise_regions_forward_and_backward(dtype):
             raise AssertionError(f"{name}: {e}") from None
 
 
+def test_large_regions_split_across_threads_match():
+    """Above PARALLEL_MIN elements the outer loop runs in chunks on several threads."""
+    from tessera.codegen.loops import PARALLEL_MIN, lower
+    F = tessera.nn.functional
+    x = tessera.randn(PARALLEL_MIN // 64 + 3, 128)
+    b = tessera.randn(128)
+    bodies = []
+    for fn in (lambda t, u: F.gelu(t * 2 + u) * t.sigmoid(),
+               lambda t, u: F.softmax(t + u, -1)):
+        g, _ = trace(fn, x, b)
+        from tessera.graph.passes import run_pipeline
+        run_pipeline(g, codegen=True)
+        (node,) = [n for n in g.nodes if n.op.name == "fused"]
+        body = body_graph(node.attrs["body"])
+        assert lower(body, "k")[0].split == x.shape[0]
+        bodies.append((node, body))
+    kernels = runtime.build([n for n, _ in bodies])
+    for node, body in bodies:
+        check(kernels[node], body, [x._data, b._data])
+        check(kernels[node], body, [np.asfortranarray(x._data), b._data])
+
+
 # ---- random chains -----------------------------------------------------------------------
 
 UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "relu", "gelu", "silu", "sin", "softplus",
