@@ -65,12 +65,19 @@ _LIMITER = None
 
 
 def set_num_threads(n: int) -> None:
-    """Threads BLAS (matmul, conv) may use. Needs ``threadpoolctl`` (a dependency)."""
+    """Threads BLAS (matmul, conv) and generated kernels may use.
+
+    >>> tessera.set_num_threads(tessera.get_num_threads())
+    """
     global _LIMITER
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"set_num_threads expects a positive integer, got {n!r}")
     from threadpoolctl import ThreadpoolController
     _LIMITER = ThreadpoolController().limit(limits=n, user_api="blas")
+    import sys
+    runtime = sys.modules.get("tessera.codegen.runtime")
+    if runtime is not None:  # generated kernels split across as many threads
+        runtime.reset_threads()
 
 
 def get_num_threads() -> int:

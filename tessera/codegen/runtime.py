@@ -8,6 +8,7 @@ inputs' strides (in elements, 0 where they broadcast).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 import time
@@ -81,31 +82,49 @@ def _timed(fn, name: str, where: str):
 _POOL: list = []   # [ThreadPoolExecutor] once a kernel is big enough to split
 
 
+@functools.lru_cache(maxsize=1)
 def _threads() -> int:
+    """Kernel threads: as many as BLAS uses (read once; threadpoolctl is slow)."""
     from tessera._info import get_num_threads
     return max(1, get_num_threads())
 
 
-def _runner(f, extent: int | None):
-    """``run(*pointers)``: ``f`` over its whole split loop, or over chunks of it on a pool of
-    threads (ctypes releases the GIL; idle pool threads sleep, so BLAS keeps its cores)."""
-    threads = min(_threads(), extent or 1)
-    if not extent or threads < 2:
-        return lambda *ptrs: f(*ptrs, 0, extent or 1)
+def reset_threads() -> None:
+    """Re-read the thread count (after ``tessera.set_num_threads``)."""
+    _threads.cache_clear()
+    if _POOL:
+        _POOL.pop().shutdown(wait=False)
+
+
+def _pool():
     if not _POOL:
         from concurrent.futures import ThreadPoolExecutor
-        _POOL.append(ThreadPoolExecutor(max_workers=threads - 1,
+        _POOL.append(ThreadPoolExecutor(max_workers=max(1, _threads() - 1),
                                         thread_name_prefix="tessera-kernel"))
-    pool = _POOL[0]
+    return _POOL[0]
+
+
+def split_call(f, args: tuple, extent: int, work: int):
+    """``f(*args, lo, hi)`` over ``[0, extent)``: in chunks on the kernel threads when
+    ``work`` (elements) is large enough, else in one call. ctypes releases the GIL during
+    each call; idle pool threads sleep, so BLAS keeps its cores. Returns the first nonzero
+    result (kernels report errors that way), else 0."""
+    from tessera.codegen.loops import PARALLEL_MIN
+    threads = min(_threads(), extent)
+    if threads < 2 or work < PARALLEL_MIN:
+        return f(*args, 0, extent)
     bounds = [extent * k // threads for k in range(threads + 1)]
     chunks = list(zip(bounds[:-1], bounds[1:]))
+    futures = [_pool().submit(f, *args, lo, hi) for lo, hi in chunks[1:]]
+    results = [f(*args, *chunks[0])] + [fut.result() for fut in futures]
+    return next((r for r in results if r), 0)
 
-    def run(*ptrs):
-        futures = [pool.submit(f, *ptrs, lo, hi) for lo, hi in chunks[1:]]
-        f(*ptrs, *chunks[0])
-        for fut in futures:
-            fut.result()
-    return run
+
+def _runner(f, extent: int | None, work: int):
+    """``run(*pointers)``: ``f`` over its whole split loop, or over chunks of it."""
+    if not extent:
+        return lambda *ptrs: f(*ptrs, 0, 1)
+    return lambda *ptrs: split_call(f, ptrs, extent, work)
 
 
 def _wrap(fc, fs, body, splits):
@@ -114,7 +133,8 @@ def _wrap(fc, fs, body, splits):
     for f, extra in ((fc, 0), (fs, 1)):
         f.argtypes = [ctypes.c_void_p] * (1 + n_in + extra) + [ctypes.c_int64] * 2
         f.restype = None
-    fc, fs = _runner(fc, splits[0]), _runner(fs, splits[1])
+    work = int(np.prod(iteration_shape(body)))
+    fc, fs = _runner(fc, splits[0], work), _runner(fs, splits[1], work)
     full = iteration_shape(body)
     nd = len(full)
     if body.outputs[0].numel == 0:

@@ -177,10 +177,76 @@ def _channel_major(g: np.ndarray, groups: int) -> np.ndarray:
     return np.ascontiguousarray(np.swapaxes(g, 0, 1)).reshape(groups, o // groups, -1)
 
 
+def _native(x, w, groups) -> bool:
+    """2-d, ungrouped, float32/64 convolutions run image by image on the C im2col/col2im of
+    ``tessera.codegen.kernels``: one image's column buffer stays in cache between im2col and
+    its GEMM (1.5-2x faster than one batch-wide buffer). Per-image GEMMs round differently
+    from a batch-wide one (equally accurate)."""
+    if x.ndim != 4 or groups != 1 or x.dtype != w.dtype or 0 in x.shape or 0 in w.shape:
+        return False
+    from tessera.codegen import kernels
+    return kernels.available(x.dtype)
+
+
+def _lows(pads) -> tuple:
+    return tuple(lo for lo, _ in pads)
+
+
+def _conv_per_image(x, w, b, stride, pads, dilation, out_sp):
+    from tessera.codegen.kernels import im2col
+    n, o = x.shape[0], w.shape[0]
+    p = int(np.prod(out_sp))
+    x = np.ascontiguousarray(x)
+    wm = np.ascontiguousarray(w.reshape(o, -1))
+    y = np.empty((n, o) + tuple(out_sp), x.dtype)
+    cols = np.empty((wm.shape[1], p), x.dtype)
+    for i in range(n):
+        im2col(x[i], cols, w.shape[2:], stride, _lows(pads), dilation, out_sp)
+        np.matmul(wm, cols, out=y[i].reshape(o, p))
+    if b is not None:
+        y += b.reshape(1, o, 1, 1).astype(y.dtype, copy=False)
+    return y
+
+
+def _input_grad_per_image(g, w, input_shape, stride, pads, dilation):
+    from tessera.codegen.kernels import col2im
+    n, o = g.shape[:2]
+    out_sp = g.shape[2:]
+    p = int(np.prod(out_sp))
+    wt = np.ascontiguousarray(w.reshape(o, -1).T)                # (C*K, O)
+    g2 = np.ascontiguousarray(g).reshape(n, o, p)
+    dx = np.empty(tuple(input_shape), g.dtype)
+    gcols = np.empty((wt.shape[0], p), g.dtype)
+    for i in range(n):
+        np.matmul(wt, g2[i], out=gcols)
+        col2im(gcols, dx[i], w.shape[2:], stride, _lows(pads), dilation, out_sp)
+    return dx
+
+
+def _weight_grad_per_image(x, g, weight_shape, stride, pads, dilation):
+    from tessera.codegen.kernels import im2col
+    n, o = g.shape[:2]
+    out_sp = g.shape[2:]
+    p = int(np.prod(out_sp))
+    x = np.ascontiguousarray(x)
+    g2 = np.ascontiguousarray(g).reshape(n, o, p)
+    ck = int(np.prod(weight_shape[1:]))
+    cols = np.empty((ck, p), x.dtype)
+    gw = np.zeros((o, ck), x.dtype)
+    part = np.empty((o, ck), x.dtype)
+    for i in range(n):
+        im2col(x[i], cols, weight_shape[2:], stride, _lows(pads), dilation, out_sp)
+        np.matmul(g2[i], cols.T, out=part)
+        gw += part
+    return gw.reshape(weight_shape)
+
+
 def _conv_kernel(x, w, b, stride, pads, dilation, groups):
     n, o = x.shape[0], w.shape[0]
     ksize = w.shape[2:]
     out_sp = _out_spatial(x.shape, ksize, stride, pads, dilation)
+    if _native(x, w, groups) and 0 not in out_sp:
+        return _conv_per_image(x, w, b, stride, pads, dilation, out_sp)
     cols = _cols(x, ksize, out_sp, stride, pads, dilation, groups)
     ym = _gemm(w.reshape(groups, o // groups, -1), cols)         # (G, O/G, N*P)
     ym = ym.reshape((o, n) + tuple(out_sp))
@@ -258,6 +324,8 @@ def _input_grad_kernel(g, w, input_shape, stride, pads, dilation, groups):
     nd = len(ksize)
     c = input_shape[1]
     wm = w.reshape(groups, o // groups, -1)                        # (G, O/G, C/G*K)
+    if _native(g, w, groups) and 0 not in input_shape:
+        return _input_grad_per_image(g, w, input_shape, stride, pads, dilation)
     gcols = _gemm(np.swapaxes(wm, 1, 2), _channel_major(g, groups))  # (G, C/G*K, N*P)
     gcols = gcols.reshape((c,) + tuple(ksize) + (n,) + tuple(out_sp))
     # (C, *K, N, *S_out) viewed as (C, N, *K, *S_out); accumulate in (C, N, *Sp)
@@ -309,6 +377,8 @@ def _weight_grad_infer(x, g, weight_shape, stride, pads, dilation, groups):
 def _weight_grad_kernel(x, g, weight_shape, stride, pads, dilation, groups):
     out_sp = g.shape[2:]
     ksize = tuple(weight_shape[2:])
+    if _native(x, g, groups) and 0 not in g.shape and 0 not in weight_shape:
+        return _weight_grad_per_image(x, g, weight_shape, stride, pads, dilation)
     cols = _cols(x, ksize, out_sp, stride, pads, dilation, groups)   # (G, C/G*K, N*P)
     # cols @ g^T (BLAS takes the transposed operand by flag, no copy): OpenBLAS is much
     # faster with the long N*P dimension as the inner one of this orientation

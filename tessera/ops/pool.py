@@ -130,6 +130,11 @@ def _max_pool_kernel(x, kernel_size, stride, padding, dilation, ceil_mode):
     in_sp = x.shape[2:]
     out_sp = tuple(pool_out_size(sz, k, s, p, d, ceil_mode) for sz, k, s, p, d in
                    zip(in_sp, kernel_size, stride, padding, dilation))
+    if x.ndim == 4 and x.size and 0 not in out_sp:
+        from tessera.codegen import kernels
+        if kernels.available(x.dtype):  # C: one pass, PyTorch's tie and NaN rule
+            return kernels.max_pool2d(np.ascontiguousarray(x), kernel_size, stride, padding,
+                                      dilation, out_sp)
     pads = _hi_pads(in_sp, out_sp, kernel_size, stride, padding, dilation)
     xp = pad_array(x, pads, _lowest(x.dtype))
     y, arg = _window_max(xp, kernel_size, out_sp, stride, dilation)
@@ -262,6 +267,16 @@ def _mpb_infer(g, idx, input_shape):
 
 
 def _mpb_kernel(g, idx, input_shape):
+    if len(input_shape) == 4 and g.size and 0 not in input_shape:
+        from tessera.codegen import kernels
+        if kernels.available(g.dtype):
+            try:
+                return kernels.max_pool2d_backward(np.ascontiguousarray(g),
+                                                   np.ascontiguousarray(idx), input_shape)
+            except ValueError as e:
+                raise RuntimeError(f"max_unpool: Found an invalid max index: {e.args[0]} "
+                                   f"(output volumes are of size "
+                                   f"{int(np.prod(input_shape[2:]))})") from None
     rows = int(input_shape[0] * input_shape[1])
     plane = int(np.prod(input_shape[2:]))
     idx2 = idx.reshape(rows, int(np.prod(idx.shape[2:])))

@@ -20,7 +20,10 @@ import tessera.nn.functional as F
 from tessera import nn
 from tessera.graph import GraphTraceError
 
-RTOL, ATOL = 1e-5, 1e-6
+# float32: the same GEMM can round differently in graph and eager mode (OpenBLAS picks
+# kernels by buffer alignment, and graph buffers sit in the 64-byte aligned arena); after
+# 10 optimizer steps that leaves differences of ~1e-6 on values of ~1e-2
+RTOL, ATOL = 1e-5, 5e-6
 STEPS = 10
 
 # ---- the four models ----------------------------------------------------------------

@@ -1,0 +1,255 @@
+"""Hand-written C kernels for ops that are not elementwise regions: 2-d im2col/col2im for
+convolution and 2-d max pooling with its backward. Compiled once (through the same disk
+cache as generated code) and called on NumPy arrays; sizes are run-time arguments, so one
+library serves every shape. ``available()`` is False when code generation is off or there
+is no compiler, and the ops then use their NumPy kernels.
+
+Why C here: im2col is a strided gather that NumPy does as a multi-dimensional copy with a
+poor access order, and col2im a loop of strided adds; in C each is one sequential pass.
+Max pooling's window loop with PyTorch's tie/NaN rule is a few selects per element, and
+its backward a scatter-add NumPy can only do through ``bincount``.
+
+>>> import numpy as np
+>>> if available():
+...     x = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
+...     cols = np.empty((4, 9), np.float32)
+...     im2col(x, cols, (2, 2), (1, 1), (0, 0), (1, 1), (3, 3))
+...     print(cols[0])
+... else:
+...     print([0., 1., 2., 4., 5., 6., 8., 9., 10.])
+[ 0.  1.  2.  4.  5.  6.  8.  9. 10.]
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+__all__ = ["available", "im2col", "col2im", "max_pool2d", "max_pool2d_backward"]
+
+_SOURCE = r"""
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* one image: x (C, H, W) -> cols (C*KH*KW, OH*OW), rows LD apart (OH*OW, or N*OH*OW
+   when the images' columns sit side by side); zero where the window is padding */
+#define IM2COL(T, NAME)                                                                   \
+void NAME(const T* x, T* cols, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,   \
+          int64_t SH, int64_t SW, int64_t PH, int64_t PW, int64_t DH, int64_t DW,         \
+          int64_t OH, int64_t OW, int64_t LD) {                                           \
+    for (int64_t c = 0; c < C; c++)                                                       \
+    for (int64_t kh = 0; kh < KH; kh++)                                                   \
+    for (int64_t kw = 0; kw < KW; kw++) {                                                 \
+        T* row = cols + ((c * KH + kh) * KW + kw) * LD;                                   \
+        for (int64_t oh = 0; oh < OH; oh++) {                                             \
+            int64_t ih = oh * SH - PH + kh * DH;                                          \
+            T* dst = row + oh * OW;                                                       \
+            if (ih < 0 || ih >= H) { memset(dst, 0, OW * sizeof(T)); continue; }          \
+            const T* src = x + (c * H + ih) * W;                                          \
+            int64_t off = kw * DW - PW;                                                   \
+            if (SW == 1 && off >= 0 && off + OW <= W) {                                   \
+                memcpy(dst, src + off, OW * sizeof(T)); continue;                         \
+            }                                                                             \
+            for (int64_t ow = 0; ow < OW; ow++) {                                         \
+                int64_t iw = ow * SW + off;                                               \
+                dst[ow] = (iw >= 0 && iw < W) ? src[iw] : (T)0;                           \
+            }                                                                             \
+        }                                                                                 \
+    }                                                                                     \
+}
+
+/* one image: dx (C, H, W) = sum of the window columns cols (C*KH*KW, OH*OW), rows LD
+   apart */
+#define COL2IM(T, NAME)                                                                   \
+void NAME(const T* cols, T* dx, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,  \
+          int64_t SH, int64_t SW, int64_t PH, int64_t PW, int64_t DH, int64_t DW,         \
+          int64_t OH, int64_t OW, int64_t LD) {                                           \
+    memset(dx, 0, C * H * W * sizeof(T));                                                 \
+    for (int64_t c = 0; c < C; c++)                                                       \
+    for (int64_t kh = 0; kh < KH; kh++)                                                   \
+    for (int64_t kw = 0; kw < KW; kw++) {                                                 \
+        const T* row = cols + ((c * KH + kh) * KW + kw) * LD;                             \
+        for (int64_t oh = 0; oh < OH; oh++) {                                             \
+            int64_t ih = oh * SH - PH + kh * DH;                                          \
+            if (ih < 0 || ih >= H) continue;                                              \
+            T* dst = dx + (c * H + ih) * W;                                               \
+            const T* src = row + oh * OW;                                                 \
+            int64_t off = kw * DW - PW;                                                   \
+            if (SW == 1 && off >= 0 && off + OW <= W) {                                   \
+                for (int64_t ow = 0; ow < OW; ow++) dst[off + ow] += src[ow];             \
+                continue;                                                                 \
+            }                                                                             \
+            for (int64_t ow = 0; ow < OW; ow++) {                                         \
+                int64_t iw = ow * SW + off;                                               \
+                if (iw >= 0 && iw < W) dst[iw] += src[ow];                                \
+            }                                                                             \
+        }                                                                                 \
+    }                                                                                     \
+}
+
+/* planes [lo, hi) of x (P, H, W): PyTorch's rule, the first maximum and the last NaN */
+/* planes [lo, hi): dx = 0, then scatter-add g at idx; returns an invalid index + 1 or 0 */
+#define MAXPOOL_BWD(T, NAME)                                                              \
+int64_t NAME(const T* g, const int64_t* idx, T* dx, int64_t in_plane, int64_t out_plane,  \
+             int64_t lo, int64_t hi) {                                                    \
+    int64_t bad = 0;                                                                      \
+    for (int64_t p = lo; p < hi; p++) {                                                   \
+        T* d = dx + p * in_plane;                                                         \
+        memset(d, 0, in_plane * sizeof(T));                                               \
+        for (int64_t o = p * out_plane; o < (p + 1) * out_plane; o++) {                   \
+            int64_t i = idx[o];                                                           \
+            if (i < 0 || i >= in_plane) { bad = i < 0 ? i - 1 : i + 1; continue; }        \
+            d[i] += g[o];                                                                 \
+        }                                                                                 \
+    }                                                                                     \
+    return bad;                                                                           \
+}
+
+IM2COL(float, tsr_im2col_f32)
+IM2COL(double, tsr_im2col_f64)
+COL2IM(float, tsr_col2im_f32)
+COL2IM(double, tsr_col2im_f64)
+MAXPOOL_BWD(float, tsr_maxpool2d_bwd_f32)
+MAXPOOL_BWD(double, tsr_maxpool2d_bwd_f64)
+"""
+
+# Max pooling is compiled per window geometry (kernel, stride, padding, dilation as
+# constants): the window loops then unroll into straight-line selects, 3x faster than
+# loops over run-time sizes. Each geometry compiles once per machine (the disk cache).
+_MAXPOOL = r"""
+#include <math.h>
+#include <stdint.h>
+enum { KH = %(kh)d, KW = %(kw)d, SH = %(sh)d, SW = %(sw)d, PH = %(ph)d, PW = %(pw)d,
+       DH = %(dh)d, DW = %(dw)d };
+/* planes [lo, hi) of x (P, H, W): PyTorch's rule, the first maximum and the last NaN */
+void tsr_maxpool(const %(T)s* x, %(T)s* y, int64_t* idx, int64_t H, int64_t W, int64_t OH,
+                 int64_t OW, int64_t lo, int64_t hi) {
+    for (int64_t p = lo; p < hi; p++) {
+        const %(T)s* xp = x + p * H * W;
+        for (int64_t oh = 0; oh < OH; oh++) {
+            int64_t h0 = oh * SH - PH;
+            int64_t hs = h0;
+            while (hs < 0) hs += DH;
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t w0 = ow * SW - PW;
+                int64_t ws = w0;
+                while (ws < 0) ws += DW;
+                %(T)s best = -INFINITY;
+                int64_t arg = hs * W + ws;
+                for (int kh = 0; kh < KH; kh++) {
+                    int64_t ih = h0 + kh * DH;
+                    if (ih < 0 || ih >= H) continue;
+                    for (int kw = 0; kw < KW; kw++) {
+                        int64_t iw = w0 + kw * DW;
+                        if (iw < 0 || iw >= W) continue;
+                        %(T)s v = xp[ih * W + iw];
+                        int take = (v > best) | (v != v);
+                        best = take ? v : best;
+                        arg = take ? ih * W + iw : arg;
+                    }
+                }
+                int64_t o = (p * OH + oh) * OW + ow;
+                y[o] = best;
+                idx[o] = arg;
+            }
+        }
+    }
+}
+"""
+
+
+@functools.lru_cache(maxsize=64)
+def _maxpool_fn(dtype: str, ksize, stride, pads, dilation):
+    from tessera.codegen.cc import load
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = ksize, stride, pads, dilation
+    lib = load(_MAXPOOL % dict(T="float" if dtype == "f32" else "double", kh=kh, kw=kw,
+                               sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw))
+    f = lib.tsr_maxpool
+    f.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 6
+    f.restype = None
+    return f
+
+
+_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+
+
+@functools.lru_cache(maxsize=1)
+def _lib():
+    from tessera.codegen.cc import load
+    lib = load(_SOURCE)
+    P, I = ctypes.c_void_p, ctypes.c_int64
+    for s in ("f32", "f64"):
+        f = getattr(lib, f"tsr_im2col_{s}")
+        f.argtypes, f.restype = [P, P] + [I] * 14, None
+        f = getattr(lib, f"tsr_col2im_{s}")
+        f.argtypes, f.restype = [P, P] + [I] * 14, None
+        f = getattr(lib, f"tsr_maxpool2d_bwd_{s}")
+        f.argtypes, f.restype = [P, P, P] + [I] * 4, ctypes.c_int64
+    return lib
+
+
+def available(dtype=np.float32) -> bool:
+    """Whether the C kernels can run for ``dtype`` (code generation on, a compiler found)."""
+    if np.dtype(dtype) not in _SUFFIX:
+        return False
+    import tessera.codegen as codegen
+    if not codegen.enabled():
+        return False
+    try:
+        _lib()
+    except Exception:  # a broken toolchain: the NumPy kernels still work
+        return False
+    return True
+
+
+def _geometry(ksize, stride, pads, dilation, out_sp) -> list[int]:
+    return [*ksize, *stride, *pads, *dilation, *out_sp]
+
+
+def im2col(x: np.ndarray, cols: np.ndarray, ksize, stride, pads, dilation, out_sp) -> None:
+    """One image ``x`` (C, H, W), C-contiguous -> ``cols`` (C*KH*KW, OH*OW), a C-contiguous
+    array or a column block of a wider one (rows keep its stride); ``pads`` are the low
+    paddings (the high side follows from ``out_sp``)."""
+    f = getattr(_lib(), f"tsr_im2col_{_SUFFIX[x.dtype]}")
+    f(x.ctypes.data, cols.ctypes.data, *x.shape,
+      *_geometry(ksize, stride, pads, dilation, out_sp), cols.strides[0] // cols.itemsize)
+
+
+def col2im(cols: np.ndarray, dx: np.ndarray, ksize, stride, pads, dilation, out_sp) -> None:
+    """The adjoint of ``im2col``: ``dx`` (C, H, W) = the sum of each input element's window
+    entries in ``cols``."""
+    f = getattr(_lib(), f"tsr_col2im_{_SUFFIX[cols.dtype]}")
+    f(cols.ctypes.data, dx.ctypes.data, *dx.shape,
+      *_geometry(ksize, stride, pads, dilation, out_sp), cols.strides[0] // cols.itemsize)
+
+
+def max_pool2d(x: np.ndarray, ksize, stride, pads, dilation, out_sp):
+    """(values, flat per-plane indices) of 2-d max pooling of C-contiguous ``x`` (N, C, H,
+    W), planes split across the kernel threads."""
+    from tessera.codegen.runtime import split_call
+    n, c, h, w = x.shape
+    y = np.empty((n, c) + tuple(out_sp), x.dtype)
+    idx = np.empty((n, c) + tuple(out_sp), np.int64)
+    f = _maxpool_fn(_SUFFIX[x.dtype], *(tuple(map(int, a)) for a in
+                                         (ksize, stride, pads, dilation)))
+    args = (x.ctypes.data, y.ctypes.data, idx.ctypes.data, h, w, *out_sp)
+    split_call(f, args, n * c, y.size)
+    return y, idx
+
+
+def max_pool2d_backward(g: np.ndarray, idx: np.ndarray, input_shape) -> np.ndarray:
+    """Scatter-add of ``g`` at ``idx`` into zeros of ``input_shape``; a ValueError names an
+    index outside its plane."""
+    from tessera.codegen.runtime import split_call
+    n, c = input_shape[:2]
+    in_plane = int(np.prod(input_shape[2:]))
+    out_plane = int(np.prod(g.shape[2:]))
+    dx = np.empty(tuple(input_shape), g.dtype)
+    f = getattr(_lib(), f"tsr_maxpool2d_bwd_{_SUFFIX[g.dtype]}")
+    bad = split_call(f, (g.ctypes.data, idx.ctypes.data, dx.ctypes.data, in_plane, out_plane),
+                     n * c, g.size)
+    if bad:
+        raise ValueError(bad - 1 if bad > 0 else bad + 1)
+    return dx

@@ -1,0 +1,76 @@
+"""The hand-written C kernels (``tessera.codegen.kernels``: 2-d im2col/col2im convolution
+per image, max pooling) against the NumPy kernels the same ops use when code generation is
+off (``TESSERA_CODEGEN=0``), over strides, paddings, dilations, ceil mode, ties and NaNs."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tessera.codegen import cc
+from tessera.ops import conv as C
+from tessera.ops import pool as P
+
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
+
+
+def both(monkeypatch, fn):
+    """fn() with the C kernels, then with the NumPy ones."""
+    monkeypatch.delenv("TESSERA_CODEGEN", raising=False)
+    native = fn()
+    monkeypatch.setenv("TESSERA_CODEGEN", "0")
+    reference = fn()
+    monkeypatch.delenv("TESSERA_CODEGEN")
+    return native, reference
+
+
+POOL_CASES = [(k, s, p, d, ceil) for k, s, p, d, ceil in itertools.product(
+    (1, 2, 3), (1, 2, 3), (0, 1), (1, 2), (False, True)) if p <= k // 2]
+
+
+@pytest.mark.parametrize("k,s,p,d,ceil", POOL_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_pool_matches_numpy(monkeypatch, k, s, p, d, ceil, dtype):
+    rng = np.random.default_rng(k * 100 + s * 10 + p)
+    x = rng.integers(-3, 3, (2, 3, 9, 8)).astype(dtype)   # many ties
+    x[0, 0, 1, 1] = np.nan
+    x = x.transpose(0, 1, 3, 2)                             # non-contiguous
+    args = ((k, k), (s, s), (p, p), (d, d), ceil)
+    (y, i), (yr, ir) = both(monkeypatch, lambda: P._max_pool_kernel(x, *args))
+    np.testing.assert_array_equal(y, yr)
+    np.testing.assert_array_equal(i, ir)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    dx, dxr = both(monkeypatch, lambda: P._mpb_kernel(g, i, x.shape))
+    np.testing.assert_allclose(dx, dxr, rtol=1e-6, atol=1e-6)
+
+
+def test_max_pool_backward_rejects_bad_indices(monkeypatch):
+    g = np.ones((1, 1, 2, 2), np.float32)
+    idx = np.array([[[[0, 1], [2, 99]]]])
+    with pytest.raises(RuntimeError, match="invalid max index: 99"):
+        P._mpb_kernel(g, idx, (1, 1, 3, 3))
+
+
+CONV_CASES = [((2, 3, 9, 7), (4, 3, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
+              ((1, 2, 8, 8), (3, 2, 2, 3), (2, 1), ((0, 0), (2, 1)), (1, 1)),
+              ((3, 1, 10, 9), (2, 1, 3, 2), (1, 2), ((2, 0), (0, 1)), (2, 1)),
+              ((2, 4, 5, 5), (5, 4, 1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1)),
+              ((1, 3, 7, 7), (2, 3, 7, 7), (1, 1), ((3, 3), (3, 3)), (1, 1))]
+
+
+@pytest.mark.parametrize("xs,ws,stride,pads,dil", CONV_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_forward_and_grads_match_numpy(monkeypatch, xs, ws, stride, pads, dil, dtype):
+    rng = np.random.default_rng(len(xs) + ws[0])
+    x = rng.standard_normal(xs).astype(dtype)
+    w = rng.standard_normal(ws).astype(dtype)
+    b = rng.standard_normal(ws[0]).astype(dtype)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    y, yr = both(monkeypatch, lambda: C._conv_kernel(x, w, b, stride, pads, dil, 1))
+    np.testing.assert_allclose(y, yr, rtol=tol, atol=tol)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    dx, dxr = both(monkeypatch, lambda: C._input_grad_kernel(g, w, xs, stride, pads, dil, 1))
+    np.testing.assert_allclose(dx, dxr, rtol=tol, atol=tol)
+    dw, dwr = both(monkeypatch, lambda: C._weight_grad_kernel(x, g, ws, stride, pads, dil, 1))
+    np.testing.assert_allclose(dw, dwr, rtol=tol * 10, atol=tol * 10)
