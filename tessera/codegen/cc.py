@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import time
 
-__all__ = ["CompileError", "compiler", "cache_dir", "load", "FLAGS", "last_build"]
+__all__ = ["CompileError", "compiler", "cache_dir", "load", "FLAGS", "last_build", "totals"]
 
 # -fopenmp-simd: the simd pragmas only; threads come from the runtime, not an OpenMP library
 FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC", "-std=gnu11",
@@ -86,6 +86,8 @@ def cache_dir() -> str:
 
 _LOADED: dict[str, ctypes.CDLL] = {}
 last_build: dict = {}  # how the last load() went: {"key", "cached", "seconds"} (for stats)
+# every load() of this process: how many, how many compiled (cache misses), seconds spent
+totals: dict = {"loads": 0, "compiled": 0, "seconds": 0.0}
 
 
 def load(source: str) -> ctypes.CDLL:
@@ -101,7 +103,10 @@ def load(source: str) -> ctypes.CDLL:
             cached = False
             _build(source, path)
         lib = _LOADED[key] = ctypes.CDLL(path)
-    last_build.update(key=key, cached=cached, seconds=time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    last_build.update(key=key, cached=cached, seconds=seconds)
+    totals.update(loads=totals["loads"] + 1, compiled=totals["compiled"] + (not cached),
+                  seconds=totals["seconds"] + seconds)
     return lib
 
 

@@ -84,6 +84,9 @@ def plan_memory(g: Graph, out_nodes: set[int]) -> MemoryPlan:
     plan = MemoryPlan()
     plan.naive_bytes = sum(v.nbytes for n in g.nodes for v in n.outputs)
     assigned = _assign_targets(g)
+    # the step's results leave as tensors: a kernel allocates them, rather than the arena
+    # (whose buffers are reused next step, so a result there would have to be copied out)
+    returned = {id(root[id(v)]) for v in g.outputs}
     owner: dict[int, int] = {}      # id(buffer root) -> id of the buffer it was merged into
     intervals: dict[int, list] = {}  # id(buffer) -> [start, end, nbytes]
     for i, n in enumerate(g.nodes):
@@ -95,6 +98,8 @@ def plan_memory(g: Graph, out_nodes: set[int]) -> MemoryPlan:
         name = assigned.get(id(out))
         if name is not None and _var_free_after(g, name, i, root, end):
             plan.into_var[i] = name
+            continue
+        if id(out) in returned:
             continue
         k = _reusable_input(n, i, root, end, intervals, owner)
         if k is not None:

@@ -316,7 +316,12 @@ class Graph:
             if value is not t._data:  # the plan may have computed it in place already
                 np.copyto(t._data, value, casting="unsafe")
             t._version[0] += 1
-        results = [Tensor._from_numpy(np.array(o, copy=True)) for o in outs]
+        # an output the step allocated is handed over as is; one that may share memory
+        # with the arena, an input or a variable (a view, or the array itself) is copied
+        shared = {id(a) for a in inputs} | {id(a) for a in variables.values()}
+        results = [Tensor._from_numpy(o if type(o) is np.ndarray and o.base is None
+                                      and id(o) not in shared else np.array(o, copy=True))
+                   for o in outs]
         extra = results[c.n_outputs:]
         for i, r in zip(c.written, extra):
             np.copyto(args[i]._data, r._data, casting="unsafe")

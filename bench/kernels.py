@@ -1,0 +1,185 @@
+"""The physical limits and one fused chain, for every framework in one run.
+
+- SGEMM 2048^3: GFLOP/s (2 n^3 flops per call);
+- STREAM-like triad ``a = b + s*c`` on 16M float32: GB/s counting 12 bytes per element
+  (read b, read c, write a), the least traffic any implementation can have;
+- the chain ``y = gelu(x*a + b) * sigmoid(x)`` (exact, erf GELU) on 16M float32: ms, and
+  GB/s counting 8 bytes per element (read x, write y). A framework that fuses the chain
+  into one loop approaches the triad's bandwidth; one that writes every intermediate
+  moves ~6x more memory.
+
+Every framework runs in its own subprocess (their thread pools never meet) on the same
+inputs (NumPy, seed 0), timing the median of ``REPEAT`` calls after warm-up. Frameworks
+that are not installed or do not work on this machine (torch.compile needs a C++
+toolchain; JAX is an optional extra) print "-" and the reason.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+FRAMEWORKS = ("numpy", "tessera", "graph", "torch", "torch.compile", "jax")
+N_GEMM, N_STREAM, REPEAT = 2048, 1 << 24, 10
+A, B, S = 1.5, 0.25, 3.0  # the chain's and the triad's scalars
+
+
+def _inputs():
+    import numpy as np
+    rng = np.random.default_rng(0)
+    f32 = np.float32
+    return {"gemm": (rng.standard_normal((N_GEMM, N_GEMM), f32),
+                     rng.standard_normal((N_GEMM, N_GEMM), f32)),
+            "triad": (rng.standard_normal(N_STREAM, f32), rng.standard_normal(N_STREAM, f32)),
+            "chain": (rng.standard_normal(N_STREAM, f32),)}
+
+
+def _numpy():
+    import numpy as np
+    from scipy.special import erf
+
+    def chain(x):
+        h = x * np.float32(A) + np.float32(B)
+        g = np.float32(0.5) * h * (np.float32(1) + erf(h * np.float32(1 / math.sqrt(2))))
+        return g / (np.float32(1) + np.exp(-x))
+    return {"gemm": np.matmul, "triad": lambda b, c: b + np.float32(S) * c,
+            "chain": chain}, (lambda a: a), None
+
+
+def _tessera(graph: bool):
+    import tessera
+    F = tessera.nn.functional
+
+    def chain(x):
+        return F.gelu(x * A + B) * tessera.sigmoid(x)
+    fns = {"gemm": tessera.matmul, "triad": lambda b, c: b + S * c, "chain": chain}
+    if graph:
+        def compiled(fn):
+            class G(tessera.nn.Graph):
+                def build(self, *args):
+                    return fn(*args)
+            return G()
+        fns = {k: compiled(f) for k, f in fns.items()}
+    return fns, tessera.from_numpy, None
+
+
+def _torch(compiled: bool):
+    import torch
+    F = torch.nn.functional
+
+    def chain(x):
+        return F.gelu(x * A + B) * torch.sigmoid(x)
+    fns = {"gemm": torch.matmul, "triad": lambda b, c: b + S * c, "chain": chain}
+    if compiled:
+        fns = {k: torch.compile(f) for k, f in fns.items()}
+    return fns, torch.from_numpy, None
+
+
+def _jax():
+    import jax
+    import jax.numpy as jnp
+
+    def chain(x):
+        return jax.nn.gelu(x * A + B, approximate=False) * jax.nn.sigmoid(x)
+    fns = {"gemm": jnp.matmul, "triad": lambda b, c: b + S * c, "chain": chain}
+    return ({k: jax.jit(f) for k, f in fns.items()}, jax.device_put,
+            lambda y: y.block_until_ready())
+
+
+def _threads(framework: str) -> int:
+    if framework.startswith("torch"):
+        import torch
+        return torch.get_num_threads()
+    if framework in ("tessera", "graph"):
+        import tessera
+        return tessera.get_num_threads()
+    if framework == "numpy":
+        from threadpoolctl import threadpool_info
+        return max((i["num_threads"] for i in threadpool_info()), default=1)
+    return os.cpu_count() or 1  # XLA's CPU client: one intra-op thread per core
+
+
+def child(framework: str) -> dict:
+    """Time every kernel in this process for one framework; results as a dict."""
+    make = {"numpy": _numpy, "tessera": lambda: _tessera(False),
+            "graph": lambda: _tessera(True), "torch": lambda: _torch(False),
+            "torch.compile": lambda: _torch(True), "jax": _jax}[framework]
+    fns, convert, sync = make()
+    sync = sync or (lambda y: y)
+    out = {"threads": _threads(framework)}
+    for name, arrays in _inputs().items():
+        args = [convert(a) for a in arrays]
+        try:
+            t0 = time.perf_counter()
+            sync(fns[name](*args))
+            first = time.perf_counter() - t0
+            sync(fns[name](*args))
+            times = []
+            for _ in range(REPEAT):
+                t0 = time.perf_counter()
+                sync(fns[name](*args))
+                times.append(time.perf_counter() - t0)
+            out[name] = {"ms": statistics.median(times) * 1e3, "first_s": first}
+        except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
+            out[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"}
+    return out
+
+
+def run() -> dict:
+    res = {}
+    for fw in FRAMEWORKS:
+        proc = subprocess.run([sys.executable, "-m", "bench.kernels", "--child", fw],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            lines = proc.stderr.strip().splitlines() or ["?"]
+            res[fw] = {"error": lines[-1][:100]}
+        else:
+            res[fw] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return res
+
+
+def render(res: dict) -> str:
+    from bench.common import table
+    gemm_flop = 2 * N_GEMM ** 3
+    triad_bytes, chain_bytes = 12 * N_STREAM, 8 * N_STREAM
+    triads = [r["triad"]["ms"] for r in res.values() if "ms" in r.get("triad", {})]
+    best_triad = triad_bytes / min(triads) / 1e6 if triads else float("nan")
+    torch_chain = res.get("torch", {}).get("chain", {}).get("ms")
+    rows, notes = [], []
+    for fw, r in res.items():
+        if "error" in r:
+            rows.append((fw, "-", "-", "-", "-", "-", "-"))
+            notes.append(f"{fw}: {r['error']}")
+            continue
+        cells = [fw, str(r["threads"])]
+        g, t, c = r["gemm"], r["triad"], r["chain"]
+        cells.append(f"{gemm_flop / g['ms'] / 1e6:.0f}" if "ms" in g else "-")
+        cells.append(f"{triad_bytes / t['ms'] / 1e6:.1f}" if "ms" in t else "-")
+        if "ms" in c:
+            gbs = chain_bytes / c["ms"] / 1e6
+            cells += [f"{c['ms']:.1f}", f"{gbs:.1f} ({100 * gbs / best_triad:.0f}%)",
+                      f"{c['ms'] / torch_chain:.2f}x" if torch_chain else "-"]
+        else:
+            cells += ["-", "-", "-"]
+        for name in ("gemm", "triad", "chain"):
+            if "error" in r[name]:
+                notes.append(f"{fw} {name}: {r[name]['error']}")
+        rows.append(tuple(cells))
+    text = table(rows, ("framework", "threads", "SGEMM GFLOP/s", "triad GB/s", "chain ms",
+                        "chain GB/s (% of triad)", "chain vs torch"))
+    return text + "".join(f"\n  {n}" for n in notes)
+
+
+TITLE = (f"Physical limits and a fused chain (median of {REPEAT}): SGEMM {N_GEMM}^3, "
+         f"triad b + s*c and gelu(x*a + b) * sigmoid(x) on {N_STREAM >> 20}M float32")
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        print(json.dumps(child(sys.argv[2])))
+    else:
+        print(TITLE)
+        print(render(run()))
