@@ -1,6 +1,7 @@
 # make demo   -- set up .venv (once) and run the demo
 # make test   -- set up .venv (once) and run the whole test suite
-# make bench  -- side-by-side benchmarks (tessera vs PyTorch), not part of the tests
+# make bench  -- side-by-side benchmarks (tessera vs PyTorch, torch.compile, JAX), not part
+#               of the tests; `make bench SECTIONS="kernels training"` runs some of them
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -22,8 +23,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -p no:cacheprovider tests
 
-bench: $(STAMP)
-	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) -m bench
+# the benchmark's peers (JAX) and its chart (matplotlib): an extra, never needed by tessera
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,demo,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) -m bench $(SECTIONS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tessera tests bench examples

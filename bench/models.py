@@ -66,7 +66,37 @@ def vision(name: str, batch: int) -> dict:
     with tessera.no_grad():
         eager_ms = _median_ms(lambda: model(xx))
     graph_ms = _median_ms(lambda: g(xx))
-    return {"tessera": eager_ms, "graph": graph_ms, "torch": torch_ms, "compile_s": compile_s}
+    out = {"tessera": eager_ms, "graph": graph_ms, "torch": torch_ms, "compile_s": compile_s}
+    if name == "resnet18":  # the peers of issue 6's ResNet-18 target, each in its own process
+        out.update({fw: _peer(fw, name, batch) for fw in ("torch.compile", "jax")})
+    return out
+
+
+def _peer(framework: str, name: str, batch: int) -> float | str:
+    """Median ms of ``framework``'s inference of ``name`` in a subprocess, or the error."""
+    import json
+    import subprocess
+    proc = subprocess.run([sys.executable, "-m", "bench.models", "--peer", framework, name,
+                           str(batch)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return ((proc.stderr.strip().splitlines() or ["?"])[-1])[:80]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def peer_child(framework: str, name: str, batch: int) -> float:
+    if framework == "jax":
+        from bench.jax_models import resnet18_infer
+        return _median_ms(resnet18_infer(batch))
+    import torch
+
+    from tests.models import torch_vision_ref as ref
+    torch.manual_seed(0)
+    model = torch.compile(getattr(ref, name)().eval())
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((batch, 3, 224, 224),
+                                                                  np.float32))
+    with torch.no_grad():
+        model(x)
+        return _median_ms(lambda: model(x))
 
 
 def bert(batch: int = 8, seq: int = 128) -> dict:
@@ -171,21 +201,35 @@ def run() -> list[dict]:
 
 def render(rows) -> str:
     from bench.common import table
-    out = []
+    out, notes = [], []
+
+    def peer(r, fw):
+        v = r.get(fw)
+        if isinstance(v, str):
+            notes.append(f"{r['workload']} {fw}: {v}")
+        return f"{v:.1f}" if isinstance(v, float) else "-"
     for r in rows:
         if "error" in r:
-            out.append((r["workload"], r["error"], "-", "-", "-", "-", "-"))
+            out.append((r["workload"], r["error"]) + ("-",) * 7)
             continue
         out.append((r["workload"], f"{r['tessera']:.1f}", f"{r['graph']:.1f}",
-                    f"{r['torch']:.1f}", f"{r['tessera'] / r['torch']:.2f}x",
-                    f"{r['graph'] / r['torch']:.2f}x", f"{r['compile_s']:.1f}"))
-    return table(out, ("workload", "eager ms", "graph ms", "torch ms", "eager/torch",
-                       "graph/torch", "compile s"))
+                    f"{r['torch']:.1f}", peer(r, "torch.compile"), peer(r, "jax"),
+                    f"{r['tessera'] / r['torch']:.2f}x", f"{r['graph'] / r['torch']:.2f}x",
+                    f"{r['compile_s']:.1f}"))
+    return (table(out, ("workload", "eager ms", "graph ms", "torch ms", "t.compile ms",
+                        "jax ms", "eager/torch", "graph/torch", "first call s"))
+            + "".join(f"\n  {n}" for n in notes))
 
+
+TITLE = "Model zoo (median ms of 5 after a warm-up)"
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--peer"]:
+        import json
+        print(json.dumps(peer_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
+        sys.exit(0)
     only = sys.argv[1:]
     if only:
         WORKLOADS = {k: v for k, v in WORKLOADS.items() if any(o in k for o in only)}
-    print("Model zoo (median ms of 5 after a warm-up)")
+    print(TITLE)
     print(render(run()))

@@ -41,13 +41,14 @@ def run() -> list[dict]:
     return results
 
 
-def main() -> None:
-    res = run()
-    print("Eager per-call overhead (median; lower is better; target ratio <= 3)")
-    print(table([(r["case"], f"{r['tessera_us']:.2f}", f"{r['torch_us']:.2f}",
-                  f"{r['ratio']:.2f}x") for r in res],
-                ("case", "tessera us", "torch us", "ratio")))
+def render(res: list[dict]) -> str:
+    return table([(r["case"], f"{r['tessera_us']:.2f}", f"{r['torch_us']:.2f}",
+                   f"{r['ratio']:.2f}x") for r in res],
+                 ("case", "tessera us", "torch us", "ratio"))
 
+
+TITLE = "Eager per-call overhead (median of 7; lower is better; target ratio <= 3)"
 
 if __name__ == "__main__":
-    main()
+    print(TITLE)
+    print(render(run()))

@@ -19,9 +19,13 @@ import sys
 import time
 
 WORKLOADS = ("mlp", "cnn", "transformer")
+FRAMEWORKS = ("tessera", "graph", "torch", "torch.compile", "jax")
 
 
-def build(lib, name, graph: bool = False):
+def build(lib, name, graph: bool = False, compiled: bool = False):
+    """A zero-argument training step of workload ``name`` for ``lib`` (tessera or torch):
+    eager, as an nn.Graph (``graph``), or with ``torch.compile`` on the model (``compiled``).
+    """
     nn, F = lib.nn, lib.nn.functional
     lib.manual_seed(0)
     if name == "mlp":
@@ -56,6 +60,8 @@ def build(lib, name, graph: bool = False):
 
     if graph:
         return _graph_step(lib, model, loss_fn, opt, x, y)
+    if compiled:
+        model = lib.compile(model)
 
     def step():
         opt.zero_grad()
@@ -100,11 +106,16 @@ def _rss_mb() -> float:
 
 
 def child(framework: str, name: str, steps: int) -> dict:
-    if framework == "torch":
-        import torch as lib
+    if framework == "jax":
+        from bench.jax_models import train_step
+        step = train_step(name)
     else:
-        import tessera as lib
-    step = build(lib, name, graph=framework == "graph")
+        if framework.startswith("torch"):
+            import torch as lib
+        else:
+            import tessera as lib
+        step = build(lib, name, graph=framework == "graph",
+                     compiled=framework == "torch.compile")
     base = _rss_mb()  # model, optimizer and data built; no step taken yet
     t0 = time.perf_counter()
     step()
@@ -124,7 +135,9 @@ def child(framework: str, name: str, steps: int) -> dict:
 
 
 def _threads(framework: str) -> int:
-    if framework == "torch":
+    if framework == "jax":
+        return os.cpu_count() or 1  # XLA's CPU client: one intra-op thread per core
+    if framework.startswith("torch"):
         import torch
         return torch.get_num_threads()
     try:
@@ -138,7 +151,7 @@ def run(steps: int = 10) -> list[dict]:
     rows = []
     for name in WORKLOADS:
         res = {}
-        for fw in ("tessera", "graph", "torch"):
+        for fw in FRAMEWORKS:
             out = subprocess.run([sys.executable, "-m", "bench.training", "--child", fw, name,
                                   str(steps)], capture_output=True, text=True, check=False)
             if out.returncode != 0:
@@ -151,28 +164,39 @@ def run(steps: int = 10) -> list[dict]:
 
 def render(rows) -> str:
     from bench.common import table
-    out = []
+    out, notes = [], []
+
+    def ms(r, fw):
+        return f"{r[fw]['ms']:.1f}" if "ms" in r[fw] else "-"
     for r in rows:
+        for fw in FRAMEWORKS:
+            if "error" in r[fw]:
+                notes.append(f"{r['workload']} {fw}: {r[fw]['error'][:90]}")
         t, g, p = r["tessera"], r["graph"], r["torch"]
-        err = next((x["error"] for x in (t, g, p) if "error" in x), None)
-        if err:
-            out.append((r["workload"], err[:60], "-", "-", "-", "-", "-", "-"))
+        if not all("ms" in x for x in (t, g, p)):
+            out.append((r["workload"], *(ms(r, fw) for fw in FRAMEWORKS)) + ("-",) * 5)
             continue
+        peers = [r[fw]["ms"] for fw in ("torch", "torch.compile", "jax") if "ms" in r[fw]]
         mem = g.get("memory", {})
-        out.append((r["workload"], f"{t['ms']:.1f}", f"{g['ms']:.1f}", f"{p['ms']:.1f}",
+        out.append((r["workload"], *(ms(r, fw) for fw in FRAMEWORKS),
                     f"{t['ms'] / p['ms']:.2f}x", f"{g['ms'] / p['ms']:.2f}x",
+                    f"{g['ms'] / min(peers):.2f}x",
                     f"{t['peak_mb']:.0f} / {g['peak_mb']:.0f} / {p['peak_mb']:.0f}",
                     f"{mem.get('intermediate_bytes_peak', 0) / 2**20:.0f} / "
-                    f"{mem.get('intermediate_bytes_naive', 0) / 2**20:.0f}",
-                    f"{g['first_s']:.1f}"))
-    return table(out, ("workload", "eager ms", "graph ms", "torch ms", "eager/torch",
-                       "graph/torch", "peak MB e/g/t", "plan MB peak/naive", "compile s"))
+                    f"{mem.get('intermediate_bytes_naive', 0) / 2**20:.0f}"))
+    threads = ", ".join(f"{fw} {rows[0][fw].get('threads', '?')}" for fw in FRAMEWORKS)
+    return (table(out, ("workload", "eager ms", "graph ms", "torch ms", "t.compile ms",
+                        "jax ms", "eager/torch", "graph/torch", "graph/best peer",
+                        "peak MB e/g/t", "plan MB peak/naive"))
+            + f"\n  threads: {threads}" + "".join(f"\n  {n}" for n in notes))
 
+
+TITLE = ("Training step (median of 10 after 2 warm-up; targets: eager/torch <= 1.5, "
+         "graph/torch <= 0.8)")
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         print(json.dumps(child(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
     else:
-        print("Training step: tessera eager, tessera nn.Graph, PyTorch eager (median of 10 "
-              "after 2 warm-up; targets: eager/torch <= 1.5, graph faster than eager)")
+        print(TITLE)
         print(render(run()))
