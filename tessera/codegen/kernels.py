@@ -26,7 +26,8 @@ import functools
 
 import numpy as np
 
-__all__ = ["available", "im2col", "col2im", "max_pool2d", "max_pool2d_backward"]
+__all__ = ["available", "im2col", "col2im", "max_pool2d", "max_pool2d_values",
+           "max_pool2d_backward"]
 
 _SOURCE = r"""
 #include <math.h>
@@ -160,6 +161,70 @@ void tsr_maxpool(const %(T)s* x, %(T)s* y, int64_t* idx, int64_t H, int64_t W, i
 """
 
 
+# Values only (inference, where nobody reads the indices): separable, first the max over
+# the window's rows for every input column (contiguous, vectorised), then over each
+# window's columns of that row. Which of two equal values wins can differ from the
+# window-order scan (only -0.0 vs 0.0 tell), never the value; a NaN still wins.
+_MAXPOOL_VALUES = r"""
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+enum { KH = %(kh)d, KW = %(kw)d, SH = %(sh)d, SW = %(sw)d, PH = %(ph)d, PW = %(pw)d,
+       DH = %(dh)d, DW = %(dw)d };
+typedef %(T)s T;
+int64_t tsr_maxpool_values(const T* x, T* y, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                           int64_t lo, int64_t hi) {
+    T* row = malloc(W * sizeof(T));
+    if (!row) return 1;
+    for (int64_t p = lo; p < hi; p++) {
+        const T* xp = x + p * H * W;
+        T* yp = y + p * OH * OW;
+        for (int64_t oh = 0; oh < OH; oh++) {
+            int64_t h0 = oh * SH - PH;
+            int rows = 0;
+            for (int kh = 0; kh < KH; kh++) {
+                int64_t ih = h0 + kh * DH;
+                if (ih < 0 || ih >= H) continue;
+                const T* r = xp + ih * W;
+                if (rows++ == 0) { memcpy(row, r, W * sizeof(T)); continue; }
+                #pragma omp simd
+                for (int64_t iw = 0; iw < W; iw++) {
+                    T v = r[iw], m = row[iw];
+                    row[iw] = (v > m || v != v) ? v : m;
+                }
+            }
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t w0 = ow * SW - PW;
+                T best = -INFINITY;
+                for (int kw = 0; kw < KW; kw++) {
+                    int64_t iw = w0 + kw * DW;
+                    if (iw < 0 || iw >= W) continue;
+                    T v = row[iw];
+                    best = (v > best || v != v) ? v : best;
+                }
+                yp[oh * OW + ow] = rows ? best : -INFINITY;
+            }
+        }
+    }
+    free(row);
+    return 0;
+}
+"""
+
+
+@functools.lru_cache(maxsize=64)
+def _maxpool_values_fn(dtype: str, ksize, stride, pads, dilation):
+    from tessera.codegen.cc import load
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = ksize, stride, pads, dilation
+    lib = load(_MAXPOOL_VALUES % dict(T="float" if dtype == "f32" else "double", kh=kh,
+                                      kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw))
+    f = lib.tsr_maxpool_values
+    f.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 6
+    f.restype = ctypes.c_int64
+    return f
+
+
 @functools.lru_cache(maxsize=64)
 def _maxpool_fn(dtype: str, ksize, stride, pads, dilation):
     from tessera.codegen.cc import load
@@ -237,6 +302,19 @@ def max_pool2d(x: np.ndarray, ksize, stride, pads, dilation, out_sp):
     args = (x.ctypes.data, y.ctypes.data, idx.ctypes.data, h, w, *out_sp)
     split_call(f, args, n * c, y.size)
     return y, idx
+
+
+def max_pool2d_values(x: np.ndarray, ksize, stride, pads, dilation, out_sp) -> np.ndarray:
+    """The values of 2-d max pooling of C-contiguous ``x`` (N, C, H, W), without indices;
+    planes split across the kernel threads."""
+    from tessera.codegen.runtime import split_call
+    n, c, h, w = x.shape
+    y = np.empty((n, c) + tuple(out_sp), x.dtype)
+    f = _maxpool_values_fn(_SUFFIX[x.dtype], *(tuple(map(int, a)) for a in
+                                                (ksize, stride, pads, dilation)))
+    if split_call(f, (x.ctypes.data, y.ctypes.data, h, w, *out_sp), n * c, x.size):
+        raise MemoryError("max_pool2d: out of memory for a row buffer")
+    return y
 
 
 def max_pool2d_backward(g: np.ndarray, idx: np.ndarray, input_shape) -> np.ndarray:

@@ -175,6 +175,35 @@ _MAX_POOL = defop("max_pool", _max_pool_infer, _max_pool_kernel, grad=_max_grad,
                   save=("outputs",), nondiff_outputs=(1,))
 
 
+def _max_pool_values_infer(x, **attrs):
+    return _max_pool_infer(x, **attrs)[0]
+
+
+def _max_pool_values_kernel(x, kernel_size, stride, padding, dilation, ceil_mode):
+    in_sp = x.shape[2:]
+    out_sp = tuple(pool_out_size(sz, k, s, p, d, ceil_mode) for sz, k, s, p, d in
+                   zip(in_sp, kernel_size, stride, padding, dilation))
+    if x.ndim == 4 and x.size and 0 not in out_sp:
+        from tessera.codegen import kernels
+        if kernels.available(x.dtype):
+            return kernels.max_pool2d_values(np.ascontiguousarray(x), kernel_size, stride,
+                                              padding, dilation, out_sp)
+    return _max_pool_kernel(x, kernel_size, stride, padding, dilation, ceil_mode)[0]
+
+
+def _max_values_grad(ctx, g):
+    # the indices were not kept: find them again (max_pool's values are this op's)
+    x = ctx.inputs[0]
+    _, idx = max_pool(x.detach(), **ctx.attrs)
+    return (max_pool_backward(g, idx, tuple(x.shape)),)
+
+
+# max pooling when nobody reads the indices (inference; the graph compiler rewrites
+# max_pool into it when its indices are unused): no index bookkeeping, a vectorised kernel
+_MAX_POOL_VALUES = defop("max_pool_values", _max_pool_values_infer, _max_pool_values_kernel,
+                         grad=_max_values_grad)
+
+
 def max_pool(x: Tensor, *, kernel_size, stride, padding, dilation, ceil_mode):
     """(values, indices) of N-d max pooling; x is (N, C, *S)."""
     return dispatch(_MAX_POOL, x, kernel_size=tuple(kernel_size), stride=tuple(stride),
@@ -434,3 +463,11 @@ def avg_pool_backward(g: Tensor, input_shape, *, kernel_size, stride, padding, c
                     padding=tuple(padding), ceil_mode=bool(ceil_mode),
                     count_include_pad=bool(count_include_pad),
                     divisor_override=divisor_override)
+
+
+def max_pool_values(x: Tensor, *, kernel_size, stride, padding, dilation, ceil_mode):
+    """The values of N-d max pooling (``max_pool``'s first output), computed without
+    indices. x is (N, C, *S)."""
+    return dispatch(_MAX_POOL_VALUES, x, kernel_size=tuple(kernel_size),
+                    stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation),
+                    ceil_mode=bool(ceil_mode))

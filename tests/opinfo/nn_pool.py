@@ -9,7 +9,7 @@ import numpy as np
 
 from tests.opinfo.core import OpInfo, Sample, make, register
 
-MAX_OPS = ("max_pool", "max_pool_backward")
+MAX_OPS = ("max_pool", "max_pool_backward", "max_pool_values")
 AVG_OPS = ("avg_pool", "avg_pool_backward")
 AREA_OPS = ("interpolate", "interpolate_backward")
 

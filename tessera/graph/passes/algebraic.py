@@ -221,6 +221,13 @@ def _cast(n: Node, emit):
     return None
 
 
+def _unused_indices(n: Node, emit):
+    """max_pool whose indices nobody reads -> max_pool_values (no index bookkeeping)."""
+    if emit.uses(n.outputs[1]) == 0:
+        return emit("max_pool_values", n.inputs, n.attrs)
+    return None
+
+
 RULES = {
     "mul": _mul,
     "add": _add,
@@ -235,6 +242,7 @@ RULES = {
     "unsqueeze": _reshape,
     "expand": _expand,
     "cast": _cast,
+    "max_pool": _unused_indices,
 }
 
 
@@ -260,7 +268,7 @@ def run(g: Graph, ctx) -> bool:
             n.inputs = [rename.get(id(v), v) if isinstance(v, Value) else v for v in n.inputs]
         nodes.append(n)
         rule = RULES.get(n.op.name)
-        if rule is None or len(n.outputs) != 1:
+        if rule is None:  # a rule replaces output 0 (a multi-output op's rule checks the rest)
             continue
 
         def emit(op: str, inputs: list, attrs: dict, _n=n) -> Value:

@@ -11,8 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import is_grad_enabled
 from tessera.nn.functional.conv import _is_int, _tensor
-from tessera.ops.pool import adaptive_max_pool, avg_pool, max_pool, max_pool_backward
+from tessera.ops.pool import (
+    adaptive_max_pool,
+    avg_pool,
+    max_pool,
+    max_pool_backward,
+    max_pool_values,
+)
 from tessera.ops.vision import interpolate as _resample
 
 __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices",
@@ -74,6 +81,11 @@ def _max_pool(nd, fn, input, kernel_size, stride, padding, dilation, ceil_mode,
     s = _pool_tuple(stride, nd, "stride", fn, default=k)
     p = _pool_tuple(padding, nd, "padding", fn)
     d = _pool_tuple(dilation, nd, "dilation", fn)
+    if not return_indices and not (x.requires_grad and is_grad_enabled()):
+        # nothing will read the indices: the faster values-only op
+        y = max_pool_values(x, kernel_size=k, stride=s, padding=p, dilation=d,
+                            ceil_mode=ceil_mode)
+        return _unbatch(y, batched)
     y, idx = max_pool(x, kernel_size=k, stride=s, padding=p, dilation=d, ceil_mode=ceil_mode)
     return _unbatch((y, idx) if return_indices else y, batched)
 
