@@ -71,6 +71,9 @@ def out_form(node, kernel, casts):
     if name == "matmul" and all(len(v.shape) >= 2 for v in tensors):
         from tessera.ops.linalg import _matmul_kernel
         return lambda t, a, b: _matmul_kernel(a, b, out=t)
+    if name == "conv":
+        from tessera.ops.conv import conv_into
+        return conv_into
     return None
 
 

@@ -192,20 +192,34 @@ def _lows(pads) -> tuple:
     return tuple(lo for lo, _ in pads)
 
 
-def _conv_per_image(x, w, b, stride, pads, dilation, out_sp):
+def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
+    """Into ``y`` (a new array when None; C-contiguous): each image's GEMM, then its bias
+    while that image's output is still in cache."""
     from tessera.codegen.kernels import im2col
     n, o = x.shape[0], w.shape[0]
     p = int(np.prod(out_sp))
     x = np.ascontiguousarray(x)
     wm = np.ascontiguousarray(w.reshape(o, -1))
-    y = np.empty((n, o) + tuple(out_sp), x.dtype)
+    if y is None:
+        y = np.empty((n, o) + tuple(out_sp), x.dtype)
     cols = np.empty((wm.shape[1], p), x.dtype)
+    bias = None if b is None else b.reshape(o, 1).astype(y.dtype, copy=False)
     for i in range(n):
         im2col(x[i], cols, w.shape[2:], stride, _lows(pads), dilation, out_sp)
-        np.matmul(wm, cols, out=y[i].reshape(o, p))
-    if b is not None:
-        y += b.reshape(1, o, 1, 1).astype(y.dtype, copy=False)
+        yi = y[i].reshape(o, p)
+        np.matmul(wm, cols, out=yi)
+        if bias is not None:
+            yi += bias
     return y
+
+
+def conv_into(out, x, w, b, stride, pads, dilation, groups) -> None:
+    """``conv``'s kernel writing into ``out`` (the graph executor's arena buffer)."""
+    out_sp = out.shape[2:]
+    if _native(x, w, groups) and 0 not in out_sp and out.flags.c_contiguous:
+        _conv_per_image(x, w, b, stride, pads, dilation, out_sp, out)
+    else:
+        np.copyto(out, _conv_kernel(x, w, b, stride, pads, dilation, groups))
 
 
 def _input_grad_per_image(g, w, input_shape, stride, pads, dilation):
