@@ -124,113 +124,92 @@ _MAXPOOL = r"""
 #include <stdint.h>
 enum { KH = %(kh)d, KW = %(kw)d, SH = %(sh)d, SW = %(sw)d, PH = %(ph)d, PW = %(pw)d,
        DH = %(dh)d, DW = %(dw)d };
-/* planes [lo, hi) of x (P, H, W): PyTorch's rule, the first maximum and the last NaN */
-void tsr_maxpool(const %(T)s* x, %(T)s* y, int64_t* idx, int64_t H, int64_t W, int64_t OH,
-                 int64_t OW, int64_t lo, int64_t hi) {
-    for (int64_t p = lo; p < hi; p++) {
-        const %(T)s* xp = x + p * H * W;
-        for (int64_t oh = 0; oh < OH; oh++) {
-            int64_t h0 = oh * SH - PH;
-            int64_t hs = h0;
-            while (hs < 0) hs += DH;
-            for (int64_t ow = 0; ow < OW; ow++) {
-                int64_t w0 = ow * SW - PW;
-                int64_t ws = w0;
-                while (ws < 0) ws += DW;
-                %(T)s best = -INFINITY;
-                int64_t arg = hs * W + ws;
-                for (int kh = 0; kh < KH; kh++) {
-                    int64_t ih = h0 + kh * DH;
-                    if (ih < 0 || ih >= H) continue;
-                    for (int kw = 0; kw < KW; kw++) {
-                        int64_t iw = w0 + kw * DW;
-                        if (iw < 0 || iw >= W) continue;
-                        %(T)s v = xp[ih * W + iw];
-                        int take = (v > best) | (v != v);
-                        best = take ? v : best;
-                        arg = take ? ih * W + iw : arg;
-                    }
-                }
-                int64_t o = (p * OH + oh) * OW + ow;
-                y[o] = best;
-                idx[o] = arg;
-            }
+#define WITH_INDEX %(index)d  /* 0: values only (idx is not touched) */
+typedef %(T)s T;
+
+/* one output: the window scanned in (kh, kw) order with bounds checks */
+static inline void edge(const T* xp, T* y, int64_t* idx, int64_t o, int64_t h0, int64_t w0,
+                        int64_t H, int64_t W) {
+    int64_t hs = h0, ws = w0;
+    while (hs < 0) hs += DH;
+    while (ws < 0) ws += DW;
+    T best = -INFINITY;
+    int64_t arg = hs * W + ws;
+    for (int kh = 0; kh < KH; kh++) {
+        int64_t ih = h0 + kh * DH;
+        if (ih < 0 || ih >= H) continue;
+        for (int kw = 0; kw < KW; kw++) {
+            int64_t iw = w0 + kw * DW;
+            if (iw < 0 || iw >= W) continue;
+            T v = xp[ih * W + iw];
+            int take = (v > best) | (v != v);
+            best = take ? v : best;
+            arg = take ? ih * W + iw : arg;
         }
     }
+    y[o] = best;
+#if WITH_INDEX
+    idx[o] = arg;
+#endif
 }
-"""
 
-
-# Values only (inference, where nobody reads the indices): separable, first the max over
-# the window's rows for every input column (contiguous, vectorised), then over each
-# window's columns of that row. Which of two equal values wins can differ from the
-# window-order scan (only -0.0 vs 0.0 tell), never the value; a NaN still wins.
-_MAXPOOL_VALUES = r"""
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-enum { KH = %(kh)d, KW = %(kw)d, SH = %(sh)d, SW = %(sw)d, PH = %(ph)d, PW = %(pw)d,
-       DH = %(dh)d, DW = %(dw)d };
-typedef %(T)s T;
-int64_t tsr_maxpool_values(const T* x, T* y, int64_t H, int64_t W, int64_t OH, int64_t OW,
-                           int64_t lo, int64_t hi) {
-    T* row = malloc(W * sizeof(T));
-    if (!row) return 1;
+/* planes [lo, hi) of x (P, H, W): PyTorch's rule, the first maximum and the last NaN.
+   Windows wholly inside the image (most of them) take a branch-free loop over ow that
+   the compiler unrolls over the window and vectorises; the border ones take edge(). */
+void tsr_maxpool(const T* x, T* y, int64_t* idx, int64_t H, int64_t W, int64_t OH,
+                 int64_t OW, int64_t lo, int64_t hi) {
+    /* interior columns: PW <= ow*SW and ow*SW - PW + (KW-1)*DW < W */
+    int64_t a = (PW + SW - 1) / SW;
+    int64_t b = W - (KW - 1) * DW + PW > 0 ? (W - (KW - 1) * DW + PW - 1) / SW + 1 : 0;
+    if (b > OW) b = OW;
+    if (a > b) a = b;
     for (int64_t p = lo; p < hi; p++) {
         const T* xp = x + p * H * W;
         T* yp = y + p * OH * OW;
+        int64_t* ip = WITH_INDEX ? idx + p * OH * OW : 0;
         for (int64_t oh = 0; oh < OH; oh++) {
             int64_t h0 = oh * SH - PH;
-            int rows = 0;
-            for (int kh = 0; kh < KH; kh++) {
-                int64_t ih = h0 + kh * DH;
-                if (ih < 0 || ih >= H) continue;
-                const T* r = xp + ih * W;
-                if (rows++ == 0) { memcpy(row, r, W * sizeof(T)); continue; }
-                #pragma omp simd
-                for (int64_t iw = 0; iw < W; iw++) {
-                    T v = r[iw], m = row[iw];
-                    row[iw] = (v > m || v != v) ? v : m;
-                }
+            T* yr = yp + oh * OW;
+            int64_t* ir = WITH_INDEX ? ip + oh * OW : 0;
+            if (h0 < 0 || h0 + (KH - 1) * DH >= H) {
+                for (int64_t ow = 0; ow < OW; ow++)
+                    edge(xp, yp, ip, oh * OW + ow, h0, ow * SW - PW, H, W);
+                continue;
             }
-            for (int64_t ow = 0; ow < OW; ow++) {
+            for (int64_t ow = 0; ow < a; ow++)
+                edge(xp, yp, ip, oh * OW + ow, h0, ow * SW - PW, H, W);
+            #pragma omp simd
+            for (int64_t ow = a; ow < b; ow++) {
                 int64_t w0 = ow * SW - PW;
                 T best = -INFINITY;
-                for (int kw = 0; kw < KW; kw++) {
-                    int64_t iw = w0 + kw * DW;
-                    if (iw < 0 || iw >= W) continue;
-                    T v = row[iw];
-                    best = (v > best || v != v) ? v : best;
-                }
-                yp[oh * OW + ow] = rows ? best : -INFINITY;
+                int64_t arg = h0 * W + w0;
+                for (int kh = 0; kh < KH; kh++)
+                    for (int kw = 0; kw < KW; kw++) {
+                        int64_t at = (h0 + kh * DH) * W + w0 + kw * DW;
+                        T v = xp[at];
+                        int take = (v > best) | (v != v);
+                        best = take ? v : best;
+                        arg = take ? at : arg;
+                    }
+                yr[ow] = best;
+#if WITH_INDEX
+                ir[ow] = arg;
+#endif
             }
+            for (int64_t ow = b; ow < OW; ow++)
+                edge(xp, yp, ip, oh * OW + ow, h0, ow * SW - PW, H, W);
         }
     }
-    free(row);
-    return 0;
 }
 """
 
 
 @functools.lru_cache(maxsize=64)
-def _maxpool_values_fn(dtype: str, ksize, stride, pads, dilation):
-    from tessera.codegen.cc import load
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = ksize, stride, pads, dilation
-    lib = load(_MAXPOOL_VALUES % dict(T="float" if dtype == "f32" else "double", kh=kh,
-                                      kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw))
-    f = lib.tsr_maxpool_values
-    f.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 6
-    f.restype = ctypes.c_int64
-    return f
-
-
-@functools.lru_cache(maxsize=64)
-def _maxpool_fn(dtype: str, ksize, stride, pads, dilation):
+def _maxpool_fn(dtype: str, ksize, stride, pads, dilation, index: bool = True):
     from tessera.codegen.cc import load
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = ksize, stride, pads, dilation
     lib = load(_MAXPOOL % dict(T="float" if dtype == "f32" else "double", kh=kh, kw=kw,
-                               sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw))
+                               sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw, index=int(index)))
     f = lib.tsr_maxpool
     f.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 6
     f.restype = None
@@ -310,10 +289,9 @@ def max_pool2d_values(x: np.ndarray, ksize, stride, pads, dilation, out_sp) -> n
     from tessera.codegen.runtime import split_call
     n, c, h, w = x.shape
     y = np.empty((n, c) + tuple(out_sp), x.dtype)
-    f = _maxpool_values_fn(_SUFFIX[x.dtype], *(tuple(map(int, a)) for a in
-                                                (ksize, stride, pads, dilation)))
-    if split_call(f, (x.ctypes.data, y.ctypes.data, h, w, *out_sp), n * c, x.size):
-        raise MemoryError("max_pool2d: out of memory for a row buffer")
+    f = _maxpool_fn(_SUFFIX[x.dtype], *(tuple(map(int, a)) for a in
+                                         (ksize, stride, pads, dilation)), index=False)
+    split_call(f, (x.ctypes.data, y.ctypes.data, None, h, w, *out_sp), n * c, y.size)
     return y
 
 
