@@ -34,57 +34,66 @@ _SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 
-/* one image: x (C, H, W) -> cols (C*KH*KW, OH*OW), rows LD apart (OH*OW, or N*OH*OW
-   when the images' columns sit side by side); zero where the window is padding */
+/* the output columns ow whose input column ow*SW + off lies inside [0, W): [*a, *b) */
+static inline void inside(int64_t off, int64_t SW, int64_t W, int64_t OW, int64_t* a,
+                          int64_t* b) {
+    int64_t lo = off < 0 ? (-off + SW - 1) / SW : 0;
+    int64_t hi = W - 1 - off < 0 ? 0 : (W - 1 - off) / SW + 1;
+    if (hi > OW) hi = OW;
+    if (lo > hi) lo = hi;
+    *a = lo; *b = hi;
+}
+
+/* one image: x (C, H, W) -> rows [lo, hi) of cols (C*KH*KW, OH*OW), rows LD apart (OH*OW,
+   or N*OH*OW when the images' columns sit side by side); zero where the window is
+   padding. Row r is (c, kh, kw) = (r / (KH*KW), r / KW % KH, r % KW). */
 #define IM2COL(T, NAME)                                                                   \
 void NAME(const T* x, T* cols, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,   \
           int64_t SH, int64_t SW, int64_t PH, int64_t PW, int64_t DH, int64_t DW,         \
-          int64_t OH, int64_t OW, int64_t LD) {                                           \
-    for (int64_t c = 0; c < C; c++)                                                       \
-    for (int64_t kh = 0; kh < KH; kh++)                                                   \
-    for (int64_t kw = 0; kw < KW; kw++) {                                                 \
-        T* row = cols + ((c * KH + kh) * KW + kw) * LD;                                   \
+          int64_t OH, int64_t OW, int64_t LD, int64_t lo, int64_t hi) {                   \
+    (void)C;                                                                              \
+    for (int64_t r = lo; r < hi; r++) {                                                   \
+        int64_t c = r / (KH * KW), kh = r / KW % KH, kw = r % KW;                         \
+        T* row = cols + r * LD;                                                           \
+        int64_t off = kw * DW - PW, a, b;                                                 \
+        inside(off, SW, W, OW, &a, &b);                                                   \
         for (int64_t oh = 0; oh < OH; oh++) {                                             \
             int64_t ih = oh * SH - PH + kh * DH;                                          \
             T* dst = row + oh * OW;                                                       \
             if (ih < 0 || ih >= H) { memset(dst, 0, OW * sizeof(T)); continue; }          \
-            const T* src = x + (c * H + ih) * W;                                          \
-            int64_t off = kw * DW - PW;                                                   \
-            if (SW == 1 && off >= 0 && off + OW <= W) {                                   \
-                memcpy(dst, src + off, OW * sizeof(T)); continue;                         \
-            }                                                                             \
-            for (int64_t ow = 0; ow < OW; ow++) {                                         \
-                int64_t iw = ow * SW + off;                                               \
-                dst[ow] = (iw >= 0 && iw < W) ? src[iw] : (T)0;                           \
-            }                                                                             \
+            const T* src = x + (c * H + ih) * W + off;                                    \
+            for (int64_t ow = 0; ow < a; ow++) dst[ow] = (T)0;                            \
+            if (SW == 1) memcpy(dst + a, src + a, (b - a) * sizeof(T));                   \
+            else for (int64_t ow = a; ow < b; ow++) dst[ow] = src[ow * SW];               \
+            for (int64_t ow = b; ow < OW; ow++) dst[ow] = (T)0;                           \
         }                                                                                 \
     }                                                                                     \
 }
 
-/* one image: dx (C, H, W) = sum of the window columns cols (C*KH*KW, OH*OW), rows LD
-   apart */
+/* one image, channels [lo, hi): dx (C, H, W) = sum of the window columns cols
+   (C*KH*KW, OH*OW), rows LD apart */
 #define COL2IM(T, NAME)                                                                   \
 void NAME(const T* cols, T* dx, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,  \
           int64_t SH, int64_t SW, int64_t PH, int64_t PW, int64_t DH, int64_t DW,         \
-          int64_t OH, int64_t OW, int64_t LD) {                                           \
-    memset(dx, 0, C * H * W * sizeof(T));                                                 \
-    for (int64_t c = 0; c < C; c++)                                                       \
+          int64_t OH, int64_t OW, int64_t LD, int64_t lo, int64_t hi) {                   \
+    (void)C;                                                                              \
+    memset(dx + lo * H * W, 0, (hi - lo) * H * W * sizeof(T));                            \
+    for (int64_t c = lo; c < hi; c++)                                                     \
     for (int64_t kh = 0; kh < KH; kh++)                                                   \
     for (int64_t kw = 0; kw < KW; kw++) {                                                 \
         const T* row = cols + ((c * KH + kh) * KW + kw) * LD;                             \
+        int64_t off = kw * DW - PW, a, b;                                                 \
+        inside(off, SW, W, OW, &a, &b);                                                   \
         for (int64_t oh = 0; oh < OH; oh++) {                                             \
             int64_t ih = oh * SH - PH + kh * DH;                                          \
             if (ih < 0 || ih >= H) continue;                                              \
-            T* dst = dx + (c * H + ih) * W;                                               \
+            T* dst = dx + (c * H + ih) * W + off;                                         \
             const T* src = row + oh * OW;                                                 \
-            int64_t off = kw * DW - PW;                                                   \
-            if (SW == 1 && off >= 0 && off + OW <= W) {                                   \
-                for (int64_t ow = 0; ow < OW; ow++) dst[off + ow] += src[ow];             \
-                continue;                                                                 \
-            }                                                                             \
-            for (int64_t ow = 0; ow < OW; ow++) {                                         \
-                int64_t iw = ow * SW + off;                                               \
-                if (iw >= 0 && iw < W) dst[iw] += src[ow];                                \
+            if (SW == 1) {                                                                \
+                _Pragma("omp simd")                                                       \
+                for (int64_t ow = a; ow < b; ow++) dst[ow] += src[ow];                    \
+            } else {                                                                      \
+                for (int64_t ow = a; ow < b; ow++) dst[ow * SW] += src[ow];               \
             }                                                                             \
         }                                                                                 \
     }                                                                                     \
@@ -226,9 +235,9 @@ def _lib():
     P, I = ctypes.c_void_p, ctypes.c_int64
     for s in ("f32", "f64"):
         f = getattr(lib, f"tsr_im2col_{s}")
-        f.argtypes, f.restype = [P, P] + [I] * 14, None
+        f.argtypes, f.restype = [P, P] + [I] * 16, None
         f = getattr(lib, f"tsr_col2im_{s}")
-        f.argtypes, f.restype = [P, P] + [I] * 14, None
+        f.argtypes, f.restype = [P, P] + [I] * 16, None
         f = getattr(lib, f"tsr_maxpool2d_bwd_{s}")
         f.argtypes, f.restype = [P, P, P] + [I] * 4, ctypes.c_int64
     return lib
@@ -255,18 +264,24 @@ def _geometry(ksize, stride, pads, dilation, out_sp) -> list[int]:
 def im2col(x: np.ndarray, cols: np.ndarray, ksize, stride, pads, dilation, out_sp) -> None:
     """One image ``x`` (C, H, W), C-contiguous -> ``cols`` (C*KH*KW, OH*OW), a C-contiguous
     array or a column block of a wider one (rows keep its stride); ``pads`` are the low
-    paddings (the high side follows from ``out_sp``)."""
+    paddings (the high side follows from ``out_sp``). Rows split across the kernel
+    threads when the buffer is large."""
+    from tessera.codegen.runtime import split_call
     f = getattr(_lib(), f"tsr_im2col_{_SUFFIX[x.dtype]}")
-    f(x.ctypes.data, cols.ctypes.data, *x.shape,
-      *_geometry(ksize, stride, pads, dilation, out_sp), cols.strides[0] // cols.itemsize)
+    rows = cols.shape[0]
+    split_call(f, (x.ctypes.data, cols.ctypes.data, *x.shape,
+                   *_geometry(ksize, stride, pads, dilation, out_sp),
+                   cols.strides[0] // cols.itemsize), rows, rows * cols.shape[1])
 
 
 def col2im(cols: np.ndarray, dx: np.ndarray, ksize, stride, pads, dilation, out_sp) -> None:
     """The adjoint of ``im2col``: ``dx`` (C, H, W) = the sum of each input element's window
-    entries in ``cols``."""
+    entries in ``cols``. Channels split across the kernel threads when large."""
+    from tessera.codegen.runtime import split_call
     f = getattr(_lib(), f"tsr_col2im_{_SUFFIX[cols.dtype]}")
-    f(cols.ctypes.data, dx.ctypes.data, *dx.shape,
-      *_geometry(ksize, stride, pads, dilation, out_sp), cols.strides[0] // cols.itemsize)
+    split_call(f, (cols.ctypes.data, dx.ctypes.data, *dx.shape,
+                   *_geometry(ksize, stride, pads, dilation, out_sp),
+                   cols.strides[0] // cols.itemsize), dx.shape[0], cols.size)
 
 
 def max_pool2d(x: np.ndarray, ksize, stride, pads, dilation, out_sp):

@@ -12,13 +12,17 @@ buffer lives from its producer to the last use of any of its views. Nodes with a
 * otherwise at an offset in the arena, chosen greedily by size (largest first, lowest
   offset that no buffer alive at the same time occupies), as TFLite's planner does.
 
+The step's returned values are not planned: their kernels allocate them, so they leave as
+tensors without a copy out of the arena.
+
 >>> from tessera.graph.ir import Graph
 >>> g = Graph.parse('''graph(%x: float32[256]) {
 ...   %0: float32[256] = exp(%x)
 ...   %1: float32[256] = neg(%0)
-...   return (%1)
+...   %2: float32[256] = sin(%1)
+...   return (%2)
 ... }''')
->>> p = plan_memory(g, {0, 1}); p.arena_bytes, p.inplace
+>>> p = plan_memory(g, {0, 1, 2}); p.arena_bytes, p.inplace
 (1024, {1: 0})
 """
 from __future__ import annotations
