@@ -92,6 +92,16 @@ def _graph_step(lib, model, loss_fn, opt, x, y):
 
 
 def _maxrss_mb() -> float:
+    """Peak resident memory of this process. Linux's VmHWM belongs to the address space,
+    which exec replaces; ru_maxrss survives exec, so after a fork it starts at the
+    parent's size."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
