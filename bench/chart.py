@@ -23,15 +23,12 @@ def ratios(results: dict) -> list[tuple[str, dict]]:
             if base:
                 rows.append((label, {fw: r[name]["ms"] / base for fw, r in k.items()
                                      if fw in COLORS and "ms" in r.get(name, {})}))
-    for r in results.get("training", []):
-        base = r["torch"].get("ms")
-        if base:
-            rows.append((f"{r['workload']} train", {fw: r[fw]["ms"] / base for fw in COLORS
-                                                    if "ms" in r.get(fw, {})}))
-    for r in results.get("models", []):
-        if "error" not in r:
-            rows.append((r["workload"], {fw: r[fw] / r["torch"] for fw in COLORS
-                                         if isinstance(r.get(fw), float)}))
+    for section, suffix in (("training", " train"), ("models", "")):
+        for r in results.get(section, []):
+            base = r["torch"].get("ms")
+            if base:
+                rows.append((r["workload"] + suffix, {fw: r[fw]["ms"] / base for fw in COLORS
+                                                      if "ms" in r.get(fw, {})}))
     return rows
 
 
