@@ -103,6 +103,9 @@ def dispatch(op: OpDef, *args, **attrs):
             if op.dynamic_shape:
                 out = Meta(res.shape, out.dtype)
             return _finish(op, args, attrs, metas, out, (res,), dev, grad)
+    if dev.type == "global":  # a global input: SBP signature, boxing, then local dispatch
+        datas = backend.run(op, args, metas, attrs, outs)   # (tessera/distributed/dispatch.py)
+        return _finish(op, args, attrs, metas, out, datas, dev, grad)
     if backend.has_storage:
         datas = _run_kernel(op, backend, dev, args, metas, attrs, outs, multi)
     elif op.dynamic_shape:
@@ -214,6 +217,8 @@ def _name_op(e: Exception, op: OpDef) -> Exception:
 def _join_devices(op, args, dev, a):
     """Two devices met: like PyTorch, a 0-d CPU tensor may join tensors on another device."""
     d = a._device
+    if dev.type == "global" or d.type == "global":  # global and local inputs: the global
+        return dev if dev.type == "global" else d   # branch accepts 0-d locals, names others
     if a._shape == () and d.type == "cpu":
         return dev
     first = next(t for t in args if isinstance(t, Tensor))

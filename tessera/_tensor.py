@@ -273,6 +273,51 @@ class Tensor(TensorMethods):
     def untyped_storage(self):
         return self._base._data if self._base is not None else self._data
 
+    # ---- global tensors (tessera.distributed) ------------------------------------------
+    # A global tensor has the logical shape, a 'global' device (that knows the placement, so
+    # factories given ``device=x.device`` make global tensors too) and a GlobalData (this
+    # rank's tile, placement, sbp) as its data; dispatch hands its ops to tessera.distributed.
+    @property
+    def is_global(self) -> bool:
+        return self._device.type == "global"
+
+    @property
+    def is_local(self) -> bool:
+        return self._device.type != "global"
+
+    @property
+    def placement(self):
+        """The ``tessera.placement`` of a global tensor."""
+        if self._device.type != "global":
+            raise RuntimeError("Only global tensors have 'placement'. Please use '.device' "
+                               "for local tensors.")
+        return self._data.placement
+
+    @property
+    def sbp(self) -> tuple:
+        """The SBP of a global tensor: one ``tessera.sbp`` value per mesh axis."""
+        if self._device.type != "global":
+            raise RuntimeError("Only global tensors have 'sbp'. Please use '.to_global()' to "
+                               "make a global tensor.")
+        return self._data.sbp
+
+    def to_global(self, placement=None, sbp=None, **kwargs) -> Tensor:
+        """This tensor as a global tensor: a local tensor is this rank's tile of the whole;
+        a global tensor is converted (boxing) to the new placement and/or SBP.
+
+        >>> import tessera
+        >>> p = tessera.placement("cpu", ranks=[0])
+        >>> tessera.ones(2).to_global(p, tessera.sbp.broadcast).sbp
+        (tessera.sbp.broadcast,)
+        """
+        from tessera.distributed._global import to_global
+        return to_global(self, placement, sbp, **kwargs)
+
+    def to_local(self) -> Tensor:
+        """This rank's tile of a global tensor (shares memory); a local tensor as it is."""
+        from tessera.distributed._global import to_local
+        return to_local(self)
+
     # ---- autograd surface -------------------------------------------------------------
     @property
     def requires_grad(self) -> bool:
@@ -414,7 +459,7 @@ class Tensor(TensorMethods):
     # ---- conversion -------------------------------------------------------------------
     def numpy(self, *, force: bool = False) -> np.ndarray:
         """The data as a NumPy array, sharing memory on the CPU."""
-        if self._device.type != "cpu" and not force:
+        if self._device.type not in _HOST_READABLE and not force:
             raise TypeError(f"can't convert {self._device} device type tensor to numpy. Use "
                             "Tensor.cpu() to copy the tensor to host memory first.")
         if self._requires_grad and not force:
@@ -428,7 +473,7 @@ class Tensor(TensorMethods):
         return _BACKENDS[self._device.type].to_numpy(self._data)
 
     def __array__(self, dtype=None, copy=None):
-        if self._device.type != "cpu":
+        if self._device.type not in _HOST_READABLE:
             raise TypeError(f"can't convert {self._device} device type tensor to numpy. Use "
                             "Tensor.cpu() to copy the tensor to host memory first.")
         a = self._to_numpy()
@@ -725,5 +770,7 @@ def _wrap_dim(dim: int, ndim: int, op: str = "") -> int:
 
 
 _CPU = device("cpu")
+# numpy() reads these devices' data on the host (a global tensor's numpy() gathers the whole)
+_HOST_READABLE = ("cpu", "global")
 
 from tessera._dispatch import dispatch as _dispatch  # noqa: E402  (dispatch imports Tensor)

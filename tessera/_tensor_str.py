@@ -199,8 +199,11 @@ def tensor_repr(t, prefix: str = "tensor(") -> str:
     """The text PyTorch prints for ``t`` (``torch.`` replaced by ``tessera.``)."""
     indent = len(prefix)
     suffixes = []
-    if t.device.type != "cpu":
+    if t.device.type not in ("cpu", "global"):
         suffixes.append(f"device='{t.device}'")
+    if t.is_global:
+        suffixes.append(f"placement={t.placement}")
+        suffixes.append(f"sbp={t.sbp}")
     default = D.get_default_dtype()
     has_default_dtype = t.dtype in (default, default.to_complex(), D.int64, D.bool_)
     if t._data is None:

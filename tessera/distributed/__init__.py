@@ -51,3 +51,6 @@ def is_initialized() -> bool:
 
 def _ranks(group):
     return tuple(group.ranks) if hasattr(group, "ranks") else tuple(group)
+
+
+from tessera.distributed import _global, sbp, sbp_rules  # noqa: E402,F401  (the global device, the rules)

@@ -33,6 +33,14 @@ def _dev(device) -> Device:
     return device if isinstance(device, Device) else Device(device or "cpu")
 
 
+def _global(make, placement, sbp, requires_grad: bool, name: str, random: bool = False,
+            generator=None) -> Tensor:
+    """A factory called with ``placement=``/``sbp=``: a global tensor whose tiles come from
+    ``make()``, the whole tensor (tessera.distributed)."""
+    from tessera.distributed._factory import global_factory
+    return global_factory(make, placement, sbp, requires_grad, random, generator, name)
+
+
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
     if requires_grad:
         t.requires_grad_(True)
@@ -124,12 +132,15 @@ def _nested_tolist(data):
 
 
 def tensor(data, *, dtype=None, device=None, requires_grad: bool = False,
-           pin_memory: bool = False) -> Tensor:
+           pin_memory: bool = False, placement=None, sbp=None) -> Tensor:
     """A new tensor holding a copy of ``data`` (nested lists, scalars, arrays, tensors).
 
     >>> tensor([[1, 2], [3, 4]]).dtype
     tessera.int64
     """
+    if placement is not None or sbp is not None:
+        return _global(lambda: tensor(data, dtype=dtype), placement, sbp, requires_grad,
+                       "tensor")
     if data is None or isinstance(data, dict):
         raise RuntimeError(f"tensor(): Could not infer dtype of {type(data).__name__}")
     if isinstance(data, str):
@@ -226,19 +237,29 @@ def _make_full(op_name, size, value, dtype, device, requires_grad):
     return _finish(out, requires_grad)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None) -> Tensor:
+def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None,
+          placement=None, sbp=None) -> Tensor:
     """A tensor of zeros: ``zeros(2, 3)`` or ``zeros((2, 3))``."""
+    if placement is not None or sbp is not None:
+        return _global(lambda: zeros(*size, dtype=dtype), placement, sbp, requires_grad,
+                       "zeros")
     return _make_full("zeros", size, 0, dtype or D.get_default_dtype(), device, requires_grad)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None) -> Tensor:
+def ones(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None,
+         placement=None, sbp=None) -> Tensor:
     """A tensor of ones."""
+    if placement is not None or sbp is not None:
+        return _global(lambda: ones(*size, dtype=dtype), placement, sbp, requires_grad, "ones")
     return _make_full("ones", size, 1, dtype or D.get_default_dtype(), device, requires_grad)
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False, out=None,
-         layout=None) -> Tensor:
+         layout=None, placement=None, sbp=None) -> Tensor:
     """A tensor filled with ``fill_value``; its dtype follows the value (int64 for ints)."""
+    if placement is not None or sbp is not None:
+        return _global(lambda: full(size, fill_value, dtype=dtype), placement, sbp,
+                       requires_grad, "full")
     if not isinstance(size, (tuple, list)):
         raise TypeError(f"full(): argument 'size' (position 1) must be tuple of ints, not "
                         f"{type(size).__name__}")
@@ -249,8 +270,11 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad=False, out=
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None,
-          pin_memory=False, memory_format=None) -> Tensor:
+          pin_memory=False, memory_format=None, placement=None, sbp=None) -> Tensor:
     """An uninitialised tensor."""
+    if placement is not None or sbp is not None:
+        return _global(lambda: zeros(*size, dtype=dtype), placement, sbp, requires_grad,
+                       "empty")
     return _make_full("empty", size, None, dtype, device, requires_grad)
 
 
@@ -262,6 +286,10 @@ def _like(fn_name, input, value, dtype, device, requires_grad):
     if not isinstance(input, Tensor):
         raise TypeError(f"{fn_name}(): argument 'input' must be Tensor, not "
                         f"{type(input).__name__}")
+    if input._device.type == "global" and device is None:  # like a global tensor: global
+        from tessera.distributed._factory import like
+        return like(input, value, D.as_dtype(dtype) if dtype is not None else input.dtype,
+                    requires_grad)
     return _make_full(fn_name, (tuple(input.shape),), value, dtype or input.dtype,
                       device or input.device, requires_grad)
 
@@ -313,8 +341,11 @@ _ARANGE = defop("arange", _arange_infer, _arange_kernel, grad=None)
 
 
 def arange(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False,
-           out=None) -> Tensor:
+           out=None, placement=None, sbp=None) -> Tensor:
     """``[start, end)`` in steps; int64 for integer arguments, else the default float."""
+    if placement is not None or sbp is not None:
+        return _global(lambda: arange(start, end, step, dtype=dtype), placement, sbp,
+                       requires_grad, "arange")
     if end is None:
         start, end = 0, start
     vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]

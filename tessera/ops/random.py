@@ -23,6 +23,7 @@ from tessera._dispatch import dispatch, dispatch_inplace
 from tessera._tensor import Tensor
 from tessera.device.registry import device as Device
 from tessera.ops._util import broadcast_shapes, call, ensure_tensor, size_args
+from tessera.ops.creation import _global
 from tessera.ops.registry import Meta, defop
 
 __all__ = ["Generator", "default_generator", "manual_seed", "seed", "initial_seed",
@@ -232,15 +233,21 @@ def _factory(op, name, size, generator, out, dtype, device, requires_grad, **att
 
 
 def rand(*size, generator=None, out=None, dtype=None, layout=None, device=None,
-         requires_grad=False, pin_memory=False, **kwargs) -> Tensor:
+         requires_grad=False, pin_memory=False, placement=None, sbp=None, **kwargs) -> Tensor:
     """Uniform samples in [0, 1): ``rand(2, 3)`` or ``rand((2, 3), generator=g)``."""
+    if placement is not None or sbp is not None:
+        return _global(lambda g: rand(*size, generator=g, dtype=dtype, **kwargs), placement,
+                       sbp, requires_grad, "rand", True, generator)
     size = _size_kwarg("rand", size, kwargs)
     return _factory(_RAND, "rand", size, generator, out, dtype, device, requires_grad)
 
 
 def randn(*size, generator=None, out=None, dtype=None, layout=None, device=None,
-          requires_grad=False, pin_memory=False, **kwargs) -> Tensor:
+          requires_grad=False, pin_memory=False, placement=None, sbp=None, **kwargs) -> Tensor:
     """Standard normal samples: ``randn(2, 3)``."""
+    if placement is not None or sbp is not None:
+        return _global(lambda g: randn(*size, generator=g, dtype=dtype, **kwargs), placement,
+                       sbp, requires_grad, "randn", True, generator)
     size = _size_kwarg("randn", size, kwargs)
     return _factory(_RANDN, "randn", size, generator, out, dtype, device, requires_grad)
 
@@ -322,8 +329,13 @@ def _int_arg(name: str, v) -> int:
 
 
 def randint(*args, size=None, low=None, high=None, generator=None, out=None, dtype=None,
-            layout=None, device=None, requires_grad=False, pin_memory=False) -> Tensor:
+            layout=None, device=None, requires_grad=False, pin_memory=False, placement=None,
+            sbp=None) -> Tensor:
     """Integers uniform in [low, high): ``randint(10, (3,))``, ``randint(2, 5, (3,))``."""
+    if placement is not None or sbp is not None:
+        return _global(lambda g: randint(*args, size=size, low=low, high=high, generator=g,
+                                         dtype=dtype), placement, sbp, requires_grad,
+                       "randint", True, generator)
     rest = list(args)
     if size is None:
         if not rest:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -20,7 +21,8 @@ def run_mpi(tmp_path, code: str, n: int = 2, timeout: float = 90, env: dict | No
         pytest.skip("mpiexec is not installed (pip install mpich)")
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(code))
-    full_env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TESSERA_COMM_TIMEOUT="60")
+    full_env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TESSERA_COMM_TIMEOUT="60",
+                    TESSERA_TEST_OUT=str(tmp_path))
     full_env.update(env or {})
     proc = subprocess.run([MPIEXEC, "-n", str(n), sys.executable, "-m", "mpi4py", str(script)],
                           cwd=ROOT, env=full_env, capture_output=True, text=True,
@@ -31,11 +33,17 @@ def run_mpi(tmp_path, code: str, n: int = 2, timeout: float = 90, env: dict | No
     return proc
 
 
-def rank_lines(stdout: str, tag: str) -> dict[int, str]:
-    """``{rank: rest}`` of the lines printed as ``f"{tag} {rank} {rest}"``."""
-    out = {}
-    for line in stdout.splitlines():
-        if line.startswith(tag + " "):
-            _, r, rest = line.split(" ", 2)
-            out[int(r)] = rest
-    return out
+def emit(obj) -> None:
+    """In a script run by ``run_mpi``: hand ``obj`` back to the test (one per rank)."""
+    from tessera.distributed import get_rank
+    with open(os.path.join(os.environ["TESSERA_TEST_OUT"], f"out{get_rank()}.pkl"), "wb") as f:
+        pickle.dump(obj, f)
+
+
+def outputs(tmp_path, n: int = 2) -> list:
+    """What each rank ``emit``-ted."""
+    res = []
+    for r in range(n):
+        with open(tmp_path / f"out{r}.pkl", "rb") as f:
+            res.append(pickle.load(f))
+    return res

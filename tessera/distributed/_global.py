@@ -1,0 +1,316 @@
+"""Global tensors: a Tensor whose data is this rank's tile plus the placement and SBP.
+
+A global tensor is an ordinary ``Tensor`` with the logical shape, on the ``global`` device
+(registered here), whose ``_data`` is a ``GlobalData``. Dispatch sends every op with a
+global input to ``tessera.distributed._dispatch``; ``numpy()`` gathers; in-place writes
+box the result into the target's SBP (``GlobalBackend.copy_into``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tessera import _dtype as D
+from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import STATE
+from tessera.device.registry import Backend, device, register_device
+from tessera.distributed import comm as C
+from tessera.distributed.boxing import box, tile_shape
+from tessera.distributed.placement import placement as Placement
+from tessera.distributed.sbp import as_sbp_tuple, broadcast, partial_sum, split_range
+from tessera.ops.registry import Meta, OpDef
+
+__all__ = ["GlobalData", "GlobalDevice", "global_device", "is_global", "make_global",
+           "local_shape", "to_global", "to_local", "gather"]
+
+
+class GlobalData:
+    """The data of a global tensor: this rank's tile (None on ranks outside the placement),
+    the placement, the SBP tuple (one per mesh axis) and the logical shape."""
+
+    __slots__ = ("local", "placement", "sbp", "shape", "dtype")
+
+    def __init__(self, local, placement: Placement, sbp: tuple, shape: tuple, dtype):
+        self.local, self.placement, self.sbp, self.shape = local, placement, sbp, shape
+        self.dtype = np.dtype(dtype)
+
+    def copy(self) -> GlobalData:
+        return GlobalData(None if self.local is None else self.local.copy(), self.placement,
+                          self.sbp, self.shape, self.dtype)
+
+    def __repr__(self) -> str:
+        return f"GlobalData({self.placement}, {sbp_str(self.sbp)}, shape={self.shape})"
+
+
+def sbp_str(sbps) -> str:
+    return "(" + ", ".join(s.short() for s in sbps) + ")"
+
+
+class GlobalBackend(Backend):
+    """The ``global`` device: data is a ``GlobalData``; ops never run here (dispatch hands
+    global inputs to tessera.distributed), but copies, NumPy reads and strides do."""
+
+    has_storage = True
+
+    def from_numpy(self, array, index):
+        raise RuntimeError("a NumPy array becomes a global tensor through "
+                           "tensor.to_global(placement, sbp)")
+
+    def to_numpy(self, data: GlobalData) -> np.ndarray:
+        return gather(data)
+
+    def kernel(self, op):
+        return None
+
+    def run(self, op, args, metas, attrs, outs):
+        from tessera.distributed.dispatch import run
+        return run(op, args, metas, attrs, outs)
+
+    def copy_into(self, dst: GlobalData, src: GlobalData) -> None:
+        if dst.local is None:
+            return
+        if isinstance(src, GlobalData):
+            src = _boxed(src, dst.placement, dst.sbp)
+        np.copyto(dst.local, src, casting="unsafe")
+
+    def strides(self, data) -> tuple[int, ...]:
+        st, acc = [], 1
+        for s in reversed(data.shape):
+            st.append(acc)
+            acc *= max(s, 1)
+        return tuple(reversed(st))
+
+
+register_device("global", GlobalBackend())
+
+
+class GlobalDevice(device):
+    """The device of a global tensor: type ``global``, and it knows the placement, so that
+    ``tessera.zeros(shape, device=x.device)`` (common in models and in grad rules) makes a
+    broadcast global tensor on ``x``'s placement."""
+
+    __slots__ = ("placement",)
+
+    def __init__(self, placement: Placement):
+        super().__init__("global")
+        self.placement = placement
+
+    def __repr__(self) -> str:
+        return f"device(type='global', placement={self.placement})"
+
+    def __reduce__(self):
+        return (GlobalDevice, (self.placement,))
+
+
+_DEVICES: dict = {}
+
+
+def global_device(placement: Placement) -> GlobalDevice:
+    dev = _DEVICES.get(placement)
+    if dev is None:
+        dev = _DEVICES[placement] = GlobalDevice(placement)
+    return dev
+
+
+def is_global(t) -> bool:
+    return isinstance(t, Tensor) and t._device.type == "global"
+
+
+def _rank() -> int:
+    return C.current().rank
+
+
+def local_shape(shape: tuple, placement: Placement, sbps: tuple, rank: int | None = None
+                ) -> tuple | None:
+    """The shape of ``rank``'s tile (None when ``rank`` is not on the placement)."""
+    coords = placement.coords(_rank() if rank is None else rank)
+    if coords is None:
+        return None
+    return tile_shape(tuple(shape), sbps, coords, placement.hierarchy)
+
+
+def local_index(shape: tuple, placement: Placement, sbps: tuple, rank: int) -> tuple:
+    """The index of ``rank``'s tile in the logical tensor (slices; nested splits compose)."""
+    coords = placement.coords(rank)
+    starts, sizes = [0] * len(shape), list(shape)
+    for s, c, n in zip(sbps, coords, placement.hierarchy):
+        if s.kind == "S":
+            a, b = split_range(sizes[s.dim], n, c)
+            starts[s.dim] += a
+            sizes[s.dim] = b - a
+    return tuple(slice(a, a + n) for a, n in zip(starts, sizes))
+
+
+def make_global(local, dtype: D.dtype, placement: Placement, sbps: tuple, shape: tuple
+                ) -> Tensor:
+    """A global Tensor (no autograd history) from this rank's tile."""
+    return Tensor._make(GlobalData(local, placement, sbps, tuple(shape), dtype.np), dtype,
+                        global_device(placement), tuple(shape))
+
+
+def _check_placement(p, what: str) -> Placement:
+    if not isinstance(p, Placement):
+        raise TypeError(f"{what}: placement must be a tessera.placement, got {p!r}")
+    n = C.current().world_size
+    bad = [r for r in p.flat_ranks if r >= n]
+    if bad:
+        raise ValueError(f"{what}: {p} names rank(s) {bad}, but the world has {n} "
+                         "process(es)")
+    return p
+
+
+def _boxed(data: GlobalData, placement: Placement, sbps: tuple) -> np.ndarray | None:
+    """This rank's tile of ``data`` converted to ``placement`` and ``sbps``."""
+    if placement != data.placement:
+        from tessera.distributed.boxing import BoxingError
+        raise BoxingError(f"boxing from {data.placement} to {placement} (a change of "
+                          "placement) is not supported yet; convert on one placement")
+    if data.local is None:
+        return None
+    return box(data.local, data.shape, placement, data.sbp, sbps, _rank(), C.current())
+
+
+def gather(data: GlobalData) -> np.ndarray:
+    """The whole logical value on every rank (broadcast, then this rank's tile)."""
+    p = data.placement
+    full = _boxed(data, p, (broadcast,) * p.ndim)
+    comm = C.current()
+    if p.size < comm.world_size:  # ranks outside the placement get it from its first rank
+        root = p.flat_ranks[0]
+        if full is None:
+            full = np.empty(data.shape, data.dtype)
+        full = comm.broadcast(full, root)
+    return full
+
+
+# ---- conversions, with autograd ------------------------------------------------------------
+# Unregistered OpDefs (like a custom autograd.Function's): they exist to be autograd nodes.
+
+def _l2g_grad(ctx, g):
+    a = ctx.attrs
+    return (to_local(to_global(g, a["placement"], a["grad_sbp"])),)
+
+
+def _g2g_grad(ctx, g):
+    a = ctx.attrs
+    return (to_global(g, a["placement"], a["grad_sbp"]),)
+
+
+def _g2l_grad(ctx, g):
+    a = ctx.attrs
+    return (_local_to_global(g, a["placement"], a["sbp"], a["shape"]),)
+
+
+_L2G = OpDef("local_to_global", infer=None, grad=_l2g_grad, save=())
+_G2G = OpDef("to_global", infer=None, grad=_g2g_grad, save=())
+_G2L = OpDef("to_local", infer=None, grad=_g2l_grad, save=())
+
+
+def _record(op, src: Tensor, out: Tensor, attrs: dict) -> Tensor:
+    """``out`` (made from ``src``) joins the autograd graph through ``op``."""
+    from tessera._dispatch import _finish
+    meta = Meta(out._shape, out._dtype)
+    if not (src._requires_grad and STATE.enabled):
+        return out
+    return _finish(op, (src,), attrs, [Meta(src._shape, src._dtype)], meta, (out._data,),
+                   out._device, True)
+
+
+def _backward_sbp(sbps: tuple, grad_sbp) -> tuple:
+    if grad_sbp is not None:
+        return grad_sbp
+    return tuple(broadcast if s == partial_sum else s for s in sbps)
+
+
+def to_global(t: Tensor, placement=None, sbp=None, *, grad_sbp=None, check_meta: bool = True,
+              copy: bool = False) -> Tensor:
+    """``t`` as a global tensor on ``placement`` with ``sbp`` (see ``Tensor.to_global``)."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"to_global: expected a Tensor, got {type(t).__name__}")
+    if is_global(t):
+        data = t._data
+        p = data.placement if placement is None else _check_placement(placement, "to_global")
+        sbps = data.sbp if sbp is None else as_sbp_tuple(sbp, p.ndim, t.ndim, "to_global")
+        gs = None if grad_sbp is None else as_sbp_tuple(grad_sbp, data.placement.ndim, t.ndim,
+                                                          "to_global(grad_sbp)")
+        if p == data.placement and sbps == data.sbp and not copy:
+            return t
+        local = _boxed(data, p, sbps)
+        if local is not None and (copy or (data.local is not None and
+                                           np.may_share_memory(local, data.local))):
+            local = np.array(local, copy=True)
+        out = make_global(local, t._dtype, p, sbps, t._shape)
+        return _record(_G2G, t, out, {"placement": data.placement,
+                                      "grad_sbp": gs if gs is not None else data.sbp})
+    if placement is None or sbp is None:
+        raise ValueError("to_global: a local tensor needs both placement= and sbp= "
+                         f"(got placement={placement!r}, sbp={sbp!r})")
+    p = _check_placement(placement, "to_global")
+    sbps = as_sbp_tuple(sbp, p.ndim, t.ndim, "to_global")
+    gs = None if grad_sbp is None else as_sbp_tuple(grad_sbp, p.ndim, t.ndim,
+                                                      "to_global(grad_sbp)")
+    if t._device.type != "cpu":
+        raise RuntimeError(f"to_global: a local tensor on {t._device} cannot become a global "
+                           f"tensor on {p} (move it to '{p.type}' first)")
+    shape = _logical_shape(tuple(t._shape), p, sbps, check_meta)
+    local = t._data if p.has_rank(_rank()) else None
+    if copy and local is not None:
+        local = local.copy()
+    out = make_global(local, t._dtype, p, sbps, shape)
+    return _record(_L2G, t, out, {"placement": p, "grad_sbp": _backward_sbp(sbps, gs)})
+
+
+def _local_to_global(t: Tensor, p: Placement, sbps: tuple, shape: tuple) -> Tensor:
+    """A local tile whose logical shape is known (no metadata exchange)."""
+    local = t._data if p.has_rank(_rank()) else None
+    out = make_global(local, t._dtype, p, sbps, shape)
+    return _record(_L2G, t, out, {"placement": p, "grad_sbp": _backward_sbp(sbps, None)})
+
+
+def to_local(t: Tensor) -> Tensor:
+    """This rank's tile of a global tensor (an empty tensor on ranks outside its placement);
+    a local tensor is returned as it is."""
+    if not is_global(t):
+        return t
+    data = t._data
+    local = data.local if data.local is not None else np.empty((0,), data.dtype)
+    out = Tensor._make(local, t._dtype, data.placement.device, tuple(local.shape))
+    out._version = t._version
+    return _record(_G2L, t, out, {"placement": data.placement, "sbp": data.sbp,
+                                  "shape": t._shape})
+
+
+def _logical_shape(local: tuple, p: Placement, sbps: tuple, check: bool) -> tuple:
+    """The logical shape of a tensor whose tiles have these shapes: split dims add up over
+    the mesh axes that split them. The tiles are exchanged (metadata only) when a dim is
+    split or a rank outside the placement must learn the shape."""
+    comm = C.current()
+    split = any(s.kind == "S" for s in sbps)
+    if not split and p.size == comm.world_size:
+        return local
+    shapes = comm.all_gather_object(local if p.has_rank(comm.rank) else None)
+    members = {r: tuple(shapes[r]) for r in p.flat_ranks}
+    first = members[p.flat_ranks[0]]
+    ndims = {len(s) for s in members.values()}
+    if len(ndims) != 1:
+        raise ValueError(f"to_global: the local tensors have different numbers of dims on the "
+                         f"ranks of {p}: {_fmt_shapes(members)}")
+    logical = list(first)
+    for d in range(len(first)):
+        axes = [a for a, s in enumerate(sbps) if s.kind == "S" and s.dim == d]
+        if axes:
+            logical[d] = sum(members[r][d] for r in p.flat_ranks
+                             if all(c == 0 for a, c in enumerate(p.coords(r)) if a not in axes))
+    logical = tuple(logical)
+    for r, s in members.items():
+        want = local_shape(logical, p, sbps, r)
+        if want != s:
+            raise ValueError(
+                f"to_global: with sbp {sbp_str(sbps)} on {p}, a logical shape of "
+                f"{list(logical)} gives rank {r} a tile of {list(want)}, but it has "
+                f"{list(s)} (splits are uneven by OneFlow's rule: the first ranks take one "
+                f"more); local shapes: {_fmt_shapes(members)}")
+    return logical
+
+
+def _fmt_shapes(members: dict) -> str:
+    return ", ".join(f"rank {r}: {list(s)}" for r, s in members.items())

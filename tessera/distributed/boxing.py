@@ -1,0 +1,174 @@
+"""Boxing: turning the local tiles of a global tensor from one SBP into another.
+
+One small function per (source, destination) SBP pair on one mesh axis, kept in ``BOXING``
+(OneFlow's boxing table): P->B all-reduce, P->S reduce-scatter, S->B all-gather, S(i)->S(j)
+all-to-all, B->S a local slice, B->P and S->P local (zeros elsewhere). A conversion on an
+N-D mesh runs one 1-D boxing per mesh axis that changes (``box``); a pair without an entry
+raises an error that names it. ``cost`` estimates the bytes a conversion moves per rank,
+which is how dispatch picks the cheapest SBP signature of an op.
+
+>>> from tessera.distributed.sbp import split, broadcast, partial_sum
+>>> [cost(s, broadcast, 100, 2) for s in (broadcast, split(0), partial_sum)]
+[0.0, 50.0, 100.0]
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.distributed.sbp import broadcast, sbp, split_range, split_sizes
+
+__all__ = ["BOXING", "box_1d", "box", "cost", "BoxingError", "tile_shape"]
+
+
+class BoxingError(NotImplementedError):
+    """A conversion between two SBPs (or placements) that boxing does not support."""
+
+
+def _take(x: np.ndarray, dim: int, start: int, stop: int) -> np.ndarray:
+    index = [slice(None)] * x.ndim
+    index[dim] = slice(start, stop)
+    return x[tuple(index)]
+
+
+# Each function: (local tile, the shape the tiles make up on this axis, src, dst, the ranks
+# of the mesh axis, this rank's index among them, the communicator) -> the new local tile.
+
+def _same(x, shape, src, dst, group, i, comm):
+    return x
+
+
+def _p_to_b(x, shape, src, dst, group, i, comm):
+    return comm.all_reduce(x, group)
+
+
+def _p_to_s(x, shape, src, dst, group, i, comm):
+    n, d = len(group), dst.dim
+    return comm.reduce_scatter([_take(x, d, *split_range(shape[d], n, k)) for k in range(n)],
+                               group)
+
+
+def _s_to_b(x, shape, src, dst, group, i, comm):
+    d = src.dim
+    shapes = [shape[:d] + (s,) + shape[d + 1:] for s in split_sizes(shape[d], len(group))]
+    return np.concatenate(comm.all_gather(x, group, shapes), axis=d)
+
+
+def _s_to_s(x, shape, src, dst, group, i, comm):
+    if src.dim == dst.dim:
+        return x
+    n, a, b = len(group), src.dim, dst.dim
+    chunks = [_take(x, b, *split_range(shape[b], n, k)) for k in range(n)]
+    mine = split_sizes(shape[b], n)[i]
+    recv = []
+    for size in split_sizes(shape[a], n):
+        s = list(x.shape)
+        s[a], s[b] = size, mine
+        recv.append(tuple(s))
+    return np.concatenate(comm.all_to_all(chunks, group, recv), axis=a)
+
+
+def _b_to_s(x, shape, src, dst, group, i, comm):
+    return _take(x, dst.dim, *split_range(shape[dst.dim], len(group), i))
+
+
+def _b_to_p(x, shape, src, dst, group, i, comm):
+    return x if i == 0 else np.zeros_like(x)
+
+
+def _s_to_p(x, shape, src, dst, group, i, comm):
+    out = np.zeros(shape, x.dtype)
+    index = [slice(None)] * len(shape)
+    index[src.dim] = slice(*split_range(shape[src.dim], len(group), i))
+    out[tuple(index)] = x
+    return out
+
+
+BOXING = {
+    ("B", "B"): _same, ("P", "P"): _same, ("S", "S"): _s_to_s,
+    ("P", "B"): _p_to_b, ("P", "S"): _p_to_s, ("S", "B"): _s_to_b,
+    ("B", "S"): _b_to_s, ("B", "P"): _b_to_p, ("S", "P"): _s_to_p,
+}
+
+
+def box_1d(x: np.ndarray, shape: tuple, src: sbp, dst: sbp, group: tuple, i: int, comm
+           ) -> np.ndarray:
+    """One mesh axis: the local tile ``x`` of a tensor of ``shape`` from ``src`` to ``dst``."""
+    fn = BOXING.get((src.kind, dst.kind))
+    if fn is None:
+        raise BoxingError(f"boxing {src.short()} -> {dst.short()} is not supported")
+    return fn(x, tuple(shape), src, dst, group, i, comm)
+
+
+# ---- N-D meshes ---------------------------------------------------------------------------
+
+def tile_shape(shape: tuple, sbps: tuple, coords: tuple, hierarchy: tuple, skip=()) -> tuple:
+    """The shape of the tile at mesh ``coords``: each axis's split applied in mesh order
+    (outer axes first, so nested splits of one dim split the outer tile), except ``skip``."""
+    shape = list(shape)
+    for axis, (s, c, n) in enumerate(zip(sbps, coords, hierarchy)):
+        if s.kind == "S" and axis not in skip:
+            a, b = split_range(shape[s.dim], n, c)
+            shape[s.dim] = b - a
+    return tuple(shape)
+
+
+def _commutes(s: sbp, dims: set) -> bool:
+    """Whether an inner axis holding ``s`` can stay while an outer axis converts ``dims``."""
+    return s.kind != "S" or s.dim not in dims
+
+
+def box(x: np.ndarray, shape: tuple, placement, src: tuple, dst: tuple, rank: int, comm
+        ) -> np.ndarray:
+    """The local tile of this rank after converting a tensor of logical ``shape`` on
+    ``placement`` from the SBP tuple ``src`` to ``dst``.
+
+    Axes change from the outermost that differs. An inner axis whose tiles do not commute
+    with that change (it splits a dim the change involves) goes to broadcast first and to
+    its destination afterwards.
+    """
+    if src == dst:
+        return x
+    hier = placement.hierarchy
+    coords = placement.coords(rank)
+    cur = list(src)
+
+    def step(axis, to):
+        nonlocal x
+        if cur[axis] == to:
+            return
+        group = placement.group(rank, axis)
+        sub = tile_shape(shape, tuple(cur), coords, hier, skip=(axis,))
+        x = box_1d(x, sub, cur[axis], to, group, coords[axis], comm)
+        cur[axis] = to
+
+    first = next(a for a in range(len(hier)) if src[a] != dst[a])
+    dims = {s.dim for s in (src[first], dst[first]) if s.kind == "S"}
+    # an inner P must not be summed at the outer axis (the outer boxing would reduce tiles
+    # that are themselves partial): it commutes, being linear, so it may stay too.
+    moved = [a for a in range(first + 1, len(hier))
+             if not (src[a] == dst[a] and _commutes(src[a], dims))]
+    for a in reversed(moved):
+        step(a, broadcast)
+    for a in range(first, len(hier)):
+        if a == first or a in moved or cur[a] != dst[a]:
+            step(a, dst[a])
+    return x
+
+
+_LOCAL = {("B", "S"): 1e-3, ("B", "P"): 1e-2, ("S", "P"): 1e-2}
+
+
+def cost(src: sbp, dst: sbp, nbytes: float, n: int) -> float:
+    """Bytes a rank sends to convert a tensor of ``nbytes`` from ``src`` to ``dst`` on a mesh
+    axis of ``n`` ranks (ring algorithms); local conversions cost a little, so that an exact
+    match wins a tie."""
+    if src == dst or n == 1:
+        return 0.0
+    k = (src.kind, dst.kind)
+    if k in _LOCAL:
+        return _LOCAL[k] * nbytes
+    if k == ("P", "B"):
+        return 2.0 * (n - 1) / n * nbytes
+    if k == ("S", "S"):
+        return (n - 1) / n / n * nbytes
+    return (n - 1) / n * nbytes  # P->S, S->B

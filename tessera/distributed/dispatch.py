@@ -1,0 +1,200 @@
+"""Ops on global tensors: the ``global`` branch of ``tessera._dispatch.dispatch``.
+
+For an op with a global input: check that the global inputs share one placement, ask the
+op's ``sbp`` rule for its legal signatures at the inputs' logical shapes, pick the one whose
+boxing moves the fewest bytes from the inputs' current SBPs (``boxing.cost``; ties go to
+the rule's first), box each input into it, and run the op's ordinary local dispatch on the
+tiles. Dispatch then wraps the tiles as global tensors with the logical shapes ``infer``
+gave and records autograd on the global tensors, so backward is the op's own grad rule
+running on global tensors (each of its ops picking a signature in turn).
+
+A 0-d local tensor among global inputs counts as broadcast (every rank must hold the same
+value, as for a Python number); any other local tensor is an error naming the op.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from tessera._tensor import Tensor
+from tessera.distributed import comm as C
+from tessera.distributed._global import GlobalData, local_shape, sbp_str
+from tessera.distributed.boxing import box, cost
+from tessera.distributed.sbp import broadcast, sbp
+from tessera.ops.registry import Meta, MissingRule, OpDef
+
+__all__ = ["Signature", "SbpRule", "run", "choose"]
+
+
+class Signature(NamedTuple):
+    """One way an op runs on tiles: the SBP each input must have (None for a non-tensor
+    argument) and the SBP of each output. ``local``, when given, replaces the op's local
+    computation for this signature (``mean`` over a split dim sums and divides by the
+    logical count): ``local(op, local_args, attrs, metas) -> Tensor(s)``."""
+
+    ins: tuple
+    outs: tuple
+    local: object = None
+
+    def __str__(self) -> str:
+        ins = ", ".join("-" if s is None else s.short() for s in self.ins)
+        return f"({ins}) -> ({', '.join(s.short() for s in self.outs)})"
+
+
+class SbpRule:
+    """An op's ``sbp`` rule: ``rule(*metas, **attrs)`` lists its signatures on a 1-D mesh.
+
+    ``shape_attrs`` names attrs that hold a logical output shape (``view``'s ``shape``):
+    the local kernel gets the tile's shape instead.
+    """
+
+    def __init__(self, signatures, shape_attrs: tuple = ()):
+        self.signatures = signatures
+        self.shape_attrs = shape_attrs
+
+    def __call__(self, *metas, **attrs) -> list[Signature]:
+        return self.signatures(*metas, **attrs)
+
+
+def _describe(args) -> str:
+    parts = []
+    for a in args:
+        if isinstance(a, Tensor):
+            parts.append(sbp_str(a._data.sbp) if a._device.type == "global" else
+                         f"local{list(a._shape)}")
+        elif a is not None:
+            parts.append(type(a).__name__)
+    return ", ".join(parts)
+
+
+def _inputs(op: OpDef, args, attrs):
+    """The common placement and each argument's current SBP (None for non-tensors)."""
+    placement = None
+    current = []
+    for i, a in enumerate(args):
+        if not isinstance(a, Tensor):
+            current.append(None)
+            continue
+        if a._device.type == "global":
+            p = a._data.placement
+            if placement is None:
+                placement = p
+            elif p != placement:
+                raise RuntimeError(f"{op.name}: expected all global inputs on one placement, "
+                                   f"but found {placement} and {p} (input {i}); move them "
+                                   "with .to_global(placement=...)")
+            current.append(a._data.sbp)
+        elif a._shape == ():
+            current.append(None)  # set to broadcast below, once the mesh is known
+        else:
+            raise RuntimeError(f"{op.name}: input {i} is a local tensor of shape "
+                               f"{list(a._shape)} among global inputs; make it global with "
+                               ".to_global(placement, sbp)")
+    if placement is None:
+        placement = getattr(attrs.get("device"), "placement", None)
+    if placement is None:
+        raise RuntimeError(f"{op.name}: a global tensor needs a placement and an sbp (use "
+                           "placement= and sbp= to make one)")
+    b = (broadcast,) * placement.ndim
+    current = [b if c is None and isinstance(a, Tensor) else c for a, c in zip(args, current)]
+    return placement, current
+
+
+def choose(op: OpDef, metas, attrs, current, n: int, args=()) -> Signature:
+    """The signature of ``op`` with the least boxing from the ``current`` 1-D SBPs."""
+    rule = op.sbp
+    if rule is None:
+        raise MissingRule(op.name, "sbp", f"it cannot run on global tensors "
+                                          f"(inputs: {_describe(args)})")
+    sigs = rule(*metas, **attrs)
+    best, best_cost = None, None
+    for sig in sigs:
+        total = 0.0
+        for m, cur, want in zip(metas, current, sig.ins):
+            if cur is None:
+                continue
+            if want is None:
+                break
+            nbytes = float(np.prod(m.shape, dtype=np.float64)) * m.dtype.itemsize
+            total += cost(cur[0], want, nbytes, n)
+        else:
+            if best is None or total < best_cost:
+                best, best_cost = sig, total
+    if best is None:
+        raise RuntimeError(f"{op.name}: no SBP signature fits inputs ({_describe(args)})")
+    return best
+
+
+def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
+    """The GlobalData of each output of ``op`` on these (partly) global ``args``."""
+    if op.dynamic_shape:
+        raise NotImplementedError(f"{op.name}: its output shape depends on the data, so it "
+                                  "cannot run on global tensors")
+    placement, current = _inputs(op, args, attrs)
+    if all(c is None for c in current):
+        return _factory(op, args, attrs, outs, placement)
+    if placement.ndim != 1:
+        raise NotImplementedError(
+            f"{op.name}: ops on global tensors of an N-D placement ({placement}) are not "
+            "supported yet; to_global/to_local/numpy and boxing are")
+    comm = C.current()
+    sig = choose(op, metas, attrs, current, placement.size, args)
+    out_sbps = [(s,) for s in sig.outs]
+    rank = comm.rank
+    if not placement.has_rank(rank):
+        return [GlobalData(None, placement, s, m.shape, m.dtype.np)
+                for s, m in zip(out_sbps, outs)]
+    local_args = []
+    for a, cur, want in zip(args, current, sig.ins):
+        if cur is None:
+            local_args.append(a)
+        elif a._device.type != "global":
+            local_args.append(a.detach())
+        else:
+            x = box(a._data.local, a._shape, placement, cur, (want,), rank, comm)
+            local_args.append(Tensor._make(x, a._dtype, placement.device, tuple(x.shape)))
+    local_attrs = attrs
+    rule = op.sbp
+    if rule.shape_attrs:
+        local_attrs = dict(attrs)
+        tile = local_shape(outs[0].shape, placement, out_sbps[0], rank)
+        for name in rule.shape_attrs:
+            local_attrs[name] = tile
+    if sig.local is not None:
+        res = sig.local(op, local_args, local_attrs, metas)
+    else:
+        from tessera._dispatch import dispatch
+        res = dispatch(op, *local_args, **local_attrs)
+    res = res if isinstance(res, tuple) else (res,)
+    datas = []
+    for r, s, m in zip(res, out_sbps, outs):
+        x = r._data
+        want = local_shape(m.shape, placement, s, rank)
+        if tuple(x.shape) != want:
+            raise AssertionError(f"{op.name}: signature {sig} gave rank {rank} a tile of "
+                                 f"{list(x.shape)}, expected {list(want)}")
+        datas.append(GlobalData(x, placement, s, m.shape, m.dtype.np))
+    return datas
+
+
+def _factory(op: OpDef, args, attrs, outs, placement) -> list:
+    """An op without tensor inputs given a global tensor's device (``zeros(shape,
+    device=x.device)``): the whole value, broadcast on that placement."""
+    if "generator" in attrs:
+        raise NotImplementedError(f"{op.name}: random values with device= of a global tensor "
+                                  "would differ across ranks; use placement= and sbp=")
+    b = (broadcast,) * placement.ndim
+    if not placement.has_rank(C.current().rank):
+        return [GlobalData(None, placement, b, m.shape, m.dtype.np) for m in outs]
+    from tessera._dispatch import dispatch
+    res = dispatch(op, *args, **dict(attrs, device=placement.device))
+    res = res if isinstance(res, tuple) else (res,)
+    return [GlobalData(r._data, placement, b, m.shape, m.dtype.np) for r, m in zip(res, outs)]
+
+
+def split_dims(sbps) -> list[int]:
+    return [s.dim for s in sbps if isinstance(s, sbp) and s.kind == "S"]
+
+
+_ = Meta  # (re-exported for rule modules)

@@ -1,0 +1,305 @@
+"""The ``sbp`` rule of each op: the SBP signatures it can run with on a 1-D mesh.
+
+Like ``tessera.codegen.c_rules`` fills ``to_c``, this module fills ``OpDef.sbp`` by op name,
+one rule family per kind of op (OneFlow's per-op ``GetSbpSignatures``):
+
+* pointwise ops with broadcasting: split any output dim (inputs that broadcast on it are
+  broadcast), all broadcast, and partial_sum where the op is linear (``add``: P+P, ``mul``:
+  P*B, ``div``: P/B, a backward op in its gradient);
+* reductions: split a kept dim; ``sum`` of a split reduced dim is partial_sum (``mean``
+  sums its tile and divides by the logical count);
+* ``matmul``: S(0)xB->S(0), BxS(1)->S(1), S(1)xS(0)->P, PxB->P, BxP->P, plus batch splits;
+* views: the split dim follows the view (``view`` only where the split dim survives whole).
+
+Ops without a rule raise ``MissingRule(op, "sbp")`` on global tensors.
+
+>>> from tessera.ops.registry import REGISTRY, Meta
+>>> import tessera
+>>> sigs = REGISTRY["matmul"].sbp(Meta((4, 3), tessera.float32), Meta((3, 2), tessera.float32))
+>>> [str(s) for s in sigs[:3]]
+['(S(0), B) -> (S(0))', '(B, S(1)) -> (S(1))', '(S(1), S(0)) -> (P)']
+"""
+from __future__ import annotations
+
+import math
+
+from tessera.distributed.dispatch import SbpRule, Signature
+from tessera.distributed.sbp import broadcast as B
+from tessera.distributed.sbp import partial_sum as P
+from tessera.distributed.sbp import split as S
+from tessera.ops.registry import REGISTRY, Meta
+
+__all__ = ["RULES", "pointwise", "reduction"]
+
+
+def _tensors(metas) -> list[int]:
+    return [i for i, m in enumerate(metas) if type(m) is Meta]
+
+
+def _bshape(shapes) -> tuple:
+    n = max((len(s) for s in shapes), default=0)
+    out = [1] * n
+    for s in shapes:
+        for k, v in enumerate(s):
+            d = k + n - len(s)
+            if v != 1:
+                out[d] = v
+    return tuple(out)
+
+
+def _wrap(d: int, n: int) -> int:
+    return d + n if d < 0 else d
+
+
+# ---- pointwise ---------------------------------------------------------------------------
+
+def pointwise(joint: tuple = (), each: tuple = (), nout: int = 1, skip: tuple = ()) -> SbpRule:
+    """Broadcasting pointwise ops. ``joint``: input positions the op is linear in together
+    (``add``); ``each``: positions it is linear in one at a time (``mul``). ``skip``: dims
+    (of the output) that must not be split (``softmax``'s dim, from the attr it names)."""
+    def rule(*metas, **attrs):
+        tpos = _tensors(metas)
+        shape = _bshape([metas[i].shape for i in tpos])
+        n = len(shape)
+        banned = {_wrap(attrs[a], n) for a in skip if attrs.get(a) is not None}
+        sigs = []
+        for d in range(n):
+            if d in banned:
+                continue
+            ins = []
+            for i, m in enumerate(metas):
+                if i not in tpos:
+                    ins.append(None)
+                    continue
+                k = d - (n - len(m.shape))
+                ins.append(S(k) if k >= 0 and m.shape[k] == shape[d] else B)
+            sigs.append(Signature(tuple(ins), (S(d),) * nout))
+        sigs.append(Signature(tuple(B if i in tpos else None for i in range(len(metas))),
+                              (B,) * nout))
+        if joint and all(i in tpos for i in joint):
+            sigs.append(Signature(tuple((P if i in joint else B) if i in tpos else None
+                                        for i in range(len(metas))), (P,) * nout))
+        for j in each:
+            if j in tpos:
+                sigs.append(Signature(tuple((P if i == j else B) if i in tpos else None
+                                            for i in range(len(metas))), (P,) * nout))
+        return sigs
+    return SbpRule(rule)
+
+
+# ---- reductions ----------------------------------------------------------------------------
+
+def _reduced(x: Meta, dim) -> tuple[int, ...]:
+    n = len(x.shape)
+    if dim is None or (isinstance(dim, (tuple, list)) and not dim):
+        return tuple(range(n))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(sorted({_wrap(d, max(n, 1)) for d in dims})) if n else ()
+
+
+def _mean_local(op, args, attrs, metas):
+    """``mean`` of a tile split on a reduced dim: its sum over the logical count (the tiles
+    then add up to the mean)."""
+    import tessera
+    x = args[0]
+    dims = _reduced(metas[0], attrs.get("dim"))
+    count = math.prod(metas[0].shape[d] for d in dims)
+    s = tessera.sum(x, dim=dims, keepdim=attrs.get("keepdim", False), dtype=attrs.get("dtype"))
+    return s / count
+
+
+def reduction(partial: bool = False, mean: bool = False, nout: int = 1) -> SbpRule:
+    """Reductions over ``dim`` (None: all) with ``keepdim``. ``partial``: a split reduced dim
+    gives partial_sum (``sum``); ``mean``: the same through ``_mean_local``."""
+    def rule(x, dim=None, keepdim=False, **attrs):
+        if type(x) is not Meta:
+            return []
+        dims = _reduced(x, dim)
+        sigs = []
+        for d in range(len(x.shape)):
+            if d not in dims:
+                od = d if keepdim else d - sum(1 for r in dims if r < d)
+                sigs.append(Signature((S(d),), (S(od),) * nout))
+        sigs.append(Signature((B,), (B,) * nout))
+        if partial or mean:
+            local = _mean_local if mean else None
+            sigs += [Signature((S(d),), (P,), local) for d in dims]
+            sigs.append(Signature((P,), (P,)))
+        return sigs
+    return SbpRule(rule)
+
+
+def _full_reduction(x):
+    return [Signature((B,), (B,))]
+
+
+# ---- matmul --------------------------------------------------------------------------------
+
+def _matmul(a, b):
+    na, nb = len(a.shape), len(b.shape)
+    sigs = []
+    if na >= 2 and nb >= 2:
+        n = max(na, nb)
+        sigs += [Signature((S(na - 2), B), (S(n - 2),)),     # S(0) x B -> S(0)
+                 Signature((B, S(nb - 1)), (S(n - 1),)),     # B x S(1) -> S(1)
+                 Signature((S(na - 1), S(nb - 2)), (P,))]    # S(1) x S(0) -> P
+        batch = _bshape([a.shape[:-2], b.shape[:-2]])
+        for d in range(n - 2):
+            ka, kb = d - (n - na), d - (n - nb)
+            sa = S(ka) if ka >= 0 and a.shape[ka] == batch[d] else B
+            sb = S(kb) if kb >= 0 and b.shape[kb] == batch[d] else B
+            sigs.append(Signature((sa, sb), (S(d),)))
+    elif na >= 2:  # matrix @ vector: (..., n, k) @ (k,) -> (..., n)
+        sigs += [Signature((S(d), B), (S(d),)) for d in range(na - 1)]
+        sigs.append(Signature((S(na - 1), S(0)), (P,)))
+    elif nb >= 2:  # vector @ matrix: (k,) @ (..., k, m) -> (..., m)
+        sigs.append(Signature((B, S(nb - 1)), (S(nb - 2),)))
+        sigs += [Signature((B, S(d)), (S(d),)) for d in range(nb - 2)]
+        sigs.append(Signature((S(0), S(nb - 2)), (P,)))
+    else:
+        sigs.append(Signature((S(0), S(0)), (P,)))
+    sigs += [Signature((P, B), (P,)), Signature((B, P), (P,)), Signature((B, B), (B,))]
+    return sigs
+
+
+# ---- views ---------------------------------------------------------------------------------
+
+def _linear_identity(nin: int = 1):
+    return [Signature((B,) * nin, (B,)), Signature((P,) * nin, (P,))]
+
+
+def _resolve(shape, numel: int) -> tuple:
+    shape = tuple(shape)
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        shape = tuple(numel // known if s == -1 else s for s in shape)
+    return shape
+
+
+def _view(x, shape):
+    ins = tuple(x.shape)
+    out = _resolve(shape, math.prod(ins))
+    sigs = []
+    for d, size in enumerate(ins):
+        pre = math.prod(ins[:d])
+        for e, osize in enumerate(out):
+            if osize == size and math.prod(out[:e]) == pre:
+                sigs.append(Signature((S(d),), (S(e),)))
+    return sigs + _linear_identity()
+
+
+def _expand(x, shape):
+    n, nx = len(shape), len(x.shape)
+    sigs = []
+    for k, size in enumerate(x.shape):
+        d = k + n - nx
+        if shape[d] in (-1, size):
+            sigs.append(Signature((S(k),), (S(d),)))
+    return sigs + _linear_identity()
+
+
+def _permute(x, dims):
+    n = len(x.shape)
+    dims = [_wrap(d, n) for d in dims]
+    return [Signature((S(d),), (S(j),)) for j, d in enumerate(dims)] + _linear_identity()
+
+
+def _unsqueeze(x, dim):
+    n = len(x.shape)
+    dim = _wrap(dim, n + 1)
+    return [Signature((S(d),), (S(d if d < dim else d + 1),)) for d in range(n)] + \
+        _linear_identity()
+
+
+def _squeeze(x, dims):
+    n = len(x.shape)
+    gone = {_wrap(d, max(n, 1)) for d in (dims if dims is not None else range(n))
+            if n and x.shape[_wrap(d, n)] == 1}
+    return [Signature((S(d),), (S(d - sum(1 for g in gone if g < d)),))
+            for d in range(n) if d not in gone] + _linear_identity()
+
+
+def _cat(*ts, dim=0):
+    n = len(ts[0].shape)
+    dim = _wrap(dim, n)
+    k = len(ts)
+    sigs = [Signature((S(d),) * k, (S(d),)) for d in range(n) if d != dim]
+    return sigs + _linear_identity(k)
+
+
+def _split_view(x, dim, bounds, squeeze):
+    """``split``/``unbind``/``chunk`` along ``dim``: the other dims may stay split."""
+    n, k = len(x.shape), len(bounds)
+    dim = _wrap(dim, n)
+    sigs = [Signature((S(d),), (S(d - (1 if squeeze and d > dim else 0)),) * k)
+            for d in range(n) if d != dim]
+    return sigs + [Signature((B,), (B,) * k), Signature((P,), (P,) * k)]
+
+
+def _slice(x, key):
+    """Basic indexing: a dim that the key leaves whole (``:``) can stay split."""
+    n = len(x.shape)
+    key = key if isinstance(key, tuple) else (key,)
+    if any(k is None or k is Ellipsis for k in key):
+        return _linear_identity()
+    sigs = []
+    out = 0
+    for d in range(n):
+        k = key[d] if d < len(key) else slice(None)
+        if isinstance(k, slice):
+            if k == slice(None) or k.indices(x.shape[d]) == (0, x.shape[d], 1):
+                sigs.append(Signature((S(d),), (S(out),)))
+            out += 1
+    return sigs + _linear_identity()
+
+
+# ---- the table -----------------------------------------------------------------------------
+
+_UNARY = """abs acos acosh asin asinh atan atanh ceil cos cosh erf erfc erfinv exp exp2 expm1
+floor frac isfinite isinf isnan isneginf isposinf log log10 log1p log2 logit reciprocal relu
+round rsqrt sigmoid sign signbit silu sin sinh sqrt square tan tanh trunc gelu mish elu
+leaky_relu hardtanh hardsigmoid hardswish hardshrink softshrink softplus threshold nan_to_num
+log_sigmoid logical_not bitwise_not""".split()
+_BINARY = """pow maximum minimum fmax fmin atan2 hypot remainder fmod eq ne lt le gt ge
+logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor bitwise_left_shift
+bitwise_right_shift isclose clamp lerp addcmul addcdiv masked_fill fill""".split()
+
+RULES: dict[str, SbpRule] = {}
+RULES.update({n: pointwise() for n in _UNARY + _BINARY})
+RULES.update({n: pointwise(each=(0,)) for n in ("neg", "positive", "clone", "cast")})
+RULES.update({
+    "add": pointwise(joint=(0, 1)), "sub": pointwise(joint=(0, 1)),
+    "mul": pointwise(each=(0, 1)), "div": pointwise(each=(0,)),
+    "where": pointwise(joint=(1, 2)), "copy": pointwise(each=(1,)),
+    "gelu_backward": pointwise(each=(0,)), "silu_backward": pointwise(each=(0,)),
+    "softmax": pointwise(skip=("dim",)), "log_softmax": pointwise(skip=("dim",)),
+    "softmax_backward": pointwise(each=(0,), skip=("dim",)),
+    "log_softmax_backward": pointwise(each=(0,), skip=("dim",)),
+    "sum": reduction(partial=True), "nansum": reduction(partial=True),
+    "mean": reduction(mean=True),
+    **{n: reduction() for n in ("amax", "amin", "prod", "logsumexp", "std", "var", "argmax",
+                                 "argmin", "all", "any", "count_nonzero", "nanmean")},
+    "max_dim": reduction(nout=2), "min_dim": reduction(nout=2),
+    "max": SbpRule(_full_reduction), "min": SbpRule(_full_reduction),
+    "matmul": SbpRule(_matmul),
+    "view": SbpRule(_view, shape_attrs=("shape",)),
+    "expand": SbpRule(_expand, shape_attrs=("shape",)),
+    "permute": SbpRule(_permute), "unsqueeze": SbpRule(_unsqueeze),
+    "squeeze": SbpRule(_squeeze), "cat": SbpRule(_cat), "slice": SbpRule(_slice),
+    "split_view": SbpRule(_split_view),
+    "view_assign": SbpRule(lambda base, src, chain: _linear_identity(2)),
+})
+
+
+def _cast_rule(x, dtype):
+    sigs = RULES_CAST(x, dtype=dtype)
+    if not (x.dtype.is_floating_point and dtype.is_floating_point):
+        sigs = [s for s in sigs if P not in s.ins]  # rounding to ints is not linear
+    return sigs
+
+
+RULES_CAST = RULES["cast"]
+RULES["cast"] = SbpRule(_cast_rule)
+
+for _name, _rule in RULES.items():
+    REGISTRY[_name].sbp = _rule
