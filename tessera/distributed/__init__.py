@@ -16,11 +16,34 @@ process, and MPI is never imported.
 from __future__ import annotations
 
 from tessera.distributed import comm as _comm
+from tessera.distributed._api import (
+    Group,
+    ReduceOp,
+    all_gather,
+    all_gather_into_tensor,
+    all_gather_object,
+    all_reduce,
+    barrier,
+    broadcast,
+    broadcast_object_list,
+    destroy_process_group,
+    get_backend,
+    init_process_group,
+    new_group,
+    recv,
+    reduce,
+    reduce_scatter,
+    send,
+)
 from tessera.distributed.comm import CommError, CommTimeout, Communicator
 from tessera.distributed.placement import placement
 
 __all__ = ["placement", "Communicator", "CommError", "CommTimeout", "get_rank",
-           "get_world_size", "get_local_rank", "is_initialized", "is_available"]
+           "get_world_size", "get_local_rank", "is_initialized", "is_available", "Group",
+           "ReduceOp", "all_gather", "all_gather_into_tensor", "all_gather_object",
+           "all_reduce", "barrier", "broadcast", "broadcast_object_list",
+           "destroy_process_group", "get_backend", "init_process_group", "new_group", "recv",
+           "reduce", "reduce_scatter", "send"]
 
 
 def is_available() -> bool:

@@ -1,7 +1,13 @@
 """Real multi-process runs: ``mpiexec -n 2`` in a subprocess, compared with one process."""
+import os
+import subprocess
+import sys
+import textwrap
 import time
 
-from tests.distributed._mpi import outputs, run_mpi
+import numpy as np
+
+from tests.distributed._mpi import ROOT, outputs, run_mpi
 
 
 def test_mpi_collectives_match_the_fake_world(tmp_path):
@@ -53,3 +59,58 @@ def test_mpi_rank_that_raises_aborts_the_job(tmp_path):
     """, check=False)
     assert proc.returncode != 0 and "rank 1 found bad data" in proc.stderr
     assert time.monotonic() - t0 < 40
+
+
+GLOBAL_TRAINING = """
+    import numpy as np
+    import tessera
+    import tessera.distributed as dist
+    from tests.distributed._mpi import emit
+
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((7, 5)), rng.standard_normal((7, 2))
+    W1, W2 = rng.standard_normal((5, 8)) * 0.3, rng.standard_normal((8, 2)) * 0.3
+
+    def train(glob):
+        p = tessera.placement("cpu", list(range(dist.get_world_size())))
+        def g(a, sbp):
+            t = tessera.tensor(a)
+            return t.to_global(p, tessera.sbp.broadcast).to_global(sbp=sbp) if glob else t
+        S0, B = tessera.sbp.split(0), tessera.sbp.broadcast
+        x, y = g(X, S0), g(Y, S0)                          # data parallel: batch split
+        w1, w2 = g(W1, B).requires_grad_(), g(W2, tessera.sbp.split(1)).requires_grad_()
+        losses = []
+        for _ in range(3):
+            loss = (((x @ w1).relu() @ w2 - y) ** 2).mean()
+            loss.backward()
+            with tessera.no_grad():
+                for w in (w1, w2):
+                    w -= 0.1 * w.grad
+                    w.grad = None
+            losses.append(loss.item())
+        return losses, w1.detach().numpy(), w2.detach().numpy(), w2.sbp if glob else None
+
+    x = tessera.ones(3) * (dist.get_rank() + 1)
+    dist.all_reduce(x)
+    emit({"rank": dist.get_rank(), "size": dist.get_world_size(), "init": dist.is_initialized(),
+          "sum": x.tolist(), "global": train(True), "local": train(False)})
+"""
+
+
+def test_launcher_runs_global_training_like_one_process(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(GLOBAL_TRAINING))
+    env = dict(os.environ, PYTHONPATH=ROOT, TESSERA_TEST_OUT=str(tmp_path),
+               TESSERA_COMM_TIMEOUT="60")
+    proc = subprocess.run([sys.executable, "-m", "tessera.distributed.launch",
+                           "--nproc-per-node", "2", "--threads-per-proc", "1", str(script)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for r, out in enumerate(outputs(tmp_path)):
+        assert (out["rank"], out["size"], out["init"]) == (r, 2, True)
+        assert out["sum"] == [3.0] * 3
+        (gl, g1, g2, sbp), (ll, l1, l2, _) = out["global"], out["local"]
+        np.testing.assert_allclose(gl, ll, rtol=1e-12)
+        np.testing.assert_allclose(g1, l1, rtol=1e-12)
+        np.testing.assert_allclose(g2, l2, rtol=1e-12)
+        assert sbp[0].short() == "S(1)"

@@ -22,6 +22,25 @@ __all__ = ["MPICommunicator"]
 _NATIVE = frozenset("bBhHiIlLqQfdgFDG")  # NumPy type codes MPI reduces natively
 
 
+_HOOKED: list = []
+
+
+def _abort_on_uncaught(comm) -> None:
+    """An uncaught exception on one rank prints its traceback and aborts every rank (what
+    ``python -m mpi4py`` does), also for scripts started as ``mpiexec python script.py``:
+    the other ranks would otherwise wait for it until their collectives time out."""
+    if _HOOKED:
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        sys.stderr.flush()
+        comm.world.Abort(1)
+    sys.excepthook = hook
+    _HOOKED.append(hook)
+
+
 class MPICommunicator(C.Communicator):
     """The world of ``MPI.COMM_WORLD`` (or ``comm``)."""
 
@@ -41,6 +60,8 @@ class MPICommunicator(C.Communicator):
         self._comms: dict = {tuple(range(self.world_size)): self.world}
         self._ops = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX,
                      "min": MPI.MIN}
+        if self.world_size > 1:
+            _abort_on_uncaught(self)
 
     # ---- plumbing ---------------------------------------------------------------------------
     def _comm(self, group):
