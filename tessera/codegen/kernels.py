@@ -26,8 +26,8 @@ import functools
 
 import numpy as np
 
-__all__ = ["available", "im2col", "col2im", "max_pool2d", "max_pool2d_values",
-           "max_pool2d_backward"]
+__all__ = ["available", "im2col", "col2im", "depthwise_conv2d", "max_pool2d",
+           "max_pool2d_values", "max_pool2d_backward"]
 
 _SOURCE = r"""
 #include <math.h>
@@ -211,6 +211,103 @@ void tsr_maxpool(const T* x, T* y, int64_t* idx, int64_t H, int64_t W, int64_t O
     }
 }
 """
+
+
+# Depthwise convolution (groups == in channels == out channels), direct: each output plane
+# is a KHxKW stencil over its input plane. Compiled per geometry like max pooling; interior
+# output columns run without bounds checks (a stride-1 row is a vectorised sum of shifted
+# rows). Planes split across the kernel threads.
+_DEPTHWISE = r"""
+#include <stdint.h>
+enum { KH = %(kh)d, KW = %(kw)d, SH = %(sh)d, SW = %(sw)d, PH = %(ph)d, PW = %(pw)d,
+       DH = %(dh)d, DW = %(dw)d };
+typedef %(T)s T;
+
+/* one output with bounds checks (border windows) */
+static inline T edge(const T* xp, const T* wc, T bias, int64_t h0, int64_t w0, int64_t H,
+                     int64_t W) {
+    T acc = bias;
+    for (int kh = 0; kh < KH; kh++) {
+        int64_t ih = h0 + kh * DH;
+        if (ih < 0 || ih >= H) continue;
+        for (int kw = 0; kw < KW; kw++) {
+            int64_t iw = w0 + kw * DW;
+            if (iw >= 0 && iw < W) acc += wc[kh * KW + kw] * xp[ih * W + iw];
+        }
+    }
+    return acc;
+}
+
+/* planes [lo, hi) of the (N*C) planes: y = x (*) w[c] + b[c] (b may be NULL); windows
+   wholly inside the plane accumulate in registers over an unrolled window, vectorised
+   across the output row */
+void tsr_depthwise(const T* x, const T* w, const T* b, T* y, int64_t C, int64_t H,
+                   int64_t W, int64_t OH, int64_t OW, int64_t lo, int64_t hi) {
+    int64_t a = (PW + SW - 1) / SW;   /* interior columns: every tap inside [0, W) */
+    int64_t e = W - (KW - 1) * DW + PW > 0 ? (W - (KW - 1) * DW + PW - 1) / SW + 1 : 0;
+    if (e > OW) e = OW;
+    if (a > e) a = e;
+    for (int64_t p = lo; p < hi; p++) {
+        int64_t c = p %% C;
+        const T* xp = x + p * H * W;
+        T wc[KH * KW];
+        for (int k = 0; k < KH * KW; k++) wc[k] = w[c * KH * KW + k];
+        T* yp = y + p * OH * OW;
+        T bias = b ? b[c] : (T)0;
+        for (int64_t oh = 0; oh < OH; oh++) {
+            T* yr = yp + oh * OW;
+            int64_t h0 = oh * SH - PH;
+            if (h0 < 0 || h0 + (KH - 1) * DH >= H) {
+                for (int64_t ow = 0; ow < OW; ow++)
+                    yr[ow] = edge(xp, wc, bias, h0, ow * SW - PW, H, W);
+                continue;
+            }
+            for (int64_t ow = 0; ow < a; ow++)
+                yr[ow] = edge(xp, wc, bias, h0, ow * SW - PW, H, W);
+            const T* x0 = xp + h0 * W - PW;
+            #pragma omp simd
+            for (int64_t ow = a; ow < e; ow++) {
+                T acc = bias;
+                for (int kh = 0; kh < KH; kh++)
+                    for (int kw = 0; kw < KW; kw++)
+                        acc += wc[kh * KW + kw] * x0[kh * DH * W + ow * SW + kw * DW];
+                yr[ow] = acc;
+            }
+            for (int64_t ow = e; ow < OW; ow++)
+                yr[ow] = edge(xp, wc, bias, h0, ow * SW - PW, H, W);
+        }
+    }
+}
+"""
+
+
+@functools.lru_cache(maxsize=64)
+def _depthwise_fn(dtype: str, ksize, stride, pads, dilation):
+    from tessera.codegen.cc import load
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = ksize, stride, pads, dilation
+    lib = load(_DEPTHWISE % dict(T="float" if dtype == "f32" else "double", kh=kh, kw=kw,
+                                 sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw))
+    f = lib.tsr_depthwise
+    f.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 7
+    f.restype = None
+    return f
+
+
+def depthwise_conv2d(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation, out_sp,
+                     out: np.ndarray | None = None) -> np.ndarray:
+    """Depthwise 2-d convolution of C-contiguous ``x`` (N, C, H, W) with ``w`` (C, 1, KH,
+    KW) and optional bias ``b`` (C,), into ``out`` when given; ``pads`` are the low
+    paddings."""
+    from tessera.codegen.runtime import split_call
+    n, c, h, wd = x.shape
+    y = np.empty((n, c) + tuple(out_sp), x.dtype) if out is None else out
+    w = np.ascontiguousarray(w, x.dtype)
+    b = None if b is None else np.ascontiguousarray(b, x.dtype)
+    f = _depthwise_fn(_SUFFIX[x.dtype], *(tuple(map(int, a)) for a in
+                                           (w.shape[2:], stride, pads, dilation)))
+    split_call(f, (x.ctypes.data, w.ctypes.data, None if b is None else b.ctypes.data,
+                   y.ctypes.data, c, h, wd, *out_sp), n * c, y.size * w.shape[2] * w.shape[3])
+    return y
 
 
 @functools.lru_cache(maxsize=64)

@@ -213,13 +213,28 @@ def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
     return y
 
 
+def _depthwise(x, w, groups) -> bool:
+    """2-d depthwise convolutions (one filter per channel) run as a direct C stencil."""
+    if x.ndim != 4 or groups == 1 or groups != x.shape[1] or w.shape[0] != groups \
+            or x.dtype != w.dtype or 0 in x.shape:
+        return False
+    from tessera.codegen import kernels
+    return kernels.available(x.dtype)
+
+
 def conv_into(out, x, w, b, stride, pads, dilation, groups) -> None:
     """``conv``'s kernel writing into ``out`` (the graph executor's arena buffer)."""
     out_sp = out.shape[2:]
-    if _native(x, w, groups) and 0 not in out_sp and out.flags.c_contiguous:
-        _conv_per_image(x, w, b, stride, pads, dilation, out_sp, out)
-    else:
-        np.copyto(out, _conv_kernel(x, w, b, stride, pads, dilation, groups))
+    if 0 not in out_sp and out.flags.c_contiguous:
+        if _native(x, w, groups):
+            _conv_per_image(x, w, b, stride, pads, dilation, out_sp, out)
+            return
+        if _depthwise(x, w, groups):
+            from tessera.codegen.kernels import depthwise_conv2d
+            depthwise_conv2d(np.ascontiguousarray(x), w, b, stride, _lows(pads), dilation,
+                             out_sp, out)
+            return
+    np.copyto(out, _conv_kernel(x, w, b, stride, pads, dilation, groups))
 
 
 def _input_grad_per_image(g, w, input_shape, stride, pads, dilation):
@@ -261,6 +276,10 @@ def _conv_kernel(x, w, b, stride, pads, dilation, groups):
     out_sp = _out_spatial(x.shape, ksize, stride, pads, dilation)
     if _native(x, w, groups) and 0 not in out_sp:
         return _conv_per_image(x, w, b, stride, pads, dilation, out_sp)
+    if _depthwise(x, w, groups) and 0 not in out_sp:
+        from tessera.codegen.kernels import depthwise_conv2d
+        return depthwise_conv2d(np.ascontiguousarray(x), w, b, stride, _lows(pads), dilation,
+                                out_sp)
     cols = _cols(x, ksize, out_sp, stride, pads, dilation, groups)
     ym = _gemm(w.reshape(groups, o // groups, -1), cols)         # (G, O/G, N*P)
     ym = ym.reshape((o, n) + tuple(out_sp))
