@@ -74,3 +74,49 @@ def test_conv_forward_and_grads_match_numpy(monkeypatch, xs, ws, stride, pads, d
     np.testing.assert_allclose(dx, dxr, rtol=tol, atol=tol)
     dw, dwr = both(monkeypatch, lambda: C._weight_grad_kernel(x, g, ws, stride, pads, dil, 1))
     np.testing.assert_allclose(dw, dwr, rtol=tol * 10, atol=tol * 10)
+
+
+@pytest.mark.parametrize("n,hw", [(5, 20), (7, 9), (3, 40)])  # 2, 12 and 1 images a GEMM
+def test_conv_groups_images_for_small_outputs(monkeypatch, n, hw):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((n, 3, hw, hw)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    args = ((1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+    y, yr = both(monkeypatch, lambda: C._conv_kernel(x, w, b, *args))
+    np.testing.assert_allclose(y, yr, rtol=1e-5, atol=1e-5)
+    out = np.full_like(y, np.nan)
+    C.conv_into(out, x, w, b, *args)  # the graph executor's form, into a given buffer
+    np.testing.assert_allclose(out, yr, rtol=1e-5, atol=1e-5)
+
+
+DEPTHWISE_CASES = [((2, 5, 9, 9), (3, 3), (1, 1), (1, 1), (1, 1)),
+                   ((1, 4, 10, 7), (3, 5), (2, 1), (1, 2), (1, 2)),
+                   ((3, 2, 7, 7), (5, 5), (1, 1), (2, 2), (1, 1)),
+                   ((2, 3, 8, 8), (3, 3), (2, 2), (1, 1), (1, 1)),
+                   ((1, 6, 4, 4), (1, 1), (1, 1), (0, 0), (1, 1))]
+
+
+@pytest.mark.parametrize("xs,k,s,p,d", DEPTHWISE_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bias", [True, False])
+def test_depthwise_conv_matches_numpy(monkeypatch, xs, k, s, p, d, dtype, bias):
+    rng = np.random.default_rng(xs[1])
+    c = xs[1]
+    x = rng.standard_normal(xs[:2] + xs[2:][::-1]).astype(dtype).transpose(0, 1, 3, 2)
+    w = rng.standard_normal((c, 1) + k).astype(dtype)
+    b = rng.standard_normal(c).astype(dtype) if bias else None
+    args = (s, tuple((q, q) for q in p), d, c)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    y, yr = both(monkeypatch, lambda: C._conv_kernel(x, w, b, *args))
+    np.testing.assert_allclose(y, yr, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("k,s,p,d,ceil", POOL_CASES)
+def test_max_pool_values_match_numpy(monkeypatch, k, s, p, d, ceil):
+    rng = np.random.default_rng(k * 100 + s * 10 + p)
+    x = rng.integers(-3, 3, (2, 3, 9, 8)).astype(np.float32)
+    x[0, 0, 1, 1] = np.nan
+    args = ((k, k), (s, s), (p, p), (d, d), ceil)
+    y, yr = both(monkeypatch, lambda: P._max_pool_values_kernel(x, *args))
+    np.testing.assert_array_equal(y, yr)
