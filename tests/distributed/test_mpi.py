@@ -42,8 +42,8 @@ def test_mpi_dead_peer_times_out(tmp_path):
             time.sleep(60)   # never reaches the barrier
         c.barrier()
     """, env={"TESSERA_COMM_TIMEOUT": "2"}, check=False)
-    assert proc.returncode != 0
-    assert "CommTimeout" in proc.stderr and "TESSERA_COMM_TIMEOUT" in proc.stderr
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "CommTimeout" in proc.stderr and "TESSERA_COMM_TIMEOUT" in proc.stderr, proc.stderr
     assert time.monotonic() - t0 < 40
 
 
@@ -57,7 +57,8 @@ def test_mpi_rank_that_raises_aborts_the_job(tmp_path):
         c.barrier()
         c.barrier()
     """, check=False)
-    assert proc.returncode != 0 and "rank 1 found bad data" in proc.stderr
+    assert proc.returncode != 0 and "rank 1 found bad data" in proc.stderr, \
+        proc.stdout + proc.stderr
     assert time.monotonic() - t0 < 40
 
 
@@ -114,3 +115,18 @@ def test_launcher_runs_global_training_like_one_process(tmp_path):
         np.testing.assert_allclose(g1, l1, rtol=1e-12)
         np.testing.assert_allclose(g2, l2, rtol=1e-12)
         assert sbp[0].short() == "S(1)"
+
+
+def test_mpi_ddp_matches_single_process(tmp_path):
+    run_mpi(tmp_path, """
+        from tests.distributed._mpi import emit
+        from tests.distributed.test_ddp import _ddp_body
+        emit(_ddp_body(bucket_cap_mb=1e-4))
+    """)
+    from tests.distributed.test_ddp import _single_strided
+    want_losses, want_params = _single_strided()
+    for losses, params, nbuckets in outputs(tmp_path):
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+        assert nbuckets == 4

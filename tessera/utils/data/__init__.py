@@ -20,6 +20,7 @@ from tessera.utils.data.dataset import (
     TensorDataset,
     random_split,
 )
+from tessera.utils.data.distributed import DistributedSampler
 from tessera.utils.data.sampler import (
     BatchSampler,
     RandomSampler,
@@ -30,6 +31,7 @@ from tessera.utils.data.sampler import (
 )
 
 __all__ = ["BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset",
+           "DistributedSampler",
            "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler", "StackDataset",
            "Subset", "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler",
            "WorkerInfo", "default_collate", "default_convert", "get_worker_info",

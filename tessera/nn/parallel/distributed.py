@@ -1,0 +1,217 @@
+"""``DistributedDataParallel``: data parallelism with PyTorch's interface.
+
+Every rank holds a replica of the module (rank 0's parameters and buffers are broadcast at
+construction) and runs it on its own share of the batch. As backward produces gradients,
+parameters are grouped into buckets of about ``bucket_cap_mb`` (in reverse registration
+order, the order gradients usually arrive); a full bucket is flattened and its all-reduce
+started at once, in bucket order on every rank, so communication overlaps the rest of the
+backward. When the last gradient has arrived, the reductions are waited for and each
+parameter's ``.grad`` becomes the average over ranks: the same gradient one process would
+compute on the whole batch when the loss is a mean over equal shares.
+
+>>> import tessera
+>>> from tessera.nn.parallel import DistributedDataParallel as DDP
+>>> model = DDP(tessera.nn.Linear(3, 2))
+>>> model(tessera.ones(4, 3)).sum().backward()
+>>> model.module.weight.grad.shape
+tessera.Size([2, 3])
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from tessera.autograd.grad_mode import STATE
+from tessera.autograd.graph import AccumulateGrad
+from tessera.distributed import comm as C
+from tessera.nn.modules.module import Module
+
+__all__ = ["DistributedDataParallel"]
+
+
+class DistributedDataParallel(Module):
+    """Wraps ``module``; gradients are averaged over the ranks of ``process_group``."""
+
+    def __init__(self, module: Module, device_ids=None, output_device=None, dim: int = 0,
+                 broadcast_buffers: bool = True, process_group=None,
+                 bucket_cap_mb: float | None = None, find_unused_parameters: bool = False,
+                 check_reduction: bool = False, gradient_as_bucket_view: bool = False,
+                 static_graph: bool = False, **kwargs):
+        super().__init__()
+        self.module = module
+        self.process_group = process_group
+        self.broadcast_buffers = broadcast_buffers
+        self.find_unused_parameters = find_unused_parameters
+        self.require_backward_grad_sync = True
+        self.bucket_bytes_cap = int((25 if bucket_cap_mb is None else bucket_cap_mb) * 2 ** 20)
+        seen, params = set(), []
+        for p in module.parameters():
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+        self._params = params
+        self._buckets = _buckets(params, self.bucket_bytes_cap)
+        self._bucket_of = {id(p): b for b, ps in enumerate(self._buckets) for p in ps}
+        self._reduction: _Reduction | None = None
+        self._sync_module_states()
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    # ---- plumbing -------------------------------------------------------------------------
+    def _group(self):
+        g = self.process_group
+        return None if g is None else tuple(getattr(g, "ranks", g))
+
+    def _world(self) -> int:
+        g = self._group()
+        return C.current().world_size if g is None else len(g)
+
+    def _sync_module_states(self) -> None:
+        """Every replica starts from rank 0's parameters and buffers."""
+        if self._world() == 1:
+            return
+        comm, group = C.current(), self._group()
+        root = 0 if group is None else group[0]
+        for t in list(self.module.parameters()) + list(self.module.buffers()):
+            if t._data is not None:
+                np.copyto(t._data, comm.broadcast(t._data, root, group))
+
+    def _grad_ready(self, p) -> None:
+        if self._reduction is not None:
+            self._reduction.ready(p)
+
+    # ---- the PyTorch surface ------------------------------------------------------------
+    def forward(self, *inputs, **kwargs):
+        red = self._reduction
+        if red is not None and red.started and not red.finished:
+            raise RuntimeError(
+                "Expected to have finished reduction in the prior iteration before starting a "
+                "new one. This error indicates that your module has parameters that were not "
+                "used in producing loss. You can enable unused parameter detection by passing "
+                "the keyword argument `find_unused_parameters=True` to "
+                "`tessera.nn.parallel.DistributedDataParallel`.")
+        sync = STATE.enabled and self.require_backward_grad_sync and self._world() > 1
+        self._reduction = _Reduction(self) if sync else None
+        if self.broadcast_buffers and self._world() > 1:
+            comm, group = C.current(), self._group()
+            root = 0 if group is None else group[0]
+            for b in self.module.buffers():
+                if b._data is not None:
+                    np.copyto(b._data, comm.broadcast(b._data, root, group))
+        out = self.module(*inputs, **kwargs)
+        if self._reduction is not None and self.find_unused_parameters:
+            used = _reachable_leaves(out)
+            for p in self._params:
+                if id(p) not in used:
+                    self._reduction.ready(p, unused=True)
+        return out
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Gradients accumulate locally inside; the backward after it averages the sum."""
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
+
+
+def _buckets(params, cap: int) -> list[list]:
+    """Reverse registration order, one dtype per bucket, about ``cap`` bytes each."""
+    out, current, size, dtype = [], [], 0, None
+    for p in reversed(params):
+        nbytes = p.numel() * p.dtype.itemsize
+        if current and (size + nbytes > cap or p.dtype is not dtype):
+            out.append(current)
+            current, size = [], 0
+        current.append(p)
+        size += nbytes
+        dtype = p.dtype
+    if current:
+        out.append(current)
+    return out
+
+
+def _reachable_leaves(out) -> set:
+    """ids of the leaf tensors whose gradients backward from ``out`` would reach."""
+    from tessera._tensor import Tensor
+    roots = [t for t in (out if isinstance(out, (tuple, list)) else (out,))
+             if isinstance(t, Tensor)]
+    if isinstance(out, dict):
+        roots = [t for t in out.values() if isinstance(t, Tensor)]
+    leaves, seen = set(), set()
+    stack = [t.grad_fn for t in roots if t.grad_fn is not None]
+    for t in roots:
+        if t.grad_fn is None and t.requires_grad:
+            leaves.add(id(t))
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, AccumulateGrad):
+            leaves.add(id(node.variable))
+            continue
+        for edge in node.next_functions:
+            if edge is not None and edge[0] is not None:
+                stack.append(edge[0])
+    return leaves
+
+
+class _Reduction:
+    """One iteration's gradient averaging: buckets start their all-reduce in order."""
+
+    def __init__(self, ddp: DistributedDataParallel):
+        self.ddp = ddp
+        self.count = [0] * len(ddp._buckets)
+        self.works: list = [None] * len(ddp._buckets)
+        self.next = 0
+        self.marked: set = set()
+        self.started = self.finished = False
+
+    def ready(self, p, unused: bool = False) -> None:
+        if id(p) in self.marked:
+            raise RuntimeError(
+                "Expected to mark a variable ready only once. A parameter got its gradient "
+                "twice in one iteration (backward ran twice through the DDP model, or a "
+                "parameter marked unused still took part); use no_sync() to accumulate.")
+        self.marked.add(id(p))
+        self.started = True
+        b = self.ddp._bucket_of[id(p)]
+        self.count[b] += 1
+        buckets = self.ddp._buckets
+        while self.next < len(buckets) and self.count[self.next] == len(buckets[self.next]):
+            self._launch(self.next)
+            self.next += 1
+        if self.next == len(buckets):
+            self._finish()
+
+    def _launch(self, b: int) -> None:
+        ps = self.ddp._buckets[b]
+        flat = np.concatenate([
+            (p._grad._data if p._grad is not None else np.zeros(p._shape, p.dtype.np))
+            .reshape(-1) for p in ps])
+        self.works[b] = C.current().iall_reduce(flat, self.ddp._group())
+
+    def _finish(self) -> None:
+        from tessera._tensor import Tensor
+        n = self.ddp._world()
+        for ps, work in zip(self.ddp._buckets, self.works):
+            flat = work.wait()
+            flat /= n
+            offset = 0
+            for p in ps:
+                k = p.numel()
+                value = flat[offset:offset + k].reshape(p._shape)
+                offset += k
+                g = p._grad
+                if g is None:
+                    if not value.any():
+                        continue  # unused on every rank: stays None, as in PyTorch
+                    p._grad = Tensor._from_numpy(np.array(value, dtype=p.dtype.np))
+                else:
+                    np.copyto(g._data, value, casting="unsafe")
+                    g._version[0] += 1
+        self.finished = True

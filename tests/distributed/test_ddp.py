@@ -1,0 +1,150 @@
+"""DistributedDataParallel and DistributedSampler, checked against single-process training
+on the whole batch."""
+import numpy as np
+import pytest
+
+import tessera
+import tessera.distributed as dist
+from tessera import nn
+from tessera.nn.parallel import DistributedDataParallel as DDP
+from tessera.utils.data import DataLoader, DistributedSampler, TensorDataset
+from tests.distributed._helpers import run
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((16, 6)).astype(np.float32)
+Y = rng.standard_normal((16, 3)).astype(np.float32)
+
+
+def _model():
+    tessera.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def _train(model, batches, steps_per_batch=1, lr=0.1):
+    opt = tessera.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    losses = []
+    for x, y in batches:
+        for _ in range(steps_per_batch):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return losses
+
+
+def _ddp_body(bucket_cap_mb=None, epochs=2, batch=8):
+    n = dist.get_world_size()
+    model = DDP(_model(), bucket_cap_mb=bucket_cap_mb)
+    data = TensorDataset(tessera.tensor(X), tessera.tensor(Y))
+    sampler = DistributedSampler(data, shuffle=False)
+    losses = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        # contiguous shares: rank r takes rows r, r+n, ...; the whole batch is the same rows
+        loader = DataLoader(data, batch_size=batch // n, sampler=sampler)
+        for x, y in loader:
+            local = _train(model, [(x, y)])[0]
+            t = tessera.tensor([local])
+            dist.all_reduce(t)
+            losses.append(t.item() / n)
+    return losses, [p.detach().numpy().copy() for p in model.module.parameters()], \
+        len(model._buckets)
+
+
+def _single_strided(epochs=2, batch=8, n=2):
+    """One process on the same global batches DistributedSampler deals out."""
+    model = _model()
+    losses = []
+    order = [i for r in range(n) for i in range(r, 16, n)]
+    per = batch // n
+    for _ in range(epochs):
+        for k in range(16 // batch):
+            rows = [order[r * (16 // n) + k * per + j] for r in range(n) for j in range(per)]
+            losses += _train(model, [(tessera.tensor(X[rows]), tessera.tensor(Y[rows]))])
+    return losses, [p.detach().numpy().copy() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("bucket_cap_mb", [None, 1e-4])
+def test_ddp_matches_single_process(bucket_cap_mb):
+    want_losses, want_params = _single_strided()
+    res = run(2, _ddp_body, bucket_cap_mb)
+    for losses, params, nbuckets in res:
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+    assert res[0][2] == (1 if bucket_cap_mb is None else 4)
+
+
+def test_ddp_broadcasts_rank0_parameters_and_averages():
+    def body():
+        r = dist.get_rank()
+        tessera.manual_seed(r)  # different initial weights on each rank
+        lin = nn.Linear(2, 1)
+        model = DDP(lin)
+        w0 = lin.weight.detach().numpy().copy()
+        x = tessera.full((1, 2), float(r + 1))
+        model(x).sum().backward()
+        return w0, lin.weight.grad.numpy()
+    (w0, g0), (w1, g1) = run(2, body)
+    np.testing.assert_array_equal(w0, w1)
+    np.testing.assert_allclose(g0, [[1.5, 1.5]]) and np.testing.assert_allclose(g1, g0)
+
+
+def test_no_sync_accumulates_then_averages():
+    def body():
+        r = dist.get_rank()
+        lin = nn.Linear(2, 1, bias=False)
+        model = DDP(lin)
+        with model.no_sync():
+            model(tessera.full((1, 2), float(r))).sum().backward()
+        local = lin.weight.grad.numpy().copy()
+        model(tessera.full((1, 2), 1.0)).sum().backward()
+        return local, lin.weight.grad.numpy()
+    (l0, g0), (l1, g1) = run(2, body)
+    np.testing.assert_allclose(l0, [[0, 0]]) and np.testing.assert_allclose(l1, [[1, 1]])
+    np.testing.assert_allclose(g0, [[1.5, 1.5]]) and np.testing.assert_allclose(g1, g0)
+
+
+class _Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(2, 2)
+        self.b = nn.Linear(2, 2)
+
+    def forward(self, x, use_b):
+        return self.b(self.a(x)) if use_b else self.a(x)
+
+
+def test_unused_parameters():
+    def body(find):
+        r = dist.get_rank()
+        model = DDP(_Branchy(), find_unused_parameters=find)
+        model(tessera.ones(1, 2), use_b=(r == 0)).sum().backward()
+        if find:
+            return model.module.a.weight.grad.numpy(), model.module.b.weight.grad.numpy()
+        model(tessera.ones(1, 2), use_b=True)
+    (a0, b0), (a1, b1) = run(2, body, True)
+    np.testing.assert_allclose(a0, a1) and np.testing.assert_allclose(b0, b1)
+    assert np.abs(b0).sum() > 0
+    with pytest.raises(RuntimeError, match="find_unused_parameters=True"):
+        run(2, body, False)
+
+
+def test_distributed_sampler_matches_pytorch():
+    torch_data = pytest.importorskip("torch.utils.data")
+    for n, reps, shuffle, drop in [(5, 2, False, False), (5, 2, False, True), (3, 4, False, False),
+                                   (11, 3, False, True)]:
+        for r in range(reps):
+            mine = list(DistributedSampler(range(n), reps, r, shuffle=shuffle, drop_last=drop))
+            theirs = list(torch_data.DistributedSampler(range(n), reps, r, shuffle=shuffle,
+                                                        drop_last=drop))
+            assert mine == theirs
+    shares = [list(DistributedSampler(range(10), 3, r, seed=4)) for r in range(3)]
+    assert len({i for s in shares for i in s}) == 10 and all(len(s) == 4 for s in shares)
+    s = DistributedSampler(range(10), 2, 0)
+    first = list(s)
+    s.set_epoch(1)
+    assert list(s) != first
+    with pytest.raises(ValueError, match="Invalid rank 2"):
+        DistributedSampler(range(4), 2, 2)
