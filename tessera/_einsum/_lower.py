@@ -1,0 +1,186 @@
+"""The einsum kernel: a bound equation and a path, lowered to NumPy array operations.
+
+Each operand is first made to have one dim per distinct label it depends on: broadcast
+dims (size 1 against a larger size) are indexed away, repeated labels become the diagonal
+(a strided view, no copy), and labels no other operand or the output needs are summed.
+Then each step of the path contracts two operands as one (batched) matrix product: the
+labels both hold and still need are the batch, the labels both hold and no longer need
+are the contraction, the rest are the rows and columns::
+
+    A[batch, left, con] -> (nb, nl, nc)    B[batch, con, right] -> (nb, nc, nr)
+    C = matmul(A, B)    -> (nb, nl, nr)    -> C[batch, left, right]
+
+The transposes become views whenever the operand's memory allows (BLAS reads a
+transposed matrix as it is); only a step without any contracted label is a broadcast
+multiply instead, because a matrix product over a dimension of size 1 is the same
+product done slower.
+
+>>> import numpy as np
+>>> a, b = np.ones((2, 3)), np.ones((3, 4))
+>>> run("ij,jk->ik", (a, b), ((0, 1),)).tolist()
+[[3.0, 3.0, 3.0, 3.0], [3.0, 3.0, 3.0, 3.0]]
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from tessera._einsum._parse import bind, parse
+
+__all__ = ["run", "plan", "Plan"]
+
+
+class _Prep(NamedTuple):
+    """Make one operand's dims its distinct labels."""
+
+    index: tuple | None      # drops broadcast dims (0 there, slice(None) elsewhere)
+    groups: tuple | None     # axes per distinct label, when a label repeats (a diagonal)
+    sum_axes: tuple          # labels no one else needs, summed
+
+
+class _Pair(NamedTuple):
+    i: int
+    j: int
+    a: tuple                 # ((perm, shape, swap), ...) ways to view A as 3-d
+    b: tuple
+    mode: str                # "mm": matmul; "mul": broadcast multiply (nothing to sum)
+    out_shape: tuple
+
+
+class Plan(NamedTuple):
+    preps: tuple
+    pairs: tuple
+    out_perm: tuple | None
+
+
+def run(equation: str, arrays, path) -> np.ndarray:
+    """einsum of ``arrays`` by the canonical ``equation`` along ``path``."""
+    p = plan(equation, tuple(a.shape for a in arrays), tuple(map(tuple, path)))
+    return execute(p, arrays)
+
+
+@lru_cache(maxsize=2048)
+def plan(equation: str, shapes: tuple, path: tuple) -> Plan:
+    """Everything about the computation that depends on shapes only, worked out once."""
+    b = bind(parse(equation), shapes)
+    ops = list(b.reduced())
+    output = b.output
+    counts: dict[str, int] = {}
+    for s in ops:
+        for x in set(s):
+            counts[x] = counts.get(x, 0) + 1
+    preps, labels = [], []
+    for term, shape, red in zip(b.inputs, shapes, ops):
+        index = None
+        if len(red) != len(term):
+            index = tuple(0 if n == 1 and b.sizes[x] != 1 else slice(None)
+                          for x, n in zip(term, shape))
+        uniq = "".join(dict.fromkeys(red))
+        groups = None
+        if len(uniq) != len(red):
+            groups = tuple(tuple(k for k, y in enumerate(red) if y == x) for x in uniq)
+        sum_axes = tuple(k for k, x in enumerate(uniq) if counts[x] == 1 and x not in output)
+        preps.append(_Prep(index, groups, sum_axes))
+        labels.append("".join(x for x in uniq if counts[x] > 1 or x in output))
+    pairs = []
+    for i, j in path:
+        la, lb = labels[i], labels[j]
+        rest = [labels[k] for k in range(len(labels)) if k != i and k != j]
+        keep = set(output).union(*rest)
+        batch = [x for x in la if x in lb and x in keep]
+        con = [x for x in la if x in lb and x not in keep]
+        left = [x for x in la if x not in lb]
+        right = [x for x in lb if x not in la]
+        n = {g: int(np.prod([b.sizes[x] for x in grp], dtype=np.int64))
+             for g, grp in (("b", batch), ("l", left), ("c", con), ("r", right))}
+        if con:
+            va = _views(la, (batch, left, con), (n["b"], n["l"], n["c"]))
+            vb = _views(lb, (batch, con, right), (n["b"], n["c"], n["r"]))
+            mode = "mm"
+        else:
+            va = ((_perm(la, batch + left), (n["b"], n["l"]), False),)
+            vb = ((_perm(lb, batch + right), (n["b"], n["r"]), False),)
+            mode = "mul"
+        res = batch + left + right
+        pairs.append(_Pair(i, j, va, vb, mode, tuple(b.sizes[x] for x in res)))
+        del labels[j], labels[i]
+        labels.append("".join(res))
+    final = labels[0] if labels else ""
+    perm = _perm(final, list(output))
+    return Plan(tuple(preps), tuple(pairs), None if perm == tuple(range(len(perm))) else perm)
+
+
+def _perm(labels: str, order: list) -> tuple:
+    return tuple(labels.index(x) for x in order)
+
+
+def _views(labels: str, groups: tuple, shape3: tuple) -> tuple:
+    """Two ways to see an operand as ``shape3``: (g0, g1, g2) directly, or (g0, g2, g1)
+    then swapping the last two axes (free for BLAS); ``_arrange`` takes the one that needs
+    no copy."""
+    g0, g1, g2 = groups
+    n0, n1, n2 = shape3
+    return ((_perm(labels, g0 + g1 + g2), (n0, n1, n2), False),
+            (_perm(labels, g0 + g2 + g1), (n0, n2, n1), True))
+
+
+def _arrange(x: np.ndarray, views: tuple) -> np.ndarray:
+    for perm, shape, swap in views:
+        try:
+            y = x.transpose(perm).reshape(shape, copy=False)
+        except ValueError:  # this order needs a copy; try the other
+            continue
+        return y.swapaxes(-1, -2) if swap else y
+    perm, shape, swap = views[0]
+    return x.transpose(perm).reshape(shape)
+
+
+def _prep(x: np.ndarray, p: _Prep) -> tuple[np.ndarray, bool]:
+    fresh = False
+    if p.index is not None:
+        x = x[p.index]
+    if p.groups is not None:
+        shape = tuple(x.shape[g[0]] for g in p.groups)
+        strides = tuple(sum(x.strides[k] for k in g) for g in p.groups)
+        x = as_strided(x, shape, strides, writeable=False)
+    if p.sum_axes:
+        x = np.sum(x, axis=p.sum_axes)
+        fresh = True
+    return x, fresh
+
+
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    from tessera.ops.linalg import _matmul_kernel
+    if a.shape[0] == 1:  # no batch: one GEMM (or GEMV)
+        return _matmul_kernel(a[0], b[0])[None]
+    if a.shape[1] == 1 and b.shape[2] == 1 and a.dtype.kind == "f" and a.itemsize >= 4:
+        # a batch of dot products: NumPy's matmul would call BLAS once per 1x1 product
+        return np.vecdot(a[:, 0, :], b[:, :, 0])[:, None, None]
+    return _matmul_kernel(a, b)
+
+
+def execute(p: Plan, arrays) -> np.ndarray:
+    ops, fresh = [], False
+    for x, prep in zip(arrays, p.preps):
+        x, f = _prep(x, prep)
+        ops.append(x)
+        fresh = f
+    for step in p.pairs:
+        a, b = ops[step.i], ops[step.j]
+        if step.mode == "mm":
+            c = _matmul(_arrange(a, step.a), _arrange(b, step.b))
+        else:
+            a2, b2 = _arrange(a, step.a), _arrange(b, step.b)
+            c = a2[:, :, None] * b2[:, None, :]
+        del ops[step.j], ops[step.i]
+        ops.append(c.reshape(step.out_shape))
+        fresh = True
+    out = ops[0]
+    if p.out_perm is not None:
+        return np.ascontiguousarray(out.transpose(p.out_perm))
+    if not fresh or not out.flags.c_contiguous:  # a view of an input: the op returns new data
+        return np.array(out, copy=True, order="C")
+    return out
