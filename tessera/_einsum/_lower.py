@@ -30,7 +30,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from tessera._einsum._parse import bind, parse
 
-__all__ = ["run", "plan", "Plan"]
+__all__ = ["run", "plan", "Plan", "contracted"]
 
 
 class _Prep(NamedTuple):
@@ -60,6 +60,18 @@ def run(equation: str, arrays, path) -> np.ndarray:
     """einsum of ``arrays`` by the canonical ``equation`` along ``path``."""
     p = plan(equation, tuple(a.shape for a in arrays), tuple(map(tuple, path)))
     return execute(p, arrays)
+
+
+def contracted(b) -> list[str]:
+    """The operands' labels as the path steps see them: broadcast dims dropped, each label
+    once, and labels summed before any step (held by one operand, not in the output)
+    left out. Paths are searched over these."""
+    ops = [dict.fromkeys(s) for s in b.reduced()]
+    counts: dict[str, int] = {}
+    for s in ops:
+        for x in s:
+            counts[x] = counts.get(x, 0) + 1
+    return ["".join(x for x in s if counts[x] > 1 or x in b.output) for s in ops]
 
 
 @lru_cache(maxsize=2048)

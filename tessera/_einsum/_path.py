@@ -84,9 +84,11 @@ def _optimal(inputs: tuple, output: str, size_items: tuple) -> tuple:
             size_memo[m] = v
         return v
 
-    res = [0] * (1 << n)
+    res = [0] * (1 << n)  # the labels of the contraction of subset s
     for s in range(1, 1 << n):
         res[s] = union[s] & (out_mask | union[full ^ s])
+    for i in range(n):    # an operand enters its first contraction whole
+        res[1 << i] = masks[i]
     # best[s] = (cost, largest intermediate, split)
     best: dict[int, tuple] = {1 << i: (0, 0, None) for i in range(n)}
     for s in sorted(range(1, 1 << n), key=int.bit_count):

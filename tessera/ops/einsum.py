@@ -159,7 +159,7 @@ def _arguments(args: tuple) -> tuple[str, list]:
 def _plan(equation: str, shapes: tuple) -> tuple[str, tuple]:
     """The canonical equation and the chosen path for these shapes."""
     b = bind(parse(equation), shapes)
-    return b.canonical, tuple(_path.choose(list(b.reduced()), b.output, b.sizes))
+    return b.canonical, tuple(_path.choose(_lower.contracted(b), b.output, b.sizes))
 
 
 def _einsum(equation: str, operands) -> Tensor:
