@@ -98,7 +98,7 @@ def plan(equation: str, shapes: tuple, path: tuple) -> Plan:
         preps.append(_Prep(index, groups, sum_axes))
         labels.append("".join(x for x in uniq if counts[x] > 1 or x in output))
     pairs = []
-    for i, j in path:
+    for step, (i, j) in enumerate(path):
         la, lb = labels[i], labels[j]
         rest = [labels[k] for k in range(len(labels)) if k != i and k != j]
         keep = set(output).union(*rest)
@@ -106,6 +106,15 @@ def plan(equation: str, shapes: tuple, path: tuple) -> Plan:
         con = [x for x in la if x in lb and x not in keep]
         left = [x for x in la if x not in lb]
         right = [x for x in lb if x not in la]
+        if step == len(path) - 1 and _out_order(output, batch, left, right):
+            # the last step writes the output: in its order when that is only a matter of
+            # which operand is the left one and of ordering dims within each group
+            # (B @ A instead of A @ B is free for BLAS; a transposed output is a copy)
+            key = output.index
+            batch, left, right = sorted(batch, key=key), sorted(left, key=key), \
+                sorted(right, key=key)
+            if left and right and key(right[0]) < key(left[0]):
+                i, j, la, lb, left, right = j, i, lb, la, right, left
         n = {g: int(np.prod([b.sizes[x] for x in grp], dtype=np.int64))
              for g, grp in (("b", batch), ("l", left), ("c", con), ("r", right))}
         if con:
@@ -118,11 +127,24 @@ def plan(equation: str, shapes: tuple, path: tuple) -> Plan:
             mode = "mul"
         res = batch + left + right
         pairs.append(_Pair(i, j, va, vb, mode, tuple(b.sizes[x] for x in res)))
-        del labels[j], labels[i]
+        for k in sorted((i, j), reverse=True):
+            del labels[k]
         labels.append("".join(res))
     final = labels[0] if labels else ""
     perm = _perm(final, list(output))
     return Plan(tuple(preps), tuple(pairs), None if perm == tuple(range(len(perm))) else perm)
+
+
+def _out_order(output: str, batch: list, left: list, right: list) -> bool:
+    """Whether ``output`` is batch, left and right labels in three blocks (in any order
+    within each; left and right may trade places)."""
+    if len(batch) + len(left) + len(right) != len(output):
+        return False
+    nb = len(batch)
+    head, tail = set(output[:nb]), output[nb:]
+    if head != set(batch):
+        return False
+    return set(tail[:len(left)]) == set(left) or set(tail[:len(right)]) == set(right)
 
 
 def _perm(labels: str, order: list) -> tuple:
@@ -187,7 +209,8 @@ def execute(p: Plan, arrays) -> np.ndarray:
         else:
             a2, b2 = _arrange(a, step.a), _arrange(b, step.b)
             c = a2[:, :, None] * b2[:, None, :]
-        del ops[step.j], ops[step.i]
+        for k in sorted((step.i, step.j), reverse=True):
+            del ops[k]
         ops.append(c.reshape(step.out_shape))
         fresh = True
     out = ops[0]
