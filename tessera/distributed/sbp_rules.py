@@ -253,6 +253,58 @@ def _slice(x, key):
     return sigs + _linear_identity()
 
 
+# ---- nn ops ------------------------------------------------------------------------------
+
+def _layer_norm(x, weight, bias, normalized_shape, eps):
+    """Split a leading (non-normalized) dim; weight and bias broadcast."""
+    lead = len(x.shape) - len(normalized_shape)
+    wb = tuple(None if m is None else B for m in (weight, bias))
+    return [Signature((S(d),) + wb, (S(d),)) for d in range(lead)] + \
+        [Signature((B,) + wb, (B,))]
+
+
+def _layer_norm_backward(g, x, weight, normalized_shape, eps):
+    """(dx, dweight, dbias): a split leading dim leaves weight and bias grads partial."""
+    lead = len(x.shape) - len(normalized_shape)
+    w = None if weight is None else B
+    return [Signature((S(d), S(d), w), (S(d), P, P)) for d in range(lead)] + \
+        [Signature((B, B, w), (B, B, B)), Signature((P, B, w), (P, P, P))]
+
+
+def _embedding(weight, indices, **attrs):
+    """Indices split on any dim, or the embedding dim split (weight S(1)); linear in the
+    weight."""
+    n = len(indices.shape)
+    return [Signature((B, S(d)), (S(d),)) for d in range(n)] + \
+        [Signature((S(1), B), (S(n),)), Signature((B, B), (B,)), Signature((P, B), (P,))]
+
+
+def _embedding_backward(g, indices, num_weights, padding_idx, scale_grad_by_freq):
+    n = len(indices.shape)
+    sigs = [Signature((S(n), B), (S(1),)), Signature((B, B), (B,)), Signature((P, B), (P,))]
+    if not scale_grad_by_freq:  # (the counts would need the whole batch)
+        sigs += [Signature((S(d), S(d)), (P,)) for d in range(n)]
+    return sigs
+
+
+def _nll_loss(x, t, w, reduction="mean", ignore_index=-100):
+    """``none``: the batch stays split; ``sum``: a split batch sums to partial_sum. (``mean``
+    divides by a data-dependent count, so it runs broadcast.)"""
+    wsig = None if w is None else B
+    sigs = [Signature((B, B, wsig), (B,))]
+    if len(x.shape) >= 2 and reduction in ("none", "sum"):
+        sigs.insert(0, Signature((S(0), S(0), wsig), (S(0) if reduction == "none" else P,)))
+    return sigs
+
+
+def _nll_loss_backward(g, t, w, shape, reduction="mean", ignore_index=-100):
+    wsig = None if w is None else B
+    sigs = [Signature((B, B, wsig), (B,)), Signature((P, B, wsig), (P,))]
+    if len(shape) >= 2 and reduction in ("none", "sum"):
+        sigs.insert(0, Signature((S(0) if reduction == "none" else B, S(0), wsig), (S(0),)))
+    return sigs
+
+
 # ---- the table -----------------------------------------------------------------------------
 
 _UNARY = """abs acos acosh asin asinh atan atanh ceil cos cosh erf erfc erfinv exp exp2 expm1
@@ -288,6 +340,10 @@ RULES.update({
     "squeeze": SbpRule(_squeeze), "cat": SbpRule(_cat), "slice": SbpRule(_slice),
     "split_view": SbpRule(_split_view),
     "view_assign": SbpRule(lambda base, src, chain: _linear_identity(2)),
+    "layer_norm": SbpRule(_layer_norm), "layer_norm_backward": SbpRule(_layer_norm_backward),
+    "embedding": SbpRule(_embedding), "embedding_backward": SbpRule(_embedding_backward),
+    "nll_loss": SbpRule(_nll_loss),
+    "nll_loss_backward": SbpRule(_nll_loss_backward, shape_attrs=("shape",)),
 })
 
 
