@@ -35,7 +35,9 @@ def _abort_on_uncaught(comm) -> None:
 
     def hook(kind, value, tb):
         previous(kind, value, tb)
+        sys.stdout.flush()
         sys.stderr.flush()
+        time.sleep(0.5)  # let the launcher forward the traceback before the job is torn down
         comm.world.Abort(1)
     sys.excepthook = hook
     _HOOKED.append(hook)
