@@ -24,11 +24,11 @@ def export(model, args, f=None, **kwargs):
     return _export(model, args, f, **kwargs)
 
 
-def load(model):
+def load(model, input_shapes=None):
     """See ``tessera.onnx.importer.load``: an ONNX model (path, bytes or ModelProto) as an
     IR graph whose initializers are its variables."""
     from tessera.onnx.importer import load as _load
-    return _load(model)
+    return _load(model, input_shapes)
 
 
 def to_module(model):

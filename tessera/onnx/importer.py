@@ -1,0 +1,325 @@
+"""ONNX import: an ONNX model runs as tessera ops, eagerly or traced into an IR graph.
+
+``OnnxProgram`` replays the model's nodes through the import table (``tessera.onnx.
+_import_ops.IMPORTERS``, keyed by ONNX op type and the opset each rule starts at) on
+tessera tensors. Run eagerly it is the ONNX backend and ``to_module``'s forward (autograd
+works, so an imported model can be fine-tuned); run under the tracer it is ``load``, an IR
+graph for the reference interpreter and the compiled executor. Nodes whose inputs are all
+constants are folded while tracing, so shape computations (Shape -> Gather -> Concat ->
+Reshape) become static attributes.
+
+>>> import tessera, tessera.onnx
+>>> proto = tessera.onnx.export(tessera.nn.Linear(3, 2), (tessera.ones(1, 3),))
+>>> m = tessera.onnx.load(proto)
+>>> [n.op.name for n in m.graph.nodes]
+['permute', 'matmul', 'add']
+>>> m.run(tessera.ones(1, 3))[0].shape
+tessera.Size([1, 2])
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera import _dtype as D
+from tessera._dispatch import pop_mode, push_mode
+from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import no_grad
+from tessera.graph.ir import Graph
+from tessera.graph.trace import GraphTraceError, Tracer, is_symbolic
+from tessera.nn.modules.module import Module
+from tessera.nn.parameter import Parameter
+
+__all__ = ["OnnxProgram", "OnnxModel", "OnnxImportError", "load", "to_module", "LOAD_OPSETS"]
+
+LOAD_OPSETS = (13, 21)
+
+# onnx.TensorProto data type -> tessera dtype
+DTYPES = {1: D.float32, 2: D.uint8, 3: D.int8, 5: D.int16, 6: D.int32, 7: D.int64,
+          9: D.bool_, 10: D.float16, 11: D.float64, 14: D.complex64, 15: D.complex128,
+          16: D.bfloat16}
+
+
+class OnnxImportError(ValueError):
+    """The model uses something tessera cannot run (the message names it)."""
+
+
+def _proto(model):
+    import onnx
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        try:
+            return onnx.load_model_from_string(bytes(model))
+        except Exception as e:
+            raise OnnxImportError(f"not an ONNX model: {e}") from None
+    path = os.fspath(model)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such file: '{path}'")
+    try:
+        proto = onnx.load(path)
+    except Exception as e:
+        raise OnnxImportError(f"'{path}' is not a readable ONNX model ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else 'truncated?'})") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise OnnxImportError(f"'{path}' is not an ONNX model (no graph)")
+    return proto
+
+
+def _array(tensor) -> np.ndarray:
+    from onnx import numpy_helper
+    if tensor.data_type not in DTYPES:
+        import onnx
+        name = onnx.TensorProto.DataType.Name(tensor.data_type)
+        raise OnnxImportError(f"tensor '{tensor.name}' has data type {name}, which tessera "
+                              "does not have")
+    return numpy_helper.to_array(tensor)
+
+
+def _tensor(arr: np.ndarray) -> Tensor:
+    return Tensor._from_numpy(np.array(arr, copy=True))
+
+
+def opset_of(proto) -> int:
+    for o in proto.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return o.version
+    return 1
+
+
+class OnnxProgram:
+    """The nodes of one ONNX graph, runnable on tessera tensors."""
+
+    def __init__(self, model, opset_range: tuple[int, int] | None = LOAD_OPSETS):
+        from tessera.onnx._import_ops import IMPORTERS, pick
+        self.proto = _proto(model)
+        self.opset = opset_of(self.proto)
+        if opset_range is not None and not opset_range[0] <= self.opset <= opset_range[1]:
+            raise OnnxImportError(f"ONNX opset {self.opset} is not supported; tessera imports "
+                                  f"opsets {opset_range[0]}-{opset_range[1]}")
+        for o in self.proto.opset_import:
+            if o.domain not in ("", "ai.onnx"):
+                raise OnnxImportError(f"operator domain '{o.domain}' is not supported")
+        g = self.proto.graph
+        self.initializers = {t.name: _array(t) for t in g.initializer}
+        self.input_names = [i.name for i in g.input if i.name not in self.initializers]
+        self.output_names = [o.name for o in g.output]
+        self.rules = []
+        for node in g.node:
+            if node.domain not in ("", "ai.onnx"):
+                raise OnnxImportError(f"node '{node.name}': operator {node.domain}::"
+                                      f"{node.op_type} is not supported")
+            table = IMPORTERS.get(node.op_type)
+            if table is None:
+                raise OnnxImportError(f"node '{node.name or node.op_type}': ONNX operator "
+                                      f"'{node.op_type}' is not supported")
+            self.rules.append(pick(table, node, self.opset))
+
+    def input_shapes(self) -> list[tuple]:
+        """Declared input shapes (a str for a symbolic dim, None for an unknown one)."""
+        out = []
+        by_name = {i.name: i for i in self.proto.graph.input}
+        for name in self.input_names:
+            t = by_name[name].type.tensor_type
+            out.append(tuple(d.dim_param or (d.dim_value if d.HasField("dim_value") else None)
+                             for d in t.shape.dim))
+        return out
+
+    def input_dtypes(self) -> list:
+        by_name = {i.name: i for i in self.proto.graph.input}
+        return [DTYPES.get(by_name[n].type.tensor_type.elem_type) for n in self.input_names]
+
+    def run(self, inputs: list[Tensor], params: dict[str, Tensor]) -> list[Tensor]:
+        """The graph's outputs for ``inputs`` (in input order), initializers from
+        ``params`` (tensors by name; missing ones are the model's constants)."""
+        from tessera.onnx._import_ops import Ctx
+        if len(inputs) != len(self.input_names):
+            raise OnnxImportError(f"the model takes {len(self.input_names)} inputs "
+                                  f"({', '.join(self.input_names)}), got {len(inputs)}")
+        env: dict[str, Tensor] = {}
+        for name, arr in self.initializers.items():
+            env[name] = params[name] if name in params else _tensor(arr)
+        env.update(zip(self.input_names, inputs))
+        tracer = _current_tracer()
+        for node, rule in zip(self.proto.graph.node, self.rules):
+            args = [env[i] if i else None for i in node.input]
+            for i, a in zip(node.input, args):
+                if i and a is None:
+                    raise OnnxImportError(f"node '{node.name}' reads '{i}', which nothing "
+                                          "defines")
+            ctx = Ctx(node, self.opset, self)
+            folding = tracer is not None and all(a is None or not is_symbolic(a) and
+                                                 a not in tracer.persistent for a in args)
+            try:
+                if folding:  # constants in, constants out: computed now, not traced
+                    pop_mode()
+                    try:
+                        out = rule(ctx, *args)
+                    finally:
+                        push_mode(tracer.tracer)
+                else:
+                    out = rule(ctx, *args)
+            except GraphTraceError as e:
+                raise OnnxImportError(f"node '{node.name or node.op_type}' ({node.op_type}) "
+                                      f"needs the value of a tensor that is only known at run "
+                                      f"time, so it cannot be part of a static graph ({e})"
+                                      ) from None
+            except NotImplementedError as e:
+                raise OnnxImportError(f"node '{node.name or node.op_type}': {node.op_type} "
+                                      f"{e}") from None
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            for name, t in zip(node.output, outs):
+                if name:
+                    env[name] = t
+        return [env[n] for n in self.output_names]
+
+
+class _TraceState:
+    def __init__(self, tracer: Tracer, persistent: set):
+        self.tracer = tracer
+        self.persistent = persistent   # tensors that are graph variables (parameters)
+
+
+_TRACING: list[_TraceState] = []
+
+
+def _current_tracer() -> _TraceState | None:
+    return _TRACING[-1] if _TRACING else None
+
+
+class _Persistent:
+    """Identity-based set of tensors."""
+
+    def __init__(self, tensors):
+        self.ids = {id(t) for t in tensors}
+
+    def __contains__(self, t) -> bool:
+        return id(t) in self.ids
+
+
+@dataclass
+class OnnxModel:
+    """An imported model: its IR ``graph``, variable ``values`` (initializers that are
+    parameters, by name) and input/output names. ``run`` executes it."""
+
+    graph: Graph
+    values: dict
+    input_names: list
+    output_names: list
+    opset: int
+
+    def run(self, *inputs, compiled: bool = False) -> list[Tensor]:
+        """The outputs for ``inputs`` through the reference interpreter, or the compiled
+        executor with ``compiled=True``."""
+        inputs = [x if isinstance(x, Tensor) else Tensor._from_numpy(np.asarray(x))
+                  for x in inputs]
+        variables = {k: self.values[k] for k in self.graph.variables}
+        if compiled:
+            from tessera.graph.executor import Executor
+            if not hasattr(self, "_executor"):
+                self._executor = Executor(self.graph)
+            outs, _ = self._executor.run([x.numpy() for x in inputs],
+                                         {k: v._data for k, v in variables.items()})
+            return [Tensor._from_numpy(np.array(o, copy=True)) for o in outs]
+        from tessera.graph.interpreter import interpret
+        return interpret(self.graph, inputs, variables)[0]
+
+
+def _trainable(arr: np.ndarray) -> bool:
+    """Floating-point initializers with dimensions are parameters; 0-d ones are constants."""
+    return arr.dtype.kind == "f" and arr.ndim >= 1
+
+
+def load(model, input_shapes: dict | list | None = None) -> OnnxModel:
+    """An ONNX model (path, bytes or ModelProto) as an IR graph. Floating-point initializers
+    with dimensions become named variables (the parameters); the rest are
+    constants folded into the graph. Symbolic input dims need ``input_shapes`` (by name or
+    in order); the graph is static."""
+    prog = OnnxProgram(model)
+    shapes = _resolve_shapes(prog, input_shapes)
+    g = Graph()
+    params = {k: _tensor(v) for k, v in prog.initializers.items() if _trainable(v)}
+    tracer = Tracer(g, {id(t): k for k, t in params.items()})
+    syms = []
+    for name, shape, dt in zip(prog.input_names, shapes, prog.input_dtypes()):
+        if dt is None:
+            raise OnnxImportError(f"input '{name}' has a data type tessera does not have")
+        v = g.add_input(_ident(name), shape, dt)
+        syms.append(tracer.symbolic(v))
+    _TRACING.append(_TraceState(tracer, _Persistent(params.values())))
+    try:
+        with tracer, no_grad():
+            outs = prog.run(syms, params)
+    finally:
+        _TRACING.pop()
+    g.outputs = [tracer.value(o) for o in outs]
+    from tessera.graph.passes import dce
+    dce.run(g, None)
+    values = {tracer.initial[k].name: t for k, t in tracer.tensors.items()}
+    return OnnxModel(g, {k: values[k] for k in g.variables}, prog.input_names,
+                     prog.output_names, prog.opset)
+
+
+def _ident(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.]", "_", name) or "input"
+
+
+def _resolve_shapes(prog: OnnxProgram, given) -> list[tuple]:
+    declared = prog.input_shapes()
+    if isinstance(given, dict):
+        given = [given.get(n) for n in prog.input_names]
+    given = list(given or [None] * len(declared))
+    out = []
+    for name, decl, want in zip(prog.input_names, declared, given):
+        shape = tuple(want) if want is not None else decl
+        if any(not isinstance(d, int) for d in shape):
+            raise OnnxImportError(f"input '{name}' has symbolic or unknown dims {list(decl)}; "
+                                  "pass input_shapes to load() (tessera graphs are static)")
+        out.append(shape)
+    return out
+
+
+class OnnxModule(Module):
+    """An ONNX model as a module: floating-point initializers are parameters (nested by
+    their dotted names, so ``state_dict`` keys are the initializer names), and ``forward``
+    runs the nodes eagerly as tessera ops, with autograd."""
+
+    def __init__(self, model):
+        super().__init__()
+        prog = OnnxProgram(model)
+        object.__setattr__(self, "_program", prog)
+        self._param_names = []
+        for name, arr in prog.initializers.items():
+            if not _trainable(arr):
+                continue
+            *path, leaf = [_ident(p) or "_" for p in name.split(".")]
+            mod = self
+            for p in path:
+                if p not in mod._modules:
+                    mod.add_module(p, Module())
+                mod = mod._modules[p]
+            if leaf in mod._parameters or leaf in mod._modules:
+                raise OnnxImportError(f"initializer name '{name}' collides with another")
+            mod.register_parameter(leaf, Parameter(_tensor(arr)))
+            self._param_names.append((name, ".".join(path + [leaf])))
+
+    def forward(self, *inputs):
+        params = dict(self.named_parameters())
+        outs = self._program.run(list(inputs), {onnx_name: params[path]
+                                                for onnx_name, path in self._param_names})
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def to_module(model) -> OnnxModule:
+    """An ONNX model (path, bytes or ModelProto) as an ``nn.Module`` to run or fine-tune.
+
+    >>> import tessera, tessera.onnx
+    >>> lin = tessera.nn.Linear(3, 2)
+    >>> m = tessera.onnx.to_module(tessera.onnx.export(lin, (tessera.ones(1, 3),)))
+    >>> sorted(m.state_dict())
+    ['bias', 'weight']
+    """
+    return OnnxModule(model)
