@@ -270,9 +270,14 @@ def _split_view(b, n):
     a = n.attrs
     dim = _axis(a["dim"], n.rank(0))
     bounds = a["bounds"]
-    outs = []
-    for lo, hi in bounds:
-        outs.append(b.op("Slice", [x, b.ints([lo]), b.ints([hi]), b.ints([dim])]))
+    size = n.shape(0)[dim]
+    if len(bounds) > 1 and bounds[0][0] == 0 and bounds[-1][1] == size and \
+            all(p[1] == q[0] for p, q in zip(bounds, bounds[1:])):
+        outs = b.op("Split", [x, b.ints([hi - lo for lo, hi in bounds])], n_out=len(bounds),
+                    axis=dim)
+    else:
+        outs = [b.op("Slice", [x, b.ints([lo]), b.ints([hi]), b.ints([dim])])
+                for lo, hi in bounds]
     if a.get("squeeze"):
         outs = [b.op("Squeeze", [o, b.ints([dim])]) for o in outs]
     return outs

@@ -168,6 +168,12 @@ def _prelu(c, x, slope):
 
 @onnx_op("Clip", since=11)
 def _clip(c, x, lo=None, hi=None):
+    from tessera.graph.trace import is_symbolic
+    if lo is None and hi is None:
+        return x
+    if not any(t is not None and (is_symbolic(t) or t.requires_grad) for t in (lo, hi)):
+        return tessera.clamp(x, None if lo is None else c.value(lo).item(),
+                             None if hi is None else c.value(hi).item())
     if lo is not None:
         x = tessera.maximum(x, lo)
     if hi is not None:

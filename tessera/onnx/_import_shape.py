@@ -150,10 +150,13 @@ def _slice_impl(x, starts, ends, axes, steps):
 @onnx_op("Gather")
 def _gather(c, x, idx):
     axis = c.attr("axis", 0) % x.dim()
-    idx = tessera.where(idx < 0, idx + x.shape[axis], idx) if idx.numel() else idx
-    flat = tessera.index_select(x, axis, idx.reshape(-1).long())
-    shape = list(x.shape[:axis]) + list(idx.shape) + list(x.shape[axis + 1:])
-    return flat.reshape(shape)
+    if not idx.numel() or idx.dtype not in (D.int64, D.int32):
+        idx = tessera.where(idx < 0, idx + x.shape[axis], idx) if idx.numel() else idx
+        flat = tessera.index_select(x, axis, idx.reshape(-1).long())
+        shape = list(x.shape[:axis]) + list(idx.shape) + list(x.shape[axis + 1:])
+        return flat.reshape(shape)
+    # advanced indexing on one dim is Gather exactly (negative indices wrap)
+    return x[(slice(None),) * axis + (idx,)]
 
 
 @onnx_op("GatherElements")
@@ -521,6 +524,9 @@ def _layer_norm(c, x, scale, bias=None):
     if c.attr("stash_type", 1) != 1:
         raise NotImplementedError("stash_type other than float32")
     dims = tuple(range(axis, x.dim()))
+    if len([o for o in c.node.output if o]) == 1 and x.dtype is scale.dtype:
+        return F.layer_norm(x, tuple(x.shape[axis:]), scale.expand(x.shape[axis:]),
+                            None if bias is None else bias.expand(x.shape[axis:]), eps)
     xf = x.float() if x.dtype is not D.float64 else x
     mean = xf.mean(dim=dims, keepdim=True)
     d = xf - mean
