@@ -31,7 +31,8 @@ class Signature(NamedTuple):
     """One way an op runs on tiles: the SBP each input must have (None for a non-tensor
     argument) and the SBP of each output. ``local``, when given, replaces the op's local
     computation for this signature (``mean`` over a split dim sums and divides by the
-    logical count): ``local(op, local_args, attrs, metas) -> Tensor(s)``."""
+    logical count): ``local(op, local_args, attrs, metas, group) -> Tensor(s)``, where
+    ``group`` is the placement's ranks (for the collectives of synchronised batch norm)."""
 
     ins: tuple
     outs: tuple
@@ -162,7 +163,7 @@ def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
         for name in rule.shape_attrs:
             local_attrs[name] = tile
     if sig.local is not None:
-        res = sig.local(op, local_args, local_attrs, metas)
+        res = sig.local(op, local_args, local_attrs, metas, placement.flat_ranks)
     else:
         from tessera._dispatch import dispatch
         res = dispatch(op, *local_args, **local_attrs)

@@ -27,6 +27,7 @@ from tessera.distributed.dispatch import SbpRule, Signature
 from tessera.distributed.sbp import broadcast as B
 from tessera.distributed.sbp import partial_sum as P
 from tessera.distributed.sbp import split as S
+from tessera.distributed.sbp_nn import NN_RULES, nll_mean_signature
 from tessera.ops.registry import REGISTRY, Meta
 
 __all__ = ["RULES", "pointwise", "reduction"]
@@ -97,7 +98,7 @@ def _reduced(x: Meta, dim) -> tuple[int, ...]:
     return tuple(sorted({_wrap(d, max(n, 1)) for d in dims})) if n else ()
 
 
-def _mean_local(op, args, attrs, metas):
+def _mean_local(op, args, attrs, metas, group):
     """``mean`` of a tile split on a reduced dim: its sum over the logical count (the tiles
     then add up to the mean)."""
     import tessera
@@ -288,12 +289,14 @@ def _embedding_backward(g, indices, num_weights, padding_idx, scale_grad_by_freq
 
 
 def _nll_loss(x, t, w, reduction="mean", ignore_index=-100):
-    """``none``: the batch stays split; ``sum``: a split batch sums to partial_sum. (``mean``
-    divides by a data-dependent count, so it runs broadcast.)"""
+    """``none``: the batch stays split; ``sum``: a split batch sums to partial_sum; ``mean``:
+    each tile's sum over the global count of targets (one all-reduced number), partial."""
     wsig = None if w is None else B
     sigs = [Signature((B, B, wsig), (B,))]
     if len(x.shape) >= 2 and reduction in ("none", "sum"):
         sigs.insert(0, Signature((S(0), S(0), wsig), (S(0) if reduction == "none" else P,)))
+    elif len(x.shape) >= 2:
+        sigs.insert(0, nll_mean_signature(w, backward=False))
     return sigs
 
 
@@ -302,6 +305,8 @@ def _nll_loss_backward(g, t, w, shape, reduction="mean", ignore_index=-100):
     sigs = [Signature((B, B, wsig), (B,)), Signature((P, B, wsig), (P,))]
     if len(shape) >= 2 and reduction in ("none", "sum"):
         sigs.insert(0, Signature((S(0) if reduction == "none" else B, S(0), wsig), (S(0),)))
+    elif len(shape) >= 2:
+        sigs.insert(0, nll_mean_signature(w, backward=True))
     return sigs
 
 
@@ -331,6 +336,7 @@ RULES.update({
     "mean": reduction(mean=True),
     **{n: reduction() for n in ("amax", "amin", "prod", "logsumexp", "std", "var", "argmax",
                                  "argmin", "all", "any", "count_nonzero", "nanmean")},
+    "var_mean": reduction(nout=2), "std_mean": reduction(nout=2),
     "max_dim": reduction(nout=2), "min_dim": reduction(nout=2),
     "max": SbpRule(_full_reduction), "min": SbpRule(_full_reduction),
     "matmul": SbpRule(_matmul),
@@ -354,6 +360,7 @@ def _cast_rule(x, dtype):
     return sigs
 
 
+RULES.update(NN_RULES)
 RULES_CAST = RULES["cast"]
 RULES["cast"] = SbpRule(_cast_rule)
 

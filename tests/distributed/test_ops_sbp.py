@@ -65,7 +65,32 @@ CASES = {
     "cross_entropy_sum": (lambda a, t: F.cross_entropy(a, t, reduction="sum"),
                           [(5, 6), ("i", 5)]),
     "cross_entropy_mean": (lambda a, t: F.cross_entropy(a, t), [(5, 6), ("i", 5)]),
+    "cross_entropy_mean_3d": (lambda a, t: F.cross_entropy(a, t, ignore_index=2),
+                              [(3, 6, 2), ("i", 3, 2)]),
+    "nll_loss_weighted_mean": (lambda a, t: F.nll_loss(a, t, _const(a, [1, 2, .5, 1, 3, .2])),
+                               [(5, 6), ("i", 5)]),
+    "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1), [(3, 3, 4, 4), (4, 3, 3, 3), (4,)]),
+    "conv2d_groups": (lambda x, w: F.conv2d(x, w, stride=2, groups=2),
+                      [(3, 4, 5, 5), (2, 2, 3, 3)]),
+    "conv1d": (lambda x, w: F.conv1d(x, w), [(3, 2, 5), (3, 2, 2)]),
+    "batch_norm_eval": (lambda x, w, b: F.batch_norm(x, _const(x, [0.1, 0.2, -0.3]),
+                                                     _const(x, [1.0, 2.0, 0.5]), w, b),
+                        [(4, 3, 2, 2), (3,), (3,)]),
+    "batch_norm_train": (lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+                         [(5, 3, 2, 2), (3,), (3,)]),
+    "batch_norm_train_1d": (lambda x: F.batch_norm(x, None, None, training=True), [(5, 3)]),
+    "group_norm": (lambda x, w, b: F.group_norm(x, 2, w, b), [(3, 4, 2, 2), (4,), (4,)]),
+    "rms_norm": (lambda x, w: F.rms_norm(x, (4,), w), [(5, 4), (4,)]),
+    "max_pool2d": (lambda x: F.max_pool2d(x, 2), [(3, 2, 4, 4)]),
+    "avg_pool2d": (lambda x: F.avg_pool2d(x, 2, padding=1), [(3, 2, 4, 4)]),
+    "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, 2), [(3, 2, 4, 4)]),
 }
+
+
+def _const(like, values):
+    """A constant that is global (broadcast) where ``like`` is."""
+    t = tessera.tensor(values, dtype=tessera.float64)
+    return t.to_global(like.placement, B) if like.is_global else t
 
 
 def _inputs(shapes):
@@ -121,7 +146,8 @@ def test_op_on_every_sbp_combination(name):
 
 
 @pytest.mark.parametrize("name", ["add_broadcast", "matmul", "sum_dim", "mean_all", "view",
-                                  "softmax", "linear"])
+                                  "softmax", "linear", "conv2d", "batch_norm_train",
+                                  "cross_entropy_mean", "max_pool2d"])
 def test_uneven_splits_on_three_ranks(name):
     fn, shapes = CASES[name][:2]
     arrays = _inputs(shapes)

@@ -17,6 +17,7 @@ instead of hanging; when a rank raises, the others are aborted at their next col
 from __future__ import annotations
 
 import collections
+import copy
 import threading
 
 import numpy as np
@@ -46,7 +47,8 @@ class FakeWorld:
                                     name=f"fake-rank-{r}", daemon=True)
                    for r in range(self.world_size)]
         saved = (STATE.enabled, STATE.inference)
-        sched.initial = saved
+        gen = _generator()
+        sched.initial = saved + (gen,)
         try:
             for t in threads:
                 t.start()
@@ -58,6 +60,7 @@ class FakeWorld:
                                         f"within {limit:g} s")
         finally:
             STATE.enabled, STATE.inference = saved
+            _set_generator(gen)
         if sched.errors:
             rank, err = sched.errors[0]
             if hasattr(err, "add_note"):
@@ -69,6 +72,18 @@ class FakeWorld:
 def run(world_size: int, fn, *args, **kwargs) -> list:
     """``FakeWorld(world_size).run(fn, *args, **kwargs)``."""
     return FakeWorld(world_size).run(fn, *args, **kwargs)
+
+
+def _generator() -> tuple:
+    """The default random generator's stream: each simulated rank has its own, as each
+    process would (a rank's draws do not move another's)."""
+    from tessera.ops.random import default_generator as g
+    return g._seed, g._np
+
+
+def _set_generator(state: tuple) -> None:
+    from tessera.ops.random import default_generator as g
+    g._seed, g._np = state
 
 
 class _Op:
@@ -87,8 +102,8 @@ class _Scheduler:
         self.turn: int | None = 0
         self.status = ["ready"] * n     # ready | blocked | done
         self.waiting = [""] * n         # what a blocked rank waits on (for deadlock reports)
-        self.state: list = [None] * n   # each rank's (grad enabled, inference) while switched out
-        self.initial = (True, False)
+        self.state: list = [None] * n   # each rank's (grad enabled, inference, generator)
+        self.initial = (True, False, None)  # while switched out
         self.failure: str | None = None
         self.errors: list = []
         self.seq: dict = collections.Counter()
@@ -101,7 +116,8 @@ class _Scheduler:
         try:
             with self.cv:
                 self._wait_turn(rank)
-                STATE.enabled, STATE.inference = self.initial
+                STATE.enabled, STATE.inference, gen = self.initial
+                _set_generator((gen[0], copy.deepcopy(gen[1])))
             results[rank] = fn(*args, **kwargs)
         except BaseException as e:  # noqa: BLE001  (reported by run)
             with self.cv:
@@ -127,7 +143,7 @@ class _Scheduler:
         """Give the baton to the next ready rank; return when it is ``rank``'s turn again
         (or at once when ``rank`` is done). Called with ``cv`` held."""
         if self.status[rank] != "done":
-            self.state[rank] = (STATE.enabled, STATE.inference)
+            self.state[rank] = (STATE.enabled, STATE.inference, _generator())
         nxt = None
         for k in range(1, self.n + 1):
             r = (rank + k) % self.n
@@ -148,7 +164,8 @@ class _Scheduler:
         if self.status[rank] == "done":
             return
         self._wait_turn(rank)
-        STATE.enabled, STATE.inference = self.state[rank]
+        STATE.enabled, STATE.inference, gen = self.state[rank]
+        _set_generator(gen)
 
     def _check_failure(self) -> None:
         if self.failure is not None:

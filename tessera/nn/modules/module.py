@@ -376,6 +376,19 @@ class Module:
     def cpu(self) -> Module:
         return self.to("cpu")
 
+    def to_global(self, placement=None, sbp=None) -> Module:
+        """Parameters and buffers become global tensors in place (OneFlow's): a local one
+        is the whole value (the placement's first rank's copy), boxed to ``sbp``, which may
+        be a callable ``sbp(tensor)``; see ``tessera.distributed._module``.
+
+        >>> import tessera
+        >>> m = tessera.nn.Linear(2, 3)
+        >>> m.to_global(tessera.placement("cpu", ranks=[0]), tessera.sbp.broadcast).weight.sbp
+        (tessera.sbp.broadcast,)
+        """
+        from tessera.distributed._module import module_to_global
+        return module_to_global(self, placement, sbp)
+
     def type(self, dst_type) -> Module:
         return self._apply(lambda t: t.type(dst_type))
 
