@@ -68,15 +68,18 @@ def test_to_module_fine_tunes():
     m = tessera.onnx.to_module(tessera.onnx.export(src, (_x(3, 4),)))
     assert sorted(m.state_dict()) == sorted(src.state_dict())
     opt = tessera.optim.SGD(m.parameters(), lr=0.1)
-    x, y = _x(16, 4), _x(16, 1)
+    rng = np.random.default_rng(5)
+    xs = rng.standard_normal((32, 4)).astype(np.float32)
+    x, y = tessera.tensor(xs), tessera.tensor(np.tanh(xs @ rng.standard_normal((4, 1)))
+                                               .astype(np.float32))
     losses = []
-    for _ in range(20):
+    for _ in range(50):
         loss = nn.functional.mse_loss(m(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    assert losses[-1] < losses[0] * 0.9
+    assert losses[-1] < losses[0] * 0.5
     assert all(p.grad is not None for p in m.parameters())
 
 
