@@ -223,3 +223,21 @@ def test_path_attr_is_chosen_before_dispatch():
         other = tessera._dispatch.dispatch(REGISTRY["einsum"], a, b, c,
                                            equation="ab,bc,cd->ad", path=path)
         np.testing.assert_allclose(other.numpy(), out.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_batch_split_over_threads(monkeypatch):
+    """Batched steps big enough run their batch in chunks on the kernel threads, each with
+    single-threaded BLAS; forced here on small sizes, the results must not change."""
+    from tessera._einsum import _lower
+    if _lower._blas_local() is None:
+        pytest.skip("NumPy's BLAS is not OpenBLAS >= 0.3.27")
+    monkeypatch.setattr(_lower, "_SPLIT_MIN", 0)
+    monkeypatch.setattr(_lower, "_batch_split", lambda nb: 2 if nb >= 2 else 0)
+    for eq, shapes in [("bhqd,bhkd->bhqk", [(2, 3, 5, 4), (2, 3, 6, 4)]),
+                       ("bij,bjk->bik", [(5, 3, 4), (5, 4, 2)]),
+                       ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)])]:
+        for dtype in (np.float32, np.float64):
+            arrays = _inputs(shapes, dtype)
+            ours = tessera.einsum(eq, *map(tessera.from_numpy, arrays)).numpy()
+            ref = torch.einsum(eq, *map(torch.from_numpy, arrays)).numpy()
+            np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5)
