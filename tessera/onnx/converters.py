@@ -618,6 +618,17 @@ def _vdot(b, n):
 
 
 import tessera.onnx._conv_nn  # noqa: E402,F401
+
+
+@rule("einsum")
+def _einsum(b, n):
+    """ONNX Einsum takes the canonical equation as it is (explicit output, '...')."""
+    dt = n.out_dtype()
+    eq = n.attrs["equation"]
+    if not all(ch.isalpha() or ch in ",.->" for ch in eq.replace(" ", "")):
+        raise NotImplementedError(f"equation '{eq}'")
+    ins = [_t(b, n, i, dt) for i in range(len(n.ins))]
+    return b.op("Einsum", ins, equation=eq)
 import tessera.onnx._conv_reduce  # noqa: E402,F401  (reductions, shape and nn families)
 
 
