@@ -47,14 +47,23 @@ class SbpRule:
     """An op's ``sbp`` rule: ``rule(*metas, **attrs)`` lists its signatures on a 1-D mesh.
 
     ``shape_attrs`` names attrs that hold a logical output shape (``view``'s ``shape``):
-    the local kernel gets the tile's shape instead.
+    the local kernel gets the tile's shape instead. ``mesh``: the rule also takes
+    ``mesh_size`` (the ranks on the mesh axis, None when unknown), for signatures that hold
+    only when a size divides evenly (``view`` splitting or merging a split dim).
     """
 
-    def __init__(self, signatures, shape_attrs: tuple = ()):
+    def __init__(self, signatures, shape_attrs: tuple = (), mesh: bool = False,
+                 contiguous: bool = False):
         self.signatures = signatures
         self.shape_attrs = shape_attrs
+        self.mesh = mesh
+        # a global tensor reports contiguous strides whatever its tile's layout, so reshape
+        # of a transposed global tensor reaches ``view``: its tiles are made contiguous
+        self.contiguous = contiguous
 
-    def __call__(self, *metas, **attrs) -> list[Signature]:
+    def __call__(self, *metas, mesh_size: int | None = None, **attrs) -> list[Signature]:
+        if self.mesh:
+            return self.signatures(*metas, mesh_size=mesh_size, **attrs)
         return self.signatures(*metas, **attrs)
 
 
@@ -108,7 +117,7 @@ def choose(op: OpDef, metas, attrs, current, n: int, args=()) -> Signature:
     if rule is None:
         raise MissingRule(op.name, "sbp", f"it cannot run on global tensors "
                                           f"(inputs: {_describe(args)})")
-    sigs = rule(*metas, **attrs)
+    sigs = rule(*metas, mesh_size=n, **attrs)
     best, best_cost = None, None
     for sig in sigs:
         total = 0.0
@@ -154,6 +163,8 @@ def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
             local_args.append(a.detach())
         else:
             x = box(a._data.local, a._shape, placement, cur, (want,), rank, comm)
+            if op.sbp.contiguous and not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x)
             local_args.append(Tensor._make(x, a._dtype, placement.device, tuple(x.shape)))
     local_attrs = attrs
     rule = op.sbp

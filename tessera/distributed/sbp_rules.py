@@ -177,15 +177,23 @@ def _resolve(shape, numel: int) -> tuple:
     return shape
 
 
-def _view(x, shape):
+def _view(x, shape, mesh_size=None):
+    """A split dim stays split where it survives whole, or where the dim it starts at in
+    the output has the same offset and both sizes divide evenly over the mesh (splitting
+    (B, L, H*D) into (B, L, H, D) heads, merging them back): the tiles are then the same
+    contiguous blocks."""
     ins = tuple(x.shape)
     out = _resolve(shape, math.prod(ins))
+    n = mesh_size
     sigs = []
     for d, size in enumerate(ins):
         pre = math.prod(ins[:d])
         for e, osize in enumerate(out):
-            if osize == size and math.prod(out[:e]) == pre:
+            if math.prod(out[:e]) != pre:
+                continue
+            if osize == size or (n and size % n == 0 and osize % n == 0):
                 sigs.append(Signature((S(d),), (S(e),)))
+                break
     return sigs + _linear_identity()
 
 
@@ -340,7 +348,7 @@ RULES.update({
     "max_dim": reduction(nout=2), "min_dim": reduction(nout=2),
     "max": SbpRule(_full_reduction), "min": SbpRule(_full_reduction),
     "matmul": SbpRule(_matmul),
-    "view": SbpRule(_view, shape_attrs=("shape",)),
+    "view": SbpRule(_view, shape_attrs=("shape",), mesh=True, contiguous=True),
     "expand": SbpRule(_expand, shape_attrs=("shape",)),
     "permute": SbpRule(_permute), "unsqueeze": SbpRule(_unsqueeze),
     "squeeze": SbpRule(_squeeze), "cat": SbpRule(_cat), "slice": SbpRule(_slice),

@@ -130,3 +130,23 @@ def test_mpi_ddp_matches_single_process(tmp_path):
         for p, q in zip(params, want_params):
             np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
         assert nbuckets == 4
+
+
+def test_mpi_tensor_parallel_transformer_and_data_parallel_cnn(tmp_path):
+    """10 tensor-parallel steps of the Transformer layer, and the CNN (synchronised batch
+    norm, dropout, cross-entropy mean) data-parallel, each equal to one process."""
+    run_mpi(tmp_path, """
+        from tests.distributed._mpi import emit
+        from tests.distributed.test_nn_global import _train_cnn
+        from tests.distributed.test_tensor_parallel import tensor_parallel_transformer
+        emit((tensor_parallel_transformer(), _train_cnn(True)))
+    """)
+    from tests.distributed.test_nn_global import _train_cnn
+    from tests.distributed.test_tensor_parallel import check_transformer
+    outs = outputs(tmp_path)
+    check_transformer([o[0] for o in outs])
+    want_losses, want_state = _train_cnn(False)
+    for _, (losses, state) in outs:
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
+        for k, v in want_state.items():
+            np.testing.assert_allclose(state[k], v, rtol=1e-9, atol=1e-12, err_msg=k)
