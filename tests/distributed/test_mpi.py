@@ -150,3 +150,40 @@ def test_mpi_tensor_parallel_transformer_and_data_parallel_cnn(tmp_path):
         np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
         for k, v in want_state.items():
             np.testing.assert_allclose(state[k], v, rtol=1e-9, atol=1e-12, err_msg=k)
+
+
+def test_mpi_four_ranks_oversubscribed(tmp_path):
+    """-n 4 on this machine's cores: ZeRO stage 2, the tensor-parallel Transformer (one
+    head per rank) and the data-parallel CNN (uneven batch 2/2/1/1) equal one process."""
+    run_mpi(tmp_path, """
+        from tests.distributed._mpi import emit
+        from tests.distributed.test_nn_global import _train_cnn
+        from tests.distributed.test_tensor_parallel import tensor_parallel_transformer
+        from tests.distributed.test_zero import train
+        emit((train(2), tensor_parallel_transformer(), _train_cnn(True)))
+    """, n=4, timeout=180)
+    from tests.distributed.test_nn_global import _train_cnn
+    from tests.distributed.test_tensor_parallel import check_transformer
+    from tests.distributed.test_zero import check
+    outs = outputs(tmp_path, 4)
+    check([o[0] for o in outs], 4)
+    check_transformer([o[1] for o in outs])
+    want_losses, want_state = _train_cnn(False)
+    for _, _, (losses, state) in outs:
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
+        for k, v in want_state.items():
+            np.testing.assert_allclose(state[k], v, rtol=1e-9, atol=1e-12, err_msg=k)
+
+
+def test_mpi_four_ranks_one_raises(tmp_path):
+    t0 = time.monotonic()
+    proc = run_mpi(tmp_path, """
+        from tessera.distributed import comm as C
+        c = C.current()
+        if c.rank == 2:
+            raise ValueError("rank 2 of 4 found bad data")
+        c.barrier()
+    """, n=4, check=False)
+    assert proc.returncode != 0 and "rank 2 of 4 found bad data" in proc.stderr, \
+        proc.stdout + proc.stderr
+    assert time.monotonic() - t0 < 60
