@@ -265,83 +265,94 @@ def bind(eq: Equation, shapes) -> Bound:
 
 @lru_cache(maxsize=4096)
 def _bind(eq: Equation, shapes: tuple) -> Bound:
-    text = eq.text
-    if len(shapes) < len(eq.inputs):
-        term = eq.inputs[len(shapes)]
-        raise einsum_error(f"fewer operands were provided ({len(shapes)}) than specified in "
-                           f"the equation ({len(eq.inputs)}); operand {len(shapes)} starts at "
-                           f"index {term.start}", text, term.start)
-    if len(shapes) > len(eq.inputs):
-        end = eq.inputs[-1].positions[-1] + 1 if eq.inputs[-1].positions else \
-            eq.inputs[-1].start
-        raise einsum_error(f"more operands were provided ({len(shapes)}) than specified in "
-                           f"the equation ({len(eq.inputs)})", text, end)
-    # ellipsis dims: how many each operand covers, right-aligned and broadcast
-    ell_counts = []
-    for i, (term, shape) in enumerate(zip(eq.inputs, shapes)):
-        nl = len(term.letters)
-        if term.ellipsis is None:
-            if nl != len(shape):
-                raise einsum_error(f"the number of subscripts in the equation ({nl}) does not "
-                                   f"match the number of dimensions ({len(shape)}) for operand "
-                                   f"{i} and no ellipsis was given", text, term.start)
-            ell_counts.append(0)
-        else:
-            if nl > len(shape):
-                raise einsum_error(f"the number of subscripts in the equation ({nl}) is more "
-                                   f"than the number of dimensions ({len(shape)}) for operand "
-                                   f"{i}", text, term.start)
-            ell_counts.append(len(shape) - nl)
+    _check_count(eq, len(shapes))
+    ell_counts = [_ellipsis_dims(eq, i, shape) for i, shape in enumerate(shapes)]
     n_ell = max(ell_counts, default=0)
     used = {x for term in eq.inputs for x in term.letters}
     free = [x for x in string.ascii_lowercase + string.ascii_uppercase if x not in used]
     if n_ell > len(free):
         raise einsum_error(f"the ellipsis covers {n_ell} dims but only {len(free)} letters are "
                            f"unused by the equation (at most {len(LETTERS)} labels in all)",
-                           text, eq.inputs[0].start)
-    ell_letters = "".join(free[:n_ell])
+                           eq.text, eq.inputs[0].start)
+    ell = "".join(free[:n_ell])
     ell_sizes = [1] * n_ell
     sizes: dict[str, int] = {}
     inputs = []
     for i, (term, shape, k) in enumerate(zip(eq.inputs, shapes, ell_counts)):
         labels, where = [], []
         for x, p in zip(term.labels, term.positions):
-            if x == ELLIPSIS:
-                labels.extend(ell_letters[n_ell - k:])
-                where.extend([p] * k)
-            else:
-                labels.append(x)
-                where.append(p)
-        own: dict[str, int] = {}
-        for d, (x, n, p) in enumerate(zip(labels, shape, where)):
-            if x in ell_letters:
-                e = ell_letters.index(x)
-                m = ell_sizes[e]
-                if n != m and m != 1 and n != 1:
-                    raise einsum_error(f"dimension {e - (n_ell - k)} covered by the ellipsis in "
-                                       f"operand {i} has size {n} which does not broadcast with "
-                                       f"previously seen ellipsis with size {m} for the "
-                                       "respective dimension", text, p)
-                ell_sizes[e] = m if n == 1 else n
-                continue
-            if x in own and own[x] != n:
-                raise einsum_error(f"subscript {x} is repeated for operand {i} but the sizes "
-                                   f"don't match, {own[x]} != {n} (index {p})", text, p)
-            own[x] = n
-            m = sizes.get(x)
-            if m is not None and n != m and m != 1 and n != 1:
-                raise einsum_error(f"subscript {x} has size {n} for operand {i} which does not "
-                                   f"broadcast with previously seen size {m} (index {p})",
-                                   text, p)
-            sizes[x] = n if m is None or m == 1 else m
+            expanded = ell[n_ell - k:] if x == ELLIPSIS else x
+            labels.extend(expanded)
+            where.extend([p] * len(expanded))
+        _sizes(eq.text, i, labels, shape, where, ell, ell_sizes, sizes)
         inputs.append("".join(labels))
-    sizes.update(zip(ell_letters, ell_sizes))
-    if eq.output is None:
+    sizes.update(zip(ell, ell_sizes))
+    if eq.output is None:  # implicit: the ellipsis, then the letters seen once, sorted
         counts: dict[str, int] = {}
         for term in eq.inputs:
             for x in term.letters:
                 counts[x] = counts.get(x, 0) + 1
-        output = ell_letters + "".join(sorted(x for x, c in counts.items() if c == 1))
+        output = ell + "".join(sorted(x for x, c in counts.items() if c == 1))
     else:
-        output = "".join(ell_letters if x == ELLIPSIS else x for x in eq.output.labels)
+        output = "".join(ell if x == ELLIPSIS else x for x in eq.output.labels)
     return Bound(tuple(inputs), output, sizes, shapes)
+
+
+def _check_count(eq: Equation, n: int) -> None:
+    """As many operands as terms."""
+    if n < len(eq.inputs):
+        term = eq.inputs[n]
+        raise einsum_error(f"fewer operands were provided ({n}) than specified in the "
+                           f"equation ({len(eq.inputs)}); operand {n} starts at index "
+                           f"{term.start}", eq.text, term.start)
+    if n > len(eq.inputs):
+        last = eq.inputs[-1]
+        end = last.positions[-1] + 1 if last.positions else last.start
+        raise einsum_error(f"more operands were provided ({n}) than specified in the "
+                           f"equation ({len(eq.inputs)})", eq.text, end)
+
+
+def _ellipsis_dims(eq: Equation, i: int, shape: tuple) -> int:
+    """How many dims the ellipsis of operand ``i`` covers (0 without one)."""
+    term = eq.inputs[i]
+    nl = len(term.letters)
+    if term.ellipsis is None:
+        if nl != len(shape):
+            raise einsum_error(f"the number of subscripts in the equation ({nl}) does not "
+                               f"match the number of dimensions ({len(shape)}) for operand "
+                               f"{i} and no ellipsis was given", eq.text, term.start)
+        return 0
+    if nl > len(shape):
+        raise einsum_error(f"the number of subscripts in the equation ({nl}) is more than "
+                           f"the number of dimensions ({len(shape)}) for operand {i}",
+                           eq.text, term.start)
+    return len(shape) - nl
+
+
+def _sizes(text: str, i: int, labels: list, shape: tuple, where: list, ell: str,
+           ell_sizes: list, sizes: dict) -> None:
+    """Record operand ``i``'s dim sizes in ``sizes`` (letters) and ``ell_sizes`` (the
+    ellipsis dims, right-aligned): equal, or 1 broadcasting against any size."""
+    own: dict[str, int] = {}
+    n_ell = len(ell)
+    k = sum(1 for x in labels if x in ell)
+    for x, n, p in zip(labels, shape, where):
+        if x in ell:
+            e = ell.index(x)
+            m = ell_sizes[e]
+            if n != m and m != 1 and n != 1:
+                raise einsum_error(f"dimension {e - (n_ell - k)} covered by the ellipsis in "
+                                   f"operand {i} has size {n} which does not broadcast with "
+                                   f"previously seen ellipsis with size {m} for the respective "
+                                   "dimension", text, p)
+            ell_sizes[e] = m if n == 1 else n
+            continue
+        if x in own and own[x] != n:
+            raise einsum_error(f"subscript {x} is repeated for operand {i} but the sizes don't "
+                               f"match, {own[x]} != {n} (index {p})", text, p)
+        own[x] = n
+        m = sizes.get(x)
+        if m is not None and n != m and m != 1 and n != 1:
+            raise einsum_error(f"subscript {x} has size {n} for operand {i} which does not "
+                               f"broadcast with previously seen size {m} (index {p})", text, p)
+        sizes[x] = n if m is None or m == 1 else m

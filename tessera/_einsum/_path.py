@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 __all__ = ["DP_LIMIT", "flop_count", "optimal", "greedy", "choose", "describe", "PathInfo"]
 
@@ -59,7 +59,34 @@ def _optimal(inputs: tuple, output: str, size_items: tuple) -> tuple:
     n = len(inputs)
     if n < 2:
         return ()
-    sizes = dict(size_items)
+    res, size_of = _subset_tables(inputs, output, dict(size_items))
+    # best[s] = (cost, largest intermediate, (half, other half)) of contracting subset s
+    best: dict[int, tuple] = {1 << i: (0, 0, None) for i in range(n)}
+    for s in sorted(range(1, 1 << n), key=int.bit_count):
+        if s & (s - 1) == 0:
+            continue
+        rs, top = res[s], None
+        low = s & -s
+        sub = (s - 1) & s
+        while sub:
+            if sub & low:  # each split once: the half holding the lowest operand
+                other = s ^ sub
+                b1, b2 = best[sub], best[other]
+                both = res[sub] | res[other]
+                cand = (b1[0] + b2[0] + size_of(both) * (2 if both != rs else 1),
+                        max(b1[1], b2[1], size_of(rs)))
+                if top is None or cand < top[:2]:
+                    top = (cand[0], cand[1], (sub, other))
+            sub = (sub - 1) & s
+        best[s] = top
+    return tuple(_tree_path(best, n))
+
+
+def _subset_tables(inputs: tuple, output: str, sizes: dict):
+    """``res[s]``: the labels (a bit mask) of the contraction of operand subset ``s`` (those
+    of its operands the output or an operand outside ``s`` needs; a single operand enters
+    whole); ``size_of(mask)``: the product of those labels' sizes."""
+    n = len(inputs)
     labels = sorted(set("".join(inputs)) | set(output))
     bit = {x: 1 << k for k, x in enumerate(labels)}
     lsize = [sizes[x] for x in labels]
@@ -70,46 +97,19 @@ def _optimal(inputs: tuple, output: str, size_items: tuple) -> tuple:
     for s in range(1, 1 << n):
         low = s & -s
         union[s] = union[s ^ low] | masks[low.bit_length() - 1]
-    size_memo: dict[int, int] = {}
-
-    def size_of(m: int) -> int:
-        v = size_memo.get(m)
-        if v is None:
-            v, k, mm = 1, 0, m
-            while mm:
-                if mm & 1:
-                    v *= lsize[k]
-                mm >>= 1
-                k += 1
-            size_memo[m] = v
-        return v
-
-    res = [0] * (1 << n)  # the labels of the contraction of subset s
-    for s in range(1, 1 << n):
-        res[s] = union[s] & (out_mask | union[full ^ s])
-    for i in range(n):    # an operand enters its first contraction whole
+    res = [union[s] & (out_mask | union[full ^ s]) for s in range(1 << n)]
+    for i in range(n):
         res[1 << i] = masks[i]
-    # best[s] = (cost, largest intermediate, split)
-    best: dict[int, tuple] = {1 << i: (0, 0, None) for i in range(n)}
-    for s in sorted(range(1, 1 << n), key=int.bit_count):
-        if s & (s - 1) == 0:
-            continue
-        rs = res[s]
-        top = None
-        low = s & -s
-        sub = (s - 1) & s
-        while sub:
-            if sub & low:  # each split once: the half holding the lowest operand
-                other = s ^ sub
-                b1, b2 = best[sub], best[other]
-                both = res[sub] | res[other]
-                flops = size_of(both) * (2 if both != rs else 1)
-                cand = (b1[0] + b2[0] + flops, max(b1[1], b2[1], size_of(rs)))
-                if top is None or cand < top[:2]:
-                    top = (cand[0], cand[1], (sub, other))
-            sub = (sub - 1) & s
-        best[s] = top
-    # the tree as a path: post-order, positions in the shrinking operand list
+
+    @cache
+    def size_of(m: int) -> int:
+        return math.prod(lsize[k] for k in range(m.bit_length()) if m >> k & 1)
+    return res, size_of
+
+
+def _tree_path(best: dict, n: int) -> list[tuple[int, int]]:
+    """The contraction tree in ``best`` as a path: post-order, each pair as positions in
+    the shrinking list of operands."""
     current = [1 << i for i in range(n)]
     path = []
 
@@ -124,8 +124,8 @@ def _optimal(inputs: tuple, output: str, size_items: tuple) -> tuple:
         del current[j], current[i]
         current.append(s)
 
-    emit(full)
-    return tuple(path)
+    emit((1 << n) - 1)
+    return path
 
 
 # ---- beyond DP_LIMIT: greedy --------------------------------------------------------------

@@ -15,8 +15,8 @@ each ``(ins, outs)``: one ``tessera.sbp`` value per operand and one for the outp
 * einsum is linear in each operand: partial_sum on one operand, broadcast on the rest ->
   partial_sum.
 
-``Signature`` has the fields of ``tessera.distributed``'s (``ins``, ``outs``, ``local``),
-so the global-tensor dispatch can use these signatures as they are.
+The signatures are ``tessera.distributed.dispatch.Signature``s; ``mesh_size`` (passed by
+the global-tensor dispatch) does not change them.
 
 Cost. ``einsum_cost(*metas, equation, path)`` returns ``{"flops", "bytes", "steps"}``:
 FLOPs of the path as ``opt_einsum`` counts them, and bytes read and written (each operand
@@ -33,28 +33,15 @@ read once, each intermediate written and read once, the output written once).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from tessera._einsum._parse import bind, parse
 from tessera._einsum._path import _size, describe
 
-__all__ = ["Signature", "einsum_sbp", "einsum_cost"]
+__all__ = ["einsum_sbp", "einsum_cost"]
 
 
-class Signature(NamedTuple):
-    """The SBP each input must have and the SBP of each output."""
-
-    ins: tuple
-    outs: tuple
-    local: object = None
-
-    def __str__(self) -> str:
-        ins = ", ".join("-" if s is None else s.short() for s in self.ins)
-        return f"({ins}) -> ({', '.join(s.short() for s in self.outs)})"
-
-
-def einsum_sbp(*metas, equation: str, path=None) -> list[Signature]:
+def einsum_sbp(*metas, equation: str, path=(), mesh_size: int | None = None) -> list:
     """The SBP signatures of one einsum (see the module docstring for the format)."""
+    from tessera.distributed.dispatch import Signature
     from tessera.distributed.sbp import broadcast as B
     from tessera.distributed.sbp import partial_sum as P
     from tessera.distributed.sbp import split as S
@@ -78,7 +65,13 @@ def einsum_sbp(*metas, equation: str, path=None) -> list[Signature]:
     return sigs
 
 
-einsum_sbp.shape_attrs = ()  # the attrs hold no logical shape (tiles need no rewriting)
+# what ``tessera.distributed.dispatch.SbpRule`` carries besides the signatures: no attr
+# holds a logical shape, no signature depends on the mesh size, tiles need not be
+# contiguous. (A plain function with these attributes, not an ``SbpRule``, because the
+# op is defined before ``tessera.distributed`` is imported.)
+einsum_sbp.shape_attrs = ()
+einsum_sbp.mesh = False
+einsum_sbp.contiguous = False
 
 
 def einsum_cost(*metas, equation: str, path=()) -> dict:
