@@ -59,8 +59,7 @@ def _infer(*metas, equation: str, path=()):
         summed = set("".join(b.inputs)) - set(b.output)
         if len(metas) == 1 and summed:
             dt = D.int64
-        elif dt is D.bool_ and any(x in t for x in summed for t in b.inputs) and \
-                len(metas) > 1:
+        elif dt is D.bool_ and summed and len(metas) > 1:
             raise NotImplementedError("\"bmm\" not implemented for 'Bool'")
     return Meta(b.output_shape(), dt)
 
