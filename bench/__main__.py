@@ -1,8 +1,9 @@
 """``python -m bench [section ...]``: the benchmarks, side by side with their peers.
 
-Sections: overhead, kernels, training, compile, demo, models, einsum (all by default, in
-that order). Prints one table per section, writes every figure to
-``bench/results/<time>.json`` and a bar chart of the ratios to PyTorch eager beside it.
+Sections: overhead, kernels, training, compile, demo, models, einsum, distributed (all by
+default, in that order; ``python -m bench.onnx_simplify`` counts ONNX nodes separately).
+Prints one table per section, writes every figure to ``bench/results/<time>.json`` and a
+bar chart of the ratios to PyTorch eager beside it.
 
 Run through ``make bench``, which unsets OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for this
 command only (they halve NumPy's SGEMM on this machine).
@@ -17,13 +18,14 @@ import time
 
 from bench.common import environment
 
-SECTIONS = ("overhead", "kernels", "training", "compile", "demo", "models", "einsum")
+SECTIONS = ("overhead", "kernels", "training", "compile", "demo", "models", "einsum",
+            "distributed")
 
 
 def _module(name: str):
     try:
         return importlib.import_module(f"bench.{name}")
-    except ImportError as e:  # the einsum benchmark lands with the einsum op
+    except ImportError as e:  # a section whose module is not in this checkout
         if e.name == f"bench.{name}":
             return None
         raise
