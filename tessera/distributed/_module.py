@@ -6,6 +6,12 @@ A local parameter is read as the module's whole value, the way
 ``sync_data``), and the tensor is then boxed to the requested SBP, so ``split(0)`` keeps
 this rank's rows of the single-process weight. A global parameter is boxed to the new SBP.
 Parameters stay the same objects (optimizers hold them) and keep ``requires_grad``.
+
+Each global parameter's gradient is boxed to the parameter's own SBP as it arrives (a
+gradient hook): the partial_sum gradient of a broadcast weight under a split batch is
+all-reduced once, in backward, as DDP would, and the optimizer then runs locally. (Left
+partial, every optimizer op reading it would box it again.) ``ZeroRedundancyOptimizer``
+removes the hook to reduce-scatter instead.
 """
 from __future__ import annotations
 
@@ -17,7 +23,9 @@ from tessera.distributed._global import _check_placement, is_global, make_global
 from tessera.distributed.sbp import broadcast
 from tessera.distributed.sbp import sbp as Sbp
 
-__all__ = ["module_to_global", "whole_to_global"]
+__all__ = ["module_to_global", "whole_to_global", "GRAD_HOOK"]
+
+GRAD_HOOK = "_tessera_grad_sbp_hook"  # the attribute holding a parameter's hook handle
 
 
 def whole_to_global(t: Tensor, placement, sbp) -> Tensor:
@@ -47,4 +55,19 @@ def module_to_global(module, placement=None, sbp=None):
         if callable(sbp) and not isinstance(sbp, (Sbp, tuple, list)):
             s = sbp(t)
         return whole_to_global(t, placement, s)
-    return module._apply(convert)
+    module._apply(convert)
+    for p in module.parameters():
+        old = p.__dict__.pop(GRAD_HOOK, None)
+        if old is not None:
+            old.remove()
+        if p.requires_grad:
+            p.__dict__[GRAD_HOOK] = p.register_hook(_grad_to_sbp_of(p))
+    return module
+
+
+def _grad_to_sbp_of(p: Tensor):
+    def hook(grad: Tensor):
+        if grad.is_global and is_global(p) and grad.sbp != p.sbp:
+            return grad.to_global(sbp=p.sbp)
+        return None
+    return hook

@@ -10,6 +10,8 @@ which is how dispatch picks the cheapest SBP signature of an op.
 >>> from tessera.distributed.sbp import split, broadcast, partial_sum
 >>> [cost(s, broadcast, 100, 2) for s in (broadcast, split(0), partial_sum)]
 [0.0, 50.0, 100.0]
+>>> cost(broadcast, partial_sum, 100, 2)  # local, charged the reduction it defers
+50.0
 """
 from __future__ import annotations
 
@@ -155,13 +157,15 @@ def box(x: np.ndarray, shape: tuple, placement, src: tuple, dst: tuple, rank: in
     return x
 
 
-_LOCAL = {("B", "S"): 1e-3, ("B", "P"): 1e-2, ("S", "P"): 1e-2}
+_LOCAL = {("B", "S"): 1e-3}
 
 
 def cost(src: sbp, dst: sbp, nbytes: float, n: int) -> float:
     """Bytes a rank sends to convert a tensor of ``nbytes`` from ``src`` to ``dst`` on a mesh
-    axis of ``n`` ranks (ring algorithms); local conversions cost a little, so that an exact
-    match wins a tie."""
+    axis of ``n`` ranks (ring algorithms); a local slice costs a little, so that an exact
+    match wins a tie. Making a partial_sum (B->P, S->P) is local, but it is charged the
+    reduce-scatter the partial result will need later: otherwise a reshape that cannot keep
+    a split would pick the free S->P and push a full-size reduction downstream."""
     if src == dst or n == 1:
         return 0.0
     k = (src.kind, dst.kind)

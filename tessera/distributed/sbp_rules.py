@@ -245,6 +245,15 @@ def _split_view(x, dim, bounds, squeeze):
     return sigs + [Signature((B,), (B,) * k), Signature((P,), (P,) * k)]
 
 
+def _split_backward(*gs, shape, dim, bounds, squeeze):
+    """The pieces' gradients put back together along ``dim``: other dims may stay split."""
+    n, k = len(shape), len(gs)
+    dim = _wrap(dim, n)
+    sigs = [Signature((S(d - (1 if squeeze and d > dim else 0)),) * k, (S(d),))
+            for d in range(n) if d != dim]
+    return sigs + _linear_identity(k)
+
+
 def _slice(x, key):
     """Basic indexing: a dim that the key leaves whole (``:``) can stay split."""
     n = len(x.shape)
@@ -353,6 +362,7 @@ RULES.update({
     "permute": SbpRule(_permute), "unsqueeze": SbpRule(_unsqueeze),
     "squeeze": SbpRule(_squeeze), "cat": SbpRule(_cat), "slice": SbpRule(_slice),
     "split_view": SbpRule(_split_view),
+    "split_backward": SbpRule(_split_backward, shape_attrs=("shape",)),
     "view_assign": SbpRule(lambda base, src, chain: _linear_identity(2)),
     "layer_norm": SbpRule(_layer_norm), "layer_norm_backward": SbpRule(_layer_norm_backward),
     "embedding": SbpRule(_embedding), "embedding_backward": SbpRule(_embedding_backward),

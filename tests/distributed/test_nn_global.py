@@ -111,3 +111,23 @@ def test_cnn_data_parallel_training_matches_one_process():
         np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
         for k, v in want_state.items():
             np.testing.assert_allclose(state[k], v, rtol=1e-9, atol=1e-12, err_msg=k)
+
+
+def test_module_gradients_take_their_parameters_sbp():
+    """A broadcast weight's partial gradient is all-reduced once, in backward."""
+    x = rng.standard_normal((4, 3))
+    tessera.manual_seed(0)
+    lin = nn.Linear(3, 2).double()
+    lin(tessera.tensor(x)).square().mean().backward()
+
+    def body():
+        tessera.manual_seed(0)
+        m = nn.Linear(3, 2).double()
+        p = placement("cpu", [0, 1])
+        m.to_global(p, lambda t: S(0) if t.dim() == 2 else B)
+        m(global_from(x, p, (S(0),))).square().mean().backward()
+        return m.weight.grad.sbp, m.bias.grad.sbp, m.weight.grad.numpy(), m.bias.grad.numpy()
+    for ws, bs, gw, gb in run(2, body):
+        assert (ws, bs) == ((S(0),), (B,))
+        np.testing.assert_allclose(gw, lin.weight.grad.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(gb, lin.bias.grad.numpy(), rtol=1e-12)

@@ -59,6 +59,9 @@ CASES = {
     "expand": (lambda a: a.unsqueeze(0).expand(3, 5, 4), [(5, 4)]),
     "cat": (lambda a, b: tessera.cat([a, b], 1), [(5, 4), (5, 2)]),
     "slice": (lambda a: a[:, 1:3], [(5, 4)]),
+    "chunk": (lambda a: tessera.cat([c * (i + 1) for i, c in enumerate(a.chunk(2, 1))], 0),
+              [(5, 4)]),
+    "unbind": (lambda a: a.unbind(0)[1] * 2 + a.unbind(0)[0], [(3, 4)]),
     "mse": (lambda a, b: ((a - b) ** 2).mean(), [(5, 4), (5, 4)]),
     "cast": (lambda a: a.float(), [(5, 4)], 1e-6),  # P tiles round one by one
     "layer_norm": (lambda a, w, b: F.layer_norm(a, (4,), w, b), [(5, 4), (4,), (4,)]),

@@ -27,6 +27,7 @@ import numpy as np
 
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
+from tessera.distributed._module import GRAD_HOOK
 from tessera.distributed.sbp import broadcast, split
 
 __all__ = ["ZeroRedundancyOptimizer", "shard_sbp"]
@@ -74,6 +75,10 @@ class ZeroRedundancyOptimizer:
                                      "the model global: model.to_global(placement, "
                                      "tessera.sbp.broadcast))")
                 shard = p if s == p.sbp[0] else Parameter(p.detach().to_global(sbp=s))
+                if shard is not p:  # reduce-scatter the partial gradient, not all-reduce
+                    hook = p.__dict__.pop(GRAD_HOOK, None)
+                    if hook is not None:
+                        hook.remove()
                 self._pairs.append((p, shard))
                 shards.append(shard)
                 if stage == 2 and shard is not p:
