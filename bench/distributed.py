@@ -1,0 +1,197 @@
+"""Data-parallel scaling on this machine: samples/s of the training workloads of
+bench/training.py (MLP 784-1024-1024-10 batch 256 SGD+momentum; Transformer encoder layer
+d_model 256, 4 heads, seq 128, batch 16, GELU FFN 1024, AdamW) at 1 rank x 2 threads
+against 2 ranks x 1 thread on the same global batch, each started through the launcher
+(``python -m tessera.distributed.launch``, which runs ``mpiexec``).
+
+Three data-parallel forms run on 2 ranks: ``DistributedDataParallel`` (local tensors,
+bucketed gradient all-reduce); global tensors (``model.to_global(p, broadcast)``, batch
+``split(0)``, the optimizer's ops boxing the partial_sum gradients where they read them);
+and global tensors with ZeRO stage 2 (gradients reduce-scattered in backward, the
+optimizer on split shards, the shards all-gathered into the parameters).
+
+Communication is counted per rank per step at the communicator: the bytes each collective
+sends under the ring algorithms (all-reduce 2(n-1)/n of the buffer, all-gather and
+reduce-scatter (n-1)/n of the whole, all-to-all the chunks for other ranks), printed beside
+the minimum for data parallelism, one ring all-reduce of the gradients: 2(n-1)/n x
+gradient bytes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+WORKLOADS = ("mlp", "transformer")
+# (mode, ranks, threads per rank)
+CONFIGS = (("single", 1, 2), ("ddp", 2, 1), ("global", 2, 1), ("global+zero2", 2, 1))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _build(name: str, n: int):
+    """(model, loss_fn, optimizer factory, global x, global y) of workload ``name``."""
+    import tessera as lib
+    nn = lib.nn
+    lib.manual_seed(0)
+    if name == "mlp":
+        model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                              nn.Linear(1024, 10))
+        x, y = lib.randn(256, 784), lib.randint(0, 10, (256,))
+        return model, nn.CrossEntropyLoss(), \
+            (lambda ps: lib.optim.SGD(ps, lr=0.01, momentum=0.9)), x, y
+    model = nn.TransformerEncoderLayer(256, 4, dim_feedforward=1024, dropout=0.0,
+                                       activation="gelu", batch_first=True)
+    x, y = lib.randn(16, 128, 256), lib.randn(16, 128, 256)
+    return model, nn.MSELoss(), (lambda ps: lib.optim.AdamW(ps, lr=1e-4)), x, y
+
+
+class _Counter:
+    """Ring-algorithm bytes sent by this rank, counted at the communicator."""
+
+    def __init__(self, comm):
+        self.bytes = 0.0
+        n = comm.world_size
+        f = (n - 1) / n
+        rules = {
+            "all_reduce": lambda x, *a, **k: 2 * f * x.nbytes,
+            "iall_reduce": lambda x, *a, **k: 2 * f * x.nbytes,
+            "all_gather": lambda x, *a, **k: (n - 1) * x.nbytes,
+            "reduce_scatter": lambda chunks, *a, **k: f * sum(c.nbytes for c in chunks),
+            "all_to_all": lambda chunks, *a, **k: sum(c.nbytes for c in chunks) * f,
+            "broadcast": lambda x, *a, **k: f * x.nbytes,
+            "send": lambda x, *a, **k: x.nbytes,
+        }
+        rules["all_gather_object"] = lambda *a, **k: 0.0  # metadata (the slowest rank)
+        self.depth = 0  # only the outermost call counts (all_reduce waits on iall_reduce)
+        for name, rule in rules.items():
+            orig = getattr(comm, name)
+
+            def wrapped(*a, _orig=orig, _rule=rule, **k):
+                if self.depth == 0:
+                    self.bytes += _rule(*a, **k)
+                self.depth += 1
+                try:
+                    return _orig(*a, **k)
+                finally:
+                    self.depth -= 1
+            setattr(comm, name, wrapped)
+
+
+def child(name: str, mode: str, steps: int) -> dict | None:
+    """One rank's run; rank 0 returns the figures."""
+    import tessera
+    import tessera.distributed as dist
+    from tessera.distributed import comm as C
+    n, rank = dist.get_world_size(), dist.get_rank()
+    model, loss_fn, make_opt, x, y = _build(name, n)
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    if mode == "ddp":
+        from tessera.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(model)
+        per = x.shape[0] // n
+        x, y = x[rank * per:(rank + 1) * per].clone(), y[rank * per:(rank + 1) * per].clone()
+    elif mode.startswith("global"):
+        p = tessera.placement("cpu", list(range(n)))
+        model.to_global(p, tessera.sbp.broadcast)
+        x = x.to_global(p, tessera.sbp.broadcast).to_global(sbp=tessera.sbp.split(0))
+        y = y.to_global(p, tessera.sbp.broadcast).to_global(sbp=tessera.sbp.split(0))
+    if mode == "global+zero2":
+        from tessera.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(model.parameters(), lambda ps: make_opt(ps), stage=2)
+    else:
+        opt = make_opt(model.parameters())
+    counter = _Counter(C.current())
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+    for _ in range(2):  # warm-up: kernels compiled, optimizer state made
+        step()
+    dist.barrier()
+    counter.bytes = 0.0
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    comm_bytes = counter.bytes / steps
+    if n > 1:  # the slowest rank sets the pace
+        times = [max(v) for v in zip(*C.current().all_gather_object(times))]
+    if rank != 0:
+        return None
+    ms = statistics.median(times) * 1000
+    return {"ms": ms, "samples_s": x.shape[0] * (n if mode == "ddp" else 1) / ms * 1000,
+            "comm_bytes": comm_bytes, "grad_bytes": grad_bytes, "ranks": n,
+            "min_bytes": 2 * (n - 1) / n * grad_bytes}
+
+
+def _launch(name: str, mode: str, ranks: int, threads: int, steps: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "out.json")
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads),
+                   PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        cmd = [sys.executable, "-m", "tessera.distributed.launch", "--nproc-per-node",
+               str(ranks), "--threads-per-proc", str(threads), "-m", "bench.distributed",
+               "--child", name, mode, str(steps), out]
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                              check=False)
+        if proc.returncode != 0 or not os.path.exists(out):
+            lines = (proc.stderr or "?").strip().splitlines()
+            return {"error": next((ln for ln in reversed(lines) if "Error" in ln),
+                                  lines[-1] if lines else "?")}
+        with open(out) as f:
+            return json.load(f)
+
+
+def run(steps: int = 10) -> list[dict]:
+    rows = []
+    for name in WORKLOADS:
+        row = {"workload": name}
+        for mode, ranks, threads in CONFIGS:
+            row[mode] = _launch(name, mode, ranks, threads, steps)
+        rows.append(row)
+    return rows
+
+
+def render(rows) -> str:
+    from bench.common import table
+    out, notes = [], []
+    for r in rows:
+        base = r["single"]
+        for mode, ranks, threads in CONFIGS:
+            res = r[mode]
+            if "error" in res:
+                notes.append(f"{r['workload']} {mode}: {res['error'][:100]}")
+                out.append((r["workload"], mode, f"{ranks} x {threads}") + ("-",) * 6)
+                continue
+            ratio = f"{res['samples_s'] / base['samples_s']:.2f}" if "samples_s" in base else "-"
+            mb = 2 ** 20
+            comm = res["comm_bytes"] / mb
+            low = res["min_bytes"] / mb
+            out.append((r["workload"], mode, f"{ranks} x {threads}", f"{res['ms']:.1f}",
+                        f"{res['samples_s']:.0f}", ratio, f"{comm:.2f}", f"{low:.2f}",
+                        f"{res['comm_bytes'] / res['min_bytes']:.2f}" if ranks > 1 else "-"))
+    return (table(out, ("workload", "data parallel", "ranks x threads", "step ms",
+                        "samples/s", "vs 1 rank", "comm MB/step/rank", "ring minimum MB",
+                        "comm/minimum"))
+            + "".join(f"\n  {n}" for n in notes))
+
+
+TITLE = ("Data-parallel scaling (same global batch; median of 10 steps after 2 warm-up; "
+         "targets: 2 ranks >= 0.85 x 1 rank, communication at the ring all-reduce minimum)")
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        res = child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        if res is not None:
+            with open(sys.argv[5], "w") as f:
+                json.dump(res, f)
+    else:
+        print(TITLE)
+        print(render(run()))
