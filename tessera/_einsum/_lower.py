@@ -123,8 +123,10 @@ def plan(equation: str, shapes: tuple, path: tuple) -> Plan:
             vb = _views(lb, (batch, con, right), (n["b"], n["c"], n["r"]))
             mode = "mm"
         else:
-            va = ((_perm(la, batch + left), (n["b"], n["l"]), False),)
-            vb = ((_perm(lb, batch + right), (n["b"], n["r"]), False),)
+            va = ((_perm(la, batch + left), (len(batch), len(left)), (n["b"], n["l"]),
+                   False),)
+            vb = ((_perm(lb, batch + right), (len(batch), len(right)), (n["b"], n["r"]),
+                   False),)
             mode = "mul"
         res = batch + left + right
         pairs.append(_Pair(i, j, va, vb, mode, tuple(b.sizes[x] for x in res)))
@@ -155,22 +157,36 @@ def _perm(labels: str, order: list) -> tuple:
 def _views(labels: str, groups: tuple, shape3: tuple) -> tuple:
     """Two ways to see an operand as ``shape3``: (g0, g1, g2) directly, or (g0, g2, g1)
     then swapping the last two axes (free for BLAS); ``_arrange`` takes the one that needs
-    no copy."""
+    no copy. Each way: (perm, axes merged into each of the 3 dims, shape, swap)."""
     g0, g1, g2 = groups
     n0, n1, n2 = shape3
-    return ((_perm(labels, g0 + g1 + g2), (n0, n1, n2), False),
-            (_perm(labels, g0 + g2 + g1), (n0, n2, n1), True))
+    return ((_perm(labels, g0 + g1 + g2), (len(g0), len(g1), len(g2)), (n0, n1, n2), False),
+            (_perm(labels, g0 + g2 + g1), (len(g0), len(g2), len(g1)), (n0, n2, n1), True))
 
 
 def _arrange(x: np.ndarray, views: tuple) -> np.ndarray:
-    for perm, shape, swap in views:
-        try:
-            y = x.transpose(perm).reshape(shape, copy=False)
-        except ValueError:  # this order needs a copy; try the other
-            continue
-        return y.swapaxes(-1, -2) if swap else y
-    perm, shape, swap = views[0]
-    return x.transpose(perm).reshape(shape)
+    for perm, counts, shape, swap in views:
+        y = x.transpose(perm)
+        if _mergeable(y, counts):
+            y = y.reshape(shape)  # a view
+            return y.swapaxes(-1, -2) if swap else y
+    perm, _, shape, _ = views[0]
+    return x.transpose(perm).reshape(shape)  # a copy
+
+
+def _mergeable(y: np.ndarray, counts: tuple) -> bool:
+    """Whether merging consecutive runs of ``counts`` axes of ``y`` is a view: within each
+    run, every axis (of size > 1) steps over exactly the next one."""
+    if y.size == 0:
+        return True
+    k = 0
+    for c in counts:
+        axes = [a for a in range(k, k + c) if y.shape[a] != 1]
+        for a, b in zip(axes, axes[1:]):
+            if y.strides[a] != y.strides[b] * y.shape[b]:
+                return False
+        k += c
+    return True
 
 
 def _prep(x: np.ndarray, p: _Prep) -> tuple[np.ndarray, bool]:
@@ -187,13 +203,16 @@ def _prep(x: np.ndarray, p: _Prep) -> tuple[np.ndarray, bool]:
     return x, fresh
 
 
+_VECDOT = hasattr(np, "vecdot")  # NumPy >= 2.0
+
+
 def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     from tessera.ops.linalg import _matmul_kernel
     nb, m, k = a.shape
     n = b.shape[2]
     if nb == 1:  # no batch: one GEMM (or GEMV), threaded by BLAS
         return _matmul_kernel(a[0], b[0])[None]
-    if m == 1 and n == 1 and a.dtype.kind == "f" and a.itemsize >= 4:
+    if m == 1 and n == 1 and a.dtype.kind == "f" and a.itemsize >= 4 and _VECDOT:
         # a batch of dot products: NumPy's matmul would call BLAS once per 1x1 product
         return np.vecdot(a[:, 0, :], b[:, :, 0])[:, None, None]
     if a.dtype == b.dtype and a.dtype.kind in "fc" and a.itemsize >= 4 and \
