@@ -1,6 +1,6 @@
 """Hypothesis: random valid equations (1-4 operands, repeated letters, size-1 broadcasting,
 ellipses, implicit and explicit outputs, spaces) agree with torch.einsum, forward and
-backward."""
+backward, and give the same shape on the meta device."""
 from __future__ import annotations
 
 import numpy as np
@@ -67,6 +67,8 @@ def test_random_equations_match_torch(case, seed):
     xs = [tessera.tensor(a, requires_grad=True) for a in arrays]
     out = tessera.einsum(eq, *xs)
     assert tuple(out.shape) == tuple(ref.shape), (eq, shapes)
+    meta = tessera.einsum(eq, *[tessera.empty(s, device="meta") for s in shapes])
+    assert tuple(meta.shape) == tuple(ref.shape), (eq, shapes)
     np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-9,
                                atol=1e-9)
     g = rng.standard_normal(tuple(ref.shape))
