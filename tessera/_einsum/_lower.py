@@ -29,6 +29,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from tessera._einsum._parse import bind, parse
+from tessera.ops.linalg import _blasable, _matmul_kernel
 
 __all__ = ["run", "plan", "Plan", "contracted"]
 
@@ -165,6 +166,11 @@ def _views(labels: str, groups: tuple, shape3: tuple) -> tuple:
 
 
 def _arrange(x: np.ndarray, views: tuple) -> np.ndarray:
+    contiguous = x.flags.c_contiguous
+    for perm, counts, shape, swap in views:
+        if contiguous and perm == tuple(range(len(perm))):  # the common case, quickly
+            y = x.reshape(shape)
+            return y.swapaxes(-1, -2) if swap else y
     for perm, counts, shape, swap in views:
         y = x.transpose(perm)
         if _mergeable(y, counts):
@@ -207,7 +213,6 @@ _VECDOT = hasattr(np, "vecdot")  # NumPy >= 2.0
 
 
 def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    from tessera.ops.linalg import _matmul_kernel
     nb, m, k = a.shape
     n = b.shape[2]
     if nb == 1:  # no batch: one GEMM (or GEMV), threaded by BLAS
@@ -262,7 +267,6 @@ def _batch_split(nb: int) -> int:
 
 def _split_matmul(a: np.ndarray, b: np.ndarray, threads: int) -> np.ndarray:
     from tessera.codegen.runtime import split_call
-    from tessera.ops.linalg import _blasable
     a, b = _blasable(a), _blasable(b)
     out = np.empty((a.shape[0], a.shape[1], b.shape[2]), np.result_type(a, b))
     local = _blas_local()
