@@ -233,7 +233,7 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # core stalls every matrix: 64 GEMMs of 256x64x256 took 1 s instead of 5 ms). Like
 # PyTorch, split the batch over the kernel threads instead, each running single-threaded
 # BLAS (OpenBLAS's per-thread setting, so nothing else in the process changes).
-_SPLIT_MIN = 1 << 22   # multiply-adds: below, handing chunks to threads costs more
+_SPLIT_MIN = 1 << 25   # multiply-adds: below, the ~30 us thread hand-off is not negligible
 
 
 @lru_cache(maxsize=1)
