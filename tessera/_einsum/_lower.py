@@ -22,6 +22,7 @@ product done slower.
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -80,63 +81,63 @@ def contracted(b) -> list[str]:
 def plan(equation: str, shapes: tuple, path: tuple) -> Plan:
     """Everything about the computation that depends on shapes only, worked out once."""
     b = bind(parse(equation), shapes)
-    ops = list(b.reduced())
-    output = b.output
-    counts: dict[str, int] = {}
-    for s in ops:
-        for x in set(s):
-            counts[x] = counts.get(x, 0) + 1
-    preps, labels = [], []
-    for term, shape, red in zip(b.inputs, shapes, ops):
-        index = None
-        if len(red) != len(term):
-            index = tuple(0 if n == 1 and b.sizes[x] != 1 else slice(None)
-                          for x, n in zip(term, shape))
-        uniq = "".join(dict.fromkeys(red))
-        groups = None
-        if len(uniq) != len(red):
-            groups = tuple(tuple(k for k, y in enumerate(red) if y == x) for x in uniq)
-        sum_axes = tuple(k for k, x in enumerate(uniq) if counts[x] == 1 and x not in output)
-        preps.append(_Prep(index, groups, sum_axes))
-        labels.append("".join(x for x in uniq if counts[x] > 1 or x in output))
+    labels = contracted(b)
+    preps = tuple(_operand_prep(b, k, labels[k]) for k in range(len(shapes)))
     pairs = []
     for step, (i, j) in enumerate(path):
-        la, lb = labels[i], labels[j]
-        rest = [labels[k] for k in range(len(labels)) if k != i and k != j]
-        keep = set(output).union(*rest)
-        batch = [x for x in la if x in lb and x in keep]
-        con = [x for x in la if x in lb and x not in keep]
-        left = [x for x in la if x not in lb]
-        right = [x for x in lb if x not in la]
-        if step == len(path) - 1 and _out_order(output, batch, left, right):
-            # the last step writes the output: in its order when that is only a matter of
-            # which operand is the left one and of ordering dims within each group
-            # (B @ A instead of A @ B is free for BLAS; a transposed output is a copy)
-            key = output.index
-            batch, left, right = sorted(batch, key=key), sorted(left, key=key), \
-                sorted(right, key=key)
-            if left and right and key(right[0]) < key(left[0]):
-                i, j, la, lb, left, right = j, i, lb, la, right, left
-        n = {g: int(np.prod([b.sizes[x] for x in grp], dtype=np.int64))
-             for g, grp in (("b", batch), ("l", left), ("c", con), ("r", right))}
-        if con:
-            va = _views(la, (batch, left, con), (n["b"], n["l"], n["c"]))
-            vb = _views(lb, (batch, con, right), (n["b"], n["c"], n["r"]))
-            mode = "mm"
-        else:
-            va = ((_perm(la, batch + left), (len(batch), len(left)), (n["b"], n["l"]),
-                   False),)
-            vb = ((_perm(lb, batch + right), (len(batch), len(right)), (n["b"], n["r"]),
-                   False),)
-            mode = "mul"
-        res = batch + left + right
-        pairs.append(_Pair(i, j, va, vb, mode, tuple(b.sizes[x] for x in res)))
+        pair, res = _pair(b, labels, i, j, last=step == len(path) - 1)
+        pairs.append(pair)
         for k in sorted((i, j), reverse=True):
             del labels[k]
-        labels.append("".join(res))
-    final = labels[0] if labels else ""
-    perm = _perm(final, list(output))
-    return Plan(tuple(preps), tuple(pairs), None if perm == tuple(range(len(perm))) else perm)
+        labels.append(res)
+    perm = _perm(labels[0] if labels else "", list(b.output))
+    return Plan(preps, tuple(pairs), None if perm == tuple(range(len(perm))) else perm)
+
+
+def _operand_prep(b, k: int, keep: str) -> _Prep:
+    """Operand ``k`` down to the labels in ``keep``: broadcast dims indexed away, repeated
+    labels as their diagonal, the others summed."""
+    term, shape, red = b.inputs[k], b.shapes[k], b.reduced()[k]
+    index = None
+    if len(red) != len(term):
+        index = tuple(0 if n == 1 and b.sizes[x] != 1 else slice(None)
+                      for x, n in zip(term, shape))
+    uniq = "".join(dict.fromkeys(red))
+    groups = None
+    if len(uniq) != len(red):
+        groups = tuple(tuple(d for d, y in enumerate(red) if y == x) for x in uniq)
+    return _Prep(index, groups, tuple(d for d, x in enumerate(uniq) if x not in keep))
+
+
+def _pair(b, labels: list, i: int, j: int, last: bool) -> tuple[_Pair, str]:
+    """The step contracting operands ``i`` and ``j``, and its result's labels."""
+    la, lb = labels[i], labels[j]
+    keep = set(b.output).union(*[labels[k] for k in range(len(labels)) if k not in (i, j)])
+    batch = [x for x in la if x in lb and x in keep]
+    con = [x for x in la if x in lb and x not in keep]
+    left = [x for x in la if x not in lb]
+    right = [x for x in lb if x not in la]
+    if last and _out_order(b.output, batch, left, right):
+        # the last step writes the output: in its order when that is only a matter of
+        # which operand is the left one and of ordering dims within each group
+        # (B @ A instead of A @ B is free for BLAS; a transposed output is a copy)
+        key = b.output.index
+        batch, left, right = sorted(batch, key=key), sorted(left, key=key), \
+            sorted(right, key=key)
+        if left and right and key(right[0]) < key(left[0]):
+            i, j, la, lb, left, right = j, i, lb, la, right, left
+    n = {g: math.prod(b.sizes[x] for x in grp)
+         for g, grp in (("b", batch), ("l", left), ("c", con), ("r", right))}
+    if con:
+        va = _views(la, (batch, left, con), (n["b"], n["l"], n["c"]))
+        vb = _views(lb, (batch, con, right), (n["b"], n["c"], n["r"]))
+    else:  # nothing to sum: a broadcast multiply
+        va = ((_perm(la, batch + left), (len(batch), len(left)), (n["b"], n["l"]), False),)
+        vb = ((_perm(lb, batch + right), (len(batch), len(right)), (n["b"], n["r"]),
+               False),)
+    res = batch + left + right
+    return (_Pair(i, j, va, vb, "mm" if con else "mul", tuple(b.sizes[x] for x in res)),
+            "".join(res))
 
 
 def _out_order(output: str, batch: list, left: list, right: list) -> bool:
