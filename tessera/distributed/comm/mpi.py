@@ -43,6 +43,8 @@ def _abort_on_uncaught(comm) -> None:
     _HOOKED.append(hook)
 
 
+_SPIN_SECONDS = 0.02  # busy polling of a collective before backing off to sleeps
+
 class MPICommunicator(C.Communicator):
     """The world of ``MPI.COMM_WORLD`` (or ``comm``)."""
 
@@ -75,17 +77,24 @@ class MPICommunicator(C.Communicator):
         return c, g
 
     def _wait(self, req, what: str) -> None:
+        """Until ``req`` completes; CommTimeout after TESSERA_COMM_TIMEOUT seconds."""
         if req.Test():
             return
         limit = C.timeout()
-        deadline = time.monotonic() + limit
-        spins, delay = 0, 0.0
+        now = time.monotonic()
+        deadline = now + limit
+        # MPICH moves a non-blocking collective forward only inside Test: poll without
+        # pause while the transfer is likely running (sleeping between polls stretched a
+        # 7 MB all-reduce over many milliseconds), then back off, so a rank waiting for a
+        # late peer does not take a core from it
+        busy_until = now + _SPIN_SECONDS
+        delay = 0.0
         while not req.Test():
-            spins += 1
-            if spins > 100:  # back off, so a waiting rank does not take a core from its peers
+            now = time.monotonic()
+            if now > busy_until:
                 time.sleep(delay)
                 delay = min(delay * 2 or 1e-5, 1e-3)
-            if time.monotonic() > deadline:
+            if now > deadline:
                 raise C.CommTimeout(f"{what} on rank {self.rank} did not complete within "
                                     f"{limit:g} s (TESSERA_COMM_TIMEOUT): a peer died, hangs, "
                                     "or did not call the same collective")
