@@ -14,7 +14,7 @@ from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import STATE
 from tessera.device.registry import Backend, device, register_device
 from tessera.distributed import comm as C
-from tessera.distributed.boxing import box, tile_shape
+from tessera.distributed.boxing import box, move, tile_shape
 from tessera.distributed.placement import placement as Placement
 from tessera.distributed.sbp import as_sbp_tuple, broadcast, partial_sum, split_range
 from tessera.ops.registry import Meta, OpDef
@@ -161,12 +161,37 @@ def _check_placement(p, what: str) -> Placement:
 def _boxed(data: GlobalData, placement: Placement, sbps: tuple) -> np.ndarray | None:
     """This rank's tile of ``data`` converted to ``placement`` and ``sbps``."""
     if placement != data.placement:
-        from tessera.distributed.boxing import BoxingError
-        raise BoxingError(f"boxing from {data.placement} to {placement} (a change of "
-                          "placement) is not supported yet; convert on one placement")
+        tag = 0  # eager: transfers between two ranks stay in program order
+        tracer = _tracer()
+        if tracer is not None:  # traced: numbered (every rank traces every move), so the
+            tag = tracer.moves % 32768  # pipeline schedule's reordering keeps them matched
+            tracer.moves += 1
+        return move(data.local, data.shape, data.dtype, data.placement, data.sbp, placement,
+                    sbps, _rank(), C.current(), tag)
     if data.local is None:
         return None
     return box(data.local, data.shape, placement, data.sbp, sbps, _rank(), C.current())
+
+
+def _tracer():
+    from tessera.graph.trace import current_tracer
+    return current_tracer()
+
+
+def _traced(t: Tensor) -> GlobalData:
+    """``t``'s data; while nn.Graph traces, a concrete tile becomes the graph's variable."""
+    tracer = _tracer()
+    return t._data if tracer is None else tracer.traced_data(t)
+
+
+def _owned(local, data: GlobalData, copy: bool):
+    """``local`` as an array of its own where it could alias ``data``'s tile (eager only:
+    traced tiles are values)."""
+    if type(local) is not np.ndarray or type(data.local) is not np.ndarray:
+        return local
+    if copy or np.may_share_memory(local, data.local):
+        return np.array(local, copy=True)
+    return local
 
 
 def gather(data: GlobalData) -> np.ndarray:
@@ -227,17 +252,14 @@ def to_global(t: Tensor, placement=None, sbp=None, *, grad_sbp=None, check_meta:
     if not isinstance(t, Tensor):
         raise TypeError(f"to_global: expected a Tensor, got {type(t).__name__}")
     if is_global(t):
-        data = t._data
+        data = _traced(t)
         p = data.placement if placement is None else _check_placement(placement, "to_global")
         sbps = data.sbp if sbp is None else as_sbp_tuple(sbp, p.ndim, t.ndim, "to_global")
         gs = None if grad_sbp is None else as_sbp_tuple(grad_sbp, data.placement.ndim, t.ndim,
                                                           "to_global(grad_sbp)")
         if p == data.placement and sbps == data.sbp and not copy:
             return t
-        local = _boxed(data, p, sbps)
-        if local is not None and (copy or (data.local is not None and
-                                           np.may_share_memory(local, data.local))):
-            local = np.array(local, copy=True)
+        local = _owned(_boxed(data, p, sbps), data, copy)
         out = make_global(local, t._dtype, p, sbps, t._shape)
         return _record(_G2G, t, out, {"placement": data.placement,
                                       "grad_sbp": gs if gs is not None else data.sbp})
@@ -271,7 +293,7 @@ def to_local(t: Tensor) -> Tensor:
     a local tensor is returned as it is."""
     if not is_global(t):
         return t
-    data = t._data
+    data = _traced(t)
     local = data.local if data.local is not None else np.empty((0,), data.dtype)
     out = Tensor._make(local, t._dtype, data.placement.device, tuple(local.shape))
     out._version = t._version

@@ -23,9 +23,12 @@ from tessera.distributed._global import _check_placement, is_global, make_global
 from tessera.distributed.sbp import broadcast
 from tessera.distributed.sbp import sbp as Sbp
 
-__all__ = ["module_to_global", "whole_to_global", "GRAD_HOOK"]
+__all__ = ["module_to_global", "whole_to_global", "GRAD_HOOK", "DEFERRED"]
 
 GRAD_HOOK = "_tessera_grad_sbp_hook"  # the attribute holding a parameter's hook handle
+# ids of parameters whose gradient boxing is left to a ZeRO step being traced in an
+# nn.Graph (it reduce-scatters the partial gradient instead of all-reducing it)
+DEFERRED: set[int] = set()
 
 
 def whole_to_global(t: Tensor, placement, sbp) -> Tensor:
@@ -67,6 +70,8 @@ def module_to_global(module, placement=None, sbp=None):
 
 def _grad_to_sbp_of(p: Tensor):
     def hook(grad: Tensor):
+        if id(p) in DEFERRED:
+            return None
         if grad.is_global and is_global(p) and grad.sbp != p.sbp:
             return grad.to_global(sbp=p.sbp)
         return None

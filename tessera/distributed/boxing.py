@@ -19,7 +19,7 @@ import numpy as np
 
 from tessera.distributed.sbp import broadcast, sbp, split_range, split_sizes
 
-__all__ = ["BOXING", "box_1d", "box", "cost", "BoxingError", "tile_shape"]
+__all__ = ["BOXING", "box_1d", "box", "move", "cost", "BoxingError", "tile_shape"]
 
 
 class BoxingError(NotImplementedError):
@@ -98,7 +98,15 @@ def box_1d(x: np.ndarray, shape: tuple, src: sbp, dst: sbp, group: tuple, i: int
     fn = BOXING.get((src.kind, dst.kind))
     if fn is None:
         raise BoxingError(f"boxing {src.short()} -> {dst.short()} is not supported")
+    if type(x) is not np.ndarray and _symbolic(x):  # nn.Graph tracing: a node, run later
+        from tessera.distributed.graph_ops import traced_box
+        return traced_box(x, tuple(shape), src, dst, tuple(group), i)
     return fn(x, tuple(shape), src, dst, group, i, comm)
+
+
+def _symbolic(x) -> bool:
+    from tessera.graph.trace import Symbol
+    return type(x) is Symbol
 
 
 # ---- N-D meshes ---------------------------------------------------------------------------
@@ -155,6 +163,60 @@ def box(x: np.ndarray, shape: tuple, placement, src: tuple, dst: tuple, rank: in
         if a == first or a in moved or cur[a] != dst[a]:
             step(a, dst[a])
     return x
+
+
+# ---- placement changes -------------------------------------------------------------------
+
+def move(x, shape: tuple, dtype, src_p, src: tuple, dst_p, dst: tuple, rank: int, comm,
+         tag: int = 0):
+    """This rank's tile after moving a tensor of logical ``shape`` from placement ``src_p``
+    with SBP ``src`` to ``dst_p`` with ``dst`` (None on ranks outside ``dst_p``).
+
+    The same mesh shape and SBP: the k-th rank of ``src_p`` sends its tile to the k-th of
+    ``dst_p`` (a pipeline stage boundary). Otherwise the tensor is made broadcast on
+    ``src_p``, each rank of ``dst_p`` missing it receives the whole from a rank of
+    ``src_p``, and it is boxed to ``dst`` there. Every rank walks the transfers in the
+    same order, so blocking sends cannot deadlock.
+    """
+    b = (broadcast,) * src_p.ndim
+    if src_p.hierarchy == dst_p.hierarchy and src == dst:
+        out = None
+        for a, r in zip(src_p.flat_ranks, dst_p.flat_ranks):
+            if rank in (a, r):
+                tile = tile_shape(shape, dst, dst_p.coords(r), dst_p.hierarchy)
+                got = _p2p(x, tile, dtype, a, r, rank, comm, tag)
+                if rank == r:
+                    out = got
+        return out
+    whole = box(x, shape, src_p, src, b, rank, comm) if x is not None else None
+    out = None
+    for k, r in enumerate(dst_p.flat_ranks):
+        a = r if src_p.has_rank(r) else src_p.flat_ranks[k % src_p.size]
+        if rank in (a, r):
+            got = _p2p(whole, shape, dtype, a, r, rank, comm, tag)
+            if rank == r:
+                out = got
+    if out is None:
+        return None
+    return box(out, shape, dst_p, (broadcast,) * dst_p.ndim, dst, rank, comm)
+
+
+def _p2p(x, shape, dtype, a: int, r: int, rank: int, comm, tag: int):
+    """Rank ``a``'s ``x`` on rank ``r`` (returned there; None on ``a``)."""
+    if a == r:
+        return x
+    if rank == a:
+        if type(x) is not np.ndarray and _symbolic(x):
+            from tessera.distributed.graph_ops import traced_send
+            traced_send(x, r, tag)
+        else:
+            comm.send(np.ascontiguousarray(x), r, tag)
+        return None
+    from tessera.graph.trace import is_tracing
+    if is_tracing():
+        from tessera.distributed.graph_ops import traced_recv
+        return traced_recv(tuple(shape), dtype, a, tag)
+    return comm.recv(tuple(shape), dtype, a, tag)
 
 
 _LOCAL = {("B", "S"): 1e-3}

@@ -22,9 +22,10 @@ from tessera.distributed import comm as C
 from tessera.distributed._global import GlobalData, local_shape, sbp_str
 from tessera.distributed.boxing import box, cost
 from tessera.distributed.sbp import broadcast, sbp
+from tessera.graph.trace import is_tracing
 from tessera.ops.registry import Meta, MissingRule, OpDef
 
-__all__ = ["Signature", "SbpRule", "run", "choose"]
+__all__ = ["Signature", "SbpRule", "run", "choose", "choose_index"]
 
 
 class Signature(NamedTuple):
@@ -113,13 +114,19 @@ def _inputs(op: OpDef, args, attrs):
 
 def choose(op: OpDef, metas, attrs, current, n: int, args=()) -> Signature:
     """The signature of ``op`` with the least boxing from the ``current`` 1-D SBPs."""
+    return choose_index(op, metas, attrs, current, n, args)[1]
+
+
+def choose_index(op: OpDef, metas, attrs, current, n: int, args=()) -> tuple[int, Signature]:
+    """``choose``, and the signature's position in the rule's list (a graph node names its
+    signature by it)."""
     rule = op.sbp
     if rule is None:
         raise MissingRule(op.name, "sbp", f"it cannot run on global tensors "
                                           f"(inputs: {_describe(args)})")
     sigs = rule(*metas, mesh_size=n, **attrs)
-    best, best_cost = None, None
-    for sig in sigs:
+    best, best_cost, index = None, None, -1
+    for k, sig in enumerate(sigs):
         total = 0.0
         for m, cur, want in zip(metas, current, sig.ins):
             if cur is None:
@@ -130,10 +137,10 @@ def choose(op: OpDef, metas, attrs, current, n: int, args=()) -> Signature:
             total += cost(cur[0], want, nbytes, n)
         else:
             if best is None or total < best_cost:
-                best, best_cost = sig, total
+                best, best_cost, index = sig, total, k
     if best is None:
         raise RuntimeError(f"{op.name}: no SBP signature fits inputs ({_describe(args)})")
-    return best
+    return index, best
 
 
 def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
@@ -149,7 +156,7 @@ def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
             f"{op.name}: ops on global tensors of an N-D placement ({placement}) are not "
             "supported yet; to_global/to_local/numpy and boxing are")
     comm = C.current()
-    sig = choose(op, metas, attrs, current, placement.size, args)
+    index, sig = choose_index(op, metas, attrs, current, placement.size, args)
     out_sbps = [(s,) for s in sig.outs]
     rank = comm.rank
     if not placement.has_rank(rank):
@@ -163,8 +170,8 @@ def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
             local_args.append(a.detach())
         else:
             x = box(a._data.local, a._shape, placement, cur, (want,), rank, comm)
-            if op.sbp.contiguous and not x.flags.c_contiguous:
-                x = np.ascontiguousarray(x)
+            if op.sbp.contiguous and type(x) is np.ndarray and not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x)  # (a traced tile is a value: always contiguous)
             local_args.append(Tensor._make(x, a._dtype, placement.device, tuple(x.shape)))
     local_attrs = attrs
     rule = op.sbp
@@ -173,7 +180,14 @@ def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
         tile = local_shape(outs[0].shape, placement, out_sbps[0], rank)
         for name in rule.shape_attrs:
             local_attrs[name] = tile
-    if sig.local is not None:
+    if sig.local is not None and is_tracing():  # one node of the graph, run at each step
+        from tessera.distributed.graph_ops import traced_local
+        tiles = [Meta(local_shape(m.shape, placement, s, rank), m.dtype)
+                 for s, m in zip(out_sbps, outs)]
+        logical = {k: attrs[k] for k in rule.shape_attrs if k in attrs}
+        res = traced_local(op, index, local_args, local_attrs, logical, metas,
+                           placement.flat_ranks, tiles)
+    elif sig.local is not None:
         res = sig.local(op, local_args, local_attrs, metas, placement.flat_ranks)
     else:
         from tessera._dispatch import dispatch

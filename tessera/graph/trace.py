@@ -8,6 +8,11 @@ tensors and the backward pass lands in the same graph. Concrete tensors met on t
 (parameters, buffers, optimizer state, captured constants) become named variables; an
 in-place op on one rebinds its current value, and the trace ends with ``assigns``.
 
+A global tensor (``tessera.distributed``) is traced as its tile: its ``GlobalData`` holds a
+``Symbol`` for this rank's tile (None on ranks outside its placement), ops on it go through
+the SBP dispatch of eager mode, and boxing lands in the graph as collective nodes
+(``tessera.distributed.graph_ops``), so each rank records its own local program.
+
 >>> import tessera
 >>> from tessera.graph.trace import trace
 >>> g, out = trace(lambda x: (x * 2).relu(), tessera.ones(3))
@@ -35,7 +40,7 @@ from tessera.graph.ir import Graph, Value
 from tessera.ops.registry import REGISTRY, Meta
 
 __all__ = ["Symbol", "Tracer", "trace", "GraphTraceError", "is_symbolic", "is_tracing",
-           "value_of"]
+           "value_of", "current_tracer"]
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,6 +72,10 @@ class Symbol:
 
     def __init__(self, value: Value):
         self.value = value
+
+    @property
+    def shape(self) -> tuple:
+        return self.value.shape  # known statically (SBP dispatch checks tile shapes)
 
     # Layout: a symbolic tensor is contiguous. The graph is functional (writes through
     # views become ``view_assign``), so the executor may copy where eager mode would view.
@@ -122,12 +131,26 @@ def is_tracing() -> bool:
     return bool(_ACTIVE)
 
 
+def current_tracer():
+    """The innermost active tracer (None when not tracing)."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+def _is_global(t: Tensor) -> bool:
+    return t._device.type == "global"
+
+
 def is_symbolic(t) -> bool:
-    return isinstance(t, Tensor) and type(t._data) is Symbol
+    """A traced tensor: its data (a global tensor: its tile) is a ``Symbol``."""
+    if not isinstance(t, Tensor):
+        return False
+    data = t._data
+    return type(data) is Symbol or (_is_global(t) and type(data.local) is Symbol)
 
 
 def value_of(t: Tensor) -> Value:
-    return t._data.value
+    data = t._data
+    return data.value if type(data) is Symbol else data.local.value
 
 
 class Tracer:
@@ -143,12 +166,18 @@ class Tracer:
         self.scope: list[str] = []
         self.node_scope: dict[int, str] = {}  # id(autograd node) -> forward module path
         self._consts = 0
+        self.comm_seq = 0    # collectives recorded so far (numbers them: see graph_ops)
+        self.moves = 0       # placement changes traced (every rank counts each: p2p tags)
+        self.effects: list[Value] = []  # values the step must compute though unread (sends)
+        self.stage = None    # (micro-batch, "F" | "B") of the nodes being recorded, or None
 
     # ---- values of tensors ---------------------------------------------------------
     def value(self, t: Tensor) -> Value:
         data = t._data
         if type(data) is Symbol:
             return data.value
+        if _is_global(t) and type(data.local) is Symbol:
+            return data.local.value
         key = id(t)
         v = self.current.get(key)
         if v is None:
@@ -159,11 +188,18 @@ class Tracer:
         if t._data is None:
             raise GraphTraceError(f"nn.Graph: a tensor on the '{t.device}' device cannot be "
                                   f"captured in a graph; at {_user_frame()}")
+        shape = t._shape
+        if _is_global(t):  # the variable is this rank's tile
+            if t._data.local is None:
+                raise GraphTraceError(f"nn.Graph: rank reads a global tensor on "
+                                      f"{t._data.placement}, which does not hold it; at "
+                                      f"{_user_frame()}")
+            shape = tuple(t._data.local.shape)
         name = self.names.get(id(t))
         if name is None:
             name = f"_const{self._consts}"
             self._consts += 1
-        v = self.graph.add_variable(name, t._shape, t._dtype)
+        v = self.graph.add_variable(name, shape, t._dtype)
         self.current[id(t)] = self.initial[id(t)] = v
         self.tensors[id(t)] = t
         return v
@@ -174,15 +210,34 @@ class Tracer:
         return Tensor._make(Symbol(v), v.dtype, like._device if like is not None else _CPU,
                             v.shape)
 
+    def traced_data(self, t: Tensor):
+        """``t``'s data as traced values: a Symbol, or for a global tensor a GlobalData whose
+        tile is a Symbol (None on ranks outside its placement)."""
+        if not _is_global(t):
+            return Symbol(self.value(t))
+        d = t._data
+        if d.local is None or type(d.local) is Symbol:
+            return d
+        from tessera.distributed._global import GlobalData
+        return GlobalData(Symbol(self.value(t)), d.placement, d.sbp, d.shape, d.dtype)
+
     def _rebind(self, t: Tensor, v: Value) -> None:
         if type(t._data) is Symbol:
             t._data = Symbol(v)
+        elif _is_global(t) and type(t._data.local) is Symbol:
+            d = t._data
+            t._data = type(d)(Symbol(v), d.placement, d.sbp, d.shape, d.dtype)
         else:
             self.value(t)  # make sure it is a variable first
             self.current[id(t)] = v
 
     # ---- the dispatch mode ---------------------------------------------------------
     def dispatch(self, op, args, attrs):
+        for a in args:
+            if isinstance(a, Tensor) and a._device.type == "global":
+                return self._dispatch_global(op, args, attrs)
+        if getattr(attrs.get("device"), "type", None) == "global":
+            return self._dispatch_global(op, args, attrs)
         dev = None
         grad = scalars = False
         metas, inputs = [], []
@@ -214,14 +269,50 @@ class Tracer:
         scope = ".".join(self.scope)
         values = self.graph.add_node(op, inputs, attrs, [(m.shape, m.dtype) for m in outs],
                                      name=scope)
+        if self.stage is not None:  # the pipeline schedule orders nodes by micro-batch
+            values[0].producer.notes["micro_batch"] = self.stage
         res = _finish(op, args, attrs, metas, out, [Symbol(v) for v in values], dev, grad)
+        return self._scoped(res, scope)
+
+    def _scoped(self, res, scope: str):
         first = res[0] if type(res) is tuple else res
         if first is not None and first.grad_fn is not None and scope:
             self.node_scope[id(first.grad_fn)] = scope
         return res
 
+    def _dispatch_global(self, op, args, attrs):
+        """An op with a global input: eager mode's SBP dispatch on traced tiles (its
+        boxing and local ops come back here as nodes); autograd on the global tensors."""
+        from tessera.distributed.dispatch import run
+        dev = attrs.get("device") if not any(isinstance(a, Tensor) for a in args) else None
+        grad = scalars = False
+        metas, traced = [], []
+        for a in args:
+            if isinstance(a, Tensor):
+                if dev is None and _is_global(a):
+                    dev = a._device
+                metas.append(Meta(a._shape, a._dtype))
+                traced.append(Tensor._make(self.traced_data(a), a._dtype, a._device,
+                                           a._shape))
+                grad = grad or a._requires_grad
+            else:
+                metas.append(a)
+                traced.append(a)
+                scalars = scalars or a is not None
+        if op.dynamic_shape:
+            raise GraphTraceError(f"nn.Graph: '{op.name}' has an output shape that depends "
+                                  f"on the data, which a static graph cannot hold; at "
+                                  f"{_user_frame()}")
+        out = _infer(op, metas, attrs, scalars)
+        outs = out if type(out) is tuple else (out,)
+        datas = run(op, tuple(traced), metas, attrs, outs)
+        res = _finish(op, args, attrs, metas, out, datas, dev, grad)
+        return self._scoped(res, ".".join(self.scope))
+
     # ---- backward scopes (called by the autograd engine) ----------------------------
     def begin(self, node):
+        if self.stage is not None:
+            self.stage = (self.stage[0], "B")
         prev = self.scope
         path = self.node_scope.get(id(node))
         self.scope = [f"{path}.grad"] if path else []
@@ -240,13 +331,16 @@ class Tracer:
         return inplace_end(op, target, self.dispatch(op, args, attrs), record, self._write)
 
     def _alias(self, t: Tensor) -> Tensor:
-        a = Tensor._make(Symbol(self.value(t)), t._dtype, t._device, t._shape)
+        a = Tensor._make(self.traced_data(t), t._dtype, t._device, t._shape)
         a.grad_fn, a._output_nr, a._requires_grad = t.grad_fn, t._output_nr, t._requires_grad
         if t.grad_fn is None and t._requires_grad:
             a._grad_acc = t._grad_acc
         return a
 
     def _write(self, target: Tensor, out: Tensor) -> None:
+        if _is_global(target):
+            self._write_global(target, out)
+            return
         base = target._base
         if base is not None:
             prev = STATE.enabled
@@ -259,6 +353,22 @@ class Tracer:
                 STATE.enabled = prev
             self._rebind(base, self.value(new_base))
         self._rebind(target, self.value(out))
+
+    def _write_global(self, target: Tensor, out: Tensor) -> None:
+        """As eager ``copy_into``: the result is boxed into the target's placement and SBP."""
+        from tessera.distributed._global import to_global
+        if target._base is not None:
+            raise GraphTraceError("nn.Graph: an in-place write into a view of a global tensor "
+                                  f"cannot be traced yet; at {_user_frame()}")
+        d = target._data
+        prev = STATE.enabled
+        STATE.enabled = False
+        try:
+            out = to_global(out, d.placement, d.sbp)
+        finally:
+            STATE.enabled = prev
+        if d.local is not None:  # (ranks outside the placement hold nothing to write)
+            self._rebind(target, self.value(out))
 
     # ---- scopes --------------------------------------------------------------------
     def push_scope(self, name: str) -> None:

@@ -23,6 +23,14 @@ only run it. Parameters, buffers and optimizer state are shared with the eager o
 ...         return loss
 >>> g = TrainGraph()
 >>> loss = g(tessera.ones(8, 4), tessera.zeros(8, 2))
+
+Global tensors (``tessera.distributed``) trace as their tiles: each rank compiles its own
+local program, with the collectives SBP dispatch chooses as nodes
+(``tessera.distributed.graph_ops``). ``config.enable_zero(True, stage=1|2)`` splits the
+optimizer state over the data-parallel ranks (``tessera.distributed.graph_zero``);
+``module.to(GraphModule).set_stage(i, placement)`` with
+``config.set_gradient_accumulation_steps(n)`` trains a pipeline with a 1F1B schedule
+(``tessera.nn.graph_pipeline``).
 """
 from __future__ import annotations
 
@@ -33,14 +41,17 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import STATE
+from tessera.distributed import sbp as Sbp
+from tessera.distributed.graph_ops import in_step
 from tessera.graph.executor import Executor
 from tessera.graph.ir import Graph as IRGraph
-from tessera.graph.trace import GraphTraceError, Symbol, Tracer, value_of
+from tessera.graph.trace import GraphTraceError, Tracer, is_symbolic, value_of
+from tessera.nn.graph_pipeline import GraphModule
 from tessera.nn.modules import module as _module_mod
 from tessera.nn.modules.module import Module
 from tessera.ops.random import default_generator
 
-__all__ = ["Graph", "GraphConfig"]
+__all__ = ["Graph", "GraphConfig", "GraphModule"]
 
 _SUPPORTED_OPTIMIZERS = ("SGD", "Adam", "AdamW")
 
@@ -51,6 +62,8 @@ class GraphConfig:
     def __init__(self):
         self.gradient_accumulation_steps = 1
         self.passes = None  # None: the default pipeline; else a list of pass names
+        self.zero_stage = 0
+        self.zero_shard_min_size = 1024
 
     def set_gradient_accumulation_steps(self, n: int) -> None:
         """Split each input batch into ``n`` micro-batches whose gradients are summed
@@ -58,6 +71,24 @@ class GraphConfig:
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"gradient accumulation steps must be a positive int, got {n!r}")
         self.gradient_accumulation_steps = n
+
+    def enable_zero(self, mode: bool = True, *, stage: int = 1, shard_min_size: int = 1024,
+                    shard_restore_level: int = 1) -> None:
+        """OneFlow's ZeRO for data-parallel global parameters: the optimizer state (stage
+        1), and the gradients from backward on (stage 2), split over the ranks; parameters
+        of fewer than ``shard_min_size`` elements stay whole."""
+        if not mode:
+            self.zero_stage = 0
+            return
+        if stage not in (1, 2):
+            raise ValueError(f"nn.Graph.config.enable_zero: stage must be 1 or 2, got "
+                             f"{stage!r}" + (" (stage 3 is not supported)" if stage == 3
+                                             else ""))
+        if not isinstance(shard_min_size, int) or shard_min_size < 1:
+            raise ValueError("nn.Graph.config.enable_zero: shard_min_size must be a positive "
+                             f"int, got {shard_min_size!r}")
+        self.zero_stage = stage
+        self.zero_shard_min_size = shard_min_size
 
     def enable_amp(self, mode: bool = True) -> None:
         if mode:
@@ -94,10 +125,13 @@ class Graph:
         self.__dict__["_last_key"] = None
         self.__dict__["_debug_log"] = []
         self.__dict__["_debug_level"] = -1
+        self.__dict__["_stages"] = {}  # id(module) -> GraphModule (its stage, if any)
 
     def __setattr__(self, name, value):
         if isinstance(value, Module):
+            from tessera.nn.graph_pipeline import ProxyModule
             self._modules[name] = value
+            value = ProxyModule(value, self._stages)  # OneFlow's: .to(GraphModule) works
         object.__setattr__(self, name, value)
 
     # ---- the user API ---------------------------------------------------------------
@@ -137,8 +171,9 @@ class Graph:
 
     # ---- signature and debug --------------------------------------------------------
     def _signature(self, args) -> tuple:
-        inputs = tuple((a._shape, a._dtype, a._device.type) if isinstance(a, Tensor)
-                       else ("const", type(a).__name__, a) for a in args)
+        inputs = tuple((a._shape, a._dtype, a._device.type) + _global_key(a)
+                       if isinstance(a, Tensor) else ("const", type(a).__name__, a)
+                       for a in args)
         modes = tuple(m.training for mod in self._modules.values() for m in mod.modules())
         state = tuple(tuple(sorted((id(p), tuple(sorted(st))) for p, st in opt.state.items()))
                       for opt, _ in self._optimizers)
@@ -187,10 +222,12 @@ class Graph:
     def _compile(self, args) -> _Compiled:
         ir = IRGraph()
         tracer = Tracer(ir, self._names())
-        sym_args = []
+        sym_args, in_args = [], []  # in_args: which args are graph inputs (a tile here)
         for i, a in enumerate(args):
             if isinstance(a, Tensor):
-                s = tracer.symbolic(ir.add_input(f"input{i}", a._shape, a._dtype), a)
+                s = _symbolic_input(ir, tracer, f"input{i}", a)
+                if s._device.type != "global" or s._data.local is not None:
+                    in_args.append(i)
                 s._requires_grad = a._requires_grad  # build() may ask for input gradients
                 sym_args.append(s)
             else:
@@ -205,31 +242,37 @@ class Graph:
                        self._optimizers]
         saved_lrs = [[g["lr"] for g in opt.param_groups] for opt, _ in self._optimizers]
         new_state: list = []
+        specs: list = []  # how each graph output becomes a tensor (global metadata)
         rng_state = default_generator.get_state()  # tracing must not consume random draws
+        zero = _zero(self, params)
         try:
             for p in params:
                 p._grad = None
-            with tracer, _module_scopes(self, tracer):
-                out = self._build_traced(sym_args)
+            with tracer, _module_scopes(self, tracer), zero:
+                out = self._build_traced(sym_args, tracer)
                 if self.training:
-                    self._trace_step(tracer, lrs)
+                    self._trace_step(tracer, lrs, zero)
             outs, treedef = _flatten(out)
             for o in outs:
-                if not (isinstance(o, Tensor) and type(o._data) is Symbol):
+                if not (isinstance(o, Tensor) and (is_symbolic(o) or _elsewhere(o))):
                     raise GraphTraceError("nn.Graph: build() must return tensors computed "
                                           f"from its inputs (got {type(o).__name__})")
-            ir.outputs = [value_of(o) for o in outs]
+            ir.outputs = []
+            for o in outs:
+                _add_output(ir, specs, o)
             written = []  # in-place writes to build()'s inputs go back to the caller's tensors
-            for i, (a, sym) in enumerate(zip(args, sym_args)):
-                if isinstance(a, Tensor) and value_of(sym) is not ir.inputs[i]:
+            for i, v in zip(in_args, ir.inputs):
+                sym = sym_args[i]
+                if value_of(sym) is not v:
                     written.append(i)
-                    ir.outputs.append(value_of(sym))
+                    _add_output(ir, specs, sym)
             for k, (opt, _) in enumerate(self._optimizers):
                 for p, st in opt.state.items():
                     for key, v in list(st.items()):
-                        if isinstance(v, Tensor) and type(v._data) is Symbol:
+                        if is_symbolic(v):
                             new_state.append((opt, p, key))
-                            ir.outputs.append(value_of(v))
+                            _add_output(ir, specs, v)
+            ir.outputs += tracer.effects  # sends: nothing reads them, the step must run them
             ir.assigns = tracer.updated()
             ok = True
         except BaseException:
@@ -244,28 +287,38 @@ class Graph:
                 for g, lr in zip(opt.param_groups, lrs_k):
                     g["lr"] = lr
         from tessera.graph.passes import run_pipeline
-        values = {tracer.initial[k].name: t for k, t in tracer.tensors.items()}
+        from tessera.nn.graph_pipeline import schedule_1f1b
+        schedule_1f1b(ir, self._stages, self.config.gradient_accumulation_steps)
+        originals = {tracer.initial[k].name: t for k, t in tracer.tensors.items()}
+        values = {name: _tile_tensor(t) for name, t in originals.items()}  # what passes read
         run_pipeline(ir, self.config.passes, training=self.training, values=values)
-        tensors = {name: values[name] for name in ir.variables}  # folding may add some
+        tensors = {name: originals.get(name, values.get(name)) for name in ir.variables}
         compiled = _Compiled(ir, Executor(ir), tensors, new_state, len(outs), treedef)
         compiled.written = written
+        compiled.in_args = in_args
+        compiled.specs = specs
         if not self.training:
             # inference graphs may fold variables into constants (conv+bn folding): a later
             # eager change to one of them makes this compiled step stale
             assigned = {name for name, _ in ir.assigns}
-            compiled.versions = [(t, t._version[0]) for name, t in values.items()
+            compiled.versions = [(t, t._version[0]) for name, t in originals.items()
                                  if name not in assigned and t._data is not None]
         return compiled
 
-    def _build_traced(self, sym_args):
+    def _build_traced(self, sym_args, tracer):
         n = self.config.gradient_accumulation_steps
         if n == 1:
             return self.build(*sym_args)
         # micro-batches along dim 0; each builds and backwards, gradients accumulate
-        parts = [a.chunk(n, 0) if isinstance(a, Tensor) else [a] * n for a in sym_args]
+        parts = [_micro_batches(a, n) if isinstance(a, Tensor) else [a] * n
+                 for a in sym_args]
         if any(len(p) != n for p in parts):
             raise ValueError(f"nn.Graph: a batch must split into {n} micro-batches")
-        outs = [self.build(*[p[i] for p in parts]) for i in range(n)]
+        outs = []
+        for i in range(n):
+            tracer.stage = (i, "F")  # tags nodes for the pipeline schedule
+            outs.append(self.build(*[p[i] for p in parts]))
+        tracer.stage = None
         for p in self._trainable():  # OneFlow scales the summed gradients by 1/n
             if p._grad is not None:
                 p._grad = p._grad / n
@@ -283,9 +336,9 @@ class Graph:
                         out.append(p)
         return out
 
-    def _trace_step(self, tracer: Tracer, lrs) -> None:
+    def _trace_step(self, tracer: Tracer, lrs, zero) -> None:
         """The optimizer step on the traced gradients: clipping, then ``opt.step()`` with
-        each group's lr a graph input."""
+        each group's lr a graph input (under ZeRO, on the parameters' shards)."""
         from tessera.nn.utils.clip_grad import clip_grad_norm_
         k = 0
         for opt, _ in self._optimizers:
@@ -297,34 +350,36 @@ class Graph:
                                     g.get("clip_grad_norm_type", 2.0))
             prev = STATE.enabled
             try:
-                opt.step()
+                with zero.sharded(opt):
+                    opt.step()
             finally:
                 STATE.enabled = prev
 
     # ---- run ------------------------------------------------------------------------
     def _run(self, c: _Compiled, args):
-        inputs = [a._data for a in args if isinstance(a, Tensor)]
+        inputs = [_tile(args[i]) for i in c.in_args]
         for opt, _ in self._optimizers:
             for g in opt.param_groups:
                 lr = g["lr"]
                 lr = lr.item() if isinstance(lr, Tensor) else lr
                 inputs.append(np.asarray(lr, dtype=np.float64))
-        variables = {n: t._data for n, t in c.tensors.items()}
-        outs, assigns = c.executor.run(inputs, variables)
+        variables = {n: _tile(t) for n, t in c.tensors.items()}
+        with in_step():
+            outs, assigns = c.executor.run(inputs, variables)
         for name, value in assigns:
             t = c.tensors[name]
-            if value is not t._data:  # the plan may have computed it in place already
-                np.copyto(t._data, value, casting="unsafe")
+            if value is not variables[name]:  # the plan may have computed it in place
+                np.copyto(variables[name], value, casting="unsafe")
             t._version[0] += 1
         # an output the step allocated is handed over as is; one that may share memory
         # with the arena, an input or a variable (a view, or the array itself) is copied
         shared = {id(a) for a in inputs} | {id(a) for a in variables.values()}
-        results = [Tensor._from_numpy(o if type(o) is np.ndarray and o.base is None
-                                      and id(o) not in shared else np.array(o, copy=True))
-                   for o in outs]
+        owned = [o if type(o) is np.ndarray and o.base is None and id(o) not in shared
+                 else np.array(o, copy=True) for o in outs]
+        results = _wrap_outputs(owned, c.specs)
         extra = results[c.n_outputs:]
         for i, r in zip(c.written, extra):
-            np.copyto(args[i]._data, r._data, casting="unsafe")
+            np.copyto(_tile(args[i]), _tile(r), casting="unsafe")
             args[i]._version[0] += 1
         for (opt, p, key), r in zip(c.new_state, extra[len(c.written):]):
             opt.state[p][key] = r
@@ -354,7 +409,8 @@ class Graph:
     def memory_stats(self) -> dict:
         """Planned arena bytes, the naive sum of intermediates, and state bytes."""
         c = self._current()
-        return c.executor.memory_stats(c.tensors, self._optimizers)
+        tiles = {n: _tile_tensor(t) for n, t in c.tensors.items()}  # this rank's share
+        return c.executor.memory_stats(tiles, self._optimizers)
 
     def state_dict(self) -> dict:
         """The modules' state dicts under their attribute names, and each optimizer's."""
@@ -376,6 +432,98 @@ class Graph:
         self.__dict__["_last_key"] = None
 
 
+# ---- global tensors: inputs, outputs and variables are this rank's tiles ------------------
+
+def _is_global(t: Tensor) -> bool:
+    return t._device.type == "global"
+
+
+def _global_key(t: Tensor) -> tuple:
+    """The part of a global input's signature beyond shape and dtype."""
+    return (t._data.placement, t._data.sbp) if _is_global(t) else ()
+
+
+def _tile(t: Tensor):
+    """The array the compiled step reads or writes for ``t`` (a global tensor's tile)."""
+    return t._data.local if _is_global(t) else t._data
+
+
+def _tile_tensor(t: Tensor) -> Tensor:
+    """``t``, or for a global tensor its tile as a local tensor (sharing memory): what
+    the passes fold and the memory statistics count."""
+    if not _is_global(t) or t._data.local is None:
+        return t
+    return Tensor._from_numpy(t._data.local)
+
+
+def _symbolic_input(ir: IRGraph, tracer: Tracer, name: str, a: Tensor) -> Tensor:
+    """build()'s symbolic argument for ``a``: a graph input of its tile (a global tensor
+    held elsewhere has none here)."""
+    if not _is_global(a):
+        return tracer.symbolic(ir.add_input(name, a._shape, a._dtype), a)
+    from tessera.distributed._global import GlobalData
+    from tessera.graph.trace import Symbol
+    d = a._data
+    local = None
+    if d.local is not None:
+        local = Symbol(ir.add_input(name, tuple(d.local.shape), a._dtype))
+    return Tensor._make(GlobalData(local, d.placement, d.sbp, d.shape, d.dtype), a._dtype,
+                        a._device, a._shape)
+
+
+def _elsewhere(t: Tensor) -> bool:
+    """A global tensor whose placement leaves this rank out (a later pipeline stage's)."""
+    return _is_global(t) and t._data.local is None
+
+
+def _add_output(ir: IRGraph, specs: list, t: Tensor) -> None:
+    """``t`` becomes a graph output (unless it is held elsewhere), ``specs`` says how."""
+    if not _is_global(t):
+        ir.outputs.append(value_of(t))
+        specs.append(None)
+        return
+    d = t._data
+    specs.append((d.placement, d.sbp, d.shape, t._dtype, d.local is not None))
+    if d.local is not None:
+        ir.outputs.append(value_of(t))
+
+
+def _wrap_outputs(arrays: list, specs: list) -> list[Tensor]:
+    from tessera.distributed._global import make_global
+    out, k = [], 0
+    for spec in specs:
+        if spec is None:
+            out.append(Tensor._from_numpy(arrays[k]))
+            k += 1
+            continue
+        placement, sbp, shape, dtype, here = spec
+        out.append(make_global(arrays[k] if here else None, dtype, placement, sbp, shape))
+        k += here
+    return out
+
+
+def _micro_batches(a: Tensor, n: int) -> list[Tensor]:
+    """``a`` split into ``n`` micro-batches on dim 0. A batch split over data-parallel
+    ranks is chunked on each rank (micro-batch k holds every rank's k-th chunk: no rows
+    move, and the summed gradient is the same) when every tile divides evenly."""
+    if _is_global(a) and a._data.sbp == (Sbp.split(0),) * a._data.placement.ndim \
+            and a._data.placement.ndim == 1:
+        from tessera.distributed._global import _local_to_global
+        from tessera.distributed.sbp import split_sizes
+        d = a._data
+        tiles = split_sizes(a._shape[0], d.placement.size)
+        if all(t % n == 0 for t in tiles):
+            local = a.to_local().chunk(n, 0) if d.local is not None else [a.to_local()] * n
+            shape = (a._shape[0] // n,) + tuple(a._shape[1:])
+            return [_local_to_global(t, d.placement, d.sbp, shape) for t in local]
+    return list(a.chunk(n, 0))
+
+
+def _zero(graph: Graph, params):
+    from tessera.distributed.graph_zero import GraphZero
+    return GraphZero(graph.config.zero_stage, graph.config.zero_shard_min_size, params)
+
+
 def _restore_state(opt, saved: dict, keep_concrete: bool) -> None:
     """Undo what tracing ``opt.step()`` did to ``opt.state``: symbolic entries go (the
     graph's run supplies their values); concrete tensors the step created (a ``step``
@@ -388,7 +536,7 @@ def _restore_state(opt, saved: dict, keep_concrete: bool) -> None:
             v = st[key]
             if old is not None and key in old:
                 st[key] = old[key]
-            elif not keep_concrete or (isinstance(v, Tensor) and type(v._data) is Symbol):
+            elif not keep_concrete or is_symbolic(v):
                 del st[key]
         if not st and old is None:
             del opt.state[p]
@@ -398,6 +546,7 @@ class _module_scopes:
     """While tracing, each module call names the nodes it makes after its module path."""
 
     def __init__(self, graph: Graph, tracer: Tracer):
+        self.stages = {k: gm for k, gm in graph._stages.items() if gm.placement is not None}
         self.paths = {}
         for prefix, mod in graph._modules.items():
             for n, m in mod.named_modules():
@@ -405,6 +554,10 @@ class _module_scopes:
         self.tracer = tracer
 
     def wrapper(self, module, call, args, kwargs):
+        gm = self.stages.get(id(module))
+        if gm is not None:  # a pipeline stage: its inputs move to its placement
+            args = tuple(gm.to_stage(a) for a in args)
+            kwargs = {k: gm.to_stage(v) for k, v in kwargs.items()}
         path = self.paths.get(id(module))
         if path is None:
             return call(*args, **kwargs)

@@ -101,9 +101,3 @@ def test_unsupported_pair_names_it(monkeypatch):
         boxing.box_1d(FULL, FULL.shape, P, S(1), (0,), 0, current())
 
 
-def test_placement_change_is_named():
-    def fn():
-        x = tessera.tensor(FULL).to_global(placement("cpu", [0, 1]), B)
-        x.to_global(placement("cpu", [1, 0]))
-    with pytest.raises(boxing.BoxingError, match=r"ranks=\[0, 1\].*ranks=\[1, 0\]"):
-        run(2, fn)

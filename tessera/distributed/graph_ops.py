@@ -1,0 +1,241 @@
+"""Collectives as graph nodes: what boxing becomes inside a traced ``nn.Graph``.
+
+While ``nn.Graph`` traces ``build()`` on global tensors, every rank records its own local
+program: a global tensor's tile is a symbolic value, SBP dispatch picks signatures exactly
+as in eager mode, and each boxing step becomes a node of one of these ops, whose CPU
+kernel calls the communicator when the compiled step runs:
+
+* ``boxing``: one mesh axis of a conversion (``boxing.box_1d``: all-reduce, all-gather,
+  reduce-scatter, all-to-all, or a local slice);
+* ``send`` / ``recv``: a placement change (how activations and gradients cross pipeline
+  stages);
+* ``sbp_local``: a signature with its own local computation that communicates
+  (synchronised batch norm, the mean loss's global count, dropout's agreed seed).
+
+They are OpDefs like any other (infer + cpu kernel), kept out of the registry as the
+autograd-only OpDefs of ``_global`` are: they are not user-facing ops. Ranks must call the
+collectives in the same order, and the passes keep them so: each communicating node has a
+unique ``seq`` attr (CSE never merges two), its kernel refuses to run outside a graph step
+(constant folding, which evaluates nodes at compile time, leaves it alone), a send's token
+is kept live as a graph output (DCE), and no pass moves a node it does not fuse.
+
+>>> import tessera, tessera.nn as nn
+>>> p = tessera.placement("cpu", ranks=[0])
+>>> m = nn.Linear(3, 2).to_global(p, tessera.sbp.broadcast)
+>>> class G(nn.Graph):
+...     def __init__(self):
+...         super().__init__()
+...         self.m = m
+...     def build(self, x):
+...         return self.m(x).sum()
+>>> x = tessera.ones(4, 3).to_global(p, tessera.sbp.split(0))
+>>> g = G(); y = g(x)
+>>> y.placement == p, [n.op.name for n in g.ir.nodes if n.op.name == "boxing"]
+(True, ['boxing'])
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from tessera import _dtype as D
+from tessera.autograd.grad_mode import no_grad
+from tessera.distributed import comm as C
+from tessera.ops.registry import Meta, OpDef
+
+__all__ = ["BOXING_OP", "SEND_OP", "RECV_OP", "SBP_LOCAL_OP", "traced_box", "traced_send",
+           "traced_recv", "traced_local", "in_step", "step_running"]
+
+_STEP = threading.local()  # per thread: FakeWorld ranks are threads
+
+
+class in_step:
+    """Marks a compiled graph step: the only place collective kernels may run."""
+
+    def __enter__(self):
+        _STEP.depth = getattr(_STEP, "depth", 0) + 1
+        return self
+
+    def __exit__(self, *exc):
+        _STEP.depth -= 1
+        return False
+
+
+def step_running() -> bool:
+    return getattr(_STEP, "depth", 0) > 0
+
+
+def _check_step(name: str) -> None:
+    if not step_running():
+        # constant folding evaluates nodes at compile time: a collective there would run on
+        # one rank's schedule only, so it is refused (and the pass leaves the node alone)
+        raise RuntimeError(f"{name}: a collective node runs only inside a compiled nn.Graph "
+                           "step")
+
+
+def _fresh(a: np.ndarray, x) -> np.ndarray:
+    """The result as its own array (a slice of the input would alias the input's buffer,
+    which the memory plan may reuse)."""
+    if isinstance(x, np.ndarray) and np.may_share_memory(a, x):
+        return np.array(a, copy=True)
+    return a
+
+
+# ---- boxing --------------------------------------------------------------------------------
+
+_COMMUNICATING = {("P", "B"), ("P", "S"), ("S", "B"), ("S", "S")}
+
+
+def _sbp(text: str):
+    """The SBP an attr names (``sbp.short()``: "S(1)", "B", "P"): attrs stay printable."""
+    from tessera.distributed.sbp import broadcast, partial_sum, split
+    if text == "B":
+        return broadcast
+    if text == "P":
+        return partial_sum
+    return split(int(text[2:-1]))
+
+
+def _box_infer(x: Meta, shape, src, dst, group, index, seq):
+    from tessera.distributed.boxing import tile_shape
+    return Meta(tile_shape(tuple(shape), (_sbp(dst),), (index,), (len(group),)), x.dtype)
+
+
+def _box_kernel(x, shape, src, dst, group, index, seq):
+    from tessera.distributed.boxing import box_1d
+    _check_step("boxing")
+    return _fresh(box_1d(x, tuple(shape), _sbp(src), _sbp(dst), tuple(group), index,
+                         C.current()), x)
+
+
+BOXING_OP = OpDef("boxing", _box_infer, {"cpu": _box_kernel}, grad=None, save=(),
+                  doc="one mesh axis of an SBP conversion of a tile (boxing.box_1d)")
+
+
+# ---- send / recv ---------------------------------------------------------------------------
+
+def _send_infer(x: Meta, dst, tag, seq):
+    return Meta((), D.float32)
+
+
+def _send_kernel(x, dst, tag, seq):
+    _check_step("send")
+    C.current().send(np.ascontiguousarray(x), dst, tag)
+    return np.zeros((), np.float32)  # a token: graph outputs keep the send alive
+
+
+def _recv_infer(shape, dtype, src, tag, seq):
+    return Meta(tuple(shape), dtype)
+
+
+def _recv_kernel(shape, dtype, src, tag, seq):
+    _check_step("recv")
+    return C.current().recv(tuple(shape), dtype.np, src, tag)
+
+
+SEND_OP = OpDef("send", _send_infer, {"cpu": _send_kernel}, grad=None, save=(),
+                doc="send this rank's tile to rank dst (a placement change)")
+RECV_OP = OpDef("recv", _recv_infer, {"cpu": _recv_kernel}, grad=None, save=(),
+                doc="receive a tile from rank src (a placement change)")
+
+
+# ---- a signature's own local computation ---------------------------------------------------
+
+_LOCAL_KEYS = ("sbp_op", "sbp_sig", "sbp_metas", "sbp_group", "sbp_outs", "sbp_logical",
+               "seq")
+
+
+def _local_fn(attrs: dict):
+    """The signature's local function, found again from printable attrs: the op's SBP
+    rule at the logical metas (and the logical values of its shape attrs)."""
+    from tessera.ops.registry import REGISTRY
+    op = REGISTRY[attrs["sbp_op"]]
+    rule_attrs = {k: v for k, v in attrs.items() if k not in _LOCAL_KEYS}
+    rule_attrs.update(dict(attrs["sbp_logical"]))
+    sigs = op.sbp(*attrs["sbp_metas"], mesh_size=len(attrs["sbp_group"]), **rule_attrs)
+    return op, sigs[attrs["sbp_sig"]].local
+
+
+def _local_infer(*metas, **attrs):
+    outs = attrs["sbp_outs"]
+    return outs if len(outs) > 1 else outs[0]
+
+
+def _local_kernel(*arrays, **attrs):
+    from tessera._tensor import Tensor
+    _check_step(f"{attrs['sbp_op']} (SBP signature)")
+    inner = {k: v for k, v in attrs.items() if k not in _LOCAL_KEYS}
+    op, fn = _local_fn(attrs)
+    args = [Tensor._from_numpy(np.asarray(a)) if isinstance(a, np.ndarray) else a
+            for a in arrays]
+    with no_grad():
+        res = fn(op, args, inner, list(attrs["sbp_metas"]), tuple(attrs["sbp_group"]))
+    if isinstance(res, tuple):
+        return tuple(r._data for r in res)
+    return res._data
+
+
+SBP_LOCAL_OP = OpDef("sbp_local", _local_infer, {"cpu": _local_kernel}, grad=None, save=(),
+                     doc="an SBP signature's own local computation (it may communicate)")
+
+
+# ---- recording them while tracing -----------------------------------------------------------
+
+def _tracer():
+    from tessera.graph.trace import current_tracer
+    t = current_tracer()
+    if t is None:
+        raise RuntimeError("a symbolic tile outside an nn.Graph trace")
+    return t
+
+
+def _seq() -> int:
+    t = _tracer()
+    t.comm_seq += 1
+    return t.comm_seq - 1
+
+
+def _sym_tensor(x):
+    from tessera._tensor import _CPU, Tensor
+    return Tensor._make(x, x.value.dtype, _CPU, x.shape)
+
+
+def traced_box(x, shape: tuple, src, dst, group: tuple, index: int):
+    """The symbolic tile after one mesh axis of boxing (a ``boxing`` node)."""
+    from tessera._dispatch import dispatch
+    if src == dst or len(group) == 1:  # on one rank every SBP's tile is the whole
+        return x
+    # a conversion that communicates is numbered (never merged); a local one (B->S
+    # slice, B->P, S->P) may be shared, as any pure node
+    seq = _seq() if (src.kind, dst.kind) in _COMMUNICATING else None
+    out = dispatch(BOXING_OP, _sym_tensor(x), shape=tuple(shape), src=src.short(),
+                   dst=dst.short(), group=tuple(group), index=index, seq=seq)
+    return out._data
+
+
+def traced_send(x, dst: int, tag: int) -> None:
+    from tessera._dispatch import dispatch
+    token = dispatch(SEND_OP, _sym_tensor(x), dst=dst, tag=tag, seq=_seq())
+    _tracer().effects.append(token._data.value)
+
+
+def traced_recv(shape: tuple, dtype, src: int, tag: int):
+    from tessera._dispatch import dispatch
+    dt = dtype if isinstance(dtype, D.dtype) else D.from_numpy_dtype(np.dtype(dtype))
+    return dispatch(RECV_OP, shape=tuple(shape), dtype=dt, src=src, tag=tag,
+                    seq=_seq())._data
+
+
+def traced_local(op, index: int, args: list, attrs: dict, logical: dict, metas,
+                 group: tuple, outs: list):
+    """The local computation of signature ``index`` of ``op`` (``Signature.local``) as one
+    ``sbp_local`` node on the symbolic tiles ``args``; ``attrs`` are the local attrs,
+    ``logical`` the logical values of those that differ; ``outs`` the tiles' metas."""
+    from tessera._dispatch import dispatch
+    clash = [k for k in _LOCAL_KEYS if k in attrs]
+    if clash:
+        raise RuntimeError(f"{op.name}: attribute {clash[0]!r} clashes with sbp_local's")
+    return dispatch(SBP_LOCAL_OP, *args, **attrs, sbp_op=op.name, sbp_sig=index,
+                    sbp_metas=tuple(metas), sbp_group=tuple(group), sbp_outs=tuple(outs),
+                    sbp_logical=tuple(sorted(logical.items())), seq=_seq())

@@ -1,0 +1,70 @@
+"""ZeRO in ``nn.Graph`` (``config.enable_zero(True, stage=1|2)``): the same parameters as
+one process, a 1/n share of the optimizer state per rank."""
+import numpy as np
+import pytest
+
+import tessera
+from tessera import nn
+from tessera.distributed.graph_ops import BOXING_OP
+from tests.distributed._helpers import run
+from tests.distributed.test_graph_global import TrainGraph, X, Y, _data_parallel, _mlp
+
+
+def train(zero_stage: int | None, steps: int = 4, micro_batches: int = 1):
+    """Data parallel over the world with AdamW in an nn.Graph (None: one process)."""
+    model = _mlp()
+    x, y = tessera.tensor(X[:6]), tessera.tensor(Y[:6])
+    if zero_stage is not None:
+        x, y = _data_parallel(model, x, y)
+    opt = tessera.optim.AdamW(model.parameters(), lr=0.05)
+    g = TrainGraph(model, opt)
+    if zero_stage:
+        g.config.enable_zero(True, stage=zero_stage, shard_min_size=1)
+    g.config.set_gradient_accumulation_steps(micro_batches)
+    losses = [float(g(x, y).detach().numpy()) for _ in range(steps)]
+    params = [q.detach().numpy().copy() for q in model.parameters()]
+    state = sum(np.asarray(v._data.local if v.is_global else v._data).nbytes
+                for st in opt.state.values() for v in st.values())
+    boxing = [(n.attrs["src"], n.attrs["dst"]) for n in g.ir.nodes if n.op is BOXING_OP]
+    sbps = [opt.state[p]["exp_avg"].sbp[0].short() if zero_stage is not None else None
+            for p in model.parameters()]
+    return losses, params, state, boxing, sbps, g.memory_stats()
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_zero_graph_matches_one_process_with_a_share_of_the_state(stage):
+    want_losses, want_params, _, _, _, _ = train(None)
+    plain = run(2, train, 0)[0]
+    for losses, params, state, boxing, sbps, mem in run(2, train, stage):
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
+        # AdamW's moments split over the ranks: about half of them each (the 3-row weight
+        # and bias split unevenly, 2 + 1)
+        assert state < 0.6 * plain[2], (state, plain[2])
+        assert sbps == ["S(0)"] * 4 and plain[4] == ["B"] * 4
+        assert mem["variable_bytes"] < plain[5]["variable_bytes"]
+        # partial gradients reduce-scattered, the shards all-gathered: no all-reduce
+        assert boxing.count(("P", "S(0)")) == 4 and boxing.count(("S(0)", "B")) == 4
+        assert ("P", "B") not in boxing
+
+
+def test_zero_stage2_with_micro_batches_on_three_ranks():
+    want_losses, want_params, _, _, _, _ = train(None, micro_batches=2)
+    for losses, params, *_ in run(3, train, 2, micro_batches=2):
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
+
+
+def test_enable_zero_checks_its_arguments():
+    g = nn.Graph()
+    with pytest.raises(ValueError, match="stage 3 is not supported"):
+        g.config.enable_zero(True, stage=3)
+    with pytest.raises(ValueError, match="shard_min_size"):
+        g.config.enable_zero(True, shard_min_size=0)
+    model = _mlp()
+    local = TrainGraph(model, tessera.optim.SGD(model.parameters(), lr=0.1))
+    local.config.enable_zero(True, stage=1)
+    with pytest.raises(ValueError, match="global data-parallel parameters"):
+        local(tessera.tensor(X), tessera.tensor(Y))
