@@ -180,8 +180,10 @@ def _channel_major(g: np.ndarray, groups: int) -> np.ndarray:
 def _native(x, w, groups) -> bool:
     """2-d, ungrouped, float32/64 convolutions run image by image on the C im2col/col2im of
     ``tessera.codegen.kernels``: one image's column buffer stays in cache between im2col and
-    its GEMM (1.5-2x faster than one batch-wide buffer). Per-image GEMMs round differently
-    from a batch-wide one (equally accurate)."""
+    its GEMM (1.5-2x faster than one batch-wide buffer). With NumPy's OpenBLAS the C drivers
+    of ``kernels.conv2d_threaded`` and friends run it, images split across the kernel
+    threads, each calling BLAS single-threaded; else a Python loop with threaded BLAS. Per-
+    image GEMMs round differently from a batch-wide one (equally accurate)."""
     if x.ndim != 4 or groups != 1 or x.dtype != w.dtype or 0 in x.shape or 0 in w.shape:
         return False
     from tessera.codegen import kernels
@@ -195,13 +197,17 @@ def _lows(pads) -> tuple:
 def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
     """Into ``y`` (a new array when None; C-contiguous): each image's GEMM, then its bias
     while that image's output is still in cache."""
-    from tessera.codegen.kernels import im2col
+    from tessera.codegen.kernels import conv2d_threaded, im2col, threaded
     n, o = x.shape[0], w.shape[0]
     p = int(np.prod(out_sp))
     x = np.ascontiguousarray(x)
     wm = np.ascontiguousarray(w.reshape(o, -1))
     if y is None:
         y = np.empty((n, o) + tuple(out_sp), x.dtype)
+    if threaded(x.dtype):
+        b = None if b is None else np.ascontiguousarray(b, x.dtype)
+        conv2d_threaded(x, np.ascontiguousarray(w), b, stride, _lows(pads), dilation, y)
+        return y
     bias = None if b is None else b.reshape(o, 1).astype(y.dtype, copy=False)
     # small outputs (late layers) make skinny GEMMs BLAS runs slowly: a few images' columns
     # side by side make one wider GEMM (ResNet-18's 7x7 layers at batch 8: 20% faster)
@@ -259,13 +265,17 @@ def conv_into(out, x, w, b, stride, pads, dilation, groups) -> None:
 
 
 def _input_grad_per_image(g, w, input_shape, stride, pads, dilation):
-    from tessera.codegen.kernels import col2im
+    from tessera.codegen.kernels import col2im, conv2d_input_grad_threaded, threaded
     n, o = g.shape[:2]
     out_sp = g.shape[2:]
     p = int(np.prod(out_sp))
+    dx = np.empty(tuple(input_shape), g.dtype)
+    if threaded(g.dtype):
+        conv2d_input_grad_threaded(np.ascontiguousarray(g), np.ascontiguousarray(w), stride,
+                                   _lows(pads), dilation, dx)
+        return dx
     wt = np.ascontiguousarray(w.reshape(o, -1).T)                # (C*K, O)
     g2 = np.ascontiguousarray(g).reshape(n, o, p)
-    dx = np.empty(tuple(input_shape), g.dtype)
     gcols = np.empty((wt.shape[0], p), g.dtype)
     for i in range(n):
         np.matmul(wt, g2[i], out=gcols)
@@ -274,11 +284,14 @@ def _input_grad_per_image(g, w, input_shape, stride, pads, dilation):
 
 
 def _weight_grad_per_image(x, g, weight_shape, stride, pads, dilation):
-    from tessera.codegen.kernels import im2col
+    from tessera.codegen.kernels import conv2d_weight_grad_threaded, im2col, threaded
     n, o = g.shape[:2]
     out_sp = g.shape[2:]
     p = int(np.prod(out_sp))
     x = np.ascontiguousarray(x)
+    if threaded(x.dtype):
+        return conv2d_weight_grad_threaded(x, np.ascontiguousarray(g), tuple(weight_shape),
+                                           stride, _lows(pads), dilation)
     g2 = np.ascontiguousarray(g).reshape(n, o, p)
     ck = int(np.prod(weight_shape[1:]))
     cols = np.empty((ck, p), x.dtype)

@@ -90,6 +90,39 @@ def test_conv_groups_images_for_small_outputs(monkeypatch, n, hw):
     np.testing.assert_allclose(out, yr, rtol=1e-5, atol=1e-5)
 
 
+THREADED_CASES = [((1, 3, 40, 36), (5, 3, 3, 3), (1, 1), ((1, 1), (1, 1))),   # row blocks
+                  ((3, 6, 12, 12), (4, 6, 1, 1), (1, 1), ((0, 0), (0, 0))),   # GEMM on x
+                  ((4, 6, 12, 12), (4, 6, 1, 1), (2, 2), ((0, 0), (0, 0))),   # 1x1, strided
+                  ((9, 2, 6, 6), (3, 2, 3, 3), (1, 1), ((1, 1), (1, 1)))]     # image groups
+
+
+@pytest.mark.parametrize("xs,ws,stride,pads", THREADED_CASES)
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_threaded_conv_drivers_match_numpy(monkeypatch, xs, ws, stride, pads, threads, dtype):
+    """The drivers that split images (or row blocks) across threads, each calling BLAS
+    single-threaded, for every work split."""
+    from tessera.codegen import kernels, runtime
+    if not kernels.threaded(dtype):
+        pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
+    monkeypatch.setattr(runtime, "_threads", lambda: threads)
+    blas_threads = kernels._blas().get_threads()
+    rng = np.random.default_rng(xs[0])
+    x = rng.standard_normal(xs).astype(dtype)
+    w = rng.standard_normal(ws).astype(dtype)
+    b = rng.standard_normal(ws[0]).astype(dtype)
+    args = (stride, pads, (1, 1), 1)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    y, yr = both(monkeypatch, lambda: C._conv_kernel(x, w, b, *args))
+    np.testing.assert_allclose(y, yr, rtol=tol, atol=tol)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    dx, dxr = both(monkeypatch, lambda: C._input_grad_kernel(g, w, xs, *args))
+    np.testing.assert_allclose(dx, dxr, rtol=tol, atol=tol)
+    dw, dwr = both(monkeypatch, lambda: C._weight_grad_kernel(x, g, ws, *args))
+    np.testing.assert_allclose(dw, dwr, rtol=tol * 10, atol=tol * 10)
+    assert kernels._blas().get_threads() == blas_threads  # restored after every call
+
+
 DEPTHWISE_CASES = [((2, 5, 9, 9), (3, 3), (1, 1), (1, 1), (1, 1)),
                    ((1, 4, 10, 7), (3, 5), (2, 1), (1, 2), (1, 2)),
                    ((3, 2, 7, 7), (5, 5), (1, 1), (2, 2), (1, 1)),
