@@ -23,12 +23,14 @@ product done slower.
 from __future__ import annotations
 
 import math
+import time
 from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from tessera._einsum import _bmm
 from tessera._einsum._parse import bind, parse
 from tessera.ops.linalg import _blasable, _matmul_kernel
 
@@ -62,7 +64,135 @@ def run(equation: str, arrays, path) -> np.ndarray:
     """einsum of ``arrays`` by the canonical ``equation`` along ``path``."""
     if type(path) is not tuple:
         path = tuple(map(tuple, path))
-    return execute(plan(equation, tuple([a.shape for a in arrays]), path), arrays)
+    # a repeat call (same shapes, strides and dtypes) runs its specialised plan directly
+    key = (equation, path, *[(a.shape, a.strides, a.dtype) for a in arrays])
+    f = _RUNNERS.get(key)
+    if f is None:
+        if len(_RUNNERS) >= _RUNNERS_SIZE:
+            _RUNNERS.clear()
+        f = _RUNNERS[key] = _runner(plan(equation, tuple([a.shape for a in arrays]), path),
+                                    arrays)
+    return f(arrays)
+
+
+_RUNNERS: dict = {}
+_RUNNERS_SIZE = 4096
+
+
+def _runner(p: Plan, arrays):
+    """``fn(arrays)`` computing plan ``p`` for arrays of exactly these shapes, strides and
+    dtypes, each matrix product through its own ``_Tuned``. A plan of one product whose
+    operands need no preparation gets a straight-line function, its views (or copies)
+    decided once from the strides; every other plan runs through ``execute``."""
+    mms = tuple(_Tuned() if s.mode == "mm" else None for s in p.pairs)
+    if len(p.pairs) != 1 or p.pairs[0].mode != "mm" or any(
+            q.index is not None or q.groups is not None or q.sum_axes for q in p.preps):
+        return lambda xs: execute(p, xs, mms)
+    step, mm = p.pairs[0], mms[0]
+    va, vb = _view_fn(arrays[step.i], step.a), _view_fn(arrays[step.j], step.b)
+    i, j, shape, perm = step.i, step.j, step.out_shape, p.out_perm
+
+    def fn(xs):
+        c = mm(va(xs[i]), vb(xs[j])).reshape(shape)
+        return c if perm is None else np.ascontiguousarray(c.transpose(perm))
+    return fn
+
+
+def _view_fn(x: np.ndarray, views: tuple):
+    """``_arrange(x, views)`` for arrays laid out as ``x``, as a function with the choice
+    made: a view where the strides allow, else a copy BLAS can read."""
+    for perm, counts, shape, swap in views:
+        y = x.transpose(perm)
+        if _mergeable(y, counts):
+            if perm == tuple(range(len(perm))):
+                return (lambda z: z.reshape(shape).swapaxes(-1, -2)) if swap else \
+                    (lambda z: z.reshape(shape))
+            return (lambda z: z.transpose(perm).reshape(shape).swapaxes(-1, -2)) if swap \
+                else (lambda z: z.transpose(perm).reshape(shape))
+    perm, _, shape, _ = views[0]
+    return lambda z: z.transpose(perm).reshape(shape)  # a copy
+
+
+class _Tuned:
+    """One step's matrix product, done whichever of two ways has been faster lately: the
+    default ``_matmul``, or an alternative where one exists (decided at the first call,
+    from the operands):
+
+    * a batch of small products (each below OpenBLAS's threading threshold): split over
+      the kernel threads by ``_bmm``, ~2x on idle cores for 8 attention products of
+      64x32x64 (NumPy runs them one after the other);
+    * one mid-sized GEMM (above that threshold): OpenBLAS single-threaded. Threaded, it
+      synchronises its threads, and when other processes hold the cores a thread that
+      lost its core stalls the GEMM for a scheduler tick (ms for a 50 us product).
+
+    Which wins depends on the load on the machine, so both are timed. The way in use
+    keeps a moving average of its calls; every so often the other way runs twice in a
+    row (the first call wakes ``_bmm``'s workers, the second is timed) and takes over if
+    it was faster. A probe that loses doubles the wait before the next one (up to
+    ``_EXPLORE_MAX`` calls), so a way that stalls on a busy machine costs little."""
+
+    __slots__ = ("calls", "avg", "alt", "best", "probe", "gap")
+
+    def __init__(self):
+        self.calls = 0
+        self.avg = [0.0, 0.0]  # seconds: [alternative, default]
+        self.alt = None
+        self.best = 1          # the way in use
+        self.probe = 2         # the call at which the other way runs next
+        self.gap = _EXPLORE
+
+    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        n = self.calls = self.calls + 1
+        if n == 1:
+            self.alt = _alternative(a, b)
+        alt = self.alt
+        if alt is None:
+            return _matmul(a, b)
+        best, probe = self.best, self.probe
+        way = 1 - best if probe <= n <= probe + 1 else best
+        t0 = _clock()
+        c = alt(a, b) if way == 0 else _matmul(a, b)
+        t = _clock() - t0
+        avg = self.avg
+        if way == best:
+            avg[way] = t if n == 1 else avg[way] + (t - avg[way]) * 0.25
+        elif n == probe + 1:
+            avg[way] = t
+            if t < avg[best]:
+                self.best, self.gap = way, _EXPLORE
+            else:
+                self.gap = min(2 * self.gap, _EXPLORE_MAX)
+            self.probe = n + self.gap
+        return c
+
+
+def _alternative(a: np.ndarray, b: np.ndarray):
+    """The other way to compute ``_matmul(a, b)`` for operands like these, or None."""
+    nb, m, k = a.shape
+    macs = m * k * b.shape[2]
+    if _bmm.usable(a, b):
+        return _bmm.matmul
+    if nb == 1 and _bmm.BLAS_SINGLE < macs <= _SINGLE_MAX and a.dtype == b.dtype and \
+            a.dtype.kind in "fc" and a.itemsize >= 4 and _blas_local() is not None:
+        return _single_threaded
+    return None
+
+
+_SINGLE_MAX = 1 << 24  # multiply-adds: beyond, a stall costs less than a lost core
+
+
+def _single_threaded(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    local = _blas_local()
+    prev = local(1)
+    try:
+        return _matmul(a, b)
+    finally:
+        local(prev)
+
+
+_EXPLORE = 32
+_EXPLORE_MAX = 1024
+_clock = time.perf_counter
 
 
 def contracted(b) -> list[str]:
@@ -284,16 +414,18 @@ def _split_matmul(a: np.ndarray, b: np.ndarray, threads: int) -> np.ndarray:
     return out
 
 
-def execute(p: Plan, arrays) -> np.ndarray:
+def execute(p: Plan, arrays, mms: tuple | None = None) -> np.ndarray:
+    """Plan ``p`` on ``arrays``; ``mms`` holds each step's matrix product (default
+    ``_matmul``)."""
     ops, fresh = [], False
     for x, prep in zip(arrays, p.preps):
         x, f = _prep(x, prep)
         ops.append(x)
         fresh = f
-    for step in p.pairs:
+    for s, step in enumerate(p.pairs):
         a, b = ops[step.i], ops[step.j]
         if step.mode == "mm":
-            c = _matmul(_arrange(a, step.a), _arrange(b, step.b))
+            c = (mms[s] if mms else _matmul)(_arrange(a, step.a), _arrange(b, step.b))
         else:
             a2, b2 = _arrange(a, step.a), _arrange(b, step.b)
             c = a2[:, :, None] * b2[:, None, :]

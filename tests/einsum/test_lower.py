@@ -1,0 +1,179 @@
+"""The einsum kernel's fast paths: the per-layout plan cache, the tuned matrix product
+(``_lower._Tuned``) and the C batched product on the kernel threads (``_bmm``)."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera._einsum import _bmm, _lower
+
+EQ = "bhqd,bhkd->bhqk"
+
+
+def _layouts(shape, dtype, rng):
+    """The same values as a contiguous array, a transposed copy seen back in order, a
+    reversed view and a strided slice: equal shapes, different strides."""
+    x = rng.standard_normal(shape).astype(dtype)
+    t = np.ascontiguousarray(np.swapaxes(x, -1, -2)).swapaxes(-1, -2)
+    r = np.ascontiguousarray(x[::-1])[::-1]
+    wide = np.zeros(shape[:-1] + (2 * shape[-1],), dtype)
+    wide[..., ::2] = x
+    return x, [x, t, r, wide[..., ::2]]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.complex64])
+def test_plan_cache_follows_strides_and_dtypes(dtype):
+    """One equation and one set of shapes, operands laid out four ways and in four
+    dtypes, called in turn: every call must use the plan of its own layout."""
+    rng = np.random.default_rng(0)
+    a, la = _layouts((2, 3, 5, 4), dtype, rng)
+    b, lb = _layouts((2, 3, 6, 4), dtype, rng)
+    ref = np.einsum(EQ, a, b)
+    for _ in range(2):  # the second round hits the cache
+        for x in la:
+            for y in lb:
+                out = tessera.einsum(EQ, tessera.from_numpy(x), tessera.from_numpy(y))
+                np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_plan_cache_keys_layouts_apart():
+    rng = np.random.default_rng(1)
+    a, la = _layouts((4, 8), np.float64, rng)
+    b, lb = _layouts((8, 3), np.float64, rng)
+    before = len(_lower._RUNNERS)
+    _lower._RUNNERS.clear()
+    for x in la:
+        np.testing.assert_allclose(_lower.run("ij,jk->ik", (x, b), ((0, 1),)), a @ b)
+    np.testing.assert_allclose(_lower.run("ij,jk->ik", (a.astype(np.float32), b), ((0, 1),)),
+                               a @ b, rtol=1e-5)
+    assert len(_lower._RUNNERS) == 5 or before == 0
+
+
+def test_result_never_aliases_an_input():
+    a = np.arange(6.0).reshape(2, 3)
+    for _ in range(3):
+        out = _lower.run("ij->ij", (a,), ())
+        assert not np.shares_memory(out, a)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("nb,m,k,n", [(8, 64, 32, 64), (2, 1, 5, 7), (3, 7, 1, 2),
+                                      (5, 16, 16, 16), (64, 3, 4, 5), (2, 4, 0, 3),
+                                      (0, 4, 2, 3)])
+def test_bmm_matches_numpy(dtype, nb, m, k, n):
+    if _bmm._lib() is None:
+        pytest.skip("no C compiler, no OpenBLAS C can call, or one thread")
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((nb, m, k)).astype(dtype)
+    b = rng.standard_normal((nb, k, n)).astype(dtype)
+    at = np.ascontiguousarray(a.swapaxes(1, 2)).swapaxes(1, 2)
+    bt = np.ascontiguousarray(b.swapaxes(1, 2)).swapaxes(1, 2)
+    for x in (a, at, a[::-1]):
+        for y in (b, bt, b[::-1]):
+            got = _bmm.matmul(x, y)
+            if nb < 2 or m * n <= 1:
+                assert got is None
+                continue
+            np.testing.assert_allclose(got, np.matmul(x, y), rtol=1e-5, atol=1e-5)
+
+
+def test_bmm_declines_what_it_cannot_run():
+    a = np.ones((4, 8, 8), np.float32)
+    assert _bmm.matmul(a.astype(np.int32), a.astype(np.int32)) is None   # not float
+    assert _bmm.matmul(a, a.astype(np.float64)) is None                 # mixed dtypes
+    assert _bmm.matmul(a[:, ::2, ::2], a[:, :4, :4]) is None            # no unit stride
+    big = np.ones((2, 128, 128), np.float32)
+    assert _bmm.matmul(big, big) is None                  # OpenBLAS threads each itself
+
+
+def test_bmm_from_many_python_threads():
+    """Concurrent callers: one holds the kernel threads, the others run alone."""
+    if _bmm._lib() is None:
+        pytest.skip("no C compiler, no OpenBLAS C can call, or one thread")
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((8, 16, 8)).astype(np.float32)
+    b = rng.standard_normal((8, 8, 16)).astype(np.float32)
+    ref = np.matmul(a, b)
+    bad = []
+
+    def loop():
+        for _ in range(300):
+            if not np.allclose(_bmm.matmul(a, b), ref, rtol=1e-5, atol=1e-5):
+                bad.append(1)
+
+    threads = [threading.Thread(target=loop) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
+
+
+@pytest.mark.parametrize("faster", [0, 1])
+def test_tuned_takes_the_faster_way_and_both_agree(monkeypatch, faster):
+    """A fake clock makes way ``faster`` cheaper: the tuner must settle on it, probe the
+    other now and then, and every call must give NumPy's result."""
+    if _bmm._lib() is None:
+        pytest.skip("no C compiler, no OpenBLAS C can call, or one thread")
+    ways = []
+    alt, default = _bmm.matmul, _lower._matmul
+
+    def fake_alt(a, b):
+        ways.append(0)
+        return alt(a, b)
+
+    def fake_default(a, b):
+        ways.append(1)
+        return default(a, b)
+
+    ticks = iter(range(10**9))
+
+    def clock():  # each call costs 1 tick on the faster way, 10 on the other
+        return next(ticks) * (1 if not ways or ways[-1] == faster else 10)
+
+    monkeypatch.setattr(_lower, "_matmul", fake_default)
+    monkeypatch.setattr(_lower, "_clock", clock)
+    monkeypatch.setattr(_lower, "_EXPLORE", 4)
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((4, 8, 6)).astype(np.float32)
+    b = rng.standard_normal((4, 6, 8)).astype(np.float32)
+    tuned = _lower._Tuned()
+    tuned.alt = None
+    monkeypatch.setattr(_lower, "_alternative", lambda a, b: fake_alt)
+    for _ in range(200):
+        np.testing.assert_allclose(tuned(a, b), np.matmul(a, b), rtol=1e-5, atol=1e-5)
+    assert tuned.best == faster
+    assert ways[-50:].count(faster) > 40 and 1 - faster in ways[-150:]
+
+
+def test_single_threaded_gemm_matches():
+    if _lower._blas_local() is None:
+        pytest.skip("NumPy's BLAS is not OpenBLAS >= 0.3.27")
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((1, 200, 100)).astype(np.float32)
+    b = rng.standard_normal((1, 100, 200)).astype(np.float32)
+    assert _lower._alternative(a, b) is _lower._single_threaded
+    np.testing.assert_allclose(_lower._single_threaded(a, b), np.matmul(a, b), rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_broadcast_and_reversed_operands():
+    """Stride-0 (expanded) and reversed operands: BLAS cannot read them as they are."""
+    rng = np.random.default_rng(6)
+    row = rng.standard_normal((1, 1, 6)).astype(np.float32)
+    a = np.broadcast_to(row, (4, 5, 6))                  # every row the same, stride 0
+    b = rng.standard_normal((4, 6, 3)).astype(np.float32)
+    for x, y in ((a, b), (b.transpose(0, 2, 1)[:, ::-1], a.transpose(0, 2, 1)),
+                 (a, b[:, ::-1])):
+        got = _bmm.matmul(x, y)
+        if got is not None:
+            np.testing.assert_allclose(got, np.matmul(x, y), rtol=1e-5, atol=1e-5)
+        out = tessera.einsum("bij,bjk->bik", tessera.from_numpy(np.ascontiguousarray(x)),
+                             tessera.from_numpy(np.ascontiguousarray(y)))
+        np.testing.assert_allclose(out.numpy(), np.matmul(x, y), rtol=1e-5, atol=1e-5)
+    t = tessera.from_numpy(row).expand(4, 5, 6)
+    out = tessera.einsum("bij,bjk->bik", t, tessera.from_numpy(b))
+    np.testing.assert_allclose(out.numpy(), np.matmul(a, b), rtol=1e-5, atol=1e-5)
