@@ -26,7 +26,7 @@ import functools
 
 import numpy as np
 
-__all__ = ["matmul", "usable", "BLAS_SINGLE"]
+__all__ = ["matmul", "bind", "usable", "BLAS_SINGLE"]
 
 # OpenBLAS threads one GEMM above 65536 * GEMM_MULTITHREAD_THRESHOLD (4) multiply-adds
 BLAS_SINGLE = 65536 * 4
@@ -227,3 +227,20 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     out = np.empty((nb, m, b.shape[2]), a.dtype)
     _lib()[0](ptr, a.ctypes.data, b.ctypes.data, out.ctypes.data, a.itemsize)
     return out
+
+
+def bind(a: np.ndarray, b: np.ndarray):
+    """``matmul`` for operands of exactly these shapes, strides and dtype, with the checks
+    and the parameter block done once (``usable(a, b)`` must hold)."""
+    nb, m, k = a.shape
+    shape, dtype, item = (nb, m, b.shape[2]), a.dtype, a.itemsize
+    if k == 0:
+        return lambda x, y: np.zeros(shape, dtype)
+    block, ptr = _params(a.dtype, a.strides, a.shape, b.strides, b.shape)
+    f = _lib()[0]
+
+    def run(x: np.ndarray, y: np.ndarray, block=block) -> np.ndarray:  # block: kept alive
+        out = np.empty(shape, dtype)
+        f(ptr, x.ctypes.data, y.ctypes.data, out.ctypes.data, item)
+        return out
+    return run

@@ -131,12 +131,12 @@ class _Tuned:
     it was faster. A probe that loses doubles the wait before the next one (up to
     ``_EXPLORE_MAX`` calls), so a way that stalls on a busy machine costs little."""
 
-    __slots__ = ("calls", "avg", "alt", "best", "probe", "gap")
+    __slots__ = ("calls", "avg", "alt", "dflt", "best", "probe", "gap")
 
     def __init__(self):
         self.calls = 0
         self.avg = [0.0, 0.0]  # seconds: [alternative, default]
-        self.alt = None
+        self.alt = self.dflt = None
         self.best = 1          # the way in use
         self.probe = 2         # the call at which the other way runs next
         self.gap = _EXPLORE
@@ -144,14 +144,14 @@ class _Tuned:
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         n = self.calls = self.calls + 1
         if n == 1:
-            self.alt = _alternative(a, b)
+            self.alt, self.dflt = _alternative(a, b), _default(a, b)
         alt = self.alt
         if alt is None:
-            return _matmul(a, b)
+            return self.dflt(a, b)
         best, probe = self.best, self.probe
         way = 1 - best if probe <= n <= probe + 1 else best
         t0 = _clock()
-        c = alt(a, b) if way == 0 else _matmul(a, b)
+        c = alt(a, b) if way == 0 else self.dflt(a, b)
         t = _clock() - t0
         avg = self.avg
         if way == best:
@@ -171,11 +171,23 @@ def _alternative(a: np.ndarray, b: np.ndarray):
     nb, m, k = a.shape
     macs = m * k * b.shape[2]
     if _bmm.usable(a, b):
-        return _bmm.matmul
+        return _bmm.bind(a, b)
     if nb == 1 and _bmm.BLAS_SINGLE < macs <= _SINGLE_MAX and a.dtype == b.dtype and \
             a.dtype.kind in "fc" and a.itemsize >= 4 and _blas_local() is not None:
         return _single_threaded
     return None
+
+
+def _default(a: np.ndarray, b: np.ndarray):
+    """``_matmul`` for operands like these: NumPy's ``matmul`` itself when none of its
+    special cases applies (the caller's layout is fixed, so the checks are done once)."""
+    nb, m, k = a.shape
+    n = b.shape[2]
+    if nb > 1 and not (m == 1 and n == 1) and a.dtype == b.dtype and a.dtype.kind in "fc" \
+            and a.itemsize >= 4 and nb * m * n * k < _SPLIT_MIN and \
+            _blasable(a) is a and _blasable(b) is b:
+        return np.matmul
+    return _matmul
 
 
 _SINGLE_MAX = 1 << 24  # multiply-adds: beyond, a stall costs less than a lost core
