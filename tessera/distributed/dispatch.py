@@ -125,15 +125,15 @@ def choose_index(op: OpDef, metas, attrs, current, n: int, args=()) -> tuple[int
         raise MissingRule(op.name, "sbp", f"it cannot run on global tensors "
                                           f"(inputs: {_describe(args)})")
     sigs = rule(*metas, mesh_size=n, **attrs)
+    sizes = [_nbytes(m) if c is not None else 0.0 for m, c in zip(metas, current)]
     best, best_cost, index = None, None, -1
     for k, sig in enumerate(sigs):
         total = 0.0
-        for m, cur, want in zip(metas, current, sig.ins):
+        for nbytes, cur, want in zip(sizes, current, sig.ins):
             if cur is None:
                 continue
             if want is None:
                 break
-            nbytes = float(np.prod(m.shape, dtype=np.float64)) * m.dtype.itemsize
             total += cost(cur[0], want, nbytes, n)
         else:
             if best is None or total < best_cost:
@@ -141,6 +141,13 @@ def choose_index(op: OpDef, metas, attrs, current, n: int, args=()) -> tuple[int
     if best is None:
         raise RuntimeError(f"{op.name}: no SBP signature fits inputs ({_describe(args)})")
     return index, best
+
+
+def _nbytes(m: Meta) -> float:
+    size = float(m.dtype.itemsize)
+    for d in m.shape:
+        size *= d
+    return size
 
 
 def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:

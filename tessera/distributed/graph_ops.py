@@ -20,18 +20,17 @@ unique ``seq`` attr (CSE never merges two), its kernel refuses to run outside a 
 is kept live as a graph output (DCE), and no pass moves a node it does not fuse.
 
 >>> import tessera, tessera.nn as nn
->>> p = tessera.placement("cpu", ranks=[0])
->>> m = nn.Linear(3, 2).to_global(p, tessera.sbp.broadcast)
->>> class G(nn.Graph):
-...     def __init__(self):
-...         super().__init__()
-...         self.m = m
+>>> from tessera.distributed.comm.fake import FakeWorld
+>>> class Total(nn.Graph):
 ...     def build(self, x):
-...         return self.m(x).sum()
->>> x = tessera.ones(4, 3).to_global(p, tessera.sbp.split(0))
->>> g = G(); y = g(x)
->>> y.placement == p, [n.op.name for n in g.ir.nodes if n.op.name == "boxing"]
-(True, ['boxing'])
+...         return x.sum().to_global(sbp=tessera.sbp.broadcast)
+>>> def step():  # on each of two simulated ranks
+...     p = tessera.placement("cpu", ranks=[0, 1])
+...     x = tessera.ones(4, 3).to_global(p, tessera.sbp.split(0))  # rows 0-3 and 4-7
+...     g = Total()
+...     return g(x).item(), [(n.op.name, n.attrs.get("dst")) for n in g.ir.nodes]
+>>> FakeWorld(2).run(step)
+[(24.0, [('sum', None), ('boxing', 'B')]), (24.0, [('sum', None), ('boxing', 'B')])]
 """
 from __future__ import annotations
 

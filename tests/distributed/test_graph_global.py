@@ -168,3 +168,30 @@ def test_a_local_tensor_among_global_inputs_names_the_op():
         Mixed()(x, tessera.ones(2, 3))
     with pytest.raises(RuntimeError, match=r"add: input 1 is a local tensor"):
         run(2, body)
+
+
+def test_tensor_parallel_inference_graph_equals_one_process():
+    """No optimizer: variables may fold at compile time, collectives may not."""
+    x = rng.standard_normal((5, 6))
+
+    def body():
+        model = _mlp().eval()
+        want = model(tessera.tensor(x)).detach().numpy()
+        p = placement("cpu", [0, 1])
+        model[0].to_global(p, S(0))
+        model[2].to_global(p, lambda t: S(1) if t.dim() == 2 else B)
+
+        class Infer(nn.Graph):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def build(self, x):
+                return self.model(x) * 2
+        g = Infer()
+        outs = [g(tessera.tensor(x).to_global(p, B)) for _ in range(2)]
+        return [o.sbp for o in outs], [o.numpy() - 2 * want for o in outs]
+    for sbps, errors in run(2, body):
+        assert sbps == [(tessera.sbp.partial_sum,)] * 2  # row-parallel output, as eager
+        for e in errors:
+            np.testing.assert_allclose(e, 0, atol=1e-13)

@@ -162,11 +162,7 @@ def check_pipeline(results, steps: int, dp: int = 1):
 
 
 def test_pipeline_two_stages_equals_one_process():
-    check_pipeline(run(2, pipeline, 3), 3)
-
-
-def test_pipeline_two_stages_of_two_data_parallel_ranks_equals_one_process():
-    check_pipeline(run(4, pipeline, 2, 2), 2, dp=2)
+    check_pipeline(run(2, pipeline, 2), 2)  # (2 stages x 2 data-parallel: under mpiexec)
 
 
 def test_a_stage_given_a_local_tensor_names_it():

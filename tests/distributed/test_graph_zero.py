@@ -26,16 +26,17 @@ def train(zero_stage: int | None, steps: int = 4, micro_batches: int = 1):
     state = sum(np.asarray(v._data.local if v.is_global else v._data).nbytes
                 for st in opt.state.values() for v in st.values())
     boxing = [(n.attrs["src"], n.attrs["dst"]) for n in g.ir.nodes if n.op is BOXING_OP]
+    ops = [(n.op.name, n.attrs.get("src"), n.attrs.get("dst")) for n in g.ir.nodes]
     sbps = [opt.state[p]["exp_avg"].sbp[0].short() if zero_stage is not None else None
             for p in model.parameters()]
-    return losses, params, state, boxing, sbps, g.memory_stats()
+    return losses, params, state, boxing, sbps, g.memory_stats(), ops
 
 
 @pytest.mark.parametrize("stage", [1, 2])
 def test_zero_graph_matches_one_process_with_a_share_of_the_state(stage):
-    want_losses, want_params, _, _, _, _ = train(None)
+    want_losses, want_params, *_ = train(None)
     plain = run(2, train, 0)[0]
-    for losses, params, state, boxing, sbps, mem in run(2, train, stage):
+    for losses, params, state, boxing, sbps, mem, ops in run(2, train, stage):
         np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
         for p, q in zip(params, want_params):
             np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
@@ -47,10 +48,15 @@ def test_zero_graph_matches_one_process_with_a_share_of_the_state(stage):
         # partial gradients reduce-scattered, the shards all-gathered: no all-reduce
         assert boxing.count(("P", "S(0)")) == 4 and boxing.count(("S(0)", "B")) == 4
         assert ("P", "B") not in boxing
+        # stage 2 reduce-scatters a gradient as soon as backward has it (before the first
+        # layer's backward matmuls); stage 1 at the step, after all of backward
+        first_scatter = ops.index(("boxing", "P", "S(0)"))
+        last_matmul = max(i for i, o in enumerate(ops) if o[0] == "matmul")
+        assert (first_scatter < last_matmul) == (stage == 2), ops
 
 
 def test_zero_stage2_with_micro_batches_on_three_ranks():
-    want_losses, want_params, _, _, _, _ = train(None, micro_batches=2)
+    want_losses, want_params, *_ = train(None, micro_batches=2)
     for losses, params, *_ in run(3, train, 2, micro_batches=2):
         np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
         for p, q in zip(params, want_params):
