@@ -304,14 +304,14 @@ static inline void inside(int64_t off, int64_t SW, int64_t W, int64_t OW, int64_
     *a = lo; *b = hi;
 }
 
-/* the geometry g[]: C H W O KH KW SH SW PH PW DH DW OH OW N RB G */
+/* the geometry g[]: C H W O KH KW SH SW PH PW DH DW OH OW N RB G OB */
 #define GEOMETRY                                                                          \
     int64_t C = g[0], H = g[1], W = g[2], O = g[3], KH = g[4], KW = g[5], SH = g[6],      \
             SW = g[7], PH = g[8], PW = g[9], DH = g[10], DW = g[11], OH = g[12],          \
-            OW = g[13], N = g[14], RB = g[15], G = g[16];                                 \
+            OW = g[13], N = g[14], RB = g[15], G = g[16], OB = g[17];                     \
     int64_t CK = C * KH * KW, P = OH * OW;                                                \
     int direct = KH == 1 && KW == 1 && SH == 1 && SW == 1 && PH == 0 && PW == 0;          \
-    (void)N; (void)RB; (void)G; (void)direct; (void)O; (void)P
+    (void)N; (void)RB; (void)G; (void)OB; (void)direct; (void)O; (void)P
 
 #define DRIVERS(T, S)                                                                     \
 typedef void (*gemm_##S)(int, int, int, blasint, blasint, blasint, T, const T*, blasint,  \
@@ -365,13 +365,15 @@ static void col2im_##S(const T* cols, T* dx, const int64_t* g) {                
 }                                                                                         \
                                                                                           \
 /* y = w (*) x + b. Items: G images side by side (when G > 1, through a buffer after     \
-   the columns), or RB output rows of one image; thread t's buffer is work + t * ws. */   \
+   the columns), or OB output channels of RB output rows of one image (a thread keeps     \
+   the columns it has for the next item); thread t's buffer is work + t * ws. */          \
 void tsr_conv_fwd_##S(const T* x, const T* w, const T* b, T* y, T* work, int64_t ws,      \
                       int64_t* next, const int64_t* g, void* gemm, int64_t t,             \
                       int64_t t1) {                                                       \
     GEOMETRY;                                                                             \
     (void)t1;                                                                             \
-    int64_t nblk = (OH + RB - 1) / RB, items = G > 1 ? (N + G - 1) / G : N * nblk;        \
+    int64_t nblk = (OH + RB - 1) / RB, nob = (O + OB - 1) / OB, have = -1;                \
+    int64_t items = G > 1 ? (N + G - 1) / G : N * nblk * nob;                             \
     T* cols = work + t * ws;                                                              \
     for (;;) {                                                                            \
         int64_t it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);                       \
@@ -392,17 +394,21 @@ void tsr_conv_fwd_##S(const T* x, const T* w, const T* b, T* y, T* work, int64_t
                 }                                                                         \
             continue;                                                                     \
         }                                                                                 \
-        int64_t n = it / nblk, r0 = it %% nblk * RB, r1 = r0 + RB < OH ? r0 + RB : OH;    \
+        int64_t blk = it / nob, o0 = it %% nob * OB, o1 = o0 + OB < O ? o0 + OB : O;      \
+        int64_t n = blk / nblk, r0 = blk %% nblk * RB, r1 = r0 + RB < OH ? r0 + RB : OH;  \
         int64_t m = (r1 - r0) * OW;                                                       \
-        T* yo = y + n * O * P + r0 * OW;                                                  \
+        T* yo = y + n * O * P + r0 * OW + o0 * P;                                         \
         const T* src = x + n * C * H * W + r0 * OW;                                       \
         blasint ld = P;                                                                   \
-        if (!direct) { im2col_##S(x + n * C * H * W, cols, g, r0, r1, m); src = cols;     \
-                       ld = m; }                                                          \
-        ((gemm_##S)gemm)(ROW, NT, NT, O, m, CK, 1, w, CK, src, ld, 0, yo, P);             \
+        if (!direct) {                                                                    \
+            if (have != blk) im2col_##S(x + n * C * H * W, cols, g, r0, r1, m);           \
+            have = blk; src = cols; ld = m;                                               \
+        }                                                                                 \
+        ((gemm_##S)gemm)(ROW, NT, NT, o1 - o0, m, CK, 1, w + o0 * CK, CK, src, ld, 0, yo,  \
+                         P);                                                              \
         if (b)                                                                            \
-            for (int64_t o = 0; o < O; o++) {                                             \
-                T bo = b[o], *r = yo + o * P;                                             \
+            for (int64_t o = o0; o < o1; o++) {                                           \
+                T bo = b[o], *r = yo + (o - o0) * P;                                      \
                 _Pragma("omp simd")                                                       \
                 for (int64_t q = 0; q < m; q++) r[q] += bo;                               \
             }                                                                             \
@@ -698,21 +704,25 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
         blas.set_threads(prev)
 
 
-def _plan(n: int, oh: int, ow: int, threads: int) -> tuple[int, int, int]:
-    """(threads, rows per item, images per item) for a forward convolution: images split
-    across threads; a few small outputs side by side make one wider GEMM; with fewer images
-    than threads, large outputs split by rows and small ones leave the threading to BLAS."""
+def _plan(n: int, o: int, oh: int, ow: int, threads: int) -> tuple[int, int, int, int]:
+    """(threads, rows per item, images per item, output channels per item) for a forward
+    convolution: images split across threads, a few small outputs side by side making one
+    wider GEMM; with fewer images than threads, large outputs split by rows and small ones
+    by output channels (each thread builds the columns once)."""
     p = oh * ow
     if n >= threads:
-        return threads, oh, max(1, min(-(-n // threads), _WIDE_GEMM // p))
+        return threads, oh, max(1, min(-(-n // threads), _WIDE_GEMM // p)), o
     parts = -(-threads // n)
     if p // parts >= _MIN_BLOCK and oh >= parts:
-        return threads, -(-oh // parts), 1
-    return 1, oh, max(1, min(n, _WIDE_GEMM // p))
+        return threads, -(-oh // parts), 1, o
+    if o >= 2 * parts * _MIN_CHANNELS:
+        return threads, oh, 1, -(-o // (2 * parts))
+    return 1, oh, max(1, min(n, _WIDE_GEMM // p)), o
 
 
 _WIDE_GEMM = 1024  # output columns worth putting several images side by side for
 _MIN_BLOCK = 256   # output columns a row block needs to be worth its own GEMM
+_MIN_CHANNELS = 32  # output channels (GEMM rows) a block of them needs
 
 
 def conv2d_threaded(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation,
@@ -724,11 +734,11 @@ def conv2d_threaded(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation,
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
     oh, ow = y.shape[2:]
-    threads, rb, grp = _plan(n, oh, ow, _threads())
+    threads, rb, grp, ob = _plan(n, o, oh, ow, _threads())
     ck = c * kh * kw
     ws = (ck + o) * grp * oh * ow if grp > 1 else ck * rb * ow
     work = _workspace(ws * threads, x.dtype)
-    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, rb, grp]
+    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, rb, grp, ob]
     _run("fwd", x.dtype, (x, w, b, y), work, ws, geometry, threads)
 
 
@@ -743,7 +753,7 @@ def conv2d_input_grad_threaded(g: np.ndarray, w: np.ndarray, stride, pads, dilat
     threads = min(_threads(), n)
     ws = c * kh * kw * oh * ow
     work = _workspace(ws * threads, g.dtype)
-    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, oh, 1]
+    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, oh, 1, o]
     _run("igrad", g.dtype, (g, w, dx), work, ws, geometry, threads)
 
 
@@ -759,6 +769,6 @@ def conv2d_weight_grad_threaded(x: np.ndarray, g: np.ndarray, wshape, stride, pa
     ws = c * kh * kw * oh * ow
     work = _workspace(ws * threads, x.dtype)
     dw = np.empty((threads, o, c * kh * kw), x.dtype)
-    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, oh, 1]
+    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, oh, 1, o]
     _run("wgrad", x.dtype, (x, g, dw), work, ws, geometry, threads)
     return (dw[0] if threads == 1 else dw.sum(0)).reshape(wshape)
