@@ -693,15 +693,30 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
     if threads < 2:
         f(*args, 0, 1)
         return
-    prev = blas.get_threads()
-    blas.set_threads(1)
+    _single_blas(blas, +1)
     try:
         futures = [runtime._pool().submit(f, *args, t, t + 1) for t in range(1, threads)]
         f(*args, 0, 1)
         for fut in futures:
             fut.result()
     finally:
-        blas.set_threads(prev)
+        _single_blas(blas, -1)
+
+
+_BLAS_LOCK = threading.Lock()
+_BLAS_HELD = [0, 0]  # drivers running now, BLAS threads before the first of them
+
+
+def _single_blas(blas: _Blas, step: int) -> None:
+    """Count a driver in (+1) or out (-1); BLAS is single-threaded while any runs (drivers
+    may run from several Python threads at once: the last one out restores the count)."""
+    with _BLAS_LOCK:
+        if step > 0 and _BLAS_HELD[0] == 0:
+            _BLAS_HELD[1] = blas.get_threads()
+            blas.set_threads(1)
+        _BLAS_HELD[0] += step
+        if _BLAS_HELD[0] == 0:
+            blas.set_threads(_BLAS_HELD[1])
 
 
 def _plan(n: int, o: int, oh: int, ow: int, threads: int) -> tuple[int, int, int, int]:

@@ -154,3 +154,27 @@ def test_max_pool_values_match_numpy(monkeypatch, k, s, p, d, ceil):
     args = ((k, k), (s, s), (p, p), (d, d), ceil)
     y, yr = both(monkeypatch, lambda: P._max_pool_values_kernel(x, *args))
     np.testing.assert_array_equal(y, yr)
+
+
+def test_threaded_conv_from_several_python_threads(monkeypatch):
+    """Convolutions running at once from several Python threads agree with one run alone,
+    and BLAS gets its thread count back when the last of them ends."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tessera.codegen import kernels, runtime
+    if not kernels.threaded(np.float32):
+        pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
+    monkeypatch.setattr(runtime, "_threads", lambda: 2)
+    blas_threads = kernels._blas().get_threads()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3, 16, 16)).astype(np.float32)
+    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    args = ((1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+    expect = C._conv_kernel(x, w, None, *args)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: [C._conv_kernel(x, w, None, *args)
+                                           for _ in range(20)], range(4)))
+    for ys in results:
+        for y in ys:
+            np.testing.assert_array_equal(y, expect)
+    assert kernels._blas().get_threads() == blas_threads
