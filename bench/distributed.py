@@ -10,6 +10,12 @@ bucketed gradient all-reduce); global tensors (``model.to_global(p, broadcast)``
 and global tensors with ZeRO stage 2 (gradients reduce-scattered in backward, the
 optimizer on split shards, the shards all-gathered into the parameters).
 
+A fourth 2-rank row, ``no-comm``, trains each rank on its share of the batch and exchanges
+nothing: the step time no data-parallel form can beat on these cores (half the GEMMs on
+one thread each, the whole optimizer on every rank), so the distance from ``single`` to
+``no-comm`` is the compute bound and the distance from ``no-comm`` to ``ddp`` is what
+communication costs; a note gives one in-place all-reduce of the gradients alone.
+
 Communication is counted per rank per step at the communicator: the bytes each collective
 sends under the ring algorithms (all-reduce 2(n-1)/n of the buffer, all-gather and
 reduce-scatter (n-1)/n of the whole, all-to-all the chunks for other ranks), printed beside
@@ -27,8 +33,10 @@ import tempfile
 import time
 
 WORKLOADS = ("mlp", "transformer")
-# (mode, ranks, threads per rank)
-CONFIGS = (("single", 1, 2), ("ddp", 2, 1), ("global", 2, 1), ("global+zero2", 2, 1))
+# (mode, ranks, threads per rank); "no-comm" trains each rank on its share of the batch with
+# no gradient exchange at all: the bound any data-parallel form can reach on these cores
+CONFIGS = (("single", 1, 2), ("no-comm", 2, 1), ("ddp", 2, 1), ("global", 2, 1),
+           ("global+zero2", 2, 1))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -59,6 +67,7 @@ class _Counter:
         rules = {
             "all_reduce": lambda x, *a, **k: 2 * f * x.nbytes,
             "iall_reduce": lambda x, *a, **k: 2 * f * x.nbytes,
+            "iall_reduce_": lambda x, *a, **k: 2 * f * x.nbytes,
             "all_gather": lambda x, *a, **k: (n - 1) * x.nbytes,
             "reduce_scatter": lambda chunks, *a, **k: f * sum(c.nbytes for c in chunks),
             "all_to_all": lambda chunks, *a, **k: sum(c.nbytes for c in chunks) * f,
@@ -89,9 +98,10 @@ def child(name: str, mode: str, steps: int) -> dict | None:
     n, rank = dist.get_world_size(), dist.get_rank()
     model, loss_fn, make_opt, x, y = _build(name, n)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    if mode == "ddp":
-        from tessera.nn.parallel import DistributedDataParallel as DDP
-        model = DDP(model)
+    if mode in ("ddp", "no-comm"):
+        if mode == "ddp":
+            from tessera.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model)
         per = x.shape[0] // n
         x, y = x[rank * per:(rank + 1) * per].clone(), y[rank * per:(rank + 1) * per].clone()
     elif mode.startswith("global"):
@@ -121,14 +131,31 @@ def child(name: str, mode: str, steps: int) -> dict | None:
         step()
         times.append(time.perf_counter() - t0)
     comm_bytes = counter.bytes / steps
+    allreduce_ms = _allreduce_ms(grad_bytes // 4) if mode == "ddp" else None
     if n > 1:  # the slowest rank sets the pace
         times = [max(v) for v in zip(*C.current().all_gather_object(times))]
     if rank != 0:
         return None
     ms = statistics.median(times) * 1000
-    return {"ms": ms, "samples_s": x.shape[0] * (n if mode == "ddp" else 1) / ms * 1000,
+    local = mode in ("ddp", "no-comm")
+    return {"ms": ms, "samples_s": x.shape[0] * (n if local else 1) / ms * 1000,
             "comm_bytes": comm_bytes, "grad_bytes": grad_bytes, "ranks": n,
-            "min_bytes": 2 * (n - 1) / n * grad_bytes}
+            "min_bytes": 2 * (n - 1) / n * grad_bytes, "allreduce_ms": allreduce_ms}
+
+
+def _allreduce_ms(count: int, reps: int = 10) -> float:
+    """Median time of one in-place all-reduce of ``count`` float32 (the gradients alone)."""
+    import numpy as np
+
+    import tessera.distributed as dist
+    from tessera.distributed import comm as C
+    buf, times = np.ones(count, np.float32), []
+    for _ in range(reps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        C.current().iall_reduce_(buf).wait()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
 
 
 def _launch(name: str, mode: str, ranks: int, threads: int, steps: int) -> dict:
@@ -181,9 +208,15 @@ def render(rows) -> str:
             mb = 2 ** 20
             comm = res["comm_bytes"] / mb
             low = res["min_bytes"] / mb
+            exchanged = ranks > 1 and mode != "no-comm"
             out.append((r["workload"], mode, f"{ranks} x {threads}", f"{res['ms']:.1f}",
-                        f"{res['samples_s']:.0f}", ratio, f"{comm:.2f}", f"{low:.2f}",
-                        f"{res['comm_bytes'] / res['min_bytes']:.2f}" if ranks > 1 else "-"))
+                        f"{res['samples_s']:.0f}", ratio,
+                        f"{comm:.2f}" if exchanged else "-", f"{low:.2f}" if exchanged else "-",
+                        f"{res['comm_bytes'] / res['min_bytes']:.2f}" if exchanged else "-"))
+            if res.get("allreduce_ms") is not None:
+                notes.append(f"{r['workload']}: one in-place all-reduce of the "
+                             f"{res['grad_bytes'] / mb:.2f} MB of gradients alone takes "
+                             f"{res['allreduce_ms']:.1f} ms")
     return (table(out, ("workload", "data parallel", "ranks x threads", "step ms",
                         "samples/s", "vs 1 rank", "comm MB/step/rank", "ring minimum MB",
                         "comm/minimum"))

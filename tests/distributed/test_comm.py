@@ -74,6 +74,21 @@ def _collectives():
         out["recv"] = c.recv((3,), np.int64, 0, tag=7)
     if n > 2:  # a sub-group
         out["sub"] = c.all_reduce(np.array([1]), group=[0, 2]) if r in (0, 2) else None
+    # layouts: a transposed array (a weight gradient) is reduced in memory order, and ranks
+    # that hold the same values in different layouts still agree
+    base = np.arange(12.0).reshape(4, 3) + r
+    out["t_sum"] = c.all_reduce(np.ascontiguousarray(base.T).T)
+    out["mixed"] = c.all_reduce(base if r == 0 else np.asfortranarray(base))
+    out["t_f16_avg"] = c.all_reduce(np.asfortranarray(base.astype(np.float16)), op="avg")
+    out["t_max"] = c.all_reduce(np.asfortranarray(base), op="max")
+    tall = np.asfortranarray(np.arange(6.0 * n).reshape(2 * n, 3) * (r + 1))
+    out["rs_t"] = c.reduce_scatter([tall[2 * k:2 * k + 2] for k in range(n)])
+    out["rs_mixed"] = c.reduce_scatter([(tall if r else np.ascontiguousarray(tall))[2 * k:2 * k + 2]
+                                        for k in range(n)], op="avg")
+    buf = np.full(5, r + 1.0, np.float32)
+    out["inplace_same"] = c.iall_reduce_(buf).wait() is buf
+    out["inplace"] = buf
+    out["inputs_kept"] = bool((base == np.arange(12.0).reshape(4, 3) + r).all())
     c.barrier()
     return out
 
@@ -90,6 +105,18 @@ def test_fake_collectives(n):
         assert [a.tolist() for a in out["a2a"]] == [[k, r] for k in range(n)]
         assert out["bcast"].tolist() == [n - 1]
         assert out["obj"] == [("rank", k) for k in range(n)]
+        base = np.arange(12.0).reshape(4, 3)
+        total = n * base + n * (n - 1) / 2
+        for k in ("t_sum", "mixed"):
+            np.testing.assert_array_equal(out[k], total, err_msg=k)
+        assert out["t_f16_avg"].dtype == np.float16
+        np.testing.assert_allclose(out["t_f16_avg"], total / n, rtol=1e-3)
+        np.testing.assert_array_equal(out["t_max"], base + n - 1)
+        tall = np.arange(6.0 * n).reshape(2 * n, 3)[2 * r:2 * r + 2]
+        np.testing.assert_array_equal(out["rs_t"], tall * n * (n + 1) / 2)
+        np.testing.assert_allclose(out["rs_mixed"], tall * (n + 1) / 2)
+        assert out["inplace_same"] and out["inplace"].tolist() == [n * (n + 1) / 2] * 5
+        assert out["inputs_kept"]
     if n > 1:
         assert res[1]["recv"].tolist() == [0, 1, 2]
     if n > 2:

@@ -106,6 +106,55 @@ def test_no_sync_accumulates_then_averages():
     np.testing.assert_allclose(g0, [[1.5, 1.5]]) and np.testing.assert_allclose(g1, g0)
 
 
+class _Layouts(nn.Module):
+    """The same function; ``x @ w.T`` leaves w's gradient transposed (as Linear does),
+    ``(w @ x.T).T`` leaves it C-contiguous."""
+
+    def __init__(self, transposed: bool):
+        super().__init__()
+        tessera.manual_seed(0)
+        self.w = nn.Parameter(tessera.randn(3, 4))
+        self.transposed = transposed
+
+    def forward(self, x):
+        return x @ self.w.T if self.transposed else (self.w @ x.T).T
+
+
+LAYOUT_XS = [np.arange(8.0, dtype=np.float32).reshape(2, 4) + r for r in range(2)]
+
+
+def _layouts_body(mixed: bool):
+    """Two steps; rank 1's gradient is C-contiguous when ``mixed``, transposed otherwise."""
+    r = dist.get_rank()
+    model = DDP(_Layouts(transposed=r == 0 or not mixed))
+    grads, buffers = [], []
+    for step in range(2):
+        model.module.w.grad = None
+        (model(tessera.tensor(LAYOUT_XS[r] * (step + 1))) ** 2).sum().backward()
+        grads.append(model.module.w.grad.numpy().copy())
+        buffers.append(model._buckets[0].buffer)
+    return grads, buffers[0] is buffers[1], model._buckets[0].reversed
+
+
+def check_layouts(results, mixed: bool):
+    for grads, same_buffer, rev in results:
+        for step, g in enumerate(grads):
+            gs = []
+            for r in range(2):
+                lin = _Layouts(transposed=True)
+                (lin(tessera.tensor(LAYOUT_XS[r] * (step + 1))) ** 2).sum().backward()
+                gs.append(lin.w.grad.numpy())
+            np.testing.assert_allclose(g, (gs[0] + gs[1]) / 2, rtol=1e-6)
+        assert same_buffer and rev == [not mixed]
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_gradient_layouts(mixed):
+    """Transposed gradients are averaged in memory order; ranks whose gradients come in
+    different layouts still average the same elements, at every step."""
+    check_layouts(run(2, _layouts_body, mixed), mixed)
+
+
 class _Branchy(nn.Module):
     def __init__(self):
         super().__init__()

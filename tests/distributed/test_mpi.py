@@ -132,6 +132,20 @@ def test_mpi_ddp_matches_single_process(tmp_path):
         assert nbuckets == 4
 
 
+def test_mpi_ddp_gradient_layouts(tmp_path):
+    """Transposed gradients reduced in memory order (in place, MPI_IN_PLACE), and ranks
+    whose gradients come in different layouts, equal the average of the local gradients."""
+    run_mpi(tmp_path, """
+        from tests.distributed._mpi import emit
+        from tests.distributed.test_ddp import _layouts_body
+        emit([_layouts_body(False), _layouts_body(True)])
+    """)
+    from tests.distributed.test_ddp import check_layouts
+    outs = outputs(tmp_path)
+    check_layouts([o[0] for o in outs], False)
+    check_layouts([o[1] for o in outs], True)
+
+
 def test_mpi_tensor_parallel_transformer_and_data_parallel_cnn(tmp_path):
     """10 tensor-parallel steps of the Transformer layer, and the CNN (synchronised batch
     norm, dropout, cross-entropy mean) data-parallel, each equal to one process."""

@@ -99,26 +99,33 @@ class MPICommunicator(C.Communicator):
                                     f"{limit:g} s (TESSERA_COMM_TIMEOUT): a peer died, hangs, "
                                     "or did not call the same collective")
 
-    def _reducible(self, x: np.ndarray, op: str):
-        """A contiguous copy of ``x`` that MPI can reduce with ``op``, the MPI op, and the
-        function that turns the result back into ``x``'s dtype."""
+    def _plan(self, dt: np.dtype, op: str):
+        """(the dtype MPI reduces ``dt`` in, the MPI op)."""
         if op not in C.REDUCE_OPS:
             raise ValueError(f"unknown reduce op {op!r} (expected one of "
                              f"{', '.join(C.REDUCE_OPS)})")
-        dt = x.dtype
-        mop = self._ops[op]
         if dt == np.bool_:
-            a = np.ascontiguousarray(x, dtype=np.uint8)
-            mop = self.MPI.MIN if op in ("prod", "min") else self.MPI.MAX
-            return a, mop, lambda r: r.astype(np.bool_)
-        if dt.char in _NATIVE:
-            a = np.array(x, order="C", copy=True)
-            if op == "avg":
-                return a, mop, lambda r: (r / self._n).astype(dt, copy=False)
-            return a, mop, lambda r: r
-        a = np.ascontiguousarray(x, dtype=np.float32)  # float16, bfloat16
-        div = op == "avg"
-        return a, mop, lambda r: ((r / self._n) if div else r).astype(dt)
+            return np.dtype(np.uint8), self.MPI.MIN if op in ("prod", "min") else self.MPI.MAX
+        red = dt if dt.char in _NATIVE else np.dtype(np.float32)  # float16, bfloat16
+        return red, self._ops[op]
+
+    @staticmethod
+    def _back(r: np.ndarray, dt: np.dtype, op: str, n: int) -> np.ndarray:
+        if dt == np.bool_:
+            return r.astype(np.bool_)
+        return (r / n if op == "avg" else r).astype(dt, copy=False)
+
+    def _pack(self, arrays: list, op: str):
+        """``arrays`` copied (in C order) into one new contiguous buffer that MPI reduces in
+        place: (buffer, MPI op, element counts)."""
+        red, mop = self._plan(arrays[0].dtype, op)
+        counts = [a.size for a in arrays]
+        buf = np.empty(sum(counts), red)
+        o = 0
+        for a in arrays:
+            np.copyto(buf[o:o + a.size].reshape(a.shape), a, casting="unsafe")
+            o += a.size
+        return buf, mop, counts
 
     @staticmethod
     def _bytes(x: np.ndarray) -> np.ndarray:
@@ -130,14 +137,29 @@ class MPICommunicator(C.Communicator):
 
     def iall_reduce(self, x, group=None, op="sum"):
         c, g = self._comm(group)
-        a, mop, back = self._reducible(np.asarray(x), op)
-        self._n = len(g)
-        out = np.empty_like(a)
-        req = c.Iallreduce(a, out, op=mop)
+        x = np.asarray(x)
+        a, mop, _ = self._pack([x], op)
+        # in place on the copy: MPICH's out-of-place all-reduce first copies the send buffer
+        # into the receive buffer and runs slower (7 MB, 2 ranks: 5-6 ms against 2.1-2.3 ms)
+        req = c.Iallreduce(self.MPI.IN_PLACE, a, op=mop)
 
         def wait():
             self._wait(req, f"all_reduce({op}) on ranks {list(g)}")
-            return back(out)
+            return self._back(a.reshape(x.shape), x.dtype, op, len(g))
+        return C.Work(wait=wait, test=req.Test)
+
+    def iall_reduce_(self, buf, group=None, op="sum"):
+        if not (isinstance(buf, np.ndarray) and buf.flags.c_contiguous and
+                buf.flags.writeable and buf.dtype.char in _NATIVE and op in self._ops):
+            return super().iall_reduce_(buf, group, op)
+        c, g = self._comm(group)
+        req = c.Iallreduce(self.MPI.IN_PLACE, buf, op=self._ops[op])
+
+        def wait():
+            self._wait(req, f"all_reduce({op}) on ranks {list(g)}")
+            if op == "avg":
+                np.divide(buf, len(g), out=buf, casting="unsafe")
+            return buf
         return C.Work(wait=wait, test=req.Test)
 
     def all_gather(self, x, group=None, shapes=None):
@@ -157,14 +179,12 @@ class MPICommunicator(C.Communicator):
         if len(chunks) != len(g):
             raise C.CommError(f"reduce_scatter: {len(chunks)} chunks for a group of {len(g)}")
         chunks = [np.asarray(k) for k in chunks]
-        flat = np.concatenate([k.reshape(-1) for k in chunks])
-        a, mop, back = self._reducible(flat, op)
-        self._n = len(g)
         mine = chunks[g.index(self.rank)]
+        a, mop, counts = self._pack(chunks, op)  # one copy (was: concatenate, then copy)
         out = np.empty(mine.size, a.dtype)
-        req = c.Ireduce_scatter(a, out, [k.size for k in chunks], op=mop)
-        self._wait(req, f"reduce_scatter({op}) on ranks {list(g)}")
-        return back(out).reshape(mine.shape)
+        self._wait(c.Ireduce_scatter(a, out, counts, op=mop),
+                   f"reduce_scatter({op}) on ranks {list(g)}")
+        return self._back(out.reshape(mine.shape), mine.dtype, op, len(g))
 
     def all_to_all(self, chunks, group=None, recv_shapes=None):
         c, g = self._comm(group)
