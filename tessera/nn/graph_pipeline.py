@@ -160,8 +160,9 @@ def _parts(nodes: list) -> tuple[list, list, list]:
 
 def schedule_1f1b(ir, stages: dict, m: int) -> None:
     """Reorder this rank's traced program (nodes tagged ``notes["micro_batch"]``) as 1F1B
-    over ``m`` micro-batches, when the graph has pipeline stages."""
+    over ``m`` micro-batches, when the graph has pipeline stages; the tags go either way."""
     from tessera.distributed import comm as C
+    tags = {id(n): n.notes.pop("micro_batch") for n in ir.nodes if "micro_batch" in n.notes}
     placed = [gm for gm in stages.values() if gm.stage_id is not None]
     if m == 1 or not placed:
         return
@@ -175,7 +176,7 @@ def schedule_1f1b(ir, stages: dict, m: int) -> None:
     pre, post = [], []
     groups: dict = {}
     for n in ir.nodes:
-        tag = n.notes.pop("micro_batch", None)
+        tag = tags.get(id(n))
         if tag is None:
             (post if groups else pre).append(n)
         else:

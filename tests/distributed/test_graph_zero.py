@@ -7,6 +7,7 @@ import tessera
 from tessera import nn
 from tessera.distributed.graph_ops import BOXING_OP
 from tests.distributed._helpers import run
+from tests.distributed._mpi import outputs, run_mpi
 from tests.distributed.test_graph_global import TrainGraph, X, Y, _data_parallel, _mlp
 
 
@@ -74,3 +75,17 @@ def test_enable_zero_checks_its_arguments():
     local.config.enable_zero(True, stage=1)
     with pytest.raises(ValueError, match="global data-parallel parameters"):
         local(tessera.tensor(X), tessera.tensor(Y))
+
+
+def test_mpi_zero_stage2_graph(tmp_path):
+    run_mpi(tmp_path, """
+        from tests.distributed._mpi import emit
+        from tests.distributed.test_graph_zero import train
+        emit(train(2)[:3])
+    """)
+    want_losses, want_params, *_ = train(None)
+    for losses, params, state in outputs(tmp_path):
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
+        assert state < 0.6 * (2 * 8 * (48 + 8 + 24 + 3))  # half of AdamW's moments, about
