@@ -191,8 +191,9 @@ class Tracer:
         shape = t._shape
         if _is_global(t):  # the variable is this rank's tile
             if t._data.local is None:
-                raise GraphTraceError(f"nn.Graph: rank reads a global tensor on "
-                                      f"{t._data.placement}, which does not hold it; at "
+                from tessera.distributed import get_rank
+                raise GraphTraceError(f"nn.Graph: rank {get_rank()} reads a global tensor "
+                                      f"on {t._data.placement}, which leaves it out; at "
                                       f"{_user_frame()}")
             shape = tuple(t._data.local.shape)
         name = self.names.get(id(t))

@@ -506,8 +506,7 @@ def _micro_batches(a: Tensor, n: int) -> list[Tensor]:
     """``a`` split into ``n`` micro-batches on dim 0. A batch split over data-parallel
     ranks is chunked on each rank (micro-batch k holds every rank's k-th chunk: no rows
     move, and the summed gradient is the same) when every tile divides evenly."""
-    if _is_global(a) and a._data.sbp == (Sbp.split(0),) * a._data.placement.ndim \
-            and a._data.placement.ndim == 1:
+    if _is_global(a) and a._data.sbp == (Sbp.split(0),):  # (a 1-D mesh)
         from tessera.distributed._global import _local_to_global
         from tessera.distributed.sbp import split_sizes
         d = a._data
