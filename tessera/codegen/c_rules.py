@@ -100,6 +100,11 @@ def _math(name: str):
     return lambda c, a, at: f"{c.fn(name)}({', '.join(a)})"
 
 
+def _tsr(name: str):
+    """The prelude's vectorisable ``tsr_<name>`` (libm's would keep the loop scalar)."""
+    return lambda c, a, at: f"{c.tsr(name)}({', '.join(a)})"
+
+
 def _alpha(sign: str):
     def rule(c, a, at):
         alpha = at.get("alpha", 1)
@@ -171,20 +176,20 @@ def _elu(c, a, at):
     x = a[0]
     alpha, scale = at.get("alpha", 1.0), at.get("scale", 1.0)
     inner = at.get("input_scale", 1.0)
-    return (f"({x} <= 0 ? {c.fn('expm1')}({x} * {c.lit(inner)}) * {c.lit(alpha * scale)} : "
+    return (f"({x} <= 0 ? {c.tsr('expm1')}({x} * {c.lit(inner)}) * {c.lit(alpha * scale)} : "
             f"{x} * {c.lit(scale)})")
 
 
 def _softplus_of(c, z):
     """log(1 + exp(z)) without overflow: max(z, 0) + log1p(exp(-|z|))."""
-    return (f"(({z} > 0 ? {z} : ({c.T})0) + {c.fn('log1p')}({c.tsr('exp')}(-{c.fn('fabs')}"
+    return (f"(({z} > 0 ? {z} : ({c.T})0) + {c.tsr('log1p')}({c.tsr('exp')}(-{c.fn('fabs')}"
             f"({z}))))")
 
 
 def _softplus(c, a, at):
     beta, th = at.get("beta", 1.0), at.get("threshold", 20.0)
     z = f"({a[0]} * {c.lit(beta)})"
-    return (f"({z} > {c.lit(th)} ? {a[0]} : {c.fn('log1p')}({c.tsr('exp')}({z})) / "
+    return (f"({z} > {c.lit(th)} ? {a[0]} : {c.tsr('log1p')}({c.tsr('exp')}({z})) / "
             f"{c.lit(beta)})")
 
 
@@ -251,22 +256,21 @@ RULES = {
     "clamp": _clamp, "where": _fmt("({0} ? {1} : {2})"),
     "masked_fill": _fmt("({1} ? {2} : {0})"), "cast": _cast,
     # exponentials, logs, roots
-    "exp": lambda c, a, at: f"{c.tsr('exp')}({a[0]})", "exp2": _math("exp2"),
-    "expm1": _math("expm1"), "log": _math("log"), "log2": _math("log2"),
-    "log10": _math("log10"), "log1p": _math("log1p"), "sqrt": _math("sqrt"),
+    "exp": _tsr("exp"), "exp2": _math("exp2"),
+    "expm1": _tsr("expm1"), "log": _tsr("log"), "log2": _math("log2"),
+    "log10": _math("log10"), "log1p": _tsr("log1p"), "sqrt": _math("sqrt"),
     "rsqrt": _fmt("(({T})1 / sqrt{f}({0}))"),
     # trigonometry and friends
     "sin": _math("sin"), "cos": _math("cos"), "tan": _math("tan"), "asin": _math("asin"),
     "acos": _math("acos"), "atan": _math("atan"), "sinh": _math("sinh"),
     "cosh": _math("cosh"), "asinh": _math("asinh"), "acosh": _math("acosh"),
     "atanh": _math("atanh"), "atan2": _math("atan2"), "hypot": _math("hypot"),
-    "erf": _math("erf"), "erfc": _math("erfc"),
+    "erf": _tsr("erf"), "erfc": _tsr("erfc"),
     "floor": _math("floor"), "ceil": _math("ceil"), "trunc": _math("trunc"),
     "frac": _fmt("({0} - trunc{f}({0}))"),
     # activations
     "relu": _fmt("({0} < 0 ? ({T})0 : {0})"),
-    "sigmoid": lambda c, a, at: f"{c.tsr('sigmoid')}({a[0]})",
-    "tanh": lambda c, a, at: f"{c.tsr('tanh')}({a[0]})",
+    "sigmoid": _tsr("sigmoid"), "tanh": _tsr("tanh"),
     "gelu": _gelu, "gelu_backward": _gelu_backward,
     "silu": lambda c, a, at: f"({a[0]} * {c.tsr('sigmoid')}({a[0]}))",
     "silu_backward": _silu_backward,
@@ -276,7 +280,7 @@ RULES = {
     "hardswish": lambda c, a, at: f"({a[0]} * {_relu6(c, f'({a[0]} + 3)')} / 6)",
     "mish": lambda c, a, at: f"({a[0]} * {c.tsr('tanh')}({_softplus_of(c, a[0])}))",
     "log_sigmoid": lambda c, a, at: (
-        f"(({a[0]} < 0 ? {a[0]} : ({c.T})0) - {c.fn('log1p')}({c.tsr('exp')}(-{c.fn('fabs')}"
+        f"(({a[0]} < 0 ? {a[0]} : ({c.T})0) - {c.tsr('log1p')}({c.tsr('exp')}(-{c.fn('fabs')}"
         f"({a[0]}))))"),
     # comparisons and logic (their compute type is the inputs'; the result is 0 or 1)
     "eq": _fmt("({0} == {1})"), "ne": _fmt("({0} != {1})"), "lt": _fmt("({0} < {1})"),

@@ -90,10 +90,11 @@ last_build: dict = {}  # how the last load() went: {"key", "cached", "seconds"} 
 totals: dict = {"loads": 0, "compiled": 0, "seconds": 0.0}
 
 
-def load(source: str) -> ctypes.CDLL:
-    """The compiled library of ``source``, from the cache when it holds a sound copy."""
+def load(source: str, extra: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """The compiled library of ``source`` (built with ``FLAGS`` and ``extra``), from the
+    cache when it holds a sound copy."""
     t0 = time.perf_counter()
-    key = hashlib.sha256((_fingerprint() + "\n" + source).encode()).hexdigest()[:32]
+    key = hashlib.sha256("\n".join([_fingerprint(), *extra, source]).encode()).hexdigest()[:32]
     lib = _LOADED.get(key)
     cached = True
     if lib is None:
@@ -101,7 +102,7 @@ def load(source: str) -> ctypes.CDLL:
         path = os.path.join(d, f"tsr_{key}.so")
         if not _sound(path):
             cached = False
-            _build(source, path)
+            _build(source, path, extra)
         lib = _LOADED[key] = ctypes.CDLL(path)
     seconds = time.perf_counter() - t0
     last_build.update(key=key, cached=cached, seconds=seconds)
@@ -139,7 +140,7 @@ def _sound(path: str) -> bool:
         return False
 
 
-def _build(source: str, path: str) -> None:
+def _build(source: str, path: str, extra: tuple[str, ...] = ()) -> None:
     cc = compiler()
     if cc is None:
         raise CompileError("no C compiler found (set CC or install cc/gcc/clang)")
@@ -148,7 +149,7 @@ def _build(source: str, path: str) -> None:
         src, lib = os.path.join(tmp, "k.c"), os.path.join(tmp, "k.so")
         with open(src, "w") as f:
             f.write(source)
-        proc = subprocess.run([cc, *FLAGS, src, "-o", lib, *LIBS], capture_output=True,
+        proc = subprocess.run([cc, *FLAGS, *extra, src, "-o", lib, *LIBS], capture_output=True,
                               text=True, timeout=600)
         if proc.returncode != 0:
             raise CompileError(f"{os.path.basename(cc)} failed on generated code:\n"

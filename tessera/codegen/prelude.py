@@ -1,19 +1,25 @@
 """The C prelude every generated translation unit starts with: headers and the helper
 functions the op rules (``tessera.codegen.c_rules``) call.
 
-The float32 transcendental functions are written out as branch-free polynomials so that a
-``#pragma omp simd`` loop calling them vectorises (a libm call would keep the loop scalar):
+The transcendental functions are written out as branch-free range reduction plus polynomial,
+so that a ``#pragma omp simd`` loop calling them vectorises (a libm call keeps the loop
+scalar), in float32 and float64 alike; inf, NaN, overflow, subnormal results and -0 come
+out as libm's. Errors against NumPy over a dense sweep (``tests/codegen/test_prelude_math.py``):
 
-* ``tsr_expf``: e^x = 2^n e^r with n = round(x / ln 2), r reduced in two steps (Cody-Waite)
-  and e^r by its degree-7 Taylor polynomial (|r| <= ln2/2, truncation < 1e-8 relative);
-  2^n is applied as two exact power-of-two factors so that subnormal results and overflow
-  to inf come out right.
-* ``tsr_tanhf``: an odd Taylor polynomial below |x| = 0.25, else 1 - 2 / (e^{2|x|} + 1).
-* ``tsr_phif``: the standard normal CDF from erfc(z) = t exp(-z^2 + P(t)), t = 1/(1 + z/2)
-  (Numerical Recipes' fit, relative error < 1.2e-7 for all z), the same formula as the
-  eager float32 gelu kernel, so exact gelu keeps its relative accuracy in the negative tail.
-
-float64 uses libm throughout (exactness over speed).
+* ``tsr_exp``: e^x = 2^n e^r, n = round(x / ln 2) from a 1.5 * 2^k shifter whose low bits
+  are n (no float-to-int conversion), r by Cody-Waite, e^r - 1 by its Taylor polynomial
+  (degree 7 / 13), 2^n applied as two normal factors so that subnormal results round once
+  (<= 1.1 ulp). ``tsr_expm1`` adds 2^n - 1 to 2^n (e^r - 1), keeping small results' digits
+  (<= 2 ulp); ``tsr_sigmoid`` is e^-|x| based (<= 3 ulp, subnormal tail kept);
+  ``tsr_tanh`` is e / (e + 2) with e = expm1(2|x|) (<= 3 ulp, no cancellation near 0).
+* ``tsr_log``: k ln 2 + log m, m in [sqrt(1/2), sqrt(2)) from the bits, Cephes' logf
+  polynomial / fdlibm's log series (<= 1 ulp); ``tsr_log1p`` corrects log(1 + x) by
+  (x - (u - 1)) / u (<= 1.5 ulp).
+* ``tsr_phif``/``tsr_erfcf``/``tsr_erff`` (float32): erfc(z) = t exp(-z^2 + P(t)),
+  t = 1 / (1 + z/2) (Numerical Recipes' fit, relative error < 1.2e-7 for all z: the same
+  formula as the eager float32 gelu kernel, so exact gelu keeps its relative accuracy in the
+  negative tail), with -z^2 carried as hi + lo into the exp (<= 6 ulp); erf below 0.5 by
+  its Taylor series. float64 Phi, erf and erfc use libm.
 """
 from __future__ import annotations
 
@@ -25,68 +31,270 @@ PRELUDE = r"""
 
 #define TSR_INLINE static inline __attribute__((always_inline))
 
-TSR_INLINE float tsr_pow2f(int n) {
-    int32_t bits = (n + 127) << 23;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
+/* bit casts (memcpy: GCC turns these into register moves, in vector loops too) */
+TSR_INLINE int32_t tsr_fbits(float f) { int32_t i; memcpy(&i, &f, sizeof i); return i; }
+TSR_INLINE float tsr_bitsf(int32_t i) { float f; memcpy(&f, &i, sizeof f); return f; }
+TSR_INLINE int64_t tsr_dbits(double f) { int64_t i; memcpy(&i, &f, sizeof i); return i; }
+TSR_INLINE double tsr_bitsd(int64_t i) { double f; memcpy(&f, &i, sizeof f); return f; }
+
+/* ---- float32 ---------------------------------------------------------------------------- */
+
+/* e^r - 1 for |r| <= ln2/2 + ulp: r + r^2 (1/2 + r/6 + ...), Taylor to r^7 (< 1e-8
+   relative). Polynomials here use Estrin's scheme: a shorter dependency chain than Horner's,
+   and these loops are bound by latency as much as by arithmetic */
+TSR_INLINE float tsr_em1_polyf(float r) {
+    float r2 = r * r;
+    float p01 = fmaf(r, 1.66666667e-1f, 0.5f), p23 = fmaf(r, 8.33333333e-3f, 4.16666667e-2f);
+    float p45 = fmaf(r, 1.98412698e-4f, 1.38888889e-3f);
+    return fmaf(fmaf(r2, fmaf(r2, p45, p23), p01), r2, r);
+}
+
+/* x = n ln2 + r: n = round(x / ln2) from the 1.5 * 2^23 shifter, whose low bits are n (no
+   float-to-int conversion), r in two Cody-Waite steps */
+#define TSR_REDUCEF(x, n, ni, r) \
+    float n##_j = fmaf(x, 1.44269504088896341f, 12582912.0f); \
+    float n = n##_j - 12582912.0f; \
+    int32_t ni = tsr_fbits(n##_j) - 0x4B400000; \
+    float r = fmaf(n, 2.12194440e-4f, fmaf(n, -0.693359375f, x))
+
+/* p 2^n as two normal factors: subnormal results round once, n = 128 overflows to inf */
+TSR_INLINE float tsr_scalef(float p, int32_t n) {
+    int32_t a = n >> 1;
+    return p * tsr_bitsf((a + 127) << 23) * tsr_bitsf((n - a + 127) << 23);
 }
 
 TSR_INLINE float tsr_expf(float x) {
-    float xc = x != x ? 0.0f : (x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x));
-    float n = floorf(xc * 1.44269504088896341f + 0.5f);
-    float r = fmaf(n, -0.693359375f, xc);
-    r = fmaf(n, 2.12194440e-4f, r);
-    float p = 1.98412698e-4f;
-    p = fmaf(p, r, 1.38888889e-3f);
-    p = fmaf(p, r, 8.33333333e-3f);
-    p = fmaf(p, r, 4.16666667e-2f);
-    p = fmaf(p, r, 1.66666667e-1f);
-    p = fmaf(p, r, 0.5f);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
-    int ni = (int)n;
-    int a = ni >> 1;
-    float y = p * tsr_pow2f(a) * tsr_pow2f(ni - a);
-    return x != x ? x : y;
+    /* clamp so that n stays in [-150, 128]; written so a NaN passes through unchanged */
+    x = 88.8f < x ? 88.8f : x;
+    x = -104.0f > x ? -104.0f : x;
+    TSR_REDUCEF(x, n, ni, r);
+    return tsr_scalef(tsr_em1_polyf(r) + 1.0f, ni);
 }
 
-TSR_INLINE double tsr_exp(double x) { return exp(x); }
+/* e^(x + lo) for a small correction lo (the rounding error of a computed x) */
+TSR_INLINE float tsr_exp_lof(float x, float lo) {
+    x = 88.8f < x ? 88.8f : x;
+    x = -104.0f > x ? -104.0f : x;
+    TSR_REDUCEF(x, n, ni, r);
+    return tsr_scalef(tsr_em1_polyf(r + lo) + 1.0f, ni);
+}
 
+TSR_INLINE float tsr_expm1f(float x) {
+    float xc = 88.8f < x ? 88.8f : x;
+    xc = -30.0f > xc ? -30.0f : xc;   /* below -17.4, e^x - 1 rounds to -1 */
+    TSR_REDUCEF(xc, n, ni, r);
+    float em = tsr_em1_polyf(r);
+    int32_t a = ni >> 1;
+    float s1 = tsr_bitsf((a + 127) << 23), s2 = tsr_bitsf((ni - a + 127) << 23);
+    float s = s1 * s2;
+    /* 2^n (e^r - 1) + (2^n - 1) keeps the digits of small results; past n = 40 the -1 is
+       below rounding and the exp form avoids 2^128 */
+    float small = fmaf(s, em, s - 1.0f);
+    float big = ((em + 1.0f) * s1) * s2;
+    return x == 0.0f ? x : (ni > 40 ? big : small);   /* -0 stays -0 */
+}
+
+/* 1 / (1 + e^-x), as e^x / (1 + e^x) for x < 0 so that the tail keeps its subnormals */
+TSR_INLINE float tsr_sigmoidf(float x) {
+    float e = tsr_expf(-fabsf(x));
+    float s = 1.0f / (1.0f + e);
+    return x < 0.0f ? e * s : s;
+}
+
+/* tanh|x| = e / (e + 2), e = expm1(2|x|): no cancellation near 0; 1 from |x| = 9.1 */
 TSR_INLINE float tsr_tanhf(float x) {
     float a = fabsf(x);
-    float x2 = x * x;
-    float small = x + x * x2 * (-3.33333333e-1f + x2 * (1.33333333e-1f
-                  + x2 * (-5.39682540e-2f + x2 * 2.18694885e-2f)));
-    float big = 1.0f - 2.0f / (tsr_expf(2.0f * a) + 1.0f);
-    big = x < 0.0f ? -big : big;
-    return a < 0.25f ? small : big;  /* NaN: a < 0.25 is false and big is NaN */
+    a = 9.1f < a ? 9.1f : a;
+    float e = tsr_expm1f(a + a);
+    return copysignf(e / (e + 2.0f), x);
 }
 
-TSR_INLINE double tsr_tanh(double x) { return tanh(x); }
+/* log x = k ln2 + log m with m in [sqrt(1/2), sqrt(2)) taken from the bits (subnormals scaled
+   by 2^23 first); log(1 + f) = f - f^2/2 + f^3 P(f), Cephes' logf coefficients */
+TSR_INLINE float tsr_logf(float x) {
+    int sub = x < 1.17549435e-38f;
+    float xs = sub ? x * 8388608.0f : x;
+    int32_t i = tsr_fbits(xs);
+    int32_t k = (i - 0x3F3504F3) >> 23;
+    float f = tsr_bitsf(i - (k << 23)) - 1.0f;
+    float e = (float)k - (sub ? 23.0f : 0.0f);
+    float z = f * f;
+    float z2 = z * z;
+    float p01 = fmaf(f, -2.4999993993e-1f, 3.3333331174e-1f);
+    float p23 = fmaf(f, -1.6668057665e-1f, 2.0000714765e-1f);
+    float p45 = fmaf(f, -1.2420140846e-1f, 1.4249322787e-1f);
+    float p67 = fmaf(f, -1.1514610310e-1f, 1.1676998740e-1f);
+    float p = fmaf(z2, fmaf(z2, 7.0376836292e-2f, fmaf(z, p67, p45)), fmaf(z, p23, p01));
+    float y = fmaf(e, -2.12194440e-4f, p * f * z);
+    y = fmaf(-0.5f, z, y);
+    float r = fmaf(e, 0.693359375f, f + y);
+    return x > 0.0f ? (x < INFINITY ? r : x) : (x == 0.0f ? -INFINITY : NAN);
+}
 
-TSR_INLINE float tsr_sigmoidf(float x) { return 1.0f / (1.0f + tsr_expf(-x)); }
-TSR_INLINE double tsr_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+/* log(1 + x) = log u + (x - (u - 1)) / u, u = 1 + x (the quotient restores what rounding u
+   lost) */
+TSR_INLINE float tsr_log1pf(float x) {
+    float u = 1.0f + x;
+    float l = tsr_logf(u);
+    float y = (u > 0.0f && u < INFINITY) ? l + (x - (u - 1.0f)) / u : l;
+    return u == 1.0f ? x : y;
+}
 
-/* Phi(x), the standard normal CDF */
-TSR_INLINE float tsr_phif(float x) {
-    float z = fabsf(x) * 0.7071067811865476f;
+/* erfc(z) for z >= 0 as t exp(-z^2 + P(t)), t = 1 / (1 + z/2): Numerical Recipes' fit,
+   relative error < 1.2e-7 for all z, so Phi and erfc keep relative accuracy in the tail,
+   where 1 - erf cancels. z^2 arrives as zz + zl and the exponent is carried as hi + lo:
+   rounding it (up to ~ -110) would cost |z^2| 2^-24 relative, ~100 ulp in the far tail */
+TSR_INLINE float tsr_erfc_sqf(float z, float zz, float zl) {
     float t = 1.0f / fmaf(z, 0.5f, 1.0f);
-    float p = 0.17087277f;
-    p = fmaf(p, t, -0.82215223f);
-    p = fmaf(p, t, 1.48851587f);
-    p = fmaf(p, t, -1.13520398f);
-    p = fmaf(p, t, 0.27886807f);
-    p = fmaf(p, t, -0.18628806f);
-    p = fmaf(p, t, 0.09678418f);
-    p = fmaf(p, t, 0.37409196f);
-    p = fmaf(p, t, 1.00002368f);
-    p = fmaf(p, t, -1.26551223f);
-    float q = 0.5f * t * tsr_expf(p - 0.5f * x * x);   /* Phi(-|x|) */
+    float t2 = t * t, t4 = t2 * t2;
+    float p01 = fmaf(t, 1.00002368f, -1.26551223f), p23 = fmaf(t, 0.09678418f, 0.37409196f);
+    float p45 = fmaf(t, 0.27886807f, -0.18628806f), p67 = fmaf(t, 1.48851587f, -1.13520398f);
+    float p89 = fmaf(t, 0.17087277f, -0.82215223f);
+    float p = fmaf(t4, fmaf(t4, p89, fmaf(t2, p67, p45)), fmaf(t2, p23, p01));
+    float hi = p - zz;
+    float lo = (p - (hi + zz)) - zl;   /* Fast2Sum's error of hi (exact where |zz| >= |p|) */
+    return t * tsr_exp_lof(hi, lo);
+}
+
+/* erfc(z), z >= 0 (a NaN passes through) */
+TSR_INLINE float tsr_erfc_posf(float z) {
+    z = 10.5f < z ? 10.5f : z;   /* erfc(10.5) is below the least subnormal */
+    float zz = z * z;
+    return tsr_erfc_sqf(z, zz, fmaf(z, z, -zz));
+}
+
+/* Phi(x), the standard normal CDF: z^2 = x^2 / 2 taken from x, not from a rounded z */
+TSR_INLINE float tsr_phif(float x) {
+    float a = fabsf(x);
+    a = 14.9f < a ? 14.9f : a;
+    float xx = a * a;
+    float q = 0.5f * tsr_erfc_sqf(a * 0.7071067811865476f, 0.5f * xx,
+                                  0.5f * fmaf(a, a, -xx));   /* Phi(-|x|) */
     return x > 0.0f ? 1.0f - q : q;
 }
 
+/* erf: its odd Taylor series below |x| = 0.5 (to x^15, < 1e-9 relative), else 1 - erfc */
+TSR_INLINE float tsr_erff(float x) {
+    float x2 = x * x;
+    float p = -1.49256504e-05f;   /* Horner: Estrin's order costs an ulp on this alternating sum */
+    p = fmaf(p, x2, 1.20553330e-04f);
+    p = fmaf(p, x2, -8.54832702e-04f);
+    p = fmaf(p, x2, 5.22397763e-03f);
+    p = fmaf(p, x2, -2.68661706e-02f);
+    p = fmaf(p, x2, 1.12837917e-01f);
+    p = fmaf(p, x2, -3.76126389e-01f);
+    p = fmaf(p, x2, 1.12837917e+00f);
+    float a = fabsf(x);
+    float big = copysignf(1.0f - tsr_erfc_posf(a), x);
+    return a < 0.5f ? p * x : big;
+}
+
+TSR_INLINE float tsr_erfcf(float x) {
+    float q = tsr_erfc_posf(fabsf(x));
+    float small = 1.0f - tsr_erff(x);
+    float e = x > 0.0f ? q : 2.0f - q;
+    return fabsf(x) < 0.5f ? small : e;
+}
+
+/* ---- float64 ---------------------------------------------------------------------------- */
+
+/* e^r - 1 for |r| <= ln2/2 + ulp: Taylor to r^13 (< 3e-18 relative) */
+TSR_INLINE double tsr_em1_poly(double r) {
+    double r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
+    double p01 = fma(r, 0.16666666666666666, 0.5);
+    double p23 = fma(r, 0.008333333333333333, 0.041666666666666664);
+    double p45 = fma(r, 0.0001984126984126984, 0.001388888888888889);
+    double p67 = fma(r, 2.7557319223985893e-06, 2.48015873015873e-05);
+    double p89 = fma(r, 2.505210838544172e-08, 2.755731922398589e-07);
+    double pab = fma(r, 1.6059043836821613e-10, 2.08767569878681e-09);
+    double p = fma(r8, fma(r2, pab, p89), fma(r4, fma(r2, p67, p45), fma(r2, p23, p01)));
+    return fma(p, r2, r);
+}
+
+/* as TSR_REDUCEF with the 1.5 * 2^52 shifter; ln2 split as its double and the remainder */
+#define TSR_REDUCE(x, n, ni, r) \
+    double n##_j = fma(x, 1.4426950408889634, 6755399441055744.0); \
+    double n = n##_j - 6755399441055744.0; \
+    int64_t ni = tsr_dbits(n##_j) - 0x4338000000000000LL; \
+    double r = fma(n, -2.3190468138462996e-17, fma(n, -0.6931471805599453, x))
+
+/* 2^a and 2^(n - a), a = floor(n / 2), both normal for n in [-1077, 1025] (AVX2 has no
+   64-bit arithmetic shift, so a comes from the float n) */
+#define TSR_SCALES(n, ni, s1, s2) \
+    double s1##_a = floor(n * 0.5); \
+    int64_t s1##_i = tsr_dbits(s1##_a + 6755399441055744.0) - 0x4338000000000000LL; \
+    double s1 = tsr_bitsd((s1##_i + 1023) << 52); \
+    double s2 = tsr_bitsd((ni - s1##_i + 1023) << 52)
+
+TSR_INLINE double tsr_exp(double x) {
+    x = 709.8 < x ? 709.8 : x;
+    x = -746.0 > x ? -746.0 : x;
+    TSR_REDUCE(x, n, ni, r);
+    TSR_SCALES(n, ni, s1, s2);
+    return (tsr_em1_poly(r) + 1.0) * s1 * s2;
+}
+
+TSR_INLINE double tsr_expm1(double x) {
+    double xc = 709.8 < x ? 709.8 : x;
+    xc = -40.0 > xc ? -40.0 : xc;    /* below -37.5, e^x - 1 rounds to -1 */
+    TSR_REDUCE(xc, n, ni, r);
+    double em = tsr_em1_poly(r);
+    TSR_SCALES(n, ni, s1, s2);
+    double s = s1 * s2;
+    double small = fma(s, em, s - 1.0);
+    double big = ((em + 1.0) * s1) * s2;
+    return x == 0.0 ? x : (ni > 60 ? big : small);
+}
+
+TSR_INLINE double tsr_sigmoid(double x) {
+    double e = tsr_exp(-fabs(x));
+    double s = 1.0 / (1.0 + e);
+    return x < 0.0 ? e * s : s;
+}
+
+TSR_INLINE double tsr_tanh(double x) {
+    double a = fabs(x);
+    a = 19.1 < a ? 19.1 : a;
+    double e = tsr_expm1(a + a);
+    return copysign(e / (e + 2.0), x);
+}
+
+/* log x = k ln2 + log(1 + f), 1 + f in [sqrt(1/2), sqrt(2)): fdlibm's
+   log(1 + f) = f - (f^2/2 - s (f^2/2 + R(s^2))), s = f / (2 + f), R its series */
+TSR_INLINE double tsr_log(double x) {
+    int sub = x < 2.2250738585072014e-308;
+    double xs = sub ? x * 18014398509481984.0 : x;   /* 2^54 */
+    int64_t i = tsr_dbits(xs);
+    /* k = (i - bits(sqrt(1/2))) >> 52 with logical shifts (AVX2 has no 64-bit arithmetic
+       one): biased by 1023 so the shifted value is never negative for x > 0 */
+    int64_t u = (int64_t)((uint64_t)(i - 0x3FE6A09E667F3BCDLL + 0x3FF0000000000000LL) >> 52);
+    double k = tsr_bitsd(u | 0x4330000000000000LL) - 4503599627371519.0;  /* u - 1023 */
+    k = sub ? k - 54.0 : k;
+    double f = tsr_bitsd(i - ((u - 1023) << 52)) - 1.0;
+    double s = f / (2.0 + f);
+    double z = s * s;
+    double z2 = z * z, z4 = z2 * z2;
+    double R01 = fma(z, 3.999999999940941908e-01, 6.666666666666735130e-01);
+    double R23 = fma(z, 2.222219843214978396e-01, 2.857142874366239149e-01);
+    double R45 = fma(z, 1.531383769920937332e-01, 1.818357216161805012e-01);
+    double R = z * fma(z4, fma(z2, 1.479819860511658591e-01, R45), fma(z2, R23, R01));
+    double hfsq = 0.5 * f * f;
+    double r = k * 6.93147180369123816490e-01
+               - ((hfsq - (s * (hfsq + R) + k * 1.90821492927058770002e-10)) - f);
+    return x > 0.0 ? (x < INFINITY ? r : x) : (x == 0.0 ? -INFINITY : NAN);
+}
+
+TSR_INLINE double tsr_log1p(double x) {
+    double u = 1.0 + x;
+    double l = tsr_log(u);
+    double y = (u > 0.0 && u < INFINITY) ? l + (x - (u - 1.0)) / u : l;
+    return u == 1.0 ? x : y;
+}
+
+/* float64 Phi, erf and erfc: libm (exactness over speed; these loops stay scalar) */
 TSR_INLINE double tsr_phi(double x) { return 0.5 * erfc(-x * 0.70710678118654752440); }
+TSR_INLINE double tsr_erf(double x) { return erf(x); }
+TSR_INLINE double tsr_erfc(double x) { return erfc(x); }
 
 /* Python's and PyTorch's remainder: the result takes the divisor's sign */
 TSR_INLINE float tsr_remf(float a, float b) {

@@ -25,6 +25,9 @@ __all__ = ["build", "stats"]
 
 # what the last build did, for nn.Graph's debug output and the benchmark
 stats: dict = {}
+# schedule before register allocation too: it interleaves the two streams of a jammed loop
+# (loops.jam), whose exp/erf chains are otherwise bound by latency
+FLAGS = ("-fschedule-insns", "-fsched-pressure")
 
 
 def build(nodes: list) -> dict:
@@ -48,7 +51,7 @@ def build(nodes: list) -> dict:
     if debug:
         print(f"// tessera codegen: {len(plans)} kernels\n{source}", file=sys.stderr)
     try:
-        lib = cc.load(source)
+        lib = cc.load(source, FLAGS)
     except cc.CompileError as e:  # a code generator bug: run the reference kernels instead
         warnings.warn(f"tessera codegen: {e}; running these nodes with NumPy kernels",
                       RuntimeWarning, stacklevel=2)
