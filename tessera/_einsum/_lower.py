@@ -15,6 +15,11 @@ transposed matrix as it is); only a step without any contracted label is a broad
 multiply instead, because a matrix product over a dimension of size 1 is the same
 product done slower.
 
+``run`` keeps one function per (equation, path, operand shapes, strides and dtypes) with
+every choice made, and each product is done whichever way measures faster on this
+machine at the moment (``_Tuned``: NumPy's matmul, a batch split over C threads, or
+single-threaded OpenBLAS).
+
 >>> import numpy as np
 >>> a, b = np.ones((2, 3)), np.ones((3, 4))
 >>> run("ij,jk->ik", (a, b), ((0, 1),)).tolist()
