@@ -63,6 +63,7 @@ from tessera.codegen.loops import (
     _index,
     _reduced_dims,
     iteration_shape,
+    jam,
     node_expr,
 )
 from tessera.graph.ir import Graph, Value
@@ -169,6 +170,9 @@ def _variant(body: Graph, name: str, groups: list[tuple[int, bool]], in_idx: lis
         stmts = body_stmts
         for j in range(len(inner) - 1, -1, -1):
             last = j == len(inner) - 1
+            if last and simd and reduction is None:   # the final map: two streams if long
+                stmts = jam(f"i{nk + j}", inner[j][0], stmts)
+                continue
             stmts = [Loop(f"i{nk + j}", inner[j][0], stmts, simd=last and simd,
                           reduction=reduction if last else None)]
         return stmts
