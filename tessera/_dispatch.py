@@ -306,19 +306,22 @@ def _mark_view(out, args, op, attrs) -> None:
 
 def _record(op, args, attrs, metas, outs, results) -> None:
     edges = []
+    needs = []
     for a in args:
         if isinstance(a, Tensor) and a._requires_grad:
             if a._base is not None and a._view_version != a._version[0]:
                 _refresh_view(a)
-            edges.append((a.grad_fn, a._output_nr) if a.grad_fn is not None
-                         else (a._grad_accumulator(), 0))
+            fn = a.grad_fn
+            edges.append((fn, a._output_nr) if fn is not None else (a._grad_accumulator(), 0))
+            needs.append(True)
         else:
             edges.append(None)
-    node = Node(op, attrs, tuple(edges), metas, outs)
+            needs.append(False)
+    node = Node(op, attrs, tuple(edges), metas, outs, tuple(needs))
     save = op.save
     if save:
         node.save(args if "inputs" in save else None,
-                  [r for r in results] if "outputs" in save else None)
+                  results if "outputs" in save else None)
     for i, t in enumerate(results):
         if t._requires_grad:
             t.grad_fn = node

@@ -29,7 +29,6 @@ def _edge(t):
 
 
 def _make_grads(outputs, grad_outputs):
-    from tessera import ones_like
     from tessera._tensor import Tensor
     grads = []
     for out, g in zip(outputs, grad_outputs):
@@ -43,6 +42,7 @@ def _make_grads(outputs, grad_outputs):
                 g = Tensor._make(np.ones(out._shape, out._dtype.np), out._dtype, out._device,
                                  out._shape)
             else:
+                from tessera import ones_like
                 g = ones_like(out)
         elif not isinstance(g, Tensor):
             raise TypeError(f"gradient must be a Tensor or None, got {type(g).__name__}")
@@ -67,61 +67,62 @@ def run_backward(outputs, grad_outputs, retain_graph: bool, create_graph: bool,
                                "have a grad_fn")
         roots.append((e, grads[i]))
 
-    capture: dict[tuple[int, int], int] = {}   # (id(node), output_nr) -> position in inputs
+    capture: dict = {}   # (node, output_nr) -> position in inputs
     if inputs is not None:
         for k, t in enumerate(inputs):
             e = _edge(t)
             if e is None:
                 raise RuntimeError(f"One of the differentiated Tensors (index {k}) does not "
                                    "require grad")
-            capture[(id(e[0]), e[1])] = k
+            capture[(e[0], e[1])] = k
     captured = [None] * (len(inputs) if inputs is not None else 0)
 
-    # 1. dependency counts over the reachable graph, and which nodes lead to a capture
-    deps: dict[int, int] = {}
-    nodes: dict[int, object] = {id(e[0]): e[0] for e, _ in roots}
-    stack = list(nodes.values())  # a node with two root outputs is expanded once
+    # 1. dependency counts over the reachable graph, and which nodes lead to a capture.
+    # Nodes hash by identity, so they key the dicts directly.
+    deps: dict = {}
+    nodes: dict = {e[0]: None for e, _ in roots}
+    stack = list(nodes)  # a node with two root outputs is expanded once
     while stack:  # each node is pushed once, when first reached
         for e in stack.pop().next_functions:
             if e is None:
                 continue
             nxt = e[0]
-            k = id(nxt)
-            if k in deps:
-                deps[k] += 1
-            else:
-                deps[k] = 1
-                if k not in nodes:
-                    nodes[k] = nxt
+            n = deps.get(nxt)
+            if n is None:
+                deps[nxt] = 1
+                if nxt not in nodes:
+                    nodes[nxt] = None
                     stack.append(nxt)
+            else:
+                deps[nxt] = n + 1
     needed = None
     if inputs is not None:
         needed = _needed(nodes, {k[0] for k in capture})
 
-    # 2. run
-    buffers: dict[int, dict[int, object]] = {}
+    # 2. run. buffers: node -> {output_nr: gradient summed so far}
+    buffers: dict = {}
     for (node, nr), g in roots:
         _add(buffers, node, nr, g)
     ready = []
     for (node, _), _g in roots:
-        if deps.get(id(node), 0) == 0 and all(r[2] is not node for r in ready):
+        if node not in deps and all(r[2] is not node for r in ready):
             heapq.heappush(ready, (-node.seq, id(node), node))
     prev = STATE.enabled
     STATE.enabled = create_graph
     try:
         while ready:
-            _, _, node = heapq.heappop(ready)
-            got = buffers.pop(id(node), {})
+            node = heapq.heappop(ready)[2]
+            got = buffers.pop(node, None) or {}
             if node._pre_hooks or node._retained:
                 got = _pre_hooks(node, got)
             if capture:
                 for nr, g in got.items():
-                    k = capture.get((id(node), nr))
+                    k = capture.get((node, nr))
                     if k is not None:
                         captured[k] = g
-            if needed is not None and id(node) not in needed:
+            if needed is not None and node not in needed:
                 continue
-            if isinstance(node, AccumulateGrad):
+            if type(node) is AccumulateGrad:
                 if accumulate and got:
                     node.accumulate(got[0])
                 continue
@@ -131,9 +132,15 @@ def run_backward(outputs, grad_outputs, retain_graph: bool, create_graph: bool,
                     continue
                 nxt, nr = e
                 if g is not None:
-                    _add(buffers, nxt, nr, g)
-                deps[id(nxt)] -= 1
-                if deps[id(nxt)] == 0:
+                    slot = buffers.get(nxt)
+                    if slot is None:
+                        buffers[nxt] = {nr: g}
+                    else:
+                        old = slot.get(nr)
+                        slot[nr] = g if old is None else old + g
+                n = deps[nxt] - 1
+                deps[nxt] = n
+                if n == 0:
                     heapq.heappush(ready, (-nxt.seq, id(nxt), nxt))
     finally:
         STATE.enabled = prev
@@ -146,28 +153,28 @@ def run_backward(outputs, grad_outputs, retain_graph: bool, create_graph: bool,
     return captured
 
 
-def _needed(nodes: dict, targets: set) -> set:
-    """Ids of nodes from which some capture target is reachable (including the targets)."""
-    memo: dict[int, bool] = {}
-    stack = list(nodes.values())
+def _needed(nodes, targets: set) -> set:
+    """The nodes from which some capture target is reachable (including the targets)."""
+    memo: dict = {}
+    stack = list(nodes)
     visiting = set()
     while stack:  # iterative post-order, so deep graphs do not hit the recursion limit
         n = stack[-1]
-        if id(n) in memo:
+        if n in memo:
             stack.pop()
             continue
-        if id(n) not in visiting:
-            visiting.add(id(n))
-            stack.extend(e[0] for e in n.next_functions if e is not None and id(e[0]) not in memo)
+        if n not in visiting:
+            visiting.add(n)
+            stack.extend(e[0] for e in n.next_functions if e is not None and e[0] not in memo)
             continue
         stack.pop()
-        memo[id(n)] = id(n) in targets or any(
-            memo.get(id(e[0]), False) for e in n.next_functions if e is not None)
+        memo[n] = n in targets or any(
+            memo.get(e[0], False) for e in n.next_functions if e is not None)
     return {k for k, v in memo.items() if v}
 
 
 def _add(buffers, node, nr, g):
-    slot = buffers.setdefault(id(node), {})
+    slot = buffers.setdefault(node, {})
     prev = slot.get(nr)
     slot[nr] = g if prev is None else prev + g
 

@@ -23,6 +23,7 @@ class _Freed:
 
 
 FREED = _Freed()
+_NO_VERSION = (None,)
 
 
 class Node:
@@ -32,11 +33,12 @@ class Node:
                  "output_metas", "_saved_inputs", "_saved_outputs", "_versions", "seq",
                  "_pre_hooks", "_hooks", "_retained", "__weakref__")
 
-    def __init__(self, op, attrs, next_functions, input_metas, output_metas):
+    def __init__(self, op, attrs, next_functions, input_metas, output_metas, needs=None):
         self.op = op
         self.attrs = attrs
         self.next_functions = next_functions
-        self.needs_input_grad = tuple(e is not None for e in next_functions)
+        self.needs_input_grad = needs if needs is not None else \
+            tuple(e is not None for e in next_functions)
         self.input_metas = input_metas
         self.output_metas = output_metas
         self._saved_inputs = None
@@ -105,11 +107,11 @@ class Node:
                         f"{expected} instead.")
 
     def save(self, inputs, outputs) -> None:
-        from tessera._tensor import Tensor
         versions = []
         if inputs is not None:
             self._saved_inputs = inputs
-            versions += [a._version[0] if isinstance(a, Tensor) else None for a in inputs]
+            # a Tensor has a version counter; scalars and None have not
+            versions += [getattr(a, "_version", _NO_VERSION)[0] for a in inputs]
         if outputs is not None:
             saved = []
             for t in outputs:
@@ -180,19 +182,21 @@ class AccumulateGrad:
         elif grad.requires_grad:
             var._grad = var._grad + grad  # create_graph: keep the sum differentiable
         else:
-            from tessera.autograd.grad_mode import no_grad
-            with no_grad():
-                g = var._grad
-                if not g.requires_grad and g._base is None and g._shape == grad._shape and \
-                        g._dtype is grad._dtype:
-                    # in place, as PyTorch accumulates into an owned .grad
-                    if type(g._data) is np.ndarray and type(grad._data) is np.ndarray:
-                        np.add(g._data, grad._data, out=g._data)
-                        g._version[0] += 1
-                    else:
+            g = var._grad
+            if not g.requires_grad and g._base is None and g._shape == grad._shape and \
+                    g._dtype is grad._dtype and type(g._data) is np.ndarray and \
+                    type(grad._data) is np.ndarray:
+                # in place, as PyTorch accumulates into an owned .grad
+                np.add(g._data, grad._data, out=g._data)
+                g._version[0] += 1
+            else:
+                from tessera.autograd.grad_mode import no_grad
+                with no_grad():
+                    if not g.requires_grad and g._base is None and \
+                            g._shape == grad._shape and g._dtype is grad._dtype:
                         g.add_(grad)
-                else:
-                    var._grad = g + grad
+                    else:
+                        var._grad = g + grad
         for hook in getattr(var, "_post_accumulate_hooks", None) or ():
             hook(var)
 

@@ -413,7 +413,8 @@ def _expand_infer(x, shape):
 def _expand_kernel(x, shape):
     # PyTorch's inferExpandGeometry: broadcast dims get stride 0, and a new leading dim of
     # size 1 the stride an unsqueeze would give it
-    shape = _expand_infer(Meta(x.shape, None), shape).shape
+    if -1 in shape:  # dispatch validated the sizes; only -1 needs resolving here
+        shape = _expand_infer(Meta(x.shape, None), shape).shape
     nd, lead = len(shape), len(shape) - x.ndim
     strides = [0] * nd
     for i in range(nd - 1, -1, -1):
