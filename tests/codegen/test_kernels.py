@@ -91,6 +91,7 @@ def test_conv_groups_images_for_small_outputs(monkeypatch, n, hw):
 
 
 THREADED_CASES = [((1, 3, 40, 36), (5, 3, 3, 3), (1, 1), ((1, 1), (1, 1))),   # row blocks
+                  ((1, 3, 64, 60), (4, 3, 7, 7), (2, 2), ((3, 3), (3, 2))),   # ResNet's stem
                   ((3, 6, 12, 12), (4, 6, 1, 1), (1, 1), ((0, 0), (0, 0))),   # GEMM on x
                   ((4, 6, 12, 12), (4, 6, 1, 1), (2, 2), ((0, 0), (0, 0))),   # 1x1, strided
                   ((9, 2, 6, 6), (3, 2, 3, 3), (1, 1), ((1, 1), (1, 1))),     # image groups
