@@ -735,6 +735,14 @@ def _plan(n: int, o: int, oh: int, ow: int, threads: int) -> tuple[int, int, int
     return 1, oh, max(1, min(n, _WIDE_GEMM // p)), o
 
 
+def _threads(macs: int) -> int:
+    """Threads for a convolution of ``macs`` multiply-adds: one below a size where handing
+    items to the pool costs more than it saves (tiny images, as in the digits demo)."""
+    from tessera.codegen.runtime import _threads as pool_threads
+    return 1 if macs < _PARALLEL_MACS else pool_threads()
+
+
+_PARALLEL_MACS = 1 << 21
 _WIDE_GEMM = 1024  # output columns worth putting several images side by side for
 _MIN_BLOCK = 256   # output columns a row block needs to be worth its own GEMM
 _MIN_CHANNELS = 32  # output channels (GEMM rows) a block of them needs
@@ -745,12 +753,11 @@ def conv2d_threaded(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation,
     """``y`` (N, O, OH, OW) = the 2-d convolution of C-contiguous ``x`` (N, C, H, W) with
     C-contiguous ``w`` (O, C, KH, KW) plus ``b`` (O,) if given; ``pads`` are the low
     paddings; ``y`` C-contiguous."""
-    from tessera.codegen.runtime import _threads
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
     oh, ow = y.shape[2:]
-    threads, rb, grp, ob = _plan(n, o, oh, ow, _threads())
     ck = c * kh * kw
+    threads, rb, grp, ob = _plan(n, o, oh, ow, _threads(n * o * ck * oh * ow))
     ws = (ck + o) * grp * oh * ow if grp > 1 else ck * rb * ow
     work = _workspace(ws * threads, x.dtype)
     geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, rb, grp, ob]
@@ -761,12 +768,11 @@ def conv2d_input_grad_threaded(g: np.ndarray, w: np.ndarray, stride, pads, dilat
                                dx: np.ndarray) -> None:
     """``dx`` (N, C, H, W) = the input gradient of C-contiguous ``g`` (N, O, OH, OW); one
     image per item (col2im windows overlap, so images are the unit)."""
-    from tessera.codegen.runtime import _threads
     n, c, h, wd = dx.shape
     o, _, kh, kw = w.shape
     oh, ow = g.shape[2:]
-    threads = min(_threads(), n)
     ws = c * kh * kw * oh * ow
+    threads = min(_threads(n * o * ws), n)
     work = _workspace(ws * threads, g.dtype)
     geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, oh, 1, o]
     _run("igrad", g.dtype, (g, w, dx), work, ws, geometry, threads)
@@ -776,12 +782,11 @@ def conv2d_weight_grad_threaded(x: np.ndarray, g: np.ndarray, wshape, stride, pa
                                 dilation) -> np.ndarray:
     """The weight gradient (O, C, KH, KW) of C-contiguous ``x`` and ``g``: each thread sums
     its images' products into its own slice, then the slices add up."""
-    from tessera.codegen.runtime import _threads
     n, c, h, wd = x.shape
     o, _, kh, kw = wshape
     oh, ow = g.shape[2:]
-    threads = min(_threads(), n)
     ws = c * kh * kw * oh * ow
+    threads = min(_threads(n * o * ws), n)
     work = _workspace(ws * threads, x.dtype)
     dw = np.empty((threads, o, c * kh * kw), x.dtype)
     geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, oh, 1, o]

@@ -108,6 +108,7 @@ def test_threaded_conv_drivers_match_numpy(monkeypatch, xs, ws, stride, pads, th
     if not kernels.threaded(dtype):
         pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
     monkeypatch.setattr(runtime, "_threads", lambda: threads)
+    monkeypatch.setattr(kernels, "_PARALLEL_MACS", 0)  # these sizes would run serially
     blas_threads = kernels._blas().get_threads()
     rng = np.random.default_rng(xs[0])
     x = rng.standard_normal(xs).astype(dtype)
@@ -166,6 +167,7 @@ def test_threaded_conv_from_several_python_threads(monkeypatch):
     if not kernels.threaded(np.float32):
         pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
     monkeypatch.setattr(runtime, "_threads", lambda: 2)
+    monkeypatch.setattr(kernels, "_PARALLEL_MACS", 0)
     blas_threads = kernels._blas().get_threads()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4, 3, 16, 16)).astype(np.float32)
