@@ -181,7 +181,7 @@ def _native(x, w, groups) -> bool:
     """2-d, ungrouped, float32/64 convolutions run image by image on the C im2col/col2im of
     ``tessera.codegen.kernels``: one image's column buffer stays in cache between im2col and
     its GEMM (1.5-2x faster than one batch-wide buffer). With NumPy's OpenBLAS the C drivers
-    of ``kernels.conv2d_threaded`` and friends run it, images split across the kernel
+    of ``tessera.codegen.conv_kernels`` run it, images split across the kernel
     threads, each calling BLAS single-threaded; else a Python loop with threaded BLAS. Per-
     image GEMMs round differently from a batch-wide one (equally accurate)."""
     if x.ndim != 4 or groups != 1 or x.dtype != w.dtype or 0 in x.shape or 0 in w.shape:
@@ -197,7 +197,8 @@ def _lows(pads) -> tuple:
 def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
     """Into ``y`` (a new array when None; C-contiguous): each image's GEMM, then its bias
     while that image's output is still in cache."""
-    from tessera.codegen.kernels import conv2d_threaded, im2col, threaded
+    from tessera.codegen.conv_kernels import conv2d_threaded, threaded
+    from tessera.codegen.kernels import im2col
     n, o = x.shape[0], w.shape[0]
     p = int(np.prod(out_sp))
     x = np.ascontiguousarray(x)
@@ -265,7 +266,8 @@ def conv_into(out, x, w, b, stride, pads, dilation, groups) -> None:
 
 
 def _input_grad_per_image(g, w, input_shape, stride, pads, dilation):
-    from tessera.codegen.kernels import col2im, conv2d_input_grad_threaded, threaded
+    from tessera.codegen.conv_kernels import conv2d_input_grad_threaded, threaded
+    from tessera.codegen.kernels import col2im
     n, o = g.shape[:2]
     out_sp = g.shape[2:]
     p = int(np.prod(out_sp))
@@ -284,7 +286,8 @@ def _input_grad_per_image(g, w, input_shape, stride, pads, dilation):
 
 
 def _weight_grad_per_image(x, g, weight_shape, stride, pads, dilation):
-    from tessera.codegen.kernels import conv2d_weight_grad_threaded, im2col, threaded
+    from tessera.codegen.conv_kernels import conv2d_weight_grad_threaded, threaded
+    from tessera.codegen.kernels import im2col
     n, o = g.shape[:2]
     out_sp = g.shape[2:]
     p = int(np.prod(out_sp))

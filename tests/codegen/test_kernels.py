@@ -104,7 +104,8 @@ THREADED_CASES = [((1, 3, 40, 36), (5, 3, 3, 3), (1, 1), ((1, 1), (1, 1))),   # 
 def test_threaded_conv_drivers_match_numpy(monkeypatch, xs, ws, stride, pads, threads, dtype):
     """The drivers that split images (or row blocks) across threads, each calling BLAS
     single-threaded, for every work split."""
-    from tessera.codegen import kernels, runtime
+    from tessera.codegen import conv_kernels as kernels
+    from tessera.codegen import runtime
     if not kernels.threaded(dtype):
         pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
     monkeypatch.setattr(runtime, "_threads", lambda: threads)
@@ -163,7 +164,8 @@ def test_threaded_conv_from_several_python_threads(monkeypatch):
     and BLAS gets its thread count back when the last of them ends."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tessera.codegen import kernels, runtime
+    from tessera.codegen import conv_kernels as kernels
+    from tessera.codegen import runtime
     if not kernels.threaded(np.float32):
         pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
     monkeypatch.setattr(runtime, "_threads", lambda: 2)

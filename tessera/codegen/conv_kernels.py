@@ -1,0 +1,397 @@
+"""Threaded 2-d convolution drivers: im2col -> GEMM -> bias (forward), GEMM -> col2im
+(input gradient) and im2col -> GEMM accumulation (weight gradient), in C, calling NumPy's
+OpenBLAS through its CBLAS entry points.
+
+Every thread of the kernel pool takes work items (images, a few images side by side, row
+blocks or output-channel blocks of one image) from one shared counter and runs the whole
+chain on its own column buffer with BLAS single-threaded. Compared with a Python loop of
+2-thread BLAS calls: no barrier per GEMM (one per layer, and a late thread only takes fewer
+items, which matters on a loaded machine), each column buffer stays in its core's cache,
+and im2col/col2im/bias run on every core. ``threaded()`` is False when NumPy's BLAS is not an
+OpenBLAS (or code generation is off); ``tessera.ops.conv`` then loops in Python.
+
+>>> import numpy as np
+>>> x, w = np.ones((2, 1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32)
+>>> y = np.empty((2, 1, 2, 2), np.float32)
+>>> if threaded(np.float32):
+...     conv2d_threaded(x, w, None, (1, 1), (0, 0), (1, 1), y)
+... else:
+...     y[:] = 9
+>>> y[0, 0]
+array([[9., 9.],
+       [9., 9.]], dtype=float32)
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from tessera.codegen.kernels import _SUFFIX, available
+
+__all__ = ["threaded", "conv2d_threaded", "conv2d_input_grad_threaded",
+           "conv2d_weight_grad_threaded"]
+
+_DRIVER = r"""
+#include <stdint.h>
+#include <string.h>
+typedef %(blasint)s blasint;
+enum { ROW = 101, NT = 111, TR = 112 };
+
+static inline void inside(int64_t off, int64_t SW, int64_t W, int64_t OW, int64_t* a,
+                          int64_t* b) {
+    int64_t lo = off < 0 ? (-off + SW - 1) / SW : 0;
+    int64_t hi = W - 1 - off < 0 ? 0 : (W - 1 - off) / SW + 1;
+    if (hi > OW) hi = OW;
+    if (lo > hi) lo = hi;
+    *a = lo; *b = hi;
+}
+
+/* the geometry g[]: C H W O KH KW SH SW PH PW DH DW OH OW N RB G OB */
+#define GEOMETRY                                                                          \
+    int64_t C = g[0], H = g[1], W = g[2], O = g[3], KH = g[4], KW = g[5], SH = g[6],      \
+            SW = g[7], PH = g[8], PW = g[9], DH = g[10], DW = g[11], OH = g[12],          \
+            OW = g[13], N = g[14], RB = g[15], G = g[16], OB = g[17];                     \
+    int64_t CK = C * KH * KW, P = OH * OW;                                                \
+    int direct = KH == 1 && KW == 1 && SH == 1 && SW == 1 && PH == 0 && PW == 0;          \
+    (void)N; (void)RB; (void)G; (void)OB; (void)direct; (void)O; (void)P
+
+#define DRIVERS(T, S)                                                                     \
+typedef void (*gemm_##S)(int, int, int, blasint, blasint, blasint, T, const T*, blasint,  \
+                         const T*, blasint, T, T*, blasint);                              \
+                                                                                          \
+/* output rows [r0, r1) of image x (C, H, W) -> cols (CK, (r1-r0)*OW), rows LD apart */   \
+static void im2col_##S(const T* x, T* cols, const int64_t* g, int64_t r0, int64_t r1,     \
+                       int64_t LD) {                                                      \
+    GEOMETRY;                                                                             \
+    for (int64_t r = 0; r < CK; r++) {                                                    \
+        int64_t c = r / (KH * KW), kh = r / KW %% KH, kw = r %% KW;                       \
+        T* row = cols + r * LD - r0 * OW;                                                 \
+        int64_t off = kw * DW - PW, a, b;                                                 \
+        inside(off, SW, W, OW, &a, &b);                                                   \
+        for (int64_t oh = r0; oh < r1; oh++) {                                            \
+            int64_t ih = oh * SH - PH + kh * DH;                                          \
+            T* dst = row + oh * OW;                                                       \
+            if (ih < 0 || ih >= H) { memset(dst, 0, OW * sizeof(T)); continue; }          \
+            const T* src = x + (c * H + ih) * W + off;                                    \
+            for (int64_t ow = 0; ow < a; ow++) dst[ow] = (T)0;                            \
+            if (SW == 1) memcpy(dst + a, src + a, (b - a) * sizeof(T));                   \
+            else for (int64_t ow = a; ow < b; ow++) dst[ow] = src[ow * SW];               \
+            for (int64_t ow = b; ow < OW; ow++) dst[ow] = (T)0;                           \
+        }                                                                                 \
+    }                                                                                     \
+}                                                                                         \
+                                                                                          \
+/* dx (C, H, W) = the sum of each element's window entries in cols (CK, P) */             \
+static void col2im_##S(const T* cols, T* dx, const int64_t* g) {                          \
+    GEOMETRY;                                                                             \
+    memset(dx, 0, C * H * W * sizeof(T));                                                 \
+    for (int64_t c = 0; c < C; c++)                                                       \
+    for (int64_t kh = 0; kh < KH; kh++)                                                   \
+    for (int64_t kw = 0; kw < KW; kw++) {                                                 \
+        const T* row = cols + ((c * KH + kh) * KW + kw) * P;                              \
+        int64_t off = kw * DW - PW, a, b;                                                 \
+        inside(off, SW, W, OW, &a, &b);                                                   \
+        for (int64_t oh = 0; oh < OH; oh++) {                                             \
+            int64_t ih = oh * SH - PH + kh * DH;                                          \
+            if (ih < 0 || ih >= H) continue;                                              \
+            T* dst = dx + (c * H + ih) * W + off;                                         \
+            const T* src = row + oh * OW;                                                 \
+            if (SW == 1) {                                                                \
+                _Pragma("omp simd")                                                       \
+                for (int64_t ow = a; ow < b; ow++) dst[ow] += src[ow];                    \
+            } else {                                                                      \
+                for (int64_t ow = a; ow < b; ow++) dst[ow * SW] += src[ow];               \
+            }                                                                             \
+        }                                                                                 \
+    }                                                                                     \
+}                                                                                         \
+                                                                                          \
+/* y = w (*) x + b. Items: G images side by side (when G > 1, through a buffer after     \
+   the columns), or OB output channels of RB output rows of one image (a thread keeps     \
+   the columns it has for the next item); thread t's buffer is work + t * ws. */          \
+void tsr_conv_fwd_##S(const T* x, const T* w, const T* b, T* y, T* work, int64_t ws,      \
+                      int64_t* next, const int64_t* g, void* gemm, int64_t t,             \
+                      int64_t t1) {                                                       \
+    GEOMETRY;                                                                             \
+    (void)t1;                                                                             \
+    int64_t nblk = (OH + RB - 1) / RB, nob = (O + OB - 1) / OB, have = -1;                \
+    int64_t items = G > 1 ? (N + G - 1) / G : N * nblk * nob;                             \
+    T* cols = work + t * ws;                                                              \
+    for (;;) {                                                                            \
+        int64_t it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);                       \
+        if (it >= items) break;                                                           \
+        if (G > 1) {                                                                      \
+            int64_t n0 = it * G, k = N - n0 < G ? N - n0 : G, m = k * P;                  \
+            T* out = cols + CK * m;                                                       \
+            for (int64_t j = 0; j < k; j++)                                               \
+                im2col_##S(x + (n0 + j) * C * H * W, cols + j * P, g, 0, OH, m);          \
+            ((gemm_##S)gemm)(ROW, NT, NT, O, m, CK, 1, w, CK, cols, m, 0, out, m);        \
+            for (int64_t j = 0; j < k; j++)                                               \
+                for (int64_t o = 0; o < O; o++) {                                         \
+                    T* dst = y + ((n0 + j) * O + o) * P;                                  \
+                    const T* src = out + o * m + j * P;                                   \
+                    T bo = b ? b[o] : (T)0;                                               \
+                    _Pragma("omp simd")                                                   \
+                    for (int64_t q = 0; q < P; q++) dst[q] = src[q] + bo;                 \
+                }                                                                         \
+            continue;                                                                     \
+        }                                                                                 \
+        int64_t blk = it / nob, o0 = it %% nob * OB, o1 = o0 + OB < O ? o0 + OB : O;      \
+        int64_t n = blk / nblk, r0 = blk %% nblk * RB, r1 = r0 + RB < OH ? r0 + RB : OH;  \
+        int64_t m = (r1 - r0) * OW;                                                       \
+        T* yo = y + n * O * P + r0 * OW + o0 * P;                                         \
+        const T* src = x + n * C * H * W + r0 * OW;                                       \
+        blasint ld = P;                                                                   \
+        if (!direct) {                                                                    \
+            if (have != blk) im2col_##S(x + n * C * H * W, cols, g, r0, r1, m);           \
+            have = blk; src = cols; ld = m;                                               \
+        }                                                                                 \
+        ((gemm_##S)gemm)(ROW, NT, NT, o1 - o0, m, CK, 1, w + o0 * CK, CK, src, ld, 0, yo,  \
+                         P);                                                              \
+        if (b)                                                                            \
+            for (int64_t o = o0; o < o1; o++) {                                           \
+                T bo = b[o], *r = yo + (o - o0) * P;                                      \
+                _Pragma("omp simd")                                                       \
+                for (int64_t q = 0; q < m; q++) r[q] += bo;                               \
+            }                                                                             \
+    }                                                                                     \
+}                                                                                         \
+                                                                                          \
+/* dx = the input gradient of gy (N, O, P); one image an item */                          \
+void tsr_conv_igrad_##S(const T* gy, const T* w, T* dx, T* work, int64_t ws,              \
+                        int64_t* next, const int64_t* g, void* gemm, int64_t t,           \
+                        int64_t t1) {                                                     \
+    GEOMETRY;                                                                             \
+    (void)t1;                                                                             \
+    T* cols = work + t * ws;                                                              \
+    for (;;) {                                                                            \
+        int64_t n = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);                        \
+        if (n >= N) break;                                                                \
+        T* dst = direct ? dx + n * C * H * W : cols;                                      \
+        ((gemm_##S)gemm)(ROW, TR, NT, CK, P, O, 1, w, CK, gy + n * O * P, P, 0, dst, P);  \
+        if (!direct) col2im_##S(cols, dx + n * C * H * W, g);                             \
+    }                                                                                     \
+}                                                                                         \
+                                                                                          \
+/* dw[t] (O, CK) = the weight gradient summed over this thread's images */                \
+void tsr_conv_wgrad_##S(const T* x, const T* gy, T* dw, T* work, int64_t ws,              \
+                        int64_t* next, const int64_t* g, void* gemm, int64_t t,           \
+                        int64_t t1) {                                                     \
+    GEOMETRY;                                                                             \
+    (void)t1;                                                                             \
+    T* cols = work + t * ws;                                                              \
+    T* acc = dw + t * O * CK;                                                             \
+    T beta = 0;                                                                           \
+    for (;;) {                                                                            \
+        int64_t n = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);                        \
+        if (n >= N) break;                                                                \
+        const T* src = x + n * C * H * W;                                                 \
+        if (!direct) { im2col_##S(src, cols, g, 0, OH, P); src = cols; }                  \
+        ((gemm_##S)gemm)(ROW, NT, TR, O, CK, P, 1, gy + n * O * P, P, src, P, beta, acc,  \
+                         CK);                                                             \
+        beta = 1;                                                                         \
+    }                                                                                     \
+    if (beta == 0) memset(acc, 0, O * CK * sizeof(T));                                    \
+}
+
+DRIVERS(float, f32)
+DRIVERS(double, f64)
+"""
+
+
+class _Blas(NamedTuple):
+    sgemm: int          # addresses of cblas_sgemm / cblas_dgemm
+    dgemm: int
+    set_threads: Callable
+    get_threads: Callable
+    ilp64: bool
+
+
+@functools.lru_cache(maxsize=1)
+def _blas() -> _Blas | None:
+    """The CBLAS GEMMs and thread control of the OpenBLAS NumPy uses, or None (another
+    BLAS: the convolutions then call NumPy's matmul)."""
+    try:
+        from threadpoolctl import threadpool_info
+        infos = threadpool_info()
+    except Exception:  # pragma: no cover - declared dependency
+        return None
+    for info in infos:
+        if info.get("internal_api") != "openblas":
+            continue
+        lib = ctypes.CDLL(info["filepath"])
+        for pre, suf in (("scipy_", "64_"), ("", "64_"), ("", "")):
+            try:
+                s, d = (getattr(lib, f"{pre}cblas_{t}gemm{suf}") for t in "sd")
+                st = getattr(lib, f"{pre}openblas_set_num_threads{suf}")
+                gt = getattr(lib, f"{pre}openblas_get_num_threads{suf}")
+            except AttributeError:
+                continue
+            st.argtypes, st.restype, gt.argtypes, gt.restype = [ctypes.c_int], None, [], \
+                ctypes.c_int
+            addr = (ctypes.cast(f, ctypes.c_void_p).value for f in (s, d))
+            return _Blas(*addr, st, gt, bool(suf))
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _drivers():
+    from tessera.codegen.cc import load
+    blas = _blas()
+    if blas is None:
+        return None
+    lib = load(_DRIVER % dict(blasint="int64_t" if blas.ilp64 else "int"))
+    P, I = ctypes.c_void_p, ctypes.c_int64
+    for s in ("f32", "f64"):
+        f = getattr(lib, f"tsr_conv_fwd_{s}")
+        f.argtypes, f.restype = [P] * 5 + [I, P, P, P, I, I], None
+        for name in ("igrad", "wgrad"):
+            f = getattr(lib, f"tsr_conv_{name}_{s}")
+            f.argtypes, f.restype = [P] * 4 + [I, P, P, P, I, I], None
+    return lib
+
+
+def threaded(dtype) -> bool:
+    """Whether the threaded convolution drivers run for ``dtype`` (C kernels available and
+    NumPy's BLAS is an OpenBLAS whose GEMM C can call)."""
+    if not available(dtype):
+        return False
+    try:
+        return _drivers() is not None
+    except Exception:  # a broken toolchain: the per-image NumPy path still works
+        return False
+
+
+_WORK = threading.local()
+
+
+def _workspace(n: int, dtype) -> np.ndarray:
+    """A reusable buffer of at least ``n`` elements (one per calling thread: convolutions
+    may run from several Python threads)."""
+    key = np.dtype(dtype).str
+    cache = _WORK.__dict__
+    buf = cache.get(key)
+    if buf is None or buf.size < n:
+        buf = cache[key] = np.empty(max(n, 1), dtype)
+    return buf
+
+
+def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: list,
+         threads: int) -> None:
+    """``tsr_conv_<name>`` on ``threads`` pool threads taking items from one counter, BLAS
+    single-threaded meanwhile (with one thread, BLAS keeps its own threads)."""
+    from tessera.codegen import runtime
+    blas = _blas()
+    f = getattr(_drivers(), f"tsr_conv_{name}_{_SUFFIX[np.dtype(dtype)]}")
+    nxt = np.zeros(1, np.int64)
+    g = np.array(geometry, np.int64)
+    gemm = blas.sgemm if np.dtype(dtype) == np.float32 else blas.dgemm
+    args = tuple(None if a is None else a.ctypes.data for a in arrays) + (
+        work.ctypes.data, ws, nxt.ctypes.data, g.ctypes.data, gemm)
+    if threads < 2:
+        f(*args, 0, 1)
+        return
+    _single_blas(blas, +1)
+    try:
+        futures = [runtime._pool().submit(f, *args, t, t + 1) for t in range(1, threads)]
+        f(*args, 0, 1)
+        for fut in futures:
+            fut.result()
+    finally:
+        _single_blas(blas, -1)
+
+
+_BLAS_LOCK = threading.Lock()
+_BLAS_HELD = [0, 0]  # drivers running now, BLAS threads before the first of them
+
+
+def _single_blas(blas: _Blas, step: int) -> None:
+    """Count a driver in (+1) or out (-1); BLAS is single-threaded while any runs (drivers
+    may run from several Python threads at once: the last one out restores the count)."""
+    with _BLAS_LOCK:
+        if step > 0 and _BLAS_HELD[0] == 0:
+            _BLAS_HELD[1] = blas.get_threads()
+            blas.set_threads(1)
+        _BLAS_HELD[0] += step
+        if _BLAS_HELD[0] == 0:
+            blas.set_threads(_BLAS_HELD[1])
+
+
+def _plan(n: int, o: int, oh: int, ow: int, threads: int) -> tuple[int, int, int, int]:
+    """(threads, rows per item, images per item, output channels per item) for a forward
+    convolution: images split across threads, a few small outputs side by side making one
+    wider GEMM; with fewer images than threads, large outputs split by rows and small ones
+    by output channels (each thread builds the columns once)."""
+    p = oh * ow
+    if n >= threads:
+        return threads, oh, max(1, min(-(-n // threads), _WIDE_GEMM // p)), o
+    parts = -(-threads // n)
+    if p // parts >= _MIN_BLOCK and oh >= parts:
+        return threads, -(-oh // parts), 1, o
+    if o >= 2 * parts * _MIN_CHANNELS:
+        return threads, oh, 1, -(-o // (2 * parts))
+    return 1, oh, max(1, min(n, _WIDE_GEMM // p)), o
+
+
+def _threads(macs: int) -> int:
+    """Threads for a convolution of ``macs`` multiply-adds: one below a size where handing
+    items to the pool costs more than it saves (tiny images, as in the digits demo)."""
+    from tessera.codegen.runtime import _threads as pool_threads
+    return 1 if macs < _PARALLEL_MACS else pool_threads()
+
+
+_PARALLEL_MACS = 1 << 21
+_WIDE_GEMM = 1024  # output columns worth putting several images side by side for
+_MIN_BLOCK = 256   # output columns a row block needs to be worth its own GEMM
+_MIN_CHANNELS = 32  # output channels (GEMM rows) a block of them needs
+
+
+def conv2d_threaded(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation,
+                    y: np.ndarray) -> None:
+    """``y`` (N, O, OH, OW) = the 2-d convolution of C-contiguous ``x`` (N, C, H, W) with
+    C-contiguous ``w`` (O, C, KH, KW) plus ``b`` (O,) if given; ``pads`` are the low
+    paddings; ``y`` C-contiguous."""
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    oh, ow = y.shape[2:]
+    ck = c * kh * kw
+    threads, rb, grp, ob = _plan(n, o, oh, ow, _threads(n * o * ck * oh * ow))
+    ws = (ck + o) * grp * oh * ow if grp > 1 else ck * rb * ow
+    work = _workspace(ws * threads, x.dtype)
+    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, rb, grp, ob]
+    _run("fwd", x.dtype, (x, w, b, y), work, ws, geometry, threads)
+
+
+def conv2d_input_grad_threaded(g: np.ndarray, w: np.ndarray, stride, pads, dilation,
+                               dx: np.ndarray) -> None:
+    """``dx`` (N, C, H, W) = the input gradient of C-contiguous ``g`` (N, O, OH, OW); one
+    image per item (col2im windows overlap, so images are the unit)."""
+    n, c, h, wd = dx.shape
+    o, _, kh, kw = w.shape
+    oh, ow = g.shape[2:]
+    ws = c * kh * kw * oh * ow
+    threads = min(_threads(n * o * ws), n)
+    work = _workspace(ws * threads, g.dtype)
+    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, oh, 1, o]
+    _run("igrad", g.dtype, (g, w, dx), work, ws, geometry, threads)
+
+
+def conv2d_weight_grad_threaded(x: np.ndarray, g: np.ndarray, wshape, stride, pads,
+                                dilation) -> np.ndarray:
+    """The weight gradient (O, C, KH, KW) of C-contiguous ``x`` and ``g``: each thread sums
+    its images' products into its own slice, then the slices add up."""
+    n, c, h, wd = x.shape
+    o, _, kh, kw = wshape
+    oh, ow = g.shape[2:]
+    ws = c * kh * kw * oh * ow
+    threads = min(_threads(n * o * ws), n)
+    work = _workspace(ws * threads, x.dtype)
+    dw = np.empty((threads, o, c * kh * kw), x.dtype)
+    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, oh, 1, o]
+    _run("wgrad", x.dtype, (x, g, dw), work, ws, geometry, threads)
+    return (dw[0] if threads == 1 else dw.sum(0)).reshape(wshape)
