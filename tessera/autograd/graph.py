@@ -178,7 +178,7 @@ class AccumulateGrad:
         if var._grad is None:
             # Always own the buffer: grad rules may hand the same tensor to several inputs,
             # or a broadcast view, and optimizers later update .grad in place.
-            var._grad = grad if grad.requires_grad else grad.detach().clone()
+            var._grad = grad if grad.requires_grad else _owned_like(grad, var)
         elif grad.requires_grad:
             var._grad = var._grad + grad  # create_graph: keep the sum differentiable
         else:
@@ -199,6 +199,21 @@ class AccumulateGrad:
                         var._grad = g + grad
         for hook in getattr(var, "_post_accumulate_hooks", None) or ():
             hook(var)
+
+
+def _owned_like(grad, var):
+    """A copy of ``grad`` laid out like the dense ``var`` (PyTorch's gradient layout
+    contract): the optimizer's in-place updates then walk both in the same memory order."""
+    g, v = grad._data, var._data
+    if type(g) is np.ndarray and type(v) is np.ndarray and g.strides != v.strides and \
+            g.shape == v.shape and g.dtype == v.dtype and \
+            (v.flags.c_contiguous or v.flags.f_contiguous):
+        out = np.empty_like(v)
+        np.copyto(out, g)
+        t = grad.detach()
+        t._data, t._version = out, [0]
+        return t
+    return grad.detach().clone()
 
 
 class _Handle:
