@@ -1,4 +1,5 @@
-"""SBP rules of the nn ops: convolution, normalisation, pooling, dropout, the mean loss.
+"""SBP rules of the nn ops: convolution, normalisation, pooling, dropout, the mean losses,
+padding, resampling and patches.
 
 Filled into ``OpDef.sbp`` by ``sbp_rules`` (one table). The signatures on a 1-D mesh:
 
@@ -19,7 +20,12 @@ Filled into ``OpDef.sbp`` by ``sbp_rules`` (one table). The signatures on a 1-D 
   tiles one process would draw.
 * ``nll_loss`` (cross-entropy) with ``reduction="mean"`` on a split batch: each rank sums
   its tile and divides by the global count of (weighted) targets, an all-reduce of one
-  number, giving partial_sum; nothing is gathered.
+  number, giving partial_sum; nothing is gathered. ``binary_cross_entropy`` is elementwise:
+  any split, ``sum`` partial, ``mean`` the tile's sum over the logical element count.
+* ``pad``/``constant_pad`` (and ``pad_backward``): split an unpadded dim; ``interpolate``
+  (and its backward): batch or channel split; ``im2col``/``col2im``: batch split; all
+  linear (partial_sum passes through; ``constant_pad`` only with a zero fill).
+* ``prelu``: any dim with the weight whole, or channels with a per-channel weight split.
 """
 from __future__ import annotations
 
@@ -272,6 +278,82 @@ def nll_mean_signature(w, backward: bool) -> Signature:
     return Signature((S(0), S(0), _opt(w, B)), (P,), _nll_mean_local)
 
 
+# ---- padding, resampling, patches -----------------------------------------------------
+
+def _unpadded(ndim: int, pads) -> list[int]:
+    """Dims that ``pads`` (pairs for the trailing dims) leaves alone."""
+    lead = ndim - len(pads)
+    return [d for d in range(ndim) if d < lead or not any(pads[d - lead])]
+
+
+def _pad(x, pads, mode):
+    """Reflect/replicate/circular padding: split an unpadded dim; linear (each output
+    element is one input element)."""
+    return [Signature((S(d),), (S(d),)) for d in _unpadded(len(x.shape), pads)] + \
+        [Signature((B,), (B,)), Signature((P,), (P,))]
+
+
+def _constant_pad(x, pads, value):
+    sigs = [Signature((S(d),), (S(d),)) for d in _unpadded(len(x.shape), pads)]
+    sigs.append(Signature((B,), (B,)))
+    if value == 0:  # (a nonzero fill would be counted once per rank)
+        sigs.append(Signature((P,), (P,)))
+    return sigs
+
+
+def _pad_backward(g, input_shape, pads, mode):
+    return [Signature((S(d),), (S(d),)) for d in _unpadded(len(input_shape), pads)] + \
+        [Signature((B,), (B,)), Signature((P,), (P,))]
+
+
+def _batch_channel(linear: bool, channels: bool = True):
+    """(N, C, *spatial) ops that treat each sample (and channel) alone: batch or channel
+    split; partial_sum passes through where linear (interpolation, im2col, col2im)."""
+    def rule(x, *rest, **attrs):
+        sigs = [Signature((S(d),), (S(d),)) for d in ((0, 1) if channels else (0,))]
+        sigs.append(Signature((B,), (B,)))
+        if linear:
+            sigs.append(Signature((P,), (P,)))
+        return sigs
+    return rule
+
+
+# ---- prelu, binary cross-entropy -----------------------------------------------------------
+
+def _prelu(x, w):
+    """Any dim but the channels with the weight whole; the channels with a per-channel
+    weight split too (a single weight stays whole)."""
+    n = len(x.shape)
+    per_c = n >= 2 and w.shape and w.shape[0] != 1
+    sigs = [Signature((S(d), B), (S(d),)) for d in range(n) if not (per_c and d == 1)]
+    if per_c:
+        sigs.append(Signature((S(1), S(0)), (S(1),)))
+    elif n >= 2:
+        sigs.append(Signature((S(1), B), (S(1),)))
+    return sigs + [Signature((B, B), (B,))]
+
+
+def _bce_mean_local(op, args, attrs, metas, group):
+    """``reduction="mean"`` on a tile: its sum over the logical element count."""
+    from tessera._dispatch import dispatch
+    count = int(np.prod(metas[0].shape))
+    return dispatch(op, *args, **dict(attrs, reduction="sum")) / count
+
+
+def _binary_cross_entropy(x, t, w, reduction="mean"):
+    """Elementwise in (x, t, w): split any dim (a weight that broadcasts on it whole);
+    ``sum`` of a split is partial_sum, ``mean`` the tile's sum over the logical count."""
+    n = len(x.shape)
+    sigs = []
+    for d in range(n):
+        k = None if w is None else d - (n - len(w.shape))
+        ws = None if w is None else (S(k) if k >= 0 and w.shape[k] == x.shape[d] else B)
+        out = S(d) if reduction == "none" else P
+        local = _bce_mean_local if reduction == "mean" else None
+        sigs.append(Signature((S(d), S(d), ws), (out,), local))
+    return sigs + [Signature((B, B, _opt(w, B)), (B,))]
+
+
 NN_RULES: dict[str, SbpRule] = {
     "conv": SbpRule(_conv),
     "conv_input_grad": SbpRule(_conv_input_grad, shape_attrs=("input_shape",)),
@@ -285,4 +367,11 @@ NN_RULES: dict[str, SbpRule] = {
     "avg_pool_backward": SbpRule(_pool(1, True).signatures, shape_attrs=("input_shape",)),
     "max_pool_backward": SbpRule(_max_pool_backward, shape_attrs=("input_shape",)),
     "dropout": SbpRule(_dropout),
+    "pad": SbpRule(_pad), "constant_pad": SbpRule(_constant_pad),
+    "pad_backward": SbpRule(_pad_backward, shape_attrs=("input_shape",)),
+    "interpolate": SbpRule(_batch_channel(True)),
+    "interpolate_backward": SbpRule(_batch_channel(True), shape_attrs=("input_shape",)),
+    "im2col": SbpRule(_batch_channel(True, channels=False)),
+    "col2im": SbpRule(_batch_channel(True, channels=False)),
+    "prelu": SbpRule(_prelu), "binary_cross_entropy": SbpRule(_binary_cross_entropy),
 }

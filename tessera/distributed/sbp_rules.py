@@ -9,7 +9,14 @@ one rule family per kind of op (OneFlow's per-op ``GetSbpSignatures``):
 * reductions: split a kept dim; ``sum`` of a split reduced dim is partial_sum (``mean``
   sums its tile and divides by the logical count);
 * ``matmul``: S(0)xB->S(0), BxS(1)->S(1), S(1)xS(0)->P, PxB->P, BxP->P, plus batch splits;
-* views: the split dim follows the view (``view`` only where the split dim survives whole).
+* views: the split dim follows the view (``view`` only where the split dim survives whole);
+* ops along a dim (scans, ``sort``/``topk``, ``flip``/``roll``, ``tril``/``triu``,
+  ``unfold``): split any other dim; selections along a dim (``kthvalue``, ``median``,
+  ``mode``) as reductions; ``norm``: kept dims, and partial_sum of a split reduced dim only
+  for the 1-norm;
+* ``gather``/``scatter*``/``index_*``: split on a dim the index does not address, with the
+  index (and src) split alike; ``gather``'s and ``index_select``'s index split on the
+  addressed dim gives the output split there; linear ones (add, copy) keep partial_sum.
 
 Ops without a rule raise ``MissingRule(op, "sbp")`` on global tensors.
 
@@ -54,15 +61,27 @@ def _wrap(d: int, n: int) -> int:
 
 # ---- pointwise ---------------------------------------------------------------------------
 
+def _dims(v, n: int) -> set:
+    """The dims an attr names (an int, a sequence of ints, or None for none)."""
+    if v is None:
+        return set()
+    return {_wrap(d, n) for d in ((v,) if isinstance(v, int) else v)}
+
+
 def pointwise(joint: tuple = (), each: tuple = (), nout: int = 1, skip: tuple = ()) -> SbpRule:
     """Broadcasting pointwise ops. ``joint``: input positions the op is linear in together
     (``add``); ``each``: positions it is linear in one at a time (``mul``). ``skip``: dims
-    (of the output) that must not be split (``softmax``'s dim, from the attr it names)."""
+    (of the output) that must not be split: the dims an attr names (``softmax``'s dim,
+    ``flip``'s dims, a scan's dim) or fixed dims given as ints (``tril``'s -2 and -1). Ops
+    that work along some dims and are elementwise across the others use it too (the
+    output may differ from the inputs in a skipped dim: ``topk``)."""
     def rule(*metas, **attrs):
         tpos = _tensors(metas)
         shape = _bshape([metas[i].shape for i in tpos])
         n = len(shape)
-        banned = {_wrap(attrs[a], n) for a in skip if attrs.get(a) is not None}
+        banned = set()
+        for a in skip:
+            banned |= _dims(a if isinstance(a, int) else attrs.get(a), n)
         sigs = []
         for d in range(n):
             if d in banned:
@@ -327,6 +346,149 @@ def _nll_loss_backward(g, t, w, shape, reduction="mean", ignore_index=-100):
     return sigs
 
 
+# ---- scans, sorting, selection along a dim ----------------------------------------------
+
+_SCAN = pointwise(skip=("dim",))
+_SCAN2 = pointwise(nout=2, skip=("dim",))
+
+
+def _sort(x, dim=-1, descending=False):
+    """``sort``/``topk``: split any dim but the sorted one (their defaults named here: a
+    missing attr would otherwise ban nothing)."""
+    return _SCAN2(x, dim=dim)
+
+
+def _topk(x, k, dim=-1, largest=True):
+    return _SCAN2(x, dim=dim)
+
+
+def _roll(x, shifts, dims):
+    """Rolling a split dim moves elements across tiles; no dims rolls the flattened tensor."""
+    if not dims:
+        return _linear_identity()
+    return pointwise(each=(0,), skip=("dims",))(x, dims=dims)
+
+
+def _norm(x, dim=None, keepdim=False, ord=2.0, dtype=None):
+    """A kept dim may stay split; a split reduced dim gives partial_sum only for the 1-norm
+    (a sum of |x|): the tiles' 2-norms do not add up to the 2-norm. Never partial input."""
+    sigs = reduction()(x, dim=dim, keepdim=keepdim)
+    if ord == 1:
+        sigs += [Signature((S(d),), (P,)) for d in _reduced(x, dim)]
+    return sigs
+
+
+def _vdot(a, b):
+    return [Signature((S(0), S(0)), (P,)), Signature((P, B), (P,)), Signature((B, P), (P,)),
+            Signature((B, B), (B,))]
+
+
+# ---- gather / scatter / index_* ----------------------------------------------------------
+
+def _aligned(dim: int, *metas) -> list[int]:
+    """Dims other than ``dim`` where every tensor has the first's size (tiles line up)."""
+    n = len(metas[0].shape)
+    dim = _wrap(dim, max(n, 1))
+    return [d for d in range(n) if d != dim and
+            all(len(m.shape) == n and m.shape[d] == metas[0].shape[d] for m in metas)]
+
+
+def _gather(x, index, dim):
+    """x and index split alike on a dim gather does not address; or the index split on
+    ``dim`` with x whole (each rank gathers its rows of the output; on another dim the
+    index's tile would read x's first columns, not its own); linear in x."""
+    sigs = [Signature((S(d), S(d)), (S(d),)) for d in _aligned(dim, x, index)]
+    if index.shape:
+        sigs.append(Signature((B, S(_wrap(dim, len(index.shape)))), (S(_wrap(dim, len(
+            index.shape))),)))
+    return sigs + [Signature((P, B), (P,)), Signature((B, B), (B,))]
+
+
+def _scatter_like(linear: bool):
+    """``scatter``-style writes into x along ``dim``: x, index and src split alike on a dim
+    they share whole; ``linear``: jointly linear in (x, src) (an element is x's or a sum of
+    src's), so partial x and src give partial."""
+    def rule(x, index, src, dim, reduce=None, include_self=True, **attrs):
+        if type(src) is not Meta:  # a Python number written where the index says
+            sigs = [Signature((S(d), S(d), None), (S(d),)) for d in _aligned(dim, x, index)]
+            return sigs + [Signature((B, B, None), (B,))]
+        sigs = [Signature((S(d),) * 3, (S(d),)) for d in _aligned(dim, x, index, src)]
+        sigs.append(Signature((B, B, B), (B,)))
+        if linear and reduce in (None, "add", "sum", "mean"):
+            sigs.append(Signature((P, B, P), (P,)))
+        return sigs
+    return SbpRule(rule)
+
+
+def _index_select(x, index, dim):
+    """x split on a dim it does not select from; or the (1-D) index split, giving the
+    output split on ``dim``; linear in x."""
+    n = len(x.shape)
+    d0 = _wrap(dim, max(n, 1))
+    sigs = [Signature((S(d), B), (S(d),)) for d in range(n) if d != d0]
+    if n and len(index.shape) == 1:
+        sigs.append(Signature((B, S(0)), (S(d0),)))
+    return sigs + [Signature((P, B), (P,)), Signature((B, B), (B,))]
+
+
+def _index_put_like(linear: bool):
+    """``index_add``/``index_copy``/``index_fill`` along ``dim``: x (and source) split on
+    another dim, the index whole; add and copy are jointly linear in (x, source)."""
+    def rule(x, index, source, dim, **attrs):
+        n = len(x.shape)
+        d0 = _wrap(dim, max(n, 1))
+        if type(source) is not Meta or len(source.shape) == 0:  # index_fill's value
+            v = None if type(source) is not Meta else B
+            return [Signature((S(d), B, v), (S(d),)) for d in range(n) if d != d0] + \
+                [Signature((B, B, v), (B,))]
+        sigs = [Signature((S(d), B, S(d)), (S(d),)) for d in range(n) if d != d0
+                and len(source.shape) == n and source.shape[d] == x.shape[d]]
+        sigs.append(Signature((B, B, B), (B,)))
+        if linear:
+            sigs.append(Signature((P, B, P), (P,)))
+        return sigs
+    return SbpRule(rule)
+
+
+# ---- shape ops ---------------------------------------------------------------------------
+
+def _diagonal(x, offset=0, dim1=0, dim2=1):
+    """The dims the diagonal does not run along stay split (they keep their order, the
+    diagonal goes last)."""
+    n = len(x.shape)
+    d1, d2 = _wrap(dim1, n), _wrap(dim2, n)
+    rest = [d for d in range(n) if d not in (d1, d2)]
+    return [Signature((S(d),), (S(j),)) for j, d in enumerate(rest)] + _linear_identity()
+
+
+def _diag_embed(x, offset=0, dim1=-2, dim2=-1):
+    """The batch dims (all but the last) stay split, at the output positions the two new
+    dims leave free."""
+    n = len(x.shape)
+    d1, d2 = _wrap(dim1, n + 1), _wrap(dim2, n + 1)
+    free = [d for d in range(n + 1) if d not in (d1, d2)]
+    return [Signature((S(d),), (S(free[d]),)) for d in range(n - 1)] + _linear_identity()
+
+
+def _repeat(x, repeats):
+    """A dim repeated once stays split (a repeated one would interleave tiles)."""
+    lead = len(repeats) - len(x.shape)
+    return [Signature((S(d),), (S(d + lead),)) for d in range(len(x.shape))
+            if repeats[d + lead] == 1] + _linear_identity()
+
+
+def _unfold(x, dimension, size, step):
+    n = len(x.shape)
+    d0 = _wrap(dimension, max(n, 1))
+    return [Signature((S(d),), (S(d),)) for d in range(n) if d != d0] + _linear_identity()
+
+
+def _unfold_backward(g, input_shape, dimension, size, step):
+    n = len(input_shape)
+    d0 = _wrap(dimension, max(n, 1))
+    return [Signature((S(d),), (S(d),)) for d in range(n) if d != d0] + _linear_identity()
+
+
 # ---- the table -----------------------------------------------------------------------------
 
 _UNARY = """abs acos acosh asin asinh atan atanh ceil cos cosh erf erfc erfinv exp exp2 expm1
@@ -368,6 +530,23 @@ RULES.update({
     "embedding": SbpRule(_embedding), "embedding_backward": SbpRule(_embedding_backward),
     "nll_loss": SbpRule(_nll_loss),
     "nll_loss_backward": SbpRule(_nll_loss_backward, shape_attrs=("shape",)),
+    "cumsum": pointwise(each=(0,), skip=("dim",)), "cumprod": _SCAN,
+    "cummax": _SCAN2, "cummin": _SCAN2,
+    "cummaxmin_backward": pointwise(each=(0,), skip=("dim",)),
+    "sort": SbpRule(_sort), "topk": SbpRule(_topk),
+    **{n: reduction(nout=2) for n in ("kthvalue", "median_dim", "nanmedian_dim", "mode",
+                                       "aminmax")},
+    "median": SbpRule(_full_reduction), "nanmedian": SbpRule(_full_reduction),
+    "norm": SbpRule(_norm), "vdot": SbpRule(_vdot),
+    "flip": pointwise(each=(0,), skip=("dims",)), "roll": SbpRule(_roll),
+    "tril": pointwise(each=(0,), skip=(-2, -1)), "triu": pointwise(each=(0,), skip=(-2, -1)),
+    "diagonal": SbpRule(_diagonal), "diag_embed": SbpRule(_diag_embed),
+    "repeat": SbpRule(_repeat), "unfold": SbpRule(_unfold),
+    "unfold_backward": SbpRule(_unfold_backward, shape_attrs=("input_shape",)),
+    "gather": SbpRule(_gather), "scatter": _scatter_like(True),
+    "scatter_add": _scatter_like(True), "scatter_reduce": _scatter_like(True),
+    "index_select": SbpRule(_index_select), "index_add": _index_put_like(True),
+    "index_copy": _index_put_like(True), "index_fill": _index_put_like(False),
 })
 
 
