@@ -328,8 +328,6 @@ def _prelu(x, w):
     sigs = [Signature((S(d), B), (S(d),)) for d in range(n) if not (per_c and d == 1)]
     if per_c:
         sigs.append(Signature((S(1), S(0)), (S(1),)))
-    elif n >= 2:
-        sigs.append(Signature((S(1), B), (S(1),)))
     return sigs + [Signature((B, B), (B,))]
 
 

@@ -362,11 +362,61 @@ def _topk(x, k, dim=-1, largest=True):
     return _SCAN2(x, dim=dim)
 
 
+_ALONG_DIMS = pointwise(each=(0,), skip=("dims",))  # flip, roll: linear, split other dims
+
+
 def _roll(x, shifts, dims):
     """Rolling a split dim moves elements across tiles; no dims rolls the flattened tensor."""
     if not dims:
         return _linear_identity()
-    return pointwise(each=(0,), skip=("dims",))(x, dims=dims)
+    return _ALONG_DIMS(x, dims=dims)
+
+
+def _quantile(x, q, dim=None, keepdim=False, **attrs):
+    """A kept dim stays split (after q's dim, which leads the outputs); a split q splits
+    every output's leading dim; all five outputs (values and backward's hidden ones) alike.
+    A split quantile dim would need the whole slice sorted."""
+    lead = len(q.shape) if type(q) is Meta else 0
+    qs = B if type(q) is Meta else None
+    sigs = []
+    if dim is not None and x.shape:
+        d0 = _wrap(dim, len(x.shape))
+        sigs += [Signature((S(d), qs), (S(lead + (d if keepdim or d < d0 else d - 1)),) * 5)
+                 for d in range(len(x.shape)) if d != d0]
+    if lead:
+        sigs.append(Signature((B, S(0)), (S(0),) * 5))
+    return sigs + [Signature((B, qs), (B,) * 5)]
+
+
+def _take(x, index):
+    """Flat indices: x whole, the index split anywhere (the output has its shape)."""
+    return [Signature((B, S(d)), (S(d),)) for d in range(len(index.shape))] + \
+        [Signature((P, B), (P,)), Signature((B, B), (B,))]
+
+
+def _put(x, index, source, accumulate=False):
+    """Jointly linear in (x, source); accumulating, each rank may add its tile of (index,
+    source) into its share of a partial x (``take``'s gradient)."""
+    sigs = [Signature((B, B, B), (B,)), Signature((P, B, P), (P,))]
+    if accumulate and tuple(index.shape) == tuple(source.shape):
+        sigs += [Signature((P, S(d), S(d)), (P,)) for d in range(len(index.shape))]
+    return sigs
+
+
+def _searchsorted(seq, v, sorter, right=False, out_int32=False):
+    """1-D boundaries: the values split anywhere; N-D: a batch dim split alike in all."""
+    if type(v) is not Meta:
+        return [Signature((B, None, _opt(sorter)), (B,))]
+    if len(seq.shape) == 1:
+        sigs = [Signature((B, S(d), _opt(sorter)), (S(d),)) for d in range(len(v.shape))]
+    else:
+        sigs = [Signature((S(d), S(d), _opt(sorter, S(d))), (S(d),))
+                for d in range(len(seq.shape) - 1)]
+    return sigs + [Signature((B, B, _opt(sorter)), (B,))]
+
+
+def _opt(m, s=B):
+    return None if m is None else s
 
 
 def _norm(x, dim=None, keepdim=False, ord=2.0, dtype=None):
@@ -538,7 +588,8 @@ RULES.update({
                                        "aminmax")},
     "median": SbpRule(_full_reduction), "nanmedian": SbpRule(_full_reduction),
     "norm": SbpRule(_norm), "vdot": SbpRule(_vdot),
-    "flip": pointwise(each=(0,), skip=("dims",)), "roll": SbpRule(_roll),
+    "flip": _ALONG_DIMS, "roll": SbpRule(_roll), "quantile": SbpRule(_quantile),
+    "take": SbpRule(_take), "put": SbpRule(_put), "searchsorted": SbpRule(_searchsorted),
     "tril": pointwise(each=(0,), skip=(-2, -1)), "triu": pointwise(each=(0,), skip=(-2, -1)),
     "diagonal": SbpRule(_diagonal), "diag_embed": SbpRule(_diag_embed),
     "repeat": SbpRule(_repeat), "unfold": SbpRule(_unfold),
