@@ -500,6 +500,72 @@ def _index_put_like(linear: bool):
     return SbpRule(rule)
 
 
+# ---- advanced indexing ---------------------------------------------------------------------
+
+def _index_layout(x, idx, key):
+    """Where ``x[key]`` (a key of full slices and ``T`` slots, one per index tensor) puts
+    things: {x dim that is not indexed: its output dim}, the broadcast index shape, and the
+    output dim that shape starts at (NumPy: in place when the T's are adjacent, else first)."""
+    n = len(x.shape)
+    key = tuple(key) + (slice(None),) * (n - len(key))
+    pos = [i for i, k in enumerate(key) if not isinstance(k, slice)]
+    b = _bshape([m.shape for m in idx])
+    rest = [d for d in range(n) if d not in pos]
+    if pos and pos[-1] - pos[0] == len(pos) - 1:
+        at = pos[0]
+        out = {d: d if d < at else d - len(pos) + len(b) for d in rest}
+    else:
+        at = 0
+        out = {d: len(b) + j for j, d in enumerate(rest)}
+    return out, b, at
+
+
+def _index(x, *idx, key):
+    """x split on a dim the key leaves whole (the indices whole); or the indices split alike
+    on a dim of their broadcast shape (x whole); linear in x."""
+    dims, b, at = _index_layout(x, idx, key)
+    whole = (B,) * len(idx)
+    sigs = [Signature((S(d),) + whole, (S(e),)) for d, e in dims.items()]
+    for j in range(len(b)):
+        ins = tuple(S(j - (len(b) - len(m.shape))) if j >= len(b) - len(m.shape) and
+                    m.shape[j - (len(b) - len(m.shape))] == b[j] else B for m in idx)
+        sigs.append(Signature((B,) + ins, (S(at + j),)))
+    return sigs + [Signature((P,) + whole, (P,)), Signature((B,) + whole, (B,))]
+
+
+def _index_put(x, values, *idx, key, accumulate=False):
+    """``x[key] = values`` (``+=``): x split on a dim the key leaves whole, with values split
+    on that dim of the indexed result (or whole where it broadcasts there), the indices
+    whole; jointly linear in (x, values). Accumulating, a partial x may take each rank's
+    tile of the indices and values (``index``'s gradient without a gather)."""
+    dims, b, at = _index_layout(x, idx, key)
+    whole = (B,) * len(idx)
+    sub = [0] * (len(x.shape) - len(dims) + len(b))  # the indexed result's rank, sizes below
+    for d, e in dims.items():
+        sub[e] = x.shape[d]
+    for j, size in enumerate(b):
+        sub[at + j] = size
+    vm = values if type(values) is Meta else None
+
+    def vsplit(e):
+        if vm is None:
+            return None
+        k = e - (len(sub) - len(vm.shape))
+        return S(k) if k >= 0 and vm.shape[k] == sub[e] else B
+    sigs = [Signature((S(d), vsplit(e)) + whole, (S(d),)) for d, e in dims.items()]
+    if accumulate:
+        for j in range(len(b)):
+            ins = tuple(S(j - (len(b) - len(m.shape))) if j >= len(b) - len(m.shape) and
+                        m.shape[j - (len(b) - len(m.shape))] == b[j] else B for m in idx)
+            if any(s is not B for s in ins):
+                sigs.append(Signature((P, vsplit(at + j)) + ins, (P,)))
+    v = None if vm is None else B
+    sigs.append(Signature((B, v) + whole, (B,)))
+    if vm is not None:
+        sigs.append(Signature((P, P) + whole, (P,)))
+    return sigs
+
+
 # ---- shape ops ---------------------------------------------------------------------------
 
 def _diagonal(x, offset=0, dim1=0, dim2=1):
@@ -589,6 +655,7 @@ RULES.update({
     "median": SbpRule(_full_reduction), "nanmedian": SbpRule(_full_reduction),
     "norm": SbpRule(_norm), "vdot": SbpRule(_vdot),
     "flip": _ALONG_DIMS, "roll": SbpRule(_roll), "quantile": SbpRule(_quantile),
+    "index": SbpRule(_index), "index_put": SbpRule(_index_put),
     "take": SbpRule(_take), "put": SbpRule(_put), "searchsorted": SbpRule(_searchsorted),
     "tril": pointwise(each=(0,), skip=(-2, -1)), "triu": pointwise(each=(0,), skip=(-2, -1)),
     "diagonal": SbpRule(_diagonal), "diag_embed": SbpRule(_diag_embed),

@@ -32,6 +32,12 @@ def _inputs(shapes):
 
 _IDX3 = np.array([3, 0, 2])  # distinct (index_copy's writes do not collide)
 
+def _setitem(x, i, v):
+    y = x * 1
+    y[:, i] = v
+    return y
+
+
 CASES = {
     "cumsum": (lambda a: a.cumsum(1), [(5, 4)]),
     "cumprod": (lambda a: a.cumprod(0), [(5, 4)]),
@@ -54,6 +60,13 @@ CASES = {
                  [(5, 4)]),
     "quantile_q_tensor": (lambda a, q: a.quantile(q.sigmoid(), dim=0, keepdim=True),
                           [(5, 4), (3,)]),
+    "index": (lambda x, i: x[i] + x[:, i[0]].sum(), [(5, 4), _i(4, 3, 2)]),
+    "index_two_apart": (lambda x, i, j: x[i, :, j], [(4, 3, 5), _i(4, 2, 1), _i(5, 3)]),
+    "index_put": (lambda x, i, v: x.index_put((i,), v) + x.index_put((i,), v, accumulate=True),
+                  [(5, 4), _i(5, 3), (3, 4)]),
+    "index_put_middle": (lambda x, i, v: x.index_put((i[None, :],), v.sum(), True)
+                         + x[:, i].sum(), [(5, 4), _i(5, 3), (4,)]),
+    "setitem": (lambda x, i, v: _setitem(x, i, v), [(5, 4), _i(4, 2), (5, 1)]),
     "take": (lambda x, i: tessera.take(x, i), [(5, 4), _i(20, 3, 2)]),
     "put": (lambda x, i, s: x.put(i, s) + x.put(i, s, accumulate=True),
             [(5, 4), _i(20, 3, 2), (3, 2)]),
