@@ -26,6 +26,8 @@ Filled into ``OpDef.sbp`` by ``sbp_rules`` (one table). The signatures on a 1-D 
   (and its backward): batch or channel split; ``im2col``/``col2im``: batch split; all
   linear (partial_sum passes through; ``constant_pad`` only with a zero fill).
 * ``prelu``: any dim with the weight whole, or channels with a per-channel weight split.
+* ``ctc_loss`` (and its backward): the batch split, with padded 2-D targets; each rank
+  passes its own sequences' lengths (attrs of the whole batch) to the kernel.
 """
 from __future__ import annotations
 
@@ -352,6 +354,34 @@ def _binary_cross_entropy(x, t, w, reduction="mean"):
     return sigs + [Signature((B, B, _opt(w, B)), (B,))]
 
 
+# ---- ctc loss ------------------------------------------------------------------------------
+
+def _ctc_local(op, args, attrs, metas, group):
+    """A tile of the batch: its own sequences' lengths (the attrs hold the whole batch's)."""
+    from tessera._dispatch import dispatch
+    n = len(attrs["input_lengths"])
+    lo, hi = split_range(n, len(group), group.index(C.current().rank))
+    return dispatch(op, *args, **dict(attrs, input_lengths=attrs["input_lengths"][lo:hi],
+                                      target_lengths=attrs["target_lengths"][lo:hi]))
+
+
+def _ctc_loss(lp, tg, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    """Per-sequence losses: the batch split ((T, N, C) log-probs on dim 1, padded (N, S)
+    targets on dim 0; concatenated 1-D targets stay whole)."""
+    sigs = [Signature((B, B), (B,))]
+    if len(tg.shape) == 2:
+        sigs.insert(0, Signature((S(1), S(0)), (S(0),), _ctc_local))
+    return sigs
+
+
+def _ctc_loss_backward(g, lp, tg, input_lengths, target_lengths, blank=0,
+                       zero_infinity=False):
+    sigs = [Signature((B, B, B), (B,)), Signature((P, B, B), (P,))]  # linear in g
+    if len(tg.shape) == 2:
+        sigs.insert(0, Signature((S(0), S(1), S(0)), (S(1),), _ctc_local))
+    return sigs
+
+
 NN_RULES: dict[str, SbpRule] = {
     "conv": SbpRule(_conv),
     "conv_input_grad": SbpRule(_conv_input_grad, shape_attrs=("input_shape",)),
@@ -372,4 +402,5 @@ NN_RULES: dict[str, SbpRule] = {
     "im2col": SbpRule(_batch_channel(True, channels=False)),
     "col2im": SbpRule(_batch_channel(True, channels=False)),
     "prelu": SbpRule(_prelu), "binary_cross_entropy": SbpRule(_binary_cross_entropy),
+    "ctc_loss": SbpRule(_ctc_loss), "ctc_loss_backward": SbpRule(_ctc_loss_backward),
 }

@@ -101,6 +101,12 @@ CASES = {
     "im2col_col2im": (lambda x: F.fold(F.unfold(x, 2) * 2, (4, 4), 2), [(3, 2, 4, 4)]),
     "prelu": (lambda x, w: F.prelu(x, w), [(3, 4, 2), (4,)]),
     "prelu_scalar_weight": (lambda x, w: F.prelu(x, w), [(3, 4), (1,)]),
+    # ("mean" builds its lengths tensor with tessera.tensor(device=), not yet global)
+    "ctc_loss_sum": (lambda x, t: F.ctc_loss(x.log_softmax(2), t + 1, [6, 5, 6, 4],
+                                             [3, 2, 1, 2], reduction="sum"),
+                     [(6, 4, 5), _i(4, 4, 3)]),
+    "ctc_loss_none": (lambda x, t: F.ctc_loss(x.log_softmax(2), t + 1, [6, 5, 6], [3, 2, 0],
+                                              reduction="none"), [(6, 3, 5), _i(4, 3, 3)]),
     "bce_mean": (lambda a, b: F.binary_cross_entropy(a.sigmoid(), b.sigmoid()),
                  [(5, 4), (5, 4)]),
     "bce_sum_weighted": (lambda a, b, w: F.binary_cross_entropy(
