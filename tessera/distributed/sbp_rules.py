@@ -655,6 +655,8 @@ RULES.update({
     "median": SbpRule(_full_reduction), "nanmedian": SbpRule(_full_reduction),
     "norm": SbpRule(_norm), "vdot": SbpRule(_vdot),
     "flip": _ALONG_DIMS, "roll": SbpRule(_roll), "quantile": SbpRule(_quantile),
+    # (each rank would need whole rows' norms and the rows of every index)
+    "embedding_renorm": SbpRule(lambda w, indices, **attrs: [Signature((B, B), (B,))]),
     "index": SbpRule(_index), "index_put": SbpRule(_index_put),
     "take": SbpRule(_take), "put": SbpRule(_put), "searchsorted": SbpRule(_searchsorted),
     "tril": pointwise(each=(0,), skip=(-2, -1)), "triu": pointwise(each=(0,), skip=(-2, -1)),

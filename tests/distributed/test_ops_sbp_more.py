@@ -67,6 +67,8 @@ CASES = {
     "index_put_middle": (lambda x, i, v: x.index_put((i[None, :],), v.sum(), True)
                          + x[:, i].sum(), [(5, 4), _i(5, 3), (4,)]),
     "setitem": (lambda x, i, v: _setitem(x, i, v), [(5, 4), _i(4, 2), (5, 1)]),
+    "embedding_max_norm": (lambda i, w: F.embedding(i, w * 1, max_norm=1.0),
+                           [_i(6, 5, 3), (6, 4)]),
     "take": (lambda x, i: tessera.take(x, i), [(5, 4), _i(20, 3, 2)]),
     "put": (lambda x, i, s: x.put(i, s) + x.put(i, s, accumulate=True),
             [(5, 4), _i(20, 3, 2), (3, 2)]),
