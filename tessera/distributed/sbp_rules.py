@@ -16,7 +16,9 @@ one rule family per kind of op (OneFlow's per-op ``GetSbpSignatures``):
   for the 1-norm;
 * ``gather``/``scatter*``/``index_*``: split on a dim the index does not address, with the
   index (and src) split alike; ``gather``'s and ``index_select``'s index split on the
-  addressed dim gives the output split there; linear ones (add, copy) keep partial_sum.
+  addressed dim gives the output split there; linear ones (add, copy) keep partial_sum;
+  advanced indexing (``index``/``index_put``) the same way, following NumPy's placement of
+  the index dims; ``take``/``put`` (flat indices) and ``searchsorted`` split the indices.
 
 Ops without a rule raise ``MissingRule(op, "sbp")`` on global tensors.
 
