@@ -107,17 +107,19 @@ def test_no_sync_accumulates_then_averages():
 
 
 class _Layouts(nn.Module):
-    """The same function; ``x @ w.T`` leaves w's gradient transposed (as Linear does),
-    ``(w @ x.T).T`` leaves it C-contiguous."""
+    """The same function and weight values; with ``transposed`` the weight is stored
+    column-major, and its gradient follows the weight's layout (PyTorch's gradient layout
+    contract), so DDP sees a transposed gradient."""
 
     def __init__(self, transposed: bool):
         super().__init__()
         tessera.manual_seed(0)
-        self.w = nn.Parameter(tessera.randn(3, 4))
+        w = tessera.randn(3, 4)
+        self.w = nn.Parameter(w.t().contiguous().t() if transposed else w)
         self.transposed = transposed
 
     def forward(self, x):
-        return x @ self.w.T if self.transposed else (self.w @ x.T).T
+        return x @ self.w.T
 
 
 LAYOUT_XS = [np.arange(8.0, dtype=np.float32).reshape(2, 4) + r for r in range(2)]

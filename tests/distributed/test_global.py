@@ -126,8 +126,8 @@ def test_errors_name_op_and_sbp():
 
     def no_rule():
         x = tessera.ones(4, 3).to_global(placement("cpu", [0, 1]), S(0))
-        tessera.flip(x, [0])
-    with pytest.raises(MissingRule, match=r"op 'flip' has no 'sbp' rule.*\(S\(0\)\)"):
+        tessera.multinomial(x, 1)
+    with pytest.raises(MissingRule, match=r"op 'multinomial' has no 'sbp' rule.*\(S\(0\)\)"):
         run(2, no_rule)
 
     def bad_sbp():
