@@ -8,11 +8,16 @@ tiles. Dispatch then wraps the tiles as global tensors with the logical shapes `
 gave and records autograd on the global tensors, so backward is the op's own grad rule
 running on global tensors (each of its ops picking a signature in turn).
 
+On an N-D placement the signature is one 1-D signature per mesh axis (OneFlow's N-D SBP,
+``choose_nd``): chosen greedily from the outermost axis, each axis's rule seeing the tiles
+the outer axes leave; a signature that communicates runs on the last axis only.
+
 A 0-d local tensor among global inputs counts as broadcast (every rank must hold the same
 value, as for a Python number); any other local tensor is an error naming the op.
 """
 from __future__ import annotations
 
+import itertools
 from typing import NamedTuple
 
 import numpy as np
@@ -20,7 +25,7 @@ import numpy as np
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
 from tessera.distributed._global import GlobalData, local_shape, sbp_str
-from tessera.distributed.boxing import box, cost
+from tessera.distributed.boxing import box, cost, tile_shape
 from tessera.distributed.sbp import broadcast, sbp
 from tessera.graph.trace import is_tracing
 from tessera.ops.registry import Meta, MissingRule, OpDef
@@ -33,7 +38,8 @@ class Signature(NamedTuple):
     argument) and the SBP of each output. ``local``, when given, replaces the op's local
     computation for this signature (``mean`` over a split dim sums and divides by the
     logical count): ``local(op, local_args, attrs, metas, group) -> Tensor(s)``, where
-    ``group`` is the placement's ranks (for the collectives of synchronised batch norm)."""
+    ``group`` is the placement's ranks (for the collectives of synchronised batch norm; on an
+    N-D placement, the ranks along the last mesh axis, and ``metas`` the outer axes' tiles)."""
 
     ins: tuple
     outs: tuple
@@ -143,6 +149,93 @@ def choose_index(op: OpDef, metas, attrs, current, n: int, args=()) -> tuple[int
     return index, best
 
 
+def choose_nd(op: OpDef, metas, attrs, current, placement, outs, args=()
+              ) -> tuple[list[Signature], list, list]:
+    """The N-D signature of ``op``: one 1-D signature per mesh axis, chosen greedily from the
+    outermost axis in (OneFlow's hierarchical N-D SBP). Axis ``k``'s rule sees the tiles the
+    outer axes' chosen signatures leave (inputs and, for ``shape_attrs``, the output), on
+    every tile shape those axes make (uneven splits give two): a signature is legal only if
+    the rule gives it for each. Its cost is the 1-D boxing on axis ``k`` from the inputs'
+    current SBP there, at the tile's size.
+
+    A signature with a local computation of its own (``Signature.local``) may be chosen on
+    the last axis only, where it runs on the outer axes' tiles as if they were the whole
+    tensor, communicating within that axis's ranks. On an outer axis its result would have
+    to commute with the inner axes' signatures, which nothing guarantees (dropout's mask,
+    a mean loss's count over a batch split on two axes).
+
+    Returns the signature of each axis, and each input's and output's SBP tuple (None for a
+    non-tensor input)."""
+    rule = op.sbp
+    if rule is None:
+        raise MissingRule(op.name, "sbp", f"it cannot run on global tensors "
+                                          f"(inputs: {_describe(args)})")
+    hier = placement.hierarchy
+    chosen: list[Signature] = []
+    for axis, n in enumerate(hier):
+        last = axis == len(hier) - 1
+        sigs, dropped = None, False
+        for coords in itertools.product(*(range(m) for m in hier[:axis])):
+            tiled, tiled_attrs = _tiled(op, metas, attrs, current, chosen, coords, hier, outs)
+            every = rule(*tiled, mesh_size=n, **tiled_attrs)
+            got = [s for s in every if last or s.local is None]
+            dropped = dropped or len(got) < len(every)
+            sigs = got if sigs is None else [s for s in sigs if _find(s, got) >= 0]
+        tiled = _tiled(op, metas, attrs, current, chosen, (0,) * axis, hier, outs)[0]
+        sizes = [_nbytes(m) if c is not None else 0.0 for m, c in zip(tiled, current)]
+        best, best_cost = None, None
+        for sig in sigs:
+            total = 0.0
+            for nbytes, cur, want in zip(sizes, current, sig.ins):
+                if cur is None:
+                    continue
+                if want is None:
+                    break
+                total += cost(cur[axis], want, nbytes, n)
+            else:
+                if best is None or total < best_cost:
+                    best, best_cost = sig, total
+        if best is None and dropped:
+            raise NotImplementedError(
+                f"{op.name}: every SBP signature of its inputs ({_describe(args)}) on mesh "
+                f"axis {axis} of {placement} computes across ranks (synchronised batch norm, "
+                "dropout's seed, a mean loss's count), which on an N-D placement only the "
+                "last mesh axis may do")
+        if best is None:
+            raise RuntimeError(f"{op.name}: no SBP signature fits inputs ({_describe(args)}) "
+                               f"on mesh axis {axis} of {placement}")
+        chosen.append(best)
+    ins = [None if c is None else tuple(s.ins[i] for s in chosen)
+           for i, c in enumerate(current)]
+    out_sbps = [tuple(s.outs[j] for s in chosen) for j in range(len(chosen[0].outs))]
+    return chosen, ins, out_sbps
+
+
+def _tiled(op, metas, attrs, current, chosen, coords, hier, outs) -> tuple[list, dict]:
+    """``metas`` and ``attrs`` as the rule of the axis after the ``chosen`` ones sees them at
+    outer mesh ``coords``: each tensor input's shape (and each shape attr, the output's)
+    cut by the chosen signatures' splits."""
+    if not chosen:
+        return list(metas), attrs
+    out = []
+    for i, (m, c) in enumerate(zip(metas, current)):
+        if c is None:
+            out.append(m)
+            continue
+        sbps = tuple(s.ins[i] for s in chosen)
+        out.append(m._replace(shape=tile_shape(tuple(m.shape), sbps, coords, hier)))
+    names = [k for k in op.sbp.shape_attrs if k in attrs]
+    if names:
+        shape = tile_shape(tuple(outs[0].shape), tuple(s.outs[0] for s in chosen), coords, hier)
+        attrs = dict(attrs, **{k: shape for k in names})
+    return out, attrs
+
+
+def _find(sig: Signature, sigs) -> int:
+    """The position in ``sigs`` of the signature with ``sig``'s SBPs (-1: none)."""
+    return next((k for k, s in enumerate(sigs) if sig.ins == s.ins and sig.outs == s.outs), -1)
+
+
 def _nbytes(m: Meta) -> float:
     size = float(m.dtype.itemsize)
     for d in m.shape:
@@ -158,25 +251,27 @@ def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
     placement, current = _inputs(op, args, attrs)
     if all(c is None for c in current):
         return _factory(op, args, attrs, outs, placement)
-    if placement.ndim != 1:
-        raise NotImplementedError(
-            f"{op.name}: ops on global tensors of an N-D placement ({placement}) are not "
-            "supported yet; to_global/to_local/numpy and boxing are")
     comm = C.current()
-    index, sig = choose_index(op, metas, attrs, current, placement.size, args)
-    out_sbps = [(s,) for s in sig.outs]
+    if placement.ndim == 1:
+        index, sig = choose_index(op, metas, attrs, current, placement.size, args)
+        out_sbps = [(s,) for s in sig.outs]
+        in_sbps = [None if w is None else (w,) for w in sig.ins]
+    else:
+        chosen, in_sbps, out_sbps = choose_nd(op, metas, attrs, current, placement, outs,
+                                              args)
+        sig = chosen[-1]
     rank = comm.rank
     if not placement.has_rank(rank):
         return [GlobalData(None, placement, s, m.shape, m.dtype.np)
                 for s, m in zip(out_sbps, outs)]
     local_args = []
-    for a, cur, want in zip(args, current, sig.ins):
+    for a, cur, want in zip(args, current, in_sbps):
         if cur is None:
             local_args.append(a)
         elif a._device.type != "global":
             local_args.append(a.detach())
         else:
-            x = box(a._data.local, a._shape, placement, cur, (want,), rank, comm)
+            x = box(a._data.local, a._shape, placement, cur, want, rank, comm)
             if op.sbp.contiguous and type(x) is np.ndarray and not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x)  # (a traced tile is a value: always contiguous)
             local_args.append(Tensor._make(x, a._dtype, placement.device, tuple(x.shape)))
@@ -187,15 +282,23 @@ def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
         tile = local_shape(outs[0].shape, placement, out_sbps[0], rank)
         for name in rule.shape_attrs:
             local_attrs[name] = tile
+    group, sig_metas, sig_attrs = placement.flat_ranks, metas, attrs
+    if sig.local is not None and placement.ndim > 1:
+        # the last axis's signature, on the outer axes' tiles as if they were the whole
+        coords = placement.coords(rank)
+        sig_metas, sig_attrs = _tiled(op, metas, attrs, current, chosen[:-1], coords[:-1],
+                                      placement.hierarchy, outs)
+        group = placement.group(rank, placement.ndim - 1)
+        index = _find(sig, rule(*sig_metas, mesh_size=len(group), **sig_attrs))
     if sig.local is not None and is_tracing():  # one node of the graph, run at each step
         from tessera.distributed.graph_ops import traced_local
         tiles = [Meta(local_shape(m.shape, placement, s, rank), m.dtype)
                  for s, m in zip(out_sbps, outs)]
-        logical = {k: attrs[k] for k in rule.shape_attrs if k in attrs}
-        res = traced_local(op, index, local_args, local_attrs, logical, metas,
-                           placement.flat_ranks, tiles)
+        logical = {k: sig_attrs[k] for k in rule.shape_attrs if k in sig_attrs}
+        res = traced_local(op, index, local_args, local_attrs, logical, sig_metas, group,
+                           tiles)
     elif sig.local is not None:
-        res = sig.local(op, local_args, local_attrs, metas, placement.flat_ranks)
+        res = sig.local(op, local_args, local_attrs, sig_metas, group)
     else:
         from tessera._dispatch import dispatch
         res = dispatch(op, *local_args, **local_attrs)
