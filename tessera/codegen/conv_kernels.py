@@ -178,18 +178,18 @@ void tsr_conv_igrad_##S(const T* gy, const T* w, T* dx, T* work, int64_t ws,    
     }                                                                                     \
 }                                                                                         \
                                                                                           \
-/* dw[t] (O, CK) = the weight gradient summed over this thread's images */                \
+/* dw[t] (O, CK) = the weight gradient summed over thread t's images: a fixed block of  \
+   them (of nt threads), not items from the counter, so the sum's order, and the result, \
+   do not depend on which thread ran first */                                             \
 void tsr_conv_wgrad_##S(const T* x, const T* gy, T* dw, T* work, int64_t ws,              \
                         int64_t* next, const int64_t* g, void* gemm, int64_t t,           \
-                        int64_t t1) {                                                     \
+                        int64_t nt) {                                                     \
     GEOMETRY;                                                                             \
-    (void)t1;                                                                             \
+    (void)next;                                                                           \
     T* cols = work + t * ws;                                                              \
     T* acc = dw + t * O * CK;                                                             \
     T beta = 0;                                                                           \
-    for (;;) {                                                                            \
-        int64_t n = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);                        \
-        if (n >= N) break;                                                                \
+    for (int64_t n = N * t / nt; n < N * (t + 1) / nt; n++) {                             \
         const T* src = x + n * C * H * W;                                                 \
         if (!direct) { im2col_##S(src, cols, g, 0, OH, P); src = cols; }                  \
         ((gemm_##S)gemm)(ROW, NT, TR, O, CK, P, 1, gy + n * O * P, P, src, P, beta, acc,  \
@@ -293,13 +293,16 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
     gemm = blas.sgemm if np.dtype(dtype) == np.float32 else blas.dgemm
     args = tuple(None if a is None else a.ctypes.data for a in arrays) + (
         work.ctypes.data, ws, nxt.ctypes.data, g.ctypes.data, gemm)
+    # the last argument: t + 1 for drivers taking items from the counter, the thread count
+    # for the weight gradient, which splits images into fixed blocks (a deterministic sum)
+    last = (lambda t: threads) if name == "wgrad" else (lambda t: t + 1)
     if threads < 2:
         f(*args, 0, 1)
         return
     _single_blas(blas, +1)
     try:
-        futures = [runtime._pool().submit(f, *args, t, t + 1) for t in range(1, threads)]
-        f(*args, 0, 1)
+        futures = [runtime._pool().submit(f, *args, t, last(t)) for t in range(1, threads)]
+        f(*args, 0, last(0))
         for fut in futures:
             fut.result()
     finally:
