@@ -1,6 +1,7 @@
 """Timing helpers shared by the benchmark scripts: medians of repeated runs."""
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -49,3 +50,42 @@ def environment() -> str:
         pass
     parts.append(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     return "; ".join(parts)
+
+
+def rounds() -> int:
+    """How many interleaved rounds the per-framework benchmarks run
+    (``TESSERA_BENCH_ROUNDS``, default 1): on a busy host, one process per framework at
+    different moments sees different loads, and interleaving the frameworks over several
+    rounds, keeping each one's median, puts them on the same footing."""
+    try:
+        return max(1, int(os.environ.get("TESSERA_BENCH_ROUNDS", "1")))
+    except ValueError:
+        return 1
+
+
+def run_children(argvs: dict, n_rounds: int | None = None) -> dict:
+    """Run ``{framework: argv}`` child processes (each printing one JSON object with
+    ``"ms"`` on its last line) in ``n_rounds`` interleaved rounds; per framework, the
+    round with the median ``ms`` (or ``{"error": last stderr line}``).
+
+    >>> import sys
+    >>> run_children({"a": [sys.executable, "-c", "print('{\\"ms\\": 1.0}')"]}, 1)
+    {'a': {'ms': 1.0}}
+    """
+    import json
+    import subprocess
+    got: dict = {fw: [] for fw in argvs}
+    errors: dict = {}
+    for _ in range(n_rounds or rounds()):
+        for fw, argv in argvs.items():
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                errors[fw] = {"error": ((proc.stderr.strip().splitlines() or ["?"])[-1])[:90]}
+            else:
+                got[fw].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    out = {}
+    for fw in argvs:
+        runs = sorted(got[fw], key=lambda r: r["ms"])
+        out[fw] = runs[(len(runs) - 1) // 2] if runs else errors[fw]
+    return out
+

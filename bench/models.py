@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 import time
 
@@ -182,18 +181,15 @@ def child(fw: str, workload: str) -> dict:
 
 
 def run(only: tuple = ()) -> list[dict]:
+    from bench.common import run_children
     rows = []
     for name in WORKLOADS:
         if only and not any(o in name for o in only):
             continue
-        row = {"workload": name}
-        for fw in FRAMEWORKS:
-            proc = subprocess.run([sys.executable, "-m", "bench.models", "--child", fw, name],
-                                  capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                row[fw] = {"error": ((proc.stderr.strip().splitlines() or ["?"])[-1])[:90]}
-            else:
-                row[fw] = json.loads(proc.stdout.strip().splitlines()[-1])
+        # frameworks interleaved over TESSERA_BENCH_ROUNDS rounds
+        row = {"workload": name, **run_children(
+            {fw: [sys.executable, "-m", "bench.models", "--child", fw, name]
+             for fw in FRAMEWORKS})}
         rows.append(row)
     return rows
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -158,16 +157,11 @@ def _threads(framework: str) -> int:
 
 
 def run(steps: int = 10) -> list[dict]:
+    from bench.common import run_children
     rows = []
-    for name in WORKLOADS:
-        res = {}
-        for fw in FRAMEWORKS:
-            out = subprocess.run([sys.executable, "-m", "bench.training", "--child", fw, name,
-                                  str(steps)], capture_output=True, text=True, check=False)
-            if out.returncode != 0:
-                res[fw] = {"error": out.stderr.strip().splitlines()[-1] if out.stderr else "?"}
-            else:
-                res[fw] = json.loads(out.stdout.strip().splitlines()[-1])
+    for name in WORKLOADS:  # frameworks interleaved over TESSERA_BENCH_ROUNDS rounds
+        res = run_children({fw: [sys.executable, "-m", "bench.training", "--child", fw, name,
+                                 str(steps)] for fw in FRAMEWORKS})
         rows.append({"workload": name, **res})
     return rows
 
