@@ -10,7 +10,7 @@ workers take products from one atomic counter, so a worker that is asleep or has
 core costs nothing but its share of the work: the caller does the rest itself.
 
 Each product is one ``cblas_?gemm`` of NumPy's own OpenBLAS (the address that
-``tessera.codegen.kernels`` finds), single-threaded because each is below OpenBLAS's
+``tessera.codegen.conv_kernels`` finds), single-threaded because each is below OpenBLAS's
 threading threshold (``run`` is used only there).
 
 >>> import numpy as np
@@ -157,10 +157,11 @@ def _lib():
     """(the library, the sgemm and dgemm addresses) or None: no compiler, no OpenBLAS
     that C can call, or one thread."""
     try:
-        from tessera.codegen import cc, kernels
+        from tessera.codegen import cc
+        from tessera.codegen.conv_kernels import _blas
         from tessera.codegen.runtime import _threads
         threads = _threads()
-        blas = kernels._blas()
+        blas = _blas()
         if threads < 2 or blas is None or cc.compiler() is None:
             return None
         lib = cc.load(_SOURCE % {"blasint": "int64_t" if blas.ilp64 else "int"})

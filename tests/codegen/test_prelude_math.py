@@ -115,13 +115,16 @@ def _ulps(got: np.ndarray, ref: np.ndarray, dtype) -> np.ndarray:
     return err
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
-@pytest.mark.parametrize("name", list(FUNCS))
+# (name, dtype) pairs with a polynomial of ours (float64 erf/erfc/Phi call libm: no bound)
+_SWEPT = [pytest.param(name, dt, id=f"{name}-{dt.__name__}") for name in FUNCS
+          for dt, bound in ((np.float32, FUNCS[name][1]), (np.float64, FUNCS[name][2]))
+          if bound is not None]
+
+
+@pytest.mark.parametrize("name,dtype", _SWEPT)
 def test_dense_sweep_within_bound(lib, name, dtype):
     ref_fn, bound32, bound64 = FUNCS[name]
     bound = bound32 if dtype == np.float32 else bound64
-    if bound is None:
-        pytest.skip("libm's")
     x = _sweep(dtype)
     got = _call(lib, name, x)
     with np.errstate(all="ignore"):

@@ -13,6 +13,18 @@ from tessera._einsum import _bmm, _lower
 EQ = "bhqd,bhkd->bhqk"
 
 
+def _need_bmm():
+    """Skip where the small-GEMM kernel cannot exist (no compiler, no OpenBLAS C can call,
+    one thread); anywhere else it must have built (it turns itself off quietly, so a
+    broken build would otherwise hide behind a skip)."""
+    from tessera.codegen import cc
+    from tessera.codegen.conv_kernels import _blas
+    from tessera.codegen.runtime import _threads
+    if cc.compiler() is None or _blas() is None or _threads() < 2:
+        pytest.skip("no C compiler, no OpenBLAS C can call, or one thread")
+    assert _bmm._lib() is not None, "einsum's small-GEMM kernel failed to build"
+
+
 def _layouts(shape, dtype, rng):
     """The same values as a contiguous array, a transposed copy seen back in order, a
     reversed view and a strided slice: equal shapes, different strides."""
@@ -64,8 +76,7 @@ def test_result_never_aliases_an_input():
                                       (5, 16, 16, 16), (64, 3, 4, 5), (2, 4, 0, 3),
                                       (0, 4, 2, 3)])
 def test_bmm_matches_numpy(dtype, nb, m, k, n):
-    if _bmm._lib() is None:
-        pytest.skip("no C compiler, no OpenBLAS C can call, or one thread")
+    _need_bmm()
     rng = np.random.default_rng(2)
     a = rng.standard_normal((nb, m, k)).astype(dtype)
     b = rng.standard_normal((nb, k, n)).astype(dtype)
@@ -92,8 +103,7 @@ def test_bmm_declines_what_it_cannot_run():
 
 def test_bmm_from_many_python_threads():
     """Concurrent callers: one holds the kernel threads, the others run alone."""
-    if _bmm._lib() is None:
-        pytest.skip("no C compiler, no OpenBLAS C can call, or one thread")
+    _need_bmm()
     rng = np.random.default_rng(3)
     a = rng.standard_normal((8, 16, 8)).astype(np.float32)
     b = rng.standard_normal((8, 8, 16)).astype(np.float32)
@@ -117,8 +127,7 @@ def test_bmm_from_many_python_threads():
 def test_tuned_takes_the_faster_way_and_both_agree(monkeypatch, faster):
     """A fake clock makes way ``faster`` cheaper: the tuner must settle on it, probe the
     other now and then, and every call must give NumPy's result."""
-    if _bmm._lib() is None:
-        pytest.skip("no C compiler, no OpenBLAS C can call, or one thread")
+    _need_bmm()
     ways = []
     alt, default = _bmm.matmul, np.matmul
 
