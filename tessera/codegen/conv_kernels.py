@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tessera.codegen.kernels import _SUFFIX, available
+from tessera.codegen.kernels import _SUFFIX, WINDOW_C, available
 
 __all__ = ["threaded", "conv2d_threaded", "conv2d_input_grad_threaded",
            "conv2d_weight_grad_threaded"]
@@ -42,14 +42,9 @@ _DRIVER = r"""
 typedef %(blasint)s blasint;
 enum { ROW = 101, NT = 111, TR = 112 };
 
-static inline void inside(int64_t off, int64_t SW, int64_t W, int64_t OW, int64_t* a,
-                          int64_t* b) {
-    int64_t lo = off < 0 ? (-off + SW - 1) / SW : 0;
-    int64_t hi = W - 1 - off < 0 ? 0 : (W - 1 - off) / SW + 1;
-    if (hi > OW) hi = OW;
-    if (lo > hi) lo = hi;
-    *a = lo; *b = hi;
-}
+""" + WINDOW_C + r"""
+COL2IM(float, col2im_plane_f32)
+COL2IM(double, col2im_plane_f64)
 
 /* the geometry g[]: C H W O KH KW SH SW PH PW DH DW OH OW N RB G OB */
 #define GEOMETRY                                                                          \
@@ -89,26 +84,7 @@ static void im2col_##S(const T* x, T* cols, const int64_t* g, int64_t r0, int64_
 /* dx (C, H, W) = the sum of each element's window entries in cols (CK, P) */             \
 static void col2im_##S(const T* cols, T* dx, const int64_t* g) {                          \
     GEOMETRY;                                                                             \
-    memset(dx, 0, C * H * W * sizeof(T));                                                 \
-    for (int64_t c = 0; c < C; c++)                                                       \
-    for (int64_t kh = 0; kh < KH; kh++)                                                   \
-    for (int64_t kw = 0; kw < KW; kw++) {                                                 \
-        const T* row = cols + ((c * KH + kh) * KW + kw) * P;                              \
-        int64_t off = kw * DW - PW, a, b;                                                 \
-        inside(off, SW, W, OW, &a, &b);                                                   \
-        for (int64_t oh = 0; oh < OH; oh++) {                                             \
-            int64_t ih = oh * SH - PH + kh * DH;                                          \
-            if (ih < 0 || ih >= H) continue;                                              \
-            T* dst = dx + (c * H + ih) * W + off;                                         \
-            const T* src = row + oh * OW;                                                 \
-            if (SW == 1) {                                                                \
-                _Pragma("omp simd")                                                       \
-                for (int64_t ow = a; ow < b; ow++) dst[ow] += src[ow];                    \
-            } else {                                                                      \
-                for (int64_t ow = a; ow < b; ow++) dst[ow * SW] += src[ow];               \
-            }                                                                             \
-        }                                                                                 \
-    }                                                                                     \
+    col2im_plane_##S(cols, dx, C, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW, P, 0, C); \
 }                                                                                         \
                                                                                           \
 /* y = w (*) x + b. Items: G images side by side (when G > 1, through a buffer after     \

@@ -29,11 +29,9 @@ import numpy as np
 __all__ = ["available", "im2col", "col2im", "depthwise_conv2d", "max_pool2d",
            "max_pool2d_values", "max_pool2d_backward"]
 
-_SOURCE = r"""
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
+# the window bounds and col2im, also compiled into the convolution drivers
+# (``tessera.codegen.conv_kernels``)
+WINDOW_C = r"""
 /* the output columns ow whose input column ow*SW + off lies inside [0, W): [*a, *b) */
 static inline void inside(int64_t off, int64_t SW, int64_t W, int64_t OW, int64_t* a,
                           int64_t* b) {
@@ -42,32 +40,6 @@ static inline void inside(int64_t off, int64_t SW, int64_t W, int64_t OW, int64_
     if (hi > OW) hi = OW;
     if (lo > hi) lo = hi;
     *a = lo; *b = hi;
-}
-
-/* one image: x (C, H, W) -> rows [lo, hi) of cols (C*KH*KW, OH*OW), rows LD apart (OH*OW,
-   or N*OH*OW when the images' columns sit side by side); zero where the window is
-   padding. Row r is (c, kh, kw) = (r / (KH*KW), r / KW % KH, r % KW). */
-#define IM2COL(T, NAME)                                                                   \
-void NAME(const T* x, T* cols, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,   \
-          int64_t SH, int64_t SW, int64_t PH, int64_t PW, int64_t DH, int64_t DW,         \
-          int64_t OH, int64_t OW, int64_t LD, int64_t lo, int64_t hi) {                   \
-    (void)C;                                                                              \
-    for (int64_t r = lo; r < hi; r++) {                                                   \
-        int64_t c = r / (KH * KW), kh = r / KW % KH, kw = r % KW;                         \
-        T* row = cols + r * LD;                                                           \
-        int64_t off = kw * DW - PW, a, b;                                                 \
-        inside(off, SW, W, OW, &a, &b);                                                   \
-        for (int64_t oh = 0; oh < OH; oh++) {                                             \
-            int64_t ih = oh * SH - PH + kh * DH;                                          \
-            T* dst = row + oh * OW;                                                       \
-            if (ih < 0 || ih >= H) { memset(dst, 0, OW * sizeof(T)); continue; }          \
-            const T* src = x + (c * H + ih) * W + off;                                    \
-            for (int64_t ow = 0; ow < a; ow++) dst[ow] = (T)0;                            \
-            if (SW == 1) memcpy(dst + a, src + a, (b - a) * sizeof(T));                   \
-            else for (int64_t ow = a; ow < b; ow++) dst[ow] = src[ow * SW];               \
-            for (int64_t ow = b; ow < OW; ow++) dst[ow] = (T)0;                           \
-        }                                                                                 \
-    }                                                                                     \
 }
 
 /* one image, channels [lo, hi): dx (C, H, W) = sum of the window columns cols
@@ -95,6 +67,40 @@ void NAME(const T* cols, T* dx, int64_t C, int64_t H, int64_t W, int64_t KH, int
             } else {                                                                      \
                 for (int64_t ow = a; ow < b; ow++) dst[ow * SW] += src[ow];               \
             }                                                                             \
+        }                                                                                 \
+    }                                                                                     \
+}
+
+"""
+
+_SOURCE = r"""
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+""" + WINDOW_C + r"""
+/* one image: x (C, H, W) -> rows [lo, hi) of cols (C*KH*KW, OH*OW), rows LD apart (OH*OW,
+   or N*OH*OW when the images' columns sit side by side); zero where the window is
+   padding. Row r is (c, kh, kw) = (r / (KH*KW), r / KW % KH, r % KW). */
+#define IM2COL(T, NAME)                                                                   \
+void NAME(const T* x, T* cols, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,   \
+          int64_t SH, int64_t SW, int64_t PH, int64_t PW, int64_t DH, int64_t DW,         \
+          int64_t OH, int64_t OW, int64_t LD, int64_t lo, int64_t hi) {                   \
+    (void)C;                                                                              \
+    for (int64_t r = lo; r < hi; r++) {                                                   \
+        int64_t c = r / (KH * KW), kh = r / KW % KH, kw = r % KW;                         \
+        T* row = cols + r * LD;                                                           \
+        int64_t off = kw * DW - PW, a, b;                                                 \
+        inside(off, SW, W, OW, &a, &b);                                                   \
+        for (int64_t oh = 0; oh < OH; oh++) {                                             \
+            int64_t ih = oh * SH - PH + kh * DH;                                          \
+            T* dst = row + oh * OW;                                                       \
+            if (ih < 0 || ih >= H) { memset(dst, 0, OW * sizeof(T)); continue; }          \
+            const T* src = x + (c * H + ih) * W + off;                                    \
+            for (int64_t ow = 0; ow < a; ow++) dst[ow] = (T)0;                            \
+            if (SW == 1) memcpy(dst + a, src + a, (b - a) * sizeof(T));                   \
+            else for (int64_t ow = a; ow < b; ow++) dst[ow] = src[ow * SW];               \
+            for (int64_t ow = b; ow < OW; ow++) dst[ow] = (T)0;                           \
         }                                                                                 \
     }                                                                                     \
 }
