@@ -132,6 +132,16 @@ def choose_index(op: OpDef, metas, attrs, current, n: int, args=()) -> tuple[int
                                           f"(inputs: {_describe(args)})")
     sigs = rule(*metas, mesh_size=n, **attrs)
     sizes = [_nbytes(m) if c is not None else 0.0 for m, c in zip(metas, current)]
+    index, best = _cheapest(sigs, sizes, [None if c is None else c[0] for c in current], n)
+    if best is None:
+        raise RuntimeError(f"{op.name}: no SBP signature fits inputs ({_describe(args)})")
+    return index, best
+
+
+def _cheapest(sigs, sizes, current, n: int):
+    """(index, signature) of the signature whose boxing from the inputs' ``current`` SBPs
+    (None: not a global tensor) moves the fewest bytes, first on ties; (-1, None) when none
+    takes every global input."""
     best, best_cost, index = None, None, -1
     for k, sig in enumerate(sigs):
         total = 0.0
@@ -140,12 +150,10 @@ def choose_index(op: OpDef, metas, attrs, current, n: int, args=()) -> tuple[int
                 continue
             if want is None:
                 break
-            total += cost(cur[0], want, nbytes, n)
+            total += cost(cur, want, nbytes, n)
         else:
             if best is None or total < best_cost:
                 best, best_cost, index = sig, total, k
-    if best is None:
-        raise RuntimeError(f"{op.name}: no SBP signature fits inputs ({_describe(args)})")
     return index, best
 
 
@@ -183,18 +191,7 @@ def choose_nd(op: OpDef, metas, attrs, current, placement, outs, args=()
             sigs = got if sigs is None else [s for s in sigs if _find(s, got) >= 0]
         tiled = _tiled(op, metas, attrs, current, chosen, (0,) * axis, hier, outs)[0]
         sizes = [_nbytes(m) if c is not None else 0.0 for m, c in zip(tiled, current)]
-        best, best_cost = None, None
-        for sig in sigs:
-            total = 0.0
-            for nbytes, cur, want in zip(sizes, current, sig.ins):
-                if cur is None:
-                    continue
-                if want is None:
-                    break
-                total += cost(cur[axis], want, nbytes, n)
-            else:
-                if best is None or total < best_cost:
-                    best, best_cost = sig, total
+        best = _cheapest(sigs, sizes, [None if c is None else c[axis] for c in current], n)[1]
         if best is None and dropped:
             raise NotImplementedError(
                 f"{op.name}: every SBP signature of its inputs ({_describe(args)}) on mesh "
