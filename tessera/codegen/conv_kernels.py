@@ -8,7 +8,9 @@ chain on its own column buffer with BLAS single-threaded. Compared with a Python
 2-thread BLAS calls: no barrier per GEMM (one per layer, and a late thread only takes fewer
 items, which matters on a loaded machine), each column buffer stays in its core's cache,
 and im2col/col2im/bias run on every core. ``threaded()`` is False when NumPy's BLAS is not an
-OpenBLAS (or code generation is off); ``tessera.ops.conv`` then loops in Python.
+OpenBLAS (or code generation is off); ``tessera.ops.conv`` then loops in Python. The same
+library holds the Winograd F(2x2, 3x3) drivers of ``tessera.codegen.winograd`` (3x3 stride-1
+convolutions and their input gradients).
 
 >>> import numpy as np
 >>> x, w = np.ones((2, 1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32)
@@ -221,11 +223,15 @@ def _drivers():
     blas = _blas()
     if blas is None:
         return None
-    lib = load(_DRIVER % dict(blasint="int64_t" if blas.ilp64 else "int"))
+    from tessera.codegen.winograd import WINOGRAD_C
+    lib = load(_DRIVER % dict(blasint="int64_t" if blas.ilp64 else "int") + WINOGRAD_C)
     P, I = ctypes.c_void_p, ctypes.c_int64
     for s in ("f32", "f64"):
-        f = getattr(lib, f"tsr_conv_fwd_{s}")
-        f.argtypes, f.restype = [P] * 5 + [I, P, P, P, I, I], None
+        for name in ("fwd", "wino_fwd"):
+            f = getattr(lib, f"tsr_conv_{name}_{s}")
+            f.argtypes, f.restype = [P] * 5 + [I, P, P, P, I, I], None
+        f = getattr(lib, f"tsr_conv_wino_weights_{s}")
+        f.argtypes, f.restype = [P] * 3 + [I, P, P, P, I, I], None
         for name in ("igrad", "wgrad"):
             f = getattr(lib, f"tsr_conv_{name}_{s}")
             f.argtypes, f.restype = [P] * 4 + [I, P, P, P, I, I], None
@@ -246,10 +252,10 @@ def threaded(dtype) -> bool:
 _WORK = threading.local()
 
 
-def _workspace(n: int, dtype) -> np.ndarray:
-    """A reusable buffer of at least ``n`` elements (one per calling thread: convolutions
-    may run from several Python threads)."""
-    key = np.dtype(dtype).str
+def _workspace(n: int, dtype, slot: str = "") -> np.ndarray:
+    """A reusable buffer of at least ``n`` elements (one per calling thread and ``slot``:
+    convolutions may run from several Python threads)."""
+    key = np.dtype(dtype).str + slot
     cache = _WORK.__dict__
     buf = cache.get(key)
     if buf is None or buf.size < n:

@@ -210,6 +210,11 @@ def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
     wm = np.ascontiguousarray(w.reshape(o, -1))
     if y is None:
         y = np.empty((n, o) + tuple(out_sp), x.dtype)
+    if _winograd(x.shape, w.shape, stride, dilation, out_sp, x.dtype):
+        from tessera.codegen.winograd import conv2d_winograd
+        b = None if b is None else np.ascontiguousarray(b, x.dtype)
+        conv2d_winograd(x, np.ascontiguousarray(w), b, _lows(pads), y)
+        return y
     if threaded(x.dtype) and n >= _pool_threads():
         # fewer images than threads (batch-1 inference): one BLAS-threaded GEMM per image
         # measured faster than splitting an image's rows or channels over the threads
@@ -249,6 +254,18 @@ def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
 _WIDE_GEMM = 1024  # columns per convolution GEMM worth grouping images for
 
 
+def _winograd(xshape, wshape, stride, dilation, out_sp, dtype, lows=(0, 0)) -> bool:
+    """Whether a 2-d ungrouped convolution (``_native``) runs as Winograd F(2x2, 3x3)
+    (``tessera.codegen.winograd``): 3x3, stride 1, dilation 1, and the measured rule of
+    ``winograd.chosen``. ``lows``: the input gradient's low paddings, each at most 2 (its
+    convolution pads by 2 - p)."""
+    if tuple(wshape[2:]) != (3, 3) or tuple(stride) != (1, 1) or tuple(dilation) != (1, 1) \
+            or max(lows) > 2:
+        return False
+    from tessera.codegen.winograd import chosen
+    return chosen(xshape[0], xshape[1], wshape[0], *out_sp, dtype)
+
+
 def _depthwise(x, w, groups) -> bool:
     """2-d depthwise convolutions (one filter per channel) run as a direct C stencil."""
     if x.ndim != 4 or groups == 1 or groups != x.shape[1] or w.shape[0] != groups \
@@ -280,6 +297,13 @@ def _input_grad_per_image(g, w, input_shape, stride, pads, dilation):
     out_sp = g.shape[2:]
     p = int(np.prod(out_sp))
     dx = np.empty(tuple(input_shape), g.dtype)
+    # the input gradient of a stride-1 3x3 convolution is one too: g (N, O) -> dx (N, C)
+    if _winograd(g.shape, (w.shape[1], w.shape[0], *w.shape[2:]), stride, dilation,
+                 input_shape[2:], g.dtype, _lows(pads)):
+        from tessera.codegen.winograd import conv2d_input_grad_winograd
+        conv2d_input_grad_winograd(np.ascontiguousarray(g), np.ascontiguousarray(w),
+                                   _lows(pads), dx)
+        return dx
     if threaded(g.dtype):
         conv2d_input_grad_threaded(np.ascontiguousarray(g), np.ascontiguousarray(w), stride,
                                    _lows(pads), dilation, dx)

@@ -1,0 +1,338 @@
+"""Winograd F(2x2, 3x3) convolution for 3x3, stride-1, dilation-1, ungrouped 2-d convolutions
+(and their input gradients, which are such convolutions too), in C inside the threaded
+convolution drivers of ``tessera.codegen.conv_kernels``.
+
+Each 2x2 block of outputs (a tile) takes 16 multiplies per (input, output) channel pair
+instead of 36: the filters become U = G g G^T (4x4 each, once per call), each 4x4 input
+tile V = B^T d B, then for each of the 16 positions of a tile one GEMM
+M[p] (O, tiles) = U[p] (O, C) @ V[p] (C, tiles), and each tile's outputs Y = A^T M A
+(Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2015). A work item
+is a block of tile rows of the whole batch (rows of several images when they are small,
+so that its GEMMs are wide); each thread transforms its block's input, runs the 16 GEMMs
+on BLAS single-threaded and writes the outputs with the bias, all in its own workspace,
+as the im2col drivers do. The filter transform is a pass of its own before (items:
+output channels). ``chosen`` is the rule, measured per layer shape, for when this beats
+im2col + GEMM.
+
+The input gradient of a 3x3 stride-1 convolution with low padding p is the correlation of
+the output gradient with the filters turned 180 degrees and their channels swapped, with
+low padding 2 - p; the filter transform does the turn and the swap (FLIP).
+
+``TESSERA_WINOGRAD=0`` turns the path off (read once), so benchmarks can compare it with
+im2col + GEMM.
+
+>>> import numpy as np
+>>> x, w = np.ones((1, 1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32)
+>>> y = np.empty((1, 1, 4, 4), np.float32)
+>>> conv2d_winograd(x, w, None, (1, 1), y) if usable(np.float32) else y.fill(9)
+>>> float(y[0, 0, 1, 1])
+9.0
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+__all__ = ["enabled", "usable", "chosen", "conv2d_winograd", "conv2d_input_grad_winograd",
+           "WINOGRAD_C"]
+
+# C without backslashes: _macro() continues every line (so comments are /* */ only)
+_BODY = r"""
+/* U (16, O, C), positions US apart, = G k G^T of each filter k (O, C, 3, 3); with FLIP,
+   of each filter of w (C, O, 3, 3) turned 180 degrees (the input gradient). Items: output
+   channels; their filters are gathered 64 at a time into k (9, 64), so that the
+   transform runs across channels in vector lanes. */
+void tsr_conv_wino_weights_##S(const T* w, T* u, T* work, int64_t ws, int64_t* next,
+                               const int64_t* wg, void* gemm, int64_t t, int64_t t1) {
+    WGEOMETRY;
+    (void)work; (void)ws; (void)gemm; (void)t; (void)t1;
+    const T h = (T)0.5;
+    for (;;) {
+        int64_t o = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (o >= O) break;
+        for (int64_t c0 = 0; c0 < C; c0 += 64) {
+            int64_t nc = C - c0 < 64 ? C - c0 : 64;
+            T k[9][64];
+            for (int64_t c = 0; c < nc; c++) {
+                const T* f = w + (FLIP ? (c0 + c) * O + o : o * C + c0 + c) * 9;
+                for (int i = 0; i < 9; i++) k[i][c] = f[FLIP ? 8 - i : i];
+            }
+            T* dst = u + o * C + c0;
+            _Pragma("omp simd")
+            for (int64_t c = 0; c < nc; c++) {
+                T a[4][3];
+                for (int j = 0; j < 3; j++) {
+                    a[0][j] = k[j][c];
+                    a[1][j] = h * (k[j][c] + k[3 + j][c] + k[6 + j][c]);
+                    a[2][j] = h * (k[j][c] - k[3 + j][c] + k[6 + j][c]);
+                    a[3][j] = k[6 + j][c];
+                }
+                for (int i = 0; i < 4; i++) {
+                    dst[(4 * i + 0) * US + c] = a[i][0];
+                    dst[(4 * i + 1) * US + c] = h * (a[i][0] + a[i][1] + a[i][2]);
+                    dst[(4 * i + 2) * US + c] = h * (a[i][0] - a[i][1] + a[i][2]);
+                    dst[(4 * i + 3) * US + c] = a[i][2];
+                }
+            }
+        }
+    }
+}
+
+/* the tile rows [r0, r1) of the batch (row r: image r / TH, tile row r % TH) -> v (16, C,
+   NC): B^T d B of each 4x4 input tile d, tile tw of the block's row i at column
+   i * (TW + 1) + tw (the column after each row's last tile is a spare, computed and not
+   used: so that each pass below is one long unit-stride loop over a channel's rows).
+   Per (image, channel): the input rows copied into zero-padded planes pe (even rows) and
+   po (odd rows), L = 2 (TW + 1) columns each; the column transform d -> B^T d split into
+   its even and odd columns e and q (4 each); then the row transform, tile f reading
+   columns f and f + 1 of e and q. */
+static void wino_in_##S(const T* x, T* v, T* pe, const int64_t* wg, int64_t r0,
+                        int64_t r1) {
+    WGEOMETRY;
+    T* po = pe + (RB + 2) * L;
+    T* e = po + (RB + 2) * L;
+    T* q = e + 4 * EQ;
+    int64_t ja = PW < L ? PW : L, jb = PW + W < L ? PW + W : L;
+    for (int64_t r = r0; r < r1;) {
+        int64_t n = r / TH, th0 = r - n * TH;
+        int64_t R = th0 + (r1 - r) < TH ? r1 - r : TH - th0, F = R * (TW + 1);
+        for (int64_t c = 0; c < C; c++) {
+            for (int64_t k = 0; k < 2 * R + 2 && ja < jb; k++) {
+                int64_t ih = 2 * th0 - PH + k;
+                T* dst = (k & 1 ? po : pe) + (k >> 1) * L + ja;
+                if (ih >= 0 && ih < H)
+                    memcpy(dst, x + ((n * C + c) * H + ih) * W + ja - PW,
+                           (jb - ja) * sizeof(T));
+                else
+                    memset(dst, 0, (jb - ja) * sizeof(T));
+            }
+            _Pragma("omp simd")
+            for (int64_t f = 0; f <= F; f++) {
+                T a0 = pe[2 * f], a1 = po[2 * f], a2 = pe[2 * f + L], a3 = po[2 * f + L];
+                T b0 = pe[2 * f + 1], b1 = po[2 * f + 1], b2 = pe[2 * f + 1 + L];
+                T b3 = po[2 * f + 1 + L];
+                e[f] = a0 - a2;          q[f] = b0 - b2;
+                e[EQ + f] = a1 + a2;     q[EQ + f] = b1 + b2;
+                e[2 * EQ + f] = a2 - a1; q[2 * EQ + f] = b2 - b1;
+                e[3 * EQ + f] = a1 - a3; q[3 * EQ + f] = b1 - b3;
+            }
+            T* dst = v + c * NC + (r - r0) * (TW + 1);
+            for (int i = 0; i < 4; i++) {
+                const T* ei = e + i * EQ;
+                const T* qi = q + i * EQ;
+                T* di = dst + 4 * i * VS;
+                _Pragma("omp simd")
+                for (int64_t f = 0; f < F; f++) {
+                    di[f] = ei[f] - ei[f + 1];
+                    di[VS + f] = qi[f] + ei[f + 1];
+                    di[2 * VS + f] = ei[f + 1] - qi[f];
+                    di[3 * VS + f] = qi[f] - qi[f + 1];
+                }
+            }
+        }
+        r += R;
+    }
+}
+
+/* m (16, O, NC) of tile rows [r0, r1) -> y (N, O, OH, OW) + bias: A^T m A. First each
+   channel's row of m at once (one long vector loop), each tile's 2x2 outputs going in
+   place to positions 0-3; then row by row into y. The second row of a tile on an odd last
+   row goes to the spare row, the second column of one on an odd last column is not
+   written. */
+static void wino_out_##S(T* m, const T* bias, T* y, T* spare, const int64_t* wg,
+                         int64_t r0, int64_t r1) {
+    WGEOMETRY;
+    int64_t full = OW / 2, cols = (r1 - r0) * (TW + 1);
+    for (int64_t o = 0; o < O; o++) {
+        T* mo = m + o * NC;
+        _Pragma("omp simd")
+        for (int64_t i = 0; i < cols; i++) {
+            T a0[4], a1[4];
+            for (int j = 0; j < 4; j++) {
+                a0[j] = mo[j * MS + i] + mo[(4 + j) * MS + i] + mo[(8 + j) * MS + i];
+                a1[j] = mo[(4 + j) * MS + i] - mo[(8 + j) * MS + i] - mo[(12 + j) * MS + i];
+            }
+            mo[i] = a0[0] + a0[1] + a0[2];
+            mo[MS + i] = a0[1] - a0[2] - a0[3];
+            mo[2 * MS + i] = a1[0] + a1[1] + a1[2];
+            mo[3 * MS + i] = a1[1] - a1[2] - a1[3];
+        }
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t n = r / TH, th = r - n * TH;
+        for (int64_t o = 0; o < O; o++) {
+            T bo = bias ? bias[o] : (T)0;
+            const T* z = m + o * NC + (r - r0) * (TW + 1);
+            T* y0 = y + ((n * O + o) * OH + 2 * th) * OW;
+            T* y1 = 2 * th + 1 < OH ? y0 + OW : spare;
+            _Pragma("omp simd")
+            for (int64_t tw = 0; tw < full; tw++) {
+                y0[2 * tw] = z[tw] + bo;
+                y0[2 * tw + 1] = z[MS + tw] + bo;
+                y1[2 * tw] = z[2 * MS + tw] + bo;
+                y1[2 * tw + 1] = z[3 * MS + tw] + bo;
+            }
+            if (full < TW) {
+                y0[2 * full] = z[full] + bo;
+                y1[2 * full] = z[2 * MS + full] + bo;
+            }
+        }
+    }
+}
+
+/* y = w (*) x + b through the transformed filters u (16, O, C). Items: blocks of RB tile
+   rows of the batch; thread t's workspace work + t * ws holds the row buffers of wino_in
+   and the spare row (WROWS), then v (16, C, NC) and m (16, O, NC), positions VS and MS
+   apart. */
+void tsr_conv_wino_fwd_##S(const T* x, const T* u, const T* b, T* y, T* work, int64_t ws,
+                           int64_t* next, const int64_t* wg, void* gemm, int64_t t,
+                           int64_t t1) {
+    WGEOMETRY;
+    (void)t1;
+    T* rows = work + t * ws;
+    T* spare = rows + WROWS - (OW + 1);
+    T* v = rows + WROWS;
+    T* m = v + 16 * VS;
+    memset(rows, 0, WROWS * sizeof(T));
+    int64_t items = (N * TH + RB - 1) / RB;
+    for (;;) {
+        int64_t it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (it >= items) break;
+        int64_t r0 = it * RB, r1 = r0 + RB < N * TH ? r0 + RB : N * TH;
+        int64_t cols = (r1 - r0) * (TW + 1);
+        wino_in_##S(x, v, rows, wg, r0, r1);
+        for (int p = 0; p < 16; p++)
+            ((gemm_##S)gemm)(ROW, NT, NT, O, cols, C, 1, u + p * US, C, v + p * VS, NC,
+                             0, m + p * MS, NC);
+        wino_out_##S(m, b, y, spare, wg, r0, r1);
+    }
+}
+"""
+
+
+def _macro(head: str, body: str) -> str:
+    return f"#define {head} \\\n" + " \\\n".join(body.strip("\n").splitlines()) + "\n"
+
+
+# appended to the drivers' source after its %-formatting (so '%' is literal C); it uses
+# their blasint, ROW/NT and gemm_<S> typedefs
+WINOGRAD_C = r"""
+/* the Winograd geometry wg[]: C H W O PH PW OH OW N RB FLIP, of the convolution run (for
+   the input gradient: C = O of the layer, H W = its output size, O = its C); RB tile rows
+   an item, NC columns (tiles and each row's spare) in its v and m */
+#define WGEOMETRY                                                                         \
+    int64_t C = wg[0], H = wg[1], W = wg[2], O = wg[3], PH = wg[4], PW = wg[5],           \
+            OH = wg[6], OW = wg[7], N = wg[8], RB = wg[9], FLIP = wg[10];                 \
+    int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, NC = RB * (TW + 1);                     \
+    int64_t L = 2 * (TW + 1), EQ = NC + 1;                                                \
+    int64_t WROWS = (2 * (RB + 2) * L + 8 * EQ + OW + 1 + 15) / 16 * 16;                  \
+    /* the 16 positions' matrices sit a cache line more than their size apart: at a      \
+       multiple of 4 KiB they would share cache sets (and thrash them) */                 \
+    int64_t US = O * C + 16, VS = C * NC + 16, MS = O * NC + 16;                          \
+    (void)H; (void)PH; (void)PW; (void)FLIP; (void)WROWS; (void)L; (void)EQ; (void)N;     \
+    (void)US; (void)VS; (void)MS; (void)TH; (void)OH
+
+""" + _macro("WINOGRAD(T, S)", _BODY) + r"""
+WINOGRAD(float, f32)
+WINOGRAD(double, f64)
+"""
+
+_ON = os.environ.get("TESSERA_WINOGRAD", "1") not in ("0", "", "false", "off")
+
+
+def enabled() -> bool:
+    """Whether ``TESSERA_WINOGRAD`` (read once, at import) lets the Winograd path run."""
+    return _ON
+
+
+def chosen(n: int, c: int, o: int, oh: int, ow: int, dtype) -> bool:
+    """Whether a stride-1 3x3 convolution of ``n`` images, ``c`` -> ``o`` channels and output
+    ``oh`` x ``ow`` runs as Winograd rather than im2col + GEMM (the rule measured on
+    ResNet-18's and the benchmark CNN's layers, 2 threads, interleaved A/B medians).
+
+    >>> chosen(8, 64, 64, 56, 56, np.float32) == usable(np.float32)
+    True
+    """
+    tiles = n * ((oh + 1) // 2) * ((ow + 1) // 2)
+    # transforms cost per channel, GEMM savings per channel pair: 1 -> 32 lost 2-4x, 16 <-> 32
+    # was even, 32 -> 64 won 1.1-1.4x
+    return (min(c, o) >= 32
+            # below 10x10, 4x4 tiles (and each tile row's spare column) waste much of the
+            # GEMMs: 7x7 computes 80 outputs for 49 (256 channels at 7x7, batch 8: even)
+            and oh * ow >= 100
+            # the filter transform and each item's reading of the 16 (o, c) matrices pay off
+            # only over enough tiles: 256 channels at 14x14, batch 1 (49 tiles) won 1.3x,
+            # 512 channels there (49 < 64) lost 1.1-1.9x
+            and tiles * 8 >= max(c, o)
+            and usable(dtype))
+
+
+def usable(dtype) -> bool:
+    """Whether the Winograd kernels can run for ``dtype``: switched on, and the threaded
+    convolution drivers (which hold them) built."""
+    from tessera.codegen.conv_kernels import threaded
+    return _ON and threaded(dtype)
+
+
+def _rows_per_item(c: int, o: int, th: int, tw: int, n: int, threads: int,
+                   itemsize: int) -> int:
+    """Tile rows per work item: v and m of an item fill about half of a core's L2 (written,
+    read by the GEMMs, read again), but its GEMMs have at least _MIN_COLS columns (each item
+    reads all of u: with many channels and few columns that read dominates); at least 2
+    items per thread so that a late thread only takes fewer."""
+    per_row = 16 * (c + o) * (tw + 1) * itemsize
+    rb = max(_L2_BYTES // 2 // per_row, -(-_MIN_COLS // (tw + 1)))
+    return int(max(1, min(rb, -(-n * th // (2 * threads)))))
+
+
+_L2_BYTES = 1 << 20
+_MIN_COLS = 64
+
+
+def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -> None:
+    """``y`` = the stride-1 3x3 correlation of ``x`` (N, C, H, W) with the filters of ``w``
+    (turned and channel-swapped when ``flip``), low paddings ``pads``, plus ``b``."""
+    from tessera.codegen.conv_kernels import _run, _threads, _workspace
+    n, c, h, wd = x.shape
+    o, oh, ow = y.shape[1:]
+    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    threads = _threads(n * o * c * 9 * oh * ow)
+    rb = _rows_per_item(c, o, th, tw, n, threads, x.itemsize)
+    nc, eq = rb * (tw + 1), rb * (tw + 1) + 1
+    wrows = (2 * (rb + 2) * 2 * (tw + 1) + 8 * eq + ow + 1 + 15) // 16 * 16  # WROWS in C
+    ws = wrows + 16 * ((c + o) * nc + 32)
+    work = _workspace(ws * threads, x.dtype)
+    u = _workspace(16 * (o * c + 16), x.dtype, "winograd")
+    geometry = [c, h, wd, o, *pads, oh, ow, n, rb, flip]
+    _run("wino_weights", x.dtype, (w, u), work, ws, geometry, min(threads, o))
+    _run("wino_fwd", x.dtype, (x, u, b, y), work, ws, geometry, threads)
+
+
+def conv2d_winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray) -> None:
+    """``y`` (N, O, OH, OW) = the stride-1 3x3 convolution of C-contiguous ``x`` (N, C, H, W)
+    with C-contiguous ``w`` (O, C, 3, 3) plus ``b`` (O,) if given; ``pads`` are the low
+    paddings (the output size gives the high ones); ``y`` C-contiguous.
+
+    >>> x, w = np.ones((1, 2, 3, 3)), np.ones((1, 2, 3, 3))
+    >>> y = np.empty((1, 1, 1, 1))
+    >>> conv2d_winograd(x, w, None, (0, 0), y) if usable(np.float64) else y.fill(18)
+    >>> float(y[0, 0, 0, 0])
+    18.0
+    """
+    _winograd(x, w, b, pads, y, 0)
+
+
+def conv2d_input_grad_winograd(g: np.ndarray, w: np.ndarray, pads, dx: np.ndarray) -> None:
+    """``dx`` (N, C, H, W) = the input gradient of a stride-1 3x3 convolution with low
+    paddings ``pads`` (each at most 2) and filters ``w`` (O, C, 3, 3), from C-contiguous
+    ``g`` (N, O, OH, OW): the convolution of ``g`` with the turned, channel-swapped filters
+    and low paddings 2 - p.
+
+    >>> g, w = np.ones((1, 1, 1, 1)), np.ones((1, 2, 3, 3))
+    >>> dx = np.empty((1, 2, 3, 3))
+    >>> conv2d_input_grad_winograd(g, w, (0, 0), dx) if usable(np.float64) else dx.fill(1)
+    >>> float(dx.sum())
+    18.0
+    """
+    _winograd(g, w, None, tuple(2 - p for p in pads), dx, 1)

@@ -1,0 +1,192 @@
+"""Winograd F(2x2, 3x3) convolution (``tessera.codegen.winograd``) against PyTorch: the C
+kernels directly over paddings, odd and 1x1 outputs, batches, channel counts and thread
+counts, forward and input gradient, float32 and float64; then through the conv ops, eager
+``F.conv2d`` with backward and an ``nn.Graph``, checking that the Winograd path ran.
+
+Tolerances are relative to the output's scale: float32 Winograd rounds a little worse
+than a direct sum (its transforms add and subtract up to 16 terms), but a wrong tile or a
+wrong edge is off by the order of the output itself."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tessera
+from tessera.codegen import cc
+
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
+
+
+def _winograd_module():
+    from tessera.codegen import conv_kernels, winograd
+    if conv_kernels._blas() is None:
+        pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
+    if not winograd.enabled():
+        pytest.skip("TESSERA_WINOGRAD=0")
+    return winograd
+
+
+def close(actual, expected, dtype):
+    """Equal up to Winograd's rounding, relative to the size of ``expected``."""
+    scale = float(np.abs(expected).max()) or 1.0
+    tol = 1e-10 if dtype == np.float64 else 1e-4
+    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol * scale)
+
+
+def test_winograd_kernels_build():
+    """Where the threaded drivers can exist they must build with the Winograd kernels in
+    them (a compile error must fail here, not turn the path off quietly)."""
+    from tessera.codegen import conv_kernels
+    winograd = _winograd_module()
+    lib = conv_kernels._drivers()   # raises on a compile error
+    for s in ("f32", "f64"):
+        assert getattr(lib, f"tsr_conv_wino_fwd_{s}") and getattr(lib, f"tsr_conv_wino_weights_{s}")
+    assert winograd.usable(np.float32) and winograd.usable(np.float64)
+    assert winograd.chosen(8, 64, 64, 56, 56, np.float32)
+
+
+# (n, c, o, h, w, (ph, pw)); h, w the input size
+KERNEL_CASES = [
+    (1, 1, 1, 3, 3, (0, 0)),        # one 1x1 output
+    (2, 3, 2, 1, 1, (1, 1)),        # 1x1 input, 1x1 output through padding
+    (1, 2, 3, 4, 4, (1, 1)),
+    (5, 3, 4, 7, 5, (0, 0)),        # odd outputs (5x3), batch above the thread count
+    (3, 5, 6, 9, 8, (2, 2)),        # outputs larger than the input
+    (2, 17, 19, 13, 11, (1, 1)),    # channel counts not multiples of anything
+    (1, 33, 7, 10, 15, (1, 2)),     # different paddings per dim
+    (4, 6, 5, 6, 7, (3, 1)),        # a forward padding above 2 (no input gradient)
+    (3, 40, 36, 23, 21, (1, 1)),    # several items per image
+]
+
+
+@pytest.mark.parametrize("n,c,o,h,w,pads", KERNEL_CASES)
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_winograd_kernels_match_torch(monkeypatch, n, c, o, h, w, pads, threads, dtype):
+    from tessera.codegen import conv_kernels, runtime
+    winograd = _winograd_module()
+    monkeypatch.setattr(runtime, "_threads", lambda: threads)
+    monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)  # these sizes would run serially
+    rng = np.random.default_rng(n * 1000 + c * 10 + o)
+    x = rng.standard_normal((n, c, h, w)).astype(dtype)
+    wt = rng.standard_normal((o, c, 3, 3)).astype(dtype)
+    b = rng.standard_normal(o).astype(dtype)
+    tx, tw = torch.from_numpy(x), torch.from_numpy(wt)
+    ref = torch.nn.functional.conv2d(tx, tw, torch.from_numpy(b), padding=pads).numpy()
+    y = np.full_like(ref, np.nan)
+    winograd.conv2d_winograd(x, wt, b, pads, y)
+    close(y, ref, dtype)
+    ref = torch.nn.functional.conv2d(tx, tw, None, padding=pads).numpy()
+    y = np.full_like(ref, np.nan)
+    winograd.conv2d_winograd(x, wt, None, pads, y)
+    close(y, ref, dtype)
+    if max(pads) > 2:
+        return
+    g = rng.standard_normal(ref.shape).astype(dtype)
+    dref = torch.nn.grad.conv2d_input(x.shape, tw, torch.from_numpy(g), padding=pads).numpy()
+    dx = np.full_like(x, np.nan)
+    winograd.conv2d_input_grad_winograd(g, wt, pads, dx)
+    close(dx, dref, dtype)
+
+
+class Spy:
+    """Counts the Winograd runs: forward (flip 0) and input gradient (flip 1)."""
+
+    def __init__(self, monkeypatch, winograd):
+        self.calls = {0: 0, 1: 0}
+        original = winograd._winograd
+
+        def spy(x, w, b, pads, y, flip):
+            self.calls[flip] += 1
+            return original(x, w, b, pads, y, flip)
+        monkeypatch.setattr(winograd, "_winograd", spy)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_ops_choose_winograd(monkeypatch, dtype):
+    """The conv kernels take the Winograd path for an eligible shape (and not for 1 input
+    channel, a stride or a 5x5 filter), and agree with it switched off."""
+    from tessera.ops import conv as C
+    winograd = _winograd_module()
+    spy = Spy(monkeypatch, winograd)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 32, 12, 11)).astype(dtype)
+    w = rng.standard_normal((40, 32, 3, 3)).astype(dtype)
+    b = rng.standard_normal(40).astype(dtype)
+    args = ((1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+    y = C._conv_kernel(x, w, b, *args)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    dx = C._input_grad_kernel(g, w, x.shape, *args)
+    assert spy.calls == {0: 1, 1: 1}
+    monkeypatch.setattr(winograd, "_ON", False)
+    close(y, C._conv_kernel(x, w, b, *args), dtype)
+    close(dx, C._input_grad_kernel(g, w, x.shape, *args), dtype)
+    assert spy.calls == {0: 1, 1: 1}
+    monkeypatch.setattr(winograd, "_ON", True)
+    C._conv_kernel(x[:, :1], w[:, :1], b, *args)
+    C._conv_kernel(x, w, b, (2, 2), *args[1:])
+    C._conv_kernel(x, rng.standard_normal((40, 32, 5, 5)).astype(dtype), b, *args)
+    C._input_grad_kernel(g[:, :, 1:-1, 1:-1], w, x.shape, args[0], ((3, 3), (3, 3)),
+                         *args[2:])   # padding 3: its input gradient pads by -1
+    assert spy.calls == {0: 1, 1: 1}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_eager_conv2d_backward_matches_torch(monkeypatch, dtype):
+    """F.conv2d and its backward on a non-contiguous input, through Winograd."""
+    winograd = _winograd_module()
+    spy = Spy(monkeypatch, winograd)
+    rng = np.random.default_rng(2)
+    xt = rng.standard_normal((2, 32, 14, 13)).astype(dtype)
+    w = rng.standard_normal((33, 32, 3, 3)).astype(dtype)
+    b = rng.standard_normal(33).astype(dtype)
+    outs = []
+    for lib in (torch, tessera):
+        leaf, tw, tb = (lib.tensor(a.copy()).requires_grad_(True) for a in (xt, w, b))
+        y = lib.nn.functional.conv2d(leaf.transpose(2, 3), tw, tb, padding=1)
+        weights = np.linspace(-1, 1, y.numel()).reshape(tuple(y.shape)).astype(dtype)
+        (y * lib.tensor(weights)).sum().backward()
+        outs.append([t.detach().numpy() for t in (y, leaf.grad, tw.grad, tb.grad)])
+    for got, want in zip(outs[1], outs[0]):
+        close(got, want, dtype)
+    assert spy.calls == {0: 1, 1: 1}
+
+
+def test_graph_matches_torch(monkeypatch):
+    """An nn.Graph training step (two 3x3 convolutions, so the second's input gradient is
+    needed) runs Winograd forward and backward and updates the weights as PyTorch does."""
+    winograd = _winograd_module()
+    spy = Spy(monkeypatch, winograd)
+
+    def make(lib):
+        nn = lib.nn
+        return nn.Sequential(nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
+                             nn.Conv2d(32, 36, 3, padding=1))
+
+    tm, pm = make(tessera), make(torch)
+    tm.load_state_dict({k: tessera.tensor(v.detach().numpy()) for k, v in
+                        pm.state_dict().items()})
+    x = np.random.default_rng(3).standard_normal((2, 32, 12, 12)).astype(np.float32)
+
+    class Step(tessera.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.m = tm
+            self.add_optimizer(tessera.optim.SGD(tm.parameters(), lr=0.1))
+
+        def build(self, t):
+            loss = self.m(t).square().mean()
+            loss.backward()
+            return loss
+
+    loss = Step()(tessera.tensor(x))
+    ploss = pm(torch.tensor(x)).square().mean()
+    ploss.backward()
+    with torch.no_grad():
+        for p in pm.parameters():
+            p -= 0.1 * p.grad
+    close(loss.numpy(), ploss.detach().numpy(), np.float32)
+    for p, q in zip(tm.parameters(), pm.parameters()):
+        close(p.detach().numpy(), q.detach().numpy(), np.float32)
+    assert spy.calls[0] >= 2 and spy.calls[1] >= 1
