@@ -76,4 +76,5 @@ def _ranks(group):
     return tuple(group.ranks) if hasattr(group, "ranks") else tuple(group)
 
 
-from tessera.distributed import _global, sbp, sbp_rules  # noqa: E402,F401  (the global device, the rules)
+# the global device, the ops' SBP rules, and the collective ops graphs hold (registered)
+from tessera.distributed import _global, graph_ops, sbp, sbp_rules  # noqa: E402,F401

@@ -12,12 +12,22 @@ kernel calls the communicator when the compiled step runs:
 * ``sbp_local``: a signature with its own local computation that communicates
   (synchronised batch norm, the mean loss's global count, dropout's agreed seed).
 
-They are OpDefs like any other (infer + cpu kernel), kept out of the registry as the
-autograd-only OpDefs of ``_global`` are: they are not user-facing ops. Ranks must call the
-collectives in the same order, and the passes keep them so: each communicating node has a
-unique ``seq`` attr (CSE never merges two), its kernel refuses to run outside a graph step
-(constant folding, which evaluates nodes at compile time, leaves it alone), a send's token
-is kept live as a graph output (DCE), and no pass moves a node it does not fuse.
+They are registered ops (``tessera.ops.REGISTRY``), not a second table beside it:
+DESIGN.md section 1 has eager execution, tracing, distributed execution and every
+exporter read *one* table, and a graph's text form names its ops by that table, so a
+program holding collectives prints, parses back (``Graph.parse``) and runs the same, and
+an exporter meeting one fails the way it fails on any op without its rule ("op 'boxing'
+has no 'to_onnx' rule"). OneFlow does the same: the collectives its boxing passes insert
+into a job (``_nccl_logical_all_reduce``...) are ordinary registered user ops. Being
+internal, they have no ``tessera.*`` function and no ``grad`` (a graph's backward boxes
+its own gradients), and their attrs are literals (SBPs as ``sbp.short()`` text, metas as
+``(shape, dtype)`` pairs) so the text form holds everything a kernel needs.
+
+Ranks must call the collectives in the same order, and the passes keep them so: each
+communicating node has a unique ``seq`` attr (CSE never merges two), its kernel refuses to
+run outside a graph step (constant folding, which evaluates nodes at compile time, leaves
+it alone), a send's token is kept live as a graph output (DCE), and no pass moves a node
+it does not fuse.
 
 >>> import tessera, tessera.nn as nn
 >>> from tessera.distributed.comm.fake import FakeWorld
@@ -41,7 +51,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera.autograd.grad_mode import no_grad
 from tessera.distributed import comm as C
-from tessera.ops.registry import Meta, OpDef
+from tessera.ops.registry import Meta, OpDef, register
 
 __all__ = ["BOXING_OP", "SEND_OP", "RECV_OP", "SBP_LOCAL_OP", "traced_box", "traced_send",
            "traced_recv", "traced_local", "in_step", "step_running"]
@@ -108,8 +118,9 @@ def _box_kernel(x, shape, src, dst, group, index, seq):
                          C.current()), x)
 
 
-BOXING_OP = OpDef("boxing", _box_infer, {"cpu": _box_kernel}, grad=None, save=(),
-                  doc="one mesh axis of an SBP conversion of a tile (boxing.box_1d)")
+BOXING_OP = register(OpDef("boxing", _box_infer, {"cpu": _box_kernel}, grad=None, save=(),
+                           doc="one mesh axis of an SBP conversion of a tile "
+                               "(boxing.box_1d)"))
 
 
 # ---- send / recv ---------------------------------------------------------------------------
@@ -133,16 +144,32 @@ def _recv_kernel(shape, dtype, src, tag, seq):
     return C.current().recv(tuple(shape), dtype.np, src, tag)
 
 
-SEND_OP = OpDef("send", _send_infer, {"cpu": _send_kernel}, grad=None, save=(),
-                doc="send this rank's tile to rank dst (a placement change)")
-RECV_OP = OpDef("recv", _recv_infer, {"cpu": _recv_kernel}, grad=None, save=(),
-                doc="receive a tile from rank src (a placement change)")
+SEND_OP = register(OpDef("send", _send_infer, {"cpu": _send_kernel}, grad=None, save=(),
+                         doc="send this rank's tile to rank dst (a placement change)"))
+RECV_OP = register(OpDef("recv", _recv_infer, {"cpu": _recv_kernel}, grad=None, save=(),
+                         doc="receive a tile from rank src (a placement change)"))
 
 
 # ---- a signature's own local computation ---------------------------------------------------
 
 _LOCAL_KEYS = ("sbp_op", "sbp_sig", "sbp_metas", "sbp_group", "sbp_outs", "sbp_logical",
                "seq")
+
+
+def _meta(m):
+    """A Meta again: the text form prints one as its ``(shape, dtype)`` pair and parses it
+    back as a plain tuple. Scalars and None (non-tensor arguments) stay as they are."""
+    if isinstance(m, Meta):
+        return m
+    if isinstance(m, list):
+        return [_meta(x) for x in m]
+    if isinstance(m, tuple) and len(m) == 2 and isinstance(m[1], D.dtype):
+        return Meta(tuple(m[0]), m[1])
+    return m
+
+
+def _metas(items) -> list:
+    return [_meta(m) for m in items]
 
 
 def _local_fn(attrs: dict):
@@ -152,12 +179,13 @@ def _local_fn(attrs: dict):
     op = REGISTRY[attrs["sbp_op"]]
     rule_attrs = {k: v for k, v in attrs.items() if k not in _LOCAL_KEYS}
     rule_attrs.update(dict(attrs["sbp_logical"]))
-    sigs = op.sbp(*attrs["sbp_metas"], mesh_size=len(attrs["sbp_group"]), **rule_attrs)
+    sigs = op.sbp(*_metas(attrs["sbp_metas"]), mesh_size=len(attrs["sbp_group"]),
+                  **rule_attrs)
     return op, sigs[attrs["sbp_sig"]].local
 
 
 def _local_infer(*metas, **attrs):
-    outs = attrs["sbp_outs"]
+    outs = tuple(_metas(attrs["sbp_outs"]))
     return outs if len(outs) > 1 else outs[0]
 
 
@@ -169,14 +197,15 @@ def _local_kernel(*arrays, **attrs):
     args = [Tensor._from_numpy(np.asarray(a)) if isinstance(a, np.ndarray) else a
             for a in arrays]
     with no_grad():
-        res = fn(op, args, inner, list(attrs["sbp_metas"]), tuple(attrs["sbp_group"]))
+        res = fn(op, args, inner, _metas(attrs["sbp_metas"]), tuple(attrs["sbp_group"]))
     if isinstance(res, tuple):
         return tuple(r._data for r in res)
     return res._data
 
 
-SBP_LOCAL_OP = OpDef("sbp_local", _local_infer, {"cpu": _local_kernel}, grad=None, save=(),
-                     doc="an SBP signature's own local computation (it may communicate)")
+SBP_LOCAL_OP = register(OpDef("sbp_local", _local_infer, {"cpu": _local_kernel}, grad=None,
+                              save=(), doc="an SBP signature's own local computation (it "
+                                           "may communicate)"))
 
 
 # ---- recording them while tracing -----------------------------------------------------------

@@ -1,0 +1,120 @@
+"""Op-info entries for the collective ops of ``nn.Graph`` on global tensors (``boxing``,
+``sbp_local``, ``send``/``recv``: ``tessera.distributed.graph_ops``).
+
+They act on one rank's tile, so the table checks what one process can: the conversions
+that need no peer (B->S slices, B->P and S->P, and any conversion on a mesh axis of one
+rank, where every collective is the identity), a split ``mean``'s local computation, and
+that a send or receive without a peer raises. Run as a compiled step does (``in_step``:
+their kernels refuse to run anywhere else). The values across ranks are tested against one
+process in ``tests/distributed``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tests.opinfo.core import OpInfo, Sample, make, register
+
+# (src, dst, mesh axis size, this rank's index)
+_CONVERSIONS = [("B", "S(0)", 2, 0), ("B", "S(0)", 2, 1), ("B", "S(1)", 3, 2),
+                ("B", "P", 2, 0), ("B", "P", 2, 1), ("S(0)", "P", 2, 1), ("S(1)", "P", 3, 0),
+                ("P", "B", 1, 0), ("S(0)", "B", 1, 0), ("P", "S(1)", 1, 0),
+                ("S(0)", "S(1)", 1, 0)]
+
+
+def _range(size: int, n: int, k: int) -> tuple[int, int]:
+    """OneFlow's split: the first ``size % n`` ranks take one more."""
+    q, r = divmod(size, n)
+    start = k * q + min(k, r)
+    return start, start + q + (k < r)
+
+
+def _torch_box(torch, x, shape, src, dst, n, k):
+    if src[0] == "S" and dst == "P":  # the tile in its place, zeros elsewhere
+        d = int(src[2:-1])
+        out = torch.zeros(shape, dtype=x.dtype)
+        index = [slice(None)] * len(shape)
+        index[d] = slice(*_range(shape[d], n, k))
+        out[tuple(index)] = x
+        return out
+    if src == "B" and dst == "P":
+        return x.clone() if k == 0 else torch.zeros_like(x)
+    if src == "B" and dst[0] == "S":
+        d = int(dst[2:-1])
+        return x.narrow(d, *(lambda a, b: (a, b - a))(*_range(shape[d], n, k))).clone()
+    return x.clone()  # a mesh axis of one rank: the tile is the whole
+
+
+def _boxing(L, x, shape, src, dst, n, k):
+    if L.__name__ != "tessera":
+        return _torch_box(L, x, shape, src, dst, n, k)
+    from tessera._dispatch import dispatch
+    from tessera.distributed.graph_ops import BOXING_OP, in_step
+    with in_step():
+        return dispatch(BOXING_OP, x, shape=tuple(shape), src=src, dst=dst,
+                        group=tuple(range(n)), index=k, seq=0)
+
+
+def _boxing_samples(rng, dt):
+    for shape in [(5, 4), (3, 7)]:
+        for src, dst, n, k in _CONVERSIONS:
+            tile = list(shape)
+            if src[0] == "S":
+                d = int(src[2:-1])
+                a, b = _range(shape[d], n, k)
+                tile[d] = b - a
+            yield Sample((make(rng, tile, dt), shape, src, dst, n, k))
+
+
+def _split_mean(L, x, dim, keepdim, ranks):
+    """``mean`` of a logical tensor split on dim 0 over ``ranks``, of which ``x`` is one
+    tile: its local part (the tiles' results then add up to the mean)."""
+    logical = (x.shape[0] * ranks,) + tuple(x.shape[1:])
+    count = int(np.prod([logical[d] for d in (range(x.dim()) if dim is None else dim)]))
+    if L.__name__ != "tessera":
+        return (x.sum() if dim is None else x.sum(dim, keepdim=keepdim)) / count
+    from tessera._dispatch import dispatch
+    from tessera.distributed.graph_ops import SBP_LOCAL_OP, in_step
+    from tessera.distributed.sbp import split
+    from tessera.ops.registry import REGISTRY, Meta
+    metas = (Meta(logical, x.dtype),)
+    attrs = dict(dim=dim, keepdim=keepdim, dtype=None)
+    sigs = REGISTRY["mean"].sbp(*metas, mesh_size=ranks, **attrs)
+    index = next(i for i, s in enumerate(sigs) if s.ins == (split(0),))
+    out = REGISTRY["mean"].infer(Meta(tuple(x.shape), x.dtype), **attrs)  # (dim 0 reduced)
+    with in_step():
+        return dispatch(SBP_LOCAL_OP, x, **attrs, sbp_op="mean", sbp_sig=index,
+                        sbp_metas=metas, sbp_group=tuple(range(ranks)),
+                        sbp_outs=(out,), sbp_logical=(), seq=0)
+
+
+def _split_mean_samples(rng, dt):
+    # dim 0 (the split one) is reduced: the signature split(0) -> partial_sum
+    for shape, dim, keepdim in [((3, 4), None, False), ((3, 4), (0,), True),
+                                ((2, 3, 4), (0, 2), True), ((4,), (0,), False)]:
+        for ranks in (1, 2, 3):
+            yield Sample((make(rng, shape, dt), dim, keepdim, ranks))
+
+
+def _send_recv(L, x, peer):
+    """A send and a receive on a world of one process: there is no peer, and both raise
+    (the communicator's error, naming the peer)."""
+    if L.__name__ != "tessera":
+        raise RuntimeError(f"send to rank {peer}: this is a world of one process")
+    from tessera._dispatch import dispatch
+    from tessera.distributed.graph_ops import RECV_OP, SEND_OP, in_step
+    with in_step():
+        dispatch(SEND_OP, x, dst=peer, tag=0, seq=0)
+        return dispatch(RECV_OP, shape=tuple(x.shape), dtype=x.dtype, src=peer, tag=0, seq=1)
+
+
+def _send_recv_samples(rng, dt):
+    yield Sample((make(rng, (3, 4), dt), 1))
+
+
+register(
+    OpInfo("boxing", _boxing, _boxing_samples, differentiable=False, gradcheck=False),
+    OpInfo("sbp_local", _split_mean, _split_mean_samples, differentiable=False,
+           gradcheck=False),
+    OpInfo("send_recv", _send_recv, _send_recv_samples, covers=("send", "recv"),
+           differentiable=False, gradcheck=False),
+)
