@@ -201,3 +201,27 @@ def test_mpi_four_ranks_one_raises(tmp_path):
     assert proc.returncode != 0 and "rank 2 of 4 found bad data" in proc.stderr, \
         proc.stdout + proc.stderr
     assert time.monotonic() - t0 < 60
+
+
+def test_mpi_2x2_mesh(tmp_path):
+    """A 2x2 mesh (placement ranks [[0, 1], [2, 3]]) under real MPI: matmul and linear
+    with 2-D SBPs (whole inputs and 16 sampled combinations of SBP pairs, forward and input
+    gradients), and the MLP data-parallel on mesh axis 0 and Megatron tensor-parallel on
+    axis 1, trained eagerly and in nn.Graph, each equal to one process."""
+    run_mpi(tmp_path, """
+        from tests.distributed._mpi import emit
+        from tests.distributed.test_ops_sbp_2d import _train_2d, mesh_case
+        emit((mesh_case("matmul"), mesh_case("linear"), _train_2d("eager"),
+              _train_2d("graph")))
+    """, n=4, timeout=120)
+    from tests.distributed.test_ops_sbp_2d import B, S, _train_2d
+    outs = outputs(tmp_path, 4)
+    for k in (0, 1):  # every rank chose the same signatures, from 17 input layouts
+        assert len(outs[0][k]) == 17 and all(o[k] == outs[0][k] for o in outs)
+    assert {len(label) for label, _ in outs[0][0]} == {2}
+    want_losses, want_w, _ = _train_2d("local")
+    for _, _, *trained in outs:
+        for losses, w, sbps in trained:
+            np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
+            np.testing.assert_allclose(w, want_w, rtol=1e-10, atol=1e-12)
+            assert sbps == (B, S(0))

@@ -57,29 +57,41 @@ def _combos(name, arrays):
     return [tuple((B, B) for _ in arrays)] + [every[i] for i in sorted(pick)]
 
 
-def _sweep_2d(fn, arrays, combos, rtol=1e-10, atol=1e-12):
+def sweep_body(fn, arrays, combos, rtol=1e-10, atol=1e-12) -> list:
+    """On one rank of the 2x2 mesh (simulated, or under ``mpiexec -n 4``): ``fn`` on every
+    combination of input SBPs, forward and input gradients checked against one process;
+    returns the (input SBPs, output SBP) each combination ran with."""
     want, w, grads = _single(fn, arrays)
+    p = placement("cpu", MESH)
+    seen = []
+    for sbps in combos:
+        label = [tuple(s.short() for s in nd) for nd in sbps]
+        xs = [global_from(a, p, nd, requires_grad=a.dtype.kind == "f")
+              for a, nd in zip(arrays, sbps)]
+        y = fn(*xs)
+        assert y.is_global and y.shape == want.shape and len(y.sbp) == 2, (label, y.shape)
+        np.testing.assert_allclose(y.detach().numpy(), want, rtol=rtol, atol=atol,
+                                   err_msg=f"forward with {label}")
+        (y * tessera.tensor(w).to_global(p, (B, B))).sum().backward()
+        for x, g in zip(xs, grads):
+            if g is not None:
+                assert len(x.grad.sbp) == 2
+                np.testing.assert_allclose(x.grad.numpy(), g, rtol=rtol, atol=atol,
+                                           err_msg=f"grad with {label}")
+        seen.append((label, tuple(s.short() for s in y.sbp)))
+    return seen
 
-    def body():
-        p = placement("cpu", MESH)
-        seen = []
-        for sbps in combos:
-            label = [tuple(s.short() for s in nd) for nd in sbps]
-            xs = [global_from(a, p, nd, requires_grad=a.dtype.kind == "f")
-                  for a, nd in zip(arrays, sbps)]
-            y = fn(*xs)
-            assert y.is_global and y.shape == want.shape and len(y.sbp) == 2, (label, y.shape)
-            np.testing.assert_allclose(y.detach().numpy(), want, rtol=rtol, atol=atol,
-                                       err_msg=f"forward with {label}")
-            (y * tessera.tensor(w).to_global(p, (B, B))).sum().backward()
-            for x, g in zip(xs, grads):
-                if g is not None:
-                    assert len(x.grad.sbp) == 2
-                    np.testing.assert_allclose(x.grad.numpy(), g, rtol=rtol, atol=atol,
-                                               err_msg=f"grad with {label}")
-            seen.append((label, tuple(s.short() for s in y.sbp)))
-        return seen
-    return run(4, body)
+
+def _sweep_2d(fn, arrays, combos, rtol=1e-10, atol=1e-12):
+    return run(4, sweep_body, fn, arrays, combos, rtol, atol)
+
+
+def mesh_case(name: str, n: int | None = None) -> list:
+    """``sweep_body`` of case ``name`` (its first ``n`` combinations) on this rank."""
+    fn, shapes, *tol = CASES[name]
+    arrays = _inputs(name, shapes)
+    return sweep_body(fn, arrays, _combos(name, arrays)[:n], rtol=tol[0] if tol else 1e-10,
+                      atol=tol[0] if tol else 1e-12)
 
 
 @pytest.mark.parametrize("name", NAMES)
