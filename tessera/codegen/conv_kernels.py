@@ -232,7 +232,7 @@ def _drivers():
             f.argtypes, f.restype = [P] * 5 + [I, P, P, P, I, I], None
         f = getattr(lib, f"tsr_conv_wino_weights_{s}")
         f.argtypes, f.restype = [P] * 3 + [I, P, P, P, I, I], None
-        for name in ("igrad", "wgrad"):
+        for name in ("igrad", "wgrad", "wino_wgrad"):
             f = getattr(lib, f"tsr_conv_{name}_{s}")
             f.argtypes, f.restype = [P] * 4 + [I, P, P, P, I, I], None
     return lib
@@ -277,7 +277,7 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
         work.ctypes.data, ws, nxt.ctypes.data, g.ctypes.data, gemm)
     # the last argument: t + 1 for drivers taking items from the counter, the thread count
     # for the weight gradient, which splits images into fixed blocks (a deterministic sum)
-    last = (lambda t: threads) if name == "wgrad" else (lambda t: t + 1)
+    last = (lambda t: threads) if name.endswith("wgrad") else (lambda t: t + 1)
     if threads < 2:
         f(*args, 0, 1)
         return

@@ -16,7 +16,10 @@ im2col + GEMM.
 
 The input gradient of a 3x3 stride-1 convolution with low padding p is the correlation of
 the output gradient with the filters turned 180 degrees and their channels swapped, with
-low padding 2 - p; the filter transform does the turn and the swap (FLIP).
+low padding 2 - p; the filter transform does the turn and the swap (FLIP). The weight
+gradient sums, per tile position, (A g A^T)[p] @ (B^T d B)[p]^T over the tiles, each
+thread over a fixed run of them (a sum that does not depend on thread timing), then
+takes G^T s G; ``chosen_weight_grad`` keeps it to the shapes where it measured faster.
 
 ``TESSERA_WINOGRAD=0`` turns the path off (read once), so benchmarks can compare it with
 im2col + GEMM.
@@ -34,8 +37,8 @@ import os
 
 import numpy as np
 
-__all__ = ["enabled", "usable", "chosen", "conv2d_winograd", "conv2d_input_grad_winograd",
-           "WINOGRAD_C"]
+__all__ = ["enabled", "usable", "chosen", "chosen_weight_grad", "conv2d_winograd",
+           "conv2d_input_grad_winograd", "conv2d_weight_grad_winograd", "WINOGRAD_C"]
 
 # C without backslashes: _macro() continues every line (so comments are /* */ only)
 _BODY = r"""
@@ -208,6 +211,76 @@ void tsr_conv_wino_fwd_##S(const T* x, const T* u, const T* b, T* y, T* work, in
         wino_out_##S(m, b, y, spare, wg, r0, r1);
     }
 }
+
+/* one output-gradient tile (a b; c e) -> d[p * MS], p = 0..15: A g A^T */
+static inline __attribute__((always_inline)) void wino_tile_gz_##S(T a, T b, T c, T e, T* d,
+                                                                   int64_t MS) {
+    T u[4] = {a, a + b, a - b, -b}, w[4] = {c, c + e, c - e, -e};
+    for (int j = 0; j < 4; j++) {
+        d[j * MS] = u[j];
+        d[(4 + j) * MS] = u[j] + w[j];
+        d[(8 + j) * MS] = u[j] - w[j];
+        d[(12 + j) * MS] = -w[j];
+    }
+}
+
+/* the output gradient's tiles of rows [r0, r1) -> z (16, O, NC): A g A^T of each 2x2 tile
+   g (zero past the last row and column; rows past it read the zero row), each row's
+   spare column zero */
+static void wino_gz_##S(const T* gy, T* z, const T* zero, const int64_t* wg, int64_t r0,
+                        int64_t r1) {
+    WGEOMETRY;
+    int64_t full = OW / 2;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t n = r / TH, th = r - n * TH;
+        for (int64_t o = 0; o < O; o++) {
+            const T* g0 = gy + ((n * O + o) * OH + 2 * th) * OW;
+            const T* g1 = 2 * th + 1 < OH ? g0 + OW : zero;
+            T* d = z + o * NC + (r - r0) * (TW + 1);
+            _Pragma("omp simd")
+            for (int64_t tw = 0; tw < full; tw++)
+                wino_tile_gz_##S(g0[2 * tw], g0[2 * tw + 1], g1[2 * tw], g1[2 * tw + 1],
+                                 d + tw, MS);
+            if (full < TW) wino_tile_gz_##S(g0[2 * full], 0, g1[2 * full], 0, d + full, MS);
+            for (int p = 0; p < 16; p++) d[p * MS + TW] = (T)0;
+        }
+    }
+}
+
+/* s[t] (16, O, C), positions US apart, = the sum over thread t's items of
+   z[p] (O, NC) @ v[p]^T (NC, C): the weight gradient before its filter transform
+   G^T s G. Thread t of nt takes a fixed run of items, so that the sum's order (and the
+   result) does not depend on which thread ran first; v's spare columns are zeroed (z's
+   are zero too, and garbage times zero could still be a NaN). */
+void tsr_conv_wino_wgrad_##S(const T* x, const T* gy, T* s, T* work, int64_t ws,
+                             int64_t* next, const int64_t* wg, void* gemm, int64_t t,
+                             int64_t nt) {
+    WGEOMETRY;
+    (void)next;
+    T* rows = work + t * ws;
+    T* zero = rows + WROWS - (OW + 1);
+    T* v = rows + WROWS;
+    T* z = v + 16 * VS;
+    T* acc = s + t * 16 * US;
+    memset(rows, 0, WROWS * sizeof(T));
+    int64_t items = (N * TH + RB - 1) / RB;
+    T beta = 0;
+    for (int64_t it = items * t / nt; it < items * (t + 1) / nt; it++) {
+        int64_t r0 = it * RB, r1 = r0 + RB < N * TH ? r0 + RB : N * TH;
+        int64_t cols = (r1 - r0) * (TW + 1);
+        wino_in_##S(x, v, rows, wg, r0, r1);
+        for (int p = 0; p < 16; p++)
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t i = TW; i < cols; i += TW + 1) v[p * VS + c * NC + i] = (T)0;
+        wino_gz_##S(gy, z, zero, wg, r0, r1);
+        for (int p = 0; p < 16; p++)
+            ((gemm_##S)gemm)(ROW, NT, TR, O, C, cols, 1, z + p * MS, NC, v + p * VS, NC,
+                             beta, acc + p * US, C);
+        beta = 1;
+    }
+    if (beta == 0)
+        for (int p = 0; p < 16; p++) memset(acc + p * US, 0, O * C * sizeof(T));
+}
 """
 
 
@@ -268,6 +341,18 @@ def chosen(n: int, c: int, o: int, oh: int, ow: int, dtype) -> bool:
             and usable(dtype))
 
 
+def chosen_weight_grad(n: int, c: int, o: int, oh: int, ow: int, dtype) -> bool:
+    """Whether the weight gradient of such a convolution runs as Winograd: only up to 64
+    channels, where it measured faster (the benchmark CNN's 32 -> 64 at 28x28, batch 64:
+    0.85-0.95x; ResNet-18's 64-channel layers 0.1-0.75x) - from 128 channels its (O, C)
+    sums over short runs of tiles lost 1.1-4x to im2col + GEMM.
+
+    >>> chosen_weight_grad(64, 32, 64, 28, 28, np.float32) == usable(np.float32)
+    True
+    """
+    return max(c, o) <= 64 and chosen(n, c, o, oh, ow, dtype)
+
+
 def usable(dtype) -> bool:
     """Whether the Winograd kernels can run for ``dtype``: switched on, and the threaded
     convolution drivers (which hold them) built."""
@@ -290,6 +375,11 @@ _L2_BYTES = 1 << 20
 _MIN_COLS = 64
 
 
+def _wrows(rb: int, tw: int, ow: int) -> int:
+    """A thread's row buffers before its v (WROWS in the C)."""
+    return (2 * (rb + 2) * 2 * (tw + 1) + 8 * (rb * (tw + 1) + 1) + ow + 1 + 15) // 16 * 16
+
+
 def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -> None:
     """``y`` = the stride-1 3x3 correlation of ``x`` (N, C, H, W) with the filters of ``w``
     (turned and channel-swapped when ``flip``), low paddings ``pads``, plus ``b``."""
@@ -299,14 +389,47 @@ def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -
     th, tw = (oh + 1) // 2, (ow + 1) // 2
     threads = _threads(n * o * c * 9 * oh * ow)
     rb = _rows_per_item(c, o, th, tw, n, threads, x.itemsize)
-    nc, eq = rb * (tw + 1), rb * (tw + 1) + 1
-    wrows = (2 * (rb + 2) * 2 * (tw + 1) + 8 * eq + ow + 1 + 15) // 16 * 16  # WROWS in C
-    ws = wrows + 16 * ((c + o) * nc + 32)
+    ws = _wrows(rb, tw, ow) + 16 * ((c + o) * rb * (tw + 1) + 32)
     work = _workspace(ws * threads, x.dtype)
     u = _workspace(16 * (o * c + 16), x.dtype, "winograd")
     geometry = [c, h, wd, o, *pads, oh, ow, n, rb, flip]
     _run("wino_weights", x.dtype, (w, u), work, ws, geometry, min(threads, o))
     _run("wino_fwd", x.dtype, (x, u, b, y), work, ws, geometry, threads)
+
+
+def conv2d_weight_grad_winograd(x: np.ndarray, g: np.ndarray, pads) -> np.ndarray:
+    """The weight gradient (O, C, 3, 3) of a stride-1 3x3 convolution with low paddings
+    ``pads`` from C-contiguous ``x`` (N, C, H, W) and ``g`` (N, O, OH, OW): per tile
+    position the sum over tiles of (A g A^T)[p] (O, tiles) @ (B^T d B)[p]^T (tiles, C), each
+    thread over a fixed run of tile rows, then G^T s G.
+
+    >>> x, g = np.ones((1, 2, 3, 3)), np.ones((1, 1, 1, 1))
+    >>> dw = conv2d_weight_grad_winograd(x, g, (0, 0)) if usable(np.float64) else x[None, 0]
+    >>> dw.shape, float(dw.sum())
+    ((1, 2, 3, 3), 18.0)
+    """
+    from tessera.codegen.conv_kernels import _run, _threads, _workspace
+    n, c, h, wd = x.shape
+    o, oh, ow = g.shape[1:]
+    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    threads = min(_threads(n * o * c * 9 * oh * ow), n * th)
+    # the GEMMs sum over an item's tiles into an (O, C) block: long sums (many tile rows per
+    # item, v and z in L3 rather than L2) run at GEMM speed, short ones at memory speed
+    per_row = 16 * (c + o) * (tw + 1) * x.itemsize
+    rb = max(1, min(-(-n * th // threads), _WGRAD_BYTES // per_row))
+    ws = _wrows(rb, tw, ow) + 16 * ((c + o) * rb * (tw + 1) + 32)
+    work = _workspace(ws * threads, x.dtype)
+    s = np.empty((threads, 16, o * c + 16), x.dtype)
+    geometry = [c, h, wd, o, *pads, oh, ow, n, rb, 0]
+    _run("wino_wgrad", x.dtype, (x, g, s), work, ws, geometry, threads)
+    s = s[:, :, :o * c].sum(0).reshape(4, 4, o, c)   # (the padding columns are not written)
+    gt = _G.T.astype(x.dtype)
+    t = np.tensordot(gt, s, axes=(1, 0))                                  # (3, 4, O, C)
+    return np.ascontiguousarray(np.tensordot(t, gt, axes=(1, 1)).transpose(1, 2, 0, 3))
+
+
+_WGRAD_BYTES = 1 << 20  # v and z of an item (1 and 2 MiB measured alike, 8 MiB slower)
+_G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
 
 
 def conv2d_winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray) -> None:

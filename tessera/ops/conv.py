@@ -254,16 +254,18 @@ def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
 _WIDE_GEMM = 1024  # columns per convolution GEMM worth grouping images for
 
 
-def _winograd(xshape, wshape, stride, dilation, out_sp, dtype, lows=(0, 0)) -> bool:
+def _winograd(xshape, wshape, stride, dilation, out_sp, dtype, lows=(0, 0),
+              weight_grad: bool = False) -> bool:
     """Whether a 2-d ungrouped convolution (``_native``) runs as Winograd F(2x2, 3x3)
     (``tessera.codegen.winograd``): 3x3, stride 1, dilation 1, and the measured rule of
-    ``winograd.chosen``. ``lows``: the input gradient's low paddings, each at most 2 (its
-    convolution pads by 2 - p)."""
+    ``winograd.chosen`` (``chosen_weight_grad`` for its weight gradient). ``lows``: the
+    input gradient's low paddings, each at most 2 (its convolution pads by 2 - p)."""
     if tuple(wshape[2:]) != (3, 3) or tuple(stride) != (1, 1) or tuple(dilation) != (1, 1) \
             or max(lows) > 2:
         return False
-    from tessera.codegen.winograd import chosen
-    return chosen(xshape[0], xshape[1], wshape[0], *out_sp, dtype)
+    from tessera.codegen import winograd
+    rule = winograd.chosen_weight_grad if weight_grad else winograd.chosen
+    return rule(xshape[0], xshape[1], wshape[0], *out_sp, dtype)
 
 
 def _depthwise(x, w, groups) -> bool:
@@ -324,6 +326,9 @@ def _weight_grad_per_image(x, g, weight_shape, stride, pads, dilation):
     out_sp = g.shape[2:]
     p = int(np.prod(out_sp))
     x = np.ascontiguousarray(x)
+    if _winograd(x.shape, weight_shape, stride, dilation, out_sp, x.dtype, weight_grad=True):
+        from tessera.codegen.winograd import conv2d_weight_grad_winograd
+        return conv2d_weight_grad_winograd(x, np.ascontiguousarray(g), _lows(pads))
     if threaded(x.dtype):
         return conv2d_weight_grad_threaded(x, np.ascontiguousarray(g), tuple(weight_shape),
                                            stride, _lows(pads), dilation)

@@ -1,6 +1,6 @@
 """Winograd F(2x2, 3x3) convolution (``tessera.codegen.winograd``) against PyTorch: the C
 kernels directly over paddings, odd and 1x1 outputs, batches, channel counts and thread
-counts, forward and input gradient, float32 and float64; then through the conv ops, eager
+counts, forward, input and weight gradients, float32 and float64; then through the conv ops, eager
 ``F.conv2d`` with backward and an ``nn.Graph``, checking that the Winograd path ran.
 
 Tolerances are relative to the output's scale: float32 Winograd rounds a little worse
@@ -81,9 +81,14 @@ def test_winograd_kernels_match_torch(monkeypatch, n, c, o, h, w, pads, threads,
     y = np.full_like(ref, np.nan)
     winograd.conv2d_winograd(x, wt, None, pads, y)
     close(y, ref, dtype)
+    g = rng.standard_normal(ref.shape).astype(dtype)
+    gt = torch.from_numpy(g)
+    wref = torch.nn.grad.conv2d_weight(tx, wt.shape, gt, padding=pads).numpy()
+    dw = winograd.conv2d_weight_grad_winograd(x, g, pads)
+    assert dw.dtype == dtype
+    close(dw, wref, dtype)
     if max(pads) > 2:
         return
-    g = rng.standard_normal(ref.shape).astype(dtype)
     dref = torch.nn.grad.conv2d_input(x.shape, tw, torch.from_numpy(g), padding=pads).numpy()
     dx = np.full_like(x, np.nan)
     winograd.conv2d_input_grad_winograd(g, wt, pads, dx)
@@ -91,16 +96,21 @@ def test_winograd_kernels_match_torch(monkeypatch, n, c, o, h, w, pads, threads,
 
 
 class Spy:
-    """Counts the Winograd runs: forward (flip 0) and input gradient (flip 1)."""
+    """Counts the Winograd runs: forward (0), input gradient (1) and weight gradient (2)."""
 
     def __init__(self, monkeypatch, winograd):
-        self.calls = {0: 0, 1: 0}
-        original = winograd._winograd
+        self.calls = {0: 0, 1: 0, 2: 0}
+        original, weight_grad = winograd._winograd, winograd.conv2d_weight_grad_winograd
 
         def spy(x, w, b, pads, y, flip):
             self.calls[flip] += 1
             return original(x, w, b, pads, y, flip)
+
+        def spy_weight_grad(*args):
+            self.calls[2] += 1
+            return weight_grad(*args)
         monkeypatch.setattr(winograd, "_winograd", spy)
+        monkeypatch.setattr(winograd, "conv2d_weight_grad_winograd", spy_weight_grad)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -118,18 +128,22 @@ def test_conv_ops_choose_winograd(monkeypatch, dtype):
     y = C._conv_kernel(x, w, b, *args)
     g = rng.standard_normal(y.shape).astype(dtype)
     dx = C._input_grad_kernel(g, w, x.shape, *args)
-    assert spy.calls == {0: 1, 1: 1}
+    dw = C._weight_grad_kernel(x, g, w.shape, *args)
+    assert spy.calls == {0: 1, 1: 1, 2: 1}
     monkeypatch.setattr(winograd, "_ON", False)
     close(y, C._conv_kernel(x, w, b, *args), dtype)
     close(dx, C._input_grad_kernel(g, w, x.shape, *args), dtype)
-    assert spy.calls == {0: 1, 1: 1}
+    close(dw, C._weight_grad_kernel(x, g, w.shape, *args), dtype)
+    assert spy.calls == {0: 1, 1: 1, 2: 1}
     monkeypatch.setattr(winograd, "_ON", True)
     C._conv_kernel(x[:, :1], w[:, :1], b, *args)
     C._conv_kernel(x, w, b, (2, 2), *args[1:])
     C._conv_kernel(x, rng.standard_normal((40, 32, 5, 5)).astype(dtype), b, *args)
     C._input_grad_kernel(g[:, :, 1:-1, 1:-1], w, x.shape, args[0], ((3, 3), (3, 3)),
                          *args[2:])   # padding 3: its input gradient pads by -1
-    assert spy.calls == {0: 1, 1: 1}
+    w128 = rng.standard_normal((128, 32, 3, 3)).astype(dtype)
+    C._weight_grad_kernel(x, C._conv_kernel(x, w128, None, *args), w128.shape, *args)
+    assert spy.calls == {0: 2, 1: 1, 2: 1}    # 128 channels: forward only
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -150,7 +164,7 @@ def test_eager_conv2d_backward_matches_torch(monkeypatch, dtype):
         outs.append([t.detach().numpy() for t in (y, leaf.grad, tw.grad, tb.grad)])
     for got, want in zip(outs[1], outs[0]):
         close(got, want, dtype)
-    assert spy.calls == {0: 1, 1: 1}
+    assert spy.calls == {0: 1, 1: 1, 2: 1}
 
 
 def test_graph_matches_torch(monkeypatch):
@@ -189,4 +203,4 @@ def test_graph_matches_torch(monkeypatch):
     close(loss.numpy(), ploss.detach().numpy(), np.float32)
     for p, q in zip(tm.parameters(), pm.parameters()):
         close(p.detach().numpy(), q.detach().numpy(), np.float32)
-    assert spy.calls[0] >= 2 and spy.calls[1] >= 1
+    assert spy.calls[0] >= 2 and spy.calls[1] >= 1 and spy.calls[2] >= 2
