@@ -64,6 +64,18 @@ class GraphConfig:
         self.passes = None  # None: the default pipeline; else a list of pass names
         self.zero_stage = 0
         self.zero_shard_min_size = 1024
+        self.bucket_cap_mb = 25.0
+
+    def set_bucket_cap_mb(self, mb: float) -> None:
+        """Merge the all-reduces of global gradients into buckets of up to ``mb`` MB (DDP's
+        ``bucket_cap_mb``, default 25; 0 turns bucketing off): ``distributed.graph_bucket``.
+        Set it before the first call (a compiled step keeps its buckets).
+
+        >>> Graph().config.set_bucket_cap_mb(0)  # one all-reduce per gradient
+        """
+        if not isinstance(mb, (int, float)) or mb < 0:
+            raise ValueError(f"bucket_cap_mb must be a non-negative number, got {mb!r}")
+        self.bucket_cap_mb = float(mb)
 
     def set_gradient_accumulation_steps(self, n: int) -> None:
         """Split each input batch into ``n`` micro-batches whose gradients are summed
@@ -286,12 +298,16 @@ class Graph:
                 _restore_state(opt, st, keep_concrete=ok)
                 for g, lr in zip(opt.param_groups, lrs_k):
                     g["lr"] = lr
+        from tessera.distributed.graph_bucket import run as bucket_all_reduces
         from tessera.graph.passes import run_pipeline
         from tessera.nn.graph_pipeline import schedule_1f1b
         schedule_1f1b(ir, self._stages, self.config.gradient_accumulation_steps)
         originals = {tracer.initial[k].name: t for k, t in tracer.tensors.items()}
         values = {name: _tile_tensor(t) for name, t in originals.items()}  # what passes read
         run_pipeline(ir, self.config.passes, training=self.training, values=values)
+        # after the passes: they drop the clone autograd puts after each gradient hook,
+        # which would otherwise read each all-reduce at once and leave nothing to merge
+        bucket_all_reduces(ir, int(self.config.bucket_cap_mb * 2 ** 20))
         tensors = {name: originals.get(name, values.get(name)) for name in ir.variables}
         compiled = _Compiled(ir, Executor(ir), tensors, new_state, len(outs), treedef)
         compiled.written = written

@@ -16,7 +16,7 @@ from tests.distributed._helpers import B, run
 from tests.distributed.test_graph_global import TrainGraph, X, Y, _data_parallel, _mlp
 from tests.distributed.test_nn_global import _CNN, XC, YC
 
-COLLECTIVES = ("boxing", "send", "recv", "sbp_local")
+COLLECTIVES = ("boxing", "send", "recv", "sbp_local", "all_reduce_bucket")
 
 
 def _collectives(g: Graph) -> list:
@@ -78,7 +78,8 @@ def test_data_parallel_mlp_round_trips():
         g = TrainGraph(model, tessera.optim.AdamW(model.parameters(), lr=0.05))
         g(x, y)
         return round_trip(g, x, y)
-    _check(run(2, body), "boxing", "sbp_local")  # gradient all-reduces, the mean loss
+    # the mean loss, a B->S slice of its gradient, the gradients' all-reduce bucket
+    _check(run(2, body), "boxing", "sbp_local", "all_reduce_bucket")
 
 
 def test_cnn_with_sync_batch_norm_dropout_and_nll_round_trips():
@@ -93,7 +94,7 @@ def test_cnn_with_sync_batch_norm_dropout_and_nll_round_trips():
         r["local"] = {n.attrs["sbp_op"] for n in g.ir.nodes if n.op.name == "sbp_local"}
         return r
     results = run(2, body)
-    _check(results, "boxing", "sbp_local")
+    _check(results, "all_reduce_bucket", "sbp_local")
     for r in results:
         assert {"batch_norm", "batch_norm_backward", "dropout", "nll_loss"} <= r["local"]
 

@@ -1,12 +1,12 @@
 """Op-info entries for the collective ops of ``nn.Graph`` on global tensors (``boxing``,
-``sbp_local``, ``send``/``recv``: ``tessera.distributed.graph_ops``).
+``sbp_local``, ``all_reduce_bucket``, ``send``/``recv``: ``tessera.distributed.graph_ops``).
 
 They act on one rank's tile, so the table checks what one process can: the conversions
 that need no peer (B->S slices, B->P and S->P, and any conversion on a mesh axis of one
-rank, where every collective is the identity), a split ``mean``'s local computation, and
-that a send or receive without a peer raises. Run as a compiled step does (``in_step``:
-their kernels refuse to run anywhere else). The values across ranks are tested against one
-process in ``tests/distributed``.
+rank, where every collective is the identity), a split ``mean``'s local computation, an
+all-reduce bucket on one rank, and that a send or receive without a peer raises. Run as a
+compiled step does (``in_step``: their kernels refuse to run anywhere else). The values
+across ranks are tested against one process in ``tests/distributed``.
 """
 from __future__ import annotations
 
@@ -95,6 +95,22 @@ def _split_mean_samples(rng, dt):
             yield Sample((make(rng, shape, dt), dim, keepdim, ranks))
 
 
+def _bucket(L, *xs):
+    """An all-reduce bucket on a mesh axis of one rank (the world of one process): every
+    tile comes back whole."""
+    if L.__name__ != "tessera":
+        return tuple(x.clone() for x in xs)
+    from tessera._dispatch import dispatch
+    from tessera.distributed.graph_ops import ALL_REDUCE_BUCKET_OP, in_step
+    with in_step():
+        return dispatch(ALL_REDUCE_BUCKET_OP, *xs, group=(0,), index=0, seq=0)
+
+
+def _bucket_samples(rng, dt):
+    for shapes in [[(2, 3), (4,)], [(5,), (), (3, 1, 2)], [(0, 3), (2,)]]:
+        yield Sample(tuple(make(rng, s, dt) for s in shapes))
+
+
 def _send_recv(L, x, peer):
     """A send and a receive on a world of one process: there is no peer, and both raise
     (the communicator's error, naming the peer)."""
@@ -114,6 +130,8 @@ def _send_recv_samples(rng, dt):
 register(
     OpInfo("boxing", _boxing, _boxing_samples, differentiable=False, gradcheck=False),
     OpInfo("sbp_local", _split_mean, _split_mean_samples, differentiable=False,
+           gradcheck=False),
+    OpInfo("all_reduce_bucket", _bucket, _bucket_samples, differentiable=False,
            gradcheck=False),
     OpInfo("send_recv", _send_recv, _send_recv_samples, covers=("send", "recv"),
            differentiable=False, gradcheck=False),
