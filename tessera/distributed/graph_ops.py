@@ -140,8 +140,8 @@ def _bucket_kernel(*xs, group, index, seq):
     _check_step("all_reduce_bucket")
     flat = np.empty(sum(x.size for x in xs), xs[0].dtype)
     start = 0
-    for x in xs:
-        flat[start:start + x.size] = x.reshape(-1)
+    for x in xs:  # (one strided copy: a gradient is often a transposed view)
+        np.copyto(flat[start:start + x.size].reshape(x.shape), x)
         start += x.size
     C.current().iall_reduce_(flat, tuple(group)).wait()
     out, start = [], 0

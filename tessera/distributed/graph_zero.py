@@ -1,4 +1,4 @@
-"""ZeRO in ``nn.Graph`` (``graph.config.enable_zero(True, stage=1|2)``), with SBP.
+"""ZeRO in ``nn.Graph`` (``graph.config.enable_zero(True, stage=1|2|3)``), with SBP.
 
 The eager ``ZeroRedundancyOptimizer``'s recipe, applied while the optimizer step is
 traced: each data-parallel parameter (global, broadcast, at least ``shard_min_size``
@@ -14,6 +14,15 @@ accumulated each one (a post-accumulate-grad hook, so the full gradient dies at 
 the compiled program's memory plan). Meanwhile the parameter's all-reduce hook
 (``Module.to_global``) is suspended: the reduce-scatter replaces it.
 
+Stage 3 (OneFlow's) keeps the parameters themselves split between steps: at the first
+compile each sharded parameter becomes its shard in place (the same Parameter object, its
+SBP now split: each rank stores ``1/n``). While ``build()`` is traced, a module called
+reads its parameters all-gathered (split -> broadcast, one node per parameter, at the
+module's first call, read by the backward too); the backward of that all-gather is the
+reduce-scatter of the gradient into the shard's SBP, and the optimizer steps the
+parameter, which is the shard, so nothing is gathered after the step. Outside the graph
+the parameter is an ordinary split global tensor (``numpy()`` gathers it).
+
 >>> import tessera
 >>> from tessera.distributed.graph_zero import GraphZero
 >>> GraphZero(0, 1024, []).stage
@@ -27,17 +36,23 @@ from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
 from tessera.distributed import _module
 from tessera.distributed.optim.zero import shard_sbp
+from tessera.nn.modules import module as _module_mod
 
-__all__ = ["GraphZero"]
+__all__ = ["GraphZero", "ZERO3"]
+
+ZERO3 = "_tessera_zero3"  # set in a parameter's __dict__: stage 3 keeps it as its shard
 
 
 class GraphZero:
     """What ZeRO changes in one trace of a graph's step (a no-op at stage 0)."""
 
-    def __init__(self, stage: int, shard_min_size: int, params):
+    def __init__(self, stage: int, shard_min_size: int, params, optimizers=()):
         self.stage = stage
         self.shards: dict[int, tuple] = {}  # id(param) -> (param, shard SBP)
+        self.split: list[Tensor] = []  # stage 3: the parameters kept as their shards
         self._handles: list = []
+        self._swapped: list = []  # stage 3: (module._parameters, key, parameter)
+        self._wrapper = None  # stage 3: the module-call wrapper gathering parameters
         if not stage:
             return
         for p in params:
@@ -47,11 +62,19 @@ class GraphZero:
                                  "data-parallel parameters (model.to_global(placement, "
                                  f"tessera.sbp.broadcast)); got a local parameter of shape "
                                  f"{list(p.shape)}")
-            if p.is_global and s != p.sbp[0] and p.numel() >= shard_min_size:
-                self.shards[id(p)] = (p, s)
+            if p.__dict__.get(ZERO3):
+                self.split.append(p)
+            elif p.is_global and s != p.sbp[0] and p.numel() >= shard_min_size:
+                if stage == 3:
+                    _split_in_place(p, s, optimizers)
+                    self.split.append(p)
+                else:
+                    self.shards[id(p)] = (p, s)
 
     # ---- during the trace of build(): gradients ------------------------------------------
     def __enter__(self):
+        if self.split:
+            self._gather()
         for p, s in self.shards.values():
             _module.DEFERRED.add(id(p))
             if self.stage == 2:
@@ -59,12 +82,38 @@ class GraphZero:
         return self
 
     def __exit__(self, *exc):
+        if self._wrapper is not None:
+            _module_mod._CALL_WRAPPERS.remove(self._wrapper)
+            self._wrapper = None
+        for params, key, p in reversed(self._swapped):
+            params[key] = p
+        self._swapped = []
         for p, _ in self.shards.values():
             _module.DEFERRED.discard(id(p))
         for h in self._handles:
             h.remove()
         self._handles = []
         return False
+
+    def _gather(self) -> None:
+        """Stage 3: a module reads its split parameters all-gathered, gathered when it is
+        first called (one node per parameter, as late as its first use; tied parameters
+        gathered once); their gradients flow back to the shards."""
+        from tessera.distributed.sbp import broadcast
+        split = {id(p) for p in self.split}
+        whole: dict[int, Tensor] = {}
+        prev = _module_mod._CALL_WRAPPERS[-1] if _module_mod._CALL_WRAPPERS else None
+
+        def wrapper(module, call, args, kwargs):
+            for key, p in list(module._parameters.items()):
+                if p is not None and id(p) in split:
+                    if id(p) not in whole:
+                        whole[id(p)] = p.to_global(sbp=broadcast)
+                    self._swapped.append((module._parameters, key, p))
+                    module._parameters[key] = whole[id(p)]
+            return prev(module, call, args, kwargs) if prev else call(*args, **kwargs)
+        _module_mod._CALL_WRAPPERS.append(wrapper)
+        self._wrapper = wrapper
 
     # ---- the optimizer step on shards ---------------------------------------------------
     @contextmanager
@@ -100,6 +149,20 @@ class GraphZero:
                     if shard in opt.state:
                         opt.state[p] = opt.state.pop(shard)
                     p.copy_(shard)  # split -> broadcast: an all-gather
+
+
+def _split_in_place(p: Tensor, sbp, optimizers) -> None:
+    """``p`` becomes its shard: the same Parameter (optimizers and modules hold it), its
+    data boxed broadcast -> ``sbp`` (a local slice), marked as stage 3's. Optimizer state
+    already made for it (by eager steps) is split the same way."""
+    with no_grad():
+        p.data = p.detach().to_global(sbp=sbp)
+        for opt in optimizers:
+            st = opt.state.get(p, {})
+            for key, v in st.items():
+                if isinstance(v, Tensor) and v.is_global and v.shape == p.shape:
+                    st[key] = v.to_global(sbp=sbp)
+    p.__dict__[ZERO3] = True
 
 
 def _scatter(sbp):

@@ -26,8 +26,9 @@ only run it. Parameters, buffers and optimizer state are shared with the eager o
 
 Global tensors (``tessera.distributed``) trace as their tiles: each rank compiles its own
 local program, with the collectives SBP dispatch chooses as nodes
-(``tessera.distributed.graph_ops``). ``config.enable_zero(True, stage=1|2)`` splits the
-optimizer state over the data-parallel ranks (``tessera.distributed.graph_zero``);
+(``tessera.distributed.graph_ops``). ``config.enable_zero(True, stage=1|2|3)`` splits the
+optimizer state (and gradients, and parameters) over the data-parallel ranks
+(``tessera.distributed.graph_zero``);
 ``module.to(GraphModule).set_stage(i, placement)`` with
 ``config.set_gradient_accumulation_steps(n)`` trains a pipeline with a 1F1B schedule
 (``tessera.nn.graph_pipeline``).
@@ -87,15 +88,15 @@ class GraphConfig:
     def enable_zero(self, mode: bool = True, *, stage: int = 1, shard_min_size: int = 1024,
                     shard_restore_level: int = 1) -> None:
         """OneFlow's ZeRO for data-parallel global parameters: the optimizer state (stage
-        1), and the gradients from backward on (stage 2), split over the ranks; parameters
-        of fewer than ``shard_min_size`` elements stay whole."""
+        1), the gradients from backward on (stage 2), and the parameters themselves
+        between steps (stage 3: all-gathered for each step) split over the ranks;
+        parameters of fewer than ``shard_min_size`` elements stay whole."""
         if not mode:
             self.zero_stage = 0
             return
-        if stage not in (1, 2):
-            raise ValueError(f"nn.Graph.config.enable_zero: stage must be 1 or 2, got "
-                             f"{stage!r}" + (" (stage 3 is not supported)" if stage == 3
-                                             else ""))
+        if stage not in (1, 2, 3):
+            raise ValueError(f"nn.Graph.config.enable_zero: stage must be 1, 2 or 3, got "
+                             f"{stage!r}")
         if not isinstance(shard_min_size, int) or shard_min_size < 1:
             raise ValueError("nn.Graph.config.enable_zero: shard_min_size must be a positive "
                              f"int, got {shard_min_size!r}")
@@ -249,6 +250,7 @@ class Graph:
                for k, (opt, _) in enumerate(self._optimizers)
                for j in range(len(opt.param_groups))]
         params = self._trainable()
+        zero = _zero(self, params)  # (stage 3 splits parameters and their state here)
         saved_grads = {id(p): p._grad for p in params}
         saved_state = [{p: dict(st) for p, st in opt.state.items()} for opt, _ in
                        self._optimizers]
@@ -256,7 +258,6 @@ class Graph:
         new_state: list = []
         specs: list = []  # how each graph output becomes a tensor (global metadata)
         rng_state = default_generator.get_state()  # tracing must not consume random draws
-        zero = _zero(self, params)
         try:
             for p in params:
                 p._grad = None
@@ -536,7 +537,8 @@ def _micro_batches(a: Tensor, n: int) -> list[Tensor]:
 
 def _zero(graph: Graph, params):
     from tessera.distributed.graph_zero import GraphZero
-    return GraphZero(graph.config.zero_stage, graph.config.zero_shard_min_size, params)
+    return GraphZero(graph.config.zero_stage, graph.config.zero_shard_min_size, params,
+                     [opt for opt, _ in graph._optimizers])
 
 
 def _restore_state(opt, saved: dict, keep_concrete: bool) -> None:

@@ -66,8 +66,8 @@ def test_zero_stage2_with_micro_batches_on_three_ranks():
 
 def test_enable_zero_checks_its_arguments():
     g = nn.Graph()
-    with pytest.raises(ValueError, match="stage 3 is not supported"):
-        g.config.enable_zero(True, stage=3)
+    with pytest.raises(ValueError, match="stage must be 1, 2 or 3"):
+        g.config.enable_zero(True, stage=4)
     with pytest.raises(ValueError, match="shard_min_size"):
         g.config.enable_zero(True, shard_min_size=0)
     model = _mlp()
@@ -145,3 +145,106 @@ def test_zero_within_pipeline_stages():
             np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
         # a share of the moments (the second stage's 3-row weight splits 2 + 1)
         assert state < 0.7 * plain_state, (rank, state, plain_state)
+
+
+def train_stage3(steps: int = 4, micro_batches: int = 1):
+    """``train`` under ZeRO stage 3; also each parameter's SBP and tile size after it."""
+    model = _mlp()
+    x, y = _data_parallel(model, tessera.tensor(X[:6]), tessera.tensor(Y[:6]))
+    opt = tessera.optim.AdamW(model.parameters(), lr=0.05)
+    g = TrainGraph(model, opt)
+    g.config.enable_zero(True, stage=3, shard_min_size=1)
+    g.config.set_gradient_accumulation_steps(micro_batches)
+    losses = [float(g(x, y).detach().numpy()) for _ in range(steps)]
+    params = [q.detach().numpy().copy() for q in model.parameters()]
+    held = [(q.sbp[0].short(), q.to_local().numel()) for q in model.parameters()]
+    state = sum(np.asarray(v._data.local if v.is_global else v._data).nbytes
+                for st in opt.state.values() for v in st.values())
+    ops = [(n.op.name, n.attrs.get("src"), n.attrs.get("dst")) for n in g.ir.nodes]
+    return losses, params, held, state, ops, g.memory_stats()
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_zero_stage3_keeps_the_parameters_split(n):
+    want_losses, want_params, *_ = train(None)
+    plain = run(n, train, 0)[0]
+    for losses, params, held, state, ops, mem in run(n, train_stage3):
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
+        # each rank holds its rows of every parameter between steps (8 and 3 rows split
+        # 4+4 / 2+1 on 2 ranks, 3+3+2 / 1+1+1 on 3), and of the AdamW moments
+        assert [s for s, _ in held] == ["S(0)"] * 4
+        assert sum(k for _, k in held) < 0.7 * sum(q.size for q in want_params)
+        assert state < 0.7 * plain[2]
+        assert mem["variable_bytes"] < 0.7 * plain[5]["variable_bytes"]
+        # each parameter all-gathered once for forward and backward, its gradient
+        # reduce-scattered; no all-reduce, nothing gathered after the optimizer
+        boxing = [(s, d) for name, s, d in ops if name == "boxing"]
+        assert boxing.count(("S(0)", "B")) == 4 and boxing.count(("P", "S(0)")) == 4
+        assert ("P", "B") not in boxing and ("all_reduce_bucket", None, None) not in ops
+        last_gather = max(i for i, o in enumerate(ops) if o == ("boxing", "S(0)", "B"))
+        first_scatter = ops.index(("boxing", "P", "S(0)"))
+        assert last_gather < first_scatter
+
+
+def test_zero_stage3_with_micro_batches_on_three_ranks():
+    want_losses, want_params, *_ = train(None, micro_batches=2)
+    for losses, params, *_ in run(3, train_stage3, micro_batches=2):
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
+
+
+def test_zero_stage3_after_eager_steps_splits_their_state():
+    """Two eager AdamW steps, then graph steps under stage 3: the eager state is split
+    with its parameters, and training goes on as in one process."""
+    def body(glob: bool):
+        model = _mlp()
+        x, y = tessera.tensor(X[:6]), tessera.tensor(Y[:6])
+        if glob:
+            x, y = _data_parallel(model, x, y)
+        opt = tessera.optim.AdamW(model.parameters(), lr=0.05)
+        for _ in range(2):
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        g = TrainGraph(model, opt)
+        if glob:
+            g.config.enable_zero(True, stage=3, shard_min_size=1)
+        losses = [float(g(x, y).detach().numpy()) for _ in range(2)]
+        sbps = {opt.state[p]["exp_avg"].sbp[0].short() for p in model.parameters()} \
+            if glob else None
+        return losses, [q.detach().numpy().copy() for q in model.parameters()], sbps
+    want_losses, want_params, _ = body(False)
+    for losses, params, sbps in run(2, body, True):
+        assert sbps == {"S(0)"}
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
+
+
+def test_zero_stage3_within_pipeline_stages():
+    """Each stage's two data-parallel ranks hold the halves of its parameters; put back
+    together they equal one process."""
+    want, _ = pipeline_zero(None)
+    res = [params for params, _ in run(4, pipeline_zero, 3)]
+    for k, q in enumerate(want):
+        ranks = (0, 1) if k < 2 else (2, 3)
+        halves = [res[r][k] for r in ranks]
+        assert all(0 < len(h) < len(q) for h in halves)
+        np.testing.assert_allclose(np.concatenate(halves), q, rtol=1e-10, atol=1e-13)
+
+
+def test_mpi_zero_stage3_graph(tmp_path):
+    run_mpi(tmp_path, """
+        from tests.distributed._mpi import emit
+        from tests.distributed.test_graph_zero import train_stage3
+        emit(train_stage3()[:3])
+    """)
+    want_losses, want_params, *_ = train(None)
+    for losses, params, held in outputs(tmp_path):
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
+        assert [s for s, _ in held] == ["S(0)"] * 4
