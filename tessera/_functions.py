@@ -3,7 +3,7 @@
 Each family module in ``tessera.ops`` registers its ``OpDef``s and lists its public
 functions in ``__all__``; importing this module fills the table Tensor methods call.
 """
-from tessera._tensor_methods import _OPS
+from tessera._tensor_methods import _OPS, bind_methods
 from tessera.ops import creation, elementwise, getitem, reduce, views
 
 _FAMILIES = [creation, elementwise, views, getitem, reduce]
@@ -20,5 +20,7 @@ for _fam in _FAMILIES:
         _fn = getattr(_fam, _name)
         globals()[_name] = _fn
         _OPS[_name] = _fn
+
+bind_methods()
 
 __all__ = sorted({n for f in _FAMILIES for n in f.__all__})
