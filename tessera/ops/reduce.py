@@ -243,6 +243,8 @@ def _dt(dtype):
 
 def sum(input, dim=None, keepdim: bool = False, *, dtype=None, out=None) -> Tensor:
     """Sum over ``dim`` (all dims when None); integers and bools sum to int64."""
+    if type(input) is Tensor and out is None and dtype is None and type(dim) is not list:
+        return dispatch(_SUM, input, dim=dim, keepdim=keepdim, dtype=None)  # the common call
     ensure_tensor("sum", input)
     return call(_SUM, input, dim=_dim_arg(dim), keepdim=keepdim, dtype=_dt(dtype), out=out)
 
@@ -255,6 +257,8 @@ def nansum(input, dim=None, keepdim: bool = False, *, dtype=None, out=None) -> T
 
 def mean(input, dim=None, keepdim: bool = False, *, dtype=None, out=None) -> Tensor:
     """Arithmetic mean over ``dim``; needs a floating dtype."""
+    if type(input) is Tensor and out is None and dtype is None and type(dim) is not list:
+        return dispatch(_MEAN, input, dim=dim, keepdim=keepdim, dtype=None)  # the common call
     ensure_tensor("mean", input)
     return call(_MEAN, input, dim=_dim_arg(dim), keepdim=keepdim, dtype=_dt(dtype), out=out)
 
