@@ -45,6 +45,8 @@ typedef %(blasint)s blasint;
 enum { ROW = 101, NT = 111, TR = 112 };
 
 """ + WINDOW_C + r"""
+IM2COL_BLOCK(float, im2col_block_f32)
+IM2COL_BLOCK(double, im2col_block_f64)
 COL2IM(float, col2im_plane_f32)
 COL2IM(double, col2im_plane_f64)
 
@@ -65,22 +67,7 @@ typedef void (*gemm_##S)(int, int, int, blasint, blasint, blasint, T, const T*, 
 static void im2col_##S(const T* x, T* cols, const int64_t* g, int64_t r0, int64_t r1,     \
                        int64_t LD) {                                                      \
     GEOMETRY;                                                                             \
-    for (int64_t r = 0; r < CK; r++) {                                                    \
-        int64_t c = r / (KH * KW), kh = r / KW %% KH, kw = r %% KW;                       \
-        T* row = cols + r * LD - r0 * OW;                                                 \
-        int64_t off = kw * DW - PW, a, b;                                                 \
-        inside(off, SW, W, OW, &a, &b);                                                   \
-        for (int64_t oh = r0; oh < r1; oh++) {                                            \
-            int64_t ih = oh * SH - PH + kh * DH;                                          \
-            T* dst = row + oh * OW;                                                       \
-            if (ih < 0 || ih >= H) { memset(dst, 0, OW * sizeof(T)); continue; }          \
-            const T* src = x + (c * H + ih) * W + off;                                    \
-            for (int64_t ow = 0; ow < a; ow++) dst[ow] = (T)0;                            \
-            if (SW == 1) memcpy(dst + a, src + a, (b - a) * sizeof(T));                   \
-            else for (int64_t ow = a; ow < b; ow++) dst[ow] = src[ow * SW];               \
-            for (int64_t ow = b; ow < OW; ow++) dst[ow] = (T)0;                           \
-        }                                                                                 \
-    }                                                                                     \
+    im2col_block_##S(x, cols, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OW, LD, 0, CK, r0, r1); \
 }                                                                                         \
                                                                                           \
 /* dx (C, H, W) = the sum of each element's window entries in cols (CK, P) */             \

@@ -29,7 +29,7 @@ import numpy as np
 __all__ = ["available", "im2col", "col2im", "depthwise_conv2d", "max_pool2d",
            "max_pool2d_values", "max_pool2d_backward"]
 
-# the window bounds and col2im, also compiled into the convolution drivers
+# the window bounds, im2col and col2im, also compiled into the convolution drivers
 # (``tessera.codegen.conv_kernels``)
 WINDOW_C = r"""
 /* the output columns ow whose input column ow*SW + off lies inside [0, W): [*a, *b) */
@@ -40,6 +40,33 @@ static inline void inside(int64_t off, int64_t SW, int64_t W, int64_t OW, int64_
     if (hi > OW) hi = OW;
     if (lo > hi) lo = hi;
     *a = lo; *b = hi;
+}
+
+/* one image x (C, H, W): window rows [lo, hi) of cols (C*KH*KW, ...) for output rows
+   [oh0, oh1), each cols row LD apart and starting at output row oh0; zero where the window
+   is padding. Row r is (c, kh, kw): c = r / (KH*KW), kh and kw its remainder's row and
+   column (no modulo sign: conv_kernels formats this source with Python). */
+#define IM2COL_BLOCK(T, NAME)                                                             \
+static void NAME(const T* x, T* cols, int64_t H, int64_t W, int64_t KH, int64_t KW,       \
+                 int64_t SH, int64_t SW, int64_t PH, int64_t PW, int64_t DH, int64_t DW,  \
+                 int64_t OW, int64_t LD, int64_t lo, int64_t hi, int64_t oh0,             \
+                 int64_t oh1) {                                                           \
+    for (int64_t r = lo; r < hi; r++) {                                                   \
+        int64_t c = r / (KH * KW), k = r - c * KH * KW, kh = k / KW, kw = k - kh * KW;    \
+        T* row = cols + r * LD - oh0 * OW;                                                \
+        int64_t off = kw * DW - PW, a, b;                                                 \
+        inside(off, SW, W, OW, &a, &b);                                                   \
+        for (int64_t oh = oh0; oh < oh1; oh++) {                                          \
+            int64_t ih = oh * SH - PH + kh * DH;                                          \
+            T* dst = row + oh * OW;                                                       \
+            if (ih < 0 || ih >= H) { memset(dst, 0, OW * sizeof(T)); continue; }          \
+            const T* src = x + (c * H + ih) * W + off;                                    \
+            for (int64_t ow = 0; ow < a; ow++) dst[ow] = (T)0;                            \
+            if (SW == 1) memcpy(dst + a, src + a, (b - a) * sizeof(T));                   \
+            else for (int64_t ow = a; ow < b; ow++) dst[ow] = src[ow * SW];               \
+            for (int64_t ow = b; ow < OW; ow++) dst[ow] = (T)0;                           \
+        }                                                                                 \
+    }                                                                                     \
 }
 
 /* one image, channels [lo, hi): dx (C, H, W) = sum of the window columns cols
@@ -80,29 +107,13 @@ _SOURCE = r"""
 
 """ + WINDOW_C + r"""
 /* one image: x (C, H, W) -> rows [lo, hi) of cols (C*KH*KW, OH*OW), rows LD apart (OH*OW,
-   or N*OH*OW when the images' columns sit side by side); zero where the window is
-   padding. Row r is (c, kh, kw) = (r / (KH*KW), r / KW % KH, r % KW). */
-#define IM2COL(T, NAME)                                                                   \
+   or N*OH*OW when the images' columns sit side by side) */
+#define IM2COL(T, NAME, BLOCK)                                                            \
 void NAME(const T* x, T* cols, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,   \
           int64_t SH, int64_t SW, int64_t PH, int64_t PW, int64_t DH, int64_t DW,         \
           int64_t OH, int64_t OW, int64_t LD, int64_t lo, int64_t hi) {                   \
     (void)C;                                                                              \
-    for (int64_t r = lo; r < hi; r++) {                                                   \
-        int64_t c = r / (KH * KW), kh = r / KW % KH, kw = r % KW;                         \
-        T* row = cols + r * LD;                                                           \
-        int64_t off = kw * DW - PW, a, b;                                                 \
-        inside(off, SW, W, OW, &a, &b);                                                   \
-        for (int64_t oh = 0; oh < OH; oh++) {                                             \
-            int64_t ih = oh * SH - PH + kh * DH;                                          \
-            T* dst = row + oh * OW;                                                       \
-            if (ih < 0 || ih >= H) { memset(dst, 0, OW * sizeof(T)); continue; }          \
-            const T* src = x + (c * H + ih) * W + off;                                    \
-            for (int64_t ow = 0; ow < a; ow++) dst[ow] = (T)0;                            \
-            if (SW == 1) memcpy(dst + a, src + a, (b - a) * sizeof(T));                   \
-            else for (int64_t ow = a; ow < b; ow++) dst[ow] = src[ow * SW];               \
-            for (int64_t ow = b; ow < OW; ow++) dst[ow] = (T)0;                           \
-        }                                                                                 \
-    }                                                                                     \
+    BLOCK(x, cols, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OW, LD, lo, hi, 0, OH);          \
 }
 
 /* planes [lo, hi) of x (P, H, W): PyTorch's rule, the first maximum and the last NaN */
@@ -123,8 +134,10 @@ int64_t NAME(const T* g, const int64_t* idx, T* dx, int64_t in_plane, int64_t ou
     return bad;                                                                           \
 }
 
-IM2COL(float, tsr_im2col_f32)
-IM2COL(double, tsr_im2col_f64)
+IM2COL_BLOCK(float, im2col_block_f32)
+IM2COL_BLOCK(double, im2col_block_f64)
+IM2COL(float, tsr_im2col_f32, im2col_block_f32)
+IM2COL(double, tsr_im2col_f64, im2col_block_f64)
 COL2IM(float, tsr_col2im_f32)
 COL2IM(double, tsr_col2im_f64)
 MAXPOOL_BWD(float, tsr_maxpool2d_bwd_f32)
