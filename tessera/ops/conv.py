@@ -210,6 +210,11 @@ def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
     wm = np.ascontiguousarray(w.reshape(o, -1))
     if y is None:
         y = np.empty((n, o) + tuple(out_sp), x.dtype)
+    if _direct(x.shape, w.shape, stride, out_sp, x.dtype):
+        from tessera.codegen.direct_conv import conv2d_direct
+        b = None if b is None else np.ascontiguousarray(b, x.dtype)
+        conv2d_direct(x, np.ascontiguousarray(w), b, _lows(pads), dilation, y)
+        return y
     if _winograd(x.shape, w.shape, stride, dilation, out_sp, x.dtype):
         from tessera.codegen.winograd import conv2d_winograd
         b = None if b is None else np.ascontiguousarray(b, x.dtype)
@@ -268,6 +273,18 @@ def _winograd(xshape, wshape, stride, dilation, out_sp, dtype, lows=(0, 0),
     return rule(xshape[0], xshape[1], wshape[0], *out_sp, dtype)
 
 
+def _direct(xshape, wshape, stride, out_sp, dtype, kind: str = "forward") -> bool:
+    """Whether the ``kind`` ("forward", "input_grad", "weight_grad") of a 2-d ungrouped
+    convolution (``_native``) of ``xshape`` with filters ``wshape`` (the layer's shapes)
+    runs as the direct C convolution of ``tessera.codegen.direct_conv``: stride 1 and the
+    measured rule of ``direct_conv.chosen``."""
+    if tuple(stride) != (1, 1):
+        return False
+    from tessera.codegen import direct_conv
+    return direct_conv.chosen(xshape[0], xshape[1], wshape[0], *out_sp, *wshape[2:], dtype,
+                              kind)
+
+
 def _depthwise(x, w, groups) -> bool:
     """2-d depthwise convolutions (one filter per channel) run as a direct C stencil."""
     if x.ndim != 4 or groups == 1 or groups != x.shape[1] or w.shape[0] != groups \
@@ -299,6 +316,11 @@ def _input_grad_per_image(g, w, input_shape, stride, pads, dilation):
     out_sp = g.shape[2:]
     p = int(np.prod(out_sp))
     dx = np.empty(tuple(input_shape), g.dtype)
+    if _direct(input_shape, w.shape, stride, out_sp, g.dtype, "input_grad"):
+        from tessera.codegen.direct_conv import conv2d_input_grad_direct
+        conv2d_input_grad_direct(np.ascontiguousarray(g), np.ascontiguousarray(w),
+                                 _lows(pads), dilation, dx)
+        return dx
     # the input gradient of a stride-1 3x3 convolution is one too: g (N, O) -> dx (N, C)
     if _winograd(g.shape, (w.shape[1], w.shape[0], *w.shape[2:]), stride, dilation,
                  input_shape[2:], g.dtype, _lows(pads)):
@@ -326,6 +348,10 @@ def _weight_grad_per_image(x, g, weight_shape, stride, pads, dilation):
     out_sp = g.shape[2:]
     p = int(np.prod(out_sp))
     x = np.ascontiguousarray(x)
+    if _direct(x.shape, weight_shape, stride, out_sp, x.dtype, "weight_grad"):
+        from tessera.codegen.direct_conv import conv2d_weight_grad_direct
+        return conv2d_weight_grad_direct(x, np.ascontiguousarray(g), tuple(weight_shape),
+                                         _lows(pads), dilation)
     if _winograd(x.shape, weight_shape, stride, dilation, out_sp, x.dtype, weight_grad=True):
         from tessera.codegen.winograd import conv2d_weight_grad_winograd
         return conv2d_weight_grad_winograd(x, np.ascontiguousarray(g), _lows(pads))

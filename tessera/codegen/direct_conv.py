@@ -1,0 +1,425 @@
+"""Direct 2-d convolution in C for small ungrouped stride-1 convolutions (LeNet-sized), with
+its input and weight gradients, where im2col + GEMM leaves BLAS skinny products (6 x 25 x
+784 for LeNet's first layer) running far below its peak.
+
+Each thread copies an image's channel planes into a zero-padded scratch (C, HP, WP), so no
+inner loop checks bounds. Read flat, output q = oh * WP + ow then takes tap (c, kh, kw)
+from scratch element q + c * HP * WP + kh * DH * WP + kw * DW: the whole image is one
+unit-stride loop over q per tap (the WP - OW columns past each output row are computed and
+dropped). The forward kernel keeps a tile of OB output channels by NV vectors of q in
+registers; per tap it loads the NV input vectors once and uses them for all OB channels.
+The input gradient is the same kernel run on the output gradient with the filters turned
+180 degrees and their channels swapped (low paddings DH (KH - 1) - PH, DW (KW - 1) - PW:
+negative ones crop). The weight gradient copies each output-gradient plane into that flat
+layout (zeros in the dropped columns) and takes dot products with the shifted scratch, a
+tile of OB channels by TB taps in registers; each thread sums a fixed run of images into
+its own buffer, and the buffers add up in a fixed order, so results repeat run to run.
+Images are the work items, spread over the kernel threads.
+
+``chosen`` is the rule, measured per layer shape, for when this beats im2col + GEMM.
+``TESSERA_DIRECT_CONV=0`` turns the path off (read once).
+
+>>> x, w = np.ones((1, 1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32)
+>>> y = np.empty((1, 1, 4, 4), np.float32)
+>>> conv2d_direct(x, w, None, (1, 1), (1, 1), y) if usable(np.float32) else y.fill(9)
+>>> float(y[0, 0, 1, 1])
+9.0
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+import numpy as np
+
+__all__ = ["enabled", "usable", "chosen", "conv2d_direct", "conv2d_input_grad_direct",
+           "conv2d_weight_grad_direct"]
+
+# forward tiles (OB output channels, NV vectors of outputs): OB * NV accumulators, NV input
+# vectors and a broadcast weight fit the 16 vector registers of AVX2
+_FWD_TILES = ((6, 2), (4, 3), (3, 4), (2, 5), (1, 8))
+# weight-gradient tiles (OB output channels, TB taps): OB * TB accumulators, OB gradient
+# vectors and one input vector
+_WGRAD_TILES = ((2, 6), (3, 4))
+_VECTOR_BYTES = 32
+
+# C without backslashes: _macro() continues every line (so comments are /* */ only)
+_COMMON = r"""
+/* image x (C, H, W) -> xp (C, HP, WP), xp[c, r, j] = x[c, r - PH, j - PW] (zero outside
+   x; negative paddings crop), then SL zeros (read by the last tiles, multiplied by zero
+   gradients in the weight gradient: they must not be NaN) */
+static void pad_##S(const T* x, T* xp, const int64_t* d) {
+    DGEOMETRY;
+    int64_t ja = PW > 0 ? PW : 0, jb = PW + W < WP ? PW + W : WP;
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t r = 0; r < HP; r++) {
+            T* dst = xp + (c * HP + r) * WP;
+            int64_t ih = r - PH;
+            if (ih < 0 || ih >= H || ja >= jb) { memset(dst, 0, WP * sizeof(T)); continue; }
+            memset(dst, 0, ja * sizeof(T));
+            memcpy(dst + ja, x + (c * H + ih) * W + ja - PW, (jb - ja) * sizeof(T));
+            memset(dst + jb, 0, (WP - jb) * sizeof(T));
+        }
+    memset(xp + C * HP * WP, 0, SL * sizeof(T));
+}
+"""
+
+_FWD = r"""
+/* yf (OB, QR) at q0 = sum over taps k of wb (CK, OB) [k] times the scratch at q0 + off[k];
+   the loops over OB and NV unrolled, so that the tile stays in registers */
+static inline void fwd_tile_##S##_##OB(const T* xs, const T* wb, const int64_t* off,
+                                       int64_t CK, T* yf, int64_t QR) {
+    V acc[OB][NV];
+    UNROLL for (int o = 0; o < OB; o++)
+        UNROLL for (int v = 0; v < NV; v++) acc[o][v] = (V){0};
+    for (int64_t k = 0; k < CK; k++) {
+        const T* p = xs + off[k];
+        V xv[NV];
+        UNROLL for (int v = 0; v < NV; v++) xv[v] = *(const U*)(p + v * L);
+        UNROLL for (int o = 0; o < OB; o++) {
+            T wv = wb[k * OB + o];
+            UNROLL for (int v = 0; v < NV; v++) acc[o][v] += xv[v] * wv;
+        }
+    }
+    UNROLL for (int o = 0; o < OB; o++)
+        UNROLL for (int v = 0; v < NV; v++) *(U*)(yf + o * QR + v * L) = acc[o][v];
+}
+
+/* y (N, O, OH, OW) = x (*) w + b, w (O, C, KH, KW); with FLIP, w (C, O, KH, KW) turned
+   (the input gradient). One image an item, from the shared counter; thread t's scratch
+   is work + t * ws: the padded image, the flat outputs yf and the filters packed
+   (NB, CK, OB), zero past O */
+void tsr_dconv_fwd_##S##_##OB(const T* x, const T* w, const T* b, T* y, T* work,
+                              int64_t ws, int64_t* next, const int64_t* d, int64_t t) {
+    DGEOMETRY;
+    T* xp = work + t * ws;
+    T* yf = xp + C * HP * WP + SL;
+    T* wp = yf + NB * OB * QR;
+    int64_t* off = offsets(d);
+    if (!off) return;
+    for (int64_t o = 0; o < NB * OB; o++)
+        for (int64_t k = 0; k < CK; k++) {
+            int64_t c = k / (KH * KW), r = k - c * KH * KW;
+            T v = o >= O ? (T)0 : FLIP ? w[(c * O + o) * KH * KW + KH * KW - 1 - r]
+                                       : w[o * CK + k];
+            wp[(o / OB * CK + k) * OB + o - o / OB * OB] = v;
+        }
+    for (;;) {
+        int64_t n = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (n >= N) break;
+        pad_##S(x + n * C * H * W, xp, d);
+        for (int64_t q = 0; q < QR; q += NV * L)
+            for (int64_t ob = 0; ob < NB; ob++)
+                fwd_tile_##S##_##OB(xp + q, wp + ob * CK * OB, off, CK, yf + ob * OB * QR + q,
+                                    QR);
+        for (int64_t o = 0; o < O; o++) {
+            T bo = b ? b[o] : (T)0;
+            for (int64_t oh = 0; oh < OH; oh++) {
+                T* dst = y + ((n * O + o) * OH + oh) * OW;
+                const T* src = yf + o * QR + oh * WP;
+                _Pragma("omp simd")
+                for (int64_t ow = 0; ow < OW; ow++) dst[ow] = src[ow] + bo;
+            }
+        }
+    }
+    free(off);
+}
+"""
+
+_WGRAD = r"""
+/* acc (OB, TB taps, L lanes; rows NK * L apart) += the lane-wise dot products of gradient
+   rows gp (OB, QR) with the scratch at off[j] */
+static inline void wgrad_tile_##S##_##OB(const T* gp, const T* xp, const int64_t* off,
+                                         int64_t QR, T* acc, int64_t NK) {
+    V s[OB][TB];
+    const T* xj[TB];
+    UNROLL for (int j = 0; j < TB; j++) xj[j] = xp + off[j];
+    UNROLL for (int o = 0; o < OB; o++)
+        UNROLL for (int j = 0; j < TB; j++) s[o][j] = (V){0};
+    for (int64_t q = 0; q < QR; q += L) {
+        V gv[OB];
+        UNROLL for (int o = 0; o < OB; o++) gv[o] = *(const U*)(gp + o * QR + q);
+        UNROLL for (int j = 0; j < TB; j++) {
+            V xv = *(const U*)(xj[j] + q);
+            UNROLL for (int o = 0; o < OB; o++) s[o][j] += gv[o] * xv;
+        }
+    }
+    UNROLL for (int o = 0; o < OB; o++)
+        UNROLL for (int j = 0; j < TB; j++) *(U*)(acc + (o * NK + j) * L) += s[o][j];
+}
+
+/* dw[t] (NB * OB, NK, L): thread t's lane sums of the weight gradient over a fixed run of
+   the images (of nt threads), so that the sum's order does not depend on thread timing;
+   each image's sums are added to the run's. Thread t's scratch: the padded image, then
+   the output gradient in the flat layout gp (NB * OB, QR), zero where no output is */
+void tsr_dconv_wgrad_##S##_##OB(const T* x, const T* gy, T* dw, T* work, int64_t ws,
+                                int64_t nt, const int64_t* d, int64_t t) {
+    DGEOMETRY;
+    T* xp = work + t * ws;
+    T* gp = xp + C * HP * WP + SL;
+    T* acc = dw + t * NB * OB * NK * L;
+    int64_t* off = offsets(d);
+    if (!off) return;
+    memset(acc, 0, NB * OB * NK * L * sizeof(T));
+    for (int64_t n = N * t / nt; n < N * (t + 1) / nt; n++) {
+        pad_##S(x + n * C * H * W, xp, d);
+        for (int64_t o = 0; o < NB * OB; o++) {
+            T* row = gp + o * QR;
+            if (o >= O) { memset(row, 0, QR * sizeof(T)); continue; }
+            for (int64_t oh = 0; oh < OH; oh++) {
+                memcpy(row + oh * WP, gy + ((n * O + o) * OH + oh) * OW, OW * sizeof(T));
+                memset(row + oh * WP + OW, 0, (WP - OW) * sizeof(T));
+            }
+            memset(row + OH * WP, 0, (QR - OH * WP) * sizeof(T));
+        }
+        for (int64_t ob = 0; ob < NB; ob++)
+            for (int64_t k = 0; k < NK; k += TB)
+                wgrad_tile_##S##_##OB(gp + ob * OB * QR, xp, off + k, QR,
+                                      acc + (ob * OB * NK + k) * L, NK);
+    }
+    free(off);
+}
+"""
+
+_HEAD = r"""
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the geometry d[]: C H W O PH PW OH OW N HP WP QR NB CK SL KH KW DH DW FLIP NK, then
+   the work counter. The scratch is (C, HP, WP) plus SL zeros; QR the flat outputs
+   rounded up to a tile; NB blocks of output channels; CK = C KH KW taps, NK rounded up
+   to a weight-gradient tile */
+#define DGEOMETRY                                                                         \
+    int64_t C = d[0], H = d[1], W = d[2], O = d[3], PH = d[4], PW = d[5], OH = d[6],      \
+            OW = d[7], N = d[8], HP = d[9], WP = d[10], QR = d[11], NB = d[12],           \
+            CK = d[13], SL = d[14], KH = d[15], KW = d[16], FLIP = d[19], NK = d[20];     \
+    (void)O; (void)OH; (void)OW; (void)N; (void)QR; (void)NB; (void)CK; (void)KH;         \
+    (void)KW; (void)FLIP; (void)NK
+
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* each tap's (c, kh, kw) offset into the flat scratch, zeros up to NK (NULL: no memory) */
+static int64_t* offsets(const int64_t* d) {
+    DGEOMETRY;
+    int64_t DH = d[17], DW = d[18];
+    int64_t* off = malloc(NK * sizeof(int64_t));
+    if (!off) return off;
+    for (int64_t k = 0; k < NK; k++) {
+        int64_t c = k / (KH * KW), r = k - c * KH * KW, kh = r / KW, kw = r - kh * KW;
+        off[k] = k < CK ? (c * HP + kh * DH) * WP + kw * DW : 0;
+    }
+    return off;
+}
+"""
+
+
+def _macro(head: str, body: str) -> str:
+    return f"#define {head} \\\n" + " \\\n".join(body.strip("\n").splitlines()) + "\n"
+
+
+def _source() -> str:
+    lines = [_HEAD, _macro("COMMON(T, S)", _COMMON), _macro("FWD(T, S, V, U, L, OB, NV)", _FWD),
+             _macro("WGRAD(T, S, V, U, L, OB, TB)", _WGRAD)]
+    for t, s in (("float", "f32"), ("double", "f64")):
+        lanes = _VECTOR_BYTES // (4 if s == "f32" else 8)
+        # U: the same vector at any element address (unaligned loads and stores)
+        lines += [f"typedef {t} v_{s} __attribute__((vector_size({_VECTOR_BYTES})));",
+                  f"typedef {t} u_{s} __attribute__((vector_size({_VECTOR_BYTES}), "
+                  f"aligned(sizeof({t})), may_alias));",
+                  f"COMMON({t}, {s})"]
+        lines += [f"FWD({t}, {s}, v_{s}, u_{s}, {lanes}, {ob}, {nv})" for ob, nv in _FWD_TILES]
+        lines += [f"WGRAD({t}, {s}, v_{s}, u_{s}, {lanes}, {ob}, {tb})"
+                  for ob, tb in _WGRAD_TILES]
+    return "\n".join(lines) + "\n"
+
+
+_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+
+
+@functools.lru_cache(maxsize=1)
+def _lib():
+    from tessera.codegen.cc import load
+    lib = load(_source())
+    P, I = ctypes.c_void_p, ctypes.c_int64
+    for s in ("f32", "f64"):
+        for ob, _ in _FWD_TILES:
+            f = getattr(lib, f"tsr_dconv_fwd_{s}_{ob}")
+            f.argtypes, f.restype = [P] * 5 + [I, P, P, I], None
+        for ob, _ in _WGRAD_TILES:
+            f = getattr(lib, f"tsr_dconv_wgrad_{s}_{ob}")
+            f.argtypes, f.restype = [P] * 4 + [I, I, P, I], None
+    return lib
+
+
+_ON = os.environ.get("TESSERA_DIRECT_CONV", "1") not in ("0", "", "false", "off")
+
+
+def enabled() -> bool:
+    """Whether ``TESSERA_DIRECT_CONV`` (read once, at import) lets the direct path run."""
+    return _ON
+
+
+def usable(dtype) -> bool:
+    """Whether the direct kernels can run for ``dtype``: switched on, C kernels available
+    and this library built."""
+    from tessera.codegen.kernels import available
+    if not (_ON and available(dtype)):
+        return False
+    try:
+        return _lib() is not None
+    except Exception:  # a broken toolchain: im2col + GEMM still works
+        return False
+
+
+def chosen(n: int, c: int, o: int, oh: int, ow: int, kh: int, kw: int, dtype,
+           kind: str = "forward") -> bool:
+    """Whether a stride-1 convolution of ``n`` images, ``c`` -> ``o`` channels, ``kh`` x
+    ``kw`` filters and output ``oh`` x ``ow`` runs its ``kind`` ("forward", "input_grad",
+    "weight_grad") directly rather than as im2col + GEMM. Measured on 2 threads,
+    interleaved A/B medians of each kernel (im2col + GEMM time / direct time):
+
+    * filters of more than one tap and c * kh * kw * o <= 8192, where the GEMMs are
+      skinny: forward 1.3-2.7x (LeNet's 1 -> 6 5x5 2.7x, 6 -> 16 5x5 1.7x, 16 -> 16 5x5
+      2.0x, 16 -> 32 3x3 1.7x); 32 -> 32 3x3 (9216) lost 0.9x, 1x1 filters (no im2col to
+      save) lost 0.5-0.9x;
+    * the input gradient also needs o <= 8 c: it runs as a convolution with c outputs, and
+      few of them use the load-bound tiles (1 -> 32 3x3: 0.87x, 3 -> 32 5x5: 0.74x; 1 -> 8
+      5x5: 1.4x, 6 -> 16: 1.1-1.5x);
+    * the weight gradient also needs oh * ow >= 196: its dot products run over one image's
+      outputs, and short ones lost (LeNet's 6 -> 16 at 10x10: 1.0x at batch 64, 0.74x at
+      8; 1 -> 6 at 28x28: 2.0x, 6 -> 16 3x3 at 14x14: 1.26x).
+
+    >>> chosen(64, 1, 6, 28, 28, 5, 5, np.float32) == usable(np.float32)
+    True
+    """
+    if kh * kw == 1 or c * kh * kw * o > 8192:
+        return False
+    if kind == "input_grad" and o > 8 * c or kind == "weight_grad" and oh * ow < 196:
+        return False
+    return usable(dtype)
+
+
+def _lanes(dtype) -> int:
+    return _VECTOR_BYTES // np.dtype(dtype).itemsize
+
+
+@functools.cache
+def _fwd_tile(o: int) -> tuple[int, int]:
+    """The forward tile for ``o`` output channels with the fewest cycles per output vector
+    (a tile step is bound by its OB * NV FMAs or its NV + OB loads, two of each a cycle),
+    counting the padding channels of the last block; the larger OB on a tie."""
+    return min(_FWD_TILES, key=lambda t: -(-o // t[0]) * max(t[0] * t[1], t[0] + t[1]) / t[1])
+
+
+@functools.cache
+def _wgrad_tile(o: int, ck: int) -> tuple[int, int]:
+    """The weight-gradient tile wasting the fewest padding channels and taps."""
+    return min(_WGRAD_TILES, key=lambda t: -(-o // t[0]) * t[0] * (-(-ck // t[1]) * t[1]))
+
+
+def _run(f, args: tuple, threads: int) -> None:
+    """``f(*args, t)`` for t in range(threads), on the kernel pool's threads."""
+    if threads < 2:
+        f(*args, 0)
+        return
+    from tessera.codegen import runtime
+    futures = [runtime._pool().submit(f, *args, t) for t in range(1, threads)]
+    f(*args, 0)
+    for fut in futures:
+        fut.result()
+
+
+def _geometry(x: np.ndarray, o: int, pads, oh: int, ow: int, ksize, dilation, q: int,
+              ob: int, taps: int, flip: int) -> tuple[np.ndarray, int]:
+    """(the C kernels' geometry d, with a zero work counter last; the scratch elements of
+    the padded image plus its slack) for outputs rounded up to ``q`` a tile."""
+    n, c, h, wd = x.shape
+    kh, kw = ksize
+    hp, wp = oh + dilation[0] * (kh - 1), ow + dilation[1] * (kw - 1)
+    qr = -(-oh * wp // q) * q
+    sl = qr - oh * wp + dilation[1] * (kw - 1)
+    d = np.array([c, h, wd, o, *pads, oh, ow, n, hp, wp, qr, -(-o // ob), c * kh * kw, sl,
+                  kh, kw, *dilation, flip, taps, 0], np.int64)
+    return d, c * hp * wp + sl
+
+
+def _forward(x: np.ndarray, w: np.ndarray, b, pads, dilation, y: np.ndarray,
+             flip: int) -> None:
+    """``y`` = the stride-1 correlation of ``x`` with ``w`` (turned when ``flip``)."""
+    from tessera.codegen.conv_kernels import _threads, _workspace
+    n, o = x.shape[0], y.shape[1]
+    ob, nv = _fwd_tile(o)
+    ksize = w.shape[2:]
+    ck = x.shape[1] * ksize[0] * ksize[1]
+    d, xs = _geometry(x, o, pads, *y.shape[2:], ksize, dilation, nv * _lanes(x.dtype), ob,
+                      ck, flip)
+    nb, qr = int(d[12]), int(d[11])
+    threads = min(_threads(n * o * ck * y.shape[2] * y.shape[3]), n)
+    ws = xs + nb * ob * (qr + ck)
+    work = _workspace(ws * threads, x.dtype, "direct")
+    f = getattr(_lib(), f"tsr_dconv_fwd_{_SUFFIX[x.dtype]}_{ob}")
+    dp = d.ctypes.data
+    _run(f, (x.ctypes.data, w.ctypes.data, None if b is None else b.ctypes.data,
+             y.ctypes.data, work.ctypes.data, ws, dp + 8 * (d.size - 1), dp), threads)
+
+
+def conv2d_direct(x: np.ndarray, w: np.ndarray, b, pads, dilation, y: np.ndarray) -> None:
+    """``y`` (N, O, OH, OW) = the stride-1 convolution of C-contiguous ``x`` (N, C, H, W)
+    with ``w`` (O, C, KH, KW) plus ``b`` (O,) if given (C-contiguous); ``pads`` are the low
+    paddings (the output size gives the high ones); ``y`` C-contiguous.
+
+    >>> x, w = np.ones((1, 2, 3, 3)), np.ones((1, 2, 3, 3))
+    >>> y = np.empty((1, 1, 1, 1))
+    >>> conv2d_direct(x, w, None, (0, 0), (1, 1), y) if usable(np.float64) else y.fill(18)
+    >>> float(y[0, 0, 0, 0])
+    18.0
+    """
+    _forward(x, w, b, pads, dilation, y, 0)
+
+
+def conv2d_input_grad_direct(g: np.ndarray, w: np.ndarray, pads, dilation,
+                             dx: np.ndarray) -> None:
+    """``dx`` (N, C, H, W) = the input gradient of a stride-1 convolution with C-contiguous
+    filters ``w`` (O, C, KH, KW) and low paddings ``pads``, from C-contiguous ``g`` (N, O,
+    OH, OW): the correlation of ``g`` with the turned, channel-swapped filters.
+
+    >>> g, w = np.ones((1, 1, 1, 1)), np.ones((1, 2, 3, 3))
+    >>> dx = np.empty((1, 2, 3, 3))
+    >>> conv2d_input_grad_direct(g, w, (0, 0), (1, 1), dx) if usable(np.float64) else dx.fill(1)
+    >>> float(dx.sum())
+    18.0
+    """
+    kh, kw = w.shape[2:]
+    lows = (dilation[0] * (kh - 1) - pads[0], dilation[1] * (kw - 1) - pads[1])
+    _forward(g, w, None, lows, dilation, dx, 1)
+
+
+def conv2d_weight_grad_direct(x: np.ndarray, g: np.ndarray, wshape, pads,
+                              dilation) -> np.ndarray:
+    """The weight gradient (O, C, KH, KW) of a stride-1 convolution with low paddings
+    ``pads`` from C-contiguous ``x`` (N, C, H, W) and ``g`` (N, O, OH, OW).
+
+    >>> x, g = np.ones((1, 2, 3, 3)), np.ones((1, 1, 1, 1))
+    >>> dw = conv2d_weight_grad_direct(x, g, (1, 2, 3, 3), (0, 0), (1, 1)) \\
+    ...     if usable(np.float64) else x[None, 0]
+    >>> dw.shape, float(dw.sum())
+    ((1, 2, 3, 3), 18.0)
+    """
+    from tessera.codegen.conv_kernels import _threads, _workspace
+    n, o = g.shape[:2]
+    ck = x.shape[1] * wshape[2] * wshape[3]
+    ob, tb = _wgrad_tile(o, ck)
+    lanes = _lanes(x.dtype)
+    taps = -(-ck // tb) * tb
+    d, xs = _geometry(x, o, pads, *g.shape[2:], wshape[2:], dilation, lanes, ob, taps, 0)
+    nb, qr = int(d[12]), int(d[11])
+    threads = min(_threads(n * o * ck * g.shape[2] * g.shape[3]), n)
+    ws = xs + nb * ob * qr
+    work = _workspace(ws * threads, x.dtype, "direct")
+    dw = np.empty((threads, nb * ob, taps, lanes), x.dtype)
+    f = getattr(_lib(), f"tsr_dconv_wgrad_{_SUFFIX[x.dtype]}_{ob}")
+    _run(f, (x.ctypes.data, g.ctypes.data, dw.ctypes.data, work.ctypes.data, ws, threads,
+             d.ctypes.data), threads)
+    return dw[:, :o, :ck].sum(axis=(0, 3)).reshape(tuple(wshape))
