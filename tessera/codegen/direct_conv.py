@@ -10,11 +10,14 @@ dropped). The forward kernel keeps a tile of OB output channels by NV vectors of
 registers; per tap it loads the NV input vectors once and uses them for all OB channels.
 The input gradient is the same kernel run on the output gradient with the filters turned
 180 degrees and their channels swapped (low paddings DH (KH - 1) - PH, DW (KW - 1) - PW:
-negative ones crop). The weight gradient copies each output-gradient plane into that flat
-layout (zeros in the dropped columns) and takes dot products with the shifted scratch, a
-tile of OB channels by TB taps in registers; each thread sums a fixed run of images into
-its own buffer, and the buffers add up in a fixed order, so results repeat run to run.
-Images are the work items, spread over the kernel threads.
+negative ones crop); when the padding is narrower than the filter, most of that padded
+work is zeros, and it is scattered instead: the output gradient copied into the flat
+layout (zeros in the dropped columns), each tap's products added into padded planes at
+its offset, then cropped. The weight gradient takes dot products of that flat output
+gradient with the shifted scratch, a tile of OB channels by TB taps in registers; each
+thread sums a fixed run of images into its own buffer, and the buffers add up in a fixed
+order, so results repeat run to run. Images are the work items, spread over the kernel
+threads.
 
 ``chosen`` is the rule, measured per layer shape, for when this beats im2col + GEMM.
 ``TESSERA_DIRECT_CONV=0`` turns the path off (read once).
@@ -62,6 +65,21 @@ static void pad_##S(const T* x, T* xp, const int64_t* d) {
             memset(dst + jb, 0, (WP - jb) * sizeof(T));
         }
     memset(xp + C * HP * WP, 0, SL * sizeof(T));
+}
+
+/* one image's output gradient g (O, OH, OW) -> gp (rows, QR) in the flat layout (row
+   pitch WP): zero in the dropped columns, past OH * WP and in rows from O on */
+static void flat_##S(const T* g, T* gp, int64_t rows, const int64_t* d) {
+    DGEOMETRY;
+    for (int64_t o = 0; o < rows; o++) {
+        T* row = gp + o * QR;
+        if (o >= O) { memset(row, 0, QR * sizeof(T)); continue; }
+        for (int64_t oh = 0; oh < OH; oh++) {
+            memcpy(row + oh * WP, g + (o * OH + oh) * OW, OW * sizeof(T));
+            memset(row + oh * WP + OW, 0, (WP - OW) * sizeof(T));
+        }
+        memset(row + OH * WP, 0, (QR - OH * WP) * sizeof(T));
+    }
 }
 """
 
@@ -152,7 +170,7 @@ static inline void wgrad_tile_##S##_##OB(const T* gp, const T* xp, const int64_t
 /* dw[t] (NB * OB, NK, L): thread t's lane sums of the weight gradient over a fixed run of
    the images (of nt threads), so that the sum's order does not depend on thread timing;
    each image's sums are added to the run's. Thread t's scratch: the padded image, then
-   the output gradient in the flat layout gp (NB * OB, QR), zero where no output is */
+   the output gradient in the flat layout gp (NB * OB, QR) */
 void tsr_dconv_wgrad_##S##_##OB(const T* x, const T* gy, T* dw, T* work, int64_t ws,
                                 int64_t nt, const int64_t* d, int64_t t) {
     DGEOMETRY;
@@ -164,21 +182,77 @@ void tsr_dconv_wgrad_##S##_##OB(const T* x, const T* gy, T* dw, T* work, int64_t
     memset(acc, 0, NB * OB * NK * L * sizeof(T));
     for (int64_t n = N * t / nt; n < N * (t + 1) / nt; n++) {
         pad_##S(x + n * C * H * W, xp, d);
-        for (int64_t o = 0; o < NB * OB; o++) {
-            T* row = gp + o * QR;
-            if (o >= O) { memset(row, 0, QR * sizeof(T)); continue; }
-            for (int64_t oh = 0; oh < OH; oh++) {
-                memcpy(row + oh * WP, gy + ((n * O + o) * OH + oh) * OW, OW * sizeof(T));
-                memset(row + oh * WP + OW, 0, (WP - OW) * sizeof(T));
-            }
-            memset(row + OH * WP, 0, (QR - OH * WP) * sizeof(T));
-        }
+        flat_##S(gy + n * O * OH * OW, gp, NB * OB, d);
         for (int64_t ob = 0; ob < NB; ob++)
             for (int64_t k = 0; k < NK; k += TB)
                 wgrad_tile_##S##_##OB(gp + ob * OB * QR, xp, off + k, QR,
                                       acc + (ob * OB * NK + k) * L, NK);
     }
     free(off);
+}
+"""
+
+_IGRAD = r"""
+/* the CB padded input-gradient planes at dst (PS apart), from q0 on, += the sum over
+   output channels o of wb (O, CB) [o] times the flat output gradient gp (O, QR) at q0 */
+static inline void igrad_tile_##S##_##CB(const T* gp, const T* wb, int64_t O, int64_t QR,
+                                         T* dst, int64_t PS) {
+    V acc[CB][NV];
+    UNROLL for (int c = 0; c < CB; c++)
+        UNROLL for (int v = 0; v < NV; v++) acc[c][v] = (V){0};
+    for (int64_t o = 0; o < O; o++) {
+        V gv[NV];
+        UNROLL for (int v = 0; v < NV; v++) gv[v] = *(const U*)(gp + o * QR + v * L);
+        UNROLL for (int c = 0; c < CB; c++) {
+            T wv = wb[o * CB + c];
+            UNROLL for (int v = 0; v < NV; v++) acc[c][v] += gv[v] * wv;
+        }
+    }
+    UNROLL for (int c = 0; c < CB; c++)
+        UNROLL for (int v = 0; v < NV; v++) *(U*)(dst + c * PS + v * L) += acc[c][v];
+}
+
+/* dx (N, C, H, W) = the input gradient of gy (N, O, OH, OW) for filters w (O, C, KH, KW),
+   scattered: each tap adds its products into the padded planes dxp (NB * CB, HP, WP) at
+   its offset, then dx is cropped out of them. One image an item, from the shared counter;
+   thread t's scratch: dxp and its slack, the flat gradient gp (O, QR) and the filters
+   packed (NB, KH * KW, O, CB), zero past C */
+void tsr_dconv_igrad_##S##_##CB(const T* gy, const T* w, T* dx, T* work, int64_t ws,
+                                int64_t* next, const int64_t* d, int64_t t) {
+    DGEOMETRY;
+    int64_t DH = d[17], DW = d[18], KK = KH * KW, PS = HP * WP;
+    T* dxp = work + t * ws;
+    T* gp = dxp + NB * CB * PS + SL;
+    T* wp = gp + O * QR;
+    for (int64_t cb = 0; cb < NB * CB; cb++)
+        for (int64_t k = 0; k < KK; k++)
+            for (int64_t o = 0; o < O; o++)
+                wp[((cb / CB * KK + k) * O + o) * CB + cb - cb / CB * CB] =
+                    cb < C ? w[(o * C + cb) * KK + k] : (T)0;
+    int64_t ja = PW < 0 ? -PW : 0, jb = WP - PW < W ? WP - PW : W;
+    for (;;) {
+        int64_t n = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (n >= N) break;
+        flat_##S(gy + n * O * OH * OW, gp, O, d);
+        memset(dxp, 0, (NB * CB * PS + SL) * sizeof(T));
+        for (int64_t q = 0; q < QR; q += NV * L)
+            for (int64_t cb = 0; cb < NB; cb++)
+                for (int64_t k = 0; k < KK; k++) {
+                    int64_t kh = k / KW, kw = k - kh * KW;
+                    igrad_tile_##S##_##CB(gp + q, wp + (cb * KK + k) * O * CB, O, QR,
+                                          dxp + cb * CB * PS + q + kh * DH * WP + kw * DW,
+                                          PS);
+                }
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t ih = 0; ih < H; ih++) {
+                T* dst = dx + ((n * C + c) * H + ih) * W;
+                int64_t r = ih + PH;
+                if (r < 0 || r >= HP || ja >= jb) { memset(dst, 0, W * sizeof(T)); continue; }
+                memset(dst, 0, ja * sizeof(T));
+                memcpy(dst + ja, dxp + (c * HP + r) * WP + ja + PW, (jb - ja) * sizeof(T));
+                memset(dst + jb, 0, (W - jb) * sizeof(T));
+            }
+    }
 }
 """
 
@@ -221,7 +295,8 @@ def _macro(head: str, body: str) -> str:
 
 def _source() -> str:
     lines = [_HEAD, _macro("COMMON(T, S)", _COMMON), _macro("FWD(T, S, V, U, L, OB, NV)", _FWD),
-             _macro("WGRAD(T, S, V, U, L, OB, TB)", _WGRAD)]
+             _macro("WGRAD(T, S, V, U, L, OB, TB)", _WGRAD),
+             _macro("IGRAD(T, S, V, U, L, CB, NV)", _IGRAD)]
     for t, s in (("float", "f32"), ("double", "f64")):
         lanes = _VECTOR_BYTES // (4 if s == "f32" else 8)
         # U: the same vector at any element address (unaligned loads and stores)
@@ -232,6 +307,7 @@ def _source() -> str:
         lines += [f"FWD({t}, {s}, v_{s}, u_{s}, {lanes}, {ob}, {nv})" for ob, nv in _FWD_TILES]
         lines += [f"WGRAD({t}, {s}, v_{s}, u_{s}, {lanes}, {ob}, {tb})"
                   for ob, tb in _WGRAD_TILES]
+        lines += [f"IGRAD({t}, {s}, v_{s}, u_{s}, {lanes}, {cb}, {nv})" for cb, nv in _FWD_TILES]
     return "\n".join(lines) + "\n"
 
 
@@ -250,6 +326,9 @@ def _lib():
         for ob, _ in _WGRAD_TILES:
             f = getattr(lib, f"tsr_dconv_wgrad_{s}_{ob}")
             f.argtypes, f.restype = [P] * 4 + [I, I, P, I], None
+        for cb, _ in _FWD_TILES:
+            f = getattr(lib, f"tsr_dconv_igrad_{s}_{cb}")
+            f.argtypes, f.restype = [P] * 4 + [I, P, P, I], None
     return lib
 
 
@@ -332,15 +411,16 @@ def _run(f, args: tuple, threads: int) -> None:
 
 
 def _geometry(x: np.ndarray, o: int, pads, oh: int, ow: int, ksize, dilation, q: int,
-              ob: int, taps: int, flip: int) -> tuple[np.ndarray, int]:
+              blocks: int, taps: int, flip: int) -> tuple[np.ndarray, int]:
     """(the C kernels' geometry d, with a zero work counter last; the scratch elements of
-    the padded image plus its slack) for outputs rounded up to ``q`` a tile."""
+    the padded image plus its slack) for outputs rounded up to ``q`` a tile and ``blocks``
+    blocks of channels."""
     n, c, h, wd = x.shape
     kh, kw = ksize
     hp, wp = oh + dilation[0] * (kh - 1), ow + dilation[1] * (kw - 1)
     qr = -(-oh * wp // q) * q
     sl = qr - oh * wp + dilation[1] * (kw - 1)
-    d = np.array([c, h, wd, o, *pads, oh, ow, n, hp, wp, qr, -(-o // ob), c * kh * kw, sl,
+    d = np.array([c, h, wd, o, *pads, oh, ow, n, hp, wp, qr, blocks, c * kh * kw, sl,
                   kh, kw, *dilation, flip, taps, 0], np.int64)
     return d, c * hp * wp + sl
 
@@ -353,8 +433,8 @@ def _forward(x: np.ndarray, w: np.ndarray, b, pads, dilation, y: np.ndarray,
     ob, nv = _fwd_tile(o)
     ksize = w.shape[2:]
     ck = x.shape[1] * ksize[0] * ksize[1]
-    d, xs = _geometry(x, o, pads, *y.shape[2:], ksize, dilation, nv * _lanes(x.dtype), ob,
-                      ck, flip)
+    d, xs = _geometry(x, o, pads, *y.shape[2:], ksize, dilation, nv * _lanes(x.dtype),
+                      -(-o // ob), ck, flip)
     nb, qr = int(d[12]), int(d[11])
     threads = min(_threads(n * o * ck * y.shape[2] * y.shape[3]), n)
     ws = xs + nb * ob * (qr + ck)
@@ -383,7 +463,9 @@ def conv2d_input_grad_direct(g: np.ndarray, w: np.ndarray, pads, dilation,
                              dx: np.ndarray) -> None:
     """``dx`` (N, C, H, W) = the input gradient of a stride-1 convolution with C-contiguous
     filters ``w`` (O, C, KH, KW) and low paddings ``pads``, from C-contiguous ``g`` (N, O,
-    OH, OW): the correlation of ``g`` with the turned, channel-swapped filters.
+    OH, OW): scattered from ``g``'s flat layout when that is smaller than the padded one
+    of the gathering form (the correlation of ``g`` with the turned, channel-swapped
+    filters), i.e. when the padding is narrower than the filter.
 
     >>> g, w = np.ones((1, 1, 1, 1)), np.ones((1, 2, 3, 3))
     >>> dx = np.empty((1, 2, 3, 3))
@@ -392,8 +474,38 @@ def conv2d_input_grad_direct(g: np.ndarray, w: np.ndarray, pads, dilation,
     18.0
     """
     kh, kw = w.shape[2:]
-    lows = (dilation[0] * (kh - 1) - pads[0], dilation[1] * (kw - 1) - pads[1])
-    _forward(g, w, None, lows, dilation, dx, 1)
+    (oh, ow), (h, wd) = g.shape[2:], dx.shape[2:]
+    reach = (dilation[0] * (kh - 1), dilation[1] * (kw - 1))
+    if oh * (ow + reach[1]) < _SCATTER * h * (wd + reach[1]):
+        _scatter(g, w, pads, dilation, dx)
+        return
+    _forward(g, w, None, (reach[0] - pads[0], reach[1] - pads[1]), dilation, dx, 1)
+
+
+# the share of the gathering form's flat size below which scattering beats it, though it
+# adds its sums into the padded planes once per tap (interleaved medians, batch 64: LeNet's
+# 6 -> 16 5x5 unpadded, 0.56 of the size, 1.12x faster; padding 1 there, 0.76, even;
+# 16 -> 32 3x3 unpadded at 16x16, 0.78, 0.71x; 'same' paddings 0.54-0.87x)
+_SCATTER = 0.65
+
+
+def _scatter(g: np.ndarray, w: np.ndarray, pads, dilation, dx: np.ndarray) -> None:
+    from tessera.codegen.conv_kernels import _threads, _workspace
+    n, o = g.shape[:2]
+    c = dx.shape[1]
+    cb, nv = _fwd_tile(c)
+    kk = w.shape[2] * w.shape[3]
+    nb = -(-c // cb)
+    d, _ = _geometry(dx, o, pads, *g.shape[2:], w.shape[2:], dilation,
+                     nv * _lanes(g.dtype), nb, c * kk, 0)
+    qr, hp, wp, sl = (int(d[i]) for i in (11, 9, 10, 14))
+    threads = min(_threads(n * o * c * kk * g.shape[2] * g.shape[3]), n)
+    ws = nb * cb * hp * wp + sl + o * qr + nb * kk * o * cb
+    work = _workspace(ws * threads, g.dtype, "direct")
+    f = getattr(_lib(), f"tsr_dconv_igrad_{_SUFFIX[g.dtype]}_{cb}")
+    dp = d.ctypes.data
+    _run(f, (g.ctypes.data, w.ctypes.data, dx.ctypes.data, work.ctypes.data, ws,
+             dp + 8 * (d.size - 1), dp), threads)
 
 
 def conv2d_weight_grad_direct(x: np.ndarray, g: np.ndarray, wshape, pads,
@@ -413,7 +525,8 @@ def conv2d_weight_grad_direct(x: np.ndarray, g: np.ndarray, wshape, pads,
     ob, tb = _wgrad_tile(o, ck)
     lanes = _lanes(x.dtype)
     taps = -(-ck // tb) * tb
-    d, xs = _geometry(x, o, pads, *g.shape[2:], wshape[2:], dilation, lanes, ob, taps, 0)
+    d, xs = _geometry(x, o, pads, *g.shape[2:], wshape[2:], dilation, lanes, -(-o // ob),
+                      taps, 0)
     nb, qr = int(d[12]), int(d[11])
     threads = min(_threads(n * o * ck * g.shape[2] * g.shape[3]), n)
     ws = xs + nb * ob * qr

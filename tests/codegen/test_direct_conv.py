@@ -88,9 +88,11 @@ def test_direct_kernels_match_torch(monkeypatch, n, c, o, h, w, ks, pads, dil, t
     g = rng.standard_normal(ref.shape).astype(dtype)
     gt = torch.from_numpy(g)
     dref = torch.nn.grad.conv2d_input(x.shape, tw, gt, padding=pads, dilation=dil).numpy()
-    dx = np.full_like(x, np.nan)
-    direct_conv.conv2d_input_grad_direct(g, wt, pads, dil, dx)
-    close(dx, dref, dtype)
+    for scatter in (0.0, np.inf):   # gathered, scattered
+        monkeypatch.setattr(direct_conv, "_SCATTER", scatter)
+        dx = np.full_like(x, np.nan)
+        direct_conv.conv2d_input_grad_direct(g, wt, pads, dil, dx)
+        close(dx, dref, dtype)
     wref = torch.nn.grad.conv2d_weight(tx, wt.shape, gt, padding=pads, dilation=dil).numpy()
     dw = direct_conv.conv2d_weight_grad_direct(x, g, wt.shape, pads, dil)
     assert dw.dtype == dtype
@@ -114,20 +116,27 @@ def test_weight_grad_repeats_bit_for_bit(monkeypatch):
 
 
 class Spy:
-    """Counts the direct runs: forward (0), input gradient (1) and weight gradient (2)."""
+    """Counts the direct runs: forward (0), input gradient (1: gathered or scattered) and
+    weight gradient (2)."""
 
     def __init__(self, monkeypatch, direct_conv):
         self.calls = {0: 0, 1: 0, 2: 0}
         forward, weight_grad = direct_conv._forward, direct_conv.conv2d_weight_grad_direct
+        scatter = direct_conv._scatter
 
         def spy(x, w, b, pads, dilation, y, flip):
             self.calls[flip] += 1
             return forward(x, w, b, pads, dilation, y, flip)
 
+        def spy_scatter(*args):
+            self.calls[1] += 1
+            return scatter(*args)
+
         def spy_weight_grad(*args):
             self.calls[2] += 1
             return weight_grad(*args)
         monkeypatch.setattr(direct_conv, "_forward", spy)
+        monkeypatch.setattr(direct_conv, "_scatter", spy_scatter)
         monkeypatch.setattr(direct_conv, "conv2d_weight_grad_direct", spy_weight_grad)
 
 
