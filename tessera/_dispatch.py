@@ -21,6 +21,9 @@ import numpy as np
 from tessera import _dtype as D
 from tessera.autograd.grad_mode import STATE
 from tessera.autograd.graph import Node
+from tessera.codegen import eager as _eager
+from tessera.codegen.eager import EAGER_MIN as _EAGER_MIN
+from tessera.codegen.eager import NUMPY_FAST as _NUMPY_FAST
 from tessera.device.registry import _BACKENDS, device
 from tessera.ops.registry import Meta, MissingRule, OpDef
 
@@ -87,6 +90,14 @@ def dispatch(op: OpDef, *args, **attrs):
     multi = type(out) is tuple
     outs = out if multi else (out,)
     backend = _BACKENDS[dev.type]
+    if op.to_c is not None and (mixed or op.name not in _NUMPY_FAST) and dev is _CPU and \
+            not multi:
+        a0 = args[0]  # large elementwise ops: the op's C rule (tessera/codegen/eager.py)
+        if isinstance(a0, Tensor) and a0._data.size >= _EAGER_MIN and _eager.enabled():
+            res = _eager.run(op, [a._data if isinstance(a, Tensor) else a for a in args],
+                             attrs, out)
+            if res is not None:
+                return _finish(op, args, attrs, metas, out, (res,), dev, grad)
     if not (mixed or scalars or multi) and first_dt in _PLAIN_DTYPES and dev is _CPU:
         # the common case, inline: one CPU output, inputs of one float dtype, no casts
         kernel = op.kernels.get("cpu")
