@@ -1,5 +1,5 @@
 """The MNIST demo's epoch (issue 3): LeNet-5, Adam, batch 64, 60,000 images, tessera eager
-and PyTorch eager on the same batches in one run.
+and PyTorch eager on the same batches in one run, interleaved 50 batches at a time.
 
 MNIST is read from ``$TESSERA_MNIST`` or ``../shared/data/mnist`` (nothing downloads); the
 row is reported as skipped when neither holds the IDX files.
@@ -45,21 +45,37 @@ def _lenet(lib):
     return LeNet5()
 
 
-def epoch_seconds(lib, x: np.ndarray, y: np.ndarray) -> float:
+def _trainer(lib, x: np.ndarray, y: np.ndarray):
+    """``train(batch_starts) -> seconds``: LeNet-5 steps of ``lib`` on those batches."""
     lib.manual_seed(0)
     model = _lenet(lib)
     opt = lib.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = lib.nn.CrossEntropyLoss()
     order = np.random.default_rng(0).permutation(len(x))
-    t0 = time.perf_counter()
-    for i in range(0, len(x) - BATCH + 1, BATCH):
-        idx = order[i:i + BATCH]
-        xb, yb = lib.from_numpy(x[idx]), lib.from_numpy(y[idx])
-        opt.zero_grad()
-        loss = loss_fn(model(xb), yb)
-        loss.backward()
-        opt.step()
-    return time.perf_counter() - t0
+
+    def train(starts) -> float:
+        t0 = time.perf_counter()
+        for i in starts:
+            idx = order[i:i + BATCH]
+            xb, yb = lib.from_numpy(x[idx]), lib.from_numpy(y[idx])
+            opt.zero_grad()
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            opt.step()
+        return time.perf_counter() - t0
+    return train
+
+
+def epoch_seconds(libs: dict, x: np.ndarray, y: np.ndarray, chunk: int = 50) -> dict:
+    """One epoch per library, interleaved: every ``chunk`` batches the next library runs
+    the same ones, so a machine whose load changes during the epoch slows each alike."""
+    trainers = {name: _trainer(lib, x, y) for name, lib in libs.items()}
+    starts = range(0, len(x) - BATCH + 1, BATCH)
+    seconds = dict.fromkeys(libs, 0.0)
+    for c in range(0, len(starts), chunk):
+        for name, train in trainers.items():
+            seconds[name] += train(starts[c:c + chunk])
+    return seconds
 
 
 def run() -> dict:
@@ -70,7 +86,7 @@ def run() -> dict:
 
     import tessera
     x, y = data
-    return {"tessera": epoch_seconds(tessera, x, y), "torch": epoch_seconds(torch, x, y)}
+    return epoch_seconds({"tessera": tessera, "torch": torch}, x, y)
 
 
 def render(r: dict) -> str:
