@@ -57,17 +57,19 @@ NUMPY_FAST = frozenset({"add", "sub", "mul", "div", "neg", "positive", "abs", "s
 
 _KERNELS: dict = {}     # key -> ctypes function, or None (not compilable: NumPy runs)
 _NUMERIC: dict = {}     # op name -> count of numeric attribute sets compiled so far
-_STATE = [None]         # enabled? (read once; tests reset it)
+_STATE = [None]         # True/False: forced on or off (tests); None: as the environment says
 
 
 def enabled() -> bool:
-    """Whether eager elementwise ops may run as C kernels (``TESSERA_EAGER_C`` and code
-    generation on, a compiler present)."""
-    if _STATE[0] is None:
-        import tessera.codegen as codegen
-        on = os.environ.get("TESSERA_EAGER_C", "1") not in ("0", "", "false", "off")
-        _STATE[0] = on and codegen.enabled()
-    return _STATE[0]
+    """Whether eager elementwise ops may run as C kernels: ``TESSERA_EAGER_C`` and
+    ``TESSERA_CODEGEN`` not 0 and a C compiler present (read per call: it is reached only
+    for large tensors). Without a compiler nothing warns: eager mode keeps NumPy's."""
+    if _STATE[0] is not None:
+        return _STATE[0]
+    from tessera.codegen.cc import compiler
+    off = ("0", "", "false", "off")
+    return os.environ.get("TESSERA_EAGER_C", "1") not in off and \
+        os.environ.get("TESSERA_CODEGEN", "1") not in off and compiler() is not None
 
 
 def run(op, args, attrs: dict, out) -> np.ndarray | None:
@@ -175,7 +177,7 @@ def _compile(op, kinds, out_t: str, attrs: dict):
         return None
     try:
         lib = cc.load(PRELUDE + text)
-    except cc.CompileError:  # a rule this path renders wrongly: NumPy runs it, correctly
+    except Exception:  # a broken toolchain or a rule rendered wrongly: NumPy's kernel runs
         return None
     f = lib.tsr_e
     f.argtypes = [ctypes.c_void_p] + [ctypes.c_void_p if k in _C_NAMES else ctypes.c_double

@@ -162,10 +162,14 @@ def test_against_torch_with_autograd(on):
     assert any(k[0] == "gelu" for k, f in eager._KERNELS.items() if f is not None)
 
 
-def test_switch_off(monkeypatch):
-    monkeypatch.setenv("TESSERA_EAGER_C", "0")
+@pytest.mark.parametrize("var", ["TESSERA_EAGER_C", "TESSERA_CODEGEN"])
+def test_switch_off(monkeypatch, var):
+    x = tessera.from_numpy(np.linspace(-2, 2, N, dtype=np.float32))
     eager._STATE[0] = None
-    try:
-        assert not eager.enabled()
-    finally:
-        eager._STATE[0] = None
+    monkeypatch.setenv(var, "0")
+    assert not eager.enabled()
+    ran = []
+    run = eager.run
+    monkeypatch.setattr(eager, "run", lambda *a: ran.append(1) or run(*a))
+    np.testing.assert_array_equal(tessera.relu(x).numpy(), np.maximum(x.numpy(), 0))
+    assert not ran
