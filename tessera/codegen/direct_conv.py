@@ -14,10 +14,12 @@ negative ones crop); when the padding is narrower than the filter, most of that 
 work is zeros, and it is scattered instead: the output gradient copied into the flat
 layout (zeros in the dropped columns), each tap's products added into padded planes at
 its offset, then cropped. The weight gradient takes dot products of that flat output
-gradient with the shifted scratch, a tile of OB channels by TB taps in registers; each
-thread sums a fixed run of images into its own buffer, and the buffers add up in a fixed
-order, so results repeat run to run. Images are the work items, spread over the kernel
-threads.
+gradient with the shifted scratch, a tile of OB channels by TB taps in registers; over
+enough taps, each image's gradient is transposed instead and the tile's vectors run over
+output channels (broadcasting the input), so no dropped column is computed. Fixed chunks
+of the images each sum into their own buffer, and the buffers add up in a fixed order, so
+results repeat run to run. Images (chunks of them for the weight gradient) are the work
+items, taken by the kernel threads from a shared counter.
 
 ``chosen`` is the rule, measured per layer shape, for when this beats im2col + GEMM.
 ``TESSERA_DIRECT_CONV=0`` turns the path off (read once).
@@ -45,6 +47,9 @@ _FWD_TILES = ((6, 2), (4, 3), (3, 4), (2, 5), (1, 8))
 # weight-gradient tiles (OB output channels, TB taps): OB * TB accumulators, OB gradient
 # vectors and one input vector
 _WGRAD_TILES = ((2, 6), (3, 4))
+# the channel-vector weight gradient's (OV vectors of output channels, TB taps): OV * TB
+# accumulators, OV gradient vectors and a broadcast input
+_WGRADC_TILES = ((2, 6), (2, 5), (1, 12), (1, 9))
 _VECTOR_BYTES = 32
 
 # C without backslashes: _macro() continues every line (so comments are /* */ only)
@@ -167,26 +172,91 @@ static inline void wgrad_tile_##S##_##OB(const T* gp, const T* xp, const int64_t
         UNROLL for (int j = 0; j < TB; j++) *(U*)(acc + (o * NK + j) * L) += s[o][j];
 }
 
-/* dw[t] (NB * OB, NK, L): thread t's lane sums of the weight gradient over a fixed run of
-   the images (of nt threads), so that the sum's order does not depend on thread timing;
-   each image's sums are added to the run's. Thread t's scratch: the padded image, then
+/* dw[j] (NB * OB, NK, L): the lane sums of the weight gradient over chunk j of the
+   images (of NJ chunks), each image's sums added to its chunk's: chunks, not threads, own
+   the sums, so their order does not depend on thread timing, and a late thread only
+   takes fewer chunks from the shared counter. Thread t's scratch: the padded image, then
    the output gradient in the flat layout gp (NB * OB, QR) */
 void tsr_dconv_wgrad_##S##_##OB(const T* x, const T* gy, T* dw, T* work, int64_t ws,
-                                int64_t nt, const int64_t* d, int64_t t) {
+                                int64_t NJ, int64_t* next, const int64_t* d, int64_t t) {
     DGEOMETRY;
     T* xp = work + t * ws;
     T* gp = xp + C * HP * WP + SL;
-    T* acc = dw + t * NB * OB * NK * L;
     int64_t* off = offsets(d);
     if (!off) return;
-    memset(acc, 0, NB * OB * NK * L * sizeof(T));
-    for (int64_t n = N * t / nt; n < N * (t + 1) / nt; n++) {
-        pad_##S(x + n * C * H * W, xp, d);
-        flat_##S(gy + n * O * OH * OW, gp, NB * OB, d);
-        for (int64_t ob = 0; ob < NB; ob++)
-            for (int64_t k = 0; k < NK; k += TB)
-                wgrad_tile_##S##_##OB(gp + ob * OB * QR, xp, off + k, QR,
-                                      acc + (ob * OB * NK + k) * L, NK);
+    for (;;) {
+        int64_t j = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (j >= NJ) break;
+        T* acc = dw + j * NB * OB * NK * L;
+        memset(acc, 0, NB * OB * NK * L * sizeof(T));
+        for (int64_t n = N * j / NJ; n < N * (j + 1) / NJ; n++) {
+            pad_##S(x + n * C * H * W, xp, d);
+            flat_##S(gy + n * O * OH * OW, gp, NB * OB, d);
+            for (int64_t ob = 0; ob < NB; ob++)
+                for (int64_t k = 0; k < NK; k += TB)
+                    wgrad_tile_##S##_##OB(gp + ob * OB * QR, xp, off + k, QR,
+                                          acc + (ob * OB * NK + k) * L, NK);
+        }
+    }
+    free(off);
+}
+"""
+
+_WGRADC = r"""
+/* acc (TB taps, rows OS apart; OV vectors of output channels) += the sums over one image's
+   outputs q = (oh, ow) of the transposed gradient gt (OH * OW, OS) times the scratch at
+   oh * WP + ow + off[j] */
+static inline void wgradc_tile_##S##_##OV##_##TB(const T* gt, const T* xp, const int64_t* off,
+                                          const int64_t* d, int64_t OS, T* acc) {
+    DGEOMETRY;
+    V s[OV][TB];
+    const T* xj[TB];
+    UNROLL for (int j = 0; j < TB; j++) xj[j] = xp + off[j];
+    UNROLL for (int i = 0; i < OV; i++)
+        UNROLL for (int j = 0; j < TB; j++) s[i][j] = (V){0};
+    for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OW; ow++) {
+            const T* gq = gt + (oh * OW + ow) * OS;
+            int64_t p = oh * WP + ow;
+            V gv[OV];
+            UNROLL for (int i = 0; i < OV; i++) gv[i] = *(const U*)(gq + i * L);
+            UNROLL for (int j = 0; j < TB; j++) {
+                T xs = xj[j][p];
+                UNROLL for (int i = 0; i < OV; i++) s[i][j] += gv[i] * xs;
+            }
+        }
+    UNROLL for (int i = 0; i < OV; i++)
+        UNROLL for (int j = 0; j < TB; j++) *(U*)(acc + j * OS + i * L) += s[i][j];
+}
+
+/* dw[j] (NK, OS): as tsr_dconv_wgrad, vectors over output channels instead of outputs:
+   each image's gradient transposed into gt (OH * OW, OS), OS its channels rounded up to
+   blocks of OV vectors (zero past O); no dropped columns, no split loads, and a tile's
+   loop runs over all the image's outputs */
+void tsr_dconv_wgradc_##S##_##OV##_##TB(const T* x, const T* gy, T* dw, T* work,
+                                        int64_t ws, int64_t NJ, int64_t* next,
+                                        const int64_t* d, int64_t t) {
+    DGEOMETRY;
+    int64_t OS = NB * OV * L;
+    T* xp = work + t * ws;
+    T* gt = xp + C * HP * WP + SL;
+    int64_t* off = offsets(d);
+    if (!off) return;
+    for (;;) {
+        int64_t j = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (j >= NJ) break;
+        T* acc = dw + j * NK * OS;
+        memset(acc, 0, NK * OS * sizeof(T));
+        for (int64_t n = N * j / NJ; n < N * (j + 1) / NJ; n++) {
+            pad_##S(x + n * C * H * W, xp, d);
+            const T* g = gy + n * O * OH * OW;
+            for (int64_t q = 0; q < OH * OW; q++)
+                for (int64_t o = 0; o < OS; o++) gt[q * OS + o] = o < O ? g[o * OH * OW + q] : 0;
+            for (int64_t ob = 0; ob < NB; ob++)
+                for (int64_t k = 0; k < NK; k += TB)
+                    wgradc_tile_##S##_##OV##_##TB(gt + ob * OV * L, xp, off + k, d, OS,
+                                           acc + k * OS + ob * OV * L);
+        }
     }
     free(off);
 }
@@ -296,7 +366,8 @@ def _macro(head: str, body: str) -> str:
 def _source() -> str:
     lines = [_HEAD, _macro("COMMON(T, S)", _COMMON), _macro("FWD(T, S, V, U, L, OB, NV)", _FWD),
              _macro("WGRAD(T, S, V, U, L, OB, TB)", _WGRAD),
-             _macro("IGRAD(T, S, V, U, L, CB, NV)", _IGRAD)]
+             _macro("IGRAD(T, S, V, U, L, CB, NV)", _IGRAD),
+             _macro("WGRADC(T, S, V, U, L, OV, TB)", _WGRADC)]
     for t, s in (("float", "f32"), ("double", "f64")):
         lanes = _VECTOR_BYTES // (4 if s == "f32" else 8)
         # U: the same vector at any element address (unaligned loads and stores)
@@ -308,6 +379,8 @@ def _source() -> str:
         lines += [f"WGRAD({t}, {s}, v_{s}, u_{s}, {lanes}, {ob}, {tb})"
                   for ob, tb in _WGRAD_TILES]
         lines += [f"IGRAD({t}, {s}, v_{s}, u_{s}, {lanes}, {cb}, {nv})" for cb, nv in _FWD_TILES]
+        lines += [f"WGRADC({t}, {s}, v_{s}, u_{s}, {lanes}, {ov}, {tb})"
+                  for ov, tb in _WGRADC_TILES]
     return "\n".join(lines) + "\n"
 
 
@@ -325,7 +398,10 @@ def _lib():
             f.argtypes, f.restype = [P] * 5 + [I, P, P, I], None
         for ob, _ in _WGRAD_TILES:
             f = getattr(lib, f"tsr_dconv_wgrad_{s}_{ob}")
-            f.argtypes, f.restype = [P] * 4 + [I, I, P, I], None
+            f.argtypes, f.restype = [P] * 4 + [I, I, P, P, I], None
+        for ov, tb in _WGRADC_TILES:
+            f = getattr(lib, f"tsr_dconv_wgradc_{s}_{ov}_{tb}")
+            f.argtypes, f.restype = [P] * 4 + [I, I, P, P, I], None
         for cb, _ in _FWD_TILES:
             f = getattr(lib, f"tsr_dconv_igrad_{s}_{cb}")
             f.argtypes, f.restype = [P] * 4 + [I, P, P, I], None
@@ -366,16 +442,18 @@ def chosen(n: int, c: int, o: int, oh: int, ow: int, kh: int, kw: int, dtype,
     * the input gradient also needs o <= 8 c: it runs as a convolution with c outputs, and
       few of them use the load-bound tiles (1 -> 32 3x3: 0.87x, 3 -> 32 5x5: 0.74x; 1 -> 8
       5x5: 1.4x, 6 -> 16: 1.1-1.5x);
-    * the weight gradient also needs oh * ow >= 196: its dot products run over one image's
-      outputs, and short ones lost (LeNet's 6 -> 16 at 10x10: 1.0x at batch 64, 0.74x at
-      8; 1 -> 6 at 28x28: 2.0x, 6 -> 16 3x3 at 14x14: 1.26x).
+    * the weight gradient also needs c * kh * kw >= 32 (its channel-vector kernel: LeNet's
+      6 -> 16 at 10x10 2.0x at batch 64, 1.9x at 8; 16 -> 16 5x5 1.9x) or, for the flat
+      kernel, oh * ow >= 196: its dot products run over one image's outputs, and short
+      ones lost (1 -> 6 5x5 at 28x28: 1.7-2.0x; 1 -> 32 3x3 there 1.0-1.1x).
 
     >>> chosen(64, 1, 6, 28, 28, 5, 5, np.float32) == usable(np.float32)
     True
     """
     if kh * kw == 1 or c * kh * kw * o > 8192:
         return False
-    if kind == "input_grad" and o > 8 * c or kind == "weight_grad" and oh * ow < 196:
+    if kind == "input_grad" and o > 8 * c \
+            or kind == "weight_grad" and oh * ow < 196 and c * kh * kw < _CHANNEL_TAPS:
         return False
     return usable(dtype)
 
@@ -396,6 +474,14 @@ def _fwd_tile(o: int) -> tuple[int, int]:
 def _wgrad_tile(o: int, ck: int) -> tuple[int, int]:
     """The weight-gradient tile wasting the fewest padding channels and taps."""
     return min(_WGRAD_TILES, key=lambda t: -(-o // t[0]) * t[0] * (-(-ck // t[1]) * t[1]))
+
+
+@functools.cache
+def _wgradc_tile(o: int, ck: int, lanes: int) -> tuple[int, int]:
+    """The channel-vector weight-gradient tile wasting the fewest padding channels and
+    taps; the one with more vectors on a tie (fewer broadcasts per multiply-add)."""
+    return min(_WGRADC_TILES, key=lambda t: (-(-o // (t[0] * lanes)) * t[0] * lanes
+                                             * (-(-ck // t[1]) * t[1]), -t[0]))
 
 
 def _run(f, args: tuple, threads: int) -> None:
@@ -508,10 +594,21 @@ def _scatter(g: np.ndarray, w: np.ndarray, pads, dilation, dx: np.ndarray) -> No
              dp + 8 * (d.size - 1), dp), threads)
 
 
+# weight-gradient chunks per thread: a thread late by a chunk's time costs 1 / _CHUNKS of
+# the call's length, against a partial sum more to zero and add per chunk
+_CHUNKS = 4
+# taps (C * KH * KW) from which the weight gradient's vectors run over output channels:
+# each image's gradient is transposed for it, which only pays over enough taps (interleaved
+# medians, batch 64, against the flat kernel: 4 -> 16 3x3 at 28x28 (36 taps) 1.14x, 6 -> 16
+# 5x5 at 10x10 2.5x; 3 -> 16 3x3 (27) 0.58x, 1 -> 6 5x5 (25) 0.73x)
+_CHANNEL_TAPS = 32
+
+
 def conv2d_weight_grad_direct(x: np.ndarray, g: np.ndarray, wshape, pads,
                               dilation) -> np.ndarray:
     """The weight gradient (O, C, KH, KW) of a stride-1 convolution with low paddings
-    ``pads`` from C-contiguous ``x`` (N, C, H, W) and ``g`` (N, O, OH, OW).
+    ``pads`` from C-contiguous ``x`` (N, C, H, W) and ``g`` (N, O, OH, OW): with at least
+    ``_CHANNEL_TAPS`` taps, vectors over output channels, else over the flat outputs.
 
     >>> x, g = np.ones((1, 2, 3, 3)), np.ones((1, 1, 1, 1))
     >>> dw = conv2d_weight_grad_direct(x, g, (1, 2, 3, 3), (0, 0), (1, 1)) \\
@@ -520,19 +617,29 @@ def conv2d_weight_grad_direct(x: np.ndarray, g: np.ndarray, wshape, pads,
     ((1, 2, 3, 3), 18.0)
     """
     from tessera.codegen.conv_kernels import _threads, _workspace
-    n, o = g.shape[:2]
+    n, o, oh, ow = g.shape
     ck = x.shape[1] * wshape[2] * wshape[3]
-    ob, tb = _wgrad_tile(o, ck)
-    lanes = _lanes(x.dtype)
+    lanes, s = _lanes(x.dtype), _SUFFIX[x.dtype]
+    by_channel = ck >= _CHANNEL_TAPS
+    if by_channel:
+        ov, tb = _wgradc_tile(o, ck, lanes)
+        blocks, q, name = -(-o // (ov * lanes)), 1, f"wgradc_{s}_{ov}_{tb}"
+    else:
+        ob, tb = _wgrad_tile(o, ck)
+        blocks, q, name = -(-o // ob), lanes, f"wgrad_{s}_{ob}"
     taps = -(-ck // tb) * tb
-    d, xs = _geometry(x, o, pads, *g.shape[2:], wshape[2:], dilation, lanes, -(-o // ob),
-                      taps, 0)
-    nb, qr = int(d[12]), int(d[11])
-    threads = min(_threads(n * o * ck * g.shape[2] * g.shape[3]), n)
-    ws = xs + nb * ob * qr
+    d, xs = _geometry(x, o, pads, oh, ow, wshape[2:], dilation, q, blocks, taps, 0)
+    threads = min(_threads(n * o * ck * oh * ow), n)
+    chunks = 1 if threads < 2 else min(n, _CHUNKS * threads)
+    if by_channel:
+        ws, shape = xs + oh * ow * blocks * ov * lanes, (taps, blocks * ov * lanes)
+    else:
+        ws, shape = xs + blocks * ob * int(d[11]), (blocks * ob, taps, lanes)
     work = _workspace(ws * threads, x.dtype, "direct")
-    dw = np.empty((threads, nb * ob, taps, lanes), x.dtype)
-    f = getattr(_lib(), f"tsr_dconv_wgrad_{_SUFFIX[x.dtype]}_{ob}")
-    _run(f, (x.ctypes.data, g.ctypes.data, dw.ctypes.data, work.ctypes.data, ws, threads,
-             d.ctypes.data), threads)
+    dw = np.empty((chunks,) + shape, x.dtype)
+    dp = d.ctypes.data
+    _run(getattr(_lib(), f"tsr_dconv_{name}"), (x.ctypes.data, g.ctypes.data, dw.ctypes.data,
+         work.ctypes.data, ws, chunks, dp + 8 * (d.size - 1), dp), threads)
+    if by_channel:
+        return np.ascontiguousarray(dw.sum(0)[:ck, :o].T).reshape(tuple(wshape))
     return dw[:, :o, :ck].sum(axis=(0, 3)).reshape(tuple(wshape))

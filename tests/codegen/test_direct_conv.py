@@ -94,14 +94,16 @@ def test_direct_kernels_match_torch(monkeypatch, n, c, o, h, w, ks, pads, dil, t
         direct_conv.conv2d_input_grad_direct(g, wt, pads, dil, dx)
         close(dx, dref, dtype)
     wref = torch.nn.grad.conv2d_weight(tx, wt.shape, gt, padding=pads, dilation=dil).numpy()
-    dw = direct_conv.conv2d_weight_grad_direct(x, g, wt.shape, pads, dil)
-    assert dw.dtype == dtype
-    close(dw, wref, dtype)
+    for taps in (0, 10 ** 9):   # vectors over output channels, over flat outputs
+        monkeypatch.setattr(direct_conv, "_CHANNEL_TAPS", taps)
+        dw = direct_conv.conv2d_weight_grad_direct(x, g, wt.shape, pads, dil)
+        assert dw.dtype == dtype
+        close(dw, wref, dtype)
 
 
 def test_weight_grad_repeats_bit_for_bit(monkeypatch):
-    """Each thread sums a fixed run of images, and the runs add up in a fixed order: the
-    same inputs give the same bits however the threads were scheduled."""
+    """Fixed chunks of images own the partial sums, which add up in a fixed order: the
+    same inputs give the same bits whichever thread took which chunk."""
     from tessera.codegen import conv_kernels, runtime
     direct_conv = _direct_module()
     monkeypatch.setattr(runtime, "_threads", lambda: 3)
@@ -109,10 +111,12 @@ def test_weight_grad_repeats_bit_for_bit(monkeypatch):
     rng = np.random.default_rng(4)
     x = rng.standard_normal((37, 6, 14, 14)).astype(np.float32)
     g = rng.standard_normal((37, 16, 10, 10)).astype(np.float32)
-    first = direct_conv.conv2d_weight_grad_direct(x, g, (16, 6, 5, 5), (0, 0), (1, 1))
-    for _ in range(5):
-        again = direct_conv.conv2d_weight_grad_direct(x, g, (16, 6, 5, 5), (0, 0), (1, 1))
-        assert np.array_equal(first, again)
+    for taps in (0, 10 ** 9):
+        monkeypatch.setattr(direct_conv, "_CHANNEL_TAPS", taps)
+        first = direct_conv.conv2d_weight_grad_direct(x, g, (16, 6, 5, 5), (0, 0), (1, 1))
+        for _ in range(5):
+            again = direct_conv.conv2d_weight_grad_direct(x, g, (16, 6, 5, 5), (0, 0), (1, 1))
+            assert np.array_equal(first, again)
 
 
 class Spy:
@@ -142,9 +146,10 @@ class Spy:
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_conv_ops_choose_direct(monkeypatch, dtype):
-    """The conv kernels take the direct path where the rule picks it (LeNet's second layer:
-    forward and input gradient; not its 10x10 weight gradient), not for a stride, a 1x1
-    filter or many channels, and agree with it switched off."""
+    """The conv kernels take the direct path where the rule picks it (LeNet's second layer,
+    forward and both gradients; the first's weight gradient), not for a stride, a 1x1
+    filter, many channels or a narrow weight gradient of few taps, and agree with it
+    switched off."""
     from tessera.ops import conv as C
     direct_conv = _direct_module()
     spy = Spy(monkeypatch, direct_conv)
@@ -157,30 +162,31 @@ def test_conv_ops_choose_direct(monkeypatch, dtype):
     g = rng.standard_normal(y.shape).astype(dtype)
     dx = C._input_grad_kernel(g, w, x.shape, *args)
     dw = C._weight_grad_kernel(x, g, w.shape, *args)
-    assert spy.calls == {0: 1, 1: 1, 2: 0}
+    assert spy.calls == {0: 1, 1: 1, 2: 1}
     monkeypatch.setattr(direct_conv, "_ON", False)
     close(y, C._conv_kernel(x, w, b, *args), dtype)
     close(dx, C._input_grad_kernel(g, w, x.shape, *args), dtype)
     close(dw, C._weight_grad_kernel(x, g, w.shape, *args), dtype)
-    assert spy.calls == {0: 1, 1: 1, 2: 0}
+    assert spy.calls == {0: 1, 1: 1, 2: 1}
     monkeypatch.setattr(direct_conv, "_ON", True)
-    # LeNet's first layer: its 28x28 weight gradient runs directly
+    # LeNet's first layer: its 28x28 weight gradient of 25 taps runs directly, at 8x8 not
     x1 = rng.standard_normal((2, 1, 28, 28)).astype(dtype)
     g1 = rng.standard_normal((2, 6, 28, 28)).astype(dtype)
     C._weight_grad_kernel(x1, g1, (6, 1, 5, 5), args[0], ((2, 2), (2, 2)), *args[2:])
-    assert spy.calls == {0: 1, 1: 1, 2: 1}
+    C._weight_grad_kernel(x1[:, :, :12, :12], g1[:, :, :8, :8], (6, 1, 5, 5), *args)
+    assert spy.calls == {0: 1, 1: 1, 2: 2}
     C._conv_kernel(x, w, b, (2, 2), *args[1:])
     C._conv_kernel(x, w[:, :, :1, :1], b, *args)
     C._conv_kernel(rng.standard_normal((1, 64, 8, 8)).astype(dtype),
                    rng.standard_normal((64, 64, 3, 3)).astype(dtype), None, *args)
-    assert spy.calls == {0: 1, 1: 1, 2: 1}
+    assert spy.calls == {0: 1, 1: 1, 2: 2}
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_eager_lenet_convs_match_torch(monkeypatch, dtype):
     """LeNet's two convolutions with F.conv2d and backward, on non-contiguous inputs (a
     transposed input, a strided slice of the first layer's output), through the direct
-    kernels: forwards, input gradients and the first's weight gradient."""
+    kernels: forwards, input and weight gradients."""
     direct_conv = _direct_module()
     spy = Spy(monkeypatch, direct_conv)
     rng = np.random.default_rng(2)
@@ -201,8 +207,7 @@ def test_eager_lenet_convs_match_torch(monkeypatch, dtype):
                                                   c2.grad)])
     for got, want in zip(outs[1], outs[0]):
         close(got, want, dtype)
-    # conv2's 5x5 output is too narrow for the direct weight gradient
-    assert spy.calls == {0: 2, 1: 2, 2: 1}
+    assert spy.calls == {0: 2, 1: 2, 2: 2}
 
 
 def test_graph_matches_torch(monkeypatch):
@@ -241,4 +246,28 @@ def test_graph_matches_torch(monkeypatch):
     close(loss.numpy(), ploss.detach().numpy(), np.float32)
     for p, q in zip(tm.parameters(), pm.parameters()):
         close(p.detach().numpy(), q.detach().numpy(), np.float32)
-    assert spy.calls[0] >= 2 and spy.calls[1] >= 1 and spy.calls[2] >= 1
+    assert spy.calls[0] >= 2 and spy.calls[1] >= 1 and spy.calls[2] >= 2
+
+
+@pytest.mark.parametrize("padding,dilation,output_padding", [(0, 1, 0), (1, 2, 1), (2, 1, 0)])
+def test_conv_transpose_matches_torch(monkeypatch, padding, dilation, output_padding):
+    """conv_transpose2d runs the input-gradient kernel as its forward (scattered or
+    gathered; with an output padding, the high side past the last window stays zero) and
+    the forward kernel as its input gradient."""
+    direct_conv = _direct_module()
+    spy = Spy(monkeypatch, direct_conv)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 8, 9, 11)).astype(np.float32)
+    w = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    outs = []
+    for lib in (torch, tessera):
+        tx, tw = lib.tensor(x).requires_grad_(True), lib.tensor(w).requires_grad_(True)
+        y = lib.nn.functional.conv_transpose2d(tx, tw, lib.tensor(b), padding=padding,
+                                               dilation=dilation,
+                                               output_padding=output_padding)
+        y.square().sum().backward()
+        outs.append([t.detach().numpy() for t in (y, tx.grad, tw.grad)])
+    for got, want in zip(outs[1], outs[0]):
+        close(got, want, np.float32)
+    assert spy.calls[0] == 1 and spy.calls[1] == 1
