@@ -27,6 +27,32 @@ def per_call_us(fn: Callable[[], object], repeat: int = 7, min_time: float = 0.0
     return statistics.median(rounds)
 
 
+def per_call_us_interleaved(fns: dict, repeat: int = 9, min_time: float = 0.05) -> dict:
+    """``per_call_us`` of several functions with their rounds interleaved (a, b, a, b, ...),
+    so that load that comes and goes on a shared machine weighs on each alike."""
+    loops = {}
+    for name, fn in fns.items():
+        fn()
+        n = 1
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            if time.perf_counter() - t0 >= min_time or n >= 1 << 20:
+                break
+            n *= 2
+        loops[name] = n
+    rounds: dict = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            n = loops[name]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            rounds[name].append((time.perf_counter() - t0) / n * 1e6)
+    return {name: statistics.median(r) for name, r in rounds.items()}
+
+
 def table(rows: list[tuple], headers: tuple) -> str:
     cols = list(zip(*([headers] + [tuple(str(c) for c in r) for r in rows])))
     widths = [max(len(c) for c in col) for col in cols]
