@@ -183,7 +183,9 @@ def _native(x, w, groups) -> bool:
     its GEMM (1.5-2x faster than one batch-wide buffer). With NumPy's OpenBLAS the C drivers
     of ``tessera.codegen.conv_kernels`` run it, images split across the kernel
     threads, each calling BLAS single-threaded; else a Python loop with threaded BLAS. Per-
-    image GEMMs round differently from a batch-wide one (equally accurate)."""
+    image GEMMs round differently from a batch-wide one (equally accurate). Small stride-1
+    ones (``_direct``), whose GEMMs would be skinny, run as direct C convolutions instead,
+    and 3x3 stride-1 ones with many channels (``_winograd``) as Winograd."""
     if x.ndim != 4 or groups != 1 or x.dtype != w.dtype or 0 in x.shape or 0 in w.shape:
         return False
     from tessera.codegen import kernels
