@@ -42,7 +42,8 @@ __all__ = ["enabled", "usable", "chosen", "conv2d_direct", "conv2d_input_grad_di
            "conv2d_weight_grad_direct"]
 
 # forward tiles (OB output channels, NV vectors of outputs): OB * NV accumulators, NV input
-# vectors and a broadcast weight fit the 16 vector registers of AVX2
+# vectors and a broadcast weight fit the 16 vector registers of AVX2; the scattered input
+# gradient's tiles (CB input channels, NV vectors) are the same
 _FWD_TILES = ((6, 2), (4, 3), (3, 4), (2, 5), (1, 8))
 # weight-gradient tiles (OB output channels, TB taps): OB * TB accumulators, OB gradient
 # vectors and one input vector
@@ -445,7 +446,8 @@ def chosen(n: int, c: int, o: int, oh: int, ow: int, kh: int, kw: int, dtype,
     * the weight gradient also needs c * kh * kw >= 32 (its channel-vector kernel: LeNet's
       6 -> 16 at 10x10 2.0x at batch 64, 1.9x at 8; 16 -> 16 5x5 1.9x) or, for the flat
       kernel, oh * ow >= 196: its dot products run over one image's outputs, and short
-      ones lost (1 -> 6 5x5 at 28x28: 1.7-2.0x; 1 -> 32 3x3 there 1.0-1.1x).
+      ones lost (LeNet's 6 -> 16 at 10x10: 0.74-1.0x); at 28x28, 1 -> 6 5x5 1.7-2.0x,
+      1 -> 32 3x3 1.06-1.1x.
 
     >>> chosen(64, 1, 6, 28, 28, 5, 5, np.float32) == usable(np.float32)
     True
