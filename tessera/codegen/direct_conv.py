@@ -486,16 +486,21 @@ def _wgradc_tile(o: int, ck: int, lanes: int) -> tuple[int, int]:
                                              * (-(-ck // t[1]) * t[1]), -t[0]))
 
 
-def _run(f, args: tuple, threads: int) -> None:
-    """``f(*args, t)`` for t in range(threads), on the kernel pool's threads."""
+def _run(f, args: tuple, threads: int, d: np.ndarray) -> None:
+    """``f(*args, t)`` for t in range(threads), on the kernel pool's threads. A thread
+    that cannot allocate its tap table takes no item and the others take them all; when
+    none could, the shared counter (``d``'s last entry) never moved: an error, not an
+    output left unwritten."""
     if threads < 2:
         f(*args, 0)
-        return
-    from tessera.codegen import runtime
-    futures = [runtime._pool().submit(f, *args, t) for t in range(1, threads)]
-    f(*args, 0)
-    for fut in futures:
-        fut.result()
+    else:
+        from tessera.codegen import runtime
+        futures = [runtime._pool().submit(f, *args, t) for t in range(1, threads)]
+        f(*args, 0)
+        for fut in futures:
+            fut.result()
+    if d[-1] == 0:
+        raise MemoryError("direct convolution: no thread could allocate its tap table")
 
 
 def _geometry(x: np.ndarray, o: int, pads, oh: int, ow: int, ksize, dilation, q: int,
@@ -530,7 +535,7 @@ def _forward(x: np.ndarray, w: np.ndarray, b, pads, dilation, y: np.ndarray,
     f = getattr(_lib(), f"tsr_dconv_fwd_{_SUFFIX[x.dtype]}_{ob}")
     dp = d.ctypes.data
     _run(f, (x.ctypes.data, w.ctypes.data, None if b is None else b.ctypes.data,
-             y.ctypes.data, work.ctypes.data, ws, dp + 8 * (d.size - 1), dp), threads)
+             y.ctypes.data, work.ctypes.data, ws, dp + 8 * (d.size - 1), dp), threads, d)
 
 
 def conv2d_direct(x: np.ndarray, w: np.ndarray, b, pads, dilation, y: np.ndarray) -> None:
@@ -593,7 +598,7 @@ def _scatter(g: np.ndarray, w: np.ndarray, pads, dilation, dx: np.ndarray) -> No
     f = getattr(_lib(), f"tsr_dconv_igrad_{_SUFFIX[g.dtype]}_{cb}")
     dp = d.ctypes.data
     _run(f, (g.ctypes.data, w.ctypes.data, dx.ctypes.data, work.ctypes.data, ws,
-             dp + 8 * (d.size - 1), dp), threads)
+             dp + 8 * (d.size - 1), dp), threads, d)
 
 
 # weight-gradient chunks per thread: a thread late by a chunk's time costs 1 / _CHUNKS of
@@ -641,7 +646,7 @@ def conv2d_weight_grad_direct(x: np.ndarray, g: np.ndarray, wshape, pads,
     dw = np.empty((chunks,) + shape, x.dtype)
     dp = d.ctypes.data
     _run(getattr(_lib(), f"tsr_dconv_{name}"), (x.ctypes.data, g.ctypes.data, dw.ctypes.data,
-         work.ctypes.data, ws, chunks, dp + 8 * (d.size - 1), dp), threads)
+         work.ctypes.data, ws, chunks, dp + 8 * (d.size - 1), dp), threads, d)
     if by_channel:
         return np.ascontiguousarray(dw.sum(0)[:ck, :o].T).reshape(tuple(wshape))
     return dw[:, :o, :ck].sum(axis=(0, 3)).reshape(tuple(wshape))
