@@ -364,48 +364,49 @@ def _macro(head: str, body: str) -> str:
     return f"#define {head} \\\n" + " \\\n".join(body.strip("\n").splitlines()) + "\n"
 
 
-def _source() -> str:
+def _source(s: str) -> str:
+    """The kernels of one dtype (``s``: f32 or f64): a library each, so that a float32
+    model compiles only its own (half the C: 3.3 s for both on a slow host)."""
+    t = {"f32": "float", "f64": "double"}[s]
+    lanes = _VECTOR_BYTES // (4 if s == "f32" else 8)
     lines = [_HEAD, _macro("COMMON(T, S)", _COMMON), _macro("FWD(T, S, V, U, L, OB, NV)", _FWD),
              _macro("WGRAD(T, S, V, U, L, OB, TB)", _WGRAD),
              _macro("IGRAD(T, S, V, U, L, CB, NV)", _IGRAD),
-             _macro("WGRADC(T, S, V, U, L, OV, TB)", _WGRADC)]
-    for t, s in (("float", "f32"), ("double", "f64")):
-        lanes = _VECTOR_BYTES // (4 if s == "f32" else 8)
-        # U: the same vector at any element address (unaligned loads and stores)
-        lines += [f"typedef {t} v_{s} __attribute__((vector_size({_VECTOR_BYTES})));",
-                  f"typedef {t} u_{s} __attribute__((vector_size({_VECTOR_BYTES}), "
-                  f"aligned(sizeof({t})), may_alias));",
-                  f"COMMON({t}, {s})"]
-        lines += [f"FWD({t}, {s}, v_{s}, u_{s}, {lanes}, {ob}, {nv})" for ob, nv in _FWD_TILES]
-        lines += [f"WGRAD({t}, {s}, v_{s}, u_{s}, {lanes}, {ob}, {tb})"
-                  for ob, tb in _WGRAD_TILES]
-        lines += [f"IGRAD({t}, {s}, v_{s}, u_{s}, {lanes}, {cb}, {nv})" for cb, nv in _FWD_TILES]
-        lines += [f"WGRADC({t}, {s}, v_{s}, u_{s}, {lanes}, {ov}, {tb})"
-                  for ov, tb in _WGRADC_TILES]
+             _macro("WGRADC(T, S, V, U, L, OV, TB)", _WGRADC),
+             # U: the same vector at any element address (unaligned loads and stores)
+             f"typedef {t} v_{s} __attribute__((vector_size({_VECTOR_BYTES})));",
+             f"typedef {t} u_{s} __attribute__((vector_size({_VECTOR_BYTES}), "
+             f"aligned(sizeof({t})), may_alias));",
+             f"COMMON({t}, {s})"]
+    lines += [f"FWD({t}, {s}, v_{s}, u_{s}, {lanes}, {ob}, {nv})" for ob, nv in _FWD_TILES]
+    lines += [f"WGRAD({t}, {s}, v_{s}, u_{s}, {lanes}, {ob}, {tb})" for ob, tb in _WGRAD_TILES]
+    lines += [f"IGRAD({t}, {s}, v_{s}, u_{s}, {lanes}, {cb}, {nv})" for cb, nv in _FWD_TILES]
+    lines += [f"WGRADC({t}, {s}, v_{s}, u_{s}, {lanes}, {ov}, {tb})"
+              for ov, tb in _WGRADC_TILES]
     return "\n".join(lines) + "\n"
 
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 
 
-@functools.lru_cache(maxsize=1)
-def _lib():
+@functools.lru_cache(maxsize=2)
+def _lib(s: str):
+    """The compiled kernels of dtype suffix ``s`` (f32 or f64)."""
     from tessera.codegen.cc import load
-    lib = load(_source())
+    lib = load(_source(s))
     P, I = ctypes.c_void_p, ctypes.c_int64
-    for s in ("f32", "f64"):
-        for ob, _ in _FWD_TILES:
-            f = getattr(lib, f"tsr_dconv_fwd_{s}_{ob}")
-            f.argtypes, f.restype = [P] * 5 + [I, P, P, I], None
-        for ob, _ in _WGRAD_TILES:
-            f = getattr(lib, f"tsr_dconv_wgrad_{s}_{ob}")
-            f.argtypes, f.restype = [P] * 4 + [I, I, P, P, I], None
-        for ov, tb in _WGRADC_TILES:
-            f = getattr(lib, f"tsr_dconv_wgradc_{s}_{ov}_{tb}")
-            f.argtypes, f.restype = [P] * 4 + [I, I, P, P, I], None
-        for cb, _ in _FWD_TILES:
-            f = getattr(lib, f"tsr_dconv_igrad_{s}_{cb}")
-            f.argtypes, f.restype = [P] * 4 + [I, P, P, I], None
+    for ob, _ in _FWD_TILES:
+        f = getattr(lib, f"tsr_dconv_fwd_{s}_{ob}")
+        f.argtypes, f.restype = [P] * 5 + [I, P, P, I], None
+    for ob, _ in _WGRAD_TILES:
+        f = getattr(lib, f"tsr_dconv_wgrad_{s}_{ob}")
+        f.argtypes, f.restype = [P] * 4 + [I, I, P, P, I], None
+    for ov, tb in _WGRADC_TILES:
+        f = getattr(lib, f"tsr_dconv_wgradc_{s}_{ov}_{tb}")
+        f.argtypes, f.restype = [P] * 4 + [I, I, P, P, I], None
+    for cb, _ in _FWD_TILES:
+        f = getattr(lib, f"tsr_dconv_igrad_{s}_{cb}")
+        f.argtypes, f.restype = [P] * 4 + [I, P, P, I], None
     return lib
 
 
@@ -424,7 +425,7 @@ def usable(dtype) -> bool:
     if not (_ON and available(dtype)):
         return False
     try:
-        return _lib() is not None
+        return _lib(_SUFFIX[np.dtype(dtype)]) is not None
     except Exception:  # a broken toolchain: im2col + GEMM still works
         return False
 
@@ -532,7 +533,7 @@ def _forward(x: np.ndarray, w: np.ndarray, b, pads, dilation, y: np.ndarray,
     threads = min(_threads(n * o * ck * y.shape[2] * y.shape[3]), n)
     ws = xs + nb * ob * (qr + ck)
     work = _workspace(ws * threads, x.dtype, "direct")
-    f = getattr(_lib(), f"tsr_dconv_fwd_{_SUFFIX[x.dtype]}_{ob}")
+    f = getattr(_lib(_SUFFIX[x.dtype]), f"tsr_dconv_fwd_{_SUFFIX[x.dtype]}_{ob}")
     dp = d.ctypes.data
     _run(f, (x.ctypes.data, w.ctypes.data, None if b is None else b.ctypes.data,
              y.ctypes.data, work.ctypes.data, ws, dp + 8 * (d.size - 1), dp), threads, d)
@@ -595,7 +596,7 @@ def _scatter(g: np.ndarray, w: np.ndarray, pads, dilation, dx: np.ndarray) -> No
     threads = min(_threads(n * o * c * kk * g.shape[2] * g.shape[3]), n)
     ws = nb * cb * hp * wp + sl + o * qr + nb * kk * o * cb
     work = _workspace(ws * threads, g.dtype, "direct")
-    f = getattr(_lib(), f"tsr_dconv_igrad_{_SUFFIX[g.dtype]}_{cb}")
+    f = getattr(_lib(_SUFFIX[g.dtype]), f"tsr_dconv_igrad_{_SUFFIX[g.dtype]}_{cb}")
     dp = d.ctypes.data
     _run(f, (g.ctypes.data, w.ctypes.data, dx.ctypes.data, work.ctypes.data, ws,
              dp + 8 * (d.size - 1), dp), threads, d)
@@ -645,7 +646,7 @@ def conv2d_weight_grad_direct(x: np.ndarray, g: np.ndarray, wshape, pads,
     work = _workspace(ws * threads, x.dtype, "direct")
     dw = np.empty((chunks,) + shape, x.dtype)
     dp = d.ctypes.data
-    _run(getattr(_lib(), f"tsr_dconv_{name}"), (x.ctypes.data, g.ctypes.data, dw.ctypes.data,
+    _run(getattr(_lib(s), f"tsr_dconv_{name}"), (x.ctypes.data, g.ctypes.data, dw.ctypes.data,
          work.ctypes.data, ws, chunks, dp + 8 * (d.size - 1), dp), threads, d)
     if by_channel:
         return np.ascontiguousarray(dw.sum(0)[:ck, :o].T).reshape(tuple(wshape))

@@ -39,8 +39,8 @@ def test_direct_kernels_build():
     from tessera.codegen import kernels
     if not kernels.available(np.float32):
         pytest.skip("C kernels unavailable")
-    lib = direct_conv._lib()   # raises on a compile error
     for s in ("f32", "f64"):
+        lib = direct_conv._lib(s)   # raises on a compile error
         for ob, _ in direct_conv._FWD_TILES:
             assert getattr(lib, f"tsr_dconv_fwd_{s}_{ob}")
         for ob, _ in direct_conv._WGRAD_TILES:
