@@ -164,8 +164,6 @@ void tsr_conv_wgrad_##S(const T* x, const T* gy, T* dw, T* work, int64_t ws,    
     if (beta == 0) memset(acc, 0, O * CK * sizeof(T));                                    \
 }
 
-DRIVERS(float, f32)
-DRIVERS(double, f64)
 """
 
 
@@ -204,24 +202,27 @@ def _blas() -> _Blas | None:
     return None
 
 
-@functools.lru_cache(maxsize=1)
-def _drivers():
+@functools.lru_cache(maxsize=2)
+def _drivers(s: str):
+    """The drivers (and Winograd kernels) of dtype suffix ``s``, f32 or f64: a library
+    each, so that a float32 model compiles only its own (once per machine, cached)."""
     from tessera.codegen.cc import load
     blas = _blas()
     if blas is None:
         return None
     from tessera.codegen.winograd import WINOGRAD_C
-    lib = load(_DRIVER % dict(blasint="int64_t" if blas.ilp64 else "int") + WINOGRAD_C)
+    t = {"f32": "float", "f64": "double"}[s]
+    lib = load(_DRIVER % dict(blasint="int64_t" if blas.ilp64 else "int") + WINOGRAD_C +
+               f"\nDRIVERS({t}, {s})\nWINOGRAD({t}, {s})\n")
     P, I = ctypes.c_void_p, ctypes.c_int64
-    for s in ("f32", "f64"):
-        for name in ("fwd", "wino_fwd"):
-            f = getattr(lib, f"tsr_conv_{name}_{s}")
-            f.argtypes, f.restype = [P] * 5 + [I, P, P, P, I, I], None
-        f = getattr(lib, f"tsr_conv_wino_weights_{s}")
-        f.argtypes, f.restype = [P] * 3 + [I, P, P, P, I, I], None
-        for name in ("igrad", "wgrad", "wino_wgrad"):
-            f = getattr(lib, f"tsr_conv_{name}_{s}")
-            f.argtypes, f.restype = [P] * 4 + [I, P, P, P, I, I], None
+    for name in ("fwd", "wino_fwd"):
+        f = getattr(lib, f"tsr_conv_{name}_{s}")
+        f.argtypes, f.restype = [P] * 5 + [I, P, P, P, I, I], None
+    f = getattr(lib, f"tsr_conv_wino_weights_{s}")
+    f.argtypes, f.restype = [P] * 3 + [I, P, P, P, I, I], None
+    for name in ("igrad", "wgrad", "wino_wgrad"):
+        f = getattr(lib, f"tsr_conv_{name}_{s}")
+        f.argtypes, f.restype = [P] * 4 + [I, P, P, P, I, I], None
     return lib
 
 
@@ -231,7 +232,7 @@ def threaded(dtype) -> bool:
     if not available(dtype):
         return False
     try:
-        return _drivers() is not None
+        return _drivers(_SUFFIX[np.dtype(dtype)]) is not None
     except Exception:  # a broken toolchain: the per-image NumPy path still works
         return False
 
@@ -256,7 +257,8 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
     single-threaded meanwhile (with one thread, BLAS keeps its own threads)."""
     from tessera.codegen import runtime
     blas = _blas()
-    f = getattr(_drivers(), f"tsr_conv_{name}_{_SUFFIX[np.dtype(dtype)]}")
+    s = _SUFFIX[np.dtype(dtype)]
+    f = getattr(_drivers(s), f"tsr_conv_{name}_{s}")
     nxt = np.zeros(1, np.int64)
     g = np.array(geometry, np.int64)
     gemm = blas.sgemm if np.dtype(dtype) == np.float32 else blas.dgemm

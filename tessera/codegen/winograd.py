@@ -306,10 +306,7 @@ WINOGRAD_C = r"""
     (void)H; (void)PH; (void)PW; (void)FLIP; (void)WROWS; (void)L; (void)EQ; (void)N;     \
     (void)US; (void)VS; (void)MS; (void)TH; (void)OH
 
-""" + _macro("WINOGRAD(T, S)", _BODY) + r"""
-WINOGRAD(float, f32)
-WINOGRAD(double, f64)
-"""
+""" + _macro("WINOGRAD(T, S)", _BODY)  # instantiated per dtype by conv_kernels._drivers
 
 _ON = os.environ.get("TESSERA_WINOGRAD", "1") not in ("0", "", "false", "off")
 

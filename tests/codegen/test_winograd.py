@@ -39,8 +39,8 @@ def test_winograd_kernels_build():
     them (a compile error must fail here, not turn the path off quietly)."""
     from tessera.codegen import conv_kernels
     winograd = _winograd_module()
-    lib = conv_kernels._drivers()   # raises on a compile error
     for s in ("f32", "f64"):
+        lib = conv_kernels._drivers(s)   # raises on a compile error
         assert getattr(lib, f"tsr_conv_wino_fwd_{s}") and getattr(lib, f"tsr_conv_wino_weights_{s}")
     assert winograd.usable(np.float32) and winograd.usable(np.float64)
     assert winograd.chosen(8, 64, 64, 56, 56, np.float32)
