@@ -7,41 +7,28 @@ import time
 from collections.abc import Callable
 
 
-def per_call_us(fn: Callable[[], object], repeat: int = 7, min_time: float = 0.05) -> float:
-    """Median over ``repeat`` rounds of the mean per-call time in microseconds."""
+def _inner_loop(fn: Callable[[], object], min_time: float) -> int:
+    """Calls per timing round: doubled until one round takes ``min_time``."""
     fn()
     n = 1
-    while True:  # grow the inner loop until one round takes ``min_time``
+    while True:
         t0 = time.perf_counter()
         for _ in range(n):
             fn()
         if time.perf_counter() - t0 >= min_time or n >= 1 << 20:
-            break
+            return n
         n *= 2
-    rounds = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        rounds.append((time.perf_counter() - t0) / n * 1e6)
-    return statistics.median(rounds)
+
+
+def per_call_us(fn: Callable[[], object], repeat: int = 7, min_time: float = 0.05) -> float:
+    """Median over ``repeat`` rounds of the mean per-call time in microseconds."""
+    return per_call_us_interleaved({"fn": fn}, repeat, min_time)["fn"]
 
 
 def per_call_us_interleaved(fns: dict, repeat: int = 9, min_time: float = 0.05) -> dict:
     """``per_call_us`` of several functions with their rounds interleaved (a, b, a, b, ...),
     so that load that comes and goes on a shared machine weighs on each alike."""
-    loops = {}
-    for name, fn in fns.items():
-        fn()
-        n = 1
-        while True:
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            if time.perf_counter() - t0 >= min_time or n >= 1 << 20:
-                break
-            n *= 2
-        loops[name] = n
+    loops = {name: _inner_loop(fn, min_time) for name, fn in fns.items()}
     rounds: dict = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():

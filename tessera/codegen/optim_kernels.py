@@ -90,12 +90,10 @@ def _lib():
 
 
 def available(dtype) -> bool:
-    """Whether the fused kernels run for ``dtype`` (float32/float64, a C compiler, code
-    generation on)."""
-    if np.dtype(dtype) not in _SUFFIX:
-        return False
-    import tessera.codegen as codegen
-    if not codegen.enabled():
+    """Whether the fused kernels run for ``dtype``: the C kernels of ``tessera.codegen.
+    kernels`` can (float32/float64, a compiler, code generation on) and these built."""
+    from tessera.codegen.kernels import available as kernels_available
+    if not kernels_available(dtype):
         return False
     try:
         _lib()

@@ -41,6 +41,17 @@ def snapshot(params) -> list[np.ndarray]:
     return [np.array(p.detach().numpy(), copy=True) for p in params]
 
 
+def run_steps(opt, params, n: int) -> list[list[np.ndarray]]:
+    """``n`` steps of ``opt`` on ``loss_fn(params)``: the parameters after each."""
+    traj = []
+    for _ in range(n):
+        opt.zero_grad()
+        loss_fn(params).backward()
+        opt.step()
+        traj.append(snapshot(params))
+    return traj
+
+
 def to_torch(obj):
     """A tessera state_dict (nested dicts/lists of tensors) as PyTorch's, through NumPy."""
     if isinstance(obj, tessera.Tensor):

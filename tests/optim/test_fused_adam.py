@@ -10,7 +10,7 @@ import torch
 
 import tessera
 from tessera.codegen import cc, optim_kernels
-from tests.optim._common import loss_fn, make_params, snapshot, tol
+from tests.optim._common import make_params, run_steps, tol
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
 
@@ -34,14 +34,7 @@ def calls(monkeypatch):
 
 def _trajectory(lib, name, dtype, steps=20, **kw):
     params = make_params(lib, dtype)
-    opt = getattr(lib.optim, name)(params, lr=0.05, **kw)
-    out = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss_fn(params).backward()
-        opt.step()
-        out.append(snapshot(params))
-    return out
+    return run_steps(getattr(lib.optim, name)(params, lr=0.05, **kw), params, steps)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

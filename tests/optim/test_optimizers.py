@@ -13,6 +13,7 @@ import tessera
 from tests.optim._common import (
     loss_fn,
     make_params,
+    run_steps,
     snapshot,
     to_tessera,
     to_torch,
@@ -60,16 +61,6 @@ def _opt(L, name, params, **kw):
     return getattr(L.optim, name)(params, **kw)
 
 
-def _steps(opt, params, n: int) -> list[list[np.ndarray]]:
-    traj = []
-    for _ in range(n):
-        opt.zero_grad()
-        loss_fn(params).backward()
-        opt.step()
-        traj.append(snapshot(params))
-    return traj
-
-
 def _assert_traj(ours, ref, dtype):
     for step, (a, b) in enumerate(zip(ours, ref)):
         for i, (x, y) in enumerate(zip(a, b)):
@@ -80,8 +71,8 @@ def _assert_traj(ours, ref, dtype):
 @pytest.mark.parametrize("name,kw", CONFIGS, ids=IDS)
 def test_trajectory_matches_torch(name, kw, dtype):
     ours, ref = make_params(tessera, dtype), make_params(torch, dtype)
-    t_ours = _steps(_opt(tessera, name, ours, **kw), ours, 20)
-    t_ref = _steps(_opt(torch, name, ref, **kw), ref, 20)
+    t_ours = run_steps(_opt(tessera, name, ours, **kw), ours, 20)
+    t_ref = run_steps(_opt(torch, name, ref, **kw), ref, 20)
     _assert_traj(t_ours, t_ref, dtype)
     assert ours[0].is_leaf and ours[0].grad_fn is None and ours[0].requires_grad
 
@@ -92,8 +83,8 @@ def test_state_matches_torch(name, kw):
     parameter; the same param_group keys and values."""
     ours, ref = make_params(tessera, "float64"), make_params(torch, "float64")
     o_opt, r_opt = _opt(tessera, name, ours, **kw), _opt(torch, name, ref, **kw)
-    _steps(o_opt, ours, 3)
-    _steps(r_opt, ref, 3)
+    run_steps(o_opt, ours, 3)
+    run_steps(r_opt, ref, 3)
     o_sd, r_sd = o_opt.state_dict(), r_opt.state_dict()
     assert o_sd["param_groups"] == r_sd["param_groups"]
     assert sorted(o_sd["state"]) == sorted(r_sd["state"])
@@ -112,15 +103,15 @@ def test_state_matches_torch(name, kw):
 def test_state_dict_round_trip_continues_identically(name, kw):
     params = make_params(tessera, "float32")
     opt = _opt(tessera, name, params, **kw)
-    _steps(opt, params, 10)
+    run_steps(opt, params, 10)
     saved_params = snapshot(params)
     saved = copy.deepcopy(opt.state_dict())
-    uninterrupted = _steps(opt, params, 10)
+    uninterrupted = run_steps(opt, params, 10)
 
     fresh = [tessera.nn.Parameter(tessera.from_numpy(a)) for a in saved_params]
     opt2 = _opt(tessera, name, fresh, **kw)
     opt2.load_state_dict(saved)
-    resumed = _steps(opt2, fresh, 10)
+    resumed = run_steps(opt2, fresh, 10)
     for a, b in zip(uninterrupted, resumed):
         for x, y in zip(a, b):
             np.testing.assert_array_equal(x, y)
@@ -132,16 +123,16 @@ def test_state_dict_converts_to_and_from_torch(name, kw):
     torch -> tessera likewise."""
     ours = make_params(tessera, "float64")
     o_opt = _opt(tessera, name, ours, **kw)
-    _steps(o_opt, ours, 10)
+    run_steps(o_opt, ours, 10)
     ref = [torch.nn.Parameter(torch.from_numpy(a)) for a in snapshot(ours)]
     r_opt = _opt(torch, name, ref, **kw)
     r_opt.load_state_dict(to_torch(o_opt.state_dict()))
-    _assert_traj(_steps(o_opt, ours, 10), _steps(r_opt, ref, 10), "float64")
+    _assert_traj(run_steps(o_opt, ours, 10), run_steps(r_opt, ref, 10), "float64")
 
     ours = [tessera.nn.Parameter(tessera.from_numpy(a)) for a in snapshot(ref)]
     o_opt = _opt(tessera, name, ours, **kw)
     o_opt.load_state_dict(to_tessera(r_opt.state_dict()))
-    _assert_traj(_steps(o_opt, ours, 10), _steps(r_opt, ref, 10), "float64")
+    _assert_traj(run_steps(o_opt, ours, 10), run_steps(r_opt, ref, 10), "float64")
 
 
 @pytest.mark.parametrize("name", ["SGD", "Adam", "RMSprop", "Adagrad", "NAdam"])
@@ -153,7 +144,7 @@ def test_param_groups_with_different_options(name):
     ours, ref = make_params(tessera, "float64"), make_params(torch, "float64")
     o_opt = _opt(tessera, name, groups(ours), lr=0.01)
     r_opt = _opt(torch, name, groups(ref), lr=0.01)
-    _assert_traj(_steps(o_opt, ours, 20), _steps(r_opt, ref, 20), "float64")
+    _assert_traj(run_steps(o_opt, ours, 20), run_steps(r_opt, ref, 20), "float64")
     assert o_opt.state_dict()["param_groups"] == r_opt.state_dict()["param_groups"]
 
 
@@ -164,7 +155,7 @@ def test_add_param_group_and_named_params():
     o_opt.add_param_group({"params": [("b", ours[1])], "lr": 0.01})
     r_opt.add_param_group({"params": [("b", ref[1])], "lr": 0.01})
     assert o_opt.state_dict()["param_groups"] == r_opt.state_dict()["param_groups"]
-    _assert_traj(_steps(o_opt, ours, 5), _steps(r_opt, ref, 5), "float64")
+    _assert_traj(run_steps(o_opt, ours, 5), run_steps(r_opt, ref, 5), "float64")
 
 
 def test_step_with_closure_returns_loss():
@@ -476,7 +467,7 @@ def test_user_defined_optimizer_subclass():
         opt = make(L)(params, lr=0.05)
         calls = []
         opt.register_step_post_hook(lambda *a: calls.append(1))
-        trajs.append(_steps(opt, params, 5))
+        trajs.append(run_steps(opt, params, 5))
         counts.append((len(calls), opt.state_dict()["state"]))
     _assert_traj(trajs[0], trajs[1], "float64")
     assert counts[0] == counts[1]
