@@ -297,9 +297,15 @@ def _depthwise(x, w, groups) -> bool:
 
 
 def conv_into(out, x, w, b, stride, pads, dilation, groups) -> None:
-    """``conv``'s kernel writing into ``out`` (the graph executor's arena buffer)."""
+    """``conv``'s kernel writing into ``out`` (the graph executor's arena buffer), which may
+    be ``x``'s own buffer: the memory plan hands a dying input's buffer to an output of its
+    shape."""
     out_sp = out.shape[2:]
     if 0 not in out_sp and out.flags.c_contiguous:
+        if np.may_share_memory(out, x) and (_native(x, w, groups) or _depthwise(x, w, groups)):
+            # the C kernels read windows of x around outputs they have already written
+            # (Winograd's and split images' items, stencils): they read a copy instead
+            x = _private_copy(x)
         if _native(x, w, groups):
             _conv_per_image(x, w, b, stride, pads, dilation, out_sp, out)
             return
@@ -309,6 +315,14 @@ def conv_into(out, x, w, b, stride, pads, dilation, groups) -> None:
                              out_sp, out)
             return
     np.copyto(out, _conv_kernel(x, w, b, stride, pads, dilation, groups))
+
+
+def _private_copy(x: np.ndarray) -> np.ndarray:
+    """A copy of ``x`` in a reusable per-thread buffer (no allocation per call)."""
+    from tessera.codegen.conv_kernels import _workspace
+    buf = _workspace(x.size, x.dtype, "conv_input")[:x.size].reshape(x.shape)
+    np.copyto(buf, x)
+    return buf
 
 
 def _input_grad_per_image(g, w, input_shape, stride, pads, dilation):
