@@ -218,9 +218,10 @@ def _drivers(s: str):
     for name in ("fwd", "wino_fwd"):
         f = getattr(lib, f"tsr_conv_{name}_{s}")
         f.argtypes, f.restype = [P] * 5 + [I, P, P, P, I, I], None
-    f = getattr(lib, f"tsr_conv_wino_weights_{s}")
-    f.argtypes, f.restype = [P] * 3 + [I, P, P, P, I, I], None
-    for name in ("igrad", "wgrad", "wino_wgrad"):
+    for name in ("wino_weights", "wino_wide_in"):
+        f = getattr(lib, f"tsr_conv_{name}_{s}")
+        f.argtypes, f.restype = [P] * 3 + [I, P, P, P, I, I], None
+    for name in ("igrad", "wgrad", "wino_wgrad", "wino_wide_gemm", "wino_wide_out"):
         f = getattr(lib, f"tsr_conv_{name}_{s}")
         f.argtypes, f.restype = [P] * 4 + [I, P, P, P, I, I], None
     return lib

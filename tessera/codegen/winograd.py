@@ -10,9 +10,12 @@ M[p] (O, tiles) = U[p] (O, C) @ V[p] (C, tiles), and each tile's outputs Y = A^T
 is a block of tile rows of the whole batch (rows of several images when they are small,
 so that its GEMMs are wide); each thread transforms its block's input, runs the 16 GEMMs
 on BLAS single-threaded and writes the outputs with the bias, all in its own workspace,
-as the im2col drivers do. The filter transform is a pass of its own before (items:
-output channels). ``chosen`` is the rule, measured per layer shape, for when this beats
-im2col + GEMM.
+as the im2col drivers do. With few tiles (batch 1), such items would make skinny GEMMs
+that each read all of U, so there the whole batch is one block in three passes, the
+threads sharing its V and M: the input transform (items: input channels), the 16 GEMMs
+(items: positions), the output transform (items: output channels). The filter transform
+is a pass of its own before (items: output channels). ``chosen`` is the rule, measured
+per layer shape, for when this beats im2col + GEMM.
 
 The input gradient of a 3x3 stride-1 convolution with low padding p is the correlation of
 the output gradient with the filters turned 180 degrees and their channels swapped, with
@@ -89,9 +92,9 @@ void tsr_conv_wino_weights_##S(const T* w, T* u, T* work, int64_t ws, int64_t* n
    Per (image, channel): the input rows copied into zero-padded planes pe (even rows) and
    po (odd rows), L = 2 (TW + 1) columns each; the column transform d -> B^T d split into
    its even and odd columns e and q (4 each); then the row transform, tile f reading
-   columns f and f + 1 of e and q. */
+   columns f and f + 1 of e and q. Channels [c0, c1) only. */
 static void wino_in_##S(const T* x, T* v, T* pe, const int64_t* wg, int64_t r0,
-                        int64_t r1) {
+                        int64_t r1, int64_t c0, int64_t c1) {
     WGEOMETRY;
     T* po = pe + (RB + 2) * L;
     T* e = po + (RB + 2) * L;
@@ -100,7 +103,7 @@ static void wino_in_##S(const T* x, T* v, T* pe, const int64_t* wg, int64_t r0,
     for (int64_t r = r0; r < r1;) {
         int64_t n = r / TH, th0 = r - n * TH;
         int64_t R = th0 + (r1 - r) < TH ? r1 - r : TH - th0, F = R * (TW + 1);
-        for (int64_t c = 0; c < C; c++) {
+        for (int64_t c = c0; c < c1; c++) {
             for (int64_t k = 0; k < 2 * R + 2 && ja < jb; k++) {
                 int64_t ih = 2 * th0 - PH + k;
                 T* dst = (k & 1 ? po : pe) + (k >> 1) * L + ja;
@@ -142,12 +145,12 @@ static void wino_in_##S(const T* x, T* v, T* pe, const int64_t* wg, int64_t r0,
    channel's row of m at once (one long vector loop), each tile's 2x2 outputs going in
    place to positions 0-3; then row by row into y. The second row of a tile on an odd last
    row goes to the spare row, the second column of one on an odd last column is not
-   written. */
+   written. Output channels [o0, o1) only. */
 static void wino_out_##S(T* m, const T* bias, T* y, T* spare, const int64_t* wg,
-                         int64_t r0, int64_t r1) {
+                         int64_t r0, int64_t r1, int64_t o0, int64_t o1) {
     WGEOMETRY;
     int64_t full = OW / 2, cols = (r1 - r0) * (TW + 1);
-    for (int64_t o = 0; o < O; o++) {
+    for (int64_t o = o0; o < o1; o++) {
         T* mo = m + o * NC;
         _Pragma("omp simd")
         for (int64_t i = 0; i < cols; i++) {
@@ -164,7 +167,7 @@ static void wino_out_##S(T* m, const T* bias, T* y, T* spare, const int64_t* wg,
     }
     for (int64_t r = r0; r < r1; r++) {
         int64_t n = r / TH, th = r - n * TH;
-        for (int64_t o = 0; o < O; o++) {
+        for (int64_t o = o0; o < o1; o++) {
             T bo = bias ? bias[o] : (T)0;
             const T* z = m + o * NC + (r - r0) * (TW + 1);
             T* y0 = y + ((n * O + o) * OH + 2 * th) * OW;
@@ -204,11 +207,57 @@ void tsr_conv_wino_fwd_##S(const T* x, const T* u, const T* b, T* y, T* work, in
         if (it >= items) break;
         int64_t r0 = it * RB, r1 = r0 + RB < N * TH ? r0 + RB : N * TH;
         int64_t cols = (r1 - r0) * (TW + 1);
-        wino_in_##S(x, v, rows, wg, r0, r1);
+        wino_in_##S(x, v, rows, wg, r0, r1, 0, C);
         for (int p = 0; p < 16; p++)
             ((gemm_##S)gemm)(ROW, NT, NT, O, cols, C, 1, u + p * US, C, v + p * VS, NC,
                              0, m + p * MS, NC);
-        wino_out_##S(m, b, y, spare, wg, r0, r1);
+        wino_out_##S(m, b, y, spare, wg, r0, r1, 0, O);
+    }
+}
+
+/* The wide forward, for few tiles (batch-1 layers), where items of tile rows would make
+   skinny GEMMs that each read all of u: the whole batch is one block (RB = N TH) whose v
+   and m (positions VS and MS apart) all threads share, in three passes with the pool's
+   barrier between them. Pass 1: v = the input transform, items: input channels. */
+void tsr_conv_wino_wide_in_##S(const T* x, T* v, T* work, int64_t ws, int64_t* next,
+                               const int64_t* wg, void* gemm, int64_t t, int64_t t1) {
+    WGEOMETRY;
+    (void)gemm; (void)t1;
+    T* rows = work + t * ws;
+    memset(rows, 0, WROWS * sizeof(T));
+    for (;;) {
+        int64_t c = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (c >= C) break;
+        wino_in_##S(x, v, rows, wg, 0, N * TH, c, c + 1);
+    }
+}
+
+/* pass 2: m[p] (O, NC) = u[p] (O, C) @ v[p] (C, NC), items: the 16 positions */
+void tsr_conv_wino_wide_gemm_##S(const T* u, const T* v, T* m, T* work, int64_t ws,
+                                 int64_t* next, const int64_t* wg, void* gemm, int64_t t,
+                                 int64_t t1) {
+    WGEOMETRY;
+    (void)work; (void)ws; (void)t; (void)t1;
+    for (;;) {
+        int64_t p = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (p >= 16) break;
+        ((gemm_##S)gemm)(ROW, NT, NT, O, NC, C, 1, u + p * US, C, v + p * VS, NC, 0,
+                         m + p * MS, NC);
+    }
+}
+
+/* pass 3: y = the output transform of m plus the bias, items: output channels; thread
+   t's spare row at work + t * ws */
+void tsr_conv_wino_wide_out_##S(T* m, const T* b, T* y, T* work, int64_t ws,
+                                int64_t* next, const int64_t* wg, void* gemm, int64_t t,
+                                int64_t t1) {
+    WGEOMETRY;
+    (void)gemm; (void)t1;
+    T* spare = work + t * ws;
+    for (;;) {
+        int64_t o = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (o >= O) break;
+        wino_out_##S(m, b, y, spare, wg, 0, N * TH, o, o + 1);
     }
 }
 
@@ -268,7 +317,7 @@ void tsr_conv_wino_wgrad_##S(const T* x, const T* gy, T* s, T* work, int64_t ws,
     for (int64_t it = items * t / nt; it < items * (t + 1) / nt; it++) {
         int64_t r0 = it * RB, r1 = r0 + RB < N * TH ? r0 + RB : N * TH;
         int64_t cols = (r1 - r0) * (TW + 1);
-        wino_in_##S(x, v, rows, wg, r0, r1);
+        wino_in_##S(x, v, rows, wg, r0, r1, 0, C);
         for (int p = 0; p < 16; p++)
             for (int64_t c = 0; c < C; c++)
                 for (int64_t i = TW; i < cols; i += TW + 1) v[p * VS + c * NC + i] = (T)0;
@@ -324,13 +373,17 @@ def chosen(n: int, c: int, o: int, oh: int, ow: int, dtype) -> bool:
     >>> chosen(8, 64, 64, 56, 56, np.float32) == usable(np.float32)
     True
     """
-    tiles = n * ((oh + 1) // 2) * ((ow + 1) // 2)
+    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    tiles = n * th * tw
     # transforms cost per channel, GEMM savings per channel pair: 1 -> 32 lost 2-4x, 16 <-> 32
     # was even, 32 -> 64 won 1.1-1.4x
     return (min(c, o) >= 32
             # below 10x10, 4x4 tiles (and each tile row's spare column) waste much of the
-            # GEMMs: 7x7 computes 80 outputs for 49 (256 channels at 7x7, batch 8: even)
-            and oh * ow >= 100
+            # GEMMs: 7x7 computes 80 outputs for 49 (256 channels at 7x7, batch 8: even in
+            # items of tile rows); wide, their GEMMs run fast enough: ResNet-18's 512 at 7x7
+            # took 0.77-0.8x im2col's time at batch 8, 0.87x at 4, 128 and 256 at batch 8
+            # 0.84x and 0.7x
+            and (oh * ow >= 100 or _wide(c, o, th, tw, n, np.dtype(dtype).itemsize))
             # the filter transform and each item's reading of the 16 (o, c) matrices pay off
             # only over enough tiles: 256 channels at 14x14, batch 1 (49 tiles) won 1.3x,
             # 512 channels there (49 < 64) lost 1.1-1.9x
@@ -347,7 +400,7 @@ def chosen_weight_grad(n: int, c: int, o: int, oh: int, ow: int, dtype) -> bool:
     >>> chosen_weight_grad(64, 32, 64, 28, 28, np.float32) == usable(np.float32)
     True
     """
-    return max(c, o) <= 64 and chosen(n, c, o, oh, ow, dtype)
+    return max(c, o) <= 64 and oh * ow >= 100 and chosen(n, c, o, oh, ow, dtype)
 
 
 def usable(dtype) -> bool:
@@ -385,13 +438,37 @@ def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -
     o, oh, ow = y.shape[1:]
     th, tw = (oh + 1) // 2, (ow + 1) // 2
     threads = _threads(n * o * c * 9 * oh * ow)
-    rb = _rows_per_item(c, o, th, tw, n, threads, x.itemsize)
-    ws = _wrows(rb, tw, ow) + 16 * ((c + o) * rb * (tw + 1) + 32)
+    wide = _wide(c, o, th, tw, n, x.itemsize)
+    rb = n * th if wide else _rows_per_item(c, o, th, tw, n, threads, x.itemsize)
+    ws = _wrows(rb, tw, ow) + (0 if wide else 16 * ((c + o) * rb * (tw + 1) + 32))
     work = _workspace(ws * threads, x.dtype)
     u = _workspace(16 * (o * c + 16), x.dtype, "winograd")
     geometry = [c, h, wd, o, *pads, oh, ow, n, rb, flip]
     _run("wino_weights", x.dtype, (w, u), work, ws, geometry, min(threads, o))
-    _run("wino_fwd", x.dtype, (x, u, b, y), work, ws, geometry, threads)
+    if not wide:
+        _run("wino_fwd", x.dtype, (x, u, b, y), work, ws, geometry, threads)
+        return
+    nc = rb * (tw + 1)
+    vm = _workspace(16 * ((c + o) * nc + 32), x.dtype, "winograd_wide")
+    v, m = vm[:16 * (c * nc + 16)], vm[16 * (c * nc + 16):]
+    _run("wino_wide_in", x.dtype, (x, v), work, ws, geometry, threads)
+    _run("wino_wide_gemm", x.dtype, (u, v, m), work, ws, geometry, threads)
+    _run("wino_wide_out", x.dtype, (m, b, y), work, ws, geometry, threads)
+
+
+def _wide(c: int, o: int, th: int, tw: int, n: int, itemsize: int) -> bool:
+    """Whether the forward runs wide: the whole batch one block, its three passes split
+    over input channels, positions and output channels (the pool's barrier between them),
+    rather than in items of tile rows. Items of a few tile rows make skinny GEMMs, each
+    reading all of u, and at batch 1 only a few items share out unevenly; one block's v
+    and m (positions' GEMMs of every tile) take memory, so only up to _WIDE_BYTES.
+    Measured on ResNet-18's 3x3 layers, interleaved, 2 threads: batch 1 0.63-0.68x the
+    rows' time, batch 8 0.8x (256 channels, 15 MB), 0.86-0.9x (128, 28 MB) and 0.93-0.98x
+    (64, 53 MB); the benchmark CNN's 32 -> 64 at batch 64 (82 MB) 1.0-1.1x."""
+    return 16 * (c + o) * n * th * (tw + 1) * itemsize <= _WIDE_BYTES
+
+
+_WIDE_BYTES = 32 << 20
 
 
 def conv2d_weight_grad_winograd(x: np.ndarray, g: np.ndarray, pads) -> np.ndarray:

@@ -44,6 +44,13 @@ def test_winograd_kernels_build():
         assert getattr(lib, f"tsr_conv_wino_fwd_{s}") and getattr(lib, f"tsr_conv_wino_weights_{s}")
     assert winograd.usable(np.float32) and winograd.usable(np.float64)
     assert winograd.chosen(8, 64, 64, 56, 56, np.float32)
+    # batch-1 layers run wide, the benchmark CNN's 32 -> 64 at batch 64 (82 MB) in rows
+    assert winograd._wide(64, 64, 28, 28, 1, 4) and winograd._wide(256, 256, 7, 7, 8, 4)
+    assert not winograd._wide(32, 64, 14, 14, 64, 4)
+    # 7x7 outputs only wide and over enough tiles; never for the weight gradient
+    assert winograd.chosen(8, 512, 512, 7, 7, np.float32)
+    assert not winograd.chosen(1, 512, 512, 7, 7, np.float32)
+    assert not winograd.chosen_weight_grad(8, 64, 64, 7, 7, np.float32)
 
 
 # (n, c, o, h, w, (ph, pw)); h, w the input size
@@ -63,11 +70,15 @@ KERNEL_CASES = [
 @pytest.mark.parametrize("n,c,o,h,w,pads", KERNEL_CASES)
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_winograd_kernels_match_torch(monkeypatch, n, c, o, h, w, pads, threads, dtype):
+@pytest.mark.parametrize("wide", [False, True])
+def test_winograd_kernels_match_torch(monkeypatch, n, c, o, h, w, pads, threads, dtype, wide):
+    """Forward and input gradient in items of tile rows and wide (``winograd._wide``: the
+    whole batch one block, three passes), and the weight gradient."""
     from tessera.codegen import conv_kernels, runtime
     winograd = _winograd_module()
     monkeypatch.setattr(runtime, "_threads", lambda: threads)
     monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)  # these sizes would run serially
+    monkeypatch.setattr(winograd, "_WIDE_BYTES", 1 << 62 if wide else 0)
     rng = np.random.default_rng(n * 1000 + c * 10 + o)
     x = rng.standard_normal((n, c, h, w)).astype(dtype)
     wt = rng.standard_normal((o, c, 3, 3)).astype(dtype)
