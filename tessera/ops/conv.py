@@ -192,11 +192,6 @@ def _native(x, w, groups) -> bool:
     return kernels.available(x.dtype)
 
 
-def _pool_threads() -> int:
-    from tessera.codegen.runtime import _threads
-    return _threads()
-
-
 def _lows(pads) -> tuple:
     return tuple(lo for lo, _ in pads)
 
@@ -222,10 +217,11 @@ def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
         b = None if b is None else np.ascontiguousarray(b, x.dtype)
         conv2d_winograd(x, np.ascontiguousarray(w), b, _lows(pads), y)
         return y
-    if threaded(x.dtype) and n >= _pool_threads():
-        # fewer images than threads (batch-1 inference): one BLAS-threaded GEMM per image
-        # measured faster than splitting an image's rows or channels over the threads
-        # (ResNet-18 b1 graph, interleaved runs: 45 vs 70-79 ms)
+    if threaded(x.dtype):
+        # batch 1 too (its rows or channels split over the threads): a BLAS-threaded GEMM
+        # per image leaves OpenBLAS's worker spinning into the next kernels, and on a busy
+        # host each such GEMM waits for a descheduled worker (ResNet-18 b1 graph at load 4-6,
+        # interleaved: 0.59-0.66x the time, its 1x1 stride-2 convs 0.06-0.1x)
         b = None if b is None else np.ascontiguousarray(b, x.dtype)
         conv2d_threaded(x, np.ascontiguousarray(w), b, stride, _lows(pads), dilation, y)
         return y

@@ -1,0 +1,55 @@
+"""The threaded convolution driver at batch 1 (fewer images than threads), against PyTorch:
+one image split into row blocks whose columns fit in cache (``conv_kernels._plan``), or
+into output-channel blocks when its rows are too few, over strides, paddings, dilations,
+1x1 and 7x7 filters, odd sizes, float32 and float64; and the plan itself."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tessera.ops import conv as C
+
+# (x shape, w shape, stride, padding, dilation)
+CASES = [((1, 3, 45, 37), (16, 3, 7, 7), 2, 3, 1),     # a stem: many row blocks
+         ((1, 5, 30, 30), (7, 5, 3, 3), 1, 1, 1),      # odd channel counts
+         ((1, 6, 29, 31), (40, 6, 1, 1), 2, 0, 1),     # 1x1 stride 2
+         ((1, 4, 26, 26), (8, 4, 1, 1), 1, 0, 1),      # 1x1: the GEMM reads x itself
+         ((1, 3, 33, 20), (5, 3, 3, 3), 1, 2, 2),      # dilation
+         ((1, 8, 6, 6), (200, 8, 3, 3), 1, 1, 1),      # few rows: channel blocks
+         ((1, 2, 5, 5), (3, 2, 3, 3), 1, 0, 1)]        # tiny: one thread
+
+
+@pytest.mark.parametrize("xs,ws,stride,pad,dil", CASES)
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batch1_splits_match_torch(monkeypatch, xs, ws, stride, pad, dil, threads, dtype):
+    from tessera.codegen import conv_kernels, runtime
+    if not conv_kernels.threaded(dtype):
+        pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
+    monkeypatch.setattr(runtime, "_threads", lambda: threads)
+    monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)  # these sizes would run serially
+    monkeypatch.setattr(conv_kernels, "_COLS_BYTES", 4096)  # several row blocks at these sizes
+    monkeypatch.setattr(conv_kernels, "_MIN_BLOCK", 16)
+    rng = np.random.default_rng(ws[0])
+    x = rng.standard_normal(xs).astype(dtype)
+    w = rng.standard_normal(ws).astype(dtype)
+    b = rng.standard_normal(ws[0]).astype(dtype)
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w),
+                                          torch.from_numpy(b), stride=stride, padding=pad,
+                                          dilation=dil).numpy()
+    y = C._conv_kernel(x, w, b, (stride, stride), ((pad, pad), (pad, pad)), (dil, dil), 1)
+    tol = 1e-4 if dtype == np.float32 else 1e-11
+    np.testing.assert_allclose(y, expected, rtol=tol, atol=tol * np.abs(expected).max())
+
+
+def test_batch1_plan():
+    """ResNet-18's stem at batch 1 runs in row blocks of a few rows (columns within
+    _COLS_BYTES), its 1x1 stride-2 convolutions at 14x14 in channel blocks; batches of at
+    least the thread count keep whole images (or several side by side) an item."""
+    from tessera.codegen.conv_kernels import _COLS_BYTES, _plan
+    threads, rb, grp, ob = _plan(1, 64, 112, 112, 147, 4, 2)
+    assert (threads, grp, ob) == (2, 1, 64) and rb * 112 * 147 * 4 <= _COLS_BYTES
+    assert _plan(1, 512, 7, 7, 256, 4, 2) == (2, 7, 1, 128)
+    assert _plan(8, 64, 112, 112, 147, 4, 2) == (2, 112, 1, 64)
+    assert _plan(8, 512, 7, 7, 4608, 4, 2) == (2, 7, 4, 512)
