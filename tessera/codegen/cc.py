@@ -26,7 +26,8 @@ import subprocess
 import tempfile
 import time
 
-__all__ = ["CompileError", "compiler", "cache_dir", "load", "FLAGS", "last_build", "totals"]
+__all__ = ["CompileError", "compiler", "cache_dir", "load", "build", "FLAGS", "last_build",
+           "totals"]
 
 # -fopenmp-simd: the simd pragmas only; threads come from the runtime, not an OpenMP library
 FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC", "-std=gnu11",
@@ -94,21 +95,36 @@ def load(source: str, extra: tuple[str, ...] = ()) -> ctypes.CDLL:
     """The compiled library of ``source`` (built with ``FLAGS`` and ``extra``), from the
     cache when it holds a sound copy."""
     t0 = time.perf_counter()
-    key = hashlib.sha256("\n".join([_fingerprint(), *extra, source]).encode()).hexdigest()[:32]
+    key = _key(source, extra)
     lib = _LOADED.get(key)
     cached = True
     if lib is None:
-        d = _writable(cache_dir())
-        path = os.path.join(d, f"tsr_{key}.so")
-        if not _sound(path):
-            cached = False
-            _build(source, path, extra)
+        path, cached = _library(key, source, extra)
         lib = _LOADED[key] = ctypes.CDLL(path)
     seconds = time.perf_counter() - t0
     last_build.update(key=key, cached=cached, seconds=seconds)
     totals.update(loads=totals["loads"] + 1, compiled=totals["compiled"] + (not cached),
                   seconds=totals["seconds"] + seconds)
     return lib
+
+
+def build(source: str, extra: tuple[str, ...] = ()) -> str:
+    """The path of ``source``'s compiled library, built unless the cache holds a sound
+    copy, for loaders other than ctypes (a Python extension module, say)."""
+    return _library(_key(source, extra), source, extra)[0]
+
+
+def _key(source: str, extra: tuple[str, ...]) -> str:
+    return hashlib.sha256("\n".join([_fingerprint(), *extra, source]).encode()).hexdigest()[:32]
+
+
+def _library(key: str, source: str, extra: tuple[str, ...]) -> tuple[str, bool]:
+    """(path, whether it was in the cache already)."""
+    path = os.path.join(_writable(cache_dir()), f"tsr_{key}.so")
+    if _sound(path):
+        return path, True
+    _build(source, path, extra)
+    return path, False
 
 
 def _writable(d: str) -> str:

@@ -132,10 +132,12 @@ def _ident(d, dtype=None):
     return d
 
 
-def _reduction(name, kernel, grad, out_dtype=_ident, save=(), check=None, quiet=False):
+def _reduction(name, kernel, grad, out_dtype=_ident, save=(), check=None, quiet=False,
+               plain=None):
     """Register a reduction over ``dim``/``keepdim``; ``kernel(x, dims, keepdim, **kw)``.
     ``quiet``: the kernel calls ufuncs from tessera's own frames, whose inf/nan warnings the
-    filter in ``_dispatch`` silences, so it needs no ``np.errstate``."""
+    filter in ``_dispatch`` silences, so it needs no ``np.errstate``. ``plain(cpu)``: the
+    kernel's form for float32/float64 inputs (dispatch's fast path), given the full one."""
     def infer(x, dim=None, keepdim=False, **kw):
         dims = _dims(name, dim, len(x.shape))
         if check is not None:
@@ -147,6 +149,8 @@ def _reduction(name, kernel, grad, out_dtype=_ident, save=(), check=None, quiet=
             return kernel(x, _dims(name, dim, x.ndim), keepdim, **kw)
         with np.errstate(all="ignore"):
             return kernel(x, _dims(name, dim, x.ndim), keepdim, **kw)
+    if plain is not None:
+        cpu.plain = plain(cpu)
     return defop(name, infer, cpu, grad=grad, save=save)
 
 
@@ -172,6 +176,15 @@ def _sum_kernel(x, dims, keepdim, dtype=None):
         return np.add.reduce(x, axis=dims, keepdims=keepdim)
     out = _long_dtype(D.from_numpy_dtype(x.dtype), dtype)
     return np.add.reduce(x, axis=dims, keepdims=keepdim, dtype=_acc_np(out))
+
+
+def _sum_plain(cpu):
+    """sum of a float32/float64 array: over all dims straight to NumPy (the common call)."""
+    def plain(x, dim=None, keepdim=False, dtype=None):
+        if dim is None and dtype is None:
+            return np.add.reduce(x, axis=None, keepdims=keepdim)
+        return cpu(x, dim, keepdim, dtype=dtype)
+    return plain
 
 
 def _sum_grad(ctx, g):
@@ -230,7 +243,7 @@ def _dtype_out(d, dtype=None):
     return D.as_dtype(dtype) if dtype is not None else d
 
 
-_SUM = _reduction("sum", _sum_kernel, _sum_grad, _long_dtype, quiet=True)
+_SUM = _reduction("sum", _sum_kernel, _sum_grad, _long_dtype, quiet=True, plain=_sum_plain)
 _NANSUM = _reduction("nansum", _nansum_kernel, _nansum_grad, _long_dtype, save=("inputs",))
 _MEAN = _reduction("mean", _mean_kernel, _mean_grad, _dtype_out, check=_mean_check("mean"))
 _NANMEAN = _reduction("nanmean", _nanmean_kernel, _nanmean_grad, _dtype_out,

@@ -404,7 +404,8 @@ print(runtime.stats["cached"])
 
 
 def _child(cache_dir) -> bool:
-    env = dict(os.environ, TESSERA_CACHE_DIR=str(cache_dir))
+    # without the C dispatch, whose library would share the cache directory
+    env = dict(os.environ, TESSERA_CACHE_DIR=str(cache_dir), TESSERA_FASTPATH="0")
     out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
