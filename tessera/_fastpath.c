@@ -715,6 +715,147 @@ fall:
     return slow(args, nargs, kwnames);
 }
 
+
+/* ---- operators ----------------------------------------------------------------------
+ * ``Tensor.__add__`` and friends for a Tensor or Python number operand: dispatch(op, self,
+ * other, **attrs) without the Python method between; any other operand (NumPy arrays and
+ * scalars, other objects) goes to the Python method, which defines the operator. */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *op, *kwnames, *values, *method;   /* values: the attrs, in kwnames' order */
+} OperatorObject;
+
+static PyObject *operator_call(PyObject *self, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames)
+{
+    OperatorObject *o = (OperatorObject *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs == 2 && kwnames == NULL) {
+        PyObject *other = args[1];
+        if (PyObject_TypeCheck(other, tensor_type) || PyFloat_CheckExact(other) ||
+                PyLong_CheckExact(other)) {
+            PyObject *vec[8];
+            Py_ssize_t k = o->kwnames ? PyTuple_GET_SIZE(o->kwnames) : 0;
+            if (k <= 5) {
+                vec[0] = o->op;
+                vec[1] = args[0];
+                vec[2] = other;
+                for (Py_ssize_t i = 0; i < k; i++)
+                    vec[3 + i] = PyTuple_GET_ITEM(o->values, i);
+                return dispatch(NULL, vec, 3, o->kwnames);
+            }
+        }
+    }
+    return PyObject_Vectorcall(o->method, args, nargsf, kwnames);
+}
+
+static PyObject *operator_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static int operator_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    OperatorObject *o = (OperatorObject *)self;
+    Py_VISIT(o->op);
+    Py_VISIT(o->kwnames);
+    Py_VISIT(o->values);
+    Py_VISIT(o->method);
+    return 0;
+}
+
+static void operator_dealloc(PyObject *self)
+{
+    OperatorObject *o = (OperatorObject *)self;
+    PyObject_GC_UnTrack(self);
+    Py_XDECREF(o->op);
+    Py_XDECREF(o->kwnames);
+    Py_XDECREF(o->values);
+    Py_XDECREF(o->method);
+    PyObject_GC_Del(self);
+}
+
+static PyObject *operator_name(PyObject *self, void *unused)
+{
+    return PyObject_GetAttrString(((OperatorObject *)self)->method, "__name__");
+}
+
+static PyObject *operator_doc(PyObject *self, void *unused)
+{
+    return PyObject_GetAttrString(((OperatorObject *)self)->method, "__doc__");
+}
+
+static PyObject *operator_wrapped(PyObject *self, void *unused)
+{
+    return Py_NewRef(((OperatorObject *)self)->method);
+}
+
+static PyGetSetDef operator_getset[] = {
+    {"__name__", operator_name, NULL, NULL, NULL},
+    {"__wrapped__", operator_wrapped, NULL, NULL, NULL},
+    {"__doc__", operator_doc, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject OperatorType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tessera._fastpath_c.operator",
+    .tp_basicsize = sizeof(OperatorObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_vectorcall_offset = offsetof(OperatorObject, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = operator_get,
+    .tp_traverse = operator_traverse,
+    .tp_dealloc = operator_dealloc,
+    .tp_getset = operator_getset,
+};
+
+static PyObject *make_operator(PyObject *self, PyObject *args)
+{
+    PyObject *op, *attrs, *method;
+    if (!PyArg_ParseTuple(args, "OO!O:operator", &op, &PyDict_Type, &attrs, &method))
+        return NULL;
+    Py_ssize_t k = PyDict_GET_SIZE(attrs);
+    if (k > 5) {
+        PyErr_SetString(PyExc_ValueError, "operator: at most 5 attrs");
+        return NULL;
+    }
+    PyObject *names = PyTuple_New(k), *values = PyTuple_New(k), *key, *value;
+    if (names == NULL || values == NULL) {
+        Py_XDECREF(names);
+        Py_XDECREF(values);
+        return NULL;
+    }
+    Py_ssize_t pos = 0, i = 0;
+    while (PyDict_Next(attrs, &pos, &key, &value)) {
+        PyTuple_SET_ITEM(names, i, Py_NewRef(key));
+        PyTuple_SET_ITEM(values, i, Py_NewRef(value));
+        i++;
+    }
+    OperatorObject *o = PyObject_GC_New(OperatorObject, &OperatorType);
+    if (o == NULL) {
+        Py_DECREF(names);
+        Py_DECREF(values);
+        return NULL;
+    }
+    o->vectorcall = operator_call;
+    o->op = Py_NewRef(op);
+    if (k == 0) {
+        o->kwnames = NULL;
+        Py_DECREF(names);
+    } else {
+        o->kwnames = names;
+    }
+    o->values = values;
+    o->method = Py_NewRef(method);
+    PyObject_GC_Track(o);
+    return (PyObject *)o;
+}
+
 /* ---- module ------------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
@@ -722,6 +863,9 @@ static PyMethodDef methods[] = {
      "dispatch(op, *args, **attrs): tessera._dispatch.dispatch, its common case in C."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(...): the Python objects the fast path reads (called once at import)."},
+    {"operator", make_operator, METH_VARARGS,
+     "operator(op, attrs, method): a Tensor operator method dispatching ``op`` with ``attrs``"
+     " for Tensor and number operands, calling ``method`` for others."},
     {"clear_cache", clear_cache, METH_NOARGS, "Forget every memoised infer result."},
     {"set_enabled", set_enabled, METH_O,
      "set_enabled(flag) -> previous: when off, dispatch always runs the Python path."},
@@ -759,7 +903,7 @@ PyMODINIT_FUNC PyInit__fastpath_c(void)
     INTERN(s_inputs, "inputs");
     INTERN(s_outputs, "outputs");
     INTERN(s_grad_accumulator, "_grad_accumulator");
-    if ((zero = PyLong_FromLong(0)) == NULL)
+    if ((zero = PyLong_FromLong(0)) == NULL || PyType_Ready(&OperatorType) < 0)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -55,3 +55,19 @@ def accelerate(dispatch):
                       "dispatch runs in Python", RuntimeWarning, stacklevel=2)
         MODULE = None
     return dispatch if MODULE is None else MODULE.dispatch
+
+
+def bind_operators(tensor: type, table: dict) -> None:
+    """Put a C operator in place of each of ``tensor``'s operator methods that ``table``
+    maps to an op (``{"__add__": (add's OpDef, {"alpha": 1}), ...}``): Tensor and number
+    operands dispatch straight from C, others call the Python method it replaces.
+
+    >>> import tessera
+    >>> (tessera.ones(2) + 1).tolist()
+    [2.0, 2.0]
+    """
+    if MODULE is None:
+        return
+    for name, (op, attrs) in table.items():
+        setattr(tensor, name, MODULE.operator(op, attrs, tensor.__dict__[name]))
+

@@ -3,6 +3,8 @@
 Each family module in ``tessera.ops`` registers its ``OpDef``s and lists its public
 functions in ``__all__``; importing this module fills the table Tensor methods call.
 """
+from tessera import _fastpath
+from tessera._tensor import FAST_OPERATORS, Tensor
 from tessera._tensor_methods import _OPS, bind_methods
 from tessera.ops import creation, elementwise, getitem, reduce, views
 
@@ -22,5 +24,6 @@ for _fam in _FAMILIES:
         _OPS[_name] = _fn
 
 bind_methods()
+_fastpath.bind_operators(Tensor, FAST_OPERATORS)  # x + y straight to the C dispatch
 
 __all__ = sorted({n for f in _FAMILIES for n in f.__all__})

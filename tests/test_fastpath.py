@@ -190,6 +190,41 @@ def test_same_errors(fn, err, paths):
     assert on == off
 
 
+OPERANDS = {
+    "tensor": lambda: tessera.tensor([0.5, -2.0]),
+    "parameter": lambda: tessera.nn.Parameter(tessera.tensor([0.5, -2.0])),
+    "float": lambda: 1.5,
+    "int": lambda: 3,
+    "bool": lambda: True,
+    "numpy scalar": lambda: np.float64(2.0),
+    "numpy array": lambda: np.array([1.0, 2.0]),
+    "int tensor": lambda: tessera.tensor([1, 2]),
+}
+
+
+@pytest.mark.parametrize("name", ["__add__", "__sub__", "__mul__", "__truediv__"])
+@pytest.mark.parametrize("operand", OPERANDS)
+def test_operators_match_their_python_methods(name, operand):
+    c_method = tessera.Tensor.__dict__[name]
+    assert type(c_method).__name__ == "operator"   # the C operator is in place
+    x = tessera.tensor([1.0, 4.0], requires_grad=True)
+    other = OPERANDS[operand]()
+
+    def outcome(fn):
+        try:
+            return _describe(fn(x, other))
+        except Exception as e:  # x - True raises, as in PyTorch: the same error both ways
+            return type(e), str(e)
+    assert outcome(lambda a, b: getattr(a, name)(b)) == outcome(c_method.__wrapped__)
+
+
+def test_operators_keep_python_semantics_for_other_objects():
+    x = tessera.ones(2)
+    for other in ("a", [1.0, 2.0], None):   # PyTorch raises TypeError for each
+        with pytest.raises(TypeError):
+            x + other
+
+
 def test_tracing_still_sees_every_op():
     class Net(tessera.nn.Module):
         def forward(self, x):
