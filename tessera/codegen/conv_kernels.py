@@ -215,12 +215,11 @@ def _drivers(s: str):
     lib = load(_DRIVER % dict(blasint="int64_t" if blas.ilp64 else "int") + WINOGRAD_C +
                f"\nDRIVERS({t}, {s})\nWINOGRAD({t}, {s})\n")
     P, I = ctypes.c_void_p, ctypes.c_int64
-    for name in ("fwd", "wino_fwd"):
+    for name in ("fwd", "wino_fwd", "wino_wide_in"):
         f = getattr(lib, f"tsr_conv_{name}_{s}")
         f.argtypes, f.restype = [P] * 5 + [I, P, P, P, I, I], None
-    for name in ("wino_weights", "wino_wide_in"):
-        f = getattr(lib, f"tsr_conv_{name}_{s}")
-        f.argtypes, f.restype = [P] * 3 + [I, P, P, P, I, I], None
+    f = getattr(lib, f"tsr_conv_wino_weights_{s}")
+    f.argtypes, f.restype = [P] * 3 + [I, P, P, P, I, I], None
     for name in ("igrad", "wgrad", "wino_wgrad", "wino_wide_gemm", "wino_wide_out"):
         f = getattr(lib, f"tsr_conv_{name}_{s}")
         f.argtypes, f.restype = [P] * 4 + [I, P, P, P, I, I], None

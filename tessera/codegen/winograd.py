@@ -12,10 +12,15 @@ so that its GEMMs are wide); each thread transforms its block's input, runs the 
 on BLAS single-threaded and writes the outputs with the bias, all in its own workspace,
 as the im2col drivers do. With few tiles (batch 1), such items would make skinny GEMMs
 that each read all of U, so there the whole batch is one block in three passes, the
-threads sharing its V and M: the input transform (items: input channels), the 16 GEMMs
-(items: positions), the output transform (items: output channels). The filter transform
-is a pass of its own before (items: output channels). ``chosen`` is the rule, measured
-per layer shape, for when this beats im2col + GEMM.
+threads sharing its V and M: the filter and input transforms (items: output channels'
+filters, then input channels), the 16 GEMMs (items: positions), the output transform
+(items: output channels). In items of tile rows the filter transform is a pass of its own
+before (items: output channels). Every pass ends at the pool's barrier, which on a busy
+host waits for a descheduled thread: the filter transform sharing the input's pass took
+the wide forward to 0.64-0.72x its time at batch 1 (ResNet-18's 3x3 layers) and
+0.88-0.95x at batch 8; GEMMs and output transform in one pass (items: blocks of output
+channels, each packing all of V again) measured 1.1-1.35x, and was dropped. ``chosen`` is
+the rule, measured per layer shape, for when this beats im2col + GEMM.
 
 The input gradient of a 3x3 stride-1 convolution with low padding p is the correlation of
 the output gradient with the filters turned 180 degrees and their channels swapped, with
@@ -46,42 +51,48 @@ __all__ = ["enabled", "usable", "chosen", "chosen_weight_grad", "conv2d_winograd
 # C without backslashes: _macro() continues every line (so comments are /* */ only)
 _BODY = r"""
 /* U (16, O, C), positions US apart, = G k G^T of each filter k (O, C, 3, 3); with FLIP,
-   of each filter of w (C, O, 3, 3) turned 180 degrees (the input gradient). Items: output
-   channels; their filters are gathered 64 at a time into k (9, 64), so that the
-   transform runs across channels in vector lanes. */
+   of each filter of w (C, O, 3, 3) turned 180 degrees (the input gradient). Output channel
+   o's filters only; gathered 64 at a time into k (9, 64), so that the transform runs
+   across channels in vector lanes. */
+static void wino_weight_##S(const T* w, T* u, const int64_t* wg, int64_t o) {
+    WGEOMETRY;
+    const T h = (T)0.5;
+    for (int64_t c0 = 0; c0 < C; c0 += 64) {
+        int64_t nc = C - c0 < 64 ? C - c0 : 64;
+        T k[9][64];
+        for (int64_t c = 0; c < nc; c++) {
+            const T* f = w + (FLIP ? (c0 + c) * O + o : o * C + c0 + c) * 9;
+            for (int i = 0; i < 9; i++) k[i][c] = f[FLIP ? 8 - i : i];
+        }
+        T* dst = u + o * C + c0;
+        _Pragma("omp simd")
+        for (int64_t c = 0; c < nc; c++) {
+            T a[4][3];
+            for (int j = 0; j < 3; j++) {
+                a[0][j] = k[j][c];
+                a[1][j] = h * (k[j][c] + k[3 + j][c] + k[6 + j][c]);
+                a[2][j] = h * (k[j][c] - k[3 + j][c] + k[6 + j][c]);
+                a[3][j] = k[6 + j][c];
+            }
+            for (int i = 0; i < 4; i++) {
+                dst[(4 * i + 0) * US + c] = a[i][0];
+                dst[(4 * i + 1) * US + c] = h * (a[i][0] + a[i][1] + a[i][2]);
+                dst[(4 * i + 2) * US + c] = h * (a[i][0] - a[i][1] + a[i][2]);
+                dst[(4 * i + 3) * US + c] = a[i][2];
+            }
+        }
+    }
+}
+
+/* U of every filter: items, output channels */
 void tsr_conv_wino_weights_##S(const T* w, T* u, T* work, int64_t ws, int64_t* next,
                                const int64_t* wg, void* gemm, int64_t t, int64_t t1) {
     WGEOMETRY;
     (void)work; (void)ws; (void)gemm; (void)t; (void)t1;
-    const T h = (T)0.5;
     for (;;) {
         int64_t o = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
         if (o >= O) break;
-        for (int64_t c0 = 0; c0 < C; c0 += 64) {
-            int64_t nc = C - c0 < 64 ? C - c0 : 64;
-            T k[9][64];
-            for (int64_t c = 0; c < nc; c++) {
-                const T* f = w + (FLIP ? (c0 + c) * O + o : o * C + c0 + c) * 9;
-                for (int i = 0; i < 9; i++) k[i][c] = f[FLIP ? 8 - i : i];
-            }
-            T* dst = u + o * C + c0;
-            _Pragma("omp simd")
-            for (int64_t c = 0; c < nc; c++) {
-                T a[4][3];
-                for (int j = 0; j < 3; j++) {
-                    a[0][j] = k[j][c];
-                    a[1][j] = h * (k[j][c] + k[3 + j][c] + k[6 + j][c]);
-                    a[2][j] = h * (k[j][c] - k[3 + j][c] + k[6 + j][c]);
-                    a[3][j] = k[6 + j][c];
-                }
-                for (int i = 0; i < 4; i++) {
-                    dst[(4 * i + 0) * US + c] = a[i][0];
-                    dst[(4 * i + 1) * US + c] = h * (a[i][0] + a[i][1] + a[i][2]);
-                    dst[(4 * i + 2) * US + c] = h * (a[i][0] - a[i][1] + a[i][2]);
-                    dst[(4 * i + 3) * US + c] = a[i][2];
-                }
-            }
-        }
+        wino_weight_##S(w, u, wg, o);
     }
 }
 
@@ -218,17 +229,20 @@ void tsr_conv_wino_fwd_##S(const T* x, const T* u, const T* b, T* y, T* work, in
 /* The wide forward, for few tiles (batch-1 layers), where items of tile rows would make
    skinny GEMMs that each read all of u: the whole batch is one block (RB = N TH) whose v
    and m (positions VS and MS apart) all threads share, in three passes with the pool's
-   barrier between them. Pass 1: v = the input transform, items: input channels. */
-void tsr_conv_wino_wide_in_##S(const T* x, T* v, T* work, int64_t ws, int64_t* next,
-                               const int64_t* wg, void* gemm, int64_t t, int64_t t1) {
+   barrier between them. Pass 1: u = the filter transform and v = the input transform (one
+   pass: neither needs the other), items: output channels' filters, then input channels. */
+void tsr_conv_wino_wide_in_##S(const T* x, const T* w, T* u, T* v, T* work, int64_t ws,
+                               int64_t* next, const int64_t* wg, void* gemm, int64_t t,
+                               int64_t t1) {
     WGEOMETRY;
     (void)gemm; (void)t1;
     T* rows = work + t * ws;
     memset(rows, 0, WROWS * sizeof(T));
     for (;;) {
-        int64_t c = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
-        if (c >= C) break;
-        wino_in_##S(x, v, rows, wg, 0, N * TH, c, c + 1);
+        int64_t it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (it >= O + C) break;
+        if (it < O) wino_weight_##S(w, u, wg, it);
+        else wino_in_##S(x, v, rows, wg, 0, N * TH, it - O, it - O + 1);
     }
 }
 
@@ -448,14 +462,14 @@ def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -
     work = _workspace(ws * threads, x.dtype)
     u = _workspace(16 * (o * c + 16), x.dtype, "winograd")
     geometry = [c, h, wd, o, *pads, oh, ow, n, rb, flip]
-    _run("wino_weights", x.dtype, (w, u), work, ws, geometry, min(threads, o))
     if not wide:
+        _run("wino_weights", x.dtype, (w, u), work, ws, geometry, min(threads, o))
         _run("wino_fwd", x.dtype, (x, u, b, y), work, ws, geometry, threads)
         return
     nc = rb * (tw + 1)
     vm = _workspace(16 * ((c + o) * nc + 32), x.dtype, "winograd_wide")
     v, m = vm[:16 * (c * nc + 16)], vm[16 * (c * nc + 16):]
-    _run("wino_wide_in", x.dtype, (x, v), work, ws, geometry, threads)
+    _run("wino_wide_in", x.dtype, (x, w, u, v), work, ws, geometry, threads)
     _run("wino_wide_gemm", x.dtype, (u, v, m), work, ws, geometry, threads)
     _run("wino_wide_out", x.dtype, (m, b, y), work, ws, geometry, threads)
 
