@@ -39,6 +39,7 @@ __all__ = ["threaded", "conv2d_threaded", "conv2d_input_grad_threaded",
            "conv2d_weight_grad_threaded"]
 
 _DRIVER = r"""
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 typedef %(blasint)s blasint;
@@ -215,12 +216,13 @@ def _drivers(s: str):
     lib = load(_DRIVER % dict(blasint="int64_t" if blas.ilp64 else "int") + WINOGRAD_C +
                f"\nDRIVERS({t}, {s})\nWINOGRAD({t}, {s})\n")
     P, I = ctypes.c_void_p, ctypes.c_int64
-    for name in ("fwd", "wino_fwd", "wino_wide_in"):
-        f = getattr(lib, f"tsr_conv_{name}_{s}")
-        f.argtypes, f.restype = [P] * 5 + [I, P, P, P, I, I], None
-    f = getattr(lib, f"tsr_conv_wino_weights_{s}")
-    f.argtypes, f.restype = [P] * 3 + [I, P, P, P, I, I], None
-    for name in ("igrad", "wgrad", "wino_wgrad", "wino_wide_gemm", "wino_wide_out"):
+    f = getattr(lib, f"tsr_conv_fwd_{s}")
+    f.argtypes, f.restype = [P] * 5 + [I, P, P, P, I, I], None
+    f = getattr(lib, f"tsr_conv_wino_fwd_{s}")
+    f.argtypes, f.restype = [P] * 6 + [I, P, P, P, I, I], None
+    f = getattr(lib, f"tsr_conv_wino_wide_{s}")
+    f.argtypes, f.restype = [P] * 8 + [I, P, P, P, I, I], None
+    for name in ("igrad", "wgrad", "wino_wgrad"):
         f = getattr(lib, f"tsr_conv_{name}_{s}")
         f.argtypes, f.restype = [P] * 4 + [I, P, P, P, I, I], None
     return lib
@@ -259,7 +261,7 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
     blas = _blas()
     s = _SUFFIX[np.dtype(dtype)]
     f = getattr(_drivers(s), f"tsr_conv_{name}_{s}")
-    nxt = np.zeros(1, np.int64)
+    nxt = np.zeros(8, np.int64)  # a driver of several passes takes a pair of counters each
     g = np.array(geometry, np.int64)
     gemm = blas.sgemm if np.dtype(dtype) == np.float32 else blas.dgemm
     args = tuple(None if a is None else a.ctypes.data for a in arrays) + (

@@ -14,12 +14,17 @@ as the im2col drivers do. With few tiles (batch 1), such items would make skinny
 that each read all of U, so there the whole batch is one block in three passes, the
 threads sharing its V and M: the filter and input transforms (items: output channels'
 filters, then input channels), the 16 GEMMs (items: positions), the output transform
-(items: output channels). In items of tile rows the filter transform is a pass of its own
-before (items: output channels). Every pass ends at the pool's barrier, which on a busy
-host waits for a descheduled thread: the filter transform sharing the input's pass took
-the wide forward to 0.64-0.72x its time at batch 1 (ResNet-18's 3x3 layers) and
-0.88-0.95x at batch 8; GEMMs and output transform in one pass (items: blocks of output
-channels, each packing all of V again) measured 1.1-1.35x, and was dropped. ``chosen`` is
+(items: output channels). In items of tile rows the threads transform the filters first
+(items: output channels). The passes of a call meet at counters in C (a thread yields
+until the previous pass's items are all done), not at the kernel pool's barrier: on a
+busy host waking a blocked thread takes far longer. Interleaved per layer at load 2-4:
+the filter transform sharing the input transform's pass took the wide forward to
+0.64-0.72x its time at batch 1 (ResNet-18's 3x3 layers) and 0.88-0.95x at batch 8; the
+three passes in one call then 0.57-0.69x at batch 1 and 0.89-0.93x at batch 8; in items
+of tile rows, one call instead of two 0.9-0.95x (64 channels at batch 8, the benchmark
+CNN's 32 -> 64 at batch 64; its input gradient even). GEMMs and output transform in one
+pass (items: blocks of output channels, each packing all of V again) measured 1.1-1.35x,
+and was dropped. ``chosen`` is
 the rule, measured per layer shape, for when this beats im2col + GEMM.
 
 The input gradient of a 3x3 stride-1 convolution with low padding p is the correlation of
@@ -50,6 +55,14 @@ __all__ = ["enabled", "usable", "chosen", "chosen_weight_grad", "conv2d_winograd
 
 # C without backslashes: _macro() continues every line (so comments are /* */ only)
 _BODY = r"""
+/* wait until *done reaches total: the passes of one call of a driver meet here rather than
+   at the pool's barrier (on a busy host, waking a blocked thread takes far longer than a
+   yielding one takes to see the count); every item is taken by a running thread, so the
+   count gets there however many threads have started */
+static inline void wino_wait(int64_t* done, int64_t total) {
+    while (__atomic_load_n(done, __ATOMIC_ACQUIRE) < total) sched_yield();
+}
+
 /* U (16, O, C), positions US apart, = G k G^T of each filter k (O, C, 3, 3); with FLIP,
    of each filter of w (C, O, 3, 3) turned 180 degrees (the input gradient). Output channel
    o's filters only; gathered 64 at a time into k (9, 64), so that the transform runs
@@ -81,18 +94,6 @@ static void wino_weight_##S(const T* w, T* u, const int64_t* wg, int64_t o) {
                 dst[(4 * i + 3) * US + c] = a[i][2];
             }
         }
-    }
-}
-
-/* U of every filter: items, output channels */
-void tsr_conv_wino_weights_##S(const T* w, T* u, T* work, int64_t ws, int64_t* next,
-                               const int64_t* wg, void* gemm, int64_t t, int64_t t1) {
-    WGEOMETRY;
-    (void)work; (void)ws; (void)gemm; (void)t; (void)t1;
-    for (;;) {
-        int64_t o = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
-        if (o >= O) break;
-        wino_weight_##S(w, u, wg, o);
     }
 }
 
@@ -198,13 +199,14 @@ static void wino_out_##S(T* m, const T* bias, T* y, T* spare, const int64_t* wg,
     }
 }
 
-/* y = w (*) x + b through the transformed filters u (16, O, C). Items: blocks of RB tile
-   rows of the batch; thread t's workspace work + t * ws holds the row buffers of wino_in
-   and the spare row (WROWS), then v (16, C, NC) and m (16, O, NC), positions VS and MS
-   apart. */
-void tsr_conv_wino_fwd_##S(const T* x, const T* u, const T* b, T* y, T* work, int64_t ws,
-                           int64_t* next, const int64_t* wg, void* gemm, int64_t t,
-                           int64_t t1) {
+/* y = w (*) x + b through the transformed filters u (16, O, C). First u (items from
+   next[2]: output channels, next[3] counting them done), then blocks of RB tile rows of
+   the batch (items from next[0]), each waiting for all of u after its input transform;
+   thread t's workspace work + t * ws holds the row buffers of wino_in and the spare row
+   (WROWS), then v (16, C, NC) and m (16, O, NC), positions VS and MS apart. */
+void tsr_conv_wino_fwd_##S(const T* x, const T* w, T* u, const T* b, T* y, T* work,
+                           int64_t ws, int64_t* next, const int64_t* wg, void* gemm,
+                           int64_t t, int64_t t1) {
     WGEOMETRY;
     (void)t1;
     T* rows = work + t * ws;
@@ -212,6 +214,12 @@ void tsr_conv_wino_fwd_##S(const T* x, const T* u, const T* b, T* y, T* work, in
     T* v = rows + WROWS;
     T* m = v + 16 * VS;
     memset(rows, 0, WROWS * sizeof(T));
+    for (;;) {
+        int64_t o = __atomic_fetch_add(next + 2, 1, __ATOMIC_RELAXED);
+        if (o >= O) break;
+        wino_weight_##S(w, u, wg, o);
+        __atomic_fetch_add(next + 3, 1, __ATOMIC_RELEASE);
+    }
     int64_t items = (N * TH + RB - 1) / RB;
     for (;;) {
         int64_t it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
@@ -219,6 +227,7 @@ void tsr_conv_wino_fwd_##S(const T* x, const T* u, const T* b, T* y, T* work, in
         int64_t r0 = it * RB, r1 = r0 + RB < N * TH ? r0 + RB : N * TH;
         int64_t cols = (r1 - r0) * (TW + 1);
         wino_in_##S(x, v, rows, wg, r0, r1, 0, C);
+        wino_wait(next + 3, O);
         for (int p = 0; p < 16; p++)
             ((gemm_##S)gemm)(ROW, NT, NT, O, cols, C, 1, u + p * US, C, v + p * VS, NC,
                              0, m + p * MS, NC);
@@ -228,14 +237,18 @@ void tsr_conv_wino_fwd_##S(const T* x, const T* u, const T* b, T* y, T* work, in
 
 /* The wide forward, for few tiles (batch-1 layers), where items of tile rows would make
    skinny GEMMs that each read all of u: the whole batch is one block (RB = N TH) whose v
-   and m (positions VS and MS apart) all threads share, in three passes with the pool's
-   barrier between them. Pass 1: u = the filter transform and v = the input transform (one
-   pass: neither needs the other), items: output channels' filters, then input channels. */
-void tsr_conv_wino_wide_in_##S(const T* x, const T* w, T* u, T* v, T* work, int64_t ws,
-                               int64_t* next, const int64_t* wg, void* gemm, int64_t t,
-                               int64_t t1) {
+   and m (positions VS and MS apart) all threads share, in three passes: u = the filter
+   transform and v = the input transform (items: output channels' filters, then input
+   channels; neither needs the other), the 16 GEMMs m[p] (O, NC) = u[p] (O, C) @ v[p]
+   (C, NC) (items: positions), the output transform into y plus the bias (items: output
+   channels). next[0], next[2] and next[4] hand out the items of passes 1-3, next[1] and
+   next[3] count those of passes 1 and 2 done; thread t's row buffers (pass 1) and spare
+   row (pass 3) at work + t * ws. */
+void tsr_conv_wino_wide_##S(const T* x, const T* w, T* u, T* v, T* m, const T* b, T* y,
+                            T* work, int64_t ws, int64_t* next, const int64_t* wg,
+                            void* gemm, int64_t t, int64_t t1) {
     WGEOMETRY;
-    (void)gemm; (void)t1;
+    (void)t1;
     T* rows = work + t * ws;
     memset(rows, 0, WROWS * sizeof(T));
     for (;;) {
@@ -243,35 +256,21 @@ void tsr_conv_wino_wide_in_##S(const T* x, const T* w, T* u, T* v, T* work, int6
         if (it >= O + C) break;
         if (it < O) wino_weight_##S(w, u, wg, it);
         else wino_in_##S(x, v, rows, wg, 0, N * TH, it - O, it - O + 1);
+        __atomic_fetch_add(next + 1, 1, __ATOMIC_RELEASE);
     }
-}
-
-/* pass 2: m[p] (O, NC) = u[p] (O, C) @ v[p] (C, NC), items: the 16 positions */
-void tsr_conv_wino_wide_gemm_##S(const T* u, const T* v, T* m, T* work, int64_t ws,
-                                 int64_t* next, const int64_t* wg, void* gemm, int64_t t,
-                                 int64_t t1) {
-    WGEOMETRY;
-    (void)work; (void)ws; (void)t; (void)t1;
+    wino_wait(next + 1, O + C);
     for (;;) {
-        int64_t p = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        int64_t p = __atomic_fetch_add(next + 2, 1, __ATOMIC_RELAXED);
         if (p >= 16) break;
         ((gemm_##S)gemm)(ROW, NT, NT, O, NC, C, 1, u + p * US, C, v + p * VS, NC, 0,
                          m + p * MS, NC);
+        __atomic_fetch_add(next + 3, 1, __ATOMIC_RELEASE);
     }
-}
-
-/* pass 3: y = the output transform of m plus the bias, items: output channels; thread
-   t's spare row at work + t * ws */
-void tsr_conv_wino_wide_out_##S(T* m, const T* b, T* y, T* work, int64_t ws,
-                                int64_t* next, const int64_t* wg, void* gemm, int64_t t,
-                                int64_t t1) {
-    WGEOMETRY;
-    (void)gemm; (void)t1;
-    T* spare = work + t * ws;
+    wino_wait(next + 3, 16);
     for (;;) {
-        int64_t o = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        int64_t o = __atomic_fetch_add(next + 4, 1, __ATOMIC_RELAXED);
         if (o >= O) break;
-        wino_out_##S(m, b, y, spare, wg, 0, N * TH, o, o + 1);
+        wino_out_##S(m, b, y, rows, wg, 0, N * TH, o, o + 1);
     }
 }
 
@@ -463,15 +462,12 @@ def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -
     u = _workspace(16 * (o * c + 16), x.dtype, "winograd")
     geometry = [c, h, wd, o, *pads, oh, ow, n, rb, flip]
     if not wide:
-        _run("wino_weights", x.dtype, (w, u), work, ws, geometry, min(threads, o))
-        _run("wino_fwd", x.dtype, (x, u, b, y), work, ws, geometry, threads)
+        _run("wino_fwd", x.dtype, (x, w, u, b, y), work, ws, geometry, threads)
         return
     nc = rb * (tw + 1)
     vm = _workspace(16 * ((c + o) * nc + 32), x.dtype, "winograd_wide")
     v, m = vm[:16 * (c * nc + 16)], vm[16 * (c * nc + 16):]
-    _run("wino_wide_in", x.dtype, (x, w, u, v), work, ws, geometry, threads)
-    _run("wino_wide_gemm", x.dtype, (u, v, m), work, ws, geometry, threads)
-    _run("wino_wide_out", x.dtype, (m, b, y), work, ws, geometry, threads)
+    _run("wino_wide", x.dtype, (x, w, u, v, m, b, y), work, ws, geometry, threads)
 
 
 def _wide(c: int, o: int, th: int, tw: int, n: int, itemsize: int) -> bool:

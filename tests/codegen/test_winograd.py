@@ -41,7 +41,7 @@ def test_winograd_kernels_build():
     winograd = _winograd_module()
     for s in ("f32", "f64"):
         lib = conv_kernels._drivers(s)   # raises on a compile error
-        assert getattr(lib, f"tsr_conv_wino_fwd_{s}") and getattr(lib, f"tsr_conv_wino_weights_{s}")
+        assert getattr(lib, f"tsr_conv_wino_fwd_{s}") and getattr(lib, f"tsr_conv_wino_wide_{s}")
     assert winograd.usable(np.float32) and winograd.usable(np.float64)
     assert winograd.chosen(8, 64, 64, 56, 56, np.float32)
     # batch-1 layers run wide, the benchmark CNN's 32 -> 64 at batch 64 (82 MB) in rows
@@ -215,3 +215,29 @@ def test_graph_matches_torch(monkeypatch):
     for p, q in zip(tm.parameters(), pm.parameters()):
         close(p.detach().numpy(), q.detach().numpy(), np.float32)
     assert spy.calls[0] >= 2 and spy.calls[1] >= 1 and spy.calls[2] >= 2
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_winograd_from_several_python_threads(monkeypatch, wide):
+    """Forwards running at once from several Python threads (their pool tasks queue behind
+    each other's) agree with one run alone: a pass waits only for items some running thread
+    has taken, so the counters in C cannot wait for a task still in the queue."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tessera.codegen import conv_kernels, runtime
+    winograd = _winograd_module()
+    monkeypatch.setattr(runtime, "_threads", lambda: 2)
+    monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)
+    monkeypatch.setattr(winograd, "_WIDE_BYTES", 1 << 62 if wide else 0)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 8, 11, 13)).astype(np.float32)
+    w = rng.standard_normal((9, 8, 3, 3)).astype(np.float32)
+
+    def run(_):
+        y = np.empty((2, 9, 11, 13), np.float32)
+        winograd.conv2d_winograd(x, w, None, (1, 1), y)
+        return y
+    expect = run(0)
+    with ThreadPoolExecutor(4) as pool:
+        for y in pool.map(run, range(40)):
+            np.testing.assert_array_equal(y, expect)
