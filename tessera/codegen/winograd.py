@@ -17,15 +17,12 @@ filters, then input channels), the 16 GEMMs (items: positions), the output trans
 (items: output channels). In items of tile rows the threads transform the filters first
 (items: output channels). The passes of a call meet at counters in C (a thread yields
 until the previous pass's items are all done), not at the kernel pool's barrier: on a
-busy host waking a blocked thread takes far longer. Interleaved per layer at load 2-4:
-the filter transform sharing the input transform's pass took the wide forward to
-0.64-0.72x its time at batch 1 (ResNet-18's 3x3 layers) and 0.88-0.95x at batch 8; the
-three passes in one call then 0.57-0.69x at batch 1 and 0.89-0.93x at batch 8; in items
-of tile rows, one call instead of two 0.9-0.95x (64 channels at batch 8, the benchmark
-CNN's 32 -> 64 at batch 64; its input gradient even). GEMMs and output transform in one
-pass (items: blocks of output channels, each packing all of V again) measured 1.1-1.35x,
-and was dropped. ``chosen`` is
-the rule, measured per layer shape, for when this beats im2col + GEMM.
+busy host waking a blocked thread takes far longer: with one call instead of four,
+ResNet-18's 3x3 layers at batch 1 took 0.7-0.8x the time (separate processes taking
+turns, load 2-3; batch 8 within the noise). GEMMs and output transform in one pass
+(items: blocks of output channels, each packing all of V again) measured 1.1-1.35x, and
+was dropped. ``chosen`` is the rule, measured per layer shape, for when this beats
+im2col + GEMM.
 
 The input gradient of a 3x3 stride-1 convolution with low padding p is the correlation of
 the output gradient with the filters turned 180 degrees and their channels swapped, with
@@ -394,8 +391,8 @@ def chosen(n: int, c: int, o: int, oh: int, ow: int, dtype) -> bool:
             # below 10x10, 4x4 tiles (and each tile row's spare column) waste much of the
             # GEMMs: 7x7 computes 80 outputs for 49 (256 channels at 7x7, batch 8: even in
             # items of tile rows); wide, their GEMMs run fast enough: ResNet-18's 512 at 7x7
-            # took 0.77-0.8x im2col's time at batch 8, 0.87x at 4, 128 and 256 at batch 8
-            # 0.84x and 0.7x
+            # took 0.75-0.85x im2col's time at batch 8 and 0.93x at 4, 256 channels
+            # 0.76-0.78x at batch 8
             and (oh * ow >= 100 or _wide(c, o, th, tw, n, np.dtype(dtype).itemsize))
             # the filter transform and each item's reading of the 16 (o, c) matrices pay off
             # only over enough tiles: 256 channels at 14x14, batch 1 (49 tiles) won 1.3x,
@@ -435,10 +432,10 @@ def _rows_per_item(c: int, o: int, th: int, tw: int, n: int, threads: int,
 
 
 _L2_BYTES = 1 << 20
-# columns: 256 measured 0.82-0.91x the time of 64 on ResNet-18's 64-channel layers at batch 8
-# and 0.89-0.91x on the benchmark CNN's 32 -> 64 (forward and input gradient, batch 64),
-# 128 and 512 between (interleaved, loaded host): the GEMMs' per-call packing of u and
-# their short rows cost more than v and m spilling from L2
+# columns: 256 measured 0.82-0.89x the time of 64 on ResNet-18's 64-channel layers at batch 8,
+# 0.9-1.04x on the benchmark CNN's 32 -> 64 forward at batch 64 (interleaved, loaded
+# host): the GEMMs' per-call packing of u and their short rows cost more than v and m
+# spilling from L2
 _MIN_COLS = 256
 
 
@@ -472,13 +469,13 @@ def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -
 
 def _wide(c: int, o: int, th: int, tw: int, n: int, itemsize: int) -> bool:
     """Whether the forward runs wide: the whole batch one block, its three passes split
-    over input channels, positions and output channels (the pool's barrier between them),
-    rather than in items of tile rows. Items of a few tile rows make skinny GEMMs, each
-    reading all of u, and at batch 1 only a few items share out unevenly; one block's v
-    and m (positions' GEMMs of every tile) take memory, so only up to _WIDE_BYTES.
-    Measured on ResNet-18's 3x3 layers, interleaved, 2 threads: batch 1 0.63-0.68x the
-    rows' time, batch 8 0.8x (256 channels, 15 MB), 0.86-0.9x (128, 28 MB) and 0.93-0.98x
-    (64, 53 MB); the benchmark CNN's 32 -> 64 at batch 64 (82 MB) 1.0-1.1x."""
+    over input channels, positions and output channels, rather than in items of tile rows.
+    Items of a few tile rows make skinny GEMMs, each reading all of u, and at batch 1
+    only a few items share out unevenly; one block's v and m (positions' GEMMs of every
+    tile) take memory, so only up to _WIDE_BYTES. Measured on ResNet-18's 3x3 layers,
+    interleaved, 2 threads: batch 1 0.71-0.77x the rows' time (256 channels), 0.86-0.89x
+    (128), 0.95-0.98x (64); batch 8 0.93x (256, 15 MB), 0.89x (128, 28 MB), about even
+    for 64 (53 MB) and the benchmark CNN's 32 -> 64 at batch 64 (82 MB)."""
     return 16 * (c + o) * n * th * (tw + 1) * itemsize <= _WIDE_BYTES
 
 
