@@ -101,7 +101,8 @@ def child(name: str, mode: str, steps: int) -> dict | None:
     if mode in ("ddp", "no-comm"):
         if mode == "ddp":
             from tessera.nn.parallel import DistributedDataParallel as DDP
-            model = DDP(model)
+            # gradients live in the buckets: no copy out of them after the all-reduce
+            model = DDP(model, gradient_as_bucket_view=True)
         per = x.shape[0] // n
         x, y = x[rank * per:(rank + 1) * per].clone(), y[rank * per:(rank + 1) * per].clone()
     elif mode.startswith("global"):

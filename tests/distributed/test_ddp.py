@@ -20,12 +20,12 @@ def _model():
     return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
 
 
-def _train(model, batches, steps_per_batch=1, lr=0.1):
+def _train(model, batches, steps_per_batch=1, lr=0.1, set_to_none=True):
     opt = tessera.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     losses = []
     for x, y in batches:
         for _ in range(steps_per_batch):
-            opt.zero_grad()
+            opt.zero_grad(set_to_none=set_to_none)
             loss = nn.functional.mse_loss(model(x), y)
             loss.backward()
             opt.step()
@@ -33,9 +33,9 @@ def _train(model, batches, steps_per_batch=1, lr=0.1):
     return losses
 
 
-def _ddp_body(bucket_cap_mb=None, epochs=2, batch=8):
+def _ddp_body(bucket_cap_mb=None, epochs=2, batch=8, as_view=False, set_to_none=True):
     n = dist.get_world_size()
-    model = DDP(_model(), bucket_cap_mb=bucket_cap_mb)
+    model = DDP(_model(), bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=as_view)
     data = TensorDataset(tessera.tensor(X), tessera.tensor(Y))
     sampler = DistributedSampler(data, shuffle=False)
     losses = []
@@ -44,10 +44,14 @@ def _ddp_body(bucket_cap_mb=None, epochs=2, batch=8):
         # contiguous shares: rank r takes rows r, r+n, ...; the whole batch is the same rows
         loader = DataLoader(data, batch_size=batch // n, sampler=sampler)
         for x, y in loader:
-            local = _train(model, [(x, y)])[0]
+            local = _train(model, [(x, y)], set_to_none=set_to_none)[0]
             t = tessera.tensor([local])
             dist.all_reduce(t)
             losses.append(t.item() / n)
+    if as_view:  # every gradient is its bucket's memory
+        buffers = [b.buffer for b in model._buckets]
+        assert all(any(np.shares_memory(p.grad.numpy(), b) for b in buffers)
+                   for p in model.module.parameters())
     return losses, [p.detach().numpy().copy() for p in model.module.parameters()], \
         len(model._buckets)
 
@@ -65,10 +69,14 @@ def _single_strided(epochs=2, batch=8, n=2):
     return losses, [p.detach().numpy().copy() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("bucket_cap_mb", [None, 1e-4])
-def test_ddp_matches_single_process(bucket_cap_mb):
+@pytest.mark.parametrize("bucket_cap_mb, as_view, set_to_none", [
+    (None, False, True), (1e-4, False, True),
+    # gradient_as_bucket_view: gradients made afresh each step (zero_grad's default), and
+    # accumulated into the buckets' memory (zero_grad(set_to_none=False))
+    (None, True, True), (None, True, False), (1e-4, True, False)])
+def test_ddp_matches_single_process(bucket_cap_mb, as_view, set_to_none):
     want_losses, want_params = _single_strided()
-    res = run(2, _ddp_body, bucket_cap_mb)
+    res = run(2, _ddp_body, bucket_cap_mb, as_view=as_view, set_to_none=set_to_none)
     for losses, params, nbuckets in res:
         np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
         for p, q in zip(params, want_params):

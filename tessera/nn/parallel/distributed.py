@@ -8,6 +8,9 @@ by the number of ranks, into the bucket's flat buffer and its all-reduce started
 in bucket order on every rank. When the last gradient has arrived, the reductions are
 waited for and each parameter's ``.grad`` becomes the average over ranks: the same gradient
 one process would compute on the whole batch when the loss is a mean over equal shares.
+With ``gradient_as_bucket_view=True`` (PyTorch's option) each ``.grad`` then is a view of its
+bucket's buffer: nothing is copied out after the all-reduce, and a gradient accumulated
+into it (``zero_grad(set_to_none=False)``, ``no_sync``) is averaged in place.
 
 An early start overlaps communication with the rest of the backward only where something
 moves the collective forward meanwhile (a network card, a spare core): MPICH progresses it
@@ -51,6 +54,7 @@ class DistributedDataParallel(Module):
         self.broadcast_buffers = broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
         self.require_backward_grad_sync = True
+        self.gradient_as_bucket_view = gradient_as_bucket_view
         self.bucket_bytes_cap = int((25 if bucket_cap_mb is None else bucket_cap_mb) * 2 ** 20)
         seen, params = set(), []
         for p in module.parameters():
@@ -188,6 +192,10 @@ class _Bucket:
         self.dtype = np.dtype(dt) if np.dtype(dt).char in "fdFD" else np.dtype(np.float32)
         self.buffer: np.ndarray | None = None
         self.reversed: list[bool] | None = None
+        # gradient_as_bucket_view: the .grad tensors made as views of the buffer; a
+        # gradient still among them is reduced in place, without a copy in or out
+        self.handed: list = [None] * len(params)
+        self.viewable = self.dtype == np.dtype(dt)
 
     def _agree(self, comm, group) -> None:
         """Collective, once: reversed axes for a gradient iff some rank holds it that way
@@ -213,20 +221,30 @@ class _Bucket:
             self._agree(comm, group)
         if self.buffer is None:
             self.buffer = np.empty(self.offsets[-1], self.dtype)
-        for p, seg, rev in self._views():
+        for i, (p, seg, rev) in enumerate(self._views()):
             g = p._grad
             if g is None or g._data is None:
                 seg.fill(0)
+            elif g is self.handed[i]:  # accumulated into its segment already
+                np.divide(seg, n, out=seg)
             else:
                 np.divide(g._data.T if rev else g._data, n, out=seg, dtype=self.dtype,
                           casting="unsafe")
         return self.buffer
 
-    def unload(self) -> None:
-        """Each parameter's ``.grad`` becomes its reduced segment."""
+    def unload(self, as_view: bool = False) -> None:
+        """Each parameter's ``.grad`` becomes its reduced segment: copied into the
+        gradient, or (``as_view``, PyTorch's ``gradient_as_bucket_view``) the segment
+        itself, which the next backward then accumulates into."""
         from tessera._tensor import Tensor
-        for p, seg, rev in self._views():
+        as_view = as_view and self.viewable
+        for i, (p, seg, rev) in enumerate(self._views()):
             g = p._grad
+            if as_view and (g is not None or seg.any()):
+                if g is not self.handed[i]:
+                    g = p._grad = self.handed[i] = Tensor._from_numpy(seg.T if rev else seg)
+                g._version[0] += 1
+                continue
             if g is None:
                 if not seg.any():
                     continue  # unused on every rank: stays None, as in PyTorch
@@ -285,5 +303,5 @@ class _Reduction:
     def _finish(self) -> None:
         for bucket, work in zip(self.ddp._buckets, self.works):
             work.wait()
-            bucket.unload()
+            bucket.unload(self.ddp.gradient_as_bucket_view)
         self.finished = True
