@@ -19,7 +19,9 @@ pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on 
 
 
 def _winograd_module():
-    from tessera.codegen import conv_kernels, winograd
+    from tessera.codegen import conv_kernels, kernels, winograd
+    if not kernels.available(np.float32):
+        pytest.skip("code generation is off (TESSERA_CODEGEN=0) or there is no compiler")
     if conv_kernels._blas() is None:
         pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
     if not winograd.enabled():
