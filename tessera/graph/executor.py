@@ -104,7 +104,9 @@ class Executor:
                 outs_fn[i] = self.generated[n]
                 compiled[i] = (_allocating(outs_fn[i], n.outputs[0]), compiled[i][1])
         self.plan = plan_memory(g, {i for i, f in enumerate(outs_fn) if f is not None}
-                                if plan else set())
+                                if plan else set(),
+                                frozenset(i for i, f in enumerate(outs_fn)
+                                          if getattr(f, "reads_around", False)))
         self.arena = _aligned_bytes(self.plan.arena_bytes)
         last_use = _last_uses(g)
         steps = []

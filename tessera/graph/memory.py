@@ -81,8 +81,12 @@ def _buffer_ends(g: Graph, root: dict) -> dict[int, int]:
     return end
 
 
-def plan_memory(g: Graph, out_nodes: set[int]) -> MemoryPlan:
-    """Plan buffers for the outputs of the nodes in ``out_nodes`` (indices into g.nodes)."""
+def plan_memory(g: Graph, out_nodes: set[int], not_inplace: frozenset = frozenset()
+                ) -> MemoryPlan:
+    """Plan buffers for the outputs of the nodes in ``out_nodes`` (indices into g.nodes).
+    An output may take over the buffer of an input that dies at its node, except at the
+    nodes in ``not_inplace``, whose kernels read inputs around what they already wrote (a
+    convolution's windows)."""
     root = _roots(g)
     end = _buffer_ends(g, root)
     plan = MemoryPlan()
@@ -105,7 +109,7 @@ def plan_memory(g: Graph, out_nodes: set[int]) -> MemoryPlan:
             continue
         if id(out) in returned:
             continue
-        k = _reusable_input(n, i, root, end, intervals, owner)
+        k = None if i in not_inplace else _reusable_input(n, i, root, end, intervals, owner)
         if k is not None:
             buf = owner[id(root[id(n.inputs[k])])]
             owner[id(out)] = buf

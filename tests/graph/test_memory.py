@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import tessera
 from tessera import nn
@@ -118,6 +119,28 @@ def test_inplace_reuse_happens_on_elementwise_chains():
     assert plan.arena_bytes == 4096
     out, _ = Executor(g).run([np.ones(1024, np.float32)], {})
     np.testing.assert_allclose(out[0], -2 * np.e + 1, rtol=1e-6)
+
+
+def test_no_inplace_for_kernels_that_read_around_their_outputs():
+    attrs = "{stride=(1, 1), pads=((1, 1), (1, 1)), dilation=(1, 1), groups=1}"
+    g = Graph.parse(f"""graph(%x: float32[1, 4, 6, 6], %w: float32[4, 4, 3, 3]) {{
+  %0: float32[1, 4, 6, 6] = relu(%x)
+  %1: float32[1, 4, 6, 6] = conv(%0, %w, None) {attrs}
+  %2: float32[1, 4, 6, 6] = neg(%1)
+  %3: float32[1, 4, 6, 6] = relu(%2)
+  return (%3)
+}}""")
+    assert plan_memory(g, {0, 1, 2, 3}).inplace == {1: 0, 2: 0}  # the conv could take %0's
+    assert plan_memory(g, {0, 1, 2, 3}, frozenset({1})).inplace == {2: 0}
+    ex = Executor(g)
+    assert 1 not in ex.plan.inplace  # conv_into says it reads windows around its outputs
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, 4, 6, 6), np.float32), rng.standard_normal((4, 4, 3, 3),
+                                                                              np.float32)
+    out, _ = ex.run([x, w], {})
+    want = torch.relu(-torch.nn.functional.conv2d(torch.relu(torch.from_numpy(x)),
+                                                  torch.from_numpy(w), padding=1))
+    np.testing.assert_allclose(out[0], want.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_no_inplace_into_a_buffer_a_view_still_reads():
