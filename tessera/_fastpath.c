@@ -400,11 +400,6 @@ static PyObject *edge_of(PyObject *a)
     return e;
 }
 
-static int contains_str(PyObject *seq, PyObject *s)
-{
-    return PySequence_Contains(seq, s);
-}
-
 static int record_node(PyObject *op, PyObject *const *in, Py_ssize_t n, PyObject *kwnames,
                        PyObject *out_meta, PyObject *t)
 {
@@ -447,8 +442,8 @@ static int record_node(PyObject *op, PyObject *const *in, Py_ssize_t n, PyObject
     if ((save = PyObject_GetAttr(op, s_save)) == NULL)
         goto done;
     int any = PyObject_IsTrue(save);
-    int with_in = any > 0 ? contains_str(save, s_inputs) : 0;
-    int with_out = any > 0 ? contains_str(save, s_outputs) : 0;
+    int with_in = any > 0 ? PySequence_Contains(save, s_inputs) : 0;
+    int with_out = any > 0 ? PySequence_Contains(save, s_outputs) : 0;
     if (any < 0 || with_in < 0 || with_out < 0)
         goto done;
     if (any) {
