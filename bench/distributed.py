@@ -102,7 +102,9 @@ def child(name: str, mode: str, steps: int) -> dict | None:
         if mode == "ddp":
             from tessera.nn.parallel import DistributedDataParallel as DDP
             # gradient_as_bucket_view=True measured slower here (2 ranks, MLP: 39.7 against
-            # 32.9 ms a step, interleaved over 8 launches each), though it copies less
+            # 32.9 ms a step, interleaved over 8 launches each), though it copies less: the
+            # gradients it frees early return to the OS and come back as fresh pages (with
+            # glibc's trim and mmap thresholds raised it is the faster one; see README)
             model = DDP(model)
         per = x.shape[0] // n
         x, y = x[rank * per:(rank + 1) * per].clone(), y[rank * per:(rank + 1) * per].clone()
