@@ -13,6 +13,7 @@ import torch
 
 import tessera
 from tessera.codegen import cc
+from tests.codegen._conv_common import graph_sgd_step_matches_torch
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
 
@@ -221,31 +222,8 @@ def test_graph_matches_torch(monkeypatch):
         return nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                              nn.Conv2d(6, 16, 5))
 
-    tm, pm = make(tessera), make(torch)
-    tm.load_state_dict({k: tessera.tensor(v.detach().numpy()) for k, v in
-                        pm.state_dict().items()})
     x = np.random.default_rng(3).standard_normal((4, 1, 28, 28)).astype(np.float32)
-
-    class Step(tessera.nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.m = tm
-            self.add_optimizer(tessera.optim.SGD(tm.parameters(), lr=0.1))
-
-        def build(self, t):
-            loss = self.m(t).square().mean()
-            loss.backward()
-            return loss
-
-    loss = Step()(tessera.tensor(x))
-    ploss = pm(torch.tensor(x)).square().mean()
-    ploss.backward()
-    with torch.no_grad():
-        for p in pm.parameters():
-            p -= 0.1 * p.grad
-    close(loss.numpy(), ploss.detach().numpy(), np.float32)
-    for p, q in zip(tm.parameters(), pm.parameters()):
-        close(p.detach().numpy(), q.detach().numpy(), np.float32)
+    graph_sgd_step_matches_torch(make, x, close)
     assert spy.calls[0] >= 2 and spy.calls[1] >= 1 and spy.calls[2] >= 2
 
 
