@@ -211,17 +211,19 @@ def _drivers(s: str):
     blas = _blas()
     if blas is None:
         return None
+    from tessera.codegen.conv_winograd4 import WINOGRAD4_C
     from tessera.codegen.winograd import WINOGRAD_C
     t = {"f32": "float", "f64": "double"}[s]
     lib = load(_DRIVER % dict(blasint="int64_t" if blas.ilp64 else "int") + WINOGRAD_C +
-               f"\nDRIVERS({t}, {s})\nWINOGRAD({t}, {s})\n")
+               WINOGRAD4_C + f"\nDRIVERS({t}, {s})\nWINOGRAD({t}, {s})\nWINOGRAD4({t}, {s})\n")
     P, I = ctypes.c_void_p, ctypes.c_int64
     f = getattr(lib, f"tsr_conv_fwd_{s}")
     f.argtypes, f.restype = [P] * 5 + [I, P, P, P, I, I], None
-    f = getattr(lib, f"tsr_conv_wino_fwd_{s}")
-    f.argtypes, f.restype = [P] * 6 + [I, P, P, P, I, I], None
-    f = getattr(lib, f"tsr_conv_wino_wide_{s}")
-    f.argtypes, f.restype = [P] * 8 + [I, P, P, P, I, I], None
+    for v in ("wino", "wino4"):
+        f = getattr(lib, f"tsr_conv_{v}_fwd_{s}")
+        f.argtypes, f.restype = [P] * 6 + [I, P, P, P, I, I], None
+        f = getattr(lib, f"tsr_conv_{v}_wide_{s}")
+        f.argtypes, f.restype = [P] * 8 + [I, P, P, P, I, I], None
     for name in ("igrad", "wgrad", "wino_wgrad"):
         f = getattr(lib, f"tsr_conv_{name}_{s}")
         f.argtypes, f.restype = [P] * 4 + [I, P, P, P, I, I], None

@@ -450,6 +450,10 @@ def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -
     from tessera.codegen.conv_kernels import _run, _threads, _workspace
     n, c, h, wd = x.shape
     o, oh, ow = y.shape[1:]
+    if four(n, c, o, oh, ow):
+        from tessera.codegen.conv_winograd4 import winograd4
+        winograd4(x, w, b, pads, y, flip)
+        return
     th, tw = (oh + 1) // 2, (ow + 1) // 2
     threads = _threads(n * o * c * 9 * oh * ow)
     wide = _wide(c, o, th, tw, n, x.itemsize)
@@ -465,6 +469,24 @@ def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -
     vm = _workspace(16 * ((c + o) * nc + 32), x.dtype, "winograd_wide")
     v, m = vm[:16 * (c * nc + 16)], vm[16 * (c * nc + 16):]
     _run("wino_wide", x.dtype, (x, w, u, v, m, b, y), work, ws, geometry, threads)
+
+
+def four(n: int, c: int, o: int, oh: int, ow: int) -> bool:
+    """Whether a Winograd forward (or input gradient) runs as F(4x4, 3x3)
+    (``tessera.codegen.conv_winograd4``) rather than F(2x2): over enough 4x4 tiles to
+    amortise its filter transform, 2.25x F(2x2)'s (36 positions of O x C). Interleaved per
+    layer, 2 threads, loaded host (medians / minima, F(4x4) over F(2x2)): ResNet-18 batch 1
+    56x56 0.67/0.57x, 28x28 1.04/0.70x, 14x14 (16 tiles, 256 channels) 1.49/1.26x, 7x7
+    1.63/1.8x; batch 8 0.68-0.97x, 7x7 0.92/0.83x; the benchmark CNN's 32 -> 64 and
+    64 -> 32 at 28x28, batch 64, 0.81-0.84x.
+
+    >>> four(1, 64, 64, 56, 56), four(1, 256, 256, 14, 14)
+    (True, False)
+    """
+    return _FOUR and n * ((oh + 3) // 4) * ((ow + 3) // 4) * 8 >= max(c, o)
+
+
+_FOUR = os.environ.get("TESSERA_WINOGRAD4", "1") not in ("0", "", "false", "off")
 
 
 def _wide(c: int, o: int, th: int, tw: int, n: int, itemsize: int) -> bool:

@@ -44,7 +44,8 @@ def test_winograd_kernels_build():
     winograd = _winograd_module()
     for s in ("f32", "f64"):
         lib = conv_kernels._drivers(s)   # raises on a compile error
-        assert getattr(lib, f"tsr_conv_wino_fwd_{s}") and getattr(lib, f"tsr_conv_wino_wide_{s}")
+        for v in ("wino", "wino4"):
+            assert getattr(lib, f"tsr_conv_{v}_fwd_{s}") and getattr(lib, f"tsr_conv_{v}_wide_{s}")
     assert winograd.usable(np.float32) and winograd.usable(np.float64)
     assert winograd.chosen(8, 64, 64, 56, 56, np.float32)
     # batch-1 layers run wide, the benchmark CNN's 32 -> 64 at batch 64 (82 MB) in rows
@@ -67,6 +68,7 @@ KERNEL_CASES = [
     (1, 33, 7, 10, 15, (1, 2)),     # different paddings per dim
     (4, 6, 5, 6, 7, (3, 1)),        # a forward padding above 2 (no input gradient)
     (3, 40, 36, 23, 21, (1, 1)),    # several items per image
+    (2, 9, 8, 18, 17, (0, 1)),      # F(4x4): 16x15 and 18x17 outputs, one tile row short
 ]
 
 
@@ -74,14 +76,18 @@ KERNEL_CASES = [
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("wide", [False, True])
-def test_winograd_kernels_match_torch(monkeypatch, n, c, o, h, w, pads, threads, dtype, wide):
-    """Forward and input gradient in items of tile rows and wide (``winograd._wide``: the
-    whole batch one block, three passes), and the weight gradient."""
+@pytest.mark.parametrize("four", [False, True])
+def test_winograd_kernels_match_torch(monkeypatch, n, c, o, h, w, pads, threads, dtype, wide,
+                                      four):
+    """Forward and input gradient, F(2x2) and F(4x4), in items of tile rows and wide
+    (``winograd._wide``: the whole batch one block, three passes), and the weight
+    gradient."""
     from tessera.codegen import conv_kernels, runtime
     winograd = _winograd_module()
     monkeypatch.setattr(runtime, "_threads", lambda: threads)
     monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)  # these sizes would run serially
     monkeypatch.setattr(winograd, "_WIDE_BYTES", 1 << 62 if wide else 0)
+    monkeypatch.setattr(winograd, "four", lambda *shape: four)
     rng = np.random.default_rng(n * 1000 + c * 10 + o)
     x = rng.standard_normal((n, c, h, w)).astype(dtype)
     wt = rng.standard_normal((o, c, 3, 3)).astype(dtype)
