@@ -123,6 +123,14 @@ class Communicator:
             return buf
         return Work(wait=wait, test=work.is_completed)
 
+    def reduce_buffer(self, count: int, dtype, group=None) -> np.ndarray:
+        """A buffer of ``count`` elements for repeated ``iall_reduce_`` over ``group``
+        (collective: every member asks for the same size, in the same order). Under MPI on
+        one machine it is shared memory, which the all-reduce sums without messages
+        (``comm/shm.py``); every member must then reduce its own such buffer, never a
+        shared one on some ranks and a plain one on others. Here: a plain array."""
+        return np.empty(count, dtype)
+
     def all_gather(self, x: np.ndarray, group=None, shapes=None) -> list[np.ndarray]:
         raise NotImplementedError
 

@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from tessera.distributed import comm as C
+from tessera.distributed.comm import shm
 
 __all__ = ["MPICommunicator"]
 
@@ -62,6 +63,7 @@ class MPICommunicator(C.Communicator):
             local = self.world.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
         self.local_rank = int(local)
         self._comms: dict = {tuple(range(self.world_size)): self.world}
+        self._shm: dict = {}  # group -> ShmReducer, or None where the group spans nodes
         self._ops = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX,
                      "min": MPI.MIN}
         if self.world_size > 1:
@@ -148,7 +150,27 @@ class MPICommunicator(C.Communicator):
             return self._back(a.reshape(x.shape), x.dtype, op, len(g))
         return C.Work(wait=wait, test=req.Test)
 
+    def reduce_buffer(self, count, dtype, group=None):
+        c, g = self._comm(group)
+        red = self._reducer(c, g)
+        if red is None or not shm.usable(np.empty(0, dtype), "sum"):
+            return np.empty(count, dtype)
+        return red.allocate(count, dtype)
+
+    def _reducer(self, c, g):
+        """The group's shared-memory reducer (made collectively on first use), or None
+        when its ranks are on several machines or TESSERA_SHM_ALLREDUCE=0."""
+        if g not in self._shm:
+            off = os.environ.get("TESSERA_SHM_ALLREDUCE", "1") == "0"
+            self._shm[g] = None if off or len(g) < 2 or not shm.ShmReducer.one_node(c) \
+                else shm.ShmReducer(c, g, self._wait)
+        return self._shm[g]
+
     def iall_reduce_(self, buf, group=None, op="sum"):
+        red = self._shm.get(self._group(group))
+        if red is not None and isinstance(buf, np.ndarray) and red.owns(buf) and \
+                shm.usable(buf, op):
+            return red.iall_reduce_(buf, op)
         if not (isinstance(buf, np.ndarray) and buf.flags.c_contiguous and
                 buf.flags.writeable and buf.dtype.char in _NATIVE and op in self._ops):
             return super().iall_reduce_(buf, group, op)

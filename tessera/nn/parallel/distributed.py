@@ -5,9 +5,11 @@ construction) and runs it on its own share of the batch. As backward produces gr
 parameters are grouped into buckets of about ``bucket_cap_mb`` (in reverse registration
 order, the order gradients usually arrive); a full bucket's gradients are copied, divided
 by the number of ranks, into the bucket's flat buffer and its all-reduce started in place,
-in bucket order on every rank. When the last gradient has arrived, the reductions are
-waited for and each parameter's ``.grad`` becomes the average over ranks: the same gradient
-one process would compute on the whole batch when the loss is a mean over equal shares.
+in bucket order on every rank. Under MPI on one machine the buffers are shared memory and
+the all-reduce sums them directly, with two barriers and no messages (``comm/shm.py``).
+When the last gradient has arrived, the reductions are waited for and each parameter's
+``.grad`` becomes the average over ranks: the same gradient one process would compute on
+the whole batch when the loss is a mean over equal shares.
 With ``gradient_as_bucket_view=True`` (PyTorch's option) each ``.grad`` then is a view of its
 bucket's buffer: nothing is copied out after the all-reduce, and a gradient accumulated
 into it (``zero_grad(set_to_none=False)``, ``no_sync``) is averaged in place.
@@ -219,8 +221,8 @@ class _Bucket:
         reducer also divides before the all-reduce; the division rides on the copy)."""
         if self.reversed is None:
             self._agree(comm, group)
-        if self.buffer is None:
-            self.buffer = np.empty(self.offsets[-1], self.dtype)
+        if self.buffer is None:  # shared memory under MPI on one machine (comm/shm.py)
+            self.buffer = comm.reduce_buffer(self.offsets[-1], self.dtype, group)
         for i, (p, seg, rev) in enumerate(self._views()):
             g = p._grad
             if g is None or g._data is None:

@@ -1,0 +1,157 @@
+"""All-reduce through shared memory, for ranks on one machine that reduce the same buffer
+step after step (DDP's gradient buckets).
+
+``ShmReducer.allocate`` makes a buffer in an MPI-3 shared window, which every rank of the
+group can read and write. Its all-reduce sends no messages:
+
+1. a barrier: every rank has filled its buffer;
+2. rank ``r`` sums slice ``r`` (1/n of the buffer) over the ranks' buffers into its own and
+   copies the sum into every other rank's buffer at the same place;
+3. a barrier: every slice has been written everywhere, so each buffer holds the whole sum.
+
+No rank reads or writes another's buffer after the second barrier, so the caller may
+refill its buffer as soon as ``wait()`` returns. Each slice is summed by one rank and
+copied, so every rank ends with the same bits (as MPI guarantees).
+
+Why not MPI's all-reduce: MPICH moves a 7 MB buffer between two ranks as a message
+protocol (copies through shared cells or a single-copy read per piece, each a rendezvous of
+both ranks) and spent 2.5-3 ms of CPU per rank on it here, against 1.7-2.4 ms for the two
+barriers, the sum and the copy (2 ranks, medians of 40 interleaved repetitions on this
+loaded 2-core host); under load every rendezvous also waits for a descheduled peer, and
+this all-reduce has two.
+
+The windows live as long as the process's communicator; they are freed (a collective
+call) at interpreter exit, before mpi4py finalizes MPI.
+
+>>> # under mpiexec: buf = comm.reduce_buffer(n, np.float32); ...; comm.iall_reduce_(buf).wait()
+"""
+from __future__ import annotations
+
+import atexit
+
+import numpy as np
+
+from tessera.distributed import comm as C
+
+__all__ = ["ShmReducer"]
+
+_UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum,
+           "min": np.minimum}
+_KINDS = "bBhHiIlLqQfdFD"  # dtypes the sum is exact in (no float16 rounding per step)
+
+
+class ShmReducer:
+    """Shared buffers of one group of ranks (all on one node) and their all-reduce."""
+
+    def __init__(self, mpi_comm, group: tuple[int, ...], waiter):
+        from mpi4py import MPI
+        self.MPI = MPI
+        # a communicator of its own: the barriers never interleave with other collectives
+        self.comm = mpi_comm.Dup()
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.group = group
+        self._wait = waiter  # MPICommunicator._wait: polling with TESSERA_COMM_TIMEOUT
+        self._windows: dict[int, tuple] = {}  # buffer address -> (window, every rank's view)
+        _LIVE.append(self)
+
+    @staticmethod
+    def one_node(mpi_comm) -> bool:
+        """Every rank of ``mpi_comm`` shares this process's memory node (collective)."""
+        from mpi4py import MPI
+        node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
+        try:
+            local = node.Get_size() == mpi_comm.Get_size()
+        finally:
+            node.Free()
+        return bool(mpi_comm.allreduce(int(local), op=MPI.MIN))
+
+    def allocate(self, count: int, dtype) -> np.ndarray:
+        """A buffer of ``count`` elements of ``dtype`` every rank can address (collective)."""
+        dtype = np.dtype(dtype)
+        info = self.MPI.Info.Create()
+        info.Set("alloc_shared_noncontig", "true")  # each rank's part on its own pages
+        try:
+            win = self.MPI.Win.Allocate_shared(max(count, 1) * dtype.itemsize, dtype.itemsize,
+                                               info, comm=self.comm)
+        finally:
+            info.Free()
+        win.Lock_all()  # a passive epoch for the whole life: Win.Sync fences memory
+        views = [np.frombuffer(win.Shared_query(r)[0], dtype, count) for r in range(self.size)]
+        mine = views[self.rank]
+        self._windows[_address(mine)] = (win, views)
+        return mine
+
+    def owns(self, buf: np.ndarray) -> bool:
+        entry = self._windows.get(_address(buf))
+        return entry is not None and entry[1][self.rank].size == buf.size and \
+            entry[1][self.rank].dtype == buf.dtype
+
+    def iall_reduce_(self, buf: np.ndarray, op: str) -> C.Work:
+        """Start the all-reduce of ``buf`` (one of this reducer's buffers) in place."""
+        win, views = self._windows[_address(buf)]
+        fn = _UFUNCS[op]
+        n, r = self.size, self.rank
+        lo, hi = buf.size * r // n, buf.size * (r + 1) // n
+        what = f"all_reduce({op}) on ranks {list(self.group)}"
+        win.Sync()
+        state = {"req": self.comm.Ibarrier(), "phase": 0}
+
+        def advance(block: bool) -> bool:
+            """Move on as far as possible (to the end when ``block``); True when done."""
+            if state["phase"] == 0:
+                if block:
+                    self._wait(state["req"], what)
+                elif not state["req"].Test():
+                    return False
+                win.Sync()
+                mine = buf[lo:hi]
+                for q in range(n):
+                    if q != r:
+                        fn(mine, views[q][lo:hi], out=mine)
+                if op == "avg":
+                    np.divide(mine, n, out=mine, casting="unsafe")
+                for q in range(n):
+                    if q != r:
+                        views[q][lo:hi] = mine
+                win.Sync()
+                state["req"], state["phase"] = self.comm.Ibarrier(), 1
+            if state["phase"] == 1:
+                if block:
+                    self._wait(state["req"], what)
+                elif not state["req"].Test():
+                    return False
+                win.Sync()
+                state["phase"] = 2
+            return True
+
+        def wait():
+            advance(True)
+            return buf
+        return C.Work(wait=wait, test=lambda: advance(False))
+
+    def free(self) -> None:
+        """Free every window and the communicator (collective)."""
+        for win, _ in self._windows.values():
+            win.Unlock_all()
+            win.Free()
+        self._windows.clear()
+        self.comm.Free()
+
+
+def usable(buf: np.ndarray, op: str) -> bool:
+    return buf.dtype.char in _KINDS and op in _UFUNCS
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+_LIVE: list[ShmReducer] = []
+
+
+@atexit.register
+def _free_all() -> None:
+    # Python's atexit runs before mpi4py finalizes MPI (Py_AtExit); a window still
+    # allocated then makes MPICH warn about pending references on every exit
+    while _LIVE:
+        _LIVE.pop().free()
