@@ -14,6 +14,12 @@ overwritten) is rebuilt, never loaded.
 >>> lib = load("int tsr_answer(void) { return 42; }")   # doctest: +SKIP
 >>> lib.tsr_answer()                                      # doctest: +SKIP
 42
+
+A source given as a list ``[header, *definitions]`` is the same program (the cache key is
+its joined text), but a large one compiles as several translation units at once, each the
+header plus a share of the definitions, linked into one library: a cold compile of a big
+graph takes about 1/cores of the time. The definitions must then see only the header, not
+each other's static functions.
 """
 from __future__ import annotations
 
@@ -91,11 +97,12 @@ last_build: dict = {}  # how the last load() went: {"key", "cached", "seconds"} 
 totals: dict = {"loads": 0, "compiled": 0, "seconds": 0.0}
 
 
-def load(source: str, extra: tuple[str, ...] = ()) -> ctypes.CDLL:
+def load(source: str | list[str], extra: tuple[str, ...] = ()) -> ctypes.CDLL:
     """The compiled library of ``source`` (built with ``FLAGS`` and ``extra``), from the
-    cache when it holds a sound copy."""
+    cache when it holds a sound copy. ``source`` may be ``[header, *definitions]``, which
+    large sources compile in parallel (see the module's docstring)."""
     t0 = time.perf_counter()
-    key = _key(source, extra)
+    key = _key(_text(source), extra)
     lib = _LOADED.get(key)
     cached = True
     if lib is None:
@@ -114,11 +121,15 @@ def build(source: str, extra: tuple[str, ...] = ()) -> str:
     return _library(_key(source, extra), source, extra)[0]
 
 
+def _text(source: str | list[str]) -> str:
+    return source if isinstance(source, str) else "\n\n".join(source) + "\n"
+
+
 def _key(source: str, extra: tuple[str, ...]) -> str:
     return hashlib.sha256("\n".join([_fingerprint(), *extra, source]).encode()).hexdigest()[:32]
 
 
-def _library(key: str, source: str, extra: tuple[str, ...]) -> tuple[str, bool]:
+def _library(key: str, source: str | list[str], extra: tuple[str, ...]) -> tuple[str, bool]:
     """(path, whether it was in the cache already)."""
     path = os.path.join(_writable(cache_dir()), f"tsr_{key}.so")
     if _sound(path):
@@ -156,20 +167,54 @@ def _sound(path: str) -> bool:
         return False
 
 
-def _build(source: str, path: str, extra: tuple[str, ...] = ()) -> None:
+# below this many characters of definitions one compiler process is about as fast
+PARALLEL_MIN_CHARS = 16_000
+
+
+def _units(source: str | list[str]) -> list[str]:
+    """The translation units to compile: the source, or its header plus a share of its
+    definitions each, one share per core, balanced by length."""
+    if isinstance(source, str):
+        return [source]
+    header, defs = source[0], source[1:]
+    n = min(len(defs), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1)
+    if n < 2 or sum(map(len, defs)) < PARALLEL_MIN_CHARS:
+        return [_text(source)]
+    shares: list[list[str]] = [[] for _ in range(n)]
+    sizes = [0] * n
+    for d in sorted(defs, key=len, reverse=True):  # longest first, onto the lightest share
+        k = sizes.index(min(sizes))
+        shares[k].append(d)
+        sizes[k] += len(d)
+    return [_text([header, *share]) for share in shares]
+
+
+def _build(source: str | list[str], path: str, extra: tuple[str, ...] = ()) -> None:
     cc = compiler()
     if cc is None:
         raise CompileError("no C compiler found (set CC or install cc/gcc/clang)")
     d = os.path.dirname(path)
+    units = _units(source)
     with tempfile.TemporaryDirectory(dir=d, prefix=".build-") as tmp:
-        src, lib = os.path.join(tmp, "k.c"), os.path.join(tmp, "k.so")
-        with open(src, "w") as f:
-            f.write(source)
-        proc = subprocess.run([cc, *FLAGS, *extra, src, "-o", lib, *LIBS], capture_output=True,
-                              text=True, timeout=600)
-        if proc.returncode != 0:
-            raise CompileError(f"{os.path.basename(cc)} failed on generated code:\n"
-                               f"{proc.stderr[-4000:]}")
+        lib = os.path.join(tmp, "k.so")
+        srcs = [os.path.join(tmp, f"k{i}.c") for i in range(len(units))]
+        for src, text in zip(srcs, units):
+            with open(src, "w") as f:
+                f.write(text)
+        if len(srcs) == 1:
+            _run([cc, *FLAGS, *extra, srcs[0], "-o", lib, *LIBS], cc)
+        else:  # the units at once, then one link
+            objs = [src[:-2] + ".o" for src in srcs]
+            procs = [subprocess.Popen([cc, *FLAGS, *extra, "-c", src, "-o", obj],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True) for src, obj in zip(srcs, objs)]
+            errors = [_finish(p) for p in procs]
+            for err in errors:
+                if err is not None:
+                    raise CompileError(f"{os.path.basename(cc)} failed on generated code:\n"
+                                       f"{err[-4000:]}")
+            _run([cc, *FLAGS, *extra, *objs, "-o", lib, *LIBS], cc)
         digest = _digest(lib)
         # the library first, then its digest: a crash in between leaves an entry that
         # _sound() rejects, so it is rebuilt
@@ -177,3 +222,21 @@ def _build(source: str, path: str, extra: tuple[str, ...] = ()) -> None:
         with open(os.path.join(tmp, "d"), "w") as f:
             f.write(digest)
         os.replace(os.path.join(tmp, "d"), path + ".sha256")
+
+
+def _finish(proc: subprocess.Popen) -> str | None:
+    """Wait for a compiler process: None when it succeeded, else its error log."""
+    try:
+        _, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return "timed out after 600 s"
+    return None if proc.returncode == 0 else err
+
+
+def _run(cmd: list[str], cc: str) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise CompileError(f"{os.path.basename(cc)} failed on generated code:\n"
+                           f"{proc.stderr[-4000:]}")

@@ -51,7 +51,7 @@ def build(nodes: list) -> dict:
     if debug:
         print(f"// tessera codegen: {len(plans)} kernels\n{source}", file=sys.stderr)
     try:
-        lib = cc.load(source, FLAGS)
+        lib = cc.load(chunks, FLAGS)   # [prelude, *kernels]: big graphs compile in parallel
     except cc.CompileError as e:  # a code generator bug: run the reference kernels instead
         warnings.warn(f"tessera codegen: {e}; running these nodes with NumPy kernels",
                       RuntimeWarning, stacklevel=2)

@@ -255,6 +255,8 @@ class Graph:
         saved_state = [{p: dict(st) for p, st in opt.state.items()} for opt, _ in
                        self._optimizers]
         saved_lrs = [[g["lr"] for g in opt.param_groups] for opt, _ in self._optimizers]
+        keys = {id(opt): {p: set(st) for p, st in opt.state.items()}  # before the trace
+                for opt, _ in self._optimizers}
         new_state: list = []
         specs: list = []  # how each graph output becomes a tensor (global metadata)
         rng_state = default_generator.get_state()  # tracing must not consume random draws
@@ -310,7 +312,12 @@ class Graph:
         # which would otherwise read each all-reduce at once and leave nothing to merge
         bucket_all_reduces(ir, int(self.config.bucket_cap_mb * 2 ** 20))
         tensors = {name: originals.get(name, values.get(name)) for name in ir.variables}
-        compiled = _Compiled(ir, Executor(ir), tensors, new_state, len(outs), treedef)
+        # a step that creates optimizer state changes the signature (the state's keys are part
+        # of it), so it runs once: generated C would be compiled for nothing (the CNN's
+        # training graph spends seconds of a cold compile on it), and NumPy kernels run it
+        created = any(key not in keys[id(opt)].get(p, ()) for opt, p, key in new_state)
+        compiled = _Compiled(ir, Executor(ir, codegen=not created), tensors, new_state,
+                             len(outs), treedef)
         compiled.written = written
         compiled.in_args = in_args
         compiled.specs = specs

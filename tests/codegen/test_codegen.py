@@ -368,6 +368,47 @@ def test_graph_uses_generated_kernels_and_matches_numpy_executor(monkeypatch):
     np.testing.assert_allclose(y.numpy(), y2.numpy(), rtol=2e-6, atol=2e-6)
 
 
+def test_a_step_creating_optimizer_state_runs_without_generated_code():
+    # Adam's first step creates its state, which changes the graph's signature: that step
+    # runs once, so it is not worth compiling; the steady step is
+    import torch
+    tessera.manual_seed(0)
+    model = tessera.nn.Sequential(tessera.nn.Linear(8, 16), tessera.nn.GELU(),
+                                  tessera.nn.Linear(16, 1))
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+    ref.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in model.state_dict().items()})
+    opt = tessera.optim.Adam(model.parameters(), lr=1e-2)
+    ropt = torch.optim.Adam(ref.parameters(), lr=1e-2)
+
+    class Train(tessera.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(opt)
+
+        def build(self, x):
+            loss = self.model(x).square().mean()
+            loss.backward()
+            return loss
+    g = Train()
+    x = np.random.default_rng(0).standard_normal((32, 8)).astype(np.float32)
+    for step in range(3):
+        loss = g(tessera.tensor(x))
+        ropt.zero_grad()
+        rloss = ref(torch.from_numpy(x)).square().mean()
+        rloss.backward()
+        ropt.step()
+        np.testing.assert_allclose(loss.item(), rloss.item(), rtol=1e-5)
+        if step == 0:
+            first = g._cache[g._last_key]
+    assert not first.executor.generated
+    steady = g._cache[g._last_key]
+    assert steady is not first and steady.executor.generated
+    for p, q in zip(model.parameters(), ref.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
+
+
 def test_no_compiler_warns_once_and_runs_numpy(monkeypatch):
     import tessera.codegen as codegen
     monkeypatch.setenv("CC", "/nonexistent/cc")
@@ -439,4 +480,37 @@ def test_compile_error_names_the_compiler_output(tmp_path, monkeypatch):
     monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
     with pytest.raises(cc.CompileError, match="failed on generated code"):
         cc.load("this is not C")
+    assert not [p for p in tmp_path.iterdir() if p.suffix == ".so"]
+
+
+def _definitions(n: int, pad: int) -> list[str]:
+    # each long enough that the whole exceeds PARALLEL_MIN_CHARS; the header's static helper
+    # is used by every unit
+    return [f"int tsr_unit{i}(int x) {{ /* {'.' * pad} */ return tsr_twice(x) + {i}; }}"
+            for i in range(n)]
+
+
+def test_large_sources_compile_as_parallel_units(tmp_path, monkeypatch):
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    header = "static int tsr_twice(int x) { return 2 * x; }"
+    defs = _definitions(6, cc.PARALLEL_MIN_CHARS // 4)
+    units = cc._units([header, *defs])
+    assert len(units) == min(6, len(os.sched_getaffinity(0)))
+    assert sorted(d for u in units for d in defs if d in u) == sorted(defs)  # each once
+    lib = cc.load([header, *defs])
+    assert [getattr(lib, f"tsr_unit{i}")(5) for i in range(6)] == [10 + i for i in range(6)]
+    # the same program as one string: the same cache entry
+    assert cc._key(cc._text([header, *defs]), ()) == cc._key(header + "\n\n" + "\n\n".join(defs)
+                                                            + "\n", ())
+
+
+def test_small_sources_stay_one_unit():
+    assert len(cc._units(["static int a;", "int tsr_f(void) { return 1; }"])) == 1
+
+
+def test_an_error_in_one_parallel_unit_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    defs = _definitions(4, cc.PARALLEL_MIN_CHARS // 2) + ["this is not C"]
+    with pytest.raises(cc.CompileError, match="failed on generated code"):
+        cc.load(["static int tsr_twice(int x) { return 2 * x; }", *defs])
     assert not [p for p in tmp_path.iterdir() if p.suffix == ".so"]
