@@ -51,14 +51,20 @@ IM2COL_BLOCK(double, im2col_block_f64)
 COL2IM(float, col2im_plane_f32)
 COL2IM(double, col2im_plane_f64)
 
-/* the geometry g[]: C H W O KH KW SH SW PH PW DH DW OH OW N RB G OB */
+/* the geometry g[]: C H W O KH KW SH SW PH PW DH DW OH OW N RB G OB SHARED */
 #define GEOMETRY                                                                          \
     int64_t C = g[0], H = g[1], W = g[2], O = g[3], KH = g[4], KW = g[5], SH = g[6],      \
             SW = g[7], PH = g[8], PW = g[9], DH = g[10], DW = g[11], OH = g[12],          \
-            OW = g[13], N = g[14], RB = g[15], G = g[16], OB = g[17];                     \
+            OW = g[13], N = g[14], RB = g[15], G = g[16], OB = g[17], SHARED = g[18];     \
     int64_t CK = C * KH * KW, P = OH * OW;                                                \
     int direct = KH == 1 && KW == 1 && SH == 1 && SW == 1 && PH == 0 && PW == 0;          \
-    (void)N; (void)RB; (void)G; (void)OB; (void)direct; (void)O; (void)P
+    (void)N; (void)RB; (void)G; (void)OB; (void)direct; (void)O; (void)P; (void)SHARED
+
+/* wait until *done reaches total (the passes of one driver call meet here, as
+   winograd's: every item is taken by a running thread, so the count gets there) */
+static inline void conv_wait(int64_t* done, int64_t total) {
+    while (__atomic_load_n(done, __ATOMIC_ACQUIRE) < total) sched_yield();
+}
 
 #define DRIVERS(T, S)                                                                     \
 typedef void (*gemm_##S)(int, int, int, blasint, blasint, blasint, T, const T*, blasint,  \
@@ -77,6 +83,38 @@ static void col2im_##S(const T* cols, T* dx, const int64_t* g) {                
     col2im_plane_##S(cols, dx, C, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW, P, 0, C); \
 }                                                                                         \
                                                                                           \
+/* y = w (*) x + b with the columns of all N images built once, in work, shared by the   \
+   threads (fewer images than threads, output channels split: each thread building all   \
+   the columns it multiplies spent an im2col a thread): items of SHARED rows of the       \
+   columns, then of OB output channels of an image */                                     \
+static void conv_fwd_shared_##S(const T* x, const T* w, const T* b, T* y, T* work,        \
+                                int64_t* next, const int64_t* g, void* gemm) {            \
+    GEOMETRY;                                                                             \
+    int64_t chunks = (CK + SHARED - 1) / SHARED, nob = (O + OB - 1) / OB;                 \
+    for (int64_t it; !direct && (it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED))      \
+                                    < N * chunks;) {                                      \
+        int64_t n = it / chunks, lo = it %% chunks * SHARED;                              \
+        im2col_block_##S(x + n * C * H * W, work + n * CK * P, H, W, KH, KW, SH, SW, PH,   \
+                         PW, DH, DW, OW, P, lo, lo + SHARED < CK ? lo + SHARED : CK, 0, OH); \
+        __atomic_fetch_add(next + 1, 1, __ATOMIC_RELEASE);                                \
+    }                                                                                     \
+    if (!direct) conv_wait(next + 1, N * chunks);                                         \
+    for (;;) {                                                                            \
+        int64_t it = __atomic_fetch_add(next + 2, 1, __ATOMIC_RELAXED);                   \
+        if (it >= N * nob) break;                                                         \
+        int64_t n = it / nob, o0 = it %% nob * OB, o1 = o0 + OB < O ? o0 + OB : O;        \
+        const T* src = direct ? x + n * C * H * W : work + n * CK * P;                    \
+        T* yo = y + (n * O + o0) * P;                                                     \
+        ((gemm_##S)gemm)(ROW, NT, NT, o1 - o0, P, CK, 1, w + o0 * CK, CK, src, P, 0, yo, P); \
+        if (b)                                                                            \
+            for (int64_t o = o0; o < o1; o++) {                                           \
+                T bo = b[o], *r = yo + (o - o0) * P;                                      \
+                _Pragma("omp simd")                                                       \
+                for (int64_t q = 0; q < P; q++) r[q] += bo;                               \
+            }                                                                             \
+    }                                                                                     \
+}                                                                                         \
+                                                                                          \
 /* y = w (*) x + b. Items: G images side by side (when G > 1, through a buffer after     \
    the columns), or OB output channels of RB output rows of one image (a thread keeps     \
    the columns it has for the next item); thread t's buffer is work + t * ws. */          \
@@ -88,6 +126,10 @@ void tsr_conv_fwd_##S(const T* x, const T* w, const T* b, T* y, T* work, int64_t
     int64_t nblk = (OH + RB - 1) / RB, nob = (O + OB - 1) / OB, have = -1;                \
     int64_t items = G > 1 ? (N + G - 1) / G : N * nblk * nob;                             \
     T* cols = work + t * ws;                                                              \
+    if (SHARED) {                                                                         \
+        conv_fwd_shared_##S(x, w, b, y, work, next, g, gemm);                             \
+        return;                                                                           \
+    }                                                                                     \
     for (;;) {                                                                            \
         int64_t it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);                       \
         if (it >= items) break;                                                           \
@@ -224,7 +266,7 @@ def _drivers(s: str):
         f.argtypes, f.restype = [P] * 6 + [I, P, P, P, I, I], None
         f = getattr(lib, f"tsr_conv_{v}_wide_{s}")
         f.argtypes, f.restype = [P] * 8 + [I, P, P, P, I, I], None
-    for name in ("igrad", "wgrad", "wino_wgrad"):
+    for name in ("igrad", "wgrad", "wino_wgrad", "wino4_wgrad"):
         f = getattr(lib, f"tsr_conv_{name}_{s}")
         f.argtypes, f.restype = [P] * 4 + [I, P, P, P, I, I], None
     return lib
@@ -335,6 +377,7 @@ _WIDE_GEMM = 1024  # output columns worth putting several images side by side fo
 _MIN_BLOCK = 256   # output columns a row block needs to be worth its own GEMM
 _MIN_CHANNELS = 32  # output channels (GEMM rows) a block of them needs
 _COLS_BYTES = 256 << 10  # a row block's columns: half of a core's L2 (Zen 3: 512 KiB)
+_SHARED = True  # output-channel items share one build of the columns (see conv2d_threaded)
 
 
 def conv2d_threaded(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation,
@@ -348,8 +391,11 @@ def conv2d_threaded(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation,
     ck = c * kh * kw
     threads, rb, grp, ob = _plan(n, o, oh, ow, ck, x.itemsize, _threads(n * o * ck * oh * ow))
     ws = (ck + o) * grp * oh * ow if grp > 1 else ck * rb * ow
-    work = _workspace(ws * threads, x.dtype)
-    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, rb, grp, ob]
+    # output channels split over threads: the images' columns built once and shared, in
+    # items of column rows (four a thread an image)
+    shared = -(-ck // (4 * threads)) if _SHARED and threads > 1 and ob < o and rb == oh else 0
+    work = _workspace(n * ck * oh * ow if shared else ws * threads, x.dtype)
+    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, rb, grp, ob, shared]
     _run("fwd", x.dtype, (x, w, b, y), work, ws, geometry, threads)
 
 
@@ -363,7 +409,7 @@ def conv2d_input_grad_threaded(g: np.ndarray, w: np.ndarray, stride, pads, dilat
     ws = c * kh * kw * oh * ow
     threads = min(_threads(n * o * ws), n)
     work = _workspace(ws * threads, g.dtype)
-    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, oh, 1, o]
+    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, oh, 1, o, 0]
     _run("igrad", g.dtype, (g, w, dx), work, ws, geometry, threads)
 
 
@@ -378,6 +424,6 @@ def conv2d_weight_grad_threaded(x: np.ndarray, g: np.ndarray, wshape, stride, pa
     threads = min(_threads(n * o * ws), n)
     work = _workspace(ws * threads, x.dtype)
     dw = np.empty((threads, o, c * kh * kw), x.dtype)
-    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, oh, 1, o]
+    geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, oh, 1, o, 0]
     _run("wgrad", x.dtype, (x, g, dw), work, ws, geometry, threads)
     return (dw[0] if threads == 1 else dw.sum(0)).reshape(wshape)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["WINOGRAD4_C", "winograd4", "wide4"]
+__all__ = ["WINOGRAD4_C", "winograd4", "wide4", "weight_grad4"]
 
 # C without backslashes: _macro() continues every line (so comments are /* */ only).
 # Uses the drivers' gemm_<S> typedef, ROW/NT, and wino_wait of the F(2x2) source.
@@ -186,6 +186,84 @@ static void wino4_out_##S(T* m, const T* bias, T* y, const int64_t* wg, int64_t 
     }
 }
 
+/* the output gradient's tiles of rows [r0, r1) -> z (36, O, NC): A g A^T of each 4x4 tile
+   g (zero past the output's edge), A = (A^T)^T: each row of a tile through A into h (6
+   values a tile), then down the columns */
+static void wino4_gz_##S(const T* gy, T* z, T* buf, const int64_t* wg, int64_t r0,
+                         int64_t r1) {
+    W4GEOMETRY;
+    T* lin = buf;
+    T* h = buf + LW;
+    memset(lin, 0, LW * sizeof(T));
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t n = r / TH, th = r - n * TH;
+        for (int64_t o = 0; o < O; o++) {
+            for (int a = 0; a < 4; a++) {
+                if (4 * th + a < OH)
+                    memcpy(lin, gy + ((n * O + o) * OH + 4 * th + a) * OW, OW * sizeof(T));
+                else
+                    memset(lin, 0, OW * sizeof(T));
+                T* ha = h + 6 * a * TW;
+                _Pragma("omp simd")
+                for (int64_t f = 0; f < TW; f++) {
+                    T g0 = lin[4 * f], g1 = lin[4 * f + 1], g2 = lin[4 * f + 2];
+                    T g3 = lin[4 * f + 3];
+                    ha[f] = g0;
+                    ha[TW + f] = (g0 + g2) + (g1 + g3);
+                    ha[2 * TW + f] = (g0 + g2) - (g1 + g3);
+                    ha[3 * TW + f] = (g0 + 4 * g2) + 2 * (g1 + 4 * g3);
+                    ha[4 * TW + f] = (g0 + 4 * g2) - 2 * (g1 + 4 * g3);
+                    ha[5 * TW + f] = g3;
+                }
+            }
+            T* d = z + o * NC + (r - r0) * TW;
+            for (int j = 0; j < 6; j++) {
+                const T* hj = h + j * TW;
+                T* dj = d + j * MS;
+                _Pragma("omp simd")
+                for (int64_t f = 0; f < TW; f++) {
+                    T a0 = hj[f], a1 = hj[6 * TW + f], a2 = hj[12 * TW + f];
+                    T a3 = hj[18 * TW + f];
+                    dj[f] = a0;
+                    dj[6 * MS + f] = (a0 + a2) + (a1 + a3);
+                    dj[12 * MS + f] = (a0 + a2) - (a1 + a3);
+                    dj[18 * MS + f] = (a0 + 4 * a2) + 2 * (a1 + 4 * a3);
+                    dj[24 * MS + f] = (a0 + 4 * a2) - 2 * (a1 + 4 * a3);
+                    dj[30 * MS + f] = a3;
+                }
+            }
+        }
+    }
+}
+
+/* s[t] (36, O, C), positions US apart, = the sum over thread t's fixed run of items of
+   z[p] (O, NC) @ v[p]^T (NC, C) (as tsr_conv_wino_wgrad; no spare columns to zero): the
+   weight gradient before its filter transform G^T s G */
+void tsr_conv_wino4_wgrad_##S(const T* x, const T* gy, T* s, T* work, int64_t ws,
+                              int64_t* next, const int64_t* wg, void* gemm, int64_t t,
+                              int64_t nt) {
+    W4GEOMETRY;
+    (void)next;
+    T* rows = work + t * ws;
+    T* v = rows + WROWS;
+    T* z = v + 36 * VS;
+    T* acc = s + t * 36 * US;
+    int64_t items = (N * TH + RB - 1) / RB;
+    T beta = 0;
+    for (int64_t it = items * t / nt; it < items * (t + 1) / nt; it++) {
+        int64_t r0 = it * RB, r1 = r0 + RB < N * TH ? r0 + RB : N * TH;
+        int64_t cols = (r1 - r0) * TW;
+        wino4_in_##S(x, v, rows, wg, r0, r1, 0, C);
+        wino4_gz_##S(gy, z, rows, wg, r0, r1);
+        for (int p = 0; p < 36; p++)
+            ((gemm_##S)gemm)(ROW, NT, TR, O, C, cols, 1, z + p * MS, NC, v + p * VS, NC,
+                             beta, acc + p * US, C);
+        beta = 1;
+    }
+    if (beta == 0)
+        for (int p = 0; p < 36; p++) memset(acc + p * US, 0, O * C * sizeof(T));
+}
+
 /* y = w (*) x + b in items of RB tile rows (as tsr_conv_wino_fwd): u first (items from
    next[2], next[3] counting them done), each item's input transform, a wait for all of u,
    its 36 GEMMs and its output transform; thread t's workspace: WROWS, v, m */
@@ -319,3 +397,32 @@ def winograd4(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -
     vm = _workspace(36 * ((c + o) * nc + 32), x.dtype, "winograd_wide")
     v, m = vm[:36 * (c * nc + 16)], vm[36 * (c * nc + 16):]
     _run("wino4_wide", x.dtype, (x, w, u, v, m, b, y), work, ws, geometry, threads)
+
+
+def weight_grad4(x: np.ndarray, g: np.ndarray, pads) -> np.ndarray:
+    """The weight gradient (O, C, 3, 3) of a stride-1 3x3 convolution with low paddings
+    ``pads`` from C-contiguous ``x`` (N, C, H, W) and ``g`` (N, O, OH, OW) through F(4x4):
+    per tile position the sum over tiles of (A g A^T)[p] @ (B^T d B)[p]^T, each thread over
+    a fixed run of tile rows (a sum whose order does not depend on thread timing), then
+    G^T s G."""
+    from tessera.codegen.conv_kernels import _run, _threads, _workspace
+    from tessera.codegen.winograd import _WGRAD_BYTES
+    n, c, h, wd = x.shape
+    o, oh, ow = g.shape[1:]
+    th, tw = (oh + 3) // 4, (ow + 3) // 4
+    threads = min(_threads(n * o * c * 9 * oh * ow), n * th)
+    per_row = 36 * (c + o) * tw * x.itemsize
+    rb = max(1, min(-(-n * th // threads), _WGRAD_BYTES // per_row))
+    ws = _wrows(th, tw) + 36 * ((c + o) * rb * tw + 32)
+    work = _workspace(ws * threads, x.dtype)
+    s = np.empty((threads, 36, o * c + 16), x.dtype)
+    geometry = [c, h, wd, o, *pads, oh, ow, n, rb, 0]
+    _run("wino4_wgrad", x.dtype, (x, g, s), work, ws, geometry, threads)
+    s = s[:, :, :o * c].sum(0).reshape(6, 6, o, c)   # (the padding columns are not written)
+    gt = _G4.T.astype(x.dtype)
+    t = np.tensordot(gt, s, axes=(1, 0))                                  # (3, 6, O, C)
+    return np.ascontiguousarray(np.tensordot(t, gt, axes=(1, 1)).transpose(1, 2, 0, 3))
+
+
+_G4 = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])

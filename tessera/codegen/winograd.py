@@ -31,8 +31,11 @@ gradient sums, per tile position, (A g A^T)[p] @ (B^T d B)[p]^T over the tiles, 
 thread over a fixed run of them (a sum that does not depend on thread timing), then
 takes G^T s G; ``chosen_weight_grad`` keeps it to the shapes where it measured faster.
 
+Over enough tiles (``four``) the forward, input and weight gradients run as F(4x4, 3x3)
+instead (``tessera.codegen.conv_winograd4``: the same drivers with 6x6 tiles).
+
 ``TESSERA_WINOGRAD=0`` turns the path off (read once), so benchmarks can compare it with
-im2col + GEMM.
+im2col + GEMM; ``TESSERA_WINOGRAD4=0`` keeps it to F(2x2).
 
 >>> import numpy as np
 >>> x, w = np.ones((1, 1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32)
@@ -405,7 +408,9 @@ def chosen_weight_grad(n: int, c: int, o: int, oh: int, ow: int, dtype) -> bool:
     """Whether the weight gradient of such a convolution runs as Winograd: only up to 64
     channels, where it measured faster (the benchmark CNN's 32 -> 64 at 28x28, batch 64:
     0.85-0.95x; ResNet-18's 64-channel layers 0.1-0.75x) - from 128 channels its (O, C)
-    sums over short runs of tiles lost 1.1-4x to im2col + GEMM.
+    sums over short runs of tiles lost 1.1-4x to im2col + GEMM. As F(4x4) where ``four``
+    says (interleaved, load 3.7, F(4x4) over F(2x2) median/min/CPU time: the CNN's 32 -> 64
+    0.88/0.72/0.80x, ResNet-18's 64 channels at batch 8 0.83/0.82/0.76x).
 
     >>> chosen_weight_grad(64, 32, 64, 28, 28, np.float32) == usable(np.float32)
     True
@@ -518,6 +523,9 @@ def conv2d_weight_grad_winograd(x: np.ndarray, g: np.ndarray, pads) -> np.ndarra
     from tessera.codegen.conv_kernels import _run, _threads, _workspace
     n, c, h, wd = x.shape
     o, oh, ow = g.shape[1:]
+    if four(n, c, o, oh, ow):
+        from tessera.codegen.conv_winograd4 import weight_grad4
+        return weight_grad4(x, g, pads)
     th, tw = (oh + 1) // 2, (ow + 1) // 2
     threads = min(_threads(n * o * c * 9 * oh * ow), n * th)
     # the GEMMs sum over an item's tiles into an (O, C) block: long sums (many tile rows per

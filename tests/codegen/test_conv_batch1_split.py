@@ -17,16 +17,23 @@ CASES = [((1, 3, 45, 37), (16, 3, 7, 7), 2, 3, 1),     # a stem: many row blocks
          ((1, 4, 26, 26), (8, 4, 1, 1), 1, 0, 1),      # 1x1: the GEMM reads x itself
          ((1, 3, 33, 20), (5, 3, 3, 3), 1, 2, 2),      # dilation
          ((1, 8, 6, 6), (200, 8, 3, 3), 1, 1, 1),      # few rows: channel blocks
+         ((1, 8, 3, 3), (200, 8, 1, 1), 1, 0, 1),      # channel blocks reading x itself
+         ((2, 5, 5, 5), (300, 5, 3, 3), 1, 1, 1),      # two images' shared columns (3 threads)
          ((1, 2, 5, 5), (3, 2, 3, 3), 1, 0, 1)]        # tiny: one thread
 
 
 @pytest.mark.parametrize("xs,ws,stride,pad,dil", CASES)
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_batch1_splits_match_torch(monkeypatch, xs, ws, stride, pad, dil, threads, dtype):
+@pytest.mark.parametrize("shared", [False, True])
+def test_batch1_splits_match_torch(monkeypatch, xs, ws, stride, pad, dil, threads, dtype,
+                                   shared):
+    """Channel blocks with each thread building its own columns, and with the columns
+    built once and shared (``conv_kernels._SHARED``)."""
     from tessera.codegen import conv_kernels, runtime
     if not conv_kernels.threaded(dtype):
         pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
+    monkeypatch.setattr(conv_kernels, "_SHARED", shared)
     monkeypatch.setattr(runtime, "_threads", lambda: threads)
     monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)  # these sizes would run serially
     monkeypatch.setattr(conv_kernels, "_COLS_BYTES", 4096)  # several row blocks at these sizes
