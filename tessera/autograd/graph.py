@@ -177,8 +177,14 @@ class AccumulateGrad:
                 grad = new
         if var._grad is None:
             # Always own the buffer: grad rules may hand the same tensor to several inputs,
-            # or a broadcast view, and optimizers later update .grad in place.
-            var._grad = grad if grad.requires_grad else _owned_like(grad, var)
+            # or a broadcast view, and optimizers later update .grad in place. A taker
+            # (DDP with gradient_as_bucket_view) may store it in memory it owns instead, so
+            # the gradient is not copied twice; it returns the new .grad, or None to decline
+            take = None if grad.requires_grad else var.__dict__.get("_grad_taker")
+            owned = None if take is None else take(var, grad)
+            if owned is None:
+                owned = grad if grad.requires_grad else _owned_like(grad, var)
+            var._grad = owned
         elif grad.requires_grad:
             var._grad = var._grad + grad  # create_graph: keep the sum differentiable
         else:

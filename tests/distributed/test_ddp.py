@@ -207,3 +207,60 @@ def test_distributed_sampler_matches_pytorch():
     assert list(s) != first
     with pytest.raises(ValueError, match="Invalid rank 2"):
         DistributedSampler(range(4), 2, 2)
+
+
+def _view_steps_body(transposed: bool):
+    """Three steps of gradient_as_bucket_view, gradients set to None before each: a no_sync
+    backward and a synchronized one, then a synchronized one alone. Returns the last
+    averaged gradient, whether .grad was the bucket's memory after each synchronized
+    backward, and whether the last one's gradient was stored straight into it (take)."""
+    r = dist.get_rank()
+    model = DDP(_Layouts(transposed), gradient_as_bucket_view=True)
+    w, out = model.module.w, []
+    for step in range(3):
+        w.grad = None
+        with model.no_sync():
+            (model(tessera.tensor(LAYOUT_XS[r] * (step + 1))) ** 2).sum().backward()
+        (model(tessera.tensor(LAYOUT_XS[1 - r] + step)) ** 2).sum().backward()
+        in_bucket = np.shares_memory(w.grad.numpy(), model._buckets[0].buffer)
+        w.grad = None  # a synchronized backward alone: AccumulateGrad hands it to the bucket
+        (model(tessera.tensor(LAYOUT_XS[r] - step)) ** 2).sum().backward()
+        out.append((w.grad.numpy().copy(), in_bucket, model._buckets[0].held[0] is not None,
+                    np.shares_memory(w.grad.numpy(), model._buckets[0].buffer)))
+    return out
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_bucket_view_takes_gradients(transposed):
+    """With gradient_as_bucket_view the first gradient of a synchronized backward goes
+    straight into its bucket (divided there); accumulated gradients (no_sync) still average
+    as in one process, in either gradient layout."""
+    def grad(x):
+        lin = _Layouts(transposed)
+        (lin(tessera.tensor(x)) ** 2).sum().backward()
+        return lin.w.grad.numpy()
+    results = run(2, _view_steps_body, transposed)
+    for step in range(3):
+        alone = sum(grad(LAYOUT_XS[r] - step) for r in range(2)) / 2
+        for out in results:
+            g, in_bucket, taken, alone_in_bucket = out[step]
+            np.testing.assert_allclose(g, alone, rtol=1e-6)
+            # taken from the second reduction on (the first agrees the layouts)
+            assert in_bucket and alone_in_bucket and taken
+    # the accumulated step's gradient, checked through a second run's first half
+    res = run(2, _accumulated_body, transposed)
+    for g in res:
+        np.testing.assert_allclose(g, sum(grad(x) for x in [LAYOUT_XS[r] for r in range(2)]
+                                          + [LAYOUT_XS[1 - r] for r in range(2)]) / 2,
+                                   rtol=1e-6)
+
+
+def _accumulated_body(transposed: bool):
+    r = dist.get_rank()
+    model = DDP(_Layouts(transposed), gradient_as_bucket_view=True)
+    for step in range(2):  # the second step runs with take() on
+        model.module.w.grad = None
+        with model.no_sync():
+            (model(tessera.tensor(LAYOUT_XS[r])) ** 2).sum().backward()
+        (model(tessera.tensor(LAYOUT_XS[1 - r])) ** 2).sum().backward()
+    return model.module.w.grad.numpy().copy()

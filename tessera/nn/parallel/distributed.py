@@ -12,7 +12,10 @@ When the last gradient has arrived, the reductions are waited for and each param
 the whole batch when the loss is a mean over equal shares.
 With ``gradient_as_bucket_view=True`` (PyTorch's option) each ``.grad`` then is a view of its
 bucket's buffer: nothing is copied out after the all-reduce, and a gradient accumulated
-into it (``zero_grad(set_to_none=False)``, ``no_sync``) is averaged in place.
+into it (``zero_grad(set_to_none=False)``, ``no_sync``) is averaged in place. A gradient
+arriving for a ``.grad`` of None (``zero_grad()``'s default) goes straight into the bucket,
+divided, instead of into a fresh copy first (``_Bucket.take``, called by AccumulateGrad):
+as in PyTorch's reducer, each gradient is then copied once per step.
 
 An early start overlaps communication with the rest of the backward only where something
 moves the collective forward meanwhile (a network card, a spare core): MPICH progresses it
@@ -66,10 +69,13 @@ class DistributedDataParallel(Module):
         self._params = params
         self._buckets = [_Bucket(ps) for ps in _buckets(params, self.bucket_bytes_cap)]
         self._bucket_of = {id(p): b for b, bk in enumerate(self._buckets) for p in bk.params}
+        self._slot = {id(p): (bk, i) for bk in self._buckets for i, p in enumerate(bk.params)}
         self._reduction: _Reduction | None = None
         self._sync_module_states()
         for p in params:
             p.register_post_accumulate_grad_hook(self._grad_ready)
+            if gradient_as_bucket_view:
+                p.__dict__["_grad_taker"] = self._take
 
     # ---- plumbing -------------------------------------------------------------------------
     def _group(self):
@@ -93,6 +99,14 @@ class DistributedDataParallel(Module):
     def _grad_ready(self, p) -> None:
         if self._reduction is not None:
             self._reduction.ready(p)
+
+    def _take(self, p, grad):
+        """AccumulateGrad's gradient for a ``p`` without one, in a synchronized backward:
+        stored divided into its bucket segment, which becomes ``p.grad`` (None: declined)."""
+        if self._reduction is None:
+            return None
+        bucket, i = self._slot[id(p)]
+        return bucket.take(i, grad, self._world())
 
     # ---- the PyTorch surface ------------------------------------------------------------
     def forward(self, *inputs, **kwargs):
@@ -198,6 +212,10 @@ class _Bucket:
         # gradient still among them is reduced in place, without a copy in or out
         self.handed: list = [None] * len(params)
         self.viewable = self.dtype == np.dtype(dt)
+        # take(): gradients stored (divided) into their segments during this backward, and
+        # the arrays they came in, kept until the next step's replace them (see take)
+        self.taken = [False] * len(params)
+        self.held: list = [None] * len(params)
 
     def _agree(self, comm, group) -> None:
         """Collective, once: reversed axes for a gradient iff some rank holds it that way
@@ -225,6 +243,9 @@ class _Bucket:
             self.buffer = comm.reduce_buffer(self.offsets[-1], self.dtype, group)
         for i, (p, seg, rev) in enumerate(self._views()):
             g = p._grad
+            taken, self.taken[i] = self.taken[i], False
+            if taken and g is self.handed[i]:  # stored divided by take()
+                continue
             if g is None or g._data is None:
                 seg.fill(0)
             elif g is self.handed[i]:  # accumulated into its segment already
@@ -233,6 +254,33 @@ class _Bucket:
                 np.divide(g._data.T if rev else g._data, n, out=seg, dtype=self.dtype,
                           casting="unsafe")
         return self.buffer
+
+    def take(self, i: int, grad, n: int):
+        """``grad`` (the first gradient of parameter ``i`` this step) divided by ``n`` into
+        its segment, which becomes the parameter's ``.grad`` (gradient_as_bucket_view):
+        one copy, where AccumulateGrad's own copy and then the bucket's were two. None
+        before the first reduction (the ranks have not agreed the layouts yet).
+
+        The array ``grad`` came in is kept until the next step's replaces it. Freed at once,
+        it left the MLP benchmark's heap with a large free top that glibc returned to the
+        OS in the middle of each step, and one of the two ranks took ~2300 page faults a
+        step getting it back (its steps then ran slower, and the other rank waited)."""
+        g = grad._data
+        p = self.params[i]
+        if self.reversed is None or self.buffer is None or not self.viewable or \
+                type(g) is not np.ndarray or g.shape != tuple(p._shape):
+            return None
+        o, k, rev = self.offsets[i], self.sizes[i], self.reversed[i]
+        seg = self.buffer[o:o + k].reshape(g.shape[::-1] if rev else g.shape)
+        np.divide(g.T if rev else g, n, out=seg, casting="unsafe")
+        h = self.handed[i]
+        if h is None:
+            from tessera._tensor import Tensor
+            h = self.handed[i] = Tensor._from_numpy(seg.T if rev else seg)
+        h._version[0] += 1
+        self.taken[i] = True
+        self.held[i] = grad
+        return h
 
     def unload(self, as_view: bool = False) -> None:
         """Each parameter's ``.grad`` becomes its reduced segment: copied into the
