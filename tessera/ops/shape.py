@@ -249,13 +249,25 @@ def _split_backward_kernel(*gs, shape, dim, bounds, squeeze):
     return out
 
 
+def _split_backward_into(out, *gs, shape, dim, bounds, squeeze):
+    """The kernel's out-form, for compiled graphs: into a planned buffer, not a new array."""
+    if squeeze:
+        np.stack(gs, axis=dim, out=out)
+    elif _is_partition(bounds, shape[dim]):
+        np.concatenate(gs, axis=dim, out=out)
+    else:
+        np.copyto(out, _split_backward_kernel(*gs, shape=shape, dim=dim, bounds=bounds,
+                                              squeeze=squeeze))
+
+
 def _split_backward_grad(ctx, g):
     a = ctx.attrs
     return dispatch(_SPLIT, g, dim=a["dim"], bounds=a["bounds"], squeeze=a["squeeze"])
 
 
 _SPLIT_BACKWARD = defop("split_backward", _split_backward_infer, _split_backward_kernel,
-                        save=(), grad=_split_backward_grad)
+                        save=(), grad=_split_backward_grad,
+                        inplace_kernels={"cpu": _split_backward_into})
 
 
 def _views(input: Tensor, d: int, bounds, squeeze: bool = False) -> tuple:
