@@ -5,7 +5,8 @@ against 2 ranks x 1 thread on the same global batch, each started through the la
 (``python -m tessera.distributed.launch``, which runs ``mpiexec``).
 
 Three data-parallel forms run on 2 ranks: ``DistributedDataParallel`` (local tensors,
-bucketed gradient all-reduce); global tensors (``model.to_global(p, broadcast)``, batch
+bucketed gradient all-reduce; ``gradient_as_bucket_view``, buckets in shared memory, which
+the all-reduce sums directly); global tensors (``model.to_global(p, broadcast)``, batch
 ``split(0)``, the optimizer's ops boxing the partial_sum gradients where they read them);
 and global tensors with ZeRO stage 2 (gradients reduce-scattered in backward, the
 optimizer on split shards, the shards all-gathered into the parameters).
