@@ -51,7 +51,7 @@ def compile_kernel(node) -> tuple:
 # (it computes from its arguments only; checked against the kernels on the op-info
 # samples), usable when a node's inputs need no casts.
 OUT_FORMS = frozenset({"neg", "add", "sub", "mul", "div", "remainder", "fmod", "pow", "lerp",
-                       "addcmul", "addcdiv", "clamp", "split_backward"})
+                       "addcmul", "addcdiv", "clamp", "split_backward", "clone"})
 
 
 def out_form(node, kernel, casts):

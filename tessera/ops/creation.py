@@ -583,7 +583,9 @@ def _clone_kernel(x, contiguous=False):
 
 
 _CLONE = defop("clone", lambda x, contiguous=False: Meta(x.shape, x.dtype), _clone_kernel,
-               grad=lambda ctx, g: (g,), save=())
+               grad=lambda ctx, g: (g,), save=(),
+               # out-form, for compiled graphs: the copy into a planned buffer
+               inplace_kernels={"cpu": lambda out, x, contiguous=False: np.copyto(out, x)})
 
 
 def clone(input: Tensor, *, memory_format=None) -> Tensor:

@@ -19,7 +19,7 @@ __all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass"]
 
 # the default order; a pass module tessera/graph/passes/<name>.py defines run(graph, ctx)
 PIPELINE = ["dce", "algebraic", "dce", "cse", "constfold", "bnfold", "dce", "decompose", "cse",
-            "duplicate", "fuse", "outline"]
+            "layout", "duplicate", "fuse", "outline"]
 
 
 @dataclass
