@@ -9,8 +9,8 @@ chain on its own column buffer with BLAS single-threaded. Compared with a Python
 items, which matters on a loaded machine), each column buffer stays in its core's cache,
 and im2col/col2im/bias run on every core. ``threaded()`` is False when NumPy's BLAS is not an
 OpenBLAS (or code generation is off); ``tessera.ops.conv`` then loops in Python. The same
-library holds the Winograd F(2x2, 3x3) drivers of ``tessera.codegen.winograd`` (3x3 stride-1
-convolutions and their input gradients).
+library holds the Winograd F(2x2, 3x3) and F(4x4, 3x3) drivers of ``tessera.codegen.winograd``
+and ``tessera.codegen.conv_winograd4`` (3x3 stride-1 convolutions and their gradients).
 
 >>> import numpy as np
 >>> x, w = np.ones((2, 1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32)
@@ -84,13 +84,14 @@ static void col2im_##S(const T* cols, T* dx, const int64_t* g) {                
 }                                                                                         \
                                                                                           \
 /* y = w (*) x + b with the columns of all N images built once, in work, shared by the   \
-   threads (fewer images than threads, output channels split: each thread building all   \
-   the columns it multiplies spent an im2col a thread): items of SHARED rows of the       \
-   columns, then of OB output channels of an image */                                     \
+   threads (fewer images than threads, too few rows for row blocks of their own: each     \
+   thread building all the columns it multiplies spent an im2col a thread): items of      \
+   SHARED rows of the columns, then of OB output channels by RB output rows of an image */ \
 static void conv_fwd_shared_##S(const T* x, const T* w, const T* b, T* y, T* work,        \
                                 int64_t* next, const int64_t* g, void* gemm) {            \
     GEOMETRY;                                                                             \
     int64_t chunks = (CK + SHARED - 1) / SHARED, nob = (O + OB - 1) / OB;                 \
+    int64_t nrb = (OH + RB - 1) / RB;                                                     \
     for (int64_t it; !direct && (it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED))      \
                                     < N * chunks;) {                                      \
         int64_t n = it / chunks, lo = it %% chunks * SHARED;                              \
@@ -101,16 +102,17 @@ static void conv_fwd_shared_##S(const T* x, const T* w, const T* b, T* y, T* wor
     if (!direct) conv_wait(next + 1, N * chunks);                                         \
     for (;;) {                                                                            \
         int64_t it = __atomic_fetch_add(next + 2, 1, __ATOMIC_RELAXED);                   \
-        if (it >= N * nob) break;                                                         \
-        int64_t n = it / nob, o0 = it %% nob * OB, o1 = o0 + OB < O ? o0 + OB : O;        \
-        const T* src = direct ? x + n * C * H * W : work + n * CK * P;                    \
-        T* yo = y + (n * O + o0) * P;                                                     \
-        ((gemm_##S)gemm)(ROW, NT, NT, o1 - o0, P, CK, 1, w + o0 * CK, CK, src, P, 0, yo, P); \
+        if (it >= N * nob * nrb) break;                                                   \
+        int64_t n = it / (nob * nrb), o0 = it / nrb %% nob * OB, r0 = it %% nrb * RB;      \
+        int64_t o1 = o0 + OB < O ? o0 + OB : O, m = ((r0 + RB < OH ? r0 + RB : OH) - r0) * OW; \
+        const T* src = (direct ? x + n * C * H * W : work + n * CK * P) + r0 * OW;        \
+        T* yo = y + (n * O + o0) * P + r0 * OW;                                           \
+        ((gemm_##S)gemm)(ROW, NT, NT, o1 - o0, m, CK, 1, w + o0 * CK, CK, src, P, 0, yo, P); \
         if (b)                                                                            \
             for (int64_t o = o0; o < o1; o++) {                                           \
                 T bo = b[o], *r = yo + (o - o0) * P;                                      \
                 _Pragma("omp simd")                                                       \
-                for (int64_t q = 0; q < P; q++) r[q] += bo;                               \
+                for (int64_t q = 0; q < m; q++) r[q] += bo;                               \
             }                                                                             \
     }                                                                                     \
 }                                                                                         \
@@ -378,6 +380,7 @@ _MIN_BLOCK = 256   # output columns a row block needs to be worth its own GEMM
 _MIN_CHANNELS = 32  # output channels (GEMM rows) a block of them needs
 _COLS_BYTES = 256 << 10  # a row block's columns: half of a core's L2 (Zen 3: 512 KiB)
 _SHARED = True  # output-channel items share one build of the columns (see conv2d_threaded)
+_SHARED_ROWS = True
 
 
 def conv2d_threaded(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation,
@@ -394,6 +397,11 @@ def conv2d_threaded(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation,
     # output channels split over threads: the images' columns built once and shared, in
     # items of column rows (four a thread an image)
     shared = -(-ck // (4 * threads)) if _SHARED and threads > 1 and ob < o and rb == oh else 0
+    if shared and o <= oh * ow and _SHARED_ROWS:
+        # fewer filters than columns: items of output rows rather than channels, so that
+        # BLAS packs (copies) the smaller operand, the filters, once an item rather than
+        # all the columns (the 64 -> 128 stride-2 3x3 at 28x28: 3 MB packed, not 7.5)
+        ob, rb = o, -(-oh // (2 * threads))
     work = _workspace(n * ck * oh * ow if shared else ws * threads, x.dtype)
     geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, rb, grp, ob, shared]
     _run("fwd", x.dtype, (x, w, b, y), work, ws, geometry, threads)

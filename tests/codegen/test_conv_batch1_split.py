@@ -60,3 +60,37 @@ def test_batch1_plan():
     assert _plan(1, 512, 7, 7, 256, 4, 2) == (2, 7, 1, 128)
     assert _plan(8, 64, 112, 112, 147, 4, 2) == (2, 112, 1, 64)
     assert _plan(8, 512, 7, 7, 4608, 4, 2) == (2, 7, 4, 512)
+
+
+# (x shape, w shape, stride, padding, dilation): output channels split over the threads,
+# with no more filters than output columns, so the shared columns go in row items
+ROW_ITEM_CASES = [((1, 6, 33, 31), (200, 6, 3, 3), 2, 1, 1),
+                  ((1, 4, 20, 19), (200, 4, 1, 1), 1, 0, 1),     # the GEMM reads x itself
+                  ((1, 3, 30, 30), (203, 3, 3, 3), 1, 2, 2)]     # dilation, odd channels
+
+
+@pytest.mark.parametrize("xs,ws,stride,pad,dil", ROW_ITEM_CASES)
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_shared_columns_in_row_items_match_torch(monkeypatch, xs, ws, stride, pad, dil,
+                                                 threads, dtype):
+    """The batch-1 plan's channel split (row blocks too small) with the shared columns'
+    GEMMs in items of output rows (``conv_kernels._SHARED_ROWS``)."""
+    from tessera.codegen import conv_kernels, runtime
+    if not conv_kernels.threaded(dtype):
+        pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
+    monkeypatch.setattr(runtime, "_threads", lambda: threads)
+    monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)
+    monkeypatch.setattr(conv_kernels, "_MIN_BLOCK", 1 << 20)   # no row blocks of its own
+    rng = np.random.default_rng(ws[0])
+    x = rng.standard_normal(xs).astype(dtype)
+    w = rng.standard_normal(ws).astype(dtype)
+    b = rng.standard_normal(ws[0]).astype(dtype)
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w),
+                                          torch.from_numpy(b), stride=stride, padding=pad,
+                                          dilation=dil).numpy()
+    y = C._conv_kernel(x, w, b, (stride, stride), ((pad, pad), (pad, pad)), (dil, dil), 1)
+    tol = 1e-4 if dtype == np.float32 else 1e-11
+    np.testing.assert_allclose(y, expected, rtol=tol, atol=tol * np.abs(expected).max())
+    assert conv_kernels._plan(1, ws[0], *y.shape[2:], int(np.prod(ws[1:])), x.itemsize,
+                              threads)[3] < ws[0]            # the channel split it replaces
