@@ -147,12 +147,14 @@ def child(name: str, mode: str, steps: int) -> dict | None:
 
 
 def _allreduce_ms(count: int, reps: int = 10) -> float:
-    """Median time of one in-place all-reduce of ``count`` float32 (the gradients alone)."""
+    """Median time of one in-place all-reduce of ``count`` float32 (the gradients alone), in
+    a reduce buffer as DDP's buckets are (shared memory under MPI on one machine)."""
     import numpy as np
 
     import tessera.distributed as dist
     from tessera.distributed import comm as C
-    buf, times = np.ones(count, np.float32), []
+    buf, times = C.current().reduce_buffer(count, np.float32), []
+    buf.fill(1)
     for _ in range(reps):
         dist.barrier()
         t0 = time.perf_counter()
