@@ -51,6 +51,42 @@ def _check_all_reduce(results, shared: bool) -> None:
             np.testing.assert_allclose(after, want, rtol=1e-6)
 
 
+BLOCKING = """
+    import numpy as np
+    from tessera.distributed import comm as C
+    from tests.distributed._mpi import emit
+    comm = C.current()
+    r, n = comm.rank, comm.world_size
+    out = []
+    # 64 KB and more go through the shared scratch buffer: it grows, then serves smaller ones
+    for shape in [(100, 200), (300, 300), (17,), (129, 128)]:
+        for dtype in (np.float32, np.float16, np.int64):
+            for op in ("sum", "avg", "max", "prod"):
+                x = ((np.arange(np.prod(shape)) % 7 + r + 1) / (1 if dtype == np.int64 else 4)
+                     ).astype(dtype).reshape(shape)
+                got = comm.all_reduce(x, None, op)
+                out.append((shape, np.dtype(dtype).name, op, x, got))
+    # results are the callers' own arrays: a later all-reduce leaves them alone
+    assert all(not np.shares_memory(a[4], b[4]) for a, b in zip(out, out[1:]))
+    emit(out)
+"""
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_blocking_all_reduce_through_shared_memory(tmp_path, n):
+    from tessera.distributed.comm import reduce_arrays
+    run_mpi(tmp_path, BLOCKING, n=n)
+    res = outputs(tmp_path, n)
+    for k in range(len(res[0])):
+        shape, dtype, op, _, got = res[0][k]
+        want = reduce_arrays([res[r][k][3] for r in range(n)], op)
+        for r in range(n):
+            assert res[r][k][4].dtype == want.dtype and res[r][k][4].shape == tuple(shape)
+            np.testing.assert_array_equal(res[r][k][4], got)
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                                   rtol=1e-3 if dtype == "float16" else 1e-6)
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_shared_all_reduce_matches_the_reference(tmp_path, n):
     run_mpi(tmp_path, ALL_REDUCE, n=n)

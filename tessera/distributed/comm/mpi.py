@@ -44,6 +44,9 @@ def _abort_on_uncaught(comm) -> None:
     _HOOKED.append(hook)
 
 
+# all_reduce of arrays from this size on goes through shared memory on one machine (the
+# same on every rank: the members of an all-reduce pass arrays of one shape)
+_SHM_MIN_BYTES = 1 << 16
 _SPIN_SECONDS = 0.02  # busy polling of a collective before backing off to sleeps
 
 class MPICommunicator(C.Communicator):
@@ -135,6 +138,18 @@ class MPICommunicator(C.Communicator):
 
     # ---- collectives --------------------------------------------------------------------------
     def all_reduce(self, x, group=None, op="sum"):
+        x = np.asarray(x)
+        if x.nbytes >= _SHM_MIN_BYTES and x.dtype != np.bool_:
+            # large arrays (global tensors' partial_sum -> broadcast boxing) through the
+            # group's shared scratch buffer: one copy in and one out, and no messages
+            c, g = self._comm(group)
+            red = self._reducer(c, g)
+            dt, _ = self._plan(x.dtype, op)
+            if red is not None and shm.usable(np.empty(0, dt), op):
+                buf = red.scratch(x.size, dt).reshape(x.shape)
+                np.copyto(buf, x, casting="unsafe")
+                red.iall_reduce_(buf, "sum" if op == "avg" else op).wait()
+                return self._back(buf.copy(), x.dtype, op, len(g))
         return self.iall_reduce(x, group, op).wait()
 
     def iall_reduce(self, x, group=None, op="sum"):

@@ -10,8 +10,10 @@ group can read and write. Its all-reduce sends no messages:
 3. a barrier: every slice has been written everywhere, so each buffer holds the whole sum.
 
 No rank reads or writes another's buffer after the second barrier, so the caller may
-refill its buffer as soon as ``wait()`` returns. Each slice is summed by one rank and
-copied, so every rank ends with the same bits (as MPI guarantees).
+refill its buffer as soon as ``wait()`` returns. A blocking ``all_reduce`` of any other
+large array runs the same way through a scratch buffer (``scratch``), copied in and out.
+Each slice is summed by one rank and copied, so every rank ends with the same bits (as MPI
+guarantees).
 
 Why not MPI's all-reduce: MPICH moves a 7 MB buffer between two ranks as a message
 protocol (copies through shared cells or a single-copy read per piece, each a rendezvous of
@@ -51,7 +53,8 @@ class ShmReducer:
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.group = group
         self._wait = waiter  # MPICommunicator._wait: polling with TESSERA_COMM_TIMEOUT
-        self._windows: dict[int, tuple] = {}  # buffer address -> (window, every rank's view)
+        self._windows: dict[int, tuple] = {}  # buffer address -> (window, every rank's bytes)
+        self._scratch: np.ndarray | None = None  # for blocking all-reduces of other arrays
         _LIVE.append(self)
 
     @staticmethod
@@ -76,22 +79,38 @@ class ShmReducer:
         finally:
             info.Free()
         win.Lock_all()  # a passive epoch for the whole life: Win.Sync fences memory
-        views = [np.frombuffer(win.Shared_query(r)[0], dtype, count) for r in range(self.size)]
-        mine = views[self.rank]
-        self._windows[_address(mine)] = (win, views)
-        return mine
+        nbytes = count * dtype.itemsize
+        raw = [np.frombuffer(win.Shared_query(r)[0], np.uint8, nbytes) for r in range(self.size)]
+        self._windows[_address(raw[self.rank])] = (win, raw)
+        return raw[self.rank].view(dtype)
+
+    def scratch(self, count: int, dtype) -> np.ndarray:
+        """A shared buffer of at least ``count`` elements for one all-reduce at a time
+        (collective: grown, by a new window, when a larger one is asked for)."""
+        dtype = np.dtype(dtype)
+        old = self._scratch
+        if old is None or old.nbytes < count * dtype.itemsize:
+            if old is not None:
+                win, _ = self._windows.pop(_address(old))
+                win.Unlock_all()
+                win.Free()
+            self._scratch = old = self.allocate(count * dtype.itemsize, np.uint8)
+        return old[:count * dtype.itemsize].view(dtype)
 
     def owns(self, buf: np.ndarray) -> bool:
+        """``buf`` is (the start of) one of this reducer's buffers, contiguous."""
         entry = self._windows.get(_address(buf))
-        return entry is not None and entry[1][self.rank].size == buf.size and \
-            entry[1][self.rank].dtype == buf.dtype
+        return entry is not None and buf.flags.c_contiguous and \
+            buf.nbytes <= entry[1][self.rank].nbytes
 
     def iall_reduce_(self, buf: np.ndarray, op: str) -> C.Work:
         """Start the all-reduce of ``buf`` (one of this reducer's buffers) in place."""
-        win, views = self._windows[_address(buf)]
+        win, raw = self._windows[_address(buf)]
+        views = [v[:buf.nbytes].view(buf.dtype) for v in raw]
+        flat = buf.reshape(-1)
         fn = _UFUNCS[op]
         n, r = self.size, self.rank
-        lo, hi = buf.size * r // n, buf.size * (r + 1) // n
+        lo, hi = flat.size * r // n, flat.size * (r + 1) // n
         what = f"all_reduce({op}) on ranks {list(self.group)}"
         win.Sync()
         state = {"req": self.comm.Ibarrier(), "phase": 0}
@@ -104,7 +123,7 @@ class ShmReducer:
                 elif not state["req"].Test():
                     return False
                 win.Sync()
-                mine = buf[lo:hi]
+                mine = flat[lo:hi]
                 for q in range(n):
                     if q != r:
                         fn(mine, views[q][lo:hi], out=mine)
