@@ -125,3 +125,14 @@ def test_ddp_on_shared_buckets_matches_single_process(tmp_path, bucket_cap_mb, a
         np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
         for p, q in zip(params, want_params):
             np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_no_room_in_dev_shm_falls_back_to_mpi(tmp_path):
+    """When /dev/shm has no room (a container's 64 MB), every rank keeps plain buffers and
+    MPI's all-reduce, with the same results."""
+    no_room = "\n    from tessera.distributed.comm import shm\n    shm._room = lambda: 0"
+    run_mpi(tmp_path, no_room + ALL_REDUCE)
+    _check_all_reduce(outputs(tmp_path, 2), shared=False)
+    run_mpi(tmp_path, no_room + BLOCKING)
+    for a, b in zip(*outputs(tmp_path, 2)):
+        np.testing.assert_array_equal(a[4], b[4])

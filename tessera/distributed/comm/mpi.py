@@ -145,8 +145,10 @@ class MPICommunicator(C.Communicator):
             c, g = self._comm(group)
             red = self._reducer(c, g)
             dt, _ = self._plan(x.dtype, op)
-            if red is not None and shm.usable(np.empty(0, dt), op):
-                buf = red.scratch(x.size, dt).reshape(x.shape)
+            buf = red.scratch(x.size, dt) if red is not None and \
+                shm.usable(np.empty(0, dt), op) else None
+            if buf is not None:
+                buf = buf.reshape(x.shape)
                 np.copyto(buf, x, casting="unsafe")
                 red.iall_reduce_(buf, "sum" if op == "avg" else op).wait()
                 return self._back(buf.copy(), x.dtype, op, len(g))
@@ -168,9 +170,9 @@ class MPICommunicator(C.Communicator):
     def reduce_buffer(self, count, dtype, group=None):
         c, g = self._comm(group)
         red = self._reducer(c, g)
-        if red is None or not shm.usable(np.empty(0, dtype), "sum"):
-            return np.empty(count, dtype)
-        return red.allocate(count, dtype)
+        buf = None if red is None or not shm.usable(np.empty(0, dtype), "sum") else \
+            red.allocate(count, dtype)
+        return np.empty(count, dtype) if buf is None else buf
 
     def _reducer(self, c, g):
         """The group's shared-memory reducer (made collectively on first use), or None

@@ -30,6 +30,7 @@ call) at interpreter exit, before mpi4py finalizes MPI.
 from __future__ import annotations
 
 import atexit
+import os
 
 import numpy as np
 
@@ -68,9 +69,14 @@ class ShmReducer:
             node.Free()
         return bool(mpi_comm.allreduce(int(local), op=MPI.MIN))
 
-    def allocate(self, count: int, dtype) -> np.ndarray:
-        """A buffer of ``count`` elements of ``dtype`` every rank can address (collective)."""
+    def allocate(self, count: int, dtype) -> np.ndarray | None:
+        """A buffer of ``count`` elements of ``dtype`` every rank can address (collective),
+        or None on every rank when /dev/shm has not room for twice the window (containers
+        often give it 64 MB; a window larger than what is left fails when first touched)."""
         dtype = np.dtype(dtype)
+        total = max(count, 1) * dtype.itemsize * self.size
+        if not self.comm.allreduce(int(_room() >= 2 * total), op=self.MPI.MIN):
+            return None
         info = self.MPI.Info.Create()
         info.Set("alloc_shared_noncontig", "true")  # each rank's part on its own pages
         try:
@@ -84,9 +90,9 @@ class ShmReducer:
         self._windows[_address(raw[self.rank])] = (win, raw)
         return raw[self.rank].view(dtype)
 
-    def scratch(self, count: int, dtype) -> np.ndarray:
-        """A shared buffer of at least ``count`` elements for one all-reduce at a time
-        (collective: grown, by a new window, when a larger one is asked for)."""
+    def scratch(self, count: int, dtype) -> np.ndarray | None:
+        """A shared buffer of ``count`` elements for one all-reduce at a time (collective:
+        grown, by a new window, when a larger one is asked for), or None (no room)."""
         dtype = np.dtype(dtype)
         old = self._scratch
         if old is None or old.nbytes < count * dtype.itemsize:
@@ -95,6 +101,8 @@ class ShmReducer:
                 win.Unlock_all()
                 win.Free()
             self._scratch = old = self.allocate(count * dtype.itemsize, np.uint8)
+            if old is None:
+                return None
         return old[:count * dtype.itemsize].view(dtype)
 
     def owns(self, buf: np.ndarray) -> bool:
@@ -159,6 +167,15 @@ class ShmReducer:
 
 def usable(buf: np.ndarray, op: str) -> bool:
     return buf.dtype.char in _KINDS and op in _UFUNCS
+
+
+def _room() -> int:
+    """Bytes free in /dev/shm, where MPICH makes shared windows (unbounded elsewhere)."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return 1 << 62
+    return st.f_bavail * st.f_frsize
 
 
 def _address(a: np.ndarray) -> int:
