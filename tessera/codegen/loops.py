@@ -96,7 +96,7 @@ class Loop:
     body: list
     parallel: bool = False         # runs over [lo, hi): the caller splits it across threads
     simd: bool = False
-    reduction: str | None = None   # e.g. "+:a": the loop sums into scalar a
+    reduction: str | None = None   # e.g. "+:a": the loop sums into scalar a ("max:m |:n": two)
     bounds: tuple[str, str] | None = None   # C expressions [start, stop) instead of 0/lo, extent/hi
 
 
@@ -131,8 +131,9 @@ def _r_func(f: Func, ind: str) -> list[str]:
 
 def _r_loop(loop: Loop, ind: str) -> list[str]:
     pragma = []
-    if loop.reduction:
-        pragma = [f"{ind}#pragma omp simd reduction({loop.reduction})"]
+    if loop.reduction:   # one clause per space-separated "op:var"
+        clauses = " ".join(f"reduction({r})" for r in loop.reduction.split())
+        pragma = [f"{ind}#pragma omp simd {clauses}"]
     elif loop.simd:
         pragma = [f"{ind}#pragma omp simd"]
     v = loop.var

@@ -3,10 +3,12 @@ dims D) feed later elementwise ops, as softmax and layer norm do once decomposed
 
 The loops run over the kept dims outside and D inside. For each kept index (a *row*), each
 reduction gets a phase: a loop over D that recomputes the elementwise chain it reads and
-accumulates into a register; values of the row's shape (``rsqrt(var + eps)``) are computed
-between phases; a last loop over D computes and stores the output (or, when the region ends
-in a reduction, one more phase stores it). Nothing but the output touches memory, and each
-row stays in cache across its phases.
+accumulates into a register (max and min as OpenMP reductions beside a NaN flag, so that
+they vectorise); values of the row's shape (``rsqrt(var + eps)``) are computed between
+phases; a last loop over D computes and stores the output (or, when the region ends in a
+reduction, one more phase stores it). A phase whose input the last loop needs again
+(softmax's exp) stores it in the output as it goes, and the last loop reads it back. Nothing
+but the output touches memory, and each row stays in cache across its phases.
 
 >>> from tessera.graph.ir import Graph
 >>> from tessera.codegen.loops import render
@@ -22,27 +24,29 @@ row stays in cache across its phases.
 void softmax_c(float* out, const float* in0, int64_t lo, int64_t hi) {
   for (int64_t i0 = 0; i0 < 4; i0++) {
     float r1 = -INFINITY;
+    int r1n = 0;
+    #pragma omp simd reduction(max:r1) reduction(|:r1n)
     for (int64_t i1 = 0; i1 < 8; i1++) {
       float v2 = in0[i0 * 8 + i1];
-      r1 = ((v2 > r1 || v2 != v2) ? v2 : r1);
+      r1 = (v2 > r1 ? v2 : r1);
+      r1n = (r1n | (v2 != v2));
     }
-    float v3 = (float)(r1);
+    float v3 = (float)((r1n ? NAN : r1));
     double r4 = 0;
     #pragma omp simd reduction(+:r4)
     for (int64_t i1 = 0; i1 < 8; i1++) {
       float v7 = in0[i0 * 8 + i1];
       float v6 = (v7 - v3);
       float v5 = tsr_expf(v6);
+      out[i0 * 8 + i1] = v5;
       r4 = (r4 + v5);
     }
     float v8 = (float)(r4);
     #pragma omp simd
     for (int64_t i1 = 0; i1 < 8; i1++) {
-      float v12 = in0[i0 * 8 + i1];
-      float v11 = (v12 - v3);
-      float v10 = tsr_expf(v11);
-      float v9 = (v10 / v8);
-      out[i0 * 8 + i1] = v9;
+      float v9 = out[i0 * 8 + i1];
+      float v10 = (v9 / v8);
+      out[i0 * 8 + i1] = v10;
     }
   }
 }
@@ -164,9 +168,8 @@ def _variant(body: Graph, name: str, groups: list[tuple[int, bool]], in_idx: lis
         count *= e
 
     def inner_loops(body_stmts: list, reduction: str | None, simd: bool) -> list:
-        """Loops over the reduced dims; the innermost is simd (with the sum's reduction
-        clause); a max/min phase is left scalar: its NaN-propagating combine is no OpenMP
-        reduction."""
+        """Loops over the reduced dims; the innermost is simd (with the phase's reduction
+        clauses)."""
         stmts = body_stmts
         for j in range(len(inner) - 1, -1, -1):
             last = j == len(inner) - 1
@@ -178,6 +181,7 @@ def _variant(body: Graph, name: str, groups: list[tuple[int, bool]], in_idx: lis
         return stmts
 
     last = body.nodes[-1]
+    kept_value = _kept(body, last)
     for n in body.nodes:
         if n.op.name not in REDUCE:
             continue
@@ -188,10 +192,24 @@ def _variant(body: Graph, name: str, groups: list[tuple[int, bool]], in_idx: lis
         loop_scope = dict(scope)
         stmts: list = []
         v = em.value(n.inputs[0], loop_scope, stmts, outer)
-        stmts.append(Let(acc, "", comb.format(a=acc, v=v)))
-        row += inner_loops(stmts, f"+:{acc}" if wide else None, simd=wide)
-        value = f"{acc} * {1.0 / count!r}" if n.op.name == "mean" and count else \
-            f"{acc} * NAN" if n.op.name == "mean" else acc
+        if n.inputs[0] is kept_value:   # the map reads it back instead of recomputing it
+            stmts.append(Store("out", out_idx, v))
+        if wide:
+            stmts.append(Let(acc, "", comb.format(a=acc, v=v)))
+            row += inner_loops(stmts, f"+:{acc}", simd=True)
+            value = f"{acc} * {1.0 / count!r}" if n.op.name == "mean" and count else \
+                f"{acc} * NAN" if n.op.name == "mean" else acc
+        else:
+            # max/min as an OpenMP reduction over the non-NaN values, and a flag for NaNs
+            # (the reference propagates them): both vectorise, NaN-propagating selects do not
+            nan = acc + "n"
+            row.append(Let(nan, "int", "0"))
+            cmp = ">" if n.op.name == "amax" else "<"
+            stmts.append(Let(acc, "", f"({v} {cmp} {acc} ? {v} : {acc})"))
+            stmts.append(Let(nan, "", f"({nan} | ({v} != {v}))"))
+            row += inner_loops(stmts, f"{'max' if cmp == '>' else 'min'}:{acc} |:{nan}",
+                               simd=True)
+            value = f"({nan} ? NAN : {acc})"
         res = em.fresh()
         row.append(Let(res, _ctype(n.outputs[0]), f"({_ctype(n.outputs[0])})({value})"))
         scope[id(n.outputs[0])] = res
@@ -200,6 +218,10 @@ def _variant(body: Graph, name: str, groups: list[tuple[int, bool]], in_idx: lis
     if last.op.name not in REDUCE:
         loop_scope = dict(scope)
         stmts = []
+        if kept_value is not None:
+            var = em.fresh()
+            stmts.append(Load(var, _ctype(kept_value), "out", out_idx))
+            loop_scope[id(kept_value)] = var
         v = em.value(last.outputs[0], loop_scope, stmts, outer)
         stmts.append(Store("out", out_idx, v))
         row += inner_loops(stmts, None, simd=True)
@@ -211,6 +233,30 @@ def _variant(body: Graph, name: str, groups: list[tuple[int, bool]], in_idx: lis
         nest = [Loop(f"i{j}", kept[j][0], nest, parallel=j == 0 and total >= PARALLEL_MIN)]
     # (each row is independent: the outer loop may be split across threads)
     return Func(name, params, pre + nest)
+
+
+def _kept(body: Graph, last) -> Value | None:
+    """A value the output buffer can carry from a reduction phase to the final map: the
+    input of the last phase whose input the map also needs (softmax's exp), when it is
+    computed (not an input), has the output's shape and type, and the region ends in a map.
+    The phase stores it as it goes; the map loads it back instead of computing it again."""
+    if last.op.name in REDUCE:
+        return None
+    out = last.outputs[0]
+    needed, todo = set(), [out]
+    while todo:   # the values the map's expression reads, up to the reductions
+        v = todo.pop()
+        if id(v) in needed or v.producer is None or v.producer.op.name in REDUCE:
+            continue
+        needed.add(id(v))
+        todo += [a for a in v.producer.inputs if isinstance(a, Value)]
+    kept = None
+    for n in body.nodes:
+        v = n.inputs[0] if n.op.name in REDUCE else None
+        if v is not None and id(v) in needed and v.producer is not None and \
+                tuple(v.shape) == tuple(out.shape) and _ctype(v) == _ctype(out):
+            kept = v
+    return kept
 
 
 def _strided_index(v: Value, nd: int, dims_: list[int], k: int, pos: dict) -> str:

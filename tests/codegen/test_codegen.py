@@ -279,6 +279,39 @@ def test_rowwise_regions_forward_and_backward(dtype):
             raise AssertionError(f"{name}: {e}") from None
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("text", [
+    # softmax: the sum phase's exp is kept in the output and read back by the last loop
+    '''graph(%a0: {t}[6, 9]) {{
+      %0: {t}[6, 1] = amax(%a0) {{dim=(1,), keepdim=True}}
+      %1: {t}[6, 9] = sub(%a0, %0) {{alpha=1}}
+      %2: {t}[6, 9] = exp(%1)
+      %3: {t}[6, 1] = sum(%2) {{dim=(1,), keepdim=True, dtype=None}}
+      %4: {t}[6, 9] = div(%2, %3) {{rounding_mode=None}}
+      return (%4)
+    }}''',
+    # min as a vectorised reduction with its NaN flag, then a map
+    '''graph(%a0: {t}[6, 9]) {{
+      %0: {t}[6, 1] = amin(%a0) {{dim=(1,), keepdim=True}}
+      %1: {t}[6, 9] = sub(%a0, %0) {{alpha=1}}
+      return (%1)
+    }}''',
+])
+def test_rowwise_max_min_and_kept_values_on_special_rows(dtype, text):
+    """NaN anywhere in a row, infinities, signed zeros, a row of -inf: as the reference."""
+    body = Graph.parse(text.format(t=np.dtype(dtype).name))
+    x = np.random.default_rng(5).standard_normal((6, 9)).astype(dtype)
+    x[0, 0] = np.nan
+    x[1, 8] = np.nan
+    x[2, 3] = np.inf
+    x[3, :] = -np.inf
+    x[4, :4], x[4, 4:] = -0.0, 0.0
+    x[5, 2] = -np.inf
+    (kernel,) = runtime.build([fused_node(body)]).values()
+    check(kernel, body, [x])
+    check(kernel, body, [np.asfortranarray(x)])
+
+
 def test_large_regions_split_across_threads_match():
     """Above PARALLEL_MIN elements the outer loop runs in chunks on several threads."""
     from tessera.codegen.loops import PARALLEL_MIN, lower
