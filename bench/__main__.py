@@ -1,7 +1,7 @@
 """``python -m bench [section ...]``: the benchmarks, side by side with their peers.
 
-Sections: overhead, kernels, training, compile, demo, models, einsum, distributed (all by
-default, in that order; ``python -m bench.onnx_simplify`` counts ONNX nodes separately).
+Sections: overhead, kernels, training, cputime, compile, demo, models, einsum, distributed
+(all by default, in that order; ``python -m bench.onnx_simplify`` counts ONNX nodes separately).
 Prints one table per section, writes every figure to ``bench/results/<time>.json`` and a
 bar chart of the ratios to PyTorch eager beside it.
 
@@ -18,7 +18,7 @@ import time
 
 from bench.common import environment
 
-SECTIONS = ("overhead", "kernels", "training", "compile", "demo", "models", "einsum",
+SECTIONS = ("overhead", "kernels", "training", "cputime", "compile", "demo", "models", "einsum",
             "distributed")
 
 
