@@ -57,7 +57,7 @@ def test_batch1_plan():
     from tessera.codegen.conv_kernels import _COLS_BYTES, _plan
     threads, rb, grp, ob = _plan(1, 64, 112, 112, 147, 4, 2)
     assert (threads, grp, ob) == (2, 1, 64) and rb * 112 * 147 * 4 <= _COLS_BYTES
-    assert _plan(1, 512, 7, 7, 256, 4, 2) == (2, 7, 1, 128)
+    assert _plan(1, 512, 7, 7, 256, 4, 2) == (2, 7, 1, 256)
     assert _plan(8, 64, 112, 112, 147, 4, 2) == (2, 112, 1, 64)
     assert _plan(8, 512, 7, 7, 4608, 4, 2) == (2, 7, 4, 512)
 
