@@ -11,7 +11,11 @@ tessera.Size([3, 4])
 """
 from __future__ import annotations
 
-from tessera import _dtype
+from tessera._memory import keep_freed_memory as _keep_freed_memory
+
+_keep_freed_memory()  # before the first tensors: see tessera/_memory.py
+
+from tessera import _dtype  # noqa: E402
 from tessera._dtype import (
     bfloat16,
     complex64,
