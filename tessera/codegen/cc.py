@@ -97,16 +97,18 @@ last_build: dict = {}  # how the last load() went: {"key", "cached", "seconds"} 
 totals: dict = {"loads": 0, "compiled": 0, "seconds": 0.0}
 
 
-def load(source: str | list[str], extra: tuple[str, ...] = ()) -> ctypes.CDLL:
+def load(source: str | list[str], extra: tuple[str, ...] = (), split: bool | None = None
+         ) -> ctypes.CDLL:
     """The compiled library of ``source`` (built with ``FLAGS`` and ``extra``), from the
     cache when it holds a sound copy. ``source`` may be ``[header, *definitions]``, which
-    large sources compile in parallel (see the module's docstring)."""
+    large sources compile in parallel (see the module's docstring); ``split=True`` says the
+    definitions are large whatever their length (macro instantiations)."""
     t0 = time.perf_counter()
     key = _key(_text(source), extra)
     lib = _LOADED.get(key)
     cached = True
     if lib is None:
-        path, cached = _library(key, source, extra)
+        path, cached = _library(key, source, extra, split)
         lib = _LOADED[key] = ctypes.CDLL(path)
     seconds = time.perf_counter() - t0
     last_build.update(key=key, cached=cached, seconds=seconds)
@@ -129,12 +131,13 @@ def _key(source: str, extra: tuple[str, ...]) -> str:
     return hashlib.sha256("\n".join([_fingerprint(), *extra, source]).encode()).hexdigest()[:32]
 
 
-def _library(key: str, source: str | list[str], extra: tuple[str, ...]) -> tuple[str, bool]:
+def _library(key: str, source: str | list[str], extra: tuple[str, ...],
+             split: bool | None = None) -> tuple[str, bool]:
     """(path, whether it was in the cache already)."""
     path = os.path.join(_writable(cache_dir()), f"tsr_{key}.so")
     if _sound(path):
         return path, True
-    _build(source, path, extra)
+    _build(source, path, extra, split)
     return path, False
 
 
@@ -171,15 +174,15 @@ def _sound(path: str) -> bool:
 PARALLEL_MIN_CHARS = 16_000
 
 
-def _units(source: str | list[str]) -> list[str]:
+def _units(source: str | list[str], split: bool | None = None) -> list[str]:
     """The translation units to compile: the source, or its header plus a share of its
-    definitions each, one share per core, balanced by length."""
+    definitions each, one share per core, balanced by length (``split``: see ``load``)."""
     if isinstance(source, str):
         return [source]
     header, defs = source[0], source[1:]
     n = min(len(defs), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
             else os.cpu_count() or 1)
-    if n < 2 or sum(map(len, defs)) < PARALLEL_MIN_CHARS:
+    if n < 2 or split is False or (not split and sum(map(len, defs)) < PARALLEL_MIN_CHARS):
         return [_text(source)]
     shares: list[list[str]] = [[] for _ in range(n)]
     sizes = [0] * n
@@ -190,12 +193,13 @@ def _units(source: str | list[str]) -> list[str]:
     return [_text([header, *share]) for share in shares]
 
 
-def _build(source: str | list[str], path: str, extra: tuple[str, ...] = ()) -> None:
+def _build(source: str | list[str], path: str, extra: tuple[str, ...] = (),
+           split: bool | None = None) -> None:
     cc = compiler()
     if cc is None:
         raise CompileError("no C compiler found (set CC or install cc/gcc/clang)")
     d = os.path.dirname(path)
-    units = _units(source)
+    units = _units(source, split)
     with tempfile.TemporaryDirectory(dir=d, prefix=".build-") as tmp:
         lib = os.path.join(tmp, "k.so")
         srcs = [os.path.join(tmp, f"k{i}.c") for i in range(len(units))]

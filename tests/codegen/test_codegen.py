@@ -508,8 +508,15 @@ def test_large_sources_compile_as_parallel_units(tmp_path, monkeypatch):
                                                             + "\n", ())
 
 
-def test_small_sources_stay_one_unit():
-    assert len(cc._units(["static int a;", "int tsr_f(void) { return 1; }"])) == 1
+def test_small_sources_stay_one_unit_unless_told(tmp_path, monkeypatch):
+    source = ["static int tsr_twice(int x) { return 2 * x; }",
+              "int tsr_f(void) { return tsr_twice(1); }", "int tsr_g(void) { return 3; }"]
+    assert len(cc._units(source)) == 1
+    # macro instantiations are short lines that expand to much code: the caller says so
+    assert len(cc._units(source, split=True)) == min(2, len(os.sched_getaffinity(0)))
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    lib = cc.load(source, split=True)
+    assert (lib.tsr_f(), lib.tsr_g()) == (2, 3)
 
 
 def test_an_error_in_one_parallel_unit_is_reported(tmp_path, monkeypatch):
