@@ -46,11 +46,6 @@ typedef %(blasint)s blasint;
 enum { ROW = 101, NT = 111, TR = 112 };
 
 """ + WINDOW_C + r"""
-IM2COL_BLOCK(float, im2col_block_f32)
-IM2COL_BLOCK(double, im2col_block_f64)
-COL2IM(float, col2im_plane_f32)
-COL2IM(double, col2im_plane_f64)
-
 /* the geometry g[]: C H W O KH KW SH SW PH PW DH DW OH OW N RB G OB SHARED */
 #define GEOMETRY                                                                          \
     int64_t C = g[0], H = g[1], W = g[2], O = g[3], KH = g[4], KW = g[5], SH = g[6],      \
@@ -60,16 +55,20 @@ COL2IM(double, col2im_plane_f64)
     int direct = KH == 1 && KW == 1 && SH == 1 && SW == 1 && PH == 0 && PW == 0;          \
     (void)N; (void)RB; (void)G; (void)OB; (void)direct; (void)O; (void)P; (void)SHARED
 
-/* wait until *done reaches total (the passes of one driver call meet here, as
-   winograd's: every item is taken by a running thread, so the count gets there) */
+/* wait until *done reaches total: the passes of one call of a driver (here and in the
+   Winograd ones) meet here rather than at the pool's barrier (on a busy host, waking a
+   blocked thread takes far longer than a yielding one takes to see the count); every item
+   is taken by a running thread, so the count gets there however many threads started */
 static inline void conv_wait(int64_t* done, int64_t total) {
     while (__atomic_load_n(done, __ATOMIC_ACQUIRE) < total) sched_yield();
 }
 
-#define DRIVERS(T, S)                                                                     \
+/* the CBLAS GEMM's type, in the header of every translation unit of the library */
+#define GEMM_TYPE(T, S)                                                                   \
 typedef void (*gemm_##S)(int, int, int, blasint, blasint, blasint, T, const T*, blasint,  \
-                         const T*, blasint, T, T*, blasint);                              \
-                                                                                          \
+                         const T*, blasint, T, T*, blasint);
+
+#define DRIVERS(T, S)                                                                     \
 /* output rows [r0, r1) of image x (C, H, W) -> cols (CK, (r1-r0)*OW), rows LD apart */   \
 static void im2col_##S(const T* x, T* cols, const int64_t* g, int64_t r0, int64_t r1,     \
                        int64_t LD) {                                                      \
@@ -258,8 +257,13 @@ def _drivers(s: str):
     from tessera.codegen.conv_winograd4 import WINOGRAD4_C
     from tessera.codegen.winograd import WINOGRAD_C
     t = {"f32": "float", "f64": "double"}[s]
-    lib = load(_DRIVER % dict(blasint="int64_t" if blas.ilp64 else "int") + WINOGRAD_C +
-               WINOGRAD4_C + f"\nDRIVERS({t}, {s})\nWINOGRAD({t}, {s})\nWINOGRAD4({t}, {s})\n")
+    header = (_DRIVER % dict(blasint="int64_t" if blas.ilp64 else "int") + WINOGRAD_C +
+              WINOGRAD4_C + f"\nGEMM_TYPE({t}, {s})\n")
+    # three translation units' worth, compiled in parallel (cc.load's split): each
+    # definition sees only the header
+    lib = load([header, f"IM2COL_BLOCK({t}, im2col_block_{s})\nCOL2IM({t}, col2im_plane_{s})"
+                        f"\nDRIVERS({t}, {s})", f"WINOGRAD({t}, {s})", f"WINOGRAD4({t}, {s})"],
+               split=True)
     P, I = ctypes.c_void_p, ctypes.c_int64
     f = getattr(lib, f"tsr_conv_fwd_{s}")
     f.argtypes, f.restype = [P] * 5 + [I, P, P, P, I, I], None

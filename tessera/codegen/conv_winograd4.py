@@ -31,7 +31,7 @@ import numpy as np
 __all__ = ["WINOGRAD4_C", "winograd4", "wide4", "weight_grad4"]
 
 # C without backslashes: _macro() continues every line (so comments are /* */ only).
-# Uses the drivers' gemm_<S> typedef, ROW/NT, and wino_wait of the F(2x2) source.
+# Uses the drivers' gemm_<S> typedef, ROW/NT and conv_wait.
 _BODY = r"""
 /* U (36, O, C), positions US apart, = G k G^T of output channel o's filters k (O, C, 3, 3)
    (with FLIP, of w (C, O, 3, 3) turned 180 degrees); 64 channels at a time across the
@@ -288,7 +288,7 @@ void tsr_conv_wino4_fwd_##S(const T* x, const T* w, T* u, const T* b, T* y, T* w
         int64_t r0 = it * RB, r1 = r0 + RB < N * TH ? r0 + RB : N * TH;
         int64_t cols = (r1 - r0) * TW;
         wino4_in_##S(x, v, rows, wg, r0, r1, 0, C);
-        wino_wait(next + 3, O);
+        conv_wait(next + 3, O);
         for (int p = 0; p < 36; p++)
             ((gemm_##S)gemm)(ROW, NT, NT, O, cols, C, 1, u + p * US, C, v + p * VS, NC,
                              0, m + p * MS, NC);
@@ -312,7 +312,7 @@ void tsr_conv_wino4_wide_##S(const T* x, const T* w, T* u, T* v, T* m, const T* 
         else wino4_in_##S(x, v, rows, wg, 0, N * TH, it - O, it - O + 1);
         __atomic_fetch_add(next + 1, 1, __ATOMIC_RELEASE);
     }
-    wino_wait(next + 1, O + C);
+    conv_wait(next + 1, O + C);
     for (;;) {
         int64_t p = __atomic_fetch_add(next + 2, 1, __ATOMIC_RELAXED);
         if (p >= 36) break;
@@ -320,7 +320,7 @@ void tsr_conv_wino4_wide_##S(const T* x, const T* w, T* u, T* v, T* m, const T* 
                          m + p * MS, NC);
         __atomic_fetch_add(next + 3, 1, __ATOMIC_RELEASE);
     }
-    wino_wait(next + 3, 36);
+    conv_wait(next + 3, 36);
     for (;;) {
         int64_t o = __atomic_fetch_add(next + 4, 1, __ATOMIC_RELAXED);
         if (o >= O) break;
@@ -334,7 +334,7 @@ def _macro(head: str, body: str) -> str:
     return f"#define {head} \\\n" + " \\\n".join(body.strip("\n").splitlines()) + "\n"
 
 
-# appended after WINOGRAD_C (its wino_wait) in the drivers' library
+# appended after WINOGRAD_C in the drivers' library header
 WINOGRAD4_C = r"""
 /* the F(4x4) geometry, from wg[] as WGEOMETRY's: TH x TW tiles an image, NC = RB TW
    columns an item (no spare); LW a padded input row, HP one row phase of the input

@@ -55,14 +55,6 @@ __all__ = ["enabled", "usable", "chosen", "chosen_weight_grad", "conv2d_winograd
 
 # C without backslashes: _macro() continues every line (so comments are /* */ only)
 _BODY = r"""
-/* wait until *done reaches total: the passes of one call of a driver meet here rather than
-   at the pool's barrier (on a busy host, waking a blocked thread takes far longer than a
-   yielding one takes to see the count); every item is taken by a running thread, so the
-   count gets there however many threads have started */
-static inline void wino_wait(int64_t* done, int64_t total) {
-    while (__atomic_load_n(done, __ATOMIC_ACQUIRE) < total) sched_yield();
-}
-
 /* U (16, O, C), positions US apart, = G k G^T of each filter k (O, C, 3, 3); with FLIP,
    of each filter of w (C, O, 3, 3) turned 180 degrees (the input gradient). Output channel
    o's filters only; gathered 64 at a time into k (9, 64), so that the transform runs
@@ -227,7 +219,7 @@ void tsr_conv_wino_fwd_##S(const T* x, const T* w, T* u, const T* b, T* y, T* wo
         int64_t r0 = it * RB, r1 = r0 + RB < N * TH ? r0 + RB : N * TH;
         int64_t cols = (r1 - r0) * (TW + 1);
         wino_in_##S(x, v, rows, wg, r0, r1, 0, C);
-        wino_wait(next + 3, O);
+        conv_wait(next + 3, O);
         for (int p = 0; p < 16; p++)
             ((gemm_##S)gemm)(ROW, NT, NT, O, cols, C, 1, u + p * US, C, v + p * VS, NC,
                              0, m + p * MS, NC);
@@ -258,7 +250,7 @@ void tsr_conv_wino_wide_##S(const T* x, const T* w, T* u, T* v, T* m, const T* b
         else wino_in_##S(x, v, rows, wg, 0, N * TH, it - O, it - O + 1);
         __atomic_fetch_add(next + 1, 1, __ATOMIC_RELEASE);
     }
-    wino_wait(next + 1, O + C);
+    conv_wait(next + 1, O + C);
     for (;;) {
         int64_t p = __atomic_fetch_add(next + 2, 1, __ATOMIC_RELAXED);
         if (p >= 16) break;
@@ -266,7 +258,7 @@ void tsr_conv_wino_wide_##S(const T* x, const T* w, T* u, T* v, T* m, const T* b
                          m + p * MS, NC);
         __atomic_fetch_add(next + 3, 1, __ATOMIC_RELEASE);
     }
-    wino_wait(next + 3, 16);
+    conv_wait(next + 3, 16);
     for (;;) {
         int64_t o = __atomic_fetch_add(next + 4, 1, __ATOMIC_RELAXED);
         if (o >= O) break;
