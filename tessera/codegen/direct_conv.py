@@ -364,26 +364,27 @@ def _macro(head: str, body: str) -> str:
     return f"#define {head} \\\n" + " \\\n".join(body.strip("\n").splitlines()) + "\n"
 
 
-def _source(s: str) -> str:
+def _source(s: str) -> list[str]:
     """The kernels of one dtype (``s``: f32 or f64): a library each, so that a float32
-    model compiles only its own (half the C: 3.3 s for both on a slow host)."""
+    model compiles only its own (half the C: 3.3 s for both on a slow host); as
+    ``[header, *instantiations]``, which ``cc.load`` compiles as parallel units."""
     t = {"f32": "float", "f64": "double"}[s]
     lanes = _VECTOR_BYTES // (4 if s == "f32" else 8)
-    lines = [_HEAD, _macro("COMMON(T, S)", _COMMON), _macro("FWD(T, S, V, U, L, OB, NV)", _FWD),
-             _macro("WGRAD(T, S, V, U, L, OB, TB)", _WGRAD),
-             _macro("IGRAD(T, S, V, U, L, CB, NV)", _IGRAD),
-             _macro("WGRADC(T, S, V, U, L, OV, TB)", _WGRADC),
-             # U: the same vector at any element address (unaligned loads and stores)
-             f"typedef {t} v_{s} __attribute__((vector_size({_VECTOR_BYTES})));",
-             f"typedef {t} u_{s} __attribute__((vector_size({_VECTOR_BYTES}), "
-             f"aligned(sizeof({t})), may_alias));",
-             f"COMMON({t}, {s})"]
-    lines += [f"FWD({t}, {s}, v_{s}, u_{s}, {lanes}, {ob}, {nv})" for ob, nv in _FWD_TILES]
+    head = [_HEAD, _macro("COMMON(T, S)", _COMMON), _macro("FWD(T, S, V, U, L, OB, NV)", _FWD),
+            _macro("WGRAD(T, S, V, U, L, OB, TB)", _WGRAD),
+            _macro("IGRAD(T, S, V, U, L, CB, NV)", _IGRAD),
+            _macro("WGRADC(T, S, V, U, L, OV, TB)", _WGRADC),
+            # U: the same vector at any element address (unaligned loads and stores)
+            f"typedef {t} v_{s} __attribute__((vector_size({_VECTOR_BYTES})));",
+            f"typedef {t} u_{s} __attribute__((vector_size({_VECTOR_BYTES}), "
+            f"aligned(sizeof({t})), may_alias));",
+            f"COMMON({t}, {s})"]
+    lines = [f"FWD({t}, {s}, v_{s}, u_{s}, {lanes}, {ob}, {nv})" for ob, nv in _FWD_TILES]
     lines += [f"WGRAD({t}, {s}, v_{s}, u_{s}, {lanes}, {ob}, {tb})" for ob, tb in _WGRAD_TILES]
     lines += [f"IGRAD({t}, {s}, v_{s}, u_{s}, {lanes}, {cb}, {nv})" for cb, nv in _FWD_TILES]
     lines += [f"WGRADC({t}, {s}, v_{s}, u_{s}, {lanes}, {ov}, {tb})"
               for ov, tb in _WGRADC_TILES]
-    return "\n".join(lines) + "\n"
+    return ["\n".join(head)] + lines
 
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -393,7 +394,7 @@ _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 def _lib(s: str):
     """The compiled kernels of dtype suffix ``s`` (f32 or f64)."""
     from tessera.codegen.cc import load
-    lib = load(_source(s))
+    lib = load(_source(s), split=True)
     P, I = ctypes.c_void_p, ctypes.c_int64
     for ob, _ in _FWD_TILES:
         f = getattr(lib, f"tsr_dconv_fwd_{s}_{ob}")
