@@ -11,7 +11,11 @@ tessera.Size([3, 4])
 """
 from __future__ import annotations
 
-from tessera._memory import keep_freed_memory as _keep_freed_memory
+from tessera._blas_env import tune_openblas as _tune_openblas
+
+_tune_openblas()  # before NumPy loads OpenBLAS: see tessera/_blas_env.py
+
+from tessera._memory import keep_freed_memory as _keep_freed_memory  # noqa: E402
 
 _keep_freed_memory()  # before the first tensors: see tessera/_memory.py
 
