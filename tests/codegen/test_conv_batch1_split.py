@@ -22,6 +22,21 @@ CASES = [((1, 3, 45, 37), (16, 3, 7, 7), 2, 3, 1),     # a stem: many row blocks
          ((1, 2, 5, 5), (3, 2, 3, 3), 1, 0, 1)]        # tiny: one thread
 
 
+def _matches_torch(xs, ws, stride, pad, dil, dtype) -> tuple:
+    """The driver's convolution of random x, w, b against PyTorch's; returns (x, y)."""
+    rng = np.random.default_rng(ws[0])
+    x = rng.standard_normal(xs).astype(dtype)
+    w = rng.standard_normal(ws).astype(dtype)
+    b = rng.standard_normal(ws[0]).astype(dtype)
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w),
+                                          torch.from_numpy(b), stride=stride, padding=pad,
+                                          dilation=dil).numpy()
+    y = C._conv_kernel(x, w, b, (stride, stride), ((pad, pad), (pad, pad)), (dil, dil), 1)
+    tol = 1e-4 if dtype == np.float32 else 1e-11
+    np.testing.assert_allclose(y, expected, rtol=tol, atol=tol * np.abs(expected).max())
+    return x, y
+
+
 @pytest.mark.parametrize("xs,ws,stride,pad,dil", CASES)
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -38,16 +53,7 @@ def test_batch1_splits_match_torch(monkeypatch, xs, ws, stride, pad, dil, thread
     monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)  # these sizes would run serially
     monkeypatch.setattr(conv_kernels, "_COLS_BYTES", 4096)  # several row blocks at these sizes
     monkeypatch.setattr(conv_kernels, "_MIN_BLOCK", 16)
-    rng = np.random.default_rng(ws[0])
-    x = rng.standard_normal(xs).astype(dtype)
-    w = rng.standard_normal(ws).astype(dtype)
-    b = rng.standard_normal(ws[0]).astype(dtype)
-    expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w),
-                                          torch.from_numpy(b), stride=stride, padding=pad,
-                                          dilation=dil).numpy()
-    y = C._conv_kernel(x, w, b, (stride, stride), ((pad, pad), (pad, pad)), (dil, dil), 1)
-    tol = 1e-4 if dtype == np.float32 else 1e-11
-    np.testing.assert_allclose(y, expected, rtol=tol, atol=tol * np.abs(expected).max())
+    _matches_torch(xs, ws, stride, pad, dil, dtype)
 
 
 def test_batch1_plan():
@@ -82,15 +88,6 @@ def test_shared_columns_in_row_items_match_torch(monkeypatch, xs, ws, stride, pa
     monkeypatch.setattr(runtime, "_threads", lambda: threads)
     monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)
     monkeypatch.setattr(conv_kernels, "_MIN_BLOCK", 1 << 20)   # no row blocks of its own
-    rng = np.random.default_rng(ws[0])
-    x = rng.standard_normal(xs).astype(dtype)
-    w = rng.standard_normal(ws).astype(dtype)
-    b = rng.standard_normal(ws[0]).astype(dtype)
-    expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w),
-                                          torch.from_numpy(b), stride=stride, padding=pad,
-                                          dilation=dil).numpy()
-    y = C._conv_kernel(x, w, b, (stride, stride), ((pad, pad), (pad, pad)), (dil, dil), 1)
-    tol = 1e-4 if dtype == np.float32 else 1e-11
-    np.testing.assert_allclose(y, expected, rtol=tol, atol=tol * np.abs(expected).max())
+    x, y = _matches_torch(xs, ws, stride, pad, dil, dtype)
     assert conv_kernels._plan(1, ws[0], *y.shape[2:], int(np.prod(ws[1:])), x.itemsize,
                               threads)[3] < ws[0]            # the channel split it replaces
