@@ -82,6 +82,16 @@ static void col2im_##S(const T* cols, T* dx, const int64_t* g) {                
     col2im_plane_##S(cols, dx, C, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW, P, 0, C); \
 }                                                                                         \
                                                                                           \
+/* output channels [o0, o1) of yo (rows P apart, m columns each) += their bias b[o] */  \
+static inline void add_bias_##S(T* yo, const T* b, int64_t o0, int64_t o1, int64_t P,     \
+                                int64_t m) {                                              \
+    for (int64_t o = o0; o < o1; o++) {                                                   \
+        T bo = b[o], *r = yo + (o - o0) * P;                                              \
+        _Pragma("omp simd")                                                               \
+        for (int64_t q = 0; q < m; q++) r[q] += bo;                                       \
+    }                                                                                     \
+}                                                                                         \
+                                                                                          \
 /* y = w (*) x + b with the columns of all N images built once, in work, shared by the   \
    threads (fewer images than threads, too few rows for row blocks of their own: each     \
    thread building all the columns it multiplies spent an im2col a thread): items of      \
@@ -107,12 +117,7 @@ static void conv_fwd_shared_##S(const T* x, const T* w, const T* b, T* y, T* wor
         const T* src = (direct ? x + n * C * H * W : work + n * CK * P) + r0 * OW;        \
         T* yo = y + (n * O + o0) * P + r0 * OW;                                           \
         ((gemm_##S)gemm)(ROW, NT, NT, o1 - o0, m, CK, 1, w + o0 * CK, CK, src, P, 0, yo, P); \
-        if (b)                                                                            \
-            for (int64_t o = o0; o < o1; o++) {                                           \
-                T bo = b[o], *r = yo + (o - o0) * P;                                      \
-                _Pragma("omp simd")                                                       \
-                for (int64_t q = 0; q < m; q++) r[q] += bo;                               \
-            }                                                                             \
+        if (b) add_bias_##S(yo, b, o0, o1, P, m);                                         \
     }                                                                                     \
 }                                                                                         \
                                                                                           \
@@ -162,12 +167,7 @@ void tsr_conv_fwd_##S(const T* x, const T* w, const T* b, T* y, T* work, int64_t
         }                                                                                 \
         ((gemm_##S)gemm)(ROW, NT, NT, o1 - o0, m, CK, 1, w + o0 * CK, CK, src, ld, 0, yo,  \
                          P);                                                              \
-        if (b)                                                                            \
-            for (int64_t o = o0; o < o1; o++) {                                           \
-                T bo = b[o], *r = yo + (o - o0) * P;                                      \
-                _Pragma("omp simd")                                                       \
-                for (int64_t q = 0; q < m; q++) r[q] += bo;                               \
-            }                                                                             \
+        if (b) add_bias_##S(yo, b, o0, o1, P, m);                                         \
     }                                                                                     \
 }                                                                                         \
                                                                                           \

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.codegen.winograd import _macro
+
 __all__ = ["WINOGRAD4_C", "winograd4", "wide4", "weight_grad4"]
 
 # C without backslashes: _macro() continues every line (so comments are /* */ only).
@@ -136,10 +138,12 @@ static void wino4_in_##S(const T* x, T* v, T* buf, const int64_t* wg, int64_t r0
 
 /* m (36, O, NC) of tile rows [r0, r1) -> y (N, O, OH, OW) + bias: A^T m A, each tile's
    4x4 outputs in place to positions 0-15 (one loop over the item's tiles), then row by
-   row into y, rows and columns past the output's edge dropped. Output channels [o0, o1). */
-static void wino4_out_##S(T* m, const T* bias, T* y, const int64_t* wg, int64_t r0,
-                          int64_t r1, int64_t o0, int64_t o1) {
+   row into y, rows and columns past the output's edge dropped (buf, the thread's scratch,
+   unused: wino_out's signature). Output channels [o0, o1). */
+static void wino4_out_##S(T* m, const T* bias, T* y, T* buf, const int64_t* wg,
+                          int64_t r0, int64_t r1, int64_t o0, int64_t o1) {
     W4GEOMETRY;
+    (void)buf;
     int64_t full = OW / 4, cols = (r1 - r0) * TW;
     for (int64_t o = o0; o < o1; o++) {
         T* mo = m + o * NC;
@@ -236,102 +240,8 @@ static void wino4_gz_##S(const T* gy, T* z, T* buf, const int64_t* wg, int64_t r
     }
 }
 
-/* s[t] (36, O, C), positions US apart, = the sum over thread t's fixed run of items of
-   z[p] (O, NC) @ v[p]^T (NC, C) (as tsr_conv_wino_wgrad; no spare columns to zero): the
-   weight gradient before its filter transform G^T s G */
-void tsr_conv_wino4_wgrad_##S(const T* x, const T* gy, T* s, T* work, int64_t ws,
-                              int64_t* next, const int64_t* wg, void* gemm, int64_t t,
-                              int64_t nt) {
-    W4GEOMETRY;
-    (void)next;
-    T* rows = work + t * ws;
-    T* v = rows + WROWS;
-    T* z = v + 36 * VS;
-    T* acc = s + t * 36 * US;
-    int64_t items = (N * TH + RB - 1) / RB;
-    T beta = 0;
-    for (int64_t it = items * t / nt; it < items * (t + 1) / nt; it++) {
-        int64_t r0 = it * RB, r1 = r0 + RB < N * TH ? r0 + RB : N * TH;
-        int64_t cols = (r1 - r0) * TW;
-        wino4_in_##S(x, v, rows, wg, r0, r1, 0, C);
-        wino4_gz_##S(gy, z, rows, wg, r0, r1);
-        for (int p = 0; p < 36; p++)
-            ((gemm_##S)gemm)(ROW, NT, TR, O, C, cols, 1, z + p * MS, NC, v + p * VS, NC,
-                             beta, acc + p * US, C);
-        beta = 1;
-    }
-    if (beta == 0)
-        for (int p = 0; p < 36; p++) memset(acc + p * US, 0, O * C * sizeof(T));
-}
-
-/* y = w (*) x + b in items of RB tile rows (as tsr_conv_wino_fwd): u first (items from
-   next[2], next[3] counting them done), each item's input transform, a wait for all of u,
-   its 36 GEMMs and its output transform; thread t's workspace: WROWS, v, m */
-void tsr_conv_wino4_fwd_##S(const T* x, const T* w, T* u, const T* b, T* y, T* work,
-                            int64_t ws, int64_t* next, const int64_t* wg, void* gemm,
-                            int64_t t, int64_t t1) {
-    W4GEOMETRY;
-    (void)t1;
-    T* rows = work + t * ws;
-    T* v = rows + WROWS;
-    T* m = v + 36 * VS;
-    for (;;) {
-        int64_t o = __atomic_fetch_add(next + 2, 1, __ATOMIC_RELAXED);
-        if (o >= O) break;
-        wino4_weight_##S(w, u, wg, o);
-        __atomic_fetch_add(next + 3, 1, __ATOMIC_RELEASE);
-    }
-    int64_t items = (N * TH + RB - 1) / RB;
-    for (;;) {
-        int64_t it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
-        if (it >= items) break;
-        int64_t r0 = it * RB, r1 = r0 + RB < N * TH ? r0 + RB : N * TH;
-        int64_t cols = (r1 - r0) * TW;
-        wino4_in_##S(x, v, rows, wg, r0, r1, 0, C);
-        conv_wait(next + 3, O);
-        for (int p = 0; p < 36; p++)
-            ((gemm_##S)gemm)(ROW, NT, NT, O, cols, C, 1, u + p * US, C, v + p * VS, NC,
-                             0, m + p * MS, NC);
-        wino4_out_##S(m, b, y, wg, r0, r1, 0, O);
-    }
-}
-
-/* the wide forward (as tsr_conv_wino_wide): the whole batch one block whose v and m all
-   threads share, in three passes meeting at counters: filter and input transforms, the
-   36 GEMMs, the output transform */
-void tsr_conv_wino4_wide_##S(const T* x, const T* w, T* u, T* v, T* m, const T* b, T* y,
-                             T* work, int64_t ws, int64_t* next, const int64_t* wg,
-                             void* gemm, int64_t t, int64_t t1) {
-    W4GEOMETRY;
-    (void)t1;
-    T* rows = work + t * ws;
-    for (;;) {
-        int64_t it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
-        if (it >= O + C) break;
-        if (it < O) wino4_weight_##S(w, u, wg, it);
-        else wino4_in_##S(x, v, rows, wg, 0, N * TH, it - O, it - O + 1);
-        __atomic_fetch_add(next + 1, 1, __ATOMIC_RELEASE);
-    }
-    conv_wait(next + 1, O + C);
-    for (;;) {
-        int64_t p = __atomic_fetch_add(next + 2, 1, __ATOMIC_RELAXED);
-        if (p >= 36) break;
-        ((gemm_##S)gemm)(ROW, NT, NT, O, NC, C, 1, u + p * US, C, v + p * VS, NC, 0,
-                         m + p * MS, NC);
-        __atomic_fetch_add(next + 3, 1, __ATOMIC_RELEASE);
-    }
-    conv_wait(next + 3, 36);
-    for (;;) {
-        int64_t o = __atomic_fetch_add(next + 4, 1, __ATOMIC_RELAXED);
-        if (o >= O) break;
-        wino4_out_##S(m, b, y, wg, 0, N * TH, o, o + 1);
-    }
-}
+WINO_DRIVERS(T, S, wino4, W4GEOMETRY, 36)
 """
-
-
-def _macro(head: str, body: str) -> str:
-    return f"#define {head} \\\n" + " \\\n".join(body.strip("\n").splitlines()) + "\n"
 
 
 # appended after WINOGRAD_C in the drivers' library header
@@ -342,13 +252,13 @@ WINOGRAD4_C = r"""
 #define W4GEOMETRY                                                                        \
     int64_t C = wg[0], H = wg[1], W = wg[2], O = wg[3], PH = wg[4], PW = wg[5],           \
             OH = wg[6], OW = wg[7], N = wg[8], RB = wg[9], FLIP = wg[10];                 \
-    int64_t TH = (OH + 3) / 4, TW = (OW + 3) / 4, NC = RB * TW;                           \
+    int64_t TH = (OH + 3) / 4, TW = (OW + 3) / 4, TC = TW, NC = RB * TC;                  \
     int64_t LW = 4 * TW + 4, HP = (TH + 1) * TW;                                          \
     int64_t WROWS = (LW + 24 * HP + 15) / 16 * 16;                                        \
     /* the positions' matrices a cache line more than their size apart (see WGEOMETRY) */ \
     int64_t US = O * C + 16, VS = C * NC + 16, MS = O * NC + 16;                          \
     (void)H; (void)PH; (void)PW; (void)FLIP; (void)WROWS; (void)LW; (void)HP; (void)N;    \
-    (void)US; (void)VS; (void)MS; (void)TH; (void)OH
+    (void)US; (void)VS; (void)MS; (void)TH; (void)OH; (void)TC
 
 """ + _macro("WINOGRAD4(T, S)", _BODY)
 

@@ -148,11 +148,12 @@ static void wino_in_##S(const T* x, T* v, T* pe, const int64_t* wg, int64_t r0,
 /* m (16, O, NC) of tile rows [r0, r1) -> y (N, O, OH, OW) + bias: A^T m A. First each
    channel's row of m at once (one long vector loop), each tile's 2x2 outputs going in
    place to positions 0-3; then row by row into y. The second row of a tile on an odd last
-   row goes to the spare row, the second column of one on an odd last column is not
-   written. Output channels [o0, o1) only. */
-static void wino_out_##S(T* m, const T* bias, T* y, T* spare, const int64_t* wg,
+   row goes to the spare row at the end of the thread's scratch buf, the second column of
+   one on an odd last column is not written. Output channels [o0, o1) only. */
+static void wino_out_##S(T* m, const T* bias, T* y, T* buf, const int64_t* wg,
                          int64_t r0, int64_t r1, int64_t o0, int64_t o1) {
     WGEOMETRY;
+    T* spare = buf + WROWS - (OW + 1);
     int64_t full = OW / 2, cols = (r1 - r0) * (TW + 1);
     for (int64_t o = o0; o < o1; o++) {
         T* mo = m + o * NC;
@@ -191,81 +192,6 @@ static void wino_out_##S(T* m, const T* bias, T* y, T* spare, const int64_t* wg,
     }
 }
 
-/* y = w (*) x + b through the transformed filters u (16, O, C). First u (items from
-   next[2]: output channels, next[3] counting them done), then blocks of RB tile rows of
-   the batch (items from next[0]), each waiting for all of u after its input transform;
-   thread t's workspace work + t * ws holds the row buffers of wino_in and the spare row
-   (WROWS), then v (16, C, NC) and m (16, O, NC), positions VS and MS apart. */
-void tsr_conv_wino_fwd_##S(const T* x, const T* w, T* u, const T* b, T* y, T* work,
-                           int64_t ws, int64_t* next, const int64_t* wg, void* gemm,
-                           int64_t t, int64_t t1) {
-    WGEOMETRY;
-    (void)t1;
-    T* rows = work + t * ws;
-    T* spare = rows + WROWS - (OW + 1);
-    T* v = rows + WROWS;
-    T* m = v + 16 * VS;
-    memset(rows, 0, WROWS * sizeof(T));
-    for (;;) {
-        int64_t o = __atomic_fetch_add(next + 2, 1, __ATOMIC_RELAXED);
-        if (o >= O) break;
-        wino_weight_##S(w, u, wg, o);
-        __atomic_fetch_add(next + 3, 1, __ATOMIC_RELEASE);
-    }
-    int64_t items = (N * TH + RB - 1) / RB;
-    for (;;) {
-        int64_t it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
-        if (it >= items) break;
-        int64_t r0 = it * RB, r1 = r0 + RB < N * TH ? r0 + RB : N * TH;
-        int64_t cols = (r1 - r0) * (TW + 1);
-        wino_in_##S(x, v, rows, wg, r0, r1, 0, C);
-        conv_wait(next + 3, O);
-        for (int p = 0; p < 16; p++)
-            ((gemm_##S)gemm)(ROW, NT, NT, O, cols, C, 1, u + p * US, C, v + p * VS, NC,
-                             0, m + p * MS, NC);
-        wino_out_##S(m, b, y, spare, wg, r0, r1, 0, O);
-    }
-}
-
-/* The wide forward, for few tiles (batch-1 layers), where items of tile rows would make
-   skinny GEMMs that each read all of u: the whole batch is one block (RB = N TH) whose v
-   and m (positions VS and MS apart) all threads share, in three passes: u = the filter
-   transform and v = the input transform (items: output channels' filters, then input
-   channels; neither needs the other), the 16 GEMMs m[p] (O, NC) = u[p] (O, C) @ v[p]
-   (C, NC) (items: positions), the output transform into y plus the bias (items: output
-   channels). next[0], next[2] and next[4] hand out the items of passes 1-3, next[1] and
-   next[3] count those of passes 1 and 2 done; thread t's row buffers (pass 1) and spare
-   row (pass 3) at work + t * ws. */
-void tsr_conv_wino_wide_##S(const T* x, const T* w, T* u, T* v, T* m, const T* b, T* y,
-                            T* work, int64_t ws, int64_t* next, const int64_t* wg,
-                            void* gemm, int64_t t, int64_t t1) {
-    WGEOMETRY;
-    (void)t1;
-    T* rows = work + t * ws;
-    memset(rows, 0, WROWS * sizeof(T));
-    for (;;) {
-        int64_t it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
-        if (it >= O + C) break;
-        if (it < O) wino_weight_##S(w, u, wg, it);
-        else wino_in_##S(x, v, rows, wg, 0, N * TH, it - O, it - O + 1);
-        __atomic_fetch_add(next + 1, 1, __ATOMIC_RELEASE);
-    }
-    conv_wait(next + 1, O + C);
-    for (;;) {
-        int64_t p = __atomic_fetch_add(next + 2, 1, __ATOMIC_RELAXED);
-        if (p >= 16) break;
-        ((gemm_##S)gemm)(ROW, NT, NT, O, NC, C, 1, u + p * US, C, v + p * VS, NC, 0,
-                         m + p * MS, NC);
-        __atomic_fetch_add(next + 3, 1, __ATOMIC_RELEASE);
-    }
-    conv_wait(next + 3, 16);
-    for (;;) {
-        int64_t o = __atomic_fetch_add(next + 4, 1, __ATOMIC_RELAXED);
-        if (o >= O) break;
-        wino_out_##S(m, b, y, rows, wg, 0, N * TH, o, o + 1);
-    }
-}
-
 /* one output-gradient tile (a b; c e) -> d[p * MS], p = 0..15: A g A^T */
 static inline __attribute__((always_inline)) void wino_tile_gz_##S(T a, T b, T c, T e, T* d,
                                                                    int64_t MS) {
@@ -279,11 +205,12 @@ static inline __attribute__((always_inline)) void wino_tile_gz_##S(T a, T b, T c
 }
 
 /* the output gradient's tiles of rows [r0, r1) -> z (16, O, NC): A g A^T of each 2x2 tile
-   g (zero past the last row and column; rows past it read the zero row), each row's
-   spare column zero */
-static void wino_gz_##S(const T* gy, T* z, const T* zero, const int64_t* wg, int64_t r0,
+   g (zero past the last row and column; rows past it read the zero row at the end of the
+   thread's zeroed scratch buf), each row's spare column zero */
+static void wino_gz_##S(const T* gy, T* z, const T* buf, const int64_t* wg, int64_t r0,
                         int64_t r1) {
     WGEOMETRY;
+    const T* zero = buf + WROWS - (OW + 1);
     int64_t full = OW / 2;
     for (int64_t r = r0; r < r1; r++) {
         int64_t n = r / TH, th = r - n * TH;
@@ -301,45 +228,126 @@ static void wino_gz_##S(const T* gy, T* z, const T* zero, const int64_t* wg, int
     }
 }
 
-/* s[t] (16, O, C), positions US apart, = the sum over thread t's items of
-   z[p] (O, NC) @ v[p]^T (NC, C): the weight gradient before its filter transform
-   G^T s G. Thread t of nt takes a fixed run of items, so that the sum's order (and the
-   result) does not depend on which thread ran first; v's spare columns are zeroed (z's
-   are zero too, and garbage times zero could still be a NaN). */
-void tsr_conv_wino_wgrad_##S(const T* x, const T* gy, T* s, T* work, int64_t ws,
-                             int64_t* next, const int64_t* wg, void* gemm, int64_t t,
-                             int64_t nt) {
-    WGEOMETRY;
-    (void)next;
-    T* rows = work + t * ws;
-    T* zero = rows + WROWS - (OW + 1);
-    T* v = rows + WROWS;
-    T* z = v + 16 * VS;
-    T* acc = s + t * 16 * US;
-    memset(rows, 0, WROWS * sizeof(T));
-    int64_t items = (N * TH + RB - 1) / RB;
-    T beta = 0;
-    for (int64_t it = items * t / nt; it < items * (t + 1) / nt; it++) {
-        int64_t r0 = it * RB, r1 = r0 + RB < N * TH ? r0 + RB : N * TH;
-        int64_t cols = (r1 - r0) * (TW + 1);
-        wino_in_##S(x, v, rows, wg, r0, r1, 0, C);
-        for (int p = 0; p < 16; p++)
-            for (int64_t c = 0; c < C; c++)
-                for (int64_t i = TW; i < cols; i += TW + 1) v[p * VS + c * NC + i] = (T)0;
-        wino_gz_##S(gy, z, zero, wg, r0, r1);
-        for (int p = 0; p < 16; p++)
-            ((gemm_##S)gemm)(ROW, NT, TR, O, C, cols, 1, z + p * MS, NC, v + p * VS, NC,
-                             beta, acc + p * US, C);
-        beta = 1;
-    }
-    if (beta == 0)
-        for (int p = 0; p < 16; p++) memset(acc + p * US, 0, O * C * sizeof(T));
-}
+WINO_DRIVERS(T, S, wino, WGEOMETRY, 16)
 """
 
 
 def _macro(head: str, body: str) -> str:
     return f"#define {head} \\\n" + " \\\n".join(body.strip("\n").splitlines()) + "\n"
+
+# The drivers of F(2x2) and F(4x4) alike: WINO_DRIVERS(T, S, V, GEOM, NP) defines
+# tsr_conv_V_fwd_S, tsr_conv_V_wide_S and tsr_conv_V_wgrad_S over the transforms
+# V_weight_S, V_in_S, V_out_S and V_gz_S, geometry GEOM (which gives TC, a tile row's
+# columns in v and m: F(2x2) keeps a spare one) and NP tile positions.
+_DRIVERS = r"""
+/* y = w (*) x + b through the transformed filters u (NP, O, C). First u (items from
+   next[2]: output channels, next[3] counting them done), then blocks of RB tile rows of
+   the batch (items from next[0]), each waiting for all of u after its input transform;
+   thread t's workspace work + t * ws holds the zeroed scratch of the transforms (WROWS),
+   then v (NP, C, NC) and m (NP, O, NC), positions VS and MS apart. */
+void tsr_conv_##V##_fwd_##S(const T* x, const T* w, T* u, const T* b, T* y, T* work,
+                            int64_t ws, int64_t* next, const int64_t* wg, void* gemm,
+                            int64_t t, int64_t t1) {
+    GEOM;
+    (void)t1;
+    T* rows = work + t * ws;
+    T* v = rows + WROWS;
+    T* m = v + NP * VS;
+    memset(rows, 0, WROWS * sizeof(T));
+    for (;;) {
+        int64_t o = __atomic_fetch_add(next + 2, 1, __ATOMIC_RELAXED);
+        if (o >= O) break;
+        V##_weight_##S(w, u, wg, o);
+        __atomic_fetch_add(next + 3, 1, __ATOMIC_RELEASE);
+    }
+    int64_t items = (N * TH + RB - 1) / RB;
+    for (;;) {
+        int64_t it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (it >= items) break;
+        int64_t r0 = it * RB, r1 = r0 + RB < N * TH ? r0 + RB : N * TH;
+        int64_t cols = (r1 - r0) * TC;
+        V##_in_##S(x, v, rows, wg, r0, r1, 0, C);
+        conv_wait(next + 3, O);
+        for (int p = 0; p < NP; p++)
+            ((gemm_##S)gemm)(ROW, NT, NT, O, cols, C, 1, u + p * US, C, v + p * VS, NC,
+                             0, m + p * MS, NC);
+        V##_out_##S(m, b, y, rows, wg, r0, r1, 0, O);
+    }
+}
+
+/* The wide forward, for few tiles (batch-1 layers), where items of tile rows would make
+   skinny GEMMs that each read all of u: the whole batch is one block (RB = N TH) whose v
+   and m (positions VS and MS apart) all threads share, in three passes: u = the filter
+   transform and v = the input transform (items: output channels' filters, then input
+   channels; neither needs the other), the NP GEMMs m[p] (O, NC) = u[p] (O, C) @ v[p]
+   (C, NC) (items: positions), the output transform into y plus the bias (items: output
+   channels). next[0], next[2] and next[4] hand out the items of passes 1-3, next[1] and
+   next[3] count those of passes 1 and 2 done; thread t's scratch (passes 1 and 3) at
+   work + t * ws. */
+void tsr_conv_##V##_wide_##S(const T* x, const T* w, T* u, T* v, T* m, const T* b, T* y,
+                             T* work, int64_t ws, int64_t* next, const int64_t* wg,
+                             void* gemm, int64_t t, int64_t t1) {
+    GEOM;
+    (void)t1;
+    T* rows = work + t * ws;
+    memset(rows, 0, WROWS * sizeof(T));
+    for (;;) {
+        int64_t it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (it >= O + C) break;
+        if (it < O) V##_weight_##S(w, u, wg, it);
+        else V##_in_##S(x, v, rows, wg, 0, N * TH, it - O, it - O + 1);
+        __atomic_fetch_add(next + 1, 1, __ATOMIC_RELEASE);
+    }
+    conv_wait(next + 1, O + C);
+    for (;;) {
+        int64_t p = __atomic_fetch_add(next + 2, 1, __ATOMIC_RELAXED);
+        if (p >= NP) break;
+        ((gemm_##S)gemm)(ROW, NT, NT, O, NC, C, 1, u + p * US, C, v + p * VS, NC, 0,
+                         m + p * MS, NC);
+        __atomic_fetch_add(next + 3, 1, __ATOMIC_RELEASE);
+    }
+    conv_wait(next + 3, NP);
+    for (;;) {
+        int64_t o = __atomic_fetch_add(next + 4, 1, __ATOMIC_RELAXED);
+        if (o >= O) break;
+        V##_out_##S(m, b, y, rows, wg, 0, N * TH, o, o + 1);
+    }
+}
+
+/* s[t] (NP, O, C), positions US apart, = the sum over thread t's items of
+   z[p] (O, NC) @ v[p]^T (NC, C): the weight gradient before its filter transform
+   G^T s G. Thread t of nt takes a fixed run of items, so that the sum's order (and the
+   result) does not depend on which thread ran first; v's spare columns, where a tile row
+   has one, are zeroed (z's are zero too, and garbage times zero could still be a NaN). */
+void tsr_conv_##V##_wgrad_##S(const T* x, const T* gy, T* s, T* work, int64_t ws,
+                              int64_t* next, const int64_t* wg, void* gemm, int64_t t,
+                              int64_t nt) {
+    GEOM;
+    (void)next;
+    T* rows = work + t * ws;
+    T* v = rows + WROWS;
+    T* z = v + NP * VS;
+    T* acc = s + t * NP * US;
+    memset(rows, 0, WROWS * sizeof(T));
+    int64_t items = (N * TH + RB - 1) / RB;
+    T beta = 0;
+    for (int64_t it = items * t / nt; it < items * (t + 1) / nt; it++) {
+        int64_t r0 = it * RB, r1 = r0 + RB < N * TH ? r0 + RB : N * TH;
+        int64_t cols = (r1 - r0) * TC;
+        V##_in_##S(x, v, rows, wg, r0, r1, 0, C);
+        for (int p = 0; p < NP && TC > TW; p++)
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t i = TW; i < cols; i += TC) v[p * VS + c * NC + i] = (T)0;
+        V##_gz_##S(gy, z, rows, wg, r0, r1);
+        for (int p = 0; p < NP; p++)
+            ((gemm_##S)gemm)(ROW, NT, TR, O, C, cols, 1, z + p * MS, NC, v + p * VS, NC,
+                             beta, acc + p * US, C);
+        beta = 1;
+    }
+    if (beta == 0)
+        for (int p = 0; p < NP; p++) memset(acc + p * US, 0, O * C * sizeof(T));
+}
+"""
 
 
 # appended to the drivers' source after its %-formatting (so '%' is literal C); it uses
@@ -351,16 +359,17 @@ WINOGRAD_C = r"""
 #define WGEOMETRY                                                                         \
     int64_t C = wg[0], H = wg[1], W = wg[2], O = wg[3], PH = wg[4], PW = wg[5],           \
             OH = wg[6], OW = wg[7], N = wg[8], RB = wg[9], FLIP = wg[10];                 \
-    int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, NC = RB * (TW + 1);                     \
+    int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, TC = TW + 1, NC = RB * TC;              \
     int64_t L = 2 * (TW + 1), EQ = NC + 1;                                                \
     int64_t WROWS = (2 * (RB + 2) * L + 8 * EQ + OW + 1 + 15) / 16 * 16;                  \
     /* the 16 positions' matrices sit a cache line more than their size apart: at a      \
        multiple of 4 KiB they would share cache sets (and thrash them) */                 \
     int64_t US = O * C + 16, VS = C * NC + 16, MS = O * NC + 16;                          \
     (void)H; (void)PH; (void)PW; (void)FLIP; (void)WROWS; (void)L; (void)EQ; (void)N;     \
-    (void)US; (void)VS; (void)MS; (void)TH; (void)OH
+    (void)US; (void)VS; (void)MS; (void)TH; (void)OH; (void)TC
 
-""" + _macro("WINOGRAD(T, S)", _BODY)  # instantiated per dtype by conv_kernels._drivers
+""" + _macro("WINO_DRIVERS(T, S, V, GEOM, NP)", _DRIVERS) \
+    + _macro("WINOGRAD(T, S)", _BODY)  # instantiated per dtype by conv_kernels._drivers
 
 _ON = os.environ.get("TESSERA_WINOGRAD", "1") not in ("0", "", "false", "off")
 
