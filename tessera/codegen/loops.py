@@ -197,6 +197,13 @@ def _ctype(v) -> str:
     return CType.NAMES[v.dtype.name]
 
 
+def _var_ctype(v) -> str:
+    """The type of a variable holding an element of ``v``: a bool as a 32-bit int, the
+    width of a float lane (an 8-bit bool beside float lanes makes the vectoriser pack and
+    unpack: relu's backward ``(x > 0) * g`` ran 2.5x slower than ``relu(a + b)``)."""
+    return "int32_t" if v.dtype.name == "bool" else CType.NAMES[v.dtype.name]
+
+
 def node_expr(n, names: dict) -> str:
     """The C expression of elementwise node ``n`` over the variables ``names`` holds for
     its inputs (by id), converted to the op's compute type."""
@@ -223,12 +230,12 @@ def _element_program(body: Graph, index: list[str], out_index: str | None) -> li
     names: dict[int, str] = {}
     for k, v in enumerate(body.inputs):
         names[id(v)] = f"v{len(names)}"
-        stmts.append(Load(names[id(v)], _ctype(v), f"in{k}", index[k]))
+        stmts.append(Load(names[id(v)], _var_ctype(v), f"in{k}", index[k]))
     for n in body.nodes:
         out = n.outputs[0]
         expr = node_expr(n, names)
         names[id(out)] = f"v{len(names)}"
-        stmts.append(Let(names[id(out)], _ctype(out), expr))
+        stmts.append(Let(names[id(out)], _var_ctype(out), expr))
     if out_index is not None:
         stmts.append(Store("out", out_index, names[id(body.outputs[0])]))
     return stmts

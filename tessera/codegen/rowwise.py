@@ -66,6 +66,7 @@ from tessera.codegen.loops import (
     _ctype,
     _index,
     _reduced_dims,
+    _var_ctype,
     iteration_shape,
     jam,
     node_expr,
@@ -140,13 +141,13 @@ class _Emitter:
         name = self.fresh()
         if id(v) in self.inputs:
             k = self.inputs[id(v)]
-            stmts.append(Load(name, _ctype(v), f"in{k}", self.in_idx[k]))
+            stmts.append(Load(name, _var_ctype(v), f"in{k}", self.in_idx[k]))
         else:
             n = v.producer
             assert n.op.name not in REDUCE, "a reduction is computed by its phase"
             names = {id(a): self.value(a, scope, stmts, outer) for a in n.inputs
                      if isinstance(a, Value)}
-            stmts.append(Let(name, _ctype(v), node_expr(n, names)))
+            stmts.append(Let(name, _var_ctype(v), node_expr(n, names)))
         scope[id(v)] = name
         return name
 

@@ -173,6 +173,25 @@ def test_integer_regions_wrap_like_numpy():
         check(kernel, g, [np.asfortranarray(arrays[0]), arrays[1]])
 
 
+def test_bool_values_in_a_region_are_held_at_the_float_lane_width():
+    # relu's backward (x > 0) * g: an 8-bit bool between float lanes made GCC pack and unpack
+    # every vector (2.5x slower); values are 32-bit ints, buffers of bool stay 8-bit
+    from tessera.codegen.loops import lower, render
+    g = Graph.parse("""graph(%x: float32[64], %g: float32[64], %m: bool[64]) {
+      %0: bool[64] = gt(%x, 0.0)
+      %1: bool[64] = logical_and(%0, %m)
+      %2: float32[64] = mul(%g, %1)
+      return (%2)
+    }""")
+    src = render(lower(g, "k")[0])
+    assert "int32_t v2 = in2[" in src and "unsigned char" in src.split("{")[0]
+    assert "unsigned char v" not in src
+    x, gr = np.linspace(-1, 1, 64, dtype=np.float32), np.arange(64, dtype=np.float32)
+    m = np.arange(64) % 3 != 0
+    (kernel,) = runtime.build([fused_node(g)]).values()
+    check(kernel, g, [x, gr, m])
+
+
 # ---- reductions at the end of a region ---------------------------------------------------
 
 def test_reductions_over_every_dim_set():
