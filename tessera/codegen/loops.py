@@ -48,7 +48,7 @@ from tessera.codegen.c_rules import INT_OPS, LOGICAL, CType, compute_dtype
 from tessera.graph.ir import Graph, Value
 
 __all__ = ["Param", "Load", "Let", "Raw", "Store", "Loop", "If", "Func", "lower", "render",
-           "RENDER", "PARALLEL_MIN", "supported", "iteration_shape", "jam"]
+           "RENDER", "PARALLEL_MIN", "worth_splitting", "supported", "iteration_shape", "jam"]
 
 PARALLEL_MIN = 1 << 18   # elements: below this, handing chunks to threads costs more than it saves
 DTYPES = frozenset({"float32", "float64", "bool", "int32", "int64"})
@@ -264,7 +264,7 @@ def _nest(extents: list[int], body: list, total: int) -> list:
     if not extents:
         return body
     n = len(extents)
-    split = total >= PARALLEL_MIN
+    split = worth_splitting(total, body)
     stmts = jam(f"i{n - 1}", extents[-1], body, parallel=n == 1 and split)
     for d in range(n - 2, -1, -1):
         stmts = [Loop(f"i{d}", extents[d], stmts, parallel=d == 0 and split)]
@@ -274,6 +274,28 @@ def _nest(extents: list[int], body: list, total: int) -> list:
 # what makes an element program long enough to run as two streams: the prelude's
 # transcendental functions (each a chain of ~20 dependent operations)
 _LONG = re.compile(r"\btsr_(exp|expm1|log|log1p|tanh|sigmoid|phi|erf|erfc)f?\(")
+
+# A region's loop is split across threads only when one thread would take long enough for
+# the hand-off to pay even when the other core is busy: right after a GEMM, OpenBLAS's
+# worker still spins there, and a split relu backward (256x1024) took 0.57 ms against 0.34
+# ms on one thread (up to 4 ms under load). The one-thread time is estimated from the
+# bytes each element moves and the transcendental calls it makes.
+SPLIT_MIN_NS = 500_000
+NS_PER_BYTE = 0.1    # one core streams ~10 GB/s here
+NS_PER_CALL = 2.0    # one vectorised exp/erf chain, per element
+_BYTES = {"float": 4, "double": 8, "int32_t": 4, "int64_t": 8, "unsigned char": 1}
+
+
+def worth_splitting(elements: int, program: list) -> bool:
+    """Whether a loop over ``elements`` runs of the element ``program`` (its Loads, Lets
+    and Stores) is worth splitting across threads: its estimated one-thread time is at
+    least ``SPLIT_MIN_NS``. A broadcast load counts as a full one (an overestimate)."""
+    if elements < PARALLEL_MIN:
+        return False
+    nbytes = sum(_BYTES.get(s.ctype, 4) for s in program if isinstance(s, Load)) + \
+        4 * sum(isinstance(s, Store) for s in program)
+    calls = sum(len(_LONG.findall(s.expr)) for s in program if isinstance(s, Let))
+    return elements * (nbytes * NS_PER_BYTE + calls * NS_PER_CALL) >= SPLIT_MIN_NS
 JAM_MIN = 64   # a fixed inner extent below this keeps one stream
 
 

@@ -353,6 +353,22 @@ def test_large_regions_split_across_threads_match():
         check(kernels[node], body, [np.asfortranarray(x._data), b._data])
 
 
+def test_only_regions_long_enough_for_one_thread_are_split():
+    # a cheap region (relu's backward over 256x1024: ~0.3 ms on one thread) runs whole; the
+    # same size with a transcendental function, or a cheap one 8x larger, is split
+    from tessera.codegen.loops import lower
+
+    def split(shape, op):
+        g = Graph.parse(f"""graph(%x: float32{list(shape)}, %g: float32{list(shape)}) {{
+          %0: float32{list(shape)} = {op}
+          return (%0)
+        }}""")
+        return lower(g, "k")[0].split
+    assert split((256, 1024), "mul(%x, %g)") is None
+    assert split((256, 1024), "gelu(%x) {approximate='none'}") is not None
+    assert split((2048, 1024), "mul(%x, %g)") is not None
+
+
 # ---- random chains -----------------------------------------------------------------------
 
 UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "relu", "gelu", "silu", "sin", "softplus",
