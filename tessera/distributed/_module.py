@@ -7,11 +7,12 @@ A local parameter is read as the module's whole value, the way
 this rank's rows of the single-process weight. A global parameter is boxed to the new SBP.
 Parameters stay the same objects (optimizers hold them) and keep ``requires_grad``.
 
-Each global parameter's gradient is boxed to the parameter's own SBP as it arrives (a
-gradient hook): the partial_sum gradient of a broadcast weight under a split batch is
-all-reduced once, in backward, as DDP would, and the optimizer then runs locally. (Left
-partial, every optimizer op reading it would box it again.) ``ZeroRedundancyOptimizer``
-removes the hook to reduce-scatter instead.
+Each global parameter's gradient is boxed to the parameter's own SBP in backward, so that
+the optimizer then runs locally. (Left partial, every optimizer op reading it would box it
+again.) The partial_sum gradients of broadcast parameters under a split batch are summed
+together, by one all-reduce of a flat buffer once the last has arrived, as DDP's bucket
+is (``_grad_bucket.py``); any other gradient is boxed by a hook as it arrives.
+``ZeroRedundancyOptimizer`` removes the hook to reduce-scatter instead.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import numpy as np
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
 from tessera.distributed._global import _check_placement, is_global, make_global
+from tessera.distributed._grad_bucket import BucketHooks, bucket_params
 from tessera.distributed.sbp import broadcast
 from tessera.distributed.sbp import sbp as Sbp
 
@@ -59,13 +61,24 @@ def module_to_global(module, placement=None, sbp=None):
             s = sbp(t)
         return whole_to_global(t, placement, s)
     module._apply(convert)
-    for p in module.parameters():
+    params = list(module.parameters())
+    for p in params:
         old = p.__dict__.pop(GRAD_HOOK, None)
         if old is not None:
             old.remove()
-        if p.requires_grad:
+    bucketed = set()
+    for bucket in bucket_params(params):
+        for p in bucket.params:
+            p.__dict__[GRAD_HOOK] = BucketHooks(bucket, p, _deferred)
+            bucketed.add(id(p))
+    for p in params:
+        if p.requires_grad and id(p) not in bucketed:
             p.__dict__[GRAD_HOOK] = p.register_hook(_grad_to_sbp_of(p))
     return module
+
+
+def _deferred(p: Tensor) -> bool:
+    return id(p) in DEFERRED
 
 
 def _grad_to_sbp_of(p: Tensor):

@@ -23,7 +23,7 @@ _TYPES = ("cpu",)
 class placement:  # noqa: N801  (OneFlow's and the issue's name)
     """Where a global tensor lives: ``placement(type="cpu", ranks=[0, 1])``."""
 
-    __slots__ = ("_type", "_ranks", "_flat", "_key")
+    __slots__ = ("_type", "_ranks", "_flat", "_key", "_coords", "_hier", "_device")
 
     def __init__(self, type: str = "cpu", ranks=None):
         if not isinstance(type, str):
@@ -54,6 +54,11 @@ class placement:  # noqa: N801  (OneFlow's and the issue's name)
         self._ranks = arr
         self._flat = tuple(int(r) for r in arr.flat)
         self._key = (type, arr.shape, self._flat)
+        # looked up by every op on a global tensor: made once
+        self._hier = tuple(arr.shape)
+        self._coords = {r: tuple(int(c) for c in np.unravel_index(i, arr.shape))
+                        for i, r in enumerate(self._flat)}
+        self._device = None
 
     @classmethod
     def all(cls, type: str = "cpu") -> placement:
@@ -74,7 +79,7 @@ class placement:  # noqa: N801  (OneFlow's and the issue's name)
     @property
     def hierarchy(self) -> tuple[int, ...]:
         """The mesh shape: ``(2,)`` for ranks=[0, 1], ``(2, 2)`` for a 2x2 mesh."""
-        return tuple(self._ranks.shape)
+        return self._hier
 
     @property
     def ndim(self) -> int:
@@ -91,8 +96,10 @@ class placement:  # noqa: N801  (OneFlow's and the issue's name)
 
     @property
     def device(self):
-        from tessera.device.registry import device
-        return device(self._type)
+        if self._device is None:
+            from tessera.device.registry import device
+            self._device = device(self._type)
+        return self._device
 
     # ---- a rank's place on the mesh ---------------------------------------------------------
     def has_rank(self, rank: int) -> bool:
@@ -100,11 +107,7 @@ class placement:  # noqa: N801  (OneFlow's and the issue's name)
 
     def coords(self, rank: int) -> tuple[int, ...] | None:
         """``rank``'s index on each mesh axis, or None when it is not on this placement."""
-        try:
-            i = self._flat.index(rank)
-        except ValueError:
-            return None
-        return tuple(int(c) for c in np.unravel_index(i, self._ranks.shape))
+        return self._coords.get(rank)
 
     def group(self, rank: int, axis: int) -> tuple[int, ...]:
         """The ranks that share ``rank``'s coordinates on every mesh axis but ``axis``."""
