@@ -26,10 +26,14 @@ import functools
 
 import numpy as np
 
-__all__ = ["matmul", "bind", "usable", "BLAS_SINGLE"]
+__all__ = ["matmul", "bind", "usable", "stacked", "BLAS_SINGLE", "STACK_MAX"]
 
 # OpenBLAS threads one GEMM above 65536 * GEMM_MULTITHREAD_THRESHOLD (4) multiply-adds
 BLAS_SINGLE = 65536 * 4
+# ``stacked`` takes products up to this many multiply-adds, BLAS held single-threaded:
+# attention's 128x64x128 products (1M) ran 64 one after the other, each split by OpenBLAS
+# over both cores with a fork and join per product
+STACK_MAX = 1 << 22
 
 _SOURCE = r"""
 #include <stdint.h>
@@ -175,14 +179,15 @@ def _lib():
     return lib.tsr_bmm, {np.dtype(np.float32): blas.sgemm, np.dtype(np.float64): blas.dgemm}
 
 
-def usable(a: np.ndarray, b: np.ndarray) -> bool:
+def usable(a: np.ndarray, b: np.ndarray, limit: int = BLAS_SINGLE) -> bool:
     """Whether ``matmul`` takes this (nb, m, k) @ (nb, k, n) batch: float32/float64, at
-    least two products, each below OpenBLAS's own threading threshold and more than a dot
-    product, matrices BLAS can read."""
+    least two products, each of at most ``limit`` multiply-adds (by default below
+    OpenBLAS's own threading threshold) and more than a dot product, matrices BLAS can
+    read."""
     nb, m, k = a.shape
     n = b.shape[2]
     if not (nb >= 2 and m * n > 1 and a.dtype == b.dtype and a.dtype.kind == "f"
-            and a.itemsize >= 4 and m * k * n <= BLAS_SINGLE and _lib() is not None):
+            and a.itemsize >= 4 and m * k * n <= limit and _lib() is not None):
         return False
     return k == 0 or _params(a.dtype, a.strides, a.shape, b.strides, b.shape) is not None
 
@@ -228,6 +233,55 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     out = np.empty((nb, m, b.shape[2]), a.dtype)
     _lib()[0](ptr, a.ctypes.data, b.ctypes.data, out.ctypes.data, a.itemsize)
     return out
+
+
+def stacked(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """``np.matmul(a, b, out=out)`` of two stacks with the same batch dims (any number of
+    them, viewed as one without copying), each product of up to ``STACK_MAX`` multiply-adds,
+    on the kernel threads with BLAS single-threaded meanwhile; None when this path does not
+    apply (a broadcast batch, a batch that cannot be one view, an ``out`` that is not
+    C-contiguous, one thread).
+
+    >>> x = np.ones((2, 3, 4, 5), np.float32)
+    >>> r = stacked(x, np.ones((2, 3, 5, 2), np.float32))
+    >>> r is None or r.tolist() == np.full((2, 3, 4, 2), 5.0).tolist()
+    True
+    """
+    if a.ndim < 3 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
+        return None
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    shape = a.shape[:-1] + (n,)
+    if out is not None and (out.shape != shape or out.dtype != a.dtype
+                            or not out.flags.c_contiguous):
+        return None
+    a3, b3 = _flat(a), _flat(b)
+    if a3 is None or b3 is None or k == 0 or not usable(a3, b3, STACK_MAX):
+        return None
+    from tessera.codegen.conv_kernels import _blas, _single_blas
+    blas = _blas()
+    _, ptr = _params(a.dtype, a3.strides, a3.shape, b3.strides, b3.shape)
+    res = np.empty(shape, a.dtype) if out is None else out
+    single = m * k * n > BLAS_SINGLE
+    if single:
+        _single_blas(blas, +1)
+    try:
+        _lib()[0](ptr, a3.ctypes.data, b3.ctypes.data, res.ctypes.data, a.itemsize)
+    finally:
+        if single:
+            _single_blas(blas, -1)
+    return res
+
+
+def _flat(x: np.ndarray) -> np.ndarray | None:
+    """``x``'s batch dims as one, a view (None when that would copy)."""
+    if x.size == 0:
+        return None
+    v = x.view()
+    try:
+        v.shape = (-1,) + x.shape[-2:]   # raises instead of copying
+    except AttributeError:
+        return None
+    return v
 
 
 def bind(a: np.ndarray, b: np.ndarray):

@@ -101,6 +101,43 @@ def test_bmm_declines_what_it_cannot_run():
     assert _bmm.matmul(big, big) is None                  # OpenBLAS threads each itself
 
 
+@pytest.mark.parametrize("m,k,n", [(128, 64, 128), (16, 8, 16), (100, 33, 70)])
+def test_stacked_products_match_numpy(m, k, n):
+    """matmul's batched path: 4-d stacks (batch dims merged without a copy) of strided rows
+    and of transposed matrices, into ``out`` or not, products above OpenBLAS's threading threshold
+    with BLAS held single-threaded and given back its threads afterwards."""
+    _need_bmm()
+    from tessera.codegen.conv_kernels import _blas
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 4, m, 2 * k)).astype(np.float32)[..., :k]   # rows strided
+    b = rng.standard_normal((3, 4, k, n)).astype(np.float32)
+    bt = np.ascontiguousarray(b.swapaxes(-1, -2)).swapaxes(-1, -2)       # columns unit
+    threads = _blas().get_threads()
+    for y in (b, bt):
+        ref = np.matmul(a, y)
+        got = _bmm.stacked(a, y)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+        out = np.empty(ref.shape, np.float32)
+        assert _bmm.stacked(a, y, out) is out
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+        t = tessera.matmul(tessera.from_numpy(a), tessera.from_numpy(y))
+        np.testing.assert_allclose(t.numpy(), ref, rtol=1e-4, atol=1e-4)
+    assert _blas().get_threads() == threads
+
+
+def test_stacked_declines_what_it_cannot_run():
+    a = np.ones((2, 3, 8, 8), np.float32)
+    assert _bmm.stacked(a, a[:1]) is None                              # broadcast batch
+    assert _bmm.stacked(a, np.ones((2, 3, 7, 8), np.float32)) is None   # inner dims differ
+    assert _bmm.stacked(a, a, np.empty((2, 3, 8, 8), np.float64)) is None
+    assert _bmm.stacked(a, a, np.empty((2, 3, 8, 8), np.float32).transpose(0, 1, 3, 2)) is None
+    assert _bmm.stacked(a[:, :, :, ::2], a[:, :, :4]) is None          # no unit stride
+    assert _bmm.stacked(a.transpose(1, 0, 2, 3), a) is None            # batch not one view
+    assert _bmm.stacked(a[:0], a[:0]) is None                          # empty: NumPy's
+    big = np.ones((2, 256, 256), np.float32)
+    assert _bmm.stacked(big, big) is None                # above STACK_MAX: OpenBLAS threads
+
+
 def test_bmm_from_many_python_threads():
     """Concurrent callers: one holds the kernel threads, the others run alone."""
     _need_bmm()
