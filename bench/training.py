@@ -86,7 +86,7 @@ def _graph_step(lib, model, loss_fn, opt, x, y):
 
     def step():
         return g(x, y)
-    step.graph = g
+    step.graph, step.inputs = g, (x, y)
     return step
 
 
@@ -140,6 +140,8 @@ def child(framework: str, name: str, steps: int) -> dict:
     g = getattr(step, "graph", None)
     if g is not None:
         out["memory"] = g.memory_stats()
+        # where a graph step's time goes: its BLAS and convolution kernels against the rest
+        out["op_ms"] = {k: v * 1000 for k, v in g.profile(*step.inputs, steps=steps).items()}
     return out
 
 
@@ -188,6 +190,15 @@ def render(rows) -> str:
                     f"{t['peak_mb']:.0f} / {g['peak_mb']:.0f} / {p['peak_mb']:.0f}",
                     f"{mem.get('intermediate_bytes_peak', 0) / 2**20:.0f} / "
                     f"{mem.get('intermediate_bytes_naive', 0) / 2**20:.0f}"))
+    for r in rows:  # the part of a graph step no elementwise fusion can shorten
+        g, p = r["graph"], r["torch"]
+        if "op_ms" in g and "ms" in p:
+            ops = g["op_ms"]
+            gemm = sum(v for k, v in ops.items() if k in ("matmul", "conv"))
+            notes.append(f"{r['workload']} graph: matmul and convolution kernels "
+                         f"{gemm:.1f} ms, the other kernels {sum(ops.values()) - gemm:.1f} ms "
+                         f"(timed one by one); the first alone are "
+                         f"{gemm / p['ms']:.2f}x torch's step")
     threads = ", ".join(f"{fw} {rows[0][fw].get('threads', '?')}" for fw in FRAMEWORKS)
     return (table(out, ("workload", "eager ms", "graph ms", "torch ms", "t.compile ms",
                         "jax ms", "eager/torch", "graph/torch", "graph/best peer",

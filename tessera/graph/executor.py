@@ -182,6 +182,40 @@ class Executor:
                 env[s] = None
         return [env[s] for s in self.output_slots], [(n, env[s]) for n, s in self.assign_slots]
 
+    def profile(self, run) -> dict[str, float]:
+        """Seconds spent in each op's kernels (by op name; ``fused`` for generated ones)
+        while ``run()`` executes steps of this executor; the steps are timed one by one
+        for the call only.
+
+        >>> import tessera
+        >>> from tessera.graph.trace import trace
+        >>> g, _ = trace(lambda x: (x * 2).exp(), tessera.zeros(2))
+        >>> ex = Executor(g)
+        >>> sorted(ex.profile(lambda: ex.run([tessera.zeros(2)._data], {})))
+        ['exp', 'mul']
+        """
+        import time
+        spent: dict[str, float] = {}
+
+        def timed(fn, name):
+            def call(*args, **attrs):
+                t0 = time.perf_counter()
+                try:
+                    return fn(*args, **attrs)
+                finally:
+                    spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+            return call
+        steps = self.steps
+        self.steps = [(timed(fn, n.op.name), tpl, reads, attrs, outs, frees, n,
+                       dest if dest is None else (timed(dest[0], n.op.name),) + dest[1:],
+                       multi)
+                      for fn, tpl, reads, attrs, outs, frees, n, dest, multi in steps]
+        try:
+            run()
+        finally:
+            self.steps = steps
+        return spent
+
     def memory_stats(self, tensors: dict, optimizers=()) -> dict:
         """Bytes: the arena, the sum of all intermediates (what a step without reuse would
         allocate), the planned buffers' sum, the peak of intermediates alive at once, and
