@@ -45,6 +45,9 @@ def sbp_str(sbps) -> str:
     return "(" + ", ".join(s.short() for s in sbps) + ")"
 
 
+_run = None  # tessera.distributed.dispatch.run
+
+
 class GlobalBackend(Backend):
     """The ``global`` device: data is a ``GlobalData``; ops never run here (dispatch hands
     global inputs to tessera.distributed), but copies, NumPy reads and strides do."""
@@ -62,8 +65,10 @@ class GlobalBackend(Backend):
         return None
 
     def run(self, op, args, metas, attrs, outs):
-        from tessera.distributed.dispatch import run
-        return run(op, args, metas, attrs, outs)
+        global _run
+        if _run is None:  # (tessera.distributed.dispatch imports this module)
+            from tessera.distributed.dispatch import run as _run
+        return _run(op, args, metas, attrs, outs)
 
     def copy_into(self, dst: GlobalData, src: GlobalData) -> None:
         if dst.local is None:
@@ -80,7 +85,51 @@ class GlobalBackend(Backend):
         return tuple(reversed(st))
 
 
-register_device("global", GlobalBackend())
+_BACKEND = GlobalBackend()
+register_device("global", _BACKEND)
+
+
+def inplace_kernel(op: OpDef, kernel):
+    """The ``global`` in-place kernel of an elementwise ``op`` (``add_``, ``mul_``: the
+    optimizers' updates) from its ``cpu`` one: when every tensor operand has the target's
+    placement, SBP and shape, and none is partial_sum (``add_(1)`` on partial tiles would add
+    1 on every rank), each element of the target is computed from the same element of the
+    operands, so the cpu kernel runs on the tiles in place. Otherwise the op runs out of
+    place on the global tensors and is boxed into the target, as without this kernel.
+    (Dispatch uses an in-place kernel only where autograd does not record the write.)"""
+    def run(t: GlobalData, *args, **attrs):
+        if _tiles_align(t, args):
+            if t.local is not None:
+                kernel(t.local, *(a.local if type(a) is GlobalData else a for a in args),
+                       **attrs)
+            return
+        from tessera._dispatch import dispatch
+        tensors = [_as_tensor(a) if type(a) is GlobalData else
+                   Tensor._from_numpy(a) if isinstance(a, np.ndarray) else a for a in args]
+        out = dispatch(op, *tensors, **attrs)
+        _BACKEND.copy_into(t, out._data)
+    return run
+
+
+def _tiles_align(t: GlobalData, args) -> bool:
+    if type(t.local) is not np.ndarray and t.local is not None:
+        return False  # (a traced tile)
+    for s in t.sbp:
+        if s.kind == "P":
+            return False
+    for a in args:
+        if type(a) is GlobalData:
+            if a is not t and (a.placement != t.placement or a.sbp != t.sbp or
+                               a.shape != t.shape or type(a.local) is not type(t.local)):
+                return False
+        elif isinstance(a, np.ndarray) and a.ndim != 0:
+            return False
+    return True
+
+
+def _as_tensor(data: GlobalData) -> Tensor:
+    return Tensor._make(data, D.from_numpy_dtype(data.dtype), global_device(data.placement),
+                        tuple(data.shape))
 
 
 class GlobalDevice(device):

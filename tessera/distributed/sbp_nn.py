@@ -36,6 +36,7 @@ import numpy as np
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
 from tessera.distributed.dispatch import SbpRule, Signature
+from tessera.distributed.graph_ops import step_running
 from tessera.distributed.sbp import broadcast as B
 from tessera.distributed.sbp import partial_sum as P
 from tessera.distributed.sbp import split as S
@@ -248,14 +249,35 @@ def _dropout(x, p, seed, mask_shape, scale, alpha_shift):
 
 # ---- the mean loss -------------------------------------------------------------------------
 
-def _global_count(t: np.ndarray, w, ignore_index: int, group) -> float:
+def _global_count(t: np.ndarray, w, ignore_index: int, group, saved: bool = False) -> float:
+    """The count (or the weight sum) of the targets that are not ``ignore_index`` over
+    every rank of ``group``. ``saved``: backward's, the forward's value when it counted
+    these very targets (PyTorch's nll_loss_backward takes the forward's total_weight too),
+    instead of another all-reduce, which is a point where the ranks wait for each other."""
+    key = (ignore_index, None if w is None else id(w._data), tuple(group))
+    eager = type(t) is np.ndarray and not step_running()
+    if saved and eager:
+        for tt, k, count in _COUNTS:
+            if tt is t and k == key:
+                return count
     valid = t != ignore_index
     if w is None:
         local = float(valid.sum())
     else:
         safe = np.where(valid, t, 0)
         local = float(np.where(valid, w._data.reshape(-1)[safe], 0).sum())
-    return float(C.current().all_reduce(np.array([local]), group)[0])
+    count = float(C.current().all_reduce(np.array([local]), group)[0])
+    if eager and not saved:
+        # eager only: a compiled graph's buffers are reused across its nodes and steps, so
+        # one array there may hold other targets by the time backward runs
+        _COUNTS.insert(0, (t, key, count))
+        del _COUNTS[4:]
+    return count
+
+
+# (targets, key, count) of the latest forwards, newest first; the array is held so that an
+# identity match cannot be a new array at a freed one's address
+_COUNTS: list = []
 
 
 def _nll_mean_local(op, args, attrs, metas, group):
@@ -269,7 +291,7 @@ def _nll_mean_local(op, args, attrs, metas, group):
 def _nll_mean_backward_local(op, args, attrs, metas, group):
     from tessera._dispatch import dispatch
     g, t, w = args
-    count = _global_count(t._data, w, attrs.get("ignore_index", -100), group)
+    count = _global_count(t._data, w, attrs.get("ignore_index", -100), group, saved=True)
     return dispatch(op, g / count, t, w, **dict(attrs, reduction="sum"))
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 
+from tessera.distributed._global import inplace_kernel
 from tessera.distributed.dispatch import SbpRule, Signature
 from tessera.distributed.sbp import broadcast as B
 from tessera.distributed.sbp import partial_sum as P
@@ -106,7 +107,7 @@ def pointwise(joint: tuple = (), each: tuple = (), nout: int = 1, skip: tuple = 
                 sigs.append(Signature(tuple((P if i == j else B) if i in tpos else None
                                             for i in range(len(metas))), (P,) * nout))
         return sigs
-    return SbpRule(rule)
+    return SbpRule(rule, elementwise=not skip and nout == 1)
 
 
 # ---- reductions ----------------------------------------------------------------------------
@@ -684,4 +685,7 @@ RULES_CAST = RULES["cast"]
 RULES["cast"] = SbpRule(_cast_rule)
 
 for _name, _rule in RULES.items():
-    REGISTRY[_name].sbp = _rule
+    _op = REGISTRY[_name]
+    _op.sbp = _rule
+    if _rule.elementwise and "cpu" in _op.inplace_kernels:
+        _op.inplace_kernels["global"] = inplace_kernel(_op, _op.inplace_kernels["cpu"])

@@ -1,0 +1,130 @@
+"""What keeps eager ops on global tensors cheap: in-place elementwise writes on aligned tiles
+(``_global.inplace_kernel``), the remembered signature choice, one count all-reduce per
+cross-entropy mean (backward reuses the forward's), ZeRO's packed collectives, and the
+column-major weight-gradient product; each against the plain path's values."""
+import numpy as np
+import pytest
+
+import tessera
+from tessera import nn
+from tessera.distributed import _global as G
+from tessera.distributed import comm as C
+from tessera.distributed import dispatch as D
+from tessera.distributed.optim import ZeroRedundancyOptimizer
+from tessera.distributed.placement import placement
+from tests.distributed._helpers import B, P, S, global_from, run
+
+rng = np.random.default_rng(0)
+
+
+def _count_calls(names=("all_reduce", "reduce_scatter", "all_gather", "iall_reduce_")):
+    """Wraps this rank's communicator; returns the dict of call counts it fills."""
+    comm, counts = C.current(), {}
+    for name in names:
+        orig = getattr(comm, name)
+
+        def wrapped(*a, _orig=orig, _name=name, **k):
+            counts[_name] = counts.get(_name, 0) + 1
+            return _orig(*a, **k)
+        setattr(comm, name, wrapped)
+    return counts
+
+
+@pytest.mark.parametrize("sbp_t, sbp_o", [(B, B), (S(0), S(0)), (S(1), S(1)), (B, S(0)),
+                                          (S(0), B), (P, P), (B, P)])
+def test_inplace_elementwise_matches_out_of_place(sbp_t, sbp_o):
+    t0, o = rng.standard_normal((4, 6)), rng.standard_normal((4, 6))
+
+    def body():
+        p = placement("cpu", [0, 1])
+        t, other = global_from(t0, p, (sbp_t,)), global_from(o, p, (sbp_o,))
+        with tessera.no_grad():
+            t.mul_(0.5).add_(other, alpha=-2.0).addcmul_(other, other, value=0.25)
+            t.clamp_(-1.0, 1.0)
+        return t.sbp, t.numpy()
+    want = np.clip((t0 * 0.5 - 2.0 * o) + 0.25 * o * o, -1.0, 1.0)
+    for sbp, got in run(2, body):
+        assert sbp == (sbp_t,)  # an in-place write keeps the target's SBP
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_inplace_on_aligned_tiles_runs_no_op_dispatch():
+    calls = []
+
+    def body():
+        p = placement("cpu", [0, 1])
+        t = global_from(rng.standard_normal((4, 6)), p, (S(0),))
+        other = global_from(rng.standard_normal((4, 6)), p, (S(0),))
+        with tessera.no_grad():
+            t.add_(other)
+            t.add_(other.to_global(sbp=B))  # not aligned: out of place, then boxed
+    G._run = lambda *a: calls.append(a[0].name) or D.run(*a)  # (the global device's)
+    try:
+        run(2, body)
+    finally:
+        G._run = D.run
+    assert calls == ["add", "add"]  # the second add_ on each rank
+
+
+def test_signature_choice_is_remembered_and_keyed_by_inputs():
+    def body():
+        p = placement("cpu", [0, 1])
+        a = global_from(rng.standard_normal((4, 6)), p, (S(0),))
+        b = global_from(rng.standard_normal((4, 6)), p, (B,))
+        D._CHOICES.clear()
+        s1 = (a + b).sbp
+        n1 = len(D._CHOICES)
+        s2 = (a + b).sbp
+        s3 = (b + b.to_global(sbp=S(1))).sbp  # other input SBPs: another entry
+        return s1, s2, s3, n1, len(D._CHOICES)
+    for s1, s2, s3, n1, n2 in run(2, body):
+        assert s1 == s2 == (S(0),) and s3 == (S(1),)
+        assert n1 == 1 and n2 == 2
+
+
+def test_cross_entropy_mean_counts_the_targets_once_per_step():
+    x, y = rng.standard_normal((6, 4)), rng.integers(0, 4, (6,))
+    xt = tessera.tensor(x, requires_grad=True)
+    nn.functional.cross_entropy(xt, tessera.tensor(y)).backward()
+
+    def body():
+        p = placement("cpu", [0, 1])
+        g = global_from(x, p, (S(0),), requires_grad=True)
+        t = global_from(y, p, (S(0),))
+        counts = _count_calls(("all_reduce",))
+        loss = nn.functional.cross_entropy(g, t)
+        loss.backward()
+        return counts.get("all_reduce", 0), loss.item(), g.grad.numpy()
+    for n_reduce, loss, grad in run(2, body):
+        assert n_reduce == 1  # the count (the loss itself is read by item(), a gather)
+        np.testing.assert_allclose(grad, xt.grad.numpy(), rtol=1e-12)
+
+
+def test_zero_packs_its_collectives():
+    def body(stage):
+        tessera.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)).double()
+        p = placement("cpu", [0, 1])
+        model.to_global(p, B)
+        x = tessera.tensor(rng.standard_normal((8, 6))).to_global(p, B).to_global(sbp=S(0))
+        opt = ZeroRedundancyOptimizer(model.parameters(), tessera.optim.SGD, lr=0.1,
+                                      stage=stage)
+        counts = _count_calls()
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+        return counts
+    for stage in (1, 2):
+        for counts in run(2, body, stage):  # every parameter's rows in one of each
+            assert counts.get("reduce_scatter") == 1 and counts.get("all_gather") == 1, counts
+
+
+def test_weight_gradient_of_linear_is_row_major_on_global_tiles():
+    def body():
+        p = placement("cpu", [0, 1])
+        lin = nn.Linear(5, 7).double()
+        lin.to_global(p, B)
+        x = global_from(rng.standard_normal((6, 5)), p, (S(0),))
+        lin(x).sum().backward()
+        return lin.weight.grad._data.local.flags.c_contiguous
+    assert run(2, body) == [True, True]
