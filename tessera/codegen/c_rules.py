@@ -159,8 +159,8 @@ def _gelu_backward(c, a, at):
         return (f"({{ {c.T} x2 = {x} * {x}; {c.T} t = {c.tsr('tanh')}({s} * ({x} + {k} * x2 * "
                 f"{x})); {g} * (({c.T})0.5 * (1 + t) + ({c.T})0.5 * {x} * (1 - t * t) * ({s} * "
                 f"(1 + 3 * {k} * x2))); }})")
-    return (f"({g} * ({c.tsr('phi')}({x}) + {x} * {c.lit(0.3989422804014327)} * "
-            f"{c.tsr('exp')}(({c.T})-0.5 * {x} * {x})))")
+    # Phi(x) + x phi(x); float32 shares one exponential between the two terms
+    return f"({g} * {c.tsr('gelu_grad')}({x}))"
 
 
 def _silu_backward(c, a, at):

@@ -10,16 +10,25 @@ out as libm's. Errors against NumPy over a dense sweep (``tests/codegen/test_pre
   are n (no float-to-int conversion), r by Cody-Waite, e^r - 1 by its Taylor polynomial
   (degree 7 / 13), 2^n applied as two normal factors so that subnormal results round once
   (<= 1.1 ulp). ``tsr_expm1`` adds 2^n - 1 to 2^n (e^r - 1), keeping small results' digits
-  (<= 2 ulp); ``tsr_sigmoid`` is e^-|x| based (<= 3 ulp, subnormal tail kept);
+  (<= 2 ulp); ``tsr_sigmoid`` is e^-|x| based (<= 3 ulp, subnormal tail kept; float32 carries
+  2^64 e^-|x| so that one power of two does and the tail rounds once);
   ``tsr_tanh`` is e / (e + 2) with e = expm1(2|x|) (<= 3 ulp, no cancellation near 0).
 * ``tsr_log``: k ln 2 + log m, m in [sqrt(1/2), sqrt(2)) from the bits, Cephes' logf
   polynomial / fdlibm's log series (<= 1 ulp); ``tsr_log1p`` corrects log(1 + x) by
   (x - (u - 1)) / u (<= 1.5 ulp).
-* ``tsr_phif``/``tsr_erfcf``/``tsr_erff`` (float32): erfc(z) = t exp(-z^2 + P(t)),
-  t = 1 / (1 + z/2) (Numerical Recipes' fit, relative error < 1.2e-7 for all z: the same
-  formula as the eager float32 gelu kernel, so exact gelu keeps its relative accuracy in the
-  negative tail), with -z^2 carried as hi + lo into the exp (<= 6 ulp); erf below 0.5 by
-  its Taylor series. float64 Phi, erf and erfc use libm.
+* ``tsr_phif``/``tsr_erfcf``/``tsr_erff``/``tsr_gelu_gradf`` (float32): Phi(-a) =
+  e^(-a^2/2) Q(a), where Q(a) = erfcx(a / sqrt2) / 2 is a degree-10 polynomial in
+  t = 1 / (1 + 0.3 a), our float64 minimax fit (relative error 1.2e-8 on [0, 14.6]). Phi and
+  erfc keep their relative accuracy far into the tail, where 1 - erf cancels (<= 6 ulp, most
+  of it from evaluating Q near t = 1; the Numerical Recipes fit used before gave <= 7).
+  -a^2/2 enters the exponential's range reduction exactly, through an fma, and the
+  exponential and the division of t run side by side: ~30 vector operations where the
+  exponential of a polynomial with its hi + lo exponent took ~55. erfc(z) = 2 Phi(-z sqrt2)
+  with -z^2 taken from z; erf below 0.5 by its Taylor series (<= 3 ulp). gelu'(x) = Phi(x) +
+  x phi(x) shares one exponential (<= 6 ulp of the larger term; the sum itself cancels near
+  x = -0.75). float64 Phi, erf and erfc use libm. The eager NumPy float32 gelu kernel
+  (``ops.activation._phi_block``) still uses Numerical Recipes' fit: the same relative
+  accuracy from another formula.
 """
 from __future__ import annotations
 
@@ -49,6 +58,16 @@ TSR_INLINE float tsr_em1_polyf(float r) {
     return fmaf(fmaf(r2, fmaf(r2, p45, p23), p01), r2, r);
 }
 
+/* e^r for |r| <= ln2/2 (+ rounding): 1 + r + r^2 P(r), P a quartic minimax fit of ours
+   (float64 LP on a dense grid; relative error 3.8e-9 with these float32 coefficients, one
+   degree below the Taylor polynomial above) */
+TSR_INLINE float tsr_exp_polyf(float r) {
+    float r2 = r * r;
+    float p01 = fmaf(r, 1.66665211e-1f, 4.99999940e-1f);
+    float p23 = fmaf(r, 8.36871658e-3f, 4.16683890e-2f);
+    return fmaf(r2, fmaf(r2, fmaf(r2, 1.38145988e-3f, p23), p01), r) + 1.0f;
+}
+
 /* x = n ln2 + r: n = round(x / ln2) from the 1.5 * 2^23 shifter, whose low bits are n (no
    float-to-int conversion), r in two Cody-Waite steps */
 #define TSR_REDUCEF(x, n, ni, r) \
@@ -71,14 +90,6 @@ TSR_INLINE float tsr_expf(float x) {
     return tsr_scalef(tsr_em1_polyf(r) + 1.0f, ni);
 }
 
-/* e^(x + lo) for a small correction lo (the rounding error of a computed x) */
-TSR_INLINE float tsr_exp_lof(float x, float lo) {
-    x = 88.8f < x ? 88.8f : x;
-    x = -104.0f > x ? -104.0f : x;
-    TSR_REDUCEF(x, n, ni, r);
-    return tsr_scalef(tsr_em1_polyf(r + lo) + 1.0f, ni);
-}
-
 TSR_INLINE float tsr_expm1f(float x) {
     float xc = 88.8f < x ? 88.8f : x;
     xc = -30.0f > xc ? -30.0f : xc;   /* below -17.4, e^x - 1 rounds to -1 */
@@ -94,11 +105,16 @@ TSR_INLINE float tsr_expm1f(float x) {
     return x == 0.0f ? x : (ni > 40 ? big : small);   /* -0 stays -0 */
 }
 
-/* 1 / (1 + e^-x), as e^x / (1 + e^x) for x < 0 so that the tail keeps its subnormals */
+/* 1 / (1 + e^-|x|), times e^-|x| for x < 0. e^-|x| is carried as 2^64 e^-|x| (normal down
+   to the clamp at -104, where e^x rounds to 0): one power of two from n's bits instead of
+   tsr_scalef's two, and the tail's subnormal results round once, at the last product */
 TSR_INLINE float tsr_sigmoidf(float x) {
-    float e = tsr_expf(-fabsf(x));
-    float s = 1.0f / (1.0f + e);
-    return x < 0.0f ? e * s : s;
+    float y = -fabsf(x);
+    y = -104.0f > y ? -104.0f : y;   /* a NaN passes */
+    TSR_REDUCEF(y, n, ni, r);
+    float e64 = tsr_exp_polyf(r) * tsr_bitsf((ni + 191) << 23);
+    float s = 1.0f / fmaf(e64, 0x1p-64f, 1.0f);
+    return x < 0.0f ? (e64 * s) * 0x1p-64f : s;
 }
 
 /* tanh|x| = e / (e + 2), e = expm1(2|x|): no cancellation near 0; 1 from |x| = 9.1 */
@@ -140,53 +156,85 @@ TSR_INLINE float tsr_log1pf(float x) {
     return u == 1.0f ? x : y;
 }
 
-/* erfc(z) for z >= 0 as t exp(-z^2 + P(t)), t = 1 / (1 + z/2): Numerical Recipes' fit,
-   relative error < 1.2e-7 for all z, so Phi and erfc keep relative accuracy in the tail,
-   where 1 - erf cancels. z^2 arrives as zz + zl and the exponent is carried as hi + lo:
-   rounding it (up to ~ -110) would cost |z^2| 2^-24 relative, ~100 ulp in the far tail */
-TSR_INLINE float tsr_erfc_sqf(float z, float zz, float zl) {
-    float t = 1.0f / fmaf(z, 0.5f, 1.0f);
+/* min(a, c) for a >= 0 and c > 0, compared as integers (a NaN gives c): GCC keeps this one
+   integer min, where for a float select it folds the later products of the constant arm into
+   a blend each */
+TSR_INLINE float tsr_minbitsf(float a, float c) {
+    int32_t i = tsr_fbits(a), j = tsr_fbits(c);
+    return tsr_bitsf(i < j ? i : j);
+}
+
+/* 2^64 e^(h u) for h u in [-106, 0]: the rounded product only chooses n; r takes it exactly
+   in an fma (n ln2hi is exact), so that the large exponents of the tail cost no accuracy
+   (rounding -x^2/2 would cost up to 100 ulp there). The 2^64 keeps results normal down to
+   e^-131: the caller applies 2^-64 last, rounding once */
+TSR_INLINE float tsr_exp_hu64f(float h, float u) {
+    float j = fmaf(h * u, 1.44269504088896341f, 12582912.0f);
+    float n = j - 12582912.0f;
+    float r = fmaf(n, 2.12194440e-4f, fmaf(h, u, n * -0.693359375f));
+    return tsr_exp_polyf(r) * tsr_bitsf((tsr_fbits(j) - 0x4B400000 + 191) << 23);
+}
+
+/* s Q(a) with Q(a) = e^(a^2/2) Phi(-a) = erfcx(a / sqrt2) / 2 for a in [0, 14.6], as a
+   polynomial in t = 1 / (1 + 0.3 a) (Q falls like 1/a: smooth in t). Our minimax fit (float64
+   LP on a dense grid, coefficients rounded to float32 one at a time and the rest refitted):
+   relative error 1.2e-8, and 0 at t = 0 (a = inf), so that past the fit Q stays >= 0. The
+   power of two s folds into the coefficients and scales every step exactly */
+TSR_INLINE float tsr_mills_polyf(float t, float s) {
     float t2 = t * t, t4 = t2 * t2;
-    float p01 = fmaf(t, 1.00002368f, -1.26551223f), p23 = fmaf(t, 0.09678418f, 0.37409196f);
-    float p45 = fmaf(t, 0.27886807f, -0.18628806f), p67 = fmaf(t, 1.48851587f, -1.13520398f);
-    float p89 = fmaf(t, 0.17087277f, -0.82215223f);
-    float p = fmaf(t4, fmaf(t4, p89, fmaf(t2, p67, p45)), fmaf(t2, p23, p01));
-    float hi = p - zz;
-    float lo = (p - (hi + zz)) - zl;   /* Fast2Sum's error of hi (exact where |zz| >= |p|) */
-    return t * tsr_exp_lof(hi, lo);
+    float p01 = t * (s * 0.1196867f), p23 = fmaf(t, s * 0.11023649f, s * 0.119571686f);
+    float p45 = fmaf(t, s * 0.09616985f, s * 0.078384936f);
+    float p67 = fmaf(t, s * 0.19181125f, s * -0.07944669f);
+    float p89 = fmaf(t, s * 0.112443514f, s * -0.22823286f);
+    float p = fmaf(t4, fmaf(t2, s * -0.020624876f, p89), fmaf(t2, p67, p45));
+    return fmaf(t4, p, fmaf(t2, p23, p01));
 }
 
-/* erfc(z), z >= 0 (a NaN passes through) */
-TSR_INLINE float tsr_erfc_posf(float z) {
-    z = 10.5f < z ? 10.5f : z;   /* erfc(10.5) is below the least subnormal */
-    float zz = z * z;
-    return tsr_erfc_sqf(z, zz, fmaf(z, z, -zz));
-}
-
-/* Phi(x), the standard normal CDF: z^2 = x^2 / 2 taken from x, not from a rounded z */
+/* Phi(x), the standard normal CDF: Phi(-|x|) = e^(-x^2/2) Q(|x|) with the exponential and
+   the division of Q's t independent of each other (no exp of a polynomial, no hi + lo
+   exponent). Phi(-14.5) is below the least subnormal; t takes the unclamped |x|, so that a
+   NaN passes */
 TSR_INLINE float tsr_phif(float x) {
-    float a = fabsf(x);
-    a = 14.9f < a ? 14.9f : a;
-    float xx = a * a;
-    float q = 0.5f * tsr_erfc_sqf(a * 0.7071067811865476f, 0.5f * xx,
-                                  0.5f * fmaf(a, a, -xx));   /* Phi(-|x|) */
+    float a = fabsf(x), ac = tsr_minbitsf(a, 14.5f);
+    float t = 1.0f / fmaf(a, 0.3f, 1.0f);
+    float q = tsr_exp_hu64f(-0.5f * ac, ac) * tsr_mills_polyf(t, 0x1p-64f);   /* Phi(-|x|) */
     return x > 0.0f ? 1.0f - q : q;
 }
 
-/* erf: its odd Taylor series below |x| = 0.5 (to x^15, < 1e-9 relative), else 1 - erfc */
+/* gelu'(x) = Phi(x) + x phi(x) with one exponential: e^(-x^2/2) (Q + x / sqrt(2 pi)) for
+   x <= 0, 1 + e^(-x^2/2) (x / sqrt(2 pi) - Q) above; +-inf give NaN, as Phi + x phi does */
+TSR_INLINE float tsr_gelu_gradf(float x) {
+    float a = fabsf(x), ac = tsr_minbitsf(a, 14.5f);
+    float t = 1.0f / fmaf(a, 0.3f, 1.0f);
+    float e = tsr_exp_hu64f(-0.5f * ac, ac) * 0x1p-64f;
+    float q = tsr_mills_polyf(t, 1.0f);
+    float v = e * fmaf(x, 0.398942280f, x > 0.0f ? -q : q);
+    return x > 0.0f ? 1.0f + v : v + 0.0f;   /* + 0: -0 below -14.4 becomes Phi's +0 */
+}
+
+/* erfc(z) = 2 Phi(-z sqrt2) for z >= 0, the exponent -z^2 taken from z (a NaN passes) */
+TSR_INLINE float tsr_erfc_posf(float z) {
+    float zc = tsr_minbitsf(z, 10.3f);   /* erfc(10.3) is below the least subnormal */
+    float t = 1.0f / fmaf(z, 0.424264069f, 1.0f);   /* 0.3 sqrt2 */
+    return tsr_exp_hu64f(-zc, zc) * tsr_mills_polyf(t, 0x1p-63f);
+}
+
+/* erf: x P(x^2) below |x| = 0.75, P a minimax fit of ours (relative error 5.9e-8, most of it
+   the float32 rounding of 2/sqrt(pi)), else 1 - erfc: erfc's error near 0.5 would cost erf
+   ~3 ulp */
 TSR_INLINE float tsr_erff(float x) {
     float x2 = x * x;
-    float p = -1.49256504e-05f;   /* Horner: Estrin's order costs an ulp on this alternating sum */
-    p = fmaf(p, x2, 1.20553330e-04f);
-    p = fmaf(p, x2, -8.54832702e-04f);
-    p = fmaf(p, x2, 5.22397763e-03f);
-    p = fmaf(p, x2, -2.68661706e-02f);
-    p = fmaf(p, x2, 1.12837917e-01f);
-    p = fmaf(p, x2, -3.76126389e-01f);
-    p = fmaf(p, x2, 1.12837917e+00f);
+    float p = -1.1654327e-05f;   /* Horner: Estrin's order costs an ulp on this alternating sum */
+    p = fmaf(p, x2, 1.1767507e-04f);
+    p = fmaf(p, x2, -8.534827e-04f);
+    p = fmaf(p, x2, 5.223623e-03f);
+    p = fmaf(p, x2, -2.686612e-02f);
+    p = fmaf(p, x2, 1.1283791e-01f);
+    p = fmaf(p, x2, -3.7612638e-01f);
+    p = fmaf(p, x2, 1.1283791e+00f);
     float a = fabsf(x);
     float big = copysignf(1.0f - tsr_erfc_posf(a), x);
-    return a < 0.5f ? p * x : big;
+    return a < 0.75f ? p * x : big;
 }
 
 TSR_INLINE float tsr_erfcf(float x) {
@@ -295,6 +343,9 @@ TSR_INLINE double tsr_log1p(double x) {
 TSR_INLINE double tsr_phi(double x) { return 0.5 * erfc(-x * 0.70710678118654752440); }
 TSR_INLINE double tsr_erf(double x) { return erf(x); }
 TSR_INLINE double tsr_erfc(double x) { return erfc(x); }
+TSR_INLINE double tsr_gelu_grad(double x) {
+    return tsr_phi(x) + x * 0.3989422804014327 * tsr_exp(-0.5 * x * x);
+}
 
 /* Python's and PyTorch's remainder: the result takes the divisor's sign */
 TSR_INLINE float tsr_remf(float a, float b) {
