@@ -9,8 +9,9 @@ chain on its own column buffer with BLAS single-threaded. Compared with a Python
 items, which matters on a loaded machine), each column buffer stays in its core's cache,
 and im2col/col2im/bias run on every core. ``threaded()`` is False when NumPy's BLAS is not an
 OpenBLAS (or code generation is off); ``tessera.ops.conv`` then loops in Python. The same
-library holds the Winograd F(2x2, 3x3) and F(4x4, 3x3) drivers of ``tessera.codegen.winograd``
-and ``tessera.codegen.conv_winograd4`` (3x3 stride-1 convolutions and their gradients).
+header builds the Winograd F(2x2, 3x3) and F(4x4, 3x3) drivers of ``tessera.codegen.winograd``
+and ``tessera.codegen.conv_winograd4`` (3x3 stride-1 convolutions and their gradients). A
+driver compiles on its first call, a library each (the im2col ones share one).
 
 >>> import numpy as np
 >>> x, w = np.ones((2, 1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32)
@@ -27,8 +28,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
 from typing import NamedTuple
 
 import numpy as np
@@ -246,47 +249,116 @@ def _blas() -> _Blas | None:
     return None
 
 
-@functools.lru_cache(maxsize=2)
-def _drivers(s: str):
-    """The drivers (and Winograd kernels) of dtype suffix ``s``, f32 or f64: a library
-    each, so that a float32 model compiles only its own (once per machine, cached)."""
-    from tessera.codegen.cc import load
-    blas = _blas()
-    if blas is None:
-        return None
+# Winograd variants: the transforms' macro, the geometry, tile positions
+_WINO = {"wino": ("WINOGRAD", "WGEOMETRY", 16), "wino4": ("WINOGRAD4", "W4GEOMETRY", 36)}
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+# the pointer arguments before (ws, next, g, gemm, t, t1) of each kind of driver
+_POINTERS = {"fwd": 5, "igrad": 4, "wgrad": 4, "wino_fwd": 6, "wide": 8}
+
+
+@functools.cache
+def _header(s: str) -> str:
+    """Every driver library's header for dtype suffix ``s`` (f32 or f64): the macros and
+    types its definitions are built from."""
     from tessera.codegen.conv_winograd4 import WINOGRAD4_C
     from tessera.codegen.winograd import WINOGRAD_C
     t = {"f32": "float", "f64": "double"}[s]
-    header = (_DRIVER % dict(blasint="int64_t" if blas.ilp64 else "int") + WINOGRAD_C +
-              WINOGRAD4_C + f"\nGEMM_TYPE({t}, {s})\n")
-    # three translation units' worth, compiled in parallel (cc.load's split): each
-    # definition sees only the header
-    lib = load([header, f"IM2COL_BLOCK({t}, im2col_block_{s})\nCOL2IM({t}, col2im_plane_{s})"
-                        f"\nDRIVERS({t}, {s})", f"WINOGRAD({t}, {s})", f"WINOGRAD4({t}, {s})"],
-               split=True)
-    P, I = ctypes.c_void_p, ctypes.c_int64
-    f = getattr(lib, f"tsr_conv_fwd_{s}")
-    f.argtypes, f.restype = [P] * 5 + [I, P, P, P, I, I], None
-    for v in ("wino", "wino4"):
-        f = getattr(lib, f"tsr_conv_{v}_fwd_{s}")
-        f.argtypes, f.restype = [P] * 6 + [I, P, P, P, I, I], None
-        f = getattr(lib, f"tsr_conv_{v}_wide_{s}")
-        f.argtypes, f.restype = [P] * 8 + [I, P, P, P, I, I], None
-    for name in ("igrad", "wgrad", "wino_wgrad", "wino4_wgrad"):
-        f = getattr(lib, f"tsr_conv_{name}_{s}")
-        f.argtypes, f.restype = [P] * 4 + [I, P, P, P, I, I], None
-    return lib
+    return (_DRIVER % dict(blasint="int64_t" if _blas().ilp64 else "int") + WINOGRAD_C +
+            WINOGRAD4_C + f"\nGEMM_TYPE({t}, {s})\n")
+
+
+def _definitions(name: str, s: str) -> str:
+    """The C defining driver ``tsr_conv_<name>_<s>``: the im2col drivers (fwd, igrad,
+    wgrad) share one library, each Winograd driver (wino_fwd, wino4_wgrad, ...) has its
+    own with the transforms it calls."""
+    t = {"f32": "float", "f64": "double"}[s]
+    if name in ("fwd", "igrad", "wgrad"):
+        return (f"IM2COL_BLOCK({t}, im2col_block_{s})\nCOL2IM({t}, col2im_plane_{s})\n"
+                f"DRIVERS({t}, {s})")
+    v, kind = name.split("_")
+    body, geometry, positions = _WINO[v]
+    return f"{body}({t}, {s})\nWINO_{kind.upper()}({t}, {s}, {v}, {geometry}, {positions})"
+
+
+@functools.cache
+def _driver(name: str, s: str):
+    """The C driver ``tsr_conv_<name>_<s>``, compiled on its first call (or by ``prefetch``):
+    a graph compiles only the drivers its layers run (the benchmark CNN's training graph 2
+    of the 9 of its dtype: all of them, as three parallel units of one library, took 3.2 s
+    of its cold compile on a loaded host)."""
+    f = getattr(once(("conv", _definitions(name, s)), functools.partial(_build, name, s)),
+                f"tsr_conv_{name}_{s}")
+    kind = "wino_fwd" if name.endswith("_fwd") else name.split("_")[-1]
+    f.argtypes, f.restype = [_P] * _POINTERS[kind] + [_I, _P, _P, _P, _I, _I], None
+    return f
+
+
+def _build(name: str, s: str):
+    from tessera.codegen.cc import load
+    return load([_header(s), _definitions(name, s)])
+
+
+def prefetch(name: str, dtype) -> None:
+    """Start compiling driver ``name`` (as ``_driver``) for ``dtype`` in the background."""
+    s = _SUFFIX[np.dtype(dtype)]
+    background(("conv", _definitions(name, s)), functools.partial(_build, name, s))
+
+
+_ONCE: dict[Hashable, Future] = {}
+_ONCE_LOCK = threading.Lock()
+
+
+def once(key: Hashable, build: Callable):
+    """``build()``, run once in this process for ``key`` by whichever thread asks first (the
+    others wait for it and get its result or its error): a library compiled in the
+    background by ``background`` and asked for by its first kernel call is compiled once."""
+    fut = _ONCE.get(key)
+    if fut is None or not fut.done():
+        with _ONCE_LOCK:
+            fut = _ONCE.get(key)
+            first = fut is None
+            if first:
+                fut = _ONCE[key] = Future()
+        if first:
+            try:
+                fut.set_result(build())
+            except BaseException as e:  # handed to every caller, raised by .result()
+                fut.set_exception(e)
+    return fut.result()
+
+
+def background(key: Hashable, build: Callable) -> None:
+    """``once(key, build)`` on a thread of its own unless it has begun: a C compiler run at
+    trace time, beside the graph's other compiles; its error, if any, is raised by the
+    kernel's own ``once`` call."""
+    if key not in _ONCE:
+        threading.Thread(target=_quietly, args=(key, build), name="tessera-cc").start()
+
+
+def _quietly(key: Hashable, build: Callable) -> None:
+    try:
+        once(key, build)
+    except BaseException:  # kept in the future for the kernel's call
+        pass
+
+
+def _after_fork() -> None:
+    """In a forked child the parent's compiling threads do not exist: their unfinished
+    entries would never finish (the child compiles those itself), and the lock may be
+    held."""
+    global _ONCE_LOCK
+    _ONCE_LOCK = threading.Lock()
+    for key in [k for k, fut in _ONCE.items() if not fut.done()]:
+        del _ONCE[key]
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def threaded(dtype) -> bool:
     """Whether the threaded convolution drivers run for ``dtype`` (C kernels available and
     NumPy's BLAS is an OpenBLAS whose GEMM C can call)."""
-    if not available(dtype):
-        return False
-    try:
-        return _drivers(_SUFFIX[np.dtype(dtype)]) is not None
-    except Exception:  # a broken toolchain: the per-image NumPy path still works
-        return False
+    return available(dtype) and _blas() is not None
 
 
 _WORK = threading.local()
@@ -310,7 +382,7 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
     from tessera.codegen import runtime
     blas = _blas()
     s = _SUFFIX[np.dtype(dtype)]
-    f = getattr(_drivers(s), f"tsr_conv_{name}_{s}")
+    f = _driver(name, s)
     nxt = np.zeros(8, np.int64)  # a driver of several passes takes a pair of counters each
     g = np.array(geometry, np.int64)
     gemm = blas.sgemm if np.dtype(dtype) == np.float32 else blas.dgemm

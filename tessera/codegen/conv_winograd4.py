@@ -20,7 +20,9 @@ keeps one a tile row): its output transform is one loop over all tiles of an ite
 >>> from tessera.codegen import winograd
 >>> x, w = np.ones((1, 1, 6, 6), np.float32), np.ones((1, 1, 3, 3), np.float32)
 >>> y = np.empty((1, 1, 4, 4), np.float32)
->>> winograd4(x, w, None, (0, 0), y, 0) if winograd.usable(np.float32) else y.fill(9)
+>>> winograd._tiles(1, 1, 1, 4, 4).name if winograd.four(1, 1, 1, 4, 4) else "wino4"
+'wino4'
+>>> winograd.conv2d_winograd(x, w, None, (0, 0), y) if winograd.usable(np.float32) else y.fill(9)
 >>> float(y[0, 0, 3, 3])
 9.0
 """
@@ -28,51 +30,50 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.codegen.winograd import _macro
+from tessera.codegen.winograd import Tiles, _macro
 
-__all__ = ["WINOGRAD4_C", "winograd4", "wide4", "weight_grad4"]
+__all__ = ["WINOGRAD4_C", "F4"]
 
 # C without backslashes: _macro() continues every line (so comments are /* */ only).
 # Uses the drivers' gemm_<S> typedef, ROW/NT and conv_wait.
 _BODY = r"""
-/* U (36, O, C), positions US apart, = G k G^T of output channel o's filters k (O, C, 3, 3)
-   (with FLIP, of w (C, O, 3, 3) turned 180 degrees); 64 channels at a time across the
-   vector lanes, as wino_weight */
-static void wino4_weight_##S(const T* w, T* u, const int64_t* wg, int64_t o) {
-    W4GEOMETRY;
+/* G k G^T of filter c of the gathered k (9, 64) -> d[p * US], p = 0..35 */
+static inline __attribute__((always_inline)) void wino4_gkg_##S(T k[9][64], int64_t c, T* d,
+                                                               int64_t US) {
     const T q4 = (T)0.25, q6 = (T)(1.0 / 6), q12 = (T)(1.0 / 12), q24 = (T)(1.0 / 24);
-    for (int64_t c0 = 0; c0 < C; c0 += 64) {
-        int64_t nc = C - c0 < 64 ? C - c0 : 64;
-        T k[9][64];
-        for (int64_t c = 0; c < nc; c++) {
-            const T* f = w + (FLIP ? (c0 + c) * O + o : o * C + c0 + c) * 9;
-            for (int i = 0; i < 9; i++) k[i][c] = f[FLIP ? 8 - i : i];
-        }
-        T* dst = u + o * C + c0;
-        _Pragma("omp simd")
-        for (int64_t c = 0; c < nc; c++) {
-            T a[6][3];
-            for (int j = 0; j < 3; j++) {
-                T g0 = k[j][c], g1 = k[3 + j][c], g2 = k[6 + j][c];
-                a[0][j] = q4 * g0;
-                a[1][j] = -q6 * (g0 + g1 + g2);
-                a[2][j] = -q6 * (g0 - g1 + g2);
-                a[3][j] = q24 * g0 + q12 * g1 + q6 * g2;
-                a[4][j] = q24 * g0 - q12 * g1 + q6 * g2;
-                a[5][j] = g2;
-            }
-            for (int i = 0; i < 6; i++) {
-                T g0 = a[i][0], g1 = a[i][1], g2 = a[i][2];
-                T* d = dst + 6 * i * US + c;
-                d[0] = q4 * g0;
-                d[US] = -q6 * (g0 + g1 + g2);
-                d[2 * US] = -q6 * (g0 - g1 + g2);
-                d[3 * US] = q24 * g0 + q12 * g1 + q6 * g2;
-                d[4 * US] = q24 * g0 - q12 * g1 + q6 * g2;
-                d[5 * US] = g2;
-            }
-        }
+    T a[6][3];
+    for (int j = 0; j < 3; j++) {
+        T g0 = k[j][c], g1 = k[3 + j][c], g2 = k[6 + j][c];
+        a[0][j] = q4 * g0;
+        a[1][j] = -q6 * (g0 + g1 + g2);
+        a[2][j] = -q6 * (g0 - g1 + g2);
+        a[3][j] = q24 * g0 + q12 * g1 + q6 * g2;
+        a[4][j] = q24 * g0 - q12 * g1 + q6 * g2;
+        a[5][j] = g2;
     }
+    for (int i = 0; i < 6; i++) {
+        T g0 = a[i][0], g1 = a[i][1], g2 = a[i][2];
+        T* di = d + 6 * i * US;
+        di[0] = q4 * g0;
+        di[US] = -q6 * (g0 + g1 + g2);
+        di[2 * US] = -q6 * (g0 - g1 + g2);
+        di[3 * US] = q24 * g0 + q12 * g1 + q6 * g2;
+        di[4 * US] = q24 * g0 - q12 * g1 + q6 * g2;
+        di[5 * US] = g2;
+    }
+}
+
+WINO_WEIGHT(T, S, wino4, W4GEOMETRY)
+
+/* B^T d of 6 points d0 .. d5 (a row or a column of an input tile) -> o[i * st], i < 6 */
+static inline __attribute__((always_inline)) void wino4_bt_##S(T d0, T d1, T d2, T d3, T d4,
+                                                              T d5, T* o, int64_t st) {
+    o[0] = 4 * d0 - 5 * d2 + d4;
+    o[st] = (d3 + d4) - 4 * (d1 + d2);
+    o[2 * st] = (d4 - d3) + 4 * (d1 - d2);
+    o[3 * st] = (d4 - d2) + 2 * (d3 - d1);
+    o[4 * st] = (d4 - d2) - 2 * (d3 - d1);
+    o[5 * st] = 4 * d1 - 5 * d3 + d5;
 }
 
 /* the tile rows [r0, r1) of the batch (row r: image r / TH, tile row r % TH) -> v (36, C,
@@ -105,13 +106,7 @@ static void wino4_in_##S(const T* x, T* v, T* buf, const int64_t* wg, int64_t r0
                 _Pragma("omp simd")
                 for (int64_t f = 0; f < TW; f++) {
                     const T* d = lin + 4 * f;
-                    T d0 = d[0], d1 = d[1], d2 = d[2], d3 = d[3], d4 = d[4], d5 = d[5];
-                    hk[f] = 4 * d0 - 5 * d2 + d4;
-                    hk[4 * HP + f] = (d3 + d4) - 4 * (d1 + d2);
-                    hk[8 * HP + f] = (d4 - d3) + 4 * (d1 - d2);
-                    hk[12 * HP + f] = (d4 - d2) + 2 * (d3 - d1);
-                    hk[16 * HP + f] = (d4 - d2) - 2 * (d3 - d1);
-                    hk[20 * HP + f] = 4 * d1 - 5 * d3 + d5;
+                    wino4_bt_##S(d[0], d[1], d[2], d[3], d[4], d[5], hk + f, 4 * HP);
                 }
             }
             T* dst = v + c * NC + (r - r0) * TW;
@@ -120,16 +115,9 @@ static void wino4_in_##S(const T* x, T* v, T* buf, const int64_t* wg, int64_t r0
                 const T* a = h + 4 * jj * HP;
                 T* d = dst + jj * VS;
                 _Pragma("omp simd")
-                for (int64_t q = 0; q < q1; q++) {
-                    T d0 = a[q], d1 = a[HP + q], d2 = a[2 * HP + q], d3 = a[3 * HP + q];
-                    T d4 = a[TW + q], d5 = a[HP + TW + q];
-                    d[q] = 4 * d0 - 5 * d2 + d4;
-                    d[6 * VS + q] = (d3 + d4) - 4 * (d1 + d2);
-                    d[12 * VS + q] = (d4 - d3) + 4 * (d1 - d2);
-                    d[18 * VS + q] = (d4 - d2) + 2 * (d3 - d1);
-                    d[24 * VS + q] = (d4 - d2) - 2 * (d3 - d1);
-                    d[30 * VS + q] = 4 * d1 - 5 * d3 + d5;
-                }
+                for (int64_t q = 0; q < q1; q++)
+                    wino4_bt_##S(a[q], a[HP + q], a[2 * HP + q], a[3 * HP + q], a[TW + q],
+                                 a[HP + TW + q], d + q, 6 * VS);
             }
         }
         r += R;
@@ -190,6 +178,18 @@ static void wino4_out_##S(T* m, const T* bias, T* y, T* buf, const int64_t* wg,
     }
 }
 
+/* A g of 4 points g0 .. g3 (a row or a column of an output-gradient tile) -> o[i * st],
+   i < 6 */
+static inline __attribute__((always_inline)) void wino4_ag_##S(T g0, T g1, T g2, T g3, T* o,
+                                                              int64_t st) {
+    o[0] = g0;
+    o[st] = (g0 + g2) + (g1 + g3);
+    o[2 * st] = (g0 + g2) - (g1 + g3);
+    o[3 * st] = (g0 + 4 * g2) + 2 * (g1 + 4 * g3);
+    o[4 * st] = (g0 + 4 * g2) - 2 * (g1 + 4 * g3);
+    o[5 * st] = g3;
+}
+
 /* the output gradient's tiles of rows [r0, r1) -> z (36, O, NC): A g A^T of each 4x4 tile
    g (zero past the output's edge), A = (A^T)^T: each row of a tile through A into h (6
    values a tile), then down the columns */
@@ -209,38 +209,23 @@ static void wino4_gz_##S(const T* gy, T* z, T* buf, const int64_t* wg, int64_t r
                     memset(lin, 0, OW * sizeof(T));
                 T* ha = h + 6 * a * TW;
                 _Pragma("omp simd")
-                for (int64_t f = 0; f < TW; f++) {
-                    T g0 = lin[4 * f], g1 = lin[4 * f + 1], g2 = lin[4 * f + 2];
-                    T g3 = lin[4 * f + 3];
-                    ha[f] = g0;
-                    ha[TW + f] = (g0 + g2) + (g1 + g3);
-                    ha[2 * TW + f] = (g0 + g2) - (g1 + g3);
-                    ha[3 * TW + f] = (g0 + 4 * g2) + 2 * (g1 + 4 * g3);
-                    ha[4 * TW + f] = (g0 + 4 * g2) - 2 * (g1 + 4 * g3);
-                    ha[5 * TW + f] = g3;
-                }
+                for (int64_t f = 0; f < TW; f++)
+                    wino4_ag_##S(lin[4 * f], lin[4 * f + 1], lin[4 * f + 2], lin[4 * f + 3],
+                                 ha + f, TW);
             }
             T* d = z + o * NC + (r - r0) * TW;
             for (int j = 0; j < 6; j++) {
                 const T* hj = h + j * TW;
                 T* dj = d + j * MS;
                 _Pragma("omp simd")
-                for (int64_t f = 0; f < TW; f++) {
-                    T a0 = hj[f], a1 = hj[6 * TW + f], a2 = hj[12 * TW + f];
-                    T a3 = hj[18 * TW + f];
-                    dj[f] = a0;
-                    dj[6 * MS + f] = (a0 + a2) + (a1 + a3);
-                    dj[12 * MS + f] = (a0 + a2) - (a1 + a3);
-                    dj[18 * MS + f] = (a0 + 4 * a2) + 2 * (a1 + 4 * a3);
-                    dj[24 * MS + f] = (a0 + 4 * a2) - 2 * (a1 + 4 * a3);
-                    dj[30 * MS + f] = a3;
-                }
+                for (int64_t f = 0; f < TW; f++)
+                    wino4_ag_##S(hj[f], hj[6 * TW + f], hj[12 * TW + f], hj[18 * TW + f],
+                                 dj + f, 6 * MS);
             }
         }
     }
 }
 
-WINO_DRIVERS(T, S, wino4, W4GEOMETRY, 36)
 """
 
 
@@ -263,76 +248,8 @@ WINOGRAD4_C = r"""
 """ + _macro("WINOGRAD4(T, S)", _BODY)
 
 
-def _wrows(th: int, tw: int) -> int:
-    """A thread's scratch before its v (WROWS in the C)."""
-    return (4 * tw + 4 + 24 * (th + 1) * tw + 15) // 16 * 16
-
-
-def wide4(c: int, o: int, oh: int, ow: int, n: int, itemsize: int) -> bool:
-    """Whether the F(4x4) forward runs wide (the whole batch one block): v and m of the
-    whole batch within ``winograd._WIDE_BYTES``, as for F(2x2)."""
-    from tessera.codegen.winograd import _WIDE_BYTES
-    return 36 * (c + o) * n * ((oh + 3) // 4) * ((ow + 3) // 4) * itemsize <= _WIDE_BYTES
-
-
-def _rows_per_item(c: int, o: int, th: int, tw: int, n: int, threads: int,
-                   itemsize: int) -> int:
-    """Tile rows per item, by winograd._rows_per_item's rule (v and m of an item about
-    half of L2, at least _MIN_COLS GEMM columns, two items a thread)."""
-    from tessera.codegen.winograd import _L2_BYTES, _MIN_COLS
-    per_row = 36 * (c + o) * tw * itemsize
-    rb = max(_L2_BYTES // 2 // per_row, -(-_MIN_COLS // tw))
-    return int(max(1, min(rb, -(-n * th // (2 * threads)))))
-
-
-def winograd4(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -> None:
-    """``y`` = the stride-1 3x3 correlation of C-contiguous ``x`` (N, C, H, W) with the
-    filters of ``w`` (O, C, 3, 3; with ``flip`` (C, O, 3, 3) turned, the input gradient),
-    low paddings ``pads``, plus ``b``, through F(4x4, 3x3)."""
-    from tessera.codegen.conv_kernels import _run, _threads, _workspace
-    n, c, h, wd = x.shape
-    o, oh, ow = y.shape[1:]
-    th, tw = (oh + 3) // 4, (ow + 3) // 4
-    threads = _threads(n * o * c * 9 * oh * ow)
-    wide = wide4(c, o, oh, ow, n, x.itemsize)
-    rb = n * th if wide else _rows_per_item(c, o, th, tw, n, threads, x.itemsize)
-    ws = _wrows(th, tw) + (0 if wide else 36 * ((c + o) * rb * tw + 32))
-    work = _workspace(ws * threads, x.dtype)
-    u = _workspace(36 * (o * c + 16), x.dtype, "winograd")
-    geometry = [c, h, wd, o, *pads, oh, ow, n, rb, flip]
-    if not wide:
-        _run("wino4_fwd", x.dtype, (x, w, u, b, y), work, ws, geometry, threads)
-        return
-    nc = rb * tw
-    vm = _workspace(36 * ((c + o) * nc + 32), x.dtype, "winograd_wide")
-    v, m = vm[:36 * (c * nc + 16)], vm[36 * (c * nc + 16):]
-    _run("wino4_wide", x.dtype, (x, w, u, v, m, b, y), work, ws, geometry, threads)
-
-
-def weight_grad4(x: np.ndarray, g: np.ndarray, pads) -> np.ndarray:
-    """The weight gradient (O, C, 3, 3) of a stride-1 3x3 convolution with low paddings
-    ``pads`` from C-contiguous ``x`` (N, C, H, W) and ``g`` (N, O, OH, OW) through F(4x4):
-    per tile position the sum over tiles of (A g A^T)[p] @ (B^T d B)[p]^T, each thread over
-    a fixed run of tile rows (a sum whose order does not depend on thread timing), then
-    G^T s G."""
-    from tessera.codegen.conv_kernels import _run, _threads, _workspace
-    from tessera.codegen.winograd import _WGRAD_BYTES
-    n, c, h, wd = x.shape
-    o, oh, ow = g.shape[1:]
-    th, tw = (oh + 3) // 4, (ow + 3) // 4
-    threads = min(_threads(n * o * c * 9 * oh * ow), n * th)
-    per_row = 36 * (c + o) * tw * x.itemsize
-    rb = max(1, min(-(-n * th // threads), _WGRAD_BYTES // per_row))
-    ws = _wrows(th, tw) + 36 * ((c + o) * rb * tw + 32)
-    work = _workspace(ws * threads, x.dtype)
-    s = np.empty((threads, 36, o * c + 16), x.dtype)
-    geometry = [c, h, wd, o, *pads, oh, ow, n, rb, 0]
-    _run("wino4_wgrad", x.dtype, (x, g, s), work, ws, geometry, threads)
-    s = s[:, :, :o * c].sum(0).reshape(6, 6, o, c)   # (the padding columns are not written)
-    gt = _G4.T.astype(x.dtype)
-    t = np.tensordot(gt, s, axes=(1, 0))                                  # (3, 6, O, C)
-    return np.ascontiguousarray(np.tensordot(t, gt, axes=(1, 1)).transpose(1, 2, 0, 3))
-
-
 _G4 = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
                 [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+# run by winograd's Python side (its _winograd and conv2d_weight_grad_winograd)
+F4 = Tiles("wino4", 4, 0, _G4,
+           lambda rb, th, tw, ow: (4 * tw + 4 + 24 * (th + 1) * tw + 15) // 16 * 16)

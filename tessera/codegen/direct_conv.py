@@ -19,7 +19,9 @@ enough taps, each image's gradient is transposed instead and the tile's vectors 
 output channels (broadcasting the input), so no dropped column is computed. Fixed chunks
 of the images each sum into their own buffer, and the buffers add up in a fixed order, so
 results repeat run to run. Images (chunks of them for the weight gradient) are the work
-items, taken by the kernel threads from a shared counter.
+items, taken by the kernel threads from a shared counter. Each kernel (a kind, a tile and a
+dtype) compiles on its first call, or when a graph's trace asks for it (``prefetch``), as a
+library of its own.
 
 ``chosen`` is the rule, measured per layer shape, for when this beats im2col + GEMM.
 ``TESSERA_DIRECT_CONV=0`` turns the path off (read once).
@@ -364,51 +366,71 @@ def _macro(head: str, body: str) -> str:
     return f"#define {head} \\\n" + " \\\n".join(body.strip("\n").splitlines()) + "\n"
 
 
-def _source(s: str) -> list[str]:
-    """The kernels of one dtype (``s``: f32 or f64): a library each, so that a float32
-    model compiles only its own (half the C: 3.3 s for both on a slow host); as
-    ``[header, *instantiations]``, which ``cc.load`` compiles as parallel units."""
+def _header(s: str) -> str:
+    """The macros and types every kernel of dtype ``s`` (f32 or f64) is built from."""
     t = {"f32": "float", "f64": "double"}[s]
-    lanes = _VECTOR_BYTES // (4 if s == "f32" else 8)
-    head = [_HEAD, _macro("COMMON(T, S)", _COMMON), _macro("FWD(T, S, V, U, L, OB, NV)", _FWD),
-            _macro("WGRAD(T, S, V, U, L, OB, TB)", _WGRAD),
-            _macro("IGRAD(T, S, V, U, L, CB, NV)", _IGRAD),
-            _macro("WGRADC(T, S, V, U, L, OV, TB)", _WGRADC),
-            # U: the same vector at any element address (unaligned loads and stores)
-            f"typedef {t} v_{s} __attribute__((vector_size({_VECTOR_BYTES})));",
-            f"typedef {t} u_{s} __attribute__((vector_size({_VECTOR_BYTES}), "
-            f"aligned(sizeof({t})), may_alias));",
-            f"COMMON({t}, {s})"]
-    lines = [f"FWD({t}, {s}, v_{s}, u_{s}, {lanes}, {ob}, {nv})" for ob, nv in _FWD_TILES]
-    lines += [f"WGRAD({t}, {s}, v_{s}, u_{s}, {lanes}, {ob}, {tb})" for ob, tb in _WGRAD_TILES]
-    lines += [f"IGRAD({t}, {s}, v_{s}, u_{s}, {lanes}, {cb}, {nv})" for cb, nv in _FWD_TILES]
-    lines += [f"WGRADC({t}, {s}, v_{s}, u_{s}, {lanes}, {ov}, {tb})"
-              for ov, tb in _WGRADC_TILES]
-    return ["\n".join(head)] + lines
+    return "\n".join([
+        _HEAD, _macro("COMMON(T, S)", _COMMON), _macro("FWD(T, S, V, U, L, OB, NV)", _FWD),
+        _macro("WGRAD(T, S, V, U, L, OB, TB)", _WGRAD),
+        _macro("IGRAD(T, S, V, U, L, CB, NV)", _IGRAD),
+        _macro("WGRADC(T, S, V, U, L, OV, TB)", _WGRADC),
+        # U: the same vector at any element address (unaligned loads and stores)
+        f"typedef {t} v_{s} __attribute__((vector_size({_VECTOR_BYTES})));",
+        f"typedef {t} u_{s} __attribute__((vector_size({_VECTOR_BYTES}), "
+        f"aligned(sizeof({t})), may_alias));",
+        f"COMMON({t}, {s})"])
+
+
+def _instances(s: str) -> dict[str, str]:
+    """The kernels of dtype ``s`` by name (``fwd_f32_6`` is ``tsr_dconv_fwd_f32_6``): the
+    macro call defining each."""
+    t = {"f32": "float", "f64": "double"}[s]
+    a = f"{t}, {s}, v_{s}, u_{s}, {_VECTOR_BYTES // (4 if s == 'f32' else 8)}"
+    out = {f"fwd_{s}_{ob}": f"FWD({a}, {ob}, {nv})" for ob, nv in _FWD_TILES}
+    out |= {f"wgrad_{s}_{ob}": f"WGRAD({a}, {ob}, {tb})" for ob, tb in _WGRAD_TILES}
+    out |= {f"igrad_{s}_{cb}": f"IGRAD({a}, {cb}, {nv})" for cb, nv in _FWD_TILES}
+    out |= {f"wgradc_{s}_{ov}_{tb}": f"WGRADC({a}, {ov}, {tb})" for ov, tb in _WGRADC_TILES}
+    return out
 
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+_ARGTYPES = {"fwd": [_P] * 5 + [_I, _P, _P, _I], "igrad": [_P] * 4 + [_I, _P, _P, _I],
+             "wgrad": [_P] * 4 + [_I, _I, _P, _P, _I], "wgradc": [_P] * 4 + [_I, _I, _P, _P, _I]}
 
 
-@functools.lru_cache(maxsize=2)
-def _lib(s: str):
-    """The compiled kernels of dtype suffix ``s`` (f32 or f64)."""
+@functools.cache
+def _kernel(name: str):
+    """The C function ``tsr_dconv_<name>`` (``fwd_f32_6``, ...), compiled on its first use
+    (or by ``prefetch``) as a library of its own, so that a graph compiles only the tiles
+    its layers take: the benchmark CNN 2 of a dtype's 16 (all 16, as parallel units of one
+    library, took 3.3 s of its cold compile on a loaded host)."""
+    from tessera.codegen.conv_kernels import once
+    f = getattr(once(("direct", name), functools.partial(_build, name)), f"tsr_dconv_{name}")
+    f.argtypes, f.restype = _ARGTYPES[name.split("_")[0]], None
+    return f
+
+
+def _build(name: str):
     from tessera.codegen.cc import load
-    lib = load(_source(s), split=True)
-    P, I = ctypes.c_void_p, ctypes.c_int64
-    for ob, _ in _FWD_TILES:
-        f = getattr(lib, f"tsr_dconv_fwd_{s}_{ob}")
-        f.argtypes, f.restype = [P] * 5 + [I, P, P, I], None
-    for ob, _ in _WGRAD_TILES:
-        f = getattr(lib, f"tsr_dconv_wgrad_{s}_{ob}")
-        f.argtypes, f.restype = [P] * 4 + [I, I, P, P, I], None
-    for ov, tb in _WGRADC_TILES:
-        f = getattr(lib, f"tsr_dconv_wgradc_{s}_{ov}_{tb}")
-        f.argtypes, f.restype = [P] * 4 + [I, I, P, P, I], None
-    for cb, _ in _FWD_TILES:
-        f = getattr(lib, f"tsr_dconv_igrad_{s}_{cb}")
-        f.argtypes, f.restype = [P] * 4 + [I, P, P, I], None
-    return lib
+    s = name.split("_")[1]
+    return load([_header(s), _instances(s)[name]])
+
+
+def prefetch(kind: str, c: int, o: int, ksize, out_sp, in_sp, dilation, dtype) -> None:
+    """Start compiling, in the background, the kernel that the ``kind`` ("forward",
+    "input_grad", "weight_grad") of a direct convolution (``chosen``) of ``c`` -> ``o``
+    channels, filters ``ksize``, output ``out_sp`` and input ``in_sp`` will call."""
+    from tessera.codegen.conv_kernels import background
+    s = _SUFFIX[np.dtype(dtype)]
+    if kind == "weight_grad":
+        name = _wgrad_name(o, c * ksize[0] * ksize[1], dtype)
+    elif kind == "input_grad":
+        name = f"{'igrad' if _scatters(out_sp, in_sp, ksize, dilation) else 'fwd'}_{s}_" \
+               f"{_fwd_tile(c)[0]}"
+    else:
+        name = f"fwd_{s}_{_fwd_tile(o)[0]}"
+    background(("direct", name), functools.partial(_build, name))
 
 
 _ON = os.environ.get("TESSERA_DIRECT_CONV", "1") not in ("0", "", "false", "off")
@@ -420,15 +442,10 @@ def enabled() -> bool:
 
 
 def usable(dtype) -> bool:
-    """Whether the direct kernels can run for ``dtype``: switched on, C kernels available
-    and this library built."""
+    """Whether the direct kernels can run for ``dtype``: switched on and C kernels
+    available (the toolchain works; each kernel compiles on its first call)."""
     from tessera.codegen.kernels import available
-    if not (_ON and available(dtype)):
-        return False
-    try:
-        return _lib(_SUFFIX[np.dtype(dtype)]) is not None
-    except Exception:  # a broken toolchain: im2col + GEMM still works
-        return False
+    return _ON and available(dtype)
 
 
 def chosen(n: int, c: int, o: int, oh: int, ow: int, kh: int, kw: int, dtype,
@@ -534,7 +551,7 @@ def _forward(x: np.ndarray, w: np.ndarray, b, pads, dilation, y: np.ndarray,
     threads = min(_threads(n * o * ck * y.shape[2] * y.shape[3]), n)
     ws = xs + nb * ob * (qr + ck)
     work = _workspace(ws * threads, x.dtype, "direct")
-    f = getattr(_lib(_SUFFIX[x.dtype]), f"tsr_dconv_fwd_{_SUFFIX[x.dtype]}_{ob}")
+    f = _kernel(f"fwd_{_SUFFIX[x.dtype]}_{ob}")
     dp = d.ctypes.data
     _run(f, (x.ctypes.data, w.ctypes.data, None if b is None else b.ctypes.data,
              y.ctypes.data, work.ctypes.data, ws, dp + 8 * (d.size - 1), dp), threads, d)
@@ -569,12 +586,18 @@ def conv2d_input_grad_direct(g: np.ndarray, w: np.ndarray, pads, dilation,
     18.0
     """
     kh, kw = w.shape[2:]
-    (oh, ow), (h, wd) = g.shape[2:], dx.shape[2:]
-    reach = (dilation[0] * (kh - 1), dilation[1] * (kw - 1))
-    if oh * (ow + reach[1]) < _SCATTER * h * (wd + reach[1]):
+    if _scatters(g.shape[2:], dx.shape[2:], (kh, kw), dilation):
         _scatter(g, w, pads, dilation, dx)
         return
+    reach = (dilation[0] * (kh - 1), dilation[1] * (kw - 1))
     _forward(g, w, None, (reach[0] - pads[0], reach[1] - pads[1]), dilation, dx, 1)
+
+
+def _scatters(out_sp, in_sp, ksize, dilation) -> bool:
+    """Whether the input gradient scatters: ``g``'s flat layout (outputs ``out_sp``) is
+    under _SCATTER of the gathering form's padded one (inputs ``in_sp``)."""
+    reach = dilation[1] * (ksize[1] - 1)
+    return out_sp[0] * (out_sp[1] + reach) < _SCATTER * in_sp[0] * (in_sp[1] + reach)
 
 
 # the share of the gathering form's flat size below which scattering beats it, though it
@@ -597,10 +620,20 @@ def _scatter(g: np.ndarray, w: np.ndarray, pads, dilation, dx: np.ndarray) -> No
     threads = min(_threads(n * o * c * kk * g.shape[2] * g.shape[3]), n)
     ws = nb * cb * hp * wp + sl + o * qr + nb * kk * o * cb
     work = _workspace(ws * threads, g.dtype, "direct")
-    f = getattr(_lib(_SUFFIX[g.dtype]), f"tsr_dconv_igrad_{_SUFFIX[g.dtype]}_{cb}")
+    f = _kernel(f"igrad_{_SUFFIX[g.dtype]}_{cb}")
     dp = d.ctypes.data
     _run(f, (g.ctypes.data, w.ctypes.data, dx.ctypes.data, work.ctypes.data, ws,
              dp + 8 * (d.size - 1), dp), threads, d)
+
+
+def _wgrad_name(o: int, ck: int, dtype) -> str:
+    """The weight-gradient kernel for ``o`` output channels and ``ck`` taps: over output
+    channels from _CHANNEL_TAPS taps on, else over the flat outputs."""
+    lanes, s = _lanes(dtype), _SUFFIX[np.dtype(dtype)]
+    if ck >= _CHANNEL_TAPS:
+        ov, tb = _wgradc_tile(o, ck, lanes)
+        return f"wgradc_{s}_{ov}_{tb}"
+    return f"wgrad_{s}_{_wgrad_tile(o, ck)[0]}"
 
 
 # weight-gradient chunks per thread: a thread late by a chunk's time costs 1 / _CHUNKS of
@@ -628,14 +661,14 @@ def conv2d_weight_grad_direct(x: np.ndarray, g: np.ndarray, wshape, pads,
     from tessera.codegen.conv_kernels import _threads, _workspace
     n, o, oh, ow = g.shape
     ck = x.shape[1] * wshape[2] * wshape[3]
-    lanes, s = _lanes(x.dtype), _SUFFIX[x.dtype]
+    lanes = _lanes(x.dtype)
     by_channel = ck >= _CHANNEL_TAPS
     if by_channel:
         ov, tb = _wgradc_tile(o, ck, lanes)
-        blocks, q, name = -(-o // (ov * lanes)), 1, f"wgradc_{s}_{ov}_{tb}"
+        blocks, q = -(-o // (ov * lanes)), 1
     else:
         ob, tb = _wgrad_tile(o, ck)
-        blocks, q, name = -(-o // ob), lanes, f"wgrad_{s}_{ob}"
+        blocks, q = -(-o // ob), lanes
     taps = -(-ck // tb) * tb
     d, xs = _geometry(x, o, pads, oh, ow, wshape[2:], dilation, q, blocks, taps, 0)
     threads = min(_threads(n * o * ck * oh * ow), n)
@@ -647,8 +680,9 @@ def conv2d_weight_grad_direct(x: np.ndarray, g: np.ndarray, wshape, pads,
     work = _workspace(ws * threads, x.dtype, "direct")
     dw = np.empty((chunks,) + shape, x.dtype)
     dp = d.ctypes.data
-    _run(getattr(_lib(s), f"tsr_dconv_{name}"), (x.ctypes.data, g.ctypes.data, dw.ctypes.data,
-         work.ctypes.data, ws, chunks, dp + 8 * (d.size - 1), dp), threads, d)
+    f = _kernel(_wgrad_name(o, ck, x.dtype))
+    _run(f, (x.ctypes.data, g.ctypes.data, dw.ctypes.data, work.ctypes.data, ws, chunks,
+             dp + 8 * (d.size - 1), dp), threads, d)
     if by_channel:
         return np.ascontiguousarray(dw.sum(0)[:ck, :o].T).reshape(tuple(wshape))
     return dw[:, :o, :ck].sum(axis=(0, 3)).reshape(tuple(wshape))

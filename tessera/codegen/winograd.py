@@ -47,6 +47,8 @@ im2col + GEMM; ``TESSERA_WINOGRAD4=0`` keeps it to F(2x2).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -55,39 +57,26 @@ __all__ = ["enabled", "usable", "chosen", "chosen_weight_grad", "conv2d_winograd
 
 # C without backslashes: _macro() continues every line (so comments are /* */ only)
 _BODY = r"""
-/* U (16, O, C), positions US apart, = G k G^T of each filter k (O, C, 3, 3); with FLIP,
-   of each filter of w (C, O, 3, 3) turned 180 degrees (the input gradient). Output channel
-   o's filters only; gathered 64 at a time into k (9, 64), so that the transform runs
-   across channels in vector lanes. */
-static void wino_weight_##S(const T* w, T* u, const int64_t* wg, int64_t o) {
-    WGEOMETRY;
+/* G k G^T of filter c of the gathered k (9, 64) -> d[p * US], p = 0..15 */
+static inline __attribute__((always_inline)) void wino_gkg_##S(T k[9][64], int64_t c, T* d,
+                                                              int64_t US) {
     const T h = (T)0.5;
-    for (int64_t c0 = 0; c0 < C; c0 += 64) {
-        int64_t nc = C - c0 < 64 ? C - c0 : 64;
-        T k[9][64];
-        for (int64_t c = 0; c < nc; c++) {
-            const T* f = w + (FLIP ? (c0 + c) * O + o : o * C + c0 + c) * 9;
-            for (int i = 0; i < 9; i++) k[i][c] = f[FLIP ? 8 - i : i];
-        }
-        T* dst = u + o * C + c0;
-        _Pragma("omp simd")
-        for (int64_t c = 0; c < nc; c++) {
-            T a[4][3];
-            for (int j = 0; j < 3; j++) {
-                a[0][j] = k[j][c];
-                a[1][j] = h * (k[j][c] + k[3 + j][c] + k[6 + j][c]);
-                a[2][j] = h * (k[j][c] - k[3 + j][c] + k[6 + j][c]);
-                a[3][j] = k[6 + j][c];
-            }
-            for (int i = 0; i < 4; i++) {
-                dst[(4 * i + 0) * US + c] = a[i][0];
-                dst[(4 * i + 1) * US + c] = h * (a[i][0] + a[i][1] + a[i][2]);
-                dst[(4 * i + 2) * US + c] = h * (a[i][0] - a[i][1] + a[i][2]);
-                dst[(4 * i + 3) * US + c] = a[i][2];
-            }
-        }
+    T a[4][3];
+    for (int j = 0; j < 3; j++) {
+        a[0][j] = k[j][c];
+        a[1][j] = h * (k[j][c] + k[3 + j][c] + k[6 + j][c]);
+        a[2][j] = h * (k[j][c] - k[3 + j][c] + k[6 + j][c]);
+        a[3][j] = k[6 + j][c];
+    }
+    for (int i = 0; i < 4; i++) {
+        d[(4 * i + 0) * US] = a[i][0];
+        d[(4 * i + 1) * US] = h * (a[i][0] + a[i][1] + a[i][2]);
+        d[(4 * i + 2) * US] = h * (a[i][0] - a[i][1] + a[i][2]);
+        d[(4 * i + 3) * US] = a[i][2];
     }
 }
+
+WINO_WEIGHT(T, S, wino, WGEOMETRY)
 
 /* the tile rows [r0, r1) of the batch (row r: image r / TH, tile row r % TH) -> v (16, C,
    NC): B^T d B of each 4x4 input tile d, tile tw of the block's row i at column
@@ -228,18 +217,41 @@ static void wino_gz_##S(const T* gy, T* z, const T* buf, const int64_t* wg, int6
     }
 }
 
-WINO_DRIVERS(T, S, wino, WGEOMETRY, 16)
 """
 
 
 def _macro(head: str, body: str) -> str:
     return f"#define {head} \\\n" + " \\\n".join(body.strip("\n").splitlines()) + "\n"
 
-# The drivers of F(2x2) and F(4x4) alike: WINO_DRIVERS(T, S, V, GEOM, NP) defines
-# tsr_conv_V_fwd_S, tsr_conv_V_wide_S and tsr_conv_V_wgrad_S over the transforms
-# V_weight_S, V_in_S, V_out_S and V_gz_S, geometry GEOM (which gives TC, a tile row's
-# columns in v and m: F(2x2) keeps a spare one) and NP tile positions.
-_DRIVERS = r"""
+# The drivers of F(2x2) and F(4x4) alike: WINO_FWD, WINO_WIDE and WINO_WGRAD (T, S, V,
+# GEOM, NP) define tsr_conv_V_fwd_S, tsr_conv_V_wide_S and tsr_conv_V_wgrad_S over the
+# transforms V_weight_S, V_in_S, V_out_S and V_gz_S (WINOGRAD(T, S) or WINOGRAD4(T, S)
+# before them), geometry GEOM (which gives TC, a tile row's columns in v and m: F(2x2)
+# keeps a spare one) and NP tile positions: a library each (conv_kernels._driver).
+# WINO_WEIGHT(T, S, V, GEOM) defines the filter transform V_weight_S over V_gkg_S, one
+# filter's G k G^T.
+_WEIGHT = r"""
+/* U (NP, O, C), positions US apart, = G k G^T of output channel o's filters k (O, C, 3, 3);
+   with FLIP, of the filters of w (C, O, 3, 3) turned 180 degrees (the input gradient).
+   Gathered 64 channels at a time into k (9, 64), so that the transform (V_gkg) runs
+   across channels in vector lanes. */
+static void V##_weight_##S(const T* w, T* u, const int64_t* wg, int64_t o) {
+    GEOM;
+    for (int64_t c0 = 0; c0 < C; c0 += 64) {
+        int64_t nc = C - c0 < 64 ? C - c0 : 64;
+        T k[9][64];
+        for (int64_t c = 0; c < nc; c++) {
+            const T* f = w + (FLIP ? (c0 + c) * O + o : o * C + c0 + c) * 9;
+            for (int i = 0; i < 9; i++) k[i][c] = f[FLIP ? 8 - i : i];
+        }
+        T* dst = u + o * C + c0;
+        _Pragma("omp simd")
+        for (int64_t c = 0; c < nc; c++) V##_gkg_##S(k, c, dst + c, US);
+    }
+}
+"""
+
+_DRIVER_FWD = r"""
 /* y = w (*) x + b through the transformed filters u (NP, O, C). First u (items from
    next[2]: output channels, next[3] counting them done), then blocks of RB tile rows of
    the batch (items from next[0]), each waiting for all of u after its input transform;
@@ -274,7 +286,9 @@ void tsr_conv_##V##_fwd_##S(const T* x, const T* w, T* u, const T* b, T* y, T* w
         V##_out_##S(m, b, y, rows, wg, r0, r1, 0, O);
     }
 }
+"""
 
+_DRIVER_WIDE = r"""
 /* The wide forward, for few tiles (batch-1 layers), where items of tile rows would make
    skinny GEMMs that each read all of u: the whole batch is one block (RB = N TH) whose v
    and m (positions VS and MS apart) all threads share, in three passes: u = the filter
@@ -313,7 +327,9 @@ void tsr_conv_##V##_wide_##S(const T* x, const T* w, T* u, T* v, T* m, const T* 
         V##_out_##S(m, b, y, rows, wg, 0, N * TH, o, o + 1);
     }
 }
+"""
 
+_DRIVER_WGRAD = r"""
 /* s[t] (NP, O, C), positions US apart, = the sum over thread t's items of
    z[p] (O, NC) @ v[p]^T (NC, C): the weight gradient before its filter transform
    G^T s G. Thread t of nt takes a fixed run of items, so that the sum's order (and the
@@ -368,8 +384,10 @@ WINOGRAD_C = r"""
     (void)H; (void)PH; (void)PW; (void)FLIP; (void)WROWS; (void)L; (void)EQ; (void)N;     \
     (void)US; (void)VS; (void)MS; (void)TH; (void)OH; (void)TC
 
-""" + _macro("WINO_DRIVERS(T, S, V, GEOM, NP)", _DRIVERS) \
-    + _macro("WINOGRAD(T, S)", _BODY)  # instantiated per dtype by conv_kernels._drivers
+""" + _macro("WINO_WEIGHT(T, S, V, GEOM)", _WEIGHT) \
+    + "".join(_macro(f"WINO_{k}(T, S, V, GEOM, NP)", body) for k, body in (
+        ("FWD", _DRIVER_FWD), ("WIDE", _DRIVER_WIDE), ("WGRAD", _DRIVER_WGRAD))) \
+    + _macro("WINOGRAD(T, S)", _BODY)  # instantiated per dtype by conv_kernels._driver
 
 _ON = os.environ.get("TESSERA_WINOGRAD", "1") not in ("0", "", "false", "off")
 
@@ -426,14 +444,44 @@ def usable(dtype) -> bool:
     return _ON and threaded(dtype)
 
 
-def _rows_per_item(c: int, o: int, th: int, tw: int, n: int, threads: int,
+class Tiles(NamedTuple):
+    """An F(m x m, 3x3) as its Python side sees it: the drivers' prefix, m, the columns
+    a tile row keeps in v and m past its last tile (F(2x2): one spare), the filter transform
+    G ((m + 2) x 3), and a thread's scratch before its v (WROWS in the C) from (rb, th, tw,
+    ow)."""
+
+    name: str
+    m: int
+    spare: int
+    g: np.ndarray
+    wrows: Callable[[int, int, int, int], int]
+
+    def shape(self, oh: int, ow: int) -> tuple[int, int, int, int]:
+        """(tile rows, tiles a row, columns a tile row in v and m, positions)."""
+        th, tw = -(-oh // self.m), -(-ow // self.m)
+        return th, tw, tw + self.spare, (self.m + 2) ** 2
+
+
+_G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
+F2 = Tiles("wino", 2, 1, _G, lambda rb, th, tw, ow: (2 * (rb + 2) * 2 * (tw + 1) + 8 * (
+    rb * (tw + 1) + 1) + ow + 1 + 15) // 16 * 16)
+
+
+def _tiles(n: int, c: int, o: int, oh: int, ow: int) -> Tiles:
+    if four(n, c, o, oh, ow):
+        from tessera.codegen.conv_winograd4 import F4
+        return F4
+    return F2
+
+
+def _rows_per_item(v: Tiles, c: int, o: int, oh: int, ow: int, n: int, threads: int,
                    itemsize: int) -> int:
     """Tile rows per work item: v and m of an item fill about half of a core's L2 (written,
     read by the GEMMs, read again), but its GEMMs have at least _MIN_COLS columns (each item
     reads all of u: with many channels and few columns that read dominates); at least 2
     items per thread so that a late thread only takes fewer."""
-    per_row = 16 * (c + o) * (tw + 1) * itemsize
-    rb = max(_L2_BYTES // 2 // per_row, -(-_MIN_COLS // (tw + 1)))
+    th, _, tc, p = v.shape(oh, ow)
+    rb = max(_L2_BYTES // 2 // (p * (c + o) * tc * itemsize), -(-_MIN_COLS // tc))
     return int(max(1, min(rb, -(-n * th // (2 * threads)))))
 
 
@@ -445,36 +493,29 @@ _L2_BYTES = 1 << 20
 _MIN_COLS = 256
 
 
-def _wrows(rb: int, tw: int, ow: int) -> int:
-    """A thread's row buffers before its v (WROWS in the C)."""
-    return (2 * (rb + 2) * 2 * (tw + 1) + 8 * (rb * (tw + 1) + 1) + ow + 1 + 15) // 16 * 16
-
-
 def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -> None:
     """``y`` = the stride-1 3x3 correlation of ``x`` (N, C, H, W) with the filters of ``w``
-    (turned and channel-swapped when ``flip``), low paddings ``pads``, plus ``b``."""
+    (turned and channel-swapped when ``flip``), low paddings ``pads``, plus ``b``: F(4x4)
+    where ``four`` says, else F(2x2)."""
     from tessera.codegen.conv_kernels import _run, _threads, _workspace
     n, c, h, wd = x.shape
     o, oh, ow = y.shape[1:]
-    if four(n, c, o, oh, ow):
-        from tessera.codegen.conv_winograd4 import winograd4
-        winograd4(x, w, b, pads, y, flip)
-        return
-    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    v = _tiles(n, c, o, oh, ow)
+    th, tw, tc, p = v.shape(oh, ow)
     threads = _threads(n * o * c * 9 * oh * ow)
-    wide = _wide(c, o, th, tw, n, x.itemsize)
-    rb = n * th if wide else _rows_per_item(c, o, th, tw, n, threads, x.itemsize)
-    ws = _wrows(rb, tw, ow) + (0 if wide else 16 * ((c + o) * rb * (tw + 1) + 32))
+    wide = _fits_wide(v, c, o, oh, ow, n, x.itemsize)
+    rb = n * th if wide else _rows_per_item(v, c, o, oh, ow, n, threads, x.itemsize)
+    ws = v.wrows(rb, th, tw, ow) + (0 if wide else p * ((c + o) * rb * tc + 32))
     work = _workspace(ws * threads, x.dtype)
-    u = _workspace(16 * (o * c + 16), x.dtype, "winograd")
+    u = _workspace(p * (o * c + 16), x.dtype, "winograd")
     geometry = [c, h, wd, o, *pads, oh, ow, n, rb, flip]
     if not wide:
-        _run("wino_fwd", x.dtype, (x, w, u, b, y), work, ws, geometry, threads)
+        _run(f"{v.name}_fwd", x.dtype, (x, w, u, b, y), work, ws, geometry, threads)
         return
-    nc = rb * (tw + 1)
-    vm = _workspace(16 * ((c + o) * nc + 32), x.dtype, "winograd_wide")
-    v, m = vm[:16 * (c * nc + 16)], vm[16 * (c * nc + 16):]
-    _run("wino_wide", x.dtype, (x, w, u, v, m, b, y), work, ws, geometry, threads)
+    nc = rb * tc
+    vm = _workspace(p * ((c + o) * nc + 32), x.dtype, "winograd_wide")
+    vv, m = vm[:p * (c * nc + 16)], vm[p * (c * nc + 16):]
+    _run(f"{v.name}_wide", x.dtype, (x, w, u, vv, m, b, y), work, ws, geometry, threads)
 
 
 def four(n: int, c: int, o: int, oh: int, ow: int) -> bool:
@@ -492,10 +533,29 @@ def four(n: int, c: int, o: int, oh: int, ow: int) -> bool:
     return _FOUR and n * ((oh + 3) // 4) * ((ow + 3) // 4) * 8 >= max(c, o)
 
 
+def prefetch(kind: str, n: int, c: int, o: int, oh: int, ow: int, dtype) -> None:
+    """Start compiling, in the background, the driver that the ``kind`` ("forward", which
+    the input gradient is too, or "weight_grad") of a Winograd convolution of ``n`` images,
+    ``c`` -> ``o`` channels and output ``oh`` x ``ow`` will run."""
+    from tessera.codegen import conv_kernels
+    v = _tiles(n, c, o, oh, ow)
+    if kind == "weight_grad":
+        name = f"{v.name}_wgrad"
+    else:
+        wide = _fits_wide(v, c, o, oh, ow, n, np.dtype(dtype).itemsize)
+        name = f"{v.name}_{'wide' if wide else 'fwd'}"
+    conv_kernels.prefetch(name, dtype)
+
+
 _FOUR = os.environ.get("TESSERA_WINOGRAD4", "1") not in ("0", "", "false", "off")
 
 
 def _wide(c: int, o: int, th: int, tw: int, n: int, itemsize: int) -> bool:
+    """Whether the F(2x2) forward of ``th`` x ``tw`` tiles runs wide (``_fits_wide``)."""
+    return _fits_wide(F2, c, o, 2 * th, 2 * tw, n, itemsize)
+
+
+def _fits_wide(v: Tiles, c: int, o: int, oh: int, ow: int, n: int, itemsize: int) -> bool:
     """Whether the forward runs wide: the whole batch one block, its three passes split
     over input channels, positions and output channels, rather than in items of tile rows.
     Items of a few tile rows make skinny GEMMs, each reading all of u, and at batch 1
@@ -504,7 +564,8 @@ def _wide(c: int, o: int, th: int, tw: int, n: int, itemsize: int) -> bool:
     interleaved, 2 threads: batch 1 0.71-0.77x the rows' time (256 channels), 0.86-0.89x
     (128), 0.95-0.98x (64); batch 8 0.93x (256, 15 MB), 0.89x (128, 28 MB), about even
     for 64 (53 MB) and the benchmark CNN's 32 -> 64 at batch 64 (82 MB)."""
-    return 16 * (c + o) * n * th * (tw + 1) * itemsize <= _WIDE_BYTES
+    th, _, tc, p = v.shape(oh, ow)
+    return p * (c + o) * n * th * tc * itemsize <= _WIDE_BYTES
 
 
 _WIDE_BYTES = 32 << 20
@@ -514,7 +575,8 @@ def conv2d_weight_grad_winograd(x: np.ndarray, g: np.ndarray, pads) -> np.ndarra
     """The weight gradient (O, C, 3, 3) of a stride-1 3x3 convolution with low paddings
     ``pads`` from C-contiguous ``x`` (N, C, H, W) and ``g`` (N, O, OH, OW): per tile
     position the sum over tiles of (A g A^T)[p] (O, tiles) @ (B^T d B)[p]^T (tiles, C), each
-    thread over a fixed run of tile rows, then G^T s G.
+    thread over a fixed run of tile rows (a sum whose order does not depend on thread
+    timing), then G^T s G; F(4x4) where ``four`` says.
 
     >>> x, g = np.ones((1, 2, 3, 3)), np.ones((1, 1, 1, 1))
     >>> dw = conv2d_weight_grad_winograd(x, g, (0, 0)) if usable(np.float64) else x[None, 0]
@@ -524,28 +586,25 @@ def conv2d_weight_grad_winograd(x: np.ndarray, g: np.ndarray, pads) -> np.ndarra
     from tessera.codegen.conv_kernels import _run, _threads, _workspace
     n, c, h, wd = x.shape
     o, oh, ow = g.shape[1:]
-    if four(n, c, o, oh, ow):
-        from tessera.codegen.conv_winograd4 import weight_grad4
-        return weight_grad4(x, g, pads)
-    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    v = _tiles(n, c, o, oh, ow)
+    th, tw, tc, p = v.shape(oh, ow)
     threads = min(_threads(n * o * c * 9 * oh * ow), n * th)
     # the GEMMs sum over an item's tiles into an (O, C) block: long sums (many tile rows per
     # item, v and z in L3 rather than L2) run at GEMM speed, short ones at memory speed
-    per_row = 16 * (c + o) * (tw + 1) * x.itemsize
-    rb = max(1, min(-(-n * th // threads), _WGRAD_BYTES // per_row))
-    ws = _wrows(rb, tw, ow) + 16 * ((c + o) * rb * (tw + 1) + 32)
+    rb = max(1, min(-(-n * th // threads), _WGRAD_BYTES // (p * (c + o) * tc * x.itemsize)))
+    ws = v.wrows(rb, th, tw, ow) + p * ((c + o) * rb * tc + 32)
     work = _workspace(ws * threads, x.dtype)
-    s = np.empty((threads, 16, o * c + 16), x.dtype)
+    s = np.empty((threads, p, o * c + 16), x.dtype)
     geometry = [c, h, wd, o, *pads, oh, ow, n, rb, 0]
-    _run("wino_wgrad", x.dtype, (x, g, s), work, ws, geometry, threads)
-    s = s[:, :, :o * c].sum(0).reshape(4, 4, o, c)   # (the padding columns are not written)
-    gt = _G.T.astype(x.dtype)
-    t = np.tensordot(gt, s, axes=(1, 0))                                  # (3, 4, O, C)
+    _run(f"{v.name}_wgrad", x.dtype, (x, g, s), work, ws, geometry, threads)
+    # (the padding columns are not written)
+    s = s[:, :, :o * c].sum(0).reshape(v.m + 2, v.m + 2, o, c)
+    gt = v.g.T.astype(x.dtype)
+    t = np.tensordot(gt, s, axes=(1, 0))                                  # (3, m + 2, O, C)
     return np.ascontiguousarray(np.tensordot(t, gt, axes=(1, 1)).transpose(1, 2, 0, 3))
 
 
 _WGRAD_BYTES = 1 << 20  # v and z of an item (1 and 2 MiB measured alike, 8 MiB slower)
-_G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
 
 
 def conv2d_winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray) -> None:

@@ -24,9 +24,11 @@ tessera.Size([1, 1, 2, 2])
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from tessera._dispatch import dispatch
+from tessera._dispatch import _MODES, dispatch
 from tessera._tensor import Tensor
 from tessera.ops.registry import Meta, defop
 
@@ -86,6 +88,8 @@ def _conv_infer(x, w, b, stride, pads, dilation, groups):
                                f"spatial dim {i}. Kernel size: {dilation[i] * (k - 1) + 1}. "
                                "Kernel size can't be greater than actual input size")
         spatial.append(out_size(s, k, stride[i], *pads[i], dilation[i]))
+    if _MODES and groups == 1 and w.dtype is x.dtype:
+        _prefetch("forward", tuple(x.shape), tuple(w.shape), stride, pads, dilation, x.dtype)
     return Meta((x.shape[0], w.shape[0]) + tuple(spatial), x.dtype)
 
 
@@ -283,6 +287,37 @@ def _direct(xshape, wshape, stride, out_sp, dtype, kind: str = "forward") -> boo
                               kind)
 
 
+@functools.lru_cache(maxsize=256)
+def _prefetch(kind: str, xshape: tuple, wshape: tuple, stride, pads, dilation, dtype) -> None:
+    """Start compiling, in the background, the C kernel that the ``kind`` ("forward",
+    "input_grad", "weight_grad") of an ungrouped convolution of ``xshape`` with filters
+    ``wshape`` will run where ``_native``'s 2-d paths take it. Called by the infer rules
+    while a dispatch mode (a graph's tracer) is active: a graph's convolution kernels then
+    compile side by side at trace time, beside the graph's other compiles, instead of one
+    after another as its first step reaches them. (Eagerly the kernel runs right after its
+    infer: nothing to gain, and a meta-device model would compile for nothing.)"""
+    from tessera.codegen import conv_kernels, direct_conv, kernels, winograd
+    dt = dtype.np
+    if len(xshape) != 4 or 0 in xshape or 0 in wshape or dt is None \
+            or not kernels.available(dt):
+        return
+    out_sp = _out_spatial(xshape, wshape[2:], stride, pads, dilation)
+    if 0 in out_sp:
+        return
+    (n, c, *in_sp), o = xshape, wshape[0]
+    if _direct(xshape, wshape, stride, out_sp, dt, kind):
+        direct_conv.prefetch(kind, c, o, wshape[2:], out_sp, in_sp, dilation, dt)
+    elif kind == "input_grad" and _winograd((n, o, *out_sp), (c, o, *wshape[2:]), stride,
+                                            dilation, in_sp, dt, _lows(pads)):
+        winograd.prefetch("forward", n, o, c, *in_sp, dt)   # g (N, O) -> dx (N, C)
+    elif kind != "input_grad" and _winograd(xshape, wshape, stride, dilation, out_sp, dt,
+                                            weight_grad=kind == "weight_grad"):
+        winograd.prefetch(kind, n, c, o, *out_sp, dt)
+    elif conv_kernels.threaded(dt):
+        conv_kernels.prefetch({"forward": "fwd", "input_grad": "igrad",
+                               "weight_grad": "wgrad"}[kind], dt)
+
+
 def _depthwise(x, w, groups) -> bool:
     """2-d depthwise convolutions (one filter per channel) run as a direct C stencil."""
     if x.ndim != 4 or groups == 1 or groups != x.shape[1] or w.shape[0] != groups \
@@ -464,6 +499,9 @@ def _input_grad_infer(g, w, input_shape, stride, pads, dilation, groups):
     if expect != tuple(g.shape[2:]):
         raise RuntimeError(f"{op}: an input of spatial size {list(g.shape[2:])} cannot give "
                            f"an output of spatial size {list(input_shape[2:])}")
+    if _MODES and groups == 1:
+        _prefetch("input_grad", tuple(input_shape), tuple(w.shape), stride, pads, dilation,
+                  g.dtype)
     return Meta(tuple(input_shape), g.dtype)
 
 
@@ -521,6 +559,9 @@ def _weight_grad_infer(x, g, weight_shape, stride, pads, dilation, groups):
     if expect != tuple(g.shape[2:]) or g.shape[1] != weight_shape[0]:
         raise RuntimeError(f"conv_weight_grad: gradient {list(g.shape)} does not match input "
                            f"{list(x.shape)} and weight {list(weight_shape)}")
+    if _MODES and groups == 1:
+        _prefetch("weight_grad", tuple(x.shape), tuple(weight_shape), stride, pads, dilation,
+                  x.dtype)
     return Meta(tuple(weight_shape), x.dtype)
 
 

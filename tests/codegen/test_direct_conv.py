@@ -34,18 +34,18 @@ def close(actual, expected, dtype):
 
 
 def test_direct_kernels_build():
-    """Where C kernels exist the direct library must build (a compile error must fail
-    here, not turn the path off quietly), and LeNet's layers must choose it."""
+    """Where C kernels exist every direct kernel must build (a compile error must fail
+    here, not only in the layer that first takes that tile), and LeNet's layers must
+    choose the direct path."""
     direct_conv = _direct_module()
     from tessera.codegen import kernels
     if not kernels.available(np.float32):
         pytest.skip("C kernels unavailable")
-    for s in ("f32", "f64"):
-        lib = direct_conv._lib(s)   # raises on a compile error
-        for ob, _ in direct_conv._FWD_TILES:
-            assert getattr(lib, f"tsr_dconv_fwd_{s}_{ob}")
-        for ob, _ in direct_conv._WGRAD_TILES:
-            assert getattr(lib, f"tsr_dconv_wgrad_{s}_{ob}")
+    names = [*direct_conv._instances("f32"), *direct_conv._instances("f64")]
+    assert len(names) == 2 * (2 * len(direct_conv._FWD_TILES) + len(direct_conv._WGRAD_TILES)
+                              + len(direct_conv._WGRADC_TILES))
+    for name in names:
+        assert direct_conv._kernel(name)   # raises on a compile error
     for kind in ("forward", "weight_grad"):
         assert direct_conv.chosen(64, 1, 6, 28, 28, 5, 5, np.float32, kind)
     for kind in ("forward", "input_grad"):
