@@ -7,9 +7,11 @@ against 2 ranks x 1 thread on the same global batch, each started through the la
 Three data-parallel forms run on 2 ranks: ``DistributedDataParallel`` (local tensors,
 bucketed gradient all-reduce; ``gradient_as_bucket_view``, buckets in shared memory, which
 the all-reduce sums directly); global tensors (``model.to_global(p, broadcast)``, batch
-``split(0)``, the optimizer's ops boxing the partial_sum gradients where they read them);
-and global tensors with ZeRO stage 2 (gradients reduce-scattered in backward, the
-optimizer on split shards, the shards all-gathered into the parameters).
+``split(0)``, the partial_sum gradients of the broadcast parameters summed in backward by
+one all-reduce of a shared-memory bucket, as DDP's, the optimizer then local); and global
+tensors with ZeRO stage 2 (the gradients reduce-scattered together once backward has made
+the last, the optimizer on split shards, the shards all-gathered into the parameters
+together).
 
 A fourth 2-rank row, ``no-comm``, trains each rank on its share of the batch and exchanges
 nothing: the step time no data-parallel form can beat on these cores (half the GEMMs on

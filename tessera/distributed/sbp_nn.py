@@ -254,11 +254,12 @@ def _global_count(t: np.ndarray, w, ignore_index: int, group, saved: bool = Fals
     every rank of ``group``. ``saved``: backward's, the forward's value when it counted
     these very targets (PyTorch's nll_loss_backward takes the forward's total_weight too),
     instead of another all-reduce, which is a point where the ranks wait for each other."""
-    key = (ignore_index, None if w is None else id(w._data), tuple(group))
+    wd = None if w is None else w._data
+    key = (ignore_index, tuple(group))
     eager = type(t) is np.ndarray and not step_running()
     if saved and eager:
-        for tt, k, count in _COUNTS:
-            if tt is t and k == key:
+        for tt, ww, k, count in _COUNTS:
+            if tt is t and ww is wd and k == key:
                 return count
     valid = t != ignore_index
     if w is None:
@@ -270,13 +271,13 @@ def _global_count(t: np.ndarray, w, ignore_index: int, group, saved: bool = Fals
     if eager and not saved:
         # eager only: a compiled graph's buffers are reused across its nodes and steps, so
         # one array there may hold other targets by the time backward runs
-        _COUNTS.insert(0, (t, key, count))
+        _COUNTS.insert(0, (t, wd, key, count))
         del _COUNTS[4:]
     return count
 
 
-# (targets, key, count) of the latest forwards, newest first; the array is held so that an
-# identity match cannot be a new array at a freed one's address
+# (targets, weights, key, count) of the latest forwards, newest first; the arrays are held so
+# that an identity match cannot be a new array at a freed one's address
 _COUNTS: list = []
 
 

@@ -128,3 +128,31 @@ def test_weight_gradient_of_linear_is_row_major_on_global_tiles():
         lin(x).sum().backward()
         return lin.weight.grad._data.local.flags.c_contiguous
     assert run(2, body) == [True, True]
+
+
+ZERO_SCRIPT = """
+    import numpy as np
+    from tessera.distributed import comm as C
+    from tests.distributed._mpi import emit
+    from tests.distributed.test_zero import train
+    comm = C.current()
+    # reduce_scatter of chunks that are consecutive pieces of one buffer (ZeRO's packing)
+    buf = np.arange(10.0) * (comm.rank + 1)
+    got = comm.reduce_scatter([buf[:6], buf[6:]] if comm.world_size == 2 else
+                              [buf[:4], buf[4:7], buf[7:]])
+    emit((got, train(2), train(1)))
+"""
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_zero_under_mpi_matches_one_process(tmp_path, n):
+    from tests.distributed._mpi import outputs, run_mpi
+    from tests.distributed.test_zero import check
+    run_mpi(tmp_path, ZERO_SCRIPT, n=n)
+    results = outputs(tmp_path, n)
+    total = np.arange(10.0) * sum(range(1, n + 1))
+    bounds = [0, 6, 10] if n == 2 else [0, 4, 7, 10]
+    for r, (got, stage2, stage1) in enumerate(results):
+        np.testing.assert_allclose(got, total[bounds[r]:bounds[r + 1]])
+    check([s2 for _, s2, _ in results], n)
+    check([s1 for _, _, s1 in results], n)

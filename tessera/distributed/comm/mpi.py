@@ -49,6 +49,28 @@ def _abort_on_uncaught(comm) -> None:
 _SHM_MIN_BYTES = 1 << 16
 _SPIN_SECONDS = 0.02  # busy polling of a collective before backing off to sleeps
 
+def _joined(chunks: list) -> np.ndarray | None:
+    """The one 1-d array the ``chunks`` are consecutive pieces of (ZeRO packs its
+    gradients so), or None."""
+    first = chunks[0]
+    if not all(type(k) is np.ndarray and k.ndim == 1 and k.flags.c_contiguous and
+               k.dtype == first.dtype for k in chunks):
+        return None
+    at = first.__array_interface__["data"][0]
+    for k in chunks:
+        if k.__array_interface__["data"][0] != at:
+            return None
+        at += k.nbytes
+    base = first.base if first.base is not None else first
+    if not isinstance(base, np.ndarray) or not base.flags.c_contiguous or \
+            base.__array_interface__["data"][0] > first.__array_interface__["data"][0] or \
+            base.nbytes < at - base.__array_interface__["data"][0]:
+        return None
+    start = (first.__array_interface__["data"][0] - base.__array_interface__["data"][0])
+    flat = base.reshape(-1).view(np.uint8)[start:at - base.__array_interface__["data"][0]]
+    return flat.view(first.dtype)
+
+
 class MPICommunicator(C.Communicator):
     """The world of ``MPI.COMM_WORLD`` (or ``comm``)."""
 
@@ -210,8 +232,8 @@ class MPICommunicator(C.Communicator):
         recv = np.empty(sum(counts), np.uint8)
         req = c.Iallgatherv(self._bytes(x), [recv, (counts, displs), self.MPI.BYTE])
         self._wait(req, f"all_gather on ranks {list(g)}")
-        return [recv[d:d + n].view(x.dtype).reshape(s).copy()
-                for d, n, s in zip(displs, counts, shapes)]
+        # views of the fresh receive buffer: each part is its own memory, not copied again
+        return [recv[d:d + n].view(x.dtype).reshape(s) for d, n, s in zip(displs, counts, shapes)]
 
     def reduce_scatter(self, chunks, group=None, op="sum"):
         c, g = self._comm(group)
@@ -219,7 +241,11 @@ class MPICommunicator(C.Communicator):
             raise C.CommError(f"reduce_scatter: {len(chunks)} chunks for a group of {len(g)}")
         chunks = [np.asarray(k) for k in chunks]
         mine = chunks[g.index(self.rank)]
-        a, mop, counts = self._pack(chunks, op)  # one copy (was: concatenate, then copy)
+        a = _joined(chunks)
+        if a is not None and a.dtype.char in _NATIVE and op in self._ops:
+            mop, counts = self._ops[op], [k.size for k in chunks]  # already one buffer
+        else:
+            a, mop, counts = self._pack(chunks, op)  # one copy (was: concatenate, then copy)
         out = np.empty(mine.size, a.dtype)
         self._wait(c.Ireduce_scatter(a, out, counts, op=mop),
                    f"reduce_scatter({op}) on ranks {list(g)}")
@@ -242,8 +268,7 @@ class MPICommunicator(C.Communicator):
         req = c.Ialltoallv([send, (scounts, sdispls), self.MPI.BYTE],
                            [recv, (rcounts, rdispls), self.MPI.BYTE])
         self._wait(req, f"all_to_all on ranks {list(g)}")
-        return [recv[d:d + n].view(dt).reshape(s).copy()
-                for d, n, s in zip(rdispls, rcounts, recv_shapes)]
+        return [recv[d:d + n].view(dt).reshape(s) for d, n, s in zip(rdispls, rcounts, recv_shapes)]
 
     def broadcast(self, x, root, group=None):
         c, g = self._comm(group)

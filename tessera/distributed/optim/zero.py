@@ -213,8 +213,16 @@ def _reduce_scatter(pairs) -> None:
         placement = key[0]
         comm, ranks = C.current(), placement.flat_ranks
         n, me = len(ranks), ranks.index(C.current().rank)
-        chunks = [np.concatenate([p.grad._data.local[_rows(p._shape, s.sbp[0].dim, n, k)]
-                                  .reshape(-1) for p, s in group]) for k in range(n)]
+        parts = [[p.grad._data.local[_rows(p._shape, s.sbp[0].dim, n, k)] for p, s in group]
+                 for k in range(n)]
+        sizes = [sum(a.size for a in row) for row in parts]
+        buf = np.empty(sum(sizes), key[1])  # rank k's rows of every gradient, then k+1's
+        chunks, o = [], 0
+        for row, size in zip(parts, sizes):
+            chunks.append(buf[o:o + size])
+            for a in row:
+                buf[o:o + a.size].reshape(a.shape)[...] = a
+                o += a.size
         mine = comm.reduce_scatter(chunks, ranks)
         o = 0
         for p, s in group:
