@@ -252,8 +252,9 @@ def stacked(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.n
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     shape = a.shape[:-1] + (n,)
     if out is not None and (out.shape != shape or out.dtype != a.dtype
-                            or not out.flags.c_contiguous):
-        return None
+                            or not out.flags.c_contiguous or np.may_share_memory(out, a)
+                            or np.may_share_memory(out, b)):
+        return None   # (NumPy's matmul copies an operand that overlaps its output)
     a3, b3 = _flat(a), _flat(b)
     if a3 is None or b3 is None or k == 0 or not usable(a3, b3, STACK_MAX):
         return None

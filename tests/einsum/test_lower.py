@@ -125,6 +125,20 @@ def test_stacked_products_match_numpy(m, k, n):
     assert _blas().get_threads() == threads
 
 
+def test_stacked_output_over_an_operand_is_numpys():
+    """A memory plan may put a product's output over an operand that dies there: the C
+    product would overwrite what it still reads, so NumPy's matmul (which copies) runs."""
+    _need_bmm()
+    rng = np.random.default_rng(6)
+    buf = rng.standard_normal((2 * 4 * 16 * 16,)).astype(np.float32)
+    a = buf.reshape(2, 4, 16, 16)
+    b = rng.standard_normal((2, 4, 16, 16)).astype(np.float32)
+    want = np.matmul(a, b)
+    assert _bmm.stacked(a, b, a) is None
+    from tessera.ops.linalg import _matmul_kernel
+    np.testing.assert_allclose(_matmul_kernel(a, b, out=a), want, rtol=1e-5, atol=1e-5)
+
+
 def test_stacked_declines_what_it_cannot_run():
     a = np.ones((2, 3, 8, 8), np.float32)
     assert _bmm.stacked(a, a[:1]) is None                              # broadcast batch
