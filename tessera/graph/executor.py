@@ -70,7 +70,13 @@ def out_form(node, kernel, casts):
         return lambda t, *a: kernel(*a, out=t)
     if name == "matmul" and all(len(v.shape) >= 2 for v in tensors):
         from tessera.ops.linalg import _matmul_kernel
-        return lambda t, a, b: _matmul_kernel(a, b, out=t)
+
+        def matmul_into(t, a, b):
+            _matmul_kernel(a, b, out=t)
+        # a GEMM reads all of its operands while writing: over a dying operand's buffer,
+        # NumPy would copy that operand first and the batched C path would decline
+        matmul_into.reads_around = True
+        return matmul_into
     if name == "conv":
         from tessera.ops.conv import conv_into
         return conv_into
