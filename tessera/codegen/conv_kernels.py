@@ -11,7 +11,7 @@ and im2col/col2im/bias run on every core. ``threaded()`` is False when NumPy's B
 OpenBLAS (or code generation is off); ``tessera.ops.conv`` then loops in Python. The same
 header builds the Winograd F(2x2, 3x3) and F(4x4, 3x3) drivers of ``tessera.codegen.winograd``
 and ``tessera.codegen.conv_winograd4`` (3x3 stride-1 convolutions and their gradients). A
-driver compiles on its first call, a library each (the im2col ones share one).
+family of drivers (im2col, F(2x2), F(4x4)) compiles on its first call, a library each.
 
 >>> import numpy as np
 >>> x, w = np.ones((2, 1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32)
@@ -268,24 +268,28 @@ def _header(s: str) -> str:
 
 
 def _definitions(name: str, s: str) -> str:
-    """The C defining driver ``tsr_conv_<name>_<s>``: the im2col drivers (fwd, igrad,
-    wgrad) share one library, each Winograd driver (wino_fwd, wino4_wgrad, ...) has its
-    own with the transforms it calls."""
+    """The C of the library holding driver ``tsr_conv_<name>_<s>``: the im2col drivers
+    (fwd, igrad, wgrad), F(2x2)'s (wino_fwd, wino_wide, wino_wgrad) or F(4x4)'s (wino4_...).
+    A library a family rather than a driver: the transforms are most of the C, and a
+    library a driver compiled them again (compiler CPU at load 4-5: the CNN's two F(4x4)
+    drivers 1.3-1.7 s, their family 1.2-1.3 s; all nine drivers 4.1-5.4 s, the three
+    families 2.4-2.8 s, as the one library of all of them was)."""
     t = {"f32": "float", "f64": "double"}[s]
     if name in ("fwd", "igrad", "wgrad"):
         return (f"IM2COL_BLOCK({t}, im2col_block_{s})\nCOL2IM({t}, col2im_plane_{s})\n"
                 f"DRIVERS({t}, {s})")
-    v, kind = name.split("_")
+    v = name.split("_")[0]
     body, geometry, positions = _WINO[v]
-    return f"{body}({t}, {s})\nWINO_{kind.upper()}({t}, {s}, {v}, {geometry}, {positions})"
+    return f"{body}({t}, {s})\n" + "\n".join(
+        f"WINO_{kind}({t}, {s}, {v}, {geometry}, {positions})" for kind in ("FWD", "WIDE", "WGRAD"))
 
 
 @functools.cache
 def _driver(name: str, s: str):
-    """The C driver ``tsr_conv_<name>_<s>``, compiled on its first call (or by ``prefetch``):
-    a graph compiles only the drivers its layers run (the benchmark CNN's training graph 2
-    of the 9 of its dtype: all of them, as three parallel units of one library, took 3.2 s
-    of its cold compile on a loaded host)."""
+    """The C driver ``tsr_conv_<name>_<s>``, compiled on its first call (or by ``prefetch``)
+    with its family (``_definitions``): a graph compiles only the families its layers run
+    (the benchmark CNN's training graph F(4x4)'s; all three, as parallel units of one
+    library, took 3.2 s of its cold compile on a loaded host)."""
     f = getattr(once(("conv", _definitions(name, s)), functools.partial(_build, name, s)),
                 f"tsr_conv_{name}_{s}")
     kind = "wino_fwd" if name.endswith("_fwd") else name.split("_")[-1]

@@ -227,7 +227,7 @@ def _macro(head: str, body: str) -> str:
 # GEOM, NP) define tsr_conv_V_fwd_S, tsr_conv_V_wide_S and tsr_conv_V_wgrad_S over the
 # transforms V_weight_S, V_in_S, V_out_S and V_gz_S (WINOGRAD(T, S) or WINOGRAD4(T, S)
 # before them), geometry GEOM (which gives TC, a tile row's columns in v and m: F(2x2)
-# keeps a spare one) and NP tile positions: a library each (conv_kernels._driver).
+# keeps a spare one) and NP tile positions (conv_kernels._definitions).
 # WINO_WEIGHT(T, S, V, GEOM) defines the filter transform V_weight_S over V_gkg_S, one
 # filter's G k G^T.
 _WEIGHT = r"""
