@@ -5,8 +5,10 @@ processes one after the other, both with ``TESSERA_CACHE_DIR`` pointing at it. T
 finds the cache empty and compiles every kernel; the second should find them all.
 
 A graph's compile time = its first calls (a training graph traces twice: the first step
-creates the optimizer's state) minus as many steady steps; the C compiler's share is what
-``tessera.codegen.cc`` spent in ``load()``.
+creates the optimizer's state) minus as many steady steps; the C compiler's column is the
+time ``tessera.codegen.cc`` spent in ``load()`` summed over the threads that called it
+(convolution libraries compile in background threads while a graph traces), so it may
+exceed the compile time itself.
 """
 from __future__ import annotations
 
@@ -94,7 +96,8 @@ def render(rows: list[dict]) -> str:
 
 
 TITLE = ("nn.Graph compile time: a cold kernel cache, then a second process on the warm "
-         "cache (s; 'cc' = the C compiler's share)")
+         "cache (s; 'cc' = time in the C compiler summed over threads compiling side by "
+         "side, so it can exceed the compile time)")
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
