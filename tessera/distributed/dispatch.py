@@ -337,10 +337,6 @@ def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
                            tiles)
     elif sig.local is not None:
         res = sig.local(op, local_args, local_attrs, sig_metas, group)
-    elif op.name == "matmul" and _column_major_product(local_args):
-        x, y = local_args
-        r = _local_dispatch()(op, _t(y), _t(x), **local_attrs)
-        res = Tensor._make(r._data.T, r._dtype, r._device, tuple(r._data.T.shape))
     else:
         res = _local_dispatch()(op, *local_args, **local_attrs)
     res = res if isinstance(res, tuple) else (res,)
@@ -384,30 +380,6 @@ def _views_as(x: np.ndarray, shape) -> bool:
     except (AttributeError, ValueError):
         return False
     return True
-
-
-def _column_major_product(args) -> bool:
-    """A 2-d column-major tile times another: ``a.T @ g``, the weight gradient of ``linear``
-    (the transpose of its result becomes the weight's gradient).
-
-    ``ops.linalg._weight_grad`` computes this product column-major, as ``(g.T @ a).T`` (the
-    same GEMM), so that the weight's gradient comes out row-major like the weight; it
-    decides by the layout of a local tensor's array and cannot see a global tensor's tile,
-    so on global tensors the choice is made here, on the tiles. A row-major weight with a
-    column-major gradient made every later elementwise op on the two (the copy into a
-    reduce buffer, the optimizer's update) read memory across pages: ~8 ms per 1024x1024
-    float32 array here, against 0.15 ms in memory order. (A global tensor reports
-    row-major strides whatever its tile's layout.)"""
-    if len(args) != 2:
-        return False
-    x, y = (a._data if isinstance(a, Tensor) else None for a in args)
-    return type(x) is np.ndarray and type(y) is np.ndarray and x.ndim == 2 and \
-        y.ndim == 2 and x.flags.f_contiguous and not x.flags.c_contiguous and \
-        x.dtype == y.dtype
-
-
-def _t(a: Tensor) -> Tensor:
-    return Tensor._make(a._data.T, a._dtype, a._device, tuple(a._data.T.shape))
 
 
 def _factory(op: OpDef, args, attrs, outs, placement) -> list:

@@ -226,8 +226,11 @@ def _weight_grad(a: Tensor, g: Tensor, b: Tensor) -> Tensor:
     every later elementwise op mixing it with the row-major weight (the optimizer's update,
     gradient accumulation) would stride across memory (~100x slower for 1024x1024 here).
     The same GEMM as ``(g.T @ a).T`` gives ``b``'s layout (PyTorch's gradient layout
-    contract)."""
+    contract). A global tensor's layout is its tile's (``GlobalData.local``; looked up on
+    the class: a traced value's array refuses every attribute read)."""
     data = b._data
+    if type(data) is not np.ndarray and hasattr(type(data), "local"):
+        data = data.local
     if type(data) is np.ndarray and data.ndim == 2 and data.flags.f_contiguous and \
             not data.flags.c_contiguous:
         return transpose(matmul(transpose(g, 0, 1), a), 0, 1)

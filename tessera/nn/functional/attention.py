@@ -295,19 +295,8 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check: int, num
             key_padding_mask = key_padding_mask.unsqueeze(0)
     tgt_len, bsz, embed_dim = query.shape
     src_len = key.size(0)
-    key_padding_mask = _canonical_mask(key_padding_mask, "key_padding_mask",
-                                       _none_or_dtype(attn_mask), "attn_mask", query.dtype)
-    if is_causal and attn_mask is None:
-        raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the "
-                           "Transformer module method `generate_square_subsequent_mask` to "
-                           "create this mask.")
-    if is_causal and key_padding_mask is None and not need_weights:
-        attn_mask = None  # the hint lets SDPA build the causal mask itself
-    else:
-        attn_mask = _canonical_mask(attn_mask, "attn_mask", None, "", query.dtype,
-                                    check_other=False)
-        if key_padding_mask is not None:
-            is_causal = False
+    key_padding_mask, attn_mask, is_causal = _prepare_masks(
+        key_padding_mask, attn_mask, is_causal, need_weights, query.dtype)
     q, k, v, head_dim = _project(query, key, value, embed_dim_to_check, num_heads,
                                  in_proj_weight, in_proj_bias, use_separate_proj_weight,
                                  q_proj_weight, k_proj_weight, v_proj_weight)
@@ -318,13 +307,8 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check: int, num
         k, v, attn_mask, key_padding_mask, bias_k, bias_v, static_k, static_v,
         add_zero_attn, bsz, num_heads, head_dim)
     mask = _merge_masks(attn_mask, key_padding_mask, bsz, num_heads, k.size(2))
-    if not training:
-        dropout_p = 0.0
-    if need_weights:
-        out, weights = _attend_with_weights(q, k, v, mask, dropout_p, average_attn_weights)
-    else:
-        out = scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal)
-        weights = None
+    out, weights = _attend(q, k, v, mask, dropout_p if training else 0.0, need_weights,
+                           average_attn_weights, is_causal)
     out = _out_projection(out, out_proj_weight, out_proj_bias, tgt_len, bsz, embed_dim)
     if not batched:
         out = out.squeeze(1)
@@ -332,9 +316,85 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check: int, num
     return out, weights
 
 
+def _mha_batch_first(query, key, value, embed_dim_to_check: int, num_heads: int,
+                     in_proj_weight, in_proj_bias, dropout_p: float, out_proj_weight,
+                     out_proj_bias, training: bool = True, key_padding_mask=None,
+                     need_weights: bool = True, attn_mask=None,
+                     use_separate_proj_weight: bool = False, q_proj_weight=None,
+                     k_proj_weight=None, v_proj_weight=None,
+                     average_attn_weights: bool = True, is_causal: bool = False):
+    """``multi_head_attention_forward`` of batch-first (N, L, E) inputs, giving (N, L, E),
+    without bias_k/bias_v, static keys or the zero attention position (``MultiheadAttention``
+    with ``batch_first=True`` takes the sequence-first path for those).
+
+    The projections take (N, L, E) as it is and heads are split as (N, L, H, D) ->
+    (N, H, L, D), so the batch stays the leading dim from input to output. PyTorch's layout
+    transposes to (L, N, E) first and splits heads out of the merged (L, N*H) dims: on a
+    batch-split global tensor that merge needed an all-to-all and all-gathers of K and V
+    (3.16x the ring minimum of a data-parallel Transformer step, 1.00x this way), and in
+    nn.Graph two copies per layer (the input's and the output's transposes: 5 clones in the
+    Transformer training step, 3 this way). The values are the same.
+    """
+    from tessera.nn.functional import linear
+    _mha_shape_check(query, key, value, key_padding_mask, attn_mask, num_heads)
+    if query.dim() != 3:
+        raise AssertionError(f"_mha_batch_first expects a batched (N, L, E) query, got "
+                             f"{query.dim()}-D")
+    bsz, tgt_len, embed_dim = query.shape
+    if key.size(0) != bsz or value.size(0) != bsz:
+        # PyTorch's (sequence-first) head split fails on the view: a RuntimeError
+        raise RuntimeError(f"key and value batch sizes {key.size(0)} and {value.size(0)} "
+                           f"do not match the query's {bsz}")
+    src_len = key.size(1)
+    key_padding_mask, attn_mask, is_causal = _prepare_masks(
+        key_padding_mask, attn_mask, is_causal, need_weights, query.dtype)
+    q, k, v, head_dim = _project(query, key, value, embed_dim_to_check, num_heads,
+                                 in_proj_weight, in_proj_bias, use_separate_proj_weight,
+                                 q_proj_weight, k_proj_weight, v_proj_weight)
+    if attn_mask is not None:
+        attn_mask = _check_attn_mask(attn_mask, tgt_len, src_len, bsz, num_heads)
+    q, k, v = (x.view(bsz, x.size(1), num_heads, head_dim).transpose(1, 2)
+               for x in (q, k, v))
+    mask = _merge_masks(attn_mask, key_padding_mask, bsz, num_heads, src_len)
+    out, weights = _attend(q, k, v, mask, dropout_p if training else 0.0, need_weights,
+                           average_attn_weights, is_causal)
+    out = linear(out.transpose(1, 2).reshape(bsz * tgt_len, embed_dim), out_proj_weight,
+                 out_proj_bias)
+    return out.view(bsz, tgt_len, out.size(1)), weights
+
+
+def _prepare_masks(key_padding_mask, attn_mask, is_causal: bool, need_weights: bool,
+                   dtype):
+    """Both masks made additive floats, and whether SDPA may build the causal mask itself
+    (only with no key-padding mask and no weights asked for, as in PyTorch)."""
+    key_padding_mask = _canonical_mask(key_padding_mask, "key_padding_mask",
+                                       _none_or_dtype(attn_mask), "attn_mask", dtype)
+    if is_causal and attn_mask is None:
+        raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the "
+                           "Transformer module method `generate_square_subsequent_mask` to "
+                           "create this mask.")
+    if is_causal and key_padding_mask is None and not need_weights:
+        attn_mask = None  # the hint lets SDPA build the causal mask itself
+    else:
+        attn_mask = _canonical_mask(attn_mask, "attn_mask", None, "", dtype,
+                                    check_other=False)
+        if key_padding_mask is not None:
+            is_causal = False
+    return key_padding_mask, attn_mask, is_causal
+
+
+def _attend(q, k, v, mask, dropout_p: float, need_weights: bool, average: bool,
+            is_causal: bool):
+    """(N, H, L, D) attention output and the weights (None unless ``need_weights``)."""
+    if need_weights:
+        return _attend_with_weights(q, k, v, mask, dropout_p, average)
+    return scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal), None
+
+
 def _project(query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
              use_separate, q_proj_weight, k_proj_weight, v_proj_weight):
-    """Shape checks and the input projections; returns (L, N, E) q, k, v and head_dim."""
+    """Shape checks and the input projections; returns q, k, v in the inputs' layout
+    ((L, N, E) or (N, L, E)) and head_dim."""
     embed_dim = query.size(-1)
     if embed_dim != embed_dim_to_check:
         raise AssertionError(f"was expecting embedding dimension of {embed_dim_to_check}, but "

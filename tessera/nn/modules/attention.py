@@ -90,6 +90,7 @@ class MultiheadAttention(Module):
         """
         from tessera.nn.functional.attention import (
             _canonical_mask,
+            _mha_batch_first,
             _none_or_dtype,
             multi_head_attention_forward,
         )
@@ -98,6 +99,17 @@ class MultiheadAttention(Module):
                                            _none_or_dtype(attn_mask), "attn_mask", query.dtype)
         attn_mask = _canonical_mask(attn_mask, "attn_mask", None, "", query.dtype,
                                     check_other=False)
+        separate = not self._qkv_same_embed_dim
+        if self.batch_first and batched and self.bias_k is None and not self.add_zero_attn:
+            # batch-first throughout (no transposes): see _mha_batch_first
+            return _mha_batch_first(
+                query, key, value, self.embed_dim, self.num_heads, self.in_proj_weight,
+                self.in_proj_bias, self.dropout, self.out_proj.weight, self.out_proj.bias,
+                training=self.training, key_padding_mask=key_padding_mask,
+                need_weights=need_weights, attn_mask=attn_mask,
+                use_separate_proj_weight=separate, q_proj_weight=self.q_proj_weight,
+                k_proj_weight=self.k_proj_weight, v_proj_weight=self.v_proj_weight,
+                average_attn_weights=average_attn_weights, is_causal=is_causal)
         if self.batch_first and batched:
             # keep q is k is v (one packed projection GEMM for self-attention)
             if key is value:
@@ -108,7 +120,6 @@ class MultiheadAttention(Module):
                     value = key
             else:
                 query, key, value = (x.transpose(1, 0) for x in (query, key, value))
-        separate = not self._qkv_same_embed_dim
         out, weights = multi_head_attention_forward(
             query, key, value, self.embed_dim, self.num_heads, self.in_proj_weight,
             self.in_proj_bias, self.bias_k, self.bias_v, self.add_zero_attn, self.dropout,
