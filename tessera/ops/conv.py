@@ -203,7 +203,7 @@ def _lows(pads) -> tuple:
 def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
     """Into ``y`` (a new array when None; C-contiguous): each image's GEMM, then its bias
     while that image's output is still in cache."""
-    from tessera.codegen.conv_kernels import conv2d_threaded, threaded
+    from tessera.codegen.conv_kernels import conv2d_threaded
     from tessera.codegen.kernels import im2col
     n, o = x.shape[0], w.shape[0]
     p = int(np.prod(out_sp))
@@ -211,17 +211,18 @@ def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
     wm = np.ascontiguousarray(w.reshape(o, -1))
     if y is None:
         y = np.empty((n, o) + tuple(out_sp), x.dtype)
-    if _direct(x.shape, w.shape, stride, out_sp, x.dtype):
+    path = _path("forward", x.shape, w.shape, stride, pads, dilation, out_sp, x.dtype)
+    if path == "direct":
         from tessera.codegen.direct_conv import conv2d_direct
         b = None if b is None else np.ascontiguousarray(b, x.dtype)
         conv2d_direct(x, np.ascontiguousarray(w), b, _lows(pads), dilation, y)
         return y
-    if _winograd(x.shape, w.shape, stride, dilation, out_sp, x.dtype):
+    if path == "winograd":
         from tessera.codegen.winograd import conv2d_winograd
         b = None if b is None else np.ascontiguousarray(b, x.dtype)
         conv2d_winograd(x, np.ascontiguousarray(w), b, _lows(pads), y)
         return y
-    if threaded(x.dtype):
+    if path == "threaded":
         # batch 1 too (its rows or channels split over the threads): a BLAS-threaded GEMM
         # per image leaves OpenBLAS's worker spinning into the next kernels, and on a busy
         # host each such GEMM waits for a descheduled worker (ResNet-18 b1 graph at load 4-6,
@@ -287,6 +288,25 @@ def _direct(xshape, wshape, stride, out_sp, dtype, kind: str = "forward") -> boo
                               kind)
 
 
+def _path(kind: str, xshape, wshape, stride, pads, dilation, out_sp, dtype) -> str | None:
+    """Which C kernel the ``kind`` ("forward", "input_grad", "weight_grad") of a 2-d
+    ungrouped convolution of ``xshape`` with filters ``wshape``, giving ``out_sp``, runs:
+    "direct", "winograd" or "threaded" (the first that applies), or None (the NumPy loop).
+    The input gradient of a stride-1 3x3 convolution is one too: g (N, O) -> dx (N, C)."""
+    from tessera.codegen.conv_kernels import threaded
+    if _direct(xshape, wshape, stride, out_sp, dtype, kind):
+        return "direct"
+    if kind == "input_grad":
+        wino = _winograd((xshape[0], wshape[0], *out_sp), (wshape[1], wshape[0], *wshape[2:]),
+                         stride, dilation, xshape[2:], dtype, _lows(pads))
+    else:
+        wino = _winograd(xshape, wshape, stride, dilation, out_sp, dtype,
+                         weight_grad=kind == "weight_grad")
+    if wino:
+        return "winograd"
+    return "threaded" if threaded(dtype) else None
+
+
 @functools.lru_cache(maxsize=256)
 def _prefetch(kind: str, xshape: tuple, wshape: tuple, stride, pads, dilation, dtype) -> None:
     """Start compiling, in the background, the C kernel that the ``kind`` ("forward",
@@ -305,15 +325,14 @@ def _prefetch(kind: str, xshape: tuple, wshape: tuple, stride, pads, dilation, d
     if 0 in out_sp:
         return
     (n, c, *in_sp), o = xshape, wshape[0]
-    if _direct(xshape, wshape, stride, out_sp, dt, kind):
+    path = _path(kind, xshape, wshape, stride, pads, dilation, out_sp, dt)
+    if path == "direct":
         direct_conv.prefetch(kind, c, o, wshape[2:], out_sp, in_sp, dilation, dt)
-    elif kind == "input_grad" and _winograd((n, o, *out_sp), (c, o, *wshape[2:]), stride,
-                                            dilation, in_sp, dt, _lows(pads)):
+    elif path == "winograd" and kind == "input_grad":
         winograd.prefetch("forward", n, o, c, *in_sp, dt)   # g (N, O) -> dx (N, C)
-    elif kind != "input_grad" and _winograd(xshape, wshape, stride, dilation, out_sp, dt,
-                                            weight_grad=kind == "weight_grad"):
+    elif path == "winograd":
         winograd.prefetch(kind, n, c, o, *out_sp, dt)
-    elif conv_kernels.threaded(dt):
+    elif path == "threaded":
         conv_kernels.prefetch({"forward": "fwd", "input_grad": "igrad",
                                "weight_grad": "wgrad"}[kind], dt)
 
@@ -362,25 +381,24 @@ def _private_copy(x: np.ndarray) -> np.ndarray:
 
 
 def _input_grad_per_image(g, w, input_shape, stride, pads, dilation):
-    from tessera.codegen.conv_kernels import conv2d_input_grad_threaded, threaded
+    from tessera.codegen.conv_kernels import conv2d_input_grad_threaded
     from tessera.codegen.kernels import col2im
     n, o = g.shape[:2]
     out_sp = g.shape[2:]
     p = int(np.prod(out_sp))
     dx = np.empty(tuple(input_shape), g.dtype)
-    if _direct(input_shape, w.shape, stride, out_sp, g.dtype, "input_grad"):
+    path = _path("input_grad", input_shape, w.shape, stride, pads, dilation, out_sp, g.dtype)
+    if path == "direct":
         from tessera.codegen.direct_conv import conv2d_input_grad_direct
         conv2d_input_grad_direct(np.ascontiguousarray(g), np.ascontiguousarray(w),
                                  _lows(pads), dilation, dx)
         return dx
-    # the input gradient of a stride-1 3x3 convolution is one too: g (N, O) -> dx (N, C)
-    if _winograd(g.shape, (w.shape[1], w.shape[0], *w.shape[2:]), stride, dilation,
-                 input_shape[2:], g.dtype, _lows(pads)):
+    if path == "winograd":
         from tessera.codegen.winograd import conv2d_input_grad_winograd
         conv2d_input_grad_winograd(np.ascontiguousarray(g), np.ascontiguousarray(w),
                                    _lows(pads), dx)
         return dx
-    if threaded(g.dtype):
+    if path == "threaded":
         conv2d_input_grad_threaded(np.ascontiguousarray(g), np.ascontiguousarray(w), stride,
                                    _lows(pads), dilation, dx)
         return dx
@@ -394,20 +412,22 @@ def _input_grad_per_image(g, w, input_shape, stride, pads, dilation):
 
 
 def _weight_grad_per_image(x, g, weight_shape, stride, pads, dilation):
-    from tessera.codegen.conv_kernels import conv2d_weight_grad_threaded, threaded
+    from tessera.codegen.conv_kernels import conv2d_weight_grad_threaded
     from tessera.codegen.kernels import im2col
     n, o = g.shape[:2]
     out_sp = g.shape[2:]
     p = int(np.prod(out_sp))
     x = np.ascontiguousarray(x)
-    if _direct(x.shape, weight_shape, stride, out_sp, x.dtype, "weight_grad"):
+    path = _path("weight_grad", x.shape, weight_shape, stride, pads, dilation, out_sp,
+                 x.dtype)
+    if path == "direct":
         from tessera.codegen.direct_conv import conv2d_weight_grad_direct
         return conv2d_weight_grad_direct(x, np.ascontiguousarray(g), tuple(weight_shape),
                                          _lows(pads), dilation)
-    if _winograd(x.shape, weight_shape, stride, dilation, out_sp, x.dtype, weight_grad=True):
+    if path == "winograd":
         from tessera.codegen.winograd import conv2d_weight_grad_winograd
         return conv2d_weight_grad_winograd(x, np.ascontiguousarray(g), _lows(pads))
-    if threaded(x.dtype):
+    if path == "threaded":
         return conv2d_weight_grad_threaded(x, np.ascontiguousarray(g), tuple(weight_shape),
                                            stride, _lows(pads), dilation)
     g2 = np.ascontiguousarray(g).reshape(n, o, p)
