@@ -19,6 +19,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import kernel_plan
 from tessera.graph.ir import Graph, IRError, Value
+from tessera.graph.recycle import MIN_BYTES, Recycler
 from tessera.ops.registry import Meta
 
 __all__ = ["Executor", "compile_kernel"]
@@ -109,6 +110,7 @@ class Executor:
             if n in self.generated:  # a fused region compiled to C
                 outs_fn[i] = self.generated[n]
                 compiled[i] = (_allocating(outs_fn[i], n.outputs[0]), compiled[i][1])
+        self.planned = plan
         self.plan = plan_memory(g, {i for i, f in enumerate(outs_fn) if f is not None}
                                 if plan else set(),
                                 frozenset(i for i, f in enumerate(outs_fn)
@@ -133,7 +135,8 @@ class Executor:
 
     def _destination(self, i, n, fn, slot_of):
         """Where node i writes: (out-form, kind, where) with kind "arena" (a fixed view),
-        "slot" (an input's buffer, in place) or "var" (a variable's array); or None."""
+        "slot" (an input's buffer, in place), "var" (a variable's array) or "fresh" (a
+        large output the step returns, from its ``Recycler``); or None."""
         plan = self.plan
         if i in plan.into_var:
             return fn, "var", plan.into_var[i]
@@ -144,6 +147,9 @@ class Executor:
             off = plan.offsets[id(v)]
             view = self.arena[off:off + v.nbytes].view(v.dtype.np).reshape(v.shape)
             return fn, "arena", view
+        if fn is not None and self.planned and v is not None and v.nbytes >= MIN_BYTES \
+                and any(v is o for o in self.graph.outputs):
+            return fn, "fresh", Recycler(v.shape, v.dtype.np)
         return None
 
     def run(self, inputs: list, variables: dict):
@@ -167,7 +173,7 @@ class Executor:
                 if dest is not None:
                     ofn, kind, where = dest
                     out = where if kind == "arena" else env[where] if kind == "slot" \
-                        else variables[where]
+                        else variables[where] if kind == "var" else where.take()
                     ofn(out, *args, **attrs)
                     env[outs[0][0]] = out
                     res = None

@@ -46,6 +46,7 @@ from tessera.distributed import sbp as Sbp
 from tessera.distributed.graph_ops import in_step
 from tessera.graph.executor import Executor
 from tessera.graph.ir import Graph as IRGraph
+from tessera.graph.recycle import recycled
 from tessera.graph.trace import GraphTraceError, Tracer, is_symbolic, value_of
 from tessera.nn.graph_pipeline import GraphModule
 from tessera.nn.modules import module as _module_mod
@@ -395,11 +396,12 @@ class Graph:
             if value is not variables[name]:  # the plan may have computed it in place
                 np.copyto(variables[name], value, casting="unsafe")
             t._version[0] += 1
-        # an output the step allocated is handed over as is; one that may share memory
-        # with the arena, an input or a variable (a view, or the array itself) is copied
+        # an output the step allocated (or took from its recycler) is handed over as is;
+        # one that may share memory with the arena, an input or a variable (a view, or the
+        # array itself) is copied
         shared = {id(a) for a in inputs} | {id(a) for a in variables.values()}
-        owned = [o if type(o) is np.ndarray and o.base is None and id(o) not in shared
-                 else np.array(o, copy=True) for o in outs]
+        owned = [o if type(o) is np.ndarray and (o.base is None or recycled(o))
+                 and id(o) not in shared else np.array(o, copy=True) for o in outs]
         results = _wrap_outputs(owned, c.specs)
         extra = results[c.n_outputs:]
         for i, r in zip(c.written, extra):
