@@ -126,7 +126,33 @@ def child(framework: str) -> dict:
             out[name] = {"ms": statistics.median(times) * 1e3, "first_s": first}
         except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
             out[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"}
+    if framework == "graph" and "ms" in out["chain"]:
+        out["chain_ns_in_cache"] = _chain_in_cache(fns["chain"])
     return out
+
+
+def _chain_in_cache(graph, n: int = 1 << 15) -> float | None:
+    """ns per element of the graph's fused chain loop on ``n`` floats that stay in L2, on
+    one core (thread CPU time; the loop is too short to be split): the arithmetic alone,
+    with no memory traffic to wait for. Times half the cores' count of elements is the
+    least time the chain can take on this machine however fast its memory."""
+    import numpy as np
+
+    import tessera
+    x = np.random.default_rng(0).standard_normal(n, np.float32)
+    graph(tessera.from_numpy(x))  # compiles the chain for this size
+    ex = graph._current().executor
+    kernels = list(ex.generated.values())
+    if len(kernels) != 1:
+        return None
+    kernel, y = kernels[0], np.empty_like(x)
+    reps, runs = max(1, (1 << 24) // n), []
+    for _ in range(7):
+        t0 = time.thread_time()
+        for _ in range(reps):
+            kernel(y, x)
+        runs.append((time.thread_time() - t0) / (reps * n) * 1e9)
+    return statistics.median(runs)
 
 
 def run() -> dict:
@@ -171,6 +197,13 @@ def render(res: dict) -> str:
         rows.append(tuple(cells))
     text = table(rows, ("framework", "threads", "SGEMM GFLOP/s", "triad GB/s", "chain ms",
                         "chain GB/s (% of triad)", "chain vs torch"))
+    g = res.get("graph", {})
+    if g.get("chain_ns_in_cache"):
+        ns, cores = g["chain_ns_in_cache"], g["threads"]
+        notes.append(f"graph chain's loop with its data in L2: {ns:.2f} ns/element on one "
+                     f"core, so at least {ns * N_STREAM / cores / 1e6:.1f} ms for "
+                     f"{N_STREAM >> 20}M floats on {cores} (arithmetic alone); 60% of the "
+                     f"best triad is {chain_bytes / (0.6 * best_triad) / 1e6:.1f} ms")
     return text + "".join(f"\n  {n}" for n in notes)
 
 

@@ -137,6 +137,8 @@ def child(framework: str, name: str, steps: int) -> dict:
         times.append((time.perf_counter() - t0) * 1000)
     out = {"ms": statistics.median(times), "peak_mb": _maxrss_mb() - base,
            "threads": _threads(framework), "first_s": first}
+    if framework == "torch":
+        out["gemm_share"] = _torch_gemm_share(step, steps)
     g = getattr(step, "graph", None)
     if g is not None:
         out["memory"] = g.memory_stats()
@@ -145,6 +147,25 @@ def child(framework: str, name: str, steps: int) -> dict:
         out["op_ms"] = {k: v * 1000 for k, v in g.profile(*step.inputs, steps=steps).items()}
         out["profiled_ms"] = (time.perf_counter() - t0) / steps * 1000   # a mean, not a median
     return out
+
+
+# PyTorch's matrix-product kernels: its linear layers and attention's batched products
+# (its fused attention kernels, which hold their own products, are not counted)
+_TORCH_GEMMS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
+
+
+def _torch_gemm_share(step, steps: int) -> float:
+    """The fraction of PyTorch's step spent in its matrix products (torch.profiler, over
+    ``steps`` more steps): what a framework running the same products at the same speed,
+    and nothing else, would take of PyTorch's time."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        wall = time.perf_counter() - t0
+    gemm_us = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in _TORCH_GEMMS)
+    return gemm_us / 1e6 / wall
 
 
 def _threads(framework: str) -> int:
@@ -203,6 +224,12 @@ def render(rows) -> str:
                          f"{(sum(ops.values()) - gemm) / g['profiled_ms']:.0%} (timed one by "
                          f"one over {g['profiled_ms']:.1f} ms steps); at the median step "
                          f"the first alone are {share * g['ms'] / p['ms']:.2f}x torch's step")
+    for r in rows:  # the same bound on PyTorch's side: the ratio its own GEMMs set
+        if "gemm_share" in r["torch"]:
+            notes.append(f"{r['workload']} torch: its matrix products (aten::mm, addmm, bmm, "
+                         f"baddbmm) {r['torch']['gemm_share']:.0%} of its step "
+                         f"(torch.profiler): the same products at the same speed and nothing "
+                         f"else would be {r['torch']['gemm_share']:.2f}x torch's step")
     threads = ", ".join(f"{fw} {rows[0][fw].get('threads', '?')}" for fw in FRAMEWORKS)
     return (table(out, ("workload", "eager ms", "graph ms", "torch ms", "t.compile ms",
                         "jax ms", "eager/torch", "graph/torch", "graph/best peer",
