@@ -134,6 +134,37 @@ class Communicator:
     def all_gather(self, x: np.ndarray, group=None, shapes=None) -> list[np.ndarray]:
         raise NotImplementedError
 
+    def reduce_scatter_ranges_(self, buf: np.ndarray, ranges: list, group=None,
+                               op: str = "sum") -> np.ndarray:
+        """A reduce-scatter in place on a reduce buffer: ``ranges[i]`` lists the
+        ``(start, stop)`` element ranges of the flat ``buf`` that group member ``i`` gets;
+        afterwards this rank's ranges of its ``buf`` hold the reduction of every member's
+        values there (the other ranges are left unspecified). ZeRO's flat gradient bucket
+        uses it: one member's share is its rows of every gradient, so many ranges. Under MPI
+        on one machine ``buf`` from ``reduce_buffer`` is reduced in shared memory, without
+        messages; here: the members' ranges packed for one ``reduce_scatter``."""
+        flat = buf.reshape(-1)
+        me = self._group(group).index(self.rank)
+        mine = self.reduce_scatter([_packed(flat, rs) for rs in ranges], group, op)
+        _unpack(flat, ranges[me], mine)
+        return buf
+
+    def all_gather_ranges_(self, buf: np.ndarray, ranges: list, group=None) -> np.ndarray:
+        """An all-gather in place on a reduce buffer: each member's ``ranges[i]`` of its
+        ``buf`` hold its values; afterwards every rank's ``buf`` holds each member's
+        values in that member's ranges (ZeRO's updated shards written into the flat
+        parameter bucket). Shared memory under MPI on one machine; here one
+        ``all_gather``."""
+        flat = buf.reshape(-1)
+        g = self._group(group)
+        me = g.index(self.rank)
+        sizes = [(sum(b - a for a, b in rs),) for rs in ranges]
+        parts = self.all_gather(_packed(flat, ranges[me]), group, sizes)
+        for i, part in enumerate(parts):
+            if i != me:
+                _unpack(flat, ranges[i], part)
+        return buf
+
     def reduce_scatter(self, chunks: list[np.ndarray], group=None, op: str = "sum"
                        ) -> np.ndarray:
         """``chunks[i]`` is this rank's contribution to group member ``i``; returns the
@@ -164,6 +195,23 @@ class Communicator:
     def abort(self, message: str, code: int = 1) -> None:
         """End every rank of the job (a rank that raised)."""
         raise SystemExit(code)
+
+
+def _packed(flat: np.ndarray, ranges) -> np.ndarray:
+    """The ``ranges`` of ``flat`` one after the other, in a new array."""
+    if len(ranges) == 1:
+        a, b = ranges[0]
+        return flat[a:b].copy()
+    return np.concatenate([flat[a:b] for a, b in ranges]) if ranges else flat[:0].copy()
+
+
+def _unpack(flat: np.ndarray, ranges, values: np.ndarray) -> None:
+    """``values`` (the ``ranges``' elements one after the other) written into them."""
+    values = values.reshape(-1)
+    o = 0
+    for a, b in ranges:
+        flat[a:b] = values[o:o + b - a]
+        o += b - a
 
 
 class SelfCommunicator(Communicator):

@@ -223,6 +223,26 @@ class MPICommunicator(C.Communicator):
             return buf
         return C.Work(wait=wait, test=req.Test)
 
+    def _shared(self, buf, group, op: str = "sum"):
+        """The group's shared-memory reducer when ``buf`` is one of its buffers, else None."""
+        red = self._shm.get(self._group(group))
+        if red is not None and isinstance(buf, np.ndarray) and red.owns(buf) and \
+                shm.usable(buf, op):
+            return red
+        return None
+
+    def reduce_scatter_ranges_(self, buf, ranges, group=None, op="sum"):
+        red = self._shared(buf, group, op)
+        if red is None:
+            return super().reduce_scatter_ranges_(buf, ranges, group, op)
+        return red.reduce_scatter_ranges_(buf, ranges, op)
+
+    def all_gather_ranges_(self, buf, ranges, group=None):
+        red = self._shared(buf, group)
+        if red is None:
+            return super().all_gather_ranges_(buf, ranges, group)
+        return red.all_gather_ranges_(buf, ranges)
+
     def all_gather(self, x, group=None, shapes=None):
         c, g = self._comm(group)
         x = np.asarray(x)

@@ -156,6 +156,52 @@ class ShmReducer:
             return buf
         return C.Work(wait=wait, test=lambda: advance(False))
 
+    def reduce_scatter_ranges_(self, buf: np.ndarray, ranges: list, op: str) -> np.ndarray:
+        """``Communicator.reduce_scatter_ranges_`` on one of this reducer's buffers: after a
+        barrier, this rank sums its ``ranges`` over the ranks' buffers into its own (the
+        all-reduce's first half, with no copy to the others), then a barrier, so the caller
+        may refill ``buf`` as soon as it returns."""
+        views, flat, what = self._views(buf), buf.reshape(-1), \
+            f"reduce_scatter({op}) on ranks {list(self.group)}"
+        fn, r = _UFUNCS[op], self.rank
+        self._fence(buf, what)
+        for a, b in ranges[r]:
+            mine = flat[a:b]
+            for q in range(self.size):
+                if q != r:
+                    fn(mine, views[q][a:b], out=mine)
+            if op == "avg":
+                np.divide(mine, self.size, out=mine, casting="unsafe")
+        self._fence(buf, what)
+        return buf
+
+    def all_gather_ranges_(self, buf: np.ndarray, ranges: list) -> np.ndarray:
+        """``Communicator.all_gather_ranges_`` on one of this reducer's buffers: after a
+        barrier, each rank copies every other rank's ranges from that rank's buffer; then a
+        barrier (no rank writes its ranges again while another still reads them)."""
+        views, flat = self._views(buf), buf.reshape(-1)
+        what = f"all_gather on ranks {list(self.group)}"
+        self._fence(buf, what)
+        for q in range(self.size):
+            if q != self.rank:
+                for a, b in ranges[q]:
+                    flat[a:b] = views[q][a:b]
+        self._fence(buf, what)
+        return buf
+
+    def _views(self, buf: np.ndarray) -> list[np.ndarray]:
+        """Every rank's buffer at ``buf``'s place in the window, flat."""
+        raw = self._windows[_address(buf)][1]
+        return [v[:buf.nbytes].view(buf.dtype) for v in raw]
+
+    def _fence(self, buf: np.ndarray, what: str) -> None:
+        """A barrier between the memory fences of ``buf``'s window: every rank's writes
+        before it are seen by every rank after it."""
+        win = self._windows[_address(buf)][0]
+        win.Sync()
+        self._wait(self.comm.Ibarrier(), what)
+        win.Sync()
+
     def free(self) -> None:
         """Free every window and the communicator (collective)."""
         for win, _ in self._windows.values():

@@ -28,6 +28,7 @@ import numpy as np
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
 from tessera.distributed._module import GRAD_HOOK
+from tessera.distributed.optim._zero_bucket import make_buckets
 from tessera.distributed.sbp import broadcast, partial_sum, split, split_range, split_sizes
 from tessera.graph.trace import is_tracing
 
@@ -50,7 +51,12 @@ class ZeroRedundancyOptimizer:
     """``optimizer_class`` over shards of the (global, data-parallel) ``params``:
     ``ZeroRedundancyOptimizer(model.parameters(), tessera.optim.AdamW, lr=1e-3, stage=2)``.
     Has the wrapped optimizer's ``param_groups`` (for LR schedulers), ``state``,
-    ``zero_grad``, ``step``, ``state_dict``/``load_state_dict`` (of the shards)."""
+    ``zero_grad``, ``step``, ``state_dict``/``load_state_dict`` (of the shards).
+
+    ``parameters_as_bucket_view=True`` (PyTorch's name) puts the parameters and their
+    gradients in flat buckets, each parameter a view of its bucket and each shard a view of
+    this rank's rows of its parameter, so both collectives run on the buckets in place
+    (in shared memory under MPI on one machine): see ``_zero_bucket.py``."""
 
     def __init__(self, params, optimizer_class, process_group=None,
                  parameters_as_bucket_view: bool = False, overlap_with_ddp: bool = False,
@@ -64,22 +70,34 @@ class ZeroRedundancyOptimizer:
                                       "overlap_with_ddp are not supported")
         params = list(params)
         groups = params if params and isinstance(params[0], dict) else [{"params": params}]
+        groups = [dict(g, params=list(g["params"])) for g in groups]
         self.stage = stage
         self._pairs: list[tuple[Tensor, Tensor]] = []
+        for g in groups:
+            if any(shard_sbp(p) is None for p in g["params"]):
+                raise ValueError("ZeroRedundancyOptimizer needs global parameters (make "
+                                 "the model global: model.to_global(placement, "
+                                 "tessera.sbp.broadcast))")
+        # parameters_as_bucket_view: flat buckets, the shards views of the parameters
+        packed = make_buckets([p for g in groups for p in g["params"]]) \
+            if parameters_as_bucket_view else {}
+        self._buckets = list({id(b): b for b, _ in packed.values()}.values())
         inner_groups = []
         for g in groups:
             shards = []
             for p in g["params"]:
                 s = shard_sbp(p)
-                if s is None:
-                    raise ValueError("ZeroRedundancyOptimizer needs global parameters (make "
-                                     "the model global: model.to_global(placement, "
-                                     "tessera.sbp.broadcast))")
-                shard = p if s == p.sbp[0] else Parameter(p.detach().to_global(sbp=s))
+                if id(p) in packed:
+                    bucket, i = packed[id(p)]
+                    shard = bucket.shard(i)
+                else:
+                    shard = p if s == p.sbp[0] else Parameter(p.detach().to_global(sbp=s))
                 if shard is not p:  # reduce-scatter the partial gradient, not all-reduce
                     hook = p.__dict__.pop(GRAD_HOOK, None)
                     if hook is not None:
                         hook.remove()
+                if id(p) in packed:
+                    p.__dict__["_grad_taker"] = packed[id(p)][0].take
                 self._pairs.append((p, shard))
                 shards.append(shard)
             inner_groups.append(dict(g, params=shards))
@@ -121,13 +139,35 @@ class ZeroRedundancyOptimizer:
             from tessera.autograd.grad_mode import enable_grad
             with enable_grad():
                 loss = closure()
-        _reduce_scatter([(p, shard) for p, shard in self._sharded if p.grad is not None])
+        self._reduce_scatter()
         for p, shard in self._sharded:
             shard.grad = None if p.grad is None else p.grad.detach().to_global(sbp=shard.sbp)
         self.optim.step()
         with no_grad():
-            _all_gather([(p, shard) for p, shard in self._sharded if p.grad is not None])
+            self._all_gather()
         return loss
+
+    def _reduce_scatter(self) -> None:
+        """Every partial gradient boxed to its shard's split: a bucket whose gradients are
+        all in it in one ``reduce_scatter_ranges_``, the others packed by placement."""
+        done: set[int] = set()
+        for b in self._buckets:
+            if b.ready():
+                b.reduce_scatter()
+                done.update(id(p) for p in b.params)
+        _reduce_scatter([(p, shard) for p, shard in self._sharded
+                         if p.grad is not None and id(p) not in done])
+
+    def _all_gather(self) -> None:
+        """Every stepped shard written into its parameter: a bucket (the shards are its
+        parameters' rows) in one ``all_gather_ranges_``, the others packed by placement."""
+        done: set[int] = set()
+        for b in self._buckets:
+            if b.aliased() and any(p.grad is not None for p in b.params):
+                b.all_gather()
+                done.update(id(p) for p in b.params)
+        _all_gather([(p, shard) for p, shard in self._sharded
+                     if p.grad is not None and id(p) not in done])
 
     def _grad_arrived(self, p: Tensor) -> None:
         """Stage 2: once every sharded parameter has its gradient of this backward, all are
@@ -142,7 +182,7 @@ class ZeroRedundancyOptimizer:
         if len(rep) < len(self._sharded):
             return
         rep.clear()
-        _reduce_scatter([(q, shard) for q, shard in self._sharded if q.grad is not None])
+        self._reduce_scatter()
 
     def state_dict(self) -> dict:
         return self.optim.state_dict()
