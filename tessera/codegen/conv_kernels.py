@@ -400,10 +400,7 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
         return
     _single_blas(blas, +1)
     try:
-        futures = [runtime._pool().submit(f, *args, t, last(t)) for t in range(1, threads)]
-        f(*args, 0, last(0))
-        for fut in futures:
-            fut.result()
+        runtime.fork_join(f, [(*args, t, last(t)) for t in range(threads)])
     finally:
         _single_blas(blas, -1)
 

@@ -514,10 +514,7 @@ def _run(f, args: tuple, threads: int, d: np.ndarray) -> None:
         f(*args, 0)
     else:
         from tessera.codegen import runtime
-        futures = [runtime._pool().submit(f, *args, t) for t in range(1, threads)]
-        f(*args, 0)
-        for fut in futures:
-            fut.result()
+        runtime.fork_join(f, [(*args, t) for t in range(threads)])
     if d[-1] == 0:
         raise MemoryError("direct convolution: no thread could allocate its tap table")
 

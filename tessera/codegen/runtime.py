@@ -21,7 +21,7 @@ from tessera.codegen.loops import iteration_shape, lower, render, supported
 from tessera.codegen.prelude import PRELUDE
 from tessera.ops.fused import body_graph
 
-__all__ = ["build", "stats"]
+__all__ = ["build", "stats", "fork_join", "split_call"]
 
 # what the last build did, for nn.Graph's debug output and the benchmark
 stats: dict = {}
@@ -107,6 +107,25 @@ def _pool():
     return _POOL[0]
 
 
+def fork_join(f, parts: list[tuple]) -> list:
+    """``[f(*part) for part in parts]``, ``parts[0]`` on the calling thread and the others
+    on the kernel pool's threads. A part whose pool thread has not started by the time the
+    caller is done with its own is taken back and run by the caller: on a busy host a woken
+    thread may wait milliseconds for a core, and a join that waited for it cost the whole
+    kernel that much (MobileNetV2's 1x1 convolutions, ~0.2 ms each, took 20 ms in a graph
+    step at load 3). Each part must give the same result on any thread (the kernels that
+    share items through a counter find none left and return at once).
+
+    >>> fork_join(lambda a, b: a + b, [(1, 2), (3, 4)])
+    [3, 7]
+    """
+    futures = [_pool().submit(f, *part) for part in parts[1:]]
+    results = [f(*parts[0])]
+    for fut, part in zip(futures, parts[1:]):
+        results.append(f(*part) if fut.cancel() else fut.result())
+    return results
+
+
 def split_call(f, args: tuple, extent: int, work: int):
     """``f(*args, lo, hi)`` over ``[0, extent)``: in chunks on the kernel threads when
     ``work`` (elements) is large enough, else in one call. ctypes releases the GIL during
@@ -117,9 +136,7 @@ def split_call(f, args: tuple, extent: int, work: int):
     if threads < 2 or work < PARALLEL_MIN:
         return f(*args, 0, extent)
     bounds = [extent * k // threads for k in range(threads + 1)]
-    chunks = list(zip(bounds[:-1], bounds[1:]))
-    futures = [_pool().submit(f, *args, lo, hi) for lo, hi in chunks[1:]]
-    results = [f(*args, *chunks[0])] + [fut.result() for fut in futures]
+    results = fork_join(f, [(*args, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])])
     return next((r for r in results if r), 0)
 
 
