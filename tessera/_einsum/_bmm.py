@@ -4,10 +4,9 @@ NumPy's ``matmul`` runs a batch of small matrices (attention scores: 8 products 
 64x32 by 32x64) one after the other on one core: OpenBLAS threads a GEMM only above
 ~262k multiply-adds, and the split in ``_lower`` hands work to Python threads, which
 costs ~30 us, more than the whole batch. PyTorch splits such a batch over its threads.
-Here the kernel threads live in C: a worker spins for a while after each batch (as
-OpenMP and OpenBLAS threads do) and then sleeps on a futex, and the caller and the
-workers take products from one atomic counter, so a worker that is asleep or has lost its
-core costs nothing but its share of the work: the caller does the rest itself.
+Here the products are the parts of one job of the C kernel threads of
+``tessera.codegen.pool``: the caller and the workers take them from one atomic counter, so
+a worker that is asleep or has lost its core costs nothing but its share of the work.
 
 Each product is one ``cblas_?gemm`` of NumPy's own OpenBLAS (the address that
 ``tessera.codegen.conv_kernels`` finds), single-threaded because each is below OpenBLAS's
@@ -35,148 +34,23 @@ BLAS_SINGLE = 65536 * 4
 # over both cores with a fork and join per product
 STACK_MAX = 1 << 22
 
-_SOURCE = r"""
-#include <stdint.h>
-#include <stdatomic.h>
-#include <pthread.h>
-#include <sched.h>
-#include <time.h>
-#include <unistd.h>
-#include <sys/syscall.h>
-#include <linux/futex.h>
-#include <immintrin.h>
-typedef %(blasint)s blasint;
-enum { MAXW = 64 };
-
-/* one batch: p[] = nb M N K transA transB lda ldb ldc strideA strideB strideC gemm,
-   pointers and strides in elements */
-typedef struct {
-    const int64_t* p; const char* a; const char* b; char* c; int64_t size;
-    _Atomic int64_t next, done;
-} job_t;
-
-static job_t job;
-/* odd: a batch is open; even: closed. A worker joins only an open batch it has seen
-   since its last one, and announces itself in ``active`` first, then checks ``gen`` again:
-   the caller closes the batch before waiting for ``active`` to drop to 0, so a late
-   worker either joins while the batch's fields are still valid or backs off. */
-static _Atomic uint32_t gen;
-static _Atomic int sleepers, active;
-static pthread_mutex_t busy = PTHREAD_MUTEX_INITIALIZER;
-static int nworkers;
-static const int64_t spin_ns = 50000;  /* how long a worker spins before sleeping */
-
-#define GEMM(T, S)                                                                        \
-typedef void (*gemm_##S)(int, int, int, blasint, blasint, blasint, T, const T*, blasint,  \
-                         const T*, blasint, T, T*, blasint);                              \
-static void one_##S(const int64_t* p, const char* a, const char* b, char* c, int64_t i) { \
-    ((gemm_##S)(intptr_t)p[12])(101, (int)p[4], (int)p[5], p[1], p[2], p[3], (T)1,        \
-        (const T*)a + i * p[9], p[6], (const T*)b + i * p[10], p[7], (T)0,                \
-        (T*)c + i * p[11], p[8]);                                                         \
-}
-GEMM(float, f32)
-GEMM(double, f64)
-
-static void one(const int64_t* p, const char* a, const char* b, char* c, int64_t size,
-                int64_t i) {
-    if (size == 4) one_f32(p, a, b, c, i);
-    else one_f64(p, a, b, c, i);
-}
-
-static int64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
-static void* worker(void* arg) {
-    (void)arg;
-    uint32_t seen = atomic_load(&gen), g;
-    for (;;) {
-        int64_t t0 = now_ns();
-        int k = 0;
-        while ((g = atomic_load(&gen)) == seen || !(g & 1)) {
-            _mm_pause();
-            if (++k %% 256 == 0 && now_ns() - t0 > spin_ns) {
-                atomic_fetch_add(&sleepers, 1);
-                syscall(SYS_futex, &gen, FUTEX_WAIT_PRIVATE, g, NULL, NULL, 0);
-                atomic_fetch_sub(&sleepers, 1);
-                t0 = now_ns();
-            }
-        }
-        seen = g;
-        atomic_fetch_add(&active, 1);
-        if (atomic_load(&gen) == g) {
-            int64_t n = job.p[0];
-            for (int64_t i; (i = atomic_fetch_add(&job.next, 1)) < n;) {
-                one(job.p, job.a, job.b, job.c, job.size, i);
-                atomic_fetch_add(&job.done, 1);
-            }
-        }
-        atomic_fetch_sub(&active, 1);
-    }
-    return NULL;
-}
-
-/* start the workers (threads - 1 of them); returns how many run */
-int tsr_bmm_start(int threads) {
-    pthread_mutex_lock(&busy);
-    while (nworkers < threads - 1 && nworkers < MAXW) {
-        pthread_t t;
-        if (pthread_create(&t, NULL, worker, NULL) != 0) break;
-        pthread_detach(t);
-        nworkers++;
-    }
-    pthread_mutex_unlock(&busy);
-    return nworkers;
-}
-
-/* the batch p[] on the caller and the workers; a concurrent call runs alone */
-void tsr_bmm(const int64_t* p, const void* a, const void* b, void* c, int64_t size) {
-    int64_t n = p[0], mine = 0;
-    if (pthread_mutex_trylock(&busy) != 0) {
-        for (int64_t i = 0; i < n; i++) one(p, a, b, c, size, i);
-        return;
-    }
-    job.p = p; job.a = a; job.b = b; job.c = c; job.size = size;
-    atomic_store(&job.done, 0);
-    atomic_store(&job.next, 0);
-    atomic_fetch_add(&gen, 1);                       /* open */
-    if (atomic_load(&sleepers) > 0)
-        syscall(SYS_futex, &gen, FUTEX_WAKE_PRIVATE, MAXW, NULL, NULL, 0);
-    for (int64_t i; (i = atomic_fetch_add(&job.next, 1)) < n; mine++) one(p, a, b, c, size, i);
-    int k = 0;                                        /* products a worker still runs */
-    while (atomic_load(&job.done) + mine < n)
-        if (++k %% 1024 == 0) sched_yield(); else _mm_pause();
-    atomic_fetch_add(&gen, 1);                       /* closed */
-    while (atomic_load(&active) > 0)
-        if (++k %% 1024 == 0) sched_yield(); else _mm_pause();
-    pthread_mutex_unlock(&busy);
-}
-"""
-
 
 @functools.lru_cache(maxsize=1)
 def _lib():
-    """(the library, the sgemm and dgemm addresses) or None: no compiler, no OpenBLAS
+    """(the batch runner, the sgemm and dgemm addresses) or None: no compiler, no OpenBLAS
     that C can call, or one thread."""
     try:
-        from tessera.codegen import cc
+        from tessera.codegen import pool
         from tessera.codegen.conv_kernels import _blas
-        from tessera.codegen.runtime import _threads
-        threads = _threads()
         blas = _blas()
-        if threads < 2 or blas is None or cc.compiler() is None:
+        if blas is None or pool._lib() is None:
             return None
-        lib = cc.load(_SOURCE % {"blasint": "int64_t" if blas.ilp64 else "int"})
     except Exception:  # a broken toolchain: NumPy's matmul still works
         return None
-    lib.tsr_bmm_start.argtypes, lib.tsr_bmm_start.restype = [ctypes.c_int], ctypes.c_int
-    P = ctypes.c_void_p
-    lib.tsr_bmm.argtypes, lib.tsr_bmm.restype = [P, P, P, P, ctypes.c_int64], None
-    if lib.tsr_bmm_start(threads) < 1:
-        return None
-    return lib.tsr_bmm, {np.dtype(np.float32): blas.sgemm, np.dtype(np.float64): blas.dgemm}
+
+    def run(params: int, a: int, b: int, c: int, itemsize: int) -> None:
+        pool.gemm_batch(params, a, b, c, itemsize, int(ctypes.c_int64.from_address(params).value))
+    return run, {np.dtype(np.float32): blas.sgemm, np.dtype(np.float64): blas.dgemm}
 
 
 def usable(a: np.ndarray, b: np.ndarray, limit: int = BLAS_SINGLE) -> bool:
@@ -184,10 +58,12 @@ def usable(a: np.ndarray, b: np.ndarray, limit: int = BLAS_SINGLE) -> bool:
     least two products, each of at most ``limit`` multiply-adds (by default below
     OpenBLAS's own threading threshold) and more than a dot product, matrices BLAS can
     read."""
+    from tessera.codegen import pool
     nb, m, k = a.shape
     n = b.shape[2]
     if not (nb >= 2 and m * n > 1 and a.dtype == b.dtype and a.dtype.kind == "f"
-            and a.itemsize >= 4 and m * k * n <= limit and _lib() is not None):
+            and a.itemsize >= 4 and m * k * n <= limit and _lib() is not None
+            and pool.usable()):
         return False
     return k == 0 or _params(a.dtype, a.strides, a.shape, b.strides, b.shape) is not None
 
