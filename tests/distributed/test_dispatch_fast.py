@@ -1,5 +1,5 @@
 """What keeps eager ops on global tensors cheap: in-place elementwise writes on aligned tiles
-(``_global.inplace_kernel``), the remembered signature choice, one count all-reduce per
+(``_global.inplace_kernel``), the remembered signature choice and plan, one count all-reduce per
 cross-entropy mean (backward reuses the forward's), ZeRO's packed collectives, and the
 column-major weight-gradient product; each against the plain path's values."""
 import numpy as np
@@ -72,14 +72,16 @@ def test_signature_choice_is_remembered_and_keyed_by_inputs():
         a = global_from(rng.standard_normal((4, 6)), p, (S(0),))
         b = global_from(rng.standard_normal((4, 6)), p, (B,))
         D._CHOICES.clear()
+        D._PLANS.clear()
         s1 = (a + b).sbp
-        n1 = len(D._CHOICES)
+        n1 = len(D._CHOICES), len(D._PLANS)
         s2 = (a + b).sbp
         s3 = (b + b.to_global(sbp=S(1))).sbp  # other input SBPs: another entry
-        return s1, s2, s3, n1, len(D._CHOICES)
+        return s1, s2, s3, n1, (len(D._CHOICES), len(D._PLANS))
     for s1, s2, s3, n1, n2 in run(2, body):
         assert s1 == s2 == (S(0),) and s3 == (S(1),)
-        assert n1 == 1 and n2 == 2
+        # (a rank's plan holds the choice and its tiles; the other rank's adds a plan)
+        assert n1[0] == 1 and n2[0] == 2 and n1[1] >= 1 and n2[1] == n1[1] + 1
 
 
 def test_cross_entropy_mean_counts_the_targets_once_per_step():
@@ -156,3 +158,48 @@ def test_zero_under_mpi_matches_one_process(tmp_path, n):
         np.testing.assert_allclose(got, total[bounds[r]:bounds[r + 1]])
     check([s2 for _, s2, _ in results], n)
     check([s1 for _, _, s1 in results], n)
+
+
+def _planned_ops():
+    """Ops whose plan (``dispatch._plan``) covers shape attrs (view), a transposed tile made
+    contiguous (reshape), two outputs (max over a dim), a 0-d local operand and a boxed
+    input, each run twice: the first call makes the plan, the second runs by it."""
+    from tessera.distributed import get_world_size
+    p = placement("cpu", list(range(get_world_size())))
+    x0, y0 = np.arange(35.0).reshape(7, 5) / 7, np.cos(np.arange(35.0)).reshape(7, 5)
+    out = []
+    for _ in range(2):
+        x = global_from(x0, p, (S(0),))
+        y = global_from(y0, p, (S(1),))
+        v, i = tessera.max(x * tessera.tensor(2.0) + y, 1)
+        out.append([(x + y).numpy(), x.view(5, 7).numpy(), x.t().reshape(35).numpy(),
+                    v.numpy(), i.numpy(), v.sbp])
+    return out
+
+
+def test_planned_dispatch_equals_the_first_call_and_one_process():
+    x0, y0 = np.arange(35.0).reshape(7, 5) / 7, np.cos(np.arange(35.0)).reshape(7, 5)
+    z = x0 * 2 + y0
+    want = [x0 + y0, x0.reshape(5, 7), x0.T.reshape(35), z.max(1), z.argmax(1)]
+    for n in (2, 3):
+        for first, second in run(n, _planned_ops):
+            for got in (first, second):
+                for g, w in zip(got, want):
+                    np.testing.assert_allclose(g, w, rtol=1e-12)
+            assert first[5] == second[5]
+
+
+def test_planned_dispatch_under_mpi(tmp_path):
+    from tests.distributed._mpi import outputs, run_mpi
+    run_mpi(tmp_path, """
+        from tests.distributed._mpi import emit
+        from tests.distributed.test_dispatch_fast import _planned_ops
+        emit(_planned_ops())
+    """)
+    x0, y0 = np.arange(35.0).reshape(7, 5) / 7, np.cos(np.arange(35.0)).reshape(7, 5)
+    z = x0 * 2 + y0
+    want = [x0 + y0, x0.reshape(5, 7), x0.T.reshape(35), z.max(1), z.argmax(1)]
+    for first, second in outputs(tmp_path):
+        for got in (first, second):
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=1e-12)
