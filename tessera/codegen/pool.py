@@ -28,6 +28,8 @@ import functools
 
 import numpy as np
 
+from tessera.codegen.runtime import _threads
+
 __all__ = ["usable", "run", "gemm_batch", "MAX_ARGS"]
 
 MAX_ARGS = 12  # the most arguments a part's function takes (the convolution drivers: 11)
@@ -233,7 +235,6 @@ _STARTED = [1]  # the thread count the workers were started for
 def _threads_now(lib) -> int:
     """The kernel thread count (``tessera.set_num_threads`` may have raised it: the
     missing workers start now; a lowered count leaves the rest out of each job)."""
-    from tessera.codegen.runtime import _threads
     t = _threads()
     if t > _STARTED[0]:
         _STARTED[0] = max(lib.tsr_pool_start(t) + 1, _STARTED[0])
@@ -242,7 +243,6 @@ def _threads_now(lib) -> int:
 
 def usable() -> bool:
     """Whether the C pool runs (a C compiler, and more than one kernel thread)."""
-    from tessera.codegen.runtime import _threads
     return _threads() > 1 and _lib() is not None
 
 
@@ -285,21 +285,23 @@ def run(f, parts: list[tuple]) -> list | None:
     lib = _lib()
     if addr is None or lib is None or not parts:
         return None
-    n = len(parts[0])
+    n, k = len(parts[0]), len(parts)
     try:
-        table = np.array([[0 if a is None else a for a in p] for p in parts], np.int64)
-    except (TypeError, OverflowError, ValueError):
+        table = (ctypes.c_int64 * (n * k))(*[0 if a is None else a for p in parts for a in p])
+    except TypeError:  # not ints, or parts of different lengths
         return None
-    if table.shape != (len(parts), n):
+    if any(len(p) != n for p in parts):
         return None
-    rets = np.zeros(len(parts), np.int64)
-    ctx = np.array([addr, n, table.ctypes.data, rets.ctypes.data], np.int64)
-    lib.tsr_pool_run(lib.call_item, ctx.ctypes.data, len(parts), _threads_now(lib))
-    if f.restype is None:
-        return [None] * len(parts)
-    bits = 8 * ctypes.sizeof(f.restype)
-    return [int(r) if bits == 64 else int((int(r) + (1 << (bits - 1))) % (1 << bits)
-                                          - (1 << (bits - 1))) for r in rets]
+    rets = (ctypes.c_int64 * k)()
+    ctx = (ctypes.c_int64 * 4)(addr, n, ctypes.addressof(table), ctypes.addressof(rets))
+    lib.tsr_pool_run(lib.call_item, ctypes.addressof(ctx), k, _threads_now(lib))
+    restype = f.restype
+    if restype is None:
+        return [None] * k
+    if ctypes.sizeof(restype) == 8:
+        return list(rets)
+    bits = 8 * ctypes.sizeof(restype)   # a narrower int: its low bits, sign-extended
+    return [(r + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1)) for r in rets]
 
 
 def gemm_batch(params: int, a: int, b: int, c: int, itemsize: int, n: int) -> None:
