@@ -9,9 +9,14 @@ bucketed gradient all-reduce; ``gradient_as_bucket_view``, buckets in shared mem
 the all-reduce sums directly); global tensors (``model.to_global(p, broadcast)``, batch
 ``split(0)``, the partial_sum gradients of the broadcast parameters summed in backward by
 one all-reduce of a shared-memory bucket, as DDP's, the optimizer then local); and global
-tensors with ZeRO stage 2 (the gradients reduce-scattered together once backward has made
-the last, the optimizer on split shards, the shards all-gathered into the parameters
-together).
+tensors with ZeRO stage 2 (``parameters_as_bucket_view``: parameters and gradients in
+flat shared-memory buckets; the gradients reduce-scattered in place once backward has made
+the last, the optimizer on split shards that are views of the parameters' rows, the rows
+all-gathered in place).
+
+The same two global forms also run compiled, as an ``nn.Graph`` of the training step
+(``graph global``; ``graph global+zero2`` with ``config.enable_zero(stage=2)``); their
+``vs 1 rank`` is against the compiled step on one rank x 2 threads (``graph``).
 
 A fourth 2-rank row, ``no-comm``, trains each rank on its share of the batch and exchanges
 nothing: the step time no data-parallel form can beat on these cores (half the GEMMs on
@@ -39,7 +44,10 @@ WORKLOADS = ("mlp", "transformer")
 # (mode, ranks, threads per rank); "no-comm" trains each rank on its share of the batch with
 # no gradient exchange at all: the bound any data-parallel form can reach on these cores
 CONFIGS = (("single", 1, 2), ("no-comm", 2, 1), ("ddp", 2, 1), ("global", 2, 1),
-           ("global+zero2", 2, 1))
+           ("global+zero2", 2, 1), ("graph", 1, 2), ("graph global", 2, 1),
+           ("graph global+zero2", 2, 1))
+# the compiled rows are measured against the compiled step on one rank
+BASELINE = {"graph global": "graph", "graph global+zero2": "graph"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -72,6 +80,12 @@ class _Counter:
             "iall_reduce": lambda x, *a, **k: 2 * f * x.nbytes,
             "iall_reduce_": lambda x, *a, **k: 2 * f * x.nbytes,
             "all_gather": lambda x, *a, **k: (n - 1) * x.nbytes,
+            # ZeRO's flat buckets: the ranges of every member (a reduce-scatter), this
+            # rank's ranges to every other (an all-gather)
+            "reduce_scatter_ranges_": lambda buf, ranges, *a, **k: f * buf.itemsize * sum(
+                hi - lo for rs in ranges for lo, hi in rs),
+            "all_gather_ranges_": lambda buf, ranges, *a, **k: (n - 1) * buf.itemsize * sum(
+                hi - lo for lo, hi in ranges[comm.rank]),
             "reduce_scatter": lambda chunks, *a, **k: f * sum(c.nbytes for c in chunks),
             "all_to_all": lambda chunks, *a, **k: sum(c.nbytes for c in chunks) * f,
             "broadcast": lambda x, *a, **k: f * x.nbytes,
@@ -109,23 +123,28 @@ def child(name: str, mode: str, steps: int) -> dict | None:
             model = DDP(model, gradient_as_bucket_view=True)
         per = x.shape[0] // n
         x, y = x[rank * per:(rank + 1) * per].clone(), y[rank * per:(rank + 1) * per].clone()
-    elif mode.startswith("global"):
+    elif "global" in mode:
         p = tessera.placement("cpu", list(range(n)))
         model.to_global(p, tessera.sbp.broadcast)
         x = x.to_global(p, tessera.sbp.broadcast).to_global(sbp=tessera.sbp.split(0))
         y = y.to_global(p, tessera.sbp.broadcast).to_global(sbp=tessera.sbp.split(0))
     if mode == "global+zero2":
         from tessera.distributed.optim import ZeroRedundancyOptimizer
-        opt = ZeroRedundancyOptimizer(model.parameters(), lambda ps: make_opt(ps), stage=2)
+        # PyTorch's option for speed, as DDP's gradient_as_bucket_view above: parameters and
+        # gradients in flat buckets, both collectives on them in place
+        opt = ZeroRedundancyOptimizer(model.parameters(), lambda ps: make_opt(ps), stage=2,
+                                      parameters_as_bucket_view=True)
     else:
         opt = make_opt(model.parameters())
     counter = _Counter(C.current())
-
-    def step():
-        opt.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
+    if mode.startswith("graph"):
+        step = _graph_step(model, loss_fn, opt, x, y, zero=mode.endswith("zero2"))
+    else:
+        def step():
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
     for _ in range(2):  # warm-up: kernels compiled, optimizer state made
         step()
     dist.barrier()
@@ -146,6 +165,27 @@ def child(name: str, mode: str, steps: int) -> dict | None:
     return {"ms": ms, "samples_s": x.shape[0] * (n if local else 1) / ms * 1000,
             "comm_bytes": comm_bytes, "grad_bytes": grad_bytes, "ranks": n,
             "min_bytes": 2 * (n - 1) / n * grad_bytes, "allreduce_ms": allreduce_ms}
+
+
+def _graph_step(model, loss_fn, opt, x, y, zero: bool):
+    """The training step as an ``nn.Graph`` (as bench/training.py's ``graph`` mode), with
+    ZeRO stage 2 (``config.enable_zero``) when ``zero``."""
+    import tessera
+
+    class TrainGraph(tessera.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model, self.loss_fn = model, loss_fn
+            self.add_optimizer(opt)
+            if zero:
+                self.config.enable_zero(True, stage=2)
+
+        def build(self, x, y):
+            loss = self.loss_fn(self.model(x), y)
+            loss.backward()
+            return loss
+    g = TrainGraph()
+    return lambda: g(x, y)
 
 
 def _allreduce_ms(count: int, reps: int = 10) -> float:
@@ -204,8 +244,8 @@ def render(rows) -> str:
     from bench.common import table
     out, notes = [], []
     for r in rows:
-        base = r["single"]
         for mode, ranks, threads in CONFIGS:
+            base = r[BASELINE.get(mode, "single")]
             res = r[mode]
             if "error" in res:
                 notes.append(f"{r['workload']} {mode}: {res['error'][:100]}")
