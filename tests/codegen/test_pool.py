@@ -108,3 +108,35 @@ def test_batched_products_on_the_pool_match_numpy(two_threads):
     got = _bmm.matmul(a, b)
     if got is not None:
         np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4])
+def test_graph_step_is_the_same_on_any_thread_count(threads):
+    """More kernel threads than cores (workers started on demand, parts taken by whoever
+    comes first) give the same step as one thread: the parts' results do not depend on
+    which thread ran them."""
+    before = tessera.get_num_threads()
+    nn = tessera.nn
+
+    def run():
+        tessera.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 1),
+                              nn.GELU(), nn.Flatten(), nn.Linear(32 * 20 * 20, 10))
+
+        class Step(nn.Graph):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def build(self, x):
+                return self.model(x).softmax(-1)
+        x = tessera.from_numpy(np.random.default_rng(0).standard_normal(
+            (4, 3, 20, 20)).astype(np.float32))
+        return Step()(x).numpy()
+    try:
+        tessera.set_num_threads(1)
+        want = run()
+        tessera.set_num_threads(threads)
+        np.testing.assert_allclose(run(), want, rtol=1e-5, atol=1e-6)
+    finally:
+        tessera.set_num_threads(before)
