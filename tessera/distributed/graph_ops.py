@@ -136,9 +136,15 @@ def _bucket_infer(*xs: Meta, group, index, seq):
 
 def _bucket_kernel(*xs, group, index, seq):
     """The tiles copied into one flat buffer, which is all-reduced in place (no result
-    buffer: MPI reduces in place in about half the time), then handed out as views."""
+    buffer: MPI reduces in place in about half the time), then handed out as views.
+
+    The buffer is the node's own reduce buffer, made at its first step and kept (shared
+    memory under MPI on one machine, where the all-reduce is sums and copies between two
+    barriers instead of MPI's messages: 7 MB on 2 ranks, ~0.5 ms against ~2.2 ms). Its
+    views never outlive a step: the step copies a view it returns, and an assigned value
+    into its variable."""
     _check_step("all_reduce_bucket")
-    flat = np.empty(sum(x.size for x in xs), xs[0].dtype)
+    flat = _reduce_buffer(sum(x.size for x in xs), xs[0].dtype, tuple(group), seq)
     start = 0
     for x in xs:  # (one strided copy: a gradient is often a transposed view)
         np.copyto(flat[start:start + x.size].reshape(x.shape), x)
@@ -149,6 +155,18 @@ def _bucket_kernel(*xs, group, index, seq):
         out.append(flat[start:start + x.size].reshape(x.shape))
         start += x.size
     return tuple(out)
+
+
+def _reduce_buffer(count: int, dtype, group: tuple, seq: int) -> np.ndarray:
+    """The reduce buffer of the bucket node ``seq`` over ``group`` (collective the first
+    time: every member runs the node at the same point of the same program)."""
+    comm = C.current()
+    buffers = comm.__dict__.setdefault("_graph_buckets", {})
+    key = (group, seq, np.dtype(dtype), count)
+    buf = buffers.get(key)
+    if buf is None:
+        buf = buffers[key] = comm.reduce_buffer(count, dtype, group)
+    return buf
 
 
 ALL_REDUCE_BUCKET_OP = register(OpDef(

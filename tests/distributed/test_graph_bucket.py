@@ -167,14 +167,20 @@ def test_mpi_bucketed_training(tmp_path):
     """Under mpiexec -n 2: one all-reduce call per step for the gradients, the same values
     as unbucketed and one process."""
     run_mpi(tmp_path, """
+        from tessera.distributed import comm as C
         from tests.distributed._mpi import emit
         from tests.distributed.test_graph_bucket import train
-        emit((train(None), train(0)))
+        bucketed = train(None)
+        comm = C.current()
+        # the bucket node's buffer: made once, in shared memory
+        shared = [comm._shm[k[0]].owns(b) for k, b in comm._graph_buckets.items()]
+        emit((bucketed, train(0), shared))
     """)
     want_losses, want_params = one_process()
-    for (losses, params, nodes, calls), (u_losses, u_params, u_nodes, u_calls) in \
+    for (losses, params, nodes, calls), (u_losses, u_params, u_nodes, u_calls), shared in \
             outputs(tmp_path):
         assert (nodes, calls, u_nodes, u_calls) == (1, 2, 4, 5)
+        assert shared == [True]
         np.testing.assert_array_equal(losses, u_losses)
         np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
         for p, q, u in zip(params, want_params, u_params):
