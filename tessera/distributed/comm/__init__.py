@@ -142,7 +142,12 @@ class Communicator:
         values there (the other ranges are left unspecified). ZeRO's flat gradient bucket
         uses it: one member's share is its rows of every gradient, so many ranges. Under MPI
         on one machine ``buf`` from ``reduce_buffer`` is reduced in shared memory, without
-        messages; here: the members' ranges packed for one ``reduce_scatter``."""
+        messages; here: the members' ranges packed for one ``reduce_scatter``.
+
+        >>> buf = np.arange(5.0)  # a world of one: its ranges hold the sum of one value
+        >>> SelfCommunicator().reduce_scatter_ranges_(buf, [[(0, 2), (3, 5)]]).tolist()
+        [0.0, 1.0, 2.0, 3.0, 4.0]
+        """
         flat = buf.reshape(-1)
         me = self._group(group).index(self.rank)
         mine = self.reduce_scatter([_packed(flat, rs) for rs in ranges], group, op)
@@ -154,7 +159,11 @@ class Communicator:
         ``buf`` hold its values; afterwards every rank's ``buf`` holds each member's
         values in that member's ranges (ZeRO's updated shards written into the flat
         parameter bucket). Shared memory under MPI on one machine; here one
-        ``all_gather``."""
+        ``all_gather``.
+
+        >>> SelfCommunicator().all_gather_ranges_(np.arange(3.0), [[(0, 3)]]).tolist()
+        [0.0, 1.0, 2.0]
+        """
         flat = buf.reshape(-1)
         g = self._group(group)
         me = g.index(self.rank)

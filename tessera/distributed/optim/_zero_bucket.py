@@ -52,7 +52,15 @@ def _fits(p: Tensor, rank: int) -> bool:
 def make_buckets(params: list) -> dict:
     """``id(param) -> (bucket, index)`` for the ``params`` that fit a bucket, one bucket per
     placement and dtype, made in the order of ``params`` (collective: every rank of a
-    placement makes its buckets in the same order)."""
+    placement makes its buckets in the same order).
+
+    >>> import tessera
+    >>> p = tessera.placement("cpu", ranks=[0])
+    >>> w = tessera.nn.Parameter(tessera.ones(4, 2).to_global(p, tessera.sbp.broadcast))
+    >>> (bucket, i), = make_buckets([w]).values()
+    >>> bucket.ranges, bucket.shard(i).sbp  # rank 0's rows: elements 0-8 of the bucket
+    ([[(0, 8)]], (tessera.sbp.split(dim=0),))
+    """
     if is_tracing():
         return {}
     rank = C.current().rank
