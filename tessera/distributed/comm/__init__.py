@@ -265,7 +265,13 @@ class SelfCommunicator(Communicator):
 # ---- which communicator this code runs under ----------------------------------------------
 # A FakeWorld rank (a thread) sees its own communicator; a process sees one communicator,
 # made on first use: MPI when the process was started by mpiexec, else a world of one.
-_thread = threading.local()
+class _ThreadComm(threading.local):
+    # a class default: reading an unset threading.local attribute raises and catches an
+    # AttributeError (about 1 us), and every op on a global tensor asks for the communicator
+    comm: Communicator | None = None
+
+
+_thread = _ThreadComm()
 _process: list[Communicator] = []
 _explicit: list[bool] = [False]
 
@@ -279,7 +285,7 @@ def launched_by_mpi() -> bool:
 
 def current() -> Communicator:
     """The communicator of the calling rank."""
-    c = getattr(_thread, "comm", None)
+    c = _thread.comm
     if c is not None:
         return c
     if not _process:
@@ -302,7 +308,7 @@ def set_process_comm(comm: Communicator | None, explicit: bool = True) -> None:
 def is_initialized() -> bool:
     """A communicator of more than this process is set up (or ``init_process_group`` ran),
     or this process was started by an MPI launcher (its communicator starts on first use)."""
-    if getattr(_thread, "comm", None) is not None or _explicit[0]:
+    if _thread.comm is not None or _explicit[0]:
         return True
     if _process:
         return not isinstance(_process[0], SelfCommunicator)
