@@ -117,8 +117,46 @@ def _box_infer(x: Meta, shape, src, dst, group, index, seq):
 def _box_kernel(x, shape, src, dst, group, index, seq):
     from tessera.distributed.boxing import box_1d
     _check_step("boxing")
+    rows = _BY_ROWS.get((src, dst))
+    if rows is not None and len(group) > 1 and type(x) is np.ndarray and x.size and \
+            x.dtype.char in "fd" and shape[0] >= len(group):
+        return rows(x, tuple(shape), tuple(group), index, seq)
     return _fresh(box_1d(x, tuple(shape), _sbp(src), _sbp(dst), tuple(group), index,
                          C.current()), x)
+
+
+def _row_ranges(shape: tuple, n: int) -> list:
+    """Each member's rows of a C-ordered ``shape`` split(0) over ``n``, as flat ranges."""
+    from tessera.distributed.sbp import split_range
+    row = int(np.prod(shape[1:], dtype=np.int64))
+    return [[(a * row, b * row)] for a, b in (split_range(shape[0], n, k) for k in range(n))]
+
+
+def _p_to_s0(x, shape, group, index, seq):
+    """partial_sum -> split(0) (ZeRO's gradient): the tile copied into the node's reduce
+    buffer, which is reduce-scattered by rows in place; the result is a view of this
+    rank's rows (shared memory under MPI on one machine: no messages)."""
+    buf = _reduce_buffer(x.size, x.dtype, group, seq)
+    np.copyto(buf.reshape(shape), x)
+    ranges = _row_ranges(shape, len(group))
+    C.current().reduce_scatter_ranges_(buf, ranges, group)
+    a, b = ranges[index][0]
+    return buf[a:b].reshape((-1,) + shape[1:])
+
+
+def _s0_to_b(x, shape, group, index, seq):
+    """split(0) -> broadcast (ZeRO's updated parameter): this rank's rows written into the
+    node's reduce buffer, which is all-gathered by rows in place; the result is the buffer."""
+    buf = _reduce_buffer(int(np.prod(shape, dtype=np.int64)), x.dtype, group, seq)
+    ranges = _row_ranges(shape, len(group))
+    a, b = ranges[index][0]
+    np.copyto(buf[a:b].reshape(x.shape), x)
+    C.current().all_gather_ranges_(buf, ranges, group)
+    return buf.reshape(shape)
+
+
+# conversions that run on the node's own reduce buffer (see _reduce_buffer)
+_BY_ROWS = {("P", "S(0)"): _p_to_s0, ("S(0)", "B"): _s0_to_b}
 
 
 BOXING_OP = register(OpDef("boxing", _box_infer, {"cpu": _box_kernel}, grad=None, save=(),
@@ -158,8 +196,11 @@ def _bucket_kernel(*xs, group, index, seq):
 
 
 def _reduce_buffer(count: int, dtype, group: tuple, seq: int) -> np.ndarray:
-    """The reduce buffer of the bucket node ``seq`` over ``group`` (collective the first
-    time: every member runs the node at the same point of the same program)."""
+    """The reduce buffer of the collective node ``seq`` over ``group`` (collective the
+    first time: every member runs the node at the same point of the same program). Kept
+    for the next steps, so a graph holds one such buffer per node that uses one (an
+    all-reduce bucket; a parameter's partial_sum -> split(0) and split(0) -> broadcast
+    under ZeRO): memory traded for collectives without messages on one machine."""
     comm = C.current()
     buffers = comm.__dict__.setdefault("_graph_buckets", {})
     key = (group, seq, np.dtype(dtype), count)

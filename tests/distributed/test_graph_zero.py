@@ -248,3 +248,27 @@ def test_mpi_zero_stage3_graph(tmp_path):
         for p, q in zip(params, want_params):
             np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
         assert [s for s, _ in held] == ["S(0)"] * 4
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_mpi_zero_graph_boxes_rows_in_shared_memory(tmp_path, n):
+    """Under mpiexec: a parameter's partial_sum -> split(0) and split(0) -> broadcast nodes
+    run on their own shared reduce buffers (a reduce-scatter and an all-gather by rows, no
+    messages), with the same values as one process, uneven splits (3 and 8 rows on 3
+    ranks) and micro-batches included."""
+    run_mpi(tmp_path, """
+        from tessera.distributed import comm as C
+        from tests.distributed._mpi import emit
+        from tests.distributed.test_graph_zero import train
+        got = [train(2)[:2], train(1)[:2], train(2, micro_batches=2)[:2]]
+        comm = C.current()
+        shared = [comm._shm[k[0]].owns(b) for k, b in comm._graph_buckets.items()]
+        emit((got, shared))
+    """, n=n)
+    want = [train(None)[:2], train(None)[:2], train(None, micro_batches=2)[:2]]
+    for got, shared in outputs(tmp_path, n):
+        assert len(shared) >= 4 and all(shared)
+        for (losses, params), (w_losses, w_params) in zip(got, want):
+            np.testing.assert_allclose(losses, w_losses, rtol=1e-12)
+            for p, q in zip(params, w_params):
+                np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
