@@ -51,11 +51,18 @@ class Recycler:
         self.pool: list = []
 
     def take(self) -> np.ndarray:
-        """An array of the recycler's shape and dtype, with undefined contents."""
+        """An array of the recycler's shape and dtype, with undefined contents, starting on
+        a cache line (as the arena's buffers do)."""
         pool = self.pool
-        buf = pool.pop() if pool else np.empty(max(self.nbytes, 1), np.uint8)
+        buf = pool.pop() if pool else _aligned(max(self.nbytes, 1))
         del pool[self.keep:]  # more came back than one step needs: let them go
         return np.asarray(_Lease(buf, pool, self.shape, self.typestr))
+
+
+def _aligned(n: int) -> np.ndarray:
+    raw = np.empty(n + 64, np.uint8)
+    skip = -raw.ctypes.data % 64
+    return raw[skip:skip + n]
 
 
 def recycled(a: np.ndarray) -> bool:

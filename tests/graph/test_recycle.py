@@ -63,3 +63,26 @@ def test_recycler_hands_out_arrays_of_its_kind(shape, dtype):
     assert a.shape == shape and a.dtype == dtype and a.flags.writeable and a.flags.c_contiguous
     a[...] = 7
     assert (a == 7).all()
+
+
+def test_outputs_start_on_a_cache_line():
+    r = Recycler((1000,), np.float32)
+    assert all(r.take().ctypes.data % 64 == 0 for _ in range(3))
+
+
+class TwoViews(tessera.nn.Graph):
+    def build(self, x):
+        y = tessera.exp(x * 0.5)
+        return y, y.view(2, -1), y
+
+
+def test_a_result_returned_with_its_view_and_twice():
+    g, x = TwoViews(), _x(0)
+    a, b, c = g(x)
+    want = np.exp(x.numpy().astype(np.float64) * 0.5)
+    for t in (a, b.reshape(-1), c):
+        np.testing.assert_allclose(t.numpy(), want, rtol=1e-6)
+    keep = a.numpy().copy()
+    del b, c
+    g(_x(1))   # a is still alive: the next step must not write into its buffer
+    np.testing.assert_array_equal(a.numpy(), keep)
