@@ -220,6 +220,7 @@ class _Blas(NamedTuple):
     set_threads: Callable
     get_threads: Callable
     ilp64: bool
+    axpy: dict          # dtype -> cblas_?axpy(n, alpha, x, incx, y, incy): y += alpha x
 
 
 @functools.lru_cache(maxsize=1)
@@ -245,7 +246,16 @@ def _blas() -> _Blas | None:
             st.argtypes, st.restype, gt.argtypes, gt.restype = [ctypes.c_int], None, [], \
                 ctypes.c_int
             addr = (ctypes.cast(f, ctypes.c_void_p).value for f in (s, d))
-            return _Blas(*addr, st, gt, bool(suf))
+            axpy = {}
+            n = ctypes.c_int64 if suf else ctypes.c_int
+            for t, dt, real in (("s", np.float32, ctypes.c_float), ("d", np.float64,
+                                                                   ctypes.c_double)):
+                f = getattr(lib, f"{pre}cblas_{t}axpy{suf}", None)
+                if f is not None:
+                    f.argtypes = [n, real, ctypes.c_void_p, n, ctypes.c_void_p, n]
+                    f.restype = None
+                    axpy[np.dtype(dt)] = f
+            return _Blas(*addr, st, gt, bool(suf), axpy)
     return None
 
 

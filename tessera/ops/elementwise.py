@@ -551,13 +551,39 @@ FAST_OPERATORS.update({"__add__": (_ADD, {"alpha": 1}), "__sub__": (_SUB, {"alph
 
 
 def _inplace_add(t, a, b, alpha=1):
+    if alpha != 1 and _axpy(t, a, b, alpha):
+        return
     np.add(a, b if alpha == 1 else np.multiply(b, _alpha(alpha, t.dtype)), out=t,
            casting="unsafe")
 
 
 def _inplace_sub(t, a, b, alpha=1):
+    if alpha != 1 and _axpy(t, a, b, -alpha):
+        return
     np.subtract(a, b if alpha == 1 else np.multiply(b, _alpha(alpha, t.dtype)), out=t,
                 casting="unsafe")
+
+
+AXPY_MIN = 1 << 15  # elements: below this NumPy's two calls cost less than BLAS's one
+
+
+def _axpy(t, a, b, alpha) -> bool:
+    """``t += alpha * b`` (``t`` is ``a``: an in-place ``add_`` such as an optimizer's
+    ``p.add_(g, alpha=-lr)``) as one BLAS axpy, without NumPy's temporary ``alpha * b`` of
+    the parameter's size (freshly faulted memory for a large one, every step); whether it
+    ran. Rounds ``a + alpha * b`` once (a fused multiply-add) where NumPy rounds twice."""
+    if a is not t or type(b) is not np.ndarray or b.dtype != t.dtype or \
+            b.shape != t.shape or t.size < AXPY_MIN or type(alpha) not in (int, float) or \
+            not (t.flags.c_contiguous and b.flags.c_contiguous) or \
+            np.may_share_memory(t, b):
+        return False
+    from tessera.codegen.conv_kernels import _blas
+    blas = _blas()
+    f = None if blas is None else blas.axpy.get(t.dtype)
+    if f is None:
+        return False
+    f(t.size, alpha, b.ctypes.data, 1, t.ctypes.data, 1)
+    return True
 
 
 _ADD.inplace_kernels["cpu"] = _inplace_kernel(_inplace_add)
