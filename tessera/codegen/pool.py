@@ -144,21 +144,19 @@ void tsr_pool_run(item_fn item, const int64_t* ctx, int64_t n, int threads) {
 /* a call: ctx = [function, nargs, rows of nargs int64 arguments, results]; item i calls
    the function with row i and stores what it returns (int64; meaningful only for a
    function that returns an integer) */
-typedef int64_t (*f0)(void);
 #define A(j) row[j]
+#define T int64_t
 int64_t tsr_pool_call_item(const int64_t* ctx, int64_t i) {
     intptr_t f = (intptr_t)ctx[0];
     int64_t n = ctx[1];
     const int64_t* row = (const int64_t*)(intptr_t)ctx[2] + i * n;
     int64_t r;
     switch (n) {
-    case 0: r = ((int64_t (*)(void))f)(); break;
-    case 1: r = ((int64_t (*)(int64_t))f)(A(0)); break;
-    case 2: r = ((int64_t (*)(int64_t, int64_t))f)(A(0), A(1)); break;
-    case 3: r = ((int64_t (*)(int64_t, int64_t, int64_t))f)(A(0), A(1), A(2)); break;
-    case 4: r = ((int64_t (*)(int64_t, int64_t, int64_t, int64_t))f)(A(0), A(1), A(2), A(3));
-        break;
-#define T int64_t
+    case 0: r = ((T (*)(void))f)(); break;
+    case 1: r = ((T (*)(T))f)(A(0)); break;
+    case 2: r = ((T (*)(T, T))f)(A(0), A(1)); break;
+    case 3: r = ((T (*)(T, T, T))f)(A(0), A(1), A(2)); break;
+    case 4: r = ((T (*)(T, T, T, T))f)(A(0), A(1), A(2), A(3)); break;
     case 5: r = ((T (*)(T, T, T, T, T))f)(A(0), A(1), A(2), A(3), A(4)); break;
     case 6: r = ((T (*)(T, T, T, T, T, T))f)(A(0), A(1), A(2), A(3), A(4), A(5)); break;
     case 7: r = ((T (*)(T, T, T, T, T, T, T))f)(A(0), A(1), A(2), A(3), A(4), A(5), A(6));
@@ -175,11 +173,11 @@ int64_t tsr_pool_call_item(const int64_t* ctx, int64_t i) {
     default: r = ((T (*)(T, T, T, T, T, T, T, T, T, T, T, T))f)(A(0), A(1), A(2), A(3), A(4),
                                                                  A(5), A(6), A(7), A(8), A(9),
                                                                  A(10), A(11)); break;
-#undef T
     }
     ((int64_t*)(intptr_t)ctx[3])[i] = r;
     return r;
 }
+#undef T
 #undef A
 
 /* one product of a batch: ctx = [p, a, b, c, itemsize], p[] = nb M N K transA transB lda

@@ -92,7 +92,7 @@ class Executor:
     """
 
     def __init__(self, g: Graph, plan: bool = True, codegen: bool = True):
-        from tessera.graph.memory import plan_memory
+        from tessera.graph.memory import aligned_bytes, plan_memory
         self.graph = g
         slot: dict[int, int] = {}
 
@@ -115,7 +115,7 @@ class Executor:
                                 if plan else set(),
                                 frozenset(i for i, f in enumerate(outs_fn)
                                           if getattr(f, "reads_around", False)))
-        self.arena = _aligned_bytes(self.plan.arena_bytes)
+        self.arena = aligned_bytes(self.plan.arena_bytes)
         last_use = _last_uses(g)
         steps = []
         for i, n in enumerate(g.nodes):
@@ -246,15 +246,6 @@ class Executor:
                 "intermediate_bytes_peak": peak, "variable_bytes": params,
                 "inplace_nodes": len(self.plan.inplace),
                 "written_into_variables": len(self.plan.into_var)}
-
-
-def _aligned_bytes(n: int) -> np.ndarray:
-    """``n`` bytes starting on a cache line (NumPy only promises 16-byte alignment), so
-    every planned buffer (offsets are multiples of ALIGN) is cache-line aligned too."""
-    from tessera.graph.memory import ALIGN
-    raw = np.empty(n + ALIGN, np.uint8)
-    skip = -raw.ctypes.data % ALIGN
-    return raw[skip:skip + n]
 
 
 def _generate(g: Graph) -> dict:

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tessera.graph.ir import Graph, Value
 
-__all__ = ["MemoryPlan", "plan_memory", "ALIGN"]
+__all__ = ["MemoryPlan", "plan_memory", "ALIGN", "aligned_bytes"]
 
 ALIGN = 64  # bytes: cache-line aligned buffers
 
@@ -174,3 +176,12 @@ def _place(intervals: dict) -> tuple[dict, int]:
         offsets[key] = off
         total = max(total, off + size)
     return offsets, total
+
+
+def aligned_bytes(n: int) -> np.ndarray:
+    """``n`` bytes starting on a cache line (NumPy only promises 16-byte alignment): the
+    arena (every planned buffer is then aligned too: offsets are multiples of ALIGN) and
+    the pooled graph results."""
+    raw = np.empty(n + ALIGN, np.uint8)
+    skip = -raw.ctypes.data % ALIGN
+    return raw[skip:skip + n]

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.graph.memory import aligned_bytes
+
 __all__ = ["Recycler", "recycled", "MIN_BYTES"]
 
 # below this, malloc serves the output from its heap (no page faults): nothing to recycle
@@ -54,15 +56,9 @@ class Recycler:
         """An array of the recycler's shape and dtype, with undefined contents, starting on
         a cache line (as the arena's buffers do)."""
         pool = self.pool
-        buf = pool.pop() if pool else _aligned(max(self.nbytes, 1))
+        buf = pool.pop() if pool else aligned_bytes(max(self.nbytes, 1))
         del pool[self.keep:]  # more came back than one step needs: let them go
         return np.asarray(_Lease(buf, pool, self.shape, self.typestr))
-
-
-def _aligned(n: int) -> np.ndarray:
-    raw = np.empty(n + 64, np.uint8)
-    skip = -raw.ctypes.data % 64
-    return raw[skip:skip + n]
 
 
 def recycled(a: np.ndarray) -> bool:
