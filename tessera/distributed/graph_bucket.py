@@ -9,11 +9,12 @@ all-reduce where it stands, holds it in a pending bucket, which is emitted as on
 that in place and hands out views of it) at the first of:
 
 * a node that reads one of the bucket's results (so nothing runs on an unreduced value);
-* any other collective (``boxing``, ``send``/``recv``, ``sbp_local``, a bucket): each rank's
-  sequence of collectives stays the original one with runs of all-reduces merged, and the
-  ranks of a group, which run the same program, merge the same runs;
-* an all-reduce over another group or of another dtype, or one that would take the bucket
-  past ``cap_bytes`` (DDP's ``bucket_cap_mb``, 25 MB by default);
+* any other collective (a communicating ``boxing``, ``send``/``recv``, ``sbp_local``, a
+  bucket): each rank's sequence of collectives stays the original one with runs of
+  all-reduces merged, and the ranks of a group, which run the same program, merge the
+  same runs;
+* a conversion of another kind, over another group or of another dtype, or one that
+  would take the bucket past ``cap_bytes`` (DDP's ``bucket_cap_mb``, 25 MB by default);
 * the end of the program.
 
 Moving an all-reduce later changes no value (the sum of a concatenation is the
@@ -21,6 +22,13 @@ concatenation of the sums), only how many collectives a step makes: a data-paral
 four gradient all-reduces become one. ``nn.Graph`` runs it after the pass pipeline (which
 drops the ``clone`` autograd makes of each gradient: a reader that would flush every
 bucket at once); ``graph.config.set_bucket_cap_mb(0)`` turns it off.
+
+ZeRO's conversions are bucketed the same way, as DeepSpeed's ``reduce_bucket_size`` and
+``allgather_bucket_size`` do: runs of partial_sum -> split(0) (the gradients) become one
+``reduce_scatter_bucket``, runs of split(0) -> broadcast (the updated shards) one
+``all_gather_bucket``; each member's share of a bucket is its rows of every tensor in it.
+At stage 2 a gradient is then reduce-scattered with its bucket rather than at once, so
+the full gradients of up to one bucket live together, as in DDP.
 
 >>> from tessera.graph.ir import Graph
 >>> g = Graph.parse('''graph(%a: float32[2, 3], %b: float32[4]) {
@@ -39,27 +47,39 @@ graph(%a: float32[2, 3], %b: float32[4]) {
 from __future__ import annotations
 
 from tessera.graph.ir import Graph, Node, Value
-from tessera.ops.registry import REGISTRY
+from tessera.ops.registry import REGISTRY, Meta
 
 __all__ = ["run", "DEFAULT_CAP_MB"]
 
 DEFAULT_CAP_MB = 25.0
-_COLLECTIVES = frozenset({"boxing", "send", "recv", "sbp_local", "all_reduce_bucket"})
+_BUCKETS = {("P", "B"): "all_reduce_bucket", ("P", "S(0)"): "reduce_scatter_bucket",
+            ("S(0)", "B"): "all_gather_bucket"}
+_COLLECTIVES = frozenset({"boxing", "send", "recv", "sbp_local", *_BUCKETS.values()})
 
 
-def _all_reduce(n: Node) -> bool:
-    """A communicating partial_sum -> broadcast over more than one rank."""
+def _bucket_op(n: Node) -> str | None:
+    """The bucket op that may take ``n`` in: a communicating conversion over more than one
+    rank of a kind that has one (ZeRO's by rows only where they run on a reduce buffer)."""
+    from tessera.distributed.graph_ops import rows_bucketable
     a = n.attrs
-    return (n.op.name == "boxing" and a.get("src") == "P" and a.get("dst") == "B"
-            and a.get("seq") is not None and len(a.get("group", ())) > 1)
+    if n.op.name != "boxing" or a.get("seq") is None or len(a.get("group", ())) < 2:
+        return None
+    name = _BUCKETS.get((a.get("src"), a.get("dst")))
+    if name is None or name == "all_reduce_bucket":
+        return name
+    x = n.inputs[0]
+    return name if rows_bucketable(Meta(x.shape, x.dtype), tuple(a["shape"]),
+                                   tuple(a["group"])) else None
 
 
-def _merged(g: Graph, bucket: list[Node]) -> tuple[Node, dict[int, Value]]:
-    """One ``all_reduce_bucket`` node for ``bucket``, and old output -> new value."""
+def _merged(g: Graph, bucket: list[Node], name: str) -> tuple[Node, dict[int, Value]]:
+    """One ``name`` node for ``bucket``, and old output -> new value."""
     first = bucket[0]
-    node = Node(REGISTRY["all_reduce_bucket"], [n.inputs[0] for n in bucket],
-                {"group": first.attrs["group"], "index": first.attrs["index"],
-                 "seq": first.attrs["seq"]}, [], "")
+    attrs = {"group": first.attrs["group"], "index": first.attrs["index"],
+             "seq": first.attrs["seq"]}
+    if name == "all_gather_bucket":  # (a tile does not tell its tensor's shape)
+        attrs = {"shapes": tuple(tuple(n.attrs["shape"]) for n in bucket), **attrs}
+    node = Node(REGISTRY[name], [n.inputs[0] for n in bucket], attrs, [], "")
     rename = {}
     for i, n in enumerate(bucket):
         old = n.outputs[0]
@@ -69,14 +89,15 @@ def _merged(g: Graph, bucket: list[Node]) -> tuple[Node, dict[int, Value]]:
 
 
 def run(g: Graph, cap_bytes: int) -> bool:
-    """Merge runs of all-reduces of ``g`` into buckets of at most ``cap_bytes`` (a single
-    all-reduce bigger than that stays alone); whether ``g`` changed."""
+    """Merge runs of all-reduces (and of ZeRO's reduce-scatters, and of its all-gathers)
+    of ``g`` into buckets of at most ``cap_bytes`` (a single one bigger than that stays
+    alone); whether ``g`` changed."""
     if cap_bytes <= 0:
         return False
     out: list[Node] = []
     rename: dict[int, Value] = {}
     bucket: list[Node] = []
-    held: set[int] = set()  # ids of the pending all-reduces' outputs
+    held: set[int] = set()  # ids of the pending collectives' outputs
     size = 0
     changed = False
 
@@ -85,7 +106,7 @@ def run(g: Graph, cap_bytes: int) -> bool:
         if len(bucket) == 1:
             out.append(bucket[0])
         elif bucket:
-            node, new = _merged(g, bucket)
+            node, new = _merged(g, bucket, _bucket_op(bucket[0]))
             out.append(node)
             rename.update(new)
             changed = True
@@ -94,17 +115,17 @@ def run(g: Graph, cap_bytes: int) -> bool:
         size = 0
 
     for n in g.nodes:
-        merge = _all_reduce(n)
+        merge = _bucket_op(n) is not None
         if bucket and (any(id(v) in held for v in n.tensor_inputs)
-                       or (not merge and n.op.name in _COLLECTIVES)
-                       or (merge and (_key(n) != _key(bucket[0]) or size + n.outputs[0].nbytes
-                                      > cap_bytes))):
+                       or (not merge and _communicates(n))
+                       or (merge and (_key(n) != _key(bucket[0])
+                                      or size + _bytes(n) > cap_bytes))):
             flush()
         n.inputs = [rename.get(id(v), v) if isinstance(v, Value) else v for v in n.inputs]
         if merge:
             bucket.append(n)
             held.add(id(n.outputs[0]))
-            size += n.outputs[0].nbytes
+            size += _bytes(n)
         else:
             out.append(n)
     flush()
@@ -115,5 +136,16 @@ def run(g: Graph, cap_bytes: int) -> bool:
     return changed
 
 
+def _communicates(n: Node) -> bool:
+    """A collective (a local boxing, B -> S or -> P, is not one and has no ``seq``)."""
+    return n.op.name in _COLLECTIVES and n.attrs.get("seq") is not None
+
+
 def _key(n: Node) -> tuple:
-    return tuple(n.attrs["group"]), n.outputs[0].dtype
+    return _bucket_op(n), tuple(n.attrs["group"]), n.outputs[0].dtype
+
+
+def _bytes(n: Node) -> int:
+    """The bytes ``n`` takes in a bucket: its whole tensor (a reduce-scatter's input, an
+    all-gather's result)."""
+    return max(n.inputs[0].nbytes, n.outputs[0].nbytes)

@@ -12,7 +12,9 @@ kernel calls the communicator when the compiled step runs:
 * ``sbp_local``: a signature with its own local computation that communicates
   (synchronised batch norm, the mean loss's global count, dropout's agreed seed);
 * ``all_reduce_bucket``: several partial_sum -> broadcast conversions over one group as a
-  single all-reduce (made by the ``graph_bucket`` pass, not by tracing).
+  single all-reduce; ``reduce_scatter_bucket`` and ``all_gather_bucket`` the same for
+  ZeRO's partial_sum -> split(0) and split(0) -> broadcast (made by the ``graph_bucket``
+  pass, not by tracing).
 
 They are registered ops (``tessera.ops.REGISTRY``), not a second table beside it:
 DESIGN.md section 1 has eager execution, tracing, distributed execution and every
@@ -55,7 +57,8 @@ from tessera.autograd.grad_mode import no_grad
 from tessera.distributed import comm as C
 from tessera.ops.registry import Meta, OpDef, register
 
-__all__ = ["BOXING_OP", "ALL_REDUCE_BUCKET_OP", "SEND_OP", "RECV_OP", "SBP_LOCAL_OP",
+__all__ = ["BOXING_OP", "ALL_REDUCE_BUCKET_OP", "REDUCE_SCATTER_BUCKET_OP",
+           "ALL_GATHER_BUCKET_OP", "SEND_OP", "RECV_OP", "SBP_LOCAL_OP",
            "traced_box", "traced_send", "traced_recv", "traced_local", "in_step",
            "step_running"]
 
@@ -125,34 +128,67 @@ def _box_kernel(x, shape, src, dst, group, index, seq):
                          C.current()), x)
 
 
-def _row_ranges(shape: tuple, n: int) -> list:
-    """Each member's rows of a C-ordered ``shape`` split(0) over ``n``, as flat ranges."""
+def _rows_layout(shapes, n: int) -> tuple[list[int], list[list], int]:
+    """Where C-ordered tensors of ``shapes``, each split(0) over ``n``, lie in one flat
+    bucket: each one's offset, each member's rows of every one as flat ranges, and the
+    bucket's size."""
     from tessera.distributed.sbp import split_range
-    row = int(np.prod(shape[1:], dtype=np.int64))
-    return [[(a * row, b * row)] for a, b in (split_range(shape[0], n, k) for k in range(n))]
+    offsets, ranges, start = [], [[] for _ in range(n)], 0
+    for shape in shapes:
+        row = int(np.prod(shape[1:], dtype=np.int64))
+        offsets.append(start)
+        for k in range(n):
+            a, b = split_range(shape[0], n, k)
+            ranges[k].append((start + a * row, start + b * row))
+        start += shape[0] * row
+    return offsets, ranges, start
+
+
+def _scatter_rows(xs, group: tuple, index: int, seq: int) -> tuple:
+    """partial_sum -> split(0) of the tiles ``xs`` (ZeRO's gradients), each copied into the
+    node's reduce buffer, which is reduce-scattered by rows in place: one collective for
+    all of them. The results are views of this rank's rows (shared memory under MPI on one
+    machine: no messages)."""
+    shapes = [x.shape for x in xs]
+    offsets, ranges, total = _rows_layout(shapes, len(group))
+    flat = _reduce_buffer(total, xs[0].dtype, group, seq)
+    for x, o in zip(xs, offsets):  # (a strided copy when a gradient is a transposed view)
+        np.copyto(flat[o:o + x.size].reshape(x.shape), x)
+    C.current().reduce_scatter_ranges_(flat, ranges, group)
+    return tuple(flat[a:b].reshape(((b - a) // _row(s),) + s[1:])
+                 for (a, b), s in zip(ranges[index], shapes))
+
+
+def _gather_rows(xs, shapes, group: tuple, index: int, seq: int) -> tuple:
+    """split(0) -> broadcast of the tiles ``xs`` to the logical ``shapes`` (ZeRO's updated
+    parameters): this rank's rows written into the node's reduce buffer, which is
+    all-gathered by rows in place; the results are views of the buffer."""
+    offsets, ranges, total = _rows_layout(shapes, len(group))
+    flat = _reduce_buffer(total, xs[0].dtype, group, seq)
+    for x, (a, b) in zip(xs, ranges[index]):
+        np.copyto(flat[a:b].reshape(x.shape), x)
+    C.current().all_gather_ranges_(flat, ranges, group)
+    return tuple(flat[o:o + int(np.prod(s, dtype=np.int64))].reshape(s)
+                 for o, s in zip(offsets, shapes))
+
+
+def _row(shape: tuple) -> int:
+    return int(np.prod(shape[1:], dtype=np.int64))
 
 
 def _p_to_s0(x, shape, group, index, seq):
-    """partial_sum -> split(0) (ZeRO's gradient): the tile copied into the node's reduce
-    buffer, which is reduce-scattered by rows in place; the result is a view of this
-    rank's rows (shared memory under MPI on one machine: no messages)."""
-    buf = _reduce_buffer(x.size, x.dtype, group, seq)
-    np.copyto(buf.reshape(shape), x)
-    ranges = _row_ranges(shape, len(group))
-    C.current().reduce_scatter_ranges_(buf, ranges, group)
-    a, b = ranges[index][0]
-    return buf[a:b].reshape((-1,) + shape[1:])
+    return _scatter_rows((x,), group, index, seq)[0]
 
 
 def _s0_to_b(x, shape, group, index, seq):
-    """split(0) -> broadcast (ZeRO's updated parameter): this rank's rows written into the
-    node's reduce buffer, which is all-gathered by rows in place; the result is the buffer."""
-    buf = _reduce_buffer(int(np.prod(shape, dtype=np.int64)), x.dtype, group, seq)
-    ranges = _row_ranges(shape, len(group))
-    a, b = ranges[index][0]
-    np.copyto(buf[a:b].reshape(x.shape), x)
-    C.current().all_gather_ranges_(buf, ranges, group)
-    return buf.reshape(shape)
+    return _gather_rows((x,), (shape,), group, index, seq)[0]
+
+
+def rows_bucketable(x: Meta, shape: tuple, group: tuple) -> bool:
+    """Whether a partial_sum -> split(0) or split(0) -> broadcast of a tile ``x`` of the
+    logical ``shape`` runs on a reduce buffer by rows (and so may join a bucket of them)."""
+    return x.dtype in (D.float32, D.float64) and len(shape) > 0 and \
+        shape[0] >= len(group) and int(np.prod(shape)) > 0
 
 
 # conversions that run on the node's own reduce buffer (see _reduce_buffer)
@@ -214,6 +250,59 @@ ALL_REDUCE_BUCKET_OP = register(OpDef(
     "all_reduce_bucket", _bucket_infer, {"cpu": _bucket_kernel}, grad=None, save=(),
     doc="partial_sum -> broadcast of several tiles as one all-reduce (graph_bucket)"))
 
+
+
+# ---- buckets of ZeRO's reduce-scatters and all-gathers -------------------------------------
+
+def _rows_check(name: str, xs, shapes, group) -> None:
+    if not xs or any(x.dtype is not xs[0].dtype for x in xs):
+        raise TypeError(f"{name}: needs tiles of one dtype")
+    bad = [s for x, s in zip(xs, shapes) if not rows_bucketable(x, s, tuple(group))]
+    if bad:
+        raise ValueError(f"{name}: cannot split a {xs[0].dtype} tensor of shape {list(bad[0])} "
+                         f"by rows over {len(group)} rank(s)")
+
+
+def _scatter_bucket_infer(*xs: Meta, group, index, seq):
+    from tessera.distributed.boxing import tile_shape
+    from tessera.distributed.sbp import split
+    _rows_check("reduce_scatter_bucket", xs, [x.shape for x in xs], group)
+    return tuple(Meta(tile_shape(x.shape, (split(0),), (index,), (len(group),)), x.dtype)
+                 for x in xs)
+
+
+def _scatter_bucket_kernel(*xs, group, index, seq):
+    _check_step("reduce_scatter_bucket")
+    return _scatter_rows(xs, tuple(group), index, seq)
+
+
+def _gather_bucket_infer(*xs: Meta, shapes, group, index, seq):
+    from tessera.distributed.boxing import tile_shape
+    from tessera.distributed.sbp import split
+    if len(shapes) != len(xs):
+        raise ValueError(f"all_gather_bucket: {len(xs)} tiles for {len(shapes)} shapes")
+    _rows_check("all_gather_bucket", xs, shapes, group)
+    for x, s in zip(xs, shapes):
+        want = tile_shape(tuple(s), (split(0),), (index,), (len(group),))
+        if x.shape != want:
+            raise ValueError(f"all_gather_bucket: member {index} of {len(group)} holds rows "
+                             f"of shape {list(want)} of a {list(s)} tensor, got a tile of "
+                             f"shape {list(x.shape)}")
+    return tuple(Meta(tuple(s), x.dtype) for x, s in zip(xs, shapes))
+
+
+def _gather_bucket_kernel(*xs, shapes, group, index, seq):
+    _check_step("all_gather_bucket")
+    return _gather_rows(xs, [tuple(s) for s in shapes], tuple(group), index, seq)
+
+
+REDUCE_SCATTER_BUCKET_OP = register(OpDef(
+    "reduce_scatter_bucket", _scatter_bucket_infer, {"cpu": _scatter_bucket_kernel},
+    grad=None, save=(), doc="partial_sum -> split(0) of several tiles as one reduce-scatter "
+                            "(graph_bucket)"))
+ALL_GATHER_BUCKET_OP = register(OpDef(
+    "all_gather_bucket", _gather_bucket_infer, {"cpu": _gather_bucket_kernel}, grad=None,
+    save=(), doc="split(0) -> broadcast of several tiles as one all-gather (graph_bucket)"))
 
 # ---- send / recv ---------------------------------------------------------------------------
 

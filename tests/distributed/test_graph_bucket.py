@@ -68,16 +68,56 @@ def test_pass_splits_buckets_at_the_cap_and_never_merges_other_groups_or_dtypes(
 
 
 def test_unbucketable_nodes_are_left_alone():
-    text = """graph(%a: float32[4]) {
+    # a reduce-scatter of a 1-row tensor over 2 ranks is not by rows: a collective of its
+    # own between the two all-reduces, so neither moves
+    text = """graph(%a: float32[4], %b: float32[1]) {
   %0: float32[4] = boxing(%a) {shape=(4,), src='P', dst='B', group=(0, 1), index=0, seq=0}
-  %1: float32[2] = boxing(%a) {shape=(4,), src='B', dst='S(0)', group=(0, 1), index=0, \
-seq=None}
-  %2: float32[4] = boxing(%a) {shape=(4,), src='P', dst='B', group=(0, 1), index=0, seq=1}
+  %1: float32[1] = boxing(%b) {shape=(1,), src='P', dst='S(0)', group=(0, 1), index=0, \
+seq=1}
+  %2: float32[4] = boxing(%a) {shape=(4,), src='P', dst='B', group=(0, 1), index=0, seq=2}
   return (%0, %1, %2)
 }""".replace("\\\n", "")
     g = Graph.parse(text)
-    assert not bucket(g, 25 << 20)  # a collective between them: neither moves
+    assert not bucket(g, 25 << 20)
     assert str(g) == text
+
+
+ZERO = """graph(%w: float32[4, 3], %b: float32[4], %s: float32[2, 3], %t: float32[2]) {
+  %0: float32[2, 3] = boxing(%w) {shape=(4, 3), src='P', dst='S(0)', group=(0, 1), index=0, seq=0}
+  %1: float32[2] = boxing(%b) {shape=(4,), src='B', dst='S(0)', group=(0, 1), index=0, seq=None}
+  %2: float32[2] = boxing(%b) {shape=(4,), src='P', dst='S(0)', group=(0, 1), index=0, seq=1}
+  %3: float32[2, 3] = sub(%s, %0) {alpha=1}
+  %4: float32[2] = sub(%1, %2) {alpha=1}
+  %5: float32[4, 3] = boxing(%3) {shape=(4, 3), src='S(0)', dst='B', group=(0, 1), index=0, seq=2}
+  %6: float32[2] = neg(%t)
+  %7: float32[4] = boxing(%4) {shape=(4,), src='S(0)', dst='B', group=(0, 1), index=0, seq=3}
+  return (%5, %6, %7)
+}"""
+
+# the reduce-scatters wait past a local slice (not a collective) and go at the first
+# reader; the all-gathers, read by nothing, go at the end
+ZERO_BUCKETED = """graph(%w: float32[4, 3], %b: float32[4], %s: float32[2, 3], %t: float32[2]) {
+  %1: float32[2] = boxing(%b) {shape=(4,), src='B', dst='S(0)', group=(0, 1), index=0, \
+seq=None}
+  %8: float32[2, 3], %9: float32[2] = reduce_scatter_bucket(%w, %b) {group=(0, 1), \
+index=0, seq=0}
+  %3: float32[2, 3] = sub(%s, %8) {alpha=1}
+  %4: float32[2] = sub(%1, %9) {alpha=1}
+  %6: float32[2] = neg(%t)
+  %10: float32[4, 3], %11: float32[4] = all_gather_bucket(%3, %4) {shapes=((4, 3), (4,)), \
+group=(0, 1), index=0, seq=2}
+  return (%10, %6, %11)
+}"""
+
+
+def test_pass_merges_zeros_reduce_scatters_and_all_gathers():
+    g = Graph.parse(ZERO)
+    g._count = 8
+    assert bucket(g, 25 << 20)
+    g.verify()
+    assert str(g) == ZERO_BUCKETED.replace("\\\n", "")
+    again = Graph.parse(str(g))  # the text form holds everything the bucket nodes need
+    assert str(again) == str(g)
 
 
 # ---- training -----------------------------------------------------------------------------

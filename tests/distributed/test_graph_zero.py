@@ -11,7 +11,8 @@ from tests.distributed._mpi import outputs, run_mpi
 from tests.distributed.test_graph_global import TrainGraph, X, Y, _data_parallel, _mlp
 
 
-def train(zero_stage: int | None, steps: int = 4, micro_batches: int = 1):
+def train(zero_stage: int | None, steps: int = 4, micro_batches: int = 1,
+          bucket_cap_mb: float = 25.0):
     """Data parallel over the world with AdamW in an nn.Graph (None: one process)."""
     model = _mlp()
     x, y = tessera.tensor(X[:6]), tessera.tensor(Y[:6])
@@ -22,6 +23,7 @@ def train(zero_stage: int | None, steps: int = 4, micro_batches: int = 1):
     if zero_stage:
         g.config.enable_zero(True, stage=zero_stage, shard_min_size=1)
     g.config.set_gradient_accumulation_steps(micro_batches)
+    g.config.set_bucket_cap_mb(bucket_cap_mb)
     losses = [float(g(x, y).detach().numpy()) for _ in range(steps)]
     params = [q.detach().numpy().copy() for q in model.parameters()]
     state = sum(np.asarray(v._data.local if v.is_global else v._data).nbytes
@@ -35,9 +37,12 @@ def train(zero_stage: int | None, steps: int = 4, micro_batches: int = 1):
 
 @pytest.mark.parametrize("stage", [1, 2])
 def test_zero_graph_matches_one_process_with_a_share_of_the_state(stage):
+    """Without buckets (``set_bucket_cap_mb(0)``): one reduce-scatter and one all-gather
+    per parameter."""
     want_losses, want_params, *_ = train(None)
     plain = run(2, train, 0)[0]
-    for losses, params, state, boxing, sbps, mem, ops in run(2, train, stage):
+    for losses, params, state, boxing, sbps, mem, ops in run(2, train, stage,
+                                                               bucket_cap_mb=0):
         np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
         for p, q in zip(params, want_params):
             np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
@@ -54,6 +59,28 @@ def test_zero_graph_matches_one_process_with_a_share_of_the_state(stage):
         first_scatter = ops.index(("boxing", "P", "S(0)"))
         last_matmul = max(i for i, o in enumerate(ops) if o[0] == "matmul")
         assert (first_scatter < last_matmul) == (stage == 2), ops
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_zero_graph_buckets_its_reduce_scatters_and_all_gathers(stage):
+    """With buckets (the default): one reduce-scatter of every gradient and one all-gather
+    of every updated shard a step, the same values."""
+    want_losses, want_params, *_ = train(None)
+    for losses, params, state, boxing, sbps, mem, ops in run(2, train, stage):
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
+        names = [o[0] for o in ops]
+        assert names.count("reduce_scatter_bucket") == 1, ops
+        assert names.count("all_gather_bucket") == 1, ops
+        assert ("P", "S(0)") not in boxing and ("S(0)", "B") not in boxing
+        assert ("P", "B") not in boxing and "all_reduce_bucket" not in names
+        # the gradients are scattered after all of backward, the shards gathered after
+        # the last of the optimizer's arithmetic
+        assert names.index("reduce_scatter_bucket") > max(
+            i for i, o in enumerate(names) if o == "matmul")
+        assert names.index("all_gather_bucket") > max(
+            i for i, o in enumerate(names) if o not in ("all_gather_bucket", "copy"))
 
 
 def test_zero_stage2_with_micro_batches_on_three_ranks():
@@ -147,7 +174,24 @@ def test_zero_within_pipeline_stages():
         assert state < 0.7 * plain_state, (rank, state, plain_state)
 
 
-def train_stage3(steps: int = 4, micro_batches: int = 1):
+# what a bucket node does to each of its members
+_BUCKETED = {"all_reduce_bucket": ("P", "B"), "reduce_scatter_bucket": ("P", "S(0)"),
+             "all_gather_bucket": ("S(0)", "B")}
+
+
+def conversions(g) -> list[tuple[int, str, str]]:
+    """(node index, src, dst) of each communicating conversion of ``g``'s program, a
+    bucket's members one by one."""
+    out = []
+    for i, n in enumerate(g.ir.nodes):
+        if n.op is BOXING_OP and n.attrs["seq"] is not None:
+            out.append((i, n.attrs["src"], n.attrs["dst"]))
+        elif n.op.name in _BUCKETED:
+            out += [(i, *_BUCKETED[n.op.name])] * len(n.inputs)
+    return out
+
+
+def train_stage3(steps: int = 4, micro_batches: int = 1, bucket_cap_mb: float = 25.0):
     """``train`` under ZeRO stage 3; also each parameter's SBP and tile size after it."""
     model = _mlp()
     x, y = _data_parallel(model, tessera.tensor(X[:6]), tessera.tensor(Y[:6]))
@@ -155,20 +199,20 @@ def train_stage3(steps: int = 4, micro_batches: int = 1):
     g = TrainGraph(model, opt)
     g.config.enable_zero(True, stage=3, shard_min_size=1)
     g.config.set_gradient_accumulation_steps(micro_batches)
+    g.config.set_bucket_cap_mb(bucket_cap_mb)
     losses = [float(g(x, y).detach().numpy()) for _ in range(steps)]
     params = [q.detach().numpy().copy() for q in model.parameters()]
     held = [(q.sbp[0].short(), q.to_local().numel()) for q in model.parameters()]
     state = sum(np.asarray(v._data.local if v.is_global else v._data).nbytes
                 for st in opt.state.values() for v in st.values())
-    ops = [(n.op.name, n.attrs.get("src"), n.attrs.get("dst")) for n in g.ir.nodes]
-    return losses, params, held, state, ops, g.memory_stats()
+    return losses, params, held, state, conversions(g), g.memory_stats()
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_zero_stage3_keeps_the_parameters_split(n):
+@pytest.mark.parametrize("n,cap", [(2, 0), (3, 0), (2, 25.0)])
+def test_zero_stage3_keeps_the_parameters_split(n, cap):
     want_losses, want_params, *_ = train(None)
     plain = run(n, train, 0)[0]
-    for losses, params, held, state, ops, mem in run(n, train_stage3):
+    for losses, params, held, state, conv, mem in run(n, train_stage3, bucket_cap_mb=cap):
         np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
         for p, q in zip(params, want_params):
             np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
@@ -179,13 +223,17 @@ def test_zero_stage3_keeps_the_parameters_split(n):
         assert state < 0.7 * plain[2]
         assert mem["variable_bytes"] < 0.7 * plain[5]["variable_bytes"]
         # each parameter all-gathered once for forward and backward, its gradient
-        # reduce-scattered; no all-reduce, nothing gathered after the optimizer
-        boxing = [(s, d) for name, s, d in ops if name == "boxing"]
-        assert boxing.count(("S(0)", "B")) == 4 and boxing.count(("P", "S(0)")) == 4
-        assert ("P", "B") not in boxing and ("all_reduce_bucket", None, None) not in ops
-        last_gather = max(i for i, o in enumerate(ops) if o == ("boxing", "S(0)", "B"))
-        first_scatter = ops.index(("boxing", "P", "S(0)"))
+        # reduce-scattered (in buckets or not); no all-reduce, nothing gathered after the
+        # optimizer
+        kinds = [(s, d) for _, s, d in conv]
+        assert kinds.count(("S(0)", "B")) == 4 and kinds.count(("P", "S(0)")) == 4
+        assert len(kinds) == 8, conv
+        last_gather = max(i for i, s, d in conv if (s, d) == ("S(0)", "B"))
+        first_scatter = min(i for i, s, d in conv if (s, d) == ("P", "S(0)"))
         assert last_gather < first_scatter
+        # buckets: the two parameters of each layer gathered together at its first call
+        # (the matmul reading them ends the bucket), all four gradients scattered together
+        assert len({i for i, *_ in conv}) == (8 if cap == 0 else 3), conv
 
 
 def test_zero_stage3_with_micro_batches_on_three_ranks():

@@ -284,6 +284,19 @@ def test_algebraic_neg_clone_positive():
     }""", [algebraic])
 
 
+def test_algebraic_copy_is_its_source_when_it_neither_broadcasts_nor_casts():
+    check("""graph(%x: float32[2, 3], %y: float32[2, 3], %r: float32[3], %h: float64[2, 3]) {
+      %0: float32[2, 3] = copy(%x, %y)
+      %1: float32[2, 3] = copy(%x, %r)
+      %2: float32[2, 3] = copy(%x, %h)
+      return (%0, %1, %2)
+    }""", """graph(%x: float32[2, 3], %y: float32[2, 3], %r: float32[3], %h: float64[2, 3]) {
+      %1: float32[2, 3] = copy(%x, %r)
+      %2: float32[2, 3] = copy(%x, %h)
+      return (%y, %1, %2)
+    }""", [algebraic])
+
+
 def test_algebraic_permutes_compose():
     check("""graph(%x: float32[2, 3, 4]) {
       %0: float32[3, 2, 4] = permute(%x) {dims=(1, 0, 2)}

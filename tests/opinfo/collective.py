@@ -1,10 +1,13 @@
 """Op-info entries for the collective ops of ``nn.Graph`` on global tensors (``boxing``,
-``sbp_local``, ``all_reduce_bucket``, ``send``/``recv``: ``tessera.distributed.graph_ops``).
+``sbp_local``, ``all_reduce_bucket``, ``reduce_scatter_bucket``, ``all_gather_bucket``,
+``send``/``recv``: ``tessera.distributed.graph_ops``).
 
 They act on one rank's tile, so the table checks what one process can: the conversions
 that need no peer (B->S slices, B->P and S->P, and any conversion on a mesh axis of one
 rank, where every collective is the identity), a split ``mean``'s local computation, an
-all-reduce bucket on one rank, and that a send or receive without a peer raises. Run as a
+all-reduce bucket on one rank, and that a send or receive without a peer raises. ZeRO's
+buckets run on simulated ranks (``FakeWorld``), each its own thread, the way a test of
+``tests/distributed`` does, since a reduce-scatter on one rank would show nothing. Run as a
 compiled step does (``in_step``: their kernels refuse to run anywhere else). The values
 across ranks are tested against one process in ``tests/distributed``.
 """
@@ -111,6 +114,60 @@ def _bucket_samples(rng, dt):
         yield Sample(tuple(make(rng, s, dt) for s in shapes))
 
 
+def _on_ranks(n: int, fn):
+    """``fn(rank)`` on each of ``n`` simulated ranks, inside a compiled step (on one rank:
+    in this thread, so that an ``nn.Graph`` can trace it)."""
+    from tessera.distributed import comm as C
+    from tessera.distributed.comm.fake import FakeWorld
+    from tessera.distributed.graph_ops import in_step
+    if n == 1:
+        with in_step():
+            return [fn(0)]
+
+    def body():
+        with in_step():
+            return fn(C.current().rank)
+    return FakeWorld(n).run(body)
+
+
+def _scatter_bucket(L, n, index, *xs):
+    """ZeRO's reduce-scatter bucket over ``n`` ranks, rank ``k`` holding ``(k + 1) * x`` of
+    each: rank ``index``'s rows of every sum."""
+    scale = n * (n + 1) // 2
+    if L.__name__ != "tessera":
+        return tuple((x * scale).narrow(0, *(lambda a, b: (a, b - a))(
+            *_range(x.shape[0], n, index))).clone() for x in xs)
+    from tessera._dispatch import dispatch
+    from tessera.distributed.graph_ops import REDUCE_SCATTER_BUCKET_OP
+    return _on_ranks(n, lambda k: dispatch(REDUCE_SCATTER_BUCKET_OP, *[x * (k + 1) for x in xs],
+                                           group=tuple(range(n)), index=k, seq=0))[index]
+
+
+def _gather_bucket(L, n, index, *xs):
+    """ZeRO's all-gather bucket over ``n`` ranks, each holding its rows of every ``x``: the
+    whole tensors on rank ``index``."""
+    if L.__name__ != "tessera":
+        return tuple(x.clone() for x in xs)
+    from tessera._dispatch import dispatch
+    from tessera.distributed.graph_ops import ALL_GATHER_BUCKET_OP
+
+    def rows(x, k):
+        a, b = _range(x.shape[0], n, k)
+        return x[a:b]
+    return _on_ranks(n, lambda k: dispatch(
+        ALL_GATHER_BUCKET_OP, *[rows(x, k) for x in xs], shapes=tuple(tuple(x.shape) for x in xs),
+        group=tuple(range(n)), index=k, seq=0))[index]
+
+
+def _rows_bucket_samples(rng, dt):
+    # (ranks, which rank's result, tensor shapes): one rank first (what the graph-mode
+    # table traces: simulated ranks are threads of their own), uneven splits, a rank
+    # of one row
+    for n, index, shapes in [(1, 0, [(2, 3)]), (1, 0, [(3,), (2, 2)]), (2, 0, [(4, 3), (5,)]),
+                             (2, 1, [(4, 3), (5,)]), (3, 2, [(3, 2, 2), (7,), (4, 5)])]:
+        yield Sample((n, index) + tuple(make(rng, s, dt) for s in shapes))
+
+
 def _send_recv(L, x, peer):
     """A send and a receive on a world of one process: there is no peer, and both raise
     (the communicator's error, naming the peer)."""
@@ -132,6 +189,10 @@ register(
     OpInfo("sbp_local", _split_mean, _split_mean_samples, differentiable=False,
            gradcheck=False),
     OpInfo("all_reduce_bucket", _bucket, _bucket_samples, differentiable=False,
+           gradcheck=False),
+    OpInfo("reduce_scatter_bucket", _scatter_bucket, _rows_bucket_samples,
+           differentiable=False, gradcheck=False),
+    OpInfo("all_gather_bucket", _gather_bucket, _rows_bucket_samples, differentiable=False,
            gradcheck=False),
     OpInfo("send_recv", _send_recv, _send_recv_samples, covers=("send", "recv"),
            differentiable=False, gradcheck=False),

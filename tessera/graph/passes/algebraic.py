@@ -10,8 +10,9 @@ promotes is not ``x``). Deliberately absent: ``x * 0 -> 0`` (wrong for NaN and i
 accepted as XLA and Inductor accept it.
 
 The graph is functional (values are immutable; the executor copies returned values), so
-``clone`` is an identity; ``contiguous``, ``reshape`` and ``to`` trace to ``view``/``cast``
-or to nothing, and are covered by those rules.
+``clone`` is an identity and ``copy`` (``x.copy_(src)``) is ``src``; ``contiguous``,
+``reshape`` and ``to`` trace to ``view``/``cast`` or to nothing, and are covered by those
+rules.
 
 >>> from tessera.graph.ir import Graph
 >>> g = Graph.parse('''graph(%x: float32[2, 3]) {
@@ -105,6 +106,14 @@ def _identity(n: Node, emit):
     """clone(x), positive(x): x itself (values are immutable)."""
     x = n.inputs[0]
     return x if _same(x, n.outputs[0]) else None
+
+
+def _copy(n: Node, emit):
+    """copy(x, src) (``x.copy_(src)`` traced) -> src, when src already has x's shape and
+    dtype: the destination's old value is never read (ZeRO's updated shard copied into the
+    parameter's slice before it is gathered)."""
+    src = n.inputs[1]
+    return src if _same(src, n.outputs[0]) else None
 
 
 def _involution(n: Node, emit):
@@ -235,6 +244,7 @@ RULES = {
     "div": _div,
     "clone": _identity,
     "positive": _identity,
+    "copy": _copy,
     "neg": _involution,
     "permute": _permute,
     "view": _reshape,
