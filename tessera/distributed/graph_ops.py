@@ -48,6 +48,7 @@ it does not fuse.
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -128,10 +129,11 @@ def _box_kernel(x, shape, src, dst, group, index, seq):
                          C.current()), x)
 
 
-def _rows_layout(shapes, n: int) -> tuple[list[int], list[list], int]:
+@functools.lru_cache(maxsize=256)
+def _rows_layout(shapes: tuple, n: int) -> tuple[list[int], list[list], int]:
     """Where C-ordered tensors of ``shapes``, each split(0) over ``n``, lie in one flat
     bucket: each one's offset, each member's rows of every one as flat ranges, and the
-    bucket's size."""
+    bucket's size (the same every step: computed once)."""
     from tessera.distributed.sbp import split_range
     offsets, ranges, start = [], [[] for _ in range(n)], 0
     for shape in shapes:
@@ -149,11 +151,11 @@ def _scatter_rows(xs, group: tuple, index: int, seq: int) -> tuple:
     node's reduce buffer, which is reduce-scattered by rows in place: one collective for
     all of them. The results are views of this rank's rows (shared memory under MPI on one
     machine: no messages)."""
-    shapes = [x.shape for x in xs]
+    shapes = tuple(x.shape for x in xs)
     offsets, ranges, total = _rows_layout(shapes, len(group))
     flat = _reduce_buffer(total, xs[0].dtype, group, seq)
     for x, o in zip(xs, offsets):  # (a strided copy when a gradient is a transposed view)
-        np.copyto(flat[o:o + x.size].reshape(x.shape), x)
+        _put(flat[o:o + x.size].reshape(x.shape), x)
     C.current().reduce_scatter_ranges_(flat, ranges, group)
     return tuple(flat[a:b].reshape(((b - a) // _row(s),) + s[1:])
                  for (a, b), s in zip(ranges[index], shapes))
@@ -163,10 +165,10 @@ def _gather_rows(xs, shapes, group: tuple, index: int, seq: int) -> tuple:
     """split(0) -> broadcast of the tiles ``xs`` to the logical ``shapes`` (ZeRO's updated
     parameters): this rank's rows written into the node's reduce buffer, which is
     all-gathered by rows in place; the results are views of the buffer."""
-    offsets, ranges, total = _rows_layout(shapes, len(group))
+    offsets, ranges, total = _rows_layout(tuple(shapes), len(group))
     flat = _reduce_buffer(total, xs[0].dtype, group, seq)
     for x, (a, b) in zip(xs, ranges[index]):
-        np.copyto(flat[a:b].reshape(x.shape), x)
+        _put(flat[a:b].reshape(x.shape), x)
     C.current().all_gather_ranges_(flat, ranges, group)
     return tuple(flat[o:o + int(np.prod(s, dtype=np.int64))].reshape(s)
                  for o, s in zip(offsets, shapes))
@@ -221,7 +223,7 @@ def _bucket_kernel(*xs, group, index, seq):
     flat = _reduce_buffer(sum(x.size for x in xs), xs[0].dtype, tuple(group), seq)
     start = 0
     for x in xs:  # (one strided copy: a gradient is often a transposed view)
-        np.copyto(flat[start:start + x.size].reshape(x.shape), x)
+        _put(flat[start:start + x.size].reshape(x.shape), x)
         start += x.size
     C.current().iall_reduce_(flat, tuple(group)).wait()
     out, start = [], 0
@@ -229,6 +231,36 @@ def _bucket_kernel(*xs, group, index, seq):
         out.append(flat[start:start + x.size].reshape(x.shape))
         start += x.size
     return tuple(out)
+
+
+def _put(place: np.ndarray, x) -> None:
+    """``x`` copied into its ``place`` in a reduce buffer, unless it is already there (its
+    producer wrote it in place: ``input_buffers``)."""
+    if not (type(x) is np.ndarray and x.ctypes.data == place.ctypes.data and
+            x.strides == place.strides):
+        np.copyto(place, x)
+
+
+class _Place:
+    """Where member ``k`` of a bucket node goes in the node's reduce buffer (its
+    ``input_buffers`` entry): ``take()`` is that part of the buffer, once the node's first
+    step has made it, else a fresh array (and the kernel copies it in, that once)."""
+
+    def __init__(self, key: tuple, start: int, shape: tuple, dtype):
+        self.key, self.start, self.shape, self.dtype = key, start, shape, np.dtype(dtype)
+        self.stop = start + int(np.prod(shape, dtype=np.int64))
+
+    def take(self) -> np.ndarray:
+        buf = C.current().__dict__.get("_graph_buckets", {}).get(self.key)
+        if buf is None:
+            return np.empty(self.shape, self.dtype)
+        return buf[self.start:self.stop].reshape(self.shape)
+
+
+def _places(metas, starts, count: int, group, seq) -> list:
+    dt = metas[0].dtype.np
+    key = (tuple(group), seq, np.dtype(dt), count)
+    return [_Place(key, a, tuple(m.shape), dt) for m, a in zip(metas, starts)]
 
 
 def _reduce_buffer(count: int, dtype, group: tuple, seq: int) -> np.ndarray:
@@ -246,8 +278,14 @@ def _reduce_buffer(count: int, dtype, group: tuple, seq: int) -> np.ndarray:
     return buf
 
 
+def _bucket_places(*xs: Meta, group, index, seq):
+    starts = np.cumsum([0] + [int(np.prod(x.shape, dtype=np.int64)) for x in xs]).tolist()
+    return _places(xs, starts[:-1], starts[-1], group, seq)
+
+
 ALL_REDUCE_BUCKET_OP = register(OpDef(
     "all_reduce_bucket", _bucket_infer, {"cpu": _bucket_kernel}, grad=None, save=(),
+    input_buffers=_bucket_places,
     doc="partial_sum -> broadcast of several tiles as one all-reduce (graph_bucket)"))
 
 
@@ -293,16 +331,27 @@ def _gather_bucket_infer(*xs: Meta, shapes, group, index, seq):
 
 def _gather_bucket_kernel(*xs, shapes, group, index, seq):
     _check_step("all_gather_bucket")
-    return _gather_rows(xs, [tuple(s) for s in shapes], tuple(group), index, seq)
+    return _gather_rows(xs, tuple(tuple(s) for s in shapes), tuple(group), index, seq)
+
+
+def _scatter_places(*xs: Meta, group, index, seq):
+    offsets, _, total = _rows_layout(tuple(tuple(x.shape) for x in xs), len(group))
+    return _places(xs, offsets, total, group, seq)
+
+
+def _gather_places(*xs: Meta, shapes, group, index, seq):
+    _, ranges, total = _rows_layout(tuple(tuple(s) for s in shapes), len(group))
+    return _places(xs, [a for a, _ in ranges[index]], total, group, seq)
 
 
 REDUCE_SCATTER_BUCKET_OP = register(OpDef(
     "reduce_scatter_bucket", _scatter_bucket_infer, {"cpu": _scatter_bucket_kernel},
-    grad=None, save=(), doc="partial_sum -> split(0) of several tiles as one reduce-scatter "
-                            "(graph_bucket)"))
+    grad=None, save=(), input_buffers=_scatter_places,
+    doc="partial_sum -> split(0) of several tiles as one reduce-scatter (graph_bucket)"))
 ALL_GATHER_BUCKET_OP = register(OpDef(
     "all_gather_bucket", _gather_bucket_infer, {"cpu": _gather_bucket_kernel}, grad=None,
-    save=(), doc="split(0) -> broadcast of several tiles as one all-gather (graph_bucket)"))
+    save=(), input_buffers=_gather_places,
+    doc="split(0) -> broadcast of several tiles as one all-gather (graph_bucket)"))
 
 # ---- send / recv ---------------------------------------------------------------------------
 

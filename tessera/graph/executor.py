@@ -111,7 +111,11 @@ class Executor:
                 outs_fn[i] = self.generated[n]
                 compiled[i] = (_allocating(outs_fn[i], n.outputs[0]), compiled[i][1])
         self.planned = plan
-        self.plan = plan_memory(g, {i for i, f in enumerate(outs_fn) if f is not None}
+        # outputs written straight into the buffer their reader copies them into (a
+        # collective's bucket): not the arena's
+        self.buffered = _buffered(g, outs_fn) if plan else {}
+        self.plan = plan_memory(g, {i for i, f in enumerate(outs_fn)
+                                    if f is not None and i not in self.buffered}
                                 if plan else set(),
                                 frozenset(i for i, f in enumerate(outs_fn)
                                           if getattr(f, "reads_around", False)))
@@ -136,8 +140,11 @@ class Executor:
     def _destination(self, i, n, fn, slot_of):
         """Where node i writes: (out-form, kind, where) with kind "arena" (a fixed view),
         "slot" (an input's buffer, in place), "var" (a variable's array) or "fresh" (a
-        large output the step returns, from its ``Recycler``); or None."""
+        large output the step returns, from its ``Recycler``; or its place in the buffer of
+        the node that reads it, ``OpDef.input_buffers``); or None."""
         plan = self.plan
+        if i in self.buffered:
+            return fn, "fresh", self.buffered[i]
         if i in plan.into_var:
             return fn, "var", plan.into_var[i]
         if i in plan.inplace:
@@ -280,6 +287,35 @@ def _is_multi(n) -> bool:
 def _fresh_seed() -> int:
     from tessera.nn.functional.dropout import _seed
     return _seed()
+
+
+def _buffered(g: Graph, outs_fn: list) -> dict:
+    """{producer index: place} for node outputs that may be written where their reader
+    would copy them (``OpDef.input_buffers``): made by an out-form kernel, read by that
+    node once, by no view and by nothing after it (the reader may overwrite its buffer),
+    and neither returned nor assigned."""
+    index = {id(n): i for i, n in enumerate(g.nodes)}
+    readers: dict[int, list] = {}
+    for j, n in enumerate(g.nodes):
+        for v in n.inputs:
+            if isinstance(v, Value):
+                readers.setdefault(id(v), []).append(j)
+    live = {id(v) for v in g.live_roots()}
+    out = {}
+    for j, n in enumerate(g.nodes):
+        if n.op.input_buffers is None:
+            continue
+        metas = [Meta(v.shape, v.dtype) if isinstance(v, Value) else v for v in n.inputs]
+        for v, place in zip(n.inputs, n.op.input_buffers(*metas, **n.attrs)):
+            i = index.get(id(v.producer)) if isinstance(v, Value) and v.producer else None
+            if place is None or i is None or outs_fn[i] is None or len(v.producer.outputs) != 1 \
+                    or id(v) in live or v.nbytes == 0:
+                continue
+            others = [k for k in readers[id(v)] if k != j]
+            if readers[id(v)].count(j) == 1 and all(
+                    k < j and g.nodes[k].op.aliasing == "none" for k in others):
+                out[i] = place
+    return out
 
 
 def _last_uses(g: Graph) -> dict[int, int]:

@@ -61,6 +61,11 @@ class OpDef:
     ``nondiff_outputs``: output positions that never carry gradients (indices, masks).
     ``dynamic_shape``: ``infer`` gives -1 for sizes that depend on the data (nonzero,
     unique); the kernel's result decides them, and the op cannot run on ``meta``.
+    ``input_buffers(*metas, **attrs) -> list``: for a kernel that first copies its inputs
+    into a buffer of its own (a collective's bucket), one entry per input: None, or an
+    object whose ``take()`` gives the array the kernel would copy that input into. A
+    compiled graph has the input's producer write there directly, and the kernel skips
+    the copy of an input already in place.
     """
 
     name: str
@@ -77,6 +82,7 @@ class OpDef:
     cost: Callable | None = None
     to_onnx: dict[int, Callable] = field(default_factory=dict)
     to_c: Callable | None = None
+    input_buffers: Callable | None = None
     doc: str = ""
 
     def __repr__(self) -> str:

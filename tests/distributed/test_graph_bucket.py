@@ -120,6 +120,43 @@ def test_pass_merges_zeros_reduce_scatters_and_all_gathers():
     assert str(again) == str(g)
 
 
+def test_producers_write_into_the_bucket_unless_read_after_it():
+    """``OpDef.input_buffers``: a matmul read only by the bucket writes straight into the
+    bucket's buffer from the second step on; one also read after the bucket (which sums in
+    place) keeps its own buffer; the values are the same either way."""
+    from tessera.distributed.graph_ops import in_step
+    from tessera.graph.executor import Executor
+    g = Graph.parse("""graph(%a: float32[2, 3], %b: float32[3, 4]) {
+      %0: float32[2, 4] = matmul(%a, %b)
+      %1: float32[2, 4] = matmul(%a, %b)
+      %2: float32[2, 4], %3: float32[2, 4] = all_reduce_bucket(%0, %1) {group=(0,), \
+index=0, seq=0}
+      %4: float32[2, 4] = exp(%1)
+      return (%2, %3, %4)
+    }""".replace("\\\n", ""))
+    ex = Executor(g)
+    assert list(ex.buffered) == [0]
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        a, b = rng.standard_normal((2, 3), np.float32), rng.standard_normal((3, 4), np.float32)
+        with in_step():
+            outs, _ = ex.run([a, b], {})
+        for o, want in zip(outs, [a @ b, a @ b, np.exp(a @ b)]):
+            np.testing.assert_allclose(o, want, rtol=1e-6)
+
+
+def test_weight_gradients_go_straight_into_the_bucket():
+    def body():
+        model = _mlp()
+        x, y = _data_parallel(model, tessera.tensor(X), tessera.tensor(Y))
+        g = TrainGraph(model, tessera.optim.AdamW(model.parameters(), lr=0.05), F.mse_loss)
+        g(x, y)
+        ex = g._current().executor
+        return sorted(ex.graph.nodes[i].op.name for i in ex.buffered)
+    # the two weight gradients (matmuls); the biases' are views of sums, copied in
+    assert run(2, body) == [["matmul", "matmul"]] * 2
+
+
 # ---- training -----------------------------------------------------------------------------
 
 def train(cap_mb, steps: int = 4, n_params: int = 4):
