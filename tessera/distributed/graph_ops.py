@@ -61,7 +61,7 @@ from tessera.ops.registry import Meta, OpDef, register
 __all__ = ["BOXING_OP", "ALL_REDUCE_BUCKET_OP", "REDUCE_SCATTER_BUCKET_OP",
            "ALL_GATHER_BUCKET_OP", "SEND_OP", "RECV_OP", "SBP_LOCAL_OP",
            "traced_box", "traced_send", "traced_recv", "traced_local", "in_step",
-           "step_running"]
+           "step_running", "step_serial"]
 
 _STEP = threading.local()  # per thread: FakeWorld ranks are threads
 
@@ -71,6 +71,8 @@ class in_step:
 
     def __enter__(self):
         _STEP.depth = getattr(_STEP, "depth", 0) + 1
+        if _STEP.depth == 1:
+            _STEP.serial = getattr(_STEP, "serial", 0) + 1
         return self
 
     def __exit__(self, *exc):
@@ -80,6 +82,12 @@ class in_step:
 
 def step_running() -> bool:
     return getattr(_STEP, "depth", 0) > 0
+
+
+def step_serial() -> int:
+    """The number of the compiled step running on this thread (0 outside one): a value
+    computed in this step may be reused by a later node of the same step only."""
+    return getattr(_STEP, "serial", 0) if step_running() else 0
 
 
 def _check_step(name: str) -> None:

@@ -31,12 +31,14 @@ Filled into ``OpDef.sbp`` by ``sbp_rules`` (one table). The signatures on a 1-D 
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
 from tessera.distributed.dispatch import SbpRule, Signature
-from tessera.distributed.graph_ops import step_running
+from tessera.distributed.graph_ops import step_serial
 from tessera.distributed.sbp import broadcast as B
 from tessera.distributed.sbp import partial_sum as P
 from tessera.distributed.sbp import split as S
@@ -253,12 +255,17 @@ def _global_count(t: np.ndarray, w, ignore_index: int, group, saved: bool = Fals
     """The count (or the weight sum) of the targets that are not ``ignore_index`` over
     every rank of ``group``. ``saved``: backward's, the forward's value when it counted
     these very targets (PyTorch's nll_loss_backward takes the forward's total_weight too),
-    instead of another all-reduce, which is a point where the ranks wait for each other."""
+    instead of another all-reduce, which is a point where the ranks wait for each other.
+
+    In a compiled step only a count of the same step is reused: its targets are alive
+    until backward reads them, so their buffer holds them still; the next step may have
+    other targets in that buffer."""
     wd = None if w is None else w._data
-    key = (ignore_index, tuple(group))
-    eager = type(t) is np.ndarray and not step_running()
-    if saved and eager:
-        for tt, ww, k, count in _COUNTS:
+    key = (ignore_index, tuple(group), step_serial())
+    cacheable = type(t) is np.ndarray
+    counts = _counts()
+    if saved and cacheable:
+        for tt, ww, k, count in counts:
             if tt is t and ww is wd and k == key:
                 return count
     valid = t != ignore_index
@@ -268,17 +275,23 @@ def _global_count(t: np.ndarray, w, ignore_index: int, group, saved: bool = Fals
         safe = np.where(valid, t, 0)
         local = float(np.where(valid, w._data.reshape(-1)[safe], 0).sum())
     count = float(C.current().all_reduce(np.array([local]), group)[0])
-    if eager and not saved:
-        # eager only: a compiled graph's buffers are reused across its nodes and steps, so
-        # one array there may hold other targets by the time backward runs
-        _COUNTS.insert(0, (t, wd, key, count))
-        del _COUNTS[4:]
+    if cacheable and not saved:
+        counts.insert(0, (t, wd, key, count))
+        del counts[4:]
     return count
 
 
-# (targets, weights, key, count) of the latest forwards, newest first; the arrays are held so
-# that an identity match cannot be a new array at a freed one's address
-_COUNTS: list = []
+_COUNTS = threading.local()
+
+
+def _counts() -> list:
+    """(targets, weights, key, count) of this thread's latest forwards, newest first (a
+    thread's own: the simulated ranks of ``FakeWorld`` are threads, and one rank's entries
+    must not push out another's, or that rank alone would all-reduce); the arrays are held
+    so that an identity match cannot be a new array at a freed one's address."""
+    if not hasattr(_COUNTS, "entries"):
+        _COUNTS.entries = []
+    return _COUNTS.entries
 
 
 def _nll_mean_local(op, args, attrs, metas, group):

@@ -102,6 +102,43 @@ def test_cross_entropy_mean_counts_the_targets_once_per_step():
         np.testing.assert_allclose(grad, xt.grad.numpy(), rtol=1e-12)
 
 
+def test_compiled_cross_entropy_counts_the_targets_once_per_step():
+    """In an nn.Graph too: backward reuses the count of its own step's forward, never one of
+    an earlier step (other targets in the same input buffer give other counts)."""
+    x = rng.standard_normal((3, 6, 4))
+    ys = [rng.integers(0, 4, (6,)) for _ in range(3)]
+    ys[1][:2] = -100  # ignored targets: this step's count differs from the others'
+    want = []
+    for xs, y in zip(x, ys):
+        xt = tessera.tensor(xs, requires_grad=True)
+        loss = nn.functional.cross_entropy(xt, tessera.tensor(y))
+        loss.backward()
+        want.append((loss.item(), xt.grad.numpy()))
+
+    class Step(nn.Graph):
+        def build(self, g, t):
+            g = g.detach().requires_grad_()
+            loss = nn.functional.cross_entropy(g, t)
+            return loss, tessera.autograd.grad(loss, g)[0]
+
+    def body():
+        p = placement("cpu", [0, 1])
+        step, out = Step(), []
+        for xs, y in zip(x, ys):
+            g, t = global_from(xs, p, (S(0),)), global_from(y, p, (S(0),))
+            step(g, t)  # compiled at the first, then run
+            counts = _count_calls(("all_reduce",))
+            loss, grad = step(g, t)
+            out.append((counts.get("all_reduce", 0), loss.numpy(), grad.numpy()))
+            del C.current().all_reduce  # (the wrapper is an instance attribute)
+        return out
+    for rank in run(2, body):
+        for (n_reduce, loss, grad), (want_loss, want_grad) in zip(rank, want):
+            assert n_reduce == 1
+            np.testing.assert_allclose(loss, want_loss, rtol=1e-12)
+            np.testing.assert_allclose(grad, want_grad, rtol=1e-12)
+
+
 def test_zero_packs_its_collectives():
     def body(stage):
         tessera.manual_seed(0)
