@@ -22,7 +22,8 @@ A fourth 2-rank row, ``no-comm``, trains each rank on its share of the batch and
 nothing: the step time no data-parallel form can beat on these cores (half the GEMMs on
 one thread each, the whole optimizer on every rank), so the distance from ``single`` to
 ``no-comm`` is the compute bound and the distance from ``no-comm`` to ``ddp`` is what
-communication costs; a note gives one in-place all-reduce of the gradients alone.
+communication costs (``graph no-comm`` the same for the compiled step); a note gives one
+in-place all-reduce of the gradients alone.
 
 Communication is counted per rank per step at the communicator: the bytes each collective
 sends under the ring algorithms (all-reduce 2(n-1)/n of the buffer, all-gather and
@@ -44,10 +45,11 @@ WORKLOADS = ("mlp", "transformer")
 # (mode, ranks, threads per rank); "no-comm" trains each rank on its share of the batch with
 # no gradient exchange at all: the bound any data-parallel form can reach on these cores
 CONFIGS = (("single", 1, 2), ("no-comm", 2, 1), ("ddp", 2, 1), ("global", 2, 1),
-           ("global+zero2", 2, 1), ("graph", 1, 2), ("graph global", 2, 1),
-           ("graph global+zero2", 2, 1))
+           ("global+zero2", 2, 1), ("graph", 1, 2), ("graph no-comm", 2, 1),
+           ("graph global", 2, 1), ("graph global+zero2", 2, 1))
 # the compiled rows are measured against the compiled step on one rank
-BASELINE = {"graph global": "graph", "graph global+zero2": "graph"}
+BASELINE = {"graph no-comm": "graph", "graph global": "graph", "graph global+zero2": "graph"}
+LOCAL = ("ddp", "no-comm", "graph no-comm")  # each rank trains on its share of the batch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -115,7 +117,7 @@ def child(name: str, mode: str, steps: int) -> dict | None:
     n, rank = dist.get_world_size(), dist.get_rank()
     model, loss_fn, make_opt, x, y = _build(name, n)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    if mode in ("ddp", "no-comm"):
+    if mode in LOCAL:
         if mode == "ddp":
             from tessera.nn.parallel import DistributedDataParallel as DDP
             # PyTorch's option for speed: each gradient goes straight into its bucket (one
@@ -161,7 +163,7 @@ def child(name: str, mode: str, steps: int) -> dict | None:
     if rank != 0:
         return None
     ms = statistics.median(times) * 1000
-    local = mode in ("ddp", "no-comm")
+    local = mode in LOCAL
     return {"ms": ms, "samples_s": x.shape[0] * (n if local else 1) / ms * 1000,
             "comm_bytes": comm_bytes, "grad_bytes": grad_bytes, "ranks": n,
             "min_bytes": 2 * (n - 1) / n * grad_bytes, "allreduce_ms": allreduce_ms}
@@ -255,7 +257,7 @@ def render(rows) -> str:
             mb = 2 ** 20
             comm = res["comm_bytes"] / mb
             low = res["min_bytes"] / mb
-            exchanged = ranks > 1 and mode != "no-comm"
+            exchanged = ranks > 1 and "no-comm" not in mode
             out.append((r["workload"], mode, f"{ranks} x {threads}", f"{res['ms']:.1f}",
                         f"{res['samples_s']:.0f}", ratio,
                         f"{comm:.2f}" if exchanged else "-", f"{low:.2f}" if exchanged else "-",

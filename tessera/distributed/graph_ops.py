@@ -468,10 +468,17 @@ def _sym_tensor(x):
 
 
 def traced_box(x, shape: tuple, src, dst, group: tuple, index: int):
-    """The symbolic tile after one mesh axis of boxing (a ``boxing`` node)."""
+    """The symbolic tile after one mesh axis of boxing (a ``boxing`` node; broadcast ->
+    split, this rank's part of the whole, a ``slice`` view: the memory plan knows a view
+    of its input for one, and no copy is made)."""
     from tessera._dispatch import dispatch
     if src == dst or len(group) == 1:  # on one rank every SBP's tile is the whole
         return x
+    if src.kind == "B" and dst.kind == "S":
+        from tessera.distributed.sbp import split_range
+        from tessera.ops.views import slice_view
+        a, b = split_range(shape[dst.dim], len(group), index)
+        return slice_view(_sym_tensor(x), (slice(None),) * dst.dim + (slice(a, b),))._data
     # a conversion that communicates is numbered (never merged); a local one (B->S
     # slice, B->P, S->P) may be shared, as any pure node
     seq = _seq() if (src.kind, dst.kind) in _COMMUNICATING else None
