@@ -286,15 +286,55 @@ def test_algebraic_neg_clone_positive():
 
 def test_algebraic_copy_is_its_source_when_it_neither_broadcasts_nor_casts():
     check("""graph(%x: float32[2, 3], %y: float32[2, 3], %r: float32[3], %h: float64[2, 3]) {
-      %0: float32[2, 3] = copy(%x, %y)
-      %1: float32[2, 3] = copy(%x, %r)
-      %2: float32[2, 3] = copy(%x, %h)
-      return (%0, %1, %2)
+      %0: float32[2, 3] = neg(%y)
+      %1: float32[2, 3] = copy(%x, %0)
+      %2: float32[2, 3] = copy(%x, %r)
+      %3: float32[2, 3] = copy(%x, %h)
+      %4: float32[2, 3] = copy(%x, %y)
+      %5: float32[3, 2] = permute(%0) {dims=(1, 0)}
+      %6: float32[3, 2] = copy(%5, %5)
+      return (%1, %2, %3, %4, %6)
     }""", """graph(%x: float32[2, 3], %y: float32[2, 3], %r: float32[3], %h: float64[2, 3]) {
-      %1: float32[2, 3] = copy(%x, %r)
-      %2: float32[2, 3] = copy(%x, %h)
-      return (%y, %1, %2)
+      %0: float32[2, 3] = neg(%y)
+      %2: float32[2, 3] = copy(%x, %r)
+      %3: float32[2, 3] = copy(%x, %h)
+      %4: float32[2, 3] = copy(%x, %y)
+      %5: float32[3, 2] = permute(%0) {dims=(1, 0)}
+      %6: float32[3, 2] = copy(%5, %5)
+      return (%0, %2, %3, %4, %6)
     }""", [algebraic])
+
+
+def test_copy_between_variables_in_a_graph_swaps_them_as_eager_does():
+    """``a.copy_(b); b.copy_(t)``: a copy from a variable stays a copy (were a's new value
+    b's own array, b's assignment could overwrite it before a's is made)."""
+    class Pair(tessera.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = tessera.nn.Parameter(tessera.tensor([1.0, 2.0]))
+            self.b = tessera.nn.Parameter(tessera.tensor([3.0, 4.0]))
+
+    def swap(m):
+        with tessera.no_grad():
+            t = m.a.clone()
+            m.a.copy_(m.b)
+            m.b.copy_(t)
+
+    class Swap(tessera.nn.Graph):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def build(self, x):
+            swap(self.m)
+            return x + 1
+    compiled, eager = Pair(), Pair()
+    Swap(compiled)(tessera.zeros(1))
+    swap(eager)
+    for name in ("a", "b"):
+        np.testing.assert_array_equal(getattr(compiled, name).detach().numpy(),
+                                      getattr(eager, name).detach().numpy())
+    assert eager.b.detach().numpy().tolist() == [1.0, 2.0]
 
 
 def test_algebraic_permutes_compose():

@@ -111,9 +111,15 @@ def _identity(n: Node, emit):
 def _copy(n: Node, emit):
     """copy(x, src) (``x.copy_(src)`` traced) -> src, when src already has x's shape and
     dtype: the destination's old value is never read (ZeRO's updated shard copied into the
-    parameter's slice before it is gathered)."""
+    parameter's slice before it is gathered). Only for src a node's own result, not an
+    input or a variable or a view of one: an assigned value must not be another variable's
+    array, which that variable's own assignment may overwrite first (``a.copy_(b);
+    b.copy_(t)`` swaps them)."""
     src = n.inputs[1]
-    return src if _same(src, n.outputs[0]) else None
+    if not _same(src, n.outputs[0]) or src.producer is None or \
+            src.producer.op.aliasing != "none":
+        return None
+    return src
 
 
 def _involution(n: Node, emit):
