@@ -66,8 +66,14 @@ class SbpRule:
     """
 
     def __init__(self, signatures, shape_attrs: tuple = (), mesh: bool = False,
-                 contiguous: bool = False, elementwise: bool = False):
+                 contiguous: bool = False, elementwise: bool = False, whole=None):
         self.signatures = signatures
+        # on an N-D placement: the op's local computation over the whole placement,
+        # ``whole(op, local_args, attrs, metas, placement, in_sbps, rank)``, run instead of
+        # a signature's (which may see one mesh axis only); every axis may then take any of
+        # the signatures (dropout: the seed agreed by every rank, this rank's tile of the
+        # one mask whatever splits each axis makes)
+        self.whole = whole
         # each output element depends on the same element of each input alone: an in-place
         # write may run on tiles whose SBPs agree (``_global.inplace_kernel``)
         self.elementwise = elementwise
@@ -216,8 +222,9 @@ def choose_nd(op: OpDef, metas, attrs, current, placement, outs, args=()
     A signature with a local computation of its own (``Signature.local``) may be chosen on
     the last axis only, where it runs on the outer axes' tiles as if they were the whole
     tensor, communicating within that axis's ranks. On an outer axis its result would have
-    to commute with the inner axes' signatures, which nothing guarantees (dropout's mask,
-    a mean loss's count over a batch split on two axes).
+    to commute with the inner axes' signatures, which nothing guarantees (a mean loss's
+    count over a batch split on two axes). A rule with a computation over the whole
+    placement (``SbpRule.whole``: dropout) may take any signature on every axis.
 
     Returns the signature of each axis, and each input's and output's SBP tuple (None for a
     non-tensor input)."""
@@ -233,7 +240,7 @@ def choose_nd(op: OpDef, metas, attrs, current, placement, outs, args=()
         for coords in itertools.product(*(range(m) for m in hier[:axis])):
             tiled, tiled_attrs = _tiled(op, metas, attrs, current, chosen, coords, hier, outs)
             every = rule(*tiled, mesh_size=n, **tiled_attrs)
-            got = [s for s in every if last or s.local is None]
+            got = [s for s in every if last or s.local is None or rule.whole is not None]
             dropped = dropped or len(got) < len(every)
             sigs = got if sigs is None else [s for s in sigs if _find(s, got) >= 0]
         tiled = _tiled(op, metas, attrs, current, chosen, (0,) * axis, hier, outs)[0]
@@ -243,8 +250,8 @@ def choose_nd(op: OpDef, metas, attrs, current, placement, outs, args=()
             raise NotImplementedError(
                 f"{op.name}: every SBP signature of its inputs ({_describe(args)}) on mesh "
                 f"axis {axis} of {placement} computes across ranks (synchronised batch norm, "
-                "dropout's seed, a mean loss's count), which on an N-D placement only the "
-                "last mesh axis may do")
+                "a mean loss's count), which on an N-D placement only the last mesh axis "
+                "may do")
         if best is None:
             raise RuntimeError(f"{op.name}: no SBP signature fits inputs ({_describe(args)}) "
                                f"on mesh axis {axis} of {placement}")
@@ -333,6 +340,16 @@ def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
                 x = np.ascontiguousarray(x)  # (a traced tile is a value: always contiguous)
             local_args.append(Tensor._make(x, a._dtype, placement.device, tuple(x.shape)))
     group, sig_metas, sig_attrs = placement.flat_ranks, metas, attrs
+    if rule.whole is not None and placement.ndim > 1:
+        if is_tracing():  # one node of the graph, run at each step
+            from tessera.distributed.graph_ops import traced_local
+            tiles = [Meta(local_shape(m.shape, placement, s, rank), m.dtype)
+                     for s, m in zip(out_sbps, outs)]
+            res = traced_local(op, -1, local_args, local_attrs, {}, metas,
+                               placement.flat_ranks, tiles, mesh=placement, in_sbps=in_sbps)
+        else:
+            res = rule.whole(op, local_args, local_attrs, metas, placement, in_sbps, rank)
+        return _wrapped(op, res, out_sbps, outs, placement, rank, sig)
     if sig.local is not None and placement.ndim > 1:
         # the last axis's signature, on the outer axes' tiles as if they were the whole
         coords = placement.coords(rank)
@@ -351,6 +368,11 @@ def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
         res = sig.local(op, local_args, local_attrs, sig_metas, group)
     else:
         res = _local_dispatch()(op, *local_args, **local_attrs)
+    return _wrapped(op, res, out_sbps, outs, placement, rank, sig)
+
+
+def _wrapped(op, res, out_sbps, outs, placement, rank: int, sig) -> list:
+    """The GlobalData of each of the local results ``res``, their tile shapes checked."""
     res = res if isinstance(res, tuple) else (res,)
     datas = []
     for r, s, m in zip(res, out_sbps, outs):

@@ -391,7 +391,7 @@ RECV_OP = register(OpDef("recv", _recv_infer, {"cpu": _recv_kernel}, grad=None, 
 # ---- a signature's own local computation ---------------------------------------------------
 
 _LOCAL_KEYS = ("sbp_op", "sbp_sig", "sbp_metas", "sbp_group", "sbp_outs", "sbp_logical",
-               "seq")
+               "seq", "sbp_mesh", "sbp_in")
 
 
 def _meta(m):
@@ -422,6 +422,13 @@ def _local_fn(attrs: dict):
     return op, sigs[attrs["sbp_sig"]].local
 
 
+def _placement(mesh: tuple):
+    """The placement an ``sbp_mesh`` attr names: (its hierarchy, its ranks in order)."""
+    from tessera.distributed.placement import placement
+    hierarchy, ranks = mesh
+    return placement("cpu", np.array(ranks, dtype=np.int64).reshape(hierarchy).tolist())
+
+
 def _local_infer(*metas, **attrs):
     outs = tuple(_metas(attrs["sbp_outs"]))
     return outs if len(outs) > 1 else outs[0]
@@ -431,11 +438,20 @@ def _local_kernel(*arrays, **attrs):
     from tessera._tensor import Tensor
     _check_step(f"{attrs['sbp_op']} (SBP signature)")
     inner = {k: v for k, v in attrs.items() if k not in _LOCAL_KEYS}
-    op, fn = _local_fn(attrs)
     args = [Tensor._from_numpy(np.asarray(a)) if isinstance(a, np.ndarray) else a
             for a in arrays]
-    with no_grad():
-        res = fn(op, args, inner, _metas(attrs["sbp_metas"]), tuple(attrs["sbp_group"]))
+    metas = _metas(attrs["sbp_metas"])
+    if "sbp_mesh" in attrs:  # the rule's computation over the whole N-D placement
+        from tessera.ops.registry import REGISTRY
+        op = REGISTRY[attrs["sbp_op"]]
+        mesh = _placement(attrs["sbp_mesh"])
+        sbps = [None if t is None else tuple(_sbp(x) for x in t) for t in attrs["sbp_in"]]
+        with no_grad():
+            res = op.sbp.whole(op, args, inner, metas, mesh, sbps, C.current().rank)
+    else:
+        op, fn = _local_fn(attrs)
+        with no_grad():
+            res = fn(op, args, inner, metas, tuple(attrs["sbp_group"]))
     if isinstance(res, tuple):
         return tuple(r._data for r in res)
     return res._data
@@ -501,14 +517,19 @@ def traced_recv(shape: tuple, dtype, src: int, tag: int):
 
 
 def traced_local(op, index: int, args: list, attrs: dict, logical: dict, metas,
-                 group: tuple, outs: list):
+                 group: tuple, outs: list, mesh=None, in_sbps=None):
     """The local computation of signature ``index`` of ``op`` (``Signature.local``) as one
     ``sbp_local`` node on the symbolic tiles ``args``; ``attrs`` are the local attrs,
-    ``logical`` the logical values of those that differ; ``outs`` the tiles' metas."""
+    ``logical`` the logical values of those that differ; ``outs`` the tiles' metas. With
+    ``mesh`` (an N-D placement) and ``in_sbps`` (each input's SBP tuple): the rule's
+    computation over the whole placement (``SbpRule.whole``) instead."""
     from tessera._dispatch import dispatch
     clash = [k for k in _LOCAL_KEYS if k in attrs]
     if clash:
         raise RuntimeError(f"{op.name}: attribute {clash[0]!r} clashes with sbp_local's")
+    whole = {} if mesh is None else {
+        "sbp_mesh": (tuple(mesh.hierarchy), tuple(mesh.flat_ranks)),
+        "sbp_in": tuple(None if t is None else tuple(x.short() for x in t) for t in in_sbps)}
     return dispatch(SBP_LOCAL_OP, *args, **attrs, sbp_op=op.name, sbp_sig=index,
                     sbp_metas=tuple(metas), sbp_group=tuple(group), sbp_outs=tuple(outs),
-                    sbp_logical=tuple(sorted(logical.items())), seq=_seq())
+                    sbp_logical=tuple(sorted(logical.items())), seq=_seq(), **whole)

@@ -229,6 +229,23 @@ def _dropout_local(tile_dim):
     return local
 
 
+def _dropout_whole(op, args, attrs, metas, placement, in_sbps, rank):
+    """Dropout on an N-D placement (``SbpRule.whole``): the seed of the placement's first
+    rank, agreed by all of its ranks, and this rank's tile of the one mask, cut by every
+    split of the input on every mesh axis (a broadcast mask dim stays whole); broadcast and
+    partial_sum axes leave the mask whole."""
+    from tessera.distributed.boxing import tile_ranges
+    from tessera.ops.nn_misc import _keep_mask
+    a = dict(attrs, seed=_agreed_seed(attrs["seed"], placement.flat_ranks))
+    mshape, full = tuple(a["mask_shape"]), tuple(metas[0].shape)
+    keep = _keep_mask(a["seed"], mshape, a["p"])
+    lead = len(full) - len(mshape)
+    ranges = tile_ranges(full, in_sbps[0], placement.coords(rank), placement.hierarchy)
+    index = tuple(slice(None) if mshape[k] == 1 else slice(*ranges[k + lead])
+                  for k in range(len(mshape)))
+    return _apply_mask(args[0], keep[index], a)
+
+
 def _apply_mask(x: Tensor, keep: np.ndarray, a: dict) -> Tensor:
     from tessera.ops.nn_misc import ALPHA
     xa = x._data
@@ -430,7 +447,7 @@ NN_RULES: dict[str, SbpRule] = {
     "adaptive_max_pool": _pool(2, False), "avg_pool": _pool(1, True),
     "avg_pool_backward": SbpRule(_pool(1, True).signatures, shape_attrs=("input_shape",)),
     "max_pool_backward": SbpRule(_max_pool_backward, shape_attrs=("input_shape",)),
-    "dropout": SbpRule(_dropout),
+    "dropout": SbpRule(_dropout, whole=_dropout_whole),
     "pad": SbpRule(_pad), "constant_pad": SbpRule(_constant_pad),
     "pad_backward": SbpRule(_pad_backward, shape_attrs=("input_shape",)),
     "interpolate": SbpRule(_batch_channel(True)),

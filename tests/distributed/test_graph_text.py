@@ -12,7 +12,7 @@ from tessera.graph.executor import Executor
 from tessera.graph.ir import Graph
 from tessera.graph.passes import run_pipeline
 from tessera.nn.graph import GraphModule, _tile
-from tests.distributed._helpers import B, run
+from tests.distributed._helpers import B, S, run
 from tests.distributed.test_graph_global import TrainGraph, X, Y, _data_parallel, _mlp
 from tests.distributed.test_nn_global import _CNN, XC, YC
 
@@ -129,3 +129,24 @@ def test_pipeline_sends_and_receives_round_trip():
         return round_trip(g, x, y)
     results = run(2, body)
     _check(results, "send", "recv")
+
+
+def test_dropout_on_a_2d_mesh_round_trips():
+    """The whole-placement dropout node keeps its mesh and input SBPs as literals."""
+    from tests.distributed.test_ops_sbp_2d import MESH, _dp_tp
+
+    def body():
+        dense = _mlp()
+        model = nn.Sequential(dense[0], dense[1], nn.Dropout(0.4), dense[2])
+        p = placement("cpu", MESH)
+        model.to_global(p, _dp_tp)
+        x, y = (tessera.tensor(t).to_global(p, (B, B)).to_global(sbp=(S(0), B)) for t in (X, Y))
+        g = TrainGraph(model, tessera.optim.AdamW(model.parameters(), lr=0.05))
+        g(x, y)
+        r = round_trip(g, x, y)
+        r["mesh"] = {n.attrs.get("sbp_mesh") for n in g.ir.nodes if n.op.name == "sbp_local"}
+        return r
+    results = run(4, body)
+    _check(results, "sbp_local")
+    for r in results:
+        assert ((2, 2), (0, 1, 2, 3)) in r["mesh"]

@@ -146,14 +146,64 @@ def test_communicating_signatures_run_on_the_last_axis():
     assert _chosen(ctc, [lp, tg], [(B, S(1)), (B, S(0))])[0] == (("B", "P"), True)
 
 
-def test_dropout_is_refused_on_a_2d_mesh():
-    """Every dropout signature agrees on a seed across ranks, which only the last mesh
-    axis may do: the error names the op."""
+DROPOUTS = {"dropout": lambda t: F.dropout(t, 0.5),
+            "alpha_dropout": lambda t: F.alpha_dropout(t, 0.3, True),
+            "dropout2d": lambda t: F.dropout2d(t, 0.5)}
+
+
+@pytest.mark.parametrize("name", list(DROPOUTS))
+@pytest.mark.parametrize("sbps", [(S(0), S(1)), (S(0), S(0)), (S(2), S(3)), (B, S(1)),
+                                  (P, S(0)), (S(1), P), (B, B)])
+def test_dropout_on_a_2d_mesh_equals_one_process(name, sbps):
+    """Every rank takes its tile of the one mask one process draws, with the seed of the
+    placement's first rank (the others' generators differ), whatever each axis splits;
+    partial_sum stays partial where dropout is linear (alpha dropout's shift is not: its
+    input is reduced first). The gradient goes through the same rule."""
+    fn = DROPOUTS[name]
+    x = _inputs(name, [(5, 6, 3, 3)])[0]
+    tessera.manual_seed(3)
+    xt = tessera.tensor(x, requires_grad=True)
+    want = fn(xt)
+    (want * want).sum().backward()
+
     def body():
-        x = global_from(np.ones((4, 4)), placement("cpu", MESH), (S(0), S(1)))
-        with pytest.raises(NotImplementedError, match="dropout: .* only the last mesh axis"):
-            F.dropout(x, 0.5)
-    run(4, body)
+        rank = tessera.distributed.get_rank()
+        tessera.manual_seed(3 if rank == 0 else 10 + rank)
+        g = global_from(x, placement("cpu", MESH), sbps, requires_grad=True)
+        y = fn(g)
+        (y * y).sum().backward()
+        return y.detach().numpy(), g.grad.numpy()
+    for y, grad in run(4, body):
+        np.testing.assert_allclose(y, want.detach().numpy(), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(grad, xt.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def _train_dropout_2d(mode: str, steps: int = 3):
+    """The 2-D parallel MLP of ``_train_2d`` with dropout after its hidden layer (the
+    hidden activations split on both axes: batch rows, Megatron's columns)."""
+    dense = _mlp()
+    model = tessera.nn.Sequential(dense[0], dense[1], tessera.nn.Dropout(0.4), dense[2])
+    x, y = tessera.tensor(X), tessera.tensor(Y)
+    if mode != "local":
+        p = placement("cpu", MESH)
+        model.to_global(p, _dp_tp)
+        x, y = (t.to_global(p, (B, B)).to_global(sbp=(S(0), B)) for t in (x, y))
+    g = TrainGraph(model, tessera.optim.AdamW(model.parameters(), lr=0.05))
+    rank = tessera.distributed.get_rank() if mode != "local" else 0
+    tessera.manual_seed(5 if rank == 0 else 20 + rank)
+    losses = [float(g(x, y).detach().numpy()) for _ in range(steps)]
+    local = [n.attrs["sbp_op"] for n in g.ir.nodes if n.op.name == "sbp_local"]
+    return losses, model[0].weight.detach().numpy(), local
+
+
+def test_dropout_in_a_graph_on_a_2d_mesh_equals_one_process():
+    """nn.Graph: one sbp_local node per dropout over the whole placement (a fresh seed each
+    step, the first rank's), the same losses and weights as one process's graph."""
+    losses, w, _ = _train_dropout_2d("local")
+    for got, gw, local in run(4, _train_dropout_2d, "graph"):
+        np.testing.assert_allclose(got, losses, rtol=1e-10)
+        np.testing.assert_allclose(gw, w, rtol=1e-10, atol=1e-12)
+        assert local.count("dropout") == 2  # forward, and the gradient's mask
 
 
 def _dp_tp(t):
