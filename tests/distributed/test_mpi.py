@@ -207,15 +207,23 @@ def test_mpi_2x2_mesh(tmp_path):
     """A 2x2 mesh (placement ranks [[0, 1], [2, 3]]) under real MPI: matmul and linear
     with 2-D SBPs (whole inputs and 16 sampled combinations of SBP pairs, forward and input
     gradients), and the MLP data-parallel on mesh axis 0 and Megatron tensor-parallel on
-    axis 1, trained eagerly and in nn.Graph, each equal to one process."""
+    axis 1, trained eagerly and in nn.Graph (and with dropout in nn.Graph), each equal to
+    one process."""
     run_mpi(tmp_path, """
         from tests.distributed._mpi import emit
-        from tests.distributed.test_ops_sbp_2d import _train_2d, mesh_case
+        from tests.distributed.test_ops_sbp_2d import _train_2d, _train_dropout_2d, mesh_case
         emit((mesh_case("matmul"), mesh_case("linear"), _train_2d("eager"),
-              _train_2d("graph")))
+              _train_2d("graph"), _train_dropout_2d("graph")))
     """, n=4, timeout=120)
-    from tests.distributed.test_ops_sbp_2d import B, S, _train_2d
-    outs = outputs(tmp_path, 4)
+    from tests.distributed.test_ops_sbp_2d import B, S, _train_2d, _train_dropout_2d
+    outs = [o[:4] for o in outputs(tmp_path, 4)]
+    # dropout over the whole 2x2 placement (the seed broadcast from rank 0, whose
+    # generator alone is seeded as one process's) in a data x tensor parallel graph
+    want_drop, want_drop_w, _ = _train_dropout_2d("local")
+    for o in outputs(tmp_path, 4):
+        losses, w, local = o[4]
+        np.testing.assert_allclose(losses, want_drop, rtol=1e-10)
+        np.testing.assert_allclose(w, want_drop_w, rtol=1e-10, atol=1e-12)
     for k in (0, 1):  # every rank chose the same signatures, from 17 input layouts
         assert len(outs[0][k]) == 17 and all(o[k] == outs[0][k] for o in outs)
     assert {len(label) for label, _ in outs[0][0]} == {2}
