@@ -86,7 +86,11 @@ def step_running() -> bool:
 
 def step_serial() -> int:
     """The number of the compiled step running on this thread (0 outside one): a value
-    computed in this step may be reused by a later node of the same step only."""
+    computed in this step may be reused by a later node of the same step only.
+
+    >>> step_serial()
+    0
+    """
     return getattr(_STEP, "serial", 0) if step_running() else 0
 
 
@@ -196,7 +200,13 @@ def _s0_to_b(x, shape, group, index, seq):
 
 def rows_bucketable(x: Meta, shape: tuple, group: tuple) -> bool:
     """Whether a partial_sum -> split(0) or split(0) -> broadcast of a tile ``x`` of the
-    logical ``shape`` runs on a reduce buffer by rows (and so may join a bucket of them)."""
+    logical ``shape`` runs on a reduce buffer by rows (and so may join a bucket of them).
+
+    >>> rows_bucketable(Meta((4, 3), D.float32), (4, 3), (0, 1))
+    True
+    >>> rows_bucketable(Meta((1,), D.float32), (1,), (0, 1))  # fewer rows than ranks
+    False
+    """
     return x.dtype in (D.float32, D.float64) and len(shape) > 0 and \
         shape[0] >= len(group) and int(np.prod(shape)) > 0
 
