@@ -343,10 +343,10 @@ def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
     if rule.whole is not None and placement.ndim > 1:
         if is_tracing():  # one node of the graph, run at each step
             from tessera.distributed.graph_ops import traced_local
-            tiles = [Meta(local_shape(m.shape, placement, s, rank), m.dtype)
-                     for s, m in zip(out_sbps, outs)]
             res = traced_local(op, -1, local_args, local_attrs, {}, metas,
-                               placement.flat_ranks, tiles, mesh=placement, in_sbps=in_sbps)
+                               placement.flat_ranks, _tile_metas(out_sbps, outs, placement,
+                                                                 rank),
+                               mesh=placement, in_sbps=in_sbps)
         else:
             res = rule.whole(op, local_args, local_attrs, metas, placement, in_sbps, rank)
         return _wrapped(op, res, out_sbps, outs, placement, rank, sig)
@@ -359,8 +359,7 @@ def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
         index = _find(sig, rule(*sig_metas, mesh_size=len(group), **sig_attrs))
     if sig.local is not None and is_tracing():  # one node of the graph, run at each step
         from tessera.distributed.graph_ops import traced_local
-        tiles = [Meta(local_shape(m.shape, placement, s, rank), m.dtype)
-                 for s, m in zip(out_sbps, outs)]
+        tiles = _tile_metas(out_sbps, outs, placement, rank)
         logical = {k: sig_attrs[k] for k in rule.shape_attrs if k in sig_attrs}
         res = traced_local(op, index, local_args, local_attrs, logical, sig_metas, group,
                            tiles)
@@ -369,6 +368,12 @@ def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
     else:
         res = _local_dispatch()(op, *local_args, **local_attrs)
     return _wrapped(op, res, out_sbps, outs, placement, rank, sig)
+
+
+def _tile_metas(out_sbps, outs, placement, rank: int) -> list:
+    """Each output's tile on this rank, as a Meta (a traced local computation's results)."""
+    return [Meta(local_shape(m.shape, placement, s, rank), m.dtype)
+            for s, m in zip(out_sbps, outs)]
 
 
 def _wrapped(op, res, out_sbps, outs, placement, rank: int, sig) -> list:

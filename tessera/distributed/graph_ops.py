@@ -134,8 +134,8 @@ def _box_kernel(x, shape, src, dst, group, index, seq):
     from tessera.distributed.boxing import box_1d
     _check_step("boxing")
     rows = _BY_ROWS.get((src, dst))
-    if rows is not None and len(group) > 1 and type(x) is np.ndarray and x.size and \
-            x.dtype.char in "fd" and shape[0] >= len(group):
+    if rows is not None and len(group) > 1 and type(x) is np.ndarray and \
+            _by_rows(x.dtype, shape, len(group)):
         return rows(x, tuple(shape), tuple(group), index, seq)
     return _fresh(box_1d(x, tuple(shape), _sbp(src), _sbp(dst), tuple(group), index,
                          C.current()), x)
@@ -207,8 +207,14 @@ def rows_bucketable(x: Meta, shape: tuple, group: tuple) -> bool:
     >>> rows_bucketable(Meta((1,), D.float32), (1,), (0, 1))  # fewer rows than ranks
     False
     """
-    return x.dtype in (D.float32, D.float64) and len(shape) > 0 and \
-        shape[0] >= len(group) and int(np.prod(shape)) > 0
+    return _by_rows(x.dtype.np, shape, len(group))
+
+
+def _by_rows(dtype, shape: tuple, n: int) -> bool:
+    """A float tensor of ``shape`` (numpy ``dtype``) with at least a row for each of ``n``
+    ranks: its split(0) conversions run on a reduce buffer by rows."""
+    return np.dtype(dtype).char in "fd" and len(shape) > 0 and shape[0] >= n and \
+        int(np.prod(shape)) > 0
 
 
 # conversions that run on the node's own reduce buffer (see _reduce_buffer)
@@ -277,8 +283,13 @@ class _Place:
 
 def _places(metas, starts, count: int, group, seq) -> list:
     dt = metas[0].dtype.np
-    key = (tuple(group), seq, np.dtype(dt), count)
+    key = _buffer_key(count, dt, group, seq)
     return [_Place(key, a, tuple(m.shape), dt) for m, a in zip(metas, starts)]
+
+
+def _buffer_key(count: int, dtype, group, seq: int) -> tuple:
+    """What names the reduce buffer of node ``seq`` on a communicator."""
+    return tuple(group), seq, np.dtype(dtype), count
 
 
 def _reduce_buffer(count: int, dtype, group: tuple, seq: int) -> np.ndarray:
@@ -289,7 +300,7 @@ def _reduce_buffer(count: int, dtype, group: tuple, seq: int) -> np.ndarray:
     under ZeRO): memory traded for collectives without messages on one machine."""
     comm = C.current()
     buffers = comm.__dict__.setdefault("_graph_buckets", {})
-    key = (group, seq, np.dtype(dtype), count)
+    key = _buffer_key(count, dtype, group, seq)
     buf = buffers.get(key)
     if buf is None:
         buf = buffers[key] = comm.reduce_buffer(count, dtype, group)
