@@ -6,7 +6,7 @@ finds the cache empty and compiles every kernel; the second should find them all
 
 A graph's compile time = its first calls (a training graph traces twice: the first step
 creates the optimizer's state) minus as many steady steps; the C compiler's column is the
-time ``tessera.codegen.cc`` spent in ``load()`` summed over the threads that called it
+time ``tessera.kernels.cc`` spent in ``load()`` summed over the threads that called it
 (convolution libraries compile in background threads while a graph traces), so it may
 exceed the compile time itself.
 """
@@ -45,7 +45,7 @@ def _step(name: str):
 
 
 def child(name: str) -> dict:
-    from tessera.codegen import cc
+    from tessera.kernels import cc
     step, traces = _step(name)
     t0 = time.perf_counter()
     for _ in range(traces):

@@ -11,13 +11,13 @@ tessera.Size([3, 4])
 """
 from __future__ import annotations
 
-from tessera._blas_env import tune_openblas as _tune_openblas
+from tessera._runtime.blas_env import tune_openblas as _tune_openblas
 
-_tune_openblas()  # before NumPy loads OpenBLAS: see tessera/_blas_env.py
+_tune_openblas()  # before NumPy loads OpenBLAS: see tessera/_runtime/blas_env.py
 
-from tessera._memory import keep_freed_memory as _keep_freed_memory  # noqa: E402
+from tessera._runtime.malloc import keep_freed_memory as _keep_freed_memory  # noqa: E402
 
-_keep_freed_memory()  # before the first tensors: see tessera/_memory.py
+_keep_freed_memory()  # before the first tensors: see tessera/_runtime/malloc.py
 
 from tessera import _dtype  # noqa: E402
 from tessera._dtype import (
@@ -99,7 +99,8 @@ import builtins as _builtins  # noqa: E402
 builtins_bool, builtins_int = _builtins.bool, _builtins.int
 
 from tessera import nn, optim, utils  # noqa: E402  (reachable as attributes, as in PyTorch)
-from tessera._info import finfo, get_num_threads, iinfo, set_num_threads  # noqa: E402
+from tessera._dtype import finfo, iinfo  # noqa: E402
+from tessera._runtime.threads import get_num_threads, set_num_threads  # noqa: E402
 from tessera.codegen import c_rules as _c_rules  # noqa: E402,F401  (fills each OpDef's to_c)
 from tessera.onnx import converters as _onnx_rules  # noqa: E402,F401  (to_onnx; no onnx import)
 # global tensors (placement + SBP), each OpDef's sbp rule, the process API; MPI is imported

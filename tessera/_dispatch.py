@@ -21,10 +21,10 @@ import numpy as np
 from tessera import _dtype as D
 from tessera.autograd.grad_mode import STATE
 from tessera.autograd.graph import Node
-from tessera.codegen import eager as _eager
-from tessera.codegen.eager import EAGER_MIN as _EAGER_MIN
-from tessera.codegen.eager import NUMPY_FAST as _NUMPY_FAST
 from tessera.device.registry import _BACKENDS, device
+from tessera.kernels import elementwise as _eager
+from tessera.kernels.elementwise import EAGER_MIN as _EAGER_MIN
+from tessera.kernels.elementwise import NUMPY_FAST as _NUMPY_FAST
 from tessera.ops.registry import Meta, MissingRule, OpDef
 
 _DEBUG = int(os.environ.get("TESSERA_DEBUG", "0") or 0)
@@ -92,7 +92,7 @@ def dispatch(op: OpDef, *args, **attrs):
     backend = _BACKENDS[dev.type]
     if op.to_c is not None and (mixed or op.name not in _NUMPY_FAST) and dev is _CPU and \
             not multi:
-        a0 = args[0]  # large elementwise ops: the op's C rule (tessera/codegen/eager.py)
+        a0 = args[0]  # large elementwise ops: the op's C rule (tessera/kernels/elementwise.py)
         if isinstance(a0, Tensor) and a0._data.size >= _EAGER_MIN and _eager.enabled():
             res = _eager.run(op, [a._data if isinstance(a, Tensor) else a for a in args],
                              attrs, out)

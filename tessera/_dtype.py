@@ -205,3 +205,49 @@ def result_type(*args) -> dtype:
     if out is None:
         raise TypeError("result_type needs at least one tensor or scalar")
     return out
+
+
+# ---- numeric limits (torch.finfo / torch.iinfo) ------------------------------------------
+
+class finfo:
+    """Limits of a floating dtype: bits, eps, max, min, tiny (smallest_normal), resolution."""
+
+    def __init__(self, type: dtype | None = None):
+        dt = get_default_dtype() if type is None else as_dtype(type)
+        if dt.category != 2 and dt.category != 3:
+            raise TypeError(f"finfo(): expected a floating point dtype, got {dt}")
+        info = np.finfo(dt.to_real().np) if dt is not bfloat16 else _bf16_info()
+        self.dtype = dt.to_real().name
+        self.bits = int(info.bits)
+        self.eps = float(info.eps)
+        self.max = float(info.max)
+        self.min = float(info.min)
+        self.tiny = self.smallest_normal = float(info.tiny)
+        self.resolution = 10.0 ** -int(info.precision)
+
+    def __repr__(self) -> str:
+        return (f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, "
+                f"eps={self.eps}, smallest_normal={self.tiny}, tiny={self.tiny}, "
+                f"dtype={self.dtype})")
+
+
+def _bf16_info():
+    import ml_dtypes
+    return ml_dtypes.finfo(ml_dtypes.bfloat16)
+
+
+class iinfo:
+    """Limits of an integer dtype: bits, min, max."""
+
+    def __init__(self, type: dtype):
+        dt = as_dtype(type)
+        if dt.category > 1:
+            raise TypeError(f"iinfo(): expected an integer dtype, got {dt}")
+        info = np.iinfo(dt.np) if dt is not bool_ else None
+        self.dtype = dt.name
+        self.bits = 8 if info is None else int(info.bits)
+        self.min = 0 if info is None else int(info.min)
+        self.max = 1 if info is None else int(info.max)
+
+    def __repr__(self) -> str:
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"

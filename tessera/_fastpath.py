@@ -4,7 +4,7 @@
 ``dispatch`` (CPU tensors of one float dtype, Python numbers, one output, a memoised infer
 result) and calls the Python function for everything else, so the Python function stays
 the one definition of dispatch. The extension is compiled once per machine into the kernel
-cache (``tessera.codegen.cc``); without a C compiler, or with ``TESSERA_FASTPATH=0``,
+cache (``tessera.kernels.cc``); without a C compiler, or with ``TESSERA_FASTPATH=0``,
 ``accelerate`` returns the Python function itself.
 
 >>> import tessera
@@ -24,7 +24,7 @@ MODULE = None  # the loaded extension, once accelerate() succeeded
 
 
 def _load():
-    from tessera.codegen import cc
+    from tessera.kernels import cc
     if cc.compiler() is None:
         return None
     with open(os.path.join(os.path.dirname(__file__), "_fastpath.c")) as f:

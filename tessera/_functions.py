@@ -9,8 +9,7 @@ from tessera._tensor_methods import _OPS, bind_methods
 from tessera.ops import creation, elementwise, getitem, reduce, views
 
 _FAMILIES = [creation, elementwise, views, getitem, reduce]
-for _mod in ("indexing", "shape", "sorting", "linalg", "random", "nn_ops", "fused",
-             "einsum"):
+for _mod in ("indexing", "shape", "sorting", "linalg", "random", "nn_ops", "einsum"):
     try:  # families written in later steps; each is optional until it exists
         _FAMILIES.append(__import__(f"tessera.ops.{_mod}", fromlist=["__all__"]))
     except ModuleNotFoundError as _e:

@@ -13,7 +13,7 @@ import pytest
 
 import tessera
 from tessera import _dispatch, _fastpath
-from tessera.codegen import cc
+from tessera.kernels import cc
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
 

@@ -11,7 +11,7 @@ _CHILD = """
 import resource
 import numpy as np
 import tessera
-print(tessera._memory.keep_freed_memory())
+print(tessera._runtime.malloc.keep_freed_memory())
 def step():   # a training step's worth of 8 MB intermediates, freed at its end
     arrays = [np.ones(2 << 20, np.float32) for _ in range(4)]
     del arrays

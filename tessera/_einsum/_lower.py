@@ -35,8 +35,8 @@ from typing import NamedTuple
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from tessera._einsum import _bmm
 from tessera._einsum._parse import bind, parse
+from tessera.kernels import bmm as _bmm
 from tessera.ops.linalg import _blasable, _matmul_kernel
 
 __all__ = ["run", "plan", "Plan", "contracted"]
@@ -406,7 +406,7 @@ def _blas_local():
 
 def _batch_split(nb: int) -> int:
     """Threads to split a batch of ``nb`` products over (0: let BLAS thread each one)."""
-    from tessera.codegen.runtime import _threads
+    from tessera.kernels.threadpool import _threads
     t = _threads()
     if t < 2 or nb < t or (nb < 2 * t and nb % t) or _blas_local() is None:
         return 0
@@ -414,7 +414,7 @@ def _batch_split(nb: int) -> int:
 
 
 def _split_matmul(a: np.ndarray, b: np.ndarray, threads: int) -> np.ndarray:
-    from tessera.codegen.runtime import split_call
+    from tessera.kernels.threadpool import split_call
     a, b = _blasable(a), _blasable(b)
     out = np.empty((a.shape[0], a.shape[1], b.shape[2]), np.result_type(a, b))
     local = _blas_local()

@@ -1,10 +1,10 @@
 """Code generation: fused C kernels for compiled graphs.
 
-The outline pass (``tessera.graph.passes.outline``) turns each fusion region into one
+The outline pass (``tessera.codegen.passes.outline``) turns each fusion region into one
 ``fused`` node. ``compile_fused(nodes)`` lowers every fused node of a graph to the loop IR
 (``tessera.codegen.loops``), renders them as one C translation unit (``c_rules`` give each
 op's expression), compiles it with the system C compiler through a content-addressed disk
-cache (``tessera.codegen.cc``) and returns, per node, a function ``fn(out, *arrays)`` that
+cache (``tessera.kernels.cc``) and returns, per node, a function ``fn(out, *arrays)`` that
 runs the kernel on NumPy buffers.
 
 ``TESSERA_CODEGEN=0`` turns code generation off; without a C compiler it is off too, and
@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import warnings
 
+from tessera.graph import backend
+
 __all__ = ["enabled", "compile_fused"]
 
 _warned = False
@@ -26,8 +28,8 @@ def enabled() -> bool:
     global _warned
     if os.environ.get("TESSERA_CODEGEN", "1") in ("0", "", "false", "off"):
         return False
-    from tessera.codegen.cc import compiler
-    if compiler() is None:
+    from tessera import kernels
+    if not kernels.enabled():
         if not _warned:
             _warned = True
             warnings.warn("tessera: no C compiler found (set CC, or install cc/gcc/clang); "
@@ -39,5 +41,13 @@ def enabled() -> bool:
 
 def compile_fused(nodes: list) -> dict:
     """{node: fn(out, *arrays)} for the fused ``nodes`` of one graph (one C library)."""
-    from tessera.codegen.runtime import build
+    from tessera.codegen.build import build
     return build(nodes)
+
+
+def _passes() -> dict:
+    from tessera.codegen.passes import decompose, outline
+    return {"decompose": decompose.run, "outline": outline.run}
+
+
+backend.register(backend.CodeGenerator(enabled, compile_fused, _passes()))

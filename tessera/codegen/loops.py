@@ -15,7 +15,7 @@ Every region becomes two functions:
 
 The outermost loop of a large region is *split*: it runs over ``[lo, hi)``, arguments every
 kernel takes, and the runtime calls the kernel on disjoint chunks from several threads
-(``tessera.codegen.runtime``). Not OpenMP: a process that imported PyTorch first shares
+(``tessera.codegen.build``). Not OpenMP: a process that imported PyTorch first shares
 PyTorch's OpenMP runtime, whose spinning threads starved BLAS (5x slower convolutions).
 
 >>> from tessera.graph.ir import Graph
@@ -46,11 +46,11 @@ from dataclasses import dataclass, field
 
 from tessera.codegen.c_rules import INT_OPS, LOGICAL, CType, compute_dtype
 from tessera.graph.ir import Graph, Value
+from tessera.kernels.threadpool import SPLIT_MIN
 
 __all__ = ["Param", "Load", "Let", "Raw", "Store", "Loop", "If", "Func", "lower", "render",
-           "RENDER", "PARALLEL_MIN", "worth_splitting", "supported", "iteration_shape", "jam"]
+           "RENDER", "worth_splitting", "supported", "iteration_shape", "jam"]
 
-PARALLEL_MIN = 1 << 18   # elements: below this, handing chunks to threads costs more than it saves
 DTYPES = frozenset({"float32", "float64", "bool", "int32", "int64"})
 _NO_CONVERT = LOGICAL | {"cast"}   # their rules test inputs against 0 themselves
 
@@ -290,7 +290,7 @@ def worth_splitting(elements: int, program: list) -> bool:
     """Whether a loop over ``elements`` runs of the element ``program`` (its Loads, Lets
     and Stores) is worth splitting across threads: its estimated one-thread time is at
     least ``SPLIT_MIN_NS``. A broadcast load counts as a full one (an overestimate)."""
-    if elements < PARALLEL_MIN:
+    if elements < SPLIT_MIN:
         return False
     nbytes = sum(_BYTES.get(s.ctype, 4) for s in program if isinstance(s, Load)) + \
         4 * sum(isinstance(s, Store) for s in program)

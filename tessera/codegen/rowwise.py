@@ -54,7 +54,6 @@ void softmax_c(float* out, const float* in0, int64_t lo, int64_t hi) {
 from __future__ import annotations
 
 from tessera.codegen.loops import (
-    PARALLEL_MIN,
     REDUCE,
     Func,
     Let,
@@ -72,6 +71,7 @@ from tessera.codegen.loops import (
     node_expr,
 )
 from tessera.graph.ir import Graph, Value
+from tessera.kernels.threadpool import SPLIT_MIN
 
 __all__ = ["is_rowwise", "lower_rowwise"]
 
@@ -231,7 +231,7 @@ def _variant(body: Graph, name: str, groups: list[tuple[int, bool]], in_idx: lis
         total *= e
     nest = row
     for j in range(nk - 1, -1, -1):
-        nest = [Loop(f"i{j}", kept[j][0], nest, parallel=j == 0 and total >= PARALLEL_MIN)]
+        nest = [Loop(f"i{j}", kept[j][0], nest, parallel=j == 0 and total >= SPLIT_MIN)]
     # (each row is independent: the outer loop may be split across threads)
     return Func(name, params, pre + nest)
 

@@ -18,8 +18,10 @@ import numpy as np
 
 from tessera import _dtype as D
 from tessera._dispatch import kernel_plan
+from tessera.graph import backend
 from tessera.graph.ir import Graph, IRError, Value
 from tessera.graph.recycle import MIN_BYTES, Recycler
+from tessera.ops.random import fresh_seed
 from tessera.ops.registry import Meta
 
 __all__ = ["Executor", "compile_kernel"]
@@ -174,7 +176,7 @@ class Executor:
             if "seed" in attrs:  # dropout masks: a fresh seed every step, as eager draws
                 traced = attrs["seed"]
                 if traced not in seeds:
-                    seeds[traced] = _fresh_seed()
+                    seeds[traced] = fresh_seed()
                 attrs = {**attrs, "seed": seeds[traced]}
             try:
                 if dest is not None:
@@ -260,10 +262,7 @@ def _generate(g: Graph) -> dict:
     fused = [n for n in g.nodes if n.op.name == "fused"]
     if not fused:
         return {}
-    import tessera.codegen as codegen
-    if not codegen.enabled():
-        return {}
-    return codegen.compile_fused(fused)
+    return backend.compile_fused(fused)
 
 
 def _allocating(fn, v: Value):
@@ -282,11 +281,6 @@ def _is_multi(n) -> bool:
     one piece)."""
     metas = [Meta(v.shape, v.dtype) if isinstance(v, Value) else v for v in n.inputs]
     return type(n.op.infer(*metas, **n.attrs)) is tuple
-
-
-def _fresh_seed() -> int:
-    from tessera.nn.functional.dropout import _seed
-    return _seed()
 
 
 def _buffered(g: Graph, outs_fn: list) -> dict:

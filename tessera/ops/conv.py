@@ -183,16 +183,16 @@ def _channel_major(g: np.ndarray, groups: int) -> np.ndarray:
 
 def _native(x, w, groups) -> bool:
     """2-d, ungrouped, float32/64 convolutions run image by image on the C im2col/col2im of
-    ``tessera.codegen.kernels``: one image's column buffer stays in cache between im2col and
+    ``tessera.kernels.window``: one image's column buffer stays in cache between im2col and
     its GEMM (1.5-2x faster than one batch-wide buffer). With NumPy's OpenBLAS the C drivers
-    of ``tessera.codegen.conv_kernels`` run it, images split across the kernel
+    of ``tessera.kernels.conv`` run it, images split across the kernel
     threads, each calling BLAS single-threaded; else a Python loop with threaded BLAS. Per-
     image GEMMs round differently from a batch-wide one (equally accurate). Small stride-1
     ones (``_direct``), whose GEMMs would be skinny, run as direct C convolutions instead,
     and 3x3 stride-1 ones with many channels (``_winograd``) as Winograd."""
     if x.ndim != 4 or groups != 1 or x.dtype != w.dtype or 0 in x.shape or 0 in w.shape:
         return False
-    from tessera.codegen import kernels
+    from tessera.kernels import window as kernels
     return kernels.available(x.dtype)
 
 
@@ -203,8 +203,8 @@ def _lows(pads) -> tuple:
 def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
     """Into ``y`` (a new array when None; C-contiguous): each image's GEMM, then its bias
     while that image's output is still in cache."""
-    from tessera.codegen.conv_kernels import conv2d_threaded
-    from tessera.codegen.kernels import im2col
+    from tessera.kernels.conv import conv2d_threaded
+    from tessera.kernels.window import im2col
     n, o = x.shape[0], w.shape[0]
     p = int(np.prod(out_sp))
     x = np.ascontiguousarray(x)
@@ -213,12 +213,12 @@ def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
         y = np.empty((n, o) + tuple(out_sp), x.dtype)
     path = _path("forward", x.shape, w.shape, stride, pads, dilation, out_sp, x.dtype)
     if path == "direct":
-        from tessera.codegen.direct_conv import conv2d_direct
+        from tessera.kernels.direct_conv import conv2d_direct
         b = None if b is None else np.ascontiguousarray(b, x.dtype)
         conv2d_direct(x, np.ascontiguousarray(w), b, _lows(pads), dilation, y)
         return y
     if path == "winograd":
-        from tessera.codegen.winograd import conv2d_winograd
+        from tessera.kernels.winograd import conv2d_winograd
         b = None if b is None else np.ascontiguousarray(b, x.dtype)
         conv2d_winograd(x, np.ascontiguousarray(w), b, _lows(pads), y)
         return y
@@ -265,13 +265,13 @@ _WIDE_GEMM = 1024  # columns per convolution GEMM worth grouping images for
 def _winograd(xshape, wshape, stride, dilation, out_sp, dtype, lows=(0, 0),
               weight_grad: bool = False) -> bool:
     """Whether a 2-d ungrouped convolution (``_native``) runs as Winograd F(2x2, 3x3)
-    (``tessera.codegen.winograd``): 3x3, stride 1, dilation 1, and the measured rule of
+    (``tessera.kernels.winograd``): 3x3, stride 1, dilation 1, and the measured rule of
     ``winograd.chosen`` (``chosen_weight_grad`` for its weight gradient). ``lows``: the
     input gradient's low paddings, each at most 2 (its convolution pads by 2 - p)."""
     if tuple(wshape[2:]) != (3, 3) or tuple(stride) != (1, 1) or tuple(dilation) != (1, 1) \
             or max(lows) > 2:
         return False
-    from tessera.codegen import winograd
+    from tessera.kernels import winograd
     rule = winograd.chosen_weight_grad if weight_grad else winograd.chosen
     return rule(xshape[0], xshape[1], wshape[0], *out_sp, dtype)
 
@@ -279,11 +279,11 @@ def _winograd(xshape, wshape, stride, dilation, out_sp, dtype, lows=(0, 0),
 def _direct(xshape, wshape, stride, out_sp, dtype, kind: str = "forward") -> bool:
     """Whether the ``kind`` ("forward", "input_grad", "weight_grad") of a 2-d ungrouped
     convolution (``_native``) of ``xshape`` with filters ``wshape`` (the layer's shapes)
-    runs as the direct C convolution of ``tessera.codegen.direct_conv``: stride 1 and the
+    runs as the direct C convolution of ``tessera.kernels.direct_conv``: stride 1 and the
     measured rule of ``direct_conv.chosen``."""
     if tuple(stride) != (1, 1):
         return False
-    from tessera.codegen import direct_conv
+    from tessera.kernels import direct_conv
     return direct_conv.chosen(xshape[0], xshape[1], wshape[0], *out_sp, *wshape[2:], dtype,
                               kind)
 
@@ -293,7 +293,7 @@ def _path(kind: str, xshape, wshape, stride, pads, dilation, out_sp, dtype) -> s
     ungrouped convolution of ``xshape`` with filters ``wshape``, giving ``out_sp``, runs:
     "direct", "winograd" or "threaded" (the first that applies), or None (the NumPy loop).
     The input gradient of a stride-1 3x3 convolution is one too: g (N, O) -> dx (N, C)."""
-    from tessera.codegen.conv_kernels import threaded
+    from tessera.kernels.conv import threaded
     if _direct(xshape, wshape, stride, out_sp, dtype, kind):
         return "direct"
     if kind == "input_grad":
@@ -316,7 +316,9 @@ def _prefetch(kind: str, xshape: tuple, wshape: tuple, stride, pads, dilation, d
     compile side by side at trace time, beside the graph's other compiles, instead of one
     after another as its first step reaches them. (Eagerly the kernel runs right after its
     infer: nothing to gain, and a meta-device model would compile for nothing.)"""
-    from tessera.codegen import conv_kernels, direct_conv, kernels, winograd
+    from tessera.kernels import conv as conv_kernels
+    from tessera.kernels import direct_conv, winograd
+    from tessera.kernels import window as kernels
     dt = dtype.np
     if len(xshape) != 4 or 0 in xshape or 0 in wshape or dt is None \
             or not kernels.available(dt):
@@ -342,7 +344,7 @@ def _depthwise(x, w, groups) -> bool:
     if x.ndim != 4 or groups == 1 or groups != x.shape[1] or w.shape[0] != groups \
             or x.dtype != w.dtype or 0 in x.shape:
         return False
-    from tessera.codegen import kernels
+    from tessera.kernels import window as kernels
     return kernels.available(x.dtype)
 
 
@@ -360,7 +362,7 @@ def conv_into(out, x, w, b, stride, pads, dilation, groups) -> None:
             _conv_per_image(x, w, b, stride, pads, dilation, out_sp, out)
             return
         if _depthwise(x, w, groups):
-            from tessera.codegen.kernels import depthwise_conv2d
+            from tessera.kernels.window import depthwise_conv2d
             depthwise_conv2d(np.ascontiguousarray(x), w, b, stride, _lows(pads), dilation,
                              out_sp, out)
             return
@@ -374,27 +376,27 @@ conv_into.reads_around = True
 
 def _private_copy(x: np.ndarray) -> np.ndarray:
     """A copy of ``x`` in a reusable per-thread buffer (no allocation per call)."""
-    from tessera.codegen.conv_kernels import _workspace
+    from tessera.kernels.conv import _workspace
     buf = _workspace(x.size, x.dtype, "conv_input")[:x.size].reshape(x.shape)
     np.copyto(buf, x)
     return buf
 
 
 def _input_grad_per_image(g, w, input_shape, stride, pads, dilation):
-    from tessera.codegen.conv_kernels import conv2d_input_grad_threaded
-    from tessera.codegen.kernels import col2im
+    from tessera.kernels.conv import conv2d_input_grad_threaded
+    from tessera.kernels.window import col2im
     n, o = g.shape[:2]
     out_sp = g.shape[2:]
     p = int(np.prod(out_sp))
     dx = np.empty(tuple(input_shape), g.dtype)
     path = _path("input_grad", input_shape, w.shape, stride, pads, dilation, out_sp, g.dtype)
     if path == "direct":
-        from tessera.codegen.direct_conv import conv2d_input_grad_direct
+        from tessera.kernels.direct_conv import conv2d_input_grad_direct
         conv2d_input_grad_direct(np.ascontiguousarray(g), np.ascontiguousarray(w),
                                  _lows(pads), dilation, dx)
         return dx
     if path == "winograd":
-        from tessera.codegen.winograd import conv2d_input_grad_winograd
+        from tessera.kernels.winograd import conv2d_input_grad_winograd
         conv2d_input_grad_winograd(np.ascontiguousarray(g), np.ascontiguousarray(w),
                                    _lows(pads), dx)
         return dx
@@ -412,8 +414,8 @@ def _input_grad_per_image(g, w, input_shape, stride, pads, dilation):
 
 
 def _weight_grad_per_image(x, g, weight_shape, stride, pads, dilation):
-    from tessera.codegen.conv_kernels import conv2d_weight_grad_threaded
-    from tessera.codegen.kernels import im2col
+    from tessera.kernels.conv import conv2d_weight_grad_threaded
+    from tessera.kernels.window import im2col
     n, o = g.shape[:2]
     out_sp = g.shape[2:]
     p = int(np.prod(out_sp))
@@ -421,11 +423,11 @@ def _weight_grad_per_image(x, g, weight_shape, stride, pads, dilation):
     path = _path("weight_grad", x.shape, weight_shape, stride, pads, dilation, out_sp,
                  x.dtype)
     if path == "direct":
-        from tessera.codegen.direct_conv import conv2d_weight_grad_direct
+        from tessera.kernels.direct_conv import conv2d_weight_grad_direct
         return conv2d_weight_grad_direct(x, np.ascontiguousarray(g), tuple(weight_shape),
                                          _lows(pads), dilation)
     if path == "winograd":
-        from tessera.codegen.winograd import conv2d_weight_grad_winograd
+        from tessera.kernels.winograd import conv2d_weight_grad_winograd
         return conv2d_weight_grad_winograd(x, np.ascontiguousarray(g), _lows(pads))
     if path == "threaded":
         return conv2d_weight_grad_threaded(x, np.ascontiguousarray(g), tuple(weight_shape),
@@ -449,7 +451,7 @@ def _conv_kernel(x, w, b, stride, pads, dilation, groups):
     if _native(x, w, groups) and 0 not in out_sp:
         return _conv_per_image(x, w, b, stride, pads, dilation, out_sp)
     if _depthwise(x, w, groups) and 0 not in out_sp:
-        from tessera.codegen.kernels import depthwise_conv2d
+        from tessera.kernels.window import depthwise_conv2d
         return depthwise_conv2d(np.ascontiguousarray(x), w, b, stride, _lows(pads), dilation,
                                 out_sp)
     cols = _cols(x, ksize, out_sp, stride, pads, dilation, groups)

@@ -577,7 +577,7 @@ def _axpy(t, a, b, alpha) -> bool:
             not (t.flags.c_contiguous and b.flags.c_contiguous) or \
             np.may_share_memory(t, b):
         return False
-    from tessera.codegen.conv_kernels import _blas
+    from tessera.kernels.conv import _blas
     blas = _blas()
     f = None if blas is None else blas.axpy.get(t.dtype)
     if f is None:

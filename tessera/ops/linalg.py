@@ -151,7 +151,7 @@ def _matmul_kernel(a, b, out=None):
     if b.ndim > 2:
         b = _blasable(b)
         if a.ndim > 2 and a.shape[:-2] == b.shape[:-2]:  # a batch of mid-sized products
-            from tessera._einsum._bmm import stacked
+            from tessera.kernels.bmm import stacked
             res = stacked(a, b, out)
             if res is not None:
                 return res

@@ -131,7 +131,7 @@ def _max_pool_kernel(x, kernel_size, stride, padding, dilation, ceil_mode):
     out_sp = tuple(pool_out_size(sz, k, s, p, d, ceil_mode) for sz, k, s, p, d in
                    zip(in_sp, kernel_size, stride, padding, dilation))
     if x.ndim == 4 and x.size and 0 not in out_sp:
-        from tessera.codegen import kernels
+        from tessera.kernels import window as kernels
         if kernels.available(x.dtype):  # C: one pass, PyTorch's tie and NaN rule
             return kernels.max_pool2d(np.ascontiguousarray(x), kernel_size, stride, padding,
                                       dilation, out_sp)
@@ -184,7 +184,7 @@ def _max_pool_values_kernel(x, kernel_size, stride, padding, dilation, ceil_mode
     out_sp = tuple(pool_out_size(sz, k, s, p, d, ceil_mode) for sz, k, s, p, d in
                    zip(in_sp, kernel_size, stride, padding, dilation))
     if x.ndim == 4 and x.size and 0 not in out_sp:
-        from tessera.codegen import kernels
+        from tessera.kernels import window as kernels
         if kernels.available(x.dtype):
             return kernels.max_pool2d_values(np.ascontiguousarray(x), kernel_size, stride,
                                               padding, dilation, out_sp)
@@ -297,7 +297,7 @@ def _mpb_infer(g, idx, input_shape):
 
 def _mpb_kernel(g, idx, input_shape):
     if len(input_shape) == 4 and g.size and 0 not in input_shape:
-        from tessera.codegen import kernels
+        from tessera.kernels import window as kernels
         if kernels.available(g.dtype):
             try:
                 return kernels.max_pool2d_backward(np.ascontiguousarray(g),

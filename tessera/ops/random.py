@@ -123,6 +123,16 @@ def initial_seed() -> int:
     return default_generator.initial_seed()
 
 
+def fresh_seed() -> int:
+    """A fresh seed from the default generator's stream (a dropout mask's, eager or in a
+    compiled graph's step).
+
+    >>> 0 <= fresh_seed() < 2 ** 63
+    True
+    """
+    return int(default_generator._np.integers(0, 2 ** 63 - 1))
+
+
 def get_rng_state() -> Tensor:
     """The default generator's state as a uint8 tensor."""
     return default_generator.get_state()

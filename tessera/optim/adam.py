@@ -98,7 +98,7 @@ class Adam(Optimizer):
 
 def _fused_group(group: dict) -> bool:
     """Whether this group's update may run as one C kernel per parameter
-    (``tessera.codegen.optim_kernels``): ``fused`` not False, not differentiable, not
+    (``tessera.kernels.optim``): ``fused`` not False, not differentiable, not
     traced into a graph. PyTorch's CPU default (``fused=None``) is the op-by-op loop; the
     fused kernel computes the same thing with fewer roundings and no per-op dispatch, so
     tessera takes it by default (LeNet-5's Adam step: ~10 ops of dispatch per parameter)."""
@@ -110,7 +110,7 @@ def _fused_group(group: dict) -> bool:
 
 def _fusable(p: Tensor, state: dict) -> bool:
     from tessera._tensor import _CPU as CPU
-    from tessera.codegen.optim_kernels import available
+    from tessera.kernels.optim import available
     g = p.grad
     arrays = [p, g, state["exp_avg"], state["exp_avg_sq"]] + (
         [state["max_exp_avg_sq"]] if "max_exp_avg_sq" in state else [])
@@ -122,7 +122,7 @@ def _fusable(p: Tensor, state: dict) -> bool:
 
 def _adam_fused(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
     """``_adam_update`` as one C loop (the same arithmetic, element by element)."""
-    from tessera.codegen.optim_kernels import adam_step
+    from tessera.kernels.optim import adam_step
     beta1, beta2 = group["betas"]
     step_t = state["step"]
     step_t += 1

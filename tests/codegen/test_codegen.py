@@ -17,14 +17,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera
-from tessera.codegen import cc, runtime
+from tessera.codegen import build as runtime
 from tessera.codegen.c_rules import RULES
 from tessera.codegen.loops import supported
 from tessera.codegen.rowwise import is_rowwise
+from tessera.graph.fused import _kernel as reference
+from tessera.graph.fused import body_graph
 from tessera.graph.ir import Graph, Node
 from tessera.graph.trace import trace
-from tessera.ops.fused import _kernel as reference
-from tessera.ops.fused import body_graph
+from tessera.kernels import cc
 from tessera.ops.registry import REGISTRY
 from tests.opinfo import OP_DB
 
@@ -333,7 +334,8 @@ def test_rowwise_max_min_and_kept_values_on_special_rows(dtype, text):
 
 def test_large_regions_split_across_threads_match():
     """Above PARALLEL_MIN elements the outer loop runs in chunks on several threads."""
-    from tessera.codegen.loops import PARALLEL_MIN, lower
+    from tessera.codegen.loops import lower
+    from tessera.kernels.threadpool import SPLIT_MIN as PARALLEL_MIN
     F = tessera.nn.functional
     x = tessera.randn(PARALLEL_MIN // 64 + 3, 128)
     b = tessera.randn(128)
@@ -471,7 +473,7 @@ def test_no_compiler_warns_once_and_runs_numpy(monkeypatch):
 
 _CHILD = """
 import tessera
-from tessera.codegen import runtime
+from tessera.codegen import build as runtime
 class Chain(tessera.nn.Graph):
     def build(self, x):
         return tessera.nn.functional.gelu(x * 3 + 1).tanh()

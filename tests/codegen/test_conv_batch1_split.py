@@ -45,7 +45,8 @@ def test_batch1_splits_match_torch(monkeypatch, xs, ws, stride, pad, dil, thread
                                    shared):
     """Channel blocks with each thread building its own columns, and with the columns
     built once and shared (``conv_kernels._SHARED``)."""
-    from tessera.codegen import conv_kernels, runtime
+    from tessera.kernels import conv as conv_kernels
+    from tessera.kernels import threadpool as runtime
     if not conv_kernels.threaded(dtype):
         pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
     monkeypatch.setattr(conv_kernels, "_SHARED", shared)
@@ -60,7 +61,7 @@ def test_batch1_plan():
     """ResNet-18's stem at batch 1 runs in row blocks of a few rows (columns within
     _COLS_BYTES), its 1x1 stride-2 convolutions at 14x14 in channel blocks; batches of at
     least the thread count keep whole images (or several side by side) an item."""
-    from tessera.codegen.conv_kernels import _COLS_BYTES, _plan
+    from tessera.kernels.conv import _COLS_BYTES, _plan
     threads, rb, grp, ob = _plan(1, 64, 112, 112, 147, 4, 2)
     assert (threads, grp, ob) == (2, 1, 64) and rb * 112 * 147 * 4 <= _COLS_BYTES
     assert _plan(1, 512, 7, 7, 256, 4, 2) == (2, 7, 1, 256)
@@ -82,7 +83,8 @@ def test_shared_columns_in_row_items_match_torch(monkeypatch, xs, ws, stride, pa
                                                  threads, dtype):
     """The batch-1 plan's channel split (row blocks too small) with the shared columns'
     GEMMs in items of output rows (``conv_kernels._SHARED_ROWS``)."""
-    from tessera.codegen import conv_kernels, runtime
+    from tessera.kernels import conv as conv_kernels
+    from tessera.kernels import threadpool as runtime
     if not conv_kernels.threaded(dtype):
         pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
     monkeypatch.setattr(runtime, "_threads", lambda: threads)

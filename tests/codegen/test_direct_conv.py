@@ -1,4 +1,4 @@
-"""Direct C convolution (``tessera.codegen.direct_conv``) against PyTorch: the kernels
+"""Direct C convolution (``tessera.kernels.direct_conv``) against PyTorch: the kernels
 directly over paddings (0 to above the filter, so that the input gradient crops), dilations,
 odd widths, one and several channels, batches of 1 and above the thread count, forward
 (with and without bias), input and weight gradients, float32 and float64; the weight
@@ -12,14 +12,14 @@ import pytest
 import torch
 
 import tessera
-from tessera.codegen import cc
+from tessera.kernels import cc
 from tests.codegen._conv_common import graph_sgd_step_matches_torch
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
 
 
 def _direct_module():
-    from tessera.codegen import direct_conv
+    from tessera.kernels import direct_conv
     if not direct_conv.enabled():
         pytest.skip("TESSERA_DIRECT_CONV=0")
     return direct_conv
@@ -38,7 +38,7 @@ def test_direct_kernels_build():
     here, not only in the layer that first takes that tile), and LeNet's layers must
     choose the direct path."""
     direct_conv = _direct_module()
-    from tessera.codegen import kernels
+    from tessera.kernels import window as kernels
     if not kernels.available(np.float32):
         pytest.skip("C kernels unavailable")
     names = [*direct_conv._instances("f32"), *direct_conv._instances("f64")]
@@ -71,7 +71,8 @@ KERNEL_CASES = [
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_direct_kernels_match_torch(monkeypatch, n, c, o, h, w, ks, pads, dil, threads,
                                     dtype):
-    from tessera.codegen import conv_kernels, runtime
+    from tessera.kernels import conv as conv_kernels
+    from tessera.kernels import threadpool as runtime
     direct_conv = _direct_module()
     monkeypatch.setattr(runtime, "_threads", lambda: threads)
     monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)  # these sizes would run serially
@@ -105,7 +106,8 @@ def test_direct_kernels_match_torch(monkeypatch, n, c, o, h, w, ks, pads, dil, t
 def test_weight_grad_repeats_bit_for_bit(monkeypatch):
     """Fixed chunks of images own the partial sums, which add up in a fixed order: the
     same inputs give the same bits whichever thread took which chunk."""
-    from tessera.codegen import conv_kernels, runtime
+    from tessera.kernels import conv as conv_kernels
+    from tessera.kernels import threadpool as runtime
     direct_conv = _direct_module()
     monkeypatch.setattr(runtime, "_threads", lambda: 3)
     monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)

@@ -1,4 +1,4 @@
-"""Eager elementwise ops on large tensors run the ops' C rules (``tessera.codegen.eager``):
+"""Eager elementwise ops on large tensors run the ops' C rules (``tessera.kernels.elementwise``):
 every case is computed with the C path on and off (the NumPy kernel, itself checked
 against PyTorch by the op-info table) on inputs holding NaN, infinities, -0 and large
 values, and must agree; each case also checks that its C kernel really ran. A few cases
@@ -11,7 +11,8 @@ import torch
 
 import tessera
 from tessera._dispatch import dispatch
-from tessera.codegen import cc, eager
+from tessera.kernels import cc
+from tessera.kernels import elementwise as eager
 from tessera.ops.registry import REGISTRY
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")

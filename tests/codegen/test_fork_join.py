@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera.codegen import runtime
+from tessera.kernels import threadpool as runtime
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The hand-written C kernels (``tessera.codegen.kernels``: 2-d im2col/col2im convolution
+"""The hand-written C kernels (``tessera.kernels.window``: 2-d im2col/col2im convolution
 per image, max pooling) against the NumPy kernels the same ops use when code generation is
 off (``TESSERA_CODEGEN=0``), over strides, paddings, dilations, ceil mode, ties and NaNs."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from tessera.codegen import cc
+from tessera.kernels import cc
 from tessera.ops import conv as C
 from tessera.ops import pool as P
 
@@ -104,8 +104,8 @@ THREADED_CASES = [((1, 3, 40, 36), (5, 3, 3, 3), (1, 1), ((1, 1), (1, 1))),   # 
 def test_threaded_conv_drivers_match_numpy(monkeypatch, xs, ws, stride, pads, threads, dtype):
     """The drivers that split images (or row blocks) across threads, each calling BLAS
     single-threaded, for every work split."""
-    from tessera.codegen import conv_kernels as kernels
-    from tessera.codegen import runtime
+    from tessera.kernels import conv as kernels
+    from tessera.kernels import threadpool as runtime
     if not kernels.threaded(dtype):
         pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
     monkeypatch.setattr(runtime, "_threads", lambda: threads)
@@ -164,8 +164,8 @@ def test_threaded_conv_from_several_python_threads(monkeypatch):
     and BLAS gets its thread count back when the last of them ends."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tessera.codegen import conv_kernels as kernels
-    from tessera.codegen import runtime
+    from tessera.kernels import conv as kernels
+    from tessera.kernels import threadpool as runtime
     if not kernels.threaded(np.float32):
         pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
     monkeypatch.setattr(runtime, "_threads", lambda: 2)

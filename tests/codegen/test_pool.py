@@ -1,4 +1,4 @@
-"""The C kernel threads (tessera.codegen.pool): every part runs once, with its own result."""
+"""The C kernel threads (tessera.kernels.threadpool): every part runs once, with its own result."""
 import ctypes
 import threading
 
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera.codegen import cc, pool
+from tessera.kernels import cc
+from tessera.kernels import threadpool as pool
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
 
@@ -101,7 +102,7 @@ def test_one_thread_runs_every_part_on_the_caller(lib):
 
 
 def test_batched_products_on_the_pool_match_numpy(two_threads):
-    from tessera._einsum import _bmm
+    from tessera.kernels import bmm as _bmm
     rng = np.random.default_rng(0)
     a = rng.standard_normal((37, 16, 24)).astype(np.float32)
     b = rng.standard_normal((37, 24, 8)).astype(np.float32)

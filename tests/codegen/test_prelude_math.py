@@ -21,12 +21,13 @@ import pytest
 import scipy.special as sp
 
 import tessera
-from tessera.codegen import cc, runtime
+from tessera.codegen import build as runtime
 from tessera.codegen.c_rules import RULES, CType
-from tessera.codegen.prelude import PRELUDE
+from tessera.graph.fused import body_graph
 from tessera.graph.passes import run_pipeline
 from tessera.graph.trace import trace
-from tessera.ops.fused import body_graph
+from tessera.kernels import cc
+from tessera.kernels.prelude import PRELUDE
 from tests.codegen.test_codegen import check, fused_node
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")

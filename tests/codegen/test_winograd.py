@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3) convolution (``tessera.codegen.winograd``) against PyTorch: the C
+"""Winograd F(2x2, 3x3) convolution (``tessera.kernels.winograd``) against PyTorch: the C
 kernels directly over paddings, odd and 1x1 outputs, batches, channel counts and thread
 counts, forward, input and weight gradients, float32 and float64; then through the conv ops, eager
 ``F.conv2d`` with backward and an ``nn.Graph``, checking that the Winograd path ran.
@@ -13,14 +13,16 @@ import pytest
 import torch
 
 import tessera
-from tessera.codegen import cc
+from tessera.kernels import cc
 from tests.codegen._conv_common import graph_sgd_step_matches_torch
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
 
 
 def _winograd_module():
-    from tessera.codegen import conv_kernels, kernels, winograd
+    from tessera.kernels import conv as conv_kernels
+    from tessera.kernels import window as kernels
+    from tessera.kernels import winograd
     if not kernels.available(np.float32):
         pytest.skip("code generation is off (TESSERA_CODEGEN=0) or there is no compiler")
     if conv_kernels._blas() is None:
@@ -40,7 +42,7 @@ def close(actual, expected, dtype):
 def test_winograd_kernels_build():
     """Where the threaded drivers can exist every one of them must build (a compile error
     must fail here, not only in the layer that first runs that driver)."""
-    from tessera.codegen import conv_kernels
+    from tessera.kernels import conv as conv_kernels
     winograd = _winograd_module()
     for s in ("f32", "f64"):
         for name in ("fwd", "igrad", "wgrad", *(f"{v}_{k}" for v in ("wino", "wino4")
@@ -82,7 +84,8 @@ def test_winograd_kernels_match_torch(monkeypatch, n, c, o, h, w, pads, threads,
     """Forward and input gradient, F(2x2) and F(4x4), in items of tile rows and wide
     (``winograd._wide``: the whole batch one block, three passes), and the weight
     gradient."""
-    from tessera.codegen import conv_kernels, runtime
+    from tessera.kernels import conv as conv_kernels
+    from tessera.kernels import threadpool as runtime
     winograd = _winograd_module()
     monkeypatch.setattr(runtime, "_threads", lambda: threads)
     monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)  # these sizes would run serially
@@ -210,7 +213,8 @@ def test_winograd_from_several_python_threads(monkeypatch, wide):
     has taken, so the counters in C cannot wait for a task still in the queue."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tessera.codegen import conv_kernels, runtime
+    from tessera.kernels import conv as conv_kernels
+    from tessera.kernels import threadpool as runtime
     winograd = _winograd_module()
     monkeypatch.setattr(runtime, "_threads", lambda: 2)
     monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera._einsum import _bmm, _lower
+from tessera._einsum import _lower
+from tessera.kernels import bmm as _bmm
 
 EQ = "bhqd,bhkd->bhqk"
 
@@ -17,9 +18,9 @@ def _need_bmm():
     """Skip where the small-GEMM kernel cannot exist (no compiler, no OpenBLAS C can call,
     one thread); anywhere else it must have built (it turns itself off quietly, so a
     broken build would otherwise hide behind a skip)."""
-    from tessera.codegen import cc
-    from tessera.codegen.conv_kernels import _blas
-    from tessera.codegen.runtime import _threads
+    from tessera.kernels import cc
+    from tessera.kernels.conv import _blas
+    from tessera.kernels.threadpool import _threads
     if cc.compiler() is None or _blas() is None or _threads() < 2:
         pytest.skip("no C compiler, no OpenBLAS C can call, or one thread")
     assert _bmm._lib() is not None, "einsum's small-GEMM kernel failed to build"
@@ -107,7 +108,7 @@ def test_stacked_products_match_numpy(m, k, n):
     and of transposed matrices, into ``out`` or not, products above OpenBLAS's threading threshold
     with BLAS held single-threaded and given back its threads afterwards."""
     _need_bmm()
-    from tessera.codegen.conv_kernels import _blas
+    from tessera.kernels.conv import _blas
     rng = np.random.default_rng(5)
     a = rng.standard_normal((3, 4, m, 2 * k)).astype(np.float32)[..., :k]   # rows strided
     b = rng.standard_normal((3, 4, k, n)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""Adam and AdamW's fused C update (``tessera.codegen.optim_kernels``, the default when
+"""Adam and AdamW's fused C update (``tessera.kernels.optim``, the default when
 the parameters allow it): the same trajectory as PyTorch's (its op-by-op loop and its own
 ``fused=True``) and as tessera's op-by-op update (``fused=False``) over 20 steps, for every
 option; checks that the kernel ran; ``fused=True`` where it cannot run raises."""
@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import tessera
-from tessera.codegen import cc, optim_kernels
+from tessera.kernels import cc
+from tessera.kernels import optim as optim_kernels
 from tests.optim._common import make_params, run_steps, tol
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")

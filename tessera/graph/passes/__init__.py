@@ -13,11 +13,13 @@ import importlib
 import os
 from dataclasses import dataclass
 
+from tessera.graph import backend
 from tessera.graph.ir import Graph
 
 __all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass"]
 
 # the default order; a pass module tessera/graph/passes/<name>.py defines run(graph, ctx)
+# (decompose and outline belong to the code generator: tessera/codegen/passes/)
 PIPELINE = ["dce", "algebraic", "dce", "cse", "constfold", "bnfold", "dce", "decompose", "cse",
             "layout", "duplicate", "fuse", "outline"]
 
@@ -33,17 +35,18 @@ class PassContext:
 
 
 def get_pass(name: str):
-    return importlib.import_module(f"tessera.graph.passes.{name}").run
+    """The pass ``name``: a module of this package, or one the code generator registered
+    (``tessera.graph.backend``)."""
+    return backend.codegen_pass(name) or importlib.import_module(f"tessera.graph.passes.{name}").run
 
 
 def run_pipeline(g: Graph, names=None, training: bool = False, values=None,
                  codegen: bool | None = None) -> list[str]:
     """Run the passes ``names`` (default ``PIPELINE``); returns those that changed g.
-    ``codegen`` (default: whether ``tessera.codegen`` is enabled) turns on the passes that
-    prepare regions for generated kernels."""
+    ``codegen`` (default: whether the registered code generator is on) turns on the passes
+    that prepare regions for generated kernels."""
     if codegen is None:
-        import tessera.codegen
-        codegen = tessera.codegen.enabled()
+        codegen = backend.enabled()
     ctx = PassContext(training, values, codegen)
     debug = os.environ.get("TESSERA_DEBUG", "0") not in ("", "0")
     changed = []

@@ -18,6 +18,7 @@ import warnings
 from tessera._tensor import Tensor
 from tessera.ops import nn_misc
 from tessera.ops._util import ensure_tensor
+from tessera.ops.random import fresh_seed
 
 __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
            "feature_alpha_dropout"]
@@ -26,12 +27,6 @@ __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
 def _check_p(p: float) -> None:
     if p < 0.0 or p > 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-
-
-def _seed() -> int:
-    """A fresh mask seed from the default generator's stream."""
-    from tessera.ops.random import default_generator
-    return int(default_generator._np.integers(0, 2 ** 63 - 1))
 
 
 def _apply(input: Tensor, p: float, training: bool, inplace: bool, feature: bool | None,
@@ -48,7 +43,7 @@ def _apply(input: Tensor, p: float, training: bool, inplace: bool, feature: bool
         shift = True
     else:
         scale, shift = 1.0 / (1.0 - p), False
-    return nn_misc.dropout(input, p=p, seed=_seed(), mask_shape=mask_shape, scale=scale,
+    return nn_misc.dropout(input, p=p, seed=fresh_seed(), mask_shape=mask_shape, scale=scale,
                            alpha_shift=shift, inplace=inplace)
 
 

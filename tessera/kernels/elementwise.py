@@ -66,7 +66,7 @@ def enabled() -> bool:
     for large tensors). Without a compiler nothing warns: eager mode keeps NumPy's."""
     if _STATE[0] is not None:
         return _STATE[0]
-    from tessera.codegen.cc import compiler
+    from tessera.kernels.cc import compiler
     off = ("0", "", "false", "off")
     return os.environ.get("TESSERA_EAGER_C", "1") not in off and \
         os.environ.get("TESSERA_CODEGEN", "1") not in off and compiler() is not None
@@ -124,7 +124,7 @@ def run(op, args, attrs: dict, out) -> np.ndarray | None:
     if n < PARALLEL_MIN:
         f(*ptrs, 0, n)
     else:
-        from tessera.codegen.runtime import split_call
+        from tessera.kernels.threadpool import split_call
         split_call(f, tuple(ptrs), n, 1 << 62)
     return res
 
@@ -170,8 +170,8 @@ def source(op, kinds, out_t: str, attrs: dict) -> str | None:
 
 
 def _compile(op, kinds, out_t: str, attrs: dict):
-    from tessera.codegen import cc
-    from tessera.codegen.prelude import PRELUDE
+    from tessera.kernels import cc
+    from tessera.kernels.prelude import PRELUDE
     text = source(op, kinds, out_t, attrs)
     if text is None:
         return None

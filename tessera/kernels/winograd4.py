@@ -1,6 +1,6 @@
-"""Winograd F(4x4, 3x3): the larger-tile variant of ``tessera.codegen.winograd`` (same
+"""Winograd F(4x4, 3x3): the larger-tile variant of ``tessera.kernels.winograd`` (same
 drivers' shape, same work items, compiled into the same library of the threaded
-convolution drivers of ``tessera.codegen.conv_kernels``).
+convolution drivers of ``tessera.kernels.conv``).
 
 Each 4x4 block of outputs takes 36 multiplies per (input, output) channel pair instead of
 144 (F(2x2): 64 for the same 16 outputs): U = G g G^T (6x6 per filter), V = B^T d B per
@@ -17,7 +17,7 @@ is one long unit-stride loop over all the segment's tiles. M has no spare column
 keeps one a tile row): its output transform is one loop over all tiles of an item too.
 
 >>> import numpy as np
->>> from tessera.codegen import winograd
+>>> from tessera.kernels import winograd
 >>> x, w = np.ones((1, 1, 6, 6), np.float32), np.ones((1, 1, 3, 3), np.float32)
 >>> y = np.empty((1, 1, 4, 4), np.float32)
 >>> winograd._tiles(1, 1, 1, 4, 4).name if winograd.four(1, 1, 1, 4, 4) else "wino4"
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.codegen.winograd import Tiles, _macro
+from tessera.kernels.winograd import Tiles, _macro
 
 __all__ = ["WINOGRAD4_C", "F4"]
 

@@ -30,7 +30,7 @@ __all__ = ["available", "im2col", "col2im", "depthwise_conv2d", "max_pool2d",
            "max_pool2d_values", "max_pool2d_backward"]
 
 # the window bounds, im2col and col2im, also compiled into the convolution drivers
-# (``tessera.codegen.conv_kernels``)
+# (``tessera.kernels.conv``)
 WINDOW_C = r"""
 /* the output columns ow whose input column ow*SW + off lies inside [0, W): [*a, *b) */
 static inline void inside(int64_t off, int64_t SW, int64_t W, int64_t OW, int64_t* a,
@@ -302,7 +302,7 @@ void tsr_depthwise(const T* x, const T* w, const T* b, T* y, int64_t C, int64_t 
 
 @functools.lru_cache(maxsize=64)
 def _depthwise_fn(dtype: str, ksize, stride, pads, dilation):
-    from tessera.codegen.cc import load
+    from tessera.kernels.cc import load
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = ksize, stride, pads, dilation
     lib = load(_DEPTHWISE % dict(T="float" if dtype == "f32" else "double", kh=kh, kw=kw,
                                  sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw))
@@ -317,7 +317,7 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation, ou
     """Depthwise 2-d convolution of C-contiguous ``x`` (N, C, H, W) with ``w`` (C, 1, KH,
     KW) and optional bias ``b`` (C,), into ``out`` when given; ``pads`` are the low
     paddings."""
-    from tessera.codegen.runtime import split_call
+    from tessera.kernels.threadpool import split_call
     n, c, h, wd = x.shape
     y = np.empty((n, c) + tuple(out_sp), x.dtype) if out is None else out
     w = np.ascontiguousarray(w, x.dtype)
@@ -331,7 +331,7 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation, ou
 
 @functools.lru_cache(maxsize=64)
 def _maxpool_fn(dtype: str, ksize, stride, pads, dilation, index: bool = True):
-    from tessera.codegen.cc import load
+    from tessera.kernels.cc import load
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = ksize, stride, pads, dilation
     lib = load(_MAXPOOL % dict(T="float" if dtype == "f32" else "double", kh=kh, kw=kw,
                                sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw, index=int(index)))
@@ -346,7 +346,7 @@ _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 
 @functools.lru_cache(maxsize=1)
 def _lib():
-    from tessera.codegen.cc import load
+    from tessera.kernels.cc import load
     lib = load(_SOURCE)
     P, I = ctypes.c_void_p, ctypes.c_int64
     for s in ("f32", "f64"):
@@ -363,8 +363,8 @@ def available(dtype=np.float32) -> bool:
     """Whether the C kernels can run for ``dtype`` (code generation on, a compiler found)."""
     if np.dtype(dtype) not in _SUFFIX:
         return False
-    import tessera.codegen as codegen
-    if not codegen.enabled():
+    from tessera import kernels
+    if not kernels.enabled():
         return False
     try:
         _lib()
@@ -382,7 +382,7 @@ def im2col(x: np.ndarray, cols: np.ndarray, ksize, stride, pads, dilation, out_s
     array or a column block of a wider one (rows keep its stride); ``pads`` are the low
     paddings (the high side follows from ``out_sp``). Rows split across the kernel
     threads when the buffer is large."""
-    from tessera.codegen.runtime import split_call
+    from tessera.kernels.threadpool import split_call
     f = getattr(_lib(), f"tsr_im2col_{_SUFFIX[x.dtype]}")
     rows = cols.shape[0]
     split_call(f, (x.ctypes.data, cols.ctypes.data, *x.shape,
@@ -393,7 +393,7 @@ def im2col(x: np.ndarray, cols: np.ndarray, ksize, stride, pads, dilation, out_s
 def col2im(cols: np.ndarray, dx: np.ndarray, ksize, stride, pads, dilation, out_sp) -> None:
     """The adjoint of ``im2col``: ``dx`` (C, H, W) = the sum of each input element's window
     entries in ``cols``. Channels split across the kernel threads when large."""
-    from tessera.codegen.runtime import split_call
+    from tessera.kernels.threadpool import split_call
     f = getattr(_lib(), f"tsr_col2im_{_SUFFIX[cols.dtype]}")
     split_call(f, (cols.ctypes.data, dx.ctypes.data, *dx.shape,
                    *_geometry(ksize, stride, pads, dilation, out_sp),
@@ -403,7 +403,7 @@ def col2im(cols: np.ndarray, dx: np.ndarray, ksize, stride, pads, dilation, out_
 def max_pool2d(x: np.ndarray, ksize, stride, pads, dilation, out_sp):
     """(values, flat per-plane indices) of 2-d max pooling of C-contiguous ``x`` (N, C, H,
     W), planes split across the kernel threads."""
-    from tessera.codegen.runtime import split_call
+    from tessera.kernels.threadpool import split_call
     n, c, h, w = x.shape
     y = np.empty((n, c) + tuple(out_sp), x.dtype)
     idx = np.empty((n, c) + tuple(out_sp), np.int64)
@@ -417,7 +417,7 @@ def max_pool2d(x: np.ndarray, ksize, stride, pads, dilation, out_sp):
 def max_pool2d_values(x: np.ndarray, ksize, stride, pads, dilation, out_sp) -> np.ndarray:
     """The values of 2-d max pooling of C-contiguous ``x`` (N, C, H, W), without indices;
     planes split across the kernel threads."""
-    from tessera.codegen.runtime import split_call
+    from tessera.kernels.threadpool import split_call
     n, c, h, w = x.shape
     y = np.empty((n, c) + tuple(out_sp), x.dtype)
     f = _maxpool_fn(_SUFFIX[x.dtype], *(tuple(map(int, a)) for a in
@@ -429,7 +429,7 @@ def max_pool2d_values(x: np.ndarray, ksize, stride, pads, dilation, out_sp) -> n
 def max_pool2d_backward(g: np.ndarray, idx: np.ndarray, input_shape) -> np.ndarray:
     """Scatter-add of ``g`` at ``idx`` into zeros of ``input_shape``; a ValueError names an
     index outside its plane."""
-    from tessera.codegen.runtime import split_call
+    from tessera.kernels.threadpool import split_call
     n, c = input_shape[:2]
     in_plane = int(np.prod(input_shape[2:]))
     out_plane = int(np.prod(g.shape[2:]))

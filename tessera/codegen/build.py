@@ -8,7 +8,6 @@ inputs' strides (in elements, 0 where they broadcast).
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
 import sys
 import time
@@ -16,12 +15,13 @@ import warnings
 
 import numpy as np
 
-from tessera.codegen import cc
 from tessera.codegen.loops import iteration_shape, lower, render, supported
-from tessera.codegen.prelude import PRELUDE
-from tessera.ops.fused import body_graph
+from tessera.graph.fused import body_graph
+from tessera.kernels import cc
+from tessera.kernels.prelude import PRELUDE
+from tessera.kernels.threadpool import split_call
 
-__all__ = ["build", "stats", "fork_join", "split_call"]
+__all__ = ["build", "stats"]
 
 # what the last build did, for nn.Graph's debug output and the benchmark
 stats: dict = {}
@@ -80,72 +80,6 @@ def _timed(fn, name: str, where: str):
             print(f"// {name} ({where or 'graph'}): {(time.perf_counter() - t0) * 1e3:.3f} ms "
                   f"for {out.size} elements", file=sys.stderr)
     return call
-
-
-_POOL: list = []   # [ThreadPoolExecutor] once a kernel is big enough to split
-
-
-@functools.lru_cache(maxsize=1)
-def _threads() -> int:
-    """Kernel threads: as many as BLAS uses (read once; threadpoolctl is slow)."""
-    from tessera._info import get_num_threads
-    return max(1, get_num_threads())
-
-
-def reset_threads() -> None:
-    """Re-read the thread count (after ``tessera.set_num_threads``)."""
-    _threads.cache_clear()
-    if _POOL:
-        _POOL.pop().shutdown(wait=False)
-
-
-def _pool():
-    if not _POOL:
-        from concurrent.futures import ThreadPoolExecutor
-        _POOL.append(ThreadPoolExecutor(max_workers=max(1, _threads() - 1),
-                                        thread_name_prefix="tessera-kernel"))
-    return _POOL[0]
-
-
-def fork_join(f, parts: list[tuple]) -> list:
-    """``[f(*part) for part in parts]``, ``parts[0]`` on the calling thread and the others
-    on the kernel pool's threads. A part whose pool thread has not started by the time the
-    caller is done with its own is taken back and run by the caller: on a busy host a woken
-    thread may wait milliseconds for a core, and a join that waited for it cost the whole
-    kernel that much (MobileNetV2's 1x1 convolutions, ~0.2 ms each, took 20 ms in a graph
-    step at load 3). Each part must give the same result on any thread (the kernels that
-    share items through a counter find none left and return at once).
-
-    >>> fork_join(lambda a, b: a + b, [(1, 2), (3, 4)])
-    [3, 7]
-
-    C functions of pointer and integer parameters run on the C pool of
-    ``tessera.codegen.pool`` (a part starts in about a microsecond); anything else on a
-    Python thread pool.
-    """
-    from tessera.codegen import pool
-    results = pool.run(f, parts)
-    if results is not None:
-        return results
-    futures = [_pool().submit(f, *part) for part in parts[1:]]
-    results = [f(*parts[0])]
-    for fut, part in zip(futures, parts[1:]):
-        results.append(f(*part) if fut.cancel() else fut.result())
-    return results
-
-
-def split_call(f, args: tuple, extent: int, work: int):
-    """``f(*args, lo, hi)`` over ``[0, extent)``: in chunks on the kernel threads when
-    ``work`` (elements) is large enough, else in one call. ctypes releases the GIL during
-    each call; idle pool threads sleep, so BLAS keeps its cores. Returns the first nonzero
-    result (kernels report errors that way), else 0."""
-    from tessera.codegen.loops import PARALLEL_MIN
-    threads = min(_threads(), extent)
-    if threads < 2 or work < PARALLEL_MIN:
-        return f(*args, 0, extent)
-    bounds = [extent * k // threads for k in range(threads + 1)]
-    results = fork_join(f, [(*args, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])])
-    return next((r for r in results if r), 0)
 
 
 def _runner(f, extent: int | None, work: int):

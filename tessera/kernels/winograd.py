@@ -1,6 +1,6 @@
 """Winograd F(2x2, 3x3) convolution for 3x3, stride-1, dilation-1, ungrouped 2-d convolutions
 (and their input gradients, which are such convolutions too), in C inside the threaded
-convolution drivers of ``tessera.codegen.conv_kernels``.
+convolution drivers of ``tessera.kernels.conv``.
 
 Each 2x2 block of outputs (a tile) takes 16 multiplies per (input, output) channel pair
 instead of 36: the filters become U = G g G^T (4x4 each, once per call), each 4x4 input
@@ -32,7 +32,7 @@ thread over a fixed run of them (a sum that does not depend on thread timing), t
 takes G^T s G; ``chosen_weight_grad`` keeps it to the shapes where it measured faster.
 
 Over enough tiles (``four``) the forward, input and weight gradients run as F(4x4, 3x3)
-instead (``tessera.codegen.conv_winograd4``: the same drivers with 6x6 tiles).
+instead (``tessera.kernels.winograd4``: the same drivers with 6x6 tiles).
 
 ``TESSERA_WINOGRAD=0`` turns the path off (read once), so benchmarks can compare it with
 im2col + GEMM; ``TESSERA_WINOGRAD4=0`` keeps it to F(2x2).
@@ -440,7 +440,7 @@ def chosen_weight_grad(n: int, c: int, o: int, oh: int, ow: int, dtype) -> bool:
 def usable(dtype) -> bool:
     """Whether the Winograd kernels can run for ``dtype``: switched on, and the threaded
     convolution drivers (which hold them) built."""
-    from tessera.codegen.conv_kernels import threaded
+    from tessera.kernels.conv import threaded
     return _ON and threaded(dtype)
 
 
@@ -469,7 +469,7 @@ F2 = Tiles("wino", 2, 1, _G, lambda rb, th, tw, ow: (2 * (rb + 2) * 2 * (tw + 1)
 
 def _tiles(n: int, c: int, o: int, oh: int, ow: int) -> Tiles:
     if four(n, c, o, oh, ow):
-        from tessera.codegen.conv_winograd4 import F4
+        from tessera.kernels.winograd4 import F4
         return F4
     return F2
 
@@ -497,7 +497,7 @@ def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -
     """``y`` = the stride-1 3x3 correlation of ``x`` (N, C, H, W) with the filters of ``w``
     (turned and channel-swapped when ``flip``), low paddings ``pads``, plus ``b``: F(4x4)
     where ``four`` says, else F(2x2)."""
-    from tessera.codegen.conv_kernels import _run, _threads, _workspace
+    from tessera.kernels.conv import _run, _threads, _workspace
     n, c, h, wd = x.shape
     o, oh, ow = y.shape[1:]
     v = _tiles(n, c, o, oh, ow)
@@ -520,7 +520,7 @@ def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -
 
 def four(n: int, c: int, o: int, oh: int, ow: int) -> bool:
     """Whether a Winograd forward (or input gradient) runs as F(4x4, 3x3)
-    (``tessera.codegen.conv_winograd4``) rather than F(2x2): over enough 4x4 tiles to
+    (``tessera.kernels.winograd4``) rather than F(2x2): over enough 4x4 tiles to
     amortise its filter transform, 2.25x F(2x2)'s (36 positions of O x C). Interleaved per
     layer, 2 threads, loaded host (medians / minima, F(4x4) over F(2x2)): ResNet-18 batch 1
     56x56 0.67/0.57x, 28x28 1.04/0.70x, 14x14 (16 tiles, 256 channels) 1.49/1.26x, 7x7
@@ -537,7 +537,7 @@ def prefetch(kind: str, n: int, c: int, o: int, oh: int, ow: int, dtype) -> None
     """Start compiling, in the background, the driver that the ``kind`` ("forward", which
     the input gradient is too, or "weight_grad") of a Winograd convolution of ``n`` images,
     ``c`` -> ``o`` channels and output ``oh`` x ``ow`` will run."""
-    from tessera.codegen import conv_kernels
+    from tessera.kernels import conv as conv_kernels
     v = _tiles(n, c, o, oh, ow)
     if kind == "weight_grad":
         name = f"{v.name}_wgrad"
@@ -583,7 +583,7 @@ def conv2d_weight_grad_winograd(x: np.ndarray, g: np.ndarray, pads) -> np.ndarra
     >>> dw.shape, round(float(dw.sum()), 6)   # exact up to the transforms' rounding
     ((1, 2, 3, 3), 18.0)
     """
-    from tessera.codegen.conv_kernels import _run, _threads, _workspace
+    from tessera.kernels.conv import _run, _threads, _workspace
     n, c, h, wd = x.shape
     o, oh, ow = g.shape[1:]
     v = _tiles(n, c, o, oh, ow)

@@ -80,7 +80,7 @@ MAXIMIZE, DECOUPLED, AMSGRAD = 1, 2, 4
 
 @functools.lru_cache(maxsize=1)
 def _lib():
-    from tessera.codegen.cc import load
+    from tessera.kernels.cc import load
     lib = load(_SOURCE)
     for s in _SUFFIX.values():
         f = getattr(lib, f"tsr_adam_{s}")
@@ -92,7 +92,7 @@ def _lib():
 def available(dtype) -> bool:
     """Whether the fused kernels run for ``dtype``: the C kernels of ``tessera.codegen.
     kernels`` can (float32/float64, a compiler, code generation on) and these built."""
-    from tessera.codegen.kernels import available as kernels_available
+    from tessera.kernels.window import available as kernels_available
     if not kernels_available(dtype):
         return False
     try:

@@ -9,8 +9,8 @@ chain on its own column buffer with BLAS single-threaded. Compared with a Python
 items, which matters on a loaded machine), each column buffer stays in its core's cache,
 and im2col/col2im/bias run on every core. ``threaded()`` is False when NumPy's BLAS is not an
 OpenBLAS (or code generation is off); ``tessera.ops.conv`` then loops in Python. The same
-header builds the Winograd F(2x2, 3x3) and F(4x4, 3x3) drivers of ``tessera.codegen.winograd``
-and ``tessera.codegen.conv_winograd4`` (3x3 stride-1 convolutions and their gradients). A
+header builds the Winograd F(2x2, 3x3) and F(4x4, 3x3) drivers of ``tessera.kernels.winograd``
+and ``tessera.kernels.winograd4`` (3x3 stride-1 convolutions and their gradients). A
 family of drivers (im2col, F(2x2), F(4x4)) compiles on its first call, a library each.
 
 >>> import numpy as np
@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tessera.codegen.kernels import _SUFFIX, WINDOW_C, available
+from tessera.kernels.window import _SUFFIX, WINDOW_C, available
 
 __all__ = ["threaded", "conv2d_threaded", "conv2d_input_grad_threaded",
            "conv2d_weight_grad_threaded"]
@@ -270,8 +270,8 @@ _POINTERS = {"fwd": 5, "igrad": 4, "wgrad": 4, "wino_fwd": 6, "wide": 8}
 def _header(s: str) -> str:
     """Every driver library's header for dtype suffix ``s`` (f32 or f64): the macros and
     types its definitions are built from."""
-    from tessera.codegen.conv_winograd4 import WINOGRAD4_C
-    from tessera.codegen.winograd import WINOGRAD_C
+    from tessera.kernels.winograd import WINOGRAD_C
+    from tessera.kernels.winograd4 import WINOGRAD4_C
     t = {"f32": "float", "f64": "double"}[s]
     return (_DRIVER % dict(blasint="int64_t" if _blas().ilp64 else "int") + WINOGRAD_C +
             WINOGRAD4_C + f"\nGEMM_TYPE({t}, {s})\n")
@@ -308,7 +308,7 @@ def _driver(name: str, s: str):
 
 
 def _build(name: str, s: str):
-    from tessera.codegen.cc import load
+    from tessera.kernels.cc import load
     return load([_header(s), _definitions(name, s)])
 
 
@@ -393,7 +393,7 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
          threads: int) -> None:
     """``tsr_conv_<name>`` on ``threads`` pool threads taking items from one counter, BLAS
     single-threaded meanwhile (with one thread, BLAS keeps its own threads)."""
-    from tessera.codegen import runtime
+    from tessera.kernels import threadpool as runtime
     blas = _blas()
     s = _SUFFIX[np.dtype(dtype)]
     f = _driver(name, s)
@@ -460,7 +460,7 @@ def _plan(n: int, o: int, oh: int, ow: int, ck: int, itemsize: int,
 def _threads(macs: int) -> int:
     """Threads for a convolution of ``macs`` multiply-adds: one below a size where handing
     items to the pool costs more than it saves (tiny images, as in the digits demo)."""
-    from tessera.codegen.runtime import _threads as pool_threads
+    from tessera.kernels.threadpool import _threads as pool_threads
     return 1 if macs < _PARALLEL_MACS else pool_threads()
 
 

@@ -28,10 +28,13 @@ import functools
 
 import numpy as np
 
-from tessera.codegen.runtime import _threads
+from tessera._runtime import threads as _runtime_threads
 
-__all__ = ["usable", "run", "gemm_batch", "MAX_ARGS"]
+__all__ = ["usable", "run", "gemm_batch", "fork_join", "split_call", "reset_threads",
+           "MAX_ARGS", "SPLIT_MIN"]
 
+# elements: below this, handing chunks to threads costs more than it saves
+SPLIT_MIN = 1 << 18
 MAX_ARGS = 12  # the most arguments a part's function takes (the convolution drivers: 11)
 
 _SOURCE = r"""
@@ -209,8 +212,8 @@ def _lib():
     """The pool library (its workers start with the first job of two or more threads);
     None without a C compiler."""
     try:
-        from tessera.codegen import cc
-        from tessera.codegen.conv_kernels import _blas
+        from tessera.kernels import cc
+        from tessera.kernels.conv import _blas
         if cc.compiler() is None:
             return None
         blas = _blas()
@@ -308,3 +311,69 @@ def gemm_batch(params: int, a: int, b: int, c: int, itemsize: int, n: int) -> No
     lib = _lib()
     ctx = np.array([params, a, b, c, itemsize], np.int64)
     lib.tsr_pool_run(lib.gemm_item, ctx.ctypes.data, n, _threads_now(lib))
+
+
+_POOL: list = []   # [ThreadPoolExecutor] once a kernel is big enough to split
+
+
+@functools.lru_cache(maxsize=1)
+def _threads() -> int:
+    """Kernel threads: as many as BLAS uses (read once; threadpoolctl is slow)."""
+    return max(1, _runtime_threads.get_num_threads())
+
+
+def reset_threads() -> None:
+    """Re-read the thread count (after ``tessera.set_num_threads``)."""
+    _threads.cache_clear()
+    if _POOL:
+        _POOL.pop().shutdown(wait=False)
+
+
+def _pool():
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL.append(ThreadPoolExecutor(max_workers=max(1, _threads() - 1),
+                                        thread_name_prefix="tessera-kernel"))
+    return _POOL[0]
+
+
+def fork_join(f, parts: list[tuple]) -> list:
+    """``[f(*part) for part in parts]``, ``parts[0]`` on the calling thread and the others
+    on the kernel pool's threads. A part whose pool thread has not started by the time the
+    caller is done with its own is taken back and run by the caller: on a busy host a woken
+    thread may wait milliseconds for a core, and a join that waited for it cost the whole
+    kernel that much (MobileNetV2's 1x1 convolutions, ~0.2 ms each, took 20 ms in a graph
+    step at load 3). Each part must give the same result on any thread (the kernels that
+    share items through a counter find none left and return at once).
+
+    >>> fork_join(lambda a, b: a + b, [(1, 2), (3, 4)])
+    [3, 7]
+
+    C functions of pointer and integer parameters run on the C pool of
+    this module (a part starts in about a microsecond); anything else on a Python thread
+    pool.
+    """
+    results = run(f, parts)
+    if results is not None:
+        return results
+    futures = [_pool().submit(f, *part) for part in parts[1:]]
+    results = [f(*parts[0])]
+    for fut, part in zip(futures, parts[1:]):
+        results.append(f(*part) if fut.cancel() else fut.result())
+    return results
+
+
+def split_call(f, args: tuple, extent: int, work: int):
+    """``f(*args, lo, hi)`` over ``[0, extent)``: in chunks on the kernel threads when
+    ``work`` (elements) is large enough, else in one call. ctypes releases the GIL during
+    each call; idle pool threads sleep, so BLAS keeps its cores. Returns the first nonzero
+    result (kernels report errors that way), else 0."""
+    threads = min(_threads(), extent)
+    if threads < 2 or work < SPLIT_MIN:
+        return f(*args, 0, extent)
+    bounds = [extent * k // threads for k in range(threads + 1)]
+    results = fork_join(f, [(*args, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])])
+    return next((r for r in results if r), 0)
+
+
+_runtime_threads.on_change(reset_threads)

@@ -5,11 +5,11 @@ NumPy's ``matmul`` runs a batch of small matrices (attention scores: 8 products 
 ~262k multiply-adds, and the split in ``_lower`` hands work to Python threads, which
 costs ~30 us, more than the whole batch. PyTorch splits such a batch over its threads.
 Here the products are the parts of one job of the C kernel threads of
-``tessera.codegen.pool``: the caller and the workers take them from one atomic counter, so
+``tessera.kernels.threadpool``: the caller and the workers take them from one atomic counter, so
 a worker that is asleep or has lost its core costs nothing but its share of the work.
 
 Each product is one ``cblas_?gemm`` of NumPy's own OpenBLAS (the address that
-``tessera.codegen.conv_kernels`` finds), single-threaded because each is below OpenBLAS's
+``tessera.kernels.conv`` finds), single-threaded because each is below OpenBLAS's
 threading threshold (``run`` is used only there).
 
 >>> import numpy as np
@@ -40,8 +40,8 @@ def _lib():
     """(the batch runner, the sgemm and dgemm addresses) or None: no compiler, no OpenBLAS
     that C can call, or one thread."""
     try:
-        from tessera.codegen import pool
-        from tessera.codegen.conv_kernels import _blas
+        from tessera.kernels import threadpool as pool
+        from tessera.kernels.conv import _blas
         blas = _blas()
         if blas is None or pool._lib() is None:
             return None
@@ -58,7 +58,7 @@ def usable(a: np.ndarray, b: np.ndarray, limit: int = BLAS_SINGLE) -> bool:
     least two products, each of at most ``limit`` multiply-adds (by default below
     OpenBLAS's own threading threshold) and more than a dot product, matrices BLAS can
     read."""
-    from tessera.codegen import pool
+    from tessera.kernels import threadpool as pool
     nb, m, k = a.shape
     n = b.shape[2]
     if not (nb >= 2 and m * n > 1 and a.dtype == b.dtype and a.dtype.kind == "f"
@@ -134,7 +134,7 @@ def stacked(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.n
     a3, b3 = _flat(a), _flat(b)
     if a3 is None or b3 is None or k == 0 or not usable(a3, b3, STACK_MAX):
         return None
-    from tessera.codegen.conv_kernels import _blas, _single_blas
+    from tessera.kernels.conv import _blas, _single_blas
     blas = _blas()
     _, ptr = _params(a.dtype, a3.strides, a3.shape, b3.strides, b3.shape)
     res = np.empty(shape, a.dtype) if out is None else out

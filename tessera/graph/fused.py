@@ -22,6 +22,8 @@ import functools
 
 import numpy as np
 
+from tessera.graph.executor import Executor
+from tessera.graph.ir import Graph
 from tessera.ops.registry import Meta, defop
 
 __all__: list[str] = []  # no public function: graphs make fused nodes
@@ -30,7 +32,6 @@ __all__: list[str] = []  # no public function: graphs make fused nodes
 @functools.lru_cache(maxsize=4096)
 def body_graph(text: str):
     """The body graph of a fused node (parsed once per distinct text)."""
-    from tessera.graph.ir import Graph
     g = Graph.parse(text)
     if len(g.outputs) != 1 or g.variables or g.assigns:
         raise ValueError("fused: the body must have one output and no variables")
@@ -39,7 +40,6 @@ def body_graph(text: str):
 
 @functools.lru_cache(maxsize=4096)
 def _reference(text: str):
-    from tessera.graph.executor import Executor
     return Executor(body_graph(text), plan=False)  # results must not share an arena
 
 
@@ -64,4 +64,4 @@ def _into(out, *arrays, body: str):
 
 
 FUSED = defop("fused", _infer, _kernel, inplace_kernels={"cpu": _into},
-              doc="A fused region of elementwise ops (see tessera.graph.passes.outline).")
+              doc="A fused region of elementwise ops (see tessera.codegen.passes.outline).")

@@ -405,14 +405,14 @@ def _kernel(name: str):
     (or by ``prefetch``) as a library of its own, so that a graph compiles only the tiles
     its layers take: the benchmark CNN 2 of a dtype's 16 (all 16, as parallel units of one
     library, took 3.3 s of its cold compile on a loaded host)."""
-    from tessera.codegen.conv_kernels import once
+    from tessera.kernels.conv import once
     f = getattr(once(("direct", name), functools.partial(_build, name)), f"tsr_dconv_{name}")
     f.argtypes, f.restype = _ARGTYPES[name.split("_")[0]], None
     return f
 
 
 def _build(name: str):
-    from tessera.codegen.cc import load
+    from tessera.kernels.cc import load
     s = name.split("_")[1]
     return load([_header(s), _instances(s)[name]])
 
@@ -421,7 +421,7 @@ def prefetch(kind: str, c: int, o: int, ksize, out_sp, in_sp, dilation, dtype) -
     """Start compiling, in the background, the kernel that the ``kind`` ("forward",
     "input_grad", "weight_grad") of a direct convolution (``chosen``) of ``c`` -> ``o``
     channels, filters ``ksize``, output ``out_sp`` and input ``in_sp`` will call."""
-    from tessera.codegen.conv_kernels import background
+    from tessera.kernels.conv import background
     s = _SUFFIX[np.dtype(dtype)]
     if kind == "weight_grad":
         name = _wgrad_name(o, c * ksize[0] * ksize[1], dtype)
@@ -444,7 +444,7 @@ def enabled() -> bool:
 def usable(dtype) -> bool:
     """Whether the direct kernels can run for ``dtype``: switched on and C kernels
     available (the toolchain works; each kernel compiles on its first call)."""
-    from tessera.codegen.kernels import available
+    from tessera.kernels.window import available
     return _ON and available(dtype)
 
 
@@ -513,7 +513,7 @@ def _run(f, args: tuple, threads: int, d: np.ndarray) -> None:
     if threads < 2:
         f(*args, 0)
     else:
-        from tessera.codegen import runtime
+        from tessera.kernels import threadpool as runtime
         runtime.fork_join(f, [(*args, t) for t in range(threads)])
     if d[-1] == 0:
         raise MemoryError("direct convolution: no thread could allocate its tap table")
@@ -537,7 +537,7 @@ def _geometry(x: np.ndarray, o: int, pads, oh: int, ow: int, ksize, dilation, q:
 def _forward(x: np.ndarray, w: np.ndarray, b, pads, dilation, y: np.ndarray,
              flip: int) -> None:
     """``y`` = the stride-1 correlation of ``x`` with ``w`` (turned when ``flip``)."""
-    from tessera.codegen.conv_kernels import _threads, _workspace
+    from tessera.kernels.conv import _threads, _workspace
     n, o = x.shape[0], y.shape[1]
     ob, nv = _fwd_tile(o)
     ksize = w.shape[2:]
@@ -605,7 +605,7 @@ _SCATTER = 0.65
 
 
 def _scatter(g: np.ndarray, w: np.ndarray, pads, dilation, dx: np.ndarray) -> None:
-    from tessera.codegen.conv_kernels import _threads, _workspace
+    from tessera.kernels.conv import _threads, _workspace
     n, o = g.shape[:2]
     c = dx.shape[1]
     cb, nv = _fwd_tile(c)
@@ -655,7 +655,7 @@ def conv2d_weight_grad_direct(x: np.ndarray, g: np.ndarray, wshape, pads,
     >>> dw.shape, float(dw.sum())
     ((1, 2, 3, 3), 18.0)
     """
-    from tessera.codegen.conv_kernels import _threads, _workspace
+    from tessera.kernels.conv import _threads, _workspace
     n, o, oh, ow = g.shape
     ck = x.shape[1] * wshape[2] * wshape[3]
     lanes = _lanes(x.dtype)
