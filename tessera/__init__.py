@@ -106,5 +106,5 @@ from tessera.onnx import converters as _onnx_rules  # noqa: E402,F401  (to_onnx;
 # global tensors (placement + SBP), each OpDef's sbp rule, the process API; MPI is imported
 # only by a process that runs under mpiexec
 from tessera import distributed  # noqa: E402
-from tessera.distributed import sbp  # noqa: E402
+from tessera import sbp  # noqa: E402
 from tessera.distributed.placement import placement  # noqa: E402

@@ -23,8 +23,7 @@ from tessera.autograd.grad_mode import STATE
 from tessera.autograd.graph import Node
 from tessera.device.registry import _BACKENDS, device
 from tessera.kernels import elementwise as _eager
-from tessera.kernels.elementwise import EAGER_MIN as _EAGER_MIN
-from tessera.kernels.elementwise import NUMPY_FAST as _NUMPY_FAST
+from tessera.kernels.elementwise import EAGER_MIN as _EAGER_MIN, NUMPY_FAST as _NUMPY_FAST
 from tessera.ops.registry import Meta, MissingRule, OpDef
 
 _DEBUG = int(os.environ.get("TESSERA_DEBUG", "0") or 0)
@@ -349,7 +348,8 @@ def dispatch_inplace(op: OpDef, target: Tensor, *args, **attrs) -> Tensor:
     if _MODES:
         return _MODES[-1].dispatch_inplace(op, target, args, attrs)
     record = inplace_begin(op, target, args)
-    fast = op.inplace_kernels.get(target._device.type)
+    dev = target._device.type
+    fast = op.inplace_kernels.get(dev) if dev == "cpu" else _BACKENDS[dev].inplace_kernel(op)
     if not record and fast is not None:
         metas = [Meta(a._shape, a._dtype) if isinstance(a, Tensor) else a for a in args]
         m = op.infer(*metas, **attrs)

@@ -41,10 +41,7 @@ __all__ = ["einsum_sbp", "einsum_cost"]
 
 def einsum_sbp(*metas, equation: str, path=(), mesh_size: int | None = None) -> list:
     """The SBP signatures of one einsum (see the module docstring for the format)."""
-    from tessera.distributed.dispatch import Signature
-    from tessera.distributed.sbp import broadcast as B
-    from tessera.distributed.sbp import partial_sum as P
-    from tessera.distributed.sbp import split as S
+    from tessera.sbp import Signature, broadcast as B, partial_sum as P, split as S
     b = bind(parse(equation), [m.shape for m in metas])
     n = len(metas)
     sigs = []

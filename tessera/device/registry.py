@@ -93,6 +93,11 @@ class Backend:
     def kernel(self, op) -> Callable | None:
         return op.kernels.get(self.name)
 
+    def inplace_kernel(self, op) -> Callable | None:
+        """The kernel that writes ``op``'s result into its target array in place, or None
+        (the op then runs out of place and its result is copied in)."""
+        return op.inplace_kernels.get(self.name)
+
     def copy_into(self, dst: Any, src: Any) -> None:
         """Write ``src`` into the existing array ``dst`` (same shape), casting its dtype; how
         in-place ops store their result."""

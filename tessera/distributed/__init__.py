@@ -15,6 +15,7 @@ process, and MPI is never imported.
 """
 from __future__ import annotations
 
+from tessera import sbp as _sbp_vocabulary
 from tessera.distributed import comm as _comm
 from tessera.distributed._api import (
     Group,
@@ -78,3 +79,5 @@ def _ranks(group):
 
 # the global device, the ops' SBP rules, and the collective ops graphs hold (registered)
 from tessera.distributed import _global, graph_ops, sbp, sbp_rules  # noqa: E402,F401
+
+_sbp_vocabulary.set_communicator(_comm.current)  # ops' sbp rules reach this rank's comm

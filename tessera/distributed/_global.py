@@ -16,8 +16,8 @@ from tessera.device.registry import Backend, device, register_device
 from tessera.distributed import comm as C
 from tessera.distributed.boxing import box, move, tile_shape
 from tessera.distributed.placement import placement as Placement
-from tessera.distributed.sbp import as_sbp_tuple, broadcast, partial_sum, split_range
 from tessera.ops.registry import Meta, OpDef
+from tessera.sbp import as_sbp_tuple, broadcast, partial_sum, split_range
 
 __all__ = ["GlobalData", "GlobalDevice", "global_device", "is_global", "make_global",
            "local_shape", "to_global", "to_local", "gather"]
@@ -54,6 +54,9 @@ class GlobalBackend(Backend):
 
     has_storage = True
 
+    def __init__(self) -> None:
+        self._inplace: dict = {}   # OpDef -> its in-place kernel on tiles, or None
+
     def from_numpy(self, array, index):
         raise RuntimeError("a NumPy array becomes a global tensor through "
                            "tensor.to_global(placement, sbp)")
@@ -63,6 +66,17 @@ class GlobalBackend(Backend):
 
     def kernel(self, op):
         return None
+
+    def inplace_kernel(self, op):
+        """For an elementwise op (its sbp rule says so) with a cpu in-place kernel: that
+        kernel run on aligned tiles (``inplace_kernel`` below), made once per op."""
+        fast = self._inplace.get(op)
+        if fast is None and op not in self._inplace:
+            cpu = op.inplace_kernels.get("cpu")
+            if cpu is not None and op.sbp is not None and op.sbp.elementwise:
+                fast = inplace_kernel(op, cpu)
+            self._inplace[op] = fast
+        return fast
 
     def run(self, op, args, metas, attrs, outs):
         global _run

@@ -32,8 +32,8 @@ import numpy as np
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
 from tessera.distributed._global import make_global
-from tessera.distributed.sbp import broadcast, partial_sum
 from tessera.graph.trace import is_tracing
+from tessera.sbp import broadcast, partial_sum
 
 __all__ = ["GradBucket", "bucket_params"]
 

@@ -22,8 +22,7 @@ from tessera._tensor import Tensor
 from tessera.distributed import comm as C
 from tessera.distributed._global import _check_placement, is_global, make_global
 from tessera.distributed._grad_bucket import BucketHooks, bucket_params
-from tessera.distributed.sbp import broadcast
-from tessera.distributed.sbp import sbp as Sbp
+from tessera.sbp import broadcast, sbp as Sbp
 
 __all__ = ["module_to_global", "whole_to_global", "GRAD_HOOK", "DEFERRED"]
 

@@ -7,7 +7,7 @@ N-D mesh runs one 1-D boxing per mesh axis that changes (``box``); a pair withou
 raises an error that names it. ``cost`` estimates the bytes a conversion moves per rank,
 which is how dispatch picks the cheapest SBP signature of an op.
 
->>> from tessera.distributed.sbp import split, broadcast, partial_sum
+>>> from tessera.sbp import split, broadcast, partial_sum
 >>> [cost(s, broadcast, 100, 2) for s in (broadcast, split(0), partial_sum)]
 [0.0, 50.0, 100.0]
 >>> cost(broadcast, partial_sum, 100, 2)  # local, charged the reduction it defers
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.distributed.sbp import broadcast, sbp, split_range, split_sizes
+from tessera.sbp import broadcast, sbp, split_range, split_sizes
 
 __all__ = ["BOXING", "box_1d", "box", "move", "cost", "BoxingError", "tile_shape"]
 
@@ -126,7 +126,7 @@ def tile_ranges(shape: tuple, sbps: tuple, coords: tuple, hierarchy: tuple) -> l
     """The ``(start, stop)`` of the tile at mesh ``coords`` in each dim of the logical
     ``shape`` (nested splits of one dim cut the outer tile, as ``tile_shape``).
 
-    >>> from tessera.distributed.sbp import split
+    >>> from tessera.sbp import split
     >>> tile_ranges((5, 4), (split(0), split(0)), (1, 0), (2, 2))  # rows 3-4, then row 3
     [(3, 4), (0, 4)]
     """

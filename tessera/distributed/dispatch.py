@@ -32,61 +32,11 @@ from tessera._tensor import Tensor
 from tessera.distributed import comm as C
 from tessera.distributed._global import GlobalData, local_shape, sbp_str
 from tessera.distributed.boxing import box, cost, tile_shape
-from tessera.distributed.sbp import broadcast, sbp
 from tessera.graph.trace import is_tracing
 from tessera.ops.registry import Meta, MissingRule, OpDef
+from tessera.sbp import Signature, broadcast, sbp
 
-__all__ = ["Signature", "SbpRule", "run", "choose", "choose_index"]
-
-
-class Signature(NamedTuple):
-    """One way an op runs on tiles: the SBP each input must have (None for a non-tensor
-    argument) and the SBP of each output. ``local``, when given, replaces the op's local
-    computation for this signature (``mean`` over a split dim sums and divides by the
-    logical count): ``local(op, local_args, attrs, metas, group) -> Tensor(s)``, where
-    ``group`` is the placement's ranks (for the collectives of synchronised batch norm; on an
-    N-D placement, the ranks along the last mesh axis, and ``metas`` the outer axes' tiles)."""
-
-    ins: tuple
-    outs: tuple
-    local: object = None
-
-    def __str__(self) -> str:
-        ins = ", ".join("-" if s is None else s.short() for s in self.ins)
-        return f"({ins}) -> ({', '.join(s.short() for s in self.outs)})"
-
-
-class SbpRule:
-    """An op's ``sbp`` rule: ``rule(*metas, **attrs)`` lists its signatures on a 1-D mesh.
-
-    ``shape_attrs`` names attrs that hold a logical output shape (``view``'s ``shape``):
-    the local kernel gets the tile's shape instead. ``mesh``: the rule also takes
-    ``mesh_size`` (the ranks on the mesh axis, None when unknown), for signatures that hold
-    only when a size divides evenly (``view`` splitting or merging a split dim).
-    """
-
-    def __init__(self, signatures, shape_attrs: tuple = (), mesh: bool = False,
-                 contiguous: bool = False, elementwise: bool = False, whole=None):
-        self.signatures = signatures
-        # on an N-D placement: the op's local computation over the whole placement,
-        # ``whole(op, local_args, attrs, metas, placement, in_sbps, rank)``, run instead of
-        # a signature's (which may see one mesh axis only); every axis may then take any of
-        # the signatures (dropout: the seed agreed by every rank, this rank's tile of the
-        # one mask whatever splits each axis makes)
-        self.whole = whole
-        # each output element depends on the same element of each input alone: an in-place
-        # write may run on tiles whose SBPs agree (``_global.inplace_kernel``)
-        self.elementwise = elementwise
-        self.shape_attrs = shape_attrs
-        self.mesh = mesh
-        # a global tensor reports contiguous strides whatever its tile's layout, so reshape
-        # of a transposed global tensor reaches ``view``: its tiles are made contiguous
-        self.contiguous = contiguous
-
-    def __call__(self, *metas, mesh_size: int | None = None, **attrs) -> list[Signature]:
-        if self.mesh:
-            return self.signatures(*metas, mesh_size=mesh_size, **attrs)
-        return self.signatures(*metas, **attrs)
+__all__ = ["run", "choose", "choose_index"]
 
 
 def _describe(args) -> str:

@@ -117,7 +117,7 @@ _COMMUNICATING = {("P", "B"), ("P", "S"), ("S", "B"), ("S", "S")}
 
 def _sbp(text: str):
     """The SBP an attr names (``sbp.short()``: "S(1)", "B", "P"): attrs stay printable."""
-    from tessera.distributed.sbp import broadcast, partial_sum, split
+    from tessera.sbp import broadcast, partial_sum, split
     if text == "B":
         return broadcast
     if text == "P":
@@ -146,7 +146,7 @@ def _rows_layout(shapes: tuple, n: int) -> tuple[list[int], list[list], int]:
     """Where C-ordered tensors of ``shapes``, each split(0) over ``n``, lie in one flat
     bucket: each one's offset, each member's rows of every one as flat ranges, and the
     bucket's size (the same every step: computed once)."""
-    from tessera.distributed.sbp import split_range
+    from tessera.sbp import split_range
     offsets, ranges, start = [], [[] for _ in range(n)], 0
     for shape in shapes:
         row = int(np.prod(shape[1:], dtype=np.int64))
@@ -332,7 +332,7 @@ def _rows_check(name: str, xs, shapes, group) -> None:
 
 def _scatter_bucket_infer(*xs: Meta, group, index, seq):
     from tessera.distributed.boxing import tile_shape
-    from tessera.distributed.sbp import split
+    from tessera.sbp import split
     _rows_check("reduce_scatter_bucket", xs, [x.shape for x in xs], group)
     return tuple(Meta(tile_shape(x.shape, (split(0),), (index,), (len(group),)), x.dtype)
                  for x in xs)
@@ -345,7 +345,7 @@ def _scatter_bucket_kernel(*xs, group, index, seq):
 
 def _gather_bucket_infer(*xs: Meta, shapes, group, index, seq):
     from tessera.distributed.boxing import tile_shape
-    from tessera.distributed.sbp import split
+    from tessera.sbp import split
     if len(shapes) != len(xs):
         raise ValueError(f"all_gather_bucket: {len(xs)} tiles for {len(shapes)} shapes")
     _rows_check("all_gather_bucket", xs, shapes, group)
@@ -512,8 +512,8 @@ def traced_box(x, shape: tuple, src, dst, group: tuple, index: int):
     if src == dst or len(group) == 1:  # on one rank every SBP's tile is the whole
         return x
     if src.kind == "B" and dst.kind == "S":
-        from tessera.distributed.sbp import split_range
         from tessera.ops.views import slice_view
+        from tessera.sbp import split_range
         a, b = split_range(shape[dst.dim], len(group), index)
         return slice_view(_sym_tensor(x), (slice(None),) * dst.dim + (slice(a, b),))._data
     # a conversion that communicates is numbered (never merged); a local one (B->S

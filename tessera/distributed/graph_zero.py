@@ -99,7 +99,7 @@ class GraphZero:
         """Stage 3: a module reads its split parameters all-gathered, gathered when it is
         first called (one node per parameter, as late as its first use; tied parameters
         gathered once); their gradients flow back to the shards."""
-        from tessera.distributed.sbp import broadcast
+        from tessera.sbp import broadcast
         split = {id(p) for p in self.split}
         whole: dict[int, Tensor] = {}
         prev = _module_mod._CALL_WRAPPERS[-1] if _module_mod._CALL_WRAPPERS else None

@@ -37,12 +37,15 @@ import numpy as np
 
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
-from tessera.distributed.dispatch import SbpRule, Signature
 from tessera.distributed.graph_ops import step_serial
-from tessera.distributed.sbp import broadcast as B
-from tessera.distributed.sbp import partial_sum as P
-from tessera.distributed.sbp import split as S
-from tessera.distributed.sbp import split_range
+from tessera.sbp import (
+    SbpRule,
+    Signature,
+    broadcast as B,
+    partial_sum as P,
+    split as S,
+    split_range,
+)
 
 __all__ = ["NN_RULES"]
 

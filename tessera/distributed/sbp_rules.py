@@ -32,13 +32,9 @@ from __future__ import annotations
 
 import math
 
-from tessera.distributed._global import inplace_kernel
-from tessera.distributed.dispatch import SbpRule, Signature
-from tessera.distributed.sbp import broadcast as B
-from tessera.distributed.sbp import partial_sum as P
-from tessera.distributed.sbp import split as S
 from tessera.distributed.sbp_nn import NN_RULES, nll_mean_signature
 from tessera.ops.registry import REGISTRY, Meta
+from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__ = ["RULES", "pointwise", "reduction"]
 
@@ -685,7 +681,4 @@ RULES_CAST = RULES["cast"]
 RULES["cast"] = SbpRule(_cast_rule)
 
 for _name, _rule in RULES.items():
-    _op = REGISTRY[_name]
-    _op.sbp = _rule
-    if _rule.elementwise and "cpu" in _op.inplace_kernels:
-        _op.inplace_kernels["global"] = inplace_kernel(_op, _op.inplace_kernels["cpu"])
+    REGISTRY[_name].sbp = _rule

@@ -39,10 +39,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from tessera import _dtype as D
+from tessera import _dtype as D, sbp as Sbp
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import STATE
-from tessera.distributed import sbp as Sbp
 from tessera.distributed.graph_ops import in_step
 from tessera.graph.executor import Executor
 from tessera.graph.ir import Graph as IRGraph
@@ -556,7 +555,7 @@ def _micro_batches(a: Tensor, n: int) -> list[Tensor]:
     move, and the summed gradient is the same) when every tile divides evenly."""
     if _is_global(a) and a._data.sbp == (Sbp.split(0),):  # (a 1-D mesh)
         from tessera.distributed._global import _local_to_global
-        from tessera.distributed.sbp import split_sizes
+        from tessera.sbp import split_sizes
         d = a._data
         tiles = split_sizes(a._shape[0], d.placement.size)
         if all(t % n == 0 for t in tiles):

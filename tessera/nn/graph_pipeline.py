@@ -72,7 +72,7 @@ class GraphModule:
         d = x._data
         if d.placement == self.placement:
             return x
-        from tessera.distributed.sbp import broadcast
+        from tessera.sbp import broadcast
         sbp = None if d.placement.ndim == self.placement.ndim else \
             (broadcast,) * self.placement.ndim
         return x.to_global(placement=self.placement, sbp=sbp)

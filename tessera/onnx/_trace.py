@@ -105,8 +105,7 @@ def _module_names(prefixed: dict[str, Module]) -> tuple[dict[int, str], dict[int
 def trace_model(model, args, input_names=None) -> tuple[Graph, dict[str, Tensor]]:
     """(IR graph, variable name -> tensor) of ``model(*args)`` in eval mode, no autograd."""
     from tessera.graph.passes import dce
-    from tessera.nn.graph import Graph as NNGraph
-    from tessera.nn.graph import _flatten
+    from tessera.nn.graph import Graph as NNGraph, _flatten
 
     args = _as_tuple(args)
     for a in args:

@@ -24,8 +24,7 @@ import math
 import numpy as np
 
 from tessera import _dtype as D
-from tessera.ops import elementwise as E
-from tessera.ops import reduce as R
+from tessera.ops import elementwise as E, reduce as R
 from tessera.ops._util import call, wrap_dim
 from tessera.ops.registry import Meta, defop
 

@@ -316,9 +316,7 @@ def _prefetch(kind: str, xshape: tuple, wshape: tuple, stride, pads, dilation, d
     compile side by side at trace time, beside the graph's other compiles, instead of one
     after another as its first step reaches them. (Eagerly the kernel runs right after its
     infer: nothing to gain, and a meta-device model would compile for nothing.)"""
-    from tessera.kernels import conv as conv_kernels
-    from tessera.kernels import direct_conv, winograd
-    from tessera.kernels import window as kernels
+    from tessera.kernels import conv as conv_kernels, direct_conv, window as kernels, winograd
     dt = dtype.np
     if len(xshape) != 4 or 0 in xshape or 0 in wshape or dt is None \
             or not kernels.available(dt):

@@ -16,8 +16,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor, _contiguous_strides
-from tessera.device.registry import _BACKENDS
-from tessera.device.registry import device as Device
+from tessera.device.registry import _BACKENDS, device as Device
 from tessera.ops._util import broadcast_shapes, call, size_args, sum_to
 from tessera.ops.registry import Meta, defop
 

@@ -13,16 +13,14 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import tessera
 from tessera.codegen import build as runtime
 from tessera.codegen.c_rules import RULES
 from tessera.codegen.loops import supported
 from tessera.codegen.rowwise import is_rowwise
-from tessera.graph.fused import _kernel as reference
-from tessera.graph.fused import body_graph
+from tessera.graph.fused import _kernel as reference, body_graph
 from tessera.graph.ir import Graph, Node
 from tessera.graph.trace import trace
 from tessera.kernels import cc

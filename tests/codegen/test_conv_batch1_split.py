@@ -45,8 +45,7 @@ def test_batch1_splits_match_torch(monkeypatch, xs, ws, stride, pad, dil, thread
                                    shared):
     """Channel blocks with each thread building its own columns, and with the columns
     built once and shared (``conv_kernels._SHARED``)."""
-    from tessera.kernels import conv as conv_kernels
-    from tessera.kernels import threadpool as runtime
+    from tessera.kernels import conv as conv_kernels, threadpool as runtime
     if not conv_kernels.threaded(dtype):
         pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
     monkeypatch.setattr(conv_kernels, "_SHARED", shared)
@@ -83,8 +82,7 @@ def test_shared_columns_in_row_items_match_torch(monkeypatch, xs, ws, stride, pa
                                                  threads, dtype):
     """The batch-1 plan's channel split (row blocks too small) with the shared columns'
     GEMMs in items of output rows (``conv_kernels._SHARED_ROWS``)."""
-    from tessera.kernels import conv as conv_kernels
-    from tessera.kernels import threadpool as runtime
+    from tessera.kernels import conv as conv_kernels, threadpool as runtime
     if not conv_kernels.threaded(dtype):
         pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
     monkeypatch.setattr(runtime, "_threads", lambda: threads)

@@ -71,8 +71,7 @@ KERNEL_CASES = [
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_direct_kernels_match_torch(monkeypatch, n, c, o, h, w, ks, pads, dil, threads,
                                     dtype):
-    from tessera.kernels import conv as conv_kernels
-    from tessera.kernels import threadpool as runtime
+    from tessera.kernels import conv as conv_kernels, threadpool as runtime
     direct_conv = _direct_module()
     monkeypatch.setattr(runtime, "_threads", lambda: threads)
     monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)  # these sizes would run serially
@@ -106,8 +105,7 @@ def test_direct_kernels_match_torch(monkeypatch, n, c, o, h, w, ks, pads, dil, t
 def test_weight_grad_repeats_bit_for_bit(monkeypatch):
     """Fixed chunks of images own the partial sums, which add up in a fixed order: the
     same inputs give the same bits whichever thread took which chunk."""
-    from tessera.kernels import conv as conv_kernels
-    from tessera.kernels import threadpool as runtime
+    from tessera.kernels import conv as conv_kernels, threadpool as runtime
     direct_conv = _direct_module()
     monkeypatch.setattr(runtime, "_threads", lambda: 3)
     monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)

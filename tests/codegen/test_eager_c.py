@@ -11,8 +11,7 @@ import torch
 
 import tessera
 from tessera._dispatch import dispatch
-from tessera.kernels import cc
-from tessera.kernels import elementwise as eager
+from tessera.kernels import cc, elementwise as eager
 from tessera.ops.registry import REGISTRY
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")

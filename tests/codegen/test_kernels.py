@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from tessera.kernels import cc
-from tessera.ops import conv as C
-from tessera.ops import pool as P
+from tessera.ops import conv as C, pool as P
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
 
@@ -104,8 +103,7 @@ THREADED_CASES = [((1, 3, 40, 36), (5, 3, 3, 3), (1, 1), ((1, 1), (1, 1))),   # 
 def test_threaded_conv_drivers_match_numpy(monkeypatch, xs, ws, stride, pads, threads, dtype):
     """The drivers that split images (or row blocks) across threads, each calling BLAS
     single-threaded, for every work split."""
-    from tessera.kernels import conv as kernels
-    from tessera.kernels import threadpool as runtime
+    from tessera.kernels import conv as kernels, threadpool as runtime
     if not kernels.threaded(dtype):
         pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
     monkeypatch.setattr(runtime, "_threads", lambda: threads)
@@ -164,8 +162,7 @@ def test_threaded_conv_from_several_python_threads(monkeypatch):
     and BLAS gets its thread count back when the last of them ends."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tessera.kernels import conv as kernels
-    from tessera.kernels import threadpool as runtime
+    from tessera.kernels import conv as kernels, threadpool as runtime
     if not kernels.threaded(np.float32):
         pytest.skip("NumPy's BLAS is not an OpenBLAS the drivers can call")
     monkeypatch.setattr(runtime, "_threads", lambda: 2)

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera.kernels import cc
-from tessera.kernels import threadpool as pool
+from tessera.kernels import cc, threadpool as pool
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
 

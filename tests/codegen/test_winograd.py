@@ -20,9 +20,7 @@ pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on 
 
 
 def _winograd_module():
-    from tessera.kernels import conv as conv_kernels
-    from tessera.kernels import window as kernels
-    from tessera.kernels import winograd
+    from tessera.kernels import conv as conv_kernels, window as kernels, winograd
     if not kernels.available(np.float32):
         pytest.skip("code generation is off (TESSERA_CODEGEN=0) or there is no compiler")
     if conv_kernels._blas() is None:
@@ -84,8 +82,7 @@ def test_winograd_kernels_match_torch(monkeypatch, n, c, o, h, w, pads, threads,
     """Forward and input gradient, F(2x2) and F(4x4), in items of tile rows and wide
     (``winograd._wide``: the whole batch one block, three passes), and the weight
     gradient."""
-    from tessera.kernels import conv as conv_kernels
-    from tessera.kernels import threadpool as runtime
+    from tessera.kernels import conv as conv_kernels, threadpool as runtime
     winograd = _winograd_module()
     monkeypatch.setattr(runtime, "_threads", lambda: threads)
     monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)  # these sizes would run serially
@@ -213,8 +210,7 @@ def test_winograd_from_several_python_threads(monkeypatch, wide):
     has taken, so the counters in C cannot wait for a task still in the queue."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tessera.kernels import conv as conv_kernels
-    from tessera.kernels import threadpool as runtime
+    from tessera.kernels import conv as conv_kernels, threadpool as runtime
     winograd = _winograd_module()
     monkeypatch.setattr(runtime, "_threads", lambda: 2)
     monkeypatch.setattr(conv_kernels, "_PARALLEL_MACS", 0)

@@ -6,7 +6,7 @@ import pytest
 from tessera.distributed import comm as C
 from tessera.distributed.comm.fake import FakeWorld
 from tessera.distributed.placement import placement
-from tessera.distributed.sbp import (
+from tessera.sbp import (
     as_sbp_tuple,
     broadcast,
     partial_sum,

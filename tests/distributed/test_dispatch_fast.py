@@ -7,9 +7,7 @@ import pytest
 
 import tessera
 from tessera import nn
-from tessera.distributed import _global as G
-from tessera.distributed import comm as C
-from tessera.distributed import dispatch as D
+from tessera.distributed import _global as G, comm as C, dispatch as D
 from tessera.distributed.optim import ZeroRedundancyOptimizer
 from tessera.distributed.placement import placement
 from tests.distributed._helpers import B, P, S, global_from, run

@@ -102,8 +102,7 @@ def test_gradients_accumulated_over_two_backwards():
 
 
 def test_zero_takes_its_parameters_out_of_the_bucket():
-    from tests.distributed.test_zero import check
-    from tests.distributed.test_zero import train as zero_train
+    from tests.distributed.test_zero import check, train as zero_train
     check(run(2, zero_train, 2), 2)
 
 

@@ -144,7 +144,7 @@ def test_passes_keep_every_collective():
             return a + b
 
     def body():
-        from tessera.distributed.sbp import partial_sum
+        from tessera.sbp import partial_sum
         p = placement("cpu", [0, 1])
         x = tessera.ones(3).double().to_global(p, B).to_global(sbp=partial_sum)
         g = Twice()

@@ -10,7 +10,7 @@ from tessera import nn
 from tessera.distributed import comm as C
 from tessera.distributed.optim import ZeroRedundancyOptimizer
 from tessera.distributed.placement import placement
-from tessera.distributed.sbp import split
+from tessera.sbp import split
 from tests.distributed._helpers import B, S, run
 from tests.distributed.test_dispatch_fast import _count_calls
 

@@ -12,8 +12,8 @@ import pytest
 
 import tessera
 from tessera._dispatch import dispatch
-from tessera.distributed.sbp import broadcast, partial_sum, split
 from tessera.ops.registry import REGISTRY, Meta
+from tessera.sbp import broadcast, partial_sum, split
 
 OP = REGISTRY["einsum"]
 RANKS = 2
@@ -135,8 +135,7 @@ def test_global_tensors_on_every_sbp_combination(eq, shapes):
     import itertools
 
     from tessera.distributed.placement import placement
-    from tests.distributed._helpers import B as BB
-    from tests.distributed._helpers import global_from, run, sbps_1d
+    from tests.distributed._helpers import B as BB, global_from, run, sbps_1d
     rng = np.random.default_rng(1)
     arrays = [rng.standard_normal(s) for s in shapes]
     xs = [tessera.tensor(a, requires_grad=True) for a in arrays]

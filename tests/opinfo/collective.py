@@ -77,8 +77,8 @@ def _split_mean(L, x, dim, keepdim, ranks):
         return (x.sum() if dim is None else x.sum(dim, keepdim=keepdim)) / count
     from tessera._dispatch import dispatch
     from tessera.distributed.graph_ops import SBP_LOCAL_OP, in_step
-    from tessera.distributed.sbp import split
     from tessera.ops.registry import REGISTRY, Meta
+    from tessera.sbp import split
     metas = (Meta(logical, x.dtype),)
     attrs = dict(dim=dim, keepdim=keepdim, dtype=None)
     sigs = REGISTRY["mean"].sbp(*metas, mesh_size=ranks, **attrs)

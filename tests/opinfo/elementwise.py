@@ -7,8 +7,15 @@ the float64 pass stays a clean numerical gradcheck.
 """
 import numpy as np
 
-from tests.opinfo.core import BINARY_SHAPES, OP_DB, UNARY_SHAPES, OpInfo, Sample, register
-from tests.opinfo.core import make as _make
+from tests.opinfo.core import (
+    BINARY_SHAPES,
+    OP_DB,
+    UNARY_SHAPES,
+    OpInfo,
+    Sample,
+    make as _make,
+    register,
+)
 
 _FIRST = len(OP_DB)  # this family's entries start here (for the float16 companions)
 

@@ -5,8 +5,7 @@ Index arrays in samples are NumPy int64/bool arrays, which the harness turns int
 """
 import numpy as np
 
-from tests.opinfo.core import OpInfo, Sample, register
-from tests.opinfo.core import make as _make
+from tests.opinfo.core import OpInfo, Sample, make as _make, register
 
 
 def make(*args, **kwargs) -> np.ndarray:

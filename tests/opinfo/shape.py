@@ -1,8 +1,7 @@
 """Op-info entries: joining, splitting, flipping, repeating, triangles, broadcasting."""
 import numpy as np
 
-from tests.opinfo.core import OpInfo, Sample, register
-from tests.opinfo.core import make as _make
+from tests.opinfo.core import OpInfo, Sample, make as _make, register
 
 
 def make(*args, **kwargs) -> np.ndarray:

@@ -2,8 +2,7 @@
 writes into views (``view_assign``)."""
 import numpy as np
 
-from tests.opinfo.core import OpInfo, Sample, register
-from tests.opinfo.core import make as _make
+from tests.opinfo.core import OpInfo, Sample, make as _make, register
 
 
 def make(*args, **kwargs) -> np.ndarray:

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 import tessera
-from tessera.kernels import cc
-from tessera.kernels import optim as optim_kernels
+from tessera.kernels import cc, optim as optim_kernels
 from tests.optim._common import make_params, run_steps, tol
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")

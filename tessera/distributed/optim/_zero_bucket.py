@@ -31,8 +31,8 @@ import numpy as np
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
 from tessera.distributed._global import make_global
-from tessera.distributed.sbp import partial_sum, split, split_range
 from tessera.graph.trace import is_tracing
+from tessera.sbp import partial_sum, split, split_range
 
 __all__ = ["ZeroBucket", "make_buckets"]
 

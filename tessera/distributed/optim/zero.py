@@ -29,8 +29,8 @@ from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
 from tessera.distributed._module import GRAD_HOOK
 from tessera.distributed.optim._zero_bucket import make_buckets
-from tessera.distributed.sbp import broadcast, partial_sum, split, split_range, split_sizes
 from tessera.graph.trace import is_tracing
+from tessera.sbp import broadcast, partial_sum, split, split_range, split_sizes
 
 __all__ = ["ZeroRedundancyOptimizer", "shard_sbp"]
 

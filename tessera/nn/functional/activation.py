@@ -11,8 +11,7 @@ from __future__ import annotations
 import warnings
 
 import tessera
-from tessera.ops import activation as A
-from tessera.ops import elementwise as E
+from tessera.ops import activation as A, elementwise as E
 from tessera.ops._util import call, wrap_dim
 from tessera.ops.activation import need_float
 

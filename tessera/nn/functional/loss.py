@@ -17,10 +17,7 @@ import math
 import warnings
 
 import tessera
-from tessera.ops import activation as A
-from tessera.ops import ctc as CTC
-from tessera.ops import elementwise as E
-from tessera.ops import loss as L
+from tessera.ops import activation as A, ctc as CTC, elementwise as E, loss as L
 from tessera.ops._util import call
 from tessera.ops.activation import tname
 from tessera.ops.creation import zeros_like

@@ -10,8 +10,7 @@ from __future__ import annotations
 import warnings
 
 import tessera
-from tessera.nn import functional as F
-from tessera.nn import init
+from tessera.nn import functional as F, init
 from tessera.nn.modules.module import Module
 from tessera.nn.parameter import Parameter
 

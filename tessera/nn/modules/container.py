@@ -9,8 +9,7 @@
 from __future__ import annotations
 
 import operator
-from collections import OrderedDict
-from collections import abc as container_abcs
+from collections import OrderedDict, abc as container_abcs
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain, islice
 from typing import Any

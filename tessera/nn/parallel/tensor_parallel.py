@@ -36,12 +36,12 @@ from __future__ import annotations
 import tessera
 from tessera._tensor import Tensor
 from tessera.distributed.placement import placement as Placement
-from tessera.distributed.sbp import broadcast, split
 from tessera.nn import functional as F
 from tessera.nn.modules.dropout import Dropout
 from tessera.nn.modules.linear import Linear
 from tessera.nn.modules.module import Module
 from tessera.nn.modules.normalization import LayerNorm
+from tessera.sbp import broadcast, split
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "ParallelMLP",
            "ParallelMultiheadAttention", "ParallelTransformerEncoderLayer"]
