@@ -28,7 +28,7 @@ from tessera.ops.fused import body_graph
 from tessera.ops.registry import REGISTRY
 from tests.opinfo import OP_DB
 
-pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from tessera.codegen import cc
 from tessera.ops import conv as C
 from tessera.ops import pool as P
 
-pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
 
 
 def both(monkeypatch, fn):

@@ -29,7 +29,7 @@ from tessera.graph.trace import trace
 from tessera.ops.fused import body_graph
 from tests.codegen.test_codegen import check, fused_node
 
-pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
 
 
 @pytest.fixture(autouse=True)
