@@ -111,9 +111,9 @@ def fork_join(f, parts: list[tuple]) -> list:
     """``[f(*part) for part in parts]``, ``parts[0]`` on the calling thread and the others
     on the kernel pool's threads. A part whose pool thread has not started by the time the
     caller is done with its own is taken back and run by the caller: on a busy host a woken
-    thread may wait milliseconds for a core, and a join that waited for it cost the whole
-    kernel that much (MobileNetV2's 1x1 convolutions, ~0.2 ms each, took 20 ms in a graph
-    step at load 3). Each part must give the same result on any thread (the kernels that
+    thread may wait milliseconds for a core, and a join that waited for it would cost the
+    whole kernel that much (bench models: mobilenet_v2 infer b1). Each part must give the
+    same result on any thread (the kernels that
     share items through a counter find none left and return at once).
 
     >>> fork_join(lambda a, b: a + b, [(1, 2), (3, 4)])
