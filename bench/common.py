@@ -65,6 +65,123 @@ def environment() -> str:
     return "; ".join(parts)
 
 
+def _cpu_model() -> str:
+    """The CPU's name and vector extensions, from /proc/cpuinfo where there is one."""
+    import platform
+    name, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and not name:
+                    name = value.strip()
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    name = name or platform.processor() or platform.machine() or "unknown CPU"
+    simd = [label for flag, label in (("avx512f", "AVX-512"), ("avx2", "AVX2"),
+                                      ("fma", "FMA"), ("asimd", "NEON")) if flag in flags]
+    return name + (f" ({', '.join(simd)})" if simd else "")
+
+
+def _numpy_blas() -> str:
+    """The BLAS NumPy calls: threadpoolctl's view of the loaded library, else NumPy's
+    build configuration."""
+    import numpy as np
+    try:
+        from threadpoolctl import threadpool_info
+        for info in threadpool_info():
+            if info.get("user_api") == "blas" and "numpy" in info.get("filepath", ""):
+                return (f"{info.get('internal_api')} {info.get('version')} "
+                        f"({info.get('architecture') or 'generic'} kernels, "
+                        f"{info.get('num_threads')} threads)")
+    except ImportError:
+        pass
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        return f"{blas.get('name')} {blas.get('version')}"
+    except Exception:  # older NumPy: no dict form of its configuration
+        return "unknown"
+
+
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def describe() -> list[str]:
+    """The host and the software a run measured: CPU, cores, NumPy's BLAS and the versions
+    of the frameworks compared (a peer that is not installed is left out).
+
+    >>> lines = describe()
+    >>> [line.split(":")[0] for line in lines]
+    ['CPU', 'BLAS (NumPy)', 'software']
+    """
+    import platform
+
+    import numpy as np
+    cores = os.cpu_count()
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = cores
+    cpu = f"CPU: {_cpu_model()}, {cores} logical cores"
+    if usable != cores:
+        cpu += f" ({usable} usable by this process)"
+    soft = [f"Python {platform.python_version()}", f"NumPy {np.__version__}"]
+    for label, dist in (("tessera", "tessera"), ("PyTorch", "torch"), ("JAX", "jax"),
+                        ("onnxruntime", "onnxruntime")):
+        v = _version(dist)
+        if v is not None:
+            soft.append(f"{label} {v}")
+    return [cpu, f"BLAS (NumPy): {_numpy_blas()}", "software: " + ", ".join(soft)]
+
+
+def write_results(path: str, sections: list[tuple[str, str | None, str]],
+                  header: list[str]) -> None:
+    """Write a run's tables as Markdown to ``path``, atomically (a temporary file beside it,
+    then ``os.replace``): ``header`` lines as a list, then per section its name, its title
+    and its table as printed.
+
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> write_results(os.path.join(d, "R.md"), [("demo", "A title", "a  b")], ["CPU: x"])
+    >>> print(open(os.path.join(d, "R.md")).read())  # doctest: +NORMALIZE_WHITESPACE
+    # Benchmark results
+    <BLANKLINE>
+    Written by `make bench` (`python -m bench demo`).
+    <BLANKLINE>
+    - CPU: x
+    <BLANKLINE>
+    ## demo
+    <BLANKLINE>
+    A title
+    <BLANKLINE>
+    ```text
+    a  b
+    ```
+    <BLANKLINE>
+    """
+    names = " ".join(name for name, _, _ in sections)
+    lines = ["# Benchmark results", "",
+             f"Written by `make bench` (`python -m bench {names}`).", ""]
+    lines += [f"- {h}" for h in header] + [""]
+    for name, title, text in sections:
+        lines += [f"## {name}", ""]
+        if title:
+            lines += [title, ""]
+        lines += ["```text", text.rstrip("\n"), "```", ""]
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines))
+    os.replace(tmp, path)
+
+
 def rounds() -> int:
     """How many interleaved rounds the per-framework benchmarks run
     (``TESSERA_BENCH_ROUNDS``, default 1): on a busy host, one process per framework at

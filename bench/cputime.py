@@ -1,8 +1,8 @@
 """One thread each, CPU time: tessera eager, tessera nn.Graph and PyTorch eager on the
 training workloads of ``bench.training`` and ResNet-18 inference at batch 1.
 
-Wall times on a shared machine move with whatever else runs there (this section exists
-because a 2-core host busy with other jobs gave 2-6x slower and uneven wall times). A step's
+Wall times on a shared host move with whatever else runs there (a 2-core host busy with
+other jobs gives 2-6x slower and uneven wall times). A step's
 CPU time, with every framework held to one thread (BLAS included) so that all its work is
 on the calling thread, does not count the time spent waiting for a core: it measures the
 work each framework does, the frameworks interleaved in one process, 3 steps each per

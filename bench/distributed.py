@@ -1,4 +1,4 @@
-"""Data-parallel scaling on this machine: samples/s of the training workloads of
+"""Data-parallel scaling on one host: samples/s of the training workloads of
 bench/training.py (MLP 784-1024-1024-10 batch 256 SGD+momentum; Transformer encoder layer
 d_model 256, 4 heads, seq 128, batch 16, GELU FFN 1024, AdamW) at 1 rank x 2 threads
 against 2 ranks x 1 thread on the same global batch, each started through the launcher

@@ -9,7 +9,7 @@ numpy with its own optimizer.
 
 Path quality: the FLOPs of tessera's path (``tessera.einsum_path``) against the optimum
 ``opt_einsum.contract_path(..., optimize="optimal")`` finds, counted the same way.
-Target (issue 9): at least as fast as both peers on every case, and the optimal FLOPs.
+Target: at least as fast as both peers on every case, and the optimal FLOPs.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@
 
 Every framework runs in its own subprocess (their thread pools never meet) on the same
 inputs (NumPy, seed 0), timing the median of ``REPEAT`` calls after warm-up. Frameworks
-that are not installed or do not work on this machine (torch.compile needs a C++
+that are not installed or do not work on the host (torch.compile needs a C++
 toolchain; JAX is an optional extra) print "-" and the reason.
 """
 from __future__ import annotations
@@ -136,7 +136,7 @@ def _chain_in_cache(graph, n: int = 1 << 15) -> float | None:
     one core (thread CPU time; the loop is too short to be split): the arithmetic alone,
     with no memory traffic to wait for. The time of a call on ``n // 32`` elements is
     subtracted from that on ``n`` (what a call costs besides its loop). Times half the
-    cores' count of elements is the least time the chain can take on this machine however
+    cores' count of elements is the least time the chain can take on the host however
     fast its memory."""
     import numpy as np
 

@@ -1,4 +1,4 @@
-"""Model-zoo workloads (issues 4 and 6): tessera eager, tessera nn.Graph, PyTorch eager,
+"""Model-zoo workloads: tessera eager, tessera nn.Graph, PyTorch eager,
 torch.compile and (for ResNet-18) JAX, one subprocess per framework and workload.
 
 - ResNet-18 and MobileNetV2 inference, 224x224, batch 1 and 8 (eval mode)
@@ -6,9 +6,9 @@ torch.compile and (for ResNet-18) JAX, one subprocess per framework and workload
 - GPT training step: gpt-mini (6 layers, 192 wide), batch 8, block 128, AdamW
 
 PyTorch runs the torchvision-structured references from ``tests/models`` (torchvision
-itself cannot be imported beside the CPU build of torch here). Each framework initialises
-its own weights from seed 0 (the timings do not depend on their values), so no process
-imports another framework: their thread pools never meet.
+itself cannot be imported beside the CPU build of torch the tests use). Each framework
+initialises its own weights from seed 0 (the timings do not depend on their values), so no
+process imports another framework: their thread pools never meet.
 """
 from __future__ import annotations
 

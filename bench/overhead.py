@@ -1,6 +1,6 @@
 """Per-op overhead of eager mode: tiny ops where the framework, not the math, is the cost.
 
-Target (issue 2): tessera's per-op overhead at most 3x PyTorch's.
+Target: tessera's per-op overhead at most 3x PyTorch's.
 """
 from __future__ import annotations
 

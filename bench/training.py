@@ -1,4 +1,5 @@
-"""Training-step workloads of issue 3, tessera eager vs PyTorch eager, in one run.
+"""Training-step workloads, tessera eager and nn.Graph against PyTorch eager, torch.compile
+and JAX, in one run.
 
 - MLP 784-1024-1024-10, batch 256, SGD with momentum
 - small CNN on 1x28x28 (conv 32, conv 64, pool, fc 128, fc 10), batch 64, Adam

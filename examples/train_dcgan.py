@@ -8,7 +8,7 @@ noise batch) with ``tessera.utils.save_image``.
 
     python examples/train_dcgan.py                            # digits -> dcgan_samples.png
     python examples/train_dcgan.py --epochs 40 --out samples.png
-    python examples/train_dcgan.py --data-dir ../shared/data/mnist --epochs 1 --limit 12800
+    python examples/train_dcgan.py --data-dir path/to/mnist --epochs 1 --limit 12800
 
 On a machine whose cores are busy with other work, OPENBLAS_NUM_THREADS=1 can make this
 several times faster (multi-threaded BLAS calls stall when their threads must wait).

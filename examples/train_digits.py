@@ -6,7 +6,7 @@ bar, the loss and accuracy per epoch and the final test accuracy, and saves a ch
 that a second run can resume from (--resume).
 
     python examples/train_digits.py                      # digits, ~97-99% test accuracy
-    python examples/train_digits.py --data-dir ../shared/data/mnist --epochs 4
+    python examples/train_digits.py --data-dir path/to/mnist --epochs 4
     python examples/train_digits.py --checkpoint ckpt.safetensors --resume
 """
 from __future__ import annotations

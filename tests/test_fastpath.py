@@ -15,7 +15,7 @@ import tessera
 from tessera import _dispatch, _fastpath
 from tessera.kernels import cc
 
-pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ multiply instead, because a matrix product over a dimension of size 1 is the sam
 product done slower.
 
 ``run`` keeps one function per (equation, path, operand shapes, strides and dtypes) with
-every choice made, and each product is done whichever way measures faster on this
-machine at the moment (``_Tuned``: NumPy's matmul, a batch split over C threads, or
+every choice made, and each product is done whichever way measures faster on the host
+at the moment (``_Tuned``: NumPy's matmul, a batch split over C threads, or
 single-threaded OpenBLAS).
 
 >>> import numpy as np
@@ -124,11 +124,11 @@ class _Tuned:
     from the operands):
 
     * a batch of small products (each below OpenBLAS's threading threshold): split over
-      the kernel threads by ``_bmm``, ~2x on idle cores for 8 attention products of
-      64x32x64 (NumPy runs them one after the other);
+      the kernel threads by ``_bmm`` (NumPy runs them one after the other: bench einsum:
+      attention 2x4x64x32);
     * one mid-sized GEMM (above that threshold): OpenBLAS single-threaded. Threaded, it
       synchronises its threads, and when other processes hold the cores a thread that
-      lost its core stalls the GEMM for a scheduler tick (ms for a 50 us product).
+      lost its core stalls the GEMM for a scheduler tick, far longer than the product.
 
     Which wins depends on the load on the machine, so both are timed. The way in use
     keeps a moving average of its calls; every so often the other way runs twice in a
@@ -377,11 +377,11 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 # Batched products: NumPy calls BLAS once per matrix and OpenBLAS threads each call,
-# which synchronises its threads once per matrix (on a busy machine a thread that lost its
-# core stalls every matrix: 64 GEMMs of 256x64x256 took 1 s instead of 5 ms). Like
+# which synchronises its threads once per matrix (on a busy host a thread that lost its
+# core stalls every matrix: bench einsum: attention 8x8x256x64). Like
 # PyTorch, split the batch over the kernel threads instead, each running single-threaded
 # BLAS (OpenBLAS's per-thread setting, so nothing else in the process changes).
-_SPLIT_MIN = 1 << 25   # multiply-adds: below, the ~30 us thread hand-off is not negligible
+_SPLIT_MIN = 1 << 25   # multiply-adds: below, the Python thread hand-off is not negligible
 
 
 @lru_cache(maxsize=1)

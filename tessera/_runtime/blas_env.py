@@ -5,9 +5,8 @@ in a loop) for ``2 ** OPENBLAS_THREAD_TIMEOUT`` cycles before they sleep; its de
 is ~0.1 s. On a machine with as many cores as threads that spinning worker holds a core
 through the kernels that follow a GEMM, so tessera's own kernel threads (convolutions,
 fused loops) wait for it: on 2 cores the CNN training graph ran no faster on two threads
-than on one. With 20 its steps took 61-69 ms instead of 92-103, ResNet-18 at batch 1
-36-38 ms instead of 58-64, and a GEMM-bound MLP step was unchanged (26-27 ms; alternating
-processes, 2 threads, quiet host).
+than on one. With 20 the convolution-heavy steps are much faster and a GEMM-bound one is
+unchanged (bench training: cnn, mlp; bench models: resnet18 infer b1).
 
 OpenBLAS reads the variable once, when NumPy loads it, so this works only when tessera is
 imported before NumPy; a value the user set is kept.

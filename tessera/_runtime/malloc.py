@@ -3,9 +3,9 @@
 Eager mode allocates every intermediate and frees it a moment later. glibc hands large
 blocks back to the operating system (blocks above its mmap threshold, and the top of the
 heap once more than the trim threshold is free), so the next step's arrays arrive as
-fresh pages, each one a page fault: ~7,000 a step for the Transformer training workload,
-~3,400 for the CNN. On this (virtualised) host that was 13% and 19% of those eager steps'
-CPU time. Raising the two thresholds keeps freed blocks in the process, as PyTorch's
+fresh pages, each one a page fault: thousands a step, a large share of an eager step's
+CPU time (bench cputime: transformer, cnn). Raising the two thresholds keeps freed blocks
+in the process, as PyTorch's
 caching allocators keep device memory: the process's resident size stays near its peak
 instead of falling back between steps.
 

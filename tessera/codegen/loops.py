@@ -276,12 +276,11 @@ def _nest(extents: list[int], body: list, total: int) -> list:
 _LONG = re.compile(r"\btsr_(exp|expm1|log|log1p|tanh|sigmoid|phi|erf|erfc)f?\(")
 
 # A region's loop is split across threads only when one thread would take long enough for
-# the hand-off to pay even when the other core is busy: right after a GEMM, OpenBLAS's
-# worker still spins there, and a split relu backward (256x1024) took 0.57 ms against 0.34
-# ms on one thread (up to 4 ms under load). The one-thread time is estimated from the
+# the hand-off to pay even when the other core is busy (right after a GEMM, OpenBLAS's
+# worker still spins there: bench training: mlp). The one-thread time is estimated from the
 # bytes each element moves and the transcendental calls it makes.
 SPLIT_MIN_NS = 500_000
-NS_PER_BYTE = 0.1    # one core streams ~10 GB/s here
+NS_PER_BYTE = 0.1    # one core streaming ~10 GB/s (bench kernels: triad)
 NS_PER_CALL = 2.0    # one vectorised exp/erf chain, per element
 _BYTES = {"float": 4, "double": 8, "int32_t": 4, "int64_t": 8, "unsigned char": 1}
 
@@ -305,8 +304,8 @@ def jam(var: str, extent: int, body: list, parallel: bool = False, simd: bool = 
     halves (loads of both first, then both chains, then both stores). A vectorised exp/erf
     chain is bound by its latency, not by arithmetic; with a second independent chain in
     the same iteration the compiler's scheduler (``-fschedule-insns``) interleaves the two.
-    gelu(x*a + b) * sigmoid(x): 3.5 -> 2.4 ns per element on one core. An odd element
-    left over runs after the loop."""
+    (bench kernels: chain, the graph column). An odd element left over runs after the
+    loop."""
     long_ = any(isinstance(s, Let) and _LONG.search(s.expr) for s in body)
     plain = all(isinstance(s, (Load, Store)) or isinstance(s, Let) and s.ctype for s in body)
     if not long_ or not plain or not simd or (not parallel and extent < JAM_MIN):

@@ -15,8 +15,8 @@ the outer axes leave; a signature that communicates runs on the last axis only.
 On a 1-D placement, what ``run`` works out for a call (the signature, which inputs are
 boxed, each output's SBP and tile shape) is kept per op, input metas and SBPs, attrs,
 placement and rank (``_plan``): a training step repeats its calls, and working it out again
-each time cost an op on small global tensors about 40% of its time (add: 25-35 us a call
-against 15-20 us with plans, on a loaded 2-core host).
+each time is a large share of an op on small global tensors (bench distributed: mlp, global
+tensors).
 
 A 0-d local tensor among global inputs counts as broadcast (every rank must hold the same
 value, as for a Python number); any other local tensor is an error naming the op.
@@ -98,9 +98,8 @@ def choose_index(op: OpDef, metas, attrs, current, n: int, args=(), key=False
     signature by it).
 
     The choice is a function of the op, the input metas and SBPs, the attrs and the mesh
-    size, and is remembered: listing the rule's signatures and costing each took most of
-    the ~140 us an op on small global tensors spent in this module, against ~1 us for the
-    local op (2 ranks). ``key``: ``_choice_key``'s, when the caller has it."""
+    size, and is remembered: listing the rule's signatures and costing each costs far more
+    than the local op on small tensors. ``key``: ``_choice_key``'s, when the caller has it."""
     if key is False:
         key = _choice_key(op, metas, attrs, current, n)
     if key is not None:

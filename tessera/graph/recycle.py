@@ -3,8 +3,8 @@ previous step's output once the caller has dropped it.
 
 A graph output cannot live in the arena (the caller keeps it while the next step runs), so
 each step allocated it afresh. Above glibc's mmap threshold (at most 32 MiB) every such
-array is new pages from the kernel: 16M float32 outputs cost ~9 ms of page faults and
-zeroing on this machine, as much as the fused loop that fills them. Here the array handed
+array is new pages from the kernel, whose page faults and zeroing can cost as much as the
+fused loop that fills them (bench kernels: chain, the graph column). Here the array handed
 out is a view of a pooled buffer whose owner (``_Lease``) returns the buffer to its pool
 when the last view of it dies, so a loop that drops each output before the next step reuses
 one buffer; a caller that keeps every output gets fresh memory every step, as before.

@@ -281,9 +281,7 @@ def _definitions(name: str, s: str) -> str:
     """The C of the library holding driver ``tsr_conv_<name>_<s>``: the im2col drivers
     (fwd, igrad, wgrad), F(2x2)'s (wino_fwd, wino_wide, wino_wgrad) or F(4x4)'s (wino4_...).
     A library a family rather than a driver: the transforms are most of the C, and a
-    library a driver compiled them again (compiler CPU at load 4-5: the CNN's two F(4x4)
-    drivers 1.3-1.7 s, their family 1.2-1.3 s; all nine drivers 4.1-5.4 s, the three
-    families 2.4-2.8 s, as the one library of all of them was)."""
+    library a driver would compile them again (bench compile: cnn train)."""
     t = {"f32": "float", "f64": "double"}[s]
     if name in ("fwd", "igrad", "wgrad"):
         return (f"IM2COL_BLOCK({t}, im2col_block_{s})\nCOL2IM({t}, col2im_plane_{s})\n"
@@ -298,8 +296,8 @@ def _definitions(name: str, s: str) -> str:
 def _driver(name: str, s: str):
     """The C driver ``tsr_conv_<name>_<s>``, compiled on its first call (or by ``prefetch``)
     with its family (``_definitions``): a graph compiles only the families its layers run
-    (the benchmark CNN's training graph F(4x4)'s; all three, as parallel units of one
-    library, took 3.2 s of its cold compile on a loaded host)."""
+    (the benchmark CNN's training graph F(4x4)'s; compiling all three would be most of its
+    cold compile: bench compile: cnn train)."""
     f = getattr(once(("conv", _definitions(name, s)), functools.partial(_build, name, s)),
                 f"tsr_conv_{name}_{s}")
     kind = "wino_fwd" if name.endswith("_fwd") else name.split("_")[-1]
@@ -449,10 +447,8 @@ def _plan(n: int, o: int, oh: int, ow: int, ck: int, itemsize: int,
         return threads, rb, 1, o
     parts = -(-threads // n)
     if o >= 2 * parts * _MIN_CHANNELS:
-        # one block a thread: blocks of half the filters measured 0.87-0.95x the time of
-        # quarters (medians; CPU time 0.95-0.98x; 24 interleaved rounds at load 4.9,
-        # ResNet-18's 512-channel 7x7 and 3x3 stride-2 layers): each block's GEMM packs
-        # all the shared columns again
+        # one block a thread, not more: each block's GEMM packs all the shared columns
+        # again (bench models: resnet18 infer b1)
         return threads, oh, 1, -(-o // parts)
     return 1, oh, max(1, min(n, _WIDE_GEMM // p)), o
 

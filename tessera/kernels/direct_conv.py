@@ -403,8 +403,8 @@ _ARGTYPES = {"fwd": [_P] * 5 + [_I, _P, _P, _I], "igrad": [_P] * 4 + [_I, _P, _P
 def _kernel(name: str):
     """The C function ``tsr_dconv_<name>`` (``fwd_f32_6``, ...), compiled on its first use
     (or by ``prefetch``) as a library of its own, so that a graph compiles only the tiles
-    its layers take: the benchmark CNN 2 of a dtype's 16 (all 16, as parallel units of one
-    library, took 3.3 s of its cold compile on a loaded host)."""
+    its layers take: the benchmark CNN 2 of a dtype's 16 (all 16 would be most of its cold
+    compile: bench compile: cnn train)."""
     from tessera.kernels.conv import once
     f = getattr(once(("direct", name), functools.partial(_build, name)), f"tsr_dconv_{name}")
     f.argtypes, f.restype = _ARGTYPES[name.split("_")[0]], None
@@ -452,21 +452,16 @@ def chosen(n: int, c: int, o: int, oh: int, ow: int, kh: int, kw: int, dtype,
            kind: str = "forward") -> bool:
     """Whether a stride-1 convolution of ``n`` images, ``c`` -> ``o`` channels, ``kh`` x
     ``kw`` filters and output ``oh`` x ``ow`` runs its ``kind`` ("forward", "input_grad",
-    "weight_grad") directly rather than as im2col + GEMM. Measured on 2 threads,
-    interleaved A/B medians of each kernel (im2col + GEMM time / direct time):
+    "weight_grad") directly rather than as im2col + GEMM, the rule measured per kernel
+    (bench demo; bench training: cnn):
 
     * filters of more than one tap and c * kh * kw * o <= 8192, where the GEMMs are
-      skinny: forward 1.3-2.7x (LeNet's 1 -> 6 5x5 2.7x, 6 -> 16 5x5 1.7x, 16 -> 16 5x5
-      2.0x, 16 -> 32 3x3 1.7x); 32 -> 32 3x3 (9216) lost 0.9x, 1x1 filters (no im2col to
-      save) lost 0.5-0.9x;
+      skinny (1x1 filters have no im2col to save);
     * the input gradient also needs o <= 8 c: it runs as a convolution with c outputs, and
-      few of them use the load-bound tiles (1 -> 32 3x3: 0.87x, 3 -> 32 5x5: 0.74x; 1 -> 8
-      5x5: 1.4x, 6 -> 16: 1.1-1.5x);
-    * the weight gradient also needs c * kh * kw >= 32 (its channel-vector kernel: LeNet's
-      6 -> 16 at 10x10 2.0x at batch 64, 1.9x at 8; 16 -> 16 5x5 1.9x) or, for the flat
-      kernel, oh * ow >= 196: its dot products run over one image's outputs, and short
-      ones lost (LeNet's 6 -> 16 at 10x10: 0.74-1.0x); at 28x28, 1 -> 6 5x5 1.7-2.0x,
-      1 -> 32 3x3 1.06-1.1x.
+      few of them use the load-bound tiles;
+    * the weight gradient also needs c * kh * kw >= 32 (its channel-vector kernel) or, for
+      the flat kernel, oh * ow >= 196: its dot products run over one image's outputs, and
+      short ones lose.
 
     >>> chosen(64, 1, 6, 28, 28, 5, 5, np.float32) == usable(np.float32)
     True
@@ -598,9 +593,7 @@ def _scatters(out_sp, in_sp, ksize, dilation) -> bool:
 
 
 # the share of the gathering form's flat size below which scattering beats it, though it
-# adds its sums into the padded planes once per tap (interleaved medians, batch 64: LeNet's
-# 6 -> 16 5x5 unpadded, 0.56 of the size, 1.12x faster; padding 1 there, 0.76, even;
-# 16 -> 32 3x3 unpadded at 16x16, 0.78, 0.71x; 'same' paddings 0.54-0.87x)
+# adds its sums into the padded planes once per tap (bench demo: LeNet-5's 6 -> 16 5x5)
 _SCATTER = 0.65
 
 
@@ -637,9 +630,8 @@ def _wgrad_name(o: int, ck: int, dtype) -> str:
 # the call's length, against a partial sum more to zero and add per chunk
 _CHUNKS = 4
 # taps (C * KH * KW) from which the weight gradient's vectors run over output channels:
-# each image's gradient is transposed for it, which only pays over enough taps (interleaved
-# medians, batch 64, against the flat kernel: 4 -> 16 3x3 at 28x28 (36 taps) 1.14x, 6 -> 16
-# 5x5 at 10x10 2.5x; 3 -> 16 3x3 (27) 0.58x, 1 -> 6 5x5 (25) 0.73x)
+# each image's gradient is transposed for it, which only pays over enough taps (bench demo:
+# LeNet-5's 6 -> 16 5x5)
 _CHANNEL_TAPS = 32
 
 

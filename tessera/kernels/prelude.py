@@ -20,7 +20,7 @@ out as libm's. Errors against NumPy over a dense sweep (``tests/codegen/test_pre
   e^(-a^2/2) Q(a), where Q(a) = erfcx(a / sqrt2) / 2 is a degree-10 polynomial in
   t = 1 / (1 + 0.3 a), our float64 minimax fit (relative error 1.2e-8 on [0, 14.6]). Phi and
   erfc keep their relative accuracy far into the tail, where 1 - erf cancels (<= 6 ulp, most
-  of it from evaluating Q near t = 1; the Numerical Recipes fit used before gave <= 7).
+  of it from evaluating Q near t = 1; the Numerical Recipes fit gives <= 7).
   -a^2/2 enters the exponential's range reduction exactly, through an fma, and the
   exponential and the division of t run side by side: GCC's AVX2 gelu loop is 50 instructions
   per 8 floats (28 of them multiplies and fmas, on Zen 3's two FMA pipes, the bound), where

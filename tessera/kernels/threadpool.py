@@ -6,9 +6,9 @@ calls on the calling thread and on the pool's workers: every thread takes part i
 one atomic counter, so a worker that is asleep or has lost its core costs nothing but its
 share, which the caller takes itself (it then waits only for parts a worker has started).
 Workers spin for 50 us after a job, as OpenMP's and OpenBLAS's do, and then sleep on a
-futex; a job wakes sleeping ones. Python's ``ThreadPoolExecutor`` took 30-150 us to start a
-part (a condition variable, then the GIL), more than many parts take: MobileNetV2 at batch
-1 ran slower on two threads than on one.
+futex; a job wakes sleeping ones. Python's ``ThreadPoolExecutor`` takes longer to start a
+part (a condition variable, then the GIL) than many parts take (bench models: mobilenet_v2
+infer b1).
 
 A part is a call of a C function whose parameters are all pointers or integers (they pass
 in the same registers on x86-64 and AArch64, so the pool calls it with int64 arguments), or
@@ -341,9 +341,9 @@ def fork_join(f, parts: list[tuple]) -> list:
     """``[f(*part) for part in parts]``, ``parts[0]`` on the calling thread and the others
     on the kernel pool's threads. A part whose pool thread has not started by the time the
     caller is done with its own is taken back and run by the caller: on a busy host a woken
-    thread may wait milliseconds for a core, and a join that waited for it cost the whole
-    kernel that much (MobileNetV2's 1x1 convolutions, ~0.2 ms each, took 20 ms in a graph
-    step at load 3). Each part must give the same result on any thread (the kernels that
+    thread may wait milliseconds for a core, and a join that waited for it would cost the
+    whole kernel that much (bench models: mobilenet_v2 infer b1). Each part must give the
+    same result on any thread (the kernels that
     share items through a counter find none left and return at once).
 
     >>> fork_join(lambda a, b: a + b, [(1, 2), (3, 4)])

@@ -16,13 +16,11 @@ threads sharing its V and M: the filter and input transforms (items: output chan
 filters, then input channels), the 16 GEMMs (items: positions), the output transform
 (items: output channels). In items of tile rows the threads transform the filters first
 (items: output channels). The passes of a call meet at counters in C (a thread yields
-until the previous pass's items are all done), not at the kernel pool's barrier: on a
-busy host waking a blocked thread takes far longer: with one call instead of four,
-ResNet-18's 3x3 layers at batch 1 took 0.7-0.8x the time (separate processes taking
-turns, load 2-3; batch 8 within the noise). GEMMs and output transform in one pass
-(items: blocks of output channels, each packing all of V again) measured 1.1-1.35x, and
-was dropped. ``chosen`` is the rule, measured per layer shape, for when this beats
-im2col + GEMM.
+until the previous pass's items are all done), not at the kernel pool's barrier, because
+waking a blocked thread on a busy host costs more than a pass (bench models: resnet18 infer
+b1). One pass for the GEMMs and the output transform would pack all of V again per block of
+output channels, which is slower. ``chosen`` is the rule, measured per layer shape, for
+when this beats im2col + GEMM.
 
 The input gradient of a 3x3 stride-1 convolution with low padding p is the correlation of
 the output gradient with the filters turned 180 degrees and their channels swapped, with
@@ -400,36 +398,30 @@ def enabled() -> bool:
 def chosen(n: int, c: int, o: int, oh: int, ow: int, dtype) -> bool:
     """Whether a stride-1 3x3 convolution of ``n`` images, ``c`` -> ``o`` channels and output
     ``oh`` x ``ow`` runs as Winograd rather than im2col + GEMM (the rule measured on
-    ResNet-18's and the benchmark CNN's layers, 2 threads, interleaved A/B medians).
+    ResNet-18's and the benchmark CNN's layers: bench models: resnet18 infer b1/b8, bench
+    training: cnn).
 
     >>> chosen(8, 64, 64, 56, 56, np.float32) == usable(np.float32)
     True
     """
     th, tw = (oh + 1) // 2, (ow + 1) // 2
     tiles = n * th * tw
-    # transforms cost per channel, GEMM savings per channel pair: 1 -> 32 lost 2-4x, 16 <-> 32
-    # was even, 32 -> 64 won 1.1-1.4x
+    # transforms cost per channel, GEMM savings per channel pair: few channels lose
     return (min(c, o) >= 32
             # below 10x10, 4x4 tiles (and each tile row's spare column) waste much of the
-            # GEMMs: 7x7 computes 80 outputs for 49 (256 channels at 7x7, batch 8: even in
-            # items of tile rows); wide, their GEMMs run fast enough: ResNet-18's 512 at 7x7
-            # took 0.75-0.85x im2col's time at batch 8 and 0.93x at 4, 256 channels
-            # 0.76-0.78x at batch 8
+            # GEMMs (7x7 computes 80 outputs for 49) unless they run wide (bench models:
+            # resnet18 infer b8)
             and (oh * ow >= 100 or _wide(c, o, th, tw, n, np.dtype(dtype).itemsize))
             # the filter transform and each item's reading of the 16 (o, c) matrices pay off
-            # only over enough tiles: 256 channels at 14x14, batch 1 (49 tiles) won 1.3x,
-            # 512 channels there (49 < 64) lost 1.1-1.9x
+            # only over enough tiles (bench models: resnet18 infer b1)
             and tiles * 8 >= max(c, o)
             and usable(dtype))
 
 
 def chosen_weight_grad(n: int, c: int, o: int, oh: int, ow: int, dtype) -> bool:
     """Whether the weight gradient of such a convolution runs as Winograd: only up to 64
-    channels, where it measured faster (the benchmark CNN's 32 -> 64 at 28x28, batch 64:
-    0.85-0.95x; ResNet-18's 64-channel layers 0.1-0.75x) - from 128 channels its (O, C)
-    sums over short runs of tiles lost 1.1-4x to im2col + GEMM. As F(4x4) where ``four``
-    says (interleaved, load 3.7, F(4x4) over F(2x2) median/min/CPU time: the CNN's 32 -> 64
-    0.88/0.72/0.80x, ResNet-18's 64 channels at batch 8 0.83/0.82/0.76x).
+    channels, where it is faster; from 128 channels its (O, C) sums over short runs of tiles
+    lose to im2col + GEMM (bench training: cnn). As F(4x4) where ``four`` says.
 
     >>> chosen_weight_grad(64, 32, 64, 28, 28, np.float32) == usable(np.float32)
     True
@@ -486,10 +478,8 @@ def _rows_per_item(v: Tiles, c: int, o: int, oh: int, ow: int, n: int, threads: 
 
 
 _L2_BYTES = 1 << 20
-# columns: 256 measured 0.82-0.89x the time of 64 on ResNet-18's 64-channel layers at batch 8,
-# 0.9-1.04x on the benchmark CNN's 32 -> 64 forward at batch 64 (interleaved, loaded
-# host): the GEMMs' per-call packing of u and their short rows cost more than v and m
-# spilling from L2
+# columns: the GEMMs' per-call packing of u and their short rows cost more than v and m
+# spilling from L2 (bench models: resnet18 infer b8)
 _MIN_COLS = 256
 
 
@@ -521,11 +511,8 @@ def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -
 def four(n: int, c: int, o: int, oh: int, ow: int) -> bool:
     """Whether a Winograd forward (or input gradient) runs as F(4x4, 3x3)
     (``tessera.kernels.winograd4``) rather than F(2x2): over enough 4x4 tiles to
-    amortise its filter transform, 2.25x F(2x2)'s (36 positions of O x C). Interleaved per
-    layer, 2 threads, loaded host (medians / minima, F(4x4) over F(2x2)): ResNet-18 batch 1
-    56x56 0.67/0.57x, 28x28 1.04/0.70x, 14x14 (16 tiles, 256 channels) 1.49/1.26x, 7x7
-    1.63/1.8x; batch 8 0.68-0.97x, 7x7 0.92/0.83x; the benchmark CNN's 32 -> 64 and
-    64 -> 32 at 28x28, batch 64, 0.81-0.84x.
+    amortise its filter transform, 2.25x F(2x2)'s (36 positions of O x C) (bench models:
+    resnet18 infer b1/b8; bench training: cnn).
 
     >>> four(1, 64, 64, 56, 56), four(1, 256, 256, 14, 14)
     (True, False)
@@ -560,10 +547,7 @@ def _fits_wide(v: Tiles, c: int, o: int, oh: int, ow: int, n: int, itemsize: int
     over input channels, positions and output channels, rather than in items of tile rows.
     Items of a few tile rows make skinny GEMMs, each reading all of u, and at batch 1
     only a few items share out unevenly; one block's v and m (positions' GEMMs of every
-    tile) take memory, so only up to _WIDE_BYTES. Measured on ResNet-18's 3x3 layers,
-    interleaved, 2 threads: batch 1 0.71-0.77x the rows' time (256 channels), 0.86-0.89x
-    (128), 0.95-0.98x (64); batch 8 0.93x (256, 15 MB), 0.89x (128, 28 MB), about even
-    for 64 (53 MB) and the benchmark CNN's 32 -> 64 at batch 64 (82 MB)."""
+    tile) take memory, so only up to _WIDE_BYTES (bench models: resnet18 infer b1/b8)."""
     th, _, tc, p = v.shape(oh, ow)
     return p * (c + o) * n * th * tc * itemsize <= _WIDE_BYTES
 
@@ -604,7 +588,7 @@ def conv2d_weight_grad_winograd(x: np.ndarray, g: np.ndarray, pads) -> np.ndarra
     return np.ascontiguousarray(np.tensordot(t, gt, axes=(1, 1)).transpose(1, 2, 0, 3))
 
 
-_WGRAD_BYTES = 1 << 20  # v and z of an item (1 and 2 MiB measured alike, 8 MiB slower)
+_WGRAD_BYTES = 1 << 20  # v and z of an item; much larger items are slower (bench training: cnn)
 
 
 def conv2d_winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray) -> None:

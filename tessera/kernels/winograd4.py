@@ -8,7 +8,7 @@ Each 4x4 block of outputs takes 36 multiplies per (input, output) channel pair i
 Y = A^T M A (Lavin and Gray 2015, with the points 0, +-1, +-2). Both the GEMMs' flops and
 V and M, the transforms' traffic, are 1.78x smaller than F(2x2)'s over the same outputs;
 the price is rounding: the transforms weigh terms by up to 8 (A) and 1/24 (G), so float32
-results carry a few times F(2x2)'s error (still ~1e-5 of the output's scale here).
+results carry a few times F(2x2)'s error (still ~1e-5 of the output's scale in float32).
 
 The input transform goes row by row: each input row of a tile-row segment, zero-padded
 into ``lin``, gives B^T along its columns for every tile (6 values a tile), stored by row

@@ -1,4 +1,4 @@
-"""LeNet-5 for 1x28x28 images (MNIST), with ReLU and max pooling as it is usually written today.
+"""LeNet-5 for 1x28x28 images (MNIST), with ReLU and max pooling as it is usually written now.
 
 >>> import tessera
 >>> m = tessera.models.lenet5(num_classes=10)

@@ -184,7 +184,7 @@ def _channel_major(g: np.ndarray, groups: int) -> np.ndarray:
 def _native(x, w, groups) -> bool:
     """2-d, ungrouped, float32/64 convolutions run image by image on the C im2col/col2im of
     ``tessera.kernels.window``: one image's column buffer stays in cache between im2col and
-    its GEMM (1.5-2x faster than one batch-wide buffer). With NumPy's OpenBLAS the C drivers
+    its GEMM (faster than one batch-wide buffer). With NumPy's OpenBLAS the C drivers
     of ``tessera.kernels.conv`` run it, images split across the kernel
     threads, each calling BLAS single-threaded; else a Python loop with threaded BLAS. Per-
     image GEMMs round differently from a batch-wide one (equally accurate). Small stride-1
@@ -225,14 +225,13 @@ def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
     if path == "threaded":
         # batch 1 too (its rows or channels split over the threads): a BLAS-threaded GEMM
         # per image leaves OpenBLAS's worker spinning into the next kernels, and on a busy
-        # host each such GEMM waits for a descheduled worker (ResNet-18 b1 graph at load 4-6,
-        # interleaved: 0.59-0.66x the time, its 1x1 stride-2 convs 0.06-0.1x)
+        # host each such GEMM waits for a descheduled worker (bench models: resnet18 infer b1)
         b = None if b is None else np.ascontiguousarray(b, x.dtype)
         conv2d_threaded(x, np.ascontiguousarray(w), b, stride, _lows(pads), dilation, y)
         return y
     bias = None if b is None else b.reshape(o, 1).astype(y.dtype, copy=False)
     # small outputs (late layers) make skinny GEMMs BLAS runs slowly: a few images' columns
-    # side by side make one wider GEMM (ResNet-18's 7x7 layers at batch 8: 20% faster)
+    # side by side make one wider GEMM (bench models: resnet18 infer b8)
     group = min(n, max(1, _WIDE_GEMM // p))
     cols = np.empty((wm.shape[1], group * p), x.dtype)
     if group == 1:

@@ -224,7 +224,7 @@ def _weight_grad(a: Tensor, g: Tensor, b: Tensor) -> Tensor:
     ``linear`` multiplies by ``weight.t()``, a column-major view: its gradient computed as
     ``a.T @ g`` is row-major, so the weight's own gradient would come out column-major, and
     every later elementwise op mixing it with the row-major weight (the optimizer's update,
-    gradient accumulation) would stride across memory (~100x slower for 1024x1024 here).
+    gradient accumulation) would stride across memory (bench training: mlp).
     The same GEMM as ``(g.T @ a).T`` gives ``b``'s layout (PyTorch's gradient layout
     contract). A global tensor's layout is its tile's (``GlobalData.local``; looked up on
     the class: a traced value's array refuses every attribute read)."""

@@ -27,7 +27,7 @@ from tessera.kernels import cc
 from tessera.ops.registry import REGISTRY
 from tests.opinfo import OP_DB
 
-pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
 
 
 @pytest.fixture(autouse=True)

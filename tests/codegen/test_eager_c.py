@@ -14,7 +14,7 @@ from tessera._dispatch import dispatch
 from tessera.kernels import cc, elementwise as eager
 from tessera.ops.registry import REGISTRY
 
-pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
 
 N = eager.EAGER_MIN + 37          # odd, so the loop's vector tail runs too
 SHAPE = (N // 37, 37)

@@ -11,7 +11,7 @@ import pytest
 from tessera.kernels import cc
 from tessera.ops import conv as C, pool as P
 
-pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
 
 
 def both(monkeypatch, fn):

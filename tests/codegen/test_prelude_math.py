@@ -30,7 +30,7 @@ from tessera.kernels import cc
 from tessera.kernels.prelude import PRELUDE
 from tests.codegen.test_codegen import check, fused_node
 
-pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ import tessera
 from tessera.kernels import cc
 from tests.codegen._conv_common import graph_sgd_step_matches_torch
 
-pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
 
 
 def _winograd_module():

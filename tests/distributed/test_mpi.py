@@ -167,8 +167,9 @@ def test_mpi_tensor_parallel_transformer_and_data_parallel_cnn(tmp_path):
 
 
 def test_mpi_four_ranks_oversubscribed(tmp_path):
-    """-n 4 on this machine's cores: ZeRO stage 2, the tensor-parallel Transformer (one
-    head per rank) and the data-parallel CNN (uneven batch 2/2/1/1) equal one process."""
+    """-n 4, oversubscribed on hosts with fewer cores: ZeRO stage 2, the tensor-parallel
+    Transformer (one head per rank) and the data-parallel CNN (uneven batch 2/2/1/1) equal
+    one process."""
     run_mpi(tmp_path, """
         from tests.distributed._mpi import emit
         from tests.distributed.test_nn_global import _train_cnn

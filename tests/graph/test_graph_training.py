@@ -1,4 +1,4 @@
-"""nn.Graph training equals eager training (issue 5 item 7).
+"""nn.Graph training equals eager training.
 
 Two identical models (same seed) are trained for the same steps on the same batches, one
 eagerly and one through an ``nn.Graph`` whose ``build`` calls ``loss.backward()`` and

@@ -1,4 +1,4 @@
-"""The folding passes (issue 5): constant folding, algebraic simplification and batch-norm
+"""The folding passes: constant folding, algebraic simplification and batch-norm
 folding, as Before/Expected IR text, plus numeric checks through the reference interpreter
 (and, for batch-norm folding, against eager mode and PyTorch)."""
 from __future__ import annotations

@@ -12,7 +12,7 @@ import tessera
 from tessera.kernels import cc, optim as optim_kernels
 from tests.optim._common import make_params, run_steps, tol
 
-pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
 
 OPTIONS = [{}, {"amsgrad": True}, {"maximize": True}, {"weight_decay": 0.1},
            {"weight_decay": 0.1, "amsgrad": True, "maximize": True},

@@ -27,8 +27,8 @@ from tessera.ops.registry import REGISTRY
 __all__ = ["run", "SINGLE_PASS"]
 
 # elementwise ops NumPy runs in one pass at memory speed: not worth a kernel of their own
-# (not relu: NumPy's allocates its result, a C kernel writes into the arena on all threads;
-# the CNN training step 70 -> 61 ms)
+# (not relu: NumPy's allocates its result, a C kernel writes into the arena on all threads:
+# bench training: cnn)
 SINGLE_PASS = frozenset({
     "add", "sub", "mul", "neg", "positive", "abs", "square", "exp", "log", "sqrt",
     "maximum", "minimum", "fmax", "fmin", "eq", "ne", "lt", "le", "gt", "ge", "cast",

@@ -267,7 +267,7 @@ class SelfCommunicator(Communicator):
 # made on first use: MPI when the process was started by mpiexec, else a world of one.
 class _ThreadComm(threading.local):
     # a class default: reading an unset threading.local attribute raises and catches an
-    # AttributeError (about 1 us), and every op on a global tensor asks for the communicator
+    # AttributeError, and every op on a global tensor asks for the communicator
     comm: Communicator | None = None
 
 

@@ -181,7 +181,7 @@ class MPICommunicator(C.Communicator):
         x = np.asarray(x)
         a, mop, _ = self._pack([x], op)
         # in place on the copy: MPICH's out-of-place all-reduce first copies the send buffer
-        # into the receive buffer and runs slower (7 MB, 2 ranks: 5-6 ms against 2.1-2.3 ms)
+        # into the receive buffer and runs slower (bench distributed: mlp)
         req = c.Iallreduce(self.MPI.IN_PLACE, a, op=mop)
 
         def wait():

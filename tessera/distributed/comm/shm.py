@@ -15,12 +15,11 @@ large array runs the same way through a scratch buffer (``scratch``), copied in 
 Each slice is summed by one rank and copied, so every rank ends with the same bits (as MPI
 guarantees).
 
-Why not MPI's all-reduce: MPICH moves a 7 MB buffer between two ranks as a message
-protocol (copies through shared cells or a single-copy read per piece, each a rendezvous of
-both ranks) and spent 2.5-3 ms of CPU per rank on it here, against 1.7-2.4 ms for the two
-barriers, the sum and the copy (2 ranks, medians of 40 interleaved repetitions on this
-loaded 2-core host); under load every rendezvous also waits for a descheduled peer, and
-this all-reduce has two.
+Why not MPI's all-reduce: MPICH moves a large buffer between ranks as a message protocol
+(copies through shared cells or a single-copy read per piece, each a rendezvous of both
+ranks), which costs more CPU per rank than the two barriers, the sum and the copy; under
+load every rendezvous also waits for a descheduled peer, and this all-reduce has two
+(bench distributed: mlp, DDP).
 
 The windows live as long as the process's communicator; they are freed (a collective
 call) at interpreter exit, before mpi4py finalizes MPI.

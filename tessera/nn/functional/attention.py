@@ -330,10 +330,10 @@ def _mha_batch_first(query, key, value, embed_dim_to_check: int, num_heads: int,
     The projections take (N, L, E) as it is and heads are split as (N, L, H, D) ->
     (N, H, L, D), so the batch stays the leading dim from input to output. PyTorch's layout
     transposes to (L, N, E) first and splits heads out of the merged (L, N*H) dims: on a
-    batch-split global tensor that merge needed an all-to-all and all-gathers of K and V
-    (3.16x the ring minimum of a data-parallel Transformer step, 1.00x this way), and in
-    nn.Graph two copies per layer (the input's and the output's transposes: 5 clones in the
-    Transformer training step, 3 this way). The values are the same.
+    batch-split global tensor that merge needs an all-to-all and all-gathers of K and V
+    (this way a data-parallel Transformer step sends the ring minimum: bench distributed:
+    transformer), and in nn.Graph two copies per layer (the input's and the output's
+    transposes). The values are the same.
     """
     from tessera.nn.functional import linear
     _mha_shape_check(query, key, value, key_padding_mask, attn_mask, num_heads)

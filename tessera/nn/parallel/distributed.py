@@ -192,8 +192,8 @@ class _Bucket:
 
     The buffer is made once and reduced in place every step. Each gradient is copied in
     memory order: a Linear weight's gradient is the transpose of a contiguous matmul
-    result, and reading it in C order strides across pages (a 1024x1024 float32 copy takes
-    ~5 ms that way, 0.2 ms in memory order). The ranks agree once, on the first reduction,
+    result, and reading it in C order strides across pages (bench distributed: mlp, DDP).
+    The ranks agree once, on the first reduction,
     which gradients they all lay out with reversed axes, so every rank puts the same
     element at the same offset; a gradient that later comes in another layout is still
     copied correctly, only slower.
@@ -262,9 +262,9 @@ class _Bucket:
         before the first reduction (the ranks have not agreed the layouts yet).
 
         The array ``grad`` came in is kept until the next step's replaces it. Freed at once,
-        it left the MLP benchmark's heap with a large free top that glibc returned to the
-        OS in the middle of each step, and one of the two ranks took ~2300 page faults a
-        step getting it back (its steps then ran slower, and the other rank waited)."""
+        it left the heap with a large free top that glibc returned to the OS in the middle
+        of each step, and a rank that faulted the pages back in made the other wait (bench
+        distributed: mlp, DDP)."""
         g = grad._data
         p = self.params[i]
         if self.reversed is None or self.buffer is None or not self.viewable or \
