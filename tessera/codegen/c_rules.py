@@ -16,52 +16,10 @@ written to fall through to the NaN operand.
 """
 from __future__ import annotations
 
-import math
-
+from tessera.kernels.c_expr import CType, alpha, fmt, libm, tsr
 from tessera.ops.registry import REGISTRY
 
 __all__ = ["RULES", "CType", "COMPARE", "LOGICAL", "INT_OPS", "compute_dtype", "attach"]
-
-
-class CType:
-    """The C side of a dtype name: type, libm suffix, literals."""
-
-    NAMES = {"float32": "float", "float64": "double", "bool": "unsigned char",
-             "int32": "int32_t", "int64": "int64_t"}
-
-    def __init__(self, dtype: str):
-        self.dtype = dtype
-        self.T = self.NAMES[dtype]
-        self.f = "f" if dtype == "float32" else ""
-        self.is_int = dtype in ("int32", "int64")
-
-    def lit(self, v) -> str:
-        """``v`` (a Python number) as a C constant of this type."""
-        if isinstance(v, bool) or self.dtype == "bool":
-            return "1" if v else "0"
-        if self.is_int:
-            return f"(({self.T}){int(v)}LL)"
-        v = float(v)
-        if math.isnan(v):
-            return f"(({self.T})NAN)"
-        if math.isinf(v):
-            return f"(({self.T})INFINITY)" if v > 0 else f"(-({self.T})INFINITY)"
-        if self.dtype == "float32":
-            return f"{v!r}f" if v == float(_f32(v)) else f"((float){v!r})"
-        return repr(v)
-
-    def fn(self, name: str) -> str:
-        """libm's ``name`` for this type (``expf`` or ``exp``)."""
-        return name + self.f
-
-    def tsr(self, name: str) -> str:
-        """The prelude's helper ``tsr_<name>`` for this type."""
-        return f"tsr_{name}{self.f}"
-
-
-def _f32(v: float):
-    import numpy as np
-    return np.float32(v)
 
 
 COMPARE = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
@@ -88,29 +46,6 @@ def compute_dtype(op: str, in_dtypes: list[str], out_dtype: str,
     if op in LOGICAL:
         return "bool"
     return out_dtype
-
-
-def _fmt(template: str):
-    def rule(c, a, at):
-        return template.format(*a, f=c.f, T=c.T)
-    return rule
-
-
-def _math(name: str):
-    return lambda c, a, at: f"{c.fn(name)}({', '.join(a)})"
-
-
-def _tsr(name: str):
-    """The prelude's vectorisable ``tsr_<name>`` (libm's would keep the loop scalar)."""
-    return lambda c, a, at: f"{c.tsr(name)}({', '.join(a)})"
-
-
-def _alpha(sign: str):
-    def rule(c, a, at):
-        alpha = at.get("alpha", 1)
-        rhs = a[1] if alpha == 1 else f"({c.lit(alpha)} * {a[1]})"
-        return f"({a[0]} {sign} {rhs})"
-    return rule
 
 
 def _div(c, a, at):
@@ -244,33 +179,33 @@ def _remainder(c, a, at):  # floats only: an integer zero divisor raises, as in 
 
 RULES = {
     # arithmetic
-    "neg": _fmt("(-{0})"), "positive": _fmt("{0}"),
-    "add": _alpha("+"), "sub": _alpha("-"), "mul": _fmt("({0} * {1})"), "div": _div,
+    "neg": fmt("(-{0})"), "positive": fmt("{0}"),
+    "add": alpha("+"), "sub": alpha("-"), "mul": fmt("({0} * {1})"), "div": _div,
     "remainder": _remainder,
-    "fmod": _math("fmod"), "pow": _pow, "reciprocal": _fmt("(({T})1 / {0})"),
-    "square": _fmt("({0} * {0})"), "abs": _abs, "sign": _sign,
+    "fmod": libm("fmod"), "pow": _pow, "reciprocal": fmt("(({T})1 / {0})"),
+    "square": fmt("({0} * {0})"), "abs": _abs, "sign": _sign,
     "lerp": _lerp, "addcmul": lambda c, a, at: (
         f"({a[0]} + {c.lit(at.get('value', 1))} * {a[1]} * {a[2]})"),
     "addcdiv": lambda c, a, at: f"({a[0]} + {c.lit(at.get('value', 1))} * ({a[1]} / {a[2]}))",
-    "maximum": _max, "minimum": _min, "fmax": _math("fmax"), "fmin": _math("fmin"),
-    "clamp": _clamp, "where": _fmt("({0} ? {1} : {2})"),
-    "masked_fill": _fmt("({1} ? {2} : {0})"), "cast": _cast,
+    "maximum": _max, "minimum": _min, "fmax": libm("fmax"), "fmin": libm("fmin"),
+    "clamp": _clamp, "where": fmt("({0} ? {1} : {2})"),
+    "masked_fill": fmt("({1} ? {2} : {0})"), "cast": _cast,
     # exponentials, logs, roots
-    "exp": _tsr("exp"), "exp2": _math("exp2"),
-    "expm1": _tsr("expm1"), "log": _tsr("log"), "log2": _math("log2"),
-    "log10": _math("log10"), "log1p": _tsr("log1p"), "sqrt": _math("sqrt"),
-    "rsqrt": _fmt("(({T})1 / sqrt{f}({0}))"),
+    "exp": tsr("exp"), "exp2": libm("exp2"),
+    "expm1": tsr("expm1"), "log": tsr("log"), "log2": libm("log2"),
+    "log10": libm("log10"), "log1p": tsr("log1p"), "sqrt": libm("sqrt"),
+    "rsqrt": fmt("(({T})1 / sqrt{f}({0}))"),
     # trigonometry and friends
-    "sin": _math("sin"), "cos": _math("cos"), "tan": _math("tan"), "asin": _math("asin"),
-    "acos": _math("acos"), "atan": _math("atan"), "sinh": _math("sinh"),
-    "cosh": _math("cosh"), "asinh": _math("asinh"), "acosh": _math("acosh"),
-    "atanh": _math("atanh"), "atan2": _math("atan2"), "hypot": _math("hypot"),
-    "erf": _tsr("erf"), "erfc": _tsr("erfc"),
-    "floor": _math("floor"), "ceil": _math("ceil"), "trunc": _math("trunc"),
-    "frac": _fmt("({0} - trunc{f}({0}))"),
+    "sin": libm("sin"), "cos": libm("cos"), "tan": libm("tan"), "asin": libm("asin"),
+    "acos": libm("acos"), "atan": libm("atan"), "sinh": libm("sinh"),
+    "cosh": libm("cosh"), "asinh": libm("asinh"), "acosh": libm("acosh"),
+    "atanh": libm("atanh"), "atan2": libm("atan2"), "hypot": libm("hypot"),
+    "erf": tsr("erf"), "erfc": tsr("erfc"),
+    "floor": libm("floor"), "ceil": libm("ceil"), "trunc": libm("trunc"),
+    "frac": fmt("({0} - trunc{f}({0}))"),
     # activations
-    "relu": _fmt("({0} < 0 ? ({T})0 : {0})"),
-    "sigmoid": _tsr("sigmoid"), "tanh": _tsr("tanh"),
+    "relu": fmt("({0} < 0 ? ({T})0 : {0})"),
+    "sigmoid": tsr("sigmoid"), "tanh": tsr("tanh"),
     "gelu": _gelu, "gelu_backward": _gelu_backward,
     "silu": lambda c, a, at: f"({a[0]} * {c.tsr('sigmoid')}({a[0]}))",
     "silu_backward": _silu_backward,
@@ -283,9 +218,9 @@ RULES = {
         f"(({a[0]} < 0 ? {a[0]} : ({c.T})0) - {c.tsr('log1p')}({c.tsr('exp')}(-{c.fn('fabs')}"
         f"({a[0]}))))"),
     # comparisons and logic (their compute type is the inputs'; the result is 0 or 1)
-    "eq": _fmt("({0} == {1})"), "ne": _fmt("({0} != {1})"), "lt": _fmt("({0} < {1})"),
-    "le": _fmt("({0} <= {1})"), "gt": _fmt("({0} > {1})"), "ge": _fmt("({0} >= {1})"),
-    "logical_not": _fmt("(!{0})"), "logical_and": _logic("&&"), "logical_or": _logic("||"),
+    "eq": fmt("({0} == {1})"), "ne": fmt("({0} != {1})"), "lt": fmt("({0} < {1})"),
+    "le": fmt("({0} <= {1})"), "gt": fmt("({0} > {1})"), "ge": fmt("({0} >= {1})"),
+    "logical_not": fmt("(!{0})"), "logical_and": _logic("&&"), "logical_or": _logic("||"),
     "logical_xor": _logic("!="), "bitwise_and": _bitwise("&", "&&"),
     "bitwise_or": _bitwise("|", "||"), "bitwise_xor": _bitwise("^", "!="),
     "bitwise_not": lambda c, a, at: f"(~{a[0]})" if c.is_int else f"(!{a[0]})",

@@ -17,6 +17,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
+from tessera.ops import cost
 from tessera.ops._util import call, ensure_tensor, numel, sum_to
 from tessera.ops.elementwise import add, mul
 from tessera.ops.reduce import sum as _sum
@@ -237,7 +238,14 @@ def _weight_grad(a: Tensor, g: Tensor, b: Tensor) -> Tensor:
     return matmul(transpose(a, 0, 1), g)
 
 
-_MATMUL = defop("matmul", _matmul_infer, _matmul_kernel, grad=_matmul_grad)
+def _matmul_cost(ins, outs) -> cost.Cost:
+    """2 * M * N * K per product (a multiply-add each): the output's elements times the
+    contracted size, which is the last dim of the first operand."""
+    k = ins[0].shape[-1] if ins[0].shape else 1
+    return cost.Cost(2 * cost.numel(outs[0]) * k, *cost.io(ins, outs))
+
+
+_MATMUL = defop("matmul", _matmul_infer, _matmul_kernel, grad=_matmul_grad, cost=_matmul_cost)
 
 
 def matmul(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor:

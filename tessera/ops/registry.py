@@ -1,7 +1,9 @@
 """The op registry: one ``OpDef`` per op, holding every rule of that op.
 
-Eager execution, autograd and (later) tracing, distributed execution and every exporter
-read the same entry. A rule that is missing raises ``MissingRule`` naming op and rule.
+Eager execution, autograd, tracing, the graph passes, code generation, distributed
+execution and the exporters read the same entry. Every rule is declared in the ``defop``
+call of the op's family module; nothing changes an ``OpDef`` after it is registered. A rule
+that is missing raises ``MissingRule`` naming op and rule.
 
 >>> from tessera.ops.registry import REGISTRY
 >>> REGISTRY["add"].name
@@ -16,6 +18,21 @@ from typing import Any, NamedTuple
 from tessera._dtype import dtype
 
 RULES = ("infer", "kernel:cpu", "meta", "grad", "sbp", "cost", "to_onnx", "to_c")
+
+# The traits an op may declare (``defop(..., traits={...})``): facts about the op that the
+# layers above act on. A trait outside this table is an error at registration.
+TRAITS = {
+    "numpy_fast": "NumPy's kernel runs at memory speed when every operand has the output's "
+                  "dtype, so eager mode keeps it rather than a C loop (bench kernels)",
+    "single_pass": "NumPy computes it in one pass at memory speed: a fusion region of only "
+                   "such ops stays with NumPy (the outline pass)",
+    "cheap": "cheaper to recompute at each reader than to store (the duplicate pass)",
+    "out_form": "its cpu in-place kernel is a general out-form fn(out, *args, **attrs) that "
+                "the executor may point at any buffer",
+    "c_int": "its to_c rule is exact on int32/int64 too (C's signed overflow wraps)",
+    "compare": "a comparison: its C rule computes in the operands' promoted type",
+    "logical": "a logical op: its C rule computes on bools",
+}
 
 
 class Meta(NamedTuple):
@@ -66,6 +83,14 @@ class OpDef:
     object whose ``take()`` gives the array the kernel would copy that input into. A
     compiled graph has the input's producer write there directly, and the kernel skips
     the copy of an input already in place.
+
+    ``sbp(*metas, **attrs)``: the SBP signatures it runs with (a ``tessera.sbp.SbpRule``).
+    ``cost(ins, outs, **attrs) -> Cost``: FLOPs and bytes read and written, from the input
+    metas (and Python values) and the output metas ``infer`` gave (``tessera.ops.cost``).
+    ``to_c(c, args, attrs) -> str``: one element as a C expression (``tessera.kernels.
+    c_expr``); an op is fusible exactly when it has one. ``decompose(b, *inputs, **attrs)``:
+    the op as reductions and elementwise ops, for the code generator to fuse. ``traits``:
+    names from ``TRAITS``.
     """
 
     name: str
@@ -82,8 +107,17 @@ class OpDef:
     cost: Callable | None = None
     to_onnx: dict[int, Callable] = field(default_factory=dict)
     to_c: Callable | None = None
+    decompose: Callable | None = None
+    traits: frozenset[str] = frozenset()
     input_buffers: Callable | None = None
     doc: str = ""
+
+    def __post_init__(self) -> None:
+        self.traits = frozenset(self.traits)
+        unknown = self.traits - TRAITS.keys()
+        if unknown:
+            raise ValueError(f"op '{self.name}': unknown traits {sorted(unknown)} "
+                             f"(known: {sorted(TRAITS)})")
 
     def __repr__(self) -> str:
         return f"OpDef({self.name})"
