@@ -33,123 +33,35 @@ from __future__ import annotations
 import math
 
 from tessera.distributed.sbp_nn import NN_RULES, nll_mean_signature
+from tessera.ops._sbp import (
+    aligned,
+    bshape,
+    full_reduction,
+    linear_identity,
+    optional,
+    pointwise,
+    reduced,
+    reduction,
+    resolve,
+    wrap,
+)
 from tessera.ops.registry import REGISTRY, Meta
 from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__ = ["RULES", "pointwise", "reduction"]
 
 
-def _tensors(metas) -> list[int]:
-    return [i for i, m in enumerate(metas) if type(m) is Meta]
-
-
-def _bshape(shapes) -> tuple:
-    n = max((len(s) for s in shapes), default=0)
-    out = [1] * n
-    for s in shapes:
-        for k, v in enumerate(s):
-            d = k + n - len(s)
-            if v != 1:
-                out[d] = v
-    return tuple(out)
-
-
-def _wrap(d: int, n: int) -> int:
-    return d + n if d < 0 else d
-
-
-# ---- pointwise ---------------------------------------------------------------------------
-
-def _dims(v, n: int) -> set:
-    """The dims an attr names (an int, a sequence of ints, or None for none)."""
-    if v is None:
-        return set()
-    return {_wrap(d, n) for d in ((v,) if isinstance(v, int) else v)}
-
-
-def pointwise(joint: tuple = (), each: tuple = (), nout: int = 1, skip: tuple = ()) -> SbpRule:
-    """Broadcasting pointwise ops. ``joint``: input positions the op is linear in together
-    (``add``); ``each``: positions it is linear in one at a time (``mul``). ``skip``: dims
-    (of the output) that must not be split: the dims an attr names (``softmax``'s dim,
-    ``flip``'s dims, a scan's dim) or fixed dims given as ints (``tril``'s -2 and -1). Ops
-    that work along some dims and are elementwise across the others use it too (the
-    output may differ from the inputs in a skipped dim: ``topk``)."""
-    def rule(*metas, **attrs):
-        tpos = _tensors(metas)
-        shape = _bshape([metas[i].shape for i in tpos])
-        n = len(shape)
-        banned = set()
-        for a in skip:
-            banned |= _dims(a if isinstance(a, int) else attrs.get(a), n)
-        sigs = []
-        for d in range(n):
-            if d in banned:
-                continue
-            ins = []
-            for i, m in enumerate(metas):
-                if i not in tpos:
-                    ins.append(None)
-                    continue
-                k = d - (n - len(m.shape))
-                ins.append(S(k) if k >= 0 and m.shape[k] == shape[d] else B)
-            sigs.append(Signature(tuple(ins), (S(d),) * nout))
-        sigs.append(Signature(tuple(B if i in tpos else None for i in range(len(metas))),
-                              (B,) * nout))
-        if joint and all(i in tpos for i in joint):
-            sigs.append(Signature(tuple((P if i in joint else B) if i in tpos else None
-                                        for i in range(len(metas))), (P,) * nout))
-        for j in each:
-            if j in tpos:
-                sigs.append(Signature(tuple((P if i == j else B) if i in tpos else None
-                                            for i in range(len(metas))), (P,) * nout))
-        return sigs
-    return SbpRule(rule, elementwise=not skip and nout == 1)
-
-
 # ---- reductions ----------------------------------------------------------------------------
-
-def _reduced(x: Meta, dim) -> tuple[int, ...]:
-    n = len(x.shape)
-    if dim is None or (isinstance(dim, (tuple, list)) and not dim):
-        return tuple(range(n))
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
-    return tuple(sorted({_wrap(d, max(n, 1)) for d in dims})) if n else ()
-
 
 def _mean_local(op, args, attrs, metas, group):
     """``mean`` of a tile split on a reduced dim: its sum over the logical count (the tiles
     then add up to the mean)."""
     import tessera
     x = args[0]
-    dims = _reduced(metas[0], attrs.get("dim"))
+    dims = reduced(metas[0], attrs.get("dim"))
     count = math.prod(metas[0].shape[d] for d in dims)
     s = tessera.sum(x, dim=dims, keepdim=attrs.get("keepdim", False), dtype=attrs.get("dtype"))
     return s / count
-
-
-def reduction(partial: bool = False, mean: bool = False, nout: int = 1) -> SbpRule:
-    """Reductions over ``dim`` (None: all) with ``keepdim``. ``partial``: a split reduced dim
-    gives partial_sum (``sum``); ``mean``: the same through ``_mean_local``."""
-    def rule(x, dim=None, keepdim=False, **attrs):
-        if type(x) is not Meta:
-            return []
-        dims = _reduced(x, dim)
-        sigs = []
-        for d in range(len(x.shape)):
-            if d not in dims:
-                od = d if keepdim else d - sum(1 for r in dims if r < d)
-                sigs.append(Signature((S(d),), (S(od),) * nout))
-        sigs.append(Signature((B,), (B,) * nout))
-        if partial or mean:
-            local = _mean_local if mean else None
-            sigs += [Signature((S(d),), (P,), local) for d in dims]
-            sigs.append(Signature((P,), (P,)))
-        return sigs
-    return SbpRule(rule)
-
-
-def _full_reduction(x):
-    return [Signature((B,), (B,))]
 
 
 # ---- matmul --------------------------------------------------------------------------------
@@ -162,7 +74,7 @@ def _matmul(a, b):
         sigs += [Signature((S(na - 2), B), (S(n - 2),)),     # S(0) x B -> S(0)
                  Signature((B, S(nb - 1)), (S(n - 1),)),     # B x S(1) -> S(1)
                  Signature((S(na - 1), S(nb - 2)), (P,))]    # S(1) x S(0) -> P
-        batch = _bshape([a.shape[:-2], b.shape[:-2]])
+        batch = bshape([a.shape[:-2], b.shape[:-2]])
         for d in range(n - 2):
             ka, kb = d - (n - na), d - (n - nb)
             sa = S(ka) if ka >= 0 and a.shape[ka] == batch[d] else B
@@ -183,25 +95,13 @@ def _matmul(a, b):
 
 # ---- views ---------------------------------------------------------------------------------
 
-def _linear_identity(nin: int = 1):
-    return [Signature((B,) * nin, (B,)), Signature((P,) * nin, (P,))]
-
-
-def _resolve(shape, numel: int) -> tuple:
-    shape = tuple(shape)
-    if -1 in shape:
-        known = math.prod(s for s in shape if s != -1)
-        shape = tuple(numel // known if s == -1 else s for s in shape)
-    return shape
-
-
 def _view(x, shape, mesh_size=None):
     """A split dim stays split where it survives whole, or where the dim it starts at in
     the output has the same offset and both sizes divide evenly over the mesh (splitting
     (B, L, H*D) into (B, L, H, D) heads, merging them back): the tiles are then the same
     contiguous blocks."""
     ins = tuple(x.shape)
-    out = _resolve(shape, math.prod(ins))
+    out = resolve(shape, math.prod(ins))
     n = mesh_size
     sigs = []
     for d, size in enumerate(ins):
@@ -212,7 +112,7 @@ def _view(x, shape, mesh_size=None):
             if osize == size or (n and size % n == 0 and osize % n == 0):
                 sigs.append(Signature((S(d),), (S(e),)))
                 break
-    return sigs + _linear_identity()
+    return sigs + linear_identity()
 
 
 def _expand(x, shape):
@@ -222,42 +122,42 @@ def _expand(x, shape):
         d = k + n - nx
         if shape[d] in (-1, size):
             sigs.append(Signature((S(k),), (S(d),)))
-    return sigs + _linear_identity()
+    return sigs + linear_identity()
 
 
 def _permute(x, dims):
     n = len(x.shape)
-    dims = [_wrap(d, n) for d in dims]
-    return [Signature((S(d),), (S(j),)) for j, d in enumerate(dims)] + _linear_identity()
+    dims = [wrap(d, n) for d in dims]
+    return [Signature((S(d),), (S(j),)) for j, d in enumerate(dims)] + linear_identity()
 
 
 def _unsqueeze(x, dim):
     n = len(x.shape)
-    dim = _wrap(dim, n + 1)
+    dim = wrap(dim, n + 1)
     return [Signature((S(d),), (S(d if d < dim else d + 1),)) for d in range(n)] + \
-        _linear_identity()
+        linear_identity()
 
 
 def _squeeze(x, dims):
     n = len(x.shape)
-    gone = {_wrap(d, max(n, 1)) for d in (dims if dims is not None else range(n))
-            if n and x.shape[_wrap(d, n)] == 1}
+    gone = {wrap(d, max(n, 1)) for d in (dims if dims is not None else range(n))
+            if n and x.shape[wrap(d, n)] == 1}
     return [Signature((S(d),), (S(d - sum(1 for g in gone if g < d)),))
-            for d in range(n) if d not in gone] + _linear_identity()
+            for d in range(n) if d not in gone] + linear_identity()
 
 
 def _cat(*ts, dim=0):
     n = len(ts[0].shape)
-    dim = _wrap(dim, n)
+    dim = wrap(dim, n)
     k = len(ts)
     sigs = [Signature((S(d),) * k, (S(d),)) for d in range(n) if d != dim]
-    return sigs + _linear_identity(k)
+    return sigs + linear_identity(k)
 
 
 def _split_view(x, dim, bounds, squeeze):
     """``split``/``unbind``/``chunk`` along ``dim``: the other dims may stay split."""
     n, k = len(x.shape), len(bounds)
-    dim = _wrap(dim, n)
+    dim = wrap(dim, n)
     sigs = [Signature((S(d),), (S(d - (1 if squeeze and d > dim else 0)),) * k)
             for d in range(n) if d != dim]
     return sigs + [Signature((B,), (B,) * k), Signature((P,), (P,) * k)]
@@ -266,10 +166,10 @@ def _split_view(x, dim, bounds, squeeze):
 def _split_backward(*gs, shape, dim, bounds, squeeze):
     """The pieces' gradients put back together along ``dim``: other dims may stay split."""
     n, k = len(shape), len(gs)
-    dim = _wrap(dim, n)
+    dim = wrap(dim, n)
     sigs = [Signature((S(d - (1 if squeeze and d > dim else 0)),) * k, (S(d),))
             for d in range(n) if d != dim]
-    return sigs + _linear_identity(k)
+    return sigs + linear_identity(k)
 
 
 def _slice(x, key):
@@ -277,7 +177,7 @@ def _slice(x, key):
     n = len(x.shape)
     key = key if isinstance(key, tuple) else (key,)
     if any(k is None or k is Ellipsis for k in key):
-        return _linear_identity()
+        return linear_identity()
     sigs = []
     out = 0
     for d in range(n):
@@ -286,7 +186,7 @@ def _slice(x, key):
             if k == slice(None) or k.indices(x.shape[d]) == (0, x.shape[d], 1):
                 sigs.append(Signature((S(d),), (S(out),)))
             out += 1
-    return sigs + _linear_identity()
+    return sigs + linear_identity()
 
 
 # ---- nn ops ------------------------------------------------------------------------------
@@ -367,7 +267,7 @@ _ALONG_DIMS = pointwise(each=(0,), skip=("dims",))  # flip, roll: linear, split 
 def _roll(x, shifts, dims):
     """Rolling a split dim moves elements across tiles; no dims rolls the flattened tensor."""
     if not dims:
-        return _linear_identity()
+        return linear_identity()
     return _ALONG_DIMS(x, dims=dims)
 
 
@@ -379,7 +279,7 @@ def _quantile(x, q, dim=None, keepdim=False, **attrs):
     qs = B if type(q) is Meta else None
     sigs = []
     if dim is not None and x.shape:
-        d0 = _wrap(dim, len(x.shape))
+        d0 = wrap(dim, len(x.shape))
         sigs += [Signature((S(d), qs), (S(lead + (d if keepdim or d < d0 else d - 1)),) * 5)
                  for d in range(len(x.shape)) if d != d0]
     if lead:
@@ -405,17 +305,13 @@ def _put(x, index, source, accumulate=False):
 def _searchsorted(seq, v, sorter, right=False, out_int32=False):
     """1-D boundaries: the values split anywhere; N-D: a batch dim split alike in all."""
     if type(v) is not Meta:
-        return [Signature((B, None, _opt(sorter)), (B,))]
+        return [Signature((B, None, optional(sorter)), (B,))]
     if len(seq.shape) == 1:
-        sigs = [Signature((B, S(d), _opt(sorter)), (S(d),)) for d in range(len(v.shape))]
+        sigs = [Signature((B, S(d), optional(sorter)), (S(d),)) for d in range(len(v.shape))]
     else:
-        sigs = [Signature((S(d), S(d), _opt(sorter, S(d))), (S(d),))
+        sigs = [Signature((S(d), S(d), optional(sorter, S(d))), (S(d),))
                 for d in range(len(seq.shape) - 1)]
-    return sigs + [Signature((B, B, _opt(sorter)), (B,))]
-
-
-def _opt(m, s=B):
-    return None if m is None else s
+    return sigs + [Signature((B, B, optional(sorter)), (B,))]
 
 
 def _norm(x, dim=None, keepdim=False, ord=2.0, dtype=None):
@@ -423,7 +319,7 @@ def _norm(x, dim=None, keepdim=False, ord=2.0, dtype=None):
     (a sum of |x|): the tiles' 2-norms do not add up to the 2-norm. Never partial input."""
     sigs = reduction()(x, dim=dim, keepdim=keepdim)
     if ord == 1:
-        sigs += [Signature((S(d),), (P,)) for d in _reduced(x, dim)]
+        sigs += [Signature((S(d),), (P,)) for d in reduced(x, dim)]
     return sigs
 
 
@@ -434,21 +330,13 @@ def _vdot(a, b):
 
 # ---- gather / scatter / index_* ----------------------------------------------------------
 
-def _aligned(dim: int, *metas) -> list[int]:
-    """Dims other than ``dim`` where every tensor has the first's size (tiles line up)."""
-    n = len(metas[0].shape)
-    dim = _wrap(dim, max(n, 1))
-    return [d for d in range(n) if d != dim and
-            all(len(m.shape) == n and m.shape[d] == metas[0].shape[d] for m in metas)]
-
-
 def _gather(x, index, dim):
     """x and index split alike on a dim gather does not address; or the index split on
     ``dim`` with x whole (each rank gathers its rows of the output; on another dim the
     index's tile would read x's first columns, not its own); linear in x."""
-    sigs = [Signature((S(d), S(d)), (S(d),)) for d in _aligned(dim, x, index)]
+    sigs = [Signature((S(d), S(d)), (S(d),)) for d in aligned(dim, x, index)]
     if index.shape:
-        sigs.append(Signature((B, S(_wrap(dim, len(index.shape)))), (S(_wrap(dim, len(
+        sigs.append(Signature((B, S(wrap(dim, len(index.shape)))), (S(wrap(dim, len(
             index.shape))),)))
     return sigs + [Signature((P, B), (P,)), Signature((B, B), (B,))]
 
@@ -459,9 +347,9 @@ def _scatter_like(linear: bool):
     src's), so partial x and src give partial."""
     def rule(x, index, src, dim, reduce=None, include_self=True, **attrs):
         if type(src) is not Meta:  # a Python number written where the index says
-            sigs = [Signature((S(d), S(d), None), (S(d),)) for d in _aligned(dim, x, index)]
+            sigs = [Signature((S(d), S(d), None), (S(d),)) for d in aligned(dim, x, index)]
             return sigs + [Signature((B, B, None), (B,))]
-        sigs = [Signature((S(d),) * 3, (S(d),)) for d in _aligned(dim, x, index, src)]
+        sigs = [Signature((S(d),) * 3, (S(d),)) for d in aligned(dim, x, index, src)]
         sigs.append(Signature((B, B, B), (B,)))
         if linear and reduce in (None, "add", "sum", "mean"):
             sigs.append(Signature((P, B, P), (P,)))
@@ -473,7 +361,7 @@ def _index_select(x, index, dim):
     """x split on a dim it does not select from; or the (1-D) index split, giving the
     output split on ``dim``; linear in x."""
     n = len(x.shape)
-    d0 = _wrap(dim, max(n, 1))
+    d0 = wrap(dim, max(n, 1))
     sigs = [Signature((S(d), B), (S(d),)) for d in range(n) if d != d0]
     if n and len(index.shape) == 1:
         sigs.append(Signature((B, S(0)), (S(d0),)))
@@ -485,7 +373,7 @@ def _index_put_like(linear: bool):
     another dim, the index whole; add and copy are jointly linear in (x, source)."""
     def rule(x, index, source, dim, **attrs):
         n = len(x.shape)
-        d0 = _wrap(dim, max(n, 1))
+        d0 = wrap(dim, max(n, 1))
         if type(source) is not Meta or len(source.shape) == 0:  # index_fill's value
             v = None if type(source) is not Meta else B
             return [Signature((S(d), B, v), (S(d),)) for d in range(n) if d != d0] + \
@@ -508,7 +396,7 @@ def _index_layout(x, idx, key):
     n = len(x.shape)
     key = tuple(key) + (slice(None),) * (n - len(key))
     pos = [i for i, k in enumerate(key) if not isinstance(k, slice)]
-    b = _bshape([m.shape for m in idx])
+    b = bshape([m.shape for m in idx])
     rest = [d for d in range(n) if d not in pos]
     if pos and pos[-1] - pos[0] == len(pos) - 1:
         at = pos[0]
@@ -571,37 +459,37 @@ def _diagonal(x, offset=0, dim1=0, dim2=1):
     """The dims the diagonal does not run along stay split (they keep their order, the
     diagonal goes last)."""
     n = len(x.shape)
-    d1, d2 = _wrap(dim1, n), _wrap(dim2, n)
+    d1, d2 = wrap(dim1, n), wrap(dim2, n)
     rest = [d for d in range(n) if d not in (d1, d2)]
-    return [Signature((S(d),), (S(j),)) for j, d in enumerate(rest)] + _linear_identity()
+    return [Signature((S(d),), (S(j),)) for j, d in enumerate(rest)] + linear_identity()
 
 
 def _diag_embed(x, offset=0, dim1=-2, dim2=-1):
     """The batch dims (all but the last) stay split, at the output positions the two new
     dims leave free."""
     n = len(x.shape)
-    d1, d2 = _wrap(dim1, n + 1), _wrap(dim2, n + 1)
+    d1, d2 = wrap(dim1, n + 1), wrap(dim2, n + 1)
     free = [d for d in range(n + 1) if d not in (d1, d2)]
-    return [Signature((S(d),), (S(free[d]),)) for d in range(n - 1)] + _linear_identity()
+    return [Signature((S(d),), (S(free[d]),)) for d in range(n - 1)] + linear_identity()
 
 
 def _repeat(x, repeats):
     """A dim repeated once stays split (a repeated one would interleave tiles)."""
     lead = len(repeats) - len(x.shape)
     return [Signature((S(d),), (S(d + lead),)) for d in range(len(x.shape))
-            if repeats[d + lead] == 1] + _linear_identity()
+            if repeats[d + lead] == 1] + linear_identity()
 
 
 def _unfold(x, dimension, size, step):
     n = len(x.shape)
-    d0 = _wrap(dimension, max(n, 1))
-    return [Signature((S(d),), (S(d),)) for d in range(n) if d != d0] + _linear_identity()
+    d0 = wrap(dimension, max(n, 1))
+    return [Signature((S(d),), (S(d),)) for d in range(n) if d != d0] + linear_identity()
 
 
 def _unfold_backward(g, input_shape, dimension, size, step):
     n = len(input_shape)
-    d0 = _wrap(dimension, max(n, 1))
-    return [Signature((S(d),), (S(d),)) for d in range(n) if d != d0] + _linear_identity()
+    d0 = wrap(dimension, max(n, 1))
+    return [Signature((S(d),), (S(d),)) for d in range(n) if d != d0] + linear_identity()
 
 
 # ---- the table -----------------------------------------------------------------------------
@@ -627,12 +515,12 @@ RULES.update({
     "softmax_backward": pointwise(each=(0,), skip=("dim",)),
     "log_softmax_backward": pointwise(each=(0,), skip=("dim",)),
     "sum": reduction(partial=True), "nansum": reduction(partial=True),
-    "mean": reduction(mean=True),
+    "mean": reduction(mean=_mean_local),
     **{n: reduction() for n in ("amax", "amin", "prod", "logsumexp", "std", "var", "argmax",
                                  "argmin", "all", "any", "count_nonzero", "nanmean")},
     "var_mean": reduction(nout=2), "std_mean": reduction(nout=2),
     "max_dim": reduction(nout=2), "min_dim": reduction(nout=2),
-    "max": SbpRule(_full_reduction), "min": SbpRule(_full_reduction),
+    "max": SbpRule(full_reduction), "min": SbpRule(full_reduction),
     "matmul": SbpRule(_matmul),
     "view": SbpRule(_view, shape_attrs=("shape",), mesh=True, contiguous=True),
     "expand": SbpRule(_expand, shape_attrs=("shape",)),
@@ -640,7 +528,7 @@ RULES.update({
     "squeeze": SbpRule(_squeeze), "cat": SbpRule(_cat), "slice": SbpRule(_slice),
     "split_view": SbpRule(_split_view),
     "split_backward": SbpRule(_split_backward, shape_attrs=("shape",)),
-    "view_assign": SbpRule(lambda base, src, chain: _linear_identity(2)),
+    "view_assign": SbpRule(lambda base, src, chain: linear_identity(2)),
     "layer_norm": SbpRule(_layer_norm), "layer_norm_backward": SbpRule(_layer_norm_backward),
     "embedding": SbpRule(_embedding), "embedding_backward": SbpRule(_embedding_backward),
     "nll_loss": SbpRule(_nll_loss),
@@ -651,7 +539,7 @@ RULES.update({
     "sort": SbpRule(_sort), "topk": SbpRule(_topk),
     **{n: reduction(nout=2) for n in ("kthvalue", "median_dim", "nanmedian_dim", "mode",
                                        "aminmax")},
-    "median": SbpRule(_full_reduction), "nanmedian": SbpRule(_full_reduction),
+    "median": SbpRule(full_reduction), "nanmedian": SbpRule(full_reduction),
     "norm": SbpRule(_norm), "vdot": SbpRule(_vdot),
     "flip": _ALONG_DIMS, "roll": SbpRule(_roll), "quantile": SbpRule(_quantile),
     # (each rank would need whole rows' norms and the rows of every index)
