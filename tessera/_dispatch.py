@@ -89,8 +89,8 @@ def dispatch(op: OpDef, *args, **attrs):
     multi = type(out) is tuple
     outs = out if multi else (out,)
     backend = _BACKENDS[dev.type]
-    if op.to_c is not None and (mixed or op.name not in _NUMPY_FAST) and dev is _CPU and \
-            not multi:
+    if op.to_c is not None and dev is _CPU and not multi and \
+            (mixed or (op.name not in _NUMPY_FAST and "numpy_fast" not in op.traits)):
         a0 = args[0]  # large elementwise ops: the op's C rule (tessera/kernels/elementwise.py)
         if isinstance(a0, Tensor) and a0._data.size >= _EAGER_MIN and _eager.enabled():
             res = _eager.run(op, [a._data if isinstance(a, Tensor) else a for a in args],

@@ -10,42 +10,26 @@ Each rule follows what the op's NumPy kernel computes (the reference the generat
 tested against), including NaN propagation: a comparison with NaN is false, so selects are
 written to fall through to the NaN operand.
 
->>> from tessera.codegen.c_rules import CType
+>>> from tessera.kernels.c_expr import CType
 >>> RULES["mul"](CType("float32"), ["x", "y"], {})
 '(x * y)'
 """
 from __future__ import annotations
 
-from tessera.kernels.c_expr import CType, alpha, fmt, libm, tsr
+from tessera.kernels.c_expr import (
+    COMPARE,
+    INT_OPS,
+    LOGICAL,
+    CType,
+    alpha,
+    compute_dtype,
+    fmt,
+    libm,
+    tsr,
+)
 from tessera.ops.registry import REGISTRY
 
 __all__ = ["RULES", "CType", "COMPARE", "LOGICAL", "INT_OPS", "compute_dtype", "attach"]
-
-
-COMPARE = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
-LOGICAL = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not"})
-# ops whose rules are right for int32/int64 too (C's signed overflow wraps: -fwrapv); not
-# division or remainder, where a zero divisor must raise
-INT_OPS = frozenset({"neg", "positive", "add", "sub", "mul", "abs", "square", "sign",
-                     "maximum", "minimum", "clamp", "where", "masked_fill", "cast",
-                     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}
-                    | COMPARE | LOGICAL)
-
-
-def compute_dtype(op: str, in_dtypes: list[str], out_dtype: str,
-                  float_scalar: bool = False) -> str:
-    """The dtype an op computes in: comparisons in their promoted input type, logic on bools,
-    everything else in its output type."""
-    if op in COMPARE:
-        if float_scalar and not any(d.startswith("float") for d in in_dtypes):
-            return "float32"   # an int tensor against 1.5 compares as floats
-        for d in ("float64", "float32", "int64", "int32"):
-            if d in in_dtypes:
-                return d
-        return "bool"
-    if op in LOGICAL:
-        return "bool"
-    return out_dtype
 
 
 def _div(c, a, at):

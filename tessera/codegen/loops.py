@@ -44,15 +44,14 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from tessera.codegen.c_rules import INT_OPS, LOGICAL, CType, compute_dtype
 from tessera.graph.ir import Graph, Value
+from tessera.kernels.c_expr import CType, compute_dtype, exact_on_ints, is_logical
 from tessera.kernels.threadpool import SPLIT_MIN
 
 __all__ = ["Param", "Load", "Let", "Raw", "Store", "Loop", "If", "Func", "lower", "render",
            "RENDER", "worth_splitting", "supported", "iteration_shape", "jam"]
 
 DTYPES = frozenset({"float32", "float64", "bool", "int32", "int64"})
-_NO_CONVERT = LOGICAL | {"cast"}   # their rules test inputs against 0 themselves
 
 
 @dataclass
@@ -186,7 +185,7 @@ def supported(body: Graph) -> str | None:
         if n.op.to_c is None:
             return f"op '{n.op.name}' has no to_c rule"
         ints = [v for v in n.tensor_inputs + n.outputs if v.dtype.name in ("int32", "int64")]
-        if ints and n.op.name not in INT_OPS:
+        if ints and not exact_on_ints(n.op):
             return f"op '{n.op.name}' on integers"
         if len(n.outputs) != 1:
             return f"op '{n.op.name}' has {len(n.outputs)} outputs"
@@ -209,13 +208,13 @@ def node_expr(n, names: dict) -> str:
     its inputs (by id), converted to the op's compute type."""
     out = n.outputs[0]
     tensor_dtypes = [a.dtype.name for a in n.inputs if isinstance(a, Value)]
-    c = CType(compute_dtype(n.op.name, tensor_dtypes, out.dtype.name,
+    c = CType(compute_dtype(n.op, tensor_dtypes, out.dtype.name,
                             any(type(a) is float for a in n.inputs)))
     args = []
     for a in n.inputs:
         if isinstance(a, Value):
             var = names[id(a)]
-            if a.dtype.name != c.dtype and n.op.name not in _NO_CONVERT:
+            if a.dtype.name != c.dtype and not _no_convert(n.op):
                 var = f"(({c.T}){var})"
             args.append(var)
         else:
@@ -479,3 +478,8 @@ def lower(body: Graph, name: str) -> list[Func]:
     strided = _kernel(body, f"{name}_s", [full[d] for d in dims_], sidx, oidx,
                       params + [Param("st", "int64_t")], pre, skinds)
     return [contiguous, strided]
+
+
+def _no_convert(op) -> bool:
+    """Logical ops and casts test their inputs against 0 themselves: no conversion first."""
+    return is_logical(op) or op.name == "cast"

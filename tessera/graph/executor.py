@@ -67,7 +67,7 @@ def out_form(node, kernel, casts):
                                                      for v in tensors):
         return None
     name = node.op.name
-    if name in OUT_FORMS:
+    if name in OUT_FORMS or "out_form" in node.op.traits:
         return node.op.inplace_kernels["cpu"]
     if isinstance(kernel, np.ufunc) and kernel.nout == 1 and not node.attrs:
         return lambda t, *a: kernel(*a, out=t)

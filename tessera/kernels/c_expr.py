@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["CType", "fmt", "libm", "tsr", "alpha"]
+__all__ = ["CType", "fmt", "libm", "tsr", "alpha", "compute_dtype", "is_compare", "is_logical",
+           "exact_on_ints"]
 
 
 class CType:
@@ -86,3 +87,45 @@ def alpha(sign: str):
         rhs = a[1] if alpha == 1 else f"({c.lit(alpha)} * {a[1]})"
         return f"({a[0]} {sign} {rhs})"
     return rule
+
+
+# the ops' traits as name sets, while op families move them into their defops
+COMPARE = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+LOGICAL = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not"})
+# ops whose rules are right for int32/int64 too (C's signed overflow wraps: -fwrapv); not
+# division or remainder, where a zero divisor must raise
+INT_OPS = frozenset({"neg", "positive", "add", "sub", "mul", "abs", "square", "sign",
+                     "maximum", "minimum", "clamp", "where", "masked_fill", "cast",
+                     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}
+                    | COMPARE | LOGICAL)
+
+
+def is_compare(op) -> bool:
+    """Whether ``op`` (an OpDef) is a comparison (trait ``compare``)."""
+    return "compare" in op.traits or op.name in COMPARE
+
+
+def is_logical(op) -> bool:
+    """Whether ``op`` (an OpDef) is a logical op (trait ``logical``)."""
+    return "logical" in op.traits or op.name in LOGICAL
+
+
+def exact_on_ints(op) -> bool:
+    """Whether ``op``'s C rule is right for int32/int64 too (trait ``c_int``)."""
+    return "c_int" in op.traits or op.name in INT_OPS
+
+
+def compute_dtype(op, in_dtypes: list[str], out_dtype: str,
+                  float_scalar: bool = False) -> str:
+    """The dtype ``op`` (an OpDef) computes in: comparisons in their promoted input type,
+    logic on bools, everything else in its output type."""
+    if is_compare(op):
+        if float_scalar and not any(d.startswith("float") for d in in_dtypes):
+            return "float32"   # an int tensor against 1.5 compares as floats
+        for d in ("float64", "float32", "int64", "int32"):
+            if d in in_dtypes:
+                return d
+        return "bool"
+    if is_logical(op):
+        return "bool"
+    return out_dtype

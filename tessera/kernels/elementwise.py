@@ -30,6 +30,8 @@ import re
 
 import numpy as np
 
+from tessera.kernels.c_expr import CType, compute_dtype, is_logical
+
 __all__ = ["run", "EAGER_MIN", "NUMPY_FAST", "enabled"]
 
 EAGER_MIN = 1 << 15     # elements: PyTorch's grain size; below it NumPy's call is cheaper
@@ -80,7 +82,7 @@ def run(op, args, attrs: dict, out) -> np.ndarray | None:
     out_t = out.dtype.name
     if out_t not in _C_NAMES:
         return None
-    if op.name in NUMPY_FAST:
+    if "numpy_fast" in op.traits or op.name in NUMPY_FAST:
         dts = {a.dtype for a in args if type(a) is np.ndarray}
         if len(dts) == 1 and (out_t == "bool" or out.dtype.np in dts):
             return None
@@ -132,11 +134,10 @@ def source(op, kinds, out_t: str, attrs: dict) -> str | None:
     """The C function ``tsr_e`` computing ``op`` element by element: ``kinds`` are the
     operands' dtype names (arrays), ``"float"``/``"int"``/``"bool"`` (Python numbers,
     passed as doubles) or None; None when the rule does not apply."""
-    from tessera.codegen.c_rules import LOGICAL, CType, compute_dtype
     tensor_dtypes = [k for k in kinds if k in _C_NAMES]
     float_scalar = "float" in kinds
-    ct = compute_dtype(op.name, tensor_dtypes, out_t, float_scalar)
-    if ct not in ("float32", "float64") or op.name in LOGICAL or op.name == "cast":
+    ct = compute_dtype(op, tensor_dtypes, out_t, float_scalar)
+    if ct not in ("float32", "float64") or is_logical(op) or op.name == "cast":
         return None
     c = CType(ct)
     params = [f"{CType.NAMES[out_t]}* restrict out"]

@@ -55,7 +55,7 @@ def run(g: Graph, ctx) -> bool:
     changed = False
     new_nodes = []
     for n in list(g.nodes):
-        rule = RULES.get(n.op.name)
+        rule = n.op.decompose or RULES.get(n.op.name)
         if rule is None or any(v.dtype.name not in ("float32", "float64")
                                for v in n.tensor_inputs + n.outputs):
             new_nodes.append(n)

@@ -65,7 +65,8 @@ def run(g: Graph, ctx) -> bool:
     groups = list(regions(g).values())
     grouped = {id(n) for grp in groups for n in grp}
     groups += [[n] for n in g.nodes if id(n) not in grouped and is_elementwise(n)
-               and n.op.name not in SINGLE_PASS and len(n.outputs) == 1]
+               and n.op.name not in SINGLE_PASS and "single_pass" not in n.op.traits
+               and len(n.outputs) == 1]
     fused = REGISTRY["fused"]
     replaced: dict[int, Node | None] = {}   # id(node) -> its fused node (or None: removed)
     for nodes in groups:

@@ -36,7 +36,8 @@ CHEAP = frozenset({"add", "sub", "mul", "div", "neg"})
 
 
 def _worth(n: Node, users: list, roots: set) -> bool:
-    if n.op.name not in CHEAP or len(n.outputs) != 1 or n.op.to_c is None:
+    cheap = "cheap" in n.op.traits or n.op.name in CHEAP
+    if not cheap or len(n.outputs) != 1 or n.op.to_c is None:
         return False
     out = n.outputs[0]
     if len(users) < 2 or id(out) in roots or out.dtype.name not in ("float32", "float64"):
