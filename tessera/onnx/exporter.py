@@ -1,9 +1,9 @@
-"""ONNX export: trace, convert node by node through each op's ``to_onnx`` table, check, write.
+"""ONNX export: trace, convert node by node through the export table, check, write.
 
 The model is traced in eval mode into the IR (``tessera.onnx._trace``); every node's op
 picks the converter with the highest opset not above the requested one
-(``OpDef.to_onnx``, filled by ``tessera.onnx.converters``). Parameters and buffers become
-initializers named by module path. The model is checked with
+(``tessera.onnx.converters.EXPORT``, keyed by op name and opset). Parameters and buffers
+become initializers named by module path. The model is checked with
 ``onnx.checker.check_model(full_check=True)`` before anything is written, and files are
 written to a temporary name and renamed, so a failed export never leaves a broken file.
 
@@ -185,15 +185,16 @@ class NodeView:
 
 
 def _pick(op, opset: int, path: str):
-    table = op.to_onnx
-    versions = [v for v in table if v <= opset]
-    if not versions:
+    from tessera.onnx.converters import EXPORT, newest
+    table = EXPORT.get(op.name, {})
+    rule = newest(table, opset)
+    if rule is None:
         if table:
             raise UnsupportedOpError(op.name, path, opset,
                                      f"op '{op.name}' needs opset {min(table)} or later "
                                      f"(exporting opset {opset})")
         raise UnsupportedOpError(op.name, path, opset)
-    return table[max(versions)]
+    return rule
 
 
 def _value_info(name: str, dtype, shape):
@@ -207,7 +208,6 @@ def export_graph(g: Graph, tensors: dict, opset_version: int = 17, output_names=
     """An ONNX ModelProto of IR graph ``g`` with variable values ``tensors``."""
     from onnx import helper, numpy_helper
 
-    import tessera.onnx.converters  # noqa: F401  (fills each OpDef's to_onnx)
     if not MIN_OPSET <= opset_version <= MAX_OPSET:
         raise ValueError(f"onnx.export: opset_version must be in {MIN_OPSET}..{MAX_OPSET}, "
                          f"got {opset_version}")
