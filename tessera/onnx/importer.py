@@ -153,31 +153,36 @@ class OnnxProgram:
                 if i and a is None:
                     raise OnnxImportError(f"node '{node.name}' reads '{i}', which nothing "
                                           "defines")
-            ctx = ImportContext(node, self.opset)
-            folding = tracer is not None and all(a is None or not is_symbolic(a) and
-                                                 a not in tracer.persistent for a in args)
-            try:
-                if folding:  # constants in, constants out: computed now, not traced
-                    pop_mode()
-                    try:
-                        out = rule(ctx, *args)
-                    finally:
-                        push_mode(tracer.tracer)
-                else:
-                    out = rule(ctx, *args)
-            except GraphTraceError as e:
-                raise OnnxImportError(f"node '{node.name or node.op_type}' ({node.op_type}) "
-                                      f"needs the value of a tensor that is only known at run "
-                                      f"time, so it cannot be part of a static graph ({e})"
-                                      ) from None
-            except NotImplementedError as e:
-                raise OnnxImportError(f"node '{node.name or node.op_type}': {node.op_type} "
-                                      f"{e}") from None
+            out = _apply(rule, ImportContext(node, self.opset), args, tracer)
             outs = out if isinstance(out, (tuple, list)) else (out,)
             for name, t in zip(node.output, outs):
                 if name:
                     env[name] = t
         return [env[n] for n in self.output_names]
+
+
+def _apply(rule, ctx, args: list, tracer):
+    """``rule(ctx, *args)``; under ``load``'s tracer, a node whose inputs are all constants
+    is computed now instead of traced (shape arithmetic becomes static attributes). The
+    rule's errors become ``OnnxImportError``s naming the node."""
+    node = ctx.node
+    folding = tracer is not None and all(a is None or not is_symbolic(a) and
+                                         a not in tracer.persistent for a in args)
+    try:
+        if not folding:
+            return rule(ctx, *args)
+        pop_mode()
+        try:
+            return rule(ctx, *args)
+        finally:
+            push_mode(tracer.tracer)
+    except GraphTraceError as e:
+        raise OnnxImportError(f"node '{node.name or node.op_type}' ({node.op_type}) "
+                              f"needs the value of a tensor that is only known at run "
+                              f"time, so it cannot be part of a static graph ({e})") from None
+    except NotImplementedError as e:
+        raise OnnxImportError(f"node '{node.name or node.op_type}': {node.op_type} "
+                              f"{e}") from None
 
 
 class _TraceState:

@@ -397,7 +397,37 @@ def _import_resize(c, x, roi=None, scales=None, sizes=None):
     from onnx.reference.ops import op_resize as ref
     rank = x.dim()
     axes = [a % rank for a in (c.attr("axes") or range(rank))]
-    shape = list(x.shape)
+    scale, want = _resize_targets(c, list(x.shape), axes, scales, sizes)
+    r = None
+    if roi is not None and roi.numel():
+        r = [float(v) for v in c.value(roi).reshape(-1)]
+    mode = c.attr("mode", "nearest")
+    if mode not in _RESIZE_COEFFS:
+        raise NotImplementedError(f"mode '{mode}'")
+    coeffs = _RESIZE_COEFFS[mode](ref, c)
+    kw = dict(coordinate_transformation_mode=c.attr("coordinate_transformation_mode",
+                                                    "half_pixel"),
+              exclude_outside=bool(c.attr("exclude_outside", 0)))
+    ext = float(c.attr("extrapolation_value", 0.0))
+    ct = x.dtype if x.dtype.is_floating_point else D.float64
+    y = x.to(ct)
+    for i, a in enumerate(axes):
+        n_in, n_out, sc = x.shape[a], want[i], scale[i]
+        ra = None if r is None else [r[i], r[len(axes) + i]]
+        if np.isclose(sc, 1.0) and n_out == n_in and ra is None:
+            continue
+        m, outside = _resize_matrix(ref, coeffs, n_in, n_out, sc, ra, kw)
+        mt = Tensor._from_numpy(np.ascontiguousarray(m.T).astype(ct.np))
+        y = tessera.matmul(y.movedim(a, -1), mt)
+        if outside.any():
+            y = tessera.where(Tensor._from_numpy(outside), tessera.tensor(ext, dtype=ct), y)
+        y = y.movedim(-1, a)
+    return y if ct is x.dtype else y.to(x.dtype)
+
+
+def _resize_targets(c, shape: list, axes: list, scales, sizes) -> tuple[list, list]:
+    """(scale, output size) per resized axis, from ``sizes`` (with the aspect ratio policy)
+    or else ``scales``."""
     if sizes is not None and sizes.numel():
         want = c.ints(sizes)
         scale = [want[i] / shape[a] for i, a in enumerate(axes)]
@@ -406,58 +436,48 @@ def _import_resize(c, x, roi=None, scales=None, sizes=None):
             one = min(scale) if policy == "not_larger" else max(scale)
             scale = [one] * len(axes)
             want = [int(one * shape[a] + 0.5) for a in axes]
-    else:
-        scale = [float(v) for v in c.value(scales).reshape(-1)]
-        want = [int(np.floor(shape[a] * f)) for a, f in zip(axes, scale)]
-    r = None
-    if roi is not None and roi.numel():
-        r = [float(v) for v in c.value(roi).reshape(-1)]
-    mode = c.attr("mode", "nearest")
-    anti = bool(c.attr("antialias", 0))
-    coeff_a = c.attr("cubic_coeff_a", -0.75)
-    if mode == "nearest":
-        nm = c.attr("nearest_mode", "round_prefer_floor")
+        return scale, want
+    scale = [float(v) for v in c.value(scales).reshape(-1)]
+    return scale, [int(np.floor(shape[a] * f)) for a, f in zip(axes, scale)]
 
-        def coeffs(ratio, sc):
-            return ref._nearest_coeffs(ratio, mode=nm)
-    elif mode == "linear":
-        coeffs = ref._linear_coeffs_antialias if anti else ref._linear_coeffs
-    elif mode == "cubic":
-        base = ref._cubic_coeffs_antialias if anti else ref._cubic_coeffs
 
-        def coeffs(ratio, sc):
-            return base(ratio, sc, A=coeff_a)
-    else:
-        raise NotImplementedError(f"mode '{mode}'")
-    kw = dict(coordinate_transformation_mode=c.attr("coordinate_transformation_mode",
-                                                    "half_pixel"),
-              exclude_outside=bool(c.attr("exclude_outside", 0)))
-    ext = float(c.attr("extrapolation_value", 0.0))
-    ct = x.dtype if x.dtype.is_floating_point else D.float64
-    y = x.to(ct)
-    for i, a in enumerate(axes):
-        n_in, n_out, sc = shape[a], want[i], scale[i]
-        ra = None if r is None else [r[i], r[len(axes) + i]]
-        if np.isclose(sc, 1.0) and n_out == n_in and ra is None:
-            continue
-        m = np.zeros((n_out, n_in))
-        outside = np.zeros(n_out, bool)
-        for o in range(n_out):
-            if kw["coordinate_transformation_mode"] == "tf_crop_and_resize":
-                outside[o] = ref._interpolate_1d_with_x(
-                    np.zeros(n_in), sc, n_out, o, coeffs, roi=ra, extrapolation_value=1.0,
-                    **kw) == 1.0
-            for j in range(n_in):
-                e = np.zeros(n_in)
-                e[j] = 1.0
-                m[o, j] = ref._interpolate_1d_with_x(e, sc, n_out, o, coeffs, roi=ra,
-                                                     extrapolation_value=0.0, **kw)
-        mt = Tensor._from_numpy(np.ascontiguousarray(m.T).astype(ct.np))
-        y = tessera.matmul(y.movedim(a, -1), mt)
-        if outside.any():
-            y = tessera.where(Tensor._from_numpy(outside), tessera.tensor(ext, dtype=ct), y)
-        y = y.movedim(-1, a)
-    return y if ct is x.dtype else y.to(x.dtype)
+def _nearest_coeffs(ref, c):
+    mode = c.attr("nearest_mode", "round_prefer_floor")
+    return lambda ratio, scale: ref._nearest_coeffs(ratio, mode=mode)
+
+
+def _linear_coeffs(ref, c):
+    return ref._linear_coeffs_antialias if c.attr("antialias", 0) else ref._linear_coeffs
+
+
+def _cubic_coeffs(ref, c):
+    base = ref._cubic_coeffs_antialias if c.attr("antialias", 0) else ref._cubic_coeffs
+    a = c.attr("cubic_coeff_a", -0.75)
+    return lambda ratio, scale: base(ratio, scale, A=a)
+
+
+# Resize mode -> the reference's interpolation coefficients, coeffs(ratio, scale), for a node
+_RESIZE_COEFFS = {"nearest": _nearest_coeffs, "linear": _linear_coeffs,
+                  "cubic": _cubic_coeffs}
+
+
+def _resize_matrix(ref, coeffs, n_in: int, n_out: int, scale: float, roi, kw: dict):
+    """(the (n_out, n_in) matrix of one axis's interpolation, the outputs that fall outside
+    a tf_crop_and_resize region), from the reference on unit vectors."""
+    m = np.zeros((n_out, n_in))
+    outside = np.zeros(n_out, bool)
+    crop = kw["coordinate_transformation_mode"] == "tf_crop_and_resize"
+    for o in range(n_out):
+        if crop:
+            outside[o] = ref._interpolate_1d_with_x(
+                np.zeros(n_in), scale, n_out, o, coeffs, roi=roi, extrapolation_value=1.0,
+                **kw) == 1.0
+        for j in range(n_in):
+            e = np.zeros(n_in)
+            e[j] = 1.0
+            m[o, j] = ref._interpolate_1d_with_x(e, scale, n_out, o, coeffs, roi=roi,
+                                                 extrapolation_value=0.0, **kw)
+    return m, outside
 
 
 # ---- dropout (inference) ---------------------------------------------------------------
