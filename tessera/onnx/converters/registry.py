@@ -79,6 +79,9 @@ def simple(op: str, onnx_op: str, *, opset: int = 13, inputs: str = "out",
     still the op itself). ``fixed``: tessera attributes the import sets to constants.
     ``inverse=False``: export only (several tessera ops map to ``onnx_op``, or the ONNX
     op is more general than ``op``, so importing it is written by hand).
+
+    >>> EXPORT["abs"][13].__name__, IMPORT["Abs"][1].__name__  # simple("abs", "Abs")
+    ('_abs', '_import_abs')
     """
     attrs = attrs or {}
     export_rule(op, opset=opset)(export or _simple_export(onnx_op, _INPUT_DTYPES[inputs],
@@ -113,5 +116,10 @@ def newest(rules: dict[int, Callable], opset: int) -> Callable | None:
 
 
 def supported_onnx_ops() -> list[str]:
-    """The ONNX op types tessera imports (the backend skips node tests of any other)."""
+    """The ONNX op types tessera imports (the backend skips node tests of any other).
+
+    >>> ops = supported_onnx_ops()
+    >>> len(ops) >= 120, "Conv" in ops
+    (True, True)
+    """
     return sorted(IMPORT)
