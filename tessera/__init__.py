@@ -102,7 +102,6 @@ from tessera import nn, optim, utils  # noqa: E402  (reachable as attributes, as
 from tessera._dtype import finfo, iinfo  # noqa: E402
 from tessera._runtime.threads import get_num_threads, set_num_threads  # noqa: E402
 from tessera.codegen import c_rules as _c_rules  # noqa: E402,F401  (fills each OpDef's to_c)
-from tessera.onnx import converters as _onnx_rules  # noqa: E402,F401  (to_onnx; no onnx import)
 # global tensors (placement + SBP), each OpDef's sbp rule, the process API; MPI is imported
 # only by a process that runs under mpiexec
 from tessera import distributed  # noqa: E402

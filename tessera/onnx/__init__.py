@@ -2,9 +2,10 @@
 suite (``tessera.onnx.backend``) and a simplifier (``simplify``); ``python -m tessera.onnx``
 is the command line.
 
-The converters (``tessera.onnx.converters``) are tables keyed by op and opset attached to
-each ``OpDef.to_onnx``; they need no ``onnx`` package, which is imported only when a
-function here runs (``pip install tessera[onnx]``).
+The converters (``tessera.onnx.converters``) are two tables, export rules keyed by op and
+opset and import rules keyed by ONNX op type and opset, written side by side per op family;
+they need no ``onnx`` package, which is imported only when a function here runs
+(``pip install tessera[onnx]``).
 
 >>> import tessera, tessera.onnx
 >>> m = tessera.nn.Linear(3, 2)

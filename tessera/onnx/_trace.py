@@ -176,14 +176,38 @@ def _other_size(s: int) -> int:
 def symbolic_graph(model, args, input_names, dynamic_axes):
     """Trace ``model`` and mark what follows the dynamic axes. Returns (graph, tensors,
     shapes: {Value: symbolic shape}, attrs: {Node: attrs with Syms}, axes: {dim name:
-    (input name, axis)})."""
+    (input name, axis)}).
+
+    >>> import tessera
+    >>> g, _, shapes, _, axes = symbolic_graph(tessera.nn.Linear(3, 2), tessera.ones(4, 3),
+    ...                                        None, {"input0": {0: "n"}})
+    >>> shapes[g.outputs[0]], axes
+    ((n, 2), {'n': ('input0', 0)})
+    """
     args = _as_tuple(args)
     g, tensors = trace_model(model, args, input_names)
-    names = [v.name for v in g.inputs]
-    spec = _axes_spec(dynamic_axes, names)
+    spec = _axes_spec(dynamic_axes, [v.name for v in g.inputs])
+    axes, base = _dynamic_dims(g, spec)
+    shapes = {v: v.shape for v in _values(g)}
+    attrs = {n: n.attrs for n in g.nodes}
+    if not axes:
+        return g, tensors, shapes, attrs, axes
+    alts = {d: _other_size(size) for d, size in base.items()}
+    solver = _Solver(base, alts)
+    others = {d: _retrace(model, args, input_names, g, spec, {d: alts[d]}) for d in base}
+    shapes.update(_fit_shapes(g, others, solver))
+    attrs.update(_fit_attrs(g, others, solver))
+    if len(base) > 1:  # check the monomials against a trace with every axis changed
+        _check_monomials(g, _retrace(model, args, input_names, g, spec, alts), solver, shapes,
+                         alts)
+    return g, tensors, shapes, attrs, axes
+
+
+def _dynamic_dims(g: Graph, spec: dict) -> tuple[dict[str, tuple[str, int]], dict[str, int]]:
+    """({dim name: (input name, axis)} of its first input, {dim name: its example size})."""
     axes: dict[str, tuple[str, int]] = {}
     base: dict[str, int] = {}
-    for k, v in enumerate(g.inputs):
+    for v in g.inputs:
         for axis, dim in spec.get(v.name, {}).items():
             if axis < -len(v.shape) or axis >= len(v.shape):
                 raise ExportError(f"onnx.export: dynamic axis {axis} of input '{v.name}' is "
@@ -195,52 +219,70 @@ def symbolic_graph(model, args, input_names, dynamic_axes):
                                   f"{size} in the example inputs")
             base[dim] = size
             axes.setdefault(dim, (v.name, axis))
-    shapes = {v: v.shape for v in _values(g)}
-    attrs = {n: n.attrs for n in g.nodes}
-    if not axes:
-        return g, tensors, shapes, attrs, axes
+    return axes, base
 
-    def retrace(sizes: dict[str, int]) -> Graph:
-        new = []
-        for a, v in zip(args, g.inputs):
-            for axis, dim in spec.get(v.name, {}).items():
-                axis %= len(v.shape)
-                if dim in sizes:
-                    a = _resize(a, axis, sizes[dim])
-            new.append(a)
-        g2, _ = trace_model(model, new, input_names)
-        if [n.op.name for n in g2.nodes] != [n.op.name for n in g.nodes]:
-            raise ExportError("onnx.export: the traced graph changes with the sizes of the "
-                              "dynamic axes (Python control flow on shapes); export with "
-                              "static shapes instead")
-        return g2
 
-    dims = list(base)
-    alts = {d: _other_size(base[d]) for d in dims}
-    others = {d: retrace({d: alts[d]}) for d in dims}
-    solver = _Solver(base, alts)
+# ---- retracing at other sizes ------------------------------------------------------------
+
+def _retrace(model, args: tuple, input_names, g: Graph, spec: dict,
+             sizes: dict[str, int]) -> Graph:
+    """``model`` traced again with the dynamic axes in ``sizes`` resized; it must give the
+    same ops as ``g``."""
+    new = []
+    for a, v in zip(args, g.inputs):
+        for axis, dim in spec.get(v.name, {}).items():
+            axis %= len(v.shape)
+            if dim in sizes:
+                a = _resize(a, axis, sizes[dim])
+        new.append(a)
+    g2, _ = trace_model(model, new, input_names)
+    if [n.op.name for n in g2.nodes] != [n.op.name for n in g.nodes]:
+        raise ExportError("onnx.export: the traced graph changes with the sizes of the "
+                          "dynamic axes (Python control flow on shapes); export with "
+                          "static shapes instead")
+    return g2
+
+
+# ---- fitting symbolic dims -----------------------------------------------------------------
+
+def _fit_shapes(g: Graph, others: dict[str, Graph], solver: _Solver) -> dict:
+    """The symbolic shape of every value of ``g``, from its shapes in the retraces
+    ``others`` (one per dynamic axis)."""
+    values = {d: _values(o) for d, o in others.items()}
+    shapes = {}
     for k, v in enumerate(_values(g)):
-        per = {d: _values(others[d])[k].shape for d in dims}
-        shapes[v] = tuple(solver.dim(x, {d: per[d][i] for d in dims},
+        per = {d: vs[k].shape for d, vs in values.items()}
+        shapes[v] = tuple(solver.dim(x, {d: s[i] for d, s in per.items()},
                                      f"a dimension of %{v.name}")
                           for i, x in enumerate(v.shape))
+    return shapes
+
+
+def _fit_attrs(g: Graph, others: dict[str, Graph], solver: _Solver) -> dict:
+    """The attributes (with ``Sym``s) of the nodes of ``g`` whose attributes change in the
+    retraces; a Python number input that changes is an error."""
+    attrs = {}
     for k, n in enumerate(g.nodes):
-        per = {d: others[d].nodes[k] for d in dims}
+        per = {d: o.nodes[k] for d, o in others.items()}
+        what = f"op '{n.op.name}' at '{n.name or '<top>'}'"
         if any(n2.attrs != n.attrs for n2 in per.values()):
-            attrs[n] = _sym_attrs(n.attrs, {d: per[d].attrs for d in dims}, solver,
-                                  f"op '{n.op.name}' at '{n.name or '<top>'}'")
+            attrs[n] = _sym_attrs(n.attrs, {d: p.attrs for d, p in per.items()}, solver, what)
         for i, x in enumerate(n.inputs):
             if not isinstance(x, Value) and any(p.inputs[i] != x for p in per.values()):
-                raise ExportError(f"onnx.export: a Python number passed to op '{n.op.name}' at "
-                                  f"'{n.name or '<top>'}' depends on the dynamic axes")
-    if len(dims) > 1:  # check the monomials against a trace with every axis changed
-        both = retrace(alts)
-        for v, w in zip(_values(g), _values(both)):
-            want = tuple(solver.value(s, alts) for s in shapes[v])
-            if want != w.shape:
-                raise ExportError(f"onnx.export: a dimension of %{v.name} is not a product "
-                                  f"of the dynamic axes ({shapes[v]}, got {w.shape})")
-    return g, tensors, shapes, attrs, axes
+                raise ExportError(f"onnx.export: a Python number passed to {what} depends on "
+                                  "the dynamic axes")
+    return attrs
+
+
+def _check_monomials(g: Graph, both: Graph, solver: _Solver, shapes: dict,
+                     sizes: dict[str, int]) -> None:
+    """The symbolic shapes evaluated at ``sizes`` are the shapes of ``both``, the trace
+    with every dynamic axis at those sizes."""
+    for v, w in zip(_values(g), _values(both)):
+        want = tuple(solver.value(s, sizes) for s in shapes[v])
+        if want != w.shape:
+            raise ExportError(f"onnx.export: a dimension of %{v.name} is not a product "
+                              f"of the dynamic axes ({shapes[v]}, got {w.shape})")
 
 
 def _values(g: Graph) -> list[Value]:

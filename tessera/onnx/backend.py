@@ -1,10 +1,10 @@
 """``TesseraBackend``: tessera as an ONNX backend (``onnx.backend.base.Backend``), so ONNX's
 own node tests run against the importer.
 
-A model runs eagerly through the import table (``tessera.onnx._import_ops``). The ops
-tessera claims to support are listed in ``supported_ops.txt`` beside this file; ``prepare``
-raises ``unittest.SkipTest`` for a model using any other op, so the backend test suite skips
-those tests instead of failing them.
+A model runs eagerly through the import table (``tessera.onnx.converters.IMPORT``). The ops
+tessera supports are that table's keys (``SUPPORTED_OPS``); ``prepare`` raises
+``unittest.SkipTest`` for a model using any other op, so the backend test suite skips those
+tests instead of failing them.
 
 >>> import numpy as np
 >>> from onnx import helper, TensorProto
@@ -14,7 +14,6 @@ array([0., 2.], dtype=float32)
 """
 from __future__ import annotations
 
-import os
 import unittest
 
 import numpy as np
@@ -22,21 +21,14 @@ from onnx.backend.base import Backend, BackendRep
 
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
+from tessera.onnx.converters import supported_onnx_ops
 from tessera.onnx.importer import OnnxImportError, OnnxProgram
 
 __all__ = ["TesseraBackend", "TesseraRep", "SUPPORTED_OPS", "prepare", "run_model",
            "run_node", "supports_device"]
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _read_supported() -> frozenset:
-    with open(os.path.join(_HERE, "supported_ops.txt")) as f:
-        return frozenset(line.split("#")[0].strip() for line in f
-                         if line.split("#")[0].strip())
-
-
-SUPPORTED_OPS = _read_supported()
+# the ONNX op types tessera imports (the backend skips node tests of any other)
+SUPPORTED_OPS = frozenset(supported_onnx_ops())
 
 
 def _foreign_types(model) -> str | None:

@@ -1,9 +1,9 @@
-"""ONNX export: trace, convert node by node through each op's ``to_onnx`` table, check, write.
+"""ONNX export: trace, convert node by node through the export table, check, write.
 
 The model is traced in eval mode into the IR (``tessera.onnx._trace``); every node's op
 picks the converter with the highest opset not above the requested one
-(``OpDef.to_onnx``, filled by ``tessera.onnx.converters``). Parameters and buffers become
-initializers named by module path. The model is checked with
+(``tessera.onnx.converters.EXPORT``, keyed by op name and opset). Parameters and buffers
+become initializers named by module path. The model is checked with
 ``onnx.checker.check_model(full_check=True)`` before anything is written, and files are
 written to a temporary name and renamed, so a failed export never leaves a broken file.
 
@@ -185,15 +185,16 @@ class NodeView:
 
 
 def _pick(op, opset: int, path: str):
-    table = op.to_onnx
-    versions = [v for v in table if v <= opset]
-    if not versions:
+    from tessera.onnx.converters import EXPORT, newest
+    table = EXPORT.get(op.name, {})
+    rule = newest(table, opset)
+    if rule is None:
         if table:
             raise UnsupportedOpError(op.name, path, opset,
                                      f"op '{op.name}' needs opset {min(table)} or later "
                                      f"(exporting opset {opset})")
         raise UnsupportedOpError(op.name, path, opset)
-    return table[max(versions)]
+    return rule
 
 
 def _value_info(name: str, dtype, shape):
@@ -204,10 +205,14 @@ def _value_info(name: str, dtype, shape):
 
 def export_graph(g: Graph, tensors: dict, opset_version: int = 17, output_names=None,
                  shapes=None, attrs=None, axes=None, producer: str = "tessera"):
-    """An ONNX ModelProto of IR graph ``g`` with variable values ``tensors``."""
-    from onnx import helper, numpy_helper
+    """An ONNX ModelProto of IR graph ``g`` with variable values ``tensors``.
 
-    import tessera.onnx.converters  # noqa: F401  (fills each OpDef's to_onnx)
+    >>> import tessera
+    >>> from tessera.onnx._trace import trace_model
+    >>> g, tensors = trace_model(tessera.nn.Linear(3, 2), (tessera.ones(1, 3),))
+    >>> [o.name for o in export_graph(g, tensors, output_names=["y"]).graph.output]
+    ['y']
+    """
     if not MIN_OPSET <= opset_version <= MAX_OPSET:
         raise ValueError(f"onnx.export: opset_version must be in {MIN_OPSET}..{MAX_OPSET}, "
                          f"got {opset_version}")
@@ -215,51 +220,69 @@ def export_graph(g: Graph, tensors: dict, opset_version: int = 17, output_names=
     for v in list(g.inputs) + list(g.variables.values()) + [o for n in g.nodes
                                                               for o in n.outputs]:
         shapes.setdefault(v, v.shape)
-    attrs = attrs or {}
     b = Builder(opset_version, axes)
-    names: dict[Value, str] = {}
-    for v in g.inputs:
-        names[v] = v.name
+    names = _emit_nodes(g, b, tensors, shapes, attrs or {})
+    outputs = _name_outputs(g, b, names, list(output_names or []), shapes)
+    _check_closed(g, b)
+    return _make_model(g, b, outputs, shapes, producer)
+
+
+def _emit_nodes(g: Graph, b: Builder, tensors: dict, shapes: dict, attrs: dict) -> dict:
+    """Convert every node of ``g`` into ``b``; returns the ONNX name of each IR value."""
+    names: dict[Value, str] = {v: v.name for v in g.inputs}
     for name, v in g.variables.items():
         t = tensors[name]
         b.initializers[name] = np.asarray(t._data if hasattr(t, "_data") else t)
         names[v] = name
     for node in g.nodes:
-        path = node.name
-        b.scope = path
-        ins = []
-        for x in node.inputs:
-            if isinstance(x, Value) and x not in names:
-                raise UnsupportedOpError(x.producer.op.name, x.producer.name, opset_version,
-                                         f"output {x.index} of op '{x.producer.op.name}' "
-                                         f"is not exported (used by op '{node.op.name}')")
-            ins.append(names[x] if isinstance(x, Value) else x)
-        rule = _pick(node.op, opset_version, path)
-        view = NodeView(node, ins, attrs.get(node, node.attrs), shapes)
-        try:
-            outs = rule(b, view)
-        except ExportError:
-            raise
-        except (NotImplementedError, TypeError, ValueError) as e:
-            raise UnsupportedOpError(node.op.name, path, opset_version,
-                                     f"op '{node.op.name}': {e}") from e
-        outs = [outs] if isinstance(outs, str) or outs is None else list(outs)
-        for k, v in enumerate(node.outputs):
-            if k < len(outs) and outs[k] is not None:
-                names[v] = outs[k]
-    # graph outputs take their final names (an Identity where one value is used twice or
-    # is an input or initializer)
-    output_names = list(output_names or [])
+        b.scope = node.name
+        ins = [_input_name(x, names, node, b.opset) for x in node.inputs]
+        outs = _convert(node, b, NodeView(node, ins, attrs.get(node, node.attrs), shapes))
+        for v, out in zip(node.outputs, outs):
+            if out is not None:
+                names[v] = out
+    return names
+
+
+def _input_name(x, names: dict, node, opset: int):
+    """The ONNX name of input ``x`` of ``node`` (a Python value stays as it is)."""
+    if not isinstance(x, Value):
+        return x
+    if x not in names:
+        raise UnsupportedOpError(x.producer.op.name, x.producer.name, opset,
+                                 f"output {x.index} of op '{x.producer.op.name}' "
+                                 f"is not exported (used by op '{node.op.name}')")
+    return names[x]
+
+
+def _convert(node, b: Builder, view: NodeView) -> list:
+    """The ONNX names of ``node``'s outputs (None for one its rule does not produce)."""
+    rule = _pick(node.op, b.opset, node.name)
+    try:
+        outs = rule(b, view)
+    except ExportError:
+        raise
+    except (NotImplementedError, TypeError, ValueError) as e:
+        raise UnsupportedOpError(node.op.name, node.name, b.opset,
+                                 f"op '{node.op.name}': {e}") from e
+    return [outs] if isinstance(outs, str) or outs is None else list(outs)
+
+
+def _name_outputs(g: Graph, b: Builder, names: dict, output_names: list, shapes: dict) -> list:
+    """Give the graph outputs their final names (a producer's output is renamed; an
+    Identity copies a value that is output twice, or is an input or initializer); returns
+    their value infos."""
+    from onnx import helper
     outputs, renames, used = [], {}, set()
+    graph_inputs = {v.name for v in g.inputs}
     for i, v in enumerate(g.outputs):
         if v not in names:
-            raise UnsupportedOpError(v.producer.op.name, v.producer.name, opset_version,
+            raise UnsupportedOpError(v.producer.op.name, v.producer.name, b.opset,
                                      f"output {v.index} of op '{v.producer.op.name}' is not "
                                      "exported")
         want = output_names[i] if i < len(output_names) else f"output{i}"
         src = names[v]
-        if src in used or src in b.initializers or any(src == x.name for x in g.inputs) \
-                or src in renames:
+        if src in used or src in b.initializers or src in graph_inputs:
             b.scope = ""
             b.nodes.append(helper.make_node("Identity", [src], [want], name=f"{want}/Identity"))
         else:
@@ -269,16 +292,26 @@ def export_graph(g: Graph, tensors: dict, opset_version: int = 17, output_names=
     for n in b.nodes:
         n.input[:] = [renames.get(x, x) for x in n.input]
         n.output[:] = [renames.get(x, x) for x in n.output]
-    missing = {x for n in b.nodes for x in n.input if x} - set(b.initializers) \
-        - {v.name for v in g.inputs} - {o for n in b.nodes for o in n.output}
+    return outputs
+
+
+def _check_closed(g: Graph, b: Builder) -> None:
+    """Every tensor a node reads is a graph input, an initializer or a node's output."""
+    defined = set(b.initializers) | {v.name for v in g.inputs} | \
+        {o for n in b.nodes for o in n.output}
+    missing = {x for n in b.nodes for x in n.input if x} - defined
     if missing:
         raise ExportError(f"onnx.export: internal error, undefined tensors {sorted(missing)}")
+
+
+def _make_model(g: Graph, b: Builder, outputs: list, shapes: dict, producer: str):
+    from onnx import helper, numpy_helper
     inits = [numpy_helper.from_array(np.array(a, copy=not a.flags.c_contiguous), name)
              for name, a in b.initializers.items()]
     graph = helper.make_graph(b.nodes, "tessera", [_value_info(v.name, v.dtype, shapes[v])
                                                    for v in g.inputs], outputs, inits)
     model = helper.make_model(graph, producer_name=producer,
-                              opset_imports=[helper.make_opsetid("", opset_version)])
+                              opset_imports=[helper.make_opsetid("", b.opset)])
     model.ir_version = min(model.ir_version, 10)
     return model
 

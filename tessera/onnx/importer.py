@@ -1,7 +1,7 @@
 """ONNX import: an ONNX model runs as tessera ops, eagerly or traced into an IR graph.
 
 ``OnnxProgram`` replays the model's nodes through the import table (``tessera.onnx.
-_import_ops.IMPORTERS``, keyed by ONNX op type and the opset each rule starts at) on
+converters.IMPORT``, keyed by ONNX op type and the opset each rule starts at) on
 tessera tensors. Run eagerly it is the ONNX backend and ``to_module``'s forward (autograd
 works, so an imported model can be fine-tuned); run under the tracer it is ``load``, an IR
 graph for the reference interpreter and the compiled executor. Nodes whose inputs are all
@@ -94,7 +94,7 @@ class OnnxProgram:
     """The nodes of one ONNX graph, runnable on tessera tensors."""
 
     def __init__(self, model, opset_range: tuple[int, int] | None = LOAD_OPSETS):
-        from tessera.onnx._import_ops import IMPORTERS, pick
+        from tessera.onnx.converters import IMPORT, newest
         self.proto = _proto(model)
         self.opset = opset_of(self.proto)
         if opset_range is not None and not opset_range[0] <= self.opset <= opset_range[1]:
@@ -112,11 +112,14 @@ class OnnxProgram:
             if node.domain not in ("", "ai.onnx"):
                 raise OnnxImportError(f"node '{node.name}': operator {node.domain}::"
                                       f"{node.op_type} is not supported")
-            table = IMPORTERS.get(node.op_type)
+            table = IMPORT.get(node.op_type)
             if table is None:
                 raise OnnxImportError(f"node '{node.name or node.op_type}': ONNX operator "
                                       f"'{node.op_type}' is not supported")
-            self.rules.append(pick(table, node, self.opset))
+            rule = newest(table, self.opset)
+            if rule is None:
+                raise NotImplementedError(f"{node.op_type} needs opset {min(table)}")
+            self.rules.append(rule)
 
     def input_shapes(self) -> list[tuple]:
         """Declared input shapes (a str for a symbolic dim, None for an unknown one)."""
@@ -135,7 +138,7 @@ class OnnxProgram:
     def run(self, inputs: list[Tensor], params: dict[str, Tensor]) -> list[Tensor]:
         """The graph's outputs for ``inputs`` (in input order), initializers from
         ``params`` (tensors by name; missing ones are the model's constants)."""
-        from tessera.onnx._import_ops import Ctx
+        from tessera.onnx.converters.helpers import ImportContext
         if len(inputs) != len(self.input_names):
             raise OnnxImportError(f"the model takes {len(self.input_names)} inputs "
                                   f"({', '.join(self.input_names)}), got {len(inputs)}")
@@ -150,31 +153,36 @@ class OnnxProgram:
                 if i and a is None:
                     raise OnnxImportError(f"node '{node.name}' reads '{i}', which nothing "
                                           "defines")
-            ctx = Ctx(node, self.opset, self)
-            folding = tracer is not None and all(a is None or not is_symbolic(a) and
-                                                 a not in tracer.persistent for a in args)
-            try:
-                if folding:  # constants in, constants out: computed now, not traced
-                    pop_mode()
-                    try:
-                        out = rule(ctx, *args)
-                    finally:
-                        push_mode(tracer.tracer)
-                else:
-                    out = rule(ctx, *args)
-            except GraphTraceError as e:
-                raise OnnxImportError(f"node '{node.name or node.op_type}' ({node.op_type}) "
-                                      f"needs the value of a tensor that is only known at run "
-                                      f"time, so it cannot be part of a static graph ({e})"
-                                      ) from None
-            except NotImplementedError as e:
-                raise OnnxImportError(f"node '{node.name or node.op_type}': {node.op_type} "
-                                      f"{e}") from None
+            out = _apply(rule, ImportContext(node, self.opset), args, tracer)
             outs = out if isinstance(out, (tuple, list)) else (out,)
             for name, t in zip(node.output, outs):
                 if name:
                     env[name] = t
         return [env[n] for n in self.output_names]
+
+
+def _apply(rule, ctx, args: list, tracer):
+    """``rule(ctx, *args)``; under ``load``'s tracer, a node whose inputs are all constants
+    is computed now instead of traced (shape arithmetic becomes static attributes). The
+    rule's errors become ``OnnxImportError``s naming the node."""
+    node = ctx.node
+    folding = tracer is not None and all(a is None or not is_symbolic(a) and
+                                         a not in tracer.persistent for a in args)
+    try:
+        if not folding:
+            return rule(ctx, *args)
+        pop_mode()
+        try:
+            return rule(ctx, *args)
+        finally:
+            push_mode(tracer.tracer)
+    except GraphTraceError as e:
+        raise OnnxImportError(f"node '{node.name or node.op_type}' ({node.op_type}) "
+                              f"needs the value of a tensor that is only known at run "
+                              f"time, so it cannot be part of a static graph ({e})") from None
+    except NotImplementedError as e:
+        raise OnnxImportError(f"node '{node.name or node.op_type}': {node.op_type} "
+                              f"{e}") from None
 
 
 class _TraceState:

@@ -141,60 +141,74 @@ def _merge_sibling_linears(g, ctx) -> bool:
     """Linear layers reading the same input (``add(matmul(x, w_i), b_i)`` with fixed 2-d
     ``w_i`` and 1-d ``b_i``: attention's q, k, v) become one matmul by the concatenated
     weights, one bias add and a split."""
-    from tessera._tensor import Tensor
-    from tessera.graph.ir import Node, Value
-    from tessera.graph.passes.constfold import known_variables, new_variable
+    from tessera.graph.passes.constfold import known_variables
     known = known_variables(g, ctx)
     users = g.users()
     outputs = {id(v) for v in g.live_roots()}
     changed = False
     for src in list(users):
-        group = []
-        for mm in users.get(src, []):
-            if mm.op.name != "matmul" or mm.inputs[0] is not src or len(mm.inputs) != 2:
-                continue
-            w = mm.inputs[1]
-            out = mm.outputs[0]
-            use = users.get(out, [])
-            if not (isinstance(w, Value) and id(w) in known and len(w.shape) == 2) or \
-                    len(use) != 1 or use[0].op.name != "add" or id(out) in outputs:
-                continue
-            add = use[0]
-            bias = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
-            if not (isinstance(bias, Value) and id(bias) in known and
-                    tuple(bias.shape) == (w.shape[1],) and add.attrs.get("alpha", 1) == 1
-                    and bias.dtype is w.dtype is out.dtype):
-                continue
-            group.append((mm, add, w, bias))
+        group = [lin for mm in users.get(src, [])
+                 if (lin := _linear_of(mm, src, users, known, outputs)) is not None]
         if len(group) < 2:
             continue
-        ws = np.concatenate([known[id(w)].numpy() for _, _, w, _ in group], axis=1)
-        bs = np.concatenate([known[id(b)].numpy() for _, _, _, b in group])
-        wv = new_variable(g, ctx, Tensor._from_numpy(ws))
-        bv = new_variable(g, ctx, Tensor._from_numpy(bs))
-        first = min(g.nodes.index(mm) for mm, _, _, _ in group)
-        lead = tuple(group[0][0].outputs[0].shape[:-1])
-        dt = group[0][0].outputs[0].dtype
-        total = ws.shape[1]
-        mm_out = g.add_node("matmul", [src, wv], {}, [(lead + (total,), dt)])[0]
-        add_out = g.add_node("add", [mm_out, bv], {"alpha": 1}, [(lead + (total,), dt)])[0]
-        bounds, lo = [], 0
-        for _, _, w, _ in group:
-            bounds.append((lo, lo + w.shape[1]))
-            lo += w.shape[1]
-        parts = g.add_node("split_view", [add_out], {"dim": len(lead), "bounds": tuple(bounds),
-                                                     "squeeze": False},
-                           [(lead + (hi - lo,), dt) for lo, hi in bounds])
-        new: list[Node] = g.nodes[-3:]
-        del g.nodes[-3:]
-        for k, node in enumerate(new):
-            node.name = group[0][0].name
-            g.nodes.insert(first + k, node)
-        for (_, add, _, _), part in zip(group, parts):
-            g.replace_uses(add.outputs[0], part)
+        _merge_linears(g, ctx, src, group, known)
         users = g.users()
         changed = True
     return changed
+
+
+def _linear_of(mm, src, users, known, outputs):
+    """``(matmul, add, weight, bias)`` when node ``mm`` is ``matmul(src, w)`` whose only use
+    is ``add(., b)``, ``w`` a fixed 2-d variable and ``b`` a fixed 1-d one of its width (the
+    matmul's output not a graph output); else None."""
+    from tessera.graph.ir import Value
+    if mm.op.name != "matmul" or mm.inputs[0] is not src or len(mm.inputs) != 2:
+        return None
+    w = mm.inputs[1]
+    out = mm.outputs[0]
+    use = users.get(out, [])
+    if not (isinstance(w, Value) and id(w) in known and len(w.shape) == 2) or \
+            len(use) != 1 or use[0].op.name != "add" or id(out) in outputs:
+        return None
+    add = use[0]
+    bias = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
+    if not (isinstance(bias, Value) and id(bias) in known and
+            tuple(bias.shape) == (w.shape[1],) and add.attrs.get("alpha", 1) == 1
+            and bias.dtype is w.dtype is out.dtype):
+        return None
+    return mm, add, w, bias
+
+
+def _merge_linears(g, ctx, src, group, known) -> None:
+    """Replace the linear layers ``group`` reading ``src`` by one matmul, one add and a
+    split, placed where the first of them was."""
+    from tessera._tensor import Tensor
+    from tessera.graph.ir import Node
+    from tessera.graph.passes.constfold import new_variable
+    ws = np.concatenate([known[id(w)].numpy() for _, _, w, _ in group], axis=1)
+    bs = np.concatenate([known[id(b)].numpy() for _, _, _, b in group])
+    wv = new_variable(g, ctx, Tensor._from_numpy(ws))
+    bv = new_variable(g, ctx, Tensor._from_numpy(bs))
+    first = min(g.nodes.index(mm) for mm, _, _, _ in group)
+    lead = tuple(group[0][0].outputs[0].shape[:-1])
+    dt = group[0][0].outputs[0].dtype
+    total = ws.shape[1]
+    mm_out = g.add_node("matmul", [src, wv], {}, [(lead + (total,), dt)])[0]
+    add_out = g.add_node("add", [mm_out, bv], {"alpha": 1}, [(lead + (total,), dt)])[0]
+    bounds, lo = [], 0
+    for _, _, w, _ in group:
+        bounds.append((lo, lo + w.shape[1]))
+        lo += w.shape[1]
+    parts = g.add_node("split_view", [add_out], {"dim": len(lead), "bounds": tuple(bounds),
+                                                 "squeeze": False},
+                       [(lead + (hi - lo,), dt) for lo, hi in bounds])
+    new: list[Node] = g.nodes[-3:]
+    del g.nodes[-3:]
+    for k, node in enumerate(new):
+        node.name = group[0][0].name
+        g.nodes.insert(first + k, node)
+    for (_, add, _, _), part in zip(group, parts):
+        g.replace_uses(add.outputs[0], part)
 
 
 def _gemm_peephole(proto) -> None:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from tessera._dtype import dtype
 
-RULES = ("infer", "kernel:cpu", "meta", "grad", "sbp", "cost", "to_onnx", "to_c")
+RULES = ("infer", "kernel:cpu", "meta", "grad", "sbp", "cost", "to_c")
 
 # The traits an op may declare (``defop(..., traits={...})``): facts about the op that the
 # layers above act on. A trait outside this table is an error at registration.
@@ -105,7 +105,6 @@ class OpDef:
     inplace_kernels: dict[str, Callable] = field(default_factory=dict)
     sbp: Callable | None = None
     cost: Callable | None = None
-    to_onnx: dict[int, Callable] = field(default_factory=dict)
     to_c: Callable | None = None
     decompose: Callable | None = None
     traits: frozenset[str] = frozenset()
@@ -125,7 +124,7 @@ class OpDef:
     def rule(self, name: str):
         """The rule called ``name``; ``MissingRule`` if this op lacks it."""
         value = {"infer": self.infer, "grad": self.grad, "sbp": self.sbp, "cost": self.cost,
-                 "to_c": self.to_c, "to_onnx": self.to_onnx or None}.get(name)
+                 "to_c": self.to_c}.get(name)
         if name.startswith("kernel:"):
             value = self.kernels.get(name.split(":", 1)[1])
         if value is None or value is _no_grad_written:
@@ -162,9 +161,16 @@ def defop(name: str, infer: Callable, cpu: Callable, **rules) -> OpDef:
     return register(OpDef(name, infer, kernels, **rules))
 
 
-def coverage_table() -> str:
-    """The op × rule table printed by ``python -m tessera opcov``."""
-    cols = RULES
+def coverage_table(extra: dict[str, set[str]] | None = None) -> str:
+    """The op × rule table printed by ``python -m tessera opcov``. ``extra``: more columns
+    from layers above the registry, ``{column: names of the ops that have that rule}`` (the
+    ONNX exporter's table, for one).
+
+    >>> print(coverage_table({"mine": {"add"}}).splitlines()[0].split())
+    ['op', 'infer', 'kernel:cpu', 'meta', 'grad', 'sbp', 'cost', 'to_c', 'mine']
+    """
+    extra = extra or {}
+    cols = RULES + tuple(extra)
     width = max([len(n) for n in REGISTRY] + [4])
     lines = [f"{'op'.ljust(width)}  " + "  ".join(cols)]
     counts = dict.fromkeys(cols, 0)
@@ -172,7 +178,7 @@ def coverage_table() -> str:
         op = REGISTRY[name]
         marks = []
         for c in cols:
-            ok = op.has_rule(c)
+            ok = name in extra[c] if c in extra else op.has_rule(c)
             counts[c] += ok
             marks.append(("x" if ok else ".").center(len(c)))
         lines.append(f"{name.ljust(width)}  " + "  ".join(marks))

@@ -1,5 +1,5 @@
 """ONNX's own node tests (generated in memory by the ``onnx`` package) run against
-``tessera.onnx.backend.TesseraBackend``. Tests of ops not on ``supported_ops.txt`` are
+``tessera.onnx.backend.TesseraBackend``. Tests of ops not in the import table are
 skipped by the backend; every other test must pass, except those listed in
 ``EXPECTED_FAILURES`` with a reason. ``tests/onnx/conftest.py`` prints the counts."""
 from __future__ import annotations
@@ -25,7 +25,7 @@ OnnxBackendNodeModelTest = _backend_test.test_cases["OnnxBackendNodeModelTest"]
 
 
 def test_supported_ops_list_is_the_import_table():
-    from tessera.onnx._import_ops import IMPORTERS
+    from tessera.onnx.converters import IMPORT as IMPORTERS
     assert SUPPORTED_OPS <= set(IMPORTERS)
     assert len(SUPPORTED_OPS) >= 120
 

@@ -13,6 +13,7 @@ import tessera
 import tessera.onnx
 from tessera import nn
 from tessera.graph import GraphTraceError
+from tessera.onnx.converters import EXPORT
 from tessera.onnx.exporter import UnsupportedOpError
 from tests.onnx.helpers import assert_close, flat_tensors, ort_run
 from tests.opinfo import OP_DB
@@ -46,7 +47,7 @@ def _opsets(g) -> list[int]:
     """17, plus the other opsets at which an op of this graph changes its rule."""
     out = {17}
     for n in g.nodes:
-        out.update(v for v in n.op.to_onnx if v > 13)
+        out.update(v for v in EXPORT.get(n.op.name, ()) if v > 13)
     return sorted(out)
 
 
@@ -68,7 +69,7 @@ def _check(info) -> None:
             g, _ = trace_model(model, tensors)
         except GraphTraceError:
             continue
-        missing = [n for n in g.nodes if not n.op.to_onnx]
+        missing = [n for n in g.nodes if n.op.name not in EXPORT]
         if info.name in UNSUPPORTED and not missing:
             with pytest.raises(UnsupportedOpError):
                 tessera.onnx.export(model, tensors)
@@ -136,7 +137,6 @@ def test_unsupported_op_error_names_op_and_module():
 def test_every_converter_is_exercised():
     """Each op with a converter appears, fully exportable, in some entry's trace."""
     from tessera.onnx._trace import trace_model
-    from tessera.onnx.converters import RULES
     covered = set()
     for info in OP_DB:
         if info.name in UNCAPTURABLE:
@@ -148,8 +148,8 @@ def test_every_converter_is_exercised():
                 g, _ = trace_model(_Fn(call), tensors)
             except Exception:
                 continue
-            if all(n.op.to_onnx for n in g.nodes):
+            if all(n.op.name in EXPORT for n in g.nodes):
                 covered.update(n.op.name for n in g.nodes)
-    missing = sorted(set(RULES) - covered - {"fused"})
+    missing = sorted(set(EXPORT) - covered - {"fused"})
     assert not missing, f"converters no op-info sample exports: {missing}"
 
