@@ -18,7 +18,9 @@ import warnings
 
 import numpy as np
 
-from tessera import _dtype as D
+from tessera import _dtype as D, _fastpath, _tensor
+from tessera._tensor import _CPU, Size, Tensor
+from tessera.autograd import graph as _graph
 from tessera.autograd.grad_mode import STATE
 from tessera.autograd.graph import Node
 from tessera.device.registry import _BACKENDS, device
@@ -489,12 +491,7 @@ def _alias(t: Tensor) -> Tensor:
 # ---- the C fast path --------------------------------------------------------------------
 # ``dispatch`` becomes the C function of tessera/_fastpath.c, which runs the common case
 # above (one float dtype on the CPU, one output, memoised infer) and calls ``_py_dispatch``
-# for everything else. Modules bind ``dispatch`` after this point (Tensor's import below
-# is the only one before it, and ``_tensor`` binds it at its end).
-from tessera import _fastpath  # noqa: E402
-from tessera._tensor import _CPU, Size, Tensor  # noqa: E402  (Tensor methods call dispatch)
-from tessera.autograd import graph as _graph  # noqa: E402
-
+# for everything else.
 _py_dispatch = dispatch
 dispatch = _fastpath.accelerate(_py_dispatch)
 if dispatch is not _py_dispatch:
@@ -503,3 +500,4 @@ if dispatch is not _py_dispatch:
         cpu=_CPU, float32=D.float32, float64=D.float64, dtype_module=D, state=STATE,
         infer=_infer, asarray=np.asarray, user_errors=_USER_ERRORS, eager_min=_EAGER_MIN,
         node=Node, node_seq=_graph._seq, refresh_view=_refresh_view)
+_tensor._dispatch = dispatch  # Tensor's operators call it (Tensor sits below dispatch)

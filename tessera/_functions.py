@@ -22,6 +22,7 @@ for _fam in _FAMILIES:
         globals()[_name] = _fn
         _OPS[_name] = _fn
 
+_OPS["_rebuild_tensor"] = creation._rebuild_tensor  # Tensor.__reduce_ex__ (pickling)
 bind_methods()
 _fastpath.bind_operators(Tensor, FAST_OPERATORS)  # x + y straight to the C dispatch
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from tessera import _dtype as D
 from tessera._tensor_methods import _OPS, TensorMethods
+from tessera.autograd import graph as _autograd_graph
 from tessera.autograd.grad_mode import STATE
 from tessera.autograd.graph import AccumulateGrad
 from tessera.device.registry import _BACKENDS, device
@@ -310,13 +311,11 @@ class Tensor(TensorMethods):
         >>> tessera.ones(2).to_global(p, tessera.sbp.broadcast).sbp
         (tessera.sbp.broadcast,)
         """
-        from tessera.distributed._global import to_global
-        return to_global(self, placement, sbp, **kwargs)
+        return _OPS["to_global"](self, placement, sbp, **kwargs)
 
     def to_local(self) -> Tensor:
         """This rank's tile of a global tensor (shares memory); a local tensor as it is."""
-        from tessera.distributed._global import to_local
-        return to_local(self)
+        return _OPS["to_local"](self)
 
     # ---- autograd surface -------------------------------------------------------------
     @property
@@ -398,8 +397,7 @@ class Tensor(TensorMethods):
     def backward(self, gradient: Tensor | None = None, retain_graph: bool | None = None,
                  create_graph: bool = False, inputs=None) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad``."""
-        from tessera.autograd import backward
-        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+        _OPS["backward"](self, gradient, retain_graph, create_graph, inputs=inputs)
 
     def register_hook(self, hook):
         """``hook(grad) -> grad or None`` runs when this tensor's gradient is computed."""
@@ -587,8 +585,7 @@ class Tensor(TensorMethods):
         return repr(self)
 
     def __reduce_ex__(self, proto):
-        from tessera.ops.creation import _rebuild_tensor
-        return (_rebuild_tensor, (self.detach()._to_numpy().copy()
+        return (_OPS["_rebuild_tensor"], (self.detach()._to_numpy().copy()
                                   if self._data is not None else None,
                                   self._dtype.name, str(self._device), self._shape,
                                   self._requires_grad))
@@ -773,4 +770,6 @@ _CPU = device("cpu")
 # numpy() reads these devices' data on the host (a global tensor's numpy() gathers the whole)
 _HOST_READABLE = ("cpu", "global")
 
-from tessera._dispatch import dispatch as _dispatch  # noqa: E402  (dispatch imports Tensor)
+# ``dispatch``, installed by ``tessera._dispatch`` when it loads (it sits above Tensor)
+_dispatch = None
+_autograd_graph.set_tensor_type(Tensor)

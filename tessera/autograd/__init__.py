@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tessera._tensor_methods import _OPS
 from tessera.autograd.engine import run_backward
 from tessera.autograd.function import Function, FunctionCtx, once_differentiable
 from tessera.autograd.grad_mode import (
@@ -90,3 +91,6 @@ def gradgradcheck(*args, **kwargs):
 
 
 Sequence  # re-exported type for annotations in user code
+
+
+_OPS["backward"] = backward  # Tensor.backward (Tensor sits below the engine)

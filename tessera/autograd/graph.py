@@ -24,6 +24,12 @@ class _Freed:
 
 FREED = _Freed()
 _NO_VERSION = (None,)
+_TENSOR: list = []   # the Tensor class, registered by tessera._tensor (which sits above)
+
+
+def set_tensor_type(cls) -> None:
+    """Register the class saved outputs are rebuilt as (``tessera.Tensor``)."""
+    _TENSOR[:] = [cls]
 
 
 class Node:
@@ -75,7 +81,7 @@ class Node:
             raise RuntimeError(f"op '{self.op.name}' did not save its outputs for backward")
         if saved is FREED:
             raise RuntimeError(FREED_MSG)
-        from tessera._tensor import Tensor
+        Tensor = _TENSOR[0]
         n_in = len(self._saved_inputs) if isinstance(self._saved_inputs, tuple) else 0
         outs = []
         for i, (data, meta, version) in enumerate(saved):
@@ -93,7 +99,7 @@ class Node:
         versions = self._versions
         if versions is None:
             return
-        from tessera._tensor import Tensor
+        Tensor = _TENSOR[0]
         for i, t in enumerate(tensors):
             if isinstance(t, Tensor):
                 expected = versions[offset + i]

@@ -38,6 +38,7 @@ from tessera.distributed._api import (
 )
 from tessera.distributed.comm import CommError, CommTimeout, Communicator
 from tessera.distributed.placement import placement
+from tessera.graph.trace import GlobalHooks as _GlobalHooks, register_global as _register_global
 
 __all__ = ["placement", "Communicator", "CommError", "CommTimeout", "get_rank",
            "get_world_size", "get_local_rank", "is_initialized", "is_available", "Group",
@@ -78,6 +79,14 @@ def _ranks(group):
 
 
 # the global device, the ops' SBP rules, and the collective ops graphs hold (registered)
-from tessera.distributed import _global, graph_ops, sbp, sbp_rules  # noqa: E402,F401
+from tessera.distributed import (  # noqa: E402,F401
+    _global,
+    dispatch as _sbp_dispatch,  # noqa: E402
+    graph_ops,
+    sbp,
+    sbp_rules,
+)
 
 _sbp_vocabulary.set_communicator(_comm.current)  # ops' sbp rules reach this rank's comm
+_register_global(_GlobalHooks(get_rank, _global.GlobalData, _sbp_dispatch.run,
+                              _global.to_global))  # tracing global tensors

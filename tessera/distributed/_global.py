@@ -11,6 +11,7 @@ import numpy as np
 
 from tessera import _dtype as D
 from tessera._tensor import Tensor
+from tessera._tensor_methods import _OPS
 from tessera.autograd.grad_mode import STATE
 from tessera.device.registry import Backend, device, register_device
 from tessera.distributed import comm as C
@@ -399,3 +400,7 @@ def _logical_shape(local: tuple, p: Placement, sbps: tuple, check: bool) -> tupl
 
 def _fmt_shapes(members: dict) -> str:
     return ", ".join(f"rank {r}: {list(s)}" for r, s in members.items())
+
+
+# Tensor.to_global / Tensor.to_local (Tensor sits below this layer)
+_OPS["to_global"], _OPS["to_local"] = to_global, to_local

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import os
 import traceback
+from collections.abc import Callable
+from typing import NamedTuple
 
 from tessera._dispatch import (
     _finish,
@@ -140,6 +142,25 @@ def _is_global(t: Tensor) -> bool:
     return t._device.type == "global"
 
 
+class GlobalHooks(NamedTuple):
+    """What tracing a global tensor needs of ``tessera.distributed`` (which registers it:
+    the distributed layer sits above the graph): this process's rank, the ``GlobalData``
+    type, the SBP dispatch ``run(op, args, metas, attrs, outs)`` and ``to_global``."""
+
+    rank: Callable[[], int]
+    global_data: type
+    run: Callable
+    to_global: Callable
+
+
+_GLOBAL: list[GlobalHooks] = []
+
+
+def register_global(hooks: GlobalHooks) -> None:
+    """Called by ``tessera.distributed`` on import."""
+    _GLOBAL[:] = [hooks]
+
+
 def is_symbolic(t) -> bool:
     """A traced tensor: its data (a global tensor: its tile) is a ``Symbol``."""
     if not isinstance(t, Tensor):
@@ -191,8 +212,7 @@ class Tracer:
         shape = t._shape
         if _is_global(t):  # the variable is this rank's tile
             if t._data.local is None:
-                from tessera.distributed import get_rank
-                raise GraphTraceError(f"nn.Graph: rank {get_rank()} reads a global tensor "
+                raise GraphTraceError(f"nn.Graph: rank {_GLOBAL[0].rank()} reads a global tensor "
                                       f"on {t._data.placement}, which leaves it out; at "
                                       f"{_user_frame()}")
             shape = tuple(t._data.local.shape)
@@ -219,8 +239,7 @@ class Tracer:
         d = t._data
         if d.local is None or type(d.local) is Symbol:
             return d
-        from tessera.distributed._global import GlobalData
-        return GlobalData(Symbol(self.value(t)), d.placement, d.sbp, d.shape, d.dtype)
+        return _GLOBAL[0].global_data(Symbol(self.value(t)), d.placement, d.sbp, d.shape, d.dtype)
 
     def _rebind(self, t: Tensor, v: Value) -> None:
         if type(t._data) is Symbol:
@@ -284,7 +303,7 @@ class Tracer:
     def _dispatch_global(self, op, args, attrs):
         """An op with a global input: eager mode's SBP dispatch on traced tiles (its
         boxing and local ops come back here as nodes); autograd on the global tensors."""
-        from tessera.distributed.dispatch import run
+        run = _GLOBAL[0].run
         dev = attrs.get("device") if not any(isinstance(a, Tensor) for a in args) else None
         grad = scalars = False
         metas, traced = [], []
@@ -357,7 +376,7 @@ class Tracer:
 
     def _write_global(self, target: Tensor, out: Tensor) -> None:
         """As eager ``copy_into``: the result is boxed into the target's placement and SBP."""
-        from tessera.distributed._global import to_global
+        to_global = _GLOBAL[0].to_global
         if target._base is not None:
             raise GraphTraceError("nn.Graph: an in-place write into a view of a global tensor "
                                   f"cannot be traced yet; at {_user_frame()}")
