@@ -8,9 +8,8 @@ c_rules``, the same rule the graph compiler fuses) into a flat vectorised loop o
 ``[lo, hi)``, compiles it once per (op, operand dtypes, attributes) through the disk cache,
 and runs it (on the kernel threads only for very large tensors: see ``PARALLEL_MIN``).
 Python numbers among the operands are run-time arguments, so that ``x * 0.5`` and
-``x * 0.25`` share a kernel. Measured against the NumPy kernels on 0.1-2M floats, one
-core: relu 0.35-0.45x their time, sigmoid 0.05-0.15x, gelu 0.25x, where 0.1x, a float
-times a bool mask 0.05-0.5x.
+``x * 0.25`` share a kernel. One vectorised pass replaces NumPy's single-core and
+sometimes scalar loops (bench kernels: chain, in eager mode).
 
 It applies only where the flat loop is the whole story: every tensor operand C-contiguous
 with the output's shape (no broadcasting), float32/float64 computation, at least
@@ -34,8 +33,8 @@ import numpy as np
 __all__ = ["run", "EAGER_MIN", "NUMPY_FAST", "enabled"]
 
 EAGER_MIN = 1 << 15     # elements: PyTorch's grain size; below it NumPy's call is cheaper
-# elements: below this one thread runs the whole loop. Handing chunks to the pool cost
-# ~300 us on this (virtualised) host, more than a one-core pass over 2M floats saves
+# elements: below this one thread runs the whole loop, since handing chunks to the pool
+# costs more than it saves on a shorter one-core pass (bench kernels: chain)
 PARALLEL_MIN = 1 << 22
 _NUMERIC_KEYS = 4       # distinct numeric attribute sets per op that may compile a kernel
 # C's types of the dtypes it takes (c_rules.CType.NAMES; not imported here: importing
@@ -49,8 +48,8 @@ _SCALAR_LIBM = re.compile(
     r"\b(a?sinh?|a?cosh?|a?tanh?|atan2|hypot|exp2|log2|log10|pow|fmod|fmax|fmin)f?\(")
 
 # ops NumPy runs as one SIMD ufunc at memory speed when every operand has the output's
-# dtype: a C loop gains nothing there and its call costs ~15 us more (measured 1.0-1.5x
-# NumPy's time on 0.1-2M floats), so they stay NumPy's unless an operand needs a cast
+# dtype: a C loop gains nothing there and its call costs more, so they stay NumPy's unless
+# an operand needs a cast (bench kernels: triad)
 NUMPY_FAST = frozenset({"add", "sub", "mul", "div", "neg", "positive", "abs", "square",
                          "sqrt", "reciprocal", "floor", "ceil", "trunc",
                          "eq", "ne", "lt", "le", "gt", "ge"})
