@@ -47,8 +47,9 @@ def _lib():
 
 
 def available(dtype) -> bool:
-    """Whether the fused kernels run for ``dtype``: the C kernels of ``tessera.codegen.
-    kernels`` can (float32/float64, a compiler, code generation on) and these built."""
+    """Whether the fused kernels run for ``dtype``: the C kernels of
+    ``tessera.kernels.window`` can (float32/float64, a compiler, code generation on) and
+    these built."""
     from tessera.kernels.window import available as kernels_available
     if not kernels_available(dtype):
         return False
