@@ -6,6 +6,7 @@ knows nothing of tensors, dispatch or graphs. It holds
 * ``cc``: the system C compiler and the content-addressed disk cache of the libraries it
   builds (generated graph kernels go through it too);
 * ``threadpool``: the kernel threads (``fork_join``, ``split_call``);
+* ``csource``: the hand-written C, real files in ``c/`` (package data), read once each;
 * ``prelude``: the C math every kernel includes;
 * ``elementwise``: eager elementwise ops rendered from an op's ``to_c`` rule;
 * ``window`` (im2col/col2im, depthwise convolution, max pooling), ``conv`` (the convolution

@@ -2,9 +2,8 @@
 
 NumPy's ``matmul`` runs a batch of small matrices (attention scores: 8 products of
 64x32 by 32x64) one after the other on one core: OpenBLAS threads a GEMM only above
-~262k multiply-adds, and the split in ``_lower`` hands work to Python threads, which
-costs more than the whole batch (bench einsum: attention 2x4x64x32). PyTorch splits such
-a batch over its threads.
+~262k multiply-adds, and handing the products to Python threads costs more than the whole
+batch (bench einsum: attention 2x4x64x32). PyTorch splits such a batch over its threads.
 Here the products are the parts of one job of the C kernel threads of
 ``tessera.kernels.threadpool``: the caller and the workers take them from one atomic counter, so
 a worker that is asleep or has lost its core costs nothing but its share of the work.
@@ -30,9 +29,9 @@ __all__ = ["matmul", "bind", "usable", "stacked", "BLAS_SINGLE", "STACK_MAX"]
 
 # OpenBLAS threads one GEMM above 65536 * GEMM_MULTITHREAD_THRESHOLD (4) multiply-adds
 BLAS_SINGLE = 65536 * 4
-# ``stacked`` takes products up to this many multiply-adds, BLAS held single-threaded:
-# attention's 128x64x128 products (1M) ran 64 one after the other, each split by OpenBLAS
-# over both cores with a fork and join per product
+# ``stacked`` takes products up to this many multiply-adds, BLAS held single-threaded: a
+# product a thread rather than OpenBLAS's fork and join over the cores for each of them, as
+# for attention's 128x64x128 products (bench training: transformer)
 STACK_MAX = 1 << 22
 
 

@@ -9,9 +9,10 @@ chain on its own column buffer with BLAS single-threaded. Compared with a Python
 items, which matters on a loaded machine), each column buffer stays in its core's cache,
 and im2col/col2im/bias run on every core. ``threaded()`` is False when NumPy's BLAS is not an
 OpenBLAS (or code generation is off); ``tessera.ops.conv`` then loops in Python. The same
-header builds the Winograd F(2x2, 3x3) and F(4x4, 3x3) drivers of ``tessera.kernels.winograd``
-and ``tessera.kernels.winograd4`` (3x3 stride-1 convolutions and their gradients). A
-family of drivers (im2col, F(2x2), F(4x4)) compiles on its first call, a library each.
+header (``c/conv.h``) builds the Winograd F(2x2, 3x3) and F(4x4, 3x3) drivers of
+``tessera.kernels.winograd`` and ``tessera.kernels.winograd4`` (3x3 stride-1 convolutions
+and their gradients). A family of drivers (im2col, F(2x2), F(4x4)) compiles on its first
+call, a library each.
 
 >>> import numpy as np
 >>> x, w = np.ones((2, 1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32)
@@ -36,183 +37,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tessera.kernels.window import _SUFFIX, WINDOW_C, available
+from tessera.kernels.csource import defines, source
+from tessera.kernels.window import _SUFFIX, available
 
 __all__ = ["threaded", "conv2d_threaded", "conv2d_input_grad_threaded",
            "conv2d_weight_grad_threaded"]
-
-_DRIVER = r"""
-#include <sched.h>
-#include <stdint.h>
-#include <string.h>
-typedef %(blasint)s blasint;
-enum { ROW = 101, NT = 111, TR = 112 };
-
-""" + WINDOW_C + r"""
-/* the geometry g[]: C H W O KH KW SH SW PH PW DH DW OH OW N RB G OB SHARED */
-#define GEOMETRY                                                                          \
-    int64_t C = g[0], H = g[1], W = g[2], O = g[3], KH = g[4], KW = g[5], SH = g[6],      \
-            SW = g[7], PH = g[8], PW = g[9], DH = g[10], DW = g[11], OH = g[12],          \
-            OW = g[13], N = g[14], RB = g[15], G = g[16], OB = g[17], SHARED = g[18];     \
-    int64_t CK = C * KH * KW, P = OH * OW;                                                \
-    int direct = KH == 1 && KW == 1 && SH == 1 && SW == 1 && PH == 0 && PW == 0;          \
-    (void)N; (void)RB; (void)G; (void)OB; (void)direct; (void)O; (void)P; (void)SHARED
-
-/* wait until *done reaches total: the passes of one call of a driver (here and in the
-   Winograd ones) meet here rather than at the pool's barrier (on a busy host, waking a
-   blocked thread takes far longer than a yielding one takes to see the count); every item
-   is taken by a running thread, so the count gets there however many threads started */
-static inline void conv_wait(int64_t* done, int64_t total) {
-    while (__atomic_load_n(done, __ATOMIC_ACQUIRE) < total) sched_yield();
-}
-
-/* the CBLAS GEMM's type, in the header of every translation unit of the library */
-#define GEMM_TYPE(T, S)                                                                   \
-typedef void (*gemm_##S)(int, int, int, blasint, blasint, blasint, T, const T*, blasint,  \
-                         const T*, blasint, T, T*, blasint);
-
-#define DRIVERS(T, S)                                                                     \
-/* output rows [r0, r1) of image x (C, H, W) -> cols (CK, (r1-r0)*OW), rows LD apart */   \
-static void im2col_##S(const T* x, T* cols, const int64_t* g, int64_t r0, int64_t r1,     \
-                       int64_t LD) {                                                      \
-    GEOMETRY;                                                                             \
-    im2col_block_##S(x, cols, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OW, LD, 0, CK, r0, r1); \
-}                                                                                         \
-                                                                                          \
-/* dx (C, H, W) = the sum of each element's window entries in cols (CK, P) */             \
-static void col2im_##S(const T* cols, T* dx, const int64_t* g) {                          \
-    GEOMETRY;                                                                             \
-    col2im_plane_##S(cols, dx, C, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW, P, 0, C); \
-}                                                                                         \
-                                                                                          \
-/* output channels [o0, o1) of yo (rows P apart, m columns each) += their bias b[o] */  \
-static inline void add_bias_##S(T* yo, const T* b, int64_t o0, int64_t o1, int64_t P,     \
-                                int64_t m) {                                              \
-    for (int64_t o = o0; o < o1; o++) {                                                   \
-        T bo = b[o], *r = yo + (o - o0) * P;                                              \
-        _Pragma("omp simd")                                                               \
-        for (int64_t q = 0; q < m; q++) r[q] += bo;                                       \
-    }                                                                                     \
-}                                                                                         \
-                                                                                          \
-/* y = w (*) x + b with the columns of all N images built once, in work, shared by the   \
-   threads (fewer images than threads, too few rows for row blocks of their own: each     \
-   thread building all the columns it multiplies spent an im2col a thread): items of      \
-   SHARED rows of the columns, then of OB output channels by RB output rows of an image */ \
-static void conv_fwd_shared_##S(const T* x, const T* w, const T* b, T* y, T* work,        \
-                                int64_t* next, const int64_t* g, void* gemm) {            \
-    GEOMETRY;                                                                             \
-    int64_t chunks = (CK + SHARED - 1) / SHARED, nob = (O + OB - 1) / OB;                 \
-    int64_t nrb = (OH + RB - 1) / RB;                                                     \
-    for (int64_t it; !direct && (it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED))      \
-                                    < N * chunks;) {                                      \
-        int64_t n = it / chunks, lo = it %% chunks * SHARED;                              \
-        im2col_block_##S(x + n * C * H * W, work + n * CK * P, H, W, KH, KW, SH, SW, PH,   \
-                         PW, DH, DW, OW, P, lo, lo + SHARED < CK ? lo + SHARED : CK, 0, OH); \
-        __atomic_fetch_add(next + 1, 1, __ATOMIC_RELEASE);                                \
-    }                                                                                     \
-    if (!direct) conv_wait(next + 1, N * chunks);                                         \
-    for (;;) {                                                                            \
-        int64_t it = __atomic_fetch_add(next + 2, 1, __ATOMIC_RELAXED);                   \
-        if (it >= N * nob * nrb) break;                                                   \
-        int64_t n = it / (nob * nrb), o0 = it / nrb %% nob * OB, r0 = it %% nrb * RB;      \
-        int64_t o1 = o0 + OB < O ? o0 + OB : O, m = ((r0 + RB < OH ? r0 + RB : OH) - r0) * OW; \
-        const T* src = (direct ? x + n * C * H * W : work + n * CK * P) + r0 * OW;        \
-        T* yo = y + (n * O + o0) * P + r0 * OW;                                           \
-        ((gemm_##S)gemm)(ROW, NT, NT, o1 - o0, m, CK, 1, w + o0 * CK, CK, src, P, 0, yo, P); \
-        if (b) add_bias_##S(yo, b, o0, o1, P, m);                                         \
-    }                                                                                     \
-}                                                                                         \
-                                                                                          \
-/* y = w (*) x + b. Items: G images side by side (when G > 1, through a buffer after     \
-   the columns), or OB output channels of RB output rows of one image (a thread keeps     \
-   the columns it has for the next item); thread t's buffer is work + t * ws. */          \
-void tsr_conv_fwd_##S(const T* x, const T* w, const T* b, T* y, T* work, int64_t ws,      \
-                      int64_t* next, const int64_t* g, void* gemm, int64_t t,             \
-                      int64_t t1) {                                                       \
-    GEOMETRY;                                                                             \
-    (void)t1;                                                                             \
-    int64_t nblk = (OH + RB - 1) / RB, nob = (O + OB - 1) / OB, have = -1;                \
-    int64_t items = G > 1 ? (N + G - 1) / G : N * nblk * nob;                             \
-    T* cols = work + t * ws;                                                              \
-    if (SHARED) {                                                                         \
-        conv_fwd_shared_##S(x, w, b, y, work, next, g, gemm);                             \
-        return;                                                                           \
-    }                                                                                     \
-    for (;;) {                                                                            \
-        int64_t it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);                       \
-        if (it >= items) break;                                                           \
-        if (G > 1) {                                                                      \
-            int64_t n0 = it * G, k = N - n0 < G ? N - n0 : G, m = k * P;                  \
-            T* out = cols + CK * m;                                                       \
-            for (int64_t j = 0; j < k; j++)                                               \
-                im2col_##S(x + (n0 + j) * C * H * W, cols + j * P, g, 0, OH, m);          \
-            ((gemm_##S)gemm)(ROW, NT, NT, O, m, CK, 1, w, CK, cols, m, 0, out, m);        \
-            for (int64_t j = 0; j < k; j++)                                               \
-                for (int64_t o = 0; o < O; o++) {                                         \
-                    T* dst = y + ((n0 + j) * O + o) * P;                                  \
-                    const T* src = out + o * m + j * P;                                   \
-                    T bo = b ? b[o] : (T)0;                                               \
-                    _Pragma("omp simd")                                                   \
-                    for (int64_t q = 0; q < P; q++) dst[q] = src[q] + bo;                 \
-                }                                                                         \
-            continue;                                                                     \
-        }                                                                                 \
-        int64_t blk = it / nob, o0 = it %% nob * OB, o1 = o0 + OB < O ? o0 + OB : O;      \
-        int64_t n = blk / nblk, r0 = blk %% nblk * RB, r1 = r0 + RB < OH ? r0 + RB : OH;  \
-        int64_t m = (r1 - r0) * OW;                                                       \
-        T* yo = y + n * O * P + r0 * OW + o0 * P;                                         \
-        const T* src = x + n * C * H * W + r0 * OW;                                       \
-        blasint ld = P;                                                                   \
-        if (!direct) {                                                                    \
-            if (have != blk) im2col_##S(x + n * C * H * W, cols, g, r0, r1, m);           \
-            have = blk; src = cols; ld = m;                                               \
-        }                                                                                 \
-        ((gemm_##S)gemm)(ROW, NT, NT, o1 - o0, m, CK, 1, w + o0 * CK, CK, src, ld, 0, yo,  \
-                         P);                                                              \
-        if (b) add_bias_##S(yo, b, o0, o1, P, m);                                         \
-    }                                                                                     \
-}                                                                                         \
-                                                                                          \
-/* dx = the input gradient of gy (N, O, P); one image an item */                          \
-void tsr_conv_igrad_##S(const T* gy, const T* w, T* dx, T* work, int64_t ws,              \
-                        int64_t* next, const int64_t* g, void* gemm, int64_t t,           \
-                        int64_t t1) {                                                     \
-    GEOMETRY;                                                                             \
-    (void)t1;                                                                             \
-    T* cols = work + t * ws;                                                              \
-    for (;;) {                                                                            \
-        int64_t n = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);                        \
-        if (n >= N) break;                                                                \
-        T* dst = direct ? dx + n * C * H * W : cols;                                      \
-        ((gemm_##S)gemm)(ROW, TR, NT, CK, P, O, 1, w, CK, gy + n * O * P, P, 0, dst, P);  \
-        if (!direct) col2im_##S(cols, dx + n * C * H * W, g);                             \
-    }                                                                                     \
-}                                                                                         \
-                                                                                          \
-/* dw[t] (O, CK) = the weight gradient summed over thread t's images: a fixed block of  \
-   them (of nt threads), not items from the counter, so the sum's order, and the result, \
-   do not depend on which thread ran first */                                             \
-void tsr_conv_wgrad_##S(const T* x, const T* gy, T* dw, T* work, int64_t ws,              \
-                        int64_t* next, const int64_t* g, void* gemm, int64_t t,           \
-                        int64_t nt) {                                                     \
-    GEOMETRY;                                                                             \
-    (void)next;                                                                           \
-    T* cols = work + t * ws;                                                              \
-    T* acc = dw + t * O * CK;                                                             \
-    T beta = 0;                                                                           \
-    for (int64_t n = N * t / nt; n < N * (t + 1) / nt; n++) {                             \
-        const T* src = x + n * C * H * W;                                                 \
-        if (!direct) { im2col_##S(src, cols, g, 0, OH, P); src = cols; }                  \
-        ((gemm_##S)gemm)(ROW, NT, TR, O, CK, P, 1, gy + n * O * P, P, src, P, beta, acc,  \
-                         CK);                                                             \
-        beta = 1;                                                                         \
-    }                                                                                     \
-    if (beta == 0) memset(acc, 0, O * CK * sizeof(T));                                    \
-}
-
-"""
-
 
 class _Blas(NamedTuple):
     sgemm: int          # addresses of cblas_sgemm / cblas_dgemm
@@ -269,12 +98,15 @@ _POINTERS = {"fwd": 5, "igrad": 4, "wgrad": 4, "wino_fwd": 6, "wide": 8}
 @functools.cache
 def _header(s: str) -> str:
     """Every driver library's header for dtype suffix ``s`` (f32 or f64): the macros and
-    types its definitions are built from."""
-    from tessera.kernels.winograd import WINOGRAD_C
-    from tessera.kernels.winograd4 import WINOGRAD4_C
+    types its definitions are built from (``c/conv.h``)."""
     t = {"f32": "float", "f64": "double"}[s]
-    return (_DRIVER % dict(blasint="int64_t" if _blas().ilp64 else "int") + WINOGRAD_C +
-            WINOGRAD4_C + f"\nGEMM_TYPE({t}, {s})\n")
+    return source("conv.h") + f"\nGEMM_TYPE({t}, {s})\n"
+
+
+def _blasint() -> str:
+    """The C type of the CBLAS integer of NumPy's OpenBLAS: ``int64_t`` for an ILP64 one."""
+    blas = _blas()
+    return "int64_t" if blas is not None and blas.ilp64 else "int"
 
 
 def _definitions(name: str, s: str) -> str:
@@ -295,9 +127,8 @@ def _definitions(name: str, s: str) -> str:
 @functools.cache
 def _driver(name: str, s: str):
     """The C driver ``tsr_conv_<name>_<s>``, compiled on its first call (or by ``prefetch``)
-    with its family (``_definitions``): a graph compiles only the families its layers run
-    (the benchmark CNN's training graph F(4x4)'s; compiling all three would be most of its
-    cold compile: bench compile: cnn train)."""
+    with its family (``_definitions``): a graph compiles only the families its layers run,
+    not all three (bench compile: cnn train)."""
     f = getattr(once(("conv", _definitions(name, s)), functools.partial(_build, name, s)),
                 f"tsr_conv_{name}_{s}")
     kind = "wino_fwd" if name.endswith("_fwd") else name.split("_")[-1]
@@ -307,7 +138,7 @@ def _driver(name: str, s: str):
 
 def _build(name: str, s: str):
     from tessera.kernels.cc import load
-    return load([_header(s), _definitions(name, s)])
+    return load([_header(s), _definitions(name, s)], defines(BLASINT=_blasint()))
 
 
 def prefetch(name: str, dtype) -> None:
@@ -447,8 +278,8 @@ def _plan(n: int, o: int, oh: int, ow: int, ck: int, itemsize: int,
         return threads, rb, 1, o
     parts = -(-threads // n)
     if o >= 2 * parts * _MIN_CHANNELS:
-        # one block a thread, not more: each block's GEMM packs all the shared columns
-        # again (bench models: resnet18 infer b1)
+        # one block a thread, the fewest blocks: each block's GEMM packs all the shared
+        # columns again (bench models: resnet18 infer b1)
         return threads, oh, 1, -(-o // parts)
     return 1, oh, max(1, min(n, _WIDE_GEMM // p)), o
 

@@ -8,8 +8,8 @@ c_rules``, the same rule the graph compiler fuses) into a flat vectorised loop o
 ``[lo, hi)``, compiles it once per (op, operand dtypes, attributes) through the disk cache,
 and runs it (on the kernel threads only for very large tensors: see ``PARALLEL_MIN``).
 Python numbers among the operands are run-time arguments, so that ``x * 0.5`` and
-``x * 0.25`` share a kernel. It beats the NumPy kernels on activations, transcendentals,
-``where`` and casts from bool (bench training: cnn, transformer; the eager columns).
+``x * 0.25`` share a kernel. One vectorised pass replaces NumPy's single-core and
+sometimes scalar loops (bench kernels: chain, in eager mode).
 
 It applies only where the flat loop is the whole story: every tensor operand C-contiguous
 with the output's shape (no broadcasting), float32/float64 computation, at least
@@ -36,7 +36,7 @@ __all__ = ["run", "EAGER_MIN", "NUMPY_FAST", "enabled"]
 
 EAGER_MIN = 1 << 15     # elements: PyTorch's grain size; below it NumPy's call is cheaper
 # elements: below this one thread runs the whole loop, since handing chunks to the pool
-# costs more than splitting a shorter pass saves (bench kernels: chain, the eager column)
+# costs more than it saves on a shorter one-core pass (bench kernels: chain)
 PARALLEL_MIN = 1 << 22
 _NUMERIC_KEYS = 4       # distinct numeric attribute sets per op that may compile a kernel
 # C's types of the dtypes it takes (c_rules.CType.NAMES; not imported here: importing
@@ -51,7 +51,7 @@ _SCALAR_LIBM = re.compile(
 
 # ops NumPy runs as one SIMD ufunc at memory speed when every operand has the output's
 # dtype: a C loop gains nothing there and its call costs more, so they stay NumPy's unless
-# an operand needs a cast (bench kernels: triad, the eager column)
+# an operand needs a cast (bench kernels: triad)
 NUMPY_FAST = frozenset({"add", "sub", "mul", "div", "neg", "positive", "abs", "square",
                          "sqrt", "reciprocal", "floor", "ceil", "trunc",
                          "eq", "ne", "lt", "le", "gt", "ge"})
