@@ -2,7 +2,9 @@
 
 Every optimizer updates parameters in place under ``no_grad`` with tessera's in-place ops
 (``add_``, ``addcdiv_``, ...), and keeps its state tensors in ``optimizer.state[p]`` in
-PyTorch's layout, so trajectories and state_dicts match PyTorch's.
+PyTorch's layout, so trajectories and state_dicts match PyTorch's. ``Optimizer`` runs the
+step and creates each parameter's state; an optimizer's module holds its constructor and its
+update rule. ``lr_scheduler`` gathers the schedulers from their private parts.
 
 >>> import tessera
 >>> w = tessera.nn.Parameter(tessera.ones(2))

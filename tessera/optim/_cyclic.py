@@ -15,7 +15,7 @@ import types
 from functools import partial
 from typing import Any
 
-from tessera.optim.lr_scheduler import (
+from tessera.optim._scheduler import (
     LRScheduler,
     _Flag,
     _format_param,

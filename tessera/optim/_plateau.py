@@ -15,7 +15,7 @@ import math
 import warnings
 from typing import Any, SupportsFloat
 
-from tessera.optim.lr_scheduler import (
+from tessera.optim._scheduler import (
     EPOCH_DEPRECATION_WARNING,
     LRScheduler,
     _param_groups_val_list,

@@ -9,16 +9,7 @@ tensor([0.9968, 0.9968])
 from __future__ import annotations
 
 from tessera._tensor import Tensor
-from tessera.ops.creation import zeros_like
-from tessera.optim.optimizer import (
-    Optimizer,
-    _check_lr,
-    _check_nonneg,
-    _run_closure,
-    _step_tensor,
-    _to_scalar,
-    _use_grad_for_differentiable,
-)
+from tessera.optim.optimizer import Optimizer, _check_lr, _check_nonneg, _to_scalar
 
 __all__ = ["Adadelta"]
 
@@ -26,6 +17,11 @@ __all__ = ["Adadelta"]
 class Adadelta(Optimizer):
     """``torch.optim.Adadelta``: ``v = rho v + (1-rho) g^2``,
     ``dx = sqrt(u + eps) / sqrt(v + eps) * g``, ``u = rho u + (1-rho) dx^2``, ``p -= lr dx``."""
+
+    state_scalars = (("step", 0.0),)
+    state_keys = ("square_avg", "acc_delta")
+    group_defaults = {"foreach": None, "maximize": False, "differentiable": False,
+                      "capturable": False}
 
     def __init__(self, params, lr: float | Tensor = 1.0, rho: float = 0.9, eps: float = 1e-6,
                  weight_decay: float = 0, foreach: bool | None = None, *,
@@ -41,48 +37,19 @@ class Adadelta(Optimizer):
                     "differentiable": differentiable}
         super().__init__(params, defaults)
 
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        for group in self.param_groups:
-            for key, value in (("foreach", None), ("maximize", False),
-                               ("differentiable", False), ("capturable", False)):
-                group.setdefault(key, value)
-            for p in group["params"]:
-                p_state = self.state.get(p, {})
-                if p_state and not isinstance(p_state["step"], Tensor):
-                    p_state["step"] = _step_tensor(float(p_state["step"]))
-
-    def _init_state(self, p: Tensor) -> dict:
-        state = self.state[p]
-        if len(state) == 0:
-            state["step"] = _step_tensor()
-            state["square_avg"] = zeros_like(p)
-            state["acc_delta"] = zeros_like(p)
-        return state
-
-    @_use_grad_for_differentiable
-    def step(self, closure=None):
-        """One Adadelta step; ``closure`` (optional) re-evaluates the model."""
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    _adadelta_update(self._init_state(p), p, p.grad, group)
-        return loss
-
-
-def _adadelta_update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
-    lr = _to_scalar(group["lr"])
-    rho, eps = group["rho"], group["eps"]
-    square_avg, acc_delta = state["square_avg"], state["acc_delta"]
-    state["step"] += 1
-    if group["maximize"]:
-        grad = -grad
-    if group["weight_decay"] != 0:
-        grad = grad.add(param, alpha=group["weight_decay"])
-    square_avg.mul_(rho).addcmul_(grad, grad, value=1 - rho)
-    std = square_avg.add(eps).sqrt_()
-    delta = acc_delta.add(eps).sqrt_()
-    delta.div_(std).mul_(grad)
-    acc_delta.mul_(rho).addcmul_(delta, delta, value=1 - rho)
-    param.add_(delta, alpha=-lr)
+    @staticmethod
+    def _update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
+        lr = _to_scalar(group["lr"])
+        rho, eps = group["rho"], group["eps"]
+        square_avg, acc_delta = state["square_avg"], state["acc_delta"]
+        state["step"] += 1
+        if group["maximize"]:
+            grad = -grad
+        if group["weight_decay"] != 0:
+            grad = grad.add(param, alpha=group["weight_decay"])
+        square_avg.mul_(rho).addcmul_(grad, grad, value=1 - rho)
+        std = square_avg.add(eps).sqrt_()
+        delta = acc_delta.add(eps).sqrt_()
+        delta.div_(std).mul_(grad)
+        acc_delta.mul_(rho).addcmul_(delta, delta, value=1 - rho)
+        param.add_(delta, alpha=-lr)

@@ -12,13 +12,11 @@ from tessera._tensor import Tensor
 from tessera.ops.creation import full_like
 from tessera.optim.optimizer import (
     Optimizer,
+    _check_fused,
     _check_lr,
     _check_nonneg,
     _get_value,
-    _run_closure,
-    _step_tensor,
     _to_scalar,
-    _use_grad_for_differentiable,
 )
 
 __all__ = ["Adagrad"]
@@ -27,6 +25,11 @@ __all__ = ["Adagrad"]
 class Adagrad(Optimizer):
     """``torch.optim.Adagrad``: ``s += g^2``; ``p -= lr / (1 + (t-1) lr_decay) g / (sqrt(s)
     + eps)``. State exists for every parameter from construction on, as in PyTorch."""
+
+    state_scalars = (("step", 0.0),)
+    state_keys = ("sum",)
+    group_defaults = {"foreach": None, "maximize": False, "differentiable": False,
+                      "fused": None}
 
     def __init__(self, params, lr: float | Tensor = 1e-2, lr_decay: float = 0,
                  weight_decay: float = 0, initial_accumulator_value: float = 0,
@@ -42,59 +45,32 @@ class Adagrad(Optimizer):
                     "foreach": foreach, "maximize": maximize,
                     "differentiable": differentiable, "fused": fused}
         super().__init__(params, defaults)
-        if fused and differentiable:
-            raise RuntimeError("`fused` does not support `differentiable`")
-        if fused and foreach:
-            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+        _check_fused(fused, foreach, differentiable)
         for group in self.param_groups:
             for p in group["params"]:
-                self._init_state(p)
+                self._init_state(p, group)
 
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        for group in self.param_groups:
-            for key, value in (("foreach", None), ("maximize", False),
-                               ("differentiable", False), ("fused", None)):
-                group.setdefault(key, value)
-        for s in self.state.values():
-            if "step" in s and not isinstance(s["step"], Tensor):
-                s["step"] = _step_tensor(float(s["step"]))
-
-    def _init_state(self, p: Tensor) -> dict:
-        state = self.state[p]
-        if len(state) == 0:
-            state["step"] = _step_tensor()
-            init = self.defaults["initial_accumulator_value"]
-            state["sum"] = full_like(p, complex(init, init) if p.is_complex() else init)
-        return state
+    def _new_buffer(self, p: Tensor) -> Tensor:
+        init = self.defaults["initial_accumulator_value"]
+        return full_like(p, complex(init, init) if p.is_complex() else init)
 
     def share_memory(self) -> None:
         """A no-op: CPU state already lives in ordinary process memory."""
 
-    @_use_grad_for_differentiable
-    def step(self, closure=None):
-        """One Adagrad step; ``closure`` (optional) re-evaluates the model."""
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    _adagrad_update(self._init_state(p), p, p.grad, group)
-        return loss
-
-
-def _adagrad_update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
-    lr = _to_scalar(group["lr"])
-    step_t, state_sum = state["step"], state["sum"]
-    step_t += 1
-    step = _get_value(step_t)
-    if group["maximize"]:
-        grad = -grad
-    if group["weight_decay"] != 0:
-        grad = grad.add(param, alpha=group["weight_decay"])
-    clr = lr / (1 + (step - 1) * group["lr_decay"])
-    state_sum.addcmul_(grad, grad, value=1)
-    if group["differentiable"]:
-        std = state_sum.sqrt() + group["eps"]
-    else:
-        std = state_sum.sqrt().add_(group["eps"])
-    param.addcdiv_(grad, std, value=-clr)
+    @staticmethod
+    def _update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
+        lr = _to_scalar(group["lr"])
+        step_t, state_sum = state["step"], state["sum"]
+        step_t += 1
+        step = _get_value(step_t)
+        if group["maximize"]:
+            grad = -grad
+        if group["weight_decay"] != 0:
+            grad = grad.add(param, alpha=group["weight_decay"])
+        clr = lr / (1 + (step - 1) * group["lr_decay"])
+        state_sum.addcmul_(grad, grad, value=1)
+        if group["differentiable"]:
+            std = state_sum.sqrt() + group["eps"]
+        else:
+            std = state_sum.sqrt().add_(group["eps"])
+        param.addcdiv_(grad, std, value=-clr)

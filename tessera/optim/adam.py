@@ -8,19 +8,16 @@ tensor([0.9000, 0.9000])
 """
 from __future__ import annotations
 
-from tessera._tensor import Tensor
-from tessera.ops.creation import zeros_like
+from tessera import _dispatch
+from tessera._tensor import _CPU as CPU, Tensor
+from tessera.kernels.optim import adam_step, available
 from tessera.ops.elementwise import maximum
 from tessera.optim.optimizer import (
     Optimizer,
-    _check_betas,
-    _check_lr,
-    _check_nonneg,
+    _check_adam_args,
+    _check_fused,
     _get_value,
-    _run_closure,
-    _step_tensor,
     _to_scalar,
-    _use_grad_for_differentiable,
 )
 
 __all__ = ["Adam"]
@@ -30,15 +27,18 @@ class Adam(Optimizer):
     """``torch.optim.Adam``: ``m = lerp(m, g, 1-b1)``, ``v = b2 v + (1-b2) g^2``,
     ``p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)``."""
 
+    state_scalars = (("step", 0.0),)
+    state_keys = ("exp_avg", "exp_avg_sq")
+    group_defaults = {"amsgrad": False, "maximize": False, "foreach": None,
+                      "capturable": False, "differentiable": False,
+                      "decoupled_weight_decay": False, "fused": None}
+
     def __init__(self, params, lr: float | Tensor = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0, amsgrad: bool = False, *,
                  foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
                  differentiable: bool = False, fused: bool | None = None,
                  decoupled_weight_decay: bool = False) -> None:
-        _check_lr(lr)
-        _check_nonneg(eps, "epsilon value")
-        _check_betas(betas)
-        _check_nonneg(weight_decay, "weight_decay value")
+        _check_adam_args(lr, betas, eps, weight_decay)
         if not (isinstance(betas[0], float) and isinstance(betas[1], float)
                 or isinstance(betas[0], Tensor) and isinstance(betas[1], Tensor)):
             raise ValueError("betas must be either both floats or both Tensors")
@@ -48,52 +48,21 @@ class Adam(Optimizer):
                     "capturable": capturable, "differentiable": differentiable, "fused": fused,
                     "decoupled_weight_decay": decoupled_weight_decay}
         super().__init__(params, defaults)
-        if fused and differentiable:
-            raise RuntimeError("`fused` does not support `differentiable`")
-        if fused and foreach:
-            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+        _check_fused(fused, foreach, differentiable)
 
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        for group in self.param_groups:
-            for key, value in (("amsgrad", False), ("maximize", False), ("foreach", None),
-                               ("capturable", False), ("differentiable", False),
-                               ("decoupled_weight_decay", False), ("fused", None)):
-                group.setdefault(key, value)
-            for p in group["params"]:
-                p_state = self.state.get(p, {})
-                if p_state and not isinstance(p_state["step"], Tensor):
-                    p_state["step"] = _step_tensor(float(p_state["step"]))
+    def _state_keys(self, group: dict) -> tuple[str, ...]:
+        return self.state_keys + (("max_exp_avg_sq",) if group["amsgrad"] else ())
 
-    def _init_state(self, p: Tensor, group: dict) -> dict:
-        state = self.state[p]
-        if len(state) == 0:
-            state["step"] = _step_tensor()
-            state["exp_avg"] = zeros_like(p)
-            state["exp_avg_sq"] = zeros_like(p)
-            if group["amsgrad"]:
-                state["max_exp_avg_sq"] = zeros_like(p)
-        return state
-
-    @_use_grad_for_differentiable
-    def step(self, closure=None):
-        """One Adam step; ``closure`` (optional) re-evaluates the model and returns the loss."""
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            fused = _fused_group(group)
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self._init_state(p, group)
-                if fused and _fusable(p, state):
-                    _adam_fused(state, p, p.grad, group)
-                elif group["fused"]:
-                    raise RuntimeError("`fused=True` requires all the params to be contiguous "
-                                       "float32/float64 CPU Tensors with gradients of the "
-                                       f"same layout, got {p.dtype} on {p.device}")
-                else:
-                    _adam_update(state, p, p.grad, group)
-        return loss
+    @staticmethod
+    def _update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
+        if _fused_group(group) and _fusable(param, state):
+            _adam_fused(state, param, grad, group)
+        elif group["fused"]:
+            raise RuntimeError("`fused=True` requires all the params to be contiguous "
+                               "float32/float64 CPU Tensors with gradients of the "
+                               f"same layout, got {param.dtype} on {param.device}")
+        else:
+            _adam_update(state, param, grad, group)
 
 
 def _fused_group(group: dict) -> bool:
@@ -102,15 +71,12 @@ def _fused_group(group: dict) -> bool:
     traced into a graph. PyTorch's CPU default (``fused=None``) is the op-by-op loop; the
     fused kernel computes the same thing with fewer roundings and no per-op dispatch, so
     tessera takes it by default (LeNet-5's Adam step: ~10 ops of dispatch per parameter)."""
-    from tessera import _dispatch
     if group["fused"] is False or group["differentiable"] or _dispatch._MODES:
         return False
     return not isinstance(_to_scalar(group["lr"]), Tensor)
 
 
 def _fusable(p: Tensor, state: dict) -> bool:
-    from tessera._tensor import _CPU as CPU
-    from tessera.kernels.optim import available
     g = p.grad
     arrays = [p, g, state["exp_avg"], state["exp_avg_sq"]] + (
         [state["max_exp_avg_sq"]] if "max_exp_avg_sq" in state else [])
@@ -122,7 +88,6 @@ def _fusable(p: Tensor, state: dict) -> bool:
 
 def _adam_fused(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
     """``_adam_update`` as one C loop (the same arithmetic, element by element)."""
-    from tessera.kernels.optim import adam_step
     beta1, beta2 = group["betas"]
     step_t = state["step"]
     step_t += 1
@@ -137,24 +102,34 @@ def _adam_fused(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
             t._version[0] += 1
 
 
-def _adam_update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
-    lr = _to_scalar(group["lr"])
+def _adam_moments(state: dict, param: Tensor, grad: Tensor, group: dict, lr) -> Tensor:
+    """The first half of Adam, RAdam and NAdam, in PyTorch's order: ``step += 1``, weight
+    decay (L2 into the gradient, or decoupled on the parameter), ``m = lerp(m, g, 1-b1)``,
+    ``v = b2 v + (1-b2) g^2``. Returns the gradient the rest of the update uses."""
     beta1, beta2 = group["betas"]
-    weight_decay, eps = group["weight_decay"], group["eps"]
+    weight_decay = group["weight_decay"]
     if group["maximize"]:
         grad = -grad
-    exp_avg, exp_avg_sq, step_t = state["exp_avg"], state["exp_avg_sq"], state["step"]
+    step_t = state["step"]
     step_t += 1
     if weight_decay != 0:
         if group["decoupled_weight_decay"]:
             param.mul_(1 - lr * weight_decay)
         else:
             grad = grad.add(param, alpha=weight_decay)
-    exp_avg.lerp_(grad, 1 - beta1)
-    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    state["exp_avg"].lerp_(grad, 1 - beta1)
+    state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    return grad
+
+
+def _adam_update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
+    lr = _to_scalar(group["lr"])
+    beta1, beta2 = group["betas"]
+    eps, exp_avg, exp_avg_sq = group["eps"], state["exp_avg"], state["exp_avg_sq"]
+    _adam_moments(state, param, grad, group, lr)
     # Python numbers eagerly; tensors when traced in an nn.Graph (PyTorch's capturable
     # math), where step and lr are known only when the graph runs
-    step = _get_value(step_t)
+    step = _get_value(state["step"])
     if isinstance(step, Tensor):
         step = step.double()  # the Python float eager mode computes with
     bias_correction1 = 1 - beta1 ** step

@@ -19,7 +19,7 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
 from copy import deepcopy
 from itertools import chain
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -126,6 +126,23 @@ def _check_betas(betas) -> None:
         raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
 
 
+def _check_adam_args(lr, betas, eps, weight_decay) -> None:
+    """The argument checks of the Adam family, in PyTorch's order (so the same bad
+    argument is named first)."""
+    _check_lr(lr)
+    _check_nonneg(eps, "epsilon value")
+    _check_betas(betas)
+    _check_nonneg(weight_decay, "weight_decay value")
+
+
+def _check_fused(fused, foreach, differentiable) -> None:
+    """PyTorch's checks of ``fused`` against the other implementation flags."""
+    if fused and differentiable:
+        raise RuntimeError("`fused` does not support `differentiable`")
+    if fused and foreach:
+        raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+
+
 def _run_closure(closure):
     """The loss from ``closure`` (re-evaluated with grad mode on), or None."""
     if closure is None:
@@ -182,7 +199,21 @@ class Optimizer:
     ``params``: an iterable of Tensors, of ``(name, Tensor)`` pairs, or of dicts (param
     groups, each with a ``"params"`` entry and optional per-group hyper-parameters).
     ``defaults``: the hyper-parameters a group takes when it does not give them.
+
+    A subclass gives its update rule as ``_update(state, param, grad, group)`` (in place, on
+    one parameter) and declares its per-parameter state; the shared ``step`` creates that
+    state on a parameter's first step and calls ``_update`` on every parameter with a
+    gradient. A subclass may instead override ``step`` (``LBFGS``), as in PyTorch.
     """
+
+    #: 0-d tensors of each parameter's state (``step`` and the like) with their initial
+    #: values, in state order; ``__setstate__`` turns saved Python numbers back into them.
+    state_scalars: ClassVar[tuple[tuple[str, float], ...]] = ()
+    #: the state tensors shaped like the parameter (zeros at first), after the scalars.
+    state_keys: ClassVar[tuple[str, ...]] = ()
+    #: group options that ``__setstate__`` gives a group saved without them (an older
+    #: PyTorch's state_dict).
+    group_defaults: ClassVar[dict[str, Any]] = {}
 
     _optimizer_step_pre_hooks: OrderedDict[int, Callable]
     _optimizer_step_post_hooks: OrderedDict[int, Callable]
@@ -229,6 +260,11 @@ class Optimizer:
         self.__dict__.update(state)
         self._init_hook_dicts()
         self.defaults.setdefault("differentiable", False)
+        for group in self.param_groups:
+            for key, value in self.group_defaults.items():
+                group.setdefault(key, value)
+            for p in group["params"]:
+                _scalars_as_tensors(self.state.get(p), self.state_scalars)
 
     def __repr__(self) -> str:
         s = self.__class__.__name__ + " ("
@@ -342,8 +378,43 @@ class Optimizer:
                         p.grad.requires_grad_(False)
                     p.grad.zero_()
 
+    @_with_step_hooks
+    @_use_grad_for_differentiable
     def step(self, closure: Callable[[], float] | None = None):
-        """Perform one optimization step; subclasses implement it."""
+        """One optimization step: ``_update`` on every parameter that has a gradient.
+
+        ``closure`` (optional) re-evaluates the model and returns the loss.
+        """
+        loss = _run_closure(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self._update(self._init_state(p, group), p, p.grad, group)
+        return loss
+
+    def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Any]:
+        """``p``'s state, created on its first step: ``state_scalars`` then a new buffer
+        per name of ``_state_keys(group)``."""
+        state = self.state[p]
+        if len(state) == 0:
+            for key, value in self.state_scalars:
+                state[key] = _step_tensor(value)
+            for key in self._state_keys(group):
+                state[key] = self._new_buffer(p)
+        return state
+
+    def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
+        """The buffers a parameter of ``group`` keeps (more when an option asks for more)."""
+        return self.state_keys
+
+    def _new_buffer(self, p: Tensor) -> Tensor:
+        from tessera.ops.creation import zeros_like
+        return zeros_like(p)
+
+    @staticmethod
+    def _update(state: dict[str, Any], param: Tensor, grad: Tensor,
+                group: dict[str, Any]) -> None:
+        """The update rule: change ``param`` (and ``state``) in place given ``grad``."""
         raise NotImplementedError
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -396,6 +467,15 @@ def _add_hook(hooks: OrderedDict, hook: Callable, prepend: bool = False) -> Remo
     if prepend:
         hooks.move_to_end(handle.id, last=False)
     return handle
+
+
+def _scalars_as_tensors(p_state: dict | None, scalars) -> None:
+    """Saved Python numbers (``step`` as older PyTorch saved it) as 0-d state tensors."""
+    if not p_state:
+        return
+    for key, _ in scalars:
+        if key in p_state and not isinstance(p_state[key], Tensor):
+            p_state[key] = _step_tensor(float(p_state[key]))
 
 
 def _extract_names(param_group: dict[str, Any]) -> None:

@@ -9,13 +9,7 @@ tensor([0.8000, 0.8000])
 from __future__ import annotations
 
 from tessera._tensor import Tensor
-from tessera.optim.optimizer import (
-    Optimizer,
-    _check_lr,
-    _run_closure,
-    _to_scalar,
-    _use_grad_for_differentiable,
-)
+from tessera.optim.optimizer import Optimizer, _check_fused, _check_lr, _to_scalar
 
 __all__ = ["SGD"]
 
@@ -23,6 +17,9 @@ __all__ = ["SGD"]
 class SGD(Optimizer):
     """``torch.optim.SGD``: ``b = momentum * b + (1 - dampening) * g``; ``p -= lr * b``
     (or ``g + momentum * b`` with ``nesterov``); the buffer starts as the first gradient."""
+
+    group_defaults = {"nesterov": False, "maximize": False, "foreach": None,
+                      "differentiable": False, "fused": False}
 
     def __init__(self, params, lr: float | Tensor = 1e-3, momentum: float = 0,
                  dampening: float = 0, weight_decay: float = 0, nesterov: bool = False, *,
@@ -39,49 +36,30 @@ class SGD(Optimizer):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, defaults)
-        if fused and differentiable:
-            raise RuntimeError("`fused` does not support `differentiable`")
-        if fused and foreach:
-            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+        _check_fused(fused, foreach, differentiable)
 
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        for group in self.param_groups:
-            group.setdefault("nesterov", False)
-            group.setdefault("maximize", False)
-            group.setdefault("foreach", None)
-            group.setdefault("differentiable", False)
-            group.setdefault("fused", False)
+    def _init_state(self, p: Tensor, group: dict) -> dict:
+        # PyTorch creates state (even empty) only for params with momentum; the momentum
+        # buffer itself starts as the first gradient, in _update
+        return self.state[p] if group["momentum"] != 0 else {}
 
-    @_use_grad_for_differentiable
-    def step(self, closure=None):
-        """One SGD step; ``closure`` (optional) re-evaluates the model and returns the loss."""
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    # PyTorch only creates state (even empty) for params with momentum
-                    state = self.state[p] if group["momentum"] != 0 else {}
-                    _sgd_update(state, p, p.grad, group)
-        return loss
-
-
-def _sgd_update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
-    lr = _to_scalar(group["lr"])
-    momentum, weight_decay = group["momentum"], group["weight_decay"]
-    if group["maximize"]:
-        grad = -grad
-    if weight_decay != 0:
-        grad = grad.add(param, alpha=weight_decay)
-    if momentum != 0:
-        buf = state.get("momentum_buffer")
-        if buf is None:
-            buf = grad.detach().clone()
+    @staticmethod
+    def _update(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
+        lr = _to_scalar(group["lr"])
+        momentum, weight_decay = group["momentum"], group["weight_decay"]
+        if group["maximize"]:
+            grad = -grad
+        if weight_decay != 0:
+            grad = grad.add(param, alpha=weight_decay)
+        if momentum != 0:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = grad.detach().clone()
+            else:
+                buf.mul_(momentum).add_(grad, alpha=1 - group["dampening"])
+            state["momentum_buffer"] = buf
+            grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
+        if isinstance(lr, Tensor):  # traced in an nn.Graph: lr is fed each step
+            param.sub_(grad * lr)
         else:
-            buf.mul_(momentum).add_(grad, alpha=1 - group["dampening"])
-        state["momentum_buffer"] = buf
-        grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
-    if isinstance(lr, Tensor):  # traced in an nn.Graph: lr is fed each step
-        param.sub_(grad * lr)
-    else:
-        param.add_(grad, alpha=-lr)
+            param.add_(grad, alpha=-lr)

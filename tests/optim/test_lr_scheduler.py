@@ -343,3 +343,12 @@ def test_step_order_warning():
         warnings.simplefilter("error")
         opt.step()
         sched.step()
+
+
+def test_every_torch_scheduler_at_its_torch_path():
+    """``torch.optim.lr_scheduler.X`` is ``tessera.optim.lr_scheduler.X`` for every X, and
+    the module lists the same names (the schedulers live in private parts it gathers)."""
+    ours = tessera.optim.lr_scheduler
+    assert sorted(ours.__all__) == sorted(torch.optim.lr_scheduler.__all__)
+    for name in torch.optim.lr_scheduler.__all__:
+        assert issubclass(getattr(ours, name), ours.LRScheduler), name

@@ -135,6 +135,49 @@ def test_state_dict_converts_to_and_from_torch(name, kw):
     _assert_traj(run_steps(o_opt, ours, 10), run_steps(r_opt, ref, 10), "float64")
 
 
+OPTIONAL_GROUP_KEYS = ("foreach", "maximize", "differentiable", "capturable", "fused",
+                       "decoupled_weight_decay", "nesterov", "amsgrad", "centered")
+
+
+def _older(sd: dict) -> dict:
+    """A state_dict as an older PyTorch saved it: Python numbers for the 0-d state
+    (``step``, ``mu_product``), groups without the options added since."""
+    sd = copy.deepcopy(sd)
+    for st in sd["state"].values():
+        for key in ("step", "mu_product"):
+            if key in st:
+                st[key] = float(st[key])
+    for group in sd["param_groups"]:
+        for key in OPTIONAL_GROUP_KEYS:
+            if group.get(key, False) in (None, False):  # options at their defaults
+                group.pop(key, None)
+    return sd
+
+
+@pytest.mark.parametrize("name,kw", CONFIGS[2::3], ids=IDS[2::3])
+def test_older_state_dict_loads_like_torch(name, kw):
+    """Each optimizer's ``state_scalars`` become 0-d tensors again and its
+    ``group_defaults`` fill the missing options, as torch's ``__setstate__`` does: both
+    continue the same, with the same state_dict afterwards."""
+    ref = make_params(torch, "float64")
+    r_opt = _opt(torch, name, ref, **kw)
+    run_steps(r_opt, ref, 5)
+    older = _older(r_opt.state_dict())
+    ours = [tessera.nn.Parameter(tessera.from_numpy(a)) for a in snapshot(ref)]
+    o_opt = _opt(tessera, name, ours, **kw)
+    o_opt.load_state_dict(to_tessera(older))
+    r_opt.load_state_dict(older)
+    _assert_traj(run_steps(o_opt, ours, 5), run_steps(r_opt, ref, 5), "float64")
+    o_sd, r_sd = o_opt.state_dict(), r_opt.state_dict()
+    assert o_sd["param_groups"] == r_sd["param_groups"]
+    assert {i: list(st) for i, st in o_sd["state"].items()} == \
+        {i: list(st) for i, st in r_sd["state"].items()}
+    for i, st in o_sd["state"].items():
+        for key, value in st.items():
+            assert isinstance(value, tessera.Tensor) == isinstance(r_sd["state"][i][key],
+                                                                    torch.Tensor), key
+
+
 @pytest.mark.parametrize("name", ["SGD", "Adam", "RMSprop", "Adagrad", "NAdam"])
 def test_param_groups_with_different_options(name):
     def groups(params):
