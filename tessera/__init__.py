@@ -51,6 +51,15 @@ from tessera.autograd import (
     no_grad,
     set_grad_enabled,
 )
+from tessera.ops.queries import (
+    can_cast,
+    get_default_device,
+    is_complex,
+    is_floating_point,
+    is_tensor,
+    numel,
+    result_type,
+)
 from tessera.serialization import load, save  # noqa: E402
 
 __version__ = "0.1.0"
@@ -61,42 +70,6 @@ cfloat, cdouble = complex64, complex128
 uint8 = uint8
 
 
-def is_tensor(obj) -> builtins_bool:
-    """True for tessera Tensors (and Parameters)."""
-    return isinstance(obj, Tensor)
-
-
-def is_floating_point(input: Tensor) -> builtins_bool:
-    return input.dtype.is_floating_point
-
-
-def is_complex(input: Tensor) -> builtins_bool:
-    return input.dtype.is_complex
-
-
-def numel(input: Tensor) -> builtins_int:
-    return input.numel()
-
-
-def result_type(tensor1, tensor2) -> dtype:
-    """The dtype an op on these two operands would produce (PyTorch's rules)."""
-    def arg(x):
-        return (x.dtype, x.dim()) if isinstance(x, Tensor) else x
-    return _dtype.result_type(arg(tensor1), arg(tensor2))
-
-
-def can_cast(from_: dtype, to: dtype) -> builtins_bool:
-    """Whether a value of ``from_`` may be written into ``to`` by an in-place op."""
-    return from_.category <= to.category
-
-
-def get_default_device() -> device:
-    return device("cpu")
-
-
-import builtins as _builtins  # noqa: E402
-
-builtins_bool, builtins_int = _builtins.bool, _builtins.int
 
 from tessera import nn, optim, utils  # noqa: E402  (reachable as attributes, as in PyTorch)
 from tessera._dtype import finfo, iinfo  # noqa: E402
@@ -107,3 +80,5 @@ from tessera.codegen import c_rules as _c_rules  # noqa: E402,F401  (fills each 
 from tessera import distributed  # noqa: E402
 from tessera import sbp  # noqa: E402
 from tessera.distributed.placement import placement  # noqa: E402
+# PyTorch's import path of DDP and the tensor-parallel layers (torch.nn.parallel)
+import tessera.nn.parallel  # noqa: E402,F401

@@ -44,6 +44,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._tensor import Size, Tensor
 from tessera.device import device as Device
+from tessera.ops.creation import empty
 
 __all__ = ["save", "load", "save_file", "load_file", "add_safe_globals",
            "get_safe_globals", "clear_safe_globals", "safe_globals"]
@@ -612,8 +613,7 @@ class _Loader:
             return self._array(e, npdt)
         dt = D.as_dtype(e["dtype"])
         if e.get("storage") is None:  # saved from the meta device: shape and dtype only
-            import tessera
-            t = tessera.empty(e["shape"], dtype=dt, device="meta")
+            t = empty(e["shape"], dtype=dt, device="meta")
         else:
             t = Tensor._from_numpy(self._array(e, np.dtype(dt.np)))
             t = self._place(t, e.get("device", "cpu"))

@@ -75,7 +75,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
     res = run_backward(outs, grads, retain_graph, create_graph, inputs=ins, accumulate=False,
                        allow_unused=bool(allow_unused))
     if materialize_grads:
-        from tessera import zeros_like
+        from tessera.ops.creation import zeros_like
         res = [zeros_like(t) if g is None else g for g, t in zip(res, ins)]
     return tuple(res)
 

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.autograd import grad
+from tessera.autograd.grad_mode import enable_grad, no_grad
+from tessera.ops.creation import tensor
+
 
 class GradcheckError(RuntimeError):
     pass
@@ -34,7 +38,6 @@ def gradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float 
     With a fixed random cotangent ``v`` per output, compares ``v^T J`` from autograd with
     ``v^T (f(x + eps e_i) - f(x - eps e_i)) / 2 eps`` for every input element ``i``.
     """
-    import tessera
     from tessera._tensor import Tensor
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     diff = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
@@ -42,16 +45,16 @@ def gradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float 
     outs = _outputs(fn, inputs)
     if not outs:
         return True
-    cots = [tessera.tensor(rng.standard_normal(o.shape), dtype=o.dtype) for o in outs]
+    cots = [tensor(rng.standard_normal(o.shape), dtype=o.dtype) for o in outs]
     needs = [o.requires_grad for o in outs]
     if not any(needs):
         analytic = [None] * len(diff)
     else:
         used = [(o, c) for o, c, n in zip(outs, cots, needs) if n]
-        analytic = tessera.autograd.grad([o for o, _ in used], diff,
+        analytic = grad([o for o, _ in used], diff,
                                          grad_outputs=[c for _, c in used], allow_unused=True)
     cots_np = [c._to_numpy().astype(np.float64) for c in cots]
-    with tessera.no_grad():
+    with no_grad():
         for t, ag in zip(diff, analytic):
             data = t.detach()._to_numpy()
             num = np.zeros(data.shape, np.float64)
@@ -81,22 +84,21 @@ def gradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float 
 def gradgradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
                   raise_exception: bool = True, seed: int = 1, **_ignored) -> bool:
     """gradcheck of the gradient itself: checks double backward."""
-    import tessera
     from tessera._tensor import Tensor
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     rng = np.random.default_rng(seed)
     outs = _outputs(fn, inputs)
-    cots = [tessera.tensor(rng.standard_normal(o.shape), dtype=o.dtype) for o in outs]
+    cots = [tensor(rng.standard_normal(o.shape), dtype=o.dtype) for o in outs]
 
     def first_grad(*xs):
-        with tessera.enable_grad():  # the numerical part of gradcheck runs under no_grad
+        with enable_grad():  # the numerical part of gradcheck runs under no_grad
             return _first_grad(xs)
 
     def _first_grad(xs):
         os_ = _outputs(fn, xs)
         used = [(o, c) for o, c in zip(os_, cots) if o.requires_grad]
         xs_diff = [x for x in xs if isinstance(x, Tensor) and x.requires_grad]
-        gs = tessera.autograd.grad([o for o, _ in used], xs_diff,
+        gs = grad([o for o, _ in used], xs_diff,
                                    grad_outputs=[c for _, c in used], create_graph=True,
                                    allow_unused=True)
         return tuple(g for g in gs if g is not None)

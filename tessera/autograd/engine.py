@@ -42,7 +42,7 @@ def _make_grads(outputs, grad_outputs):
                 g = Tensor._make(np.ones(out._shape, out._dtype.np), out._dtype, out._device,
                                  out._shape)
             else:
-                from tessera import ones_like
+                from tessera.ops.creation import ones_like
                 g = ones_like(out)
         elif not isinstance(g, Tensor):
             raise TypeError(f"gradient must be a Tensor or None, got {type(g).__name__}")
@@ -202,7 +202,7 @@ def _pre_hooks(node, got: dict) -> dict:
 def _output_grads(node: Node, got: dict, metas) -> tuple:
     """Each output's gradient; outputs nothing flowed into get zeros, on the device the
     other gradients are on."""
-    from tessera import zeros
+    from tessera.ops.creation import zeros
     nondiff = node.op.nondiff_outputs
     dev = next((g.device for g in got.values() if g is not None), None)
     grads = []

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tessera.ops.creation import from_numpy
 from tessera.utils.data.dataset import Dataset
 
 _TRAIN_FRACTION = 0.8
@@ -35,7 +36,6 @@ class Digits(Dataset):
         except ImportError:
             raise ImportError("tessera.datasets.Digits needs scikit-learn, which is not "
                               "installed: pip install scikit-learn") from None
-        import tessera
 
         bunch = load_digits()
         images = (np.asarray(bunch.images, dtype=np.float32) / 16.0)[:, None]
@@ -50,15 +50,14 @@ class Digits(Dataset):
         self.target_transform = target_transform
         self._images = np.ascontiguousarray(images)
         self._labels = labels
-        self.data = tessera.from_numpy(self._images)
-        self.targets = tessera.from_numpy(self._labels)
+        self.data = from_numpy(self._images)
+        self.targets = from_numpy(self._labels)
 
     def __len__(self) -> int:
         return len(self._labels)
 
     def __getitem__(self, index: int):
-        import tessera
-        img = tessera.from_numpy(self._images[index].copy())
+        img = from_numpy(self._images[index].copy())
         target = int(self._labels[index])
         if self.transform is not None:
             img = self.transform(img)

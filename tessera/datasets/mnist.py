@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tessera.ops.creation import from_numpy
 from tessera.utils.data.dataset import Dataset
 
 # IDX magic numbers: unsigned bytes, with 3 (images) or 1 (labels) dimensions
@@ -106,11 +107,10 @@ class MNIST(Dataset):
         if labels.size and labels.max() > 9:
             raise ValueError(f"MNIST: labels file in {self.root} is corrupt: label "
                              f"{int(labels.max())} is not a digit")
-        import tessera
         self._images = images
         self._labels = labels.astype(np.int64)
-        self.data = tessera.from_numpy(images)
-        self.targets = tessera.from_numpy(self._labels)
+        self.data = from_numpy(images)
+        self.targets = from_numpy(self._labels)
 
     def _folders(self) -> list[str]:
         return [self.root, os.path.join(self.root, "MNIST", "raw")]
@@ -140,8 +140,7 @@ class MNIST(Dataset):
         return len(self._labels)
 
     def __getitem__(self, index: int):
-        import tessera
-        img = tessera.from_numpy(self._images[index].astype(np.float32)[None] / 255.0)
+        img = from_numpy(self._images[index].astype(np.float32)[None] / 255.0)
         target = int(self._labels[index])
         if self.transform is not None:
             img = self.transform(img)

@@ -12,6 +12,7 @@ import numpy as np
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
 from tessera.distributed._global import _check_placement, local_index, local_shape, make_global
+from tessera.ops.random import Generator, randint
 from tessera.sbp import as_sbp_tuple, broadcast, partial_sum
 
 __all__ = ["global_factory", "like"]
@@ -25,14 +26,13 @@ def global_factory(make, placement, sbp, requires_grad: bool, random: bool = Fal
                          f"placement={placement!r}, sbp={sbp!r})")
     p = _check_placement(placement, name)
     if random and generator is None:
-        import tessera
         comm = C.current()
         root = p.flat_ranks[0]
-        seed = np.array([int(tessera.randint(0, 2 ** 62, ()).item())
+        seed = np.array([int(randint(0, 2 ** 62, ()).item())
                          if comm.rank == root else 0], np.int64)
         if comm.world_size > 1:
             seed = comm.broadcast(seed, root)
-        generator = tessera.Generator().manual_seed(int(seed[0]))
+        generator = Generator().manual_seed(int(seed[0]))
     full = make(generator) if random else make()
     sbps = as_sbp_tuple(sbp, p.ndim, full.ndim, name)
     if any(s == partial_sum for s in sbps):

@@ -20,10 +20,15 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-import tessera
 import tessera.nn as nn
 import tessera.nn.functional as F
+from tessera import _dtype as D
 from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import no_grad
+from tessera.ops.creation import arange, tensor, zeros
+from tessera.ops.elementwise import tanh
+from tessera.ops.shape import cat
+from tessera.serialization import load
 
 __all__ = ["BertConfig", "BertModel", "BertOutput", "SentenceEmbedder", "mean_pool"]
 
@@ -132,7 +137,7 @@ class BertEmbeddings(nn.Module):
             raise ValueError(f"BertModel: sequence length {seq} exceeds "
                              f"max_position_embeddings {self.max_positions}")
         x = self.word_embeddings(input_ids)
-        pos = tessera.arange(seq, device=input_ids.device)
+        pos = arange(seq, device=input_ids.device)
         x = x + self.position_embeddings(pos)
         if token_type_ids is None:
             # type 0 for every token: one broadcast row instead of a (B, S) lookup
@@ -235,7 +240,7 @@ class BertPooler(nn.Module):
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
 
     def forward(self, hidden: Tensor) -> Tensor:
-        return tessera.tanh(self.dense(hidden[:, 0]))
+        return tanh(self.dense(hidden[:, 0]))
 
 
 class BertModel(nn.Module):
@@ -261,7 +266,7 @@ class BertModel(nn.Module):
     def _init_weights(self) -> None:
         """transformers' init: N(0, initializer_range) weights, zero biases, unit LayerNorms."""
         std = self.config.initializer_range
-        with tessera.no_grad():
+        with no_grad():
             for m in self.modules():
                 if isinstance(m, (nn.Linear, nn.Embedding)):
                     m.weight.normal_(0.0, std)
@@ -285,8 +290,8 @@ class BertModel(nn.Module):
                 raise ValueError(f"BertModel: attention_mask shape {list(attention_mask.shape)}"
                                  f" does not match input_ids shape {list(input_ids.shape)}")
             # (B, S) -> additive (B, 1, 1, S): 0 where attended, a huge negative where padded
-            keep = attention_mask.to(tessera.bool)[:, None, None, :]
-            mask = tessera.zeros(keep.shape, dtype=x.dtype, device=x.device).masked_fill(
+            keep = attention_mask.to(D.bool_)[:, None, None, :]
+            mask = zeros(keep.shape, dtype=x.dtype, device=x.device).masked_fill(
                 keep.logical_not(), _MASK_VALUE)
         hidden = self.encoder(x, mask)
         pooled = self.pooler(hidden) if self.pooler is not None else None
@@ -309,7 +314,7 @@ class BertModel(nn.Module):
         if not os.path.exists(weights):
             raise FileNotFoundError(f"BertModel.from_pretrained: no model.safetensors in "
                                     f"{folder} (tessera reads safetensors weights only)")
-        state = _strip_prefix(tessera.load(weights))
+        state = _strip_prefix(load(weights))
         if "add_pooling_layer" not in config_overrides and "pooler.dense.weight" not in state:
             # MLM checkpoints have no pooler: build without one rather than fail
             cfg = dataclasses.replace(cfg, add_pooling_layer=False)
@@ -394,17 +399,17 @@ class SentenceEmbedder:
         if progress:
             starts = _maybe_tqdm(starts, total=math.ceil(len(items) / batch_size))
         chunks = []
-        with tessera.no_grad():
+        with no_grad():
             for s in starts:
                 batch = [items[i] for i in order[s:s + batch_size]]
                 chunks.append(self._embed(batch))
         if not chunks:
-            return tessera.zeros(0, self.model.config.hidden_size)
-        out = tessera.cat(chunks)
+            return zeros(0, self.model.config.hidden_size)
+        out = cat(chunks)
         inverse = [0] * len(order)
         for pos, i in enumerate(order):
             inverse[i] = pos
-        out = out[tessera.tensor(inverse, dtype=tessera.int64)]
+        out = out[tensor(inverse, dtype=D.int64)]
         return out[0] if single else out
 
     def _embed(self, batch: list[str]) -> Tensor:

@@ -17,10 +17,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import tessera
 import tessera.nn as nn
 import tessera.nn.functional as F
+from tessera import _dtype as D
 from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import no_grad
+from tessera.ops.creation import arange, ones, zeros
+from tessera.ops.random import multinomial
+from tessera.ops.shape import cat
+from tessera.ops.sorting import topk
 
 __all__ = ["GPTConfig", "GPT", "KVCache", "gpt"]
 
@@ -60,9 +65,9 @@ class KVCache:
     def __init__(self, config: GPTConfig, batch: int, dtype=None, device=None) -> None:
         head_dim = config.n_embd // config.n_head
         shape = (batch, config.n_head, config.block_size, head_dim)
-        self.keys = [tessera.zeros(shape, dtype=dtype, device=device)
+        self.keys = [zeros(shape, dtype=dtype, device=device)
                      for _ in range(config.n_layer)]
-        self.values = [tessera.zeros(shape, dtype=dtype, device=device)
+        self.values = [zeros(shape, dtype=dtype, device=device)
                        for _ in range(config.n_layer)]
         self.capacity = config.block_size
         self.length = 0  # positions already stored (advanced by GPT.forward)
@@ -72,7 +77,7 @@ class KVCache:
         end = self.length + k.size(2)
         if end > self.capacity:
             raise ValueError(f"KVCache: {end} positions exceed block_size {self.capacity}")
-        with tessera.no_grad():
+        with no_grad():
             self.keys[layer][:, :, self.length:end] = k
             self.values[layer][:, :, self.length:end] = v
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
@@ -104,8 +109,8 @@ class CausalSelfAttention(nn.Module):
             s = k.size(2)
             # new queries sit at the end: query i sees keys up to s - t + i (bottom-right
             # aligned causal mask; SDPA's is_causal is top-left aligned). One query sees all.
-            mask = None if t == 1 else tessera.ones(
-                (t, s), dtype=tessera.bool, device=x.device).tril(diagonal=s - t)
+            mask = None if t == 1 else ones(
+                (t, s), dtype=D.bool_, device=x.device).tril(diagonal=s - t)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         y = y.transpose(1, 2).reshape(b, t, c)
         return self.resid_dropout(self.c_proj(y))
@@ -159,7 +164,7 @@ class GPT(nn.Module):
 
     def _init_weights(self) -> None:
         """GPT-2's init: N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layer)."""
-        with tessera.no_grad():
+        with no_grad():
             for name, m in self.named_modules():
                 if isinstance(m, (nn.Linear, nn.Embedding)) and m is not self.lm_head:
                     std = 0.02 / math.sqrt(2 * self.config.n_layer) \
@@ -183,7 +188,7 @@ class GPT(nn.Module):
         if start + t > self.config.block_size:
             raise ValueError(f"GPT: cannot forward a sequence of length {start + t}, the "
                              f"block size is only {self.config.block_size}")
-        pos = tessera.arange(start, start + t, device=idx.device)
+        pos = arange(start, start + t, device=idx.device)
         tr = self.transformer
         x = tr.drop(tr.wte(idx) + tr.wpe(pos))
         for i, block in enumerate(tr.h):
@@ -205,7 +210,7 @@ class GPT(nn.Module):
         # only the last position's logits: the head is the largest matmul for big vocabs
         return self.lm_head(self._hidden(idx, cache)[:, -1])
 
-    @tessera.no_grad()
+    @no_grad()
     def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, do_sample: bool = True, use_cache: bool = True,
                  generator=None) -> Tensor:
@@ -232,7 +237,7 @@ class GPT(nn.Module):
             else:
                 logits = self._next_logits(idx[:, -1:], cache)
             nxt = _pick(logits, temperature, top_k, do_sample, generator)
-            idx = tessera.cat([idx, nxt], dim=1)
+            idx = cat([idx, nxt], dim=1)
         return idx
 
 
@@ -255,10 +260,10 @@ def _pick(logits: Tensor, temperature: float, top_k: int | None, do_sample: bool
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits / temperature
     if top_k is not None and top_k < logits.size(-1):
-        kth = tessera.topk(logits, top_k, dim=-1)[0][:, -1:]
+        kth = topk(logits, top_k, dim=-1)[0][:, -1:]
         logits = logits.masked_fill(logits < kth, -math.inf)
     probs = F.softmax(logits, dim=-1)
-    return tessera.multinomial(probs, 1, generator=generator)
+    return multinomial(probs, 1, generator=generator)
 
 
 def gpt(model_type: str = "gpt-mini", **overrides) -> GPT:

@@ -7,9 +7,10 @@ tessera.Size([2, 10])
 """
 from __future__ import annotations
 
-import tessera
 from tessera import nn
+from tessera._tensor import Tensor
 from tessera.nn import functional as F
+from tessera.ops.views import flatten
 
 __all__ = ["LeNet5", "lenet5"]
 
@@ -27,10 +28,10 @@ class LeNet5(nn.Module):
         self.fc2 = nn.Linear(120, 84)
         self.fc3 = nn.Linear(84, num_classes)
 
-    def forward(self, x: tessera.Tensor) -> tessera.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)
         x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(tessera.flatten(x, 1)))
+        x = F.relu(self.fc1(flatten(x, 1)))
         return self.fc3(F.relu(self.fc2(x)))
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import tessera
 from tessera import nn
+from tessera._tensor import Tensor
 from tessera.nn import functional as F
+from tessera.ops.views import flatten
 
 __all__ = ["MobileNetV2", "mobilenet_v2", "InvertedResidual", "Conv2dNormActivation"]
 
@@ -76,7 +77,7 @@ class InvertedResidual(nn.Module):
         self.out_channels = oup
         self._is_cn = stride > 1
 
-    def forward(self, x: tessera.Tensor) -> tessera.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         return x + self.conv(x) if self.use_res_connect else self.conv(x)
 
 
@@ -125,9 +126,9 @@ class MobileNetV2(nn.Module):
                 nn.init.normal_(m.weight, 0, 0.01)
                 nn.init.zeros_(m.bias)
 
-    def forward(self, x: tessera.Tensor) -> tessera.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         x = F.adaptive_avg_pool2d(self.features(x), (1, 1))
-        return self.classifier(tessera.flatten(x, 1))
+        return self.classifier(flatten(x, 1))
 
 
 def mobilenet_v2(num_classes: int = 1000, width_mult: float = 1.0, **kwargs) -> MobileNetV2:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import tessera
 from tessera import nn
+from tessera._tensor import Tensor
+from tessera.ops.views import flatten
 
 __all__ = ["ResNet", "BasicBlock", "Bottleneck", "resnet18", "resnet34", "resnet50"]
 
@@ -52,7 +53,7 @@ class BasicBlock(nn.Module):
         self.downsample = downsample
         self.stride = stride
 
-    def forward(self, x: tessera.Tensor) -> tessera.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         identity = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
@@ -80,7 +81,7 @@ class Bottleneck(nn.Module):
         self.downsample = downsample
         self.stride = stride
 
-    def forward(self, x: tessera.Tensor) -> tessera.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         identity = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
@@ -154,10 +155,10 @@ class ResNet(nn.Module):
                                 norm_layer=norm_layer))
         return nn.Sequential(*layers)
 
-    def forward(self, x: tessera.Tensor) -> tessera.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(tessera.flatten(self.avgpool(x), 1))
+        return self.fc(flatten(self.avgpool(x), 1))
 
 
 def resnet18(num_classes: int = 1000, **kwargs) -> ResNet:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-import tessera
+from tessera.ops.creation import from_numpy
 
 __all__ = ["WordPieceTokenizer", "load_tokenizer"]
 
@@ -303,8 +303,8 @@ def _to_tensors(ids: list[list[int]], types: list[list[int]], padding, max_lengt
     mask = np.zeros((len(ids), width), dtype=np.int64)
     for i, (x, t) in enumerate(zip(ids, types)):
         out[i, :len(x)], tt[i, :len(t)], mask[i, :len(x)] = x, t, 1
-    return {"input_ids": tessera.from_numpy(out), "token_type_ids": tessera.from_numpy(tt),
-            "attention_mask": tessera.from_numpy(mask)}
+    return {"input_ids": from_numpy(out), "token_type_ids": from_numpy(tt),
+            "attention_mask": from_numpy(mask)}
 
 
 class _FastTokenizer:

@@ -8,8 +8,9 @@ tessera.Size([1, 10])
 """
 from __future__ import annotations
 
-import tessera
 from tessera import nn
+from tessera._tensor import Tensor
+from tessera.ops.views import flatten
 
 __all__ = ["VGG", "make_layers", "vgg11", "vgg11_bn"]
 
@@ -52,9 +53,9 @@ class VGG(nn.Module):
                 nn.init.normal_(m.weight, 0, 0.01)
                 nn.init.constant_(m.bias, 0)
 
-    def forward(self, x: tessera.Tensor) -> tessera.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         x = self.avgpool(self.features(x))
-        return self.classifier(tessera.flatten(x, 1))
+        return self.classifier(flatten(x, 1))
 
 
 def make_layers(cfg: list[str | int], batch_norm: bool = False) -> nn.Sequential:

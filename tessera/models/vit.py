@@ -16,8 +16,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
 
-import tessera
 from tessera import nn
+from tessera._tensor import Tensor
+from tessera.ops.creation import empty, zeros
+from tessera.ops.shape import cat
 
 __all__ = ["VisionTransformer", "EncoderBlock", "Encoder", "MLPBlock", "vit_tiny"]
 
@@ -67,7 +69,7 @@ class EncoderBlock(nn.Module):
         self.ln_2 = norm_layer(hidden_dim)
         self.mlp = MLPBlock(hidden_dim, mlp_dim, dropout)
 
-    def forward(self, input: tessera.Tensor) -> tessera.Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         if input.dim() != 3:
             raise AssertionError(
                 f"Expected (batch_size, seq_length, hidden_dim) got {input.shape}")
@@ -86,7 +88,7 @@ class Encoder(nn.Module):
         super().__init__()
         # batch first: (1, seq, dim), initialised as in BERT
         self.pos_embedding = nn.Parameter(
-            tessera.empty(1, seq_length, hidden_dim).normal_(std=0.02))
+            empty(1, seq_length, hidden_dim).normal_(std=0.02))
         self.dropout = nn.Dropout(dropout)
         layers: OrderedDict[str, nn.Module] = OrderedDict()
         for i in range(num_layers):
@@ -95,7 +97,7 @@ class Encoder(nn.Module):
         self.layers = nn.Sequential(layers)
         self.ln = norm_layer(hidden_dim)
 
-    def forward(self, input: tessera.Tensor) -> tessera.Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         if input.dim() != 3:
             raise AssertionError(
                 f"Expected (batch_size, seq_length, hidden_dim) got {input.shape}")
@@ -121,7 +123,7 @@ class VisionTransformer(nn.Module):
         self.norm_layer = norm_layer
         self.conv_proj = nn.Conv2d(3, hidden_dim, kernel_size=patch_size, stride=patch_size)
         seq_length = (image_size // patch_size) ** 2 + 1  # + the class token
-        self.class_token = nn.Parameter(tessera.zeros(1, 1, hidden_dim))
+        self.class_token = nn.Parameter(zeros(1, 1, hidden_dim))
         self.encoder = Encoder(seq_length, num_layers, num_heads, hidden_dim, mlp_dim, dropout,
                                attention_dropout, norm_layer)
         self.seq_length = seq_length
@@ -146,7 +148,7 @@ class VisionTransformer(nn.Module):
         nn.init.zeros_(self.heads.head.weight)
         nn.init.zeros_(self.heads.head.bias)
 
-    def _process_input(self, x: tessera.Tensor) -> tessera.Tensor:
+    def _process_input(self, x: Tensor) -> Tensor:
         """(n, c, h, w) images -> (n, patches, hidden_dim) tokens."""
         n, _, h, w = x.shape
         if h != self.image_size or w != self.image_size:
@@ -156,10 +158,10 @@ class VisionTransformer(nn.Module):
         x = self.conv_proj(x).reshape(n, self.hidden_dim, n_patches)
         return x.permute(0, 2, 1)
 
-    def forward(self, x: tessera.Tensor) -> tessera.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         x = self._process_input(x)
         cls = self.class_token.expand(x.shape[0], -1, -1)
-        x = self.encoder(tessera.cat([cls, x], dim=1))
+        x = self.encoder(cat([cls, x], dim=1))
         return self.heads(x[:, 0])
 
 

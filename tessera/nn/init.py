@@ -97,7 +97,7 @@ def zeros_(tensor: Tensor) -> Tensor:
 def eye_(tensor: Tensor) -> Tensor:
     if tensor.dim() != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
-    from tessera import eye
+    from tessera.ops.creation import eye
     with no_grad():
         return tensor.copy_(eye(*tensor.shape, dtype=tensor.dtype))
 
@@ -149,7 +149,7 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     """A (semi-)orthogonal matrix from the QR decomposition of a normal one, like PyTorch."""
     import numpy as np
 
-    from tessera import tensor as make
+    from tessera.ops.creation import tensor as make
     if tensor.dim() < 2:
         raise ValueError("Only tensors with 2 or more dimensions are supported")
     if tensor.numel() == 0:
@@ -170,7 +170,7 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
 
 
 def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator=None) -> Tensor:
-    from tessera import randperm
+    from tessera.ops.random import randperm
     if tensor.dim() != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
     rows, cols = tensor.shape

@@ -15,7 +15,7 @@ class Parameter(Tensor):
 
     def __new__(cls, data: Tensor | None = None, requires_grad: bool = True):
         if data is None:
-            from tessera import empty
+            from tessera.ops.creation import empty
             data = empty(0)
         if not isinstance(data, Tensor):
             raise TypeError(f"Parameter expects a Tensor, got {type(data).__name__}")
@@ -55,7 +55,7 @@ class Buffer(Tensor):
 
     def __new__(cls, data: Tensor | None = None, *, persistent: bool = True):
         if data is None:
-            from tessera import empty
+            from tessera.ops.creation import empty
             data = empty(0)
         b = object.__new__(cls)
         b._adopt(data.detach())

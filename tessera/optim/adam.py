@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tessera import _dispatch
 from tessera._tensor import _CPU as CPU, Tensor
-from tessera.kernels.optim import adam_step, available
+from tessera.kernels import optim as _kernels
 from tessera.ops.elementwise import maximum
 from tessera.optim.optimizer import (
     Optimizer,
@@ -81,7 +81,7 @@ def _fusable(p: Tensor, state: dict) -> bool:
     arrays = [p, g, state["exp_avg"], state["exp_avg_sq"]] + (
         [state["max_exp_avg_sq"]] if "max_exp_avg_sq" in state else [])
     dt = p._data.dtype if p._device is CPU else None
-    return dt is not None and available(dt) and all(
+    return dt is not None and _kernels.available(dt) and all(
         t._device is CPU and t._data.dtype == dt and t._data.flags.c_contiguous and
         t._data.shape == p._data.shape for t in arrays)
 
@@ -92,11 +92,12 @@ def _adam_fused(state: dict, param: Tensor, grad: Tensor, group: dict) -> None:
     step_t = state["step"]
     step_t += 1
     vmax = state.get("max_exp_avg_sq") if group["amsgrad"] else None
-    adam_step(param._data, grad._data, state["exp_avg"]._data, state["exp_avg_sq"]._data,
-              None if vmax is None else vmax._data, lr=_to_scalar(group["lr"]), beta1=beta1,
-              beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
-              decoupled=group["decoupled_weight_decay"], maximize=group["maximize"],
-              step=_get_value(step_t))
+    _kernels.adam_step(param._data, grad._data, state["exp_avg"]._data,
+                       state["exp_avg_sq"]._data, None if vmax is None else vmax._data,
+                       lr=_to_scalar(group["lr"]), beta1=beta1, beta2=beta2, eps=group["eps"],
+                       weight_decay=group["weight_decay"],
+                       decoupled=group["decoupled_weight_decay"], maximize=group["maximize"],
+                       step=_get_value(step_t))
     for t in (param, state["exp_avg"], state["exp_avg_sq"], vmax):
         if t is not None:
             t._version[0] += 1

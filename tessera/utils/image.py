@@ -14,9 +14,10 @@ import os
 import tempfile
 from typing import IO
 
-import tessera
+from tessera import _dtype as D
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
+from tessera.ops.shape import cat, stack
 
 __all__ = ["make_grid", "save_image"]
 
@@ -30,7 +31,7 @@ def _to_batch(tensor) -> Tensor:
                                 f"containing {type(t).__name__}")
         if not tensor:
             raise ValueError("make_grid: got an empty list of images")
-        tensor = tessera.stack(list(tensor), dim=0)
+        tensor = stack(list(tensor), dim=0)
     elif not isinstance(tensor, Tensor):
         raise TypeError(f"make_grid: tensor or list of tensors expected, got "
                         f"{type(tensor).__name__}")
@@ -41,10 +42,10 @@ def _to_batch(tensor) -> Tensor:
         tensor = tensor.unsqueeze(0)
     if tensor.dim() == 3:
         if tensor.size(0) == 1:
-            tensor = tessera.cat((tensor, tensor, tensor), 0)
+            tensor = cat((tensor, tensor, tensor), 0)
         tensor = tensor.unsqueeze(0)
     if tensor.size(1) == 1:
-        tensor = tessera.cat((tensor, tensor, tensor), 1)
+        tensor = cat((tensor, tensor, tensor), 1)
     return tensor
 
 
@@ -187,7 +188,7 @@ def save_image(tensor: Tensor | list[Tensor], fp: str | os.PathLike | IO[bytes],
     with no_grad():
         # + 0.5 before truncating to uint8 rounds to the nearest integer
         ndarr = grid.mul(255).add_(0.5).clamp_(0, 255).permute(1, 2, 0).to(
-            "cpu", tessera.uint8).numpy()
+            "cpu", D.uint8).numpy()
     im = Image.fromarray(ndarr)
     if path is not None:
         _save_atomic(im, path, format)

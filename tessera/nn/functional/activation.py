@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import warnings
 
-import tessera
+from tessera.autograd.grad_mode import no_grad
 from tessera.ops import activation as A, elementwise as E
 from tessera.ops._util import call, wrap_dim
 from tessera.ops.activation import need_float
+from tessera.ops.creation import empty_like, zeros_like
 
 __all__ = ["relu", "relu_", "relu6", "leaky_relu", "leaky_relu_", "elu", "elu_", "selu",
            "selu_", "celu", "celu_", "gelu", "silu", "mish", "softplus", "softsign",
@@ -171,8 +172,8 @@ def rrelu(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool 
     if not training:
         return leaky_relu(input, (lower + upper) / 2, inplace)
     need_float("rrelu_with_noise_cpu", input.meta())
-    with tessera.no_grad():
-        noise = tessera.empty_like(input).uniform_(lower, upper)
+    with no_grad():
+        noise = empty_like(input).uniform_(lower, upper)
         noise = E.where(input >= 0, 1.0, noise) if input.numel() else noise
     return input.mul_(noise) if inplace else input * noise
 
@@ -244,10 +245,10 @@ def gumbel_softmax(logits, tau: float = 1, hard: bool = False, eps: float = 1e-1
     gradient is the soft sample's (straight-through)."""
     if eps != 1e-10:
         warnings.warn("`eps` parameter is deprecated and has no effect.", stacklevel=2)
-    gumbels = -tessera.empty_like(logits).exponential_().log()
+    gumbels = -empty_like(logits).exponential_().log()
     y_soft = A.softmax((logits + gumbels) / tau, dim)
     if not hard:
         return y_soft
     index = y_soft.max(dim, keepdim=True)[1]
-    y_hard = tessera.zeros_like(logits).scatter_(dim, index, 1.0)
+    y_hard = zeros_like(logits).scatter_(dim, index, 1.0)
     return y_hard - y_soft.detach() + y_soft

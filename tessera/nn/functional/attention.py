@@ -13,8 +13,11 @@ from __future__ import annotations
 import math
 import warnings
 
-import tessera
+from tessera import _dtype as D
 from tessera._tensor import Tensor
+from tessera.ops.creation import ones, zeros
+from tessera.ops.elementwise import isneginf
+from tessera.ops.shape import broadcast_shapes, cat
 
 __all__ = ["scaled_dot_product_attention", "multi_head_attention_forward"]
 
@@ -34,7 +37,7 @@ def _check_sdpa(query, key, value, attn_mask, dropout_p, is_causal) -> None:
     if not query.dtype.is_floating_point:
         raise RuntimeError(f"scaled_dot_product_attention: expected a floating-point query, "
                            f"got {query.dtype}")
-    if attn_mask is not None and attn_mask.dtype not in (tessera.bool, tessera.float32,
+    if attn_mask is not None and attn_mask.dtype not in (D.bool_, D.float32,
                                                          query.dtype):
         raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query "
                            f"dtype, but got attn_mask.dtype: {attn_mask.dtype} and  "
@@ -68,7 +71,7 @@ def _expand_gqa(query, key, value):
 
 def _check_mask_shape(attn_mask, query, key) -> None:
     """The mask is added in place in PyTorch: it must broadcast *to* the scores' shape."""
-    batch = tuple(tessera.broadcast_shapes(tuple(query.shape[:-2]), tuple(key.shape[:-2])))
+    batch = tuple(broadcast_shapes(tuple(query.shape[:-2]), tuple(key.shape[:-2])))
     scores = batch + (query.size(-2), key.size(-2))
     mask = tuple(attn_mask.shape)
     ok = len(mask) <= len(scores) and all(
@@ -104,17 +107,17 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     scores = q.matmul(key.transpose(-2, -1))
     dead = None
     if is_causal:
-        keep = tessera.ones((L, S), dtype=tessera.bool, device=query.device).tril()
+        keep = ones((L, S), dtype=D.bool_, device=query.device).tril()
         scores = scores.masked_fill(keep.logical_not(), -math.inf)
     elif attn_mask is not None:
         _check_mask_shape(attn_mask, query, key)
-        if attn_mask.dtype is tessera.bool:
-            attn_mask = tessera.zeros(attn_mask.shape, dtype=query.dtype,
+        if attn_mask.dtype is D.bool_:
+            attn_mask = zeros(attn_mask.shape, dtype=query.dtype,
                                       device=query.device).masked_fill(
                                           attn_mask.logical_not(), -math.inf)
         # rows whose every entry is -inf would give 0/0: softmax them unmasked (finite, and
         # no NaN in the backward either), then zero them, as PyTorch's safe softmax does
-        dead = tessera.isneginf(attn_mask).all(-1, keepdim=True)
+        dead = isneginf(attn_mask).all(-1, keepdim=True)
         scores = scores + attn_mask.masked_fill(dead, 0.0)
     weights = softmax(scores, dim=-1)
     if dead is not None:
@@ -140,13 +143,13 @@ def _canonical_mask(mask, mask_name: str, other_type, other_name: str, target_ty
     if mask is None:
         return None
     is_float = mask.dtype.is_floating_point
-    if mask.dtype is not tessera.bool and not is_float:
+    if mask.dtype is not D.bool_ and not is_float:
         raise AssertionError(f"only bool and floating types of {mask_name} are supported")
     if check_other and other_type is not None and mask.dtype != other_type:
         warnings.warn(f"Support for mismatched {mask_name} and {other_name} is deprecated. "
                       "Use same type for both instead.", stacklevel=2)
     if not is_float:
-        mask = tessera.zeros(mask.shape, dtype=target_type,
+        mask = zeros(mask.shape, dtype=target_type,
                              device=mask.device).masked_fill(mask, -math.inf)
     return mask
 
@@ -431,8 +434,8 @@ def _keys_values(k, v, attn_mask, kpm, bias_k, bias_v, static_k, static_v, add_z
             raise AssertionError("bias cannot be added to static key.")
         if static_v is not None:
             raise AssertionError("bias cannot be added to static value.")
-        k = tessera.cat([k, bias_k.expand(1, bsz, -1)])
-        v = tessera.cat([v, bias_v.expand(1, bsz, -1)])
+        k = cat([k, bias_k.expand(1, bsz, -1)])
+        v = cat([v, bias_v.expand(1, bsz, -1)])
         attn_mask = _pad_last(attn_mask)
         kpm = _pad_last(kpm)
     elif bias_k is not None:
@@ -444,9 +447,9 @@ def _keys_values(k, v, attn_mask, kpm, bias_k, bias_v, static_k, static_v, add_z
     v = (_heads(v, bsz, num_heads, head_dim) if static_v is None
          else _static(static_v, "static_v", bsz, num_heads, head_dim))
     if add_zero_attn:
-        k = tessera.cat([k, tessera.zeros((bsz, num_heads, 1, head_dim), dtype=k.dtype,
+        k = cat([k, zeros((bsz, num_heads, 1, head_dim), dtype=k.dtype,
                                           device=k.device)], dim=2)
-        v = tessera.cat([v, tessera.zeros((bsz, num_heads, 1, head_dim), dtype=v.dtype,
+        v = cat([v, zeros((bsz, num_heads, 1, head_dim), dtype=v.dtype,
                                           device=v.device)], dim=2)
         attn_mask = _pad_last(attn_mask)
         kpm = _pad_last(kpm)

@@ -12,8 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-import tessera
+from tessera import _dtype as D
+from tessera._dtype import promote_types
+from tessera.autograd.grad_mode import no_grad
 from tessera.ops.activation import tname
+from tessera.ops.creation import ones_like, tensor
+from tessera.ops.elementwise import div
+from tessera.ops.queries import result_type
+from tessera.ops.shape import broadcast_shapes, broadcast_tensors, cat
 
 __all__ = ["normalize", "cosine_similarity", "pairwise_distance", "pdist"]
 
@@ -24,22 +30,22 @@ _CDIST_MODES = {"use_mm_for_euclid_dist_if_necessary": 0, "use_mm_for_euclid_dis
 def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None):
     """``input / max(||input||_p, eps)`` along ``dim``."""
     denom = input.norm(p, dim, keepdim=True).clamp_min(eps).expand_as(input)
-    return tessera.div(input, denom, out=out)
+    return div(input, denom, out=out)
 
 
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
     """``<x1, x2> / (max(||x1||, eps) max(||x2||, eps))`` along ``dim``; as PyTorch, each
     input is divided by its norm first and the clamp does not enter the gradient."""
-    common = tessera.result_type(x1, x2)
+    common = result_type(x1, x2)
     if common.category != 2:
         raise RuntimeError(f"expected common dtype to be floating point, yet common dtype is "
                            f"{tname(common)}")
     x1 = x1.to(common) if x1.dtype.category < 2 else x1
     x2 = x2.to(common) if x2.dtype.category < 2 else x2
-    x1, x2 = tessera.broadcast_tensors(x1, x2)
+    x1, x2 = broadcast_tensors(x1, x2)
     n1 = x1.norm(2, dim, keepdim=True).clone()
     n2 = x2.norm(2, dim, keepdim=True).clone()
-    with tessera.no_grad():
+    with no_grad():
         n1.clamp_min_(eps)
         n2.clamp_min_(eps)
     return ((x1 / n1) * (x2 / n2)).sum(dim)
@@ -64,8 +70,8 @@ def pdist(input, p: float = 2.0):
     i, j = np.triu_indices(n, 1)
     if i.size == 0:
         return input.new_zeros(0) + input.sum() * 0
-    rows_i = input.index_select(0, tessera.tensor(i, dtype=tessera.int64, device=input.device))
-    rows_j = input.index_select(0, tessera.tensor(j, dtype=tessera.int64, device=input.device))
+    rows_i = input.index_select(0, tensor(i, dtype=D.int64, device=input.device))
+    rows_j = input.index_select(0, tensor(j, dtype=D.int64, device=input.device))
     return (rows_i - rows_j).norm(p, 1)
 
 
@@ -92,8 +98,8 @@ def _euclidean_dist(x1, x2):
     """Squared distances as one matmul (PyTorch's formula), clamped at 1e-30, square root."""
     n1 = x1.pow(2).sum(-1, keepdim=True)
     n2 = x2.pow(2).sum(-1, keepdim=True)
-    a = tessera.cat([x1 * -2, n1, tessera.ones_like(n1)], -1)
-    b = tessera.cat([x2, tessera.ones_like(n2), n2], -1)
+    a = cat([x1 * -2, n1, ones_like(n1)], -1)
+    b = cat([x2, ones_like(n2), n2], -1)
     return a.matmul(b.mT).clamp_min(1e-30).sqrt()
 
 
@@ -102,11 +108,11 @@ def cdist(x1, x2, p: float = 2.0, compute_mode: str = "use_mm_for_euclid_dist_if
     a (.., P, R) tensor; batch dims broadcast. For p=2 a matmul formula is used when
     ``compute_mode`` asks for it (by default when P or R exceeds 25), as in PyTorch."""
     mode = _check_cdist(x1, x2, p, compute_mode)
-    batch = tessera.broadcast_shapes(tuple(x1.shape[:-2]), tuple(x2.shape[:-2]))
+    batch = broadcast_shapes(tuple(x1.shape[:-2]), tuple(x2.shape[:-2]))
     r1, r2, m = x1.shape[-2], x2.shape[-2], x1.shape[-1]
     x1 = x1.expand(tuple(batch) + (r1, m))
     x2 = x2.expand(tuple(batch) + (r2, m))
-    dtype = tessera.promote_types(x1.dtype, x2.dtype)
+    dtype = promote_types(x1.dtype, x2.dtype)
     if r1 == 0 or r2 == 0 or m == 0 or int(np.prod(batch)) == 0:
         zero = (x1.sum() + x2.sum()) * 0
         return x1.new_zeros(tuple(batch) + (r1, r2), dtype=dtype) + zero

@@ -16,11 +16,16 @@ from __future__ import annotations
 import math
 import warnings
 
-import tessera
+from tessera import _dtype as D
+from tessera._dtype import promote_types
+from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import no_grad
 from tessera.ops import activation as A, ctc as CTC, elementwise as E, loss as L
 from tessera.ops._util import call
 from tessera.ops.activation import tname
-from tessera.ops.creation import zeros_like
+from tessera.ops.creation import arange, ones_like, tensor, zeros as _zeros, zeros_like
+from tessera.ops.elementwise import minimum
+from tessera.ops.shape import broadcast_shapes, broadcast_tensors
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
            "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
@@ -76,7 +81,7 @@ def _warn_size(input, target) -> None:
 def _need_float(kname: str, *tensors) -> None:
     dt = tensors[0].dtype
     for t in tensors[1:]:
-        dt = tessera.promote_types(dt, t.dtype)
+        dt = promote_types(dt, t.dtype)
     if dt.category != 2:
         raise NotImplementedError(f"\"{kname}\" not implemented for '{tname(dt)}'")
 
@@ -184,7 +189,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
                          f"size ({input.size()}) is deprecated. Please ensure they have the "
                          "same size.")
     if weight is not None:
-        weight = weight.expand(tessera.broadcast_shapes(target.shape, weight.shape))
+        weight = weight.expand(broadcast_shapes(target.shape, weight.shape))
         if weight.dtype is not input.dtype:
             weight = weight.to(input.dtype)
     return L.binary_cross_entropy(input, target, weight, reduction)
@@ -236,7 +241,7 @@ def _multi_margin_checks(input, target, weight):
                            f"the number of input samples (batch size). Expected target size "
                            f"[{nframe}], but got {list(target.shape)}. Input has shape "
                            f"{list(input.shape)}.")
-    if target.dtype is not tessera.int64:
+    if target.dtype is not D.int64:
         raise RuntimeError(f"expected scalar type Long but found {tname(target.dtype)}")
     if weight is not None and (weight.dim() > 1 or weight.numel() != dim):
         raise RuntimeError(f"inconsistent weight size, expected {dim} but got "
@@ -263,7 +268,7 @@ def multi_margin_loss(input, target, p: int = 1, margin: float = 1.0, weight=Non
         z = z * z
     if weight is not None:
         z = z * weight.reshape(dim)[t].unsqueeze(1)
-    z = E.where(tessera.arange(dim) == t.unsqueeze(1), 0.0, z)
+    z = E.where(arange(dim) == t.unsqueeze(1), 0.0, z)
     loss = z.sum(1) / dim
     if reduction == "none":
         return loss if target.dim() > 0 else loss.reshape(())
@@ -290,7 +295,7 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None,
     if ((t < -1) | (t >= dim)).any() or (listed & (t < 0)).any():
         raise RuntimeError(f"Expected all target indices in [-1, {dim - 1}]")
     idx = E.where(listed, t, 0)
-    is_target = tessera.zeros(n, dim).scatter_add(1, idx, listed.float()) > 0
+    is_target = _zeros(n, dim).scatter_add(1, idx, listed.float()) > 0
     xj = x.gather(1, idx)
     z = (1 - xj.unsqueeze(2) + x.unsqueeze(1)).clamp_min(0)
     z = z * (listed.unsqueeze(2) & ~is_target.unsqueeze(1))
@@ -323,7 +328,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "me
     _warn_size(input, target)
     if size_average is not None or reduce is not None:
         reduction = legacy_reduction(size_average, reduce)
-    x, t = tessera.broadcast_tensors(input, target)
+    x, t = broadcast_tensors(input, target)
     if weight is not None:
         return _weighted((x - t) ** 2, weight, input, reduction)
     reduction = _reduction(None, None, reduction)
@@ -337,7 +342,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mea
     _warn_size(input, target)
     if size_average is not None or reduce is not None:
         reduction = legacy_reduction(size_average, reduce)
-    x, t = tessera.broadcast_tensors(input, target)
+    x, t = broadcast_tensors(input, target)
     if weight is not None:
         return _weighted((x - t).abs(), weight, input, reduction)
     reduction = _reduction(None, None, reduction)
@@ -349,7 +354,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
     """Quadratic below ``beta``, linear above (``0.5 z^2 / beta`` and ``z - beta / 2``)."""
     _warn_size(input, target)
     reduction = _reduction(size_average, reduce, reduction)
-    x, t = tessera.broadcast_tensors(input, target)
+    x, t = broadcast_tensors(input, target)
     if beta == 0.0:
         return _reduce((x - t).abs(), reduction)
     if beta < 0:
@@ -362,7 +367,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weight=None):
     """Quadratic below ``delta``, linear above (``0.5 z^2`` and ``delta (z - delta / 2)``)."""
     _warn_size(input, target)
-    x, t = tessera.broadcast_tensors(input, target)
+    x, t = broadcast_tensors(input, target)
     if weight is None:
         reduction = _reduction(None, None, reduction)
     if delta <= 0:
@@ -436,8 +441,8 @@ def _gaussian_var(input, var):
     if isinstance(var, float):
         if var < 0:
             raise ValueError("var has negative entry/entries")
-        return var * tessera.ones_like(input)
-    if not isinstance(var, tessera.Tensor):
+        return var * ones_like(input)
+    if not isinstance(var, Tensor):
         raise TypeError(f"any(): argument 'input' (position 1) must be Tensor, not "
                         f"{type(var).__name__}")
     if bool((var < 0).any()):
@@ -459,7 +464,7 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(reduction + " is not valid")
     var = var.clone()
-    with tessera.no_grad():
+    with no_grad():
         var.clamp_(min=eps)
     loss = 0.5 * (var.log() + (input - target) ** 2 / var)
     if full:
@@ -537,7 +542,7 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     dist_pos = pairwise_distance(anchor, positive, p, eps)
     dist_neg = pairwise_distance(anchor, negative, p, eps)
     if swap:
-        dist_neg = tessera.minimum(dist_neg, pairwise_distance(positive, negative, p, eps))
+        dist_neg = minimum(dist_neg, pairwise_distance(positive, negative, p, eps))
     return _reduce((margin + dist_pos - dist_neg).clamp_min(0), reduction)
 
 
@@ -562,7 +567,7 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     dist_pos = dist(anchor, positive)
     dist_neg = dist(anchor, negative)
     if swap:
-        dist_neg = tessera.minimum(dist_neg, dist(positive, negative))
+        dist_neg = minimum(dist_neg, dist(positive, negative))
     return _reduce((margin + dist_pos - dist_neg).clamp_min(0), reduction)
 
 
@@ -571,7 +576,7 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
 def _ctc_lengths(input_lengths, target_lengths) -> tuple[tuple, tuple]:
     """Both lengths as tuples of ints: PyTorch takes two integral tensors or two int lists."""
     both = (input_lengths, target_lengths)
-    if all(isinstance(v, tessera.Tensor) for v in both):
+    if all(isinstance(v, Tensor) for v in both):
         for name, v in zip(("input_lengths", "target_lengths"), both):
             if v.dtype.category != 1:
                 raise RuntimeError(f"{name} must be integral")
@@ -605,7 +610,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0,
     if zero_infinity:
         loss = E.where(loss == math.inf, zeros_like(loss), loss)
     if reduction == "mean":
-        lengths = tessera.tensor(tl, dtype=loss.dtype, device=loss.device).clamp_min(1)
+        lengths = tensor(tl, dtype=loss.dtype, device=loss.device).clamp_min(1)
         return (loss / lengths).mean()
     if reduction == "sum":
         return loss.sum()

@@ -18,8 +18,10 @@ import warnings
 import numpy as np
 
 from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import no_grad
 from tessera.nn.functional.conv import _is_int, _tensor, ntuple
 from tessera.ops import vision as V
+from tessera.ops.creation import tensor
 
 __all__ = ["pad", "interpolate", "upsample", "upsample_nearest", "upsample_bilinear",
            "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle",
@@ -332,7 +334,6 @@ def _base_coords(steps: int, align_corners: bool) -> np.ndarray:
 
 def affine_grid(theta, size, align_corners=None) -> Tensor:
     """Sampling grid (N, H, W, 2) (or (N, D, H, W, 3)) of the affine maps ``theta``."""
-    import tessera
     _tensor("affine_grid", theta, "theta")
     if align_corners is None:
         warnings.warn(_ALIGN_WARNING, stacklevel=2)
@@ -361,7 +362,7 @@ def affine_grid(theta, size, align_corners=None) -> Tensor:
     mesh = np.meshgrid(*axes[::-1], indexing="ij")                      # (z,) y, x grids
     base = np.stack([m for m in mesh[::-1]] + [np.ones_like(mesh[0])], axis=-1)
     nsp = int(np.prod(spatial))
-    base_t = tessera.tensor(base.reshape(1, nsp, len(spatial) + 1), dtype=theta.dtype,
+    base_t = tensor(base.reshape(1, nsp, len(spatial) + 1), dtype=theta.dtype,
                             device=theta.device)
     grid = base_t.matmul(theta.transpose(1, 2))
     return grid.reshape(size[0], *spatial, len(spatial))
@@ -425,7 +426,6 @@ def _gather_taps(flat_in: Tensor, idx: list[Tensor], in_sp, out_valid) -> Tensor
 
 def _sample_nd(input, coords, mode, padding_mode, align_corners):
     """(N, C, P) samples of ``input`` at per-dim pixel coordinates ``coords`` (N, P)."""
-    import tessera
     n, c = input.shape[:2]
     in_sp = tuple(input.shape[2:])
     flat_in = input.reshape(n, c, int(np.prod(in_sp)))
@@ -434,7 +434,7 @@ def _sample_nd(input, coords, mode, padding_mode, align_corners):
         ws = [_cubic_weights(x - b) for x, b in zip(coords, base)]
         out = None
         for taps in itertools.product(range(4), repeat=len(coords)):
-            with tessera.no_grad():
+            with no_grad():
                 idx = [_pad_coords(b + (t - 1), size, padding_mode, align_corners).long()
                        for b, t, size in zip(base, taps, in_sp)]
             w = ws[0][taps[0]]
@@ -446,7 +446,7 @@ def _sample_nd(input, coords, mode, padding_mode, align_corners):
     coords = [_pad_coords(x, size, padding_mode, align_corners)
               for x, size in zip(coords, in_sp)]
     if mode == "nearest":
-        with tessera.no_grad():
+        with no_grad():
             idx = [x.round().long() for x in coords]
         # the grid's gradient is zero but defined (as in PyTorch): keep it in the graph
         return _gather_taps(flat_in, idx, in_sp, None) + coords[0].sum() * 0
@@ -458,7 +458,7 @@ def _sample_nd(input, coords, mode, padding_mode, align_corners):
         for f, bit in zip(frac, corner):
             wd = f if bit else 1 - f
             w = wd if w is None else w * wd
-        with tessera.no_grad():
+        with no_grad():
             idx = [(b + bit).long() for b, bit in zip(base, corner)]
         term = _gather_taps(flat_in, idx, in_sp, None) * w.unsqueeze(1)
         out = term if out is None else out + term

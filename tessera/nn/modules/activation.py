@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import warnings
 
-import tessera
 from tessera.nn import functional as F, init
 from tessera.nn.modules.module import Module
 from tessera.nn.parameter import Parameter
+from tessera.ops.creation import empty
+from tessera.ops.elementwise import sigmoid, tanh
 
 __all__ = ["Threshold", "ReLU", "RReLU", "Hardtanh", "ReLU6", "Sigmoid", "Hardsigmoid", "Tanh",
            "SiLU", "Mish", "Hardswish", "ELU", "CELU", "SELU", "GLU", "GELU", "Hardshrink",
@@ -150,14 +151,14 @@ class Sigmoid(Module):
     """``1 / (1 + exp(-x))``."""
 
     def forward(self, input):
-        return tessera.sigmoid(input)
+        return sigmoid(input)
 
 
 class Tanh(Module):
     """``tanh(x)``."""
 
     def forward(self, input):
-        return tessera.tanh(input)
+        return tanh(input)
 
 
 class _AlphaActivation(Module):
@@ -283,7 +284,7 @@ class PReLU(Module):
         self.num_parameters = num_parameters
         super().__init__()
         self.init = init
-        self.weight = Parameter(tessera.empty(num_parameters, device=device, dtype=dtype))
+        self.weight = Parameter(empty(num_parameters, device=device, dtype=dtype))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

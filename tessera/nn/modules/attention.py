@@ -1,11 +1,11 @@
 """``nn.MultiheadAttention`` with PyTorch's parameters, masks and ``batch_first``."""
 from __future__ import annotations
 
-import tessera
 from tessera.nn import init
 from tessera.nn.modules.linear import Linear
 from tessera.nn.modules.module import Module
 from tessera.nn.parameter import Parameter
+from tessera.ops.creation import empty
 
 __all__ = ["MultiheadAttention", "NonDynamicallyQuantizableLinear"]
 
@@ -44,23 +44,23 @@ class MultiheadAttention(Module):
             raise AssertionError("embed_dim must be divisible by num_heads")
         kw = {"device": device, "dtype": dtype}
         if not self._qkv_same_embed_dim:
-            self.q_proj_weight = Parameter(tessera.empty((embed_dim, embed_dim), **kw))
-            self.k_proj_weight = Parameter(tessera.empty((embed_dim, self.kdim), **kw))
-            self.v_proj_weight = Parameter(tessera.empty((embed_dim, self.vdim), **kw))
+            self.q_proj_weight = Parameter(empty((embed_dim, embed_dim), **kw))
+            self.k_proj_weight = Parameter(empty((embed_dim, self.kdim), **kw))
+            self.v_proj_weight = Parameter(empty((embed_dim, self.vdim), **kw))
             self.register_parameter("in_proj_weight", None)
         else:
-            self.in_proj_weight = Parameter(tessera.empty((3 * embed_dim, embed_dim), **kw))
+            self.in_proj_weight = Parameter(empty((3 * embed_dim, embed_dim), **kw))
             self.register_parameter("q_proj_weight", None)
             self.register_parameter("k_proj_weight", None)
             self.register_parameter("v_proj_weight", None)
         if bias:
-            self.in_proj_bias = Parameter(tessera.empty(3 * embed_dim, **kw))
+            self.in_proj_bias = Parameter(empty(3 * embed_dim, **kw))
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, **kw)
         if add_bias_kv:
-            self.bias_k = Parameter(tessera.empty((1, 1, embed_dim), **kw))
-            self.bias_v = Parameter(tessera.empty((1, 1, embed_dim), **kw))
+            self.bias_k = Parameter(empty((1, 1, embed_dim), **kw))
+            self.bias_v = Parameter(empty((1, 1, embed_dim), **kw))
         else:
             self.bias_k = self.bias_v = None
         self.add_zero_attn = add_zero_attn

@@ -14,6 +14,7 @@ from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tessera import _dtype as D
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
 from tessera.nn.parameter import Buffer, Parameter
@@ -393,20 +394,16 @@ class Module:
         return self._apply(lambda t: t.type(dst_type))
 
     def float(self) -> Module:
-        from tessera import float32
-        return self._apply(lambda t: t.to(float32) if t.is_floating_point() else t)
+        return self._apply(lambda t: t.to(D.float32) if t.is_floating_point() else t)
 
     def double(self) -> Module:
-        from tessera import float64
-        return self._apply(lambda t: t.to(float64) if t.is_floating_point() else t)
+        return self._apply(lambda t: t.to(D.float64) if t.is_floating_point() else t)
 
     def half(self) -> Module:
-        from tessera import float16
-        return self._apply(lambda t: t.to(float16) if t.is_floating_point() else t)
+        return self._apply(lambda t: t.to(D.float16) if t.is_floating_point() else t)
 
     def bfloat16(self) -> Module:
-        from tessera import bfloat16
-        return self._apply(lambda t: t.to(bfloat16) if t.is_floating_point() else t)
+        return self._apply(lambda t: t.to(D.bfloat16) if t.is_floating_point() else t)
 
     def share_memory(self) -> Module:
         return self
@@ -528,7 +525,7 @@ class Module:
                 continue
             value = state_dict[key]
             if not isinstance(value, Tensor):
-                from tessera import as_tensor
+                from tessera.ops.creation import as_tensor
                 try:
                     value = as_tensor(value)
                 except Exception:

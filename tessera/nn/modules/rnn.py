@@ -20,11 +20,12 @@ import math
 import numbers
 import warnings
 
-import tessera
 from tessera.nn import init
 from tessera.nn.modules.module import Module
 from tessera.nn.parameter import Parameter
 from tessera.nn.utils.rnn import PackedSequence
+from tessera.ops.creation import empty, zeros
+from tessera.ops.shape import cat, stack
 
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
 
@@ -96,7 +97,7 @@ class RNNBase(Module):
                 if proj_size > 0:
                     shapes[f"weight_hr{sfx}"] = (proj_size, hidden_size)
                 for name, shape in shapes.items():
-                    setattr(self, name, Parameter(tessera.empty(shape, **kw)))
+                    setattr(self, name, Parameter(empty(shape, **kw)))
                 self._flat_weights_names.extend(shapes)
                 self._all_weights.append(list(shapes))
         self.reset_parameters()
@@ -198,9 +199,9 @@ class RNNBase(Module):
             h_t, c_t = self._cell_step(steps[t], h[:n], None if c is None else c[:n], w_hh_t,
                                        w_hr_t, fold, b_hh)
             seq[t] = h_t
-            h = tessera.cat([h_t, h[n:]])
-            c = None if c is None else tessera.cat([c_t, c[n:]])
-        return tessera.stack(seq) if batch_sizes is None else tessera.cat(seq), h, c
+            h = cat([h_t, h[n:]])
+            c = None if c is None else cat([c_t, c[n:]])
+        return stack(seq) if batch_sizes is None else cat(seq), h, c
 
     def _cell_step(self, gi, h, c, w_hh_t, w_hr_t, fold: bool, b_hh):
         h, c = _step(self.mode, gi, h, c, w_hh_t, None if fold else b_hh)
@@ -223,10 +224,10 @@ class RNNBase(Module):
                 outs.append(out)
                 hs.append(h)
                 cs.append(c)
-            inp = outs[0] if dirs == 1 else tessera.cat(outs, dim=-1)
+            inp = outs[0] if dirs == 1 else cat(outs, dim=-1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 inp = F.dropout(inp, self.dropout, training=True)
-        return inp, tessera.stack(hs), (tessera.stack(cs) if c0 is not None else None)
+        return inp, stack(hs), (stack(cs) if c0 is not None else None)
 
     def _forward_packed(self, packed, hx):
         """A PackedSequence in, a PackedSequence out; states in the caller's batch order."""
@@ -250,7 +251,7 @@ class RNNBase(Module):
                 self.permute_hidden(hidden, unsorted_indices))
 
     def _zeros(self, n_layers_dirs: int, batch: int, size: int, like):
-        return tessera.zeros(n_layers_dirs, batch, size, dtype=like.dtype, device=like.device)
+        return zeros(n_layers_dirs, batch, size, dtype=like.dtype, device=like.device)
 
     def _forward_single_state(self, input, hx):
         """RNN and GRU: one hidden state tensor."""
@@ -443,11 +444,11 @@ class RNNCellBase(Module):
         super().__init__()
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         kw = {"device": device, "dtype": dtype}
-        self.weight_ih = Parameter(tessera.empty((num_chunks * hidden_size, input_size), **kw))
-        self.weight_hh = Parameter(tessera.empty((num_chunks * hidden_size, hidden_size), **kw))
+        self.weight_ih = Parameter(empty((num_chunks * hidden_size, input_size), **kw))
+        self.weight_hh = Parameter(empty((num_chunks * hidden_size, hidden_size), **kw))
         if bias:
-            self.bias_ih = Parameter(tessera.empty(num_chunks * hidden_size, **kw))
-            self.bias_hh = Parameter(tessera.empty(num_chunks * hidden_size, **kw))
+            self.bias_ih = Parameter(empty(num_chunks * hidden_size, **kw))
+            self.bias_hh = Parameter(empty(num_chunks * hidden_size, **kw))
         else:
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
@@ -510,7 +511,7 @@ class RNNCell(RNNCellBase):
         batched = self._check_dims(input, [("hidden", hx)] if hx is not None else [])
         x = input if batched else input.unsqueeze(0)
         if hx is None:
-            hx = tessera.zeros(x.size(0), self.hidden_size, dtype=x.dtype, device=x.device)
+            hx = zeros(x.size(0), self.hidden_size, dtype=x.dtype, device=x.device)
         elif not batched:
             hx = hx.unsqueeze(0)
         if self.nonlinearity not in ("tanh", "relu"):
@@ -532,7 +533,7 @@ class LSTMCell(RNNCellBase):
         batched = self._check_dims(input, states)
         x = input if batched else input.unsqueeze(0)
         if hx is None:
-            z = tessera.zeros(x.size(0), self.hidden_size, dtype=x.dtype, device=x.device)
+            z = zeros(x.size(0), self.hidden_size, dtype=x.dtype, device=x.device)
             hx = (z, z)
         elif not batched:
             hx = (hx[0].unsqueeze(0), hx[1].unsqueeze(0))
@@ -552,7 +553,7 @@ class GRUCell(RNNCellBase):
         batched = self._check_dims(input, [("hidden", hx)] if hx is not None else [])
         x = input if batched else input.unsqueeze(0)
         if hx is None:
-            hx = tessera.zeros(x.size(0), self.hidden_size, dtype=x.dtype, device=x.device)
+            hx = zeros(x.size(0), self.hidden_size, dtype=x.dtype, device=x.device)
         elif not batched:
             hx = hx.unsqueeze(0)
         self._check_sizes(x, [hx])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import warnings
 
-import tessera
+from tessera.autograd.grad_mode import is_grad_enabled
 from tessera.nn import functional as F
 from tessera.nn.functional.attention import _canonical_mask, _none_or_dtype
 from tessera.nn.modules.attention import MultiheadAttention
@@ -21,13 +21,15 @@ from tessera.nn.modules.dropout import Dropout
 from tessera.nn.modules.linear import Linear
 from tessera.nn.modules.module import Module
 from tessera.nn.modules.normalization import LayerNorm
+from tessera.ops.creation import full
+from tessera.ops.shape import triu
 
 __all__ = ["TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
            "TransformerDecoder", "Transformer"]
 
 
 def _generate_square_subsequent_mask(sz: int, device=None, dtype=None):
-    return tessera.triu(tessera.full((sz, sz), float("-inf"), dtype=dtype, device=device),
+    return triu(full((sz, sz), float("-inf"), dtype=dtype, device=device),
                         diagonal=1)
 
 
@@ -276,7 +278,7 @@ class TransformerEncoder(Module):
                 attn.out_proj.bias, first.norm1.weight, first.norm1.bias, first.norm2.weight,
                 first.norm2.bias, first.linear1.weight, first.linear1.bias,
                 first.linear2.weight, first.linear2.bias)
-        if tessera.is_grad_enabled() and any(t is not None and t.requires_grad for t in args):
+        if is_grad_enabled() and any(t is not None and t.requires_grad for t in args):
             return None
         return keep.logical_not()
 

@@ -1,14 +1,17 @@
-"""``nn.utils``: gradient clipping, parameter/vector conversion and RNN sequence helpers."""
-import importlib as _importlib
+"""``nn.utils``: gradient clipping, parameter/vector conversion and RNN sequence helpers.
 
-__all__: list[str] = []
-for _name in ("clip_grad", "convert_parameters", "rnn"):
-    try:
-        _mod = _importlib.import_module(f"tessera.nn.utils.{_name}")
-    except ModuleNotFoundError as _e:
-        if _e.name != f"tessera.nn.utils.{_name}":
-            raise
-        continue
-    for _fn in getattr(_mod, "__all__", []):
-        globals()[_fn] = getattr(_mod, _fn)
-        __all__.append(_fn)
+>>> import tessera
+>>> from tessera.nn.utils import parameters_to_vector
+>>> parameters_to_vector([tessera.ones(2), tessera.zeros(1)])
+tensor([1., 1., 0.])
+"""
+from tessera.nn.utils import (
+    clip_grad as _clip_grad,
+    convert_parameters as _convert_parameters,
+    rnn as _rnn,
+)
+from tessera.nn.utils.clip_grad import *  # noqa: F403
+from tessera.nn.utils.convert_parameters import *  # noqa: F403
+from tessera.nn.utils.rnn import *  # noqa: F403
+
+__all__: list[str] = _clip_grad.__all__ + _convert_parameters.__all__ + _rnn.__all__

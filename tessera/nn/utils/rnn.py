@@ -20,8 +20,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-import tessera
+from tessera import _dtype as D
 from tessera._tensor import Tensor
+from tessera.ops.creation import full, tensor
+from tessera.ops.shape import cat, stack
 
 __all__ = ["PackedSequence", "pack_padded_sequence", "pad_packed_sequence", "pack_sequence",
            "unpack_sequence", "pad_sequence", "unpad_sequence", "invert_permutation"]
@@ -53,7 +55,7 @@ def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.
     trailing = tuple(first.shape[1:])
     dtype = first.dtype
     value = padding_value if dtype.is_floating_point else (
-        bool(padding_value) if dtype is tessera.bool else int(padding_value))
+        bool(padding_value) if dtype is D.bool_ else int(padding_value))
     max_len = max(s.size(0) for s in sequences)
     rows = []
     for s in sequences:
@@ -66,7 +68,7 @@ def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.
             widths = [0, 0] * len(trailing) + ([0, n] if padding_side == "right" else [n, 0])
             s = pad(s, widths, value=value)
         rows.append(s)
-    return tessera.stack(rows, dim=0 if batch_first else 1)
+    return stack(rows, dim=0 if batch_first else 1)
 
 
 def unpad_sequence(padded_sequences: Tensor, lengths, batch_first: bool = False) -> list:
@@ -95,7 +97,7 @@ def invert_permutation(permutation: Tensor | None) -> Tensor | None:
     p = np.asarray(permutation.tolist(), np.int64)
     inv = np.empty_like(p)
     inv[p] = np.arange(p.size)
-    return tessera.tensor(inv, device=permutation.device)
+    return tensor(inv, device=permutation.device)
 
 
 class PackedSequence(PackedSequence_):
@@ -129,19 +131,19 @@ class PackedSequence(PackedSequence_):
         return self.to("cpu")
 
     def double(self) -> PackedSequence:
-        return self.to(dtype=tessera.float64)
+        return self.to(dtype=D.float64)
 
     def float(self) -> PackedSequence:
-        return self.to(dtype=tessera.float32)
+        return self.to(dtype=D.float32)
 
     def half(self) -> PackedSequence:
-        return self.to(dtype=tessera.float16)
+        return self.to(dtype=D.float16)
 
     def long(self) -> PackedSequence:
-        return self.to(dtype=tessera.int64)
+        return self.to(dtype=D.int64)
 
     def int(self) -> PackedSequence:
-        return self.to(dtype=tessera.int32)
+        return self.to(dtype=D.int32)
 
     @property
     def is_cuda(self) -> bool:
@@ -187,7 +189,7 @@ def pack_padded_sequence(input: Tensor, lengths, batch_first: bool = False,
     if not enforce_sorted:
         order = np.argsort(-lengths, kind="stable")
         lengths = lengths[order]
-        sorted_indices = tessera.tensor(order, device=input.device)
+        sorted_indices = tensor(order, device=input.device)
         input = input.index_select(0 if batch_first else 1, sorted_indices)
     x = input.transpose(0, 1) if batch_first else input
     if x.numel() == 0:
@@ -209,8 +211,8 @@ def pack_padded_sequence(input: Tensor, lengths, batch_first: bool = False,
                            f"{steps} time steps of the input")
     batch_sizes, rows = _packed_rows(lengths, steps)
     flat = x.reshape((steps * batch,) + tuple(x.shape[2:]))
-    data = flat.index_select(0, tessera.tensor(rows, device=x.device))
-    return PackedSequence(data, tessera.tensor(batch_sizes), sorted_indices, None)
+    data = flat.index_select(0, tensor(rows, device=x.device))
+    return PackedSequence(data, tensor(batch_sizes), sorted_indices, None)
 
 
 def pad_packed_sequence(sequence: PackedSequence, batch_first: bool = False,
@@ -240,12 +242,12 @@ def pad_packed_sequence(sequence: PackedSequence, batch_first: bool = False,
     grid[t, b] = np.arange(t.size)
     if batch_first:
         grid = grid.T
-    pad = tessera.full((1,) + tuple(data.shape[1:]), padding_value, dtype=data.dtype,
+    pad = full((1,) + tuple(data.shape[1:]), padding_value, dtype=data.dtype,
                        device=data.device)
-    rows = tessera.cat([data, pad]).index_select(0, tessera.tensor(grid.reshape(-1),
+    rows = cat([data, pad]).index_select(0, tensor(grid.reshape(-1),
                                                                    device=data.device))
     padded = rows.reshape(grid.shape + tuple(data.shape[1:]))
-    lengths_t = tessera.tensor(lengths)
+    lengths_t = tensor(lengths)
     if sequence.unsorted_indices is not None:
         order = sequence.unsorted_indices
         padded = padded.index_select(0 if batch_first else 1, order)

@@ -14,10 +14,13 @@ import math
 
 import numpy as np
 
-import tessera
 import tessera.nn.functional as F
 from tessera.onnx.converters.helpers import norm_axis, operand, static_prod, unary_composite
 from tessera.onnx.converters.registry import export_rule, import_rule, simple
+from tessera.ops.creation import zeros_like
+from tessera.ops.elementwise import exp
+from tessera.ops.reduce import argmax
+from tessera.ops.ternary import clamp, where
 
 simple("hardswish", "HardSwish", opset=14)
 simple("mish", "Mish", opset=18)
@@ -49,7 +52,7 @@ def _relu(b, n):
 
 @import_rule("Relu")
 def _import_relu(c, x):
-    return F.relu(x) if x.dtype.is_floating_point else tessera.clamp(x, min=0)
+    return F.relu(x) if x.dtype.is_floating_point else clamp(x, min=0)
 
 
 @export_rule("gelu")
@@ -90,7 +93,7 @@ def _import_elu(c, x):
 @import_rule("Selu")
 def _import_selu(c, x):
     a, g = c.attr("alpha", 1.67326319217681884765625), c.attr("gamma", 1.05070102214813232421875)
-    return g * tessera.where(x > 0, x, a * (tessera.exp(x) - 1))
+    return g * where(x > 0, x, a * (exp(x) - 1))
 
 
 @import_rule("Celu")
@@ -112,8 +115,7 @@ def _softplus(b, n):
 
 @import_rule("Softplus")
 def _import_softplus(c, x):
-    return tessera.logaddexp(x, tessera.zeros_like(x)) if hasattr(tessera, "logaddexp") \
-        else F.softplus(x, threshold=1e30)
+    return F.softplus(x, threshold=1e30)
 
 
 @import_rule("Softsign")
@@ -124,7 +126,7 @@ def _import_softsign(c, x):
 @import_rule("HardSigmoid")
 def _import_hardsigmoid(c, x):
     a, b = c.attr("alpha", 0.2), c.attr("beta", 0.5)
-    return tessera.clamp(x * a + b, 0, 1)
+    return clamp(x * a + b, 0, 1)
 
 
 @export_rule("threshold")
@@ -137,7 +139,7 @@ def _threshold(b, n):
 
 @import_rule("ThresholdedRelu")
 def _import_thresholded_relu(c, x):
-    return tessera.where(x > c.attr("alpha", 1.0), x, tessera.zeros_like(x))
+    return where(x > c.attr("alpha", 1.0), x, zeros_like(x))
 
 
 @export_rule("hardshrink")
@@ -151,8 +153,8 @@ def _hardshrink(b, n):
 @import_rule("Shrink")
 def _import_shrink(c, x):
     lambd, bias = c.attr("lambd", 0.5), c.attr("bias", 0.0)
-    zero = tessera.zeros_like(x)
-    out = tessera.where(x < -lambd, x + bias, tessera.where(x > lambd, x - bias, zero))
+    zero = zeros_like(x)
+    out = where(x < -lambd, x + bias, where(x > lambd, x - bias, zero))
     return out.to(x.dtype)
 
 
@@ -177,7 +179,7 @@ def _prelu(b, n):
 
 @import_rule("PRelu")
 def _import_prelu(c, x, slope):
-    return tessera.where(x < 0, x * slope, x)
+    return where(x < 0, x * slope, x)
 
 
 # ---- softmax over one axis -------------------------------------------------------------
@@ -212,5 +214,5 @@ _softmax("log_softmax", "LogSoftmax", F.log_softmax)
 @import_rule("Hardmax", since=13)
 def _import_hardmax(c, x):
     axis = c.attr("axis", -1)
-    i = tessera.argmax(x, dim=axis, keepdim=True)
-    return tessera.zeros_like(x).scatter(axis, i, 1.0)
+    i = argmax(x, dim=axis, keepdim=True)
+    return zeros_like(x).scatter(axis, i, 1.0)

@@ -15,7 +15,6 @@ import math
 
 import numpy as np
 
-import tessera
 from tessera import _dtype as D
 from tessera.onnx.converters.helpers import (
     common_dtype,
@@ -25,6 +24,20 @@ from tessera.onnx.converters.helpers import (
     unary_composite,
 )
 from tessera.onnx.converters.registry import EXPORT, export_rule, import_rule, simple
+from tessera.ops.creation import zeros
+from tessera.ops.elementwise import (
+    add,
+    div as _div,
+    fmod,
+    isinf,
+    isneginf,
+    isposinf,
+    maximum,
+    minimum,
+    pow as _pow,
+    remainder,
+)
+from tessera.ops.ternary import clamp, where
 
 # ---- unary -----------------------------------------------------------------------------
 
@@ -149,12 +162,12 @@ export_rule("isneginf")(_isinf(0, 1))
 def _import_isinf(c, x):
     pos, neg = c.attr("detect_positive", 1), c.attr("detect_negative", 1)
     if pos and neg:
-        return tessera.isinf(x)
+        return isinf(x)
     if pos:
-        return tessera.isposinf(x)
+        return isposinf(x)
     if neg:
-        return tessera.isneginf(x)
-    return tessera.zeros(x.shape, dtype=tessera.bool)
+        return isneginf(x)
+    return zeros(x.shape, dtype=D.bool_)
 
 
 @export_rule("isfinite")
@@ -271,21 +284,21 @@ def _variadic(fn):
     return rule
 
 
-import_rule("Max")(_variadic(tessera.maximum))
-import_rule("Min")(_variadic(tessera.minimum))
-import_rule("Sum")(_variadic(tessera.add))
+import_rule("Max")(_variadic(maximum))
+import_rule("Min")(_variadic(minimum))
+import_rule("Sum")(_variadic(add))
 
 
 @import_rule("Mean")
 def _import_mean(c, *xs):
-    return _variadic(tessera.add)(c, *xs) / len(xs)
+    return _variadic(add)(c, *xs) / len(xs)
 
 
 @import_rule("Pow")
 def _import_pow(c, a, b):
     if a.dtype.is_floating_point:
-        return tessera.pow(a, b.to(a.dtype))
-    return tessera.pow(a.double(), b.double()).to(a.dtype)
+        return _pow(a, b.to(a.dtype))
+    return _pow(a.double(), b.double()).to(a.dtype)
 
 
 def _floor_divmod(b, x, y, dt):
@@ -308,7 +321,7 @@ def _floor_divmod(b, x, y, dt):
 
 
 @export_rule("div")
-def _div(b, n):
+def _export_div(b, n):
     dt = n.out_dtype()
     mode = n.attrs.get("rounding_mode")
     if dt.is_floating_point:
@@ -329,7 +342,7 @@ def _import_div(c, a, b):
     a, b = same_dtype(a, b)
     if a.dtype.is_floating_point:
         return a / b
-    return tessera.div(a, b, rounding_mode="trunc")
+    return _div(a, b, rounding_mode="trunc")
 
 
 @export_rule("remainder")
@@ -351,8 +364,8 @@ def _fmod(b, n):
 def _import_mod(c, a, b):
     a, b = same_dtype(a, b)
     if c.attr("fmod", 0):
-        return tessera.fmod(a, b)
-    return tessera.remainder(a, b)
+        return fmod(a, b)
+    return remainder(a, b)
 
 
 def _nan_ignoring(onnx_op: str):
@@ -426,7 +439,7 @@ def _where(b, n):
 
 @import_rule("Where")
 def _import_where(c, cond, a, b):
-    return tessera.where(cond, a, b)
+    return where(cond, a, b)
 
 
 @export_rule("masked_fill")
@@ -457,18 +470,18 @@ def _import_clip(c, x, lo=None, hi=None):
     if lo is None and hi is None:
         return x
     if not any(t is not None and (is_symbolic(t) or t.requires_grad) for t in (lo, hi)):
-        return tessera.clamp(x, None if lo is None else c.value(lo).item(),
+        return clamp(x, None if lo is None else c.value(lo).item(),
                              None if hi is None else c.value(hi).item())
     if lo is not None:
-        x = tessera.maximum(x, lo)
+        x = maximum(x, lo)
     if hi is not None:
-        x = tessera.minimum(x, hi)
+        x = minimum(x, hi)
     return x
 
 
 @import_rule("Clip")
 def _import_clip6(c, x):
-    return tessera.clamp(x, c.attr("min", -3.4028234663852886e38),
+    return clamp(x, c.attr("min", -3.4028234663852886e38),
                          c.attr("max", 3.4028234663852886e38))
 
 

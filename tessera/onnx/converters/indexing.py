@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-import tessera
 import tessera.nn.functional as F
 from tessera import _dtype as D
 from tessera.onnx.converters.helpers import norm_axis, operand, static_prod
 from tessera.onnx.converters.registry import export_rule, import_rule
+from tessera.ops.creation import arange, zeros_like
+from tessera.ops.getitem import index_put
+from tessera.ops.indexing import gather, index_select
+from tessera.ops.ternary import where
 
 # ---- gathers ---------------------------------------------------------------------------
 
@@ -74,8 +77,8 @@ def _take(b, n):
 def _import_gather(c, x, idx):
     axis = c.attr("axis", 0) % x.dim()
     if not idx.numel() or idx.dtype not in (D.int64, D.int32):
-        idx = tessera.where(idx < 0, idx + x.shape[axis], idx) if idx.numel() else idx
-        flat = tessera.index_select(x, axis, idx.reshape(-1).long())
+        idx = where(idx < 0, idx + x.shape[axis], idx) if idx.numel() else idx
+        flat = index_select(x, axis, idx.reshape(-1).long())
         shape = list(x.shape[:axis]) + list(idx.shape) + list(x.shape[axis + 1:])
         return flat.reshape(shape)
     # advanced indexing on one dim is Gather exactly (negative indices wrap)
@@ -93,8 +96,8 @@ def _gather(b, n):
 @import_rule("GatherElements")
 def _import_gather_elements(c, x, idx):
     axis = c.attr("axis", 0) % x.dim()
-    idx = tessera.where(idx < 0, idx + x.shape[axis], idx).long()
-    return tessera.gather(x, axis, idx)
+    idx = where(idx < 0, idx + x.shape[axis], idx).long()
+    return gather(x, axis, idx)
 
 
 @import_rule("GatherND")
@@ -108,12 +111,12 @@ def _import_gather_nd(c, x, idx):
         mid = tuple(idx.shape[bd:-1])
         idx = idx.reshape((nb,) + mid + (k,))
         parts = [idx[..., j] for j in range(k)]
-        parts = [tessera.where(p < 0, p + x.shape[1 + j], p) for j, p in enumerate(parts)]
-        ar = tessera.arange(nb).reshape((nb,) + (1,) * len(mid))
+        parts = [where(p < 0, p + x.shape[1 + j], p) for j, p in enumerate(parts)]
+        ar = arange(nb).reshape((nb,) + (1,) * len(mid))
         out = x[(ar,) + tuple(parts)]
         return out.reshape(tuple(lead) + mid + tuple(out.shape[1 + len(mid):]))
     parts = [idx[..., j] for j in range(k)]
-    parts = [tessera.where(p < 0, p + x.shape[j], p) for j, p in enumerate(parts)]
+    parts = [where(p < 0, p + x.shape[j], p) for j, p in enumerate(parts)]
     return x[tuple(parts)]
 
 
@@ -160,7 +163,7 @@ def _scatter_reduce(b, n):
 @import_rule("ScatterElements")
 def _import_scatter_elements(c, x, idx, upd):
     axis = c.attr("axis", 0) % x.dim()
-    idx = tessera.where(idx < 0, idx + x.shape[axis], idx).long()
+    idx = where(idx < 0, idx + x.shape[axis], idx).long()
     red = c.attr("reduction", "none")
     if red == "none":
         return x.scatter(axis, idx, upd)
@@ -218,11 +221,11 @@ def _import_scatter_nd(c, x, idx, upd):
     red = c.attr("reduction", "none")
     if red in ("none", "add"):
         parts = tuple(idx[..., j] for j in range(k))
-        return tessera.index_put(x, parts, upd, accumulate=red == "add")
+        return index_put(x, parts, upd, accumulate=red == "add")
     # other reductions: scatter_reduce over the first k dims flattened into one
     lead = x.shape[:k]
     strides = np.cumprod([1] + list(lead[::-1]))[:-1][::-1]
-    lin = sum(tessera.where(idx[..., j] < 0, idx[..., j] + lead[j], idx[..., j]) *
+    lin = sum(where(idx[..., j] < 0, idx[..., j] + lead[j], idx[..., j]) *
                int(strides[j]) for j in range(k))
     rest = int(np.prod(x.shape[k:], dtype=np.int64))
     x2 = x.reshape(int(np.prod(lead, dtype=np.int64)), rest)
@@ -259,11 +262,11 @@ def _view_assign(b, n):
 def _import_one_hot(c, idx, depth, values):
     d = int(c.value(depth).reshape(-1)[0])
     axis = c.attr("axis", -1)
-    i = tessera.where(idx < 0, idx + d, idx).long()
+    i = where(idx < 0, idx + d, idx).long()
     valid = (i >= 0) & (i < d)
-    oh = F.one_hot(tessera.where(valid, i, tessera.zeros_like(i)), d) * valid.unsqueeze(-1)
+    oh = F.one_hot(where(valid, i, zeros_like(i)), d) * valid.unsqueeze(-1)
     rank = oh.dim()
     if axis % rank != rank - 1:
         oh = oh.movedim(-1, axis % rank)
     off, on = values[0], values[1]
-    return tessera.where(oh.to(tessera.bool), on, off)
+    return where(oh.to(D.bool_), on, off)

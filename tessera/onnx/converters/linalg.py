@@ -7,9 +7,10 @@ ONNX's ``Gemm``.
 """
 from __future__ import annotations
 
-import tessera
 from tessera.onnx.converters.helpers import operand, reduce_over
 from tessera.onnx.converters.registry import export_rule, import_rule, simple
+from tessera.ops.einsum import einsum
+from tessera.ops.linalg import matmul
 
 simple("matmul", "MatMul")
 
@@ -27,7 +28,7 @@ def _import_gemm(c, a, b, bias=None):
         a = a.transpose(0, 1)
     if c.attr("transB", 0):
         b = b.transpose(0, 1)
-    y = tessera.matmul(a, b)
+    y = matmul(a, b)
     alpha, beta = c.attr("alpha", 1.0), c.attr("beta", 1.0)
     if alpha != 1:
         y = y * alpha
@@ -49,4 +50,4 @@ def _einsum(b, n):
 
 @import_rule("Einsum")
 def _import_einsum(c, *xs):
-    return tessera.einsum(c.attr("equation"), *xs)
+    return einsum(c.attr("equation"), *xs)

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
-import tessera
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
 from tessera.onnx.converters.helpers import operand, reduce_over, static_prod
 from tessera.onnx.converters.registry import export_rule, import_rule
+from tessera.ops.creation import arange, ones as _ones, ones_like, tensor
+from tessera.ops.linalg import matmul
+from tessera.ops.reduce import amax, mean as _mean
 from tessera.ops.registry import REGISTRY
+from tessera.ops.ternary import where
 
 # ---- convolution -----------------------------------------------------------------------
 
@@ -277,7 +280,7 @@ def _import_max_pool(c, x):
             i = (i % w) * h + i // w
         # ONNX numbers positions over the whole tensor; tessera within each plane
         plane = int(np.prod(orig.shape[2:]))
-        base = tessera.arange(x.shape[0] * x.shape[1]).reshape(
+        base = arange(x.shape[0] * x.shape[1]).reshape(
             [x.shape[0], x.shape[1]] + [1] * len(kernel)) * plane
         return v, i + base
     return dispatch(REGISTRY["max_pool_values"], x, **attrs)
@@ -303,7 +306,7 @@ def _import_avg_pool(c, x):
     out = dispatch(REGISTRY["avg_pool"], xp, padding=zero, count_include_pad=True, **attrs)
     if include:
         return out
-    ones = dispatch(REGISTRY["constant_pad"], tessera.ones_like(x), pads=pads, value=0.0)
+    ones = dispatch(REGISTRY["constant_pad"], ones_like(x), pads=pads, value=0.0)
     frac = dispatch(REGISTRY["avg_pool"], ones, padding=zero, count_include_pad=True, **attrs)
     return out / frac
 
@@ -325,12 +328,12 @@ def _avg_pool_conv(x, kernel, strides, dil, pads, include, ceil):
         extra.append(max((out - 1) * strides[i] + span - size, 0))
     full = tuple((lo, hi + e) for (lo, hi), e in zip(pads, extra))
     ch = x.shape[1]
-    w = tessera.ones((ch, 1) + tuple(kernel), dtype=x.dtype)
+    w = _ones((ch, 1) + tuple(kernel), dtype=x.dtype)
     attrs = dict(stride=tuple(strides), pads=((0, 0),) * nd, dilation=tuple(dil), groups=ch)
     conv = REGISTRY["conv"]
     total = dispatch(conv, dispatch(REGISTRY["constant_pad"], x, pads=full, value=0.0), w,
                      None, **attrs)
-    ones = tessera.ones((1, ch) + tuple(x.shape[2:]), dtype=x.dtype)
+    ones = _ones((1, ch) + tuple(x.shape[2:]), dtype=x.dtype)
     if include:  # padding counts, the ceil_mode extension does not
         ones = dispatch(REGISTRY["constant_pad"], ones, pads=pads, value=1.0)
         mask = dispatch(REGISTRY["constant_pad"], ones, pads=tuple((0, e) for e in extra),
@@ -342,12 +345,12 @@ def _avg_pool_conv(x, kernel, strides, dil, pads, include, ceil):
 
 @import_rule("GlobalAveragePool")
 def _import_gap(c, x):
-    return tessera.mean(x, dim=tuple(range(2, x.dim())), keepdim=True)
+    return _mean(x, dim=tuple(range(2, x.dim())), keepdim=True)
 
 
 @import_rule("GlobalMaxPool")
 def _import_gmp(c, x):
-    return tessera.amax(x, dim=tuple(range(2, x.dim())), keepdim=True)
+    return amax(x, dim=tuple(range(2, x.dim())), keepdim=True)
 
 
 # ---- resampling ------------------------------------------------------------------------
@@ -418,9 +421,9 @@ def _import_resize(c, x, roi=None, scales=None, sizes=None):
             continue
         m, outside = _resize_matrix(ref, coeffs, n_in, n_out, sc, ra, kw)
         mt = Tensor._from_numpy(np.ascontiguousarray(m.T).astype(ct.np))
-        y = tessera.matmul(y.movedim(a, -1), mt)
+        y = matmul(y.movedim(a, -1), mt)
         if outside.any():
-            y = tessera.where(Tensor._from_numpy(outside), tessera.tensor(ext, dtype=ct), y)
+            y = where(Tensor._from_numpy(outside), tensor(ext, dtype=ct), y)
         y = y.movedim(-1, a)
     return y if ct is x.dtype else y.to(x.dtype)
 
@@ -487,9 +490,9 @@ def _import_dropout(c, x, ratio=None, training=None):
     p = float(c.value(ratio).reshape(-1)[0]) if ratio is not None else 0.5
     if training is not None and bool(c.value(training)) and p > 0:
         raise NotImplementedError("training mode (a random mask)")
-    return x, tessera.ones(x.shape, dtype=tessera.bool)
+    return x, _ones(x.shape, dtype=D.bool_)
 
 
 @import_rule("Dropout")
 def _import_dropout_old(c, x):
-    return x, tessera.ones(x.shape, dtype=tessera.bool)
+    return x, _ones(x.shape, dtype=D.bool_)

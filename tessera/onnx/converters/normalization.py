@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-import tessera
 import tessera.nn.functional as F
 from tessera import _dtype as D
 from tessera.onnx.converters.helpers import operand, reduce_over
 from tessera.onnx.converters.registry import export_rule, import_rule
+from tessera.ops.creation import zeros_like
+from tessera.ops.elementwise import sqrt
+from tessera.ops.reduce import norm
+from tessera.ops.ternary import where
 
 
 def _channel(b, t, rank):
@@ -106,7 +109,7 @@ def _import_layer_norm(c, x, scale, bias=None):
     mean = xf.mean(dim=dims, keepdim=True)
     d = xf - mean
     var = (d * d).mean(dim=dims, keepdim=True)
-    rstd = 1 / tessera.sqrt(var + eps)
+    rstd = 1 / sqrt(var + eps)
     y = (d * rstd).to(x.dtype) * scale
     if bias is not None:
         y = y + bias
@@ -149,6 +152,5 @@ def _rms_norm(b, n):
 @import_rule("LpNormalization")
 def _import_lp_norm(c, x):
     p, axis = c.attr("p", 2), c.attr("axis", -1)
-    n = tessera.linalg.vector_norm(x, ord=p, dim=axis, keepdim=True) \
-        if hasattr(tessera, "linalg") else tessera.norm(x, p=p, dim=axis, keepdim=True)
-    return tessera.where(n == 0, tessera.zeros_like(x), x / n)
+    n = norm(x, p=p, dim=axis, keepdim=True)
+    return where(n == 0, zeros_like(x), x / n)

@@ -13,7 +13,6 @@ import math
 
 import numpy as np
 
-import tessera
 from tessera import _dtype as D
 from tessera.onnx.converters.helpers import (
     axes_input_since,
@@ -24,6 +23,21 @@ from tessera.onnx.converters.helpers import (
     static_prod,
 )
 from tessera.onnx.converters.registry import export_rule, import_rule
+from tessera.ops.creation import full
+from tessera.ops.elementwise import abs as _abs, exp, log, sqrt
+from tessera.ops.indexing import gather
+from tessera.ops.reduce import (
+    amax,
+    amin,
+    argmax,
+    argmin,
+    logsumexp,
+    mean as _mean,
+    prod,
+    sum as _sum,
+)
+from tessera.ops.scan import cumsum
+from tessera.ops.sorting import argsort
 
 # ---- the Reduce* family ----------------------------------------------------------------
 
@@ -68,23 +82,23 @@ def _import_reduction(fn, axes_input: int):
 
 
 def _rsum(x, axes, keep):
-    return tessera.sum(x, dim=axes, keepdim=keep) if axes else x
+    return _sum(x, dim=axes, keepdim=keep) if axes else x
 
 
 def _rmean(x, axes, keep):
-    return tessera.mean(x, dim=axes, keepdim=keep) if axes else x
+    return _mean(x, dim=axes, keepdim=keep) if axes else x
 
 
 def _rmax(x, axes, keep):
     if x.numel() == 0:
         return _empty_reduce(x, axes, keep, "max")
-    return tessera.amax(x, dim=axes, keepdim=keep) if axes else x
+    return amax(x, dim=axes, keepdim=keep) if axes else x
 
 
 def _rmin(x, axes, keep):
     if x.numel() == 0:
         return _empty_reduce(x, axes, keep, "min")
-    return tessera.amin(x, dim=axes, keepdim=keep) if axes else x
+    return amin(x, dim=axes, keepdim=keep) if axes else x
 
 
 def _empty_reduce(x, axes, keep, kind):
@@ -95,19 +109,19 @@ def _empty_reduce(x, axes, keep, kind):
     else:
         info = np.iinfo(x.dtype.np) if x.dtype is not D.bool_ else None
         v = (info.min if kind == "max" else info.max) if info else kind == "min"
-    return tessera.full(shape, v, dtype=x.dtype)
+    return full(shape, v, dtype=x.dtype)
 
 
 def _rprod(x, axes, keep):
     for a in sorted(axes, reverse=True):
-        x = tessera.prod(x, dim=a, keepdim=keep)
+        x = prod(x, dim=a, keepdim=keep)
     return x
 
 
 def _rlogsumexp(x, axes, keep):
     if x.numel():
-        return tessera.logsumexp(x, dim=axes, keepdim=keep)
-    return tessera.log(_rsum(tessera.exp(x), axes, keep))
+        return logsumexp(x, dim=axes, keepdim=keep)
+    return log(_rsum(exp(x), axes, keep))
 
 
 # ONNX reduction -> (tessera ops exported as it, its import: fn(x, axes, keepdim))
@@ -117,10 +131,10 @@ REDUCTIONS = {
     "ReduceMax": (("amax", "max"), _rmax),
     "ReduceMin": (("amin", "min"), _rmin),
     "ReduceProd": (("prod",), _rprod),
-    "ReduceL1": ((), lambda x, a, k: _rsum(tessera.abs(x), a, k)),
-    "ReduceL2": ((), lambda x, a, k: tessera.sqrt(_rsum(x * x, a, k))),
+    "ReduceL1": ((), lambda x, a, k: _rsum(_abs(x), a, k)),
+    "ReduceL2": ((), lambda x, a, k: sqrt(_rsum(x * x, a, k))),
     "ReduceSumSquare": ((), lambda x, a, k: _rsum(x * x, a, k)),
-    "ReduceLogSum": ((), lambda x, a, k: tessera.log(_rsum(x, a, k))),
+    "ReduceLogSum": ((), lambda x, a, k: log(_rsum(x, a, k))),
     "ReduceLogSumExp": (("logsumexp",), _rlogsumexp),
 }
 for _onnx_op, (_ops, _fn) in REDUCTIONS.items():
@@ -159,8 +173,8 @@ def _arg(op: str, onnx_op: str, fn) -> None:
         return fn(x, dim=axis, keepdim=keep)
 
 
-_arg("argmax", "ArgMax", tessera.argmax)
-_arg("argmin", "ArgMin", tessera.argmin)
+_arg("argmax", "ArgMax", argmax)
+_arg("argmin", "ArgMin", argmin)
 
 
 def _val_idx(red: str, arg: str):
@@ -281,7 +295,7 @@ def _import_cumsum(c, x, axis):
     a = c.ints(axis)[0]
     if c.attr("reverse", 0):
         x = x.flip(a)
-    y = tessera.cumsum(x, a).to(x.dtype)
+    y = cumsum(x, a).to(x.dtype)
     if c.attr("exclusive", 0):
         y = y - x
     if c.attr("reverse", 0):
@@ -307,9 +321,9 @@ def _import_topk(c, x, k):
     axis = c.attr("axis", -1)
     largest = bool(c.attr("largest", 1))
     # stable order: equal values keep their index order, as ONNX specifies
-    idx = tessera.argsort(x, dim=axis, descending=largest, stable=True)
+    idx = argsort(x, dim=axis, descending=largest, stable=True)
     idx = idx.narrow(axis % x.dim(), 0, kk)
-    return tessera.gather(x, axis, idx), idx
+    return gather(x, axis, idx), idx
 
 
 @export_rule("sort")

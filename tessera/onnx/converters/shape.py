@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-import tessera
 from tessera._dispatch import dispatch
 from tessera.onnx.converters.helpers import as_tensor, norm_axis, operand, static_prod
 from tessera.onnx.converters.registry import export_rule, import_rule
 from tessera.ops.registry import REGISTRY
+from tessera.ops.shape import cat, split as _split, tril, triu
 
 # ---- reshapes --------------------------------------------------------------------------
 
@@ -157,7 +157,7 @@ def _cat(b, n):
 
 @import_rule("Concat")
 def _import_concat(c, *xs):
-    return tessera.cat(list(xs), dim=c.attr("axis"))
+    return cat(list(xs), dim=c.attr("axis"))
 
 
 @export_rule("split_view")
@@ -192,14 +192,14 @@ def _split_sizes(c, x, axis, split):
 def _import_split13(c, x, split=None):
     axis = c.attr("axis", 0) % x.dim()
     sizes = _split_sizes(c, x, axis, c.ints(split) if split is not None else None)
-    return tuple(tessera.split(x, sizes, dim=axis))
+    return tuple(_split(x, sizes, dim=axis))
 
 
 @import_rule("Split")
 def _import_split1(c, x):
     axis = c.attr("axis", 0) % x.dim()
     sizes = _split_sizes(c, x, axis, c.attr("split"))
-    return tuple(tessera.split(x, sizes, dim=axis))
+    return tuple(_split(x, sizes, dim=axis))
 
 
 # ---- slicing, flips, rolls -----------------------------------------------------------
@@ -346,7 +346,7 @@ export_rule("triu", opset=14)(_trilu(1))
 @import_rule("Trilu", since=14)
 def _import_trilu(c, x, k=None):
     kk = c.ints(k)[0] if k is not None else 0
-    return tessera.triu(x, kk) if c.attr("upper", 1) else tessera.tril(x, kk)
+    return triu(x, kk) if c.attr("upper", 1) else tril(x, kk)
 
 
 @export_rule("unfold")

@@ -20,8 +20,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-import tessera
+from tessera import _dtype as D
 from tessera._tensor import Tensor
+from tessera.ops.creation import as_tensor, from_numpy, tensor
+from tessera.ops.shape import stack
 
 __all__ = ["collate", "default_collate", "default_convert", "default_collate_fn_map"]
 
@@ -37,8 +39,8 @@ def _stack_tensors(batch, *, collate_fn_map=None) -> Tensor:
     same = all(isinstance(t, Tensor) and t.shape == first.shape and t.dtype is first.dtype
                and t.device.type == "cpu" and not t.requires_grad for t in batch)
     if same:  # the common case, stacked in one NumPy call rather than one op per sample
-        return tessera.from_numpy(np.stack([t.numpy() for t in batch]))
-    return tessera.stack(list(batch), 0)
+        return from_numpy(np.stack([t.numpy() for t in batch]))
+    return stack(list(batch), 0)
 
 
 def _collate_numpy_array(batch, *, collate_fn_map=None):
@@ -47,20 +49,20 @@ def _collate_numpy_array(batch, *, collate_fn_map=None):
         raise TypeError(default_collate_err_msg_format.format(elem.dtype))
     if all(isinstance(b, np.ndarray) and b.shape == elem.shape and b.dtype == elem.dtype
            for b in batch):
-        return tessera.from_numpy(np.stack(batch))
-    return collate([tessera.as_tensor(b) for b in batch], collate_fn_map=collate_fn_map)
+        return from_numpy(np.stack(batch))
+    return collate([as_tensor(b) for b in batch], collate_fn_map=collate_fn_map)
 
 
 def _collate_numpy_scalar(batch, *, collate_fn_map=None):
-    return tessera.from_numpy(np.array(batch))
+    return from_numpy(np.array(batch))
 
 
 def _collate_float(batch, *, collate_fn_map=None):
-    return tessera.tensor(list(batch), dtype=tessera.float64)
+    return tensor(list(batch), dtype=D.float64)
 
 
 def _collate_int(batch, *, collate_fn_map=None):
-    return tessera.tensor(list(batch))
+    return tensor(list(batch))
 
 
 def _collate_str(batch, *, collate_fn_map=None):
@@ -154,8 +156,8 @@ def default_convert(data):
         if isinstance(data, np.ndarray) and _STR_OBJ_DTYPE.search(data.dtype.str) is not None:
             return data
         if isinstance(data, np.generic):  # keep the scalar's own dtype (np.float64 -> float64)
-            return tessera.from_numpy(np.asarray(data))
-        return tessera.as_tensor(data)
+            return from_numpy(np.asarray(data))
+        return as_tensor(data)
     if isinstance(data, collections.abc.Mapping):
         items = {key: default_convert(data[key]) for key in data}
         try:

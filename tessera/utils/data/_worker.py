@@ -21,6 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from tessera import _dtype as D
+from tessera.ops.creation import tensor
+from tessera.ops.random import manual_seed
+
 # How often a waiting worker checks that its parent process is still alive (seconds).
 WORKER_STATUS_INTERVAL = 1.0
 
@@ -166,8 +170,7 @@ def _tensor_dataset_fast_path(dataset, auto_collation, collate_fn):
         return None
 
     def fetch(index):
-        import tessera
-        idx = tessera.tensor(list(index), dtype=tessera.int64)
+        idx = tensor(list(index), dtype=D.int64)
         return [t[idx] for t in dataset.tensors]
     return fetch
 
@@ -181,8 +184,7 @@ def create_fetcher(iterable: bool, dataset, auto_collation, collate_fn, drop_las
 
 def _seed_worker(seed: int) -> None:
     random.seed(seed)
-    import tessera
-    tessera.manual_seed(seed)
+    manual_seed(seed)
     # NumPy's legacy seed takes 32 bits; fold the 64-bit seed so workers still differ
     np.random.seed([seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF])
 

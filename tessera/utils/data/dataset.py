@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 from tessera._tensor import Tensor
+from tessera.ops.random import default_generator, randperm
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -200,14 +201,13 @@ def random_split(dataset: Dataset[T_co], lengths: Sequence[int | float],
     >>> sorted(list(a) + list(b))
     [0, 1, 2, 3, 4]
     """
-    import tessera
 
     n = len(dataset)  # type: ignore[arg-type]
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
         lengths = _lengths_from_fractions(lengths, n)
     if sum(lengths) != n:
         raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
-    gen = generator if generator is not None else tessera.default_generator
-    indices = tessera.randperm(sum(lengths), generator=gen).tolist()
+    gen = generator if generator is not None else default_generator
+    indices = randperm(sum(lengths), generator=gen).tolist()
     return [Subset(dataset, indices[offset - length: offset])
             for offset, length in zip(itertools.accumulate(lengths), lengths)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-import tessera
+from tessera.ops.random import Generator, randperm
 from tessera.utils.data.sampler import Sampler
 
 __all__ = ["DistributedSampler"]
@@ -50,9 +50,9 @@ class DistributedSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         n = len(self.dataset)
         if self.shuffle:
-            g = tessera.Generator()
+            g = Generator()
             g.manual_seed(self.seed + self.epoch)
-            indices = tessera.randperm(n, generator=g).tolist()
+            indices = randperm(n, generator=g).tolist()
         else:
             indices = list(range(n))
         if not self.drop_last:

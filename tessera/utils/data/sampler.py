@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence, Sized
 from typing import Any, Generic, TypeVar
 
-import tessera
+from tessera import _dtype as D
+from tessera.ops.creation import as_tensor, empty
+from tessera.ops.random import Generator, multinomial, randint, randperm
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -24,13 +26,13 @@ __all__ = ["Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler
 def _draw_seed(generator: Any = None) -> int:
     """A non-negative int64 drawn from ``generator`` (the global one when None), the way
     PyTorch seeds derived generators (``torch.empty((), dtype=int64).random_()``)."""
-    return int(tessera.empty((), dtype=tessera.int64).random_(generator=generator).item())
+    return int(empty((), dtype=D.int64).random_(generator=generator).item())
 
 
 def _fresh_generator(generator: Any):
     if generator is not None:
         return generator
-    return tessera.Generator().manual_seed(_draw_seed())
+    return Generator().manual_seed(_draw_seed())
 
 
 class Sampler(Generic[T_co]):
@@ -88,14 +90,14 @@ class RandomSampler(Sampler[int]):
         generator = _fresh_generator(self.generator)
         if self.replacement:
             for _ in range(self.num_samples // 32):
-                yield from tessera.randint(high=n, size=(32,), dtype=tessera.int64,
+                yield from randint(high=n, size=(32,), dtype=D.int64,
                                            generator=generator).tolist()
-            yield from tessera.randint(high=n, size=(self.num_samples % 32,),
-                                       dtype=tessera.int64, generator=generator).tolist()
+            yield from randint(high=n, size=(self.num_samples % 32,),
+                                       dtype=D.int64, generator=generator).tolist()
         else:
             for _ in range(self.num_samples // n):
-                yield from tessera.randperm(n, generator=generator).tolist()
-            yield from tessera.randperm(n, generator=generator).tolist()[:self.num_samples % n]
+                yield from randperm(n, generator=generator).tolist()
+            yield from randperm(n, generator=generator).tolist()[:self.num_samples % n]
 
     def __len__(self) -> int:
         return self.num_samples
@@ -109,7 +111,7 @@ class SubsetRandomSampler(Sampler[int]):
         self.generator = generator
 
     def __iter__(self) -> Iterator[int]:
-        for i in tessera.randperm(len(self.indices), generator=self.generator).tolist():
+        for i in randperm(len(self.indices), generator=self.generator).tolist():
             yield self.indices[i]
 
     def __len__(self) -> int:
@@ -128,7 +130,7 @@ class WeightedRandomSampler(Sampler[int]):
         if not isinstance(replacement, bool):
             raise ValueError("replacement should be a boolean value, but got replacement="
                              f"{replacement}")
-        weights_tensor = tessera.as_tensor(weights, dtype=tessera.float64)
+        weights_tensor = as_tensor(weights, dtype=D.float64)
         if len(weights_tensor.shape) != 1:
             raise ValueError("weights should be a 1d sequence but given weights have shape "
                              f"{tuple(weights_tensor.shape)}")
@@ -138,7 +140,7 @@ class WeightedRandomSampler(Sampler[int]):
         self.generator = generator
 
     def __iter__(self) -> Iterator[int]:
-        rand_tensor = tessera.multinomial(self.weights, self.num_samples, self.replacement,
+        rand_tensor = multinomial(self.weights, self.num_samples, self.replacement,
                                           generator=self.generator)
         yield from iter(rand_tensor.tolist())
 
