@@ -56,14 +56,64 @@ warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero|under
 
 
 def dispatch(op: OpDef, *args, **attrs):
+    """Run ``op`` on ``args``: the only path from user code to a kernel.
+
+    Under a dispatch mode (tracing) the mode takes the call. Otherwise: read the inputs
+    (``_scan``), infer the outputs, and run the first way that applies: a large elementwise
+    op as its C rule (``_eager_c``), the common CPU case inline (``_plain_cpu``), a global
+    input through SBP dispatch, or the device's kernel; ``_finish`` wraps the results and
+    records autograd.
+
+    >>> import tessera
+    >>> from tessera.ops.registry import REGISTRY
+    >>> dispatch(REGISTRY["add"], tessera.ones(2), tessera.ones(2), alpha=1)
+    tensor([2., 2.])
+    """
     if _MODES:
         return _MODES[-1].dispatch(op, args, attrs)
-    dev = None
-    grad = False
+    dev, grad, metas, first_dt, mixed, scalars = _scan(op, args)
+    if dev is None:
+        dev = attrs.get("device") or CPU
+        if not isinstance(dev, device):
+            dev = device(dev)
+    out = _infer(op, metas, attrs, scalars)
+    multi = type(out) is tuple
+    if op.to_c is not None and dev is _CPU and not multi and \
+            (mixed or (op.name not in _NUMPY_FAST and "numpy_fast" not in op.traits)):
+        res = _eager_c(op, args, attrs, out)
+        if res is not None:
+            return _finish(op, args, attrs, metas, out, (res,), dev, grad)
+    if not (mixed or scalars or multi) and first_dt in _PLAIN_DTYPES and dev is _CPU:
+        res = _plain_cpu(op, args, attrs, out)
+        if res is not None:
+            if op.dynamic_shape:
+                out = Meta(res.shape, out.dtype)
+            return _finish(op, args, attrs, metas, out, (res,), dev, grad)
+    outs = out if multi else (out,)
+    backend = _BACKENDS[dev.type]
+    if dev.type == "global":  # a global input: SBP signature, boxing, then local dispatch
+        datas = backend.run(op, args, metas, attrs, outs)   # (tessera/distributed/dispatch.py)
+        return _finish(op, args, attrs, metas, out, datas, dev, grad)
+    if backend.has_storage:
+        datas = _run_kernel(op, backend, dev, args, metas, attrs, outs, multi)
+    elif op.dynamic_shape:
+        raise NotImplementedError(f"{op.name}: the output shape depends on the data, so it "
+                                  f"cannot run on the {dev.type} device")
+    else:
+        datas = (None,) * len(outs)
+    if op.dynamic_shape:
+        outs = tuple(Meta(d.shape, m.dtype) for m, d in zip(outs, datas))
+        out = outs if multi else outs[0]
+    return _finish(op, args, attrs, metas, out, datas, dev, grad)
+
+
+def _scan(op: OpDef, args: tuple):
+    """The inputs' common device (None: no tensor), whether one requires grad, their metas
+    (Python values as they are), the first tensor's dtype, whether the tensors' dtypes
+    differ, and whether a Python number is among them."""
+    dev = first_dt = None
+    grad = mixed = scalars = False
     metas = []
-    first_dt = None
-    mixed = False     # tensor inputs of different dtypes
-    scalars = False   # a Python number among the inputs
     for a in args:
         if isinstance(a, Tensor):
             d = a._device
@@ -83,52 +133,35 @@ def dispatch(op: OpDef, *args, **attrs):
             metas.append(a)
             if a is not None:
                 scalars = True
-    if dev is None:
-        dev = attrs.get("device") or CPU
-        if not isinstance(dev, device):
-            dev = device(dev)
-    out = _infer(op, metas, attrs, scalars)
-    multi = type(out) is tuple
-    outs = out if multi else (out,)
-    backend = _BACKENDS[dev.type]
-    if op.to_c is not None and dev is _CPU and not multi and \
-            (mixed or (op.name not in _NUMPY_FAST and "numpy_fast" not in op.traits)):
-        a0 = args[0]  # large elementwise ops: the op's C rule (tessera/kernels/elementwise.py)
-        if isinstance(a0, Tensor) and a0._data.size >= _EAGER_MIN and _eager.enabled():
-            res = _eager.run(op, [a._data if isinstance(a, Tensor) else a for a in args],
-                             attrs, out)
-            if res is not None:
-                return _finish(op, args, attrs, metas, out, (res,), dev, grad)
-    if not (mixed or scalars or multi) and first_dt in _PLAIN_DTYPES and dev is _CPU:
-        # the common case, inline: one CPU output, inputs of one float dtype, no casts
-        kernel = op.kernels.get("cpu")
-        if kernel is not None:
-            try:
-                res = getattr(kernel, "plain", kernel)(
-                    *[a._data if isinstance(a, Tensor) else a for a in args], **attrs)
-            except _USER_ERRORS as e:
-                raise _name_op(e, op) from None
-            if type(res) is not np.ndarray:
-                res = np.asarray(res)
-            if res.dtype != out.dtype.np:
-                res = res.astype(out.dtype.np)
-            if op.dynamic_shape:
-                out = Meta(res.shape, out.dtype)
-            return _finish(op, args, attrs, metas, out, (res,), dev, grad)
-    if dev.type == "global":  # a global input: SBP signature, boxing, then local dispatch
-        datas = backend.run(op, args, metas, attrs, outs)   # (tessera/distributed/dispatch.py)
-        return _finish(op, args, attrs, metas, out, datas, dev, grad)
-    if backend.has_storage:
-        datas = _run_kernel(op, backend, dev, args, metas, attrs, outs, multi)
-    elif op.dynamic_shape:
-        raise NotImplementedError(f"{op.name}: the output shape depends on the data, so it "
-                                  f"cannot run on the {dev.type} device")
-    else:
-        datas = (None,) * len(outs)
-    if op.dynamic_shape:
-        outs = tuple(Meta(d.shape, m.dtype) for m, d in zip(outs, datas))
-        out = outs if multi else outs[0]
-    return _finish(op, args, attrs, metas, out, datas, dev, grad)
+    return dev, grad, metas, first_dt, mixed, scalars
+
+
+def _eager_c(op: OpDef, args: tuple, attrs: dict, out: Meta):
+    """A large elementwise op run as its C rule (``tessera.kernels.elementwise``), or None
+    when it does not apply (small, or a rule that does not render)."""
+    a0 = args[0]
+    if isinstance(a0, Tensor) and a0._data.size >= _EAGER_MIN and _eager.enabled():
+        return _eager.run(op, [a._data if isinstance(a, Tensor) else a for a in args],
+                          attrs, out)
+    return None
+
+
+def _plain_cpu(op: OpDef, args: tuple, attrs: dict, out: Meta):
+    """The common case, inline: one CPU output from inputs of one float dtype, no casts;
+    None when the op has no CPU kernel."""
+    kernel = op.kernels.get("cpu")
+    if kernel is None:
+        return None
+    try:
+        res = getattr(kernel, "plain", kernel)(
+            *[a._data if isinstance(a, Tensor) else a for a in args], **attrs)
+    except _USER_ERRORS as e:
+        raise _name_op(e, op) from None
+    if type(res) is not np.ndarray:
+        res = np.asarray(res)
+    if res.dtype != out.dtype.np:
+        res = res.astype(out.dtype.np)
+    return res
 
 
 def _finish(op, args, attrs, metas, out, datas, dev, grad):

@@ -57,8 +57,39 @@ def _make_grads(outputs, grad_outputs):
 
 def run_backward(outputs, grad_outputs, retain_graph: bool, create_graph: bool,
                  inputs=None, accumulate: bool = True, allow_unused: bool = False):
-    """The engine. Returns the captured gradients of ``inputs`` when ``accumulate`` is False."""
-    grads = _make_grads(outputs, grad_outputs)
+    """The engine. Returns the captured gradients of ``inputs`` when ``accumulate`` is False.
+
+    Three steps: the roots and the capture targets (``_roots``, ``_captures``), the
+    dependency count of every reachable node (``_dependencies``), then the nodes run in
+    reverse creation order as their gradients complete (``_execute``).
+
+    >>> import tessera
+    >>> x = tessera.ones(2, requires_grad=True)
+    >>> run_backward([(x * 3).sum()], [None], False, False, inputs=[x], accumulate=False)
+    [tensor([3., 3.])]
+    """
+    roots = _roots(outputs, _make_grads(outputs, grad_outputs))
+    capture = _captures(inputs)
+    captured = [None] * (len(inputs) if inputs is not None else 0)
+    deps, nodes = _dependencies(roots)
+    needed = _needed(nodes, {k[0] for k in capture}) if inputs is not None else None
+    prev = STATE.enabled
+    STATE.enabled = create_graph
+    try:
+        _execute(roots, deps, capture, captured, needed, retain_graph, accumulate)
+    finally:
+        STATE.enabled = prev
+    if inputs is not None and not allow_unused:
+        for k, g in enumerate(captured):
+            if g is None:
+                raise RuntimeError("One of the differentiated Tensors appears to not have "
+                                   "been used in the graph. Set allow_unused=True if this is "
+                                   "the desired behavior.")
+    return captured
+
+
+def _roots(outputs, grads) -> list:
+    """((node, output_nr), gradient) for each output backward starts from."""
     roots = []
     for i, out in enumerate(outputs):
         e = _edge(out)
@@ -66,8 +97,12 @@ def run_backward(outputs, grad_outputs, retain_graph: bool, create_graph: bool,
             raise RuntimeError(f"element {i} of tensors does not require grad and does not "
                                "have a grad_fn")
         roots.append((e, grads[i]))
+    return roots
 
-    capture: dict = {}   # (node, output_nr) -> position in inputs
+
+def _captures(inputs) -> dict:
+    """(node, output_nr) -> position in ``inputs``, for ``autograd.grad``'s targets."""
+    capture: dict = {}
     if inputs is not None:
         for k, t in enumerate(inputs):
             e = _edge(t)
@@ -75,10 +110,12 @@ def run_backward(outputs, grad_outputs, retain_graph: bool, create_graph: bool,
                 raise RuntimeError(f"One of the differentiated Tensors (index {k}) does not "
                                    "require grad")
             capture[(e[0], e[1])] = k
-    captured = [None] * (len(inputs) if inputs is not None else 0)
+    return capture
 
-    # 1. dependency counts over the reachable graph, and which nodes lead to a capture.
-    # Nodes hash by identity, so they key the dicts directly.
+
+def _dependencies(roots) -> tuple[dict, dict]:
+    """How many edges reach each node of the graph reachable from ``roots``, and those
+    nodes (insertion-ordered). Nodes hash by identity, so they key the dicts directly."""
     deps: dict = {}
     nodes: dict = {e[0]: None for e, _ in roots}
     stack = list(nodes)  # a node with two root outputs is expanded once
@@ -95,62 +132,52 @@ def run_backward(outputs, grad_outputs, retain_graph: bool, create_graph: bool,
                     stack.append(nxt)
             else:
                 deps[nxt] = n + 1
-    needed = None
-    if inputs is not None:
-        needed = _needed(nodes, {k[0] for k in capture})
+    return deps, nodes
 
-    # 2. run. buffers: node -> {output_nr: gradient summed so far}
-    buffers: dict = {}
+
+def _execute(roots, deps: dict, capture: dict, captured: list, needed, retain_graph: bool,
+             accumulate: bool) -> None:
+    """Run each node once all its gradients have arrived, latest-created first; sum the
+    gradients flowing into each (node, output), fill ``captured``, accumulate into leaves."""
+    buffers: dict = {}   # node -> {output_nr: gradient summed so far}
     for (node, nr), g in roots:
         _add(buffers, node, nr, g)
-    ready = []
+    ready: list = []
     for (node, _), _g in roots:
         if node not in deps and all(r[2] is not node for r in ready):
             heapq.heappush(ready, (-node.seq, id(node), node))
-    prev = STATE.enabled
-    STATE.enabled = create_graph
-    try:
-        while ready:
-            node = heapq.heappop(ready)[2]
-            got = buffers.pop(node, None) or {}
-            if node._pre_hooks or node._retained:
-                got = _pre_hooks(node, got)
-            if capture:
-                for nr, g in got.items():
-                    k = capture.get((node, nr))
-                    if k is not None:
-                        captured[k] = g
-            if needed is not None and node not in needed:
+    while ready:
+        node = heapq.heappop(ready)[2]
+        got = buffers.pop(node, None) or {}
+        if node._pre_hooks or node._retained:
+            got = _pre_hooks(node, got)
+        if capture:
+            for nr, g in got.items():
+                k = capture.get((node, nr))
+                if k is not None:
+                    captured[k] = g
+        if needed is not None and node not in needed:
+            continue
+        if type(node) is AccumulateGrad:
+            if accumulate and got:
+                node.accumulate(got[0])
+            continue
+        in_grads = _apply(node, got, retain_graph)
+        for e, g in zip(node.next_functions, in_grads):
+            if e is None:
                 continue
-            if type(node) is AccumulateGrad:
-                if accumulate and got:
-                    node.accumulate(got[0])
-                continue
-            in_grads = _apply(node, got, retain_graph)
-            for e, g in zip(node.next_functions, in_grads):
-                if e is None:
-                    continue
-                nxt, nr = e
-                if g is not None:
-                    slot = buffers.get(nxt)
-                    if slot is None:
-                        buffers[nxt] = {nr: g}
-                    else:
-                        old = slot.get(nr)
-                        slot[nr] = g if old is None else old + g
-                n = deps[nxt] - 1
-                deps[nxt] = n
-                if n == 0:
-                    heapq.heappush(ready, (-nxt.seq, id(nxt), nxt))
-    finally:
-        STATE.enabled = prev
-    if inputs is not None and not allow_unused:
-        for k, g in enumerate(captured):
-            if g is None:
-                raise RuntimeError("One of the differentiated Tensors appears to not have "
-                                   "been used in the graph. Set allow_unused=True if this is "
-                                   "the desired behavior.")
-    return captured
+            nxt, nr = e
+            if g is not None:
+                slot = buffers.get(nxt)
+                if slot is None:
+                    buffers[nxt] = {nr: g}
+                else:
+                    old = slot.get(nr)
+                    slot[nr] = g if old is None else old + g
+            n = deps[nxt] - 1
+            deps[nxt] = n
+            if n == 0:
+                heapq.heappush(ready, (-nxt.seq, id(nxt), nxt))
 
 
 def _needed(nodes, targets: set) -> set:
