@@ -31,7 +31,7 @@ import numpy as np
 
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
-from tessera.distributed._global import make_global
+from tessera.distributed.global_tensor import make_global
 from tessera.graph.trace import is_tracing
 from tessera.sbp import broadcast, partial_sum
 

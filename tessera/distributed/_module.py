@@ -20,8 +20,8 @@ import numpy as np
 
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
-from tessera.distributed._global import _check_placement, is_global, make_global
 from tessera.distributed._grad_bucket import BucketHooks, bucket_params
+from tessera.distributed.global_tensor import _check_placement, is_global, make_global
 from tessera.sbp import broadcast, sbp as Sbp
 
 __all__ = ["module_to_global", "whole_to_global", "GRAD_HOOK", "DEFERRED"]

@@ -508,7 +508,7 @@ def _symbolic_input(ir: IRGraph, tracer: Tracer, name: str, a: Tensor) -> Tensor
     held elsewhere has none here)."""
     if not _is_global(a):
         return tracer.symbolic(ir.add_input(name, a._shape, a._dtype), a)
-    from tessera.distributed._global import GlobalData
+    from tessera.distributed.global_tensor import GlobalData
     from tessera.graph.trace import Symbol
     d = a._data
     local = None
@@ -536,7 +536,7 @@ def _add_output(ir: IRGraph, specs: list, t: Tensor) -> None:
 
 
 def _wrap_outputs(arrays: list, specs: list) -> list[Tensor]:
-    from tessera.distributed._global import make_global
+    from tessera.distributed.global_tensor import make_global
     out, k = [], 0
     for spec in specs:
         if spec is None:
@@ -554,7 +554,7 @@ def _micro_batches(a: Tensor, n: int) -> list[Tensor]:
     ranks is chunked on each rank (micro-batch k holds every rank's k-th chunk: no rows
     move, and the summed gradient is the same) when every tile divides evenly."""
     if _is_global(a) and a._data.sbp == (Sbp.split(0),):  # (a 1-D mesh)
-        from tessera.distributed._global import _local_to_global
+        from tessera.distributed.global_tensor import _local_to_global
         from tessera.sbp import split_sizes
         d = a._data
         tiles = split_sizes(a._shape[0], d.placement.size)

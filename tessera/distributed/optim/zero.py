@@ -241,7 +241,7 @@ def _reduce_scatter(pairs) -> None:
     placement and dtype of every gradient's rows, packed rank by rank, instead of one per
     gradient (each a point where the ranks wait for each other; 16 in a Transformer layer)."""
     from tessera.distributed import comm as C
-    from tessera.distributed._global import make_global
+    from tessera.distributed.global_tensor import make_global
     pairs = [(p, s) for p, s in pairs if p.grad.sbp[0] == partial_sum]
     for key, group in _packable(pairs):
         if key is None or len(group) == 1 or any(

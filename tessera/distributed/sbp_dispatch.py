@@ -30,8 +30,8 @@ import numpy as np
 
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
-from tessera.distributed._global import GlobalData, local_shape, sbp_str
 from tessera.distributed.boxing import box, cost, tile_shape
+from tessera.distributed.global_tensor import GlobalData, local_shape, sbp_str
 from tessera.graph.trace import is_tracing
 from tessera.ops.registry import Meta, MissingRule, OpDef
 from tessera.sbp import Signature, broadcast, sbp
