@@ -23,7 +23,7 @@ for _name in _FAMILIES:
         globals()[_cls] = getattr(_mod, _cls)
         __all__.append(_cls)
 
-from tessera.nn import functional, init, parallel, utils  # noqa: E402,F401
+from tessera.nn import functional, init, utils  # noqa: E402,F401
 from tessera.nn.graph import Graph, GraphConfig  # noqa: E402
 
 __all__ += ["Graph", "GraphConfig"]
