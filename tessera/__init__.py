@@ -80,5 +80,5 @@ from tessera.codegen import c_rules as _c_rules  # noqa: E402,F401  (fills each 
 from tessera import distributed  # noqa: E402
 from tessera import sbp  # noqa: E402
 from tessera.distributed.placement import placement  # noqa: E402
-# PyTorch's import path of DDP and the tensor-parallel layers (torch.nn.parallel)
-import tessera.nn.parallel  # noqa: E402,F401
+from tessera.distributed import optim as _optim  # noqa: E402,F401  (torch.distributed.optim)
+from tessera.nn import parallel as _parallel  # noqa: E402,F401  (torch.nn.parallel)

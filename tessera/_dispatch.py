@@ -92,7 +92,7 @@ def dispatch(op: OpDef, *args, **attrs):
     outs = out if multi else (out,)
     backend = _BACKENDS[dev.type]
     if dev.type == "global":  # a global input: SBP signature, boxing, then local dispatch
-        datas = backend.run(op, args, metas, attrs, outs)   # (tessera/distributed/dispatch.py)
+        datas = backend.run(op, args, metas, attrs, outs)   # (tessera/distributed/sbp_dispatch.py)
         return _finish(op, args, attrs, metas, out, datas, dev, grad)
     if backend.has_storage:
         datas = _run_kernel(op, backend, dev, args, metas, attrs, outs, multi)

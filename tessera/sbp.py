@@ -165,7 +165,7 @@ class SbpRule:
         # one mask whatever splits each axis makes)
         self.whole = whole
         # each output element depends on the same element of each input alone: an in-place
-        # write may run on tiles whose SBPs agree (``_global.inplace_kernel``)
+        # write may run on tiles whose SBPs agree (``global_tensor.inplace_kernel``)
         self.elementwise = elementwise
         self.shape_attrs = shape_attrs
         self.mesh = mesh

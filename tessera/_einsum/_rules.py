@@ -15,7 +15,7 @@ each ``(ins, outs)``: one ``tessera.sbp`` value per operand and one for the outp
 * einsum is linear in each operand: partial_sum on one operand, broadcast on the rest ->
   partial_sum.
 
-The signatures are ``tessera.distributed.dispatch.Signature``s; ``mesh_size`` (passed by
+The signatures are ``tessera.sbp.Signature``s; ``mesh_size`` (passed by
 the global-tensor dispatch) does not change them.
 
 Cost. ``einsum_cost(*metas, equation, path)`` returns ``{"flops", "bytes", "steps"}``:
@@ -62,7 +62,7 @@ def einsum_sbp(*metas, equation: str, path=(), mesh_size: int | None = None) -> 
     return sigs
 
 
-# what ``tessera.distributed.dispatch.SbpRule`` carries besides the signatures: no attr
+# what ``tessera.sbp.SbpRule`` carries besides the signatures: no attr
 # holds a logical shape, no signature depends on the mesh size, tiles need not be
 # contiguous. (A plain function with these attributes, not an ``SbpRule``, because the
 # op is defined before ``tessera.distributed`` is imported.)

@@ -80,13 +80,13 @@ def _ranks(group):
 
 # the global device, the ops' SBP rules, and the collective ops graphs hold (registered)
 from tessera.distributed import (  # noqa: E402,F401
-    _global,
-    dispatch as _sbp_dispatch,  # noqa: E402
+    global_tensor as _global_tensor,
     graph_ops,
     sbp,
+    sbp_dispatch as _sbp_dispatch,
     sbp_rules,
 )
 
 _sbp_vocabulary.set_communicator(_comm.current)  # ops' sbp rules reach this rank's comm
-_register_global(_GlobalHooks(get_rank, _global.GlobalData, _sbp_dispatch.run,
-                              _global.to_global))  # tracing global tensors
+_register_global(_GlobalHooks(get_rank, _global_tensor.GlobalData, _sbp_dispatch.run,
+                              _global_tensor.to_global))  # tracing global tensors

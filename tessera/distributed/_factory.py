@@ -11,7 +11,12 @@ import numpy as np
 
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
-from tessera.distributed._global import _check_placement, local_index, local_shape, make_global
+from tessera.distributed.global_tensor import (
+    _check_placement,
+    local_index,
+    local_shape,
+    make_global,
+)
 from tessera.ops.random import Generator, randint
 from tessera.sbp import as_sbp_tuple, broadcast, partial_sum
 

@@ -9,10 +9,17 @@ Parameters stay the same objects (optimizers hold them) and keep ``requires_grad
 
 Each global parameter's gradient is boxed to the parameter's own SBP in backward, so that
 the optimizer then runs locally. (Left partial, every optimizer op reading it would box it
-again.) The partial_sum gradients of broadcast parameters under a split batch are summed
+again.) Each gradient is boxed by a hook as it arrives, except where a gradient bucketing
+is registered (``register_grad_buckets``; ``tessera.parallel.grad_buckets``): the
+partial_sum gradients of broadcast parameters under a split batch are then summed
 together, by one all-reduce of a flat buffer once the last has arrived, as DDP's bucket
-is (``_grad_bucket.py``); any other gradient is boxed by a hook as it arrives.
-``ZeroRedundancyOptimizer`` removes the hook to reduce-scatter instead.
+is. ``ZeroRedundancyOptimizer`` removes the hook to reduce-scatter instead.
+
+>>> import tessera
+>>> lin = tessera.nn.Linear(2, 2).to_global(tessera.placement("cpu", [0]),
+...                                         tessera.sbp.broadcast)
+>>> GRAD_HOOK in lin.weight.__dict__
+True
 """
 from __future__ import annotations
 
@@ -20,16 +27,25 @@ import numpy as np
 
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
-from tessera.distributed._global import _check_placement, is_global, make_global
-from tessera.distributed._grad_bucket import BucketHooks, bucket_params
+from tessera.distributed.global_tensor import _check_placement, is_global, make_global
 from tessera.sbp import broadcast, sbp as Sbp
 
-__all__ = ["module_to_global", "whole_to_global", "GRAD_HOOK", "DEFERRED"]
+__all__ = ["module_to_global", "whole_to_global", "register_grad_buckets", "GRAD_HOOK",
+           "DEFERRED"]
 
 GRAD_HOOK = "_tessera_grad_sbp_hook"  # the attribute holding a parameter's hook handle
 # ids of parameters whose gradient boxing is left to a ZeRO step being traced in an
 # nn.Graph (it reduce-scatters the partial gradient instead of all-reducing it)
 DEFERRED: set[int] = set()
+_GRAD_BUCKETS: list = []  # the registered bucketing's install(params, deferred)
+
+
+def register_grad_buckets(install) -> None:
+    """Let ``install(params, deferred)`` -> {id(param): hook handle} sum the gradients of
+    the parameters it takes in buckets (``tessera.parallel.grad_buckets`` registers itself);
+    a handle's ``remove()`` undoes it, and it leaves a gradient alone while
+    ``deferred(param)``. The other parameters keep a hook per gradient."""
+    _GRAD_BUCKETS[:] = [install]
 
 
 def whole_to_global(t: Tensor, placement, sbp) -> Tensor:
@@ -65,13 +81,11 @@ def module_to_global(module, placement=None, sbp=None):
         old = p.__dict__.pop(GRAD_HOOK, None)
         if old is not None:
             old.remove()
-    bucketed = set()
-    for bucket in bucket_params(params):
-        for p in bucket.params:
-            p.__dict__[GRAD_HOOK] = BucketHooks(bucket, p, _deferred)
-            bucketed.add(id(p))
+    bucketed = _GRAD_BUCKETS[0](params, _deferred) if _GRAD_BUCKETS else {}
     for p in params:
-        if p.requires_grad and id(p) not in bucketed:
+        if id(p) in bucketed:
+            p.__dict__[GRAD_HOOK] = bucketed[id(p)]
+        elif p.requires_grad:
             p.__dict__[GRAD_HOOK] = p.register_hook(_grad_to_sbp_of(p))
     return module
 

@@ -27,15 +27,20 @@ only run it. Parameters, buffers and optimizer state are shared with the eager o
 Global tensors (``tessera.distributed``) trace as their tiles: each rank compiles its own
 local program, with the collectives SBP dispatch chooses as nodes
 (``tessera.distributed.graph_ops``). ``config.enable_zero(True, stage=1|2|3)`` splits the
-optimizer state (and gradients, and parameters) over the data-parallel ranks
-(``tessera.distributed.graph_zero``);
+optimizer state (and gradients, and parameters) over the data-parallel ranks;
 ``module.to(GraphModule).set_stage(i, placement)`` with
-``config.set_gradient_accumulation_steps(n)`` trains a pipeline with a 1F1B schedule
-(``tessera.nn.graph_pipeline``).
+``config.set_gradient_accumulation_steps(n)`` trains a pipeline with a 1F1B schedule, and
+the all-reduces of gradients run in buckets. Those three are ``tessera.parallel``'s
+(``graph_zero``, ``pipeline``, ``graph_buckets``), which this layer reaches only through
+what that package registers: ZeRO with ``register_zero``, the schedule and the bucketing as
+passes of the pipeline (``tessera.graph.passes.PIPELINE``), told the stages, the number of
+micro-batches and the bucket size by ``PassContext``.
 """
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,9 +50,10 @@ from tessera.autograd.grad_mode import STATE
 from tessera.distributed.graph_ops import in_step
 from tessera.graph.executor import Executor
 from tessera.graph.ir import Graph as IRGraph
+from tessera.graph.passes import run_pipeline
 from tessera.graph.recycle import recycled
 from tessera.graph.trace import GraphTraceError, Tracer, is_symbolic, value_of
-from tessera.nn.graph_pipeline import GraphModule
+from tessera.nn.graph_module import GraphModule, ProxyModule
 from tessera.nn.modules import module as _module_mod
 from tessera.nn.modules.module import Module
 from tessera.ops.random import default_generator
@@ -62,14 +68,16 @@ class GraphConfig:
 
     def __init__(self):
         self.gradient_accumulation_steps = 1
-        self.passes = None  # None: the default pipeline; else a list of pass names
+        # None: the default pipeline (tessera.graph.passes.PIPELINE, the 1F1B schedule
+        # first and the bucketing of collectives last); else a list of pass names
+        self.passes = None
         self.zero_stage = 0
         self.zero_shard_min_size = 1024
         self.bucket_cap_mb = 25.0
 
     def set_bucket_cap_mb(self, mb: float) -> None:
         """Merge the all-reduces of global gradients into buckets of up to ``mb`` MB (DDP's
-        ``bucket_cap_mb``, default 25; 0 turns bucketing off): ``distributed.graph_bucket``.
+        ``bucket_cap_mb``, default 25; 0 turns bucketing off): the pass ``bucket_all_reduces``.
         Set it before the first call (a compiled step keeps its buckets).
 
         >>> Graph().config.set_bucket_cap_mb(0)  # one all-reduce per gradient
@@ -142,7 +150,6 @@ class Graph:
 
     def __setattr__(self, name, value):
         if isinstance(value, Module):
-            from tessera.nn.graph_pipeline import ProxyModule
             self._modules[name] = value
             value = ProxyModule(value, self._stages)  # OneFlow's: .to(GraphModule) works
         object.__setattr__(self, name, value)
@@ -233,9 +240,30 @@ class Graph:
         return names
 
     def _compile(self, args) -> _Compiled:
+        """Trace ``build()`` (and the optimizer step) on ``args``, run the pass pipeline on
+        the IR, and build the executor."""
         ir = IRGraph()
         tracer = Tracer(ir, self._names())
-        sym_args, in_args = [], []  # in_args: which args are graph inputs (a tile here)
+        sym_args, in_args, lrs = self._graph_inputs(ir, tracer, args)
+        params = self._trainable()
+        zero = _zero(self, params)  # (stage 3 splits parameters and their state here)
+        with _TraceSandbox(self._optimizers, params) as sandbox:
+            with tracer, _module_scopes(self, tracer), zero:
+                out = self._build_traced(sym_args, tracer)
+                if self.training:
+                    self._trace_step(tracer, lrs, zero)
+            traced = _collect_outputs(ir, tracer, out, sym_args, in_args, self._optimizers)
+        originals = {tracer.initial[k].name: t for k, t in tracer.tensors.items()}
+        values = {name: _tile_tensor(t) for name, t in originals.items()}  # what passes read
+        self._run_passes(ir, values)
+        tensors = {name: originals.get(name, values.get(name)) for name in ir.variables}
+        return self._build_executor(ir, traced, tensors, originals,
+                                    sandbox.created(traced.new_state))
+
+    def _graph_inputs(self, ir: IRGraph, tracer: Tracer, args) -> tuple[list, list, list]:
+        """build()'s symbolic arguments, which of ``args`` are graph inputs (a tile here),
+        and each parameter group's lr as a graph input."""
+        sym_args, in_args = [], []
         for i, a in enumerate(args):
             if isinstance(a, Tensor):
                 s = _symbolic_input(ir, tracer, f"input{i}", a)
@@ -249,78 +277,31 @@ class Graph:
         lrs = [ir.add_input(f"lr{k}.{j}", (), D.float64)
                for k, (opt, _) in enumerate(self._optimizers)
                for j in range(len(opt.param_groups))]
-        params = self._trainable()
-        zero = _zero(self, params)  # (stage 3 splits parameters and their state here)
-        saved_grads = {id(p): p._grad for p in params}
-        saved_state = [{p: dict(st) for p, st in opt.state.items()} for opt, _ in
-                       self._optimizers]
-        saved_lrs = [[g["lr"] for g in opt.param_groups] for opt, _ in self._optimizers]
-        keys = {id(opt): {p: set(st) for p, st in opt.state.items()}  # before the trace
-                for opt, _ in self._optimizers}
-        new_state: list = []
-        specs: list = []  # how each graph output becomes a tensor (global metadata)
-        rng_state = default_generator.get_state()  # tracing must not consume random draws
-        try:
-            for p in params:
-                p._grad = None
-            with tracer, _module_scopes(self, tracer), zero:
-                out = self._build_traced(sym_args, tracer)
-                if self.training:
-                    self._trace_step(tracer, lrs, zero)
-            outs, treedef = _flatten(out)
-            for o in outs:
-                if not (isinstance(o, Tensor) and (is_symbolic(o) or _elsewhere(o))):
-                    raise GraphTraceError("nn.Graph: build() must return tensors computed "
-                                          f"from its inputs (got {type(o).__name__})")
-            ir.outputs = []
-            for o in outs:
-                _add_output(ir, specs, o)
-            written = []  # in-place writes to build()'s inputs go back to the caller's tensors
-            for i, v in zip(in_args, ir.inputs):
-                sym = sym_args[i]
-                if value_of(sym) is not v:
-                    written.append(i)
-                    _add_output(ir, specs, sym)
-            for k, (opt, _) in enumerate(self._optimizers):
-                for p, st in opt.state.items():
-                    for key, v in list(st.items()):
-                        if is_symbolic(v):
-                            new_state.append((opt, p, key))
-                            _add_output(ir, specs, v)
-            ir.outputs += tracer.effects  # sends: nothing reads them, the step must run them
-            ir.assigns = tracer.updated()
-            ok = True
-        except BaseException:
-            ok = False
-            raise
-        finally:
-            default_generator.set_state(rng_state)
-            for p in params:
-                p._grad = saved_grads[id(p)]
-            for (opt, _), st, lrs_k in zip(self._optimizers, saved_state, saved_lrs):
-                _restore_state(opt, st, keep_concrete=ok)
-                for g, lr in zip(opt.param_groups, lrs_k):
-                    g["lr"] = lr
-        from tessera.distributed.graph_bucket import run as bucket_all_reduces
-        from tessera.graph.passes import run_pipeline
-        from tessera.nn.graph_pipeline import schedule_1f1b
-        schedule_1f1b(ir, self._stages, self.config.gradient_accumulation_steps)
-        originals = {tracer.initial[k].name: t for k, t in tracer.tensors.items()}
-        values = {name: _tile_tensor(t) for name, t in originals.items()}  # what passes read
-        run_pipeline(ir, self.config.passes, training=self.training, values=values)
-        # after the passes: they drop the clone autograd puts after each gradient hook,
-        # which would otherwise read each all-reduce at once and leave nothing to merge
-        bucket_all_reduces(ir, int(self.config.bucket_cap_mb * 2 ** 20))
-        tensors = {name: originals.get(name, values.get(name)) for name in ir.variables}
+        return sym_args, in_args, lrs
+
+    def _pipeline_stages(self) -> tuple:
+        """(stage id, placement) of each module put on a pipeline stage."""
+        return tuple((gm.stage_id, gm.placement) for gm in self._stages.values()
+                     if gm.stage_id is not None)
+
+    def _run_passes(self, ir: IRGraph, values: dict) -> None:
+        """The pass pipeline (``config.passes``, by default ``PIPELINE``), told what the
+        graph's configuration means for it."""
+        c = self.config
+        run_pipeline(ir, c.passes, training=self.training, values=values,
+                     stages=self._pipeline_stages(), micro_batches=c.gradient_accumulation_steps,
+                     bucket_cap=int(c.bucket_cap_mb * 2 ** 20))
+
+    def _build_executor(self, ir: IRGraph, traced: _Traced, tensors: dict, originals: dict,
+                        created: bool) -> _Compiled:
         # a step that creates optimizer state changes the signature (the state's keys are part
         # of it), so it runs once: generated C would be compiled for nothing (the CNN's
         # training graph spends seconds of a cold compile on it), and NumPy kernels run it
-        created = any(key not in keys[id(opt)].get(p, ()) for opt, p, key in new_state)
-        compiled = _Compiled(ir, Executor(ir, codegen=not created), tensors, new_state,
-                             len(outs), treedef)
-        compiled.written = written
-        compiled.in_args = in_args
-        compiled.specs = specs
+        compiled = _Compiled(ir, Executor(ir, codegen=not created), tensors, traced.new_state,
+                             traced.n_outputs, traced.treedef)
+        compiled.written = traced.written
+        compiled.in_args = traced.in_args
+        compiled.specs = traced.specs
         if not self.training:
             # inference graphs may fold variables into constants (conv+bn folding): a later
             # eager change to one of them makes this compiled step stale
@@ -339,8 +320,10 @@ class Graph:
         if any(len(p) != n for p in parts):
             raise ValueError(f"nn.Graph: a batch must split into {n} micro-batches")
         outs = []
+        staged = bool(self._pipeline_stages())
         for i in range(n):
-            tracer.stage = (i, "F")  # tags nodes for the pipeline schedule
+            if staged:
+                tracer.stage = (i, "F")  # tags nodes for the pipeline schedule
             outs.append(self.build(*[p[i] for p in parts]))
         tracer.stage = None
         for p in self._trainable():  # OneFlow scales the summed gradients by 1/n
@@ -508,7 +491,7 @@ def _symbolic_input(ir: IRGraph, tracer: Tracer, name: str, a: Tensor) -> Tensor
     held elsewhere has none here)."""
     if not _is_global(a):
         return tracer.symbolic(ir.add_input(name, a._shape, a._dtype), a)
-    from tessera.distributed._global import GlobalData
+    from tessera.distributed.global_tensor import GlobalData
     from tessera.graph.trace import Symbol
     d = a._data
     local = None
@@ -536,7 +519,7 @@ def _add_output(ir: IRGraph, specs: list, t: Tensor) -> None:
 
 
 def _wrap_outputs(arrays: list, specs: list) -> list[Tensor]:
-    from tessera.distributed._global import make_global
+    from tessera.distributed.global_tensor import make_global
     out, k = [], 0
     for spec in specs:
         if spec is None:
@@ -554,7 +537,7 @@ def _micro_batches(a: Tensor, n: int) -> list[Tensor]:
     ranks is chunked on each rank (micro-batch k holds every rank's k-th chunk: no rows
     move, and the summed gradient is the same) when every tile divides evenly."""
     if _is_global(a) and a._data.sbp == (Sbp.split(0),):  # (a 1-D mesh)
-        from tessera.distributed._global import _local_to_global
+        from tessera.distributed.global_tensor import _local_to_global
         from tessera.sbp import split_sizes
         d = a._data
         tiles = split_sizes(a._shape[0], d.placement.size)
@@ -565,10 +548,128 @@ def _micro_batches(a: Tensor, n: int) -> list[Tensor]:
     return list(a.chunk(n, 0))
 
 
+# ---- ZeRO, by registration -----------------------------------------------------------------
+
+_ZERO: list = []  # the registered ZeRO (tessera.parallel.graph_zero.GraphZero)
+
+
+def register_zero(make) -> None:
+    """Let ``make(stage, shard_min_size, params, optimizers)`` say what ZeRO changes in one
+    trace of a training step (``config.enable_zero``): a context manager around the trace
+    whose ``sharded(opt)`` is one around each optimizer step. ``tessera.parallel``
+    registers its ``GraphZero``; without it only stage 0 (ZeRO off) compiles.
+
+    >>> import tessera
+    >>> _ZERO[0].__name__
+    'GraphZero'
+    """
+    _ZERO[:] = [make]
+
+
+class _NoZero:
+    """ZeRO off, with no ZeRO registered: nothing changes in the trace."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def sharded(self, opt):
+        return contextlib.nullcontext()
+
+
 def _zero(graph: Graph, params):
-    from tessera.distributed.graph_zero import GraphZero
-    return GraphZero(graph.config.zero_stage, graph.config.zero_shard_min_size, params,
-                     [opt for opt, _ in graph._optimizers])
+    stage = graph.config.zero_stage
+    if not _ZERO:
+        if stage:
+            raise RuntimeError("nn.Graph.config.enable_zero: ZeRO in nn.Graph is "
+                               "tessera.parallel's, which is not loaded")
+        return _NoZero()
+    return _ZERO[0](stage, graph.config.zero_shard_min_size, params,
+                    [opt for opt, _ in graph._optimizers])
+
+
+# ---- one trace ------------------------------------------------------------------------------
+
+class _TraceSandbox:
+    """Tracing runs the user's step on symbolic values, which leaves marks on eager objects:
+    the parameters' ``.grad``, the optimizers' state and lrs, the random generator's state
+    (tracing must not consume random draws). Inside, each parameter starts without a
+    gradient; afterwards all of it is as before, except concrete state the step created
+    when the trace succeeded (``_restore_state``)."""
+
+    def __init__(self, optimizers: list, params: list):
+        self.optimizers = optimizers
+        self.params = params
+
+    def __enter__(self):
+        self.grads = {id(p): p._grad for p in self.params}
+        self.state = [{p: dict(st) for p, st in opt.state.items()} for opt, _ in
+                      self.optimizers]
+        self.lrs = [[g["lr"] for g in opt.param_groups] for opt, _ in self.optimizers]
+        self.rng = default_generator.get_state()
+        for p in self.params:
+            p._grad = None
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        default_generator.set_state(self.rng)
+        for p in self.params:
+            p._grad = self.grads[id(p)]
+        for (opt, _), st, lrs in zip(self.optimizers, self.state, self.lrs):
+            _restore_state(opt, st, keep_concrete=exc_type is None)
+            for g, lr in zip(opt.param_groups, lrs):
+                g["lr"] = lr
+        return False
+
+    def created(self, new_state: list) -> bool:
+        """Whether the traced step created optimizer state: a key in ``new_state`` (of
+        ``(optimizer, param, key)``) that the state did not have before the trace."""
+        before = {id(opt): st for (opt, _), st in zip(self.optimizers, self.state)}
+        return any(key not in before[id(opt)].get(p, ()) for opt, p, key in new_state)
+
+
+class _Traced(NamedTuple):
+    """What the trace gives besides the IR: how its outputs become results."""
+
+    n_outputs: int  # build()'s tensors; after them, the written inputs and new state
+    treedef: object  # how build()'s result is rebuilt from its tensors
+    specs: list  # how each graph output becomes a tensor (global metadata)
+    in_args: list  # which arguments are graph inputs
+    written: list  # the arguments build() wrote in place (written back after each run)
+    new_state: list  # (optimizer, param, key) of the state the step creates
+
+
+def _collect_outputs(ir: IRGraph, tracer: Tracer, out, sym_args: list, in_args: list,
+                     optimizers: list) -> _Traced:
+    """The IR's outputs: build()'s tensors, the arguments it wrote in place, the optimizer
+    state the step created, and the effects nothing reads; and its assignments."""
+    outs, treedef = _flatten(out)
+    for o in outs:
+        if not (isinstance(o, Tensor) and (is_symbolic(o) or _elsewhere(o))):
+            raise GraphTraceError("nn.Graph: build() must return tensors computed "
+                                  f"from its inputs (got {type(o).__name__})")
+    ir.outputs = []
+    specs: list = []
+    for o in outs:
+        _add_output(ir, specs, o)
+    written = []  # in-place writes to build()'s inputs go back to the caller's tensors
+    for i, v in zip(in_args, ir.inputs):
+        sym = sym_args[i]
+        if value_of(sym) is not v:
+            written.append(i)
+            _add_output(ir, specs, sym)
+    new_state = []
+    for opt, _ in optimizers:
+        for p, st in opt.state.items():
+            for key, v in list(st.items()):
+                if is_symbolic(v):
+                    new_state.append((opt, p, key))
+                    _add_output(ir, specs, v)
+    ir.outputs += tracer.effects  # sends: nothing reads them, the step must run them
+    ir.assigns = tracer.updated()
+    return _Traced(len(outs), treedef, specs, in_args, written, new_state)
 
 
 def _restore_state(opt, saved: dict, keep_concrete: bool) -> None:

@@ -8,8 +8,8 @@ import numpy as np
 
 import tessera
 from tessera.distributed import comm as C
-from tessera.distributed._global import local_index, make_global
 from tessera.distributed.comm.fake import FakeWorld
+from tessera.distributed.global_tensor import local_index, make_global
 from tessera.sbp import broadcast, partial_sum, split
 
 B, P = broadcast, partial_sum

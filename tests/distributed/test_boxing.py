@@ -5,8 +5,8 @@ import pytest
 
 import tessera
 from tessera.distributed import boxing
-from tessera.distributed._global import local_index
 from tessera.distributed.comm import current
+from tessera.distributed.global_tensor import local_index
 from tessera.distributed.placement import placement
 from tests.distributed._helpers import B, P, S, global_from, run, sbps_1d, sbps_nd
 

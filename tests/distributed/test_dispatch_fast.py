@@ -1,13 +1,13 @@
 """What keeps eager ops on global tensors cheap: in-place elementwise writes on aligned tiles
-(``_global.inplace_kernel``), the remembered signature choice and plan, one count all-reduce per
-cross-entropy mean (backward reuses the forward's), ZeRO's packed collectives, and the
-column-major weight-gradient product; each against the plain path's values."""
+(``global_tensor.inplace_kernel``), the remembered signature choice and plan, one count
+all-reduce per cross-entropy mean (backward reuses the forward's), ZeRO's packed collectives,
+and the column-major weight-gradient product; each against the plain path's values."""
 import numpy as np
 import pytest
 
 import tessera
 from tessera import nn
-from tessera.distributed import _global as G, comm as C, dispatch as D
+from tessera.distributed import comm as C, global_tensor as G, sbp_dispatch as D
 from tessera.distributed.optim import ZeroRedundancyOptimizer
 from tessera.distributed.placement import placement
 from tests.distributed._helpers import B, P, S, global_from, run
@@ -196,7 +196,7 @@ def test_zero_under_mpi_matches_one_process(tmp_path, n):
 
 
 def _planned_ops():
-    """Ops whose plan (``dispatch._plan``) covers shape attrs (view), a transposed tile made
+    """Ops whose plan (``sbp_dispatch._plan``) covers shape attrs (view), a transposed tile made
     contiguous (reshape), two outputs (max over a dim), a 0-d local operand and a boxed
     input, each run twice: the first call makes the plan, the second runs by it."""
     from tessera.distributed import get_world_size

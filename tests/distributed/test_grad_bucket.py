@@ -1,5 +1,5 @@
 """The gradients of a global module's broadcast parameters summed by one all-reduce of a
-flat buffer (distributed/_grad_bucket.py): the same parameters as one process over several
+flat buffer (parallel/grad_buckets.py): the same parameters as one process over several
 steps, on simulated ranks and under MPI (shared-memory buffer), also when a backward leaves
 a parameter out, when gradients accumulate over two backwards, and for ZeRO."""
 import numpy as np
@@ -7,9 +7,9 @@ import pytest
 
 import tessera
 from tessera import nn
-from tessera.distributed._grad_bucket import BucketHooks
 from tessera.distributed._module import GRAD_HOOK
 from tessera.distributed.placement import placement
+from tessera.parallel.grad_buckets import BucketHooks
 from tests.distributed._helpers import B, P, S, run
 from tests.distributed._mpi import outputs, run_mpi
 

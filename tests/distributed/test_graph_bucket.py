@@ -1,4 +1,4 @@
-"""Gradient all-reduce bucketing in ``nn.Graph`` (``tessera.distributed.graph_bucket``):
+"""Gradient all-reduce bucketing in ``nn.Graph`` (``tessera.parallel.graph_buckets``):
 the pass as IR text, and data-parallel training that makes one all-reduce per step where
 it made one per parameter, with the same values as unbucketed and one-process training."""
 from contextlib import contextmanager
@@ -9,8 +9,8 @@ import pytest
 import tessera
 import tessera.nn.functional as F
 from tessera.distributed import comm as C
-from tessera.distributed.graph_bucket import run as bucket
 from tessera.graph.ir import Graph
+from tessera.parallel.graph_buckets import merge as bucket
 from tests.distributed._helpers import run
 from tests.distributed._mpi import outputs, run_mpi
 from tests.distributed.test_graph_global import TrainGraph, X, Y, _data_parallel, _mlp

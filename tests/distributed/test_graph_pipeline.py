@@ -7,7 +7,7 @@ import tessera
 from tessera import nn
 from tessera.distributed.placement import placement
 from tessera.nn.graph import GraphModule
-from tessera.nn.graph_pipeline import order_1f1b
+from tessera.parallel.pipeline import order_1f1b
 from tests.distributed._helpers import B, P, S, global_from, run
 from tests.distributed._mpi import outputs, run_mpi
 

@@ -1,4 +1,4 @@
-"""ZeRO on flat buckets (``parameters_as_bucket_view=True``, optim/_zero_bucket.py) and the
+"""ZeRO on flat buckets (``parameters_as_bucket_view=True``, parallel/zero_buckets.py) and the
 in-place collectives it runs on (``reduce_scatter_ranges_``, ``all_gather_ranges_``): the
 same values as one process and as the unpacked path, on simulated ranks and under MPI
 (where the buckets are shared memory)."""

@@ -1,4 +1,5 @@
-"""Distributed optimizers (``torch.distributed.optim``'s path): ZeRO over global tensors."""
-from tessera.distributed.optim.zero import ZeroRedundancyOptimizer
+"""``torch.distributed.optim``'s import path: ``ZeroRedundancyOptimizer``, re-exported from
+``tessera.parallel`` (where it lives)."""
+from tessera.parallel import ZeroRedundancyOptimizer
 
 __all__ = ["ZeroRedundancyOptimizer"]

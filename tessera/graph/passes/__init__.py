@@ -3,51 +3,100 @@
 Each pass is ``run(graph, ctx) -> bool`` (whether it changed the graph) and mutates the
 graph in place. With ``TESSERA_DEBUG=1`` the verifier runs after every pass.
 
+Most passes are modules of this package. The others belong to the layers above, which
+register them when they are imported (an upper layer extends a lower one by
+registration): ``decompose`` and ``outline`` prepare regions for the code generator
+(``tessera.graph.backend``), ``schedule_1f1b`` and ``bucket_all_reduces`` are
+``tessera.parallel``'s (``register_pass``). While its provider is not loaded, such a pass
+does nothing where that is correct and fails where it is not (``_WITHOUT_PROVIDER``).
+
 >>> from tessera.graph.passes import PIPELINE
->>> PIPELINE[0]
-'dce'
+>>> PIPELINE[0], PIPELINE[1], PIPELINE[-1]
+('schedule_1f1b', 'dce', 'bucket_all_reduces')
 """
 from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tessera.graph import backend
 from tessera.graph.ir import Graph
 
-__all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass"]
+__all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass", "register_pass"]
 
-# the default order; a pass module tessera/graph/passes/<name>.py defines run(graph, ctx)
-# (decompose and outline belong to the code generator: tessera/codegen/passes/)
-PIPELINE = ["dce", "algebraic", "dce", "cse", "constfold", "bnfold", "dce", "decompose", "cse",
-            "layout", "duplicate", "fuse", "outline"]
+# the default order; a pass module tessera/graph/passes/<name>.py defines run(graph, ctx).
+# schedule_1f1b orders a pipeline stage's program first (the other passes keep the order
+# of what they do not remove); bucket_all_reduces runs after the passes that drop the
+# clone autograd puts after each gradient hook (a reader of each all-reduce at once,
+# which would leave nothing to merge)
+PIPELINE = ["schedule_1f1b", "dce", "algebraic", "dce", "cse", "constfold", "bnfold", "dce",
+            "decompose", "cse", "layout", "duplicate", "fuse", "outline", "bucket_all_reduces"]
 
 
 @dataclass
 class PassContext:
     """What passes may know beyond the graph: whether it trains (then weights change every
-    step, so folding them is not allowed), and the variables' current values."""
+    step, so folding them is not allowed), the variables' current values, and how the
+    step is spread over ranks."""
 
     training: bool = False
     values: dict | None = None   # variable name -> Tensor (read by folding passes)
     codegen: bool = False        # the executor will generate C (decompose, outline need it)
+    stages: tuple = ()           # (stage id, placement) of each pipeline stage's module
+    micro_batches: int = 1       # gradient accumulation steps of one call
+    bucket_cap: int = 0          # bytes of one bucket of merged collectives (0: none)
+
+
+_REGISTERED: dict[str, Callable] = {}
+
+
+def register_pass(name: str, run: Callable) -> None:
+    """Make ``run(graph, ctx) -> bool`` the pass ``name`` (a layer above the graph's; a
+    later registration replaces an earlier one).
+
+    >>> register_pass("noop_example", lambda g, ctx: False); get_pass("noop_example")(None, None)
+    False
+    >>> del _REGISTERED["noop_example"]
+    """
+    _REGISTERED[name] = run
+
+
+def _skip(g: Graph, ctx: PassContext) -> bool:
+    return False
+
+
+def _unscheduled(g: Graph, ctx: PassContext) -> bool:
+    if ctx.stages and ctx.micro_batches > 1:
+        raise RuntimeError("pass schedule_1f1b: the graph has pipeline stages, and the 1F1B "
+                           "schedule is tessera.parallel's, which is not loaded")
+    return False
+
+
+# what a registered pass of PIPELINE does while its provider is not loaded: merging
+# collectives changes no value; without pipeline stages there is nothing to schedule
+# (the trace tags micro-batches only for them)
+_WITHOUT_PROVIDER = {"schedule_1f1b": _unscheduled, "bucket_all_reduces": _skip}
 
 
 def get_pass(name: str):
-    """The pass ``name``: a module of this package, or one the code generator registered
-    (``tessera.graph.backend``)."""
-    return backend.codegen_pass(name) or importlib.import_module(f"tessera.graph.passes.{name}").run
+    """The pass ``name``: one a layer above registered (``register_pass``; the code
+    generator's through ``tessera.graph.backend``), or a module of this package."""
+    run = _REGISTERED.get(name) or backend.codegen_pass(name) or _WITHOUT_PROVIDER.get(name)
+    return run or importlib.import_module(f"tessera.graph.passes.{name}").run
 
 
 def run_pipeline(g: Graph, names=None, training: bool = False, values=None,
-                 codegen: bool | None = None) -> list[str]:
+                 codegen: bool | None = None, stages: tuple = (), micro_batches: int = 1,
+                 bucket_cap: int = 0) -> list[str]:
     """Run the passes ``names`` (default ``PIPELINE``); returns those that changed g.
     ``codegen`` (default: whether the registered code generator is on) turns on the passes
-    that prepare regions for generated kernels."""
+    that prepare regions for generated kernels; ``stages``, ``micro_batches`` and
+    ``bucket_cap`` are ``PassContext``'s."""
     if codegen is None:
         codegen = backend.enabled()
-    ctx = PassContext(training, values, codegen)
+    ctx = PassContext(training, values, codegen, tuple(stages), micro_batches, bucket_cap)
     debug = os.environ.get("TESSERA_DEBUG", "0") not in ("", "0")
     changed = []
     for name in (PIPELINE if names is None else names):

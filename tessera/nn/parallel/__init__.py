@@ -1,9 +1,8 @@
-"""Parallel wrappers and layers: ``DistributedDataParallel`` (PyTorch's
-``torch.nn.parallel``), built on tessera.distributed's communicator, and tensor-parallel
-layers (``tensor_parallel.py``) expressed with SBP on global tensors."""
-from tessera.nn.parallel.distributed import DistributedDataParallel
-from tessera.nn.parallel.tensor_parallel import (
+"""``torch.nn.parallel``'s import path: ``DistributedDataParallel`` and tessera's
+tensor-parallel layers, re-exported from ``tessera.parallel`` (where they live)."""
+from tessera.parallel import (
     ColumnParallelLinear,
+    DistributedDataParallel,
     ParallelMLP,
     ParallelMultiheadAttention,
     ParallelTransformerEncoderLayer,

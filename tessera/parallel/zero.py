@@ -28,8 +28,9 @@ import numpy as np
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
 from tessera.distributed._module import GRAD_HOOK
-from tessera.distributed.optim._zero_bucket import make_buckets
 from tessera.graph.trace import is_tracing
+from tessera.nn.parameter import Parameter
+from tessera.parallel.zero_buckets import make_buckets
 from tessera.sbp import broadcast, partial_sum, split, split_range, split_sizes
 
 __all__ = ["ZeroRedundancyOptimizer", "shard_sbp"]
@@ -56,12 +57,11 @@ class ZeroRedundancyOptimizer:
     ``parameters_as_bucket_view=True`` (PyTorch's name) puts the parameters and their
     gradients in flat buckets, each parameter a view of its bucket and each shard a view of
     this rank's rows of its parameter, so both collectives run on the buckets in place
-    (in shared memory under MPI on one machine): see ``_zero_bucket.py``."""
+    (in shared memory under MPI on one machine): see ``zero_buckets.py``."""
 
     def __init__(self, params, optimizer_class, process_group=None,
                  parameters_as_bucket_view: bool = False, overlap_with_ddp: bool = False,
                  stage: int = 1, **defaults):
-        from tessera.nn.parameter import Parameter
         if stage not in (1, 2):
             raise ValueError(f"ZeroRedundancyOptimizer: stage must be 1 or 2, got {stage}")
         if process_group is not None or overlap_with_ddp:
@@ -241,7 +241,7 @@ def _reduce_scatter(pairs) -> None:
     placement and dtype of every gradient's rows, packed rank by rank, instead of one per
     gradient (each a point where the ranks wait for each other; 16 in a Transformer layer)."""
     from tessera.distributed import comm as C
-    from tessera.distributed._global import make_global
+    from tessera.distributed.global_tensor import make_global
     pairs = [(p, s) for p, s in pairs if p.grad.sbp[0] == partial_sum]
     for key, group in _packable(pairs):
         if key is None or len(group) == 1 or any(

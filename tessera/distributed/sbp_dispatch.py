@@ -30,8 +30,8 @@ import numpy as np
 
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
-from tessera.distributed._global import GlobalData, local_shape, sbp_str
 from tessera.distributed.boxing import box, cost, tile_shape
+from tessera.distributed.global_tensor import GlobalData, local_shape, sbp_str
 from tessera.graph.trace import is_tracing
 from tessera.ops.registry import Meta, MissingRule, OpDef
 from tessera.sbp import Signature, broadcast, sbp
@@ -244,7 +244,8 @@ def _nbytes(m: Meta) -> float:
 
 
 def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
-    """The GlobalData of each output of ``op`` on these (partly) global ``args``."""
+    """The GlobalData of each output of ``op`` on these (partly) global ``args``: choose a
+    signature, box the inputs into it, run the op on this rank's tiles, wrap the results."""
     if op.dynamic_shape:
         raise NotImplementedError(f"{op.name}: its output shape depends on the data, so it "
                                   "cannot run on global tensors")
@@ -252,71 +253,104 @@ def run(op: OpDef, args: tuple, metas: list, attrs: dict, outs: tuple) -> list:
     if current.count(None) == len(current):
         return _factory(op, args, attrs, outs, placement)
     comm = C.current()
+    key = None
     if placement.ndim == 1:
         key = _choice_key(op, metas, attrs, current, placement.size)
         plan = _plan(op, metas, attrs, current, placement, comm.rank, outs, args, key)
         if plan is not None:
             return _run_plan(plan, args, current, attrs, outs, placement, comm)
-        index, sig = choose_index(op, metas, attrs, current, placement.size, args, key)
-        out_sbps = [(s,) for s in sig.outs]
-        in_sbps = [None if w is None else (w,) for w in sig.ins]
-    else:
-        chosen, in_sbps, out_sbps = choose_nd(op, metas, attrs, current, placement, outs,
-                                              args)
-        sig = chosen[-1]
+    choice = _choose(op, metas, attrs, current, placement, outs, args, key)
     rank = comm.rank
     if not placement.has_rank(rank):
         return [GlobalData(None, placement, s, m.shape, m.dtype.np)
-                for s, m in zip(out_sbps, outs)]
-    local_attrs = attrs
-    rule = op.sbp
-    tile = None
-    if rule.shape_attrs:
-        local_attrs = dict(attrs)
-        tile = local_shape(outs[0].shape, placement, out_sbps[0], rank)
-        for name in rule.shape_attrs:
-            local_attrs[name] = tile
+                for s, m in zip(choice.outs, outs)]
+    local_attrs, tile = _tile_attrs(op, attrs, outs, placement, choice.outs, rank)
+    local_args = _box_inputs(op, args, current, choice.ins, placement, rank, comm, tile)
+    res = _run_local(op, choice, local_args, local_attrs, metas, attrs, current, placement,
+                     rank, outs)
+    return _wrapped(op, res, choice.outs, outs, placement, rank, choice.sig)
+
+
+class _Choice(NamedTuple):
+    """The signature ``run`` chose for a call."""
+
+    sig: Signature  # the signature (on an N-D placement, the last axis's)
+    index: int  # its position in the rule's list (1-D; -1 on an N-D placement)
+    chosen: list  # the signature of each mesh axis
+    ins: list  # per argument: None (not a global tensor) or the SBP tuple it is boxed to
+    outs: list  # per output: its SBP tuple
+
+
+def _choose(op: OpDef, metas, attrs, current, placement, outs, args, key) -> _Choice:
+    """The cheapest signature on a 1-D placement (``choose_index``, remembered under
+    ``key``), one per mesh axis on an N-D one (``choose_nd``)."""
+    if placement.ndim == 1:
+        index, sig = choose_index(op, metas, attrs, current, placement.size, args, key)
+        return _Choice(sig, index, [sig], [None if w is None else (w,) for w in sig.ins],
+                       [(s,) for s in sig.outs])
+    chosen, ins, out_sbps = choose_nd(op, metas, attrs, current, placement, outs, args)
+    return _Choice(chosen[-1], -1, chosen, ins, out_sbps)
+
+
+def _tile_attrs(op: OpDef, attrs, outs, placement, out_sbps, rank: int) -> tuple[dict, tuple]:
+    """The attrs the op takes on this rank's tiles (its rule's shape attrs set to the
+    output's tile), and that tile (None when the rule has no shape attrs)."""
+    names = op.sbp.shape_attrs
+    if not names:
+        return attrs, None
+    tile = local_shape(outs[0].shape, placement, out_sbps[0], rank)
+    return dict(attrs, **{name: tile for name in names}), tile
+
+
+def _box_inputs(op: OpDef, args, current, ins, placement, rank: int, comm, tile) -> list:
+    """Each argument as the op takes it on this rank: a global tensor's tile boxed into
+    the signature's SBP (made contiguous where the rule asks), a 0-d local tensor detached,
+    anything else as it is."""
+    contiguous = op.sbp.contiguous
     local_args = []
-    for a, cur, want in zip(args, current, in_sbps):
+    for a, cur, want in zip(args, current, ins):
         if cur is None:
             local_args.append(a)
         elif a._device.type != "global":
             local_args.append(a.detach())
         else:
             x = box(a._data.local, a._shape, placement, cur, want, rank, comm)
-            if rule.contiguous and type(x) is np.ndarray and not x.flags.c_contiguous and \
+            if contiguous and type(x) is np.ndarray and not x.flags.c_contiguous and \
                     not _views_as(x, tile):
                 x = np.ascontiguousarray(x)  # (a traced tile is a value: always contiguous)
             local_args.append(Tensor._make(x, a._dtype, placement.device, tuple(x.shape)))
-    group, sig_metas, sig_attrs = placement.flat_ranks, metas, attrs
+    return local_args
+
+
+def _run_local(op: OpDef, choice: _Choice, local_args, local_attrs, metas, attrs, current,
+               placement, rank: int, outs):
+    """The op on this rank's tiles: the rule's computation over the whole placement, the
+    signature's own local computation (communicating within its group), or else the op's
+    ordinary local dispatch; while tracing, the first two become one graph node."""
+    rule, sig = op.sbp, choice.sig
     if rule.whole is not None and placement.ndim > 1:
-        if is_tracing():  # one node of the graph, run at each step
-            from tessera.distributed.graph_ops import traced_local
-            res = traced_local(op, -1, local_args, local_attrs, {}, metas,
-                               placement.flat_ranks, _tile_metas(out_sbps, outs, placement,
-                                                                 rank),
-                               mesh=placement, in_sbps=in_sbps)
-        else:
-            res = rule.whole(op, local_args, local_attrs, metas, placement, in_sbps, rank)
-        return _wrapped(op, res, out_sbps, outs, placement, rank, sig)
-    if sig.local is not None and placement.ndim > 1:
+        if not is_tracing():
+            return rule.whole(op, local_args, local_attrs, metas, placement, choice.ins, rank)
+        from tessera.distributed.graph_ops import traced_local
+        return traced_local(op, -1, local_args, local_attrs, {}, metas, placement.flat_ranks,
+                            _tile_metas(choice.outs, outs, placement, rank), mesh=placement,
+                            in_sbps=choice.ins)
+    if sig.local is None:
+        return _local_dispatch()(op, *local_args, **local_attrs)
+    group, sig_metas, sig_attrs, index = placement.flat_ranks, metas, attrs, choice.index
+    if placement.ndim > 1:
         # the last axis's signature, on the outer axes' tiles as if they were the whole
         coords = placement.coords(rank)
-        sig_metas, sig_attrs = _tiled(op, metas, attrs, current, chosen[:-1], coords[:-1],
-                                      placement.hierarchy, outs)
+        sig_metas, sig_attrs = _tiled(op, metas, attrs, current, choice.chosen[:-1],
+                                      coords[:-1], placement.hierarchy, outs)
         group = placement.group(rank, placement.ndim - 1)
         index = _find(sig, rule(*sig_metas, mesh_size=len(group), **sig_attrs))
-    if sig.local is not None and is_tracing():  # one node of the graph, run at each step
-        from tessera.distributed.graph_ops import traced_local
-        tiles = _tile_metas(out_sbps, outs, placement, rank)
-        logical = {k: sig_attrs[k] for k in rule.shape_attrs if k in sig_attrs}
-        res = traced_local(op, index, local_args, local_attrs, logical, sig_metas, group,
-                           tiles)
-    elif sig.local is not None:
-        res = sig.local(op, local_args, local_attrs, sig_metas, group)
-    else:
-        res = _local_dispatch()(op, *local_args, **local_attrs)
-    return _wrapped(op, res, out_sbps, outs, placement, rank, sig)
+    if not is_tracing():
+        return sig.local(op, local_args, local_attrs, sig_metas, group)
+    from tessera.distributed.graph_ops import traced_local  # one node, run at each step
+    logical = {k: sig_attrs[k] for k in rule.shape_attrs if k in sig_attrs}
+    return traced_local(op, index, local_args, local_attrs, logical, sig_metas, group,
+                        _tile_metas(choice.outs, outs, placement, rank))
 
 
 def _tile_metas(out_sbps, outs, placement, rank: int) -> list:

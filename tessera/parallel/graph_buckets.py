@@ -19,9 +19,11 @@ that in place and hands out views of it) at the first of:
 
 Moving an all-reduce later changes no value (the sum of a concatenation is the
 concatenation of the sums), only how many collectives a step makes: a data-parallel MLP's
-four gradient all-reduces become one. ``nn.Graph`` runs it after the pass pipeline (which
-drops the ``clone`` autograd makes of each gradient: a reader that would flush every
-bucket at once); ``graph.config.set_bucket_cap_mb(0)`` turns it off.
+four gradient all-reduces become one. It is the pass ``bucket_all_reduces``, last in
+``tessera.graph.passes.PIPELINE``: after the other passes, which drop the ``clone``
+autograd makes of each gradient (a reader that would flush every bucket at once). Its cap
+is ``PassContext.bucket_cap``, which ``nn.Graph`` takes from
+``graph.config.set_bucket_cap_mb`` (0 turns it off).
 
 ZeRO's conversions are bucketed the same way, as DeepSpeed's ``reduce_bucket_size`` and
 ``allgather_bucket_size`` do: runs of partial_sum -> split(0) (the gradients) become one
@@ -36,7 +38,7 @@ the full gradients of up to one bucket live together, as in DDP.
 ...   %1: float32[4] = boxing(%b) {shape=(4,), src='P', dst='B', group=(0, 1), index=0, seq=1}
 ...   return (%0, %1)
 ... }''')
->>> run(g, 25 << 20)
+>>> merge(g, 25 << 20)
 True
 >>> print(g)
 graph(%a: float32[2, 3], %b: float32[4]) {
@@ -46,10 +48,11 @@ graph(%a: float32[2, 3], %b: float32[4]) {
 """
 from __future__ import annotations
 
+from tessera.distributed.graph_ops import rows_bucketable
 from tessera.graph.ir import Graph, Node, Value
 from tessera.ops.registry import REGISTRY, Meta
 
-__all__ = ["run", "DEFAULT_CAP_MB"]
+__all__ = ["run", "merge", "DEFAULT_CAP_MB"]
 
 DEFAULT_CAP_MB = 25.0
 _BUCKETS = {("P", "B"): "all_reduce_bucket", ("P", "S(0)"): "reduce_scatter_bucket",
@@ -60,7 +63,6 @@ _COLLECTIVES = frozenset({"boxing", "send", "recv", "sbp_local", *_BUCKETS.value
 def _bucket_op(n: Node) -> str | None:
     """The bucket op that may take ``n`` in: a communicating conversion over more than one
     rank of a kind that has one (ZeRO's by rows only where they run on a reduce buffer)."""
-    from tessera.distributed.graph_ops import rows_bucketable
     a = n.attrs
     if n.op.name != "boxing" or a.get("seq") is None or len(a.get("group", ())) < 2:
         return None
@@ -88,7 +90,12 @@ def _merged(g: Graph, bucket: list[Node], name: str) -> tuple[Node, dict[int, Va
     return node, rename
 
 
-def run(g: Graph, cap_bytes: int) -> bool:
+def run(g: Graph, ctx) -> bool:
+    """The pass ``bucket_all_reduces``: ``merge`` with the cap ``ctx.bucket_cap``."""
+    return merge(g, ctx.bucket_cap)
+
+
+def merge(g: Graph, cap_bytes: int) -> bool:
     """Merge runs of all-reduces (and of ZeRO's reduce-scatters, and of its all-gathers)
     of ``g`` into buckets of at most ``cap_bytes`` (a single one bigger than that stays
     alone); whether ``g`` changed."""

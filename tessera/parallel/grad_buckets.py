@@ -7,7 +7,9 @@ into the reduce buffer (across pages, for the transposed layout of a Linear weig
 gradient), the exchange, a copy out, and a point where the ranks wait for each other, six
 times a step on a 3-layer MLP. DDP instead sums all its gradients in one bucket.
 
-``GradBucket`` does what DDP does, for global parameters: each partial gradient is copied
+``GradBucket`` does what DDP does, for global parameters (``Module.to_global`` installs
+its hooks through ``install``, which ``tessera.parallel`` registers with
+``tessera.distributed._module``): each partial gradient is copied
 into its segment of one flat buffer (shared memory under MPI on one machine: the
 all-reduce then sums the buffers directly), and becomes the parameter's ``.grad`` as a
 partial_sum global tensor whose tile is that segment. When every parameter of the bucket
@@ -31,11 +33,11 @@ import numpy as np
 
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
-from tessera.distributed._global import make_global
+from tessera.distributed.global_tensor import make_global
 from tessera.graph.trace import is_tracing
 from tessera.sbp import broadcast, partial_sum
 
-__all__ = ["GradBucket", "bucket_params"]
+__all__ = ["GradBucket", "BucketHooks", "bucket_params", "install"]
 
 
 def _reversed_layout(a: np.ndarray) -> bool:
@@ -45,6 +47,14 @@ def _reversed_layout(a: np.ndarray) -> bool:
         return False
     st = [s for s, d in zip(a.strides, a.shape) if d > 1]
     return len(st) > 1 and all(0 < x <= y for x, y in zip(st, st[1:]))
+
+
+def install(params: list, deferred) -> dict:
+    """{id(param): ``BucketHooks``} for the bucketable ``params`` (``bucket_params``); the
+    hooks leave a gradient alone while ``deferred(param)`` (a traced ZeRO step
+    reduce-scatters it instead)."""
+    return {id(p): BucketHooks(bucket, p, deferred)
+            for bucket in bucket_params(params) for p in bucket.params}
 
 
 def bucket_params(params: list) -> list[GradBucket]:

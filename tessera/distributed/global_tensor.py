@@ -46,7 +46,7 @@ def sbp_str(sbps) -> str:
     return "(" + ", ".join(s.short() for s in sbps) + ")"
 
 
-_run = None  # tessera.distributed.dispatch.run
+_run = None  # tessera.distributed.sbp_dispatch.run
 
 
 class GlobalBackend(Backend):
@@ -81,8 +81,8 @@ class GlobalBackend(Backend):
 
     def run(self, op, args, metas, attrs, outs):
         global _run
-        if _run is None:  # (tessera.distributed.dispatch imports this module)
-            from tessera.distributed.dispatch import run as _run
+        if _run is None:  # (tessera.distributed.sbp_dispatch imports this module)
+            from tessera.distributed.sbp_dispatch import run as _run
         return _run(op, args, metas, attrs, outs)
 
     def copy_into(self, dst: GlobalData, src: GlobalData) -> None:

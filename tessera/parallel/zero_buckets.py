@@ -30,8 +30,9 @@ import numpy as np
 
 from tessera._tensor import Tensor
 from tessera.distributed import comm as C
-from tessera.distributed._global import make_global
+from tessera.distributed.global_tensor import make_global
 from tessera.graph.trace import is_tracing
+from tessera.nn.parameter import Parameter
 from tessera.sbp import partial_sum, split, split_range
 
 __all__ = ["ZeroBucket", "make_buckets"]
@@ -115,7 +116,6 @@ class ZeroBucket:
     def shard(self, i: int) -> Tensor:
         """Parameter ``i``'s shard: split(0), its tile a view of this rank's rows of the
         parameter's tile."""
-        from tessera.nn.parameter import Parameter
         p = self.params[i]
         a, b = self.rows[i]
         return Parameter(make_global(self.tiles[i][a:b], p._dtype, self.placement,

@@ -33,8 +33,8 @@ The same recipe on a plain ``nn.Linear``: ``fc1.to_global(p, tessera.sbp.split(0
 """
 from __future__ import annotations
 
-import tessera
 from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import no_grad
 from tessera.distributed.placement import placement as Placement
 from tessera.nn import functional as F
 from tessera.nn.modules.dropout import Dropout
@@ -214,7 +214,7 @@ class ParallelTransformerEncoderLayer(Module):
                   attn.dropout, act, layer.norm1.eps, layer.self_attn.batch_first,
                   layer.norm_first, layer.linear1.bias is not None, placement,
                   dtype=layer.linear1.weight.dtype)
-        with tessera.no_grad():
+        with no_grad():
             for name, value in _dense_to_parallel(layer).items():
                 target = out.get_parameter(name)
                 target.copy_(_whole(value, out.placement).to_global(sbp=target.sbp))

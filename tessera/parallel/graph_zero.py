@@ -24,7 +24,7 @@ parameter, which is the shard, so nothing is gathered after the step. Outside th
 the parameter is an ordinary split global tensor (``numpy()`` gathers it).
 
 >>> import tessera
->>> from tessera.distributed.graph_zero import GraphZero
+>>> from tessera.parallel.graph_zero import GraphZero
 >>> GraphZero(0, 1024, []).stage
 0
 """
@@ -35,8 +35,8 @@ from contextlib import contextmanager
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
 from tessera.distributed import _module
-from tessera.distributed.optim.zero import shard_sbp
 from tessera.nn.modules import module as _module_mod
+from tessera.parallel.zero import shard_sbp
 
 __all__ = ["GraphZero", "ZERO3"]
 
