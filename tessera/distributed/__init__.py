@@ -80,4 +80,6 @@ def _ranks(group):
 # the global device, the ops' SBP rules, and the collective ops graphs hold (registered)
 from tessera.distributed import _global, graph_ops, sbp, sbp_rules  # noqa: E402,F401
 
-_sbp_vocabulary.set_communicator(_comm.current)  # ops' sbp rules reach this rank's comm
+# ops' sbp rules reach this rank's comm and the number of the compiled step running
+_sbp_vocabulary.set_communicator(_comm.current)
+_sbp_vocabulary.set_step_serial(graph_ops.step_serial)
