@@ -41,7 +41,7 @@ from tessera._dtype import bool_ as bool  # noqa: A001  (PyTorch's name)
 from tessera._tensor import Size, Tensor
 from tessera._tensor_str import set_printoptions
 from tessera.device import device, register_device
-from tessera import autograd, ops  # noqa: E402
+from tessera import _tensor_methods, autograd, ops  # noqa: E402
 from tessera._functions import *  # noqa: F401,F403,E402  (public op functions)
 from tessera.autograd import (
     enable_grad,
@@ -72,6 +72,36 @@ uint8 = uint8
 
 
 from tessera import nn, optim, utils  # noqa: E402  (reachable as attributes, as in PyTorch)
+from tessera.nn.functional._toplevel import (  # noqa: E402  (torch.selu, torch.kl_div...)
+    binary_cross_entropy_with_logits,
+    cdist,
+    celu,
+    celu_,
+    cosine_embedding_loss,
+    cosine_similarity,
+    hardshrink,
+    hinge_embedding_loss,
+    kl_div,
+    margin_ranking_loss,
+    pairwise_distance,
+    pdist,
+    poisson_nll_loss,
+    prelu,
+    relu_,
+    rrelu,
+    rrelu_,
+    selu,
+    selu_,
+    sigmoid_,
+    tanh_,
+    threshold,
+    threshold_,
+    triplet_margin_loss,
+)
+
+# the Tensor methods among them (x.prelu(w), x.hardshrink()), bound as the ops' ones are
+_tensor_methods._OPS.update(hardshrink=hardshrink, prelu=prelu)
+_tensor_methods.bind_methods()
 from tessera._dtype import finfo, iinfo  # noqa: E402
 from tessera._runtime.threads import get_num_threads, set_num_threads  # noqa: E402
 from tessera.codegen import c_rules as _c_rules  # noqa: E402,F401  (fills each OpDef's to_c)

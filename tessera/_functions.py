@@ -1,7 +1,9 @@
 """The public op functions of every family, gathered for ``tessera.*`` and Tensor methods.
 
 Each family module in ``tessera.ops`` registers its ``OpDef``s and lists its public
-functions in ``__all__``; importing this module fills the table Tensor methods call.
+functions in ``__all__``; importing this module fills the table Tensor methods call. The
+neural-network functions PyTorch also has at top level (``tessera.selu``...) sit above the
+ops, in ``tessera.nn.functional._toplevel``: ``tessera/__init__.py`` adds those.
 """
 from tessera import _fastpath
 from tessera._tensor import FAST_OPERATORS, Tensor
@@ -9,7 +11,7 @@ from tessera._tensor_methods import _OPS, bind_methods
 from tessera.ops import creation, elementwise, getitem, reduce, views
 
 _FAMILIES = [creation, elementwise, views, getitem, reduce]
-for _mod in ("indexing", "shape", "sorting", "linalg", "random", "nn_ops", "einsum"):
+for _mod in ("indexing", "shape", "sorting", "linalg", "random", "activation", "einsum"):
     try:  # families written in later steps; each is optional until it exists
         _FAMILIES.append(__import__(f"tessera.ops.{_mod}", fromlist=["__all__"]))
     except ModuleNotFoundError as _e:

@@ -9,8 +9,9 @@ A global tensor's ``sbp`` is a tuple with one entry per axis of its placement's 
 
 This module is also the vocabulary of each op's ``sbp`` rule (``Signature``, ``SbpRule``):
 it sits below the ops, so every op family declares its rule beside its kernels. What a
-rule's local computation needs of the running processes (the communicator of this rank)
-comes through ``communicator()``, which ``tessera.distributed`` registers.
+rule's local computation needs of the running processes (the communicator of this rank,
+the number of the compiled step running) comes through ``communicator()`` and
+``step_serial()``, which ``tessera.distributed`` registers.
 
 >>> import tessera
 >>> tessera.sbp.split(0), tessera.sbp.broadcast, tessera.sbp.partial_sum
@@ -24,7 +25,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 __all__ = ["sbp", "split", "broadcast", "partial_sum", "as_sbp_tuple", "split_sizes",
-           "split_range", "Signature", "SbpRule", "communicator", "set_communicator"]
+           "split_range", "tile_ranges", "Signature", "SbpRule", "communicator",
+           "set_communicator", "step_serial", "set_step_serial"]
 
 
 class sbp:  # noqa: N801  (OneFlow's name for the type)
@@ -127,6 +129,23 @@ def split_range(n: int, parts: int, i: int) -> tuple[int, int]:
     return start, start + q + (1 if i < r else 0)
 
 
+def tile_ranges(shape: tuple, sbps: tuple, coords: tuple, hierarchy: tuple) -> list:
+    """The ``(start, stop)`` of the tile at mesh ``coords`` in each dim of the logical
+    ``shape``, each mesh axis's split applied in mesh order (nested splits of one dim cut the
+    outer tile).
+
+    >>> tile_ranges((5, 4), (split(0), split(0)), (1, 0), (2, 2))  # rows 3-4, then row 3
+    [(3, 4), (0, 4)]
+    """
+    ranges = [(0, d) for d in shape]
+    for s, c, n in zip(sbps, coords, hierarchy):
+        if s.kind == "S":
+            lo, hi = ranges[s.dim]
+            a, b = split_range(hi - lo, n, c)
+            ranges[s.dim] = (lo + a, lo + b)
+    return ranges
+
+
 # ---- the vocabulary of ops' sbp rules ----------------------------------------------------
 
 class Signature(NamedTuple):
@@ -199,3 +218,24 @@ def communicator() -> Any:
     if not _COMMUNICATOR:
         raise RuntimeError("sbp: no communicator registered (import tessera.distributed)")
     return _COMMUNICATOR[0]()
+
+
+_STEP_SERIAL: list[Callable[[], int]] = []
+
+
+def set_step_serial(getter: Callable[[], int]) -> None:
+    """Register how a rule's local computation finds the number of the compiled graph step
+    running on this thread (called by ``tessera.distributed`` when it is imported)."""
+    _STEP_SERIAL[:] = [getter]
+
+
+def step_serial() -> int:
+    """The number of the compiled graph step running on this thread, 0 outside one (and
+    before ``tessera.distributed`` registers its counter, when no step can run): a value
+    a signature's local computation keeps may be reused within the same step only.
+
+    >>> import tessera
+    >>> step_serial()
+    0
+    """
+    return _STEP_SERIAL[0]() if _STEP_SERIAL else 0

@@ -87,6 +87,8 @@ from tessera.distributed import (  # noqa: E402,F401
     sbp_rules,
 )
 
-_sbp_vocabulary.set_communicator(_comm.current)  # ops' sbp rules reach this rank's comm
+# ops' sbp rules reach this rank's comm and the number of the compiled step running
+_sbp_vocabulary.set_communicator(_comm.current)
+_sbp_vocabulary.set_step_serial(graph_ops.step_serial)
 _register_global(_GlobalHooks(get_rank, _global_tensor.GlobalData, _sbp_dispatch.run,
                               _global_tensor.to_global))  # tracing global tensors

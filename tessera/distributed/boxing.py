@@ -122,23 +122,6 @@ def tile_shape(shape: tuple, sbps: tuple, coords: tuple, hierarchy: tuple, skip=
     return tuple(shape)
 
 
-def tile_ranges(shape: tuple, sbps: tuple, coords: tuple, hierarchy: tuple) -> list:
-    """The ``(start, stop)`` of the tile at mesh ``coords`` in each dim of the logical
-    ``shape`` (nested splits of one dim cut the outer tile, as ``tile_shape``).
-
-    >>> from tessera.sbp import split
-    >>> tile_ranges((5, 4), (split(0), split(0)), (1, 0), (2, 2))  # rows 3-4, then row 3
-    [(3, 4), (0, 4)]
-    """
-    ranges = [(0, d) for d in shape]
-    for s, c, n in zip(sbps, coords, hierarchy):
-        if s.kind == "S":
-            lo, hi = ranges[s.dim]
-            a, b = split_range(hi - lo, n, c)
-            ranges[s.dim] = (lo + a, lo + b)
-    return ranges
-
-
 def _commutes(s: sbp, dims: set) -> bool:
     """Whether an inner axis holding ``s`` can stay while an outer axis converts ``dims``."""
     return s.kind != "S" or s.dim not in dims

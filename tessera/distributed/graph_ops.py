@@ -56,6 +56,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera.autograd.grad_mode import no_grad
 from tessera.distributed import comm as C
+from tessera.ops import cost
 from tessera.ops.registry import Meta, OpDef, register
 
 __all__ = ["BOXING_OP", "ALL_REDUCE_BUCKET_OP", "REDUCE_SCATTER_BUCKET_OP",
@@ -221,7 +222,22 @@ def _by_rows(dtype, shape: tuple, n: int) -> bool:
 _BY_ROWS = {("P", "S(0)"): _p_to_s0, ("S(0)", "B"): _s0_to_b}
 
 
+def _reducing(ins, outs, group, **attrs) -> cost.Cost:
+    """A collective that sums the group's tiles (from partial_sum): each output element
+    adds the other ranks' values into this rank's."""
+    flops = (len(group) - 1) * sum(cost.numel(m) for m in outs)
+    return cost.Cost(flops, *cost.io(ins, outs))
+
+
+def _box_cost(ins, outs, src, **attrs) -> cost.Cost:
+    """The tile read and the result written; from partial_sum, the sums."""
+    if src == "P":
+        return _reducing(ins, outs, **attrs)
+    return cost.Cost(0, *cost.io(ins, outs))
+
+
 BOXING_OP = register(OpDef("boxing", _box_infer, {"cpu": _box_kernel}, grad=None, save=(),
+                           cost=_box_cost,
                            doc="one mesh axis of an SBP conversion of a tile "
                                "(boxing.box_1d)"))
 
@@ -314,7 +330,7 @@ def _bucket_places(*xs: Meta, group, index, seq):
 
 ALL_REDUCE_BUCKET_OP = register(OpDef(
     "all_reduce_bucket", _bucket_infer, {"cpu": _bucket_kernel}, grad=None, save=(),
-    input_buffers=_bucket_places,
+    input_buffers=_bucket_places, cost=_reducing,
     doc="partial_sum -> broadcast of several tiles as one all-reduce (graph_bucket)"))
 
 
@@ -375,11 +391,11 @@ def _gather_places(*xs: Meta, shapes, group, index, seq):
 
 REDUCE_SCATTER_BUCKET_OP = register(OpDef(
     "reduce_scatter_bucket", _scatter_bucket_infer, {"cpu": _scatter_bucket_kernel},
-    grad=None, save=(), input_buffers=_scatter_places,
+    grad=None, save=(), input_buffers=_scatter_places, cost=_reducing,
     doc="partial_sum -> split(0) of several tiles as one reduce-scatter (graph_bucket)"))
 ALL_GATHER_BUCKET_OP = register(OpDef(
     "all_gather_bucket", _gather_bucket_infer, {"cpu": _gather_bucket_kernel}, grad=None,
-    save=(), input_buffers=_gather_places,
+    save=(), input_buffers=_gather_places, cost=cost.movement(),
     doc="split(0) -> broadcast of several tiles as one all-gather (graph_bucket)"))
 
 # ---- send / recv ---------------------------------------------------------------------------
@@ -404,8 +420,10 @@ def _recv_kernel(shape, dtype, src, tag, seq):
 
 
 SEND_OP = register(OpDef("send", _send_infer, {"cpu": _send_kernel}, grad=None, save=(),
+                         cost=cost.movement(),
                          doc="send this rank's tile to rank dst (a placement change)"))
 RECV_OP = register(OpDef("recv", _recv_infer, {"cpu": _recv_kernel}, grad=None, save=(),
+                         cost=cost.movement(),
                          doc="receive a tile from rank src (a placement change)"))
 
 
@@ -478,9 +496,20 @@ def _local_kernel(*arrays, **attrs):
     return res._data
 
 
+def _local_cost(ins, outs, **attrs) -> cost.Cost:
+    """The cost of the op whose signature this computation is, on the tiles (its
+    communication aside); moving the tiles when that op has no cost rule."""
+    from tessera.ops.registry import REGISTRY
+    op = REGISTRY[attrs["sbp_op"]]
+    if op.cost is None:
+        return cost.Cost(0, *cost.io(ins, outs))
+    return op.cost(ins, outs, **{k: v for k, v in attrs.items() if k not in _LOCAL_KEYS})
+
+
 SBP_LOCAL_OP = register(OpDef("sbp_local", _local_infer, {"cpu": _local_kernel}, grad=None,
-                              save=(), doc="an SBP signature's own local computation (it "
-                                           "may communicate)"))
+                              save=(), cost=_local_cost,
+                              doc="an SBP signature's own local computation (it may "
+                                  "communicate)"))
 
 
 # ---- recording them while tracing -----------------------------------------------------------

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 
-from tessera.distributed.sbp_nn import NN_RULES, nll_mean_signature
 from tessera.ops._sbp import (
     aligned,
     bshape,
@@ -187,62 +186,6 @@ def _slice(x, key):
                 sigs.append(Signature((S(d),), (S(out),)))
             out += 1
     return sigs + linear_identity()
-
-
-# ---- nn ops ------------------------------------------------------------------------------
-
-def _layer_norm(x, weight, bias, normalized_shape, eps):
-    """Split a leading (non-normalized) dim; weight and bias broadcast."""
-    lead = len(x.shape) - len(normalized_shape)
-    wb = tuple(None if m is None else B for m in (weight, bias))
-    return [Signature((S(d),) + wb, (S(d),)) for d in range(lead)] + \
-        [Signature((B,) + wb, (B,))]
-
-
-def _layer_norm_backward(g, x, weight, normalized_shape, eps):
-    """(dx, dweight, dbias): a split leading dim leaves weight and bias grads partial."""
-    lead = len(x.shape) - len(normalized_shape)
-    w = None if weight is None else B
-    return [Signature((S(d), S(d), w), (S(d), P, P)) for d in range(lead)] + \
-        [Signature((B, B, w), (B, B, B)), Signature((P, B, w), (P, P, P))]
-
-
-def _embedding(weight, indices, **attrs):
-    """Indices split on any dim, or the embedding dim split (weight S(1)); linear in the
-    weight."""
-    n = len(indices.shape)
-    return [Signature((B, S(d)), (S(d),)) for d in range(n)] + \
-        [Signature((S(1), B), (S(n),)), Signature((B, B), (B,)), Signature((P, B), (P,))]
-
-
-def _embedding_backward(g, indices, num_weights, padding_idx, scale_grad_by_freq):
-    n = len(indices.shape)
-    sigs = [Signature((S(n), B), (S(1),)), Signature((B, B), (B,)), Signature((P, B), (P,))]
-    if not scale_grad_by_freq:  # (the counts would need the whole batch)
-        sigs += [Signature((S(d), S(d)), (P,)) for d in range(n)]
-    return sigs
-
-
-def _nll_loss(x, t, w, reduction="mean", ignore_index=-100):
-    """``none``: the batch stays split; ``sum``: a split batch sums to partial_sum; ``mean``:
-    each tile's sum over the global count of targets (one all-reduced number), partial."""
-    wsig = None if w is None else B
-    sigs = [Signature((B, B, wsig), (B,))]
-    if len(x.shape) >= 2 and reduction in ("none", "sum"):
-        sigs.insert(0, Signature((S(0), S(0), wsig), (S(0) if reduction == "none" else P,)))
-    elif len(x.shape) >= 2:
-        sigs.insert(0, nll_mean_signature(w, backward=False))
-    return sigs
-
-
-def _nll_loss_backward(g, t, w, shape, reduction="mean", ignore_index=-100):
-    wsig = None if w is None else B
-    sigs = [Signature((B, B, wsig), (B,)), Signature((P, B, wsig), (P,))]
-    if len(shape) >= 2 and reduction in ("none", "sum"):
-        sigs.insert(0, Signature((S(0) if reduction == "none" else B, S(0), wsig), (S(0),)))
-    elif len(shape) >= 2:
-        sigs.insert(0, nll_mean_signature(w, backward=True))
-    return sigs
 
 
 # ---- scans, sorting, selection along a dim ----------------------------------------------
@@ -529,10 +472,6 @@ RULES.update({
     "split_view": SbpRule(_split_view),
     "split_backward": SbpRule(_split_backward, shape_attrs=("shape",)),
     "view_assign": SbpRule(lambda base, src, chain: linear_identity(2)),
-    "layer_norm": SbpRule(_layer_norm), "layer_norm_backward": SbpRule(_layer_norm_backward),
-    "embedding": SbpRule(_embedding), "embedding_backward": SbpRule(_embedding_backward),
-    "nll_loss": SbpRule(_nll_loss),
-    "nll_loss_backward": SbpRule(_nll_loss_backward, shape_attrs=("shape",)),
     "cumsum": pointwise(each=(0,), skip=("dim",)), "cumprod": _SCAN,
     "cummax": _SCAN2, "cummin": _SCAN2,
     "cummaxmin_backward": pointwise(each=(0,), skip=("dim",)),
@@ -542,8 +481,6 @@ RULES.update({
     "median": SbpRule(full_reduction), "nanmedian": SbpRule(full_reduction),
     "norm": SbpRule(_norm), "vdot": SbpRule(_vdot),
     "flip": _ALONG_DIMS, "roll": SbpRule(_roll), "quantile": SbpRule(_quantile),
-    # (each rank would need whole rows' norms and the rows of every index)
-    "embedding_renorm": SbpRule(lambda w, indices, **attrs: [Signature((B, B), (B,))]),
     "index": SbpRule(_index), "index_put": SbpRule(_index_put),
     "take": SbpRule(_take), "put": SbpRule(_put), "searchsorted": SbpRule(_searchsorted),
     "tril": pointwise(each=(0,), skip=(-2, -1)), "triu": pointwise(each=(0,), skip=(-2, -1)),
@@ -564,7 +501,6 @@ def _cast_rule(x, dtype):
     return sigs
 
 
-RULES.update(NN_RULES)
 RULES_CAST = RULES["cast"]
 RULES["cast"] = SbpRule(_cast_rule)
 

@@ -27,6 +27,7 @@ from tessera import _dtype as D
 from tessera.ops import elementwise as E, reduce as R
 from tessera.ops._util import call, wrap_dim
 from tessera.ops.registry import Meta, defop
+from tessera.sbp import SbpRule, Signature, broadcast as B, split as S
 
 __all__ = ["softmax", "log_softmax"]
 
@@ -462,7 +463,18 @@ def _prelu_grad(ctx, g):
     return gx, gw
 
 
-_PRELU = defop("prelu", _prelu_infer, _prelu_kernel, grad=_prelu_grad)
+def _prelu_sbp(x, w):
+    """Any dim but the channels with the weight whole; the channels with a per-channel
+    weight split too (a single weight stays whole)."""
+    n = len(x.shape)
+    per_c = n >= 2 and w.shape and w.shape[0] != 1
+    sigs = [Signature((S(d), B), (S(d),)) for d in range(n) if not (per_c and d == 1)]
+    if per_c:
+        sigs.append(Signature((S(1), S(0)), (S(1),)))
+    return sigs + [Signature((B, B), (B,))]
+
+
+_PRELU = defop("prelu", _prelu_infer, _prelu_kernel, grad=_prelu_grad, sbp=SbpRule(_prelu_sbp))
 
 
 def prelu(input, weight):

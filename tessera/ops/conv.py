@@ -25,12 +25,16 @@ tessera.Size([1, 1, 2, 2])
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
 from tessera._dispatch import _MODES, dispatch
 from tessera._tensor import Tensor
+from tessera.ops import cost
+from tessera.ops._sbp import optional
 from tessera.ops.registry import Meta, defop
+from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__: list[str] = []
 _strided = np.lib.stride_tricks.as_strided
@@ -481,7 +485,34 @@ def _conv_grad(ctx, g):
     return gx, gw, gb
 
 
-_CONV = defop("conv", _conv_infer, _conv_kernel, grad=_conv_grad)
+def _conv_sbp(x, w, b, stride, pads, dilation, groups):
+    """Batch split with broadcast weights (data parallel); output channels split with the
+    weight (and bias) split on dim 0; input channels split with the weight split on dim 1,
+    giving partial_sum (groups == 1); partial_sum input or weight (conv is linear in each)."""
+    sigs = [Signature((S(0), B, optional(b, B)), (S(0),))]
+    if groups == 1:
+        sigs += [Signature((B, S(0), optional(b, S(0))), (S(1),)),
+                 Signature((S(1), S(1), optional(b, P)), (P,))]
+    return sigs + [Signature((P, B, optional(b, P)), (P,)),
+                   Signature((B, P, optional(b, P)), (P,)),
+                   Signature((B, B, optional(b, B)), (B,))]
+
+
+def _macs(g: Meta, weight_shape) -> int:
+    """Multiply-adds of a convolution whose output (or output gradient) is ``g``: each of
+    its elements is a dot product over C/groups * prod(K) inputs. Its two gradients are the
+    same products read backwards, so they do exactly as many."""
+    return cost.numel(g) * math.prod(max(int(d), 0) for d in weight_shape[1:])
+
+
+def _conv_cost(ins, outs, **attrs) -> cost.Cost:
+    x, w, b = ins[:3]
+    flops = 2 * _macs(outs[0], w.shape) + (cost.numel(outs[0]) if b is not None else 0)
+    return cost.Cost(flops, *cost.io(ins, outs))
+
+
+_CONV = defop("conv", _conv_infer, _conv_kernel, grad=_conv_grad, sbp=SbpRule(_conv_sbp),
+              cost=_conv_cost)
 
 
 def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride, pads, dilation,
@@ -553,8 +584,24 @@ def _input_grad_grad(ctx, gg):
     return d_g, d_w
 
 
+def _input_grad_sbp(g, w, input_shape, stride, pads, dilation, groups):
+    """conv's signatures read backwards: g's output channels split with the weight's dim 0
+    gives partial_sum; the weight's input channels split give dx split on its channels."""
+    sigs = [Signature((S(0), B), (S(0),))]
+    if groups == 1:
+        sigs += [Signature((S(1), S(0)), (P,)), Signature((B, S(1)), (S(1),))]
+    return sigs + [Signature((P, B), (P,)), Signature((B, P), (P,)), Signature((B, B), (B,))]
+
+
+def _input_grad_cost(ins, outs, **attrs) -> cost.Cost:
+    g, w = ins[:2]
+    return cost.Cost(2 * _macs(g, w.shape), *cost.io(ins, outs))
+
+
 _CONV_INPUT_GRAD = defop("conv_input_grad", _input_grad_infer, _input_grad_kernel,
-                         grad=_input_grad_grad)
+                         grad=_input_grad_grad,
+                         sbp=SbpRule(_input_grad_sbp, shape_attrs=("input_shape",)),
+                         cost=_input_grad_cost)
 
 
 def conv_input_grad(g: Tensor, w: Tensor, *, input_shape, stride, pads, dilation,
@@ -605,8 +652,23 @@ def _weight_grad_grad(ctx, gg):
     return d_x, d_g
 
 
+def _weight_grad_sbp(x, g, weight_shape, stride, pads, dilation, groups):
+    """A split batch sums to partial_sum; g's channels split give dw split on dim 0, x's
+    channels split give dw split on dim 1 (groups == 1)."""
+    sigs = [Signature((S(0), S(0)), (P,))]
+    if groups == 1:
+        sigs += [Signature((B, S(1)), (S(0),)), Signature((S(1), B), (S(1),))]
+    return sigs + [Signature((P, B), (P,)), Signature((B, P), (P,)), Signature((B, B), (B,))]
+
+
+def _weight_grad_cost(ins, outs, weight_shape, **attrs) -> cost.Cost:
+    return cost.Cost(2 * _macs(ins[1], weight_shape), *cost.io(ins, outs))
+
+
 _CONV_WEIGHT_GRAD = defop("conv_weight_grad", _weight_grad_infer, _weight_grad_kernel,
-                          grad=_weight_grad_grad)
+                          grad=_weight_grad_grad,
+                          sbp=SbpRule(_weight_grad_sbp, shape_attrs=("weight_shape",)),
+                          cost=_weight_grad_cost)
 
 
 def conv_weight_grad(x: Tensor, g: Tensor, *, weight_shape, stride, pads, dilation,

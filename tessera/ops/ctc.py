@@ -25,9 +25,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera._dispatch import dispatch
+from tessera.ops import cost
 from tessera.ops._util import call
 from tessera.ops.activation import need_tensor, tname
 from tessera.ops.registry import Meta, defop
+from tessera.sbp import (
+    SbpRule,
+    Signature,
+    broadcast as B,
+    communicator,
+    partial_sum as P,
+    split as S,
+    split_range,
+)
 
 __all__: list[str] = []
 
@@ -227,9 +238,60 @@ def _ctc_grad(ctx, g):
     return ctc_loss_backward(g, lp, tg, **ctx.attrs), None
 
 
-_CTC = defop("ctc_loss", _ctc_infer, _ctc_kernel, grad=_ctc_grad)
+# ---- sbp and cost rules ------------------------------------------------------------------------
+
+def _ctc_local(op, args, attrs, metas, group):
+    """A tile of the batch: its own sequences' lengths (the attrs hold the whole batch's)."""
+    n = len(attrs["input_lengths"])
+    lo, hi = split_range(n, len(group), group.index(communicator().rank))
+    return dispatch(op, *args, **dict(attrs, input_lengths=attrs["input_lengths"][lo:hi],
+                                      target_lengths=attrs["target_lengths"][lo:hi]))
+
+
+def _ctc_sbp(lp, tg, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    """Per-sequence losses: the batch split ((T, N, C) log-probs on dim 1, padded (N, S)
+    targets on dim 0; concatenated 1-D targets stay whole)."""
+    sigs = [Signature((B, B), (B,))]
+    if len(tg.shape) == 2:
+        sigs.insert(0, Signature((S(1), S(0)), (S(0),), _ctc_local))
+    return sigs
+
+
+def _ctc_backward_sbp(g, lp, tg, input_lengths, target_lengths, blank=0,
+                      zero_infinity=False):
+    sigs = [Signature((B, B, B), (B,)), Signature((P, B, B), (P,))]  # linear in g
+    if len(tg.shape) == 2:
+        sigs.insert(0, Signature((S(0), S(1), S(0)), (S(1),), _ctc_local))
+    return sigs
+
+
+# operations per (time step, sequence, extended label) of one recursion: the stable
+# three-term log-sum-exp (two maxima, three subtractions, three exps, two adds, a log, the
+# max added back) and the step's own log probability added
+_RECURSION = 13
+
+
+def _lattice(lp: Meta, target_lengths) -> int:
+    """Positions of the alignment lattice: (T, N, 2S+1) for the longest target S."""
+    return cost.numel(lp) // max(lp.shape[2], 1) * (2 * max(target_lengths, default=0) + 1)
+
+
+def _ctc_cost(ins, outs, target_lengths, **attrs) -> cost.Cost:
+    return cost.Cost(_RECURSION * _lattice(ins[0], target_lengths), *cost.io(ins, outs))
+
+
+def _ctc_backward_cost(ins, outs, target_lengths, **attrs) -> cost.Cost:
+    """Both recursions and alpha * beta summed per class (3 per lattice position), then
+    eq. 16 per (T, N, C) element (two exps, a log, three adds, the cotangent's product)."""
+    n = _lattice(ins[1], target_lengths)
+    return cost.Cost((2 * _RECURSION + 3) * n + 7 * cost.numel(ins[1]), *cost.io(ins, outs))
+
+
+_CTC = defop("ctc_loss", _ctc_infer, _ctc_kernel, grad=_ctc_grad, sbp=SbpRule(_ctc_sbp),
+             cost=_ctc_cost)
 # PyTorch has no derivative of its ctc backward either: a second backward raises
-_CTC_BACKWARD = defop("ctc_loss_backward", _ctc_backward_infer, _ctc_backward_kernel)
+_CTC_BACKWARD = defop("ctc_loss_backward", _ctc_backward_infer, _ctc_backward_kernel,
+                      sbp=SbpRule(_ctc_backward_sbp), cost=_ctc_backward_cost)
 
 
 def ctc_loss(log_probs, targets, input_lengths: tuple, target_lengths: tuple, blank: int = 0,

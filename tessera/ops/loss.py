@@ -16,13 +16,26 @@ tensor(2.)
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from tessera import _dtype as D
-from tessera.ops import elementwise as E
+from tessera._dispatch import dispatch
+from tessera.ops import cost, elementwise as E
+from tessera.ops._sbp import optional
 from tessera.ops._util import broadcast_shapes, call, numel
 from tessera.ops.activation import need_tensor, tname, upcast
 from tessera.ops.registry import Meta, defop
+from tessera.sbp import (
+    SbpRule,
+    Signature,
+    broadcast as B,
+    communicator,
+    partial_sum as P,
+    split as S,
+    step_serial,
+)
 
 __all__: list[str] = []
 
@@ -128,7 +141,100 @@ def _nll_grad(ctx, g):
                               a.get("ignore_index", -100)), None, None)
 
 
-_NLL = defop("nll_loss", _nll_infer, _nll_kernel, grad=_nll_grad)
+# ---- nll_loss on a split batch --------------------------------------------------------------
+# With reduction="mean" each rank sums its tile and divides by the global count of
+# (weighted) targets, an all-reduce of one number, giving partial_sum: nothing is gathered.
+
+def _global_count(t: np.ndarray, w, ignore_index: int, group, saved: bool = False) -> float:
+    """The count (or the weight sum) of the targets that are not ``ignore_index`` over
+    every rank of ``group``. ``saved``: backward's, the forward's value when it counted
+    these very targets (PyTorch's nll_loss_backward takes the forward's total_weight too),
+    instead of another all-reduce, which is a point where the ranks wait for each other.
+
+    In a compiled step only a count of the same step is reused: its targets are alive
+    until backward reads them, so their buffer holds them still; the next step may have
+    other targets in that buffer."""
+    wd = None if w is None else w._data
+    key = (ignore_index, tuple(group), step_serial())
+    cacheable = type(t) is np.ndarray
+    counts = _counts()
+    if saved and cacheable:
+        for tt, ww, k, count in counts:
+            if tt is t and ww is wd and k == key:
+                return count
+    valid = t != ignore_index
+    if w is None:
+        local = float(valid.sum())
+    else:
+        safe = np.where(valid, t, 0)
+        local = float(np.where(valid, w._data.reshape(-1)[safe], 0).sum())
+    count = float(communicator().all_reduce(np.array([local]), group)[0])
+    if cacheable and not saved:
+        counts.insert(0, (t, wd, key, count))
+        del counts[4:]
+    return count
+
+
+_COUNTS = threading.local()
+
+
+def _counts() -> list:
+    """(targets, weights, key, count) of this thread's latest forwards, newest first (a
+    thread's own: the simulated ranks of ``FakeWorld`` are threads, and one rank's entries
+    must not push out another's, or that rank alone would all-reduce); the arrays are held
+    so that an identity match cannot be a new array at a freed one's address."""
+    if not hasattr(_COUNTS, "entries"):
+        _COUNTS.entries = []
+    return _COUNTS.entries
+
+
+def _nll_mean_local(op, args, attrs, metas, group):
+    x, t, w = args
+    count = _global_count(t._data, w, attrs.get("ignore_index", -100), group)
+    total = dispatch(op, x, t, w, **dict(attrs, reduction="sum"))
+    return total / count
+
+
+def _nll_mean_backward_local(op, args, attrs, metas, group):
+    g, t, w = args
+    count = _global_count(t._data, w, attrs.get("ignore_index", -100), group, saved=True)
+    return dispatch(op, g / count, t, w, **dict(attrs, reduction="sum"))
+
+
+def _nll_sbp(x, t, w, reduction="mean", ignore_index=-100):
+    """``none``: the batch stays split; ``sum``: a split batch sums to partial_sum; ``mean``:
+    each tile's sum over the global count of targets (one all-reduced number), partial."""
+    wsig = optional(w, B)
+    sigs = [Signature((B, B, wsig), (B,))]
+    if len(x.shape) >= 2 and reduction in ("none", "sum"):
+        sigs.insert(0, Signature((S(0), S(0), wsig), (S(0) if reduction == "none" else P,)))
+    elif len(x.shape) >= 2:
+        sigs.insert(0, Signature((S(0), S(0), wsig), (P,), _nll_mean_local))
+    return sigs
+
+
+def _nll_backward_sbp(g, t, w, shape, reduction="mean", ignore_index=-100):
+    wsig = optional(w, B)
+    sigs = [Signature((B, B, wsig), (B,)), Signature((P, B, wsig), (P,))]
+    if len(shape) >= 2 and reduction in ("none", "sum"):
+        sigs.insert(0, Signature((S(0) if reduction == "none" else B, S(0), wsig), (S(0),)))
+    elif len(shape) >= 2:
+        sigs.insert(0, Signature((B, S(0), wsig), (S(0),), _nll_mean_backward_local))
+    return sigs
+
+
+def _nll_cost(ins, outs, **attrs) -> cost.Cost:
+    """Per target: the pick's weight and sign (2) and its share of the sum (1)."""
+    return cost.Cost(3 * cost.numel(ins[1]), *cost.io(ins, outs))
+
+
+def _nll_backward_cost(ins, outs, **attrs) -> cost.Cost:
+    """Per target: its coefficient (2); the rest of the output is zeros."""
+    return cost.Cost(2 * cost.numel(ins[1]), *cost.io(ins, outs))
+
+
+_NLL = defop("nll_loss", _nll_infer, _nll_kernel, grad=_nll_grad, sbp=SbpRule(_nll_sbp),
+             cost=_nll_cost)
 
 
 def _nll_backward_infer(g, t, w, shape, reduction="mean", ignore_index=-100):
@@ -162,7 +268,9 @@ def _nll_backward_grad(ctx, gg):
 
 
 _NLL_BACKWARD = defop("nll_loss_backward", _nll_backward_infer, _nll_backward_kernel,
-                      grad=_nll_backward_grad)
+                      grad=_nll_backward_grad,
+                      sbp=SbpRule(_nll_backward_sbp, shape_attrs=("shape",)),
+                      cost=_nll_backward_cost)
 
 
 def nll_loss(input, target, weight=None, reduction: str = "mean", ignore_index: int = -100):
@@ -230,7 +338,35 @@ def _bce_grad(ctx, g):
     return gx, gt, None
 
 
-_BCE = defop("binary_cross_entropy", _bce_infer, _bce_kernel, grad=_bce_grad)
+def _bce_mean_local(op, args, attrs, metas, group):
+    """``reduction="mean"`` on a tile: its sum over the logical element count."""
+    count = int(np.prod(metas[0].shape))
+    return dispatch(op, *args, **dict(attrs, reduction="sum")) / count
+
+
+def _bce_sbp(x, t, w, reduction="mean"):
+    """Elementwise in (x, t, w): split any dim (a weight that broadcasts on it whole);
+    ``sum`` of a split is partial_sum, ``mean`` the tile's sum over the logical count."""
+    n = len(x.shape)
+    sigs = []
+    for d in range(n):
+        k = None if w is None else d - (n - len(w.shape))
+        ws = None if w is None else (S(k) if k >= 0 and w.shape[k] == x.shape[d] else B)
+        out = S(d) if reduction == "none" else P
+        local = _bce_mean_local if reduction == "mean" else None
+        sigs.append(Signature((S(d), S(d), ws), (out,), local))
+    return sigs + [Signature((B, B, optional(w, B)), (B,))]
+
+
+def _bce_cost(ins, outs, reduction="mean", **attrs) -> cost.Cost:
+    """Per element: two logs, two clamps, two products and a sum (7), one more for the
+    weight and one for the reduction."""
+    k = 7 + (ins[2] is not None) + (reduction != "none")
+    return cost.Cost(k * cost.numel(ins[0]), *cost.io(ins, outs))
+
+
+_BCE = defop("binary_cross_entropy", _bce_infer, _bce_kernel, grad=_bce_grad,
+             sbp=SbpRule(_bce_sbp), cost=_bce_cost)
 
 
 def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):

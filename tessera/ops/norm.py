@@ -29,8 +29,18 @@ from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import STATE
+from tessera.ops import cost
+from tessera.ops._sbp import optional
 from tessera.ops.reduce import var_mean
 from tessera.ops.registry import Meta, defop
+from tessera.sbp import (
+    SbpRule,
+    Signature,
+    broadcast as B,
+    communicator,
+    partial_sum as P,
+    split as S,
+)
 
 __all__: list[str] = []
 
@@ -180,7 +190,89 @@ def _bn_grad(ctx, g, _gmean=None, _gvar=None):
     return (dx, dwr if need_w else None, db if need_b else None, None, None)
 
 
-_BATCH_NORM = defop("batch_norm", _bn_infer, _bn_kernel, grad=_bn_grad, nondiff_outputs=(1, 2))
+# Synchronised batch norm: in training a split of any dim but the channels needs the
+# statistics of the whole batch. Each tile computes its per-channel sums and they are
+# all-reduced over the placement's group (two small all-reduces forward, one more for the
+# gradients), so the result equals the single-process one.
+
+def _bn_axes(ndim: int) -> tuple:
+    return (0,) + tuple(range(2, ndim))
+
+
+def _wrap(arr: np.ndarray, like: Tensor) -> Tensor:
+    return Tensor._make(arr, like._dtype, like._device, tuple(arr.shape))
+
+
+def _global_moments(x: np.ndarray, group) -> tuple[np.ndarray, np.ndarray, float]:
+    """Mean and biased variance per channel over every tile of the group (two passes, as
+    the single-process kernel: the centred sum of squares keeps its accuracy)."""
+    comm = communicator()
+    axes = _bn_axes(x.ndim)
+    c = x.shape[1]
+    acc = np.float64 if x.dtype != np.float64 else x.dtype
+    local = np.concatenate([x.sum(axes, dtype=acc), [x.size // max(c, 1)]])
+    total = comm.all_reduce(local, group)
+    count = float(total[c])
+    mean = total[:c] / count
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    d = x - mean.reshape(bshape).astype(x.dtype)
+    var = comm.all_reduce((d * d).sum(axes, dtype=acc), group) / count
+    return mean, var, count
+
+
+def _bn_sync_forward(op, args, attrs, metas, group):
+    x, weight, bias = args[0], args[1], args[2]
+    xa = x._data
+    c = xa.shape[1]
+    bshape = (1, c) + (1,) * (xa.ndim - 2)
+    mean, var, _ = _global_moments(xa, group)
+    scale = 1.0 / np.sqrt(var + attrs["eps"])
+    if weight is not None:
+        scale = scale * weight._data.reshape(c)
+    out = (xa - mean.reshape(bshape)) * scale.reshape(bshape)
+    if bias is not None:
+        out = out + bias._data.reshape(bshape)
+    dt = xa.dtype
+    return (_wrap(out.astype(dt, copy=False), x), _wrap(mean.astype(dt), x),
+            _wrap(var.astype(dt), x))
+
+
+def _bn_sbp(x, weight, bias, running_mean, running_var, training, eps):
+    """In eval a per-channel affine map: batch or spatial split, or the channels split with
+    every per-channel tensor split too. In training a batch or spatial split runs
+    synchronised batch norm."""
+    per_c = tuple(optional(m, B) for m in (weight, bias, running_mean, running_var))
+    split_c = tuple(optional(m, S(0)) for m in (weight, bias, running_mean, running_var))
+    dims = [d for d in range(len(x.shape)) if d != 1]
+    local = _bn_sync_forward if training else None  # (eval returns the running stats)
+    sigs = [Signature((S(d),) + per_c, (S(d), B, B), local) for d in dims]
+    if len(x.shape) > 1:
+        sigs.append(Signature((S(1),) + split_c, (S(1), S(0), S(0))))
+    return sigs + [Signature((B,) + per_c, (B, B, B))]
+
+
+def _norm_cost(per_element: int, affine=(1, 2)):
+    """A normalisation: ``per_element`` operations per element of the input (the statistics'
+    sums, centring, squares and scaling), one more for each of the affine parameters at
+    input positions ``affine`` that is present (a multiply by the weight, an add of the
+    bias)."""
+    def rule(ins, outs, **attrs) -> cost.Cost:
+        k = per_element + sum(1 for i in affine if ins[i] is not None)
+        return cost.Cost(k * cost.numel(ins[0]), *cost.io(ins, outs))
+    return rule
+
+
+def _bn_cost(ins, outs, training, **attrs) -> cost.Cost:
+    """Training: the mean (1), centring (1), the squared deviations' sum (2) and the scaling
+    (1) per element; eval: one multiply-add per element (the affine parameters fold into
+    the per-channel scale and shift)."""
+    if training:
+        return _norm_cost(5, affine=(2,))(ins, outs)
+    return cost.Cost(2 * cost.numel(ins[0]), *cost.io(ins, outs))
+
+
+_BATCH_NORM = defop("batch_norm", _bn_infer, _bn_kernel, grad=_bn_grad, nondiff_outputs=(1, 2),
+                    sbp=SbpRule(_bn_sbp), cost=_bn_cost)
 
 
 def _bn_backward_infer(g, x, weight, running_mean, running_var, training, eps):
@@ -216,9 +308,53 @@ def _bn_backward_kernel(g, x, weight, running_mean, running_var, training, eps):
     return dx.astype(dt, copy=False), dw.astype(dt), db.astype(dt)
 
 
+def _bn_sync_backward(op, args, attrs, metas, group):
+    g, x, weight = args[0]._data, args[1]._data, args[2]
+    c = x.shape[1]
+    axes = _bn_axes(x.ndim)
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    mean, var, count = _global_moments(x, group)
+    rstd = 1.0 / np.sqrt(var + attrs["eps"])
+    xhat = (x - mean.reshape(bshape)) * rstd.reshape(bshape)
+    local = np.concatenate([g.sum(axes, dtype=np.float64), (g * xhat).sum(axes,
+                                                                            dtype=np.float64)])
+    total = communicator().all_reduce(local, group)
+    db, dw = total[:c], total[c:]
+    k = rstd if weight is None else rstd * weight._data.reshape(c)
+    dx = k.reshape(bshape) * (g - (db / count).reshape(bshape) -
+                              xhat * (dw / count).reshape(bshape))
+    dt = g.dtype
+    like = args[0]
+    return (_wrap(dx.astype(dt, copy=False), like), _wrap(dw.astype(dt), like),
+            _wrap(db.astype(dt), like))
+
+
+def _bn_backward_sbp(g, x, weight, running_mean, running_var, training, eps):
+    """(dx, dweight, dbias): training's batch or spatial split is synchronised; in eval a
+    split leaves the parameter gradients partial (and g partial passes through)."""
+    per_c = tuple(optional(m, B) for m in (weight, running_mean, running_var))
+    split_c = tuple(optional(m, S(0)) for m in (weight, running_mean, running_var))
+    dims = [d for d in range(len(x.shape)) if d != 1]
+    if training:
+        sigs = [Signature((S(d), S(d)) + per_c, (S(d), B, B), _bn_sync_backward)
+                for d in dims]
+    else:
+        sigs = [Signature((S(d), S(d)) + per_c, (S(d), P, P)) for d in dims]
+        sigs.append(Signature((P, B) + per_c, (P, P, P)))
+    sigs.append(Signature((S(1), S(1)) + split_c, (S(1), S(0), S(0))))
+    return sigs + [Signature((B, B) + per_c, (B, B, B))]
+
+
+def _bn_backward_cost(ins, outs, training, **attrs) -> cost.Cost:
+    """xhat (training recomputes the statistics: 5, eval 2), dbias (1) and dweight (2)
+    sums, dx = k * g (1) and, in training, the two correction terms (3), per element."""
+    k = 12 if training else 6
+    return cost.Cost(k * cost.numel(ins[1]), *cost.io(ins, outs))
+
+
 # Only plain (not create_graph) backwards use it, so it has no derivative of its own.
 _BATCH_NORM_BACKWARD = defop("batch_norm_backward", _bn_backward_infer, _bn_backward_kernel,
-                             grad=None)
+                             grad=None, sbp=SbpRule(_bn_backward_sbp), cost=_bn_backward_cost)
 
 
 def batch_norm(x: Tensor, weight, bias, running_mean, running_var, *, training: bool,
@@ -296,7 +432,37 @@ def _ln_grad(ctx, g):
     return dx, dw, db
 
 
-_LAYER_NORM = defop("layer_norm", _ln_infer, _ln_kernel, grad=_ln_grad)
+def _ln_sbp(x, weight, bias, normalized_shape, eps):
+    """Split a leading (non-normalized) dim; weight and bias broadcast."""
+    lead = len(x.shape) - len(normalized_shape)
+    wb = (optional(weight, B), optional(bias, B))
+    return [Signature((S(d),) + wb, (S(d),)) for d in range(lead)] + \
+        [Signature((B,) + wb, (B,))]
+
+
+def _row_stats(b, x, d, eps):
+    """(x - mean, 1 / sqrt(var + eps)) over dims ``d``, as the NumPy kernel computes them."""
+    xc = b.sub(x, b.mean(x, d))
+    var = b.mean(b.mul(xc, xc), d)
+    return xc, b.reciprocal(b.sqrt(b.add(var, eps)))
+
+
+def _ln_decompose(b, x, w, bias, normalized_shape, eps):
+    """layer_norm as reductions and elementwise ops (per row: reduce, reduce again, map),
+    for the code generator to fuse."""
+    nd = len(x.shape)
+    d = tuple(range(nd - len(normalized_shape), nd))
+    xc, rstd = _row_stats(b, x, d, eps)
+    y = b.mul(xc, rstd)
+    if w is not None:
+        y = b.mul(y, w)
+    if bias is not None:
+        y = b.add(y, bias)
+    return y
+
+
+_LAYER_NORM = defop("layer_norm", _ln_infer, _ln_kernel, grad=_ln_grad, sbp=SbpRule(_ln_sbp),
+                    decompose=_ln_decompose, cost=_norm_cost(5))
 
 
 def _ln_backward_infer(g, x, weight, normalized_shape, eps):
@@ -327,9 +493,41 @@ def _ln_backward_kernel(g, x, weight, normalized_shape, eps):
             db.reshape(shape).astype(dt))
 
 
+def _ln_backward_sbp(g, x, weight, normalized_shape, eps):
+    """(dx, dweight, dbias): a split leading dim leaves the weight and bias grads partial."""
+    lead = len(x.shape) - len(normalized_shape)
+    w = optional(weight, B)
+    return [Signature((S(d), S(d), w), (S(d), P, P)) for d in range(lead)] + \
+        [Signature((B, B, w), (B, B, B)), Signature((P, B, w), (P, P, P))]
+
+
+def _ln_backward_decompose(b, g, x, w, normalized_shape, eps):
+    nd = len(x.shape)
+    k = len(normalized_shape)
+    d, lead = tuple(range(nd - k, nd)), tuple(range(nd - k))
+    xc, rstd = _row_stats(b, x, d, eps)
+    xhat = b.mul(xc, rstd)
+    gw = g if w is None else b.mul(g, w)
+    c1 = b.mean(gw, d)
+    c2 = b.mean(b.mul(gw, xhat), d)
+    dx = b.mul(b.sub(b.sub(gw, c1), b.mul(xhat, c2)), rstd)
+    gx = b.mul(g, xhat)
+    if not lead:  # one row: nothing to sum over
+        return dx, gx, g
+    return dx, b.sum(gx, lead, keepdim=False), b.sum(g, lead, keepdim=False)
+
+
+def _ln_backward_cost(ins, outs, **attrs) -> cost.Cost:
+    """xhat (5), dweight (2) and dbias (1) sums, the two row sums (3) and dx (4) per
+    element, one more for g * weight."""
+    k = 15 + (ins[2] is not None)
+    return cost.Cost(k * cost.numel(ins[1]), *cost.io(ins, outs))
+
+
 # Only plain (not create_graph) backwards use it, so it has no derivative of its own.
 _LAYER_NORM_BACKWARD = defop("layer_norm_backward", _ln_backward_infer, _ln_backward_kernel,
-                             grad=None)
+                             grad=None, sbp=SbpRule(_ln_backward_sbp),
+                             decompose=_ln_backward_decompose, cost=_ln_backward_cost)
 
 
 def layer_norm(x: Tensor, weight, bias, *, normalized_shape, eps: float) -> Tensor:
@@ -391,7 +589,14 @@ def _gn_grad(ctx, g):
     return (dx.reshape(x.shape) if dx is not None else None), dw, db
 
 
-_GROUP_NORM = defop("group_norm", _gn_infer, _gn_kernel, grad=_gn_grad)
+def _gn_sbp(x, weight, bias, num_groups, eps):
+    """Each sample is normalised alone: the batch split."""
+    wb = (optional(weight, B), optional(bias, B))
+    return [Signature((S(0),) + wb, (S(0),)), Signature((B,) + wb, (B,))]
+
+
+_GROUP_NORM = defop("group_norm", _gn_infer, _gn_kernel, grad=_gn_grad, sbp=SbpRule(_gn_sbp),
+                    cost=_norm_cost(5))
 
 
 def group_norm(x: Tensor, weight, bias, *, num_groups: int, eps: float) -> Tensor:
@@ -440,7 +645,16 @@ def _rms_grad(ctx, g):
     return dx, dw
 
 
-_RMS_NORM = defop("rms_norm", _rms_infer, _rms_kernel, grad=_rms_grad)
+def _rms_sbp(x, weight, normalized_shape, eps):
+    """Split a leading (non-normalized) dim; the weight broadcast."""
+    lead = len(x.shape) - len(normalized_shape)
+    w = optional(weight, B)
+    return [Signature((S(d), w), (S(d),)) for d in range(lead)] + [Signature((B, w), (B,))]
+
+
+# (the squares' sum (2) and the scaling (1) per element, one more for the weight)
+_RMS_NORM = defop("rms_norm", _rms_infer, _rms_kernel, grad=_rms_grad, sbp=SbpRule(_rms_sbp),
+                  cost=_norm_cost(3, affine=(1,)))
 
 
 def rms_norm(x: Tensor, weight, *, normalized_shape, eps: float) -> Tensor:

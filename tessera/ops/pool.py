@@ -22,14 +22,17 @@ offset and its backward adds them back the same way (col2im).
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
+from tessera.ops import cost
 from tessera.ops.conv import col2im_add, crop, offset_slices, pad_array
 from tessera.ops.registry import Meta, defop
+from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__: list[str] = []
 
@@ -99,6 +102,49 @@ def _lowest(dtype: np.dtype):
 def _acc_dtype(dtype: np.dtype) -> np.dtype:
     """Accumulate half precision in float32 (PyTorch's opmath type)."""
     return np.dtype(np.float32) if dtype.itemsize < 4 and dtype.kind != "i" else dtype
+
+
+# ---- sbp and cost rules ---------------------------------------------------------------
+
+def _pool_sbp(nout: int, linear: bool, shape_attrs: tuple = ()) -> SbpRule:
+    """(N, C, *S) pooling: batch or channel split; partial_sum passes through where the op
+    is linear (average pooling and its adjoint)."""
+    def rule(x, *rest, **attrs):
+        sigs = [Signature((S(d),), (S(d),) * nout) for d in (0, 1)]
+        sigs.append(Signature((B,), (B,) * nout))
+        if linear:
+            sigs.append(Signature((P,), (P,) * nout))
+        return sigs
+    return SbpRule(rule, shape_attrs=shape_attrs)
+
+
+def _window_cost(extra: int = 0):
+    """Pooling over fixed windows: one operation per window element of every output (a
+    comparison or an add), ``extra`` more per output (average pooling's division)."""
+    def rule(ins, outs, kernel_size, **attrs) -> cost.Cost:
+        n = cost.numel(outs[0])
+        return cost.Cost(n * (math.prod(kernel_size) + extra), *cost.io(ins, outs))
+    return rule
+
+
+def _adaptive_cost(ins, outs, output_size, **attrs) -> cost.Cost:
+    """One comparison per element of every (variable) adaptive window."""
+    x = ins[0]
+    taps = math.prod(x.shape[:2])
+    for size, out in zip(x.shape[2:], output_size):
+        taps *= adaptive_taps(size, out)
+    return cost.Cost(taps, *cost.io(ins, outs))
+
+
+def _avg_backward_cost(ins, outs, kernel_size, **attrs) -> cost.Cost:
+    """A division per gradient element, then an add per element of its window."""
+    n = cost.numel(ins[0])
+    return cost.Cost(n * (math.prod(kernel_size) + 1), *cost.io(ins, outs))
+
+
+def _max_pool_backward_sbp(g, idx, input_shape):
+    return [Signature((S(d), S(d)), (S(d),)) for d in (0, 1)] + \
+        [Signature((P, B), (P,)), Signature((B, B), (B,))]
 
 
 # ---- max pooling -----------------------------------------------------------------------
@@ -172,7 +218,8 @@ def _max_grad(ctx, g, _gi):
 
 
 _MAX_POOL = defop("max_pool", _max_pool_infer, _max_pool_kernel, grad=_max_grad,
-                  save=("outputs",), nondiff_outputs=(1,))
+                  save=("outputs",), nondiff_outputs=(1,), sbp=_pool_sbp(2, False),
+                  cost=_window_cost())
 
 
 def _max_pool_values_infer(x, **attrs):
@@ -201,7 +248,7 @@ def _max_values_grad(ctx, g):
 # max pooling when nobody reads the indices (inference; the graph compiler rewrites
 # max_pool into it when its indices are unused): no index bookkeeping, a vectorised kernel
 _MAX_POOL_VALUES = defop("max_pool_values", _max_pool_values_infer, _max_pool_values_kernel,
-                         grad=_max_values_grad)
+                         grad=_max_values_grad, sbp=_pool_sbp(1, False), cost=_window_cost())
 
 
 def max_pool(x: Tensor, *, kernel_size, stride, padding, dilation, ceil_mode):
@@ -221,6 +268,12 @@ def adaptive_windows(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
     kmax = int((end - start).max()) if out else 1
     taps = np.minimum(start[:, None] + np.arange(kmax), end[:, None] - 1)
     return taps, end - start
+
+
+def adaptive_taps(size: int, out: int) -> int:
+    """The total length of the ``out`` adaptive windows over ``size`` positions (what
+    reading every window costs, for the cost rules)."""
+    return sum(-(-(i + 1) * size // out) - i * size // out for i in range(out))
 
 
 def _adaptive_max_infer(x, output_size):
@@ -272,7 +325,8 @@ def _adaptive_max_kernel(x, output_size):
 
 
 _ADAPTIVE_MAX = defop("adaptive_max_pool", _adaptive_max_infer, _adaptive_max_kernel,
-                      grad=_max_grad, save=("outputs",), nondiff_outputs=(1,))
+                      grad=_max_grad, save=("outputs",), nondiff_outputs=(1,),
+                      sbp=_pool_sbp(2, False), cost=_adaptive_cost)
 
 
 def adaptive_max_pool(x: Tensor, output_size):
@@ -328,7 +382,10 @@ def _mpb_grad(ctx, gg):
     return picked.reshape(tuple(idx.shape)), None
 
 
-_MAX_POOL_BACKWARD = defop("max_pool_backward", _mpb_infer, _mpb_kernel, grad=_mpb_grad)
+# (one add per gradient element: the scatter-add)
+_MAX_POOL_BACKWARD = defop("max_pool_backward", _mpb_infer, _mpb_kernel, grad=_mpb_grad,
+                           sbp=SbpRule(_max_pool_backward_sbp, shape_attrs=("input_shape",)),
+                           cost=cost.reduction(1))
 
 
 def max_pool_backward(g: Tensor, indices: Tensor, input_shape) -> Tensor:
@@ -407,7 +464,8 @@ def _avg_grad(ctx, g):
     return (avg_pool_backward(g, tuple(ctx.input_metas[0].shape), **_avg_attrs(ctx.attrs)),)
 
 
-_AVG_POOL = defop("avg_pool", _avg_infer, _avg_kernel, grad=_avg_grad, save=())
+_AVG_POOL = defop("avg_pool", _avg_infer, _avg_kernel, grad=_avg_grad, save=(),
+                  sbp=_pool_sbp(1, True), cost=_window_cost(1))
 
 
 def avg_pool(x: Tensor, *, kernel_size, stride, padding, ceil_mode, count_include_pad,
@@ -452,7 +510,8 @@ def _avgb_grad(ctx, gg):
 
 
 _AVG_POOL_BACKWARD = defop("avg_pool_backward", _avgb_infer, _avgb_kernel, grad=_avgb_grad,
-                           save=())
+                           save=(), sbp=_pool_sbp(1, True, shape_attrs=("input_shape",)),
+                           cost=_avg_backward_cost)
 
 
 def avg_pool_backward(g: Tensor, input_shape, *, kernel_size, stride, padding, ceil_mode,

@@ -24,18 +24,86 @@ and its adjoint adds back a handful of contiguous runs per dim.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
+from tessera.ops import cost
 from tessera.ops.conv import col2im_add, crop, pad_array, window_view
-from tessera.ops.pool import adaptive_windows
+from tessera.ops.pool import adaptive_taps, adaptive_windows
 from tessera.ops.registry import Meta, defop
+from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__: list[str] = []
 
 MODES = ("nearest", "nearest-exact", "linear", "cubic", "area")
+
+
+# ---- sbp and cost rules ------------------------------------------------------------------
+
+def _batch_channel(linear: bool, channels: bool = True):
+    """(N, C, *spatial) ops that treat each sample (and channel) alone: batch or channel
+    split; partial_sum passes through where linear (interpolation, im2col, col2im)."""
+    def rule(x, *rest, **attrs):
+        sigs = [Signature((S(d),), (S(d),)) for d in ((0, 1) if channels else (0,))]
+        sigs.append(Signature((B,), (B,)))
+        if linear:
+            sigs.append(Signature((P,), (P,)))
+        return sigs
+    return rule
+
+
+def _unpadded(ndim: int, pads) -> list[int]:
+    """Dims that ``pads`` (pairs for the trailing dims) leaves alone."""
+    lead = ndim - len(pads)
+    return [d for d in range(ndim) if d < lead or not any(pads[d - lead])]
+
+
+def _pad_sbp(x, pads, mode):
+    """Reflect/replicate/circular padding: split an unpadded dim; linear (each output
+    element is one input element)."""
+    return [Signature((S(d),), (S(d),)) for d in _unpadded(len(x.shape), pads)] + \
+        [Signature((B,), (B,)), Signature((P,), (P,))]
+
+
+def _constant_pad_sbp(x, pads, value):
+    sigs = [Signature((S(d),), (S(d),)) for d in _unpadded(len(x.shape), pads)]
+    sigs.append(Signature((B,), (B,)))
+    if value == 0:  # (a nonzero fill would be counted once per rank)
+        sigs.append(Signature((P,), (P,)))
+    return sigs
+
+
+def _pad_backward_sbp(g, input_shape, pads, mode):
+    return [Signature((S(d),), (S(d),)) for d in _unpadded(len(input_shape), pads)] + \
+        [Signature((B,), (B,)), Signature((P,), (P,))]
+
+
+def _resample_flops(in_shape, size, mode: str) -> int:
+    """The separable passes of ``interpolate`` (its adjoint does the same products backwards):
+    each output of a pass is a multiply-add per tap (linear 2, cubic 4), or for ``area``
+    the sum of its window and a division; nearest modes only gather."""
+    shape = list(in_shape)
+    flops = 0
+    for d, n_out in enumerate(size):
+        n_in = shape[2 + d]
+        rest = math.prod(shape[:2 + d] + shape[3 + d:])
+        if mode == "area" and n_in != n_out:
+            flops += rest * (adaptive_taps(n_in, n_out) + n_out)
+        elif (mode == "linear" and n_in != n_out) or mode == "cubic":
+            flops += rest * n_out * (4 if mode == "linear" else 8)
+        shape[2 + d] = n_out
+    return flops
+
+
+def _interp_cost(ins, outs, mode, size, **attrs) -> cost.Cost:
+    return cost.Cost(_resample_flops(ins[0].shape, size, mode), *cost.io(ins, outs))
+
+
+def _interp_backward_cost(ins, outs, input_shape, mode, size, **attrs) -> cost.Cost:
+    return cost.Cost(_resample_flops(input_shape, size, mode), *cost.io(ins, outs))
 
 
 # ---- per-dim resampling plans ------------------------------------------------------------
@@ -217,7 +285,8 @@ def _interp_grad(ctx, g):
     return (interpolate_backward(g, tuple(ctx.input_metas[0].shape), **_iattrs(ctx)),)
 
 
-_INTERP = defop("interpolate", _interp_infer, _interp_kernel, grad=_interp_grad, save=())
+_INTERP = defop("interpolate", _interp_infer, _interp_kernel, grad=_interp_grad, save=(),
+                sbp=SbpRule(_batch_channel(True)), cost=_interp_cost)
 
 
 def interpolate(x: Tensor, *, mode: str, size, scales, align_corners: bool) -> Tensor:
@@ -249,7 +318,9 @@ def _interpb_grad(ctx, gg):
 
 
 _INTERP_BACKWARD = defop("interpolate_backward", _interpb_infer, _interpb_kernel,
-                         grad=_interpb_grad, save=())
+                         grad=_interpb_grad, save=(),
+                         sbp=SbpRule(_batch_channel(True), shape_attrs=("input_shape",)),
+                         cost=_interp_backward_cost)
 
 
 def interpolate_backward(g: Tensor, input_shape, *, mode, size, scales,
@@ -295,7 +366,8 @@ def _cpad_grad(ctx, g):
     return (constant_pad(g, neg, 0.0),)
 
 
-_CONSTANT_PAD = defop("constant_pad", _cpad_infer, _cpad_kernel, grad=_cpad_grad, save=())
+_CONSTANT_PAD = defop("constant_pad", _cpad_infer, _cpad_kernel, grad=_cpad_grad, save=(),
+                      sbp=SbpRule(_constant_pad_sbp), cost=cost.movement())
 
 
 def constant_pad(x: Tensor, pads, value=0.0) -> Tensor:
@@ -379,7 +451,8 @@ def _pad_grad(ctx, g):
     return (pad_backward(g, tuple(ctx.input_metas[0].shape), a["pads"], a["mode"]),)
 
 
-_PAD = defop("pad", _pad_infer, _pad_kernel, grad=_pad_grad, save=())
+_PAD = defop("pad", _pad_infer, _pad_kernel, grad=_pad_grad, save=(), sbp=SbpRule(_pad_sbp),
+             cost=cost.movement())
 
 
 def pad(x: Tensor, pads, mode: str) -> Tensor:
@@ -422,7 +495,10 @@ def _padb_grad(ctx, gg):
     return (pad(gg, a["pads"], a["mode"]),)
 
 
-_PAD_BACKWARD = defop("pad_backward", _padb_infer, _padb_kernel, grad=_padb_grad, save=())
+# (each gradient element added once into the input position it was read from)
+_PAD_BACKWARD = defop("pad_backward", _padb_infer, _padb_kernel, grad=_padb_grad, save=(),
+                      sbp=SbpRule(_pad_backward_sbp, shape_attrs=("input_shape",)),
+                      cost=cost.reduction(1))
 
 
 def pad_backward(g: Tensor, input_shape, pads, mode: str) -> Tensor:
@@ -470,7 +546,8 @@ def _im2col_grad(ctx, g):
     return (col2im(g, tuple(x.shape[2:]), **_fattrs(ctx.attrs)),)
 
 
-_IM2COL = defop("im2col", _im2col_infer, _im2col_kernel, grad=_im2col_grad, save=())
+_IM2COL = defop("im2col", _im2col_infer, _im2col_kernel, grad=_im2col_grad, save=(),
+                sbp=SbpRule(_batch_channel(True, channels=False)), cost=cost.movement())
 
 
 def im2col(x: Tensor, *, kernel_size, dilation, padding, stride) -> Tensor:
@@ -513,7 +590,9 @@ def _col2im_grad(ctx, g):
     return (im2col(g, **_fattrs(ctx.attrs)),)
 
 
-_COL2IM = defop("col2im", _col2im_infer, _col2im_kernel, grad=_col2im_grad, save=())
+# (each column entry added once into its place)
+_COL2IM = defop("col2im", _col2im_infer, _col2im_kernel, grad=_col2im_grad, save=(),
+                sbp=SbpRule(_batch_channel(True, channels=False)), cost=cost.reduction(1))
 
 
 def col2im(cols: Tensor, output_size, *, kernel_size, dilation, padding, stride) -> Tensor:

@@ -1,6 +1,6 @@
 """Dropout: element-wise, per channel (1d/2d/3d), and the SELU-preserving alpha variants.
 
-All are the one ``dropout`` op of ``tessera.ops.nn_misc`` with a different mask shape and
+All are the one ``dropout`` op of ``tessera.ops.dropout`` with a different mask shape and
 scale. Like PyTorch, ``training=False`` or ``p == 0`` returns ``input`` itself, ``p == 1``
 multiplies by zero, and masks come from the default generator (``tessera.manual_seed``).
 
@@ -16,7 +16,7 @@ import math
 import warnings
 
 from tessera._tensor import Tensor
-from tessera.ops import nn_misc
+from tessera.ops import dropout as _dropout_op
 from tessera.ops._util import ensure_tensor
 from tessera.ops.random import fresh_seed
 
@@ -39,11 +39,11 @@ def _apply(input: Tensor, p: float, training: bool, inplace: bool, feature: bool
     if p == 1:
         scale, shift = 0.0, False
     elif alpha:
-        scale = 1.0 / math.sqrt((nn_misc.ALPHA ** 2 * p + 1) * (1 - p))
+        scale = 1.0 / math.sqrt((_dropout_op.ALPHA ** 2 * p + 1) * (1 - p))
         shift = True
     else:
         scale, shift = 1.0 / (1.0 - p), False
-    return nn_misc.dropout(input, p=p, seed=fresh_seed(), mask_shape=mask_shape, scale=scale,
+    return _dropout_op.dropout(input, p=p, seed=fresh_seed(), mask_shape=mask_shape, scale=scale,
                            alpha_shift=shift, inplace=inplace)
 
 

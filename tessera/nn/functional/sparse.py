@@ -12,7 +12,7 @@ import warnings
 from tessera import _dtype as D
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
-from tessera.ops import nn_misc
+from tessera.ops import embedding as _embedding_ops
 from tessera.ops._util import ensure_tensor
 from tessera.ops.indexing import one_hot
 
@@ -34,7 +34,7 @@ def _padding_index(padding_idx: int | None, num_embeddings: int) -> int:
 
 def _renorm(weight: Tensor, input: Tensor, max_norm: float, norm_type: float) -> None:
     with no_grad():
-        nn_misc.embedding_renorm_(weight, input, max_norm, norm_type)
+        _embedding_ops.embedding_renorm_(weight, input, max_norm, norm_type)
 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
@@ -56,7 +56,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
     pad = _padding_index(padding_idx, weight.shape[0])
     if max_norm is not None:
         _renorm(weight, input, max_norm, norm_type)
-    return nn_misc.embedding(weight, input, padding_idx=pad,
+    return _embedding_ops.embedding(weight, input, padding_idx=pad,
                              scale_grad_by_freq=scale_grad_by_freq)
 
 
@@ -101,7 +101,7 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
         raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. "
                                   f"per_sample_weights is only supported for mode='sum' (got "
                                   f"mode='{mode}'). Please open a feature request on GitHub.")
-    nn_misc._check_indices(input, "embedding_bag")
+    _embedding_ops._check_indices(input, "embedding_bag")
     pad = _padding_index(padding_idx, weight.shape[0])
     return _reduce_bags(input, weight, bags, n_bags, valid, pad, mode, scale_grad_by_freq,
                         per_sample_weights)
@@ -125,7 +125,7 @@ def _bags(input: Tensor, offsets, include_last_offset: bool):
         raise ValueError("offsets has to be a 1D Tensor but got None")
     if offsets.dim() != 1:
         raise ValueError("offsets has to be a 1D Tensor")
-    nn_misc._check_indices(offsets, "embedding_bag")
+    _embedding_ops._check_indices(offsets, "embedding_bag")
     offs = [int(o) for o in offsets.tolist()]
     n = input.shape[0]
     if offs and offs[0] != 0:
@@ -159,7 +159,7 @@ def _reduce_bags(input, weight, bags, n_bags, valid, pad, mode, freq, psw):
         kept = nonzero(keep).reshape(-1)
         input, bags = input.index_select(0, kept), bags.index_select(0, kept)
         psw = psw.index_select(0, kept) if psw is not None else None
-    rows = nn_misc.embedding(weight, input, padding_idx=pad, scale_grad_by_freq=freq)
+    rows = _embedding_ops.embedding(weight, input, padding_idx=pad, scale_grad_by_freq=freq)
     d = weight.shape[1]
     out = zeros((n_bags, d), dtype=weight.dtype)
     if mode == "max":

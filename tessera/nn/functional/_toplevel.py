@@ -1,33 +1,28 @@
-"""The neural-network functions PyTorch also has at top level (``torch.softmax``,
-``torch.selu``, ``torch.cdist``, ``torch.kl_div``, ...), exported as ``tessera.<name>`` and
-used by Tensor methods (``x.softmax(dim)``).
+"""The neural-network functions PyTorch also has at top level (``torch.selu``,
+``torch.cdist``, ``torch.kl_div``, ...), exported as ``tessera.<name>``; ``prelu`` and
+``hardshrink`` are Tensor methods too (``x.prelu(w)``).
 
-softmax and log_softmax are the ops themselves; the rest forward to
-``tessera.nn.functional`` when called (imported lazily: ``tessera.nn`` loads after this
-module). Top-level loss functions take PyTorch's reduction enum (0 none, 1 mean, 2 sum);
-as PyTorch 2.13's bindings do, they default to 0 (no reduction), unlike ``nn.functional``.
+Each forwards to ``tessera.nn.functional``. Top-level loss functions take PyTorch's
+reduction enum (0 none, 1 mean, 2 sum); as PyTorch 2.13's bindings do, they default to 0
+(no reduction), unlike ``nn.functional``. (``tessera.softmax`` and ``log_softmax`` are the
+ops themselves: ``tessera.ops.activation``.)
 
 >>> import tessera
->>> tessera.tensor([[1., 1.]]).softmax(-1)
-tensor([[0.5000, 0.5000]])
+>>> tessera.kl_div(tessera.tensor([0.]), tessera.tensor([2.]))  # no reduction: 2 log 2
+tensor([1.3863])
 """
 from __future__ import annotations
 
-from tessera.ops.activation import log_softmax, softmax
+from tessera.nn import functional as F
+from tessera.nn.functional.distance import cdist as _cdist
 
-__all__ = ["softmax", "log_softmax", "relu_", "sigmoid_", "tanh_", "selu", "selu_", "celu",
-           "celu_", "threshold", "threshold_", "hardshrink", "prelu", "rrelu", "rrelu_",
-           "cosine_similarity", "pairwise_distance", "pdist", "cdist",
-           "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss",
-           "margin_ranking_loss", "hinge_embedding_loss", "triplet_margin_loss",
-           "cosine_embedding_loss"]
+__all__ = ["relu_", "sigmoid_", "tanh_", "selu", "selu_", "celu", "celu_", "threshold",
+           "threshold_", "hardshrink", "prelu", "rrelu", "rrelu_", "cosine_similarity",
+           "pairwise_distance", "pdist", "cdist", "binary_cross_entropy_with_logits", "kl_div",
+           "poisson_nll_loss", "margin_ranking_loss", "hinge_embedding_loss",
+           "triplet_margin_loss", "cosine_embedding_loss"]
 
 _REDUCTIONS = ("none", "mean", "sum")
-
-
-def _F():
-    import tessera.nn.functional as F
-    return F
 
 
 def _reduction(enum) -> str:
@@ -39,7 +34,7 @@ def _reduction(enum) -> str:
 
 
 def relu_(input):
-    return _F().relu_(input)
+    return F.relu_(input)
 
 
 def sigmoid_(input):
@@ -51,95 +46,94 @@ def tanh_(input):
 
 
 def selu(input):
-    return _F().selu(input)
+    return F.selu(input)
 
 
 def selu_(input):
-    return _F().selu_(input)
+    return F.selu_(input)
 
 
 def celu(input, alpha: float = 1.0):
-    return _F().celu(input, alpha)
+    return F.celu(input, alpha)
 
 
 def celu_(input, alpha: float = 1.0):
-    return _F().celu_(input, alpha)
+    return F.celu_(input, alpha)
 
 
 def threshold(input, threshold: float, value: float):
-    return _F().threshold(input, threshold, value)
+    return F.threshold(input, threshold, value)
 
 
 def threshold_(input, threshold: float, value: float):
-    return _F().threshold_(input, threshold, value)
+    return F.threshold_(input, threshold, value)
 
 
 def hardshrink(input, lambd: float = 0.5):
-    return _F().hardshrink(input, lambd)
+    return F.hardshrink(input, lambd)
 
 
 def prelu(input, weight):
-    return _F().prelu(input, weight)
+    return F.prelu(input, weight)
 
 
 def rrelu(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,
           generator=None):
-    return _F().rrelu(input, lower, upper, training)
+    return F.rrelu(input, lower, upper, training)
 
 
 def rrelu_(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,
            generator=None):
-    return _F().rrelu_(input, lower, upper, training)
+    return F.rrelu_(input, lower, upper, training)
 
 
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
-    return _F().cosine_similarity(x1, x2, dim, eps)
+    return F.cosine_similarity(x1, x2, dim, eps)
 
 
 def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
-    return _F().pairwise_distance(x1, x2, p, eps, keepdim)
+    return F.pairwise_distance(x1, x2, p, eps, keepdim)
 
 
 def pdist(input, p: float = 2.0):
-    return _F().pdist(input, p)
+    return F.pdist(input, p)
 
 
 def cdist(x1, x2, p: float = 2.0, compute_mode: str = "use_mm_for_euclid_dist_if_necessary"):
-    from tessera.nn.functional.distance import cdist as _cdist
     return _cdist(x1, x2, p, compute_mode)
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None,
                                      reduction=0):
-    return _F().binary_cross_entropy_with_logits(input, target, weight,
+    return F.binary_cross_entropy_with_logits(input, target, weight,
                                                  reduction=_reduction(reduction),
                                                  pos_weight=pos_weight)
 
 
 def kl_div(input, target, reduction=0, *, log_target: bool = False):
-    return _F().kl_div(input, target, reduction=_reduction(reduction), log_target=log_target)
+    return F.kl_div(input, target, reduction=_reduction(reduction), log_target=log_target)
 
 
 def poisson_nll_loss(input, target, log_input: bool, full: bool, eps: float, reduction):
-    return _F().poisson_nll_loss(input, target, log_input, full, eps=eps,
+    return F.poisson_nll_loss(input, target, log_input, full, eps=eps,
                                  reduction=_reduction(reduction))
 
 
 def margin_ranking_loss(input1, input2, target, margin: float = 0.0, reduction=0):
-    return _F().margin_ranking_loss(input1, input2, target, margin,
+    return F.margin_ranking_loss(input1, input2, target, margin,
                                     reduction=_reduction(reduction))
 
 
 def hinge_embedding_loss(input, target, margin: float = 1.0, reduction=0):
-    return _F().hinge_embedding_loss(input, target, margin, reduction=_reduction(reduction))
+    return F.hinge_embedding_loss(input, target, margin, reduction=_reduction(reduction))
 
 
 def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2,
                         eps: float = 1e-6, swap: bool = False, reduction=0):
-    return _F().triplet_margin_loss(anchor, positive, negative, margin, p, eps, swap,
+    return F.triplet_margin_loss(anchor, positive, negative, margin, p, eps, swap,
                                     reduction=_reduction(reduction))
 
 
 def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, reduction=0):
-    return _F().cosine_embedding_loss(input1, input2, target, margin,
+    return F.cosine_embedding_loss(input1, input2, target, margin,
                                       reduction=_reduction(reduction))

@@ -1,16 +1,12 @@
-"""Ops of the nn layer that are not arithmetic families: dropout and embeddings.
+"""Embedding ops: ``embedding``, its gradient ``embedding_backward`` and the in-place
+``embedding_renorm``.
 
-``dropout`` draws its mask from a seed attribute instead of saving it: the backward (the
-same op on the gradient, since dropout is linear in its input) regenerates the identical
-mask, so dropout keeps nothing alive between forward and backward (like a counter-based RNG;
-the seed itself comes from a ``tessera.Generator``, so seeded programs reproduce).
-
-``embedding`` gathers rows; its gradient ``embedding_backward`` sums rows per index with one
+``embedding`` gathers rows; ``embedding_backward`` sums rows per index with one
 sparse-dense product (padding rows get nothing, ``scale_grad_by_freq`` divides by counts),
 and its own gradient is ``embedding`` again. ``embedding_renorm`` rescales rows in place.
 
 >>> import tessera
->>> from tessera.ops.nn_misc import embedding
+>>> from tessera.ops.embedding import embedding
 >>> embedding(tessera.eye(3), tessera.tensor([2, 0])).tolist()
 [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
 """
@@ -21,84 +17,19 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch, dispatch_inplace
 from tessera._tensor import Tensor
+from tessera.ops import cost
+from tessera.ops.activation import tname
 from tessera.ops.registry import Meta, defop
+from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__: list[str] = []
 
-# SELU's negative saturation value (-scale * alpha): where alpha dropout sends dropped units
-ALPHA = 1.7580993408473766
-_SNAME = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
-          "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
-          "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
-
-
-# ---- dropout -----------------------------------------------------------------------------
-
-def _keep_mask(seed: int, shape, p: float) -> np.ndarray:
-    """True with probability 1 - p, a pure function of ``seed``."""
-    u = np.random.Generator(np.random.PCG64(seed)).random(tuple(shape), dtype=np.float32)
-    return u >= np.float32(p)
-
-
-def _dropout_infer(x, p, seed, mask_shape, scale, alpha_shift):
-    if x.dtype.category < 2:
-        raise RuntimeError(f"result type Float can't be cast to the desired output type "
-                           f"{_SNAME[x.dtype.name]}")
-    return Meta(x.shape, x.dtype)
-
-
-def _dropout_kernel(x, p, seed, mask_shape, scale, alpha_shift):
-    out = np.empty(x.shape, x.dtype)
-    _dropout_into(out, x, p, seed, mask_shape, scale, alpha_shift)
-    return out
-
-
-def _dropout_into(out, x, p, seed, mask_shape, scale, alpha_shift):
-    keep = _keep_mask(seed, mask_shape, p)
-    np.multiply(x, keep, out=out)
-    out *= out.dtype.type(scale)
-    if alpha_shift:  # dropped units go to -alpha * scale, then every unit shifts
-        a = scale
-        b = keep.astype(out.dtype)
-        b -= 1
-        b *= ALPHA * a
-        b += ALPHA * a * p
-        out += b
-
-
-def _dropout_inplace(t, x, p, seed, mask_shape, scale, alpha_shift):
-    _dropout_into(t, x, p, seed, mask_shape, scale, alpha_shift)
-
-
-def _dropout_grad(ctx, g):
-    a = dict(ctx.attrs)
-    a["alpha_shift"] = False  # the shift is a constant: the gradient is the masked scale
-    return (dispatch(_DROPOUT, g, **a),)
-
-
-_DROPOUT = defop("dropout", _dropout_infer, _dropout_kernel, grad=_dropout_grad, save=(),
-                 inplace_kernels={"cpu": _dropout_inplace})
-
-
-def dropout(x: Tensor, *, p: float, seed: int, mask_shape, scale: float,
-            alpha_shift: bool = False, inplace: bool = False) -> Tensor:
-    """``x * keep * scale`` (``+ shift`` for alpha dropout) with ``keep`` drawn from
-    ``seed`` in ``mask_shape`` (which broadcasts against ``x``: per-channel masks for
-    feature dropout)."""
-    attrs = dict(p=float(p), seed=int(seed), mask_shape=tuple(mask_shape), scale=float(scale),
-                 alpha_shift=bool(alpha_shift))
-    if inplace:
-        return dispatch_inplace(_DROPOUT, x, x, **attrs)
-    return dispatch(_DROPOUT, x, **attrs)
-
-
-# ---- embedding ---------------------------------------------------------------------------
 
 def _check_indices(idx, op: str) -> None:
     if idx.dtype not in (D.int64, D.int32):
         raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the "
                            f"following scalar types: Long, Int; but got "
-                           f"torch.{_SNAME[idx.dtype.name]}Tensor instead (while checking "
+                           f"torch.{tname(idx.dtype)}Tensor instead (while checking "
                            f"arguments for {op})")
 
 
@@ -122,7 +53,16 @@ def _embedding_grad(ctx, g):
     return embedding_backward(g, indices, num_weights=weight.shape[0], **ctx.attrs), None
 
 
-_EMBEDDING = defop("embedding", _embedding_infer, _embedding_kernel, grad=_embedding_grad)
+def _embedding_sbp(weight, indices, **attrs):
+    """Indices split on any dim, or the embedding dim split (weight S(1)); linear in the
+    weight."""
+    n = len(indices.shape)
+    return [Signature((B, S(d)), (S(d),)) for d in range(n)] + \
+        [Signature((S(1), B), (S(n),)), Signature((B, B), (B,)), Signature((P, B), (P,))]
+
+
+_EMBEDDING = defop("embedding", _embedding_infer, _embedding_kernel, grad=_embedding_grad,
+                   sbp=SbpRule(_embedding_sbp), cost=cost.movement())
 
 
 def embedding(weight: Tensor, indices: Tensor, *, padding_idx: int = -1,
@@ -187,8 +127,25 @@ def _row_factor(indices: Tensor, num_weights: int, padding_idx: int, freq: bool,
     return w.reshape(tuple(indices.shape) + (1,))
 
 
+def _backward_sbp(g, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """The embedding dim split; or g and the indices split alike, each rank summing its
+    rows into a partial gradient (not with ``scale_grad_by_freq``: the counts would need
+    the whole batch)."""
+    n = len(indices.shape)
+    sigs = [Signature((S(n), B), (S(1),)), Signature((B, B), (B,)), Signature((P, B), (P,))]
+    if not scale_grad_by_freq:
+        sigs += [Signature((S(d), S(d)), (P,)) for d in range(n)]
+    return sigs
+
+
+def _backward_cost(ins, outs, **attrs) -> cost.Cost:
+    """A multiply-add per element of g (its row's weight, then the sum into its row)."""
+    return cost.Cost(2 * cost.numel(ins[0]), *cost.io(ins, outs))
+
+
 _EMBEDDING_BACKWARD = defop("embedding_backward", _backward_infer, _backward_kernel,
-                            grad=_backward_grad)
+                            grad=_backward_grad, sbp=SbpRule(_backward_sbp),
+                            cost=_backward_cost)
 
 
 def embedding_backward(g: Tensor, indices: Tensor, *, num_weights: int, padding_idx: int,
@@ -228,8 +185,18 @@ def _renorm_inplace(t, weight, indices, max_norm, norm_type):
     _renorm_rows(t, indices, max_norm, norm_type)
 
 
+def _renorm_cost(ins, outs, **attrs) -> cost.Cost:
+    """Per looked-up row element: its norm's power and sum (2) and the rescaling (1)."""
+    weight, indices = ins[:2]
+    return cost.Cost(3 * cost.numel(indices) * max(int(weight.shape[1]), 0),
+                     *cost.io(ins, outs))
+
+
+# (each rank would need whole rows' norms and the rows of every index: whole only)
 _EMBEDDING_RENORM = defop("embedding_renorm", _renorm_infer, _renorm_kernel, grad=None,
-                          save=(), inplace_kernels={"cpu": _renorm_inplace})
+                          save=(), inplace_kernels={"cpu": _renorm_inplace},
+                          sbp=SbpRule(lambda w, indices, **attrs: [Signature((B, B), (B,))]),
+                          cost=_renorm_cost)
 
 
 def embedding_renorm_(weight: Tensor, indices: Tensor, max_norm: float,
