@@ -9,8 +9,8 @@ tensor([0.9000, 0.9000])
 from __future__ import annotations
 
 from tessera._tensor import Tensor
+from tessera.ops.arithmetic import maximum
 from tessera.ops.creation import zeros_like
-from tessera.ops.elementwise import maximum
 from tessera.optim.optimizer import (
     Optimizer,
     _check_betas,
