@@ -23,7 +23,7 @@ from tessera.autograd.grad_mode import STATE
 from tessera.autograd.graph import Node
 from tessera.device.registry import _BACKENDS, device
 from tessera.kernels import elementwise as _eager
-from tessera.kernels.elementwise import EAGER_MIN as _EAGER_MIN, NUMPY_FAST as _NUMPY_FAST
+from tessera.kernels.elementwise import EAGER_MIN as _EAGER_MIN
 from tessera.ops.registry import Meta, MissingRule, OpDef
 
 _DEBUG = int(os.environ.get("TESSERA_DEBUG", "0") or 0)
@@ -90,7 +90,7 @@ def dispatch(op: OpDef, *args, **attrs):
     outs = out if multi else (out,)
     backend = _BACKENDS[dev.type]
     if op.to_c is not None and dev is _CPU and not multi and \
-            (mixed or (op.name not in _NUMPY_FAST and "numpy_fast" not in op.traits)):
+            (mixed or "numpy_fast" not in op.traits):
         a0 = args[0]  # large elementwise ops: the op's C rule (tessera/kernels/elementwise.py)
         if isinstance(a0, Tensor) and a0._data.size >= _EAGER_MIN and _eager.enabled():
             res = _eager.run(op, [a._data if isinstance(a, Tensor) else a for a in args],

@@ -17,30 +17,6 @@ from __future__ import annotations
 __all__ = ["RULES"]
 
 
-def _dims(x, dim) -> tuple[int, ...]:
-    return (dim % len(x.shape),) if x.shape else ()
-
-
-def _softmax(b, x, dim):
-    d = _dims(x, dim)
-    e = b.exp(b.sub(x, b.amax(x, d)))
-    return b.div(e, b.sum(e, d))
-
-
-def _log_softmax(b, x, dim):
-    d = _dims(x, dim)
-    z = b.sub(x, b.amax(x, d))
-    return b.sub(z, b.log(b.sum(b.exp(z), d)))
-
-
-def _softmax_backward(b, g, y, dim):
-    return b.mul(b.sub(g, b.sum(b.mul(g, y), _dims(y, dim))), y)
-
-
-def _log_softmax_backward(b, g, y, dim):
-    return b.sub(g, b.mul(b.exp(y), b.sum(g, _dims(y, dim))))
-
-
 def _row_stats(b, x, d, eps):
     """(x - mean, 1 / sqrt(var + eps)) over dims ``d``, as the NumPy kernel computes them."""
     xc = b.sub(x, b.mean(x, d))
@@ -77,10 +53,6 @@ def _layer_norm_backward(b, g, x, w, normalized_shape, eps):
 
 
 RULES = {
-    "softmax": _softmax,
-    "log_softmax": _log_softmax,
-    "softmax_backward": _softmax_backward,
-    "log_softmax_backward": _log_softmax_backward,
     "layer_norm": _layer_norm,
     "layer_norm_backward": _layer_norm_backward,
 }

@@ -25,7 +25,6 @@ Filled into ``OpDef.sbp`` by ``sbp_rules`` (one table). The signatures on a 1-D 
 * ``pad``/``constant_pad`` (and ``pad_backward``): split an unpadded dim; ``interpolate``
   (and its backward): batch or channel split; ``im2col``/``col2im``: batch split; all
   linear (partial_sum passes through; ``constant_pad`` only with a zero fill).
-* ``prelu``: any dim with the weight whole, or channels with a per-channel weight split.
 * ``ctc_loss`` (and its backward): the batch split, with padded 2-D targets; each rank
   passes its own sequences' lengths (attrs of the whole batch) to the kernel.
 """
@@ -376,18 +375,7 @@ def _batch_channel(linear: bool, channels: bool = True):
     return rule
 
 
-# ---- prelu, binary cross-entropy -----------------------------------------------------------
-
-def _prelu(x, w):
-    """Any dim but the channels with the weight whole; the channels with a per-channel
-    weight split too (a single weight stays whole)."""
-    n = len(x.shape)
-    per_c = n >= 2 and w.shape and w.shape[0] != 1
-    sigs = [Signature((S(d), B), (S(d),)) for d in range(n) if not (per_c and d == 1)]
-    if per_c:
-        sigs.append(Signature((S(1), S(0)), (S(1),)))
-    return sigs + [Signature((B, B), (B,))]
-
+# ---- binary cross-entropy -----------------------------------------------------------------
 
 def _bce_mean_local(op, args, attrs, metas, group):
     """``reduction="mean"`` on a tile: its sum over the logical element count."""
@@ -457,6 +445,6 @@ NN_RULES: dict[str, SbpRule] = {
     "interpolate_backward": SbpRule(_batch_channel(True), shape_attrs=("input_shape",)),
     "im2col": SbpRule(_batch_channel(True, channels=False)),
     "col2im": SbpRule(_batch_channel(True, channels=False)),
-    "prelu": SbpRule(_prelu), "binary_cross_entropy": SbpRule(_binary_cross_entropy),
+    "binary_cross_entropy": SbpRule(_binary_cross_entropy),
     "ctc_loss": SbpRule(_ctc_loss), "ctc_loss_backward": SbpRule(_ctc_loss_backward),
 }
