@@ -50,7 +50,7 @@ def _public(fn):
 # traits (``tessera.ops.registry.TRAITS``) of the cheapest ops, one instruction per element:
 # NumPy's ufunc is at memory speed, recomputing beats storing, and the in-place kernel is a
 # general out-form
-BASIC = frozenset({"numpy_fast", "cheap", "out_form"})
+_BASIC = frozenset({"numpy_fast", "cheap", "out_form"})
 
 
 # ---- add, sub, mul, div ----------------------------------------------------------------
@@ -143,7 +143,7 @@ def _alpha_cost(ins, outs, alpha=1):
 
 def _add_rules(sign: str, inplace) -> dict:
     return dict(save=(), promote=True, sbp=pointwise(joint=(0, 1)), cost=_alpha_cost,
-                to_c=alpha_c(sign), traits=BASIC | {"single_pass", "c_int"},
+                to_c=alpha_c(sign), traits=_BASIC | {"single_pass", "c_int"},
                 inplace_kernels={"cpu": _inplace_kernel(inplace)})
 
 
@@ -178,7 +178,7 @@ def _mul_grad(ctx, g):
 
 _MUL = defop("mul", _binary_infer("mul"), _kernel(np.multiply), grad=_mul_grad, promote=True,
              sbp=pointwise(each=(0, 1)), cost=ONE, to_c=fmt("({0} * {1})"),
-             traits=BASIC | {"single_pass", "c_int"},
+             traits=_BASIC | {"single_pass", "c_int"},
              inplace_kernels={"cpu": _inplace_kernel(
                  lambda t, a, b: np.multiply(a, b, out=t, casting="unsafe"))})
 FAST_OPERATORS["__mul__"] = (_MUL, {})
@@ -255,7 +255,7 @@ def _div_c(c, a, at):
 
 # (not c_int: an integer zero divisor must raise)
 _DIV = defop("div", _div_infer, _div_float_kernel, grad=_div_grad, promote=True,
-             sbp=pointwise(each=(0,)), cost=ONE, to_c=_div_c, traits=BASIC,
+             sbp=pointwise(each=(0,)), cost=ONE, to_c=_div_c, traits=_BASIC,
              inplace_kernels={"cpu": _inplace_kernel(
                  lambda t, a, b, rounding_mode=None: np.copyto(
                      t, _div_float_kernel(a, b, rounding_mode), casting="unsafe"))})

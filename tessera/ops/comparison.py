@@ -35,7 +35,7 @@ def _public(fn):
 
 # traits (``tessera.ops.registry.TRAITS``): NumPy's ufunc is one pass at memory speed, and
 # the C rule is exact on integers too
-SINGLE_INT = frozenset({"single_pass", "c_int"})
+_SINGLE_INT = frozenset({"single_pass", "c_int"})
 
 
 # ---- tests of values --------------------------------------------------------------------
@@ -83,18 +83,18 @@ def _logic_c(op: str):
 
 # comparisons: C computes them in the operands' promoted type; NumPy's ufunc is at memory
 # speed on operands of one dtype
-COMPARE = SINGLE_INT | {"compare", "numpy_fast"}
-LOGICAL = SINGLE_INT | {"logical"}
-eq = _compare("eq", np.equal, fmt("({0} == {1})"), COMPARE, scalar_first=False)
-ne = _compare("ne", np.not_equal, fmt("({0} != {1})"), COMPARE, scalar_first=False)
-lt = _compare("lt", np.less, fmt("({0} < {1})"), COMPARE, scalar_first=False)
-le = _compare("le", np.less_equal, fmt("({0} <= {1})"), COMPARE, scalar_first=False)
-gt = _compare("gt", np.greater, fmt("({0} > {1})"), COMPARE, scalar_first=False)
-ge = _compare("ge", np.greater_equal, fmt("({0} >= {1})"), COMPARE, scalar_first=False)
-logical_and = _compare("logical_and", np.logical_and, _logic_c("&&"), LOGICAL, tensors=True)
-logical_or = _compare("logical_or", np.logical_or, _logic_c("||"), LOGICAL, tensors=True)
-logical_xor = _compare("logical_xor", np.logical_xor, _logic_c("!="), LOGICAL, tensors=True)
-logical_not = _bool_unary("logical_not", np.logical_not, to_c=fmt("(!{0})"), traits=LOGICAL)
+_COMPARE = _SINGLE_INT | {"compare", "numpy_fast"}
+_LOGICAL = _SINGLE_INT | {"logical"}
+eq = _compare("eq", np.equal, fmt("({0} == {1})"), _COMPARE, scalar_first=False)
+ne = _compare("ne", np.not_equal, fmt("({0} != {1})"), _COMPARE, scalar_first=False)
+lt = _compare("lt", np.less, fmt("({0} < {1})"), _COMPARE, scalar_first=False)
+le = _compare("le", np.less_equal, fmt("({0} <= {1})"), _COMPARE, scalar_first=False)
+gt = _compare("gt", np.greater, fmt("({0} > {1})"), _COMPARE, scalar_first=False)
+ge = _compare("ge", np.greater_equal, fmt("({0} >= {1})"), _COMPARE, scalar_first=False)
+logical_and = _compare("logical_and", np.logical_and, _logic_c("&&"), _LOGICAL, tensors=True)
+logical_or = _compare("logical_or", np.logical_or, _logic_c("||"), _LOGICAL, tensors=True)
+logical_xor = _compare("logical_xor", np.logical_xor, _logic_c("!="), _LOGICAL, tensors=True)
+logical_not = _bool_unary("logical_not", np.logical_not, to_c=fmt("(!{0})"), traits=_LOGICAL)
 not_equal, less, less_equal, greater, greater_equal = ne, lt, le, gt, ge
 __all__ += ["not_equal", "less", "less_equal", "greater", "greater_equal"]
 
@@ -145,11 +145,11 @@ def _bitwise(name, kernel, **rules):
 
 
 bitwise_and = _bitwise("bitwise_and", np.bitwise_and, to_c=_bitwise_c("&", "&&"),
-                       traits=SINGLE_INT)
+                       traits=_SINGLE_INT)
 bitwise_or = _bitwise("bitwise_or", np.bitwise_or, to_c=_bitwise_c("|", "||"),
-                      traits=SINGLE_INT)
+                      traits=_SINGLE_INT)
 bitwise_xor = _bitwise("bitwise_xor", np.bitwise_xor, to_c=_bitwise_c("^", "!="),
-                       traits=SINGLE_INT)
+                       traits=_SINGLE_INT)
 bitwise_left_shift = _bitwise("bitwise_left_shift", _shift(True))
 bitwise_right_shift = _bitwise("bitwise_right_shift", _shift(False))
 
@@ -163,7 +163,7 @@ def _bitwise_not_infer(x):
 
 
 _BITWISE_NOT = defop("bitwise_not", _bitwise_not_infer, np.invert, grad=None, sbp=POINTWISE,
-                     cost=ONE, traits=SINGLE_INT,
+                     cost=ONE, traits=_SINGLE_INT,
                      to_c=lambda c, a, at: f"(~{a[0]})" if c.is_int else f"(!{a[0]})")
 
 

@@ -35,7 +35,7 @@ from tessera.ops.registry import Meta, defop
 __all__: list[str] = []  # filled by _public
 # traits (``tessera.ops.registry.TRAITS``) of the selects: NumPy runs them in one pass at
 # memory speed, and their C rules are exact on integers
-SELECT = frozenset({"single_pass", "c_int"})
+_SELECT = frozenset({"single_pass", "c_int"})
 
 
 def _public(fn):
@@ -82,7 +82,7 @@ def _where_grad(ctx, g):
 
 _WHERE = defop("where", _where_infer, _where_kernel, grad=_where_grad,
                sbp=pointwise(joint=(1, 2)), cost=ONE, to_c=fmt("({0} ? {1} : {2})"),
-               traits=SELECT)
+               traits=_SELECT)
 
 
 @_public
@@ -381,7 +381,7 @@ def _masked_fill_grad(ctx, g):
 _MASKED_FILL = defop("masked_fill", _masked_fill_infer,
                      lambda x, mask, value: np.where(mask, _fill_value(value, x.dtype), x),
                      grad=_masked_fill_grad, sbp=POINTWISE, cost=ONE,
-                     to_c=fmt("({1} ? {2} : {0})"), traits=SELECT,
+                     to_c=fmt("({1} ? {2} : {0})"), traits=_SELECT,
                      inplace_kernels={"cpu": lambda t, x, mask, value: np.copyto(
                          t, _fill_value(value, t.dtype), where=np.broadcast_to(mask, t.shape))})
 

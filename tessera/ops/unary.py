@@ -60,9 +60,10 @@ def _unary_infer(name: str, float_out: bool, bool_ok: bool = True, int_ok: bool 
 
 
 LN2, LN10 = math.log(2.0), math.log(10.0)
-# traits (``tessera.ops.registry.TRAITS``): NumPy's ufunc is one pass at memory speed
-SINGLE = frozenset({"single_pass"})
-FAST = frozenset({"single_pass", "numpy_fast"})
+# traits (``tessera.ops.registry.TRAITS``): NumPy's ufunc is one pass at memory speed, and
+# for the _FAST ones faster than a C loop's call when the operand needs no cast
+_SINGLE = frozenset({"single_pass"})
+_FAST = frozenset({"single_pass", "numpy_fast"})
 
 
 def _gx(ctx):
@@ -80,20 +81,20 @@ def _u(name: str):
 
 # name: (kernel, to_c, grad(ctx, g) -> g_input, save, traits)
 _UNARY = {
-    "exp": (np.exp, tsr("exp"), lambda c, g: g * _go(c), "outputs", SINGLE),
+    "exp": (np.exp, tsr("exp"), lambda c, g: g * _go(c), "outputs", _SINGLE),
     "exp2": (np.exp2, libm("exp2"), lambda c, g: g * _go(c) * LN2, "outputs"),
     "expm1": (np.expm1, tsr("expm1"), lambda c, g: g * (_go(c) + 1), "outputs"),
-    "log": (np.log, tsr("log"), lambda c, g: g / _gx(c), "inputs", SINGLE),
+    "log": (np.log, tsr("log"), lambda c, g: g / _gx(c), "inputs", _SINGLE),
     "log2": (np.log2, libm("log2"), lambda c, g: g / (_gx(c) * LN2), "inputs"),
     "log10": (np.log10, libm("log10"), lambda c, g: g / (_gx(c) * LN10), "inputs"),
     "log1p": (np.log1p, tsr("log1p"), lambda c, g: g / (_gx(c) + 1), "inputs"),
-    "sqrt": (np.sqrt, libm("sqrt"), lambda c, g: g / (2 * _go(c)), "outputs", FAST),
+    "sqrt": (np.sqrt, libm("sqrt"), lambda c, g: g / (2 * _go(c)), "outputs", _FAST),
     "rsqrt": (lambda x: 1 / np.sqrt(x), fmt("(({T})1 / sqrt{f}({0}))"),
               lambda c, g: -0.5 * g * _go(c) ** 3, "outputs"),
     "reciprocal": (lambda x: 1 / x, fmt("(({T})1 / {0})"),
-                   lambda c, g: -g * _go(c) * _go(c), "outputs", FAST),
-    "sin": (np.sin, libm("sin"), lambda c, g: g * _u("cos")(_gx(c)), "inputs", SINGLE),
-    "cos": (np.cos, libm("cos"), lambda c, g: -g * _u("sin")(_gx(c)), "inputs", SINGLE),
+                   lambda c, g: -g * _go(c) * _go(c), "outputs", _FAST),
+    "sin": (np.sin, libm("sin"), lambda c, g: g * _u("cos")(_gx(c)), "inputs", _SINGLE),
+    "cos": (np.cos, libm("cos"), lambda c, g: -g * _u("sin")(_gx(c)), "inputs", _SINGLE),
     "tan": (np.tan, libm("tan"), lambda c, g: g * (1 + _go(c) * _go(c)), "outputs"),
     "asin": (np.arcsin, libm("asin"), lambda c, g: g * _u("rsqrt")(1 - _gx(c) * _gx(c)),
              "inputs"),
@@ -213,17 +214,17 @@ def _sign_c(c, a, at):
     return f"(({c.T})(({a[0]} > 0) - ({a[0]} < 0)))"  # 0 for NaN and -0, as PyTorch
 
 
-LINEAR = pointwise(each=(0,))  # neg, positive: partial_sum passes through
+_LINEAR = pointwise(each=(0,))  # neg, positive: partial_sum passes through
 neg, _NEG = _dtype_keeping(
-    "neg", np.negative, grad=lambda c, g: (-g,), infer=_neg_infer, sbp=LINEAR,
-    to_c=fmt("(-{0})"), traits=FAST | {"cheap", "c_int", "out_form"},
+    "neg", np.negative, grad=lambda c, g: (-g,), infer=_neg_infer, sbp=_LINEAR,
+    to_c=fmt("(-{0})"), traits=_FAST | {"cheap", "c_int", "out_form"},
     inplace_kernels={"cpu": lambda t, x: np.negative(x, out=t)})
 negative = neg
 positive, _ = _dtype_keeping("positive", np.positive, grad=lambda c, g: (g,),
-                             infer=_positive_infer, sbp=LINEAR, to_c=fmt("{0}"),
-                             traits=FAST | {"c_int"})
+                             infer=_positive_infer, sbp=_LINEAR, to_c=fmt("{0}"),
+                             traits=_FAST | {"c_int"})
 abs, _ = _dtype_keeping("abs", np.abs, grad=lambda c, g: (g * sign(c.inputs[0]),),
-                        save=("inputs",), to_c=_abs_c, traits=FAST | {"c_int"})
+                        save=("inputs",), to_c=_abs_c, traits=_FAST | {"c_int"})
 absolute = abs
 
 
@@ -236,9 +237,9 @@ def _sign_kernel(x):
 
 sign, _ = _dtype_keeping("sign", _sign_kernel, bool_ok=True, to_c=_sign_c, traits={"c_int"})
 sgn = sign
-floor, _ = _dtype_keeping("floor", _same_kernel(np.floor), to_c=libm("floor"), traits=FAST)
-ceil, _ = _dtype_keeping("ceil", _same_kernel(np.ceil), to_c=libm("ceil"), traits=FAST)
-trunc, _ = _dtype_keeping("trunc", _same_kernel(np.trunc), to_c=libm("trunc"), traits=FAST)
+floor, _ = _dtype_keeping("floor", _same_kernel(np.floor), to_c=libm("floor"), traits=_FAST)
+ceil, _ = _dtype_keeping("ceil", _same_kernel(np.ceil), to_c=libm("ceil"), traits=_FAST)
+trunc, _ = _dtype_keeping("trunc", _same_kernel(np.trunc), to_c=libm("trunc"), traits=_FAST)
 fix = trunc
 frac, _ = _dtype_keeping("frac", _same_kernel(lambda x: x - np.trunc(x)),
                          grad=lambda c, g: (g,), int_ok=False,
@@ -247,7 +248,7 @@ square, _ = _dtype_keeping("square", lambda x: np.square(x.astype(np.int64)) if
                            x.dtype == np.bool_ else _same_kernel(np.square)(x) if
                            x.dtype.kind == "f" else np.square(x),
     grad=lambda c, g: (g * 2 * c.inputs[0],), save=("inputs",), bool_ok=True, bool_to=D.int64,
-    to_c=fmt("({0} * {0})"), traits=FAST | {"c_int"})
+    to_c=fmt("({0} * {0})"), traits=_FAST | {"c_int"})
 __all__ += ["negative", "absolute", "sgn", "fix"]
 
 
