@@ -104,7 +104,6 @@ _tensor_methods._OPS.update(hardshrink=hardshrink, prelu=prelu)
 _tensor_methods.bind_methods()
 from tessera._dtype import finfo, iinfo  # noqa: E402
 from tessera._runtime.threads import get_num_threads, set_num_threads  # noqa: E402
-from tessera.codegen import c_rules as _c_rules  # noqa: E402,F401  (fills each OpDef's to_c)
 # global tensors (placement + SBP), each OpDef's sbp rule, the process API; MPI is imported
 # only by a process that runs under mpiexec
 from tessera import distributed  # noqa: E402

@@ -25,7 +25,7 @@ from tessera.autograd.grad_mode import STATE
 from tessera.autograd.graph import Node
 from tessera.device.registry import _BACKENDS, device
 from tessera.kernels import elementwise as _eager
-from tessera.kernels.elementwise import EAGER_MIN as _EAGER_MIN, NUMPY_FAST as _NUMPY_FAST
+from tessera.kernels.elementwise import EAGER_MIN as _EAGER_MIN
 from tessera.ops.registry import Meta, MissingRule, OpDef
 
 _DEBUG = int(os.environ.get("TESSERA_DEBUG", "0") or 0)
@@ -79,7 +79,7 @@ def dispatch(op: OpDef, *args, **attrs):
     out = _infer(op, metas, attrs, scalars)
     multi = type(out) is tuple
     if op.to_c is not None and dev is _CPU and not multi and \
-            (mixed or (op.name not in _NUMPY_FAST and "numpy_fast" not in op.traits)):
+            (mixed or "numpy_fast" not in op.traits):
         res = _eager_c(op, args, attrs, out)
         if res is not None:
             return _finish(op, args, attrs, metas, out, (res,), dev, grad)

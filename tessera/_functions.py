@@ -8,9 +8,18 @@ ops, in ``tessera.nn.functional._toplevel``: ``tessera/__init__.py`` adds those.
 from tessera import _fastpath
 from tessera._tensor import FAST_OPERATORS, Tensor
 from tessera._tensor_methods import _OPS, bind_methods
-from tessera.ops import creation, elementwise, getitem, reduce, views
+from tessera.ops import (
+    arithmetic,
+    comparison,
+    creation,
+    getitem,
+    reduce,
+    ternary,
+    unary,
+    views,
+)
 
-_FAMILIES = [creation, elementwise, views, getitem, reduce]
+_FAMILIES = [creation, unary, arithmetic, comparison, ternary, views, getitem, reduce]
 for _mod in ("indexing", "shape", "sorting", "linalg", "random", "activation", "einsum"):
     try:  # families written in later steps; each is optional until it exists
         _FAMILIES.append(__import__(f"tessera.ops.{_mod}", fromlist=["__all__"]))

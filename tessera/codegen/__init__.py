@@ -2,10 +2,10 @@
 
 The outline pass (``tessera.codegen.passes.outline``) turns each fusion region into one
 ``fused`` node. ``compile_fused(nodes)`` lowers every fused node of a graph to the loop IR
-(``tessera.codegen.loops``), renders them as one C translation unit (``c_rules`` give each
-op's expression), compiles it with the system C compiler through a content-addressed disk
-cache (``tessera.kernels.cc``) and returns, per node, a function ``fn(out, *arrays)`` that
-runs the kernel on NumPy buffers.
+(``tessera.codegen.loops``), renders them as one C translation unit (each op's ``to_c``
+rule gives its expression), compiles it with the system C compiler through a
+content-addressed disk cache (``tessera.kernels.cc``) and returns, per node, a function
+``fn(out, *arrays)`` that runs the kernel on NumPy buffers.
 
 ``TESSERA_CODEGEN=0`` turns code generation off; without a C compiler it is off too, and
 compiled graphs say so once (a warning) and run every node with its NumPy kernel.

@@ -1,7 +1,7 @@
 """The ``sbp`` rule of each op: the SBP signatures it can run with on a 1-D mesh.
 
-Like ``tessera.codegen.c_rules`` fills ``to_c``, this module fills ``OpDef.sbp`` by op name,
-one rule family per kind of op (OneFlow's per-op ``GetSbpSignatures``):
+This module fills ``OpDef.sbp`` by op name for the ops that do not declare it in their
+``defop`` yet, one rule family per kind of op (OneFlow's per-op ``GetSbpSignatures``):
 
 * pointwise ops with broadcasting: split any output dim (inputs that broadcast on it are
   broadcast), all broadcast, and partial_sum where the op is linear (``add``: P+P, ``mul``:
@@ -437,26 +437,8 @@ def _unfold_backward(g, input_shape, dimension, size, step):
 
 # ---- the table -----------------------------------------------------------------------------
 
-_UNARY = """abs acos acosh asin asinh atan atanh ceil cos cosh erf erfc erfinv exp exp2 expm1
-floor frac isfinite isinf isnan isneginf isposinf log log10 log1p log2 logit reciprocal relu
-round rsqrt sigmoid sign signbit silu sin sinh sqrt square tan tanh trunc gelu mish elu
-leaky_relu hardtanh hardsigmoid hardswish hardshrink softshrink softplus threshold nan_to_num
-log_sigmoid logical_not bitwise_not""".split()
-_BINARY = """pow maximum minimum fmax fmin atan2 hypot remainder fmod eq ne lt le gt ge
-logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor bitwise_left_shift
-bitwise_right_shift isclose clamp lerp addcmul addcdiv masked_fill fill""".split()
-
 RULES: dict[str, SbpRule] = {}
-RULES.update({n: pointwise() for n in _UNARY + _BINARY})
-RULES.update({n: pointwise(each=(0,)) for n in ("neg", "positive", "clone", "cast")})
 RULES.update({
-    "add": pointwise(joint=(0, 1)), "sub": pointwise(joint=(0, 1)),
-    "mul": pointwise(each=(0, 1)), "div": pointwise(each=(0,)),
-    "where": pointwise(joint=(1, 2)), "copy": pointwise(each=(1,)),
-    "gelu_backward": pointwise(each=(0,)), "silu_backward": pointwise(each=(0,)),
-    "softmax": pointwise(skip=("dim",)), "log_softmax": pointwise(skip=("dim",)),
-    "softmax_backward": pointwise(each=(0,), skip=("dim",)),
-    "log_softmax_backward": pointwise(each=(0,), skip=("dim",)),
     "sum": reduction(partial=True), "nansum": reduction(partial=True),
     "mean": reduction(mean=_mean_local),
     **{n: reduction() for n in ("amax", "amin", "prod", "logsumexp", "std", "var", "argmax",
@@ -494,15 +476,6 @@ RULES.update({
 })
 
 
-def _cast_rule(x, dtype):
-    sigs = RULES_CAST(x, dtype=dtype)
-    if not (x.dtype.is_floating_point and dtype.is_floating_point):
-        sigs = [s for s in sigs if P not in s.ins]  # rounding to ints is not linear
-    return sigs
-
-
-RULES_CAST = RULES["cast"]
-RULES["cast"] = SbpRule(_cast_rule)
 
 for _name, _rule in RULES.items():
     REGISTRY[_name].sbp = _rule

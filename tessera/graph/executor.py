@@ -50,15 +50,11 @@ def compile_kernel(node) -> tuple:
     return kernel, casts
 
 
-# Ops whose ``inplace_kernels`` entry is a general out-form ``fn(out, *args, **attrs)``
-# (it computes from its arguments only; checked against the kernels on the op-info
-# samples), usable when a node's inputs need no casts.
-OUT_FORMS = frozenset({"neg", "add", "sub", "mul", "div", "remainder", "fmod", "pow", "lerp",
-                       "addcmul", "addcdiv", "clamp", "split_backward", "clone"})
-
-
 def out_form(node, kernel, casts):
-    """``fn(out, *args, **attrs)`` writing ``node``'s single output into ``out``, or None."""
+    """``fn(out, *args, **attrs)`` writing ``node``'s single output into ``out``, or None.
+    An op with the trait ``out_form`` has one as its ``inplace_kernels`` entry (it computes
+    from its arguments only; checked against the kernels on the op-info samples), usable
+    when the node's inputs need no casts."""
     if len(node.outputs) != 1 or any(c is not None for c in casts):
         return None
     out = node.outputs[0]
@@ -67,7 +63,7 @@ def out_form(node, kernel, casts):
                                                      for v in tensors):
         return None
     name = node.op.name
-    if name in OUT_FORMS or "out_form" in node.op.traits:
+    if "out_form" in node.op.traits:
         return node.op.inplace_kernels["cpu"]
     if isinstance(kernel, np.ufunc) and kernel.nout == 1 and not node.attrs:
         return lambda t, *a: kernel(*a, out=t)

@@ -89,30 +89,20 @@ def alpha(sign: str):
     return rule
 
 
-# the ops' traits as name sets, while op families move them into their defops
-COMPARE = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
-LOGICAL = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not"})
-# ops whose rules are right for int32/int64 too (C's signed overflow wraps: -fwrapv); not
-# division or remainder, where a zero divisor must raise
-INT_OPS = frozenset({"neg", "positive", "add", "sub", "mul", "abs", "square", "sign",
-                     "maximum", "minimum", "clamp", "where", "masked_fill", "cast",
-                     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}
-                    | COMPARE | LOGICAL)
-
-
 def is_compare(op) -> bool:
     """Whether ``op`` (an OpDef) is a comparison (trait ``compare``)."""
-    return "compare" in op.traits or op.name in COMPARE
+    return "compare" in op.traits
 
 
 def is_logical(op) -> bool:
     """Whether ``op`` (an OpDef) is a logical op (trait ``logical``)."""
-    return "logical" in op.traits or op.name in LOGICAL
+    return "logical" in op.traits
 
 
 def exact_on_ints(op) -> bool:
-    """Whether ``op``'s C rule is right for int32/int64 too (trait ``c_int``)."""
-    return "c_int" in op.traits or op.name in INT_OPS
+    """Whether ``op``'s C rule is right for int32/int64 too (trait ``c_int``: C's signed
+    overflow wraps, -fwrapv; never division or remainder, where a zero divisor must raise)."""
+    return "c_int" in op.traits
 
 
 def compute_dtype(op, in_dtypes: list[str], out_dtype: str,

@@ -3,8 +3,8 @@
 NumPy runs every ufunc on one core, and some of them slowly (``maximum`` against a scalar,
 casts from bool, transcendentals); PyTorch splits elementwise ops of more than 32k elements
 over its threads. ``run(op, args, attrs, out)`` does what a compiled graph does for one
-fused node, in eager mode: it renders the op's ``to_c`` expression (``tessera.codegen.
-c_rules``, the same rule the graph compiler fuses) into a flat vectorised loop over
+fused node, in eager mode: it renders the op's ``to_c`` expression (the same rule the
+graph compiler fuses) into a flat vectorised loop over
 ``[lo, hi)``, compiles it once per (op, operand dtypes, attributes) through the disk cache,
 and runs it (on the kernel threads only for very large tensors: see ``PARALLEL_MIN``).
 Python numbers among the operands are run-time arguments, so that ``x * 0.5`` and
@@ -32,29 +32,19 @@ import numpy as np
 
 from tessera.kernels.c_expr import CType, compute_dtype, is_logical
 
-__all__ = ["run", "EAGER_MIN", "NUMPY_FAST", "enabled"]
+__all__ = ["run", "EAGER_MIN", "enabled"]
 
 EAGER_MIN = 1 << 15     # elements: PyTorch's grain size; below it NumPy's call is cheaper
 # elements: below this one thread runs the whole loop, since handing chunks to the pool
 # costs more than it saves on a shorter one-core pass (bench kernels: chain)
 PARALLEL_MIN = 1 << 22
 _NUMERIC_KEYS = 4       # distinct numeric attribute sets per op that may compile a kernel
-# C's types of the dtypes it takes (c_rules.CType.NAMES; not imported here: importing
-# c_rules fills every op's to_c, which must wait until the ops are registered)
-_C_NAMES = {"float32": "float", "float64": "double", "bool": "unsigned char",
-            "int32": "int32_t", "int64": "int64_t"}
+_C_NAMES = CType.NAMES  # C's types of the dtypes it takes
 _TYPES = {np.dtype(k): k for k in _C_NAMES}
 
 # libm functions GCC does not vectorise
 _SCALAR_LIBM = re.compile(
     r"\b(a?sinh?|a?cosh?|a?tanh?|atan2|hypot|exp2|log2|log10|pow|fmod|fmax|fmin)f?\(")
-
-# ops NumPy runs as one SIMD ufunc at memory speed when every operand has the output's
-# dtype: a C loop gains nothing there and its call costs more, so they stay NumPy's unless
-# an operand needs a cast (bench kernels: triad)
-NUMPY_FAST = frozenset({"add", "sub", "mul", "div", "neg", "positive", "abs", "square",
-                         "sqrt", "reciprocal", "floor", "ceil", "trunc",
-                         "eq", "ne", "lt", "le", "gt", "ge"})
 
 _KERNELS: dict = {}     # key -> ctypes function, or None (not compilable: NumPy runs)
 _NUMERIC: dict = {}     # op name -> count of numeric attribute sets compiled so far
@@ -82,7 +72,9 @@ def run(op, args, attrs: dict, out) -> np.ndarray | None:
     out_t = out.dtype.name
     if out_t not in _C_NAMES:
         return None
-    if "numpy_fast" in op.traits or op.name in NUMPY_FAST:
+    # NumPy's ufunc is at memory speed when every operand has the output's dtype: a C loop
+    # gains nothing there and its call costs more (bench kernels: triad, the eager column)
+    if "numpy_fast" in op.traits:
         dts = {a.dtype for a in args if type(a) is np.ndarray}
         if len(dts) == 1 and (out_t == "bool" or out.dtype.np in dts):
             return None

@@ -1,5 +1,5 @@
 """The C prelude every generated translation unit starts with: headers and the helper
-functions the op rules (``tessera.codegen.c_rules``) call, from ``c/prelude.h``.
+functions the ops' C rules (``OpDef.to_c``) call.
 
 Its transcendental functions are branch-free range reduction plus polynomial, so that a
 ``#pragma omp simd`` loop calling them vectorises (a libm call keeps the loop scalar), with

@@ -26,8 +26,8 @@ from tessera import _dtype as D
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
 from tessera.ops.creation import arange, tensor, zeros
-from tessera.ops.elementwise import tanh
 from tessera.ops.shape import cat
+from tessera.ops.unary import tanh
 from tessera.serialization import load
 
 __all__ = ["BertConfig", "BertModel", "BertOutput", "SentenceEmbedder", "mean_pool"]

@@ -11,6 +11,8 @@ double backward works:
     log_softmax(x, dim)      grad: log_softmax_backward(g, y, dim)
 
 selu and celu are ``elu`` with PyTorch's ``scale``/``input_scale`` attrs; relu6 is hardtanh.
+The softmax family also declares its decomposition into reductions and elementwise ops, which
+the code generator fuses into one loop nest per row.
 Argument handling (``inplace=``, defaults, legacy rules) lives in ``tessera.nn.functional``.
 
 >>> import tessera
@@ -24,9 +26,13 @@ import math
 import numpy as np
 
 from tessera import _dtype as D
-from tessera.ops import elementwise as E, reduce as R
+from tessera.ops import cost, reduce as R
+from tessera.ops._elementwise import POINTWISE
+from tessera.ops._sbp import pointwise
 from tessera.ops._util import call, wrap_dim
 from tessera.ops.registry import Meta, defop
+from tessera.ops.ternary import where
+from tessera.ops.unary import exp, sigmoid, tanh
 from tessera.sbp import SbpRule, Signature, broadcast as B, split as S
 
 __all__ = ["softmax", "log_softmax"]
@@ -132,10 +138,11 @@ def _ndtr(x):
 
 # ---- the pointwise-op pattern ---------------------------------------------------------------
 
-def _pointwise(name: str, kernel, grad, kname: str | None = None, ints: bool = False,
-               check=None, save=("inputs",)):
-    """Register an elementwise activation: same shape and dtype out. ``ints``: integer inputs
-    are allowed (relu-like ops); ``check(x, **attrs)`` validates attrs."""
+def _pointwise(name: str, kernel, grad, flops: int, kname: str | None = None,
+               ints: bool = False, check=None, save=("inputs",), to_c=None):
+    """Register an elementwise activation: same shape and dtype out, ``flops`` operations
+    per element, any split. ``ints``: integer inputs are allowed (relu-like ops);
+    ``check(x, **attrs)`` validates attrs."""
     kname = kname or f"{name}_cpu"
 
     def infer(x, **attrs):
@@ -150,7 +157,8 @@ def _pointwise(name: str, kernel, grad, kname: str | None = None, ints: bool = F
         with np.errstate(all="ignore"):
             return kernel(upcast(x), **attrs)
     cpu.__name__ = f"{name}_kernel"
-    return defop(name, infer, cpu, grad=grad, save=save)
+    return defop(name, infer, cpu, grad=grad, save=save, sbp=POINTWISE,
+                 cost=cost.elementwise(flops), to_c=to_c)
 
 
 def _x(ctx):
@@ -205,19 +213,40 @@ def _gelu_backward_grad(ctx, gg):
     if a == "tanh":
         x2 = x * x
         du = SQRT_2_PI * (1 + 3 * KAPPA * x2)
-        t = E.tanh(SQRT_2_PI * (x + KAPPA * x2 * x))
+        t = tanh(SQRT_2_PI * (x + KAPPA * x2 * x))
         d2 = (1 - t * t) * (du + 0.5 * x * (6 * SQRT_2_PI * KAPPA * x - 2 * t * du * du))
     else:
-        d2 = INV_SQRT_2PI * E.exp(-0.5 * x * x) * (2 - x * x)
+        d2 = INV_SQRT_2PI * exp(-0.5 * x * x) * (2 - x * x)
     return dg, gg * g * d2
 
 
+def _gelu_c(c, a, at):
+    x = a[0]
+    if at.get("approximate", "none") == "tanh":
+        inner = f"{c.lit(0.7978845608028654)} * ({x} + {c.lit(0.044715)} * {x} * {x} * {x})"
+        return f"(({c.T})0.5 * {x} * (({c.T})1 + {c.tsr('tanh')}({inner})))"
+    return f"({x} * {c.tsr('phi')}({x}))"
+
+
+def _gelu_backward_c(c, a, at):
+    g, x = a
+    if at.get("approximate", "none") == "tanh":
+        k, s = c.lit(0.044715), c.lit(0.7978845608028654)
+        return (f"({{ {c.T} x2 = {x} * {x}; {c.T} t = {c.tsr('tanh')}({s} * ({x} + {k} * x2 * "
+                f"{x})); {g} * (({c.T})0.5 * (1 + t) + ({c.T})0.5 * {x} * (1 - t * t) * ({s} * "
+                f"(1 + 3 * {k} * x2))); }})")
+    # Phi(x) + x phi(x); float32 shares one exponential between the two terms
+    return f"({g} * {c.tsr('gelu_grad')}({x}))"
+
+
+# gelu: x Phi(x); the backward g (Phi(x) + x phi(x)) (the tanh forms: a few more, alike)
 _GELU = _pointwise("gelu", _gelu_kernel,
                    lambda ctx, g: (gelu_backward(g, _x(ctx), ctx.attrs.get("approximate",
                                                                            "none")),),
-                   kname="GeluKernelImpl", check=_check_gelu)
+                   2, kname="GeluKernelImpl", check=_check_gelu, to_c=_gelu_c)
 _GELU_BACKWARD = defop("gelu_backward", _gelu_backward_infer, _gelu_backward_kernel,
-                       grad=_gelu_backward_grad)
+                       grad=_gelu_backward_grad, sbp=pointwise(each=(0,)),
+                       cost=cost.elementwise(5), to_c=_gelu_backward_c)
 
 
 def gelu(input, approximate: str = "none"):
@@ -257,14 +286,21 @@ def _silu_backward_grad(ctx, gg):
     dg = silu_backward(gg, x) if need[0] else None
     if not need[1]:
         return dg, None
-    s = E.sigmoid(x)
+    s = sigmoid(x)
     return dg, gg * g * (s * (1 - s) * (2 + x * (1 - 2 * s)))
 
 
+def _silu_backward_c(c, a, at):
+    g, x = a
+    return (f"({{ {c.T} s = {c.tsr('sigmoid')}({x}); {g} * (s * (1 + {x} * (1 - s))); }})")
+
+
 _SILU = _pointwise("silu", lambda x: x * _sig(x),
-                   lambda ctx, g: (silu_backward(g, _x(ctx)),))
+                   lambda ctx, g: (silu_backward(g, _x(ctx)),), 2,
+                   to_c=lambda c, a, at: f"({a[0]} * {c.tsr('sigmoid')}({a[0]}))")
 _SILU_BACKWARD = defop("silu_backward", lambda g, x: Meta(x.shape, x.dtype),
-                       _silu_backward_kernel, grad=_silu_backward_grad)
+                       _silu_backward_kernel, grad=_silu_backward_grad,
+                       sbp=pointwise(each=(0,)), cost=cost.elementwise(6), to_c=_silu_backward_c)
 
 
 def silu_backward(grad, input):
@@ -280,11 +316,18 @@ def _softplus_np(z):
 
 def _mish_grad(ctx, g):
     x = _x(ctx)
-    t = E.tanh(softplus(x))
-    return (g * (t + x * E.sigmoid(x) * (1 - t * t)),)
+    t = tanh(softplus(x))
+    return (g * (t + x * sigmoid(x) * (1 - t * t)),)
 
 
-_MISH = _pointwise("mish", lambda x: x * np.tanh(_softplus_np(x)), _mish_grad)
+def _softplus_c(c, z):
+    """log(1 + exp(z)) without overflow: max(z, 0) + log1p(exp(-|z|))."""
+    return (f"(({z} > 0 ? {z} : ({c.T})0) + {c.tsr('log1p')}({c.tsr('exp')}(-{c.fn('fabs')}"
+            f"({z}))))")
+
+
+_MISH = _pointwise("mish", lambda x: x * np.tanh(_softplus_np(x)), _mish_grad, 3,
+                   to_c=lambda c, a, at: f"({a[0]} * {c.tsr('tanh')}({_softplus_c(c, a[0])}))")
 
 
 def _softplus_kernel(x, beta=1.0, threshold=20.0):
@@ -296,10 +339,17 @@ def _softplus_grad(ctx, g):
     x = _x(ctx)
     beta, th = ctx.attrs.get("beta", 1.0), ctx.attrs.get("threshold", 20.0)
     z = x * beta
-    return (E.where(z > th, g, g * E.sigmoid(z)),)
+    return (where(z > th, g, g * sigmoid(z)),)
 
 
-_SOFTPLUS = _pointwise("softplus", _softplus_kernel, _softplus_grad)
+def _softplus_rule_c(c, a, at):
+    beta, th = at.get("beta", 1.0), at.get("threshold", 20.0)
+    z = f"({a[0]} * {c.lit(beta)})"
+    return (f"({z} > {c.lit(th)} ? {a[0]} : {c.tsr('log1p')}({c.tsr('exp')}({z})) / "
+            f"{c.lit(beta)})")
+
+
+_SOFTPLUS = _pointwise("softplus", _softplus_kernel, _softplus_grad, 4, to_c=_softplus_rule_c)
 
 
 def softplus(input, beta: float = 1.0, threshold: float = 20.0):
@@ -308,15 +358,22 @@ def softplus(input, beta: float = 1.0, threshold: float = 20.0):
 
 _LOGSIGMOID = _pointwise(
     "log_sigmoid", lambda x: np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x))),
-    lambda ctx, g: (g * E.sigmoid(-_x(ctx)),))
+    lambda ctx, g: (g * sigmoid(-_x(ctx)),), 4, to_c=lambda c, a, at: (
+        f"(({a[0]} < 0 ? {a[0]} : ({c.T})0) - {c.tsr('log1p')}({c.tsr('exp')}(-{c.fn('fabs')}"
+        f"({a[0]}))))"))
 
 
 # relu family: leaky_relu, elu (selu, celu), hardtanh (relu6), threshold --------------------------
 
+def _leaky_relu_c(c, a, at):
+    return f"({a[0]} > 0 ? {a[0]} : {a[0]} * {c.lit(at.get('negative_slope', 0.01))})"
+
+
 _LEAKY = _pointwise("leaky_relu",
                     lambda x, negative_slope=0.01: np.where(x > 0, x, x * negative_slope),
-                    lambda ctx, g: (E.where(_x(ctx) > 0, g,
-                                            g * ctx.attrs.get("negative_slope", 0.01)),))
+                    lambda ctx, g: (where(_x(ctx) > 0, g,
+                                          g * ctx.attrs.get("negative_slope", 0.01)),),
+                    2, to_c=_leaky_relu_c)
 
 
 def _elu_kernel(x, alpha=1.0, scale=1.0, input_scale=1.0):
@@ -327,11 +384,19 @@ def _elu_grad(ctx, g):
     x = _x(ctx)
     a = ctx.attrs
     alpha, scale, iscale = a.get("alpha", 1.0), a.get("scale", 1.0), a.get("input_scale", 1.0)
-    neg = g * E.exp(x * iscale) * (iscale * alpha * scale)
-    return (E.where(x <= 0, neg, g * scale),)
+    neg = g * exp(x * iscale) * (iscale * alpha * scale)
+    return (where(x <= 0, neg, g * scale),)
 
 
-_ELU = _pointwise("elu", _elu_kernel, _elu_grad)
+def _elu_c(c, a, at):
+    x = a[0]
+    alpha, scale = at.get("alpha", 1.0), at.get("scale", 1.0)
+    inner = at.get("input_scale", 1.0)
+    return (f"({x} <= 0 ? {c.tsr('expm1')}({x} * {c.lit(inner)}) * {c.lit(alpha * scale)} : "
+            f"{x} * {c.lit(scale)})")
+
+
+_ELU = _pointwise("elu", _elu_kernel, _elu_grad, 3, to_c=_elu_c)
 
 
 def _int_bound(v, dt: np.dtype):
@@ -352,20 +417,30 @@ def _check_hardtanh(x, min_val=-1.0, max_val=1.0):
 def _hardtanh_grad(ctx, g):
     x = _x(ctx)
     lo, hi = ctx.attrs.get("min_val", -1.0), ctx.attrs.get("max_val", 1.0)
-    return (E.where((x <= lo) | (x >= hi), 0.0, g),)
+    return (where((x <= lo) | (x >= hi), 0.0, g),)
 
 
-_HARDTANH = _pointwise("hardtanh", _hardtanh_kernel, _hardtanh_grad, ints=True,
-                       check=_check_hardtanh)
+def _hardtanh_c(c, a, at):
+    lo, hi = c.lit(at.get("min_val", -1.0)), c.lit(at.get("max_val", 1.0))
+    return f"({a[0]} < {lo} ? {lo} : ({a[0]} > {hi} ? {hi} : {a[0]}))"
+
+
+_HARDTANH = _pointwise("hardtanh", _hardtanh_kernel, _hardtanh_grad, 2, ints=True,
+                       check=_check_hardtanh, to_c=_hardtanh_c)
 
 
 def _threshold_kernel(x, threshold=0.0, value=0.0):
     return np.where(x <= threshold, np.asarray(value).astype(x.dtype), x)
 
 
+def _threshold_c(c, a, at):
+    return f"({a[0]} <= {c.lit(at.get('threshold', 0.0))} ? {c.lit(at.get('value', 0.0))} " \
+           f": {a[0]})"
+
+
 _THRESHOLD = _pointwise("threshold", _threshold_kernel,
-                        lambda ctx, g: (E.where(_x(ctx) <= ctx.attrs["threshold"], 0.0, g),),
-                        ints=True)
+                        lambda ctx, g: (where(_x(ctx) <= ctx.attrs["threshold"], 0.0, g),),
+                        1, ints=True, to_c=_threshold_c)
 
 
 # hard gates and shrinks ------------------------------------------------------------------------
@@ -374,25 +449,31 @@ def _relu6_np(z):
     return np.minimum(np.maximum(z, 0), 6)
 
 
+def _relu6_c(c, x):
+    return f"({x} < 0 ? ({c.T})0 : ({x} > 6 ? ({c.T})6 : {x}))"
+
+
 # PyTorch's hardsigmoid backward multiplies by the float literal 1.0f / 6.0f in every dtype
 ONE_SIXTH_F32 = float(np.float32(1.0) / np.float32(6.0))
 _HARDSIGMOID = _pointwise(
     "hardsigmoid", lambda x: _relu6_np(x + 3) / 6,
-    lambda ctx, g: (E.where((_x(ctx) > -3) & (_x(ctx) < 3), g * ONE_SIXTH_F32, 0.0),))
+    lambda ctx, g: (where((_x(ctx) > -3) & (_x(ctx) < 3), g * ONE_SIXTH_F32, 0.0),), 3,
+    to_c=lambda c, a, at: f"({_relu6_c(c, f'({a[0]} + 3)')} / 6)")
 
 
 def _hardswish_grad(ctx, g):
     x = _x(ctx)
-    mid = E.where(x <= 3, g * (x / 3 + 0.5), g)
-    return (E.where(x < -3, 0.0, mid),)
+    mid = where(x <= 3, g * (x / 3 + 0.5), g)
+    return (where(x < -3, 0.0, mid),)
 
 
-_HARDSWISH = _pointwise("hardswish", lambda x: x * _relu6_np(x + 3) / 6, _hardswish_grad)
+_HARDSWISH = _pointwise("hardswish", lambda x: x * _relu6_np(x + 3) / 6, _hardswish_grad, 4,
+                        to_c=lambda c, a, at: f"({a[0]} * {_relu6_c(c, f'({a[0]} + 3)')} / 6)")
 
 
 def _shrink_grad(ctx, g):
     x, lam = _x(ctx), ctx.attrs.get("lambd", 0.5)
-    return (E.where((x >= -lam) & (x <= lam), 0.0, g),)
+    return (where((x >= -lam) & (x <= lam), 0.0, g),)
 
 
 def _check_softshrink(x, lambd=0.5):
@@ -405,12 +486,12 @@ def _softshrink_kernel(x, lambd=0.5):
     return np.where(x > lambd, x - lambd, np.where(x < -lambd, x + lambd, 0)).astype(x.dtype)
 
 
-_SOFTSHRINK = _pointwise("softshrink", _softshrink_kernel, _shrink_grad,
+_SOFTSHRINK = _pointwise("softshrink", _softshrink_kernel, _shrink_grad, 2,
                          kname="softshrink_check", check=_check_softshrink)
 _HARDSHRINK = _pointwise(
     "hardshrink",
     lambda x, lambd=0.5: np.where((x >= -lambd) & (x <= lambd), np.zeros((), x.dtype), x),
-    _shrink_grad)
+    _shrink_grad, 1)
 
 
 # prelu ----------------------------------------------------------------------------------------
@@ -451,10 +532,10 @@ def _prelu_grad(ctx, g):
     wb = w.reshape(_channel_shape(x.dim(), w.numel()))
     pos = x > 0
     need = ctx.needs_input_grad
-    gx = E.where(pos, g, g * wb) if need[0] else None
+    gx = where(pos, g, g * wb) if need[0] else None
     gw = None
     if need[1]:
-        contrib = E.where(pos, 0.0, g * x)
+        contrib = where(pos, 0.0, g * x)
         if wb.dim() == 0:
             gw = contrib.sum().reshape(w.shape)
         else:
@@ -474,7 +555,8 @@ def _prelu_sbp(x, w):
     return sigs + [Signature((B, B), (B,))]
 
 
-_PRELU = defop("prelu", _prelu_infer, _prelu_kernel, grad=_prelu_grad, sbp=SbpRule(_prelu_sbp))
+_PRELU = defop("prelu", _prelu_infer, _prelu_kernel, grad=_prelu_grad,
+               sbp=SbpRule(_prelu_sbp), cost=cost.elementwise(2))
 
 
 def prelu(input, weight):
@@ -556,7 +638,7 @@ def _log_softmax_backward_grad(ctx, gg):
     g, y = ctx.inputs
     dim = ctx.attrs["dim"]
     need = ctx.needs_input_grad
-    s = E.exp(y)
+    s = exp(y)
     dg = gg - _ksum(gg * s, dim) if need[0] else None
     dy = -gg * s * _ksum(g, dim) if need[1] else None
     return dg, dy
@@ -566,17 +648,53 @@ def _backward_infer(g, y, dim):
     return Meta(y.shape, y.dtype)
 
 
+# decompositions (``OpDef.decompose``): ``b`` emits reductions and elementwise ops, computing
+# what the kernels above compute in the same order of operations
+
+def _rows(x, dim) -> tuple[int, ...]:
+    return (dim % len(x.shape),) if x.shape else ()
+
+
+def _softmax_decompose(b, x, dim):
+    d = _rows(x, dim)
+    e = b.exp(b.sub(x, b.amax(x, d)))
+    return b.div(e, b.sum(e, d))
+
+
+def _log_softmax_decompose(b, x, dim):
+    d = _rows(x, dim)
+    z = b.sub(x, b.amax(x, d))
+    return b.sub(z, b.log(b.sum(b.exp(z), d)))
+
+
+def _softmax_backward_decompose(b, g, y, dim):
+    return b.mul(b.sub(g, b.sum(b.mul(g, y), _rows(y, dim))), y)
+
+
+def _log_softmax_backward_decompose(b, g, y, dim):
+    return b.sub(g, b.mul(b.exp(y), b.sum(g, _rows(y, dim))))
+
+
+# any dim but the one reduced over may be split; per element: softmax's max, subtract, exp,
+# sum and divide, its backward's product, sum, subtract and product
+_ROWWISE = pointwise(skip=("dim",))
+_ROWWISE_BACKWARD = pointwise(each=(0,), skip=("dim",))
 _SOFTMAX = defop("softmax", _softmax_infer("softmax", "softmax_lastdim_kernel_impl"),
                  _softmax_kernel, save=("outputs",),
-                 grad=lambda ctx, g: (softmax_backward(g, ctx.outputs[0], ctx.attrs["dim"]),))
+                 grad=lambda ctx, g: (softmax_backward(g, ctx.outputs[0], ctx.attrs["dim"]),),
+                 sbp=_ROWWISE, cost=cost.elementwise(5), decompose=_softmax_decompose)
 _LOG_SOFTMAX = defop(
     "log_softmax", _softmax_infer("log_softmax", "log_softmax_lastdim_kernel_impl"),
     _log_softmax_kernel, save=("outputs",),
-    grad=lambda ctx, g: (log_softmax_backward(g, ctx.outputs[0], ctx.attrs["dim"]),))
+    grad=lambda ctx, g: (log_softmax_backward(g, ctx.outputs[0], ctx.attrs["dim"]),),
+    sbp=_ROWWISE, cost=cost.elementwise(5), decompose=_log_softmax_decompose)
 _SOFTMAX_BACKWARD = defop("softmax_backward", _backward_infer, _softmax_backward_kernel,
-                          grad=_softmax_backward_grad)
+                          grad=_softmax_backward_grad, sbp=_ROWWISE_BACKWARD,
+                          cost=cost.elementwise(4), decompose=_softmax_backward_decompose)
 _LOG_SOFTMAX_BACKWARD = defop("log_softmax_backward", _backward_infer,
-                              _log_softmax_backward_kernel, grad=_log_softmax_backward_grad)
+                              _log_softmax_backward_kernel, grad=_log_softmax_backward_grad,
+                              sbp=_ROWWISE_BACKWARD, cost=cost.elementwise(4),
+                              decompose=_log_softmax_backward_decompose)
 
 
 def softmax_backward(grad, output, dim: int):

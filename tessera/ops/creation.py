@@ -17,8 +17,11 @@ from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor, _contiguous_strides
 from tessera.device.registry import _BACKENDS, device as Device
+from tessera.ops import cost
+from tessera.ops._sbp import pointwise
 from tessera.ops._util import broadcast_shapes, call, size_args, sum_to
 from tessera.ops.registry import Meta, defop
+from tessera.sbp import SbpRule, partial_sum as P
 
 _Complex = complex  # the builtin: this module defines tessera.complex below
 
@@ -204,16 +207,17 @@ def _factory_infer(shape, dtype, device=None, value=None):
 
 
 def _fill_value(value, dt: np.dtype):
-    from tessera.ops.elementwise import _fill_value as fv
+    from tessera.ops.ternary import _fill_value as fv
     return fv(value, dt)
 
 
 _FULL = defop("full", lambda shape, dtype, value, device=None: Meta(shape, dtype),
               lambda shape, dtype, value, device=None: np.full(
                   shape, _fill_value(value, dtype.np), dtype.np),
-              grad=None)
+              grad=None, cost=cost.output_only())
 _EMPTY = defop("empty", lambda shape, dtype, device=None: Meta(shape, dtype),
-               lambda shape, dtype, device=None: np.empty(shape, dtype.np), grad=None)
+               lambda shape, dtype, device=None: np.empty(shape, dtype.np), grad=None,
+               cost=cost.output_only())
 
 
 def _make_full(op_name, size, value, dtype, device, requires_grad):
@@ -230,7 +234,7 @@ def _make_full(op_name, size, value, dtype, device, requires_grad):
             D.scalar_dtype(value) if not isinstance(value, Tensor) else value.dtype)
         if isinstance(value, Tensor):
             value = value.item()
-        from tessera.ops.elementwise import checked_scalar
+        from tessera.ops._elementwise import checked_scalar
         checked_scalar(value, dt)
         out = dispatch(_FULL, shape=shape, dtype=dt, value=value, device=_dev(device))
     return _finish(out, requires_grad)
@@ -336,7 +340,8 @@ def _arange_kernel(start, end, step, dtype, device=None):
     return (start + step * np.arange(n, dtype=np.float64)).astype(dtype.np)
 
 
-_ARANGE = defop("arange", _arange_infer, _arange_kernel, grad=None)
+# start + step * i: two operations per element
+_ARANGE = defop("arange", _arange_infer, _arange_kernel, grad=None, cost=cost.output_only(2))
 
 
 def arange(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False,
@@ -369,7 +374,8 @@ def _linspace_infer(start, end, steps, dtype, device=None):
 
 _LINSPACE = defop("linspace", _linspace_infer,
                   lambda start, end, steps, dtype, device=None:
-                  np.linspace(start, end, steps).astype(dtype.np), grad=None)
+                  np.linspace(start, end, steps).astype(dtype.np), grad=None,
+                  cost=cost.output_only(2))
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False,
@@ -386,7 +392,7 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False,
 
 def logspace(start, end, steps, base=10.0, *, dtype=None, device=None,
              requires_grad=False) -> Tensor:
-    from tessera.ops.elementwise import pow as _pow
+    from tessera.ops.arithmetic import pow as _pow
     lin = linspace(start, end, steps, dtype=D.float64, device=device)
     dt = D.as_dtype(dtype) if dtype is not None else D.get_default_dtype()
     return _finish(_pow(base, lin).to(dt), requires_grad)
@@ -399,7 +405,7 @@ def _eye_infer(n, m, dtype, device=None):
 
 
 _EYE = defop("eye", _eye_infer, lambda n, m, dtype, device=None: np.eye(n, m, dtype=dtype.np),
-             grad=None)
+             grad=None, cost=cost.output_only())
 
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, out=None) -> Tensor:
@@ -416,8 +422,27 @@ def _cast_kernel(x, dtype):
         return x.astype(dtype.np)
 
 
+def _cast_c(c, a, at):
+    if c.dtype == "bool":
+        return f"({a[0]} != 0)"
+    return f"(({c.T}){a[0]})"
+
+
+_ANY_SPLIT = pointwise(each=(0,))
+
+
+def _cast_sbp(x, dtype):
+    """Any split; partial_sum only between float types (rounding to ints is not linear)."""
+    sigs = _ANY_SPLIT(x, dtype=dtype)
+    if not (x.dtype.is_floating_point and dtype.is_floating_point):
+        sigs = [s for s in sigs if P not in s.ins]
+    return sigs
+
+
 _CAST = defop("cast", lambda x, dtype: Meta(x.shape, dtype), _cast_kernel,
-              grad=lambda ctx, g: (g.to(ctx.input_metas[0].dtype),), save=())
+              grad=lambda ctx, g: (g.to(ctx.input_metas[0].dtype),), save=(),
+              sbp=SbpRule(_cast_sbp), cost=cost.movement(), to_c=_cast_c,
+              traits={"single_pass", "c_int"})
 
 
 def cast(input: Tensor, dtype) -> Tensor:
@@ -443,7 +468,7 @@ class _EveryDevice(dict):
 
 _TO_DEVICE = defop("to_device", lambda x, device, src: Meta(x.shape, x.dtype),
                    _to_device_kernel, grad=lambda ctx, g: (to_device(g, ctx.attrs["src"]),),
-                   save=(), kernels=_EveryDevice())
+                   save=(), kernels=_EveryDevice(), cost=cost.movement())
 
 
 def to_device(input: Tensor, device) -> Tensor:
@@ -469,7 +494,7 @@ def _fill_infer(x, value):
         raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
                            f"{len(value.shape)} dimensions.")
     if type(value) is not Meta:
-        from tessera.ops.elementwise import checked_scalar
+        from tessera.ops._elementwise import checked_scalar
         checked_scalar(value, x.dtype)
     return Meta(x.shape, x.dtype)
 
@@ -481,8 +506,8 @@ def _fill_kernel(t, x, value):
 _FILL = defop("fill", _fill_infer,
               lambda x, value: np.full(x.shape, _fill_value(value, x.dtype), x.dtype),
               grad=lambda ctx, g: (g * 0, g.sum() if ctx.needs_input_grad[1] else None),
-              save=())
-_FILL.inplace_kernels["cpu"] = _fill_kernel
+              save=(), sbp=pointwise(), cost=cost.output_only(),
+              inplace_kernels={"cpu": _fill_kernel})
 
 
 def fill(input: Tensor, value, *, out=None) -> Tensor:
@@ -514,9 +539,15 @@ def _copy_grad(ctx, g):
     return g * 0 if ctx.needs_input_grad[0] else None, gs
 
 
-_COPY = defop("copy", _copy_infer, _copy_kernel, grad=_copy_grad, save=())
-_COPY.inplace_kernels["cpu"] = lambda t, x, src, non_blocking=False: np.copyto(
-    t, src, casting="unsafe")
+def _copy_cost(ins, outs, **attrs):
+    """Reads ``src`` only: the destination's old values are overwritten."""
+    return cost.Cost(0, cost.nbytes(ins[1]), cost.nbytes(outs[0]))
+
+
+_COPY = defop("copy", _copy_infer, _copy_kernel, grad=_copy_grad, save=(),
+              sbp=pointwise(each=(1,)), cost=_copy_cost,
+              inplace_kernels={"cpu": lambda t, x, src, non_blocking=False: np.copyto(
+                  t, src, casting="unsafe")})
 
 
 def copy(input: Tensor, src: Tensor, non_blocking: bool = False, *, out=None) -> Tensor:
@@ -582,7 +613,8 @@ def _clone_kernel(x, contiguous=False):
 
 
 _CLONE = defop("clone", lambda x, contiguous=False: Meta(x.shape, x.dtype), _clone_kernel,
-               grad=lambda ctx, g: (g,), save=(),
+               grad=lambda ctx, g: (g,), save=(), sbp=pointwise(each=(0,)),
+               cost=cost.movement(), traits={"out_form"},
                # out-form, for compiled graphs: the copy into a planned buffer
                inplace_kernels={"cpu": lambda out, x, contiguous=False: np.copyto(out, x)})
 
@@ -605,12 +637,12 @@ def contiguous(input: Tensor, memory_format=None) -> Tensor:
 
 
 def complex(real: Tensor, imag: Tensor) -> Tensor:
-    from tessera.ops.elementwise import mul
+    from tessera.ops.arithmetic import mul
     return real.to(real.dtype.to_complex()) + mul(imag.to(imag.dtype.to_complex()), 1j)
 
 
 def polar(abs: Tensor, angle: Tensor) -> Tensor:
-    from tessera.ops.elementwise import cos, sin
+    from tessera.ops.unary import cos, sin
     return complex(abs * cos(angle), abs * sin(angle))
 
 

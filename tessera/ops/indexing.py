@@ -20,10 +20,12 @@ from tessera import _dtype as D
 from tessera._dispatch import _tname
 from tessera._tensor import Tensor
 from tessera.ops._util import broadcast_shapes, call, ensure_tensor, numel, sum_to, wrap_dim
+from tessera.ops.arithmetic import remainder
+from tessera.ops.comparison import logical_and
 from tessera.ops.creation import ones_like, zeros, zeros_like
-from tessera.ops.elementwise import logical_and, masked_fill, remainder, where
-from tessera.ops.getitem import nonzero, setitem  # noqa: F401  (elementwise.where imports it)
+from tessera.ops.getitem import nonzero, setitem  # noqa: F401  (ternary.where imports it)
 from tessera.ops.registry import Meta, defop
+from tessera.ops.ternary import masked_fill, where
 
 __all__ = ["gather", "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add",
            "index_copy", "index_fill", "take", "take_along_dim", "masked_select",

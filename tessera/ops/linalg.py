@@ -19,7 +19,7 @@ from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
 from tessera.ops import cost
 from tessera.ops._util import call, ensure_tensor, numel, sum_to
-from tessera.ops.elementwise import add, mul
+from tessera.ops.arithmetic import add, mul
 from tessera.ops.reduce import sum as _sum
 from tessera.ops.registry import Meta, MissingRule, defop
 from tessera.ops.views import movedim, permute, reshape, transpose

@@ -22,11 +22,13 @@ import numpy as np
 
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
-from tessera.ops import cost, elementwise as E
+from tessera.ops import cost
 from tessera.ops._sbp import optional
 from tessera.ops._util import broadcast_shapes, call, numel
 from tessera.ops.activation import need_tensor, tname, upcast
 from tessera.ops.registry import Meta, defop
+from tessera.ops.ternary import clamp
+from tessera.ops.unary import logit
 from tessera.sbp import (
     SbpRule,
     Signature,
@@ -329,8 +331,8 @@ def _bce_grad(ctx, g):
     if w is not None:
         scale = scale * w
     need = ctx.needs_input_grad
-    gx = scale * (x - t) / E.clamp((1 - x) * x, 1e-12) if need[0] else None
-    gt = -E.logit(x) * scale if need[1] else None
+    gx = scale * (x - t) / clamp((1 - x) * x, 1e-12) if need[0] else None
+    gt = -logit(x) * scale if need[1] else None
     if gx is not None and tuple(gx.shape) != tuple(x.shape):
         gx = gx.expand(x.shape)
     if gt is not None and tuple(gt.shape) != tuple(t.shape):

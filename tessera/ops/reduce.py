@@ -23,9 +23,13 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops import elementwise as E
+from tessera.ops import unary
 from tessera.ops._util import call, ensure_tensor, float_dtype, numel, wrap_dim, wrap_dims
+from tessera.ops.arithmetic import maximum, minimum
+from tessera.ops.comparison import isnan, logical_not
 from tessera.ops.registry import Meta, defop
+from tessera.ops.ternary import where
+from tessera.ops.unary import exp, sign
 
 __all__ = ["sum", "mean", "nansum", "nanmean", "prod", "var", "std", "var_mean", "std_mean",
            "logsumexp", "norm", "all", "any", "count_nonzero", "max", "min", "amax", "amin",
@@ -199,7 +203,7 @@ def _nansum_kernel(x, dims, keepdim, dtype=None):
 
 def _nansum_grad(ctx, g):
     shape, dims, keepdim = _attrs(ctx)
-    return (E.where(E.isnan(ctx.inputs[0]), 0.0, _kd(g, shape, dims, keepdim)),)
+    return (where(isnan(ctx.inputs[0]), 0.0, _kd(g, shape, dims, keepdim)),)
 
 
 def _mean_check(name):
@@ -234,7 +238,7 @@ def _mean_grad(ctx, g):
 
 def _nanmean_grad(ctx, g):
     shape, dims, keepdim = _attrs(ctx)
-    keep = E.logical_not(E.isnan(ctx.inputs[0]))
+    keep = logical_not(isnan(ctx.inputs[0]))
     # a mask product (not where): an all-NaN slice gives NaN gradients, as in PyTorch
     return (_kd(g, shape, dims, keepdim) / sum(keep, dims, True) * keep,)
 
@@ -297,11 +301,11 @@ def _prod_grad(ctx, g):
     gk, ok = _kd(g, shape, dims, keepdim), _kd(out, shape, dims, keepdim)
     zero = x == 0
     zeros = sum(zero, dims, True)
-    safe = E.where(zero, 1.0, x)
+    safe = where(zero, 1.0, x)
     others = prod(safe, dims[0], True) if len(dims) == 1 else dispatch(
         _PROD, safe, dim=dims, keepdim=True)
-    one_zero = E.where(zero & (zeros == 1), gk * others, 0.0)
-    return (E.where(zeros == 0, gk * ok / safe, one_zero),)
+    one_zero = where(zero & (zeros == 1), gk * others, 0.0)
+    return (where(zeros == 0, gk * ok / safe, one_zero),)
 
 
 _PROD = _reduction("prod", _prod_kernel, _prod_grad, _long_dtype, save=("inputs", "outputs"))
@@ -349,7 +353,7 @@ def _var_family(name: str, root: bool, with_mean: bool):
         gk = _kd(g, shape, dims, keepdim)
         if root:  # d std = d var / (2 std); PyTorch sends nothing where std == 0
             sk = _kd(ctx.outputs[0], shape, dims, keepdim)
-            gk = E.where(sk == 0, 0.0, gk / (2 * E.where(sk == 0, 1.0, sk)))
+            gk = where(sk == 0, 0.0, gk / (2 * where(sk == 0, 1.0, sk)))
         gx = _var_backward(gk, x, dims, ctx.attrs.get("correction", 1),
                            ctx.attrs.get("dim") is None or not shape)
         if with_mean:
@@ -364,7 +368,7 @@ def _var_backward(gk, x, dims, correction, full: bool):
     dof = n - correction
     mu = mean(x, dims, True)
     if full and dof <= 0:  # PyTorch: NaN where x equals the mean, else inf
-        return gk * E.where(x == mu, math.nan, math.inf)
+        return gk * where(x == mu, math.nan, math.inf)
     return gk * (x - mu) * (2.0 / dof if dof != 0 else math.inf)
 
 
@@ -426,7 +430,7 @@ def _lse_kernel(x, dims, keepdim):
 def _lse_grad(ctx, g):
     shape, dims, keepdim = _attrs(ctx)
     x, out = ctx.inputs[0], ctx.outputs[0]
-    return (_kd(g, shape, dims, keepdim) * E.exp(x - _kd(out, shape, dims, keepdim)),)
+    return (_kd(g, shape, dims, keepdim) * exp(x - _kd(out, shape, dims, keepdim)),)
 
 
 _LSE = _reduction("logsumexp", _lse_kernel, _lse_grad, lambda d: float_dtype(d),
@@ -482,21 +486,21 @@ def _norm_grad(ctx, g):
     if p == 0:
         return (x * 0,)
     if p == 1:
-        return (E.sign(x) * gk,)
+        return (sign(x) * gk,)
     if math.isinf(p):  # like amax of |x|: ties share, NaN counts as the extremum
-        ax = E.abs(x)
-        mask = (ax == nk) | E.isnan(ax)
-        return (E.sign(x) * ((gk / sum(mask, dims, True)) * mask),)
-    safe_n = E.where(nz, 1.0, nk)
+        ax = unary.abs(x)
+        mask = (ax == nk) | isnan(ax)
+        return (sign(x) * ((gk / sum(mask, dims, True)) * mask),)
+    safe_n = where(nz, 1.0, nk)
     if p < 1:
-        ax = E.abs(E.where(x == 0, 1.0, x)) ** (p - 1)
-        return (E.sign(x) * E.where(x == 0, 0.0, ax) * gk * nk ** (1 - p),)
-    scale = E.where(nz, 0.0, gk / safe_n ** (p - 1))
+        ax = unary.abs(where(x == 0, 1.0, x)) ** (p - 1)
+        return (sign(x) * where(x == 0, 0.0, ax) * gk * nk ** (1 - p),)
+    scale = where(nz, 0.0, gk / safe_n ** (p - 1))
     if p == 2:
         return (x * scale,)
     if p < 2:
-        return (E.sign(x) * E.abs(x) ** (p - 1) * scale,)
-    return (x * E.abs(x) ** (p - 2) * scale,)
+        return (sign(x) * unary.abs(x) ** (p - 1) * scale,)
+    return (x * unary.abs(x) ** (p - 2) * scale,)
 
 
 _NORM = _reduction("norm", _norm_kernel, _norm_grad,
@@ -590,8 +594,8 @@ def _take(x: np.ndarray, argf, dim, keepdim: bool):
 
 def _evenly(g: Tensor, x: Tensor, value: Tensor) -> Tensor:
     """The whole-tensor max()/median(): elements equal to the result share the gradient."""
-    mask = (x == value) | (E.isnan(x) & E.isnan(value))
-    return E.where(mask, g / sum(mask), 0.0)
+    mask = (x == value) | (isnan(x) & isnan(value))
+    return where(mask, g / sum(mask), 0.0)
 
 
 def _share(gk: Tensor, x: Tensor, ok: Tensor, dims) -> Tensor:
@@ -610,7 +614,7 @@ def _select_grad(g: Tensor, idx: Tensor, shape, dim, keepdim: bool) -> Tensor:
     from tessera.ops.creation import arange
     pos = arange(shape[d], device=g.device).reshape(
         tuple(-1 if i == d else 1 for i in range(len(shape))))
-    return E.where(pos == idx, g, 0.0)
+    return where(pos == idx, g, 0.0)
 
 
 def _indexed(name: str, argf, check=None):
@@ -668,13 +672,13 @@ def _extremum_call(ops, name, kind, binary, input, dim, keepdim, out):
 def max(input, dim=None, keepdim: bool = False, *, out=None):
     """The largest element; with ``dim``, ``(values, indices)`` (first index among ties);
     with a tensor, the elementwise ``maximum``."""
-    return _extremum_call((_MAX, _MAX_DIM), "max", return_types.max, E.maximum, input, dim,
+    return _extremum_call((_MAX, _MAX_DIM), "max", return_types.max, maximum, input, dim,
                           keepdim, out)
 
 
 def min(input, dim=None, keepdim: bool = False, *, out=None):
     """The smallest element; with ``dim``, ``(values, indices)``; with a tensor, ``minimum``."""
-    return _extremum_call((_MIN, _MIN_DIM), "min", return_types.min, E.minimum, input, dim,
+    return _extremum_call((_MIN, _MIN_DIM), "min", return_types.min, minimum, input, dim,
                           keepdim, out)
 
 

@@ -24,7 +24,6 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops import elementwise as E
 from tessera.ops._util import call, ensure_tensor, numel, wrap_dim
 from tessera.ops.reduce import (
     _acc_np,
@@ -39,6 +38,7 @@ from tessera.ops.reduce import (
     sum,
 )
 from tessera.ops.registry import Meta, defop
+from tessera.ops.ternary import where
 
 __all__ = ["median", "nanmedian", "mode", "kthvalue", "quantile", "nanquantile", "cumsum",
            "cumprod", "cummax", "cummin"]
@@ -302,12 +302,12 @@ def _quantile_grad(ctx, g, *_):
     at_lo, at_hi = pos == lo, pos == hi
     gx = gq = None
     if ctx.needs_input_grad[0]:
-        gx = E.where(at_lo, gk * (1 - wk), 0.0) + E.where(at_hi, gk * wk, 0.0)
+        gx = where(at_lo, gk * (1 - wk), 0.0) + where(at_hi, gk * wk, 0.0)
         gx = (sum(gx, 0) if lead else gx).reshape(xm.shape)
     if len(ctx.needs_input_grad) > 1 and ctx.needs_input_grad[1]:
         ax = d + len(lead)
-        gap = sum(E.where(at_hi, xs, 0.0), ax, True) - sum(E.where(at_lo, xs, 0.0), ax, True)
-        gq = sum(E.where(drk == 0, 0.0, gk * gap * drk), tuple(range(len(lead), gk.dim())))
+        gap = sum(where(at_hi, xs, 0.0), ax, True) - sum(where(at_lo, xs, 0.0), ax, True)
+        gq = sum(where(drk == 0, 0.0, gk * gap * drk), tuple(range(len(lead), gk.dim())))
     return gx, gq
 
 
@@ -378,13 +378,13 @@ def _cumprod_grad(ctx, g):
     zero = x == 0
     zeros_so_far = cumsum(zero, d)
     before, first = zeros_so_far == 0, zero & (zeros_so_far == 1)
-    t = g * cumprod(E.where(first, 1.0, x), d)
+    t = g * cumprod(where(first, 1.0, x), d)
 
     def rsum(v):
         return dispatch(_CUMSUM, v, dim=d, reverse=True)
-    at_first = E.where(first, rsum(E.where(before, 0.0, t)), 0.0)
-    return (E.where(before, rsum(E.where(before, t, 0.0)) / E.where(before, x, 1.0),
-                    at_first),)
+    at_first = where(first, rsum(where(before, 0.0, t)), 0.0)
+    return (where(before, rsum(where(before, t, 0.0)) / where(before, x, 1.0),
+                  at_first),)
 
 
 _CUMSUM = defop("cumsum", _cum_infer("cumsum"), _cum_kernel(np.cumsum), grad=_cumsum_grad,

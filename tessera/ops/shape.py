@@ -267,7 +267,7 @@ def _split_backward_grad(ctx, g):
 
 _SPLIT_BACKWARD = defop("split_backward", _split_backward_infer, _split_backward_kernel,
                         save=(), grad=_split_backward_grad,
-                        inplace_kernels={"cpu": _split_backward_into})
+                        traits={"out_form"}, inplace_kernels={"cpu": _split_backward_into})
 
 
 def _views(input: Tensor, d: int, bounds, squeeze: bool = False) -> tuple:

@@ -1,6 +1,6 @@
 """Elementwise ops of three operands: ``where``, ``lerp``, ``addcmul``, ``addcdiv``,
-``clamp`` and ``masked_fill``. They broadcast and promote like the binary ops in
-``elementwise`` and share its operand helpers.
+``clamp`` and ``masked_fill``. They broadcast and promote like the binary ops of
+``arithmetic`` and share their operand helpers (``_elementwise``).
 
 >>> import tessera
 >>> tessera.where(tessera.tensor([True, False]), 1.0, 2.0)
@@ -11,9 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from tessera import _dtype as D
-from tessera.ops._util import broadcast_shapes, call, dtype_arg, shape_of, sum_to
-from tessera.ops.elementwise import (
+from tessera.kernels.c_expr import fmt
+from tessera.ops import cost
+from tessera.ops._elementwise import (
     _NUMBER,
+    ONE,
+    POINTWISE,
     _first_dtype,
     _is_int_scalar,
     _kernel,
@@ -25,9 +28,14 @@ from tessera.ops.elementwise import (
     builtins_abs,
     checked_scalar,
 )
+from tessera.ops._sbp import pointwise
+from tessera.ops._util import broadcast_shapes, call, dtype_arg, shape_of, sum_to
 from tessera.ops.registry import Meta, defop
 
 __all__: list[str] = []  # filled by _public
+# traits (``tessera.ops.registry.TRAITS``) of the selects: NumPy runs them in one pass at
+# memory speed, and their C rules are exact on integers
+_SELECT = frozenset({"single_pass", "c_int"})
 
 
 def _public(fn):
@@ -72,7 +80,9 @@ def _where_grad(ctx, g):
     return None, ga, gb
 
 
-_WHERE = defop("where", _where_infer, _where_kernel, grad=_where_grad)
+_WHERE = defop("where", _where_infer, _where_kernel, grad=_where_grad,
+               sbp=pointwise(joint=(1, 2)), cost=ONE, to_c=fmt("({0} ? {1} : {2})"),
+               traits=_SELECT)
 
 
 @_public
@@ -130,7 +140,7 @@ def _lerp_grad(ctx, g):
     return ga, gb, gw
 
 
-_LERP = defop("lerp", _lerp_infer, _kernel(_lerp_kernel), grad=_lerp_grad)
+_FLOATS32_64 = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _lerp_into(t, a, b, w):
@@ -140,8 +150,14 @@ def _lerp_into(t, a, b, w):
         np.copyto(t, _kernel(_lerp_kernel)(a, b, w), casting="unsafe")
 
 
-_FLOATS32_64 = (np.dtype(np.float32), np.dtype(np.float64))
-_LERP.inplace_kernels["cpu"] = _lerp_into
+def _lerp_c(c, a, at):
+    s, e, w = a
+    return f"({w} < ({c.T})0.5 ? {s} + {w} * ({e} - {s}) : {e} - ({e} - {s}) * (1 - {w}))"
+
+
+_LERP = defop("lerp", _lerp_infer, _kernel(_lerp_kernel), grad=_lerp_grad, sbp=POINTWISE,
+              cost=cost.elementwise(3), to_c=_lerp_c, traits={"out_form"},
+              inplace_kernels={"cpu": _lerp_into})
 
 
 @_public
@@ -200,13 +216,29 @@ def _addcdiv_grad(ctx, g):
             sum_to(-g * v * t1 / (t2 * t2), _shape(ctx, 2)) if need[2] else None)
 
 
+def _addc_into(k):
+    return lambda t, a, t1, t2, value=1: np.copyto(t, _kernel(k)(a, t1, t2, value=value),
+                                                   casting="unsafe")
+
+
+def _addc_rules(kernel, to_c) -> dict:
+    """input + value * (tensor1 op tensor2): three operations per element."""
+    return dict(promote=True, sbp=POINTWISE, cost=cost.elementwise(3), to_c=to_c,
+                traits={"out_form"}, inplace_kernels={"cpu": _addc_into(kernel)})
+
+
+def _addcmul_c(c, a, at):
+    return f"({a[0]} + {c.lit(at.get('value', 1))} * {a[1]} * {a[2]})"
+
+
+def _addcdiv_c(c, a, at):
+    return f"({a[0]} + {c.lit(at.get('value', 1))} * ({a[1]} / {a[2]}))"
+
+
 _ADDCMUL = defop("addcmul", _addc_infer("addcmul"), _kernel(_addcmul_kernel),
-                 grad=_addcmul_grad, promote=True)
+                 grad=_addcmul_grad, **_addc_rules(_addcmul_kernel, _addcmul_c))
 _ADDCDIV = defop("addcdiv", _addc_infer("addcdiv"), _kernel(_addcdiv_kernel),
-                 grad=_addcdiv_grad, promote=True)
-for _op, _k in ((_ADDCMUL, _addcmul_kernel), (_ADDCDIV, _addcdiv_kernel)):
-    _op.inplace_kernels["cpu"] = lambda t, a, t1, t2, value=1, k=_k: np.copyto(
-        t, _kernel(k)(a, t1, t2, value=value), casting="unsafe")
+                 grad=_addcdiv_grad, **_addc_rules(_addcdiv_kernel, _addcdiv_c))
 
 
 @_public
@@ -268,9 +300,24 @@ def _clamp_grad(ctx, g):
     return gx, glo, ghi
 
 
-_CLAMP = defop("clamp", _clamp_infer, _kernel(_clamp_kernel), grad=_clamp_grad, promote=True)
-_CLAMP.inplace_kernels["cpu"] = lambda t, x, lo, hi: np.copyto(
-    t, _kernel(_clamp_kernel)(x, lo, hi), casting="unsafe")
+def _clamp_c(c, a, at):
+    x = a[0]
+    if a[1] is not None:  # a NaN bound makes the result NaN
+        x = f"(({x} < {a[1]} || {a[1]} != {a[1]}) ? {a[1]} : {x})"
+    if a[2] is not None:
+        x = f"(({x} > {a[2]} || {a[2]} != {a[2]}) ? {a[2]} : {x})"
+    return x
+
+
+def _clamp_cost(ins, outs, **attrs):
+    """One comparison per bound given."""
+    return cost.elementwise((ins[1] is not None) + (ins[2] is not None))(ins, outs)
+
+
+_CLAMP = defop("clamp", _clamp_infer, _kernel(_clamp_kernel), grad=_clamp_grad, promote=True,
+               sbp=POINTWISE, cost=_clamp_cost, to_c=_clamp_c, traits={"out_form", "c_int"},
+               inplace_kernels={"cpu": lambda t, x, lo, hi: np.copyto(
+                   t, _kernel(_clamp_kernel)(x, lo, hi), casting="unsafe")})
 
 
 @_public
@@ -333,9 +380,10 @@ def _masked_fill_grad(ctx, g):
 
 _MASKED_FILL = defop("masked_fill", _masked_fill_infer,
                      lambda x, mask, value: np.where(mask, _fill_value(value, x.dtype), x),
-                     grad=_masked_fill_grad)
-_MASKED_FILL.inplace_kernels["cpu"] = lambda t, x, mask, value: np.copyto(
-    t, _fill_value(value, t.dtype), where=np.broadcast_to(mask, t.shape))
+                     grad=_masked_fill_grad, sbp=POINTWISE, cost=ONE,
+                     to_c=fmt("({1} ? {2} : {0})"), traits=_SELECT,
+                     inplace_kernels={"cpu": lambda t, x, mask, value: np.copyto(
+                         t, _fill_value(value, t.dtype), where=np.broadcast_to(mask, t.shape))})
 
 
 @_public

@@ -11,7 +11,7 @@ from __future__ import annotations
 from tessera import _dispatch
 from tessera._tensor import _CPU as CPU, Tensor
 from tessera.kernels import optim as _kernels
-from tessera.ops.elementwise import maximum
+from tessera.ops.arithmetic import maximum
 from tessera.optim.optimizer import (
     Optimizer,
     _check_adam_args,

@@ -9,7 +9,7 @@ tensor([0.9000, 0.9000])
 from __future__ import annotations
 
 from tessera._tensor import Tensor
-from tessera.ops.elementwise import maximum
+from tessera.ops.arithmetic import maximum
 from tessera.optim.optimizer import Optimizer, _check_adam_args, _get_value, _to_scalar
 
 __all__ = ["Adamax"]

@@ -22,12 +22,13 @@ import scipy.special as sp
 
 import tessera
 from tessera.codegen import build as runtime
-from tessera.codegen.c_rules import RULES, CType
 from tessera.graph.fused import body_graph
 from tessera.graph.passes import run_pipeline
 from tessera.graph.trace import trace
 from tessera.kernels import cc
+from tessera.kernels.c_expr import CType
 from tessera.kernels.prelude import PRELUDE
+from tessera.ops.registry import REGISTRY
 from tests.codegen.test_codegen import check, fused_node
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
@@ -178,8 +179,8 @@ def test_every_wrapper_loop_vectorises(tmp_path):
 def _gelu_lib():
     """float32 loops over gelu's and gelu_backward's C rules (the expressions graphs fuse)."""
     c = CType("float32")
-    exprs = {"gelu": RULES["gelu"](c, ["x[i]"], {}),
-             "gelu_grad": RULES["gelu_backward"](c, ["1.0f", "x[i]"], {})}
+    exprs = {"gelu": REGISTRY["gelu"].to_c(c, ["x[i]"], {}),
+             "gelu_grad": REGISTRY["gelu_backward"].to_c(c, ["1.0f", "x[i]"], {})}
     return cc.load(PRELUDE + "".join(
         f"void w_{name}f(const float* x, float* y, long n) {{\n#pragma omp simd\n"
         f"  for (long i = 0; i < n; i++) y[i] = {e};\n}}\n" for name, e in exprs.items()))

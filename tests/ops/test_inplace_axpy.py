@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import tessera
-import tessera.ops.elementwise as E
+import tessera.ops.arithmetic as E
 
 torch = pytest.importorskip("torch")
 

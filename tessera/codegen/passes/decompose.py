@@ -1,5 +1,5 @@
 """Decompose row-wise ops (softmax, log_softmax, layer_norm and their backwards) into
-reductions and elementwise ops (the rules are ``tessera.codegen.decompose.RULES``), for the
+reductions and elementwise ops (each op's ``decompose`` rule, declared in its defop), for the
 fuse pass to regroup into one reduce-then-map kernel each. Only when code is generated:
 the NumPy executor runs the undecomposed ops' own kernels faster.
 
@@ -51,11 +51,10 @@ class _Builder:
 def run(g: Graph, ctx) -> bool:
     if ctx is None or not getattr(ctx, "codegen", False):
         return False
-    from tessera.codegen.decompose import RULES
     changed = False
     new_nodes = []
     for n in list(g.nodes):
-        rule = n.op.decompose or RULES.get(n.op.name)
+        rule = n.op.decompose
         if rule is None or any(v.dtype.name not in ("float32", "float64")
                                for v in n.tensor_inputs + n.outputs):
             new_nodes.append(n)

@@ -2,7 +2,8 @@
 node whose ``body`` is the region as a graph; code generation compiles each body to one C
 loop. An elementwise node outside any region is outlined on its own when its NumPy kernel
 takes several passes over memory (``sigmoid``, ``gelu``, ``lerp``...); single-ufunc ops
-(``add``, ``exp``...) stay as they are, NumPy runs them at memory speed already.
+(trait ``single_pass``: ``add``, ``exp``...) stay as they are, NumPy runs them at memory
+speed already.
 
 A region is outlined only when the code generator can lower it (float32/float64/bool values,
 every op with a ``to_c`` rule); otherwise its nodes stay and run one by one.
@@ -24,18 +25,7 @@ from tessera.graph.ir import Graph, Node, Value
 from tessera.graph.passes.fuse import is_elementwise, regions
 from tessera.ops.registry import REGISTRY
 
-__all__ = ["run", "SINGLE_PASS"]
-
-# elementwise ops NumPy runs in one pass at memory speed: not worth a kernel of their own
-# (not relu: NumPy's allocates its result, a C kernel writes into the arena on all threads:
-# bench training: cnn)
-SINGLE_PASS = frozenset({
-    "add", "sub", "mul", "neg", "positive", "abs", "square", "exp", "log", "sqrt",
-    "maximum", "minimum", "fmax", "fmin", "eq", "ne", "lt", "le", "gt", "ge", "cast",
-    "where", "masked_fill", "logical_not", "logical_and", "logical_or", "logical_xor",
-    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "reciprocal", "floor",
-    "ceil", "trunc", "sin", "cos",
-})
+__all__ = ["run"]
 
 
 def _body(nodes: list[Node]) -> tuple[Graph, list[Value], Value]:
@@ -65,7 +55,7 @@ def run(g: Graph, ctx) -> bool:
     groups = list(regions(g).values())
     grouped = {id(n) for grp in groups for n in grp}
     groups += [[n] for n in g.nodes if id(n) not in grouped and is_elementwise(n)
-               and n.op.name not in SINGLE_PASS and "single_pass" not in n.op.traits
+               and "single_pass" not in n.op.traits
                and len(n.outputs) == 1]
     fused = REGISTRY["fused"]
     replaced: dict[int, Node | None] = {}   # id(node) -> its fused node (or None: removed)

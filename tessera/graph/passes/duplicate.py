@@ -9,9 +9,9 @@ computes ``gelu(mm + b)`` and the backward ``gelu_backward(g, mm + b)`` in their
 and ``h`` is never stored. XLA's fusion duplicates cheap producers the same way.
 
 A node is duplicated only when that costs no memory or work worth having: it is a cheap
-arithmetic op, every user is an elementwise op (or a reduction) over its own shape, so each
-copy fuses, and at most one operand is as large as the output (the others broadcast), so
-keeping the operands alive instead of the result holds no more memory.
+arithmetic op (trait ``cheap``), every user is an elementwise op (or a reduction) over its
+own shape, so each copy fuses, and at most one operand is as large as the output (the
+others broadcast), so keeping the operands alive instead of the result holds no more memory.
 
 >>> from tessera.graph.ir import Graph
 >>> g = Graph.parse('''graph(%x: float32[4, 3], %b: float32[3]) {
@@ -29,15 +29,11 @@ from __future__ import annotations
 from tessera.graph.ir import Graph, Node, Value
 from tessera.graph.passes.fuse import is_elementwise, is_reduction_root
 
-__all__ = ["run", "CHEAP"]
-
-# one arithmetic instruction per element: recomputing beats a round trip through memory
-CHEAP = frozenset({"add", "sub", "mul", "div", "neg"})
+__all__ = ["run"]
 
 
 def _worth(n: Node, users: list, roots: set) -> bool:
-    cheap = "cheap" in n.op.traits or n.op.name in CHEAP
-    if not cheap or len(n.outputs) != 1 or n.op.to_c is None:
+    if "cheap" not in n.op.traits or len(n.outputs) != 1 or n.op.to_c is None:
         return False
     out = n.outputs[0]
     if len(users) < 2 or id(out) in roots or out.dtype.name not in ("float32", "float64"):

@@ -27,8 +27,8 @@ from tessera.graph.ir import Graph
 
 
 def is_elementwise(n) -> bool:
-    """Fusible: the op has a C rule (``tessera.codegen.c_rules``), so it computes each output
-    element from the same element of its (broadcast) inputs."""
+    """Fusible: the op has a C rule (``OpDef.to_c``), so it computes each output element
+    from the same element of its (broadcast) inputs."""
     return n.op.to_c is not None
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 
 from tessera.autograd.grad_mode import no_grad
-from tessera.ops import activation as A, elementwise as E
+from tessera.ops import activation as A, ternary, unary
 from tessera.ops._util import call, wrap_dim
 from tessera.ops.activation import need_float
 from tessera.ops.creation import empty_like, zeros_like
@@ -38,11 +38,11 @@ def relu(input, inplace: bool = False):
     >>> F.relu(tessera.tensor([-1., 2.]))
     tensor([0., 2.])
     """
-    return E.relu(input, out=input if inplace else None)
+    return unary.relu(input, out=input if inplace else None)
 
 
 def relu_(input):
-    return E.relu(input, out=input)
+    return unary.relu(input, out=input)
 
 
 def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
@@ -174,7 +174,7 @@ def rrelu(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool 
     need_float("rrelu_with_noise_cpu", input.meta())
     with no_grad():
         noise = empty_like(input).uniform_(lower, upper)
-        noise = E.where(input >= 0, 1.0, noise) if input.numel() else noise
+        noise = ternary.where(input >= 0, 1.0, noise) if input.numel() else noise
     return input.mul_(noise) if inplace else input * noise
 
 

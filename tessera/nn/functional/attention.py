@@ -15,8 +15,8 @@ import warnings
 
 from tessera import _dtype as D
 from tessera._tensor import Tensor
+from tessera.ops.comparison import isneginf
 from tessera.ops.creation import ones, zeros
-from tessera.ops.elementwise import isneginf
 from tessera.ops.shape import broadcast_shapes, cat
 
 __all__ = ["scaled_dot_product_attention", "multi_head_attention_forward"]

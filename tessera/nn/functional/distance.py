@@ -16,8 +16,8 @@ from tessera import _dtype as D
 from tessera._dtype import promote_types
 from tessera.autograd.grad_mode import no_grad
 from tessera.ops.activation import tname
+from tessera.ops.arithmetic import div
 from tessera.ops.creation import ones_like, tensor
-from tessera.ops.elementwise import div
 from tessera.ops.queries import result_type
 from tessera.ops.shape import broadcast_shapes, broadcast_tensors, cat
 

@@ -20,12 +20,13 @@ from tessera import _dtype as D
 from tessera._dtype import promote_types
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
-from tessera.ops import activation as A, ctc as CTC, elementwise as E, loss as L
+from tessera.ops import activation as A, ctc as CTC, loss as L, ternary
 from tessera.ops._util import call
 from tessera.ops.activation import tname
+from tessera.ops.arithmetic import minimum
 from tessera.ops.creation import arange, ones_like, tensor, zeros as _zeros, zeros_like
-from tessera.ops.elementwise import minimum
 from tessera.ops.shape import broadcast_shapes, broadcast_tensors
+from tessera.ops.ternary import where
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
            "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
@@ -268,7 +269,7 @@ def multi_margin_loss(input, target, p: int = 1, margin: float = 1.0, weight=Non
         z = z * z
     if weight is not None:
         z = z * weight.reshape(dim)[t].unsqueeze(1)
-    z = E.where(arange(dim) == t.unsqueeze(1), 0.0, z)
+    z = ternary.where(arange(dim) == t.unsqueeze(1), 0.0, z)
     loss = z.sum(1) / dim
     if reduction == "none":
         return loss if target.dim() > 0 else loss.reshape(())
@@ -294,7 +295,7 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None,
     listed = (t != -1).long().cumprod(1).bool()
     if ((t < -1) | (t >= dim)).any() or (listed & (t < 0)).any():
         raise RuntimeError(f"Expected all target indices in [-1, {dim - 1}]")
-    idx = E.where(listed, t, 0)
+    idx = ternary.where(listed, t, 0)
     is_target = _zeros(n, dim).scatter_add(1, idx, listed.float()) > 0
     xj = x.gather(1, idx)
     z = (1 - xj.unsqueeze(2) + x.unsqueeze(1)).clamp_min(0)
@@ -361,7 +362,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     _need_float("smooth_l1_cpu", input, target)
     z = (x - t).abs()
-    return _reduce(E.where(z < beta, 0.5 * z * z / beta, z - 0.5 * beta), reduction)
+    return _reduce(where(z < beta, 0.5 * z * z / beta, z - 0.5 * beta), reduction)
 
 
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weight=None):
@@ -374,7 +375,7 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
     _need_float("huber_cpu", input, target)
     z = (x - t).abs()
-    loss = E.where(z < delta, 0.5 * z * z, delta * (z - 0.5 * delta))
+    loss = where(z < delta, 0.5 * z * z, delta * (z - 0.5 * delta))
     if loss.dtype is not input.dtype:  # ATen's huber writes into a tensor like the input
         loss = loss.to(input.dtype)
     if weight is None:
@@ -389,7 +390,7 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
 
 def _xlogy_self(t):
     """``t * log(t)`` with 0 at ``t == 0`` (``xlogy(t, t)``)."""
-    return E.where(t == 0, 0.0, t * t.log())
+    return where(t == 0, 0.0, t * t.log())
 
 
 def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean",
@@ -491,7 +492,7 @@ def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, 
     reduction = _reduction(size_average, reduce, reduction)
     zeros = zeros_like(input)
     margin_clamp = (margin - input).clamp_min(0)
-    out = E.where(target != 1, margin_clamp, zeros) + E.where(target != -1, input, zeros)
+    out = where(target != 1, margin_clamp, zeros) + where(target != -1, input, zeros)
     if input.dtype.category < 2:  # ATen keeps an integer input's dtype (its mean then fails)
         out = out.to(input.dtype)
     return _reduce(out, reduction)
@@ -525,8 +526,8 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0, size_averag
     mag2 = (input2 * input2).sum(td) + EPSILON
     cos = prod_sum / (mag1 * mag2).sqrt()
     zeros = zeros_like(cos)
-    out = E.where(target == 1, 1 - cos, zeros) + \
-        E.where(target == -1, (cos - margin).clamp_min(0), zeros)
+    out = where(target == 1, 1 - cos, zeros) + \
+        where(target == -1, (cos - margin).clamp_min(0), zeros)
     return _reduce(out, reduction)
 
 
@@ -608,7 +609,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0,
     lp = log_probs if batched else log_probs.unsqueeze(1)
     loss = CTC.ctc_loss(lp, targets, il, tl, blank, zero_infinity)
     if zero_infinity:
-        loss = E.where(loss == math.inf, zeros_like(loss), loss)
+        loss = where(loss == math.inf, zeros_like(loss), loss)
     if reduction == "mean":
         lengths = tensor(tl, dtype=loss.dtype, device=loss.device).clamp_min(1)
         return (loss / lengths).mean()

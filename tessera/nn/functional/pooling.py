@@ -276,7 +276,7 @@ def _lp_pool(nd, input, norm_type, kernel_size, stride, ceil_mode):
     if isinstance(norm_type, (int, float)) and norm_type == -float("inf"):
         return -max_fn(-input.abs(), kernel_size, stride, 0, 1, ceil_mode)
     out = avg_fn(input.pow(norm_type), kernel_size, stride, 0, ceil_mode)
-    from tessera.ops.elementwise import relu
+    from tessera.ops.unary import relu
     return (out.sign() * relu(out.abs())).mul(int(np.prod(k))).pow(1.0 / norm_type)
 
 

@@ -378,7 +378,7 @@ def _unnormalize(c: Tensor, size: int, align_corners: bool) -> Tensor:
 def _reflect(c: Tensor, twice_low: int, twice_high: int) -> Tensor:
     """Fold ``c`` back into [twice_low / 2, twice_high / 2] by reflection (any number of
     times), differentiably."""
-    from tessera.ops.elementwise import where
+    from tessera.ops.ternary import where
     if twice_low == twice_high:
         return c * 0
     lo, span = twice_low / 2, (twice_high - twice_low) / 2

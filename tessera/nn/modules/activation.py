@@ -13,7 +13,7 @@ from tessera.nn import functional as F, init
 from tessera.nn.modules.module import Module
 from tessera.nn.parameter import Parameter
 from tessera.ops.creation import empty
-from tessera.ops.elementwise import sigmoid, tanh
+from tessera.ops.unary import sigmoid, tanh
 
 __all__ = ["Threshold", "ReLU", "RReLU", "Hardtanh", "ReLU6", "Sigmoid", "Hardsigmoid", "Tanh",
            "SiLU", "Mish", "Hardswish", "ELU", "CELU", "SELU", "GLU", "GELU", "Hardshrink",

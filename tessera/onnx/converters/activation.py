@@ -18,9 +18,9 @@ import tessera.nn.functional as F
 from tessera.onnx.converters.helpers import norm_axis, operand, static_prod, unary_composite
 from tessera.onnx.converters.registry import export_rule, import_rule, simple
 from tessera.ops.creation import zeros_like
-from tessera.ops.elementwise import exp
 from tessera.ops.reduce import argmax
 from tessera.ops.ternary import clamp, where
+from tessera.ops.unary import exp
 
 simple("hardswish", "HardSwish", opset=14)
 simple("mish", "Mish", opset=18)

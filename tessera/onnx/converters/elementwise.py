@@ -24,19 +24,17 @@ from tessera.onnx.converters.helpers import (
     unary_composite,
 )
 from tessera.onnx.converters.registry import EXPORT, export_rule, import_rule, simple
-from tessera.ops.creation import zeros
-from tessera.ops.elementwise import (
+from tessera.ops.arithmetic import (
     add,
     div as _div,
     fmod,
-    isinf,
-    isneginf,
-    isposinf,
     maximum,
     minimum,
     pow as _pow,
     remainder,
 )
+from tessera.ops.comparison import isinf, isneginf, isposinf
+from tessera.ops.creation import zeros
 from tessera.ops.ternary import clamp, where
 
 # ---- unary -----------------------------------------------------------------------------

@@ -15,9 +15,9 @@ from tessera import _dtype as D
 from tessera.onnx.converters.helpers import operand, reduce_over
 from tessera.onnx.converters.registry import export_rule, import_rule
 from tessera.ops.creation import zeros_like
-from tessera.ops.elementwise import sqrt
 from tessera.ops.reduce import norm
 from tessera.ops.ternary import where
+from tessera.ops.unary import sqrt
 
 
 def _channel(b, t, rank):

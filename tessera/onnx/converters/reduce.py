@@ -24,7 +24,6 @@ from tessera.onnx.converters.helpers import (
 )
 from tessera.onnx.converters.registry import export_rule, import_rule
 from tessera.ops.creation import full
-from tessera.ops.elementwise import abs as _abs, exp, log, sqrt
 from tessera.ops.indexing import gather
 from tessera.ops.reduce import (
     amax,
@@ -38,6 +37,7 @@ from tessera.ops.reduce import (
 )
 from tessera.ops.scan import cumsum
 from tessera.ops.sorting import argsort
+from tessera.ops.unary import abs as _abs, exp, log, sqrt
 
 # ---- the Reduce* family ----------------------------------------------------------------
 
