@@ -6,9 +6,9 @@ functions in ``__all__``; importing this module fills the table Tensor methods c
 from tessera import _fastpath
 from tessera._tensor import FAST_OPERATORS, Tensor
 from tessera._tensor_methods import _OPS, bind_methods
-from tessera.ops import creation, elementwise, getitem, reduce, views
+from tessera.ops import creation, elementwise, getitem, reduce, scan, views
 
-_FAMILIES = [creation, elementwise, views, getitem, reduce]
+_FAMILIES = [creation, elementwise, views, getitem, reduce, scan]
 for _mod in ("indexing", "shape", "sorting", "linalg", "random", "nn_ops", "einsum"):
     try:  # families written in later steps; each is optional until it exists
         _FAMILIES.append(__import__(f"tessera.ops.{_mod}", fromlist=["__all__"]))

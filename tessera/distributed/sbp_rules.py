@@ -36,11 +36,9 @@ from tessera.distributed.sbp_nn import NN_RULES, nll_mean_signature
 from tessera.ops._sbp import (
     aligned,
     bshape,
-    full_reduction,
     linear_identity,
     optional,
     pointwise,
-    reduced,
     reduction,
     resolve,
     wrap,
@@ -49,19 +47,6 @@ from tessera.ops.registry import REGISTRY, Meta
 from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__ = ["RULES", "pointwise", "reduction"]
-
-
-# ---- reductions ----------------------------------------------------------------------------
-
-def _mean_local(op, args, attrs, metas, group):
-    """``mean`` of a tile split on a reduced dim: its sum over the logical count (the tiles
-    then add up to the mean)."""
-    import tessera
-    x = args[0]
-    dims = reduced(metas[0], attrs.get("dim"))
-    count = math.prod(metas[0].shape[d] for d in dims)
-    s = tessera.sum(x, dim=dims, keepdim=attrs.get("keepdim", False), dtype=attrs.get("dtype"))
-    return s / count
 
 
 # ---- matmul --------------------------------------------------------------------------------
@@ -247,7 +232,6 @@ def _nll_loss_backward(g, t, w, shape, reduction="mean", ignore_index=-100):
 
 # ---- scans, sorting, selection along a dim ----------------------------------------------
 
-_SCAN = pointwise(skip=("dim",))
 _SCAN2 = pointwise(nout=2, skip=("dim",))
 
 
@@ -269,22 +253,6 @@ def _roll(x, shifts, dims):
     if not dims:
         return linear_identity()
     return _ALONG_DIMS(x, dims=dims)
-
-
-def _quantile(x, q, dim=None, keepdim=False, **attrs):
-    """A kept dim stays split (after q's dim, which leads the outputs); a split q splits
-    every output's leading dim; all five outputs (values and backward's hidden ones) alike.
-    A split quantile dim would need the whole slice sorted."""
-    lead = len(q.shape) if type(q) is Meta else 0
-    qs = B if type(q) is Meta else None
-    sigs = []
-    if dim is not None and x.shape:
-        d0 = wrap(dim, len(x.shape))
-        sigs += [Signature((S(d), qs), (S(lead + (d if keepdim or d < d0 else d - 1)),) * 5)
-                 for d in range(len(x.shape)) if d != d0]
-    if lead:
-        sigs.append(Signature((B, S(0)), (S(0),) * 5))
-    return sigs + [Signature((B, qs), (B,) * 5)]
 
 
 def _take(x, index):
@@ -312,15 +280,6 @@ def _searchsorted(seq, v, sorter, right=False, out_int32=False):
         sigs = [Signature((S(d), S(d), optional(sorter, S(d))), (S(d),))
                 for d in range(len(seq.shape) - 1)]
     return sigs + [Signature((B, B, optional(sorter)), (B,))]
-
-
-def _norm(x, dim=None, keepdim=False, ord=2.0, dtype=None):
-    """A kept dim may stay split; a split reduced dim gives partial_sum only for the 1-norm
-    (a sum of |x|): the tiles' 2-norms do not add up to the 2-norm. Never partial input."""
-    sigs = reduction()(x, dim=dim, keepdim=keepdim)
-    if ord == 1:
-        sigs += [Signature((S(d),), (P,)) for d in reduced(x, dim)]
-    return sigs
 
 
 def _vdot(a, b):
@@ -514,13 +473,6 @@ RULES.update({
     "softmax": pointwise(skip=("dim",)), "log_softmax": pointwise(skip=("dim",)),
     "softmax_backward": pointwise(each=(0,), skip=("dim",)),
     "log_softmax_backward": pointwise(each=(0,), skip=("dim",)),
-    "sum": reduction(partial=True), "nansum": reduction(partial=True),
-    "mean": reduction(mean=_mean_local),
-    **{n: reduction() for n in ("amax", "amin", "prod", "logsumexp", "std", "var", "argmax",
-                                 "argmin", "all", "any", "count_nonzero", "nanmean")},
-    "var_mean": reduction(nout=2), "std_mean": reduction(nout=2),
-    "max_dim": reduction(nout=2), "min_dim": reduction(nout=2),
-    "max": SbpRule(full_reduction), "min": SbpRule(full_reduction),
     "matmul": SbpRule(_matmul),
     "view": SbpRule(_view, shape_attrs=("shape",), mesh=True, contiguous=True),
     "expand": SbpRule(_expand, shape_attrs=("shape",)),
@@ -533,15 +485,9 @@ RULES.update({
     "embedding": SbpRule(_embedding), "embedding_backward": SbpRule(_embedding_backward),
     "nll_loss": SbpRule(_nll_loss),
     "nll_loss_backward": SbpRule(_nll_loss_backward, shape_attrs=("shape",)),
-    "cumsum": pointwise(each=(0,), skip=("dim",)), "cumprod": _SCAN,
-    "cummax": _SCAN2, "cummin": _SCAN2,
-    "cummaxmin_backward": pointwise(each=(0,), skip=("dim",)),
     "sort": SbpRule(_sort), "topk": SbpRule(_topk),
-    **{n: reduction(nout=2) for n in ("kthvalue", "median_dim", "nanmedian_dim", "mode",
-                                       "aminmax")},
-    "median": SbpRule(full_reduction), "nanmedian": SbpRule(full_reduction),
-    "norm": SbpRule(_norm), "vdot": SbpRule(_vdot),
-    "flip": _ALONG_DIMS, "roll": SbpRule(_roll), "quantile": SbpRule(_quantile),
+    "vdot": SbpRule(_vdot),
+    "flip": _ALONG_DIMS, "roll": SbpRule(_roll),
     # (each rank would need whole rows' norms and the rows of every index)
     "embedding_renorm": SbpRule(lambda w, indices, **attrs: [Signature((B, B), (B,))]),
     "index": SbpRule(_index), "index_put": SbpRule(_index_put),
