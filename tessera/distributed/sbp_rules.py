@@ -37,7 +37,6 @@ from tessera.ops._sbp import (
     aligned,
     bshape,
     linear_identity,
-    optional,
     pointwise,
     reduction,
     resolve,
@@ -47,35 +46,6 @@ from tessera.ops.registry import REGISTRY, Meta
 from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__ = ["RULES", "pointwise", "reduction"]
-
-
-# ---- matmul --------------------------------------------------------------------------------
-
-def _matmul(a, b):
-    na, nb = len(a.shape), len(b.shape)
-    sigs = []
-    if na >= 2 and nb >= 2:
-        n = max(na, nb)
-        sigs += [Signature((S(na - 2), B), (S(n - 2),)),     # S(0) x B -> S(0)
-                 Signature((B, S(nb - 1)), (S(n - 1),)),     # B x S(1) -> S(1)
-                 Signature((S(na - 1), S(nb - 2)), (P,))]    # S(1) x S(0) -> P
-        batch = bshape([a.shape[:-2], b.shape[:-2]])
-        for d in range(n - 2):
-            ka, kb = d - (n - na), d - (n - nb)
-            sa = S(ka) if ka >= 0 and a.shape[ka] == batch[d] else B
-            sb = S(kb) if kb >= 0 and b.shape[kb] == batch[d] else B
-            sigs.append(Signature((sa, sb), (S(d),)))
-    elif na >= 2:  # matrix @ vector: (..., n, k) @ (k,) -> (..., n)
-        sigs += [Signature((S(d), B), (S(d),)) for d in range(na - 1)]
-        sigs.append(Signature((S(na - 1), S(0)), (P,)))
-    elif nb >= 2:  # vector @ matrix: (k,) @ (..., k, m) -> (..., m)
-        sigs.append(Signature((B, S(nb - 1)), (S(nb - 2),)))
-        sigs += [Signature((B, S(d)), (S(d),)) for d in range(nb - 2)]
-        sigs.append(Signature((S(0), S(nb - 2)), (P,)))
-    else:
-        sigs.append(Signature((S(0), S(0)), (P,)))
-    sigs += [Signature((P, B), (P,)), Signature((B, P), (P,)), Signature((B, B), (B,))]
-    return sigs
 
 
 # ---- views ---------------------------------------------------------------------------------
@@ -232,19 +202,6 @@ def _nll_loss_backward(g, t, w, shape, reduction="mean", ignore_index=-100):
 
 # ---- scans, sorting, selection along a dim ----------------------------------------------
 
-_SCAN2 = pointwise(nout=2, skip=("dim",))
-
-
-def _sort(x, dim=-1, descending=False):
-    """``sort``/``topk``: split any dim but the sorted one (their defaults named here: a
-    missing attr would otherwise ban nothing)."""
-    return _SCAN2(x, dim=dim)
-
-
-def _topk(x, k, dim=-1, largest=True):
-    return _SCAN2(x, dim=dim)
-
-
 _ALONG_DIMS = pointwise(each=(0,), skip=("dims",))  # flip, roll: linear, split other dims
 
 
@@ -268,23 +225,6 @@ def _put(x, index, source, accumulate=False):
     if accumulate and tuple(index.shape) == tuple(source.shape):
         sigs += [Signature((P, S(d), S(d)), (P,)) for d in range(len(index.shape))]
     return sigs
-
-
-def _searchsorted(seq, v, sorter, right=False, out_int32=False):
-    """1-D boundaries: the values split anywhere; N-D: a batch dim split alike in all."""
-    if type(v) is not Meta:
-        return [Signature((B, None, optional(sorter)), (B,))]
-    if len(seq.shape) == 1:
-        sigs = [Signature((B, S(d), optional(sorter)), (S(d),)) for d in range(len(v.shape))]
-    else:
-        sigs = [Signature((S(d), S(d), optional(sorter, S(d))), (S(d),))
-                for d in range(len(seq.shape) - 1)]
-    return sigs + [Signature((B, B, optional(sorter)), (B,))]
-
-
-def _vdot(a, b):
-    return [Signature((S(0), S(0)), (P,)), Signature((P, B), (P,)), Signature((B, P), (P,)),
-            Signature((B, B), (B,))]
 
 
 # ---- gather / scatter / index_* ----------------------------------------------------------
@@ -473,7 +413,6 @@ RULES.update({
     "softmax": pointwise(skip=("dim",)), "log_softmax": pointwise(skip=("dim",)),
     "softmax_backward": pointwise(each=(0,), skip=("dim",)),
     "log_softmax_backward": pointwise(each=(0,), skip=("dim",)),
-    "matmul": SbpRule(_matmul),
     "view": SbpRule(_view, shape_attrs=("shape",), mesh=True, contiguous=True),
     "expand": SbpRule(_expand, shape_attrs=("shape",)),
     "permute": SbpRule(_permute), "unsqueeze": SbpRule(_unsqueeze),
@@ -485,13 +424,11 @@ RULES.update({
     "embedding": SbpRule(_embedding), "embedding_backward": SbpRule(_embedding_backward),
     "nll_loss": SbpRule(_nll_loss),
     "nll_loss_backward": SbpRule(_nll_loss_backward, shape_attrs=("shape",)),
-    "sort": SbpRule(_sort), "topk": SbpRule(_topk),
-    "vdot": SbpRule(_vdot),
     "flip": _ALONG_DIMS, "roll": SbpRule(_roll),
     # (each rank would need whole rows' norms and the rows of every index)
     "embedding_renorm": SbpRule(lambda w, indices, **attrs: [Signature((B, B), (B,))]),
     "index": SbpRule(_index), "index_put": SbpRule(_index_put),
-    "take": SbpRule(_take), "put": SbpRule(_put), "searchsorted": SbpRule(_searchsorted),
+    "take": SbpRule(_take), "put": SbpRule(_put),
     "tril": pointwise(each=(0,), skip=(-2, -1)), "triu": pointwise(each=(0,), skip=(-2, -1)),
     "diagonal": SbpRule(_diagonal), "diag_embed": SbpRule(_diag_embed),
     "repeat": SbpRule(_repeat), "unfold": SbpRule(_unfold),
