@@ -30,118 +30,18 @@ Ops without a rule raise ``MissingRule(op, "sbp")`` on global tensors.
 """
 from __future__ import annotations
 
-import math
-
 from tessera.distributed.sbp_nn import NN_RULES, nll_mean_signature
 from tessera.ops._sbp import (
     aligned,
     bshape,
-    linear_identity,
     pointwise,
     reduction,
-    resolve,
     wrap,
 )
 from tessera.ops.registry import REGISTRY, Meta
 from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__ = ["RULES", "pointwise", "reduction"]
-
-
-# ---- views ---------------------------------------------------------------------------------
-
-def _view(x, shape, mesh_size=None):
-    """A split dim stays split where it survives whole, or where the dim it starts at in
-    the output has the same offset and both sizes divide evenly over the mesh (splitting
-    (B, L, H*D) into (B, L, H, D) heads, merging them back): the tiles are then the same
-    contiguous blocks."""
-    ins = tuple(x.shape)
-    out = resolve(shape, math.prod(ins))
-    n = mesh_size
-    sigs = []
-    for d, size in enumerate(ins):
-        pre = math.prod(ins[:d])
-        for e, osize in enumerate(out):
-            if math.prod(out[:e]) != pre:
-                continue
-            if osize == size or (n and size % n == 0 and osize % n == 0):
-                sigs.append(Signature((S(d),), (S(e),)))
-                break
-    return sigs + linear_identity()
-
-
-def _expand(x, shape):
-    n, nx = len(shape), len(x.shape)
-    sigs = []
-    for k, size in enumerate(x.shape):
-        d = k + n - nx
-        if shape[d] in (-1, size):
-            sigs.append(Signature((S(k),), (S(d),)))
-    return sigs + linear_identity()
-
-
-def _permute(x, dims):
-    n = len(x.shape)
-    dims = [wrap(d, n) for d in dims]
-    return [Signature((S(d),), (S(j),)) for j, d in enumerate(dims)] + linear_identity()
-
-
-def _unsqueeze(x, dim):
-    n = len(x.shape)
-    dim = wrap(dim, n + 1)
-    return [Signature((S(d),), (S(d if d < dim else d + 1),)) for d in range(n)] + \
-        linear_identity()
-
-
-def _squeeze(x, dims):
-    n = len(x.shape)
-    gone = {wrap(d, max(n, 1)) for d in (dims if dims is not None else range(n))
-            if n and x.shape[wrap(d, n)] == 1}
-    return [Signature((S(d),), (S(d - sum(1 for g in gone if g < d)),))
-            for d in range(n) if d not in gone] + linear_identity()
-
-
-def _cat(*ts, dim=0):
-    n = len(ts[0].shape)
-    dim = wrap(dim, n)
-    k = len(ts)
-    sigs = [Signature((S(d),) * k, (S(d),)) for d in range(n) if d != dim]
-    return sigs + linear_identity(k)
-
-
-def _split_view(x, dim, bounds, squeeze):
-    """``split``/``unbind``/``chunk`` along ``dim``: the other dims may stay split."""
-    n, k = len(x.shape), len(bounds)
-    dim = wrap(dim, n)
-    sigs = [Signature((S(d),), (S(d - (1 if squeeze and d > dim else 0)),) * k)
-            for d in range(n) if d != dim]
-    return sigs + [Signature((B,), (B,) * k), Signature((P,), (P,) * k)]
-
-
-def _split_backward(*gs, shape, dim, bounds, squeeze):
-    """The pieces' gradients put back together along ``dim``: other dims may stay split."""
-    n, k = len(shape), len(gs)
-    dim = wrap(dim, n)
-    sigs = [Signature((S(d - (1 if squeeze and d > dim else 0)),) * k, (S(d),))
-            for d in range(n) if d != dim]
-    return sigs + linear_identity(k)
-
-
-def _slice(x, key):
-    """Basic indexing: a dim that the key leaves whole (``:``) can stay split."""
-    n = len(x.shape)
-    key = key if isinstance(key, tuple) else (key,)
-    if any(k is None or k is Ellipsis for k in key):
-        return linear_identity()
-    sigs = []
-    out = 0
-    for d in range(n):
-        k = key[d] if d < len(key) else slice(None)
-        if isinstance(k, slice):
-            if k == slice(None) or k.indices(x.shape[d]) == (0, x.shape[d], 1):
-                sigs.append(Signature((S(d),), (S(out),)))
-            out += 1
-    return sigs + linear_identity()
 
 
 # ---- nn ops ------------------------------------------------------------------------------
@@ -201,16 +101,6 @@ def _nll_loss_backward(g, t, w, shape, reduction="mean", ignore_index=-100):
 
 
 # ---- scans, sorting, selection along a dim ----------------------------------------------
-
-_ALONG_DIMS = pointwise(each=(0,), skip=("dims",))  # flip, roll: linear, split other dims
-
-
-def _roll(x, shifts, dims):
-    """Rolling a split dim moves elements across tiles; no dims rolls the flattened tensor."""
-    if not dims:
-        return linear_identity()
-    return _ALONG_DIMS(x, dims=dims)
-
 
 def _take(x, index):
     """Flat indices: x whole, the index split anywhere (the output has its shape)."""
@@ -352,45 +242,6 @@ def _index_put(x, values, *idx, key, accumulate=False):
     return sigs
 
 
-# ---- shape ops ---------------------------------------------------------------------------
-
-def _diagonal(x, offset=0, dim1=0, dim2=1):
-    """The dims the diagonal does not run along stay split (they keep their order, the
-    diagonal goes last)."""
-    n = len(x.shape)
-    d1, d2 = wrap(dim1, n), wrap(dim2, n)
-    rest = [d for d in range(n) if d not in (d1, d2)]
-    return [Signature((S(d),), (S(j),)) for j, d in enumerate(rest)] + linear_identity()
-
-
-def _diag_embed(x, offset=0, dim1=-2, dim2=-1):
-    """The batch dims (all but the last) stay split, at the output positions the two new
-    dims leave free."""
-    n = len(x.shape)
-    d1, d2 = wrap(dim1, n + 1), wrap(dim2, n + 1)
-    free = [d for d in range(n + 1) if d not in (d1, d2)]
-    return [Signature((S(d),), (S(free[d]),)) for d in range(n - 1)] + linear_identity()
-
-
-def _repeat(x, repeats):
-    """A dim repeated once stays split (a repeated one would interleave tiles)."""
-    lead = len(repeats) - len(x.shape)
-    return [Signature((S(d),), (S(d + lead),)) for d in range(len(x.shape))
-            if repeats[d + lead] == 1] + linear_identity()
-
-
-def _unfold(x, dimension, size, step):
-    n = len(x.shape)
-    d0 = wrap(dimension, max(n, 1))
-    return [Signature((S(d),), (S(d),)) for d in range(n) if d != d0] + linear_identity()
-
-
-def _unfold_backward(g, input_shape, dimension, size, step):
-    n = len(input_shape)
-    d0 = wrap(dimension, max(n, 1))
-    return [Signature((S(d),), (S(d),)) for d in range(n) if d != d0] + linear_identity()
-
-
 # ---- the table -----------------------------------------------------------------------------
 
 _UNARY = """abs acos acosh asin asinh atan atanh ceil cos cosh erf erfc erfinv exp exp2 expm1
@@ -413,26 +264,14 @@ RULES.update({
     "softmax": pointwise(skip=("dim",)), "log_softmax": pointwise(skip=("dim",)),
     "softmax_backward": pointwise(each=(0,), skip=("dim",)),
     "log_softmax_backward": pointwise(each=(0,), skip=("dim",)),
-    "view": SbpRule(_view, shape_attrs=("shape",), mesh=True, contiguous=True),
-    "expand": SbpRule(_expand, shape_attrs=("shape",)),
-    "permute": SbpRule(_permute), "unsqueeze": SbpRule(_unsqueeze),
-    "squeeze": SbpRule(_squeeze), "cat": SbpRule(_cat), "slice": SbpRule(_slice),
-    "split_view": SbpRule(_split_view),
-    "split_backward": SbpRule(_split_backward, shape_attrs=("shape",)),
-    "view_assign": SbpRule(lambda base, src, chain: linear_identity(2)),
     "layer_norm": SbpRule(_layer_norm), "layer_norm_backward": SbpRule(_layer_norm_backward),
     "embedding": SbpRule(_embedding), "embedding_backward": SbpRule(_embedding_backward),
     "nll_loss": SbpRule(_nll_loss),
     "nll_loss_backward": SbpRule(_nll_loss_backward, shape_attrs=("shape",)),
-    "flip": _ALONG_DIMS, "roll": SbpRule(_roll),
     # (each rank would need whole rows' norms and the rows of every index)
     "embedding_renorm": SbpRule(lambda w, indices, **attrs: [Signature((B, B), (B,))]),
     "index": SbpRule(_index), "index_put": SbpRule(_index_put),
     "take": SbpRule(_take), "put": SbpRule(_put),
-    "tril": pointwise(each=(0,), skip=(-2, -1)), "triu": pointwise(each=(0,), skip=(-2, -1)),
-    "diagonal": SbpRule(_diagonal), "diag_embed": SbpRule(_diag_embed),
-    "repeat": SbpRule(_repeat), "unfold": SbpRule(_unfold),
-    "unfold_backward": SbpRule(_unfold_backward, shape_attrs=("input_shape",)),
     "gather": SbpRule(_gather), "scatter": _scatter_like(True),
     "scatter_add": _scatter_like(True), "scatter_reduce": _scatter_like(True),
     "index_select": SbpRule(_index_select), "index_add": _index_put_like(True),
