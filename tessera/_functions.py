@@ -9,7 +9,8 @@ from tessera._tensor_methods import _OPS, bind_methods
 from tessera.ops import creation, elementwise, getitem, reduce, scan, views
 
 _FAMILIES = [creation, elementwise, views, getitem, reduce, scan]
-for _mod in ("indexing", "shape", "broadcast", "sorting", "linalg", "random", "nn_ops", "einsum"):
+for _mod in ("gather_scatter", "index_slices", "flat_index", "shape", "broadcast", "sorting",
+             "linalg", "random", "nn_ops", "einsum"):
     try:  # families written in later steps; each is optional until it exists
         _FAMILIES.append(__import__(f"tessera.ops.{_mod}", fromlist=["__all__"]))
     except ModuleNotFoundError as _e:

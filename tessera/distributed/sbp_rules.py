@@ -32,13 +32,10 @@ from __future__ import annotations
 
 from tessera.distributed.sbp_nn import NN_RULES, nll_mean_signature
 from tessera.ops._sbp import (
-    aligned,
-    bshape,
     pointwise,
     reduction,
-    wrap,
 )
-from tessera.ops.registry import REGISTRY, Meta
+from tessera.ops.registry import REGISTRY
 from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__ = ["RULES", "pointwise", "reduction"]
@@ -100,148 +97,6 @@ def _nll_loss_backward(g, t, w, shape, reduction="mean", ignore_index=-100):
     return sigs
 
 
-# ---- scans, sorting, selection along a dim ----------------------------------------------
-
-def _take(x, index):
-    """Flat indices: x whole, the index split anywhere (the output has its shape)."""
-    return [Signature((B, S(d)), (S(d),)) for d in range(len(index.shape))] + \
-        [Signature((P, B), (P,)), Signature((B, B), (B,))]
-
-
-def _put(x, index, source, accumulate=False):
-    """Jointly linear in (x, source); accumulating, each rank may add its tile of (index,
-    source) into its share of a partial x (``take``'s gradient)."""
-    sigs = [Signature((B, B, B), (B,)), Signature((P, B, P), (P,))]
-    if accumulate and tuple(index.shape) == tuple(source.shape):
-        sigs += [Signature((P, S(d), S(d)), (P,)) for d in range(len(index.shape))]
-    return sigs
-
-
-# ---- gather / scatter / index_* ----------------------------------------------------------
-
-def _gather(x, index, dim):
-    """x and index split alike on a dim gather does not address; or the index split on
-    ``dim`` with x whole (each rank gathers its rows of the output; on another dim the
-    index's tile would read x's first columns, not its own); linear in x."""
-    sigs = [Signature((S(d), S(d)), (S(d),)) for d in aligned(dim, x, index)]
-    if index.shape:
-        sigs.append(Signature((B, S(wrap(dim, len(index.shape)))), (S(wrap(dim, len(
-            index.shape))),)))
-    return sigs + [Signature((P, B), (P,)), Signature((B, B), (B,))]
-
-
-def _scatter_like(linear: bool):
-    """``scatter``-style writes into x along ``dim``: x, index and src split alike on a dim
-    they share whole; ``linear``: jointly linear in (x, src) (an element is x's or a sum of
-    src's), so partial x and src give partial."""
-    def rule(x, index, src, dim, reduce=None, include_self=True, **attrs):
-        if type(src) is not Meta:  # a Python number written where the index says
-            sigs = [Signature((S(d), S(d), None), (S(d),)) for d in aligned(dim, x, index)]
-            return sigs + [Signature((B, B, None), (B,))]
-        sigs = [Signature((S(d),) * 3, (S(d),)) for d in aligned(dim, x, index, src)]
-        sigs.append(Signature((B, B, B), (B,)))
-        if linear and reduce in (None, "add", "sum", "mean"):
-            sigs.append(Signature((P, B, P), (P,)))
-        return sigs
-    return SbpRule(rule)
-
-
-def _index_select(x, index, dim):
-    """x split on a dim it does not select from; or the (1-D) index split, giving the
-    output split on ``dim``; linear in x."""
-    n = len(x.shape)
-    d0 = wrap(dim, max(n, 1))
-    sigs = [Signature((S(d), B), (S(d),)) for d in range(n) if d != d0]
-    if n and len(index.shape) == 1:
-        sigs.append(Signature((B, S(0)), (S(d0),)))
-    return sigs + [Signature((P, B), (P,)), Signature((B, B), (B,))]
-
-
-def _index_put_like(linear: bool):
-    """``index_add``/``index_copy``/``index_fill`` along ``dim``: x (and source) split on
-    another dim, the index whole; add and copy are jointly linear in (x, source)."""
-    def rule(x, index, source, dim, **attrs):
-        n = len(x.shape)
-        d0 = wrap(dim, max(n, 1))
-        if type(source) is not Meta or len(source.shape) == 0:  # index_fill's value
-            v = None if type(source) is not Meta else B
-            return [Signature((S(d), B, v), (S(d),)) for d in range(n) if d != d0] + \
-                [Signature((B, B, v), (B,))]
-        sigs = [Signature((S(d), B, S(d)), (S(d),)) for d in range(n) if d != d0
-                and len(source.shape) == n and source.shape[d] == x.shape[d]]
-        sigs.append(Signature((B, B, B), (B,)))
-        if linear:
-            sigs.append(Signature((P, B, P), (P,)))
-        return sigs
-    return SbpRule(rule)
-
-
-# ---- advanced indexing ---------------------------------------------------------------------
-
-def _index_layout(x, idx, key):
-    """Where ``x[key]`` (a key of full slices and ``T`` slots, one per index tensor) puts
-    things: {x dim that is not indexed: its output dim}, the broadcast index shape, and the
-    output dim that shape starts at (NumPy: in place when the T's are adjacent, else first)."""
-    n = len(x.shape)
-    key = tuple(key) + (slice(None),) * (n - len(key))
-    pos = [i for i, k in enumerate(key) if not isinstance(k, slice)]
-    b = bshape([m.shape for m in idx])
-    rest = [d for d in range(n) if d not in pos]
-    if pos and pos[-1] - pos[0] == len(pos) - 1:
-        at = pos[0]
-        out = {d: d if d < at else d - len(pos) + len(b) for d in rest}
-    else:
-        at = 0
-        out = {d: len(b) + j for j, d in enumerate(rest)}
-    return out, b, at
-
-
-def _index(x, *idx, key):
-    """x split on a dim the key leaves whole (the indices whole); or the indices split alike
-    on a dim of their broadcast shape (x whole); linear in x."""
-    dims, b, at = _index_layout(x, idx, key)
-    whole = (B,) * len(idx)
-    sigs = [Signature((S(d),) + whole, (S(e),)) for d, e in dims.items()]
-    for j in range(len(b)):
-        ins = tuple(S(j - (len(b) - len(m.shape))) if j >= len(b) - len(m.shape) and
-                    m.shape[j - (len(b) - len(m.shape))] == b[j] else B for m in idx)
-        sigs.append(Signature((B,) + ins, (S(at + j),)))
-    return sigs + [Signature((P,) + whole, (P,)), Signature((B,) + whole, (B,))]
-
-
-def _index_put(x, values, *idx, key, accumulate=False):
-    """``x[key] = values`` (``+=``): x split on a dim the key leaves whole, with values split
-    on that dim of the indexed result (or whole where it broadcasts there), the indices
-    whole; jointly linear in (x, values). Accumulating, a partial x may take each rank's
-    tile of the indices and values (``index``'s gradient without a gather)."""
-    dims, b, at = _index_layout(x, idx, key)
-    whole = (B,) * len(idx)
-    sub = [0] * (len(x.shape) - len(dims) + len(b))  # the indexed result's rank, sizes below
-    for d, e in dims.items():
-        sub[e] = x.shape[d]
-    for j, size in enumerate(b):
-        sub[at + j] = size
-    vm = values if type(values) is Meta else None
-
-    def vsplit(e):
-        if vm is None:
-            return None
-        k = e - (len(sub) - len(vm.shape))
-        return S(k) if k >= 0 and vm.shape[k] == sub[e] else B
-    sigs = [Signature((S(d), vsplit(e)) + whole, (S(d),)) for d, e in dims.items()]
-    if accumulate:
-        for j in range(len(b)):
-            ins = tuple(S(j - (len(b) - len(m.shape))) if j >= len(b) - len(m.shape) and
-                        m.shape[j - (len(b) - len(m.shape))] == b[j] else B for m in idx)
-            if any(s is not B for s in ins):
-                sigs.append(Signature((P, vsplit(at + j)) + ins, (P,)))
-    v = None if vm is None else B
-    sigs.append(Signature((B, v) + whole, (B,)))
-    if vm is not None:
-        sigs.append(Signature((P, P) + whole, (P,)))
-    return sigs
-
-
 # ---- the table -----------------------------------------------------------------------------
 
 _UNARY = """abs acos acosh asin asinh atan atanh ceil cos cosh erf erfc erfinv exp exp2 expm1
@@ -270,12 +125,6 @@ RULES.update({
     "nll_loss_backward": SbpRule(_nll_loss_backward, shape_attrs=("shape",)),
     # (each rank would need whole rows' norms and the rows of every index)
     "embedding_renorm": SbpRule(lambda w, indices, **attrs: [Signature((B, B), (B,))]),
-    "index": SbpRule(_index), "index_put": SbpRule(_index_put),
-    "take": SbpRule(_take), "put": SbpRule(_put),
-    "gather": SbpRule(_gather), "scatter": _scatter_like(True),
-    "scatter_add": _scatter_like(True), "scatter_reduce": _scatter_like(True),
-    "index_select": SbpRule(_index_select), "index_add": _index_put_like(True),
-    "index_copy": _index_put_like(True), "index_fill": _index_put_like(False),
 })
 
 

@@ -20,7 +20,7 @@ from tessera._tensor import Tensor
 from tessera.ops import _sbp, cost
 from tessera.ops._util import call, ensure_tensor, promote, wrap_dim
 from tessera.ops.creation import copy, zeros
-from tessera.ops.indexing import scatter
+from tessera.ops.gather_scatter import scatter
 from tessera.ops.registry import Meta, defop
 from tessera.sbp import SbpRule, Signature, broadcast as B, split as S
 
