@@ -12,8 +12,8 @@ infer b1).
 
 A part is a call of a C function whose parameters are all pointers or integers (they pass
 in the same registers on x86-64 and AArch64, so the pool calls it with int64 arguments), or
-one product of a batch of matrix multiplications (``_einsum._bmm``), an item type built in
-here because cblas takes float scalars.
+one product of a batch of matrix multiplications (``tessera.kernels.bmm``), an item type
+built in here because cblas takes float scalars.
 
 >>> import ctypes
 >>> labs = ctypes.CDLL(None).labs
@@ -306,8 +306,8 @@ def run(f, parts: list[tuple]) -> list | None:
 
 
 def gemm_batch(params: int, a: int, b: int, c: int, itemsize: int, n: int) -> None:
-    """The ``n`` products of one batch (``_einsum._bmm``'s parameter block at ``params``)
-    on the caller and the workers."""
+    """The ``n`` products of one batch (``tessera.kernels.bmm``'s parameter block at
+    ``params``) on the caller and the workers."""
     lib = _lib()
     ctx = np.array([params, a, b, c, itemsize], np.int64)
     lib.tsr_pool_run(lib.gemm_item, ctx.ctypes.data, n, _threads_now(lib))
