@@ -6,19 +6,6 @@ one rule family per kind of op (OneFlow's per-op ``GetSbpSignatures``):
 * pointwise ops with broadcasting: split any output dim (inputs that broadcast on it are
   broadcast), all broadcast, and partial_sum where the op is linear (``add``: P+P, ``mul``:
   P*B, ``div``: P/B, a backward op in its gradient);
-* reductions: split a kept dim; ``sum`` of a split reduced dim is partial_sum (``mean``
-  sums its tile and divides by the logical count);
-* ``matmul``: S(0)xB->S(0), BxS(1)->S(1), S(1)xS(0)->P, PxB->P, BxP->P, plus batch splits;
-* views: the split dim follows the view (``view`` only where the split dim survives whole);
-* ops along a dim (scans, ``sort``/``topk``, ``flip``/``roll``, ``tril``/``triu``,
-  ``unfold``): split any other dim; selections along a dim (``kthvalue``, ``median``,
-  ``mode``) as reductions; ``norm``: kept dims, and partial_sum of a split reduced dim only
-  for the 1-norm;
-* ``gather``/``scatter*``/``index_*``: split on a dim the index does not address, with the
-  index (and src) split alike; ``gather``'s and ``index_select``'s index split on the
-  addressed dim gives the output split there; linear ones (add, copy) keep partial_sum;
-  advanced indexing (``index``/``index_put``) the same way, following NumPy's placement of
-  the index dims; ``take``/``put`` (flat indices) and ``searchsorted`` split the indices.
 
 Ops without a rule raise ``MissingRule(op, "sbp")`` on global tensors.
 
