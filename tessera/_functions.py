@@ -14,13 +14,15 @@ from tessera.ops import (
     creation,
     getitem,
     reduce,
+    scan,
     ternary,
     unary,
     views,
 )
 
-_FAMILIES = [creation, unary, arithmetic, comparison, ternary, views, getitem, reduce]
-for _mod in ("indexing", "shape", "sorting", "linalg", "random", "activation", "einsum"):
+_FAMILIES = [creation, unary, arithmetic, comparison, ternary, views, getitem, reduce, scan]
+for _mod in ("gather_scatter", "index_slices", "flat_index", "shape", "broadcast", "sorting",
+             "linalg", "random", "activation", "einsum"):
     try:  # families written in later steps; each is optional until it exists
         _FAMILIES.append(__import__(f"tessera.ops.{_mod}", fromlist=["__all__"]))
     except ModuleNotFoundError as _e:

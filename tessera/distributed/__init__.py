@@ -78,13 +78,13 @@ def _ranks(group):
     return tuple(group.ranks) if hasattr(group, "ranks") else tuple(group)
 
 
-# the global device, the ops' SBP rules, and the collective ops graphs hold (registered)
+# the global device, placement= factories and the collective ops graphs hold (registered)
 from tessera.distributed import (  # noqa: E402,F401
+    _factory,
     global_tensor as _global_tensor,
     graph_ops,
     sbp,
     sbp_dispatch as _sbp_dispatch,
-    sbp_rules,
 )
 
 # ops' sbp rules reach this rank's comm and the number of the compiled step running

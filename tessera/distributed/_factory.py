@@ -17,6 +17,7 @@ from tessera.distributed.global_tensor import (
     local_shape,
     make_global,
 )
+from tessera.ops.creation import GlobalFactories, register_global_factories
 from tessera.ops.random import Generator, randint
 from tessera.sbp import as_sbp_tuple, broadcast, partial_sum
 
@@ -63,3 +64,6 @@ def like(input: Tensor, value, dtype, requires_grad: bool) -> Tensor:
         local = np.full(shape, 0 if value is None else _fill_value(value, dtype.np), dtype.np)
     out = make_global(local, dtype, data.placement, sbps, input._shape)
     return out.requires_grad_(True) if requires_grad else out
+
+
+register_global_factories(GlobalFactories(global_factory, like))  # placement= factories

@@ -23,7 +23,8 @@ import functools
 import numpy as np
 
 from tessera.graph.executor import Executor
-from tessera.graph.ir import Graph
+from tessera.graph.ir import Graph, Value
+from tessera.ops import cost
 from tessera.ops.registry import Meta, defop
 
 __all__: list[str] = []  # no public function: graphs make fused nodes
@@ -63,5 +64,15 @@ def _into(out, *arrays, body: str):
     np.copyto(out, _kernel(*arrays, body=body))
 
 
-FUSED = defop("fused", _infer, _kernel, inplace_kernels={"cpu": _into},
+def _cost(ins, outs, body: str) -> cost.Cost:
+    """The body's operations (each node's own cost rule), reading the region's inputs once
+    and writing its one output: the intermediates stay in registers."""
+    flops = 0
+    for n in body_graph(body).nodes:
+        metas = [Meta(v.shape, v.dtype) if isinstance(v, Value) else v for v in n.inputs]
+        flops += cost.cost_of(n.op, *metas, **n.attrs).flops
+    return cost.Cost(flops, *cost.io(ins, outs))
+
+
+FUSED = defop("fused", _infer, _kernel, inplace_kernels={"cpu": _into}, cost=_cost,
               doc="A fused region of elementwise ops (see tessera.codegen.passes.outline).")

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from tessera.ops.registry import REGISTRY, Meta, MissingRule
 
 __all__ = ["Cost", "numel", "nbytes", "tensors", "io", "elementwise", "reduction", "movement",
-           "view", "output_only", "cost_of"]
+           "view", "output_only", "sorting", "cost_of"]
 
 
 class Cost(NamedTuple):
@@ -93,6 +93,24 @@ def output_only(flops_per_element: int = 0) -> Callable[..., Cost]:
     def rule(ins, outs, **attrs) -> Cost:
         n = sum(numel(m) for m in outs)
         return Cost(flops_per_element * n, 0, sum(nbytes(m) for m in outs))
+    return rule
+
+
+def sorting(dim: int | None = -1) -> Callable[..., Cost]:
+    """Ops that sort their first input along the attr ``dim`` (``dim``: its default; None
+    sorts the flattened input): ceil(log2 m) comparisons per element for slices of m.
+
+    >>> from tessera.ops.registry import Meta
+    >>> import tessera
+    >>> x = Meta((4, 8), tessera.float32)
+    >>> sorting()([x], [x], dim=1).flops
+    96
+    """
+    def rule(ins, outs, **attrs) -> Cost:
+        x = tensors(ins)[0]
+        d = attrs.get("dim", dim)
+        m = numel(x) if d is None or not x.shape else max(int(x.shape[d]), 0)
+        return Cost(numel(x) * max(m - 1, 0).bit_length(), *io(ins, outs))
     return rule
 
 

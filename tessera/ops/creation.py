@@ -10,6 +10,8 @@ tensor([0.0000, 0.2500, 0.5000, 0.7500])
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,12 +37,29 @@ def _dev(device) -> Device:
     return device if isinstance(device, Device) else Device(device or "cpu")
 
 
+class GlobalFactories(NamedTuple):
+    """How factories make global tensors, registered by ``tessera.distributed`` (above the
+    ops): ``make(make, placement, sbp, requires_grad, random, generator, name)`` for a
+    factory called with ``placement=``/``sbp=``, ``like(input, value, dtype, requires_grad)``
+    for ``*_like`` of a global tensor."""
+
+    make: Callable
+    like: Callable
+
+
+_GLOBAL_FACTORIES: list[GlobalFactories] = []
+
+
+def register_global_factories(factories: GlobalFactories) -> None:
+    """Called by ``tessera.distributed`` on import (a placement exists only after it)."""
+    _GLOBAL_FACTORIES[:] = [factories]
+
+
 def _global(make, placement, sbp, requires_grad: bool, name: str, random: bool = False,
             generator=None) -> Tensor:
     """A factory called with ``placement=``/``sbp=``: a global tensor whose tiles come from
     ``make()``, the whole tensor (tessera.distributed)."""
-    from tessera.distributed._factory import global_factory
-    return global_factory(make, placement, sbp, requires_grad, random, generator, name)
+    return _GLOBAL_FACTORIES[0].make(make, placement, sbp, requires_grad, random, generator, name)
 
 
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
@@ -290,9 +309,8 @@ def _like(fn_name, input, value, dtype, device, requires_grad):
         raise TypeError(f"{fn_name}(): argument 'input' must be Tensor, not "
                         f"{type(input).__name__}")
     if input._device.type == "global" and device is None:  # like a global tensor: global
-        from tessera.distributed._factory import like
-        return like(input, value, D.as_dtype(dtype) if dtype is not None else input.dtype,
-                    requires_grad)
+        dt = D.as_dtype(dtype) if dtype is not None else input.dtype
+        return _GLOBAL_FACTORIES[0].like(input, value, dt, requires_grad)
     return _make_full(fn_name, (tuple(input.shape),), value, dtype or input.dtype,
                       device or input.device, requires_grad)
 

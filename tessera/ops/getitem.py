@@ -3,7 +3,9 @@ tensors, lists) go through the ``index`` and ``index_put`` ops.
 
 As in PyTorch, the basic part of a key (ints, slices, None, Ellipsis) is applied first as a
 view; the index tensors then index that view, with NumPy's rule for where the advanced dims
-land (in place when adjacent, else first). So ``x[1, :, idx]`` is ``x[1][:, idx]``.
+land (in place when adjacent, else first). So ``x[1, :, idx]`` is ``x[1][:, idx]``. On a
+global tensor, a dim the key leaves whole may stay split, or the index tensors may be split
+alike.
 
 >>> import tessera
 >>> x = tessera.arange(6).view(2, 3)
@@ -18,9 +20,12 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch, dispatch_inplace
 from tessera._tensor import Tensor
+from tessera.ops import cost
+from tessera.ops._sbp import bshape
 from tessera.ops._util import broadcast_shapes, ensure_tensor, numel, sum_to
 from tessera.ops.registry import Meta, defop
 from tessera.ops.views import slice_view
+from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__ = ["getitem", "setitem", "index", "index_put", "nonzero", "argwhere"]
 
@@ -221,7 +226,43 @@ def _index_grad(ctx, g):
     return (_index_put(z, g, idx, ctx.attrs["key"], True),) + (None,) * len(idx)
 
 
-_INDEX = defop("index", _index_infer, _index_kernel, grad=_index_grad)
+def _index_layout(x, idx, key):
+    """Where ``x[key]`` (a key of full slices and ``T`` slots, one per index tensor) puts
+    things: {x dim that is not indexed: its output dim}, the broadcast index shape, and the
+    output dim that shape starts at (NumPy: in place when the T's are adjacent, else first)."""
+    n = len(x.shape)
+    key = tuple(key) + (slice(None),) * (n - len(key))
+    pos = [i for i, k in enumerate(key) if not isinstance(k, slice)]
+    b = bshape([m.shape for m in idx])
+    rest = [d for d in range(n) if d not in pos]
+    if pos and pos[-1] - pos[0] == len(pos) - 1:
+        at = pos[0]
+        out = {d: d if d < at else d - len(pos) + len(b) for d in rest}
+    else:
+        at = 0
+        out = {d: len(b) + j for j, d in enumerate(rest)}
+    return out, b, at
+
+
+def _index_splits(idx, b, j) -> tuple:
+    """Each index tensor's SBP when dim ``j`` of their broadcast shape ``b`` is split: split
+    where it has that dim at full size, else broadcast."""
+    return tuple(S(j - (len(b) - len(m.shape))) if j >= len(b) - len(m.shape) and
+                 m.shape[j - (len(b) - len(m.shape))] == b[j] else B for m in idx)
+
+
+def _index_sbp(x, *idx, key):
+    """x split on a dim the key leaves whole (the indices whole); or the indices split alike
+    on a dim of their broadcast shape (x whole); linear in x."""
+    dims, b, at = _index_layout(x, idx, key)
+    whole = (B,) * len(idx)
+    sigs = [Signature((S(d),) + whole, (S(e),)) for d, e in dims.items()]
+    sigs += [Signature((B,) + _index_splits(idx, b, j), (S(at + j),)) for j in range(len(b))]
+    return sigs + [Signature((P,) + whole, (P,)), Signature((B,) + whole, (B,))]
+
+
+_INDEX = defop("index", _index_infer, _index_kernel, grad=_index_grad,
+               sbp=SbpRule(_index_sbp), cost=cost.movement())
 
 
 def index(input: Tensor, indices, *, key=None) -> Tensor:
@@ -281,9 +322,49 @@ def _index_put_grad(ctx, g):
     return (gx, gv) + (None,) * len(idx)
 
 
-_INDEX_PUT = defop("index_put", _index_put_infer, _index_put_kernel, grad=_index_put_grad)
-_INDEX_PUT.inplace_kernels["cpu"] = lambda t, x, values, *idx, key, accumulate=False: _put(
-    t, values, idx, key, accumulate)
+def _index_put_sbp(x, values, *idx, key, accumulate=False):
+    """``x[key] = values`` (``+=``): x split on a dim the key leaves whole, with values split
+    on that dim of the indexed result (or whole where it broadcasts there), the indices
+    whole; jointly linear in (x, values). Accumulating, a partial x may take each rank's
+    tile of the indices and values (``index``'s gradient without a gather)."""
+    dims, b, at = _index_layout(x, idx, key)
+    whole = (B,) * len(idx)
+    sub = [0] * (len(x.shape) - len(dims) + len(b))  # the indexed result's rank, sizes below
+    for d, e in dims.items():
+        sub[e] = x.shape[d]
+    for j, size in enumerate(b):
+        sub[at + j] = size
+    vm = values if type(values) is Meta else None
+
+    def vsplit(e):
+        if vm is None:
+            return None
+        k = e - (len(sub) - len(vm.shape))
+        return S(k) if k >= 0 and vm.shape[k] == sub[e] else B
+    sigs = [Signature((S(d), vsplit(e)) + whole, (S(d),)) for d, e in dims.items()]
+    if accumulate:
+        for j in range(len(b)):
+            ins = _index_splits(idx, b, j)
+            if any(s is not B for s in ins):
+                sigs.append(Signature((P, vsplit(at + j)) + ins, (P,)))
+    v = None if vm is None else B
+    sigs.append(Signature((B, v) + whole, (B,)))
+    if vm is not None:
+        sigs.append(Signature((P, P) + whole, (P,)))
+    return sigs
+
+
+def _index_put_cost(ins, outs, key, accumulate=False) -> cost.Cost:
+    """A copy of x with the indexed elements written; accumulating, an addition each."""
+    x, _, *idx = ins
+    n = numel(_index_shape(x.shape, key, [m.shape for m in idx])) if accumulate else 0
+    return cost.Cost(n, *cost.io(ins, outs))
+
+
+_INDEX_PUT = defop("index_put", _index_put_infer, _index_put_kernel, grad=_index_put_grad,
+                   sbp=SbpRule(_index_put_sbp), cost=_index_put_cost,
+                   inplace_kernels={"cpu": lambda t, x, values, *idx, key, accumulate=False:
+                                    _put(t, values, idx, key, accumulate)})
 
 
 def _index_put(input, values, indices, key, accumulate, out=None):
@@ -366,7 +447,7 @@ def _nonzero_kernel(x):
 
 
 _NONZERO = defop("nonzero", lambda x: Meta((-1, len(x.shape)), D.int64), _nonzero_kernel,
-                 grad=None, dynamic_shape=True)
+                 grad=None, dynamic_shape=True, cost=cost.reduction(1))  # a test per element
 
 
 def nonzero(input: Tensor, *, as_tuple: bool = False):

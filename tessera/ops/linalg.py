@@ -1,7 +1,8 @@
 """Products of tensors: ``matmul`` is the primitive (one BLAS call through ``np.matmul``);
 ``mm bmm mv dot inner outer addmm addmv addbmm baddbmm tensordot`` are thin composites of it
 that keep PyTorch's own, stricter shape checks and error messages. ``vdot`` is its own op
-because it conjugates its first argument.
+because it conjugates its first argument. Their ``sbp`` rules split rows, columns or the
+contracted dim (giving partial sums); their ``cost`` counts a multiply-add as two FLOPs.
 
 Like PyTorch, products do not promote: both operands must have the same dtype.
 
@@ -17,12 +18,13 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops import cost
+from tessera.ops import _sbp, cost
 from tessera.ops._util import call, ensure_tensor, numel, sum_to
 from tessera.ops.arithmetic import add, mul
 from tessera.ops.reduce import sum as _sum
 from tessera.ops.registry import Meta, MissingRule, defop
 from tessera.ops.views import movedim, permute, reshape, transpose
+from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "inner", "outer", "ger", "addmm",
            "addmv", "addbmm", "baddbmm", "tensordot"]
@@ -245,7 +247,37 @@ def _matmul_cost(ins, outs) -> cost.Cost:
     return cost.Cost(2 * cost.numel(outs[0]) * k, *cost.io(ins, outs))
 
 
-_MATMUL = defop("matmul", _matmul_infer, _matmul_kernel, grad=_matmul_grad, cost=_matmul_cost)
+def _matmul_sbp(a, b):
+    """S(0)xB->S(0), BxS(1)->S(1), S(1)xS(0)->P (the contracted dim), PxB->P, BxP->P, and a
+    batch dim split alike in both (or in the one that has it)."""
+    na, nb = len(a.shape), len(b.shape)
+    sigs = []
+    if na >= 2 and nb >= 2:
+        n = max(na, nb)
+        sigs += [Signature((S(na - 2), B), (S(n - 2),)),     # S(0) x B -> S(0)
+                 Signature((B, S(nb - 1)), (S(n - 1),)),     # B x S(1) -> S(1)
+                 Signature((S(na - 1), S(nb - 2)), (P,))]    # S(1) x S(0) -> P
+        batch = _sbp.bshape([a.shape[:-2], b.shape[:-2]])
+        for d in range(n - 2):
+            ka, kb = d - (n - na), d - (n - nb)
+            sa = S(ka) if ka >= 0 and a.shape[ka] == batch[d] else B
+            sb = S(kb) if kb >= 0 and b.shape[kb] == batch[d] else B
+            sigs.append(Signature((sa, sb), (S(d),)))
+    elif na >= 2:  # matrix @ vector: (..., n, k) @ (k,) -> (..., n)
+        sigs += [Signature((S(d), B), (S(d),)) for d in range(na - 1)]
+        sigs.append(Signature((S(na - 1), S(0)), (P,)))
+    elif nb >= 2:  # vector @ matrix: (k,) @ (..., k, m) -> (..., m)
+        sigs.append(Signature((B, S(nb - 1)), (S(nb - 2),)))
+        sigs += [Signature((B, S(d)), (S(d),)) for d in range(nb - 2)]
+        sigs.append(Signature((S(0), S(nb - 2)), (P,)))
+    else:
+        sigs.append(Signature((S(0), S(0)), (P,)))
+    sigs += [Signature((P, B), (P,)), Signature((B, P), (P,)), Signature((B, B), (B,))]
+    return sigs
+
+
+_MATMUL = defop("matmul", _matmul_infer, _matmul_kernel, grad=_matmul_grad,
+                sbp=SbpRule(_matmul_sbp), cost=_matmul_cost)
 
 
 def matmul(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor:
@@ -358,9 +390,19 @@ def _vdot_grad(ctx, g):
     return (_conj(g) * b if need_a else None, g * a if need_b else None)
 
 
+def _vdot_sbp(a, b):
+    return [Signature((S(0), S(0)), (P,)), Signature((P, B), (P,)), Signature((B, P), (P,)),
+            Signature((B, B), (B,))]
+
+
+def _vdot_cost(ins, outs) -> cost.Cost:
+    """A multiply-add per element pair (the conjugation moves no data worth counting)."""
+    return cost.Cost(2 * cost.numel(ins[0]), *cost.io(ins, outs))
+
+
 _VDOT = defop("vdot", _vdot_infer,
               lambda a, b: _matmul_kernel(np.conj(a) if a.dtype.kind == "c" else a, b),
-              grad=_vdot_grad)
+              grad=_vdot_grad, sbp=SbpRule(_vdot_sbp), cost=_vdot_cost)
 
 
 def vdot(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor:

@@ -4,7 +4,8 @@ distribution methods (``x.uniform_()``, ``x.normal_()``, ...).
 Every random op is an ``OpDef`` that takes its ``Generator`` as an attribute; the CPU kernel
 draws from the generator's NumPy ``PCG64`` stream, so a seeded program reproduces exactly
 (the numbers differ from PyTorch's Mersenne Twister). On the ``meta`` device only ``infer``
-runs and no number is drawn.
+runs and no number is drawn. A cost counts one operation per number drawn plus the
+distribution's arithmetic on it.
 
 >>> import tessera
 >>> g = tessera.Generator().manual_seed(0)
@@ -22,6 +23,7 @@ from tessera import _dtype as D
 from tessera._dispatch import dispatch, dispatch_inplace
 from tessera._tensor import Tensor
 from tessera.device.registry import device as Device
+from tessera.ops import cost
 from tessera.ops._util import broadcast_shapes, call, ensure_tensor, size_args
 from tessera.ops.creation import _global
 from tessera.ops.registry import Meta, defop
@@ -222,10 +224,10 @@ def _randn_infer(shape, dtype, generator, device=None):
 
 _RAND = defop("rand", _rand_infer,
               lambda shape, dtype, generator, device=None:
-              _uniform01(generator._np, shape, dtype), grad=None)
+              _uniform01(generator._np, shape, dtype), grad=None, cost=cost.output_only(1))
 _RANDN = defop("randn", _randn_infer,
                lambda shape, dtype, generator, device=None:
-               _std_normal(generator._np, shape, dtype), grad=None)
+               _std_normal(generator._np, shape, dtype), grad=None, cost=cost.output_only(1))
 
 
 def _factory(op, name, size, generator, out, dtype, device, requires_grad, **attrs):
@@ -327,7 +329,8 @@ def _randint_kernel(low, high, shape, dtype, generator, device=None):
     return generator._np.integers(low, high, shape, dtype=np.int64).astype(dtype.np)
 
 
-_RANDINT = defop("randint", _randint_infer, _randint_kernel, grad=None)
+_RANDINT = defop("randint", _randint_infer, _randint_kernel, grad=None,
+                 cost=cost.output_only(1))
 
 
 def _int_arg(name: str, v) -> int:
@@ -399,7 +402,8 @@ def _randperm_infer(n, dtype, generator, device=None):
 
 _RANDPERM = defop("randperm", _randperm_infer,
                   lambda n, dtype, generator, device=None:
-                  generator._np.permutation(n).astype(dtype.np), grad=None)
+                  generator._np.permutation(n).astype(dtype.np), grad=None,
+                  cost=cost.output_only(1))  # a swap per element (Fisher-Yates)
 
 
 def randperm(n, *, generator=None, out=None, dtype=None, layout=None, device=None,
@@ -440,7 +444,8 @@ def _normal_kernel(mean, std, generator, shape=None, dtype=None, device=None):
     return (z * std + mean).astype(dt.np, copy=False)
 
 
-_NORMAL = defop("normal", _normal_infer, _normal_kernel, grad=_zero_grads, save=())
+_NORMAL = defop("normal", _normal_infer, _normal_kernel, grad=_zero_grads, save=(),
+                cost=cost.elementwise(3))  # a draw, scaled by std, shifted by mean
 
 
 def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, layout=None,
@@ -494,8 +499,16 @@ def _bernoulli_kernel(x, p, generator):
     return (generator._np.random(x.shape) < p).astype(x.dtype)
 
 
+def _bernoulli_cost(ins, outs, **attrs) -> cost.Cost:
+    """A draw and a comparison per element; the probabilities read are ``p``, or the input
+    itself when ``p`` is None (otherwise the input gives only the shape)."""
+    x, p = ins[0], ins[1]
+    read = cost.nbytes(x) if p is None else cost.nbytes(p) if type(p) is Meta else 0
+    return cost.Cost(2 * cost.numel(outs[0]), read, cost.nbytes(outs[0]))
+
+
 _BERNOULLI = defop("bernoulli", _bernoulli_infer, _bernoulli_kernel, grad=_zero_grads,
-                   save=())
+                   save=(), cost=_bernoulli_cost)
 
 
 def bernoulli(input: Tensor, p=None, *, generator=None, out=None) -> Tensor:
@@ -553,7 +566,20 @@ def _sample_cdf(g: np.random.Generator, rows: np.ndarray, num: int) -> np.ndarra
     return idx
 
 
-_MULTINOMIAL = defop("multinomial", _multinomial_infer, _multinomial_kernel, grad=None)
+def _multinomial_cost(ins, outs, num_samples, replacement, **attrs) -> cost.Cost:
+    """The rows' running sums, then per sample a draw and a binary search among k categories
+    (with replacement), or a draw and a division per category then a sort (without)."""
+    p = ins[0]
+    k = max(int(p.shape[-1]), 0)
+    if replacement:
+        flops = cost.numel(p) + cost.numel(outs[0]) * (1 + k.bit_length())
+    else:
+        flops = cost.numel(p) * (2 + max(k - 1, 0).bit_length())
+    return cost.Cost(flops, *cost.io(ins, outs))
+
+
+_MULTINOMIAL = defop("multinomial", _multinomial_infer, _multinomial_kernel, grad=None,
+                     cost=_multinomial_cost)
 
 
 def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, generator=None,
@@ -575,7 +601,8 @@ def _poisson_kernel(x, generator):
     return np.asarray(generator._np.poisson(x.astype(np.float64))).astype(x.dtype)
 
 
-_POISSON = defop("poisson", _poisson_infer, _poisson_kernel, grad=_zero_grads, save=())
+_POISSON = defop("poisson", _poisson_infer, _poisson_kernel, grad=_zero_grads, save=(),
+                 cost=cost.elementwise(1))
 
 
 def poisson(input: Tensor, generator=None) -> Tensor:
@@ -586,10 +613,11 @@ def poisson(input: Tensor, generator=None) -> Tensor:
 
 # ---- in-place distributions (x.uniform_(), x.normal_(), ...) -------------------------
 
-def _fill_op(name: str, check, sample):
+def _fill_op(name: str, check, sample, flops: int):
     """An op writing samples of one distribution into its input's shape and dtype.
 
-    ``check(dtype, **params)`` validates; ``sample(np_gen, shape, dtype, **params)`` draws.
+    ``check(dtype, **params)`` validates; ``sample(np_gen, shape, dtype, **params)`` draws,
+    with ``flops`` operations per element. The input's values are never read.
     """
     def infer(x, generator, **params):
         check(x.dtype, **params)
@@ -601,9 +629,8 @@ def _fill_op(name: str, check, sample):
     def inplace(t, x, generator, **params):
         np.copyto(t, kernel(x, generator, **params), casting="unsafe")
 
-    op = defop(name, infer, kernel, grad=_zero_grads, save=())
-    op.inplace_kernels["cpu"] = inplace
-    return op
+    return defop(name, infer, kernel, grad=_zero_grads, save=(),
+                 inplace_kernels={"cpu": inplace}, cost=cost.output_only(flops))
 
 
 def _check_uniform(dt, low, high):
@@ -663,20 +690,21 @@ def _as(dt):
 
 
 _UNIFORM = _fill_op("uniform_", _check_uniform, lambda g, s, dt, low, high: (
-    low + (high - low) * _uniform01(g, s, dt)).astype(_as(dt)))
+    low + (high - low) * _uniform01(g, s, dt)).astype(_as(dt)), 3)
 _NORMAL_ = _fill_op("normal_", _check_normal, lambda g, s, dt, mean, std: (
-    mean + std * _std_normal(g, s, dt)).astype(_as(dt)))
+    mean + std * _std_normal(g, s, dt)).astype(_as(dt)), 3)
 _EXPONENTIAL = _fill_op("exponential_", _check_exponential, lambda g, s, dt, lambd: (
-    g.standard_exponential(s) / lambd).astype(_as(dt)))
+    g.standard_exponential(s) / lambd).astype(_as(dt)), 2)
 _GEOMETRIC = _fill_op("geometric_", _check_geometric, lambda g, s, dt, p: (
-    g.geometric(p, s)).astype(_as(dt)))
+    g.geometric(p, s)).astype(_as(dt)), 1)
+# exp of a normal draw, scaled and shifted
 _LOG_NORMAL = _fill_op("log_normal_", _check_log_normal, lambda g, s, dt, mean, std: (
-    g.lognormal(mean, std, s)).astype(_as(dt)))
+    g.lognormal(mean, std, s)).astype(_as(dt)), 4)
 _CAUCHY = _fill_op("cauchy_", _check_cauchy, lambda g, s, dt, median, sigma: (
-    median + sigma * g.standard_cauchy(s)).astype(_as(dt)))
+    median + sigma * g.standard_cauchy(s)).astype(_as(dt)), 3)
 # high is inclusive here: the default range of random_() reaches the dtype's maximum
 _RANDOM = _fill_op("random_", _check_random, lambda g, s, dt, low, high: (
-    g.integers(low, high, s, dtype=np.int64, endpoint=True)).astype(_as(dt)))
+    g.integers(low, high, s, dtype=np.int64, endpoint=True)).astype(_as(dt)), 1)
 
 
 def _fill(op, input, **params):
@@ -764,5 +792,5 @@ def _bernoulli_fill_inplace(t, x, p, generator):
 
 
 _BERNOULLI_ = defop("bernoulli_", _bernoulli_fill_infer, _bernoulli_kernel,
-                    grad=_zero_grads, save=())
-_BERNOULLI_.inplace_kernels["cpu"] = _bernoulli_fill_inplace
+                    grad=_zero_grads, save=(), inplace_kernels={"cpu": _bernoulli_fill_inplace},
+                    cost=_bernoulli_cost)

@@ -2,7 +2,9 @@
 
 Sums and means, products, variance, extrema with their indices, norms and the logical
 reductions, one ``OpDef`` each; the ops that sort or scan along one dim (median, mode,
-kthvalue, quantile, cumsum, cummax, ...) live in ``scan.py`` and are exported from here.
+kthvalue, quantile, cumsum, cummax, ...) live in ``scan.py``, which builds on the helpers
+here. Each op's ``sbp`` rule splits a kept dim (a split reduced dim of ``sum`` gives
+partial_sum) and its ``cost`` counts the operations per input element.
 Kernels are NumPy calls over the reduced axes; gradients are tessera ops and send ties where
 PyTorch sends them (evenly for ``amax`` and ``max()``, to the returned index for
 ``max(dim)``). Among equal values the index is the first occurrence for max/min/argmax.
@@ -23,18 +25,18 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops import unary
+from tessera.ops import _sbp, cost, unary
 from tessera.ops._util import call, ensure_tensor, float_dtype, numel, wrap_dim, wrap_dims
 from tessera.ops.arithmetic import maximum, minimum
 from tessera.ops.comparison import isnan, logical_not
 from tessera.ops.registry import Meta, defop
 from tessera.ops.ternary import where
 from tessera.ops.unary import exp, sign
+from tessera.sbp import SbpRule, Signature, partial_sum as P, split as S
 
 __all__ = ["sum", "mean", "nansum", "nanmean", "prod", "var", "std", "var_mean", "std_mean",
            "logsumexp", "norm", "all", "any", "count_nonzero", "max", "min", "amax", "amin",
-           "aminmax", "argmax", "argmin", "median", "nanmedian", "mode", "kthvalue",
-           "quantile", "nanquantile", "cumsum", "cumprod", "cummax", "cummin", "return_types"]
+           "aminmax", "argmax", "argmin", "return_types"]
 
 _pyall, _pymax = all, max  # the builtins, before this module's functions shadow them
 
@@ -137,11 +139,13 @@ def _ident(d, dtype=None):
 
 
 def _reduction(name, kernel, grad, out_dtype=_ident, save=(), check=None, quiet=False,
-               plain=None):
+               plain=None, sbp=None, flops=1):
     """Register a reduction over ``dim``/``keepdim``; ``kernel(x, dims, keepdim, **kw)``.
     ``quiet``: the kernel calls ufuncs from tessera's own frames, whose inf/nan warnings the
     filter in ``_dispatch`` silences, so it needs no ``np.errstate``. ``plain(cpu)``: the
-    kernel's form for float32/float64 inputs (dispatch's fast path), given the full one."""
+    kernel's form for float32/float64 inputs (dispatch's fast path), given the full one.
+    ``sbp``: its rule (by default a kept dim may stay split); ``flops``: its operations per
+    input element, or a cost rule."""
     def infer(x, dim=None, keepdim=False, **kw):
         dims = _dims(name, dim, len(x.shape))
         if check is not None:
@@ -155,7 +159,9 @@ def _reduction(name, kernel, grad, out_dtype=_ident, save=(), check=None, quiet=
             return kernel(x, _dims(name, dim, x.ndim), keepdim, **kw)
     if plain is not None:
         cpu.plain = plain(cpu)
-    return defop(name, infer, cpu, grad=grad, save=save)
+    return defop(name, infer, cpu, grad=grad, save=save,
+                 sbp=_sbp.reduction() if sbp is None else sbp,
+                 cost=cost.reduction(flops) if isinstance(flops, int) else flops)
 
 
 def _attrs(ctx):
@@ -247,11 +253,23 @@ def _dtype_out(d, dtype=None):
     return D.as_dtype(dtype) if dtype is not None else d
 
 
-_SUM = _reduction("sum", _sum_kernel, _sum_grad, _long_dtype, quiet=True, plain=_sum_plain)
-_NANSUM = _reduction("nansum", _nansum_kernel, _nansum_grad, _long_dtype, save=("inputs",))
-_MEAN = _reduction("mean", _mean_kernel, _mean_grad, _dtype_out, check=_mean_check("mean"))
+def _mean_local(op, args, attrs, metas, group):
+    """``mean`` of a tile split on a reduced dim (its sbp signature's local computation):
+    the tile's sum over the logical count, so that the tiles add up to the mean."""
+    dims = _sbp.reduced(metas[0], attrs.get("dim"))
+    count = math.prod(metas[0].shape[d] for d in dims)
+    s = sum(args[0], dim=dims, keepdim=attrs.get("keepdim", False), dtype=attrs.get("dtype"))
+    return s / count
+
+
+_SUM = _reduction("sum", _sum_kernel, _sum_grad, _long_dtype, quiet=True, plain=_sum_plain,
+                  sbp=_sbp.reduction(partial=True))
+_NANSUM = _reduction("nansum", _nansum_kernel, _nansum_grad, _long_dtype, save=("inputs",),
+                     sbp=_sbp.reduction(partial=True))
+_MEAN = _reduction("mean", _mean_kernel, _mean_grad, _dtype_out, check=_mean_check("mean"),
+                   sbp=_sbp.reduction(mean=_mean_local))
 _NANMEAN = _reduction("nanmean", _nanmean_kernel, _nanmean_grad, _dtype_out,
-                      save=("inputs",), check=_mean_check("nanmean"))
+                      save=("inputs",), check=_mean_check("nanmean"), flops=2)
 
 
 def _dt(dtype):
@@ -360,7 +378,9 @@ def _var_family(name: str, root: bool, with_mean: bool):
             gx = gx + _kd(gm, shape, dims, keepdim) / numel([shape[d] for d in dims])
         return (gx,)
     save = ("inputs", "outputs") if root else ("inputs",)
-    return defop(name, infer, cpu, grad=grad, save=save)
+    # a sum for the mean, then a difference, a square and a sum per element
+    return defop(name, infer, cpu, grad=grad, save=save,
+                 sbp=_sbp.reduction(nout=2 if with_mean else 1), cost=cost.reduction(4))
 
 
 def _var_backward(gk, x, dims, correction, full: bool):
@@ -434,7 +454,7 @@ def _lse_grad(ctx, g):
 
 
 _LSE = _reduction("logsumexp", _lse_kernel, _lse_grad, lambda d: float_dtype(d),
-                  save=("inputs", "outputs"))
+                  save=("inputs", "outputs"), flops=4)  # max, difference, exp, sum
 
 
 def logsumexp(input, dim, keepdim: bool = False, *, out=None) -> Tensor:
@@ -503,9 +523,28 @@ def _norm_grad(ctx, g):
     return (x * unary.abs(x) ** (p - 2) * scale,)
 
 
+_KEPT = _sbp.reduction()
+
+
+def _norm_sbp(x, dim=None, keepdim=False, ord=2.0, dtype=None):
+    """A kept dim may stay split; a split reduced dim gives partial_sum only for the 1-norm
+    (a sum of |x|): the tiles' 2-norms do not add up to the 2-norm. Never partial input."""
+    sigs = _KEPT(x, dim=dim, keepdim=keepdim)
+    if ord == 1:
+        sigs += [Signature((S(d),), (P,)) for d in _sbp.reduced(x, dim)]
+    return sigs
+
+
+def _norm_cost(ins, outs, ord=2.0, **attrs) -> cost.Cost:
+    """|x|, then its power (not for the 1- and inf-norms) and the sum, per element."""
+    per = 2 if ord in (1.0, math.inf, -math.inf) else 3
+    return cost.reduction(per)(ins, outs)
+
+
 _NORM = _reduction("norm", _norm_kernel, _norm_grad,
                    lambda d, ord=2.0, dtype=None: _dtype_out(d, dtype).to_real(),
-                   save=("inputs", "outputs"), check=_norm_check)
+                   save=("inputs", "outputs"), check=_norm_check, sbp=SbpRule(_norm_sbp),
+                   flops=_norm_cost)
 
 
 def norm(input, p="fro", dim=None, keepdim: bool = False, out=None, dtype=None) -> Tensor:
@@ -544,7 +583,7 @@ def _logical(name: str, npf):
     def cpu(x, dim=None, keepdim=False):
         return npf(x, axis=tuple(d for d in dims_of(dim, x.ndim) if d < x.ndim),
                    keepdims=keepdim)
-    op = defop(name, infer, cpu, grad=None)
+    op = defop(name, infer, cpu, grad=None, sbp=_sbp.reduction(), cost=cost.reduction(1))
 
     def fn(input, dim=None, keepdim: bool = False, *, out=None) -> Tensor:
         ensure_tensor(name, input)
@@ -617,9 +656,10 @@ def _select_grad(g: Tensor, idx: Tensor, shape, dim, keepdim: bool) -> Tensor:
     return where(pos == idx, g, 0.0)
 
 
-def _indexed(name: str, argf, check=None):
+def _indexed(name: str, argf, check=None, flops=cost.reduction(1)):
     """An op returning (values, indices) over one dim; ``argf(a, axis, **attrs)`` gives the
-    indices in keepdim shape. The gradient goes to the returned index."""
+    indices in keepdim shape. The gradient goes to the returned index. ``flops``: its cost
+    rule (a comparison per element by default)."""
     def infer(x, dim, keepdim=False, **kw):
         d = _one_dim(name.removesuffix("_dim"), dim, x.shape)
         if check is not None:
@@ -633,7 +673,8 @@ def _indexed(name: str, argf, check=None):
     def grad(ctx, g, gi=None):
         return (_select_grad(g, ctx.outputs[1], ctx.input_metas[0].shape, ctx.attrs["dim"],
                              ctx.attrs.get("keepdim", False)),)
-    return defop(name, infer, cpu, grad=grad, save=("outputs",), nondiff_outputs=(1,))
+    return defop(name, infer, cpu, grad=grad, save=("outputs",), nondiff_outputs=(1,),
+                 sbp=_sbp.reduction(nout=2), cost=flops)
 
 
 def _whole(name: str, kernel, check=None):
@@ -643,7 +684,8 @@ def _whole(name: str, kernel, check=None):
             check(x, None)
         return Meta((), x.dtype)
     return defop(name, infer, kernel, save=("inputs", "outputs"),
-                 grad=lambda ctx, g: (_evenly(g, ctx.inputs[0], ctx.outputs[0]),))
+                 grad=lambda ctx, g: (_evenly(g, ctx.inputs[0], ctx.outputs[0]),),
+                 sbp=SbpRule(_sbp.full_reduction), cost=cost.reduction(1))
 
 
 def _extremum_check(name):
@@ -743,7 +785,8 @@ def _aminmax_grad(ctx, gmin, gmax):
 
 
 _AMINMAX = defop("aminmax", _aminmax_infer, _aminmax_kernel, grad=_aminmax_grad,
-                 save=("inputs", "outputs"))
+                 save=("inputs", "outputs"), sbp=_sbp.reduction(nout=2),
+                 cost=cost.reduction(2))
 
 
 def aminmax(input, *, dim=None, keepdim: bool = False, out=None):
@@ -771,7 +814,7 @@ def _arg_op(name: str, argf):
         a, d = _at(x, None if x.ndim == 0 else dim % x.ndim)
         i = argf(a, axis=d, keepdims=keepdim)
         return i.reshape(()) if x.ndim == 0 else i
-    op = defop(name, infer, cpu, grad=None)
+    op = defop(name, infer, cpu, grad=None, sbp=_sbp.reduction(), cost=cost.reduction(1))
 
     def fn(input, dim=None, keepdim: bool = False, *, out=None) -> Tensor:
         ensure_tensor(name, input)
@@ -784,16 +827,3 @@ def _arg_op(name: str, argf):
 argmax = _arg_op("argmax", np.argmax)
 argmin = _arg_op("argmin", np.argmin)
 
-
-from tessera.ops.scan import (  # noqa: E402  (scan.py builds on the helpers above)
-    cummax,
-    cummin,
-    cumprod,
-    cumsum,
-    kthvalue,
-    median,
-    mode,
-    nanmedian,
-    nanquantile,
-    quantile,
-)

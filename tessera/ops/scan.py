@@ -7,7 +7,8 @@ place in a stable sort and mode the last occurrence of the mode, as PyTorch's CP
 it is for kthvalue, which takes the stable place here too). ``quantile`` interpolates between
 two sorted neighbours and sends the gradient to both; ``cumsum``/``cumprod``/``cummax``/
 ``cummin`` scan along ``dim``. Kernels sort or scan whole arrays at once (no Python loop over
-elements). The public names are exported through ``tessera.ops.reduce``.
+elements). Their ``sbp`` rules split any dim but the one they work along (the order
+statistics as reductions).
 
 >>> import tessera
 >>> tessera.tensor([1., 2., 3.]).cumsum(0)
@@ -24,6 +25,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
+from tessera.ops import _sbp, cost
 from tessera.ops._util import call, ensure_tensor, numel, wrap_dim
 from tessera.ops.reduce import (
     _acc_np,
@@ -39,6 +41,7 @@ from tessera.ops.reduce import (
 )
 from tessera.ops.registry import Meta, defop
 from tessera.ops.ternary import where
+from tessera.sbp import SbpRule, Signature, broadcast as B, split as S
 
 __all__ = ["median", "nanmedian", "mode", "kthvalue", "quantile", "nanquantile", "cumsum",
            "cumprod", "cummax", "cummin"]
@@ -171,7 +174,7 @@ def _mode_idx(a, d):
     return np.moveaxis(np.take_along_axis(order, best, -1), -1, d)
 
 
-_MODE = _indexed("mode", _mode_idx)
+_MODE = _indexed("mode", _mode_idx, flops=cost.sorting())
 
 
 def mode(input, dim: int = -1, keepdim: bool = False, *, out=None):
@@ -311,8 +314,31 @@ def _quantile_grad(ctx, g, *_):
     return gx, gq
 
 
+def _quantile_sbp(x, q, dim=None, keepdim=False, **attrs):
+    """A kept dim stays split (after q's dim, which leads the outputs); a split q splits
+    every output's leading dim; all five outputs (values and backward's hidden ones) alike.
+    A split quantile dim would need the whole slice sorted."""
+    lead = len(q.shape) if type(q) is Meta else 0
+    qs = B if type(q) is Meta else None
+    sigs = []
+    if dim is not None and x.shape:
+        d0 = _sbp.wrap(dim, len(x.shape))
+        sigs += [Signature((S(d), qs), (S(lead + (d if keepdim or d < d0 else d - 1)),) * 5)
+                 for d in range(len(x.shape)) if d != d0]
+    if lead:
+        sigs.append(Signature((B, S(0)), (S(0),) * 5))
+    return sigs + [Signature((B, qs), (B,) * 5)]
+
+
+def _quantile_cost(ins, outs, dim=None, **attrs) -> cost.Cost:
+    """The sort along ``dim``, then a linear interpolation (3 operations) per quantile."""
+    c = cost.sorting(None)(ins, outs, dim=dim)
+    return c._replace(flops=c.flops + 3 * cost.numel(outs[0]))
+
+
 _QUANTILE = defop("quantile", _quantile_infer, _quantile_kernel, grad=_quantile_grad,
-                  save=("inputs", "outputs"), nondiff_outputs=(1, 2, 3, 4))
+                  save=("inputs", "outputs"), nondiff_outputs=(1, 2, 3, 4),
+                  sbp=SbpRule(_quantile_sbp), cost=_quantile_cost)
 
 
 def _quantile_call(name, ignore_nan, input, q, dim, keepdim, interpolation, out):
@@ -388,9 +414,9 @@ def _cumprod_grad(ctx, g):
 
 
 _CUMSUM = defop("cumsum", _cum_infer("cumsum"), _cum_kernel(np.cumsum), grad=_cumsum_grad,
-                save=())
+                save=(), sbp=_sbp.pointwise(each=(0,), skip=("dim",)), cost=cost.reduction(1))
 _CUMPROD = defop("cumprod", _cum_infer("cumprod"), _cum_kernel(np.cumprod),
-                 grad=_cumprod_grad)
+                 grad=_cumprod_grad, sbp=_sbp.pointwise(skip=("dim",)), cost=cost.reduction(1))
 
 
 def cumsum(input, dim: int, *, dtype=None, out=None) -> Tensor:
@@ -424,7 +450,8 @@ _CUMEXT_BACKWARD = defop(
     "cummaxmin_backward", lambda g, index, dim, gather=False: Meta(g.shape, g.dtype),
     _scatter_kernel, save=("inputs",),
     grad=lambda ctx, gg, *_: (dispatch(_CUMEXT_BACKWARD, gg, ctx.inputs[1], dim=ctx.attrs[
-        "dim"], gather=not ctx.attrs.get("gather", False)), None))
+        "dim"], gather=not ctx.attrs.get("gather", False)), None),
+    sbp=_sbp.pointwise(each=(0,), skip=("dim",)), cost=cost.reduction(1))
 
 
 def _cum_extremum(name: str, ufunc):
@@ -444,7 +471,8 @@ def _cum_extremum(name: str, ufunc):
 
     def grad(ctx, g, gi=None):
         return (dispatch(_CUMEXT_BACKWARD, g, ctx.outputs[1], dim=ctx.attrs["dim"]),)
-    return defop(name, infer, cpu, grad=grad, save=("outputs",), nondiff_outputs=(1,))
+    return defop(name, infer, cpu, grad=grad, save=("outputs",), nondiff_outputs=(1,),
+                 sbp=_sbp.pointwise(nout=2, skip=("dim",)), cost=cost.reduction(1))
 
 
 _CUMMAX = _cum_extremum("cummax", np.maximum)

@@ -2,9 +2,12 @@
 
 Primitives with their own ``OpDef`` are ``cat``, ``flip``, ``roll``, ``repeat``,
 ``repeat_interleave`` (tensor repeats), ``tril``, ``triu`` and ``diag_embed``; the rest are
-composites of them and of the views in ``views.py``. ``split``/``chunk``/``tensor_split``/
+composites of them and of the views in ``views.py`` (``broadcast.py`` holds the
+composites that only give tensors a common or minimum shape). ``split``/``chunk``/``tensor_split``/
 ``unbind`` are one multi-output view op, ``split_view``, whose backward is one
-``split_backward`` (writes into the pieces show through, as in PyTorch).
+``split_backward`` (writes into the pieces show through, as in PyTorch). On a global tensor
+the dims an op does not work along may stay split; the copies cost their bytes
+(``cost.movement``).
 
 >>> import tessera
 >>> a, b = tessera.ones(2, 3), tessera.zeros(2, 3)
@@ -13,15 +16,16 @@ composites of them and of the views in ``views.py``. ``split``/``chunk``/``tenso
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from tessera import _dtype as D
 from tessera._dispatch import _mark_view, dispatch
 from tessera._tensor import Size, Tensor
 from tessera.autograd.grad_mode import STATE
+from tessera.ops import _sbp, cost
+from tessera.ops._sbp import linear_identity, wrap
 from tessera.ops._util import call, ensure_tensor, wrap_dim, wrap_dims
+from tessera.ops.broadcast import atleast_1d, atleast_2d, atleast_3d
 from tessera.ops.registry import Meta, defop
 from tessera.ops.views import (
     _SLICE,
@@ -31,14 +35,13 @@ from tessera.ops.views import (
     reshape,
     transpose,
     unsqueeze,
-    view,
 )
+from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack",
            "column_stack", "row_stack", "split", "tensor_split", "chunk", "unbind", "flip",
            "fliplr", "flipud", "roll", "rot90", "repeat", "tile", "repeat_interleave", "tril",
-           "triu", "diag", "diag_embed", "trace", "broadcast_tensors", "broadcast_shapes",
-           "meshgrid", "atleast_1d", "atleast_2d", "atleast_3d"]
+           "triu", "diag", "diag_embed", "trace"]
 
 
 def _tensor_list(op: str, tensors) -> tuple:
@@ -124,7 +127,16 @@ def _cat_grad(ctx, g):
                  for m, need in zip(metas, ctx.needs_input_grad))
 
 
-_CAT = defop("cat", _cat_infer, _cat_kernel, promote=True, save=(), grad=_cat_grad)
+def _cat_sbp(*ts, dim=0):
+    n = len(ts[0].shape)
+    dim = wrap(dim, n)
+    k = len(ts)
+    sigs = [Signature((S(d),) * k, (S(d),)) for d in range(n) if d != dim]
+    return sigs + linear_identity(k)
+
+
+_CAT = defop("cat", _cat_infer, _cat_kernel, promote=True, save=(), grad=_cat_grad,
+             sbp=SbpRule(_cat_sbp), cost=cost.movement())
 
 
 def cat(tensors, dim: int = 0, *, out: Tensor | None = None) -> Tensor:
@@ -214,8 +226,17 @@ def _split_grad(ctx, *grads):
     return (dispatch(_SPLIT_BACKWARD, *grads, shape=ctx.input_metas[0].shape, **ctx.attrs),)
 
 
+def _split_sbp(x, dim, bounds, squeeze):
+    """The pieces along ``dim``: the other dims may stay split."""
+    n, k = len(x.shape), len(bounds)
+    dim = wrap(dim, n)
+    sigs = [Signature((S(d),), (S(d - (1 if squeeze and d > dim else 0)),) * k)
+            for d in range(n) if d != dim]
+    return sigs + [Signature((B,), (B,) * k), Signature((P,), (P,) * k)]
+
+
 _SPLIT = defop("split_view", _split_infer, _split_kernel, aliasing="view", save=(),
-               grad=_split_grad)
+               grad=_split_grad, sbp=SbpRule(_split_sbp), cost=cost.view())
 
 
 def _split_backward_infer(*gs, shape, dim, bounds, squeeze):
@@ -265,7 +286,18 @@ def _split_backward_grad(ctx, g):
     return dispatch(_SPLIT, g, dim=a["dim"], bounds=a["bounds"], squeeze=a["squeeze"])
 
 
+def _split_backward_sbp(*gs, shape, dim, bounds, squeeze):
+    """The pieces' gradients put back together along ``dim``: other dims may stay split."""
+    n, k = len(shape), len(gs)
+    dim = wrap(dim, n)
+    sigs = [Signature((S(d - (1 if squeeze and d > dim else 0)),) * k, (S(d),))
+            for d in range(n) if d != dim]
+    return sigs + linear_identity(k)
+
+
 _SPLIT_BACKWARD = defop("split_backward", _split_backward_infer, _split_backward_kernel,
+                        sbp=SbpRule(_split_backward_sbp, shape_attrs=("shape",)),
+                        cost=cost.movement(),
                         save=(), grad=_split_backward_grad,
                         traits={"out_form"}, inplace_kernels={"cpu": _split_backward_into})
 
@@ -400,8 +432,11 @@ def _flip_kernel(x, dims):
     return np.flip(x, [d % x.ndim for d in dims]).copy(order="K")
 
 
+# flip and roll: linear, and any dim they do not move elements along may stay split
+_ALONG_DIMS = _sbp.pointwise(each=(0,), skip=("dims",))
 _FLIP = defop("flip", _flip_infer, _flip_kernel, save=(),
-              grad=lambda ctx, g: (flip(g, ctx.attrs["dims"]),))
+              grad=lambda ctx, g: (flip(g, ctx.attrs["dims"]),), sbp=_ALONG_DIMS,
+              cost=cost.movement())
 
 
 def flip(input: Tensor, *dims) -> Tensor:
@@ -444,9 +479,17 @@ def _roll_kernel(x, shifts, dims):
     return np.roll(x, shifts, [d % x.ndim for d in dims])
 
 
+def _roll_sbp(x, shifts, dims):
+    """Rolling a split dim moves elements across tiles; no dims rolls the flattened tensor."""
+    if not dims:
+        return linear_identity()
+    return _ALONG_DIMS(x, dims=dims)
+
+
 _ROLL = defop("roll", _roll_infer, _roll_kernel, save=(),
               grad=lambda ctx, g: (roll(g, tuple(-s for s in ctx.attrs["shifts"]),
-                                        ctx.attrs["dims"]),))
+                                        ctx.attrs["dims"]),),
+              sbp=SbpRule(_roll_sbp), cost=cost.movement())
 
 
 def roll(input: Tensor, shifts, dims=None) -> Tensor:
@@ -508,8 +551,15 @@ def _repeat_grad(ctx, g):
     return (reshape(g, shape),)
 
 
+def _repeat_sbp(x, repeats):
+    """A dim repeated once stays split (a repeated one would interleave tiles)."""
+    lead = len(repeats) - len(x.shape)
+    return [Signature((S(d),), (S(d + lead),)) for d in range(len(x.shape))
+            if repeats[d + lead] == 1] + linear_identity()
+
+
 _REPEAT = defop("repeat", _repeat_infer, lambda x, repeats: np.tile(x, repeats), save=(),
-                grad=_repeat_grad)
+                grad=_repeat_grad, sbp=SbpRule(_repeat_sbp), cost=cost.movement())
 
 
 def repeat(input: Tensor, *repeats) -> Tensor:
@@ -565,7 +615,7 @@ def _rep_grad(ctx, g):
 
 # Per-element repeats make the output size depend on the data (PyTorch syncs on it too).
 _REP = defop("repeat_interleave", _rep_infer, _rep_kernel, grad=_rep_grad,
-             dynamic_shape=True)
+             dynamic_shape=True, cost=cost.movement())
 
 
 def repeat_interleave(input: Tensor, repeats=None, dim: int | None = None, *,
@@ -609,7 +659,8 @@ def _tri(name: str, kernel):
         return Meta(x.shape, x.dtype)
 
     op = defop(name, infer, lambda x, diagonal=0: kernel(x, diagonal), save=(),
-               grad=lambda ctx, g: (dispatch(op, g, diagonal=ctx.attrs["diagonal"]),))
+               grad=lambda ctx, g: (dispatch(op, g, diagonal=ctx.attrs["diagonal"]),),
+               sbp=_sbp.pointwise(each=(0,), skip=(-2, -1)), cost=cost.movement())
 
     def fn(input: Tensor, diagonal: int = 0, *, out: Tensor | None = None) -> Tensor:
         return call(op, ensure_tensor(name, input), diagonal=int(diagonal), out=out)
@@ -647,9 +698,19 @@ def _diag_embed_kernel(x, offset=0, dim1=-2, dim2=-1):
     return out
 
 
+def _diag_embed_sbp(x, offset=0, dim1=-2, dim2=-1):
+    """The batch dims (all but the last) stay split, at the output positions the two new
+    dims leave free."""
+    n = len(x.shape)
+    d1, d2 = wrap(dim1, n + 1), wrap(dim2, n + 1)
+    free = [d for d in range(n + 1) if d not in (d1, d2)]
+    return [Signature((S(d),), (S(free[d]),)) for d in range(n - 1)] + linear_identity()
+
+
 _DIAG_EMBED = defop("diag_embed", _diag_embed_infer, _diag_embed_kernel, save=(),
                     grad=lambda ctx, g: (diagonal(g, ctx.attrs["offset"], ctx.attrs["dim1"],
-                                                  ctx.attrs["dim2"]),))
+                                                  ctx.attrs["dim2"]),),
+                    sbp=SbpRule(_diag_embed_sbp), cost=cost.movement())
 
 
 def diag_embed(input: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
@@ -680,99 +741,6 @@ def trace(input: Tensor) -> Tensor:
     return diagonal(input).sum()
 
 
-# ---- broadcasting, meshgrid, atleast_nd ----------------------------------------------------
-
-def broadcast_shapes(*shapes) -> Size:
-    """The shape that tensors of ``shapes`` broadcast to (no tensors are made)."""
-    shapes = [(s,) if isinstance(s, (int, np.integer)) else s for s in shapes if s is not None]
-    if not shapes:
-        return Size(())
-    for s in shapes:
-        if not isinstance(s, (tuple, list)):
-            raise RuntimeError("Input shapes should be of type ints, a tuple of ints, or a list "
-                               f"of ints, got {s}")
-    common = [1] * max(len(s) for s in shapes)
-    for arg, s in enumerate(shapes):
-        for i in range(-1, -1 - len(s), -1):
-            if s[i] == common[i]:
-                continue
-            if common[i] == 1:
-                if s[i] < 0:
-                    raise ValueError("Attempting to broadcast a dimension with negative length!")
-                common[i] = s[i]
-            elif s[i] != 1:
-                raise RuntimeError(f"Attempting to broadcast a dimension of length {s[i]} at "
-                                   f"{i}! Mismatching argument at index {arg} had {tuple(s)}; "
-                                   f"but expected shape should be broadcastable to {common}")
-    return Size(int(c) for c in common)
-
-
-def broadcast_tensors(*tensors) -> tuple:
-    """Views of ``tensors`` expanded to their common broadcast shape."""
-    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
-        tensors = tuple(tensors[0])
-    from tessera.ops._util import broadcast_shapes as _common
-    if not tensors:
-        return ()
-    shape = _common("broadcast_tensors", *[ensure_tensor("broadcast_tensors", t)._shape
-                                           for t in tensors])
-    return tuple(expand(t, shape) for t in tensors)
-
-
-def meshgrid(*tensors, indexing: str | None = None) -> tuple:
-    """Coordinate grids from 0-d/1-d tensors: output i varies along dim i (``'ij'``); with
-    ``'xy'`` (Cartesian) the first two dims trade places. Outputs are expanded views."""
-    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
-        tensors = tuple(tensors[0])
-    if indexing is None:
-        warnings.warn("torch.meshgrid: in an upcoming release, it will be required to pass the "
-                      "indexing argument.", UserWarning, stacklevel=2)
-        indexing = "ij"
-    if not tensors:
-        raise RuntimeError("meshgrid expects a non-empty TensorList")
-    if indexing not in ("ij", "xy"):
-        raise RuntimeError('torch.meshgrid: indexing must be one of "xy" or "ij", but '
-                           f"received: {indexing}")
-    for t in tensors:
-        if ensure_tensor("meshgrid", t).dim() > 1:
-            raise RuntimeError("torch.meshgrid: Expected 0D or 1D tensor in the tensor list but "
-                               f"got: {t}")
-        if t.dtype is not tensors[0].dtype:
-            raise RuntimeError("meshgrid expects all tensors to have the same dtype")
-    swap = indexing == "xy" and len(tensors) >= 2
-    ts = list(tensors)
-    if swap:
-        ts[0], ts[1] = ts[1], ts[0]
-    shape = tuple(t.numel() for t in ts)
-    n = len(ts)
-    grids = [expand(view(t, (1,) * i + (-1,) + (1,) * (n - i - 1)), shape)
-             for i, t in enumerate(ts)]
-    if swap:
-        grids[0], grids[1] = grids[1], grids[0]
-    return tuple(grids)
-
-
-def _atleast(nd: int, fix):
-    def fn(*tensors):
-        if len(tensors) == 1:
-            tensors = tensors[0]
-        if isinstance(tensors, Tensor):
-            return tensors if tensors.dim() >= nd else fix(tensors)
-        return tuple(t if ensure_tensor(f"atleast_{nd}d", t).dim() >= nd else fix(t)
-                     for t in tensors)
-    fn.__name__ = fn.__qualname__ = f"atleast_{nd}d"
-    fn.__doc__ = (f"Each input with fewer than {nd} dims as a view with {nd} dims (others "
-                  "as they are); one tensor in, one out.")
-    return fn
-
-
-atleast_1d = _atleast(1, lambda t: reshape(t, (1,)))
-atleast_2d = _atleast(2, lambda t: reshape(t, (1, 1)) if t.dim() == 0 else unsqueeze(t, 0))
-atleast_3d = _atleast(3, lambda t: reshape(t, (1, 1, 1)) if t.dim() == 0 else
-                      unsqueeze(unsqueeze(t, 0), -1) if t.dim() == 1 else unsqueeze(t, -1))
-
-
 def _tname(d) -> str:
     from tessera._dispatch import _tname as name
     return name(d)
-

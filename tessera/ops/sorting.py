@@ -3,7 +3,8 @@ searchsorted and bucketize, with PyTorch's orderings and errors.
 
 Every sort is stable (so ``stable=True`` matches PyTorch on ties, and ``stable=False`` is a
 valid order too); NaN sorts as the largest value. ``sort`` and ``topk`` return a tuple with
-``.values`` and ``.indices``, and their gradient goes back to the chosen elements.
+``.values`` and ``.indices``, and their gradient goes back to the chosen elements. On a
+global tensor they keep any dim split but the sorted one.
 
 >>> import tessera
 >>> tessera.sort(tessera.tensor([3., 1., 2.])).indices
@@ -16,10 +17,12 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import _tname
 from tessera._tensor import Tensor
+from tessera.ops import _sbp, cost
 from tessera.ops._util import call, ensure_tensor, promote, wrap_dim
 from tessera.ops.creation import copy, zeros
-from tessera.ops.indexing import scatter
+from tessera.ops.gather_scatter import scatter
 from tessera.ops.registry import Meta, defop
+from tessera.sbp import SbpRule, Signature, broadcast as B, split as S
 
 __all__ = ["sort", "argsort", "msort", "topk", "unique", "unique_consecutive", "searchsorted",
            "bucketize"]
@@ -75,6 +78,19 @@ def _value_grad(ctx, g, gi=None):
 
 # ---- sort ----------------------------------------------------------------------------
 
+_ALONG_DIM = _sbp.pointwise(nout=2, skip=("dim",))
+
+
+def _sort_sbp(x, dim=-1, descending=False):
+    """``sort``/``topk``: split any dim but the sorted one (their defaults named here: a
+    missing attr would otherwise ban nothing)."""
+    return _ALONG_DIM(x, dim=dim)
+
+
+def _topk_sbp(x, k, dim=-1, largest=True):
+    return _ALONG_DIM(x, dim=dim)
+
+
 def _sort_infer(x, dim=-1, descending=False):
     wrap_dim(dim, len(x.shape), "sort")
     if x.dtype.is_complex:  # complex numbers have no order
@@ -90,7 +106,7 @@ def _sort_kernel(x, dim=-1, descending=False):
 
 
 _SORT = defop("sort", _sort_infer, _sort_kernel, grad=_value_grad, save=("outputs",),
-              nondiff_outputs=(1,))
+              nondiff_outputs=(1,), sbp=SbpRule(_sort_sbp), cost=cost.sorting())
 
 
 def sort(input, dim: int = -1, descending: bool = False, *, stable: bool = False,
@@ -139,7 +155,7 @@ def _topk_kernel(x, k, dim=-1, largest=True):
 
 
 _TOPK = defop("topk", _topk_infer, _topk_kernel, grad=_value_grad, save=("outputs",),
-              nondiff_outputs=(1,))
+              nondiff_outputs=(1,), sbp=SbpRule(_topk_sbp), cost=cost.sorting())
 
 
 def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *,
@@ -212,9 +228,11 @@ def _unique_consecutive_kernel(x, dim=None):
 
 
 _UNIQUE = defop("unique", _unique_infer("unique"), _unique_kernel, grad=None, save=(),
-                dynamic_shape=True)
+                dynamic_shape=True, cost=cost.sorting(None))
+# one comparison of each element (or slice) with the one before
 _UNIQUE_CONSECUTIVE = defop("unique_consecutive", _unique_infer("unique_consecutive"),
-                            _unique_consecutive_kernel, grad=None, save=(), dynamic_shape=True)
+                            _unique_consecutive_kernel, grad=None, save=(), dynamic_shape=True,
+                            cost=cost.reduction(1))
 
 
 def _pick(res, return_inverse: bool, return_counts: bool):
@@ -308,8 +326,27 @@ def _searchsorted_kernel(seq, v, sorter, right=False, out_int32=False):
     return _bsearch(rows, v.reshape(rows.shape[0], -1), right).reshape(v.shape)
 
 
+def _searchsorted_sbp(seq, v, sorter, right=False, out_int32=False):
+    """1-D boundaries: the values split anywhere; N-D: a batch dim split alike in all."""
+    if type(v) is not Meta:
+        return [Signature((B, None, _sbp.optional(sorter)), (B,))]
+    if len(seq.shape) == 1:
+        sigs = [Signature((B, S(d), _sbp.optional(sorter)), (S(d),))
+                for d in range(len(v.shape))]
+    else:
+        sigs = [Signature((S(d), S(d), _sbp.optional(sorter, S(d))), (S(d),))
+                for d in range(len(seq.shape) - 1)]
+    return sigs + [Signature((B, B, _sbp.optional(sorter)), (B,))]
+
+
+def _searchsorted_cost(ins, outs, **attrs) -> cost.Cost:
+    """A binary search per value: ceil(log2(n + 1)) comparisons in a row of n boundaries."""
+    n = max(int(ins[0].shape[-1]), 0)
+    return cost.Cost(cost.numel(outs[0]) * n.bit_length(), *cost.io(ins, outs))
+
+
 _SEARCHSORTED = defop("searchsorted", _searchsorted_infer, _searchsorted_kernel, grad=None,
-                      save=())
+                      save=(), sbp=SbpRule(_searchsorted_sbp), cost=_searchsorted_cost)
 
 
 def searchsorted(sorted_sequence, input, *, out_int32: bool = False, right: bool = False,

@@ -89,7 +89,7 @@ _WHERE = defop("where", _where_infer, _where_kernel, grad=_where_grad,
 def where(condition, input=None, other=None, *, out=None):
     """``input`` where ``condition`` else ``other``; ``where(cond)`` is ``nonzero(as_tuple)``."""
     if input is None and other is None:
-        from tessera.ops.indexing import nonzero
+        from tessera.ops.getitem import nonzero
         return nonzero(condition, as_tuple=True)
     return call(_WHERE, condition, input, other, out=out)
 

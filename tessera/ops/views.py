@@ -3,7 +3,8 @@
 ``view`` (and so reshape/flatten/squeeze/unsqueeze), ``permute`` (and transpose/t/movedim),
 ``expand``, ``slice`` (basic indexing, narrow, select), ``diagonal`` and ``unfold``. A view
 records how it was made (``_view_chain``) so that an in-place write to it can be replayed
-on its base (``view_assign``) for autograd.
+on its base (``view_assign``) for autograd. Views cost nothing (``cost.view``); on a global
+tensor a split dim stays split where the view keeps it whole.
 
 >>> import tessera
 >>> x = tessera.zeros(2, 3)
@@ -12,13 +13,18 @@ on its base (``view_assign``) for autograd.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
+from tessera.ops import _sbp, cost
+from tessera.ops._sbp import linear_identity, wrap
 from tessera.ops._util import ensure_tensor, numel, sum_to, wrap_dim
 from tessera.ops.registry import Meta, defop
+from tessera.sbp import SbpRule, Signature, split as S
 
 __all__ = ["view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "ravel",
            "permute", "transpose", "swapaxes", "swapdims", "t", "adjoint", "movedim",
@@ -116,8 +122,30 @@ def _view_kernel(x, shape):
     return _strided(x, shape, tuple(s * x.itemsize for s in st))
 
 
+def _view_sbp(x, shape, mesh_size=None):
+    """A split dim stays split where it survives whole, or where the dim it starts at in
+    the output has the same offset and both sizes divide evenly over the mesh (splitting
+    (B, L, H*D) into (B, L, H, D) heads, merging them back): the tiles are then the same
+    contiguous blocks."""
+    ins = tuple(x.shape)
+    out = _sbp.resolve(shape, math.prod(ins))
+    n = mesh_size
+    sigs = []
+    for d, size in enumerate(ins):
+        pre = math.prod(ins[:d])
+        for e, osize in enumerate(out):
+            if math.prod(out[:e]) != pre:
+                continue
+            if osize == size or (n and size % n == 0 and osize % n == 0):
+                sigs.append(Signature((S(d),), (S(e),)))
+                break
+    return sigs + linear_identity()
+
+
 _VIEW = defop("view", _view_infer, _view_kernel, aliasing="view", save=(),
-              grad=lambda ctx, g: (reshape(g, ctx.input_metas[0].shape),))
+              grad=lambda ctx, g: (reshape(g, ctx.input_metas[0].shape),),
+              sbp=SbpRule(_view_sbp, shape_attrs=("shape",), mesh=True, contiguous=True),
+              cost=cost.view())
 
 
 def _as_index(s, op: str, arg: str, pos: int | None):
@@ -222,9 +250,18 @@ def _squeeze_kernel(x, dims):
     return _strided(x, tuple(x.shape[i] for i in keep), tuple(x.strides[i] for i in keep))
 
 
+def _squeeze_sbp(x, dims):
+    n = len(x.shape)
+    gone = {wrap(d, max(n, 1)) for d in (dims if dims is not None else range(n))
+            if n and x.shape[wrap(d, n)] == 1}
+    return [Signature((S(d),), (S(d - sum(1 for g in gone if g < d)),))
+            for d in range(n) if d not in gone] + linear_identity()
+
+
 _SQUEEZE = defop("squeeze", lambda x, dims: Meta(tuple(
     s for i, s in enumerate(x.shape) if i not in dims), x.dtype), _squeeze_kernel,
-    aliasing="view", save=(), grad=lambda ctx, g: (reshape(g, ctx.input_metas[0].shape),))
+    aliasing="view", save=(), grad=lambda ctx, g: (reshape(g, ctx.input_metas[0].shape),),
+    sbp=SbpRule(_squeeze_sbp), cost=cost.view())
 
 
 def squeeze(input: Tensor, dim=None) -> Tensor:
@@ -251,8 +288,16 @@ def _unsqueeze_kernel(x, dim):
                     x.strides[:dim] + (st,) + x.strides[dim:])
 
 
+def _unsqueeze_sbp(x, dim):
+    n = len(x.shape)
+    dim = wrap(dim, n + 1)
+    return [Signature((S(d),), (S(d if d < dim else d + 1),)) for d in range(n)] + \
+        linear_identity()
+
+
 _UNSQUEEZE = defop("unsqueeze", _unsqueeze_infer, _unsqueeze_kernel, aliasing="view",
-                   save=(), grad=lambda ctx, g: (reshape(g, ctx.input_metas[0].shape),))
+                   save=(), grad=lambda ctx, g: (reshape(g, ctx.input_metas[0].shape),),
+                   sbp=SbpRule(_unsqueeze_sbp), cost=cost.view())
 
 
 def unsqueeze(input: Tensor, dim: int) -> Tensor:
@@ -300,8 +345,15 @@ def _permute_grad(ctx, g):
     return (permute(g, tuple(inv)),)
 
 
+def _permute_sbp(x, dims):
+    n = len(x.shape)
+    dims = [wrap(d, n) for d in dims]
+    return [Signature((S(d),), (S(j),)) for j, d in enumerate(dims)] + linear_identity()
+
+
 _PERMUTE = defop("permute", _permute_infer, lambda x, dims: x.transpose(dims),
-                 aliasing="view", save=(), grad=_permute_grad)
+                 aliasing="view", save=(), grad=_permute_grad, sbp=SbpRule(_permute_sbp),
+                 cost=cost.view())
 
 
 def permute(input: Tensor, *dims) -> Tensor:
@@ -426,8 +478,19 @@ def _expand_kernel(x, shape):
     return _strided(x, shape, tuple(strides))
 
 
+def _expand_sbp(x, shape):
+    n, nx = len(shape), len(x.shape)
+    sigs = []
+    for k, size in enumerate(x.shape):
+        d = k + n - nx
+        if shape[d] in (-1, size):
+            sigs.append(Signature((S(k),), (S(d),)))
+    return sigs + linear_identity()
+
+
 _EXPAND = defop("expand", _expand_infer, _expand_kernel, aliasing="view", save=(),
-                grad=lambda ctx, g: (sum_to(g, ctx.input_metas[0].shape),))
+                grad=lambda ctx, g: (sum_to(g, ctx.input_metas[0].shape),),
+                sbp=SbpRule(_expand_sbp, shape_attrs=("shape",)), cost=cost.view())
 
 
 def expand(input: Tensor, *sizes) -> Tensor:
@@ -505,8 +568,25 @@ def _slice_grad(ctx, g):
     return (view_assign(base, g, ((_SLICE, (), {"key": ctx.attrs["key"]}),)),)
 
 
+def _slice_sbp(x, key):
+    """Basic indexing: a dim that the key leaves whole (``:``) can stay split."""
+    n = len(x.shape)
+    key = key if isinstance(key, tuple) else (key,)
+    if any(k is None or k is Ellipsis for k in key):
+        return linear_identity()
+    sigs = []
+    out = 0
+    for d in range(n):
+        k = key[d] if d < len(key) else slice(None)
+        if isinstance(k, slice):
+            if k == slice(None) or k.indices(x.shape[d]) == (0, x.shape[d], 1):
+                sigs.append(Signature((S(d),), (S(out),)))
+            out += 1
+    return sigs + linear_identity()
+
+
 _SLICE = defop("slice", _slice_infer, _slice_kernel, aliasing="view", save=(),
-               grad=_slice_grad)
+               grad=_slice_grad, sbp=SbpRule(_slice_sbp), cost=cost.view())
 
 
 def slice_view(input: Tensor, key: tuple) -> Tensor:
@@ -585,8 +665,17 @@ def _diagonal_grad(ctx, g):
     return (view_assign(base, g, ((_DIAGONAL, (), dict(ctx.attrs)),)),)
 
 
+def _diagonal_sbp(x, offset=0, dim1=0, dim2=1):
+    """The dims the diagonal does not run along stay split (they keep their order, the
+    diagonal goes last)."""
+    n = len(x.shape)
+    d1, d2 = wrap(dim1, n), wrap(dim2, n)
+    rest = [d for d in range(n) if d not in (d1, d2)]
+    return [Signature((S(d),), (S(j),)) for j, d in enumerate(rest)] + linear_identity()
+
+
 _DIAGONAL = defop("diagonal", _diagonal_infer, _diagonal_kernel, aliasing="view", save=(),
-                  grad=_diagonal_grad)
+                  grad=_diagonal_grad, sbp=SbpRule(_diagonal_sbp), cost=cost.view())
 
 
 def diagonal(input: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
@@ -632,18 +721,31 @@ def _unfold_backward_kernel(g, input_shape, dimension, size, step):
     return out
 
 
+def _other_dims_sbp(n: int, dimension: int) -> list:
+    """unfold and its backward: any dim but the unfolded one may stay split."""
+    d0 = wrap(dimension, max(n, 1))
+    return [Signature((S(d),), (S(d),)) for d in range(n) if d != d0] + linear_identity()
+
+
+# the windows' gradients added into the input's shape: an addition per element of g
 _UNFOLD_BACKWARD = defop(
     "unfold_backward",
     lambda g, input_shape, dimension, size, step: Meta(tuple(input_shape), g.dtype),
     _unfold_backward_kernel, save=(),
     grad=lambda ctx, gg: (unfold(gg, ctx.attrs["dimension"], ctx.attrs["size"],
-                                 ctx.attrs["step"]),))
+                                 ctx.attrs["step"]),),
+    sbp=SbpRule(lambda g, input_shape, dimension, size, step:
+                _other_dims_sbp(len(input_shape), dimension), shape_attrs=("input_shape",)),
+    cost=cost.reduction(1))
 
 
 _UNFOLD = defop("unfold", _unfold_infer, _unfold_kernel, aliasing="view", save=(),
                 grad=lambda ctx, g: (dispatch(_UNFOLD_BACKWARD, g,
                                               input_shape=ctx.input_metas[0].shape,
-                                              **ctx.attrs),))
+                                              **ctx.attrs),),
+                sbp=SbpRule(lambda x, dimension, size, step:
+                            _other_dims_sbp(len(x.shape), dimension)),
+                cost=cost.view())
 
 
 def unfold(input: Tensor, dimension: int, size: int, step: int) -> Tensor:
@@ -694,7 +796,9 @@ def _view_assign_grad(ctx, g):
 
 
 _VIEW_ASSIGN = defop("view_assign", _view_assign_infer, _view_assign_kernel, save=(),
-                     grad=_view_assign_grad)
+                     grad=_view_assign_grad,
+                     sbp=SbpRule(lambda base, src, chain: linear_identity(2)),
+                     cost=cost.movement())
 
 
 def view_assign(base: Tensor, src: Tensor, chain) -> Tensor:

@@ -228,7 +228,7 @@ def test_path_attr_is_chosen_before_dispatch():
 def test_batch_split_over_threads(monkeypatch):
     """Batched steps big enough run their batch in chunks on the kernel threads, each with
     single-threaded BLAS; forced here on small sizes, the results must not change."""
-    from tessera._einsum import _lower
+    from tessera.ops.einsum import _lower
     if _lower._blas_local() is None:
         pytest.skip("NumPy's BLAS is not OpenBLAS >= 0.3.27")
     monkeypatch.setattr(_lower, "_SPLIT_MIN", 0)

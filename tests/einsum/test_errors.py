@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tessera
-from tessera._einsum._parse import parse
+from tessera.ops.einsum._parse import parse
 
 # (equation, operand shapes, exception type, message fragment, index the caret points at)
 ERRORS = [

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera._einsum import _lower
 from tessera.kernels import bmm as _bmm
+from tessera.ops.einsum import _lower
 
 EQ = "bhqd,bhkd->bhqk"
 

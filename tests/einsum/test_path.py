@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera._einsum import _path
-from tessera._einsum._path import describe, greedy, optimal
+from tessera.ops.einsum import _path
+from tessera.ops.einsum._path import describe, greedy, optimal
 
 
 def brute_force(inputs, output, sizes):

@@ -15,9 +15,10 @@ import warnings
 
 from tessera import _dtype as D
 from tessera._tensor import Tensor
+from tessera.ops.broadcast import broadcast_shapes
 from tessera.ops.comparison import isneginf
 from tessera.ops.creation import ones, zeros
-from tessera.ops.shape import broadcast_shapes, cat
+from tessera.ops.shape import cat
 
 __all__ = ["scaled_dot_product_attention", "multi_head_attention_forward"]
 

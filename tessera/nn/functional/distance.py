@@ -17,9 +17,10 @@ from tessera._dtype import promote_types
 from tessera.autograd.grad_mode import no_grad
 from tessera.ops.activation import tname
 from tessera.ops.arithmetic import div
+from tessera.ops.broadcast import broadcast_shapes, broadcast_tensors
 from tessera.ops.creation import ones_like, tensor
 from tessera.ops.queries import result_type
-from tessera.ops.shape import broadcast_shapes, broadcast_tensors, cat
+from tessera.ops.shape import cat
 
 __all__ = ["normalize", "cosine_similarity", "pairwise_distance", "pdist"]
 

@@ -24,8 +24,8 @@ from tessera.ops import activation as A, ctc as CTC, loss as L, ternary
 from tessera.ops._util import call
 from tessera.ops.activation import tname
 from tessera.ops.arithmetic import minimum
+from tessera.ops.broadcast import broadcast_shapes, broadcast_tensors
 from tessera.ops.creation import arange, ones_like, tensor, zeros as _zeros, zeros_like
-from tessera.ops.shape import broadcast_shapes, broadcast_tensors
 from tessera.ops.ternary import where
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",

@@ -14,7 +14,7 @@ from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
 from tessera.ops import embedding as _embedding_ops
 from tessera.ops._util import ensure_tensor
-from tessera.ops.indexing import one_hot
+from tessera.ops.flat_index import one_hot
 
 __all__ = ["embedding", "embedding_bag", "one_hot"]
 

@@ -15,8 +15,9 @@ from tessera import _dtype as D
 from tessera.onnx.converters.helpers import norm_axis, operand, static_prod
 from tessera.onnx.converters.registry import export_rule, import_rule
 from tessera.ops.creation import arange, zeros_like
+from tessera.ops.gather_scatter import gather
 from tessera.ops.getitem import index_put
-from tessera.ops.indexing import gather, index_select
+from tessera.ops.index_slices import index_select
 from tessera.ops.ternary import where
 
 # ---- gathers ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from tessera.onnx.converters.helpers import (
 )
 from tessera.onnx.converters.registry import export_rule, import_rule
 from tessera.ops.creation import full
-from tessera.ops.indexing import gather
+from tessera.ops.gather_scatter import gather
 from tessera.ops.reduce import (
     amax,
     amin,

@@ -35,8 +35,8 @@ from typing import NamedTuple
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from tessera._einsum._parse import bind, parse
 from tessera.kernels import bmm as _bmm
+from tessera.ops.einsum._parse import bind, parse
 from tessera.ops.linalg import _blasable, _matmul_kernel
 
 __all__ = ["run", "plan", "Plan", "contracted"]

@@ -1,12 +1,15 @@
 """``einsum``: Einstein summation as one op with every rule of the registry.
 
-``tessera.einsum(equation, *operands)`` parses the equation (``tessera._einsum._parse``),
-checks it against the operands' shapes, chooses the contraction path
-(``tessera._einsum._path``: exact for up to 9 operands, greedy beyond) and dispatches the
-``einsum`` op with two attrs: the *canonical* equation (explicit output, ellipses expanded
-into letters) and the path. The kernel (``tessera._einsum._lower``) runs each step of the
-path as permutes/reshapes and one batched matrix product. In an ``nn.Graph`` the node holds
-both attrs, so the path is chosen once, when the graph is traced.
+``tessera.einsum(equation, *operands)`` parses the equation (``_parse``: the grammar's
+lexer and recursive-descent parser, the sublist form, and ``bind``, which checks an
+equation against shapes and expands ellipses), chooses the contraction path (``_path``:
+an exact dynamic programme over subsets for up to 9 operands, greedy beyond, and the cost
+report) and dispatches the ``einsum`` op with two attrs: the *canonical* equation (explicit
+output, ellipses expanded into letters) and the path. The kernel (``_lower``) runs each
+step of the path as permutes/reshapes and one batched matrix product, planned once per
+operand layout. ``_rules`` holds the op's sbp and cost rules. In an ``nn.Graph`` the node
+holds both attrs, so the path is chosen once, when the graph is traced. Only this module
+touches Tensors; the others work on strings, shapes and NumPy arrays.
 
 The gradient of an einsum is an einsum: the output gradient contracted with the other
 operands, to the operand's labels (diagonals through an identity matrix, dims the operand
@@ -24,10 +27,10 @@ from functools import lru_cache
 
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
-from tessera._einsum import _lower, _path
-from tessera._einsum._parse import bind, from_sublists, parse
-from tessera._einsum._rules import einsum_cost, einsum_sbp
 from tessera._tensor import Tensor
+from tessera.ops.einsum import _lower, _path
+from tessera.ops.einsum._parse import bind, from_sublists, parse
+from tessera.ops.einsum._rules import einsum_cost, einsum_sbp
 from tessera.ops.registry import Meta, defop
 
 __all__ = ["einsum", "einsum_path"]
