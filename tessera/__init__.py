@@ -11,6 +11,9 @@ tessera.Size([3, 4])
 """
 from __future__ import annotations
 
+import importlib as _importlib
+import typing as _typing
+
 from tessera._runtime.blas_env import tune_openblas as _tune_openblas
 
 _tune_openblas()  # before NumPy loads OpenBLAS: see tessera/_runtime/blas_env.py
@@ -19,16 +22,18 @@ from tessera._runtime.malloc import keep_freed_memory as _keep_freed_memory  # n
 
 _keep_freed_memory()  # before the first tensors: see tessera/_runtime/malloc.py
 
-from tessera import _dtype  # noqa: E402
-from tessera._dtype import (
+from tessera import _tensor_methods, _tensor_ops  # noqa: E402,F401  (Tensor's method table)
+from tessera._dtype import (  # noqa: E402
     bfloat16,
     complex64,
     complex128,
     dtype,
+    finfo,
     float16,
     float32,
     float64,
     get_default_dtype,
+    iinfo,
     int8,
     int16,
     int32,
@@ -37,21 +42,33 @@ from tessera._dtype import (
     set_default_dtype,
     uint8,
 )
-from tessera._dtype import bool_ as bool  # noqa: A001  (PyTorch's name)
-from tessera._tensor import Size, Tensor
-from tessera._tensor_str import set_printoptions
-from tessera.device import device, register_device
-from tessera import _tensor_methods, autograd, ops  # noqa: E402
-from tessera._functions import *  # noqa: F401,F403,E402  (public op functions)
-from tessera.autograd import (
-    enable_grad,
-    inference_mode,
-    is_grad_enabled,
-    is_inference_mode_enabled,
-    no_grad,
-    set_grad_enabled,
-)
-from tessera.ops.queries import (
+from tessera._dtype import bool_ as bool  # noqa: A001,E402  (PyTorch's name)
+from tessera._runtime.threads import get_num_threads, set_num_threads  # noqa: E402
+from tessera._tensor import Size, Tensor  # noqa: E402
+from tessera._tensor_str import set_printoptions  # noqa: E402
+from tessera.device import device, register_device  # noqa: E402
+
+# every op family's public functions (each module lists them in its __all__)
+from tessera.ops.creation import *  # noqa: E402,F403
+from tessera.ops.unary import *  # noqa: E402,F403
+from tessera.ops.arithmetic import *  # noqa: E402,F403
+from tessera.ops.comparison import *  # noqa: E402,F403
+from tessera.ops.ternary import *  # noqa: E402,F403
+from tessera.ops.views import *  # noqa: E402,F403
+from tessera.ops.getitem import *  # noqa: E402,F403
+from tessera.ops.reduce import *  # noqa: E402,F403
+from tessera.ops.scan import *  # noqa: E402,F403
+from tessera.ops.gather_scatter import *  # noqa: E402,F403
+from tessera.ops.index_slices import *  # noqa: E402,F403
+from tessera.ops.flat_index import *  # noqa: E402,F403
+from tessera.ops.shape import *  # noqa: E402,F403
+from tessera.ops.broadcast import *  # noqa: E402,F403
+from tessera.ops.sorting import *  # noqa: E402,F403
+from tessera.ops.linalg import *  # noqa: E402,F403
+from tessera.ops.random import *  # noqa: E402,F403
+from tessera.ops.activation import *  # noqa: E402,F403
+from tessera.ops.einsum import *  # noqa: E402,F403
+from tessera.ops.queries import (  # noqa: E402
     can_cast,
     get_default_device,
     is_complex,
@@ -60,18 +77,24 @@ from tessera.ops.queries import (
     numel,
     result_type,
 )
+
+from tessera import autograd, ops, sbp  # noqa: E402
+from tessera.autograd import (  # noqa: E402
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 from tessera.serialization import load, save  # noqa: E402
 
-__version__ = "0.1.0"
-
-half, float, double = float16, float32, float64  # noqa: A001
-short, int, long = int16, int32, int64  # noqa: A001
-cfloat, cdouble = complex64, complex128
-uint8 = uint8
-
-
-
-from tessera import nn, optim, utils  # noqa: E402  (reachable as attributes, as in PyTorch)
+# the layers above the ops, reachable as attributes as in PyTorch
+from tessera import codegen as _codegen  # noqa: E402,F401  (registers the C code generator)
+from tessera import distributed, nn, optim, utils  # noqa: E402
+from tessera.distributed import optim as _optim  # noqa: E402,F401  (torch.distributed.optim)
+from tessera.distributed.placement import placement  # noqa: E402
+from tessera.nn import parallel as _parallel  # noqa: E402,F401  (torch.nn.parallel)
 from tessera.nn.functional._toplevel import (  # noqa: E402  (torch.selu, torch.kl_div...)
     binary_cross_entropy_with_logits,
     cdist,
@@ -102,12 +125,23 @@ from tessera.nn.functional._toplevel import (  # noqa: E402  (torch.selu, torch.
 # the Tensor methods among them (x.prelu(w), x.hardshrink()), bound as the ops' ones are
 _tensor_methods._OPS.update(hardshrink=hardshrink, prelu=prelu)
 _tensor_methods.bind_methods()
-from tessera._dtype import finfo, iinfo  # noqa: E402
-from tessera._runtime.threads import get_num_threads, set_num_threads  # noqa: E402
-# global tensors (placement + SBP), each OpDef's sbp rule, the process API; MPI is imported
-# only by a process that runs under mpiexec
-from tessera import distributed  # noqa: E402
-from tessera import sbp  # noqa: E402
-from tessera.distributed.placement import placement  # noqa: E402
-from tessera.distributed import optim as _optim  # noqa: E402,F401  (torch.distributed.optim)
-from tessera.nn import parallel as _parallel  # noqa: E402,F401  (torch.nn.parallel)
+
+__version__ = "0.1.0"
+
+half, float, double = float16, float32, float64  # noqa: A001
+short, int, long = int16, int32, int64  # noqa: A001
+cfloat, cdouble = complex64, complex128
+
+# subpackages loaded on first use (PEP 562): ``tessera.models.resnet18()`` works after a
+# plain ``import tessera``, which does not pay for them (nor import ``onnx``)
+_LAZY = ("models", "datasets", "onnx", "parallel", "kernels")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return _importlib.import_module(f"tessera.{name}")
+    raise AttributeError(f"module 'tessera' has no attribute '{name}'")
+
+
+if _typing.TYPE_CHECKING:
+    from tessera import datasets, kernels, models, onnx, parallel  # noqa: F401

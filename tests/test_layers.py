@@ -24,7 +24,7 @@ LAYERS = [
                       r"|tessera\.autograd\.(grad_mode|graph)"),
     ("tensor", r"tessera\._tensor(_methods|_str)?"),
     ("dispatch", r"tessera\._dispatch|tessera\._fastpath"),
-    ("ops", r"tessera\.ops(?!\.(registry|cost|_sbp)$)(\..*)?|tessera\._functions"
+    ("ops", r"tessera\.ops(?!\.(registry|cost|_sbp)$)(\..*)?|tessera\._tensor_ops"
             r"|tessera\._einsum(\..*)?"),
     ("autograd", r"tessera\.autograd(?!\.(grad_mode|graph)$)(\..*)?"),
     ("graph", r"tessera\.graph(\..*)?"),

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from tessera import _dtype as D
-from tessera._tensor import FAST_OPERATORS, Tensor
+from tessera._tensor import Tensor
 from tessera.kernels.c_expr import alpha as alpha_c, fmt, libm
 from tessera.ops import cost
 from tessera.ops._elementwise import (
@@ -39,12 +39,10 @@ from tessera.ops.registry import Meta, defop
 from tessera.ops.ternary import where
 from tessera.ops.unary import log
 
-__all__: list[str] = []  # filled by _public
+__all__ = ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
+           "floor_divide", "remainder", "fmod", "pow", "float_power", "maximum", "minimum", "fmax",
+           "fmin", "atan2", "arctan2", "hypot"]
 
-
-def _public(fn):
-    __all__.append(fn.__name__)
-    return fn
 
 
 # traits (``tessera.ops.registry.TRAITS``) of the cheapest ops, one instruction per element:
@@ -148,26 +146,22 @@ def _add_rules(sign: str, inplace) -> dict:
 
 
 _ADD = defop("add", _add_infer("add"), _kernel(_add_kernel), grad=_add_grad,
-             **_add_rules("+", _inplace_add))
+             operator=("__add__", {"alpha": 1}), **_add_rules("+", _inplace_add))
 _SUB = defop("sub", _add_infer("sub"), _kernel(_sub_kernel), grad=_sub_grad,
-             **_add_rules("-", _inplace_sub))
-FAST_OPERATORS.update({"__add__": (_ADD, {"alpha": 1}), "__sub__": (_SUB, {"alpha": 1})})
+             operator=("__sub__", {"alpha": 1}), **_add_rules("-", _inplace_sub))
 
 
-@_public
 def add(input, other, *, alpha=1, out=None):
     """``input + alpha * other``, broadcasting and promoting like PyTorch."""
     return call(_ADD, input, other, alpha=alpha, out=out)
 
 
-@_public
 def sub(input, other, *, alpha=1, out=None):
     """``input - alpha * other``."""
     return call(_SUB, input, other, alpha=alpha, out=out)
 
 
 subtract = sub
-__all__.append("subtract")
 
 
 def _mul_grad(ctx, g):
@@ -177,21 +171,19 @@ def _mul_grad(ctx, g):
 
 
 _MUL = defop("mul", _binary_infer("mul"), _kernel(np.multiply), grad=_mul_grad, promote=True,
+             operator=("__mul__", {}),
              sbp=pointwise(each=(0, 1)), cost=ONE, to_c=fmt("({0} * {1})"),
              traits=_BASIC | {"single_pass", "c_int"},
              inplace_kernels={"cpu": _inplace_kernel(
                  lambda t, a, b: np.multiply(a, b, out=t, casting="unsafe"))})
-FAST_OPERATORS["__mul__"] = (_MUL, {})
 
 
-@_public
 def mul(input, other, *, out=None):
     """``input * other``."""
     return call(_MUL, input, other, out=out)
 
 
 multiply = mul
-__all__.append("multiply")
 
 
 def _div_out(dt):
@@ -255,24 +247,21 @@ def _div_c(c, a, at):
 
 # (not c_int: an integer zero divisor must raise)
 _DIV = defop("div", _div_infer, _div_float_kernel, grad=_div_grad, promote=True,
+             operator=("__truediv__", {"rounding_mode": None}),
              sbp=pointwise(each=(0,)), cost=ONE, to_c=_div_c, traits=_BASIC,
              inplace_kernels={"cpu": _inplace_kernel(
                  lambda t, a, b, rounding_mode=None: np.copyto(
                      t, _div_float_kernel(a, b, rounding_mode), casting="unsafe"))})
-FAST_OPERATORS["__truediv__"] = (_DIV, {"rounding_mode": None})
 
 
-@_public
 def div(input, other, *, rounding_mode=None, out=None):
     """True division (integers give floats); ``rounding_mode='trunc'|'floor'``."""
     return call(_DIV, input, other, rounding_mode=rounding_mode, out=out)
 
 
 divide = true_divide = div
-__all__ += ["divide", "true_divide"]
 
 
-@_public
 def floor_divide(input, other, *, out=None):
     """``input // other`` (rounds toward minus infinity, like Python)."""
     return div(input, other, rounding_mode="floor", out=out)
@@ -321,13 +310,11 @@ _FMOD = defop("fmod", _binary_infer("fmod", bool_ok=False, scalar_first=False),
               inplace_kernels=_into(_fmod_kernel))
 
 
-@_public
 def remainder(input, other, *, out=None):
     """Python's ``%``: the result has the sign of the divisor."""
     return call(_REMAINDER, input, other, out=out)
 
 
-@_public
 def fmod(input, other, *, out=None):
     """C's fmod: the result has the sign of the dividend."""
     return call(_FMOD, input, other, out=out)
@@ -391,13 +378,11 @@ _POW = defop("pow", _pow_infer, _kernel(_pow_kernel), grad=_pow_grad, promote=Tr
              traits={"out_form"}, inplace_kernels=_into(_pow_kernel))
 
 
-@_public
 def pow(input, exponent, *, out=None):
     """``input ** exponent``."""
     return call(_POW, input, exponent, out=out)
 
 
-@_public
 def float_power(input, exponent, *, out=None):
     """``pow`` computed in float64."""
     x = input.double() if isinstance(input, Tensor) else float(input)
@@ -450,25 +435,21 @@ _FMAX = _tensors_op("fmax", np.fmax, _fminmax_grad(lambda a, b: a >= b), libm("f
 _FMIN = _tensors_op("fmin", np.fmin, _fminmax_grad(lambda a, b: a <= b), libm("fmin"), _SINGLE)
 
 
-@_public
 def maximum(input, other, *, out=None):
     """Elementwise max; NaN propagates."""
     return call(_MAXIMUM, input, other, out=out)
 
 
-@_public
 def minimum(input, other, *, out=None):
     """Elementwise min; NaN propagates."""
     return call(_MINIMUM, input, other, out=out)
 
 
-@_public
 def fmax(input, other, *, out=None):
     """Elementwise max ignoring NaN."""
     return call(_FMAX, input, other, out=out)
 
 
-@_public
 def fmin(input, other, *, out=None):
     """Elementwise min ignoring NaN."""
     return call(_FMIN, input, other, out=out)
@@ -493,17 +474,14 @@ _HYPOT = _tensors_op("hypot", np.hypot, _hypot_grad, libm("hypot"), int_ok=False
                      bool_ok=False)
 
 
-@_public
 def atan2(input, other, *, out=None):
     """The angle of (other, input), in (-pi, pi]."""
     return call(_ATAN2, input, other, out=out)
 
 
 arctan2 = atan2
-__all__.append("arctan2")
 
 
-@_public
 def hypot(input, other, *, out=None):
     """sqrt(input**2 + other**2) without overflow."""
     return call(_HYPOT, input, other, out=out)

@@ -25,12 +25,12 @@ from tessera.ops._elementwise import (
 from tessera.ops._util import broadcast_shapes, call
 from tessera.ops.registry import Meta, defop
 
-__all__: list[str] = []  # filled by _public
+__all__ = ["isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit", "eq", "ne", "lt", "le",
+           "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not", "not_equal",
+           "less", "less_equal", "greater", "greater_equal", "bitwise_and", "bitwise_or",
+           "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "bitwise_not", "isclose",
+           "allclose", "equal"]
 
-
-def _public(fn):
-    __all__.append(fn.__name__)
-    return fn
 
 
 # traits (``tessera.ops.registry.TRAITS``): NumPy's ufunc is one pass at memory speed, and
@@ -48,7 +48,7 @@ def _bool_unary(name, kernel, **rules):
         return call(op, input, out=out)
     fn.__name__ = name
     fn.__doc__ = f"Elementwise ``{name}``; a bool tensor."
-    return _public(fn)
+    return fn
 
 
 def _float_only(fn, default):
@@ -74,7 +74,7 @@ def _compare(name, kernel, to_c, traits, **kw):
         return call(op, input, other, out=out)
     fn.__name__ = name
     fn.__doc__ = f"Elementwise ``{name}``; a bool tensor."
-    return _public(fn)
+    return fn
 
 
 def _logic_c(op: str):
@@ -96,7 +96,6 @@ logical_or = _compare("logical_or", np.logical_or, _logic_c("||"), _LOGICAL, ten
 logical_xor = _compare("logical_xor", np.logical_xor, _logic_c("!="), _LOGICAL, tensors=True)
 logical_not = _bool_unary("logical_not", np.logical_not, to_c=fmt("(!{0})"), traits=_LOGICAL)
 not_equal, less, less_equal, greater, greater_equal = ne, lt, le, gt, ge
-__all__ += ["not_equal", "less", "less_equal", "greater", "greater_equal"]
 
 
 # ---- bitwise --------------------------------------------------------------------------------
@@ -141,7 +140,7 @@ def _bitwise(name, kernel, **rules):
         return call(op, input, other, out=out)
     fn.__name__ = name
     fn.__doc__ = f"Elementwise ``{name}`` of integer or bool tensors."
-    return _public(fn)
+    return fn
 
 
 bitwise_and = _bitwise("bitwise_and", np.bitwise_and, to_c=_bitwise_c("&", "&&"),
@@ -167,7 +166,6 @@ _BITWISE_NOT = defop("bitwise_not", _bitwise_not_infer, np.invert, grad=None, sb
                      to_c=lambda c, a, at: f"(~{a[0]})" if c.is_int else f"(!{a[0]})")
 
 
-@_public
 def bitwise_not(input, *, out=None):
     """``~input`` for integer and bool tensors."""
     return call(_BITWISE_NOT, input, out=out)
@@ -209,20 +207,17 @@ _ISCLOSE = defop("isclose", _isclose_infer, _isclose_kernel, grad=None, sbp=POIN
                  cost=cost.elementwise(6))
 
 
-@_public
 def isclose(input, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):
     """|input - other| <= atol + rtol * |other|, elementwise."""
     return call(_ISCLOSE, input, other, rtol=rtol, atol=atol, equal_nan=equal_nan)
 
 
-@_public
 def allclose(input, other, rtol: float = 1e-05, atol: float = 1e-08,
              equal_nan: bool = False) -> bool:
     """True when every element ``isclose``."""
     return bool(isclose(input, other, rtol, atol, equal_nan).all())
 
 
-@_public
 def equal(input, other) -> bool:
     """True when both have the same shape and elements."""
     return tuple(input.shape) == tuple(other.shape) and bool(eq(input, other).all())

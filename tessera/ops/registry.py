@@ -90,7 +90,9 @@ class OpDef:
     ``to_c(c, args, attrs) -> str``: one element as a C expression (``tessera.kernels.
     c_expr``); an op is fusible exactly when it has one. ``decompose(b, *inputs, **attrs)``:
     the op as reductions and elementwise ops, for the code generator to fuse. ``traits``:
-    names from ``TRAITS``.
+    names from ``TRAITS``. ``operator``: ``(name, attrs)`` when a Python operator on Tensors
+    is this op with these attrs (``add``: ``("__add__", {"alpha": 1})``); ``x + y`` then
+    dispatches it directly.
     """
 
     name: str
@@ -108,6 +110,7 @@ class OpDef:
     to_c: Callable | None = None
     decompose: Callable | None = None
     traits: frozenset[str] = frozenset()
+    operator: tuple[str, dict] | None = None
     input_buffers: Callable | None = None
     doc: str = ""
 
@@ -117,6 +120,13 @@ class OpDef:
         if unknown:
             raise ValueError(f"op '{self.name}': unknown traits {sorted(unknown)} "
                              f"(known: {sorted(TRAITS)})")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # every rule is declared in defop: a registered op is complete and never changes
+        if self.__dict__.get("_registered"):
+            raise AttributeError(f"op '{self.name}' is registered: its '{name}' rule belongs "
+                                 "in its defop(...)")
+        object.__setattr__(self, name, value)
 
     def __repr__(self) -> str:
         return f"OpDef({self.name})"
@@ -147,9 +157,16 @@ REGISTRY: dict[str, OpDef] = {}
 
 
 def register(op: OpDef) -> OpDef:
-    """Add ``op`` to the registry; names are unique."""
+    """Add ``op`` to the registry; names are unique. From then on the op is read-only.
+
+    >>> REGISTRY["add"].sbp = None
+    Traceback (most recent call last):
+    ...
+    AttributeError: op 'add' is registered: its 'sbp' rule belongs in its defop(...)
+    """
     if op.name in REGISTRY:
         raise ValueError(f"op '{op.name}' is already registered")
+    op._registered = True
     REGISTRY[op.name] = op
     return op
 

@@ -32,15 +32,12 @@ from tessera.ops._sbp import pointwise
 from tessera.ops._util import broadcast_shapes, call, dtype_arg, shape_of, sum_to
 from tessera.ops.registry import Meta, defop
 
-__all__: list[str] = []  # filled by _public
+__all__ = ["where", "lerp", "addcmul", "addcdiv", "clamp", "clip", "clamp_min", "clamp_max",
+           "masked_fill"]
 # traits (``tessera.ops.registry.TRAITS``) of the selects: NumPy runs them in one pass at
 # memory speed, and their C rules are exact on integers
 _SELECT = frozenset({"single_pass", "c_int"})
 
-
-def _public(fn):
-    __all__.append(fn.__name__)
-    return fn
 
 
 def _number_or_tensor(name, m, arg, pos):
@@ -85,7 +82,6 @@ _WHERE = defop("where", _where_infer, _where_kernel, grad=_where_grad,
                traits=_SELECT)
 
 
-@_public
 def where(condition, input=None, other=None, *, out=None):
     """``input`` where ``condition`` else ``other``; ``where(cond)`` is ``nonzero(as_tuple)``."""
     if input is None and other is None:
@@ -160,7 +156,6 @@ _LERP = defop("lerp", _lerp_infer, _kernel(_lerp_kernel), grad=_lerp_grad, sbp=P
               inplace_kernels={"cpu": _lerp_into})
 
 
-@_public
 def lerp(input, end, weight, *, out=None):
     """``input + weight * (end - input)``."""
     return call(_LERP, input, end, weight, out=out)
@@ -241,13 +236,11 @@ _ADDCDIV = defop("addcdiv", _addc_infer("addcdiv"), _kernel(_addcdiv_kernel),
                  grad=_addcdiv_grad, **_addc_rules(_addcdiv_kernel, _addcdiv_c))
 
 
-@_public
 def addcmul(input, tensor1, tensor2, *, value=1, out=None):
     """``input + value * tensor1 * tensor2``."""
     return call(_ADDCMUL, input, tensor1, tensor2, value=value, out=out)
 
 
-@_public
 def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
     """``input + value * tensor1 / tensor2``."""
     return call(_ADDCDIV, input, tensor1, tensor2, value=value, out=out)
@@ -320,23 +313,19 @@ _CLAMP = defop("clamp", _clamp_infer, _kernel(_clamp_kernel), grad=_clamp_grad, 
                    t, _kernel(_clamp_kernel)(x, lo, hi), casting="unsafe")})
 
 
-@_public
 def clamp(input, min=None, max=None, *, out=None):
     """Limit values to [min, max]; either bound may be a tensor or None."""
     return call(_CLAMP, input, min, max, out=out)
 
 
 clip = clamp
-__all__.append("clip")
 
 
-@_public
 def clamp_min(input, min, *, out=None):
     """``clamp(input, min=min)``."""
     return clamp(input, min, None, out=out)
 
 
-@_public
 def clamp_max(input, max, *, out=None):
     """``clamp(input, max=max)``."""
     return clamp(input, None, max, out=out)
@@ -386,7 +375,6 @@ _MASKED_FILL = defop("masked_fill", _masked_fill_infer,
                          t, _fill_value(value, t.dtype), where=np.broadcast_to(mask, t.shape))})
 
 
-@_public
 def masked_fill(input, mask, value, *, out=None):
     """``value`` where ``mask`` is True, else ``input``."""
     return call(_MASKED_FILL, input, mask, value, out=out)

@@ -32,12 +32,12 @@ from tessera.ops.comparison import isfinite
 from tessera.ops.registry import Meta, defop
 from tessera.ops.ternary import where
 
-__all__: list[str] = []  # filled by _public
+__all__ = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal",
+           "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
+           "atanh", "sigmoid", "erf", "erfc", "erfinv", "neg", "positive", "abs", "sign", "floor",
+           "ceil", "trunc", "frac", "square", "negative", "absolute", "sgn", "fix", "relu",
+           "round", "logit", "nan_to_num"]
 
-
-def _public(fn):
-    __all__.append(fn.__name__)
-    return fn
 
 
 def _special():
@@ -152,11 +152,35 @@ def _make_unary(name, kernel, to_c, grad, save, traits=frozenset()):
         return call(op, input, out=out)
     fn.__name__ = name
     fn.__doc__ = f"Elementwise ``{name}`` (``tessera.{name}(tessera.tensor([0.5]))``)."
-    return _public(fn)
+    return fn
 
 
-for _n, _spec in _UNARY.items():
-    globals()[_n] = _make_unary(_n, *_spec)
+exp = _make_unary("exp", *_UNARY["exp"])
+exp2 = _make_unary("exp2", *_UNARY["exp2"])
+expm1 = _make_unary("expm1", *_UNARY["expm1"])
+log = _make_unary("log", *_UNARY["log"])
+log2 = _make_unary("log2", *_UNARY["log2"])
+log10 = _make_unary("log10", *_UNARY["log10"])
+log1p = _make_unary("log1p", *_UNARY["log1p"])
+sqrt = _make_unary("sqrt", *_UNARY["sqrt"])
+rsqrt = _make_unary("rsqrt", *_UNARY["rsqrt"])
+reciprocal = _make_unary("reciprocal", *_UNARY["reciprocal"])
+sin = _make_unary("sin", *_UNARY["sin"])
+cos = _make_unary("cos", *_UNARY["cos"])
+tan = _make_unary("tan", *_UNARY["tan"])
+asin = _make_unary("asin", *_UNARY["asin"])
+acos = _make_unary("acos", *_UNARY["acos"])
+atan = _make_unary("atan", *_UNARY["atan"])
+sinh = _make_unary("sinh", *_UNARY["sinh"])
+cosh = _make_unary("cosh", *_UNARY["cosh"])
+tanh = _make_unary("tanh", *_UNARY["tanh"])
+asinh = _make_unary("asinh", *_UNARY["asinh"])
+acosh = _make_unary("acosh", *_UNARY["acosh"])
+atanh = _make_unary("atanh", *_UNARY["atanh"])
+sigmoid = _make_unary("sigmoid", *_UNARY["sigmoid"])
+erf = _make_unary("erf", *_UNARY["erf"])
+erfc = _make_unary("erfc", *_UNARY["erfc"])
+erfinv = _make_unary("erfinv", *_UNARY["erfinv"])
 
 
 def _zero_grad(ctx, g):
@@ -187,7 +211,7 @@ def _dtype_keeping(name, kernel, grad=_zero_grad, save=(), bool_ok=False, int_ok
         return call(op, input, out=out)
     fn.__name__ = name
     fn.__doc__ = f"Elementwise ``{name}``, keeping the input dtype."
-    return _public(fn), op
+    return fn, op
 
 
 def _neg_infer(x):
@@ -249,7 +273,6 @@ square, _ = _dtype_keeping("square", lambda x: np.square(x.astype(np.int64)) if
                            x.dtype.kind == "f" else np.square(x),
     grad=lambda c, g: (g * 2 * c.inputs[0],), save=("inputs",), bool_ok=True, bool_to=D.int64,
     to_c=fmt("({0} * {0})"), traits=_FAST | {"c_int"})
-__all__ += ["negative", "absolute", "sgn", "fix"]
 
 
 def _relu_kernel(x):
@@ -285,7 +308,6 @@ _ROUND = defop("round", _round_infer, _same_kernel(_round_float), grad=_zero_gra
                sbp=POINTWISE, cost=ONE)
 
 
-@_public
 def round(input, *, decimals: int = 0, out=None):
     """Round half to even, to ``decimals`` places."""
     return call(_ROUND, input, decimals=decimals, out=out)
@@ -311,7 +333,6 @@ _LOGIT = defop("logit", lambda x, eps=None: _unary_infer("logit", True)(x),
                grad=_logit_grad, sbp=POINTWISE, cost=cost.elementwise(3))
 
 
-@_public
 def logit(input, eps: float | None = None, *, out=None):
     """log(p / (1 - p)), with p clamped to [eps, 1 - eps] when eps is given."""
     return call(_LOGIT, input, eps=eps, out=out)
@@ -332,7 +353,6 @@ _NAN_TO_NUM = defop("nan_to_num", _unary_infer("nan_to_num", False), _nan_to_num
                     grad=lambda c, g: (g * isfinite(c.inputs[0]),), sbp=POINTWISE, cost=ONE)
 
 
-@_public
 def nan_to_num(input, nan: float = 0.0, posinf: float | None = None,
                neginf: float | None = None, *, out=None):
     """Replace NaN, +inf and -inf by finite numbers (dtype max/min by default)."""

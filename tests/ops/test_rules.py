@@ -100,3 +100,21 @@ def test_cost_on_op_info_calls(info, sample):
         else:
             assert c.bytes_written == sum(nbytes(m) for m in outs if type(m) is Meta), \
                 (op.name, c)
+
+
+def test_a_registered_op_is_read_only():
+    op = REGISTRY["add"]
+    with pytest.raises(AttributeError, match="belongs in its defop"):
+        op.sbp = None
+    assert op.sbp is not None
+
+
+def test_every_rule_is_declared_by_the_module_that_registers_the_op():
+    """No rule table outside the op families fills OpDefs: the modules that used to attach
+    rules by name are gone, and each op's rules are the ones its defop gave."""
+    import importlib.util
+    for gone in ("tessera.codegen.c_rules", "tessera.distributed.sbp_rules",
+                 "tessera.distributed.sbp_nn", "tessera.codegen.decompose"):
+        assert importlib.util.find_spec(gone) is None, gone
+    for name, op in REGISTRY.items():
+        assert "to_onnx" not in vars(op), name
