@@ -167,6 +167,8 @@ class TensorMethods:
     fmin = _method("fmin")
     atan2 = arctan2 = _method("atan2")
     hypot = _method("hypot")
+    logaddexp = _method("logaddexp")
+    logaddexp2 = _method("logaddexp2")
     lerp = _method("lerp")
     addcmul = _method("addcmul")
     addcdiv = _method("addcdiv")

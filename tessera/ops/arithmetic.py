@@ -1,6 +1,7 @@
 """Arithmetic ops of two operands: add, sub, mul, div, remainder, fmod, pow, maximum and
-minimum (fmax, fmin), atan2 and hypot. They broadcast like PyTorch and promote dtypes with
-``result_type``; the gradients sum broadcast dims back to each input's shape.
+minimum (fmax, fmin), atan2, hypot, logaddexp and logaddexp2. They broadcast like PyTorch
+and promote dtypes with ``result_type``; the gradients sum broadcast dims back to each
+input's shape.
 
 >>> import tessera
 >>> (tessera.tensor([1, 2]) / 2).dtype, tessera.add(tessera.tensor([1.0]), 2, alpha=3)
@@ -37,11 +38,11 @@ from tessera.ops._util import call
 from tessera.ops.comparison import isnan
 from tessera.ops.registry import Meta, defop
 from tessera.ops.ternary import where
-from tessera.ops.unary import log
+from tessera.ops.unary import exp, exp2, log
 
 __all__ = ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
            "floor_divide", "remainder", "fmod", "pow", "float_power", "maximum", "minimum", "fmax",
-           "fmin", "atan2", "arctan2", "hypot"]
+           "fmin", "atan2", "arctan2", "hypot", "logaddexp", "logaddexp2"]
 
 
 
@@ -411,9 +412,9 @@ def _fminmax_grad(a_keeps):
     return grad
 
 
-def _tensors_op(name, kernel, grad, to_c, traits=frozenset(), **kw):
+def _tensors_op(name, kernel, grad, to_c, traits=frozenset(), cost=ONE, **kw):
     return defop(name, _binary_infer(name, tensors=True, **kw), _kernel(kernel), grad=grad,
-                 promote=True, sbp=POINTWISE, cost=ONE, to_c=to_c, traits=traits)
+                 promote=True, sbp=POINTWISE, cost=cost, to_c=to_c, traits=traits)
 
 
 def _max_c(c, a, at):  # a NaN operand wins, as NumPy's maximum
@@ -486,3 +487,54 @@ def hypot(input, other, *, out=None):
     """sqrt(input**2 + other**2) without overflow."""
     return call(_HYPOT, input, other, out=out)
 
+
+# ---- logaddexp, logaddexp2 --------------------------------------------------------------
+
+def _logaddexp_grad(base_exp):
+    """d/da log(e^a + e^b) = 1 / (1 + e^(b - a)) (PyTorch's form; base 2 for logaddexp2)."""
+    def grad(ctx, g):
+        a, b = ctx.inputs
+        return _reduce_pair(ctx, g / (1 + base_exp(b - a)), g / (1 + base_exp(a - b)))
+    return grad
+
+
+def _logaddexp_c(exp_fn: str, log1p_scale: str, same: str):
+    """max(a, b) + log1p(exp(-|a - b|)) (scaled for base 2); equal operands (infinities
+    included) give a + log(2), as NumPy's kernel does."""
+    def rule(c, a, at):
+        x, y = a
+        exp = c.tsr("exp") if exp_fn == "exp" else c.fn("exp2")
+        tail = f"{c.tsr('log1p')}({exp}(-{c.fn('fabs')}(d)))"
+        if log1p_scale:
+            tail = f"({tail} * {c.lit(float(log1p_scale))})"
+        return (f"({{ {c.T} d = {x} - {y}; ({x} == {y}) ? {x} + {c.lit(float(same))} : "
+                f"(({x} > {y} || {x} != {x}) ? {x} : {y}) + {tail}; }})")
+    return rule
+
+
+_LOGADDEXP = _tensors_op("logaddexp", np.logaddexp, _logaddexp_grad(exp),
+                         _logaddexp_c("exp", "", "0.6931471805599453"), int_ok=False,
+                         bool_ok=False, cost=cost.elementwise(5))
+_LOGADDEXP2 = _tensors_op("logaddexp2", np.logaddexp2, _logaddexp_grad(exp2),
+                          _logaddexp_c("exp2", "1.4426950408889634", "1.0"), int_ok=False,
+                          bool_ok=False, cost=cost.elementwise(5))
+
+
+def logaddexp(input, other, *, out=None):
+    """``log(exp(input) + exp(other))`` without overflow.
+
+    >>> import tessera
+    >>> tessera.logaddexp(tessera.tensor([0.0, 1000.0]), tessera.tensor([0.0, 1000.0]))
+    tensor([   0.6931, 1000.6931])
+    """
+    return call(_LOGADDEXP, input, other, out=out)
+
+
+def logaddexp2(input, other, *, out=None):
+    """``log2(2**input + 2**other)`` without overflow.
+
+    >>> import tessera
+    >>> tessera.logaddexp2(tessera.tensor([1.0]), tessera.tensor([1.0]))
+    tensor([2.])
+    """
+    return call(_LOGADDEXP2, input, other, out=out)

@@ -389,6 +389,24 @@ def _hypot(b, n):
     return b.op("Sqrt", [b.op("Add", [b.op("Mul", [x, x]), b.op("Mul", [y, y])])])
 
 
+@export_rule("logaddexp")
+@export_rule("logaddexp2")
+def _logaddexp(b, n):
+    """max(a, b) + log1p(exp(-|a - b|)) (in base 2 for logaddexp2; ONNX has no such op);
+    equal operands, infinities included, give a + log(2)."""
+    dt = n.out_dtype()
+    two = n.name == "logaddexp2"
+    x, y = operand(b, n, 0, dt), operand(b, n, 1, dt)
+    d = b.op("Neg", [b.op("Abs", [b.op("Sub", [x, y])])])
+    e = b.op("Pow", [b.const(2.0, dt), d]) if two else b.op("Exp", [d])
+    tail = b.op("Log", [b.op("Add", [b.const(1.0, dt), e])])
+    if two:
+        tail = b.op("Mul", [tail, b.const(1 / math.log(2), dt)])
+    out = b.op("Add", [b.op("Max", [x, y]), tail])
+    same = b.op("Add", [x, b.const(1.0 if two else math.log(2), dt)])
+    return b.op("Where", [b.op("Equal", [x, y]), same, out])
+
+
 @export_rule("atan2")
 def _atan2(b, n):
     dt = n.out_dtype()
