@@ -108,3 +108,50 @@ def test_no_import_goes_up(module):
           f"({layer_of(module)})"
           for target, line in imports(module) if rank(target) > rank(module)]
     assert not up, "\n".join(up)
+
+
+def _cycles() -> list[list[str]]:
+    """The import graph's strongly connected components of more than one module (Tarjan)."""
+    graph = {m: {t for t, _ in imports(m)} for m in MODULES}
+    index: dict = {}
+    low: dict = {}
+    stack: list = []
+    on: set = set()
+    found: list = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _package(module: str) -> str:
+    return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def test_no_import_cycle_crosses_a_package_boundary():
+    """Modules of one package may import each other both ways (a package is one unit);
+    a cycle through two packages would make them one in all but name."""
+    crossing = [c for c in _cycles() if len({_package(m) for m in c}) > 1]
+    assert not crossing, crossing

@@ -36,7 +36,7 @@ def _foreign_types(model) -> str | None:
     tensor type (uint16/32/64, float8, int4, strings, sequences, optionals), or None."""
     import onnx
 
-    from tessera.onnx.importer import DTYPES
+    from tessera.onnx.converters.helpers import DTYPES
     g = model.graph
     for v in list(g.input) + list(g.output):
         kind = v.type.WhichOneof("value")

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tessera import _dtype as D
 from tessera._dispatch import pop_mode, push_mode
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
@@ -32,15 +31,12 @@ from tessera.graph.ir import Graph
 from tessera.graph.trace import GraphTraceError, Tracer, is_symbolic
 from tessera.nn.modules.module import Module
 from tessera.nn.parameter import Parameter
+from tessera.onnx.converters.helpers import DTYPES
 
 __all__ = ["OnnxProgram", "OnnxModel", "OnnxImportError", "load", "to_module", "LOAD_OPSETS"]
 
 LOAD_OPSETS = (13, 21)
 
-# onnx.TensorProto data type -> tessera dtype
-DTYPES = {1: D.float32, 2: D.uint8, 3: D.int8, 5: D.int16, 6: D.int32, 7: D.int64,
-          9: D.bool_, 10: D.float16, 11: D.float64, 14: D.complex64, 15: D.complex128,
-          16: D.bfloat16}
 
 
 class OnnxImportError(ValueError):

@@ -124,9 +124,18 @@ class ImportContext:
         return np.asarray(t.numpy())
 
 
+# onnx.TensorProto data type -> tessera dtype
+DTYPES = {1: D.float32, 2: D.uint8, 3: D.int8, 5: D.int16, 6: D.int32, 7: D.int64,
+          9: D.bool_, 10: D.float16, 11: D.float64, 14: D.complex64, 15: D.complex128,
+          16: D.bfloat16}
+
+
 def tessera_dtype(onnx_type: int) -> D.dtype:
-    """The tessera dtype of an ``onnx.TensorProto`` data type."""
-    from tessera.onnx.importer import DTYPES
+    """The tessera dtype of an ``onnx.TensorProto`` data type.
+
+    >>> tessera_dtype(1)
+    tessera.float32
+    """
     dt = DTYPES.get(onnx_type)
     if dt is None:
         raise NotImplementedError(f"data type {onnx_type} is not supported")
