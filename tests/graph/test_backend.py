@@ -29,3 +29,15 @@ def test_without_a_generator_the_codegen_passes_are_no_ops():
         assert backend.codegen_pass("fuse") is None
     finally:
         backend._GENERATOR[:] = saved
+
+
+def test_import_tessera_registers_every_pass_of_the_pipeline():
+    """The pipeline's passes owned by upper layers (code generation; the parallel
+    strategies' 1F1B schedule and gradient bucketing) are there after a plain import."""
+    code = ("import tessera\nfrom tessera.graph import passes\n"
+            "print(*(passes.get_pass(n).__module__ for n in passes.PIPELINE))")
+    mods = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.split()
+    assert "tessera.parallel.pipeline" in mods and "tessera.parallel.graph_buckets" in mods
+    assert "tessera.codegen.passes.outline" in mods
+    assert all(m.startswith("tessera.") for m in mods)
