@@ -432,7 +432,8 @@ def iteration_shape(body: Graph) -> tuple:
 
 
 def lower(body: Graph, name: str) -> list[Func]:
-    """The contiguous and the strided kernel of a fused region's body."""
+    """The contiguous and the strided kernel of a fused region's body (a row-wise region:
+    ``tessera.codegen.rowwise``)."""
     from tessera.codegen.rowwise import is_rowwise, lower_rowwise
     if is_rowwise(body):
         return lower_rowwise(body, name)
@@ -447,12 +448,15 @@ def lower(body: Graph, name: str) -> list[Func]:
         ostr = _contiguous_strides(tuple(1 if d in dims else full[d] for d in range(nd)), nd)
     else:
         ostr = _contiguous_strides(out.shape, nd)
+    return [_contiguous_kernel(body, name, full, ostr, params, red is not None),
+            _strided_kernel(body, name, full, ostr, params, red is not None)]
 
-    # contiguous: collapse adjacent dims that every access walks as one
-    access = [_contiguous_strides(v.shape, nd) for v in body.inputs] + [ostr]
-    groups: list[tuple[int, list[int]]] = []   # (extent, stride per access)
-    for d in range(nd):
-        n = full[d]
+
+def _collapsed(full: tuple, access: list) -> list[tuple[int, list[int]]]:
+    """The iteration space as (extent, stride of each access) groups: adjacent dims that
+    every access walks as one are merged, dims of extent 1 dropped."""
+    groups: list[tuple[int, list[int]]] = []
+    for d, n in enumerate(full):
         if n == 1:
             continue
         st = [a[d] for a in access]
@@ -460,24 +464,35 @@ def lower(body: Graph, name: str) -> list[Func]:
             groups[-1] = (groups[-1][0] * n, st)
         else:
             groups.append((n, st))
+    return groups
+
+
+def _contiguous_kernel(body: Graph, name: str, full: tuple, ostr: tuple, params: list,
+                       reduces: bool) -> Func:
+    """``<name>_c``: every input C-contiguous, its dims collapsed where they line up."""
+    nd = len(full)
+    access = [_contiguous_strides(v.shape, nd) for v in body.inputs] + [ostr]
+    groups = _collapsed(full, access)
     vars_ = [f"i{d}" for d in range(len(groups))]
     idx = [_index(vars_, [g[1][k] for g in groups]) for k in range(len(access))]
-    kinds = [g[1][-1] == 0 for g in groups] if red is not None else None
-    contiguous = _kernel(body, f"{name}_c", [g[0] for g in groups], idx[:-1], idx[-1],
-                         params, [], kinds)
+    kinds = [g[1][-1] == 0 for g in groups] if reduces else None
+    return _kernel(body, f"{name}_c", [g[0] for g in groups], idx[:-1], idx[-1], params, [],
+                   kinds)
 
-    # strided: input strides arrive at run time in st[k * ndim + d]
-    dims_ = [d for d in range(nd) if full[d] != 1]
+
+def _strided_kernel(body: Graph, name: str, full: tuple, ostr: tuple, params: list,
+                    reduces: bool) -> Func:
+    """``<name>_s``: the inputs' strides arrive at run time in ``st[k * ndim + d]``."""
+    dims_ = [d for d in range(len(full)) if full[d] != 1]
     svars = [f"i{j}" for j in range(len(dims_))]
     pre = [Let(f"s{k}_{j}", "const int64_t", f"st[{k * len(dims_) + j}]")
            for k in range(len(body.inputs)) for j in range(len(dims_))]
     sidx = [" + ".join(f"{v} * s{k}_{j}" for j, v in enumerate(svars)) or "0"
             for k in range(len(body.inputs))]
     oidx = _index(svars, [ostr[d] for d in dims_])
-    skinds = [ostr[d] == 0 for d in dims_] if red is not None else None
-    strided = _kernel(body, f"{name}_s", [full[d] for d in dims_], sidx, oidx,
-                      params + [Param("st", "int64_t")], pre, skinds)
-    return [contiguous, strided]
+    skinds = [ostr[d] == 0 for d in dims_] if reduces else None
+    return _kernel(body, f"{name}_s", [full[d] for d in dims_], sidx, oidx,
+                   params + [Param("st", "int64_t")], pre, skinds)
 
 
 def _no_convert(op) -> bool:

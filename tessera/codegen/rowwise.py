@@ -280,12 +280,16 @@ def lower_rowwise(body: Graph, name: str) -> list[Func]:
     rstr = _contiguous_strides(tuple(1 if d in dims else full[d] for d in range(nd)), nd)
     ostr = rstr if final_red else _contiguous_strides(full, nd)
     reduced = [d in dims for d in range(nd)]
+    return [_contiguous_rows(body, name, full, ostr, reduced, params),
+            _strided_rows(body, name, full, ostr, reduced, params)]
 
-    # contiguous: collapse neighbouring dims of one kind that every access walks as one
-    access = [_contiguous_strides(v.shape, nd) for v in body.inputs] + [ostr]
-    groups: list[list] = []   # [extent, reduced?, strides per access]
-    for d in range(nd):
-        n = full[d]
+
+def _row_groups(full: tuple, reduced: list, access: list) -> list[list]:
+    """[extent, reduced?, stride of each access] groups: neighbouring dims of one kind that
+    every access walks as one are merged; kept loops go outside (a stable sort keeps the
+    order)."""
+    groups: list[list] = []
+    for d, n in enumerate(full):
         if n == 1:
             continue
         st = [a[d] for a in access]
@@ -295,13 +299,26 @@ def lower_rowwise(body: Graph, name: str) -> list[Func]:
             groups[-1][2] = st
         else:
             groups.append([n, reduced[d], st])
-    groups.sort(key=lambda g: g[1])   # kept loops outside (a stable sort keeps the order)
+    groups.sort(key=lambda g: g[1])
+    return groups
+
+
+def _contiguous_rows(body: Graph, name: str, full: tuple, ostr: tuple, reduced: list,
+                     params: list) -> Func:
+    """``<name>_c``: every input C-contiguous."""
+    nd = len(full)
+    access = [_contiguous_strides(v.shape, nd) for v in body.inputs] + [ostr]
+    groups = _row_groups(full, reduced, access)
     vars_ = [f"i{j}" for j in range(len(groups))]
     idx = [_index(vars_, [g[2][k] for g in groups]) for k in range(len(access))]
-    contiguous = _variant(body, f"{name}_c", [(g[0], g[1]) for g in groups], idx[:-1],
-                          idx[-1], params, [])
+    return _variant(body, f"{name}_c", [(g[0], g[1]) for g in groups], idx[:-1], idx[-1],
+                    params, [])
 
-    # strided: runtime strides st[k * ndim + j] over the dims of extent > 1
+
+def _strided_rows(body: Graph, name: str, full: tuple, ostr: tuple, reduced: list,
+                  params: list) -> Func:
+    """``<name>_s``: run-time strides ``st[k * ndim + j]`` over the dims of extent > 1."""
+    nd = len(full)
     dims_ = [d for d in range(nd) if full[d] != 1]
     order = sorted(range(len(dims_)), key=lambda j: reduced[dims_[j]])
     pos = {j: p for p, j in enumerate(order)}      # dim j runs as loop i<pos>
@@ -309,6 +326,5 @@ def lower_rowwise(body: Graph, name: str) -> list[Func]:
            for k in range(len(body.inputs)) for j in range(len(dims_))]
     sidx = [_strided_index(v, nd, dims_, k, pos) for k, v in enumerate(body.inputs)]
     oidx = " + ".join(f"i{pos[j]} * {ostr[d]}" for j, d in enumerate(dims_) if ostr[d]) or "0"
-    strided = _variant(body, f"{name}_s", [(full[dims_[j]], reduced[dims_[j]]) for j in order],
-                       sidx, oidx, params + [Param("st", "int64_t")], pre)
-    return [contiguous, strided]
+    return _variant(body, f"{name}_s", [(full[dims_[j]], reduced[dims_[j]]) for j in order],
+                    sidx, oidx, params + [Param("st", "int64_t")], pre)

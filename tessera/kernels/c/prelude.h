@@ -1,5 +1,5 @@
 /* The C prelude every generated translation unit starts with (tessera/kernels/prelude.py):
-   headers and the helper functions the op rules (tessera/codegen/c_rules.py) call.
+   headers and the helper functions the ops' C rules (OpDef.to_c) call.
 
    The transcendental functions are written out as branch-free range reduction plus
    polynomial, so that a `#pragma omp simd` loop calling them vectorises (a libm call keeps
