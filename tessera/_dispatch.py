@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -92,7 +93,8 @@ def dispatch(op: OpDef, *args, **attrs):
     outs = out if multi else (out,)
     backend = _BACKENDS[dev.type]
     if dev.type == "global":  # a global input: SBP signature, boxing, then local dispatch
-        datas = backend.run(op, args, metas, attrs, outs)   # (tessera/distributed/sbp_dispatch.py)
+        # (tessera/distributed/sbp_dispatch.py; only the global backend has ``run``)
+        datas = backend.run(op, args, metas, attrs, outs)  # type: ignore[attr-defined]
         return _finish(op, args, attrs, metas, out, datas, dev, grad)
     if backend.has_storage:
         datas = _run_kernel(op, backend, dev, args, metas, attrs, outs, multi)
@@ -350,7 +352,7 @@ def _mark_view(out, args, op, attrs) -> None:
 
 
 def _record(op, args, attrs, metas, outs, results) -> None:
-    edges = []
+    edges: list[tuple[Any, int] | None] = []
     needs = []
     for a in args:
         if isinstance(a, Tensor) and a._requires_grad:
@@ -452,6 +454,7 @@ def _copy_into(target: Tensor, out: Tensor) -> None:
 
 
 def _multi_view_error(t: Tensor) -> RuntimeError:
+    assert t._multi_view is not None  # only called for such a view
     i, node = t._multi_view
     return RuntimeError(f"Output {i} of {node} is a view and is being modified inplace. This "
                         "view is the output of a function that returns multiple views. Such "
@@ -487,6 +490,7 @@ def _rebase_view(view: Tensor, new_value: Tensor) -> None:
     """``view`` was written in place: its base now comes from a ``view_assign`` node."""
     from tessera.ops.registry import REGISTRY
     base = view._base
+    assert base is not None  # only called for views
     chain = view._view_chain
     new_base = dispatch(REGISTRY["view_assign"], _alias(base), new_value, chain=chain)
     base.grad_fn, base._output_nr = new_base.grad_fn, new_base._output_nr
@@ -503,6 +507,7 @@ def _refresh_view(view: Tensor) -> None:
     """The base of ``view`` was written after the view was taken: take the view's history
     again from the base's current history (PyTorch regenerates a view's grad_fn so too)."""
     base = view._base
+    assert base is not None  # only called for views
     view._view_version = view._version[0]
     if not base._requires_grad:
         return
@@ -528,6 +533,7 @@ def _alias(t: Tensor) -> Tensor:
 _py_dispatch = dispatch
 dispatch = _fastpath.accelerate(_py_dispatch)
 if dispatch is not _py_dispatch:
+    assert _fastpath.MODULE is not None  # accelerate() returned the C function
     _fastpath.MODULE.configure(
         fallback=_py_dispatch, tensor=Tensor, meta=Meta, ndarray=np.ndarray, modes=_MODES,
         cpu=_CPU, float32=D.float32, float64=D.float64, dtype_module=D, state=STATE,

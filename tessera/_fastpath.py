@@ -19,11 +19,14 @@ import importlib.util
 import os
 import sysconfig
 import warnings
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
-MODULE = None  # the loaded extension, once accelerate() succeeded
+MODULE: ModuleType | None = None  # the loaded extension, once accelerate() succeeded
 
 
-def _load():
+def _load() -> ModuleType | None:
     from tessera.kernels import cc
     if cc.compiler() is None:
         return None
@@ -37,12 +40,13 @@ def _load():
     path = cc.build(tag + source, (f"-I{include}", "-O2"))
     loader = importlib.machinery.ExtensionFileLoader("tessera._fastpath_c", path)
     spec = importlib.util.spec_from_file_location("tessera._fastpath_c", path, loader=loader)
+    assert spec is not None  # a spec is always made when the loader is given
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     return module
 
 
-def accelerate(dispatch):
+def accelerate(dispatch: Callable[..., Any]) -> Callable[..., Any]:
     """The C dispatch calling ``dispatch`` for what it does not handle, or ``dispatch``
     itself when the extension cannot be built (with a warning) or is switched off."""
     global MODULE

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import warnings
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +21,7 @@ from tessera import _dtype as D
 from tessera._tensor_methods import _OPS, TensorMethods
 from tessera.autograd import graph as _autograd_graph
 from tessera.autograd.grad_mode import STATE
-from tessera.autograd.graph import AccumulateGrad
+from tessera.autograd.graph import AccumulateGrad, Node
 from tessera.device.registry import _BACKENDS, device
 from tessera.ops.registry import Meta
 
@@ -114,15 +116,24 @@ class Tensor(TensorMethods):
     # that few tensors override (in their ``__dict__``), so making a tensor stays cheap.
     __slots__ = ("_data", "_shape", "_dtype", "_device", "_requires_grad", "grad_fn",
                  "_output_nr", "_version", "__dict__", "__weakref__")
-    _grad = None
-    _base = None            # the tensor whose storage a view shares
-    _view_chain = ()        # the view ops that made this view from _base
-    _view_version = 0       # _version when the view's history was last taken
-    _grad_acc = None
-    _hooks = None
+    _data: Any              # the device array (None on 'meta')
+    _shape: tuple[int, ...]
+    _dtype: D.dtype
+    _device: device
+    _requires_grad: bool
+    grad_fn: Node | None
+    _output_nr: int
+    _version: list[int]  # a counter shared by views and detached copies
+    _grad: Tensor | None = None
+    _base: Tensor | None = None    # the tensor whose storage a view shares
+    _view_chain: tuple = ()        # the view ops that made this view from _base
+    _view_version = 0              # _version when the view's history was last taken
+    _grad_acc: weakref.ref[AccumulateGrad] | None = None
+    _hooks: list[Callable] | None = None
     _retains_grad = False
     _inference = False
-    _multi_view = None      # (index, node name) of a split/unbind output made under autograd
+    # (index, node name) of a split/unbind output made under autograd
+    _multi_view: tuple[int, str] | None = None
 
     # ---- construction ---------------------------------------------------------------
     def __new__(cls, *args, **kwargs):
@@ -564,8 +575,8 @@ class Tensor(TensorMethods):
     __ror__ = _array_operand("__ror__")
     __xor__ = _array_operand("__xor__")
     __rxor__ = _array_operand("__rxor__")
-    __eq__ = _array_operand("__eq__")  # type: ignore[assignment]
-    __ne__ = _array_operand("__ne__")  # type: ignore[assignment]
+    __eq__ = _array_operand("__eq__")
+    __ne__ = _array_operand("__ne__")
     __lt__ = _array_operand("__lt__")
     __le__ = _array_operand("__le__")
     __gt__ = _array_operand("__gt__")
@@ -771,5 +782,5 @@ _CPU = device("cpu")
 _HOST_READABLE = ("cpu", "global")
 
 # ``dispatch``, installed by ``tessera._dispatch`` when it loads (it sits above Tensor)
-_dispatch = None
+_dispatch: Callable[..., Any] = None  # type: ignore[assignment]  # bound before any op runs
 _autograd_graph.set_tensor_type(Tensor)

@@ -17,7 +17,7 @@ def _method(name: str):
     method.__name__ = name
     method.__qualname__ = f"Tensor.{name}"
     method.__doc__ = f"See :func:`tessera.{name}`."
-    method.op_name = name
+    method.op_name = name  # type: ignore[attr-defined]  # read by bind_methods
     return method
 
 
@@ -83,8 +83,8 @@ class TensorMethods:
     __pos__ = _method("positive")
     __abs__ = _method("abs")
     __invert__ = _method("bitwise_not")
-    __eq__ = _method("eq")  # type: ignore[assignment]
-    __ne__ = _method("ne")  # type: ignore[assignment]
+    __eq__ = _method("eq")
+    __ne__ = _method("ne")
     __lt__ = _method("lt")
     __le__ = _method("le")
     __gt__ = _method("gt")

@@ -174,6 +174,7 @@ def _tensor_str(t, indent: int) -> str:
         a = a.astype(np.float32)
     summarize = a.size > PRINT_OPTS.threshold
     shown = _summarized(a) if summarize else a
+    fmt: _Complex | _Formatter
     if t.dtype.is_complex:
         fmt = _Complex(_Formatter(shown.real, True), _Formatter(shown.imag, True))
     else:

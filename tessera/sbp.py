@@ -33,6 +33,8 @@ class sbp:  # noqa: N801  (OneFlow's name for the type)
     """One SBP value: ``kind`` is "S", "B" or "P"; ``dim`` is the split dim (None otherwise)."""
 
     __slots__ = ("kind", "dim")
+    kind: str
+    dim: int | None
 
     def __init__(self, kind: str, dim: int | None = None):
         if kind not in ("S", "B", "P"):
@@ -158,7 +160,7 @@ class Signature(NamedTuple):
 
     ins: tuple
     outs: tuple
-    local: object = None
+    local: Callable | None = None
 
     def __str__(self) -> str:
         ins = ", ".join("-" if s is None else s.short() for s in self.ins)
@@ -175,7 +177,8 @@ class SbpRule:
     """
 
     def __init__(self, signatures, shape_attrs: tuple = (), mesh: bool = False,
-                 contiguous: bool = False, elementwise: bool = False, whole=None):
+                 contiguous: bool = False, elementwise: bool = False,
+                 whole: Callable | None = None):
         self.signatures = signatures
         # on an N-D placement: the op's local computation over the whole placement,
         # ``whole(op, local_args, attrs, metas, placement, in_sbps, rank)``, run instead of

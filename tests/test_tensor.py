@@ -225,6 +225,16 @@ def test_unsupported_operand_raises_type_error():
     _raises_like(lambda L: "a" + L.ones(2))
     _raises_like(lambda L: L.ones(2) * None)
     _raises_like(lambda L: L.ones(2) - [1, 2])
+    _raises_like(lambda L: "a" - L.ones(2))
+
+
+@pytest.mark.parametrize("fn", [lambda x: 1j - x, lambda x: (1 + 2j) / x],
+                         ids=["rsub", "rtruediv"])
+def test_complex_scalar_on_the_left(fn):
+    ref = fn(torch.tensor([1.0, 2.0]))
+    out = fn(tessera.tensor([1.0, 2.0]))
+    assert out.dtype.name == str(ref.dtype).split(".")[-1]
+    np.testing.assert_allclose(out.numpy(), ref.numpy())
 
 
 # ---- construction --------------------------------------------------------------------------

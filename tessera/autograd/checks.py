@@ -48,7 +48,7 @@ def gradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float 
     cots = [tensor(rng.standard_normal(o.shape), dtype=o.dtype) for o in outs]
     needs = [o.requires_grad for o in outs]
     if not any(needs):
-        analytic = [None] * len(diff)
+        analytic: tuple | list = [None] * len(diff)
     else:
         used = [(o, c) for o, c, n in zip(outs, cots, needs) if n]
         analytic = grad([o for o, _ in used], diff,

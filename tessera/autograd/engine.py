@@ -268,7 +268,7 @@ def _apply_rule(node: Node, got: dict, retain_graph: bool) -> tuple:
     if len(result) != len(node.next_functions):
         raise RuntimeError(f"grad rule of '{node.op.name}' returned {len(result)} gradients, "
                            f"expected {len(node.next_functions)}")
-    out = []
+    out: list = []
     for k, (g, e) in enumerate(zip(result, node.next_functions)):
         if e is None or g is None:
             out.append(None)

@@ -16,6 +16,8 @@ tensor([6.])
 """
 from __future__ import annotations
 
+from typing import Any
+
 from tessera.autograd.grad_mode import STATE, no_grad
 from tessera.ops.registry import Meta, OpDef
 
@@ -24,11 +26,11 @@ class FunctionCtx:
     """The ``ctx`` of a custom Function: save tensors and flags between forward and backward."""
 
     def __init__(self):
-        self.saved_tensors_ = ()
-        self.needs_input_grad = ()
-        self.non_differentiable = set()
+        self.saved_tensors_: tuple | None = ()
+        self.needs_input_grad: tuple[bool, ...] = ()
+        self.non_differentiable: set[int] = set()
         self.materialize_grads = True
-        self._versions = ()
+        self._versions: tuple[int | None, ...] = ()
 
     def save_for_backward(self, *tensors) -> None:
         self.saved_tensors_ = tensors
@@ -61,7 +63,9 @@ class _FunctionMeta(type):
     def __init__(cls, name, bases, ns):
         super().__init__(name, bases, ns)
         # every subclass is one OpDef, outside the global registry (it is the user's op)
-        cls._opdef = OpDef(f"{name}", infer=None, grad=_custom_grad, save=())
+        # (no infer rule: ``apply`` records the node itself, never through dispatch)
+        cls._opdef = OpDef(f"{name}", infer=None,  # type: ignore[arg-type]
+                           grad=_custom_grad, save=())
         cls._opdef.node_name = f"{name}Backward"  # PyTorch names a Function's node so
 
 
@@ -104,7 +108,7 @@ class Function(metaclass=_FunctionMeta):
             out = cls.forward(ctx, *args, **kwargs)
         outs = out if isinstance(out, tuple) else (out,)
         if STATE.enabled and any(ctx.needs_input_grad):
-            edges = []
+            edges: list[tuple[Any, int] | None] = []
             for a in args:
                 if isinstance(a, Tensor) and a.requires_grad:
                     edges.append((a.grad_fn, a._output_nr) if a.grad_fn is not None

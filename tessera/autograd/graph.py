@@ -83,7 +83,7 @@ class Node:
             raise RuntimeError(FREED_MSG)
         Tensor = _TENSOR[0]
         n_in = len(self._saved_inputs) if isinstance(self._saved_inputs, tuple) else 0
-        outs = []
+        outs: list = []
         for i, (data, meta, version) in enumerate(saved):
             if data is None:
                 outs.append(None)

@@ -42,7 +42,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tessera.graph.ir import Graph, Value
 from tessera.kernels.c_expr import CType, compute_dtype, exact_on_ints, is_logical
@@ -148,7 +150,7 @@ def _r_if(s: If, ind: str) -> list[str]:
         [line for t in s.body for line in RENDER[type(t)](t, ind + "  ")] + [f"{ind}}}"]
 
 
-RENDER = {
+RENDER: dict[type, Callable[[Any, str], list[str]]] = {
     Func: _r_func,
     Loop: _r_loop,
     If: _r_if,
@@ -335,7 +337,7 @@ def _shifted(body: list, var: str, half: str) -> list:
     def rename(text: str) -> str:
         return re.sub(r"\bv(\d+)\b", lambda m: "w" + m[1] if m[0] in defined else m[0], text)
     shift = functools.partial(re.sub, rf"\b{var}\b", f"({var} + {half})")
-    out = []
+    out: list[Load | Let | Store] = []
     for s in body:
         if isinstance(s, Load):
             out.append(Load(rename(s.var), s.ctype, s.buf, shift(s.index)))
@@ -416,6 +418,7 @@ def _kernel(body: Graph, name: str, extents: list[int], in_idx: list[str], out_i
     else:
         stmts.append(Let("acc", "acc_t*", f"(acc_t*)malloc({max(m, 1)} * sizeof(acc_t))"))
     stmts.append(Loop("o", m, [Store("acc", "o", ident)]))
+    assert kinds is not None and value is not None  # a region reads one input at least
     stmts += _reduce_nest(red, extents, kinds, prog, value, out_idx)
     if acc_t != ct or red.op.name == "mean":
         scale = f" * {1.0 / count!r}" if red.op.name == "mean" and count else \

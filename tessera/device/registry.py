@@ -11,10 +11,13 @@ class device:
     """Where a tensor lives: ``device("cpu")``, ``device("meta")``, ``device("toy", 1)``."""
 
     __slots__ = ("type", "index")
+    type: str
+    index: int | None
 
     def __init__(self, type: str | device, index: int | None = None):
         if isinstance(type, device):
-            type, index = type.type, type.index if index is None else index
+            index = type.index if index is None else index
+            type = type.type
         elif not isinstance(type, str):
             raise TypeError(f"device() expected a string or device, got {type.__class__.__name__}")
         else:

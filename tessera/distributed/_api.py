@@ -70,6 +70,7 @@ def init_process_group(backend: str | None = None, init_method=None, timeout=Non
         seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) \
             else float(timeout)
         os.environ["TESSERA_COMM_TIMEOUT"] = str(seconds)
+    comm: C.Communicator
     if C.launched_by_mpi() or world_size > 1:
         from tessera.distributed.comm.mpi import MPICommunicator
         comm = MPICommunicator()

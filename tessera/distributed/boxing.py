@@ -114,12 +114,12 @@ def _symbolic(x) -> bool:
 def tile_shape(shape: tuple, sbps: tuple, coords: tuple, hierarchy: tuple, skip=()) -> tuple:
     """The shape of the tile at mesh ``coords``: each axis's split applied in mesh order
     (outer axes first, so nested splits of one dim split the outer tile), except ``skip``."""
-    shape = list(shape)
+    sizes = list(shape)
     for axis, (s, c, n) in enumerate(zip(sbps, coords, hierarchy)):
         if s.kind == "S" and axis not in skip:
-            a, b = split_range(shape[s.dim], n, c)
-            shape[s.dim] = b - a
-    return tuple(shape)
+            a, b = split_range(sizes[s.dim], n, c)
+            sizes[s.dim] = b - a
+    return tuple(sizes)
 
 
 def _commutes(s: sbp, dims: set) -> bool:

@@ -7,6 +7,8 @@ box the result into the target's SBP (``GlobalBackend.copy_into``).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tessera import _dtype as D
@@ -46,7 +48,7 @@ def sbp_str(sbps) -> str:
     return "(" + ", ".join(s.short() for s in sbps) + ")"
 
 
-_run = None  # tessera.distributed.sbp_dispatch.run
+_run: Callable[..., list] | None = None  # tessera.distributed.sbp_dispatch.run
 
 
 class GlobalBackend(Backend):
@@ -83,13 +85,15 @@ class GlobalBackend(Backend):
         global _run
         if _run is None:  # (tessera.distributed.sbp_dispatch imports this module)
             from tessera.distributed.sbp_dispatch import run as _run
-        return _run(op, args, metas, attrs, outs)
+        return _run(op, args, metas, attrs, outs)  # type: ignore[misc]  # bound above
 
-    def copy_into(self, dst: GlobalData, src: GlobalData) -> None:
+    def copy_into(self, dst: GlobalData, src: GlobalData | np.ndarray) -> None:
         if dst.local is None:
             return
         if isinstance(src, GlobalData):
-            src = _boxed(src, dst.placement, dst.sbp)
+            boxed = _boxed(src, dst.placement, dst.sbp)
+            assert boxed is not None  # this rank is on dst's placement: it gets a tile
+            src = boxed
         np.copyto(dst.local, src, casting="unsafe")
 
     def strides(self, data) -> tuple[int, ...]:
@@ -195,6 +199,7 @@ def local_shape(shape: tuple, placement: Placement, sbps: tuple, rank: int | Non
 def local_index(shape: tuple, placement: Placement, sbps: tuple, rank: int) -> tuple:
     """The index of ``rank``'s tile in the logical tensor (slices; nested splits compose)."""
     coords = placement.coords(rank)
+    assert coords is not None, f"rank {rank} is not on {placement}"
     starts, sizes = [0] * len(shape), list(shape)
     for s, c, n in zip(sbps, coords, placement.hierarchy):
         if s.kind == "S":
@@ -268,6 +273,7 @@ def gather(data: GlobalData) -> np.ndarray:
         if full is None:
             full = np.empty(data.shape, data.dtype)
         full = comm.broadcast(full, root)
+    assert full is not None  # every rank of a placement of the whole world has its tile
     return full
 
 
@@ -289,9 +295,10 @@ def _g2l_grad(ctx, g):
     return (_local_to_global(g, a["placement"], a["sbp"], a["shape"]),)
 
 
-_L2G = OpDef("local_to_global", infer=None, grad=_l2g_grad, save=())
-_G2G = OpDef("to_global", infer=None, grad=_g2g_grad, save=())
-_G2L = OpDef("to_local", infer=None, grad=_g2l_grad, save=())
+# (no infer rule: ``_record`` makes their nodes, never dispatch)
+_L2G = OpDef("local_to_global", infer=None, grad=_l2g_grad, save=())  # type: ignore[arg-type]
+_G2G = OpDef("to_global", infer=None, grad=_g2g_grad, save=())  # type: ignore[arg-type]
+_G2L = OpDef("to_local", infer=None, grad=_g2l_grad, save=())  # type: ignore[arg-type]
 
 
 def _record(op, src: Tensor, out: Tensor, attrs: dict) -> Tensor:
@@ -380,15 +387,18 @@ def _logical_shape(local: tuple, p: Placement, sbps: tuple, check: bool) -> tupl
     if len(ndims) != 1:
         raise ValueError(f"to_global: the local tensors have different numbers of dims on the "
                          f"ranks of {p}: {_fmt_shapes(members)}")
-    logical = list(first)
+    sizes = list(first)
     for d in range(len(first)):
         axes = [a for a, s in enumerate(sbps) if s.kind == "S" and s.dim == d]
         if axes:
-            logical[d] = sum(members[r][d] for r in p.flat_ranks
-                             if all(c == 0 for a, c in enumerate(p.coords(r)) if a not in axes))
-    logical = tuple(logical)
+            # (coords is never None: r is on the placement)
+            sizes[d] = sum(members[r][d] for r in p.flat_ranks
+                           if all(c == 0 for a, c in enumerate(p.coords(r))  # type: ignore[arg-type]
+                                  if a not in axes))
+    logical = tuple(sizes)
     for r, s in members.items():
         want = local_shape(logical, p, sbps, r)
+        assert want is not None  # r is on the placement
         if want != s:
             raise ValueError(
                 f"to_global: with sbp {sbp_str(sbps)} on {p}, a logical shape of "

@@ -148,6 +148,7 @@ def _rows_layout(shapes: tuple, n: int) -> tuple[list[int], list[list], int]:
     bucket: each one's offset, each member's rows of every one as flat ranges, and the
     bucket's size (the same every step: computed once)."""
     from tessera.sbp import split_range
+    ranges: list[list]
     offsets, ranges, start = [], [[] for _ in range(n)], 0
     for shape in shapes:
         row = int(np.prod(shape[1:], dtype=np.int64))
@@ -454,6 +455,7 @@ def _local_fn(attrs: dict):
     rule at the logical metas (and the logical values of its shape attrs)."""
     from tessera.ops.registry import REGISTRY
     op = REGISTRY[attrs["sbp_op"]]
+    assert op.sbp is not None  # the signature was chosen from it
     rule_attrs = {k: v for k, v in attrs.items() if k not in _LOCAL_KEYS}
     rule_attrs.update(dict(attrs["sbp_logical"]))
     sigs = op.sbp(*_metas(attrs["sbp_metas"]), mesh_size=len(attrs["sbp_group"]),
@@ -483,6 +485,7 @@ def _local_kernel(*arrays, **attrs):
     if "sbp_mesh" in attrs:  # the rule's computation over the whole N-D placement
         from tessera.ops.registry import REGISTRY
         op = REGISTRY[attrs["sbp_op"]]
+        assert op.sbp is not None and op.sbp.whole is not None  # traced from it
         mesh = _placement(attrs["sbp_mesh"])
         sbps = [None if t is None else tuple(_sbp(x) for x in t) for t in attrs["sbp_in"]]
         with no_grad():

@@ -13,7 +13,12 @@ tessera.placement(type="cpu", ranks=[0, 1])
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from tessera.device.registry import device as Device
 
 __all__ = ["placement"]
 
@@ -58,7 +63,7 @@ class placement:  # noqa: N801  (OneFlow's and the issue's name)
         self._hier = tuple(arr.shape)
         self._coords = {r: tuple(int(c) for c in np.unravel_index(i, arr.shape))
                         for i, r in enumerate(self._flat)}
-        self._device = None
+        self._device: Device | None = None
 
     @classmethod
     def all(cls, type: str = "cpu") -> placement:
@@ -95,7 +100,7 @@ class placement:  # noqa: N801  (OneFlow's and the issue's name)
         return len(self._flat)
 
     @property
-    def device(self):
+    def device(self) -> Device:
         if self._device is None:
             from tessera.device.registry import device
             self._device = device(self._type)
@@ -112,6 +117,7 @@ class placement:  # noqa: N801  (OneFlow's and the issue's name)
     def group(self, rank: int, axis: int) -> tuple[int, ...]:
         """The ranks that share ``rank``'s coordinates on every mesh axis but ``axis``."""
         c = self.coords(rank)
+        assert c is not None, f"rank {rank} is not on {self}"
         index = tuple(slice(None) if a == axis else c[a] for a in range(self.ndim))
         return tuple(int(r) for r in self._ranks[index].flat)
 

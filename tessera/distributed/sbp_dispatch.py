@@ -24,11 +24,12 @@ value, as for a Python number); any other local tensor is an error naming the op
 from __future__ import annotations
 
 import itertools
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 
 from tessera._tensor import Tensor
+from tessera.device.registry import device as Device
 from tessera.distributed import comm as C
 from tessera.distributed.boxing import box, cost, tile_shape
 from tessera.distributed.global_tensor import GlobalData, local_shape, sbp_str
@@ -53,7 +54,7 @@ def _describe(args) -> str:
 def _inputs(op: OpDef, args, attrs):
     """The common placement and each argument's current SBP (None for non-tensors)."""
     placement = None
-    current = []
+    current: list = []
     local_scalar = False
     for i, a in enumerate(args):
         if not isinstance(a, Tensor):
@@ -129,7 +130,7 @@ _MAX_CHOICES = 4096
 def _choice_key(op: OpDef, metas, attrs, current, n: int):
     """A hashable key of what the choice depends on, or None (an attr that cannot be
     hashed)."""
-    items = ()
+    items: tuple = ()
     if attrs:
         items = tuple((k, tuple(v) if type(v) is list else v) for k, v in attrs.items())
     key = (id(op), tuple(metas), tuple(current), n, items)
@@ -154,7 +155,7 @@ def _cheapest(sigs, sizes, current, n: int):
                 break
             total += cost(cur, want, nbytes, n)
         else:
-            if best is None or total < best_cost:
+            if best_cost is None or total < best_cost:
                 best, best_cost, index = sig, total, k
     return index, best
 
@@ -275,7 +276,8 @@ class _Choice(NamedTuple):
     """The signature ``run`` chose for a call."""
 
     sig: Signature  # the signature (on an N-D placement, the last axis's)
-    index: int  # its position in the rule's list (1-D; -1 on an N-D placement)
+    # its position in the rule's list (1-D; -1 on an N-D placement); hides tuple.index
+    index: int  # type: ignore[assignment]
     chosen: list  # the signature of each mesh axis
     ins: list  # per argument: None (not a global tensor) or the SBP tuple it is boxed to
     outs: list  # per output: its SBP tuple
@@ -292,9 +294,11 @@ def _choose(op: OpDef, metas, attrs, current, placement, outs, args, key) -> _Ch
     return _Choice(chosen[-1], -1, chosen, ins, out_sbps)
 
 
-def _tile_attrs(op: OpDef, attrs, outs, placement, out_sbps, rank: int) -> tuple[dict, tuple]:
+def _tile_attrs(op: OpDef, attrs, outs, placement, out_sbps, rank: int
+                ) -> tuple[dict, tuple | None]:
     """The attrs the op takes on this rank's tiles (its rule's shape attrs set to the
     output's tile), and that tile (None when the rule has no shape attrs)."""
+    assert op.sbp is not None  # a signature was chosen from it
     names = op.sbp.shape_attrs
     if not names:
         return attrs, None
@@ -306,6 +310,7 @@ def _box_inputs(op: OpDef, args, current, ins, placement, rank: int, comm, tile)
     """Each argument as the op takes it on this rank: a global tensor's tile boxed into
     the signature's SBP (made contiguous where the rule asks), a 0-d local tensor detached,
     anything else as it is."""
+    assert op.sbp is not None  # a signature was chosen from it
     contiguous = op.sbp.contiguous
     local_args = []
     for a, cur, want in zip(args, current, ins):
@@ -328,6 +333,7 @@ def _run_local(op: OpDef, choice: _Choice, local_args, local_attrs, metas, attrs
     signature's own local computation (communicating within its group), or else the op's
     ordinary local dispatch; while tracing, the first two become one graph node."""
     rule, sig = op.sbp, choice.sig
+    assert rule is not None  # the signature was chosen from it
     if rule.whole is not None and placement.ndim > 1:
         if not is_tracing():
             return rule.whole(op, local_args, local_attrs, metas, placement, choice.ins, rank)
@@ -355,8 +361,8 @@ def _run_local(op: OpDef, choice: _Choice, local_args, local_attrs, metas, attrs
 
 def _tile_metas(out_sbps, outs, placement, rank: int) -> list:
     """Each output's tile on this rank, as a Meta (a traced local computation's results)."""
-    return [Meta(local_shape(m.shape, placement, s, rank), m.dtype)
-            for s, m in zip(out_sbps, outs)]
+    return [Meta(local_shape(m.shape, placement, s, rank), m.dtype)  # type: ignore[arg-type]
+            for s, m in zip(out_sbps, outs)]  # (rank is on the placement: never None)
 
 
 def _wrapped(op, res, out_sbps, outs, placement, rank: int, sig) -> list:
@@ -368,7 +374,9 @@ def _wrapped(op, res, out_sbps, outs, placement, rank: int, sig) -> list:
         want = tuple(m.shape)
         for t in s:
             if t.kind == "S":
-                want = local_shape(m.shape, placement, s, rank)
+                tile = local_shape(m.shape, placement, s, rank)
+                assert tile is not None  # rank is on the placement
+                want = tile
                 break
         if tuple(x.shape) != want:
             raise AssertionError(f"{op.name}: signature {sig} gave rank {rank} a tile of "
@@ -391,10 +399,10 @@ class _Plan(NamedTuple):
     tiles: tuple  # per output: this rank's tile shape
     shape_attrs: dict  # the op's shape attrs, set to the output's tile
     tile: tuple | None  # the output's tile, for a rule that makes its inputs contiguous
-    device: object
+    device: Device
 
 
-_PLANS: dict = {}
+_PLANS: dict[tuple, _Plan | Literal[False]] = {}  # False: the general path runs
 
 
 def _plan(op: OpDef, metas, attrs, current, placement, rank: int, outs, args, key
@@ -413,9 +421,11 @@ def _plan(op: OpDef, metas, attrs, current, placement, rank: int, outs, args, ke
         plan = False
     else:
         out_sbps = tuple((s,) for s in sig.outs)
-        tiles = tuple(tuple(local_shape(m.shape, placement, s, rank))
+        # (local_shape is never None: rank is on the placement)
+        tiles = tuple(tuple(local_shape(m.shape, placement, s, rank))  # type: ignore[arg-type]
                       for s, m in zip(out_sbps, outs))
         rule = op.sbp
+        assert rule is not None  # the signature was chosen from it
         tile = tiles[0] if rule.shape_attrs or rule.contiguous else None
         ins = tuple(None if c is None else (w,) for c, w in zip(current, sig.ins))
         plan = _Plan(op, sig, ins, tuple(c is not None and c != w for c, w in zip(current, ins)),
@@ -430,6 +440,7 @@ def _plan(op: OpDef, metas, attrs, current, placement, rank: int, outs, args, ke
 def _run_plan(plan: _Plan, args, current, attrs, outs, placement, comm) -> list:
     """``run`` on a 1-D placement by a plan: the same steps without working them out."""
     op, rank = plan.op, comm.rank
+    assert op.sbp is not None  # the plan's signature was chosen from it
     contiguous = plan.tile is not None and op.sbp.contiguous
     local_args = []
     for a, cur, want, boxed in zip(args, current, plan.ins, plan.boxed):
@@ -500,7 +511,7 @@ def _factory(op: OpDef, args, attrs, outs, placement) -> list:
     return [GlobalData(r._data, placement, b, m.shape, m.dtype.np) for r, m in zip(res, outs)]
 
 
-def split_dims(sbps) -> list[int]:
+def split_dims(sbps) -> list[int | None]:
     return [s.dim for s in sbps if isinstance(s, sbp) and s.kind == "S"]
 
 

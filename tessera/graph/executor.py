@@ -14,6 +14,8 @@ array([1., 1.], dtype=float32)
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tessera import _dtype as D
@@ -74,7 +76,7 @@ def out_form(node, kernel, casts):
             _matmul_kernel(a, b, out=t)
         # a GEMM reads all of its operands while writing: over a dying operand's buffer,
         # NumPy would copy that operand first and the batched C path would decline
-        matmul_into.reads_around = True
+        matmul_into.reads_around = True  # type: ignore[attr-defined]  # read by getattr
         return matmul_into
     if name == "conv":
         from tessera.ops.conv import conv_into
@@ -181,7 +183,7 @@ class Executor:
                         else variables[where] if kind == "var" else where.take()
                     ofn(out, *args, **attrs)
                     env[outs[0][0]] = out
-                    res = None
+                    res: Any = None
                 else:
                     res = fn(*args, **attrs)
             except Exception as e:

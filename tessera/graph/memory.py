@@ -128,7 +128,8 @@ def plan_memory(g: Graph, out_nodes: set[int], not_inplace: frozenset = frozense
 
 
 def _assign_targets(g: Graph) -> dict[int, str]:
-    out, seen = {}, set()
+    out: dict[int, str] = {}
+    seen: set[int] = set()
     for name, v in g.assigns:
         if id(v) in seen or v in g.outputs:
             out.pop(id(v), None)  # one value into two variables, or also returned: copy

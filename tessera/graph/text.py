@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+from typing import Any
 
 from tessera import _dtype as D
 from tessera.device.registry import device
@@ -87,7 +88,7 @@ def print_graph(g: Graph) -> str:
 
 # ---- parsing -------------------------------------------------------------------------
 
-_NAMES = {d.name: d for d in D.ALL}
+_NAMES: dict[str, Any] = {d.name: d for d in D.ALL}
 _NAMES.update({"inf": math.inf, "nan": math.nan, "None": None, "True": True, "False": False})
 _TYPE = re.compile(r"%([\w.\-]+):\s*(\w+)\[([^\]]*)\]")
 
@@ -148,6 +149,9 @@ def _eval(text: str, values: dict):
 
 def _split_top(text: str) -> list[str]:
     """Split on commas outside brackets and quotes."""
+    parts: list[str]
+    cur: list[str]
+    quote: str | None
     parts, depth, cur, quote = [], 0, [], None
     for ch in text:
         if quote:
@@ -244,9 +248,9 @@ def _parse_node(g: Graph, line: str, values: dict, count: int) -> int:
         for item in _split_top(notes[1:-1]):
             k, _, v = item.partition("=")
             vals[0].producer.notes[k.strip()] = _eval(v, values)
-    for (name, _, _), v in zip(outs, vals):
-        v.name = name
-        values[name] = v
+    for (name, _, _), val in zip(outs, vals):
+        val.name = name
+        values[name] = val
         if name.isdigit():
             count = max(count, int(name) + 1)
     return count

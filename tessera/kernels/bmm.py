@@ -136,6 +136,7 @@ def stacked(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.n
         return None
     from tessera.kernels.conv import _blas, _single_blas
     blas = _blas()
+    assert blas is not None  # usable() found it
     _, ptr = _params(a.dtype, a3.strides, a3.shape, b3.strides, b3.shape)
     res = np.empty(shape, a.dtype) if out is None else out
     single = m * k * n > BLAS_SINGLE

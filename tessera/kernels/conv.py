@@ -74,7 +74,8 @@ def _blas() -> _Blas | None:
                 continue
             st.argtypes, st.restype, gt.argtypes, gt.restype = [ctypes.c_int], None, [], \
                 ctypes.c_int
-            addr = (ctypes.cast(f, ctypes.c_void_p).value for f in (s, d))
+            sgemm, dgemm = (ctypes.cast(f, ctypes.c_void_p).value for f in (s, d))
+            assert sgemm is not None and dgemm is not None  # symbols found are not NULL
             axpy = {}
             n = ctypes.c_int64 if suf else ctypes.c_int
             for t, dt, real in (("s", np.float32, ctypes.c_float), ("d", np.float64,
@@ -84,7 +85,7 @@ def _blas() -> _Blas | None:
                     f.argtypes = [n, real, ctypes.c_void_p, n, ctypes.c_void_p, n]
                     f.restype = None
                     axpy[np.dtype(dt)] = f
-            return _Blas(*addr, st, gt, bool(suf), axpy)
+            return _Blas(sgemm, dgemm, st, gt, bool(suf), axpy)
     return None
 
 
@@ -162,6 +163,7 @@ def once(key: Hashable, build: Callable):
             first = fut is None
             if first:
                 fut = _ONCE[key] = Future()
+        assert fut is not None  # found, or made just now
         if first:
             try:
                 fut.set_result(build())
@@ -224,6 +226,7 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
     single-threaded meanwhile (with one thread, BLAS keeps its own threads)."""
     from tessera.kernels import threadpool as runtime
     blas = _blas()
+    assert blas is not None  # the drivers run only where it was found (``threaded``)
     s = _SUFFIX[np.dtype(dtype)]
     f = _driver(name, s)
     nxt = np.zeros(8, np.int64)  # a driver of several passes takes a pair of counters each

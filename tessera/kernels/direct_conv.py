@@ -226,7 +226,7 @@ def _forward(x: np.ndarray, w: np.ndarray, b, pads, dilation, y: np.ndarray,
     ob, nv = _fwd_tile(o)
     ksize = w.shape[2:]
     ck = x.shape[1] * ksize[0] * ksize[1]
-    d, xs = _geometry(x, o, pads, *y.shape[2:], ksize, dilation, nv * _lanes(x.dtype),
+    d, xs = _geometry(x, o, pads, y.shape[2], y.shape[3], ksize, dilation, nv * _lanes(x.dtype),
                       -(-o // ob), ck, flip)
     nb, qr = int(d[12]), int(d[11])
     threads = min(_threads(n * o * ck * y.shape[2] * y.shape[3]), n)
@@ -293,7 +293,7 @@ def _scatter(g: np.ndarray, w: np.ndarray, pads, dilation, dx: np.ndarray) -> No
     cb, nv = _fwd_tile(c)
     kk = w.shape[2] * w.shape[3]
     nb = -(-c // cb)
-    d, _ = _geometry(dx, o, pads, *g.shape[2:], w.shape[2:], dilation,
+    d, _ = _geometry(dx, o, pads, g.shape[2], g.shape[3], w.shape[2:], dilation,
                      nv * _lanes(g.dtype), nb, c * kk, 0)
     qr, hp, wp, sl = (int(d[i]) for i in (11, 9, 10, 14))
     threads = min(_threads(n * o * c * kk * g.shape[2] * g.shape[3]), n)
@@ -351,6 +351,7 @@ def conv2d_weight_grad_direct(x: np.ndarray, g: np.ndarray, wshape, pads,
     d, xs = _geometry(x, o, pads, oh, ow, wshape[2:], dilation, q, blocks, taps, 0)
     threads = min(_threads(n * o * ck * oh * ow), n)
     chunks = 1 if threads < 2 else min(n, _CHUNKS * threads)
+    shape: tuple[int, ...]
     if by_channel:
         ws, shape = xs + oh * ow * blocks * ov * lanes, (taps, blocks * ov * lanes)
     else:

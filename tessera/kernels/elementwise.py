@@ -79,6 +79,8 @@ def run(op, args, attrs: dict, out) -> np.ndarray | None:
         if len(dts) == 1 and (out_t == "bool" or out.dtype.np in dts):
             return None
     shape = out.shape
+    ptrs: list[int | float | None]  # the output's address first, then each operand's
+    kinds: list[str | None]
     ptrs, kinds = [None], []
     for a in args:
         if type(a) is np.ndarray:
@@ -94,7 +96,7 @@ def run(op, args, attrs: dict, out) -> np.ndarray | None:
             kinds.append(type(a).__name__)
         else:
             return None
-    akey = ()
+    akey: tuple = ()
     if attrs:
         akey = tuple(sorted(attrs.items()))
         try:
@@ -133,6 +135,7 @@ def source(op, kinds, out_t: str, attrs: dict) -> str | None:
         return None
     c = CType(ct)
     params = [f"{CType.NAMES[out_t]}* restrict out"]
+    args: list[str | None]
     loads, args = [], []
     arrays = scalars = 0
     for k in kinds:

@@ -56,8 +56,9 @@ def _lib():
     lib.tsr_pool_start.argtypes, lib.tsr_pool_start.restype = [ctypes.c_int], ctypes.c_int
     lib.tsr_pool_run.argtypes = [P, P, ctypes.c_int64, ctypes.c_int]
     lib.tsr_pool_run.restype = None
-    lib.call_item = ctypes.cast(lib.tsr_pool_call_item, P).value
-    lib.gemm_item = ctypes.cast(lib.tsr_pool_gemm_item, P).value
+    # the work items' addresses, kept on the library object they belong to
+    lib.call_item = ctypes.cast(lib.tsr_pool_call_item, P).value  # type: ignore[attr-defined]
+    lib.gemm_item = ctypes.cast(lib.tsr_pool_gemm_item, P).value  # type: ignore[attr-defined]
     return lib
 
 
@@ -92,13 +93,14 @@ def _callable(f) -> int | None:
     if hit is not None and hit[0] is f:
         return hit[1]
     addr = _address(f)
-    if isinstance(f, ctypes._CFuncPtr):
+    # (ctypes' class of C functions, absent from its stubs)
+    if isinstance(f, ctypes._CFuncPtr):  # type: ignore[attr-defined]
         _ADDRESSES[id(f)] = (f, addr)
     return addr
 
 
 def _address(f) -> int | None:
-    if not isinstance(f, ctypes._CFuncPtr):
+    if not isinstance(f, ctypes._CFuncPtr):  # type: ignore[attr-defined]
         return None
     args = f.argtypes
     if args is None or len(args) > MAX_ARGS or f.restype not in (None, *_INTEGER):

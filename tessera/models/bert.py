@@ -391,8 +391,10 @@ class SentenceEmbedder:
     def encode(self, sentences: str | Sequence[str], batch_size: int = 32,
                progress: bool = False) -> Tensor:
         """Embeddings of the sentences, (N, hidden) (or (hidden,) for one string)."""
-        single = isinstance(sentences, str)
-        items = [sentences] if single else list(sentences)
+        if isinstance(sentences, str):
+            single, items = True, [sentences]
+        else:
+            single, items = False, list(sentences)
         # sort by length so that each batch pads little, then restore the order
         order = sorted(range(len(items)), key=lambda i: -len(items[i]))
         starts = range(0, len(items), batch_size)

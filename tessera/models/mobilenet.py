@@ -43,8 +43,9 @@ class Conv2dNormActivation(nn.Sequential):
             padding = (kernel_size - 1) // 2 * dilation
         if bias is None:
             bias = norm_layer is None
-        layers = [nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding,
-                            dilation=dilation, groups=groups, bias=bias)]
+        layers: list[nn.Module] = [nn.Conv2d(in_channels, out_channels, kernel_size, stride,
+                                             padding, dilation=dilation, groups=groups,
+                                             bias=bias)]
         if norm_layer is not None:
             layers.append(norm_layer(out_channels))
         if activation_layer is not None:

@@ -142,7 +142,7 @@ class WordPieceTokenizer:
         """Split on whitespace, and make every punctuation character its own word."""
         words: list[str] = []
         for chunk in text.split():
-            cur = []
+            cur: list[str] = []
             for ch in chunk:
                 if _is_punctuation(ch):
                     if cur:

@@ -15,6 +15,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from tessera import nn
 from tessera._tensor import Tensor
@@ -172,7 +173,7 @@ def vit_tiny(num_classes: int = 1000, image_size: int = 224, **kwargs) -> Vision
     >>> vit_tiny(num_classes=10, image_size=32, num_layers=2).seq_length
     5
     """
-    cfg = {"patch_size": 16, "num_layers": 12, "num_heads": 3, "hidden_dim": 192,
-           "mlp_dim": 768}
+    cfg: dict[str, Any] = {"patch_size": 16, "num_layers": 12, "num_heads": 3,
+                           "hidden_dim": 192, "mlp_dim": 768}
     cfg.update(kwargs)
     return VisionTransformer(image_size=image_size, num_classes=num_classes, **cfg)

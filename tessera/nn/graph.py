@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -122,6 +122,11 @@ class GraphConfig:
 class _Compiled:
     """One traced and compiled step for one input signature."""
 
+    # set by ``Graph._build_executor`` from the trace (``_Traced``)
+    written: list
+    in_args: list
+    specs: list
+
     def __init__(self, ir, executor, tensors, new_state, n_outputs, treedef):
         self.ir = ir
         self.executor = executor
@@ -137,6 +142,16 @@ class _Compiled:
 
 class Graph:
     """Subclass, assign modules, optionally ``add_optimizer``, define ``build``, call."""
+
+    # set in ``__init__`` through ``__dict__`` (``__setattr__`` wraps modules)
+    _modules: OrderedDict[str, Module]
+    _optimizers: list       # [(optimizer, lr_scheduler or None)]
+    config: GraphConfig
+    _cache: dict            # input signature -> _Compiled
+    _last_key: Any
+    _debug_log: list
+    _debug_level: int
+    _stages: dict[int, GraphModule]  # id(module) -> GraphModule (its stage, if any)
 
     def __init__(self):
         self.__dict__["_modules"] = OrderedDict()
@@ -228,9 +243,9 @@ class Graph:
         for prefix, mod in self._modules.items():
             for n, t in mod.named_parameters(remove_duplicate=True):
                 names.setdefault(id(t), f"{prefix}.{n}")
-            for n, t in mod.named_buffers(remove_duplicate=True):
-                if t is not None:
-                    names.setdefault(id(t), f"{prefix}.{n}")
+            for n, b in mod.named_buffers(remove_duplicate=True):
+                if b is not None:
+                    names.setdefault(id(b), f"{prefix}.{n}")
         for k, (opt, _) in enumerate(self._optimizers):
             for p, st in opt.state.items():
                 pname = names.get(id(p), f"param{id(p)}")
@@ -695,7 +710,7 @@ class _module_scopes:
 
     def __init__(self, graph: Graph, tracer: Tracer):
         self.stages = {k: gm for k, gm in graph._stages.items() if gm.placement is not None}
-        self.paths = {}
+        self.paths: dict[int, str] = {}
         for prefix, mod in graph._modules.items():
             for n, m in mod.named_modules():
                 self.paths.setdefault(id(m), f"{prefix}.{n}" if n else prefix)
@@ -737,12 +752,12 @@ def _flatten(out):
             defs.append((len(f), d))
         return flat, (type(out), defs)
     if isinstance(out, dict):
-        flat, defs = [], []
+        flat, dict_defs = [], []
         for k, o in out.items():
             f, d = _flatten(o)
             flat += f
-            defs.append((k, len(f), d))
-        return flat, (dict, defs)
+            dict_defs.append((k, len(f), d))
+        return flat, (dict, dict_defs)
     raise GraphTraceError(f"nn.Graph: build() returned a {type(out).__name__}; return "
                           "tensors (or tuples, lists, dicts of them)")
 

@@ -25,8 +25,13 @@ the stages (``schedule_1f1b``, provided by ``tessera.parallel.pipeline``).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tessera._tensor import Tensor
 from tessera.nn.modules.module import Module
+
+if TYPE_CHECKING:
+    from tessera.distributed.placement import placement as Placement
 
 __all__ = ["GraphModule", "ProxyModule"]
 
@@ -38,7 +43,7 @@ class GraphModule:
     def __init__(self, module: Module):
         self.module = module
         self.stage_id: int | None = None
-        self.placement = None
+        self.placement: Placement | None = None
 
     def set_stage(self, stage_id: int | None = None, placement=None) -> GraphModule:
         """Put the module on pipeline stage ``stage_id`` running on ``placement``."""

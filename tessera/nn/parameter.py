@@ -53,6 +53,8 @@ class Buffer(Tensor):
     """``nn.Buffer(t, persistent=True)``: assigning one to a Module attribute registers it
     as a buffer (PyTorch >= 2.5)."""
 
+    persistent: bool
+
     def __new__(cls, data: Tensor | None = None, *, persistent: bool = True):
         if data is None:
             from tessera.ops.creation import empty

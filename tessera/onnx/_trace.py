@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -94,9 +95,9 @@ def _module_names(prefixed: dict[str, Module]) -> tuple[dict[int, str], dict[int
         join = (lambda n, p=prefix: f"{p}.{n}" if p and n else p or n)
         for n, t in mod.named_parameters(remove_duplicate=True):
             names.setdefault(id(t), join(n))
-        for n, t in mod.named_buffers(remove_duplicate=True):
-            if t is not None:
-                names.setdefault(id(t), join(n))
+        for n, b in mod.named_buffers(remove_duplicate=True):
+            if b is not None:
+                names.setdefault(id(b), join(n))
         for n, m in mod.named_modules():
             paths.setdefault(id(m), join(n))
     return names, paths
@@ -298,7 +299,7 @@ class _Solver:
     def __init__(self, base: dict[str, int], alts: dict[str, int]):
         self.base, self.alts = base, alts
 
-    def dim(self, x0, others: dict[str, object], what: str):
+    def dim(self, x0, others: dict[str, Any], what: str):
         if all(o == x0 for o in others.values()):
             return x0
         if not isinstance(x0, int) or isinstance(x0, bool) or x0 == 0:

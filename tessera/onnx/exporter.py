@@ -104,7 +104,8 @@ class Builder:
         values = list(values)
         if not any(isinstance(v, Sym) for v in values):
             return self.const(np.array(values, dtype=np.int64).reshape(len(values)))
-        parts, run = [], []
+        parts: list[str] = []
+        run: list = []
         for v in values:
             if isinstance(v, Sym):
                 if run:
@@ -135,6 +136,7 @@ class Builder:
             for _ in range(power):
                 d = self._dims[(name, 1)]
                 out = d if out is None else self.op("Mul", [out, d])
+        assert out is not None  # a Sym has an axis (a constant dim is an int)
         if s.coef != 1:
             out = self.op("Mul", [out, self.const([s.coef], np.int64)])
         self._dims[s] = out

@@ -182,7 +182,7 @@ def _apply(rule, ctx, args: list, tracer):
 
 
 class _TraceState:
-    def __init__(self, tracer: Tracer, persistent: set):
+    def __init__(self, tracer: Tracer, persistent: _Persistent):
         self.tracer = tracer
         self.persistent = persistent   # tensors that are graph variables (parameters)
 
@@ -218,18 +218,18 @@ class OnnxModel:
     def run(self, *inputs, compiled: bool = False) -> list[Tensor]:
         """The outputs for ``inputs`` through the reference interpreter, or the compiled
         executor with ``compiled=True``."""
-        inputs = [x if isinstance(x, Tensor) else Tensor._from_numpy(np.asarray(x))
-                  for x in inputs]
+        tensors = [x if isinstance(x, Tensor) else Tensor._from_numpy(np.asarray(x))
+                   for x in inputs]
         variables = {k: self.values[k] for k in self.graph.variables}
         if compiled:
             from tessera.graph.executor import Executor
             if not hasattr(self, "_executor"):
                 self._executor = Executor(self.graph)
-            outs, _ = self._executor.run([x.numpy() for x in inputs],
+            outs, _ = self._executor.run([x.numpy() for x in tensors],
                                          {k: v._data for k, v in variables.items()})
             return [Tensor._from_numpy(np.array(o, copy=True)) for o in outs]
         from tessera.graph.interpreter import interpret
-        return interpret(self.graph, inputs, variables)[0]
+        return interpret(self.graph, tensors, variables)[0]
 
 
 def _trainable(arr: np.ndarray) -> bool:

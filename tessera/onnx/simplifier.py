@@ -122,6 +122,7 @@ def _unflatten_matmuls(g) -> bool:
         else:
             if not plan or id(a) in outputs:
                 continue
+            assert lead is not None  # set with the plan's first entry
             if tuple(x.shape) == lead + (k,):
                 src = x
             else:  # the flattening view becomes the (smaller) unflattened one

@@ -105,8 +105,10 @@ def _operands(args, compute=None):
 
 def _np_result_type(*vals) -> np.dtype:
     """``result_type`` of kernel operands (arrays keep their ndim, so the 0-d rule holds)."""
-    return D.result_type(*[(D.from_numpy_dtype(v.dtype), v.ndim) if isinstance(v, np.ndarray)
-                           else v for v in vals if v is not None]).np
+    dt = D.result_type(*[(D.from_numpy_dtype(v.dtype), v.ndim) if isinstance(v, np.ndarray)
+                         else v for v in vals if v is not None]).np
+    assert dt is not None  # every dtype of an array has its NumPy dtype
+    return dt
 
 
 def _kernel(fn, float_compute=False):
@@ -115,10 +117,13 @@ def _kernel(fn, float_compute=False):
     def k(*args, **attrs):
         ct = _np_result_type(*args)
         if float_compute and ct.kind in "biu":
-            ct = D.get_default_dtype().np
+            default = D.get_default_dtype().np
+            assert default is not None  # float32 or float64
+            ct = default
         return _down(fn(*_operands(args, ct), **attrs), ct)
     k.__name__ = getattr(fn, "__name__", "kernel")
-    k.plain = fn  # what ``k`` reduces to on float32/float64 operands (dispatch's fast path)
+    # what ``k`` reduces to on float32/float64 operands (dispatch's fast path)
+    k.plain = fn  # type: ignore[attr-defined]
     return k
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from tessera.ops.registry import Meta
-from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
+from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, sbp, split as S
 
 __all__ = ["pointwise", "reduction", "full_reduction", "linear_identity", "optional",
            "aligned", "tensors", "bshape", "wrap", "dims", "reduced", "resolve"]
@@ -71,7 +71,7 @@ def pointwise(joint: tuple = (), each: tuple = (), nout: int = 1, skip: tuple = 
         for d in range(n):
             if d in banned:
                 continue
-            ins = []
+            ins: list[sbp | None] = []
             for i, m in enumerate(metas):
                 if i not in tpos:
                     ins.append(None)

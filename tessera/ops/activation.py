@@ -577,8 +577,8 @@ def _softmax_infer(name: str, kname: str):
 
 def _along(fn):
     """Wrap a kernel over ``dim``: 0-d inputs compute as one element, empty ones are empty."""
-    def kernel(*arrays, dim):
-        arrays = [upcast(a) for a in arrays]
+    def kernel(*given, dim):
+        arrays = [upcast(a) for a in given]
         x = arrays[0]
         if x.ndim == 0:
             return kernel(*[a.reshape(1) for a in arrays], dim=0).reshape(())

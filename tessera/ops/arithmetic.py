@@ -206,7 +206,7 @@ def _check_int_zero(b):
         raise RuntimeError("ZeroDivisionError")
 
 
-def _div_kernel(a, b, rounding_mode=None):
+def _div_kernel(a, b, *, rounding_mode=None):
     if rounding_mode is None:
         return np.true_divide(a, b)
     if _first_dtype(a, b).kind in "iu":
@@ -223,7 +223,9 @@ def _div_kernel(a, b, rounding_mode=None):
 def _div_float_kernel(a, b, rounding_mode=None):
     ct = _np_result_type(a, b)
     if rounding_mode is None and ct.kind in "biu":
-        ct = D.get_default_dtype().np  # true division of integers: in the float result type
+        default = D.get_default_dtype().np  # true division of integers: in the float result type
+        assert default is not None  # float32 or float64
+        ct = default
     with np.errstate(all="ignore"):
         return _down(_div_kernel(*_operands([a, b], ct), rounding_mode=rounding_mode), ct)
 

@@ -23,15 +23,15 @@ __all__ = ["broadcast_tensors", "broadcast_shapes", "meshgrid", "atleast_1d", "a
 
 def broadcast_shapes(*shapes) -> Size:
     """The shape that tensors of ``shapes`` broadcast to (no tensors are made)."""
-    shapes = [(s,) if isinstance(s, (int, np.integer)) else s for s in shapes if s is not None]
-    if not shapes:
+    given = [(s,) if isinstance(s, (int, np.integer)) else s for s in shapes if s is not None]
+    if not given:
         return Size(())
-    for s in shapes:
+    for s in given:
         if not isinstance(s, (tuple, list)):
             raise RuntimeError("Input shapes should be of type ints, a tuple of ints, or a list "
                                f"of ints, got {s}")
-    common = [1] * max(len(s) for s in shapes)
-    for arg, s in enumerate(shapes):
+    common: list = [1] * max(len(s) for s in given)
+    for arg, s in enumerate(given):
         for i in range(-1, -1 - len(s), -1):
             if s[i] == common[i]:
                 continue

@@ -195,6 +195,7 @@ def _isclose_kernel(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
         a, b = (x.astype(D.get_default_dtype().np) for x in (a, b))
     ft = a.dtype if a.dtype.kind == "f" else D.get_default_dtype().np
     ft = np.dtype(np.float32) if ft in _LOWP else ft
+    assert ft is not None  # the default dtype is float32 or float64
     with np.errstate(all="ignore"):
         allowed = ft.type(atol) + np.abs(b.astype(ft) * ft.type(rtol))
         actual = np.abs(a - b)

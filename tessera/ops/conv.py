@@ -37,6 +37,7 @@ from tessera.ops.registry import Meta, defop
 from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__: list[str] = []
+_Pads = tuple[tuple[int, int], ...]  # (low, high) padding per spatial dim
 _strided = np.lib.stride_tricks.as_strided
 
 
@@ -73,7 +74,7 @@ def _check(op, x, w, stride, pads, dilation, groups):
         raise RuntimeError(f"{op}: negative padding is not supported")
 
 
-def _conv_infer(x, w, b, stride, pads, dilation, groups):
+def _conv_infer(x, w, b, stride, pads: _Pads, dilation, groups):
     _check("conv", x, w, stride, pads, dilation, groups)
     if b is not None:
         if len(b.shape) != 1 or b.shape[0] != w.shape[0]:
@@ -156,7 +157,7 @@ def crop(xp: np.ndarray, pads, spatial) -> np.ndarray:
                                                  for (lo, _), s in zip(pads, spatial))]
 
 
-def _out_spatial(xs, ks, stride, pads, dilation):
+def _out_spatial(xs, ks, stride, pads: _Pads, dilation) -> tuple[int, ...]:
     return tuple(out_size(s, ks[i], stride[i], *pads[i], dilation[i])
                  for i, s in enumerate(xs[2:]))
 
@@ -265,7 +266,7 @@ def _conv_per_image(x, w, b, stride, pads, dilation, out_sp, y=None):
 _WIDE_GEMM = 1024  # columns per convolution GEMM worth grouping images for
 
 
-def _winograd(xshape, wshape, stride, dilation, out_sp, dtype, lows=(0, 0),
+def _winograd(xshape, wshape, stride, dilation, out_sp: tuple[int, int], dtype, lows=(0, 0),
               weight_grad: bool = False) -> bool:
     """Whether a 2-d ungrouped convolution (``_native``) runs as Winograd F(2x2, 3x3)
     (``tessera.kernels.winograd``): 3x3, stride 1, dilation 1, and the measured rule of
@@ -279,7 +280,8 @@ def _winograd(xshape, wshape, stride, dilation, out_sp, dtype, lows=(0, 0),
     return rule(xshape[0], xshape[1], wshape[0], *out_sp, dtype)
 
 
-def _direct(xshape, wshape, stride, out_sp, dtype, kind: str = "forward") -> bool:
+def _direct(xshape, wshape: tuple[int, int, int, int], stride, out_sp: tuple[int, int], dtype,
+            kind: str = "forward") -> bool:
     """Whether the ``kind`` ("forward", "input_grad", "weight_grad") of a 2-d ungrouped
     convolution (``_native``) of ``xshape`` with filters ``wshape`` (the layer's shapes)
     runs as the direct C convolution of ``tessera.kernels.direct_conv``: stride 1 and the
@@ -311,7 +313,8 @@ def _path(kind: str, xshape, wshape, stride, pads, dilation, out_sp, dtype) -> s
 
 
 @functools.lru_cache(maxsize=256)
-def _prefetch(kind: str, xshape: tuple, wshape: tuple, stride, pads, dilation, dtype) -> None:
+def _prefetch(kind: str, xshape: tuple[int, int, int, int], wshape: tuple, stride, pads: _Pads,
+              dilation, dtype) -> None:
     """Start compiling, in the background, the C kernel that the ``kind`` ("forward",
     "input_grad", "weight_grad") of an ungrouped convolution of ``xshape`` with filters
     ``wshape`` will run where ``_native``'s 2-d paths take it. Called by the infer rules
@@ -332,9 +335,10 @@ def _prefetch(kind: str, xshape: tuple, wshape: tuple, stride, pads, dilation, d
     if path == "direct":
         direct_conv.prefetch(kind, c, o, wshape[2:], out_sp, in_sp, dilation, dt)
     elif path == "winograd" and kind == "input_grad":
-        winograd.prefetch("forward", n, o, c, *in_sp, dt)   # g (N, O) -> dx (N, C)
+        winograd.prefetch("forward", n, o, c, *xshape[2:], dt)   # g (N, O) -> dx (N, C)
     elif path == "winograd":
-        winograd.prefetch(kind, n, c, o, *out_sp, dt)
+        oh, ow = out_sp
+        winograd.prefetch(kind, n, c, o, oh, ow, dt)
     elif path == "threaded":
         conv_kernels.prefetch({"forward": "fwd", "input_grad": "igrad",
                                "weight_grad": "wgrad"}[kind], dt)
@@ -372,7 +376,7 @@ def conv_into(out, x, w, b, stride, pads, dilation, groups) -> None:
 
 # the graph's memory plan gives conv's output no input's buffer (tessera/graph/memory.py):
 # the copy above then only guards other callers
-conv_into.reads_around = True
+conv_into.reads_around = True  # type: ignore[attr-defined]  # read by the executor
 
 
 def _private_copy(x: np.ndarray) -> np.ndarray:

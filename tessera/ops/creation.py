@@ -9,6 +9,7 @@ tensor([0.0000, 0.2500, 0.5000, 0.7500])
 """
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -214,7 +215,8 @@ def scalar_like(value, like: Tensor):
     wraps like ``int8 - 300``, never overflows a 0-d tensor)."""
     if isinstance(value, Tensor):
         return value
-    if not isinstance(value, (int, float, bool, complex, np.generic)):
+    # (builtins.complex: this module's ``complex`` is the tensor function)
+    if not isinstance(value, (int, float, bool, builtins.complex, np.generic)):
         raise TypeError(f"unsupported operand type: '{type(value).__name__}' and 'Tensor'")
     return value
 

@@ -98,6 +98,7 @@ def _parse(x: Tensor, key):
     if sum(1 for k in key if k is Ellipsis) > 1:
         key = _one_ellipsis(x, key)
     skip = max(x.dim() - sum(_consumed(k) for k in key), 0)
+    template: list  # None, Ellipsis, slices, ints and the T / NEW_T markers
     template, tensors, dim = [], [], 0
     for k in key:
         if k is None or k is Ellipsis:
@@ -153,6 +154,8 @@ def _split(template, ndim: int):
     """(basic key, advanced key, whether the basic key is a no-op): the basic key makes the
     view that the advanced key (only full slices and T) then indexes."""
     used = sum(1 for k in template if k is T or isinstance(k, (int, slice)))
+    basic: list
+    adv: list
     basic, adv = [], []
     for k in template:
         if k is T:
@@ -385,6 +388,7 @@ def index_put(input: Tensor, indices, values: Tensor, accumulate: bool = False, 
     if isinstance(indices, Tensor) or not isinstance(indices, (tuple, list)):
         raise TypeError("index_put(): argument 'indices' (position 1) must be tuple of "
                         f"Tensors, not {type(indices).__name__}")
+    key: list  # full slices and T markers
     key, tensors = [], []
     for k in indices:
         if k is None:

@@ -352,8 +352,10 @@ def _bce_sbp(x, t, w, reduction="mean"):
     n = len(x.shape)
     sigs = []
     for d in range(n):
-        k = None if w is None else d - (n - len(w.shape))
-        ws = None if w is None else (S(k) if k >= 0 and w.shape[k] == x.shape[d] else B)
+        ws = None
+        if w is not None:
+            k = d - (n - len(w.shape))
+            ws = S(k) if k >= 0 and w.shape[k] == x.shape[d] else B
         out = S(d) if reduction == "none" else P
         local = _bce_mean_local if reduction == "mean" else None
         sigs.append(Signature((S(d), S(d), ws), (out,), local))

@@ -183,6 +183,7 @@ def _bn_grad(ctx, g, _gmean=None, _gvar=None):
     if need_x:
         k = rstd if weight is None else rstd * weight.reshape(bshape)
         if training:
+            assert db is not None and dwr is not None  # computed whenever training needs dx
             m = x.numel() // max(c, 1)
             dx = k * (g - db.reshape(bshape) / m - xhat * (dwr.reshape(bshape) / m))
         else:

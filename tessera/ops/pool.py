@@ -300,8 +300,8 @@ def _adaptive_max_kernel(x, output_size):
     n, c = x.shape[:2]
     in_sp = x.shape[2:]
     if 0 in output_size or n == 0:
-        shape = (n, c) + tuple(output_size)
-        return np.empty(shape, x.dtype), np.empty(shape, np.int64)
+        out_shape = (n, c) + tuple(output_size)
+        return np.empty(out_shape, x.dtype), np.empty(out_shape, np.int64)
     tables = [adaptive_windows(s, o)[0] for s, o in zip(in_sp, output_size)]
     index = []
     for d, t in enumerate(tables):

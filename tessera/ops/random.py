@@ -160,6 +160,7 @@ _MANTISSA = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
 def _uniform01(g: np.random.Generator, shape, dt: D.dtype) -> np.ndarray:
     """[0, 1) in ``dt``: half types from integers so that rounding never reaches 1."""
     if dt is D.float32 or dt is D.float64:
+        assert dt.np is not None
         return g.random(shape, dtype=dt.np)
     if dt.is_complex:
         part = dt.to_real()
@@ -170,6 +171,7 @@ def _uniform01(g: np.random.Generator, shape, dt: D.dtype) -> np.ndarray:
 
 def _std_normal(g: np.random.Generator, shape, dt: D.dtype) -> np.ndarray:
     if dt is D.float32 or dt is D.float64:
+        assert dt.np is not None
         return g.standard_normal(shape, dtype=dt.np)
     if dt.is_complex:  # each part N(0, 1/2), so E|z|^2 = 1 like PyTorch
         part = dt.to_real()

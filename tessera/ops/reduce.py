@@ -42,7 +42,7 @@ _pyall, _pymax = all, max  # the builtins, before this module's functions shadow
 
 
 def _rt(name: str, fields=("values", "indices")):
-    cls = namedtuple(name, fields)
+    cls = namedtuple(name, fields)  # type: ignore[misc]  # one class per op, made here
     cls.__module__ = "tessera.return_types"
     return cls
 
@@ -158,7 +158,7 @@ def _reduction(name, kernel, grad, out_dtype=_ident, save=(), check=None, quiet=
         with np.errstate(all="ignore"):
             return kernel(x, _dims(name, dim, x.ndim), keepdim, **kw)
     if plain is not None:
-        cpu.plain = plain(cpu)
+        cpu.plain = plain(cpu)  # type: ignore[attr-defined]  # read by dispatch
     return defop(name, infer, cpu, grad=grad, save=save,
                  sbp=_sbp.reduction() if sbp is None else sbp,
                  cost=cost.reduction(flops) if isinstance(flops, int) else flops)
@@ -558,7 +558,7 @@ def norm(input, p="fro", dim=None, keepdim: bool = False, out=None, dtype=None) 
         ndim = 1 if dim is None or isinstance(dim, (int, np.integer)) else len(dim)
         if p != "fro" or ndim > 2:
             try:
-                from tessera.ops.linalg import matrix_norm
+                from tessera.ops.linalg import matrix_norm  # type: ignore[attr-defined]
             except ImportError:
                 raise NotImplementedError(f"norm(): p='{p}' needs linalg.matrix_norm, which "
                                           "tessera does not provide yet") from None

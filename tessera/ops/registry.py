@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tessera._dtype import dtype
+
+if TYPE_CHECKING:
+    from tessera.sbp import SbpRule
 
 RULES = ("infer", "kernel:cpu", "meta", "grad", "sbp", "cost", "to_c")
 
@@ -105,7 +108,7 @@ class OpDef:
     nondiff_outputs: tuple[int, ...] = ()
     dynamic_shape: bool = False
     inplace_kernels: dict[str, Callable] = field(default_factory=dict)
-    sbp: Callable | None = None
+    sbp: SbpRule | None = None
     cost: Callable | None = None
     to_c: Callable | None = None
     decompose: Callable | None = None

@@ -19,6 +19,7 @@ tensor(2.5000)
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from tessera.ops.reduce import (
     return_types,
     sum,
 )
-from tessera.ops.registry import Meta, defop
+from tessera.ops.registry import Meta, OpDef, defop
 from tessera.ops.ternary import where
 from tessera.sbp import SbpRule, Signature, broadcast as B, split as S
 
@@ -255,7 +256,9 @@ def _quantile_ranks(s, qv, interpolation, ignore_nan):
         rank = np.where(nan > 0, np.asarray(n - 1, s.dtype), qv * np.asarray(n - 1, s.dtype))
         drank = np.where(nan > 0, 0, np.asarray(n - 1, s.dtype))
     if interpolation in ("lower", "higher", "nearest"):
-        rank = {"lower": np.floor, "higher": np.ceil, "nearest": np.round}[interpolation](rank)
+        rounding: dict[str, Callable] = {"lower": np.floor, "higher": np.ceil,
+                                         "nearest": np.round}
+        rank = rounding[interpolation](rank)
     if interpolation != "linear":
         drank = np.zeros_like(drank)
     return rank, drank
@@ -293,6 +296,7 @@ def _quantile_grad(ctx, g, *_):
     xm, qm = ctx.input_metas
     dim = ctx.attrs.get("dim")
     lead = tuple(qm.shape) if type(qm) is Meta else ()
+    kd: tuple[int, ...]
     if dim is None or not xm.shape:  # indices are into the flattened input
         xs, d, kd = x.reshape(-1), 0, (1,)
     else:
@@ -446,6 +450,7 @@ def _scatter_kernel(src, index, dim, gather=False):
 
 # The backward of cummax/cummin adds each gradient into the element its index names
 # (scatter-add along dim); its own backward is the gather at those indices, and back.
+_CUMEXT_BACKWARD: OpDef  # its grad rule dispatches it again
 _CUMEXT_BACKWARD = defop(
     "cummaxmin_backward", lambda g, index, dim, gather=False: Meta(g.shape, g.dtype),
     _scatter_kernel, save=("inputs",),

@@ -26,7 +26,7 @@ from tessera.ops import _sbp, cost
 from tessera.ops._sbp import linear_identity, wrap
 from tessera.ops._util import call, ensure_tensor, wrap_dim, wrap_dims
 from tessera.ops.broadcast import atleast_1d, atleast_2d, atleast_3d
-from tessera.ops.registry import Meta, defop
+from tessera.ops.registry import Meta, OpDef, defop
 from tessera.ops.views import (
     _SLICE,
     diagonal,
@@ -122,7 +122,8 @@ def _cat_grad(ctx, g):
             if need:
                 bounds.append((offset, offset + m.shape[d]))
             offset += m.shape[d]
-    pieces = iter(_views(g, d, bounds))
+    # d is None only when every input is a legacy empty: no bounds, and _views makes none
+    pieces = iter(_views(g, d, bounds))  # type: ignore[arg-type]
     return tuple(None if not need else g.new_zeros((0,)) if _legacy_empty(m) else next(pieces)
                  for m, need in zip(metas, ctx.needs_input_grad))
 
@@ -429,7 +430,7 @@ def _flip_kernel(x, dims):
     if not dims or x.ndim == 0:
         return x.copy(order="K")
     # like PyTorch, the copy keeps the input's memory layout (order="K")
-    return np.flip(x, [d % x.ndim for d in dims]).copy(order="K")
+    return np.flip(x, tuple(d % x.ndim for d in dims)).copy(order="K")
 
 
 # flip and roll: linear, and any dim they do not move elements along may stay split
@@ -658,6 +659,7 @@ def _tri(name: str, kernel):
             raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
         return Meta(x.shape, x.dtype)
 
+    op: OpDef  # its grad rule dispatches it again
     op = defop(name, infer, lambda x, diagonal=0: kernel(x, diagonal), save=(),
                grad=lambda ctx, g: (dispatch(op, g, diagonal=ctx.attrs["diagonal"]),),
                sbp=_sbp.pointwise(each=(0,), skip=(-2, -1)), cost=cost.movement())
@@ -692,7 +694,8 @@ def _diag_embed_infer(x, offset=0, dim1=-2, dim2=-1):
 
 def _diag_embed_kernel(x, offset=0, dim1=-2, dim2=-1):
     from tessera.ops.views import _diagonal_kernel
-    m = _diag_embed_infer(Meta(x.shape, None), offset, dim1, dim2)
+    # no dtype: the infer rule reads the shape only
+    m = _diag_embed_infer(Meta(x.shape, None), offset, dim1, dim2)  # type: ignore[arg-type]
     out = np.zeros(m.shape, x.dtype)
     _diagonal_kernel(out, offset, dim1 % out.ndim, dim2 % out.ndim)[...] = x
     return out

@@ -12,6 +12,7 @@ ops (neg, abs, floor...) return integers unchanged in type.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -139,7 +140,7 @@ def _float_kernel(kernel):
             return _down(kernel(x), dt)
     # float32/float64 inputs: the bare ufunc (dispatch's fast path; tessera's warnings
     # filter already keeps NumPy's overflow warnings quiet, without errstate's ~1 us)
-    cpu.plain = kernel
+    cpu.plain = kernel  # type: ignore[attr-defined]
     return cpu
 
 
@@ -247,6 +248,7 @@ negative = neg
 positive, _ = _dtype_keeping("positive", np.positive, grad=lambda c, g: (g,),
                              infer=_positive_infer, sbp=_LINEAR, to_c=fmt("{0}"),
                              traits=_FAST | {"c_int"})
+sign: Callable  # defined below, read by abs's gradient when it runs
 abs, _ = _dtype_keeping("abs", np.abs, grad=lambda c, g: (g * sign(c.inputs[0]),),
                         save=("inputs",), to_c=_abs_c, traits=_FAST | {"c_int"})
 absolute = abs

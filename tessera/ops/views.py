@@ -14,6 +14,7 @@ tensor a split dim stays split where the view keeps it whole.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 import numpy as np
 
@@ -267,6 +268,7 @@ _SQUEEZE = defop("squeeze", lambda x, dims: Meta(tuple(
 def squeeze(input: Tensor, dim=None) -> Tensor:
     """Drop size-1 dims (all of them, or those in ``dim``)."""
     shp = ensure_tensor("squeeze", input)._shape
+    dims: Collection[int]
     if dim is None:
         dims = {i for i, s in enumerate(shp) if s == 1}
     else:
@@ -422,7 +424,7 @@ def movedim(input: Tensor, source, destination) -> Tensor:
     src = [wrap_dim(d, nd, "movedim") for d in src]
     dst = [wrap_dim(d, nd, "movedim") for d in dst]
     order = [d for d in range(nd) if d not in src]
-    perm = [None] * nd
+    perm: list[int | None] = [None] * nd
     for s, d in zip(src, dst):
         perm[d] = s
     it = iter(order)
@@ -466,7 +468,8 @@ def _expand_kernel(x, shape):
     # PyTorch's inferExpandGeometry: broadcast dims get stride 0, and a new leading dim of
     # size 1 the stride an unsqueeze would give it
     if -1 in shape:  # dispatch validated the sizes; only -1 needs resolving here
-        shape = _expand_infer(Meta(x.shape, None), shape).shape
+        # no dtype: the infer rule reads the shape only
+        shape = _expand_infer(Meta(x.shape, None), shape).shape  # type: ignore[arg-type]
     nd, lead = len(shape), len(shape) - x.ndim
     strides = [0] * nd
     for i in range(nd - 1, -1, -1):
@@ -641,8 +644,9 @@ def _diagonal_infer(x, offset=0, dim1=0, dim2=1):
 
 
 def _diagonal_kernel(x, offset=0, dim1=0, dim2=1):
-    d1, d2 = _diag_dims(Meta(x.shape, None), offset, dim1, dim2)
-    m = _diagonal_infer(Meta(x.shape, None), offset, dim1, dim2)
+    # no dtype: the infer rules read the shape only
+    d1, d2 = _diag_dims(Meta(x.shape, None), offset, dim1, dim2)  # type: ignore[arg-type]
+    m = _diagonal_infer(Meta(x.shape, None), offset, dim1, dim2)  # type: ignore[arg-type]
     if m.shape[-1] == 0:
         return np.empty(m.shape, x.dtype)
     # start at the first diagonal element, then step along both dims at once (writeable,
@@ -703,7 +707,8 @@ def _unfold_kernel(x, dimension, size, step):
     if x.ndim == 0:
         return x.reshape(1)
     d = dimension % x.ndim
-    m = _unfold_infer(Meta(x.shape, None), dimension, size, step)
+    # no dtype: the infer rule reads the shape only
+    m = _unfold_infer(Meta(x.shape, None), dimension, size, step)  # type: ignore[arg-type]
     st = list(x.strides)
     st[d] = st[d] * step
     return _strided(x, m.shape, tuple(st) + (x.strides[d],))

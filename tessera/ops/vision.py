@@ -203,6 +203,7 @@ def _apply(y: np.ndarray, axis: int, plan) -> np.ndarray:
             out = term
         else:
             out += term
+    assert out is not None  # every plan has a tap
     return out
 
 

@@ -154,7 +154,7 @@ class LBFGS(Optimizer):
         if self._numel_cache is None:
             self._numel_cache = sum(2 * p.numel() if p.is_complex() else p.numel()
                                     for p in self._params)
-        return self._numel_cache  # type: ignore[return-value]
+        return self._numel_cache
 
     def _gather_flat_grad(self) -> Tensor:
         from tessera.ops.shape import cat

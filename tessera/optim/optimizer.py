@@ -189,7 +189,7 @@ def _with_step_hooks(func):
                                _global_post_hooks.values()):
             post_hook(self, args, kwargs)
         return out
-    step._hooked = True
+    step._hooked = True  # type: ignore[attr-defined]  # read by __init_subclass__
     return step
 
 
@@ -226,7 +226,7 @@ class Optimizer:
         super().__init_subclass__(**kwargs)
         step = cls.__dict__.get("step")
         if step is not None and not getattr(step, "_hooked", False):
-            cls.step = _with_step_hooks(step)
+            cls.step = _with_step_hooks(step)  # type: ignore[method-assign]  # wrapped once
 
     def __init__(self, params, defaults: dict[str, Any]) -> None:
         self.defaults = defaults

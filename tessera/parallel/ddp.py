@@ -147,7 +147,9 @@ class DistributedDataParallel(Module):
 
 def _buckets(params, cap: int) -> list[list]:
     """Reverse registration order, one dtype per bucket, about ``cap`` bytes each."""
-    out, current, size, dtype = [], [], 0, None
+    out: list[list] = []
+    current: list = []
+    size, dtype = 0, None
     for p in reversed(params):
         nbytes = p.numel() * p.dtype.itemsize
         if current and (size + nbytes > cap or p.dtype is not dtype):
@@ -230,6 +232,7 @@ class _Bucket:
 
     def _views(self):
         """(parameter, its segment of the buffer as an array, reversed axes?)"""
+        assert self.buffer is not None and self.reversed is not None  # made by fill
         for p, o, k, rev in zip(self.params, self.offsets, self.sizes, self.reversed):
             shape = tuple(p._shape)
             yield p, self.buffer[o:o + k].reshape(shape[::-1] if rev else shape), rev

@@ -122,6 +122,7 @@ class GradBucket:
                 all(s == partial_sum for s in data.sbp) and data.placement == self.placement)
 
     def _segment(self, i: int) -> np.ndarray:
+        assert self.buffer is not None and self.reversed is not None  # made by _setup
         shape = tuple(self.params[i]._shape)
         seg = self.buffer[self.offsets[i]:self.offsets[i + 1]]
         return seg.reshape(shape[::-1]).T if self.reversed[i] else seg.reshape(shape)
@@ -176,6 +177,7 @@ class GradBucket:
         self.buffer = comm.reduce_buffer(self.offsets[-1], self.dtype, self.group)
 
     def _reduce(self) -> None:
+        assert self.buffer is not None  # made by _setup
         C.current().iall_reduce_(self.buffer, self.group).wait()
         for i, h in enumerate(self.handed):
             if self.taken[i]:

@@ -55,8 +55,9 @@ from tessera.ops.registry import REGISTRY, Meta
 __all__ = ["run", "merge", "DEFAULT_CAP_MB"]
 
 DEFAULT_CAP_MB = 25.0
-_BUCKETS = {("P", "B"): "all_reduce_bucket", ("P", "S(0)"): "reduce_scatter_bucket",
-            ("S(0)", "B"): "all_gather_bucket"}
+_BUCKETS: dict[tuple, str] = {("P", "B"): "all_reduce_bucket",
+                              ("P", "S(0)"): "reduce_scatter_bucket",
+                              ("S(0)", "B"): "all_gather_bucket"}
 _COLLECTIVES = frozenset({"boxing", "send", "recv", "sbp_local", *_BUCKETS.values()})
 
 
@@ -113,7 +114,9 @@ def merge(g: Graph, cap_bytes: int) -> bool:
         if len(bucket) == 1:
             out.append(bucket[0])
         elif bucket:
-            node, new = _merged(g, bucket, _bucket_op(bucket[0]))
+            kind = _bucket_op(bucket[0])
+            assert kind is not None  # a bucket holds collectives of one bucket op
+            node, new = _merged(g, bucket, kind)
             out.append(node)
             rename.update(new)
             changed = True

@@ -30,6 +30,7 @@ the parameter is an ordinary split global tensor (``numpy()`` gathers it).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 
 from tessera._tensor import Tensor
@@ -52,7 +53,8 @@ class GraphZero:
         self.split: list[Tensor] = []  # stage 3: the parameters kept as their shards
         self._handles: list = []
         self._swapped: list = []  # stage 3: (module._parameters, key, parameter)
-        self._wrapper = None  # stage 3: the module-call wrapper gathering parameters
+        # stage 3: the module-call wrapper gathering parameters
+        self._wrapper: Callable | None = None
         if not stage:
             return
         for p in params:

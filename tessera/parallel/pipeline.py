@@ -65,7 +65,8 @@ def run(g: Graph, ctx) -> bool:
 def _ordered(nodes: list, tags: dict, stage: int, n_stages: int, m: int) -> list:
     """``nodes`` in 1F1B order: the untagged nodes before the first micro-batch, each
     step's part of its micro-batch's group, the untagged nodes after them."""
-    pre, post = [], []
+    pre: list = []
+    post: list = []
     groups: dict = {}
     for n in nodes:
         tag = tags.get(id(n))

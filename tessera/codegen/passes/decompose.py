@@ -14,7 +14,7 @@ True
 """
 from __future__ import annotations
 
-from tessera.graph.ir import Graph, Value
+from tessera.graph.ir import Graph, Node, Value
 from tessera.graph.passes import PassContext  # noqa: F401  (the doctest's)
 from tessera.ops.registry import REGISTRY, Meta
 
@@ -26,6 +26,8 @@ _REDUCTIONS = {"sum": {"dtype": None}, "mean": {"dtype": None}, "amax": {}}
 class _Builder:
     """``b.<op>(*inputs, **attrs)`` appends a node (types from the op's infer rule) to
     ``nodes`` and returns its output; reductions take ``(x, dims, keepdim=True)``."""
+
+    nodes: list[Node]
 
     def __init__(self, g: Graph, name: str):
         self.g, self.name, self.nodes = g, name, []

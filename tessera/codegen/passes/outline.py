@@ -32,6 +32,7 @@ def _body(nodes: list[Node]) -> tuple[Graph, list[Value], Value]:
     """The region as a graph of its own; the outside values it reads; its result."""
     inside = {id(v) for n in nodes for v in n.outputs}
     users_inside = {id(v) for n in nodes for v in n.inputs if isinstance(v, Value)}
+    ext: list[Value]
     body, ext, remap = Graph(), [], {}
     for n in nodes:
         for v in n.inputs:

@@ -54,6 +54,7 @@ def reduce_arrays(arrays: list[np.ndarray], op: str) -> np.ndarray:
     if op not in REDUCE_OPS:
         raise ValueError(f"unknown reduce op {op!r} (expected one of {', '.join(REDUCE_OPS)})")
     dt = arrays[0].dtype
+    fn: np.ufunc
     if dt == np.bool_:
         fn = np.logical_and if op in ("prod", "min") else np.logical_or
     else:

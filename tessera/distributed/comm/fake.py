@@ -88,6 +88,10 @@ def _set_generator(state: tuple) -> None:
 
 class _Op:
     __slots__ = ("kind", "values", "result", "size")
+    kind: str
+    values: dict       # rank -> its contribution
+    result: list | None  # every contribution in group order, once all have come
+    size: int
 
     def __init__(self, kind: str, size: int):
         self.kind, self.values, self.result, self.size = kind, {}, None, size
@@ -103,7 +107,7 @@ class _Scheduler:
         self.status = ["ready"] * n     # ready | blocked | done
         self.waiting = [""] * n         # what a blocked rank waits on (for deadlock reports)
         self.state: list = [None] * n   # each rank's (grad enabled, inference, generator)
-        self.initial = (True, False, None)  # while switched out
+        self.initial: tuple = (True, False, None)  # while switched out
         self.failure: str | None = None
         self.errors: list = []
         self.seq: dict = collections.Counter()
@@ -205,6 +209,7 @@ class _Scheduler:
             else:
                 self._block(rank, f"{kind} on ranks {list(group)} (call #{key[1]})",
                             lambda: op.result is not None)
+            assert op.result is not None  # _block returned: every member contributed
             return op.result
 
     def send(self, rank: int, dst: int, tag: int, value) -> None:

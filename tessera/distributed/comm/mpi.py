@@ -82,7 +82,7 @@ class MPICommunicator(C.Communicator):
         self.world = comm if comm is not None else MPI.COMM_WORLD
         self.rank = self.world.Get_rank()
         self.world_size = self.world.Get_size()
-        local = os.environ.get("MPI_LOCALRANKID") or \
+        local: str | int | None = os.environ.get("MPI_LOCALRANKID") or \
             os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK")
         if local is None:
             local = self.world.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()

@@ -85,7 +85,9 @@ class ShmReducer:
             info.Free()
         win.Lock_all()  # a passive epoch for the whole life: Win.Sync fences memory
         nbytes = count * dtype.itemsize
-        raw = [np.frombuffer(win.Shared_query(r)[0], np.uint8, nbytes) for r in range(self.size)]
+        # (mpi4py's buffer has the buffer protocol, which NumPy's stubs do not list)
+        raw = [np.frombuffer(win.Shared_query(r)[0], np.uint8, nbytes)  # type: ignore[call-overload]
+               for r in range(self.size)]
         self._windows[_address(raw[self.rank])] = (win, raw)
         return raw[self.rank].view(dtype)
 

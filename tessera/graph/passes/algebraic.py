@@ -294,7 +294,7 @@ def run(g: Graph, ctx) -> bool:
             new.outputs = [Value(g.fresh(), m.shape, m.dtype, new, 0)]
             nodes.append(new)
             return new.outputs[0]
-        emit.uses = lambda v: uses.get(id(v), 0)
+        emit.uses = lambda v: uses.get(id(v), 0)  # type: ignore[attr-defined]  # for the rules
 
         new = rule(n, emit)
         if new is not None:

@@ -103,8 +103,8 @@ def run(g: Graph, ctx) -> bool:
         region_of[id(n)] = region
     # singleton regions are not fusion; renumber the rest in program order
     sizes: dict[int, int] = {}
-    for r in region_of.values():
-        sizes[r] = sizes.get(r, 0) + 1
+    for rid in region_of.values():
+        sizes[rid] = sizes.get(rid, 0) + 1
     renum: dict[int, int] = {}
     for n in g.nodes:
         r = region_of.get(id(n))

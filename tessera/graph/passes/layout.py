@@ -73,6 +73,7 @@ def run(g: Graph, ctx) -> bool:
         elif a is not None and out is not None and n.op.name == "view" and a.size > 1:
             st = _compute_stride(a.shape, _strides(a), out.shape)
             if st is None:
+                assert src is not None  # ``a`` is the stand-in of ``src``
                 copy = Node(REGISTRY["clone"], [src], {"contiguous": True}, [], n.name)
                 copy.outputs.append(Value(g.fresh(), src.shape, src.dtype, copy, 0))
                 nodes.append(copy)

@@ -574,7 +574,7 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
 
 # ---- sequences --------------------------------------------------------------------------------
 
-def _ctc_lengths(input_lengths, target_lengths) -> tuple[tuple, tuple]:
+def _ctc_lengths(input_lengths, target_lengths) -> tuple[tuple[int, ...], ...]:
     """Both lengths as tuples of ints: PyTorch takes two integral tensors or two int lists."""
     both = (input_lengths, target_lengths)
     if all(isinstance(v, Tensor) for v in both):

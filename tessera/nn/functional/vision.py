@@ -419,6 +419,7 @@ def _gather_taps(flat_in: Tensor, idx: list[Tensor], in_sp, out_valid) -> Tensor
         i = i.clamp(0, size - 1)
         row = int(np.prod(in_sp[d + 1:]))
         flat = i * row if flat is None else flat + i * row
+    assert flat is not None and valid is not None  # one spatial dim at least
     p = flat.shape[1]
     vals = flat_in.gather(2, flat.unsqueeze(1).expand(n, c, p))
     return vals * valid.unsqueeze(1).to(vals.dtype)
@@ -454,13 +455,14 @@ def _sample_nd(input, coords, mode, padding_mode, align_corners):
     frac = [x - b for x, b in zip(coords, base)]
     out = None
     for corner in itertools.product((0, 1), repeat=len(coords)):
-        w = None
+        wc = None
         for f, bit in zip(frac, corner):
             wd = f if bit else 1 - f
-            w = wd if w is None else w * wd
+            wc = wd if wc is None else wc * wd
+        assert wc is not None  # one spatial dim at least
         with no_grad():
             idx = [(b + bit).long() for b, bit in zip(base, corner)]
-        term = _gather_taps(flat_in, idx, in_sp, None) * w.unsqueeze(1)
+        term = _gather_taps(flat_in, idx, in_sp, None) * wc.unsqueeze(1)
         out = term if out is None else out + term
     return out
 

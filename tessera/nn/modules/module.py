@@ -12,12 +12,14 @@ import itertools
 import weakref
 from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from tessera import _dtype as D
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
 from tessera.nn.parameter import Buffer, Parameter
+
+_M = TypeVar("_M", bound="Module")  # the fluent methods return the module's own type
 
 
 class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
@@ -93,7 +95,7 @@ class Module:
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required '
                                   '"forward" function')
 
-    forward = _forward_unimplemented  # type: ignore[assignment]
+    forward = _forward_unimplemented
 
     # ---- registration -------------------------------------------------------------------
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
@@ -290,7 +292,7 @@ class Module:
         return mod._buffers[name]
 
     # ---- modes --------------------------------------------------------------------------
-    def train(self, mode: bool = True) -> Module:
+    def train(self: _M, mode: bool = True) -> _M:
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
         self.training = mode
@@ -298,10 +300,10 @@ class Module:
             m.train(mode)
         return self
 
-    def eval(self) -> Module:
+    def eval(self: _M) -> _M:
         return self.train(False)
 
-    def requires_grad_(self, requires_grad: bool = True) -> Module:
+    def requires_grad_(self: _M, requires_grad: bool = True) -> _M:
         for p in self.parameters():
             p.requires_grad_(requires_grad)
         return self
@@ -319,14 +321,14 @@ class Module:
                     p.grad.requires_grad_(False)
                 p.grad.zero_()
 
-    def apply(self, fn: Callable[[Module], None]) -> Module:
+    def apply(self: _M, fn: Callable[[Module], None]) -> _M:
         for m in self.children():
             m.apply(fn)
         fn(self)
         return self
 
     # ---- device and dtype ---------------------------------------------------------------
-    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Module:
+    def _apply(self: _M, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> _M:
         if recurse:
             for m in self.children():
                 m._apply(fn)
@@ -346,7 +348,7 @@ class Module:
                     self._buffers[key] = fn(b)
         return self
 
-    def to(self, *args, **kwargs) -> Module:
+    def to(self: _M, *args, **kwargs) -> _M:
         """``to(device)``, ``to(dtype)`` (floating parameters only), ``to(tensor)``."""
         from tessera import _dtype as D
         device = kwargs.pop("device", None)
@@ -374,7 +376,7 @@ class Module:
             return out
         return self._apply(convert)
 
-    def cpu(self) -> Module:
+    def cpu(self: _M) -> _M:
         return self.to("cpu")
 
     def to_global(self, placement=None, sbp=None) -> Module:
@@ -390,22 +392,22 @@ class Module:
         from tessera.distributed._module import module_to_global
         return module_to_global(self, placement, sbp)
 
-    def type(self, dst_type) -> Module:
+    def type(self: _M, dst_type) -> _M:
         return self._apply(lambda t: t.type(dst_type))
 
-    def float(self) -> Module:
+    def float(self: _M) -> _M:
         return self._apply(lambda t: t.to(D.float32) if t.is_floating_point() else t)
 
-    def double(self) -> Module:
+    def double(self: _M) -> _M:
         return self._apply(lambda t: t.to(D.float64) if t.is_floating_point() else t)
 
-    def half(self) -> Module:
+    def half(self: _M) -> _M:
         return self._apply(lambda t: t.to(D.float16) if t.is_floating_point() else t)
 
-    def bfloat16(self) -> Module:
+    def bfloat16(self: _M) -> _M:
         return self._apply(lambda t: t.to(D.bfloat16) if t.is_floating_point() else t)
 
-    def share_memory(self) -> Module:
+    def share_memory(self: _M) -> _M:
         return self
 
     # ---- calling and hooks --------------------------------------------------------------
@@ -484,7 +486,7 @@ class Module:
             keep_vars = args[2] if len(args) > 2 else keep_vars
         if destination is None:
             destination = OrderedDict()
-            destination._metadata = OrderedDict()  # type: ignore[attr-defined]
+            destination._metadata = OrderedDict()
         local_metadata = {"version": self._version}
         meta = getattr(destination, "_metadata", None)
         if meta is not None:

@@ -7,6 +7,9 @@ ReflectionPad2d((1, 1, 2, 0))
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from tessera._tensor import Tensor
 from tessera.nn.functional.vision import pad as _pad
 from tessera.nn.modules.conv import _ntuple, _pair
@@ -22,7 +25,7 @@ _quadruple, _sextuple = _ntuple(4), _ntuple(6)
 
 class _CircularPadNd(Module):
     _dims = 1
-    _tup = None
+    _tup: Callable[[Any], tuple] = None  # type: ignore[assignment]  # set by each subclass
 
     def __init__(self, padding) -> None:
         super().__init__()
@@ -60,7 +63,7 @@ class CircularPad3d(_CircularPadNd):
 
 
 class _ConstantPadNd(Module):
-    _tup = None
+    _tup: Callable[[Any], tuple] = None  # type: ignore[assignment]  # set by each subclass
 
     def __init__(self, padding, value: float) -> None:
         super().__init__()
@@ -123,7 +126,7 @@ class ZeroPad3d(ConstantPad3d):
 
 
 class _ModePadNd(Module):
-    _tup = None
+    _tup: Callable[[Any], tuple] = None  # type: ignore[assignment]  # set by each subclass
     _mode = ""
 
     def __init__(self, padding) -> None:

@@ -7,6 +7,9 @@ MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from tessera._tensor import Tensor
 from tessera.nn.functional import pooling as FP
 from tessera.nn.modules.conv import _pair, _single, _triple
@@ -19,7 +22,7 @@ __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", 
 
 
 class _MaxPoolNd(Module):
-    _fn = None
+    _fn: Callable[..., Any] = None  # type: ignore[assignment]  # set by each subclass
 
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
                  return_indices: bool = False, ceil_mode: bool = False) -> None:
@@ -59,8 +62,8 @@ class MaxPool3d(_MaxPoolNd):
 
 
 class _MaxUnpoolNd(Module):
-    _fn = None
-    _tup = None
+    _fn: Callable[..., Any] = None  # type: ignore[assignment]  # set by each subclass
+    _tup: Callable[[Any], tuple] = None  # type: ignore[assignment]  # set by each subclass
 
     def __init__(self, kernel_size, stride=None, padding=0) -> None:
         super().__init__()
@@ -121,7 +124,7 @@ class AvgPool1d(_AvgPoolNd):
 
 
 class _AvgPool23(_AvgPoolNd):
-    _fn = None
+    _fn: Callable[..., Any] = None  # type: ignore[assignment]  # set by each subclass
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True, divisor_override=None) -> None:
@@ -157,7 +160,7 @@ class AvgPool3d(_AvgPool23):
 
 
 class _LPPoolNd(Module):
-    _fn = None
+    _fn: Callable[..., Any] = None  # type: ignore[assignment]  # set by each subclass
 
     def __init__(self, norm_type: float, kernel_size, stride=None,
                  ceil_mode: bool = False) -> None:
@@ -195,7 +198,7 @@ class LPPool3d(_LPPoolNd):
 
 
 class _AdaptiveMaxPoolNd(Module):
-    _fn = None
+    _fn: Callable[..., Any] = None  # type: ignore[assignment]  # set by each subclass
 
     def __init__(self, output_size, return_indices: bool = False) -> None:
         super().__init__()
@@ -228,7 +231,7 @@ class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
 
 
 class _AdaptiveAvgPoolNd(Module):
-    _fn = None
+    _fn: Callable[..., Any] = None  # type: ignore[assignment]  # set by each subclass
 
     def __init__(self, output_size) -> None:
         super().__init__()

@@ -89,7 +89,7 @@ class RNNBase(Module):
             for d in range(dirs):
                 layer_in = input_size if layer == 0 else real_hidden * dirs
                 sfx = f"_l{layer}" + ("_reverse" if d == 1 else "")
-                shapes = {f"weight_ih{sfx}": (gate, layer_in),
+                shapes: dict[str, tuple[int, ...]] = {f"weight_ih{sfx}": (gate, layer_in),
                           f"weight_hh{sfx}": (gate, real_hidden)}
                 if bias:
                     shapes[f"bias_ih{sfx}"] = (gate,)
@@ -287,8 +287,8 @@ class RNNBase(Module):
         return out, h_n
 
 
-def _check_rnn_args(mode, input_size, hidden_size, num_layers, bias, batch_first, dropout,
-                    proj_size) -> None:
+def _check_rnn_args(mode, input_size, hidden_size, num_layers, bias, batch_first,
+                    dropout: float, proj_size) -> None:
     """PyTorch's constructor checks, in its order, with its exception types."""
     if (not isinstance(dropout, numbers.Number) or isinstance(dropout, bool)
             or not 0 <= dropout <= 1):

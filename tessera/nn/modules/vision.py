@@ -24,6 +24,7 @@ class Upsample(Module):
         super().__init__()
         self.name = type(self).__name__
         self.size = size
+        self.scale_factor: tuple[float, ...] | float | None
         if isinstance(scale_factor, tuple):
             self.scale_factor = tuple(float(factor) for factor in scale_factor)
         else:

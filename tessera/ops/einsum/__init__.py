@@ -103,6 +103,7 @@ def _operand_grad(b, i: int, g: Tensor, xs, free: list) -> Tensor:
     terms = [b.output] + [t for k, t in enumerate(b.inputs) if k != i]
     operands = [g] + [_conj(x) for k, x in enumerate(xs) if k != i]
     fresh = iter(free)
+    labels: list[str | None]  # None: a broadcast dim, summed
     labels, seen = [], set()
     for x, n in zip(term, shape):
         if n == 1 and b.sizes[x] != 1:
@@ -147,7 +148,7 @@ def _arguments(args: tuple) -> tuple[str, list]:
         raise ValueError(_NO_OPERAND)
     first = args[0]
     if isinstance(first, str):
-        ops = args[1:]
+        ops: tuple | list = args[1:]
         if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
             ops = ops[0]
         return first, list(ops)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -45,7 +46,8 @@ __all__ = ["run", "plan", "Plan", "contracted"]
 class _Prep(NamedTuple):
     """Make one operand's dims its distinct labels."""
 
-    index: tuple | None      # drops broadcast dims (0 there, slice(None) elsewhere)
+    # drops broadcast dims (0 there, slice(None) elsewhere); the field hides tuple.index
+    index: tuple | None  # type: ignore[assignment]
     groups: tuple | None     # axes per distinct label, when a label repeats (a diagonal)
     sum_axes: tuple          # labels no one else needs, summed
 
@@ -94,6 +96,7 @@ def _runner(p: Plan, arrays):
             q.index is not None or q.groups is not None or q.sum_axes for q in p.preps):
         return lambda xs: execute(p, xs, mms)
     step, mm = p.pairs[0], mms[0]
+    assert mm is not None  # the one step is a matrix product
     va, vb = _view_fn(arrays[step.i], step.a), _view_fn(arrays[step.j], step.b)
     i, j, shape, perm = step.i, step.j, step.out_shape, p.out_perm
 
@@ -137,11 +140,13 @@ class _Tuned:
     ``_EXPLORE_MAX`` calls), so a way that stalls on a busy machine costs little."""
 
     __slots__ = ("calls", "avg", "alt", "dflt", "best", "probe", "gap")
+    alt: Callable[[np.ndarray, np.ndarray], np.ndarray] | None
+    dflt: Callable[[np.ndarray, np.ndarray], np.ndarray]
 
     def __init__(self):
         self.calls = 0
         self.avg = [0.0, 0.0]  # seconds: [alternative, default]
-        self.alt = self.dflt = None
+        self.alt = self.dflt = None  # type: ignore[assignment]  # both chosen at the first call
         self.best = 1          # the way in use
         self.probe = 2         # the call at which the other way runs next
         self.gap = _EXPLORE

@@ -195,6 +195,7 @@ def parse(text: str) -> Equation:
 def from_sublists(args: tuple) -> tuple[str, list]:
     """The sublist form ``(op0, [0, 1], op1, [1, 2], [0, 2])`` as an equation string and
     the operands. Integers 0-51 stand for A-Z then a-z; ``...`` is Python's Ellipsis."""
+    terms: list[str]
     operands, terms = [], []
     rest = list(args)
     while len(rest) >= 2:
@@ -279,6 +280,7 @@ def _bind(eq: Equation, shapes: tuple) -> Bound:
     sizes: dict[str, int] = {}
     inputs = []
     for i, (term, shape, k) in enumerate(zip(eq.inputs, shapes, ell_counts)):
+        labels: list[str]
         labels, where = [], []
         for x, p in zip(term.labels, term.positions):
             expanded = ell[n_ell - k:] if x == ELLIPSIS else x

@@ -78,6 +78,7 @@ def _optimal(inputs: tuple, output: str, size_items: tuple) -> tuple:
                 if top is None or cand < top[:2]:
                     top = (cand[0], cand[1], (sub, other))
             sub = (sub - 1) & s
+        assert top is not None  # a subset of two or more operands has a split
         best[s] = top
     return tuple(_tree_path(best, n))
 
@@ -146,6 +147,7 @@ def greedy(inputs: list[str], output: str, sizes) -> list[tuple[int, int]]:
                        _size(ops[j], sizes), flops)
                 if best is None or key < best[0]:
                     best = (key, i, j, r)
+        assert best is not None  # two or more operands make at least one pair
         _, i, j, r = best
         path.append((i, j))
         del ops[j], ops[i]

@@ -175,10 +175,10 @@ def default_convert(data):
     if isinstance(data, collections.abc.Sequence) and not isinstance(data, (str, bytes)):
         try:
             if isinstance(data, collections.abc.MutableSequence):
-                clone = copy.copy(data)
+                seq = copy.copy(data)
                 for i, d in enumerate(data):
-                    clone[i] = default_convert(d)
-                return clone
+                    seq[i] = default_convert(d)
+                return seq
             return elem_type([default_convert(d) for d in data])
         except TypeError:
             return [default_convert(d) for d in data]
