@@ -470,7 +470,7 @@ def _collapsed(full: tuple, access: list) -> list[tuple[int, list[int]]]:
     return groups
 
 
-def _contiguous_kernel(body: Graph, name: str, full: tuple, ostr: tuple, params: list,
+def _contiguous_kernel(body: Graph, name: str, full: tuple, ostr: list[int], params: list,
                        reduces: bool) -> Func:
     """``<name>_c``: every input C-contiguous, its dims collapsed where they line up."""
     nd = len(full)
@@ -483,7 +483,7 @@ def _contiguous_kernel(body: Graph, name: str, full: tuple, ostr: tuple, params:
                    kinds)
 
 
-def _strided_kernel(body: Graph, name: str, full: tuple, ostr: tuple, params: list,
+def _strided_kernel(body: Graph, name: str, full: tuple, ostr: list[int], params: list,
                     reduces: bool) -> Func:
     """``<name>_s``: the inputs' strides arrive at run time in ``st[k * ndim + d]``."""
     dims_ = [d for d in range(len(full)) if full[d] != 1]

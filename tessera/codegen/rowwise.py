@@ -303,7 +303,7 @@ def _row_groups(full: tuple, reduced: list, access: list) -> list[list]:
     return groups
 
 
-def _contiguous_rows(body: Graph, name: str, full: tuple, ostr: tuple, reduced: list,
+def _contiguous_rows(body: Graph, name: str, full: tuple, ostr: list[int], reduced: list,
                      params: list) -> Func:
     """``<name>_c``: every input C-contiguous."""
     nd = len(full)
@@ -315,7 +315,7 @@ def _contiguous_rows(body: Graph, name: str, full: tuple, ostr: tuple, reduced: 
                     params, [])
 
 
-def _strided_rows(body: Graph, name: str, full: tuple, ostr: tuple, reduced: list,
+def _strided_rows(body: Graph, name: str, full: tuple, ostr: list[int], reduced: list,
                   params: list) -> Func:
     """``<name>_s``: run-time strides ``st[k * ndim + j]`` over the dims of extent > 1."""
     nd = len(full)
