@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import warnings
 
+from tessera.codegen.passes import decompose as _decompose, outline as _outline
 from tessera.graph import backend
+from tessera.graph.passes import register_pass
 
 __all__ = ["enabled", "compile_fused"]
 
@@ -45,9 +47,6 @@ def compile_fused(nodes: list) -> dict:
     return build(nodes)
 
 
-def _passes() -> dict:
-    from tessera.codegen.passes import decompose, outline
-    return {"decompose": decompose.run, "outline": outline.run}
-
-
-backend.register(backend.CodeGenerator(enabled, compile_fused, _passes()))
+backend.register(backend.CodeGenerator(enabled, compile_fused))
+register_pass("decompose", _decompose.run)
+register_pass("outline", _outline.run)

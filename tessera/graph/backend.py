@@ -3,8 +3,10 @@
 The graph layer traces, optimises, plans and runs graphs; rendering their fused regions as
 C is ``tessera.codegen``'s job, one layer up. That layer registers itself here when it is
 imported (an upper layer extends a lower one by registration, never the other way), and the
-pass pipeline and the executor ask through these functions. With no generator registered,
-or one that is switched off, graphs run every node with its NumPy kernel.
+pass pipeline and the executor ask through these functions (its passes, decompose and
+outline, join the pipeline through ``tessera.graph.passes.register_pass``). With no
+generator registered, or one that is switched off, graphs run every node with its NumPy
+kernel.
 
 >>> isinstance(enabled(), bool)
 True
@@ -12,20 +14,18 @@ True
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-__all__ = ["CodeGenerator", "register", "enabled", "compile_fused", "codegen_pass"]
+__all__ = ["CodeGenerator", "register", "enabled", "compile_fused"]
 
 
 @dataclass
 class CodeGenerator:
     """``enabled()``: whether it generates code now; ``compile_fused(nodes)``: {fused node:
-    ``fn(out, *arrays)``}; ``passes``: the passes of the pipeline it owns, by name (they
-    prepare regions for it), each ``run(graph, ctx) -> bool``."""
+    ``fn(out, *arrays)``}."""
 
     enabled: Callable[[], bool]
     compile_fused: Callable[[list], dict]
-    passes: dict[str, Callable] = field(default_factory=dict)
 
 
 _GENERATOR: list[CodeGenerator] = []
@@ -45,19 +45,3 @@ def compile_fused(nodes: list) -> dict:
     """{node: C kernel ``fn(out, *arrays)``} for the fused ``nodes`` of one graph; empty when
     no generator is on."""
     return _GENERATOR[0].compile_fused(nodes) if enabled() else {}
-
-
-def _skip(g, ctx) -> bool:
-    return False
-
-
-def codegen_pass(name: str) -> Callable | None:
-    """The generator's pass ``name``: a no-op when no generator is registered, None when the
-    name is not one of its passes."""
-    if not _GENERATOR:
-        return _skip if name in CODEGEN_PASSES else None
-    return _GENERATOR[0].passes.get(name)
-
-
-# the pipeline's passes that only a code generator provides
-CODEGEN_PASSES = ("decompose", "outline")

@@ -7,28 +7,31 @@ import subprocess
 import sys
 
 from tessera import kernels
-from tessera.graph import backend
+from tessera.graph import backend, passes
 
 
 def test_import_tessera_registers_the_code_generator():
-    code = ("import tessera\nfrom tessera.graph import backend\n"
-            "print(backend.enabled(), backend.codegen_pass('outline') is not None)")
+    code = ("import tessera\nfrom tessera.graph import backend, passes\n"
+            "print(backend.enabled(), passes.get_pass('outline').__module__)")
     env = {k: v for k, v in os.environ.items() if k != "TESSERA_CODEGEN"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, check=True).stdout.split()
-    assert out == [str(kernels.enabled()), "True"]
+    assert out == [str(kernels.enabled()), "tessera.codegen.passes.outline"]
 
 
 def test_without_a_generator_the_codegen_passes_are_no_ops():
-    saved = backend._GENERATOR[:]
+    saved, registered = backend._GENERATOR[:], dict(passes._REGISTERED)
     try:
         backend._GENERATOR.clear()
+        for name in ("decompose", "outline"):
+            del passes._REGISTERED[name]
         assert not backend.enabled()
         assert backend.compile_fused([]) == {}
-        assert backend.codegen_pass("outline")(None, None) is False
-        assert backend.codegen_pass("fuse") is None
+        assert passes.get_pass("outline")(None, None) is False
+        assert passes.get_pass("fuse") is passes.fuse.run
     finally:
         backend._GENERATOR[:] = saved
+        passes._REGISTERED.update(registered)
 
 
 def test_import_tessera_registers_every_pass_of_the_pipeline():

@@ -76,14 +76,16 @@ def _unscheduled(g: Graph, ctx: PassContext) -> bool:
 
 # what a registered pass of PIPELINE does while its provider is not loaded: merging
 # collectives changes no value; without pipeline stages there is nothing to schedule
-# (the trace tags micro-batches only for them)
-_WITHOUT_PROVIDER = {"schedule_1f1b": _unscheduled, "bucket_all_reduces": _skip}
+# (the trace tags micro-batches only for them); without a code generator nothing is
+# decomposed or outlined for it
+_WITHOUT_PROVIDER = {"schedule_1f1b": _unscheduled, "bucket_all_reduces": _skip,
+                     "decompose": _skip, "outline": _skip}
 
 
 def get_pass(name: str):
-    """The pass ``name``: one a layer above registered (``register_pass``; the code
-    generator's through ``tessera.graph.backend``), or a module of this package."""
-    run = _REGISTERED.get(name) or backend.codegen_pass(name) or _WITHOUT_PROVIDER.get(name)
+    """The pass ``name``: one a layer above registered (``register_pass``: the code
+    generator's, the parallel strategies'), or a module of this package."""
+    run = _REGISTERED.get(name) or _WITHOUT_PROVIDER.get(name)
     return run or importlib.import_module(f"tessera.graph.passes.{name}").run
 
 
