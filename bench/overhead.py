@@ -1,4 +1,5 @@
-"""Per-op overhead of eager mode: tiny ops where the framework, not the math, is the cost.
+"""Per-op overhead of eager mode: tiny ops where the framework, not the math, is the cost,
+and the small-tensor expressions small models spend their steps in (GPT's tanh GELU).
 
 Target: tessera's per-op overhead at most 3x PyTorch's.
 """
@@ -15,6 +16,11 @@ def cases(lib):
     x = lib.ones(16, requires_grad=True)
     y = lib.ones(16, requires_grad=True)
 
+    g = lib.from_numpy(np.random.default_rng(1).standard_normal((64, 512)).astype(np.float32))
+
+    def gelu_tanh():  # GPT-2's GELU as written in minGPT/nanoGPT: pow(x, 3.0) on small tensors
+        return 0.5 * g * (1.0 + lib.tanh(0.7978845608 * (g + 0.044715 * lib.pow(g, 3.0))))
+
     def expr_backward():
         ((x * y + x).exp()).sum().backward()
 
@@ -24,6 +30,7 @@ def cases(lib):
         "3-op expression + backward": expr_backward,
         "sum of 1 element": lambda: a.sum(),
         "view + transpose": lambda: m.view(32, 128).t(),
+        "tanh GELU, 64x512": gelu_tanh,
     }
 
 

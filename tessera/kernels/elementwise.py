@@ -43,8 +43,10 @@ _C_NAMES = CType.NAMES  # C's types of the dtypes it takes
 _TYPES = {np.dtype(k): k for k in _C_NAMES}
 
 # libm functions GCC does not vectorise
+# (and the prelude's pow, whose exponent is a run-time argument here: its libm branch
+# stays scalar, while the op's NumPy kernel picks a product or a square root once)
 _SCALAR_LIBM = re.compile(
-    r"\b(a?sinh?|a?cosh?|a?tanh?|atan2|hypot|exp2|log2|log10|pow|fmod|fmax|fmin)f?\(")
+    r"\b(a?sinh?|a?cosh?|a?tanh?|atan2|hypot|exp2|log2|log10|pow|tsr_pow|fmod|fmax|fmin)f?\(")
 
 _KERNELS: dict = {}     # key -> ctypes function, or None (not compilable: NumPy runs)
 _NUMERIC: dict = {}     # op name -> count of numeric attribute sets compiled so far

@@ -345,6 +345,28 @@ TSR_INLINE double tsr_gelu_grad(double x) {
     return tsr_phi(x) + x * 0.3989422804014327 * tsr_exp(-0.5 * x * x);
 }
 
+/* pow with the exponents PyTorch's pow_tensor_scalar computes without libm: products,
+   square roots and reciprocals. A literal exponent (a graph's scalar operand) folds to one
+   branch, so the loop vectorises; powf keeps other loops scalar. */
+TSR_INLINE float tsr_powf(float a, float b) {
+    if (b == 2.0f) return a * a;
+    if (b == 3.0f) return a * a * a;
+    if (b == 0.5f) return sqrtf(a);
+    if (b == -0.5f) return 1.0f / sqrtf(a);
+    if (b == -1.0f) return 1.0f / a;
+    if (b == -2.0f) return 1.0f / (a * a);
+    return powf(a, b);
+}
+TSR_INLINE double tsr_pow(double a, double b) {
+    if (b == 2.0) return a * a;
+    if (b == 3.0) return a * a * a;
+    if (b == 0.5) return sqrt(a);
+    if (b == -0.5) return 1.0 / sqrt(a);
+    if (b == -1.0) return 1.0 / a;
+    if (b == -2.0) return 1.0 / (a * a);
+    return pow(a, b);
+}
+
 /* Python's and PyTorch's remainder: the result takes the divisor's sign */
 TSR_INLINE float tsr_remf(float a, float b) {
     float m = fmodf(a, b);
