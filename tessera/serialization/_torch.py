@@ -511,6 +511,9 @@ class _Global:
     def __init__(self, module: str, name: str) -> None:
         self.module, self.name = module, name
 
+    def __call__(self, *args: Any) -> Any:  # pickle wants a callable; torch.load calls it
+        raise TypeError(f"{self.module}.{self.name} is only a name in a PyTorch file")
+
 
 _G = {name: _Global(*name.rsplit(".", 1)) for name in [
     "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter",
