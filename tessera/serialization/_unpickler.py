@@ -247,7 +247,7 @@ _DATA_OPCODES = [
     pickle.LONG_BINPUT, pickle.BINFLOAT, pickle.PROTO, pickle.NEWTRUE, pickle.NEWFALSE,
     pickle.LONG1, pickle.LONG4, pickle.BINBYTES, pickle.SHORT_BINBYTES,
     pickle.SHORT_BINUNICODE, pickle.BINUNICODE8, pickle.BINBYTES8, pickle.EMPTY_SET,
-    pickle.FROZENSET, pickle.MEMOIZE, pickle.FRAME, pickle.BYTEARRAY8,
+    pickle.FROZENSET, pickle.MEMOIZE, pickle.FRAME,
     pickle.GLOBAL, pickle.STACK_GLOBAL,  # both go through find_class
 ]
 # calls that would consume an iterator or allocate from a count: data arguments only
@@ -424,6 +424,14 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
             raise pickle.UnpicklingError(f"Can only add items to sets, but got {type(target)}")
         target.update(items)
 
+    def load_bytearray8(self) -> None:
+        # pickle.py allocates the length the stream claims before reading: read first
+        (n,) = struct.unpack("<Q", self.read(8))
+        data = self.read(n)
+        if len(data) != n:
+            raise pickle.UnpicklingError("pickle data was truncated")
+        self.append(bytearray(data))
+
     def load_binpersid(self) -> None:
         pid = self.stack.pop()
         if type(pid) is not tuple and type(pid) is not int:
@@ -452,7 +460,8 @@ def _build_dispatch() -> dict:
                    (pickle.NEWOBJ_EX, own.load_newobj_ex), (pickle.BUILD, own.load_build),
                    (pickle.APPEND, own.load_append), (pickle.APPENDS, own.load_appends),
                    (pickle.SETITEM, own.load_setitem), (pickle.SETITEMS, own.load_setitems),
-                   (pickle.ADDITEMS, own.load_additems), (pickle.BINPERSID, own.load_binpersid)]:
+                   (pickle.ADDITEMS, own.load_additems), (pickle.BINPERSID, own.load_binpersid),
+                   (pickle.BYTEARRAY8, own.load_bytearray8)]:
         table[op[0]] = fn
     return table
 
