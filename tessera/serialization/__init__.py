@@ -38,8 +38,7 @@ import numpy as np
 
 from tessera._tensor import Tensor
 from tessera.device import device as Device
-from tessera.serialization import _native, _torch
-from tessera.serialization import _unpickler as U
+from tessera.serialization import _native, _torch, _unpickler as U
 from tessera.serialization._native import digest as _digest  # noqa: F401  (tests use it)
 from tessera.serialization._unpickler import (
     add_safe_globals,

@@ -98,7 +98,7 @@ class Storage:
 class _Context:
     """What the rebuild functions of one load need: where tensors go."""
 
-    place: Callable[[Tensor, str], Tensor] = staticmethod(lambda t, loc: t)  # type: ignore
+    place: Callable[[Tensor, str], Tensor] = staticmethod(lambda t, loc: t)
 
 
 _ctx = _Context()
@@ -353,7 +353,7 @@ def _member_data(zf: zipfile.ZipFile, info: zipfile.ZipInfo, buf: Any, where: st
         raise RuntimeError(f"{where}: truncated or corrupted zip checkpoint: "
                            f"{info.filename} runs past the end of the file")
     arr = np.frombuffer(buf, np.uint8, count=info.file_size, offset=begin)
-    if check_crc and zlib.crc32(arr) != info.CRC:
+    if check_crc and zlib.crc32(arr.data) != info.CRC:
         raise RuntimeError(f"{where}: corrupted zip checkpoint: CRC-32 of {info.filename} "
                            "does not match")
     return arr
@@ -404,7 +404,7 @@ def load_zip(buf: Any, where: str, weights_only: bool, place: Callable,
                                    f"{data.shape[0]} bytes, {nbytes} expected")
             data = data[:nbytes]
             if swap and stype.dtype is not None and stype.dtype.itemsize > 1:
-                data = data.view(stype.dtype.np).byteswap().view(np.uint8)
+                data = data.view(np.dtype(stype.dtype.np)).byteswap().view(np.uint8)
             storages[key] = Storage(data, stype.dtype, location)
         return storages[key]
 
@@ -418,10 +418,10 @@ class _placing:
 
     def __enter__(self) -> None:
         self.saved = _ctx.place
-        _ctx.place = self.place  # type: ignore[method-assign]
+        _ctx.place = self.place
 
     def __exit__(self, *exc: Any) -> None:
-        _ctx.place = self.saved  # type: ignore[method-assign]
+        _ctx.place = self.saved
 
 
 def _small_pickle(file: BufferFile, where: str) -> Any:
@@ -495,7 +495,7 @@ def load_legacy(buf: Any, where: str, weights_only: bool, place: Callable) -> An
                                f"storage {key} size mismatch")
         src = np.frombuffer(buf, np.uint8, count=nbytes, offset=pos + 8)
         if not little and item > 1 and st.dtype is not None:
-            src = src.view(st.dtype.np).byteswap().view(np.uint8)
+            src = src.view(np.dtype(st.dtype.np)).byteswap().view(np.uint8)
         st.data[:] = src
         pos += 8 + nbytes
     return result
@@ -528,7 +528,10 @@ class _StorageRef:
         self.key, self.dtype, self.numel = key, dtype, numel
 
 
-class _TorchPickler(pickle._Pickler):  # type: ignore[name-defined]
+_PyPickler: Any = getattr(pickle, "_Pickler")  # pickle.py's, whose save_global can be replaced
+
+
+class _TorchPickler(_PyPickler):
     """Pickles tessera objects under the names ``torch.load`` knows."""
 
     def __init__(self, file: IO[bytes]) -> None:
@@ -563,7 +566,7 @@ class _TorchPickler(pickle._Pickler):  # type: ignore[name-defined]
         else:
             super().save_global(obj, name)
             return
-        self.write(pickle.GLOBAL + f"{module}\n{name}\n".encode("utf-8"))
+        self.write(pickle.GLOBAL + f"{module}\n{name}\n".encode())
         self.memoize(obj)
 
     def _reduce_tensor(self, t: Tensor) -> tuple:

@@ -259,7 +259,11 @@ _STREAM_ERRORS = (IndexError, KeyError, AttributeError, TypeError, struct.error,
                   UnicodeDecodeError, OverflowError, AssertionError)
 
 
-class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
+# pickle.py's unpickler (its opcode handlers can be replaced, unlike the C one's)
+_PyUnpickler: Any = getattr(pickle, "_Unpickler")
+
+
+class RestrictedUnpickler(_PyUnpickler):
     """Builds only allowed globals; tensors come from ``persistent_load`` (the file's
     data), through rebuild functions that check every part."""
 
@@ -451,7 +455,7 @@ def _track(handler: Callable, code: int) -> Callable:
 
 
 def _build_dispatch() -> dict:
-    base = pickle._Unpickler.dispatch  # type: ignore[attr-defined]
+    base = _PyUnpickler.dispatch
     table: dict = {code: _track(_refused_opcode, code) for code in range(256)}
     for op in _DATA_OPCODES:
         table[op[0]] = base[op[0]]
