@@ -147,6 +147,18 @@ static PyObject *set_enabled(PyObject *self, PyObject *flag)
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
+/* The slots this file reads without further checks hold what Tensor._make puts there.
+ * A tensor whose slots were set otherwise (a bare object, a crafted file, user code) goes
+ * to the Python path, which raises a Python error: each check is a pointer compare. */
+static int sane_tensor(PyObject *a)
+{
+    PyObject *version = SLOT(a, off_version), *shape = SLOT(a, off_shape);
+    return SLOT(a, off_data) != NULL && SLOT(a, off_dtype) != NULL && shape != NULL &&
+           PyTuple_Check(shape) &&
+           version != NULL && PyList_CheckExact(version) && PyList_GET_SIZE(version) >= 1 &&
+           SLOT(a, off_grad_fn) != NULL && SLOT(a, off_output_nr) != NULL;
+}
+
 /* An attr value that may be part of the infer key, as the Python path decides:
  * numbers, strings, None, dtypes, devices and tuples of ints/None/such tuples. */
 static int int_tuple(PyObject *v)
@@ -322,6 +334,10 @@ static int mark_view(PyObject *out, PyObject *op, PyObject *const *args, Py_ssiz
                      PyObject *kwnames)
 {
     PyObject *src = args[0];
+    if (!PyObject_TypeCheck(src, tensor_type)) {  /* checked by dispatch when a tensor */
+        PyErr_SetString(PyExc_TypeError, "_fastpath: a view op's first input is not a tensor");
+        return -1;
+    }
     PyObject *version = SLOT(src, off_version);
     set_slot(out, off_version, version);
     PyObject *base = PyObject_GetAttr(src, s_base);
@@ -534,8 +550,9 @@ static PyObject *dispatch(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyObject *a = in[i], *k0, *k1;
         if (PyObject_TypeCheck(a, tensor_type)) {
             PyObject *dt = SLOT(a, off_dtype), *rg = SLOT(a, off_rg);
-            if (SLOT(a, off_device) != cpu || (first_dt != NULL && dt != first_dt))
-                goto fall;  /* another device, or mixed dtypes */
+            if (SLOT(a, off_device) != cpu || (first_dt != NULL && dt != first_dt) ||
+                    !sane_tensor(a))
+                goto fall;  /* another device, mixed dtypes, or slots not set by _make */
             first_dt = dt;
             if (rg == Py_True)
                 grad = 1;

@@ -31,7 +31,7 @@ LAYERS = [
     ("codegen", r"tessera\.codegen(\..*)?"),
     ("distributed", r"tessera\.distributed(?!\.optim)(\..*)?"),
     ("nn, optim, utils", r"tessera\.(nn(?!\.parallel)|optim|utils)(\..*)?"
-                         r"|tessera\.serialization"),
+                         r"|tessera\.serialization(\..*)?"),
     ("parallel", r"tessera\.parallel(\..*)?"),
     ("onnx", r"tessera\.onnx(?!\.__main__$)(\..*)?"),
     ("models, datasets", r"tessera\.(models|datasets)(\..*)?"),
