@@ -188,7 +188,7 @@ class record_function:
     >>> with profile() as prof:
     ...     _ = double(tessera.ones(3))
     >>> [e.name for e in prof.function_events]
-    ['double', 'tessera::mul']
+    ['tessera::full', 'double', 'tessera::mul']
     """
 
     def __init__(self, name: str, args: str | None = None):
