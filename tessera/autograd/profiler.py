@@ -28,6 +28,7 @@ any dispatch mode, and there is none.
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -203,17 +204,14 @@ class record_function:
             self._t0 = _clock()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> None:
         s = self._session
         if s is not None and self._t0 is not None and ACTIVE is s:
             s.block(self.name, self._t0, _clock(), "user_annotation",
                     args=None if self.args is None else {"args": self.args})
         self._session = self._t0 = None
-        return False
 
     def __call__(self, fn: Callable) -> Callable:
-        import functools
-
         @functools.wraps(fn)
         def wrapped(*a, **kw):
             with record_function(self.name, self.args):
@@ -263,9 +261,8 @@ class profile:
         self._start()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> None:
         self._stop()
-        return False
 
     def _start(self) -> None:
         if not self.enabled or not self.use_cpu:

@@ -95,6 +95,9 @@ class FunctionEvent(_Stats):
                  flops: int = 0, stack: list | None = None, category: str = "cpu_op",
                  args: dict | None = None, input_dtypes: list | None = None):
         self.id = id
+        self.trace_name = name  # the name in the Chrome trace
+        if name.startswith("ProfilerStep#"):  # steps average as one line, as in PyTorch
+            name = "ProfilerStep*"
         self.name = self.key = name
         self.thread = thread
         self.start_ns, self.end_ns = start_ns, end_ns
@@ -287,7 +290,7 @@ def chrome_trace(events: Iterable[FunctionEvent], base_ns: int, wall_ns: int) ->
             args["flops"] = e.flops
         if e.stack:
             args["Call stack"] = ";".join(e.stack)
-        body.append({"ph": "X", "cat": e.category, "name": e.name, "pid": pid,
+        body.append({"ph": "X", "cat": e.category, "name": e.trace_name, "pid": pid,
                      "tid": e.thread, "ts": (e.start_ns - base_ns) / 1e3,
                      "dur": (e.end_ns - e.start_ns) / 1e3, "args": args})
     for t in threads:

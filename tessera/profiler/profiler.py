@@ -9,14 +9,14 @@ and at the last active step ``on_trace_ready(prof)`` is called.
 >>> import tessera
 >>> from tessera.profiler import profile, schedule
 >>> kept = []
->>> with profile(schedule=schedule(wait=1, warmup=1, active=2),
+>>> with profile(schedule=schedule(wait=1, warmup=1, active=2), record_shapes=True,
 ...              on_trace_ready=lambda p: kept.append(
-...                  sorted({e.name for e in p.events() if e.name.startswith("Prof")}))) as p:
-...     for _ in range(4):
-...         _ = tessera.ones(2) + 1
+...                  [e.input_shapes[0] for e in p.events() if e.name == "tessera::exp"])) as p:
+...     for step in range(4):
+...         _ = tessera.zeros(step).exp()
 ...         p.step()
->>> kept
-[['ProfilerStep#2', 'ProfilerStep#3']]
+>>> kept   # steps 2 and 3 were recorded
+[[[2], [3]]]
 """
 from __future__ import annotations
 
@@ -267,9 +267,8 @@ class profile(_KinetoProfile):
         self.start()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> None:
         self.stop()
-        return False
 
     def start(self) -> None:
         self._transit(ProfilerAction.NONE, self.current_action)

@@ -124,6 +124,10 @@ def convert_to_HWC(arr: np.ndarray, dataformats: str) -> np.ndarray:  # noqa: N8
         return make_grid(arr.transpose([fmt.find(c) for c in "NCHW"])).transpose(1, 2, 0)
     if len(fmt) == 3:
         hwc = arr.transpose([fmt.find(c) for c in "HWC"])
+        if hwc.shape[2] not in (1, 3, 4):
+            # (PyTorch's writer fails here inside Pillow, with a TypeError)
+            raise TypeError(f"add_image: an image needs 1, 3 or 4 channels; shape "
+                            f"{tuple(arr.shape)} read as {dataformats} has {hwc.shape[2]}")
         return np.concatenate([hwc] * 3, 2) if hwc.shape[2] == 1 else hwc
     if len(fmt) == 2:
         return np.stack([arr.transpose([fmt.find(c) for c in "HW"])] * 3, 2)
