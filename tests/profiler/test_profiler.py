@@ -274,3 +274,12 @@ def test_flops_from_the_cost_rule():
     mm = next(e for e in prof.events() if e.name == "tessera::matmul")
     assert mm.flops == 2 * 4 * 3 * 5
     assert "Total FLOPs" in prof.key_averages().table()
+
+
+def test_with_stack_names_the_caller():
+    with profile(with_stack=True) as prof:
+        tessera.ones(3).exp()
+    exp = next(e for e in prof.events() if e.name == "tessera::exp")
+    assert exp.stack[0].startswith(__file__ + "(")
+    assert exp.stack[0].endswith(": test_with_stack_names_the_caller")
+    assert "Source Location" in prof.key_averages(group_by_stack_n=1).table()
