@@ -35,7 +35,8 @@ CPU = device("cpu")
 
 
 def push_mode(mode) -> None:
-    """Route every dispatch through ``mode.dispatch(op, args, attrs)`` until popped."""
+    """Route every dispatch through ``mode.dispatch(op, args, attrs)`` until popped (the
+    tracer of ``nn.Graph``; a recording profile, ``tessera.autograd.profiler``)."""
     _MODES.append(mode)
 
 

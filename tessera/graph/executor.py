@@ -20,6 +20,7 @@ import numpy as np
 
 from tessera import _dtype as D
 from tessera._dispatch import kernel_plan
+from tessera.autograd import profiler as _profiler
 from tessera.graph import backend
 from tessera.graph.ir import Graph, IRError, Value
 from tessera.graph.recycle import MIN_BYTES, Recycler
@@ -160,13 +161,19 @@ class Executor:
         return None
 
     def run(self, inputs: list, variables: dict):
+        session = _profiler.ACTIVE
+        if session is not None:  # a profile records: each kernel timed (one check a step)
+            return self._run_recorded(session, inputs, variables)
+        return self._execute(self.steps, inputs, variables)
+
+    def _execute(self, steps: list, inputs: list, variables: dict):
         env: list = [None] * self.n_slots
         seeds: dict = {}  # traced seed -> this step's seed (forward and backward agree)
         for s, a in zip(self.input_slots, inputs):
             env[s] = a
         for name, s in self.var_slots:
             env[s] = variables[name]
-        for fn, template, reads, attrs, outs, frees, node, dest, multi in self.steps:
+        for fn, template, reads, attrs, outs, frees, node, dest, multi in steps:
             args = list(template)
             for k, s, cast in reads:
                 a = env[s]
@@ -200,6 +207,39 @@ class Executor:
             for s in frees:
                 env[s] = None
         return [env[s] for s in self.output_slots], [(n, env[s]) for n, s in self.assign_slots]
+
+    def _run_recorded(self, session, inputs: list, variables: dict):
+        """``run`` with each kernel recorded in the profiler's ``session`` under its node's
+        module path (``tessera::<op>`` for nodes outside any module), the step as a
+        whole as ``nn.Graph``."""
+        clock = _profiler._clock
+
+        def recorded(fn, node, allocates: bool):
+            name = node.name or f"tessera::{node.op.name}"
+            info = {"op": node.op.name}
+
+            def call(*args, **attrs):
+                t0 = clock()
+                res = fn(*args, **attrs)
+                nbytes = 0
+                if allocates and session.profile_memory:
+                    nbytes = sum(r.nbytes for r in (res if type(res) is tuple else (res,))
+                                 if isinstance(r, np.ndarray))
+                session.block(name, t0, clock(), "cpu_op", nbytes, info)
+                return res
+            return call
+        steps = [(recorded(fn, n, True), tpl, reads, attrs, outs, frees, n,
+                  dest if dest is None else (recorded(dest[0], n, False),) + dest[1:], multi)
+                 for fn, tpl, reads, attrs, outs, frees, n, dest, multi in self.steps]
+        if session.in_graph:  # a fused region's reference graph, inside a kernel's span
+            return self._execute(steps, inputs, variables)
+        session.in_graph = True
+        t0 = clock()
+        try:
+            return self._execute(steps, inputs, variables)
+        finally:
+            session.in_graph = False
+            session.block("nn.Graph", t0, clock(), "user_annotation")
 
     def profile(self, run) -> dict[str, float]:
         """Seconds spent in each op's kernels (by op name; ``fused`` for generated ones)
