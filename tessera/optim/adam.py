@@ -8,8 +8,8 @@ tensor([0.9000, 0.9000])
 """
 from __future__ import annotations
 
-from tessera import _dispatch
 from tessera._tensor import _CPU as CPU, Tensor
+from tessera.graph.trace import is_tracing
 from tessera.kernels import optim as _kernels
 from tessera.ops.arithmetic import maximum
 from tessera.optim.optimizer import (
@@ -71,7 +71,7 @@ def _fused_group(group: dict) -> bool:
     traced into a graph. PyTorch's CPU default (``fused=None``) is the op-by-op loop; the
     fused kernel computes the same thing with fewer roundings and no per-op dispatch, so
     tessera takes it by default (LeNet-5's Adam step: ~10 ops of dispatch per parameter)."""
-    if group["fused"] is False or group["differentiable"] or _dispatch._MODES:
+    if group["fused"] is False or group["differentiable"] or is_tracing():
         return False
     return not isinstance(_to_scalar(group["lr"]), Tensor)
 
