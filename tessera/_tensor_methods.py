@@ -136,6 +136,8 @@ class TensorMethods:
     erf = _method("erf")
     erfc = _method("erfc")
     erfinv = _method("erfinv")
+    lgamma = _method("lgamma")
+    digamma = _method("digamma")
     floor = _method("floor")
     ceil = _method("ceil")
     round = _method("round")
