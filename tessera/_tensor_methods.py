@@ -286,6 +286,8 @@ class TensorMethods:
     dot = _method("dot")
     vdot = _method("vdot")
     inner = _method("inner")
+    cholesky = _method("cholesky")
+    triangular_solve = _method("triangular_solve")
     addmm_ = _inplace("addmm")
     baddbmm_ = _inplace("baddbmm")
     addmv_, addbmm_ = _inplace("addmv"), _inplace("addbmm")
