@@ -134,7 +134,7 @@ cfloat, cdouble = complex64, complex128
 
 # subpackages loaded on first use (PEP 562): ``tessera.models.resnet18()`` works after a
 # plain ``import tessera``, which does not pay for them (nor import ``onnx``)
-_LAZY = ("models", "datasets", "onnx", "parallel", "kernels", "profiler")
+_LAZY = ("models", "datasets", "onnx", "parallel", "kernels", "profiler", "distributions")
 
 
 def __getattr__(name: str):
@@ -144,4 +144,12 @@ def __getattr__(name: str):
 
 
 if _typing.TYPE_CHECKING:
-    from tessera import datasets, kernels, models, onnx, parallel, profiler  # noqa: F401
+    from tessera import (  # noqa: F401
+        datasets,
+        distributions,
+        kernels,
+        models,
+        onnx,
+        parallel,
+        profiler,
+    )

@@ -30,7 +30,7 @@ LAYERS = [
     ("graph", r"tessera\.graph(\..*)?"),
     ("codegen", r"tessera\.codegen(\..*)?"),
     ("distributed", r"tessera\.distributed(?!\.optim)(\..*)?"),
-    ("nn, optim, utils", r"tessera\.(nn(?!\.parallel)|optim|utils|profiler)(\..*)?"
+    ("nn, optim, utils", r"tessera\.(nn(?!\.parallel)|optim|utils|profiler|distributions)(\..*)?"
                          r"|tessera\.serialization(\..*)?"),
     ("parallel", r"tessera\.parallel(\..*)?"),
     ("onnx", r"tessera\.onnx(?!\.__main__$)(\..*)?"),

@@ -13,6 +13,8 @@ tessera.Size([2, 3])
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 
 from tessera import _dtype as D
@@ -23,11 +25,12 @@ from tessera.ops._util import call, ensure_tensor, numel, sum_to
 from tessera.ops.arithmetic import add, mul
 from tessera.ops.reduce import sum as _sum
 from tessera.ops.registry import Meta, MissingRule, defop
+from tessera.ops.shape import tril, triu
 from tessera.ops.views import movedim, permute, reshape, transpose
 from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "inner", "outer", "ger", "addmm",
-           "addmv", "addbmm", "baddbmm", "tensordot"]
+           "addmv", "addbmm", "baddbmm", "tensordot", "cholesky", "triangular_solve"]
 
 # PyTorch names dtypes two ways in these messages: C++ type names and ScalarType names
 _CNAME = {"float32": "float", "float64": "double", "float16": "c10::Half",
@@ -644,3 +647,195 @@ def tensordot(a: Tensor, b: Tensor, dims=2, out: Tensor | None = None) -> Tensor
     pa = reshape(permute(a, tuple(free_a + wa)), (numel(fa), k))
     pb = reshape(permute(b, tuple(wb + free_b)), (k, numel(fb)))
     return _out(reshape(matmul(pa, pb), tuple(fa + fb)), out)
+
+
+# ---- factorisations and triangular solves ------------------------------------------------
+
+class LinAlgError(RuntimeError):
+    """A matrix the algorithm cannot factor (PyTorch's ``torch.linalg.LinAlgError``)."""
+
+
+def _square_check(fn: str, a: Meta) -> None:
+    if len(a.shape) < 2:
+        raise RuntimeError(f"{fn}: The input tensor A must have at least 2 dimensions.")
+    if a.shape[-1] != a.shape[-2]:
+        raise RuntimeError(f"{fn}: A must be batches of square matrices, but they are "
+                           f"{a.shape[-2]} by {a.shape[-1]} matrices")
+
+
+def _cholesky_infer(a, upper, fn):
+    _square_check(fn, a)
+    if a.dtype.category < 2:
+        if fn == "cholesky":
+            raise NotImplementedError(f'"cholesky_cpu" not implemented for '
+                                      f"'{_SNAME[a.dtype.name]}'")
+        raise RuntimeError(f"{fn}: Expected a floating point or complex tensor as input. Got "
+                           f"{_SNAME[a.dtype.name]}")
+    return Meta(a.shape, a.dtype)
+
+
+def _cholesky_kernel(a, upper, fn):
+    lo = np.tril(a)  # LAPACK reads one triangle: the lower one here
+    sym = lo + np.swapaxes(np.tril(a, -1), -1, -2).conj()
+    try:
+        out = np.linalg.cholesky(sym)
+    except np.linalg.LinAlgError:
+        raise _not_positive_definite(fn, sym) from None
+    return np.swapaxes(out, -1, -2).conj() if upper else out
+
+
+def _not_positive_definite(fn: str, a: np.ndarray) -> LinAlgError:
+    flat = a.reshape((-1,) + a.shape[-2:])
+    where = ""
+    for i, m in enumerate(flat):
+        order = next((k for k in range(1, m.shape[-1] + 1)
+                      if not _is_pd(m[:k, :k])), None)
+        if order is not None:
+            where = f"(Batch element {i}): " if a.ndim > 2 else ""
+            break
+    return LinAlgError(f"{fn}: {where}The factorization could not be completed because the "
+                       f"input is not positive-definite (the leading minor of order {order} "
+                       "is not positive-definite).")
+
+
+def _is_pd(m: np.ndarray) -> bool:
+    try:
+        np.linalg.cholesky(m)
+        return True
+    except np.linalg.LinAlgError:
+        return False
+
+
+def _cholesky_grad(ctx, g):
+    """``L^-H sym(Phi(L^H gL)) L^-1``, Phi taking the lower triangle with half its diagonal:
+    the symmetric gradient PyTorch gives (Murray, 2016)."""
+    L = ctx.outputs[0]
+    upper = ctx.attrs["upper"]
+    if upper:
+        L, g = transpose(L, -1, -2), transpose(g, -1, -2)
+    phi = tril(matmul(transpose(L, -1, -2), g))
+    m = (phi + transpose(tril(phi, -1), -1, -2)) * 0.5
+    m = solve_triangular(transpose(L, -1, -2), m, upper=True)
+    return (transpose(solve_triangular(transpose(L, -1, -2), transpose(m, -1, -2),
+                                       upper=True), -1, -2),)
+
+
+def _cholesky_cost(ins, outs, **attrs) -> cost.Cost:
+    n = ins[0].shape[-1] if len(ins[0].shape) else 0
+    return cost.Cost(numel(ins[0].shape[:-2]) * n ** 3 // 3, *cost.io(ins, outs))
+
+
+_CHOLESKY = defop("cholesky", _cholesky_infer, _cholesky_kernel, grad=_cholesky_grad,
+                  save=("outputs",), cost=_cholesky_cost)
+
+
+def cholesky(input: Tensor, upper: bool = False, *, out: Tensor | None = None) -> Tensor:
+    """The Cholesky factor ``L`` (``A = L L^H``, or ``U^H U`` with ``upper``) of symmetric
+    positive-definite matrices; the lower triangle of ``input`` is read.
+
+    >>> import tessera
+    >>> tessera.cholesky(tessera.tensor([[4.0, 2.0], [2.0, 5.0]]))
+    tensor([[2., 0.],
+            [1., 2.]])
+    """
+    ensure_tensor("cholesky", input)
+    return call(_CHOLESKY, input, upper=bool(upper), fn="cholesky", out=out)
+
+
+def linalg_cholesky(A: Tensor, *, upper: bool = False, out: Tensor | None = None) -> Tensor:
+    """``torch.linalg.cholesky``: ``cholesky`` with its error messages."""
+    ensure_tensor("linalg.cholesky", A)
+    return call(_CHOLESKY, A, upper=bool(upper), fn="linalg.cholesky", out=out)
+
+
+def _solve_infer(a, b, upper, unitriangular):
+    fn = "linalg.solve_triangular"
+    _square_check(fn, a)
+    if len(b.shape) < 2:
+        raise RuntimeError(f"{fn}: The input tensor B must have at least 2 dimensions.")
+    if a.shape[-1] != b.shape[-2]:
+        raise RuntimeError(f"{fn}: Incompatible shapes of A and B for the equation AX = B "
+                           f"({a.shape[-2]}x{a.shape[-1]} and {b.shape[-2]}x{b.shape[-1]})")
+    dt = D.promote_types(a.dtype, b.dtype)
+    if dt.category < 2:
+        raise NotImplementedError(f'"triangular_solve_cpu" not implemented for '
+                                  f"'{_SNAME[dt.name]}'")
+    batch = _broadcast_batch(a.shape[:-2], b.shape[:-2])
+    return Meta(batch + b.shape[-2:], dt)
+
+
+def _solve_kernel(a, b, upper, unitriangular):
+    from scipy.linalg import solve_triangular as _scipy_solve  # lazily, as NumPy has none
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + a.shape[-2:]).reshape((-1,) + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:]).reshape((-1,) + b.shape[-2:])
+    out = np.empty(b.shape, b.dtype)
+    with np.errstate(all="ignore"):  # a zero pivot gives inf and NaN, as in PyTorch
+        for i in range(len(b)):
+            out[i] = _scipy_solve(a[i], b[i], lower=not upper, unit_diagonal=unitriangular,
+                                  check_finite=False)
+    return out.reshape(batch + b.shape[-2:])
+
+
+def _solve_grad(ctx, g):
+    a, b = ctx.inputs
+    x = ctx.outputs[0]
+    upper, unit = ctx.attrs["upper"], ctx.attrs["unitriangular"]
+    gb = solve_triangular(transpose(a, -1, -2), g, upper=not upper, unitriangular=unit)
+    ga = None
+    if ctx.needs_input_grad[0]:
+        ga = -matmul(gb, transpose(x, -1, -2))
+        ga = triu(ga, 1 if unit else 0) if upper else tril(ga, -1 if unit else 0)
+        ga = sum_to(ga, tuple(a.shape))
+    return ga, sum_to(gb, tuple(b.shape)) if ctx.needs_input_grad[1] else None
+
+
+def _solve_cost(ins, outs, **attrs) -> cost.Cost:
+    n = ins[0].shape[-1]
+    return cost.Cost(numel(outs[0].shape) * n, *cost.io(ins, outs))
+
+
+_SOLVE_TRIANGULAR = defop("solve_triangular", _solve_infer, _solve_kernel, grad=_solve_grad,
+                          save=("inputs", "outputs"), promote=True, cost=_solve_cost)
+
+
+def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,
+                     unitriangular: bool = False, out: Tensor | None = None) -> Tensor:
+    """``torch.linalg.solve_triangular``: ``X`` with ``A X = B`` (``X A = B`` when not
+    ``left``) for triangular ``A``, batched and broadcast.
+
+    >>> import tessera
+    >>> A = tessera.tensor([[2.0, 0.0], [1.0, 1.0]])
+    >>> solve_triangular(A, tessera.tensor([[2.0], [3.0]]), upper=False)
+    tensor([[1.],
+            [2.]])
+    """
+    ensure_tensor("linalg.solve_triangular", A)
+    ensure_tensor("linalg.solve_triangular", B)
+    if left:
+        return call(_SOLVE_TRIANGULAR, A, B, upper=bool(upper),
+                    unitriangular=bool(unitriangular), out=out)
+    x = call(_SOLVE_TRIANGULAR, transpose(A, -1, -2), transpose(B, -1, -2), upper=not upper,
+             unitriangular=bool(unitriangular))
+    return _out(transpose(x, -1, -2), out)
+
+
+def triangular_solve(b: Tensor, A: Tensor, upper: bool = True, transpose: bool = False,
+                     unitriangular: bool = False):
+    """``torch.triangular_solve``: ``(solution, cloned_coefficient)`` of ``op(A) X = b``.
+
+    >>> import tessera
+    >>> tessera.triangular_solve(tessera.ones(2, 1), tessera.eye(2)).solution.shape
+    tessera.Size([2, 1])
+    """
+    ensure_tensor("triangular_solve", b)
+    ensure_tensor("triangular_solve", A)
+    a = _transpose(A, -1, -2) if transpose else A
+    x = solve_triangular(a, b, upper=upper != transpose, unitriangular=unitriangular)
+    return _TriangularSolve(x, A.clone())
+
+
+_transpose = transpose
+_TriangularSolve = namedtuple(  # type: ignore[name-match]  # PyTorch's class name
+    "triangular_solve", ("solution", "cloned_coefficient"))
+_TriangularSolve.__module__ = "tessera.return_types"

@@ -31,8 +31,8 @@ from tessera.ops.registry import Meta, defop
 __all__ = ["Generator", "default_generator", "manual_seed", "seed", "initial_seed",
            "get_rng_state", "set_rng_state", "rand", "randn", "randint", "randperm",
            "rand_like", "randn_like", "randint_like", "normal", "bernoulli", "multinomial",
-           "poisson", "uniform_", "normal_", "bernoulli_", "random_", "exponential_",
-           "geometric_", "log_normal_", "cauchy_"]
+           "poisson", "_standard_gamma", "_standard_gamma_grad", "uniform_", "normal_",
+           "bernoulli_", "random_", "exponential_", "geometric_", "log_normal_", "cauchy_"]
 
 _U64 = 1 << 64
 _STATE_FMT = "<QQQQQQQ"   # initial seed, PCG64 state (2 words), inc (2 words), buffer (2)
@@ -611,6 +611,92 @@ def poisson(input: Tensor, generator=None) -> Tensor:
     """Poisson samples with rates ``input``."""
     ensure_tensor("poisson", input)
     return dispatch(_POISSON, input, generator=_gen(generator))
+
+
+def _gamma_infer(alpha, generator):
+    if alpha.dtype not in (D.float32, D.float64):
+        raise NotImplementedError(f'"gamma_cpu" not implemented for \'{_SNAME[alpha.dtype.name]}\'')
+    return Meta(alpha.shape, alpha.dtype)
+
+
+def _gamma_kernel(alpha, generator):
+    a = alpha.astype(np.float64)
+    ok = a > 0  # False for NaN too
+    x = generator._np.standard_gamma(np.where(ok, a, 1.0))
+    # as PyTorch: the smallest normal number instead of 0 (an underflow, or an invalid
+    # shape), so that log(x) stays finite
+    tiny = np.finfo(alpha.dtype).tiny
+    return np.maximum(np.where(ok, x, 0.0), tiny).astype(alpha.dtype)
+
+
+def _gamma_grad(ctx, g):
+    return (g * _standard_gamma_grad(ctx.inputs[0], ctx.outputs[0]),)
+
+
+_STANDARD_GAMMA = defop("_standard_gamma", _gamma_infer, _gamma_kernel, grad=_gamma_grad,
+                        save=("inputs", "outputs"), cost=cost.elementwise(20))
+
+
+def _standard_gamma(input: Tensor, generator=None) -> Tensor:
+    """Gamma(``input``, 1) samples, differentiable in ``input`` by the implicit
+    reparameterisation: ``dx/dalpha = -(dF/dalpha) / (dF/dx)`` for the CDF ``F``.
+
+    >>> import tessera
+    >>> a = tessera.tensor([2.0, 5.0], requires_grad=True)
+    >>> x = tessera._standard_gamma(a); x.sum().backward()
+    >>> bool((x > 0).all()), bool((a.grad > 0).all())
+    (True, True)
+    """
+    ensure_tensor("_standard_gamma", input)
+    return dispatch(_STANDARD_GAMMA, input, generator=_gen(generator))
+
+
+def _gamma_grad_infer(alpha, x):
+    return Meta(broadcast_shapes("_standard_gamma_grad", alpha.shape, x.shape),
+                _gamma_infer(alpha, None).dtype)
+
+
+def _gamma_grad_kernel(alpha, x):
+    """d x / d alpha at fixed CDF value. F'(alpha) by Richardson-extrapolated central
+    differences of the regularised incomplete gamma function, taken on the tail that keeps
+    its relative precision (P below the median, -Q above), over the density in log space;
+    relative error about 1e-12 (PyTorch's rational approximations: about 1e-4)."""
+    sp = _scipy_special()
+    a, v = np.broadcast_arrays(alpha.astype(np.float64), x.astype(np.float64))
+    with np.errstate(all="ignore"):
+        lower = sp.gammainc(a, v) < 0.5
+
+        def cdf(b):
+            return np.where(lower, sp.gammainc(b, v), -sp.gammaincc(b, v))
+
+        h = 1e-3 * np.minimum(a, np.sqrt(a))  # small beside alpha's scale of variation
+        wide = (cdf(a + h) - cdf(a - h)) / (2 * h)
+        narrow = (cdf(a + h / 2) - cdf(a - h / 2)) / h
+        log_density = (a - 1) * np.log(v) - v - sp.gammaln(a)
+        out = -(4 * narrow - wide) / 3 * np.exp(-log_density)
+    out = np.where(v == 0, 0.0, np.where(a > 0, out, np.nan))
+    return out.astype(alpha.dtype)
+
+
+def _scipy_special():
+    import scipy.special  # lazily: only the gamma gradient needs it
+    return scipy.special
+
+
+_STANDARD_GAMMA_GRAD = defop("_standard_gamma_grad", _gamma_grad_infer, _gamma_grad_kernel,
+                             grad=None, cost=cost.elementwise(200))
+
+
+def _standard_gamma_grad(self: Tensor, output: Tensor) -> Tensor:
+    """The derivative of a Gamma(``self``, 1) sample ``output`` in its concentration.
+
+    >>> import tessera
+    >>> tessera._standard_gamma_grad(tessera.tensor([1.0]), tessera.tensor([0.5]))
+    tensor([0.8070])
+    """
+    ensure_tensor("_standard_gamma_grad", self)
+    ensure_tensor("_standard_gamma_grad", output)
+    return dispatch(_STANDARD_GAMMA_GRAD, self, output)
 
 
 # ---- in-place distributions (x.uniform_(), x.normal_(), ...) -------------------------

@@ -37,7 +37,7 @@ __all__ = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsq
            "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
            "atanh", "sigmoid", "erf", "erfc", "erfinv", "neg", "positive", "abs", "sign", "floor",
            "ceil", "trunc", "frac", "square", "negative", "absolute", "sgn", "fix", "relu",
-           "round", "logit", "nan_to_num"]
+           "round", "logit", "nan_to_num", "lgamma", "digamma", "polygamma"]
 
 
 
@@ -118,7 +118,17 @@ _UNARY = {
              lambda c, g: g * (-2 / math.sqrt(math.pi)) * _u("exp")(-_gx(c) * _gx(c)), "inputs"),
     "erfinv": (lambda x: _special().erfinv(x), None,
                lambda c, g: g * (math.sqrt(math.pi) / 2) * _u("exp")(_go(c) * _go(c)), "outputs"),
+    "lgamma": (lambda x: _lgamma_np(x), libm("lgamma"),
+               lambda c, g: g * _u("digamma")(_gx(c)), "inputs"),
+    "digamma": (lambda x: _special().psi(x), None,
+                lambda c, g: g * _u("polygamma")(1, _gx(c)), "inputs"),
 }
+
+
+def _lgamma_np(x):
+    # log|gamma(x)|; at -inf PyTorch (and C's lgamma) give +inf where SciPy gives -inf
+    out = _special().gammaln(x)
+    return np.where(x == -np.inf, np.inf, out).astype(out.dtype, copy=False)
 
 
 def _sigmoid_np(x):
@@ -182,6 +192,8 @@ sigmoid = _make_unary("sigmoid", *_UNARY["sigmoid"])
 erf = _make_unary("erf", *_UNARY["erf"])
 erfc = _make_unary("erfc", *_UNARY["erfc"])
 erfinv = _make_unary("erfinv", *_UNARY["erfinv"])
+lgamma = _make_unary("lgamma", *_UNARY["lgamma"])
+digamma = _make_unary("digamma", *_UNARY["digamma"])
 
 
 def _zero_grad(ctx, g):
@@ -359,3 +371,26 @@ def nan_to_num(input, nan: float = 0.0, posinf: float | None = None,
                neginf: float | None = None, *, out=None):
     """Replace NaN, +inf and -inf by finite numbers (dtype max/min by default)."""
     return call(_NAN_TO_NUM, input, nan=nan, posinf=posinf, neginf=neginf, out=out)
+
+
+def _polygamma_infer(x, n):
+    _unary_infer("polygamma", True)(x)
+    if n < 0:
+        raise RuntimeError("polygamma(n, x) does not support negative n.")
+    return Meta(x.shape, float_dtype(x.dtype))
+
+
+_POLYGAMMA = defop("polygamma", _polygamma_infer,
+                   lambda x, n: _float_kernel(lambda y: _special().polygamma(n, y))(x),
+                   grad=lambda c, g: (g * polygamma(c.attrs["n"] + 1, c.inputs[0]),),
+                   sbp=POINTWISE, cost=cost.elementwise(20))
+
+
+def polygamma(n: int, input, *, out=None):
+    """The ``n``-th derivative of the digamma function (``n = 0`` is digamma itself).
+
+    >>> import tessera
+    >>> tessera.polygamma(1, tessera.tensor([1.0]))  # pi ** 2 / 6
+    tensor([1.6449])
+    """
+    return call(_POLYGAMMA, input, n=int(n), out=out)

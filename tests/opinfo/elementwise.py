@@ -86,7 +86,7 @@ UNARY_FLOAT = {
     "sinh": (-2, 2, -3, 4), "cosh": (-2, 2, -3, 4), "tanh": (-2, 2, -3, 4),
     "asinh": (-3, 3, -3, 4), "acosh": (1.1, 3, 1, 5), "atanh": (-0.95, 0.95, -1, 2),
     "sigmoid": (-4, 4, -3, 4), "erf": (-2, 2, -2, 3), "erfc": (-2, 2, -2, 3),
-    "erfinv": (-0.95, 0.95, -1, 2),
+    "erfinv": (-0.95, 0.95, -1, 2), "lgamma": (0.2, 4, -3, 6), "digamma": (0.2, 4, 1, 6),
 }
 
 for _name, (_lo, _hi, _ilo, _ihi) in UNARY_FLOAT.items():
@@ -100,6 +100,16 @@ register(
            lambda rng, dt: (Sample((make(rng, s, dt, 0.0, 1.0), e)) for s in UNARY_SHAPES[:4]
                             for e in (0.2, 0.45)),
            covers=("logit",), gradcheck=False),
+    OpInfo("lgamma_negative", lambda L, x: L.lgamma(x), unary_gen(-3.9, -0.1, -3, 0, ints=()),
+           covers=("lgamma",), grad_rtol=1e-3),
+    OpInfo("digamma_negative", lambda L, x: x.digamma(), unary_gen(-3.9, -0.1, -3, 0, ints=()),
+           covers=("digamma",), atol=1e-4, rtol=1e-5, grad_rtol=1e-3),
+    OpInfo("polygamma", lambda L, n, x: L.polygamma(n, x),
+           lambda rng, dt: [Sample((n, make(rng, s, dt, 0.3, 4.0))) for n in (0, 1, 2, 3)
+                            for s in UNARY_SHAPES[:5]]
+           + ([Sample((1, make(rng, (2, 3), np.int64, 1, 6))), Sample((-1, make(rng, (2,), dt)))]
+              if once(dt) else []),
+           atol=1e-4, rtol=1e-5),
     OpInfo("square", lambda L, x: L.square(x), unary_gen(-2, 2, -5, 6)),
     OpInfo("frac", lambda L, x: x.frac(), unary_gen(-3, 3, -5, 6)),
     OpInfo("neg", lambda L, x: -x, unary_gen(-2, 2, -5, 6)),

@@ -234,3 +234,56 @@ register(
     OpInfo("tensordot", lambda L, a, b, dims: L.tensordot(a, b, dims=dims),
            _tensordot_samples, covers=("matmul", "sum"), **TOL),
 )
+
+
+# ---- factorisations and triangular solves ------------------------------------------------
+
+def _spd(L, a, d):
+    """A symmetric positive-definite matrix from any ``a``: gradients flow to both triangles
+    alike, so finite differences see what the analytic (symmetric) gradient gives."""
+    return a @ a.transpose(-1, -2) + L.diag_embed(d)
+
+
+def _cholesky_samples(rng, dtype):
+    for shape in [(1, 1), (3, 3), (2, 4, 4), (2, 1, 3, 3), (0, 2, 2)]:
+        for upper in (False, True):
+            yield Sample((make(rng, shape, dtype), make(rng, shape[:-1], dtype, 0.5, 1.5),
+                          upper))
+    yield Sample((make(rng, (2, 3), dtype), make(rng, (2,), dtype), False))   # not square
+    yield Sample((make(rng, (3,), dtype), make(rng, (3,), dtype), False))     # 1-d
+
+
+def _not_pd_samples(rng, dtype):
+    yield Sample((np.array([[1.0, 2.0], [2.0, 1.0]], dtype),), grad_args=())
+    yield Sample((np.stack([np.eye(2), [[1.0, 2.0], [2.0, 1.0]]]).astype(dtype),), grad_args=())
+    yield Sample((np.ones((2, 2), np.int64),), grad_args=())
+
+
+def _triangular(rng, shape, dtype, upper):
+    a = make(rng, shape, dtype) + 3 * np.eye(shape[-1], dtype=dtype)
+    return np.triu(a) if upper else np.tril(a)
+
+
+def _solve_samples(rng, dtype):
+    for sa, sb in [((3, 3), (3, 2)), ((1, 1), (1, 4)), ((2, 3, 3), (2, 3, 1)),
+                   ((3, 3), (2, 3, 2)), ((2, 1, 3, 3), (4, 3, 2)), ((0, 2, 2), (2, 1))]:
+        for upper, transpose, unit in [(True, False, False), (False, False, False),
+                                       (True, True, False), (False, False, True)]:
+            yield Sample((make(rng, sb, dtype), _triangular(rng, sa, dtype, upper), upper,
+                          transpose, unit))
+    yield Sample((make(rng, (4, 2), dtype), _triangular(rng, (3, 3), dtype, True), True, False,
+                  False))
+    yield Sample((make(rng, (3, 2), dtype), make(rng, (2, 3), dtype), True, False, False))
+
+
+register(
+    OpInfo("cholesky", lambda L, a, d, upper: L.cholesky(_spd(L, a, d), upper),
+           _cholesky_samples, covers=("matmul", "add"), **TOL),
+    OpInfo("cholesky_method", lambda L, a, d, upper: _spd(L, a, d).cholesky(upper=upper),
+           _cholesky_samples, covers=("cholesky",), **TOL),
+    OpInfo("cholesky_not_pd", lambda L, a: L.cholesky(a), _not_pd_samples,
+           covers=("cholesky",)),
+    OpInfo("triangular_solve", lambda L, b, a, up, tr, unit:
+           L.triangular_solve(b, a, up, tr, unit)[0], _solve_samples,
+           covers=("solve_triangular",), **TOL),
+)

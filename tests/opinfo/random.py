@@ -53,6 +53,13 @@ def _randint_samples(rng, dtype):
             yield Sample((x, args, d))
 
 
+def _gamma_grad_samples(rng, dtype):
+    for s in SHAPES:
+        a = positive(rng, s, dtype, 0.05, 20)
+        x = np.maximum(rng.standard_gamma(a), 1e-30).astype(dtype)
+        yield Sample((a, x))
+
+
 def _normal_samples(rng, dtype):
     other = np.float64 if np.dtype(dtype) == np.float32 else np.float32
     for sm, ss in [((3, 4), (3, 4)), ((2, 3), (3,)), ((3, 1), (1, 4)), ((), ()), ((0, 2), (2,)),
@@ -143,6 +150,15 @@ register(
     OpInfo("poisson", lambda L, x: L.poisson(x),
            lambda rng, dt: [Sample((positive(rng, s, dt, 0, 5),)) for s in SHAPES]
            + [Sample((np.array([-1.0], dt),)), Sample((np.array([1, 2]),))], **RAND),
+    OpInfo("_standard_gamma", lambda L, a: L._standard_gamma(a),
+           lambda rng, dt: [Sample((positive(rng, s, dt, 0.1, 5),)) for s in SHAPES]
+           + [Sample((np.array([-1.0, 0.0], dt),)), Sample((np.array([1, 2]),)),
+              Sample((np.array([1.0], np.float16),))], **RAND),
+    # PyTorch's derivative is a rational approximation (relative error up to ~1e-3 where
+    # samples fall, more in the far tails): points drawn from the distribution
+    OpInfo("_standard_gamma_grad", lambda L, a, x: L._standard_gamma_grad(a, x),
+           _gamma_grad_samples,
+           differentiable=False, gradcheck=False, atol=1e-6, rtol=2e-3),
     OpInfo("uniform_", lambda L, x, *a: x.uniform_(*a),
            _fill_samples((), (-2.0, 3.0), (1.0, 1.0), (2.0, 1.0)), **RAND),
     OpInfo("normal_", lambda L, x, *a: x.normal_(*a),
