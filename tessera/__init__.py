@@ -134,7 +134,7 @@ cfloat, cdouble = complex64, complex128
 
 # subpackages loaded on first use (PEP 562): ``tessera.models.resnet18()`` works after a
 # plain ``import tessera``, which does not pay for them (nor import ``onnx``)
-_LAZY = ("models", "datasets", "onnx", "parallel", "kernels")
+_LAZY = ("models", "datasets", "onnx", "parallel", "kernels", "fx")
 
 
 def __getattr__(name: str):
@@ -144,4 +144,4 @@ def __getattr__(name: str):
 
 
 if _typing.TYPE_CHECKING:
-    from tessera import datasets, kernels, models, onnx, parallel  # noqa: F401
+    from tessera import datasets, fx, kernels, models, onnx, parallel  # noqa: F401
