@@ -109,8 +109,6 @@ def qualified_name(fn: Callable) -> str:
     if public is not None:
         return public
     module = fn.__module__ or ""
-    if module == "_operator":
-        module = "operator"
     if name == "<lambda>":
         raise RuntimeError(f"cannot refer to the lambda {fn!r} by name in generated code")
     return f"{module}.{getattr(fn, '__qualname__', name)}"

@@ -235,6 +235,7 @@ class Tracer(TracerBase):
         self.module_stack: OrderedDict = OrderedDict()
         self.num_calls: dict[str, int] = {}
         self.tensor_attrs: dict[int, str] = {}
+        self._tessera_ids: set[int] = set()
 
     # ---- the overridable decisions -------------------------------------------------------
     def is_leaf_module(self, m: Module, module_qualified_name: str) -> bool:
@@ -437,6 +438,7 @@ class Tracer(TracerBase):
             patcher.patch_method(Tensor, name, _wrapped_method(method.__name__ if
                                  name.startswith("__") else name, method))
         ids = self._autowrap_function_ids
+        self._tessera_ids = {id(v) for m in _tessera_namespaces() for v in m.__dict__.values()}
         for mod in _tessera_namespaces():
             d = mod.__dict__
             for name, v in list(d.items()):
@@ -456,10 +458,9 @@ class Tracer(TracerBase):
         traced (``from tessera import relu``, ``from math import sqrt``)."""
         if not patcher.visit_once(frame_dict):
             return
-        tessera_fns = {id(v) for m in _tessera_namespaces() for v in m.__dict__.values()}
         for name, v in list(frame_dict.items()):
             if not name.startswith("_") and callable(v) and id(v) in self._autowrap_function_ids:
-                mark = id(v) not in tessera_fns
+                mark = id(v) not in self._tessera_ids  # tessera's own print by their names
                 patcher.patch(frame_dict, name, _wrapped_function(v, mark=mark))
 
 
