@@ -119,7 +119,9 @@ def replace_pattern(gm: GraphModule, pattern: Callable | Graph | GraphModule,
         m = match.nodes_map
         anchor = m[match.anchor]
         val_map = {r: m[p] for p, r in zip(p_inputs, r_inputs)}
-        with graph.inserting_before(anchor):
+        # right before the first use, where torch.fx puts it
+        first_user = next((n for n in graph.nodes if n in anchor.users), anchor)
+        with graph.inserting_before(first_user):
             out = graph.graph_copy(repl_graph, val_map)
         if not isinstance(out, Node):
             raise NotImplementedError("replace_pattern: the replacement must return exactly "
