@@ -11,10 +11,12 @@ from __future__ import annotations
 import enum
 import math
 import operator
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tessera._tensor import Tensor
+from tessera.device import device
 from tessera.fx.node import Node, _public_path, qualified_name
 
 if TYPE_CHECKING:
@@ -58,8 +60,10 @@ class CodeGen:
         return outputs
 
     def generate(self, graph: Graph, root_module: str, *, verbose: bool = False) -> PythonCode:
-        import tessera
         from tessera.fx.graph import _Namespace
+        # the package namespace the generated code names functions through: loaded, since
+        # tessera.fx is reached through it (and importing it here would go up the layers)
+        tessera = sys.modules["tessera"]
         namespace = _Namespace()
         for node in graph.nodes:
             namespace.create_name(node.name, node)
@@ -73,7 +77,7 @@ class CodeGen:
             return name
 
         for name, obj in (("tessera", tessera), ("inf", math.inf), ("nan", math.nan),
-                          ("device", tessera.device)):
+                          ("device", device)):
             namespace.reserve(name, obj)
             globals_[name] = obj
         emitter = _Emitter(add_global, root_module)

@@ -12,7 +12,7 @@ variable named by its qualified name.
 >>> gm = symbolic_trace(nn.Sequential(nn.Linear(3, 2), nn.ReLU()))
 >>> ir = to_graph_ir(gm, tessera.ones(4, 3))
 >>> [n.op.name for n in ir.nodes]
-['linear', 'relu']
+['permute', 'matmul', 'add', 'relu']
 """
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ whose ``forward`` is ordinary code, so ``nn.Graph`` compiles it like any model.
 ['0.bias', '0.weight']
 >>> print(gm.code.strip())
 def forward(self, input):
-    _0 = getattr(self, "0")(input);  input = None
+    input_1 = input
+    _0 = getattr(self, "0")(input_1);  input_1 = None
     _1 = getattr(self, "1")(_0);  _0 = None
     return _1
 """

@@ -24,7 +24,7 @@ from typing import Any
 
 from tessera.fx.graph import Graph
 from tessera.fx.graph_module import GraphModule
-from tessera.fx.node import Argument, Node, Target, map_aggregate, map_arg
+from tessera.fx.node import Argument, Node, map_aggregate, map_arg
 from tessera.fx.proxy import Proxy
 from tessera.fx.tracer import Tracer
 from tessera.nn.modules.module import Module
@@ -92,7 +92,7 @@ class Interpreter:
         return getattr(self, n.op)(n.target, args, kwargs)
 
     # ---- one method per opcode -----------------------------------------------------------
-    def placeholder(self, target: Target, args: tuple, kwargs: dict) -> Any:
+    def placeholder(self, target: Any, args: tuple, kwargs: dict) -> Any:
         """The next input (all remaining ones for ``*args``), or the default value."""
         if target.startswith("*"):
             return list(self.args_iter)
@@ -104,20 +104,20 @@ class Interpreter:
             raise RuntimeError(f"Expected positional argument for parameter {target}, but one "
                                f"was not passed in!") from None
 
-    def get_attr(self, target: Target, args: tuple, kwargs: dict) -> Any:
+    def get_attr(self, target: Any, args: tuple, kwargs: dict) -> Any:
         return self.fetch_attr(target)
 
-    def call_function(self, target: Target, args: tuple, kwargs: dict) -> Any:
+    def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
         return target(*args, **kwargs)
 
-    def call_method(self, target: Target, args: tuple, kwargs: dict) -> Any:
+    def call_method(self, target: Any, args: tuple, kwargs: dict) -> Any:
         self_obj, *rest = args
         return getattr(self_obj, target)(*rest, **kwargs)
 
-    def call_module(self, target: Target, args: tuple, kwargs: dict) -> Any:
+    def call_module(self, target: Any, args: tuple, kwargs: dict) -> Any:
         return self.fetch_attr(target)(*args, **kwargs)
 
-    def output(self, target: Target, args: tuple, kwargs: dict) -> Any:
+    def output(self, target: Any, args: tuple, kwargs: dict) -> Any:
         return args[0]
 
     # ---- helpers -------------------------------------------------------------------------
@@ -166,20 +166,20 @@ class Transformer(Interpreter):
         self.tracer = _TransformerTracer(self.new_graph)
         self.tracer.root = module
 
-    def placeholder(self, target: Target, args: tuple, kwargs: dict) -> Proxy:
+    def placeholder(self, target: Any, args: tuple, kwargs: dict) -> Proxy:
         default = args[0] if args else _NO_DEFAULT
         node = self.new_graph.placeholder(target, default_value=default) \
             if default is not _NO_DEFAULT else self.new_graph.placeholder(target)
         return Proxy(node, self.tracer)
 
-    def get_attr(self, target: Target, args: tuple, kwargs: dict) -> Proxy:
+    def get_attr(self, target: Any, args: tuple, kwargs: dict) -> Proxy:
         return self.tracer.create_proxy("get_attr", target, args, kwargs)
 
-    def call_module(self, target: Target, args: tuple, kwargs: dict) -> Any:
+    def call_module(self, target: Any, args: tuple, kwargs: dict) -> Any:
         submod = self.fetch_attr(target)
         return self.tracer.call_module(submod, submod.forward, args, kwargs)
 
-    def call_function(self, target: Target, args: tuple, kwargs: dict) -> Any:
+    def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
         return self.tracer.create_proxy("call_function", target, args, kwargs)
 
     def transform(self) -> GraphModule:

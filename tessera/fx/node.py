@@ -159,7 +159,7 @@ class Node:
         self.graph = graph
         self.name = name
         self.op = op
-        self.target = target
+        self.target: Any = target  # a callable for call_function, else a str
         self._input_nodes: dict[Node, None] = {}
         self.users: dict[Node, None] = {}
         self.type = return_type

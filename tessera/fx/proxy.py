@@ -21,7 +21,7 @@ import enum
 import inspect
 import operator
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tessera._dtype import dtype as _Dtype
@@ -128,6 +128,8 @@ class Proxy:
     """A traced value: see the module docstring. ``Proxy(node)`` wraps a node of any graph,
     so a pass can build nodes by writing ordinary arithmetic."""
 
+    __getitem__: Callable[..., Proxy]  # with the other operators, set below the class
+
     def __init__(self, node: Node, tracer: TracerBase | None = None):
         if tracer is None:
             tracer = GraphAppendingTracer(node.graph)
@@ -191,8 +193,8 @@ class Attribute(Proxy):
         self.tracer = root.tracer
         self._node: Node | None = None
 
-    @property  # type: ignore[override]
-    def node(self) -> Node:
+    @property
+    def node(self) -> Node:  # type: ignore[override]
         if self._node is None:
             self._node = self.tracer.create_proxy("call_function", getattr,
                                                   (self.root, self.attr), {}).node

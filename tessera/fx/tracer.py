@@ -302,8 +302,8 @@ class Tracer(TracerBase):
                     return self.create_node("get_attr", n, (), {})
             raise NameError("parameter is not a member of this module")
         if isinstance(a, Module):
-            for n, p in self.root.named_modules():
-                if a is p:
+            for n, mod in self.root.named_modules():
+                if a is mod:
                     return self.create_node("get_attr", n, (), {})
             raise NameError("module is not installed as a submodule")
         if isinstance(a, Tensor):
@@ -356,10 +356,12 @@ class Tracer(TracerBase):
         return root_fn, args
 
     def _placeholder(self, name: str, concrete_args: dict | None, sig: inspect.Signature) -> Any:
-        if concrete_args is not None and name in concrete_args:
-            value = concrete_args[name]
+        default: tuple = ()
+        if not name.startswith("*"):
             param = sig.parameters[name]
             default = () if param.default is inspect.Parameter.empty else (param.default,)
+        if concrete_args is not None and name in concrete_args:
+            value = concrete_args[name]
             out = self.create_proxy("placeholder", f"{name}_1", default, {})
             if isinstance(value, _PH):
                 return out
@@ -369,11 +371,6 @@ class Tracer(TracerBase):
             elif value is None:
                 self.create_proxy("call_function", _assert_is_none, (out, msg), {})
             return value
-        if name.startswith("*"):
-            default: tuple = ()
-        else:
-            param = sig.parameters[name]
-            default = () if param.default is inspect.Parameter.empty else (param.default,)
         return self.create_proxy("placeholder", name, default, {})
 
     def trace(self, root: Module | Callable[..., Any], concrete_args: dict | None = None
