@@ -134,7 +134,7 @@ cfloat, cdouble = complex64, complex128
 
 # subpackages loaded on first use (PEP 562): ``tessera.models.resnet18()`` works after a
 # plain ``import tessera``, which does not pay for them (nor import ``onnx``)
-_LAZY = ("models", "datasets", "onnx", "parallel", "kernels", "profiler", "distributions")
+_LAZY = ("models", "datasets", "onnx", "parallel", "kernels", "profiler", "distributions", "fx")
 
 
 def __getattr__(name: str):
@@ -147,6 +147,7 @@ if _typing.TYPE_CHECKING:
     from tessera import (  # noqa: F401
         datasets,
         distributions,
+        fx,
         kernels,
         models,
         onnx,

@@ -33,6 +33,7 @@ LAYERS = [
     ("nn, optim, utils", r"tessera\.(nn(?!\.parallel)|optim|utils|profiler|distributions)(\..*)?"
                          r"|tessera\.serialization(\..*)?"),
     ("parallel", r"tessera\.parallel(\..*)?"),
+    ("fx", r"tessera\.fx(\..*)?"),
     ("onnx", r"tessera\.onnx(?!\.__main__$)(\..*)?"),
     ("models, datasets", r"tessera\.(models|datasets)(\..*)?"),
     # the package namespace, command-line entry points, and the re-export shims that keep
