@@ -30,8 +30,11 @@ LAYERS = [
     ("graph", r"tessera\.graph(\..*)?"),
     ("codegen", r"tessera\.codegen(\..*)?"),
     ("distributed", r"tessera\.distributed(?!\.optim)(\..*)?"),
-    ("nn, optim, utils", r"tessera\.(nn(?!\.parallel)|optim|utils)(\..*)?"
-                         r"|tessera\.serialization"),
+    # with PyTorch's device, precision and process namespaces (torch.cuda, torch.amp,
+    # torch.backends, torch.accelerator, torch.multiprocessing, the legacy tensor types)
+    ("nn, optim, utils", r"tessera\.(nn(?!\.parallel)|optim|utils|amp|cuda|backends"
+                         r"|multiprocessing)(\..*)?|tessera\.(serialization|accelerator"
+                         r"|_legacy_types|version)"),
     ("parallel", r"tessera\.parallel(\..*)?"),
     ("onnx", r"tessera\.onnx(?!\.__main__$)(\..*)?"),
     ("models, datasets", r"tessera\.(models|datasets)(\..*)?"),
