@@ -15,6 +15,7 @@ from typing import Any
 
 from tessera import _dispatch, _dtype as D
 from tessera._tensor import Tensor
+from tessera.device import device as _device
 
 __all__ = ["autocast", "custom_bwd", "custom_fwd", "is_autocast_available"]
 
@@ -146,6 +147,7 @@ class autocast:
         if not isinstance(device_type, str):
             raise ValueError(f"Expected `device_type` of type `str`, got: `{type(device_type)}`")
         self.device = device_type
+        _device(device_type)  # PyTorch's error for a string that is no device type
         if not is_autocast_available(device_type):
             raise RuntimeError(
                 f"User specified an unsupported autocast device_type '{device_type}'")

@@ -12,6 +12,8 @@ build does.
 """
 from __future__ import annotations
 
+import warnings
+
 from tessera.backends import cpu, cuda, cudnn, mkl, mkldnn, mps, openmp, opt_einsum
 
 __all__ = ["cpu", "cuda", "cudnn", "mkl", "mkldnn", "mps", "openmp", "opt_einsum",
@@ -36,8 +38,9 @@ def set_float32_matmul_precision(precision: str) -> None:
     """Records ``"highest"``, ``"high"`` or ``"medium"`` (PyTorch's TF32/bfloat16 hint; the
     CPU kernels compute in float32 either way)."""
     if precision not in ("highest", "high", "medium"):
-        raise RuntimeError(f"Invalid precision {precision}, expected one of highest, high, "
-                           "medium")
+        warnings.warn(f"{precision} is not one of 'highest', 'high', or 'medium'; the current"
+                      "setFloat32MatmulPrecision call has no effect.", stacklevel=2)
+        return
     _SETTINGS["matmul_precision"] = precision
     cuda.matmul._set("allow_tf32", precision != "highest")
 
