@@ -165,6 +165,15 @@ from tessera.backends import (  # noqa: E402
     use_deterministic_algorithms,
 )
 
+from tessera.nn.modules import (  # noqa: E402,F401  (PyTorch's module paths of nn's layers)
+    channelshuffle,
+    fold,
+    instancenorm,
+    pixelshuffle,
+    upsampling,
+)
+from tessera.nn.parallel import distributed as _ddp_path  # noqa: E402,F401
+
 globals().update(_CPU_TYPES)  # tessera.FloatTensor, LongTensor...: PyTorch's legacy types
 for _name, _cls in _legacy_types.CUDA_TYPES.items():
     setattr(cuda, _name, _cls)
