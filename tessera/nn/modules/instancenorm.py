@@ -1,6 +1,6 @@
-"""PyTorch's module path ``torch.nn.modules.instancenorm``: the
-``InstanceNorm1d/2d/3d`` layers (defined in ``tessera.nn.modules.batchnorm``). The classes' ``__module__`` names this path,
-so a pickled model refers to them where PyTorch's pickles do.
+"""PyTorch's module path ``torch.nn.modules.instancenorm``: the ``InstanceNorm1d/2d/3d`` layers
+(defined in ``tessera.nn.modules.batchnorm``). The classes' ``__module__`` names this path, so a
+pickled model refers to them where PyTorch's pickles do.
 
 >>> from tessera.nn.modules.instancenorm import InstanceNorm1d
 >>> InstanceNorm1d.__module__

@@ -1,6 +1,6 @@
-"""PyTorch's module path ``torch.nn.modules.upsampling``: ``Upsample``,
-``UpsamplingNearest2d``, ``UpsamplingBilinear2d`` (defined in ``tessera.nn.modules.vision``). The classes' ``__module__`` names this path,
-so a pickled model refers to them where PyTorch's pickles do.
+"""PyTorch's module path ``torch.nn.modules.upsampling``: ``Upsample``, ``UpsamplingNearest2d``,
+``UpsamplingBilinear2d`` (defined in ``tessera.nn.modules.vision``). The classes' ``__module__``
+names this path, so a pickled model refers to them where PyTorch's pickles do.
 
 >>> from tessera.nn.modules.upsampling import Upsample
 >>> Upsample.__module__
