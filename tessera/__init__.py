@@ -182,9 +182,37 @@ for _name, _cls in _legacy_types.CUDA_TYPES.items():
 _tensor_methods._OPS.update(hardshrink=hardshrink, prelu=prelu)
 _tensor_methods.bind_methods()
 
-# PyTorch's functional spellings of Tensor predicates (torch.is_nonzero(x))
-is_nonzero, is_same_size, is_signed = Tensor.is_nonzero, Tensor.is_same_size, Tensor.is_signed
-is_neg, is_conj, is_distributed = Tensor.is_neg, Tensor.is_conj, Tensor.is_distributed
+
+
+# PyTorch's functional spellings of Tensor predicates
+def is_nonzero(input: Tensor) -> bool:
+    """Whether a one-element tensor is nonzero.
+
+    >>> import tessera
+    >>> tessera.is_nonzero(tessera.tensor([3])), tessera.is_signed(tessera.ones(1))
+    (True, True)
+    """
+    return input.is_nonzero()
+
+
+def is_same_size(input: Tensor, other: Tensor) -> bool:
+    return input.is_same_size(other)
+
+
+def is_signed(input: Tensor) -> bool:
+    return input.is_signed()
+
+
+def is_neg(input: Tensor) -> bool:
+    return input.is_neg()
+
+
+def is_conj(input: Tensor) -> bool:
+    return input.is_conj()
+
+
+def is_distributed(input: Tensor) -> bool:
+    return input.is_distributed()
 
 
 def is_storage(obj) -> bool:
