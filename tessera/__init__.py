@@ -185,7 +185,7 @@ _tensor_methods.bind_methods()
 
 
 # PyTorch's functional spellings of Tensor predicates
-def is_nonzero(input: Tensor) -> bool:
+def is_nonzero(input: Tensor):
     """Whether a one-element tensor is nonzero.
 
     >>> import tessera
@@ -195,27 +195,27 @@ def is_nonzero(input: Tensor) -> bool:
     return input.is_nonzero()
 
 
-def is_same_size(input: Tensor, other: Tensor) -> bool:
+def is_same_size(input: Tensor, other: Tensor):
     return input.is_same_size(other)
 
 
-def is_signed(input: Tensor) -> bool:
+def is_signed(input: Tensor):
     return input.is_signed()
 
 
-def is_neg(input: Tensor) -> bool:
+def is_neg(input: Tensor):
     return input.is_neg()
 
 
-def is_conj(input: Tensor) -> bool:
+def is_conj(input: Tensor):
     return input.is_conj()
 
 
-def is_distributed(input: Tensor) -> bool:
+def is_distributed(input: Tensor):
     return input.is_distributed()
 
 
-def is_storage(obj) -> bool:
+def is_storage(obj):
     """False: tessera has no separate storage objects (``untyped_storage()`` is an array)."""
     return False
 

@@ -873,7 +873,7 @@ def _accelerator_device(kind: str, index) -> device:
         return device(kind)
     if isinstance(index, (int, np.integer)) and isinstance(_BACKENDS[kind], Unavailable):
         raise RuntimeError("Cannot access accelerator device when none is available.")
-    return device(kind, index) if isinstance(index, (int, np.integer)) else device(index)
+    return device(kind, int(index)) if isinstance(index, (int, np.integer)) else device(index)
 
 
 def _contiguous_strides(shape) -> tuple[int, ...]:

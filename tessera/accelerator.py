@@ -12,7 +12,7 @@ device(type='cpu')
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["current_accelerator", "current_device_idx", "current_device_index",
            "current_stream", "device_count", "device_index", "empty_cache",
@@ -82,5 +82,5 @@ class device_index:
         if self.idx is not None:
             _none()
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         return False

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 from tessera import _dispatch, _dtype as D
 from tessera._tensor import Tensor
@@ -76,7 +76,7 @@ def get_autocast_gpu_dtype() -> D.dtype:
 
 
 def is_autocast_cache_enabled() -> bool:
-    return _CACHE["enabled"]
+    return bool(_CACHE["enabled"])
 
 
 def set_autocast_cache_enabled(enabled: bool) -> None:
@@ -184,7 +184,7 @@ class autocast:
             _dispatch.push_mode(self._mode)
         return self
 
-    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> Literal[False]:
         if self._mode is not None:
             _dispatch._MODES.remove(self._mode)
             self._mode = None

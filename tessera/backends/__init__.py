@@ -13,6 +13,7 @@ build does.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 from tessera.backends import cpu, cuda, cudnn, mkl, mkldnn, mps, openmp, opt_einsum
 
@@ -21,7 +22,8 @@ __all__ = ["cpu", "cuda", "cudnn", "mkl", "mkldnn", "mps", "openmp", "opt_einsum
            "use_deterministic_algorithms", "are_deterministic_algorithms_enabled",
            "is_deterministic_algorithms_warn_only_enabled"]
 
-_SETTINGS = {"matmul_precision": "highest", "deterministic": False, "warn_only": False}
+_SETTINGS: dict[str, Any] = {"matmul_precision": "highest", "deterministic": False,
+                             "warn_only": False}
 
 
 def get_float32_matmul_precision() -> str:

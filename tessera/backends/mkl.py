@@ -6,14 +6,15 @@ True
 """
 from __future__ import annotations
 
+from typing import Literal
+
 VERBOSE_OFF, VERBOSE_ON = 0, 1
 
 
 def is_available() -> bool:
     import numpy as np
-    config = np.show_config(mode="dicts") if hasattr(np, "show_config") else {}
-    blas = str(config.get("Build Dependencies", {}).get("blas", {})) if config else ""
-    return "mkl" in blas.lower()
+    config: dict = dict(np.show_config(mode="dicts") or {})
+    return "mkl" in str(config.get("Build Dependencies", {}).get("blas", {})).lower()
 
 
 class verbose:
@@ -23,5 +24,5 @@ class verbose:
     def __enter__(self) -> verbose:
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> Literal[False]:
         return False

@@ -9,6 +9,7 @@ False
 from __future__ import annotations
 
 import sys
+from typing import Literal
 
 from tessera.backends._flags import set_flags
 
@@ -39,5 +40,5 @@ class verbose:
     def __enter__(self) -> verbose:
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> Literal[False]:
         return False

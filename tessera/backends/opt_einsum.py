@@ -23,7 +23,7 @@ def is_available() -> bool:
 def get_opt_einsum():
     """The ``opt_einsum`` package if it is installed, else None."""
     try:
-        import opt_einsum  # type: ignore[import-not-found]
+        import opt_einsum
     except ImportError:
         return None
     return opt_einsum

@@ -14,7 +14,7 @@ Seeding is a no-op, memory statistics are zero, and what needs a GPU raises PyTo
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Literal
 
 from tessera.cuda import amp
 
@@ -203,7 +203,7 @@ class device:
         if self.idx >= 0:
             _lazy_init()
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         return False
 
 

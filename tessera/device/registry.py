@@ -151,10 +151,20 @@ class Unavailable(Backend):
     def __init__(self, error: type[Exception], message: str) -> None:
         self.error, self.message = error, message
 
-    def _raise(self, *args) -> Any:
+    def _raise(self) -> Any:
         raise self.error(self.message)
 
-    from_numpy = to_numpy = kernel = inplace_kernel = _raise
+    def from_numpy(self, array, index):
+        return self._raise()
+
+    def to_numpy(self, array):
+        return self._raise()
+
+    def kernel(self, op):
+        return self._raise()
+
+    def inplace_kernel(self, op):
+        return self._raise()
 
 
 # PyTorch's device types, in the order its error messages list them

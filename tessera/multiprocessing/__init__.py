@@ -32,7 +32,7 @@ from tessera.multiprocessing.spawn import (
 __all__ = ["set_sharing_strategy", "get_sharing_strategy", "get_all_sharing_strategies",
            "spawn", "start_processes", "ProcessContext", "ProcessRaisedException",
            "ProcessExitedException", "SpawnContext", "init_reductions"]
-__all__ += multiprocessing.__all__  # type: ignore[attr-defined]
+__all__ += multiprocessing.__all__
 
 if sys.platform in ("darwin", "win32"):
     _sharing_strategy = "file_system"

@@ -141,7 +141,8 @@ def start_processes(fn, args: tuple = (), nprocs: int = 1, join: bool = True,
         fd, name = tempfile.mkstemp(prefix="tessera-errorfile-", suffix=".pickle")
         os.close(fd)
         os.unlink(name)
-        process = mp.Process(target=_wrap, args=(fn, i, args, name), daemon=daemon)
+        process = mp.Process(  # type: ignore[attr-defined]
+            target=_wrap, args=(fn, i, args, name), daemon=daemon)
         process.start()
         processes.append(process)
         error_files.append(name)
