@@ -44,7 +44,23 @@ from tessera._dtype import (  # noqa: E402
 )
 from tessera._dtype import bool_ as bool  # noqa: A001,E402  (PyTorch's name)
 from tessera._runtime.threads import get_num_threads, set_num_threads  # noqa: E402
-from tessera._tensor import Size, Tensor  # noqa: E402
+from tessera._tensor import (  # noqa: E402
+    Size,
+    Tensor,
+    channels_last,
+    channels_last_3d,
+    contiguous_format,
+    jagged,
+    layout,
+    memory_format,
+    preserve_format,
+    sparse_bsc,
+    sparse_bsr,
+    sparse_coo,
+    sparse_csc,
+    sparse_csr,
+    strided,
+)
 from tessera._tensor_str import set_printoptions  # noqa: E402
 from tessera.device import device, register_device  # noqa: E402
 
@@ -122,9 +138,86 @@ from tessera.nn.functional._toplevel import (  # noqa: E402  (torch.selu, torch.
     triplet_margin_loss,
 )
 
+# PyTorch's device, precision and process namespaces (torch.cuda, torch.backends...);
+# multiprocessing registers Tensor.share_memory_ and the tensor reducers
+from tessera import accelerator, amp, backends, cuda, multiprocessing, version  # noqa: E402
+from tessera import _legacy_types  # noqa: E402
+from tessera._legacy_types import CPU_TYPES as _CPU_TYPES  # noqa: E402
+from tessera.amp.autocast_mode import (  # noqa: E402
+    autocast,
+    autocast_decrement_nesting,
+    autocast_increment_nesting,
+    clear_autocast_cache,
+    get_autocast_cpu_dtype,
+    get_autocast_dtype,
+    get_autocast_gpu_dtype,
+    is_autocast_cache_enabled,
+    is_autocast_enabled,
+    set_autocast_cache_enabled,
+    set_autocast_dtype,
+    set_autocast_enabled,
+)
+from tessera.backends import (  # noqa: E402
+    are_deterministic_algorithms_enabled,
+    get_float32_matmul_precision,
+    is_deterministic_algorithms_warn_only_enabled,
+    set_float32_matmul_precision,
+    use_deterministic_algorithms,
+)
+
+from tessera.nn.modules import (  # noqa: E402,F401  (PyTorch's module paths of nn's layers)
+    channelshuffle,
+    fold,
+    instancenorm,
+    pixelshuffle,
+    upsampling,
+)
+from tessera.nn.parallel import distributed as _ddp_path  # noqa: E402,F401
+
+globals().update(_CPU_TYPES)  # tessera.FloatTensor, LongTensor...: PyTorch's legacy types
+for _name, _cls in _legacy_types.CUDA_TYPES.items():
+    setattr(cuda, _name, _cls)
+
 # the Tensor methods among them (x.prelu(w), x.hardshrink()), bound as the ops' ones are
 _tensor_methods._OPS.update(hardshrink=hardshrink, prelu=prelu)
 _tensor_methods.bind_methods()
+
+
+
+# PyTorch's functional spellings of Tensor predicates
+def is_nonzero(input: Tensor):
+    """Whether a one-element tensor is nonzero.
+
+    >>> import tessera
+    >>> tessera.is_nonzero(tessera.tensor([3])), tessera.is_signed(tessera.ones(1))
+    (True, True)
+    """
+    return input.is_nonzero()
+
+
+def is_same_size(input: Tensor, other: Tensor):
+    return input.is_same_size(other)
+
+
+def is_signed(input: Tensor):
+    return input.is_signed()
+
+
+def is_neg(input: Tensor):
+    return input.is_neg()
+
+
+def is_conj(input: Tensor):
+    return input.is_conj()
+
+
+def is_distributed(input: Tensor):
+    return input.is_distributed()
+
+
+def is_storage(obj):
+    """False: tessera has no separate storage objects (``untyped_storage()`` is an array)."""
+    return False
 
 __version__ = "0.1.0"
 

@@ -22,8 +22,42 @@ from tessera._tensor_methods import _OPS, TensorMethods
 from tessera.autograd import graph as _autograd_graph
 from tessera.autograd.grad_mode import STATE
 from tessera.autograd.graph import AccumulateGrad, Node
-from tessera.device.registry import _BACKENDS, device
+from tessera.device.registry import _BACKENDS, Unavailable, device
 from tessera.ops.registry import Meta
+
+
+class _Named:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"tessera.{self.name}"
+
+    def __reduce__(self):
+        return self.name
+
+
+class layout(_Named):
+    """A tensor's memory layout (``tessera.strided``: every tessera tensor is dense)."""
+
+    __slots__ = ()
+
+
+class memory_format(_Named):
+    """``tessera.contiguous_format``, ``channels_last``...: accepted where PyTorch takes a
+    ``memory_format``; tessera keeps row-major strides."""
+
+    __slots__ = ()
+
+
+strided, sparse_coo, sparse_csr, sparse_csc, sparse_bsr, sparse_bsc, _mkldnn, jagged = (
+    layout(n) for n in ("strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr",
+                        "sparse_bsc", "_mkldnn", "jagged"))
+contiguous_format, channels_last, channels_last_3d, preserve_format = (
+    memory_format(n) for n in ("contiguous_format", "channels_last", "channels_last_3d",
+                               "preserve_format"))
 
 
 class Size(tuple):
@@ -236,6 +270,58 @@ class Tensor(TensorMethods):
     @property
     def is_cpu(self) -> bool:
         return self._device.type == "cpu"
+
+    # PyTorch's other device and layout flags: tessera tensors are dense and strided, and
+    # live on the CPU, the meta device, a plug-in device or as global tensors
+    is_xpu = property(lambda self: self._device.type == "xpu")
+    is_ipu = property(lambda self: self._device.type == "ipu")
+    is_mps = property(lambda self: self._device.type == "mps")
+    is_mtia = property(lambda self: self._device.type == "mtia")
+    is_maia = property(lambda self: self._device.type == "maia")
+    is_xla = property(lambda self: self._device.type == "xla")
+    is_vulkan = property(lambda self: self._device.type == "vulkan")
+    is_sparse = is_sparse_csr = is_quantized = is_mkldnn = is_nested = property(
+        lambda self: False)
+
+    @property
+    def layout(self) -> layout:
+        return strided
+
+    def is_neg(self) -> bool:
+        return False
+
+    def is_conj(self) -> bool:
+        return False
+
+    def is_distributed(self) -> bool:
+        return False
+
+    def is_pinned(self, device=None) -> bool:
+        return False
+
+    def is_signed(self) -> bool:
+        return self._dtype.is_signed
+
+    def is_same_size(self, other: Tensor) -> bool:
+        return self._shape == other._shape
+
+    def is_set_to(self, tensor: Tensor) -> bool:
+        """Whether both tensors view the same storage with the same offset, shape and
+        strides."""
+        return (self.untyped_storage() is tensor.untyped_storage() and
+                self._shape == tensor._shape and self.stride() == tensor.stride() and
+                self.data_ptr() == tensor.data_ptr())
+
+    def is_nonzero(self) -> bool:
+        if self.numel() != 1:
+            raise RuntimeError("Boolean value of Tensor with "
+                               f"{'no values' if self.numel() == 0 else 'more than one value'}"
+                               " is ambiguous")
+        return bool(self.item())
+
+    def is_coalesced(self) -> bool:
+        raise RuntimeError("is_coalesced expected sparse coordinate tensor layout but got "
+                           "Strided")
 
     def is_floating_point(self) -> bool:
         return self._dtype.is_floating_point
@@ -644,20 +730,43 @@ class Tensor(TensorMethods):
             out = self.clone()
         return out
 
-    def cpu(self) -> Tensor:
+    def cpu(self, memory_format=None) -> Tensor:
         return self.to("cpu")
+
+    def cuda(self, device=None, non_blocking: bool = False, memory_format=None) -> Tensor:
+        """``self`` on a CUDA device: raises PyTorch's CPU-build error unless a ``cuda``
+        backend is registered (``tessera.register_device``)."""
+        return self.to(_accelerator_device("cuda", device))
+
+    def xpu(self, device=None, non_blocking: bool = False, memory_format=None) -> Tensor:
+        return self.to(_accelerator_device("xpu", device))
+
+    def ipu(self, device=None, non_blocking: bool = False, memory_format=None) -> Tensor:
+        return self.to(_accelerator_device("ipu", device))
+
+    def pin_memory(self, device=None) -> Tensor:
+        raise RuntimeError("Cannot access accelerator device when none is available.")
 
     def type(self, dtype=None, non_blocking: bool = False):
         """``'tessera.FloatTensor'`` with no argument, else ``self`` cast to ``dtype`` (a
         dtype or a type name such as ``'torch.LongTensor'``)."""
         if dtype is None:
-            return f"tessera.{_TYPE_NAMES.get(self._dtype.name, self._dtype.name)}"
+            prefix = "tessera." if self._device.type == "cpu" else f"tessera.{self._device.type}."
+            return prefix + _TYPE_NAMES.get(self._dtype.name, self._dtype.name)
+        dev = None
         if isinstance(dtype, str):
-            name = dtype.rpartition(".")[2]
+            head, _, name = dtype.rpartition(".")
+            dev = "cuda" if head.endswith(".cuda") else "cpu"
             for dt_name, type_name in _TYPE_NAMES.items():
-                if name == type_name:
-                    return self.to(D.as_dtype(dt_name))
-        return self.to(D.as_dtype(dtype))
+                if name == type_name and head.partition(".")[0] in ("torch", "tessera"):
+                    dtype = D.as_dtype(dt_name)
+                    break
+            else:
+                raise ValueError(f"invalid type: '{dtype}'")
+        elif hasattr(dtype, "device_type"):  # a legacy type: tessera.LongTensor
+            dtype, dev = dtype.dtype, dtype.device_type
+        out = self.to(D.as_dtype(dtype))
+        return out if dev is None else out.to(dev)
 
     def type_as(self, other: Tensor) -> Tensor:
         return self.to(other._dtype)
@@ -757,6 +866,14 @@ _TYPE_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "
                "bfloat16": "BFloat16Tensor", "int64": "LongTensor", "int32": "IntTensor",
                "int16": "ShortTensor", "int8": "CharTensor", "uint8": "ByteTensor",
                "bool": "BoolTensor"}
+
+
+def _accelerator_device(kind: str, index) -> device:
+    if index is None:
+        return device(kind)
+    if isinstance(index, (int, np.integer)) and isinstance(_BACKENDS[kind], Unavailable):
+        raise RuntimeError("Cannot access accelerator device when none is available.")
+    return device(kind, int(index)) if isinstance(index, (int, np.integer)) else device(index)
 
 
 def _contiguous_strides(shape) -> tuple[int, ...]:

@@ -388,3 +388,6 @@ class TensorMethods:
     log_softmax = _method("log_softmax")
     hardshrink = _method("hardshrink")
     prelu = _method("prelu")
+    # shared memory across processes (filled by tessera.multiprocessing)
+    share_memory_ = _method("share_memory_")
+    is_shared = _method("is_shared")

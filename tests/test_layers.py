@@ -30,8 +30,11 @@ LAYERS = [
     ("graph", r"tessera\.graph(\..*)?"),
     ("codegen", r"tessera\.codegen(\..*)?"),
     ("distributed", r"tessera\.distributed(?!\.optim)(\..*)?"),
-    ("nn, optim, utils", r"tessera\.(nn(?!\.parallel)|optim|utils|profiler|distributions)(\..*)?"
-                         r"|tessera\.serialization(\..*)?"),
+    # with PyTorch's device, precision and process namespaces (torch.cuda, torch.amp,
+    # torch.backends, torch.accelerator, torch.multiprocessing, the legacy tensor types)
+    ("nn, optim, utils", r"tessera\.(nn(?!\.parallel)|optim|utils|profiler|distributions|amp"
+                         r"|cuda|backends|multiprocessing)(\..*)?|tessera\.(serialization(\..*)?"
+                         r"|accelerator|_legacy_types|version)"),
     ("parallel", r"tessera\.parallel(\..*)?"),
     ("fx", r"tessera\.fx(\..*)?"),
     ("onnx", r"tessera\.onnx(?!\.__main__$)(\..*)?"),

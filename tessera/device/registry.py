@@ -23,8 +23,9 @@ class device:
         else:
             type, index = _parse(type, index)
         if type not in _BACKENDS:
-            raise RuntimeError(f"Expected one of {', '.join(sorted(_BACKENDS))} device type at "
-                               f"start of device string: {type}")
+            names = TORCH_DEVICE_TYPES + tuple(sorted(set(_BACKENDS) - set(TORCH_DEVICE_TYPES)))
+            raise RuntimeError(f"Expected one of {', '.join(names)} device type at start of "
+                               f"device string: {type}")
         self.type = type
         self.index = index
 
@@ -141,6 +142,35 @@ class MetaBackend(Backend):
         return None
 
 
+class Unavailable(Backend):
+    """A device type PyTorch knows but this build has no backend for (``cuda`` without a
+    plug-in): ``device("cuda")`` is a value, and anything that would put data there raises
+    what PyTorch's CPU build raises (``AssertionError: Torch not compiled with CUDA
+    enabled``). Registering a real backend under the name replaces it."""
+
+    def __init__(self, error: type[Exception], message: str) -> None:
+        self.error, self.message = error, message
+
+    def _raise(self) -> Any:
+        raise self.error(self.message)
+
+    def from_numpy(self, array, index):
+        return self._raise()
+
+    def to_numpy(self, array):
+        return self._raise()
+
+    def kernel(self, op):
+        return self._raise()
+
+    def inplace_kernel(self, op):
+        return self._raise()
+
+
+# PyTorch's device types, in the order its error messages list them
+TORCH_DEVICE_TYPES = ("cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip",
+                      "ve", "fpga", "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia",
+                      "privateuseone")
 _BACKENDS: dict[str, Backend] = {}
 
 
@@ -165,8 +195,16 @@ def get_backend(name: str) -> Backend:
 
 
 def registered_devices() -> list[str]:
-    return sorted(_BACKENDS)
+    """The device types that can hold tensors (not PyTorch's names this build lacks)."""
+    return sorted(k for k, b in _BACKENDS.items() if not isinstance(b, Unavailable))
 
 
 register_device("cpu", CPUBackend())
 register_device("meta", MetaBackend())
+for _name in TORCH_DEVICE_TYPES:
+    if _name in ("cuda", "xpu"):  # torch.cuda / torch.xpu's lazy init raises these
+        register_device(_name, Unavailable(
+            AssertionError, f"Torch not compiled with {_name.upper()} enabled"))
+    elif _name not in _BACKENDS:
+        register_device(_name, Unavailable(
+            RuntimeError, f"PyTorch is not linked with support for {_name} devices"))

@@ -15,6 +15,8 @@ tensor([[0, 2],
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from tessera import _dtype as D
@@ -58,11 +60,30 @@ def _as_int(v):
 def _to_index_tensor(x: Tensor, k):
     from tessera.ops.creation import tensor
     try:
-        k = tensor(k, device=x.device)
+        k = tensor(list(k) if isinstance(k, range) else k, device=x.device)
     except (TypeError, ValueError):
         raise IndexError(f"index: could not convert {type(k).__name__} to an index "
                          "tensor") from None
-    return k.long() if k.numel() == 0 else k
+    # as PyTorch's indexing_tensor_from_data: a sequence of numbers indexes as long
+    return k if _is_mask(k) or (k.dtype is D.int64 and k.numel()) else k.long()
+
+
+_SEQUENCE_WARNING = (
+    "Using a non-tuple sequence for multidimensional indexing is deprecated and will be "
+    "changed in pytorch 2.9; use x[tuple(seq)] instead of x[seq]. In pytorch 2.9 this will be "
+    "interpreted as tensor index, x[torch.tensor(seq)], which will result either in an error "
+    "or a different result")
+_SEQUENCES = (list, tuple, range, np.ndarray)
+
+
+def _sequence_as_tuple(key) -> bool:
+    """PyTorch's rule (NumPy's former one) for a list key: it is a tuple of keys when one of
+    its fewer than 32 entries is a tensor, a sequence, a slice, ``None`` or ``...``
+    (``x[[0, slice(None)]]`` is ``x[0, :]``); otherwise it is one index tensor."""
+    if not isinstance(key, (list, range)) or len(key) >= 32:
+        return False
+    return any(isinstance(k, (Tensor, slice) + _SEQUENCES) or k is None or k is Ellipsis
+               for k in key)
 
 
 def _is_mask(k) -> bool:
@@ -92,9 +113,12 @@ def _parse(x: Tensor, key):
     """Split a user key into a template (ints, slices, None, Ellipsis, T, NEW_T) and the
     index tensors that fill its T slots, in order."""
     if not isinstance(key, tuple):
-        key = (key,)
-    key = tuple(_to_index_tensor(x, k) if isinstance(k, (list, tuple, np.ndarray)) else k
-                for k in key)
+        if _sequence_as_tuple(key):
+            warnings.warn(_SEQUENCE_WARNING, UserWarning, stacklevel=4)
+            key = tuple(key)
+        else:
+            key = (key,)
+    key = tuple(_to_index_tensor(x, k) if isinstance(k, _SEQUENCES) else k for k in key)
     if sum(1 for k in key if k is Ellipsis) > 1:
         key = _one_ellipsis(x, key)
     skip = max(x.dim() - sum(_consumed(k) for k in key), 0)

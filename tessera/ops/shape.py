@@ -440,8 +440,13 @@ _FLIP = defop("flip", _flip_infer, _flip_kernel, save=(),
               cost=cost.movement())
 
 
-def flip(input: Tensor, *dims) -> Tensor:
+def flip(input: Tensor, *args, dims=None) -> Tensor:
     """Reverse the order of elements along ``dims``; a copy."""
+    if dims is not None:
+        if args:
+            raise TypeError("flip() got multiple values for argument 'dims'")
+        args = (dims,)
+    dims = args
     if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
         dims = tuple(dims[0])
     return dispatch(_FLIP, ensure_tensor("flip", input), dims=tuple(dims))

@@ -180,14 +180,25 @@ def _shape_args(size, op: str = "view", arg: str = "size") -> tuple:
     return tuple(_as_index(s, op, arg, i + 1) for i, s in enumerate(size))
 
 
-def view(input: Tensor, *shape) -> Tensor:
+def view(input: Tensor, *shape, size=None) -> Tensor:
     """The same data with a new shape; no copy (raises if strides do not allow it)."""
     ensure_tensor("view", input)
+    shape = _keyword_shape("view", shape, "size", size)
     if not shape:
         raise TypeError("view() missing 1 required positional arguments: \"size\"")
     if len(shape) == 1 and isinstance(shape[0], D.dtype):
         raise NotImplementedError("view(dtype) reinterpretation is not supported")
     return dispatch(_VIEW, input, shape=_shape_args(shape))
+
+
+def _keyword_shape(op: str, args: tuple, name: str, value) -> tuple:
+    """The sizes given positionally (``x.view(2, 3)``) or as PyTorch's keyword
+    (``x.view(size=(2, 3))``), not both."""
+    if value is None:
+        return args
+    if args:
+        raise TypeError(f"{op}() got multiple values for argument '{name}'")
+    return (value,)
 
 
 def view_as(input: Tensor, other: Tensor) -> Tensor:
@@ -200,9 +211,10 @@ def _viewable(x: Tensor, shape: tuple[int, ...]) -> bool:
     return _compute_stride(x._shape, x.stride(), shape) is not None
 
 
-def reshape(input: Tensor, *shape) -> Tensor:
+def reshape(input: Tensor, *args, shape=None) -> Tensor:
     """A view when the strides allow it, else a copy, with the new shape."""
     ensure_tensor("reshape", input)
+    shape = _keyword_shape("reshape", args, "shape", shape)
     if not shape:
         raise TypeError("reshape() missing 1 required positional arguments: \"shape\"")
     # resolved here so that a bad shape is reported as reshape's error, not view's
@@ -358,9 +370,10 @@ _PERMUTE = defop("permute", _permute_infer, lambda x, dims: x.transpose(dims),
                  cost=cost.view())
 
 
-def permute(input: Tensor, *dims) -> Tensor:
-    """Reorder dims: ``x.permute(2, 0, 1)``."""
+def permute(input: Tensor, *args, dims=None) -> Tensor:
+    """Reorder dims: ``x.permute(2, 0, 1)``, ``tessera.permute(x, dims=(2, 0, 1))``."""
     ensure_tensor("permute", input)
+    dims = _keyword_shape("permute", args, "dims", dims)
     return dispatch(_PERMUTE, input, dims=_shape_args(dims, "permute", "dims"))
 
 

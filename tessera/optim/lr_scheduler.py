@@ -36,3 +36,13 @@ __all__ = ["LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR"
            "ExponentialLR", "SequentialLR", "CosineAnnealingLR", "ChainedScheduler",
            "ReduceLROnPlateau", "CyclicLR", "CosineAnnealingWarmRestarts", "OneCycleLR",
            "PolynomialLR", "LRScheduler"]
+
+
+class _LRScheduler(LRScheduler):
+    """PyTorch's former name of ``LRScheduler``, still subclassed by older scripts."""
+
+
+# this is the schedulers' home as PyTorch names it: pickles and ``add_safe_globals`` refer
+# to ``tessera.optim.lr_scheduler.StepLR`` as PyTorch's refer to ``torch.optim.lr_scheduler``
+for _name in __all__:
+    globals()[_name].__module__ = __name__

@@ -356,3 +356,12 @@ class Softmax2d(Module):
             raise ValueError(f"Softmax2d: expected input to be 3D or 4D, got {input.dim()}D "
                              "instead")
         return F.softmax(input, -3, _stacklevel=5)
+
+
+# PyTorch defines MultiheadAttention in torch.nn.modules.activation; tessera keeps it with
+# the attention code, and names this path as its home so pickles refer to it where
+# PyTorch's do
+from tessera.nn.modules.attention import MultiheadAttention  # noqa: E402
+
+MultiheadAttention.__module__ = __name__
+__all__.append("MultiheadAttention")

@@ -408,7 +408,23 @@ class Module:
         return self._apply(lambda t: t.to(D.bfloat16) if t.is_floating_point() else t)
 
     def share_memory(self: _M) -> _M:
-        return self
+        """Moves every parameter and buffer into shared memory (``Tensor.share_memory_``),
+        so processes given this module update one set of weights (Hogwild).
+
+        >>> import tessera
+        >>> tessera.nn.Linear(2, 2).share_memory().weight.is_shared()
+        True
+        """
+        return self._apply(lambda t: t.share_memory_())
+
+    def cuda(self: _M, device=None) -> _M:
+        return self._apply(lambda t: t.cuda(device))
+
+    def xpu(self: _M, device=None) -> _M:
+        return self._apply(lambda t: t.xpu(device))
+
+    def ipu(self: _M, device=None) -> _M:
+        return self._apply(lambda t: t.ipu(device))
 
     # ---- calling and hooks --------------------------------------------------------------
     def _call_impl(self, *args, **kwargs):
