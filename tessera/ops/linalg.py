@@ -820,18 +820,22 @@ def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,
     return _out(transpose(x, -1, -2), out)
 
 
-def triangular_solve(b: Tensor, A: Tensor, upper: bool = True, transpose: bool = False,
-                     unitriangular: bool = False):
-    """``torch.triangular_solve``: ``(solution, cloned_coefficient)`` of ``op(A) X = b``.
+def triangular_solve(input: Tensor, A: Tensor, upper: bool = True, transpose: bool = False,
+                     unitriangular: bool = False, *, out=None):
+    """``torch.triangular_solve``: ``(solution, cloned_coefficient)`` of ``op(A) X = input``;
+    ``out=`` a pair of tensors to write them into.
 
     >>> import tessera
     >>> tessera.triangular_solve(tessera.ones(2, 1), tessera.eye(2)).solution.shape
     tessera.Size([2, 1])
     """
-    ensure_tensor("triangular_solve", b)
+    ensure_tensor("triangular_solve", input)
     ensure_tensor("triangular_solve", A)
     a = _transpose(A, -1, -2) if transpose else A
-    x = solve_triangular(a, b, upper=upper != transpose, unitriangular=unitriangular)
+    x = solve_triangular(a, input, upper=upper != transpose, unitriangular=unitriangular)
+    if out is not None:
+        sol, coef = out
+        return _TriangularSolve(_out(x, sol), _out(A, coef))
     return _TriangularSolve(x, A.clone())
 
 

@@ -233,11 +233,12 @@ def _placer(map_location: Any, where: str) -> Callable[[Tensor, str], Tensor]:
             target = str(target)  # a torch.device given by code written for PyTorch
         try:
             dev = Device(target)
-        except (RuntimeError, TypeError, ValueError) as e:
-            raise RuntimeError(f"{where}: a tensor was saved on device '{saved}', which "
-                               f"is not available ({e}); pass map_location='cpu' to load it "
-                               "on the CPU") from None
-        return t if dev == t.device else t.to(dev)
+            return t if dev == t.device else t.to(dev)
+        except (AssertionError, RuntimeError, TypeError, ValueError) as e:
+            # a device this build names but cannot hold data on (cuda) fails in the move
+            raise RuntimeError(f"{where}: a tensor was saved on device '{saved}' and mapped "
+                               f"to '{target}', which is not available ({e}); pass "
+                               "map_location='cpu' to load it on the CPU") from None
     return place
 
 
