@@ -102,12 +102,16 @@ def reduce_over(b, op: str, x: str, axes, keepdims: bool) -> str:
 # ---- import side -----------------------------------------------------------------------
 
 class ImportContext:
-    """What an import rule knows about its ONNX node: attributes and the model's opset."""
+    """What an import rule knows about its ONNX node: attributes, the model's opset and how
+    error messages name the node (``where``)."""
 
-    def __init__(self, node, opset: int):
+    def __init__(self, node, opset: int, index: int | None = None):
         from onnx import helper
+
+        from tessera.onnx.validate import describe
         self.node = node
         self.opset = opset
+        self.where = describe(node, index)
         self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         for k, v in self.attrs.items():
             if isinstance(v, bytes):
