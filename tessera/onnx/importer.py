@@ -119,7 +119,9 @@ class OnnxProgram:
         self.initializers = {t.name: _array(t) for t in g.initializer}
         self.input_names = [i.name for i in g.input if i.name not in self.initializers]
         self.output_names = [o.name for o in g.output]
+        from tessera.onnx.validate import type_params
         self.rules = []
+        self.type_params = [type_params(node, self.opset) for node in g.node]
         for node in g.node:
             table = IMPORT[node.op_type]
             rule = newest(table, self.opset)
@@ -157,6 +159,7 @@ class OnnxProgram:
         for k, (node, rule) in enumerate(zip(self.proto.graph.node, self.rules)):
             args = [env[i] if i else None for i in node.input]
             ctx = ImportContext(node, self.opset, k)
+            _check_types(ctx, self.type_params[k], args)
             out = _apply(rule, ctx, args, tracer)
             outs = out if isinstance(out, (tuple, list)) else (out,)
             for name, t in zip(node.output, outs):
@@ -169,7 +172,26 @@ class OnnxProgram:
             if len(outs) < len(node.output) and any(node.output[len(outs):]):
                 raise OnnxImportError(f"{ctx.where}: tessera computes {len(outs)} of its "
                                       f"{len(node.output)} outputs")
-        return [env[n] for n in self.output_names]
+        outs = [env[n] for n in self.output_names]
+        for v, t in zip(self.proto.graph.output, outs):
+            want = DTYPES.get(v.type.tensor_type.elem_type)
+            if want is not None and t.dtype is not want:
+                raise OnnxValidationError(f"graph output '{v.name}' is declared {want}; the "
+                                          f"model computes {t.dtype}")
+        return outs
+
+
+def _check_types(ctx, params: list[str], args: list) -> None:
+    """Inputs bound to one type parameter of the node's schema have one dtype (tessera's
+    ops would promote them instead)."""
+    seen: dict[str, tuple] = {}
+    for name, p, a in zip(ctx.node.input, params, args):
+        if a is None:
+            continue
+        first = seen.setdefault(p, (name, a.dtype))
+        if a.dtype is not first[1]:
+            raise OnnxValidationError(f"{ctx.where}: inputs '{first[0]}' ({first[1]}) and "
+                                      f"'{name}' ({a.dtype}) must have one type ({p})")
 
 
 def _apply(rule, ctx, args: list, tracer):
@@ -193,8 +215,9 @@ def _apply(rule, ctx, args: list, tracer):
     except NotImplementedError as e:
         raise OnnxImportError(f"{ctx.where}: {node.op_type} {e}") from None
     except Exception as e:  # an op's own error (shapes, dtypes): keep its type, name the node
-        if not isinstance(e, OnnxImportError):
-            e.add_note(f"while importing ONNX {ctx.where}")
+        note = getattr(e, "add_note", None)   # Python 3.11 on
+        if note is not None and not isinstance(e, OnnxImportError):
+            note(f"while importing ONNX {ctx.where}")
         raise
 
 

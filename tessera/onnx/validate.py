@@ -1,11 +1,15 @@
 """Validation of an ONNX model before tessera runs any of it.
 
-``validate(proto, opset)`` runs tessera's own checks, then ``onnx.checker.check_model`` with
-``full_check`` (strict shape and type inference). Tessera's checks come first because
-they name the node (its name, or its index when unnamed), its op type and the attribute or
-input at fault, where the checker often names only the op type; and because the checker
-misses some of them (an unknown ``auto_pad``, a ``kernel_shape`` that disagrees with the
-weights, an ``Add`` with one input under some opsets). The checks:
+``validate(proto, opset)`` runs tessera's own checks, then ``onnx.checker.check_model``.
+Tessera's checks come first because they name the node (its name, or its index when
+unnamed), its op type and the attribute or input at fault, where the checker often names
+only the op type, and because the checker misses some of them (an unknown ``auto_pad``, a
+``kernel_shape`` that disagrees with the weights). The checker runs without ``full_check``:
+ONNX's shape inference, which ``full_check`` adds, aborts the whole process on some invalid
+attributes (``LayerNormalization`` with ``axis=2**31``, a ``Split`` whose ``num_outputs``
+is not its output count), so it never runs on an unchecked model. What it would check,
+tessera checks while it traces the model at load, on the actual shapes: each import rule
+checks its axes and geometry against the tensors it receives. The checks here:
 
 * every value (graph input, initializer, node output) is defined once;
 * nodes are in topological order (ONNX requires it), and a cycle is reported as one;
@@ -173,10 +177,10 @@ def _schema(node, i: int, opset: int) -> None:
     # an output that an op declares but the node names "" is absent, as is a trailing input
     if any(not name for name in node.output[:s.min_output]):
         raise OnnxValidationError(f"{where}: its required output names are empty")
-    for k, name in enumerate(node.input[:s.min_input]):
-        if not name and not _optional(s, k):
-            raise OnnxValidationError(f"{where}: required input {k} "
-                                      f"('{_formal(s, k)}') is empty")
+    for k, name in enumerate(node.input):
+        if not name and not _optional(s, k):   # only an optional input may be left out
+            raise OnnxValidationError(f"{where}: input {k} ('{_formal(s, k)}') is empty; "
+                                      f"only an optional input may be")
     names = set()
     for a in node.attribute:
         if a.name in names:
@@ -186,18 +190,67 @@ def _schema(node, i: int, opset: int) -> None:
         if spec is None:
             raise OnnxValidationError(f"{where}: {node.op_type}-{s.since_version} has no "
                                       f"attribute '{a.name}'")
-        want = AttributeProto.AttributeType.Name(int(spec.type))
+        kind = int(spec.type.value)  # type: ignore[attr-defined]  # a pybind11 enum
+        want = AttributeProto.AttributeType.Name(kind)
         if a.ref_attr_name:
             raise OnnxValidationError(f"{where}: attribute '{a.name}' refers to a function "
                                       "attribute outside a function")
-        if int(a.type) != int(spec.type):
+        if int(a.type) != kind:
             got = AttributeProto.AttributeType.Name(a.type) if a.type in \
                 AttributeProto.AttributeType.values() else str(a.type)
             raise OnnxValidationError(f"{where}: attribute '{a.name}' has type {got}, "
                                       f"{node.op_type} expects {want}")
+        if a.name in _FLAGS and a.type == AttributeProto.INT and a.i not in (0, 1):
+            raise OnnxValidationError(f"{where}: attribute '{a.name}' is {a.i}; it is a "
+                                      "flag, 0 or 1")
     for name, spec in s.attributes.items():
         if spec.required and name not in names:
             raise OnnxValidationError(f"{where}: required attribute '{name}' is missing")
+    rule = _OP_RULES.get(node.op_type)
+    if rule is not None:
+        rule(node, where, s.since_version)
+
+
+def _split_rule(node, where: str, version: int) -> None:
+    """Split's ``num_outputs`` must be its output count (ONNX's shape inference indexes its
+    outputs by it: a mismatch aborts the process inside ``onnx``)."""
+    from onnx import helper
+    for a in node.attribute:
+        if a.name == "num_outputs":
+            n = helper.get_attribute_value(a)
+            if n != len(node.output):
+                raise OnnxValidationError(f"{where}: attribute 'num_outputs' is {n}, but the "
+                                          f"node has {len(node.output)} outputs")
+            if len(node.input) > 1 and node.input[1]:
+                raise OnnxValidationError(f"{where}: input 'split' and attribute "
+                                          "'num_outputs' cannot be used together")
+            return
+    if version >= 18 and not (len(node.input) > 1 and node.input[1]):
+        raise OnnxValidationError(f"{where}: Split-{version} needs input 'split' or "
+                                  "attribute 'num_outputs'")
+
+
+# per-op rules the schema cannot say, run on every node of that op type (a table: ONNX op
+# type -> rule(node, where, the schema's version))
+_OP_RULES = {"Split": _split_rule}
+
+
+# integer attributes that are flags: ONNX's shape inference and onnxruntime's kernels read
+# any other value differently (== 1 against != 0)
+_FLAGS = frozenset({"keepdims", "ceil_mode", "count_include_pad", "transA", "transB",
+                    "largest", "sorted", "select_last_index", "exclusive", "reverse",
+                    "noop_with_empty_axes", "storage_order", "upper", "allowzero",
+                    "detect_negative", "detect_positive", "exclude_outside", "antialias",
+                    "center_point_box", "training_mode"})
+
+
+def type_params(node, opset: int) -> list[str]:
+    """The type parameter (``T``...) each of ``node``'s inputs is bound to by its schema;
+    inputs bound to one parameter must have one type."""
+    from onnx import defs
+    s = defs.get_schema(node.op_type, opset, node.domain)
+    params = s.inputs
+    return [params[min(k, len(params) - 1)].type_str for k in range(len(node.input))]
 
 
 def _formal(s, k: int) -> str:
@@ -385,6 +438,19 @@ def _tensors(g):
                 yield from _tensors(sub)
 
 
+def copy_with_typed_outputs(proto, outputs: list[int]):
+    """A copy of ``proto`` whose graph outputs ``outputs`` have a placeholder type."""
+    import onnx
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    for k in outputs:
+        t = m.graph.output[k].type
+        if not t.HasField("tensor_type") or not t.tensor_type.elem_type:
+            t.tensor_type.elem_type = onnx.TensorProto.FLOAT
+        t.tensor_type.shape.SetInParent()
+    return m
+
+
 def _typed(v) -> bool:
     t = v.type
     return t.HasField("tensor_type") and t.tensor_type.HasField("shape") or \
@@ -392,19 +458,21 @@ def _typed(v) -> bool:
 
 
 def _checker(proto, path: str | None) -> None:
-    """``onnx.checker.check_model(full_check=True)``. The checker wants a type and shape on
-    every graph output, which onnxruntime (and tessera) infer: outputs without them are
-    checked as ONNX's shape inference completes them (on a copy)."""
+    """``onnx.checker.check_model`` (not ``full_check``: see the module docstring). The
+    checker wants a type and shape on every graph output, which onnxruntime and tessera
+    infer: outputs without them are checked on a copy where they have a placeholder type
+    (the checker without ``full_check`` does not compare it with anything)."""
     import onnx
+    bare = [k for k, v in enumerate(proto.graph.output) if not _typed(v)]
+    if bare:
+        proto = copy_with_typed_outputs(proto, bare)
     try:
-        if not all(_typed(v) for v in proto.graph.output):
-            proto = onnx.shape_inference.infer_shapes(proto)
         try:
-            onnx.checker.check_model(proto, full_check=True)
+            onnx.checker.check_model(proto)
         except ValueError as e:
-            if path is None or "2GB" not in str(e):
+            if path is None or "2GB" not in str(e) or bare:
                 raise
-            onnx.checker.check_model(path, full_check=True)
+            onnx.checker.check_model(path)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         text = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
         raise OnnxValidationError(f"the ONNX checker rejects the model: "
