@@ -38,7 +38,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tessera.kernels.csource import defines, source
-from tessera.kernels.window import _SUFFIX, available
+from tessera.kernels.window import _SUFFIX, available, check_conv
 
 __all__ = ["threaded", "conv2d_threaded", "conv2d_input_grad_threaded",
            "conv2d_weight_grad_threaded"]
@@ -308,6 +308,7 @@ def conv2d_threaded(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation,
     """``y`` (N, O, OH, OW) = the 2-d convolution of C-contiguous ``x`` (N, C, H, W) with
     C-contiguous ``w`` (O, C, KH, KW) plus ``b`` (O,) if given; ``pads`` are the low
     paddings; ``y`` C-contiguous."""
+    check_conv("conv2d", x.shape, w.shape, y.shape, stride, pads, dilation, (x, w, y), b)
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
     oh, ow = y.shape[2:]
@@ -331,6 +332,8 @@ def conv2d_input_grad_threaded(g: np.ndarray, w: np.ndarray, stride, pads, dilat
                                dx: np.ndarray) -> None:
     """``dx`` (N, C, H, W) = the input gradient of C-contiguous ``g`` (N, O, OH, OW); one
     image per item (col2im windows overlap, so images are the unit)."""
+    check_conv("conv2d_input_grad", dx.shape, w.shape, g.shape, stride, pads, dilation,
+               (g, w, dx))
     n, c, h, wd = dx.shape
     o, _, kh, kw = w.shape
     oh, ow = g.shape[2:]
@@ -345,6 +348,8 @@ def conv2d_weight_grad_threaded(x: np.ndarray, g: np.ndarray, wshape, stride, pa
                                 dilation) -> np.ndarray:
     """The weight gradient (O, C, KH, KW) of C-contiguous ``x`` and ``g``: each thread sums
     its images' products into its own slice, then the slices add up."""
+    check_conv("conv2d_weight_grad", x.shape, tuple(wshape), g.shape, stride, pads, dilation,
+               (x, g))
     n, c, h, wd = x.shape
     o, _, kh, kw = wshape
     oh, ow = g.shape[2:]

@@ -41,6 +41,7 @@ import os
 import numpy as np
 
 from tessera.kernels.csource import source
+from tessera.kernels.window import check_conv
 
 __all__ = ["enabled", "usable", "chosen", "conv2d_direct", "conv2d_input_grad_direct",
            "conv2d_weight_grad_direct"]
@@ -249,6 +250,8 @@ def conv2d_direct(x: np.ndarray, w: np.ndarray, b, pads, dilation, y: np.ndarray
     >>> float(y[0, 0, 0, 0])
     18.0
     """
+    check_conv("conv2d_direct", x.shape, w.shape, y.shape, (1, 1), pads, dilation, (x, w, y),
+               b)
     _forward(x, w, b, pads, dilation, y, 0)
 
 
@@ -266,6 +269,8 @@ def conv2d_input_grad_direct(g: np.ndarray, w: np.ndarray, pads, dilation,
     >>> float(dx.sum())
     18.0
     """
+    check_conv("conv2d_input_grad_direct", dx.shape, w.shape, g.shape, (1, 1), pads,
+               dilation, (g, w, dx))
     kh, kw = w.shape[2:]
     if _scatters(g.shape[2:], dx.shape[2:], (kh, kw), dilation):
         _scatter(g, w, pads, dilation, dx)
@@ -337,6 +342,8 @@ def conv2d_weight_grad_direct(x: np.ndarray, g: np.ndarray, wshape, pads,
     ((1, 2, 3, 3), 18.0)
     """
     from tessera.kernels.conv import _threads, _workspace
+    check_conv("conv2d_weight_grad_direct", x.shape, tuple(wshape), g.shape, (1, 1), pads,
+               dilation, (x, g))
     n, o, oh, ow = g.shape
     ck = x.shape[1] * wshape[2] * wshape[3]
     lanes = _lanes(x.dtype)

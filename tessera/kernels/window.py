@@ -31,7 +31,80 @@ import numpy as np
 from tessera.kernels.csource import defines, source
 
 __all__ = ["available", "im2col", "col2im", "depthwise_conv2d", "max_pool2d",
-           "max_pool2d_values", "max_pool2d_backward"]
+           "max_pool2d_values", "max_pool2d_backward", "check_geometry", "check_conv"]
+
+
+# ---- the geometry every C window kernel trusts ------------------------------------------
+# The kernels index memory by these numbers: a third dilation shifts the geometry array a
+# driver reads positionally, a zero stride divides by zero, a negative padding writes before
+# a scratch plane. Every entry point checks them (a few compares, kept on the fast paths),
+# so that no caller (an imported ONNX model, a graph, eager code) can make a kernel read or
+# write out of bounds.
+
+def check_geometry(op: str, ksize, stride, pads, dilation, out_sp=None) -> None:
+    """Raise ``ValueError`` naming ``op`` unless a 2-d window geometry is sound: two kernel
+    sizes, strides, low paddings and dilations (and output sizes), kernel sizes, strides and
+    dilations positive, paddings and output sizes non-negative.
+
+    >>> check_geometry("max_pool2d", (2, 2), (1, 1), (0, 0), (1, 1, 1))
+    Traceback (most recent call last):
+        ...
+    ValueError: max_pool2d: expected 2 kernel sizes, strides, paddings and dilations (a 2-d
+    window), got kernel_size=(2, 2), stride=(1, 1), padding=(0, 0), dilation=(1, 1, 1)
+    """
+    if len(ksize) != 2 or len(stride) != 2 or len(pads) != 2 or len(dilation) != 2 \
+            or out_sp is not None and len(out_sp) != 2:
+        raise ValueError(f"{op}: expected 2 kernel sizes, strides, paddings and dilations (a "
+                         f"2-d window), got {_geometry_text(ksize, stride, pads, dilation)}"
+                         + ("" if out_sp is None else f", output size {tuple(out_sp)}"))
+    if min(ksize) < 1 or min(stride) < 1 or min(dilation) < 1 or min(pads) < 0 \
+            or out_sp is not None and min(out_sp) < 0:
+        raise ValueError(f"{op}: kernel sizes, strides and dilations must be positive and "
+                         f"paddings non-negative, got "
+                         f"{_geometry_text(ksize, stride, pads, dilation)}"
+                         + ("" if out_sp is None else f", output size {tuple(out_sp)}"))
+
+
+def _geometry_text(ksize, stride, pads, dilation) -> str:
+    return (f"kernel_size={tuple(ksize)}, stride={tuple(stride)}, padding={tuple(pads)}, "
+            f"dilation={tuple(dilation)}")
+
+
+def check_conv(op: str, xshape, wshape, yshape, stride, pads, dilation, arrays,
+               bias=None) -> None:
+    """Raise ``ValueError`` naming ``op`` unless input ``xshape`` (N, C, H, W), filters
+    ``wshape`` (O, C, KH, KW) and output ``yshape`` (N, O, OH, OW) form a 2-d convolution
+    with a sound geometry (``check_geometry``), ``arrays`` (and ``bias``, (O,)) share one
+    dtype and are C-contiguous: what the C convolution drivers assume.
+
+    >>> x, w, y = np.ones((1, 2, 4, 4)), np.ones((1, 3, 3, 3)), np.ones((1, 1, 2, 2))
+    >>> check_conv("conv2d", x.shape, w.shape, y.shape, (1, 1), (0, 0), (1, 1), (x, w, y))
+    Traceback (most recent call last):
+        ...
+    ValueError: conv2d: input [1, 2, 4, 4], weight [1, 3, 3, 3] and output [1, 1, 2, 2] are not
+    a 2-d convolution's (N, C, H, W), (O, C, KH, KW) and (N, O, OH, OW)
+    """
+    if len(xshape) != 4 or len(wshape) != 4 or len(yshape) != 4 or xshape[1] != wshape[1] \
+            or yshape[0] != xshape[0] or yshape[1] != wshape[0]:
+        raise ValueError(f"{op}: input {list(xshape)}, weight {list(wshape)} and output "
+                         f"{list(yshape)} are not a 2-d convolution's (N, C, H, W), "
+                         "(O, C, KH, KW) and (N, O, OH, OW)")
+    check_geometry(op, wshape[2:], stride, pads, dilation, yshape[2:])
+    _check_arrays(op, arrays if bias is None else (*arrays, bias))
+    if bias is not None and bias.shape != (wshape[0],):
+        raise ValueError(f"{op}: bias of shape {list(bias.shape)} for {wshape[0]} output "
+                         "channels")
+
+
+def _check_arrays(op: str, arrays) -> None:
+    dt = arrays[0].dtype
+    if dt not in _SUFFIX:
+        raise ValueError(f"{op}: the C kernels take float32 or float64, got {dt}")
+    for a in arrays:
+        if a.dtype != dt or not a.flags.c_contiguous:
+            raise ValueError(f"{op}: arrays must be C-contiguous {dt}, got "
+                             f"{'a non-contiguous' if a.dtype == dt else a.dtype} array of "
+                             f"shape {list(a.shape)}")
 
 
 @functools.lru_cache(maxsize=64)
@@ -54,6 +127,13 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation, ou
     y = np.empty((n, c) + tuple(out_sp), x.dtype) if out is None else out
     w = np.ascontiguousarray(w, x.dtype)
     b = None if b is None else np.ascontiguousarray(b, x.dtype)
+    if w.ndim != 4 or w.shape[:2] != (c, 1) or tuple(y.shape[2:]) != tuple(out_sp):
+        raise ValueError(f"depthwise_conv2d: filters {list(w.shape)} and output "
+                         f"{list(y.shape)} for input {list(x.shape)}, output size "
+                         f"{tuple(out_sp)}")
+    # one filter per channel: checked as the (C, C, KH, KW) convolution it computes
+    check_conv("depthwise_conv2d", x.shape, (c, c) + w.shape[2:], y.shape, stride, pads,
+               dilation, (x, w, y), b)
     f = _depthwise_fn(_SUFFIX[x.dtype], *(tuple(map(int, a)) for a in
                                            (w.shape[2:], stride, pads, dilation)))
     split_call(f, (x.ctypes.data, w.ctypes.data, None if b is None else b.ctypes.data,
@@ -121,6 +201,7 @@ def im2col(x: np.ndarray, cols: np.ndarray, ksize, stride, pads, dilation, out_s
     paddings (the high side follows from ``out_sp``). Rows split across the kernel
     threads when the buffer is large."""
     from tessera.kernels.threadpool import split_call
+    _check_columns("im2col", x, cols, ksize, stride, pads, dilation, out_sp)
     f = getattr(_lib(), f"tsr_im2col_{_SUFFIX[x.dtype]}")
     rows = cols.shape[0]
     split_call(f, (x.ctypes.data, cols.ctypes.data, *x.shape,
@@ -132,16 +213,39 @@ def col2im(cols: np.ndarray, dx: np.ndarray, ksize, stride, pads, dilation, out_
     """The adjoint of ``im2col``: ``dx`` (C, H, W) = the sum of each input element's window
     entries in ``cols``. Channels split across the kernel threads when large."""
     from tessera.kernels.threadpool import split_call
+    _check_columns("col2im", dx, cols, ksize, stride, pads, dilation, out_sp)
     f = getattr(_lib(), f"tsr_col2im_{_SUFFIX[cols.dtype]}")
     split_call(f, (cols.ctypes.data, dx.ctypes.data, *dx.shape,
                    *_geometry(ksize, stride, pads, dilation, out_sp),
                    cols.strides[0] // cols.itemsize), dx.shape[0], cols.size)
 
 
+def _check_columns(op: str, x: np.ndarray, cols: np.ndarray, ksize, stride, pads, dilation,
+                   out_sp) -> None:
+    """What im2col and col2im index by: image ``x`` (C, H, W) C-contiguous, ``cols`` (C KH
+    KW, OH OW) with unit column stride, a sound geometry."""
+    check_geometry(op, ksize, stride, pads, dilation, out_sp)
+    if x.ndim != 3 or cols.ndim != 2 \
+            or cols.shape != (x.shape[0] * ksize[0] * ksize[1], out_sp[0] * out_sp[1]):
+        raise ValueError(f"{op}: columns {list(cols.shape)} for an image {list(x.shape)}, "
+                         f"kernel {tuple(ksize)} and output size {tuple(out_sp)}")
+    _check_arrays(op, (x,))
+    if cols.dtype != x.dtype or cols.strides[1] != cols.itemsize:
+        raise ValueError(f"{op}: columns must be {x.dtype} with unit column stride")
+
+
+def _check_pool(op: str, x: np.ndarray, ksize, stride, pads, dilation, out_sp) -> None:
+    check_geometry(op, ksize, stride, pads, dilation, out_sp)
+    if x.ndim != 4:
+        raise ValueError(f"{op}: expected an (N, C, H, W) input, got {list(x.shape)}")
+    _check_arrays(op, (x,))
+
+
 def max_pool2d(x: np.ndarray, ksize, stride, pads, dilation, out_sp):
     """(values, flat per-plane indices) of 2-d max pooling of C-contiguous ``x`` (N, C, H,
     W), planes split across the kernel threads."""
     from tessera.kernels.threadpool import split_call
+    _check_pool("max_pool2d", x, ksize, stride, pads, dilation, out_sp)
     n, c, h, w = x.shape
     y = np.empty((n, c) + tuple(out_sp), x.dtype)
     idx = np.empty((n, c) + tuple(out_sp), np.int64)
@@ -156,6 +260,7 @@ def max_pool2d_values(x: np.ndarray, ksize, stride, pads, dilation, out_sp) -> n
     """The values of 2-d max pooling of C-contiguous ``x`` (N, C, H, W), without indices;
     planes split across the kernel threads."""
     from tessera.kernels.threadpool import split_call
+    _check_pool("max_pool2d", x, ksize, stride, pads, dilation, out_sp)
     n, c, h, w = x.shape
     y = np.empty((n, c) + tuple(out_sp), x.dtype)
     f = _maxpool_fn(_SUFFIX[x.dtype], *(tuple(map(int, a)) for a in
@@ -168,6 +273,13 @@ def max_pool2d_backward(g: np.ndarray, idx: np.ndarray, input_shape) -> np.ndarr
     """Scatter-add of ``g`` at ``idx`` into zeros of ``input_shape``; a ValueError names an
     index outside its plane."""
     from tessera.kernels.threadpool import split_call
+    if g.ndim < 3 or idx.shape != g.shape or len(input_shape) != g.ndim \
+            or tuple(input_shape[:2]) != g.shape[:2]:
+        raise ValueError(f"max_pool2d_backward: gradient {list(g.shape)}, indices "
+                         f"{list(idx.shape)} and input shape {list(input_shape)} disagree")
+    _check_arrays("max_pool2d_backward", (g,))
+    if idx.dtype != np.int64 or not idx.flags.c_contiguous:
+        raise ValueError("max_pool2d_backward: indices must be C-contiguous int64")
     n, c = input_shape[:2]
     in_plane = int(np.prod(input_shape[2:]))
     out_plane = int(np.prod(g.shape[2:]))

@@ -50,6 +50,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tessera.kernels.window import check_conv
+
 __all__ = ["enabled", "usable", "chosen", "chosen_weight_grad", "conv2d_winograd",
            "conv2d_input_grad_winograd", "conv2d_weight_grad_winograd"]
 
@@ -234,6 +236,8 @@ def conv2d_weight_grad_winograd(x: np.ndarray, g: np.ndarray, pads) -> np.ndarra
     ((1, 2, 3, 3), 18.0)
     """
     from tessera.kernels.conv import _run, _threads, _workspace
+    check_conv("conv2d_weight_grad_winograd", x.shape, (g.shape[1], x.shape[1], 3, 3),
+               g.shape, (1, 1), pads, (1, 1), (x, g))
     n, c, h, wd = x.shape
     o, oh, ow = g.shape[1:]
     v = _tiles(n, c, o, oh, ow)
@@ -268,7 +272,15 @@ def conv2d_winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray) -> Non
     >>> float(y[0, 0, 0, 0])
     18.0
     """
+    _check_3x3("conv2d_winograd", w)
+    check_conv("conv2d_winograd", x.shape, w.shape, y.shape, (1, 1), pads, (1, 1), (x, w, y),
+               b)
     _winograd(x, w, b, pads, y, 0)
+
+
+def _check_3x3(op: str, w: np.ndarray) -> None:
+    if w.shape[2:] != (3, 3):
+        raise ValueError(f"{op}: Winograd F(m, 3x3) takes 3x3 filters, got {list(w.shape)}")
 
 
 def conv2d_input_grad_winograd(g: np.ndarray, w: np.ndarray, pads, dx: np.ndarray) -> None:
@@ -283,4 +295,9 @@ def conv2d_input_grad_winograd(g: np.ndarray, w: np.ndarray, pads, dx: np.ndarra
     >>> round(float(dx.sum()), 6)   # exact up to the transforms' rounding
     18.0
     """
+    _check_3x3("conv2d_input_grad_winograd", w)
+    check_conv("conv2d_input_grad_winograd", dx.shape, w.shape, g.shape, (1, 1), pads, (1, 1),
+               (g, w, dx))
+    if max(pads) > 2:   # its convolution pads by 2 - p
+        raise ValueError(f"conv2d_input_grad_winograd: low paddings {tuple(pads)} above 2")
     _winograd(g, w, None, tuple(2 - p for p in pads), dx, 1)

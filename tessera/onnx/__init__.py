@@ -16,7 +16,7 @@ they need no ``onnx`` package, which is imported only when a function here runs
 from __future__ import annotations
 
 __all__ = ["export", "load", "to_module", "simplify", "ExportError", "UnsupportedOpError",
-           "OnnxImportError"]
+           "OnnxImportError", "OnnxValidationError"]
 
 
 def export(model, args, f=None, **kwargs):
@@ -27,7 +27,8 @@ def export(model, args, f=None, **kwargs):
 
 def load(model, input_shapes=None):
     """See ``tessera.onnx.importer.load``: an ONNX model (path, bytes or ModelProto) as an
-    IR graph whose initializers are its variables."""
+    IR graph whose initializers are its variables. The model is validated first
+    (``tessera.onnx.validate``); an invalid one raises ``OnnxValidationError``."""
     from tessera.onnx.importer import load as _load
     return _load(model, input_shapes)
 
@@ -48,4 +49,7 @@ def __getattr__(name):
     if name in ("ExportError", "UnsupportedOpError"):
         from tessera.onnx import exporter as _e
         return getattr(_e, name)
+    if name in ("OnnxImportError", "OnnxValidationError"):
+        from tessera.onnx import errors as _errors
+        return getattr(_errors, name)
     raise AttributeError(f"module 'tessera.onnx' has no attribute '{name}'")

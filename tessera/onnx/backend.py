@@ -22,7 +22,7 @@ from onnx.backend.base import Backend, BackendRep
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import no_grad
 from tessera.onnx.converters import supported_onnx_ops
-from tessera.onnx.importer import OnnxImportError, OnnxProgram
+from tessera.onnx.importer import OnnxImportError, OnnxProgram, OnnxValidationError
 
 __all__ = ["TesseraBackend", "TesseraRep", "SUPPORTED_OPS", "prepare", "run_model",
            "run_node", "supports_device"]
@@ -90,6 +90,8 @@ class TesseraBackend(Backend):
             raise unittest.SkipTest(f"the model uses {bad}, which tessera does not have")
         try:
             return TesseraRep(OnnxProgram(model, opset_range=None))
+        except OnnxValidationError:
+            raise  # an invalid model (or a validation bug): a failure, never a skip
         except OnnxImportError as e:
             raise unittest.SkipTest(str(e)) from None
 

@@ -32,24 +32,30 @@ from tessera.graph.trace import GraphTraceError, Tracer, is_symbolic
 from tessera.nn.modules.module import Module
 from tessera.nn.parameter import Parameter
 from tessera.onnx.converters.helpers import DTYPES
+from tessera.onnx.errors import OnnxImportError, OnnxValidationError
 
-__all__ = ["OnnxProgram", "OnnxModel", "OnnxImportError", "load", "to_module", "LOAD_OPSETS"]
+__all__ = ["OnnxProgram", "OnnxModel", "OnnxImportError", "OnnxValidationError", "load",
+           "to_module", "LOAD_OPSETS"]
 
 LOAD_OPSETS = (13, 21)
 
 
 
-class OnnxImportError(ValueError):
-    """The model uses something tessera cannot run (the message names it)."""
 
 
 def _proto(model):
+    """The ModelProto of ``model`` (a path, bytes or a ModelProto)."""
+    return _read(model)[0]
+
+
+def _read(model):
+    """(the ModelProto of ``model``, the path it was read from or None)."""
     import onnx
     if isinstance(model, onnx.ModelProto):
-        return model
+        return model, None
     if isinstance(model, (bytes, bytearray)):
         try:
-            return onnx.load_model_from_string(bytes(model))
+            return onnx.load_model_from_string(bytes(model)), None
         except Exception as e:
             raise OnnxImportError(f"not an ONNX model: {e}") from None
     path = os.fspath(model)
@@ -62,7 +68,7 @@ def _proto(model):
                               f"{str(e).splitlines()[0] if str(e) else 'truncated?'})") from None
     if not proto.graph.node and not proto.graph.output:
         raise OnnxImportError(f"'{path}' is not an ONNX model (no graph)")
-    return proto
+    return proto, path
 
 
 def _array(tensor) -> np.ndarray:
@@ -87,11 +93,13 @@ def opset_of(proto) -> int:
 
 
 class OnnxProgram:
-    """The nodes of one ONNX graph, runnable on tessera tensors."""
+    """The nodes of one ONNX graph, runnable on tessera tensors. The model is validated
+    first (``tessera.onnx.validate``): an invalid one raises ``OnnxValidationError``."""
 
     def __init__(self, model, opset_range: tuple[int, int] | None = LOAD_OPSETS):
         from tessera.onnx.converters import IMPORT, newest
-        self.proto = _proto(model)
+        from tessera.onnx.validate import validate
+        self.proto, path = _read(model)
         self.opset = opset_of(self.proto)
         if opset_range is not None and not opset_range[0] <= self.opset <= opset_range[1]:
             raise OnnxImportError(f"ONNX opset {self.opset} is not supported; tessera imports "
@@ -100,18 +108,22 @@ class OnnxProgram:
             if o.domain not in ("", "ai.onnx"):
                 raise OnnxImportError(f"operator domain '{o.domain}' is not supported")
         g = self.proto.graph
-        self.initializers = {t.name: _array(t) for t in g.initializer}
-        self.input_names = [i.name for i in g.input if i.name not in self.initializers]
-        self.output_names = [o.name for o in g.output]
-        self.rules = []
-        for node in g.node:
+        for i, node in enumerate(g.node):
             if node.domain not in ("", "ai.onnx"):
                 raise OnnxImportError(f"node '{node.name}': operator {node.domain}::"
                                       f"{node.op_type} is not supported")
-            table = IMPORT.get(node.op_type)
-            if table is None:
+            if node.op_type not in IMPORT:
                 raise OnnxImportError(f"node '{node.name or node.op_type}': ONNX operator "
                                       f"'{node.op_type}' is not supported")
+        validate(self.proto, self.opset, path)
+        self.initializers = {t.name: _array(t) for t in g.initializer}
+        self.input_names = [i.name for i in g.input if i.name not in self.initializers]
+        self.output_names = [o.name for o in g.output]
+        from tessera.onnx.validate import type_params
+        self.rules = []
+        self.type_params = [type_params(node, self.opset) for node in g.node]
+        for node in g.node:
+            table = IMPORT[node.op_type]
             rule = newest(table, self.opset)
             if rule is None:
                 raise NotImplementedError(f"{node.op_type} needs opset {min(table)}")
@@ -143,18 +155,43 @@ class OnnxProgram:
             env[name] = params[name] if name in params else _tensor(arr)
         env.update(zip(self.input_names, inputs))
         tracer = _current_tracer()
-        for node, rule in zip(self.proto.graph.node, self.rules):
+        # validation guarantees every name read is defined before (a KeyError here is a bug)
+        for k, (node, rule) in enumerate(zip(self.proto.graph.node, self.rules)):
             args = [env[i] if i else None for i in node.input]
-            for i, a in zip(node.input, args):
-                if i and a is None:
-                    raise OnnxImportError(f"node '{node.name}' reads '{i}', which nothing "
-                                          "defines")
-            out = _apply(rule, ImportContext(node, self.opset), args, tracer)
+            ctx = ImportContext(node, self.opset, k)
+            _check_types(ctx, self.type_params[k], args)
+            out = _apply(rule, ctx, args, tracer)
             outs = out if isinstance(out, (tuple, list)) else (out,)
             for name, t in zip(node.output, outs):
-                if name:
-                    env[name] = t
-        return [env[n] for n in self.output_names]
+                if not name:
+                    continue
+                if t is None:
+                    raise OnnxImportError(f"{ctx.where}: tessera does not compute its "
+                                          f"output '{name}'")
+                env[name] = t
+            if len(outs) < len(node.output) and any(node.output[len(outs):]):
+                raise OnnxImportError(f"{ctx.where}: tessera computes {len(outs)} of its "
+                                      f"{len(node.output)} outputs")
+        outs = [env[n] for n in self.output_names]
+        for v, t in zip(self.proto.graph.output, outs):
+            want = DTYPES.get(v.type.tensor_type.elem_type)
+            if want is not None and t.dtype is not want:
+                raise OnnxValidationError(f"graph output '{v.name}' is declared {want}; the "
+                                          f"model computes {t.dtype}")
+        return outs
+
+
+def _check_types(ctx, params: list[str], args: list) -> None:
+    """Inputs bound to one type parameter of the node's schema have one dtype (tessera's
+    ops would promote them instead)."""
+    seen: dict[str, tuple] = {}
+    for name, p, a in zip(ctx.node.input, params, args):
+        if a is None:
+            continue
+        first = seen.setdefault(p, (name, a.dtype))
+        if a.dtype is not first[1]:
+            raise OnnxValidationError(f"{ctx.where}: inputs '{first[0]}' ({first[1]}) and "
+                                      f"'{name}' ({a.dtype}) must have one type ({p})")
 
 
 def _apply(rule, ctx, args: list, tracer):
@@ -173,12 +210,15 @@ def _apply(rule, ctx, args: list, tracer):
         finally:
             push_mode(tracer.tracer)
     except GraphTraceError as e:
-        raise OnnxImportError(f"node '{node.name or node.op_type}' ({node.op_type}) "
-                              f"needs the value of a tensor that is only known at run "
+        raise OnnxImportError(f"{ctx.where} needs the value of a tensor that is only known at run "
                               f"time, so it cannot be part of a static graph ({e})") from None
     except NotImplementedError as e:
-        raise OnnxImportError(f"node '{node.name or node.op_type}': {node.op_type} "
-                              f"{e}") from None
+        raise OnnxImportError(f"{ctx.where}: {node.op_type} {e}") from None
+    except Exception as e:  # an op's own error (shapes, dtypes): keep its type, name the node
+        note = getattr(e, "add_note", None)   # Python 3.11 on
+        if note is not None and not isinstance(e, OnnxImportError):
+            note(f"while importing ONNX {ctx.where}")
+        raise
 
 
 class _TraceState:

@@ -197,11 +197,11 @@ def _softmax(op: str, onnx_op: str, fn) -> None:
 
     @import_rule(onnx_op, since=13)
     def import13(c, x):
-        return fn(x, dim=c.attr("axis", -1))
+        return fn(x, dim=c.axis("axis", max(x.dim(), 1), -1))
 
     @import_rule(onnx_op)
     def import1(c, x):
-        axis = c.attr("axis", 1) % max(x.dim(), 1)
+        axis = c.axis("axis", max(x.dim(), 1), 1)
         shape = x.shape
         flat = x.reshape(int(np.prod(shape[:axis], dtype=np.int64)), -1)
         return fn(flat, dim=1).reshape(shape)
@@ -213,6 +213,6 @@ _softmax("log_softmax", "LogSoftmax", F.log_softmax)
 
 @import_rule("Hardmax", since=13)
 def _import_hardmax(c, x):
-    axis = c.attr("axis", -1)
+    axis = c.axis("axis", max(x.dim(), 1), -1)
     i = argmax(x, dim=axis, keepdim=True)
     return zeros_like(x).scatter(axis, i, 1.0)

@@ -102,12 +102,16 @@ def reduce_over(b, op: str, x: str, axes, keepdims: bool) -> str:
 # ---- import side -----------------------------------------------------------------------
 
 class ImportContext:
-    """What an import rule knows about its ONNX node: attributes and the model's opset."""
+    """What an import rule knows about its ONNX node: attributes, the model's opset and how
+    error messages name the node (``where``)."""
 
-    def __init__(self, node, opset: int):
+    def __init__(self, node, opset: int, index: int | None = None):
         from onnx import helper
+
+        from tessera.onnx.validate import describe
         self.node = node
         self.opset = opset
+        self.where = describe(node, index)
         self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         for k, v in self.attrs.items():
             if isinstance(v, bytes):
@@ -115,6 +119,20 @@ class ImportContext:
 
     def attr(self, name: str, default=None):
         return self.attrs.get(name, default)
+
+    def axis(self, name: str, rank: int, default: int = 0) -> int:
+        """Attribute ``name`` as an axis of a rank-``rank`` tensor, in [0, rank); ONNX
+        allows [-rank, rank - 1] and anything else is an invalid model (wrapping it
+        would run a different one)."""
+        return self.check_axis(self.attr(name, default), rank, f"attribute '{name}'")
+
+    def check_axis(self, a: int, rank: int, what: str) -> int:
+        """``a`` (``what``: how the message names it) as an axis in [0, rank)."""
+        from tessera.onnx.errors import OnnxValidationError
+        if not -rank <= a < rank:
+            raise OnnxValidationError(f"{self.where}: {what} is {a}; a rank-{rank} tensor "
+                                      f"takes an axis from {-rank} to {rank - 1}")
+        return a % rank
 
     def ints(self, t) -> list[int]:
         """The value of a (constant) integer tensor as a list."""

@@ -76,7 +76,7 @@ def _take(b, n):
 
 @import_rule("Gather")
 def _import_gather(c, x, idx):
-    axis = c.attr("axis", 0) % x.dim()
+    axis = c.axis("axis", x.dim())
     if not idx.numel() or idx.dtype not in (D.int64, D.int32):
         idx = where(idx < 0, idx + x.shape[axis], idx) if idx.numel() else idx
         flat = index_select(x, axis, idx.reshape(-1).long())
@@ -96,7 +96,7 @@ def _gather(b, n):
 
 @import_rule("GatherElements")
 def _import_gather_elements(c, x, idx):
-    axis = c.attr("axis", 0) % x.dim()
+    axis = c.axis("axis", x.dim())
     idx = where(idx < 0, idx + x.shape[axis], idx).long()
     return gather(x, axis, idx)
 
@@ -163,12 +163,20 @@ def _scatter_reduce(b, n):
 
 @import_rule("ScatterElements")
 def _import_scatter_elements(c, x, idx, upd):
-    axis = c.attr("axis", 0) % x.dim()
+    from tessera.onnx.errors import OnnxValidationError
+    axis = c.axis("axis", x.dim())
+    if idx.shape != upd.shape:   # PyTorch's scatter would take a larger src
+        raise OnnxValidationError(f"{c.where}: indices {list(idx.shape)} and updates "
+                                  f"{list(upd.shape)} must have one shape")
     idx = where(idx < 0, idx + x.shape[axis], idx).long()
     red = c.attr("reduction", "none")
     if red == "none":
         return x.scatter(axis, idx, upd)
-    mode = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}[red]
+    modes = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
+    if red not in modes:
+        raise OnnxValidationError(f"{c.where}: attribute 'reduction' is '{red}'; it must be "
+                                  f"one of none, {', '.join(modes)}")
+    mode = modes[red]
     return x.scatter_reduce(axis, idx, upd, reduce=mode, include_self=True)
 
 
@@ -262,7 +270,7 @@ def _view_assign(b, n):
 @import_rule("OneHot")
 def _import_one_hot(c, idx, depth, values):
     d = int(c.value(depth).reshape(-1)[0])
-    axis = c.attr("axis", -1)
+    axis = c.axis("axis", idx.dim() + 1, -1)
     i = where(idx < 0, idx + d, idx).long()
     valid = (i >= 0) & (i < d)
     oh = F.one_hot(where(valid, i, zeros_like(i)), d) * valid.unsqueeze(-1)

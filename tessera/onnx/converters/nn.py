@@ -60,9 +60,17 @@ def _pads(c, x, kernel, strides, dilations):
     return tuple((p[i], p[i + nd]) for i in range(nd))
 
 
+def _check(c, x, w=None) -> int:
+    """The spatial rank of ``x``, the node's geometry checked against it (and ``w``)."""
+    from tessera.onnx.validate import check_geometry
+    return check_geometry(c.where, c.node.op_type, c.attrs, x.dim() - 2,
+                          weight=None if w is None else tuple(w.shape),
+                          channels=x.shape[1] if x.dim() > 1 else None)
+
+
 @import_rule("Conv")
 def _import_conv(c, x, w, b=None):
-    nd = x.dim() - 2
+    nd = _check(c, x, w)
     kernel = c.attr("kernel_shape") or list(w.shape[2:])
     strides = c.attr("strides") or [1] * nd
     dil = c.attr("dilations") or [1] * nd
@@ -94,7 +102,7 @@ def _conv_transpose(b, n):
 
 @import_rule("ConvTranspose")
 def _import_conv_transpose(c, x, w, b=None):
-    nd = x.dim() - 2
+    nd = _check(c, x, w)
     kernel = c.attr("kernel_shape") or list(w.shape[2:])
     strides = c.attr("strides") or [1] * nd
     dil = c.attr("dilations") or [1] * nd
@@ -245,8 +253,8 @@ def _adaptive_max_pool(b, n):
 
 
 def _pool_geometry(c, x):
+    nd = _check(c, x)
     kernel = c.attr("kernel_shape")
-    nd = len(kernel)
     strides = c.attr("strides") or [1] * nd
     dil = c.attr("dilations") or [1] * nd
     return kernel, strides, dil, _pads(c, x, kernel, strides, dil)

@@ -97,7 +97,7 @@ def _layer_norm17(b, n):
 
 @import_rule("LayerNormalization", since=17)
 def _import_layer_norm(c, x, scale, bias=None):
-    axis = c.attr("axis", -1) % x.dim()
+    axis = c.axis("axis", x.dim(), -1)
     eps = c.attr("epsilon", 1e-5)
     if c.attr("stash_type", 1) != 1:
         raise NotImplementedError("stash_type other than float32")
@@ -151,6 +151,6 @@ def _rms_norm(b, n):
 
 @import_rule("LpNormalization")
 def _import_lp_norm(c, x):
-    p, axis = c.attr("p", 2), c.attr("axis", -1)
+    p, axis = c.attr("p", 2), c.axis("axis", max(x.dim(), 1), -1)
     n = norm(x, p=p, dim=axis, keepdim=True)
     return where(n == 0, zeros_like(x), x / n)

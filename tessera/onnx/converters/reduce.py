@@ -164,7 +164,7 @@ def _arg(op: str, onnx_op: str, fn) -> None:
 
     @import_rule(onnx_op)
     def import_(c, x):
-        axis = c.attr("axis", 0) % max(x.dim(), 1)
+        axis = c.axis("axis", max(x.dim(), 1))
         keep = bool(c.attr("keepdims", 1))
         if c.attr("select_last_index", 0):
             flipped = x.flip(axis)
@@ -318,7 +318,7 @@ def _topk(b, n):
 @import_rule("TopK", since=10)
 def _import_topk(c, x, k):
     kk = c.ints(k)[0]
-    axis = c.attr("axis", -1)
+    axis = c.axis("axis", max(x.dim(), 1), -1)
     largest = bool(c.attr("largest", 1))
     # stable order: equal values keep their index order, as ONNX specifies
     idx = argsort(x, dim=axis, descending=largest, stable=True)

@@ -53,6 +53,8 @@ def _import_reshape(c, x, shape):
 @import_rule("Flatten")
 def _import_flatten(c, x):
     axis = c.attr("axis", 1)
+    # ONNX allows [-r, r] here: negative ones checked against r, the others against r + 1
+    c.check_axis(axis, x.dim() + (axis >= 0), "attribute 'axis'")
     axis = axis + x.dim() if axis < 0 else axis
     lead = int(np.prod(x.shape[:axis], dtype=np.int64))
     return x.reshape(lead, -1) if x.numel() else x.reshape(lead, int(np.prod(x.shape[axis:])))
@@ -106,17 +108,25 @@ def _squeeze(b, n):
 def _import_squeeze13(c, x, axes=None):
     if axes is None:
         return x.squeeze()
-    return _squeeze_axes(x, c.ints(axes))
+    return _squeeze_axes(c, x, c.ints(axes))
 
 
 @import_rule("Squeeze")
 def _import_squeeze1(c, x):
     axes = c.attr("axes")
-    return x.squeeze() if not axes else _squeeze_axes(x, axes)
+    return x.squeeze() if not axes else _squeeze_axes(c, x, axes)
 
 
-def _squeeze_axes(x, axes):
-    for a in sorted((a % x.dim() for a in axes), reverse=True):
+def _distinct(c, axes: list) -> list:
+    from tessera.onnx.errors import OnnxValidationError
+    if len(set(axes)) < len(axes):
+        raise OnnxValidationError(f"{c.where}: 'axes' names an axis twice ({axes})")
+    return axes
+
+
+def _squeeze_axes(c, x, axes):
+    axes = _distinct(c, [c.check_axis(a, x.dim(), "an entry of 'axes'") for a in axes])
+    for a in sorted(axes, reverse=True):
         x = x.squeeze(a)
     return x
 
@@ -129,17 +139,18 @@ def _unsqueeze(b, n):
 
 @import_rule("Unsqueeze", since=13)
 def _import_unsqueeze13(c, x, axes):
-    return _unsqueeze_axes(x, c.ints(axes))
+    return _unsqueeze_axes(c, x, c.ints(axes))
 
 
 @import_rule("Unsqueeze")
 def _import_unsqueeze1(c, x):
-    return _unsqueeze_axes(x, c.attr("axes"))
+    return _unsqueeze_axes(c, x, c.attr("axes"))
 
 
-def _unsqueeze_axes(x, axes):
+def _unsqueeze_axes(c, x, axes):
     rank = x.dim() + len(axes)
-    for a in sorted(a % rank for a in axes):
+    axes = _distinct(c, [c.check_axis(a, rank, "an entry of 'axes'") for a in axes])
+    for a in sorted(axes):
         x = x.unsqueeze(a)
     return x
 
@@ -157,7 +168,7 @@ def _cat(b, n):
 
 @import_rule("Concat")
 def _import_concat(c, *xs):
-    return cat(list(xs), dim=c.attr("axis"))
+    return cat(list(xs), dim=c.axis("axis", max(xs[0].dim(), 1)))
 
 
 @export_rule("split_view")
@@ -184,20 +195,24 @@ def _split_sizes(c, x, axis, split):
     if split is not None:
         return split
     parts = c.attr("num_outputs") or len(c.node.output)
+    if c.attr("num_outputs") is None and n % parts:
+        from tessera.onnx.errors import OnnxValidationError
+        raise OnnxValidationError(f"{c.where}: without input 'split', {n} elements along "
+                                  f"axis {axis} do not split evenly into {parts} outputs")
     size = -(-n // parts)
     return [size] * (n // size) + ([n % size] if n % size else [])
 
 
 @import_rule("Split", since=13)
 def _import_split13(c, x, split=None):
-    axis = c.attr("axis", 0) % x.dim()
+    axis = c.axis("axis", x.dim())
     sizes = _split_sizes(c, x, axis, c.ints(split) if split is not None else None)
     return tuple(_split(x, sizes, dim=axis))
 
 
 @import_rule("Split")
 def _import_split1(c, x):
-    axis = c.attr("axis", 0) % x.dim()
+    axis = c.axis("axis", x.dim())
     sizes = _split_sizes(c, x, axis, c.attr("split"))
     return tuple(_split(x, sizes, dim=axis))
 
@@ -453,7 +468,8 @@ def _pad(b, n):
 def _import_pad(c, x, pads, value=None, axes=None):
     p = c.ints(pads)
     rank = x.dim()
-    ax = [a % rank for a in c.ints(axes)] if axes is not None else list(range(rank))
+    ax = [c.check_axis(a, rank, "an entry of input 'axes'")
+          for a in c.ints(axes)] if axes is not None else list(range(rank))
     lo = dict(zip(ax, p[:len(ax)]))
     hi = dict(zip(ax, p[len(ax):]))
     pairs = tuple((lo.get(i, 0), hi.get(i, 0)) for i in range(rank))
