@@ -97,6 +97,10 @@ def _to_numpy_data(data, dt: D.dtype) -> np.ndarray:
         return data.detach()._to_numpy().astype(dt.np, copy=True)
     if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
         data = _nested_tolist(data)
+    if dt.category == 1 and not isinstance(data, np.ndarray):
+        checked = _integer_data(data, dt)
+        if checked is not None:
+            return checked
     try:
         arr = np.array(data, dtype=dt.np)
     except OverflowError:
@@ -108,6 +112,67 @@ def _to_numpy_data(data, dt: D.dtype) -> np.ndarray:
     if arr.dtype == object:
         raise TypeError("tensor(): data must be numbers or nested sequences of numbers")
     return arr
+
+
+def _integer_data(data, dt: D.dtype) -> np.ndarray | None:
+    """Numbers read into an integer dtype as PyTorch reads them one by one: NaN, inf and
+    numbers out of range raise (an int down to -max fits an unsigned type, wrapping), floats
+    truncate; None for data NumPy cannot read as numbers (the caller reports it)."""
+    try:
+        raw = np.array(data)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    info = np.iinfo(dt.np)
+    lo = info.min if dt.is_signed else -int(info.max)
+    kind = raw.dtype.kind
+    if kind in "uO":
+        return _integer_data_exact(data, dt, lo)
+    if kind == "c":
+        raise TypeError("'complex' object cannot be interpreted as an integer")
+    if kind not in "fi":
+        return None
+    if not raw.size or kind == "i" and dt is D.int64:
+        return raw.astype(dt.np, copy=False)
+    low, high = raw.min(), raw.max()  # NaN if any is NaN
+    if kind == "f":
+        if max(-low, high) >= 2.0**53:  # big ints read as floats lose digits (inf too)
+            return _integer_data_exact(data, dt, lo)
+        ok = float(info.min) <= low and high <= float(info.max)  # False for NaN
+    else:
+        ok = lo <= low and high <= info.max
+    if not ok:
+        raise RuntimeError(f"value cannot be converted to type {dt.name} without overflow")
+    return raw.astype(dt.np)
+
+
+def _integer_data_exact(data, dt: D.dtype, lo: int) -> np.ndarray | None:
+    """``_integer_data`` number by number, for ints beyond what a float64 holds exactly."""
+    hi = int(np.iinfo(dt.np).max)
+    try:
+        objs = np.array(data, dtype=object)
+    except (ValueError, TypeError):
+        return None
+    out = []
+    for v in objs.flat:
+        if isinstance(v, (bool, np.bool_)):
+            v = int(v)
+        elif isinstance(v, (int, np.integer)):
+            v = int(v)
+            if not -(1 << 63) <= v < 1 << 63:
+                raise ValueError("Overflow when unpacking long long")
+        elif isinstance(v, (float, np.floating)):
+            if not float(-(1 << 63)) <= v < float(1 << 63):  # NaN too
+                raise RuntimeError(f"value cannot be converted to type {dt.name} without "
+                                   "overflow")
+            v = int(v)
+        elif isinstance(v, (_Complex, np.complexfloating)):
+            raise TypeError("'complex' object cannot be interpreted as an integer")
+        else:
+            return None
+        if not lo <= v <= hi:
+            raise RuntimeError(f"value cannot be converted to type {dt.name} without overflow")
+        out.append(v)
+    return np.array(out, np.int64).astype(dt.np).reshape(objs.shape)
 
 
 def _ragged_error(data) -> Exception | None:
@@ -205,8 +270,23 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
 
 
 def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return tensor(s, dtype=dtype or D.get_default_dtype(), device=device,
-                  requires_grad=requires_grad)
+    """A 0-d tensor of the number ``s`` (of the default dtype unless told), converted as a
+    fill value is.
+
+    >>> scalar_tensor(3)
+    tensor(3.)
+    """
+    return scalar_fill("scalar_tensor", s, D.as_dtype(dtype or D.get_default_dtype()), device,
+                       requires_grad)
+
+
+def scalar_fill(op_name: str, value, dt: D.dtype, device=None, requires_grad=False) -> Tensor:
+    """A 0-d tensor of ``value`` converted to ``dt`` as PyTorch writes one element: checked
+    like any fill, except that float16 and bfloat16 overflow to inf instead of raising."""
+    if dt is D.float16 or dt is D.bfloat16:
+        return _make_full(op_name, ((),), value, D.float64, device, False).to(dt) \
+            .requires_grad_(requires_grad)
+    return _make_full(op_name, ((),), value, dt, device, requires_grad)
 
 
 def scalar_like(value, like: Tensor):
