@@ -131,7 +131,7 @@ def _parse(x: Tensor, key):
                 template.append(T)
                 tensors.append(idx)
             dim += k.dim()
-        elif k.dtype.category != 1:
+        elif k.dtype is not D.int64 and k.dtype is not D.int32:  # (byte: a mask, above)
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors "
                              f"(got {k.dtype})")
         else:
@@ -208,9 +208,9 @@ def _np_key(template, arrays):
 
 def _index_infer(x, *idx, key):
     for m in idx:
-        if m.dtype.category != 1:
-            raise IndexError(f"index: tensors used as indices must be long or int tensors, got "
-                             f"{m.dtype}")
+        if m.dtype is not D.int64 and m.dtype is not D.int32:
+            raise IndexError(f"index: tensors used as indices must be long, int, byte or bool "
+                             f"tensors (got {m.dtype})")
     return Meta(_index_shape(x.shape, key, [m.shape for m in idx]), x.dtype)
 
 
