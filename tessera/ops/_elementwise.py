@@ -89,15 +89,29 @@ def checked_scalar(v, dt: D.dtype):
     return v
 
 
+def int_bounds(dt: D.dtype) -> tuple[int, int]:
+    """(min, max) of an integer dtype, where an unsigned type's min is -max: the ints that
+    PyTorch converts to it (negative ones wrap)."""
+    bounds = _INT_BOUNDS.get(dt)
+    if bounds is None:
+        info = np.iinfo(dt.np)
+        bounds = _INT_BOUNDS[dt] = (int(info.min) if dt.is_signed else -int(info.max),
+                                    int(info.max))
+    return bounds
+
+
+_INT_BOUNDS: dict[D.dtype, tuple[int, int]] = {}
+
+
 def _int_overflows(v: int, dt: D.dtype) -> bool:
-    info = np.iinfo(dt.np)
-    return v > info.max or v < (info.min if dt.is_signed else -int(info.max))
+    lo, hi = int_bounds(dt)
+    return not lo <= v <= hi
 
 
 def _float_overflows(v: float, dt: D.dtype) -> bool:
     if dt.category == 1:  # compared as doubles, as c10 does (2.0**63 passes for int64)
-        info = np.iinfo(dt.np)
-        return math.isnan(v) or not float(info.min) <= v <= float(info.max)
+        lo, hi = int_bounds(dt)
+        return math.isnan(v) or not float(lo if dt.is_signed else 0) <= v <= float(hi)
     return math.isfinite(v) and builtins_abs(v) > _float_max(dt)
 
 

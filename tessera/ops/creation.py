@@ -118,12 +118,14 @@ def _integer_data(data, dt: D.dtype) -> np.ndarray | None:
     """Numbers read into an integer dtype as PyTorch reads them one by one: NaN, inf and
     numbers out of range raise (an int down to -max fits an unsigned type, wrapping), floats
     truncate; None for data NumPy cannot read as numbers (the caller reports it)."""
+    from tessera.ops._elementwise import int_bounds
+    lo, hi = int_bounds(dt)
+    if type(data) is int and lo <= data <= hi:  # the common scalar, at once
+        return np.array(data, dt.np)
     try:
         raw = np.array(data)
     except (ValueError, TypeError, OverflowError):
         return None
-    info = np.iinfo(dt.np)
-    lo = info.min if dt.is_signed else -int(info.max)
     kind = raw.dtype.kind
     if kind in "uO":
         return _integer_data_exact(data, dt, lo)
@@ -137,9 +139,9 @@ def _integer_data(data, dt: D.dtype) -> np.ndarray | None:
     if kind == "f":
         if max(-low, high) >= 2.0**53:  # big ints read as floats lose digits (inf too)
             return _integer_data_exact(data, dt, lo)
-        ok = float(info.min) <= low and high <= float(info.max)  # False for NaN
+        ok = float(lo if dt.is_signed else 0) <= low and high <= float(hi)  # False for NaN
     else:
-        ok = lo <= low and high <= info.max
+        ok = lo <= low and high <= hi
     if not ok:
         raise RuntimeError(f"value cannot be converted to type {dt.name} without overflow")
     return raw.astype(dt.np)
