@@ -121,7 +121,7 @@ def _integer_data(data, dt: D.dtype) -> np.ndarray | None:
     from tessera.ops._elementwise import int_bounds
     lo, hi = int_bounds(dt)
     if type(data) is int and lo <= data <= hi:  # the common scalar, at once
-        return np.array(data, dt.np)
+        return np.array(data).astype(dt.np)  # (negative into unsigned: wraps)
     try:
         raw = np.array(data)
     except (ValueError, TypeError, OverflowError):
