@@ -113,6 +113,34 @@ def as_dtype(d) -> dtype:
         raise TypeError(f"{d!r} is not a tessera dtype") from None
 
 
+def dtype_arg(fn: str, d) -> dtype:
+    """The ``dtype=`` argument of the public function ``fn``, checked as PyTorch's argument
+    parser checks it: a dtype, or the Python type float (float64), int, bool or complex
+    (complex128); anything else (a name, a NumPy dtype) is a ``TypeError``.
+
+    >>> dtype_arg("zeros", float)
+    tessera.float64
+    >>> dtype_arg("zeros", "float32")
+    Traceback (most recent call last):
+    TypeError: zeros(): argument 'dtype' must be torch.dtype, not str
+    """
+    if isinstance(d, dtype):
+        return d
+    py = _PYTHON_TYPES.get(d) if isinstance(d, type) else None
+    if py is None:
+        raise TypeError(f"{fn}(): argument 'dtype' must be torch.dtype, not {type_name(d)}")
+    return py
+
+
+_PYTHON_TYPES = {float: float64, int: int64, bool: bool_, complex: complex128}
+
+
+def type_name(v) -> str:
+    """The name of ``v``'s type as PyTorch's messages print it (``str``, ``numpy.bool``)."""
+    t = type(v)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
 # ---- promotion -------------------------------------------------------------------------
 
 def _promote_pair(a: dtype, b: dtype) -> dtype:

@@ -421,9 +421,14 @@ class Tensor(TensorMethods):
 
     @requires_grad.setter
     def requires_grad(self, flag: bool) -> None:
+        if flag is not True and flag is not False:
+            raise RuntimeError("requires_grad must be a bool")
         self.requires_grad_(flag)
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        if requires_grad is not True and requires_grad is not False:  # not a truthy "no"
+            raise TypeError("requires_grad_(): argument 'requires_grad' (position 1) must be "
+                            f"bool, not {D.type_name(requires_grad)}")
         if self.grad_fn is not None:
             if not requires_grad:
                 raise RuntimeError("you can only change requires_grad flags of leaf variables. "

@@ -7,9 +7,18 @@ that decides the binary: the source, the flags, the compiler's version line and 
 instruction-set flags (``-march=native`` code must not run on another CPU). A second
 process compiling the same graph loads the cached library in milliseconds.
 
-Writes are atomic (compile to a temporary name, then ``os.replace``). Next to each library
-a ``.sha256`` file records its digest; a library whose bytes do not match it (truncated,
-overwritten) is rebuilt, never loaded.
+Writes are atomic (compile in a ``.build-<pid>-<host>-*`` folder, then ``os.replace``); the
+build folders of processes killed mid-compile are removed by the next compile. Next to each
+library a ``.sha256`` file records its digest and its name (``sha256sum`` format); a library
+whose bytes or name do not match it (truncated, overwritten, swapped with another entry), or
+that is not a regular file, is rebuilt, never loaded.
+
+The cache folder must be private: created by this process with mode 0700, or else owned by
+this user, not writable by group or others, inside folders others cannot rename it out of. A
+folder failing that is refused with a warning, and kernels compile into a private temporary
+folder removed at exit: a library in the cache runs with the user's rights once loaded, so
+only the user may be able to write there (the digests guard against corruption, not against
+someone who can write the folder).
 
 >>> lib = load("int tsr_answer(void) { return 42; }")   # doctest: +SKIP
 >>> lib.tsr_answer()                                      # doctest: +SKIP
@@ -23,14 +32,19 @@ each other's static functions.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
 import os
+import re
 import shutil
+import socket
+import stat
 import subprocess
 import tempfile
 import time
+import warnings
 
 __all__ = ["CompileError", "compiler", "cache_dir", "load", "build", "FLAGS", "last_build",
            "totals"]
@@ -134,25 +148,99 @@ def _key(source: str, extra: tuple[str, ...]) -> str:
 def _library(key: str, source: str | list[str], extra: tuple[str, ...],
              split: bool | None = None) -> tuple[str, bool]:
     """(path, whether it was in the cache already)."""
-    path = os.path.join(_writable(cache_dir()), f"tsr_{key}.so")
+    path = os.path.join(_folder(cache_dir()), f"tsr_{key}.so")
     if _sound(path):
         return path, True
-    _build(source, path, extra, split)
+    try:
+        _build(source, path, extra, split)
+    except _EntryBlocked:  # an entry that cannot be replaced: build it where nothing can be
+        path = os.path.join(_private_temp("an entry there cannot be replaced"),
+                            os.path.basename(path))
+        _build(source, path, extra, split)
     return path, False
 
 
-def _writable(d: str) -> str:
-    """``d``, created if needed; a private temporary directory when ``d`` cannot be written
-    (a read-only home), so that compiling still works, only without reuse across runs."""
-    try:
-        os.makedirs(d, exist_ok=True)
-        if os.access(d, os.W_OK):
+class _EntryBlocked(OSError):
+    """A cache entry's name is taken by something that cannot be removed."""
+
+
+# the folder each configured cache folder resolved to in this process (checked once)
+_FOLDERS: dict[str, str] = {}
+
+
+def _folder(d: str) -> str:
+    """The folder to compile into for cache folder ``d``: ``d`` when it is private to this
+    user; else ``$TMPDIR/tessera-kernels-<uid>`` under the same rule when ``d`` cannot be
+    made (a read-only home), so compiles are still reused across runs; else a private
+    temporary folder removed at exit."""
+    folder = _FOLDERS.get(d)
+    if folder is None or not os.path.isdir(folder):  # (removed while this process ran)
+        folder = _FOLDERS[d] = _resolve(d)
+    return folder
+
+
+def _resolve(d: str) -> str:
+    why = _refusal(d)
+    if why is None:
+        return d
+    if why is _UNUSABLE:  # a read-only home, say: not a security matter, so no warning
+        fallback = os.path.join(tempfile.gettempdir(), f"tessera-kernels-{os.getuid()}")
+        d, why = fallback, _refusal(fallback)
+        if why is None:
             return d
+    return _private_temp(f"the kernel cache folder {d} is refused: {why}")
+
+
+_UNUSABLE = "it cannot be created or written"
+
+
+def _refusal(d: str) -> str | None:
+    """Why ``d`` may not hold this user's kernels, or None when it may (made here, with mode
+    0700, if missing)."""
+    try:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        st = os.stat(d)
     except OSError:
-        pass
-    fallback = os.path.join(tempfile.gettempdir(), f"tessera-kernels-{os.getuid()}")
-    os.makedirs(fallback, mode=0o700, exist_ok=True)
-    return fallback
+        return _UNUSABLE
+    if not stat.S_ISDIR(st.st_mode):
+        return _UNUSABLE
+    if st.st_uid != os.geteuid():
+        return f"it is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"it is writable by {_who(st.st_mode)} (mode {stat.S_IMODE(st.st_mode):o})"
+    parent = os.path.dirname(os.path.realpath(d))
+    while True:  # whoever can rename a folder above can swap this one for theirs
+        try:
+            pst = os.stat(parent)
+        except OSError:
+            break
+        if pst.st_mode & 0o002 and not pst.st_mode & stat.S_ISVTX:
+            return f"the folder {parent} above it is writable by others without the " \
+                   f"sticky bit (mode {stat.S_IMODE(pst.st_mode):o})"
+        up = os.path.dirname(parent)
+        if up == parent:
+            break
+        parent = up
+    if not os.access(d, os.W_OK | os.X_OK):
+        return _UNUSABLE
+    return None
+
+
+def _who(mode: int) -> str:
+    return " and ".join(w for w, bit in (("group", 0o020), ("others", 0o002)) if mode & bit)
+
+
+_TEMP: list[str] = []  # this process's private temporary folder, once made
+
+
+def _private_temp(why: str) -> str:
+    """A folder only this process uses (made once, removed at exit), with a warning."""
+    if not _TEMP:
+        _TEMP.append(tempfile.mkdtemp(prefix="tessera-kernels-"))
+        atexit.register(shutil.rmtree, _TEMP[0], ignore_errors=True)
+    warnings.warn(f"tessera: {why}; compiling kernels into {_TEMP[0]} instead (removed at "
+                  "exit, so nothing is reused across runs)", RuntimeWarning, stacklevel=2)
+    return _TEMP[0]
 
 
 def _digest(path: str) -> str:
@@ -160,14 +248,87 @@ def _digest(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def _record(digest: str, path: str) -> str:
+    """The text of ``path``'s ``.sha256`` file: the digest and the name it is the digest of
+    (the name holds the cache key), as ``sha256sum`` writes it."""
+    return f"{digest}  {os.path.basename(path)}\n"
+
+
 def _sound(path: str) -> bool:
-    """The library exists and its bytes match the digest recorded when it was built."""
+    """The library is a regular file whose bytes and name match the record written when it
+    was built."""
     try:
+        if not stat.S_ISREG(os.lstat(path).st_mode) or \
+                not stat.S_ISREG(os.lstat(path + ".sha256").st_mode):
+            return False
         with open(path + ".sha256") as f:
-            recorded = f.read().strip()
-        return _digest(path) == recorded
-    except OSError:
+            recorded = f.read()
+        return recorded == _record(_digest(path), path)
+    except (OSError, UnicodeDecodeError):
         return False
+
+
+def _clear(path: str) -> None:
+    """Make way for a new entry at ``path``: whatever is there that is not a regular file
+    (a folder, a link) is removed; ``_EntryBlocked`` if that fails."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise _EntryBlocked(str(e)) from None
+    if stat.S_ISREG(st.st_mode):
+        return  # os.replace overwrites it atomically
+    try:
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except OSError as e:
+        raise _EntryBlocked(str(e)) from None
+
+
+# A build folder is named for its process and host; one whose process is gone (killed
+# mid-compile) is removed by the next compile. A live pid may be a reused one, but no build
+# lasts a day (every compiler call times out after 600 s), so an older folder goes too; so
+# does one from another host, which this one cannot ask about.
+_BUILD_PREFIX = ".build-"
+_BUILD_NAME = re.compile(r"^\.build-(\d+)-(.*)-[^-]*$")
+STALE_BUILD_SECONDS = 24 * 3600
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+
+
+def _remove_stale_builds(d: str) -> None:
+    try:
+        entries = [e for e in os.scandir(d) if e.name.startswith(_BUILD_PREFIX)]
+    except OSError:
+        return
+    now, host = time.time(), _host()
+    for e in entries:
+        m = _BUILD_NAME.match(e.name)
+        try:
+            old = now - e.stat(follow_symlinks=False).st_mtime > STALE_BUILD_SECONDS
+        except OSError:
+            continue
+        if m is None or m.group(2) != host or int(m.group(1)) == os.getpid():
+            stale = old  # another host's, an unnamed one, or one of this process's pid
+        else:
+            stale = old or not _alive(int(m.group(1)))
+        if stale:
+            shutil.rmtree(e.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
 
 
 # below this many characters of definitions one compiler process is about as fast
@@ -200,7 +361,9 @@ def _build(source: str | list[str], path: str, extra: tuple[str, ...] = (),
         raise CompileError("no C compiler found (set CC or install cc/gcc/clang)")
     d = os.path.dirname(path)
     units = _units(source, split)
-    with tempfile.TemporaryDirectory(dir=d, prefix=".build-") as tmp:
+    _remove_stale_builds(d)
+    with tempfile.TemporaryDirectory(dir=d, prefix=f"{_BUILD_PREFIX}{os.getpid()}-{_host()}-"
+                                     ) as tmp:
         lib = os.path.join(tmp, "k.so")
         srcs = [os.path.join(tmp, f"k{i}.c") for i in range(len(units))]
         for src, text in zip(srcs, units):
@@ -222,9 +385,11 @@ def _build(source: str | list[str], path: str, extra: tuple[str, ...] = (),
         digest = _digest(lib)
         # the library first, then its digest: a crash in between leaves an entry that
         # _sound() rejects, so it is rebuilt
+        _clear(path)
+        _clear(path + ".sha256")
         os.replace(lib, path)
         with open(os.path.join(tmp, "d"), "w") as f:
-            f.write(digest)
+            f.write(_record(digest, path))
         os.replace(os.path.join(tmp, "d"), path + ".sha256")
 
 

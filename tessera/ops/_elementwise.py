@@ -51,34 +51,76 @@ def _wrap_int(v, dt: np.dtype):
     return np.array(v % (1 << 64), np.uint64).astype(dt)[()]
 
 
+# c10's names of the dtypes, as PyTorch's overflow messages print them
 _C_NAMES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int",
-            "int64": "long", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
-            "float32": "float", "float64": "double", "bool": "bool"}
+            "int64": "int64_t", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+            "float32": "float", "float64": "double", "complex64": "c10::complex<float>",
+            "complex128": "c10::complex<double>", "bool": "bool"}
 
 
 def checked_scalar(v, dt: D.dtype):
     """A Python number as a ``Scalar`` argument of ``dt`` (fill values, clamp bounds): values
-    that do not fit raise, as PyTorch's checked conversion does (unsigned types accept
-    negatives down to -max; NaN and inf fit every float type)."""
-    if isinstance(v, (bool, np.bool_)) or dt is D.bool_ or \
-            not isinstance(v, (int, float, np.integer, np.floating)):
+    that do not fit raise as PyTorch's checked conversion does. An int must fit 64 bits
+    (``OverflowError``, as when PyTorch reads it); then, converted to ``dt``, NaN and inf fit
+    only float types, a complex fits a real type only with no imaginary part, and an int
+    fits an unsigned type down to -max (it wraps, as ``uint8 - 1`` does)."""
+    if isinstance(v, (bool, np.bool_)):
         return v
-    if dt.category == 1:
-        info = np.iinfo(dt.np)
-        lo = info.min if dt.is_signed else -int(info.max)
-        bad = not lo <= v <= info.max if not math.isnan(v) else False
+    if isinstance(v, (int, np.integer)):
+        v = int(v)
+        if v >= 1 << 64:
+            raise OverflowError("int too big to convert")
+        if v < -(1 << 63):
+            raise OverflowError("can't convert negative int to unsigned")
+        bad = _int_overflows(v, dt) if dt.category == 1 else \
+            dt.category > 1 and builtins_abs(v) > _float_max(dt)  # (float16's range)
+    elif isinstance(v, (float, np.floating)):
+        bad = dt is not D.bool_ and _float_overflows(float(v), dt)
+    elif isinstance(v, (complex, np.complexfloating)):
+        v = complex(v)
+        bad = dt is not D.bool_ and (
+            (not dt.is_complex and v.imag != 0) or _float_overflows(v.real, dt)
+            or _float_overflows(v.imag, dt))
     else:
-        bad = math.isfinite(v) and builtins_abs(v) > _float_max(dt)
+        return v
     if bad:
         raise RuntimeError(f"value cannot be converted to type {_C_NAMES[dt.name]} without "
                            "overflow")
     return v
 
 
+def int_bounds(dt: D.dtype) -> tuple[int, int]:
+    """(min, max) of an integer dtype, where an unsigned type's min is -max: the ints that
+    PyTorch converts to it (negative ones wrap)."""
+    bounds = _INT_BOUNDS.get(dt)
+    if bounds is None:
+        info = np.iinfo(dt.np)
+        bounds = _INT_BOUNDS[dt] = (int(info.min) if dt.is_signed else -int(info.max),
+                                    int(info.max))
+    return bounds
+
+
+_INT_BOUNDS: dict[D.dtype, tuple[int, int]] = {}
+
+
+def _int_overflows(v: int, dt: D.dtype) -> bool:
+    lo, hi = int_bounds(dt)
+    return not lo <= v <= hi
+
+
+def _float_overflows(v: float, dt: D.dtype) -> bool:
+    if dt.category == 1:  # compared as doubles, as c10 does (2.0**63 passes for int64)
+        lo, hi = int_bounds(dt)
+        return math.isnan(v) or not float(lo if dt.is_signed else 0) <= v <= float(hi)
+    return math.isfinite(v) and builtins_abs(v) > _float_max(dt)
+
+
 def _float_max(dt: D.dtype) -> float:
     if dt is D.bfloat16:
         import ml_dtypes
         return float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    if dt.is_complex:
+        dt = D.float32 if dt is D.complex64 else D.float64
     return float(np.finfo(dt.np).max)
 
 

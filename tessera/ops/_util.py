@@ -62,6 +62,17 @@ def promote(*ms) -> D.dtype:
     return D.result_type(*[dtype_arg(m) for m in ms if m is not None])
 
 
+def bool_arg(fn: str, name: str, v, none: bool = False) -> bool:
+    """The bool argument ``name`` of the public function ``fn`` (``requires_grad``, say),
+    checked as PyTorch's argument parser checks it: True or False (or None where ``none``),
+    never a truthy string or number."""
+    if v is True or v is False:
+        return v
+    if v is None and none:
+        return False
+    raise TypeError(f"{fn}(): argument '{name}' must be bool, not {D.type_name(v)}")
+
+
 def wrap_dim(dim, ndim: int, op: str) -> int:
     if type(dim) is int and -ndim <= dim < ndim:  # the common case, first
         return dim + ndim if dim < 0 else dim

@@ -22,7 +22,7 @@ from tessera._tensor import Tensor, _contiguous_strides
 from tessera.device.registry import _BACKENDS, device as Device
 from tessera.ops import cost
 from tessera.ops._sbp import pointwise
-from tessera.ops._util import broadcast_shapes, call, size_args, sum_to
+from tessera.ops._util import bool_arg, broadcast_shapes, call, size_args, sum_to
 from tessera.ops.registry import Meta, defop
 from tessera.sbp import SbpRule, partial_sum as P
 
@@ -97,6 +97,10 @@ def _to_numpy_data(data, dt: D.dtype) -> np.ndarray:
         return data.detach()._to_numpy().astype(dt.np, copy=True)
     if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
         data = _nested_tolist(data)
+    if dt.category == 1 and not isinstance(data, np.ndarray):
+        checked = _integer_data(data, dt)
+        if checked is not None:
+            return checked
     try:
         arr = np.array(data, dtype=dt.np)
     except OverflowError:
@@ -108,6 +112,69 @@ def _to_numpy_data(data, dt: D.dtype) -> np.ndarray:
     if arr.dtype == object:
         raise TypeError("tensor(): data must be numbers or nested sequences of numbers")
     return arr
+
+
+def _integer_data(data, dt: D.dtype) -> np.ndarray | None:
+    """Numbers read into an integer dtype as PyTorch reads them one by one: NaN, inf and
+    numbers out of range raise (an int down to -max fits an unsigned type, wrapping), floats
+    truncate; None for data NumPy cannot read as numbers (the caller reports it)."""
+    from tessera.ops._elementwise import int_bounds
+    lo, hi = int_bounds(dt)
+    if type(data) is int and lo <= data <= hi:  # the common scalar, at once
+        return np.array(data).astype(dt.np)  # (negative into unsigned: wraps)
+    try:
+        raw = np.array(data)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    kind = raw.dtype.kind
+    if kind in "uO":
+        return _integer_data_exact(data, dt, lo)
+    if kind == "c":
+        raise TypeError("'complex' object cannot be interpreted as an integer")
+    if kind not in "fi":
+        return None
+    if not raw.size or kind == "i" and dt is D.int64:
+        return raw.astype(dt.np, copy=False)
+    low, high = raw.min(), raw.max()  # NaN if any is NaN
+    if kind == "f":
+        if max(-low, high) >= 2.0**53:  # big ints read as floats lose digits (inf too)
+            return _integer_data_exact(data, dt, lo)
+        ok = float(lo if dt.is_signed else 0) <= low and high <= float(hi)  # False for NaN
+    else:
+        ok = lo <= low and high <= hi
+    if not ok:
+        raise RuntimeError(f"value cannot be converted to type {dt.name} without overflow")
+    return raw.astype(dt.np)
+
+
+def _integer_data_exact(data, dt: D.dtype, lo: int) -> np.ndarray | None:
+    """``_integer_data`` number by number, for ints beyond what a float64 holds exactly."""
+    hi = int(np.iinfo(dt.np).max)
+    try:
+        objs = np.array(data, dtype=object)
+    except (ValueError, TypeError):
+        return None
+    out = []
+    for v in objs.flat:
+        if isinstance(v, (bool, np.bool_)):
+            v = int(v)
+        elif isinstance(v, (int, np.integer)):
+            v = int(v)
+            if not -(1 << 63) <= v < 1 << 63:
+                raise ValueError("Overflow when unpacking long long")
+        elif isinstance(v, (float, np.floating)):
+            if not float(-(1 << 63)) <= v < float(1 << 63):  # NaN too
+                raise RuntimeError(f"value cannot be converted to type {dt.name} without "
+                                   "overflow")
+            v = int(v)
+        elif isinstance(v, (_Complex, np.complexfloating)):
+            raise TypeError("'complex' object cannot be interpreted as an integer")
+        else:
+            return None
+        if not lo <= v <= hi:
+            raise RuntimeError(f"value cannot be converted to type {dt.name} without overflow")
+        out.append(v)
+    return np.array(out, np.int64).astype(dt.np).reshape(objs.shape)
 
 
 def _ragged_error(data) -> Exception | None:
@@ -168,7 +235,8 @@ def tensor(data, *, dtype=None, device=None, requires_grad: bool = False,
     if isinstance(data, str):
         raise TypeError(f"tensor(): data must be a number or a sequence, not "
                         f"{type(data).__name__}")
-    dt = D.as_dtype(dtype) if dtype is not None else _infer_data_dtype(data)
+    bool_arg("tensor", "requires_grad", requires_grad)
+    dt = D.dtype_arg("tensor", dtype) if dtype is not None else _infer_data_dtype(data)
     arr = _to_numpy_data(data, dt)
     dev = _dev(device if device is not None else
                (data.device if isinstance(data, Tensor) else None))
@@ -181,14 +249,16 @@ def tensor(data, *, dtype=None, device=None, requires_grad: bool = False,
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
     """Like ``tensor`` but shares memory with a tensor or a NumPy array when it can."""
+    if dtype is not None:
+        dtype = D.dtype_arg("as_tensor", dtype)
     if isinstance(data, Tensor):
         out = data
         if dtype is not None:
-            out = out.to(D.as_dtype(dtype))
+            out = out.to(dtype)
         if device is not None:
             out = out.to(device)
         return out
-    if isinstance(data, np.ndarray) and (dtype is None or D.as_dtype(dtype).np == data.dtype) \
+    if isinstance(data, np.ndarray) and (dtype is None or dtype.np == data.dtype) \
             and _dev(device).type == "cpu":
         return from_numpy(data)
     return tensor(data, dtype=dtype, device=device)
@@ -205,8 +275,24 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
 
 
 def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return tensor(s, dtype=dtype or D.get_default_dtype(), device=device,
-                  requires_grad=requires_grad)
+    """A 0-d tensor of the number ``s`` (of the default dtype unless told), converted as a
+    fill value is.
+
+    >>> scalar_tensor(3)
+    tensor(3.)
+    """
+    dt = D.dtype_arg("scalar_tensor", dtype) if dtype is not None else D.get_default_dtype()
+    return scalar_fill("scalar_tensor", s, dt, device, bool_arg("scalar_tensor", "requires_grad",
+                                                                requires_grad, none=True))
+
+
+def scalar_fill(op_name: str, value, dt: D.dtype, device=None, requires_grad=False) -> Tensor:
+    """A 0-d tensor of ``value`` converted to ``dt`` as PyTorch writes one element: checked
+    like any fill, except that float16 and bfloat16 overflow to inf instead of raising."""
+    if dt is D.float16 or dt is D.bfloat16:
+        return _make_full(op_name, ((),), value, D.float64, device, False).to(dt) \
+            .requires_grad_(requires_grad)
+    return _make_full(op_name, ((),), value, dt, device, requires_grad)
 
 
 def scalar_like(value, like: Tensor):
@@ -245,13 +331,16 @@ def _make_full(op_name, size, value, dtype, device, requires_grad):
     if not size:
         raise TypeError(f'{op_name}() missing 1 required positional arguments: "size"')
     shape = size_args(op_name, size)
+    requires_grad = bool_arg(op_name, "requires_grad", requires_grad, none=True)
+    if dtype is not None:
+        dtype = D.dtype_arg(op_name, dtype)
     if value is None:
-        dt = D.as_dtype(dtype) if dtype is not None else D.get_default_dtype()
+        dt = dtype if dtype is not None else D.get_default_dtype()
         out = dispatch(_EMPTY, shape=shape, dtype=dt, device=_dev(device))
     else:
         if isinstance(value, np.generic):  # PyTorch reads a NumPy scalar as a Python number
             value = value.item()
-        dt = D.as_dtype(dtype) if dtype is not None else (
+        dt = dtype if dtype is not None else (
             D.scalar_dtype(value) if not isinstance(value, Tensor) else value.dtype)
         if isinstance(value, Tensor):
             value = value.item()
@@ -311,7 +400,7 @@ def _like(fn_name, input, value, dtype, device, requires_grad):
         raise TypeError(f"{fn_name}(): argument 'input' must be Tensor, not "
                         f"{type(input).__name__}")
     if input._device.type == "global" and device is None:  # like a global tensor: global
-        dt = D.as_dtype(dtype) if dtype is not None else input.dtype
+        dt = D.dtype_arg(fn_name, dtype) if dtype is not None else input.dtype
         return _GLOBAL_FACTORIES[0].like(input, value, dt, requires_grad)
     return _make_full(fn_name, (tuple(input.shape),), value, dtype or input.dtype,
                       device or input.device, requires_grad)
@@ -381,9 +470,9 @@ def arange(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=
     if dtype is None:
         dtype = D.int64 if all(isinstance(v, (int, np.integer)) for v in vals) \
             else D.get_default_dtype()
-    out = dispatch(_ARANGE, start=start, end=end, step=step, dtype=D.as_dtype(dtype),
-                   device=_dev(device))
-    return _finish(out, requires_grad)
+    out = dispatch(_ARANGE, start=start, end=end, step=step,
+                   dtype=D.dtype_arg("arange", dtype), device=_dev(device))
+    return _finish(out, bool_arg("arange", "requires_grad", requires_grad, none=True))
 
 
 def _linspace_infer(start, end, steps, dtype, device=None):
@@ -404,18 +493,19 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False,
     start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
     if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool):
         raise TypeError(f"linspace(): argument 'steps' must be int, not {type(steps).__name__}")
-    dt = D.as_dtype(dtype) if dtype is not None else D.get_default_dtype()
+    dt = D.dtype_arg("linspace", dtype) if dtype is not None else D.get_default_dtype()
     out = dispatch(_LINSPACE, start=start, end=end, steps=int(steps), dtype=dt,
                    device=_dev(device))
-    return _finish(out, requires_grad)
+    return _finish(out, bool_arg("linspace", "requires_grad", requires_grad, none=True))
 
 
 def logspace(start, end, steps, base=10.0, *, dtype=None, device=None,
              requires_grad=False) -> Tensor:
     from tessera.ops.arithmetic import pow as _pow
     lin = linspace(start, end, steps, dtype=D.float64, device=device)
-    dt = D.as_dtype(dtype) if dtype is not None else D.get_default_dtype()
-    return _finish(_pow(base, lin).to(dt), requires_grad)
+    dt = D.dtype_arg("logspace", dtype) if dtype is not None else D.get_default_dtype()
+    return _finish(_pow(base, lin).to(dt),
+                   bool_arg("logspace", "requires_grad", requires_grad, none=True))
 
 
 def _eye_infer(n, m, dtype, device=None):
@@ -430,9 +520,9 @@ _EYE = defop("eye", _eye_infer, lambda n, m, dtype, device=None: np.eye(n, m, dt
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, out=None) -> Tensor:
     """The identity matrix, ``n`` x ``m`` (``m`` defaults to ``n``)."""
-    dt = D.as_dtype(dtype) if dtype is not None else D.get_default_dtype()
+    dt = D.dtype_arg("eye", dtype) if dtype is not None else D.get_default_dtype()
     out = dispatch(_EYE, n=int(n), m=int(n if m is None else m), dtype=dt, device=_dev(device))
-    return _finish(out, requires_grad)
+    return _finish(out, bool_arg("eye", "requires_grad", requires_grad, none=True))
 
 
 # ---- casts, moves, copies ------------------------------------------------------------

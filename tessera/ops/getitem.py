@@ -23,11 +23,14 @@ from tessera import _dtype as D
 from tessera._dispatch import dispatch, dispatch_inplace
 from tessera._tensor import Tensor
 from tessera.ops import cost
+from tessera.ops._elementwise import checked_scalar
 from tessera.ops._sbp import bshape
 from tessera.ops._util import broadcast_shapes, ensure_tensor, numel, sum_to
 from tessera.ops.registry import Meta, defop
 from tessera.ops.views import slice_view
 from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
+
+_NUMBER = (int, float, complex, np.number, np.bool_)
 
 __all__ = ["getitem", "setitem", "index", "index_put", "nonzero", "argwhere"]
 
@@ -152,7 +155,7 @@ def _parse(x: Tensor, key):
                 template.append(T)
                 tensors.append(idx)
             dim += k.dim()
-        elif k.dtype.category != 1:
+        elif k.dtype is not D.int64 and k.dtype is not D.int32:  # (byte: a mask, above)
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors "
                              f"(got {k.dtype})")
         else:
@@ -229,9 +232,9 @@ def _np_key(template, arrays):
 
 def _index_infer(x, *idx, key):
     for m in idx:
-        if m.dtype.category != 1:
-            raise IndexError(f"index: tensors used as indices must be long or int tensors, got "
-                             f"{m.dtype}")
+        if m.dtype is not D.int64 and m.dtype is not D.int32:
+            raise IndexError(f"index: tensors used as indices must be long, int, byte or bool "
+                             f"tensors (got {m.dtype})")
     return Meta(_index_shape(x.shape, key, [m.shape for m in idx]), x.dtype)
 
 
@@ -446,6 +449,18 @@ def _drop_leading_ones(value: Tensor, ndim: int) -> Tensor:
     return value
 
 
+def _scalar_value(value, dt: D.dtype):
+    """A number written by setitem, checked as PyTorch converts it: it must fit 64 bits, then
+    ``dt`` (one element of float16 or bfloat16 is written through a double, so overflows
+    to inf)."""
+    if isinstance(value, (int, np.integer)) and not -(1 << 63) <= value < 1 << 63:
+        raise ValueError("Overflow when unpacking long long")
+    checked_scalar(value, D.float64 if dt is D.float16 or dt is D.bfloat16 else dt)
+    if isinstance(value, (complex, np.complexfloating)) and not dt.is_complex:
+        return value.real  # (no imaginary part: checked)
+    return value
+
+
 def setitem(input: Tensor, key, value) -> None:
     """``input[key] = value``: written in place; autograd sees a new version of ``input``."""
     template, tensors = _parse(input, key)
@@ -455,6 +470,8 @@ def setitem(input: Tensor, key, value) -> None:
         value = value.to(input.dtype)
     else:
         from tessera.ops.creation import tensor
+        if isinstance(value, _NUMBER):
+            value = _scalar_value(value, input.dtype)
         value = tensor(value, dtype=input.dtype, device=input.device)
     if not tensors:
         target = slice_view(input, template)

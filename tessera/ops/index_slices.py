@@ -22,6 +22,7 @@ from tessera import _dtype as D
 from tessera._dispatch import _tname
 from tessera._tensor import Tensor
 from tessera.ops import cost
+from tessera.ops._elementwise import checked_scalar
 from tessera.ops._indexing import (
     INT_INDEX,
     array_of,
@@ -258,6 +259,11 @@ def _index_fill_infer(x, index, value, dim):
     if type(value) is Meta and value.shape:
         raise RuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but got "
                            f"tensor with {len(value.shape)} dimension(s).")
+    if type(value) is not Meta:
+        if isinstance(value, complex) and not x.dtype.is_complex:
+            raise RuntimeError("index_fill_(): Converting complex Scalar to non-complex type is "
+                               "not supported")
+        checked_scalar(value, x.dtype)
     return Meta(x.shape, x.dtype)
 
 

@@ -24,7 +24,7 @@ from tessera._dispatch import dispatch, dispatch_inplace
 from tessera._tensor import Tensor
 from tessera.device.registry import device as Device
 from tessera.ops import cost
-from tessera.ops._util import broadcast_shapes, call, ensure_tensor, size_args
+from tessera.ops._util import bool_arg, broadcast_shapes, call, ensure_tensor, size_args
 from tessera.ops.creation import _global
 from tessera.ops.registry import Meta, defop
 
@@ -237,7 +237,8 @@ def _factory(op, name, size, generator, out, dtype, device, requires_grad, **att
         raise TypeError(f"{name}() received an invalid combination of arguments - got no "
                         f"size, but expected (tuple of ints size, *, Generator generator, ...)")
     shape = size_args(name, size)
-    dt = D.as_dtype(dtype) if dtype is not None else (
+    requires_grad = bool_arg(name, "requires_grad", requires_grad, none=True)
+    dt = D.dtype_arg(name, dtype) if dtype is not None else (
         out.dtype if out is not None else D.get_default_dtype())
     if out is not None and device is None:
         device = out.device
@@ -412,7 +413,7 @@ def randperm(n, *, generator=None, out=None, dtype=None, layout=None, device=Non
              requires_grad=False, pin_memory=False) -> Tensor:
     """A random permutation of ``0 .. n-1``."""
     n = _int_arg("n", n)
-    dt = D.as_dtype(dtype) if dtype is not None else D.int64
+    dt = D.dtype_arg("randperm", dtype) if dtype is not None else D.int64
     res = call(_RANDPERM, n=n, dtype=dt, generator=_gen(generator),
                device=_dev(device or (out.device if out is not None else None)), out=out)
     return _finish(res, requires_grad)

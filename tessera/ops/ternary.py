@@ -356,7 +356,10 @@ def _masked_fill_infer(x, mask, value):
 def _fill_value(value, dt: np.dtype):
     if _is_int_scalar(value) and dt.kind in "iu":
         return _wrap_int(value, dt)
-    return np.asarray(value).astype(dt)
+    value = np.asarray(value)
+    if value.dtype.kind == "c" and dt.kind != "c":  # (checked_scalar saw no imaginary part)
+        value = value.real
+    return value.astype(dt)
 
 
 def _masked_fill_grad(ctx, g):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import queue
@@ -48,8 +49,11 @@ from tessera.utils.data.sampler import (
 
 __all__ = ["DataLoader", "get_worker_info", "default_collate", "default_convert"]
 
-# How often the main process, while waiting for a batch, checks that workers are alive.
+# The main process waits for a batch on the result queue and on the workers' sentinels
+# together, so it notices a dead worker at once; it still checks on them this often (seconds).
 _STATUS_INTERVAL = 0.5
+# How long a worker whose sentinel closed may take to be reaped (it is exiting).
+_REAP_TIMEOUT = 0.1
 # How long shutdown waits for workers to exit by themselves before terminating them. Idle
 # workers exit at once; this grace only delays shutting down a worker busy on a batch
 # nobody will read (after an error, a timeout, or a loop left early).
@@ -322,6 +326,7 @@ class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
         self._worker_result_queue = ctx.Queue()
         self._workers_done_event = ctx.Event()
         self._shutdown = False
+        self._exiting: set[int] = set()  # pids whose sentinel fired while they lived on
         args = _WorkerArgs(self._iterable, self._dataset, self._auto_collation,
                            self._collate_fn, self._drop_last, self._base_seed,
                            loader.worker_init_fn, self._num_workers, self._persistent_workers)
@@ -380,14 +385,16 @@ class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
 
     def _get_data(self):
         """The next ``(task_index, data)`` from any worker; errors if a worker died or
-        ``timeout`` passed."""
+        ``timeout`` passed. Waits on the result queue and on the workers' process sentinels
+        at once, so a worker's death is noticed as it happens, not at the next poll."""
         deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
         while True:
             wait = _STATUS_INTERVAL
             if deadline is not None:
                 wait = max(0.0, min(wait, deadline - time.monotonic()))
+            self._wait_for_result_or_exit(wait)
             try:
-                idx, payload = self._worker_result_queue.get(timeout=wait)
+                idx, payload = self._worker_result_queue.get(timeout=0)
                 return idx, pickle.loads(payload)
             except queue.Empty:
                 self._check_workers_alive()
@@ -395,6 +402,26 @@ class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
                     self._shutdown_workers()
                     raise RuntimeError(f"DataLoader timed out after {self._timeout} "
                                        "seconds") from None
+
+    def _wait_for_result_or_exit(self, timeout: float) -> None:
+        """Block until a result is readable, a serving worker exits, or ``timeout``."""
+        reader = getattr(self._worker_result_queue, "_reader", None)
+        if reader is None:  # a queue without a connection to wait on: poll
+            time.sleep(min(timeout, _STATUS_INTERVAL / 10))
+            return
+        sentinels = [w.sentinel for i, w in enumerate(self._workers)
+                     if self._workers_status[i] and w.pid not in self._exiting]
+        ready = multiprocessing.connection.wait([reader, *sentinels], timeout)
+        if reader not in ready:
+            for w in self._workers:
+                if w.sentinel in ready:
+                    # closed as the process ends; is_alive() turns False once it is reaped
+                    # (not join(): it would block on a worker that closed the pipe itself)
+                    end = time.monotonic() + _REAP_TIMEOUT
+                    while w.is_alive() and time.monotonic() < end:
+                        time.sleep(0.001)
+                    if w.is_alive():  # alive with its sentinel closed: polled from now on
+                        self._exiting.add(w.pid)
 
     def _check_workers_alive(self) -> None:
         failed = [w for i, w in enumerate(self._workers)
