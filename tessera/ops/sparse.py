@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera import _dtype as D
+from tessera import _dispatch, _dtype as D
 from tessera._tensor import _CPU, Tensor, layout, sparse_coo
 from tessera._tensor_methods import _OPS
-from tessera.device.registry import Backend, device, register_device
-from tessera.device.registry import device as _device
+from tessera.device.registry import Backend, device, device as _device, register_device
 from tessera.ops import cost
 from tessera.ops._util import call
 from tessera.ops.registry import Meta, defop
@@ -324,7 +323,7 @@ class SparseTensor(Tensor):
         return SparseTensor._new(self._sp_indices, self._sp_values.to(dt),
                                  self._shape, self.is_coalesced())
 
-    def cpu(self) -> SparseTensor:
+    def cpu(self, memory_format=None) -> SparseTensor:
         return self
 
     def float(self) -> SparseTensor:
