@@ -265,6 +265,10 @@ def _name_op(e: Exception, op: OpDef) -> Exception:
 def _join_devices(op, args, dev, a):
     """Two devices met: like PyTorch, a 0-d CPU tensor may join tensors on another device."""
     d = a._device
+    for x in (dev, d):  # a device whose tensors cannot meet others (sparse) says why
+        join_error = getattr(_BACKENDS[x.type], "join_error", None)
+        if join_error is not None:
+            raise join_error(op)
     if dev.type == "global" or d.type == "global":  # global and local inputs: the global
         return dev if dev.type == "global" else d   # branch accepts 0-d locals, names others
     if a._shape == () and d.type == "cpu":

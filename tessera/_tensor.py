@@ -40,7 +40,8 @@ class _Named:
 
 
 class layout(_Named):
-    """A tensor's memory layout (``tessera.strided``: every tessera tensor is dense)."""
+    """A tensor's memory layout: ``tessera.strided`` (dense), or ``tessera.sparse_coo``
+    (``tessera.sparse_coo_tensor``); the other names exist for code that compares them."""
 
     __slots__ = ()
 

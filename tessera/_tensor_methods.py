@@ -276,6 +276,8 @@ class TensorMethods:
     # linear algebra
     matmul = _method("matmul")
     mm = _method("mm")
+    to_sparse = _method("to_sparse")
+    to_dense = _method("to_dense")
     bmm = _method("bmm")
     addmm = _method("addmm")
     addmv = _method("addmv")

@@ -30,6 +30,7 @@ from tessera.ops import (
     scan,
     shape,
     sorting,
+    sparse,
     ternary,
     unary,
     views,
@@ -39,12 +40,13 @@ from tessera.ops.registry import REGISTRY
 # the families whose public functions are tessera.* (the package re-exports each __all__)
 FAMILIES = (creation, unary, arithmetic, comparison, ternary, views, getitem, reduce, scan,
             gather_scatter, index_slices, flat_index, shape, broadcast, sorting, linalg, random,
-            activation, einsum)
+            activation, einsum, sparse)
 
 for _family in FAMILIES:
     for _name in _family.__all__:
         _OPS[_name] = getattr(_family, _name)
 _OPS["_rebuild_tensor"] = creation._rebuild_tensor  # Tensor.__reduce_ex__ (pickling)
+_OPS["to_sparse"], _OPS["to_dense"] = sparse.to_sparse, sparse.to_dense  # methods only
 bind_methods()
 
 FAST_OPERATORS.update({op.operator[0]: (op, op.operator[1])

@@ -42,7 +42,7 @@ LAYERS = [
     # the package namespace, command-line entry points, and the re-export shims that keep
     # PyTorch's import paths of the parallel strategies (torch.nn.parallel,
     # torch.distributed.optim)
-    ("namespace", r"tessera|tessera\.__main__|tessera\.onnx\.__main__"
+    ("namespace", r"tessera|tessera\.__main__|tessera\.onnx\.__main__|tessera\.sparse"
                   r"|tessera\.nn\.parallel(\..*)?|tessera\.distributed\.optim(\..*)?"),
 ]
 

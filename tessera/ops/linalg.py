@@ -26,6 +26,7 @@ from tessera.ops.arithmetic import add, mul
 from tessera.ops.reduce import sum as _sum
 from tessera.ops.registry import Meta, MissingRule, defop
 from tessera.ops.shape import tril, triu
+from tessera.ops.sparse import SparseTensor, mm as _sparse_mm
 from tessera.ops.views import movedim, permute, reshape, transpose
 from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
 
@@ -294,6 +295,8 @@ def matmul(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor
     tessera.Size([5, 2, 4])
     """
     if out is None:
+        if type(input) is SparseTensor or type(other) is SparseTensor:
+            return _sparse_mm(input, other)
         return dispatch(_MATMUL, input, other)
     return _call_out(_MATMUL, out, input, other)
 
@@ -320,9 +323,12 @@ def _out(result: Tensor, out: Tensor | None) -> Tensor:
 # ---- strict 2-d / 3-d / 1-d products -------------------------------------------------
 
 def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
-    """Product of two matrices; no broadcasting (``tessera.mm(a, b)``)."""
+    """Product of two matrices; no broadcasting (``tessera.mm(a, b)``); either may be a
+    sparse COO matrix (``tessera.sparse.mm``)."""
     ensure_tensor("mm", input)
     ensure_tensor("mm", mat2, "mat2")
+    if (type(input) is SparseTensor or type(mat2) is SparseTensor) and out is None:
+        return _sparse_mm(input, mat2)
     for name, t in (("self", input), ("mat2", mat2)):
         if t.dim() != 2:
             raise RuntimeError(f"mm: {name} must be a matrix (2D), got a {t.dim()}D tensor")

@@ -21,6 +21,7 @@ from tests.opinfo import (  # noqa: F401  (each module registers its entries)
     reduce,
     shape,
     sorting,
+    sparse,
     views,
 )
 from tests.opinfo.core import OP_DB, OpInfo, Sample

@@ -39,6 +39,7 @@ UNCAPTURABLE: dict[str, str] = {
     "repeat_interleave": "repeats given as a tensor: " + _DYNAMIC,
     "repeat_interleave_counts": _DYNAMIC,
     "unique": _DYNAMIC, "unique_method": _DYNAMIC, "unique_consecutive": _DYNAMIC,
+    "sparse_gather": "to_sparse stores the nonzero entries: " + _DYNAMIC,
 }
 
 # Known graph-mode bugs: entry name -> reason (reported to the lead; strict xfail).
