@@ -8,10 +8,13 @@ Sub-groups get their own MPI communicator, made once per group.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
+import socket
 import sys
 import time
+import zlib
 
 import numpy as np
 
@@ -48,6 +51,106 @@ def _abort_on_uncaught(comm) -> None:
 # same on every rank: the members of an all-reduce pass arrays of one shape)
 _SHM_MIN_BYTES = 1 << 16
 _SPIN_SECONDS = 0.02  # busy polling of a collective before backing off to sleeps
+_LOOK_SECONDS = 0.05  # how often a waiting rank looks whether its peers' processes still run
+_LAST_WORDS_SECONDS = 0.5  # how long a collective may still complete after a peer exited
+
+
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot), or None when no such process
+    runs (a zombie has exited) or ``/proc`` cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2:].split()  # the name before may hold spaces
+    return None if fields[0] in (b"Z", b"X") else int(fields[19])
+
+
+def _machine() -> int:
+    """This machine (host name and boot), as a number: pids mean the same only on it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read()
+    except OSError:
+        boot = ""
+    return zlib.crc32((socket.gethostname() + boot).encode())
+
+
+class _Peers:
+    """Which peer ranks have left the job, to tell a peer that left from one that is late.
+
+    A rank that leaves before the others (``sys.exit``, the end of its script, ``os._exit``,
+    a signal, a crash) would leave the ranks waiting for it in a collective until
+    ``TESSERA_COMM_TIMEOUT``. Two signs tell them at once:
+
+    * a rank whose interpreter exits sends every peer a notice (an exit handler; MPI's
+      finalize, which follows, waits for the other ranks, so the process itself stays);
+    * a peer process on this machine that no longer runs (``os._exit``, a signal, a crash
+      skip exit handlers): its ``/proc/<pid>/stat`` is gone or shows another start.
+
+    A waiting rank looks every 50 ms (one test of the notice receive, one read per peer on
+    this machine) and only for the peers of its collective: a rank that exits after its
+    last collective while another still computes alone leaves a normal job.
+    """
+
+    def __init__(self, comm: MPICommunicator):
+        me = _started(os.getpid())
+        mine = np.array([os.getpid(), -1 if me is None else me, _machine()], np.int64)
+        table = np.empty((comm.world_size, 3), np.int64)
+        comm._wait(comm.world.Iallgather(mine, table), "the start-up exchange of process ids")
+        # a pid that does not show the start time its rank sent lives in another pid
+        # namespace (another container): not watched
+        self.procs = {r: (int(pid), int(start)) for r, (pid, start, machine) in enumerate(table)
+                      if r != comm.rank and machine == mine[2] and start >= 0 and
+                      _started(int(pid)) == start}
+        self.rank, self.size, self.MPI = comm.rank, comm.world_size, comm.MPI
+        # a communicator of its own: the notices never match another receive
+        self.comm, req = comm.world.Idup()
+        comm._wait(req, "the start-up duplication of the world communicator")
+        self.left: set[int] = set()
+        self._box = np.zeros(1, np.int64)
+        self._req = self.comm.Irecv(self._box, source=comm.MPI.ANY_SOURCE)
+        _PEERS.append(self)
+
+    def exited(self, ranks) -> tuple[int, str] | None:
+        """(rank, how it left) of the first of ``ranks`` that has left, or None."""
+        while self._req is not None and self._req.Test():
+            self.left.add(int(self._box[0]))
+            self._req = self.comm.Irecv(self._box, source=self.MPI.ANY_SOURCE)
+        for r in ranks:
+            if r in self.left:
+                return r, "its interpreter exited"
+            proc = self.procs.get(r)
+            if proc is not None and _started(proc[0]) != proc[1]:
+                return r, f"its process {proc[0]} ended without exit handlers"
+        return None
+
+    def leave(self) -> None:
+        """Tell every peer this rank leaves (at interpreter exit)."""
+        if self._req is not None:
+            self._req.Cancel()
+            self._req.Wait()
+            self._req = None
+        me = np.array([self.rank], np.int64)
+        sends = [self.comm.Isend(me, dest=q) for q in range(self.size) if q != self.rank]
+        end = time.monotonic() + 1.0  # a small message leaves at once unless a peer is gone
+        while not self.MPI.Request.Testall(sends) and time.monotonic() < end:
+            time.sleep(1e-3)
+
+
+_PEERS: list[_Peers] = []
+
+
+@atexit.register
+def _leave() -> None:
+    # Python's exit handlers run before mpi4py finalizes MPI
+    while _PEERS:
+        try:
+            _PEERS.pop().leave()
+        except Exception:  # a peer already gone: nothing left to tell
+            pass
+
 
 def _joined(chunks: list) -> np.ndarray | None:
     """The one 1-d array the ``chunks`` are consecutive pieces of (ZeRO packs its
@@ -91,8 +194,10 @@ class MPICommunicator(C.Communicator):
         self._shm: dict = {}  # group -> ShmReducer, or None where the group spans nodes
         self._ops = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX,
                      "min": MPI.MIN}
+        self._peers: _Peers | None = None
         if self.world_size > 1:
             _abort_on_uncaught(self)
+            self._peers = _Peers(self)
 
     # ---- plumbing ---------------------------------------------------------------------------
     def _comm(self, group):
@@ -103,8 +208,9 @@ class MPICommunicator(C.Communicator):
             self._comms[g] = c
         return c, g
 
-    def _wait(self, req, what: str) -> None:
-        """Until ``req`` completes; CommTimeout after TESSERA_COMM_TIMEOUT seconds."""
+    def _wait(self, req, what: str, peers=None) -> None:
+        """Until ``req`` completes; CommTimeout after TESSERA_COMM_TIMEOUT seconds, CommError
+        as soon as one of ``peers`` (world ranks; None: all) has exited."""
         if req.Test():
             return
         limit = C.timeout()
@@ -114,17 +220,38 @@ class MPICommunicator(C.Communicator):
         # pause while the transfer is likely running (sleeping between polls stretched a
         # 7 MB all-reduce over many milliseconds), then back off, so a rank waiting for a
         # late peer does not take a core from it
-        busy_until = now + _SPIN_SECONDS
+        busy_until = look_at = now + _SPIN_SECONDS
         delay = 0.0
         while not req.Test():
             now = time.monotonic()
             if now > busy_until:
                 time.sleep(delay)
                 delay = min(delay * 2 or 1e-5, 1e-3)
+                if now >= look_at:
+                    look_at = now + _LOOK_SECONDS
+                    if self._peer_exited(req, what, peers):
+                        return
             if now > deadline:
                 raise C.CommTimeout(f"{what} on rank {self.rank} did not complete within "
                                     f"{limit:g} s (TESSERA_COMM_TIMEOUT): a peer died, hangs, "
                                     "or did not call the same collective")
+
+    def _peer_exited(self, req, what: str, peers) -> bool:
+        """Raise CommError when a process of ``peers`` has exited and ``req`` does not
+        complete soon after (a peer that exits right after its last collective has sent its
+        part); True when it completed."""
+        gone = None if self._peers is None else \
+            self._peers.exited(range(self.world_size) if peers is None else peers)
+        if gone is None:
+            return False
+        end = time.monotonic() + _LAST_WORDS_SECONDS
+        while time.monotonic() < end:
+            if req.Test():
+                return True
+            time.sleep(1e-3)
+        rank, how = gone
+        raise C.CommError(f"rank {rank} left the job before the others ({how}) while rank "
+                          f"{self.rank} was waiting for it in {what}")
 
     def _plan(self, dt: np.dtype, op: str):
         """(the dtype MPI reduces ``dt`` in, the MPI op)."""
@@ -185,7 +312,7 @@ class MPICommunicator(C.Communicator):
         req = c.Iallreduce(self.MPI.IN_PLACE, a, op=mop)
 
         def wait():
-            self._wait(req, f"all_reduce({op}) on ranks {list(g)}")
+            self._wait(req, f"all_reduce({op}) on ranks {list(g)}", g)
             return self._back(a.reshape(x.shape), x.dtype, op, len(g))
         return C.Work(wait=wait, test=req.Test)
 
@@ -217,7 +344,7 @@ class MPICommunicator(C.Communicator):
         req = c.Iallreduce(self.MPI.IN_PLACE, buf, op=self._ops[op])
 
         def wait():
-            self._wait(req, f"all_reduce({op}) on ranks {list(g)}")
+            self._wait(req, f"all_reduce({op}) on ranks {list(g)}", g)
             if op == "avg":
                 np.divide(buf, len(g), out=buf, casting="unsafe")
             return buf
@@ -251,7 +378,7 @@ class MPICommunicator(C.Communicator):
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64).tolist()
         recv = np.empty(sum(counts), np.uint8)
         req = c.Iallgatherv(self._bytes(x), [recv, (counts, displs), self.MPI.BYTE])
-        self._wait(req, f"all_gather on ranks {list(g)}")
+        self._wait(req, f"all_gather on ranks {list(g)}", g)
         # views of the fresh receive buffer: each part is its own memory, not copied again
         return [recv[d:d + n].view(x.dtype).reshape(s) for d, n, s in zip(displs, counts, shapes)]
 
@@ -268,7 +395,7 @@ class MPICommunicator(C.Communicator):
             a, mop, counts = self._pack(chunks, op)  # one copy (was: concatenate, then copy)
         out = np.empty(mine.size, a.dtype)
         self._wait(c.Ireduce_scatter(a, out, counts, op=mop),
-                   f"reduce_scatter({op}) on ranks {list(g)}")
+                   f"reduce_scatter({op}) on ranks {list(g)}", g)
         return self._back(out.reshape(mine.shape), mine.dtype, op, len(g))
 
     def all_to_all(self, chunks, group=None, recv_shapes=None):
@@ -287,7 +414,7 @@ class MPICommunicator(C.Communicator):
         recv = np.empty(sum(rcounts), np.uint8)
         req = c.Ialltoallv([send, (scounts, sdispls), self.MPI.BYTE],
                            [recv, (rcounts, rdispls), self.MPI.BYTE])
-        self._wait(req, f"all_to_all on ranks {list(g)}")
+        self._wait(req, f"all_to_all on ranks {list(g)}", g)
         return [recv[d:d + n].view(dt).reshape(s) for d, n, s in zip(rdispls, rcounts, recv_shapes)]
 
     def broadcast(self, x, root, group=None):
@@ -297,23 +424,23 @@ class MPICommunicator(C.Communicator):
         x = np.asarray(x)
         buf = np.array(self._bytes(x), copy=True)
         req = c.Ibcast(buf, root=g.index(root))
-        self._wait(req, f"broadcast from rank {root} on ranks {list(g)}")
+        self._wait(req, f"broadcast from rank {root} on ranks {list(g)}", g)
         return buf.view(x.dtype).reshape(x.shape)
 
     def send(self, x, dst, tag=0):
         req = self.world.Isend(self._bytes(np.asarray(x)).copy(), dest=dst, tag=tag)
-        self._wait(req, f"send to rank {dst}")
+        self._wait(req, f"send to rank {dst}", (dst,))
 
     def recv(self, shape, dtype, src, tag=0):
         dtype = np.dtype(dtype)
         buf = np.empty(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, np.uint8)
         req = self.world.Irecv(buf, source=src, tag=tag)
-        self._wait(req, f"recv from rank {src}")
+        self._wait(req, f"recv from rank {src}", (src,))
         return buf.view(dtype).reshape(shape)
 
     def barrier(self, group=None):
         c, g = self._comm(group)
-        self._wait(c.Ibarrier(), f"barrier on ranks {list(g)}")
+        self._wait(c.Ibarrier(), f"barrier on ranks {list(g)}", g)
 
     def all_gather_object(self, obj, group=None):
         data = np.frombuffer(pickle.dumps(obj), np.uint8)
