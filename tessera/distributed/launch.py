@@ -56,12 +56,16 @@ def _find_mpiexec(given: str | None) -> str:
     return found
 
 
-def _is_open_mpi(mpiexec: str) -> bool:
+def _flavour(mpiexec: str) -> str:
+    """"open-mpi", "hydra" (MPICH's mpiexec) or "" (unknown), from ``mpiexec --version``."""
     try:
         out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
-        return False
-    return "Open MPI" in out.stdout + out.stderr or "OpenRTE" in out.stdout + out.stderr
+        return ""
+    text = out.stdout + out.stderr
+    if "Open MPI" in text or "OpenRTE" in text:
+        return "open-mpi"
+    return "hydra" if "HYDRA" in text else ""
 
 
 def build_command(argv: list[str]) -> tuple[list[str], dict]:
@@ -73,12 +77,20 @@ def build_command(argv: list[str]) -> tuple[list[str], dict]:
     mpiexec = _find_mpiexec(a.mpiexec)
     n = a.nproc_per_node * a.nnodes
     cmd = [mpiexec, "-n", str(n)]
+    flavour = _flavour(mpiexec)
     if a.hostfile or a.nnodes > 1:
-        if _is_open_mpi(mpiexec):
+        if flavour == "open-mpi":
             cmd += (["--hostfile", a.hostfile] if a.hostfile else []) + \
                 ["--map-by", f"ppr:{a.nproc_per_node}:node"]
         else:  # MPICH (hydra)
             cmd += (["-f", a.hostfile] if a.hostfile else []) + ["-ppn", str(a.nproc_per_node)]
+    elif flavour == "hydra":
+        # a rank that ends without MPI's finalize (os._exit) makes hydra kill the others
+        # at once and report the job's status as that rank's, 0 for os._exit(0): a failed
+        # job that looks done. Without that clean-up the others see its process gone,
+        # fail naming it, and the job ends nonzero (comm/mpi.py); on several machines
+        # they could not see it, and hydra's clean-up stays
+        cmd += ["-disable-auto-cleanup"]
     cmd += [sys.executable, "-m", "mpi4py"]
     cmd += (["-m", a.script] if a.module else [a.script]) + list(a.args)
     env = dict(os.environ, TESSERA_LAUNCHED="1")

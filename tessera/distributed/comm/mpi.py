@@ -51,8 +51,9 @@ def _abort_on_uncaught(comm) -> None:
 # same on every rank: the members of an all-reduce pass arrays of one shape)
 _SHM_MIN_BYTES = 1 << 16
 _SPIN_SECONDS = 0.02  # busy polling of a collective before backing off to sleeps
-_LOOK_SECONDS = 0.05  # how often a waiting rank looks whether its peers' processes still run
-_LAST_WORDS_SECONDS = 0.5  # how long a collective may still complete after a peer exited
+_GLANCE_SECONDS = 1e-3  # how often a waiting rank asks whether its peers' processes exist
+_LOOK_SECONDS = 0.05  # how often it reads their exit notices and process start times
+_LAST_WORDS_SECONDS = 0.5  # how long a collective may still complete after a peer's notice
 
 
 def _started(pid: int) -> int | None:
@@ -113,8 +114,22 @@ class _Peers:
         self._req = self.comm.Irecv(self._box, source=comm.MPI.ANY_SOURCE)
         _PEERS.append(self)
 
-    def exited(self, ranks) -> tuple[int, str] | None:
-        """(rank, how it left) of the first of ``ranks`` that has left, or None."""
+    def exited(self, ranks, look: bool) -> tuple[int, str] | None:
+        """(rank, how it left) of the first of ``ranks`` that has left, or None. A glance
+        (``look`` false) asks only whether their pids exist (a signal 0: about a
+        microsecond each); a look also reads the notices and the processes' start times
+        (a zombie, a pid reused)."""
+        if not look:
+            for r in ranks:
+                proc = self.procs.get(r)
+                if proc is not None:
+                    try:
+                        os.kill(proc[0], 0)
+                    except ProcessLookupError:
+                        return r, f"its process {proc[0]} ended without exit handlers"
+                    except OSError:
+                        pass
+            return None
         while self._req is not None and self._req.Test():
             self.left.add(int(self._box[0]))
             self._req = self.comm.Irecv(self._box, source=self.MPI.ANY_SOURCE)
@@ -126,8 +141,10 @@ class _Peers:
                 return r, f"its process {proc[0]} ended without exit handlers"
         return None
 
-    def leave(self) -> None:
-        """Tell every peer this rank leaves (at interpreter exit)."""
+    def leave(self) -> list[int]:
+        """Tell every peer this rank leaves (at interpreter exit); returns the peers on this
+        machine whose processes ended without exit handlers (nor MPI's finalize)."""
+        self.exited((), True)  # the notices already here
         if self._req is not None:
             self._req.Cancel()
             self._req.Wait()
@@ -137,6 +154,8 @@ class _Peers:
         end = time.monotonic() + 1.0  # a small message leaves at once unless a peer is gone
         while not self.MPI.Request.Testall(sends) and time.monotonic() < end:
             time.sleep(1e-3)
+        return [r for r, (pid, start) in self.procs.items()
+                if r not in self.left and _started(pid) != start]
 
 
 _PEERS: list[_Peers] = []
@@ -144,12 +163,26 @@ _PEERS: list[_Peers] = []
 
 @atexit.register
 def _leave() -> None:
-    # Python's exit handlers run before mpi4py finalizes MPI
+    # Python's exit handlers run before mpi4py finalizes MPI (and before shm's windows are
+    # freed, registered earlier)
     while _PEERS:
+        peers = _PEERS.pop()
         try:
-            _PEERS.pop().leave()
-        except Exception:  # a peer already gone: nothing left to tell
-            pass
+            vanished = peers.leave()
+        except Exception:  # an MPI error: a peer already gone, nothing left to tell
+            continue
+        if vanished:
+            # MPI's finalize (and freeing a shared window) waits for every rank, so for
+            # ever for one that ended without it once the launcher no longer ends the job
+            # (launch.py): end with MPI_Abort after the other exit handlers instead
+            from mpi4py.run import set_abort_status
+            names = ", ".join(str(r) for r in vanished)
+            sys.stderr.write(f"tessera: rank {peers.rank} cannot end the job normally: rank"
+                             f"{'s' if len(vanished) > 1 else ''} {names} ended without exit "
+                             "handlers (os._exit, a signal or a crash)\n")
+            sys.stderr.flush()
+            shm._LIVE.clear()
+            set_abort_status(1)
 
 
 def _joined(chunks: list) -> np.ndarray | None:
@@ -221,35 +254,49 @@ class MPICommunicator(C.Communicator):
         # 7 MB all-reduce over many milliseconds), then back off, so a rank waiting for a
         # late peer does not take a core from it
         busy_until = look_at = now + _SPIN_SECONDS
+        glance_at = now + _GLANCE_SECONDS
         delay = 0.0
         while not req.Test():
             now = time.monotonic()
             if now > busy_until:
                 time.sleep(delay)
                 delay = min(delay * 2 or 1e-5, 1e-3)
-                if now >= look_at:
+                now = glance_at = time.monotonic()
+            if now >= glance_at:
+                # after every sleep, before the next Test: once its launcher tells it that
+                # a peer's process ended without MPI's finalize, MPICH ends this process
+                # inside the next Test, without a word
+                glance_at = now + _GLANCE_SECONDS
+                look = now >= look_at
+                if look:
                     look_at = now + _LOOK_SECONDS
-                    if self._peer_exited(req, what, peers):
-                        return
+                if self._peer_left(req, what, peers, look):
+                    return
             if now > deadline:
+                others = [r for r in (range(self.world_size) if peers is None else peers)
+                          if r != self.rank]
+                who = f"rank {others[0]}" if len(others) == 1 else \
+                    f"one of ranks {', '.join(map(str, others))}"
                 raise C.CommTimeout(f"{what} on rank {self.rank} did not complete within "
-                                    f"{limit:g} s (TESSERA_COMM_TIMEOUT): a peer died, hangs, "
-                                    "or did not call the same collective")
+                                    f"{limit:g} s (TESSERA_COMM_TIMEOUT): {who} did not join "
+                                    "it (it hangs, died, or called another collective)")
 
-    def _peer_exited(self, req, what: str, peers) -> bool:
-        """Raise CommError when a process of ``peers`` has exited and ``req`` does not
-        complete soon after (a peer that exits right after its last collective has sent its
-        part); True when it completed."""
+    def _peer_left(self, req, what: str, peers, look: bool) -> bool:
+        """Raise CommError when one of ``peers`` has left the job; True when ``req``
+        completed meanwhile. A peer that exits right after its last collective has sent its
+        part: after its notice, ``req`` may still complete (its process waits in MPI's
+        finalize); a process that ended without one is not waited for (see ``_wait``)."""
         gone = None if self._peers is None else \
-            self._peers.exited(range(self.world_size) if peers is None else peers)
+            self._peers.exited(range(self.world_size) if peers is None else peers, look)
         if gone is None:
             return False
-        end = time.monotonic() + _LAST_WORDS_SECONDS
-        while time.monotonic() < end:
-            if req.Test():
-                return True
-            time.sleep(1e-3)
         rank, how = gone
+        if rank in self._peers.left:
+            end = time.monotonic() + _LAST_WORDS_SECONDS
+            while time.monotonic() < end:
+                if req.Test():
+                    return True
+                time.sleep(1e-3)
         raise C.CommError(f"rank {rank} left the job before the others ({how}) while rank "
                           f"{self.rank} was waiting for it in {what}")
 
