@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -91,7 +92,10 @@ def build_command(argv: list[str]) -> tuple[list[str], dict]:
         # fail naming it, and the job ends nonzero (comm/mpi.py); on several machines
         # they could not see it, and hydra's clean-up stays
         cmd += ["-disable-auto-cleanup"]
-    cmd += [sys.executable, "-m", "mpi4py"]
+    # each rank under a small supervisor (this file, run alone: no tessera import), which
+    # names the rank when a signal kills it: MPI's launchers name only a process id
+    cmd += [sys.executable, "-I", os.path.abspath(__file__), _SUPERVISE, sys.executable, "-m",
+            "mpi4py"]
     cmd += (["-m", a.script] if a.module else [a.script]) + list(a.args)
     env = dict(os.environ, TESSERA_LAUNCHED="1")
     if a.threads_per_proc is not None:
@@ -110,5 +114,51 @@ def main(argv: list[str] | None = None) -> int:
     return subprocess.run(cmd, env=env).returncode
 
 
+_SUPERVISE = "--supervise-rank"
+_RANK_ENV = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+
+
+def _die_with_parent() -> None:
+    # in the rank's process before it starts: when MPI's launcher kills the supervisor
+    # (SIGKILL cannot be passed on), the kernel kills the rank too (Linux)
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def supervise(cmd: list[str]) -> int:
+    """Run one rank's process ``cmd`` and return its exit status; when a signal ends it,
+    say which rank it was and return 128 + the signal's number (an exit status: MPICH's
+    mpiexec then leaves the other ranks to notice the missing one and name it).
+    Interrupts and terminations are passed on to the rank."""
+    rank = next((os.environ[k] for k in _RANK_ENV if k in os.environ), "?")
+    # close_fds=False: the rank inherits the MPI launcher's connection (PMI_FD), which only
+    # it keeps: the launcher takes that connection closing for the rank's end
+    child = subprocess.Popen(cmd, close_fds=False, preexec_fn=_die_with_parent)
+    pmi = os.environ.get("PMI_FD", "")
+    if pmi.isdigit():
+        os.close(int(pmi))
+
+    def forward(signum, frame):
+        child.send_signal(signum)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    # MPICH's mpiexec sends it when another rank fails: meant for MPI inside the rank,
+    # which finds out by itself; its default action would end this process
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    status = child.wait()
+    if status < 0:
+        sys.stderr.write(f"tessera.distributed.launch: rank {rank} (process {child.pid}) was "
+                         f"killed by {signal.Signals(-status).name}\n")
+        sys.stderr.flush()
+        return 128 - status
+    return status
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == [_SUPERVISE]:
+        code = supervise(sys.argv[2:])
+        os._exit(code)  # no interpreter shutdown: it would restore SIGUSR1's default action
     sys.exit(main())

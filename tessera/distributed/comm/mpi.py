@@ -42,6 +42,7 @@ def _abort_on_uncaught(comm) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         time.sleep(0.5)  # let the launcher forward the traceback before the job is torn down
+        _PEERS.clear()  # the job ends here: no exit notices
         comm.world.Abort(1)
     sys.excepthook = hook
     _HOOKED.append(hook)
@@ -107,8 +108,9 @@ class _Peers:
                       _started(int(pid)) == start}
         self.rank, self.size, self.MPI = comm.rank, comm.world_size, comm.MPI
         # a communicator of its own: the notices never match another receive
-        self.comm, req = comm.world.Idup()
-        comm._wait(req, "the start-up duplication of the world communicator")
+        dup = comm.world.Idup()
+        self.comm = dup[0]
+        comm._wait(dup[1], "the start-up duplication of the world communicator")
         self.left: set[int] = set()
         self._box = np.zeros(1, np.int64)
         self._req = self.comm.Irecv(self._box, source=comm.MPI.ANY_SOURCE)
@@ -286,12 +288,13 @@ class MPICommunicator(C.Communicator):
         completed meanwhile. A peer that exits right after its last collective has sent its
         part: after its notice, ``req`` may still complete (its process waits in MPI's
         finalize); a process that ended without one is not waited for (see ``_wait``)."""
-        gone = None if self._peers is None else \
-            self._peers.exited(range(self.world_size) if peers is None else peers, look)
-        if gone is None:
+        live = self._peers
+        gone = None if live is None else \
+            live.exited(range(self.world_size) if peers is None else peers, look)
+        if live is None or gone is None:
             return False
         rank, how = gone
-        if rank in self._peers.left:
+        if rank in live.left:
             end = time.monotonic() + _LAST_WORDS_SECONDS
             while time.monotonic() < end:
                 if req.Test():
@@ -498,4 +501,5 @@ class MPICommunicator(C.Communicator):
     def abort(self, message, code=1):
         sys.stderr.write(message.rstrip("\n") + "\n")
         sys.stderr.flush()
+        _PEERS.clear()
         self.world.Abort(code)
