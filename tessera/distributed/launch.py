@@ -2,7 +2,11 @@
 
 It only builds the ``mpiexec`` command line and environment; MPI starts the processes. Each
 rank runs ``python -m mpi4py script.py args``, so a rank that raises prints its traceback
-and aborts every rank of the job.
+and aborts every rank of the job, under a small supervisor (``_supervise``) that names the
+rank when a signal kills it. A rank that leaves before the others (exits, is killed, or
+calls ``os._exit``) makes the ranks waiting for it fail naming it, and the job end nonzero
+within seconds (``comm/mpi.py``); for that, MPICH's mpiexec runs without its own clean-up
+on one machine, which would end every rank at once and report ``os._exit(0)`` as success.
 
     python -m tessera.distributed.launch --nproc-per-node 2 train.py --epochs 3
     python -m tessera.distributed.launch --nnodes 2 --nproc-per-node 4 --hostfile hosts train.py
@@ -128,7 +132,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def supervise(cmd: list[str]) -> int:
+def _supervise(cmd: list[str]) -> int:
     """Run one rank's process ``cmd`` and return its exit status; when a signal ends it,
     say which rank it was and return 128 + the signal's number (an exit status: MPICH's
     mpiexec then leaves the other ranks to notice the missing one and name it).
@@ -159,6 +163,6 @@ def supervise(cmd: list[str]) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == [_SUPERVISE]:
-        code = supervise(sys.argv[2:])
+        code = _supervise(sys.argv[2:])
         os._exit(code)  # no interpreter shutdown: it would restore SIGUSR1's default action
     sys.exit(main())

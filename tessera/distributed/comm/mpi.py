@@ -1,8 +1,10 @@
 """The MPI communicator (mpi4py): what global tensors and the process API use under mpiexec.
 
-Every collective is started non-blocking and polled until done, so that a peer that died
-or took another path raises ``CommTimeout`` after ``TESSERA_COMM_TIMEOUT`` seconds instead
-of hanging (blocking MPI calls cannot time out). Data moves as bytes, so any dtype goes;
+Every collective is started non-blocking and polled until done, so that a peer that took
+another path raises ``CommTimeout`` after ``TESSERA_COMM_TIMEOUT`` seconds instead of
+hanging (blocking MPI calls cannot time out), and a peer that left the job (``sys.exit``, the
+end of its script, ``os._exit``, a signal) raises ``CommError`` naming it within
+milliseconds (``_Peers``). Data moves as bytes, so any dtype goes;
 reductions run in the array's dtype (float16/bfloat16 in float32, bool as or/and).
 Sub-groups get their own MPI communicator, made once per group.
 """
