@@ -54,6 +54,7 @@ def _abort_on_uncaught(comm) -> None:
 # same on every rank: the members of an all-reduce pass arrays of one shape)
 _SHM_MIN_BYTES = 1 << 16
 _SPIN_SECONDS = 0.02  # busy polling of a collective before backing off to sleeps
+_DOZE_SECONDS = 1.0  # waiting this long, a rank sleeps up to 10 ms between polls, not 1 ms
 _GLANCE_SECONDS = 1e-3  # how often a waiting rank asks whether its peers' processes exist
 _LOOK_SECONDS = 0.05  # how often it reads their exit notices and process start times
 _LAST_WORDS_SECONDS = 0.5  # how long a collective may still complete after a peer's notice
@@ -258,18 +259,19 @@ class MPICommunicator(C.Communicator):
         # 7 MB all-reduce over many milliseconds), then back off, so a rank waiting for a
         # late peer does not take a core from it
         busy_until = look_at = now + _SPIN_SECONDS
+        doze_at = now + _DOZE_SECONDS
         glance_at = now + _GLANCE_SECONDS
         delay = 0.0
         while not req.Test():
             now = time.monotonic()
             if now > busy_until:
                 time.sleep(delay)
-                delay = min(delay * 2 or 1e-5, 1e-3)
+                # a peer that is a second late costs the others ~0.2% of a core each
+                delay = min(delay * 2 or 1e-5, 1e-3 if now < doze_at else 1e-2)
                 now = glance_at = time.monotonic()
             if now >= glance_at:
-                # after every sleep, before the next Test: once its launcher tells it that
-                # a peer's process ended without MPI's finalize, MPICH ends this process
-                # inside the next Test, without a word
+                # after every sleep: a vanished peer is seen within a few milliseconds,
+                # before an MPI launcher that noticed it too ends this process unheard
                 glance_at = now + _GLANCE_SECONDS
                 look = now >= look_at
                 if look:
