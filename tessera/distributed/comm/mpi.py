@@ -94,9 +94,10 @@ class _Peers:
     * a peer process on this machine that no longer runs (``os._exit``, a signal, a crash
       skip exit handlers): its ``/proc/<pid>/stat`` is gone or shows another start.
 
-    A waiting rank looks every 50 ms (one test of the notice receive, one read per peer on
-    this machine) and only for the peers of its collective: a rank that exits after its
-    last collective while another still computes alone leaves a normal job.
+    A waiting rank glances every millisecond (whether its peers' pids exist: a signal 0
+    each), looks every 50 ms (one probe for notices, one read of ``/proc`` per
+    peer on this machine), and only at the peers of its collective: a rank that exits after
+    its last collective while another still computes alone leaves a normal job.
     """
 
     def __init__(self, comm: MPICommunicator):
@@ -115,8 +116,6 @@ class _Peers:
         self.comm = dup[0]
         comm._wait(dup[1], "the start-up duplication of the world communicator")
         self.left: set[int] = set()
-        self._box = np.zeros(1, np.int64)
-        self._req = self.comm.Irecv(self._box, source=comm.MPI.ANY_SOURCE)
         _PEERS.append(self)
 
     def exited(self, ranks, look: bool) -> tuple[int, str] | None:
@@ -135,9 +134,13 @@ class _Peers:
                     except OSError:
                         pass
             return None
-        while self._req is not None and self._req.Test():
-            self.left.add(int(self._box[0]))
-            self._req = self.comm.Irecv(self._box, source=self.MPI.ANY_SOURCE)
+        # probed, not a receive kept posted: that would be pending when a script
+        # finalizes MPI itself
+        status = self.MPI.Status()
+        while self.comm.Iprobe(source=self.MPI.ANY_SOURCE, status=status):
+            box = np.zeros(1, np.int64)
+            self.comm.Recv(box, source=status.Get_source())
+            self.left.add(int(box[0]))
         for r in ranks:
             if r in self.left:
                 return r, "its interpreter exited"
@@ -150,10 +153,6 @@ class _Peers:
         """Tell every peer this rank leaves (at interpreter exit); returns the peers on this
         machine whose processes ended without exit handlers (nor MPI's finalize)."""
         self.exited((), True)  # the notices already here
-        if self._req is not None:
-            self._req.Cancel()
-            self._req.Wait()
-            self._req = None
         me = np.array([self.rank], np.int64)
         sends = [self.comm.Isend(me, dest=q) for q in range(self.size) if q != self.rank]
         end = time.monotonic() + 1.0  # a small message leaves at once unless a peer is gone
@@ -172,6 +171,8 @@ def _leave() -> None:
     # freed, registered earlier)
     while _PEERS:
         peers = _PEERS.pop()
+        if peers.MPI.Is_finalized():  # the script finalized MPI itself
+            continue
         try:
             vanished = peers.leave()
         except Exception:  # an MPI error: a peer already gone, nothing left to tell
