@@ -1,5 +1,6 @@
 """The process API (PyTorch's torch.distributed names) on local tensors, and the launcher's
 command line."""
+import os
 import sys
 
 import numpy as np
@@ -88,8 +89,9 @@ def test_launcher_command_line(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     cmd, env = launch.build_command(["--nproc-per-node", "2", "--mpiexec", "/x/mpiexec",
                                      "train.py", "--lr", "0.1"])
-    assert cmd == ["/x/mpiexec", "-n", "2", sys.executable, "-m", "mpi4py", "train.py",
-                   "--lr", "0.1"]
+    # each rank under the launcher's supervisor (names a rank that a signal kills)
+    assert cmd == ["/x/mpiexec", "-n", "2", sys.executable, "-I", os.path.abspath(launch.__file__),
+                   "--supervise-rank", sys.executable, "-m", "mpi4py", "train.py", "--lr", "0.1"]
     assert env["TESSERA_LAUNCHED"] == "1" and int(env["OMP_NUM_THREADS"]) >= 1
     hosts = tmp_path / "hosts"
     hosts.write_text("a\nb\n")

@@ -10,7 +10,9 @@
 
 Every collective takes ``group``: the world ranks taking part, in order (None: the whole
 world). A collective that does not complete within ``TESSERA_COMM_TIMEOUT`` seconds
-(default 1800) raises ``CommTimeout``, so a dead or diverging peer never hangs a job forever.
+(default 1800) raises ``CommTimeout``, so a dead or diverging peer never hangs a job forever;
+under MPI, one whose peer has left the job (its script ended or exited, or its process died)
+raises ``CommError`` naming that rank at once (``comm/mpi.py``).
 
 >>> from tessera.distributed.comm import current
 >>> c = current()

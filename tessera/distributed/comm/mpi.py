@@ -1,17 +1,22 @@
 """The MPI communicator (mpi4py): what global tensors and the process API use under mpiexec.
 
-Every collective is started non-blocking and polled until done, so that a peer that died
-or took another path raises ``CommTimeout`` after ``TESSERA_COMM_TIMEOUT`` seconds instead
-of hanging (blocking MPI calls cannot time out). Data moves as bytes, so any dtype goes;
+Every collective is started non-blocking and polled until done, so that a peer that took
+another path raises ``CommTimeout`` after ``TESSERA_COMM_TIMEOUT`` seconds instead of
+hanging (blocking MPI calls cannot time out), and a peer that left the job (``sys.exit``, the
+end of its script, ``os._exit``, a signal) raises ``CommError`` naming it within
+milliseconds (``_Peers``). Data moves as bytes, so any dtype goes;
 reductions run in the array's dtype (float16/bfloat16 in float32, bool as or/and).
 Sub-groups get their own MPI communicator, made once per group.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
+import socket
 import sys
 import time
+import zlib
 
 import numpy as np
 
@@ -39,6 +44,7 @@ def _abort_on_uncaught(comm) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         time.sleep(0.5)  # let the launcher forward the traceback before the job is torn down
+        _PEERS.clear()  # the job ends here: no exit notices
         comm.world.Abort(1)
     sys.excepthook = hook
     _HOOKED.append(hook)
@@ -48,6 +54,142 @@ def _abort_on_uncaught(comm) -> None:
 # same on every rank: the members of an all-reduce pass arrays of one shape)
 _SHM_MIN_BYTES = 1 << 16
 _SPIN_SECONDS = 0.02  # busy polling of a collective before backing off to sleeps
+_DOZE_SECONDS = 1.0  # waiting this long, a rank sleeps up to 10 ms between polls, not 1 ms
+_GLANCE_SECONDS = 1e-3  # how often a waiting rank asks whether its peers' processes exist
+_LOOK_SECONDS = 0.05  # how often it reads their exit notices and process start times
+_LAST_WORDS_SECONDS = 0.5  # how long a collective may still complete after a peer's notice
+
+
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot), or None when no such process
+    runs (a zombie has exited) or ``/proc`` cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2:].split()  # the name before may hold spaces
+    return None if fields[0] in (b"Z", b"X") else int(fields[19])
+
+
+def _machine() -> int:
+    """This machine (host name and boot), as a number: pids mean the same only on it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read()
+    except OSError:
+        boot = ""
+    return zlib.crc32((socket.gethostname() + boot).encode())
+
+
+class _Peers:
+    """Which peer ranks have left the job, to tell a peer that left from one that is late.
+
+    A rank that leaves before the others (``sys.exit``, the end of its script, ``os._exit``,
+    a signal, a crash) would leave the ranks waiting for it in a collective until
+    ``TESSERA_COMM_TIMEOUT``. Two signs tell them at once:
+
+    * a rank whose interpreter exits sends every peer a notice (an exit handler; MPI's
+      finalize, which follows, waits for the other ranks, so the process itself stays);
+    * a peer process on this machine that no longer runs (``os._exit``, a signal, a crash
+      skip exit handlers): its ``/proc/<pid>/stat`` is gone or shows another start.
+
+    A waiting rank glances every millisecond (whether its peers' pids exist: a signal 0
+    each), looks every 50 ms (one probe for notices, one read of ``/proc`` per
+    peer on this machine), and only at the peers of its collective: a rank that exits after
+    its last collective while another still computes alone leaves a normal job.
+    """
+
+    def __init__(self, comm: MPICommunicator):
+        me = _started(os.getpid())
+        mine = np.array([os.getpid(), -1 if me is None else me, _machine()], np.int64)
+        table = np.empty((comm.world_size, 3), np.int64)
+        comm._wait(comm.world.Iallgather(mine, table), "the start-up exchange of process ids")
+        # a pid that does not show the start time its rank sent lives in another pid
+        # namespace (another container): not watched
+        self.procs = {r: (int(pid), int(start)) for r, (pid, start, machine) in enumerate(table)
+                      if r != comm.rank and machine == mine[2] and start >= 0 and
+                      _started(int(pid)) == start}
+        self.rank, self.size, self.MPI = comm.rank, comm.world_size, comm.MPI
+        # a communicator of its own: the notices never match another receive
+        dup = comm.world.Idup()
+        self.comm = dup[0]
+        comm._wait(dup[1], "the start-up duplication of the world communicator")
+        self.left: set[int] = set()
+        _PEERS.append(self)
+
+    def exited(self, ranks, look: bool) -> tuple[int, str] | None:
+        """(rank, how it left) of the first of ``ranks`` that has left, or None. A glance
+        (``look`` false) asks only whether their pids exist (a signal 0: about a
+        microsecond each); a look also reads the notices and the processes' start times
+        (a zombie, a pid reused)."""
+        if not look:
+            for r in ranks:
+                proc = self.procs.get(r)
+                if proc is not None:
+                    try:
+                        os.kill(proc[0], 0)
+                    except ProcessLookupError:
+                        return r, f"its process {proc[0]} ended without exit handlers"
+                    except OSError:
+                        pass
+            return None
+        # probed, not a receive kept posted: that would be pending when a script
+        # finalizes MPI itself
+        status = self.MPI.Status()
+        while self.comm.Iprobe(source=self.MPI.ANY_SOURCE, status=status):
+            box = np.zeros(1, np.int64)
+            self.comm.Recv(box, source=status.Get_source())
+            self.left.add(int(box[0]))
+        for r in ranks:
+            if r in self.left:
+                return r, "its interpreter exited"
+            proc = self.procs.get(r)
+            if proc is not None and _started(proc[0]) != proc[1]:
+                return r, f"its process {proc[0]} ended without exit handlers"
+        return None
+
+    def leave(self) -> list[int]:
+        """Tell every peer this rank leaves (at interpreter exit); returns the peers on this
+        machine whose processes ended without exit handlers (nor MPI's finalize)."""
+        self.exited((), True)  # the notices already here
+        me = np.array([self.rank], np.int64)
+        sends = [self.comm.Isend(me, dest=q) for q in range(self.size) if q != self.rank]
+        end = time.monotonic() + 1.0  # a small message leaves at once unless a peer is gone
+        while not self.MPI.Request.Testall(sends) and time.monotonic() < end:
+            time.sleep(1e-3)
+        return [r for r, (pid, start) in self.procs.items()
+                if r not in self.left and _started(pid) != start]
+
+
+_PEERS: list[_Peers] = []
+
+
+@atexit.register
+def _leave() -> None:
+    # Python's exit handlers run before mpi4py finalizes MPI (and before shm's windows are
+    # freed, registered earlier)
+    while _PEERS:
+        peers = _PEERS.pop()
+        if peers.MPI.Is_finalized():  # the script finalized MPI itself
+            continue
+        try:
+            vanished = peers.leave()
+        except Exception:  # an MPI error: a peer already gone, nothing left to tell
+            continue
+        if vanished:
+            # MPI's finalize (and freeing a shared window) waits for every rank, so for
+            # ever for one that ended without it once the launcher no longer ends the job
+            # (launch.py): end with MPI_Abort after the other exit handlers instead
+            from mpi4py.run import set_abort_status
+            names = ", ".join(str(r) for r in vanished)
+            sys.stderr.write(f"tessera: rank {peers.rank} cannot end the job normally: rank"
+                             f"{'s' if len(vanished) > 1 else ''} {names} ended without exit "
+                             "handlers (os._exit, a signal or a crash)\n")
+            sys.stderr.flush()
+            shm._LIVE.clear()
+            set_abort_status(1)
+
 
 def _joined(chunks: list) -> np.ndarray | None:
     """The one 1-d array the ``chunks`` are consecutive pieces of (ZeRO packs its
@@ -91,8 +233,10 @@ class MPICommunicator(C.Communicator):
         self._shm: dict = {}  # group -> ShmReducer, or None where the group spans nodes
         self._ops = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX,
                      "min": MPI.MIN}
+        self._peers: _Peers | None = None
         if self.world_size > 1:
             _abort_on_uncaught(self)
+            self._peers = _Peers(self)
 
     # ---- plumbing ---------------------------------------------------------------------------
     def _comm(self, group):
@@ -103,8 +247,9 @@ class MPICommunicator(C.Communicator):
             self._comms[g] = c
         return c, g
 
-    def _wait(self, req, what: str) -> None:
-        """Until ``req`` completes; CommTimeout after TESSERA_COMM_TIMEOUT seconds."""
+    def _wait(self, req, what: str, peers=None) -> None:
+        """Until ``req`` completes; CommTimeout after TESSERA_COMM_TIMEOUT seconds, CommError
+        as soon as one of ``peers`` (world ranks; None: all) has exited."""
         if req.Test():
             return
         limit = C.timeout()
@@ -114,17 +259,54 @@ class MPICommunicator(C.Communicator):
         # pause while the transfer is likely running (sleeping between polls stretched a
         # 7 MB all-reduce over many milliseconds), then back off, so a rank waiting for a
         # late peer does not take a core from it
-        busy_until = now + _SPIN_SECONDS
+        busy_until = look_at = now + _SPIN_SECONDS
+        doze_at = now + _DOZE_SECONDS
+        glance_at = now + _GLANCE_SECONDS
         delay = 0.0
         while not req.Test():
             now = time.monotonic()
             if now > busy_until:
                 time.sleep(delay)
-                delay = min(delay * 2 or 1e-5, 1e-3)
+                # a peer that is a second late costs the others ~0.2% of a core each
+                delay = min(delay * 2 or 1e-5, 1e-3 if now < doze_at else 1e-2)
+                now = glance_at = time.monotonic()
+            if now >= glance_at:
+                # after every sleep: a vanished peer is seen within a few milliseconds,
+                # before an MPI launcher that noticed it too ends this process unheard
+                glance_at = now + _GLANCE_SECONDS
+                look = now >= look_at
+                if look:
+                    look_at = now + _LOOK_SECONDS
+                if self._peer_left(req, what, peers, look):
+                    return
             if now > deadline:
+                others = [r for r in (range(self.world_size) if peers is None else peers)
+                          if r != self.rank]
+                who = f"rank {others[0]}" if len(others) == 1 else \
+                    f"one of ranks {', '.join(map(str, others))}"
                 raise C.CommTimeout(f"{what} on rank {self.rank} did not complete within "
-                                    f"{limit:g} s (TESSERA_COMM_TIMEOUT): a peer died, hangs, "
-                                    "or did not call the same collective")
+                                    f"{limit:g} s (TESSERA_COMM_TIMEOUT): {who} did not join "
+                                    "it (it hangs, died, or called another collective)")
+
+    def _peer_left(self, req, what: str, peers, look: bool) -> bool:
+        """Raise CommError when one of ``peers`` has left the job; True when ``req``
+        completed meanwhile. A peer that exits right after its last collective has sent its
+        part: after its notice, ``req`` may still complete (its process waits in MPI's
+        finalize); a process that ended without one is not waited for (see ``_wait``)."""
+        live = self._peers
+        gone = None if live is None else \
+            live.exited(range(self.world_size) if peers is None else peers, look)
+        if live is None or gone is None:
+            return False
+        rank, how = gone
+        if rank in live.left:
+            end = time.monotonic() + _LAST_WORDS_SECONDS
+            while time.monotonic() < end:
+                if req.Test():
+                    return True
+                time.sleep(1e-3)
+        raise C.CommError(f"rank {rank} left the job before the others ({how}) while rank "
+                          f"{self.rank} was waiting for it in {what}")
 
     def _plan(self, dt: np.dtype, op: str):
         """(the dtype MPI reduces ``dt`` in, the MPI op)."""
@@ -185,7 +367,7 @@ class MPICommunicator(C.Communicator):
         req = c.Iallreduce(self.MPI.IN_PLACE, a, op=mop)
 
         def wait():
-            self._wait(req, f"all_reduce({op}) on ranks {list(g)}")
+            self._wait(req, f"all_reduce({op}) on ranks {list(g)}", g)
             return self._back(a.reshape(x.shape), x.dtype, op, len(g))
         return C.Work(wait=wait, test=req.Test)
 
@@ -217,7 +399,7 @@ class MPICommunicator(C.Communicator):
         req = c.Iallreduce(self.MPI.IN_PLACE, buf, op=self._ops[op])
 
         def wait():
-            self._wait(req, f"all_reduce({op}) on ranks {list(g)}")
+            self._wait(req, f"all_reduce({op}) on ranks {list(g)}", g)
             if op == "avg":
                 np.divide(buf, len(g), out=buf, casting="unsafe")
             return buf
@@ -251,7 +433,7 @@ class MPICommunicator(C.Communicator):
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64).tolist()
         recv = np.empty(sum(counts), np.uint8)
         req = c.Iallgatherv(self._bytes(x), [recv, (counts, displs), self.MPI.BYTE])
-        self._wait(req, f"all_gather on ranks {list(g)}")
+        self._wait(req, f"all_gather on ranks {list(g)}", g)
         # views of the fresh receive buffer: each part is its own memory, not copied again
         return [recv[d:d + n].view(x.dtype).reshape(s) for d, n, s in zip(displs, counts, shapes)]
 
@@ -268,7 +450,7 @@ class MPICommunicator(C.Communicator):
             a, mop, counts = self._pack(chunks, op)  # one copy (was: concatenate, then copy)
         out = np.empty(mine.size, a.dtype)
         self._wait(c.Ireduce_scatter(a, out, counts, op=mop),
-                   f"reduce_scatter({op}) on ranks {list(g)}")
+                   f"reduce_scatter({op}) on ranks {list(g)}", g)
         return self._back(out.reshape(mine.shape), mine.dtype, op, len(g))
 
     def all_to_all(self, chunks, group=None, recv_shapes=None):
@@ -287,7 +469,7 @@ class MPICommunicator(C.Communicator):
         recv = np.empty(sum(rcounts), np.uint8)
         req = c.Ialltoallv([send, (scounts, sdispls), self.MPI.BYTE],
                            [recv, (rcounts, rdispls), self.MPI.BYTE])
-        self._wait(req, f"all_to_all on ranks {list(g)}")
+        self._wait(req, f"all_to_all on ranks {list(g)}", g)
         return [recv[d:d + n].view(dt).reshape(s) for d, n, s in zip(rdispls, rcounts, recv_shapes)]
 
     def broadcast(self, x, root, group=None):
@@ -297,23 +479,23 @@ class MPICommunicator(C.Communicator):
         x = np.asarray(x)
         buf = np.array(self._bytes(x), copy=True)
         req = c.Ibcast(buf, root=g.index(root))
-        self._wait(req, f"broadcast from rank {root} on ranks {list(g)}")
+        self._wait(req, f"broadcast from rank {root} on ranks {list(g)}", g)
         return buf.view(x.dtype).reshape(x.shape)
 
     def send(self, x, dst, tag=0):
         req = self.world.Isend(self._bytes(np.asarray(x)).copy(), dest=dst, tag=tag)
-        self._wait(req, f"send to rank {dst}")
+        self._wait(req, f"send to rank {dst}", (dst,))
 
     def recv(self, shape, dtype, src, tag=0):
         dtype = np.dtype(dtype)
         buf = np.empty(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, np.uint8)
         req = self.world.Irecv(buf, source=src, tag=tag)
-        self._wait(req, f"recv from rank {src}")
+        self._wait(req, f"recv from rank {src}", (src,))
         return buf.view(dtype).reshape(shape)
 
     def barrier(self, group=None):
         c, g = self._comm(group)
-        self._wait(c.Ibarrier(), f"barrier on ranks {list(g)}")
+        self._wait(c.Ibarrier(), f"barrier on ranks {list(g)}", g)
 
     def all_gather_object(self, obj, group=None):
         data = np.frombuffer(pickle.dumps(obj), np.uint8)
@@ -324,4 +506,5 @@ class MPICommunicator(C.Communicator):
     def abort(self, message, code=1):
         sys.stderr.write(message.rstrip("\n") + "\n")
         sys.stderr.flush()
+        _PEERS.clear()
         self.world.Abort(code)

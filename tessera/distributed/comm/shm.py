@@ -128,7 +128,7 @@ class ShmReducer:
             """Move on as far as possible (to the end when ``block``); True when done."""
             if state["phase"] == 0:
                 if block:
-                    self._wait(state["req"], what)
+                    self._wait(state["req"], what, self.group)
                 elif not state["req"].Test():
                     return False
                 win.Sync()
@@ -145,7 +145,7 @@ class ShmReducer:
                 state["req"], state["phase"] = self.comm.Ibarrier(), 1
             if state["phase"] == 1:
                 if block:
-                    self._wait(state["req"], what)
+                    self._wait(state["req"], what, self.group)
                 elif not state["req"].Test():
                     return False
                 win.Sync()
@@ -200,7 +200,7 @@ class ShmReducer:
         before it are seen by every rank after it."""
         win = self._windows[_address(buf)][0]
         win.Sync()
-        self._wait(self.comm.Ibarrier(), what)
+        self._wait(self.comm.Ibarrier(), what, self.group)
         win.Sync()
 
     def free(self) -> None:
