@@ -68,6 +68,7 @@ from tessera.ops.linalg import *  # noqa: E402,F403
 from tessera.ops.random import *  # noqa: E402,F403
 from tessera.ops.activation import *  # noqa: E402,F403
 from tessera.ops.einsum import *  # noqa: E402,F403
+from tessera.ops.quantized import *  # noqa: E402,F403
 from tessera.ops.queries import (  # noqa: E402
     can_cast,
     get_default_device,

@@ -111,8 +111,11 @@ def pack(w: np.ndarray) -> Packed:
         return hit[1]
     p = Packed(w)
     key = id(w)
+
+    def forget(_ref, key: int = key) -> None:
+        _PACKED.pop(key, None)
     try:
-        ref = weakref.ref(w, lambda _r, key=key: _PACKED.pop(key, None))
+        ref = weakref.ref(w, forget)
     except TypeError:
         return p
     _PACKED[key] = (ref, p)
