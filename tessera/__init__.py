@@ -135,7 +135,8 @@ cfloat, cdouble = complex64, complex128
 
 # subpackages loaded on first use (PEP 562): ``tessera.models.resnet18()`` works after a
 # plain ``import tessera``, which does not pay for them (nor import ``onnx``)
-_LAZY = ("models", "datasets", "onnx", "parallel", "kernels", "profiler", "distributions", "fx")
+_LAZY = ("models", "datasets", "onnx", "parallel", "kernels", "profiler", "distributions", "fx",
+         "ao")
 
 
 def __getattr__(name: str):

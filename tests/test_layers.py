@@ -30,7 +30,8 @@ LAYERS = [
     ("graph", r"tessera\.graph(\..*)?"),
     ("codegen", r"tessera\.codegen(\..*)?"),
     ("distributed", r"tessera\.distributed(?!\.optim)(\..*)?"),
-    ("nn, optim, utils", r"tessera\.(nn(?!\.parallel)|optim|utils|profiler|distributions)(\..*)?"
+    ("nn, optim, utils", r"tessera\.(nn(?!\.parallel)|optim|utils|profiler|distributions"
+                         r"|ao)(\..*)?"
                          r"|tessera\.serialization(\..*)?"),
     ("parallel", r"tessera\.parallel(\..*)?"),
     ("fx", r"tessera\.fx(\..*)?"),

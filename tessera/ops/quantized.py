@@ -54,6 +54,13 @@ class qscheme:
     def __repr__(self) -> str:
         return f"tessera.{self.name}"
 
+    def __reduce__(self):  # copies and pickles are the singleton it is
+        return (_qscheme_by_name, (self.name,))
+
+
+def _qscheme_by_name(name: str) -> qscheme:
+    return globals()[name]
+
 
 per_tensor_affine = qscheme("per_tensor_affine")
 per_channel_affine = qscheme("per_channel_affine")
