@@ -85,6 +85,7 @@ from tessera.ops.random import *  # noqa: E402,F403
 from tessera.ops.activation import *  # noqa: E402,F403
 from tessera.ops.einsum import *  # noqa: E402,F403
 from tessera.ops.sparse import *  # noqa: E402,F403
+from tessera.ops.quantized import *  # noqa: E402,F403
 from tessera.ops.queries import (  # noqa: E402
     can_cast,
     get_default_device,
@@ -229,7 +230,7 @@ cfloat, cdouble = complex64, complex128
 # subpackages loaded on first use (PEP 562): ``tessera.models.resnet18()`` works after a
 # plain ``import tessera``, which does not pay for them (nor import ``onnx``)
 _LAZY = ("models", "datasets", "onnx", "parallel", "kernels", "profiler", "distributions", "fx",
-         "sparse")
+         "sparse", "ao")
 
 
 def __getattr__(name: str):

@@ -75,6 +75,17 @@ _ALIASES = {"half": float16, "float": float32, "double": float64, "short": int16
 _FROM_NP = {d.np: d for d in ALL if d.np is not None}
 
 
+# quantized types (PyTorch's qint8, quint8, qint32): the element type of a quantized
+# tensor's integer values, which mean ``(q - zero_point) * scale``. They take no part in
+# promotion: arithmetic on quantized tensors goes through the quantized ops
+# (``tessera.ops.quantized``), which read and write their integer representation.
+qint8 = dtype("qint8", np.dtype(np.int8), _INT, True, 1)
+quint8 = dtype("quint8", np.dtype(np.uint8), _INT, False, 1)
+qint32 = dtype("qint32", np.dtype(np.int32), _INT, True, 3)
+QUANTIZED = (qint8, quint8, qint32)
+_NAMES.update({d.name: d for d in QUANTIZED})
+
+
 def _by_name(name: str) -> dtype:
     return _NAMES[name]
 

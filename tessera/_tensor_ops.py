@@ -25,6 +25,7 @@ from tessera.ops import (
     getitem,
     index_slices,
     linalg,
+    quantized,
     random,
     reduce,
     scan,
@@ -40,7 +41,7 @@ from tessera.ops.registry import REGISTRY
 # the families whose public functions are tessera.* (the package re-exports each __all__)
 FAMILIES = (creation, unary, arithmetic, comparison, ternary, views, getitem, reduce, scan,
             gather_scatter, index_slices, flat_index, shape, broadcast, sorting, linalg, random,
-            activation, einsum, sparse)
+            activation, einsum, sparse, quantized)
 
 for _family in FAMILIES:
     for _name in _family.__all__:

@@ -32,8 +32,9 @@ LAYERS = [
     ("distributed", r"tessera\.distributed(?!\.optim)(\..*)?"),
     # with PyTorch's device, precision and process namespaces (torch.cuda, torch.amp,
     # torch.backends, torch.accelerator, torch.multiprocessing, the legacy tensor types)
+    # and quantization (torch.ao)
     ("nn, optim, utils", r"tessera\.(nn(?!\.parallel)|optim|utils|profiler|distributions|amp"
-                         r"|cuda|backends|multiprocessing)(\..*)?|tessera\.(serialization(\..*)?"
+                         r"|cuda|backends|multiprocessing|ao)(\..*)?|tessera\.(serialization(\..*)?"
                          r"|accelerator|_legacy_types|version)"),
     ("parallel", r"tessera\.parallel(\..*)?"),
     ("fx", r"tessera\.fx(\..*)?"),

@@ -17,6 +17,7 @@ from tests.opinfo import (  # noqa: F401  (each module registers its entries)
     nn_norm,
     nn_pool,
     nn_vision,
+    quantized,
     random,
     reduce,
     shape,

@@ -1,0 +1,2 @@
+"""``torch.ao.nn``: quantized (``quantized``), fused (``intrinsic``) and quantization-aware
+(``qat``) modules."""

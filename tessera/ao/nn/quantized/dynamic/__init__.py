@@ -1,0 +1,44 @@
+"""Dynamically quantized modules (``torch.ao.nn.quantized.dynamic``): INT8 weights, float
+activations quantized from their own range at each call.
+
+>>> import tessera
+>>> Linear.from_float(tessera.nn.Linear(4, 3))(tessera.ones(2, 4)).shape
+tessera.Size([2, 3])
+"""
+from __future__ import annotations
+
+from tessera import _dtype as D, nn
+from tessera._tensor import Tensor
+from tessera.ops import quantized as Q
+from tessera.ops.creation import zeros
+
+__all__ = ["Linear"]
+
+
+class Linear(nn.Module):
+    """``quantized::linear_dynamic`` with per-channel int8 weights."""
+
+    def __init__(self, in_features: int, out_features: int, reduce_range: bool = True):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.reduce_range = reduce_range
+
+    def forward(self, x):
+        w = Tensor._make(self.weight._data, D.qint8, self.weight.device,
+                                 tuple(self.weight.shape))
+        qw = Q.QTensor._wrap(w, self.weight_scale.to(D.float64),
+                             zeros(w.shape[0], dtype=D.int64), 0)
+        return Q.linear_dynamic(x, qw, self.bias, self.reduce_range)
+
+    @classmethod
+    def from_float(cls, mod, reduce_range: bool = True):
+        from tessera.ao.nn.quantized import _quantize_weight
+        from tessera.ao.quantization.observer import PerChannelMinMaxObserver
+        obs = PerChannelMinMaxObserver(dtype=D.qint8,
+                                       qscheme=Q.per_channel_symmetric)
+        qw = _quantize_weight(mod.weight, obs)
+        q = cls(mod.in_features, mod.out_features, reduce_range)
+        q.register_buffer("weight", qw.int_repr())
+        q.register_buffer("weight_scale", qw.q_per_channel_scales().to(D.float32))
+        q.register_buffer("bias", None if mod.bias is None else mod.bias.detach().clone())
+        return q

@@ -1,0 +1,251 @@
+/* INT8 GEMM: C[m, n] = requant(sum_k A[m, k] * B[n, k] - a_zp * colsum[n] + bias[n]).
+
+   A is uint8 (activations, row-major, rows padded to a multiple of 4 bytes), B int8
+   (weights) packed by tsr_int8_pack as [N/16][K/4][16][4]: for each block of 16 output
+   columns and each group of 4 k, 64 bytes, one 32-bit lane per column holding its 4
+   weights. That is the operand of one vpdpbusd on a zmm (AVX-512 VNNI), of two on ymm
+   (AVX-VNNI), and of vpmaddubsw + vpmaddwd on ymm (AVX2).
+
+   Every instruction set accumulates into an int32 tile, and one epilogue (in plain C, so
+   that every path rounds the same way) requantizes it:
+     v = (float)acc * mult[n]          (mult = a_scale * w_scale[n] / out_scale)
+     q = clamp(rint(v), lo - zp, hi - zp) + zp     -> uint8 or int8
+   or, for dynamic quantization, writes the float v = (float)acc * mult[n] + bias_f[n].
+   Compiled with -ffp-contract=off, so that the product and sum round as NumPy's do.
+
+   AVX2's vpmaddubsw saturates each sum of two u8 x s8 products to int16: with activations
+   of 8 bits and large weights that overflows (255 * 127 * 2 > 32767), which is why x86
+   quantization keeps activations to 7 bits (reduce_range). */
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <immintrin.h>
+
+enum { P_M, P_N, P_K, P_A, P_LDA, P_B, P_COLSUM, P_BIAS, P_MULT, P_C, P_LDC, P_AZP, P_ZP,
+       P_LO, P_HI, P_MODE, P_BIASF };
+enum { MR = 8 };
+
+static inline int32_t load4(const uint8_t* p) { int32_t v; memcpy(&v, p, 4); return v; }
+
+/* the requantization of one tile of rows x 16 accumulators */
+static void epilogue(const int64_t* p, int64_t m0, int64_t rows, int64_t nb,
+                     const int32_t* acc) {
+    const int64_t n = p[P_N], n0 = nb * 16, ncol = n - n0 < 16 ? n - n0 : 16;
+    const int32_t* colsum = (const int32_t*)p[P_COLSUM] + n0;
+    const int32_t* bias = p[P_BIAS] ? (const int32_t*)p[P_BIAS] + n0 : 0;
+    const float* mult = (const float*)p[P_MULT] + n0;
+    const int32_t azp = (int32_t)p[P_AZP], zp = (int32_t)p[P_ZP];
+    const float lo = (float)(p[P_LO] - zp), hi = (float)(p[P_HI] - zp);
+    const int64_t mode = p[P_MODE], ldc = p[P_LDC];
+    for (int64_t r = 0; r < rows; r++) {
+        const int32_t* a = acc + r * 16;
+        for (int64_t j = 0; j < ncol; j++) {
+            int32_t s = (int32_t)((uint32_t)a[j] - (uint32_t)(azp * colsum[j])
+                                  + (uint32_t)(bias ? bias[j] : 0));
+            float v = (float)s * mult[j];
+            if (mode == 2) {
+                ((float*)p[P_C])[(m0 + r) * ldc + n0 + j] = v + ((const float*)p[P_BIASF])[n0 + j];
+                continue;
+            }
+            float q = nearbyintf(v);
+            q = q < lo ? lo : q > hi ? hi : q;
+            int32_t out = (int32_t)q + zp;
+            if (mode == 0) ((uint8_t*)p[P_C])[(m0 + r) * ldc + n0 + j] = (uint8_t)out;
+            else ((int8_t*)p[P_C])[(m0 + r) * ldc + n0 + j] = (int8_t)out;
+        }
+    }
+}
+
+/* ---- portable C ----------------------------------------------------------------------- */
+static void tile_c(const int64_t* p, int64_t m0, int64_t rows, int64_t nb, int32_t* acc) {
+    const int64_t kq = p[P_K] / 4, lda = p[P_LDA];
+    const uint8_t* A = (const uint8_t*)p[P_A] + m0 * lda;
+    const int8_t* B = (const int8_t*)p[P_B] + nb * kq * 64;
+    memset(acc, 0, sizeof(int32_t) * MR * 16);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t g = 0; g < kq; g++)
+            for (int j = 0; j < 16; j++) {
+                int32_t s = 0;
+                for (int t = 0; t < 4; t++)
+                    s += (int32_t)A[r * lda + g * 4 + t] * (int32_t)B[g * 64 + j * 4 + t];
+                acc[r * 16 + j] += s;
+            }
+}
+
+/* ---- AVX2: vpmaddubsw (saturating int16 pairs) + vpmaddwd ------------------------------ */
+__attribute__((target("avx2")))
+static void tile_avx2(const int64_t* p, int64_t m0, int64_t rows, int64_t nb, int32_t* acc) {
+    const int64_t kq = p[P_K] / 4, lda = p[P_LDA];
+    const uint8_t* A = (const uint8_t*)p[P_A] + m0 * lda;
+    const int8_t* B = (const int8_t*)p[P_B] + nb * kq * 64;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i c0[MR], c1[MR];
+    for (int r = 0; r < MR; r++) { c0[r] = _mm256_setzero_si256(); c1[r] = c0[r]; }
+    for (int64_t g = 0; g < kq; g++) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i*)(B + g * 64));
+        __m256i b1 = _mm256_loadu_si256((const __m256i*)(B + g * 64 + 32));
+        for (int r = 0; r < MR; r++) {
+            if (r >= rows) break;
+            __m256i a = _mm256_set1_epi32(load4(A + r * lda + g * 4));
+            c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b0), ones));
+            c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b1), ones));
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        _mm256_storeu_si256((__m256i*)(acc + r * 16), c0[r]);
+        _mm256_storeu_si256((__m256i*)(acc + r * 16 + 8), c1[r]);
+    }
+}
+
+/* ---- AVX-VNNI: vpdpbusd on ymm ---------------------------------------------------------- */
+__attribute__((target("avx2,avxvnni")))
+static void tile_avxvnni(const int64_t* p, int64_t m0, int64_t rows, int64_t nb, int32_t* acc) {
+    const int64_t kq = p[P_K] / 4, lda = p[P_LDA];
+    const uint8_t* A = (const uint8_t*)p[P_A] + m0 * lda;
+    const int8_t* B = (const int8_t*)p[P_B] + nb * kq * 64;
+    __m256i c0[MR], c1[MR];
+    for (int r = 0; r < MR; r++) { c0[r] = _mm256_setzero_si256(); c1[r] = c0[r]; }
+    for (int64_t g = 0; g < kq; g++) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i*)(B + g * 64));
+        __m256i b1 = _mm256_loadu_si256((const __m256i*)(B + g * 64 + 32));
+        for (int r = 0; r < MR; r++) {
+            if (r >= rows) break;
+            __m256i a = _mm256_set1_epi32(load4(A + r * lda + g * 4));
+            c0[r] = _mm256_dpbusd_avx_epi32(c0[r], a, b0);
+            c1[r] = _mm256_dpbusd_avx_epi32(c1[r], a, b1);
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        _mm256_storeu_si256((__m256i*)(acc + r * 16), c0[r]);
+        _mm256_storeu_si256((__m256i*)(acc + r * 16 + 8), c1[r]);
+    }
+}
+
+/* ---- AVX-512 VNNI: vpdpbusd on zmm ------------------------------------------------------ */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static inline void tile512_rows(const uint8_t* A, int64_t lda, const int8_t* B, int64_t kq,
+                                int rows, int32_t* acc) {
+    __m512i c[MR];
+    for (int r = 0; r < MR; r++) c[r] = _mm512_setzero_si512();
+    for (int64_t g = 0; g < kq; g++) {
+        __m512i b = _mm512_loadu_si512((const void*)(B + g * 64));
+        for (int r = 0; r < MR; r++) {
+            if (r >= rows) break;
+            c[r] = _mm512_dpbusd_epi32(c[r], _mm512_set1_epi32(load4(A + r * lda + g * 4)), b);
+        }
+    }
+    for (int r = 0; r < rows; r++) _mm512_storeu_si512((void*)(acc + r * 16), c[r]);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void tile_vnni512(const int64_t* p, int64_t m0, int64_t rows, int64_t nb, int32_t* acc) {
+    const int64_t kq = p[P_K] / 4, lda = p[P_LDA];
+    const uint8_t* A = (const uint8_t*)p[P_A] + m0 * lda;
+    const int8_t* B = (const int8_t*)p[P_B] + nb * kq * 64;
+    if (rows == MR) tile512_rows(A, lda, B, kq, MR, acc);   /* the common case, unrolled */
+    else tile512_rows(A, lda, B, kq, (int)rows, acc);
+}
+
+/* Full tiles of 8 rows, unrolled so that the accumulators stay in registers: 8 x 32 on
+   zmm (two column blocks, 16 accumulators), 8 x 16 on ymm. */
+#define ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void full_vnni512(const uint8_t* A, int64_t lda, const int8_t* B0, const int8_t* B1,
+                         int64_t kq, int32_t* acc0, int32_t* acc1) {
+#define DECL(r) __m512i x##r = _mm512_setzero_si512(), y##r = x##r; \
+    const uint8_t* a##r = A + r * lda;
+    ROWS8(DECL)
+    for (int64_t g = 0; g < kq; g++) {
+        __m512i b0 = _mm512_loadu_si512((const void*)(B0 + g * 64));
+        __m512i b1 = _mm512_loadu_si512((const void*)(B1 + g * 64));
+#define STEP(r) { __m512i v = _mm512_set1_epi32(load4(a##r + g * 4)); \
+        x##r = _mm512_dpbusd_epi32(x##r, v, b0); y##r = _mm512_dpbusd_epi32(y##r, v, b1); }
+        ROWS8(STEP)
+#undef STEP
+    }
+#define STORE(r) _mm512_storeu_si512((void*)(acc0 + r * 16), x##r); \
+    _mm512_storeu_si512((void*)(acc1 + r * 16), y##r);
+    ROWS8(STORE)
+#undef STORE
+#undef DECL
+}
+
+__attribute__((target("avx2,avxvnni")))
+static void full_avxvnni(const uint8_t* A, int64_t lda, const int8_t* B0, const int8_t* B1,
+                         int64_t kq, int32_t* acc0, int32_t* acc1) {
+    (void)B1; (void)acc1;
+#define DECL(r) __m256i x##r = _mm256_setzero_si256(), y##r = x##r; \
+    const uint8_t* a##r = A + r * lda;
+    ROWS8(DECL)
+    for (int64_t g = 0; g < kq; g++) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i*)(B0 + g * 64));
+        __m256i b1 = _mm256_loadu_si256((const __m256i*)(B0 + g * 64 + 32));
+#define STEP(r) { __m256i v = _mm256_set1_epi32(load4(a##r + g * 4)); \
+        x##r = _mm256_dpbusd_avx_epi32(x##r, v, b0); y##r = _mm256_dpbusd_avx_epi32(y##r, v, b1); }
+        ROWS8(STEP)
+#undef STEP
+    }
+#define STORE(r) _mm256_storeu_si256((__m256i*)(acc0 + r * 16), x##r); \
+    _mm256_storeu_si256((__m256i*)(acc0 + r * 16 + 8), y##r);
+    ROWS8(STORE)
+#undef STORE
+#undef DECL
+}
+
+/* One part of a GEMM: rows [m0, m1) by column blocks [nb0, nb1). The column blocks are
+   the outer loop so that a block of packed weights stays in cache across the rows. */
+typedef void (*tile_fn)(const int64_t*, int64_t, int64_t, int64_t, int32_t*);
+typedef void (*full_fn)(const uint8_t*, int64_t, const int8_t*, const int8_t*, int64_t,
+                        int32_t*, int32_t*);
+
+static void run(tile_fn tile, full_fn full, int width, const int64_t* p, int64_t m0,
+                int64_t m1, int64_t nb0, int64_t nb1) {
+    int32_t acc[MR * 16] __attribute__((aligned(64)));
+    int32_t acc1[MR * 16] __attribute__((aligned(64)));
+    const int64_t kq = p[P_K] / 4, lda = p[P_LDA];
+    const int8_t* B = (const int8_t*)p[P_B];
+    for (int64_t nb = nb0; nb < nb1; ) {
+        int w = full && nb + width <= nb1 ? width : 1;
+        for (int64_t m = m0; m < m1; m += MR) {
+            int64_t rows = m1 - m < MR ? m1 - m : MR;
+            if (w == width && rows == MR && full) {
+                full((const uint8_t*)p[P_A] + m * lda, lda, B + nb * kq * 64,
+                     B + (nb + width - 1) * kq * 64, kq, acc, acc1);
+                epilogue(p, m, rows, nb, acc);
+                if (width == 2) epilogue(p, m, rows, nb + 1, acc1);
+                continue;
+            }
+            for (int j = 0; j < w; j++) {
+                tile(p, m, rows, nb + j, acc);
+                epilogue(p, m, rows, nb + j, acc);
+            }
+        }
+        nb += w;
+    }
+}
+
+void tsr_int8_gemm_c(const int64_t* p, int64_t m0, int64_t m1, int64_t nb0, int64_t nb1) {
+    run(tile_c, 0, 1, p, m0, m1, nb0, nb1);
+}
+void tsr_int8_gemm_avx2(const int64_t* p, int64_t m0, int64_t m1, int64_t nb0, int64_t nb1) {
+    run(tile_avx2, 0, 1, p, m0, m1, nb0, nb1);
+}
+void tsr_int8_gemm_avxvnni(const int64_t* p, int64_t m0, int64_t m1, int64_t nb0,
+                           int64_t nb1) {
+    run(tile_avxvnni, full_avxvnni, 1, p, m0, m1, nb0, nb1);
+}
+void tsr_int8_gemm_vnni512(const int64_t* p, int64_t m0, int64_t m1, int64_t nb0,
+                           int64_t nb1) {
+    run(tile_vnni512, full_vnni512, 2, p, m0, m1, nb0, nb1);
+}
+
+/* which instruction sets this CPU has: bit 0 AVX2, 1 AVX-VNNI, 2 AVX-512 VNNI */
+int tsr_int8_cpu(void) {
+    __builtin_cpu_init();
+    int bits = 0;
+    if (__builtin_cpu_supports("avx2")) bits |= 1;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avxvnni")) bits |= 2;
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) bits |= 4;
+    return bits;
+}

@@ -1,0 +1,226 @@
+"""INT8 matrix products with a fused requantization (``c/int8.c``), and their NumPy reference.
+
+``gemm(a, w, ...)`` computes ``requant(a @ w.T)`` for uint8 activations ``a`` (M x K) and
+int8 weights ``w`` (N x K): the int32 sums, less ``a_zp`` times each weight row's sum, plus
+an int32 bias, times a float multiplier per output column, rounded half to even, clamped
+and shifted by the output's zero point (uint8 or int8 out), or, for dynamic quantization,
+``acc * mult + bias`` as float32. ``reference`` is the same computation in NumPy integers,
+the definition the C paths are tested against bit for bit.
+
+The instruction set is chosen at run time from the CPU (``isa()``): AVX-512 VNNI
+(``vpdpbusd`` on zmm), AVX-VNNI (on ymm), AVX2 (``vpmaddubsw`` + ``vpmaddwd``, whose int16
+pair sums saturate: activations of 7 bits, ``reduce_range``, keep it exact), or portable C.
+``TESSERA_INT8_ISA=vnni512|avxvnni|avx2|c|numpy`` forces one; forcing one this CPU lacks
+is an error.
+
+>>> import numpy as np
+>>> a = np.arange(6, dtype=np.uint8).reshape(2, 3); w = np.ones((2, 3), np.int8)
+>>> gemm(a, w, a_zp=0, mult=np.ones(2, np.float32), out_zp=0).tolist()
+[[3, 3], [12, 12]]
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import weakref
+
+import numpy as np
+
+__all__ = ["gemm", "reference", "isa", "available", "ISAS", "pack", "Packed"]
+
+# fastest first
+ISAS = ("vnni512", "avxvnni", "avx2", "c", "numpy")
+_BITS = {"avx2": 1, "avxvnni": 2, "vnni512": 4}
+_NPARAMS = 17
+# rows x column blocks of 16 below which one thread does the whole product
+_SPLIT_MACS = 1 << 20
+
+
+@functools.lru_cache(maxsize=1)
+def _lib():
+    """The compiled kernels, or None without a C compiler."""
+    try:
+        from tessera.kernels import cc
+        from tessera.kernels.csource import source
+        if cc.compiler() is None:
+            return None
+        lib = cc.load(source("int8.c"), ("-ffp-contract=off",))
+    except Exception:  # a broken toolchain: the NumPy reference still runs
+        return None
+    for name in ("c", "avx2", "avxvnni", "vnni512"):
+        f = getattr(lib, f"tsr_int8_gemm_{name}")
+        f.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 4
+        f.restype = None
+    lib.tsr_int8_cpu.restype = ctypes.c_int
+    return lib
+
+
+def available() -> tuple[str, ...]:
+    """The paths this CPU (and toolchain) can run, fastest first.
+
+    >>> available()[-1]
+    'numpy'
+    """
+    lib = _lib()
+    if lib is None:
+        return ("numpy",)
+    bits = lib.tsr_int8_cpu()
+    return tuple(n for n in ISAS if n in ("c", "numpy") or bits & _BITS[n])
+
+
+def isa() -> str:
+    """The path ``gemm`` takes: ``$TESSERA_INT8_ISA`` if set (ValueError when this CPU lacks
+    it), else the fastest available."""
+    forced = os.environ.get("TESSERA_INT8_ISA", "").strip().lower()
+    have = available()
+    if not forced:
+        return have[0]
+    if forced not in ISAS:
+        raise ValueError(f"TESSERA_INT8_ISA={forced!r}: expected one of {', '.join(ISAS)}")
+    if forced not in have:
+        raise RuntimeError(f"TESSERA_INT8_ISA={forced!r}: this CPU (or C compiler) cannot run "
+                           f"it; available: {', '.join(have)}")
+    return forced
+
+
+class Packed:
+    """Int8 weights (N x K) in the kernels' layout, with each row's sum."""
+
+    def __init__(self, w: np.ndarray):
+        n, k = w.shape
+        self.n, self.k = n, k
+        self.kp, self.np_ = -(-k // 4) * 4, -(-n // 16) * 16
+        full = np.zeros((self.np_, self.kp), np.int8)
+        full[:n, :k] = w
+        # [N/16][K/4][16][4]
+        self.data = np.ascontiguousarray(
+            full.reshape(self.np_ // 16, 16, self.kp // 4, 4).transpose(0, 2, 1, 3))
+        self.colsum = np.zeros(self.np_, np.int32)
+        self.colsum[:n] = w.astype(np.int32).sum(1)
+
+
+_PACKED: dict[int, tuple[weakref.ref, Packed]] = {}
+
+
+def pack(w: np.ndarray) -> Packed:
+    """``w`` packed, cached for as long as the array lives (a module's weights are packed
+    once)."""
+    hit = _PACKED.get(id(w))
+    if hit is not None and hit[0]() is w:
+        return hit[1]
+    p = Packed(w)
+    key = id(w)
+
+    def forget(_ref, key: int = key) -> None:
+        _PACKED.pop(key, None)
+    try:
+        ref = weakref.ref(w, forget)
+    except TypeError:
+        return p
+    _PACKED[key] = (ref, p)
+    return p
+
+
+def _pad(v: np.ndarray | None, n: int, dtype) -> np.ndarray:
+    out = np.zeros(n, dtype)
+    if v is not None:
+        out[:len(v)] = v
+    return out
+
+
+def gemm(a: np.ndarray, w: np.ndarray, *, a_zp: int, mult: np.ndarray, out_zp: int = 0,
+         bias: np.ndarray | None = None, out_dtype=np.uint8, relu: bool = False,
+         qmin: int | None = None, qmax: int | None = None,
+         bias_f: np.ndarray | None = None, path: str | None = None) -> np.ndarray:
+    """``requant(a @ w.T)`` (see the module's docstring). ``a``: uint8 (M, K); ``w``: int8
+    (N, K); ``mult``: float32 (N,); ``bias``: int32 (N,) or None. ``out_dtype`` uint8, int8
+    or float32 (then ``acc * mult + bias_f``, no rounding). ``path``: one of ``ISAS``
+    (default ``isa()``)."""
+    path = path or isa()
+    out_dtype = np.dtype(out_dtype)
+    lo, hi = _range(out_dtype, qmin, qmax, relu, out_zp)
+    if path == "numpy":
+        return reference(a, w, a_zp=a_zp, mult=mult, out_zp=out_zp, bias=bias,
+                         out_dtype=out_dtype, relu=relu, qmin=qmin, qmax=qmax, bias_f=bias_f)
+    m, k = a.shape
+    pw = pack(w)
+    if a.dtype != np.uint8 or k != pw.kp or not a.flags.c_contiguous:
+        ap = np.zeros((m, pw.kp), np.uint8)
+        ap[:, :k] = a
+        a = ap
+    out = np.empty((m, pw.n), out_dtype)
+    keep = (_pad(bias, pw.np_, np.int32) if bias is not None else None,
+            _pad(mult, pw.np_, np.float32), _pad(bias_f, pw.np_, np.float32))
+    params = np.array([m, pw.n, pw.kp, a.ctypes.data, pw.kp, pw.data.ctypes.data,
+                       pw.colsum.ctypes.data, 0 if keep[0] is None else keep[0].ctypes.data,
+                       keep[1].ctypes.data, out.ctypes.data, pw.n, a_zp, out_zp, lo, hi,
+                       {"u": 0, "i": 1, "f": 2}[out_dtype.kind], keep[2].ctypes.data],
+                      np.int64)
+    if m == 0 or pw.n == 0:
+        return out
+    _run(getattr(_lib(), f"tsr_int8_gemm_{path}"), params, m, pw.np_ // 16, k)
+    return out
+
+
+def _run(f, params: np.ndarray, m: int, nblocks: int, k: int) -> None:
+    from tessera.kernels import threadpool
+    ptr = params.ctypes.data
+    if m * nblocks * 16 * k >= _SPLIT_MACS and threadpool.usable():
+        t = threadpool._threads()
+        if nblocks >= 2 * t or m < 16:  # split the columns (weights stay in each cache)
+            step = -(-nblocks // (2 * t))
+            parts = [(ptr, 0, m, j, min(j + step, nblocks)) for j in range(0, nblocks, step)]
+        else:
+            step = -(-m // (2 * t))
+            step = -(-step // 8) * 8
+            parts = [(ptr, i, min(i + step, m), 0, nblocks) for i in range(0, m, step)]
+        if threadpool.run(f, parts) is not None:
+            return
+    f(ptr, 0, m, 0, nblocks)
+
+
+def _range(out_dtype: np.dtype, qmin, qmax, relu: bool, out_zp: int) -> tuple[int, int]:
+    if out_dtype.kind == "f":
+        return 0, 0
+    info = np.iinfo(out_dtype)
+    lo = info.min if qmin is None else qmin
+    hi = info.max if qmax is None else qmax
+    if relu:
+        lo = max(lo, out_zp)
+    return lo, hi
+
+
+def reference(a: np.ndarray, w: np.ndarray, *, a_zp: int, mult: np.ndarray, out_zp: int = 0,
+              bias: np.ndarray | None = None, out_dtype=np.uint8, relu: bool = False,
+              qmin: int | None = None, qmax: int | None = None,
+              bias_f: np.ndarray | None = None, saturate16: bool = False) -> np.ndarray:
+    """The definition of ``gemm`` in NumPy integers. ``saturate16``: AVX2's int16 saturation
+    of each sum of two adjacent products (k = 2j, 2j + 1).
+
+    >>> reference(np.full((1, 2), 200, np.uint8), np.full((1, 2), 100, np.int8), a_zp=0,
+    ...           mult=np.ones(1, np.float32), out_dtype=np.float32, saturate16=True)
+    array([[32767.]], dtype=float32)
+    """
+    out_dtype = np.dtype(out_dtype)
+    a32, w32 = a.astype(np.int32), w.astype(np.int32)
+    if saturate16:
+        k = a.shape[1]
+        if k % 2:
+            a32 = np.pad(a32, ((0, 0), (0, 1)))
+            w32 = np.pad(w32, ((0, 0), (0, 1)))
+        pairs = a32[:, None, 0::2] * w32[None, :, 0::2] + a32[:, None, 1::2] * w32[None, :, 1::2]
+        acc = np.clip(pairs, -32768, 32767).sum(-1, dtype=np.int64).astype(np.int32)
+    else:
+        acc = (a32.astype(np.int64) @ w32.T.astype(np.int64)).astype(np.int32)
+    with np.errstate(over="ignore"):
+        acc = acc - np.int32(a_zp) * w32.sum(1, dtype=np.int32)
+        if bias is not None:
+            acc = acc + bias.astype(np.int32)
+    v = acc.astype(np.float32) * np.asarray(mult, np.float32)
+    if out_dtype.kind == "f":
+        return v + (np.zeros(w.shape[0], np.float32) if bias_f is None
+                    else np.asarray(bias_f, np.float32))
+    lo, hi = _range(out_dtype, qmin, qmax, relu, out_zp)
+    q = np.clip(np.rint(v), np.float32(lo - out_zp), np.float32(hi - out_zp))
+    return (q.astype(np.int32) + out_zp).astype(out_dtype)
