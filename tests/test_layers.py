@@ -34,6 +34,7 @@ LAYERS = [
                          r"|tessera\.serialization(\..*)?"),
     ("parallel", r"tessera\.parallel(\..*)?"),
     ("fx", r"tessera\.fx(\..*)?"),
+    ("compiler", r"tessera\.compiler(\..*)?"),
     ("onnx", r"tessera\.onnx(?!\.__main__$)(\..*)?"),
     ("models, datasets", r"tessera\.(models|datasets)(\..*)?"),
     # the package namespace, command-line entry points, and the re-export shims that keep

@@ -106,7 +106,9 @@ class Partitioned:
         for name, v in g.variables.items():
             env[id(v)] = variables[name]
         for seg in self.segments:
-            outs = seg.run([env[id(v)] for v in seg.reads])
+            run = seg.run
+            assert run is not None
+            outs = run([env[id(v)] for v in seg.reads])
             for v, a in zip(seg.writes, outs):
                 env[id(v)] = a
         return [env[id(v)] for v in g.outputs], [(n, env[id(v)]) for n, v in g.assigns]

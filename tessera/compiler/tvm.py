@@ -1,4 +1,11 @@
-"""The TVM backend (Relax): not written yet; every node runs on tessera's executor."""
+"""The TVM backend (Relax): not written yet, so every node runs on tessera's executor.
+
+>>> import tessera
+>>> from tessera.graph.trace import trace
+>>> g, _ = trace(lambda x: x + 1, tessera.zeros(2))
+>>> supported(g.nodes[0])
+False
+"""
 from __future__ import annotations
 
 from tessera.graph.ir import Graph, Node

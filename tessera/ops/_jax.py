@@ -147,7 +147,7 @@ BINARY = {
 
 def _dims(x, at) -> tuple:
     dim = at.get("dim")
-    if dim is None:
+    if dim is None or dim == ():  # PyTorch's amax(dim=()): every dim
         return tuple(range(x.ndim))
     dim = dim if isinstance(dim, (tuple, list)) else (dim,)
     return tuple(d % max(x.ndim, 1) for d in dim) if x.ndim else ()
@@ -317,9 +317,10 @@ def max_pool_backward(jnp, lax, a, at):
     g, idx = a
     shape = tuple(at["input_shape"])
     rows = math.prod(shape[:2])
-    flat = jnp.zeros((rows, math.prod(shape[2:])), g.dtype)
+    plane, per = math.prod(shape[2:]), math.prod(g.shape[2:])
+    flat = jnp.zeros((rows, plane), g.dtype)
     r = jnp.arange(rows)[:, None]
-    flat = flat.at[r, idx.reshape(rows, -1)].add(g.reshape(rows, -1))
+    flat = flat.at[r, idx.reshape(rows, per)].add(g.reshape(rows, per))
     return flat.reshape(shape)
 
 
