@@ -113,6 +113,7 @@ from tessera import distributed, nn, optim, utils  # noqa: E402
 from tessera.distributed import optim as _optim  # noqa: E402,F401  (torch.distributed.optim)
 from tessera.distributed.placement import placement  # noqa: E402
 from tessera.nn import parallel as _parallel  # noqa: E402,F401  (torch.nn.parallel)
+from tessera.compiler import compile  # noqa: E402  (and nn.Graph's xla and tvm backends)
 from tessera.nn.functional._toplevel import (  # noqa: E402  (torch.selu, torch.kl_div...)
     binary_cross_entropy_with_logits,
     cdist,

@@ -38,6 +38,7 @@ LAYERS = [
                          r"|accelerator|_legacy_types|version)"),
     ("parallel", r"tessera\.parallel(\..*)?"),
     ("fx", r"tessera\.fx(\..*)?"),
+    ("compiler", r"tessera\.compiler(\..*)?"),
     ("onnx", r"tessera\.onnx(?!\.__main__$)(\..*)?"),
     ("models, datasets", r"tessera\.(models|datasets)(\..*)?"),
     # the package namespace, command-line entry points, and the re-export shims that keep

@@ -74,6 +74,27 @@ class GraphConfig:
         self.zero_stage = 0
         self.zero_shard_min_size = 1024
         self.bucket_cap_mb = 25.0
+        self.backend = "tessera"
+        self.backend_options: dict = {}
+
+    def set_backend(self, name: str = "tessera", *, strict: bool = False, **options) -> None:
+        """Which compiler runs the graph after tessera's passes: ``"tessera"`` (its own
+        executor and code generator, the default), ``"xla"`` (JAX) or ``"tvm"`` (TVM
+        Relax); ``tessera.compiler`` registers the others. Ops without a rule for the
+        backend run on tessera's executor between the backend's clusters (``debug()``
+        prints the cut); ``strict=True`` raises naming them instead. ``options`` go to the
+        backend (TVM: ``tune_trials=64`` tunes with MetaSchedule within that budget).
+
+        >>> g = Graph()
+        >>> g.config.set_backend("xla")
+        >>> g.config.backend
+        'xla'
+        """
+        if name != "tessera" and name not in _BACKENDS:
+            raise ValueError(f"nn.Graph.config.set_backend: unknown backend {name!r} "
+                             f"(known: {', '.join(['tessera'] + sorted(_BACKENDS))})")
+        self.backend = name
+        self.backend_options = dict(options, strict=bool(strict))
 
     def set_bucket_cap_mb(self, mb: float) -> None:
         """Merge the all-reduces of global gradients into buckets of up to ``mb`` MB (DDP's
@@ -212,7 +233,8 @@ class Graph:
         modes = tuple(m.training for mod in self._modules.values() for m in mod.modules())
         state = tuple(tuple(sorted((id(p), tuple(sorted(st))) for p, st in opt.state.items()))
                       for opt, _ in self._optimizers)
-        return inputs, modes, state, D.get_default_dtype().name
+        backend = (self.config.backend, tuple(sorted(self.config.backend_options.items())))
+        return inputs, modes, state, D.get_default_dtype().name, backend
 
     def _log_retrace(self, key, why=None) -> None:
         if why is not None:
@@ -222,7 +244,8 @@ class Graph:
         else:
             old = self._last_key
             parts = [n for n, a, b in zip(("input shapes/dtypes", "train/eval modes",
-                                           "optimizer state", "default dtype"), old, key)
+                                           "optimizer state", "default dtype", "backend"),
+                                          old, key)
                      if a != b]
             why = "changed: " + ", ".join(parts)
         self._debug_log.append(why)
@@ -312,8 +335,15 @@ class Graph:
         # a step that creates optimizer state changes the signature (the state's keys are part
         # of it), so it runs once: generated C would be compiled for nothing (the CNN's
         # training graph spends seconds of a cold compile on it), and NumPy kernels run it
-        compiled = _Compiled(ir, Executor(ir, codegen=not created), tensors, traced.new_state,
-                             traced.n_outputs, traced.treedef)
+        if self.config.backend == "tessera":
+            executor = Executor(ir, codegen=not created)
+        else:
+            make = _BACKENDS[self.config.backend]
+            executor = make(ir, tensors, dict(self.config.backend_options))
+            if self._debug_level >= 0 and hasattr(executor, "describe"):
+                print(f"[nn.Graph {type(self).__name__}] {executor.describe()}")
+        compiled = _Compiled(ir, executor, tensors, traced.new_state, traced.n_outputs,
+                             traced.treedef)
         compiled.written = traced.written
         compiled.in_args = traced.in_args
         compiled.specs = traced.specs
@@ -561,6 +591,23 @@ def _micro_batches(a: Tensor, n: int) -> list[Tensor]:
             shape = (a._shape[0] // n,) + tuple(a._shape[1:])
             return [_local_to_global(t, d.placement, d.sbp, shape) for t in local]
     return list(a.chunk(n, 0))
+
+
+# ---- compiler backends, by registration -----------------------------------------------------
+
+_BACKENDS: dict = {}  # name -> make(ir, tensors, options) -> an executor (``run``)
+
+
+def register_backend(name: str, make) -> None:
+    """Let ``config.set_backend(name)`` compile graphs with ``make(ir, tensors, options)``:
+    the IR after the passes, its variables' tensors by name, and ``set_backend``'s options;
+    it returns an object with the executor's ``run(inputs, variables)``. ``tessera.compiler``
+    registers ``xla`` and ``tvm``.
+
+    >>> sorted(_BACKENDS)
+    ['tvm', 'xla']
+    """
+    _BACKENDS[name] = make
 
 
 # ---- ZeRO, by registration -----------------------------------------------------------------

@@ -552,7 +552,8 @@ def _cast_sbp(x, dtype):
 _CAST = defop("cast", lambda x, dtype: Meta(x.shape, dtype), _cast_kernel,
               grad=lambda ctx, g: (g.to(ctx.input_metas[0].dtype),), save=(),
               sbp=SbpRule(_cast_sbp), cost=cost.movement(), to_c=_cast_c,
-              traits={"single_pass", "c_int"})
+              traits={"single_pass", "c_int"},
+              to_jax=lambda jnp, lax, a, at: a[0].astype(at["dtype"].np))
 
 
 def cast(input: Tensor, dtype) -> Tensor:
@@ -657,7 +658,8 @@ def _copy_cost(ins, outs, **attrs):
 _COPY = defop("copy", _copy_infer, _copy_kernel, grad=_copy_grad, save=(),
               sbp=pointwise(each=(1,)), cost=_copy_cost,
               inplace_kernels={"cpu": lambda t, x, src, non_blocking=False: np.copyto(
-                  t, src, casting="unsafe")})
+                  t, src, casting="unsafe")},
+              to_jax=lambda jnp, lax, a, at: jnp.broadcast_to(a[1], a[0].shape))
 
 
 def copy(input: Tensor, src: Tensor, non_blocking: bool = False, *, out=None) -> Tensor:
@@ -726,7 +728,8 @@ _CLONE = defop("clone", lambda x, contiguous=False: Meta(x.shape, x.dtype), _clo
                grad=lambda ctx, g: (g,), save=(), sbp=pointwise(each=(0,)),
                cost=cost.movement(), traits={"out_form"},
                # out-form, for compiled graphs: the copy into a planned buffer
-               inplace_kernels={"cpu": lambda out, x, contiguous=False: np.copyto(out, x)})
+               inplace_kernels={"cpu": lambda out, x, contiguous=False: np.copyto(out, x)},
+               to_jax=lambda jnp, lax, a, at: a[0])
 
 
 def clone(input: Tensor, *, memory_format=None) -> Tensor:

@@ -137,7 +137,8 @@ def _gather_sbp(x, index, dim):
 
 
 _GATHER = defop("gather", _gather_infer, _gather_kernel, grad=_gather_grad,
-                sbp=SbpRule(_gather_sbp), cost=cost.movement())
+                sbp=SbpRule(_gather_sbp), cost=cost.movement(),
+                to_jax=lambda jnp, lax, a, at: jnp.take_along_axis(a[0], a[1], axis=at["dim"]))
 
 
 def gather(input, dim, index, *, sparse_grad: bool = False, out=None) -> Tensor:

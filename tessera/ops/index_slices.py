@@ -92,7 +92,8 @@ def _index_select_sbp(x, index, dim):
 
 _INDEX_SELECT = defop("index_select", _index_select_infer, _index_select_kernel,
                       grad=_index_select_grad, sbp=SbpRule(_index_select_sbp),
-                      cost=cost.movement())
+                      cost=cost.movement(),
+                      to_jax=lambda jnp, lax, a, at: jnp.take(a[0], a[1], axis=at["dim"]))
 
 
 def index_select(input, dim, index, *, out=None) -> Tensor:

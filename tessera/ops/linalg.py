@@ -281,7 +281,9 @@ def _matmul_sbp(a, b):
 
 
 _MATMUL = defop("matmul", _matmul_infer, _matmul_kernel, grad=_matmul_grad,
-                sbp=SbpRule(_matmul_sbp), cost=_matmul_cost)
+                sbp=SbpRule(_matmul_sbp), cost=_matmul_cost,
+                to_jax=lambda jnp, lax, a, at: jnp.matmul(a[0], a[1],
+                                                          precision=lax.Precision.HIGHEST))
 
 
 def matmul(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor:

@@ -1,0 +1,143 @@
+"""Cutting a graph between a compiler backend and tessera's executor (OneFlow XRT's clusters).
+
+A backend lowers the nodes whose op has its rule (``to_jax`` for XLA, ``to_relax`` for TVM);
+a node without one runs on tessera's own executor. The nodes, in the graph's (topological)
+order, are cut into maximal runs of the same side; each run becomes a subgraph whose inputs
+are the values it reads from earlier runs (or the graph's inputs and variables) and whose
+outputs are the values later runs, the graph's outputs or its assignments read. A graph the
+backend covers whole is one run, given to it as it is (its variables and assignments kept,
+so the backend may update them in place).
+
+>>> import tessera
+>>> from tessera.graph.trace import trace
+>>> g, _ = trace(lambda x: (x * 2).relu() + 1, tessera.ones(3))
+>>> [(side, len(ns)) for side, ns in runs(g.nodes, lambda n: n.op.name != "relu")]
+[('backend', 1), ('tessera', 1), ('backend', 1)]
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tessera.graph.executor import Executor
+from tessera.graph.ir import Graph, Node, Value
+
+__all__ = ["runs", "Segment", "Partitioned", "BackendUnsupported", "describe"]
+
+
+class BackendUnsupported(NotImplementedError):
+    """``strict=True`` and some nodes have no rule for the backend: names them."""
+
+
+def runs(nodes: list, supported: Callable[[Node], bool]) -> list[tuple[str, list]]:
+    """Maximal runs of consecutive nodes on the same side ("backend" or "tessera")."""
+    out: list[tuple[str, list]] = []
+    for n in nodes:
+        side = "backend" if supported(n) else "tessera"
+        if out and out[-1][0] == side:
+            out[-1][1].append(n)
+        else:
+            out.append((side, [n]))
+    return out
+
+
+@dataclass
+class Segment:
+    """One run as its own graph: ``reads`` / ``writes`` are the outer values its inputs and
+    outputs stand for."""
+
+    side: str
+    graph: Graph
+    reads: list
+    writes: list
+    nodes: list
+    run: Callable | None = None
+
+
+def _subgraph(nodes: list, later_reads: set) -> tuple[Graph, list, list]:
+    """``nodes`` as a graph of their own, with fresh values (so that tessera's memory plan
+    never writes over a value another run still reads)."""
+    g = Graph()
+    made: dict[int, Value] = {}
+    reads: list[Value] = []
+    inside = {id(v) for n in nodes for v in n.outputs}
+    for n in nodes:
+        for v in n.inputs:
+            if isinstance(v, Value) and id(v) not in inside and id(v) not in made:
+                made[id(v)] = g.add_input(f"in{len(reads)}", v.shape, v.dtype)
+                reads.append(v)
+        ins = [made[id(v)] if isinstance(v, Value) else v for v in n.inputs]
+        outs = g.add_node(n.op, ins, n.attrs, [(v.shape, v.dtype) for v in n.outputs], n.name)
+        g.nodes[-1].notes = dict(n.notes)
+        for v, o in zip(n.outputs, outs):
+            made[id(v)] = o
+    writes = [v for n in nodes for v in n.outputs if id(v) in later_reads]
+    g.outputs = [made[id(v)] for v in writes]
+    return g, reads, writes
+
+
+class Partitioned:
+    """Runs a graph cut into segments: ``compile(subgraph) -> fn(input arrays) -> output
+    arrays`` for the backend's, tessera's ``Executor`` for the rest. Same ``run`` as the
+    executor."""
+
+    def __init__(self, g: Graph, backend: str, supported: Callable[[Node], bool],
+                 compile: Callable[[Graph], Callable]):
+        self.graph, self.backend = g, backend
+        parts = runs(g.nodes, supported)
+        roots = {id(v) for v in g.live_roots()}
+        self.segments: list[Segment] = []
+        for k, (side, nodes) in enumerate(parts):
+            later = set(roots)
+            for _, rest in parts[k + 1:]:
+                later |= {id(v) for n in rest for v in n.inputs if isinstance(v, Value)}
+            sub, reads, writes = _subgraph(nodes, later)
+            seg = Segment(side, sub, reads, writes, nodes)
+            if side == "backend":
+                seg.run = compile(sub)
+            else:
+                ex = Executor(sub)
+                seg.run = lambda arrays, ex=ex: ex.run(arrays, {})[0]
+            self.segments.append(seg)
+
+    def run(self, inputs: list, variables: dict):
+        g = self.graph
+        env: dict[int, object] = {id(v): a for v, a in zip(g.inputs, inputs)}
+        for name, v in g.variables.items():
+            env[id(v)] = variables[name]
+        for seg in self.segments:
+            run = seg.run
+            assert run is not None
+            outs = run([env[id(v)] for v in seg.reads])
+            for v, a in zip(seg.writes, outs):
+                env[id(v)] = a
+        return [env[id(v)] for v in g.outputs], [(n, env[id(v)]) for n, v in g.assigns]
+
+    def describe(self) -> str:
+        return describe(self.backend, [(s.side, s.nodes) for s in self.segments])
+
+
+def describe(backend: str, parts: list) -> str:
+    """The cut as text: one line per run, the tessera runs with their ops and module paths."""
+    lines = [f"backend {backend}: {len(parts)} cluster(s)"]
+    at = 0
+    for side, nodes in parts:
+        where = f"nodes {at}..{at + len(nodes) - 1}"
+        at += len(nodes)
+        if side == "backend":
+            lines.append(f"  {backend:8s} {where} ({len(nodes)} ops)")
+        else:
+            ops = ", ".join(f"{n.op.name} ({n.name or 'graph'})" for n in nodes[:8])
+            more = f", ... {len(nodes) - 8} more" if len(nodes) > 8 else ""
+            lines.append(f"  {'tessera':8s} {where}: {ops}{more}")
+    return "\n".join(lines)
+
+
+def unsupported_error(backend: str, rule: str, nodes: list) -> BackendUnsupported:
+    seen: dict[str, list] = {}
+    for n in nodes:
+        seen.setdefault(n.op.name, []).append(n.name or "graph")
+    what = "; ".join(f"{op} at {', '.join(sorted(set(paths))[:4])}"
+                     for op, paths in sorted(seen.items()))
+    return BackendUnsupported(f"nn.Graph backend '{backend}' (strict): no '{rule}' rule for "
+                              f"{len(nodes)} node(s): {what}")

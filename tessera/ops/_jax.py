@@ -1,0 +1,540 @@
+"""The vocabulary of ``to_jax`` rules: how an op computes, as ``jax.numpy`` and ``lax`` calls.
+
+A rule is ``rule(jnp, lax, a, at) -> array | tuple``: ``a`` holds the node's inputs (JAX
+arrays for tensors, Python values for constants, None for absent optional tensors), already
+cast to the op's compute type; ``at`` its attrs. The XLA backend (``tessera.compiler.xla``)
+casts the results to the dtypes ``infer`` gave, so a rule computes and never converts.
+Nothing here imports JAX: the backend hands its modules to the rules, and the few rules
+that differentiate through another (the convolutions' gradients) import it when they run.
+Ops made by a family's factory (unary functions, activations, reductions, comparisons) find
+their rule by name in the tables below; every other op writes its own in its ``defop``.
+
+>>> import numpy as np
+>>> UNARY["neg"](np, None, [np.array([1.0, -2.0])], {})
+array([-1.,  2.])
+"""
+from __future__ import annotations
+
+import math
+
+__all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "div", "conv",
+           "conv_input_grad", "conv_weight_grad", "max_pool", "max_pool_values",
+           "max_pool_backward", "avg_pool", "batch_norm", "nll_loss", "nll_loss_backward",
+           "interpolate", "split_view", "split_backward", "expand", "softmax", "log_softmax",
+           "softmax_backward", "log_softmax_backward", "layer_norm", "lerp", "clamp",
+           "gelu_backward", "silu_backward", "embedding_backward", "rule"]
+
+_SQRT1_2 = 1 / math.sqrt(2)
+_SQRT_2_PI = math.sqrt(2 / math.pi)
+
+
+def _one(f):
+    """A rule of one tensor input and no attrs."""
+    return lambda jnp, lax, a, at: f(jnp, lax, a[0])
+
+
+UNARY = {
+    "exp": _one(lambda jnp, lax, x: jnp.exp(x)),
+    "exp2": _one(lambda jnp, lax, x: jnp.exp2(x)),
+    "expm1": _one(lambda jnp, lax, x: jnp.expm1(x)),
+    "log": _one(lambda jnp, lax, x: jnp.log(x)),
+    "log2": _one(lambda jnp, lax, x: jnp.log2(x)),
+    "log10": _one(lambda jnp, lax, x: jnp.log10(x)),
+    "log1p": _one(lambda jnp, lax, x: jnp.log1p(x)),
+    "sqrt": _one(lambda jnp, lax, x: jnp.sqrt(x)),
+    "rsqrt": _one(lambda jnp, lax, x: lax.rsqrt(x)),
+    "reciprocal": _one(lambda jnp, lax, x: 1 / x),
+    "sin": _one(lambda jnp, lax, x: jnp.sin(x)),
+    "cos": _one(lambda jnp, lax, x: jnp.cos(x)),
+    "tan": _one(lambda jnp, lax, x: jnp.tan(x)),
+    "asin": _one(lambda jnp, lax, x: jnp.arcsin(x)),
+    "acos": _one(lambda jnp, lax, x: jnp.arccos(x)),
+    "atan": _one(lambda jnp, lax, x: jnp.arctan(x)),
+    "sinh": _one(lambda jnp, lax, x: jnp.sinh(x)),
+    "cosh": _one(lambda jnp, lax, x: jnp.cosh(x)),
+    "tanh": _one(lambda jnp, lax, x: jnp.tanh(x)),
+    "asinh": _one(lambda jnp, lax, x: jnp.arcsinh(x)),
+    "acosh": _one(lambda jnp, lax, x: jnp.arccosh(x)),
+    "atanh": _one(lambda jnp, lax, x: jnp.arctanh(x)),
+    "sigmoid": _one(lambda jnp, lax, x: lax.logistic(x)),
+    "erf": _one(lambda jnp, lax, x: lax.erf(x)),
+    "erfc": _one(lambda jnp, lax, x: lax.erfc(x)),
+    "erfinv": _one(lambda jnp, lax, x: lax.erf_inv(x)),
+    "lgamma": _one(lambda jnp, lax, x: lax.lgamma(x)),
+    "digamma": _one(lambda jnp, lax, x: lax.digamma(x)),
+    "abs": _one(lambda jnp, lax, x: jnp.abs(x)),
+    "neg": _one(lambda jnp, lax, x: -x),
+    "positive": _one(lambda jnp, lax, x: x),
+    "sign": _one(lambda jnp, lax, x: jnp.sign(x)),
+    "floor": _one(lambda jnp, lax, x: jnp.floor(x)),
+    "ceil": _one(lambda jnp, lax, x: jnp.ceil(x)),
+    "trunc": _one(lambda jnp, lax, x: jnp.trunc(x)),
+    "frac": _one(lambda jnp, lax, x: x - jnp.trunc(x)),
+    "square": _one(lambda jnp, lax, x: x * x),
+    "relu": _one(lambda jnp, lax, x: jnp.maximum(x, 0)),
+    "isnan": _one(lambda jnp, lax, x: jnp.isnan(x)),
+    "isinf": _one(lambda jnp, lax, x: jnp.isinf(x)),
+    "isfinite": _one(lambda jnp, lax, x: jnp.isfinite(x)),
+    "isposinf": _one(lambda jnp, lax, x: jnp.isposinf(x)),
+    "isneginf": _one(lambda jnp, lax, x: jnp.isneginf(x)),
+    "signbit": _one(lambda jnp, lax, x: jnp.signbit(x)),
+    "logical_not": _one(lambda jnp, lax, x: jnp.logical_not(x)),
+}
+
+
+def _gelu(jnp, lax, a, at):
+    x = a[0]
+    if at.get("approximate", "none") == "tanh":
+        return 0.5 * x * (1 + jnp.tanh(_SQRT_2_PI * (x + 0.044715 * x * x * x)))
+    return 0.5 * x * (1 + lax.erf(x * _SQRT1_2))
+
+
+def _softplus(jnp, lax, a, at):
+    x, beta, th = a[0], at.get("beta", 1.0), at.get("threshold", 20.0)
+    z = x * beta
+    return jnp.where(z > th, x, jnp.log1p(jnp.exp(jnp.minimum(z, th))) / beta)
+
+
+ACTIVATION = {
+    "gelu": _gelu,
+    "silu": _one(lambda jnp, lax, x: x * lax.logistic(x)),
+    "mish": _one(lambda jnp, lax, x: x * jnp.tanh(jnp.logaddexp(x, 0))),
+    "softplus": _softplus,
+    "leaky_relu": lambda jnp, lax, a, at: jnp.where(a[0] > 0, a[0],
+                                                    a[0] * at.get("negative_slope", 0.01)),
+    "elu": lambda jnp, lax, a, at: jnp.where(
+        a[0] <= 0, jnp.expm1(a[0] * at.get("input_scale", 1.0)) * (at.get("alpha", 1.0) *
+                                                                   at.get("scale", 1.0)),
+        a[0] * at.get("scale", 1.0)),
+    "hardtanh": lambda jnp, lax, a, at: jnp.clip(a[0], at.get("min_val", -1.0),
+                                                 at.get("max_val", 1.0)),
+    "threshold": lambda jnp, lax, a, at: jnp.where(a[0] <= at["threshold"], at["value"], a[0]),
+    "hardsigmoid": _one(lambda jnp, lax, x: jnp.clip(x + 3, 0, 6) / 6),
+    "hardswish": _one(lambda jnp, lax, x: x * jnp.clip(x + 3, 0, 6) / 6),
+    "log_sigmoid": _one(lambda jnp, lax, x: -jnp.logaddexp(-x, 0)),
+    "softshrink": lambda jnp, lax, a, at: jnp.where(
+        a[0] > at.get("lambd", 0.5), a[0] - at.get("lambd", 0.5),
+        jnp.where(a[0] < -at.get("lambd", 0.5), a[0] + at.get("lambd", 0.5), 0)),
+    "hardshrink": lambda jnp, lax, a, at: jnp.where(jnp.abs(a[0]) > at.get("lambd", 0.5),
+                                                    a[0], 0),
+}
+
+COMPARE = {
+    "eq": lambda jnp, lax, a, at: a[0] == a[1],
+    "ne": lambda jnp, lax, a, at: a[0] != a[1],
+    "lt": lambda jnp, lax, a, at: a[0] < a[1],
+    "le": lambda jnp, lax, a, at: a[0] <= a[1],
+    "gt": lambda jnp, lax, a, at: a[0] > a[1],
+    "ge": lambda jnp, lax, a, at: a[0] >= a[1],
+    "logical_and": lambda jnp, lax, a, at: jnp.logical_and(a[0], a[1]),
+    "logical_or": lambda jnp, lax, a, at: jnp.logical_or(a[0], a[1]),
+    "logical_xor": lambda jnp, lax, a, at: jnp.logical_xor(a[0], a[1]),
+    "bitwise_and": lambda jnp, lax, a, at: jnp.bitwise_and(a[0], a[1]),
+    "bitwise_or": lambda jnp, lax, a, at: jnp.bitwise_or(a[0], a[1]),
+    "bitwise_xor": lambda jnp, lax, a, at: jnp.bitwise_xor(a[0], a[1]),
+}
+
+BINARY = {
+    "maximum": lambda jnp, lax, a, at: jnp.maximum(a[0], a[1]),
+    "minimum": lambda jnp, lax, a, at: jnp.minimum(a[0], a[1]),
+    "fmax": lambda jnp, lax, a, at: jnp.fmax(a[0], a[1]),
+    "fmin": lambda jnp, lax, a, at: jnp.fmin(a[0], a[1]),
+    "hypot": lambda jnp, lax, a, at: jnp.hypot(a[0], a[1]),
+    "logaddexp": lambda jnp, lax, a, at: jnp.logaddexp(a[0], a[1]),
+    "logaddexp2": lambda jnp, lax, a, at: jnp.logaddexp2(a[0], a[1]),
+}
+
+
+def _dims(x, at) -> tuple:
+    dim = at.get("dim")
+    if dim is None or dim == ():  # PyTorch's amax(dim=()): every dim
+        return tuple(range(x.ndim))
+    dim = dim if isinstance(dim, (tuple, list)) else (dim,)
+    return tuple(d % max(x.ndim, 1) for d in dim) if x.ndim else ()
+
+
+def _reduce(name: str):
+    def rule(jnp, lax, a, at):
+        x = a[0]
+        dt = at.get("dtype")
+        if dt is not None:
+            x = x.astype(dt.np)
+        return getattr(jnp, name)(x, axis=_dims(x, at), keepdims=at.get("keepdim", False))
+    return rule
+
+
+REDUCE = {"sum": _reduce("sum"), "mean": _reduce("mean"), "amax": _reduce("max"),
+          "amin": _reduce("min"), "prod": _reduce("prod"), "nansum": _reduce("nansum"),
+          "nanmean": _reduce("nanmean"), "all": _reduce("all"), "any": _reduce("any"),
+          "logsumexp": lambda jnp, lax, a, at: _logsumexp(jnp, a[0], _dims(a[0], at),
+                                                          at.get("keepdim", False))}
+
+
+def _logsumexp(jnp, x, dims, keepdim):
+    m = jnp.max(x, axis=dims, keepdims=True)
+    m = jnp.where(jnp.isfinite(m), m, 0)
+    out = jnp.log(jnp.sum(jnp.exp(x - m), axis=dims, keepdims=True)) + m
+    return out if keepdim else jnp.squeeze(out, dims)
+
+
+# ---- arithmetic ---------------------------------------------------------------------------
+
+def add(jnp, lax, a, at):
+    alpha = at.get("alpha", 1)
+    return a[0] + (a[1] if alpha == 1 else alpha * a[1])
+
+
+def sub(jnp, lax, a, at):
+    alpha = at.get("alpha", 1)
+    return a[0] - (a[1] if alpha == 1 else alpha * a[1])
+
+
+def div(jnp, lax, a, at):
+    mode = at.get("rounding_mode")
+    q = a[0] / a[1]
+    if mode == "trunc":
+        return jnp.trunc(q)
+    if mode == "floor":
+        return jnp.floor_divide(a[0], a[1])
+    return q
+
+
+# ---- shapes -------------------------------------------------------------------------------
+
+def expand(jnp, lax, a, at):
+    x, shape = a[0], tuple(at["shape"])
+    lead = len(shape) - x.ndim
+    full = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(shape))
+    return jnp.broadcast_to(x, full)
+
+
+def split_view(jnp, lax, a, at):
+    x, dim = a[0], at["dim"]
+    pieces = [lax.slice_in_dim(x, lo, hi, axis=dim) for lo, hi in at["bounds"]]
+    if at.get("squeeze"):
+        pieces = [jnp.squeeze(p, dim) for p in pieces]
+    return tuple(pieces)
+
+
+def split_backward(jnp, lax, a, at):
+    shape, dim = tuple(at["shape"]), at["dim"]
+    out = None
+    for g, (lo, hi) in zip(a, at["bounds"]):
+        if g is None:
+            continue
+        if at.get("squeeze"):
+            g = jnp.expand_dims(g, dim)
+        if out is None:
+            out = jnp.zeros(shape, g.dtype)
+        idx = (slice(None),) * dim + (slice(lo, hi),)
+        out = out.at[idx].add(g)
+    return out
+
+
+# ---- linear algebra, convolution, pooling ---------------------------------------------------
+
+def _conv_raw(lax, x, w, at):
+    return lax.conv_general_dilated(x, w, window_strides=tuple(at["stride"]),
+                                    padding=[tuple(p) for p in at["pads"]],
+                                    rhs_dilation=tuple(at["dilation"]),
+                                    feature_group_count=at["groups"],
+                                    precision=lax.Precision.HIGHEST)
+
+
+def conv(jnp, lax, a, at):
+    x, w, b = a
+    out = _conv_raw(lax, x, w, at)
+    if b is not None:
+        out = out + b.reshape((1, -1) + (1,) * (out.ndim - 2))
+    return out
+
+
+def conv_input_grad(jnp, lax, a, at):
+    import jax  # the transpose of the convolution, which XLA folds into one
+    g, w = a
+    _, pull = jax.vjp(lambda x: _conv_raw(lax, x, w, at), jnp.zeros(at["input_shape"], g.dtype))
+    return pull(g)[0]
+
+
+def conv_weight_grad(jnp, lax, a, at):
+    import jax
+    x, g = a
+    _, pull = jax.vjp(lambda w: _conv_raw(lax, x, w, at), jnp.zeros(at["weight_shape"], x.dtype))
+    return pull(g)[0]
+
+
+def _window(x, at, pad_value, jnp, lax):
+    """(padded x, window dims, strides, window dilation) over every dim, N and C included."""
+    nd = x.ndim - 2
+    k, s = tuple(at["kernel_size"]), tuple(at["stride"])
+    p, d = tuple(at["padding"]), tuple(at.get("dilation", (1,) * nd))
+    pads = []
+    for i in range(nd):
+        n = x.shape[2 + i]
+        span = d[i] * (k[i] - 1) + 1
+        out = _pool_out(n, span, s[i], p[i], at.get("ceil_mode", False))
+        hi = max((out - 1) * s[i] + span - n - p[i], 0)
+        pads.append((p[i], hi))
+    return pads, (1, 1) + k, (1, 1) + s, (1, 1) + d
+
+
+def _pool_out(n, span, s, p, ceil_mode) -> int:
+    num = n + 2 * p - span
+    out = (-(-num // s) if ceil_mode else num // s) + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+def max_pool_values(jnp, lax, a, at):
+    x = a[0]
+    pads, win, st, dil = _window(x, at, None, jnp, lax)
+    return lax.reduce_window(x, -jnp.inf, lax.max, win, st, [(0, 0), (0, 0)] + pads,
+                             window_dilation=dil)
+
+
+def max_pool(jnp, lax, a, at):
+    """Values and PyTorch's indices (flat positions in each (n, c) plane): a variadic window
+    reduction over (value, index) pairs that keeps the first maximum, as PyTorch's scan."""
+    x = a[0]
+    pads, win, st, dil = _window(x, at, None, jnp, lax)
+    plane = x.shape[2:]
+    idx = jnp.broadcast_to(jnp.arange(math.prod(plane), dtype=jnp.int64).reshape(plane),
+                           x.shape)
+
+    def pick(p, q):
+        (va, ia), (vb, ib) = p, q
+        take_b = (vb > va) | ((vb == va) & (ib < ia)) | jnp.isnan(vb)
+        return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
+    vals, inds = lax.reduce_window((x, idx), (jnp.array(-jnp.inf, x.dtype),
+                                              jnp.array(0, jnp.int64)),
+                                   pick, win, st, [(0, 0), (0, 0)] + pads,
+                                   window_dilation=dil)
+    return vals, inds
+
+
+def max_pool_backward(jnp, lax, a, at):
+    g, idx = a
+    shape = tuple(at["input_shape"])
+    rows = math.prod(shape[:2])
+    plane, per = math.prod(shape[2:]), math.prod(g.shape[2:])
+    flat = jnp.zeros((rows, plane), g.dtype)
+    r = jnp.arange(rows)[:, None]
+    flat = flat.at[r, idx.reshape(rows, per)].add(g.reshape(rows, per))
+    return flat.reshape(shape)
+
+
+def avg_pool(jnp, lax, a, at):
+    x = a[0]
+    pads, win, st, dil = _window(x, at, None, jnp, lax)
+    allp = [(0, 0), (0, 0)] + pads
+    total = lax.reduce_window(x, jnp.array(0, x.dtype), lax.add, win, st, allp)
+    div = at.get("divisor_override")
+    if div:
+        return total / div
+    nd = x.ndim - 2
+    k, s, p = tuple(at["kernel_size"]), tuple(at["stride"]), tuple(at["padding"])
+    # the count of each window: with padding it counts the zero padding (not past it), as
+    # PyTorch's count_include_pad; without, only the input's elements
+    ones = jnp.ones(x.shape[2:], x.dtype)
+    if at.get("count_include_pad", True):
+        ones = jnp.pad(ones, [(p[i], p[i]) for i in range(nd)], constant_values=1)
+        inner = [(0, max(lo + hi - 2 * p[i], 0)) for i, (lo, hi) in enumerate(pads)]
+    else:
+        inner = pads
+    count = lax.reduce_window(ones, jnp.array(0, x.dtype), lax.add, k, s, inner)
+    return total / count
+
+
+def batch_norm(jnp, lax, a, at):
+    x, w, b, rm, rv = a
+    axes = (0,) + tuple(range(2, x.ndim))
+    bshape = (1, -1) + (1,) * (x.ndim - 2)
+    if at["training"]:
+        mean = jnp.mean(x, axis=axes)
+        var = jnp.mean(jnp.square(x - mean.reshape(bshape)), axis=axes)
+    else:
+        mean, var = rm, rv
+    scale = lax.rsqrt(var + at["eps"])
+    if w is not None:
+        scale = scale * w
+    out = (x - mean.reshape(bshape)) * scale.reshape(bshape)
+    if b is not None:
+        out = out + b.reshape(bshape)
+    return out, mean, var
+
+
+def layer_norm(jnp, lax, a, at):
+    x, w, b = a[0], a[1], a[2]
+    axes = tuple(range(x.ndim - len(at["normalized_shape"]), x.ndim))
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+    rstd = lax.rsqrt(var + at["eps"])
+    out = (x - mean) * rstd
+    if w is not None:
+        out = out * w
+    if b is not None:
+        out = out + b
+    return out
+
+
+def softmax(jnp, lax, a, at):
+    x = a[0]
+    m = jnp.max(x, axis=at["dim"], keepdims=True)
+    e = jnp.exp(x - m)
+    return e / jnp.sum(e, axis=at["dim"], keepdims=True)
+
+
+def log_softmax(jnp, lax, a, at):
+    x = a[0]
+    m = jnp.max(x, axis=at["dim"], keepdims=True)
+    return x - m - jnp.log(jnp.sum(jnp.exp(x - m), axis=at["dim"], keepdims=True))
+
+
+def softmax_backward(jnp, lax, a, at):
+    g, y = a
+    return (g - jnp.sum(g * y, axis=at["dim"], keepdims=True)) * y
+
+
+def log_softmax_backward(jnp, lax, a, at):
+    g, y = a
+    return g - jnp.exp(y) * jnp.sum(g, axis=at["dim"], keepdims=True)
+
+
+# ---- losses ---------------------------------------------------------------------------------
+
+def _nll_layout(jnp, x, t):
+    if x.ndim == 1:
+        return x.reshape(1, -1, 1), t.reshape(1, 1)
+    return x.reshape(x.shape[0], x.shape[1], -1), t.reshape(t.shape[0], -1)
+
+
+def _nll_picks(jnp, t2, c, w, ignore, dtype):
+    valid = t2 != ignore
+    safe = jnp.where(valid, t2, 0)
+    wt = jnp.ones_like(safe, dtype) if w is None else w[safe]
+    return valid, safe, jnp.where(valid, wt, 0)
+
+
+def nll_loss(jnp, lax, a, at):
+    x, t, w = a
+    red = at.get("reduction", "mean")
+    x3, t2 = _nll_layout(jnp, x, t)
+    valid, safe, wt = _nll_picks(jnp, t2, x3.shape[1], w, at.get("ignore_index", -100),
+                                 x.dtype)
+    picked = jnp.take_along_axis(x3, safe[:, None, :], axis=1)[:, 0, :]
+    loss = jnp.where(valid, -picked * wt, 0)
+    if red == "none":
+        return loss.reshape(t.shape if x.ndim > 1 else ())
+    if red == "sum":
+        return jnp.sum(loss)
+    return jnp.sum(loss) / jnp.sum(wt)
+
+
+def nll_loss_backward(jnp, lax, a, at):
+    g, t, w = a
+    shape, red = tuple(at["shape"]), at.get("reduction", "mean")
+    x3 = jnp.zeros(shape, g.dtype)
+    x3, t2 = _nll_layout(jnp, x3, t)
+    valid, safe, wt = _nll_picks(jnp, t2, x3.shape[1], w, at.get("ignore_index", -100),
+                                 g.dtype)
+    if red == "none":
+        scale = g.reshape(t2.shape) * wt
+    elif red == "sum":
+        scale = g * wt
+    else:
+        scale = g * wt / jnp.sum(wt)
+    n, k = t2.shape
+    out = x3.at[jnp.arange(n)[:, None], safe, jnp.arange(k)[None, :]].set(-scale)
+    return out.reshape(shape)
+
+
+# ---- resampling -----------------------------------------------------------------------------
+
+def interpolate(jnp, lax, a, at):
+    """``area`` (adaptive average pooling) and ``nearest``; other modes have no rule here."""
+    x, mode, size = a[0], at["mode"], tuple(at["size"])
+    if mode not in ("area", "nearest"):
+        raise NotImplementedError(f"interpolate: no XLA rule for mode '{mode}'")
+    for i, n_out in enumerate(size):
+        d, n_in = 2 + i, x.shape[2 + i]
+        if n_in == n_out:
+            continue
+        if mode == "area":
+            if n_in % n_out == 0:
+                shp = x.shape[:d] + (n_out, n_in // n_out) + x.shape[d + 1:]
+                x = jnp.mean(x.reshape(shp), axis=d + 1)
+            else:
+                parts = [jnp.mean(lax.slice_in_dim(x, (j * n_in) // n_out,
+                                                   -(-((j + 1) * n_in) // n_out), axis=d),
+                                  axis=d, keepdims=True) for j in range(n_out)]
+                x = jnp.concatenate(parts, axis=d)
+        else:
+            scale = at["scales"][i] if at.get("scales") else None
+            s = (1.0 / scale) if scale else n_in / n_out
+            src = [min(int(math.floor(j * s)), n_in - 1) for j in range(n_out)]
+            x = jnp.take(x, jnp.array(src), axis=d)
+    return x
+
+
+def lerp(jnp, lax, a, at):
+    """PyTorch's formula: exact at both ends, from whichever end the weight is nearer."""
+    s, e, w = a
+    diff = e - s
+    return jnp.where(jnp.abs(w) < 0.5, s + w * diff, e - diff * (1 - w))
+
+
+def clamp(jnp, lax, a, at):
+    x, lo, hi = a
+    if lo is not None:
+        x = jnp.maximum(x, lo)
+    if hi is not None:
+        x = jnp.minimum(x, hi)
+    return x
+
+
+def gelu_backward(jnp, lax, a, at):
+    g, x = a
+    if at.get("approximate", "none") == "tanh":
+        inner = _SQRT_2_PI * (x + 0.044715 * x * x * x)
+        t = jnp.tanh(inner)
+        d_inner = _SQRT_2_PI * (1 + 3 * 0.044715 * x * x)
+        return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * d_inner)
+    cdf = 0.5 * (1 + lax.erf(x * _SQRT1_2))
+    pdf = jnp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    return g * (cdf + x * pdf)
+
+
+def silu_backward(jnp, lax, a, at):
+    g, x = a
+    s = lax.logistic(x)
+    return g * (s * (1 + x * (1 - s)))
+
+
+def embedding_backward(jnp, lax, a, at):
+    g, idx = a
+    n, pad = at["num_weights"], at.get("padding_idx", -1)
+    flat = idx.reshape(-1)
+    rows = g.reshape(flat.shape[0], -1)
+    w = jnp.ones(flat.shape, g.dtype)
+    if at.get("scale_grad_by_freq"):
+        counts = jnp.zeros((n,), g.dtype).at[flat].add(1)
+        w = w / counts[flat]
+    if pad is not None and pad >= 0:
+        w = jnp.where(flat == pad, 0, w)
+    return jnp.zeros((n, rows.shape[1]), g.dtype).at[flat].add(rows * w[:, None])
+
+
+_TABLES = (UNARY, ACTIVATION, COMPARE, BINARY, REDUCE)
+
+
+def rule(name: str):
+    """The rule of the factory-made op ``name`` from the tables here, or None.
+
+    >>> rule("tanh") is UNARY["tanh"], rule("no such op")
+    (True, None)
+    """
+    for table in _TABLES:
+        if name in table:
+            return table[name]
+    return None

@@ -1,0 +1,89 @@
+"""Ops without a rule for the backend: the graph is cut into clusters, the rest runs on
+tessera's executor (printed by ``debug()``), or ``strict=True`` raises naming them;
+``tessera.compile`` and ``set_backend``'s checks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera import nn
+from tessera.compiler.partition import BackendUnsupported, Partitioned
+
+pytest.importorskip("jax")
+
+
+class Scan(nn.Module):  # cumsum has no to_jax rule
+    def forward(self, x):
+        return x.cumsum(1)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.scan = Scan()
+
+    def forward(self, x):
+        return self.fc(self.scan(self.fc(x).relu())).tanh()
+
+
+class G(nn.Graph):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def build(self, x):
+        return self.model(x)
+
+
+def test_cut_runs_and_matches_eager(capsys):
+    tessera.manual_seed(0)
+    model, x = Net(), tessera.randn(3, 4)
+    g = G(model)
+    g.config.set_backend("xla")
+    g.debug()
+    got = g(x)
+    with tessera.no_grad():
+        np.testing.assert_allclose(got.numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
+    ex = g._current().executor
+    assert isinstance(ex, Partitioned)
+    assert [s.side for s in ex.segments] == ["backend", "tessera", "backend"]
+    out = capsys.readouterr().out
+    assert "backend xla: 3 cluster(s)" in out and "cumsum (model.scan)" in out
+
+
+def test_strict_names_the_ops_and_paths():
+    g = G(Net())
+    g.config.set_backend("xla", strict=True)
+    with pytest.raises(BackendUnsupported, match=r"'to_jax' rule .*cumsum at model\.scan"):
+        g(tessera.randn(3, 4))
+
+
+def test_set_backend_rejects_unknown_names_and_retraces_on_change():
+    g = G(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="unknown backend 'jax'.*tessera, tvm, xla"):
+        g.config.set_backend("jax")
+    x = tessera.ones(1, 2)
+    a = g(x)
+    g.config.set_backend("xla")
+    b = g(x)
+    assert g.debug_log() == ["first call", "changed: backend"]
+    np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-6)
+
+
+def test_compile_retraces_on_new_shapes():
+    tessera.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 5), nn.GELU())
+    fast = tessera.compile(model, backend="xla")
+    for n in (2, 4, 2):
+        x = tessera.randn(n, 3)
+        with tessera.no_grad():
+            want = model(x).numpy()
+        np.testing.assert_allclose(fast(x).numpy(), want, rtol=1e-5, atol=1e-6)
+    # the third call's shapes were compiled by the first
+    assert fast.graph.debug_log() == ["first call", "changed: input shapes/dtypes"]
+    with pytest.raises(TypeError, match="expected an nn.Module"):
+        tessera.compile(lambda x: x)
+    with pytest.raises(ValueError, match="unknown backend"):
+        tessera.compile(model, backend="inductor")
