@@ -362,20 +362,17 @@ def _pow_scalar(a: np.ndarray, b: float) -> np.ndarray:
     where ``np.power`` runs libm's pow per element (25x slower for ``x ** 3``: GELU's tanh
     form; bench overhead: tanh GELU)."""
     if b == 2:
-        return np.multiply(a, a)
+        return a * a
     if b == 3:
-        r = np.multiply(a, a)
-        return np.multiply(r, a, out=r)
+        return a * a * a
     if b == 0.5:
         return np.sqrt(a)
     if b == -0.5:
-        r = np.sqrt(a)
-        return np.divide(1, r, out=r)
+        return 1 / np.sqrt(a)
     if b == -1:
-        return np.divide(1, a)
+        return 1 / a
     if b == -2:
-        r = np.multiply(a, a)
-        return np.divide(1, r, out=r)
+        return 1 / (a * a)
     return np.power(a, b)
 
 

@@ -39,6 +39,13 @@ def test_eager_matches_torch(e, dtype):
 
 
 @pytest.mark.parametrize("e", EXPONENTS)
+def test_zero_dim(e):
+    x = np.array(1.7, np.float32)
+    np.testing.assert_allclose(tessera.pow(tessera.from_numpy(x), e).numpy(), _expected(x, e),
+                               rtol=2e-6)
+
+
+@pytest.mark.parametrize("e", EXPONENTS)
 def test_operator_and_inplace(e):
     x = _values(np.float32)
     with np.errstate(all="ignore"):
