@@ -14,15 +14,12 @@ from tessera.nn.modules.module import Module
 
 __all__ = ["compile", "make_backend"]
 
-_RULE = {"xla": "to_jax", "tvm": "to_relax"}
+_RULE = {"xla": "to_jax"}
 
 
 def _backend(name: str):
-    if name == "xla":
-        from tessera.compiler import xla
-        return xla
-    from tessera.compiler import tvm
-    return tvm
+    from tessera.compiler import xla
+    return {"xla": xla}[name]
 
 
 def make_backend(name: str):
@@ -66,7 +63,7 @@ class _Compiled:
 
 def compile(model: Module, *, backend: str = "tessera", **options):
     """``model`` as a callable that runs through ``nn.Graph`` compiled by ``backend``
-    ("tessera", "xla", "tvm"; ``options`` as ``config.set_backend``'s). The first call
+    ("tessera", "xla"; ``options`` as ``config.set_backend``'s). The first call
     traces and compiles; a call with new input shapes, dtypes or train/eval mode retraces.
     Inference only: a training step with an optimizer is an ``nn.Graph`` with
     ``add_optimizer``.

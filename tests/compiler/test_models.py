@@ -13,7 +13,7 @@ from tests.compiler._cases import Forward, Train, first_tensor, workload, zoo
 
 BACKENDS = [pytest.param(b, marks=pytest.mark.skipif(importlib.util.find_spec(m) is None,
                                                      reason=f"{m} is not installed"))
-            for b, m in (("xla", "jax"), ("tvm", "tvm"))]
+            for b, m in (("xla", "jax"),)]
 ZOO = zoo()
 
 
