@@ -1,0 +1,376 @@
+/* Tessera's float32 GEMM (the API: gemm.h), organised as BLIS's: op(B) is packed into
+   NR-column panels (an L3-sized block at a time, or once for a constant weight), op(A)
+   into MR-row panels (an L2-sized block), and a register-blocked micro-kernel multiplies
+   one MR x KC panel of A by one KC x NR panel of B, the B panel staying in L1 while the A
+   panels stream past it. The micro-kernels are hand-written with intrinsics, each under
+   its own target attribute (AVX-512: 14 x 32, AVX2+FMA: 6 x 16, portable C: 4 x 8, the
+   compiler vectorising it), so the file compiles for baseline x86-64 (and for any other
+   CPU, portable path only) and picks the path at run time.
+
+   The micro-kernel leaves its MR x NR tile in a buffer that stays in L1; the tile's write
+   into C applies alpha and beta and, after the last KC block, the epilogue (bias,
+   activation, residual), compiled per path too so that gelu's polynomials vectorise. */
+#include "gemm.h"
+#include "prelude.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define TSR_X86 1
+#include <immintrin.h>
+#define TSR_AVX512 __attribute__((target("avx512f,prefer-vector-width=512")))
+#define TSR_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define TSR_X86 0
+#endif
+
+enum { MR_512 = 14, NR_512 = 32, MR_256 = 6, NR_256 = 16, MR_P = 4, NR_P = 8,
+       TILE_MAX = 14 * 32 };
+
+/* ---- what the CPU runs -------------------------------------------------------------- */
+
+int tsr_gemm_isa_supported(int isa) {
+    if (isa == TSR_GEMM_PORTABLE) return 1;
+#if TSR_X86
+    __builtin_cpu_init();
+    /* libgcc's CPU model checks the OS saves the wider registers (XCR0) too */
+    if (isa == TSR_GEMM_AVX2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (isa == TSR_GEMM_AVX512) return __builtin_cpu_supports("avx512f");
+#endif
+    return 0;
+}
+
+int tsr_gemm_isa_best(void) {
+    for (int isa = TSR_GEMM_ISAS - 1; isa > 0; isa--)
+        if (tsr_gemm_isa_supported(isa)) return isa;
+    return TSR_GEMM_PORTABLE;
+}
+
+static const int MRS[TSR_GEMM_ISAS] = {MR_P, MR_256, MR_512};
+static const int NRS[TSR_GEMM_ISAS] = {NR_P, NR_256, NR_512};
+
+int tsr_gemm_mr(int isa) { return isa >= 0 && isa < TSR_GEMM_ISAS ? MRS[isa] : 0; }
+int tsr_gemm_nr(int isa) { return isa >= 0 && isa < TSR_GEMM_ISAS ? NRS[isa] : 0; }
+
+/* ---- micro-kernels: t (MR x NR, 64-byte aligned) = a panel (k x MR) @ b panel (k x NR) */
+
+#define TSR_REP6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define TSR_REP14(X) TSR_REP6(X) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+
+#if TSR_X86
+TSR_AVX512 static void ukr_avx512(int64_t k, const float* restrict a,
+                                  const float* restrict b, float* restrict t) {
+#define Z(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
+    TSR_REP14(Z)
+#undef Z
+#define STEP(i) { __m512 ai = _mm512_set1_ps(a[i]);                                       \
+                  c##i##0 = _mm512_fmadd_ps(ai, b0, c##i##0);                             \
+                  c##i##1 = _mm512_fmadd_ps(ai, b1, c##i##1); }
+#pragma GCC unroll 4
+    for (int64_t p = 0; p < k; p++) {
+        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        _mm_prefetch((const char*)(a + 8 * MR_512), _MM_HINT_T0);
+        TSR_REP14(STEP)
+        a += MR_512;
+        b += NR_512;
+    }
+#undef STEP
+#define ST(i) _mm512_store_ps(t + i * NR_512, c##i##0); _mm512_store_ps(t + i * NR_512 + 16, c##i##1);
+    TSR_REP14(ST)
+#undef ST
+}
+
+TSR_AVX2 static void ukr_avx2(int64_t k, const float* restrict a, const float* restrict b,
+                              float* restrict t) {
+#define Z(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps();
+    TSR_REP6(Z)
+#undef Z
+#define STEP(i) { __m256 ai = _mm256_broadcast_ss(a + i);                                 \
+                  c##i##0 = _mm256_fmadd_ps(ai, b0, c##i##0);                             \
+                  c##i##1 = _mm256_fmadd_ps(ai, b1, c##i##1); }
+#pragma GCC unroll 4
+    for (int64_t p = 0; p < k; p++) {
+        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        _mm_prefetch((const char*)(a + 8 * MR_256), _MM_HINT_T0);
+        TSR_REP6(STEP)
+        a += MR_256;
+        b += NR_256;
+    }
+#undef STEP
+#define ST(i) _mm256_store_ps(t + i * NR_256, c##i##0); _mm256_store_ps(t + i * NR_256 + 8, c##i##1);
+    TSR_REP6(ST)
+#undef ST
+}
+#endif
+
+static void ukr_portable(int64_t k, const float* restrict a, const float* restrict b,
+                         float* restrict t) {
+    float c[MR_P][NR_P] = {{0}};
+    for (int64_t p = 0; p < k; p++, a += MR_P, b += NR_P)
+        for (int i = 0; i < MR_P; i++)
+#pragma omp simd
+            for (int j = 0; j < NR_P; j++) c[i][j] += a[i] * b[j];
+    memcpy(t, c, sizeof c);
+}
+
+/* ---- the tile's write into C -------------------------------------------------------- */
+
+typedef struct {
+    float alpha, beta;
+    int overwrite;           /* C is not read (the first KC block with beta == 0) */
+    int last;                /* the last KC block: apply the epilogue */
+    int act, residual_first;
+    const float* bias;       /* at the tile's first column, or NULL */
+    const float* r;          /* at the tile's first element, or NULL */
+    int64_t ldr;
+} epi_t;
+
+/* gelu(x) = x Phi(x) (erf form) or PyTorch's tanh approximation */
+TSR_INLINE float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tsr_tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+TSR_INLINE void activate(float* v, int64_t n, int act) {
+    if (act == TSR_ACT_RELU) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) v[j] = v[j] < 0.0f ? 0.0f : v[j];   /* NaN passes */
+    } else if (act == TSR_ACT_GELU_TANH) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) v[j] = gelu_tanh(v[j]);
+    } else if (act == TSR_ACT_GELU_ERF) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) v[j] = v[j] * tsr_phif(v[j]);
+    }
+}
+
+/* C tile (mr x nr, rows ldc apart) from t (rows NR apart); inlined into one function per
+   path so that its loops vectorise for that path */
+TSR_INLINE void tile_update(const float* restrict t, int64_t NR, float* restrict c,
+                            int64_t ldc, int64_t mr, int64_t nr, const epi_t* e) {
+    float alpha = e->alpha, beta = e->beta;
+    for (int64_t i = 0; i < mr; i++, t += NR, c += ldc) {
+        if (e->overwrite) {
+#pragma omp simd
+            for (int64_t j = 0; j < nr; j++) c[j] = alpha * t[j];
+        } else if (beta == 1.0f) {
+#pragma omp simd
+            for (int64_t j = 0; j < nr; j++) c[j] += alpha * t[j];
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < nr; j++) c[j] = alpha * t[j] + beta * c[j];
+        }
+        if (!e->last) continue;
+        const float* r = e->r ? e->r + i * e->ldr : NULL;
+        if (e->bias) {
+#pragma omp simd
+            for (int64_t j = 0; j < nr; j++) c[j] += e->bias[j];
+        }
+        if (r && e->residual_first) {
+#pragma omp simd
+            for (int64_t j = 0; j < nr; j++) c[j] += r[j];
+        }
+        activate(c, nr, e->act);
+        if (r && !e->residual_first) {
+#pragma omp simd
+            for (int64_t j = 0; j < nr; j++) c[j] += r[j];
+        }
+    }
+}
+
+#if TSR_X86
+TSR_AVX512 static void update_avx512(const float* t, float* c, int64_t ldc, int64_t mr,
+                                     int64_t nr, const epi_t* e) {
+    tile_update(t, NR_512, c, ldc, mr, nr, e);
+}
+TSR_AVX2 static void update_avx2(const float* t, float* c, int64_t ldc, int64_t mr,
+                                 int64_t nr, const epi_t* e) {
+    tile_update(t, NR_256, c, ldc, mr, nr, e);
+}
+#endif
+static void update_portable(const float* t, float* c, int64_t ldc, int64_t mr, int64_t nr,
+                            const epi_t* e) {
+    tile_update(t, NR_P, c, ldc, mr, nr, e);
+}
+
+typedef void (*ukr_fn)(int64_t, const float*, const float*, float*);
+typedef void (*update_fn)(const float*, float*, int64_t, int64_t, int64_t, const epi_t*);
+
+#if TSR_X86
+static const ukr_fn UKRS[TSR_GEMM_ISAS] = {ukr_portable, ukr_avx2, ukr_avx512};
+static const update_fn UPDATES[TSR_GEMM_ISAS] = {update_portable, update_avx2,
+                                                 update_avx512};
+#else
+static const ukr_fn UKRS[TSR_GEMM_ISAS] = {ukr_portable, ukr_portable, ukr_portable};
+static const update_fn UPDATES[TSR_GEMM_ISAS] = {update_portable, update_portable,
+                                                 update_portable};
+#endif
+
+/* ---- packing ------------------------------------------------------------------------ */
+
+/* rows [i0, i0 + mb) x columns [p0, p0 + kb) of op(A) into MR-row panels, each kb x MR,
+   rows past mb zero */
+static void pack_a(const float* a, int64_t rsa, int64_t csa, int64_t i0, int64_t mb,
+                   int64_t p0, int64_t kb, int MR, float* restrict d) {
+    for (int64_t ir = 0; ir < mb; ir += MR, d += kb * MR) {
+        int64_t mr = mb - ir < MR ? mb - ir : MR;
+        const float* src = a + (i0 + ir) * rsa + p0 * csa;
+        if (csa == 1) {   /* rows contiguous: one row at a time, read in order */
+            for (int64_t r = 0; r < mr; r++)
+                for (int64_t p = 0; p < kb; p++) d[p * MR + r] = src[r * rsa + p];
+        } else {
+            for (int64_t p = 0; p < kb; p++)
+                for (int64_t r = 0; r < mr; r++) d[p * MR + r] = src[r * rsa + p * csa];
+        }
+        if (mr < MR)
+            for (int64_t p = 0; p < kb; p++)
+                for (int64_t r = mr; r < MR; r++) d[p * MR + r] = 0.0f;
+    }
+}
+
+/* columns [j0, j0 + nb) x rows [p0, p0 + kb) of op(B) into NR-column panels, panel q at
+   d + q * stride, kb x NR, columns past nb zero */
+static void pack_b(const float* b, int64_t rsb, int64_t csb, int64_t j0, int64_t nb,
+                   int64_t p0, int64_t kb, int NR, float* restrict d, int64_t stride) {
+    for (int64_t jr = 0; jr < nb; jr += NR, d += stride) {
+        int64_t nr = nb - jr < NR ? nb - jr : NR;
+        const float* src = b + p0 * rsb + (j0 + jr) * csb;
+        if (csb == 1) {
+            for (int64_t p = 0; p < kb; p++) {
+                memcpy(d + p * NR, src + p * rsb, nr * sizeof(float));
+                for (int64_t j = nr; j < NR; j++) d[p * NR + j] = 0.0f;
+            }
+        } else {   /* columns contiguous (a weight W used as W^T): one column at a time */
+            for (int64_t j = 0; j < nr; j++)
+                for (int64_t p = 0; p < kb; p++) d[p * NR + j] = src[j * csb + p * rsb];
+            for (int64_t p = 0; p < kb; p++)
+                for (int64_t j = nr; j < NR; j++) d[p * NR + j] = 0.0f;
+        }
+    }
+}
+
+int64_t tsr_gemm_packed_size(int isa, int64_t k, int64_t n) {
+    int NR = tsr_gemm_nr(isa);
+    return NR ? (n + NR - 1) / NR * NR * k : -1;
+}
+
+/* panels [q0, q1) of the whole of op(B), for a thread pool to share the packing */
+void tsr_gemm_pack_b_range(int isa, int64_t k, int64_t n, const float* b, int64_t rsb,
+                           int64_t csb, float* dst, int64_t q0, int64_t q1) {
+    int NR = tsr_gemm_nr(isa);
+    int64_t j1 = q1 * NR < n ? q1 * NR : n;
+    if (q0 * NR < j1)
+        pack_b(b, rsb, csb, q0 * NR, j1 - q0 * NR, 0, k, NR, dst + q0 * NR * k, NR * k);
+}
+
+void tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, int64_t csb,
+                     float* dst) {
+    int NR = tsr_gemm_nr(isa);
+    tsr_gemm_pack_b_range(isa, k, n, b, rsb, csb, dst, 0, (n + NR - 1) / NR);
+}
+
+/* ---- blocking and the driver -------------------------------------------------------- */
+
+/* defaults, per path: KC keeps a KC x NR panel of B in half of a 32-48 KB L1, MC x KC of A
+   in half of a 1 MB L2 share, KC x NC of B in a few MB of L3 */
+static const int64_t KCS[TSR_GEMM_ISAS] = {256, 256, 256};
+static const int64_t MCS[TSR_GEMM_ISAS] = {128, 120, 168};
+enum { NC_DEFAULT = 4096 };
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+static int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads) {
+    int isa = g->isa;
+    if (isa < 0 || isa >= TSR_GEMM_ISAS || !tsr_gemm_isa_supported(isa)) return -1;
+    int64_t MR = MRS[isa], NR = NRS[isa];
+    if (g->kc <= 0) g->kc = KCS[isa];
+    int64_t mc = g->mc > 0 ? round_up(g->mc, MR) : MCS[isa];
+    int64_t nc = g->nc > 0 ? round_up(g->nc, NR) : NC_DEFAULT;
+    int64_t m = g->m > 0 ? g->m : 1, n = g->n > 0 ? g->n : 1;
+    if (mc > round_up(m, MR)) mc = round_up(m, MR);
+    if (nc > round_up(n, NR)) nc = round_up(n, NR);
+    if (g->mc <= 0 || g->nc <= 0)   /* enough blocks for the threads: split the longer side */
+        while (ceil_div(m, mc) * ceil_div(n, nc) < threads && (mc > MR || nc > NR)) {
+            if (nc > NR && (nc >= mc || mc <= MR)) nc = round_up(ceil_div(nc, 2), NR);
+            else mc = round_up(ceil_div(mc, 2), MR);
+        }
+    g->mc = mc;
+    g->nc = nc;
+    return ceil_div(m, mc) * ceil_div(n, nc);
+}
+
+/* the scratch of one thread: A block, B block, tile; kept for the thread's next product */
+static _Thread_local float* scratch;
+static _Thread_local int64_t scratch_floats;
+
+static float* scratch_for(int64_t floats) {
+    if (floats > scratch_floats) {
+        free(scratch);
+        scratch_floats = round_up(floats, 16 * 1024);
+        scratch = aligned_alloc(64, scratch_floats * sizeof(float));
+        if (!scratch) { scratch_floats = 0; return NULL; }
+    }
+    return scratch;
+}
+
+/* output rows of blocks [ib0, ib1) x the columns of block jb */
+static void blocks(const tsr_gemm_t* g, int64_t jb, int64_t ib0, int64_t ib1, float* abuf,
+                   float* bbuf, float* t) {
+    int isa = g->isa;
+    int64_t MR = MRS[isa], NR = NRS[isa], mc = g->mc, nc = g->nc, kc = g->kc, K = g->k;
+    ukr_fn ukr = UKRS[isa];
+    update_fn update = UPDATES[isa];
+    int64_t j0 = jb * nc, nb = g->n - j0 < nc ? g->n - j0 : nc;
+    epi_t e = {g->alpha, g->beta, 0, 0, g->act, (g->flags & TSR_GEMM_RESIDUAL_FIRST) != 0,
+               NULL, NULL, g->ldr};
+    for (int64_t p0 = 0; p0 == 0 || p0 < K; p0 += kc) {
+        int64_t kb = K - p0 < kc ? K - p0 : kc;
+        const float* bp;
+        int64_t bstride;
+        if (g->bp) {
+            bp = g->bp + j0 * K + p0 * NR;   /* panel j0 / NR of the whole packed B */
+            bstride = NR * K;
+        } else {
+            pack_b(g->b, g->rsb, g->csb, j0, nb, p0, kb, (int)NR, bbuf, NR * kb);
+            bp = bbuf;
+            bstride = NR * kb;
+        }
+        e.overwrite = p0 == 0 && g->beta == 0.0f;
+        e.beta = p0 == 0 ? g->beta : 1.0f;
+        e.last = p0 + kb >= K;
+        for (int64_t ib = ib0; ib < ib1; ib++) {
+            int64_t i0 = ib * mc, mb = g->m - i0 < mc ? g->m - i0 : mc;
+            pack_a(g->a, g->rsa, g->csa, i0, mb, p0, kb, (int)MR, abuf);
+            for (int64_t jr = 0; jr < nb; jr += NR) {
+                int64_t nr = nb - jr < NR ? nb - jr : NR;
+                const float* bq = bp + jr / NR * bstride;
+                e.bias = g->bias ? g->bias + j0 + jr : NULL;
+                for (int64_t ir = 0; ir < mb; ir += MR) {
+                    int64_t mr = mb - ir < MR ? mb - ir : MR;
+                    ukr(kb, abuf + ir * kb, bq, t);
+                    e.r = g->r ? g->r + (i0 + ir) * g->ldr + j0 + jr : NULL;
+                    update(t, g->c + (i0 + ir) * g->ldc + j0 + jr, g->ldc, mr, nr, &e);
+                }
+            }
+        }
+    }
+}
+
+void tsr_gemm_range(const tsr_gemm_t* g, int64_t lo, int64_t hi) {
+    if (g->m <= 0 || g->n <= 0) return;
+    int64_t nmb = ceil_div(g->m, g->mc), kc = g->kc < g->k ? g->kc : (g->k ? g->k : 1);
+    int64_t abytes = round_up(g->mc * kc, 16), bbytes = g->bp ? 0 : round_up(g->nc * kc, 16);
+    float* buf = scratch_for(abytes + bbytes + TILE_MAX);
+    if (!buf) abort();   /* out of memory for a few MB of scratch */
+    for (int64_t i = lo; i < hi;) {
+        int64_t jb = i / nmb, ib0 = i % nmb, ib1 = ib0 + (hi - i) < nmb ? ib0 + (hi - i) : nmb;
+        blocks(g, jb, ib0, ib1, buf, buf + abytes, buf + abytes + bbytes);
+        i += ib1 - ib0;
+    }
+}
+
+int tsr_gemm_run(tsr_gemm_t* g) {
+    int64_t n = tsr_gemm_plan(g, 1);
+    if (n < 0) return -1;
+    tsr_gemm_range(g, 0, n);
+    return 0;
+}
