@@ -97,6 +97,8 @@ def _views():
     yield "column steps", big_a[:50, ::2], big_b[::2, ::3]
     yield "transposed views", big_b[:200, :50].T, big_a[:90, :200].T
     yield "negative strides", big_a[::-3, ::-2][:60, :150], big_b[::-2, 5:40][:150]
+    wide = rand(90, 2048, seed=11)      # rows 8 KB apart: A is packed, not read in place
+    yield "rows 4 KB apart", wide[:, :300], big_b[:300, :200]
     yield "broadcast row", np.broadcast_to(big_a[0, :100], (20, 100)), big_b[:100, :30]
 
 

@@ -51,65 +51,100 @@ static const int NRS[TSR_GEMM_ISAS] = {NR_P, NR_256, NR_512};
 int tsr_gemm_mr(int isa) { return isa >= 0 && isa < TSR_GEMM_ISAS ? MRS[isa] : 0; }
 int tsr_gemm_nr(int isa) { return isa >= 0 && isa < TSR_GEMM_ISAS ? NRS[isa] : 0; }
 
-/* ---- micro-kernels: t (MR x NR, 64-byte aligned) = a panel (k x MR) @ b panel (k x NR) */
+/* ---- micro-kernels: c (MR x NR, rows ldc apart) = (add ? c : 0) + a panel (k x MR) @
+   b panel (k x NR); c is a full tile of C, or the tile buffer (rows NR apart) */
 
 #define TSR_REP6(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define TSR_REP14(X) TSR_REP6(X) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
 
+/* The body of each x86 micro-kernel reads op(A)[i][p] at a[i * ars + p * acs]: a packed
+   panel (ars 1, acs MR) or, for products whose A is used against few B panels (packing it
+   would cost as much as the multiplications), rows of A in place (ars lda, acs 1). */
 #if TSR_X86
-TSR_AVX512 static void ukr_avx512(int64_t k, const float* restrict a,
-                                  const float* restrict b, float* restrict t) {
-#define Z(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
-    TSR_REP14(Z)
-#undef Z
-#define STEP(i) { __m512 ai = _mm512_set1_ps(a[i]);                                       \
-                  c##i##0 = _mm512_fmadd_ps(ai, b0, c##i##0);                             \
-                  c##i##1 = _mm512_fmadd_ps(ai, b1, c##i##1); }
+#define TSR_Z512(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
+#define TSR_STEP512(i) { __m512 ai = _mm512_set1_ps(a[i * ars]);                          \
+                         c##i##0 = _mm512_fmadd_ps(ai, b0, c##i##0);                      \
+                         c##i##1 = _mm512_fmadd_ps(ai, b1, c##i##1); }
+#define TSR_ADD512(i) c##i##0 = _mm512_add_ps(c##i##0, _mm512_loadu_ps(c + i * ldc));     \
+                      c##i##1 = _mm512_add_ps(c##i##1, _mm512_loadu_ps(c + i * ldc + 16));
+#define TSR_ST512(i) _mm512_storeu_ps(c + i * ldc, c##i##0);                              \
+                     _mm512_storeu_ps(c + i * ldc + 16, c##i##1);
+#define TSR_Z256(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps();
+#define TSR_STEP256(i) { __m256 ai = _mm256_broadcast_ss(a + i * ars);                    \
+                         c##i##0 = _mm256_fmadd_ps(ai, b0, c##i##0);                      \
+                         c##i##1 = _mm256_fmadd_ps(ai, b1, c##i##1); }
+#define TSR_ADD256(i) c##i##0 = _mm256_add_ps(c##i##0, _mm256_loadu_ps(c + i * ldc));     \
+                      c##i##1 = _mm256_add_ps(c##i##1, _mm256_loadu_ps(c + i * ldc + 8));
+#define TSR_ST256(i) _mm256_storeu_ps(c + i * ldc, c##i##0);                              \
+                     _mm256_storeu_ps(c + i * ldc + 8, c##i##1);
+
+TSR_AVX512 TSR_INLINE void ukr_avx512_body(int64_t k, const float* restrict a, int64_t ars,
+                                           int64_t acs, const float* restrict b,
+                                           float* restrict c, int64_t ldc, int add) {
+    for (int i = 0; i < MR_512; i++)   /* C's lines on their way while the loop runs */
+        for (int j = 0; j < NR_512; j += 16)
+            _mm_prefetch((const char*)(c + i * ldc + j), _MM_HINT_T0);
+    TSR_REP14(TSR_Z512)
 #pragma GCC unroll 4
     for (int64_t p = 0; p < k; p++) {
         __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-        _mm_prefetch((const char*)(a + 8 * MR_512), _MM_HINT_T0);
-        TSR_REP14(STEP)
-        a += MR_512;
+        if (acs != 1) _mm_prefetch((const char*)(a + 8 * MR_512), _MM_HINT_T0);
+        TSR_REP14(TSR_STEP512)
+        a += acs;
         b += NR_512;
     }
-#undef STEP
-#define ST(i) _mm512_store_ps(t + i * NR_512, c##i##0); _mm512_store_ps(t + i * NR_512 + 16, c##i##1);
-    TSR_REP14(ST)
-#undef ST
+    if (add) { TSR_REP14(TSR_ADD512) }
+    TSR_REP14(TSR_ST512)
 }
 
-TSR_AVX2 static void ukr_avx2(int64_t k, const float* restrict a, const float* restrict b,
-                              float* restrict t) {
-#define Z(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps();
-    TSR_REP6(Z)
-#undef Z
-#define STEP(i) { __m256 ai = _mm256_broadcast_ss(a + i);                                 \
-                  c##i##0 = _mm256_fmadd_ps(ai, b0, c##i##0);                             \
-                  c##i##1 = _mm256_fmadd_ps(ai, b1, c##i##1); }
+TSR_AVX2 TSR_INLINE void ukr_avx2_body(int64_t k, const float* restrict a, int64_t ars,
+                                       int64_t acs, const float* restrict b,
+                                       float* restrict c, int64_t ldc, int add) {
+    for (int i = 0; i < MR_256; i++) _mm_prefetch((const char*)(c + i * ldc), _MM_HINT_T0);
+    TSR_REP6(TSR_Z256)
 #pragma GCC unroll 4
     for (int64_t p = 0; p < k; p++) {
         __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-        _mm_prefetch((const char*)(a + 8 * MR_256), _MM_HINT_T0);
-        TSR_REP6(STEP)
-        a += MR_256;
+        if (acs != 1) _mm_prefetch((const char*)(a + 8 * MR_256), _MM_HINT_T0);
+        TSR_REP6(TSR_STEP256)
+        a += acs;
         b += NR_256;
     }
-#undef STEP
-#define ST(i) _mm256_store_ps(t + i * NR_256, c##i##0); _mm256_store_ps(t + i * NR_256 + 8, c##i##1);
-    TSR_REP6(ST)
-#undef ST
+    if (add) { TSR_REP6(TSR_ADD256) }
+    TSR_REP6(TSR_ST256)
+}
+
+TSR_AVX512 static void ukr_avx512(int64_t k, const float* a, int64_t lda, const float* b,
+                                  float* c, int64_t ldc, int add) {
+    (void)lda;
+    ukr_avx512_body(k, a, 1, MR_512, b, c, ldc, add);
+}
+TSR_AVX512 static void ukr_avx512_rows(int64_t k, const float* a, int64_t lda,
+                                       const float* b, float* c, int64_t ldc, int add) {
+    ukr_avx512_body(k, a, lda, 1, b, c, ldc, add);
+}
+TSR_AVX2 static void ukr_avx2(int64_t k, const float* a, int64_t lda, const float* b,
+                              float* c, int64_t ldc, int add) {
+    (void)lda;
+    ukr_avx2_body(k, a, 1, MR_256, b, c, ldc, add);
+}
+TSR_AVX2 static void ukr_avx2_rows(int64_t k, const float* a, int64_t lda, const float* b,
+                                   float* c, int64_t ldc, int add) {
+    ukr_avx2_body(k, a, lda, 1, b, c, ldc, add);
 }
 #endif
 
-static void ukr_portable(int64_t k, const float* restrict a, const float* restrict b,
-                         float* restrict t) {
-    float c[MR_P][NR_P] = {{0}};
+static void ukr_portable(int64_t k, const float* restrict a, int64_t lda,
+                         const float* restrict b, float* restrict c, int64_t ldc, int add) {
+    (void)lda;
+    float acc[MR_P][NR_P] = {{0}};
     for (int64_t p = 0; p < k; p++, a += MR_P, b += NR_P)
         for (int i = 0; i < MR_P; i++)
 #pragma omp simd
-            for (int j = 0; j < NR_P; j++) c[i][j] += a[i] * b[j];
-    memcpy(t, c, sizeof c);
+            for (int j = 0; j < NR_P; j++) acc[i][j] += a[i] * b[j];
+    for (int i = 0; i < MR_P; i++)
+#pragma omp simd
+        for (int j = 0; j < NR_P; j++) c[i * ldc + j] = (add ? c[i * ldc + j] : 0.0f) + acc[i][j];
 }
 
 /* ---- the tile's write into C -------------------------------------------------------- */
@@ -142,13 +177,15 @@ TSR_INLINE void activate(float* v, int64_t n, int act) {
     }
 }
 
-/* C tile (mr x nr, rows ldc apart) from t (rows NR apart); inlined into one function per
-   path so that its loops vectorise for that path */
+/* C tile (mr x nr, rows ldc apart) from t (rows NR apart), then the epilogue after the
+   last KC block; with t NULL, the epilogue only (the micro-kernel wrote C itself). Inlined
+   into one function per path so that its loops vectorise for that path. */
 TSR_INLINE void tile_update(const float* restrict t, int64_t NR, float* restrict c,
                             int64_t ldc, int64_t mr, int64_t nr, const epi_t* e) {
     float alpha = e->alpha, beta = e->beta;
-    for (int64_t i = 0; i < mr; i++, t += NR, c += ldc) {
-        if (e->overwrite) {
+    for (int64_t i = 0; i < mr; i++, t += t ? NR : 0, c += ldc) {
+        if (!t) {
+        } else if (e->overwrite) {
 #pragma omp simd
             for (int64_t j = 0; j < nr; j++) c[j] = alpha * t[j];
         } else if (beta == 1.0f) {
@@ -191,15 +228,17 @@ static void update_portable(const float* t, float* c, int64_t ldc, int64_t mr, i
     tile_update(t, NR_P, c, ldc, mr, nr, e);
 }
 
-typedef void (*ukr_fn)(int64_t, const float*, const float*, float*);
+typedef void (*ukr_fn)(int64_t, const float*, int64_t, const float*, float*, int64_t, int);
 typedef void (*update_fn)(const float*, float*, int64_t, int64_t, int64_t, const epi_t*);
 
 #if TSR_X86
 static const ukr_fn UKRS[TSR_GEMM_ISAS] = {ukr_portable, ukr_avx2, ukr_avx512};
+static const ukr_fn ROWS[TSR_GEMM_ISAS] = {NULL, ukr_avx2_rows, ukr_avx512_rows};
 static const update_fn UPDATES[TSR_GEMM_ISAS] = {update_portable, update_avx2,
                                                  update_avx512};
 #else
 static const ukr_fn UKRS[TSR_GEMM_ISAS] = {ukr_portable, ukr_portable, ukr_portable};
+static const ukr_fn ROWS[TSR_GEMM_ISAS] = {NULL, NULL, NULL};
 static const update_fn UPDATES[TSR_GEMM_ISAS] = {update_portable, update_portable,
                                                  update_portable};
 #endif
@@ -269,11 +308,13 @@ void tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb,
 
 /* ---- blocking and the driver -------------------------------------------------------- */
 
-/* defaults, per path: KC keeps a KC x NR panel of B in half of a 32-48 KB L1, MC x KC of A
-   in half of a 1 MB L2 share, KC x NC of B in a few MB of L3 */
-static const int64_t KCS[TSR_GEMM_ISAS] = {256, 256, 256};
+/* defaults, per path. BLIS sizes KC for a KC x NR panel of B to stay in L1; measured here
+   (Zen 5, AVX-512), KC deeper than that is faster (fewer passes over C, longer runs of the
+   micro-kernel) as long as MC x KC of A and the B panel fit L2 (1 MB), which streams them
+   fast enough. KC x NC of B is a few MB of L3. */
+static const int64_t KCS[TSR_GEMM_ISAS] = {256, 512, 1024};
 static const int64_t MCS[TSR_GEMM_ISAS] = {128, 120, 168};
-enum { NC_DEFAULT = 4096 };
+enum { NC_DEFAULT = 4096, IN_PLACE_MAX_PANELS = 4 };
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
@@ -282,7 +323,8 @@ int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads) {
     int isa = g->isa;
     if (isa < 0 || isa >= TSR_GEMM_ISAS || !tsr_gemm_isa_supported(isa)) return -1;
     int64_t MR = MRS[isa], NR = NRS[isa];
-    if (g->kc <= 0) g->kc = KCS[isa];
+    if (g->kc <= 0)   /* KC blocks of equal depth: no short last one */
+        g->kc = g->k > 0 ? ceil_div(g->k, ceil_div(g->k, KCS[isa])) : KCS[isa];
     int64_t mc = g->mc > 0 ? round_up(g->mc, MR) : MCS[isa];
     int64_t nc = g->nc > 0 ? round_up(g->nc, NR) : NC_DEFAULT;
     int64_t m = g->m > 0 ? g->m : 1, n = g->n > 0 ? g->n : 1;
@@ -320,6 +362,15 @@ static void blocks(const tsr_gemm_t* g, int64_t jb, int64_t ib0, int64_t ib1, fl
     ukr_fn ukr = UKRS[isa];
     update_fn update = UPDATES[isa];
     int64_t j0 = jb * nc, nb = g->n - j0 < nc ? g->n - j0 : nc;
+    int epilogue = g->bias || g->r || g->act != TSR_ACT_NONE;
+    /* A read in place, unpacked, when its rows are contiguous: packing costs about as
+       much as the multiplications when A meets few panels of B, and measurably more than
+       it saves at any width, except where the MR rows read at once lie a multiple of 4 KB
+       apart (they would then share one set of L1, and evict each other) */
+    ukr_fn rows = ROWS[isa];
+    int in_place = rows && g->csa == 1 && !(g->flags & TSR_GEMM_PACK_A) &&
+                   ((g->flags & TSR_GEMM_IN_PLACE_A) || nb <= IN_PLACE_MAX_PANELS * NR ||
+                    g->rsa % 1024 != 0);
     epi_t e = {g->alpha, g->beta, 0, 0, g->act, (g->flags & TSR_GEMM_RESIDUAL_FIRST) != 0,
                NULL, NULL, g->ldr};
     for (int64_t p0 = 0; p0 == 0 || p0 < K; p0 += kc) {
@@ -337,18 +388,31 @@ static void blocks(const tsr_gemm_t* g, int64_t jb, int64_t ib0, int64_t ib1, fl
         e.overwrite = p0 == 0 && g->beta == 0.0f;
         e.beta = p0 == 0 ? g->beta : 1.0f;
         e.last = p0 + kb >= K;
+        /* C = acc or C += acc: the micro-kernel writes C, an epilogue follows in cache */
+        int direct = g->alpha == 1.0f && (e.overwrite || e.beta == 1.0f);
         for (int64_t ib = ib0; ib < ib1; ib++) {
             int64_t i0 = ib * mc, mb = g->m - i0 < mc ? g->m - i0 : mc;
-            pack_a(g->a, g->rsa, g->csa, i0, mb, p0, kb, (int)MR, abuf);
+            /* in place, only the rows past the last full panel are packed (into panel 0) */
+            int64_t full = in_place ? mb / MR * MR : 0;
+            pack_a(g->a, g->rsa, g->csa, i0 + full, mb - full, p0, kb, (int)MR, abuf);
+            const float* arow = g->a + i0 * g->rsa + p0;
             for (int64_t jr = 0; jr < nb; jr += NR) {
                 int64_t nr = nb - jr < NR ? nb - jr : NR;
                 const float* bq = bp + jr / NR * bstride;
                 e.bias = g->bias ? g->bias + j0 + jr : NULL;
                 for (int64_t ir = 0; ir < mb; ir += MR) {
                     int64_t mr = mb - ir < MR ? mb - ir : MR;
-                    ukr(kb, abuf + ir * kb, bq, t);
+                    float* c = g->c + (i0 + ir) * g->ldc + j0 + jr;
                     e.r = g->r ? g->r + (i0 + ir) * g->ldr + j0 + jr : NULL;
-                    update(t, g->c + (i0 + ir) * g->ldc + j0 + jr, g->ldc, mr, nr, &e);
+                    ukr_fn f = ir < full ? rows : ukr;
+                    const float* a = ir < full ? arow + ir * g->rsa : abuf + (ir - full) * kb;
+                    if (direct && mr == MR && nr == NR) {   /* straight into C */
+                        f(kb, a, g->rsa, bq, c, g->ldc, !e.overwrite);
+                        if (e.last && epilogue) update(NULL, c, g->ldc, mr, nr, &e);
+                    } else {
+                        f(kb, a, g->rsa, bq, t, NR, 0);
+                        update(t, c, g->ldc, mr, nr, &e);
+                    }
                 }
             }
         }

@@ -19,8 +19,10 @@
 enum { TSR_GEMM_PORTABLE = 0, TSR_GEMM_AVX2 = 1, TSR_GEMM_AVX512 = 2, TSR_GEMM_ISAS = 3 };
 enum { TSR_ACT_NONE = 0, TSR_ACT_RELU = 1, TSR_ACT_GELU_TANH = 2, TSR_ACT_GELU_ERF = 3 };
 /* flags: add the residual before the activation (relu(x @ w + b + r), ResNet's blocks)
-   instead of after it (act(x @ w + b) + r, a transformer's) */
-enum { TSR_GEMM_RESIDUAL_FIRST = 1 };
+   instead of after it (act(x @ w + b) + r, a transformer's); pack A always, or never
+   (when its rows are contiguous), instead of the default (A read in place when it meets
+   few panels of B: N small) */
+enum { TSR_GEMM_RESIDUAL_FIRST = 1, TSR_GEMM_PACK_A = 2, TSR_GEMM_IN_PLACE_A = 4 };
 
 typedef struct tsr_gemm {
     int64_t m, n, k;
