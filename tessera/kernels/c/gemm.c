@@ -267,8 +267,38 @@ static void pack_a(const float* a, int64_t rsa, int64_t csa, int64_t i0, int64_t
 
 /* columns [j0, j0 + nb) x rows [p0, p0 + kb) of op(B) into NR-column panels, panel q at
    d + q * stride, kb x NR, columns past nb zero */
+#if TSR_X86
+/* d[q * ldd + r] = s[r * lds + q] for a 16 x 16 block: unpack pairs, 4 x 4 within lanes,
+   then 128-bit lanes across */
+TSR_AVX512 static void transpose16(const float* s, int64_t lds, float* d, int64_t ldd) {
+    __m512 r[16], t[16], u[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(s + i * lds);
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {   /* u[4i + c], lane l: rows 4i..4i+3 of column 4l + c */
+        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+        __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+        _mm512_storeu_ps(d + c * ldd, _mm512_shuffle_f32x4(v0, w0, 0x88));
+        _mm512_storeu_ps(d + (4 + c) * ldd, _mm512_shuffle_f32x4(v1, w1, 0x88));
+        _mm512_storeu_ps(d + (8 + c) * ldd, _mm512_shuffle_f32x4(v0, w0, 0xDD));
+        _mm512_storeu_ps(d + (12 + c) * ldd, _mm512_shuffle_f32x4(v1, w1, 0xDD));
+    }
+}
+#endif
+
 static void pack_b(const float* b, int64_t rsb, int64_t csb, int64_t j0, int64_t nb,
-                   int64_t p0, int64_t kb, int NR, float* restrict d, int64_t stride) {
+                   int64_t p0, int64_t kb, int NR, int isa, float* restrict d,
+                   int64_t stride) {
     for (int64_t jr = 0; jr < nb; jr += NR, d += stride) {
         int64_t nr = nb - jr < NR ? nb - jr : NR;
         const float* src = b + p0 * rsb + (j0 + jr) * csb;
@@ -277,11 +307,23 @@ static void pack_b(const float* b, int64_t rsb, int64_t csb, int64_t j0, int64_t
                 memcpy(d + p * NR, src + p * rsb, nr * sizeof(float));
                 for (int64_t j = nr; j < NR; j++) d[p * NR + j] = 0.0f;
             }
-        } else {   /* columns contiguous (a weight W used as W^T): one column at a time */
-            for (int64_t j = 0; j < nr; j++)
-                for (int64_t p = 0; p < kb; p++) d[p * NR + j] = src[j * csb + p * rsb];
-            for (int64_t p = 0; p < kb; p++)
-                for (int64_t j = nr; j < NR; j++) d[p * NR + j] = 0.0f;
+        } else {   /* a weight W used as W^T: 16 x 16 blocks transposed in registers
+                      where the path has them, else a row of the panel at a time */
+            int64_t p1 = 0;
+#if TSR_X86
+            if (rsb == 1 && NR % 16 == 0 && nr == NR && isa == TSR_GEMM_AVX512)
+                for (; p1 + 16 <= kb; p1 += 16)
+                    for (int64_t j = 0; j < NR; j += 16)
+                        transpose16(src + j * csb + p1, csb, d + p1 * NR + j, NR);
+#else
+            (void)isa;
+#endif
+            for (int64_t p = p1; p < kb; p++) {
+                const float* s = src + p * rsb;
+                float* row = d + p * NR;
+                for (int64_t j = 0; j < nr; j++) row[j] = s[j * csb];
+                for (int64_t j = nr; j < NR; j++) row[j] = 0.0f;
+            }
         }
     }
 }
@@ -297,7 +339,7 @@ void tsr_gemm_pack_b_range(int isa, int64_t k, int64_t n, const float* b, int64_
     int NR = tsr_gemm_nr(isa);
     int64_t j1 = q1 * NR < n ? q1 * NR : n;
     if (q0 * NR < j1)
-        pack_b(b, rsb, csb, q0 * NR, j1 - q0 * NR, 0, k, NR, dst + q0 * NR * k, NR * k);
+        pack_b(b, rsb, csb, q0 * NR, j1 - q0 * NR, 0, k, NR, isa, dst + q0 * NR * k, NR * k);
 }
 
 void tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, int64_t csb,
@@ -381,7 +423,7 @@ static void blocks(const tsr_gemm_t* g, int64_t jb, int64_t ib0, int64_t ib1, fl
             bp = g->bp + j0 * K + p0 * NR;   /* panel j0 / NR of the whole packed B */
             bstride = NR * K;
         } else {
-            pack_b(g->b, g->rsb, g->csb, j0, nb, p0, kb, (int)NR, bbuf, NR * kb);
+            pack_b(g->b, g->rsb, g->csb, j0, nb, p0, kb, (int)NR, isa, bbuf, NR * kb);
             bp = bbuf;
             bstride = NR * kb;
         }
