@@ -7,9 +7,11 @@
    compiler vectorising it), so the file compiles for baseline x86-64 (and for any other
    CPU, portable path only) and picks the path at run time.
 
-   The micro-kernel leaves its MR x NR tile in a buffer that stays in L1; the tile's write
-   into C applies alpha and beta and, after the last KC block, the epilogue (bias,
-   activation, residual), compiled per path too so that gelu's polynomials vectorise. */
+   The micro-kernel writes a full tile straight into C (C = AB, or C += AB after the first
+   KC block); an edge tile, or one that alpha or beta scale, goes through a tile buffer in
+   L1 instead. After the last KC block the epilogue (bias, activation, residual) runs on the
+   tile while it is in L1, compiled per path too so that gelu's polynomials vectorise.
+   A whose rows are contiguous is read in place, not packed (see ``blocks``). */
 #include "gemm.h"
 #include "prelude.h"
 
@@ -252,9 +254,13 @@ static void pack_a(const float* a, int64_t rsa, int64_t csa, int64_t i0, int64_t
     for (int64_t ir = 0; ir < mb; ir += MR, d += kb * MR) {
         int64_t mr = mb - ir < MR ? mb - ir : MR;
         const float* src = a + (i0 + ir) * rsa + p0 * csa;
-        if (csa == 1) {   /* rows contiguous: one row at a time, read in order */
-            for (int64_t r = 0; r < mr; r++)
-                for (int64_t p = 0; p < kb; p++) d[p * MR + r] = src[r * rsa + p];
+        if (csa == 1) {   /* rows contiguous: 64 columns of one row at a time, the panel's
+                             part being written staying in L1 */
+            for (int64_t p1 = 0; p1 < kb; p1 += 64) {
+                int64_t p2 = p1 + 64 < kb ? p1 + 64 : kb;
+                for (int64_t r = 0; r < mr; r++)
+                    for (int64_t p = p1; p < p2; p++) d[p * MR + r] = src[r * rsa + p];
+            }
         } else {
             for (int64_t p = 0; p < kb; p++)
                 for (int64_t r = 0; r < mr; r++) d[p * MR + r] = src[r * rsa + p * csa];
