@@ -82,7 +82,7 @@ def _lib():
             ("tsr_gemm_isa_supported", [i32], i32), ("tsr_gemm_isa_best", [], i32),
             ("tsr_gemm_mr", [i32], i32), ("tsr_gemm_nr", [i32], i32),
             ("tsr_gemm_packed_size", [i32, I, I], I),
-            ("tsr_gemm_pack_b_range", [i32, I, I, P, I, I, P, I, I], None),
+            ("tsr_gemm_pack_b_range", [i32, I, I, P, I, I, P, I, I], i32),
             ("tsr_gemm_plan", [P, i32], I), ("tsr_gemm_range", [P, I, I], None)):
         f = getattr(lib, name)
         f.argtypes, f.restype = args, res

@@ -324,3 +324,80 @@ def test_bad_input(G):
         G.gemm_packed(a, G.pack_b(b))
     with pytest.raises(ValueError, match="threads must be a positive integer"):
         G.gemm(a, rand(4, 2), threads=0)
+
+
+_MAIN_C = r"""
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "gemm.h"
+/* x @ w^T + bias, relu, against plain loops in double: every path this CPU runs */
+int main(void) {
+    enum { M = 37, N = 75, K = 130 };
+    static float x[M * K], w[N * K], bias[N], c[M * N], packed[(N + 31) / 32 * 32 * K];
+    (void)packed;   /* its size: the most any path packs */
+    for (int i = 0; i < M * K; i++) x[i] = (float)((i * 7919) % 201 - 100) / 50.0f;
+    for (int i = 0; i < N * K; i++) w[i] = (float)((i * 104729) % 199 - 99) / 60.0f;
+    for (int j = 0; j < N; j++) bias[j] = (float)(j % 13) - 6.0f;
+    int ran = 0;
+    for (int isa = 0; isa < TSR_GEMM_ISAS; isa++) {
+        if (!tsr_gemm_isa_supported(isa)) {
+            tsr_gemm_t g = {0};
+            g.isa = isa;
+            if (tsr_gemm_plan(&g, 1) != -1) return 3;   /* refused, never run */
+            continue;
+        }
+        for (int pre = 0; pre < 2; pre++) {
+            tsr_gemm_t g = {0};
+            g.m = M; g.n = N; g.k = K; g.a = x; g.rsa = K; g.csa = 1;
+            g.b = w; g.rsb = 1; g.csb = K;   /* op(B) = w^T */
+            if (pre) {
+                if (tsr_gemm_packed_size(isa, K, N) > (int64_t)(sizeof packed / 4)) return 4;
+                float* buf = aligned_alloc(64, sizeof packed);
+                if (tsr_gemm_pack_b(isa, K, N, w, 1, K, buf)) return 5;
+                g.bp = buf;
+            }
+            g.c = c; g.ldc = N; g.bias = bias; g.alpha = 1.0f; g.act = TSR_ACT_RELU;
+            g.isa = isa;
+            if (tsr_gemm_run(&g)) return 6;
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    double s = bias[j], mag = fabs(bias[j]);
+                    for (int p = 0; p < K; p++) {
+                        s += (double)x[i * K + p] * w[j * K + p];
+                        mag += fabs((double)x[i * K + p] * w[j * K + p]);
+                    }
+                    if (s < 0) s = 0;
+                    if (fabs(c[i * N + j] - s) > (K + 8) * 6e-8 * mag + 1e-30) return 7;
+                }
+            if (pre) free((void*)g.bp);
+        }
+        printf("%d\n", isa);
+        ran++;
+    }
+    return ran ? 0 : 8;
+}
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a POSIX C toolchain")
+def test_c_files_build_and_run_alone(tmp_path):
+    """gemm.c, gemm.h and prelude.h copied as they are into a C program, built without
+    -march (as a deployed library is) and with nothing but libm: every path the CPU runs
+    gives relu(x @ w^T + bias), and the ones it lacks are refused."""
+    from tessera.kernels import csource
+    (tmp_path / "main.c").write_text(_MAIN_C)
+    exe = tmp_path / "main"
+    proc = subprocess.run([cc.compiler(), "-O2", "-std=c11", "-I", csource.DIRECTORY,
+                           str(tmp_path / "main.c"), os.path.join(csource.DIRECTORY, "gemm.c"),
+                           "-o", str(exe), "-lm"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.returncode, run.stderr)
+    ran = [int(s) for s in run.stdout.split()]
+    assert 0 in ran    # the portable path runs everywhere
+    flags = _cpu_flags()
+    if os.uname().machine in ("x86_64", "amd64") and flags:
+        assert (2 in ran) == ("avx512f" in flags)
+        assert (1 in ran) == ({"avx2", "fma"} <= flags)

@@ -340,18 +340,20 @@ int64_t tsr_gemm_packed_size(int isa, int64_t k, int64_t n) {
 }
 
 /* panels [q0, q1) of the whole of op(B), for a thread pool to share the packing */
-void tsr_gemm_pack_b_range(int isa, int64_t k, int64_t n, const float* b, int64_t rsb,
-                           int64_t csb, float* dst, int64_t q0, int64_t q1) {
+int tsr_gemm_pack_b_range(int isa, int64_t k, int64_t n, const float* b, int64_t rsb,
+                          int64_t csb, float* dst, int64_t q0, int64_t q1) {
+    if (!tsr_gemm_nr(isa) || !tsr_gemm_isa_supported(isa)) return -1;
     int NR = tsr_gemm_nr(isa);
     int64_t j1 = q1 * NR < n ? q1 * NR : n;
     if (q0 * NR < j1)
         pack_b(b, rsb, csb, q0 * NR, j1 - q0 * NR, 0, k, NR, isa, dst + q0 * NR * k, NR * k);
+    return 0;
 }
 
-void tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, int64_t csb,
-                     float* dst) {
+int tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, int64_t csb,
+                    float* dst) {
     int NR = tsr_gemm_nr(isa);
-    tsr_gemm_pack_b_range(isa, k, n, b, rsb, csb, dst, 0, (n + NR - 1) / NR);
+    return NR ? tsr_gemm_pack_b_range(isa, k, n, b, rsb, csb, dst, 0, (n + NR - 1) / NR) : -1;
 }
 
 /* ---- blocking and the driver -------------------------------------------------------- */
@@ -468,7 +470,9 @@ static void blocks(const tsr_gemm_t* g, int64_t jb, int64_t ib0, int64_t ib1, fl
 }
 
 void tsr_gemm_range(const tsr_gemm_t* g, int64_t lo, int64_t hi) {
-    if (g->m <= 0 || g->n <= 0) return;
+    /* not planned, or planned for a path this CPU lacks (tsr_gemm_plan said -1) */
+    if (g->m <= 0 || g->n <= 0 || g->mc <= 0 || g->kc <= 0 || g->nc <= 0 ||
+        g->isa < 0 || g->isa >= TSR_GEMM_ISAS || !tsr_gemm_isa_supported(g->isa)) return;
     int64_t nmb = ceil_div(g->m, g->mc), kc = g->kc < g->k ? g->kc : (g->k ? g->k : 1);
     int64_t abytes = round_up(g->mc * kc, 16), bbytes = g->bp ? 0 : round_up(g->nc * kc, 16);
     float* buf = scratch_for(abytes + bbytes + TILE_MAX);

@@ -43,8 +43,13 @@ int tsr_gemm_mr(int isa);                  /* the micro-tile: MR rows x NR colum
 int tsr_gemm_nr(int isa);
 /* floats of B (k x n) packed for isa: NR-column panels, each k x NR, zero-padded */
 int64_t tsr_gemm_packed_size(int isa, int64_t k, int64_t n);
-void tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, int64_t csb,
-                     float* dst);
+/* op(B)[p][j] = b[p*rsb + j*csb] packed into dst (64-byte aligned, packed_size floats);
+   the range form packs panels [q0, q1) only, for threads to share the work. 0, or -1 when
+   isa does not run on this CPU. */
+int tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, int64_t csb,
+                    float* dst);
+int tsr_gemm_pack_b_range(int isa, int64_t k, int64_t n, const float* b, int64_t rsb,
+                          int64_t csb, float* dst, int64_t q0, int64_t q1);
 /* fills the blocking left 0 (splitting the work into at least ``threads`` blocks where it
    can) and returns the number of blocks, or -1 when g->isa does not run on this CPU */
 int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads);
