@@ -134,6 +134,64 @@ TSR_AVX2 static void ukr_avx2_rows(int64_t k, const float* a, int64_t lda, const
                                    float* c, int64_t ldc, int add) {
     ukr_avx2_body(k, a, lda, 1, b, c, ldc, add);
 }
+
+/* R <= 4 rows (the last rows of A: a GEMV's one row, batch-1 inference): the full kernel
+   would spend 14 rows' multiplications on them. Even and odd k accumulate apart, so that
+   one row still has four independent chains of FMAs. */
+TSR_AVX512 TSR_INLINE void ukr_avx512_few(int64_t k, const float* restrict a, int64_t ars,
+                                          int64_t acs, const float* restrict b,
+                                          float* restrict c, int64_t ldc, int add, int R) {
+    __m512 s[4][4];   /* [row][half + 2 * parity] */
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < 4; h++) s[r][h] = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + 2 <= k; p += 2, a += 2 * acs, b += 2 * NR_512) {
+        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        __m512 b2 = _mm512_load_ps(b + 32), b3 = _mm512_load_ps(b + 48);
+        /* few rows: B streams by faster than the hardware prefetcher ramps up */
+        _mm_prefetch((const char*)(b + 1024), _MM_HINT_T0);
+        _mm_prefetch((const char*)(b + 1040), _MM_HINT_T0);
+        _mm_prefetch((const char*)(b + 1056), _MM_HINT_T0);
+        _mm_prefetch((const char*)(b + 1072), _MM_HINT_T0);
+        for (int r = 0; r < R; r++) {
+            __m512 a0 = _mm512_set1_ps(a[r * ars]), a1 = _mm512_set1_ps(a[r * ars + acs]);
+            s[r][0] = _mm512_fmadd_ps(a0, b0, s[r][0]);
+            s[r][1] = _mm512_fmadd_ps(a0, b1, s[r][1]);
+            s[r][2] = _mm512_fmadd_ps(a1, b2, s[r][2]);
+            s[r][3] = _mm512_fmadd_ps(a1, b3, s[r][3]);
+        }
+    }
+    if (p < k) {
+        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        for (int r = 0; r < R; r++) {
+            __m512 a0 = _mm512_set1_ps(a[r * ars]);
+            s[r][0] = _mm512_fmadd_ps(a0, b0, s[r][0]);
+            s[r][1] = _mm512_fmadd_ps(a0, b1, s[r][1]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        __m512 lo = _mm512_add_ps(s[r][0], s[r][2]), hi = _mm512_add_ps(s[r][1], s[r][3]);
+        if (add) {
+            lo = _mm512_add_ps(lo, _mm512_loadu_ps(c + r * ldc));
+            hi = _mm512_add_ps(hi, _mm512_loadu_ps(c + r * ldc + 16));
+        }
+        _mm512_storeu_ps(c + r * ldc, lo);
+        _mm512_storeu_ps(c + r * ldc + 16, hi);
+    }
+}
+
+#define TSR_FEW512(R)                                                                     \
+TSR_AVX512 static void ukr_avx512_few##R(int64_t k, const float* a, int64_t lda,         \
+                                         const float* b, float* c, int64_t ldc, int add) { \
+    (void)lda;                                                                            \
+    ukr_avx512_few(k, a, 1, MR_512, b, c, ldc, add, R);                                   \
+}                                                                                         \
+TSR_AVX512 static void ukr_avx512_few##R##_rows(int64_t k, const float* a, int64_t lda,  \
+                                                const float* b, float* c, int64_t ldc,    \
+                                                int add) {                                \
+    ukr_avx512_few(k, a, lda, 1, b, c, ldc, add, R);                                      \
+}
+TSR_FEW512(1) TSR_FEW512(2) TSR_FEW512(3) TSR_FEW512(4)
 #endif
 
 static void ukr_portable(int64_t k, const float* restrict a, int64_t lda,
@@ -236,11 +294,21 @@ typedef void (*update_fn)(const float*, float*, int64_t, int64_t, int64_t, const
 #if TSR_X86
 static const ukr_fn UKRS[TSR_GEMM_ISAS] = {ukr_portable, ukr_avx2, ukr_avx512};
 static const ukr_fn ROWS[TSR_GEMM_ISAS] = {NULL, ukr_avx2_rows, ukr_avx512_rows};
+/* the kernels of 1 to FEW_MAX rows (index R), packed and in place; AVX-512 only */
+enum { FEW_MAX = 4 };
+static const ukr_fn FEW[TSR_GEMM_ISAS][FEW_MAX + 1] = {
+    [TSR_GEMM_AVX512] = {NULL, ukr_avx512_few1, ukr_avx512_few2, ukr_avx512_few3,
+                         ukr_avx512_few4}};
+static const ukr_fn FEW_ROWS[TSR_GEMM_ISAS][FEW_MAX + 1] = {
+    [TSR_GEMM_AVX512] = {NULL, ukr_avx512_few1_rows, ukr_avx512_few2_rows,
+                         ukr_avx512_few3_rows, ukr_avx512_few4_rows}};
 static const update_fn UPDATES[TSR_GEMM_ISAS] = {update_portable, update_avx2,
                                                  update_avx512};
 #else
 static const ukr_fn UKRS[TSR_GEMM_ISAS] = {ukr_portable, ukr_portable, ukr_portable};
 static const ukr_fn ROWS[TSR_GEMM_ISAS] = {NULL, NULL, NULL};
+enum { FEW_MAX = 4 };
+static const ukr_fn FEW[TSR_GEMM_ISAS][FEW_MAX + 1], FEW_ROWS[TSR_GEMM_ISAS][FEW_MAX + 1];
 static const update_fn UPDATES[TSR_GEMM_ISAS] = {update_portable, update_portable,
                                                  update_portable};
 #endif
@@ -373,8 +441,10 @@ int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads) {
     int isa = g->isa;
     if (isa < 0 || isa >= TSR_GEMM_ISAS || !tsr_gemm_isa_supported(isa)) return -1;
     int64_t MR = MRS[isa], NR = NRS[isa];
-    if (g->kc <= 0)   /* KC blocks of equal depth: no short last one */
-        g->kc = g->k > 0 ? ceil_div(g->k, ceil_div(g->k, KCS[isa])) : KCS[isa];
+    if (g->kc <= 0)   /* KC blocks of equal depth: no short last one; one block for a few
+                         rows times a packed B (A is small, B best streamed whole) */
+        g->kc = g->k <= 0 ? KCS[isa] : g->bp && g->m <= FEW_MAX ? g->k
+                : ceil_div(g->k, ceil_div(g->k, KCS[isa]));
     int64_t mc = g->mc > 0 ? round_up(g->mc, MR) : MCS[isa];
     int64_t nc = g->nc > 0 ? round_up(g->nc, NR) : NC_DEFAULT;
     int64_t m = g->m > 0 ? g->m : 1, n = g->n > 0 ? g->n : 1;
@@ -442,9 +512,12 @@ static void blocks(const tsr_gemm_t* g, int64_t jb, int64_t ib0, int64_t ib1, fl
         int direct = g->alpha == 1.0f && (e.overwrite || e.beta == 1.0f);
         for (int64_t ib = ib0; ib < ib1; ib++) {
             int64_t i0 = ib * mc, mb = g->m - i0 < mc ? g->m - i0 : mc;
-            /* in place, only the rows past the last full panel are packed (into panel 0) */
-            int64_t full = in_place ? mb / MR * MR : 0;
-            pack_a(g->a, g->rsa, g->csa, i0 + full, mb - full, p0, kb, (int)MR, abuf);
+            /* in place, only the rows past the last full panel are packed (into panel 0),
+               unless a kernel of that few rows reads them in place too */
+            int64_t full = in_place ? mb / MR * MR : 0, tail = mb % MR;
+            ukr_fn few = tail <= FEW_MAX ? (in_place ? FEW_ROWS : FEW)[isa][tail] : NULL;
+            if (!(in_place && few))
+                pack_a(g->a, g->rsa, g->csa, i0 + full, mb - full, p0, kb, (int)MR, abuf);
             const float* arow = g->a + i0 * g->rsa + p0;
             for (int64_t jr = 0; jr < nb; jr += NR) {
                 int64_t nr = nb - jr < NR ? nb - jr : NR;
@@ -454,9 +527,10 @@ static void blocks(const tsr_gemm_t* g, int64_t jb, int64_t ib0, int64_t ib1, fl
                     int64_t mr = mb - ir < MR ? mb - ir : MR;
                     float* c = g->c + (i0 + ir) * g->ldc + j0 + jr;
                     e.r = g->r ? g->r + (i0 + ir) * g->ldr + j0 + jr : NULL;
-                    ukr_fn f = ir < full ? rows : ukr;
-                    const float* a = ir < full ? arow + ir * g->rsa : abuf + (ir - full) * kb;
-                    if (direct && mr == MR && nr == NR) {   /* straight into C */
+                    ukr_fn f = ir < full ? rows : mr < MR && few ? few : ukr;
+                    const float* a = ir < full || (f == few && in_place) ? arow + ir * g->rsa
+                                     : abuf + (ir - full) * kb;
+                    if (direct && (mr == MR || f == few) && nr == NR) {   /* straight into C */
                         f(kb, a, g->rsa, bq, c, g->ldc, !e.overwrite);
                         if (e.last && epilogue) update(NULL, c, g->ldc, mr, nr, &e);
                     } else {
