@@ -83,7 +83,7 @@ def _lib():
             ("tsr_gemm_mr", [i32], i32), ("tsr_gemm_nr", [i32], i32),
             ("tsr_gemm_packed_size", [i32, I, I], I),
             ("tsr_gemm_pack_b_range", [i32, I, I, P, I, I, P, I, I], i32),
-            ("tsr_gemm_plan", [P, i32], I), ("tsr_gemm_range", [P, I, I], None)):
+            ("tsr_gemm_plan", [P, i32], I), ("tsr_gemm_range", [P, I, I], I)):
         f = getattr(lib, name)
         f.argtypes, f.restype = args, res
     return lib
@@ -326,7 +326,7 @@ def _execute(g: _Gemm, unpacked: bool, b, threads: int) -> None:
     blocks = int(lib.tsr_gemm_plan(ctypes.byref(g), threads))
     addr = ctypes.addressof(g)
     if threads < 2 or blocks < 2:
-        lib.tsr_gemm_range(addr, 0, blocks)
+        _raise(lib.tsr_gemm_range(addr, 0, blocks), g)
         return
     from tessera.kernels.threadpool import fork_join
     packed = None
@@ -334,4 +334,12 @@ def _execute(g: _Gemm, unpacked: bool, b, threads: int) -> None:
         # blocks of the same columns would each pack them: pack b once, in parallel
         packed = _pack(b, g.rsb, g.csb, g.k, g.n, threads)
         g.bp = packed.ctypes.data
-    fork_join(lib.tsr_gemm_range, [(addr, i, i + 1) for i in range(blocks)])
+    for r in fork_join(lib.tsr_gemm_range, [(addr, i, i + 1) for i in range(blocks)]):
+        _raise(r, g)
+
+
+def _raise(code: int, g: _Gemm) -> None:
+    if code == -2:
+        raise MemoryError(f"gemm: no memory for the scratch of a {g.m}x{g.n}x{g.k} product")
+    if code:
+        raise RuntimeError(f"gemm: the C library refused the product ({code})")

@@ -543,24 +543,24 @@ static void blocks(const tsr_gemm_t* g, int64_t jb, int64_t ib0, int64_t ib1, fl
     }
 }
 
-void tsr_gemm_range(const tsr_gemm_t* g, int64_t lo, int64_t hi) {
+int64_t tsr_gemm_range(const tsr_gemm_t* g, int64_t lo, int64_t hi) {
+    if (g->m <= 0 || g->n <= 0) return 0;
     /* not planned, or planned for a path this CPU lacks (tsr_gemm_plan said -1) */
-    if (g->m <= 0 || g->n <= 0 || g->mc <= 0 || g->kc <= 0 || g->nc <= 0 ||
-        g->isa < 0 || g->isa >= TSR_GEMM_ISAS || !tsr_gemm_isa_supported(g->isa)) return;
+    if (g->mc <= 0 || g->kc <= 0 || g->nc <= 0 || g->isa < 0 || g->isa >= TSR_GEMM_ISAS ||
+        !tsr_gemm_isa_supported(g->isa)) return -1;
     int64_t nmb = ceil_div(g->m, g->mc), kc = g->kc < g->k ? g->kc : (g->k ? g->k : 1);
-    int64_t abytes = round_up(g->mc * kc, 16), bbytes = g->bp ? 0 : round_up(g->nc * kc, 16);
-    float* buf = scratch_for(abytes + bbytes + TILE_MAX);
-    if (!buf) abort();   /* out of memory for a few MB of scratch */
+    int64_t afloats = round_up(g->mc * kc, 16), bfloats = g->bp ? 0 : round_up(g->nc * kc, 16);
+    float* buf = scratch_for(afloats + bfloats + TILE_MAX);
+    if (!buf) return -2;
     for (int64_t i = lo; i < hi;) {
         int64_t jb = i / nmb, ib0 = i % nmb, ib1 = ib0 + (hi - i) < nmb ? ib0 + (hi - i) : nmb;
-        blocks(g, jb, ib0, ib1, buf, buf + abytes, buf + abytes + bbytes);
+        blocks(g, jb, ib0, ib1, buf, buf + afloats, buf + afloats + bfloats);
         i += ib1 - ib0;
     }
+    return 0;
 }
 
 int tsr_gemm_run(tsr_gemm_t* g) {
     int64_t n = tsr_gemm_plan(g, 1);
-    if (n < 0) return -1;
-    tsr_gemm_range(g, 0, n);
-    return 0;
+    return n < 0 ? -1 : (int)tsr_gemm_range(g, 0, n);
 }

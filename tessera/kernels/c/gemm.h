@@ -53,7 +53,9 @@ int tsr_gemm_pack_b_range(int isa, int64_t k, int64_t n, const float* b, int64_t
 /* fills the blocking left 0 (splitting the work into at least ``threads`` blocks where it
    can) and returns the number of blocks, or -1 when g->isa does not run on this CPU */
 int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads);
-void tsr_gemm_range(const tsr_gemm_t* g, int64_t lo, int64_t hi);
-int tsr_gemm_run(tsr_gemm_t* g);           /* 0, or -1 as tsr_gemm_plan */
+/* blocks [lo, hi): 0, -1 when not planned (or planned for a path this CPU lacks), -2
+   when the thread's scratch (a few MB, kept for its next product) cannot be allocated */
+int64_t tsr_gemm_range(const tsr_gemm_t* g, int64_t lo, int64_t hi);
+int tsr_gemm_run(tsr_gemm_t* g);           /* tsr_gemm_plan, then tsr_gemm_range: 0, -1, -2 */
 
 #endif
