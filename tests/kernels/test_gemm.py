@@ -241,7 +241,8 @@ import numpy as np
 from tessera.kernels import gemm
 print(gemm.isa())
 rng = np.random.default_rng(0)
-for m, n, k in [(1, 1, 1), (7, 17, 63), (63, 1000, 17), (1000, 7, 130), (300, 300, 600)]:
+for m, n, k in [(1, 1, 1), (7, 17, 63), (63, 1000, 17), (1000, 7, 130), (300, 300, 600),
+                (1, 64, 1000), (2, 40, 33), (3, 70, 9), (18, 33, 65)]:
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)

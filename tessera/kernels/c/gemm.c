@@ -192,6 +192,60 @@ TSR_AVX512 static void ukr_avx512_few##R##_rows(int64_t k, const float* a, int64
     ukr_avx512_few(k, a, lda, 1, b, c, ldc, add, R);                                      \
 }
 TSR_FEW512(1) TSR_FEW512(2) TSR_FEW512(3) TSR_FEW512(4)
+
+/* the same for AVX2, 1 or 2 rows (16 registers: 4 R accumulators, 4 of B, 2 of A) */
+TSR_AVX2 TSR_INLINE void ukr_avx2_few(int64_t k, const float* restrict a, int64_t ars,
+                                      int64_t acs, const float* restrict b, float* restrict c,
+                                      int64_t ldc, int add, int R) {
+    __m256 s[2][4];
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < 4; h++) s[r][h] = _mm256_setzero_ps();
+    int64_t p = 0;
+    for (; p + 2 <= k; p += 2, a += 2 * acs, b += 2 * NR_256) {
+        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        __m256 b2 = _mm256_load_ps(b + 16), b3 = _mm256_load_ps(b + 24);
+        _mm_prefetch((const char*)(b + 512), _MM_HINT_T0);
+        _mm_prefetch((const char*)(b + 528), _MM_HINT_T0);
+        for (int r = 0; r < R; r++) {
+            __m256 a0 = _mm256_broadcast_ss(a + r * ars);
+            __m256 a1 = _mm256_broadcast_ss(a + r * ars + acs);
+            s[r][0] = _mm256_fmadd_ps(a0, b0, s[r][0]);
+            s[r][1] = _mm256_fmadd_ps(a0, b1, s[r][1]);
+            s[r][2] = _mm256_fmadd_ps(a1, b2, s[r][2]);
+            s[r][3] = _mm256_fmadd_ps(a1, b3, s[r][3]);
+        }
+    }
+    if (p < k) {
+        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        for (int r = 0; r < R; r++) {
+            __m256 a0 = _mm256_broadcast_ss(a + r * ars);
+            s[r][0] = _mm256_fmadd_ps(a0, b0, s[r][0]);
+            s[r][1] = _mm256_fmadd_ps(a0, b1, s[r][1]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        __m256 lo = _mm256_add_ps(s[r][0], s[r][2]), hi = _mm256_add_ps(s[r][1], s[r][3]);
+        if (add) {
+            lo = _mm256_add_ps(lo, _mm256_loadu_ps(c + r * ldc));
+            hi = _mm256_add_ps(hi, _mm256_loadu_ps(c + r * ldc + 8));
+        }
+        _mm256_storeu_ps(c + r * ldc, lo);
+        _mm256_storeu_ps(c + r * ldc + 8, hi);
+    }
+}
+
+#define TSR_FEW256(R)                                                                     \
+TSR_AVX2 static void ukr_avx2_few##R(int64_t k, const float* a, int64_t lda,             \
+                                     const float* b, float* c, int64_t ldc, int add) {     \
+    (void)lda;                                                                            \
+    ukr_avx2_few(k, a, 1, MR_256, b, c, ldc, add, R);                                     \
+}                                                                                         \
+TSR_AVX2 static void ukr_avx2_few##R##_rows(int64_t k, const float* a, int64_t lda,      \
+                                            const float* b, float* c, int64_t ldc,        \
+                                            int add) {                                    \
+    ukr_avx2_few(k, a, lda, 1, b, c, ldc, add, R);                                        \
+}
+TSR_FEW256(1) TSR_FEW256(2)
 #endif
 
 static void ukr_portable(int64_t k, const float* restrict a, int64_t lda,
@@ -294,12 +348,14 @@ typedef void (*update_fn)(const float*, float*, int64_t, int64_t, int64_t, const
 #if TSR_X86
 static const ukr_fn UKRS[TSR_GEMM_ISAS] = {ukr_portable, ukr_avx2, ukr_avx512};
 static const ukr_fn ROWS[TSR_GEMM_ISAS] = {NULL, ukr_avx2_rows, ukr_avx512_rows};
-/* the kernels of 1 to FEW_MAX rows (index R), packed and in place; AVX-512 only */
+/* the kernels of 1 to FEW_MAX rows (index R), packed and in place, where a path has them */
 enum { FEW_MAX = 4 };
 static const ukr_fn FEW[TSR_GEMM_ISAS][FEW_MAX + 1] = {
+    [TSR_GEMM_AVX2] = {NULL, ukr_avx2_few1, ukr_avx2_few2},
     [TSR_GEMM_AVX512] = {NULL, ukr_avx512_few1, ukr_avx512_few2, ukr_avx512_few3,
                          ukr_avx512_few4}};
 static const ukr_fn FEW_ROWS[TSR_GEMM_ISAS][FEW_MAX + 1] = {
+    [TSR_GEMM_AVX2] = {NULL, ukr_avx2_few1_rows, ukr_avx2_few2_rows},
     [TSR_GEMM_AVX512] = {NULL, ukr_avx512_few1_rows, ukr_avx512_few2_rows,
                          ukr_avx512_few3_rows, ukr_avx512_few4_rows}};
 static const update_fn UPDATES[TSR_GEMM_ISAS] = {update_portable, update_avx2,
