@@ -25,7 +25,7 @@
 #endif
 
 enum { MR_512 = 14, NR_512 = 32, MR_256 = 6, NR_256 = 16, MR_P = 4, NR_P = 8,
-       TILE_MAX = 14 * 32 };
+       TILE_MAX = 14 * 32, TILE_NR = 32 };
 
 /* ---- what the CPU runs -------------------------------------------------------------- */
 
@@ -278,16 +278,29 @@ TSR_INLINE float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tsr_tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
-TSR_INLINE void activate(float* v, int64_t n, int act) {
-    if (act == TSR_ACT_RELU) {
-#pragma omp simd
-        for (int64_t j = 0; j < n; j++) v[j] = v[j] < 0.0f ? 0.0f : v[j];   /* NaN passes */
-    } else if (act == TSR_ACT_GELU_TANH) {
-#pragma omp simd
-        for (int64_t j = 0; j < n; j++) v[j] = gelu_tanh(v[j]);
-    } else if (act == TSR_ACT_GELU_ERF) {
-#pragma omp simd
-        for (int64_t j = 0; j < n; j++) v[j] = v[j] * tsr_phif(v[j]);
+TSR_INLINE float act_none(float x) { return x; }
+TSR_INLINE float act_relu(float x) { return x < 0.0f ? 0.0f : x; }   /* NaN passes */
+TSR_INLINE float act_gelu(float x) { return x * tsr_phif(x); }
+
+/* what an absent bias or residual adds: -0, which leaves every value as it is (-0 too) */
+static const float NEG_ZEROS[TILE_NR] __attribute__((aligned(64))) = {
+    -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f,
+    -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f,
+    -0.f, -0.f, -0.f, -0.f};
+
+/* one row of the epilogue in one pass: act(c + bias + pre) + post, pre or post the
+   residual (the other NEG_ZEROS) */
+#define TSR_EPILOGUE_ROW(F)                                                               \
+    _Pragma("omp simd")                                                                   \
+    for (int64_t j = 0; j < nr; j++) c[j] = F(c[j] + bias[j] + pre[j]) + post[j];
+
+TSR_INLINE void epilogue_row(float* restrict c, int64_t nr, const float* restrict bias,
+                             const float* restrict pre, const float* restrict post, int act) {
+    switch (act) {
+    case TSR_ACT_RELU: TSR_EPILOGUE_ROW(act_relu) break;
+    case TSR_ACT_GELU_TANH: TSR_EPILOGUE_ROW(gelu_tanh) break;
+    case TSR_ACT_GELU_ERF: TSR_EPILOGUE_ROW(act_gelu) break;
+    default: TSR_EPILOGUE_ROW(act_none)
     }
 }
 
@@ -297,6 +310,8 @@ TSR_INLINE void activate(float* v, int64_t n, int act) {
 TSR_INLINE void tile_update(const float* restrict t, int64_t NR, float* restrict c,
                             int64_t ldc, int64_t mr, int64_t nr, const epi_t* e) {
     float alpha = e->alpha, beta = e->beta;
+    int epilogue = e->last && (e->bias || e->r || e->act != TSR_ACT_NONE);
+    const float* bias = e->bias ? e->bias : NEG_ZEROS;
     for (int64_t i = 0; i < mr; i++, t += t ? NR : 0, c += ldc) {
         if (!t) {
         } else if (e->overwrite) {
@@ -309,21 +324,10 @@ TSR_INLINE void tile_update(const float* restrict t, int64_t NR, float* restrict
 #pragma omp simd
             for (int64_t j = 0; j < nr; j++) c[j] = alpha * t[j] + beta * c[j];
         }
-        if (!e->last) continue;
-        const float* r = e->r ? e->r + i * e->ldr : NULL;
-        if (e->bias) {
-#pragma omp simd
-            for (int64_t j = 0; j < nr; j++) c[j] += e->bias[j];
-        }
-        if (r && e->residual_first) {
-#pragma omp simd
-            for (int64_t j = 0; j < nr; j++) c[j] += r[j];
-        }
-        activate(c, nr, e->act);
-        if (r && !e->residual_first) {
-#pragma omp simd
-            for (int64_t j = 0; j < nr; j++) c[j] += r[j];
-        }
+        if (!epilogue) continue;
+        const float* r = e->r ? e->r + i * e->ldr : NEG_ZEROS;
+        int first = e->residual_first;
+        epilogue_row(c, nr, bias, first ? r : NEG_ZEROS, first ? NEG_ZEROS : r, e->act);
     }
 }
 
