@@ -16,9 +16,9 @@ compiled for baseline x86-64 and each micro-kernel for its own instruction set, 
 deployed C library is, so the same binary would run on any x86-64.
 
 Threads: the blocks of the output (``MC`` rows by ``NC`` columns) are the parts of one job
-of ``tessera.kernels.threadpool``; a constant ``b`` is packed once, in parallel, before.
-The result does not depend on the thread count (each element sums its products in the
-same order).
+of ``tessera.kernels.threadpool``; a ``b`` that several blocks of rows share is packed
+once, in parallel, first. The result depends neither on the thread count nor on whether
+``b`` was packed beforehand (each element sums its products in the same order).
 
 >>> import numpy as np
 >>> a = np.arange(6, dtype=np.float32).reshape(2, 3)

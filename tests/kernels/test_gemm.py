@@ -200,7 +200,8 @@ def test_residual_broadcast_and_strided(G):
 
 @pytest.mark.parametrize("m,n,k,trans_b", [(1, 1000, 63, True), (1000, 17, 7, False),
                                            (63, 63, 1000, True), (64, 1024, 784, False),
-                                           (5, 3, 1, True)])
+                                           (5, 3, 1, True), (1, 300, 5000, True),
+                                           (3, 2000, 3000, False), (16, 40, 2500, True)])
 def test_packed_equals_unpacked(G, m, n, k, trans_b):
     x = rand(m, k, seed=18)
     w = rand(*((n, k) if trans_b else (k, n)), seed=19)
@@ -215,7 +216,7 @@ def test_packed_equals_unpacked(G, m, n, k, trans_b):
 
 
 @pytest.mark.parametrize("m,n,k", [(1000, 1000, 300), (49, 512, 2000), (3136, 64, 576),
-                                   (7, 17, 63)])
+                                   (7, 17, 63), (1, 1000, 3000), (2, 64, 2100)])
 def test_threads_give_the_same_result(G, m, n, k):
     x, w = rand(m, k, seed=20), rand(k, n, seed=21)
     one = G.gemm(x, w, threads=1, bias=rand(n, seed=22), activation="gelu")

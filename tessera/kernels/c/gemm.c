@@ -492,7 +492,7 @@ int tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, 
    fast enough. KC x NC of B is a few MB of L3. */
 static const int64_t KCS[TSR_GEMM_ISAS] = {256, 512, 1024};
 static const int64_t MCS[TSR_GEMM_ISAS] = {128, 120, 168};
-enum { NC_DEFAULT = 4096, IN_PLACE_MAX_PANELS = 4 };
+enum { NC_DEFAULT = 4096, IN_PLACE_MAX_PANELS = 4, FEW_B_FLOATS = 1 << 20 };
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
@@ -501,12 +501,17 @@ int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads) {
     int isa = g->isa;
     if (isa < 0 || isa >= TSR_GEMM_ISAS || !tsr_gemm_isa_supported(isa)) return -1;
     int64_t MR = MRS[isa], NR = NRS[isa];
-    if (g->kc <= 0)   /* KC blocks of equal depth: no short last one; one block for a few
-                         rows times a packed B (A is small, B best streamed whole) */
-        g->kc = g->k <= 0 ? KCS[isa] : g->bp && g->m <= FEW_MAX ? g->k
-                : ceil_div(g->k, ceil_div(g->k, KCS[isa]));
+    /* KC blocks of equal depth (no short last one); one block for a few rows (A is small,
+       B best streamed whole), then B packed on the fly a narrower NC block at a time. The
+       depth depends on the shape only, never on B's packing or the threads: each element
+       of C sums its products in one order whatever they are. */
+    int few = g->m <= FEW_MAX && g->kc <= 0;
+    if (g->kc <= 0)
+        g->kc = g->k <= 0 ? KCS[isa] : few ? g->k : ceil_div(g->k, ceil_div(g->k, KCS[isa]));
     int64_t mc = g->mc > 0 ? round_up(g->mc, MR) : MCS[isa];
     int64_t nc = g->nc > 0 ? round_up(g->nc, NR) : NC_DEFAULT;
+    if (few && g->nc <= 0 && !g->bp && nc * g->kc > FEW_B_FLOATS)
+        nc = FEW_B_FLOATS / g->kc / NR * NR > NR ? FEW_B_FLOATS / g->kc / NR * NR : NR;
     int64_t m = g->m > 0 ? g->m : 1, n = g->n > 0 ? g->n : 1;
     if (mc > round_up(m, MR)) mc = round_up(m, MR);
     if (nc > round_up(n, NR)) nc = round_up(n, NR);
