@@ -11,7 +11,9 @@ knows nothing of tensors, dispatch or graphs. It holds
 * ``elementwise``: eager elementwise ops rendered from an op's ``to_c`` rule;
 * ``window`` (im2col/col2im, depthwise convolution, max pooling), ``conv`` (the convolution
   drivers and BLAS), ``direct_conv``, ``winograd``/``winograd4``, ``bmm`` (batched matrix
-  products), ``optim`` (fused optimizer updates).
+  products), ``optim`` (fused optimizer updates);
+* ``gemm``: tessera's own float32 matrix product (no BLAS underneath), with pre-packed
+  weights and a fused bias/activation/residual epilogue, for dependency-free C libraries.
 
 ``TESSERA_CODEGEN=0`` turns every compiled kernel off; the ops then run their NumPy kernels.
 

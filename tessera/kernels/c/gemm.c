@@ -1,0 +1,631 @@
+/* Tessera's float32 GEMM (the API: gemm.h), organised as BLIS's: op(B) is packed into
+   NR-column panels (an L3-sized block at a time, or once for a constant weight), op(A)
+   into MR-row panels (an L2-sized block), and a register-blocked micro-kernel multiplies
+   one MR x KC panel of A by one KC x NR panel of B, the B panel staying in L1 while the A
+   panels stream past it. The micro-kernels are hand-written with intrinsics, each under
+   its own target attribute (AVX-512: 14 x 32, AVX2+FMA: 6 x 16, portable C: 4 x 8, the
+   compiler vectorising it), so the file compiles for baseline x86-64 (and for any other
+   CPU, portable path only) and picks the path at run time.
+
+   The micro-kernel writes a full tile straight into C (C = AB, or C += AB after the first
+   KC block); an edge tile, or one that alpha or beta scale, goes through a tile buffer in
+   L1 instead. After the last KC block the epilogue (bias, activation, residual) runs on the
+   tile while it is in L1, compiled per path too so that gelu's polynomials vectorise.
+   A whose rows are contiguous is read in place, not packed (see ``blocks``). */
+#include "gemm.h"
+#include "prelude.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define TSR_X86 1
+#include <immintrin.h>
+#define TSR_AVX512 __attribute__((target("avx512f,prefer-vector-width=512")))
+#define TSR_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define TSR_X86 0
+#endif
+
+enum { MR_512 = 14, NR_512 = 32, MR_256 = 6, NR_256 = 16, MR_P = 4, NR_P = 8,
+       TILE_MAX = 14 * 32, TILE_NR = 32 };
+
+/* ---- what the CPU runs -------------------------------------------------------------- */
+
+int tsr_gemm_isa_supported(int isa) {
+    if (isa == TSR_GEMM_PORTABLE) return 1;
+#if TSR_X86
+    __builtin_cpu_init();
+    /* libgcc's CPU model checks the OS saves the wider registers (XCR0) too */
+    if (isa == TSR_GEMM_AVX2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (isa == TSR_GEMM_AVX512) return __builtin_cpu_supports("avx512f");
+#endif
+    return 0;
+}
+
+int tsr_gemm_isa_best(void) {
+    for (int isa = TSR_GEMM_ISAS - 1; isa > 0; isa--)
+        if (tsr_gemm_isa_supported(isa)) return isa;
+    return TSR_GEMM_PORTABLE;
+}
+
+static const int MRS[TSR_GEMM_ISAS] = {MR_P, MR_256, MR_512};
+static const int NRS[TSR_GEMM_ISAS] = {NR_P, NR_256, NR_512};
+
+int tsr_gemm_mr(int isa) { return isa >= 0 && isa < TSR_GEMM_ISAS ? MRS[isa] : 0; }
+int tsr_gemm_nr(int isa) { return isa >= 0 && isa < TSR_GEMM_ISAS ? NRS[isa] : 0; }
+
+/* ---- micro-kernels: c (MR x NR, rows ldc apart) = (add ? c : 0) + a panel (k x MR) @
+   b panel (k x NR); c is a full tile of C, or the tile buffer (rows NR apart) */
+
+#define TSR_REP6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define TSR_REP14(X) TSR_REP6(X) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+
+/* The body of each x86 micro-kernel reads op(A)[i][p] at a[i * ars + p * acs]: a packed
+   panel (ars 1, acs MR) or, for products whose A is used against few B panels (packing it
+   would cost as much as the multiplications), rows of A in place (ars lda, acs 1). */
+#if TSR_X86
+#define TSR_Z512(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
+#define TSR_STEP512(i) { __m512 ai = _mm512_set1_ps(a[i * ars]);                          \
+                         c##i##0 = _mm512_fmadd_ps(ai, b0, c##i##0);                      \
+                         c##i##1 = _mm512_fmadd_ps(ai, b1, c##i##1); }
+#define TSR_ADD512(i) c##i##0 = _mm512_add_ps(c##i##0, _mm512_loadu_ps(c + i * ldc));     \
+                      c##i##1 = _mm512_add_ps(c##i##1, _mm512_loadu_ps(c + i * ldc + 16));
+#define TSR_ST512(i) _mm512_storeu_ps(c + i * ldc, c##i##0);                              \
+                     _mm512_storeu_ps(c + i * ldc + 16, c##i##1);
+#define TSR_Z256(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps();
+#define TSR_STEP256(i) { __m256 ai = _mm256_broadcast_ss(a + i * ars);                    \
+                         c##i##0 = _mm256_fmadd_ps(ai, b0, c##i##0);                      \
+                         c##i##1 = _mm256_fmadd_ps(ai, b1, c##i##1); }
+#define TSR_ADD256(i) c##i##0 = _mm256_add_ps(c##i##0, _mm256_loadu_ps(c + i * ldc));     \
+                      c##i##1 = _mm256_add_ps(c##i##1, _mm256_loadu_ps(c + i * ldc + 8));
+#define TSR_ST256(i) _mm256_storeu_ps(c + i * ldc, c##i##0);                              \
+                     _mm256_storeu_ps(c + i * ldc + 8, c##i##1);
+
+TSR_AVX512 TSR_INLINE void ukr_avx512_body(int64_t k, const float* restrict a, int64_t ars,
+                                           int64_t acs, const float* restrict b,
+                                           float* restrict c, int64_t ldc, int add) {
+    for (int i = 0; i < MR_512; i++)   /* C's lines on their way while the loop runs */
+        for (int j = 0; j < NR_512; j += 16)
+            _mm_prefetch((const char*)(c + i * ldc + j), _MM_HINT_T0);
+    TSR_REP14(TSR_Z512)
+#pragma GCC unroll 4
+    for (int64_t p = 0; p < k; p++) {
+        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        if (acs != 1) _mm_prefetch((const char*)(a + 8 * MR_512), _MM_HINT_T0);
+        TSR_REP14(TSR_STEP512)
+        a += acs;
+        b += NR_512;
+    }
+    if (add) { TSR_REP14(TSR_ADD512) }
+    TSR_REP14(TSR_ST512)
+}
+
+TSR_AVX2 TSR_INLINE void ukr_avx2_body(int64_t k, const float* restrict a, int64_t ars,
+                                       int64_t acs, const float* restrict b,
+                                       float* restrict c, int64_t ldc, int add) {
+    for (int i = 0; i < MR_256; i++) _mm_prefetch((const char*)(c + i * ldc), _MM_HINT_T0);
+    TSR_REP6(TSR_Z256)
+#pragma GCC unroll 4
+    for (int64_t p = 0; p < k; p++) {
+        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        if (acs != 1) _mm_prefetch((const char*)(a + 8 * MR_256), _MM_HINT_T0);
+        TSR_REP6(TSR_STEP256)
+        a += acs;
+        b += NR_256;
+    }
+    if (add) { TSR_REP6(TSR_ADD256) }
+    TSR_REP6(TSR_ST256)
+}
+
+TSR_AVX512 static void ukr_avx512(int64_t k, const float* a, int64_t lda, const float* b,
+                                  float* c, int64_t ldc, int add) {
+    (void)lda;
+    ukr_avx512_body(k, a, 1, MR_512, b, c, ldc, add);
+}
+TSR_AVX512 static void ukr_avx512_rows(int64_t k, const float* a, int64_t lda,
+                                       const float* b, float* c, int64_t ldc, int add) {
+    ukr_avx512_body(k, a, lda, 1, b, c, ldc, add);
+}
+TSR_AVX2 static void ukr_avx2(int64_t k, const float* a, int64_t lda, const float* b,
+                              float* c, int64_t ldc, int add) {
+    (void)lda;
+    ukr_avx2_body(k, a, 1, MR_256, b, c, ldc, add);
+}
+TSR_AVX2 static void ukr_avx2_rows(int64_t k, const float* a, int64_t lda, const float* b,
+                                   float* c, int64_t ldc, int add) {
+    ukr_avx2_body(k, a, lda, 1, b, c, ldc, add);
+}
+
+/* R <= 4 rows (the last rows of A: a GEMV's one row, batch-1 inference): the full kernel
+   would spend 14 rows' multiplications on them. Even and odd k accumulate apart, so that
+   one row still has four independent chains of FMAs. */
+TSR_AVX512 TSR_INLINE void ukr_avx512_few(int64_t k, const float* restrict a, int64_t ars,
+                                          int64_t acs, const float* restrict b,
+                                          float* restrict c, int64_t ldc, int add, int R) {
+    __m512 s[4][4];   /* [row][half + 2 * parity] */
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < 4; h++) s[r][h] = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + 2 <= k; p += 2, a += 2 * acs, b += 2 * NR_512) {
+        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        __m512 b2 = _mm512_load_ps(b + 32), b3 = _mm512_load_ps(b + 48);
+        /* few rows: B streams by faster than the hardware prefetcher ramps up */
+        _mm_prefetch((const char*)(b + 1024), _MM_HINT_T0);
+        _mm_prefetch((const char*)(b + 1040), _MM_HINT_T0);
+        _mm_prefetch((const char*)(b + 1056), _MM_HINT_T0);
+        _mm_prefetch((const char*)(b + 1072), _MM_HINT_T0);
+        for (int r = 0; r < R; r++) {
+            __m512 a0 = _mm512_set1_ps(a[r * ars]), a1 = _mm512_set1_ps(a[r * ars + acs]);
+            s[r][0] = _mm512_fmadd_ps(a0, b0, s[r][0]);
+            s[r][1] = _mm512_fmadd_ps(a0, b1, s[r][1]);
+            s[r][2] = _mm512_fmadd_ps(a1, b2, s[r][2]);
+            s[r][3] = _mm512_fmadd_ps(a1, b3, s[r][3]);
+        }
+    }
+    if (p < k) {
+        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        for (int r = 0; r < R; r++) {
+            __m512 a0 = _mm512_set1_ps(a[r * ars]);
+            s[r][0] = _mm512_fmadd_ps(a0, b0, s[r][0]);
+            s[r][1] = _mm512_fmadd_ps(a0, b1, s[r][1]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        __m512 lo = _mm512_add_ps(s[r][0], s[r][2]), hi = _mm512_add_ps(s[r][1], s[r][3]);
+        if (add) {
+            lo = _mm512_add_ps(lo, _mm512_loadu_ps(c + r * ldc));
+            hi = _mm512_add_ps(hi, _mm512_loadu_ps(c + r * ldc + 16));
+        }
+        _mm512_storeu_ps(c + r * ldc, lo);
+        _mm512_storeu_ps(c + r * ldc + 16, hi);
+    }
+}
+
+#define TSR_FEW512(R)                                                                     \
+TSR_AVX512 static void ukr_avx512_few##R(int64_t k, const float* a, int64_t lda,         \
+                                         const float* b, float* c, int64_t ldc, int add) { \
+    (void)lda;                                                                            \
+    ukr_avx512_few(k, a, 1, MR_512, b, c, ldc, add, R);                                   \
+}                                                                                         \
+TSR_AVX512 static void ukr_avx512_few##R##_rows(int64_t k, const float* a, int64_t lda,  \
+                                                const float* b, float* c, int64_t ldc,    \
+                                                int add) {                                \
+    ukr_avx512_few(k, a, lda, 1, b, c, ldc, add, R);                                      \
+}
+TSR_FEW512(1) TSR_FEW512(2) TSR_FEW512(3) TSR_FEW512(4)
+
+/* the same for AVX2, 1 or 2 rows (16 registers: 4 R accumulators, 4 of B, 2 of A) */
+TSR_AVX2 TSR_INLINE void ukr_avx2_few(int64_t k, const float* restrict a, int64_t ars,
+                                      int64_t acs, const float* restrict b, float* restrict c,
+                                      int64_t ldc, int add, int R) {
+    __m256 s[2][4];
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < 4; h++) s[r][h] = _mm256_setzero_ps();
+    int64_t p = 0;
+    for (; p + 2 <= k; p += 2, a += 2 * acs, b += 2 * NR_256) {
+        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        __m256 b2 = _mm256_load_ps(b + 16), b3 = _mm256_load_ps(b + 24);
+        _mm_prefetch((const char*)(b + 512), _MM_HINT_T0);
+        _mm_prefetch((const char*)(b + 528), _MM_HINT_T0);
+        for (int r = 0; r < R; r++) {
+            __m256 a0 = _mm256_broadcast_ss(a + r * ars);
+            __m256 a1 = _mm256_broadcast_ss(a + r * ars + acs);
+            s[r][0] = _mm256_fmadd_ps(a0, b0, s[r][0]);
+            s[r][1] = _mm256_fmadd_ps(a0, b1, s[r][1]);
+            s[r][2] = _mm256_fmadd_ps(a1, b2, s[r][2]);
+            s[r][3] = _mm256_fmadd_ps(a1, b3, s[r][3]);
+        }
+    }
+    if (p < k) {
+        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        for (int r = 0; r < R; r++) {
+            __m256 a0 = _mm256_broadcast_ss(a + r * ars);
+            s[r][0] = _mm256_fmadd_ps(a0, b0, s[r][0]);
+            s[r][1] = _mm256_fmadd_ps(a0, b1, s[r][1]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        __m256 lo = _mm256_add_ps(s[r][0], s[r][2]), hi = _mm256_add_ps(s[r][1], s[r][3]);
+        if (add) {
+            lo = _mm256_add_ps(lo, _mm256_loadu_ps(c + r * ldc));
+            hi = _mm256_add_ps(hi, _mm256_loadu_ps(c + r * ldc + 8));
+        }
+        _mm256_storeu_ps(c + r * ldc, lo);
+        _mm256_storeu_ps(c + r * ldc + 8, hi);
+    }
+}
+
+#define TSR_FEW256(R)                                                                     \
+TSR_AVX2 static void ukr_avx2_few##R(int64_t k, const float* a, int64_t lda,             \
+                                     const float* b, float* c, int64_t ldc, int add) {     \
+    (void)lda;                                                                            \
+    ukr_avx2_few(k, a, 1, MR_256, b, c, ldc, add, R);                                     \
+}                                                                                         \
+TSR_AVX2 static void ukr_avx2_few##R##_rows(int64_t k, const float* a, int64_t lda,      \
+                                            const float* b, float* c, int64_t ldc,        \
+                                            int add) {                                    \
+    ukr_avx2_few(k, a, lda, 1, b, c, ldc, add, R);                                        \
+}
+TSR_FEW256(1) TSR_FEW256(2)
+#endif
+
+static void ukr_portable(int64_t k, const float* restrict a, int64_t lda,
+                         const float* restrict b, float* restrict c, int64_t ldc, int add) {
+    (void)lda;
+    float acc[MR_P][NR_P] = {{0}};
+    for (int64_t p = 0; p < k; p++, a += MR_P, b += NR_P)
+        for (int i = 0; i < MR_P; i++)
+#pragma omp simd
+            for (int j = 0; j < NR_P; j++) acc[i][j] += a[i] * b[j];
+    for (int i = 0; i < MR_P; i++)
+#pragma omp simd
+        for (int j = 0; j < NR_P; j++) c[i * ldc + j] = (add ? c[i * ldc + j] : 0.0f) + acc[i][j];
+}
+
+/* ---- the tile's write into C -------------------------------------------------------- */
+
+typedef struct {
+    float alpha, beta;
+    int overwrite;           /* C is not read (the first KC block with beta == 0) */
+    int last;                /* the last KC block: apply the epilogue */
+    int act, residual_first;
+    const float* bias;       /* at the tile's first column, or NULL */
+    const float* r;          /* at the tile's first element, or NULL */
+    int64_t ldr;
+} epi_t;
+
+/* gelu(x) = x Phi(x) (erf form) or PyTorch's tanh approximation */
+TSR_INLINE float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tsr_tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+TSR_INLINE float act_none(float x) { return x; }
+TSR_INLINE float act_relu(float x) { return x < 0.0f ? 0.0f : x; }   /* NaN passes */
+TSR_INLINE float act_gelu(float x) { return x * tsr_phif(x); }
+
+/* what an absent bias or residual adds: -0, which leaves every value as it is (-0 too) */
+static const float NEG_ZEROS[TILE_NR] __attribute__((aligned(64))) = {
+    -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f,
+    -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f, -0.f,
+    -0.f, -0.f, -0.f, -0.f};
+
+/* one row of the epilogue in one pass: act(c + bias + pre) + post, pre or post the
+   residual (the other NEG_ZEROS) */
+#define TSR_EPILOGUE_ROW(F)                                                               \
+    _Pragma("omp simd")                                                                   \
+    for (int64_t j = 0; j < nr; j++) c[j] = F(c[j] + bias[j] + pre[j]) + post[j];
+
+TSR_INLINE void epilogue_row(float* restrict c, int64_t nr, const float* restrict bias,
+                             const float* restrict pre, const float* restrict post, int act) {
+    switch (act) {
+    case TSR_ACT_RELU: TSR_EPILOGUE_ROW(act_relu) break;
+    case TSR_ACT_GELU_TANH: TSR_EPILOGUE_ROW(gelu_tanh) break;
+    case TSR_ACT_GELU_ERF: TSR_EPILOGUE_ROW(act_gelu) break;
+    default: TSR_EPILOGUE_ROW(act_none)
+    }
+}
+
+/* C tile (mr x nr, rows ldc apart) from t (rows NR apart), then the epilogue after the
+   last KC block; with t NULL, the epilogue only (the micro-kernel wrote C itself). Inlined
+   into one function per path so that its loops vectorise for that path. */
+TSR_INLINE void tile_update(const float* restrict t, int64_t NR, float* restrict c,
+                            int64_t ldc, int64_t mr, int64_t nr, const epi_t* e) {
+    float alpha = e->alpha, beta = e->beta;
+    int epilogue = e->last && (e->bias || e->r || e->act != TSR_ACT_NONE);
+    const float* bias = e->bias ? e->bias : NEG_ZEROS;
+    for (int64_t i = 0; i < mr; i++, t += t ? NR : 0, c += ldc) {
+        if (!t) {
+        } else if (e->overwrite) {
+#pragma omp simd
+            for (int64_t j = 0; j < nr; j++) c[j] = alpha * t[j];
+        } else if (beta == 1.0f) {
+#pragma omp simd
+            for (int64_t j = 0; j < nr; j++) c[j] += alpha * t[j];
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < nr; j++) c[j] = alpha * t[j] + beta * c[j];
+        }
+        if (!epilogue) continue;
+        const float* r = e->r ? e->r + i * e->ldr : NEG_ZEROS;
+        int first = e->residual_first;
+        epilogue_row(c, nr, bias, first ? r : NEG_ZEROS, first ? NEG_ZEROS : r, e->act);
+    }
+}
+
+#if TSR_X86
+TSR_AVX512 static void update_avx512(const float* t, float* c, int64_t ldc, int64_t mr,
+                                     int64_t nr, const epi_t* e) {
+    tile_update(t, NR_512, c, ldc, mr, nr, e);
+}
+TSR_AVX2 static void update_avx2(const float* t, float* c, int64_t ldc, int64_t mr,
+                                 int64_t nr, const epi_t* e) {
+    tile_update(t, NR_256, c, ldc, mr, nr, e);
+}
+#endif
+static void update_portable(const float* t, float* c, int64_t ldc, int64_t mr, int64_t nr,
+                            const epi_t* e) {
+    tile_update(t, NR_P, c, ldc, mr, nr, e);
+}
+
+typedef void (*ukr_fn)(int64_t, const float*, int64_t, const float*, float*, int64_t, int);
+typedef void (*update_fn)(const float*, float*, int64_t, int64_t, int64_t, const epi_t*);
+
+#if TSR_X86
+static const ukr_fn UKRS[TSR_GEMM_ISAS] = {ukr_portable, ukr_avx2, ukr_avx512};
+static const ukr_fn ROWS[TSR_GEMM_ISAS] = {NULL, ukr_avx2_rows, ukr_avx512_rows};
+/* the kernels of 1 to FEW_MAX rows (index R), packed and in place, where a path has them */
+enum { FEW_MAX = 4 };
+static const ukr_fn FEW[TSR_GEMM_ISAS][FEW_MAX + 1] = {
+    [TSR_GEMM_AVX2] = {NULL, ukr_avx2_few1, ukr_avx2_few2},
+    [TSR_GEMM_AVX512] = {NULL, ukr_avx512_few1, ukr_avx512_few2, ukr_avx512_few3,
+                         ukr_avx512_few4}};
+static const ukr_fn FEW_ROWS[TSR_GEMM_ISAS][FEW_MAX + 1] = {
+    [TSR_GEMM_AVX2] = {NULL, ukr_avx2_few1_rows, ukr_avx2_few2_rows},
+    [TSR_GEMM_AVX512] = {NULL, ukr_avx512_few1_rows, ukr_avx512_few2_rows,
+                         ukr_avx512_few3_rows, ukr_avx512_few4_rows}};
+static const update_fn UPDATES[TSR_GEMM_ISAS] = {update_portable, update_avx2,
+                                                 update_avx512};
+#else
+static const ukr_fn UKRS[TSR_GEMM_ISAS] = {ukr_portable, ukr_portable, ukr_portable};
+static const ukr_fn ROWS[TSR_GEMM_ISAS] = {NULL, NULL, NULL};
+enum { FEW_MAX = 4 };
+static const ukr_fn FEW[TSR_GEMM_ISAS][FEW_MAX + 1], FEW_ROWS[TSR_GEMM_ISAS][FEW_MAX + 1];
+static const update_fn UPDATES[TSR_GEMM_ISAS] = {update_portable, update_portable,
+                                                 update_portable};
+#endif
+
+/* ---- packing ------------------------------------------------------------------------ */
+
+/* rows [i0, i0 + mb) x columns [p0, p0 + kb) of op(A) into MR-row panels, each kb x MR,
+   rows past mb zero */
+static void pack_a(const float* a, int64_t rsa, int64_t csa, int64_t i0, int64_t mb,
+                   int64_t p0, int64_t kb, int MR, float* restrict d) {
+    for (int64_t ir = 0; ir < mb; ir += MR, d += kb * MR) {
+        int64_t mr = mb - ir < MR ? mb - ir : MR;
+        const float* src = a + (i0 + ir) * rsa + p0 * csa;
+        if (csa == 1) {   /* rows contiguous: 64 columns of one row at a time, the panel's
+                             part being written staying in L1 */
+            for (int64_t p1 = 0; p1 < kb; p1 += 64) {
+                int64_t p2 = p1 + 64 < kb ? p1 + 64 : kb;
+                for (int64_t r = 0; r < mr; r++)
+                    for (int64_t p = p1; p < p2; p++) d[p * MR + r] = src[r * rsa + p];
+            }
+        } else {
+            for (int64_t p = 0; p < kb; p++)
+                for (int64_t r = 0; r < mr; r++) d[p * MR + r] = src[r * rsa + p * csa];
+        }
+        if (mr < MR)
+            for (int64_t p = 0; p < kb; p++)
+                for (int64_t r = mr; r < MR; r++) d[p * MR + r] = 0.0f;
+    }
+}
+
+/* columns [j0, j0 + nb) x rows [p0, p0 + kb) of op(B) into NR-column panels, panel q at
+   d + q * stride, kb x NR, columns past nb zero */
+#if TSR_X86
+/* d[q * ldd + r] = s[r * lds + q] for a 16 x 16 block: unpack pairs, 4 x 4 within lanes,
+   then 128-bit lanes across */
+TSR_AVX512 static void transpose16(const float* s, int64_t lds, float* d, int64_t ldd) {
+    __m512 r[16], t[16], u[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(s + i * lds);
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {   /* u[4i + c], lane l: rows 4i..4i+3 of column 4l + c */
+        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+        __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+        _mm512_storeu_ps(d + c * ldd, _mm512_shuffle_f32x4(v0, w0, 0x88));
+        _mm512_storeu_ps(d + (4 + c) * ldd, _mm512_shuffle_f32x4(v1, w1, 0x88));
+        _mm512_storeu_ps(d + (8 + c) * ldd, _mm512_shuffle_f32x4(v0, w0, 0xDD));
+        _mm512_storeu_ps(d + (12 + c) * ldd, _mm512_shuffle_f32x4(v1, w1, 0xDD));
+    }
+}
+#endif
+
+static void pack_b(const float* b, int64_t rsb, int64_t csb, int64_t j0, int64_t nb,
+                   int64_t p0, int64_t kb, int NR, int isa, float* restrict d,
+                   int64_t stride) {
+    for (int64_t jr = 0; jr < nb; jr += NR, d += stride) {
+        int64_t nr = nb - jr < NR ? nb - jr : NR;
+        const float* src = b + p0 * rsb + (j0 + jr) * csb;
+        if (csb == 1) {
+            for (int64_t p = 0; p < kb; p++) {
+                memcpy(d + p * NR, src + p * rsb, nr * sizeof(float));
+                for (int64_t j = nr; j < NR; j++) d[p * NR + j] = 0.0f;
+            }
+        } else {   /* a weight W used as W^T: 16 x 16 blocks transposed in registers
+                      where the path has them, else a row of the panel at a time */
+            int64_t p1 = 0;
+#if TSR_X86
+            if (rsb == 1 && NR % 16 == 0 && nr == NR && isa == TSR_GEMM_AVX512)
+                for (; p1 + 16 <= kb; p1 += 16)
+                    for (int64_t j = 0; j < NR; j += 16)
+                        transpose16(src + j * csb + p1, csb, d + p1 * NR + j, NR);
+#else
+            (void)isa;
+#endif
+            for (int64_t p = p1; p < kb; p++) {
+                const float* s = src + p * rsb;
+                float* row = d + p * NR;
+                for (int64_t j = 0; j < nr; j++) row[j] = s[j * csb];
+                for (int64_t j = nr; j < NR; j++) row[j] = 0.0f;
+            }
+        }
+    }
+}
+
+int64_t tsr_gemm_packed_size(int isa, int64_t k, int64_t n) {
+    int NR = tsr_gemm_nr(isa);
+    return NR ? (n + NR - 1) / NR * NR * k : -1;
+}
+
+/* panels [q0, q1) of the whole of op(B), for a thread pool to share the packing */
+int tsr_gemm_pack_b_range(int isa, int64_t k, int64_t n, const float* b, int64_t rsb,
+                          int64_t csb, float* dst, int64_t q0, int64_t q1) {
+    if (!tsr_gemm_nr(isa) || !tsr_gemm_isa_supported(isa)) return -1;
+    int NR = tsr_gemm_nr(isa);
+    int64_t j1 = q1 * NR < n ? q1 * NR : n;
+    if (q0 * NR < j1)
+        pack_b(b, rsb, csb, q0 * NR, j1 - q0 * NR, 0, k, NR, isa, dst + q0 * NR * k, NR * k);
+    return 0;
+}
+
+int tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, int64_t csb,
+                    float* dst) {
+    int NR = tsr_gemm_nr(isa);
+    return NR ? tsr_gemm_pack_b_range(isa, k, n, b, rsb, csb, dst, 0, (n + NR - 1) / NR) : -1;
+}
+
+/* ---- blocking and the driver -------------------------------------------------------- */
+
+/* defaults, per path. BLIS sizes KC for a KC x NR panel of B to stay in L1; measured here
+   (Zen 5, AVX-512), KC deeper than that is faster (fewer passes over C, longer runs of the
+   micro-kernel) as long as MC x KC of A and the B panel fit L2 (1 MB), which streams them
+   fast enough. KC x NC of B is a few MB of L3. */
+static const int64_t KCS[TSR_GEMM_ISAS] = {256, 512, 1024};
+static const int64_t MCS[TSR_GEMM_ISAS] = {128, 120, 168};
+enum { NC_DEFAULT = 4096, IN_PLACE_MAX_PANELS = 4, FEW_B_FLOATS = 1 << 20 };
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+static int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads) {
+    int isa = g->isa;
+    if (isa < 0 || isa >= TSR_GEMM_ISAS || !tsr_gemm_isa_supported(isa)) return -1;
+    int64_t MR = MRS[isa], NR = NRS[isa];
+    /* KC blocks of equal depth (no short last one); one block for a few rows (A is small,
+       B best streamed whole), then B packed on the fly a narrower NC block at a time. The
+       depth depends on the shape only, never on B's packing or the threads: each element
+       of C sums its products in one order whatever they are. */
+    int few = g->m <= FEW_MAX && g->kc <= 0;
+    if (g->kc <= 0)
+        g->kc = g->k <= 0 ? KCS[isa] : few ? g->k : ceil_div(g->k, ceil_div(g->k, KCS[isa]));
+    int64_t mc = g->mc > 0 ? round_up(g->mc, MR) : MCS[isa];
+    int64_t nc = g->nc > 0 ? round_up(g->nc, NR) : NC_DEFAULT;
+    if (few && g->nc <= 0 && !g->bp && nc * g->kc > FEW_B_FLOATS)
+        nc = FEW_B_FLOATS / g->kc / NR * NR > NR ? FEW_B_FLOATS / g->kc / NR * NR : NR;
+    int64_t m = g->m > 0 ? g->m : 1, n = g->n > 0 ? g->n : 1;
+    if (mc > round_up(m, MR)) mc = round_up(m, MR);
+    if (nc > round_up(n, NR)) nc = round_up(n, NR);
+    if (g->mc <= 0 || g->nc <= 0)   /* enough blocks for the threads: split the longer side */
+        while (ceil_div(m, mc) * ceil_div(n, nc) < threads && (mc > MR || nc > NR)) {
+            if (nc > NR && (nc >= mc || mc <= MR)) nc = round_up(ceil_div(nc, 2), NR);
+            else mc = round_up(ceil_div(mc, 2), MR);
+        }
+    g->mc = mc;
+    g->nc = nc;
+    return ceil_div(m, mc) * ceil_div(n, nc);
+}
+
+/* the scratch of one thread: A block, B block, tile; kept for the thread's next product */
+static _Thread_local float* scratch;
+static _Thread_local int64_t scratch_floats;
+
+static float* scratch_for(int64_t floats) {
+    if (floats > scratch_floats) {
+        free(scratch);
+        scratch_floats = round_up(floats, 16 * 1024);
+        scratch = aligned_alloc(64, scratch_floats * sizeof(float));
+        if (!scratch) { scratch_floats = 0; return NULL; }
+    }
+    return scratch;
+}
+
+/* output rows of blocks [ib0, ib1) x the columns of block jb */
+static void blocks(const tsr_gemm_t* g, int64_t jb, int64_t ib0, int64_t ib1, float* abuf,
+                   float* bbuf, float* t) {
+    int isa = g->isa;
+    int64_t MR = MRS[isa], NR = NRS[isa], mc = g->mc, nc = g->nc, kc = g->kc, K = g->k;
+    ukr_fn ukr = UKRS[isa];
+    update_fn update = UPDATES[isa];
+    int64_t j0 = jb * nc, nb = g->n - j0 < nc ? g->n - j0 : nc;
+    int epilogue = g->bias || g->r || g->act != TSR_ACT_NONE;
+    /* A read in place, unpacked, when its rows are contiguous: packing costs about as
+       much as the multiplications when A meets few panels of B, and measurably more than
+       it saves at any width, except where the MR rows read at once lie a multiple of 4 KB
+       apart (they would then share one set of L1, and evict each other) */
+    ukr_fn rows = ROWS[isa];
+    int in_place = rows && g->csa == 1 && !(g->flags & TSR_GEMM_PACK_A) &&
+                   ((g->flags & TSR_GEMM_IN_PLACE_A) || nb <= IN_PLACE_MAX_PANELS * NR ||
+                    g->rsa % 1024 != 0);
+    epi_t e = {g->alpha, g->beta, 0, 0, g->act, (g->flags & TSR_GEMM_RESIDUAL_FIRST) != 0,
+               NULL, NULL, g->ldr};
+    for (int64_t p0 = 0; p0 == 0 || p0 < K; p0 += kc) {
+        int64_t kb = K - p0 < kc ? K - p0 : kc;
+        const float* bp;
+        int64_t bstride;
+        if (g->bp) {
+            bp = g->bp + j0 * K + p0 * NR;   /* panel j0 / NR of the whole packed B */
+            bstride = NR * K;
+        } else {
+            pack_b(g->b, g->rsb, g->csb, j0, nb, p0, kb, (int)NR, isa, bbuf, NR * kb);
+            bp = bbuf;
+            bstride = NR * kb;
+        }
+        e.overwrite = p0 == 0 && g->beta == 0.0f;
+        e.beta = p0 == 0 ? g->beta : 1.0f;
+        e.last = p0 + kb >= K;
+        /* C = acc or C += acc: the micro-kernel writes C, an epilogue follows in cache */
+        int direct = g->alpha == 1.0f && (e.overwrite || e.beta == 1.0f);
+        for (int64_t ib = ib0; ib < ib1; ib++) {
+            int64_t i0 = ib * mc, mb = g->m - i0 < mc ? g->m - i0 : mc;
+            /* in place, only the rows past the last full panel are packed (into panel 0),
+               unless a kernel of that few rows reads them in place too */
+            int64_t full = in_place ? mb / MR * MR : 0, tail = mb % MR;
+            ukr_fn few = tail <= FEW_MAX ? (in_place ? FEW_ROWS : FEW)[isa][tail] : NULL;
+            if (!(in_place && few))
+                pack_a(g->a, g->rsa, g->csa, i0 + full, mb - full, p0, kb, (int)MR, abuf);
+            const float* arow = g->a + i0 * g->rsa + p0;
+            for (int64_t jr = 0; jr < nb; jr += NR) {
+                int64_t nr = nb - jr < NR ? nb - jr : NR;
+                const float* bq = bp + jr / NR * bstride;
+                e.bias = g->bias ? g->bias + j0 + jr : NULL;
+                for (int64_t ir = 0; ir < mb; ir += MR) {
+                    int64_t mr = mb - ir < MR ? mb - ir : MR;
+                    float* c = g->c + (i0 + ir) * g->ldc + j0 + jr;
+                    e.r = g->r ? g->r + (i0 + ir) * g->ldr + j0 + jr : NULL;
+                    ukr_fn f = ir < full ? rows : mr < MR && few ? few : ukr;
+                    const float* a = ir < full || (f == few && in_place) ? arow + ir * g->rsa
+                                     : abuf + (ir - full) * kb;
+                    if (direct && (mr == MR || f == few) && nr == NR) {   /* straight into C */
+                        f(kb, a, g->rsa, bq, c, g->ldc, !e.overwrite);
+                        if (e.last && epilogue) update(NULL, c, g->ldc, mr, nr, &e);
+                    } else {
+                        f(kb, a, g->rsa, bq, t, NR, 0);
+                        update(t, c, g->ldc, mr, nr, &e);
+                    }
+                }
+            }
+        }
+    }
+}
+
+int64_t tsr_gemm_range(const tsr_gemm_t* g, int64_t lo, int64_t hi) {
+    if (g->m <= 0 || g->n <= 0) return 0;
+    /* not planned, or planned for a path this CPU lacks (tsr_gemm_plan said -1) */
+    if (g->mc <= 0 || g->kc <= 0 || g->nc <= 0 || g->isa < 0 || g->isa >= TSR_GEMM_ISAS ||
+        !tsr_gemm_isa_supported(g->isa)) return -1;
+    int64_t nmb = ceil_div(g->m, g->mc), kc = g->kc < g->k ? g->kc : (g->k ? g->k : 1);
+    int64_t afloats = round_up(g->mc * kc, 16), bfloats = g->bp ? 0 : round_up(g->nc * kc, 16);
+    float* buf = scratch_for(afloats + bfloats + TILE_MAX);
+    if (!buf) return -2;
+    for (int64_t i = lo; i < hi;) {
+        int64_t jb = i / nmb, ib0 = i % nmb, ib1 = ib0 + (hi - i) < nmb ? ib0 + (hi - i) : nmb;
+        blocks(g, jb, ib0, ib1, buf, buf + afloats, buf + afloats + bfloats);
+        i += ib1 - ib0;
+    }
+    return 0;
+}
+
+int tsr_gemm_run(tsr_gemm_t* g) {
+    int64_t n = tsr_gemm_plan(g, 1);
+    return n < 0 ? -1 : (int)tsr_gemm_range(g, 0, n);
+}

@@ -1,0 +1,345 @@
+"""Tessera's own float32 matrix product (``c/gemm.c``), with no NumPy or BLAS underneath:
+the building block of a compiled model's dependency-free C library and of fused linear
+layers.
+
+``gemm(a, b)`` is ``alpha * op(a) @ op(b) + beta * out``, then a fused epilogue on each
+tile while it is in cache: ``bias`` (one value per column), ``activation`` (``"relu"``,
+``"gelu"``, ``"gelu_tanh"``) and ``residual`` (added after the activation, or before it
+with ``residual_first=True``). ``pack_b`` packs a constant right operand (a weight) once
+into the micro-kernel's panel layout, and ``gemm_packed`` multiplies by it as often as
+needed. Any 2-d float32 view is read in place (a transpose swaps the strides).
+
+The micro-kernel is picked from the CPU when the library loads: AVX-512, AVX2 with FMA, or
+portable C (``isa()`` says which). ``TESSERA_GEMM_ISA=avx512|avx2|portable`` forces one;
+naming one the CPU lacks raises RuntimeError (never an illegal instruction). The library is
+compiled for baseline x86-64 and each micro-kernel for its own instruction set, as a
+deployed C library is, so the same binary would run on any x86-64.
+
+Threads: the blocks of the output (``MC`` rows by ``NC`` columns) are the parts of one job
+of ``tessera.kernels.threadpool``; a ``b`` that several blocks of rows share is packed
+once, in parallel, first. The result depends neither on the thread count nor on whether
+``b`` was packed beforehand (each element sums its products in the same order).
+
+>>> import numpy as np
+>>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
+>>> w = np.ones((4, 3), np.float32)              # a linear layer's weight (out, in)
+>>> gemm(a, w, trans_b=True, bias=np.arange(4, dtype=np.float32), activation="relu")
+array([[ 3.,  4.,  5.,  6.],
+       [12., 13., 14., 15.]], dtype=float32)
+>>> packed = pack_b(w, trans_b=True)
+>>> np.array_equal(gemm_packed(a, packed), a @ w.T)
+True
+>>> isa() in ISAS
+True
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import platform
+
+import numpy as np
+
+from tessera.kernels.csource import source
+
+__all__ = ["gemm", "pack_b", "gemm_packed", "PackedB", "isa", "available", "ISAS",
+           "ACTIVATIONS"]
+
+ISAS = ("portable", "avx2", "avx512")          # c/gemm.h's TSR_GEMM_* in order
+ACTIVATIONS = {None: 0, "relu": 1, "gelu_tanh": 2, "gelu": 3}   # TSR_ACT_*
+_RESIDUAL_FIRST = 1
+_F32 = np.dtype(np.float32)
+
+
+class _Gemm(ctypes.Structure):
+    """c/gemm.h's ``tsr_gemm_t``."""
+    _fields_ = [("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+                ("a", ctypes.c_void_p), ("rsa", ctypes.c_int64), ("csa", ctypes.c_int64),
+                ("b", ctypes.c_void_p), ("rsb", ctypes.c_int64), ("csb", ctypes.c_int64),
+                ("bp", ctypes.c_void_p), ("c", ctypes.c_void_p), ("ldc", ctypes.c_int64),
+                ("bias", ctypes.c_void_p), ("r", ctypes.c_void_p), ("ldr", ctypes.c_int64),
+                ("alpha", ctypes.c_float), ("beta", ctypes.c_float),
+                ("act", ctypes.c_int32), ("flags", ctypes.c_int32), ("isa", ctypes.c_int32),
+                ("reserved", ctypes.c_int32),
+                ("mc", ctypes.c_int64), ("kc", ctypes.c_int64), ("nc", ctypes.c_int64)]
+
+
+def _flags() -> tuple[str, ...]:
+    """Compile for baseline x86-64 (overriding the cache's -march=native), as a deployed
+    library is: only the target attributes of the micro-kernels use wider instructions."""
+    if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686"):
+        return ("-march=x86-64", "-mtune=generic")
+    return ()
+
+
+@functools.lru_cache(maxsize=1)
+def _lib():
+    from tessera.kernels.cc import load
+    lib = load(source("gemm.c"), _flags())
+    P, I, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    for name, args, res in (
+            ("tsr_gemm_isa_supported", [i32], i32), ("tsr_gemm_isa_best", [], i32),
+            ("tsr_gemm_mr", [i32], i32), ("tsr_gemm_nr", [i32], i32),
+            ("tsr_gemm_packed_size", [i32, I, I], I),
+            ("tsr_gemm_pack_b_range", [i32, I, I, P, I, I, P, I, I], i32),
+            ("tsr_gemm_plan", [P, i32], I), ("tsr_gemm_range", [P, I, I], I)):
+        f = getattr(lib, name)
+        f.argtypes, f.restype = args, res
+    return lib
+
+
+def available() -> bool:
+    """Whether the GEMM library can be built here (code generation on, a C compiler).
+
+    >>> isinstance(available(), bool)
+    True
+    """
+    from tessera import kernels
+    if not kernels.enabled():
+        return False
+    try:
+        _lib()
+    except Exception:  # a broken toolchain
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def _isa() -> int:
+    lib = _lib()
+    forced = os.environ.get("TESSERA_GEMM_ISA", "")
+    if not forced:
+        return int(lib.tsr_gemm_isa_best())
+    if forced not in ISAS:
+        raise ValueError(f"TESSERA_GEMM_ISA={forced!r}: expected one of {', '.join(ISAS)}")
+    index = ISAS.index(forced)
+    if not lib.tsr_gemm_isa_supported(index):
+        need = {"avx2": "AVX2 and FMA", "avx512": "AVX-512F"}[forced]
+        raise RuntimeError(f"TESSERA_GEMM_ISA={forced}: this CPU (or its OS) lacks {need}; "
+                           f"it runs {ISAS[lib.tsr_gemm_isa_best()]}")
+    return index
+
+
+def isa() -> str:
+    """The micro-kernel in use: ``"avx512"``, ``"avx2"`` or ``"portable"`` (the fastest the
+    CPU runs, unless ``TESSERA_GEMM_ISA`` names another).
+
+    >>> isa() in ("avx512", "avx2", "portable")
+    True
+    """
+    return ISAS[_isa()]
+
+
+def _aligned(floats: int) -> np.ndarray:
+    """An uninitialised float32 array, 64-byte aligned (the micro-kernels' aligned loads)."""
+    raw = np.empty(max(floats, 1) + 16, _F32)
+    skip = (-raw.ctypes.data % 64) // 4
+    return raw[skip:skip + max(floats, 1)]
+
+
+def _strided(x, name: str, fn: str) -> tuple[np.ndarray, int, int]:
+    """(``x`` as float32 2-d, its row stride, its column stride) in elements."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{fn}: {name} must be a NumPy array, got {type(x).__name__}")
+    if x.dtype != _F32:
+        raise TypeError(f"{fn}: {name} must be float32, got {x.dtype}")
+    if x.ndim != 2:
+        raise ValueError(f"{fn}: {name} must be 2-d, got shape {x.shape}")
+    if any(s % 4 for s in x.strides):
+        x = np.ascontiguousarray(x)
+    return x, x.strides[0] // 4, x.strides[1] // 4
+
+
+class PackedB:
+    """A right operand ``b`` (k x n) packed once into the panel layout of the micro-kernel
+    in use; ``gemm_packed`` multiplies by it. Keeps no reference to the original.
+
+    >>> w = np.ones((8, 5), np.float32)
+    >>> pack_b(w, trans_b=True).shape
+    (5, 8)
+    """
+
+    def __init__(self, data: np.ndarray, k: int, n: int, isa_index: int):
+        self.data, self.k, self.n, self.isa_index = data, k, n, isa_index
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(k, n): the shape of op(b), the matrix multiplied by."""
+        return self.k, self.n
+
+    def __repr__(self) -> str:
+        return f"PackedB(k={self.k}, n={self.n}, isa={ISAS[self.isa_index]!r})"
+
+
+def pack_b(b: np.ndarray, trans_b: bool = False, threads: int | None = None) -> PackedB:
+    """``b`` (or ``b.T`` with ``trans_b``, as for a weight of shape (out, in)) packed for
+    ``gemm_packed``: worth it when the same ``b`` multiplies many times (inference weights).
+
+    >>> w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    >>> p = pack_b(w)
+    >>> np.array_equal(gemm_packed(np.eye(3, dtype=np.float32), p), w)
+    True
+    """
+    b, rs, cs = _strided(b, "b", "pack_b")
+    if trans_b:
+        rs, cs = cs, rs
+    k, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
+    return PackedB(_pack(b, rs, cs, k, n, _threads(threads)), k, n, _isa())
+
+
+def _pack(b: np.ndarray, rs: int, cs: int, k: int, n: int, threads: int) -> np.ndarray:
+    lib, index = _lib(), _isa()
+    data = _aligned(int(lib.tsr_gemm_packed_size(index, k, n)))
+    panels = -(-n // int(lib.tsr_gemm_nr(index)))
+    args = (index, k, n, b.ctypes.data, rs, cs, data.ctypes.data)
+    if threads > 1 and panels > 1 and k * n >= 1 << 16:
+        from tessera.kernels.threadpool import fork_join
+        parts = min(threads, panels)
+        cut = [panels * i // parts for i in range(parts + 1)]
+        fork_join(lib.tsr_gemm_pack_b_range, [(*args, lo, hi) for lo, hi in zip(cut, cut[1:])])
+    else:
+        lib.tsr_gemm_pack_b_range(*args, 0, panels)
+    return data
+
+
+def _threads(threads: int | None) -> int:
+    if threads is None:
+        from tessera.kernels.threadpool import _threads as pool_threads
+        return pool_threads()
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"gemm: threads must be a positive integer, got {threads!r}")
+    return threads
+
+
+def gemm(a: np.ndarray, b: np.ndarray, *, trans_a: bool = False, trans_b: bool = False,
+         alpha: float = 1.0, beta: float = 0.0, bias: np.ndarray | None = None,
+         activation: str | None = None, residual: np.ndarray | None = None,
+         residual_first: bool = False, out: np.ndarray | None = None,
+         threads: int | None = None) -> np.ndarray:
+    """``act(alpha * op(a) @ op(b) + beta * out + bias) + residual`` in float32 (the
+    residual inside the activation with ``residual_first``), written into ``out`` when
+    given (``beta`` scales its old value, which is not read when ``beta`` is 0), else into a
+    new array. ``op(x)`` is ``x.T`` when ``trans_x``. ``threads``: at most this many
+    (default: ``tessera.get_num_threads()``).
+
+    >>> x = np.ones((2, 3), np.float32)
+    >>> gemm(x, np.full((3, 2), -1, np.float32), activation="relu",
+    ...      residual=np.ones((2, 2), np.float32))
+    array([[1., 1.],
+           [1., 1.]], dtype=float32)
+    """
+    b, rsb, csb = _strided(b, "b", "gemm")
+    if trans_b:
+        rsb, csb = csb, rsb
+    kb, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
+    return _run("gemm", a, trans_a, (b, rsb, csb), None, kb, n, alpha, beta, bias,
+                activation, residual, residual_first, out, threads)
+
+
+def gemm_packed(a: np.ndarray, packed: PackedB, *, trans_a: bool = False, alpha: float = 1.0,
+                beta: float = 0.0, bias: np.ndarray | None = None,
+                activation: str | None = None, residual: np.ndarray | None = None,
+                residual_first: bool = False, out: np.ndarray | None = None,
+                threads: int | None = None) -> np.ndarray:
+    """``gemm(a, b, ...)`` with ``b`` packed beforehand by ``pack_b``.
+
+    >>> w = np.ones((3, 2), np.float32)
+    >>> gemm_packed(np.ones((1, 3), np.float32), pack_b(w), bias=np.ones(2, np.float32))
+    array([[4., 4.]], dtype=float32)
+    """
+    if not isinstance(packed, PackedB):
+        raise TypeError(f"gemm_packed: expected a PackedB from pack_b, got "
+                        f"{type(packed).__name__}")
+    if packed.isa_index != _isa():
+        raise ValueError(f"gemm_packed: b was packed for {ISAS[packed.isa_index]}, but the "
+                         f"GEMM runs {isa()}; pack it again")
+    return _run("gemm_packed", a, trans_a, None, packed, packed.k, packed.n, alpha, beta,
+                bias, activation, residual, residual_first, out, threads)
+
+
+def _run(fn: str, a, trans_a: bool, bview, packed: PackedB | None, kb: int, n: int,
+         alpha: float, beta: float, bias, activation, residual, residual_first: bool,
+         out, threads) -> np.ndarray:
+    a, rsa, csa = _strided(a, "a", fn)
+    if trans_a:
+        rsa, csa = csa, rsa
+    m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
+    if k != kb:
+        raise RuntimeError(f"{fn}: mat1 and mat2 shapes cannot be multiplied ({m}x{k} and "
+                           f"{kb}x{n})")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{fn}: activation must be one of "
+                         f"{', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
+    g = _Gemm(m=m, n=n, k=k, a=a.ctypes.data, rsa=rsa, csa=csa, alpha=alpha, beta=beta,
+              act=ACTIVATIONS[activation], flags=_RESIDUAL_FIRST if residual_first else 0,
+              isa=_isa())
+    keep = [a]   # the arrays the structure points into
+    if packed is not None:
+        g.bp = packed.data.ctypes.data
+    else:
+        b, g.rsb, g.csb = bview
+        g.b = b.ctypes.data
+        keep.append(b)
+    if bias is not None:
+        bias = np.ascontiguousarray(_checked(bias, (n,), "bias", fn))
+        g.bias = bias.ctypes.data
+        keep.append(bias)
+    if residual is not None:
+        r = np.broadcast_to(_checked(residual, None, "residual", fn), (m, n))
+        if r.strides[1] != 4 or r.strides[0] % 4:
+            r = np.ascontiguousarray(r)
+        g.r, g.ldr = r.ctypes.data, r.strides[0] // 4
+        keep.append(r)
+    c = _output(out, m, n, beta, fn)
+    g.c, g.ldc = c.ctypes.data, c.strides[0] // 4
+    _execute(g, packed is None, (b if packed is None else None), _threads(threads))
+    if out is not None and c is not out:
+        out[...] = c
+        return out
+    return c
+
+
+def _checked(x, shape, name: str, fn: str) -> np.ndarray:
+    if not isinstance(x, np.ndarray) or x.dtype != _F32:
+        raise TypeError(f"{fn}: {name} must be a float32 NumPy array, got "
+                        f"{getattr(x, 'dtype', type(x).__name__)}")
+    if shape is not None and x.shape != shape:
+        raise ValueError(f"{fn}: {name} must have shape {shape}, got {x.shape}")
+    return x
+
+
+def _output(out, m: int, n: int, beta: float, fn: str) -> np.ndarray:
+    """The array the C writes: ``out`` itself when its rows are contiguous, else a copy."""
+    if out is None:
+        if beta != 0:
+            raise ValueError(f"{fn}: beta={beta} scales out, but no out was given")
+        return np.empty((m, n), _F32)
+    _checked(out, (m, n), "out", fn)
+    if out.strides[1] == 4 and out.strides[0] % 4 == 0 and out.flags.writeable:
+        return out
+    return np.ascontiguousarray(out) if beta != 0 else np.empty((m, n), _F32)
+
+
+def _execute(g: _Gemm, unpacked: bool, b, threads: int) -> None:
+    lib = _lib()
+    blocks = int(lib.tsr_gemm_plan(ctypes.byref(g), threads))
+    addr = ctypes.addressof(g)
+    if threads < 2 or blocks < 2:
+        _raise(lib.tsr_gemm_range(addr, 0, blocks), g)
+        return
+    from tessera.kernels.threadpool import fork_join
+    packed = None
+    if unpacked and -(-g.m // g.mc) > 1:
+        # blocks of the same columns would each pack them: pack b once, in parallel
+        packed = _pack(b, g.rsb, g.csb, g.k, g.n, threads)
+        g.bp = packed.ctypes.data
+    for r in fork_join(lib.tsr_gemm_range, [(addr, i, i + 1) for i in range(blocks)]):
+        _raise(r, g)
+
+
+def _raise(code: int, g: _Gemm) -> None:
+    if code == -2:
+        raise MemoryError(f"gemm: no memory for the scratch of a {g.m}x{g.n}x{g.k} product")
+    if code:
+        raise RuntimeError(f"gemm: the C library refused the product ({code})")
