@@ -1,5 +1,6 @@
 # make demo   -- set up .venv (once) and run the demo
 # make test   -- set up .venv (once), lint (ruff), type-check (mypy), run the whole test suite
+# make fuzz   -- the adversarial fuzzers (checkpoints, ONNX models) on many more examples
 # make bench  -- side-by-side benchmarks (tessera vs PyTorch, torch.compile, JAX), not part
 #               of the tests; writes bench/RESULTS.md; `make bench SECTIONS="kernels
 #               training"` runs some of them
@@ -8,7 +9,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lint typecheck opcov clean bytecode
+.PHONY: demo test fuzz bench lint typecheck opcov clean bytecode
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +30,11 @@ demo: bytecode
 
 test: bytecode lint typecheck
 	$(PY) -m pytest -n 2 -p no:cacheprovider tests
+
+# tests/adversarial run 150-300 mutated files per fuzzer in `make test`; this runs 3,000
+fuzz: bytecode
+	TESSERA_FUZZ_EXAMPLES=3000 $(PY) -m pytest -p no:cacheprovider \
+		tests/adversarial/test_load_fuzz.py tests/adversarial/test_onnx_fuzz.py
 
 # the benchmark's peers (JAX) and its chart (matplotlib): an extra, never needed by tessera
 BENCH_STAMP := $(VENV)/.bench-installed
