@@ -440,13 +440,21 @@ _QPT = defop("quantize_per_tensor", _qpt_infer, _qpt_kernel, grad=None,
              sbp=_pointwise_sbp(), cost=cost.elementwise(3))
 
 
-def quantize_per_tensor(input: Tensor, scale, zero_point, dtype) -> QTensor:
-    """The quantized tensor ``clamp(round(x / scale) + zero_point)`` of ``dtype``.
+def quantize_per_tensor(input=None, scale=None, zero_point=None, dtype=None, *, tensors=None,
+                        scales=None, zero_points=None):
+    """The quantized tensor ``clamp(round(x / scale) + zero_point)`` of ``dtype``; PyTorch's
+    list form (``tensors``, with one scale and zero point each in the tensors ``scales`` and
+    ``zero_points``) gives a tuple of them.
 
     >>> import tessera
     >>> tessera.quantize_per_tensor(tessera.tensor([0.5]), 0.25, 1, tessera.qint8).int_repr()
     tensor([3], dtype=tessera.int8)
     """
+    if tensors is not None or isinstance(input, (list, tuple)):
+        items = tensors if tensors is not None else input
+        sc = scales if scales is not None else scale
+        zp = zero_points if zero_points is not None else zero_point
+        return tuple(quantize_per_tensor(t, sc[i], zp[i], dtype) for i, t in enumerate(items))
     d = _qdtype(dtype, "quantize_per_tensor")
     s = float(_scalar(scale, "quantize_per_tensor", "scale"))
     z = int(_scalar(zero_point, "quantize_per_tensor", "zero_point"))
@@ -522,13 +530,16 @@ _DEQUANTIZE_PC = defop("dequantize_per_channel", _deq_pc_infer, _deq_pc_kernel, 
                        sbp=_pointwise_sbp(2, "axis"), cost=cost.elementwise(2))
 
 
-def dequantize(input: Tensor) -> Tensor:
-    """The float values of a quantized tensor (a float tensor is returned as it is).
+def dequantize(input=None, *, tensors=None):
+    """The float values of a quantized tensor (a float tensor is returned as it is); of each
+    tensor of a list (``tensors``), as a tuple.
 
     >>> import tessera
     >>> tessera.dequantize(tessera.quantize_per_tensor(tessera.ones(1), 0.5, 0, tessera.qint8))
     tensor([1.])
     """
+    if tensors is not None or isinstance(input, (list, tuple)):
+        return tuple(dequantize(t) for t in (tensors if tensors is not None else input))
     if isinstance(input, QTensor):
         return input.dequantize()
     return input
