@@ -231,7 +231,7 @@ cfloat, cdouble = complex64, complex128
 # subpackages loaded on first use (PEP 562): ``tessera.models.resnet18()`` works after a
 # plain ``import tessera``, which does not pay for them (nor import ``onnx``)
 _LAZY = ("models", "datasets", "onnx", "parallel", "kernels", "profiler", "distributions", "fx",
-         "sparse", "ao")
+         "sparse", "ao", "testing")
 
 
 def __getattr__(name: str):

@@ -94,7 +94,11 @@ def _public_path(fn: Any) -> str | None:
         return None
     for ns in NAMESPACES:
         mod = sys.modules.get(ns)
-        if mod is not None and mod.__dict__.get(name) is fn:
+        if mod is None:
+            continue
+        v = mod.__dict__.get(name)
+        # while Proxies are live the namespace holds fn's recording wrapper (tracer.py)
+        if v is fn or (v is not None and getattr(v, "__wrapped__", None) is fn):
             return f"{ns}.{name}"
     return None
 

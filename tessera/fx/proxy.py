@@ -20,6 +20,7 @@ import dis
 import enum
 import inspect
 import operator
+import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,6 +35,10 @@ __all__ = ["Proxy", "Attribute", "TraceError", "TracerBase", "GraphAppendingTrac
 
 _BASE_TYPES = (str, int, float, bool, complex, _Dtype, _Device, type(None), type(...),
                enum.Enum, range)
+
+
+# id(recording wrapper) -> the function it records (tracer._wrapped_function fills it)
+RECORDING_OF: dict[int, Callable] = {}
 
 
 class TraceError(ValueError):
@@ -51,6 +56,8 @@ class TracerBase:
     def create_node(self, kind: str, target: Target, args: tuple, kwargs: dict,
                     name: str | None = None, type_expr: Any | None = None) -> Node:
         """Append a node; subclasses may annotate it (``node.meta``)."""
+        # a function read from a namespace while Proxies live is its recording wrapper
+        target = RECORDING_OF.get(id(target), target)
         node = self.graph.create_node(kind, target, args, kwargs, name, type_expr)
         stack = getattr(self, "module_stack", None)
         if stack:
@@ -119,9 +126,14 @@ class GraphAppendingTracer(TracerBase):
     """The tracer of a Proxy made directly around a node: appends to that node's graph."""
 
     def __init__(self, graph: Graph):
+        from tessera.fx import tracer  # the layer's upper half: it imports this module
         self.graph = graph
         self.module_stack = {}
         self.scope = None
+        # tessera.cat(proxies) records a node for as long as Proxies on this tracer live,
+        # PyTorch's __torch_function__ behaviour without a check on every eager call
+        tracer.hold_namespaces()
+        weakref.finalize(self, tracer.release_namespaces)
 
 
 class Proxy:

@@ -53,7 +53,7 @@ from typing import Any
 from tessera._tensor import Tensor
 from tessera.fx.graph import Graph
 from tessera.fx.node import NAMESPACES, Argument, has_side_effect, map_aggregate
-from tessera.fx.proxy import Proxy, TracerBase
+from tessera.fx.proxy import RECORDING_OF, Proxy, TracerBase
 from tessera.nn.modules import module as _module
 from tessera.nn.modules.container import Sequential
 from tessera.nn.modules.module import Module
@@ -146,6 +146,7 @@ def _wrapped_function(fn: Callable, mark: bool) -> Callable:
             out.node.meta["is_wrapped"] = True
         return out
     _FN_WRAPPERS[key] = (fn, wrapped)
+    RECORDING_OF[id(wrapped)] = fn
     return wrapped
 
 
@@ -201,6 +202,38 @@ def _tessera_namespaces() -> list[types.ModuleType]:
 def _traceable(name: str, value: Any) -> bool:
     return not name.startswith("_") and name not in _NOT_TRACED and \
         isinstance(value, (types.FunctionType, types.BuiltinFunctionType))
+
+
+# tessera's public functions, swapped for their recording wrappers while anything that
+# records Proxies is alive: a running trace, or a Proxy made directly around a node (held
+# by its GraphAppendingTracer). Counted, so nested holders share them and the last one out
+# puts the originals back; nobody pays for it outside these. While held, ``tessera.relu``
+# read as a value is the wrapper (nodes record the original: proxy.RECORDING_OF).
+_HELD: dict[str, Any] = {"users": 0, "swapped": []}
+
+
+def hold_namespaces() -> None:
+    """Make calls of tessera's public functions on Proxies record ``call_function`` nodes,
+    until the matching ``release_namespaces``."""
+    if _HELD["users"] == 0:
+        for mod in _tessera_namespaces():
+            d = mod.__dict__
+            for name, v in list(d.items()):
+                if _traceable(name, v):
+                    w = _wrapped_function(v, mark=False)
+                    _HELD["swapped"].append((d, name, v, w))
+                    d[name] = w
+    _HELD["users"] += 1
+
+
+def release_namespaces() -> None:
+    """Undo one ``hold_namespaces``; the last release restores the original functions."""
+    _HELD["users"] -= 1
+    if _HELD["users"] == 0:
+        for d, name, v, w in reversed(_HELD["swapped"]):
+            if d.get(name) is w:
+                d[name] = v
+        _HELD["swapped"].clear()
 
 
 def _tensor_methods() -> dict[str, Callable]:
@@ -436,13 +469,13 @@ class Tracer(TracerBase):
                                  name.startswith("__") else name, method))
         ids = self._autowrap_function_ids
         self._tessera_ids = {id(v) for m in _tessera_namespaces() for v in m.__dict__.values()}
+        hold_namespaces()
+        patcher.undo.append(release_namespaces)
+        for _, _, v, _ in _HELD["swapped"]:
+            ids.add(id(v))
+            self._tessera_ids.add(id(v))
         for mod in _tessera_namespaces():
-            d = mod.__dict__
-            for name, v in list(d.items()):
-                if _traceable(name, v):
-                    ids.add(id(v))
-                    patcher.patch(d, name, _wrapped_function(v, mark=False))
-            patcher.visit_once(d)
+            patcher.visit_once(mod.__dict__)
         for (_, name), frame_dict in list(_WRAPPED.items()):
             orig = frame_dict[name] if name in frame_dict else getattr(builtins, name)
             patcher.patch(frame_dict, name, _wrapped_function(orig, mark=True))

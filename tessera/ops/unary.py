@@ -35,9 +35,10 @@ from tessera.ops.ternary import where
 
 __all__ = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal",
            "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
-           "atanh", "sigmoid", "erf", "erfc", "erfinv", "neg", "positive", "abs", "sign", "floor",
-           "ceil", "trunc", "frac", "square", "negative", "absolute", "sgn", "fix", "relu",
-           "round", "logit", "nan_to_num", "lgamma", "digamma", "polygamma"]
+           "atanh", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "sigmoid",
+           "erf", "erfc", "erfinv", "neg", "positive", "abs", "sign", "floor", "ceil", "trunc",
+           "frac", "square", "negative", "absolute", "sgn", "fix", "relu", "round", "logit",
+           "nan_to_num", "lgamma", "digamma", "polygamma"]
 
 
 
@@ -264,6 +265,8 @@ sign: Callable  # defined below, read by abs's gradient when it runs
 abs, _ = _dtype_keeping("abs", np.abs, grad=lambda c, g: (g * sign(c.inputs[0]),),
                         save=("inputs",), to_c=_abs_c, traits=_FAST | {"c_int"})
 absolute = abs
+# NumPy's names, which PyTorch also takes
+arcsin, arccos, arctan, arcsinh, arccosh, arctanh = asin, acos, atan, asinh, acosh, atanh
 
 
 def _sign_kernel(x):

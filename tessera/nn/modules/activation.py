@@ -44,7 +44,8 @@ class Threshold(Module):
 class _InplaceActivation(Module):
     """An activation whose only argument is ``inplace``."""
 
-    _fn = staticmethod(F.relu)
+    # the F function by name, looked up when called: fx records a call on a Proxy there
+    _fn = "relu"
     _show_inplace = True
 
     def __init__(self, inplace: bool = False) -> None:
@@ -52,7 +53,7 @@ class _InplaceActivation(Module):
         self.inplace = inplace
 
     def forward(self, input):
-        return type(self)._fn(input, inplace=self.inplace)
+        return getattr(F, type(self)._fn)(input, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         return _inplace_repr(self.inplace, True) if self._show_inplace else ""
@@ -61,38 +62,38 @@ class _InplaceActivation(Module):
 class ReLU(_InplaceActivation):
     """``max(0, x)``."""
 
-    _fn = staticmethod(F.relu)
+    _fn = "relu"
 
 
 class SiLU(_InplaceActivation):
     """``x * sigmoid(x)``."""
 
-    _fn = staticmethod(F.silu)
+    _fn = "silu"
 
 
 class Mish(_InplaceActivation):
     """``x * tanh(softplus(x))``."""
 
-    _fn = staticmethod(F.mish)
+    _fn = "mish"
 
 
 class SELU(_InplaceActivation):
     """Scaled ELU with the self-normalising constants."""
 
-    _fn = staticmethod(F.selu)
+    _fn = "selu"
 
 
 class Hardsigmoid(_InplaceActivation):
     """``relu6(x + 3) / 6``."""
 
-    _fn = staticmethod(F.hardsigmoid)
+    _fn = "hardsigmoid"
     _show_inplace = False
 
 
 class Hardswish(_InplaceActivation):
     """``x * relu6(x + 3) / 6``."""
 
-    _fn = staticmethod(F.hardswish)
+    _fn = "hardswish"
     _show_inplace = False
 
 
@@ -162,14 +163,14 @@ class Tanh(Module):
 
 
 class _AlphaActivation(Module):
-    _fn = staticmethod(F.elu)
+    _fn = "elu"
 
     def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
         self.alpha, self.inplace = alpha, inplace
 
     def forward(self, input):
-        return type(self)._fn(input, self.alpha, self.inplace)
+        return getattr(F, type(self)._fn)(input, self.alpha, self.inplace)
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}{_inplace_repr(self.inplace)}"
@@ -178,13 +179,13 @@ class _AlphaActivation(Module):
 class ELU(_AlphaActivation):
     """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
 
-    _fn = staticmethod(F.elu)
+    _fn = "elu"
 
 
 class CELU(_AlphaActivation):
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
 
-    _fn = staticmethod(F.celu)
+    _fn = "celu"
 
 
 class GLU(Module):
@@ -216,14 +217,14 @@ class GELU(Module):
 
 
 class _Shrink(Module):
-    _fn = staticmethod(F.hardshrink)
+    _fn = "hardshrink"
 
     def __init__(self, lambd: float = 0.5) -> None:
         super().__init__()
         self.lambd = lambd
 
     def forward(self, input):
-        return type(self)._fn(input, self.lambd)
+        return getattr(F, type(self)._fn)(input, self.lambd)
 
     def extra_repr(self) -> str:
         return f"{self.lambd}"
@@ -232,13 +233,13 @@ class _Shrink(Module):
 class Hardshrink(_Shrink):
     """``x`` outside [-lambd, lambd], 0 inside."""
 
-    _fn = staticmethod(F.hardshrink)
+    _fn = "hardshrink"
 
 
 class Softshrink(_Shrink):
     """Shrink towards zero by ``lambd``."""
 
-    _fn = staticmethod(F.softshrink)
+    _fn = "softshrink"
 
 
 class LeakyReLU(Module):
@@ -312,7 +313,7 @@ class Tanhshrink(Module):
 
 
 class _DimSoftmax(Module):
-    _fn = staticmethod(F.softmax)
+    _fn = "softmax"
 
     def __init__(self, dim: int | None = None) -> None:
         super().__init__()
@@ -324,7 +325,7 @@ class _DimSoftmax(Module):
             self.dim = None
 
     def forward(self, input):
-        return type(self)._fn(input, self.dim, _stacklevel=5)
+        return getattr(F, type(self)._fn)(input, self.dim, _stacklevel=5)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
@@ -333,19 +334,19 @@ class _DimSoftmax(Module):
 class Softmin(_DimSoftmax):
     """``softmax(-x)`` along ``dim``."""
 
-    _fn = staticmethod(F.softmin)
+    _fn = "softmin"
 
 
 class Softmax(_DimSoftmax):
     """``exp(x) / sum(exp(x))`` along ``dim``."""
 
-    _fn = staticmethod(F.softmax)
+    _fn = "softmax"
 
 
 class LogSoftmax(_DimSoftmax):
     """``log(softmax(x))`` along ``dim``."""
 
-    _fn = staticmethod(F.log_softmax)
+    _fn = "log_softmax"
 
 
 class Softmax2d(Module):
