@@ -87,12 +87,12 @@ def _roots(nodes: list) -> dict:
     return root
 
 
-def _profile(nodes: list, outputs: list, assigned: list = ()) -> list[int]:
+def _profile(nodes: list, outputs: list, assigned: list | None = None) -> list[int]:
     """Bytes of live intermediate buffers while each node runs (its outputs included).
     Returned values live to the end; new values of variables (``assigned``) are state,
     counted with the variables (the executor writes them into the variables' storage)."""
     root = _roots(nodes)
-    state = {id(root[id(v)]) for v in assigned if id(v) in root}
+    state = {id(root[id(v)]) for v in assigned or () if id(v) in root}
     end: dict = {}
     for i, n in enumerate(nodes):
         for v in n.inputs:
@@ -170,6 +170,7 @@ class Analysis:
     pinned: set          # saved indices that are kept whatever the plan (not copyable)
     droppable: list      # the decisions: saved, copyable, not views
     follow: dict         # view index -> the forward index owning its buffer (or None)
+    early: dict          # forward index -> its last reader running within the forward
 
 
 def analyze(g: Graph, forward_outputs: int | None = None) -> Analysis:
@@ -187,11 +188,13 @@ def analyze(g: Graph, forward_outputs: int | None = None) -> Analysis:
         fwd_set.add(i)
         stack.extend(v.producer for v in n.inputs if isinstance(v, Value) and v.producer)
     fwd = sorted(fwd_set)
-    roots = {id(v) for v in g.live_roots()}
+    roots = {id(v) for v in g.outputs}
     produced = {id(v): index[id(n)] for n in g.nodes for v in n.outputs}
     parents: dict = {i: [] for i in fwd}
     children: dict = {i: [] for i in fwd}
     late: dict = {}
+    early: dict = {}   # forward index -> the last reader outside the forward that runs in it
+    end = fwd[-1] if fwd else -1
     for j, n in enumerate(g.nodes):
         for v in n.inputs:
             p = produced.get(id(v)) if isinstance(v, Value) else None
@@ -201,6 +204,8 @@ def analyze(g: Graph, forward_outputs: int | None = None) -> Analysis:
                 if p not in parents[j]:
                     parents[j].append(p)
                     children[p].append(j)
+            elif j < end:   # runs with the forward (a batch norm's running statistics)
+                early[p] = max(early.get(p, j), j)
             else:
                 late.setdefault(p, set()).add(j)
     view_of = _roots(g.nodes)
@@ -216,16 +221,19 @@ def analyze(g: Graph, forward_outputs: int | None = None) -> Analysis:
         b = follow.get(i)
         if b is not None and b in fwd_set:
             late.setdefault(b, set()).update(late[i])
+    # a returned value lives to the end whatever is decided (a new value of a variable, such
+    # as a batch norm's running mean, is state: its node may still be copied, and the copy's
+    # state outputs go unread)
     rootset = {i for i in fwd if any(id(v) in roots for v in g.nodes[i].outputs)}
     rootset |= {follow[i] for i in rootset if follow.get(i) is not None}
     size = {i: sum(v.nbytes for v in g.nodes[i].outputs if view_of[id(v)] is v) for i in fwd}
-    recomputable = {i for i in fwd if _recomputable(g.nodes[i])} - rootset
+    recomputable = {i for i in fwd if _recomputable(g.nodes[i])}
     saved = sorted(i for i in late if i not in rootset)
     pinned = {i for i in saved if i not in recomputable}
     droppable = [i for i in saved if i not in pinned and i not in follow]
     return Analysis(g, fwd, saved, recomputable, parents, children,
                     {i: sorted(late[i]) for i in saved}, {i: _cost(g.nodes[i]) for i in fwd},
-                    size, pinned, droppable, follow)
+                    size, pinned, droppable, follow, early)
 
 
 # ---- plans -----------------------------------------------------------------------------
@@ -367,7 +375,8 @@ def plan_greedy(a: Analysis, budget: int, start=frozenset(), keep=None) -> Plan:
 
 
 def _last_fwd(a: Analysis, i: int) -> int:
-    return max(a.children[i], default=i)
+    """The last reader of forward node ``i`` that runs in the forward."""
+    return max(a.children[i] + [a.early.get(i, i)])
 
 
 def plan_sqrt(a: Analysis, budget: int) -> Plan:
@@ -513,43 +522,67 @@ def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
             if a.size[i] and s0 <= s1:
                 events.setdefault(s0, []).append((col[i], a.size[i]))
                 events.setdefault(s1 + 1, []).append((col[i], -a.size[i]))
-    active: dict = {}
-    marks = sorted(events) + [len(base)]
-    for m0, m1 in zip(marks, marks[1:]):
-        for c, v in events.get(m0, ()):
-            active[c] = active.get(c, 0) + v
-            if active[c] == 0:
-                del active[c]
-        seg = base[max(m0, 0):max(m1, 0)]
-        if not seg or not active:
-            continue
-        top = max(seg)
-        if top + sum(active.values()) <= budget:
-            continue   # holds whatever is decided
-        row(list(active.items()), -np.inf, float(budget - top))
+    n_dep = len(lo)
     cost = np.zeros(nvar)
     for i, c in rcol.items():
         cost[c] = a.cost[i][0]
-    A = coo_matrix((vals, (rows, cols)), shape=(len(lo), nvar)).tocsr()
-    res = milp(cost, integrality=np.ones(nvar), bounds=Bounds(0, 1),
-               constraints=LinearConstraint(A, np.array(lo), np.array(hi)),
-               options={"time_limit": float(time_limit), "disp": False})
-    info: dict = {"status": "optimal", "gap": 0.0, "variables": nvar, "rows": len(lo)}
-    if res.x is None:
-        info["status"] = "model infeasible: greedy plan" if res.status == 2 else \
-            "time limit, no plan found: greedy plan"
+    marks = sorted(events) + [len(base)]
+    deadline = time.perf_counter() + float(time_limit)
+    info: dict = {"status": "optimal", "gap": 0.0, "variables": nvar}
+    best = None
+    reason = "no MILP plan passed the exact check"
+    model_budget = budget
+    dep = (len(vals), n_dep)
+    for attempt in range(6):   # the model's spans can miss a copy made early: tighten
+        del rows[dep[0]:], cols[dep[0]:], vals[dep[0]:], lo[dep[1]:], hi[dep[1]:]
+        active: dict = {}
+        for m0, m1 in zip(marks, marks[1:]):
+            for c, v in events.get(m0, ()):
+                active[c] = active.get(c, 0) + v
+                if active[c] == 0:
+                    del active[c]
+            seg = base[max(m0, 0):max(m1, 0)]
+            if seg and active and max(seg) + sum(active.values()) > model_budget:
+                row(list(active.items()), -np.inf, float(model_budget - max(seg)))
+        A = coo_matrix((vals, (rows, cols)), shape=(len(lo), nvar)).tocsr()
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            reason = "the MILP found no plan within its time limit"
+            break
+        res = milp(cost, integrality=np.ones(nvar), bounds=Bounds(0, 1),
+                   constraints=LinearConstraint(A, np.array(lo), np.array(hi)),
+                   options={"time_limit": left, "disp": False})
+        info["rows"] = len(lo)
+        if res.x is None:
+            reason = "the MILP found no plan within its time limit" if res.status != 2 else \
+                "the MILP's model has no plan under the budget"
+            break
+        dropped = {i for i in droppable if res.x[kcol[i]] < 0.5}
+        kept = {i for i in keepable if i not in a.late and res.x[kcol[i]] > 0.5}
+        plan = closure(a, dropped, kept)
+        peak = evaluate(a, plan)
+        if peak <= budget:
+            best = plan
+            info["gap"] = float(getattr(res, "mip_gap", 0.0) or 0.0)
+            if res.status != 0:
+                info["status"] = "time limit: best plan found"
+            if attempt:
+                info["status"] += f" (model budget tightened {attempt}x)"
+            break
+        model_budget -= peak - budget
+    if best is None:   # no plan of the model fits: the heuristics' best, said so
         info["gap"] = None
-        return plan_greedy(a, budget), info
-    if res.status != 0:
-        info["status"] = "time limit: best plan found"
-    info["gap"] = float(getattr(res, "mip_gap", 0.0) or 0.0)
-    dropped = {i for i in droppable if res.x[kcol[i]] < 0.5}
-    kept = {i for i in keepable if i not in a.late and res.x[kcol[i]] > 0.5}
-    plan = closure(a, dropped, kept)
-    if evaluate(a, plan) > budget:   # the model's spans missed something: repair
-        plan = plan_greedy(a, budget, frozenset(dropped), kept | set(cuts(a)))
-        info["status"] += " (repaired)"
-    return polish(a, plan, budget), info
+        tried, smallest = [], -1
+        for name, fn in (("sqrt", plan_sqrt), ("greedy", plan_greedy)):
+            try:
+                tried.append((fn(a, budget), name))
+            except Infeasible as e:
+                smallest = int(e.args[0])
+        if not tried:
+            raise Infeasible(smallest)
+        best, name = min(tried, key=lambda pn: pn[0].cost)
+        info["status"] = f"{reason}: {name} plan"
+    return polish(a, best, budget), info
 
 
 def smallest_peak(a: Analysis) -> int:
