@@ -495,7 +495,8 @@ class Graph:
     def memory_stats(self) -> dict:
         """Planned arena bytes, the naive sum of intermediates, and state bytes; the peak
         of live intermediates (``peak_bytes``, views sharing their base), the same without
-        rematerialization, and the remat plan (``config.enable_remat``): its method,
+        rematerialization, and the remat plan (``config.enable_remat``): the bytes of the
+        forward values backward reads (saved activations) without it, its method,
         recomputed FLOPs, solver time and status, and the MILP's optimality gap."""
         from tessera.graph.passes.remat import peak_bytes
         c = self._current()
@@ -504,6 +505,7 @@ class Graph:
         peak = peak_bytes(c.ir)
         r = getattr(c, "remat_stats", {})
         stats.update(peak_bytes=peak, peak_bytes_no_remat=r.get("peak_bytes_no_remat", peak),
+                     activation_bytes_no_remat=r.get("activation_bytes_no_remat"),
                      remat_method=r.get("method"), remat_budget_bytes=r.get("budget_bytes"),
                      recompute_flops=r.get("recompute_flops", 0),
                      recomputed_nodes=r.get("recomputed_nodes", 0),

@@ -156,11 +156,22 @@ class _DTR:
             self.locked.clear()
 
     # ---- reading ---------------------------------------------------------------------
+    def _lock(self, t) -> set:
+        """``t`` and, when it is a tracked view, the bases it shares memory with (evicting
+        a base drops its views' arrays too)."""
+        ids = {id(t)}
+        rec = self.records.get(id(t))
+        while rec is not None and rec.view:
+            base = rec.args[0]
+            ids.add(id(base))
+            rec = self.records.get(id(base))
+        return ids
+
     def _prepare(self, args) -> None:
         now = time.perf_counter()
         for a in args:
             if isinstance(a, Tensor):
-                self.locked.add(id(a))
+                self.locked |= self._lock(a)
                 rec = self.records.get(id(a))
                 if rec is not None:
                     if a._data is None:
@@ -185,7 +196,7 @@ class _DTR:
             stack.pop()
             # this step's arguments are locked while it runs; what it makes stays locked
             # until the step that reads it has run (so a long chain always progresses)
-            step = {id(a) for a in rec.args if isinstance(a, Tensor)}
+            step = {i for a in rec.args if isinstance(a, Tensor) for i in self._lock(a)}
             self.locked |= step
             modes = _dispatch._MODES
             modes.pop()
@@ -200,9 +211,9 @@ class _DTR:
             rec.resident = True
             self.resident += rec.nbytes
             _STATS["recomputations"] += 1
-            self.locked.add(id(x))
+            self.locked |= self._lock(x)
             self._evict()
-        self.locked.add(id(t))
+        self.locked |= self._lock(t)
 
     # ---- tracking ------------------------------------------------------------------
     def _track(self, op, args, attrs, out, cost: float) -> None:

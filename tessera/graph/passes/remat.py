@@ -618,7 +618,8 @@ def run(g: Graph, ctx) -> bool:
     t0 = time.perf_counter()
     stats = cfg.stats
     stats.clear()
-    stats.update(method=cfg.method, budget_bytes=budget, peak_bytes_no_remat=base)
+    stats.update(method=cfg.method, budget_bytes=budget, peak_bytes_no_remat=base,
+                 activation_bytes_no_remat=sum(a.size[i] for i in a.saved))
     if base <= budget:
         plan, info = closure(a, ()), {"status": "optimal", "gap": 0.0}
     else:
