@@ -19,6 +19,10 @@ import numpy as np
 from tessera.autograd.grad_mode import STATE
 from tessera.autograd.graph import AccumulateGrad, Node
 
+# one entry per running backward: whether it computes gradients of given ``inputs`` only
+# (``autograd.grad``, ``backward(inputs=...)``), which a reentrant checkpoint cannot honour
+TARGETED: list[bool] = []
+
 
 def _edge(t):
     if t.grad_fn is not None:
@@ -75,10 +79,12 @@ def run_backward(outputs, grad_outputs, retain_graph: bool, create_graph: bool,
     needed = _needed(nodes, {k[0] for k in capture}) if inputs is not None else None
     prev = STATE.enabled
     STATE.enabled = create_graph
+    TARGETED.append(inputs is not None)
     try:
         _execute(roots, deps, capture, captured, needed, retain_graph, accumulate)
     finally:
         STATE.enabled = prev
+        TARGETED.pop()
     if inputs is not None and not allow_unused:
         for k, g in enumerate(captured):
             if g is None:

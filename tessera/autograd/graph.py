@@ -27,6 +27,17 @@ _NO_VERSION = (None,)
 _TENSOR: list = []   # the Tensor class, registered by tessera._tensor (which sits above)
 
 
+class Deferred:
+    """Saved values a node does not hold now (activation checkpointing, DTR): the first
+    read of ``ctx.inputs`` or ``ctx.outputs`` calls ``restore(node)``, which puts the saved
+    tuples back into the node (``_saved_inputs``, ``_saved_outputs``, ``_versions``)."""
+
+    __slots__ = ()
+
+    def restore(self, node: Node) -> None:
+        raise NotImplementedError
+
+
 def set_tensor_type(cls) -> None:
     """Register the class saved outputs are rebuilt as (``tessera.Tensor``)."""
     _TENSOR[:] = [cls]
@@ -71,6 +82,8 @@ class Node:
                                "(its OpDef's save rule leaves them out)")
         if saved is FREED:
             raise RuntimeError(FREED_MSG)
+        if type(saved) is not tuple:
+            saved = self._restored("_saved_inputs")
         self._check_versions(saved, 0)
         return saved
 
@@ -81,6 +94,8 @@ class Node:
             raise RuntimeError(f"op '{self.op.name}' did not save its outputs for backward")
         if saved is FREED:
             raise RuntimeError(FREED_MSG)
+        if not isinstance(saved, tuple):
+            saved = self._restored("_saved_outputs")
         Tensor = _TENSOR[0]
         n_in = len(self._saved_inputs) if isinstance(self._saved_inputs, tuple) else 0
         outs: list = []
@@ -94,6 +109,16 @@ class Node:
             outs.append(t)
         self._check_versions(outs, n_in)
         return tuple(outs)
+
+    def _restored(self, slot: str):
+        """The saved tuple in ``slot`` after its ``Deferred`` holder put it back."""
+        saved = getattr(self, slot)
+        if isinstance(saved, Deferred):
+            saved.restore(self)
+            saved = getattr(self, slot)
+        if saved is FREED:
+            raise RuntimeError(FREED_MSG)
+        return saved
 
     def _check_versions(self, tensors, offset: int) -> None:
         versions = self._versions

@@ -39,6 +39,7 @@ micro-batches and the bucket size by ``PassContext``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
@@ -76,6 +77,7 @@ class GraphConfig:
         self.bucket_cap_mb = 25.0
         self.backend = "tessera"
         self.backend_options: dict = {}
+        self.remat = None   # tessera.graph.passes.remat.RematConfig (enable_remat)
 
     def set_backend(self, name: str = "tessera", *, strict: bool = False, **options) -> None:
         """Which compiler runs the graph after tessera's passes: ``"tessera"`` (its own
@@ -136,6 +138,38 @@ class GraphConfig:
         self.zero_stage = stage
         self.zero_shard_min_size = shard_min_size
 
+    def enable_remat(self, mode: bool = True, *, budget: float | None = None,
+                     budget_bytes: int | None = None, method: str = "milp",
+                     time_limit: float = 30.0) -> None:
+        """Recompute forward values for backward instead of keeping them, so the step's
+        peak of live intermediates stays under ``budget`` (a fraction of the peak without
+        remat) or ``budget_bytes``: the pass ``remat`` (``tessera.graph.passes.remat``)
+        with ``method`` ``"milp"`` (SciPy's HiGHS, within ``time_limit`` seconds),
+        ``"sqrt"`` or ``"greedy"``. ``memory_stats()`` reports the plan.
+
+        >>> Graph().config.enable_remat(budget=0.5, method="greedy")
+        """
+        from tessera.graph.passes.remat import METHODS, RematConfig
+        if not mode:
+            self.remat = None
+            return
+        if (budget is None) == (budget_bytes is None):
+            raise ValueError("nn.Graph.config.enable_remat: give exactly one of budget (a "
+                             "fraction of the peak without remat) and budget_bytes")
+        if budget is not None and not (isinstance(budget, (int, float)) and 0 < budget <= 1):
+            raise ValueError(f"nn.Graph.config.enable_remat: budget must be in (0, 1], got "
+                             f"{budget!r}")
+        if budget_bytes is not None and (not isinstance(budget_bytes, int) or budget_bytes < 0):
+            raise ValueError("nn.Graph.config.enable_remat: budget_bytes must be a "
+                             f"non-negative int, got {budget_bytes!r}")
+        if method not in METHODS:
+            raise ValueError(f"nn.Graph.config.enable_remat: method must be one of "
+                             f"{list(METHODS)}, got {method!r}")
+        if not isinstance(time_limit, (int, float)) or time_limit <= 0:
+            raise ValueError(f"nn.Graph.config.enable_remat: time_limit must be a positive "
+                             f"number of seconds, got {time_limit!r}")
+        self.remat = RematConfig(budget, budget_bytes, method, float(time_limit))
+
     def enable_amp(self, mode: bool = True) -> None:
         if mode:
             raise NotImplementedError("nn.Graph: automatic mixed precision is not supported")
@@ -153,6 +187,7 @@ class _Compiled:
     specs: list
 
     def __init__(self, ir, executor, tensors, new_state, n_outputs, treedef):
+        self.remat_stats: dict = {}     # the remat pass's plan (config.enable_remat)
         self.ir = ir
         self.executor = executor
         self.tensors = tensors          # variable name -> the eager tensor it reads/writes
@@ -297,10 +332,12 @@ class Graph:
             traced = _collect_outputs(ir, tracer, out, sym_args, in_args, self._optimizers)
         originals = {tracer.initial[k].name: t for k, t in tracer.tensors.items()}
         values = {name: _tile_tensor(t) for name, t in originals.items()}  # what passes read
-        self._run_passes(ir, values)
+        remat_stats = self._run_passes(ir, values, traced.n_outputs)
         tensors = {name: originals.get(name, values.get(name)) for name in ir.variables}
-        return self._build_executor(ir, traced, tensors, originals,
-                                    sandbox.created(traced.new_state))
+        compiled = self._build_executor(ir, traced, tensors, originals,
+                                        sandbox.created(traced.new_state))
+        compiled.remat_stats = remat_stats
+        return compiled
 
     def _graph_inputs(self, ir: IRGraph, tracer: Tracer, args) -> tuple[list, list, list]:
         """build()'s symbolic arguments, which of ``args`` are graph inputs (a tile here),
@@ -326,13 +363,17 @@ class Graph:
         return tuple((gm.stage_id, gm.placement) for gm in self._stages.values()
                      if gm.stage_id is not None)
 
-    def _run_passes(self, ir: IRGraph, values: dict) -> None:
+    def _run_passes(self, ir: IRGraph, values: dict, n_outputs: int | None = None) -> dict:
         """The pass pipeline (``config.passes``, by default ``PIPELINE``), told what the
-        graph's configuration means for it."""
+        graph's configuration means for it; returns the remat plan's statistics."""
         c = self.config
+        # the step's forward is what build()'s results (the first n_outputs) depend on
+        remat = None if c.remat is None else \
+            dataclasses.replace(c.remat, stats={}, forward_outputs=n_outputs)
         run_pipeline(ir, c.passes, training=self.training, values=values,
                      stages=self._pipeline_stages(), micro_batches=c.gradient_accumulation_steps,
-                     bucket_cap=int(c.bucket_cap_mb * 2 ** 20))
+                     bucket_cap=int(c.bucket_cap_mb * 2 ** 20), remat=remat)
+        return {} if remat is None else remat.stats
 
     def _build_executor(self, ir: IRGraph, traced: _Traced, tensors: dict, originals: dict,
                         created: bool) -> _Compiled:
@@ -486,10 +527,25 @@ class Graph:
         return {k: v / steps for k, v in c.executor.profile(run).items()}
 
     def memory_stats(self) -> dict:
-        """Planned arena bytes, the naive sum of intermediates, and state bytes."""
+        """Planned arena bytes, the naive sum of intermediates, and state bytes; the peak
+        of live intermediates (``peak_bytes``, views sharing their base), the same without
+        rematerialization, and the remat plan (``config.enable_remat``): the bytes of the
+        forward values backward reads (saved activations) without it, its method,
+        recomputed FLOPs, solver time and status, and the MILP's optimality gap."""
+        from tessera.graph.passes.remat import peak_bytes
         c = self._current()
         tiles = {n: _tile_tensor(t) for n, t in c.tensors.items()}  # this rank's share
-        return c.executor.memory_stats(tiles, self._optimizers)
+        stats = c.executor.memory_stats(tiles, self._optimizers)
+        peak = peak_bytes(c.ir)
+        r = getattr(c, "remat_stats", {})
+        stats.update(peak_bytes=peak, peak_bytes_no_remat=r.get("peak_bytes_no_remat", peak),
+                     activation_bytes_no_remat=r.get("activation_bytes_no_remat"),
+                     remat_method=r.get("method"), remat_budget_bytes=r.get("budget_bytes"),
+                     recompute_flops=r.get("recompute_flops", 0),
+                     recomputed_nodes=r.get("recomputed_nodes", 0),
+                     remat_solver_time_s=r.get("solver_time_s", 0.0),
+                     remat_status=r.get("status"), remat_optimality_gap=r.get("optimality_gap"))
+        return stats
 
     def state_dict(self) -> dict:
         """The modules' state dicts under their attribute names, and each optimizer's."""

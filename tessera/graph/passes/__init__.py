@@ -20,6 +20,7 @@ import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from tessera.graph import backend
 from tessera.graph.ir import Graph
@@ -30,9 +31,11 @@ __all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass", "register_pass
 # schedule_1f1b orders a pipeline stage's program first (the other passes keep the order
 # of what they do not remove); bucket_all_reduces runs after the passes that drop the
 # clone autograd puts after each gradient hook (a reader of each all-reduce at once,
-# which would leave nothing to merge)
+# which would leave nothing to merge); remat plans recomputation on the graph as it will
+# run (a no-op unless nn.Graph.config.enable_remat set ``PassContext.remat``)
 PIPELINE = ["schedule_1f1b", "dce", "algebraic", "dce", "cse", "constfold", "bnfold", "dce",
-            "decompose", "cse", "layout", "duplicate", "fuse", "outline", "bucket_all_reduces"]
+            "decompose", "cse", "layout", "duplicate", "fuse", "outline", "remat",
+            "bucket_all_reduces"]
 
 
 @dataclass
@@ -47,6 +50,7 @@ class PassContext:
     stages: tuple = ()           # (stage id, placement) of each pipeline stage's module
     micro_batches: int = 1       # gradient accumulation steps of one call
     bucket_cap: int = 0          # bytes of one bucket of merged collectives (0: none)
+    remat: Any = None            # passes.remat.RematConfig: the memory budget (None: off)
 
 
 _REGISTERED: dict[str, Callable] = {}
@@ -91,14 +95,15 @@ def get_pass(name: str):
 
 def run_pipeline(g: Graph, names=None, training: bool = False, values=None,
                  codegen: bool | None = None, stages: tuple = (), micro_batches: int = 1,
-                 bucket_cap: int = 0) -> list[str]:
+                 bucket_cap: int = 0, remat: Any = None) -> list[str]:
     """Run the passes ``names`` (default ``PIPELINE``); returns those that changed g.
     ``codegen`` (default: whether the registered code generator is on) turns on the passes
-    that prepare regions for generated kernels; ``stages``, ``micro_batches`` and
-    ``bucket_cap`` are ``PassContext``'s."""
+    that prepare regions for generated kernels; ``stages``, ``micro_batches``,
+    ``bucket_cap`` and ``remat`` are ``PassContext``'s."""
     if codegen is None:
         codegen = backend.enabled()
-    ctx = PassContext(training, values, codegen, tuple(stages), micro_batches, bucket_cap)
+    ctx = PassContext(training, values, codegen, tuple(stages), micro_batches, bucket_cap,
+                      remat)
     debug = os.environ.get("TESSERA_DEBUG", "0") not in ("", "0")
     changed = []
     for name in (PIPELINE if names is None else names):

@@ -1,6 +1,7 @@
 """Common-subexpression elimination: two nodes with the same op, the same inputs and the
 same attributes compute the same value, so the later one is replaced by the earlier.
-Random ops (each call draws new numbers) are never merged.
+Random ops (each call draws new numbers) and recomputations (rematerialization) are never
+merged.
 
 >>> from tessera.graph.ir import Graph
 >>> g = Graph.parse('''graph(%x: float32[2]) {
@@ -51,7 +52,8 @@ def run(g: Graph, ctx) -> bool:
     for n in g.nodes:
         if rename:
             n.inputs = [rename.get(id(v), v) if isinstance(v, Value) else v for v in n.inputs]
-        key = None if is_impure(n.op.name, n.attrs) else _key(n, rename)
+        # a recomputation (``notes["remat"]``) is a copy on purpose: it frees memory
+        key = None if is_impure(n.op.name, n.attrs) or "remat" in n.notes else _key(n, rename)
         if key is not None and key in seen:
             for old, new in zip(n.outputs, seen[key].outputs):
                 rename[id(old)] = new
