@@ -24,10 +24,12 @@ from tessera.autograd.grad_mode import (
     set_grad_enabled,
 )
 from tessera.autograd.graph import Node
+from tessera.autograd.variable import Variable
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "no_grad", "enable_grad",
            "set_grad_enabled", "inference_mode", "is_grad_enabled", "Node",
-           "is_inference_mode_enabled", "once_differentiable", "gradcheck", "gradgradcheck"]
+           "is_inference_mode_enabled", "once_differentiable", "gradcheck", "gradgradcheck",
+           "Variable"]
 
 
 def _seq(x) -> list:

@@ -434,6 +434,14 @@ def index_put(input: Tensor, indices, values: Tensor, accumulate: bool = False, 
 
 def getitem(input: Tensor, key) -> Tensor:
     """``input[key]``: a view for basic keys, a copy for advanced ones."""
+    if isinstance(key, (int, slice)) and not isinstance(key, bool) and input.dim() == 0:
+        # old scripts write ``loss.data[0]``; PyTorch's message says what to use instead
+        if isinstance(key, slice):
+            raise IndexError("slice() cannot be applied to a 0-dim tensor.")
+        if key < 0:
+            raise IndexError(f"index {key} is out of bounds for dimension 0 with size 0")
+        raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
+                         "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number")
     template, tensors = _parse(input, key)
     if not tensors:
         return slice_view(input, template)
