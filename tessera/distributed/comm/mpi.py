@@ -73,7 +73,7 @@ def _started(pid: int) -> int | None:
 
 
 def _machine() -> int:
-    """This machine (host name and boot), as a number: pids mean the same only on it."""
+    """The local host (host name and boot), as a number: pids mean the same only on it."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read()
@@ -91,12 +91,12 @@ class _Peers:
 
     * a rank whose interpreter exits sends every peer a notice (an exit handler; MPI's
       finalize, which follows, waits for the other ranks, so the process itself stays);
-    * a peer process on this machine that no longer runs (``os._exit``, a signal, a crash
+    * a peer process on the same host that no longer runs (``os._exit``, a signal, a crash
       skip exit handlers): its ``/proc/<pid>/stat`` is gone or shows another start.
 
     A waiting rank glances every millisecond (whether its peers' pids exist: a signal 0
     each), looks every 50 ms (one probe for notices, one read of ``/proc`` per
-    peer on this machine), and only at the peers of its collective: a rank that exits after
+    peer on the same host), and only at the peers of its collective: a rank that exits after
     its last collective while another still computes alone leaves a normal job.
     """
 
