@@ -208,6 +208,13 @@ class Executor:
                 env[s] = None
         return [env[s] for s in self.output_slots], [(n, env[s]) for n, s in self.assign_slots]
 
+    def _wrap_steps(self, wrap) -> list:
+        """The steps with each kernel, and each out-form kernel, replaced by
+        ``wrap(fn, node, allocates)`` (``allocates``: the kernel returns new arrays)."""
+        return [(wrap(fn, n, True), tpl, reads, attrs, outs, frees, n,
+                 dest if dest is None else (wrap(dest[0], n, False),) + dest[1:], multi)
+                for fn, tpl, reads, attrs, outs, frees, n, dest, multi in self.steps]
+
     def _run_recorded(self, session, inputs: list, variables: dict):
         """``run`` with each kernel recorded in the profiler's ``session`` under its node's
         module path (``tessera::<op>`` for nodes outside any module), the step as a
@@ -228,9 +235,7 @@ class Executor:
                 session.block(name, t0, clock(), "cpu_op", nbytes, info)
                 return res
             return call
-        steps = [(recorded(fn, n, True), tpl, reads, attrs, outs, frees, n,
-                  dest if dest is None else (recorded(dest[0], n, False),) + dest[1:], multi)
-                 for fn, tpl, reads, attrs, outs, frees, n, dest, multi in self.steps]
+        steps = self._wrap_steps(recorded)
         if session.in_graph:  # a fused region's reference graph, inside a kernel's span
             return self._execute(steps, inputs, variables)
         session.in_graph = True
@@ -265,10 +270,7 @@ class Executor:
                     spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
             return call
         steps = self.steps
-        self.steps = [(timed(fn, n.op.name), tpl, reads, attrs, outs, frees, n,
-                       dest if dest is None else (timed(dest[0], n.op.name),) + dest[1:],
-                       multi)
-                      for fn, tpl, reads, attrs, outs, frees, n, dest, multi in steps]
+        self.steps = self._wrap_steps(lambda fn, node, allocates: timed(fn, node.op.name))
         try:
             run()
         finally:
