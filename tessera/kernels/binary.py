@@ -1,0 +1,363 @@
+"""Binary (1-bit) convolution and matrix products on bit-packed operands (``c/binary.c``),
+and their NumPy reference.
+
+A value in {-1, +1} is one bit, 1 for -1: ``x < 0`` binarizes, so ``sign(0) = +1`` as in
+Larq and dabnn. ``packbits`` packs the last axis 64 values to a uint64 word (bit ``i`` of
+word ``j`` is element ``64 j + i``; the tail of the last word is zero): the layout of
+dabnn, channel-last, so conv weights ``(O, I, KH, KW)`` pack as ``(O, KH, KW, ceil(I/64))``.
+A dot product of ``K`` such values is ``K - 2 * popcount(a xor b)``.
+
+``conv2d`` and ``linear`` binarize float activations on the fly and multiply them with
+packed weights; the result is ``float32(dot) * scale`` (a per-output-channel ``alpha``, or
+1), the integer dot exact, so every instruction set and ``reference`` agree bit for bit.
+Padding counts as ``pad_value``: -1 (dabnn: a padded bit is 1, free), +1 (a zero bit,
+Larq's ``pad_values=1``, free) or 0 (as a float convolution; the +1 result less the padded
+taps' weight sums, an integer correction).
+
+The instruction set is chosen from the CPU (``isa()``): AVX-512 VPOPCNTDQ, AVX2 (nibble
+table popcount) or portable C. ``TESSERA_BINARY_ISA=vpopcnt|avx2|c|numpy`` forces one;
+forcing one this CPU lacks is an error.
+
+>>> import numpy as np
+>>> packbits(np.array([[-1.0, 2.0, -0.5]])).tolist()
+[[5]]
+>>> w = packbits(np.array([[1.0, -1.0, 1.0]]))          # one output, three inputs
+>>> linear(np.array([[-1.0, 2.0, -0.5]]), w, 3).tolist()  # (-1)(1) + (1)(-1) + (-1)(1)
+[[-3.0]]
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import weakref
+
+import numpy as np
+
+__all__ = ["packbits", "unpackbits", "conv2d", "linear", "reference_conv2d",
+           "reference_linear", "isa", "available", "ISAS", "PAD_VALUES"]
+
+# fastest first
+ISAS = ("vpopcnt", "avx2", "c", "numpy")
+_BITS = {"avx2": 1, "vpopcnt": 2}
+PAD_VALUES = (-1, 0, 1)
+_TW = 16           # the kernels' tile width (columns)
+_SPLIT_OPS = 1 << 18  # word products below which one thread does the whole product
+_NPARAMS = 12
+
+
+@functools.lru_cache(maxsize=1)
+def _lib():
+    """The compiled kernels, or None without a C compiler."""
+    try:
+        from tessera.kernels import cc
+        from tessera.kernels.csource import source
+        if cc.compiler() is None:
+            return None
+        lib = cc.load(source("binary.c"))
+    except Exception:  # a broken toolchain: the NumPy reference still runs
+        return None
+    for name in ("c", "avx2", "vpopcnt"):
+        f = getattr(lib, f"tsr_bin_gemm_{name}")
+        f.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 4
+        f.restype = None
+    lib.tsr_bin_pack_planar.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                        ctypes.c_void_p]
+    lib.tsr_bin_pack_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                      ctypes.c_void_p]
+    lib.tsr_bin_im2col.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64,
+                                   ctypes.c_uint64, ctypes.c_void_p]
+    for f in (lib.tsr_bin_pack_planar, lib.tsr_bin_pack_rows, lib.tsr_bin_im2col):
+        f.restype = None
+    lib.tsr_bin_cpu.restype = ctypes.c_int
+    return lib
+
+
+def available() -> tuple[str, ...]:
+    """The paths this CPU (and toolchain) can run, fastest first.
+
+    >>> available()[-1]
+    'numpy'
+    """
+    lib = _lib()
+    if lib is None:
+        return ("numpy",)
+    bits = lib.tsr_bin_cpu()
+    return tuple(n for n in ISAS if n in ("c", "numpy") or bits & _BITS[n])
+
+
+def isa() -> str:
+    """The path the kernels take: ``$TESSERA_BINARY_ISA`` if set (RuntimeError when this CPU
+    lacks it), else the fastest available."""
+    forced = os.environ.get("TESSERA_BINARY_ISA", "").strip().lower()
+    have = available()
+    if not forced:
+        return have[0]
+    if forced not in ISAS:
+        raise ValueError(f"TESSERA_BINARY_ISA={forced!r}: expected one of {', '.join(ISAS)}")
+    if forced not in have:
+        raise RuntimeError(f"TESSERA_BINARY_ISA={forced!r}: this CPU (or C compiler) cannot "
+                           f"run it; available: {', '.join(have)}")
+    return forced
+
+
+# ---- packing -------------------------------------------------------------------------------
+
+def packbits(x: np.ndarray) -> np.ndarray:
+    """The signs of ``x`` along its last axis, 64 to a uint64 word (1 where ``x < 0``).
+
+    >>> packbits(np.array([1.0] * 64 + [-1.0])).tolist()
+    [0, 1]
+    """
+    x = np.asarray(x)
+    bits = np.packbits(x < 0, axis=-1, bitorder="little")
+    nbytes = -(-x.shape[-1] // 64) * 8
+    if bits.shape[-1] != nbytes:
+        bits = np.concatenate(
+            [bits, np.zeros(bits.shape[:-1] + (nbytes - bits.shape[-1],), np.uint8)], -1)
+    return np.ascontiguousarray(bits).view("<u8").astype(np.uint64, copy=False)
+
+
+def unpackbits(words: np.ndarray, n: int) -> np.ndarray:
+    """The inverse of ``packbits``: ``n`` float32 values in {-1, +1} along the last axis.
+
+    >>> unpackbits(np.array([5], np.uint64), 3).tolist()
+    [-1.0, 1.0, -1.0]
+    """
+    words = np.ascontiguousarray(words, np.uint64)
+    if words.shape[-1] * 64 < n:
+        raise ValueError(f"unpackbits: {words.shape[-1]} words hold {words.shape[-1] * 64} "
+                         f"bits, fewer than {n}")
+    bits = np.unpackbits(words.view(np.uint8), axis=-1, bitorder="little")[..., :n]
+    return (1.0 - 2.0 * bits).astype(np.float32)
+
+
+def _rows_of(x: np.ndarray) -> np.ndarray:
+    """``packbits`` of a float32 matrix, in C when it can."""
+    lib = _lib()
+    if lib is None or x.dtype != np.float32 or not x.flags.c_contiguous:
+        return packbits(x)
+    r, c = x.shape
+    out = np.empty((r, -(-c // 64)), np.uint64)
+    lib.tsr_bin_pack_rows(x.ctypes.data, r, c, out.ctypes.data)
+    return out
+
+
+# ---- the product ---------------------------------------------------------------------------
+
+def _gemm(path: str, a: np.ndarray, m: int, b: np.ndarray, out: np.ndarray, ldo: int,
+          kbits: int, corr: np.ndarray | None, scale: np.ndarray | None,
+          scale_m: bool) -> None:
+    """``out[n * ldo + m] = float32(kbits - 2 popcount(a[:, m] ^ b[n]) + corr) * scale``;
+    ``a``: (K, Mp) and ``b``: (N, K), uint32 halves of words."""
+    lib = _lib()
+    k, mp = a.shape
+    n = b.shape[0]
+    if m == 0 or n == 0:
+        return
+    params = np.array([m, mp, n, k, a.ctypes.data, b.ctypes.data, out.ctypes.data, ldo,
+                       kbits, 0 if corr is None else corr.ctypes.data,
+                       0 if scale is None else scale.ctypes.data, int(scale_m)], np.int64)
+    f = getattr(lib, f"tsr_bin_gemm_{path}")
+    ptr = params.ctypes.data
+    if mp * n * k >= _SPLIT_OPS:
+        from tessera.kernels import threadpool
+        if threadpool.usable():
+            t = 2 * threadpool._threads()
+            if n >= 8 * t:  # split the rows (each part's weights stay in L1)
+                step = -(-n // t)
+                step = -(-step // 8) * 8
+                parts = [(ptr, 0, mp, j, min(j + step, n)) for j in range(0, n, step)]
+            else:
+                step = -(-(mp // _TW) // t) * _TW
+                parts = [(ptr, i, min(i + step, mp), 0, n) for i in range(0, mp, step)]
+            if threadpool.run(f, parts) is not None:
+                return
+    f(ptr, 0, mp, 0, n)
+
+
+def _check_pad(pad_value) -> int:
+    if pad_value not in PAD_VALUES:
+        raise ValueError(f"binary conv2d: pad_value must be -1, 0 or 1, got {pad_value!r}")
+    return int(pad_value)
+
+
+def _out_size(n: int, k: int, s: int, p: int, d: int) -> int:
+    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+class _Conv:
+    """Packed weights (O, KH, KW, Cw) as the kernels' rows, and their geometry."""
+
+    def __init__(self, words: np.ndarray, cin: int):
+        o, kh, kw, cw = words.shape
+        self.o, self.kh, self.kw, self.cw, self.cin = o, kh, kw, cw, cin
+        self.rows = np.ascontiguousarray(words.reshape(o, kh * kw * cw), np.uint64).view(
+            np.uint32)
+        # per tap, the sum of the weights over the input channels (for zero padding)
+        signs = unpackbits(words, cin).astype(np.int32)
+        self.tapsum = signs.sum(-1).reshape(o, kh * kw)
+        self._corr: dict[tuple, np.ndarray] = {}
+
+    def corr(self, h: int, w: int, stride, padding, dilation, oh: int, ow: int) -> np.ndarray:
+        """(O, OH*OW) int32: minus the weight sums of the taps that fall in the padding."""
+        key = (h, w, stride, padding, dilation)
+        hit = self._corr.get(key)
+        if hit is not None:
+            return hit
+        iy = (np.arange(oh)[:, None] * stride[0] - padding[0]
+              + np.arange(self.kh)[None, :] * dilation[0])
+        ix = (np.arange(ow)[:, None] * stride[1] - padding[1]
+              + np.arange(self.kw)[None, :] * dilation[1])
+        oy_out = (iy < 0) | (iy >= h)                     # (OH, KH)
+        ox_out = (ix < 0) | (ix >= w)                     # (OW, KW)
+        padded = oy_out[:, None, :, None] | ox_out[None, :, None, :]  # (OH, OW, KH, KW)
+        c = -(padded.reshape(oh * ow, -1).astype(np.int32) @ self.tapsum.T).T
+        self._corr[key] = c = np.ascontiguousarray(c, np.int32)
+        return c
+
+
+_PACKED: dict[int, tuple[weakref.ref, _Conv]] = {}
+
+
+def _prepared(words: np.ndarray, cin: int) -> _Conv:
+    """``words`` as the kernels read them, cached for as long as the array lives."""
+    hit = _PACKED.get(id(words))
+    if hit is not None and hit[0]() is words and hit[1].cin == cin:
+        return hit[1]
+    p = _Conv(words, cin)
+    key = id(words)
+
+    def forget(_ref, key: int = key) -> None:
+        _PACKED.pop(key, None)
+    try:
+        _PACKED[key] = (weakref.ref(words, forget), p)
+    except TypeError:
+        pass
+    return p
+
+
+def _geometry(x, words, cin, stride, padding, dilation):
+    if x.ndim != 4 or x.shape[1] != cin or words.ndim != 4 or words.shape[3] * 64 < cin:
+        raise RuntimeError(f"binary conv2d: input {tuple(x.shape)} and packed weights "
+                           f"{tuple(words.shape)} for {cin} input channels do not fit")
+    oh = _out_size(x.shape[2], words.shape[1], stride[0], padding[0], dilation[0])
+    ow = _out_size(x.shape[3], words.shape[2], stride[1], padding[1], dilation[1])
+    if oh <= 0 or ow <= 0:
+        raise RuntimeError(f"binary conv2d: the output would be empty (input "
+                           f"{tuple(x.shape)}, kernel {tuple(words.shape[1:3])})")
+    return oh, ow
+
+
+def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding=(0, 0),
+           dilation=(1, 1), pad_value: int = -1, scale: np.ndarray | None = None,
+           path: str | None = None) -> np.ndarray:
+    """The binary convolution of float ``x`` (N, C, H, W), binarized, with packed weights
+    ``words`` (O, KH, KW, ceil(C/64)): float32 (N, O, OH, OW), ``float32(dot) * scale[o]``.
+
+    >>> x = np.ones((1, 1, 3, 3), np.float32); w = packbits(-np.ones((1, 3, 3, 1)))
+    >>> conv2d(x, w, 1, padding=(1, 1), pad_value=-1)[0, 0, 0].tolist()  # 4 in, 5 padded
+    [1.0, -3.0, 1.0]
+    """
+    pad_value = _check_pad(pad_value)
+    stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
+    path = path or isa()
+    oh, ow = _geometry(x, words, cin, stride, padding, dilation)
+    scale = None if scale is None else np.ascontiguousarray(scale, np.float32)
+    if path == "numpy":
+        return reference_conv2d(x, words, cin, stride=stride, padding=padding,
+                                dilation=dilation, pad_value=pad_value, scale=scale)
+    lib = _lib()
+    x = np.ascontiguousarray(x, np.float32)
+    n, c, h, w = x.shape
+    pw = _prepared(words, cin)
+    m = oh * ow
+    mp = -(-m // _TW) * _TW
+    halves = 2 * pw.kh * pw.kw * pw.cw
+    planes = np.empty((pw.cw, h * w), np.uint64)
+    cols = np.empty((halves, mp), np.uint32)
+    geo = np.array([pw.cw, h, w, pw.kh, pw.kw, *stride, *padding, *dilation, oh, ow, mp],
+                   np.int64)
+    last = cin - 64 * (pw.cw - 1)
+    ones = (1 << 64) - 1
+    fill, fill_last = (ones, ones >> (64 - last)) if pad_value == -1 else (0, 0)
+    corr = None
+    if pad_value == 0 and any(padding):
+        corr = pw.corr(h, w, stride, padding, dilation, oh, ow)
+    out = np.empty((n, pw.o, oh, ow), np.float32)
+    kbits = cin * pw.kh * pw.kw
+    for i in range(n):
+        lib.tsr_bin_pack_planar(x[i].ctypes.data, c, h * w, planes.ctypes.data)
+        lib.tsr_bin_im2col(planes.ctypes.data, geo.ctypes.data, fill, fill_last,
+                           cols.ctypes.data)
+        _gemm(path, cols, m, pw.rows, out[i], m, kbits, corr, scale, False)
+    return out
+
+
+def linear(x: np.ndarray, words: np.ndarray, cin: int, *, scale: np.ndarray | None = None,
+           path: str | None = None) -> np.ndarray:
+    """The binary product of float ``x`` (B, cin), binarized, and packed weights ``words``
+    (O, ceil(cin/64)): float32 (B, O), ``float32(dot) * scale[o]``."""
+    path = path or isa()
+    if x.ndim != 2 or x.shape[1] != cin or words.ndim != 2 or words.shape[1] * 64 < cin:
+        raise RuntimeError(f"binary linear: input {tuple(x.shape)} and packed weights "
+                           f"{tuple(words.shape)} for {cin} inputs do not fit")
+    scale = None if scale is None else np.ascontiguousarray(scale, np.float32)
+    if path == "numpy":
+        return reference_linear(x, words, cin, scale=scale)
+    rows = _rows_of(np.ascontiguousarray(x, np.float32))
+    o = words.shape[0]
+    # the weights are the columns: a batch of one still fills the 16-wide tiles
+    op = -(-o // _TW) * _TW
+    a = np.zeros((2 * words.shape[1], op), np.uint32)
+    a[:, :o] = np.ascontiguousarray(words, np.uint64).view(np.uint32).T
+    out = np.empty((x.shape[0], o), np.float32)
+    _gemm(path, a, o, rows.view(np.uint32), out, o, cin, None, scale, True)
+    return out
+
+
+# ---- the reference ---------------------------------------------------------------------------
+
+def _scaled(dot: np.ndarray, scale: np.ndarray | None, axis_shape) -> np.ndarray:
+    v = dot.astype(np.float32)
+    if scale is not None:
+        v = v * np.asarray(scale, np.float32).reshape(axis_shape)
+    return v
+
+
+def reference_conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1),
+                     padding=(0, 0), dilation=(1, 1), pad_value: int = -1,
+                     scale: np.ndarray | None = None) -> np.ndarray:
+    """The definition of ``conv2d`` in NumPy integers.
+
+    >>> x = np.ones((1, 1, 3, 3), np.float32); w = packbits(-np.ones((1, 3, 3, 1)))
+    >>> reference_conv2d(x, w, 1, padding=(1, 1), pad_value=0)[0, 0, 0].tolist()
+    [-4.0, -6.0, -4.0]
+    """
+    pad_value = _check_pad(pad_value)
+    oh, ow = _geometry(x, words, cin, stride, padding, dilation)
+    o, kh, kw, _ = words.shape
+    xs = np.where(np.asarray(x) < 0, -1, 1).astype(np.int64)
+    xs = np.pad(xs, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2),
+                constant_values=pad_value)
+    ws = unpackbits(words, cin).astype(np.int64)          # (O, KH, KW, C)
+    dot = np.zeros((x.shape[0], o, oh, ow), np.int64)
+    for ky in range(kh):
+        for kx in range(kw):
+            y0, x0 = ky * dilation[0], kx * dilation[1]
+            win = xs[:, :, y0:y0 + (oh - 1) * stride[0] + 1:stride[0],
+                     x0:x0 + (ow - 1) * stride[1] + 1:stride[1]]
+            dot += np.einsum("nchw,oc->nohw", win, ws[:, ky, kx])
+    return _scaled(dot, scale, (1, o, 1, 1))
+
+
+def reference_linear(x: np.ndarray, words: np.ndarray, cin: int, *,
+                     scale: np.ndarray | None = None) -> np.ndarray:
+    """The definition of ``linear`` in NumPy integers.
+
+    >>> reference_linear(np.array([[-1.0, 2.0]]), packbits(np.array([[1.0, 1.0]])), 2)
+    array([[0.]], dtype=float32)
+    """
+    xs = np.where(np.asarray(x) < 0, -1, 1).astype(np.int64)
+    ws = unpackbits(words, cin).astype(np.int64)
+    return _scaled(xs @ ws.T, scale, (1, -1))
