@@ -16,6 +16,7 @@ from tessera._tensor_methods import _OPS, bind_methods
 from tessera.ops import (
     activation,
     arithmetic,
+    binary,
     broadcast,
     comparison,
     creation,
@@ -37,6 +38,8 @@ from tessera.ops import (
     views,
 )
 from tessera.ops.registry import REGISTRY
+
+_ = binary  # registers the binary-network ops (tessera.nn.binary is their public face)
 
 # the families whose public functions are tessera.* (the package re-exports each __all__)
 FAMILIES = (creation, unary, arithmetic, comparison, ternary, views, getitem, reduce, scan,

@@ -1,0 +1,370 @@
+"""Binary (1-bit) network ops: the sign with straight-through gradients, binarized
+convolution and linear (latent float weights, for training), their bit-packed forms (for
+inference, on the xnor-popcount kernels of ``tessera.kernels.binary``), and bit packing.
+
+Values binarize as ``x < 0 -> -1``, else ``+1`` (``sign(0) = +1``, as Larq and dabnn;
+``tessera.sign`` keeps PyTorch's ``sign(0) = 0``). The sign's gradient is the
+straight-through estimator: the incoming gradient where ``|x| <= 1``, zero elsewhere
+(``estimator="ste"``), or Bi-Real Net's ApproxSign, ``(2 - 2|x|)`` there
+(``estimator="approx"``).
+
+``binary_conv2d(x, w, alpha)`` is ``conv2d(pad(sign(x), pad_value), sign(w)) * alpha[o]``:
+padded positions count as ``pad_value`` (-1 as dabnn, +1, or 0 as a float convolution).
+Its gradients pass straight through the binarization of its inputs (the layers apply
+``binary_sign`` first, whose estimator clips); ``alpha`` (one scale per output channel,
+XNOR-Net's ``mean |w|``) gets the gradient of a product. The packed ops take weights as
+int64 tensors holding the bits of uint64 words (``binary_pack``), and have no gradient.
+
+>>> import tessera
+>>> from tessera.ops.binary import binary_sign
+>>> binary_sign(tessera.tensor([-2.0, 0.0, 0.5])).tolist()
+[-1.0, 1.0, 1.0]
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tessera import _dtype as D
+from tessera._dispatch import dispatch
+from tessera._tensor import Tensor
+from tessera.ops import cost
+from tessera.ops._sbp import pointwise
+from tessera.ops.registry import Meta, defop
+from tessera.sbp import SbpRule, Signature, broadcast as B, split as S
+
+__all__ = ["binary_sign", "binary_conv2d", "binary_linear", "packed_binary_conv2d",
+           "packed_binary_linear", "binary_pack", "binary_unpack", "ESTIMATORS"]
+
+ESTIMATORS = ("ste", "approx")
+
+
+def _float(op: str, m: Meta, what: str = "input") -> None:
+    if not m.dtype.is_floating_point:
+        raise RuntimeError(f"{op}: expected a floating point {what}, got {m.dtype}")
+
+
+def _batch_sbp(*metas, **attrs):
+    """Split the batch (dim 0) of the input, the weights whole; or all broadcast."""
+    ins = tuple(None if m is None else B for m in metas)
+    return [Signature((S(0),) + ins[1:], (S(0),)), Signature(ins, (B,))]
+
+
+# ---- sign ----------------------------------------------------------------------------------
+
+def _sign_infer(x, estimator):
+    _float("binary_sign", x)
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"binary_sign: estimator must be 'ste' or 'approx', got {estimator!r}")
+    return Meta(x.shape, x.dtype)
+
+
+def _sign_kernel(x, estimator):
+    return np.where(x < 0, -1, 1).astype(x.dtype)
+
+
+def _sign_grad(ctx, g):
+    from tessera.ops.ternary import where
+    x = ctx.inputs[0]
+    a = x.abs()
+    if ctx.attrs["estimator"] == "approx":
+        g = g * (2 - 2 * a)
+    return (where(a <= 1, g, 0.0),)
+
+
+def _sign_c(c, a, at):
+    return f"(({c.T})({a[0]} < 0 ? -1 : 1))"
+
+
+_SIGN = defop("binary_sign", _sign_infer, _sign_kernel, grad=_sign_grad, sbp=pointwise(),
+              cost=cost.elementwise(1), to_c=_sign_c)
+
+
+def binary_sign(x: Tensor, estimator: str = "ste") -> Tensor:
+    """``-1`` where ``x < 0``, else ``+1``, with a straight-through gradient.
+
+    >>> import tessera
+    >>> x = tessera.tensor([-2.0, -0.5, 0.5], requires_grad=True)
+    >>> binary_sign(x).sum().backward(); x.grad.tolist()
+    [0.0, 1.0, 1.0]
+    """
+    return dispatch(_SIGN, x, estimator=estimator)
+
+
+# ---- binarized convolution and linear (latent float weights) --------------------------------
+
+def _pair(v) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+def _conv_infer(x, w, alpha, stride, padding, dilation, pad_value, op="binary_conv2d"):
+    _float(op, x)
+    if len(x.shape) != 4 or len(w.shape) != 4 or w.shape[1] != x.shape[1]:
+        raise RuntimeError(f"{op}: input {tuple(x.shape)} and weight {tuple(w.shape)} do not "
+                           f"fit: expected (N, C, H, W) and (O, C, KH, KW)")
+    if pad_value not in (-1, 0, 1):
+        raise ValueError(f"{op}: pad_value must be -1, 0 or 1, got {pad_value!r}")
+    if alpha is not None and tuple(alpha.shape) != (w.shape[0],):
+        raise RuntimeError(f"{op}: alpha of shape {tuple(alpha.shape)}, expected "
+                           f"({w.shape[0]},), one per output channel")
+    oh, ow = ((x.shape[2 + i] + 2 * padding[i] - dilation[i] * (w.shape[2 + i] - 1) - 1)
+              // stride[i] + 1 for i in range(2))
+    if oh <= 0 or ow <= 0:
+        raise RuntimeError(f"{op}: the output would be empty (input {tuple(x.shape)}, kernel "
+                           f"{tuple(w.shape[2:])})")
+    return Meta((x.shape[0], w.shape[0], oh, ow), x.dtype)
+
+
+def _scaled(dot: np.ndarray, alpha, dtype, shape) -> np.ndarray:
+    out = dot.astype(dtype, copy=False)
+    if alpha is not None:
+        out = out * alpha.astype(dtype).reshape(shape)
+    return out
+
+
+def _conv_kernel(x, w, alpha, stride, padding, dilation, pad_value):
+    from tessera.kernels import binary as K
+    words = K.packbits(w.transpose(0, 2, 3, 1))
+    dot = K.conv2d(np.ascontiguousarray(x, np.float32), words, x.shape[1], stride=stride,
+                   padding=padding, dilation=dilation, pad_value=pad_value)
+    return _scaled(dot, alpha, x.dtype, (1, -1, 1, 1))
+
+
+def _conv_grad(ctx, g):
+    from tessera.ops.conv import conv_input_grad, conv_weight_grad
+    from tessera.ops.vision import constant_pad
+    x, w, alpha = ctx.inputs
+    a = ctx.attrs
+    need = ctx.needs_input_grad
+    gy = g if alpha is None else g * alpha.reshape(1, -1, 1, 1)
+    geo = dict(stride=a["stride"], dilation=a["dilation"], groups=1)
+    pads = tuple((p, p) for p in a["padding"])
+    gx = gw = ga = None
+    if need[0]:
+        gx = conv_input_grad(gy, binary_sign(w), input_shape=tuple(x.shape), pads=pads, **geo)
+    if need[1]:
+        sx = binary_sign(x)
+        if a["pad_value"] != 0 and any(a["padding"]):
+            sx = constant_pad(sx, pads, float(a["pad_value"]))
+            pads = ((0, 0), (0, 0))
+        gw = conv_weight_grad(sx, gy, weight_shape=tuple(w.shape), pads=pads, **geo)
+    if alpha is not None and need[2]:
+        raw = dispatch(_CONV, x, w, None, **a)
+        ga = (g * raw).sum((0, 2, 3))
+    return gx, gw, ga
+
+
+def _conv_cost(ins, outs, **attrs) -> cost.Cost:
+    w = ins[1]
+    macs = cost.numel(outs[0]) * int(np.prod(w.shape[1:]))
+    return cost.Cost(2 * macs // 64, *cost.io(ins, outs))  # 64 products a word
+
+
+_CONV = defop("binary_conv2d", _conv_infer, _conv_kernel, grad=_conv_grad,
+              sbp=SbpRule(_batch_sbp), cost=_conv_cost)
+
+
+def binary_conv2d(x: Tensor, w: Tensor, alpha: Tensor | None = None, *, stride=1, padding=0,
+                  dilation=1, pad_value: int = -1) -> Tensor:
+    """``conv2d(pad(sign(x), pad_value), sign(w)) * alpha[o]`` on the xnor-popcount kernels.
+
+    >>> import tessera
+    >>> x, w = tessera.ones(1, 1, 3, 3), -tessera.ones(1, 1, 3, 3)
+    >>> binary_conv2d(x, w, padding=1, pad_value=0)[0, 0, 0].tolist()
+    [-4.0, -6.0, -4.0]
+    """
+    return dispatch(_CONV, x, w, alpha, stride=_pair(stride), padding=_pair(padding),
+                    dilation=_pair(dilation), pad_value=int(pad_value))
+
+
+def _linear_infer(x, w, alpha, op="binary_linear"):
+    _float(op, x)
+    if len(x.shape) < 1 or len(w.shape) != 2 or x.shape[-1] != w.shape[1]:
+        raise RuntimeError(f"{op}: mat1 and mat2 shapes cannot be multiplied (input "
+                           f"{tuple(x.shape)}, weight {tuple(w.shape)})")
+    if alpha is not None and tuple(alpha.shape) != (w.shape[0],):
+        raise RuntimeError(f"{op}: alpha of shape {tuple(alpha.shape)}, expected "
+                           f"({w.shape[0]},), one per output feature")
+    return Meta(tuple(x.shape[:-1]) + (w.shape[0],), x.dtype)
+
+
+def _linear_kernel(x, w, alpha):
+    from tessera.kernels import binary as K
+    flat = np.ascontiguousarray(x.reshape(-1, x.shape[-1]), np.float32)
+    dot = K.linear(flat, K.packbits(w), w.shape[1])
+    return _scaled(dot, alpha, x.dtype, (1, -1)).reshape(x.shape[:-1] + (w.shape[0],))
+
+
+def _linear_grad(ctx, g):
+    x, w, alpha = ctx.inputs
+    need = ctx.needs_input_grad
+    gy = g if alpha is None else g * alpha
+    gx = gw = ga = None
+    if need[0]:
+        gx = gy @ binary_sign(w)
+    if need[1]:
+        g2 = gy.reshape(-1, gy.shape[-1])
+        gw = g2.t() @ binary_sign(x).reshape(-1, x.shape[-1])
+    if alpha is not None and need[2]:
+        raw = dispatch(_LINEAR, x, w, None)
+        ga = (g * raw).reshape(-1, g.shape[-1]).sum(0)
+    return gx, gw, ga
+
+
+def _linear_cost(ins, outs, **attrs) -> cost.Cost:
+    return cost.Cost(2 * cost.numel(outs[0]) * ins[1].shape[1] // 64, *cost.io(ins, outs))
+
+
+_LINEAR = defop("binary_linear", _linear_infer, _linear_kernel, grad=_linear_grad,
+                sbp=SbpRule(_batch_sbp), cost=_linear_cost)
+
+
+def binary_linear(x: Tensor, w: Tensor, alpha: Tensor | None = None) -> Tensor:
+    """``sign(x) @ sign(w).T * alpha`` on the xnor-popcount kernels.
+
+    >>> import tessera
+    >>> binary_linear(tessera.tensor([[-1.0, 2.0]]), tessera.tensor([[3.0, 0.0]])).tolist()
+    [[0.0]]
+    """
+    return dispatch(_LINEAR, x, w, alpha)
+
+
+# ---- packed (inference) --------------------------------------------------------------------
+
+def _words(op: str, m: Meta, ndim: int, n: int) -> None:
+    if m.dtype is not D.int64 or len(m.shape) != ndim or m.shape[-1] * 64 < n:
+        raise RuntimeError(f"{op}: packed weights must be int64 words {ndim}-d with at least "
+                           f"{n} bits in the last dim, got {tuple(m.shape)} of {m.dtype}")
+
+
+def _pconv_infer(x, words, alpha, in_channels, stride, padding, dilation, pad_value):
+    _words("packed_binary_conv2d", words, 4, in_channels)
+    o, kh, kw, _ = words.shape
+    w = Meta((o, in_channels, kh, kw), D.float32)
+    return _conv_infer(x, w, alpha, stride, padding, dilation, pad_value,
+                       op="packed_binary_conv2d")
+
+
+def _pconv_kernel(x, words, alpha, in_channels, stride, padding, dilation, pad_value):
+    from tessera.kernels import binary as K
+    out = K.conv2d(np.ascontiguousarray(x, np.float32), words.view(np.uint64), in_channels,
+                   stride=stride, padding=padding, dilation=dilation, pad_value=pad_value,
+                   scale=alpha if x.dtype == np.float32 else None)
+    return out if x.dtype == np.float32 else _scaled(out, alpha, x.dtype, (1, -1, 1, 1))
+
+
+def _pconv_cost(ins, outs, in_channels, **attrs) -> cost.Cost:
+    w = ins[1]
+    macs = cost.numel(outs[0]) * in_channels * int(w.shape[1]) * int(w.shape[2])
+    return cost.Cost(2 * macs // 64, *cost.io(ins, outs))
+
+
+_PCONV = defop("packed_binary_conv2d", _pconv_infer, _pconv_kernel, grad=None,
+               sbp=SbpRule(_batch_sbp), cost=_pconv_cost)
+
+
+def packed_binary_conv2d(x: Tensor, words: Tensor, alpha: Tensor | None, in_channels: int, *,
+                         stride=1, padding=0, dilation=1, pad_value: int = -1) -> Tensor:
+    """``binary_conv2d`` with weights packed by ``binary_pack`` (int64, (O, KH, KW, Cw)).
+
+    >>> import tessera
+    >>> words = binary_pack(-tessera.ones(1, 3, 3, 1))
+    >>> packed_binary_conv2d(tessera.ones(1, 1, 3, 3), words, None, 1, padding=1)[0, 0, 0]
+    tensor([ 1., -3.,  1.])
+    """
+    return dispatch(_PCONV, x, words, alpha, in_channels=int(in_channels), stride=_pair(stride),
+                    padding=_pair(padding), dilation=_pair(dilation), pad_value=int(pad_value))
+
+
+def _plinear_infer(x, words, alpha, in_features):
+    _words("packed_binary_linear", words, 2, in_features)
+    w = Meta((words.shape[0], in_features), D.float32)
+    return _linear_infer(x, w, alpha, op="packed_binary_linear")
+
+
+def _plinear_kernel(x, words, alpha, in_features):
+    from tessera.kernels import binary as K
+    flat = np.ascontiguousarray(x.reshape(-1, x.shape[-1]), np.float32)
+    f32 = x.dtype == np.float32
+    out = K.linear(flat, words.view(np.uint64), in_features, scale=alpha if f32 else None)
+    out = out if f32 else _scaled(out, alpha, x.dtype, (1, -1))
+    return out.reshape(x.shape[:-1] + (words.shape[0],))
+
+
+_PLINEAR = defop("packed_binary_linear", _plinear_infer, _plinear_kernel, grad=None,
+                 sbp=SbpRule(_batch_sbp),
+                 cost=lambda ins, outs, in_features: cost.Cost(
+                     2 * cost.numel(outs[0]) * in_features // 64, *cost.io(ins, outs)))
+
+
+def packed_binary_linear(x: Tensor, words: Tensor, alpha: Tensor | None,
+                         in_features: int) -> Tensor:
+    """``binary_linear`` with weights packed by ``binary_pack`` (int64, (O, ceil(I/64))).
+
+    >>> import tessera
+    >>> w = binary_pack(tessera.tensor([[3.0, 0.0]]))
+    >>> packed_binary_linear(tessera.tensor([[-1.0, 2.0]]), w, None, 2).tolist()
+    [[0.0]]
+    """
+    return dispatch(_PLINEAR, x, words, alpha, in_features=int(in_features))
+
+
+# ---- packing -------------------------------------------------------------------------------
+
+def _pack_infer(x):
+    _float("binary_pack", x)
+    if len(x.shape) == 0:
+        raise RuntimeError("binary_pack: expected at least one dimension, got a scalar")
+    return Meta(tuple(x.shape[:-1]) + (-(-x.shape[-1] // 64),), D.int64)
+
+
+def _pack_kernel(x):
+    from tessera.kernels import binary as K
+    return K.packbits(x).view(np.int64)
+
+
+def _last_dim_kept(*metas, **attrs):
+    x = metas[0]
+    return [Signature((S(d),), (S(d),)) for d in range(len(x.shape) - 1)] + \
+        [Signature((B,), (B,))]
+
+
+_PACK = defop("binary_pack", _pack_infer, _pack_kernel, grad=None,
+              sbp=SbpRule(_last_dim_kept), cost=cost.elementwise(1))
+
+
+def binary_pack(x: Tensor) -> Tensor:
+    """The signs of ``x`` along its last dim, 64 to a word (bit ``i`` of word ``j``: element
+    ``64 j + i`` is negative), as int64 tensors holding uint64 words: dabnn's channel-last
+    layout when the channels are last.
+
+    >>> import tessera
+    >>> binary_pack(tessera.tensor([-1.0, 2.0, -0.5])).tolist()
+    [5]
+    """
+    return dispatch(_PACK, x)
+
+
+def _unpack_infer(words, n):
+    if words.dtype is not D.int64 or len(words.shape) == 0 or words.shape[-1] * 64 < n or n < 0:
+        raise RuntimeError(f"binary_unpack: {tuple(words.shape)} words of {words.dtype} do not "
+                           f"hold {n} values (int64 words, 64 values each)")
+    return Meta(tuple(words.shape[:-1]) + (n,), D.float32)
+
+
+def _unpack_kernel(words, n):
+    from tessera.kernels import binary as K
+    return K.unpackbits(words.view(np.uint64), n)
+
+
+_UNPACK = defop("binary_unpack", _unpack_infer, _unpack_kernel, grad=None,
+                sbp=SbpRule(_last_dim_kept), cost=cost.elementwise(1))
+
+
+def binary_unpack(words: Tensor, n: int) -> Tensor:
+    """The inverse of ``binary_pack``: ``n`` values in {-1, +1} (float32) along the last dim.
+
+    >>> import tessera
+    >>> binary_unpack(tessera.tensor([5]), 3).tolist()
+    [-1.0, 1.0, -1.0]
+    """
+    return dispatch(_UNPACK, words, n=int(n))
