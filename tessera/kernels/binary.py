@@ -43,7 +43,6 @@ _BITS = {"avx2": 1, "vpopcnt": 2}
 PAD_VALUES = (-1, 0, 1)
 _TW = 16           # the kernels' tile width (columns)
 _SPLIT_OPS = 1 << 18  # word products below which one thread does the whole product
-_NPARAMS = 12
 
 
 @functools.lru_cache(maxsize=1)
@@ -65,9 +64,10 @@ def _lib():
                                         ctypes.c_void_p]
     lib.tsr_bin_pack_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                       ctypes.c_void_p]
-    lib.tsr_bin_im2col.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64,
-                                   ctypes.c_uint64, ctypes.c_void_p]
-    for f in (lib.tsr_bin_pack_planar, lib.tsr_bin_pack_rows, lib.tsr_bin_im2col):
+    lib.tsr_bin_columns.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                    ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
+                                    ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    for f in (lib.tsr_bin_pack_planar, lib.tsr_bin_pack_rows, lib.tsr_bin_columns):
         f.restype = None
     lib.tsr_bin_cpu.restype = ctypes.c_int
     return lib
@@ -145,19 +145,23 @@ def _rows_of(x: np.ndarray) -> np.ndarray:
 
 # ---- the product ---------------------------------------------------------------------------
 
-def _gemm(path: str, a: np.ndarray, m: int, b: np.ndarray, out: np.ndarray, ldo: int,
+def _gemm(path: str, a: np.ndarray, mi: int, b: np.ndarray, out: np.ndarray, ldo: int,
           kbits: int, corr: np.ndarray | None, scale: np.ndarray | None,
-          scale_m: bool) -> None:
-    """``out[n * ldo + m] = float32(kbits - 2 popcount(a[:, m] ^ b[n]) + corr) * scale``;
-    ``a``: (K, Mp) and ``b``: (N, K), uint32 halves of words."""
+          scale_m: bool, ostride: int = 0) -> None:
+    """``out[img * ostride + n * ldo + pix] = float32(kbits - 2 popcount(a[:, m] ^ b[n]) +
+    corr[n, pix]) * scale`` for column ``m = img * MIp + pix`` (``pix < mi``; each image's
+    columns padded to a multiple of 16); ``a``: (K, images * MIp) and ``b``: (N, K), uint32
+    halves of words."""
     lib = _lib()
     k, mp = a.shape
     n = b.shape[0]
-    if m == 0 or n == 0:
+    if mi == 0 or n == 0 or mp == 0:
         return
-    params = np.array([m, mp, n, k, a.ctypes.data, b.ctypes.data, out.ctypes.data, ldo,
+    mip = -(-mi // _TW) * _TW
+    params = np.array([mi, mp, n, k, a.ctypes.data, b.ctypes.data, out.ctypes.data, ldo,
                        kbits, 0 if corr is None else corr.ctypes.data,
-                       0 if scale is None else scale.ctypes.data, int(scale_m)], np.int64)
+                       0 if scale is None else scale.ctypes.data, int(scale_m), mi, mip,
+                       ostride], np.int64)
     f = getattr(lib, f"tsr_bin_gemm_{path}")
     ptr = params.ctypes.data
     if mp * n * k >= _SPLIT_OPS:
@@ -272,12 +276,11 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
     n, c, h, w = x.shape
     pw = _prepared(words, cin)
     m = oh * ow
-    mp = -(-m // _TW) * _TW
+    mip = -(-m // _TW) * _TW
     halves = 2 * pw.kh * pw.kw * pw.cw
-    planes = np.empty((pw.cw, h * w), np.uint64)
-    cols = np.empty((halves, mp), np.uint32)
-    geo = np.array([pw.cw, h, w, pw.kh, pw.kw, *stride, *padding, *dilation, oh, ow, mp],
-                   np.int64)
+    cols = np.empty((halves, n * mip), np.uint32)
+    geo = np.array([pw.cw, h, w, pw.kh, pw.kw, *stride, *padding, *dilation, oh, ow, mip,
+                    n * mip], np.int64)
     last = cin - 64 * (pw.cw - 1)
     ones = (1 << 64) - 1
     fill, fill_last = (ones, ones >> (64 - last)) if pad_value == -1 else (0, 0)
@@ -286,12 +289,26 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
         corr = pw.corr(h, w, stride, padding, dilation, oh, ow)
     out = np.empty((n, pw.o, oh, ow), np.float32)
     kbits = cin * pw.kh * pw.kw
-    for i in range(n):
-        lib.tsr_bin_pack_planar(x[i].ctypes.data, c, h * w, planes.ctypes.data)
-        lib.tsr_bin_im2col(planes.ctypes.data, geo.ctypes.data, fill, fill_last,
-                           cols.ctypes.data)
-        _gemm(path, cols, m, pw.rows, out[i], m, kbits, corr, scale, False)
+    _columns(lib, x, c, geo, fill, fill_last, cols, pw.cw * h * w, halves * m)
+    _gemm(path, cols, m, pw.rows, out, m, kbits, corr, scale, False, pw.o * m)
     return out
+
+
+def _columns(lib, x: np.ndarray, c: int, geo: np.ndarray, fill: int, fill_last: int,
+             cols: np.ndarray, plane: int, work: int) -> None:
+    """The binarized columns of every image of ``x``, split over the kernel threads."""
+    n = x.shape[0]
+    from tessera.kernels import threadpool
+    t = threadpool._threads() if n > 1 and n * work >= _SPLIT_OPS and threadpool.usable() else 1
+    step = -(-n // t)
+    parts = [(x.ctypes.data, c, geo.ctypes.data, fill, fill_last, None, cols.ctypes.data, i,
+              min(i + step, n)) for i in range(0, n, step)]
+    scratch = [np.empty(plane, np.uint64) for _ in parts]
+    parts = [p[:5] + (s.ctypes.data,) + p[6:] for p, s in zip(parts, scratch)]
+    if len(parts) > 1 and threadpool.run(lib.tsr_bin_columns, parts) is not None:
+        return
+    for p in parts:
+        lib.tsr_bin_columns(*p)
 
 
 def linear(x: np.ndarray, words: np.ndarray, cin: int, *, scale: np.ndarray | None = None,

@@ -1,5 +1,6 @@
 """The op-info table: every family's entries, gathered into ``OP_DB``."""
 from tests.opinfo import (  # noqa: F401  (each module registers its entries)
+    binary,
     collective,
     creation,
     einsum,

@@ -26,25 +26,36 @@
 #include <string.h>
 #include <immintrin.h>
 
-enum { P_M, P_MP, P_N, P_K, P_A, P_B, P_OUT, P_LDO, P_KBITS, P_CORR, P_SCALE, P_SCALE_M };
+enum { P_M, P_MP, P_N, P_K, P_A, P_B, P_OUT, P_LDO, P_KBITS, P_CORR, P_SCALE, P_SCALE_M,
+       P_MI, P_MIP, P_OSTRIDE };
 enum { TW = 16 };
+
+/* Where a tile's results go: its columns m.. are columns pix.. of image img (the columns of
+   each image are padded to a multiple of TW, so a tile never straddles two). */
+static inline float* dest(const int64_t* p, int64_t m, int64_t* pix, int64_t* left) {
+    const int64_t img = m / p[P_MIP];
+    *pix = m - img * p[P_MIP];
+    *left = p[P_MI] - *pix;
+    return (float*)p[P_OUT] + img * p[P_OSTRIDE] + *pix;
+}
 
 /* the shared epilogue: a tile of nr rows by TW columns of popcount sums */
 static void epilogue(const int64_t* p, int64_t m, int64_t n, int nr, const int32_t* acc) {
-    const int64_t M = p[P_M], ldo = p[P_LDO], kbits = p[P_KBITS];
+    const int64_t MI = p[P_MI], ldo = p[P_LDO], kbits = p[P_KBITS];
     const int32_t* corr = (const int32_t*)p[P_CORR];
     const float* scale = (const float*)p[P_SCALE];
     const int scale_m = (int)p[P_SCALE_M];
-    float* out = (float*)p[P_OUT];
-    const int64_t w = M - m < TW ? M - m : TW;
+    int64_t pix, left;
+    float* out = dest(p, m, &pix, &left);
+    const int64_t w = left < TW ? left : TW;
     for (int j = 0; j < nr; j++) {
-        float* o = out + (n + j) * ldo + m;
+        float* o = out + (n + j) * ldo;
         const int32_t* a = acc + j * TW;
-        const int32_t* c = corr ? corr + (n + j) * M + m : 0;
+        const int32_t* c = corr ? corr + (n + j) * MI + pix : 0;
         for (int64_t i = 0; i < w; i++) {
             int32_t d = (int32_t)kbits - 2 * a[i] + (c ? c[i] : 0);
             float v = (float)d;
-            if (scale) v *= scale_m ? scale[m + i] : scale[n + j];
+            if (scale) v *= scale_m ? scale[pix + i] : scale[n + j];
             o[i] = v;
         }
     }
@@ -114,22 +125,22 @@ enum { NR_512 = 16 };
    float and the one product, so the result is the same bit for bit */
 __attribute__((target("avx512f,avx512dq,avx512vl")))
 static inline void store512(const int64_t* p, int64_t m, int64_t n, int nr, const __m512i* s) {
-    const int64_t M = p[P_M], ldo = p[P_LDO];
+    const int64_t MI = p[P_MI], ldo = p[P_LDO];
     const int32_t* corr = (const int32_t*)p[P_CORR];
     const float* scale = (const float*)p[P_SCALE];
     const int scale_m = (int)p[P_SCALE_M];
-    float* out = (float*)p[P_OUT];
+    int64_t pix, left;
+    float* out = dest(p, m, &pix, &left);
     const __m512i kb = _mm512_set1_epi32((int)p[P_KBITS]);
-    const int64_t left = M - m;
     const __mmask16 k = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-    const __m512 sm = scale && scale_m ? _mm512_maskz_loadu_ps(k, scale + m)
+    const __m512 sm = scale && scale_m ? _mm512_maskz_loadu_ps(k, scale + pix)
                                        : _mm512_set1_ps(1.0f);
     for (int j = 0; j < nr; j++) {
         __m512i d = _mm512_sub_epi32(kb, _mm512_slli_epi32(s[j], 1));
-        if (corr) d = _mm512_add_epi32(d, _mm512_maskz_loadu_epi32(k, corr + (n + j) * M + m));
+        if (corr) d = _mm512_add_epi32(d, _mm512_maskz_loadu_epi32(k, corr + (n + j) * MI + pix));
         __m512 v = _mm512_cvtepi32_ps(d);
         if (scale) v = _mm512_mul_ps(v, scale_m ? sm : _mm512_set1_ps(scale[n + j]));
-        _mm512_mask_storeu_ps(out + (n + j) * ldo + m, k, v);
+        _mm512_mask_storeu_ps(out + (n + j) * ldo, k, v);
     }
 }
 
@@ -219,17 +230,18 @@ void tsr_bin_pack_rows(const float* x, int64_t R, int64_t C, uint64_t* out) {
    + h, column oy * OW + ox, holds half h of the word of P at (cw, oy * sh + ky * dh - ph,
    ox * sw + kx * dw - pw), or of ``pad`` (``padlast`` for the last channel word) outside
    the image: the order of the weights' (O, KH, KW, Cw) words read as 32-bit halves.
-   g: Cw, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, Mp. */
-void tsr_bin_im2col(const uint64_t* P, const int64_t* g, uint64_t pad, uint64_t padlast,
-                    uint32_t* A) {
+   g: Cw, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, MIp (the image's columns padded),
+   lda (the row length of A). */
+static void im2col(const uint64_t* P, const int64_t* g, uint64_t pad, uint64_t padlast,
+                   uint32_t* A) {
     const int64_t Cw = g[0], H = g[1], W = g[2], KH = g[3], KW = g[4], sh = g[5], sw = g[6],
                   ph = g[7], pw = g[8], dh = g[9], dw = g[10], OH = g[11], OW = g[12],
-                  Mp = g[13];
+                  MIp = g[13], lda = g[14];
     for (int64_t ky = 0; ky < KH; ky++)
         for (int64_t kx = 0; kx < KW; kx++)
             for (int64_t cw = 0; cw < Cw; cw++) {
-                uint32_t* lo = A + ((ky * KW + kx) * Cw + cw) * 2 * Mp;
-                uint32_t* hi = lo + Mp;
+                uint32_t* lo = A + ((ky * KW + kx) * Cw + cw) * 2 * lda;
+                uint32_t* hi = lo + lda;
                 const uint64_t* src = P + cw * H * W;
                 const uint64_t fill = cw == Cw - 1 ? padlast : pad;
                 for (int64_t oy = 0; oy < OH; oy++) {
@@ -244,9 +256,20 @@ void tsr_bin_im2col(const uint64_t* P, const int64_t* g, uint64_t pad, uint64_t 
                         rh[ox] = (uint32_t)(v >> 32);
                     }
                 }
-                memset(lo + OH * OW, 0, sizeof(uint32_t) * (size_t)(Mp - OH * OW));
-                memset(hi + OH * OW, 0, sizeof(uint32_t) * (size_t)(Mp - OH * OW));
+                memset(lo + OH * OW, 0, sizeof(uint32_t) * (size_t)(MIp - OH * OW));
+                memset(hi + OH * OW, 0, sizeof(uint32_t) * (size_t)(MIp - OH * OW));
             }
+}
+
+/* Images [i0, i1) of x (N, C, H, W) binarized and laid out as columns: image i at column
+   i * MIp of A. P: one image's planar words (scratch, one per caller). */
+void tsr_bin_columns(const float* x, int64_t C, const int64_t* g, uint64_t pad,
+                     uint64_t padlast, uint64_t* P, uint32_t* A, int64_t i0, int64_t i1) {
+    const int64_t HW = g[1] * g[2];
+    for (int64_t i = i0; i < i1; i++) {
+        tsr_bin_pack_planar(x + i * C * HW, C, HW, P);
+        im2col(P, g, pad, padlast, A + i * g[13]);
+    }
 }
 
 /* which instruction sets this CPU has: bit 0 AVX2, bit 1 AVX-512 VPOPCNTDQ (with DQ) */
