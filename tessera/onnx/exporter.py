@@ -63,9 +63,10 @@ class Builder:
         self._count += 1
         return f"{self.scope + '/' if self.scope else ''}{hint}_{self._count}"
 
-    def op(self, op_type: str, inputs, n_out: int = 1, **attrs):
+    def op(self, op_type: str, inputs, n_out: int = 1, domain: str = "", **attrs):
         """Append ``op_type(*inputs)``; returns its output name (a list when n_out > 1).
-        An input of None is an omitted optional input."""
+        An input of None is an omitted optional input. ``domain``: a custom operator set
+        (``tessera.onnx.converters.DOMAINS``), imported by the model at version 1."""
         from onnx import helper
         outs = [self.fresh(op_type) for _ in range(n_out)]
         ins = ["" if i is None else i for i in inputs]
@@ -73,7 +74,7 @@ class Builder:
             ins.pop()
         attrs = {k: v for k, v in attrs.items() if v is not None}
         self.nodes.append(helper.make_node(op_type, ins, outs, name=self.fresh(op_type),
-                                           **attrs))
+                                           domain=domain or None, **attrs))
         return outs[0] if n_out == 1 else outs
 
     def const(self, value, dtype=None) -> str:
@@ -312,8 +313,10 @@ def _make_model(g: Graph, b: Builder, outputs: list, shapes: dict, producer: str
              for name, a in b.initializers.items()]
     graph = helper.make_graph(b.nodes, "tessera", [_value_info(v.name, v.dtype, shapes[v])
                                                    for v in g.inputs], outputs, inits)
+    domains = sorted({n.domain for n in b.nodes if n.domain})
     model = helper.make_model(graph, producer_name=producer,
-                              opset_imports=[helper.make_opsetid("", b.opset)])
+                              opset_imports=[helper.make_opsetid("", b.opset)] +
+                              [helper.make_opsetid(d, 1) for d in domains])
     model.ir_version = min(model.ir_version, 10)
     return model
 

@@ -104,12 +104,17 @@ class OnnxProgram:
         if opset_range is not None and not opset_range[0] <= self.opset <= opset_range[1]:
             raise OnnxImportError(f"ONNX opset {self.opset} is not supported; tessera imports "
                                   f"opsets {opset_range[0]}-{opset_range[1]}")
+        from tessera.onnx.converters import DOMAINS
+        from tessera.onnx.converters.binary import fuse_sign_conv
+        self.proto = fuse_sign_conv(self.proto)
         for o in self.proto.opset_import:
-            if o.domain not in ("", "ai.onnx"):
+            if o.domain in DOMAINS:
+                DOMAINS[o.domain]()
+            elif o.domain not in ("", "ai.onnx"):
                 raise OnnxImportError(f"operator domain '{o.domain}' is not supported")
         g = self.proto.graph
         for i, node in enumerate(g.node):
-            if node.domain not in ("", "ai.onnx"):
+            if node.domain not in ("", "ai.onnx") and node.domain not in DOMAINS:
                 raise OnnxImportError(f"node '{node.name}': operator {node.domain}::"
                                       f"{node.op_type} is not supported")
             if node.op_type not in IMPORT:

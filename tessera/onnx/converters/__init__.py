@@ -9,7 +9,8 @@ need no ``onnx`` package, and ``import tessera`` does not load them.
 
 Families: ``elementwise``, ``activation``, ``reduce`` (and sorting), ``shape``, ``indexing``,
 ``linalg``, ``nn`` (convolution, pooling, resampling), ``normalization``, ``loss``,
-``creation``; ``helpers`` holds what they share.
+``creation``, ``binary`` (binary networks and the custom domain ``ai.tessera.binary``);
+``helpers`` holds what they share.
 
 >>> from tessera.onnx.converters import EXPORT, IMPORT
 >>> sorted(EXPORT["layer_norm"]), sorted(IMPORT["Abs"])
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from tessera.onnx.converters import (  # noqa: F401  (each family fills the tables)
     activation,
+    binary,
     creation,
     elementwise,
     indexing,
@@ -39,5 +41,8 @@ from tessera.onnx.converters.registry import (
     supported_onnx_ops,
 )
 
-__all__ = ["EXPORT", "IMPORT", "export_rule", "import_rule", "newest", "simple",
+# custom operator domains -> the function registering their schemas with onnx
+DOMAINS = {binary.DOMAIN: binary.register_schemas}
+
+__all__ = ["EXPORT", "IMPORT", "DOMAINS", "export_rule", "import_rule", "newest", "simple",
            "supported_onnx_ops"]
