@@ -14,6 +14,8 @@ knows nothing of tensors, dispatch or graphs. It holds
   products), ``optim`` (fused optimizer updates);
 * ``gemm``: tessera's own float32 matrix product (no BLAS underneath), with pre-packed
   weights and a fused bias/activation/residual epilogue, for dependency-free C libraries.
+* ``int8``, ``binary``: the INT8 products of quantized inference and the bit-packed
+  xnor-popcount products of binary networks, each with its NumPy reference.
 
 ``TESSERA_CODEGEN=0`` turns every compiled kernel off; the ops then run their NumPy kernels.
 

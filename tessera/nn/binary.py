@@ -32,12 +32,14 @@ from __future__ import annotations
 import copy
 import math
 
-import tessera
+from tessera import _dtype as D
 from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import no_grad
 from tessera.nn import init
 from tessera.nn.modules.module import Module
 from tessera.nn.parameter import Parameter
 from tessera.ops import binary as _B
+from tessera.ops.creation import empty, ones, zeros
 
 __all__ = ["sign", "approx_sign", "xnor_alpha", "BinaryConv2d", "BinaryLinear",
            "BiRealShortcut", "PackedBinaryConv2d", "PackedBinaryLinear", "pack", "packbits",
@@ -129,8 +131,8 @@ class BinaryConv2d(Module):
         self.kernel_size = _pair(kernel_size)
         self.stride, self.padding, self.dilation = _pair(stride), _pair(padding), _pair(dilation)
         self.scale, self.pad_value, self.estimator = scale, pad_value, estimator
-        self.weight = Parameter(tessera.empty(out_channels, in_channels, *self.kernel_size))
-        self.bias = Parameter(tessera.zeros(out_channels)) if bias else None
+        self.weight = Parameter(empty(out_channels, in_channels, *self.kernel_size))
+        self.bias = Parameter(zeros(out_channels)) if bias else None
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
 
     def _attrs(self) -> dict:
@@ -164,8 +166,8 @@ class BinaryLinear(Module):
         _check_scale(scale)
         self.in_features, self.out_features = in_features, out_features
         self.scale, self.estimator = scale, estimator
-        self.weight = Parameter(tessera.empty(out_features, in_features))
-        self.bias = Parameter(tessera.zeros(out_features)) if bias else None
+        self.weight = Parameter(empty(out_features, in_features))
+        self.bias = Parameter(zeros(out_features)) if bias else None
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
 
     def forward(self, input: Tensor) -> Tensor:
@@ -220,16 +222,16 @@ class PackedBinaryConv2d(Module):
         self.stride, self.padding, self.dilation = _pair(stride), _pair(padding), _pair(dilation)
         self.scale, self.pad_value = scale, pad_value
         kh, kw = self.kernel_size
-        self.register_buffer("weight_packed", tessera.zeros(
-            out_channels, kh, kw, -(-in_channels // 64), dtype=tessera.int64))
-        self.register_buffer("alpha", tessera.ones(out_channels) if scale else None)
-        self.register_buffer("bias", tessera.zeros(out_channels) if bias else None)
+        self.register_buffer("weight_packed", zeros(
+            out_channels, kh, kw, -(-in_channels // 64), dtype=D.int64))
+        self.register_buffer("alpha", ones(out_channels) if scale else None)
+        self.register_buffer("bias", zeros(out_channels) if bias else None)
 
     @classmethod
     def from_float(cls, m: BinaryConv2d) -> PackedBinaryConv2d:
         p = cls(m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding, m.dilation,
                 m.bias is not None, m.scale, m.pad_value)
-        with tessera.no_grad():
+        with no_grad():
             p.weight_packed = packbits(m.weight.detach().permute(0, 2, 3, 1).contiguous())
             if m.scale == "channel":
                 p.alpha = xnor_alpha(m.weight.detach())
@@ -262,15 +264,15 @@ class PackedBinaryLinear(Module):
         super().__init__()
         _check_scale(scale)
         self.in_features, self.out_features, self.scale = in_features, out_features, scale
-        self.register_buffer("weight_packed", tessera.zeros(
-            out_features, -(-in_features // 64), dtype=tessera.int64))
-        self.register_buffer("alpha", tessera.ones(out_features) if scale else None)
-        self.register_buffer("bias", tessera.zeros(out_features) if bias else None)
+        self.register_buffer("weight_packed", zeros(
+            out_features, -(-in_features // 64), dtype=D.int64))
+        self.register_buffer("alpha", ones(out_features) if scale else None)
+        self.register_buffer("bias", zeros(out_features) if bias else None)
 
     @classmethod
     def from_float(cls, m: BinaryLinear) -> PackedBinaryLinear:
         p = cls(m.in_features, m.out_features, m.bias is not None, m.scale)
-        with tessera.no_grad():
+        with no_grad():
             p.weight_packed = packbits(m.weight.detach())
             if m.scale == "channel":
                 p.alpha = xnor_alpha(m.weight.detach())

@@ -1,0 +1,217 @@
+"""Binary (1-bit) convolution: tessera's xnor-popcount kernels against float32 convolution.
+
+- 3x3 convolutions, stride 1, padding 1, batch 1, 64 and 256 channels on 56x56 and 14x14:
+  tessera's packed binary convolution (``PackedBinaryConv2d``: binarizing and packing the
+  float input, the xnor-popcount product and the scaled float output, all included) on
+  each instruction set this CPU has, against tessera's, PyTorch's and onnxruntime's float32
+  convolution of the same shape;
+- a ResNet-18-shaped binary network at batch 1 (224x224): float stem and classifier, every
+  other 3x3 convolution binary with Bi-Real shortcuts, float 1x1 downsampling shortcuts;
+  the packed network against the same architecture in float32 (tessera, PyTorch,
+  onnxruntime), and checked bit-exact against the unpacked model.
+
+GOP/s counts 2 operations per multiply-add (binary ones alike, as dabnn and Larq count).
+Everything runs in one process on ``THREADS`` threads, the timings interleaved
+(``per_call_us_interleaved``) so that load on a shared host weighs on each alike; the
+ratios are of that one run.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+CONVS = [(64, 56), (64, 14), (256, 56), (256, 14)]   # (channels, height = width)
+# one thread per framework: the kernels against each other, not the host's scheduling of
+# several thread pools (``TESSERA_BENCH_BINARY_THREADS`` to change it)
+THREADS = int(os.environ.get("TESSERA_BENCH_BINARY_THREADS", "1"))
+
+
+def _ort(proto, threads: int):
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = ort.InferenceSession(proto.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    return lambda x: sess.run(None, {name: x})
+
+
+def _forced(fn, path: str):
+    def call():
+        old = os.environ.get("TESSERA_BINARY_ISA")
+        os.environ["TESSERA_BINARY_ISA"] = path
+        try:
+            return fn()
+        finally:
+            if old is None:
+                del os.environ["TESSERA_BINARY_ISA"]
+            else:
+                os.environ["TESSERA_BINARY_ISA"] = old
+    return call
+
+
+def _conv_case(c: int, hw: int, threads: int) -> dict:
+    import numpy as np
+    import torch
+
+    import tessera
+    import tessera.nn.binary as bnn
+    from bench.common import per_call_us_interleaved
+    from tessera.kernels import binary as K
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, c, hw, hw)).astype(np.float32)
+    w = rng.standard_normal((c, c, 3, 3)).astype(np.float32)
+    latent = bnn.BinaryConv2d(c, c, 3, padding=1, scale="channel")
+    with tessera.no_grad():
+        latent.weight.copy_(tessera.tensor(w))
+    packed = bnn.pack(latent.eval())
+    tx, tw = tessera.tensor(x), tessera.tensor(w)
+    px, pw = torch.tensor(x), torch.tensor(w)
+    fp32 = tessera.nn.Conv2d(c, c, 3, padding=1, bias=False)
+    with tessera.no_grad():
+        fp32.weight.copy_(tw)
+    ort_run = _ort(tessera.onnx.export(fp32, (tx,)), threads)
+    fns = {}
+    for path in K.available()[:-1]:
+        fns[f"binary_{path}"] = _forced(lambda: packed(tx), path)
+    fns["tessera"] = lambda: tessera.nn.functional.conv2d(tx, tw, padding=1)
+    fns["torch"] = lambda: torch.nn.functional.conv2d(px, pw, padding=1)
+    fns["onnxruntime"] = lambda: ort_run(x)
+    with tessera.no_grad(), torch.no_grad():
+        us = per_call_us_interleaved(fns)
+    ops = 2 * c * c * 9 * hw * hw
+    return {"case": f"conv3x3 {c}ch {hw}x{hw}", "ops": ops, "us": us}
+
+
+def _resnet(nn, conv3, down_conv):
+    """ResNet-18's shape: stem, 4 stages of 2 blocks of two 3x3 convolutions, each with its
+    shortcut (Bi-Real: one per convolution), average pooling and a linear classifier."""
+    class Unit(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv = conv3(cin, cout, stride)
+            self.bn = nn.BatchNorm2d(cout)
+            self.short = None
+            if stride != 1 or cin != cout:
+                self.short = nn.Sequential(nn.AvgPool2d(stride), down_conv(cin, cout),
+                                           nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            return self.bn(self.conv(x)) + (x if self.short is None else self.short(x))
+
+    layers = [nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(64),
+              nn.ReLU(), nn.MaxPool2d(3, stride=2, padding=1)]
+    cin = 64
+    for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
+        layers += [Unit(cin, cout, stride), Unit(cout, cout, 1), Unit(cout, cout, 1),
+                   Unit(cout, cout, 1)]
+        cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000)]
+    return nn.Sequential(*layers)
+
+
+def _net_case(threads: int) -> dict:
+    import numpy as np
+    import torch
+
+    import tessera
+    import tessera.nn.binary as bnn
+    from bench.common import per_call_us_interleaved
+    from tessera import nn
+    from tessera.kernels import binary as K
+    tessera.manual_seed(0)
+    binary = _resnet(nn, lambda i, o, s: bnn.BinaryConv2d(i, o, 3, s, 1, scale="channel"),
+                     lambda i, o: nn.Conv2d(i, o, 1, bias=False)).eval()
+    packed = bnn.pack(binary)
+    fp32 = _resnet(nn, lambda i, o, s: nn.Conv2d(i, o, 3, s, 1, bias=False),
+                   lambda i, o: nn.Conv2d(i, o, 1, bias=False)).eval()
+    torch.manual_seed(0)
+    tfp32 = _resnet(torch.nn, lambda i, o, s: torch.nn.Conv2d(i, o, 3, s, 1, bias=False),
+                    lambda i, o: torch.nn.Conv2d(i, o, 1, bias=False)).eval()
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    tx, px = tessera.tensor(x), torch.tensor(x)
+    with tessera.no_grad():
+        exact = bool(np.array_equal(packed(tx).numpy(), binary(tx).numpy()))
+    ort_run = _ort(tessera.onnx.export(fp32, (tx,)), threads)
+    fns = {}
+    for path in K.available()[:-1]:
+        fns[f"binary_{path}"] = _forced(lambda: packed(tx), path)
+    fns["tessera"] = lambda: fp32(tx)
+    fns["torch"] = lambda: tfp32(px)
+    fns["onnxruntime"] = lambda: ort_run(x)
+    with tessera.no_grad(), torch.no_grad():
+        us = per_call_us_interleaved(fns, repeat=5)
+    return {"case": "binary ResNet-18 b1 224", "ops": _resnet_binary_ops(), "us": us,
+            "exact": exact}
+
+
+def _resnet_binary_ops() -> int:
+    """Operations of the network's binary 3x3 convolutions (the part the kernels run)."""
+    total, hw, cin = 0, 56, 64
+    for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
+        for k in range(4):
+            s = stride if k == 0 else 1
+            hw_out = hw // s
+            total += 2 * (cin if k == 0 else cout) * cout * 9 * hw_out * hw_out
+            hw = hw_out
+        cin = cout
+    return total
+
+
+def run() -> list[dict]:
+    import torch
+
+    import tessera
+    saved = torch.get_num_threads(), tessera.get_num_threads()
+    torch.set_num_threads(THREADS)
+    tessera.set_num_threads(THREADS)
+    try:
+        rows = [_conv_case(c, hw, THREADS) for c, hw in CONVS] + [_net_case(THREADS)]
+    finally:
+        torch.set_num_threads(saved[0])
+        tessera.set_num_threads(saved[1])
+    for r in rows:
+        r["threads"] = THREADS
+        r["load_avg"] = os.getloadavg()[0]
+    return rows
+
+
+def render(rows: list[dict]) -> str:
+    from bench.common import table
+    if not rows:
+        return ""
+    paths = [k for k in rows[0]["us"] if k.startswith("binary_")]
+    best = paths[0]
+    out = []
+    for r in rows:
+        us = r["us"]
+        cells = [r["case"]] + [f"{us[p] / 1e3:.3f}" for p in paths] + \
+            [f"{us[k] / 1e3:.3f}" for k in ("tessera", "torch", "onnxruntime")] + \
+            [f"{r['ops'] / us[best] / 1e3:.0f}", f"{r['ops'] / us['tessera'] / 1e3:.0f}",
+             f"{us['tessera'] / us[best]:.1f}x"] + \
+            [f"{us['tessera'] / us[p]:.1f}x" for p in paths[1:]] + \
+            [f"{us['torch'] / us[best]:.1f}x", f"{us['onnxruntime'] / us[best]:.1f}x"]
+        out.append(tuple(cells))
+    headers = (("case",) + tuple(f"{p[7:]} ms" for p in paths) +
+               ("tessera fp32 ms", "torch fp32 ms", "ort fp32 ms", f"{best[7:]} GOP/s",
+                "fp32 GOP/s", f"{best[7:]}/tessera") +
+               tuple(f"{p[7:]}/tessera" for p in paths[1:]) +
+               (f"{best[7:]}/torch", f"{best[7:]}/ort"))
+    text = table(out, headers)
+    net = [r for r in rows if "exact" in r]
+    loads = [r["load_avg"] for r in rows]
+    text += (f"\n\nbinary network bit-exact with its unpacked model: "
+             f"{'yes' if net and net[0]['exact'] else 'NO'}; GOP/s of the network counts its "
+             f"binary 3x3 convolutions ({_resnet_binary_ops() / 1e9:.2f} GOP); "
+             f"{rows[0]['threads']} thread(s) per framework; host load average "
+             f"{min(loads):.1f}-{max(loads):.1f}")
+    return text
+
+
+TITLE = ("binary, batch 1, ms per call (median; ratios > 1: binary faster; target >= 10x "
+         "tessera fp32 on AVX-512, >= 4x on AVX2)")
+
+if __name__ == "__main__":
+    print(TITLE)
+    print(render(run()))
+    sys.exit(0)
