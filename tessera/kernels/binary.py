@@ -198,9 +198,7 @@ class _Conv:
         self.o, self.kh, self.kw, self.cw, self.cin = o, kh, kw, cw, cin
         self.rows = np.ascontiguousarray(words.reshape(o, kh * kw * cw), np.uint64).view(
             np.uint32)
-        # per tap, the sum of the weights over the input channels (for zero padding)
-        signs = unpackbits(words, cin).astype(np.int32)
-        self.tapsum = signs.sum(-1).reshape(o, kh * kw)
+        self.words = words
         self._corr: dict[tuple, np.ndarray] = {}
 
     def corr(self, h: int, w: int, stride, padding, dilation, oh: int, ow: int) -> np.ndarray:
@@ -216,26 +214,32 @@ class _Conv:
         oy_out = (iy < 0) | (iy >= h)                     # (OH, KH)
         ox_out = (ix < 0) | (ix >= w)                     # (OW, KW)
         padded = oy_out[:, None, :, None] | ox_out[None, :, None, :]  # (OH, OW, KH, KW)
-        c = -(padded.reshape(oh * ow, -1).astype(np.int32) @ self.tapsum.T).T
+        # per tap, the sum of the weights over the input channels
+        tapsum = unpackbits(self.words, self.cin).astype(np.int32).sum(-1).reshape(self.o, -1)
+        c = -(padded.reshape(oh * ow, -1).astype(np.int32) @ tapsum.T).T
         self._corr[key] = c = np.ascontiguousarray(c, np.int32)
         return c
 
 
-_PACKED: dict[int, tuple[weakref.ref, _Conv]] = {}
+_PACKED: dict[tuple, tuple[weakref.ref, _Conv]] = {}
 
 
 def _prepared(words: np.ndarray, cin: int) -> _Conv:
-    """``words`` as the kernels read them, cached for as long as the array lives."""
-    hit = _PACKED.get(id(words))
-    if hit is not None and hit[0]() is words and hit[1].cin == cin:
+    """``words`` as the kernels read them, cached for as long as the array that owns its
+    memory lives (a module's weights are prepared once, through any view of them)."""
+    owner = words
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    key = (id(owner), words.ctypes.data, words.shape, words.strides, cin)
+    hit = _PACKED.get(key)
+    if hit is not None and hit[0]() is owner:
         return hit[1]
     p = _Conv(words, cin)
-    key = id(words)
 
-    def forget(_ref, key: int = key) -> None:
+    def forget(_ref, key: tuple = key) -> None:
         _PACKED.pop(key, None)
     try:
-        _PACKED[key] = (weakref.ref(words, forget), p)
+        _PACKED[key] = (weakref.ref(owner, forget), p)
     except TypeError:
         pass
     return p

@@ -201,8 +201,40 @@ void tsr_bin_gemm_vpopcnt(const int64_t* p, int64_t m0, int64_t m1, int64_t n0, 
 /* ---- packing ---------------------------------------------------------------------------- */
 
 /* Planar packing of one image: x (C, HW) floats -> P (ceil(C / 64), HW) words, bit c % 64
-   of word c / 64 set where x[c] < 0 (so -0.0 and NaN are +1, as x >= 0 would not say). */
+   of word c / 64 set where x[c] < 0 (so -0.0 and NaN are +1, as x >= 0 would not say).
+   With AVX-512, 16 pixels of a word are built in two registers over its 64 channels and
+   stored once. */
+__attribute__((target("avx512f")))
+static void pack_planar_512(const float* x, int64_t C, int64_t HW, uint64_t* P) {
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t w = 0; w < (C + 63) / 64; w++) {
+        const int64_t c0 = w * 64, nc = C - c0 < 64 ? C - c0 : 64;
+        for (int64_t i = 0; i < HW; i += 16) {
+            const __mmask16 live = HW - i >= 16 ? 0xffff : (__mmask16)((1u << (HW - i)) - 1);
+            __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+            for (int64_t c = 0; c < nc; c++) {
+                const __m512 v = _mm512_maskz_loadu_ps(live, x + (c0 + c) * HW + i);
+                const __mmask16 neg = _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ);
+                const __m512i bit = _mm512_set1_epi64((long long)(1ull << c));
+                lo = _mm512_mask_or_epi64(lo, (__mmask8)neg, lo, bit);
+                hi = _mm512_mask_or_epi64(hi, (__mmask8)(neg >> 8), hi, bit);
+            }
+            _mm512_mask_storeu_epi64(P + w * HW + i, (__mmask8)live, lo);
+            _mm512_mask_storeu_epi64(P + w * HW + i + 8, (__mmask8)(live >> 8), hi);
+        }
+    }
+}
+
 void tsr_bin_pack_planar(const float* x, int64_t C, int64_t HW, uint64_t* P) {
+    static int avx512 = -1;
+    if (avx512 < 0) {
+        __builtin_cpu_init();
+        avx512 = __builtin_cpu_supports("avx512f");
+    }
+    if (avx512) {
+        pack_planar_512(x, C, HW, P);
+        return;
+    }
     memset(P, 0, sizeof(uint64_t) * (size_t)(((C + 63) / 64) * HW));
     for (int64_t c = 0; c < C; c++) {
         const float* xc = x + c * HW;
@@ -244,17 +276,29 @@ static void im2col(const uint64_t* P, const int64_t* g, uint64_t pad, uint64_t p
                 uint32_t* hi = lo + lda;
                 const uint64_t* src = P + cw * H * W;
                 const uint64_t fill = cw == Cw - 1 ? padlast : pad;
+                /* the columns whose tap falls inside the image: [x0, x1) */
+                const int64_t off = kx * dw - pw;
+                int64_t x0 = off >= 0 ? 0 : (-off + sw - 1) / sw;
+                int64_t x1 = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+                x1 = x1 > OW ? OW : x1;
+                x0 = x0 > x1 ? x1 : x0;
+                const uint32_t flo = (uint32_t)fill, fhi = (uint32_t)(fill >> 32);
                 for (int64_t oy = 0; oy < OH; oy++) {
                     const int64_t iy = oy * sh + ky * dh - ph;
                     uint32_t* rl = lo + oy * OW;
                     uint32_t* rh = hi + oy * OW;
-                    const uint64_t* s = src + iy * W;
-                    for (int64_t ox = 0; ox < OW; ox++) {
-                        const int64_t ix = ox * sw + kx * dw - pw;
-                        const uint64_t v = iy < 0 || iy >= H || ix < 0 || ix >= W ? fill : s[ix];
+                    if (iy < 0 || iy >= H) {
+                        for (int64_t ox = 0; ox < OW; ox++) { rl[ox] = flo; rh[ox] = fhi; }
+                        continue;
+                    }
+                    const uint64_t* s = src + iy * W + off;
+                    for (int64_t ox = 0; ox < x0; ox++) { rl[ox] = flo; rh[ox] = fhi; }
+                    for (int64_t ox = x0; ox < x1; ox++) {
+                        const uint64_t v = s[ox * sw];
                         rl[ox] = (uint32_t)v;
                         rh[ox] = (uint32_t)(v >> 32);
                     }
+                    for (int64_t ox = x1; ox < OW; ox++) { rl[ox] = flo; rh[ox] = fhi; }
                 }
                 memset(lo + OH * OW, 0, sizeof(uint32_t) * (size_t)(MIp - OH * OW));
                 memset(hi + OH * OW, 0, sizeof(uint32_t) * (size_t)(MIp - OH * OW));
