@@ -305,10 +305,10 @@ def _columns(lib, x: np.ndarray, c: int, geo: np.ndarray, fill: int, fill_last: 
     from tessera.kernels import threadpool
     t = threadpool._threads() if n > 1 and n * work >= _SPLIT_OPS and threadpool.usable() else 1
     step = -(-n // t)
-    parts = [(x.ctypes.data, c, geo.ctypes.data, fill, fill_last, None, cols.ctypes.data, i,
-              min(i + step, n)) for i in range(0, n, step)]
-    scratch = [np.empty(plane, np.uint64) for _ in parts]
-    parts = [p[:5] + (s.ctypes.data,) + p[6:] for p, s in zip(parts, scratch)]
+    bounds = list(range(0, n, step))
+    scratch = [np.empty(plane, np.uint64) for _ in bounds]
+    parts = [(x.ctypes.data, c, geo.ctypes.data, fill, fill_last, s.ctypes.data,
+              cols.ctypes.data, i, min(i + step, n)) for i, s in zip(bounds, scratch)]
     if len(parts) > 1 and threadpool.run(lib.tsr_bin_columns, parts) is not None:
         return
     for p in parts:

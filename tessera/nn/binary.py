@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any
 
 from tessera import _dtype as D
 from tessera._tensor import Tensor
@@ -288,7 +289,7 @@ class PackedBinaryLinear(Module):
         return f"{self.in_features}, {self.out_features}, scale={self.scale!r}"
 
 
-_PACKED = {BinaryConv2d: PackedBinaryConv2d, BinaryLinear: PackedBinaryLinear}
+_PACKED: dict[type, Any] = {BinaryConv2d: PackedBinaryConv2d, BinaryLinear: PackedBinaryLinear}
 
 
 def pack(model: Module) -> Module:
