@@ -236,8 +236,8 @@ def _prepared(words: np.ndarray, cin: int) -> _Conv:
         return hit[1]
     p = _Conv(words, cin)
 
-    def forget(_ref, key: tuple = key) -> None:
-        _PACKED.pop(key, None)
+    def forget(_ref, key: tuple = key, table: dict = _PACKED) -> None:
+        table.pop(key, None)  # the table itself: at exit the module's globals are gone
     try:
         _PACKED[key] = (weakref.ref(owner, forget), p)
     except TypeError:

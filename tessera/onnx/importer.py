@@ -106,7 +106,6 @@ class OnnxProgram:
                                   f"opsets {opset_range[0]}-{opset_range[1]}")
         from tessera.onnx.converters import DOMAINS
         from tessera.onnx.converters.binary import fuse_sign_conv
-        self.proto = fuse_sign_conv(self.proto)
         for o in self.proto.opset_import:
             if o.domain in DOMAINS:
                 DOMAINS[o.domain]()
@@ -121,6 +120,8 @@ class OnnxProgram:
                 raise OnnxImportError(f"node '{node.name or node.op_type}': ONNX operator "
                                       f"'{node.op_type}' is not supported")
         validate(self.proto, self.opset, path)
+        self.proto = fuse_sign_conv(self.proto)  # dabnn's binary pattern, once it is valid
+        g = self.proto.graph
         self.initializers = {t.name: _array(t) for t in g.initializer}
         self.input_names = [i.name for i in g.input if i.name not in self.initializers]
         self.output_names = [o.name for o in g.output]

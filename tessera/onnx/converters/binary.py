@@ -192,9 +192,11 @@ def fuse_sign_conv(proto):
         if nd.op_type != "Conv" or nd.domain not in ("", "ai.onnx"):
             continue
         sign = producer.get(nd.input[0])
+        if sign is None or sign.op_type != "Sign" or len(nd.input) < 2:
+            continue
         w = _binary_weight(nd.input[1], inits, producer)
         attrs = {a.name: helper.get_attribute_value(a) for a in nd.attribute}
-        if sign is None or sign.op_type != "Sign" or w is None or attrs.get("group", 1) != 1 \
+        if w is None or attrs.get("group", 1) != 1 \
                 or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") or \
                 readers.get(sign.output[0], 0) != 1 or sign.output[0] in out_names or w.ndim != 4:
             continue
@@ -239,7 +241,12 @@ def fuse_sign_conv(proto):
 def _binary_weight(name: str, inits: dict, producer: dict) -> np.ndarray | None:
     """The +-1 weights named ``name``: a constant of +-1 values, or ``Sign`` of a constant
     (binarized as ``x < 0 -> -1``)."""
-    from onnx import numpy_helper
+    from onnx import TensorProto, numpy_helper
+    t = inits.get(name)
+    if t is None and name in producer and producer[name].op_type == "Sign":
+        t = inits.get(producer[name].input[0])
+    if t is None or t.data_location == TensorProto.EXTERNAL:
+        return None  # computed, or read by the importer later
     if name in inits:
         w = numpy_helper.to_array(inits[name])
         return w if w.size and np.isin(w, (-1.0, 1.0)).all() else None
