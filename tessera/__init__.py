@@ -86,6 +86,7 @@ from tessera.ops.activation import *  # noqa: E402,F403
 from tessera.ops.einsum import *  # noqa: E402,F403
 from tessera.ops.sparse import *  # noqa: E402,F403
 from tessera.ops.quantized import *  # noqa: E402,F403
+from tessera.ops.inplace import *  # noqa: E402,F403
 from tessera.ops.queries import (  # noqa: E402
     can_cast,
     get_default_device,
@@ -132,6 +133,14 @@ from tessera.nn.functional._toplevel import (  # noqa: E402  (torch.selu, torch.
     relu_,
     rrelu,
     rrelu_,
+    alpha_dropout,
+    alpha_dropout_,
+    dropout,
+    dropout_,
+    feature_alpha_dropout,
+    feature_alpha_dropout_,
+    feature_dropout,
+    feature_dropout_,
     selu,
     selu_,
     sigmoid_,

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from tessera.nn import functional as F
 from tessera.nn.functional.distance import cdist as _cdist
+from tessera.nn.functional.dropout import _apply as _dropout, _check_p
+from tessera.ops._util import ensure_tensor
 
 __all__ = ["relu_", "sigmoid_", "tanh_", "selu", "selu_", "celu", "celu_", "threshold",
            "threshold_", "hardshrink", "prelu", "rrelu", "rrelu_", "cosine_similarity",
            "pairwise_distance", "pdist", "cdist", "binary_cross_entropy_with_logits", "kl_div",
            "poisson_nll_loss", "margin_ranking_loss", "hinge_embedding_loss",
-           "triplet_margin_loss", "cosine_embedding_loss"]
+           "triplet_margin_loss", "cosine_embedding_loss", "dropout", "dropout_",
+           "alpha_dropout", "alpha_dropout_", "feature_dropout", "feature_dropout_",
+           "feature_alpha_dropout", "feature_alpha_dropout_"]
 
 _REDUCTIONS = ("none", "mean", "sum")
 
@@ -31,6 +35,53 @@ def _reduction(enum) -> str:
     if enum not in (0, 1, 2):
         raise ValueError(f"{enum} is not a valid value for reduction")
     return _REDUCTIONS[enum]
+
+
+# torch.dropout(input, p, train) and its kin: nn.functional's, with ``train`` required
+def dropout(input, p: float, train: bool):
+    """``F.dropout(input, p, train)``.
+
+    >>> import tessera
+    >>> x = tessera.ones(3)
+    >>> tessera.dropout(x, 0.5, False) is x, tessera.dropout_(x, 1.0, True).tolist()
+    (True, [0.0, 0.0, 0.0])
+    """
+    return F.dropout(input, p, train)
+
+
+def dropout_(input, p: float, train: bool):
+    return F.dropout(input, p, train, inplace=True)
+
+
+def alpha_dropout(input, p: float, train: bool):
+    return F.alpha_dropout(input, p, train)
+
+
+def alpha_dropout_(input, p: float, train: bool):
+    return F.alpha_dropout(input, p, train, inplace=True)
+
+
+def _feature(name: str, input, p: float, train: bool, inplace: bool, alpha: bool):
+    ensure_tensor(name, input)
+    _check_p(p)
+    return _dropout(input, p, train, inplace, True, alpha)
+
+
+def feature_dropout(input, p: float, train: bool):
+    """Dropout of whole channels (dim 1) of a batched input of any rank >= 2."""
+    return _feature("feature_dropout", input, p, train, False, False)
+
+
+def feature_dropout_(input, p: float, train: bool):
+    return _feature("feature_dropout_", input, p, train, True, False)
+
+
+def feature_alpha_dropout(input, p: float, train: bool):
+    return _feature("feature_alpha_dropout", input, p, train, False, True)
+
+
+def feature_alpha_dropout_(input, p: float, train: bool):
+    return _feature("feature_alpha_dropout_", input, p, train, True, True)
 
 
 def relu_(input):
