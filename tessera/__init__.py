@@ -12,6 +12,7 @@ tessera.Size([3, 4])
 from __future__ import annotations
 
 import importlib as _importlib
+import sys as _sys
 import typing as _typing
 
 from tessera._runtime.blas_env import tune_openblas as _tune_openblas
@@ -186,6 +187,12 @@ from tessera.nn.modules import (  # noqa: E402,F401  (PyTorch's module paths of 
 )
 from tessera.nn.parallel import distributed as _ddp_path  # noqa: E402,F401
 
+# torch.ops.aten.<name>: tessera's function of that name, else the Tensor method, else
+# nn.functional's (tessera.ops.library)
+ops.library.add_aten_source(_sys.modules[__name__])
+ops.library.add_aten_source(Tensor)
+ops.library.add_aten_source(nn.functional)
+
 globals().update(_CPU_TYPES)  # tessera.FloatTensor, LongTensor...: PyTorch's legacy types
 for _name, _cls in _legacy_types.CUDA_TYPES.items():
     setattr(cuda, _name, _cls)
@@ -240,7 +247,7 @@ cfloat, cdouble = complex64, complex128
 # subpackages loaded on first use (PEP 562): ``tessera.models.resnet18()`` works after a
 # plain ``import tessera``, which does not pay for them (nor import ``onnx``)
 _LAZY = ("models", "datasets", "onnx", "parallel", "kernels", "profiler", "distributions", "fx",
-         "sparse", "ao", "testing")
+         "sparse", "ao", "testing", "library")
 
 
 def __getattr__(name: str):
@@ -255,6 +262,7 @@ if _typing.TYPE_CHECKING:
         distributions,
         fx,
         kernels,
+        library,
         models,
         onnx,
         parallel,

@@ -35,7 +35,7 @@ LAYERS = [
     # and quantization (torch.ao)
     ("nn, optim, utils", r"tessera\.(nn(?!\.parallel)|optim|utils|profiler|distributions|amp"
                          r"|cuda|backends|multiprocessing|ao)(\..*)?|tessera\.(serialization(\..*)?"
-                         r"|accelerator|_legacy_types|version|testing)"),
+                         r"|accelerator|_legacy_types|version|testing|library)"),
     ("parallel", r"tessera\.parallel(\..*)?"),
     ("fx", r"tessera\.fx(\..*)?"),
     ("compiler", r"tessera\.compiler(\..*)?"),

@@ -266,6 +266,14 @@ class SparseTensor(Tensor):
         grad = self._masked_grad(g)
         return grad if dense is None else dense + grad.to_dense()
 
+    @grad.setter
+    def grad(self, value) -> None:
+        if value is None:
+            self._sp_values.grad = None
+            self.__dict__.pop("_grad", None)
+        else:
+            raise RuntimeError("assigning the gradient of a sparse tensor is not supported")
+
     def _masked_grad(self, g: Tensor) -> SparseTensor:
         grad = SparseTensor._new(self._sp_indices, g, self._shape, self.is_coalesced())
         if self.is_coalesced():
@@ -277,14 +285,6 @@ class SparseTensor(Tensor):
                                                           False).coalesce()
         return SparseTensor._new(grad._sp_indices, grad._sp_values / copies._sp_values,
                                  self._shape, True)
-
-    @grad.setter
-    def grad(self, value) -> None:
-        if value is None:
-            self._sp_values.grad = None
-            self.__dict__.pop("_grad", None)
-        else:
-            raise RuntimeError("assigning the gradient of a sparse tensor is not supported")
 
     # -- conversions --
     def to_dense(self, dtype=None, *, masked_grad: bool = True) -> Tensor:
