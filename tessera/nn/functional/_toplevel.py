@@ -112,16 +112,18 @@ def celu_(input, alpha: float = 1.0):
     return F.celu_(input, alpha)
 
 
-def threshold(input, threshold: float, value: float):
-    return F.threshold(input, threshold, value)
+def threshold(input, threshold: float, value: float, *, out=None):
+    y = F.threshold(input, threshold, value)
+    return y if out is None else out.copy_(y)
 
 
 def threshold_(input, threshold: float, value: float):
     return F.threshold_(input, threshold, value)
 
 
-def hardshrink(input, lambd: float = 0.5):
-    return F.hardshrink(input, lambd)
+def hardshrink(input, lambd: float = 0.5, *, out=None):
+    y = F.hardshrink(input, lambd)
+    return y if out is None else out.copy_(y)
 
 
 def prelu(input, weight):
@@ -138,11 +140,14 @@ def rrelu_(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool
     return F.rrelu_(input, lower, upper, training)
 
 
-def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
+def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8, *, axis=None):
+    dim = dim if axis is None else axis
     return F.cosine_similarity(x1, x2, dim, eps)
 
 
-def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
+def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False, *,
+                      keepdims=None):
+    keepdim = keepdim if keepdims is None else keepdims
     return F.pairwise_distance(x1, x2, p, eps, keepdim)
 
 
