@@ -247,7 +247,7 @@ cfloat, cdouble = complex64, complex128
 # subpackages loaded on first use (PEP 562): ``tessera.models.resnet18()`` works after a
 # plain ``import tessera``, which does not pay for them (nor import ``onnx``)
 _LAZY = ("models", "datasets", "onnx", "parallel", "kernels", "profiler", "distributions", "fx",
-         "sparse", "ao", "testing", "library")
+         "sparse", "ao", "testing", "library", "linalg")
 
 
 def __getattr__(name: str):
@@ -263,6 +263,7 @@ if _typing.TYPE_CHECKING:
         fx,
         kernels,
         library,
+        linalg,
         models,
         onnx,
         parallel,

@@ -45,7 +45,7 @@ LAYERS = [
     # PyTorch's import paths of the parallel strategies (torch.nn.parallel,
     # torch.distributed.optim)
     ("namespace", r"tessera|tessera\.__main__|tessera\.onnx\.__main__|tessera\.sparse"
-                  r"|tessera\.nn\.parallel(\..*)?|tessera\.distributed\.optim(\..*)?"),
+                  r"|tessera\.linalg|tessera\.nn\.parallel(\..*)?|tessera\.distributed\.optim(\..*)?"),
 ]
 
 
