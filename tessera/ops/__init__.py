@@ -27,4 +27,5 @@ def __getattr__(name: str):
     if _importlib_util.find_spec(f"{__name__}.{name}") is not None:
         return _importlib.import_module(f"{__name__}.{name}")
     from tessera.ops.library import namespace
-    return namespace(name)
+    ns = globals()[name] = namespace(name)   # found directly from now on
+    return ns
