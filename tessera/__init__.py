@@ -12,6 +12,7 @@ tessera.Size([3, 4])
 from __future__ import annotations
 
 import importlib as _importlib
+import sys as _sys
 import typing as _typing
 
 from tessera._runtime.blas_env import tune_openblas as _tune_openblas
@@ -86,6 +87,7 @@ from tessera.ops.activation import *  # noqa: E402,F403
 from tessera.ops.einsum import *  # noqa: E402,F403
 from tessera.ops.sparse import *  # noqa: E402,F403
 from tessera.ops.quantized import *  # noqa: E402,F403
+from tessera.ops.inplace import *  # noqa: E402,F403
 from tessera.ops.queries import (  # noqa: E402
     can_cast,
     get_default_device,
@@ -132,6 +134,14 @@ from tessera.nn.functional._toplevel import (  # noqa: E402  (torch.selu, torch.
     relu_,
     rrelu,
     rrelu_,
+    alpha_dropout,
+    alpha_dropout_,
+    dropout,
+    dropout_,
+    feature_alpha_dropout,
+    feature_alpha_dropout_,
+    feature_dropout,
+    feature_dropout_,
     selu,
     selu_,
     sigmoid_,
@@ -176,6 +186,12 @@ from tessera.nn.modules import (  # noqa: E402,F401  (PyTorch's module paths of 
     upsampling,
 )
 from tessera.nn.parallel import distributed as _ddp_path  # noqa: E402,F401
+
+# torch.ops.aten.<name>: tessera's function of that name, else the Tensor method, else
+# nn.functional's (tessera.ops.library)
+ops.library.add_aten_source(_sys.modules[__name__])
+ops.library.add_aten_source(Tensor)
+ops.library.add_aten_source(nn.functional)
 
 globals().update(_CPU_TYPES)  # tessera.FloatTensor, LongTensor...: PyTorch's legacy types
 for _name, _cls in _legacy_types.CUDA_TYPES.items():
@@ -231,7 +247,7 @@ cfloat, cdouble = complex64, complex128
 # subpackages loaded on first use (PEP 562): ``tessera.models.resnet18()`` works after a
 # plain ``import tessera``, which does not pay for them (nor import ``onnx``)
 _LAZY = ("models", "datasets", "onnx", "parallel", "kernels", "profiler", "distributions", "fx",
-         "sparse", "ao", "testing")
+         "sparse", "ao", "testing", "library", "linalg")
 
 
 def __getattr__(name: str):
@@ -246,6 +262,8 @@ if _typing.TYPE_CHECKING:
         distributions,
         fx,
         kernels,
+        library,
+        linalg,
         models,
         onnx,
         parallel,

@@ -44,6 +44,20 @@ def pop_mode():
     return _MODES.pop()
 
 
+def composite_args(name: str, args: tuple) -> tuple:
+    """``args`` of the composite ``name`` (``linear``, ``addmm``...) as the active modes
+    would pass them to one op of that name: PyTorch's autocast casts a composite's inputs
+    together, where casting its parts one by one would leave a float32 bias add. A mode
+    takes part by defining ``composite_args(name, args)``; callers check ``_MODES`` first,
+    so the call costs nothing outside a mode.
+    """
+    for mode in reversed(_MODES):
+        hook = getattr(mode, "composite_args", None)
+        if hook is not None:
+            args = hook(name, args)
+    return args
+
+
 def _device_error(op: OpDef, a: device, b: device) -> RuntimeError:
     return RuntimeError(f"{op.name}: expected all tensors to be on the same device, but found "
                         f"at least two devices, {a} and {b}!")

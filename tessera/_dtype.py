@@ -177,9 +177,9 @@ def _promote_pair(a: dtype, b: dtype) -> dtype:
 _PROMOTE = {(a, b): _promote_pair(a, b) for a in ALL for b in ALL}
 
 
-def promote_types(a: dtype, b: dtype) -> dtype:
-    """The smallest dtype both ``a`` and ``b`` convert to (PyTorch's table)."""
-    return _PROMOTE[(a, b)]
+def promote_types(type1: dtype, type2: dtype) -> dtype:
+    """The smallest dtype both ``type1`` and ``type2`` convert to (PyTorch's table)."""
+    return _PROMOTE[(type1, type2)]
 
 
 _default = float32

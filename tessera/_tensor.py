@@ -219,7 +219,8 @@ class Tensor(TensorMethods):
     def shape(self) -> Size:
         return Size(self._shape)
 
-    def size(self, dim: int | None = None):
+    def size(self, dim: int | None = None, *, axis=None):
+        dim = dim if axis is None else axis
         if dim is None:
             return Size(self._shape)
         return self._shape[_wrap_dim(dim, len(self._shape), "size")]
@@ -339,7 +340,8 @@ class Tensor(TensorMethods):
     def meta(self) -> Meta:
         return Meta(self._shape, self._dtype)
 
-    def stride(self, dim: int | None = None):
+    def stride(self, dim: int | None = None, *, axis=None):
+        dim = dim if axis is None else axis
         if self._data is None or self.numel() == 0:  # NumPy gives empty arrays 0 strides
             st = _contiguous_strides(self._shape)
         else:
@@ -812,16 +814,22 @@ class Tensor(TensorMethods):
         return _OPS["tensor"](data, dtype=dtype or self._dtype, device=device or self._device,
                               requires_grad=requires_grad)
 
-    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
-        return _OPS["zeros"](*size, dtype=dtype or self._dtype, device=device or self._device,
+    def new_zeros(self, *sizes, size=None, dtype=None, device=None,
+                  requires_grad=False) -> Tensor:
+        sizes = sizes if size is None else (size,)
+        return _OPS["zeros"](*sizes, dtype=dtype or self._dtype, device=device or self._device,
                              requires_grad=requires_grad)
 
-    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
-        return _OPS["ones"](*size, dtype=dtype or self._dtype, device=device or self._device,
+    def new_ones(self, *sizes, size=None, dtype=None, device=None,
+                 requires_grad=False) -> Tensor:
+        sizes = sizes if size is None else (size,)
+        return _OPS["ones"](*sizes, dtype=dtype or self._dtype, device=device or self._device,
                             requires_grad=requires_grad)
 
-    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
-        return _OPS["empty"](*size, dtype=dtype or self._dtype, device=device or self._device,
+    def new_empty(self, *sizes, size=None, dtype=None, device=None,
+                  requires_grad=False) -> Tensor:
+        sizes = sizes if size is None else (size,)
+        return _OPS["empty"](*sizes, dtype=dtype or self._dtype, device=device or self._device,
                              requires_grad=requires_grad)
 
     def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:

@@ -15,10 +15,16 @@ from __future__ import annotations
 
 from tessera import _dtype as D
 from tessera._tensor import Tensor
-from tessera.ops.sparse import SparseTensor, mm, sparse_coo_tensor, sparse_sum as sum
+from tessera.ops.sparse import SparseTensor, mm as _mm, sparse_coo_tensor, sparse_sum as sum
 
 __all__ = ["mm", "addmm", "sum", "softmax", "log_softmax", "FloatTensor", "DoubleTensor",
            "LongTensor", "IntTensor", "ByteTensor", "BoolTensor"]
+
+
+def mm(mat1, mat2) -> Tensor:
+    """``mat1 @ mat2`` with a sparse operand; a sparse leaf's gradient is sparse, at its
+    stored entries (``torch.mm`` gives it dense)."""
+    return _mm(mat1, mat2, masked_grad=True)
 
 
 def addmm(mat: Tensor, mat1, mat2, *, beta: float = 1, alpha: float = 1) -> Tensor:

@@ -35,7 +35,7 @@ LAYERS = [
     # and quantization (torch.ao)
     ("nn, optim, utils", r"tessera\.(nn(?!\.parallel)|optim|utils|profiler|distributions|amp"
                          r"|cuda|backends|multiprocessing|ao)(\..*)?|tessera\.(serialization(\..*)?"
-                         r"|accelerator|_legacy_types|version|testing)"),
+                         r"|accelerator|_legacy_types|version|testing|library)"),
     ("parallel", r"tessera\.parallel(\..*)?"),
     ("fx", r"tessera\.fx(\..*)?"),
     ("compiler", r"tessera\.compiler(\..*)?"),
@@ -45,7 +45,7 @@ LAYERS = [
     # PyTorch's import paths of the parallel strategies (torch.nn.parallel,
     # torch.distributed.optim)
     ("namespace", r"tessera|tessera\.__main__|tessera\.onnx\.__main__|tessera\.sparse"
-                  r"|tessera\.nn\.parallel(\..*)?|tessera\.distributed\.optim(\..*)?"),
+                  r"|tessera\.linalg|tessera\.nn\.parallel(\..*)?|tessera\.distributed\.optim(\..*)?"),
 ]
 
 

@@ -21,6 +21,10 @@ __all__ = ["autocast", "custom_bwd", "custom_fwd", "is_autocast_available"]
 
 # the ops PyTorch's CPU autocast runs in the region's dtype, and those it runs in float32
 LOWER_PRECISION = frozenset({"matmul", "conv", "prelu", "einsum"})
+# composites tessera builds from several ops that PyTorch autocasts as one (their bias adds
+# would otherwise promote back to float32)
+LOWER_PRECISION_COMPOSITES = frozenset({"linear", "addmm", "baddbmm", "addbmm",
+                                        "conv_transpose", "lstm", "rnn_tanh", "rnn_relu"})
 FLOAT32 = frozenset({"nll_loss", "ctc_loss"})
 
 _AVAILABLE = ("cpu", "cuda", "xpu", "mps", "hpu", "mtia", "maia", "xla", "ipu")
@@ -109,6 +113,11 @@ class _CastMode:
             return _dispatch.dispatch(op, *args, **attrs)
         finally:
             _dispatch.push_mode(self)
+
+    def composite_args(self, name, args):
+        if _STATE["cpu"][0] and name in LOWER_PRECISION_COMPOSITES:
+            return _cast(args, _STATE["cpu"][1])
+        return args
 
     def dispatch_inplace(self, op, target, args, attrs):
         _dispatch.pop_mode()

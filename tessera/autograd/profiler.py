@@ -43,6 +43,7 @@ from tessera import _dispatch
 from tessera._tensor import Tensor
 from tessera.autograd.engine import BACKWARD_SCOPES
 from tessera.autograd.profiler_util import EventList, FunctionEvent
+from tessera.ops import library as _library
 from tessera.ops.registry import Meta
 
 __all__ = ["profile", "record_function", "EventList", "FunctionEvent"]
@@ -217,6 +218,24 @@ class record_function:
             with record_function(self.name, self.args):
                 return fn(*a, **kw)
         return wrapped
+
+
+# torch.ops.profiler: the functional form of record_function, which code emits where a
+# ``with`` block cannot go (an fx graph)
+def _record_function_enter_new(name: str, args: str | None = None) -> record_function:
+    handle = record_function(name, args)
+    handle.__enter__()
+    return handle
+
+
+def _record_function_exit(handle: record_function) -> None:
+    handle.__exit__(None, None, None)
+
+
+for _name, _fn in (("_record_function_enter_new", _record_function_enter_new),
+                   ("_record_function_enter", _record_function_enter_new),
+                   ("_record_function_exit", _record_function_exit)):
+    _library.define("profiler", _name, _fn)
 
 
 class profile:

@@ -58,6 +58,7 @@ from tessera.nn.modules import module as _module
 from tessera.nn.modules.container import Sequential
 from tessera.nn.modules.module import Module
 from tessera.nn.parameter import Parameter
+from tessera.ops.library import OpOverload, OpOverloadPacket
 
 __all__ = ["Tracer", "symbolic_trace", "wrap", "PH", "is_fx_tracing"]
 
@@ -158,6 +159,17 @@ def _wrapped_method(name: str, fn: Callable) -> Callable:
         if proxy is None:
             return fn(*args, **kwargs)
         return proxy.tracer.create_proxy("call_method", name, args, kwargs)
+    return wrapped
+
+
+def _wrapped_op_call(call: Callable) -> Callable:
+    """An operator of ``tessera.ops`` recording itself as the target of a
+    ``call_function`` node when a Proxy is among its arguments."""
+    def wrapped(op: Any, *args: Any, **kwargs: Any) -> Any:
+        proxy = _find_proxy(args, kwargs)
+        if proxy is None:
+            return call(op, *args, **kwargs)
+        return proxy.tracer.create_proxy("call_function", op, args, kwargs)
     return wrapped
 
 
@@ -467,6 +479,8 @@ class Tracer(TracerBase):
         for name, method in _tensor_methods().items():
             patcher.patch_method(Tensor, name, _wrapped_method(method.__name__ if
                                  name.startswith("__") else name, method))
+        for cls in (OpOverloadPacket, OpOverload):   # tessera.ops.<namespace>.<op>(proxy)
+            patcher.patch_method(cls, "__call__", _wrapped_op_call(cls.__call__))
         ids = self._autowrap_function_ids
         self._tessera_ids = {id(v) for m in _tessera_namespaces() for v in m.__dict__.values()}
         hold_namespaces()

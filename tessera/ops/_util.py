@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NoReturn
 
 import numpy as np
 
@@ -119,6 +120,19 @@ def ensure_tensor(op: str, x, name: str = "input") -> Tensor:
     if not isinstance(x, Tensor):
         raise TypeError(f"{op}(): argument '{name}' must be Tensor, not {type(x).__name__}")
     return x
+
+
+def missing(fn_name: str, **args) -> NoReturn:
+    """The TypeError of a required argument left out. Those after a ``dim`` take None as
+    their default, so that NumPy's ``axis=`` may stand for ``dim`` as PyTorch allows.
+
+    >>> missing("gather", dim=0, index=None)
+    Traceback (most recent call last):
+    ...
+    TypeError: gather() missing required argument 'index'
+    """
+    name = next(k for k, v in args.items() if v is None)
+    raise TypeError(f"{fn_name}() missing required argument '{name}'")
 
 
 def numel(shape: Sequence[int]) -> int:

@@ -29,7 +29,7 @@ from tessera import _dtype as D
 from tessera.ops import _jax, cost, reduce as R
 from tessera.ops._elementwise import POINTWISE
 from tessera.ops._sbp import pointwise
-from tessera.ops._util import call, wrap_dim
+from tessera.ops._util import call, missing, wrap_dim
 from tessera.ops.registry import Meta, defop
 from tessera.ops.ternary import where
 from tessera.ops.unary import exp, sigmoid, tanh
@@ -716,16 +716,22 @@ def _cast_for(input, dtype):
     return input.to(D.as_dtype(dtype))
 
 
-def softmax(input, dim: int, dtype=None, *, out=None):
+def softmax(input, dim: int | None = None, dtype=None, *, out=None, axis=None):
     """``exp(x) / sum(exp(x))`` along ``dim``; with ``dtype`` the input is cast first.
 
     >>> import tessera
     >>> tessera.softmax(tessera.tensor([1., 1., 1., 1.]), 0)
     tensor([0.2500, 0.2500, 0.2500, 0.2500])
     """
+    dim = dim if axis is None else axis
+    if dim is None:
+        missing("softmax", dim=dim)
     return call(_SOFTMAX, _cast_for(input, dtype), dim=dim, out=out)
 
 
-def log_softmax(input, dim: int, dtype=None, *, out=None):
+def log_softmax(input, dim: int | None = None, dtype=None, *, out=None, axis=None):
     """``x - logsumexp(x)`` along ``dim``, computed stably in one kernel."""
+    dim = dim if axis is None else axis
+    if dim is None:
+        missing("log_softmax", dim=dim)
     return call(_LOG_SOFTMAX, _cast_for(input, dtype), dim=dim, out=out)

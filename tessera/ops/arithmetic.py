@@ -37,6 +37,7 @@ from tessera.ops._sbp import pointwise
 from tessera.ops._util import call
 from tessera.ops.comparison import isnan
 from tessera.ops.registry import Meta, defop
+from tessera.ops.sparse import SparseTensor, binary as _sparse_binary
 from tessera.ops.ternary import where
 from tessera.ops.unary import exp, exp2, log
 
@@ -152,14 +153,37 @@ _SUB = defop("sub", _add_infer("sub"), _kernel(_sub_kernel), grad=_sub_grad,
              operator=("__sub__", {"alpha": 1}), **_add_rules("-", _inplace_sub), to_jax=_jax.sub)
 
 
+def _sparse(input, other) -> bool:
+    return type(input) is SparseTensor or type(other) is SparseTensor
+
+
+# A sparse operand makes dispatch raise NotImplementedError (the sparse device has no
+# kernels): add, sub and mul catch it and take the sparse way, so the dense calls pay nothing.
+
 def add(input, other, *, alpha=1, out=None):
     """``input + alpha * other``, broadcasting and promoting like PyTorch."""
-    return call(_ADD, input, other, alpha=alpha, out=out)
+    if out is None:
+        try:
+            return call(_ADD, input, other, alpha=alpha)
+        except NotImplementedError:
+            if not _sparse(input, other):
+                raise
+    elif not _sparse(input, other):
+        return call(_ADD, input, other, alpha=alpha, out=out)
+    return _sparse_binary("add", input, other, alpha, out)
 
 
 def sub(input, other, *, alpha=1, out=None):
     """``input - alpha * other``."""
-    return call(_SUB, input, other, alpha=alpha, out=out)
+    if out is None:
+        try:
+            return call(_SUB, input, other, alpha=alpha)
+        except NotImplementedError:
+            if not _sparse(input, other):
+                raise
+    elif not _sparse(input, other):
+        return call(_SUB, input, other, alpha=alpha, out=out)
+    return _sparse_binary("sub", input, other, alpha, out)
 
 
 subtract = sub
@@ -182,7 +206,15 @@ _MUL = defop("mul", _binary_infer("mul"), _kernel(np.multiply), grad=_mul_grad, 
 
 def mul(input, other, *, out=None):
     """``input * other``."""
-    return call(_MUL, input, other, out=out)
+    if out is None:
+        try:
+            return call(_MUL, input, other)
+        except NotImplementedError:
+            if not _sparse(input, other):
+                raise
+    elif not _sparse(input, other):
+        return call(_MUL, input, other, out=out)
+    return _sparse_binary("mul", input, other, 1, out)
 
 
 multiply = mul

@@ -264,7 +264,28 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
     return tensor(data, dtype=dtype, device=device)
 
 
-asarray = as_tensor
+def asarray(obj, *, dtype=None, device=None, copy: bool | None = None,
+            requires_grad: bool = False) -> Tensor:
+    """A tensor of ``obj`` sharing its memory where it can (``copy=True`` always copies,
+    ``copy=False`` refuses to), as ``torch.asarray``.
+
+    >>> import numpy as np
+    >>> a = np.zeros(2, np.float32)
+    >>> asarray(a)[0] = 1.0; a.tolist()
+    [1.0, 0.0]
+    """
+    out = as_tensor(obj, dtype=dtype, device=device)
+    src = obj._data if isinstance(obj, Tensor) else obj
+    shared = isinstance(src, np.ndarray) and isinstance(out._data, np.ndarray) and \
+        np.shares_memory(out._data, src)
+    if copy is False and not shared:
+        raise ValueError("asarray(copy=False): obj cannot become a tensor of this dtype and "
+                         "device without a copy")
+    if copy and shared:
+        out = out.clone()
+    if requires_grad:
+        out = (out.detach() if out is obj else out).requires_grad_(True)
+    return out
 
 
 def from_numpy(ndarray: np.ndarray) -> Tensor:
@@ -350,18 +371,20 @@ def _make_full(op_name, size, value, dtype, device, requires_grad):
     return _finish(out, requires_grad)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None,
+def zeros(*sizes, size=None, dtype=None, device=None, requires_grad=False, out=None, layout=None,
           placement=None, sbp=None) -> Tensor:
     """A tensor of zeros: ``zeros(2, 3)`` or ``zeros((2, 3))``."""
+    size = sizes if size is None else (size,)   # zeros(size=(2, 3)) too
     if placement is not None or sbp is not None:
         return _global(lambda: zeros(*size, dtype=dtype), placement, sbp, requires_grad,
                        "zeros")
     return _make_full("zeros", size, 0, dtype or D.get_default_dtype(), device, requires_grad)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None,
+def ones(*sizes, size=None, dtype=None, device=None, requires_grad=False, out=None, layout=None,
          placement=None, sbp=None) -> Tensor:
     """A tensor of ones."""
+    size = sizes if size is None else (size,)   # zeros(size=(2, 3)) too
     if placement is not None or sbp is not None:
         return _global(lambda: ones(*size, dtype=dtype), placement, sbp, requires_grad, "ones")
     return _make_full("ones", size, 1, dtype or D.get_default_dtype(), device, requires_grad)
@@ -382,9 +405,10 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad=False, out=
     return _make_full("full", (tuple(size),), fill_value, dtype, device, requires_grad)
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None,
+def empty(*sizes, size=None, dtype=None, device=None, requires_grad=False, out=None, layout=None,
           pin_memory=False, memory_format=None, placement=None, sbp=None) -> Tensor:
     """An uninitialised tensor."""
+    size = sizes if size is None else (size,)   # zeros(size=(2, 3)) too
     if placement is not None or sbp is not None:
         return _global(lambda: zeros(*size, dtype=dtype), placement, sbp, requires_grad,
                        "empty")
@@ -500,10 +524,12 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False,
 
 
 def logspace(start, end, steps, base=10.0, *, dtype=None, device=None,
-             requires_grad=False) -> Tensor:
+             requires_grad=False, out=None) -> Tensor:
     from tessera.ops.arithmetic import pow as _pow
     lin = linspace(start, end, steps, dtype=D.float64, device=device)
     dt = D.dtype_arg("logspace", dtype) if dtype is not None else D.get_default_dtype()
+    if out is not None:
+        return copy(out, _pow(base, lin).to(out.dtype if dtype is None else dt), out=out)
     return _finish(_pow(base, lin).to(dt),
                    bool_arg("logspace", "requires_grad", requires_grad, none=True))
 
@@ -749,14 +775,15 @@ def contiguous(input: Tensor, memory_format=None) -> Tensor:
     return dispatch(_CLONE, input, contiguous=True)
 
 
-def complex(real: Tensor, imag: Tensor) -> Tensor:
+def complex(real: Tensor, imag: Tensor, *, out=None) -> Tensor:
     from tessera.ops.arithmetic import mul
-    return real.to(real.dtype.to_complex()) + mul(imag.to(imag.dtype.to_complex()), 1j)
+    z = real.to(real.dtype.to_complex()) + mul(imag.to(imag.dtype.to_complex()), 1j)
+    return z if out is None else copy(out, z, out=out)
 
 
-def polar(abs: Tensor, angle: Tensor) -> Tensor:
+def polar(abs: Tensor, angle: Tensor, *, out=None) -> Tensor:
     from tessera.ops.unary import cos, sin
-    return complex(abs * cos(angle), abs * sin(angle))
+    return complex(abs * cos(angle), abs * sin(angle), out=out)
 
 
 def _rebuild_tensor(array, dtype_name, device, shape, requires_grad):

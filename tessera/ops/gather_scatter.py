@@ -35,7 +35,7 @@ from tessera.ops._indexing import (
     require_tensors,
 )
 from tessera.ops._sbp import aligned, wrap
-from tessera.ops._util import broadcast_shapes, call, numel, wrap_dim
+from tessera.ops._util import broadcast_shapes, call, missing, numel, wrap_dim
 from tessera.ops.arithmetic import remainder
 from tessera.ops.comparison import logical_and
 from tessera.ops.creation import ones_like, zeros, zeros_like
@@ -141,8 +141,12 @@ _GATHER = defop("gather", _gather_infer, _gather_kernel, grad=_gather_grad,
                 to_jax=lambda jnp, lax, a, at: jnp.take_along_axis(a[0], a[1], axis=at["dim"]))
 
 
-def gather(input, dim, index, *, sparse_grad: bool = False, out=None) -> Tensor:
+def gather(input, dim=None, index=None, *, sparse_grad: bool = False, out=None,
+           axis=None) -> Tensor:
     """``out[i][j] = input[index[i][j]][j]`` for ``dim=0`` (and so on for other dims)."""
+    dim = dim if axis is None else axis
+    if dim is None or index is None:
+        missing("gather", dim=dim, index=index)
     require_tensors("gather", input=input, index=index)
     return call(_GATHER, input, index, dim=dim, out=out)
 
@@ -230,9 +234,13 @@ _SCATTER = defop("scatter", _scatter_infer, _scatter_kernel, grad=_scatter_grad,
                  cost=_scatter_cost)
 
 
-def scatter(input, dim, index, src=None, value=None, *, reduce=None, out=None) -> Tensor:
+def scatter(input, dim=None, index=None, src=None, value=None, *, reduce=None, out=None,
+            axis=None) -> Tensor:
     """Write ``src`` (a tensor) or ``value`` (a number) into ``input`` at ``index`` along
     ``dim``; ``reduce='add'|'multiply'`` combines instead of overwriting (no gradient)."""
+    dim = dim if axis is None else axis
+    if dim is None or index is None:
+        missing("scatter", dim=dim, index=index)
     require_tensors("scatter", input=input, index=index)
     s = src if src is not None else value
     if s is None:
@@ -272,8 +280,11 @@ _SCATTER_ADD = defop("scatter_add", _scatter_add_infer, _scatter_add_kernel,
                      cost=lambda ins, outs, **attrs: _scatter_cost(ins, outs, reduce="sum"))
 
 
-def scatter_add(input, dim, index, src, *, out=None) -> Tensor:
+def scatter_add(input, dim=None, index=None, src=None, *, out=None, axis=None) -> Tensor:
     """``input`` with ``src`` added at ``index`` along ``dim`` (repeated indices add up)."""
+    dim = dim if axis is None else axis
+    if dim is None or index is None or src is None:
+        missing("scatter_add", dim=dim, index=index, src=src)
     require_tensors("scatter_add", input=input, index=index)
     if not isinstance(src, Tensor):
         raise TypeError(f"scatter_add(): argument 'src' (position 4) must be Tensor, not "
@@ -374,20 +385,24 @@ _SCATTER_REDUCE = defop("scatter_reduce", _scatter_reduce_infer, _scatter_reduce
                         cost=_scatter_cost)
 
 
-def scatter_reduce(input, dim, index, src, reduce, *, include_self: bool = True,
-                   out=None) -> Tensor:
+def scatter_reduce(input, dim=None, index=None, src=None, reduce=None, *,
+                   include_self: bool = True, out=None, axis=None) -> Tensor:
     """Reduce ``src`` into ``input`` at ``index`` along ``dim`` with ``reduce`` in
     ``'sum' | 'prod' | 'mean' | 'amax' | 'amin'``; ``include_self=False`` leaves the old
     values of the written positions out of the reduction."""
+    dim = dim if axis is None else axis
+    if dim is None or index is None or src is None or reduce is None:
+        missing("scatter_reduce", dim=dim, index=index, src=src, reduce=reduce)
     require_tensors("scatter_reduce", input=input, index=index, src=src)
     return call(_SCATTER_REDUCE, input, index, src, dim=dim, reduce=reduce,
                 include_self=include_self, out=out)
 
 
-def take_along_dim(input, indices, dim=None, *, out=None) -> Tensor:
+def take_along_dim(input, indices, dim=None, *, out=None, axis=None) -> Tensor:
     """``gather`` with ``input`` and ``indices`` broadcast against each other off ``dim``;
     with ``dim=None`` both are read as 1-d. Along a dim, PyTorch wraps indices modulo the
     size (so ``-1`` is the last element); this follows it."""
+    dim = dim if axis is None else axis
     require_tensors("take_along_dim", input=input, indices=indices)
     if indices.dtype is not D.int64:
         raise RuntimeError(f"torch.take_along_dim(): dtype of indices should be Long but got "

@@ -503,9 +503,12 @@ _NONZERO = defop("nonzero", lambda x: Meta((-1, len(x.shape)), D.int64), _nonzer
                  grad=None, dynamic_shape=True, cost=cost.reduction(1))  # a test per element
 
 
-def nonzero(input: Tensor, *, as_tuple: bool = False):
+def nonzero(input: Tensor, *, out=None, as_tuple: bool = False):
     """Indices of non-zero elements: an (n, ndim) int64 tensor, or a tuple of 1-d tensors."""
     ensure_tensor("nonzero", input)
+    if out is not None and not as_tuple:
+        from tessera.ops.creation import copy
+        return copy(out, dispatch(_NONZERO, input), out=out)
     if as_tuple:
         if input.dim() == 0:  # PyTorch treats a 0-d input as 1-d here
             return nonzero(input.reshape(1), as_tuple=True)

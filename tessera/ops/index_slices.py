@@ -34,7 +34,7 @@ from tessera.ops._indexing import (
     require_tensors,
 )
 from tessera.ops._sbp import wrap
-from tessera.ops._util import call, numel, wrap_dim
+from tessera.ops._util import call, missing, numel, wrap_dim
 from tessera.ops.creation import zeros, zeros_like
 from tessera.ops.registry import Meta, defop
 from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
@@ -96,8 +96,11 @@ _INDEX_SELECT = defop("index_select", _index_select_infer, _index_select_kernel,
                       to_jax=lambda jnp, lax, a, at: jnp.take(a[0], a[1], axis=at["dim"]))
 
 
-def index_select(input, dim, index, *, out=None) -> Tensor:
+def index_select(input, dim=None, index=None, *, out=None, axis=None) -> Tensor:
     """The slices of ``input`` along ``dim`` at the positions in the 1-d ``index``."""
+    dim = dim if axis is None else axis
+    if dim is None or index is None:
+        missing("index_select", dim=dim, index=index)
     require_tensors("index_select", input=input, index=index)
     return call(_INDEX_SELECT, input, index, dim=dim, out=out)
 
@@ -185,8 +188,11 @@ _INDEX_ADD = defop("index_add", _index_add_infer, _index_add_kernel, grad=_index
                    cost=_index_add_cost)
 
 
-def index_add(input, dim, index, source, *, alpha=1, out=None) -> Tensor:
+def index_add(input, dim=None, index=None, source=None, *, alpha=1, out=None, axis=None) -> Tensor:
     """``input`` with ``alpha * source`` added to the slices at ``index`` along ``dim``."""
+    dim = dim if axis is None else axis
+    if dim is None or index is None or source is None:
+        missing("index_add", dim=dim, index=index, source=source)
     require_tensors("index_add", input=input, index=index, source=source)
     return call(_INDEX_ADD, input, index, source, dim=dim, alpha=alpha, out=out)
 
@@ -245,8 +251,11 @@ _INDEX_COPY = defop("index_copy", _index_copy_infer, _index_copy_kernel, grad=_i
                     cost=cost.movement())
 
 
-def index_copy(input, dim, index, source, *, out=None) -> Tensor:
+def index_copy(input, dim=None, index=None, source=None, *, out=None, axis=None) -> Tensor:
     """``input`` with the slices at ``index`` along ``dim`` replaced by those of ``source``."""
+    dim = dim if axis is None else axis
+    if dim is None or index is None or source is None:
+        missing("index_copy", dim=dim, index=index, source=source)
     require_tensors("index_copy", input=input, index=index, source=source)
     return call(_INDEX_COPY, input, index, source, dim=dim, out=out)
 
@@ -291,9 +300,12 @@ _INDEX_FILL = defop("index_fill", _index_fill_infer, _index_fill_kernel, grad=_i
                     cost=cost.movement())
 
 
-def index_fill(input, dim, index, value, *, out=None) -> Tensor:
+def index_fill(input, dim=None, index=None, value=None, *, out=None, axis=None) -> Tensor:
     """``input`` with the slices at ``index`` along ``dim`` set to ``value`` (a number or a
     0-d tensor)."""
+    dim = dim if axis is None else axis
+    if dim is None or index is None or value is None:
+        missing("index_fill", dim=dim, index=index, value=value)
     require_tensors("index_fill", input=input, index=index)
     if isinstance(value, np.generic):
         value = value.item()

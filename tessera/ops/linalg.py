@@ -18,7 +18,7 @@ from collections import namedtuple
 import numpy as np
 
 from tessera import _dtype as D
-from tessera._dispatch import dispatch
+from tessera._dispatch import _MODES, composite_args, dispatch
 from tessera._tensor import Tensor
 from tessera.ops import _sbp, cost
 from tessera.ops._util import call, ensure_tensor, numel, sum_to
@@ -504,6 +504,8 @@ def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta=1, alpha=1,
     """``beta * input + alpha * (mat1 @ mat2)``; ``input`` broadcasts to the product."""
     for name, t in (("input", input), ("mat1", mat1), ("mat2", mat2)):
         ensure_tensor("addmm", t, name)
+    if _MODES:  # autocast casts the three inputs as one op
+        input, mat1, mat2 = composite_args("addmm", (input, mat1, mat2))
     for name, t in (("mat1", mat1), ("mat2", mat2)):
         if t.dim() != 2:
             raise RuntimeError(f"{name} must be a matrix, got {t.dim()}-D tensor")
@@ -546,6 +548,8 @@ def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1, alpha=1,
     """``beta * input + alpha * bmm(batch1, batch2)``."""
     for name, t in (("input", input), ("batch1", batch1), ("batch2", batch2)):
         ensure_tensor("baddbmm", t, name)
+    if _MODES:
+        input, batch1, batch2 = composite_args("baddbmm", (input, batch1, batch2))
     _check_bmm("baddbmm", batch1, batch2, index_error=True)
     if input.dtype is not batch1.dtype:
         raise RuntimeError(f"Input dtypes must be the same, got: input "
@@ -565,6 +569,8 @@ def addbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1, alpha=1,
     """``beta * input + alpha * sum_b(batch1[b] @ batch2[b])``, as one matrix product."""
     for name, t in (("input", input), ("batch1", batch1), ("batch2", batch2)):
         ensure_tensor("addbmm", t, name)
+    if _MODES:
+        input, batch1, batch2 = composite_args("addbmm", (input, batch1, batch2))
     _check_bmm("addbmm", batch1, batch2, index_error=True)
     (b, n, k), (b2, k2, m) = batch1.shape, batch2.shape
     if b != b2:

@@ -36,8 +36,27 @@ def numel(input: Tensor) -> int:
     return input.numel()
 
 
-def result_type(tensor1, tensor2) -> D.dtype:
-    """The dtype an op on these two operands would produce (PyTorch's rules)."""
+_ABSENT = object()
+
+
+def result_type(tensor1=_ABSENT, tensor2=_ABSENT, *, tensor=_ABSENT, other=_ABSENT,
+                scalar=_ABSENT, scalar1=_ABSENT, scalar2=_ABSENT) -> D.dtype:
+    """The dtype an op on these two operands would produce (PyTorch's rules); the operands
+    by position or by PyTorch's keywords (``tensor``/``other``, ``scalar``, ``scalar1``/
+    ``scalar2``).
+
+    >>> import tessera
+    >>> result_type(tensor=tessera.ones(1, dtype=tessera.int32), other=2.5)
+    tessera.float32
+    """
+    given = [v for v in (tensor1, tensor, scalar1, tensor2, other, scalar, scalar2)
+             if v is not _ABSENT]
+    if scalar is not _ABSENT and tensor is not _ABSENT and scalar1 is _ABSENT:
+        given = [scalar, tensor] if tensor1 is _ABSENT else given
+    if len(given) != 2:
+        raise TypeError("result_type() takes two operands")
+    tensor1, tensor2 = given
+
     def arg(x):
         return (x.dtype, x.dim()) if isinstance(x, Tensor) else x
     return D.result_type(arg(tensor1), arg(tensor2))

@@ -26,7 +26,7 @@ from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
 from tessera.ops import _jax, _sbp, cost, unary
-from tessera.ops._util import call, ensure_tensor, float_dtype, numel, wrap_dim, wrap_dims
+from tessera.ops._util import call, ensure_tensor, float_dtype, missing, numel, wrap_dim, wrap_dims
 from tessera.ops.arithmetic import maximum, minimum
 from tessera.ops.comparison import isnan, logical_not
 from tessera.ops.registry import Meta, defop
@@ -277,30 +277,42 @@ def _dt(dtype):
     return None if dtype is None else D.as_dtype(dtype)
 
 
-def sum(input, dim=None, keepdim: bool = False, *, dtype=None, out=None) -> Tensor:
+def sum(input, dim=None, keepdim: bool = False, *, dtype=None, out=None, axis=None,
+        keepdims=None) -> Tensor:
     """Sum over ``dim`` (all dims when None); integers and bools sum to int64."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     if type(input) is Tensor and out is None and dtype is None and type(dim) is not list:
         return dispatch(_SUM, input, dim=dim, keepdim=keepdim, dtype=None)  # the common call
     ensure_tensor("sum", input)
     return call(_SUM, input, dim=_dim_arg(dim), keepdim=keepdim, dtype=_dt(dtype), out=out)
 
 
-def nansum(input, dim=None, keepdim: bool = False, *, dtype=None, out=None) -> Tensor:
+def nansum(input, dim=None, keepdim: bool = False, *, dtype=None, out=None, axis=None,
+           keepdims=None) -> Tensor:
     """Sum treating NaN as zero (``tessera.nansum(tessera.tensor([1., float('nan')]))``)."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     ensure_tensor("nansum", input)
     return call(_NANSUM, input, dim=_dim_arg(dim), keepdim=keepdim, dtype=_dt(dtype), out=out)
 
 
-def mean(input, dim=None, keepdim: bool = False, *, dtype=None, out=None) -> Tensor:
+def mean(input, dim=None, keepdim: bool = False, *, dtype=None, out=None, axis=None,
+         keepdims=None) -> Tensor:
     """Arithmetic mean over ``dim``; needs a floating dtype."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     if type(input) is Tensor and out is None and dtype is None and type(dim) is not list:
         return dispatch(_MEAN, input, dim=dim, keepdim=keepdim, dtype=None)  # the common call
     ensure_tensor("mean", input)
     return call(_MEAN, input, dim=_dim_arg(dim), keepdim=keepdim, dtype=_dt(dtype), out=out)
 
 
-def nanmean(input, dim=None, keepdim: bool = False, *, dtype=None, out=None) -> Tensor:
+def nanmean(input, dim=None, keepdim: bool = False, *, dtype=None, out=None, axis=None,
+            keepdims=None) -> Tensor:
     """Mean of the non-NaN elements (NaN where there are none)."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     ensure_tensor("nanmean", input)
     return call(_NANMEAN, input, dim=_dim_arg(dim), keepdim=keepdim, dtype=_dt(dtype),
                 out=out)
@@ -330,8 +342,11 @@ def _prod_grad(ctx, g):
 _PROD = _reduction("prod", _prod_kernel, _prod_grad, _long_dtype, save=("inputs", "outputs"))
 
 
-def prod(input, dim=None, keepdim: bool = False, *, dtype=None, out=None) -> Tensor:
+def prod(input, dim=None, keepdim: bool = False, *, dtype=None, out=None, axis=None,
+         keepdims=None) -> Tensor:
     """Product over one ``dim`` (all elements when None); integers multiply to int64."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     ensure_tensor("prod", input)
     if dim is not None and (isinstance(dim, bool) or not isinstance(dim, (int, np.integer))):
         raise TypeError(f"prod(): argument 'dim' must be int, not {type(dim).__name__}")
@@ -416,23 +431,35 @@ def _var_call(op, name, input, dim, unbiased, keepdim, correction, out=None):
     return call(op, input, dim=dim, keepdim=keepdim, correction=c, out=out)
 
 
-def var(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None, out=None):
+def var(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None, out=None,
+        axis=None, keepdims=None):
     """Variance over ``dim`` with Bessel's ``correction`` (1 by default, 0 if not unbiased)."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     return _var_call(_VAR, "var", input, dim, unbiased, keepdim, correction, out)
 
 
-def std(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None, out=None):
+def std(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None, out=None,
+        axis=None, keepdims=None):
     """Standard deviation: the square root of ``var``."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     return _var_call(_STD, "std", input, dim, unbiased, keepdim, correction, out)
 
 
-def var_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+def var_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None, axis=None,
+             keepdims=None):
     """``(var, mean)`` in one pass."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     return _var_call(_VAR_MEAN, "var_mean", input, dim, unbiased, keepdim, correction)
 
 
-def std_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+def std_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None, axis=None,
+             keepdims=None):
     """``(std, mean)`` in one pass."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     return _var_call(_STD_MEAN, "std_mean", input, dim, unbiased, keepdim, correction)
 
 
@@ -458,8 +485,13 @@ _LSE = _reduction("logsumexp", _lse_kernel, _lse_grad, lambda d: float_dtype(d),
                   save=("inputs", "outputs"), flops=4)  # max, difference, exp, sum
 
 
-def logsumexp(input, dim, keepdim: bool = False, *, out=None) -> Tensor:
+def logsumexp(input, dim=None, keepdim: bool = False, *, out=None, axis=None,
+              keepdims=None) -> Tensor:
     """log(sum(exp(input))) over ``dim``, computed without overflow."""
+    dim = dim if axis is None else axis
+    if dim is None:
+        missing("logsumexp", dim=dim)
+    keepdim = keepdim if keepdims is None else keepdims
     ensure_tensor("logsumexp", input)
     if dim is None:
         raise TypeError("logsumexp(): argument 'dim' must be tuple of ints, not NoneType")
@@ -586,7 +618,10 @@ def _logical(name: str, npf):
                    keepdims=keepdim)
     op = defop(name, infer, cpu, grad=None, sbp=_sbp.reduction(), cost=cost.reduction(1))
 
-    def fn(input, dim=None, keepdim: bool = False, *, out=None) -> Tensor:
+    def fn(input, dim=None, keepdim: bool = False, *, out=None, axis=None,
+           keepdims=None) -> Tensor:
+        dim = dim if axis is None else axis
+        keepdim = keepdim if keepdims is None else keepdims
         ensure_tensor(name, input)
         return call(op, input, dim=_dim_arg(dim), keepdim=keepdim, out=out)
     fn.__name__ = fn.__qualname__ = name
@@ -602,8 +637,9 @@ _COUNT_NONZERO = _reduction(
     None, lambda d: D.int64)
 
 
-def count_nonzero(input, dim=None) -> Tensor:
+def count_nonzero(input, dim=None, *, axis=None) -> Tensor:
     """How many elements are not zero, over ``dim`` (int or tuple; all when None)."""
+    dim = dim if axis is None else axis
     ensure_tensor("count_nonzero", input)
     return call(_COUNT_NONZERO, input, dim=_dim_arg(dim))
 
@@ -712,15 +748,21 @@ def _extremum_call(ops, name, kind, binary, input, dim, keepdim, out):
     return _named(kind, dispatch(ops[1], input, dim=dim, keepdim=keepdim), out)
 
 
-def max(input, dim=None, keepdim: bool = False, *, out=None):
+def max(input, dim=None, keepdim: bool = False, *, out=None, other=None, axis=None,
+        keepdims=None):
     """The largest element; with ``dim``, ``(values, indices)`` (first index among ties);
     with a tensor, the elementwise ``maximum``."""
+    dim = other if other is not None else dim if axis is None else axis   # max(a, other=b)
+    keepdim = keepdim if keepdims is None else keepdims
     return _extremum_call((_MAX, _MAX_DIM), "max", return_types.max, maximum, input, dim,
                           keepdim, out)
 
 
-def min(input, dim=None, keepdim: bool = False, *, out=None):
+def min(input, dim=None, keepdim: bool = False, *, out=None, other=None, axis=None,
+        keepdims=None):
     """The smallest element; with ``dim``, ``(values, indices)``; with a tensor, ``minimum``."""
+    dim = other if other is not None else dim if axis is None else axis   # max(a, other=b)
+    keepdim = keepdim if keepdims is None else keepdims
     return _extremum_call((_MIN, _MIN_DIM), "min", return_types.min, minimum, input, dim,
                           keepdim, out)
 
@@ -743,14 +785,18 @@ _AMIN = _reduction("amin", lambda x, dims, k: np.min(x, axis=dims, keepdims=k), 
                    save=("inputs", "outputs"), check=_amax_check("amin"))
 
 
-def amax(input, dim=(), keepdim: bool = False, *, out=None) -> Tensor:
+def amax(input, dim=(), keepdim: bool = False, *, out=None, axis=None, keepdims=None) -> Tensor:
     """The maximum over ``dim`` (int or tuple; all when empty); ties share the gradient."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     ensure_tensor("amax", input)
     return call(_AMAX, input, dim=_dim_arg(dim), keepdim=keepdim, out=out)
 
 
-def amin(input, dim=(), keepdim: bool = False, *, out=None) -> Tensor:
+def amin(input, dim=(), keepdim: bool = False, *, out=None, axis=None, keepdims=None) -> Tensor:
     """The minimum over ``dim`` (int or tuple; all when empty); ties share the gradient."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     ensure_tensor("amin", input)
     return call(_AMIN, input, dim=_dim_arg(dim), keepdim=keepdim, out=out)
 
@@ -790,8 +836,10 @@ _AMINMAX = defop("aminmax", _aminmax_infer, _aminmax_kernel, grad=_aminmax_grad,
                  cost=cost.reduction(2))
 
 
-def aminmax(input, *, dim=None, keepdim: bool = False, out=None):
+def aminmax(input, *, dim=None, keepdim: bool = False, out=None, axis=None, keepdims=None):
     """``(min, max)`` over one ``dim`` (all elements when None)."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     ensure_tensor("aminmax", input)
     return _named(return_types.aminmax,
                   dispatch(_AMINMAX, input, dim=dim, keepdim=keepdim), out)
@@ -817,7 +865,10 @@ def _arg_op(name: str, argf):
         return i.reshape(()) if x.ndim == 0 else i
     op = defop(name, infer, cpu, grad=None, sbp=_sbp.reduction(), cost=cost.reduction(1))
 
-    def fn(input, dim=None, keepdim: bool = False, *, out=None) -> Tensor:
+    def fn(input, dim=None, keepdim: bool = False, *, out=None, axis=None,
+           keepdims=None) -> Tensor:
+        dim = dim if axis is None else axis
+        keepdim = keepdim if keepdims is None else keepdims
         ensure_tensor(name, input)
         return call(op, input, dim=dim, keepdim=keepdim, out=out)
     fn.__name__ = fn.__qualname__ = name

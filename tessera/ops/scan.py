@@ -27,7 +27,7 @@ from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
 from tessera.ops import _sbp, cost
-from tessera.ops._util import call, ensure_tensor, numel, wrap_dim
+from tessera.ops._util import call, ensure_tensor, missing, numel, wrap_dim
 from tessera.ops.reduce import (
     _acc_np,
     _dt,
@@ -147,14 +147,18 @@ def _median_call(ops, name, kind, input, dim, keepdim, out):
     return _named(kind, dispatch(ops[1], input, dim=dim, keepdim=keepdim), out)
 
 
-def median(input, dim=None, keepdim: bool = False, *, out=None):
+def median(input, dim=None, keepdim: bool = False, *, out=None, axis=None, keepdims=None):
     """The lower median; with ``dim``, ``(values, indices)``. NaN if the input holds one."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     return _median_call((_MEDIAN, _MEDIAN_DIM), "median", return_types.median, input, dim,
                         keepdim, out)
 
 
-def nanmedian(input, dim=None, keepdim: bool = False, *, out=None):
+def nanmedian(input, dim=None, keepdim: bool = False, *, out=None, axis=None, keepdims=None):
     """The lower median of the non-NaN elements; with ``dim``, ``(values, indices)``."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     return _median_call((_NANMEDIAN, _NANMEDIAN_DIM), "nanmedian", return_types.nanmedian,
                         input, dim, keepdim, out)
 
@@ -178,8 +182,10 @@ def _mode_idx(a, d):
 _MODE = _indexed("mode", _mode_idx, flops=cost.sorting())
 
 
-def mode(input, dim: int = -1, keepdim: bool = False, *, out=None):
+def mode(input, dim: int = -1, keepdim: bool = False, *, out=None, axis=None, keepdims=None):
     """``(values, indices)``: the most frequent value along ``dim`` and where it occurs."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     ensure_tensor("mode", input)
     return _named(return_types.mode, dispatch(_MODE, input, dim=dim, keepdim=keepdim), out)
 
@@ -201,8 +207,11 @@ def _kth_idx(a, d, k=1):
 _KTHVALUE = _indexed("kthvalue", _kth_idx, _kth_check)
 
 
-def kthvalue(input, k: int, dim: int = -1, keepdim: bool = False, *, out=None):
+def kthvalue(input, k: int, dim: int = -1, keepdim: bool = False, *, out=None, axis=None,
+             keepdims=None):
     """``(values, indices)`` of the k-th smallest element along ``dim`` (NaN sorts last)."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     ensure_tensor("kthvalue", input)
     res = dispatch(_KTHVALUE, input, dim=dim, keepdim=keepdim, k=int(k))
     return _named(return_types.kthvalue, res, out)
@@ -357,16 +366,20 @@ def _quantile_call(name, ignore_nan, input, q, dim, keepdim, interpolation, out)
     return res if out is None else out.copy_(res)
 
 
-def quantile(input, q, dim=None, keepdim: bool = False, *, interpolation: str = "linear",
-             out=None) -> Tensor:
+def quantile(input, q, dim=None, keepdim: bool = False, *, interpolation: str = "linear", out=None,
+             axis=None, keepdims=None) -> Tensor:
     """The ``q``-quantiles (a float or a 1-D tensor of them) over ``dim`` (flattened when
     None), interpolating between sorted neighbours; NaN where a slice holds NaN."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     return _quantile_call("quantile", False, input, q, dim, keepdim, interpolation, out)
 
 
 def nanquantile(input, q, dim=None, keepdim: bool = False, *, interpolation: str = "linear",
-                out=None) -> Tensor:
+                out=None, axis=None, keepdims=None) -> Tensor:
     """``quantile`` of the non-NaN elements."""
+    dim = dim if axis is None else axis
+    keepdim = keepdim if keepdims is None else keepdims
     return _quantile_call("nanquantile", True, input, q, dim, keepdim, interpolation, out)
 
 
@@ -423,14 +436,20 @@ _CUMPROD = defop("cumprod", _cum_infer("cumprod"), _cum_kernel(np.cumprod),
                  grad=_cumprod_grad, sbp=_sbp.pointwise(skip=("dim",)), cost=cost.reduction(1))
 
 
-def cumsum(input, dim: int, *, dtype=None, out=None) -> Tensor:
+def cumsum(input, dim: int | None = None, *, dtype=None, out=None, axis=None) -> Tensor:
     """Running sums along ``dim``; integers and bools sum to int64."""
+    dim = dim if axis is None else axis
+    if dim is None:
+        missing("cumsum", dim=dim)
     ensure_tensor("cumsum", input)
     return call(_CUMSUM, input, dim=dim, dtype=_dt(dtype), out=out)
 
 
-def cumprod(input, dim: int, *, dtype=None, out=None) -> Tensor:
+def cumprod(input, dim: int | None = None, *, dtype=None, out=None, axis=None) -> Tensor:
     """Running products along ``dim``; integers and bools multiply to int64."""
+    dim = dim if axis is None else axis
+    if dim is None:
+        missing("cumprod", dim=dim)
     ensure_tensor("cumprod", input)
     return call(_CUMPROD, input, dim=dim, dtype=_dt(dtype), out=out)
 
@@ -484,13 +503,19 @@ _CUMMAX = _cum_extremum("cummax", np.maximum)
 _CUMMIN = _cum_extremum("cummin", np.minimum)
 
 
-def cummax(input, dim: int, *, out=None):
+def cummax(input, dim: int | None = None, *, out=None, axis=None):
     """``(values, indices)`` of the running maximum along ``dim``."""
+    dim = dim if axis is None else axis
+    if dim is None:
+        missing("cummax", dim=dim)
     ensure_tensor("cummax", input)
     return _named(return_types.cummax, dispatch(_CUMMAX, input, dim=dim), out)
 
 
-def cummin(input, dim: int, *, out=None):
+def cummin(input, dim: int | None = None, *, out=None, axis=None):
     """``(values, indices)`` of the running minimum along ``dim``."""
+    dim = dim if axis is None else axis
+    if dim is None:
+        missing("cummin", dim=dim)
     ensure_tensor("cummin", input)
     return _named(return_types.cummin, dispatch(_CUMMIN, input, dim=dim), out)

@@ -141,21 +141,25 @@ _CAT = defop("cat", _cat_infer, _cat_kernel, promote=True, save=(), grad=_cat_gr
              to_jax=lambda jnp, lax, a, at: jnp.concatenate(a, axis=at.get("dim", 0)))
 
 
-def cat(tensors, dim: int = 0, *, out: Tensor | None = None) -> Tensor:
+def cat(tensors, dim: int = 0, *, out: Tensor | None = None, axis=None) -> Tensor:
     """Join tensors along an existing dim, promoting dtypes (``cat([a, b], 1)``)."""
+    dim = dim if axis is None else axis
     return call(_CAT, *_tensor_list("cat", tensors), dim=dim, out=out)
 
 
-def concat(tensors, dim: int = 0, *, out: Tensor | None = None) -> Tensor:
+def concat(tensors, dim: int = 0, *, out: Tensor | None = None, axis=None) -> Tensor:
+    dim = dim if axis is None else axis
     return cat(tensors, dim, out=out)
 
 
-def concatenate(tensors, axis: int = 0, out: Tensor | None = None) -> Tensor:
-    return cat(tensors, axis, out=out)
+def concatenate(tensors, axis: int = 0, out: Tensor | None = None, *,
+                dim: int | None = None) -> Tensor:
+    return cat(tensors, axis if dim is None else dim, out=out)
 
 
-def stack(tensors, dim: int = 0, *, out: Tensor | None = None) -> Tensor:
+def stack(tensors, dim: int = 0, *, out: Tensor | None = None, axis=None) -> Tensor:
     """Join equally shaped tensors along a new dim ``dim``."""
+    dim = dim if axis is None else axis
     tensors = _tensor_list("stack", tensors)
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
@@ -336,8 +340,12 @@ def _narrow_all(input: Tensor, d: int, sizes) -> tuple:
     return _views(input, d, bounds)
 
 
-def split(tensor: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
+def split(tensor: Tensor, split_size_or_sections=None, dim: int = 0, *, split_size=None,
+          axis=None) -> tuple:
     """Views of pieces of ``split_size`` (the last may be smaller) or of the listed sizes."""
+    dim = dim if axis is None else axis
+    if split_size is not None:   # Tensor.split's keyword in PyTorch
+        split_size_or_sections = split_size
     if isinstance(split_size_or_sections, (list, tuple)):
         d = _split_dim("split_with_sizes", tensor, dim)
         sizes = [int(s) for s in split_size_or_sections]
@@ -361,8 +369,9 @@ def split(tensor: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
     return _narrow_all(tensor, d, [s] * (count - 1) + [n - s * (count - 1)])
 
 
-def chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple:
+def chunk(input: Tensor, chunks: int, dim: int = 0, *, axis=None) -> tuple:
     """At most ``chunks`` views of (nearly) equal size."""
+    dim = dim if axis is None else axis
     d = _split_dim("chunk", input, dim)
     if chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
@@ -373,9 +382,14 @@ def chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple:
     return split(input, size, d)
 
 
-def tensor_split(input: Tensor, indices_or_sections, dim: int = 0) -> tuple:
+def tensor_split(input: Tensor, indices_or_sections=None, dim: int = 0, *, sections=None,
+                 indices=None, tensor_indices_or_sections=None, axis=None) -> tuple:
     """Views split into ``sections`` parts (sizes differ by at most one) or at ``indices``."""
+    dim = dim if axis is None else axis
     ensure_tensor("tensor_split", input)
+    for alias in (sections, indices, tensor_indices_or_sections):   # PyTorch's overloads
+        if alias is not None:
+            indices_or_sections = alias
     if input.dim() == 0:
         raise RuntimeError("tensor_split expected at least a 1-dimensional tensor, but got a "
                            "tensor with 0 dims")
@@ -405,8 +419,9 @@ def tensor_split(input: Tensor, indices_or_sections, dim: int = 0) -> tuple:
     return _narrow_all(input, d, [small + 1] * extra + [small] * (k - extra))
 
 
-def unbind(input: Tensor, dim: int = 0) -> tuple:
+def unbind(input: Tensor, dim: int = 0, *, axis=None) -> tuple:
     """The slices along ``dim`` as a tuple of views (the dim removed)."""
+    dim = dim if axis is None else axis
     ensure_tensor("unbind", input)
     if input.dim() == 0:
         raise IndexError("Dimension specified as 0 but tensor has no dimensions")
@@ -570,8 +585,9 @@ _REPEAT = defop("repeat", _repeat_infer, lambda x, repeats: np.tile(x, repeats),
                 grad=_repeat_grad, sbp=SbpRule(_repeat_sbp), cost=cost.movement())
 
 
-def repeat(input: Tensor, *repeats) -> Tensor:
+def repeat(input: Tensor, *sizes, repeats=None) -> Tensor:
     """``x.repeat(2, 3)``: tile the tensor, adding leading dims if more sizes are given."""
+    repeats = sizes if repeats is None else (repeats,)   # x.repeat(repeats=(2, 3)) too
     if not repeats:
         raise TypeError('repeat() missing 1 required positional arguments: "repeats"')
     if len(repeats) == 1 and isinstance(repeats[0], (list, tuple, Size)):
@@ -627,9 +643,10 @@ _REP = defop("repeat_interleave", _rep_infer, _rep_kernel, grad=_rep_grad,
 
 
 def repeat_interleave(input: Tensor, repeats=None, dim: int | None = None, *,
-                      output_size: int | None = None) -> Tensor:
+                      output_size: int | None = None, axis=None) -> Tensor:
     """Repeat each element ``repeats`` times (an int, or one count per element) along ``dim``
     (the flattened tensor when None). ``repeat_interleave(counts)`` repeats ``arange``."""
+    dim = dim if axis is None else axis
     if repeats is None:
         counts = ensure_tensor("repeat_interleave", input)
         if counts.dim() != 1:

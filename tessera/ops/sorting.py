@@ -109,17 +109,21 @@ _SORT = defop("sort", _sort_infer, _sort_kernel, grad=_value_grad, save=("output
               nondiff_outputs=(1,), sbp=SbpRule(_sort_sbp), cost=cost.sorting())
 
 
-def sort(input, dim: int = -1, descending: bool = False, *, stable: bool = False,
-         out=None) -> SortResult:
+def sort(input, dim: int = -1, descending: bool = False, *, stable: bool = False, out=None,
+         axis=None) -> SortResult:
     """``(values, indices)`` of ``input`` sorted along ``dim``. Always stable here."""
+    dim = dim if axis is None else axis
     ensure_tensor("sort", input)
     res = call(_SORT, input, dim=dim, descending=bool(descending))
     return _write_out(out, res) if out is not None else SortResult(*res)
 
 
-def argsort(input, dim: int = -1, descending: bool = False, *, stable: bool = False) -> Tensor:
+def argsort(input, dim: int = -1, descending: bool = False, *, stable: bool = False, out=None,
+            axis=None) -> Tensor:
     """The indices that sort ``input`` along ``dim``."""
-    return sort(input, dim, descending, stable=stable)[1]
+    dim = dim if axis is None else axis
+    indices = sort(input, dim, descending, stable=stable)[1]
+    return indices if out is None else copy(out, indices, out=out)
 
 
 def msort(input, *, out=None) -> Tensor:
@@ -158,10 +162,11 @@ _TOPK = defop("topk", _topk_infer, _topk_kernel, grad=_value_grad, save=("output
               nondiff_outputs=(1,), sbp=SbpRule(_topk_sbp), cost=cost.sorting())
 
 
-def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *,
-         out=None) -> SortResult:
+def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *, out=None,
+         axis=None) -> SortResult:
     """The ``k`` largest (or smallest) elements along ``dim`` and their indices; the result
     is always in sorted order, which ``sorted=False`` allows."""
+    dim = dim if axis is None else axis
     ensure_tensor("topk", input)
     if isinstance(k, Tensor):
         k = int(k)

@@ -25,17 +25,25 @@ tensor(indices=tensor([[0, 1, 1],
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from tessera import _dispatch, _dtype as D
 from tessera._tensor import _CPU, Tensor, layout, sparse_coo
 from tessera._tensor_methods import _OPS
+from tessera.autograd.grad_mode import STATE, no_grad
 from tessera.device.registry import Backend, device, device as _device, register_device
 from tessera.ops import cost
 from tessera.ops._util import call
 from tessera.ops.registry import Meta, defop
 
 __all__ = ["sparse_coo_tensor", "spmm"]
+
+# The gradient of a sparse leaf: ``torch.sparse.mm`` (and ``sparse.addmm``) give it sparse,
+# at the stored entries only; ``torch.mm``, ``matmul``, ``@``, ``spmm`` and ``dense + sparse``
+# give it dense, in full. The first reaches the leaf through its values; the second through
+# a dense copy whose gradient accumulates into the leaf itself (``_densified``).
 
 
 # ---- the sparse device: where a sparse tensor's (absent) dense data lives ----------------
@@ -252,9 +260,21 @@ class SparseTensor(Tensor):
 
     @property
     def grad(self):
-        g = self._sp_values.grad
+        g, dense = self._sp_values.grad, self.__dict__.get("_grad")
         if g is None:
-            return None
+            return dense
+        grad = self._masked_grad(g)
+        return grad if dense is None else dense + grad.to_dense()
+
+    @grad.setter
+    def grad(self, value) -> None:
+        if value is None:
+            self._sp_values.grad = None
+            self.__dict__.pop("_grad", None)
+        else:
+            raise RuntimeError("assigning the gradient of a sparse tensor is not supported")
+
+    def _masked_grad(self, g: Tensor) -> SparseTensor:
         grad = SparseTensor._new(self._sp_indices, g, self._shape, self.is_coalesced())
         if self.is_coalesced():
             return grad
@@ -265,13 +285,6 @@ class SparseTensor(Tensor):
                                                           False).coalesce()
         return SparseTensor._new(grad._sp_indices, grad._sp_values / copies._sp_values,
                                  self._shape, True)
-
-    @grad.setter
-    def grad(self, value) -> None:
-        if value is None:
-            self._sp_values.grad = None
-        else:
-            raise RuntimeError("assigning the gradient of a sparse tensor is not supported")
 
     # -- conversions --
     def to_dense(self, dtype=None, *, masked_grad: bool = True) -> Tensor:
@@ -446,6 +459,36 @@ def to_dense(self, dtype=None, *, masked_grad=None) -> Tensor:
     return self if dtype is None else self.to(dtype)
 
 
+def _densified(s: SparseTensor) -> Tensor:
+    """``s.to_dense()``, except that a leaf ``s`` requiring grad gets the dense gradient of
+    the result in its ``.grad`` (PyTorch's ``torch.mm(sparse, dense)``, ``dense + sparse``)
+    instead of the gradient at its stored entries."""
+    v = s._sp_values
+    if not (v._requires_grad and v.grad_fn is None and STATE.enabled):
+        return s.to_dense()
+    with no_grad():
+        d = s.to_dense()
+    d._requires_grad = True
+    # the accumulator lives while ``d`` does, then in the edges of the ops that read ``d``
+    d.__dict__["_acc"] = acc = s._grad_accumulator()
+    d._grad_acc = weakref.ref(acc)
+    return d
+
+
+def binary(name: str, input, other, alpha=1, out=None):
+    """``tessera.add``/``sub``/``mul`` (and their ``out=`` and in-place forms) with a
+    sparse operand: the dense ops' functions hand such a call here."""
+    if name == "mul":
+        res = (other * input) if _is_sparse(other) else input * other
+    else:
+        res = _add(input, other, alpha if name == "add" else -alpha)
+    if out is None:
+        return res
+    if _is_sparse(out):
+        raise RuntimeError(f"{name}: writing into a sparse tensor is not supported")
+    return out.copy_(res.to_dense())
+
+
 def _add(a, b, alpha):
     """``a + alpha * b`` with a sparse operand: sparse + sparse is sparse (entries
     concatenated, coalesced lazily), anything + dense is dense."""
@@ -460,16 +503,25 @@ def _add(a, b, alpha):
     if _is_sparse(a) and isinstance(b, Tensor):
         raise RuntimeError("add(sparse, dense) is not supported. Use add(dense, sparse) "
                            "instead.")
-    da = a.to_dense() if _is_sparse(a) else a
-    db = b.to_dense() if _is_sparse(b) else b
+    da = _densified(a) if _is_sparse(a) else a
+    db = _densified(b) if _is_sparse(b) else b
     return _OPS["add"](da, db, alpha=alpha)
 
 
-def mm(input, mat2) -> Tensor:
-    """``input @ mat2`` where either is sparse: a dense result (``torch.sparse.mm``; a
-    product of two sparse matrices is sparse)."""
+def _dense_grad_leaf(x) -> bool:
+    return _is_sparse(x) and x._sp_values._requires_grad and \
+        x._sp_values.grad_fn is None and STATE.enabled
+
+
+def mm(input, mat2, *, masked_grad: bool = False) -> Tensor:
+    """``input @ mat2`` where either is sparse: a dense result (a product of two sparse
+    matrices is sparse). A sparse leaf gets a dense gradient, as from ``torch.mm``; with
+    ``masked_grad`` a sparse one at its stored entries, as from ``torch.sparse.mm``."""
     if _is_sparse(input) and _is_sparse(mat2):
-        return mm(input, mat2.to_dense()).to_sparse()
+        return mm(input, mat2.to_dense(), masked_grad=masked_grad).to_sparse()
+    if not masked_grad and (_dense_grad_leaf(input) or _dense_grad_leaf(mat2)):
+        a, b = (_densified(x) if _is_sparse(x) else x for x in (input, mat2))
+        return _OPS["mm"](a, b)
     if _is_sparse(input):
         if input.dim() != 2 or input.dense_dim():
             raise RuntimeError(f"sparse.mm: expected a 2-d sparse matrix, got {input.dim()}-d "
@@ -480,7 +532,7 @@ def mm(input, mat2) -> Tensor:
     if _is_sparse(mat2):   # dense @ sparse = (sparse^T @ dense^T)^T
         if not isinstance(input, Tensor) or input.dim() != 2:
             raise RuntimeError("mm: self must be a matrix (2D)")
-        return mm(mat2.t(), input.t()).t()
+        return mm(mat2.t(), input.t(), masked_grad=masked_grad).t()
     return _OPS["mm"](input, mat2)
 
 

@@ -23,7 +23,7 @@ from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
 from tessera.ops import _jax, _sbp, cost
 from tessera.ops._sbp import linear_identity, wrap
-from tessera.ops._util import ensure_tensor, numel, sum_to, wrap_dim
+from tessera.ops._util import ensure_tensor, missing, numel, sum_to, wrap_dim
 from tessera.ops.registry import Meta, defop
 from tessera.sbp import SbpRule, Signature, split as S
 
@@ -243,8 +243,11 @@ def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     return reshape(input, shp[:s] + (numel(shp[s:e + 1]),) + shp[e + 1:])
 
 
-def unflatten(input: Tensor, dim: int, sizes) -> Tensor:
+def unflatten(input: Tensor, dim: int | None = None, sizes=None, *, axis=None) -> Tensor:
     """Split dim ``dim`` into ``sizes`` (one entry may be -1)."""
+    dim = dim if axis is None else axis
+    if dim is None or sizes is None:
+        missing("unflatten", dim=dim, sizes=sizes)
     d = wrap_dim(dim, input.dim(), "unflatten")
     shp = input._shape
     sizes = _resolve_shape("unflatten", tuple(sizes), shp[d])
@@ -277,8 +280,9 @@ _SQUEEZE = defop("squeeze", lambda x, dims: Meta(tuple(
     sbp=SbpRule(_squeeze_sbp), cost=cost.view())
 
 
-def squeeze(input: Tensor, dim=None) -> Tensor:
+def squeeze(input: Tensor, dim=None, *, axis=None) -> Tensor:
     """Drop size-1 dims (all of them, or those in ``dim``)."""
+    dim = dim if axis is None else axis
     shp = ensure_tensor("squeeze", input)._shape
     dims: Collection[int]
     if dim is None:
@@ -315,17 +319,24 @@ _UNSQUEEZE = defop("unsqueeze", _unsqueeze_infer, _unsqueeze_kernel, aliasing="v
                    to_jax=lambda jnp, lax, a, at: jnp.expand_dims(a[0], at["dim"]))
 
 
-def unsqueeze(input: Tensor, dim: int) -> Tensor:
+def unsqueeze(input: Tensor, dim: int | None = None, *, axis=None) -> Tensor:
     """Insert a size-1 dim at ``dim``."""
+    dim = dim if axis is None else axis
+    if dim is None:
+        missing("unsqueeze", dim=dim)
     ensure_tensor("unsqueeze", input)
     return dispatch(_UNSQUEEZE, input, dim=wrap_dim(dim, input.dim() + 1, "unsqueeze"))
 
 
-def squeeze_(input: Tensor, dim=None) -> Tensor:
+def squeeze_(input: Tensor, dim=None, *, axis=None) -> Tensor:
+    dim = dim if axis is None else axis
     return _set_view_inplace(input, squeeze(input, dim))
 
 
-def unsqueeze_(input: Tensor, dim: int) -> Tensor:
+def unsqueeze_(input: Tensor, dim: int | None = None, *, axis=None) -> Tensor:
+    dim = dim if axis is None else axis
+    if dim is None:
+        missing("unsqueeze_", dim=dim)
     return _set_view_inplace(input, unsqueeze(input, dim))
 
 
@@ -388,7 +399,12 @@ def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
     return dispatch(_PERMUTE, input, dims=tuple(dims))
 
 
-swapaxes = swapdims = transpose
+swapdims = transpose
+
+
+def swapaxes(input: Tensor, axis0: int, axis1: int) -> Tensor:
+    """NumPy's name of ``transpose`` (``x.swapaxes(0, 1)``)."""
+    return transpose(input, axis0, axis1)
 
 
 def t(input: Tensor) -> Tensor:
@@ -511,8 +527,10 @@ _EXPAND = defop("expand", _expand_infer, _expand_kernel, aliasing="view", save=(
                 to_jax=_jax.expand)
 
 
-def expand(input: Tensor, *sizes) -> Tensor:
+def expand(input: Tensor, *sizes, size=None) -> Tensor:
     """Broadcast size-1 dims to ``sizes`` without copying (-1 keeps a dim)."""
+    if size is not None:
+        sizes = (size,)
     return dispatch(_EXPAND, input, shape=_shape_args(sizes, "expand", "size"))
 
 
@@ -613,8 +631,12 @@ def slice_view(input: Tensor, key: tuple) -> Tensor:
     return dispatch(_SLICE, input, key=key)
 
 
-def narrow(input: Tensor, dim: int, start, length: int) -> Tensor:
+def narrow(input: Tensor, dim: int | None = None, start=None, length: int | None = None, *,
+           axis=None) -> Tensor:
     """``length`` elements of dim ``dim`` from ``start``, as a view."""
+    dim = dim if axis is None else axis
+    if dim is None or start is None or length is None:
+        missing("narrow", dim=dim, start=start, length=length)
     d = wrap_dim(dim, input.dim(), "narrow")
     size = input._shape[d]
     given = int(start)
@@ -631,8 +653,12 @@ def narrow(input: Tensor, dim: int, start, length: int) -> Tensor:
     return slice_view(input, key)
 
 
-def select(input: Tensor, dim: int, index: int) -> Tensor:
+def select(input: Tensor, dim: int | None = None, index: int | None = None, *,
+           axis=None) -> Tensor:
     """Index ``index`` of dim ``dim``, which is removed; a view."""
+    dim = dim if axis is None else axis
+    if dim is None or index is None:
+        missing("select", dim=dim, index=index)
     d = wrap_dim(dim, input.dim(), "select")
     size = input._shape[d]
     if index < -size or index >= size:

@@ -128,6 +128,50 @@ def test_autocast_cpu_casts_matmuls():
     assert got[4] is ref[4] is False
 
 
+# layers PyTorch's CPU autocast runs as one op, built from several in tessera: the bias add
+# must not promote the product back to float32
+AUTOCAST_COMPOSITES = {
+    "linear": "F.linear(a, w, b)", "linear_3d": "F.linear(a3, w, b)",
+    "Linear": "lib.nn.Linear(3, 4)(a)", "addmm": "lib.addmm(b, a, w.t())",
+    "baddbmm": "lib.baddbmm(lib.randn(2, 2, 4), a3, lib.randn(2, 3, 4))",
+    "addbmm": "lib.addbmm(lib.randn(2, 4), a3, lib.randn(2, 3, 4))",
+    "addmv": "lib.addmv(b, w, lib.randn(3))",
+    "bilinear": "F.bilinear(a, a, lib.randn(5, 3, 3), lib.randn(5))",
+    "mha": "lib.nn.MultiheadAttention(4, 2)(q, q, q)[0]",
+    "conv1d": "lib.nn.Conv1d(2, 3, 2)(lib.randn(1, 2, 5))",
+    "conv_transpose1d": "lib.nn.ConvTranspose1d(2, 3, 2)(lib.randn(1, 2, 5))",
+    "lstm": "lib.nn.LSTM(3, 4)(a3)[0]", "gru": "lib.nn.GRU(3, 4)(a3)[0]",
+    "rnn": "lib.nn.RNN(3, 4)(a3)[0]",
+    "encoder_layer": "lib.nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0)(q)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(AUTOCAST_COMPOSITES))
+def test_autocast_cpu_composite_dtypes(name):
+    dtypes = []
+    for lib in (torch, tessera):
+        lib.manual_seed(0)
+        env = {"lib": lib, "F": lib.nn.functional, "a": lib.randn(2, 3), "w": lib.randn(4, 3),
+               "b": lib.randn(4), "a3": lib.randn(2, 2, 3), "q": lib.randn(3, 1, 4)}
+        with lib.autocast("cpu", dtype=lib.bfloat16):
+            y = eval(AUTOCAST_COMPOSITES[name], env)
+        dtypes.append(str(y.dtype).split(".")[1])
+    assert dtypes[1] == dtypes[0]
+
+
+def test_autocast_linear_backward_float32_grads():
+    grads = []
+    for lib in (torch, tessera):
+        lib.manual_seed(0)
+        lin = lib.nn.Linear(3, 2)
+        x = lib.ones(4, 3)
+        with lib.autocast("cpu", dtype=lib.bfloat16):
+            y = lin(x)
+        y.float().sum().backward()
+        grads.append((str(lin.weight.grad.dtype).split(".")[1], lin.bias.grad.tolist()))
+    assert grads[1] == grads[0]
+
+
 def test_grad_scaler_on_cpu_matches_torch():
     """Scaling, unscaling, an overflowing step that is skipped, and the scale's updates."""
     traces = {}

@@ -95,22 +95,7 @@ def _gaps(numpy_aliases: bool) -> dict[str, list[str]]:
 # gaps found by this scan and not closed yet (not exceptions: each should be accepted). The
 # test fails on a gap missing from this list, and on an entry that has been closed, so the
 # list only shrinks.
-NOT_YET = {
-    "Tensor.expand": ["size"], "Tensor.max": ["other"], "Tensor.min": ["other"],
-    "Tensor.new_empty": ["size"], "Tensor.new_ones": ["size"], "Tensor.new_zeros": ["size"],
-    "Tensor.repeat": ["repeats"], "Tensor.split": ["split_size"],
-    "Tensor.swapaxes": ["axis0", "axis1"],
-    "Tensor.tensor_split": ["indices", "sections", "tensor_indices_or_sections"],
-    "torch.argsort": ["out"], "torch.asarray": ["copy", "obj", "requires_grad"],
-    "torch.complex": ["out"], "torch.concatenate": ["dim"], "torch.empty": ["size"],
-    "torch.hardshrink": ["out"], "torch.logspace": ["out"], "torch.max": ["other"],
-    "torch.min": ["other"], "torch.nonzero": ["out"], "torch.ones": ["size"],
-    "torch.polar": ["out"], "torch.promote_types": ["type1", "type2"],
-    "torch.result_type": ["other", "scalar", "scalar1", "scalar2", "tensor"],
-    "torch.swapaxes": ["axis0", "axis1"],
-    "torch.tensor_split": ["indices", "sections", "tensor_indices_or_sections"],
-    "torch.threshold": ["out"], "torch.zeros": ["size"],
-}
+NOT_YET: dict[str, list[str]] = {}
 
 
 def test_pytorch_keywords_accepted():
@@ -122,8 +107,6 @@ def test_pytorch_keywords_accepted():
     assert not closed, f"closed, remove from NOT_YET: {closed}"
 
 
-@pytest.mark.xfail(strict=True, reason="NumPy's axis=/keepdims= aliases of dim=/keepdim= are "
-                   "not yet accepted by tessera's reductions and dim-taking ops")
 def test_numpy_aliases_accepted():
     gaps = _gaps(numpy_aliases=True)
     assert not gaps, "NumPy aliases PyTorch accepts and tessera does not:\n" + "\n".join(
@@ -133,11 +116,46 @@ def test_numpy_aliases_accepted():
 @pytest.mark.parametrize("call", [
     "lib.flip(x, dims=(0,))", "x.flip(dims=[1])", "lib.permute(x, dims=(1, 0))",
     "x.permute(dims=(1, 0))", "x.view(size=(3, 2))", "lib.reshape(x, shape=(6,))",
-    "x.reshape(shape=(3, 2))", "lib.sum(input=x, dim=0)", "lib.is_nonzero(input=x[0, :1])"])
+    "x.reshape(shape=(3, 2))", "lib.sum(input=x, dim=0)", "lib.is_nonzero(input=x[0, :1])",
+    # the keywords of PyTorch's other overloads
+    "x.expand(size=(4, 2, 3))", "lib.max(x, other=x.flip(0))", "x.min(other=x.flip(1))",
+    "x.new_zeros(size=(2,))", "x.new_ones(size=[3])", "x.new_empty(size=(2,)).shape",
+    "lib.zeros(size=(2, 1))", "lib.ones(size=(1, 2))", "lib.empty(size=(2, 2)).shape",
+    "x.repeat(repeats=(2, 1))", "x.split(split_size=1)", "x.swapaxes(axis0=0, axis1=1)",
+    "lib.swapaxes(x, axis0=1, axis1=0)", "lib.tensor_split(x, sections=2, dim=1)",
+    "lib.tensor_split(x, indices=[1], dim=1)",
+    "x.tensor_split(tensor_indices_or_sections=lib.tensor([1, 2]), dim=1)",
+    "lib.argsort(x, stable=True, dim=1, out=lib.zeros(2, 3, dtype=lib.long))",
+    "lib.nonzero(x, out=lib.zeros(5, 2, dtype=lib.long))",
+    "lib.logspace(0, 2, 3, out=lib.zeros(3))", "lib.concatenate([x, x], dim=1)",
+    "lib.hardshrink(x, 1.0, out=lib.zeros(2, 3))", "lib.threshold(x, 2, 0.5, out=lib.zeros(2, 3))",
+    "str(lib.promote_types(type1=lib.int32, type2=lib.float32))",
+    "str(lib.result_type(tensor=x.long(), other=2.5))",
+    "str(lib.result_type(scalar=2, tensor=x.int()))",
+    "str(lib.result_type(scalar1=2, scalar2=2.5))",
+    "lib.asarray(obj=[1.0, 2.0], requires_grad=True).requires_grad",
+    "lib.asarray(x, copy=True).data_ptr() != x.data_ptr()",
+    "lib.complex(x, x, out=lib.zeros(2, 3, dtype=lib.complex64))",
+    "lib.polar(x, x * 0, out=lib.zeros(2, 3, dtype=lib.complex64))",
+    # NumPy's spellings of dim and keepdim
+    "x.sum(axis=0)", "lib.mean(x, axis=1, keepdims=True)", "x.max(axis=1).values",
+    "lib.argmax(x, axis=1, keepdims=True)", "lib.softmax(x, axis=1).argmax(1)", "x.cumsum(axis=1)",
+    "lib.cat([x, x], axis=1)", "lib.stack([x, x], axis=2)", "x.unsqueeze(axis=0)",
+    "lib.gather(x, axis=1, index=lib.tensor([[0], [2]]))",
+    "lib.narrow(x, axis=1, start=1, length=2)",
+    "lib.select(x, axis=1, index=0)", "lib.std(x, axis=0, keepdims=True)",
+    "lib.logsumexp(x, axis=0)", "lib.all(x > 0, axis=1)",
+    "x.index_select(axis=1, index=lib.tensor([2]))",
+    "x.size(axis=1)", "lib.squeeze(x[None], axis=0)", "x.sort(axis=0, descending=True).values"])
 def test_keyword_calls_match_torch(call):
+    def plain(r):
+        if hasattr(r, "tolist"):
+            return r.tolist()
+        if isinstance(r, (tuple, list)):
+            return [plain(v) for v in r]
+        return r.replace("torch.", "tessera.") if isinstance(r, str) else r
     vals = []
     for lib in (torch, tessera):
         x = lib.arange(6.0).view(2, 3)
-        r = eval(call, {"lib": lib, "x": x})
-        vals.append(r.tolist() if hasattr(r, "tolist") else r)
+        vals.append(plain(eval(call, {"lib": lib, "x": x})))
     assert vals[0] == vals[1]

@@ -65,17 +65,50 @@ def test_product_and_gradients(form):
     ds = tessera.tensor(d, requires_grad=True)
     fns = {"sparse.mm": lambda L, a, b: L.sparse.mm(a, b), "mm": lambda L, a, b: L.mm(a, b),
            "matmul": lambda L, a, b: L.matmul(a, b), "operator": lambda L, a, b: a @ b,
-           "spmm": lambda L, a, b: L.sparse.mm(a, b) if L is torch else L.spmm(a, b)}
+           "spmm": lambda L, a, b: L.spmm(a, b)}
     out_s, out_t = fns[form](tessera, s, ds), fns[form](torch, t, dt)
     same(out_s, out_t)
     w = rng.standard_normal(out_t.shape).astype(np.float32)
     (out_s * tessera.tensor(w)).sum().backward()
     (out_t * torch.tensor(w)).sum().backward()
     same(ds.grad, dt.grad)
-    # the gradient of the sparse operand lives on its stored entries: torch.sparse.mm's
-    # rule (torch.mm gives a dense one; its values at the stored entries are the same)
-    mask = t.detach().coalesce().to_dense() != 0
-    same(s.grad.to_dense(), t.grad.to_dense() * mask)
+    # the sparse leaf's gradient: sparse at the stored entries from torch.sparse.mm, dense
+    # and in full from torch.mm, matmul, @ and spmm
+    assert str(s.grad.layout).split(".")[1] == str(t.grad.layout).split(".")[1]
+    same(s.grad.to_dense(), t.grad.to_dense())
+
+
+@pytest.mark.parametrize("form", ["dense @ sparse", "sparse.mm(dense, sparse)",
+                                  "dense + sparse", "add(dense, sparse)", "sub(dense, sparse)",
+                                  "sparse.addmm"])
+def test_sparse_leaf_gradient_layouts(form):
+    x = np.random.default_rng(2).standard_normal((2, 4)).astype(np.float32)
+    grads = []
+    for L in (tessera, torch):
+        s = L.sparse_coo_tensor(L.tensor(IDX), L.tensor(VAL), SIZE, requires_grad=True)
+        d = L.tensor(np.arange(12, dtype=np.float32).reshape(SIZE))
+        out = {"dense @ sparse": lambda: L.tensor(x) @ s,
+               "sparse.mm(dense, sparse)": lambda: L.sparse.mm(L.tensor(x), s),
+               "dense + sparse": lambda: d + s, "add(dense, sparse)": lambda: L.add(d, s),
+               "sub(dense, sparse)": lambda: L.sub(d, s, alpha=2),
+               "sparse.addmm": lambda: L.sparse.addmm(L.ones(4, 2), s, L.ones(3, 2))}[form]()
+        (out * out).sum().backward()
+        grads.append((str(s.grad.layout).split(".")[1], s.grad.to_dense()))
+    assert grads[0][0] == grads[1][0]
+    same(grads[0][1], grads[1][1])
+
+
+def test_sparse_leaf_autograd_grad_and_accumulation():
+    for L in (tessera, torch):
+        s = L.sparse_coo_tensor(L.tensor(IDX), L.tensor(VAL), SIZE, requires_grad=True)
+        out = L.mm(s, L.ones(3, 2))
+        (g,) = L.autograd.grad(out.sum(), s)
+        assert g.layout == L.strided and g.tolist() == [[2.0] * 3] * 4
+        L.mm(s, L.ones(3, 2)).sum().backward()
+        L.mm(s, L.ones(3, 2)).sum().backward()
+        assert s.grad.tolist() == [[4.0] * 3] * 4
+        s.grad = None
+        assert s.grad is None
 
 
 def test_dense_times_sparse_and_to_sparse_gradient():
@@ -99,6 +132,15 @@ def test_arithmetic():
         with pytest.raises(RuntimeError, match=r"add\(sparse, dense\) is not supported"):
             a + b
     same(tessera.tensor(dense) - s, torch.tensor(dense) - t)
+    for call in ("L.add(d, s)", "L.add(d, s, alpha=2)", "L.sub(d, s)", "d.add(s)",
+                 "d.clone().add_(s)", "d.clone().sub_(s, alpha=0.5)", "L.add(s, s)",
+                 "L.mul(d, s)", "L.mul(s, d)", "d.mul(s)"):
+        r = [eval(call, {"L": L, "d": L.tensor(dense), "s": x})
+             for L, x in ((tessera, s), (torch, t))]
+        assert r[0].is_sparse == r[1].is_sparse, call
+        same(r[0].to_dense(), r[1].to_dense())
+    with pytest.raises(RuntimeError, match=r"add\(sparse, dense\) is not supported"):
+        tessera.add(s, tessera.tensor(dense))
     same((s + s).to_dense(), (t + t).to_dense())
     assert (s + s).is_sparse and (s * 2).is_sparse
     same((s * 2).to_dense(), (t * 2).to_dense())

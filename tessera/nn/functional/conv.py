@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera._dispatch import _MODES, composite_args
 from tessera._tensor import Tensor
 from tessera.ops.conv import conv, conv_input_grad
 
@@ -133,6 +134,8 @@ def conv_transpose(nd, fn, input, weight, bias, stride, padding, output_padding,
     """The shared body of conv_transpose{1,2,3}d (also used by the ConvTranspose modules)."""
     _tensor(fn, input, "input")
     _tensor(fn, weight, "weight")
+    if _MODES:  # autocast casts input, weight and bias as one op
+        input, weight, bias = composite_args("conv_transpose", (input, weight, bias))
     if isinstance(padding, str):
         raise TypeError(f"{fn}(): argument 'padding' must be tuple of ints, not str")
     x, batched = batch(fn, input, nd)

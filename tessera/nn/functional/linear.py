@@ -7,6 +7,7 @@ tessera.Size([2, 4])
 """
 from __future__ import annotations
 
+from tessera._dispatch import _MODES, composite_args
 from tessera._tensor import Tensor
 from tessera.ops._util import ensure_tensor
 from tessera.ops.linalg import _expand_check, addmm, matmul
@@ -23,6 +24,8 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """
     ensure_tensor("linear", input)
     ensure_tensor("linear", weight, "weight")
+    if _MODES:  # autocast casts input, weight and bias as one op
+        input, weight, bias = composite_args("linear", (input, weight, bias))
     if input.dim() == 0 or weight.dim() == 0:
         raise RuntimeError(f"both arguments to linear need to be at least 1D, but they are "
                            f"{input.dim()}D and {weight.dim()}D")

@@ -20,6 +20,7 @@ import math
 import numbers
 import warnings
 
+from tessera._dispatch import _MODES, composite_args
 from tessera.nn import init
 from tessera.nn.modules.module import Module
 from tessera.nn.parameter import Parameter
@@ -211,6 +212,8 @@ class RNNBase(Module):
         """x: (T, N, F), or packed (rows, F) with ``batch_sizes``; h0/c0: (layers*dirs, N,
         H). Returns output, h_n, c_n."""
         import tessera.nn.functional as F
+        if _MODES:  # autocast runs LSTM and RNN (not GRU) in its dtype, states included
+            x, h0, c0 = composite_args(self.mode.lower(), (x, h0, c0))
         if batch_sizes is None and x.size(0) == 0:
             raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
         dirs = 2 if self.bidirectional else 1
