@@ -9,7 +9,7 @@ need no ``onnx`` package, and ``import tessera`` does not load them.
 
 Families: ``elementwise``, ``activation``, ``reduce`` (and sorting), ``shape``, ``indexing``,
 ``linalg``, ``nn`` (convolution, pooling, resampling), ``normalization``, ``loss``,
-``creation``; ``helpers`` holds what they share.
+``creation``, ``quantized`` (QDQ and QOperator INT8); ``helpers`` holds what they share.
 
 >>> from tessera.onnx.converters import EXPORT, IMPORT
 >>> sorted(EXPORT["layer_norm"]), sorted(IMPORT["Abs"])
@@ -26,6 +26,7 @@ from tessera.onnx.converters import (  # noqa: F401  (each family fills the tabl
     loss,
     nn,
     normalization,
+    quantized,
     reduce,
     shape,
 )

@@ -7,10 +7,11 @@ tessera.Size([2, 3])
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tessera import _dtype as D, nn
 from tessera._tensor import Tensor
 from tessera.ops import quantized as Q
-from tessera.ops.creation import zeros
 
 __all__ = ["Linear"]
 
@@ -25,9 +26,10 @@ class Linear(nn.Module):
 
     def forward(self, x):
         w = Tensor._make(self.weight._data, D.qint8, self.weight.device,
-                                 tuple(self.weight.shape))
-        qw = Q.QTensor._wrap(w, self.weight_scale.to(D.float64),
-                             zeros(w.shape[0], dtype=D.int64), 0)
+                         tuple(self.weight.shape))
+        # the float32 scales as they are (no cast node when traced)
+        qw = Q.QTensor._wrap(w, self.weight_scale,
+                             Tensor._from_numpy(np.zeros(w.shape[0], np.int64)), 0)
         return Q.linear_dynamic(x, qw, self.bias, self.reduce_range)
 
     @classmethod
