@@ -15,10 +15,12 @@ from tessera.ao.quantization.observer import (
     MovingAveragePerChannelMinMaxObserver,
     _PartialWithArgs,
 )
+from tessera.graph.trace import is_tracing
 from tessera.ops import quantized as Q
 from tessera.ops.creation import tensor
 
 __all__ = ["FakeQuantize", "default_fake_quant", "default_weight_fake_quant",
+           "disable_observer", "enable_observer", "disable_fake_quant", "enable_fake_quant",
            "default_per_channel_weight_fake_quant"]
 
 
@@ -63,19 +65,67 @@ class FakeQuantize(nn.Module):
         return self.activation_post_process.calculate_qparams()
 
     def forward(self, x: Tensor) -> Tensor:
-        if int(self.observer_enabled[0]):
+        # the flags and a per-tensor scale are read without ops, and a traced module (ONNX
+        # export) fake-quantizes with the qparams observed so far: they are constants of
+        # the exported graph, which its observers must not change
+        if _flag(self.observer_enabled) and not is_tracing():
             self.activation_post_process(x.detach())
             s, z = self.calculate_qparams()
             self.scale, self.zero_point = s.reshape(-1), z.to(D.int32).reshape(-1)
-        if int(self.fake_quant_enabled[0]):
+        if _flag(self.fake_quant_enabled):
             if self.ch_axis >= 0 and self.scale.numel() > 1:
                 return Q.fake_quantize_per_channel_affine(
                     x, self.scale, self.zero_point, self.ch_axis, self.quant_min,
                     self.quant_max)
             return Q.fake_quantize_per_tensor_affine(
-                x, float(self.scale[0]), int(self.zero_point[0]), self.quant_min,
+                x, _flag(self.scale), int(_flag(self.zero_point)), self.quant_min,
                 self.quant_max)
         return x
+
+
+def disable_observer(mod: nn.Module) -> None:
+    """Freeze the qparams of ``mod`` if it is a ``FakeQuantize`` (``model.apply(...)``).
+
+    >>> fq = default_fake_quant(); disable_observer(fq); int(fq.observer_enabled[0])
+    0
+    """
+    if isinstance(mod, FakeQuantize):
+        mod.disable_observer()
+
+
+def enable_observer(mod: nn.Module) -> None:
+    """Let ``mod``'s observer update its qparams again (if it is a ``FakeQuantize``).
+
+    >>> fq = default_fake_quant(); enable_observer(fq); int(fq.observer_enabled[0])
+    1
+    """
+    if isinstance(mod, FakeQuantize):
+        mod.enable_observer()
+
+
+def disable_fake_quant(mod: nn.Module) -> None:
+    """Pass values through ``mod`` unquantized (if it is a ``FakeQuantize``).
+
+    >>> fq = default_fake_quant(); disable_fake_quant(fq); int(fq.fake_quant_enabled[0])
+    0
+    """
+    if isinstance(mod, FakeQuantize):
+        mod.disable_fake_quant()
+
+
+def enable_fake_quant(mod: nn.Module) -> None:
+    """Fake-quantize in ``mod`` again (if it is a ``FakeQuantize``).
+
+    >>> fq = default_fake_quant(); enable_fake_quant(fq); int(fq.fake_quant_enabled[0])
+    1
+    """
+    if isinstance(mod, FakeQuantize):
+        mod.enable_fake_quant()
+
+
+def _flag(t: Tensor):
+    """The value of a one-element buffer (read without an op)."""
+    return t._to_numpy().reshape(-1)[0].item()
 
 
 default_fake_quant = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, quant_min=0,

@@ -35,8 +35,7 @@ __all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass", "register_pass
 # run (a no-op unless nn.Graph.config.enable_remat set ``PassContext.remat``); qdq turns
 # dequantize-compute-quantize groups into INT8 ops once constants are folded
 PIPELINE = ["schedule_1f1b", "dce", "algebraic", "dce", "cse", "constfold", "bnfold", "qdq",
-            "dce",
-            "decompose", "cse", "layout", "duplicate", "fuse", "outline", "remat",
+            "dce", "decompose", "cse", "layout", "duplicate", "fuse", "outline", "remat",
             "bucket_all_reduces"]
 
 

@@ -357,8 +357,8 @@ def _q(y, scale, zp):
 
 def _direct(x, w, wz, *scalars) -> bool:
     """Whether tessera's INT8 kernels take these operands as they are."""
-    return (x.dtype is D.uint8 and w.dtype is D.int8 and not is_symbolic(w)
-            and _known(wz, *scalars) and (wz is None or not wz._to_numpy().any())
+    return (x.dtype is D.uint8 and w.dtype is D.int8 and _known(wz, *scalars)
+            and (wz is None or not wz._to_numpy().any())
             and all(s is None or s.dim() == 0 for s in scalars))
 
 
@@ -390,7 +390,8 @@ def _import_qlinear_conv(c, x, xs, xz, w, ws, wz, ys, yz, bias=None):
 def _import_qlinear_matmul(c, a, as_, az, b, bs, bz, ys, yz):
     from tessera.ops.linalg import matmul
     if b.dim() == 2 and _direct(a, b, bz, as_, az, ys, yz, bs):
-        w = Tensor._from_numpy(np.ascontiguousarray(b._to_numpy().T))
+        w = b.transpose(0, 1).contiguous() if is_symbolic(b) else \
+            Tensor._from_numpy(np.ascontiguousarray(b._to_numpy().T))
         scales = Tensor._from_numpy(np.full(w.shape[0], _item(bs), np.float32))
         t = dispatch(Q._QLINEAR, _as_quantized(a, ""), _as_quantized(w, ""), scales, None,
                      x_scale=float(_item(as_)), x_zp=int(_item(az)),
