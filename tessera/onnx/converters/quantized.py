@@ -1,7 +1,7 @@
 """Quantization, both directions: fake quantization, quantize/dequantize and the INT8 ops
 of quantized inference (``tessera.ops.quantized``) as standard QDQ ONNX, and QDQ and
 QOperator models (QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,
-MatMulInteger, DynamicQuantizeLinear) back into tessera's quantized ops.
+MatMulInteger, ConvInteger, DynamicQuantizeLinear) back into tessera's quantized ops.
 
 Export writes the QDQ form onnxruntime's ``quantize_static`` writes: a quantized product is
 ``DequantizeLinear`` of its input and of its int8 weights (per output channel, axis 0),
@@ -306,8 +306,14 @@ def _item(t: Tensor | None, default=0):
     return default if t is None else t._to_numpy().reshape(-1)[0].item()
 
 
+def _unblocked(c) -> None:
+    if c.attr("block_size", 0):
+        raise NotImplementedError("with block_size (blocked quantization) is not supported")
+
+
 @import_rule("QuantizeLinear", since=10)
 def _import_quantize(c, x, scale, zp=None):
+    _unblocked(c)
     qdt = D.quint8 if zp is None else _QOF.get(np.dtype(zp.dtype.np))
     if qdt is None or qdt is D.qint32:
         raise NotImplementedError(f"to {zp.dtype} (tessera quantizes to int8 or uint8)")
@@ -322,6 +328,7 @@ def _import_quantize(c, x, scale, zp=None):
 
 @import_rule("DequantizeLinear", since=10)
 def _import_dequantize(c, x, scale, zp=None):
+    _unblocked(c)
     q = _as_quantized(x, "DequantizeLinear")
     if scale.dim() == 0 and _known(scale, zp):
         return dispatch(Q._DEQUANTIZE, q, scale=float(_item(scale)),
@@ -408,6 +415,28 @@ def _import_matmul_integer(c, a, b, az=None, bz=None):
     ia = a.to(D.int32) - (0 if az is None else az.to(D.int32))
     ib = b.to(D.int32) - (0 if bz is None else bz.to(D.int32))
     return matmul(ia, ib)
+
+
+@import_rule("ConvInteger")
+def _import_conv_integer(c, x, w, xz=None, wz=None):
+    """The int32 sums, as a float64 convolution of the integers (exact below 2**53)."""
+    from tessera.onnx.converters.nn import _pads
+    nd = x.dim() - 2
+    kernel = c.attr("kernel_shape") or list(w.shape[2:])
+    strides = c.attr("strides") or [1] * nd
+    dil = c.attr("dilations") or [1] * nd
+    fx = (x.to(D.int32) - (0 if xz is None else xz.to(D.int32))).double()
+    fw = (w.to(D.int32) - (0 if wz is None else _dq_shape(wz, w))).double()
+    y = dispatch(REGISTRY["conv"], fx, fw, None, stride=tuple(strides),
+                 pads=_pads(c, x, kernel, strides, dil), dilation=tuple(dil),
+                 groups=c.attr("group", 1))
+    return y.to(D.int32)
+
+
+def _dq_shape(zp, w):
+    """A weight zero point: one for all, or one per output channel."""
+    z = zp.to(D.int32)
+    return z if z.dim() == 0 else z.reshape((-1,) + (1,) * (w.dim() - 1))
 
 
 @import_rule("DynamicQuantizeLinear", since=11)
