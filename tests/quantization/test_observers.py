@@ -117,3 +117,21 @@ def test_histogram_qconfig_calibrates_a_model():
     p(x)
     q = tq.convert(p)
     assert (q(x) - m(x)).abs().max().item() < 0.1
+
+
+@pytest.mark.parametrize("which", ["default_fused_act_fake_quant", "default_fused_wt_fake_quant",
+                                   "default_fused_per_channel_wt_fake_quant"])
+@pytest.mark.parametrize("span", [3.0, 1e-6, 0.0])
+def test_fused_fake_quant_qparams_match_torch(which, span):
+    """PyTorch's fused kernel chooses qparams its own way (ATen's ChooseQuantizationParams:
+    symmetric ranges of -128..127 steps, a floor on tiny scales)."""
+    t, o = getattr(tao, which)(), getattr(tq, which)()
+    rng = np.random.default_rng(1)
+    for k in range(3):
+        a = (rng.standard_normal((4, 6)) * span + (0.2 * span if k else 0)).astype(np.float32)
+        ty = t(torch.from_numpy(a))
+        oy = o(tessera.from_numpy(a))
+        np.testing.assert_allclose(oy.numpy(), ty.numpy(), atol=1e-7)
+    np.testing.assert_allclose(o.scale.numpy(), t.scale.numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(o.zero_point.numpy(), t.zero_point.numpy())
+    _check_qparams(t, o)  # what convert uses: the observer's, not the kernel's

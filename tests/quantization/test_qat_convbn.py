@@ -49,22 +49,20 @@ class _Net(nn.Module):
 FUSE = [["conv", "bn", "relu"], ["conv2", "bn2"]]
 
 
-def _qconfigs():
-    """The same (unfused) fake quantizers on both sides."""
-    t = tao.QConfig(activation=tao.FakeQuantize.with_args(
-        observer=tao.MovingAverageMinMaxObserver, quant_min=0, quant_max=255,
-        reduce_range=True), weight=tao.default_per_channel_weight_fake_quant)
-    return t, tq.get_default_qat_qconfig("x86")
+def _qconfigs(version):
+    """Both libraries' default QAT qconfigs (version 1: PyTorch's fused fake quantizers)."""
+    return tao.get_default_qat_qconfig("x86", version), tq.get_default_qat_qconfig("x86",
+                                                                                  version)
 
 
-def _models():
+def _models(version=1):
     torch.manual_seed(0)
     t, o = _TNet(), _Net()
     o.load_state_dict({k: tessera.from_numpy(v.detach().numpy().copy())
                        for k, v in t.state_dict().items()})
     t = tao.fuse_modules_qat(t.train(), FUSE)
     o = tq.fuse_modules(o.train(), FUSE)   # train mode: the batch norms stay
-    tq_, oq = _qconfigs()
+    tq_, oq = _qconfigs(version)
     t.qconfig, o.qconfig = tq_, oq
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -79,8 +77,9 @@ def test_fuse_in_train_mode_gives_convbn_modules():
     assert type(m.conv).__name__ == "ConvReLU2d" and type(m.conv2) is nn.Conv2d
 
 
-def test_convbn_qat_matches_torch_through_freeze_bn_and_convert():
-    t, o = _models()
+@pytest.mark.parametrize("version", [0, 1])
+def test_convbn_qat_matches_torch_through_freeze_bn_and_convert(version):
+    t, o = _models(version)
     topt = torch.optim.SGD(t.parameters(), lr=0.1)
     oopt = tessera.optim.SGD(o.parameters(), lr=0.1)
     rng = np.random.default_rng(0)
