@@ -133,6 +133,28 @@ class QTensor(Tensor):
                             zero_point=int(self._qzp))
         return dispatch(_DEQUANTIZE_PC, self, self._qscale, self._qzp, axis=self._qaxis)
 
+    # ---- what keeps a tensor quantized (PyTorch's quantized CPU kernels) --------------
+    def _like(self, ints: Tensor) -> QTensor:
+        """``ints`` (of this tensor's integer type) with this tensor's qparams."""
+        t = Tensor._make(ints._data, self._dtype, ints._device, ints._shape)
+        return QTensor._wrap(t, self._qscale, self._qzp, self._qaxis)
+
+    def _reshaped(self, what: str, fn) -> QTensor:
+        self._per_tensor(what)  # a per-channel axis has no meaning after a reshape
+        return self._like(fn(self.int_repr()))
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> QTensor:
+        return self._reshaped("flatten", lambda t: t.flatten(start_dim, end_dim))
+
+    def reshape(self, *shape) -> QTensor:
+        return self._reshaped("reshape", lambda t: t.reshape(*shape))
+
+    def view(self, *shape) -> QTensor:
+        return self._reshaped("view", lambda t: t.view(*shape))
+
+    def relu(self) -> QTensor:
+        return relu(self)
+
     def __repr__(self) -> str:
         body = repr(self.dequantize())[:-1]
         if self._qaxis is None:
