@@ -283,7 +283,7 @@ def _quantized_cat(b, n):
 
 # ---- import ------------------------------------------------------------------------------
 
-def _as_quantized(t: Tensor, op: str) -> Tensor:
+def _as_quantized(t: Tensor) -> Tensor:
     """An int8/uint8/int32 tensor seen as the quantized dtype of the same integers."""
     if t.dtype in _INT:
         return t
@@ -329,7 +329,7 @@ def _import_quantize(c, x, scale, zp=None):
 @import_rule("DequantizeLinear", since=10)
 def _import_dequantize(c, x, scale, zp=None):
     _unblocked(c)
-    q = _as_quantized(x, "DequantizeLinear")
+    q = _as_quantized(x)
     if scale.dim() == 0 and _known(scale, zp):
         return dispatch(Q._DEQUANTIZE, q, scale=float(_item(scale)),
                         zero_point=int(_item(zp)))
@@ -382,7 +382,7 @@ def _import_qlinear_conv(c, x, xs, xz, w, ws, wz, ys, yz, bias=None):
     bf = None if bias is None else bias.float() * acc
     if nd == 2 and all(lo == hi for lo, hi in pads) and _direct(x, w, wz, xs, xz, ys, yz):
         scales = ws.float().reshape(-1).expand(w.shape[0]).contiguous()
-        t = dispatch(Q._QCONV, _as_quantized(x, "QLinearConv"), _as_quantized(w, ""), scales,
+        t = dispatch(Q._QCONV, _as_quantized(x), _as_quantized(w), scales,
                      bf, stride=tuple(strides), padding=tuple(p[0] for p in pads),
                      dilation=tuple(dil), groups=int(group), x_scale=float(_item(xs)),
                      x_zp=int(_item(xz)), out_scale=float(_item(ys)), out_zp=int(_item(yz)),
@@ -400,7 +400,7 @@ def _import_qlinear_matmul(c, a, as_, az, b, bs, bz, ys, yz):
         w = b.transpose(0, 1).contiguous() if is_symbolic(b) else \
             Tensor._from_numpy(np.ascontiguousarray(b._to_numpy().T))
         scales = Tensor._from_numpy(np.full(w.shape[0], _item(bs), np.float32))
-        t = dispatch(Q._QLINEAR, _as_quantized(a, ""), _as_quantized(w, ""), scales, None,
+        t = dispatch(Q._QLINEAR, _as_quantized(a), _as_quantized(w), scales, None,
                      x_scale=float(_item(as_)), x_zp=int(_item(az)),
                      out_scale=float(_item(ys)), out_zp=int(_item(yz)), relu=False)
         return _as_int(t)
