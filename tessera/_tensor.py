@@ -292,6 +292,16 @@ class Tensor(TensorMethods):
     def is_neg(self) -> bool:
         return False
 
+    def dequantize(self) -> Tensor:
+        """The float values: a tensor that is not quantized is its own (a ``QTensor``
+        overrides this).
+
+        >>> import tessera
+        >>> t = tessera.ones(2); t.dequantize() is t, t.is_quantized
+        (True, False)
+        """
+        return self
+
     def is_conj(self) -> bool:
         return False
 

@@ -88,7 +88,7 @@ def print_graph(g: Graph) -> str:
 
 # ---- parsing -------------------------------------------------------------------------
 
-_NAMES: dict[str, Any] = {d.name: d for d in D.ALL}
+_NAMES: dict[str, Any] = {d.name: d for d in D.ALL + D.QUANTIZED}
 _NAMES.update({"inf": math.inf, "nan": math.nan, "None": None, "True": True, "False": False})
 _TYPE = re.compile(r"%([\w.\-]+):\s*(\w+)\[([^\]]*)\]")
 

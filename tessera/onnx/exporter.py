@@ -28,10 +28,10 @@ __all__ = ["export", "export_graph", "Builder", "ExportError", "UnsupportedOpErr
 
 MIN_OPSET, MAX_OPSET = 13, 21
 
-# tessera dtype name -> onnx.TensorProto data type
+# tessera dtype name -> onnx.TensorProto data type (a quantized dtype: its integers)
 ONNX_DTYPE = {"float32": 1, "uint8": 2, "int8": 3, "int16": 5, "int32": 6, "int64": 7,
               "bool": 9, "float16": 10, "float64": 11, "complex64": 14, "complex128": 15,
-              "bfloat16": 16}
+              "bfloat16": 16, "qint8": 3, "quint8": 2, "qint32": 6}
 # external data above this many bytes of initializers (the protobuf limit is 2 GB)
 EXTERNAL_DATA_BYTES = 1 << 30
 

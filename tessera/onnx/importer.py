@@ -287,7 +287,8 @@ def load(model, input_shapes: dict | list | None = None) -> OnnxModel:
     """An ONNX model (path, bytes or ModelProto) as an IR graph. Floating-point initializers
     with dimensions become named variables (the parameters); the rest are
     constants folded into the graph. Symbolic input dims need ``input_shapes`` (by name or
-    in order); the graph is static."""
+    in order); the graph is static. The QDQ groups of a quantized model (dequantize, Conv
+    or Gemm, quantize) become tessera's INT8 ops (``tessera.graph.passes.qdq``)."""
     prog = OnnxProgram(model)
     shapes = _resolve_shapes(prog, input_shapes)
     g = Graph()
@@ -306,9 +307,12 @@ def load(model, input_shapes: dict | list | None = None) -> OnnxModel:
     finally:
         _TRACING.pop()
     g.outputs = [tracer.value(o) for o in outs]
-    from tessera.graph.passes import dce
+    from tessera.graph.passes import PassContext, dce, qdq
     dce.run(g, None)
     values = {tracer.initial[k].name: t for k, t in tracer.tensors.items()}
+    # a QDQ model's dequantize-compute-quantize groups run as tessera's INT8 ops
+    if qdq.run(g, PassContext(False, values)):
+        dce.run(g, None)
     return OnnxModel(g, {k: values[k] for k in g.variables}, prog.input_names,
                      prog.output_names, prog.opset)
 

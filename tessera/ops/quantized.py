@@ -133,6 +133,28 @@ class QTensor(Tensor):
                             zero_point=int(self._qzp))
         return dispatch(_DEQUANTIZE_PC, self, self._qscale, self._qzp, axis=self._qaxis)
 
+    # ---- what keeps a tensor quantized (PyTorch's quantized CPU kernels) --------------
+    def _like(self, ints: Tensor) -> QTensor:
+        """``ints`` (of this tensor's integer type) with this tensor's qparams."""
+        t = Tensor._make(ints._data, self._dtype, ints._device, ints._shape)
+        return QTensor._wrap(t, self._qscale, self._qzp, self._qaxis)
+
+    def _reshaped(self, what: str, fn) -> QTensor:
+        self._per_tensor(what)  # a per-channel axis has no meaning after a reshape
+        return self._like(fn(self.int_repr()))
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> QTensor:
+        return self._reshaped("flatten", lambda t: t.flatten(start_dim, end_dim))
+
+    def reshape(self, *shape) -> QTensor:
+        return self._reshaped("reshape", lambda t: t.reshape(*shape))
+
+    def view(self, *shape) -> QTensor:
+        return self._reshaped("view", lambda t: t.view(*shape))
+
+    def relu(self) -> QTensor:
+        return relu(self)
+
     def __repr__(self) -> str:
         body = repr(self.dequantize())[:-1]
         if self._qaxis is None:
@@ -495,8 +517,12 @@ def quantize_per_channel(input: Tensor, scales: Tensor, zero_points: Tensor, axi
                          axis)
 
 
+# the integer dtypes the quantized ops also take (see _U8 below)
+_INTS = (D.int8, D.uint8, D.int32)
+
+
 def _int_in(q, op: str) -> Meta:
-    if type(q) is not Meta or q.dtype not in _RANGE:
+    if type(q) is not Meta or (q.dtype not in _RANGE and q.dtype not in _INTS):
         raise RuntimeError(f"{op}(): expected a quantized tensor, got "
                            f"{q.dtype if type(q) is Meta else type(q).__name__}")
     return q
@@ -555,11 +581,17 @@ def _qparams(x_scale: float, w_scale: np.ndarray, out_scale: float | None, bias)
     return mult, b
 
 
+# the quantized products also take the plain integer dtypes of the same data: a graph
+# imported from ONNX holds the integers between QuantizeLinear and DequantizeLinear as
+# uint8/int8 values (the scales are the op's attributes either way)
+_U8, _S8 = (quint8, D.uint8), (qint8, D.int8)
+
+
 def _linear_infer(x, w, w_scale, bias, x_scale, x_zp, out_scale, out_zp, relu):
-    if type(x) is not Meta or x.dtype is not quint8:
+    if type(x) is not Meta or x.dtype not in _U8:
         raise RuntimeError("quantized::linear: expected a quint8 input, got "
                            f"{x.dtype if type(x) is Meta else type(x).__name__}")
-    if w.dtype is not qint8 or len(w.shape) != 2:
+    if w.dtype not in _S8 or len(w.shape) != 2:
         raise RuntimeError(f"quantized::linear: expected 2-d qint8 weights, got {w.dtype} of "
                            f"shape {tuple(w.shape)}")
     if not x.shape or x.shape[-1] != w.shape[1]:
@@ -589,9 +621,9 @@ _QLINEAR = defop("quantized_linear", _linear_infer, _linear_kernel, grad=None,
 
 def _conv_infer(x, w, w_scale, bias, stride, padding, dilation, groups, x_scale, x_zp,
                 out_scale, out_zp, relu):
-    if type(x) is not Meta or x.dtype is not quint8 or len(x.shape) != 4:
+    if type(x) is not Meta or x.dtype not in _U8 or len(x.shape) != 4:
         raise RuntimeError("quantized::conv2d: expected a 4-d quint8 input (N, C, H, W)")
-    if w.dtype is not qint8 or len(w.shape) != 4 or w.shape[1] * groups != x.shape[1]:
+    if w.dtype not in _S8 or len(w.shape) != 4 or w.shape[1] * groups != x.shape[1]:
         raise RuntimeError(f"quantized::conv2d: weights {tuple(w.shape)} of {w.dtype} do not "
                            f"fit an input of {x.shape[1]} channels in {groups} groups")
     oh, ow = (_out_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i])
@@ -650,7 +682,7 @@ _QCONV = defop("quantized_conv2d", _conv_infer, _conv_kernel, grad=None, sbp=_ba
 def _lin_dyn_infer(x, w, w_scale, bias, reduce_range):
     if type(x) is not Meta or x.dtype is not D.float32:
         raise RuntimeError("quantized::linear_dynamic: expected a float32 input")
-    if w.dtype is not qint8 or x.shape[-1:] != w.shape[1:]:
+    if w.dtype not in _S8 or x.shape[-1:] != w.shape[1:]:
         raise RuntimeError(f"quantized::linear_dynamic: input {tuple(x.shape)} and weights "
                            f"{tuple(w.shape)} of {w.dtype} do not fit")
     return Meta(x.shape[:-1] + (w.shape[0],), D.float32)

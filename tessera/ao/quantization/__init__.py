@@ -3,7 +3,7 @@ flow (``fuse_modules``, ``prepare``/``prepare_qat``, ``convert``, ``quantize_dyn
 
 >>> from tessera.ao import quantization as tq
 >>> type(tq.get_default_qconfig("fbgemm").activation()).__name__
-'MinMaxObserver'
+'HistogramObserver'
 """
 from tessera.ao.quantization.fake_quantize import *  # noqa: F403
 from tessera.ao.quantization.observer import *  # noqa: F403

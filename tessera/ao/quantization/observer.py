@@ -20,6 +20,7 @@ from tessera.ops.creation import tensor
 
 __all__ = ["ObserverBase", "MinMaxObserver", "MovingAverageMinMaxObserver",
            "PerChannelMinMaxObserver", "MovingAveragePerChannelMinMaxObserver",
+           "HistogramObserver",
            "PlaceholderObserver", "default_observer", "default_weight_observer",
            "default_per_channel_weight_observer"]
 
@@ -94,6 +95,9 @@ class MinMaxObserver(ObserverBase):
                  reduce_range: bool = False, quant_min=None, quant_max=None, eps=_EPS,
                  **kwargs):
         super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, eps)
+        if qscheme is Q.per_tensor_symmetric and reduce_range and dtype is D.quint8:
+            raise NotImplementedError("Cannot reduce range for symmetric quantization for "
+                                      "quint8")
         self.min_val: Tensor
         self.max_val: Tensor
         self.register_buffer("min_val", tensor(float("inf")))
@@ -178,6 +182,149 @@ class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
             return new
         c = np.float32(self.averaging_constant)
         return old + c * (new.astype(np.float32) - old)
+
+
+def _histc(x: np.ndarray, bins: int, lo, hi) -> np.ndarray:
+    """``torch.histc`` in float32: values outside [lo, hi] are dropped, the maximum falls
+    in the last bin, and an empty range widens to [lo - 1, hi + 1]."""
+    lo, hi = np.float32(lo), np.float32(hi)
+    if lo == hi:
+        lo, hi = lo - np.float32(1), hi + np.float32(1)
+    x = x[(x >= lo) & (x <= hi)]
+    pos = ((x - lo) * np.float32(bins) / (hi - lo)).astype(np.int64)
+    pos[pos == bins] = bins - 1
+    return np.bincount(pos, minlength=bins).astype(np.float32)
+
+
+def _linspace(lo, hi, n: int) -> np.ndarray:
+    """``torch.linspace`` in float32 (each half stepped from its own end)."""
+    lo, hi = np.float32(lo), np.float32(hi)
+    step = (hi - lo) / np.float32(n - 1)
+    i = np.arange(n)
+    half = n // 2
+    return np.where(i < half, lo + step * i.astype(np.float32),
+                    hi - step * (n - 1 - i).astype(np.float32)).astype(np.float32)
+
+
+class HistogramObserver(ObserverBase):
+    """A running histogram of the values seen (``bins`` bins over the running range); the
+    range quantized is the one of least L2 quantization error, found by PyTorch's search
+    (caffe2's norm minimization): shrink the range from the side holding less mass, one
+    ``1e-5`` quantile at a time, while the error falls.
+
+    >>> import tessera
+    >>> obs = HistogramObserver(bins=64)
+    >>> _ = obs(tessera.cat([tessera.linspace(-1, 1, 1000), tessera.tensor([40.0])]))
+    >>> obs.histogram.sum().item(), obs.max_val.item(), obs.calculate_qparams()[1].tolist()
+    (1001.0, 40.0, [6])
+    """
+
+    def __init__(self, bins: int = 2048, dtype=D.quint8, qscheme=Q.per_tensor_affine,
+                 reduce_range: bool = False, quant_min=None, quant_max=None, eps=_EPS,
+                 **kwargs):
+        if qscheme not in (Q.per_tensor_affine, Q.per_tensor_symmetric):
+            raise NotImplementedError("HistogramObserver's qscheme only support "
+                                      "torch.per_tensor_symmetric and "
+                                      "torch.per_tensor_affine.")
+        super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, eps)
+        self.bins = bins
+        self.histogram: Tensor
+        self.min_val: Tensor
+        self.max_val: Tensor
+        self.register_buffer("histogram", Tensor._from_numpy(np.zeros(bins, np.float32)))
+        self.register_buffer("min_val", tensor(float("inf")))
+        self.register_buffer("max_val", tensor(float("-inf")))
+        self.dst_nbins = 2 ** (8 * dtype.itemsize)
+        self.upsample_rate = 16  # spreads an old bin over the new ones it overlaps
+
+    def forward(self, x: Tensor) -> Tensor:
+        a = x.detach()._to_numpy().astype(np.float32, copy=False).reshape(-1)
+        if np.isinf(a).any():
+            a = a[~np.isinf(a)]  # infinite values would be clamped anyway
+        if a.size == 0:
+            return x
+        lo, hi = a.min(), a.max()
+        old_lo, old_hi = np.float32(float(self.min_val)), np.float32(float(self.max_val))
+        hist = self.histogram._to_numpy()
+        if old_lo == np.inf or old_hi == -np.inf:
+            new_lo, new_hi, hist = lo, hi, _histc(a, self.bins, lo, hi)
+        else:
+            new_lo, new_hi = min(old_lo, lo), max(old_hi, hi)
+            update = _histc(a, self.bins, new_lo, new_hi)
+            hist = update + self._rebin(hist, old_lo, old_hi, new_lo, new_hi)
+        self.histogram = Tensor._from_numpy(hist.astype(np.float32))
+        self.min_val, self.max_val = tensor(float(new_lo)), tensor(float(new_hi))
+        return x
+
+    def _rebin(self, hist, lo, hi, new_lo, new_hi) -> np.ndarray:
+        """The histogram over [lo, hi] redistributed over the bins of [new_lo, new_hi]."""
+        if lo == new_lo and hi == new_hi:
+            return hist
+        if lo == hi:
+            return _histc(np.array([lo], np.float32), self.bins, new_lo, new_hi) * hist.sum()
+        n = self.bins * self.upsample_rate
+        up = np.repeat(hist, self.upsample_rate) / np.float32(self.upsample_rate)
+        mids = _linspace(lo, hi, n + 1)[:-1] + np.float32(0.5) * ((hi - lo) / np.float32(n))
+        edges = _linspace(new_lo, new_hi, self.bins + 1)
+        idx = np.clip(np.searchsorted(edges, mids, side="right") - 1, 0, self.bins - 1)
+        return np.bincount(idx, weights=up, minlength=self.bins).astype(np.float32)
+
+    def _error(self, hist, width: float, start: int, end: int) -> float:
+        """The L2 error of quantizing the histogram's mass to ``dst_nbins`` levels over
+        bins ``start..end`` (mass spread uniformly in each bin)."""
+        f = np.float32
+        dst = width * (end - start + 1) / self.dst_nbins
+        if dst == 0.0:
+            return 0.0
+        w, d = f(width), f(dst)
+        begin = (np.arange(self.bins) - start).astype(f) * w
+        stop = begin + w
+        first = np.clip(np.floor(begin / d), 0, self.dst_nbins - 1)
+        last = np.clip(np.floor(stop / d), 0, self.dst_nbins - 1)
+        density = hist / w
+
+        def norm(a, b):
+            return density * ((b * b * b - a * a * a) / f(3))
+        err = norm(begin - (first + f(0.5)) * d, np.full(self.bins, d / f(2), f))
+        err = err + (last - first - f(1)) * norm(-d / f(2), d / f(2))
+        err = err + norm(-d / f(2), stop - (last * d + d / f(2)))
+        return float(err.sum(dtype=f))
+
+    def _search(self) -> tuple[float, float]:
+        hist = self.histogram._to_numpy()
+        lo, hi = np.float32(float(self.min_val)), np.float32(float(self.max_val))
+        width = (hi - lo) / np.float32(self.bins)
+        total = float(hist.sum(dtype=np.float32))
+        csum = np.cumsum(hist, dtype=np.float32)
+        step, alpha, beta = 1e-5, 0.0, 1.0
+        start, end = 0, self.bins - 1
+        best = float("inf")
+        while alpha < beta:
+            next_alpha, next_beta = alpha + step, beta - step
+            left, right = start, end
+            while left < end and csum[left] < np.float32(next_alpha * total):
+                left += 1
+            while right > start and csum[right] > np.float32(next_beta * total):
+                right -= 1
+            next_start, next_end = start, end
+            if left - start > end - right:
+                next_start, alpha = left, next_alpha
+            else:
+                next_end, beta = right, next_beta
+            if (next_start, next_end) == (start, end):
+                continue
+            err = self._error(hist, (float(hi) - float(lo)) / self.bins, next_start, next_end)
+            if err > best:
+                break
+            best, start, end = err, next_start, next_end
+        return float(lo + width * np.float32(start)), float(lo + width * np.float32(end + 1))
+
+    def calculate_qparams(self):
+        if float(self.min_val) == float("inf") and float(self.max_val) == float("-inf"):
+            return tensor([1.0]), tensor([0])
+        lo, hi = self._search()
+        s, z = self._qparams(np.array([lo], np.float32), np.array([hi], np.float32))
+        return s, z
 
 
 class PlaceholderObserver(ObserverBase):

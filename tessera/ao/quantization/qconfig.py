@@ -10,10 +10,14 @@ from typing import Any, NamedTuple
 from tessera import _dtype as D
 from tessera.ao.quantization.fake_quantize import (
     FakeQuantize,
+    FusedMovingAvgObsFakeQuantize,
+    default_fused_per_channel_wt_fake_quant,
+    default_fused_wt_fake_quant,
     default_per_channel_weight_fake_quant,
     default_weight_fake_quant,
 )
 from tessera.ao.quantization.observer import (
+    HistogramObserver,
     MinMaxObserver,
     MovingAverageMinMaxObserver,
     PerChannelMinMaxObserver,
@@ -42,24 +46,31 @@ def _check(backend: str) -> None:
 
 
 def get_default_qconfig(backend: str = "x86", version: int = 0) -> QConfig:
-    """Post-training static quantization: activations observed over their whole range (7
-    bits on x86, where AVX2's int16 pairs would overflow at 8), weights per channel."""
+    """Post-training static quantization, PyTorch's choices: activations through a
+    histogram observer (the range of least L2 error; 7 bits on x86, where AVX2's int16
+    pairs would overflow at 8), weights per channel (per tensor for qnnpack)."""
     _check(backend)
     if backend == "qnnpack":
-        return QConfig(MinMaxObserver.with_args(reduce_range=False),
+        return QConfig(HistogramObserver.with_args(reduce_range=False),
                        default_weight_observer)
-    return QConfig(MinMaxObserver.with_args(reduce_range=True),
+    return QConfig(HistogramObserver.with_args(reduce_range=backend != "onednn"),
                    PerChannelMinMaxObserver.with_args(dtype=D.qint8,
                                                       qscheme=Q.per_channel_symmetric))
 
 
 def get_default_qat_qconfig(backend: str = "x86", version: int = 1) -> QConfig:
-    """Quantization-aware training: moving-average observers inside fake quantizers."""
+    """Quantization-aware training: moving-average observers inside fake quantizers; with
+    ``version=1`` (the default, as PyTorch's) the fused fake quantizers' qparams."""
     _check(backend)
-    act = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, quant_min=0,
-                                 quant_max=255, reduce_range=backend != "qnnpack")
-    weight = default_weight_fake_quant if backend == "qnnpack" else \
-        default_per_channel_weight_fake_quant
+    fq = FusedMovingAvgObsFakeQuantize if version == 1 else FakeQuantize
+    act = fq.with_args(observer=MovingAverageMinMaxObserver, quant_min=0,
+                       quant_max=255, reduce_range=backend != "qnnpack")
+    if version == 1:
+        weight = default_fused_wt_fake_quant if backend == "qnnpack" else \
+            default_fused_per_channel_wt_fake_quant
+    else:
+        weight = default_weight_fake_quant if backend == "qnnpack" else \
+            default_per_channel_weight_fake_quant
     return QConfig(act, weight)
 
 

@@ -23,13 +23,14 @@ from typing import Any
 
 from tessera import _dtype as D, nn
 from tessera.ao.nn import intrinsic as nni, qat as nnqat, quantized as nnq
+from tessera.ao.nn.intrinsic import qat as nniqat
 from tessera.ao.nn.quantized import dynamic as nnqd
 from tessera.ao.quantization.qconfig import QConfigMapping
 from tessera.autograd import no_grad
 from tessera.ops.creation import zeros_like
 
-__all__ = ["QuantStub", "DeQuantStub", "fuse_modules", "prepare", "prepare_qat", "convert",
-           "quantize_dynamic", "propagate_qconfig_"]
+__all__ = ["QuantStub", "DeQuantStub", "fuse_modules", "fuse_modules_qat", "prepare",
+           "prepare_qat", "convert", "quantize_dynamic", "propagate_qconfig_"]
 
 
 class QuantStub(nn.Module):
@@ -69,12 +70,13 @@ def _fold_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
     return fused
 
 
-def _fuse(mods: list) -> nn.Module:
+def _fuse(mods: list, qat: bool) -> nn.Module:
     kinds = tuple(type(m) for m in mods)
     if kinds[:2] == (nn.Conv2d, nn.BatchNorm2d):
-        if mods[0].training:
-            raise NotImplementedError("fuse_modules: fusing conv and batch norm for training "
-                                      "(ConvBn2d) is not supported; fuse in eval mode")
+        if mods[0].training != mods[1].training:
+            raise AssertionError("Conv and BN both must be in the same mode (train or eval).")
+        if qat or mods[0].training:  # the batch norm trains on: folded at convert
+            return (nni.ConvBnReLU2d if kinds[2:] == (nn.ReLU,) else nni.ConvBn2d)(*mods)
         conv = _fold_bn(mods[0], mods[1])
         return nni.ConvReLU2d(conv, mods[2]) if kinds[2:] == (nn.ReLU,) else conv
     if kinds == (nn.Conv2d, nn.ReLU):
@@ -97,27 +99,43 @@ def _set(model: nn.Module, name: str, mod: nn.Module) -> None:
     setattr(_get(model, parent) if parent else model, leaf, mod)
 
 
-def fuse_modules(model: nn.Module, modules_to_fuse, inplace: bool = False) -> nn.Module:
+def fuse_modules(model: nn.Module, modules_to_fuse, inplace: bool = False,
+                 _qat: bool = False) -> nn.Module:
     """Fuse each list of module names (conv+bn, conv+bn+relu, conv+relu, linear+relu) into
-    the first; the others become ``Identity``."""
+    the first; the others become ``Identity``. In eval mode a batch norm folds into its
+    convolution; in train mode conv+bn(+relu) become ``ConvBn2d`` (``ConvBnReLU2d``),
+    which ``prepare_qat`` trains with the batch norm and ``convert`` folds."""
     if not inplace:
         model = copy.deepcopy(model)
     groups = modules_to_fuse
     if groups and isinstance(groups[0], str):
         groups = [groups]
     for names in groups:
-        fused = _fuse([_get(model, n) for n in names])
+        fused = _fuse([_get(model, n) for n in names], _qat)
         _set(model, names[0], fused)
         for n in names[1:]:
             _set(model, n, nn.Identity())
     return model
 
 
+def fuse_modules_qat(model: nn.Module, modules_to_fuse, inplace: bool = False) -> nn.Module:
+    """``fuse_modules`` for quantization-aware training: conv+bn(+relu) become
+    ``ConvBn2d`` (``ConvBnReLU2d``) whatever the mode.
+
+    >>> from tessera import nn
+    >>> m = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU())
+    >>> type(fuse_modules_qat(m, [["0", "1", "2"]])[0]).__name__
+    'ConvBnReLU2d'
+    """
+    return fuse_modules(model, modules_to_fuse, inplace, _qat=True)
+
+
 # ---- prepare and convert ------------------------------------------------------------------
 
 _OBSERVED = (nn.Linear, nn.Conv2d, nni.ConvReLU2d, nni.LinearReLU, QuantStub,
              nnq.FloatFunctional)
-_QAT: dict[type, Any] = {nn.Linear: nnqat.Linear, nn.Conv2d: nnqat.Conv2d}
+_QAT: dict[type, Any] = {nn.Linear: nnqat.Linear, nn.Conv2d: nnqat.Conv2d,
+                         nni.ConvBn2d: nniqat.ConvBn2d, nni.ConvBnReLU2d: nniqat.ConvBnReLU2d}
 
 
 def propagate_qconfig_(model: nn.Module, qconfig_dict=None) -> None:
@@ -160,10 +178,14 @@ def prepare_qat(model: nn.Module, mapping=None, inplace: bool = False) -> nn.Mod
     if not inplace:
         model = copy.deepcopy(model)
     propagate_qconfig_(model)
+    done: list[str] = []
     for name, mod in list(model.named_modules()):
         qat = _QAT.get(type(mod))
+        if any(name.startswith(d + ".") for d in done):
+            continue  # inside a module already swapped (a fused ConvBn2d's conv)
         if qat is not None and getattr(mod, "qconfig", None) is not None:
             _set(model, name, qat.from_float(mod))
+            done.append(name)
     return prepare(model, inplace=True)
 
 
@@ -177,6 +199,8 @@ def _quantized_form(mod: nn.Module):
         return nnq.Linear.from_float(mod)
     if t in (nn.Conv2d, nnqat.Conv2d, nni.ConvReLU2d):
         return nnq.Conv2d.from_float(mod)
+    if t in (nniqat.ConvBn2d, nniqat.ConvBnReLU2d):
+        return nnq.Conv2d.from_float(_folded(mod))
     if t is nnq.FloatFunctional:
         return nnq.QFunctional.from_float(mod)
     if t is nn.ReLU:
@@ -188,6 +212,16 @@ def _quantized_form(mod: nn.Module):
     if t is nn.Flatten:
         return nnq.Flatten(mod.start_dim, mod.end_dim)
     return None
+
+
+def _folded(mod):
+    """A trained ConvBn2d as the float convolution ``convert`` quantizes: the batch norm
+    folded in, with the module's weight fake quantizer and output observer."""
+    conv = mod.folded()
+    conv.weight_fake_quant = mod.weight_fake_quant
+    out = nni.ConvReLU2d(conv, nn.ReLU()) if mod._RELU else conv
+    out.qconfig, out.activation_post_process = mod.qconfig, mod.activation_post_process
+    return out
 
 
 def convert(module: nn.Module, mapping=None, inplace: bool = False) -> nn.Module:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import warnings
 
 from tessera.autograd.grad_mode import no_grad
-from tessera.ops import activation as A, ternary, unary
+from tessera.ops import activation as A, quantized, ternary, unary
 from tessera.ops._util import call, wrap_dim
 from tessera.ops.activation import need_float
 from tessera.ops.creation import empty_like, zeros_like
+from tessera.ops.quantized import QTensor
 
 __all__ = ["relu", "relu_", "relu6", "leaky_relu", "leaky_relu_", "elu", "elu_", "selu",
            "selu_", "celu", "celu_", "gelu", "silu", "mish", "softplus", "softsign",
@@ -38,6 +39,8 @@ def relu(input, inplace: bool = False):
     >>> F.relu(tessera.tensor([-1., 2.]))
     tensor([0., 2.])
     """
+    if type(input) is QTensor:  # a quantized tensor stays quantized, as in PyTorch
+        return quantized.relu(input)
     return unary.relu(input, out=input if inplace else None)
 
 

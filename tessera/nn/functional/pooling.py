@@ -13,6 +13,7 @@ import numpy as np
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import is_grad_enabled
 from tessera.nn.functional.conv import _is_int, _tensor
+from tessera.ops import quantized
 from tessera.ops.pool import (
     adaptive_max_pool,
     avg_pool,
@@ -20,6 +21,7 @@ from tessera.ops.pool import (
     max_pool_backward,
     max_pool_values,
 )
+from tessera.ops.quantized import QTensor
 from tessera.ops.vision import interpolate as _resample
 
 __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices",
@@ -99,7 +101,11 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
-    """2-d max pooling over (N, C, H, W) or (C, H, W); indices are flat in each H*W plane."""
+    """2-d max pooling over (N, C, H, W) or (C, H, W); indices are flat in each H*W plane.
+    A quantized tensor stays quantized (its integers pooled)."""
+    if type(input) is QTensor and dilation in (1, (1, 1)) and not ceil_mode \
+            and not return_indices:
+        return quantized.max_pool2d(input, kernel_size, stride, padding)
     return _max_pool(2, "max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode,
                      return_indices)
 
@@ -222,6 +228,8 @@ def adaptive_avg_pool2d(input, output_size):
     >>> adaptive_avg_pool2d(tessera.arange(16.).reshape(1, 4, 4), 1).tolist()
     [[[7.5]]]
     """
+    if type(input) is QTensor:  # a quantized tensor stays quantized (same qparams)
+        return quantized.adaptive_avg_pool2d(input, output_size)
     return _adaptive_avg(2, "adaptive_avg_pool2d", input, output_size)
 
 

@@ -9,8 +9,8 @@ need no ``onnx`` package, and ``import tessera`` does not load them.
 
 Families: ``elementwise``, ``activation``, ``reduce`` (and sorting), ``shape``, ``indexing``,
 ``linalg``, ``nn`` (convolution, pooling, resampling), ``normalization``, ``loss``,
-``creation``, ``binary`` (binary networks and the custom domain ``ai.tessera.binary``);
-``helpers`` holds what they share.
+``creation``, ``quantized`` (QDQ and QOperator INT8), ``binary`` (binary networks and the
+custom domain ``ai.tessera.binary``); ``helpers`` holds what they share.
 
 >>> from tessera.onnx.converters import EXPORT, IMPORT
 >>> sorted(EXPORT["layer_norm"]), sorted(IMPORT["Abs"])
@@ -28,6 +28,7 @@ from tessera.onnx.converters import (  # noqa: F401  (each family fills the tabl
     loss,
     nn,
     normalization,
+    quantized,
     reduce,
     shape,
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tessera import nn
 
-__all__ = ["ConvReLU2d", "LinearReLU"]
+__all__ = ["ConvReLU2d", "LinearReLU", "ConvBn2d", "ConvBnReLU2d"]
 
 
 class ConvReLU2d(nn.Sequential):
@@ -18,3 +18,12 @@ class ConvReLU2d(nn.Sequential):
 
 class LinearReLU(nn.Sequential):
     """``Linear`` then ``ReLU``."""
+
+
+class ConvBn2d(nn.Sequential):
+    """``Conv2d`` then ``BatchNorm2d``, fused for quantization-aware training (the batch
+    norm stays until ``convert`` folds it)."""
+
+
+class ConvBnReLU2d(nn.Sequential):
+    """``Conv2d``, ``BatchNorm2d`` then ``ReLU``, fused for quantization-aware training."""

@@ -8,15 +8,24 @@ of their output; they take and give quantized tensors.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tessera import _dtype as D, nn
 from tessera._tensor import Tensor
 from tessera.nn.functional.activation import relu
 from tessera.ops import quantized as Q
-from tessera.ops.creation import tensor, zeros
+from tessera.ops.creation import tensor
 from tessera.ops.shape import cat
 
 __all__ = ["Quantize", "DeQuantize", "Linear", "Conv2d", "ReLU", "MaxPool2d",
            "AdaptiveAvgPool2d", "Flatten", "FloatFunctional", "QFunctional"]
+
+
+def _const(t: Tensor) -> float:
+    """The value of a one-element buffer, read without an op: quantization parameters are
+    constants of inference, so a traced model (ONNX export, nn.Graph) keeps them as
+    attributes rather than graph values."""
+    return t._to_numpy().reshape(-1)[0].item()
 
 
 def _qparams_of(observer) -> tuple[float, int]:
@@ -44,8 +53,8 @@ class Quantize(nn.Module):
         self.dtype = dtype
 
     def forward(self, x: Tensor) -> Q.QTensor:
-        return Q.quantize_per_tensor(x, float(self.scale[0]), int(self.zero_point[0]),
-                                           self.dtype)
+        return Q.quantize_per_tensor(x, float(_const(self.scale)),
+                                     int(_const(self.zero_point)), self.dtype)
 
     @classmethod
     def from_float(cls, mod):
@@ -85,8 +94,11 @@ class _Weighted(nn.Module):
     def _qweight(self) -> Q.QTensor:
         w = Tensor._make(self.weight._data, D.qint8, self.weight.device,
                          tuple(self.weight.shape))
-        return Q.QTensor._wrap(w, self.weight_scale.to(D.float64),
-                               zeros(self.weight.shape[0], dtype=D.int64), 0)
+        # the float32 scales as they are (no cast node when traced)
+        return Q.QTensor._wrap(w, self.weight_scale, self._weight_zp(), 0)
+
+    def _weight_zp(self) -> Tensor:
+        return Tensor._from_numpy(np.zeros(self.weight.shape[0], np.int64))
 
     @classmethod
     def from_float(cls, mod):
@@ -111,8 +123,8 @@ class Linear(_Weighted):
         return q
 
     def forward(self, x):
-        return Q.linear(x, self._qweight(), self.bias, float(self.scale[0]),
-                        int(self.zero_point[0]), relu=self._RELU)
+        return Q.linear(x, self._qweight(), self.bias, _const(self.scale),
+                        int(_const(self.zero_point)), relu=self._RELU)
 
 
 class Conv2d(_Weighted):
@@ -127,8 +139,8 @@ class Conv2d(_Weighted):
 
     def forward(self, x):
         return Q.conv2d(x, self._qweight(), self.bias, self.stride, self.padding,
-                        self.dilation, self.groups, float(self.scale[0]),
-                        int(self.zero_point[0]), relu=self._RELU)
+                        self.dilation, self.groups, _const(self.scale),
+                        int(_const(self.zero_point)), relu=self._RELU)
 
 
 class ReLU(nn.Module):

@@ -1,5 +1,6 @@
-"""Dynamically quantized modules (``torch.ao.nn.quantized.dynamic``): INT8 weights, float
-activations quantized from their own range at each call.
+"""Dynamically quantized modules (``torch.ao.nn.quantized.dynamic``): INT8 weights (per
+output channel), float activations quantized from their own range at each call, to 7 bits
+only where the CPU's INT8 kernels need it (``needs_reduce_range``).
 
 >>> import tessera
 >>> Linear.from_float(tessera.nn.Linear(4, 3))(tessera.ones(2, 4)).shape
@@ -7,31 +8,46 @@ tessera.Size([2, 3])
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tessera import _dtype as D, nn
 from tessera._tensor import Tensor
 from tessera.ops import quantized as Q
-from tessera.ops.creation import zeros
 
-__all__ = ["Linear"]
+__all__ = ["Linear", "needs_reduce_range"]
+
+
+def needs_reduce_range() -> bool:
+    """Whether activations must keep to 7 bits for the INT8 kernels this CPU runs: only on
+    AVX2 without VNNI, whose int16 pair sums would saturate at 8 (PyTorch always reduces
+    the range; with VNNI, or in portable C, the sums are exact and the 8th bit is free
+    precision).
+
+    >>> needs_reduce_range() in (True, False)
+    True
+    """
+    from tessera.kernels import int8
+    return int8.isa() == "avx2"
 
 
 class Linear(nn.Module):
     """``quantized::linear_dynamic`` with per-channel int8 weights."""
 
-    def __init__(self, in_features: int, out_features: int, reduce_range: bool = True):
+    def __init__(self, in_features: int, out_features: int, reduce_range: bool | None = None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.reduce_range = reduce_range
+        self.reduce_range = needs_reduce_range() if reduce_range is None else reduce_range
 
     def forward(self, x):
         w = Tensor._make(self.weight._data, D.qint8, self.weight.device,
-                                 tuple(self.weight.shape))
-        qw = Q.QTensor._wrap(w, self.weight_scale.to(D.float64),
-                             zeros(w.shape[0], dtype=D.int64), 0)
+                         tuple(self.weight.shape))
+        # the float32 scales as they are (no cast node when traced)
+        qw = Q.QTensor._wrap(w, self.weight_scale,
+                             Tensor._from_numpy(np.zeros(w.shape[0], np.int64)), 0)
         return Q.linear_dynamic(x, qw, self.bias, self.reduce_range)
 
     @classmethod
-    def from_float(cls, mod, reduce_range: bool = True):
+    def from_float(cls, mod, reduce_range: bool | None = None):
         from tessera.ao.nn.quantized import _quantize_weight
         from tessera.ao.quantization.observer import PerChannelMinMaxObserver
         obs = PerChannelMinMaxObserver(dtype=D.qint8,

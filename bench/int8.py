@@ -1,0 +1,264 @@
+"""int8: INT8 inference against float32 and against its peers.
+
+- GEMM: tessera's INT8 GEMM (``tessera.kernels.int8``, u8 x s8 -> s32 with the fused
+  requantization, on the CPU's best path) in GOP/s against tessera's float32 GEMM
+  (``tessera.kernels.gemm``, weights packed) on ResNet-18's and MiniLM's shapes.
+- Models, batch 1, 224x224: quantizable ResNet-18 and MobileNetV2 (torchvision's quantizable
+  structure: FloatFunctional residual adds, ReLU for ReLU6), calibrated post-training with
+  the x86 qconfig, in milliseconds: tessera float32 eager, tessera INT8 eager, PyTorch float32,
+  PyTorch INT8 (``torch.ao`` eager, x86 engine), and onnxruntime running tessera's QDQ export
+  (its INT8 kernels) and the float32 export.
+
+Each framework initialises from the same seed-0 weights (tessera's copied into PyTorch), and
+calibrates on the same random batches; the timings do not depend on the values. Medians of
+``REPEATS`` calls after a warm-up, all in one process (2 threads for PyTorch and onnxruntime).
+"""
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+import warnings
+
+import numpy as np
+
+from bench.common import table
+
+TITLE = "## int8: INT8 against float32, PyTorch's x86 INT8 and onnxruntime's"
+REPEATS = 5
+GEMMS = [("resnet18 conv2 3x3", 3136, 64, 576), ("resnet18 conv4 3x3", 196, 256, 2304),
+         ("minilm ffn up", 128, 1536, 384), ("minilm ffn down", 128, 384, 1536)]
+
+
+def _median_ms(fn, repeats: int = REPEATS) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+# ---- GEMM --------------------------------------------------------------------------------
+
+def _gemm_rows() -> list[dict]:
+    from tessera.kernels import gemm, int8
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, m, n, k in GEMMS:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        packed = gemm.pack_b(w, trans_b=True)
+        aq = rng.integers(0, 128, (m, k)).astype(np.uint8)
+        wq = rng.integers(-127, 128, (n, k)).astype(np.int8)
+        mult = np.full(n, 1e-4, np.float32)
+        f32 = _median_ms(lambda: gemm.gemm_packed(a, packed))
+        i8 = _median_ms(lambda: int8.gemm(aq, wq, a_zp=3, mult=mult, out_zp=5))
+        ops = 2.0 * m * n * k / 1e6  # per ms -> GOP/s
+        rows.append({"case": name, "fp32_gops": ops / f32, "int8_gops": ops / i8,
+                     "speedup": f32 / i8, "isa": int8.isa()})
+    return rows
+
+
+# ---- models --------------------------------------------------------------------------------
+
+def _models(L, FF, QS, DQS):
+    """(ResNet-18, MobileNetV2) in library ``L`` (tessera or torch), quantizable."""
+    nn = L.nn
+
+    class Basic(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), \
+                nn.BatchNorm2d(cout)
+            self.relu = nn.ReLU()
+            self.conv2, self.bn2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), \
+                nn.BatchNorm2d(cout)
+            self.downsample = None
+            if stride != 1 or cin != cout:
+                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                                nn.BatchNorm2d(cout))
+            self.skip_add = FF()
+
+        def forward(self, x):
+            idt = x if self.downsample is None else self.downsample(x)
+            out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+            return self.skip_add.add_relu(out, idt)
+
+    class ResNet18(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant, self.dequant = QS(), DQS()
+            self.conv1, self.bn1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64)
+            self.relu, self.maxpool = nn.ReLU(), nn.MaxPool2d(3, 2, 1)
+            layers, cin = [], 64
+            for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+                layers.append(nn.Sequential(Basic(cin, cout, stride), Basic(cout, cout, 1)))
+                cin = cout
+            self.layer1, self.layer2, self.layer3, self.layer4 = layers
+            self.avgpool, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten()
+            self.fc = nn.Linear(512, 1000)
+
+        def forward(self, x):
+            x = self.maxpool(self.relu(self.bn1(self.conv1(self.quant(x)))))
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            return self.dequant(self.fc(self.flatten(self.avgpool(x))))
+
+        def fuse_groups(self):
+            g = [["conv1", "bn1", "relu"]]
+            for li in range(1, 5):
+                for b in range(2):
+                    p = f"layer{li}.{b}"
+                    g += [[f"{p}.conv1", f"{p}.bn1", f"{p}.relu"], [f"{p}.conv2", f"{p}.bn2"]]
+                    if getattr(self, f"layer{li}")[b].downsample is not None:
+                        g.append([f"{p}.downsample.0", f"{p}.downsample.1"])
+            return g
+
+    def cbr(cin, cout, k, stride, groups, relu=True):
+        mods = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False),
+                nn.BatchNorm2d(cout)]
+        return nn.Sequential(*(mods + [nn.ReLU()] if relu else mods))
+
+    class Inverted(nn.Module):
+        def __init__(self, cin, cout, stride, t):
+            super().__init__()
+            hid = cin * t
+            layers = [cbr(cin, hid, 1, 1, 1)] if t != 1 else []
+            layers += [cbr(hid, hid, 3, stride, hid), cbr(hid, cout, 1, 1, 1, relu=False)]
+            self.conv = nn.Sequential(*layers)
+            self.use_res = stride == 1 and cin == cout
+            self.skip_add = FF()
+
+        def forward(self, x):
+            return self.skip_add.add(x, self.conv(x)) if self.use_res else self.conv(x)
+
+    class MobileNetV2(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant, self.dequant = QS(), DQS()
+            feats, cin = [cbr(3, 32, 3, 2, 1)], 32
+            for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                               (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
+                for i in range(n):
+                    feats.append(Inverted(cin, c, s if i == 0 else 1, t))
+                    cin = c
+            feats.append(cbr(cin, 1280, 1, 1, 1))
+            self.features = nn.Sequential(*feats)
+            self.avgpool, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten()
+            self.classifier = nn.Linear(1280, 1000)
+
+        def forward(self, x):
+            x = self.flatten(self.avgpool(self.features(self.quant(x))))
+            return self.dequant(self.classifier(x))
+
+        def fuse_groups(self):
+            g = []
+            for name, m in self.named_modules():
+                if isinstance(m, nn.Sequential) and len(m) in (2, 3) and \
+                        isinstance(m[0], nn.Conv2d):
+                    g.append([f"{name}.{i}" for i in range(len(m))])
+            return g
+
+    return ResNet18, MobileNetV2
+
+
+def _tessera_int8(model, calib):
+    import tessera
+    from tessera.ao import quantization as tq
+    m = tq.fuse_modules(model.eval(), model.fuse_groups())
+    m.qconfig = tq.get_default_qconfig("x86")
+    p = tq.prepare(m)
+    with tessera.no_grad():
+        for x in calib:
+            p(tessera.from_numpy(x))
+    return tq.convert(p)
+
+
+def _torch_int8(model, calib):
+    import torch
+    import torch.ao.quantization as tao
+    torch.backends.quantized.engine = "x86"
+    m = tao.fuse_modules(model.eval(), model.fuse_groups())
+    m.qconfig = tao.get_default_qconfig("x86")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = tao.prepare(m)
+        with torch.no_grad():
+            for x in calib:
+                p(torch.from_numpy(x))
+        return tao.convert(p)
+
+
+def _ort(proto):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.log_severity_level = 3
+    return ort.InferenceSession(proto.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+
+
+def _model_rows() -> list[dict]:
+    import torch
+    from torch.ao.nn.quantized import FloatFunctional as PFF
+
+    import tessera
+    import tessera.onnx
+    from tessera.ao import quantization as tq
+    from tessera.ao.nn.quantized import FloatFunctional as TFF
+    torch.set_num_threads(2)
+    ours = _models(tessera, TFF, tq.QuantStub, tq.DeQuantStub)
+    theirs = _models(torch, PFF, torch.ao.quantization.QuantStub,
+                     torch.ao.quantization.DeQuantStub)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    calib = [rng.standard_normal((2, 3, 224, 224)).astype(np.float32) for _ in range(2)]
+    rows = []
+    for (name, ocls), tcls in zip((("resnet18", ours[0]), ("mobilenet_v2", ours[1])), theirs):
+        tessera.manual_seed(0)
+        om = ocls().eval()
+        tm = tcls().eval()
+        tm.load_state_dict({k: torch.from_numpy(v.numpy().copy())
+                            for k, v in om.state_dict().items()})
+        tx = tessera.from_numpy(x)
+        row = {"model": name}
+        with tessera.no_grad():
+            row["tessera_fp32"] = _median_ms(lambda: om(tx))
+        oq = _tessera_int8(copy.deepcopy(om), calib)
+        with tessera.no_grad():
+            row["tessera_int8"] = _median_ms(lambda: oq(tx))
+        with torch.no_grad():
+            px = torch.from_numpy(x)
+            row["torch_fp32"] = _median_ms(lambda: tm(px))
+            tq8 = _torch_int8(tm, calib)
+            row["torch_int8"] = _median_ms(lambda: tq8(px))
+        s8 = _ort(tessera.onnx.export(oq, tx))
+        s32 = _ort(tessera.onnx.export(om, tx))
+        feed8, feed32 = {s8.get_inputs()[0].name: x}, {s32.get_inputs()[0].name: x}
+        row["ort_int8"] = _median_ms(lambda: s8.run(None, feed8))
+        row["ort_fp32"] = _median_ms(lambda: s32.run(None, feed32))
+        rows.append(row)
+    return rows
+
+
+def run() -> dict:
+    return {"gemm": _gemm_rows(), "models": _model_rows()}
+
+
+def render(results: dict) -> str:
+    g = table([(r["case"], f"{r['fp32_gops']:.1f}", f"{r['int8_gops']:.1f}",
+                f"{r['speedup']:.2f}x", r["isa"]) for r in results["gemm"]],
+              ("GEMM (M x N x K as inference runs it)", "fp32 GFLOP/s", "int8 GOP/s",
+               "int8 / fp32", "int8 path"))
+    cols = ("tessera_fp32", "tessera_int8", "torch_fp32", "torch_int8", "ort_fp32",
+            "ort_int8")
+    m = table([(r["model"], *(f"{r[c]:.1f}" for c in cols),
+                f"{r['tessera_fp32'] / r['tessera_int8']:.2f}x") for r in results["models"]],
+              ("batch 1, ms", "tessera fp32", "tessera int8", "torch fp32", "torch int8",
+               "ort fp32", "ort int8 (QDQ)", "tessera int8 speedup"))
+    return g + "\n\n" + m
+
+
+if __name__ == "__main__":
+    print(render(run()))
