@@ -26,8 +26,10 @@ from __future__ import annotations
 
 from tessera.distributed._module import register_grad_buckets as _register_grad_buckets
 from tessera.graph.passes import register_pass as _register_pass
-from tessera.nn.graph import register_auto_parallel as _register_auto_parallel
-from tessera.nn.graph import register_zero as _register_zero
+from tessera.nn.graph import (
+    register_auto_parallel as _register_auto_parallel,
+    register_zero as _register_zero,
+)
 from tessera.parallel import auto_parallel, grad_buckets, graph_buckets, graph_zero, pipeline
 from tessera.parallel.ddp import DistributedDataParallel
 from tessera.parallel.tensor_parallel import (

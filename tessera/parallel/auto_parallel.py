@@ -420,8 +420,10 @@ def solve_ilp(c: Costs, limit: float, time_limit: float) -> list[int] | None:
         cons.append(LinearConstraint(mem.reshape(1, -1), -np.inf, limit))
     integrality = np.zeros(nvar)
     integrality[:eoffs[0] if eoffs else nvar] = 1  # pair variables follow their ends
-    res = milp(cost, integrality=integrality, bounds=Bounds(0, 1), constraints=cons,
-               options={"time_limit": float(time_limit), "disp": False})
+    # in nanoseconds: HiGHS's absolute gap would stop at once on costs of microseconds
+    res = milp(cost * 1e9, integrality=integrality, bounds=Bounds(0, 1), constraints=cons,
+               options={"time_limit": float(time_limit), "disp": False,
+                        "mip_rel_gap": 1e-9})
     if res.x is None:
         return None
     return [int(np.argmax(res.x[offs[v]:offs[v] + len(c.cands[v])]))
@@ -572,6 +574,35 @@ def realise(c: Costs, leaves: dict[int, int]) -> list[int]:
     return assign
 
 
+def _score(c: Costs, assign: list[int], limit: float) -> tuple[float, float]:
+    t, m = evaluate(c, assign)
+    return max(m - limit, 0.0), t  # fitting first, then time
+
+
+def polish(c: Costs, leaves: dict[int, int], limit: float, sweeps: int = 3,
+           deadline: float = math.inf) -> tuple[dict[int, int], list[int]]:
+    """Coordinate descent over the leaves' SBPs on the cost of what dispatch realises from
+    them (the solver's intermediate choices may differ from dispatch's); returns the leaves
+    and the realised assignment."""
+    leaves = dict(leaves)
+    best = realise(c, leaves)
+    score = _score(c, best, limit)
+    for _ in range(sweeps):
+        changed = False
+        for v in leaves:
+            for k in range(len(c.cands[v])):
+                if k == leaves[v] or time.perf_counter() > deadline:
+                    continue
+                trial = {**leaves, v: k}
+                a = realise(c, trial)
+                s = _score(c, a, limit)
+                if s < score:
+                    leaves, best, score, changed = trial, a, s, True
+        if not changed:
+            break
+    return leaves, best
+
+
 # ---- the plan -------------------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -713,11 +744,14 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
         name = "data parallel"
         cands[name + (" + ZeRO" if zero else "")] = (c, base, zero, None)
         a, used = solve(c, limit, solver, time_limit, base)
+        deadline = time.perf_counter() + time_limit
+        starts = [dp] + ([{v: a[v] for v, n in enumerate(g.nodes) if n.kind != "op"}]
+                         if a is not None else [])
         if a is not None:
             solved_by = used
-            leaves = {v: a[v] for v, n in enumerate(g.nodes) if n.kind != "op"}
-            real = realise(c, leaves)
-            cands["auto" + (" + ZeRO" if zero else "")] = (c, real, zero, a)
+        polished = [polish(c, s, limit, deadline=deadline)[1] for s in starts]
+        real = min(polished, key=lambda x: _score(c, x, limit))
+        cands["auto" + (" + ZeRO" if zero else "")] = (c, real, zero, a)
     solve_s = time.perf_counter() - t0
     priced = {k: (*evaluate(c, a), ) for k, (c, a, _, _) in cands.items()}
     alts = {k: (t, m, m <= limit) for k, (t, m) in priced.items()}
