@@ -65,7 +65,8 @@ class Profile:
         measured count's beta with alpha grown by its ring steps, else the defaults."""
         table = self.comm.get(kind, {})
         if n in table:
-            return tuple(table[n])  # type: ignore[return-value]
+            a, b = table[n]
+            return a, b
         if table:
             m = min(table, key=lambda k: abs(k - n))
             a, b = table[m]
@@ -234,15 +235,15 @@ def measure(world: int | None = None, quick: bool = False) -> Profile:
     prof = Profile(gemm=_gemm(quick), bandwidth=_bandwidth(quick), source="measured")
     if C.launched_by_mpi():
         comm = C.current()
-        res = _comm_rank(comm, list(range(2, comm.size + 1)), quick)
+        res = _comm_rank(comm, list(range(2, comm.world_size + 1)), quick)
         comm.barrier()
         prof.comm = res
-        prof.source = f"measured (MPI, {comm.size} ranks)"
+        prof.source = f"measured (MPI, {comm.world_size} ranks)"
         return prof
     from tessera.distributed.comm.fake import FakeWorld
     n = world or 2
-    res = FakeWorld(n).run(lambda: _comm_rank(C.current(), list(range(2, n + 1)), quick))
-    prof.comm = res[0]
+    prof.comm = FakeWorld(n).run(
+        lambda: _comm_rank(C.current(), list(range(2, n + 1)), quick))[0]
     prof.source = f"measured (simulated world, {n} ranks)"
     return prof
 

@@ -78,7 +78,7 @@ class GraphConfig:
         self.backend = "tessera"
         self.backend_options: dict = {}
         self.remat = None   # tessera.graph.passes.remat.RematConfig (enable_remat)
-        self.auto_parallel = None   # enable_auto_parallel's settings (a dict)
+        self.auto_parallel: dict | None = None   # enable_auto_parallel's settings
 
     def set_backend(self, name: str = "tessera", *, strict: bool = False, **options) -> None:
         """Which compiler runs the graph after tessera's passes: ``"tessera"`` (its own
@@ -241,6 +241,7 @@ class Graph:
     _debug_log: list
     _debug_level: int
     _stages: dict[int, GraphModule]  # id(module) -> GraphModule (its stage, if any)
+    _auto_plan: Any  # config.enable_auto_parallel's plan (tessera.parallel.auto_parallel.Plan)
 
     def __init__(self):
         self.__dict__["_modules"] = OrderedDict()
@@ -314,10 +315,12 @@ class Graph:
             raise RuntimeError("nn.Graph.config.enable_auto_parallel: auto-parallel is "
                                "tessera.parallel's, which is not loaded")
         if self._auto_plan is None:
-            self.__dict__["_auto_plan"] = _AUTO[0](self, args, **self.config.auto_parallel)
+            settings = self.config.auto_parallel or {}
+            plan = _AUTO[0](self, args, **settings)
+            self.__dict__["_auto_plan"] = plan
             if self._debug_level >= 0:
-                print(f"[nn.Graph {type(self).__name__}] {self._auto_plan.table()}")
-                for line in self._auto_plan.explain():
+                print(f"[nn.Graph {type(self).__name__}] {plan.table()}")
+                for line in plan.explain():
                     print(f"[nn.Graph {type(self).__name__}] {line}")
         return self._auto_plan.inputs(args)
 

@@ -32,12 +32,13 @@ plan is never predicted slower.
 
 >>> import tessera
 >>> from tessera import nn
+>>> from tessera.distributed.calibrate import DEFAULT
 >>> model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
 >>> def step(x, y):
 ...     return nn.functional.mse_loss(model(x), y)
->>> plan = search(step, (tessera.randn(32, 16), tessera.randn(32, 4)),
+>>> plan = search(step, (tessera.randn(1024, 16), tessera.randn(1024, 4)),
 ...               dict(model.named_parameters()), tessera.placement("cpu", list(range(8))),
-...               solver="dp")
+...               solver="dp", profile=DEFAULT)
 >>> plan.strategy, plan.input_sbps[0]
 ('data parallel', ('S(0)',))
 """
@@ -129,7 +130,8 @@ class _Recorder:
     with its producers, and running it."""
 
     def __init__(self, nodes: list, where: dict):
-        self.nodes, self.where, self.keep = nodes, where, []
+        self.nodes, self.where = nodes, where
+        self.keep: list[Tensor] = []
 
     def _run(self, fn, op, args, attrs, target=None):
         _dispatch.pop_mode()
@@ -229,7 +231,7 @@ def _leaf_sbps(meta: Meta, hier: tuple, param: bool) -> list[tuple]:
     for combo in itertools.product(one, repeat=len(hier)):
         ok, sizes = True, list(meta.shape)
         for s, n in zip(combo, hier):
-            if s.kind == "S":
+            if s.dim is not None:
                 if sizes[s.dim] < n:
                     ok = False
                     break
@@ -244,7 +246,8 @@ def _candidates(node: Node, hier: tuple) -> list[tuple]:
         sbps = [(B,) * len(hier)] if node.kind == "const" else \
             _leaf_sbps(node.outs[0], hier, node.kind == "param")
         return [tuple(Signature((), (s,)) for s in combo) for combo in sbps]
-    rule = node.op.sbp  # type: ignore[union-attr]
+    assert node.op is not None and node.op.sbp is not None  # (recorded only with a rule)
+    rule = node.op.sbp
     per_axis = []
     for a, n in enumerate(hier):
         sigs = rule(*node.metas, mesh_size=n, **node.attrs)
@@ -267,7 +270,8 @@ def _distributes(cand: tuple, axis: int) -> bool:
 
 
 def _op_seconds(node: Node, prof: Profile) -> float:
-    c = node.op.cost(list(node.metas), list(node.outs), **node.attrs)  # type: ignore[union-attr]
+    assert node.op is not None and node.op.cost is not None
+    c = node.op.cost(list(node.metas), list(node.outs), **node.attrs)
     return max(prof.gemm_seconds(c.flops), prof.memory_seconds(c.bytes_read + c.bytes_written))
 
 
@@ -394,28 +398,29 @@ def solve_ilp(c: Costs, limit: float, time_limit: float) -> list[int] | None:
     for e, et in enumerate(c.edge_t):
         cost[eoffs[e]:eoffs[e] + et.size] = et.ravel()
         mem[eoffs[e]:eoffs[e] + et.size] = c.edge_m[e].ravel()
-    rows, cols, vals, lo, hi = [], [], [], [], []
-    r = 0
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    bounds: list[int] = []  # each row's right-hand side (an equality)
+
+    def row(terms, rhs: int) -> None:
+        for col, val in terms:
+            rows.append(len(bounds))
+            cols.append(col)
+            vals.append(val)
+        bounds.append(rhs)
+
     for v in range(len(c.cands)):  # one candidate per node
-        for k in range(len(c.cands[v])):
-            rows.append(r), cols.append(offs[v] + k), vals.append(1.0)
-        lo.append(1), hi.append(1)
-        r += 1
+        row([(offs[v] + k, 1.0) for k in range(len(c.cands[v]))], 1)
     for e, (u, _, v, _) in enumerate(c.edges):  # an edge pair's marginals are its ends
         nu, nv = c.edge_t[e].shape
         for a in range(nu):
-            for b in range(nv):
-                rows.append(r), cols.append(eoffs[e] + a * nv + b), vals.append(1.0)
-            rows.append(r), cols.append(offs[u] + a), vals.append(-1.0)
-            lo.append(0), hi.append(0)
-            r += 1
+            row([(eoffs[e] + a * nv + b, 1.0) for b in range(nv)] + [(offs[u] + a, -1.0)], 0)
         for b in range(nv):
-            for a in range(nu):
-                rows.append(r), cols.append(eoffs[e] + a * nv + b), vals.append(1.0)
-            rows.append(r), cols.append(offs[v] + b), vals.append(-1.0)
-            lo.append(0), hi.append(0)
-            r += 1
-    cons = [LinearConstraint(coo_matrix((vals, (rows, cols)), shape=(r, nvar)).tocsr(), lo, hi)]
+            row([(eoffs[e] + a * nv + b, 1.0) for a in range(nu)] + [(offs[v] + b, -1.0)], 0)
+    r = len(bounds)
+    cons = [LinearConstraint(coo_matrix((vals, (rows, cols)), shape=(r, nvar)).tocsr(),
+                             bounds, bounds)]
     if math.isfinite(limit):
         cons.append(LinearConstraint(mem.reshape(1, -1), -np.inf, limit))
     integrality = np.zeros(nvar)
@@ -450,15 +455,15 @@ def _dp(c: Costs, lam: float) -> list[int]:
     into: list[list[int]] = [[] for _ in range(n)]
     for e, (u, _, v, _) in enumerate(c.edges):
         into[v].append(e)
-    total = [None] * n
+    total: list[np.ndarray] = []
     for v in range(n):  # recorded order is topological
         acc = best[v].copy()
         for e in into[v]:
             u = c.edges[e][0]
-            m = total[u][:, None] + c.edge_t[e] + lam * c.edge_m[e]  # type: ignore[index]
+            m = total[u][:, None] + c.edge_t[e] + lam * c.edge_m[e]
             pick[e] = np.argmin(m, axis=0)
             acc = acc + m.min(axis=0)
-        total[v] = acc  # type: ignore[call-overload]
+        total.append(acc)
     assign = [-1] * n
     for v in reversed(range(n)):
         if assign[v] < 0:
