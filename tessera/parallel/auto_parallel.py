@@ -64,7 +64,7 @@ from tessera.ops.registry import Meta, OpDef
 from tessera.sbp import Signature, broadcast as B, sbp as Sbp, split as S
 
 __all__ = ["OpGraph", "Node", "Plan", "search", "record", "build_costs", "solve",
-           "brute_force", "parse_bytes", "SOLVERS"]
+           "brute_force", "price", "parse_bytes", "SOLVERS"]
 
 SOLVERS = ("ilp", "dp", "greedy")
 # optimizer state per parameter element, in parameter sizes
@@ -318,9 +318,11 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
                 sh = _shard(out_sbps[0], hier)
                 dp = math.prod(n for s, n in zip(out_sbps[0], hier) if s.kind == "B")
                 z = dp if zero else 1
-                # the parameter, its gradient (stage 2 shards it too) and the state
+                # the parameter, its gradient (stage 2 shards it too) and the state; the
+                # update is not credited with ZeRO's smaller shard (its copies in and out of
+                # the shards cost about what it saves), so ZeRO is chosen for memory
                 ms.append(size / sh * (1 + (1 + state) / z))
-                ts.append(prof.memory_seconds(size / sh / z * (2 + 2 * state)))
+                ts.append(prof.memory_seconds(size / sh * (2 + 2 * state)))
                 cs.append(0.0)
             else:
                 ms.append(meta_bytes(node.outs[0]) / _shard(out_sbps[0], hier)
@@ -778,6 +780,30 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
             isbps.append(short)
     return Plan(strategy, placement, zero, psbps, isbps, alts[key][0], alts[key][1], limit,
                 solved_by, solve_s, alts, c, assign, solved)
+
+
+def price(g: OpGraph, placement, param_sbps: dict, input_sbps: list, zero: bool = False,
+          profile: Profile | None = None, optimizer: str = "Adam") -> tuple[float, float]:
+    """(predicted seconds, bytes per rank) of a plan written by hand on the recorded step
+    ``g``: ``param_sbps`` name -> SBP tuple (missing: broadcast), ``input_sbps`` an SBP
+    tuple per tensor input, ``zero`` the optimizer state sharded; each op's signature is
+    the one dispatch would choose."""
+    hier = tuple(placement.hierarchy)
+    c = build_costs(g, hier, profile or load_profile(), zero, optimizer)
+    leaves, k = {}, 0
+    for v, node in enumerate(g.nodes):
+        if node.kind == "param":
+            want = tuple(param_sbps.get(node.name, (B,) * len(hier)))
+        elif node.kind == "input":
+            want, k = tuple(input_sbps[k]), k + 1
+        else:
+            continue
+        leaves[v] = next((i for i, cand in enumerate(c.cands[v])
+                          if tuple(s.outs[0] for s in cand) == want), None)
+        if leaves[v] is None:
+            raise ValueError(f"auto_parallel.price: {node.name} cannot take "
+                             f"{[s.short() for s in want]}")
+    return evaluate(c, realise(c, leaves))
 
 
 def _describe(c: Costs, assign: list[int]) -> str:
