@@ -62,7 +62,9 @@ def _build(name: str):
 def _hand(plan: str, names) -> tuple[dict, list]:
     """Parameter SBPs (name -> short forms) and input SBPs of a hand-written plan."""
     if plan == "tp":
-        sbps = {n: ("S(0)",) if n.endswith(_COLUMN) else ("S(1)",) if n.endswith(_ROW)
+        def named(n, keys):
+            return any(n == k or n.endswith("." + k) for k in keys)
+        sbps = {n: ("S(0)",) if named(n, _COLUMN) else ("S(1)",) if named(n, _ROW)
                 else ("B",) for n in names}
         return sbps, [("B",), ("B",)]
     return {n: ("B",) for n in names}, [("S(0)",), ("S(0)",)]
