@@ -498,8 +498,9 @@ def _greedy(c: Costs, lam: float, start: list[int], sweeps: int = 8) -> list[int
     return assign
 
 
-def _lagrange(c: Costs, limit: float, fn) -> list[int] | None:
-    """``fn(lam)`` at the smallest price of a byte whose assignment fits ``limit``."""
+def _lagrange(c: Costs, limit: float, fn, deadline: float = math.inf) -> list[int] | None:
+    """``fn(lam)`` at the smallest price of a byte whose assignment fits ``limit`` (the
+    bisection stops at ``deadline`` with the cheapest fitting price found)."""
     a = fn(0.0)
     if evaluate(c, a)[1] <= limit:
         return a
@@ -509,6 +510,8 @@ def _lagrange(c: Costs, limit: float, fn) -> list[int] | None:
         if hi > 1e6:
             return None
     for _ in range(40):
+        if time.perf_counter() > deadline:
+            break
         mid = (lo + hi) / 2
         if evaluate(c, fn(mid))[1] <= limit:
             hi = mid
@@ -517,8 +520,8 @@ def _lagrange(c: Costs, limit: float, fn) -> list[int] | None:
     return fn(hi)
 
 
-def solve(c: Costs, limit: float, solver: str, time_limit: float, start: list[int]
-          ) -> tuple[list[int] | None, str]:
+def solve(c: Costs, limit: float, solver: str, time_limit: float, start: list[int],
+          deadline: float = math.inf) -> tuple[list[int] | None, str]:
     """An assignment by ``solver`` (falling back: the ILP to greedy when it finds nothing in
     time, the DP to greedy on a graph that is not an in-tree), and the solver used."""
     if solver == "ilp":
@@ -526,8 +529,8 @@ def solve(c: Costs, limit: float, solver: str, time_limit: float, start: list[in
         if a is not None:
             return a, "ilp"
     elif solver == "dp" and is_tree(c):
-        return _lagrange(c, limit, lambda lam: _dp(c, lam)), "dp"
-    return _lagrange(c, limit, lambda lam: _greedy(c, lam, start)), "greedy"
+        return _lagrange(c, limit, lambda lam: _dp(c, lam), deadline), "dp"
+    return _lagrange(c, limit, lambda lam: _greedy(c, lam, start), deadline), "greedy"
 
 
 def brute_force(c: Costs, limit: float = math.inf) -> tuple[list[int], float]:
@@ -744,18 +747,19 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
     cands: dict[str, tuple] = {}
     t0 = time.perf_counter()
     solved_by, solved = solver, None
-    for zero in (False, True):
+    end = t0 + time_limit  # the whole search's budget, shared by ZeRO off and on
+    for i, zero in enumerate((False, True)):
         c = build_costs(g, hier, prof, zero, optimizer)
         dp = _dp_leaves(c)
         base = realise(c, dp)
-        name = "data parallel"
-        cands[name + (" + ZeRO" if zero else "")] = (c, base, zero, None)
-        a, used = solve(c, limit, solver, time_limit, base)
-        deadline = time.perf_counter() + time_limit
-        starts = [dp] + ([{v: a[v] for v, n in enumerate(g.nodes) if n.kind != "op"}]
-                         if a is not None else [])
+        cands["data parallel" + (" + ZeRO" if zero else "")] = (c, base, zero, None)
+        share = max(end - time.perf_counter(), 0.0) / (2 - i)
+        deadline = time.perf_counter() + share
+        a, used = solve(c, limit, solver, max(0.5 * share, 0.1), base, deadline)
+        starts = [dp]
         if a is not None:
             solved_by = used
+            starts.insert(0, {v: a[v] for v, n in enumerate(g.nodes) if n.kind != "op"})
         polished = [polish(c, s, limit, deadline=deadline)[1] for s in starts]
         real = min(polished, key=lambda x: _score(c, x, limit))
         cands["auto" + (" + ZeRO" if zero else "")] = (c, real, zero, a)
@@ -790,7 +794,8 @@ def price(g: OpGraph, placement, param_sbps: dict, input_sbps: list, zero: bool 
     the one dispatch would choose."""
     hier = tuple(placement.hierarchy)
     c = build_costs(g, hier, profile or load_profile(), zero, optimizer)
-    leaves, k = {}, 0
+    leaves: dict[int, int] = {}
+    k = 0
     for v, node in enumerate(g.nodes):
         if node.kind == "param":
             want = tuple(param_sbps.get(node.name, (B,) * len(hier)))
@@ -798,11 +803,12 @@ def price(g: OpGraph, placement, param_sbps: dict, input_sbps: list, zero: bool 
             want, k = tuple(input_sbps[k]), k + 1
         else:
             continue
-        leaves[v] = next((i for i, cand in enumerate(c.cands[v])
-                          if tuple(s.outs[0] for s in cand) == want), None)
-        if leaves[v] is None:
+        k_v = next((i for i, cand in enumerate(c.cands[v])
+                    if tuple(s.outs[0] for s in cand) == want), None)
+        if k_v is None:
             raise ValueError(f"auto_parallel.price: {node.name} cannot take "
                              f"{[s.short() for s in want]}")
+        leaves[v] = k_v
     return evaluate(c, realise(c, leaves))
 
 

@@ -234,3 +234,15 @@ def test_graph_auto_plan_under_mpiexec(tmp_path):
         np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
         for p, q in zip(params, want_params):
             np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
+
+
+def test_graph_debug_prints_the_plan_and_runner_ups(capsys):
+    tessera.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 3)).double()
+    g = TrainGraph(model, tessera.optim.SGD(model.parameters(), lr=0.1))
+    g.config.enable_auto_parallel(_mesh(1), solver="dp", profile=DEFAULT)
+    g.debug(0)
+    g(tessera.tensor(X), tessera.tensor(Y))
+    out = capsys.readouterr().out
+    assert "auto-parallel plan" in out and "predicted step" in out
+    assert "runner-up" in out and "model.0.weight" in out
