@@ -148,10 +148,14 @@ def load(path: str | None = None) -> Profile:
 
 # ---- measuring ----------------------------------------------------------------------------
 
-def _best(fn, repeat: int) -> float:
+def _best(fn, repeat: int, sync=None) -> float:
+    """The fastest of ``repeat`` timed calls (after one untimed); ``sync`` (a barrier) runs
+    before each, so that a collective's time is not a late rank's."""
     fn()
     best = float("inf")
     for _ in range(repeat):
+        if sync is not None:
+            sync()
         t = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t)
@@ -196,12 +200,12 @@ def _collective(comm, kind: str, x: np.ndarray, group: tuple):
 
 
 def _fit(points: list) -> tuple[float, float]:
-    """(alpha, beta) of ``time = alpha + bytes / beta`` by least squares (alpha >= 0)."""
-    xs = np.array([p[0] for p in points])
-    ts = np.array([p[1] for p in points])
-    slope, alpha = np.polyfit(xs, ts, 1) if len(points) > 1 else (ts[0] / xs[0], 0.0)
-    slope = max(float(slope), 1e-12)
-    return max(float(alpha), 0.0), 1.0 / slope
+    """(alpha, beta) of ``time = alpha + bytes / beta``: alpha the smallest message's time,
+    beta the slope from it to the largest (robust to one slow point on a loaded host, which
+    a least-squares line is not)."""
+    (x0, t0), (x1, t1) = min(points), max(points)
+    beta = (x1 - x0) / (t1 - t0) if t1 > t0 and x1 > x0 else DEFAULT.default_beta
+    return max(t0 - x0 / beta, 0.0), beta
 
 
 def _comm_rank(comm, ranks: list[int], quick: bool) -> dict:
@@ -216,7 +220,8 @@ def _comm_rank(comm, ranks: list[int], quick: bool) -> dict:
             pts = []
             for s in sizes:
                 x = np.ones(s // 4, np.float32)
-                t = _best(lambda x=x, kind=kind: _collective(comm, kind, x, group), 2)
+                t = _best(lambda x=x, kind=kind: _collective(comm, kind, x, group),
+                          15 if quick else 40, lambda: comm.barrier(group))
                 pts.append((_sent(kind, x.nbytes, n), t))
             out[kind][n] = _fit(pts)
     return out
