@@ -41,12 +41,15 @@ _SMALL, _LARGE = 2e6, 2e8
 @dataclasses.dataclass
 class Profile:
     """Rates the cost model reads: ``gemm`` FLOP/s per shape class, ``bandwidth`` bytes/s of
-    memory, ``comm[kind][n] = (alpha, beta)`` per collective and number of ranks."""
+    memory, ``comm[kind][n] = (alpha, beta)`` per collective and number of ranks,
+    ``op_overhead`` seconds per op call."""
 
     gemm: dict = dataclasses.field(default_factory=lambda: {
         "small": 2e9, "medium": 1e10, "large": 2e10})
     bandwidth: float = 5e9
     comm: dict = dataclasses.field(default_factory=dict)
+    # seconds each op (and each conversion between SBPs) adds whatever its size
+    op_overhead: float = 1e-5
     # alpha and beta for numbers of ranks not measured: per ring step, and bytes/s
     default_alpha: float = 2e-5
     default_beta: float = 2e9
@@ -208,6 +211,13 @@ def _fit(points: list) -> tuple[float, float]:
     return max(t0 - x0 / beta, 0.0), beta
 
 
+def _op_overhead(quick: bool) -> float:
+    """Seconds of one tessera op on a tiny tensor: dispatch and the kernel call."""
+    import tessera
+    a = tessera.ones(4)
+    return _best(lambda: a + a, 50 if quick else 500)
+
+
 def _comm_rank(comm, ranks: list[int], quick: bool) -> dict:
     """On this rank of ``comm``: (alpha, beta) of each collective for each group size."""
     sizes = [1 << 12, 1 << 16, 1 << 20] if quick else [1 << 10, 1 << 14, 1 << 18, 1 << 22]
@@ -237,7 +247,8 @@ def measure(world: int | None = None, quick: bool = False) -> Profile:
     True
     """
     from tessera.distributed import comm as C
-    prof = Profile(gemm=_gemm(quick), bandwidth=_bandwidth(quick), source="measured")
+    prof = Profile(gemm=_gemm(quick), bandwidth=_bandwidth(quick),
+                   op_overhead=_op_overhead(quick), source="measured")
     if C.launched_by_mpi():
         comm = C.current()
         res = _comm_rank(comm, list(range(2, comm.world_size + 1)), quick)
@@ -273,7 +284,8 @@ def main(argv: list[str] | None = None) -> Profile:
 def _describe(p: Profile, path: str) -> str:
     lines = [f"profile ({p.source}) saved to {path}",
              "gemm GFLOP/s: " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in p.gemm.items()),
-             f"memory bandwidth: {p.bandwidth / 1e9:.2f} GB/s"]
+             f"memory bandwidth: {p.bandwidth / 1e9:.2f} GB/s",
+             f"op overhead: {p.op_overhead * 1e6:.1f} us"]
     for kind, table in p.comm.items():
         for n, (a, b) in sorted(table.items()):
             lines.append(f"{kind:>15} n={n}: alpha {a * 1e6:.1f} us, beta {b / 1e9:.2f} GB/s")

@@ -49,7 +49,7 @@ import itertools
 import math
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -57,11 +57,13 @@ from tessera import _dispatch
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import STATE
 from tessera.distributed import boxing
-from tessera.distributed.calibrate import Profile, load as load_profile
 from tessera.distributed.sbp_dispatch import _find, choose_index, choose_nd
 from tessera.ops.cost import nbytes as meta_bytes
 from tessera.ops.registry import Meta, OpDef
 from tessera.sbp import Signature, broadcast as B, sbp as Sbp, split as S
+
+if TYPE_CHECKING:  # (imported on use: ``python -m tessera.distributed.calibrate`` runs it)
+    from tessera.distributed.calibrate import Profile
 
 __all__ = ["OpGraph", "Node", "Plan", "search", "record", "build_costs", "solve",
            "brute_force", "price", "parse_bytes", "SOLVERS"]
@@ -309,7 +311,7 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
             out_sbps = [tuple(s.outs[j] for s in cand) for j in range(len(node.outs))]
             if node.kind == "op":
                 f = math.prod(n for a, n in enumerate(hier) if _distributes(cand, a))
-                ts.append(_TRAIN * _op_seconds(node, prof) / f)
+                ts.append(_TRAIN * (_op_seconds(node, prof) / f + prof.op_overhead))
                 cs.append(0.0)
                 ms.append(sum(meta_bytes(m) / _shard(s, hier)
                               for m, s in zip(node.outs, out_sbps)))
@@ -348,7 +350,8 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
                 if any(d is None for d in dst):
                     et[a_i, b_i] = 1e9  # the signature does not take a tensor here
                     continue
-                t = 0.0
+                # a conversion is a node of its own in the step, and one in backward
+                t = 2 * prof.op_overhead if src != dst else 0.0
                 for ax, n in enumerate(hier):
                     other = _shard(src[:ax] + src[ax + 1:], hier[:ax] + hier[ax + 1:])
                     t += _conv_seconds(src[ax], dst[ax], size / other, n, prof, grad)
@@ -740,6 +743,7 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
     if solver not in SOLVERS:
         raise ValueError(f"enable_auto_parallel: solver must be one of {list(SOLVERS)}, got "
                          f"{solver!r}")
+    from tessera.distributed.calibrate import load as load_profile
     limit = parse_bytes(memory_limit)
     prof = profile or load_profile()
     g = graph or record(step, args, params)
@@ -792,6 +796,7 @@ def price(g: OpGraph, placement, param_sbps: dict, input_sbps: list, zero: bool 
     ``g``: ``param_sbps`` name -> SBP tuple (missing: broadcast), ``input_sbps`` an SBP
     tuple per tensor input, ``zero`` the optimizer state sharded; each op's signature is
     the one dispatch would choose."""
+    from tessera.distributed.calibrate import load as load_profile
     hier = tuple(placement.hierarchy)
     c = build_costs(g, hier, profile or load_profile(), zero, optimizer)
     leaves: dict[int, int] = {}
