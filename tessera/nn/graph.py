@@ -78,6 +78,7 @@ class GraphConfig:
         self.backend = "tessera"
         self.backend_options: dict = {}
         self.remat = None   # tessera.graph.passes.remat.RematConfig (enable_remat)
+        self.auto_parallel: dict | None = None   # enable_auto_parallel's settings
 
     def set_backend(self, name: str = "tessera", *, strict: bool = False, **options) -> None:
         """Which compiler runs the graph after tessera's passes: ``"tessera"`` (its own
@@ -170,6 +171,34 @@ class GraphConfig:
                              f"number of seconds, got {time_limit!r}")
         self.remat = RematConfig(budget, budget_bytes, method, float(time_limit))
 
+    def enable_auto_parallel(self, placement=None, *, memory_limit=None, solver: str = "ilp",
+                             time_limit: float = 10.0, profile=None) -> None:
+        """Let the first call choose how the step runs on ``placement``: each parameter's
+        and input's SBP and whether optimizer state is sharded (ZeRO), by the cost model
+        and search of ``tessera.parallel.auto_parallel`` within ``memory_limit`` per rank
+        (bytes or ``"8GB"``), with ``solver`` ``"ilp"`` (HiGHS, within ``time_limit``
+        seconds), ``"dp"`` or ``"greedy"``. Inputs are ordinary tensors, the same on
+        every rank. ``parallel_plan()`` prints the plan; ``placement=None`` turns it off.
+
+        >>> import tessera
+        >>> Graph().config.enable_auto_parallel(tessera.placement("cpu", [0]),
+        ...                                      memory_limit="1GB", solver="dp")
+        """
+        if placement is None:
+            self.auto_parallel = None
+            return
+        if solver not in ("ilp", "dp", "greedy"):
+            raise ValueError(f"nn.Graph.config.enable_auto_parallel: solver must be one of "
+                             f"['ilp', 'dp', 'greedy'], got {solver!r}")
+        if not isinstance(time_limit, (int, float)) or time_limit <= 0:
+            raise ValueError("nn.Graph.config.enable_auto_parallel: time_limit must be a "
+                             f"positive number of seconds, got {time_limit!r}")
+        if not hasattr(placement, "hierarchy"):
+            raise TypeError("nn.Graph.config.enable_auto_parallel: placement must be a "
+                            f"tessera.placement, got {type(placement).__name__}")
+        self.auto_parallel = dict(placement=placement, memory_limit=memory_limit,
+                                  solver=solver, time_limit=float(time_limit), profile=profile)
+
     def enable_amp(self, mode: bool = True) -> None:
         if mode:
             raise NotImplementedError("nn.Graph: automatic mixed precision is not supported")
@@ -212,6 +241,7 @@ class Graph:
     _debug_log: list
     _debug_level: int
     _stages: dict[int, GraphModule]  # id(module) -> GraphModule (its stage, if any)
+    _auto_plan: Any  # config.enable_auto_parallel's plan (tessera.parallel.auto_parallel.Plan)
 
     def __init__(self):
         self.__dict__["_modules"] = OrderedDict()
@@ -222,6 +252,7 @@ class Graph:
         self.__dict__["_debug_log"] = []
         self.__dict__["_debug_level"] = -1
         self.__dict__["_stages"] = {}  # id(module) -> GraphModule (its stage, if any)
+        self.__dict__["_auto_plan"] = None  # config.enable_auto_parallel's plan, once made
 
     def __setattr__(self, name, value):
         if isinstance(value, Module):
@@ -252,6 +283,8 @@ class Graph:
             if not isinstance(a, (Tensor, int, float, bool, str, type(None))):
                 raise TypeError(f"nn.Graph: inputs must be tensors or Python constants, got "
                                 f"{type(a).__name__}")
+        if self.config.auto_parallel is not None:
+            args = self._auto_parallel(args)
         key = self._signature(args)
         compiled = self._cache.get(key)
         why = None
@@ -275,6 +308,31 @@ class Graph:
         backend = (self.config.backend, tuple(sorted(self.config.backend_options.items())))
         return inputs, modes, state, D.get_default_dtype().name, backend
 
+    def _auto_parallel(self, args) -> tuple:
+        """The arguments as the auto-parallel plan takes them (the plan made and applied to
+        the parameters on the first call)."""
+        if not _AUTO:
+            raise RuntimeError("nn.Graph.config.enable_auto_parallel: auto-parallel is "
+                               "tessera.parallel's, which is not loaded")
+        if self._auto_plan is None:
+            settings = self.config.auto_parallel or {}
+            plan = _AUTO[0](self, args, **settings)
+            self.__dict__["_auto_plan"] = plan
+            if self._debug_level >= 0:
+                print(f"[nn.Graph {type(self).__name__}] {plan.table()}")
+                for line in plan.explain():
+                    print(f"[nn.Graph {type(self).__name__}] {line}")
+        return self._auto_plan.inputs(args)
+
+    def parallel_plan(self):
+        """The auto-parallel plan (``config.enable_auto_parallel``), made on the first call:
+        printed, a table of each node's signature, compute, bytes moved and memory, with
+        the predicted step and memory per rank and the strategies it was compared with."""
+        if self._auto_plan is None:
+            raise RuntimeError("nn.Graph.parallel_plan: no plan yet; enable it with "
+                               "config.enable_auto_parallel(placement) and call the graph")
+        return self._auto_plan
+
     def _log_retrace(self, key, why=None) -> None:
         if why is not None:
             pass
@@ -293,8 +351,12 @@ class Graph:
 
     def debug(self, v_level: int = 0) -> None:
         """Print why each compile happened (first call, or which part of the signature
-        changed), from now on; ``debug_log()`` returns the history."""
+        changed), from now on; ``debug_log()`` returns the history. With auto-parallel:
+        the plan, and each non-trivial choice beside the cost of its runner-up."""
         self.__dict__["_debug_level"] = v_level
+        if v_level >= 0 and self._auto_plan is not None:
+            for line in self._auto_plan.explain():
+                print(f"[nn.Graph {type(self).__name__}] {line}")
 
     def debug_log(self) -> list[str]:
         return list(self._debug_log)
@@ -668,6 +730,23 @@ def register_backend(name: str, make) -> None:
     ['xla']
     """
     _BACKENDS[name] = make
+
+
+# ---- auto-parallel, by registration ---------------------------------------------------------
+
+_AUTO: list = []  # the registered planner (tessera.parallel.auto_parallel.plan_graph)
+
+
+def register_auto_parallel(make) -> None:
+    """Let ``make(graph, args, **settings)`` plan ``config.enable_auto_parallel`` on the
+    first call and apply the plan to the graph's parameters; it returns the plan, whose
+    ``inputs(args)`` converts each call's arguments. ``tessera.parallel`` registers it.
+
+    >>> import tessera
+    >>> _AUTO[0].__name__
+    'plan_graph'
+    """
+    _AUTO[:] = [make]
 
 
 # ---- ZeRO, by registration -----------------------------------------------------------------

@@ -640,10 +640,17 @@ def _fill_kernel(t, x, value):
     t[...] = _fill_value(value, t.dtype)
 
 
+def _fill_cost(ins, outs, **attrs):
+    """Writes the result; reads a tensor ``value`` (the destination's old values are
+    overwritten, not read)."""
+    value = ins[1] if len(ins) > 1 and type(ins[1]) is Meta else None
+    return cost.Cost(0, cost.nbytes(value) if value is not None else 0, cost.nbytes(outs[0]))
+
+
 _FILL = defop("fill", _fill_infer,
               lambda x, value: np.full(x.shape, _fill_value(value, x.dtype), x.dtype),
               grad=lambda ctx, g: (g * 0, g.sum() if ctx.needs_input_grad[1] else None),
-              save=(), sbp=pointwise(), cost=cost.output_only(),
+              save=(), sbp=pointwise(), cost=_fill_cost,
               inplace_kernels={"cpu": _fill_kernel})
 
 

@@ -1,0 +1,296 @@
+"""The machine profile the auto-parallel cost model prices plans with, and its calibration.
+
+A ``Profile`` holds GEMM FLOP/s by shape class (``small``/``medium``/``large`` by the
+product's FLOPs), memory bandwidth, and, for each collective of the communicator and each
+number of ranks measured, its latency and bandwidth (``alpha`` seconds, ``beta`` bytes per
+second) in the model ``time = alpha + bytes / beta``, where ``bytes`` is what a rank sends
+in a ring algorithm (``tessera.distributed.boxing.cost``'s figure), so the profile and the
+boxing table price a conversion on one scale.
+
+``python -m tessera.distributed.calibrate`` measures this machine (under ``mpiexec -n N``:
+the MPI communicator on 1..N ranks; in one process: the simulated world's collectives) and
+saves the profile as JSON (written to a temporary file and renamed, so a reader never sees
+half of it) at ``TESSERA_PROFILE`` or ``~/.cache/tessera/profile.json``. ``load()`` reads it
+back, and gives ``DEFAULT`` when none was measured.
+
+>>> p = DEFAULT
+>>> p.gemm_seconds(2 * 512 ** 3) > 0, p.comm_seconds("all_reduce", 4, 1 << 20) > 0
+(True, True)
+>>> p.comm_seconds("all_reduce", 1, 1 << 20)
+0.0
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+
+__all__ = ["Profile", "DEFAULT", "COLLECTIVES", "profile_path", "load", "save", "measure",
+           "main"]
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+# the FLOPs of one product that separate the GEMM shape classes
+_SMALL, _LARGE = 2e6, 2e8
+
+
+@dataclasses.dataclass
+class Profile:
+    """Rates the cost model reads: ``gemm`` FLOP/s per shape class, ``bandwidth`` bytes/s of
+    memory, ``comm[kind][n] = (alpha, beta)`` per collective and number of ranks,
+    ``op_overhead`` seconds per op call."""
+
+    gemm: dict = dataclasses.field(default_factory=lambda: {
+        "small": 2e9, "medium": 1e10, "large": 2e10})
+    bandwidth: float = 5e9
+    comm: dict = dataclasses.field(default_factory=dict)
+    # seconds each op (and each conversion between SBPs) adds whatever its size
+    op_overhead: float = 1e-5
+    # alpha and beta for numbers of ranks not measured: per ring step, and bytes/s
+    default_alpha: float = 2e-5
+    default_beta: float = 2e9
+    source: str = "default"
+
+    def gemm_seconds(self, flops: float) -> float:
+        """Seconds of a product of ``flops`` at its shape class's rate."""
+        cls = "small" if flops < _SMALL else "large" if flops >= _LARGE else "medium"
+        return flops / self.gemm[cls]
+
+    def memory_seconds(self, nbytes: float) -> float:
+        return nbytes / self.bandwidth
+
+    def alpha_beta(self, kind: str, n: int) -> tuple[float, float]:
+        """(alpha, beta) of collective ``kind`` on ``n`` ranks: measured, else the nearest
+        measured count's beta with alpha grown by its ring steps, else the defaults."""
+        table = self.comm.get(kind, {})
+        if n in table:
+            a, b = table[n]
+            return a, b
+        if table:
+            m = min(table, key=lambda k: abs(k - n))
+            a, b = table[m]
+            return a * max(n - 1, 1) / max(m - 1, 1), b
+        return self.default_alpha * max(n - 1, 1), self.default_beta
+
+    def comm_seconds(self, kind: str, n: int, nbytes: float) -> float:
+        """Seconds of collective ``kind`` on ``n`` ranks sending ``nbytes`` per rank."""
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        a, b = self.alpha_beta(kind, n)
+        return a + nbytes / b
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["comm"] = {k: {str(n): list(v) for n, v in t.items()} for k, t in self.comm.items()}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> Profile:
+        d = dict(d)
+        d["comm"] = {k: {int(n): tuple(v) for n, v in t.items()}
+                     for k, t in d.get("comm", {}).items()}
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+DEFAULT = Profile()
+
+
+def profile_path() -> str:
+    """Where the profile is kept: ``$TESSERA_PROFILE``, else the user's cache directory."""
+    env = os.environ.get("TESSERA_PROFILE")
+    if env:
+        return env
+    return os.path.join(os.path.expanduser("~"), ".cache", "tessera", "profile.json")
+
+
+def save(profile: Profile, path: str | None = None) -> str:
+    """Write ``profile`` as JSON atomically (a temporary file renamed over ``path``)."""
+    path = path or profile_path()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(profile.to_json(), f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+_LOADED: dict[str, Profile] = {}
+
+
+def load(path: str | None = None) -> Profile:
+    """The saved profile at ``path`` (default ``profile_path()``), or ``DEFAULT`` when
+    there is none (or it cannot be read as a profile).
+
+    >>> load("/nonexistent/profile.json") is DEFAULT
+    True
+    """
+    path = path or profile_path()
+    try:
+        mtime = os.path.getmtime(path)
+    except OSError:
+        return DEFAULT
+    key = f"{path}:{mtime}"
+    if key not in _LOADED:
+        try:
+            with open(path) as f:
+                _LOADED[key] = Profile.from_json(json.load(f))
+        except (OSError, ValueError, TypeError):
+            return DEFAULT
+    return _LOADED[key]
+
+
+# ---- measuring ----------------------------------------------------------------------------
+
+def _best(fn, repeat: int, sync=None) -> float:
+    """The fastest of ``repeat`` timed calls (after one untimed); ``sync`` (a barrier) runs
+    before each, so that a collective's time is not a late rank's."""
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        if sync is not None:
+            sync()
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _gemm(quick: bool) -> dict:
+    sizes = {"small": 64, "medium": 256, "large": 512 if quick else 1024}
+    out = {}
+    rng = np.random.default_rng(0)
+    for cls, n in sizes.items():
+        a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
+        out[cls] = 2.0 * n ** 3 / _best(lambda a=a, b=b: a @ b, 3 if quick else 10)
+    return out
+
+
+def _bandwidth(quick: bool) -> float:
+    a = np.ones((1 << 22) if quick else (1 << 24), np.float32)
+    b = np.empty_like(a)
+    return 2.0 * a.nbytes / _best(lambda: np.copyto(b, a), 3 if quick else 10)
+
+
+def _sent(kind: str, nbytes: float, n: int) -> float:
+    """Bytes a rank sends in a ring ``kind`` of ``nbytes`` (boxing.cost's figures)."""
+    if kind == "all_reduce":
+        return 2.0 * (n - 1) / n * nbytes
+    if kind == "all_to_all":
+        return (n - 1) / n / n * nbytes
+    return (n - 1) / n * nbytes
+
+
+def _collective(comm, kind: str, x: np.ndarray, group: tuple):
+    n = len(group)
+    if kind == "all_reduce":
+        return comm.all_reduce(x, group)
+    if kind == "all_gather":
+        return comm.all_gather(x[: len(x) // n], group)
+    chunks = np.array_split(x, n)
+    if kind == "reduce_scatter":
+        return comm.reduce_scatter(chunks, group)
+    return comm.all_to_all(chunks, group)
+
+
+def _fit(points: list) -> tuple[float, float]:
+    """(alpha, beta) of ``time = alpha + bytes / beta``: alpha the smallest message's time,
+    beta the slope from it to the largest (robust to one slow point on a loaded host, which
+    a least-squares line is not)."""
+    (x0, t0), (x1, t1) = min(points), max(points)
+    beta = (x1 - x0) / (t1 - t0) if t1 > t0 and x1 > x0 else DEFAULT.default_beta
+    return max(t0 - x0 / beta, 0.0), beta
+
+
+def _op_overhead(quick: bool) -> float:
+    """Seconds of one tessera op on a tiny tensor: dispatch and the kernel call."""
+    import tessera
+    a = tessera.ones(4)
+    return _best(lambda: a + a, 50 if quick else 500)
+
+
+def _comm_rank(comm, ranks: list[int], quick: bool) -> dict:
+    """On this rank of ``comm``: (alpha, beta) of each collective for each group size."""
+    sizes = [1 << 12, 1 << 16, 1 << 20] if quick else [1 << 10, 1 << 14, 1 << 18, 1 << 22]
+    out: dict = {k: {} for k in COLLECTIVES}
+    for n in ranks:
+        group = tuple(range(n))
+        if comm.rank not in group:
+            continue
+        for kind in COLLECTIVES:
+            pts = []
+            for s in sizes:
+                x = np.ones(s // 4, np.float32)
+                t = _best(lambda x=x, kind=kind: _collective(comm, kind, x, group),
+                          15 if quick else 40, lambda: comm.barrier(group))
+                pts.append((_sent(kind, x.nbytes, n), t))
+            out[kind][n] = _fit(pts)
+    return out
+
+
+def measure(world: int | None = None, quick: bool = False) -> Profile:
+    """Measure this machine: GEMM and memory rates in this process, and the collectives of
+    the communicator in use on 2..N ranks (under MPI: the launched ranks; otherwise the
+    simulated world of ``world`` ranks, default 2).
+
+    >>> p = measure(world=2, quick=True)
+    >>> sorted(p.comm) == sorted(COLLECTIVES) and 2 in p.comm["all_reduce"]
+    True
+    """
+    from tessera.distributed import comm as C
+    prof = Profile(gemm=_gemm(quick), bandwidth=_bandwidth(quick),
+                   op_overhead=_op_overhead(quick), source="measured")
+    if C.launched_by_mpi():
+        comm = C.current()
+        res = _comm_rank(comm, list(range(2, comm.world_size + 1)), quick)
+        comm.barrier()
+        prof.comm = res
+        prof.source = f"measured (MPI, {comm.world_size} ranks)"
+        return prof
+    from tessera.distributed.comm.fake import FakeWorld
+    n = world or 2
+    prof.comm = FakeWorld(n).run(
+        lambda: _comm_rank(C.current(), list(range(2, n + 1)), quick))[0]
+    prof.source = f"measured (simulated world, {n} ranks)"
+    return prof
+
+
+def main(argv: list[str] | None = None) -> Profile:
+    """``python -m tessera.distributed.calibrate [--world N] [--quick] [--out PATH]``."""
+    ap = argparse.ArgumentParser(prog="python -m tessera.distributed.calibrate",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--world", type=int, default=None,
+                    help="ranks of the simulated world outside mpiexec (default 2)")
+    ap.add_argument("--quick", action="store_true", help="fewer and smaller measurements")
+    ap.add_argument("--out", default=None, help="where to save (default: profile_path())")
+    args = ap.parse_args(argv)
+    prof = measure(args.world, args.quick)
+    from tessera.distributed import comm as C
+    if not C.launched_by_mpi() or C.current().rank == 0:
+        path = save(prof, args.out)
+        print(_describe(prof, path))
+    return prof
+
+
+def _describe(p: Profile, path: str) -> str:
+    lines = [f"profile ({p.source}) saved to {path}",
+             "gemm GFLOP/s: " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in p.gemm.items()),
+             f"memory bandwidth: {p.bandwidth / 1e9:.2f} GB/s",
+             f"op overhead: {p.op_overhead * 1e6:.1f} us"]
+    for kind, table in p.comm.items():
+        for n, (a, b) in sorted(table.items()):
+            lines.append(f"{kind:>15} n={n}: alpha {a * 1e6:.1f} us, beta {b / 1e9:.2f} GB/s")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,868 @@
+"""Auto-parallel: each op's SBP signature chosen by a cost model, under a memory limit.
+
+``search(step, args, params, placement, ...)`` records the forward ops of a training step
+(one eager call under a dispatch mode: each op's input metas, attrs and producers), lists
+each node's candidates from its op's ``sbp`` rule (one signature per mesh axis; leaves, the
+inputs and parameters, take broadcast or a split of any dim), and prices:
+
+* compute: the op's ``cost`` rule (FLOPs, bytes) on the roofline of the machine profile
+  (``tessera.distributed.calibrate``), divided over the mesh axes whose signature
+  distributes the output, times 3 for forward and backward;
+* communication: the boxing between a producer's output SBP and the SBP its consumer's
+  signature wants, ``boxing.cost``'s bytes priced by the profile's alpha-beta of that
+  collective, plus the conversion of the gradient back in backward; a broadcast parameter
+  consumed by a distributing signature pays its gradient's all-reduce (under ZeRO: the
+  reduce-scatter and the all-gather of the updated shard);
+* memory per rank: parameters, gradients and optimizer state (sharded by the parameter's
+  split, and by ZeRO over the data-parallel axes), the activations kept for backward at
+  their tile sizes, and a boxed input that grows a tile (an all-gathered weight).
+
+The assignment minimising time under the memory limit is Alpa's intra-op ILP (a one-hot
+variable per node candidate, a pair variable per edge whose row and column sums are its
+endpoints' variables) solved by ``scipy.optimize.milp`` (HiGHS) within a time limit; an
+exact dynamic programme when the graph is an in-tree (chains, with weights and biases as
+side branches); a greedy descent from data parallelism otherwise. The latter two meet the
+memory limit by Lagrangian relaxation (bisection on the price of a byte).
+
+The plan applied is the solution's leaves (each parameter's and input's SBP, and whether
+optimizer state is sharded): the global-tensor dispatch then picks each op's signature as it
+always does, and the plan's prediction is that realised assignment, priced the same way.
+Data parallelism (with and without ZeRO) is priced beside it and wins ties, so the applied
+plan is never predicted slower.
+
+>>> import tessera
+>>> from tessera import nn
+>>> from tessera.distributed.calibrate import DEFAULT
+>>> model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+>>> def step(x, y):
+...     return nn.functional.mse_loss(model(x), y)
+>>> plan = search(step, (tessera.randn(1024, 16), tessera.randn(1024, 4)),
+...               dict(model.named_parameters()), tessera.placement("cpu", list(range(8))),
+...               solver="dp", profile=DEFAULT)
+>>> plan.strategy, plan.input_sbps[0]
+('data parallel', ('S(0)',))
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tessera import _dispatch
+from tessera._tensor import Tensor
+from tessera.autograd.grad_mode import STATE
+from tessera.distributed import boxing
+from tessera.distributed.sbp_dispatch import _find, choose_index, choose_nd
+from tessera.ops.cost import nbytes as meta_bytes
+from tessera.ops.registry import Meta, OpDef
+from tessera.sbp import Signature, broadcast as B, sbp as Sbp, split as S
+
+if TYPE_CHECKING:  # (imported on use: ``python -m tessera.distributed.calibrate`` runs it)
+    from tessera.distributed.calibrate import Profile
+
+__all__ = ["OpGraph", "Node", "Plan", "search", "record", "build_costs", "solve",
+           "brute_force", "price", "parse_bytes", "SOLVERS"]
+
+SOLVERS = ("ilp", "dp", "greedy")
+# optimizer state per parameter element, in parameter sizes
+_STATE = {"Adam": 2, "AdamW": 2, "SGD": 1, "none": 0}
+# forward + backward compute relative to forward
+_TRAIN = 3.0
+# the collective a conversion runs, forward and for the gradient in backward
+_FWD = {("P", "B"): "all_reduce", ("P", "S"): "reduce_scatter", ("S", "B"): "all_gather",
+        ("S", "S"): "all_to_all", ("B", "P"): "local", ("S", "P"): "local"}
+_BWD = {("P", "S"): "all_gather", ("S", "B"): "reduce_scatter", ("S", "S"): "all_to_all",
+        ("B", "S"): "all_gather"}
+
+
+def parse_bytes(v) -> float:
+    """``"8GB"``, ``"512MiB"``, ``1e9`` or None (no limit) as bytes.
+
+    >>> parse_bytes("8GB"), parse_bytes("1.5KiB"), parse_bytes(None)
+    (8000000000.0, 1536.0, inf)
+    """
+    if v is None:
+        return math.inf
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+        return float(v)
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([kKmMgGtT]?)(i?)[bB]?\s*", str(v))
+    if not m:
+        raise ValueError(f"enable_auto_parallel: memory_limit must be a positive number of "
+                         f"bytes or a string such as '8GB', got {v!r}")
+    base = 1024 if m.group(3) else 1000
+    return float(m.group(1)) * base ** " kmgt".index(m.group(2).lower() or " ")
+
+
+# ---- the graph ------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Node:
+    """One node of the recorded step: an op call, or a leaf (an input or a parameter)."""
+
+    name: str
+    kind: str                    # "op", "input", "param", "const"
+    op: OpDef | None = None
+    metas: list = dataclasses.field(default_factory=list)   # the op's arguments
+    attrs: dict = dataclasses.field(default_factory=dict)
+    outs: list = dataclasses.field(default_factory=list)    # output metas
+    # per argument: (producer node, its output) or None
+    inputs: list = dataclasses.field(default_factory=list)
+    requires_grad: bool = False
+
+
+@dataclasses.dataclass
+class OpGraph:
+    """The recorded forward of a step: nodes in execution order."""
+
+    nodes: list
+
+    def edges(self) -> list[tuple[int, int, int, int]]:
+        """(producer, output, consumer, argument) of every tensor an op reads."""
+        return [(src[0], src[1], v, i) for v, n in enumerate(self.nodes)
+                for i, src in enumerate(n.inputs) if src is not None]
+
+
+class _Recorder:
+    """A dispatch mode noting each forward op call (grad mode on: backward runs with it off)
+    with its producers, and running it."""
+
+    def __init__(self, nodes: list, where: dict):
+        self.nodes, self.where = nodes, where
+        self.keep: list[Tensor] = []
+
+    def _run(self, fn, op, args, attrs, target=None):
+        _dispatch.pop_mode()
+        try:
+            out = fn()
+        finally:
+            _dispatch.push_mode(self)
+        if STATE.enabled and op.sbp is not None:
+            self._note(op, args, attrs, out, target)
+        return out
+
+    def _note(self, op, args, attrs, out, target):
+        metas, inputs, rg = [], [], False
+        for a in args:
+            if isinstance(a, Tensor):
+                metas.append(Meta(tuple(a._shape), a._dtype))
+                src = self.where.get(id(a))
+                if src is None and a._shape != ():
+                    src = self._const(a)
+                inputs.append(src)
+                rg = rg or bool(src is not None and self.nodes[src[0]].requires_grad)
+            else:
+                metas.append(a)
+                inputs.append(None)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        v = len(self.nodes)
+        self.nodes.append(Node(f"{op.name}{v}", "op", op, metas, dict(attrs),
+                               [Meta(tuple(o._shape), o._dtype) for o in outs
+                                if isinstance(o, Tensor)], inputs, rg))
+        for k, o in enumerate(outs):
+            if isinstance(o, Tensor):
+                self.where[id(o)] = (v, k)
+                self.keep.append(o)  # ids stay unique while recording
+
+    def _const(self, a: Tensor):
+        v = len(self.nodes)
+        self.nodes.append(Node(f"const{v}", "const", outs=[Meta(tuple(a._shape), a._dtype)]))
+        self.where[id(a)] = (v, 0)
+        self.keep.append(a)
+        return (v, 0)
+
+    def dispatch(self, op, args, attrs):
+        return self._run(lambda: _dispatch.dispatch(op, *args, **attrs), op, args, attrs)
+
+    def dispatch_inplace(self, op, target, args, attrs):
+        return self._run(lambda: _dispatch.dispatch_inplace(op, target, *args, **attrs),
+                         op, args, attrs, target)
+
+
+def record(step, args, params: dict) -> OpGraph:
+    """The forward ops of ``step(*args)`` (``params``: name -> parameter). ``step`` runs
+    once, eagerly; parameters' gradients are left as they were."""
+    nodes: list[Node] = []
+    where: dict = {}
+    for i, a in enumerate(args):
+        if isinstance(a, Tensor):
+            where[id(a)] = (len(nodes), 0)
+            nodes.append(Node(f"input{i}", "input", outs=[Meta(tuple(a._shape), a._dtype)]))
+    for name, p in params.items():
+        where[id(p)] = (len(nodes), 0)
+        nodes.append(Node(name, "param", outs=[Meta(tuple(p._shape), p._dtype)],
+                          requires_grad=bool(p.requires_grad)))
+    grads = {id(p): p._grad for p in params.values()}
+    rec = _Recorder(nodes, where)
+    _dispatch.push_mode(rec)
+    try:
+        step(*args)
+    finally:
+        _dispatch.pop_mode()
+        for p in params.values():
+            p._grad = grads[id(p)]
+    return OpGraph(nodes)
+
+
+# ---- candidates and prices ---------------------------------------------------------------
+
+@dataclasses.dataclass
+class Costs:
+    """Each node's candidates (a tuple of 1-D signatures, one per mesh axis) and their time
+    and memory; each edge's time and memory per candidate pair."""
+
+    graph: OpGraph
+    hierarchy: tuple
+    zero: bool
+    cands: list          # per node: [tuple[Signature, ...]]
+    node_t: list         # per node: np.ndarray (candidates)
+    node_m: list
+    edges: list          # (u, ou, v, iv)
+    edge_t: list         # per edge: np.ndarray (cands u x cands v)
+    edge_m: list
+    comm_t: list         # per node: the communication part of node_t (gradient sync)
+
+
+def _leaf_sbps(meta: Meta, hier: tuple, param: bool) -> list[tuple]:
+    one = [B] + [S(d) for d in range(len(meta.shape))]
+    out = []
+    for combo in itertools.product(one, repeat=len(hier)):
+        ok, sizes = True, list(meta.shape)
+        for s, n in zip(combo, hier):
+            if s.dim is not None:
+                if sizes[s.dim] < n:
+                    ok = False
+                    break
+                sizes[s.dim] = -(-sizes[s.dim] // n)
+        if ok:
+            out.append(combo)
+    return out
+
+
+def _candidates(node: Node, hier: tuple) -> list[tuple]:
+    if node.kind != "op":
+        sbps = [(B,) * len(hier)] if node.kind == "const" else \
+            _leaf_sbps(node.outs[0], hier, node.kind == "param")
+        return [tuple(Signature((), (s,)) for s in combo) for combo in sbps]
+    assert node.op is not None and node.op.sbp is not None  # (recorded only with a rule)
+    rule = node.op.sbp
+    per_axis = []
+    for a, n in enumerate(hier):
+        sigs = rule(*node.metas, mesh_size=n, **node.attrs)
+        last = a == len(hier) - 1
+        per_axis.append([s for s in sigs if last or s.local is None or rule.whole is not None])
+    out = list(itertools.product(*per_axis))
+    return out[:64]
+
+
+def _shard(sbps: tuple, hier: tuple) -> float:
+    k = 1.0
+    for s, n in zip(sbps, hier):
+        if s is not None and s.kind == "S":
+            k *= n
+    return k
+
+
+def _distributes(cand: tuple, axis: int) -> bool:
+    return any(o.kind != "B" for o in cand[axis].outs)
+
+
+def _op_seconds(node: Node, prof: Profile) -> float:
+    assert node.op is not None and node.op.cost is not None
+    c = node.op.cost(list(node.metas), list(node.outs), **node.attrs)
+    return max(prof.gemm_seconds(c.flops), prof.memory_seconds(c.bytes_read + c.bytes_written))
+
+
+def _conv_seconds(src: Sbp, dst: Sbp, nbytes: float, n: int, prof: Profile, grad: bool
+                  ) -> float:
+    if src == dst or n == 1:
+        return 0.0
+    k = (src.kind, dst.kind)
+    sent = boxing.cost(src, dst, nbytes, n)
+    t = 0.0
+    kind = _FWD.get(k)
+    if kind == "local":
+        # a partial result made locally is charged the reduction it defers (boxing.cost)
+        t += sent / prof.alpha_beta("reduce_scatter", n)[1]
+    elif kind is not None:
+        t += prof.comm_seconds(kind, n, sent)
+    else:
+        t += prof.memory_seconds(sent)  # a local slice
+    bk = _BWD.get(k)
+    if grad and bk is not None:
+        t += prof.comm_seconds(bk, n, boxing.cost(dst, src, nbytes, n) if bk != "all_gather"
+                               else (n - 1) / n * nbytes)
+    return t
+
+
+def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
+                optimizer: str = "Adam") -> Costs:
+    """Every node's candidates and prices on a mesh of shape ``hier``."""
+    state = _STATE.get(optimizer, 2)
+    cands = [_candidates(n, hier) for n in g.nodes]
+    node_t, node_m, comm_t = [], [], []
+    for v, node in enumerate(g.nodes):
+        ts, ms, cs = [], [], []
+        for cand in cands[v]:
+            out_sbps = [tuple(s.outs[j] for s in cand) for j in range(len(node.outs))]
+            if node.kind == "op":
+                f = math.prod(n for a, n in enumerate(hier) if _distributes(cand, a))
+                ts.append(_TRAIN * (_op_seconds(node, prof) / f + prof.op_overhead))
+                cs.append(0.0)
+                ms.append(sum(meta_bytes(m) / _shard(s, hier)
+                              for m, s in zip(node.outs, out_sbps)))
+            elif node.kind == "param":
+                size = meta_bytes(node.outs[0])
+                sh = _shard(out_sbps[0], hier)
+                dp = math.prod(n for s, n in zip(out_sbps[0], hier) if s.kind == "B")
+                z = dp if zero else 1
+                # the parameter, its gradient (stage 2 shards it too) and the state; the
+                # update is not credited with ZeRO's smaller shard (its copies in and out of
+                # the shards cost about what it saves), so ZeRO is chosen for memory
+                ms.append(size / sh * (1 + (1 + state) / z))
+                ts.append(prof.memory_seconds(size / sh * (2 + 2 * state)))
+                cs.append(0.0)
+            else:
+                ms.append(meta_bytes(node.outs[0]) / _shard(out_sbps[0], hier)
+                          if node.kind == "input" else 0.0)
+                ts.append(0.0)
+                cs.append(0.0)
+        node_t.append(np.array(ts))
+        node_m.append(np.array(ms))
+        comm_t.append(np.array(cs))
+    edges = g.edges()
+    edge_t, edge_m = [], []
+    for u, ou, v, iv in edges:
+        meta = g.nodes[u].outs[ou]
+        size = meta_bytes(meta)
+        grad = g.nodes[u].requires_grad
+        param = g.nodes[u].kind == "param"
+        et = np.zeros((len(cands[u]), len(cands[v])))
+        em = np.zeros_like(et)
+        for a_i, cu in enumerate(cands[u]):
+            src = tuple(s.outs[ou] for s in cu)
+            for b_i, cv in enumerate(cands[v]):
+                dst = tuple(s.ins[iv] for s in cv)
+                if any(d is None for d in dst):
+                    et[a_i, b_i] = 1e9  # the signature does not take a tensor here
+                    continue
+                # a conversion is a node of its own in the step, and one in backward
+                t = 2 * prof.op_overhead if src != dst else 0.0
+                for ax, n in enumerate(hier):
+                    other = _shard(src[:ax] + src[ax + 1:], hier[:ax] + hier[ax + 1:])
+                    t += _conv_seconds(src[ax], dst[ax], size / other, n, prof, grad)
+                    if param and src[ax].kind == "B" and _distributes(cv, ax):
+                        sync = size / _shard(src, hier)
+                        if zero:
+                            t += prof.comm_seconds("reduce_scatter", n, (n - 1) / n * sync)
+                            t += prof.comm_seconds("all_gather", n, (n - 1) / n * sync)
+                        else:
+                            t += prof.comm_seconds("all_reduce", n, 2 * (n - 1) / n * sync)
+                et[a_i, b_i] = t
+                grow = size / _shard(dst, hier) - size / _shard(src, hier)
+                if grow > 0:
+                    em[a_i, b_i] = grow
+        edge_t.append(et)
+        edge_m.append(em)
+    return Costs(g, hier, zero, cands, node_t, node_m, edges, edge_t, edge_m, comm_t)
+
+
+def evaluate(c: Costs, assign: list[int]) -> tuple[float, float]:
+    """(seconds, bytes per rank) of an assignment (a candidate index per node)."""
+    t = sum(float(c.node_t[v][k]) for v, k in enumerate(assign))
+    m = sum(float(c.node_m[v][k]) for v, k in enumerate(assign))
+    for e, (u, _, v, _) in enumerate(c.edges):
+        t += float(c.edge_t[e][assign[u], assign[v]])
+        m += float(c.edge_m[e][assign[u], assign[v]])
+    return t, m
+
+
+# ---- solvers ----------------------------------------------------------------------------------
+
+def solve_ilp(c: Costs, limit: float, time_limit: float) -> list[int] | None:
+    """Alpa's intra-op ILP by HiGHS; None when no feasible solution is found in time."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+    offs, nvar = [], 0
+    for cs in c.cands:
+        offs.append(nvar)
+        nvar += len(cs)
+    eoffs = []
+    for et in c.edge_t:
+        eoffs.append(nvar)
+        nvar += et.size
+    cost = np.zeros(nvar)
+    mem = np.zeros(nvar)
+    for v in range(len(c.cands)):
+        cost[offs[v]:offs[v] + len(c.cands[v])] = c.node_t[v]
+        mem[offs[v]:offs[v] + len(c.cands[v])] = c.node_m[v]
+    for e, et in enumerate(c.edge_t):
+        cost[eoffs[e]:eoffs[e] + et.size] = et.ravel()
+        mem[eoffs[e]:eoffs[e] + et.size] = c.edge_m[e].ravel()
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    bounds: list[int] = []  # each row's right-hand side (an equality)
+
+    def row(terms, rhs: int) -> None:
+        for col, val in terms:
+            rows.append(len(bounds))
+            cols.append(col)
+            vals.append(val)
+        bounds.append(rhs)
+
+    for v in range(len(c.cands)):  # one candidate per node
+        row([(offs[v] + k, 1.0) for k in range(len(c.cands[v]))], 1)
+    for e, (u, _, v, _) in enumerate(c.edges):  # an edge pair's marginals are its ends
+        nu, nv = c.edge_t[e].shape
+        for a in range(nu):
+            row([(eoffs[e] + a * nv + b, 1.0) for b in range(nv)] + [(offs[u] + a, -1.0)], 0)
+        for b in range(nv):
+            row([(eoffs[e] + a * nv + b, 1.0) for a in range(nu)] + [(offs[v] + b, -1.0)], 0)
+    r = len(bounds)
+    cons = [LinearConstraint(coo_matrix((vals, (rows, cols)), shape=(r, nvar)).tocsr(),
+                             bounds, bounds)]
+    if math.isfinite(limit):
+        cons.append(LinearConstraint(mem.reshape(1, -1), -np.inf, limit))
+    integrality = np.zeros(nvar)
+    integrality[:eoffs[0] if eoffs else nvar] = 1  # pair variables follow their ends
+    # in nanoseconds: HiGHS's absolute gap would stop at once on costs of microseconds
+    res = milp(cost * 1e9, integrality=integrality, bounds=Bounds(0, 1), constraints=cons,
+               options={"time_limit": float(time_limit), "disp": False,
+                        "mip_rel_gap": 1e-9})
+    if res.x is None:
+        return None
+    return [int(np.argmax(res.x[offs[v]:offs[v] + len(c.cands[v])]))
+            for v in range(len(c.cands))]
+
+
+def _consumers(c: Costs) -> list[list[int]]:
+    out: list[list[int]] = [[] for _ in c.cands]
+    for e, (u, _, v, _) in enumerate(c.edges):
+        out[u].append(e)
+    return out
+
+
+def is_tree(c: Costs) -> bool:
+    """Whether every node feeds at most one edge (chains, with leaves as side branches)."""
+    return all(len(es) <= 1 for es in _consumers(c))
+
+
+def _dp(c: Costs, lam: float) -> list[int]:
+    """The exact minimum of time + lam * memory on an in-tree, leaves to root."""
+    n = len(c.cands)
+    best = [c.node_t[v] + lam * c.node_m[v] for v in range(n)]
+    pick: dict = {}
+    into: list[list[int]] = [[] for _ in range(n)]
+    for e, (u, _, v, _) in enumerate(c.edges):
+        into[v].append(e)
+    total: list[np.ndarray] = []
+    for v in range(n):  # recorded order is topological
+        acc = best[v].copy()
+        for e in into[v]:
+            u = c.edges[e][0]
+            m = total[u][:, None] + c.edge_t[e] + lam * c.edge_m[e]
+            pick[e] = np.argmin(m, axis=0)
+            acc = acc + m.min(axis=0)
+        total.append(acc)
+    assign = [-1] * n
+    for v in reversed(range(n)):
+        if assign[v] < 0:
+            assign[v] = int(np.argmin(total[v]))  # a root
+        for e in into[v]:
+            assign[c.edges[e][0]] = int(pick[e][assign[v]])
+    return assign
+
+
+def _greedy(c: Costs, lam: float, start: list[int], sweeps: int = 8) -> list[int]:
+    """Coordinate descent on time + lam * memory from ``start``."""
+    assign = list(start)
+    incident: list[list[int]] = [[] for _ in c.cands]
+    for e, (u, _, v, _) in enumerate(c.edges):
+        incident[u].append(e)
+        incident[v].append(e)
+    for _ in range(sweeps):
+        changed = False
+        for v in range(len(c.cands)):
+            tot = c.node_t[v] + lam * c.node_m[v]
+            for e in incident[v]:
+                u, _, w, _ = c.edges[e]
+                m = c.edge_t[e] + lam * c.edge_m[e]
+                tot = tot + (m[:, assign[w]] if u == v else m[assign[u], :])
+            k = int(np.argmin(tot))
+            if tot[k] < tot[assign[v]] - 1e-15:
+                assign[v], changed = k, True
+        if not changed:
+            break
+    return assign
+
+
+def _lagrange(c: Costs, limit: float, fn, deadline: float = math.inf) -> list[int] | None:
+    """``fn(lam)`` at the smallest price of a byte whose assignment fits ``limit`` (the
+    bisection stops at ``deadline`` with the cheapest fitting price found)."""
+    a = fn(0.0)
+    if evaluate(c, a)[1] <= limit:
+        return a
+    lo, hi = 0.0, 1e-9
+    while evaluate(c, fn(hi))[1] > limit:
+        hi *= 10
+        if hi > 1e6:
+            return None
+    for _ in range(40):
+        if time.perf_counter() > deadline:
+            break
+        mid = (lo + hi) / 2
+        if evaluate(c, fn(mid))[1] <= limit:
+            hi = mid
+        else:
+            lo = mid
+    return fn(hi)
+
+
+def solve(c: Costs, limit: float, solver: str, time_limit: float, start: list[int],
+          deadline: float = math.inf) -> tuple[list[int] | None, str]:
+    """An assignment by ``solver`` (falling back: the ILP to greedy when it finds nothing in
+    time, the DP to greedy on a graph that is not an in-tree), and the solver used."""
+    if solver == "ilp":
+        a = solve_ilp(c, limit, time_limit)
+        if a is not None:
+            return a, "ilp"
+    elif solver == "dp" and is_tree(c):
+        return _lagrange(c, limit, lambda lam: _dp(c, lam), deadline), "dp"
+    return _lagrange(c, limit, lambda lam: _greedy(c, lam, start), deadline), "greedy"
+
+
+def brute_force(c: Costs, limit: float = math.inf) -> tuple[list[int], float]:
+    """The optimum by enumerating every assignment (small graphs: tests)."""
+    best, best_t = None, math.inf
+    for assign in itertools.product(*(range(len(cs)) for cs in c.cands)):
+        t, m = evaluate(c, list(assign))
+        if m <= limit and t < best_t - 1e-15:
+            best, best_t = list(assign), t
+    assert best is not None, "no assignment fits"
+    return best, best_t
+
+
+# ---- realising a plan through dispatch ------------------------------------------------------
+
+class _FakePlacement:
+    """What ``choose_nd`` reads of a placement, for a mesh that exists only in the model."""
+
+    def __init__(self, hier):
+        self.hierarchy = tuple(hier)
+
+
+def realise(c: Costs, leaves: dict[int, int]) -> list[int]:
+    """The assignment dispatch makes when the leaves take ``leaves`` (node -> candidate):
+    each op's signature is the one ``sbp_dispatch`` chooses from its inputs' SBPs."""
+    g, hier = c.graph, c.hierarchy
+    assign = [0] * len(g.nodes)
+    sbps: dict = {}
+    for v, node in enumerate(g.nodes):
+        if node.kind != "op":
+            assign[v] = leaves.get(v, 0)
+            cand = c.cands[v][assign[v]]
+            sbps[(v, 0)] = tuple(s.outs[0] for s in cand)
+            continue
+        current = [None if src is None else sbps[src] for src in node.inputs]
+        if len(hier) == 1:
+            _, sig = choose_index(node.op, node.metas, node.attrs,
+                                  current, hier[0])
+            chosen = [sig]
+        else:
+            chosen = choose_nd(node.op, node.metas, node.attrs, current,
+                               _FakePlacement(hier), node.outs)[0]
+        k = next((i for i, cand in enumerate(c.cands[v])
+                  if all(_find(s, [x]) == 0 for s, x in zip(chosen, cand))), None)
+        if k is None:
+            raise RuntimeError(f"auto_parallel: {node.name}: dispatch chose "
+                               f"{[str(s) for s in chosen]}, not among its candidates")
+        assign[v] = k
+        for j in range(len(node.outs)):
+            sbps[(v, j)] = tuple(s.outs[j] for s in chosen)
+    return assign
+
+
+def _score(c: Costs, assign: list[int], limit: float) -> tuple[float, float]:
+    t, m = evaluate(c, assign)
+    return max(m - limit, 0.0), t  # fitting first, then time
+
+
+def polish(c: Costs, leaves: dict[int, int], limit: float, sweeps: int = 3,
+           deadline: float = math.inf) -> tuple[dict[int, int], list[int]]:
+    """Coordinate descent over the leaves' SBPs on the cost of what dispatch realises from
+    them (the solver's intermediate choices may differ from dispatch's); returns the leaves
+    and the realised assignment."""
+    leaves = dict(leaves)
+    best = realise(c, leaves)
+    score = _score(c, best, limit)
+    for _ in range(sweeps):
+        changed = False
+        for v in leaves:
+            for k in range(len(c.cands[v])):
+                if k == leaves[v] or time.perf_counter() > deadline:
+                    continue
+                trial = {**leaves, v: k}
+                a = realise(c, trial)
+                s = _score(c, a, limit)
+                if s < score:
+                    leaves, best, score, changed = trial, a, s, True
+        if not changed:
+            break
+    return leaves, best
+
+
+# ---- the plan -------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Plan:
+    """The chosen plan: the leaves' SBPs to apply, and what the cost model predicts."""
+
+    strategy: str
+    placement: Any
+    zero: bool
+    param_sbps: dict             # name -> tuple of sbp short forms
+    input_sbps: list             # per tensor input: tuple of short forms
+    seconds: float               # predicted step
+    memory: float                # predicted bytes per rank
+    memory_limit: float
+    solver: str
+    solve_seconds: float
+    alternatives: dict           # strategy -> (seconds, memory, fits)
+    costs: Costs
+    assign: list
+    solved: list | None          # the solver's own assignment (before dispatch realises it)
+
+    def sbp_of(self, name: str) -> tuple:
+        return tuple(_parse(s) for s in self.param_sbps[name])
+
+    def inputs(self, args) -> tuple:
+        """Each call's tensors made global as the plan says (each rank's copy of the
+        whole, the same on every rank as in one process)."""
+        out, k = [], 0
+        for a in args:
+            if isinstance(a, Tensor) and a._device.type != "global":
+                sbps = tuple(_parse(s) for s in self.input_sbps[k])
+                a = a.to_global(self.placement, (B,) * len(sbps)).to_global(sbp=sbps)
+            if isinstance(a, Tensor):
+                k += 1
+            out.append(a)
+        return tuple(out)
+
+    def table(self) -> str:
+        """Per node: the signature, compute ms, bytes moved into it, memory; totals."""
+        c, g = self.costs, self.costs.graph
+        moved = [0.0] * len(g.nodes)
+        for e, (u, ou, v, iv) in enumerate(c.edges):
+            src = tuple(s.outs[ou] for s in c.cands[u][self.assign[u]])
+            dst = tuple(s.ins[iv] for s in c.cands[v][self.assign[v]])
+            size = meta_bytes(g.nodes[u].outs[ou])
+            moved[v] += sum(boxing.cost(a, b, size, n)
+                            for a, b, n in zip(src, dst, c.hierarchy) if b is not None)
+        lines = [f"auto-parallel plan on {self.placement}: {self.strategy}"
+                 f"{' + ZeRO' if self.zero else ''} (solver {self.solver}, "
+                 f"{self.solve_seconds * 1e3:.0f} ms)",
+                 f"{'node':<28}{'signature':<34}{'compute ms':>11}{'moved B':>12}"
+                 f"{'memory B':>12}"]
+        for v, node in enumerate(g.nodes):
+            if node.kind == "const":
+                continue
+            cand = c.cands[v][self.assign[v]]
+            sig = " | ".join(str(s) if node.kind == "op" else s.outs[0].short() for s in cand)
+            lines.append(f"{node.name[:27]:<28}{sig[:33]:<34}"
+                         f"{c.node_t[v][self.assign[v]] * 1e3:>11.3f}{moved[v]:>12.0f}"
+                         f"{c.node_m[v][self.assign[v]]:>12.0f}")
+        lim = "no limit" if not math.isfinite(self.memory_limit) else \
+            f"limit {_mb(self.memory_limit)}"
+        lines.append(f"predicted step {self.seconds * 1e3:.3f} ms, memory per rank "
+                     f"{_mb(self.memory)} ({lim})")
+        for k, (t, m, fits) in self.alternatives.items():
+            lines.append(f"  {k:<22} {t * 1e3:>10.3f} ms {_mb(m):>12}"
+                         f"{'' if fits else '  (over the limit)'}")
+        return "\n".join(lines)
+
+    __str__ = table
+
+    def explain(self) -> list[str]:
+        """Each non-trivial choice with the cost of its runner-up (the best other candidate
+        of that node, the rest of the plan unchanged)."""
+        c, out = self.costs, []
+        for v, node in enumerate(c.graph.nodes):
+            if len(c.cands[v]) < 2 or node.kind == "const":
+                continue
+            costs = []
+            for k in range(len(c.cands[v])):
+                a = list(self.assign)
+                a[v] = k
+                costs.append(evaluate(c, a))
+            k0 = self.assign[v]
+            others = [k for k in range(len(costs)) if k != k0]
+            r = min(others, key=lambda k: costs[k][0])
+            desc = [" | ".join(str(s) if node.kind == "op" else s.outs[0].short()
+                               for s in c.cands[v][k]) for k in (k0, r)]
+            over = "" if costs[r][1] <= self.memory_limit else " (over the memory limit)"
+            out.append(f"{node.name}: {desc[0]} ({costs[k0][0] * 1e3:.3f} ms); runner-up "
+                       f"{desc[1]} ({costs[r][0] * 1e3:.3f} ms{over})")
+        return out
+
+
+def _mb(x: float) -> str:
+    return f"{x / 1e6:.2f} MB" if x >= 1e5 else f"{x / 1e3:.1f} kB"
+
+
+def _parse(s: str) -> Sbp:
+    return B if s == "B" else S(int(s[2:-1])) if s.startswith("S(") else \
+        Sbp("P")
+
+
+def _dp_leaves(c: Costs) -> dict[int, int]:
+    """Data parallelism: inputs split on dim 0 over every axis (broadcast where too small),
+    parameters broadcast."""
+    out = {}
+    for v, node in enumerate(c.graph.nodes):
+        if node.kind == "input":
+            want = tuple(S(0) for _ in c.hierarchy)
+            out[v] = next((k for k, cand in enumerate(c.cands[v])
+                           if tuple(s.outs[0] for s in cand) == want), 0)
+        elif node.kind == "param":
+            out[v] = next(k for k, cand in enumerate(c.cands[v])
+                          if all(s.outs[0] == B for s in cand))
+    return out
+
+
+def search(step, args, params: dict, placement, memory_limit=None, solver: str = "ilp",
+           time_limit: float = 10.0, optimizer: str = "Adam", profile: Profile | None = None,
+           graph: OpGraph | None = None) -> Plan:
+    """The plan for training ``step(*args)`` (the forward and loss; ``params``: name ->
+    parameter) on ``placement``: see the module's docstring. ``placement`` may have more
+    ranks than the world (the cost model alone is used here)."""
+    if solver not in SOLVERS:
+        raise ValueError(f"enable_auto_parallel: solver must be one of {list(SOLVERS)}, got "
+                         f"{solver!r}")
+    from tessera.distributed.calibrate import load as load_profile
+    limit = parse_bytes(memory_limit)
+    prof = profile or load_profile()
+    g = graph or record(step, args, params)
+    hier = tuple(placement.hierarchy)
+    cands: dict[str, tuple] = {}
+    t0 = time.perf_counter()
+    solved_by, solved = solver, None
+    end = t0 + time_limit  # the whole search's budget, shared by ZeRO off and on
+    for i, zero in enumerate((False, True)):
+        c = build_costs(g, hier, prof, zero, optimizer)
+        dp = _dp_leaves(c)
+        base = realise(c, dp)
+        cands["data parallel" + (" + ZeRO" if zero else "")] = (c, base, zero, None)
+        share = max(end - time.perf_counter(), 0.0) / (2 - i)
+        deadline = time.perf_counter() + share
+        a, used = solve(c, limit, solver, max(0.5 * share, 0.1), base, deadline)
+        starts = [dp]
+        if a is not None:
+            solved_by = used
+            starts.insert(0, {v: a[v] for v, n in enumerate(g.nodes) if n.kind != "op"})
+        polished = [polish(c, s, limit, deadline=deadline)[1] for s in starts]
+        real = min(polished, key=lambda x: _score(c, x, limit))
+        cands["auto" + (" + ZeRO" if zero else "")] = (c, real, zero, a)
+    solve_s = time.perf_counter() - t0
+    priced = {k: (*evaluate(c, a), ) for k, (c, a, _, _) in cands.items()}
+    alts = {k: (t, m, m <= limit) for k, (t, m) in priced.items()}
+    fits = [k for k in cands if alts[k][2]]
+    if not fits:
+        need = min(m for _, m, _ in alts.values())
+        raise RuntimeError(f"enable_auto_parallel: no plan fits memory_limit {_mb(limit)} "
+                           f"per rank on {placement} (the least any candidate needs: "
+                           f"{_mb(need)})")
+    key = min(fits, key=lambda k: alts[k][0])  # first on ties: data parallelism
+    c, assign, zero, solved = cands[key]
+    strategy = _describe(c, assign) if key.startswith("auto") else "data parallel"
+    psbps, isbps = {}, []
+    for v, node in enumerate(g.nodes):
+        short = tuple(s.outs[0].short() for s in c.cands[v][assign[v]])
+        if node.kind == "param":
+            psbps[node.name] = short
+        elif node.kind == "input":
+            isbps.append(short)
+    return Plan(strategy, placement, zero, psbps, isbps, alts[key][0], alts[key][1], limit,
+                solved_by, solve_s, alts, c, assign, solved)
+
+
+def price(g: OpGraph, placement, param_sbps: dict, input_sbps: list, zero: bool = False,
+          profile: Profile | None = None, optimizer: str = "Adam") -> tuple[float, float]:
+    """(predicted seconds, bytes per rank) of a plan written by hand on the recorded step
+    ``g``: ``param_sbps`` name -> SBP tuple (missing: broadcast), ``input_sbps`` an SBP
+    tuple per tensor input, ``zero`` the optimizer state sharded; each op's signature is
+    the one dispatch would choose."""
+    from tessera.distributed.calibrate import load as load_profile
+    hier = tuple(placement.hierarchy)
+    c = build_costs(g, hier, profile or load_profile(), zero, optimizer)
+    leaves: dict[int, int] = {}
+    k = 0
+    for v, node in enumerate(g.nodes):
+        if node.kind == "param":
+            want = tuple(param_sbps.get(node.name, (B,) * len(hier)))
+        elif node.kind == "input":
+            want, k = tuple(input_sbps[k]), k + 1
+        else:
+            continue
+        k_v = next((i for i, cand in enumerate(c.cands[v])
+                    if tuple(s.outs[0] for s in cand) == want), None)
+        if k_v is None:
+            raise ValueError(f"auto_parallel.price: {node.name} cannot take "
+                             f"{[s.short() for s in want]}")
+        leaves[v] = k_v
+    return evaluate(c, realise(c, leaves))
+
+
+def _describe(c: Costs, assign: list[int]) -> str:
+    """A name for the plan's kind, from its parameters' and inputs' SBPs."""
+    split_params = split_inputs = False
+    for v, node in enumerate(c.graph.nodes):
+        sb = [s.outs[0] for s in c.cands[v][assign[v]]]
+        if node.kind == "param" and any(s.kind == "S" for s in sb) and len(node.outs[0].shape) > 1:
+            split_params = True
+        if node.kind == "input" and any(s.kind == "S" for s in sb):
+            split_inputs = True
+    if split_params and split_inputs:
+        return "data + tensor parallel"
+    if split_params:
+        return "tensor parallel"
+    return "data parallel" if split_inputs else "replicated"
+
+
+# ---- nn.Graph ---------------------------------------------------------------------------------
+
+def plan_graph(graph, args, placement, memory_limit=None, solver: str = "ilp",
+               time_limit: float = 10.0, profile: Profile | None = None) -> Plan:
+    """``nn.Graph.config.enable_auto_parallel`` on the first call: record ``build``'s
+    forward eagerly (gradients, buffers and the random state put back), search, and apply
+    the plan: the modules' parameters made global with their SBPs (``Module.to_global``),
+    ZeRO stage 2 switched on when the plan shards optimizer state."""
+    from tessera.distributed._module import module_to_global
+    from tessera.ops.random import default_generator
+    names = graph._names()
+    params = {names.get(id(p), f"param{k}"): p for k, p in enumerate(graph._trainable())}
+    buffers = [b for m in graph._modules.values() for b in m.buffers() if b is not None]
+    saved = [np.array(b._data, copy=True) for b in buffers]
+    rng = default_generator.get_state()
+    opts = {type(o).__name__ for o, _ in graph._optimizers}
+    optimizer = next(iter(opts)) if len(opts) == 1 else "Adam"
+    try:
+        g = record(graph.build, args, params)
+    finally:
+        for b, v in zip(buffers, saved):
+            np.copyto(b._data, v)
+        default_generator.set_state(rng)
+    plan = search(None, args, params, placement, memory_limit, solver, time_limit,
+                  optimizer, profile, graph=g)
+    by_id = {id(p): plan.sbp_of(n) for n, p in params.items()}
+    b = (B,) * placement.ndim
+    for mod in graph._modules.values():
+        module_to_global(mod, placement, lambda t: by_id.get(id(t), b))
+    if plan.zero:
+        graph.config.enable_zero(True, stage=2, shard_min_size=1)
+    return plan
+

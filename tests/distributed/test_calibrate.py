@@ -1,0 +1,68 @@
+"""The machine profile (``tessera.distributed.calibrate``): measured, saved atomically as
+JSON, reused, and a default when none was measured."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tessera.distributed import calibrate as K
+from tests.distributed._mpi import ROOT, run_mpi
+
+
+def test_measure_on_the_simulated_world():
+    p = K.measure(world=3, quick=True)
+    assert sorted(p.comm) == sorted(K.COLLECTIVES)
+    for kind in K.COLLECTIVES:
+        assert sorted(p.comm[kind]) == [2, 3]
+        for alpha, beta in p.comm[kind].values():
+            assert alpha >= 0 and beta > 0
+    assert all(v > 0 for v in p.gemm.values()) and p.bandwidth > 0
+    # a collective costs more with more bytes, nothing on one rank
+    assert p.comm_seconds("all_reduce", 2, 1 << 20) > p.comm_seconds("all_reduce", 2, 1 << 10)
+    assert p.comm_seconds("all_gather", 1, 1 << 20) == 0.0
+
+
+def test_save_is_atomic_and_load_reuses_it(tmp_path, monkeypatch):
+    p = K.Profile(gemm={"small": 1e9, "medium": 2e9, "large": 3e9}, bandwidth=4e9,
+                  comm={"all_reduce": {2: (1e-5, 1e9), 4: (3e-5, 8e8)}}, source="test")
+    path = str(tmp_path / "sub" / "profile.json")
+    assert K.save(p, path) == path
+    assert os.listdir(tmp_path / "sub") == ["profile.json"]  # no temporary file left
+    assert json.load(open(path))["bandwidth"] == 4e9
+    q = K.load(path)
+    assert q == p and K.load(path) is q  # read once, then reused
+    monkeypatch.setenv("TESSERA_PROFILE", path)
+    assert K.profile_path() == path and K.load() == p
+    # counts of ranks not measured: the nearest measured count's beta, alpha per ring step
+    assert K.load().alpha_beta("all_reduce", 8) == pytest.approx((3e-5 * 7 / 3, 8e8))
+    assert K.load().alpha_beta("all_gather", 4) == (K.DEFAULT.default_alpha * 3,
+                                                    K.DEFAULT.default_beta)
+
+
+def test_default_profile_when_none_was_measured(tmp_path):
+    assert K.load(str(tmp_path / "missing.json")) is K.DEFAULT
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert K.load(str(bad)) is K.DEFAULT
+
+
+def test_command_line(tmp_path):
+    out = tmp_path / "p.json"
+    proc = subprocess.run([sys.executable, "-m", "tessera.distributed.calibrate", "--quick",
+                           "--world", "2", "--out", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr
+    assert "all_reduce" in proc.stdout and out.exists()
+    assert 2 in K.load(str(out)).comm["all_reduce"]
+
+
+def test_command_line_under_mpiexec(tmp_path):
+    out = tmp_path / "mpi.json"
+    run_mpi(tmp_path, f"""
+        from tessera.distributed.calibrate import main
+        main(["--quick", "--out", {str(out)!r}])
+    """, n=2, timeout=120)
+    p = K.load(str(out))
+    assert "MPI" in p.source and sorted(p.comm["all_to_all"]) == [2]

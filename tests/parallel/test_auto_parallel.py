@@ -1,0 +1,248 @@
+"""Auto-parallel (``tessera.parallel.auto_parallel``, ``nn.Graph.config.enable_auto_parallel``):
+the solvers against brute force, the known answers on simulated meshes (the cost model
+alone), and training with the chosen plan against one process."""
+import math
+
+import numpy as np
+import pytest
+
+import tessera
+import tessera.nn.functional as F
+from tessera import nn
+from tessera.distributed.calibrate import DEFAULT
+from tessera.parallel import auto_parallel as AP
+from tests.distributed._helpers import run
+from tests.distributed._mpi import outputs, run_mpi
+
+pytest.importorskip("scipy")
+
+
+def _mesh(n):
+    return tessera.placement("cpu", list(range(n)) if isinstance(n, int) else n)
+
+
+def _mlp(d, h, bias=True):
+    tessera.manual_seed(0)
+    return nn.Sequential(nn.Linear(d, h, bias=bias), nn.GELU(), nn.Linear(h, d, bias=bias))
+
+
+def _plan(model, batch, d, n, limit=None, solver="ilp"):
+    def step(x, y):
+        return F.mse_loss(model(x), y)
+    return AP.search(step, (tessera.randn(batch, d), tessera.randn(batch, d)),
+                     dict(model.named_parameters()), _mesh(n), memory_limit=limit,
+                     solver=solver, profile=DEFAULT)
+
+
+# ---- the solvers --------------------------------------------------------------------------
+
+def _small_costs(n=2, limit_frac=None):
+    tessera.manual_seed(0)
+    w = nn.Parameter(tessera.randn(6, 8))
+
+    def step(x):
+        return F.linear(x, w).mean()
+    g = AP.record(step, (tessera.randn(8, 8),), {"w": w})
+    return AP.build_costs(g, (n,), DEFAULT)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_ilp_and_dp_equal_brute_force_on_a_small_graph(n):
+    c = _small_costs(n)
+    assert AP.is_tree(c)
+    best, best_t = AP.brute_force(c)
+    ilp = AP.solve_ilp(c, math.inf, 10)
+    assert ilp is not None
+    assert AP.evaluate(c, ilp)[0] == pytest.approx(best_t, rel=1e-9)
+    dp, used = AP.solve(c, math.inf, "dp", 10, AP.realise(c, {}))
+    assert used == "dp" and AP.evaluate(c, dp)[0] == pytest.approx(best_t, rel=1e-9)
+
+
+def test_ilp_equals_brute_force_under_a_memory_limit():
+    import itertools
+    c = _small_costs(2)
+    free, _ = AP.brute_force(c)
+    least = min(AP.evaluate(c, list(a))[1]
+                for a in itertools.product(*(range(len(k)) for k in c.cands)))
+    assert least < AP.evaluate(c, free)[1]
+    limit = (least + AP.evaluate(c, free)[1]) / 2  # the unconstrained optimum does not fit
+    best, best_t = AP.brute_force(c, limit)
+    ilp = AP.solve_ilp(c, limit, 10)
+    t, m = AP.evaluate(c, ilp)
+    assert m <= limit * (1 + 1e-9) and t == pytest.approx(best_t, rel=1e-9)
+
+
+def test_greedy_never_worse_than_its_start():
+    c = _small_costs(4)
+    start = AP.realise(c, {})
+    a, used = AP.solve(c, math.inf, "greedy", 10, start)
+    assert used == "greedy" and AP.evaluate(c, a)[0] <= AP.evaluate(c, start)[0]
+
+
+# ---- known answers on simulated meshes ----------------------------------------------------------
+
+@pytest.mark.parametrize("n", [8, 16, 64])
+def test_small_model_large_batch_is_data_parallel(n):
+    plan = _plan(_mlp(64, 256), 1024, 64, n)
+    assert plan.strategy == "data parallel" and not plan.zero
+    assert all(s == ("B",) for s in plan.param_sbps.values())
+    assert plan.input_sbps[0] == ("S(0)",)
+    assert plan.seconds <= plan.alternatives["data parallel"][0]
+
+
+@pytest.mark.parametrize("n", [8, 16, 64])
+def test_wide_mlp_without_room_to_replicate_is_megatron_column_then_row(n):
+    model = _mlp(1024, 4096)
+    full = sum(p.numel() for p in model.parameters()) * 4
+    plan = _plan(model, 16, 1024, n, limit=full)  # parameters fit once, Adam's state not
+    assert not plan.alternatives["data parallel"][2]
+    assert not plan.alternatives["data parallel + ZeRO"][2]
+    # nn.Linear's weight is (out, in): column parallel splits dim 0, row parallel dim 1
+    assert plan.param_sbps["0.weight"] == ("S(0)",), plan.table()
+    assert plan.param_sbps["2.weight"] == ("S(1)",), plan.table()
+    assert plan.memory <= full
+
+
+def test_wide_attention_without_room_to_replicate_splits_the_heads():
+    tessera.manual_seed(0)
+    att = nn.MultiheadAttention(512, 8, batch_first=True)
+
+    def step(x, y):
+        return F.mse_loss(att(x, x, x, need_weights=False)[0], y)
+    full = sum(p.numel() for p in att.parameters()) * 4
+    plan = AP.search(step, (tessera.randn(2, 16, 512), tessera.randn(2, 16, 512)),
+                     dict(att.named_parameters()), _mesh(8), memory_limit=full,
+                     profile=DEFAULT)
+    assert plan.param_sbps["in_proj_weight"] == ("S(0)",), plan.table()
+    assert all(s[0].startswith("S") for k, s in plan.param_sbps.items() if "weight" in k)
+
+
+def test_only_sharded_optimizer_state_fits():
+    """A large batch: tensor parallelism would keep whole activations on every rank, data
+    parallelism whole Adam state; sharding the state over the data-parallel ranks fits."""
+    model = _mlp(1024, 1024)
+    params = sum(p.numel() for p in model.parameters()) * 4
+    plan = _plan(model, 4096, 1024, 8, limit=5.5 * params)
+    assert not plan.alternatives["data parallel"][2]
+    assert plan.zero and plan.input_sbps[0] == ("S(0)",), plan.table()
+    assert plan.param_sbps["0.weight"] == ("B",) and plan.param_sbps["2.weight"] == ("B",)
+
+
+def test_a_2d_mesh_searches_both_axes():
+    model = _mlp(1024, 4096)
+    full = sum(p.numel() for p in model.parameters()) * 4
+    plan = _plan(model, 256, 1024, [[0, 1, 2, 3], [4, 5, 6, 7]], limit=full)
+    w1 = plan.param_sbps["0.weight"]
+    assert len(w1) == 2 and "S(0)" in w1, plan.table()
+    assert plan.seconds <= min(t for t, _, fits in plan.alternatives.values() if fits)
+
+
+def test_no_plan_fits():
+    with pytest.raises(RuntimeError, match="no plan fits memory_limit"):
+        _plan(_mlp(64, 256), 64, 64, 8, limit=100)
+
+
+def test_memory_limit_strings():
+    assert AP.parse_bytes("8GB") == 8e9 and AP.parse_bytes("2 MiB") == 2 * 2 ** 20
+    with pytest.raises(ValueError, match="memory_limit"):
+        AP.parse_bytes("lots")
+
+
+def test_plan_table_and_runner_up():
+    plan = _plan(_mlp(64, 256), 1024, 64, 8)
+    text = str(plan)
+    assert "predicted step" in text and "0.weight" in text and "data parallel" in text
+    lines = plan.explain()
+    assert any(line.startswith("0.weight: B") and "runner-up" in line for line in lines)
+
+
+# ---- nn.Graph -----------------------------------------------------------------------------------
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((16, 6))
+Y = rng.standard_normal((16, 3))
+
+
+class TrainGraph(nn.Graph):
+    def __init__(self, model, opt):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(opt)
+
+    def build(self, x, y):
+        loss = F.mse_loss(self.model(x), y)
+        loss.backward()
+        return loss
+
+
+def train(auto: bool, limit=None, solver="ilp", steps: int = 4):
+    tessera.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 3)).double()
+    opt = tessera.optim.AdamW(model.parameters(), lr=0.05)
+    g = TrainGraph(model, opt)
+    if auto:
+        world = tessera.distributed.get_world_size()
+        g.config.enable_auto_parallel(_mesh(world), memory_limit=limit, solver=solver,
+                                      profile=DEFAULT)
+    x, y = tessera.tensor(X), tessera.tensor(Y)
+    losses = [float(g(x, y).detach().numpy()) for _ in range(steps)]
+    params = [q.detach().numpy().copy() for q in model.parameters()]
+    plan = g.parallel_plan() if auto else None
+    return losses, params, plan and (plan.param_sbps, plan.zero)
+
+
+def _data_parallel_memory() -> float:
+    tessera.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 3)).double()
+    plan = AP.search(lambda x, y: F.mse_loss(model(x), y), (tessera.tensor(X), tessera.tensor(Y)),
+                     dict(model.named_parameters()), _mesh(2), optimizer="AdamW",
+                     profile=DEFAULT)
+    return plan.alternatives["data parallel"][1]
+
+
+@pytest.mark.parametrize("solver,squeeze", [("ilp", False), ("dp", False), ("greedy", False),
+                                            ("ilp", True)])
+def test_graph_auto_plan_trains_like_one_process(solver, squeeze):
+    want_losses, want_params, _ = train(False)
+    limit = 0.9 * _data_parallel_memory() if squeeze else None
+    results = run(2, train, True, limit, solver)
+    for losses, params, _ in results:
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
+    if limit is not None:  # too little room to replicate the parameters
+        sbps = results[0][2][0]
+        assert any(s[0].startswith("S") for s in sbps.values()) or results[0][2][1], sbps
+
+
+def test_graph_parallel_plan_before_a_call():
+    g = TrainGraph(nn.Linear(2, 2), tessera.optim.SGD(nn.Linear(2, 2).parameters(), lr=1))
+    with pytest.raises(RuntimeError, match="no plan yet"):
+        g.parallel_plan()
+    with pytest.raises(ValueError, match="solver must be one of"):
+        g.config.enable_auto_parallel(_mesh(2), solver="magic")
+
+
+def test_graph_auto_plan_under_mpiexec(tmp_path):
+    run_mpi(tmp_path, """
+        from tests.distributed._mpi import emit
+        from tests.parallel.test_auto_parallel import train
+        emit(train(True, None, "ilp")[:2])
+    """, n=2, timeout=240)
+    want_losses, want_params, _ = train(False)
+    for losses, params in outputs(tmp_path, 2):
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
+
+
+def test_graph_debug_prints_the_plan_and_runner_ups(capsys):
+    tessera.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 3)).double()
+    g = TrainGraph(model, tessera.optim.SGD(model.parameters(), lr=0.1))
+    g.config.enable_auto_parallel(_mesh(1), solver="dp", profile=DEFAULT)
+    g.debug(0)
+    g(tessera.tensor(X), tessera.tensor(Y))
+    out = capsys.readouterr().out
+    assert "auto-parallel plan" in out and "predicted step" in out
+    assert "runner-up" in out and "model.0.weight" in out
