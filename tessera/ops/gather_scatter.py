@@ -23,7 +23,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import _tname
 from tessera._tensor import Tensor
-from tessera.ops import cost
+from tessera.ops import _relax, cost
 from tessera.ops._indexing import (
     INT_INDEX,
     array_of,
@@ -138,6 +138,7 @@ def _gather_sbp(x, index, dim):
 
 _GATHER = defop("gather", _gather_infer, _gather_kernel, grad=_gather_grad,
                 sbp=SbpRule(_gather_sbp), cost=cost.movement(),
+                to_relax=_relax.gather,
                 to_jax=lambda jnp, lax, a, at: jnp.take_along_axis(a[0], a[1], axis=at["dim"]))
 
 

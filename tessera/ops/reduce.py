@@ -25,7 +25,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops import _jax, _sbp, cost, unary
+from tessera.ops import _jax, _relax, _sbp, cost, unary
 from tessera.ops._util import call, ensure_tensor, float_dtype, numel, wrap_dim, wrap_dims
 from tessera.ops.arithmetic import maximum, minimum
 from tessera.ops.comparison import isnan, logical_not
@@ -162,7 +162,7 @@ def _reduction(name, kernel, grad, out_dtype=_ident, save=(), check=None, quiet=
     return defop(name, infer, cpu, grad=grad, save=save,
                  sbp=_sbp.reduction() if sbp is None else sbp,
                  cost=cost.reduction(flops) if isinstance(flops, int) else flops,
-                 to_jax=_jax.rule(name))
+                 to_relax=_relax.rule(name), to_jax=_jax.rule(name))
 
 
 def _attrs(ctx):

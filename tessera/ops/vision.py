@@ -30,7 +30,7 @@ import numpy as np
 
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops import _jax, cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops.conv import col2im_add, crop, pad_array, window_view
 from tessera.ops.pool import adaptive_taps, adaptive_windows
 from tessera.ops.registry import Meta, defop
@@ -287,7 +287,8 @@ def _interp_grad(ctx, g):
 
 
 _INTERP = defop("interpolate", _interp_infer, _interp_kernel, grad=_interp_grad, save=(),
-                sbp=SbpRule(_batch_channel(True)), cost=_interp_cost, to_jax=_jax.interpolate)
+                sbp=SbpRule(_batch_channel(True)), cost=_interp_cost,
+                to_relax=_relax.interpolate, to_jax=_jax.interpolate)
 
 
 def interpolate(x: Tensor, *, mode: str, size, scales, align_corners: bool) -> Tensor:
