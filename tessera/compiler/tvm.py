@@ -57,15 +57,19 @@ class Builder:
     def __init__(self, bb):
         _, relax = _modules()
         self.bb, self._relax, self._op = bb, relax, relax.op
+        # the constants' bytes: the module's text shows them only as references
+        self.consts = hashlib.sha256()
 
     def __getattr__(self, name: str):
-        return getattr(self._op, name)
+        return _Ops(getattr(self._op, name), self)
 
     def const(self, value, dtype: str):
-        return self._relax.const(np.asarray(value, dtype=dtype), dtype)
+        a = np.asarray(value, dtype=dtype, order="C")
+        self.consts.update(f"{a.dtype}{a.shape}".encode() + a.tobytes())
+        return self._relax.const(a, dtype)
 
     def emit(self, x):
-        return x if isinstance(x, self._relax.Var) else self.bb.emit(x)
+        return self.bb.emit(x) if isinstance(x, self._relax.Call) else x
 
     def _ty(self, x):
         return (x if isinstance(x, self._relax.Var) else self.bb.normalize(x)).ty
@@ -99,6 +103,27 @@ class Builder:
             x = x if dx == dt else self._op.astype(x, dt)
             y = y if dy == dt else self._op.astype(y, dt)
         return x, y
+
+
+class _Ops:
+    """``tvm.relax.op``'s functions (and namespaces, ``R.nn``) with their expression
+    arguments bound first: some ops read their operands' shapes when they are built."""
+
+    def __init__(self, target, builder: Builder):
+        self._target, self._b = target, builder
+
+    def __getattr__(self, name: str):
+        return _Ops(getattr(self._target, name), self._b)
+
+    def __call__(self, *args, **kwargs):
+        def bind(a):
+            if isinstance(a, self._b._relax.Call):
+                return self._b.bb.emit(a)
+            if isinstance(a, (list, tuple)) and any(isinstance(x, self._b._relax.Call)
+                                                     for x in a):
+                return type(a)(bind(x) for x in a)
+            return a
+        return self._target(*[bind(a) for a in args], **{k: bind(v) for k, v in kwargs.items()})
 
 
 def _has_rule(n: Node) -> bool:
@@ -194,10 +219,11 @@ def run_nodes(nodes: list, env: dict, R: Builder) -> None:
             env[v] = o
 
 
-def lower(g: Graph, outputs: list | None = None):
-    """The graph as an ``IRModule`` whose ``main`` takes the inputs, then the variables (in
-    ``g.variables``' order), and returns a tuple of the outputs, then the assigned
-    variables' new values."""
+def lower(g: Graph) -> tuple:
+    """(module, key): the graph as an ``IRModule`` whose ``main`` takes the inputs, then
+    the variables (in ``g.variables``' order), and returns a tuple of the outputs, then the
+    assigned variables' new values; and the text that identifies it (its script and its
+    constants' digest)."""
     _, relax = _modules()
     bb = relax.BlockBuilder()
     R = Builder(bb)
@@ -210,10 +236,11 @@ def lower(g: Graph, outputs: list | None = None):
             outs = [env[v] for v in g.outputs] + [env[v] for _, v in g.assigns]
             out = bb.emit_output(relax.Tuple(outs))
         bb.emit_func_output(out)
-    return bb.get()
+    mod = bb.get()
+    return mod, mod.script() + "\n" + R.consts.hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def target(tuning: bool = False):
     """The host CPU as a TVM target: LLVM with this CPU's ``mcpu`` (TVM 0.27 takes targets
     as dicts; the string form with ``-mcpu`` is gone). MetaSchedule also needs the core
@@ -227,15 +254,15 @@ def target(tuning: bool = False):
     return tvm.target.Target(spec)
 
 
-def build(mod, tune_trials: int = 0):
-    """A ``relax.VirtualMachine`` running ``mod`` on the CPU, compiled (and tuned) unless
-    the cache holds it."""
+def build(lowered: tuple, tune_trials: int = 0):
+    """A ``relax.VirtualMachine`` running ``lower``'s module on the CPU, compiled (and
+    tuned) unless the cache holds it."""
     import time
     tvm, relax = _modules()
     tgt = target(tune_trials > 0)
     t0 = time.perf_counter()
-    text = "\n".join([tvm.__version__, str(tgt), f"trials={tune_trials}",
-                      mod.script(show_meta=True)])
+    mod, ident = lowered
+    text = "\n".join([tvm.__version__, str(tgt), f"trials={tune_trials}", ident])
     key = hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def make(path: str) -> None:
@@ -270,7 +297,7 @@ def _options(tune_trials: int = 0) -> int:
 
 def _tensor(a):
     tvm, _ = _modules()
-    return tvm.runtime.tensor(np.ascontiguousarray(a))
+    return tvm.runtime.tensor(np.asarray(a, order="C"))
 
 
 def compile_graph(g: Graph, **options):

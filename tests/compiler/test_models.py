@@ -9,11 +9,19 @@ import numpy as np
 import pytest
 
 import tessera
-from tests.compiler._cases import Forward, Train, first_tensor, workload, zoo
+from tests.compiler._cases import (
+    TVM_CI_ZOO,
+    TVM_FULL,
+    Forward,
+    Train,
+    first_tensor,
+    workload,
+    zoo,
+)
 
 BACKENDS = [pytest.param(b, marks=pytest.mark.skipif(importlib.util.find_spec(m) is None,
                                                      reason=f"{m} is not installed"))
-            for b, m in (("xla", "jax"),)]
+            for b, m in (("xla", "jax"), ("tvm", "tvm"))]
 ZOO = zoo()
 
 
@@ -24,6 +32,8 @@ def _np(t) -> np.ndarray:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_zoo_model_matches_eager(backend, name):
+    if backend == "tvm" and not TVM_FULL and name not in TVM_CI_ZOO:
+        pytest.skip("TESSERA_TVM_FULL=1 runs every zoo model on TVM")
     make, inputs = ZOO[name]
     tessera.manual_seed(0)
     model = make().eval()
