@@ -1,8 +1,8 @@
 """``python -m bench [section ...]``: the benchmarks, side by side with their peers.
 
 Sections: overhead, kernels, gemm, training, small_models, cputime, compile, demo, models,
-einsum, distributed, remat (all by default, in that order; ``python -m bench.onnx_simplify``
-counts ONNX nodes separately).
+einsum, distributed, remat, backends (all by default, in that order;
+``python -m bench.onnx_simplify`` counts ONNX nodes separately).
 Prints one table per section and writes the tables, under a header naming the CPU, NumPy's
 BLAS and the versions compared, to ``bench/RESULTS.md`` (only the sections run); every
 figure goes to ``bench/results/<time>.json``, with a bar chart of the ratios to PyTorch
@@ -24,7 +24,7 @@ from bench.common import describe, environment, write_results
 RESULTS_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
 
 SECTIONS = ("overhead", "kernels", "gemm", "training", "small_models", "cputime", "compile",
-            "demo", "models", "einsum", "distributed", "remat")
+            "demo", "models", "einsum", "distributed", "remat", "backends")
 
 
 def _module(name: str):

@@ -20,7 +20,7 @@ from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor, _contiguous_strides
 from tessera.device.registry import _BACKENDS, device as Device
-from tessera.ops import _relax, cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops._sbp import pointwise
 from tessera.ops._util import bool_arg, broadcast_shapes, call, size_args, sum_to
 from tessera.ops.registry import Meta, defop
@@ -321,7 +321,9 @@ def _fill_value(value, dt: np.dtype):
 _FULL = defop("full", lambda shape, dtype, value, device=None: Meta(shape, dtype),
               lambda shape, dtype, value, device=None: np.full(
                   shape, _fill_value(value, dtype.np), dtype.np),
-              grad=None, cost=cost.output_only())
+              grad=None, cost=cost.output_only(),
+              to_jax=_jax.constant(lambda shape, dtype, value, device=None: np.full(
+                  shape, _fill_value(value, dtype.np), dtype.np)))
 _EMPTY = defop("empty", lambda shape, dtype, device=None: Meta(shape, dtype),
                lambda shape, dtype, device=None: np.empty(shape, dtype.np), grad=None,
                cost=cost.output_only())
@@ -450,7 +452,8 @@ def _arange_kernel(start, end, step, dtype, device=None):
 
 
 # start + step * i: two operations per element
-_ARANGE = defop("arange", _arange_infer, _arange_kernel, grad=None, cost=cost.output_only(2))
+_ARANGE = defop("arange", _arange_infer, _arange_kernel, grad=None, cost=cost.output_only(2),
+                to_jax=_jax.constant(_arange_kernel))
 
 
 def arange(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False,

@@ -23,7 +23,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import _tname
 from tessera._tensor import Tensor
-from tessera.ops import _relax, cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops._indexing import (
     INT_INDEX,
     array_of,
@@ -228,7 +228,7 @@ def _scatter_grad(ctx, g):
 _scatter_kernel, _scatter_inplace = op_pair(_write_scatter)
 _SCATTER = defop("scatter", _scatter_infer, _scatter_kernel, grad=_scatter_grad,
                  inplace_kernels={"cpu": _scatter_inplace}, sbp=_SCATTER_SBP,
-                 cost=_scatter_cost)
+                 cost=_scatter_cost, to_jax=_jax.scatter)
 
 
 def scatter(input, dim, index, src=None, value=None, *, reduce=None, out=None) -> Tensor:
@@ -270,7 +270,8 @@ _scatter_add_kernel, _scatter_add_inplace = op_pair(_write_scatter_add)
 _SCATTER_ADD = defop("scatter_add", _scatter_add_infer, _scatter_add_kernel,
                      grad=_scatter_add_grad, inplace_kernels={"cpu": _scatter_add_inplace},
                      sbp=_SCATTER_SBP,
-                     cost=lambda ins, outs, **attrs: _scatter_cost(ins, outs, reduce="sum"))
+                     cost=lambda ins, outs, **attrs: _scatter_cost(ins, outs, reduce="sum"),
+                     to_jax=_jax.scatter_add)
 
 
 def scatter_add(input, dim, index, src, *, out=None) -> Tensor:

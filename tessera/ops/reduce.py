@@ -584,7 +584,8 @@ def _logical(name: str, npf):
     def cpu(x, dim=None, keepdim=False):
         return npf(x, axis=tuple(d for d in dims_of(dim, x.ndim) if d < x.ndim),
                    keepdims=keepdim)
-    op = defop(name, infer, cpu, grad=None, sbp=_sbp.reduction(), cost=cost.reduction(1))
+    op = defop(name, infer, cpu, grad=None, sbp=_sbp.reduction(), cost=cost.reduction(1),
+               to_jax=_jax.arg(name))
 
     def fn(input, dim=None, keepdim: bool = False, *, out=None) -> Tensor:
         ensure_tensor(name, input)
@@ -815,7 +816,8 @@ def _arg_op(name: str, argf):
         a, d = _at(x, None if x.ndim == 0 else dim % x.ndim)
         i = argf(a, axis=d, keepdims=keepdim)
         return i.reshape(()) if x.ndim == 0 else i
-    op = defop(name, infer, cpu, grad=None, sbp=_sbp.reduction(), cost=cost.reduction(1))
+    op = defop(name, infer, cpu, grad=None, sbp=_sbp.reduction(), cost=cost.reduction(1),
+               to_jax=_jax.arg(name))
 
     def fn(input, dim=None, keepdim: bool = False, *, out=None) -> Tensor:
         ensure_tensor(name, input)

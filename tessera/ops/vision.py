@@ -369,7 +369,8 @@ def _cpad_grad(ctx, g):
 
 
 _CONSTANT_PAD = defop("constant_pad", _cpad_infer, _cpad_kernel, grad=_cpad_grad, save=(),
-                      sbp=SbpRule(_constant_pad_sbp), cost=cost.movement())
+                      sbp=SbpRule(_constant_pad_sbp), cost=cost.movement(),
+                      to_jax=_jax.constant_pad)
 
 
 def constant_pad(x: Tensor, pads, value=0.0) -> Tensor:
@@ -454,7 +455,7 @@ def _pad_grad(ctx, g):
 
 
 _PAD = defop("pad", _pad_infer, _pad_kernel, grad=_pad_grad, save=(), sbp=SbpRule(_pad_sbp),
-             cost=cost.movement())
+             cost=cost.movement(), to_jax=_jax.pad)
 
 
 def pad(x: Tensor, pads, mode: str) -> Tensor:

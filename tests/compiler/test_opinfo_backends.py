@@ -26,9 +26,9 @@ from tests.ops.test_opinfo_graph import (
     _tensor_outputs,
 )
 
-RULE = {"xla": "to_jax"}
+RULE = {"xla": "to_jax", "tvm": "to_relax"}
 # op -> entries whose graphs ran it on the backend
-RAN: dict[str, dict[str, set]] = {"xla": {}}
+RAN: dict[str, dict[str, set]] = {"xla": {}, "tvm": {}}
 SKIP = set(UNCAPTURABLE) | set(EXPECTED_GRAPH_FAILURES)
 
 
