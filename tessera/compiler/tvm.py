@@ -146,6 +146,8 @@ def supported(n: Node) -> bool:
     compiled; a rule may decline a case with ``NotImplementedError``)."""
     if not _has_rule(n):
         return False
+    if any(0 in v.shape for v in list(n.inputs) + list(n.outputs) if isinstance(v, Value)):
+        return False  # TVM's kernels assume non-empty buffers
     key = (n.op.name, repr(sorted(n.attrs.items())),
            tuple((v.shape, v.dtype.name) if isinstance(v, Value) else repr(v)
                  for v in n.inputs))

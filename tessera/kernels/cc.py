@@ -145,7 +145,8 @@ def entry(name: str, make: Callable[[str], None]) -> tuple[str, bool]:
     folder and moved into place with its digest, an entry failing its digest made again.
 
     >>> path, cached = entry("doc-example.txt", lambda p: open(p, "w").write("hi"))
-    >>> open(path).read()
+    ... # doctest: +SKIP
+    >>> open(path).read()  # doctest: +SKIP
     'hi'
     """
     path = os.path.join(_folder(cache_dir()), name)

@@ -658,10 +658,10 @@ def register_backend(name: str, make) -> None:
     """Let ``config.set_backend(name)`` compile graphs with ``make(ir, tensors, options)``:
     the IR after the passes, its variables' tensors by name, and ``set_backend``'s options;
     it returns an object with the executor's ``run(inputs, variables)``. ``tessera.compiler``
-    registers ``xla``.
+    registers ``xla`` and ``tvm``.
 
     >>> sorted(_BACKENDS)
-    ['xla']
+    ['tvm', 'xla']
     """
     _BACKENDS[name] = make
 

@@ -23,7 +23,7 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "interpolate", "split_view", "split_backward", "expand", "softmax", "log_softmax",
            "softmax_backward", "log_softmax_backward", "layer_norm", "lerp", "clamp",
            "gelu_backward", "silu_backward", "embedding_backward", "cumulative", "sort", "topk",
-           "arg", "scatter", "scatter_add", "constant_pad", "pad", "group_norm", "tri",
+           "arg", "logical", "scatter", "scatter_add", "constant_pad", "pad", "group_norm", "tri",
            "constant", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
@@ -583,6 +583,18 @@ def arg(name: str):
         if x.ndim == 0:
             return jnp.zeros((), jnp.int64)
         return f(x, axis=dim % x.ndim, keepdims=keep)
+    return rule
+
+
+def logical(name: str):
+    """``all``/``any`` over ``dim`` (every dim when None; ``dim=()`` reduces nothing)."""
+    def rule(jnp, lax, a, at):
+        x, dim = a[0], at.get("dim")
+        nd = x.ndim
+        dims = tuple(range(nd)) if dim is None else tuple(
+            d % max(nd, 1) for d in (dim if isinstance(dim, (tuple, list)) else (dim,)))
+        dims = tuple(d for d in dims if d < nd)
+        return getattr(jnp, name)(x.astype(bool), axis=dims, keepdims=at.get("keepdim", False))
     return rule
 
 

@@ -29,7 +29,8 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "slice_", "cat", "flip", "cast", "identity", "copy", "matmul", "gather",
            "index_select", "embedding", "embedding_backward", "where", "masked_fill",
            "addcmul", "addcdiv", "softmax", "log_softmax", "softmax_backward",
-           "log_softmax_backward", "lerp", "clamp", "gelu_backward", "silu_backward", "rule"]
+           "log_softmax_backward", "lerp", "clamp", "gelu_backward", "silu_backward",
+           "cumulative", "arg", "logical", "tri", "constant_pad", "group_norm", "constant", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -40,9 +41,15 @@ def _k(R, v, like):
     return R.const(v, R.dtype(like))
 
 
+def _wide(R, x):
+    """Half-precision floats computed in float32 (LLVM has no half-precision asin, sinh,
+    ...; tessera's kernels compute them in float32 too); the backend rounds the result."""
+    return R.astype(x, "float32") if R.dtype(x) in ("float16", "bfloat16") else x
+
+
 def _one(f):
     """A rule of one tensor input and no attrs."""
-    return lambda R, a, at: f(R, a[0])
+    return lambda R, a, at: f(R, _wide(R, a[0]) if not isinstance(a[0], (int, float)) else a[0])
 
 
 def _expm1(R, x):
@@ -245,7 +252,10 @@ def _dims(R, x, at) -> list:
     return [d % max(nd, 1) for d in dim] if nd else []
 
 
-def _reduce(name: str, logical: bool = False):
+_NARROW_INTS = ("bool", "int8", "int16", "int32", "uint8")
+
+
+def _reduce(name: str):
     def rule(R, a, at):
         x = a[0]
         dt = at.get("dtype")
@@ -254,9 +264,8 @@ def _reduce(name: str, logical: bool = False):
         dims, keep = _dims(R, x, at), at.get("keepdim", False)
         if not dims:  # a 0-d tensor: the reduction over nothing
             return x
-        if logical:
-            out = getattr(R, name)(R.astype(x, "int8"), dims, keep)
-            return R.astype(out, "bool")
+        if name in ("sum", "prod") and R.dtype(x) in _NARROW_INTS:
+            x = R.astype(x, "int64")  # PyTorch's sum of bools or int32s counts in int64
         return getattr(R, name)(x, dims, keep)
     return rule
 
@@ -284,8 +293,7 @@ def _logsumexp(R, a, at):
 
 
 REDUCE = {"sum": _reduce("sum"), "mean": _reduce("mean"), "amax": _reduce("max"),
-          "amin": _reduce("min"), "prod": _reduce("prod"), "all": _reduce("min", True),
-          "any": _reduce("max", True), "nansum": _nanreduce(False),
+          "amin": _reduce("min"), "prod": _reduce("prod"), "nansum": _nanreduce(False),
           "nanmean": _nanreduce(True), "logsumexp": _logsumexp}
 
 
@@ -331,7 +339,8 @@ def power(R, a, at):
 
 
 def atan2(R, a, at):
-    return R.atan2(*R.pair(a[0], a[1]))
+    x, y = R.pair(a[0], a[1])
+    return R.atan2(_wide(R, x), _wide(R, y))
 
 
 def lerp(R, a, at):
@@ -824,6 +833,103 @@ def interpolate(R, a, at):
             src = [min(int(math.floor(j * s)), n_in - 1) for j in range(n_out)]
             x = R.emit(R.take(x, R.const(np.array(src, np.int64), "int64"), axis=d))
     return x
+
+
+# ---- scans, triangles, padding, group norm, constants ---------------------------------------
+
+def cumulative(name: str):
+    """``cumsum``/``cumprod`` along ``dim``, run backwards for ``reverse``."""
+    def rule(R, a, at):
+        x, dt = a[0], at.get("dtype")
+        if dt is not None:
+            x = R.astype(x, str(dt.np))
+        elif R.dtype(x) in _NARROW_INTS:
+            x = R.astype(x, "int64")
+        nd = len(R.shape(x))
+        if nd == 0:
+            return x
+        d = at["dim"] % nd
+        f = getattr(R, name)
+        if at.get("reverse"):
+            return R.flip(f(R.flip(x, d), axis=d), d)
+        return f(x, axis=d)
+    return rule
+
+
+def arg(name: str):
+    """``argmax``/``argmin``, flattened when ``dim`` is None."""
+    def rule(R, a, at):
+        x, dim, keep = a[0], at.get("dim"), at.get("keepdim", False)
+        shape = R.shape(x)
+        if dim is None:
+            i = getattr(R, name)(R.reshape(x, [math.prod(shape)]), 0)
+            return R.reshape(i, [1] * len(shape) if keep else [])
+        if not shape:
+            return R.zeros((), "int64")
+        return getattr(R, name)(x, dim % len(shape), keep)
+    return rule
+
+
+def logical(name: str):
+    """``all``/``any`` over ``dim`` (every dim when None; ``dim=()`` reduces nothing)."""
+    def rule(R, a, at):
+        x, dim = a[0], at.get("dim")
+        nd = len(R.shape(x))
+        dims = list(range(nd)) if dim is None else [
+            d % max(nd, 1) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))]
+        dims = [d for d in dims if d < nd]
+        b = R.astype(R.astype(x, "bool"), "int8")
+        if not dims:
+            return R.astype(b, "bool")
+        out = (R.min if name == "all" else R.max)(b, dims, at.get("keepdim", False))
+        return R.astype(out, "bool")
+    return rule
+
+
+def tri(name: str):
+    return lambda R, a, at: getattr(R, name)(a[0], at.get("diagonal", 0))
+
+
+def constant_pad(R, a, at):
+    """Negative pads crop (a strided slice), positive ones pad with ``value``."""
+    x, pads = a[0], at["pads"]
+    shape = R.shape(x)
+    lead = len(shape) - len(pads)
+    axes = list(range(lead, len(shape)))
+    lo = [max(-p, 0) for p, _ in pads]
+    hi = [shape[lead + i] - max(-q, 0) for i, (_, q) in enumerate(pads)]
+    if any(lo) or any(h != shape[lead + i] for i, h in enumerate(hi)):
+        x = R.strided_slice(x, axes, lo, hi)
+    width = [0, 0] * lead + [w for p, q in pads for w in (max(p, 0), max(q, 0))]
+    if not any(width):
+        return x
+    return R.nn.pad(x, width, "constant", float(at.get("value", 0)))
+
+
+def group_norm(R, a, at):
+    x, w, b = a
+    shape = R.shape(x)
+    n, c, g = shape[0], shape[1], at["num_groups"]
+    xr = R.emit(R.reshape(x, [n, g, math.prod(shape[1:]) // g]))
+    mean = R.emit(R.mean(xr, [2], True))
+    cen = R.emit(R.subtract(xr, mean))
+    var = R.mean(R.multiply(cen, cen), [2], True)
+    out = R.reshape(R.multiply(cen, R.rsqrt(R.add(var, _k(R, at["eps"], x)))),
+                    [n, c, math.prod(shape[2:])])
+    if w is not None:
+        out = R.multiply(out, R.expand_dims(w, 1))
+    if b is not None:
+        out = R.add(out, R.expand_dims(b, 1))
+    return R.reshape(out, list(shape))
+
+
+def constant(kernel):
+    """A creation op without tensor inputs (``arange``, ``full``): its value, computed by
+    its kernel when the graph is lowered, as a constant of the function."""
+    def rule(R, a, at):
+        v = np.asarray(kernel(*a, **at))
+        return R.const(v, str(v.dtype))
+    return rule
 
 
 _TABLES = (UNARY, ACTIVATION, COMPARE, BINARY, REDUCE)

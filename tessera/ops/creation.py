@@ -318,12 +318,13 @@ def _fill_value(value, dt: np.dtype):
     return fv(value, dt)
 
 
-_FULL = defop("full", lambda shape, dtype, value, device=None: Meta(shape, dtype),
-              lambda shape, dtype, value, device=None: np.full(
-                  shape, _fill_value(value, dtype.np), dtype.np),
+def _full_kernel(shape, dtype, value, device=None):
+    return np.full(shape, _fill_value(value, dtype.np), dtype.np)
+
+
+_FULL = defop("full", lambda shape, dtype, value, device=None: Meta(shape, dtype), _full_kernel,
               grad=None, cost=cost.output_only(),
-              to_jax=_jax.constant(lambda shape, dtype, value, device=None: np.full(
-                  shape, _fill_value(value, dtype.np), dtype.np)))
+              to_jax=_jax.constant(_full_kernel), to_relax=_relax.constant(_full_kernel))
 _EMPTY = defop("empty", lambda shape, dtype, device=None: Meta(shape, dtype),
                lambda shape, dtype, device=None: np.empty(shape, dtype.np), grad=None,
                cost=cost.output_only())
@@ -453,7 +454,7 @@ def _arange_kernel(start, end, step, dtype, device=None):
 
 # start + step * i: two operations per element
 _ARANGE = defop("arange", _arange_infer, _arange_kernel, grad=None, cost=cost.output_only(2),
-                to_jax=_jax.constant(_arange_kernel))
+                to_jax=_jax.constant(_arange_kernel), to_relax=_relax.constant(_arange_kernel))
 
 
 def arange(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False,

@@ -599,7 +599,8 @@ def _gn_sbp(x, weight, bias, num_groups, eps):
 
 
 _GROUP_NORM = defop("group_norm", _gn_infer, _gn_kernel, grad=_gn_grad, sbp=SbpRule(_gn_sbp),
-                    cost=_norm_cost(5), to_jax=_jax.group_norm)
+                    cost=_norm_cost(5), to_jax=_jax.group_norm,
+                    to_relax=_relax.group_norm)
 
 
 def group_norm(x: Tensor, weight, bias, *, num_groups: int, eps: float) -> Tensor:

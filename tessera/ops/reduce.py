@@ -585,7 +585,7 @@ def _logical(name: str, npf):
         return npf(x, axis=tuple(d for d in dims_of(dim, x.ndim) if d < x.ndim),
                    keepdims=keepdim)
     op = defop(name, infer, cpu, grad=None, sbp=_sbp.reduction(), cost=cost.reduction(1),
-               to_jax=_jax.arg(name))
+               to_jax=_jax.logical(name), to_relax=_relax.logical(name))
 
     def fn(input, dim=None, keepdim: bool = False, *, out=None) -> Tensor:
         ensure_tensor(name, input)
@@ -817,7 +817,7 @@ def _arg_op(name: str, argf):
         i = argf(a, axis=d, keepdims=keepdim)
         return i.reshape(()) if x.ndim == 0 else i
     op = defop(name, infer, cpu, grad=None, sbp=_sbp.reduction(), cost=cost.reduction(1),
-               to_jax=_jax.arg(name))
+               to_jax=_jax.arg(name), to_relax=_relax.arg(name))
 
     def fn(input, dim=None, keepdim: bool = False, *, out=None) -> Tensor:
         ensure_tensor(name, input)

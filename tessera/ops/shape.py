@@ -673,7 +673,7 @@ def _tri(name: str, kernel):
     op = defop(name, infer, lambda x, diagonal=0: kernel(x, diagonal), save=(),
                grad=lambda ctx, g: (dispatch(op, g, diagonal=ctx.attrs["diagonal"]),),
                sbp=_sbp.pointwise(each=(0,), skip=(-2, -1)), cost=cost.movement(),
-               to_jax=_jax.tri(name))
+               to_jax=_jax.tri(name), to_relax=_relax.tri(name))
 
     def fn(input: Tensor, diagonal: int = 0, *, out: Tensor | None = None) -> Tensor:
         return call(op, ensure_tensor(name, input), diagonal=int(diagonal), out=out)

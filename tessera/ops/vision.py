@@ -370,7 +370,7 @@ def _cpad_grad(ctx, g):
 
 _CONSTANT_PAD = defop("constant_pad", _cpad_infer, _cpad_kernel, grad=_cpad_grad, save=(),
                       sbp=SbpRule(_constant_pad_sbp), cost=cost.movement(),
-                      to_jax=_jax.constant_pad)
+                      to_jax=_jax.constant_pad, to_relax=_relax.constant_pad)
 
 
 def constant_pad(x: Tensor, pads, value=0.0) -> Tensor:
