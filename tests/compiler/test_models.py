@@ -67,4 +67,8 @@ def test_training_trajectory_matches_eager(backend, name):
             # normalises into steps of lr either way; the query and value biases are compared
             d = p.shape[0] // 3
             p, q = np.delete(p, np.s_[d:2 * d]), np.delete(q, np.s_[d:2 * d])
-        np.testing.assert_allclose(p, q, rtol=1e-4, atol=1e-6, err_msg=n)
+        # TVM's kernels sum in another order than NumPy's: after 10 AdamW steps a weight
+        # whose gradient is near zero (its step normalised to about lr) differs by a few
+        # 1e-6, so TVM's parameters get atol 1e-5 (its losses are held to rtol 1e-4 as XLA's)
+        atol = 1e-5 if backend == "tvm" else 1e-6
+        np.testing.assert_allclose(p, q, rtol=1e-4, atol=atol, err_msg=n)
