@@ -256,6 +256,40 @@ def target(tuning: bool = False):
     return tvm.target.Target(spec)
 
 
+_PROBE_JSON = """
+import tvm
+from tvm import relax
+bb = relax.BlockBuilder()
+x = relax.Var("x", relax.TensorType((2,), "float32"))
+with bb.function("main", [x]):
+    with bb.dataflow():
+        y = bb.emit_output(relax.op.exp(x))
+    bb.emit_func_output(y)
+tvm.ir.save_json(relax.transform.LegalizeOps()(bb.get()))
+"""
+
+
+@functools.cache
+def _tuning_broken() -> str | None:
+    """Why MetaSchedule cannot run here, or None. It stores each task's module as JSON,
+    and some TVM builds crash there (a segfault in ``ToJSONGraph``, reproduced by
+    ``tvm.ir.save_json`` on any module): tried once in a child process, so that the crash
+    becomes an error instead of ending this one."""
+    import subprocess
+    import sys
+    try:
+        import psutil  # noqa: F401  (MetaSchedule's search imports it)
+    except ImportError:
+        return "MetaSchedule needs psutil: pip install 'tessera[tvm]'"
+    proc = subprocess.run([sys.executable, "-c", _PROBE_JSON], capture_output=True,
+                          text=True, timeout=300)
+    if proc.returncode != 0:
+        tvm, _ = _modules()
+        return (f"this TVM build ({tvm.__version__}) crashes serialising a module to JSON "
+                f"(exit status {proc.returncode}), which MetaSchedule does for every task")
+    return None
+
+
 def build(lowered: tuple, tune_trials: int = 0):
     """A ``relax.VirtualMachine`` running ``lower``'s module on the CPU, compiled (and
     tuned) unless the cache holds it."""
@@ -270,6 +304,11 @@ def build(lowered: tuple, tune_trials: int = 0):
     def make(path: str) -> None:
         m = mod
         if tune_trials > 0:
+            why = _tuning_broken()
+            if why is not None:
+                raise RuntimeError(f"nn.Graph backend 'tvm': tune_trials={tune_trials} "
+                                   f"cannot tune: {why}; set_backend('tvm') compiles "
+                                   "untuned")
             with tempfile.TemporaryDirectory(prefix="tessera-tvm-tune-") as work:
                 m = relax.get_pipeline("static_shape_tuning", total_trials=tune_trials,
                                        target=tgt, work_dir=work)(m)

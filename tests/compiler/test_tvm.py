@@ -126,14 +126,22 @@ def test_compiled_module_is_cached_and_a_corrupt_entry_rebuilt(cache):
     assert not [p for p in cache.iterdir() if p.name.startswith(".build-")]
 
 
-@pytest.mark.skipif(not TVM_FULL, reason="MetaSchedule tuning takes minutes: "
-                                         "TESSERA_TVM_FULL=1 runs it")
-def test_tuned_graph_matches_eager(cache):
+def test_tuned_graph_matches_eager_or_says_why_it_cannot_tune(cache):
+    """A TVM build whose JSON serialisation crashes (MetaSchedule needs it) gets an error
+    naming that, not a crash of this process; elsewhere the tuned graph is checked
+    (TESSERA_TVM_FULL=1: tuning takes minutes)."""
     tessera.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
     g = G(model)
     g.config.set_backend("tvm", tune_trials=8)
     x = tessera.randn(4, 16)
+    why = T._tuning_broken()
+    if why is not None:
+        with pytest.raises(RuntimeError, match="tune_trials=8 cannot tune"):
+            g(x)
+        return
+    if not TVM_FULL:
+        pytest.skip("MetaSchedule tuning takes minutes: TESSERA_TVM_FULL=1 runs it")
     with tessera.no_grad():
         np.testing.assert_allclose(g(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-5)
 
