@@ -24,6 +24,7 @@ import functools
 import hashlib
 import os
 import tempfile
+import time
 
 import numpy as np
 
@@ -293,7 +294,6 @@ def _tuning_broken() -> str | None:
 def build(lowered: tuple, tune_trials: int = 0):
     """A ``relax.VirtualMachine`` running ``lower``'s module on the CPU, compiled (and
     tuned) unless the cache holds it."""
-    import time
     tvm, relax = _modules()
     tgt = target(tune_trials > 0)
     t0 = time.perf_counter()
