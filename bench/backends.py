@@ -13,7 +13,7 @@ The models are the zoo's (``tessera.models``) at small sizes; torch.compile runs
 PyTorch references of the tests (``tests/models``) where there is one, onnxruntime the
 model exported by ``tessera.onnx``. ``TESSERA_BENCH_TVM_TRIALS`` (default 64) is the tuned
 TVM's trial budget; ``TESSERA_BENCH_BACKENDS`` (comma-separated workload names) runs a
-subset.
+subset; ``TESSERA_BENCH_BACKENDS_TIMEOUT`` (s, default 1800) bounds each child process.
 """
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ INFERENCE = ("lenet5", "resnet18", "mobilenet_v2", "vit_tiny", "gpt", "bert")
 TRAINING = ("mlp train", "cnn train", "transformer train")
 BACKENDS = ("tessera", "tvm", "tvm tuned", "xla", "torch.compile", "onnxruntime")
 STEPS = 5
+# a child taking longer (untuned TVM's naive GEMM on the training workloads can take
+# minutes a step) is reported as timed out rather than holding up the others
+CHILD_TIMEOUT_S = int(os.environ.get("TESSERA_BENCH_BACKENDS_TIMEOUT", "1800"))
 
 
 def _trials() -> int:
@@ -182,9 +185,14 @@ def run() -> list[dict]:
             with tempfile.TemporaryDirectory(prefix="tessera-bench-backends-") as cache:
                 env = dict(os.environ, TESSERA_CACHE_DIR=cache)
                 for phase in ("cold", "warm"):
-                    proc = subprocess.run([sys.executable, "-m", "bench.backends", "--child",
-                                           name, backend], capture_output=True, text=True,
-                                          env=env, check=False)
+                    try:
+                        proc = subprocess.run([sys.executable, "-m", "bench.backends",
+                                               "--child", name, backend], capture_output=True,
+                                              text=True, env=env, check=False,
+                                              timeout=CHILD_TIMEOUT_S)
+                    except subprocess.TimeoutExpired:
+                        row[phase] = {"error": f"timed out after {CHILD_TIMEOUT_S} s"}
+                        continue
                     if proc.returncode != 0:
                         lines = proc.stderr.strip().splitlines() or ["?"]
                         row[phase] = {"error": lines[-1][:100]}
