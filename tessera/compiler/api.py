@@ -14,12 +14,15 @@ from tessera.nn.modules.module import Module
 
 __all__ = ["compile", "make_backend"]
 
-_RULE = {"xla": "to_jax"}
+_RULE = {"xla": "to_jax", "tvm": "to_relax"}
 
 
 def _backend(name: str):
-    from tessera.compiler import xla
-    return {"xla": xla}[name]
+    if name == "xla":
+        from tessera.compiler import xla
+        return xla
+    from tessera.compiler import tvm
+    return tvm
 
 
 def make_backend(name: str):
@@ -63,7 +66,7 @@ class _Compiled:
 
 def compile(model: Module, *, backend: str = "tessera", **options):
     """``model`` as a callable that runs through ``nn.Graph`` compiled by ``backend``
-    ("tessera", "xla"; ``options`` as ``config.set_backend``'s). The first call
+    ("tessera", "xla", "tvm"; ``options`` as ``config.set_backend``'s). The first call
     traces and compiles; a call with new input shapes, dtypes or train/eval mode retraces.
     Inference only: a training step with an optimizer is an ``nn.Graph`` with
     ``add_optimizer``.

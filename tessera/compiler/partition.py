@@ -1,6 +1,6 @@
 """Cutting a graph between a compiler backend and tessera's executor (OneFlow XRT's clusters).
 
-A backend lowers the nodes whose op has its rule (``to_jax`` for XLA);
+A backend lowers the nodes whose op has its rule (``to_jax`` for XLA, ``to_relax`` for TVM);
 a node without one runs on tessera's own executor. The nodes, in the graph's (topological)
 order, are cut into maximal runs of the same side; each run becomes a subgraph whose inputs
 are the values it reads from earlier runs (or the graph's inputs and variables) and whose

@@ -45,9 +45,10 @@ import subprocess
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 
-__all__ = ["CompileError", "compiler", "cache_dir", "load", "build", "FLAGS", "last_build",
-           "totals"]
+__all__ = ["CompileError", "compiler", "cache_dir", "load", "build", "entry", "FLAGS",
+           "last_build", "totals"]
 
 # -fopenmp-simd: the simd pragmas only; threads come from the runtime, not an OpenMP library
 FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC", "-std=gnu11",
@@ -135,6 +136,38 @@ def build(source: str, extra: tuple[str, ...] = ()) -> str:
     """The path of ``source``'s compiled library, built unless the cache holds a sound
     copy, for loaders other than ctypes (a Python extension module, say)."""
     return _library(_key(source, extra), source, extra)[0]
+
+
+def entry(name: str, make: Callable[[str], None]) -> tuple[str, bool]:
+    """(path, whether it was cached) of the cache entry ``name``, a file that ``make(path)``
+    writes (another compiler's library: the TVM backend's modules), made unless the cache
+    holds a sound copy. The same folder and rules as the kernels': written in a build
+    folder and moved into place with its digest, an entry failing its digest made again.
+
+    >>> path, cached = entry("doc-example.txt", lambda p: open(p, "w").write("hi"))
+    ... # doctest: +SKIP
+    >>> open(path).read()  # doctest: +SKIP
+    'hi'
+    """
+    path = os.path.join(_folder(cache_dir()), name)
+    if _sound(path):
+        return path, True
+    try:
+        _make(path, make)
+    except _EntryBlocked:
+        path = os.path.join(_private_temp("an entry there cannot be replaced"), name)
+        _make(path, make)
+    return path, False
+
+
+def _make(path: str, make: Callable[[str], None]) -> None:
+    d = os.path.dirname(path)
+    _remove_stale_builds(d)
+    with tempfile.TemporaryDirectory(dir=d, prefix=f"{_BUILD_PREFIX}{os.getpid()}-{_host()}-"
+                                     ) as tmp:
+        out = os.path.join(tmp, os.path.basename(path))
+        make(out)
+        _install(out, path, tmp)
 
 
 def _text(source: str | list[str]) -> str:
@@ -382,15 +415,20 @@ def _build(source: str | list[str], path: str, extra: tuple[str, ...] = (),
                     raise CompileError(f"{os.path.basename(cc)} failed on generated code:\n"
                                        f"{err[-4000:]}")
             _run([cc, *FLAGS, *extra, *objs, "-o", lib, *LIBS], cc)
-        digest = _digest(lib)
-        # the library first, then its digest: a crash in between leaves an entry that
-        # _sound() rejects, so it is rebuilt
-        _clear(path)
-        _clear(path + ".sha256")
-        os.replace(lib, path)
-        with open(os.path.join(tmp, "d"), "w") as f:
-            f.write(_record(digest, path))
-        os.replace(os.path.join(tmp, "d"), path + ".sha256")
+        _install(lib, path, tmp)
+
+
+def _install(lib: str, path: str, tmp: str) -> None:
+    """Move the built file ``lib`` (in the build folder ``tmp``) to the entry ``path``."""
+    digest = _digest(lib)
+    # the library first, then its digest: a crash in between leaves an entry that
+    # _sound() rejects, so it is rebuilt
+    _clear(path)
+    _clear(path + ".sha256")
+    os.replace(lib, path)
+    with open(os.path.join(tmp, "d"), "w") as f:
+        f.write(_record(digest, path))
+    os.replace(os.path.join(tmp, "d"), path + ".sha256")
 
 
 def _finish(proc: subprocess.Popen) -> str | None:

@@ -82,21 +82,17 @@ class GraphConfig:
 
     def set_backend(self, name: str = "tessera", *, strict: bool = False, **options) -> None:
         """Which compiler runs the graph after tessera's passes: ``"tessera"`` (its own
-        executor and code generator, the default) or ``"xla"`` (JAX);
-        ``tessera.compiler`` registers the others. Ops without a rule for the backend run
-        on tessera's executor between the backend's clusters (``debug()`` prints the cut);
-        ``strict=True`` raises naming them instead. ``options`` go to the backend.
-        TVM Relax is not written yet: ``"tvm"`` raises ``NotImplementedError``.
+        executor and code generator, the default), ``"xla"`` (JAX) or ``"tvm"`` (TVM
+        Relax); ``tessera.compiler`` registers the others. Ops without a rule for the
+        backend run on tessera's executor between the backend's clusters (``debug()``
+        prints the cut); ``strict=True`` raises naming them instead. ``options`` go to the
+        backend (TVM: ``tune_trials=64`` tunes with MetaSchedule within that budget).
 
         >>> g = Graph()
         >>> g.config.set_backend("xla")
         >>> g.config.backend
         'xla'
         """
-        if name == "tvm" and name not in _BACKENDS:
-            raise NotImplementedError("nn.Graph.config.set_backend: the TVM backend is not "
-                                      "implemented yet; the backends are "
-                                      f"{', '.join(['tessera'] + sorted(_BACKENDS))}")
         if name != "tessera" and name not in _BACKENDS:
             raise ValueError(f"nn.Graph.config.set_backend: unknown backend {name!r} "
                              f"(known: {', '.join(['tessera'] + sorted(_BACKENDS))})")
@@ -724,10 +720,10 @@ def register_backend(name: str, make) -> None:
     """Let ``config.set_backend(name)`` compile graphs with ``make(ir, tensors, options)``:
     the IR after the passes, its variables' tensors by name, and ``set_backend``'s options;
     it returns an object with the executor's ``run(inputs, variables)``. ``tessera.compiler``
-    registers ``xla``.
+    registers ``xla`` and ``tvm``.
 
     >>> sorted(_BACKENDS)
-    ['xla']
+    ['tvm', 'xla']
     """
     _BACKENDS[name] = make
 

@@ -22,7 +22,9 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "max_pool_backward", "avg_pool", "batch_norm", "nll_loss", "nll_loss_backward",
            "interpolate", "split_view", "split_backward", "expand", "softmax", "log_softmax",
            "softmax_backward", "log_softmax_backward", "layer_norm", "lerp", "clamp",
-           "gelu_backward", "silu_backward", "embedding_backward", "rule"]
+           "gelu_backward", "silu_backward", "embedding_backward", "cumulative", "sort", "topk",
+           "arg", "logical", "scatter", "scatter_add", "constant_pad", "pad", "group_norm", "tri",
+           "constant", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -523,6 +525,153 @@ def embedding_backward(jnp, lax, a, at):
     if pad is not None and pad >= 0:
         w = jnp.where(flat == pad, 0, w)
     return jnp.zeros((n, rows.shape[1]), g.dtype).at[flat].add(rows * w[:, None])
+
+
+# ---- scans, sorting, scatter, padding, group norm ------------------------------------------
+
+def cumulative(name: str):
+    """``cumsum``/``cumprod``: along ``dim``, run backwards for ``reverse`` (a scan's
+    gradient)."""
+    def rule(jnp, lax, a, at):
+        x, dt = a[0], at.get("dtype")
+        if dt is not None:
+            x = x.astype(dt.np)
+        if x.ndim == 0:
+            return x
+        d, f = at["dim"] % x.ndim, getattr(jnp, name)
+        if at.get("reverse"):
+            return jnp.flip(f(jnp.flip(x, d), axis=d), d)
+        return f(x, axis=d)
+    return rule
+
+
+def _stable_order(jnp, x, d, descending):
+    """Stable argsort along ``d``, NaN the largest, as ``tessera.ops.sorting``'s kernel."""
+    if not descending:
+        return jnp.argsort(x, axis=d, stable=True)
+    idx = jnp.argsort(jnp.flip(x, d), axis=d, stable=True)
+    return (x.shape[d] - 1) - jnp.flip(idx, d)
+
+
+def sort(jnp, lax, a, at):
+    x = a[0]
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = at.get("dim", -1) % x.ndim
+    idx = _stable_order(jnp, x, d, at.get("descending", False))
+    return jnp.take_along_axis(x, idx, d), idx
+
+
+def topk(jnp, lax, a, at):
+    x = a[0]
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = at.get("dim", -1) % x.ndim
+    idx = lax.slice_in_dim(_stable_order(jnp, x, d, at.get("largest", True)), 0, at["k"],
+                           axis=d)
+    return jnp.take_along_axis(x, idx, d), idx
+
+
+def arg(name: str):
+    """``argmax``/``argmin``: the first of ties; flattened when ``dim`` is None."""
+    def rule(jnp, lax, a, at):
+        x, dim, keep = a[0], at.get("dim"), at.get("keepdim", False)
+        f = getattr(jnp, name)
+        if dim is None:
+            i = f(x.reshape(-1))
+            return i.reshape((1,) * x.ndim if keep else ())
+        if x.ndim == 0:
+            return jnp.zeros((), jnp.int64)
+        return f(x, axis=dim % x.ndim, keepdims=keep)
+    return rule
+
+
+def logical(name: str):
+    """``all``/``any`` over ``dim`` (every dim when None; ``dim=()`` reduces nothing)."""
+    def rule(jnp, lax, a, at):
+        x, dim = a[0], at.get("dim")
+        nd = x.ndim
+        dims = tuple(range(nd)) if dim is None else tuple(
+            d % max(nd, 1) for d in (dim if isinstance(dim, (tuple, list)) else (dim,)))
+        dims = tuple(d for d in dims if d < nd)
+        return getattr(jnp, name)(x.astype(bool), axis=dims, keepdims=at.get("keepdim", False))
+    return rule
+
+
+def _scatter_key(jnp, index, d):
+    """The full index of each element of ``index`` with its value along ``d``."""
+    grids = jnp.meshgrid(*[jnp.arange(n) for n in index.shape], indexing="ij")
+    return tuple(index if k == d else g for k, g in enumerate(grids))
+
+
+def scatter(jnp, lax, a, at):
+    """``scatter`` (``reduce`` None, "add" or "multiply") and ``scatter_add``: ``src`` (or a
+    number) written at ``index`` along ``dim``."""
+    t, index, src = a
+    if index.size == 0:
+        return t
+    reduce = "add" if at.get("_add") else at.get("reduce")
+    if t.ndim == 0:  # one element, written (or combined) once
+        src = jnp.reshape(jnp.asarray(src, t.dtype), ())
+        return t + src if reduce == "add" else t * src if reduce == "multiply" else src
+    d = at["dim"] % t.ndim
+    key = _scatter_key(jnp, index, d)
+    if hasattr(src, "shape") and src.ndim:
+        src = src[tuple(slice(0, n) for n in index.shape)]
+    ref = t.at[key]
+    if reduce == "add":
+        return ref.add(src)
+    if reduce == "multiply":
+        return ref.multiply(src)
+    return ref.set(src)
+
+
+def scatter_add(jnp, lax, a, at):
+    return scatter(jnp, lax, a, dict(at, _add=True))
+
+
+def constant_pad(jnp, lax, a, at):
+    """Negative pads crop, as ``lax.pad`` does."""
+    x, pads = a[0], at["pads"]
+    lead = x.ndim - len(pads)
+    cfg = [(0, 0, 0)] * lead + [(lo, hi, 0) for lo, hi in pads]
+    return lax.pad(x, jnp.array(at.get("value", 0), x.dtype), cfg)
+
+
+_PAD_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def pad(jnp, lax, a, at):
+    x, pads = a[0], at["pads"]
+    mode = _PAD_MODES.get(at["mode"])
+    if mode is None or any(lo < 0 or hi < 0 for lo, hi in pads):
+        raise NotImplementedError(f"pad: no XLA rule for mode '{at['mode']}' with {pads}")
+    lead = x.ndim - len(pads)
+    return jnp.pad(x, [(0, 0)] * lead + [tuple(p) for p in pads], mode=mode)
+
+
+def group_norm(jnp, lax, a, at):
+    x, w, b = a
+    n, c, g = x.shape[0], x.shape[1], at["num_groups"]
+    xr = x.reshape(n, g, -1)
+    mean = jnp.mean(xr, axis=2, keepdims=True)
+    var = jnp.mean(jnp.square(xr - mean), axis=2, keepdims=True)
+    out = ((xr - mean) * lax.rsqrt(var + at["eps"])).reshape(n, c, -1)
+    if w is not None:
+        out = out * w[:, None]
+    if b is not None:
+        out = out + b[:, None]
+    return out.reshape(x.shape)
+
+
+def tri(name: str):
+    return lambda jnp, lax, a, at: getattr(jnp, name)(a[0], k=at.get("diagonal", 0))
+
+
+def constant(kernel):
+    """A creation op without tensor inputs (``arange``, ``full``): its value, computed by
+    its kernel when the graph is lowered, as a constant of the function."""
+    return lambda jnp, lax, a, at: jnp.asarray(kernel(*a, **at))
 
 
 _TABLES = (UNARY, ACTIVATION, COMPARE, BINARY, REDUCE)

@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from tessera import _dtype as D
-from tessera.ops import _jax, cost, reduce as R
+from tessera.ops import _jax, _relax, cost, reduce as R
 from tessera.ops._elementwise import POINTWISE
 from tessera.ops._sbp import pointwise
 from tessera.ops._util import call, missing, wrap_dim
@@ -158,7 +158,8 @@ def _pointwise(name: str, kernel, grad, flops: int, kname: str | None = None,
             return kernel(upcast(x), **attrs)
     cpu.__name__ = f"{name}_kernel"
     return defop(name, infer, cpu, grad=grad, save=save, sbp=POINTWISE,
-                 cost=cost.elementwise(flops), to_c=to_c, to_jax=_jax.rule(name))
+                 cost=cost.elementwise(flops), to_c=to_c,
+                 to_relax=_relax.rule(name), to_jax=_jax.rule(name))
 
 
 def _x(ctx):
@@ -246,7 +247,8 @@ _GELU = _pointwise("gelu", _gelu_kernel,
                    2, kname="GeluKernelImpl", check=_check_gelu, to_c=_gelu_c)
 _GELU_BACKWARD = defop("gelu_backward", _gelu_backward_infer, _gelu_backward_kernel,
                        grad=_gelu_backward_grad, sbp=pointwise(each=(0,)),
-                       cost=cost.elementwise(5), to_c=_gelu_backward_c, to_jax=_jax.gelu_backward)
+                       cost=cost.elementwise(5), to_c=_gelu_backward_c,
+                       to_relax=_relax.gelu_backward, to_jax=_jax.gelu_backward)
 
 
 def gelu(input, approximate: str = "none"):
@@ -301,7 +303,7 @@ _SILU = _pointwise("silu", lambda x: x * _sig(x),
 _SILU_BACKWARD = defop("silu_backward", lambda g, x: Meta(x.shape, x.dtype),
                        _silu_backward_kernel, grad=_silu_backward_grad,
                        sbp=pointwise(each=(0,)), cost=cost.elementwise(6), to_c=_silu_backward_c,
-                       to_jax=_jax.silu_backward)
+                       to_relax=_relax.silu_backward, to_jax=_jax.silu_backward)
 
 
 def silu_backward(grad, input):
@@ -684,21 +686,22 @@ _SOFTMAX = defop("softmax", _softmax_infer("softmax", "softmax_lastdim_kernel_im
                  _softmax_kernel, save=("outputs",),
                  grad=lambda ctx, g: (softmax_backward(g, ctx.outputs[0], ctx.attrs["dim"]),),
                  sbp=_ROWWISE, cost=cost.elementwise(5), decompose=_softmax_decompose,
-                 to_jax=_jax.softmax)
+                 to_relax=_relax.softmax, to_jax=_jax.softmax)
 _LOG_SOFTMAX = defop(
     "log_softmax", _softmax_infer("log_softmax", "log_softmax_lastdim_kernel_impl"),
     _log_softmax_kernel, save=("outputs",),
     grad=lambda ctx, g: (log_softmax_backward(g, ctx.outputs[0], ctx.attrs["dim"]),),
     sbp=_ROWWISE, cost=cost.elementwise(5), decompose=_log_softmax_decompose,
-                     to_jax=_jax.log_softmax)
+                     to_relax=_relax.log_softmax, to_jax=_jax.log_softmax)
 _SOFTMAX_BACKWARD = defop("softmax_backward", _backward_infer, _softmax_backward_kernel,
                           grad=_softmax_backward_grad, sbp=_ROWWISE_BACKWARD,
                           cost=cost.elementwise(4), decompose=_softmax_backward_decompose,
-                          to_jax=_jax.softmax_backward)
+                          to_relax=_relax.softmax_backward, to_jax=_jax.softmax_backward)
 _LOG_SOFTMAX_BACKWARD = defop("log_softmax_backward", _backward_infer,
                               _log_softmax_backward_kernel, grad=_log_softmax_backward_grad,
                               sbp=_ROWWISE_BACKWARD, cost=cost.elementwise(4),
                               decompose=_log_softmax_backward_decompose,
+                              to_relax=_relax.log_softmax_backward,
                               to_jax=_jax.log_softmax_backward)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._tensor import Tensor
 from tessera.kernels.c_expr import alpha as alpha_c, fmt, libm
-from tessera.ops import _jax, cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops._elementwise import (
     ONE,
     POINTWISE,
@@ -148,9 +148,11 @@ def _add_rules(sign: str, inplace) -> dict:
 
 
 _ADD = defop("add", _add_infer("add"), _kernel(_add_kernel), grad=_add_grad,
-             operator=("__add__", {"alpha": 1}), **_add_rules("+", _inplace_add), to_jax=_jax.add)
+             operator=("__add__", {"alpha": 1}), **_add_rules("+", _inplace_add),
+             to_relax=_relax.add, to_jax=_jax.add)
 _SUB = defop("sub", _add_infer("sub"), _kernel(_sub_kernel), grad=_sub_grad,
-             operator=("__sub__", {"alpha": 1}), **_add_rules("-", _inplace_sub), to_jax=_jax.sub)
+             operator=("__sub__", {"alpha": 1}), **_add_rules("-", _inplace_sub),
+             to_relax=_relax.sub, to_jax=_jax.sub)
 
 
 def _sparse(input, other) -> bool:
@@ -201,7 +203,7 @@ _MUL = defop("mul", _binary_infer("mul"), _kernel(np.multiply), grad=_mul_grad, 
              traits=_BASIC | {"single_pass", "c_int"},
              inplace_kernels={"cpu": _inplace_kernel(
                  lambda t, a, b: np.multiply(a, b, out=t, casting="unsafe"))},
-             to_jax=lambda jnp, lax, a, at: a[0] * a[1])
+             to_relax=_relax.mul, to_jax=lambda jnp, lax, a, at: a[0] * a[1])
 
 
 def mul(input, other, *, out=None):
@@ -288,7 +290,7 @@ _DIV = defop("div", _div_infer, _div_float_kernel, grad=_div_grad, promote=True,
              inplace_kernels={"cpu": _inplace_kernel(
                  lambda t, a, b, rounding_mode=None: np.copyto(
                      t, _div_float_kernel(a, b, rounding_mode), casting="unsafe"))},
-             to_jax=_jax.div)
+             to_relax=_relax.div, to_jax=_jax.div)
 
 
 def div(input, other, *, rounding_mode=None, out=None):
@@ -341,12 +343,13 @@ _REMAINDER = defop("remainder", _binary_infer("remainder", bool_ok=False),
                    _kernel(_remainder_kernel), grad=_mod_grad("remainder"), promote=True,
                    sbp=POINTWISE, cost=ONE, to_c=_remainder_c, traits={"out_form"},
                    inplace_kernels=_into(_remainder_kernel),
+                   to_relax=_relax.remainder,
                    to_jax=lambda jnp, lax, a, at: jnp.remainder(a[0], a[1]))
 _FMOD = defop("fmod", _binary_infer("fmod", bool_ok=False, scalar_first=False),
               _kernel(_fmod_kernel), grad=_mod_grad("fmod"), promote=True, sbp=POINTWISE,
               cost=ONE, to_c=libm("fmod"), traits={"out_form"},
               inplace_kernels=_into(_fmod_kernel),
-              to_jax=lambda jnp, lax, a, at: jnp.fmod(a[0], a[1]))
+              to_relax=_relax.fmod, to_jax=lambda jnp, lax, a, at: jnp.fmod(a[0], a[1]))
 
 
 def remainder(input, other, *, out=None):
@@ -437,7 +440,7 @@ def _pow_grad(ctx, g):
 _POW = defop("pow", _pow_infer, _kernel(_pow_kernel), grad=_pow_grad, promote=True,
              sbp=POINTWISE, cost=ONE, to_c=lambda c, a, at: f"{c.tsr('pow')}({a[0]}, {a[1]})",
              traits={"out_form"}, inplace_kernels=_into(_pow_kernel),
-             to_jax=lambda jnp, lax, a, at: jnp.power(a[0], a[1]))
+             to_relax=_relax.power, to_jax=lambda jnp, lax, a, at: jnp.power(a[0], a[1]))
 
 
 def pow(input, exponent, *, out=None):
@@ -476,7 +479,7 @@ def _fminmax_grad(a_keeps):
 def _tensors_op(name, kernel, grad, to_c, traits=frozenset(), cost=ONE, **kw):
     return defop(name, _binary_infer(name, tensors=True, **kw), _kernel(kernel), grad=grad,
                  promote=True, sbp=POINTWISE, cost=cost, to_c=to_c, traits=traits,
-                 to_jax=_jax.rule(name))
+                 to_relax=_relax.rule(name), to_jax=_jax.rule(name))
 
 
 def _max_c(c, a, at):  # a NaN operand wins, as NumPy's maximum
@@ -533,7 +536,7 @@ def _hypot_grad(ctx, g):
 _ATAN2 = defop("atan2", _binary_infer("atan2", out_dtype=_div_out, tensors=True),
                _kernel(np.arctan2, float_compute=True), grad=_atan2_grad, promote=True,
                sbp=POINTWISE, cost=ONE, to_c=libm("atan2"),
-               to_jax=lambda jnp, lax, a, at: jnp.arctan2(a[0], a[1]))
+               to_relax=_relax.atan2, to_jax=lambda jnp, lax, a, at: jnp.arctan2(a[0], a[1]))
 _HYPOT = _tensors_op("hypot", np.hypot, _hypot_grad, libm("hypot"), int_ok=False,
                      bool_ok=False)
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from tessera import _dtype as D
 from tessera.kernels.c_expr import fmt
-from tessera.ops import _jax, cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops._elementwise import (
     _LOWP,
     ONE,
@@ -42,7 +42,7 @@ _SINGLE_INT = frozenset({"single_pass", "c_int"})
 
 def _bool_unary(name, kernel, **rules):
     op = defop(name, lambda x: Meta(_need_tensor(name, x).shape, D.bool_), kernel, grad=None,
-               sbp=POINTWISE, cost=ONE, **rules, to_jax=_jax.rule(name))
+               sbp=POINTWISE, cost=ONE, **rules, to_relax=_relax.rule(name), to_jax=_jax.rule(name))
 
     def fn(input, *, out=None):
         return call(op, input, out=out)
@@ -69,7 +69,7 @@ signbit = _bool_unary("signbit", lambda x: np.signbit(x) if x.dtype.kind != "b" 
 def _compare(name, kernel, to_c, traits, **kw):
     op = defop(name, _binary_infer(name, out_dtype=lambda d: D.bool_, **kw), _kernel(kernel),
                grad=None, promote=True, sbp=POINTWISE, cost=ONE, to_c=to_c, traits=traits,
-               to_jax=_jax.rule(name))
+               to_relax=_relax.rule(name), to_jax=_jax.rule(name))
 
     def fn(input, other, *, out=None):
         return call(op, input, other, out=out)
@@ -135,7 +135,7 @@ def _bitwise(name, kernel, **rules):
             raise NotImplementedError(f'"{name}_cpu" not implemented for \'{m.dtype.name}\'')
         return m
     op = defop(name, infer, _kernel(kernel), grad=None, promote=True, sbp=POINTWISE, cost=ONE,
-               **rules, to_jax=_jax.rule(name))
+               **rules, to_relax=_relax.rule(name), to_jax=_jax.rule(name))
 
     def fn(input, other, *, out=None):
         return call(op, input, other, out=out)

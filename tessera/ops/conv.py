@@ -31,7 +31,7 @@ import numpy as np
 
 from tessera._dispatch import _MODES, dispatch
 from tessera._tensor import Tensor
-from tessera.ops import _jax, cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops._sbp import optional
 from tessera.ops.registry import Meta, defop
 from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
@@ -516,7 +516,7 @@ def _conv_cost(ins, outs, **attrs) -> cost.Cost:
 
 
 _CONV = defop("conv", _conv_infer, _conv_kernel, grad=_conv_grad, sbp=SbpRule(_conv_sbp),
-              cost=_conv_cost, to_jax=_jax.conv)
+              cost=_conv_cost, to_relax=_relax.conv, to_jax=_jax.conv)
 
 
 def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride, pads, dilation,
@@ -605,7 +605,8 @@ def _input_grad_cost(ins, outs, **attrs) -> cost.Cost:
 _CONV_INPUT_GRAD = defop("conv_input_grad", _input_grad_infer, _input_grad_kernel,
                          grad=_input_grad_grad,
                          sbp=SbpRule(_input_grad_sbp, shape_attrs=("input_shape",)),
-                         cost=_input_grad_cost, to_jax=_jax.conv_input_grad)
+                         cost=_input_grad_cost,
+                         to_relax=_relax.conv_input_grad, to_jax=_jax.conv_input_grad)
 
 
 def conv_input_grad(g: Tensor, w: Tensor, *, input_shape, stride, pads, dilation,
@@ -672,7 +673,8 @@ def _weight_grad_cost(ins, outs, weight_shape, **attrs) -> cost.Cost:
 _CONV_WEIGHT_GRAD = defop("conv_weight_grad", _weight_grad_infer, _weight_grad_kernel,
                           grad=_weight_grad_grad,
                           sbp=SbpRule(_weight_grad_sbp, shape_attrs=("weight_shape",)),
-                          cost=_weight_grad_cost, to_jax=_jax.conv_weight_grad)
+                          cost=_weight_grad_cost,
+                          to_relax=_relax.conv_weight_grad, to_jax=_jax.conv_weight_grad)
 
 
 def conv_weight_grad(x: Tensor, g: Tensor, *, weight_shape, stride, pads, dilation,

@@ -20,7 +20,7 @@ from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor, _contiguous_strides
 from tessera.device.registry import _BACKENDS, device as Device
-from tessera.ops import cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops._sbp import pointwise
 from tessera.ops._util import bool_arg, broadcast_shapes, call, size_args, sum_to
 from tessera.ops.registry import Meta, defop
@@ -339,10 +339,13 @@ def _fill_value(value, dt: np.dtype):
     return fv(value, dt)
 
 
-_FULL = defop("full", lambda shape, dtype, value, device=None: Meta(shape, dtype),
-              lambda shape, dtype, value, device=None: np.full(
-                  shape, _fill_value(value, dtype.np), dtype.np),
-              grad=None, cost=cost.output_only())
+def _full_kernel(shape, dtype, value, device=None):
+    return np.full(shape, _fill_value(value, dtype.np), dtype.np)
+
+
+_FULL = defop("full", lambda shape, dtype, value, device=None: Meta(shape, dtype), _full_kernel,
+              grad=None, cost=cost.output_only(),
+              to_jax=_jax.constant(_full_kernel), to_relax=_relax.constant(_full_kernel))
 _EMPTY = defop("empty", lambda shape, dtype, device=None: Meta(shape, dtype),
                lambda shape, dtype, device=None: np.empty(shape, dtype.np), grad=None,
                cost=cost.output_only())
@@ -474,7 +477,8 @@ def _arange_kernel(start, end, step, dtype, device=None):
 
 
 # start + step * i: two operations per element
-_ARANGE = defop("arange", _arange_infer, _arange_kernel, grad=None, cost=cost.output_only(2))
+_ARANGE = defop("arange", _arange_infer, _arange_kernel, grad=None, cost=cost.output_only(2),
+                to_jax=_jax.constant(_arange_kernel), to_relax=_relax.constant(_arange_kernel))
 
 
 def arange(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False,
@@ -579,7 +583,7 @@ _CAST = defop("cast", lambda x, dtype: Meta(x.shape, dtype), _cast_kernel,
               grad=lambda ctx, g: (g.to(ctx.input_metas[0].dtype),), save=(),
               sbp=SbpRule(_cast_sbp), cost=cost.movement(), to_c=_cast_c,
               traits={"single_pass", "c_int"},
-              to_jax=lambda jnp, lax, a, at: a[0].astype(at["dtype"].np))
+              to_relax=_relax.cast, to_jax=lambda jnp, lax, a, at: a[0].astype(at["dtype"].np))
 
 
 def cast(input: Tensor, dtype) -> Tensor:
@@ -692,6 +696,7 @@ _COPY = defop("copy", _copy_infer, _copy_kernel, grad=_copy_grad, save=(),
               sbp=pointwise(each=(1,)), cost=_copy_cost,
               inplace_kernels={"cpu": lambda t, x, src, non_blocking=False: np.copyto(
                   t, src, casting="unsafe")},
+              to_relax=_relax.copy,
               to_jax=lambda jnp, lax, a, at: jnp.broadcast_to(a[1], a[0].shape))
 
 
@@ -762,7 +767,7 @@ _CLONE = defop("clone", lambda x, contiguous=False: Meta(x.shape, x.dtype), _clo
                cost=cost.movement(), traits={"out_form"},
                # out-form, for compiled graphs: the copy into a planned buffer
                inplace_kernels={"cpu": lambda out, x, contiguous=False: np.copyto(out, x)},
-               to_jax=lambda jnp, lax, a, at: a[0])
+               to_relax=_relax.identity, to_jax=lambda jnp, lax, a, at: a[0])
 
 
 def clone(input: Tensor, *, memory_format=None) -> Tensor:

@@ -17,7 +17,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch, dispatch_inplace
 from tessera._tensor import Tensor
-from tessera.ops import _jax, cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops.activation import tname
 from tessera.ops.registry import Meta, defop
 from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
@@ -63,6 +63,7 @@ def _embedding_sbp(weight, indices, **attrs):
 
 _EMBEDDING = defop("embedding", _embedding_infer, _embedding_kernel, grad=_embedding_grad,
                    sbp=SbpRule(_embedding_sbp), cost=cost.movement(),
+                   to_relax=_relax.embedding,
                    to_jax=lambda jnp, lax, a, at: jnp.take(a[0], a[1], axis=0))
 
 
@@ -146,7 +147,8 @@ def _backward_cost(ins, outs, **attrs) -> cost.Cost:
 
 _EMBEDDING_BACKWARD = defop("embedding_backward", _backward_infer, _backward_kernel,
                             grad=_backward_grad, sbp=SbpRule(_backward_sbp),
-                            cost=_backward_cost, to_jax=_jax.embedding_backward)
+                            cost=_backward_cost,
+                            to_relax=_relax.embedding_backward, to_jax=_jax.embedding_backward)
 
 
 def embedding_backward(g: Tensor, indices: Tensor, *, num_weights: int, padding_idx: int,

@@ -23,7 +23,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import _tname
 from tessera._tensor import Tensor
-from tessera.ops import cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops._indexing import (
     INT_INDEX,
     array_of,
@@ -138,6 +138,7 @@ def _gather_sbp(x, index, dim):
 
 _GATHER = defop("gather", _gather_infer, _gather_kernel, grad=_gather_grad,
                 sbp=SbpRule(_gather_sbp), cost=cost.movement(),
+                to_relax=_relax.gather,
                 to_jax=lambda jnp, lax, a, at: jnp.take_along_axis(a[0], a[1], axis=at["dim"]))
 
 
@@ -231,7 +232,7 @@ def _scatter_grad(ctx, g):
 _scatter_kernel, _scatter_inplace = op_pair(_write_scatter)
 _SCATTER = defop("scatter", _scatter_infer, _scatter_kernel, grad=_scatter_grad,
                  inplace_kernels={"cpu": _scatter_inplace}, sbp=_SCATTER_SBP,
-                 cost=_scatter_cost)
+                 cost=_scatter_cost, to_jax=_jax.scatter)
 
 
 def scatter(input, dim=None, index=None, src=None, value=None, *, reduce=None, out=None,
@@ -277,7 +278,8 @@ _scatter_add_kernel, _scatter_add_inplace = op_pair(_write_scatter_add)
 _SCATTER_ADD = defop("scatter_add", _scatter_add_infer, _scatter_add_kernel,
                      grad=_scatter_add_grad, inplace_kernels={"cpu": _scatter_add_inplace},
                      sbp=_SCATTER_SBP,
-                     cost=lambda ins, outs, **attrs: _scatter_cost(ins, outs, reduce="sum"))
+                     cost=lambda ins, outs, **attrs: _scatter_cost(ins, outs, reduce="sum"),
+                     to_jax=_jax.scatter_add)
 
 
 def scatter_add(input, dim=None, index=None, src=None, *, out=None, axis=None) -> Tensor:

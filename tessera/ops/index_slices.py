@@ -21,7 +21,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import _tname
 from tessera._tensor import Tensor
-from tessera.ops import cost
+from tessera.ops import _relax, cost
 from tessera.ops._elementwise import checked_scalar
 from tessera.ops._indexing import (
     INT_INDEX,
@@ -93,6 +93,7 @@ def _index_select_sbp(x, index, dim):
 _INDEX_SELECT = defop("index_select", _index_select_infer, _index_select_kernel,
                       grad=_index_select_grad, sbp=SbpRule(_index_select_sbp),
                       cost=cost.movement(),
+                      to_relax=_relax.index_select,
                       to_jax=lambda jnp, lax, a, at: jnp.take(a[0], a[1], axis=at["dim"]))
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import _MODES, composite_args, dispatch
 from tessera._tensor import Tensor
-from tessera.ops import _sbp, cost
+from tessera.ops import _relax, _sbp, cost
 from tessera.ops._util import call, ensure_tensor, numel, sum_to
 from tessera.ops.arithmetic import add, mul
 from tessera.ops.reduce import sum as _sum
@@ -282,6 +282,7 @@ def _matmul_sbp(a, b):
 
 _MATMUL = defop("matmul", _matmul_infer, _matmul_kernel, grad=_matmul_grad,
                 sbp=SbpRule(_matmul_sbp), cost=_matmul_cost,
+                to_relax=_relax.matmul,
                 to_jax=lambda jnp, lax, a, at: jnp.matmul(a[0], a[1],
                                                           precision=lax.Precision.HIGHEST))
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
-from tessera.ops import _jax, cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops._sbp import optional
 from tessera.ops._util import broadcast_shapes, call, numel
 from tessera.ops.activation import need_tensor, tname, upcast
@@ -236,7 +236,7 @@ def _nll_backward_cost(ins, outs, **attrs) -> cost.Cost:
 
 
 _NLL = defop("nll_loss", _nll_infer, _nll_kernel, grad=_nll_grad, sbp=SbpRule(_nll_sbp),
-             cost=_nll_cost, to_jax=_jax.nll_loss)
+             cost=_nll_cost, to_relax=_relax.nll_loss, to_jax=_jax.nll_loss)
 
 
 def _nll_backward_infer(g, t, w, shape, reduction="mean", ignore_index=-100):
@@ -272,7 +272,8 @@ def _nll_backward_grad(ctx, gg):
 _NLL_BACKWARD = defop("nll_loss_backward", _nll_backward_infer, _nll_backward_kernel,
                       grad=_nll_backward_grad,
                       sbp=SbpRule(_nll_backward_sbp, shape_attrs=("shape",)),
-                      cost=_nll_backward_cost, to_jax=_jax.nll_loss_backward)
+                      cost=_nll_backward_cost,
+                      to_relax=_relax.nll_loss_backward, to_jax=_jax.nll_loss_backward)
 
 
 def nll_loss(input, target, weight=None, reduction: str = "mean", ignore_index: int = -100):

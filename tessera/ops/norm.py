@@ -29,7 +29,7 @@ from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import STATE
-from tessera.ops import _jax, cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops._sbp import optional
 from tessera.ops.reduce import var_mean
 from tessera.ops.registry import Meta, defop
@@ -273,7 +273,8 @@ def _bn_cost(ins, outs, training, **attrs) -> cost.Cost:
 
 
 _BATCH_NORM = defop("batch_norm", _bn_infer, _bn_kernel, grad=_bn_grad, nondiff_outputs=(1, 2),
-                    sbp=SbpRule(_bn_sbp), cost=_bn_cost, to_jax=_jax.batch_norm)
+                    sbp=SbpRule(_bn_sbp), cost=_bn_cost,
+                    to_relax=_relax.batch_norm, to_jax=_jax.batch_norm)
 
 
 def _bn_backward_infer(g, x, weight, running_mean, running_var, training, eps):
@@ -463,7 +464,8 @@ def _ln_decompose(b, x, w, bias, normalized_shape, eps):
 
 
 _LAYER_NORM = defop("layer_norm", _ln_infer, _ln_kernel, grad=_ln_grad, sbp=SbpRule(_ln_sbp),
-                    decompose=_ln_decompose, cost=_norm_cost(5), to_jax=_jax.layer_norm)
+                    decompose=_ln_decompose, cost=_norm_cost(5),
+                    to_relax=_relax.layer_norm, to_jax=_jax.layer_norm)
 
 
 def _ln_backward_infer(g, x, weight, normalized_shape, eps):
@@ -597,7 +599,8 @@ def _gn_sbp(x, weight, bias, num_groups, eps):
 
 
 _GROUP_NORM = defop("group_norm", _gn_infer, _gn_kernel, grad=_gn_grad, sbp=SbpRule(_gn_sbp),
-                    cost=_norm_cost(5))
+                    cost=_norm_cost(5), to_jax=_jax.group_norm,
+                    to_relax=_relax.group_norm)
 
 
 def group_norm(x: Tensor, weight, bias, *, num_groups: int, eps: float) -> Tensor:

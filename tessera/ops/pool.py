@@ -29,7 +29,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops import _jax, cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops.conv import col2im_add, crop, offset_slices, pad_array
 from tessera.ops.registry import Meta, defop
 from tessera.sbp import SbpRule, Signature, broadcast as B, partial_sum as P, split as S
@@ -219,7 +219,7 @@ def _max_grad(ctx, g, _gi):
 
 _MAX_POOL = defop("max_pool", _max_pool_infer, _max_pool_kernel, grad=_max_grad,
                   save=("outputs",), nondiff_outputs=(1,), sbp=_pool_sbp(2, False),
-                  cost=_window_cost(), to_jax=_jax.max_pool)
+                  cost=_window_cost(), to_relax=_relax.max_pool, to_jax=_jax.max_pool)
 
 
 def _max_pool_values_infer(x, **attrs):
@@ -249,7 +249,7 @@ def _max_values_grad(ctx, g):
 # max_pool into it when its indices are unused): no index bookkeeping, a vectorised kernel
 _MAX_POOL_VALUES = defop("max_pool_values", _max_pool_values_infer, _max_pool_values_kernel,
                          grad=_max_values_grad, sbp=_pool_sbp(1, False), cost=_window_cost(),
-                         to_jax=_jax.max_pool_values)
+                         to_relax=_relax.max_pool_values, to_jax=_jax.max_pool_values)
 
 
 def max_pool(x: Tensor, *, kernel_size, stride, padding, dilation, ceil_mode):
@@ -386,7 +386,8 @@ def _mpb_grad(ctx, gg):
 # (one add per gradient element: the scatter-add)
 _MAX_POOL_BACKWARD = defop("max_pool_backward", _mpb_infer, _mpb_kernel, grad=_mpb_grad,
                            sbp=SbpRule(_max_pool_backward_sbp, shape_attrs=("input_shape",)),
-                           cost=cost.reduction(1), to_jax=_jax.max_pool_backward)
+                           cost=cost.reduction(1),
+                           to_relax=_relax.max_pool_backward, to_jax=_jax.max_pool_backward)
 
 
 def max_pool_backward(g: Tensor, indices: Tensor, input_shape) -> Tensor:
@@ -466,7 +467,8 @@ def _avg_grad(ctx, g):
 
 
 _AVG_POOL = defop("avg_pool", _avg_infer, _avg_kernel, grad=_avg_grad, save=(),
-                  sbp=_pool_sbp(1, True), cost=_window_cost(1), to_jax=_jax.avg_pool)
+                  sbp=_pool_sbp(1, True), cost=_window_cost(1),
+                  to_relax=_relax.avg_pool, to_jax=_jax.avg_pool)
 
 
 def avg_pool(x: Tensor, *, kernel_size, stride, padding, ceil_mode, count_include_pad,

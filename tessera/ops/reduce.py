@@ -25,7 +25,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops import _jax, _sbp, cost, unary
+from tessera.ops import _jax, _relax, _sbp, cost, unary
 from tessera.ops._util import call, ensure_tensor, float_dtype, missing, numel, wrap_dim, wrap_dims
 from tessera.ops.arithmetic import maximum, minimum
 from tessera.ops.comparison import isnan, logical_not
@@ -162,7 +162,7 @@ def _reduction(name, kernel, grad, out_dtype=_ident, save=(), check=None, quiet=
     return defop(name, infer, cpu, grad=grad, save=save,
                  sbp=_sbp.reduction() if sbp is None else sbp,
                  cost=cost.reduction(flops) if isinstance(flops, int) else flops,
-                 to_jax=_jax.rule(name))
+                 to_relax=_relax.rule(name), to_jax=_jax.rule(name))
 
 
 def _attrs(ctx):
@@ -616,7 +616,8 @@ def _logical(name: str, npf):
     def cpu(x, dim=None, keepdim=False):
         return npf(x, axis=tuple(d for d in dims_of(dim, x.ndim) if d < x.ndim),
                    keepdims=keepdim)
-    op = defop(name, infer, cpu, grad=None, sbp=_sbp.reduction(), cost=cost.reduction(1))
+    op = defop(name, infer, cpu, grad=None, sbp=_sbp.reduction(), cost=cost.reduction(1),
+               to_jax=_jax.logical(name), to_relax=_relax.logical(name))
 
     def fn(input, dim=None, keepdim: bool = False, *, out=None, axis=None,
            keepdims=None) -> Tensor:
@@ -863,7 +864,8 @@ def _arg_op(name: str, argf):
         a, d = _at(x, None if x.ndim == 0 else dim % x.ndim)
         i = argf(a, axis=d, keepdims=keepdim)
         return i.reshape(()) if x.ndim == 0 else i
-    op = defop(name, infer, cpu, grad=None, sbp=_sbp.reduction(), cost=cost.reduction(1))
+    op = defop(name, infer, cpu, grad=None, sbp=_sbp.reduction(), cost=cost.reduction(1),
+               to_jax=_jax.arg(name), to_relax=_relax.arg(name))
 
     def fn(input, dim=None, keepdim: bool = False, *, out=None, axis=None,
            keepdims=None) -> Tensor:

@@ -20,7 +20,7 @@ from tessera._dtype import dtype
 if TYPE_CHECKING:
     from tessera.sbp import SbpRule
 
-RULES = ("infer", "kernel:cpu", "meta", "grad", "sbp", "cost", "to_c", "to_jax")
+RULES = ("infer", "kernel:cpu", "meta", "grad", "sbp", "cost", "to_c", "to_jax", "to_relax")
 
 # The traits an op may declare (``defop(..., traits={...})``): facts about the op that the
 # layers above act on. A trait outside this table is an error at registration.
@@ -94,9 +94,10 @@ class OpDef:
     c_expr``); an op is fusible exactly when it has one. ``decompose(b, *inputs, **attrs)``:
     the op as reductions and elementwise ops, for the code generator to fuse.
     ``to_jax(jnp, lax, args, attrs)``: the op as ``jax.numpy``/``lax`` calls on JAX arrays
-    (``tessera.ops._jax``), for the XLA backend: it sees inputs already cast to the
-    compute type, and the backend casts results to ``infer``'s dtypes; an op without one
-    runs on tessera's executor in a graph compiled for that backend
+    (``tessera.ops._jax``), for the XLA backend; ``to_relax(R, args, attrs)``: the op as
+    TVM Relax expressions (``tessera.ops._relax``), for the TVM backend. Both see inputs
+    already cast to the compute type, and the backend casts results to ``infer``'s dtypes;
+    an op without one runs on tessera's executor in a graph compiled for that backend
     (``tessera.compiler.partition``). ``traits``:
     names from ``TRAITS``. ``operator``: ``(name, attrs)`` when a Python operator on Tensors
     is this op with these attrs (``add``: ``("__add__", {"alpha": 1})``); ``x + y`` then
@@ -118,6 +119,7 @@ class OpDef:
     to_c: Callable | None = None
     decompose: Callable | None = None
     to_jax: Callable | None = None
+    to_relax: Callable | None = None
     traits: frozenset[str] = frozenset()
     operator: tuple[str, dict] | None = None
     input_buffers: Callable | None = None
@@ -143,7 +145,8 @@ class OpDef:
     def rule(self, name: str):
         """The rule called ``name``; ``MissingRule`` if this op lacks it."""
         value = {"infer": self.infer, "grad": self.grad, "sbp": self.sbp, "cost": self.cost,
-                 "to_c": self.to_c, "to_jax": self.to_jax}.get(name)
+                 "to_c": self.to_c, "to_jax": self.to_jax,
+                 "to_relax": self.to_relax}.get(name)
         if name.startswith("kernel:"):
             value = self.kernels.get(name.split(":", 1)[1])
         if value is None or value is _no_grad_written:
@@ -193,7 +196,7 @@ def coverage_table(extra: dict[str, set[str]] | None = None) -> str:
     ONNX exporter's table, for one).
 
     >>> print(coverage_table({"mine": {"add"}}).splitlines()[0].split()[6:])
-    ['cost', 'to_c', 'to_jax', 'mine']
+    ['cost', 'to_c', 'to_jax', 'to_relax', 'mine']
     """
     extra = extra or {}
     cols = RULES + tuple(extra)

@@ -26,7 +26,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops import _sbp, cost
+from tessera.ops import _jax, _relax, _sbp, cost
 from tessera.ops._util import call, ensure_tensor, missing, numel, wrap_dim
 from tessera.ops.reduce import (
     _acc_np,
@@ -431,9 +431,11 @@ def _cumprod_grad(ctx, g):
 
 
 _CUMSUM = defop("cumsum", _cum_infer("cumsum"), _cum_kernel(np.cumsum), grad=_cumsum_grad,
-                save=(), sbp=_sbp.pointwise(each=(0,), skip=("dim",)), cost=cost.reduction(1))
+                save=(), sbp=_sbp.pointwise(each=(0,), skip=("dim",)), cost=cost.reduction(1),
+                to_jax=_jax.cumulative("cumsum"), to_relax=_relax.cumulative("cumsum"))
 _CUMPROD = defop("cumprod", _cum_infer("cumprod"), _cum_kernel(np.cumprod),
-                 grad=_cumprod_grad, sbp=_sbp.pointwise(skip=("dim",)), cost=cost.reduction(1))
+                 grad=_cumprod_grad, sbp=_sbp.pointwise(skip=("dim",)), cost=cost.reduction(1),
+                 to_jax=_jax.cumulative("cumprod"), to_relax=_relax.cumulative("cumprod"))
 
 
 def cumsum(input, dim: int | None = None, *, dtype=None, out=None, axis=None) -> Tensor:

@@ -22,7 +22,7 @@ from tessera import _dtype as D
 from tessera._dispatch import _mark_view, dispatch
 from tessera._tensor import Size, Tensor
 from tessera.autograd.grad_mode import STATE
-from tessera.ops import _jax, _sbp, cost
+from tessera.ops import _jax, _relax, _sbp, cost
 from tessera.ops._sbp import linear_identity, wrap
 from tessera.ops._util import call, ensure_tensor, wrap_dim, wrap_dims
 from tessera.ops.broadcast import atleast_1d, atleast_2d, atleast_3d
@@ -138,6 +138,7 @@ def _cat_sbp(*ts, dim=0):
 
 _CAT = defop("cat", _cat_infer, _cat_kernel, promote=True, save=(), grad=_cat_grad,
              sbp=SbpRule(_cat_sbp), cost=cost.movement(),
+             to_relax=_relax.cat,
              to_jax=lambda jnp, lax, a, at: jnp.concatenate(a, axis=at.get("dim", 0)))
 
 
@@ -242,7 +243,8 @@ def _split_sbp(x, dim, bounds, squeeze):
 
 
 _SPLIT = defop("split_view", _split_infer, _split_kernel, aliasing="view", save=(),
-               grad=_split_grad, sbp=SbpRule(_split_sbp), cost=cost.view(), to_jax=_jax.split_view)
+               grad=_split_grad, sbp=SbpRule(_split_sbp), cost=cost.view(),
+               to_relax=_relax.split_view, to_jax=_jax.split_view)
 
 
 def _split_backward_infer(*gs, shape, dim, bounds, squeeze):
@@ -306,7 +308,7 @@ _SPLIT_BACKWARD = defop("split_backward", _split_backward_infer, _split_backward
                         cost=cost.movement(),
                         save=(), grad=_split_backward_grad,
                         traits={"out_form"}, inplace_kernels={"cpu": _split_backward_into},
-                        to_jax=_jax.split_backward)
+                        to_relax=_relax.split_backward, to_jax=_jax.split_backward)
 
 
 def _views(input: Tensor, d: int, bounds, squeeze: bool = False) -> tuple:
@@ -454,7 +456,8 @@ def _flip_kernel(x, dims):
 _ALONG_DIMS = _sbp.pointwise(each=(0,), skip=("dims",))
 _FLIP = defop("flip", _flip_infer, _flip_kernel, save=(),
               grad=lambda ctx, g: (flip(g, ctx.attrs["dims"]),), sbp=_ALONG_DIMS,
-              cost=cost.movement(), to_jax=lambda jnp, lax, a, at: jnp.flip(a[0], at["dims"]))
+              cost=cost.movement(),
+              to_relax=_relax.flip, to_jax=lambda jnp, lax, a, at: jnp.flip(a[0], at["dims"]))
 
 
 def flip(input: Tensor, *args, dims=None) -> Tensor:
@@ -686,7 +689,8 @@ def _tri(name: str, kernel):
     op: OpDef  # its grad rule dispatches it again
     op = defop(name, infer, lambda x, diagonal=0: kernel(x, diagonal), save=(),
                grad=lambda ctx, g: (dispatch(op, g, diagonal=ctx.attrs["diagonal"]),),
-               sbp=_sbp.pointwise(each=(0,), skip=(-2, -1)), cost=cost.movement())
+               sbp=_sbp.pointwise(each=(0,), skip=(-2, -1)), cost=cost.movement(),
+               to_jax=_jax.tri(name), to_relax=_relax.tri(name))
 
     def fn(input: Tensor, diagonal: int = 0, *, out: Tensor | None = None) -> Tensor:
         return call(op, ensure_tensor(name, input), diagonal=int(diagonal), out=out)

@@ -12,7 +12,7 @@ import numpy as np
 
 from tessera import _dtype as D
 from tessera.kernels.c_expr import fmt
-from tessera.ops import _jax, cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops._elementwise import (
     _NUMBER,
     ONE,
@@ -79,7 +79,8 @@ def _where_grad(ctx, g):
 
 _WHERE = defop("where", _where_infer, _where_kernel, grad=_where_grad,
                sbp=pointwise(joint=(1, 2)), cost=ONE, to_c=fmt("({0} ? {1} : {2})"),
-               traits=_SELECT, to_jax=lambda jnp, lax, a, at: jnp.where(a[0], a[1], a[2]))
+               traits=_SELECT,
+               to_relax=_relax.where, to_jax=lambda jnp, lax, a, at: jnp.where(a[0], a[1], a[2]))
 
 
 def where(condition, input=None, other=None, *, out=None):
@@ -153,7 +154,7 @@ def _lerp_c(c, a, at):
 
 _LERP = defop("lerp", _lerp_infer, _kernel(_lerp_kernel), grad=_lerp_grad, sbp=POINTWISE,
               cost=cost.elementwise(3), to_c=_lerp_c, traits={"out_form"},
-              inplace_kernels={"cpu": _lerp_into}, to_jax=_jax.lerp)
+              inplace_kernels={"cpu": _lerp_into}, to_relax=_relax.lerp, to_jax=_jax.lerp)
 
 
 def lerp(input, end, weight, *, out=None):
@@ -232,9 +233,11 @@ def _addcdiv_c(c, a, at):
 
 _ADDCMUL = defop("addcmul", _addc_infer("addcmul"), _kernel(_addcmul_kernel),
                  grad=_addcmul_grad, **_addc_rules(_addcmul_kernel, _addcmul_c),
+                 to_relax=_relax.addcmul,
                  to_jax=lambda jnp, lax, a, at: a[0] + at.get("value", 1) * (a[1] * a[2]))
 _ADDCDIV = defop("addcdiv", _addc_infer("addcdiv"), _kernel(_addcdiv_kernel),
                  grad=_addcdiv_grad, **_addc_rules(_addcdiv_kernel, _addcdiv_c),
+                 to_relax=_relax.addcdiv,
                  to_jax=lambda jnp, lax, a, at: a[0] + at.get("value", 1) * (a[1] / a[2]))
 
 
@@ -312,7 +315,8 @@ def _clamp_cost(ins, outs, **attrs):
 _CLAMP = defop("clamp", _clamp_infer, _kernel(_clamp_kernel), grad=_clamp_grad, promote=True,
                sbp=POINTWISE, cost=_clamp_cost, to_c=_clamp_c, traits={"out_form", "c_int"},
                inplace_kernels={"cpu": lambda t, x, lo, hi: np.copyto(
-                   t, _kernel(_clamp_kernel)(x, lo, hi), casting="unsafe")}, to_jax=_jax.clamp)
+                   t, _kernel(_clamp_kernel)(x, lo, hi), casting="unsafe")},
+                   to_relax=_relax.clamp, to_jax=_jax.clamp)
 
 
 def clamp(input, min=None, max=None, *, out=None):
@@ -378,6 +382,7 @@ _MASKED_FILL = defop("masked_fill", _masked_fill_infer,
                      to_c=fmt("({1} ? {2} : {0})"), traits=_SELECT,
                      inplace_kernels={"cpu": lambda t, x, mask, value: np.copyto(
                          t, _fill_value(value, t.dtype), where=np.broadcast_to(mask, t.shape))},
+                     to_relax=_relax.masked_fill,
                      to_jax=lambda jnp, lax, a, at: jnp.where(a[1], a[2], a[0]))
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from tessera import _dtype as D
 from tessera.kernels.c_expr import fmt, libm, tsr
-from tessera.ops import _jax, cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops._elementwise import (
     _LOWP,
     ONE,
@@ -158,7 +158,8 @@ def _float_kernel(kernel):
 def _make_unary(name, kernel, to_c, grad, save, traits=frozenset()):
     op = defop(name, _unary_infer(name, True), _float_kernel(kernel),
                grad=lambda ctx, g: (grad(ctx, g),), save=(save,) if save else (),
-               sbp=POINTWISE, cost=ONE, to_c=to_c, traits=traits, to_jax=_jax.rule(name))
+               sbp=POINTWISE, cost=ONE, to_c=to_c, traits=traits,
+               to_relax=_relax.rule(name), to_jax=_jax.rule(name))
 
     def fn(input, *, out=None):
         return call(op, input, out=out)
@@ -219,7 +220,8 @@ def _dtype_keeping(name, kernel, grad=_zero_grad, save=(), bool_ok=False, int_ok
     op's other rules (``to_c``, ``traits``...); every one is pointwise."""
     rules.setdefault("sbp", POINTWISE)
     op = defop(name, infer or _unary_infer(name, False, bool_ok, int_ok, bool_to), kernel,
-               grad=grad, save=save, cost=ONE, **rules, to_jax=_jax.rule(name))
+               grad=grad, save=save, cost=ONE, **rules,
+               to_relax=_relax.rule(name), to_jax=_jax.rule(name))
 
     def fn(input, *, out=None):
         return call(op, input, out=out)

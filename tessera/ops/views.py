@@ -21,7 +21,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops import _jax, _sbp, cost
+from tessera.ops import _jax, _relax, _sbp, cost
 from tessera.ops._sbp import linear_identity, wrap
 from tessera.ops._util import ensure_tensor, missing, numel, sum_to, wrap_dim
 from tessera.ops.registry import Meta, defop
@@ -146,7 +146,8 @@ def _view_sbp(x, shape, mesh_size=None):
 _VIEW = defop("view", _view_infer, _view_kernel, aliasing="view", save=(),
               grad=lambda ctx, g: (reshape(g, ctx.input_metas[0].shape),),
               sbp=SbpRule(_view_sbp, shape_attrs=("shape",), mesh=True, contiguous=True),
-              cost=cost.view(), to_jax=lambda jnp, lax, a, at: jnp.reshape(a[0], at["shape"]))
+              cost=cost.view(),
+              to_relax=_relax.view, to_jax=lambda jnp, lax, a, at: jnp.reshape(a[0], at["shape"]))
 
 
 def _as_index(s, op: str, arg: str, pos: int | None):
@@ -316,6 +317,7 @@ def _unsqueeze_sbp(x, dim):
 _UNSQUEEZE = defop("unsqueeze", _unsqueeze_infer, _unsqueeze_kernel, aliasing="view",
                    save=(), grad=lambda ctx, g: (reshape(g, ctx.input_metas[0].shape),),
                    sbp=SbpRule(_unsqueeze_sbp), cost=cost.view(),
+                   to_relax=_relax.unsqueeze,
                    to_jax=lambda jnp, lax, a, at: jnp.expand_dims(a[0], at["dim"]))
 
 
@@ -379,7 +381,9 @@ def _permute_sbp(x, dims):
 
 _PERMUTE = defop("permute", _permute_infer, lambda x, dims: x.transpose(dims),
                  aliasing="view", save=(), grad=_permute_grad, sbp=SbpRule(_permute_sbp),
-                 cost=cost.view(), to_jax=lambda jnp, lax, a, at: jnp.transpose(a[0], at["dims"]))
+                 cost=cost.view(),
+                 to_relax=_relax.permute,
+                 to_jax=lambda jnp, lax, a, at: jnp.transpose(a[0], at["dims"]))
 
 
 def permute(input: Tensor, *args, dims=None) -> Tensor:
@@ -524,7 +528,7 @@ def _expand_sbp(x, shape):
 _EXPAND = defop("expand", _expand_infer, _expand_kernel, aliasing="view", save=(),
                 grad=lambda ctx, g: (sum_to(g, ctx.input_metas[0].shape),),
                 sbp=SbpRule(_expand_sbp, shape_attrs=("shape",)), cost=cost.view(),
-                to_jax=_jax.expand)
+                to_relax=_relax.expand, to_jax=_jax.expand)
 
 
 def expand(input: Tensor, *sizes, size=None) -> Tensor:
@@ -623,7 +627,7 @@ def _slice_sbp(x, key):
 
 _SLICE = defop("slice", _slice_infer, _slice_kernel, aliasing="view", save=(),
                grad=_slice_grad, sbp=SbpRule(_slice_sbp), cost=cost.view(),
-               to_jax=lambda jnp, lax, a, at: a[0][at["key"]])
+               to_relax=_relax.slice_, to_jax=lambda jnp, lax, a, at: a[0][at["key"]])
 
 
 def slice_view(input: Tensor, key: tuple) -> Tensor:

@@ -30,7 +30,7 @@ import numpy as np
 
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops import _jax, cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops.conv import col2im_add, crop, pad_array, window_view
 from tessera.ops.pool import adaptive_taps, adaptive_windows
 from tessera.ops.registry import Meta, defop
@@ -287,7 +287,8 @@ def _interp_grad(ctx, g):
 
 
 _INTERP = defop("interpolate", _interp_infer, _interp_kernel, grad=_interp_grad, save=(),
-                sbp=SbpRule(_batch_channel(True)), cost=_interp_cost, to_jax=_jax.interpolate)
+                sbp=SbpRule(_batch_channel(True)), cost=_interp_cost,
+                to_relax=_relax.interpolate, to_jax=_jax.interpolate)
 
 
 def interpolate(x: Tensor, *, mode: str, size, scales, align_corners: bool) -> Tensor:
@@ -368,7 +369,8 @@ def _cpad_grad(ctx, g):
 
 
 _CONSTANT_PAD = defop("constant_pad", _cpad_infer, _cpad_kernel, grad=_cpad_grad, save=(),
-                      sbp=SbpRule(_constant_pad_sbp), cost=cost.movement())
+                      sbp=SbpRule(_constant_pad_sbp), cost=cost.movement(),
+                      to_jax=_jax.constant_pad, to_relax=_relax.constant_pad)
 
 
 def constant_pad(x: Tensor, pads, value=0.0) -> Tensor:
@@ -453,7 +455,7 @@ def _pad_grad(ctx, g):
 
 
 _PAD = defop("pad", _pad_infer, _pad_kernel, grad=_pad_grad, save=(), sbp=SbpRule(_pad_sbp),
-             cost=cost.movement())
+             cost=cost.movement(), to_jax=_jax.pad)
 
 
 def pad(x: Tensor, pads, mode: str) -> Tensor:

@@ -1,11 +1,20 @@
 """The models and training workloads every backend is checked on (small sizes)."""
 from __future__ import annotations
 
+import os
+
 import tessera
 import tessera.models as tm
 from tessera import nn
 
 F = nn.functional
+
+# TVM compiles each graph with LLVM (cached on disk afterwards, but a fresh cache pays for
+# every compile): by default the suite runs a subset of the TVM cases that still reaches
+# every op family of the zoo (convolutions, batch norm, pooling, attention, embeddings,
+# transposed convolution); TESSERA_TVM_FULL=1 runs them all.
+TVM_FULL = os.environ.get("TESSERA_TVM_FULL") == "1"
+TVM_CI_ZOO = ("lenet5", "resnet18", "gpt", "dcgan_generator")
 
 
 def zoo() -> dict:

@@ -9,11 +9,19 @@ import numpy as np
 import pytest
 
 import tessera
-from tests.compiler._cases import Forward, Train, first_tensor, workload, zoo
+from tests.compiler._cases import (
+    TVM_CI_ZOO,
+    TVM_FULL,
+    Forward,
+    Train,
+    first_tensor,
+    workload,
+    zoo,
+)
 
 BACKENDS = [pytest.param(b, marks=pytest.mark.skipif(importlib.util.find_spec(m) is None,
                                                      reason=f"{m} is not installed"))
-            for b, m in (("xla", "jax"),)]
+            for b, m in (("xla", "jax"), ("tvm", "tvm"))]
 ZOO = zoo()
 
 
@@ -24,6 +32,8 @@ def _np(t) -> np.ndarray:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_zoo_model_matches_eager(backend, name):
+    if backend == "tvm" and not TVM_FULL and name not in TVM_CI_ZOO:
+        pytest.skip("TESSERA_TVM_FULL=1 runs every zoo model on TVM")
     make, inputs = ZOO[name]
     tessera.manual_seed(0)
     model = make().eval()
@@ -57,4 +67,8 @@ def test_training_trajectory_matches_eager(backend, name):
             # normalises into steps of lr either way; the query and value biases are compared
             d = p.shape[0] // 3
             p, q = np.delete(p, np.s_[d:2 * d]), np.delete(q, np.s_[d:2 * d])
-        np.testing.assert_allclose(p, q, rtol=1e-4, atol=1e-6, err_msg=n)
+        # TVM's kernels sum in another order than NumPy's: after 10 AdamW steps a weight
+        # whose gradient is near zero (its step normalised to about lr) differs by a few
+        # 1e-6, so TVM's parameters get atol 1e-5 (its losses are held to rtol 1e-4 as XLA's)
+        atol = 1e-5 if backend == "tvm" else 1e-6
+        np.testing.assert_allclose(p, q, rtol=1e-4, atol=atol, err_msg=n)

@@ -1,0 +1,232 @@
+"""nn.Graph's compiler backends side by side: step time and compile time (cold and warm)
+per model and training workload, for tessera's own backend, TVM (untuned, and tuned with
+MetaSchedule), XLA, and for inference torch.compile and onnxruntime.
+
+Every (workload, backend) pair runs in two child processes one after the other, both with
+``TESSERA_CACHE_DIR`` on one fresh folder: the first compiles on an empty cache (cold), the
+second finds what the first left (warm: tessera's kernels and TVM's libraries are cached
+on disk; XLA and onnxruntime compile again; torch.compile has its own cache). Compile time
+= the first calls (a training graph traces twice: the first step makes the optimizer's
+state) minus as many steady steps; step time = the median of the steady steps.
+
+The models are the zoo's (``tessera.models``) at small sizes; torch.compile runs the
+PyTorch references of the tests (``tests/models``) where there is one, onnxruntime the
+model exported by ``tessera.onnx``. ``TESSERA_BENCH_TVM_TRIALS`` (default 64) is the tuned
+TVM's trial budget; ``TESSERA_BENCH_BACKENDS`` (comma-separated workload names) runs a
+subset; ``TESSERA_BENCH_BACKENDS_TIMEOUT`` (s, default 1800) bounds each child process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+INFERENCE = ("lenet5", "resnet18", "mobilenet_v2", "vit_tiny", "gpt", "bert")
+TRAINING = ("mlp train", "cnn train", "transformer train")
+BACKENDS = ("tessera", "tvm", "tvm tuned", "xla", "torch.compile", "onnxruntime")
+STEPS = 5
+# a child taking longer (untuned TVM's naive GEMM on the training workloads can take
+# minutes a step) is reported as timed out rather than holding up the others
+CHILD_TIMEOUT_S = int(os.environ.get("TESSERA_BENCH_BACKENDS_TIMEOUT", "1800"))
+
+
+def _trials() -> int:
+    return int(os.environ.get("TESSERA_BENCH_TVM_TRIALS", "64"))
+
+
+def _zoo(name: str):
+    """(tessera model in eval mode, NumPy inputs)."""
+    import tessera
+    import tessera.models as tm
+    tessera.manual_seed(0)
+    rng = np.random.default_rng(0)
+    img = rng.standard_normal((1, 3, 64, 64)).astype(np.float32)
+    if name == "lenet5":
+        return tm.lenet5(), (rng.standard_normal((8, 1, 28, 28)).astype(np.float32),)
+    if name in ("resnet18", "mobilenet_v2"):
+        return getattr(tm, name)(num_classes=10), (img,)
+    if name == "vit_tiny":
+        return tm.vit_tiny(num_classes=10, image_size=32, num_layers=4), (img[:, :, :32, :32],)
+    if name == "gpt":
+        cfg = tm.GPTConfig(vocab_size=512, block_size=64, n_layer=4, n_head=4, n_embd=128)
+        return tm.GPT(cfg), (rng.integers(0, 512, (4, 64)),)
+    cfg = tm.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=4,
+                        num_attention_heads=4, intermediate_size=512,
+                        max_position_embeddings=128)
+    return tm.BertModel(cfg), (rng.integers(0, 1000, (4, 64)),)
+
+
+def _main_output(out):
+    if isinstance(out, tuple):
+        return out[0]
+    return getattr(out, "last_hidden_state", out)
+
+
+def _torch_model(name: str):
+    import torch
+
+    from tests.models import torch_vision_ref as ref
+    torch.manual_seed(0)
+    if name == "lenet5":
+        return ref.LeNet5()
+    if name in ("resnet18", "mobilenet_v2"):
+        return getattr(ref, name)(num_classes=10)
+    raise NotImplementedError(f"no PyTorch reference of {name} in the benchmark")
+
+
+def _step(name: str, backend: str):
+    """(zero-argument step, how many calls trace)."""
+    if name in TRAINING:
+        if backend in ("torch.compile", "onnxruntime"):
+            raise NotImplementedError("inference only")
+        import tessera
+        from bench.training import build
+        step = build(tessera, name.split()[0], graph=True)
+        _configure(step.graph, backend)
+        return step, 2
+    model, arrays = _zoo(name)
+    model = model.eval()
+    if backend == "torch.compile":
+        import torch
+        tm = torch.compile(_torch_model(name).eval())
+        ins = [torch.from_numpy(a) for a in arrays]
+
+        def run_torch():
+            with torch.no_grad():
+                return tm(*ins)
+        return run_torch, 1
+    import tessera
+    ins = [tessera.from_numpy(a) for a in arrays]
+    if backend == "onnxruntime":
+        return _ort_step(model, ins, arrays), 1
+
+    class Infer(tessera.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def build(self, *x):
+            return _main_output(self.model(*x))
+    g = Infer()
+    _configure(g, backend)
+    return (lambda: g(*ins)), 1
+
+
+def _ort_step(model, ins, arrays):
+    """Export and session creation happen on the first call, as the others compile."""
+    state: dict = {}
+
+    def run():
+        if "sess" not in state:
+            import onnxruntime as ort
+
+            import tessera.onnx
+            proto = tessera.onnx.export(model, tuple(ins))
+            state["sess"] = ort.InferenceSession(proto.SerializeToString(),
+                                                 providers=["CPUExecutionProvider"])
+            state["feed"] = {i.name: a for i, a in zip(state["sess"].get_inputs(), arrays)}
+        return state["sess"].run(None, state["feed"])
+    return run
+
+
+def _configure(g, backend: str) -> None:
+    if backend == "tvm tuned":
+        g.config.set_backend("tvm", tune_trials=_trials())
+    elif backend != "tessera":
+        g.config.set_backend(backend)
+
+
+def child(name: str, backend: str) -> dict:
+    step, traces = _step(name, backend)
+    t0 = time.perf_counter()
+    for _ in range(traces):
+        step()
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(STEPS):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    med = statistics.median(times)
+    return {"step_ms": med * 1000, "compile_s": max(0.0, first - traces * med)}
+
+
+def _available(backend: str) -> str | None:
+    """Why ``backend`` cannot run here, or None."""
+    import importlib.util
+    need = {"tvm": "tvm", "tvm tuned": "tvm", "xla": "jax", "onnxruntime": "onnxruntime",
+            "torch.compile": "torch"}.get(backend)
+    if need and importlib.util.find_spec(need) is None:
+        return f"{need} is not installed"
+    return None
+
+
+def run() -> list[dict]:
+    chosen = os.environ.get("TESSERA_BENCH_BACKENDS")
+    names = [n for n in INFERENCE + TRAINING
+             if not chosen or n in [c.strip() for c in chosen.split(",")]]
+    rows = []
+    for name in names:
+        for backend in BACKENDS:
+            row: dict = {"workload": name, "backend": backend}
+            why = _available(backend)
+            if why is None and name in TRAINING and backend in ("torch.compile", "onnxruntime"):
+                why = "inference only"
+            if why is not None:
+                row["skip"] = why
+                rows.append(row)
+                continue
+            with tempfile.TemporaryDirectory(prefix="tessera-bench-backends-") as cache:
+                env = dict(os.environ, TESSERA_CACHE_DIR=cache)
+                for phase in ("cold", "warm"):
+                    try:
+                        proc = subprocess.run([sys.executable, "-m", "bench.backends",
+                                               "--child", name, backend], capture_output=True,
+                                              text=True, env=env, check=False,
+                                              timeout=CHILD_TIMEOUT_S)
+                    except subprocess.TimeoutExpired:
+                        row[phase] = {"error": f"timed out after {CHILD_TIMEOUT_S} s"}
+                        continue
+                    if proc.returncode != 0:
+                        lines = proc.stderr.strip().splitlines() or ["?"]
+                        row[phase] = {"error": lines[-1][:100]}
+                    else:
+                        row[phase] = json.loads(proc.stdout.strip().splitlines()[-1])
+            rows.append(row)
+    return rows
+
+
+def render(rows: list[dict]) -> str:
+    from bench.common import table
+    out = []
+    for r in rows:
+        if "skip" in r:
+            out.append((r["workload"], r["backend"], "-", "-", "-", r["skip"]))
+            continue
+        c, w = r["cold"], r["warm"]
+        err = c.get("error") or w.get("error")
+        if err:
+            out.append((r["workload"], r["backend"], "-", "-", "-", err[:70]))
+            continue
+        out.append((r["workload"], r["backend"], f"{w['step_ms']:.2f}",
+                    f"{c['compile_s']:.2f}", f"{w['compile_s']:.2f}", ""))
+    return table(out, ("workload", "backend", "step ms", "compile cold s", "compile warm s",
+                       "note"))
+
+
+TITLE = ("nn.Graph compiler backends: step time (ms, median, warm process) and compile time "
+         "(s, cold and warm cache); tvm tuned = MetaSchedule with TESSERA_BENCH_TVM_TRIALS "
+         "trials (64 by default)")
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        print(json.dumps(child(sys.argv[2], sys.argv[3])))
+    else:
+        print(TITLE)
+        print(render(run()))

@@ -1,0 +1,389 @@
+"""The TVM backend: a graph after tessera's passes, lowered directly to one Relax function.
+
+Each node emits its op's ``to_relax`` rule (``tessera.ops._relax``) into a
+``relax.BlockBuilder`` dataflow block; a fused region (the outline pass's ``fused`` node) is
+lowered through its body graph. Inputs are cast to the compute type tessera's kernel would
+use and results to the dtypes ``infer`` gave, so the function computes what the executor
+computes. The function takes the graph's inputs, then its variables, and returns its
+outputs, then the new values of the variables it assigns (a training step's parameters and
+optimizer state). ``tvm.compile`` builds it for the host CPU (LLVM with this CPU's
+``mcpu``), after MetaSchedule tuning when ``tune_trials`` is given; the library is cached
+under the kernel cache (``tessera.kernels.cc.entry``: atomic writes, an entry failing its
+digest rebuilt) keyed by the module's text, the target and TVM's version, so a second
+process, or the same graph again, loads it without compiling or tuning.
+
+>>> import tessera
+>>> from tessera.graph.trace import trace
+>>> g, _ = trace(lambda x: (x * 2).exp(), tessera.zeros(2))
+>>> supported(g.nodes[0])
+True
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from tessera.graph.executor import compile_kernel
+from tessera.graph.fused import body_graph
+from tessera.graph.ir import Graph, Node, Value
+from tessera.kernels import cc
+from tessera.ops.registry import MissingRule
+
+__all__ = ["Builder", "supported", "lower", "build", "target", "compile_graph", "whole_graph",
+           "TvmStep", "stats"]
+
+# what build() did in this process: compiles, cache hits, seconds spent (for the bench)
+stats: dict = {"compiled": 0, "cached": 0, "seconds": 0.0, "last": None}
+
+
+@functools.lru_cache(maxsize=1)
+def _modules():
+    try:
+        import tvm
+        from tvm import relax
+    except ImportError as e:
+        raise ImportError("the TVM backend needs apache-tvm: pip install 'tessera[tvm]'") from e
+    return tvm, relax
+
+
+class Builder:
+    """What a ``to_relax`` rule sees as ``R``: ``tvm.relax.op``'s functions as attributes,
+    and the few helpers the rules need (see ``tessera.ops._relax``)."""
+
+    def __init__(self, bb):
+        _, relax = _modules()
+        self.bb, self._relax, self._op = bb, relax, relax.op
+        # the constants' bytes: the module's text shows them only as references
+        self.consts = hashlib.sha256()
+
+    def __getattr__(self, name: str):
+        return _Ops(getattr(self._op, name), self)
+
+    def const(self, value, dtype: str):
+        a = np.asarray(value, dtype=dtype, order="C")
+        self.consts.update(f"{a.dtype}{a.shape}".encode() + a.tobytes())
+        return self._relax.const(a, dtype)
+
+    def emit(self, x):
+        return self.bb.emit(x) if isinstance(x, self._relax.Call) else x
+
+    def _ty(self, x):
+        return (x if isinstance(x, self._relax.Var) else self.bb.normalize(x)).ty
+
+    def shape(self, x) -> tuple:
+        return tuple(int(s) for s in self._ty(x).shape)
+
+    def dtype(self, x) -> str:
+        return str(self._ty(x).dtype)
+
+    def pair(self, x, y) -> tuple:
+        """``x`` and ``y`` in one dtype: a Python number takes the other's dtype (a float
+        number turns an integer tensor into float32, as tessera's promotion does), two
+        tensors NumPy's common type."""
+        num = (bool, int, float)
+        if isinstance(x, num) and isinstance(y, num):
+            dt = str(np.result_type(x, y))
+            return self.const(x, dt), self.const(y, dt)
+        if isinstance(x, num) or isinstance(y, num):
+            t, n = (y, x) if isinstance(x, num) else (x, y)
+            dt = self.dtype(t)
+            if isinstance(n, float) and not dt.startswith("float"):
+                t, dt = self._op.astype(t, "float32"), "float32"
+            elif isinstance(n, int) and not isinstance(n, bool) and dt == "bool":
+                t, dt = self._op.astype(t, "int64"), "int64"
+            c = self.const(n, dt)
+            return (c, t) if isinstance(x, num) else (t, c)
+        dx, dy = self.dtype(x), self.dtype(y)
+        if dx != dy:
+            dt = str(np.result_type(np.dtype(dx), np.dtype(dy)))
+            x = x if dx == dt else self._op.astype(x, dt)
+            y = y if dy == dt else self._op.astype(y, dt)
+        return x, y
+
+
+class _Ops:
+    """``tvm.relax.op``'s functions (and namespaces, ``R.nn``) with their expression
+    arguments bound first: some ops read their operands' shapes when they are built."""
+
+    def __init__(self, target, builder: Builder):
+        self._target, self._b = target, builder
+
+    def __getattr__(self, name: str):
+        return _Ops(getattr(self._target, name), self._b)
+
+    def __call__(self, *args, **kwargs):
+        def bind(a):
+            if isinstance(a, self._b._relax.Call):
+                return self._b.bb.emit(a)
+            if isinstance(a, (list, tuple)) and any(isinstance(x, self._b._relax.Call)
+                                                     for x in a):
+                return type(a)(bind(x) for x in a)
+            return a
+        return self._target(*[bind(a) for a in args], **{k: bind(v) for k, v in kwargs.items()})
+
+
+def _has_rule(n: Node) -> bool:
+    if n.op.name == "fused":
+        return all(_has_rule(m) for m in body_graph(n.attrs["body"]).nodes)
+    return n.op.to_relax is not None and "seed" not in n.attrs
+
+
+def _ttype(v: Value):
+    _, relax = _modules()
+    return relax.TensorType(tuple(v.shape), str(v.dtype.np))
+
+
+_PROBED: dict = {}
+
+
+def supported(n: Node) -> bool:
+    """Whether the TVM backend lowers ``n``: its op (every op of a fused body) has a
+    ``to_relax`` rule, and the rule accepts these attrs (built into a scratch function, not
+    compiled; a rule may decline a case with ``NotImplementedError``)."""
+    if not _has_rule(n):
+        return False
+    if any(0 in v.shape for v in list(n.inputs) + list(n.outputs) if isinstance(v, Value)):
+        return False  # TVM's kernels assume non-empty buffers
+    key = (n.op.name, repr(sorted(n.attrs.items())),
+           tuple((v.shape, v.dtype.name) if isinstance(v, Value) else repr(v)
+                 for v in n.inputs))
+    if key not in _PROBED:
+        _, relax = _modules()
+        bb = relax.BlockBuilder()
+        params = [relax.Var(f"p{i}", _ttype(v)) for i, v in enumerate(n.inputs)
+                  if isinstance(v, Value)]
+        it = iter(params)
+        args = [next(it) if isinstance(v, Value) else v for v in n.inputs]
+        try:
+            with bb.function("probe", params):
+                with bb.dataflow():
+                    outs = lower_node(n, args, Builder(bb))
+                    out = bb.emit_output(relax.Tuple(list(outs)))
+                bb.emit_func_output(out)
+            _PROBED[key] = True
+        except NotImplementedError:
+            _PROBED[key] = False
+    return _PROBED[key]
+
+
+def lower_node(n: Node, args: list, R: Builder) -> tuple:
+    """The node's outputs as bound Relax variables, from its inputs' (constants as they
+    are)."""
+    if n.op.name == "fused":
+        body = body_graph(n.attrs["body"])
+        env = dict(zip(body.inputs, args))
+        run_nodes(body.nodes, env, R)
+        outs: tuple = (env[body.outputs[0]],)
+    else:
+        rule = n.op.to_relax
+        if rule is None:
+            raise MissingRule(n.op.name, "to_relax")
+        _, casts = compile_kernel(n)
+        args = [_cast(R, a, c) for a, c in zip(args, casts)]
+        res = rule(R, args, n.attrs)
+        outs = tuple(res) if isinstance(res, (tuple, list)) else (res,)
+    if len(outs) != len(n.outputs):
+        raise ValueError(f"{n.op.name} ({n.name or 'graph'}): its to_relax rule gave "
+                         f"{len(outs)} outputs, the op has {len(n.outputs)}")
+    res_out = []
+    for o, v in zip(outs, n.outputs):
+        if isinstance(o, (bool, int, float)):
+            o = R.const(o, str(v.dtype.np))
+        o = R.emit(o)
+        if R.dtype(o) != str(v.dtype.np):
+            o = R.emit(R.astype(o, str(v.dtype.np)))
+        if R.shape(o) != tuple(v.shape):
+            raise ValueError(f"{n.op.name} ({n.name or 'graph'}): its to_relax rule gave "
+                             f"shape {R.shape(o)}, infer says {tuple(v.shape)}")
+        res_out.append(o)
+    return tuple(res_out)
+
+
+def _cast(R: Builder, a, c):
+    if isinstance(a, np.ndarray):
+        a = R.const(a, str(a.dtype))
+    if c is None or a is None:
+        return a
+    dt = str(np.dtype(c))
+    if isinstance(a, (bool, int, float)):
+        return R.const(a, dt)
+    return a if R.dtype(a) == dt else R.astype(a, dt)
+
+
+def run_nodes(nodes: list, env: dict, R: Builder) -> None:
+    for n in nodes:
+        args = [env[v] if isinstance(v, Value) else v for v in n.inputs]
+        for v, o in zip(n.outputs, lower_node(n, args, R)):
+            env[v] = o
+
+
+def lower(g: Graph) -> tuple:
+    """(module, key): the graph as an ``IRModule`` whose ``main`` takes the inputs, then
+    the variables (in ``g.variables``' order), and returns a tuple of the outputs, then the
+    assigned variables' new values; and the text that identifies it (its script and its
+    constants' digest)."""
+    _, relax = _modules()
+    bb = relax.BlockBuilder()
+    R = Builder(bb)
+    params = [relax.Var(f"in{i}", _ttype(v)) for i, v in enumerate(g.inputs)]
+    params += [relax.Var(f"var{i}", _ttype(v)) for i, v in enumerate(g.variables.values())]
+    with bb.function("main", params):
+        with bb.dataflow():
+            env: dict = dict(zip(list(g.inputs) + list(g.variables.values()), params))
+            run_nodes(g.nodes, env, R)
+            outs = [env[v] for v in g.outputs] + [env[v] for _, v in g.assigns]
+            out = bb.emit_output(relax.Tuple(outs))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    return mod, mod.script() + "\n" + R.consts.hexdigest()
+
+
+@functools.cache
+def target(tuning: bool = False):
+    """The host CPU as a TVM target: LLVM with this CPU's ``mcpu`` (TVM 0.27 takes targets
+    as dicts; the string form with ``-mcpu`` is gone). MetaSchedule also needs the core
+    count."""
+    tvm, _ = _modules()
+    from tvm.target import codegen
+    spec: dict = {"kind": "llvm", "mcpu": str(codegen.llvm_get_system_cpu())}
+    if tuning:
+        spec["num-cores"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else os.cpu_count() or 1
+    return tvm.target.Target(spec)
+
+
+_PROBE_JSON = """
+import tvm
+from tvm import relax
+bb = relax.BlockBuilder()
+x = relax.Var("x", relax.TensorType((2,), "float32"))
+with bb.function("main", [x]):
+    with bb.dataflow():
+        y = bb.emit_output(relax.op.exp(x))
+    bb.emit_func_output(y)
+tvm.ir.save_json(relax.transform.LegalizeOps()(bb.get()))
+"""
+
+
+@functools.cache
+def _tuning_broken() -> str | None:
+    """Why MetaSchedule cannot run here, or None. It stores each task's module as JSON,
+    and some TVM builds crash there (a segfault in ``ToJSONGraph``, reproduced by
+    ``tvm.ir.save_json`` on any module): tried once in a child process, so that the crash
+    becomes an error instead of ending this one."""
+    import subprocess
+    import sys
+    try:
+        import psutil  # noqa: F401  (MetaSchedule's search imports it)
+    except ImportError:
+        return "MetaSchedule needs psutil: pip install 'tessera[tvm]'"
+    proc = subprocess.run([sys.executable, "-c", _PROBE_JSON], capture_output=True,
+                          text=True, timeout=300)
+    if proc.returncode != 0:
+        tvm, _ = _modules()
+        return (f"this TVM build ({tvm.__version__}) crashes serialising a module to JSON "
+                f"(exit status {proc.returncode}), which MetaSchedule does for every task")
+    return None
+
+
+def build(lowered: tuple, tune_trials: int = 0):
+    """A ``relax.VirtualMachine`` running ``lower``'s module on the CPU, compiled (and
+    tuned) unless the cache holds it."""
+    tvm, relax = _modules()
+    tgt = target(tune_trials > 0)
+    t0 = time.perf_counter()
+    mod, ident = lowered
+    text = "\n".join([tvm.__version__, str(tgt), f"trials={tune_trials}", ident])
+    key = hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def make(path: str) -> None:
+        m = mod
+        if tune_trials > 0:
+            why = _tuning_broken()
+            if why is not None:
+                raise RuntimeError(f"nn.Graph backend 'tvm': tune_trials={tune_trials} "
+                                   f"cannot tune: {why}; set_backend('tvm') compiles "
+                                   "untuned")
+            with tempfile.TemporaryDirectory(prefix="tessera-tvm-tune-") as work:
+                m = relax.get_pipeline("static_shape_tuning", total_trials=tune_trials,
+                                       target=tgt, work_dir=work)(m)
+                ex = tvm.compile(m, target=tgt)
+        else:
+            ex = tvm.compile(m, target=tgt)
+        ex.export_library(path)
+    path, cached = cc.entry(f"tvm_{key}.so", make)
+    try:
+        lib = tvm.runtime.load_module(path)
+    except Exception:  # a sound digest over a library TVM cannot load: made again
+        os.unlink(path)
+        path, cached = cc.entry(f"tvm_{key}.so", make)
+        lib = tvm.runtime.load_module(path)
+    seconds = time.perf_counter() - t0
+    stats.update(compiled=stats["compiled"] + (not cached), cached=stats["cached"] + cached,
+                 seconds=stats["seconds"] + seconds, last={"cached": cached, "seconds": seconds})
+    return relax.VirtualMachine(lib, tvm.cpu())
+
+
+def _options(tune_trials: int = 0) -> int:
+    if not isinstance(tune_trials, int) or tune_trials < 0:
+        raise ValueError(f"nn.Graph backend 'tvm': tune_trials must be an int >= 0, got "
+                         f"{tune_trials!r}")
+    return tune_trials
+
+
+def _tensor(a):
+    tvm, _ = _modules()
+    return tvm.runtime.tensor(np.asarray(a, order="C"))
+
+
+def compile_graph(g: Graph, **options):
+    """A segment's function: ``fn(input arrays) -> output arrays`` (NumPy in and out)."""
+    vm = build(lower(g), _options(**options))
+    fn = vm["main"]
+
+    def run(arrays):
+        return [o.numpy() for o in fn(*[_tensor(a) for a in arrays])]
+    return run
+
+
+class TvmStep:
+    """A whole graph on TVM, with the executor's ``run``. Variables the step does not
+    assign (an inference graph's weights) stay converted between calls while their tensor
+    is unchanged."""
+
+    def __init__(self, g: Graph, tensors: dict, **options):
+        self.graph, self.tensors = g, tensors
+        self.names = list(g.variables)
+        self.fn = build(lower(g), _options(**options))["main"]
+        self.resident: dict = {}  # name -> (TVM tensor, (id of the tensor's array, version))
+
+    def describe(self) -> str:
+        return f"backend tvm: the whole graph ({len(self.graph.nodes)} ops) in one cluster"
+
+    def _device(self, name: str, array):
+        t = self.tensors.get(name)
+        key = None if t is None else (id(t._data), t._version[0])
+        held = self.resident.get(name)
+        if held is not None and key is not None and held[1] == key:
+            return held[0]
+        out = _tensor(array)
+        if key is not None:
+            self.resident[name] = (out, key)
+        return out
+
+    def run(self, inputs: list, variables: dict):
+        args = [_tensor(a) for a in inputs] + [self._device(k, variables[k])
+                                               for k in self.names]
+        res = [o.numpy() for o in self.fn(*args)]
+        n = len(self.graph.outputs)
+        return res[:n], [(k, a) for (k, _), a in zip(self.graph.assigns, res[n:])]
+
+
+def whole_graph(g: Graph, tensors: dict, **options) -> TvmStep:
+    """The backend's form for a graph it covers whole."""
+    return TvmStep(g, tensors, **options)
