@@ -24,13 +24,13 @@ from tessera.codegen.loops import lower, render, supported
 from tessera.codegen.passes.outline import _body
 from tessera.graph.ir import Graph, Node, Value
 from tessera.graph.memory import ALIGN, plan_memory
+from tessera.kernels.c_expr import CType
 from tessera.kernels.threadpool import SPLIT_MIN
 from tessera.ops.registry import REGISTRY
 
 __all__ = ["Program", "emit"]
 
-CTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t",
-          "bool": "bool"}
+CTYPES = CType.NAMES
 # ops whose result is their input's elements moved about (read from an index array)
 MOVEMENT = frozenset({"clone", "contiguous", "permute", "transpose", "expand", "flip",
                       "repeat", "t", "cat_single"})
@@ -78,23 +78,36 @@ def _unsupported(n: Node, why: str = "") -> NotImplementedError:
 
 # ---- classification: what each node becomes ---------------------------------------------
 
-def _index_map(n: Node):
-    """(offset, strides) of the node's result as elements of its one tensor input, or None
-    when it is not a pure movement of them."""
+def _index_maps(n: Node):
+    """[(offset, strides)] of each of the node's results as elements of its one tensor
+    input, or None when they are not a pure movement of them."""
     ins = n.tensor_inputs
-    if len(ins) != 1 or len(n.outputs) != 1 or n.inputs[0] is not ins[0]:
+    if len(ins) != 1 or n.inputs[0] is not ins[0]:
         return None
-    src, out = ins[0], n.outputs[0]
-    if src.dtype is not out.dtype:
+    src = ins[0]
+    if any(out.dtype is not src.dtype for out in n.outputs):
         return None
     kernel = n.op.kernels.get("cpu")
     if kernel is None:
         return None
-    idx = np.arange(max(src.numel, 1), dtype=np.int64)[:src.numel].reshape(src.shape)
+    idx = np.arange(src.numel, dtype=np.int64).reshape(src.shape)
     try:
-        res = np.asarray(kernel(idx, *n.inputs[1:], **n.attrs))
+        res = kernel(idx, *n.inputs[1:], **n.attrs)
     except Exception:  # not an index-preserving kernel
         return None
+    results = list(res) if isinstance(res, (tuple, list)) else [res]
+    if len(results) != len(n.outputs):
+        return None
+    maps = []
+    for r, out in zip(results, n.outputs):
+        one = _strides_of(np.asarray(r), out)
+        if one is None:
+            return None
+        maps.append(one)
+    return maps
+
+
+def _strides_of(res: np.ndarray, out: Value):
     if res.shape != out.shape or res.dtype != np.int64 or res.size == 0:
         return None
     offset = int(res.flat[0])
@@ -116,6 +129,23 @@ def _index_map(n: Node):
     return offset, strides
 
 
+def _split_movements(g: Graph) -> None:
+    """A movement with several results (a split) becomes one node per result, each a copy
+    (or a view) of its part of the input, so that the memory plan sees single results."""
+    nodes = []
+    clone = REGISTRY["clone"]
+    for n in g.nodes:
+        maps = _index_maps(n) if len(n.outputs) > 1 else None
+        if maps is None:
+            nodes.append(n)
+            continue
+        for out, mv in zip(n.outputs, maps):
+            part = Node(clone, [n.inputs[0]], {}, [out], n.name, {"move": mv})
+            out.producer, out.index = part, 0
+            nodes.append(part)
+    g.nodes = nodes
+
+
 def _contiguous(shape: tuple, strides: list) -> bool:
     expect = 1
     for size, s in reversed(list(zip(shape, strides))):
@@ -126,6 +156,8 @@ def _contiguous(shape: tuple, strides: list) -> bool:
 
 
 def _elementwise_body(n: Node):
+    if len(n.outputs) != 1:
+        return None
     body, ext, _ = _body([n])
     return (body, ext) if supported(body) is None else None
 
@@ -335,10 +367,30 @@ def _embedding(prog: Program, i: int, n: Node) -> None:
         f"{w.shape[0]})\");")
 
 
-RULES = {"fused": _fused, "matmul": _matmul, "conv": _conv, "max_pool_values": _max_pool,
+def _all_any(prog: Program, i: int, n: Node) -> None:
+    x, out = n.inputs[0], n.outputs[0]
+    dim = n.attrs.get("dim")
+    nd = len(x.shape)
+    dims = [d % nd for d in (dim if isinstance(dim, (tuple, list)) else [dim])] \
+        if dim is not None else list(range(nd))
+    if x.dtype.name != "bool" or sorted(dims) != list(range(min(dims), max(dims) + 1)):
+        raise _unsupported(n, "only bool inputs reduced over consecutive dims")
+    outer = math.prod(x.shape[:min(dims)])
+    r = math.prod(x.shape[min(dims):max(dims) + 1])
+    inner = math.prod(x.shape[max(dims) + 1:])
+    is_all = n.op.name == "all"
+    prog.steps.append(
+        f"for (int64_t o = 0; o < {outer}; o++) for (int64_t j = 0; j < {inner}; j++) {{\n"
+        f"  unsigned char acc = {1 if is_all else 0};\n"
+        f"  for (int64_t k = 0; k < {r}; k++) acc = acc {'&&' if is_all else '||'} "
+        f"{prog.p(x)}[(o * {r} + k) * {inner} + j];\n"
+        f"  {prog.p(out)}[o * {inner} + j] = acc;\n}}")
+
+
+RULES = {"all": _all_any, "any": _all_any, "fused": _fused, "matmul": _matmul, "conv": _conv, "max_pool_values": _max_pool,
          "interpolate": _interpolate, "embedding": _embedding}
 # kernels that read inputs around what they already wrote: never in place
-NOT_INPLACE = frozenset({"matmul", "conv", "max_pool_values", "interpolate", "embedding"})
+NOT_INPLACE = frozenset({"all", "any", "matmul", "conv", "max_pool_values", "interpolate", "embedding"})
 
 
 # ---- the program -------------------------------------------------------------------------
@@ -382,6 +434,7 @@ def emit(name: str, g: Graph, values: dict) -> Program:
         if v.dtype.name != "float32":
             raise NotImplementedError(f"tessera.deploy.export_c: an output is {v.dtype.name};"
                                       " outputs must be float32")
+    _split_movements(g)
     _copy_outputs(g)
     prog = Program(name, g)
     _plan_layout(prog)
@@ -394,7 +447,10 @@ def emit(name: str, g: Graph, values: dict) -> Program:
         if n.op.name in RULES:
             kinds[i] = "rule"
             continue
-        mv = _index_map(n) if (n.op.aliasing == "view" or n.op.name in MOVEMENT) else None
+        mv = n.notes.get("move")
+        if mv is None and (n.op.aliasing == "view" or n.op.name in MOVEMENT):
+            maps = _index_maps(n)
+            mv = maps[0] if maps else None
         if mv is not None:
             offset, strides = mv
             if _contiguous(n.outputs[0].shape, strides):

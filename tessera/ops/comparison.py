@@ -55,11 +55,20 @@ def _float_only(fn, default):
     return lambda x: fn(x) if x.dtype.kind == "f" else np.full(x.shape, default)
 
 
-isnan = _bool_unary("isnan", np.isnan)
-isinf = _bool_unary("isinf", _float_only(np.isinf, False))
-isfinite = _bool_unary("isfinite", _float_only(np.isfinite, True))
-isposinf = _bool_unary("isposinf", _float_only(np.isposinf, False))
-isneginf = _bool_unary("isneginf", _float_only(np.isneginf, False))
+def _test_c(expr: str, on_ints: str):
+    """The C rule of a test of a float value (``{0}`` the value); on integers a constant."""
+    return lambda c, a, at: on_ints if c.is_int else "(" + expr.format(a[0]) + ")"
+
+
+isnan = _bool_unary("isnan", np.isnan, to_c=_test_c("{0} != {0}", "0"))
+isinf = _bool_unary("isinf", _float_only(np.isinf, False),
+                    to_c=_test_c("{0} == INFINITY || {0} == -INFINITY", "0"))
+isfinite = _bool_unary("isfinite", _float_only(np.isfinite, True),
+                       to_c=_test_c("{0} - {0} == 0", "1"))
+isposinf = _bool_unary("isposinf", _float_only(np.isposinf, False),
+                       to_c=_test_c("{0} == INFINITY", "0"))
+isneginf = _bool_unary("isneginf", _float_only(np.isneginf, False),
+                       to_c=_test_c("{0} == -INFINITY", "0"))
 signbit = _bool_unary("signbit", lambda x: np.signbit(x) if x.dtype.kind != "b" else
                       np.zeros(x.shape, bool))
 
