@@ -24,7 +24,7 @@ from bench.common import describe, environment, write_results
 RESULTS_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
 
 SECTIONS = ("overhead", "kernels", "gemm", "training", "small_models", "cputime", "compile",
-            "demo", "models", "einsum", "distributed", "remat")
+            "demo", "models", "einsum", "distributed", "remat", "deploy")
 
 
 def _module(name: str):

@@ -387,10 +387,8 @@ def _all_any(prog: Program, i: int, n: Node) -> None:
         f"  {prog.p(out)}[o * {inner} + j] = acc;\n}}")
 
 
-RULES = {"all": _all_any, "any": _all_any, "fused": _fused, "matmul": _matmul, "conv": _conv, "max_pool_values": _max_pool,
-         "interpolate": _interpolate, "embedding": _embedding}
-# kernels that read inputs around what they already wrote: never in place
-NOT_INPLACE = frozenset({"all", "any", "matmul", "conv", "max_pool_values", "interpolate", "embedding"})
+RULES = {"all": _all_any, "any": _all_any, "fused": _fused, "matmul": _matmul, "conv": _conv,
+         "max_pool_values": _max_pool, "interpolate": _interpolate, "embedding": _embedding}
 
 
 # ---- the program -------------------------------------------------------------------------

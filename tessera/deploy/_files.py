@@ -38,7 +38,8 @@ def _header(prog: Program) -> str:
     n, g = prog.name, prog.graph
     def shape(v):
         return f"{v.dtype.name}[{', '.join(map(str, v.shape))}]"
-    ins = "\n".join(f"   input {k}: {shape(v)}{' (int64_t values)' if v.dtype.name == 'int64' else ''}"
+    ins = "\n".join(f"   input {k}: {shape(v)}"
+                    + (" (int64_t values)" if v.dtype.name == "int64" else "")
                     for k, v in enumerate(g.inputs))
     outs = "\n".join(f"   output {k}: {shape(v)}" for k, v in enumerate(g.outputs))
     return f"""/* {n}: a model exported by tessera.deploy, as a C library.
@@ -113,7 +114,8 @@ def _source(prog: Program, fingerprint: int) -> str:
 
 {"IM2COL_BLOCK(float, im2col_f32)" if prog.scratch_bytes else ""}
 
-enum {{ NUM_INPUTS = {len(g.inputs)}, NUM_OUTPUTS = {len(g.outputs)}, NUM_PACKED = {len(prog.packed)} }};
+enum {{ NUM_INPUTS = {len(g.inputs)}, NUM_OUTPUTS = {len(g.outputs)},
+       NUM_PACKED = {len(prog.packed)} }};
 static const uint64_t FINGERPRINT = 0x{fingerprint:016x}ull;
 static const uint64_t PAYLOAD_BYTES = {prog.payload_bytes}ull;
 static const size_t ARENA_BYTES = {prog.arena_bytes}, SCRATCH_BYTES = {prog.scratch_bytes};
