@@ -22,6 +22,7 @@ import numpy as np
 
 from tessera.codegen.loops import lower, render, supported
 from tessera.codegen.passes.outline import _body
+from tessera.codegen.rowwise import writes_before_reading
 from tessera.graph.ir import Graph, Node, Value
 from tessera.graph.memory import ALIGN, plan_memory
 from tessera.kernels.c_expr import CType
@@ -422,6 +423,19 @@ def _copy_outputs(g: Graph) -> None:
         seen.add(id(new))
 
 
+def _in_place_ok(n: Node, kind: str) -> bool:
+    """Whether the node's kernel may write over a dying input of its output's size: an
+    elementwise loop may, unless it carries a value in its output between phases."""
+    if kind == "elementwise":
+        body = _elementwise_body(n)[0]
+    elif n.op.name == "fused":
+        from tessera.graph.fused import body_graph
+        body = body_graph(n.attrs["body"])
+    else:
+        return False
+    return not writes_before_reading(body)
+
+
 def emit(name: str, g: Graph, values: dict) -> Program:
     """The C program of graph ``g`` (its variables' values in ``values``)."""
     for v in g.inputs:
@@ -464,8 +478,7 @@ def emit(name: str, g: Graph, values: dict) -> Program:
             continue
         raise _unsupported(n)
     out_nodes = {i for i in range(len(g.nodes)) if kinds[i] != "view"}
-    not_inplace = frozenset(i for i in out_nodes if kinds[i] != "elementwise"
-                            and g.nodes[i].op.name != "fused")
+    not_inplace = frozenset(i for i in out_nodes if not _in_place_ok(g.nodes[i], kinds[i]))
     plan = plan_memory(g, out_nodes, not_inplace, frozenset(views))
     prog.arena_bytes = plan.arena_bytes
     returned = {id(v): k for k, v in enumerate(g.outputs)}
