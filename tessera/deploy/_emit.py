@@ -388,8 +388,28 @@ def _all_any(prog: Program, i: int, n: Node) -> None:
         f"  {prog.p(out)}[o * {inner} + j] = acc;\n}}")
 
 
-RULES = {"all": _all_any, "any": _all_any, "fused": _fused, "matmul": _matmul, "conv": _conv,
-         "max_pool_values": _max_pool, "interpolate": _interpolate, "embedding": _embedding}
+def _cat(prog: Program, i: int, n: Node) -> None:
+    out = n.outputs[0]
+    ins = [v for v in n.inputs if isinstance(v, Value) and v.numel]
+    if any(v.dtype is not out.dtype for v in ins):
+        raise _unsupported(n, "inputs of mixed dtypes")
+    nd = len(out.shape)
+    d = n.attrs.get("dim", 0) % nd
+    outer, size = math.prod(out.shape[:d]), out.dtype.itemsize
+    row = math.prod(out.shape[d:]) * size
+    at = 0
+    for v in ins:
+        chunk = math.prod(v.shape[d:]) * size
+        prog.steps.append(
+            f"for (int64_t o = 0; o < {outer}; o++)\n"
+            f"  memcpy((char*){prog.p(out)} + o * {row} + {at}, "
+            f"(const char*){prog.p(v)} + o * {chunk}, {chunk});")
+        at += chunk
+
+
+RULES = {"cat": _cat, "all": _all_any, "any": _all_any, "fused": _fused, "matmul": _matmul,
+         "conv": _conv, "max_pool_values": _max_pool, "interpolate": _interpolate,
+         "embedding": _embedding}
 
 
 # ---- the program -------------------------------------------------------------------------

@@ -152,6 +152,17 @@ def test_gpt_forward(tmp_path):
                                rtol=1e-4, atol=1e-5)
 
 
+def test_vit_tiny(tmp_path):
+    tessera.manual_seed(0)
+    model = M.vit_tiny(image_size=32, patch_size=8, num_classes=10).eval()
+    for p in model.heads.parameters():   # the head starts at zero: make the output depend
+        nn.init.normal_(p, std=0.5)      # on the whole network
+    x = tessera.randn(1, 3, 32, 32)
+    out = build(model, (x,), tmp_path, "vit")
+    np.testing.assert_allclose(run_driver(out, "vit", (x,)), eager(model, (x,)), rtol=1e-4,
+                               atol=1e-5)
+
+
 def test_onnx_path_and_command_line(tmp_path):
     tessera.manual_seed(0)
     model = MLP().eval()
