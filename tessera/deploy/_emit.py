@@ -254,36 +254,46 @@ def _matmul(prog: Program, i: int, n: Node) -> None:
         "\n}")
 
 
+# a window kernel compiled twice: for baseline x86-64 and, under GCC, for AVX2 and FMA (the
+# run picks by CPUID, as the GEMM does), so one binary is fast on every x86-64
+_AVX2_UNIT = ("#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)\n"
+              "#pragma GCC target(\"avx2,fma\")\n#pragma GCC optimize(\"O3\")\n#endif\n")
+
+
 def _window_unit(prog: Program, kind: str, kh, kw, sh, sw, ph, pw, dh, dw) -> str:
     key = f"{kh}x{kw}s{sh}x{sw}p{ph}x{pw}d{dh}x{dw}"
     fname = f"{prog.name}_{kind}_{key}"
-    unit = f"{prog.name}_{kind}_{key}.c"
-    if unit not in prog.units:
-        defs = dict(TSR_KH=kh, TSR_KW=kw, TSR_SH=sh, TSR_SW=sw, TSR_PH=ph, TSR_PW=pw,
-                    TSR_DH=dh, TSR_DW=dw, TSR_T="float", TSR_INDEX=0)
-        text = "".join(f"#define {k} {v}\n" for k, v in defs.items())
-        src = "depthwise.c" if kind == "dw" else "maxpool.c"
-        func = "tsr_depthwise" if kind == "dw" else "tsr_maxpool"
-        prog.units[unit] = (f"/* {func} for one window geometry */\n#include <stdint.h>\n"
-                            f"{text}#define {func} {fname}\n#include \"{src}\"\n")
+    if f"{fname}.c" in prog.units:
+        return fname
+    defs = dict(TSR_KH=kh, TSR_KW=kw, TSR_SH=sh, TSR_SW=sw, TSR_PH=ph, TSR_PW=pw,
+                TSR_DH=dh, TSR_DW=dw, TSR_T="float", TSR_INDEX=0)
+    text = "".join(f"#define {k} {v}\n" for k, v in defs.items())
+    src = "depthwise.c" if kind == "dw" else "maxpool.c"
+    func = "tsr_depthwise" if kind == "dw" else "tsr_maxpool"
+    for suffix, pre in (("", ""), ("_avx2", _AVX2_UNIT)):
+        prog.units[f"{fname}{suffix}.c"] = (
+            f"/* {func} for one window geometry{suffix and ', AVX2'} */\n{pre}"
+            f"#include <stdint.h>\n{text}#define {func} {fname}{suffix}\n#include \"{src}\"\n")
         if kind == "dw":
-            proto = (f"void {fname}(const float* x, const float* w, const float* b, float* y, "
-                     "int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW, int64_t lo, "
-                     "int64_t hi);")
+            prog.prototypes.append(
+                f"void {fname}{suffix}(const float* x, const float* w, const float* b, "
+                "float* y, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW, "
+                "int64_t lo, int64_t hi);")
         else:
-            proto = (f"void {fname}(const float* x, float* y, int64_t* idx, int64_t H, "
-                     "int64_t W, int64_t OH, int64_t OW, int64_t lo, int64_t hi);")
-        prog.prototypes.append(proto)
-        args = ("(const float*)(intptr_t)c[0], (const float*)(intptr_t)c[1], "
-                "(const float*)(intptr_t)c[2], (float*)(intptr_t)c[3], c[4], c[5], c[6], "
-                "c[7], c[8]") if kind == "dw" else \
-            "(const float*)(intptr_t)c[0], (float*)(intptr_t)c[1], NULL, c[2], c[3], c[4], c[5]"
-        last = 9 if kind == "dw" else 6
-        prog.kernels.append(
-            f"static int64_t {fname}_item(const int64_t* c, int64_t i) {{\n"
-            f"    int64_t lo = c[{last + 1}] * i / c[{last}], "
-            f"hi = c[{last + 1}] * (i + 1) / c[{last}];\n"
-            f"    {fname}({args}, lo, hi);\n    return 0;\n}}")
+            prog.prototypes.append(
+                f"void {fname}{suffix}(const float* x, float* y, int64_t* idx, int64_t H, "
+                "int64_t W, int64_t OH, int64_t OW, int64_t lo, int64_t hi);")
+    args = ("(const float*)(intptr_t)c[0], (const float*)(intptr_t)c[1], "
+            "(const float*)(intptr_t)c[2], (float*)(intptr_t)c[3], c[4], c[5], c[6], "
+            "c[7], c[8]") if kind == "dw" else \
+        "(const float*)(intptr_t)c[0], (float*)(intptr_t)c[1], NULL, c[2], c[3], c[4], c[5]"
+    last = 9 if kind == "dw" else 6
+    prog.kernels.append(
+        f"static int64_t {fname}_item(const int64_t* c, int64_t i) {{\n"
+        f"    int64_t lo = c[{last + 1}] * i / c[{last}], "
+        f"hi = c[{last + 1}] * (i + 1) / c[{last}];\n"
+        f"    if (has_avx2()) {fname}_avx2({args}, lo, hi);\n"
+        f"    else {fname}({args}, lo, hi);\n    return 0;\n}}")
     return fname
 
 

@@ -145,6 +145,20 @@ static int64_t gemm_item(const int64_t *c, int64_t i) {{
     return 0;
 }}
 
+/* whether the AVX2 builds of the window kernels run here (x86-64 with AVX2 and FMA) */
+static inline int has_avx2(void) {{
+#if defined(__x86_64__) && defined(__GNUC__)
+    static int known = -1;
+    if (known < 0) {{
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }}
+    return known;
+#else
+    return 0;
+#endif
+}}
+
 static int run_gemm({n}_model *m, tsr_gemm_t *g) {{
     int64_t blocks = tsr_gemm_plan(g, m->threads), bad = 0;
     if (blocks < 0) return 1;
