@@ -148,12 +148,14 @@ static int64_t gemm_item(const int64_t *c, int64_t i) {{
 /* whether the AVX2 builds of the window kernels run here (x86-64 with AVX2 and FMA) */
 static inline int has_avx2(void) {{
 #if defined(__x86_64__) && defined(__GNUC__)
-    static int known = -1;
-    if (known < 0) {{
+    static int known = -1;  /* atomic: the kernel threads ask at once */
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (k < 0) {{
         __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        k = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        __atomic_store_n(&known, k, __ATOMIC_RELAXED);
     }}
-    return known;
+    return k;
 #else
     return 0;
 #endif
