@@ -1,9 +1,8 @@
 """``python -m bench [section ...]``: the benchmarks, side by side with their peers.
 
 Sections: overhead, kernels, gemm, training, small_models, cputime, compile, demo, models,
-einsum, distributed, remat, binary, int8, autoparallel, backends (all by default, in that
-order; ``python -m bench.onnx_simplify`` counts ONNX nodes separately).
-``python -m bench.onnx_simplify`` counts ONNX nodes separately).
+einsum, distributed, remat, binary, int8, autoparallel, backends, deploy (all by default, in
+that order; ``python -m bench.onnx_simplify`` counts ONNX nodes separately).
 Prints one table per section and writes the tables, under a header naming the CPU, NumPy's
 BLAS and the versions compared, to ``bench/RESULTS.md`` (only the sections run); every
 figure goes to ``bench/results/<time>.json``, with a bar chart of the ratios to PyTorch
@@ -26,7 +25,7 @@ RESULTS_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.m
 
 SECTIONS = ("overhead", "kernels", "gemm", "training", "small_models", "cputime", "compile",
             "demo", "models", "einsum", "distributed", "remat", "binary", "int8",
-            "autoparallel", "backends")
+            "autoparallel", "backends", "deploy")
 
 
 def _module(name: str):

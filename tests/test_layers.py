@@ -40,12 +40,14 @@ LAYERS = [
     ("fx", r"tessera\.fx(\..*)?"),
     ("compiler", r"tessera\.compiler(\..*)?"),
     ("onnx", r"tessera\.onnx(?!\.__main__$)(\..*)?"),
+    ("deploy", r"tessera\.deploy(?!\.__main__$)(\..*)?"),
     ("models, datasets", r"tessera\.(models|datasets)(\..*)?"),
     # the package namespace, command-line entry points, and the re-export shims that keep
     # PyTorch's import paths of the parallel strategies (torch.nn.parallel,
     # torch.distributed.optim)
-    ("namespace", r"tessera|tessera\.__main__|tessera\.onnx\.__main__|tessera\.sparse"
-                  r"|tessera\.linalg|tessera\.nn\.parallel(\..*)?|tessera\.distributed\.optim(\..*)?"),
+    ("namespace", r"tessera|tessera\.__main__|tessera\.onnx\.__main__|tessera\.deploy\.__main__"
+                  r"|tessera\.sparse|tessera\.linalg"
+                  r"|tessera\.nn\.parallel(\..*)?|tessera\.distributed\.optim(\..*)?"),
 ]
 
 

@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 
 from tessera.codegen.loops import iteration_shape, lower, render, supported
+from tessera.codegen.rowwise import writes_before_reading
 from tessera.graph.fused import body_graph
 from tessera.kernels import cc
 from tessera.kernels.prelude import PRELUDE
@@ -59,6 +60,8 @@ def build(nodes: list) -> dict:
     out = {}
     for node, name, body, splits in plans:
         fn = _wrap(getattr(lib, name + "_c"), getattr(lib, name + "_s"), body, splits)
+        if writes_before_reading(body):
+            fn.reads_around = True  # the planner reads it (tessera.graph.executor)
         out[node] = _timed(fn, name, node.name) if debug else fn
     stats.update(kernels=len(plans), skipped=skipped, seconds=time.perf_counter() - t0,
                  cached=cc.last_build.get("cached"), source_lines=source.count("\n"))
@@ -79,6 +82,7 @@ def _timed(fn, name: str, where: str):
             first[0] = False
             print(f"// {name} ({where or 'graph'}): {(time.perf_counter() - t0) * 1e3:.3f} ms "
                   f"for {out.size} elements", file=sys.stderr)
+    call.reads_around = getattr(fn, "reads_around", False)  # type: ignore[attr-defined]
     return call
 
 

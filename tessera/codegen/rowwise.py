@@ -73,7 +73,25 @@ from tessera.codegen.loops import (
 from tessera.graph.ir import Graph, Value
 from tessera.kernels.threadpool import SPLIT_MIN
 
-__all__ = ["is_rowwise", "lower_rowwise"]
+__all__ = ["is_rowwise", "lower_rowwise", "writes_before_reading"]
+
+
+def writes_before_reading(body: Graph) -> bool:
+    """Whether the kernel of ``body`` stores into its output while a later phase still reads
+    its inputs (a reduction phase carrying a value in the output buffer, ``_kept``): its
+    output must not share an input's buffer. Found by LayerNorm after a residual add
+    (MiniLM) running in place on the add's input.
+
+    >>> g = Graph.parse('''graph(%a: float32[2, 4], %b: float32[2, 4]) {
+    ...   %0: float32[2, 4] = add(%a, %b) {alpha=1}
+    ...   %1: float32[2, 1] = mean(%0) {dim=(1,), keepdim=True, dtype=None}
+    ...   %2: float32[2, 4] = sub(%0, %1)
+    ...   return (%2)
+    ... }''')
+    >>> writes_before_reading(g)
+    True
+    """
+    return is_rowwise(body) and _kept(body, body.nodes[-1]) is not None
 
 
 def is_rowwise(body: Graph) -> bool:

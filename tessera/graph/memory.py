@@ -52,17 +52,19 @@ class MemoryPlan:
     planned_bytes: int = 0                          # sum of the planned buffers' sizes
 
 
-def _roots(g: Graph) -> dict[int, Value]:
-    """id(value) -> the value whose buffer it uses (itself unless made by a view op)."""
+def _roots(g: Graph, views: frozenset | None = None) -> dict[int, Value]:
+    """id(value) -> the value whose buffer it uses (itself unless made by a view op, or by
+    a node in ``views`` when that is given)."""
     root: dict[int, Value] = {}
     for v in g.inputs:
         root[id(v)] = v
     for v in g.variables.values():
         root[id(v)] = v
-    for n in g.nodes:
+    for i, n in enumerate(g.nodes):
         src = n.inputs[0] if n.inputs else None
+        aliases = n.op.aliasing == "view" if views is None else i in views
         for v in n.outputs:
-            if n.op.aliasing == "view" and isinstance(src, Value):
+            if aliases and isinstance(src, Value):
                 root[id(v)] = root[id(src)]
             else:
                 root[id(v)] = v
@@ -83,13 +85,15 @@ def _buffer_ends(g: Graph, root: dict) -> dict[int, int]:
     return end
 
 
-def plan_memory(g: Graph, out_nodes: set[int], not_inplace: frozenset = frozenset()
-                ) -> MemoryPlan:
+def plan_memory(g: Graph, out_nodes: set[int], not_inplace: frozenset = frozenset(),
+                views: frozenset | None = None) -> MemoryPlan:
     """Plan buffers for the outputs of the nodes in ``out_nodes`` (indices into g.nodes).
     An output may take over the buffer of an input that dies at its node, except at the
     nodes in ``not_inplace``, whose kernels read inputs around what they already wrote (a
-    convolution's windows)."""
-    root = _roots(g)
+    convolution's windows). ``views``: the nodes whose output shares its first input's
+    buffer (default: the ops with ``aliasing="view"``; a C program that copies some views
+    into buffers of their own says which it keeps)."""
+    root = _roots(g, views)
     end = _buffer_ends(g, root)
     plan = MemoryPlan()
     plan.naive_bytes = sum(v.nbytes for n in g.nodes for v in n.outputs)

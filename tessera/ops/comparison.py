@@ -55,11 +55,23 @@ def _float_only(fn, default):
     return lambda x: fn(x) if x.dtype.kind == "f" else np.full(x.shape, default)
 
 
-isnan = _bool_unary("isnan", np.isnan)
-isinf = _bool_unary("isinf", _float_only(np.isinf, False))
-isfinite = _bool_unary("isfinite", _float_only(np.isfinite, True))
-isposinf = _bool_unary("isposinf", _float_only(np.isposinf, False))
-isneginf = _bool_unary("isneginf", _float_only(np.isneginf, False))
+def _test_c(expr: str, on_ints: str):
+    """The C rule of a test of a value (``{0}``), computed in the input's own type (the
+    trait ``compare``); integers and bools are never NaN or infinite."""
+    return lambda c, a, at: on_ints if c.is_int or c.T == "unsigned char" \
+        else "(" + expr.format(a[0]) + ")"
+
+
+def _value_test(name, kernel, expr, on_ints):
+    return _bool_unary(name, kernel, to_c=_test_c(expr, on_ints), traits={"compare"})
+
+
+isnan = _value_test("isnan", np.isnan, "{0} != {0}", "0")
+isinf = _value_test("isinf", _float_only(np.isinf, False), "{0} == INFINITY || {0} == -INFINITY",
+                    "0")
+isfinite = _value_test("isfinite", _float_only(np.isfinite, True), "{0} - {0} == 0", "1")
+isposinf = _value_test("isposinf", _float_only(np.isposinf, False), "{0} == INFINITY", "0")
+isneginf = _value_test("isneginf", _float_only(np.isneginf, False), "{0} == -INFINITY", "0")
 signbit = _bool_unary("signbit", lambda x: np.signbit(x) if x.dtype.kind != "b" else
                       np.zeros(x.shape, bool))
 

@@ -13,6 +13,7 @@ typedef TSR_T T;
 /* one output: the window scanned in (kh, kw) order with bounds checks */
 static inline void edge(const T* xp, T* y, int64_t* idx, int64_t o, int64_t h0, int64_t w0,
                         int64_t H, int64_t W) {
+    (void)idx;  /* unread without the argmax (a deployed model builds with -Werror) */
     int64_t hs = h0, ws = w0;
     while (hs < 0) hs += DH;
     while (ws < 0) ws += DW;
@@ -54,6 +55,7 @@ void tsr_maxpool(const T* x, T* y, int64_t* idx, int64_t H, int64_t W, int64_t O
             int64_t h0 = oh * SH - PH;
             T* yr = yp + oh * OW;
             int64_t* ir = WITH_INDEX ? ip + oh * OW : 0;
+            (void)ir;
             if (h0 < 0 || h0 + (KH - 1) * DH >= H) {
                 for (int64_t ow = 0; ow < OW; ow++)
                     edge(xp, yp, ip, oh * OW + ow, h0, ow * SW - PW, H, W);

@@ -1,0 +1,556 @@
+"""The C program of an exported model: one rule per op kind, from the graph to C text.
+
+Every value lives in one of four places: a caller's input or output buffer, the weights
+payload (loaded once), or the arena at the offset ``tessera.graph.memory`` plans, so
+``run`` allocates nothing. Views that keep their input's layout (a reshape, a contiguous
+slice) share its buffer; any other data movement (a transpose, a strided slice) is a copy
+into a buffer of its own, read by the kernels as contiguous. Which it is comes from the
+op's own CPU kernel run on an index array, so no movement op needs a rule of its own.
+
+The rules (``RULES``, keyed by op name): fused elementwise regions and single elementwise
+ops are the C the graph's code generator renders (``tessera.codegen.loops``); matrix
+products and convolutions run on tessera's GEMM (``kernels/c/gemm.c``, a weight's panels
+packed once at load); depthwise convolution and max pooling are ``kernels/c/depthwise.c``
+and ``maxpool.c`` compiled for each window geometry.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tessera.codegen.loops import lower, render, supported
+from tessera.codegen.passes.outline import _body
+from tessera.codegen.rowwise import writes_before_reading
+from tessera.graph.ir import Graph, Node, Value
+from tessera.graph.memory import ALIGN, plan_memory
+from tessera.kernels.c_expr import CType
+from tessera.kernels.threadpool import SPLIT_MIN
+from tessera.ops.registry import REGISTRY
+
+__all__ = ["Program", "emit"]
+
+CTYPES = CType.NAMES
+# ops whose result is their input's elements moved about (read from an index array)
+MOVEMENT = frozenset({"clone", "contiguous", "permute", "transpose", "expand", "flip",
+                      "repeat", "t", "cat_single"})
+
+
+@dataclass
+class Loc:
+    """Where a value's elements are: ``base`` (a C pointer expression to bytes) + offset."""
+
+    base: str
+    offset: int = 0
+
+    def ptr(self, v: Value) -> str:
+        t = CTYPES[v.dtype.name]
+        return f"(({t}*)({self.base} + {self.offset}))"
+
+
+@dataclass
+class Program:
+    name: str
+    graph: Graph
+    weights: dict = field(default_factory=dict)     # variable name -> (byte offset, array)
+    payload_bytes: int = 0
+    packed: list = field(default_factory=list)      # (weight offset, k, n) packed at load
+    kernels: list = field(default_factory=list)     # C text before the run function
+    units: dict = field(default_factory=dict)       # extra translation unit file -> text
+    prototypes: list = field(default_factory=list)
+    steps: list = field(default_factory=list)       # C lines of the run function
+    scratch_bytes: int = 0                          # im2col columns (0: no im2col)
+    arena_bytes: int = 0
+    loc: dict = field(default_factory=dict)         # id(value) -> Loc
+    source: str = ""
+
+    def p(self, v) -> str:
+        if not isinstance(v, Value):
+            raise NotImplementedError(f"tessera.deploy: a constant operand {v!r}")
+        return self.loc[id(v)].ptr(v)
+
+
+def _unsupported(n: Node, why: str = "") -> NotImplementedError:
+    where = n.name or "the model"
+    return NotImplementedError(f"tessera.deploy.export_c: op '{n.op.name}' (at {where}) has "
+                               f"no C rule{': ' + why if why else ''}")
+
+
+# ---- classification: what each node becomes ---------------------------------------------
+
+def _index_maps(n: Node):
+    """[(offset, strides)] of each of the node's results as elements of its one tensor
+    input, or None when they are not a pure movement of them."""
+    ins = n.tensor_inputs
+    if len(ins) != 1 or n.inputs[0] is not ins[0]:
+        return None
+    src = ins[0]
+    if any(out.dtype is not src.dtype for out in n.outputs):
+        return None
+    kernel = n.op.kernels.get("cpu")
+    if kernel is None:
+        return None
+    idx = np.arange(src.numel, dtype=np.int64).reshape(src.shape)
+    try:
+        res = kernel(idx, *n.inputs[1:], **n.attrs)
+    except Exception:  # not an index-preserving kernel
+        return None
+    results = list(res) if isinstance(res, (tuple, list)) else [res]
+    if len(results) != len(n.outputs):
+        return None
+    maps = []
+    for r, out in zip(results, n.outputs):
+        one = _strides_of(np.asarray(r), out)
+        if one is None:
+            return None
+        maps.append(one)
+    return maps
+
+
+def _strides_of(res: np.ndarray, out: Value):
+    if res.shape != out.shape or res.dtype != np.int64 or res.size == 0:
+        return None
+    offset = int(res.flat[0])
+    strides = []
+    for d, size in enumerate(res.shape):
+        if size == 1:
+            strides.append(0)
+            continue
+        step = [0] * res.ndim
+        step[d] = 1
+        strides.append(int(res[tuple(step)]) - offset)
+    grid = np.full(res.shape, offset, np.int64)
+    for d, s in enumerate(strides):
+        shape = [1] * res.ndim
+        shape[d] = res.shape[d]
+        grid = grid + (np.arange(res.shape[d], dtype=np.int64) * s).reshape(shape)
+    if not np.array_equal(grid, res):
+        return None
+    return offset, strides
+
+
+def _split_movements(g: Graph) -> None:
+    """A movement with several results (a split) becomes one node per result, each a copy
+    (or a view) of its part of the input, so that the memory plan sees single results."""
+    nodes = []
+    clone = REGISTRY["clone"]
+    for n in g.nodes:
+        maps = _index_maps(n) if len(n.outputs) > 1 else None
+        if maps is None:
+            nodes.append(n)
+            continue
+        for out, mv in zip(n.outputs, maps):
+            part = Node(clone, [n.inputs[0]], {}, [out], n.name, {"move": mv})
+            out.producer, out.index = part, 0
+            nodes.append(part)
+    g.nodes = nodes
+
+
+def _contiguous(shape: tuple, strides: list) -> bool:
+    expect = 1
+    for size, s in reversed(list(zip(shape, strides))):
+        if size != 1 and s != expect:
+            return False
+        expect *= size
+    return True
+
+
+def _elementwise_body(n: Node):
+    if len(n.outputs) != 1:
+        return None
+    body, ext, _ = _body([n])
+    return (body, ext) if supported(body) is None else None
+
+
+# ---- the rules -------------------------------------------------------------------------
+
+def _region(prog: Program, i: int, body: Graph, ext: list, out: Value) -> None:
+    """A region rendered by the graph's code generator, its split loop over the threads."""
+    cname = f"{prog.name}_k{i}"
+    func = next(f for f in lower(body, cname) if f.name == cname + "_c")
+    # a kernel without a split loop ignores its range (the build has -Werror)
+    text = render(func).replace("{\n", "{\n  (void)lo; (void)hi;\n", 1)
+    prog.kernels.append(text)
+    args = [prog.p(out)] + [prog.p(v) for v in ext]
+    extent = func.split
+    if not extent or out.numel < SPLIT_MIN // 8:
+        prog.steps.append(f"{cname}_c({', '.join(args)}, 0, {extent or 1});")
+        return
+    casts = [f"({'const ' if q.const else ''}{q.ctype}*)(intptr_t)c[{k}]"
+             for k, q in enumerate(func.params)]
+    k = len(func.params)
+    prog.kernels.append(
+        f"static int64_t {cname}_item(const int64_t* c, int64_t i) {{\n"
+        f"    int64_t lo = c[{k + 1}] * i / c[{k}], hi = c[{k + 1}] * (i + 1) / c[{k}];\n"
+        f"    {cname}_c({', '.join(casts)}, lo, hi);\n    return 0;\n}}")
+    ctx = ", ".join(f"(int64_t)(intptr_t){a}" for a in args)
+    prog.steps.append(
+        f"{{ int64_t n = m->threads < {extent} ? m->threads : {extent};\n"
+        f"  int64_t c[] = {{{ctx}, n, {extent}}};\n"
+        f"  tsr_pool_run({cname}_item, c, n, m->threads); }}")
+
+
+def _fused(prog: Program, i: int, n: Node) -> None:
+    from tessera.graph.fused import body_graph
+    body = body_graph(n.attrs["body"])
+    why = supported(body)
+    if why is not None:
+        raise _unsupported(n, why)
+    _region(prog, i, body, n.tensor_inputs, n.outputs[0])
+
+
+def _gemm_call(prog: Program, m_: str, n_: str, k_: str, a: str, rsa: str, b: str | None,
+               rsb: str, c: str, ldc: str, packed: int | None = None) -> str:
+    bpart = f"g.bp = m->packed[{packed}];" if packed is not None else \
+        f"g.b = {b}; g.rsb = {rsb}; g.csb = 1;"
+    return (f"{{ tsr_gemm_t g; memset(&g, 0, sizeof g); g.m = {m_}; g.n = {n_}; g.k = {k_};\n"
+            f"  g.a = {a}; g.rsa = {rsa}; g.csa = 1; {bpart}\n"
+            f"  g.c = {c}; g.ldc = {ldc}; g.alpha = 1; g.beta = 0; g.isa = m->isa;\n"
+            f"  if (run_gemm(m, &g)) return fail(m, \"out of memory in a matrix product\"); }}")
+
+
+def _matmul(prog: Program, i: int, n: Node) -> None:
+    a, b = n.inputs[0], n.inputs[1]
+    out = n.outputs[0]
+    if not all(isinstance(v, Value) and v.dtype.name == "float32" for v in (a, b)) or \
+            len(a.shape) < 2 or len(b.shape) < 2:
+        raise _unsupported(n, "only float32 products of matrices (or batches of them)")
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    if b.kind == "var" and len(b.shape) == 2:
+        off = prog.weights[b.name][0]
+        prog.packed.append((off, K, N))
+        rows = math.prod(a.shape[:-1])
+        prog.steps.append(_gemm_call(prog, str(rows), str(N), str(K), prog.p(a), str(K), None,
+                                     "", prog.p(out), str(N), packed=len(prog.packed) - 1))
+        return
+    batch = out.shape[:-2]
+    nb = math.prod(batch)
+
+    def strides(v: Value) -> list[int]:
+        # element offset of each batch index into v (0 where v broadcasts)
+        vb = (1,) * (len(batch) - len(v.shape[:-2])) + tuple(v.shape[:-2])
+        size, res = v.shape[-2] * v.shape[-1], []
+        for d in reversed(range(len(batch))):
+            res.append(size if vb[d] != 1 else 0)
+            size *= vb[d]
+        return list(reversed(res))
+    sa, sb = strides(a), strides(b)
+    dims = ", ".join(map(str, batch)) or "1"
+    offs = []
+    for name, st in (("oa", sa), ("ob", sb)):
+        terms = []
+        rem = "q"
+        for d in reversed(range(len(batch))):
+            terms.append(f"(({rem}) % {batch[d]}) * {st[d]}")
+            rem = f"{rem} / {batch[d]}"
+        offs.append(f"int64_t {name} = {' + '.join(terms) or '0'};")
+    del dims
+    prog.steps.append(
+        f"for (int64_t q = 0; q < {nb}; q++) {{\n  {offs[0]} {offs[1]}\n  " +
+        _gemm_call(prog, str(M), str(N), str(K), f"{prog.p(a)} + oa", str(K),
+                   f"{prog.p(b)} + ob", str(N), f"{prog.p(out)} + q * {M * N}", str(N)) +
+        "\n}")
+
+
+# a window kernel compiled twice: for baseline x86-64 and, under GCC, for AVX2 and FMA (the
+# run picks by CPUID, as the GEMM does), so one binary is fast on every x86-64
+_AVX2_UNIT = ("#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)\n"
+              "#pragma GCC target(\"avx2,fma\")\n#pragma GCC optimize(\"O3\")\n#endif\n")
+
+
+def _window_unit(prog: Program, kind: str, kh, kw, sh, sw, ph, pw, dh, dw) -> str:
+    key = f"{kh}x{kw}s{sh}x{sw}p{ph}x{pw}d{dh}x{dw}"
+    fname = f"{prog.name}_{kind}_{key}"
+    if f"{fname}.c" in prog.units:
+        return fname
+    defs = dict(TSR_KH=kh, TSR_KW=kw, TSR_SH=sh, TSR_SW=sw, TSR_PH=ph, TSR_PW=pw,
+                TSR_DH=dh, TSR_DW=dw, TSR_T="float", TSR_INDEX=0)
+    text = "".join(f"#define {k} {v}\n" for k, v in defs.items())
+    src = "depthwise.c" if kind == "dw" else "maxpool.c"
+    func = "tsr_depthwise" if kind == "dw" else "tsr_maxpool"
+    for suffix, pre in (("", ""), ("_avx2", _AVX2_UNIT)):
+        prog.units[f"{fname}{suffix}.c"] = (
+            f"/* {func} for one window geometry{suffix and ', AVX2'} */\n{pre}"
+            f"#include <stdint.h>\n{text}#define {func} {fname}{suffix}\n#include \"{src}\"\n")
+        if kind == "dw":
+            prog.prototypes.append(
+                f"void {fname}{suffix}(const float* x, const float* w, const float* b, "
+                "float* y, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW, "
+                "int64_t lo, int64_t hi);")
+        else:
+            prog.prototypes.append(
+                f"void {fname}{suffix}(const float* x, float* y, int64_t* idx, int64_t H, "
+                "int64_t W, int64_t OH, int64_t OW, int64_t lo, int64_t hi);")
+    args = ("(const float*)(intptr_t)c[0], (const float*)(intptr_t)c[1], "
+            "(const float*)(intptr_t)c[2], (float*)(intptr_t)c[3], c[4], c[5], c[6], "
+            "c[7], c[8]") if kind == "dw" else \
+        "(const float*)(intptr_t)c[0], (float*)(intptr_t)c[1], NULL, c[2], c[3], c[4], c[5]"
+    last = 9 if kind == "dw" else 6
+    prog.kernels.append(
+        f"static int64_t {fname}_item(const int64_t* c, int64_t i) {{\n"
+        f"    int64_t lo = c[{last + 1}] * i / c[{last}], "
+        f"hi = c[{last + 1}] * (i + 1) / c[{last}];\n"
+        f"    if (has_avx2()) {fname}_avx2({args}, lo, hi);\n"
+        f"    else {fname}({args}, lo, hi);\n    return 0;\n}}")
+    return fname
+
+
+def _pool_run(fname: str, ctx: list[str], planes: int, last: int) -> str:
+    del last
+    c = ", ".join(f"(int64_t)(intptr_t)({x})" for x in ctx)
+    return (f"{{ int64_t n = m->threads < {planes} ? m->threads : {planes};\n"
+            f"  int64_t c[] = {{{c}, n, {planes}}};\n"
+            f"  tsr_pool_run({fname}_item, c, n, m->threads); }}")
+
+
+def _conv(prog: Program, i: int, n: Node) -> None:
+    x, w = n.inputs[0], n.inputs[1]
+    bias = n.inputs[2] if len(n.inputs) > 2 else None
+    out = n.outputs[0]
+    if len(x.shape) != 4 or x.dtype.name != "float32" or w.kind != "var" or \
+            n.attrs.get("transposed"):
+        raise _unsupported(n, "only float32 2-d convolutions with constant weights")
+    N, C, H, W = x.shape
+    O, Cg, KH, KW = w.shape
+    _, _, OH, OW = out.shape
+    G = n.attrs.get("groups", 1)
+    (sh, sw), (dh, dw) = n.attrs["stride"], n.attrs["dilation"]
+    (ph, _), (pw, _) = n.attrs["pads"]
+    b = prog.p(bias) if isinstance(bias, Value) else "NULL"
+    if G == C == O and Cg == 1:
+        fname = _window_unit(prog, "dw", KH, KW, sh, sw, ph, pw, dh, dw)
+        prog.steps.append(_pool_run(fname, [prog.p(x), prog.p(w), b, prog.p(out), str(C),
+                                            str(H), str(W), str(OH), str(OW)], N * C, 9))
+        return
+    Og, P, CK = O // G, OH * OW, Cg * KH * KW
+    direct = (KH, KW, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0)
+    if not direct:
+        prog.scratch_bytes = max(prog.scratch_bytes, CK * P * 4)
+    xg = f"{prog.p(x)} + (q / {G} * {C} + q % {G} * {Cg}) * {H * W}"
+    lines = [f"for (int64_t q = 0; q < {N * G}; q++) {{"]
+    if direct:
+        src = xg
+    else:
+        lines.append(f"  im2col_f32({xg}, m->scratch, {H}, {W}, {KH}, {KW}, {sh}, {sw}, {ph}, "
+                     f"{pw}, {dh}, {dw}, {OW}, {P}, 0, {CK}, 0, {OH});")
+        src = "m->scratch"
+    yq = f"{prog.p(out)} + q * {Og * P}"
+    lines.append("  " + _gemm_call(prog, str(Og), str(P), str(CK),
+                                   f"{prog.p(w)} + q % {G} * {Og * CK}", str(CK), src, str(P),
+                                   yq, str(P)))
+    if bias is not None:
+        lines.append(f"  tsr_add_row_bias({yq}, {b} + q % {G} * {Og}, {Og}, {P});")
+    prog.steps.append("\n".join(lines) + "\n}")
+
+
+def _max_pool(prog: Program, i: int, n: Node) -> None:
+    x, out = n.inputs[0], n.outputs[0]
+    if len(x.shape) != 4 or x.dtype.name != "float32":
+        raise _unsupported(n, "only float32 2-d max pooling")
+    N, C, H, W = x.shape
+    _, _, OH, OW = out.shape
+    (kh, kw), (sh, sw) = n.attrs["kernel_size"], n.attrs["stride"]
+    (ph, pw), (dh, dw) = n.attrs["padding"], n.attrs["dilation"]
+    fname = _window_unit(prog, "mp", kh, kw, sh, sw, ph, pw, dh, dw)
+    prog.steps.append(_pool_run(fname, [prog.p(x), prog.p(out), str(H), str(W), str(OH),
+                                        str(OW)], N * C, 6))
+
+
+def _interpolate(prog: Program, i: int, n: Node) -> None:
+    x, out = n.inputs[0], n.outputs[0]
+    if n.attrs.get("mode") != "area" or len(x.shape) != 4:
+        raise _unsupported(n, f"mode {n.attrs.get('mode')!r} (only 'area', 2-d)")
+    N, C, H, W = x.shape
+    prog.steps.append(f"tsr_adaptive_avg({prog.p(x)}, {prog.p(out)}, {N * C}, {H}, {W}, "
+                      f"{out.shape[2]}, {out.shape[3]});")
+
+
+def _embedding(prog: Program, i: int, n: Node) -> None:
+    w, ids = n.inputs[0], n.inputs[1]
+    if w.dtype.name != "float32" or ids.dtype.name != "int64" or len(w.shape) != 2:
+        raise _unsupported(n, "only a float32 table looked up by int64 ids")
+    prog.steps.append(
+        f"if (tsr_gather_rows({prog.p(w)}, {w.shape[0]}, {w.shape[1]}, {prog.p(ids)}, "
+        f"{ids.numel}, {prog.p(n.outputs[0])}))\n"
+        f"  return fail(m, \"{n.name or 'embedding'}: an input id is outside [0, "
+        f"{w.shape[0]})\");")
+
+
+def _all_any(prog: Program, i: int, n: Node) -> None:
+    x, out = n.inputs[0], n.outputs[0]
+    dim = n.attrs.get("dim")
+    nd = len(x.shape)
+    dims = [d % nd for d in (dim if isinstance(dim, (tuple, list)) else [dim])] \
+        if dim is not None else list(range(nd))
+    if x.dtype.name != "bool" or sorted(dims) != list(range(min(dims), max(dims) + 1)):
+        raise _unsupported(n, "only bool inputs reduced over consecutive dims")
+    outer = math.prod(x.shape[:min(dims)])
+    r = math.prod(x.shape[min(dims):max(dims) + 1])
+    inner = math.prod(x.shape[max(dims) + 1:])
+    is_all = n.op.name == "all"
+    prog.steps.append(
+        f"for (int64_t o = 0; o < {outer}; o++) for (int64_t j = 0; j < {inner}; j++) {{\n"
+        f"  unsigned char acc = {1 if is_all else 0};\n"
+        f"  for (int64_t k = 0; k < {r}; k++) acc = acc {'&&' if is_all else '||'} "
+        f"{prog.p(x)}[(o * {r} + k) * {inner} + j];\n"
+        f"  {prog.p(out)}[o * {inner} + j] = acc;\n}}")
+
+
+def _cat(prog: Program, i: int, n: Node) -> None:
+    out = n.outputs[0]
+    ins = [v for v in n.inputs if isinstance(v, Value) and v.numel]
+    if any(v.dtype is not out.dtype for v in ins):
+        raise _unsupported(n, "inputs of mixed dtypes")
+    nd = len(out.shape)
+    d = n.attrs.get("dim", 0) % nd
+    outer, size = math.prod(out.shape[:d]), out.dtype.itemsize
+    row = math.prod(out.shape[d:]) * size
+    at = 0
+    for v in ins:
+        chunk = math.prod(v.shape[d:]) * size
+        prog.steps.append(
+            f"for (int64_t o = 0; o < {outer}; o++)\n"
+            f"  memcpy((char*){prog.p(out)} + o * {row} + {at}, "
+            f"(const char*){prog.p(v)} + o * {chunk}, {chunk});")
+        at += chunk
+
+
+RULES = {"cat": _cat, "all": _all_any, "any": _all_any, "fused": _fused, "matmul": _matmul,
+         "conv": _conv, "max_pool_values": _max_pool, "interpolate": _interpolate,
+         "embedding": _embedding}
+
+
+# ---- the program -------------------------------------------------------------------------
+
+def _plan_layout(prog: Program) -> None:
+    """Weights into the payload, then the graph outputs' and the arena's buffers."""
+    g = prog.graph
+    off = 0
+    for name, v in g.variables.items():
+        prog.weights[name] = (off, None)
+        off += (v.nbytes + ALIGN - 1) // ALIGN * ALIGN
+        prog.loc[id(v)] = Loc("m->w", prog.weights[name][0])
+    prog.payload_bytes = off
+    for k, v in enumerate(g.inputs):
+        prog.loc[id(v)] = Loc(f"((unsigned char*)(intptr_t)in[{k}])")
+
+
+def _copy_outputs(g: Graph) -> None:
+    """Outputs the caller's buffers cannot hold in place (a graph input, a weight, a value
+    returned twice, part of a larger buffer) get a copy node of their own."""
+    seen: set[int] = set()
+    clone = REGISTRY["clone"]
+    for k, v in enumerate(list(g.outputs)):
+        if v.kind == "node" and id(v) not in seen and v.producer.op.aliasing != "view" and \
+                v.producer.op.name not in MOVEMENT:
+            seen.add(id(v))
+            continue
+        (new,) = g.add_node(clone, [v], {}, [(v.shape, v.dtype)], name="output")
+        g.nodes[-1].notes["copy"] = True
+        g.outputs[k] = new
+        seen.add(id(new))
+
+
+def _in_place_ok(n: Node, kind: str) -> bool:
+    """Whether the node's kernel may write over a dying input of its output's size: an
+    elementwise loop may, unless it carries a value in its output between phases."""
+    if kind == "elementwise":
+        body = _elementwise_body(n)[0]
+    elif n.op.name == "fused":
+        from tessera.graph.fused import body_graph
+        body = body_graph(n.attrs["body"])
+    else:
+        return False
+    return not writes_before_reading(body)
+
+
+def emit(name: str, g: Graph, values: dict) -> Program:
+    """The C program of graph ``g`` (its variables' values in ``values``)."""
+    for v in g.inputs:
+        if v.dtype.name not in ("float32", "int64"):
+            raise NotImplementedError(f"tessera.deploy.export_c: input {v.name} is "
+                                      f"{v.dtype.name}; inputs must be float32 or int64")
+    for v in g.outputs:
+        if v.dtype.name != "float32":
+            raise NotImplementedError(f"tessera.deploy.export_c: an output is {v.dtype.name};"
+                                      " outputs must be float32")
+    _split_movements(g)
+    _copy_outputs(g)
+    prog = Program(name, g)
+    _plan_layout(prog)
+    views, copies, moves, kinds = set(), set(), {}, {}
+    for i, n in enumerate(g.nodes):
+        if n.notes.get("copy"):
+            copies.add(i)
+            kinds[i] = "copy"
+            continue
+        if n.op.name in RULES:
+            kinds[i] = "rule"
+            continue
+        mv = n.notes.get("move")
+        if mv is None and (n.op.aliasing == "view" or n.op.name in MOVEMENT):
+            maps = _index_maps(n)
+            mv = maps[0] if maps else None
+        if mv is not None:
+            offset, strides = mv
+            if _contiguous(n.outputs[0].shape, strides):
+                views.add(i)
+                moves[i] = offset
+                kinds[i] = "view"
+            else:
+                moves[i] = (offset, strides)
+                kinds[i] = "move"
+            continue
+        if _elementwise_body(n) is not None:
+            kinds[i] = "elementwise"
+            continue
+        raise _unsupported(n)
+    out_nodes = {i for i in range(len(g.nodes)) if kinds[i] != "view"}
+    not_inplace = frozenset(i for i in out_nodes if not _in_place_ok(g.nodes[i], kinds[i]))
+    plan = plan_memory(g, out_nodes, not_inplace, frozenset(views))
+    prog.arena_bytes = plan.arena_bytes
+    returned = {id(v): k for k, v in enumerate(g.outputs)}
+    for i, n in enumerate(g.nodes):
+        out = n.outputs[0] if len(n.outputs) == 1 else None
+        if out is None:
+            raise _unsupported(n, f"{len(n.outputs)} outputs")
+        if kinds[i] == "view":
+            src = prog.loc[id(n.inputs[0])]
+            prog.loc[id(out)] = Loc(src.base, src.offset + moves[i] * out.dtype.itemsize)
+        elif id(out) in returned:
+            prog.loc[id(out)] = Loc(f"((unsigned char*)out[{returned[id(out)]}])")
+        elif id(out) in plan.offsets:
+            prog.loc[id(out)] = Loc("m->arena", plan.offsets[id(out)])
+        elif out.nbytes == 0:
+            prog.loc[id(out)] = Loc("m->arena", 0)
+        else:
+            raise AssertionError(f"tessera.deploy: no buffer planned for {n}")
+        _emit_node(prog, i, n, kinds[i], moves.get(i))
+    return prog
+
+
+def _emit_node(prog: Program, i: int, n: Node, kind: str, move) -> None:
+    out = n.outputs[0]
+    prog.steps.append(f"/* {n.op.name} {n.name} -> {out.type_str()} */")
+    if kind == "view":
+        return
+    if kind == "copy":
+        prog.steps.append(f"memcpy({prog.p(out)}, {prog.p(n.inputs[0])}, {out.nbytes});")
+    elif kind == "move":
+        offset, strides = move
+        nd = len(out.shape)
+        if nd > 8:
+            raise _unsupported(n, "more than 8 dimensions")
+        shape = ", ".join(map(str, out.shape))
+        st = ", ".join(map(str, strides))
+        prog.steps.append(
+            f"{{ static const int64_t s[] = {{{shape}}}, t[] = {{{st}}};\n"
+            f"  tsr_strided_copy({prog.p(out)}, {prog.p(n.inputs[0])}, {nd}, s, t, {offset}, "
+            f"{out.dtype.itemsize}); }}")
+    elif kind == "rule":
+        RULES[n.op.name](prog, i, n)
+    else:
+        body, ext = _elementwise_body(n)
+        _region(prog, i, body, ext, out)
