@@ -75,6 +75,9 @@ int {n}_num_outputs(void);
 /* writes up to 8 dims of input (output) i into dims, returns the rank (-1: no such i) */
 int {n}_input_shape(int i, int64_t *dims);
 int {n}_output_shape(int i, int64_t *dims);
+/* the element type of input i: 0 float32 (float), 1 int64 (int64_t), -1 no such input; for
+   bindings that pass typed buffers (a C program reads the list above) */
+int {n}_input_dtype(int i);
 /* threads for the next runs (>= 1; default 1); 0, or -1 with a message */
 int {n}_set_num_threads({n}_model *m, int n);
 /* outputs = the model(inputs): 0, or non-zero with a message ({n}_last_error) */
@@ -96,6 +99,8 @@ def _source(prog: Program, fingerprint: int) -> str:
         ranks = ", ".join(str(len(v.shape)) for v in vals) or "0"
         shapes.append(f"static const int64_t {kind}_dims[][8] = {{{rows}}};\n"
                       f"static const int {kind}_rank[] = {{{ranks}}};")
+    codes = ", ".join("1" if v.dtype.name == "int64" else "0" for v in g.inputs) or "0"
+    shapes.append(f"static const int in_dtype[] = {{{codes}}};")
     packs = ", ".join(f"{{{o}, {k}, {nn}}}" for o, k, nn in prog.packed) or "{0, 0, 0}"
     steps = "\n".join("    " + line.replace("\n", "\n    ") for line in prog.steps)
     protos = "\n".join(prog.prototypes)
@@ -241,6 +246,9 @@ int {n}_input_shape(int i, int64_t *dims) {{
 }}
 int {n}_output_shape(int i, int64_t *dims) {{
     return shape_of(out_dims, out_rank, NUM_OUTPUTS, i, dims);
+}}
+int {n}_input_dtype(int i) {{
+    return i < 0 || i >= NUM_INPUTS ? -1 : in_dtype[i];
 }}
 
 int {n}_set_num_threads({n}_model *m, int n) {{

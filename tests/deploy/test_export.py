@@ -243,6 +243,7 @@ def test_api_shapes_and_bad_pointers(mlp_lib):
     dims = (ctypes.c_int64 * 8)()
     assert lib.mlp_input_shape(0, dims) == 2 and list(dims[:2]) == [7, 20]
     assert lib.mlp_input_shape(3, dims) == -1
+    assert lib.mlp_input_dtype(0) == 0 and lib.mlp_input_dtype(1) == -1
     m = lib.mlp_load(str(out / "mlp.weights").encode())
     assert m
     try:
