@@ -1,5 +1,6 @@
 # make demo   -- set up .venv (once) and run the demo
 # make test   -- set up .venv (once), lint (ruff), type-check (mypy), run the whole test suite
+#               and the Node.js binding's tests (npm test in bindings/node)
 # make fuzz   -- the adversarial fuzzers (checkpoints, ONNX models) on many more examples
 # make bench  -- side-by-side benchmarks (tessera vs PyTorch, torch.compile, JAX), not part
 #               of the tests; writes bench/RESULTS.md; `make bench SECTIONS="kernels
@@ -8,6 +9,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+NODE_STAMP := bindings/node/node_modules/.installed
 
 .PHONY: demo test fuzz bench lint typecheck opcov clean bytecode
 
@@ -28,8 +30,14 @@ bytecode: $(STAMP)
 demo: bytecode
 	$(PY) examples/train_digits.py
 
-test: bytecode lint typecheck
+test: bytecode lint typecheck $(NODE_STAMP)
 	$(PY) -m pytest -n 2 -p no:cacheprovider tests
+	cd bindings/node && TESSERA_PYTHON=$(abspath $(PY)) npm test --silent
+
+# the Node.js binding's one dependency (koffi, a prebuilt FFI) from the npm registry
+$(NODE_STAMP): bindings/node/package.json
+	cd bindings/node && npm install --no-audit --no-fund --silent
+	touch $(NODE_STAMP)
 
 # tests/adversarial run 150-300 mutated files per fuzzer in `make test`; this runs 3,000
 fuzz: bytecode
@@ -56,4 +64,4 @@ opcov: $(STAMP)
 	$(PY) -m tessera opcov
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info bindings/node/node_modules

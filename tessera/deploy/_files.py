@@ -126,6 +126,7 @@ static const uint64_t PAYLOAD_BYTES = {prog.payload_bytes}ull;
 static const size_t ARENA_BYTES = {prog.arena_bytes}, SCRATCH_BYTES = {prog.scratch_bytes};
 {shapes[0]}
 {shapes[1]}
+{shapes[2]}
 /* weights packed at load: (byte offset in the payload, k, n) */
 static const int64_t PACKED[][3] = {{{packs}}};
 

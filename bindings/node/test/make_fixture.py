@@ -31,7 +31,9 @@ class Embed(nn.Module):
 
     def forward(self, input_ids, attention_mask):
         hidden = self.bert(input_ids, attention_mask=attention_mask).last_hidden_state
-        return nn.functional.normalize(mean_pool(hidden, attention_mask), dim=-1)
+        emb = mean_pool(hidden, attention_mask)
+        # F.normalize's arithmetic, spelled with ops the C library has rules for
+        return emb / (emb * emb).sum(-1, keepdim=True).sqrt().clamp(min=1e-12)
 
 
 def main(out: str) -> None:
