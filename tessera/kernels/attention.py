@@ -43,17 +43,21 @@ _F32 = np.dtype(np.float32)
 _BR = 64                                         # query rows per forward part
 
 
+def _fields() -> list:
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    return ([(n, i64) for n in ("nb", "L", "S", "E", "Ev")]
+            + [(n, ptr) for n in ("q", "k", "v", "mask", "qoff", "koff", "voff", "moff")]
+            + [(n, i64) for n in ("qrs", "krs", "vrs", "mrs", "mcs")]
+            + [(n, ptr) for n in ("o", "lse", "dout", "dq", "dk", "dv")]
+            + [("scale", ctypes.c_float), ("dscale", ctypes.c_float),
+               ("causal", ctypes.c_int32), ("dropout", ctypes.c_int32),
+               ("isa", ctypes.c_int32), ("thr", ctypes.c_uint32),
+               ("rng", ctypes.c_uint64 * 4)])
+
+
 class _Attn(ctypes.Structure):
     """c/attention.c's ``tsr_attn_t``."""
-    _fields_ = [(n, ctypes.c_int64) for n in ("nb", "L", "S", "E", "Ev")] + [
-                (n, ctypes.c_void_p) for n in ("q", "k", "v", "mask", "qoff", "koff", "voff",
-                                               "moff")] + [
-                (n, ctypes.c_int64) for n in ("qrs", "krs", "vrs", "mrs", "mcs")] + [
-                (n, ctypes.c_void_p) for n in ("o", "lse", "dout", "dq", "dk", "dv")] + [
-                ("scale", ctypes.c_float), ("dscale", ctypes.c_float),
-                ("causal", ctypes.c_int32), ("dropout", ctypes.c_int32),
-                ("isa", ctypes.c_int32), ("thr", ctypes.c_uint32),
-                ("rng", ctypes.c_uint64 * 4)]
+    _fields_ = _fields()
 
 
 @functools.lru_cache(maxsize=1)
@@ -138,7 +142,8 @@ def _batch_offsets(x: np.ndarray, batch: tuple[int, ...], group: int) -> np.ndar
     for d, (n, s) in enumerate(zip(shape, strides)):
         off += (np.arange(n, dtype=np.int64) * s).reshape((n,) + (1,) * (len(shape) - d - 1))
     if group > 1:
-        off = off.reshape(off.shape[:-2] + (off.shape[-2] * group,))
+        lead: tuple[int, ...] = off.shape[:-2]
+        off = off.reshape(lead + (shape[-2] * group,))
     off = off.reshape((1,) * (len(batch) - off.ndim) + off.shape)
     return np.ascontiguousarray(np.broadcast_to(off, batch)).reshape(-1)
 

@@ -17,12 +17,11 @@ tessera.Size([1, 3, 4])
 """
 from __future__ import annotations
 
-import numpy as np
-
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
 from tessera.ops import cost
+from tessera.ops.broadcast import broadcast_shapes
 from tessera.ops.registry import Meta, defop
 
 __all__: list[str] = []
@@ -35,13 +34,17 @@ def _batch(q: Meta, k: Meta, v: Meta, enable_gqa: bool) -> tuple[int, ...]:
         if enable_gqa and len(x.shape) >= 3 and len(q.shape) >= 3:
             return x.shape[:-3] + (q.shape[-3] if x.shape[-3] else 0,)
         return x.shape[:-2]
-    return tuple(np.broadcast_shapes(q.shape[:-2], heads(k), heads(v)))
+    return tuple(broadcast_shapes(q.shape[:-2], heads(k), heads(v)))
 
 
 def _infer(q, k, v, mask, scale, is_causal, dropout_p, seed, enable_gqa):
     if not (q.dtype == k.dtype == v.dtype == D.float32):
         raise RuntimeError(f"scaled_dot_product_attention (fused): expected float32 query, "
                            f"key and value, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise RuntimeError(f"scaled_dot_product_attention: query {list(q.shape)}, key "
+                           f"{list(k.shape)} and value {list(v.shape)} do not fit: query and "
+                           "key need the same embedding size, key and value the same length")
     batch = _batch(q, k, v, enable_gqa)
     return (Meta(batch + (q.shape[-2], v.shape[-1]), q.dtype),
             Meta(batch + (q.shape[-2],), D.float32))
