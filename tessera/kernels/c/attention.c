@@ -27,10 +27,7 @@
 #define TSR_X86 0
 #endif
 
-enum { BR = 64, BC = 64, VW = 16 };
-
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
+enum { BR = 64, BC = 64 };
 
 typedef struct {
     int64_t nb, L, S, E, Ev;                     /* batch (all heads), rows, keys, dims */
@@ -106,49 +103,6 @@ static void keep_bits(const tsr_attn_t* t, uint64_t start, int64_t n, uint8_t* k
     }
 }
 
-/* ---- tile products: c (m x n, ldc) += op(a) (m x k, a[i * ars + p * acs]) @ b (k x n, ldb);
-   n a multiple of VW, b's rows padded to it -------------------------------------------- */
-
-TSR_INLINE void mm_tile(int R, int NV, int64_t k, const float* a, int64_t ars, int64_t acs,
-                        const float* b, int64_t ldb, float* c, int64_t ldc) {
-    v16 acc[4][2];
-    for (int i = 0; i < R; i++)
-        for (int j = 0; j < NV; j++) acc[i][j] = (v16){0};
-    for (int64_t p = 0; p < k; p++) {
-        const float* bp = b + p * ldb;
-        v16 b0 = *(const v16u*)bp, b1 = NV > 1 ? (v16)(*(const v16u*)(bp + VW)) : b0;
-        for (int i = 0; i < R; i++) {
-            float ai = a[i * ars + p * acs];
-            acc[i][0] += ai * b0;
-            if (NV > 1) acc[i][1] += ai * b1;
-        }
-    }
-    for (int i = 0; i < R; i++)
-        for (int j = 0; j < NV; j++) {
-            v16u* cp = (v16u*)(c + i * ldc + j * VW);
-            *cp = *cp + acc[i][j];
-        }
-}
-
-TSR_INLINE void mm_acc(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars,
-                       int64_t acs, const float* b, int64_t ldb, float* c, int64_t ldc) {
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4) {
-        int64_t j = 0;
-        for (; j + 2 * VW <= n; j += 2 * VW)
-            mm_tile(4, 2, k, a + i * ars, ars, acs, b + j, ldb, c + i * ldc + j, ldc);
-        if (j < n) mm_tile(4, 1, k, a + i * ars, ars, acs, b + j, ldb, c + i * ldc + j, ldc);
-    }
-    for (; i < m; i++) {
-        int64_t j = 0;
-        for (; j + 2 * VW <= n; j += 2 * VW)
-            mm_tile(1, 2, k, a + i * ars, ars, acs, b + j, ldb, c + i * ldc + j, ldc);
-        if (j < n) mm_tile(1, 1, k, a + i * ars, ars, acs, b + j, ldb, c + i * ldc + j, ldc);
-    }
-}
-
-static inline int64_t pad(int64_t n) { return (n + VW - 1) / VW * VW; }
-
 /* rows [j0, j0 + nc) of x (row stride rs, d columns) as columns of xt (d x BC), zero beyond */
 TSR_INLINE void load_t(const float* x, int64_t rs, int64_t j0, int64_t nc, int64_t d,
                        float* xt) {
@@ -183,173 +137,61 @@ TSR_INLINE void logits(const tsr_attn_t* t, int64_t b, int64_t i, int64_t j0, in
         for (int64_t c = i - j0 + 1 < 0 ? 0 : i - j0 + 1; c < nc; c++) s[c] = -INFINITY;
 }
 
-/* ---- forward: one part is BR query rows of one batch entry --------------------------- */
+/* ---- the vector code per instruction set; the isa field picks one ------------------- */
 
-TSR_INLINE int fwd_body(const tsr_attn_t* t, int64_t lo, int64_t hi) {
-    int64_t L = t->L, S = t->S, E = t->E, Ev = t->Ev, evp = pad(Ev), qblocks = (L + BR - 1) / BR;
-    size_t floats = (size_t)(E * BC + BC * evp + BR * BC + BR * evp + 2 * BR);
-    float* kt = aligned_alloc(64, sizeof(float) * ((floats + 15) / 16 * 16));
-    uint8_t* keep = malloc((size_t)BC);
-    if (!kt || !keep) { free(kt); free(keep); return -2; }
-    float *vp = kt + E * BC, *s = vp + BC * evp, *acc = s + BR * BC, *m = acc + BR * evp,
-          *l = m + BR;
-    for (int64_t part = lo; part < hi; part++) {
-        int64_t b = part / qblocks, i0 = part % qblocks * BR, nr = L - i0 < BR ? L - i0 : BR;
-        const float *q = t->q + t->qoff[b] + i0 * t->qrs, *k = t->k + t->koff[b],
-                    *v = t->v + t->voff[b];
-        for (int64_t r = 0; r < nr; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
-        memset(acc, 0, sizeof(float) * (size_t)(nr * evp));
-        int64_t jend = t->causal && i0 + nr < S ? i0 + nr : S;
-        for (int64_t j0 = 0; j0 < jend; j0 += BC) {
-            int64_t nc = jend - j0 < BC ? jend - j0 : BC;
-            load_t(k, t->krs, j0, nc, E, kt);
-            load_p(v, t->vrs, j0, nc, Ev, evp, vp);
-            memset(s, 0, sizeof(float) * (size_t)(nr * BC));
-            mm_acc(nr, BC, E, q, t->qrs, 1, kt, BC, s, BC);
-            for (int64_t r = 0; r < nr; r++) {
-                float* sr = s + r * BC;
-                logits(t, b, i0 + r, j0, nc, sr);
-                float mx = m[r];
-                for (int64_t c = 0; c < nc; c++) mx = sr[c] > mx ? sr[c] : mx;
-                if (mx == -INFINITY) {       /* nothing to attend to yet */
-                    for (int64_t c = 0; c < BC; c++) sr[c] = 0.0f;
-                    continue;
-                }
-                float alpha = tsr_expf(m[r] - mx), sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-                for (int64_t c = 0; c < nc; c++) {
-                    float p = tsr_expf(sr[c] - mx);
-                    sr[c] = p;
-                    sum += p;
-                }
-                for (int64_t c = nc; c < BC; c++) sr[c] = 0.0f;
-                l[r] = l[r] * alpha + sum;
-                m[r] = mx;
-                if (alpha != 1.0f) {
-                    float* ar = acc + r * evp;
-#pragma omp simd
-                    for (int64_t e = 0; e < evp; e++) ar[e] *= alpha;
-                }
-                if (t->dropout) {
-                    keep_bits(t, (uint64_t)((b * L + i0 + r) * S + j0), nc, keep);
-                    for (int64_t c = 0; c < nc; c++) sr[c] = keep[c] ? sr[c] : 0.0f;
-                }
-            }
-            mm_acc(nr, evp, nc, s, BC, 1, vp, evp, acc, evp);
-        }
-        float* o = t->o + (b * L + i0) * Ev;
-        float* lse = t->lse + b * L + i0;
-        for (int64_t r = 0; r < nr; r++) {
-            float f = l[r] > 0.0f ? t->dscale / l[r] : 0.0f;
-            for (int64_t e = 0; e < Ev; e++) o[r * Ev + e] = acc[r * evp + e] * f;
-            lse[r] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
-        }
-    }
-    free(kt);
-    free(keep);
-    return 0;
-}
+#define TSR_CAT2(a, b) a##_##b
+#define TSR_CAT(a, b) TSR_CAT2(a, b)
+#define TSR_FN(name) TSR_CAT(name, TSR_SFX)
 
-/* ---- backward: one part is one batch entry (its dK and dV sum over every row) -------- */
+/* register tiles: 4 x 8 (8 of the 16 SSE registers), 6 x 16 (12 of AVX2's 16), 8 x 32 (16
+   of AVX-512's 32), the rest for the broadcasts and the loads */
+typedef float v4 __attribute__((vector_size(16)));
+typedef float v4u __attribute__((vector_size(16), aligned(4), may_alias));
+#define TSR_V v4
+#define TSR_VU v4u
+#define TSR_VW 4
+#define TSR_SFX portable
+#define TSR_TARGET
+#define TSR_RT 4
+#define TSR_NVT 2
+#include "attention.h"
+#undef TSR_V
+#undef TSR_VU
+#undef TSR_VW
+#undef TSR_SFX
+#undef TSR_TARGET
+#undef TSR_RT
+#undef TSR_NVT
 
-TSR_INLINE int bwd_body(const tsr_attn_t* t, int64_t lo, int64_t hi) {
-    int64_t L = t->L, S = t->S, E = t->E, Ev = t->Ev, ep = pad(E), evp = pad(Ev);
-    size_t floats = (size_t)(E * BC + Ev * BC + BC * ep + 2 * BC * ep + BC * evp +
-                             2 * BR * ep + BR * evp + 3 * BR * BC + L);
-    float* kt = aligned_alloc(64, sizeof(float) * ((floats + 15) / 16 * 16));
-    uint8_t* keep = malloc((size_t)BC);
-    if (!kt || !keep) { free(kt); free(keep); return -2; }
-    float *vt = kt + E * BC, *kp = vt + Ev * BC, *dk = kp + BC * ep, *dv = dk + BC * ep,
-          *qp = dv + BC * evp, *dop = qp + BR * ep, *s = dop + BR * evp, *dp = s + BR * BC,
-          *ds = dp + BR * BC, *dqp = ds + BR * BC, *d = dqp + BR * ep;
-    float scale = t->scale, dscale = t->dscale;
-    for (int64_t b = lo; b < hi; b++) {
-        const float *q = t->q + t->qoff[b], *k = t->k + t->koff[b], *v = t->v + t->voff[b],
-                    *o = t->o + b * L * Ev, *go = t->dout + b * L * Ev, *lse = t->lse + b * L;
-        float *dq = t->dq + b * L * E;
-        for (int64_t i = 0; i < L; i++) {
-            float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-            for (int64_t e = 0; e < Ev; e++) acc += go[i * Ev + e] * o[i * Ev + e];
-            d[i] = acc;
-        }
-        memset(dq, 0, sizeof(float) * (size_t)(L * E));
-        for (int64_t j0 = 0; j0 < S; j0 += BC) {
-            int64_t nc = S - j0 < BC ? S - j0 : BC;
-            load_t(k, t->krs, j0, nc, E, kt);
-            load_t(v, t->vrs, j0, nc, Ev, vt);
-            load_p(k, t->krs, j0, nc, E, ep, kp);
-            memset(dk, 0, sizeof(float) * (size_t)(BC * ep));
-            memset(dv, 0, sizeof(float) * (size_t)(BC * evp));
-            for (int64_t i0 = t->causal ? j0 : 0; i0 < L; i0 += BR) {
-                int64_t nr = L - i0 < BR ? L - i0 : BR;
-                load_p(q, t->qrs, i0, nr, E, ep, qp);
-                load_p(go, Ev, i0, nr, Ev, evp, dop);
-                memset(s, 0, sizeof(float) * (size_t)(nr * BC));
-                memset(dp, 0, sizeof(float) * (size_t)(nr * BC));
-                mm_acc(nr, BC, E, qp, ep, 1, kt, BC, s, BC);
-                mm_acc(nr, BC, Ev, dop, evp, 1, vt, BC, dp, BC);
-                for (int64_t r = 0; r < nr; r++) {
-                    int64_t i = i0 + r;
-                    float *sr = s + r * BC, *dpr = dp + r * BC, *dsr = ds + r * BC;
-                    float li = lse[i], di = d[i];
-                    if (li == -INFINITY) {   /* a row with nothing to attend to: no gradient */
-                        memset(sr, 0, sizeof(float) * BC);
-                        memset(dsr, 0, sizeof(float) * BC);
-                        continue;
-                    }
-                    logits(t, b, i, j0, nc, sr);
-                    if (t->dropout) keep_bits(t, (uint64_t)((b * L + i) * S + j0), nc, keep);
-#pragma omp simd
-                    for (int64_t c = 0; c < nc; c++) {
-                        float p = tsr_expf(sr[c] - li);
-                        float kd = t->dropout ? (keep[c] ? dscale : 0.0f) : dscale;
-                        sr[c] = p * kd;                               /* dropped weights */
-                        dsr[c] = p * (dpr[c] * kd - di) * scale;      /* d(scores) */
-                    }
-                    for (int64_t c = nc; c < BC; c++) { sr[c] = 0.0f; dsr[c] = 0.0f; }
-                }
-                /* dV += P^T dO, dK += dS^T Q, dQ += dS K */
-                mm_acc(nc, evp, nr, s, 1, BC, dop, evp, dv, evp);
-                mm_acc(nc, ep, nr, ds, 1, BC, qp, ep, dk, ep);
-                memset(dqp, 0, sizeof(float) * (size_t)(nr * ep));
-                mm_acc(nr, ep, nc, ds, BC, 1, kp, ep, dqp, ep);
-                for (int64_t r = 0; r < nr; r++)   /* dQ's rows are E, not ep, apart */
-                    for (int64_t e = 0; e < E; e++) dq[(i0 + r) * E + e] += dqp[r * ep + e];
-            }
-            float *gk = t->dk + (b * S + j0) * E, *gv = t->dv + (b * S + j0) * Ev;
-            for (int64_t c = 0; c < nc; c++) {
-                memcpy(gk + c * E, dk + c * ep, sizeof(float) * (size_t)E);
-                memcpy(gv + c * Ev, dv + c * evp, sizeof(float) * (size_t)Ev);
-            }
-        }
-    }
-    free(kt);
-    free(keep);
-    return 0;
-}
-
-/* ---- one entry point per direction; the isa field picks the compiled body ------------- */
-
-static int fwd_portable(const tsr_attn_t* t, int64_t lo, int64_t hi) {
-    return fwd_body(t, lo, hi);
-}
-static int bwd_portable(const tsr_attn_t* t, int64_t lo, int64_t hi) {
-    return bwd_body(t, lo, hi);
-}
 #if TSR_X86
-TSR_AVX2 static int fwd_avx2(const tsr_attn_t* t, int64_t lo, int64_t hi) {
-    return fwd_body(t, lo, hi);
-}
-TSR_AVX2 static int bwd_avx2(const tsr_attn_t* t, int64_t lo, int64_t hi) {
-    return bwd_body(t, lo, hi);
-}
-TSR_AVX512 static int fwd_avx512(const tsr_attn_t* t, int64_t lo, int64_t hi) {
-    return fwd_body(t, lo, hi);
-}
-TSR_AVX512 static int bwd_avx512(const tsr_attn_t* t, int64_t lo, int64_t hi) {
-    return bwd_body(t, lo, hi);
-}
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
+#define TSR_V v8
+#define TSR_VU v8u
+#define TSR_VW 8
+#define TSR_SFX avx2
+#define TSR_TARGET TSR_AVX2
+#define TSR_RT 6
+#define TSR_NVT 2
+#include "attention.h"
+#undef TSR_V
+#undef TSR_VU
+#undef TSR_VW
+#undef TSR_SFX
+#undef TSR_TARGET
+#undef TSR_RT
+#undef TSR_NVT
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
+#define TSR_V v16
+#define TSR_VU v16u
+#define TSR_VW 16
+#define TSR_SFX avx512
+#define TSR_TARGET TSR_AVX512
+#define TSR_RT 8
+#define TSR_NVT 2
+#include "attention.h"
 #endif
 
 int64_t tsr_attn_fwd_range(const tsr_attn_t* t, int64_t lo, int64_t hi) {
