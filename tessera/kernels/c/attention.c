@@ -85,32 +85,33 @@ static u128 pcg_advance(u128 state, u128 inc, uint64_t delta) {
     return am * state + ap;
 }
 
-/* keep[0..n) for the flat elements start.. of the weights */
-static void keep_bits(const tsr_attn_t* t, uint64_t start, int64_t n, uint8_t* keep) {
+/* keep[0..n) for the flat elements start.. of the weights: on where kept, else 0 */
+static void keep_bits(const tsr_attn_t* t, uint64_t start, int64_t n, float on, float* keep) {
     u128 inc = ((u128)t->rng[3] << 64) | t->rng[2];
     u128 s = pcg_advance(((u128)t->rng[1] << 64) | t->rng[0], inc, start >> 1);
     uint32_t thr = t->thr;
     int64_t i = 0;
     if (start & 1 && n > 0) {
         s = s * PCG_MULT + inc;
-        keep[i++] = ((uint32_t)(pcg_out(s) >> 32) >> 8) >= thr;
+        keep[i++] = ((uint32_t)(pcg_out(s) >> 32) >> 8) >= thr ? on : 0.0f;
     }
     while (i < n) {
         s = s * PCG_MULT + inc;
         uint64_t x = pcg_out(s);
-        keep[i++] = ((uint32_t)x >> 8) >= thr;
-        if (i < n) keep[i++] = ((uint32_t)(x >> 32) >> 8) >= thr;
+        keep[i++] = ((uint32_t)x >> 8) >= thr ? on : 0.0f;
+        if (i < n) keep[i++] = ((uint32_t)(x >> 32) >> 8) >= thr ? on : 0.0f;
     }
 }
 
 /* rows [j0, j0 + nc) of x (row stride rs, d columns) as columns of xt (d x BC), zero beyond */
 TSR_INLINE void load_t(const float* x, int64_t rs, int64_t j0, int64_t nc, int64_t d,
                        float* xt) {
-    for (int64_t e = 0; e < d; e++) {
-        float* row = xt + e * BC;
-        for (int64_t c = 0; c < nc; c++) row[c] = x[(j0 + c) * rs + e];
-        for (int64_t c = nc; c < BC; c++) row[c] = 0.0f;
+    for (int64_t c = 0; c < nc; c++) {   /* rows of x read in order */
+        const float* row = x + (j0 + c) * rs;
+        for (int64_t e = 0; e < d; e++) xt[e * BC + c] = row[e];
     }
+    for (int64_t e = 0; e < d; e++)
+        for (int64_t c = nc; c < BC; c++) xt[e * BC + c] = 0.0f;
 }
 
 /* rows [r0, r0 + nr) of x (row stride rs, d columns) into xp (rows dp apart, zero beyond d) */

@@ -57,7 +57,7 @@ TSR_INLINE int TSR_FN(fwd_body)(const tsr_attn_t* t, int64_t lo, int64_t hi, int
     int64_t L = t->L, S = t->S, E = t->E, Ev = t->Ev, evp = TSR_FN(pad)(Ev), qblocks = (L + BR - 1) / BR;
     size_t floats = (size_t)(E * BC + BC * evp + BR * BC + BR * evp + 2 * BR);
     float* kt = aligned_alloc(64, sizeof(float) * ((floats + 15) / 16 * 16));
-    uint8_t* keep = malloc((size_t)BC);
+    float* keep = malloc(sizeof(float) * BC);
     if (!kt || !keep) { free(kt); free(keep); return -2; }
     float *vp = kt + E * BC, *s = vp + BC * evp, *acc = s + BR * BC, *m = acc + BR * evp,
           *l = m + BR;
@@ -78,6 +78,7 @@ TSR_INLINE int TSR_FN(fwd_body)(const tsr_attn_t* t, int64_t lo, int64_t hi, int
                 float* sr = s + r * BC;
                 logits(t, b, i0 + r, j0, nc, sr);
                 float mx = m[r];
+#pragma omp simd reduction(max : mx)
                 for (int64_t c = 0; c < nc; c++) mx = sr[c] > mx ? sr[c] : mx;
                 if (mx == -INFINITY) {       /* nothing to attend to yet */
                     for (int64_t c = 0; c < BC; c++) sr[c] = 0.0f;
@@ -99,8 +100,9 @@ TSR_INLINE int TSR_FN(fwd_body)(const tsr_attn_t* t, int64_t lo, int64_t hi, int
                     for (int64_t e = 0; e < evp; e++) ar[e] *= alpha;
                 }
                 if (t->dropout) {
-                    keep_bits(t, (uint64_t)((b * L + i0 + r) * S + j0), nc, keep);
-                    for (int64_t c = 0; c < nc; c++) sr[c] = keep[c] ? sr[c] : 0.0f;
+                    keep_bits(t, (uint64_t)((b * L + i0 + r) * S + j0), nc, 1.0f, keep);
+#pragma omp simd
+                    for (int64_t c = 0; c < nc; c++) sr[c] *= keep[c];
                 }
             }
             TSR_FN(mm_acc)(RT, NVT, nr, evp, nc, s, BC, 1, vp, evp, acc, evp);
@@ -125,8 +127,9 @@ TSR_INLINE int TSR_FN(bwd_body)(const tsr_attn_t* t, int64_t lo, int64_t hi, int
     size_t floats = (size_t)(E * BC + Ev * BC + BC * ep + 2 * BC * ep + BC * evp +
                              2 * BR * ep + BR * evp + 3 * BR * BC + L);
     float* kt = aligned_alloc(64, sizeof(float) * ((floats + 15) / 16 * 16));
-    uint8_t* keep = malloc((size_t)BC);
+    float* keep = malloc(sizeof(float) * BC);
     if (!kt || !keep) { free(kt); free(keep); return -2; }
+    for (int c = 0; c < BC; c++) keep[c] = t->dscale;   /* without dropout: every weight */
     float *vt = kt + E * BC, *kp = vt + Ev * BC, *dk = kp + BC * ep, *dv = dk + BC * ep,
           *qp = dv + BC * evp, *dop = qp + BR * ep, *s = dop + BR * evp, *dp = s + BR * BC,
           *ds = dp + BR * BC, *dqp = ds + BR * BC, *d = dqp + BR * ep;
@@ -167,11 +170,10 @@ TSR_INLINE int TSR_FN(bwd_body)(const tsr_attn_t* t, int64_t lo, int64_t hi, int
                         continue;
                     }
                     logits(t, b, i, j0, nc, sr);
-                    if (t->dropout) keep_bits(t, (uint64_t)((b * L + i) * S + j0), nc, keep);
+                    if (t->dropout) keep_bits(t, (uint64_t)((b * L + i) * S + j0), nc, dscale, keep);
 #pragma omp simd
                     for (int64_t c = 0; c < nc; c++) {
-                        float p = tsr_expf(sr[c] - li);
-                        float kd = t->dropout ? (keep[c] ? dscale : 0.0f) : dscale;
+                        float p = tsr_expf(sr[c] - li), kd = keep[c];
                         sr[c] = p * kd;                               /* dropped weights */
                         dsr[c] = p * (dpr[c] * kd - di) * scale;      /* d(scores) */
                     }
