@@ -26,8 +26,6 @@ from tessera.ops.registry import Meta, defop
 
 __all__: list[str] = []
 
-_ATTRS = ("scale", "is_causal", "dropout_p", "seed", "enable_gqa")
-
 
 def _batch(q: Meta, k: Meta, v: Meta, enable_gqa: bool) -> tuple[int, ...]:
     def heads(x: Meta) -> tuple[int, ...]:
@@ -37,7 +35,7 @@ def _batch(q: Meta, k: Meta, v: Meta, enable_gqa: bool) -> tuple[int, ...]:
     return tuple(broadcast_shapes(q.shape[:-2], heads(k), heads(v)))
 
 
-def _infer(q, k, v, mask, scale, is_causal, dropout_p, seed, enable_gqa):
+def _infer(q, k, v, mask, scale, is_causal, dropout_p, enable_gqa, seed=0):
     if not (q.dtype == k.dtype == v.dtype == D.float32):
         raise RuntimeError(f"scaled_dot_product_attention (fused): expected float32 query, "
                            f"key and value, got {q.dtype}, {k.dtype} and {v.dtype}")
@@ -50,7 +48,7 @@ def _infer(q, k, v, mask, scale, is_causal, dropout_p, seed, enable_gqa):
             Meta(batch + (q.shape[-2],), D.float32))
 
 
-def _kernel(q, k, v, mask, scale, is_causal, dropout_p, seed, enable_gqa):
+def _kernel(q, k, v, mask, scale, is_causal, dropout_p, enable_gqa, seed=0):
     from tessera.kernels import attention
     return attention.forward(q, k, v, mask, scale=scale, causal=is_causal, p=dropout_p,
                              seed=seed, gqa=enable_gqa)
@@ -73,17 +71,54 @@ def _cost(ins, outs, **attrs) -> cost.Cost:
     return cost.Cost(flops, *cost.io(ins, outs))
 
 
+def _jax_forward(jnp, lax, q, k, v, mask, at):
+    """The composite in ``jax.numpy`` (XLA fuses it): (output, log-sum-exp)."""
+    if at["dropout_p"] > 0:
+        raise NotImplementedError("scaled_dot_product_attention: dropout on the XLA backend")
+    if at["enable_gqa"]:
+        k = jnp.repeat(k, q.shape[-3] // k.shape[-3], axis=-3)
+        v = jnp.repeat(v, q.shape[-3] // v.shape[-3], axis=-3)
+    hi = lax.Precision.HIGHEST
+    s = jnp.matmul(q * at["scale"], jnp.swapaxes(k, -1, -2), precision=hi)
+    dead = None
+    if at["is_causal"]:
+        s = jnp.where(jnp.tril(jnp.ones(s.shape[-2:], bool)), s, -jnp.inf)
+    elif mask is not None:
+        m = jnp.where(mask, 0.0, -jnp.inf).astype(s.dtype) if mask.dtype == bool else mask
+        dead = jnp.all(m == -jnp.inf, axis=-1, keepdims=True)
+        s = s + jnp.where(dead, 0.0, m)
+    top = jnp.max(s, axis=-1, keepdims=True)
+    lse = top + jnp.log(jnp.sum(jnp.exp(s - top), axis=-1, keepdims=True))
+    w = jnp.exp(s - lse)
+    if dead is not None:
+        w = jnp.where(dead, 0.0, w)
+        lse = jnp.where(dead, -jnp.inf, lse)
+    return jnp.matmul(w, v, precision=hi), lse[..., 0]
+
+
+def _jax(jnp, lax, a, at):
+    q, k, v, mask = a
+    return _jax_forward(jnp, lax, q, k, v, mask, at)
+
+
+def _jax_backward(jnp, lax, a, at):
+    import jax  # the backward is the forward's vjp, which XLA fuses
+    q, k, v, mask, _, _, g = a
+    _, pull = jax.vjp(lambda q, k, v: _jax_forward(jnp, lax, q, k, v, mask, at)[0], q, k, v)
+    return pull(g)
+
+
 _FUSED = defop("scaled_dot_product_attention", _infer, _kernel, grad=_grad,
-               save=("inputs", "outputs"), nondiff_outputs=(1,), cost=_cost)
+               save=("inputs", "outputs"), nondiff_outputs=(1,), cost=_cost, to_jax=_jax)
 
 
-def _backward_infer(q, k, v, mask, out, lse, g, scale, is_causal, dropout_p, seed,
-                    enable_gqa):
+def _backward_infer(q, k, v, mask, out, lse, g, scale, is_causal, dropout_p, enable_gqa,
+                    seed=0):
     return Meta(q.shape, q.dtype), Meta(k.shape, k.dtype), Meta(v.shape, v.dtype)
 
 
-def _backward_kernel(q, k, v, mask, out, lse, g, scale, is_causal, dropout_p, seed,
-                     enable_gqa):
+def _backward_kernel(q, k, v, mask, out, lse, g, scale, is_causal, dropout_p, enable_gqa,
+                     seed=0):
     from tessera.kernels import attention
     return attention.backward(q, k, v, mask, out, lse, g, scale=scale, causal=is_causal,
                               p=dropout_p, seed=seed, gqa=enable_gqa)
@@ -100,7 +135,7 @@ def _backward_cost(ins, outs, **attrs) -> cost.Cost:
 # no grad rule: a second derivative through fused attention raises MissingRule naming this
 # op (the composite, for float64 or a mask that needs a gradient, has one)
 _BACKWARD = defop("scaled_dot_product_attention_backward", _backward_infer, _backward_kernel,
-                  save=(), cost=_backward_cost)
+                  save=(), cost=_backward_cost, to_jax=_jax_backward)
 
 
 def fused_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, *,
@@ -108,5 +143,9 @@ def fused_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor
                     seed: int = 0, enable_gqa: bool = False) -> Tensor:
     """The attention output of the fused op (its log-sum-exp stays with autograd)."""
     attrs = dict(scale=float(scale), is_causal=bool(is_causal), dropout_p=float(dropout_p),
-                 seed=int(seed), enable_gqa=bool(enable_gqa))
+                 enable_gqa=bool(enable_gqa))
+    if dropout_p > 0:
+        # only then: a node with a seed is random (a fresh seed each step of a graph, and no
+        # XLA lowering), which attention without dropout is not
+        attrs["seed"] = int(seed)
     return dispatch(_FUSED, query, key, value, attn_mask, **attrs)[0]
