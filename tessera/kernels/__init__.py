@@ -13,7 +13,10 @@ knows nothing of tensors, dispatch or graphs. It holds
   drivers and BLAS), ``direct_conv``, ``winograd``/``winograd4``, ``bmm`` (batched matrix
   products), ``optim`` (fused optimizer updates);
 * ``gemm``: tessera's own float32 matrix product (no BLAS underneath), with pre-packed
-  weights and a fused bias/activation/residual epilogue, for dependency-free C libraries.
+  weights and a fused bias/activation/residual epilogue, for dependency-free C libraries
+  and for ``matmul``'s larger float32 2-d products on two or more threads;
+* ``attention``: fused scaled dot-product attention, forward and backward, that never
+  writes the L x S scores (online softmax; dropout masks regenerated from their seed).
 * ``int8``, ``binary``: the INT8 products of quantized inference and the bit-packed
   xnor-popcount products of binary networks, each with its NumPy reference.
 

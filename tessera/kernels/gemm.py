@@ -44,7 +44,7 @@ import numpy as np
 from tessera.kernels.csource import source
 
 __all__ = ["gemm", "pack_b", "gemm_packed", "PackedB", "isa", "available", "ISAS",
-           "ACTIVATIONS"]
+           "ACTIVATIONS", "default_threads"]
 
 ISAS = ("portable", "avx2", "avx512")          # c/gemm.h's TSR_GEMM_* in order
 ACTIVATIONS = {None: 0, "relu": 1, "gelu_tanh": 2, "gelu": 3}   # TSR_ACT_*
@@ -201,6 +201,16 @@ def _pack(b: np.ndarray, rs: int, cs: int, k: int, n: int, threads: int) -> np.n
     else:
         lib.tsr_gemm_pack_b_range(*args, 0, panels)
     return data
+
+
+def default_threads() -> int:
+    """The threads a product uses when ``threads`` is not given (``tessera.get_num_threads``,
+    read once per setting).
+
+    >>> default_threads() >= 1
+    True
+    """
+    return _threads(None)
 
 
 def _threads(threads: int | None) -> int:

@@ -35,6 +35,8 @@ UNSUPPORTED: dict[str, str] = {
                                                  "unequal windows",
     "nn.functional.adaptive_max_pool3d_indices": "indices of adaptive max pooling with "
                                                  "unequal windows",
+    "scaled_dot_product_attention_dropout": "dropout inside fused attention (export in eval "
+                                            "mode)",
 }
 
 

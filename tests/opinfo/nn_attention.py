@@ -145,7 +145,8 @@ def _mha_samples(rng, dt):
 
 register(
     OpInfo("scaled_dot_product_attention", _sdpa, _sdpa_samples,
-           covers=("matmul", "softmax", "masked_fill"), atol=1e-5, rtol=1e-5),
+           covers=("matmul", "softmax", "masked_fill", "scaled_dot_product_attention",
+                   "scaled_dot_product_attention_backward"), atol=1e-5, rtol=1e-5),
     OpInfo("scaled_dot_product_attention_dropout", _sdpa, _sdpa_dropout_samples,
            covers=("dropout",), random=True),
     OpInfo("multi_head_attention_forward", _mha, _mha_samples,

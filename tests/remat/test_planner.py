@@ -16,7 +16,7 @@ from tessera.graph.passes import PIPELINE, remat
 from tests.remat._models import MODELS, train
 
 # budgets every method meets on these sizes (a fraction of the peak without remat)
-BUDGET = {"mlp": 0.7, "resnet": 0.7, "transformer": 0.5, "gpt_mini": 0.5}
+BUDGET = {"mlp": 0.7, "resnet": 0.7, "transformer": 0.5, "gpt_mini": 0.55}
 
 
 def reference_peak(g) -> int:

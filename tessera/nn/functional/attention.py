@@ -1,6 +1,9 @@
 """Attention: ``scaled_dot_product_attention`` and ``multi_head_attention_forward``,
 composites of matmul, softmax, masked_fill and dropout (so autograd, meta and later tracing
-come from those ops' rules).
+come from those ops' rules). Where the fused op (``tessera.ops.attention``) computes the
+same function (float32 on the CPU, a mask without a gradient, C kernels available),
+``scaled_dot_product_attention`` dispatches it instead: one kernel that never writes the
+L x S scores, with the same dropout mask for the same seed.
 
 >>> import tessera
 >>> import tessera.nn.functional as F
@@ -15,9 +18,11 @@ import warnings
 
 from tessera import _dtype as D
 from tessera._tensor import Tensor
+from tessera.ops.attention import fused_attention
 from tessera.ops.broadcast import broadcast_shapes
 from tessera.ops.comparison import isneginf
 from tessera.ops.creation import ones, zeros
+from tessera.ops.random import fresh_seed
 from tessera.ops.shape import cat
 
 __all__ = ["scaled_dot_product_attention", "multi_head_attention_forward"]
@@ -51,18 +56,27 @@ def _check_sdpa(query, key, value, attn_mask, dropout_p, is_causal) -> None:
                            f"{dropout_p}")
 
 
-def _expand_gqa(query, key, value):
-    """Repeat key/value heads (dim -3) so that they match the query's heads."""
+def _check_gqa(query, key, value) -> bool:
+    """Whether key/value heads (dim -3) differ from the query's; PyTorch's errors when they
+    do not divide them."""
     if query.dim() < 3 or key.dim() < 3 or value.dim() < 3:
         raise IndexError(f"Dimension out of range (expected to be in range of "
                          f"[{-min(query.dim(), key.dim(), value.dim())}, "
                          f"{min(query.dim(), key.dim(), value.dim()) - 1}], but got -3)")
     hq, hk, hv = query.size(-3), key.size(-3), value.size(-3)
     if hq == hk == hv:
-        return key, value
+        return False
     if hk == 0 or hv == 0 or hq % hk or hq % hv:
         raise RuntimeError("Number of heads in key and value must divide the number of heads "
                            f"in query ({hq} query heads, {hk} key heads, {hv} value heads)")
+    return True
+
+
+def _expand_gqa(query, key, value):
+    """Repeat key/value heads (dim -3) so that they match the query's heads."""
+    if not _check_gqa(query, key, value):
+        return key, value
+    hq, hk, hv = query.size(-3), key.size(-3), value.size(-3)
     if hk != hq:
         key = key.repeat_interleave(hq // hk, dim=-3)
     if hv != hq:
@@ -70,9 +84,16 @@ def _expand_gqa(query, key, value):
     return key, value
 
 
-def _check_mask_shape(attn_mask, query, key) -> None:
+def _kv_batch(x, query, gqa: bool) -> tuple[int, ...]:
+    """The batch dims of key or value ``x`` once its heads are repeated to the query's."""
+    if gqa and x.dim() >= 3:
+        return tuple(x.shape[:-3]) + (query.size(-3),)
+    return tuple(x.shape[:-2])
+
+
+def _check_mask_shape(attn_mask, query, key, gqa: bool = False) -> None:
     """The mask is added in place in PyTorch: it must broadcast *to* the scores' shape."""
-    batch = tuple(broadcast_shapes(tuple(query.shape[:-2]), tuple(key.shape[:-2])))
+    batch = tuple(broadcast_shapes(tuple(query.shape[:-2]), _kv_batch(key, query, gqa)))
     scores = batch + (query.size(-2), key.size(-2))
     mask = tuple(attn_mask.shape)
     ok = len(mask) <= len(scores) and all(
@@ -98,11 +119,19 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     """
     from tessera.nn.functional import dropout, softmax
     _check_sdpa(query, key, value, attn_mask, dropout_p, is_causal)
-    if enable_gqa:
-        key, value = _expand_gqa(query, key, value)
     L, S, E = query.size(-2), key.size(-2), query.size(-1)
     if scale is None:
         scale = 1.0 / math.sqrt(E) if E > 0 else math.inf
+    gqa = enable_gqa and _check_gqa(query, key, value)
+    if attn_mask is not None and not is_causal:
+        _check_mask_shape(attn_mask, query, key, gqa)
+    if _fusable(query, key, value, attn_mask, dropout_p, gqa):
+        return fused_attention(query, key, value, None if is_causal else attn_mask,
+                               scale=scale, is_causal=is_causal,
+                               dropout_p=max(dropout_p, 0.0),
+                               seed=fresh_seed() if dropout_p > 0 else 0, enable_gqa=gqa)
+    if gqa:
+        key, value = _expand_gqa(query, key, value)
     # scaling q costs L*E multiplies instead of L*S for the scores
     q = query * scale if scale != 1.0 else query
     scores = q.matmul(key.transpose(-2, -1))
@@ -111,7 +140,6 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
         keep = ones((L, S), dtype=D.bool_, device=query.device).tril()
         scores = scores.masked_fill(keep.logical_not(), -math.inf)
     elif attn_mask is not None:
-        _check_mask_shape(attn_mask, query, key)
         if attn_mask.dtype is D.bool_:
             attn_mask = zeros(attn_mask.shape, dtype=query.dtype,
                                       device=query.device).masked_fill(
@@ -126,6 +154,29 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     if dropout_p > 0.0:
         weights = dropout(weights, p=dropout_p, training=True)
     return weights.matmul(value)
+
+
+def _fusable(query, key, value, attn_mask, dropout_p, gqa) -> bool:
+    """Whether the fused op computes what the composite would: float32 on the CPU, no
+    gradient for the mask, nothing empty, and (with dropout) weights of the batch shape
+    the composite's dropout draws its mask in."""
+    from tessera.kernels import attention
+    if not (query.dtype is key.dtype is value.dtype is D.float32):
+        return False
+    tensors = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
+    if any(t.device.type != "cpu" for t in tensors):
+        return False
+    if attn_mask is not None and (attn_mask.requires_grad or attn_mask.dtype not in
+                                  (D.bool_, D.float32)):
+        return False
+    if min(query.numel(), key.numel(), value.numel()) == 0:
+        return False
+    if dropout_p > 0 and value.dim() > 2:
+        # the composite's mask has the shape of the weights: batch of query and key only
+        qk = tuple(broadcast_shapes(tuple(query.shape[:-2]), _kv_batch(key, query, gqa)))
+        if tuple(broadcast_shapes(qk, _kv_batch(value, query, gqa))) != qk:
+            return False
+    return attention.available()
 
 
 # ---- multi-head attention -------------------------------------------------------------------
