@@ -16,6 +16,7 @@ import numpy as np
 from tessera._tensor import Tensor
 from tessera.graph.executor import compile_kernel
 from tessera.graph.ir import Graph, Value
+from tessera.nn.functional.attention import unfused_attention
 from tessera.nn.graph import Graph as NNGraph
 from tessera.nn.modules.module import Module
 
@@ -65,7 +66,9 @@ def capture(model, example_inputs) -> tuple[Graph, dict[str, np.ndarray]]:
         if model.training:
             raise ValueError("tessera.deploy.export_c: the nn.Graph has an optimizer (a "
                              "training step); export an inference graph")
-        model(*inputs)
+        # the library has C rules for attention's parts, not (yet) for the fused kernel
+        with unfused_attention():
+            model(*inputs)
         compiled = model._current()
         ir, tensors = compiled.ir, compiled.tensors
     g = Graph.parse(str(ir))

@@ -13,6 +13,7 @@ tessera.Size([2, 4, 5, 8])
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 
@@ -26,6 +27,26 @@ from tessera.ops.random import fresh_seed
 from tessera.ops.shape import cat
 
 __all__ = ["scaled_dot_product_attention", "multi_head_attention_forward"]
+
+_UNFUSED = [0]  # depth of unfused_attention() blocks
+
+
+@contextlib.contextmanager
+def unfused_attention():
+    """Within the block, ``scaled_dot_product_attention`` runs as its composite (matmul,
+    softmax, masks), for consumers that have rules for those ops but not the fused one
+    (``tessera.deploy``'s C library traces through it).
+
+    >>> q = tessera.randn(1, 3, 4)
+    >>> with unfused_attention():
+    ...     torch_like = F.scaled_dot_product_attention(q, q, q)
+    >>> tessera.testing.assert_close(torch_like, F.scaled_dot_product_attention(q, q, q))
+    """
+    _UNFUSED[0] += 1
+    try:
+        yield
+    finally:
+        _UNFUSED[0] -= 1
 
 
 # ---- scaled dot-product attention -----------------------------------------------------------
@@ -161,7 +182,7 @@ def _fusable(query, key, value, attn_mask, dropout_p, gqa) -> bool:
     gradient for the mask, nothing empty, and (with dropout) weights of the batch shape
     the composite's dropout draws its mask in."""
     from tessera.kernels import attention
-    if not (query.dtype is key.dtype is value.dtype is D.float32):
+    if _UNFUSED[0] or not (query.dtype is key.dtype is value.dtype is D.float32):
         return False
     tensors = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
     if any(t.device.type != "cpu" for t in tensors):
