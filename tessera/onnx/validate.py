@@ -467,8 +467,9 @@ def _static_layer_norm(g) -> None:
         x = shapes.get(node.input[0])
         if x is None:
             continue
-        ins = [shapes.get(n) if n else None for n in list(node.input[1:3])]
-        check_layer_norm(describe(node, i), x, *ins)
+        scale, bias = (shapes.get(n) if k < len(node.input) and (n := node.input[k]) else None
+                       for k in (1, 2))
+        check_layer_norm(describe(node, i), x, scale, bias)
 
 
 # ---- external data and the ONNX checker --------------------------------------------------
