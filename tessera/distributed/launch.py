@@ -205,11 +205,12 @@ def bare_hydra_rank() -> bool:
             not sys.platform.startswith("linux"):
         return False
     import threading
-    # forking copies only the calling thread into the rank: another Python thread would
-    # go on in the supervisor instead (tessera's own compiling threads only fill the cache)
+    # forking copies only the calling thread into the rank: another Python thread of the
+    # script would go on in the supervisor instead. Tessera's own may: a compiling thread
+    # only fills the kernel cache, and the kernel pool starts afresh in a forked child
     me = threading.current_thread()
     return me is threading.main_thread() and all(
-        t is me or t.daemon and t.name.startswith("tessera") for t in threading.enumerate())
+        t is me or t.name.startswith("tessera-") for t in threading.enumerate())
 
 
 def supervise_bare_rank() -> None:

@@ -85,7 +85,11 @@ def test_a_rank_killed_by_a_signal_is_named(tmp_path):
 
 
 def test_where_the_supervisor_applies(monkeypatch):
+    import threading
+
     from tessera.distributed import launch
+    main = threading.main_thread()
+    monkeypatch.setattr(threading, "enumerate", lambda: [main])
     hydra = {"PMI_FD": "5", "PMI_SIZE": "2", "PMI_RANK": "0"}
     for k in ("TESSERA_LAUNCHED", "TESSERA_RANK_SUPERVISOR", "PMI_FD", "PMI_SIZE"):
         monkeypatch.delenv(k, raising=False)
@@ -103,12 +107,9 @@ def test_where_the_supervisor_applies(monkeypatch):
     with monkeypatch.context() as m:  # MPI already started (python -m mpi4py)
         m.setitem(sys.modules, "mpi4py.MPI", object())
         assert not launch.bare_hydra_rank()
-    import threading
-    stop = threading.Event()
-    t = threading.Thread(target=stop.wait)  # a thread of the script's own
-    t.start()
-    try:
-        assert not launch.bare_hydra_rank()
-    finally:
-        stop.set()
-        t.join()
+    # a thread of the script's own would stay with the supervisor; tessera's may
+    script_thread, kernel_thread = threading.Thread(), threading.Thread(name="tessera-cc")
+    monkeypatch.setattr(threading, "enumerate", lambda: [main, kernel_thread])
+    assert launch.bare_hydra_rank()
+    monkeypatch.setattr(threading, "enumerate", lambda: [main, script_thread])
+    assert not launch.bare_hydra_rank()
