@@ -7,6 +7,8 @@ rank when a signal kills it. A rank that leaves before the others (exits, is kil
 calls ``os._exit``) makes the ranks waiting for it fail naming it, and the job end nonzero
 within seconds (``comm/mpi.py``); for that, MPICH's mpiexec runs without its own clean-up
 on one machine, which would end every rank at once and report ``os._exit(0)`` as success.
+Under a bare MPICH ``mpiexec``, the MPI communicator forks each rank under a supervisor of
+the same kind (``supervise_bare_rank``) before MPI starts.
 
     python -m tessera.distributed.launch --nproc-per-node 2 train.py --epochs 3
     python -m tessera.distributed.launch --nnodes 2 --nproc-per-node 4 --hostfile hosts train.py
