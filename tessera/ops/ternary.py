@@ -177,7 +177,11 @@ def _addc_infer(name):
                                "/ tensor2) for float inputs. The future addcdiv behavior can be "
                                "implemented with (input + value * tensor1 / tensor2).")
         shape = broadcast_shapes(name, a.shape, t1.shape, t2.shape)
-        return Meta(shape, D.result_type(dtype_arg(a), dtype_arg(t1), dtype_arg(t2)))
+        dt = D.result_type(dtype_arg(a), dtype_arg(t1), dtype_arg(t2))
+        # a Scalar in the compute type (float32 for float16/bfloat16): NaN or out of range
+        # raises, as in PyTorch
+        checked_scalar(value, D.float32 if dt in (D.float16, D.bfloat16) else dt)
+        return Meta(shape, dt)
     return infer
 
 

@@ -158,3 +158,32 @@ def test_masked_fill_of_a_nan_tensor_in_a_compiled_graph_raises():
         expect = torch.zeros(n, dtype=torch.int64).masked_fill(torch.ones(n, dtype=torch.bool),
                                                                torch.tensor(2.5)) * 2
         assert graph(x, mask, tessera.tensor(2.5)).tolist() == expect.tolist()
+
+
+# other ops' Scalar arguments that end up in the tensor's type
+_SCALAR_ARGS = {
+    "threshold[value]": lambda L, x, v: L.nn.functional.threshold(x, 0, v),
+    "threshold[threshold]": lambda L, x, v: L.nn.functional.threshold(x, v, 0),
+    "threshold_[value]": lambda L, x, v: L.nn.functional.threshold_(x, 0, v),
+    "hardtanh[min_val]": lambda L, x, v: L.nn.functional.hardtanh(x, v, max(v, 5)) if v == v
+    else L.nn.functional.hardtanh(x, v, 5),
+    "hardtanh[max_val]": lambda L, x, v: L.nn.functional.hardtanh(x, -1, v),
+    "addcmul": lambda L, x, v: L.addcmul(x, x, x, value=v),
+    "addcmul_": lambda L, x, v: x.addcmul_(x, x, value=v),
+    "addcdiv": lambda L, x, v: L.addcdiv(x, x, x + 3, value=v),
+    "scatter[value]": lambda L, x, v: x.scatter(0, L.tensor([0]), v),
+    "scatter_[value]": lambda L, x, v: x.scatter_(0, L.tensor([0]), v),
+    "scatter[value, add]": lambda L, x, v: x.scatter(0, L.tensor([0]), v, reduce="add"),
+}
+
+
+@pytest.mark.parametrize("dt", ["int64", "int32", "int8", "uint8", "float16", "bfloat16",
+                                "float32"])
+@pytest.mark.parametrize("op", sorted(_SCALAR_ARGS))
+def test_scalar_arguments_of_other_ops(op, dt):
+    if op.startswith(("addcmul", "addcdiv")) and dt in ("int8", "uint8") or \
+            op == "addcdiv" and dt.startswith(("int", "uint")):
+        pytest.skip("(no integer addcdiv, no int8/uint8 addcmul on PyTorch's CPU)")
+    for v in [NAN, INF, -INF, 1e30, 1e300, 70000.0, 300, -300, 2**40, 1.5, -1]:
+        _same(lambda L, v=v: _SCALAR_ARGS[op](
+            L, L.tensor([-1, 0, 2], dtype=getattr(L, dt)), v))
