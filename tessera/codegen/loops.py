@@ -189,6 +189,9 @@ def supported(body: Graph) -> str | None:
         ints = [v for v in n.tensor_inputs + n.outputs if v.dtype.name in ("int32", "int64")]
         if ints and not exact_on_ints(n.op):
             return f"op '{n.op.name}' on integers"
+        if "checked_value" in n.op.traits and n.outputs[0].dtype.category < 2 and \
+                any(v.dtype.category >= 2 for v in n.tensor_inputs):
+            return f"op '{n.op.name}' writing a floating value into an integer tensor"
         if len(n.outputs) != 1:
             return f"op '{n.op.name}' has {len(n.outputs)} outputs"
     return None

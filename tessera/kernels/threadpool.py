@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 
 import numpy as np
 
@@ -160,6 +161,14 @@ def reset_threads() -> None:
     _threads.cache_clear()
     if _POOL:
         _POOL.pop().shutdown(wait=False)
+
+
+def _after_fork() -> None:
+    # a forked child has none of the pool's threads (the executor would wait for them)
+    _POOL.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def _pool():

@@ -22,6 +22,9 @@ checks its axes and geometry against the tensors it receives. The checks here:
   ONNX's four values, ``kernel_shape`` equal to the weights' spatial shape, ``group``
   dividing the channels; the import rules check the same again against the tensors they
   receive;
+* ``LayerNormalization``'s ``Scale`` and ``B`` broadcast to ``X`` (``check_layer_norm``):
+  a rank at most ``X``'s, each dim ``X``'s or 1, as onnxruntime requires; the import rule
+  checks it again on the actual tensors;
 * no tensor keeps its data in an external file that was not loaded (a model given as
   bytes or a ``ModelProto``; ``onnx.load`` of a path resolves them, inside the model's
   directory).
@@ -46,7 +49,8 @@ from collections.abc import Sequence
 
 from tessera.onnx.errors import OnnxValidationError
 
-__all__ = ["OnnxValidationError", "validate", "check_geometry", "describe", "AUTO_PADS"]
+__all__ = ["OnnxValidationError", "validate", "check_geometry", "check_layer_norm", "describe",
+           "AUTO_PADS"]
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -73,6 +77,7 @@ def validate(proto, opset: int, path: str | None = None) -> None:
     for i, node in enumerate(g.node):
         _schema(node, i, opset)
     _static_geometry(g)
+    _static_layer_norm(g)
     _checker(proto, path)
 
 
@@ -408,6 +413,63 @@ def _static_geometry(g) -> None:
         w = node.input[1] if len(node.input) > 1 and node.op_type.startswith("Conv") else ""
         check_geometry(describe(node, i), node.op_type, attrs,
                        None if rank is None else rank - 2, weight=inits.get(w))
+
+
+# ---- LayerNormalization's scale and bias ------------------------------------------------
+
+def check_layer_norm(where: str, x: Sequence, scale: Sequence | None,
+                     bias: Sequence | None = None, axis: int | None = None) -> None:
+    """Raise ``OnnxValidationError`` unless ``LayerNormalization``'s ``Scale`` and ``B``
+    (shapes; None: absent or unknown) broadcast to its input of shape ``x`` without
+    changing it, as onnxruntime requires (a rank above ``x``'s, or a dim neither ``x``'s
+    nor 1, would make the output another shape than ``X``'s), and, with ``axis`` (in
+    ``[0, rank)``), unless ``X.shape[axis:]`` holds at least one element. A dim given as
+    None (a symbolic dim) matches anything.
+
+    >>> check_layer_norm("node 'ln' (LayerNormalization)", (2, 3, 4), (3, 4), (1, 4))
+    >>> check_layer_norm("node 'ln' (LayerNormalization)", (2, 3, 4), (3,))
+    Traceback (most recent call last):
+        ...
+    tessera.onnx.errors.OnnxValidationError: node 'ln' (LayerNormalization): input 'Scale'
+    of shape [3] does not broadcast to X's shape [2, 3, 4]: dim -1 is 3, where X has 4 (it
+    must be X's or 1)
+    """
+    for name, s in (("Scale", scale), ("B", bias)):
+        if s is None:
+            continue
+        if len(s) > len(x):
+            raise OnnxValidationError(
+                f"{where}: input '{name}' of shape {list(s)} has rank {len(s)}, more than "
+                f"X's {len(x)} (shape {list(x)}); it must broadcast to X's shape")
+        for d in range(1, len(s) + 1):
+            a, b = s[-d], x[-d]
+            if a is not None and b is not None and a != 1 and a != b:
+                raise OnnxValidationError(
+                    f"{where}: input '{name}' of shape {list(s)} does not broadcast to X's "
+                    f"shape {list(x)}: dim {-d} is {a}, where X has {b} (it must be X's or 1)")
+    if axis is not None and any(n == 0 for n in x[axis:]):
+        raise OnnxValidationError(f"{where}: X of shape {list(x)} has no elements to "
+                                  f"normalize from axis {axis} on")
+
+
+def _static_layer_norm(g) -> None:
+    """``check_layer_norm`` for every ``LayerNormalization`` node whose shapes are known
+    before running: initializers and declared shapes of inputs and values."""
+    shapes: dict[str, tuple] = {t.name: tuple(t.dims) for t in g.initializer}
+    for v in list(g.input) + list(g.value_info):
+        t = v.type.tensor_type if v.type.HasField("tensor_type") else None
+        if t is not None and t.HasField("shape") and v.name not in shapes:
+            shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None
+                                   for d in t.shape.dim)
+    for i, node in enumerate(g.node):
+        if node.op_type != "LayerNormalization" or not node.input:
+            continue
+        x = shapes.get(node.input[0])
+        if x is None:
+            continue
+        scale, bias = (shapes.get(n) if k < len(node.input) and (n := node.input[k]) else None
+                       for k in (1, 2))
+        check_layer_norm(describe(node, i), x, scale, bias)
 
 
 # ---- external data and the ONNX checker --------------------------------------------------

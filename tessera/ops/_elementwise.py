@@ -89,6 +89,27 @@ def checked_scalar(v, dt: D.dtype):
     return v
 
 
+def checked_tensor_scalar(value, dt: np.dtype):
+    """A 0-d array passed where PyTorch takes a ``Scalar`` (``masked_fill``'s and
+    ``index_fill``'s value tensor), checked against ``dt`` as ``checked_scalar`` checks a
+    number: PyTorch reads such a tensor with ``item()`` first, so a NaN or an out-of-range
+    value for an integer tensor raises instead of writing ``INT_MIN``.
+
+    >>> checked_tensor_scalar(np.array(2.5), np.dtype(np.int64))
+    array(2.5)
+    >>> checked_tensor_scalar(np.array(float("nan")), np.dtype(np.int32))
+    Traceback (most recent call last):
+    RuntimeError: value cannot be converted to type int without overflow
+    """
+    if isinstance(value, np.ndarray) and value.size == 1:
+        kind = value.dtype.kind
+        v = value.reshape(())[()]
+        number = bool(v) if kind == "b" else int(v) if kind in "iu" else \
+            complex(v) if kind == "c" else float(v)
+        checked_scalar(number, D.from_numpy_dtype(dt))
+    return value
+
+
 def int_bounds(dt: D.dtype) -> tuple[int, int]:
     """(min, max) of an integer dtype, where an unsigned type's min is -max: the ints that
     PyTorch converts to it (negative ones wrap)."""

@@ -27,7 +27,7 @@ import numpy as np
 
 from tessera import _dtype as D
 from tessera.ops import _jax, _relax, cost, reduce as R
-from tessera.ops._elementwise import POINTWISE
+from tessera.ops._elementwise import POINTWISE, checked_scalar
 from tessera.ops._sbp import pointwise
 from tessera.ops._util import call, missing, wrap_dim
 from tessera.ops.registry import Meta, defop
@@ -413,8 +413,15 @@ def _hardtanh_kernel(x, min_val=-1.0, max_val=1.0):
 
 
 def _check_hardtanh(x, min_val=-1.0, max_val=1.0):
+    # Scalars: NaN or out of range raises, as in PyTorch, which reads a float limit of an
+    # integer tensor as an int64 first
+    for v in (min_val, max_val):
+        if x.dtype.category == 1 and isinstance(v, float):
+            checked_scalar(v, D.int64)
     if x.dtype is D.uint8 and (min_val < 0 or max_val < 0):
         raise RuntimeError("cannot do hardtanh on an unsigned type with negative limits")
+    checked_scalar(min_val, x.dtype)
+    checked_scalar(max_val, x.dtype)
 
 
 def _hardtanh_grad(ctx, g):
@@ -433,6 +440,8 @@ _HARDTANH = _pointwise("hardtanh", _hardtanh_kernel, _hardtanh_grad, 2, ints=Tru
 
 
 def _threshold_kernel(x, threshold=0.0, value=0.0):
+    if x.dtype.kind in "iu":  # compared in the tensor's type (-1 is 255 for uint8)
+        threshold = np.asarray(threshold).astype(x.dtype)
     return np.where(x <= threshold, np.asarray(value).astype(x.dtype), x)
 
 
@@ -441,9 +450,16 @@ def _threshold_c(c, a, at):
            f": {a[0]})"
 
 
+def _check_threshold(x, threshold=0.0, value=0.0):
+    # Scalars: NaN or out of range raises, as in PyTorch (which compares in float32 for
+    # float16 and bfloat16)
+    checked_scalar(threshold, D.float32 if x.dtype in (D.float16, D.bfloat16) else x.dtype)
+    checked_scalar(value, x.dtype)
+
+
 _THRESHOLD = _pointwise("threshold", _threshold_kernel,
                         lambda ctx, g: (where(_x(ctx) <= ctx.attrs["threshold"], 0.0, g),),
-                        1, ints=True, to_c=_threshold_c)
+                        1, ints=True, check=_check_threshold, to_c=_threshold_c)
 
 
 # hard gates and shrinks ------------------------------------------------------------------------

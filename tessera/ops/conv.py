@@ -45,7 +45,41 @@ def out_size(size: int, k: int, stride: int, lo: int, hi: int, dil: int) -> int:
     return (size + lo + hi - dil * (k - 1) - 1) // stride + 1
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def check_geometry(op: str, wshape, stride, pads, dilation) -> None:
+    """Raise ``RuntimeError`` naming ``op`` unless ``stride``, ``pads`` ((low, high) per dim)
+    and ``dilation`` each hold ints for the spatial dims of a weight of shape ``wshape``: the
+    NumPy kernels index and pad by position, and would read a dim too few or ignore one too
+    many. Every entry point of the three ops checks it (the C kernels again, in
+    ``tessera.kernels.window.check_geometry``).
+
+    >>> check_geometry("conv", (1, 1, 3, 3), (1, 1), ((0, 0), (0, 0), (0, 0)), (1, 1))
+    Traceback (most recent call last):
+        ...
+    RuntimeError: conv: expected padding to be a list of 2 values to match the convolution
+    dimensions of weight [1, 1, 3, 3], but got padding=[(0, 0), (0, 0), (0, 0)]
+    """
+    nd = len(wshape) - 2
+    for name, vals in (("stride", stride), ("padding", pads), ("dilation", dilation)):
+        if len(vals) != nd:
+            raise RuntimeError(f"{op}: expected {name} to be a list of {nd} values to match "
+                               f"the convolution dimensions of weight {list(wshape)}, but got "
+                               f"{name}={list(vals)}")
+    if not all(_is_int(v) for v in (*stride, *dilation)) or \
+            not all(type(p) in (tuple, list) and len(p) == 2 and _is_int(p[0]) and _is_int(p[1])
+                    for p in pads):
+        raise RuntimeError(f"{op}: expected integer strides and dilations and (low, high) "
+                           f"integer paddings for weight {list(wshape)}, got "
+                           f"stride={list(stride)}, padding={list(pads)}, "
+                           f"dilation={list(dilation)}")
+
+
 def _check(op, x, w, stride, pads, dilation, groups):
+    if len(w.shape) >= 3:
+        check_geometry(op, w.shape, stride, pads, dilation)
     nd = len(stride)
     if len(x.shape) != nd + 2:
         raise RuntimeError(f"{op}: Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input "
@@ -357,6 +391,7 @@ def conv_into(out, x, w, b, stride, pads, dilation, groups) -> None:
     """``conv``'s kernel writing into ``out`` (the graph executor's arena buffer), which may
     be ``x``'s own buffer: the memory plan hands a dying input's buffer to an output of its
     shape."""
+    check_geometry("conv", w.shape, stride, pads, dilation)
     out_sp = out.shape[2:]
     if 0 not in out_sp and out.flags.c_contiguous:
         if np.may_share_memory(out, x) and (_native(x, w, groups) or _depthwise(x, w, groups)):
@@ -450,6 +485,7 @@ def _weight_grad_per_image(x, g, weight_shape, stride, pads, dilation):
 
 
 def _conv_kernel(x, w, b, stride, pads, dilation, groups):
+    check_geometry("conv", w.shape, stride, pads, dilation)
     n, o = x.shape[0], w.shape[0]
     ksize = w.shape[2:]
     out_sp = _out_spatial(x.shape, ksize, stride, pads, dilation)
@@ -530,6 +566,8 @@ def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride, pads, dilatio
 
 def _input_grad_infer(g, w, input_shape, stride, pads, dilation, groups):
     op = "conv_transpose"
+    if len(w.shape) >= 3:
+        check_geometry(op, w.shape, stride, pads, dilation)
     if g.dtype is not w.dtype:
         raise RuntimeError(f"{op}: Input type ({g.dtype}) and weight type ({w.dtype}) should "
                            "be the same")
@@ -560,6 +598,7 @@ def _input_grad_infer(g, w, input_shape, stride, pads, dilation, groups):
 
 
 def _input_grad_kernel(g, w, input_shape, stride, pads, dilation, groups):
+    check_geometry("conv_transpose", w.shape, stride, pads, dilation)
     n, o = g.shape[:2]
     out_sp = g.shape[2:]
     ksize = w.shape[2:]
@@ -623,9 +662,10 @@ def conv_input_grad(g: Tensor, w: Tensor, *, input_shape, stride, pads, dilation
 def _weight_grad_infer(x, g, weight_shape, stride, pads, dilation, groups):
     if x.dtype is not g.dtype:
         raise RuntimeError(f"conv_weight_grad: dtypes differ ({x.dtype}, {g.dtype})")
-    if len(x.shape) != len(g.shape) or len(weight_shape) != len(x.shape):
+    if len(x.shape) != len(g.shape) or len(weight_shape) != len(x.shape) or len(x.shape) < 3:
         raise RuntimeError(f"conv_weight_grad: ranks differ ({list(x.shape)}, "
                            f"{list(g.shape)}, weight {list(weight_shape)})")
+    check_geometry("conv_weight_grad", weight_shape, stride, pads, dilation)
     expect = _out_spatial(x.shape, weight_shape[2:], stride, pads, dilation)
     if expect != tuple(g.shape[2:]) or g.shape[1] != weight_shape[0]:
         raise RuntimeError(f"conv_weight_grad: gradient {list(g.shape)} does not match input "
@@ -637,6 +677,7 @@ def _weight_grad_infer(x, g, weight_shape, stride, pads, dilation, groups):
 
 
 def _weight_grad_kernel(x, g, weight_shape, stride, pads, dilation, groups):
+    check_geometry("conv_weight_grad", weight_shape, stride, pads, dilation)
     out_sp = g.shape[2:]
     ksize = tuple(weight_shape[2:])
     if _native(x, g, groups) and 0 not in g.shape and 0 not in weight_shape:

@@ -24,6 +24,7 @@ from tessera import _dtype as D
 from tessera._dispatch import _tname
 from tessera._tensor import Tensor
 from tessera.ops import _jax, _relax, cost
+from tessera.ops._elementwise import checked_scalar
 from tessera.ops._indexing import (
     INT_INDEX,
     array_of,
@@ -203,6 +204,8 @@ def _scatter_infer(x, index, src, dim, reduce=None):
         raise RuntimeError("reduce argument must be either add or multiply.")
     _src_dtype_check(x, src)
     _gs_check("scatter", x, index, d, src if type(src) is Meta else None)
+    if type(src) is not Meta:  # ``value``, a Scalar: NaN or out of range raises
+        checked_scalar(src, x.dtype)
     return Meta(x.shape, x.dtype)
 
 

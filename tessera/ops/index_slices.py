@@ -22,7 +22,7 @@ from tessera import _dtype as D
 from tessera._dispatch import _tname
 from tessera._tensor import Tensor
 from tessera.ops import _relax, cost
-from tessera.ops._elementwise import checked_scalar
+from tessera.ops._elementwise import checked_scalar, checked_tensor_scalar
 from tessera.ops._indexing import (
     INT_INDEX,
     array_of,
@@ -282,6 +282,11 @@ def _write_index_fill(t, index, value, dim):
     d = dim % nd(t.shape)
     t1, i = as1(t), index_1d(index)
     check_bounds(i, t1.shape[d], d, IndexError, allow_negative=True)
+    if isinstance(value, np.ndarray):  # a 0-d tensor: PyTorch reads it as a Scalar
+        if value.dtype.kind == "c" and t.dtype.kind != "c":
+            raise RuntimeError("index_fill_(): Converting complex Scalar to non-complex type "
+                               "is not supported")
+        checked_tensor_scalar(value, t.dtype)
     t1[_at_dim(d, i)] = array_of(value, t.dtype)
 
 

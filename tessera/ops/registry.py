@@ -35,6 +35,9 @@ TRAITS = {
     "c_int": "its to_c rule is exact on int32/int64 too (C's signed overflow wraps)",
     "compare": "a comparison: its C rule computes in the operands' promoted type",
     "logical": "a logical op: its C rule computes on bools",
+    "checked_value": "a floating tensor operand it writes into an integer output is a PyTorch "
+                     "Scalar, whose conversion raises on NaN or out of range: its C rule, "
+                     "whose cast cannot, is not used for those dtypes",
 }
 
 

@@ -27,6 +27,7 @@ from tessera.ops._elementwise import (
     _wrap_int,
     builtins_abs,
     checked_scalar,
+    checked_tensor_scalar,
 )
 from tessera.ops._sbp import pointwise
 from tessera.ops._util import broadcast_shapes, call, dtype_arg, shape_of, sum_to
@@ -177,7 +178,11 @@ def _addc_infer(name):
                                "/ tensor2) for float inputs. The future addcdiv behavior can be "
                                "implemented with (input + value * tensor1 / tensor2).")
         shape = broadcast_shapes(name, a.shape, t1.shape, t2.shape)
-        return Meta(shape, D.result_type(dtype_arg(a), dtype_arg(t1), dtype_arg(t2)))
+        dt = D.result_type(dtype_arg(a), dtype_arg(t1), dtype_arg(t2))
+        # a Scalar in the compute type (float32 for float16/bfloat16): NaN or out of range
+        # raises, as in PyTorch
+        checked_scalar(value, D.float32 if dt in (D.float16, D.bfloat16) else dt)
+        return Meta(shape, dt)
     return infer
 
 
@@ -368,6 +373,13 @@ def _fill_value(value, dt: np.dtype):
     return value.astype(dt)
 
 
+def _masked_value(value, dt: np.dtype):
+    """``masked_fill``'s value as ``dt``: a 0-d tensor is checked as PyTorch reads it (its
+    ``item()``, a Scalar: NaN into an integer tensor raises), unlike ``fill_``'s, which
+    PyTorch casts; a number was checked by the infer rule."""
+    return _fill_value(checked_tensor_scalar(value, dt), dt)
+
+
 def _masked_fill_grad(ctx, g):
     mask = ctx.inputs[1]
     need = ctx.needs_input_grad
@@ -377,11 +389,11 @@ def _masked_fill_grad(ctx, g):
 
 
 _MASKED_FILL = defop("masked_fill", _masked_fill_infer,
-                     lambda x, mask, value: np.where(mask, _fill_value(value, x.dtype), x),
+                     lambda x, mask, value: np.where(mask, _masked_value(value, x.dtype), x),
                      grad=_masked_fill_grad, sbp=POINTWISE, cost=ONE,
-                     to_c=fmt("({1} ? {2} : {0})"), traits=_SELECT,
+                     to_c=fmt("({1} ? {2} : {0})"), traits=_SELECT | {"checked_value"},
                      inplace_kernels={"cpu": lambda t, x, mask, value: np.copyto(
-                         t, _fill_value(value, t.dtype), where=np.broadcast_to(mask, t.shape))},
+                         t, _masked_value(value, t.dtype), where=np.broadcast_to(mask, t.shape))},
                      to_relax=_relax.masked_fill,
                      to_jax=lambda jnp, lax, a, at: jnp.where(a[1], a[2], a[0]))
 

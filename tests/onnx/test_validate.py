@@ -300,3 +300,68 @@ def test_pool_kernels_check_their_geometry(bad):
     with pytest.raises(ValueError, match="depthwise_conv2d"):
         window.depthwise_conv2d(x, np.ones((2, 1, 2, 2), np.float32), None, geo["stride"],
                                 geo["pads"], geo["dilation"], geo["out_sp"])
+
+
+# ---- LayerNormalization's scale and bias -------------------------------------------------
+
+LN_X = np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32)
+# (scale shape, bias shape or None, axis): onnxruntime runs those that broadcast to X
+# (across its leading dims too) and rejects a rank above X's or a dim neither X's nor 1
+LN_CASES = [((4,), (4,), -1), ((1,), None, -1), ((), None, -1), ((3, 4), None, -1),
+            ((1, 4), (3, 4), -2), ((2, 3, 4), None, -1), ((2, 1, 1), (3, 1), -1),
+            ((4,), (2, 3, 4), 0), ((3,), None, -1), ((4, 1), None, -1),
+            ((4,), (3,), -1), ((5, 1, 1, 1), None, -1), ((1, 1, 1, 4), None, -2),
+            ((4,), (1, 1, 1, 4), -1), ((0,), None, -1)]
+
+
+def _layer_norm_model(sshape, bshape, axis, as_inputs: bool, nout: int, xdims=None):
+    rng = np.random.default_rng(4)
+    values = {n: rng.standard_normal(s).astype(np.float32)
+              for n, s in (("s", sshape), ("b", bshape)) if s is not None}
+    inputs = [("x", list(xdims or LN_X.shape))] + \
+        ([(n, list(v.shape)) for n, v in values.items()] if as_inputs else [])
+    inits = [] if as_inputs else [numpy_helper.from_array(v, n) for n, v in values.items()]
+    outs = ("y", "mean", "rstd")[:nout]
+    node = helper.make_node("LayerNormalization", ["x", *values], list(outs), name="ln",
+                            axis=axis)
+    return _model([node], outputs=outs, inits=inits, inputs=inputs), \
+        ({"x": LN_X} | values if as_inputs else {"x": LN_X})
+
+
+@pytest.mark.parametrize("nout", [1, 3])
+@pytest.mark.parametrize("as_inputs", [False, True], ids=["initializers", "inputs"])
+@pytest.mark.parametrize("case", LN_CASES, ids=str)
+def test_layer_norm_scale_and_bias_shapes_as_onnxruntime(case, as_inputs, nout):
+    """Shapes known before running (initializers, declared inputs) are refused by the
+    validation; the import rule refuses the same on the actual tensors (a symbolic X)."""
+    sshape, bshape, axis = case
+    proto, feeds = _layer_norm_model(sshape, bshape, axis, as_inputs, nout)
+    try:
+        want = ort_session(proto).run(None, feeds)
+    except Exception:  # noqa: BLE001  (onnxruntime rejects it)
+        want = None
+    symbolic, _ = _layer_norm_model(sshape, bshape, axis, as_inputs, nout,
+                                    xdims=["N", "C", "L"])
+    args = [tessera.tensor(v) for v in feeds.values()]
+    runs = (lambda: tessera.onnx.load(proto).run(*args),
+            lambda: tessera.onnx.to_module(symbolic)(*args))  # (eager: no shapes ahead)
+    for run in runs:
+        if want is None:
+            with pytest.raises(OnnxValidationError, match=r"node 'ln' \(LayerNormalization\)"
+                                                          r": (input '(Scale|B)' of shape|X)"):
+                run()
+            continue
+        got = run()
+        got = [got] if isinstance(got, tessera.Tensor) else list(got)
+        assert len(got) == nout
+        for g, w in zip(got, want):
+            assert tuple(g.shape) == w.shape
+            np.testing.assert_allclose(g.detach().numpy(), w, rtol=1e-4, atol=1e-5)
+
+
+def test_layer_norm_scale_that_does_not_broadcast_is_refused_before_running():
+    proto, _ = _layer_norm_model((3,), None, -1, False, 1)
+    with pytest.raises(OnnxValidationError, match=r"node 'ln' \(LayerNormalization\): input "
+                                                  r"'Scale' of shape \[3\] does not broadcast "
+                                                  r"to X's shape \[2, 3, 4\]"):
+        tessera.onnx.validate.validate(proto, 17)

@@ -219,6 +219,11 @@ class MPICommunicator(C.Communicator):
     name = "mpi"
 
     def __init__(self, comm=None):
+        from tessera.distributed import launch
+        if comm is None and launch.bare_hydra_rank():
+            # before MPI starts: this process becomes the rank's supervisor, so that a
+            # rank ending without exit handlers fails the job naming it (launch.py)
+            launch.supervise_bare_rank()
         from mpi4py import MPI  # imported here only: ``import tessera`` never starts MPI
         self.MPI = MPI
         self.world = comm if comm is not None else MPI.COMM_WORLD

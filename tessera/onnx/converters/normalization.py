@@ -14,6 +14,7 @@ import tessera.nn.functional as F
 from tessera import _dtype as D
 from tessera.onnx.converters.helpers import operand, reduce_over
 from tessera.onnx.converters.registry import export_rule, import_rule
+from tessera.onnx.validate import check_layer_norm
 from tessera.ops.creation import zeros_like
 from tessera.ops.reduce import norm
 from tessera.ops.ternary import where
@@ -102,7 +103,13 @@ def _import_layer_norm(c, x, scale, bias=None):
     if c.attr("stash_type", 1) != 1:
         raise NotImplementedError("stash_type other than float32")
     dims = tuple(range(axis, x.dim()))
-    if len([o for o in c.node.output if o]) == 1 and x.dtype is scale.dtype:
+    check_layer_norm(c.where, tuple(x.shape), tuple(scale.shape),
+                     None if bias is None else tuple(bias.shape), axis)
+    # the scale and bias broadcast to X (checked): within its normalized dims, layer_norm's
+    # own affine weights; across its leading dims too, the product and sum below
+    inner = x.dim() - axis
+    if len([o for o in c.node.output if o]) == 1 and x.dtype is scale.dtype and \
+            scale.dim() <= inner and (bias is None or bias.dim() <= inner):
         return F.layer_norm(x, tuple(x.shape[axis:]), scale.expand(x.shape[axis:]),
                             None if bias is None else bias.expand(x.shape[axis:]), eps)
     xf = x.float() if x.dtype is not D.float64 else x
