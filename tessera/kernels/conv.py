@@ -235,7 +235,9 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
     g = np.array(geometry, np.int64)
     gemm = blas.dgemm
     if np.dtype(dtype) == np.float32:
-        gemm = once(("conv", "own_sgemm"), _own_sgemm) or blas.sgemm
+        # the weight gradients keep OpenBLAS (see _own_sgemm)
+        own = None if name.endswith("wgrad") else once(("conv", "own_sgemm"), _own_sgemm)
+        gemm = own or blas.sgemm
     args = tuple(None if a is None else a.ctypes.data for a in arrays) + (
         work.ctypes.data, ws, nxt.ctypes.data, g.ctypes.data, gemm)
     # the last argument: t + 1 for drivers taking items from the counter, the thread count
@@ -257,12 +259,16 @@ _CONV_GEMM = os.environ.get("TESSERA_CONV_GEMM", "auto")
 @functools.lru_cache(maxsize=1)
 def _own_sgemm() -> int | None:
     """The address of tessera's GEMM (``tessera.kernels.gemm``) behind CBLAS's sgemm
-    signature (``c/conv_gemm.c``) for the drivers' float32 products, where it is the faster
-    one, else None (OpenBLAS's sgemm). Chosen on AVX-512, where it takes 0.55-0.81x
-    OpenBLAS's time (SkylakeX kernels) on every GEMM shape of ResNet-18 at batch 1, one
-    thread each (bench models: resnet18 infer b1); its AVX2 kernels are not measured
-    against OpenBLAS's Haswell ones on an AVX2 CPU, so there BLAS stays.
-    ``TESSERA_CONV_GEMM=blas|tessera`` (read at import) forces either.
+    signature (``c/conv_gemm.c``) for the float32 products of the forward and input-gradient
+    drivers (im2col and Winograd), where it is the faster one, else None (OpenBLAS's sgemm).
+    Chosen on AVX-512, where it takes 0.55-0.81x OpenBLAS's time (SkylakeX kernels) on
+    every GEMM shape of ResNet-18 at batch 1, one thread each (bench models: resnet18 infer
+    b1); its AVX2 kernels are not measured against OpenBLAS's Haswell ones on an AVX2 CPU,
+    so there BLAS stays. The weight-gradient drivers keep OpenBLAS: no gain measured
+    (bench training: cnn, 40.2 against 40.8 ms a step at one thread), and their sums in
+    the other order moved graph and eager AdamW training of the digits CNN apart within
+    ten steps (tests/graph/test_graph_training.py). ``TESSERA_CONV_GEMM=blas|tessera``
+    (read at import) forces either.
 
     >>> _own_sgemm() is None or _own_sgemm() > 0
     True

@@ -1,7 +1,8 @@
 """Tessera's GEMM behind the CBLAS sgemm signature of the convolution drivers
 (``c/conv_gemm.c``, ``conv_kernels._own_sgemm``): the adapter itself against NumPy over
-every transpose, alpha and beta, and the drivers' float32 convolutions (im2col, Winograd,
-each pass) with it against PyTorch, whichever GEMM the CPU would choose."""
+every transpose, alpha and beta, and the drivers' float32 convolutions (im2col, Winograd)
+with it against PyTorch, whichever GEMM the CPU would choose: the forward and input
+gradient through it, the weight gradient (on OpenBLAS) beside them."""
 from __future__ import annotations
 
 import ctypes
