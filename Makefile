@@ -4,7 +4,8 @@
 # make fuzz   -- the adversarial fuzzers (checkpoints, ONNX models) on many more examples
 # make bench  -- side-by-side benchmarks (tessera vs PyTorch, torch.compile, JAX), not part
 #               of the tests; writes bench/RESULTS.md; `make bench SECTIONS="kernels
-#               training"` runs some of them
+#               training"` runs some of them; TESSERA_BENCH_ROUNDS=N sets the rounds the
+#               frameworks alternate over (training and models: 3 by default)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python

@@ -7,9 +7,10 @@ eager), drawn from the JSON that ``python -m bench`` writes. Needs matplotlib (t
 from __future__ import annotations
 
 COLORS = {"tessera": "#9ecae1", "graph": "#08519c", "torch.compile": "#fd8d3c",
-          "jax": "#74c476"}
+          "jax": "#74c476", "onnxruntime": "#bcbddc"}
 LABELS = {"tessera": "tessera eager", "graph": "tessera nn.Graph",
-          "torch.compile": "torch.compile", "jax": "JAX jit"}
+          "torch.compile": "torch.compile", "jax": "JAX jit",
+          "onnxruntime": "onnxruntime (tessera's export)"}
 
 
 def ratios(results: dict) -> list[tuple[str, dict]]:

@@ -66,7 +66,11 @@ def environment() -> str:
 
 
 def _cpu_model() -> str:
-    """The CPU's name and vector extensions, from /proc/cpuinfo where there is one."""
+    """The CPU's name and vector extensions, from /proc/cpuinfo where there is one.
+
+    >>> isinstance(_cpu_model(), str)
+    True
+    """
     import platform
     name, flags = "", set()
     try:
@@ -81,8 +85,10 @@ def _cpu_model() -> str:
     except OSError:
         pass
     name = name or platform.processor() or platform.machine() or "unknown CPU"
-    simd = [label for flag, label in (("avx512f", "AVX-512"), ("avx2", "AVX2"),
-                                      ("fma", "FMA"), ("asimd", "NEON")) if flag in flags]
+    # the instruction sets tessera's kernels dispatch on (CPUID), named as the results say
+    isa = (("avx512f", "AVX-512"), ("avx512_vnni", "AVX512-VNNI"), ("avx512_bf16", "AVX512-BF16"),
+           ("amx_tile", "AMX"), ("avx2", "AVX2"), ("fma", "FMA"), ("asimd", "NEON"))
+    simd = [label for flag, label in isa if flag in flags]
     return name + (f" ({', '.join(simd)})" if simd else "")
 
 
@@ -182,40 +188,75 @@ def write_results(path: str, sections: list[tuple[str, str | None, str]],
     os.replace(tmp, path)
 
 
-def rounds() -> int:
-    """How many interleaved rounds the per-framework benchmarks run
-    (``TESSERA_BENCH_ROUNDS``, default 1): on a busy host, one process per framework at
-    different moments sees different loads, and interleaving the frameworks over several
-    rounds, keeping each one's median, puts them on the same footing."""
+def rounds(default: int = 1) -> int:
+    """How many interleaved rounds the per-framework benchmarks run (``TESSERA_BENCH_ROUNDS``,
+    else ``default``; training and the model zoo take 3): on a busy host, one process per
+    framework at different moments sees different loads, and interleaving the frameworks over
+    several rounds, keeping each one's median and the median of the per-round ratios, puts
+    them on the same footing."""
     try:
-        return max(1, int(os.environ.get("TESSERA_BENCH_ROUNDS", "1")))
+        return max(1, int(os.environ.get("TESSERA_BENCH_ROUNDS", str(default))))
     except ValueError:
-        return 1
+        return default
 
 
 def run_children(argvs: dict, n_rounds: int | None = None) -> dict:
     """Run ``{framework: argv}`` child processes (each printing one JSON object with
-    ``"ms"`` on its last line) in ``n_rounds`` interleaved rounds; per framework, the
-    round with the median ``ms`` (or ``{"error": last stderr line}``).
+    ``"ms"`` on its last line) in ``n_rounds`` interleaved rounds (a, b, c, a, b, c, ...);
+    per framework, the round with the median ``ms`` (or ``{"error": last stderr line}``),
+    with every round's ``ms`` in order under ``"rounds_ms"`` (``None`` for a failed round)
+    for :func:`round_ratio`.
 
     >>> import sys
     >>> run_children({"a": [sys.executable, "-c", "print('{\\"ms\\": 1.0}')"]}, 1)
-    {'a': {'ms': 1.0}}
+    {'a': {'ms': 1.0, 'rounds_ms': [1.0]}}
     """
     import json
     import subprocess
     got: dict = {fw: [] for fw in argvs}
+    per_round: dict = {fw: [] for fw in argvs}
     errors: dict = {}
     for _ in range(n_rounds or rounds()):
         for fw, argv in argvs.items():
             proc = subprocess.run(argv, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 errors[fw] = {"error": ((proc.stderr.strip().splitlines() or ["?"])[-1])[:90]}
+                per_round[fw].append(None)
             else:
                 got[fw].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+                per_round[fw].append(got[fw][-1]["ms"])
     out = {}
     for fw in argvs:
         runs = sorted(got[fw], key=lambda r: r["ms"])
-        out[fw] = runs[(len(runs) - 1) // 2] if runs else errors[fw]
+        out[fw] = ({**runs[(len(runs) - 1) // 2], "rounds_ms": per_round[fw]} if runs
+                   else errors[fw])
     return out
 
+
+def round_ratio(row: dict, num: str, peers: tuple) -> tuple[float, str] | None:
+    """The median over rounds of ``row[num]``'s time divided by the best of ``peers`` in
+    the same round (rounds where ``num`` or every peer failed are skipped), and the peer
+    that was best most often; ``None`` without such a round. A ratio within one round
+    compares processes that ran moments apart, under the same load.
+
+    >>> row = {"g": {"rounds_ms": [10.0, 30.0, 12.0]}, "p": {"rounds_ms": [20.0, 20.0, 12.0]},
+    ...        "q": {"rounds_ms": [None, 60.0, 24.0]}}
+    >>> round_ratio(row, "g", ("p", "q"))
+    (1.0, 'p')
+    """
+    import collections
+    ratios, best = [], collections.Counter()
+    n = len(row.get(num, {}).get("rounds_ms", []))
+    for i in range(n):
+        mine = row[num]["rounds_ms"][i]
+        theirs = [(row[p]["rounds_ms"][i], p) for p in peers
+                  if p in row and i < len(row[p].get("rounds_ms", []))
+                  and row[p]["rounds_ms"][i] is not None]
+        if mine is None or not theirs:
+            continue
+        ms, who = min(theirs)
+        ratios.append(mine / ms)
+        best[who] += 1
+    if not ratios:
+        return None
+    return statistics.median(ratios), best.most_common(1)[0][0]

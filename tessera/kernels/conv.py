@@ -146,6 +146,8 @@ def prefetch(name: str, dtype) -> None:
     """Start compiling driver ``name`` (as ``_driver``) for ``dtype`` in the background."""
     s = _SUFFIX[np.dtype(dtype)]
     background(("conv", _definitions(name, s)), functools.partial(_build, name, s))
+    if s == "f32":
+        background(("conv", "own_sgemm"), _own_sgemm)
 
 
 _ONCE: dict[Hashable, Future] = {}
@@ -231,7 +233,11 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
     f = _driver(name, s)
     nxt = np.zeros(8, np.int64)  # a driver of several passes takes a pair of counters each
     g = np.array(geometry, np.int64)
-    gemm = blas.sgemm if np.dtype(dtype) == np.float32 else blas.dgemm
+    gemm = blas.dgemm
+    if np.dtype(dtype) == np.float32:
+        # the weight gradients keep OpenBLAS (see _own_sgemm)
+        own = None if name.endswith("wgrad") else once(("conv", "own_sgemm"), _own_sgemm)
+        gemm = own or blas.sgemm
     args = tuple(None if a is None else a.ctypes.data for a in arrays) + (
         work.ctypes.data, ws, nxt.ctypes.data, g.ctypes.data, gemm)
     # the last argument: t + 1 for drivers taking items from the counter, the thread count
@@ -245,6 +251,40 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
         runtime.fork_join(f, [(*args, t, last(t)) for t in range(threads)])
     finally:
         _single_blas(blas, -1)
+
+
+_CONV_GEMM = os.environ.get("TESSERA_CONV_GEMM", "auto")
+
+
+@functools.lru_cache(maxsize=1)
+def _own_sgemm() -> int | None:
+    """The address of tessera's GEMM (``tessera.kernels.gemm``) behind CBLAS's sgemm
+    signature (``c/conv_gemm.c``) for the float32 products of the forward and input-gradient
+    drivers (im2col and Winograd), where it is the faster one, else None (OpenBLAS's sgemm).
+    Chosen on AVX-512, where it takes 0.55-0.81x OpenBLAS's time (SkylakeX kernels) on
+    every GEMM shape of ResNet-18 at batch 1, one thread each (bench models: resnet18 infer
+    b1); its AVX2 kernels are not measured against OpenBLAS's Haswell ones on an AVX2 CPU,
+    so there BLAS stays. The weight-gradient drivers keep OpenBLAS: no gain measured
+    (bench training: cnn, 40.2 against 40.8 ms a step at one thread), and their sums in
+    the other order moved graph and eager AdamW training of the digits CNN apart within
+    ten steps (tests/graph/test_graph_training.py). ``TESSERA_CONV_GEMM=blas|tessera``
+    (read at import) forces either.
+
+    >>> _own_sgemm() is None or _own_sgemm() > 0
+    True
+    """
+    from tessera.kernels import gemm
+    blas = _blas()
+    if _CONV_GEMM == "blas" or blas is None or not gemm.available():
+        return None
+    if _CONV_GEMM != "tessera" and gemm.isa() != "avx512":
+        return None
+    from tessera.kernels.cc import load
+    lib = load(source("conv_gemm.c"), defines(BLASINT=_blasint()))
+    lib.tsr_conv_gemm_init.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    lib.tsr_conv_gemm_init(ctypes.cast(gemm._lib().tsr_gemm_run, ctypes.c_void_p).value,
+                           blas.sgemm, gemm._isa())
+    return ctypes.cast(lib.tsr_conv_sgemm, ctypes.c_void_p).value
 
 
 _BLAS_LOCK = threading.Lock()
@@ -271,14 +311,20 @@ def _plan(n: int, o: int, oh: int, ow: int, ck: int, itemsize: int,
     inference), items of output rows whose columns fit in half a core's L2, so that each
     item's im2col is still in cache for its GEMM (ResNet-18's stem: 3 rows, 197 KB,
     rather than two halves of the image, 3.7 MB each), at least _MIN_BLOCK columns and
-    two items per thread; small outputs split by output channels, one block a thread."""
+    two items per thread; small outputs split by output channels, one block a thread. An
+    image whose columns exceed _IMAGE_COLS_BYTES is split into row blocks however many
+    images there are: the stem at one thread takes 0.75x the time of its whole-image GEMM
+    (bench models: resnet18 infer b1, one thread)."""
     p = oh * ow
-    if n >= threads:
-        return threads, oh, max(1, min(-(-n // threads), _WIDE_GEMM // p)), o
+    whole = threads, oh, max(1, min(-(-n // threads), _WIDE_GEMM // p)), o
+    if n >= threads and ck * p * itemsize <= _IMAGE_COLS_BYTES:
+        return whole
     rb = max(_COLS_BYTES // (itemsize * ck * ow), -(-_MIN_BLOCK // ow))
     rb = max(1, min(rb, -(-n * oh // (2 * threads))))
     if rb * ow >= _MIN_BLOCK:
         return threads, rb, 1, o
+    if n >= threads:
+        return whole
     parts = -(-threads // n)
     if o >= 2 * parts * _MIN_CHANNELS:
         # one block a thread, the fewest blocks: each block's GEMM packs all the shared
@@ -299,6 +345,9 @@ _WIDE_GEMM = 1024  # output columns worth putting several images side by side fo
 _MIN_BLOCK = 256   # output columns a row block needs to be worth its own GEMM
 _MIN_CHANNELS = 32  # output channels (GEMM rows) a block of them needs
 _COLS_BYTES = 256 << 10  # a row block's columns: half of a core's L2 (Zen 3: 512 KiB)
+# an image's columns past which it is row blocks even with an image per thread: ResNet-18's
+# stem (7.4 MB) gains, its 3x3 stride-2 layers (1.8 MB and less) lose 10-20% with row blocks
+_IMAGE_COLS_BYTES = 4 << 20
 _SHARED = True  # output-channel items share one build of the columns (see conv2d_threaded)
 _SHARED_ROWS = True
 

@@ -57,14 +57,16 @@ def test_batch1_splits_match_torch(monkeypatch, xs, ws, stride, pad, dil, thread
 
 
 def test_batch1_plan():
-    """ResNet-18's stem at batch 1 runs in row blocks of a few rows (columns within
-    _COLS_BYTES), its 1x1 stride-2 convolutions at 14x14 in channel blocks; batches of at
+    """ResNet-18's stem runs in row blocks of a few rows (columns within _COLS_BYTES) at
+    any batch and thread count (an image's columns exceed _IMAGE_COLS_BYTES), its 1x1
+    stride-2 convolutions at 14x14 in channel blocks at batch 1; otherwise batches of at
     least the thread count keep whole images (or several side by side) an item."""
     from tessera.kernels.conv import _COLS_BYTES, _plan
-    threads, rb, grp, ob = _plan(1, 64, 112, 112, 147, 4, 2)
-    assert (threads, grp, ob) == (2, 1, 64) and rb * 112 * 147 * 4 <= _COLS_BYTES
+    for n, t in ((1, 2), (1, 1), (8, 2)):
+        threads, rb, grp, ob = _plan(n, 64, 112, 112, 147, 4, t)
+        assert (threads, grp, ob) == (t, 1, 64) and rb * 112 * 147 * 4 <= _COLS_BYTES
     assert _plan(1, 512, 7, 7, 256, 4, 2) == (2, 7, 1, 256)
-    assert _plan(8, 64, 112, 112, 147, 4, 2) == (2, 112, 1, 64)
+    assert _plan(8, 128, 28, 28, 576, 4, 2) == (2, 28, 1, 128)
     assert _plan(8, 512, 7, 7, 4608, 4, 2) == (2, 7, 4, 512)
 
 

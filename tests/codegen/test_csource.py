@@ -14,7 +14,8 @@ FILES = sorted(os.listdir(csource.DIRECTORY))
 # the -D flags a file needs to compile on its own, and what follows a header
 _GEOMETRY = csource.defines(T="float", KH=3, KW=3, SH=2, SW=2, PH=1, PW=1, DH=1, DW=1)
 _FLAGS = {"maxpool.c": _GEOMETRY + csource.defines(INDEX=1), "depthwise.c": _GEOMETRY,
-          "threadpool.c": csource.defines(BLASINT="int"), "conv.h": csource.defines(BLASINT="int")}
+          "threadpool.c": csource.defines(BLASINT="int"), "conv.h": csource.defines(BLASINT="int"),
+          "conv_gemm.c": csource.defines(BLASINT="int")}
 _AFTER = {
     "conv.h": "GEMM_TYPE(float, f32)\nIM2COL_BLOCK(float, im2col_block_f32)\n"
               "COL2IM(float, col2im_plane_f32)\nDRIVERS(float, f32)\nWINOGRAD(float, f32)\n"

@@ -129,7 +129,14 @@ DEPTHWISE_CASES = [((2, 5, 9, 9), (3, 3), (1, 1), (1, 1), (1, 1)),
                    ((1, 4, 10, 7), (3, 5), (2, 1), (1, 2), (1, 2)),
                    ((3, 2, 7, 7), (5, 5), (1, 1), (2, 2), (1, 1)),
                    ((2, 3, 8, 8), (3, 3), (2, 2), (1, 1), (1, 1)),
-                   ((1, 6, 4, 4), (1, 1), (1, 1), (0, 0), (1, 1))]
+                   ((1, 6, 4, 4), (1, 1), (1, 1), (0, 0), (1, 1)),
+                   # stride 1 through the padded copy: dilation, a padding wider than the
+                   # window's reach on one side and none on the other, a 3x5 window
+                   ((1, 3, 6, 11), (3, 3), (1, 1), (2, 0), (2, 1)),
+                   ((2, 2, 14, 13), (3, 5), (1, 1), (1, 2), (1, 1)),
+                   # past the copy's limits (rows too wide, a plane too large): the row path
+                   ((1, 2, 9, 70), (3, 3), (1, 1), (1, 1), (1, 1)),
+                   ((1, 2, 500, 10), (3, 3), (1, 1), (1, 1), (1, 1))]
 
 
 @pytest.mark.parametrize("xs,k,s,p,d", DEPTHWISE_CASES)
