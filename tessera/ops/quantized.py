@@ -659,6 +659,26 @@ def im2col(x: np.ndarray, kh: int, kw: int, stride, padding, dilation, fill: int
 def _conv_kernel(x, w, w_scale, bias, stride, padding, dilation, groups, x_scale, x_zp,
                  out_scale, out_zp, relu):
     from tessera.kernels import int8
+    mult, b = _qparams(x_scale, w_scale, out_scale, bias)
+    y = int8.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                    a_zp=x_zp, mult=mult, out_zp=out_zp, bias=b, relu=relu)
+    if y is not None:
+        return y
+    return conv_reference(x, w, w_scale, bias, stride, padding, dilation, groups, x_scale,
+                          x_zp, out_scale, out_zp, relu)
+
+
+def conv_reference(x, w, w_scale, bias, stride, padding, dilation, groups, x_scale, x_zp,
+                   out_scale, out_zp, relu):
+    """``quantized_conv2d`` as NumPy im2col and ``int8.gemm`` per group (the definition the C
+    convolution is tested against).
+
+    >>> x = np.full((1, 1, 2, 2), 3, np.uint8); w = np.ones((1, 1, 2, 2), np.int8)
+    >>> conv_reference(x, w, np.ones(1, np.float32), None, (1, 1), (0, 0), (1, 1), 1, 1.0, 0,
+    ...                1.0, 0, False).tolist()
+    [[[[12]]]]
+    """
+    from tessera.kernels import int8
     n, cin = x.shape[:2]
     cout, cg, kh, kw = w.shape
     og = cout // groups

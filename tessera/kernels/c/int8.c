@@ -17,12 +17,13 @@
    of 8 bits and large weights that overflows (255 * 127 * 2 > 32767), which is why x86
    quantization keeps activations to 7 bits (reduce_range). */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
 #include <immintrin.h>
 
 enum { P_M, P_N, P_K, P_A, P_LDA, P_B, P_COLSUM, P_BIAS, P_MULT, P_C, P_LDC, P_AZP, P_ZP,
-       P_LO, P_HI, P_MODE, P_BIASF };
+       P_LO, P_HI, P_MODE, P_BIASF, P_PIX, P_NTOT, P_NOFF };
 enum { MR = 8 };
 
 static inline int32_t load4(const uint8_t* p) { int32_t v; memcpy(&v, p, 4); return v; }
@@ -36,7 +37,26 @@ static void epilogue(const int64_t* p, int64_t m0, int64_t rows, int64_t nb,
     const float* mult = (const float*)p[P_MULT] + n0;
     const int32_t azp = (int32_t)p[P_AZP], zp = (int32_t)p[P_ZP];
     const float lo = (float)(p[P_LO] - zp), hi = (float)(p[P_HI] - zp);
-    const int64_t mode = p[P_MODE], ldc = p[P_LDC];
+    const int64_t mode = p[P_MODE], ldc = p[P_LDC], pix = p[P_PIX];
+    if (pix > 0) {  /* NCHW output: row m is pixel m % pix of image m / pix */
+        const int64_t ntot = p[P_NTOT], noff = p[P_NOFF] + n0;
+        uint8_t* out = (uint8_t*)p[P_C];
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t m = m0 + r, img = m / pix, px = m - img * pix;
+            uint8_t* o = out + (img * ntot + noff) * pix + px;
+            const int32_t* a = acc + r * 16;
+            for (int64_t j = 0; j < ncol; j++) {
+                int32_t s = (int32_t)((uint32_t)a[j] - (uint32_t)(azp * colsum[j])
+                                      + (uint32_t)(bias ? bias[j] : 0));
+                float q = nearbyintf((float)s * mult[j]);
+                q = q < lo ? lo : q > hi ? hi : q;
+                int32_t v = (int32_t)q + zp;
+                if (mode == 0) o[j * pix] = (uint8_t)v;
+                else ((int8_t*)o)[j * pix] = (int8_t)v;
+            }
+        }
+        return;
+    }
     for (int64_t r = 0; r < rows; r++) {
         const int32_t* a = acc + r * 16;
         for (int64_t j = 0; j < ncol; j++) {
@@ -238,6 +258,120 @@ void tsr_int8_gemm_avxvnni(const int64_t* p, int64_t m0, int64_t m1, int64_t nb0
 void tsr_int8_gemm_vnni512(const int64_t* p, int64_t m0, int64_t m1, int64_t nb0,
                            int64_t nb1) {
     run(tile_vnni512, full_vnni512, 2, p, m0, m1, nb0, nb1);
+}
+
+/* ---- convolution helpers ------------------------------------------------------------------
+   The geometry of a convolution, shared by im2col and the depthwise kernel. */
+enum { G_CIMG, G_C, G_H, G_W, G_KH, G_KW, G_SH, G_SW, G_PH, G_PW, G_DH, G_DW, G_OH, G_OW,
+       G_X, G_FILL, G_COLS, G_LDK,
+       /* depthwise only */
+       G_WT, G_BIAS, G_MULT, G_OUT, G_ZP, G_LO, G_HI, G_OG, G_MODE };
+
+/* Rows [r0, r1) of the (N*OH*OW) x (C*KH*KW) columns of an NCHW uint8 input, padded with
+   the input's zero point G_FILL (which means 0.0); each row is G_LDK bytes, the tail past
+   C*KH*KW zero. G_X points at the group's first channel and an image holds G_CIMG
+   channels, so that one group's channels are read in place. */
+void tsr_int8_im2col(const int64_t* p, int64_t r0, int64_t r1) {
+    const int64_t cimg = p[G_CIMG], c = p[G_C], h = p[G_H], w = p[G_W], kh = p[G_KH],
+        kw = p[G_KW], sh = p[G_SH], sw = p[G_SW], ph = p[G_PH], pw = p[G_PW], dh = p[G_DH],
+        dw = p[G_DW], oh = p[G_OH], ow = p[G_OW], ldk = p[G_LDK];
+    const uint8_t* x = (const uint8_t*)p[G_X];
+    const uint8_t fill = (uint8_t)p[G_FILL];
+    uint8_t* cols = (uint8_t*)p[G_COLS];
+    const int64_t k = c * kh * kw;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t img = r / (oh * ow), rem = r - img * oh * ow, oy = rem / ow,
+            ox = rem - oy * ow;
+        const uint8_t* xi = x + img * cimg * h * w;
+        uint8_t* row = cols + r * ldk;
+        const int64_t y0 = oy * sh - ph, x0 = ox * sw - pw;
+        if (kh == 1 && kw == 1 && y0 >= 0 && y0 < h && x0 >= 0 && x0 < w) {
+            const uint8_t* src = xi + y0 * w + x0;
+            for (int64_t ci = 0; ci < c; ci++) row[ci] = src[ci * h * w];
+        } else {
+            for (int64_t ci = 0; ci < c; ci++) {
+                const uint8_t* plane = xi + ci * h * w;
+                uint8_t* dst = row + ci * kh * kw;
+                for (int64_t i = 0; i < kh; i++) {
+                    const int64_t iy = y0 + i * dh;
+                    if (iy < 0 || iy >= h) {
+                        memset(dst + i * kw, fill, (size_t)kw);
+                        continue;
+                    }
+                    for (int64_t j = 0; j < kw; j++) {
+                        const int64_t ix = x0 + j * dw;
+                        dst[i * kw + j] = ix < 0 || ix >= w ? fill : plane[iy * w + ix];
+                    }
+                }
+            }
+        }
+        if (ldk > k) memset(row + k, 0, (size_t)(ldk - k));
+    }
+}
+
+/* Depthwise convolution (one input channel per group, G_OG outputs per group) of the
+   NCHW uint8 planes [q0, q1) of the output (plane q = image * C * OG + channel): int32
+   sums of (x - zero point) * w over the taps inside the input (the padding is the zero
+   point, 0 after the shift), plus the int32 bias, requantized as the GEMM's epilogue
+   does. Exact integer sums, so bit for bit the GEMM's result (without AVX2's int16
+   saturation). */
+void tsr_int8_depthwise(const int64_t* p, int64_t q0, int64_t q1) {
+    const int64_t c = p[G_CIMG], h = p[G_H], w = p[G_W], kh = p[G_KH], kw = p[G_KW],
+        sh = p[G_SH], sw = p[G_SW], ph = p[G_PH], pw = p[G_PW], dh = p[G_DH], dw = p[G_DW],
+        oh = p[G_OH], ow = p[G_OW], og = p[G_OG], mode = p[G_MODE];
+    const uint8_t* x = (const uint8_t*)p[G_X];
+    const int8_t* wt = (const int8_t*)p[G_WT];
+    const int32_t* bias = (const int32_t*)p[G_BIAS];
+    const float* mult = (const float*)p[G_MULT];
+    const int32_t azp = (int32_t)p[G_FILL], zp = (int32_t)p[G_ZP];
+    const float lo = (float)(p[G_LO] - zp), hi = (float)(p[G_HI] - zp);
+    /* the padded plane, shifted by the zero point; wide enough for every tap */
+    const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
+    int16_t* pad = (int16_t*)malloc(sizeof(int16_t) * (size_t)(hp * wp));
+    int32_t* acc = (int32_t*)malloc(sizeof(int32_t) * (size_t)ow);
+    int64_t last = -1;
+    for (int64_t q = q0; q < q1; q++) {
+        const int64_t img = q / (c * og), co = q - img * c * og, ci = co / og;
+        const int64_t src = img * c + ci;
+        if (src != last) {
+            const uint8_t* plane = x + src * h * w;
+            for (int64_t y = 0; y < hp; y++) {
+                const int64_t iy = y - ph;
+                int16_t* row = pad + y * wp;
+                if (iy < 0 || iy >= h) { memset(row, 0, sizeof(int16_t) * (size_t)wp); continue; }
+                for (int64_t xx = 0; xx < wp; xx++) {
+                    const int64_t ix = xx - pw;
+                    row[xx] = ix < 0 || ix >= w ? 0 : (int16_t)(plane[iy * w + ix] - azp);
+                }
+            }
+            last = src;
+        }
+        const int8_t* wk = wt + co * kh * kw;
+        const int32_t b = bias ? bias[co] : 0;
+        const float mu = mult[co];
+        uint8_t* out = (uint8_t*)p[G_OUT] + q * oh * ow;
+        for (int64_t oy = 0; oy < oh; oy++) {
+            for (int64_t ox = 0; ox < ow; ox++) acc[ox] = b;
+            for (int64_t i = 0; i < kh; i++)
+                for (int64_t j = 0; j < kw; j++) {
+                    const int32_t wv = wk[i * kw + j];
+                    const int16_t* s = pad + (oy * sh + i * dh) * wp + j * dw;
+                    if (sw == 1)
+                        for (int64_t ox = 0; ox < ow; ox++) acc[ox] += (int32_t)s[ox] * wv;
+                    else
+                        for (int64_t ox = 0; ox < ow; ox++) acc[ox] += (int32_t)s[ox * sw] * wv;
+                }
+            for (int64_t ox = 0; ox < ow; ox++) {
+                float v = nearbyintf((float)acc[ox] * mu);
+                v = v < lo ? lo : v > hi ? hi : v;
+                const int32_t r = (int32_t)v + zp;
+                if (mode == 0) out[oy * ow + ox] = (uint8_t)r;
+                else ((int8_t*)out)[oy * ow + ox] = (int8_t)r;
+            }
+        }
+    }
+    free(pad);
+    free(acc);
 }
 
 /* which instruction sets this CPU has: bit 0 AVX2, 1 AVX-VNNI, 2 AVX-512 VNNI */
