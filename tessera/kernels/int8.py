@@ -53,7 +53,7 @@ def _lib():
         f = getattr(lib, f"tsr_int8_gemm_{name}")
         f.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 4
         f.restype = None
-    for name in ("im2col", "depthwise"):
+    for name in ("nhwc", "im2col", "depthwise"):
         f = getattr(lib, f"tsr_int8_{name}")
         f.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         f.restype = None
@@ -265,8 +265,10 @@ class _Conv:
             self.packed: list[Packed] = []
         else:
             og = self.og
-            self.packed = [Packed(np.ascontiguousarray(w[g * og:(g + 1) * og])
-                                  .reshape(og, -1)) for g in range(groups)]
+            # (out, kh, kw, in): the columns' order, each tap's channels contiguous
+            self.packed = [Packed(np.ascontiguousarray(
+                w[g * og:(g + 1) * og].transpose(0, 2, 3, 1)).reshape(og, -1))
+                for g in range(groups)]
 
 
 _CONVS: dict[int, tuple[weakref.ref, _Conv]] = {}
@@ -329,11 +331,23 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, stride, padding, dilation, groups: i
         _split(lib.tsr_int8_depthwise, params, n * cout, oh * ow * kh * kw * 4)
         return out
     og, m = cout // groups, n * oh * ow
+    hp, wp = h + 2 * padding[0], wd + 2 * padding[1]
+    direct = kh == kw == 1 and stride == (1, 1) and padding == (0, 0)
     for g, pw in enumerate(cw.packed):
-        cols = np.empty((m, pw.kp), np.uint8)
+        # the group's channels as padded NHWC: the GEMM's rows for a 1x1 convolution of
+        # stride 1 (when they need no padding to 4 bytes), else what im2col copies from
+        nhwc = np.empty((n * hp * wp, cg), np.uint8)
         geo[14] = x.ctypes.data + g * cg * h * wd
-        params = np.array(geo + [cols.ctypes.data, pw.kp], np.int64)
-        _split(lib.tsr_int8_im2col, params, m, pw.kp)
+        params = np.array(geo + [nhwc.ctypes.data, 0], np.int64)
+        _split(lib.tsr_int8_nhwc, params, n * hp, wp * cg)
+        if direct and cg == pw.kp:
+            cols = nhwc
+        else:
+            cols = np.empty((m, pw.kp), np.uint8)
+            geo2 = list(geo)
+            geo2[14] = nhwc.ctypes.data
+            params = np.array(geo2 + [cols.ctypes.data, pw.kp], np.int64)
+            _split(lib.tsr_int8_im2col, params, m, pw.kp)
         sl = slice(g * og, (g + 1) * og)
         _gemm_packed(path, cols, pw, out, a_zp=a_zp, mult=mult[sl], out_zp=out_zp,
                      bias=None if bias is None else bias[sl], lo=lo, hi=hi,

@@ -779,8 +779,17 @@ def _qpool_kernel(x, kernel_size, stride, padding):
     low = np.iinfo(x.dtype).min
     xp = np.pad(x, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2),
                 constant_values=low)
-    win = np.lib.stride_tricks.sliding_window_view(xp, kernel_size, axis=(2, 3))
-    return np.ascontiguousarray(win[:, :, ::stride[0], ::stride[1]].max(axis=(-2, -1)))
+    oh = (xp.shape[2] - kernel_size[0]) // stride[0] + 1
+    ow = (xp.shape[3] - kernel_size[1]) // stride[1] + 1
+    # the maximum of the window's strided slices, one pass each (a reduction over a
+    # sliding-window view walks the windows element by element)
+    out = None
+    for i in range(kernel_size[0]):
+        for j in range(kernel_size[1]):
+            v = xp[:, :, i:i + stride[0] * (oh - 1) + 1:stride[0],
+                   j:j + stride[1] * (ow - 1) + 1:stride[1]]
+            out = v.copy() if out is None else np.maximum(out, v, out=out)
+    return out
 
 
 _QMAXPOOL = defop("quantized_max_pool2d", _qpool_infer, _qpool_kernel, grad=None,

@@ -267,43 +267,52 @@ enum { G_CIMG, G_C, G_H, G_W, G_KH, G_KW, G_SH, G_SW, G_PH, G_PW, G_DH, G_DW, G_
        /* depthwise only */
        G_WT, G_BIAS, G_MULT, G_OUT, G_ZP, G_LO, G_HI, G_OG, G_MODE };
 
-/* Rows [r0, r1) of the (N*OH*OW) x (C*KH*KW) columns of an NCHW uint8 input, padded with
-   the input's zero point G_FILL (which means 0.0); each row is G_LDK bytes, the tail past
-   C*KH*KW zero. G_X points at the group's first channel and an image holds G_CIMG
-   channels, so that one group's channels are read in place. */
-void tsr_int8_im2col(const int64_t* p, int64_t r0, int64_t r1) {
-    const int64_t cimg = p[G_CIMG], c = p[G_C], h = p[G_H], w = p[G_W], kh = p[G_KH],
-        kw = p[G_KW], sh = p[G_SH], sw = p[G_SW], ph = p[G_PH], pw = p[G_PW], dh = p[G_DH],
-        dw = p[G_DW], oh = p[G_OH], ow = p[G_OW], ldk = p[G_LDK];
+/* Rows [r0, r1) of an NCHW uint8 input's channels [0, C) (G_X points at the first; an
+   image holds G_CIMG) as a padded NHWC copy at G_COLS: row r is image r / HP, padded row
+   r % HP, HP = H + 2 PH, each WP = W + 2 PW pixels of C bytes, the border the input's zero
+   point G_FILL (which means 0.0). Reading the planes row by row keeps each in cache. */
+void tsr_int8_nhwc(const int64_t* p, int64_t r0, int64_t r1) {
+    const int64_t cimg = p[G_CIMG], c = p[G_C], h = p[G_H], w = p[G_W], ph = p[G_PH],
+        pw = p[G_PW], hp = h + 2 * ph, wp = w + 2 * pw;
     const uint8_t* x = (const uint8_t*)p[G_X];
     const uint8_t fill = (uint8_t)p[G_FILL];
+    uint8_t* out = (uint8_t*)p[G_COLS];
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t img = r / hp, iy = r - img * hp - ph;
+        uint8_t* row = out + r * wp * c;
+        if (iy < 0 || iy >= h) { memset(row, fill, (size_t)(wp * c)); continue; }
+        memset(row, fill, (size_t)(pw * c));
+        memset(row + (pw + w) * c, fill, (size_t)(pw * c));
+        const uint8_t* src = x + (img * cimg * h + iy) * w;
+        uint8_t* dst = row + pw * c;
+        for (int64_t ci = 0; ci < c; ci++) {
+            const uint8_t* s = src + ci * h * w;
+            for (int64_t ix = 0; ix < w; ix++) dst[ix * c + ci] = s[ix];
+        }
+    }
+}
+
+/* Rows [r0, r1) of the (N*OH*OW) x (KH*KW*C) columns of the padded NHWC copy above (at
+   G_X): each tap's C channels are one copy. Rows are G_LDK bytes, the tail zero. */
+void tsr_int8_im2col(const int64_t* p, int64_t r0, int64_t r1) {
+    const int64_t c = p[G_C], kh = p[G_KH], kw = p[G_KW], sh = p[G_SH], sw = p[G_SW],
+        dh = p[G_DH], dw = p[G_DW], oh = p[G_OH], ow = p[G_OW], ldk = p[G_LDK],
+        hp = p[G_H] + 2 * p[G_PH], wp = p[G_W] + 2 * p[G_PW];
+    const uint8_t* x = (const uint8_t*)p[G_X];
     uint8_t* cols = (uint8_t*)p[G_COLS];
     const int64_t k = c * kh * kw;
     for (int64_t r = r0; r < r1; r++) {
         const int64_t img = r / (oh * ow), rem = r - img * oh * ow, oy = rem / ow,
             ox = rem - oy * ow;
-        const uint8_t* xi = x + img * cimg * h * w;
         uint8_t* row = cols + r * ldk;
-        const int64_t y0 = oy * sh - ph, x0 = ox * sw - pw;
-        if (kh == 1 && kw == 1 && y0 >= 0 && y0 < h && x0 >= 0 && x0 < w) {
-            const uint8_t* src = xi + y0 * w + x0;
-            for (int64_t ci = 0; ci < c; ci++) row[ci] = src[ci * h * w];
-        } else {
-            for (int64_t ci = 0; ci < c; ci++) {
-                const uint8_t* plane = xi + ci * h * w;
-                uint8_t* dst = row + ci * kh * kw;
-                for (int64_t i = 0; i < kh; i++) {
-                    const int64_t iy = y0 + i * dh;
-                    if (iy < 0 || iy >= h) {
-                        memset(dst + i * kw, fill, (size_t)kw);
-                        continue;
-                    }
-                    for (int64_t j = 0; j < kw; j++) {
-                        const int64_t ix = x0 + j * dw;
-                        dst[i * kw + j] = ix < 0 || ix >= w ? fill : plane[iy * w + ix];
-                    }
-                }
+        for (int64_t i = 0; i < kh; i++) {
+            const uint8_t* src = x + ((img * hp + oy * sh + i * dh) * wp + ox * sw) * c;
+            if (dw == 1) {
+                memcpy(row + i * kw * c, src, (size_t)(kw * c));
+                continue;
             }
+            for (int64_t j = 0; j < kw; j++)
+                memcpy(row + (i * kw + j) * c, src + j * dw * c, (size_t)c);
         }
         if (ldk > k) memset(row + k, 0, (size_t)(ldk - k));
     }
