@@ -587,6 +587,15 @@ def _qparams(x_scale: float, w_scale: np.ndarray, out_scale: float | None, bias)
 _U8, _S8 = (quint8, D.uint8), (qint8, D.int8)
 
 
+def forget_packed(w: np.ndarray) -> None:
+    """Drop the kernels' packed copy of the weights ``w`` (their values changed in place).
+
+    >>> forget_packed(np.zeros((1, 1), np.int8))
+    """
+    from tessera.kernels import int8
+    int8.forget(w)
+
+
 def _linear_infer(x, w, w_scale, bias, x_scale, x_zp, out_scale, out_zp, relu):
     if type(x) is not Meta or x.dtype not in _U8:
         raise RuntimeError("quantized::linear: expected a quint8 input, got "
