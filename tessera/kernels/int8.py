@@ -28,7 +28,7 @@ import weakref
 import numpy as np
 
 __all__ = ["gemm", "reference", "isa", "available", "ISAS", "pack", "Packed", "forget",
-           "conv2d"]
+           "conv2d", "add"]
 
 # fastest first
 ISAS = ("vnni512", "avxvnni", "avx2", "c", "numpy")
@@ -53,7 +53,7 @@ def _lib():
         f = getattr(lib, f"tsr_int8_gemm_{name}")
         f.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 4
         f.restype = None
-    for name in ("nhwc", "im2col", "depthwise"):
+    for name in ("nhwc", "im2col", "depthwise", "add"):
         f = getattr(lib, f"tsr_int8_{name}")
         f.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         f.restype = None
@@ -367,3 +367,28 @@ def _split(f, params: np.ndarray, items: int, cost: int) -> None:
         if threadpool.run(f, parts) is not None:
             return
     f(ptr, 0, items)
+
+
+def add(a: np.ndarray, b: np.ndarray, *, a_scale: float, a_zp: int, b_scale: float,
+        b_zp: int, out_scale: float, out_zp: int, lo: int, hi: int) -> np.ndarray | None:
+    """The quantized sum of two uint8 (or two int8) arrays of one shape, in C: ``(a - a_zp)
+    * a_scale + (b - b_zp) * b_scale`` in float32, divided by ``out_scale``, rounded half to
+    even, plus ``out_zp``, clamped to ``[lo, hi]``. None without the C kernels (or on the
+    ``numpy`` path).
+
+    >>> a = np.array([10, 20], np.uint8)
+    >>> y = add(a, a, a_scale=0.1, a_zp=0, b_scale=0.1, b_zp=0, out_scale=0.2, out_zp=0, lo=0,
+    ...         hi=255)
+    >>> y is None or y.tolist() == [10, 20]
+    True
+    """
+    lib = _lib()
+    if lib is None or isa() == "numpy" or a.dtype != b.dtype or a.shape != b.shape:
+        return None
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    out = np.empty_like(a)
+    scales = np.array([a_scale, b_scale, out_scale], np.float32)
+    params = np.array([a.ctypes.data, b.ctypes.data, out.ctypes.data, a_zp, b_zp,
+                       scales.ctypes.data, out_zp, lo, hi, a.dtype == np.int8], np.int64)
+    _split(lib.tsr_int8_add, params, a.size, 8)
+    return out

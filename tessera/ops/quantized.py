@@ -755,6 +755,23 @@ def _qadd_infer(a, b, a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, relu):
 
 
 def _qadd_kernel(a, b, a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, relu):
+    from tessera.kernels import int8
+    lo, hi = _RANGE[D.from_numpy_dtype(a.dtype) is D.uint8 and quint8 or qint8]
+    if relu:
+        lo = max(lo, out_zp)
+    y = int8.add(a, b, a_scale=a_scale, a_zp=a_zp, b_scale=b_scale, b_zp=b_zp,
+                 out_scale=out_scale, out_zp=out_zp, lo=lo, hi=hi)
+    return y if y is not None else add_reference(a, b, a_scale, a_zp, b_scale, b_zp,
+                                                 out_scale, out_zp, relu)
+
+
+def add_reference(a, b, a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, relu):
+    """``quantized_add`` in NumPy float32 (the definition the C kernel is tested against).
+
+    >>> add_reference(np.array([10], np.uint8), np.array([20], np.uint8), 0.1, 0, 0.1, 0,
+    ...               0.1, 0, False).tolist()
+    [30]
+    """
     fa = (a.astype(np.int32) - a_zp).astype(np.float32) * np.float32(a_scale)
     fb = (b.astype(np.int32) - b_zp).astype(np.float32) * np.float32(b_scale)
     lo, hi = _RANGE[D.from_numpy_dtype(a.dtype) is D.uint8 and quint8 or qint8]

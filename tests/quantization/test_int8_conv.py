@@ -76,3 +76,17 @@ def test_module_repacks_weights_written_in_place():
     fresh.load_state_dict(state)
     np.testing.assert_array_equal(after, fresh(x).numpy())
     assert not np.array_equal(before, after)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_add_bit_exact(dtype, monkeypatch):
+    rng = np.random.default_rng(3)
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max + 1, (2, 3, 17, 19)).astype(dtype)
+    b = rng.integers(info.min, info.max + 1, (2, 3, 17, 19)).astype(dtype)
+    for relu in (False, True):
+        args = (0.0371, 9, 0.0213, -3 if dtype == np.int8 else 140, 0.05, 5, relu)
+        ref = Q.add_reference(a, b, *args)
+        for path in int8.available():
+            monkeypatch.setenv("TESSERA_INT8_ISA", path)
+            np.testing.assert_array_equal(Q._qadd_kernel(a, b, *args), ref)
