@@ -901,8 +901,8 @@ def _w_scales(w: QTensor) -> Tensor:
 
 def conv2d(x: QTensor, w: QTensor, bias: Tensor | None, stride, padding, dilation,
            groups: int, scale: float, zero_point: int, relu: bool = False) -> QTensor:
-    """``quantized::conv2d`` (im2col and the INT8 GEMM), requantized to ``scale`` and
-    ``zero_point``.
+    """``quantized::conv2d`` (im2col in C and the INT8 GEMM, or the depthwise kernel),
+    requantized to ``scale`` and ``zero_point``.
 
     >>> import tessera
     >>> x = tessera.quantize_per_tensor(tessera.ones(1, 1, 3, 3), 0.1, 0, tessera.quint8)
