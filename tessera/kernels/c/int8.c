@@ -338,9 +338,13 @@ void tsr_int8_depthwise(const int64_t* p, int64_t q0, int64_t q1) {
     const float* mult = (const float*)p[G_MULT];
     const int32_t azp = (int32_t)p[G_FILL], zp = (int32_t)p[G_ZP];
     const float lo = (float)(p[G_LO] - zp), hi = (float)(p[G_HI] - zp);
-    /* the padded plane, shifted by the zero point; wide enough for every tap */
+    /* the padded plane, shifted by the zero point, its columns split by phase modulo the
+       stride (phase r holds columns r, r + SW, ...) so that every tap reads contiguous
+       int16s across the output row */
     const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
-    int16_t* pad = (int16_t*)malloc(sizeof(int16_t) * (size_t)(hp * wp));
+    const int64_t wq = (wp + sw - 1) / sw, lq = wq * sw;
+    int16_t* pad = (int16_t*)malloc(sizeof(int16_t) * (size_t)(hp * lq));
+    int16_t* tmp = (int16_t*)malloc(sizeof(int16_t) * (size_t)lq);
     int32_t* acc = (int32_t*)malloc(sizeof(int32_t) * (size_t)ow);
     int64_t last = -1;
     for (int64_t q = q0; q < q1; q++) {
@@ -348,14 +352,20 @@ void tsr_int8_depthwise(const int64_t* p, int64_t q0, int64_t q1) {
         const int64_t src = img * c + ci;
         if (src != last) {
             const uint8_t* plane = x + src * h * w;
+            /* the input columns that land inside the padded row */
+            const int64_t x0 = pw, x1 = pw + w < lq ? pw + w : lq;
             for (int64_t y = 0; y < hp; y++) {
                 const int64_t iy = y - ph;
-                int16_t* row = pad + y * wp;
-                if (iy < 0 || iy >= h) { memset(row, 0, sizeof(int16_t) * (size_t)wp); continue; }
-                for (int64_t xx = 0; xx < wp; xx++) {
-                    const int64_t ix = xx - pw;
-                    row[xx] = ix < 0 || ix >= w ? 0 : (int16_t)(plane[iy * w + ix] - azp);
-                }
+                int16_t* row = pad + y * lq;
+                if (iy < 0 || iy >= h) { memset(row, 0, sizeof(int16_t) * (size_t)lq); continue; }
+                int16_t* t = sw == 1 ? row : tmp;
+                memset(t, 0, sizeof(int16_t) * (size_t)lq);
+                const uint8_t* in = plane + iy * w;
+                for (int64_t xx = x0; xx < x1; xx++)
+                    t[xx] = (int16_t)((int32_t)in[xx - pw] - azp);
+                if (sw != 1)
+                    for (int64_t r = 0; r < sw; r++)
+                        for (int64_t k = 0; k < wq; k++) row[r * wq + k] = tmp[k * sw + r];
             }
             last = src;
         }
@@ -368,11 +378,9 @@ void tsr_int8_depthwise(const int64_t* p, int64_t q0, int64_t q1) {
             for (int64_t i = 0; i < kh; i++)
                 for (int64_t j = 0; j < kw; j++) {
                     const int32_t wv = wk[i * kw + j];
-                    const int16_t* s = pad + (oy * sh + i * dh) * wp + j * dw;
-                    if (sw == 1)
-                        for (int64_t ox = 0; ox < ow; ox++) acc[ox] += (int32_t)s[ox] * wv;
-                    else
-                        for (int64_t ox = 0; ox < ow; ox++) acc[ox] += (int32_t)s[ox * sw] * wv;
+                    const int64_t col = j * dw;
+                    const int16_t* s = pad + (oy * sh + i * dh) * lq + (col % sw) * wq + col / sw;
+                    for (int64_t ox = 0; ox < ow; ox++) acc[ox] += (int32_t)s[ox] * wv;
                 }
             for (int64_t ox = 0; ox < ow; ox++) {
                 float v = nearbyintf((float)acc[ox] * mu);
@@ -383,6 +391,7 @@ void tsr_int8_depthwise(const int64_t* p, int64_t q0, int64_t q1) {
             }
         }
     }
+    free(tmp);
     free(pad);
     free(acc);
 }
