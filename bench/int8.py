@@ -11,7 +11,8 @@
 
 Each framework initialises from the same seed-0 weights (tessera's copied into PyTorch), and
 calibrates on the same random batches; the timings do not depend on the values. Medians of
-``REPEATS`` calls after a warm-up, all in one process (2 threads for PyTorch and onnxruntime).
+``REPEATS`` calls after a warm-up, each framework's float32 and INT8 models interleaved
+round by round, all in one process (2 threads for PyTorch and onnxruntime).
 """
 from __future__ import annotations
 
@@ -38,6 +39,20 @@ def _median_ms(fn, repeats: int = REPEATS) -> float:
         fn()
         times.append((time.perf_counter() - t0) * 1000)
     return statistics.median(times)
+
+
+def _interleaved_ms(fns: dict, repeats: int = REPEATS) -> dict:
+    """The median milliseconds of each function, called in turn round by round (on a
+    shared host, a slow spell then slows every one of them alike)."""
+    for f in fns.values():
+        f()
+    times: dict = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append((time.perf_counter() - t0) * 1000)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 # ---- GEMM --------------------------------------------------------------------------------
@@ -222,22 +237,31 @@ def _model_rows() -> list[dict]:
         tm.load_state_dict({k: torch.from_numpy(v.numpy().copy())
                             for k, v in om.state_dict().items()})
         tx = tessera.from_numpy(x)
-        row = {"model": name}
-        with tessera.no_grad():
-            row["tessera_fp32"] = _median_ms(lambda: om(tx))
         oq = _tessera_int8(copy.deepcopy(om), calib)
-        with tessera.no_grad():
-            row["tessera_int8"] = _median_ms(lambda: oq(tx))
-        with torch.no_grad():
-            px = torch.from_numpy(x)
-            row["torch_fp32"] = _median_ms(lambda: tm(px))
-            tq8 = _torch_int8(tm, calib)
-            row["torch_int8"] = _median_ms(lambda: tq8(px))
+        tq8 = _torch_int8(copy.deepcopy(tm), calib)
+        px = torch.from_numpy(x)
         s8 = _ort(tessera.onnx.export(oq, tx))
         s32 = _ort(tessera.onnx.export(om, tx))
         feed8, feed32 = {s8.get_inputs()[0].name: x}, {s32.get_inputs()[0].name: x}
-        row["ort_int8"] = _median_ms(lambda: s8.run(None, feed8))
-        row["ort_fp32"] = _median_ms(lambda: s32.run(None, feed32))
+
+        def ours_(m):
+            def call():
+                with tessera.no_grad():
+                    m(tx)
+            return call
+
+        def theirs_(m):
+            def call():
+                with torch.no_grad():
+                    m(px)
+            return call
+        # one framework at a time (PyTorch's and onnxruntime's threads spin on after a
+        # call, taking the cores from whatever runs next), its two models interleaved
+        row = {"model": name,
+               **_interleaved_ms({"tessera_fp32": ours_(om), "tessera_int8": ours_(oq)}),
+               **_interleaved_ms({"torch_fp32": theirs_(tm), "torch_int8": theirs_(tq8)}),
+               **_interleaved_ms({"ort_fp32": lambda: s32.run(None, feed32),
+                                  "ort_int8": lambda: s8.run(None, feed8)})}
         rows.append(row)
     return rows
 

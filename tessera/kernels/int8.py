@@ -7,6 +7,13 @@ and shifted by the output's zero point (uint8 or int8 out), or, for dynamic quan
 ``acc * mult + bias`` as float32. ``reference`` is the same computation in NumPy integers,
 the definition the C paths are tested against bit for bit.
 
+``conv2d`` is the quantized convolution (NCHW in and out) on the same kernels: the input
+copied once to padded NHWC (the border its zero point), each output pixel's columns
+gathered from it one tap's channels at a time (a 1x1 convolution of stride 1 multiplies
+the copy itself), and the GEMM's epilogue writing NCHW; a depthwise convolution has a
+kernel of its own (exact int32 sums over the taps). The weights are packed once per
+array (``forget`` drops them when they change in place). ``add`` is the quantized sum.
+
 The instruction set is chosen at run time from the CPU (``isa()``): AVX-512 VNNI
 (``vpdpbusd`` on zmm), AVX-VNNI (on ymm), AVX2 (``vpmaddubsw`` + ``vpmaddwd``, whose int16
 pair sums saturate: activations of 7 bits, ``reduce_range``, keep it exact), or portable C.
@@ -27,12 +34,13 @@ import weakref
 
 import numpy as np
 
-__all__ = ["gemm", "reference", "isa", "available", "ISAS", "pack", "Packed"]
+__all__ = ["gemm", "reference", "isa", "available", "ISAS", "pack", "Packed", "forget",
+           "conv2d", "add"]
 
 # fastest first
 ISAS = ("vnni512", "avxvnni", "avx2", "c", "numpy")
 _BITS = {"avx2": 1, "avxvnni": 2, "vnni512": 4}
-_NPARAMS = 17
+_NPARAMS = 20
 # rows x column blocks of 16 below which one thread does the whole product
 _SPLIT_MACS = 1 << 20
 
@@ -51,6 +59,10 @@ def _lib():
     for name in ("c", "avx2", "avxvnni", "vnni512"):
         f = getattr(lib, f"tsr_int8_gemm_{name}")
         f.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 4
+        f.restype = None
+    for name in ("nhwc", "im2col", "depthwise", "add"):
+        f = getattr(lib, f"tsr_int8_{name}")
+        f.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         f.restype = None
     lib.tsr_int8_cpu.restype = ctypes.c_int
     return lib
@@ -112,14 +124,23 @@ def pack(w: np.ndarray) -> Packed:
     p = Packed(w)
     key = id(w)
 
-    def forget(_ref, key: int = key) -> None:
-        _PACKED.pop(key, None)
+    def forget(_ref, key: int = key, cache: dict = _PACKED) -> None:
+        cache.pop(key, None)
     try:
         ref = weakref.ref(w, forget)
     except TypeError:
         return p
     _PACKED[key] = (ref, p)
     return p
+
+
+def forget(w: np.ndarray) -> None:
+    """Drop what was packed from ``w`` (its values changed in place).
+
+    >>> forget(np.zeros((2, 2), np.int8))
+    """
+    _PACKED.pop(id(w), None)
+    _CONVS.pop(id(w), None)
 
 
 def _pad(v: np.ndarray | None, n: int, dtype) -> np.ndarray:
@@ -150,17 +171,27 @@ def gemm(a: np.ndarray, w: np.ndarray, *, a_zp: int, mult: np.ndarray, out_zp: i
         ap[:, :k] = a
         a = ap
     out = np.empty((m, pw.n), out_dtype)
+    _gemm_packed(path, a, pw, out, a_zp=a_zp, mult=mult, out_zp=out_zp, bias=bias,
+                 lo=lo, hi=hi, bias_f=bias_f)
+    return out
+
+
+def _gemm_packed(path: str, a: np.ndarray, pw: Packed, out: np.ndarray, *, a_zp: int,
+                 mult: np.ndarray, out_zp: int, bias, lo: int, hi: int, bias_f=None,
+                 pix: int = 0, ntot: int = 0, noff: int = 0) -> None:
+    """``out`` = requant(a @ w.T) for ``a`` uint8 (M, kp), C-contiguous. ``pix`` > 0: ``out``
+    is NCHW (images of ``pix`` pixels, ``ntot`` channels, these from channel ``noff``)."""
+    m = a.shape[0]
     keep = (_pad(bias, pw.np_, np.int32) if bias is not None else None,
             _pad(mult, pw.np_, np.float32), _pad(bias_f, pw.np_, np.float32))
     params = np.array([m, pw.n, pw.kp, a.ctypes.data, pw.kp, pw.data.ctypes.data,
                        pw.colsum.ctypes.data, 0 if keep[0] is None else keep[0].ctypes.data,
                        keep[1].ctypes.data, out.ctypes.data, pw.n, a_zp, out_zp, lo, hi,
-                       {"u": 0, "i": 1, "f": 2}[out_dtype.kind], keep[2].ctypes.data],
-                      np.int64)
+                       {"u": 0, "i": 1, "f": 2}[out.dtype.kind], keep[2].ctypes.data,
+                       pix, ntot, noff], np.int64)
     if m == 0 or pw.n == 0:
-        return out
-    _run(getattr(_lib(), f"tsr_int8_gemm_{path}"), params, m, pw.np_ // 16, k)
-    return out
+        return
+    _run(getattr(_lib(), f"tsr_int8_gemm_{path}"), params, m, pw.np_ // 16, pw.kp)
 
 
 def _run(f, params: np.ndarray, m: int, nblocks: int, k: int) -> None:
@@ -224,3 +255,147 @@ def reference(a: np.ndarray, w: np.ndarray, *, a_zp: int, mult: np.ndarray, out_
     lo, hi = _range(out_dtype, qmin, qmax, relu, out_zp)
     q = np.clip(np.rint(v), np.float32(lo - out_zp), np.float32(hi - out_zp))
     return (q.astype(np.int32) + out_zp).astype(out_dtype)
+
+
+# ---- convolution ---------------------------------------------------------------------------
+
+class _Conv:
+    """A convolution's weights as its kernels take them: per group, packed for the GEMM;
+    for a depthwise convolution (one input channel per group), as they are."""
+
+    def __init__(self, w: np.ndarray, groups: int):
+        cout, cg = w.shape[:2]
+        self.groups, self.og = groups, cout // groups
+        self.depthwise = cg == 1 and groups > 1
+        if self.depthwise:
+            self.w = np.ascontiguousarray(w, np.int8)
+            self.packed: list[Packed] = []
+        else:
+            og = self.og
+            # (out, kh, kw, in): the columns' order, each tap's channels contiguous
+            self.packed = [Packed(np.ascontiguousarray(
+                w[g * og:(g + 1) * og].transpose(0, 2, 3, 1)).reshape(og, -1))
+                for g in range(groups)]
+
+
+_CONVS: dict[int, tuple[weakref.ref, _Conv]] = {}
+
+
+def _conv_weights(w: np.ndarray, groups: int) -> _Conv:
+    """``w`` prepared for ``conv2d``, cached for as long as the array lives (``forget``
+    drops it when the values change in place)."""
+    hit = _CONVS.get(id(w))
+    if hit is not None and hit[0]() is w and hit[1].groups == groups:
+        return hit[1]
+    c = _Conv(w, groups)
+    key = id(w)
+
+    def drop(_ref, key: int = key, cache: dict = _CONVS) -> None:
+        cache.pop(key, None)  # (the dict bound now: module globals are gone at exit)
+    try:
+        _CONVS[key] = (weakref.ref(w, drop), c)
+    except TypeError:
+        pass
+    return c
+
+
+def conv2d(x: np.ndarray, w: np.ndarray, *, stride, padding, dilation, groups: int,
+           a_zp: int, mult: np.ndarray, out_zp: int, bias: np.ndarray | None,
+           relu: bool, path: str | None = None) -> np.ndarray | None:
+    """The quantized convolution of an NCHW uint8 ``x`` with OIHW int8 ``w`` into an NCHW
+    uint8 result, requantized as ``gemm`` does: im2col in C and the GEMM writing NCHW, or the
+    depthwise kernel. None on the ``numpy`` path (the caller runs the reference).
+
+    >>> x = np.full((1, 1, 3, 3), 2, np.uint8); w = np.ones((1, 1, 3, 3), np.int8)
+    >>> y = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1, a_zp=0,
+    ...            mult=np.ones(1, np.float32), out_zp=0, bias=None, relu=False)
+    >>> y is None or y[0, 0].tolist() == [[8, 12, 8], [12, 18, 12], [8, 12, 8]]
+    True
+    """
+    path = path or isa()
+    if path == "numpy":
+        return None
+    lib = _lib()
+    n, cin, h, wd = x.shape
+    cout, cg, kh, kw = w.shape
+    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    lo, hi = _range(np.dtype(np.uint8), None, None, relu, out_zp)
+    x = np.ascontiguousarray(x, np.uint8)
+    out = np.empty((n, cout, oh, ow), np.uint8)
+    cw = _conv_weights(w, groups)
+    geo = [cin, cg, h, wd, kh, kw, stride[0], stride[1], padding[0], padding[1],
+           dilation[0], dilation[1], oh, ow, x.ctypes.data, a_zp]
+    if n * cout * oh * ow == 0:
+        return out
+    if cw.depthwise:
+        keep = (np.ascontiguousarray(mult, np.float32),
+                None if bias is None else np.ascontiguousarray(bias, np.int32))
+        params = np.array(geo + [0, 0, cw.w.ctypes.data,
+                                 0 if keep[1] is None else keep[1].ctypes.data,
+                                 keep[0].ctypes.data, out.ctypes.data, out_zp, lo, hi, cw.og,
+                                 0], np.int64)
+        _split(lib.tsr_int8_depthwise, params, n * cout, oh * ow * kh * kw * 4)
+        return out
+    og, m = cout // groups, n * oh * ow
+    hp, wp = h + 2 * padding[0], wd + 2 * padding[1]
+    direct = kh == kw == 1 and stride == (1, 1) and padding == (0, 0)
+    for g, pw in enumerate(cw.packed):
+        # the group's channels as padded NHWC: the GEMM's rows for a 1x1 convolution of
+        # stride 1 (when they need no padding to 4 bytes), else what im2col copies from
+        nhwc = np.empty((n * hp * wp, cg), np.uint8)
+        geo[14] = x.ctypes.data + g * cg * h * wd
+        params = np.array(geo + [nhwc.ctypes.data, 0], np.int64)
+        _split(lib.tsr_int8_nhwc, params, n * hp, wp * cg)
+        if direct and cg == pw.kp:
+            cols = nhwc
+        else:
+            cols = np.empty((m, pw.kp), np.uint8)
+            geo2 = list(geo)
+            geo2[14] = nhwc.ctypes.data
+            params = np.array(geo2 + [cols.ctypes.data, pw.kp], np.int64)
+            _split(lib.tsr_int8_im2col, params, m, pw.kp)
+        sl = slice(g * og, (g + 1) * og)
+        _gemm_packed(path, cols, pw, out, a_zp=a_zp, mult=mult[sl], out_zp=out_zp,
+                     bias=None if bias is None else bias[sl], lo=lo, hi=hi,
+                     pix=oh * ow, ntot=cout, noff=g * og)
+    return out
+
+
+def _split(f, params: np.ndarray, items: int, cost: int) -> None:
+    """``f(params, i0, i1)`` over ``[0, items)``, in parts on the kernel threads when the
+    work (``cost`` per item) is worth it."""
+    from tessera.kernels import threadpool
+    ptr = params.ctypes.data
+    if items > 1 and items * cost >= _SPLIT_MACS and threadpool.usable():
+        t = threadpool._threads()
+        step = -(-items // (2 * t))
+        parts = [(ptr, i, min(i + step, items)) for i in range(0, items, step)]
+        if threadpool.run(f, parts) is not None:
+            return
+    f(ptr, 0, items)
+
+
+def add(a: np.ndarray, b: np.ndarray, *, a_scale: float, a_zp: int, b_scale: float,
+        b_zp: int, out_scale: float, out_zp: int, lo: int, hi: int) -> np.ndarray | None:
+    """The quantized sum of two uint8 (or two int8) arrays of one shape, in C: ``(a - a_zp)
+    * a_scale + (b - b_zp) * b_scale`` in float32, divided by ``out_scale``, rounded half to
+    even, plus ``out_zp``, clamped to ``[lo, hi]``. None without the C kernels (or on the
+    ``numpy`` path).
+
+    >>> a = np.array([10, 20], np.uint8)
+    >>> y = add(a, a, a_scale=0.1, a_zp=0, b_scale=0.1, b_zp=0, out_scale=0.2, out_zp=0, lo=0,
+    ...         hi=255)
+    >>> y is None or y.tolist() == [10, 20]
+    True
+    """
+    lib = _lib()
+    if lib is None or isa() == "numpy" or a.dtype != b.dtype or a.shape != b.shape:
+        return None
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    out = np.empty_like(a)
+    scales = np.array([a_scale, b_scale, out_scale], np.float32)
+    params = np.array([a.ctypes.data, b.ctypes.data, out.ctypes.data, a_zp, b_zp,
+                       scales.ctypes.data, out_zp, lo, hi, a.dtype == np.int8], np.int64)
+    _split(lib.tsr_int8_add, params, a.size, 8)
+    return out

@@ -587,6 +587,15 @@ def _qparams(x_scale: float, w_scale: np.ndarray, out_scale: float | None, bias)
 _U8, _S8 = (quint8, D.uint8), (qint8, D.int8)
 
 
+def forget_packed(w: np.ndarray) -> None:
+    """Drop the kernels' packed copy of the weights ``w`` (their values changed in place).
+
+    >>> forget_packed(np.zeros((1, 1), np.int8))
+    """
+    from tessera.kernels import int8
+    int8.forget(w)
+
+
 def _linear_infer(x, w, w_scale, bias, x_scale, x_zp, out_scale, out_zp, relu):
     if type(x) is not Meta or x.dtype not in _U8:
         raise RuntimeError("quantized::linear: expected a quint8 input, got "
@@ -659,6 +668,26 @@ def im2col(x: np.ndarray, kh: int, kw: int, stride, padding, dilation, fill: int
 def _conv_kernel(x, w, w_scale, bias, stride, padding, dilation, groups, x_scale, x_zp,
                  out_scale, out_zp, relu):
     from tessera.kernels import int8
+    mult, b = _qparams(x_scale, w_scale, out_scale, bias)
+    y = int8.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                    a_zp=x_zp, mult=mult, out_zp=out_zp, bias=b, relu=relu)
+    if y is not None:
+        return y
+    return conv_reference(x, w, w_scale, bias, stride, padding, dilation, groups, x_scale,
+                          x_zp, out_scale, out_zp, relu)
+
+
+def conv_reference(x, w, w_scale, bias, stride, padding, dilation, groups, x_scale, x_zp,
+                   out_scale, out_zp, relu):
+    """``quantized_conv2d`` as NumPy im2col and ``int8.gemm`` per group (the definition the C
+    convolution is tested against).
+
+    >>> x = np.full((1, 1, 2, 2), 3, np.uint8); w = np.ones((1, 1, 2, 2), np.int8)
+    >>> conv_reference(x, w, np.ones(1, np.float32), None, (1, 1), (0, 0), (1, 1), 1, 1.0, 0,
+    ...                1.0, 0, False).tolist()
+    [[[[12]]]]
+    """
+    from tessera.kernels import int8
     n, cin = x.shape[:2]
     cout, cg, kh, kw = w.shape
     og = cout // groups
@@ -726,6 +755,23 @@ def _qadd_infer(a, b, a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, relu):
 
 
 def _qadd_kernel(a, b, a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, relu):
+    from tessera.kernels import int8
+    lo, hi = _RANGE[D.from_numpy_dtype(a.dtype) is D.uint8 and quint8 or qint8]
+    if relu:
+        lo = max(lo, out_zp)
+    y = int8.add(a, b, a_scale=a_scale, a_zp=a_zp, b_scale=b_scale, b_zp=b_zp,
+                 out_scale=out_scale, out_zp=out_zp, lo=lo, hi=hi)
+    return y if y is not None else add_reference(a, b, a_scale, a_zp, b_scale, b_zp,
+                                                 out_scale, out_zp, relu)
+
+
+def add_reference(a, b, a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, relu):
+    """``quantized_add`` in NumPy float32 (the definition the C kernel is tested against).
+
+    >>> add_reference(np.array([10], np.uint8), np.array([20], np.uint8), 0.1, 0, 0.1, 0,
+    ...               0.1, 0, False).tolist()
+    [30]
+    """
     fa = (a.astype(np.int32) - a_zp).astype(np.float32) * np.float32(a_scale)
     fb = (b.astype(np.int32) - b_zp).astype(np.float32) * np.float32(b_scale)
     lo, hi = _RANGE[D.from_numpy_dtype(a.dtype) is D.uint8 and quint8 or qint8]
@@ -759,8 +805,17 @@ def _qpool_kernel(x, kernel_size, stride, padding):
     low = np.iinfo(x.dtype).min
     xp = np.pad(x, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2),
                 constant_values=low)
-    win = np.lib.stride_tricks.sliding_window_view(xp, kernel_size, axis=(2, 3))
-    return np.ascontiguousarray(win[:, :, ::stride[0], ::stride[1]].max(axis=(-2, -1)))
+    oh = (xp.shape[2] - kernel_size[0]) // stride[0] + 1
+    ow = (xp.shape[3] - kernel_size[1]) // stride[1] + 1
+    # the maximum of the window's strided slices, one pass each (a reduction over a
+    # sliding-window view walks the windows element by element)
+    out = None
+    for i in range(kernel_size[0]):
+        for j in range(kernel_size[1]):
+            v = xp[:, :, i:i + stride[0] * (oh - 1) + 1:stride[0],
+                   j:j + stride[1] * (ow - 1) + 1:stride[1]]
+            out = v.copy() if out is None else np.maximum(out, v, out=out)
+    return out
 
 
 _QMAXPOOL = defop("quantized_max_pool2d", _qpool_infer, _qpool_kernel, grad=None,
@@ -846,8 +901,8 @@ def _w_scales(w: QTensor) -> Tensor:
 
 def conv2d(x: QTensor, w: QTensor, bias: Tensor | None, stride, padding, dilation,
            groups: int, scale: float, zero_point: int, relu: bool = False) -> QTensor:
-    """``quantized::conv2d`` (im2col and the INT8 GEMM), requantized to ``scale`` and
-    ``zero_point``.
+    """``quantized::conv2d`` (im2col in C and the INT8 GEMM, or the depthwise kernel),
+    requantized to ``scale`` and ``zero_point``.
 
     >>> import tessera
     >>> x = tessera.quantize_per_tensor(tessera.ones(1, 1, 3, 3), 0.1, 0, tessera.quint8)

@@ -152,6 +152,12 @@ def _conv_samples(rng, dt):
                   make(rng, (4,), dt, -0.3, 0.3)))
     yield Sample((make(rng, (2, 4, 7, 5), dt), make(rng, (6, 2, 3, 3), dt, -1, 1), None),
                  dict(stride=2, padding=1, groups=2, relu=True))
+    # depthwise (the C kernel of its own) and 1x1 (the GEMM straight on the NHWC copy)
+    yield Sample((make(rng, (1, 4, 7, 6), dt), make(rng, (4, 1, 3, 3), dt, -1, 1),
+                  make(rng, (4,), dt, -0.3, 0.3)), dict(stride=2, padding=1, groups=4))
+    yield Sample((make(rng, (2, 4, 7, 5), dt), make(rng, (8, 1, 3, 3), dt, -1, 1), None),
+                 dict(padding=1, groups=4, relu=True))
+    yield Sample((make(rng, (1, 8, 5, 5), dt), make(rng, (6, 8, 1, 1), dt, -1, 1), None))
 
 
 def _add(L, a, b, relu=False):

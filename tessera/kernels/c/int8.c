@@ -17,12 +17,13 @@
    of 8 bits and large weights that overflows (255 * 127 * 2 > 32767), which is why x86
    quantization keeps activations to 7 bits (reduce_range). */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
 #include <immintrin.h>
 
 enum { P_M, P_N, P_K, P_A, P_LDA, P_B, P_COLSUM, P_BIAS, P_MULT, P_C, P_LDC, P_AZP, P_ZP,
-       P_LO, P_HI, P_MODE, P_BIASF };
+       P_LO, P_HI, P_MODE, P_BIASF, P_PIX, P_NTOT, P_NOFF };
 enum { MR = 8 };
 
 static inline int32_t load4(const uint8_t* p) { int32_t v; memcpy(&v, p, 4); return v; }
@@ -36,7 +37,30 @@ static void epilogue(const int64_t* p, int64_t m0, int64_t rows, int64_t nb,
     const float* mult = (const float*)p[P_MULT] + n0;
     const int32_t azp = (int32_t)p[P_AZP], zp = (int32_t)p[P_ZP];
     const float lo = (float)(p[P_LO] - zp), hi = (float)(p[P_HI] - zp);
-    const int64_t mode = p[P_MODE], ldc = p[P_LDC];
+    const int64_t mode = p[P_MODE], ldc = p[P_LDC], pix = p[P_PIX];
+    if (pix > 0) {  /* NCHW output: row m is pixel m % pix of image m / pix */
+        /* all 16 lanes (the column arrays are padded to a block), branch-free so that
+           it vectorises; the same operations, in the same order, as below */
+        uint32_t off[16];
+        int32_t q[MR][16];
+        for (int j = 0; j < 16; j++)
+            off[j] = (uint32_t)(azp * colsum[j]) - (uint32_t)(bias ? bias[j] : 0);
+        for (int64_t r = 0; r < rows; r++)
+            for (int j = 0; j < 16; j++) {
+                float v = nearbyintf((float)(int32_t)((uint32_t)acc[r * 16 + j] - off[j])
+                                     * mult[j]);
+                v = v < lo ? lo : v > hi ? hi : v;
+                q[r][j] = (int32_t)v + zp;
+            }
+        const int64_t ntot = p[P_NTOT], noff = p[P_NOFF] + n0;
+        uint8_t* out = (uint8_t*)p[P_C];
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t m = m0 + r, img = m / pix, px = m - img * pix;
+            uint8_t* o = out + (img * ntot + noff) * pix + px;
+            for (int64_t j = 0; j < ncol; j++) o[j * pix] = (uint8_t)q[r][j];
+        }
+        return;
+    }
     for (int64_t r = 0; r < rows; r++) {
         const int32_t* a = acc + r * 16;
         for (int64_t j = 0; j < ncol; j++) {
@@ -238,6 +262,165 @@ void tsr_int8_gemm_avxvnni(const int64_t* p, int64_t m0, int64_t m1, int64_t nb0
 void tsr_int8_gemm_vnni512(const int64_t* p, int64_t m0, int64_t m1, int64_t nb0,
                            int64_t nb1) {
     run(tile_vnni512, full_vnni512, 2, p, m0, m1, nb0, nb1);
+}
+
+/* ---- convolution helpers ------------------------------------------------------------------
+   The geometry of a convolution, shared by im2col and the depthwise kernel. */
+enum { G_CIMG, G_C, G_H, G_W, G_KH, G_KW, G_SH, G_SW, G_PH, G_PW, G_DH, G_DW, G_OH, G_OW,
+       G_X, G_FILL, G_COLS, G_LDK,
+       /* depthwise only */
+       G_WT, G_BIAS, G_MULT, G_OUT, G_ZP, G_LO, G_HI, G_OG, G_MODE };
+
+/* Rows [r0, r1) of an NCHW uint8 input's channels [0, C) (G_X points at the first; an
+   image holds G_CIMG) as a padded NHWC copy at G_COLS: row r is image r / HP, padded row
+   r % HP, HP = H + 2 PH, each WP = W + 2 PW pixels of C bytes, the border the input's zero
+   point G_FILL (which means 0.0). Reading the planes row by row keeps each in cache. */
+void tsr_int8_nhwc(const int64_t* p, int64_t r0, int64_t r1) {
+    const int64_t cimg = p[G_CIMG], c = p[G_C], h = p[G_H], w = p[G_W], ph = p[G_PH],
+        pw = p[G_PW], hp = h + 2 * ph, wp = w + 2 * pw;
+    const uint8_t* x = (const uint8_t*)p[G_X];
+    const uint8_t fill = (uint8_t)p[G_FILL];
+    uint8_t* out = (uint8_t*)p[G_COLS];
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t img = r / hp, iy = r - img * hp - ph;
+        uint8_t* row = out + r * wp * c;
+        if (iy < 0 || iy >= h) { memset(row, fill, (size_t)(wp * c)); continue; }
+        memset(row, fill, (size_t)(pw * c));
+        memset(row + (pw + w) * c, fill, (size_t)(pw * c));
+        const uint8_t* src = x + (img * cimg * h + iy) * w;
+        uint8_t* dst = row + pw * c;
+        for (int64_t ci = 0; ci < c; ci++) {
+            const uint8_t* s = src + ci * h * w;
+            for (int64_t ix = 0; ix < w; ix++) dst[ix * c + ci] = s[ix];
+        }
+    }
+}
+
+/* Rows [r0, r1) of the (N*OH*OW) x (KH*KW*C) columns of the padded NHWC copy above (at
+   G_X): each tap's C channels are one copy. Rows are G_LDK bytes, the tail zero. */
+void tsr_int8_im2col(const int64_t* p, int64_t r0, int64_t r1) {
+    const int64_t c = p[G_C], kh = p[G_KH], kw = p[G_KW], sh = p[G_SH], sw = p[G_SW],
+        dh = p[G_DH], dw = p[G_DW], oh = p[G_OH], ow = p[G_OW], ldk = p[G_LDK],
+        hp = p[G_H] + 2 * p[G_PH], wp = p[G_W] + 2 * p[G_PW];
+    const uint8_t* x = (const uint8_t*)p[G_X];
+    uint8_t* cols = (uint8_t*)p[G_COLS];
+    const int64_t k = c * kh * kw;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t img = r / (oh * ow), rem = r - img * oh * ow, oy = rem / ow,
+            ox = rem - oy * ow;
+        uint8_t* row = cols + r * ldk;
+        for (int64_t i = 0; i < kh; i++) {
+            const uint8_t* src = x + ((img * hp + oy * sh + i * dh) * wp + ox * sw) * c;
+            if (dw == 1) {
+                memcpy(row + i * kw * c, src, (size_t)(kw * c));
+                continue;
+            }
+            for (int64_t j = 0; j < kw; j++)
+                memcpy(row + (i * kw + j) * c, src + j * dw * c, (size_t)c);
+        }
+        if (ldk > k) memset(row + k, 0, (size_t)(ldk - k));
+    }
+}
+
+/* Depthwise convolution (one input channel per group, G_OG outputs per group) of the
+   NCHW uint8 planes [q0, q1) of the output (plane q = image * C * OG + channel): int32
+   sums of (x - zero point) * w over the taps inside the input (the padding is the zero
+   point, 0 after the shift), plus the int32 bias, requantized as the GEMM's epilogue
+   does. Exact integer sums, so bit for bit the GEMM's result (without AVX2's int16
+   saturation). */
+void tsr_int8_depthwise(const int64_t* p, int64_t q0, int64_t q1) {
+    const int64_t c = p[G_CIMG], h = p[G_H], w = p[G_W], kh = p[G_KH], kw = p[G_KW],
+        sh = p[G_SH], sw = p[G_SW], ph = p[G_PH], pw = p[G_PW], dh = p[G_DH], dw = p[G_DW],
+        oh = p[G_OH], ow = p[G_OW], og = p[G_OG], mode = p[G_MODE];
+    const uint8_t* x = (const uint8_t*)p[G_X];
+    const int8_t* wt = (const int8_t*)p[G_WT];
+    const int32_t* bias = (const int32_t*)p[G_BIAS];
+    const float* mult = (const float*)p[G_MULT];
+    const int32_t azp = (int32_t)p[G_FILL], zp = (int32_t)p[G_ZP];
+    const float lo = (float)(p[G_LO] - zp), hi = (float)(p[G_HI] - zp);
+    /* the padded plane, shifted by the zero point, its columns split by phase modulo the
+       stride (phase r holds columns r, r + SW, ...) so that every tap reads contiguous
+       int16s across the output row */
+    const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
+    const int64_t wq = (wp + sw - 1) / sw, lq = wq * sw;
+    int16_t* pad = (int16_t*)malloc(sizeof(int16_t) * (size_t)(hp * lq));
+    int16_t* tmp = (int16_t*)malloc(sizeof(int16_t) * (size_t)lq);
+    int32_t* acc = (int32_t*)malloc(sizeof(int32_t) * (size_t)ow);
+    int64_t last = -1;
+    for (int64_t q = q0; q < q1; q++) {
+        const int64_t img = q / (c * og), co = q - img * c * og, ci = co / og;
+        const int64_t src = img * c + ci;
+        if (src != last) {
+            const uint8_t* plane = x + src * h * w;
+            /* the input columns that land inside the padded row */
+            const int64_t x0 = pw, x1 = pw + w < lq ? pw + w : lq;
+            for (int64_t y = 0; y < hp; y++) {
+                const int64_t iy = y - ph;
+                int16_t* row = pad + y * lq;
+                if (iy < 0 || iy >= h) { memset(row, 0, sizeof(int16_t) * (size_t)lq); continue; }
+                int16_t* t = sw == 1 ? row : tmp;
+                memset(t, 0, sizeof(int16_t) * (size_t)lq);
+                const uint8_t* in = plane + iy * w;
+                for (int64_t xx = x0; xx < x1; xx++)
+                    t[xx] = (int16_t)((int32_t)in[xx - pw] - azp);
+                if (sw != 1)
+                    for (int64_t r = 0; r < sw; r++)
+                        for (int64_t k = 0; k < wq; k++) row[r * wq + k] = tmp[k * sw + r];
+            }
+            last = src;
+        }
+        const int8_t* wk = wt + co * kh * kw;
+        const int32_t b = bias ? bias[co] : 0;
+        const float mu = mult[co];
+        uint8_t* out = (uint8_t*)p[G_OUT] + q * oh * ow;
+        for (int64_t oy = 0; oy < oh; oy++) {
+            for (int64_t ox = 0; ox < ow; ox++) acc[ox] = b;
+            for (int64_t i = 0; i < kh; i++)
+                for (int64_t j = 0; j < kw; j++) {
+                    const int32_t wv = wk[i * kw + j];
+                    const int64_t col = j * dw;
+                    const int16_t* s = pad + (oy * sh + i * dh) * lq + (col % sw) * wq + col / sw;
+                    for (int64_t ox = 0; ox < ow; ox++) acc[ox] += (int32_t)s[ox] * wv;
+                }
+            for (int64_t ox = 0; ox < ow; ox++) {
+                float v = nearbyintf((float)acc[ox] * mu);
+                v = v < lo ? lo : v > hi ? hi : v;
+                const int32_t r = (int32_t)v + zp;
+                if (mode == 0) out[oy * ow + ox] = (uint8_t)r;
+                else ((int8_t*)out)[oy * ow + ox] = (int8_t)r;
+            }
+        }
+    }
+    free(tmp);
+    free(pad);
+    free(acc);
+}
+
+/* Elements [i0, i1) of the quantized sum of two tensors: the operands dequantized in float
+   ((q - zero point) * scale), added, divided by the output's scale, rounded half to even,
+   shifted by its zero point and clamped, each step a float32 operation as NumPy's. */
+enum { A_A, A_B, A_OUT, A_AZP, A_BZP, A_SCALES, A_ZP, A_LO, A_HI, A_SIGNED };
+
+void tsr_int8_add(const int64_t* p, int64_t i0, int64_t i1) {
+    const float* sc = (const float*)p[A_SCALES];
+    const float sa = sc[0], sb = sc[1], so = sc[2], zp = (float)p[A_ZP],
+        lo = (float)p[A_LO], hi = (float)p[A_HI];
+    const int32_t azp = (int32_t)p[A_AZP], bzp = (int32_t)p[A_BZP];
+    if (p[A_SIGNED]) {
+        const int8_t *a = (const int8_t*)p[A_A], *b = (const int8_t*)p[A_B];
+        int8_t* o = (int8_t*)p[A_OUT];
+        for (int64_t i = i0; i < i1; i++) {
+            float v = nearbyintf(((float)(a[i] - azp) * sa + (float)(b[i] - bzp) * sb) / so) + zp;
+            o[i] = (int8_t)(int32_t)(v < lo ? lo : v > hi ? hi : v);
+        }
+        return;
+    }
+    const uint8_t *a = (const uint8_t*)p[A_A], *b = (const uint8_t*)p[A_B];
+    uint8_t* o = (uint8_t*)p[A_OUT];
+    for (int64_t i = i0; i < i1; i++) {
+        float v = nearbyintf(((float)(a[i] - azp) * sa + (float)(b[i] - bzp) * sb) / so) + zp;
+        o[i] = (uint8_t)(int32_t)(v < lo ? lo : v > hi ? hi : v);
+    }
 }
 
 /* which instruction sets this CPU has: bit 0 AVX2, 1 AVX-VNNI, 2 AVX-512 VNNI */

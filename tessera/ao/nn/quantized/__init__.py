@@ -92,6 +92,11 @@ class _Weighted(nn.Module):
         self.register_buffer("zero_point", tensor([int(zero_point)]))
 
     def _qweight(self) -> Q.QTensor:
+        v = self.weight._version[0]
+        if self.__dict__.get("_packed_version", v) != v:
+            # written in place (load_state_dict, copy_): its packed form is stale
+            Q.forget_packed(self.weight._data)
+        self.__dict__["_packed_version"] = v
         w = Tensor._make(self.weight._data, D.qint8, self.weight.device,
                          tuple(self.weight.shape))
         # the float32 scales as they are (no cast node when traced)
