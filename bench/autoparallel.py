@@ -13,7 +13,10 @@ attention's output projection by input features; batch broadcast).
 
 Per workload and rank count: each plan's step (median of the measured steps after two
 warm-up steps), its ratio to the best hand-written plan, its prediction, the Kendall tau of
-predicted against measured over the plans, and the solver's time.
+predicted against measured over the plans, and the solver's time; for ``auto``, what the
+measured guard did (it times the plan and data parallelism at the first call and keeps the
+faster, so ``auto`` is the kept plan). The profile is the saved one, else one measured at
+the start of the run under the launcher (the host's load then is the one the steps see).
 """
 from __future__ import annotations
 
@@ -118,7 +121,8 @@ def child(name: str, plan: str, steps: int) -> dict | None:
     if plan == "auto":
         ap = g.parallel_plan()
         out.update(strategy=ap.strategy + (" + ZeRO" if ap.zero else ""),
-                   predicted_ms=ap.seconds * 1000, solve_s=ap.solve_seconds)
+                   predicted_ms=ap.seconds * 1000, solve_s=ap.solve_seconds,
+                   guard=ap.guard)
     return out
 
 
@@ -226,6 +230,9 @@ def render(rows) -> str:
                 notes.append(f"{r['workload']} x{r['ranks']} {plan}: {res['error'][:120]}")
                 out.append((r["workload"], str(r["ranks"]), plan, "-", "-", "-", "-", "-"))
                 continue
+            if res.get("guard"):
+                notes.append(f"{r['workload']} x{r['ranks']} auto: measured guard: "
+                             f"{res['guard']}")
             pm = res.get("predicted_ms")
             out.append((r["workload"], str(r["ranks"]), plan + (f" ({res['strategy']})"
                                                                if "strategy" in res else ""),
