@@ -50,7 +50,8 @@ class Profile:
     ``op_overhead`` seconds per op call, and
     ``boxing[transition][n] = (alpha, beta)`` of a boxing step between SBP kinds
     (``"S->B"``, ``"P->B"``, ``"B->S"``, ``"S->S"``, ``"P->S"``) with bytes the whole
-    tensor's."""
+    tensor's; ``sync[n]`` what a collective adds to a step between computations on ``n``
+    ranks beyond its own time (the ranks' skew since the last one, which it waits out)."""
 
     gemm: dict = dataclasses.field(default_factory=lambda: {
         "small": 2e9, "medium": 1e10, "large": 2e10})
@@ -59,6 +60,8 @@ class Profile:
     # seconds each op (and each conversion between SBPs) adds whatever its size
     op_overhead: float = 1e-5
     boxing: dict = dataclasses.field(default_factory=dict)
+    # seconds a collective costs a step beyond its own time: the ranks' skew it absorbs
+    sync: dict = dataclasses.field(default_factory=dict)
     # alpha and beta for numbers of ranks not measured: per ring step, and bytes/s
     default_alpha: float = 2e-5
     default_beta: float = 2e9
@@ -102,8 +105,16 @@ class Profile:
         a, b = table[n] if n in table else table[min(table, key=lambda k: abs(k - n))]
         return a + nbytes / b
 
+    def sync_seconds(self, n: int) -> float:
+        """``sync`` for ``n`` ranks (the nearest measured count; 0 when none was)."""
+        if n <= 1 or not self.sync:
+            return 0.0
+        return float(self.sync[n] if n in self.sync else
+                     self.sync[min(self.sync, key=lambda k: abs(k - n))])
+
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
+        d["sync"] = {str(n): v for n, v in self.sync.items()}
         for key in ("comm", "boxing"):
             d[key] = {k: {str(n): list(v) for n, v in t.items()}
                       for k, t in getattr(self, key).items()}
@@ -112,6 +123,7 @@ class Profile:
     @classmethod
     def from_json(cls, d: dict) -> Profile:
         d = dict(d)
+        d["sync"] = {int(n): float(v) for n, v in d.get("sync", {}).items()}
         for key in ("comm", "boxing"):
             d[key] = {k: {int(n): tuple(v) for n, v in t.items()}
                       for k, t in d.get(key, {}).items()}
@@ -182,33 +194,43 @@ _MAX_BATCH = 200
 
 def _rounds(fn, repeat: int, sync=None, agree=None, seconds: float = _ROUND_SECONDS
             ) -> float:
-    """Seconds per call of ``fn``: the median over ``repeat`` rounds of calls in a row
-    lasting about ``seconds`` each (after four untimed calls: a first call makes caches,
-    communicators and shared buffers). The median, not the fastest: on a shared host the
-    fastest round is an unloaded peak the training step does not see. ``sync`` (a
-    barrier) starts each round on every rank together and ``agree`` (the largest over the
-    ranks) makes them run the same number of calls; collectives are timed in a row, as a
-    step runs them, not one per barrier, which would charge each call a rank's late exit
-    from it."""
-    fn()
-    once = []
-    for _ in range(3):
-        t = time.perf_counter()
+    """Seconds per call of ``fn``: ``_interleaved`` of it alone."""
+    return _interleaved([fn], repeat, sync, agree, seconds)[0]
+
+
+def _interleaved(fns: list, repeat: int, sync=None, agree=None,
+                 seconds: float = _ROUND_SECONDS) -> list[float]:
+    """Seconds per call of each of ``fns``: the median over ``repeat`` rounds of calls in
+    a row lasting about ``seconds`` each (after four untimed calls: a first call makes
+    caches, communicators and shared buffers). The rounds of the functions alternate, so
+    a burst of another program's load falls on one round of several functions rather than
+    on every round of one (it would bend the fitted line). The median, not the fastest: on
+    a shared host the fastest round is an unloaded peak the training step does not see.
+    ``sync`` (a barrier) starts each round on every rank together and ``agree`` (the
+    largest over the ranks) makes them run the same number of calls; collectives are
+    timed in a row, as a step runs them, not one per barrier, which would charge each call
+    a rank's late exit from it."""
+    batches = []
+    for fn in fns:
         fn()
-        once.append(time.perf_counter() - t)
-    # (at most _MAX_BATCH: a call that was fast once may be slow the next thousand times)
-    batch = min(max(1, int(seconds / max(float(np.median(once)), 1e-7))), _MAX_BATCH)
-    if agree is not None:
-        batch = agree(batch)
-    times = []
-    for _ in range(repeat):
-        if sync is not None:
-            sync()
-        t = time.perf_counter()
-        for _ in range(batch):
+        once = []
+        for _ in range(3):
+            t = time.perf_counter()
             fn()
-        times.append((time.perf_counter() - t) / batch)
-    return float(np.median(times))
+            once.append(time.perf_counter() - t)
+        # (at most _MAX_BATCH: a call that was fast once may be slow the next thousand)
+        b = min(max(1, int(seconds / max(float(np.median(once)), 1e-7))), _MAX_BATCH)
+        batches.append(agree(b) if agree is not None else b)
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for k, (fn, batch) in enumerate(zip(fns, batches)):
+            if sync is not None:
+                sync()
+            t = time.perf_counter()
+            for _ in range(batch):
+                fn()
+            times[k].append((time.perf_counter() - t) / batch)
+    return [float(np.median(ts)) for ts in times]
 
 
 def _gemm(quick: bool) -> dict:
@@ -259,8 +281,8 @@ def _fit(points: list) -> tuple[float, float]:
 
 def _op_overhead(quick: bool) -> float:
     """Seconds of one tessera op on a tiny tensor: dispatch and the kernel call."""
-    import tessera
-    a = tessera.ones(4)
+    from tessera.ops.creation import ones
+    a = ones(4)
     return _rounds(lambda: a + a, 5 if quick else 9)
 
 
@@ -284,17 +306,38 @@ def _boxing_rank(comm, n: int, quick: bool, agree) -> dict:
         src, dst = kinds[tr[0]], kinds[tr[-1]]
         if tr[-1] == "S":
             dst = split(1)  # a new dim, so S->S moves data
-        pts = []
+        fns = []
         for r in rows:
             shape = (r, 256)
             tile = (split_sizes(r, n)[i], 256) if src.kind == "S" else shape
             x = np.ones(tile, np.float32)
-            t = _rounds(lambda x=x, src=src, dst=dst, shape=shape:
-                        box_1d(x, shape, src, dst, group, i, comm),
-                        5 if quick else 9, lambda: comm.barrier(group), agree)
-            pts.append((r * 256 * 4.0, t))
-        table[tr] = _fit(pts)
+            fns.append(lambda x=x, src=src, dst=dst, shape=shape:
+                       box_1d(x, shape, src, dst, group, i, comm))
+        ts = _interleaved(fns, 5 if quick else 9, lambda: comm.barrier(group), agree)
+        table[tr] = _fit([(r * 256 * 4.0, t) for r, t in zip(rows, ts)])
     return table
+
+
+def _sync_rank(comm, n: int, quick: bool, agree) -> float:
+    """On this rank, among ranks ``0..n-1``: what a small all-reduce adds to a loop of
+    computations (a few milliseconds of GEMMs, a layer's scale) beyond the computations and
+    its own back-to-back time. On an idle host nearly nothing; on one shared with other work
+    the ranks are preempted at different times, and each collective waits for the slowest:
+    that skew, not the collective's microseconds, is what a step pays per collective."""
+    group = tuple(range(n))
+    a = np.ones((256, 256), np.float32)
+    x = np.ones(64, np.float32)
+
+    def work():
+        for _ in range(4):
+            a @ a
+    rounds = 5 if quick else 9
+    bare = _rounds(lambda: comm.all_reduce(x, group), rounds, lambda: comm.barrier(group),
+                   agree)
+    alone = _rounds(work, rounds, lambda: comm.barrier(group), agree, 0.05)
+    both = _rounds(lambda: (work(), comm.all_reduce(x, group)), rounds,
+                   lambda: comm.barrier(group), agree, 0.05)
+    return max(both - alone - bare, 0.0)
 
 
 def _comm_rank(comm, ranks: list[int], quick: bool) -> dict:
@@ -309,22 +352,22 @@ def _comm_rank(comm, ranks: list[int], quick: bool) -> dict:
         def agree(k: int, group=group) -> int:
             return int(comm.all_reduce(np.array([k], np.int64), group, op="max")[0])
         for kind in COLLECTIVES:
-            pts = []
-            for s in sizes:
-                x = np.ones(s // 4, np.float32)
-                t = _rounds(lambda x=x, kind=kind: _collective(comm, kind, x, group),
-                            5 if quick else 9, lambda: comm.barrier(group), agree)
-                pts.append((_sent(kind, x.nbytes, n), t))
-            out[kind][n] = _fit(pts)
+            xs = [np.ones(s // 4, np.float32) for s in sizes]
+            ts = _interleaved([lambda x=x, kind=kind: _collective(comm, kind, x, group)
+                               for x in xs], 5 if quick else 9, lambda: comm.barrier(group),
+                              agree)
+            out[kind][n] = _fit([(_sent(kind, x.nbytes, n), t) for x, t in zip(xs, ts)])
     if comm.rank < max(ranks, default=0):
         n = max(ranks)
         out["boxing"] = {n: _boxing_rank(comm, n, quick, agree)}
+        out["sync"] = {n: _sync_rank(comm, n, quick, agree)}
     return out
 
 
 def _apply(prof: Profile, res: dict) -> None:
     """``_comm_rank``'s figures into ``prof``."""
     res = dict(res)
+    prof.sync.update(res.pop("sync", {}))
     for n, table in res.pop("boxing", {}).items():
         for tr, ab in table.items():
             prof.boxing.setdefault(tr, {})[n] = ab
@@ -383,6 +426,8 @@ def _describe(p: Profile, path: str) -> str:
     for kind, table in p.comm.items():
         for n, (a, b) in sorted(table.items()):
             lines.append(f"{kind:>15} n={n}: alpha {a * 1e6:.1f} us, beta {b / 1e9:.2f} GB/s")
+    for n, v in sorted(p.sync.items()):
+        lines.append(f"{'sync':>15} n={n}: {v * 1e6:.1f} us per collective in a step")
     for tr, table in p.boxing.items():
         for n, (a, b) in sorted(table.items()):
             lines.append(f"{'boxing ' + tr:>15} n={n}: alpha {a * 1e6:.1f} us, "

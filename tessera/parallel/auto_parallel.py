@@ -232,6 +232,7 @@ class Costs:
     comm_t: list         # per node: the communication part of node_t (gradient sync)
     # seconds every assignment pays: the latency of the step's gradient buckets' collectives
     const: float = 0.0
+    prof: Any = None     # the profile priced with
 
 
 def _leaf_sbps(meta: Meta, hier: tuple, param: bool) -> list[tuple]:
@@ -293,14 +294,17 @@ def _conv_seconds(src: Sbp, dst: Sbp, nbytes: float, n: int, prof: Profile, grad
     if src == dst or n == 1:
         return 0.0
     k = (src.kind, dst.kind)
+    # each collective also waits out the ranks' skew (the profile's sync)
+    sync = prof.sync_seconds(n) * ((_FWD.get(k, "local") != "local") +
+                                   (grad and k in _BWD))
     fwd = prof.boxing_seconds(src.kind, dst.kind, n, nbytes)
     if fwd is not None:
         back = _BWD_KINDS.get(k)
         bwd = prof.boxing_seconds(*back, n, nbytes) if grad and back is not None else 0.0
         if bwd is not None:
-            return fwd + bwd
+            return fwd + bwd + sync
     sent = boxing.cost(src, dst, nbytes, n)
-    t = 2 * prof.op_overhead
+    t = 2 * prof.op_overhead + sync
     kind = _FWD.get(k)
     if kind == "local":
         # a partial result made locally is charged the reduction it defers (boxing.cost)
@@ -374,16 +378,7 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
                     other = _shard(src[:ax] + src[ax + 1:], hier[:ax] + hier[ax + 1:])
                     t += _conv_seconds(src[ax], dst[ax], size / other, n, prof, grad)
                     if param and src[ax].kind == "B" and _distributes(cv, ax):
-                        sync = size / _shard(src, hier)
-                        # bucketed (graph_buckets): a step runs one collective for many
-                        # gradients, so each pays its bytes and its copy into the bucket,
-                        # not a collective's latency
-                        t += 2 * prof.memory_seconds(sync)
-                        if zero:
-                            t += (n - 1) / n * sync / prof.alpha_beta("reduce_scatter", n)[1]
-                            t += (n - 1) / n * sync / prof.alpha_beta("all_gather", n)[1]
-                        else:
-                            t += 2 * (n - 1) / n * sync / prof.alpha_beta("all_reduce", n)[1]
+                        t += _grad_sync(size / _shard(src, hier), n, prof, zero)
                 et[a_i, b_i] = t
                 grow = size / _shard(dst, hier) - size / _shard(src, hier)
                 if grow > 0:
@@ -399,14 +394,56 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
     for n in hier:
         if n > 1:
             const += buckets * (prof.alpha_beta("reduce_scatter", n)[0] +
-                                prof.alpha_beta("all_gather", n)[0] if zero else
-                                prof.alpha_beta("all_reduce", n)[0])
-    return Costs(g, hier, zero, cands, node_t, node_m, edges, edge_t, edge_m, comm_t, const)
+                                prof.alpha_beta("all_gather", n)[0] +
+                                2 * prof.sync_seconds(n) if zero else
+                                prof.alpha_beta("all_reduce", n)[0] + prof.sync_seconds(n))
+    return Costs(g, hier, zero, cands, node_t, node_m, edges, edge_t, edge_m, comm_t, const,
+                 prof)
+
+
+def _grad_sync(nbytes: float, n: int, prof: Profile, zero: bool) -> float:
+    """A broadcast parameter's gradient sync on an axis of ``n`` ranks, bucketed
+    (graph_buckets): a step runs one collective for many gradients, so each pays its bytes
+    and its copy into the bucket, not a collective's latency (``Costs.const``)."""
+    t = 2 * prof.memory_seconds(nbytes)
+    if zero:
+        t += (n - 1) / n * nbytes / prof.alpha_beta("reduce_scatter", n)[1]
+        t += (n - 1) / n * nbytes / prof.alpha_beta("all_gather", n)[1]
+    else:
+        t += 2 * (n - 1) / n * nbytes / prof.alpha_beta("all_reduce", n)[1]
+    return t
+
+
+def _indirect_syncs(c: Costs, assign: list[int]) -> float:
+    """The gradient syncs the edges do not see: a broadcast parameter read first by ops
+    that do not distribute on an axis (a linear layer's transpose) and then by one that
+    does (its matmul on a split batch) gets a partial gradient there all the same."""
+    outs: list[list[int]] = [[] for _ in c.cands]
+    for u, _, v, _ in c.edges:
+        outs[u].append(v)
+    t = 0.0
+    for p, node in enumerate(c.graph.nodes):
+        if node.kind != "param" or not node.requires_grad:
+            continue
+        sbps = [s.outs[0] for s in c.cands[p][assign[p]]]
+        for ax, n in enumerate(c.hierarchy):
+            if n == 1 or sbps[ax].kind != "B":
+                continue
+            front = [w for w in outs[p] if not _distributes(c.cands[w][assign[w]], ax)]
+            for _ in range(3):  # views and casts between a parameter and its use
+                nxt = [x for w in front for x in outs[w]]
+                if any(_distributes(c.cands[x][assign[x]], ax) for x in nxt):
+                    size = meta_bytes(node.outs[0]) / _shard(tuple(sbps), c.hierarchy)
+                    t += _grad_sync(size, n, c.prof, c.zero)
+                    break
+                front = [x for x in nxt if not _distributes(c.cands[x][assign[x]], ax)]
+    return t
 
 
 def evaluate(c: Costs, assign: list[int]) -> tuple[float, float]:
     """(seconds, bytes per rank) of an assignment (a candidate index per node)."""
-    t = c.const + sum(float(c.node_t[v][k]) for v, k in enumerate(assign))
+    t = c.const + _indirect_syncs(c, assign) + \
+        sum(float(c.node_t[v][k]) for v, k in enumerate(assign))
     m = sum(float(c.node_m[v][k]) for v, k in enumerate(assign))
     for e, (u, _, v, _) in enumerate(c.edges):
         t += float(c.edge_t[e][assign[u], assign[v]])
@@ -903,14 +940,14 @@ class _State:
         self.graph = graph
 
     def restore(self) -> None:
-        import tessera
         from tessera.distributed._module import whole_to_global
         from tessera.distributed.global_tensor import is_global
+        from tessera.ops.creation import tensor
         from tessera.ops.random import default_generator
         for t, v, grad in zip(self.tensors, self.values, self.grads):
             if is_global(t):
                 d = t._data
-                new = whole_to_global(tessera.tensor(v, dtype=t.dtype), d.placement, d.sbp)
+                new = whole_to_global(tensor(v, dtype=t.dtype), d.placement, d.sbp)
                 if d.local is not None:
                     np.copyto(d.local, new._data.local)
             else:
