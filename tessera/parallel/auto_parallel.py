@@ -233,6 +233,7 @@ class Costs:
     # seconds every assignment pays: the latency of the step's gradient buckets' collectives
     const: float = 0.0
     prof: Any = None     # the profile priced with
+    params: list | None = None  # (param node, its consumers) with a gradient, made on use
 
 
 def _leaf_sbps(meta: Meta, hier: tuple, param: bool) -> list[tuple]:
@@ -418,13 +419,15 @@ def _indirect_syncs(c: Costs, assign: list[int]) -> float:
     """The gradient syncs the edges do not see: a broadcast parameter read first by ops
     that do not distribute on an axis (a linear layer's transpose) and then by one that
     does (its matmul on a split batch) gets a partial gradient there all the same."""
-    outs: list[list[int]] = [[] for _ in c.cands]
-    for u, _, v, _ in c.edges:
-        outs[u].append(v)
+    if c.params is None:
+        outs: list[list[int]] = [[] for _ in c.cands]
+        for u, _, v, _ in c.edges:
+            outs[u].append(v)
+        c.params = [(p, outs) for p, node in enumerate(c.graph.nodes)
+                    if node.kind == "param" and node.requires_grad]
     t = 0.0
-    for p, node in enumerate(c.graph.nodes):
-        if node.kind != "param" or not node.requires_grad:
-            continue
+    for p, outs in c.params:
+        node = c.graph.nodes[p]
         sbps = [s.outs[0] for s in c.cands[p][assign[p]]]
         for ax, n in enumerate(c.hierarchy):
             if n == 1 or sbps[ax].kind != "B":
