@@ -13,7 +13,11 @@ attention's output projection by input features; batch broadcast).
 
 Per workload and rank count: each plan's step (median of the measured steps after two
 warm-up steps), its ratio to the best hand-written plan, its prediction, the Kendall tau of
-predicted against measured over the plans, and the solver's time.
+predicted against measured over the distinct plans (``auto`` left out when it is one of
+the hand-written plans), and the solver's time; for ``auto``, what the
+measured guard did (it times the plan and data parallelism at the first call and keeps the
+faster, so ``auto`` is the kept plan). The profile is the saved one, else one measured at
+the start of the run under the launcher (the host's load then is the one the steps see).
 """
 from __future__ import annotations
 
@@ -118,7 +122,8 @@ def child(name: str, plan: str, steps: int) -> dict | None:
     if plan == "auto":
         ap = g.parallel_plan()
         out.update(strategy=ap.strategy + (" + ZeRO" if ap.zero else ""),
-                   predicted_ms=ap.seconds * 1000, solve_s=ap.solve_seconds)
+                   predicted_ms=ap.seconds * 1000, solve_s=ap.solve_seconds,
+                   guard=ap.guard)
     return out
 
 
@@ -206,8 +211,13 @@ def run(steps: int = 5) -> list[dict]:
             for plan in HAND:
                 if "ms" in row[plan]:
                     row[plan]["predicted_ms"] = pred.get(plan)
+            # over distinct plans: an auto plan predicted as a hand plan is that plan
+            # (its two measurements differ by the host's noise alone)
+            same = [k for k in HAND if "ms" in row[k] and "ms" in row["auto"] and
+                    row[k].get("predicted_ms") == row["auto"].get("predicted_ms")]
             pairs = [(row[k]["predicted_ms"], row[k]["ms"]) for k in PLANS
-                     if "ms" in row[k] and row[k].get("predicted_ms") is not None]
+                     if "ms" in row[k] and row[k].get("predicted_ms") is not None
+                     and not (k == "auto" and same)]
             row["tau"] = kendall_tau([p for p, _ in pairs], [m for _, m in pairs]) \
                 if len(pairs) > 1 else None
             rows.append(row)
@@ -226,6 +236,9 @@ def render(rows) -> str:
                 notes.append(f"{r['workload']} x{r['ranks']} {plan}: {res['error'][:120]}")
                 out.append((r["workload"], str(r["ranks"]), plan, "-", "-", "-", "-", "-"))
                 continue
+            if res.get("guard"):
+                notes.append(f"{r['workload']} x{r['ranks']} auto: measured guard: "
+                             f"{res['guard']}")
             pm = res.get("predicted_ms")
             out.append((r["workload"], str(r["ranks"]), plan + (f" ({res['strategy']})"
                                                                if "strategy" in res else ""),

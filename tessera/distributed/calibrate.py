@@ -7,6 +7,11 @@ second) in the model ``time = alpha + bytes / beta``, where ``bytes`` is what a 
 in a ring algorithm (``tessera.distributed.boxing.cost``'s figure), so the profile and the
 boxing table price a conversion on one scale.
 
+Every figure is a median over rounds of calls lasting about a training step each, after
+warm-up calls, so that on a host shared with other work it is the rate a step sees, not an
+unloaded peak (see ``_rounds``). The boxing steps a compiled step runs are measured too
+(``boxing[transition][n]``), copies and all, beside the bare collectives.
+
 ``python -m tessera.distributed.calibrate`` measures this machine (under ``mpiexec -n N``:
 the MPI communicator on 1..N ranks; in one process: the simulated world's collectives) and
 saves the profile as JSON (written to a temporary file and renamed, so a reader never sees
@@ -30,8 +35,8 @@ import time
 
 import numpy as np
 
-__all__ = ["Profile", "DEFAULT", "COLLECTIVES", "profile_path", "load", "save", "measure",
-           "main"]
+__all__ = ["Profile", "DEFAULT", "COLLECTIVES", "TRANSITIONS", "profile_path", "load", "save",
+           "measure", "main"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 # the FLOPs of one product that separate the GEMM shape classes
@@ -42,7 +47,11 @@ _SMALL, _LARGE = 2e6, 2e8
 class Profile:
     """Rates the cost model reads: ``gemm`` FLOP/s per shape class, ``bandwidth`` bytes/s of
     memory, ``comm[kind][n] = (alpha, beta)`` per collective and number of ranks,
-    ``op_overhead`` seconds per op call."""
+    ``op_overhead`` seconds per op call, and
+    ``boxing[transition][n] = (alpha, beta)`` of a boxing step between SBP kinds
+    (``"S->B"``, ``"P->B"``, ``"B->S"``, ``"S->S"``, ``"P->S"``) with bytes the whole
+    tensor's; ``sync[n]`` what a collective adds to a step between computations on ``n``
+    ranks beyond its own time (the ranks' skew since the last one, which it waits out)."""
 
     gemm: dict = dataclasses.field(default_factory=lambda: {
         "small": 2e9, "medium": 1e10, "large": 2e10})
@@ -50,6 +59,9 @@ class Profile:
     comm: dict = dataclasses.field(default_factory=dict)
     # seconds each op (and each conversion between SBPs) adds whatever its size
     op_overhead: float = 1e-5
+    boxing: dict = dataclasses.field(default_factory=dict)
+    # seconds a collective costs a step beyond its own time: the ranks' skew it absorbs
+    sync: dict = dataclasses.field(default_factory=dict)
     # alpha and beta for numbers of ranks not measured: per ring step, and bytes/s
     default_alpha: float = 2e-5
     default_beta: float = 2e9
@@ -83,16 +95,38 @@ class Profile:
         a, b = self.alpha_beta(kind, n)
         return a + nbytes / b
 
+    def boxing_seconds(self, src: str, dst: str, n: int, nbytes: float) -> float | None:
+        """Seconds of a boxing step from SBP kind ``src`` to ``dst`` (``"S"``, ``"B"``,
+        ``"P"``) of a tensor of ``nbytes`` on ``n`` ranks as measured (the nearest measured
+        count of ranks), or None when that transition was not measured."""
+        table = self.boxing.get(f"{src}->{dst}")
+        if n <= 1 or not table:
+            return None if n > 1 else 0.0
+        a, b = table[n] if n in table else table[min(table, key=lambda k: abs(k - n))]
+        return a + nbytes / b
+
+    def sync_seconds(self, n: int) -> float:
+        """``sync`` for ``n`` ranks (the nearest measured count; 0 when none was)."""
+        if n <= 1 or not self.sync:
+            return 0.0
+        return float(self.sync[n] if n in self.sync else
+                     self.sync[min(self.sync, key=lambda k: abs(k - n))])
+
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
-        d["comm"] = {k: {str(n): list(v) for n, v in t.items()} for k, t in self.comm.items()}
+        d["sync"] = {str(n): v for n, v in self.sync.items()}
+        for key in ("comm", "boxing"):
+            d[key] = {k: {str(n): list(v) for n, v in t.items()}
+                      for k, t in getattr(self, key).items()}
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> Profile:
         d = dict(d)
-        d["comm"] = {k: {int(n): tuple(v) for n, v in t.items()}
-                     for k, t in d.get("comm", {}).items()}
+        d["sync"] = {int(n): float(v) for n, v in d.get("sync", {}).items()}
+        for key in ("comm", "boxing"):
+            d[key] = {k: {int(n): tuple(v) for n, v in t.items()}
+                      for k, t in d.get(key, {}).items()}
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -151,18 +185,52 @@ def load(path: str | None = None) -> Profile:
 
 # ---- measuring ----------------------------------------------------------------------------
 
-def _best(fn, repeat: int, sync=None) -> float:
-    """The fastest of ``repeat`` timed calls (after one untimed); ``sync`` (a barrier) runs
-    before each, so that a collective's time is not a late rank's."""
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        if sync is not None:
-            sync()
-        t = time.perf_counter()
+# how long one timed round of calls lasts, about a training step's scale: a call much
+# shorter than the scheduler's time slice runs whole between two preemptions, so timing it
+# alone gives the rate of a core the process owns, not of one it shares with other loads
+_ROUND_SECONDS = 0.02
+_MAX_BATCH = 200
+
+
+def _rounds(fn, repeat: int, sync=None, agree=None, seconds: float = _ROUND_SECONDS
+            ) -> float:
+    """Seconds per call of ``fn``: ``_interleaved`` of it alone."""
+    return _interleaved([fn], repeat, sync, agree, seconds)[0]
+
+
+def _interleaved(fns: list, repeat: int, sync=None, agree=None,
+                 seconds: float = _ROUND_SECONDS) -> list[float]:
+    """Seconds per call of each of ``fns``: the median over ``repeat`` rounds of calls in
+    a row lasting about ``seconds`` each (after four untimed calls: a first call makes
+    caches, communicators and shared buffers). The rounds of the functions alternate, so
+    a burst of another program's load falls on one round of several functions rather than
+    on every round of one (it would bend the fitted line). The median, not the fastest: on
+    a shared host the fastest round is an unloaded peak the training step does not see.
+    ``sync`` (a barrier) starts each round on every rank together and ``agree`` (the
+    largest over the ranks) makes them run the same number of calls; collectives are
+    timed in a row, as a step runs them, not one per barrier, which would charge each call
+    a rank's late exit from it."""
+    batches = []
+    for fn in fns:
         fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+        once = []
+        for _ in range(3):
+            t = time.perf_counter()
+            fn()
+            once.append(time.perf_counter() - t)
+        # (at most _MAX_BATCH: a call that was fast once may be slow the next thousand)
+        b = min(max(1, int(seconds / max(float(np.median(once)), 1e-7))), _MAX_BATCH)
+        batches.append(agree(b) if agree is not None else b)
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for k, (fn, batch) in enumerate(zip(fns, batches)):
+            if sync is not None:
+                sync()
+            t = time.perf_counter()
+            for _ in range(batch):
+                fn()
+            times[k].append((time.perf_counter() - t) / batch)
+    return [float(np.median(ts)) for ts in times]
 
 
 def _gemm(quick: bool) -> dict:
@@ -171,14 +239,14 @@ def _gemm(quick: bool) -> dict:
     rng = np.random.default_rng(0)
     for cls, n in sizes.items():
         a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
-        out[cls] = 2.0 * n ** 3 / _best(lambda a=a, b=b: a @ b, 3 if quick else 10)
+        out[cls] = 2.0 * n ** 3 / _rounds(lambda a=a, b=b: a @ b, 5 if quick else 9)
     return out
 
 
 def _bandwidth(quick: bool) -> float:
     a = np.ones((1 << 22) if quick else (1 << 24), np.float32)
     b = np.empty_like(a)
-    return 2.0 * a.nbytes / _best(lambda: np.copyto(b, a), 3 if quick else 10)
+    return 2.0 * a.nbytes / _rounds(lambda: np.copyto(b, a), 5 if quick else 9)
 
 
 def _sent(kind: str, nbytes: float, n: int) -> float:
@@ -203,19 +271,73 @@ def _collective(comm, kind: str, x: np.ndarray, group: tuple):
 
 
 def _fit(points: list) -> tuple[float, float]:
-    """(alpha, beta) of ``time = alpha + bytes / beta``: alpha the smallest message's time,
-    beta the slope from it to the largest (robust to one slow point on a loaded host, which
-    a least-squares line is not)."""
+    """(alpha, beta) of ``time = alpha + bytes / beta``: beta the slope from the smallest
+    message to the largest, alpha the median of what each point leaves after its bytes
+    (robust to one slow point on a loaded host, which a least-squares line is not)."""
     (x0, t0), (x1, t1) = min(points), max(points)
     beta = (x1 - x0) / (t1 - t0) if t1 > t0 and x1 > x0 else DEFAULT.default_beta
-    return max(t0 - x0 / beta, 0.0), beta
+    return max(float(np.median([t - x / beta for x, t in points])), 0.0), beta
 
 
 def _op_overhead(quick: bool) -> float:
     """Seconds of one tessera op on a tiny tensor: dispatch and the kernel call."""
     from tessera.ops.creation import ones
     a = ones(4)
-    return _best(lambda: a + a, 50 if quick else 500)
+    return _rounds(lambda: a + a, 5 if quick else 9)
+
+
+# the boxing transitions measured, by kind on one mesh axis (the dims measured: S(0), S(1))
+TRANSITIONS = ("S->B", "P->B", "B->S", "S->S", "P->S")
+
+
+def _boxing_rank(comm, n: int, quick: bool, agree) -> dict:
+    """On this rank, among ranks ``0..n-1``: (alpha, beta) of each boxing transition of
+    ``TRANSITIONS`` in ``time = alpha + bytes / beta``, ``bytes`` the whole tensor's. Timed
+    is ``boxing.box_1d`` on a tile, what a compiled ``nn.Graph`` step's boxing node runs:
+    the collective with the slicing, packing and concatenation around it."""
+    from tessera.distributed.boxing import box_1d
+    from tessera.sbp import broadcast, partial_sum, split, split_sizes
+    group = tuple(range(n))
+    i = group.index(comm.rank)
+    kinds = {"S": split(0), "B": broadcast, "P": partial_sum}
+    rows = [64, 512] if quick else [16, 256, 2048]
+    table = {}
+    for tr in TRANSITIONS:
+        src, dst = kinds[tr[0]], kinds[tr[-1]]
+        if tr[-1] == "S":
+            dst = split(1)  # a new dim, so S->S moves data
+        fns = []
+        for r in rows:
+            shape = (r, 256)
+            tile = (split_sizes(r, n)[i], 256) if src.kind == "S" else shape
+            x = np.ones(tile, np.float32)
+            fns.append(lambda x=x, src=src, dst=dst, shape=shape:
+                       box_1d(x, shape, src, dst, group, i, comm))
+        ts = _interleaved(fns, 5 if quick else 9, lambda: comm.barrier(group), agree)
+        table[tr] = _fit([(r * 256 * 4.0, t) for r, t in zip(rows, ts)])
+    return table
+
+
+def _sync_rank(comm, n: int, quick: bool, agree) -> float:
+    """On this rank, among ranks ``0..n-1``: what a small all-reduce adds to a loop of
+    computations (a few milliseconds of GEMMs, a layer's scale) beyond the computations and
+    its own back-to-back time. On an idle host nearly nothing; on one shared with other work
+    the ranks are preempted at different times, and each collective waits for the slowest:
+    that skew, not the collective's microseconds, is what a step pays per collective."""
+    group = tuple(range(n))
+    a = np.ones((256, 256), np.float32)
+    x = np.ones(64, np.float32)
+
+    def work():
+        for _ in range(4):
+            a @ a
+    rounds = 5 if quick else 9
+    bare = _rounds(lambda: comm.all_reduce(x, group), rounds, lambda: comm.barrier(group),
+                   agree)
+    alone = _rounds(work, rounds, lambda: comm.barrier(group), agree, 0.05)
+    both = _rounds(lambda: (work(), comm.all_reduce(x, group)), rounds,
+                   lambda: comm.barrier(group), agree, 0.05)
+    return max(both - alone - bare, 0.0)
 
 
 def _comm_rank(comm, ranks: list[int], quick: bool) -> dict:
@@ -226,15 +348,30 @@ def _comm_rank(comm, ranks: list[int], quick: bool) -> dict:
         group = tuple(range(n))
         if comm.rank not in group:
             continue
+
+        def agree(k: int, group=group) -> int:
+            return int(comm.all_reduce(np.array([k], np.int64), group, op="max")[0])
         for kind in COLLECTIVES:
-            pts = []
-            for s in sizes:
-                x = np.ones(s // 4, np.float32)
-                t = _best(lambda x=x, kind=kind: _collective(comm, kind, x, group),
-                          15 if quick else 40, lambda: comm.barrier(group))
-                pts.append((_sent(kind, x.nbytes, n), t))
-            out[kind][n] = _fit(pts)
+            xs = [np.ones(s // 4, np.float32) for s in sizes]
+            ts = _interleaved([lambda x=x, kind=kind: _collective(comm, kind, x, group)
+                               for x in xs], 5 if quick else 9, lambda: comm.barrier(group),
+                              agree)
+            out[kind][n] = _fit([(_sent(kind, x.nbytes, n), t) for x, t in zip(xs, ts)])
+    if comm.rank < max(ranks, default=0):
+        n = max(ranks)
+        out["boxing"] = {n: _boxing_rank(comm, n, quick, agree)}
+        out["sync"] = {n: _sync_rank(comm, n, quick, agree)}
     return out
+
+
+def _apply(prof: Profile, res: dict) -> None:
+    """``_comm_rank``'s figures into ``prof``."""
+    res = dict(res)
+    prof.sync.update(res.pop("sync", {}))
+    for n, table in res.pop("boxing", {}).items():
+        for tr, ab in table.items():
+            prof.boxing.setdefault(tr, {})[n] = ab
+    prof.comm = res
 
 
 def measure(world: int | None = None, quick: bool = False) -> Profile:
@@ -253,13 +390,13 @@ def measure(world: int | None = None, quick: bool = False) -> Profile:
         comm = C.current()
         res = _comm_rank(comm, list(range(2, comm.world_size + 1)), quick)
         comm.barrier()
-        prof.comm = res
+        _apply(prof, res)
         prof.source = f"measured (MPI, {comm.world_size} ranks)"
         return prof
     from tessera.distributed.comm.fake import FakeWorld
     n = world or 2
-    prof.comm = FakeWorld(n).run(
-        lambda: _comm_rank(C.current(), list(range(2, n + 1)), quick))[0]
+    _apply(prof, FakeWorld(n).run(
+        lambda: _comm_rank(C.current(), list(range(2, n + 1)), quick))[0])
     prof.source = f"measured (simulated world, {n} ranks)"
     return prof
 
@@ -289,6 +426,12 @@ def _describe(p: Profile, path: str) -> str:
     for kind, table in p.comm.items():
         for n, (a, b) in sorted(table.items()):
             lines.append(f"{kind:>15} n={n}: alpha {a * 1e6:.1f} us, beta {b / 1e9:.2f} GB/s")
+    for n, v in sorted(p.sync.items()):
+        lines.append(f"{'sync':>15} n={n}: {v * 1e6:.1f} us per collective in a step")
+    for tr, table in p.boxing.items():
+        for n, (a, b) in sorted(table.items()):
+            lines.append(f"{'boxing ' + tr:>15} n={n}: alpha {a * 1e6:.1f} us, "
+                         f"beta {b / 1e9:.2f} GB/s")
     return "\n".join(lines)
 
 

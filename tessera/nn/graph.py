@@ -168,13 +168,17 @@ class GraphConfig:
         self.remat = RematConfig(budget, budget_bytes, method, float(time_limit))
 
     def enable_auto_parallel(self, placement=None, *, memory_limit=None, solver: str = "ilp",
-                             time_limit: float = 10.0, profile=None) -> None:
+                             time_limit: float = 10.0, profile=None,
+                             guard_steps: int = 3) -> None:
         """Let the first call choose how the step runs on ``placement``: each parameter's
         and input's SBP and whether optimizer state is sharded (ZeRO), by the cost model
         and search of ``tessera.parallel.auto_parallel`` within ``memory_limit`` per rank
         (bytes or ``"8GB"``), with ``solver`` ``"ilp"`` (HiGHS, within ``time_limit``
         seconds), ``"dp"`` or ``"greedy"``. Inputs are ordinary tensors, the same on
-        every rank. ``parallel_plan()`` prints the plan; ``placement=None`` turns it off.
+        every rank. When the plan is not data parallelism, the first call also times
+        ``guard_steps`` steps of each (the trial steps' effects put back) and keeps the
+        faster (``guard_steps=0``: the prediction alone decides). ``parallel_plan()``
+        prints the plan; ``placement=None`` turns it off.
 
         >>> import tessera
         >>> Graph().config.enable_auto_parallel(tessera.placement("cpu", [0]),
@@ -192,8 +196,12 @@ class GraphConfig:
         if not hasattr(placement, "hierarchy"):
             raise TypeError("nn.Graph.config.enable_auto_parallel: placement must be a "
                             f"tessera.placement, got {type(placement).__name__}")
+        if not isinstance(guard_steps, int) or isinstance(guard_steps, bool) or guard_steps < 0:
+            raise ValueError("nn.Graph.config.enable_auto_parallel: guard_steps must be a "
+                             f"non-negative int, got {guard_steps!r}")
         self.auto_parallel = dict(placement=placement, memory_limit=memory_limit,
-                                  solver=solver, time_limit=float(time_limit), profile=profile)
+                                  solver=solver, time_limit=float(time_limit), profile=profile,
+                                  guard_steps=guard_steps)
 
     def enable_amp(self, mode: bool = True) -> None:
         if mode:

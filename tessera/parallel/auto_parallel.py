@@ -28,7 +28,9 @@ The plan applied is the solution's leaves (each parameter's and input's SBP, and
 optimizer state is sharded): the global-tensor dispatch then picks each op's signature as it
 always does, and the plan's prediction is that realised assignment, priced the same way.
 Data parallelism (with and without ZeRO) is priced beside it and wins ties, so the applied
-plan is never predicted slower.
+plan is never predicted slower; and in ``nn.Graph``, a plan that is not data parallelism is
+measured against it at the first call (``guard``), the faster kept, so it is not measured
+slower either.
 
 >>> import tessera
 >>> from tessera import nn
@@ -78,6 +80,9 @@ _FWD = {("P", "B"): "all_reduce", ("P", "S"): "reduce_scatter", ("S", "B"): "all
         ("S", "S"): "all_to_all", ("B", "P"): "local", ("S", "P"): "local"}
 _BWD = {("P", "S"): "all_gather", ("S", "B"): "reduce_scatter", ("S", "S"): "all_to_all",
         ("B", "S"): "all_gather"}
+# the same as the SBP kinds of the gradient's conversion (the profile's boxing transitions)
+_BWD_KINDS = {("P", "S"): ("S", "B"), ("S", "B"): ("P", "S"), ("S", "S"): ("S", "S"),
+              ("B", "S"): ("S", "B")}
 
 
 def parse_bytes(v) -> float:
@@ -225,6 +230,10 @@ class Costs:
     edge_t: list         # per edge: np.ndarray (cands u x cands v)
     edge_m: list
     comm_t: list         # per node: the communication part of node_t (gradient sync)
+    # seconds every assignment pays: the latency of the step's gradient buckets' collectives
+    const: float = 0.0
+    prof: Any = None     # the profile priced with
+    params: list | None = None  # (param node, its consumers) with a gradient, made on use
 
 
 def _leaf_sbps(meta: Meta, hier: tuple, param: bool) -> list[tuple]:
@@ -279,11 +288,24 @@ def _op_seconds(node: Node, prof: Profile) -> float:
 
 def _conv_seconds(src: Sbp, dst: Sbp, nbytes: float, n: int, prof: Profile, grad: bool
                   ) -> float:
+    """Seconds of converting a tensor of ``nbytes`` from ``src`` to ``dst`` on a mesh axis
+    of ``n`` ranks, and (``grad``) its gradient back in backward: the profile's measured
+    ``to_global`` of that transition where it has one (copies and dispatch included),
+    else the collective's alpha-beta on ``boxing.cost``'s bytes and an op's overhead."""
     if src == dst or n == 1:
         return 0.0
     k = (src.kind, dst.kind)
+    # each collective also waits out the ranks' skew (the profile's sync)
+    sync = prof.sync_seconds(n) * ((_FWD.get(k, "local") != "local") +
+                                   (grad and k in _BWD))
+    fwd = prof.boxing_seconds(src.kind, dst.kind, n, nbytes)
+    if fwd is not None:
+        back = _BWD_KINDS.get(k)
+        bwd = prof.boxing_seconds(*back, n, nbytes) if grad and back is not None else 0.0
+        if bwd is not None:
+            return fwd + bwd + sync
     sent = boxing.cost(src, dst, nbytes, n)
-    t = 0.0
+    t = 2 * prof.op_overhead + sync
     kind = _FWD.get(k)
     if kind == "local":
         # a partial result made locally is charged the reduction it defers (boxing.cost)
@@ -324,7 +346,9 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
                 # update is not credited with ZeRO's smaller shard (its copies in and out of
                 # the shards cost about what it saves), so ZeRO is chosen for memory
                 ms.append(size / sh * (1 + (1 + state) / z))
-                ts.append(prof.memory_seconds(size / sh * (2 + 2 * state)))
+                # with ZeRO, also the gradient's and the parameter's copies into and out of
+                # the buckets of the reduce-scatter and the all-gather
+                ts.append(prof.memory_seconds(size / sh * (2 + 2 * state + (4 if z > 1 else 0))))
                 cs.append(0.0)
             else:
                 ms.append(meta_bytes(node.outs[0]) / _shard(out_sbps[0], hier)
@@ -350,30 +374,79 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
                 if any(d is None for d in dst):
                     et[a_i, b_i] = 1e9  # the signature does not take a tensor here
                     continue
-                # a conversion is a node of its own in the step, and one in backward
-                t = 2 * prof.op_overhead if src != dst else 0.0
+                t = 0.0
                 for ax, n in enumerate(hier):
                     other = _shard(src[:ax] + src[ax + 1:], hier[:ax] + hier[ax + 1:])
                     t += _conv_seconds(src[ax], dst[ax], size / other, n, prof, grad)
                     if param and src[ax].kind == "B" and _distributes(cv, ax):
-                        sync = size / _shard(src, hier)
-                        if zero:
-                            t += prof.comm_seconds("reduce_scatter", n, (n - 1) / n * sync)
-                            t += prof.comm_seconds("all_gather", n, (n - 1) / n * sync)
-                        else:
-                            t += prof.comm_seconds("all_reduce", n, 2 * (n - 1) / n * sync)
+                        t += _grad_sync(size / _shard(src, hier), n, prof, zero)
                 et[a_i, b_i] = t
                 grow = size / _shard(dst, hier) - size / _shard(src, hier)
                 if grow > 0:
                     em[a_i, b_i] = grow
         edge_t.append(et)
         edge_m.append(em)
-    return Costs(g, hier, zero, cands, node_t, node_m, edges, edge_t, edge_m, comm_t)
+    # the gradients' collectives run one per bucket (graph_buckets, 25 MB by default): the
+    # edges charge each gradient its bytes, the latency is charged here per bucket, twice
+    # with ZeRO (a reduce-scatter and an all-gather)
+    total = sum(meta_bytes(n.outs[0]) for n in g.nodes if n.kind == "param")
+    buckets = max(1, math.ceil(total / 25e6))
+    const = 0.0
+    for n in hier:
+        if n > 1:
+            const += buckets * (prof.alpha_beta("reduce_scatter", n)[0] +
+                                prof.alpha_beta("all_gather", n)[0] +
+                                2 * prof.sync_seconds(n) if zero else
+                                prof.alpha_beta("all_reduce", n)[0] + prof.sync_seconds(n))
+    return Costs(g, hier, zero, cands, node_t, node_m, edges, edge_t, edge_m, comm_t, const,
+                 prof)
+
+
+def _grad_sync(nbytes: float, n: int, prof: Profile, zero: bool) -> float:
+    """A broadcast parameter's gradient sync on an axis of ``n`` ranks, bucketed
+    (graph_buckets): a step runs one collective for many gradients, so each pays its bytes
+    and its copy into the bucket, not a collective's latency (``Costs.const``)."""
+    t = 2 * prof.memory_seconds(nbytes)
+    if zero:
+        t += (n - 1) / n * nbytes / prof.alpha_beta("reduce_scatter", n)[1]
+        t += (n - 1) / n * nbytes / prof.alpha_beta("all_gather", n)[1]
+    else:
+        t += 2 * (n - 1) / n * nbytes / prof.alpha_beta("all_reduce", n)[1]
+    return t
+
+
+def _indirect_syncs(c: Costs, assign: list[int]) -> float:
+    """The gradient syncs the edges do not see: a broadcast parameter read first by ops
+    that do not distribute on an axis (a linear layer's transpose) and then by one that
+    does (its matmul on a split batch) gets a partial gradient there all the same."""
+    if c.params is None:
+        outs: list[list[int]] = [[] for _ in c.cands]
+        for u, _, v, _ in c.edges:
+            outs[u].append(v)
+        c.params = [(p, outs) for p, node in enumerate(c.graph.nodes)
+                    if node.kind == "param" and node.requires_grad]
+    t = 0.0
+    for p, outs in c.params:
+        node = c.graph.nodes[p]
+        sbps = [s.outs[0] for s in c.cands[p][assign[p]]]
+        for ax, n in enumerate(c.hierarchy):
+            if n == 1 or sbps[ax].kind != "B":
+                continue
+            front = [w for w in outs[p] if not _distributes(c.cands[w][assign[w]], ax)]
+            for _ in range(3):  # views and casts between a parameter and its use
+                nxt = [x for w in front for x in outs[w]]
+                if any(_distributes(c.cands[x][assign[x]], ax) for x in nxt):
+                    size = meta_bytes(node.outs[0]) / _shard(tuple(sbps), c.hierarchy)
+                    t += _grad_sync(size, n, c.prof, c.zero)
+                    break
+                front = [x for x in nxt if not _distributes(c.cands[x][assign[x]], ax)]
+    return t
 
 
 def evaluate(c: Costs, assign: list[int]) -> tuple[float, float]:
     """(seconds, bytes per rank) of an assignment (a candidate index per node)."""
-    t = sum(float(c.node_t[v][k]) for v, k in enumerate(assign))
+    t = c.const + _indirect_syncs(c, assign) + \
+        sum(float(c.node_t[v][k]) for v, k in enumerate(assign))
     m = sum(float(c.node_m[v][k]) for v, k in enumerate(assign))
     for e, (u, _, v, _) in enumerate(c.edges):
         t += float(c.edge_t[e][assign[u], assign[v]])
@@ -636,6 +709,11 @@ class Plan:
     costs: Costs
     assign: list
     solved: list | None          # the solver's own assignment (before dispatch realises it)
+    # data parallelism (with the plan's ZeRO setting) when the plan is another that it
+    # could be measured against: what the measured guard times beside it
+    baseline: Plan | None = None
+    measured: dict = dataclasses.field(default_factory=dict)  # label -> measured step, s
+    guard: str = ""              # what the measured guard did
 
     def sbp_of(self, name: str) -> tuple:
         return tuple(_parse(s) for s in self.param_sbps[name])
@@ -683,6 +761,8 @@ class Plan:
         for k, (t, m, fits) in self.alternatives.items():
             lines.append(f"  {k:<22} {t * 1e3:>10.3f} ms {_mb(m):>12}"
                          f"{'' if fits else '  (over the limit)'}")
+        if self.guard:
+            lines.append(f"measured guard: {self.guard}")
         return "\n".join(lines)
 
     __str__ = table
@@ -750,7 +830,7 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
     hier = tuple(placement.hierarchy)
     cands: dict[str, tuple] = {}
     t0 = time.perf_counter()
-    solved_by, solved = solver, None
+    solved_by = solver
     end = t0 + time_limit  # the whole search's budget, shared by ZeRO off and on
     for i, zero in enumerate((False, True)):
         c = build_costs(g, hier, prof, zero, optimizer)
@@ -777,17 +857,27 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
                            f"per rank on {placement} (the least any candidate needs: "
                            f"{_mb(need)})")
     key = min(fits, key=lambda k: alts[k][0])  # first on ties: data parallelism
-    c, assign, zero, solved = cands[key]
-    strategy = _describe(c, assign) if key.startswith("auto") else "data parallel"
-    psbps, isbps = {}, []
-    for v, node in enumerate(g.nodes):
-        short = tuple(s.outs[0].short() for s in c.cands[v][assign[v]])
-        if node.kind == "param":
-            psbps[node.name] = short
-        elif node.kind == "input":
-            isbps.append(short)
-    return Plan(strategy, placement, zero, psbps, isbps, alts[key][0], alts[key][1], limit,
-                solved_by, solve_s, alts, c, assign, solved)
+
+    def make(key: str) -> Plan:
+        c, assign, zero, solved = cands[key]
+        strategy = _describe(c, assign) if key.startswith("auto") else "data parallel"
+        psbps, isbps = {}, []
+        for v, node in enumerate(g.nodes):
+            short = tuple(s.outs[0].short() for s in c.cands[v][assign[v]])
+            if node.kind == "param":
+                psbps[node.name] = short
+            elif node.kind == "input":
+                isbps.append(short)
+        return Plan(strategy, placement, zero, psbps, isbps, alts[key][0], alts[key][1],
+                    limit, solved_by, solve_s, alts, c, assign, solved)
+    plan = make(key)
+    # the measured guard's baseline: data parallelism, with ZeRO only when it must be
+    dp_key = "data parallel" if alts["data parallel"][2] else "data parallel + ZeRO"
+    dp_plan = make(dp_key)
+    if alts[dp_key][2] and (plan.param_sbps, plan.input_sbps, plan.zero) != \
+            (dp_plan.param_sbps, dp_plan.input_sbps, dp_plan.zero):
+        plan.baseline = dp_plan
+    return plan
 
 
 def price(g: OpGraph, placement, param_sbps: dict, input_sbps: list, zero: bool = False,
@@ -835,13 +925,131 @@ def _describe(c: Costs, assign: list[int]) -> str:
 
 # ---- nn.Graph ---------------------------------------------------------------------------------
 
+class _State:
+    """What a trial step changes, to put back: parameters, buffers, gradients, optimizer
+    state and hyper-parameters, learning-rate schedulers and the random state."""
+
+    def __init__(self, graph):
+        from tessera.ops.random import default_generator
+        self.tensors = [t for m in graph._modules.values()
+                        for t in (*m.parameters(), *m.buffers()) if t is not None]
+        self.values = [np.array(_whole(t), copy=True) for t in self.tensors]
+        self.grads = [getattr(t, "_grad", None) for t in self.tensors]
+        self.rng = default_generator.get_state()
+        self.groups = [[{k: v for k, v in grp.items() if k != "params"}
+                        for grp in o.param_groups] for o, _ in graph._optimizers]
+        self.scheds = [dict(s.__dict__) if s is not None else None
+                       for _, s in graph._optimizers]
+        self.graph = graph
+
+    def restore(self) -> None:
+        from tessera.distributed._module import whole_to_global
+        from tessera.distributed.global_tensor import is_global
+        from tessera.ops.creation import tensor
+        from tessera.ops.random import default_generator
+        for t, v, grad in zip(self.tensors, self.values, self.grads):
+            if is_global(t):
+                d = t._data
+                new = whole_to_global(tensor(v, dtype=t.dtype), d.placement, d.sbp)
+                if d.local is not None:
+                    np.copyto(d.local, new._data.local)
+            else:
+                np.copyto(t._data, v)
+            t._grad = grad
+        default_generator.set_state(self.rng)
+        for (o, sch), groups, sd in zip(self.graph._optimizers, self.groups, self.scheds):
+            o.state.clear()
+            for grp, saved in zip(o.param_groups, groups):
+                grp.update(saved)
+            if sch is not None and sd is not None:
+                sch.__dict__.update(sd)
+
+
+def _whole(t) -> np.ndarray:
+    """The logical value of a local or global tensor (every rank: the whole)."""
+    from tessera.distributed.global_tensor import is_global
+    if not is_global(t):
+        return t._data
+    from tessera.sbp import broadcast
+    b = t.detach().to_global(sbp=(broadcast,) * t._data.placement.ndim)
+    return b._data.local if b._data.local is not None else np.empty(t.shape, t._data.dtype)
+
+
+def _apply(graph, plan: Plan, params: dict, zero: tuple) -> None:
+    """``plan``'s SBPs on the parameters, and ZeRO stage 2 when it shards optimizer state
+    (else the graph's own ZeRO setting ``zero``: (stage, shard_min_size))."""
+    from tessera.distributed._module import module_to_global
+    if plan.zero:
+        graph.config.enable_zero(True, stage=2, shard_min_size=1)
+    else:
+        graph.config.zero_stage, graph.config.zero_shard_min_size = zero
+    by_id = {id(p): plan.sbp_of(n) for n, p in params.items()}
+    b = (B,) * plan.placement.ndim
+    for mod in graph._modules.values():
+        module_to_global(mod, plan.placement, lambda t: by_id.get(id(t), b))
+
+
+def _timed(graph, args, plan: Plan, steps: int) -> float:
+    """The median seconds of ``steps`` calls of ``graph`` under ``plan`` after one that
+    compiles it, the slowest rank's (the same on every rank)."""
+    from tessera.distributed import comm as C
+    graph.__dict__["_auto_plan"] = plan
+    times = []
+    for _ in range(steps + 1):
+        t = time.perf_counter()
+        graph(*args)
+        times.append(time.perf_counter() - t)
+    mine = float(np.median(times[1:]))
+    comm = C.current()
+    if comm.world_size > 1:
+        return max(comm.all_gather_object(mine))
+    return mine
+
+
+def guard(graph, args, plan: Plan, params: dict, steps: int, zero: tuple) -> Plan:
+    """The measured guard: time ``steps`` training steps of data parallelism and of
+    ``plan`` (after one compiling call each), on the first call's arguments, and keep the
+    faster (data parallelism on a tie); everything the trial steps change is put back, so
+    training starts from the same state either way. Skipped when the optimizers already
+    hold state (it could not be put back as it was)."""
+    base = plan.baseline
+    if base is None or steps <= 0:
+        return plan
+    if any(o.state for o, _ in graph._optimizers):
+        plan.guard = "skipped (the optimizer already holds state)"
+        return plan
+    state = _State(graph)
+    measured = {}
+    for p in (base, plan):  # the plan last: kept, it needs no conversion back
+        _apply(graph, p, params, zero)
+        graph.__dict__["_cache"] = {}  # compiled for the other plan's parameter SBPs
+        measured[id(p)] = _timed(graph, args, p, steps)
+        state.restore()
+    t_base, t_plan = measured[id(base)], measured[id(plan)]
+    keep = plan if t_plan < t_base else base
+    if keep is base:
+        _apply(graph, base, params, zero)
+        state.restore()
+    # the compiled steps hold the trial's optimizer state: the kept plan compiles afresh
+    graph.__dict__["_cache"] = {}
+    keep.measured = {"auto": t_plan, "data parallel": t_base}
+    def name(p: Plan) -> str:
+        return p.strategy + (" + ZeRO" if p.zero else "")
+    keep.guard = (f"{steps} steps each: {name(plan)} {t_plan * 1e3:.1f} ms, "
+                  f"{name(base)} {t_base * 1e3:.1f} ms; kept {name(keep)}")
+    keep.alternatives = plan.alternatives
+    return keep
+
+
 def plan_graph(graph, args, placement, memory_limit=None, solver: str = "ilp",
-               time_limit: float = 10.0, profile: Profile | None = None) -> Plan:
+               time_limit: float = 10.0, profile: Profile | None = None,
+               guard_steps: int = 3) -> Plan:
     """``nn.Graph.config.enable_auto_parallel`` on the first call: record ``build``'s
     forward eagerly (gradients, buffers and the random state put back), search, and apply
     the plan: the modules' parameters made global with their SBPs (``Module.to_global``),
-    ZeRO stage 2 switched on when the plan shards optimizer state."""
-    from tessera.distributed._module import module_to_global
+    ZeRO stage 2 switched on when the plan shards optimizer state. When the plan is not
+    data parallelism, ``guard`` measures both and keeps the faster (``guard_steps=0``:
+    the prediction alone decides)."""
     from tessera.ops.random import default_generator
     names = graph._names()
     params = {names.get(id(p), f"param{k}"): p for k, p in enumerate(graph._trainable())}
@@ -858,11 +1066,9 @@ def plan_graph(graph, args, placement, memory_limit=None, solver: str = "ilp",
         default_generator.set_state(rng)
     plan = search(None, args, params, placement, memory_limit, solver, time_limit,
                   optimizer, profile, graph=g)
-    by_id = {id(p): plan.sbp_of(n) for n, p in params.items()}
-    b = (B,) * placement.ndim
-    for mod in graph._modules.values():
-        module_to_global(mod, placement, lambda t: by_id.get(id(t), b))
-    if plan.zero:
-        graph.config.enable_zero(True, stage=2, shard_min_size=1)
+    zero = (graph.config.zero_stage, graph.config.zero_shard_min_size)
+    if plan.baseline is not None and guard_steps > 0:
+        return guard(graph, args, plan, params, guard_steps, zero)
+    _apply(graph, plan, params, zero)
     return plan
 

@@ -19,6 +19,12 @@ def test_measure_on_the_simulated_world():
         for alpha, beta in p.comm[kind].values():
             assert alpha >= 0 and beta > 0
     assert all(v > 0 for v in p.gemm.values()) and p.bandwidth > 0
+    # the boxing steps on the whole world, and the skew a collective waits out
+    assert sorted(p.boxing) == sorted(K.TRANSITIONS)
+    assert all(sorted(t) == [3] and t[3][1] > 0 for t in p.boxing.values())
+    assert sorted(p.sync) == [3] and p.sync[3] >= 0
+    assert p.boxing_seconds("S", "B", 3, 1 << 20) > p.boxing_seconds("S", "B", 3, 1 << 10)
+    assert p.boxing_seconds("S", "B", 1, 1 << 20) == 0.0
     # a collective costs more with more bytes, nothing on one rank
     assert p.comm_seconds("all_reduce", 2, 1 << 20) > p.comm_seconds("all_reduce", 2, 1 << 10)
     assert p.comm_seconds("all_gather", 1, 1 << 20) == 0.0
@@ -26,7 +32,8 @@ def test_measure_on_the_simulated_world():
 
 def test_save_is_atomic_and_load_reuses_it(tmp_path, monkeypatch):
     p = K.Profile(gemm={"small": 1e9, "medium": 2e9, "large": 3e9}, bandwidth=4e9,
-                  comm={"all_reduce": {2: (1e-5, 1e9), 4: (3e-5, 8e8)}}, source="test")
+                  comm={"all_reduce": {2: (1e-5, 1e9), 4: (3e-5, 8e8)}}, source="test",
+                  boxing={"P->B": {2: (2e-5, 1e9)}}, sync={2: 1e-3})
     path = str(tmp_path / "sub" / "profile.json")
     assert K.save(p, path) == path
     assert os.listdir(tmp_path / "sub") == ["profile.json"]  # no temporary file left
@@ -39,6 +46,10 @@ def test_save_is_atomic_and_load_reuses_it(tmp_path, monkeypatch):
     assert K.load().alpha_beta("all_reduce", 8) == pytest.approx((3e-5 * 7 / 3, 8e8))
     assert K.load().alpha_beta("all_gather", 4) == (K.DEFAULT.default_alpha * 3,
                                                     K.DEFAULT.default_beta)
+    # measured boxing steps and sync: the nearest measured count; none measured: None, 0
+    assert K.load().boxing_seconds("P", "B", 4, 1e9) == pytest.approx(2e-5 + 1)
+    assert K.load().boxing_seconds("S", "B", 2, 1e9) is None
+    assert K.load().sync_seconds(8) == 1e-3 and K.DEFAULT.sync_seconds(2) == 0.0
 
 
 def test_default_profile_when_none_was_measured(tmp_path):

@@ -1,6 +1,7 @@
 """Auto-parallel (``tessera.parallel.auto_parallel``, ``nn.Graph.config.enable_auto_parallel``):
 the solvers against brute force, the known answers on simulated meshes (the cost model
 alone), and training with the chosen plan against one process."""
+import dataclasses
 import math
 
 import numpy as np
@@ -246,3 +247,42 @@ def test_graph_debug_prints_the_plan_and_runner_ups(capsys):
     out = capsys.readouterr().out
     assert "auto-parallel plan" in out and "predicted step" in out
     assert "runner-up" in out and "model.0.weight" in out
+
+
+@pytest.mark.parametrize("other", ["squeezed", "zero"])
+def test_measured_guard_keeps_a_plan_and_trains_like_one_process(monkeypatch, other):
+    # a plan that is not data parallelism (the one a memory limit forbidding replication
+    # gets, or data parallelism with ZeRO), with data parallelism as its baseline: the
+    # guard's trial steps must leave no trace in training
+    limit = 0.9 * _data_parallel_memory()
+    real = AP.search
+
+    def search(step, args, params, placement, memory_limit, *rest, **kw):
+        dp = real(step, args, params, placement, None, *rest, **kw)
+        plan = real(step, args, params, placement, limit, *rest, **kw) \
+            if other == "squeezed" else dataclasses.replace(dp, zero=True)
+        plan.baseline = dp
+        return plan
+    kept = []
+    real_guard = AP.guard
+
+    def guard(*a, **kw):
+        kept.append(real_guard(*a, **kw))
+        return kept[-1]
+    monkeypatch.setattr(AP, "search", search)
+    monkeypatch.setattr(AP, "guard", guard)
+    want_losses, want_params, _ = train(False)
+    results = run(2, train, True, None, "ilp")
+    for losses, params, _ in results:
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
+    assert len(kept) == 2 and all("kept" in p.guard for p in kept)
+    assert len({p.strategy for p in kept}) == 1  # the ranks agree
+    assert sorted(kept[0].measured) == ["auto", "data parallel"]
+
+
+def test_guard_steps_is_checked():
+    g = TrainGraph(nn.Linear(2, 2), tessera.optim.SGD(nn.Linear(2, 2).parameters(), lr=1))
+    with pytest.raises(ValueError, match="guard_steps must be a non-negative int"):
+        g.config.enable_auto_parallel(_mesh(2), guard_steps=-1)
