@@ -20,9 +20,10 @@ from __future__ import annotations
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops import cost
+from tessera.ops import _sbp, cost
 from tessera.ops.broadcast import broadcast_shapes
 from tessera.ops.registry import Meta, defop
+from tessera.sbp import SbpRule, Signature, broadcast as B, split as S
 
 __all__: list[str] = []
 
@@ -108,8 +109,35 @@ def _jax_backward(jnp, lax, a, at):
     return pull(g)
 
 
+def _batch_sbp(tails: tuple[int, ...], nout: int):
+    """Attention is independent across its batch dims (all but q's last two): each may be
+    split, in every tensor that has it at full size (one that broadcasts there is
+    broadcast), or everything broadcast. The head dim of grouped-query attention is not
+    split (a key head serves several query heads). ``tails``: how many trailing non-batch
+    dims each input has (2 for (..., L, E), 1 for a log-sum-exp's (..., L))."""
+    def rule(*metas, **attrs):
+        tpos = _sbp.tensors(metas)
+        lead = {i: len(metas[i].shape) - tails[i] for i in tpos}
+        batch = tuple(_sbp.bshape([metas[i].shape[:max(lead[i], 0)] for i in tpos]))
+        sigs = []
+        for d in range(len(batch)):
+            if attrs.get("enable_gqa") and d == len(batch) - 1:
+                continue
+            ins: list = []
+            for i, m in enumerate(metas):
+                k = d - (len(batch) - lead[i]) if i in tpos else -1
+                ins.append(None if i not in tpos else
+                           S(k) if k >= 0 and m.shape[k] == batch[d] else B)
+            sigs.append(Signature(tuple(ins), (S(d),) * nout))
+        sigs.append(Signature(tuple(B if i in tpos else None for i in range(len(metas))),
+                              (B,) * nout))
+        return sigs
+    return SbpRule(rule)
+
+
 _FUSED = defop("scaled_dot_product_attention", _infer, _kernel, grad=_grad,
-               save=("inputs", "outputs"), nondiff_outputs=(1,), cost=_cost, to_jax=_jax)
+               save=("inputs", "outputs"), nondiff_outputs=(1,), cost=_cost, to_jax=_jax,
+               sbp=_batch_sbp((2, 2, 2, 2), 2))
 
 
 def _backward_infer(q, k, v, mask, out, lse, g, scale, is_causal, dropout_p, enable_gqa,
@@ -135,7 +163,8 @@ def _backward_cost(ins, outs, **attrs) -> cost.Cost:
 # no grad rule: a second derivative through fused attention raises MissingRule naming this
 # op (the composite, for float64 or a mask that needs a gradient, has one)
 _BACKWARD = defop("scaled_dot_product_attention_backward", _backward_infer, _backward_kernel,
-                  save=(), cost=_backward_cost, to_jax=_jax_backward)
+                  save=(), cost=_backward_cost, to_jax=_jax_backward,
+                  sbp=_batch_sbp((2, 2, 2, 2, 2, 1, 2), 3))
 
 
 def fused_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, *,

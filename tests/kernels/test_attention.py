@@ -222,3 +222,30 @@ def test_in_graph_matches_torch(A):
 def test_struct_matches_the_c_layout(A):
     # 5 + 8 + 5 + 6 eight-byte fields, 6 four-byte ones, the RNG's 4 words
     assert ctypes.sizeof(A._Attn) == 24 * 8 + 6 * 4 + 4 * 8
+
+
+@pytest.mark.parametrize("gqa", [False, True])
+def test_sbp_rule_splits_batch_dims_and_each_split_computes_its_shard(gqa):
+    """Every split signature of the fused op's rule, run shard by shard on two halves and
+    concatenated, equals the whole (what a planner that picks it relies on)."""
+    from tessera.ops.attention import _FUSED
+    from tessera.ops.registry import Meta
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, 4, 5, 8)).astype(np.float32)
+    kv = (2, 2 if gqa else 4, 6, 8)
+    k, v = (rng.standard_normal(kv).astype(np.float32) for _ in range(2))
+    attrs = dict(scale=0.3, is_causal=True, dropout_p=0.0, enable_gqa=gqa)
+    metas = [Meta(a.shape, tessera.float32) for a in (q, k, v)] + [None]
+    splits = [s for s in _FUSED.sbp(*metas, **attrs) if s.outs[0].is_split()]
+    assert [s.outs[0].dim for s in splits] == ([0] if gqa else [0, 1])
+    whole = _FUSED.kernels["cpu"](q, k, v, None, **attrs)
+    for sig in splits:
+        d = sig.outs[0].dim
+        parts = []
+        for half in (0, 1):
+            args = [np.array_split(a, 2, axis=s.dim)[half] if s.is_split() else a
+                    for a, s in zip((q, k, v), sig.ins)]
+            parts.append(_FUSED.kernels["cpu"](*args, None, **attrs))
+        for j in range(2):
+            np.testing.assert_allclose(np.concatenate([p[j] for p in parts], axis=d),
+                                       whole[j], rtol=1e-6, atol=1e-6)
