@@ -54,6 +54,7 @@ from tessera.graph.ir import Graph as IRGraph
 from tessera.graph.passes import run_pipeline
 from tessera.graph.recycle import recycled
 from tessera.graph.trace import GraphTraceError, Tracer, is_symbolic, value_of
+from tessera.nn.functional.attention import unfused_attention
 from tessera.nn.graph_module import GraphModule, ProxyModule
 from tessera.nn.modules import module as _module_mod
 from tessera.nn.modules.module import Module
@@ -390,8 +391,11 @@ class Graph:
         sym_args, in_args, lrs = self._graph_inputs(ir, tracer, args)
         params = self._trainable()
         zero = _zero(self, params)  # (stage 3 splits parameters and their state here)
+        # other backends lower attention's parts (matmul, softmax...), not tessera's kernel
+        fused = contextlib.nullcontext() if self.config.backend == "tessera" \
+            else unfused_attention()
         with _TraceSandbox(self._optimizers, params) as sandbox:
-            with tracer, _module_scopes(self, tracer), zero:
+            with tracer, _module_scopes(self, tracer), zero, fused:
                 out = self._build_traced(sym_args, tracer)
                 if self.training:
                     self._trace_step(tracer, lrs, zero)
