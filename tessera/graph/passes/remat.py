@@ -241,36 +241,59 @@ def analyze(g: Graph, forward_outputs: int | None = None) -> Analysis:
 @dataclass
 class Plan:
     dropped: frozenset      # saved forward indices recomputed for backward
-    copies: dict            # forward index -> position (index of the node it goes before)
+    copies: dict            # (forward index, group) -> position (the node it goes before)
     cost: int
     flops: int
     keep: frozenset = frozenset()   # unsaved forward indices kept as checkpoints
+    # False: each forward node is copied at most once, its copy shared by every group
+    # (group -1); True: each group of dropped nodes (those backward first reads at the
+    # same node, the group's key) recomputes what it needs from the kept values, so a
+    # value may be recomputed once per group (Checkmate's repeated recomputation)
+    multi: bool = False
 
 
-def closure(a: Analysis, dropped, keep=()) -> Plan:
+def closure(a: Analysis, dropped, keep=(), multi: bool = False) -> Plan:
     """The copies a set of dropped saved nodes needs, and where each goes; a copy's
     inputs are copies too, down to kept values: saved nodes not dropped, and the forward
-    nodes in ``keep`` (checkpoints that would otherwise die in the forward)."""
+    nodes in ``keep`` (checkpoints that would otherwise die in the forward). With
+    ``multi``, each group of dropped nodes first read at the same backward node is
+    recomputed there, its copies dying with the group's reads (a dropped node's own copy,
+    still alive, is shared)."""
     dropped = frozenset(dropped)
     dropped |= {i for i, b in a.follow.items() if b in dropped and i in a.late}
     kept = (set(a.saved) - dropped) | set(keep)
-    need: set = set()
-    stack = list(dropped)
-    while stack:
-        i = stack.pop()
-        if i in need:
-            continue
-        need.add(i)
-        for p in a.parents[i]:
-            if p not in kept and p in a.recomputable:
-                stack.append(p)
+    groups: dict = {}
+    for i in dropped:
+        groups.setdefault(a.late[i][0] if multi else -1, []).append(i)
     pos: dict = {}
-    for i in sorted(need, reverse=True):   # readers (later in the forward) first
-        at = [a.late[i][0]] if i in dropped else []
-        at += [pos[c] for c in a.children[i] if c in pos]
-        pos[i] = min(at)
-    return Plan(dropped, pos, sum(a.cost[i][0] for i in need),
-                sum(a.cost[i][1] for i in need), frozenset(keep) - dropped)
+    for t in sorted(groups):
+        need: set = set()
+        stack = list(groups[t])
+        while stack:
+            i = stack.pop()
+            if i in need:
+                continue
+            need.add(i)
+            for p in a.parents[i]:
+                if p in kept or p not in a.recomputable:
+                    continue
+                if multi and p in dropped and a.late[p][0] < t <= a.late[p][-1]:
+                    continue   # its own copy, made for an earlier group, is still alive
+                stack.append(p)
+        if multi:
+            pos.update({(i, t): t for i in need})
+            continue
+        for i in sorted(need, reverse=True):   # readers (later in the forward) first
+            at = [a.late[i][0]] if i in dropped else []
+            at += [pos[(c, t)] for c in a.children[i] if (c, t) in pos]
+            pos[(i, t)] = min(at)
+    return Plan(dropped, pos, sum(a.cost[i][0] for i, _ in pos),
+                sum(a.cost[i][1] for i, _ in pos), frozenset(keep) - dropped, multi)
+
+
+def _own(a: Analysis, plan: Plan, i: int) -> int:
+    """The group of dropped node ``i``'s own copy (the one backward reads)."""
+    return a.late[i][0] if plan.multi else -1
 
 
 def rewrite_nodes(a: Analysis, plan: Plan) -> tuple[list, list]:
@@ -278,27 +301,39 @@ def rewrite_nodes(a: Analysis, plan: Plan) -> tuple[list, list]:
     for each entry the original index it runs at (a copy: the node it goes before)."""
     g = a.g
     nodes = g.nodes
-    copy_of: dict = {}    # id(original value) -> copy's value
-    clones: dict = {}     # forward index -> clone
-    for i in sorted(plan.copies):
+    made = {id(v): i for i in a.fwd for v in nodes[i].outputs}
+    copy_of: dict = {}    # (id(original value), group) -> copy's value
+    clones: dict = {}     # (forward index, group) -> clone
+
+    def source(v, t):
+        if not isinstance(v, Value):
+            return v
+        w = copy_of.get((id(v), t))
+        if w is None:
+            p = made.get(id(v))
+            if p is not None and p in plan.dropped:
+                w = copy_of.get((id(v), _own(a, plan, p)))
+        return v if w is None else w
+
+    for i, t in sorted(plan.copies, key=lambda k: (k[1], k[0])):   # groups, then forward
         n = nodes[i]
-        c = Node(n.op, [copy_of.get(id(v), v) if isinstance(v, Value) else v
-                        for v in n.inputs], dict(n.attrs), [],
+        c = Node(n.op, [source(v, t) for v in n.inputs], dict(n.attrs), [],
                  f"{n.name}.remat" if n.name else "remat", {"remat": True})
         for v in n.outputs:
             w = Value("", v.shape, v.dtype, c, v.index)
             c.outputs.append(w)
-            copy_of[id(v)] = w
-        clones[i] = c
+            copy_of[(id(v), t)] = w
+        clones[(i, t)] = c
     before: dict = {}
-    for i, at in plan.copies.items():
-        before.setdefault(at, []).append(i)
-    redirect = {id(v): copy_of[id(v)] for i in plan.dropped for v in nodes[i].outputs}
+    for k, at in plan.copies.items():
+        before.setdefault(at, []).append(k)
+    redirect = {id(v): copy_of[(id(v), _own(a, plan, i))]
+                for i in plan.dropped for v in nodes[i].outputs}
     fwd = set(a.fwd)
     out, orig = [], []
     for j, n in enumerate(nodes):
-        for i in sorted(before.get(j, ())):
-            out.append(clones[i])
+        for k in sorted(before.get(j, ()), key=lambda k: (k[1], k[0])):
+            out.append(clones[k])
             orig.append(j)
         if j not in fwd and redirect and any(id(v) in redirect for v in n.inputs
                                              if isinstance(v, Value)):
@@ -345,12 +380,13 @@ class Infeasible(ValueError):
     pass
 
 
-def plan_greedy(a: Analysis, budget: int, start=frozenset(), keep=None) -> Plan:
+def plan_greedy(a: Analysis, budget: int, start=frozenset(), keep=None,
+                multi: bool = False) -> Plan:
     """Drop, while over the budget, the saved node alive at the peak with the most bytes
     per unit of recomputation; recomputations stop at the forward's cuts (or ``keep``)."""
     dropped = set(start)
     stops = frozenset(cuts(a) if keep is None else keep)
-    plan = closure(a, dropped, stops - dropped)
+    plan = closure(a, dropped, stops - dropped, multi)
     while True:
         nodes, orig = rewrite_nodes(a, plan)
         prof = _profile(nodes, *_live(a.g))
@@ -362,7 +398,7 @@ def plan_greedy(a: Analysis, budget: int, start=frozenset(), keep=None) -> Plan:
         for i in a.droppable:
             if i in dropped or not (_last_fwd(a, i) < at <= a.late[i][-1]):
                 continue
-            extra = closure(a, dropped | {i}, stops - dropped).cost - plan.cost
+            extra = closure(a, dropped | {i}, stops - dropped, multi).cost - plan.cost
             score = a.size[i] / max(extra, 1)
             if score > best_score:
                 best, best_score = i, score
@@ -371,7 +407,20 @@ def plan_greedy(a: Analysis, budget: int, start=frozenset(), keep=None) -> Plan:
             if best is None:
                 raise Infeasible(peak)
         dropped.add(best)
-        plan = closure(a, dropped, stops - dropped)
+        plan = closure(a, dropped, stops - dropped, multi)
+
+
+def _greedy(a: Analysis, budget: int) -> Plan:
+    """The cheaper of the greedy plans with each value recomputed once and once per group."""
+    plans, smallest = [], None
+    for multi in (False, True):
+        try:
+            plans.append(plan_greedy(a, budget, multi=multi))
+        except Infeasible as e:
+            smallest = int(e.args[0]) if smallest is None else min(smallest, int(e.args[0]))
+    if not plans:
+        raise Infeasible(smallest)
+    return min(plans, key=lambda p: p.cost)
 
 
 def _last_fwd(a: Analysis, i: int) -> int:
@@ -407,11 +456,12 @@ def plan_sqrt(a: Analysis, budget: int) -> Plan:
             if acc > seg:
                 keep.add(c)
                 acc = 0
-        plan = closure(a, [i for i in droppable if i not in keep], keep)
-        peak = evaluate(a, plan)
-        smallest = peak if smallest is None else min(smallest, peak)
-        if peak <= budget and (best is None or plan.cost < best.cost):
-            best = plan
+        for multi in (False, True):
+            plan = closure(a, [i for i in droppable if i not in keep], keep, multi)
+            peak = evaluate(a, plan)
+            smallest = peak if smallest is None else min(smallest, peak)
+            if peak <= budget and (best is None or plan.cost < best.cost):
+                best = plan
     if best is None:
         raise Infeasible(smallest)
     return best
@@ -422,7 +472,7 @@ def polish(a: Analysis, plan: Plan, budget: int) -> Plan:
     not need (a plan from a conservative model may drop more than it must)."""
     dropped = set(plan.dropped)
     for i in sorted(plan.dropped, key=lambda i: -a.cost[i][0]):
-        trial = closure(a, dropped - {i}, plan.keep)
+        trial = closure(a, dropped - {i}, plan.keep, plan.multi)
         if trial.cost < plan.cost and evaluate(a, trial) <= budget:
             dropped.discard(i)
             plan = trial
@@ -561,6 +611,10 @@ def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
         kept = {i for i in keepable if i not in a.late and res.x[kcol[i]] > 0.5}
         plan = closure(a, dropped, kept)
         peak = evaluate(a, plan)
+        if peak > budget:   # the same checkpoints, each group recomputing its own values
+            again = closure(a, dropped, kept, True)
+            if evaluate(a, again) <= budget:
+                plan, peak = again, evaluate(a, again)
         if peak <= budget:
             best = plan
             info["gap"] = float(getattr(res, "mip_gap", 0.0) or 0.0)
@@ -568,12 +622,14 @@ def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
                 info["status"] = "time limit: best plan found"
             if attempt:
                 info["status"] += f" (model budget tightened {attempt}x)"
+            if plan.multi:
+                info["status"] += ", its checkpoints' segments recomputed per group"
             break
         model_budget -= peak - budget
     if best is None:   # no plan of the model fits: the heuristics' best, said so
         info["gap"] = None
         tried, smallest = [], -1
-        for name, fn in (("sqrt", plan_sqrt), ("greedy", plan_greedy)):
+        for name, fn in (("sqrt", plan_sqrt), ("greedy", _greedy)):
             try:
                 tried.append((fn(a, budget), name))
             except Infeasible as e:
@@ -591,14 +647,15 @@ def smallest_peak(a: Analysis) -> int:
     try:
         plan_sqrt(a, -1)
     except Infeasible as e:
-        return min(int(e.args[0]), evaluate(a, closure(a, a.droppable, cuts(a))))
+        return min(int(e.args[0]), evaluate(a, closure(a, a.droppable, cuts(a))),
+                   evaluate(a, closure(a, a.droppable, cuts(a), True)))
     return 0
 
 
 def run_method(a: Analysis, method: str, budget: int, time_limit: float) -> tuple[Plan, dict]:
     info: dict = {"status": "optimal" if method == "milp" else "heuristic", "gap": None}
     if method == "greedy":
-        return plan_greedy(a, budget), info
+        return _greedy(a, budget), info
     if method == "sqrt":
         return plan_sqrt(a, budget), info
     if method == "milp":
