@@ -494,19 +494,21 @@ def _universe(a: Analysis) -> tuple[list, list, list]:
     return droppable, views, sorted(need)
 
 
-def _spans(a: Analysis, keepable: list, recompute: list) -> tuple[dict, dict]:
+def _spans(a: Analysis, keepable: list, recompute: list,
+           pull: bool = True) -> tuple[dict, dict]:
     """Where each decision adds bytes (inclusive original indices): a kept node from after
     its last forward reader to its last backward reader (or the latest copy reading it);
-    a recomputed node from where its copy is made to the latest place it is read."""
+    a recomputed node from where its copy is made to the latest place it is read. With
+    ``pull``, a saved node's copy counts from the earliest place a recomputed reader may
+    want it (an upper bound: the plan then fits as the model says); without, from its own
+    first backward reader (a lower bound: the plan is measured, and the model tightened)."""
     rset = set(recompute)
     latest: dict = {}
     rec: dict = {}
     for i in sorted(recompute, reverse=True):   # readers first
         kids = [c for c in a.children[i] if c in rset]
         own = a.late.get(i)
-        # a saved node's copy is counted from its own first backward reader (a recomputed
-        # reader may want it earlier: the plan is measured exactly, and repaired, after)
-        first = own[0] if own else min(rec[c][0] for c in kids)
+        first = min(([own[0]] if own else []) + [rec[c][0] for c in kids if pull or not own])
         latest[i] = own[0] if own else max(latest[c] for c in kids)
         rec[i] = (first, max(([own[-1]] if own else []) + [latest[c] for c in kids]))
     keep = {}
@@ -561,29 +563,37 @@ def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
             elif p in rcol:
                 row([(rcol[p], 1.0), (rcol[i], -1.0)], 0.0, np.inf)
     keep, rec = _spans(a, keepable, recompute)
+    _, rec_low = _spans(a, keepable, recompute, pull=False)
     base = _profile(a.g.nodes, *_live(a.g))
     for i in droppable:       # the profile with every saved node dropped
         s0, s1 = keep[i][0], a.late[i][-1]
         for t in range(s0, s1 + 1):
             base[t] -= a.size[i]
-    events: dict = {}
-    for spans, col in ((keep, kcol), (rec, rcol)):
-        for i, (s0, s1) in spans.items():
-            if a.size[i] and s0 <= s1:
-                events.setdefault(s0, []).append((col[i], a.size[i]))
-                events.setdefault(s1 + 1, []).append((col[i], -a.size[i]))
+
+    def changes(rec) -> dict:   # original index -> (column, bytes born (+) or freed (-))
+        events: dict = {}
+        for spans, col in ((keep, kcol), (rec, rcol)):
+            for i, (s0, s1) in spans.items():
+                if a.size[i] and s0 <= s1:
+                    events.setdefault(s0, []).append((col[i], a.size[i]))
+                    events.setdefault(s1 + 1, []).append((col[i], -a.size[i]))
+        return events
     n_dep = len(lo)
     cost = np.zeros(nvar)
     for i, c in rcol.items():
         cost[c] = a.cost[i][0]
-    marks = sorted(events) + [len(base)]
     deadline = time.perf_counter() + float(time_limit)
     info: dict = {"status": "optimal", "gap": 0.0, "variables": nvar}
     best = None
     reason = "no MILP plan passed the exact check"
     model_budget = budget
     dep = (len(vals), n_dep)
-    for attempt in range(6):   # the model's spans can miss a copy made early: tighten
+    # first the model whose copies count from the earliest place they may be made (its plan
+    # fits as solved); if that leaves no plan, the optimistic one, tightened until its plan
+    # passes the exact measurement
+    for attempt in range(7):
+        events = changes(rec if attempt == 0 else rec_low)
+        marks = sorted(events) + [len(base)]
         del rows[dep[0]:], cols[dep[0]:], vals[dep[0]:], lo[dep[1]:], hi[dep[1]:]
         active: dict = {}
         for m0, m1 in zip(marks, marks[1:]):
@@ -606,6 +616,8 @@ def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
         if res.x is None:
             reason = "the MILP found no plan within its time limit" if res.status != 2 else \
                 "the MILP's model has no plan under the budget"
+            if attempt == 0 and res.status == 2:
+                continue
             break
         dropped = {i for i in droppable if res.x[kcol[i]] < 0.5}
         kept = {i for i in keepable if i not in a.late and res.x[kcol[i]] > 0.5}
@@ -620,12 +632,13 @@ def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
             info["gap"] = float(getattr(res, "mip_gap", 0.0) or 0.0)
             if res.status != 0:
                 info["status"] = "time limit: best plan found"
-            if attempt:
-                info["status"] += f" (model budget tightened {attempt}x)"
+            if attempt > 1:
+                info["status"] += f" (model budget tightened {attempt - 1}x)"
             if plan.multi:
                 info["status"] += ", its checkpoints' segments recomputed per group"
             break
-        model_budget -= peak - budget
+        if attempt:
+            model_budget -= peak - budget
     if best is None:   # no plan of the model fits: the heuristics' best, said so
         info["gap"] = None
         tried, smallest = [], -1
@@ -639,6 +652,17 @@ def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
         best, name = min(tried, key=lambda pn: pn[0].cost)
         info["status"] = f"{reason}: {name} plan"
     return polish(a, best, budget), info
+
+
+def _within(a: Analysis, budget: int) -> Plan | None:
+    """The cheapest of the plans ``smallest_peak`` tries that fits ``budget`` (None: none)."""
+    try:
+        return plan_sqrt(a, budget)
+    except Infeasible:
+        pass
+    fits = [p for p in (closure(a, a.droppable, cuts(a), m) for m in (False, True))
+            if evaluate(a, p) <= budget]
+    return min(fits, key=lambda p: p.cost) if fits else None
 
 
 def smallest_peak(a: Analysis) -> int:
@@ -677,6 +701,8 @@ def run(g: Graph, ctx) -> bool:
     stats.clear()
     stats.update(method=cfg.method, budget_bytes=budget, peak_bytes_no_remat=base,
                  activation_bytes_no_remat=sum(a.size[i] for i in a.saved))
+    plan: Plan | None = None
+    floor = 0
     if base <= budget:
         plan, info = closure(a, ()), {"status": "optimal", "gap": 0.0}
     else:
@@ -684,6 +710,10 @@ def run(g: Graph, ctx) -> bool:
             plan, info = run_method(a, cfg.method, budget, cfg.time_limit)
         except Infeasible as e:
             floor = min(int(e.args[0]), smallest_peak(a))
+            plan = _within(a, budget) if floor <= budget else None
+            if plan is not None:   # the method misses a budget Chen's segments reach
+                info = {"status": f"{cfg.method} found no plan: sqrt plan", "gap": None}
+        if plan is None:
             raise ValueError(
                 f"nn.Graph.config.enable_remat: a peak of {budget} bytes cannot be reached "
                 f"(without remat the peak is {base} bytes; the smallest feasible budget is "
