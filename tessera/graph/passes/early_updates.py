@@ -5,8 +5,8 @@ its update has read it instead of living to the end of the step.
 
 A moved node also waits for every other reader of the variables it updates (the memory
 plan then writes the new value into the variable's own storage). Random nodes and
-collectives stay where they are (their order is observable), and so does everything in a
-graph of pipeline stages or gradient accumulation (its schedule is the 1F1B pass's).
+collectives stay where they are (their order is observable), and a graph of pipeline stages,
+gradient accumulation or collectives keeps its order (its strategy places its updates).
 
 >>> from tessera.graph.ir import Graph
 >>> g = Graph.parse('''graph(%x: float32[4]) {
@@ -87,6 +87,10 @@ def schedule(nodes: list, outputs: list, assigns: list, variables: dict) -> list
 
 def run(g: Graph, ctx) -> bool:
     if ctx is not None and (ctx.stages or ctx.micro_batches > 1):
+        return False
+    # a step spread over ranks has its updates placed by its strategy (ZeRO scatters the
+    # gradients and gathers the updated shards around them, buckets merge collectives)
+    if any(not _movable(n) and not is_impure(n.op.name, n.attrs) for n in g.nodes):
         return False
     nodes = schedule(g.nodes, g.outputs, g.assigns, g.variables)
     changed = any(a is not b for a, b in zip(nodes, g.nodes))
