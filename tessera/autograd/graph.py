@@ -10,6 +10,11 @@ import weakref
 import numpy as np
 
 _seq = itertools.count()
+# callables told of each node as it is made, and after it saved what backward needs
+# (activation checkpointing's log and early stop; the C fast path, which makes nodes
+# without them, is off while any is installed)
+WATCHERS: list = []
+SAVED: list = []
 
 FREED_MSG = ("Trying to backward through the graph a second time (or directly access saved "
              "tensors after they have already been freed). Saved intermediate values of the "
@@ -62,6 +67,9 @@ class Node:
         self._saved_outputs = None
         self._versions = None
         self.seq = next(_seq)
+        if WATCHERS:
+            for w in WATCHERS:
+                w(self)
         self._pre_hooks = None   # {output_nr: [hook]} from Tensor.register_hook on outputs
         self._hooks = None       # node hooks (register_hook on the grad_fn itself)
         self._retained = None    # {output_nr: weakref(tensor)} for retain_grad()
@@ -150,6 +158,9 @@ class Node:
                 versions.append(t._version[0])
             self._saved_outputs = tuple(saved)
         self._versions = versions
+        if SAVED:
+            for w in SAVED:
+                w(self)
 
     def release(self) -> None:
         if self._saved_inputs is not None:

@@ -36,7 +36,8 @@ from tessera.autograd.function import Function
 from tessera.autograd.grad_mode import STATE, enable_grad, no_grad
 from tessera.ops import random as _random
 
-__all__ = ["checkpoint", "checkpoint_sequential", "CheckpointError", "noop_context_fn"]
+__all__ = ["checkpoint", "checkpoint_sequential", "CheckpointError", "noop_context_fn",
+           "set_checkpoint_early_stop", "set_checkpoint_debug_enabled"]
 
 _DEFAULT_DETERMINISM_MODE = "default"
 _DETERMINISM_CHECKS = ("default", "none")
@@ -44,6 +45,52 @@ _DETERMINISM_CHECKS = ("default", "none")
 
 class CheckpointError(RuntimeError):
     """The recomputation saved different tensors than the original forward."""
+
+
+_EARLY_STOP: list = [None]   # set_checkpoint_early_stop's override (None: the argument's)
+_DEBUG: list = [None]        # set_checkpoint_debug_enabled's override
+
+_DEBUG_TIP = (
+    "\nTip: To see a more detailed error message, either pass `debug=True` to\n"
+    "`tessera.utils.checkpoint.checkpoint(...)` or wrap the code block\n"
+    "with `with tessera.utils.checkpoint.set_checkpoint_debug_enabled(True):` to\n"
+    "enable checkpoint-debug mode globally.\n")
+
+
+class _StopRecomputation(Exception):
+    """Raised through the block's rerun once every node it must remake is made."""
+
+
+@contextlib.contextmanager
+def set_checkpoint_early_stop(enable: bool):
+    """Within the block, whether non-reentrant checkpoints stop recomputing once every
+    saved value is made again (overrides ``early_stop``), as PyTorch's.
+
+    >>> with set_checkpoint_early_stop(False):
+    ...     pass
+    """
+    prev = _EARLY_STOP[0]
+    _EARLY_STOP[0] = enable
+    try:
+        yield
+    finally:
+        _EARLY_STOP[0] = prev
+
+
+@contextlib.contextmanager
+def set_checkpoint_debug_enabled(enabled: bool | None):
+    """Within the block, whether checkpoint errors log the ops of the forward and the
+    recomputation (overrides ``debug``; None: the argument's), as PyTorch's.
+
+    >>> with set_checkpoint_debug_enabled(True):
+    ...     pass
+    """
+    prev = _DEBUG[0]
+    _DEBUG[0] = enabled
+    try:
+        yield
+    finally:
+        _DEBUG[0] = prev
 
 
 def noop_context_fn():
@@ -98,9 +145,12 @@ def checkpoint(function: Callable, *args, use_reentrant: bool | None = None,
     if determinism_check not in _DETERMINISM_CHECKS:
         raise ValueError(f"determinism_check should be one of {list(_DETERMINISM_CHECKS)}, "
                          f"but got {determinism_check}")
+    debug = debug if _DEBUG[0] is None else _DEBUG[0]
     if debug and context_fn is not noop_context_fn:
         raise ValueError("debug=True is incompatible with non-default context_fn")
-    return _non_reentrant(function, preserve, context_fn, determinism_check, args, kwargs)
+    early_stop = early_stop if _EARLY_STOP[0] is None else _EARLY_STOP[0]
+    return _non_reentrant(function, preserve, context_fn, determinism_check, args, kwargs,
+                          bool(debug), bool(early_stop))
 
 
 def checkpoint_sequential(functions, segments: int, input, use_reentrant: bool | None = None,
@@ -143,19 +193,23 @@ def checkpoint_sequential(functions, segments: int, input, use_reentrant: bool |
 
 # ---- non-reentrant: drop what the block's nodes saved, rerun on first read --------------
 
-def _non_reentrant(function, preserve, context_fn, check, args, kwargs):
+def _non_reentrant(function, preserve, context_fn, check, args, kwargs, debug=False,
+                   early_stop=True):
     if not STATE.enabled:
         return function(*args, **kwargs)
     rng = _random.get_rng_state() if preserve else None
     forward_ctx, recompute_ctx = context_fn()
     tracer = _tracer()
     scope = list(tracer.scope) if tracer is not None else None
+    log: list | None = [] if debug else None
     start = next(_ag._seq)
-    with forward_ctx:
+    with forward_ctx, _watching(log.append if log is not None else None):
         out = function(*args, **kwargs)
     nodes = _recorded_since(start, out)
     if nodes:
         group = _Recompute(function, args, kwargs, rng, recompute_ctx, check, nodes, scope)
+        group.start, group.early_stop = start, early_stop
+        group.log = None if log is None else [_op_line(n) for n in log]
         for n in nodes:
             group.defer(n)
     return out
@@ -199,11 +253,41 @@ def _detached(a):
     return d
 
 
+@contextlib.contextmanager
+def _watching(made=None, saved=None):
+    """Within the block, ``made`` told of each autograd node as it is made and ``saved``
+    after each saved its values (None: not told); dispatch's C fast path, which makes
+    nodes without telling, is off meanwhile."""
+    if made is None and saved is None:
+        yield
+        return
+    from tessera import _fastpath
+    fast = _fastpath.MODULE.set_enabled(False) if _fastpath.MODULE is not None else None
+    for lst, fn in ((_ag.WATCHERS, made), (_ag.SAVED, saved)):
+        if fn is not None:
+            lst.append(fn)
+    try:
+        yield
+    finally:
+        for lst, fn in ((_ag.WATCHERS, made), (_ag.SAVED, saved)):
+            if fn is not None:
+                lst.remove(fn)
+        if fast is not None and _fastpath.MODULE is not None:
+            _fastpath.MODULE.set_enabled(fast)
+
+
+def _op_line(n) -> str:
+    """A node's line in the debug log: its op and the shapes it was given."""
+    shapes = ", ".join(str(list(m.shape)) if m is not None else "None"
+                       for m in (n.input_metas or ()))
+    return f"{n.op.name}({shapes})"
+
+
 class _Recompute(_ag.Deferred):
     """What one checkpointed block's nodes saved, recomputed on first read."""
 
     __slots__ = ("function", "args", "kwargs", "rng", "ctx", "check", "nodes", "index",
-                 "metas", "scope", "__weakref__")
+                 "metas", "scope", "saving", "start", "early_stop", "log", "__weakref__")
 
     def __init__(self, function, args, kwargs, rng, ctx, check, nodes, scope):
         self.function, self.args, self.kwargs = function, args, kwargs
@@ -212,6 +296,10 @@ class _Recompute(_ag.Deferred):
         self.nodes = [weakref.ref(n) for n in nodes]
         self.index = {id(n): k for k, n in enumerate(nodes)}
         self.metas = [_saved_metas(n) for n in nodes]
+        # which nodes saved values (a nested checkpoint's nodes did, deferred)
+        self.saving = [n._saved_inputs is not None or n._saved_outputs is not None
+                       for n in nodes]
+        self.start, self.early_stop, self.log = 0, False, None
 
     def defer(self, node) -> None:
         if node._saved_inputs is not None and node._saved_inputs is not _ag.FREED:
@@ -227,12 +315,19 @@ class _Recompute(_ag.Deferred):
             self.index[id(new)] = k
 
     def restore(self, node) -> None:
-        fresh = self._rerun()
+        made: list = []
+        fresh = self._rerun(made)
         if self.check == "default":
-            self._compare(fresh)
+            try:
+                self._compare(fresh)
+            except CheckpointError as e:
+                if self.log is None:
+                    raise CheckpointError(f"{e}{_DEBUG_TIP}") from None
+                raise CheckpointError(_debug_report(self.log, [_op_line(n) for n in made],
+                                                    str(e))) from None
         for ref, new in zip(self.nodes, fresh):
             old = ref()
-            if old is None:
+            if old is None or new is None:
                 continue
             for slot in ("_saved_inputs", "_saved_outputs"):
                 if getattr(old, slot) is self:
@@ -242,17 +337,34 @@ class _Recompute(_ag.Deferred):
                     setattr(old, slot, value)
             old._versions = new._versions
 
-    def _rerun(self) -> list:
+    def _rerun(self, made: list) -> list:
+        """The block run again (``made``: every node it makes); the nodes matching the
+        original's, in order. With early stop the rerun ends once as many nodes saved
+        values as in the original block (as PyTorch's, after its last save: the rest of
+        the block does not run); the k-th of them stands for the original's k-th."""
         args = tuple(_detached(a) for a in self.args)
         tracer = _tracer()
         first = len(tracer.graph.nodes) if tracer is not None else 0
         prev_scope = tracer.scope if tracer is not None else None
         if tracer is not None and self.scope is not None:
             tracer.scope = list(self.scope)
+        wanted = sum(self.saving)
+        remade: list = []   # the nodes that saved values, in order
+
+        def saved(n):
+            remade.append(n)
+            if len(remade) == wanted:
+                raise _StopRecomputation
+
         start = next(_ag._seq)
-        with _fork_rng(self.rng), enable_grad(), self.ctx:
+
+        stopped = False
+        with _fork_rng(self.rng), enable_grad(), self.ctx, \
+                _watching(made.append, saved if self.early_stop else None):
             try:
                 out = self.function(*args, **self.kwargs)
+            except _StopRecomputation:
+                stopped = True
             finally:
                 if tracer is not None:
                     tracer.scope = prev_scope
@@ -260,23 +372,43 @@ class _Recompute(_ag.Deferred):
             for n in tracer.graph.nodes[first:]:
                 n.name = f"{n.name}.remat" if n.name else "remat"
                 n.notes["remat"] = True
-        return _recorded_since(start, out)
+        if not stopped:
+            return _recorded_since(start, out)
+        it = iter(remade)   # the k-th node saving values stands for the original k-th
+        return [next(it) if s else None for s in self.saving]
 
     def _compare(self, fresh: list) -> None:
-        if len(fresh) != len(self.nodes):
+        # (an early stop leaves None for nodes past the last that saved anything)
+        made = sum(n is not None or not s for n, s in zip(fresh, self.saving))
+        if len(fresh) != len(self.nodes) or made != len(self.nodes):
             raise CheckpointError(
                 "torch.utils.checkpoint: A different number of tensors was saved during the "
                 "original forward and recomputation.\n"
                 f"Number of tensors saved during forward: {len(self.nodes)}\n"
-                f"Number of tensors saved during recomputation: {len(fresh)}.")
+                "Number of tensors saved during recomputation: "
+                f"{len(fresh) if len(fresh) != len(self.nodes) else made}.")
         bad = [(k, m, _saved_metas(n)) for k, (m, n) in enumerate(zip(self.metas, fresh))
-               if m != _saved_metas(n)]
+               if n is not None and m != _saved_metas(n)]
         if bad:
             lines = "".join(f"tensor at position {k}:\nsaved metadata: {m}\n"
                             f"recomputed metadata: {r}\n" for k, m, r in bad)
             raise CheckpointError(
                 "torch.utils.checkpoint: Recomputed values for the following tensors have "
                 f"different metadata than during the forward pass.\n{lines}.")
+
+
+def _debug_report(forward: list, recompute: list, error: str) -> str:
+    """PyTorch's debug report, with the op logs of the forward and the recomputation."""
+    return (
+        "An error happened while unpacking tensors; dumping logs of latest computation\n"
+        "because you passed `debug=True` to `tessera.utils.checkpoint.checkpoint()`.\n\n"
+        "Operations executed during the original forward:\n\n" + "\n".join(forward) +
+        "\n\nOperations executed during recomputation:\n\n" + "\n".join(recompute) +
+        "\n\n ERROR: Detected non-determinism while running activation checkpointing\n\n"
+        " You are seeing this error because you passed `debug=True` to checkpoint and\n"
+        " tensors to be saved during the original forward and differ between those saved\n"
+        " during recomputation. This can happen if different operators were ran in the\n"
+        " original forward and in the recomputation.\n\n" + error)
 
 
 def _saved_metas(n) -> tuple:

@@ -52,8 +52,10 @@ def gpt_mini(layers: int = 2, batch: int = 8, seq: int = 64, vocab: int = 64):
 MODELS = {"mlp": mlp, "resnet": resnet, "transformer": transformer, "gpt_mini": gpt_mini}
 
 
-def train(make, remat=None, steps: int = 2, optimizer: str = "SGD", lr: float = 0.01, **kw):
-    """``steps`` nn.Graph training steps; (losses, parameters after, the graph)."""
+def train(make, remat=None, steps: int = 2, optimizer: str = "SGD", lr: float = 0.01,
+          passes=None, **kw):
+    """``steps`` nn.Graph training steps (through ``passes``, by default the pipeline's);
+    (losses, parameters after, the graph)."""
     tessera.manual_seed(0)
     model, inputs, loss_fn = make(**kw)
     opt = getattr(tessera.optim, optimizer)(model.parameters(), lr=lr)
@@ -70,6 +72,8 @@ def train(make, remat=None, steps: int = 2, optimizer: str = "SGD", lr: float = 
             return loss
 
     g = Step()
+    if passes is not None:
+        g.config.passes = passes
     if remat is not None:
         g.config.enable_remat(**remat)
     tessera.manual_seed(1)

@@ -159,8 +159,12 @@ def test_determinism_check():
         return t.exp() if len(calls) == 1 else t.exp().exp()
 
     x = tessera.randn(3, requires_grad=True)
+    # as PyTorch's: an early stop ends the rerun once the one value is saved again, so the
+    # extra op is never reached; without it the difference raises
+    checkpoint(f, x, use_reentrant=False).sum().backward()
+    calls.clear()
     with pytest.raises(CheckpointError, match="A different number of tensors was saved"):
-        checkpoint(f, x, use_reentrant=False).sum().backward()
+        checkpoint(f, x, use_reentrant=False, early_stop=False).sum().backward()
 
 
 def test_context_fn():
@@ -229,3 +233,67 @@ def test_traced_in_graph():
     names = [n.name for n in g1.ir.nodes if n.name.endswith(".remat")]
     assert {"blocks.0.l1.remat", "blocks.1.drop.remat", "blocks.2.l1.remat"} <= set(names)
     assert not any(n.name.endswith(".remat") for n in g0.ir.nodes)
+
+
+def _side_effects(lib, cp, **kw):
+    """The calls a block makes in its forward and its recomputation, and x's gradient."""
+    calls = []
+
+    def f(t):
+        a = t.exp()
+        calls.append("mid")
+        b = a.sin()
+        calls.append("end")
+        return b.sum()
+
+    x = lib.ones(3, requires_grad=True)
+    cp.checkpoint(f, x, use_reentrant=False, **kw).backward()
+    return calls, np.asarray(x.grad.tolist())
+
+
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_early_stop_as_torch(early_stop):
+    """The recomputation stops once the last saved value is made again (the rest of the
+    block does not run); without early stop it runs whole; the context manager overrides."""
+    calls, grad = _side_effects(tessera, tessera.utils.checkpoint, early_stop=early_stop)
+    calls_t, grad_t = _side_effects(torch, tcp, early_stop=early_stop)
+    assert calls == calls_t and np.allclose(grad, grad_t)
+    assert calls == (["mid", "end", "mid"] if early_stop else ["mid", "end", "mid", "end"])
+    with tessera.utils.checkpoint.set_checkpoint_early_stop(not early_stop), \
+            tcp.set_checkpoint_early_stop(not early_stop):
+        calls, _ = _side_effects(tessera, tessera.utils.checkpoint, early_stop=early_stop)
+        calls_t, _ = _side_effects(torch, tcp, early_stop=early_stop)
+    assert calls == calls_t
+
+
+def _changing(lib):
+    runs = [0]
+
+    def f(t):
+        runs[0] += 1
+        return (t.exp() if runs[0] == 1 else t[:2].exp()).sum()
+    return f
+
+
+def test_debug_reports_the_ops():
+    """A recomputation unlike the forward: with debug (or set_checkpoint_debug_enabled)
+    the error lists the ops of both runs under PyTorch's headings; without, it ends with
+    PyTorch's tip."""
+    cp = tessera.utils.checkpoint
+    x = tessera.ones(3, requires_grad=True)
+    with pytest.raises(CheckpointError, match="Tip: To see a more detailed error message"):
+        checkpoint(_changing(tessera), x, use_reentrant=False).backward()
+    with pytest.raises(CheckpointError) as e:
+        checkpoint(_changing(tessera), x, use_reentrant=False, debug=True).backward()
+    with pytest.raises(CheckpointError) as e2, cp.set_checkpoint_debug_enabled(True):
+        checkpoint(_changing(tessera), x, use_reentrant=False).backward()
+    rx = torch.ones(3, requires_grad=True)
+    with pytest.raises(tcp.CheckpointError) as et:
+        tcp.checkpoint(_changing(torch), rx, use_reentrant=False, debug=True).backward()
+    for err in (str(e.value), str(e2.value)):
+        fwd = err.split("Operations executed during the original forward:")[1]
+        fwd, rec = fwd.split("Operations executed during recomputation:")
+        assert "exp([3])" in fwd and "exp([2])" in rec
+        assert "ERROR: Detected non-determinism while running activation checkpointing" in err
+    assert "ERROR: Detected non-determinism while running activation checkpointing" in \
+        str(et.value)

@@ -31,12 +31,14 @@ __all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass", "register_pass
 # schedule_1f1b orders a pipeline stage's program first (the other passes keep the order
 # of what they do not remove); bucket_all_reduces runs after the passes that drop the
 # clone autograd puts after each gradient hook (a reader of each all-reduce at once,
-# which would leave nothing to merge); remat plans recomputation on the graph as it will
-# run (a no-op unless nn.Graph.config.enable_remat set ``PassContext.remat``); qdq turns
+# which would leave nothing to merge); early_updates moves each state update (an optimizer
+# step) to just after its inputs, so gradients die early; remat plans recomputation on the
+# graph as it will run (a no-op unless nn.Graph.config.enable_remat set
+# ``PassContext.remat``); qdq turns
 # dequantize-compute-quantize groups into INT8 ops once constants are folded
 PIPELINE = ["schedule_1f1b", "dce", "algebraic", "dce", "cse", "constfold", "bnfold", "qdq",
-            "dce", "decompose", "cse", "layout", "duplicate", "fuse", "outline", "remat",
-            "bucket_all_reduces"]
+            "dce", "decompose", "cse", "layout", "duplicate", "fuse", "outline", "early_updates",
+            "remat", "bucket_all_reduces"]
 
 
 @dataclass

@@ -241,36 +241,59 @@ def analyze(g: Graph, forward_outputs: int | None = None) -> Analysis:
 @dataclass
 class Plan:
     dropped: frozenset      # saved forward indices recomputed for backward
-    copies: dict            # forward index -> position (index of the node it goes before)
+    copies: dict            # (forward index, group) -> position (the node it goes before)
     cost: int
     flops: int
     keep: frozenset = frozenset()   # unsaved forward indices kept as checkpoints
+    # False: each forward node is copied at most once, its copy shared by every group
+    # (group -1); True: each group of dropped nodes (those backward first reads at the
+    # same node, the group's key) recomputes what it needs from the kept values, so a
+    # value may be recomputed once per group (Checkmate's repeated recomputation)
+    multi: bool = False
 
 
-def closure(a: Analysis, dropped, keep=()) -> Plan:
+def closure(a: Analysis, dropped, keep=(), multi: bool = False) -> Plan:
     """The copies a set of dropped saved nodes needs, and where each goes; a copy's
     inputs are copies too, down to kept values: saved nodes not dropped, and the forward
-    nodes in ``keep`` (checkpoints that would otherwise die in the forward)."""
+    nodes in ``keep`` (checkpoints that would otherwise die in the forward). With
+    ``multi``, each group of dropped nodes first read at the same backward node is
+    recomputed there, its copies dying with the group's reads (a dropped node's own copy,
+    still alive, is shared)."""
     dropped = frozenset(dropped)
     dropped |= {i for i, b in a.follow.items() if b in dropped and i in a.late}
     kept = (set(a.saved) - dropped) | set(keep)
-    need: set = set()
-    stack = list(dropped)
-    while stack:
-        i = stack.pop()
-        if i in need:
-            continue
-        need.add(i)
-        for p in a.parents[i]:
-            if p not in kept and p in a.recomputable:
-                stack.append(p)
+    groups: dict = {}
+    for i in dropped:
+        groups.setdefault(a.late[i][0] if multi else -1, []).append(i)
     pos: dict = {}
-    for i in sorted(need, reverse=True):   # readers (later in the forward) first
-        at = [a.late[i][0]] if i in dropped else []
-        at += [pos[c] for c in a.children[i] if c in pos]
-        pos[i] = min(at)
-    return Plan(dropped, pos, sum(a.cost[i][0] for i in need),
-                sum(a.cost[i][1] for i in need), frozenset(keep) - dropped)
+    for t in sorted(groups):
+        need: set = set()
+        stack = list(groups[t])
+        while stack:
+            i = stack.pop()
+            if i in need:
+                continue
+            need.add(i)
+            for p in a.parents[i]:
+                if p in kept or p not in a.recomputable:
+                    continue
+                if multi and p in dropped and a.late[p][0] < t <= a.late[p][-1]:
+                    continue   # its own copy, made for an earlier group, is still alive
+                stack.append(p)
+        if multi:
+            pos.update({(i, t): t for i in need})
+            continue
+        for i in sorted(need, reverse=True):   # readers (later in the forward) first
+            at = [a.late[i][0]] if i in dropped else []
+            at += [pos[(c, t)] for c in a.children[i] if (c, t) in pos]
+            pos[(i, t)] = min(at)
+    return Plan(dropped, pos, sum(a.cost[i][0] for i, _ in pos),
+                sum(a.cost[i][1] for i, _ in pos), frozenset(keep) - dropped, multi)
+
+
+def _own(a: Analysis, plan: Plan, i: int) -> int:
+    """The group of dropped node ``i``'s own copy (the one backward reads)."""
+    return a.late[i][0] if plan.multi else -1
 
 
 def rewrite_nodes(a: Analysis, plan: Plan) -> tuple[list, list]:
@@ -278,27 +301,39 @@ def rewrite_nodes(a: Analysis, plan: Plan) -> tuple[list, list]:
     for each entry the original index it runs at (a copy: the node it goes before)."""
     g = a.g
     nodes = g.nodes
-    copy_of: dict = {}    # id(original value) -> copy's value
-    clones: dict = {}     # forward index -> clone
-    for i in sorted(plan.copies):
+    made = {id(v): i for i in a.fwd for v in nodes[i].outputs}
+    copy_of: dict = {}    # (id(original value), group) -> copy's value
+    clones: dict = {}     # (forward index, group) -> clone
+
+    def source(v, t):
+        if not isinstance(v, Value):
+            return v
+        w = copy_of.get((id(v), t))
+        if w is None:
+            p = made.get(id(v))
+            if p is not None and p in plan.dropped:
+                w = copy_of.get((id(v), _own(a, plan, p)))
+        return v if w is None else w
+
+    for i, t in sorted(plan.copies, key=lambda k: (k[1], k[0])):   # groups, then forward
         n = nodes[i]
-        c = Node(n.op, [copy_of.get(id(v), v) if isinstance(v, Value) else v
-                        for v in n.inputs], dict(n.attrs), [],
+        c = Node(n.op, [source(v, t) for v in n.inputs], dict(n.attrs), [],
                  f"{n.name}.remat" if n.name else "remat", {"remat": True})
         for v in n.outputs:
             w = Value("", v.shape, v.dtype, c, v.index)
             c.outputs.append(w)
-            copy_of[id(v)] = w
-        clones[i] = c
+            copy_of[(id(v), t)] = w
+        clones[(i, t)] = c
     before: dict = {}
-    for i, at in plan.copies.items():
-        before.setdefault(at, []).append(i)
-    redirect = {id(v): copy_of[id(v)] for i in plan.dropped for v in nodes[i].outputs}
+    for k, at in plan.copies.items():
+        before.setdefault(at, []).append(k)
+    redirect = {id(v): copy_of[(id(v), _own(a, plan, i))]
+                for i in plan.dropped for v in nodes[i].outputs}
     fwd = set(a.fwd)
     out, orig = [], []
     for j, n in enumerate(nodes):
-        for i in sorted(before.get(j, ())):
-            out.append(clones[i])
+        for k in sorted(before.get(j, ()), key=lambda k: (k[1], k[0])):
+            out.append(clones[k])
             orig.append(j)
         if j not in fwd and redirect and any(id(v) in redirect for v in n.inputs
                                              if isinstance(v, Value)):
@@ -345,12 +380,13 @@ class Infeasible(ValueError):
     pass
 
 
-def plan_greedy(a: Analysis, budget: int, start=frozenset(), keep=None) -> Plan:
+def plan_greedy(a: Analysis, budget: int, start=frozenset(), keep=None,
+                multi: bool = False) -> Plan:
     """Drop, while over the budget, the saved node alive at the peak with the most bytes
     per unit of recomputation; recomputations stop at the forward's cuts (or ``keep``)."""
     dropped = set(start)
     stops = frozenset(cuts(a) if keep is None else keep)
-    plan = closure(a, dropped, stops - dropped)
+    plan = closure(a, dropped, stops - dropped, multi)
     while True:
         nodes, orig = rewrite_nodes(a, plan)
         prof = _profile(nodes, *_live(a.g))
@@ -362,7 +398,7 @@ def plan_greedy(a: Analysis, budget: int, start=frozenset(), keep=None) -> Plan:
         for i in a.droppable:
             if i in dropped or not (_last_fwd(a, i) < at <= a.late[i][-1]):
                 continue
-            extra = closure(a, dropped | {i}, stops - dropped).cost - plan.cost
+            extra = closure(a, dropped | {i}, stops - dropped, multi).cost - plan.cost
             score = a.size[i] / max(extra, 1)
             if score > best_score:
                 best, best_score = i, score
@@ -371,7 +407,20 @@ def plan_greedy(a: Analysis, budget: int, start=frozenset(), keep=None) -> Plan:
             if best is None:
                 raise Infeasible(peak)
         dropped.add(best)
-        plan = closure(a, dropped, stops - dropped)
+        plan = closure(a, dropped, stops - dropped, multi)
+
+
+def _greedy(a: Analysis, budget: int) -> Plan:
+    """The cheaper of the greedy plans with each value recomputed once and once per group."""
+    plans, smallest = [], None
+    for multi in (False, True):
+        try:
+            plans.append(plan_greedy(a, budget, multi=multi))
+        except Infeasible as e:
+            smallest = int(e.args[0]) if smallest is None else min(smallest, int(e.args[0]))
+    if not plans:
+        raise Infeasible(smallest)
+    return min(plans, key=lambda p: p.cost)
 
 
 def _last_fwd(a: Analysis, i: int) -> int:
@@ -407,11 +456,12 @@ def plan_sqrt(a: Analysis, budget: int) -> Plan:
             if acc > seg:
                 keep.add(c)
                 acc = 0
-        plan = closure(a, [i for i in droppable if i not in keep], keep)
-        peak = evaluate(a, plan)
-        smallest = peak if smallest is None else min(smallest, peak)
-        if peak <= budget and (best is None or plan.cost < best.cost):
-            best = plan
+        for multi in (False, True):
+            plan = closure(a, [i for i in droppable if i not in keep], keep, multi)
+            peak = evaluate(a, plan)
+            smallest = peak if smallest is None else min(smallest, peak)
+            if peak <= budget and (best is None or plan.cost < best.cost):
+                best = plan
     if best is None:
         raise Infeasible(smallest)
     return best
@@ -422,7 +472,7 @@ def polish(a: Analysis, plan: Plan, budget: int) -> Plan:
     not need (a plan from a conservative model may drop more than it must)."""
     dropped = set(plan.dropped)
     for i in sorted(plan.dropped, key=lambda i: -a.cost[i][0]):
-        trial = closure(a, dropped - {i}, plan.keep)
+        trial = closure(a, dropped - {i}, plan.keep, plan.multi)
         if trial.cost < plan.cost and evaluate(a, trial) <= budget:
             dropped.discard(i)
             plan = trial
@@ -444,19 +494,21 @@ def _universe(a: Analysis) -> tuple[list, list, list]:
     return droppable, views, sorted(need)
 
 
-def _spans(a: Analysis, keepable: list, recompute: list) -> tuple[dict, dict]:
+def _spans(a: Analysis, keepable: list, recompute: list,
+           pull: bool = True) -> tuple[dict, dict]:
     """Where each decision adds bytes (inclusive original indices): a kept node from after
     its last forward reader to its last backward reader (or the latest copy reading it);
-    a recomputed node from where its copy is made to the latest place it is read."""
+    a recomputed node from where its copy is made to the latest place it is read. With
+    ``pull``, a saved node's copy counts from the earliest place a recomputed reader may
+    want it (an upper bound: the plan then fits as the model says); without, from its own
+    first backward reader (a lower bound: the plan is measured, and the model tightened)."""
     rset = set(recompute)
     latest: dict = {}
     rec: dict = {}
     for i in sorted(recompute, reverse=True):   # readers first
         kids = [c for c in a.children[i] if c in rset]
         own = a.late.get(i)
-        # a saved node's copy is counted from its own first backward reader (a recomputed
-        # reader may want it earlier: the plan is measured exactly, and repaired, after)
-        first = own[0] if own else min(rec[c][0] for c in kids)
+        first = min(([own[0]] if own else []) + [rec[c][0] for c in kids if pull or not own])
         latest[i] = own[0] if own else max(latest[c] for c in kids)
         rec[i] = (first, max(([own[-1]] if own else []) + [latest[c] for c in kids]))
     keep = {}
@@ -511,29 +563,37 @@ def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
             elif p in rcol:
                 row([(rcol[p], 1.0), (rcol[i], -1.0)], 0.0, np.inf)
     keep, rec = _spans(a, keepable, recompute)
+    _, rec_low = _spans(a, keepable, recompute, pull=False)
     base = _profile(a.g.nodes, *_live(a.g))
     for i in droppable:       # the profile with every saved node dropped
         s0, s1 = keep[i][0], a.late[i][-1]
         for t in range(s0, s1 + 1):
             base[t] -= a.size[i]
-    events: dict = {}
-    for spans, col in ((keep, kcol), (rec, rcol)):
-        for i, (s0, s1) in spans.items():
-            if a.size[i] and s0 <= s1:
-                events.setdefault(s0, []).append((col[i], a.size[i]))
-                events.setdefault(s1 + 1, []).append((col[i], -a.size[i]))
+
+    def changes(rec) -> dict:   # original index -> (column, bytes born (+) or freed (-))
+        events: dict = {}
+        for spans, col in ((keep, kcol), (rec, rcol)):
+            for i, (s0, s1) in spans.items():
+                if a.size[i] and s0 <= s1:
+                    events.setdefault(s0, []).append((col[i], a.size[i]))
+                    events.setdefault(s1 + 1, []).append((col[i], -a.size[i]))
+        return events
     n_dep = len(lo)
     cost = np.zeros(nvar)
     for i, c in rcol.items():
         cost[c] = a.cost[i][0]
-    marks = sorted(events) + [len(base)]
     deadline = time.perf_counter() + float(time_limit)
     info: dict = {"status": "optimal", "gap": 0.0, "variables": nvar}
     best = None
     reason = "no MILP plan passed the exact check"
     model_budget = budget
     dep = (len(vals), n_dep)
-    for attempt in range(6):   # the model's spans can miss a copy made early: tighten
+    # first the model whose copies count from the earliest place they may be made (its plan
+    # fits as solved); if that leaves no plan, the optimistic one, tightened until its plan
+    # passes the exact measurement
+    for attempt in range(7):
+        events = changes(rec if attempt == 0 else rec_low)
+        marks = sorted(events) + [len(base)]
         del rows[dep[0]:], cols[dep[0]:], vals[dep[0]:], lo[dep[1]:], hi[dep[1]:]
         active: dict = {}
         for m0, m1 in zip(marks, marks[1:]):
@@ -556,24 +616,33 @@ def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
         if res.x is None:
             reason = "the MILP found no plan within its time limit" if res.status != 2 else \
                 "the MILP's model has no plan under the budget"
+            if attempt == 0 and res.status == 2:
+                continue
             break
         dropped = {i for i in droppable if res.x[kcol[i]] < 0.5}
         kept = {i for i in keepable if i not in a.late and res.x[kcol[i]] > 0.5}
         plan = closure(a, dropped, kept)
         peak = evaluate(a, plan)
+        if peak > budget:   # the same checkpoints, each group recomputing its own values
+            again = closure(a, dropped, kept, True)
+            if evaluate(a, again) <= budget:
+                plan, peak = again, evaluate(a, again)
         if peak <= budget:
             best = plan
             info["gap"] = float(getattr(res, "mip_gap", 0.0) or 0.0)
             if res.status != 0:
                 info["status"] = "time limit: best plan found"
-            if attempt:
-                info["status"] += f" (model budget tightened {attempt}x)"
+            if attempt > 1:
+                info["status"] += f" (model budget tightened {attempt - 1}x)"
+            if plan.multi:
+                info["status"] += ", its checkpoints' segments recomputed per group"
             break
-        model_budget -= peak - budget
+        if attempt:
+            model_budget -= peak - budget
     if best is None:   # no plan of the model fits: the heuristics' best, said so
         info["gap"] = None
         tried, smallest = [], -1
-        for name, fn in (("sqrt", plan_sqrt), ("greedy", plan_greedy)):
+        for name, fn in (("sqrt", plan_sqrt), ("greedy", _greedy)):
             try:
                 tried.append((fn(a, budget), name))
             except Infeasible as e:
@@ -585,20 +654,32 @@ def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
     return polish(a, best, budget), info
 
 
+def _within(a: Analysis, budget: int) -> Plan | None:
+    """The cheapest of the plans ``smallest_peak`` tries that fits ``budget`` (None: none)."""
+    try:
+        return plan_sqrt(a, budget)
+    except Infeasible:
+        pass
+    fits = [p for p in (closure(a, a.droppable, cuts(a), m) for m in (False, True))
+            if evaluate(a, p) <= budget]
+    return min(fits, key=lambda p: p.cost) if fits else None
+
+
 def smallest_peak(a: Analysis) -> int:
     """The lowest peak the plans reach: Chen's segments at every size, and every saved
     node dropped."""
     try:
         plan_sqrt(a, -1)
     except Infeasible as e:
-        return min(int(e.args[0]), evaluate(a, closure(a, a.droppable, cuts(a))))
+        return min(int(e.args[0]), evaluate(a, closure(a, a.droppable, cuts(a))),
+                   evaluate(a, closure(a, a.droppable, cuts(a), True)))
     return 0
 
 
 def run_method(a: Analysis, method: str, budget: int, time_limit: float) -> tuple[Plan, dict]:
     info: dict = {"status": "optimal" if method == "milp" else "heuristic", "gap": None}
     if method == "greedy":
-        return plan_greedy(a, budget), info
+        return _greedy(a, budget), info
     if method == "sqrt":
         return plan_sqrt(a, budget), info
     if method == "milp":
@@ -620,6 +701,8 @@ def run(g: Graph, ctx) -> bool:
     stats.clear()
     stats.update(method=cfg.method, budget_bytes=budget, peak_bytes_no_remat=base,
                  activation_bytes_no_remat=sum(a.size[i] for i in a.saved))
+    plan: Plan | None = None
+    floor = 0
     if base <= budget:
         plan, info = closure(a, ()), {"status": "optimal", "gap": 0.0}
     else:
@@ -627,6 +710,10 @@ def run(g: Graph, ctx) -> bool:
             plan, info = run_method(a, cfg.method, budget, cfg.time_limit)
         except Infeasible as e:
             floor = min(int(e.args[0]), smallest_peak(a))
+            plan = _within(a, budget) if floor <= budget else None
+            if plan is not None:   # the method misses a budget Chen's segments reach
+                info = {"status": f"{cfg.method} found no plan: sqrt plan", "gap": None}
+        if plan is None:
             raise ValueError(
                 f"nn.Graph.config.enable_remat: a peak of {budget} bytes cannot be reached "
                 f"(without remat the peak is {base} bytes; the smallest feasible budget is "
