@@ -14,7 +14,7 @@ knows nothing of tensors, dispatch or graphs. It holds
   products), ``optim`` (fused optimizer updates);
 * ``gemm``: tessera's own float32 matrix product (no BLAS underneath), with pre-packed
   weights and a fused bias/activation/residual epilogue, for dependency-free C libraries
-  and for ``matmul``'s larger float32 2-d products on two or more threads;
+  and under the float32 convolutions on AVX-512 (``conv_gemm.c``);
 * ``attention``: fused scaled dot-product attention, forward and backward, that never
   writes the L x S scores (online softmax; dropout masks regenerated from their seed).
 * ``int8``, ``binary``: the INT8 products of quantized inference and the bit-packed

@@ -150,33 +150,9 @@ def _dot_check(a, b) -> D.dtype:
     return a.dtype
 
 
-# multiply-adds from which tessera's own GEMM runs float32 2-d products instead of BLAS:
-# below, its packing and thread start cost more than BLAS's call (bench gemm: 64^3 at 0.2x
-# NumPy on two threads, 128x256x256 at 0.6x)
-_OWN_GEMM_MACS = 1 << 22
-
-
-def _own_gemm(a: np.ndarray, b: np.ndarray):
-    """``kernels.gemm`` when it takes this product, else None. Only on two threads or more:
-    on one, OpenBLAS is as fast or faster (bench gemm, 1 thread: 0.9-1.2x; bench training
-    transformer and mlp steps 2-5% slower routed), while on several the own GEMM's parts go
-    to whichever thread is free and OpenBLAS's threads wait on each other at every barrier
-    when the cores are shared (bench gemm, 2 threads, a loaded host: 1.3x to 13x)."""
-    if a.ndim != 2 or b.ndim != 2 or a.dtype != np.float32 or b.dtype != np.float32 or \
-            a.shape[0] * a.shape[1] * b.shape[1] < _OWN_GEMM_MACS:
-        return None
-    from tessera.kernels import gemm
-    if not gemm.available() or gemm.default_threads() < 2:
-        return None
-    return gemm
-
-
 def _matmul_kernel(a, b, out=None):
     if a.dtype.itemsize == 2 and a.dtype.kind != "i":  # float16/bfloat16: accumulate in fp32
         return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
-    own = _own_gemm(a, b)
-    if own is not None and (out is None or out.dtype == np.float32):
-        return own.gemm(a, b, out=out)   # transposed operands by their strides, no copy
     if a.ndim > 2:
         a = _blasable(a)
     if b.ndim > 2:
