@@ -345,7 +345,9 @@ def _search(mod, tgt, trials: int, path: str) -> None:
                     population_size=max(64, 4 * per_iter)), num_threads=cores)
             ms.tune_tasks(
                 tasks=contexts, task_weights=weights, work_dir=work,
-                max_trials_global=trials, num_trials_per_iter=per_iter,
+                # it stops once the count reaches its budget, checked before each round:
+                # this one ends the last round within ``trials``
+                max_trials_global=trials - per_iter + 1, num_trials_per_iter=per_iter,
                 builder=_ms_builder(cores),
                 runner=ms.runner.LocalRunner(timeout_sec=_MS_TIMEOUT),
                 cost_model=cost_model)
