@@ -7,10 +7,12 @@ use and results to the dtypes ``infer`` gave, so the function computes what the 
 computes. The function takes the graph's inputs, then its variables, and returns its
 outputs, then the new values of the variables it assigns (a training step's parameters and
 optimizer state). ``tvm.compile`` builds it for the host CPU (LLVM with this CPU's
-``mcpu``), after MetaSchedule tuning when ``tune_trials`` is given; the library is cached
-under the kernel cache (``tessera.kernels.cc.entry``: atomic writes, an entry failing its
-digest rebuilt) keyed by the module's text, the target and TVM's version, so a second
-process, or the same graph again, loads it without compiling or tuning.
+``mcpu``), after MetaSchedule tuning when ``tune_trials`` is given (that many candidates
+built and measured in all, shared out among the fused kernels); the library, and the
+tuning database, are cached under the kernel cache (``tessera.kernels.cc.entry``: atomic
+writes, an entry failing its digest rebuilt) keyed by the module's text, the target and
+TVM's version, so a second process, or the same graph again, loads it without compiling or
+tuning.
 
 >>> import tessera
 >>> from tessera.graph.trace import trace
@@ -20,6 +22,7 @@ True
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -311,6 +314,38 @@ def _ms_builder(workers: int):
                                    f_build=build_fn)
 
 
+@contextlib.contextmanager
+def _cpu_intrinsics():
+    """While tuning, ``tvm.s_tir.tensor_intrin`` holds the CPU's tensor intrinsics only.
+    MetaSchedule imports that package for every task; its ``__init__`` parses every
+    target's intrinsics from TVMScript, CUDA's most of it (several seconds of the seconds a
+    tiny graph's tuning takes). The package stands in unexecuted while its CPU modules
+    load, and is dropped afterwards, so a later import (a GPU's tuning) runs its own
+    ``__init__``, which finds the CPU modules loaded. Any surprise: the ordinary import."""
+    import importlib
+    import importlib.util
+    import sys
+    name = "tvm.s_tir.tensor_intrin"
+    if name in sys.modules:
+        yield
+        return
+    try:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        for sub in ("x86", "arm_cpu", "riscv_cpu"):
+            importlib.import_module(f"{name}.{sub}")
+    except Exception:
+        sys.modules.pop(name, None)
+        importlib.import_module(name)
+        yield
+        return
+    try:
+        yield
+    finally:
+        sys.modules.pop(name, None)
+
+
 # seconds one candidate may take to build or to run: generous, the cores may be busy
 _MS_TIMEOUT = 300.0
 _DB_FILES = {"workloads": "database_workload.json", "records": "database_tuning_record.json"}
@@ -334,37 +369,44 @@ def _search(mod, tgt, trials: int, path: str) -> None:
     log = logging.getLogger("tvm.s_tir.meta_schedule")
     level = log.level
     log.setLevel(logging.WARNING)  # its per-round tables are for people tuning by hand
+    db = {k: "" for k in _DB_FILES}
     try:
         with tempfile.TemporaryDirectory(prefix="tessera-tvm-tune-") as work:
             tasks = ri.extract_tasks(mod, tgt, {})
-            if not tasks:
-                raise RuntimeError("nn.Graph backend 'tvm': the graph has no kernel to tune")
-            per_iter = max(1, min(64, trials // len(tasks)))
-            contexts, weights = ri.extracted_tasks_to_tune_contexts(
-                tasks, work, strategy=ms.search_strategy.EvolutionarySearch(
-                    population_size=max(64, 4 * per_iter)), num_threads=cores)
-            ms.tune_tasks(
-                tasks=contexts, task_weights=weights, work_dir=work,
-                # it stops once the count reaches its budget, checked before each round:
-                # this one ends the last round within ``trials``
-                max_trials_global=trials - per_iter + 1, num_trials_per_iter=per_iter,
-                builder=_ms_builder(cores),
-                runner=ms.runner.LocalRunner(timeout_sec=_MS_TIMEOUT),
-                cost_model=cost_model)
-            db = {k: open(os.path.join(work, f)).read() for k, f in _DB_FILES.items()}
-            if not db["records"].strip():
-                raise RuntimeError(f"nn.Graph backend 'tvm': tune_trials={trials}: no "
-                                   f"candidate was built and measured{_first_error(work)}")
+            if tasks:  # none: nothing to tune (a graph of layout ops), an empty database
+                per_iter = max(1, min(64, trials // len(tasks)))
+                with _cpu_intrinsics():
+                    contexts, weights = ri.extracted_tasks_to_tune_contexts(
+                        tasks, work, strategy=ms.search_strategy.EvolutionarySearch(
+                            population_size=max(64, 4 * per_iter)), num_threads=cores)
+                    ms.tune_tasks(
+                        tasks=contexts, task_weights=weights, work_dir=work,
+                        # it stops once the count reaches its budget, checked before each
+                        # round: this one ends the last round within ``trials``
+                        max_trials_global=trials - per_iter + 1,
+                        num_trials_per_iter=per_iter, builder=_ms_builder(cores),
+                        runner=ms.runner.LocalRunner(timeout_sec=_MS_TIMEOUT),
+                        cost_model=cost_model)
+                db = {k: _read(os.path.join(work, f)) for k, f in _DB_FILES.items()}
+                if not db["records"].strip():
+                    raise RuntimeError(f"nn.Graph backend 'tvm': tune_trials={trials}: no "
+                                       f"candidate was built and measured{_first_error(work)}")
     finally:
         log.setLevel(level)
     with open(path, "w") as f:
         json.dump(db, f)
 
 
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
 def _first_error(work: str) -> str:
+    """The first failed candidate's error in MetaSchedule's task logs, for the message."""
     logs = os.path.join(work, "logs")
     for name in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
-        lines = open(os.path.join(logs, name)).read().splitlines()
+        lines = _read(os.path.join(logs, name)).splitlines()
         for i, line in enumerate(lines):
             if "Error in" in line:
                 return ": " + " ".join(lines[i:i + 2]).split("] ", 1)[-1]
