@@ -7,10 +7,12 @@ use and results to the dtypes ``infer`` gave, so the function computes what the 
 computes. The function takes the graph's inputs, then its variables, and returns its
 outputs, then the new values of the variables it assigns (a training step's parameters and
 optimizer state). ``tvm.compile`` builds it for the host CPU (LLVM with this CPU's
-``mcpu``), after MetaSchedule tuning when ``tune_trials`` is given; the library is cached
-under the kernel cache (``tessera.kernels.cc.entry``: atomic writes, an entry failing its
-digest rebuilt) keyed by the module's text, the target and TVM's version, so a second
-process, or the same graph again, loads it without compiling or tuning.
+``mcpu``), after MetaSchedule tuning when ``tune_trials`` is given (that many candidates
+built and measured in all, shared out among the fused kernels); the library, and the
+tuning database, are cached under the kernel cache (``tessera.kernels.cc.entry``: atomic
+writes, an entry failing its digest rebuilt) keyed by the module's text, the target and
+TVM's version, so a second process, or the same graph again, loads it without compiling or
+tuning.
 
 >>> import tessera
 >>> from tessera.graph.trace import trace
@@ -20,6 +22,7 @@ True
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -272,23 +275,171 @@ tvm.ir.save_json(relax.transform.LegalizeOps()(bb.get()))
 
 @functools.cache
 def _tuning_broken() -> str | None:
-    """Why MetaSchedule cannot run here, or None. It stores each task's module as JSON,
-    and some TVM builds crash there (a segfault in ``ToJSONGraph``, reproduced by
-    ``tvm.ir.save_json`` on any module): tried once in a child process, so that the crash
-    becomes an error instead of ending this one."""
+    """Why MetaSchedule cannot run here, or None. Its worker processes need psutil and
+    cloudpickle; it stores each task's module as JSON, and some TVM builds crash there (a
+    segfault in ``ToJSONGraph``, reproduced by ``tvm.ir.save_json`` on any module, with
+    apache-tvm-ffi 0.1.15): tried once in a child process, so that the crash becomes an
+    error instead of ending this one."""
+    import importlib.util
     import subprocess
     import sys
-    try:
-        import psutil  # noqa: F401  (MetaSchedule's search imports it)
-    except ImportError:
-        return "MetaSchedule needs psutil: pip install 'tessera[tvm]'"
+    for dep in ("psutil", "cloudpickle"):
+        if importlib.util.find_spec(dep) is None:
+            return f"MetaSchedule needs {dep}: pip install 'tessera[tvm]'"
     proc = subprocess.run([sys.executable, "-c", _PROBE_JSON], capture_output=True,
                           text=True, timeout=300)
     if proc.returncode != 0:
         tvm, _ = _modules()
         return (f"this TVM build ({tvm.__version__}) crashes serialising a module to JSON "
-                f"(exit status {proc.returncode}), which MetaSchedule does for every task")
+                f"(exit status {proc.returncode}), which MetaSchedule does for every task; "
+                "apache-tvm-ffi 0.1.14.post1 does not")
     return None
+
+
+def _ms_builder(workers: int):
+    """MetaSchedule's local builder without its default build function's first step,
+    importing ``tvm.s_tir.tensor_intrin`` (every target's tensor intrinsics, parsed from
+    TVMScript: many seconds in each worker, and its pool is started anew for every batch,
+    so on a busy machine every build ran into the builder's timeout). A scheduled module
+    holds its intrinsics' bodies already, so the build does not need them registered."""
+    from tvm.s_tir import meta_schedule as ms
+
+    def build_fn(mod, target, _params):  # nested: cloudpickle sends it by value
+        from tvm.driver import build as tvm_build
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+        mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+        return tvm_build(mod, target=target)
+
+    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=_MS_TIMEOUT,
+                                   f_build=build_fn)
+
+
+@contextlib.contextmanager
+def _cpu_intrinsics():
+    """While tuning, ``tvm.s_tir.tensor_intrin`` holds the CPU's tensor intrinsics only.
+    MetaSchedule imports that package for every task; its ``__init__`` parses every
+    target's intrinsics from TVMScript, CUDA's most of it (several seconds of the seconds a
+    tiny graph's tuning takes). The package stands in unexecuted while its CPU modules
+    load, and is dropped afterwards, so a later import (a GPU's tuning) runs its own
+    ``__init__``, which finds the CPU modules loaded. Any surprise: the ordinary import."""
+    import importlib
+    import importlib.util
+    import sys
+    name = "tvm.s_tir.tensor_intrin"
+    if name in sys.modules:
+        yield
+        return
+    try:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        for sub in ("x86", "arm_cpu", "riscv_cpu"):
+            importlib.import_module(f"{name}.{sub}")
+    except Exception:
+        sys.modules.pop(name, None)
+        importlib.import_module(name)
+        yield
+        return
+    try:
+        yield
+    finally:
+        sys.modules.pop(name, None)
+
+
+# seconds one candidate may take to build or to run: generous, the cores may be busy
+_MS_TIMEOUT = 300.0
+_DB_FILES = {"workloads": "database_workload.json", "records": "database_tuning_record.json"}
+
+
+def _search(mod, tgt, trials: int, path: str) -> None:
+    """MetaSchedule's search over ``mod``'s (lowered, fused) kernels, ``trials`` candidates
+    measured in all, shared out among the kernels; its database (the two files of a
+    ``JSONDatabase``) written to ``path`` as one JSON object."""
+    import json
+    import logging
+
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule import relax_integration as ri
+    cores = int(tgt.attrs["num-cores"])
+    try:
+        import xgboost  # noqa: F401
+        cost_model = "xgb"
+    except ImportError:  # measured candidates still decide; the model only ranks them
+        cost_model = "random"
+    log = logging.getLogger("tvm.s_tir.meta_schedule")
+    level = log.level
+    log.setLevel(logging.WARNING)  # its per-round tables are for people tuning by hand
+    db = {k: "" for k in _DB_FILES}
+    try:
+        with tempfile.TemporaryDirectory(prefix="tessera-tvm-tune-") as work:
+            tasks = ri.extract_tasks(mod, tgt, {})
+            if tasks:  # none: nothing to tune (a graph of layout ops), an empty database
+                per_iter = max(1, min(64, trials // len(tasks)))
+                with _cpu_intrinsics():
+                    contexts, weights = ri.extracted_tasks_to_tune_contexts(
+                        tasks, work, strategy=ms.search_strategy.EvolutionarySearch(
+                            population_size=max(64, 4 * per_iter)), num_threads=cores)
+                    ms.tune_tasks(
+                        tasks=contexts, task_weights=weights, work_dir=work,
+                        # it stops once the count reaches its budget, checked before each
+                        # round: this one ends the last round within ``trials``
+                        max_trials_global=trials - per_iter + 1,
+                        num_trials_per_iter=per_iter, builder=_ms_builder(cores),
+                        runner=ms.runner.LocalRunner(timeout_sec=_MS_TIMEOUT),
+                        cost_model=cost_model)
+                db = {k: _read(os.path.join(work, f)) for k, f in _DB_FILES.items()}
+                if not db["records"].strip():
+                    raise RuntimeError(f"nn.Graph backend 'tvm': tune_trials={trials}: no "
+                                       f"candidate was built and measured{_first_error(work)}")
+    finally:
+        log.setLevel(level)
+    with open(path, "w") as f:
+        json.dump(db, f)
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _first_error(work: str) -> str:
+    """The first failed candidate's error in MetaSchedule's task logs, for the message."""
+    logs = os.path.join(work, "logs")
+    for name in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
+        lines = _read(os.path.join(logs, name)).splitlines()
+        for i, line in enumerate(lines):
+            if "Error in" in line:
+                return ": " + " ".join(lines[i:i + 2]).split("] ", 1)[-1]
+    return ""
+
+
+def _tuned(mod, tgt, trials: int, key: str):
+    """``mod`` lowered and fused, each kernel in the best schedule MetaSchedule measured
+    (``static_shape_tuning``'s steps, with the builder and the trial split above). The
+    tuning database is a cache entry of its own (``tvm_<key>.tuning.json``): a library
+    built again (its entry lost or corrupt) applies it without tuning again."""
+    import json
+
+    tvm, relax = _modules()
+    why = _tuning_broken()
+    if why is not None:
+        raise RuntimeError(f"nn.Graph backend 'tvm': tune_trials={trials} cannot tune: "
+                           f"{why}; set_backend('tvm') compiles untuned")
+    with tgt:
+        mod = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
+                                        relax.transform.CanonicalizeBindings(),
+                                        relax.pipeline.zero_pipeline()])(mod)
+    path, _ = cc.entry(f"tvm_{key}.tuning.json", lambda p: _search(mod, tgt, trials, p))
+    with open(path) as f:
+        db = json.load(f)
+    from tvm.s_tir import meta_schedule as ms
+    with tempfile.TemporaryDirectory(prefix="tessera-tvm-db-") as work:
+        files = {k: os.path.join(work, name) for k, name in _DB_FILES.items()}
+        for k, p in files.items():
+            with open(p, "w") as f:
+                f.write(db[k])
+        with tgt, ms.database.JSONDatabase(files["workloads"], files["records"]):
+            return relax.transform.MetaScheduleApplyDatabase()(mod)
 
 
 def build(lowered: tuple, tune_trials: int = 0):
@@ -302,20 +453,8 @@ def build(lowered: tuple, tune_trials: int = 0):
     key = hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def make(path: str) -> None:
-        m = mod
-        if tune_trials > 0:
-            why = _tuning_broken()
-            if why is not None:
-                raise RuntimeError(f"nn.Graph backend 'tvm': tune_trials={tune_trials} "
-                                   f"cannot tune: {why}; set_backend('tvm') compiles "
-                                   "untuned")
-            with tempfile.TemporaryDirectory(prefix="tessera-tvm-tune-") as work:
-                m = relax.get_pipeline("static_shape_tuning", total_trials=tune_trials,
-                                       target=tgt, work_dir=work)(m)
-                ex = tvm.compile(m, target=tgt)
-        else:
-            ex = tvm.compile(m, target=tgt)
-        ex.export_library(path)
+        m = _tuned(mod, tgt, tune_trials, key) if tune_trials > 0 else mod
+        tvm.compile(m, target=tgt).export_library(path)
     path, cached = cc.entry(f"tvm_{key}.so", make)
     try:
         lib = tvm.runtime.load_module(path)
