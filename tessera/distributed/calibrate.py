@@ -12,7 +12,7 @@ warm-up calls, so that on a host shared with other work it is the rate a step se
 unloaded peak (see ``_rounds``). The boxing steps a compiled step runs are measured too
 (``boxing[transition][n]``), copies and all, beside the bare collectives.
 
-``python -m tessera.distributed.calibrate`` measures this machine (under ``mpiexec -n N``:
+``python -m tessera.distributed.calibrate`` measures the machine it runs on (under ``mpiexec -n N``:
 the MPI communicator on 1..N ranks; in one process: the simulated world's collectives) and
 saves the profile as JSON (written to a temporary file and renamed, so a reader never sees
 half of it) at ``TESSERA_PROFILE`` or ``~/.cache/tessera/profile.json``. ``load()`` reads it
@@ -375,7 +375,7 @@ def _apply(prof: Profile, res: dict) -> None:
 
 
 def measure(world: int | None = None, quick: bool = False) -> Profile:
-    """Measure this machine: GEMM and memory rates in this process, and the collectives of
+    """Measure the machine it runs on: GEMM and memory rates in this process, and the collectives of
     the communicator in use on 2..N ranks (under MPI: the launched ranks; otherwise the
     simulated world of ``world`` ranks, default 2).
 
