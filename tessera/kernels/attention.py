@@ -29,16 +29,16 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import os
 import platform
 
 import numpy as np
 
 from tessera.kernels.csource import source
+from tessera.kernels.gemm import select_isa
 
 __all__ = ["forward", "backward", "available", "isa", "ISAS", "keep_threshold"]
 
-ISAS = ("portable", "avx2", "avx512")            # c/attention.c's TSR_ATTN_* in order
+ISAS = ("portable", "avx2", "avx512")            # c/attention.c's TSR_ATTN_* in order (gemm's too)
 _F32 = np.dtype(np.float32)
 _BR = 64                                         # query rows per forward part
 
@@ -97,17 +97,7 @@ def available() -> bool:
 @functools.lru_cache(maxsize=1)
 def _isa() -> int:
     lib = _lib()
-    forced = os.environ.get("TESSERA_ATTN_ISA", "")
-    if not forced:
-        return int(lib.tsr_attn_isa_best())
-    if forced not in ISAS:
-        raise ValueError(f"TESSERA_ATTN_ISA={forced!r}: expected one of {', '.join(ISAS)}")
-    index = ISAS.index(forced)
-    if not lib.tsr_attn_isa_supported(index):
-        need = {"avx2": "AVX2 and FMA", "avx512": "AVX-512F"}[forced]
-        raise RuntimeError(f"TESSERA_ATTN_ISA={forced}: this CPU (or its OS) lacks {need}; "
-                           f"it runs {ISAS[lib.tsr_attn_isa_best()]}")
-    return index
+    return select_isa("TESSERA_ATTN_ISA", lib.tsr_attn_isa_best, lib.tsr_attn_isa_supported)
 
 
 def isa() -> str:

@@ -105,20 +105,27 @@ def available() -> bool:
     return True
 
 
+def select_isa(variable: str, best, supported) -> int:
+    """The index in ``ISAS`` of the path a kernel family runs: ``$variable`` if set (ValueError
+    for an unknown name, RuntimeError when the CPU lacks it), else ``best()``; ``supported(i)``
+    asks the family's library. Shared by the families compiled per ISA (GEMM, attention)."""
+    forced = os.environ.get(variable, "")
+    if not forced:
+        return int(best())
+    if forced not in ISAS:
+        raise ValueError(f"{variable}={forced!r}: expected one of {', '.join(ISAS)}")
+    index = ISAS.index(forced)
+    if not supported(index):
+        need = {"avx2": "AVX2 and FMA", "avx512": "AVX-512F"}[forced]
+        raise RuntimeError(f"{variable}={forced}: this CPU (or its OS) lacks {need}; "
+                           f"it runs {ISAS[best()]}")
+    return index
+
+
 @functools.lru_cache(maxsize=1)
 def _isa() -> int:
     lib = _lib()
-    forced = os.environ.get("TESSERA_GEMM_ISA", "")
-    if not forced:
-        return int(lib.tsr_gemm_isa_best())
-    if forced not in ISAS:
-        raise ValueError(f"TESSERA_GEMM_ISA={forced!r}: expected one of {', '.join(ISAS)}")
-    index = ISAS.index(forced)
-    if not lib.tsr_gemm_isa_supported(index):
-        need = {"avx2": "AVX2 and FMA", "avx512": "AVX-512F"}[forced]
-        raise RuntimeError(f"TESSERA_GEMM_ISA={forced}: this CPU (or its OS) lacks {need}; "
-                           f"it runs {ISAS[lib.tsr_gemm_isa_best()]}")
-    return index
+    return select_isa("TESSERA_GEMM_ISA", lib.tsr_gemm_isa_best, lib.tsr_gemm_isa_supported)
 
 
 def isa() -> str:
