@@ -90,16 +90,19 @@ def _unplanned(fn, *inputs, steps: int = 1):
 
 
 def _brute_force(a, budget):
-    """The cheapest plan over every choice of dropped saved nodes and kept checkpoints."""
+    """The cheapest plan over every choice of dropped saved nodes and kept checkpoints,
+    each value recomputed once or once per group."""
     unsaved = [i for i in sorted(a.recomputable) if i not in a.late and i not in a.follow]
     best = None
     for r in range(len(a.droppable) + 1):
         for dropped in itertools.combinations(a.droppable, r):
             for q in range(len(unsaved) + 1):
                 for keep in itertools.combinations(unsaved, q):
-                    p = remat.closure(a, dropped, keep)
-                    if (best is None or p.cost < best.cost) and remat.evaluate(a, p) <= budget:
-                        best = p
+                    for multi in (False, True):
+                        p = remat.closure(a, dropped, keep, multi)
+                        if (best is None or p.cost < best.cost) and \
+                                remat.evaluate(a, p) <= budget:
+                            best = p
     return best
 
 

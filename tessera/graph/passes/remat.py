@@ -20,8 +20,10 @@ Methods:
 
 * ``milp``: Checkmate's integer program reduced to this two-phase schedule (a keep and a
   recompute variable per forward node; Checkmate's dependency constraints; one memory row per
-  distinct set of live spans), solved by HiGHS (``scipy.optimize.milp``) within a time
-  limit; a plan found before the limit is returned with its optimality gap;
+  distinct set of live spans), and its staged form (a recompute variable per group of
+  dropped nodes and forward node, so a value may be recomputed once per backward stage),
+  both solved by HiGHS (``scipy.optimize.milp``) within one time limit; the cheaper plan
+  wins, and a plan found before the limit is returned with its optimality gap;
 * ``sqrt``: Chen et al.'s segments: walk the saved nodes in order and keep one whenever the
   bytes dropped since the last kept one pass a segment size, the size searched over a range
   for the cheapest plan that fits;
@@ -639,6 +641,10 @@ def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
             break
         if attempt:
             model_budget -= peak - budget
+    staged, sinfo = _staged(a, budget, deadline)
+    if staged is not None and (best is None or staged.cost < best.cost):
+        best, info = staged, dict(info, **sinfo)
+        info["status"] += ", values recomputed per group"
     if best is None:   # no plan of the model fits: the heuristics' best, said so
         info["gap"] = None
         tried, smallest = [], -1
@@ -652,6 +658,143 @@ def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
         best, name = min(tried, key=lambda pn: pn[0].cost)
         info["status"] = f"{reason}: {name} plan"
     return polish(a, best, budget), info
+
+
+def _staged(a: Analysis, budget: int, deadline: float) -> tuple[Plan | None, dict]:
+    """Checkmate's staged program with one stage per group: which saved nodes are kept
+    (``k_i``; unsaved ones too, as checkpoints) and which forward nodes each group
+    recomputes (``r_ti``: group ``t`` is the dropped nodes first read by backward node
+    ``t``, as ``closure(..., multi=True)`` forms them). A group's copy of a dropped node it
+    owns lives to the node's last backward reader (and serves later groups meanwhile);
+    its other copies die within the group. Memory counts a kept node to the latest group
+    that may read it and every copy of a group at the group's node (an upper bound, so a
+    plan fits as solved unless the tightening loop says otherwise)."""
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+    droppable, views, recompute = _universe(a)
+    uni = set(recompute)
+    fol = set(a.follow)
+    keepable = droppable + [i for i in recompute if i not in a.late and i not in fol]
+    kcol = {i: k for k, i in enumerate(keepable)}
+    owners: dict = {}   # group -> the dropped nodes (and views of them) it owns
+    for i in droppable + views:
+        owners.setdefault(a.late[i][0], []).append(i)
+    anc: dict = {}      # group -> every forward node its copies may need
+    for t, own in owners.items():
+        need: set = set()
+        stack = list(own)
+        while stack:
+            i = stack.pop()
+            if i not in need:
+                need.add(i)
+                stack.extend(p for p in a.parents[i] if p in uni)
+        anc[t] = need
+    rcol: dict = {}
+    for t in sorted(anc):
+        for i in sorted(anc[t]):
+            rcol[(t, i)] = len(kcol) + len(rcol)
+    nvar = len(kcol) + len(rcol)
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+
+    def row(terms, lb, ub):
+        for c, v in terms:
+            rows.append(len(lo))
+            cols.append(c)
+            vals.append(v)
+        lo.append(lb)
+        hi.append(ub)
+
+    def alive_own(p, t):   # the column of p's own copy when it is still alive at group t
+        if p in a.late and p in uni and a.late[p][0] < t <= a.late[p][-1] and \
+                (p in kcol or a.follow.get(p) in kcol):
+            return rcol.get((a.late[p][0], p))
+        return None
+
+    for t, own in owners.items():
+        for i in own:   # kept, or recomputed by its group (a view: when its base is dropped)
+            row([(kcol[a.follow.get(i, i)], 1.0), (rcol[(t, i)], 1.0)], 1.0, np.inf)
+    readers: dict = {}  # kept-able node -> the latest group that may read it
+    for (t, i), c in rcol.items():
+        for p in a.parents[i]:
+            if p not in uni:
+                continue
+            terms = [(rcol[(t, p)], 1.0), (c, -1.0)]
+            if p in kcol:
+                terms.append((kcol[p], 1.0))
+                readers[p] = max(readers.get(p, t), t)
+            elif p in a.late and a.follow.get(p) in kcol:   # a view read late: kept with its base
+                terms.append((kcol[a.follow[p]], 1.0))
+                readers[a.follow[p]] = max(readers.get(a.follow[p], t), t)
+            elif p in a.late:   # a view of an input or a variable: always there
+                continue
+            o = alive_own(p, t)
+            if o is not None:
+                terms.append((o, 1.0))
+            row(terms, 0.0, np.inf)
+    n_dep = (len(vals), len(lo))
+    spans: list = []    # (first, last, column, bytes)
+    for i in keepable:
+        end = max([readers.get(i, -1)] + ([a.late[i][-1]] if i in a.late else []))
+        spans.append((_last_fwd(a, i) + 1, end, kcol[i], a.size[i]))
+    for (t, i), c in rcol.items():
+        if t == a.late.get(i, [None])[0]:
+            spans.append((t, a.late[i][-1], c, a.size[i]))
+        else:
+            spans.append((t, t, c, a.size[i]))
+    base = _profile(a.g.nodes, *_live(a.g))
+    for i in droppable:
+        for s in range(_last_fwd(a, i) + 1, a.late[i][-1] + 1):
+            base[s] -= a.size[i]
+    events: dict = {}
+    for s0, s1, c, b in spans:
+        if b and s0 <= s1:
+            events.setdefault(s0, []).append((c, b))
+            events.setdefault(s1 + 1, []).append((c, -b))
+    marks = sorted(events) + [len(base)]
+    cost = np.zeros(nvar)
+    for (t, i), c in rcol.items():
+        cost[c] = a.cost[i][0]
+    info: dict = {"status": "optimal", "gap": 0.0, "variables": nvar}
+    model_budget = budget
+    for attempt in range(5):
+        del rows[n_dep[0]:], cols[n_dep[0]:], vals[n_dep[0]:], lo[n_dep[1]:], hi[n_dep[1]:]
+        active: dict = {}
+        for m0, m1 in zip(marks, marks[1:]):
+            for c, v in events.get(m0, ()):
+                active[c] = active.get(c, 0) + v
+                if active[c] == 0:
+                    del active[c]
+            seg = base[max(m0, 0):max(m1, 0)]
+            if seg and active and max(seg) + sum(active.values()) > model_budget:
+                row(list(active.items()), -np.inf, float(model_budget - max(seg)))
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return None, info
+        A = coo_matrix((vals, (rows, cols)), shape=(len(lo), nvar)).tocsr()
+        res = milp(cost, integrality=np.ones(nvar), bounds=Bounds(0, 1),
+                   constraints=LinearConstraint(A, np.array(lo), np.array(hi)),
+                   options={"time_limit": left, "disp": False})
+        info["rows"] = len(lo)
+        if res.x is None:
+            return None, info
+        dropped = {i for i in droppable if res.x[kcol[i]] < 0.5}
+        kept = {i for i in keepable if i not in a.late and res.x[kcol[i]] > 0.5}
+        plan = closure(a, dropped, kept, True)
+        peak = evaluate(a, plan)
+        if peak <= budget:
+            info["gap"] = float(getattr(res, "mip_gap", 0.0) or 0.0)
+            if res.status != 0:
+                info["status"] = "time limit: best plan found"
+            if attempt:
+                info["status"] += f" (model budget tightened {attempt}x)"
+            return plan, info
+        model_budget -= peak - budget
+    return None, info
 
 
 def _within(a: Analysis, budget: int) -> Plan | None:
