@@ -417,15 +417,16 @@ def _qmaxpool(prog: Program, i: int, n: Node) -> None:
     N, C, H, W = x.shape
     _, _, OH, OW = out.shape
     (kh, kw), (sh, sw), (ph, pw) = at["kernel_size"], at["stride"], at["padding"]
+    dh, dw = at.get("dilation", (1, 1))
     # the padding is the type's least value, which never wins: the taps inside suffice
     prog.steps.append(
         f"{{ const {t} *x = {prog.p(x)}; {t} *y = {prog.p(out)};\n"
         f"  for (int64_t q = 0; q < {N * C}; q++) for (int64_t oy = 0; oy < {OH}; oy++)\n"
         f"  for (int64_t ox = 0; ox < {OW}; ox++) {{\n"
         f"    {t} best = {_LIMITS[t][0]};\n"
-        f"    for (int64_t i = 0; i < {kh}; i++) {{ int64_t iy = oy * {sh} - {ph} + i;\n"
+        f"    for (int64_t i = 0; i < {kh}; i++) {{ int64_t iy = oy * {sh} - {ph} + i * {dh};\n"
         f"      if (iy < 0 || iy >= {H}) continue;\n"
-        f"      for (int64_t j = 0; j < {kw}; j++) {{ int64_t ix = ox * {sw} - {pw} + j;\n"
+        f"      for (int64_t j = 0; j < {kw}; j++) {{ int64_t ix = ox * {sw} - {pw} + j * {dw};\n"
         f"        if (ix < 0 || ix >= {W}) continue;\n"
         f"        {t} v = x[(q * {H} + iy) * {W} + ix]; best = v > best ? v : best; }} }}\n"
         f"    y[(q * {OH} + oy) * {OW} + ox] = best;\n  }} }}")
@@ -689,7 +690,19 @@ def _prelu(prog: Program, i: int, n: Node) -> None:
         f"    y[i] = x[i] > 0.0f ? x[i] : a * x[i]; }} }}")
 
 
+_FLOAT_MAX_POOL = RULES["max_pool_values"]
+
+
+def _max_pool(prog: Program, i: int, n: Node) -> None:
+    """Max pooling of integers (an imported QDQ model pools its uint8 values) or floats."""
+    x = n.inputs[0]
+    if isinstance(x, Value) and x.dtype.name in _T and len(x.shape) == 4:
+        return _qmaxpool(prog, i, n)
+    return _FLOAT_MAX_POOL(prog, i, n)
+
+
 RULES.update({
+    "max_pool_values": _max_pool,
     "prelu": _prelu,
     "quantize_per_tensor": _quantize, "dequantize": _dequantize,
     "dequantize_per_channel": _dequantize_pc, "quantized_relu": _qrelu,

@@ -197,3 +197,12 @@ def test_unknown_paths_fail_the_run(lenet_int8, binary_first):
                             str(out / "in0.npy"), str(out / "o.npy")], capture_output=True,
                            text=True, env={**os.environ, var: "sse9"})
         assert r.returncode != 0 and f"{var}=sse9: expected" in r.stderr
+
+
+def test_qdq_onnx_of_an_int8_model_exports_bit_for_bit(lenet_int8, tmp_path):
+    """tessera's QDQ ONNX, read back (QDQ pairs become INT8 ops again), as a C library."""
+    import tessera.onnx
+    model, x, _ = lenet_int8
+    tessera.onnx.export(model, (x,), str(tmp_path / "q.onnx"))
+    out = build(str(tmp_path / "q.onnx"), (x,), tmp_path, "qonnx")
+    np.testing.assert_array_equal(run_driver(out, "qonnx", (x,)), eager(model, (x,)))

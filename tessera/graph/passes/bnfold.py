@@ -1,8 +1,6 @@
 """Batch-norm folding (inference graphs only): an eval-mode ``batch_norm`` of the single-use
 output of a ``conv``, or of a linear layer (``matmul`` by a weight, optionally plus a bias),
-is an affine map per output channel, so it folds into that layer's weight and bias (any
-other eval-mode ``batch_norm`` with fixed statistics becomes that map, a ``mul`` and an
-``add``):
+is an affine map per output channel, so it folds into that layer's weight and bias:
 
     s = gamma / sqrt(running_var + eps)
     W' = W * s (per output channel)        b' = (b - running_mean) * s + beta
@@ -149,18 +147,6 @@ def _fold_linear(g, ctx, bn, y, known, users, roots, s, shift) -> list[Node] | N
     return [m, _emit("add", [m.outputs[0], nb], {"alpha": 1}, y.producer.name, g)]
 
 
-def _as_affine(g, ctx, bn, y, s, shift) -> list[Node] | None:
-    """A batch_norm that folds into no layer (after a binary convolution, an addition...)
-    as ``y * s + shift`` per channel: elementwise, so it fuses with its neighbours."""
-    if not y.dtype.is_floating_point or len(y.shape) < 2:
-        return None
-    shape = (len(s),) + (1,) * (len(y.shape) - 2)
-    ns = new_variable(g, ctx, _tensor(s.reshape(shape), y))
-    nb = new_variable(g, ctx, _tensor(shift.reshape(shape), y))
-    mul = _emit("mul", [y, ns], {}, bn.name, g)
-    return [mul, _emit("add", [mul.outputs[0], nb], {"alpha": 1}, bn.name, g)]
-
-
 def _producer_is(v, name: str) -> bool:
     return isinstance(v, Value) and v.producer is not None and v.producer.op.name == name
 
@@ -187,8 +173,6 @@ def run(g: Graph, ctx) -> bool:
             new = _fold_linear(g, ctx, bn, y, known, users, roots, *affine)
         else:
             new = None
-        if not new:
-            new = _as_affine(g, ctx, bn, y, *affine)
         if not new:
             continue
         at = g.nodes.index(bn)
