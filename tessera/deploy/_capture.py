@@ -73,12 +73,41 @@ def capture(model, example_inputs) -> tuple[Graph, dict[str, np.ndarray]]:
         ir, tensors = compiled.ir, compiled.tensors
     g = Graph.parse(str(ir))
     values = {name: np.ascontiguousarray(_array(tensors[name])) for name in g.variables}
+    _affine_batch_norms(g, values)
     _fold_constants(g, values)
     return g, values
 
 
 def _array(t) -> np.ndarray:
     return t.detach().numpy() if isinstance(t, Tensor) else np.asarray(t)
+
+
+def _affine_batch_norms(g: Graph, values: dict) -> None:
+    """An eval-mode batch_norm the passes did not fold into a layer (one after a binary
+    convolution or an addition) becomes ``x * s + shift`` per channel, elementwise ops the
+    library has loops for (its statistics' results unused, as in any inference graph)."""
+    from tessera.graph.passes.bnfold import _affine, _emit
+    known = {id(v): Tensor._from_numpy(values[k]) for k, v in g.variables.items()}
+    used = {id(v) for n in g.nodes for v in n.tensor_inputs} | {id(v) for v in g.outputs}
+    for bn in [n for n in g.nodes if n.op.name == "batch_norm"]:
+        y = bn.inputs[0]
+        if any(id(v) in used for v in bn.outputs[1:]) or not y.dtype.is_floating_point or \
+                len(y.shape) < 2:
+            continue
+        affine = _affine(bn, known)
+        if affine is None:
+            continue
+        shape = (y.shape[1],) + (1,) * (len(y.shape) - 2)
+        made = []
+        for part, a in zip(("scale", "shift"), affine):
+            name = f"_bn.{part}.{len(values)}"
+            values[name] = np.ascontiguousarray(a.reshape(shape), dtype=y.dtype.np)
+            made.append(g.add_variable(name, shape, y.dtype))
+        mul = _emit("mul", [y, made[0]], {}, bn.name, g)
+        add = _emit("add", [mul.outputs[0], made[1]], {"alpha": 1}, bn.name, g)
+        at = g.nodes.index(bn)
+        g.nodes[at:at + 1] = [mul, add]
+        g.replace_uses(bn.outputs[0], add.outputs[0])
 
 
 def _fold_constants(g: Graph, values: dict) -> None:

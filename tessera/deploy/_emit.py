@@ -31,7 +31,8 @@ from tessera.ops.registry import REGISTRY
 
 __all__ = ["Program", "emit"]
 
-CTYPES = CType.NAMES
+CTYPES = {**CType.NAMES, "uint8": "uint8_t", "int8": "int8_t", "quint8": "uint8_t",
+          "qint8": "int8_t", "qint32": "int32_t"}
 # ops whose result is their input's elements moved about (read from an index array)
 MOVEMENT = frozenset({"clone", "contiguous", "permute", "transpose", "expand", "flip",
                       "repeat", "t", "cat_single"})
@@ -53,7 +54,9 @@ class Loc:
 class Program:
     name: str
     graph: Graph
-    weights: dict = field(default_factory=dict)     # variable name -> (byte offset, array)
+    weights: dict = field(default_factory=dict)     # name -> (byte offset, array or None:
+                                                    # the variable's value)
+    values: dict = field(default_factory=dict)      # variable name -> its NumPy value
     payload_bytes: int = 0
     packed: list = field(default_factory=list)      # (weight offset, k, n) packed at load
     kernels: list = field(default_factory=list)     # C text before the run function
@@ -86,7 +89,7 @@ def _index_maps(n: Node):
     if len(ins) != 1 or n.inputs[0] is not ins[0]:
         return None
     src = ins[0]
-    if any(out.dtype is not src.dtype for out in n.outputs):
+    if any(out.dtype.np != src.dtype.np for out in n.outputs):  # (quint8 viewed as uint8)
         return None
     kernel = n.op.kernels.get("cpu")
     if kernel is None:
@@ -478,7 +481,7 @@ def emit(name: str, g: Graph, values: dict) -> Program:
                                       " outputs must be float32")
     _split_movements(g)
     _copy_outputs(g)
-    prog = Program(name, g)
+    prog = Program(name, g, values=values)
     _plan_layout(prog)
     views, copies, moves, kinds = set(), set(), {}, {}
     for i, n in enumerate(g.nodes):
@@ -554,3 +557,7 @@ def _emit_node(prog: Program, i: int, n: Node, kind: str, move) -> None:
     else:
         body, ext = _elementwise_body(n)
         _region(prog, i, body, ext, out)
+
+
+# the INT8 and binary rules register themselves into RULES
+from tessera.deploy import _emit_lowp  # noqa: E402, F401

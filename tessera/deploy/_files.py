@@ -17,7 +17,7 @@ __all__ = ["write_folder", "checksum", "RUNTIME_FILES"]
 HERE = pathlib.Path(__file__).resolve().parent / "c"
 # (file, where it comes from): the kernels' sources as they are, and the deploy runtime
 KERNEL_FILES = ("gemm.c", "gemm.h", "prelude.h", "window.h", "depthwise.c", "maxpool.c",
-                "threadpool.c")
+                "threadpool.c", "int8.c", "binary.c")
 RUNTIME_FILES = ("tsr_runtime.c", "tsr_runtime.h", "npy.h")
 CFLAGS = "-std=c11 -O2 -Wall -Wextra -Werror -fPIC -fopenmp-simd"
 MAGIC = b"TSRWGT1\0"
@@ -167,7 +167,7 @@ static inline int has_avx2(void) {{
 #endif
 }}
 
-static int run_gemm({n}_model *m, tsr_gemm_t *g) {{
+static inline int run_gemm({n}_model *m, tsr_gemm_t *g) {{
     int64_t blocks = tsr_gemm_plan(g, m->threads), bad = 0;
     if (blocks < 0) return 1;
     int64_t c[] = {{(int64_t)(intptr_t)g, (int64_t)(intptr_t)&bad}};
@@ -346,8 +346,9 @@ def checksum(data: bytes) -> int:
 
 def _weights_file(prog: Program, values: dict, fingerprint: int) -> bytes:
     payload = bytearray(prog.payload_bytes)
-    for name, (off, _) in prog.weights.items():
-        a = np.ascontiguousarray(values[name], dtype=prog.graph.variables[name].dtype.np)
+    for name, (off, arr) in prog.weights.items():
+        a = arr if arr is not None else \
+            np.ascontiguousarray(values[name], dtype=prog.graph.variables[name].dtype.np)
         payload[off:off + a.nbytes] = a.tobytes()
     header = MAGIC + struct.pack("<QQQ", fingerprint, len(payload),
                                  checksum(bytes(payload))) + bytes(32)
