@@ -67,12 +67,20 @@ def _lib():
     lib.tsr_bin_columns.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                     ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
                                     ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-    for f in (lib.tsr_bin_pack_planar, lib.tsr_bin_pack_rows, lib.tsr_bin_columns):
+    lib.tsr_bin_direct.argtypes = [ctypes.c_void_p, ctypes.c_int64] + [ctypes.c_void_p] * 4 + \
+        [ctypes.c_int64] * 2
+    lib.tsr_bin_direct_pack.argtypes = [ctypes.c_void_p] * 3
+    lib.tsr_bin_direct_conv.argtypes = [ctypes.c_void_p, ctypes.c_int64] + \
+        [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2
+    for f in (lib.tsr_bin_pack_planar, lib.tsr_bin_pack_rows, lib.tsr_bin_columns,
+              lib.tsr_bin_direct, lib.tsr_bin_direct_pack, lib.tsr_bin_direct_conv):
         f.restype = None
+    lib.tsr_bin_direct_block.restype = ctypes.c_int64
     lib.tsr_bin_cpu.restype = ctypes.c_int
     return lib
 
 
+@functools.lru_cache(maxsize=1)
 def available() -> tuple[str, ...]:
     """The paths this CPU (and toolchain) can run, fastest first.
 
@@ -200,6 +208,27 @@ class _Conv:
             np.uint32)
         self.words = words
         self._corr: dict[tuple, np.ndarray] = {}
+        self._plans: dict[tuple, _Direct] = {}
+        self._blocked: np.ndarray | None = None
+
+    def direct(self, h: int, w: int, padding, dilation, pad_value: int) -> _Direct:
+        """The plan of the direct (stride 1) kernels for inputs of ``h`` x ``w``."""
+        key = (h, w, padding, dilation, pad_value)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = _Direct(self, h, w, padding, dilation, pad_value)
+        return plan
+
+    def blocked(self, nb: int) -> np.ndarray:
+        """The weights as the direct kernels read them: (ceil(O / nb), K, nb) words, word k
+        of channel n at ``[n // nb, k, n % nb]`` (the extra channels zero)."""
+        if self._blocked is None:
+            k = self.kh * self.kw * self.cw
+            ob = -(-self.o // nb) * nb
+            wb = np.zeros((ob, k), np.uint64)
+            wb[:self.o] = self.words.reshape(self.o, k)
+            self._blocked = np.ascontiguousarray(wb.reshape(ob // nb, nb, k).transpose(0, 2, 1))
+        return self._blocked
 
     def corr(self, h: int, w: int, stride, padding, dilation, oh: int, ow: int) -> np.ndarray:
         """(O, OH*OW) int32: minus the weight sums of the taps that fall in the padding."""
@@ -219,6 +248,41 @@ class _Conv:
         c = -(padded.reshape(oh * ow, -1).astype(np.int32) @ tapsum.T).T
         self._corr[key] = c = np.ascontiguousarray(c, np.int32)
         return c
+
+
+class _Direct:
+    """The direct kernels' plan (``g`` in ``c/binary.c``) for one layer and input size: no
+    column building, the input packed into a padded planar image the kernels read in place.
+    Everything but the input, the scale and the output is fixed here, once."""
+
+    def __init__(self, conv: _Conv, h: int, w: int, padding, dilation, pad_value: int):
+        lib = _lib()
+        nb = lib.tsr_bin_direct_block()
+        ph, pw = padding
+        hp, wp = h + 2 * ph, w + 2 * pw
+        oh = _out_size(h, conv.kh, 1, ph, dilation[0])
+        ow = _out_size(w, conv.kw, 1, pw, dilation[1])
+        self.oh, self.ow = oh, ow
+        self.wb = conv.blocked(nb)
+        self.corr = None
+        if pad_value == 0 and any(padding):
+            self.corr = conv.corr(h, w, (1, 1), padding, dilation, oh, ow)
+        last = conv.cin - 64 * (conv.cw - 1)
+        ones = (1 << 64) - 1
+        pad, pad_last = (ones, ones >> (64 - last)) if pad_value == -1 else (0, 0)
+        off = [cw * hp * wp + ky * dilation[0] * wp + kx * dilation[1]
+               for ky in range(conv.kh) for kx in range(conv.kw) for cw in range(conv.cw)]
+        k = len(off)
+        g = [conv.cw, conv.cin, h, w, ph, pw, hp, wp, oh, ow, conv.o, k, conv.cin * conv.kh *
+             conv.kw, pad - (1 << 64) if pad >> 63 else pad,
+             pad_last - (1 << 64) if pad_last >> 63 else pad_last,
+             self.wb.ctypes.data, 0 if self.corr is None else self.corr.ctypes.data] + off
+        self.g = np.array(g, np.int64)
+        self.gp = self.g.ctypes.data
+        self.img_words = conv.cw * hp * wp + 8
+        self.out_shape = (conv.o, oh, ow)
+        self.o = conv.o
+        self.work = conv.o * oh * ow * k
 
 
 _PACKED: dict[tuple, tuple[weakref.ref, _Conv]] = {}
@@ -279,6 +343,8 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
     x = np.ascontiguousarray(x, np.float32)
     n, c, h, w = x.shape
     pw = _prepared(words, cin)
+    if stride == (1, 1):
+        return _direct(lib, path, x, pw.direct(h, w, padding, dilation, pad_value), scale)
     m = oh * ow
     mip = -(-m // _TW) * _TW
     halves = 2 * pw.kh * pw.kw * pw.cw
@@ -295,6 +361,48 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
     kbits = cin * pw.kh * pw.kw
     _columns(lib, x, c, geo, fill, fill_last, cols, pw.cw * h * w, halves * m)
     _gemm(path, cols, m, pw.rows, out, m, kbits, corr, scale, False, pw.o * m)
+    return out
+
+
+_PATH = {"c": 0, "avx2": 1, "vpopcnt": 2}
+
+
+def _direct(lib, path: str, x: np.ndarray, plan: _Direct, scale: np.ndarray | None
+            ) -> np.ndarray:
+    """The stride-1 convolution on the direct kernels: each image packed once into a padded
+    image the kernels read in place; one C call on one thread, else the images (or, for one
+    image, the output channels) split over the kernel threads."""
+    n = x.shape[0]
+    out = np.empty((n,) + plan.out_shape, np.float32)
+    sp = 0 if scale is None else scale.ctypes.data
+    xp, op, code = x.ctypes.data, out.ctypes.data, _PATH[path]
+    from tessera.kernels import threadpool
+    if n * plan.work >= _SPLIT_OPS and threadpool.usable():
+        t = threadpool._threads()
+        if n >= t:
+            step = -(-n // t)
+            imgs = [np.empty(plan.img_words, np.uint64) for _ in range(0, n, step)]
+            parts = [(plan.gp, code, xp, sp, op, im.ctypes.data, i, min(i + step, n))
+                     for im, i in zip(imgs, range(0, n, step))]
+            if threadpool.run(lib.tsr_bin_direct, parts) is not None:
+                return out
+        else:
+            nb = lib.tsr_bin_direct_block()
+            img = np.empty(plan.img_words, np.uint64)
+            ip = img.ctypes.data
+            step = -(-plan.o // t)
+            step = -(-step // nb) * nb
+            osz = plan.o * plan.oh * plan.ow
+            for i in range(n):
+                lib.tsr_bin_direct_pack(plan.gp, xp + i * x[0].nbytes, ip)
+                parts = [(plan.gp, code, ip, sp, op + i * osz * 4, j, min(j + step, plan.o))
+                         for j in range(0, plan.o, step)]
+                if threadpool.run(lib.tsr_bin_direct_conv, parts) is None:
+                    for p in parts:
+                        lib.tsr_bin_direct_conv(*p)
+            return out
+    img = np.empty(plan.img_words, np.uint64)
+    lib.tsr_bin_direct(plan.gp, code, xp, sp, op, img.ctypes.data, 0, n)
     return out
 
 
