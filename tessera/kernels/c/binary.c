@@ -345,11 +345,14 @@ int tsr_bin_cpu(void) {
 
    The plan ``g`` (int64, built once per layer and input size by ``tessera.kernels.binary``):
    Cw, C, H, W, PH, PW, Hp, Wp, OH, OW, O, K, kbits, pad word, last channel word's pad word,
-   wb, corr (int32 (O, OH * OW) or null), then K offsets. The epilogue is ``epilogue``'s:
-   float32(kbits - 2 * sum + corr) * scale[n]. */
+   wb, corr (int32 (O, OH * OW) or null), base (corr + kbits as float32, or null), then K
+   offsets. The result is ``epilogue``'s: float32(kbits - 2 * sum + corr) * scale[n]. */
 enum { D_CW, D_CIN, D_H, D_W, D_PH, D_PW, D_HP, D_WP, D_OH, D_OW, D_O, D_K, D_KBITS, D_PAD,
-       D_PADLAST, D_WB, D_CORR, D_OFF };
-enum { NB = 8, VW = 8, SLACK = 8 };
+       D_PADLAST, D_WB, D_CORR, D_BASE, D_OFF };
+#ifndef NB
+#define NB 8
+#endif
+enum { VW = 8, SLACK = 8 };
 
 int64_t tsr_bin_direct_block(void) { return NB; }
 
@@ -563,7 +566,9 @@ static void direct_avx2(const int64_t* g, const uint64_t* img, const float* scal
 }
 
 /* AVX-512 VPOPCNTDQ: 8 pixels a zmm, PV5 vectors by NB channels a tile */
-enum { PV5 = 3 };
+#ifndef PV5
+#define PV5 3
+#endif
 #define T512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx512vpopcntdq")))
 
 T512 static inline __attribute__((always_inline)) void dtile_512(
@@ -584,19 +589,32 @@ T512 static inline __attribute__((always_inline)) void dtile_512(
                     _mm512_xor_si512(a[u], b)));
         }
     }
-    const int32_t* corr = (const int32_t*)g[D_CORR];
+    /* two channels' sums at once: their low halves (the sums are < 2^24) in one register,
+       converted, and kbits - 2 * sum (+ corr) formed in float, exactly, by one fma */
+    const float* base = (const float*)g[D_BASE];
     const int64_t ohw = g[D_OH] * g[D_OW];
-    const __m256i kb = _mm256_set1_epi32((int)g[D_KBITS]);
-    for (int u = 0; u < pv; u++) {
-        const __mmask8 m = (__mmask8)((1u << v[u].nv) - 1);
-        for (int j = 0; j < nr; j++) {
-            const int64_t at = (n + j) * ohw + v[u].pix;
-            __m256i d = _mm256_sub_epi32(kb, _mm256_slli_epi32(_mm512_cvtepi64_epi32(s[u][j]),
-                                                               1));
-            if (corr) d = _mm256_add_epi32(d, _mm256_maskz_loadu_epi32(m, corr + at));
-            __m256 f = _mm256_cvtepi32_ps(d);
-            if (scale) f = _mm256_mul_ps(f, _mm256_set1_ps(scale[n + j]));
-            _mm256_mask_storeu_ps(out + at, m, f);
+    const __m512i pair = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30);
+    const __m512 kb = _mm512_set1_ps((float)g[D_KBITS]), m2 = _mm512_set1_ps(-2.0f);
+    for (int j = 0; j < nr; j += 2) {
+        const int both = j + 1 < nr;
+        const __m512 sc = scale ? _mm512_insertf32x8(_mm512_set1_ps(scale[n + j]),
+                                                     _mm256_set1_ps(scale[n + j + both]), 1)
+                                : _mm512_set1_ps(1.0f);
+        for (int u = 0; u < pv; u++) {
+            const __mmask8 m = (__mmask8)((1u << v[u].nv) - 1);
+            float* o = out + (n + j) * ohw + v[u].pix;
+            __m512 b = kb;
+            if (base) {
+                const float* bp = base + (n + j) * ohw + v[u].pix;
+                b = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_maskz_loadu_ps(m, bp)),
+                                       _mm256_maskz_loadu_ps(m, bp + both * ohw), 1);
+            }
+            __m512 f = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(s[u][j], pair,
+                                                                    s[u][j + 1]));
+            f = _mm512_mul_ps(_mm512_fmadd_ps(f, m2, b), sc);
+            _mm256_mask_storeu_ps(o, m, _mm512_castps512_ps256(f));
+            if (both) _mm256_mask_storeu_ps(o + ohw, m, _mm512_extractf32x8_ps(f, 1));
         }
     }
 }
