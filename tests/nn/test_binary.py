@@ -49,7 +49,7 @@ def test_conv_kernels_bit_exact_with_reference(path, geo):
 @pytest.mark.parametrize("path", PATHS)
 def test_direct_conv_split_over_threads_bit_exact(path):
     # the stride-1 kernels split the images over the threads, or one image's output channels
-    x = rng.standard_normal((3, 64, 20, 20)).astype(np.float32)
+    x = rng.standard_normal((3, 64, 24, 24)).astype(np.float32)
     words = K.packbits(rng.standard_normal((72, 3, 3, 64)))
     scale = rng.uniform(0.1, 2.0, 72).astype(np.float32)
     threads = tessera.get_num_threads()
