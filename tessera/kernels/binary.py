@@ -53,7 +53,7 @@ def _addr(a: np.ndarray) -> int:
     """The address of ``a``'s data: through the buffer protocol, which costs a tenth of
     ``a.ctypes.data`` (a per-call cost of small layers), or that for read-only arrays."""
     try:
-        return _addressof(_from_buffer(a))
+        return _addressof(_from_buffer(a))  # type: ignore[arg-type]  # ndarray: a buffer
     except (TypeError, ValueError, BufferError):
         return a.ctypes.data
 
@@ -80,11 +80,10 @@ def _lib():
     lib.tsr_bin_columns.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                     ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
                                     ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-    lib.tsr_bin_direct.argtypes = [ctypes.c_void_p, ctypes.c_int64] + [ctypes.c_void_p] * 4 + \
-        [ctypes.c_int64] * 2
-    lib.tsr_bin_direct_pack.argtypes = [ctypes.c_void_p] * 3
-    lib.tsr_bin_direct_conv.argtypes = [ctypes.c_void_p, ctypes.c_int64] + \
-        [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2
+    P, I = ctypes.c_void_p, ctypes.c_int64
+    lib.tsr_bin_direct.argtypes = [P, I, P, P, P, P, I, I]
+    lib.tsr_bin_direct_pack.argtypes = [P, P, P]
+    lib.tsr_bin_direct_conv.argtypes = [P, I, P, P, P, I, I]
     for f in (lib.tsr_bin_pack_planar, lib.tsr_bin_pack_rows, lib.tsr_bin_columns,
               lib.tsr_bin_direct, lib.tsr_bin_direct_pack, lib.tsr_bin_direct_conv):
         f.restype = None
@@ -425,11 +424,11 @@ def _direct(lib, path: str, x: np.ndarray, plan: _Direct, scale: np.ndarray | No
             osz = plan.o * plan.oh * plan.ow
             for i in range(n):
                 lib.tsr_bin_direct_pack(plan.gp, xp + i * x[0].nbytes, ip)
-                parts = [(plan.gp, code, ip, sp, op + i * osz * 4, j, min(j + step, plan.o))
-                         for j in range(0, plan.o, step)]
-                if threadpool.run(lib.tsr_bin_direct_conv, parts) is None:
-                    for p in parts:
-                        lib.tsr_bin_direct_conv(*p)
+                chunks = [(plan.gp, code, ip, sp, op + i * osz * 4, j, min(j + step, plan.o))
+                          for j in range(0, plan.o, step)]
+                if threadpool.run(lib.tsr_bin_direct_conv, chunks) is None:
+                    for c in chunks:
+                        lib.tsr_bin_direct_conv(*c)
             return out
     if plan.img_free.acquire(blocking=False):
         try:
