@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import threading
 import weakref
 
 import numpy as np
@@ -43,6 +44,18 @@ _BITS = {"avx2": 1, "vpopcnt": 2}
 PAD_VALUES = (-1, 0, 1)
 _TW = 16           # the kernels' tile width (columns)
 _SPLIT_OPS = 1 << 18  # word products below which one thread does the whole product
+
+
+_from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
+
+
+def _addr(a: np.ndarray) -> int:
+    """The address of ``a``'s data: through the buffer protocol, which costs a tenth of
+    ``a.ctypes.data`` (a per-call cost of small layers), or that for read-only arrays."""
+    try:
+        return _addressof(_from_buffer(a))  # type: ignore[arg-type]  # ndarray: a buffer
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
 
 
 @functools.lru_cache(maxsize=1)
@@ -67,12 +80,19 @@ def _lib():
     lib.tsr_bin_columns.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                     ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
                                     ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-    for f in (lib.tsr_bin_pack_planar, lib.tsr_bin_pack_rows, lib.tsr_bin_columns):
+    P, I = ctypes.c_void_p, ctypes.c_int64
+    lib.tsr_bin_direct.argtypes = [P, I, P, P, P, P, I, I]
+    lib.tsr_bin_direct_pack.argtypes = [P, P, P]
+    lib.tsr_bin_direct_conv.argtypes = [P, I, P, P, P, I, I]
+    for f in (lib.tsr_bin_pack_planar, lib.tsr_bin_pack_rows, lib.tsr_bin_columns,
+              lib.tsr_bin_direct, lib.tsr_bin_direct_pack, lib.tsr_bin_direct_conv):
         f.restype = None
+    lib.tsr_bin_direct_block.restype = ctypes.c_int64
     lib.tsr_bin_cpu.restype = ctypes.c_int
     return lib
 
 
+@functools.lru_cache(maxsize=1)
 def available() -> tuple[str, ...]:
     """The paths this CPU (and toolchain) can run, fastest first.
 
@@ -200,6 +220,27 @@ class _Conv:
             np.uint32)
         self.words = words
         self._corr: dict[tuple, np.ndarray] = {}
+        self._plans: dict[tuple, _Direct] = {}
+        self._blocked: np.ndarray | None = None
+
+    def direct(self, h: int, w: int, padding, dilation, pad_value: int) -> _Direct:
+        """The plan of the direct (stride 1) kernels for inputs of ``h`` x ``w``."""
+        key = (h, w, padding, dilation, pad_value)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = _Direct(self, h, w, padding, dilation, pad_value)
+        return plan
+
+    def blocked(self, nb: int) -> np.ndarray:
+        """The weights as the direct kernels read them: (ceil(O / nb), K, nb) words, word k
+        of channel n at ``[n // nb, k, n % nb]`` (the extra channels zero)."""
+        if self._blocked is None:
+            k = self.kh * self.kw * self.cw
+            ob = -(-self.o // nb) * nb
+            wb = np.zeros((ob, k), np.uint64)
+            wb[:self.o] = self.words.reshape(self.o, k)
+            self._blocked = np.ascontiguousarray(wb.reshape(ob // nb, nb, k).transpose(0, 2, 1))
+        return self._blocked
 
     def corr(self, h: int, w: int, stride, padding, dilation, oh: int, ow: int) -> np.ndarray:
         """(O, OH*OW) int32: minus the weight sums of the taps that fall in the padding."""
@@ -221,6 +262,48 @@ class _Conv:
         return c
 
 
+class _Direct:
+    """The direct kernels' plan (``g`` in ``c/binary.c``) for one layer and input size: no
+    column building, the input packed into a padded planar image the kernels read in place.
+    Everything but the input, the scale and the output is fixed here, once."""
+
+    def __init__(self, conv: _Conv, h: int, w: int, padding, dilation, pad_value: int):
+        lib = _lib()
+        nb = lib.tsr_bin_direct_block()
+        ph, pw = padding
+        hp, wp = h + 2 * ph, w + 2 * pw
+        oh = _out_size(h, conv.kh, 1, ph, dilation[0])
+        ow = _out_size(w, conv.kw, 1, pw, dilation[1])
+        self.oh, self.ow = oh, ow
+        self.wb = conv.blocked(nb)
+        self.corr = self.base = None
+        if pad_value == 0 and any(padding):
+            self.corr = conv.corr(h, w, (1, 1), padding, dilation, oh, ow)
+            kbits = conv.cin * conv.kh * conv.kw
+            self.base = (self.corr + kbits).astype(np.float32)  # exact: below 2^24
+        last = conv.cin - 64 * (conv.cw - 1)
+        ones = (1 << 64) - 1
+        pad, pad_last = (ones, ones >> (64 - last)) if pad_value == -1 else (0, 0)
+        off = [cw * hp * wp + ky * dilation[0] * wp + kx * dilation[1]
+               for ky in range(conv.kh) for kx in range(conv.kw) for cw in range(conv.cw)]
+        k = len(off)
+        g = [conv.cw, conv.cin, h, w, ph, pw, hp, wp, oh, ow, conv.o, k, conv.cin * conv.kh *
+             conv.kw, pad - (1 << 64) if pad >> 63 else pad,
+             pad_last - (1 << 64) if pad_last >> 63 else pad_last,
+             self.wb.ctypes.data, 0 if self.corr is None else self.corr.ctypes.data,
+             0 if self.base is None else self.base.ctypes.data] + off
+        self.g = np.array(g, np.int64)
+        self.gp = self.g.ctypes.data
+        self.img_words = conv.cw * hp * wp + 8
+        # one packed image kept for the calls on one thread (a concurrent call makes its own)
+        self.img = np.empty(self.img_words, np.uint64)
+        self.img_ptr = self.img.ctypes.data
+        self.img_free = threading.Lock()
+        self.out_shape = (conv.o, oh, ow)
+        self.o = conv.o
+        self.work = conv.o * oh * ow * k
+
+
 _PACKED: dict[tuple, tuple[weakref.ref, _Conv]] = {}
 
 
@@ -230,7 +313,7 @@ def _prepared(words: np.ndarray, cin: int) -> _Conv:
     owner = words
     while isinstance(owner.base, np.ndarray):
         owner = owner.base
-    key = (id(owner), words.ctypes.data, words.shape, words.strides, cin)
+    key = (id(owner), _addr(words), words.shape, words.strides, cin)
     hit = _PACKED.get(key)
     if hit is not None and hit[0]() is owner:
         return hit[1]
@@ -270,6 +353,16 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
     pad_value = _check_pad(pad_value)
     stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
     path = path or isa()
+    if path != "numpy" and stride == (1, 1) and x.ndim == 4 and x.shape[1] == cin:
+        # a layer's next call at an input size it has seen: its plan holds the rest
+        plan = _prepared(words, cin)._plans.get((x.shape[2], x.shape[3], padding, dilation,
+                                                 pad_value))
+        if plan is not None:
+            if x.dtype != np.float32 or not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x, np.float32)
+            if scale is not None and (scale.dtype != np.float32 or not scale.flags.c_contiguous):
+                scale = np.ascontiguousarray(scale, np.float32)
+            return _direct(_lib(), path, x, plan, scale)
     oh, ow = _geometry(x, words, cin, stride, padding, dilation)
     scale = None if scale is None else np.ascontiguousarray(scale, np.float32)
     if path == "numpy":
@@ -279,6 +372,8 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
     x = np.ascontiguousarray(x, np.float32)
     n, c, h, w = x.shape
     pw = _prepared(words, cin)
+    if stride == (1, 1) and cin * pw.kh * pw.kw < 1 << 24:  # sums exact in float32
+        return _direct(lib, path, x, pw.direct(h, w, padding, dilation, pad_value), scale)
     m = oh * ow
     mip = -(-m // _TW) * _TW
     halves = 2 * pw.kh * pw.kw * pw.cw
@@ -295,6 +390,54 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
     kbits = cin * pw.kh * pw.kw
     _columns(lib, x, c, geo, fill, fill_last, cols, pw.cw * h * w, halves * m)
     _gemm(path, cols, m, pw.rows, out, m, kbits, corr, scale, False, pw.o * m)
+    return out
+
+
+_PATH = {"c": 0, "avx2": 1, "vpopcnt": 2}
+
+
+def _direct(lib, path: str, x: np.ndarray, plan: _Direct, scale: np.ndarray | None
+            ) -> np.ndarray:
+    """The stride-1 convolution on the direct kernels: each image packed once into a padded
+    image the kernels read in place; one C call on one thread, else the images (or, for one
+    image, the output channels) split over the kernel threads."""
+    n = x.shape[0]
+    out = np.empty((n,) + plan.out_shape, np.float32)
+    sp = 0 if scale is None else _addr(scale)
+    xp, op, code = _addr(x), _addr(out), _PATH[path]
+    from tessera.kernels import threadpool
+    if n * plan.work >= _SPLIT_OPS and threadpool.usable():
+        t = threadpool._threads()
+        if n >= t:
+            step = -(-n // t)
+            imgs = [np.empty(plan.img_words, np.uint64) for _ in range(0, n, step)]
+            parts = [(plan.gp, code, xp, sp, op, im.ctypes.data, i, min(i + step, n))
+                     for im, i in zip(imgs, range(0, n, step))]
+            if threadpool.run(lib.tsr_bin_direct, parts) is not None:
+                return out
+        else:
+            nb = lib.tsr_bin_direct_block()
+            img = np.empty(plan.img_words, np.uint64)
+            ip = img.ctypes.data
+            step = -(-plan.o // t)
+            step = -(-step // nb) * nb
+            osz = plan.o * plan.oh * plan.ow
+            for i in range(n):
+                lib.tsr_bin_direct_pack(plan.gp, xp + i * x[0].nbytes, ip)
+                chunks = [(plan.gp, code, ip, sp, op + i * osz * 4, j, min(j + step, plan.o))
+                          for j in range(0, plan.o, step)]
+                if threadpool.run(lib.tsr_bin_direct_conv, chunks) is None:
+                    for c in chunks:
+                        lib.tsr_bin_direct_conv(*c)
+            return out
+    if plan.img_free.acquire(blocking=False):
+        try:
+            lib.tsr_bin_direct(plan.gp, code, xp, sp, op, plan.img_ptr, 0, n)
+        finally:
+            plan.img_free.release()
+        return out
+    img = np.empty(plan.img_words, np.uint64)
+    lib.tsr_bin_direct(plan.gp, code, xp, sp, op, img.ctypes.data, 0, n)
     return out
 
 

@@ -22,7 +22,8 @@ PATHS = K.available()
 # (N, C, H, W), (O, KH, KW), stride, padding, dilation
 GEOMETRIES = [((2, 3, 5, 6), (5, 3, 3), 1, 1, 1), ((1, 64, 14, 14), (64, 3, 3), 1, 1, 1),
               ((1, 130, 9, 7), (20, 3, 3), 2, 1, 1), ((2, 70, 8, 8), (17, 3, 3), 1, 2, 2),
-              ((1, 5, 4, 4), (3, 1, 1), 1, 0, 1), ((3, 256, 6, 6), (33, 3, 3), 1, 1, 1)]
+              ((1, 5, 4, 4), (3, 1, 1), 1, 0, 1), ((3, 256, 6, 6), (33, 3, 3), 1, 1, 1),
+              ((1, 64, 11, 19), (9, 3, 3), 1, 1, 1), ((1, 128, 5, 3), (16, 3, 3), 1, 3, 1)]
 
 
 def _signs(a):
@@ -43,6 +44,24 @@ def test_conv_kernels_bit_exact_with_reference(path, geo):
             want = K.reference_conv2d(x, words, xs[1], **kw_)
             got = K.conv2d(x, words, xs[1], path=path, **kw_)
             assert got.dtype == np.float32 and np.array_equal(got, want), (pv, sc is None)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_direct_conv_split_over_threads_bit_exact(path):
+    # the stride-1 kernels split the images over the threads, or one image's output channels
+    x = rng.standard_normal((3, 64, 24, 24)).astype(np.float32)
+    words = K.packbits(rng.standard_normal((72, 3, 3, 64)))
+    scale = rng.uniform(0.1, 2.0, 72).astype(np.float32)
+    threads = tessera.get_num_threads()
+    tessera.set_num_threads(2)
+    try:
+        for xs in (x, x[:1]):
+            for pv in K.PAD_VALUES:
+                kw_ = dict(padding=(1, 1), pad_value=pv, scale=scale)
+                assert np.array_equal(K.conv2d(xs, words, 64, path=path, **kw_),
+                                      K.reference_conv2d(xs, words, 64, **kw_))
+    finally:
+        tessera.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -325,3 +325,337 @@ int tsr_bin_cpu(void) {
         bits |= 2;
     return bits;
 }
+
+/* ---- direct convolution (stride 1) ------------------------------------------------------
+
+   No columns: the input is binarized straight into a padded planar image of words, ``img``
+   (Cw planes of Hp x Wp words, the border filled with the padding's bits, 8 words of slack
+   at the end), and the kernel reads each tap of 8 neighbouring output pixels as 8
+   consecutive words of it: for output (oy, ox), tap (ky, kx) and channel word cw, the word
+   at img[cw][oy + ky * dh][ox + kx * dw]. With 64 channels a pixel is one word and a 3x3
+   window nine. ``off[k]`` (k = (ky * KW + kx) * Cw + cw, the order of the weights' words)
+   is that word's offset from img[0][oy][ox].
+
+   The weights are blocked for the kernels: ``wb[(n / NB * K + k) * NB + n % NB]`` is word k
+   of output channel n (O rounded up to NB, the extra channels zero and never stored), so
+   that the NB words a tile broadcasts for one k are adjacent. A tile is PV vectors of 8
+   output pixels (of any rows: each vector has its own source and destination) by NR output
+   channels, whose PV x NR sums stay in registers while k runs: each input vector loaded
+   serves NR channels, each weight word broadcast serves PV vectors.
+
+   The plan ``g`` (int64, built once per layer and input size by ``tessera.kernels.binary``):
+   Cw, C, H, W, PH, PW, Hp, Wp, OH, OW, O, K, kbits, pad word, last channel word's pad word,
+   wb, corr (int32 (O, OH * OW) or null), base (corr + kbits as float32, or null), then K
+   offsets. The result is ``epilogue``'s: float32(kbits - 2 * sum + corr) * scale[n]. */
+enum { D_CW, D_CIN, D_H, D_W, D_PH, D_PW, D_HP, D_WP, D_OH, D_OW, D_O, D_K, D_KBITS, D_PAD,
+       D_PADLAST, D_WB, D_CORR, D_BASE, D_OFF };
+#ifndef NB
+#define NB 8
+#endif
+enum { VW = 8, SLACK = 8 };
+
+int64_t tsr_bin_direct_block(void) { return NB; }
+
+/* the padded image's border, plane cw filled with its pad word */
+static void fill_border(const int64_t* g, uint64_t* img) {
+    const int64_t Cw = g[D_CW], H = g[D_H], W = g[D_W], PH = g[D_PH], PW = g[D_PW],
+                  Hp = g[D_HP], Wp = g[D_WP];
+    for (int64_t cw = 0; cw < Cw; cw++) {
+        const uint64_t f = cw == Cw - 1 ? (uint64_t)g[D_PADLAST] : (uint64_t)g[D_PAD];
+        uint64_t* p = img + cw * Hp * Wp;
+        for (int64_t i = 0; i < PH * Wp; i++) p[i] = f;
+        for (int64_t i = (PH + H) * Wp; i < Hp * Wp; i++) p[i] = f;
+        for (int64_t y = PH; y < PH + H; y++) {
+            for (int64_t i = 0; i < PW; i++) p[y * Wp + i] = f;
+            for (int64_t i = PW + W; i < Wp; i++) p[y * Wp + i] = f;
+        }
+    }
+    memset(img + Cw * Hp * Wp, 0, SLACK * sizeof(uint64_t));
+}
+
+/* 16 pixels at a time: the sign bits of channels c0 + 0..31 in one register of 32-bit
+   lanes, of c0 + 32..63 in another, a masked or per channel; then the halves interleaved
+   into the pixels' 64-bit words. */
+__attribute__((target("avx512f")))
+static void dpack_512(const int64_t* g, const float* x, uint64_t* img) {
+    const int64_t Cw = g[D_CW], cin = g[D_CIN], H = g[D_H], W = g[D_W], Hp = g[D_HP],
+                  Wp = g[D_WP], HW = H * W;
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512i one = _mm512_set1_epi32(1);
+    const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22,
+                                             7, 23);
+    const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(8));
+    for (int64_t w = 0; w < Cw; w++) {
+        const int64_t c0 = w * 64, nc = cin - c0 < 64 ? cin - c0 : 64;
+        for (int64_t y = 0; y < H; y++) {
+            uint64_t* dst = img + (w * Hp + y + g[D_PH]) * Wp + g[D_PW];
+            const float* src = x + c0 * HW + y * W;
+            for (int64_t i = 0; i < W; i += 16) {
+                const __mmask16 live = W - i >= 16 ? 0xffff : (__mmask16)((1u << (W - i)) - 1);
+                __m512i half[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+                for (int h = 0; h < 2; h++) {
+                    __m512i bit = one, acc = half[h];
+                    const int64_t e = nc < 32 * (h + 1) ? nc : 32 * (h + 1);
+                    for (int64_t c = 32 * h; c < e; c++) {
+                        const __m512 v = _mm512_maskz_loadu_ps(live, src + c * HW + i);
+                        acc = _mm512_mask_or_epi32(acc, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ),
+                                                   acc, bit);
+                        bit = _mm512_add_epi32(bit, bit);
+                    }
+                    half[h] = acc;
+                }
+                _mm512_mask_storeu_epi64(dst + i, (__mmask8)live,
+                                         _mm512_permutex2var_epi32(half[0], lo_idx, half[1]));
+                _mm512_mask_storeu_epi64(dst + i + 8, (__mmask8)(live >> 8),
+                                         _mm512_permutex2var_epi32(half[0], hi_idx, half[1]));
+            }
+        }
+    }
+}
+
+/* One image x (C, H, W) binarized into the padded planar image ``img``. */
+void tsr_bin_direct_pack(const int64_t* g, const float* x, uint64_t* img) {
+    static int avx512 = -1;
+    if (avx512 < 0) {
+        __builtin_cpu_init();
+        avx512 = __builtin_cpu_supports("avx512f");
+    }
+    fill_border(g, img);
+    if (avx512) {
+        dpack_512(g, x, img);
+        return;
+    }
+    const int64_t Cw = g[D_CW], cin = g[D_CIN], H = g[D_H], W = g[D_W], Hp = g[D_HP],
+                  Wp = g[D_WP];
+    for (int64_t w = 0; w < Cw; w++) {
+        const int64_t c0 = w * 64, nc = cin - c0 < 64 ? cin - c0 : 64;
+        for (int64_t y = 0; y < H; y++) {
+            uint64_t* dst = img + (w * Hp + y + g[D_PH]) * Wp + g[D_PW];
+            const float* src = x + (c0 * H + y) * W;
+            for (int64_t i = 0; i < W; i++) {
+                uint64_t word = 0;
+                for (int64_t c = 0; c < nc; c++)
+                    word |= (uint64_t)(src[c * H * W + i] < 0.0f) << c;
+                dst[i] = word;
+            }
+        }
+    }
+}
+
+/* where a vector of the output (8 pixels of one row) reads and writes */
+typedef struct { int64_t src, pix; int nv; } dvec;
+
+/* the vector at (*oy, *ox), then moves them on to the next (rows of OW pixels) */
+static inline dvec dnext(const int64_t* g, int64_t* oy, int64_t* ox) {
+    const int64_t OW = g[D_OW];
+    dvec v = {*oy * g[D_WP] + *ox, *oy * OW + *ox, (int)(OW - *ox < VW ? OW - *ox : VW)};
+    *ox += VW;
+    if (*ox >= OW) {
+        *ox = 0;
+        ++*oy;
+    }
+    return v;
+}
+
+/* the epilogue of one vector and channel: ``epilogue``'s arithmetic on nv pixels */
+static inline void dstore_c(const int64_t* g, const float* scale, float* out, int64_t n,
+                            dvec v, const int64_t* s) {
+    const int32_t* corr = (const int32_t*)g[D_CORR];
+    const int64_t ohw = g[D_OH] * g[D_OW];
+    for (int i = 0; i < v.nv; i++) {
+        int32_t d = (int32_t)g[D_KBITS] - 2 * (int32_t)s[i] +
+                    (corr ? corr[n * ohw + v.pix + i] : 0);
+        float f = (float)d;
+        if (scale) f *= scale[n];
+        out[n * ohw + v.pix + i] = f;
+    }
+}
+
+static void direct_c(const int64_t* g, const uint64_t* img, const float* scale, float* out,
+                     int64_t n0, int64_t n1) {
+    const int64_t K = g[D_K], V = g[D_OH] * ((g[D_OW] + VW - 1) / VW);
+    const uint64_t* wb = (const uint64_t*)g[D_WB];
+    const int64_t* off = g + D_OFF;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint64_t* w = wb + (n / NB) * K * NB + n % NB;
+        int64_t oy = 0, ox = 0;
+        for (int64_t q = 0; q < V; q++) {
+            const dvec v = dnext(g, &oy, &ox);
+            int64_t s[VW];
+            for (int i = 0; i < VW; i++) {
+                int64_t t = 0;
+                for (int64_t k = 0; k < K; k++)
+                    t += __builtin_popcountll(img[v.src + off[k] + i] ^ w[k * NB]);
+                s[i] = t;
+            }
+            dstore_c(g, scale, out, n, v, s);
+        }
+    }
+}
+
+/* AVX2: 4 pixels a ymm, NR2 channels a tile, byte counts widened by vpsadbw (one 64-bit
+   sum a lane) every 31 words */
+enum { NR2 = 4, PV2 = 2 };
+
+__attribute__((target("avx2")))
+static inline __attribute__((always_inline)) void dtile_avx2(
+        const int64_t* g, const uint64_t* img, const uint64_t* w, const float* scale,
+        float* out, int64_t n, int nr, const dvec* v, int pv) {
+    const int64_t K = g[D_K];
+    const int64_t* off = g + D_OFF;
+    const __m256i tbl = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4,
+                                         0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
+    __m256i q[PV2 * 2][NR2];
+    for (int u = 0; u < PV2 * 2; u++)
+        for (int j = 0; j < NR2; j++) q[u][j] = zero;
+    for (int64_t k0 = 0; k0 < K; k0 += 31) {
+        const int64_t k1 = K - k0 < 31 ? K : k0 + 31;
+        __m256i c[PV2 * 2][NR2];
+        for (int u = 0; u < pv * 2; u++)
+            for (int j = 0; j < NR2; j++) c[u][j] = zero;
+        for (int64_t k = k0; k < k1; k++) {
+            __m256i a[PV2 * 2];
+            for (int u = 0; u < pv * 2; u++)
+                a[u] = _mm256_loadu_si256((const __m256i*)(img + v[u / 2].src + off[k] +
+                                                           (u & 1) * 4));
+            for (int j = 0; j < NR2; j++) {
+                const __m256i b = _mm256_set1_epi64x((long long)w[k * NB + j]);
+                for (int u = 0; u < pv * 2; u++) {
+                    const __m256i x = _mm256_xor_si256(a[u], b);
+                    c[u][j] = _mm256_add_epi8(c[u][j], _mm256_add_epi8(
+                        _mm256_shuffle_epi8(tbl, _mm256_and_si256(x, m4)),
+                        _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(x, 4),
+                                                                  m4))));
+                }
+            }
+        }
+        for (int u = 0; u < pv * 2; u++)
+            for (int j = 0; j < NR2; j++)
+                q[u][j] = _mm256_add_epi64(q[u][j], _mm256_sad_epu8(c[u][j], zero));
+    }
+    for (int u = 0; u < pv; u++)
+        for (int j = 0; j < nr; j++) {
+            int64_t s[VW];
+            _mm256_storeu_si256((__m256i*)s, q[2 * u][j]);
+            _mm256_storeu_si256((__m256i*)(s + 4), q[2 * u + 1][j]);
+            dstore_c(g, scale, out, n + j, v[u], s);
+        }
+}
+
+__attribute__((target("avx2")))
+static void direct_avx2(const int64_t* g, const uint64_t* img, const float* scale, float* out,
+                        int64_t n0, int64_t n1) {
+    const int64_t K = g[D_K], V = g[D_OH] * ((g[D_OW] + VW - 1) / VW);
+    const uint64_t* wb = (const uint64_t*)g[D_WB];
+    for (int64_t n = n0; n < n1; n += NR2) {
+        const int nr = n1 - n < NR2 ? (int)(n1 - n) : NR2;
+        const uint64_t* w = wb + (n / NB) * K * NB + n % NB;
+        int64_t q = 0, oy = 0, ox = 0;
+        for (; q + PV2 <= V; q += PV2) {
+            dvec v[PV2];
+            for (int u = 0; u < PV2; u++) v[u] = dnext(g, &oy, &ox);
+            dtile_avx2(g, img, w, scale, out, n, nr, v, PV2);
+        }
+        for (; q < V; q++) {
+            dvec v[PV2];
+            v[0] = dnext(g, &oy, &ox);
+            dtile_avx2(g, img, w, scale, out, n, nr, v, 1);
+        }
+    }
+}
+
+/* AVX-512 VPOPCNTDQ: 8 pixels a zmm, PV5 vectors by NB channels a tile */
+#ifndef PV5
+#define PV5 3
+#endif
+#define T512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx512vpopcntdq")))
+
+T512 static inline __attribute__((always_inline)) void dtile_512(
+        const int64_t* g, const uint64_t* img, const uint64_t* w, const float* scale,
+        float* out, int64_t n, int nr, const dvec* v, int pv) {
+    const int64_t K = g[D_K];
+    const int64_t* off = g + D_OFF;
+    __m512i s[PV5][NB];
+    for (int u = 0; u < pv; u++)
+        for (int j = 0; j < NB; j++) s[u][j] = _mm512_setzero_si512();
+    for (int64_t k = 0; k < K; k++) {
+        __m512i a[PV5];
+        for (int u = 0; u < pv; u++) a[u] = _mm512_loadu_si512(img + v[u].src + off[k]);
+        for (int j = 0; j < NB; j++) {
+            const __m512i b = _mm512_set1_epi64((long long)w[k * NB + j]);
+            for (int u = 0; u < pv; u++)
+                s[u][j] = _mm512_add_epi64(s[u][j], _mm512_popcnt_epi64(
+                    _mm512_xor_si512(a[u], b)));
+        }
+    }
+    /* two channels' sums at once: their low halves (the sums are < 2^24) in one register,
+       converted, and kbits - 2 * sum (+ corr) formed in float, exactly, by one fma */
+    const float* base = (const float*)g[D_BASE];
+    const int64_t ohw = g[D_OH] * g[D_OW];
+    const __m512i pair = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30);
+    const __m512 kb = _mm512_set1_ps((float)g[D_KBITS]), m2 = _mm512_set1_ps(-2.0f);
+    for (int j = 0; j < nr; j += 2) {
+        const int both = j + 1 < nr;
+        const __m512 sc = scale ? _mm512_insertf32x8(_mm512_set1_ps(scale[n + j]),
+                                                     _mm256_set1_ps(scale[n + j + both]), 1)
+                                : _mm512_set1_ps(1.0f);
+        for (int u = 0; u < pv; u++) {
+            const __mmask8 m = (__mmask8)((1u << v[u].nv) - 1);
+            float* o = out + (n + j) * ohw + v[u].pix;
+            __m512 b = kb;
+            if (base) {
+                const float* bp = base + (n + j) * ohw + v[u].pix;
+                b = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_maskz_loadu_ps(m, bp)),
+                                       _mm256_maskz_loadu_ps(m, bp + both * ohw), 1);
+            }
+            __m512 f = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(s[u][j], pair,
+                                                                    s[u][j + 1]));
+            f = _mm512_mul_ps(_mm512_fmadd_ps(f, m2, b), sc);
+            _mm256_mask_storeu_ps(o, m, _mm512_castps512_ps256(f));
+            if (both) _mm256_mask_storeu_ps(o + ohw, m, _mm512_extractf32x8_ps(f, 1));
+        }
+    }
+}
+
+T512 static void direct_512(const int64_t* g, const uint64_t* img, const float* scale,
+                            float* out, int64_t n0, int64_t n1) {
+    const int64_t K = g[D_K], V = g[D_OH] * ((g[D_OW] + VW - 1) / VW);
+    const uint64_t* wb = (const uint64_t*)g[D_WB];
+    for (int64_t n = n0; n < n1; n += NB) {
+        const int nr = n1 - n < NB ? (int)(n1 - n) : NB;
+        const uint64_t* w = wb + (n / NB) * K * NB;
+        int64_t q = 0, oy = 0, ox = 0;
+        for (; q + PV5 <= V; q += PV5) {
+            dvec v[PV5];
+            for (int u = 0; u < PV5; u++) v[u] = dnext(g, &oy, &ox);
+            dtile_512(g, img, w, scale, out, n, nr, v, PV5);
+        }
+        for (; q < V; q++) {
+            dvec v[PV5];
+            v[0] = dnext(g, &oy, &ox);
+            dtile_512(g, img, w, scale, out, n, nr, v, 1);
+        }
+    }
+}
+
+/* The output channels [n0, n1) (n0 a multiple of NB) of one image, from its packed image:
+   out (O, OH, OW). path: 0 portable C, 1 AVX2, 2 AVX-512 VPOPCNTDQ. */
+void tsr_bin_direct_conv(const int64_t* g, int64_t path, const uint64_t* img,
+                         const float* scale, float* out, int64_t n0, int64_t n1) {
+    if (path == 2) direct_512(g, img, scale, out, n0, n1);
+    else if (path == 1) direct_avx2(g, img, scale, out, n0, n1);
+    else direct_c(g, img, scale, out, n0, n1);
+}
+
+/* Images [i0, i1) of x (N, C, H, W), each packed into ``img`` (scratch of Cw * Hp * Wp +
+   8 words) and convolved: out (N, O, OH, OW). One call per layer on one thread. */
+void tsr_bin_direct(const int64_t* g, int64_t path, const float* x, const float* scale,
+                    float* out, uint64_t* img, int64_t i0, int64_t i1) {
+    const int64_t in_size = g[D_CIN] * g[D_H] * g[D_W], out_size = g[D_O] * g[D_OH] * g[D_OW];
+    for (int64_t i = i0; i < i1; i++) {
+        tsr_bin_direct_pack(g, x + i * in_size, img);
+        tsr_bin_direct_conv(g, path, img, scale, out + i * out_size, 0, g[D_O]);
+    }
+}
