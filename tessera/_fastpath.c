@@ -1,8 +1,10 @@
 /* The common case of tessera._dispatch.dispatch, in C.
  *
  * dispatch(op, *args, **attrs) here does exactly what the Python function does for one
- * case: every tensor input on the CPU with one float32/float64 dtype, Python numbers or
- * None beside them, one output, a memoised infer result, and no dispatch mode installed.
+ * case: every tensor input on the CPU with one float32/float64 dtype (or, for an op that
+ * does not promote and with no input requiring grad, a float32/float64 first input and
+ * others of any dtype), Python numbers or None beside them, one output, a memoised infer
+ * result, and no dispatch mode installed.
  * Everything else (other devices and dtypes, mixed dtypes, tracing, global tensors,
  * large elementwise ops that the eager C kernels take, kernel errors) calls the Python
  * dispatch, which stays the reference: this file adds no rule of its own. It records
@@ -33,7 +35,7 @@ static PyObject *s_cpu, *s_plain, *s_kernels, *s_to_c, *s_aliasing, *s_view,
                 *s_dynamic_shape, *s_grad, *s_enabled, *s_inference, *s_default, *s_dtype,
                 *s_astype, *s_np, *s_category, *s_nondiff, *s_base, *s_view_chain,
                 *s_view_version, *s_inference_attr, *s_save, *s_inputs, *s_outputs,
-                *s_grad_accumulator, *zero;
+                *s_grad_accumulator, *s_promote, *zero;
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
@@ -541,7 +543,7 @@ static PyObject *dispatch(PyObject *self, PyObject *const *args, Py_ssize_t narg
     PyObject *const *in = args + 1;
     Py_ssize_t n = nargs - 1, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     PyObject *first_dt = NULL;
-    int grad = 0, scalars = 0;
+    int grad = 0, scalars = 0, mixed = 0;
 
     PyObject *key = PyTuple_New(3 + 2 * (n + nkw));
     if (key == NULL)
@@ -550,10 +552,12 @@ static PyObject *dispatch(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyObject *a = in[i], *k0, *k1;
         if (PyObject_TypeCheck(a, tensor_type)) {
             PyObject *dt = SLOT(a, off_dtype), *rg = SLOT(a, off_rg);
-            if (SLOT(a, off_device) != cpu || (first_dt != NULL && dt != first_dt) ||
-                    !sane_tensor(a))
-                goto fall;  /* another device, mixed dtypes, or slots not set by _make */
-            first_dt = dt;
+            if (SLOT(a, off_device) != cpu || !sane_tensor(a))
+                goto fall;  /* another device, or slots not set by _make */
+            if (first_dt == NULL)
+                first_dt = dt;
+            else if (dt != first_dt)
+                mixed = 1;
             if (rg == Py_True)
                 grad = 1;
             else if (rg != Py_False)
@@ -574,6 +578,19 @@ static PyObject *dispatch(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     if (first_dt == NULL || (first_dt != f32 && first_dt != f64))
         goto fall;
+    if (mixed) {
+        /* mixed dtypes: the Python path casts for a promoting op and records gradients;
+           an op that takes its inputs as they are (packed weights, indices) with nothing
+           to record is the common case here too */
+        PyObject *pr = grad ? NULL : PyObject_GetAttr(op, s_promote);
+        int promote = pr ? PyObject_IsTrue(pr) : 1;
+        Py_XDECREF(pr);
+        if (promote != 0) {
+            if (promote < 0)
+                PyErr_Clear();
+            goto fall;
+        }
+    }
     for (Py_ssize_t j = 0; j < nkw; j++) {
         PyObject *v = in[n + j];
         if (!keyable(v))
@@ -629,8 +646,10 @@ static PyObject *dispatch(PyObject *self, PyObject *const *args, Py_ssize_t narg
     PyObject *plain;
     if (optional_attr(kernel, s_plain, &plain) < 0)
         goto error;
-    if (plain != NULL)
+    if (plain != NULL && !mixed)  /* the bare NumPy form takes one float dtype */
         Py_SETREF(kernel, plain);
+    else
+        Py_XDECREF(plain);
 
     /* the kernel: tensor inputs as their arrays, the rest as they are */
     PyObject *small[16], **vec = small;
@@ -915,6 +934,7 @@ PyMODINIT_FUNC PyInit__fastpath_c(void)
     INTERN(s_inputs, "inputs");
     INTERN(s_outputs, "outputs");
     INTERN(s_grad_accumulator, "_grad_accumulator");
+    INTERN(s_promote, "promote");
     if ((zero = PyLong_FromLong(0)) == NULL || PyType_Ready(&OperatorType) < 0)
         return NULL;
     return PyModule_Create(&module);

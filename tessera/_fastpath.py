@@ -1,9 +1,10 @@
 """The C fast path of ``dispatch``: ``_fastpath.c``, built by the system C compiler.
 
 ``accelerate(dispatch)`` returns a C function that runs the common case of the Python
-``dispatch`` (CPU tensors of one float dtype, Python numbers, one output, a memoised infer
-result) and calls the Python function for everything else, so the Python function stays
-the one definition of dispatch. The extension is compiled once per machine into the kernel
+``dispatch`` (CPU tensors of one float dtype, or mixed dtypes for a non-promoting op
+without gradients; Python numbers, one output, a memoised infer result) and calls the
+Python function for everything else, so the Python function stays the one definition of
+dispatch. The extension is compiled once per machine into the kernel
 cache (``tessera.kernels.cc``); without a C compiler, or with ``TESSERA_FASTPATH=0``,
 ``accelerate`` returns the Python function itself.
 

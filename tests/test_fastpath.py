@@ -62,6 +62,12 @@ def _inputs(dtype):
     return x, y
 
 
+def _packed_conv(x):
+    from tessera.ops.binary import binary_pack, packed_binary_conv2d
+    words = binary_pack(x.reshape(3, 1, 1, 4)[:, :, :, :2].contiguous().float())
+    return packed_binary_conv2d(x.reshape(1, 2, 2, 3), words, x[:, 0].abs(), 2, padding=1)
+
+
 CASES = {
     "add": lambda x, y: x + y,
     "add alpha": lambda x, y: tessera.add(x, y, alpha=2),
@@ -87,6 +93,10 @@ CASES = {
     "softmax": lambda x, y: tessera.softmax(x, 1),
     "cast": lambda x, y: x.to(tessera.int32),
     "mixed": lambda x, y: x + y.double(),
+    # mixed dtypes into ops that do not promote: the C path when nothing requires grad
+    "index_select": lambda x, y: x.index_select(1, tessera.tensor([3, 0])),
+    "gather": lambda x, y: x.gather(1, tessera.tensor([[0], [2], [1]])),
+    "packed binary conv": lambda x, y: _packed_conv(x),
     "cat": lambda x, y: tessera.cat([x, x]),
 }
 

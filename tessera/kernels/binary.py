@@ -35,6 +35,8 @@ import weakref
 
 import numpy as np
 
+from tessera.kernels import threadpool
+
 __all__ = ["packbits", "unpackbits", "conv2d", "linear", "reference_conv2d",
            "reference_linear", "isa", "available", "ISAS", "PAD_VALUES"]
 
@@ -106,11 +108,19 @@ def available() -> tuple[str, ...]:
     return tuple(n for n in ISAS if n in ("c", "numpy") or bits & _BITS[n])
 
 
+_ISA: list = [None, None]   # the last $TESSERA_BINARY_ISA read and the path it named
+
+
 def isa() -> str:
     """The path the kernels take: ``$TESSERA_BINARY_ISA`` if set (RuntimeError when this CPU
     lacks it), else the fastest available."""
-    forced = os.environ.get("TESSERA_BINARY_ISA", "").strip().lower()
+    env = os.environ.get("TESSERA_BINARY_ISA", "")
+    if env == _ISA[0]:
+        return _ISA[1]
+    forced = env.strip().lower()
     have = available()
+    if forced in have or not forced:
+        _ISA[:] = env, forced or have[0]
     if not forced:
         return have[0]
     if forced not in ISAS:
@@ -328,6 +338,21 @@ def _prepared(words: np.ndarray, cin: int) -> _Conv:
     return p
 
 
+# the weights a layer's calls pass, by id, with their input size and geometry: a weak
+# reference to the array (its id is its own while it lives) and the plan to run
+_SEEN: dict[tuple, tuple[weakref.ref, _Direct]] = {}
+_F32 = np.dtype(np.float32)
+
+
+def _remember(key: tuple, words: np.ndarray, plan: _Direct) -> None:
+    def forget(_ref, key: tuple = key, table: dict = _SEEN) -> None:
+        table.pop(key, None)
+    try:
+        _SEEN[key] = (weakref.ref(words, forget), plan)
+    except TypeError:  # unhashable geometry (lists): no fast path for such calls
+        pass
+
+
 def _geometry(x, words, cin, stride, padding, dilation):
     if x.ndim != 4 or x.shape[1] != cin or words.ndim != 4 or words.shape[3] * 64 < cin:
         raise RuntimeError(f"binary conv2d: input {tuple(x.shape)} and packed weights "
@@ -350,19 +375,24 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
     >>> conv2d(x, w, 1, padding=(1, 1), pad_value=-1)[0, 0, 0].tolist()  # 4 in, 5 padded
     [1.0, -3.0, 1.0]
     """
+    path = path or isa()
+    if path != "numpy":
+        # a layer's next call at an input size it has seen: its plan holds the rest
+        try:
+            hit = _SEEN.get((id(words), x.shape, cin, stride, padding, dilation, pad_value))
+        except TypeError:  # lists for tuples: the long way
+            hit = None
+        if hit is not None and hit[0]() is words:
+            if x.dtype != _F32 or not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x, np.float32)
+            if scale is not None and (scale.dtype != _F32 or not scale.flags.c_contiguous):
+                scale = np.ascontiguousarray(scale, np.float32)
+            return _direct(_lib(), path, x, hit[1], scale)
+    key, words_in = (id(words), x.shape, cin, stride, padding, dilation, pad_value), words
     pad_value = _check_pad(pad_value)
     stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
-    path = path or isa()
-    if path != "numpy" and stride == (1, 1) and x.ndim == 4 and x.shape[1] == cin:
-        # a layer's next call at an input size it has seen: its plan holds the rest
-        plan = _prepared(words, cin)._plans.get((x.shape[2], x.shape[3], padding, dilation,
-                                                 pad_value))
-        if plan is not None:
-            if x.dtype != np.float32 or not x.flags.c_contiguous:
-                x = np.ascontiguousarray(x, np.float32)
-            if scale is not None and (scale.dtype != np.float32 or not scale.flags.c_contiguous):
-                scale = np.ascontiguousarray(scale, np.float32)
-            return _direct(_lib(), path, x, plan, scale)
+    if words.dtype == np.int64:  # int64 tensors hold the words (``binary_pack``)
+        words = words.view(np.uint64)
     oh, ow = _geometry(x, words, cin, stride, padding, dilation)
     scale = None if scale is None else np.ascontiguousarray(scale, np.float32)
     if path == "numpy":
@@ -373,7 +403,9 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
     n, c, h, w = x.shape
     pw = _prepared(words, cin)
     if stride == (1, 1) and cin * pw.kh * pw.kw < 1 << 24:  # sums exact in float32
-        return _direct(lib, path, x, pw.direct(h, w, padding, dilation, pad_value), scale)
+        plan = pw.direct(h, w, padding, dilation, pad_value)
+        _remember(key, words_in, plan)
+        return _direct(lib, path, x, plan, scale)
     m = oh * ow
     mip = -(-m // _TW) * _TW
     halves = 2 * pw.kh * pw.kw * pw.cw
@@ -405,7 +437,6 @@ def _direct(lib, path: str, x: np.ndarray, plan: _Direct, scale: np.ndarray | No
     out = np.empty((n,) + plan.out_shape, np.float32)
     sp = 0 if scale is None else _addr(scale)
     xp, op, code = _addr(x), _addr(out), _PATH[path]
-    from tessera.kernels import threadpool
     if n * plan.work >= _SPLIT_OPS and threadpool.usable():
         t = threadpool._threads()
         if n >= t:

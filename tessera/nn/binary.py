@@ -241,10 +241,12 @@ class PackedBinaryConv2d(Module):
         return p
 
     def forward(self, input: Tensor) -> Tensor:
-        y = _B.packed_binary_conv2d(input, self.weight_packed, self.alpha, self.in_channels,
+        b = self._buffers  # read once: a buffer by attribute costs a __getattr__ each
+        y = _B.packed_binary_conv2d(input, b["weight_packed"], b["alpha"], self.in_channels,
                                     stride=self.stride, padding=self.padding,
                                     dilation=self.dilation, pad_value=self.pad_value)
-        return y if self.bias is None else y + self.bias.reshape(1, -1, 1, 1)
+        bias = b["bias"]
+        return y if bias is None else y + bias.reshape(1, -1, 1, 1)
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

@@ -49,6 +49,147 @@ def _batch_sbp(*metas, **attrs):
     return [Signature((S(0),) + ins[1:], (S(0),)), Signature(ins, (B,))]
 
 
+# ---- compiler rules: XLA (``jnp``, ``lax``) and TVM Relax (``R``) ---------------------------
+# The same arithmetic as the kernels: signs as floats, the padding in sign space, a float
+# convolution or product of +-1 values (integer sums, exact below 2^24), one product by
+# alpha. Packed weights unpack by shifts of the int64 words (bit i of word j: channel
+# 64 j + i); both backends keep int64 tensors.
+
+def _sign_jax(jnp, lax, a, at):
+    x = a[0]
+    return jnp.where(x < 0, -jnp.ones_like(x), jnp.ones_like(x))
+
+
+def _sign_relax(R, a, at):
+    x = a[0]
+    dt = R.dtype(x)
+    return R.where(R.less(x, R.const(0, dt)), R.const(-1, dt), R.const(1, dt))
+
+
+def _bits_jax(jnp, words, n, dtype):
+    """+-1 values of ``dtype`` from int64 words: (..., Cw) -> (..., n)."""
+    bits = (words[..., None] >> jnp.arange(64, dtype=words.dtype)) & 1
+    bits = bits.reshape(words.shape[:-1] + (-1,))[..., :n]
+    return (1 - 2 * bits).astype(dtype)
+
+
+def _bits_relax(R, words, n, dtype):
+    shape = list(R.shape(words))
+    wide = R.reshape(words, shape + [1])
+    bits = R.bitwise_and(R.right_shift(wide, R.const(np.arange(64), "int64")),
+                         R.const(1, "int64"))
+    bits = R.reshape(bits, shape[:-1] + [shape[-1] * 64])
+    if shape[-1] * 64 != n:
+        bits = R.strided_slice(bits, [len(shape) - 1], [0], [n])
+    return R.subtract(R.const(1, dtype), R.multiply(R.const(2, dtype), R.astype(bits, dtype)))
+
+
+def _conv_signed_jax(jnp, lax, sx, sw, alpha, at):
+    (ph, pw), pv = at["padding"], at["pad_value"]
+    if ph or pw:
+        sx = jnp.pad(sx, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=pv)
+    y = lax.conv_general_dilated(sx, sw, window_strides=tuple(at["stride"]),
+                                 padding=[(0, 0), (0, 0)], rhs_dilation=tuple(at["dilation"]),
+                                 precision=lax.Precision.HIGHEST)
+    return y if alpha is None else y * alpha.reshape(1, -1, 1, 1)
+
+
+def _conv_signed_relax(R, sx, sw, alpha, at):
+    (ph, pw), pv = at["padding"], at["pad_value"]
+    if ph or pw:
+        sx = R.nn.pad(sx, [0, 0, 0, 0, ph, ph, pw, pw], "constant", float(pv))
+    y = R.nn.conv2d(sx, sw, strides=list(at["stride"]), padding=[0, 0, 0, 0],
+                    dilation=list(at["dilation"]))
+    return y if alpha is None else R.multiply(y, R.reshape(alpha, [1, -1, 1, 1]))
+
+
+def _conv_jax(jnp, lax, a, at):
+    x, w, alpha = a
+    return _conv_signed_jax(jnp, lax, _sign_jax(jnp, lax, [x], at),
+                            _sign_jax(jnp, lax, [w], at), alpha, at)
+
+
+def _conv_relax(R, a, at):
+    x, w, alpha = a
+    return _conv_signed_relax(R, _sign_relax(R, [x], at), _sign_relax(R, [w], at), alpha, at)
+
+
+def _pconv_jax(jnp, lax, a, at):
+    x, words, alpha = a
+    sw = _bits_jax(jnp, words, at["in_channels"], x.dtype).transpose(0, 3, 1, 2)
+    return _conv_signed_jax(jnp, lax, _sign_jax(jnp, lax, [x], at), sw, alpha, at)
+
+
+def _pconv_relax(R, a, at):
+    x, words, alpha = a
+    sw = R.permute_dims(_bits_relax(R, words, at["in_channels"], R.dtype(x)), [0, 3, 1, 2])
+    return _conv_signed_relax(R, _sign_relax(R, [x], at), sw, alpha, at)
+
+
+def _linear_signed_jax(sx, sw, alpha):
+    y = sx @ sw.T
+    return y if alpha is None else y * alpha
+
+
+def _linear_signed_relax(R, sx, sw, alpha):
+    y = R.matmul(sx, R.permute_dims(sw, [1, 0]))
+    return y if alpha is None else R.multiply(y, alpha)
+
+
+def _linear_jax(jnp, lax, a, at):
+    x, w, alpha = a
+    return _linear_signed_jax(_sign_jax(jnp, lax, [x], at), _sign_jax(jnp, lax, [w], at), alpha)
+
+
+def _linear_relax(R, a, at):
+    x, w, alpha = a
+    return _linear_signed_relax(R, _sign_relax(R, [x], at), _sign_relax(R, [w], at), alpha)
+
+
+def _plinear_jax(jnp, lax, a, at):
+    x, words, alpha = a
+    sw = _bits_jax(jnp, words, at["in_features"], x.dtype)
+    return _linear_signed_jax(_sign_jax(jnp, lax, [x], at), sw, alpha)
+
+
+def _plinear_relax(R, a, at):
+    x, words, alpha = a
+    sw = _bits_relax(R, words, at["in_features"], R.dtype(x))
+    return _linear_signed_relax(R, _sign_relax(R, [x], at), sw, alpha)
+
+
+def _pack_jax(jnp, lax, a, at):
+    x = a[0]
+    c = x.shape[-1]
+    cw = -(-c // 64)
+    bits = (x < 0).astype(jnp.int64)
+    if cw * 64 != c:
+        bits = jnp.pad(bits, [(0, 0)] * (x.ndim - 1) + [(0, cw * 64 - c)])
+    bits = bits.reshape(x.shape[:-1] + (cw, 64))
+    # distinct bits: the sum is their or, bit 63 included (two's complement, no carry)
+    return jnp.sum(bits << jnp.arange(64, dtype=jnp.int64), axis=-1)
+
+
+def _pack_relax(R, a, at):
+    x = a[0]
+    shape = list(R.shape(x))
+    c = shape[-1]
+    cw = -(-c // 64)
+    bits = R.astype(R.less(x, R.const(0, R.dtype(x))), "int64")
+    if cw * 64 != c:
+        bits = R.nn.pad(bits, [0, 0] * (len(shape) - 1) + [0, cw * 64 - c], "constant", 0.0)
+    bits = R.reshape(bits, shape[:-1] + [cw, 64])
+    return R.sum(R.left_shift(bits, R.const(np.arange(64), "int64")), axis=[-1])
+
+
+def _unpack_jax(jnp, lax, a, at):
+    return _bits_jax(jnp, a[0], at["n"], jnp.float32)
+
+
+def _unpack_relax(R, a, at):
+    return _bits_relax(R, a[0], at["n"], "float32")
+
+
 # ---- sign ----------------------------------------------------------------------------------
 
 def _sign_infer(x, estimator):
@@ -76,7 +217,8 @@ def _sign_c(c, a, at):
 
 
 _SIGN = defop("binary_sign", _sign_infer, _sign_kernel, grad=_sign_grad, sbp=pointwise(),
-              cost=cost.elementwise(1), to_c=_sign_c)
+              cost=cost.elementwise(1), to_c=_sign_c,
+              to_jax=_sign_jax, to_relax=_sign_relax)
 
 
 def binary_sign(x: Tensor, estimator: str = "ste") -> Tensor:
@@ -93,6 +235,8 @@ def binary_sign(x: Tensor, estimator: str = "ste") -> Tensor:
 # ---- binarized convolution and linear (latent float weights) --------------------------------
 
 def _pair(v) -> tuple[int, int]:
+    if type(v) is tuple and len(v) == 2 and type(v[0]) is int and type(v[1]) is int:
+        return v  # a layer's own (its calls' common case)
     return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
 
@@ -160,7 +304,8 @@ def _conv_cost(ins, outs, **attrs) -> cost.Cost:
 
 
 _CONV = defop("binary_conv2d", _conv_infer, _conv_kernel, grad=_conv_grad,
-              sbp=SbpRule(_batch_sbp), cost=_conv_cost)
+              sbp=SbpRule(_batch_sbp), cost=_conv_cost, to_jax=_conv_jax,
+              to_relax=_conv_relax)
 
 
 def binary_conv2d(x: Tensor, w: Tensor, alpha: Tensor | None = None, *, stride=1, padding=0,
@@ -215,7 +360,8 @@ def _linear_cost(ins, outs, **attrs) -> cost.Cost:
 
 
 _LINEAR = defop("binary_linear", _linear_infer, _linear_kernel, grad=_linear_grad,
-                sbp=SbpRule(_batch_sbp), cost=_linear_cost)
+                sbp=SbpRule(_batch_sbp), cost=_linear_cost, to_jax=_linear_jax,
+                to_relax=_linear_relax)
 
 
 def binary_linear(x: Tensor, w: Tensor, alpha: Tensor | None = None) -> Tensor:
@@ -246,10 +392,11 @@ def _pconv_infer(x, words, alpha, in_channels, stride, padding, dilation, pad_va
 
 def _pconv_kernel(x, words, alpha, in_channels, stride, padding, dilation, pad_value):
     from tessera.kernels import binary as K
-    out = K.conv2d(np.ascontiguousarray(x, np.float32), words.view(np.uint64), in_channels,
-                   stride=stride, padding=padding, dilation=dilation, pad_value=pad_value,
-                   scale=alpha if x.dtype == np.float32 else None)
-    return out if x.dtype == np.float32 else _scaled(out, alpha, x.dtype, (1, -1, 1, 1))
+    # the words as they are (int64): the kernels know a layer's weights by this array
+    f32 = x.dtype == np.float32
+    out = K.conv2d(x, words, in_channels, stride=stride, padding=padding, dilation=dilation,
+                   pad_value=pad_value, scale=alpha if f32 else None)
+    return out if f32 else _scaled(out, alpha, x.dtype, (1, -1, 1, 1))
 
 
 def _pconv_cost(ins, outs, in_channels, **attrs) -> cost.Cost:
@@ -259,7 +406,8 @@ def _pconv_cost(ins, outs, in_channels, **attrs) -> cost.Cost:
 
 
 _PCONV = defop("packed_binary_conv2d", _pconv_infer, _pconv_kernel, grad=None,
-               sbp=SbpRule(_batch_sbp), cost=_pconv_cost)
+               sbp=SbpRule(_batch_sbp), cost=_pconv_cost, to_jax=_pconv_jax,
+               to_relax=_pconv_relax)
 
 
 def packed_binary_conv2d(x: Tensor, words: Tensor, alpha: Tensor | None, in_channels: int, *,
@@ -293,7 +441,8 @@ def _plinear_kernel(x, words, alpha, in_features):
 _PLINEAR = defop("packed_binary_linear", _plinear_infer, _plinear_kernel, grad=None,
                  sbp=SbpRule(_batch_sbp),
                  cost=lambda ins, outs, in_features: cost.Cost(
-                     2 * cost.numel(outs[0]) * in_features // 64, *cost.io(ins, outs)))
+                     2 * cost.numel(outs[0]) * in_features // 64, *cost.io(ins, outs)),
+                 to_jax=_plinear_jax, to_relax=_plinear_relax)
 
 
 def packed_binary_linear(x: Tensor, words: Tensor, alpha: Tensor | None,
@@ -329,7 +478,8 @@ def _last_dim_kept(*metas, **attrs):
 
 
 _PACK = defop("binary_pack", _pack_infer, _pack_kernel, grad=None,
-              sbp=SbpRule(_last_dim_kept), cost=cost.elementwise(1))
+              sbp=SbpRule(_last_dim_kept), cost=cost.elementwise(1), to_jax=_pack_jax,
+              to_relax=_pack_relax)
 
 
 def binary_pack(x: Tensor) -> Tensor:
@@ -357,7 +507,8 @@ def _unpack_kernel(words, n):
 
 
 _UNPACK = defop("binary_unpack", _unpack_infer, _unpack_kernel, grad=None,
-                sbp=SbpRule(_last_dim_kept), cost=cost.elementwise(1))
+                sbp=SbpRule(_last_dim_kept), cost=cost.elementwise(1), to_jax=_unpack_jax,
+                to_relax=_unpack_relax)
 
 
 def binary_unpack(words: Tensor, n: int) -> Tensor:

@@ -3,6 +3,7 @@ every instruction set, the reference against PyTorch's float convolution of +-1 
 straight-through gradients against PyTorch, packing, checkpoints, nn.Graph, ONNX (the
 standard export through onnxruntime, the custom domain and dabnn's Sign+Conv pattern back
 in), and a binary network trained on MNIST."""
+import importlib.util
 import io
 import os
 
@@ -230,6 +231,43 @@ def test_packed_model_in_nn_graph():
     with tessera.no_grad():
         want = packed(x).numpy()
     np.testing.assert_array_equal(Infer()(x).numpy(), want)
+
+
+def _binary_only():
+    """Binary layers only: every value stays an integer times alpha, so a compiler backend
+    must agree with the kernels bit for bit."""
+    tessera.manual_seed(1)
+    return nn.Sequential(
+        bnn.BinaryConv2d(3, 70, 3, padding=1, scale="channel", pad_value=0),
+        bnn.BinaryConv2d(70, 16, 3, padding=2, dilation=2, pad_value=1),
+        bnn.BinaryConv2d(16, 8, 3, stride=2, padding=1), nn.Flatten(),
+        bnn.BinaryLinear(8 * 4 * 4, 10, scale="channel")).eval()
+
+
+@pytest.mark.parametrize("backend", [
+    pytest.param(b, marks=pytest.mark.skipif(importlib.util.find_spec(m) is None,
+                                             reason=f"{m} is not installed"))
+    for b, m in (("xla", "jax"), ("tvm", "tvm"))])
+@pytest.mark.parametrize("packed", [False, True], ids=["latent", "packed"])
+def test_binary_models_on_compiler_backends(backend, packed):
+    model = _binary_only()
+    if packed:
+        model = bnn.pack(model)
+
+    class Infer(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def build(self, x):
+            return self.m(x)
+
+    x = tessera.randn(2, 3, 8, 8)
+    with tessera.no_grad():
+        want = model(x).numpy()
+    g = Infer()
+    g.config.set_backend(backend, strict=True)  # every node on the backend
+    np.testing.assert_array_equal(g(x).numpy(), want)
 
 
 # ---- ONNX ------------------------------------------------------------------------------------
