@@ -268,9 +268,12 @@ typedef struct {
     int overwrite;           /* C is not read (the first KC block with beta == 0) */
     int last;                /* the last KC block: apply the epilogue */
     int act, residual_first;
-    const float* bias;       /* at the tile's first column, or NULL */
+    const float* bias;       /* at the tile's first column (first row with bias_rows), or
+                                NULL */
     const float* r;          /* at the tile's first element, or NULL */
     int64_t ldr;
+    int bias_rows;
+    float lo, hi;            /* TSR_ACT_CLAMP's bounds */
 } epi_t;
 
 /* gelu(x) = x Phi(x) (erf form) or PyTorch's tanh approximation */
@@ -281,6 +284,9 @@ TSR_INLINE float gelu_tanh(float x) {
 TSR_INLINE float act_none(float x) { return x; }
 TSR_INLINE float act_relu(float x) { return x < 0.0f ? 0.0f : x; }   /* NaN passes */
 TSR_INLINE float act_gelu(float x) { return x * tsr_phif(x); }
+TSR_INLINE float act_silu(float x) { return x * tsr_sigmoidf(x); }
+/* NaN passes, as through torch.clamp and hardtanh */
+#define act_clamp(x) ((x) < lo ? lo : (x) > hi ? hi : (x))
 
 /* what an absent bias or residual adds: -0, which leaves every value as it is (-0 too) */
 static const float NEG_ZEROS[TILE_NR] __attribute__((aligned(64))) = {
@@ -295,11 +301,14 @@ static const float NEG_ZEROS[TILE_NR] __attribute__((aligned(64))) = {
     for (int64_t j = 0; j < nr; j++) c[j] = F(c[j] + bias[j] + pre[j]) + post[j];
 
 TSR_INLINE void epilogue_row(float* restrict c, int64_t nr, const float* restrict bias,
-                             const float* restrict pre, const float* restrict post, int act) {
+                             const float* restrict pre, const float* restrict post, int act,
+                             float lo, float hi) {
     switch (act) {
     case TSR_ACT_RELU: TSR_EPILOGUE_ROW(act_relu) break;
     case TSR_ACT_GELU_TANH: TSR_EPILOGUE_ROW(gelu_tanh) break;
     case TSR_ACT_GELU_ERF: TSR_EPILOGUE_ROW(act_gelu) break;
+    case TSR_ACT_CLAMP: TSR_EPILOGUE_ROW(act_clamp) break;
+    case TSR_ACT_SILU: TSR_EPILOGUE_ROW(act_silu) break;
     default: TSR_EPILOGUE_ROW(act_none)
     }
 }
@@ -311,7 +320,8 @@ TSR_INLINE void tile_update(const float* restrict t, int64_t NR, float* restrict
                             int64_t ldc, int64_t mr, int64_t nr, const epi_t* e) {
     float alpha = e->alpha, beta = e->beta;
     int epilogue = e->last && (e->bias || e->r || e->act != TSR_ACT_NONE);
-    const float* bias = e->bias ? e->bias : NEG_ZEROS;
+    const float* bias = e->bias && !e->bias_rows ? e->bias : NEG_ZEROS;
+    float row_bias[TILE_NR] __attribute__((aligned(64)));   /* a row's one value, spread */
     for (int64_t i = 0; i < mr; i++, t += t ? NR : 0, c += ldc) {
         if (!t) {
         } else if (e->overwrite) {
@@ -327,7 +337,13 @@ TSR_INLINE void tile_update(const float* restrict t, int64_t NR, float* restrict
         if (!epilogue) continue;
         const float* r = e->r ? e->r + i * e->ldr : NEG_ZEROS;
         int first = e->residual_first;
-        epilogue_row(c, nr, bias, first ? r : NEG_ZEROS, first ? NEG_ZEROS : r, e->act);
+        if (e->bias && e->bias_rows) {
+            float b = e->bias[i];
+            for (int64_t j = 0; j < nr; j++) row_bias[j] = b;
+            bias = row_bias;
+        }
+        epilogue_row(c, nr, bias, first ? r : NEG_ZEROS, first ? NEG_ZEROS : r, e->act,
+                     e->lo, e->hi);
     }
 }
 
@@ -556,8 +572,9 @@ static void blocks(const tsr_gemm_t* g, int64_t jb, int64_t ib0, int64_t ib1, fl
     int in_place = rows && g->csa == 1 && !(g->flags & TSR_GEMM_PACK_A) &&
                    ((g->flags & TSR_GEMM_IN_PLACE_A) || nb <= IN_PLACE_MAX_PANELS * NR ||
                     g->rsa % 1024 != 0);
+    int bias_rows = (g->flags & TSR_GEMM_BIAS_ROWS) != 0;
     epi_t e = {g->alpha, g->beta, 0, 0, g->act, (g->flags & TSR_GEMM_RESIDUAL_FIRST) != 0,
-               NULL, NULL, g->ldr};
+               NULL, NULL, g->ldr, bias_rows, g->lo, g->hi};
     for (int64_t p0 = 0; p0 == 0 || p0 < K; p0 += kc) {
         int64_t kb = K - p0 < kc ? K - p0 : kc;
         const float* bp;
@@ -587,9 +604,10 @@ static void blocks(const tsr_gemm_t* g, int64_t jb, int64_t ib0, int64_t ib1, fl
             for (int64_t jr = 0; jr < nb; jr += NR) {
                 int64_t nr = nb - jr < NR ? nb - jr : NR;
                 const float* bq = bp + jr / NR * bstride;
-                e.bias = g->bias ? g->bias + j0 + jr : NULL;
+                e.bias = g->bias && !bias_rows ? g->bias + j0 + jr : NULL;
                 for (int64_t ir = 0; ir < mb; ir += MR) {
                     int64_t mr = mb - ir < MR ? mb - ir : MR;
+                    if (g->bias && bias_rows) e.bias = g->bias + i0 + ir;
                     float* c = g->c + (i0 + ir) * g->ldc + j0 + jr;
                     e.r = g->r ? g->r + (i0 + ir) * g->ldr + j0 + jr : NULL;
                     ukr_fn f = ir < full ? rows : mr < MR && few ? few : ukr;
