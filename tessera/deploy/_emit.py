@@ -323,6 +323,8 @@ def _conv(prog: Program, i: int, n: Node) -> None:
     (ph, _), (pw, _) = n.attrs["pads"]
     b = prog.p(bias) if isinstance(bias, Value) else "NULL"
     if G == C == O and Cg == 1:
+        if n.op.name != "conv":
+            raise _unsupported(n, "a depthwise convolution with an epilogue")
         fname = _window_unit(prog, "dw", KH, KW, sh, sw, ph, pw, dh, dw)
         prog.steps.append(_pool_run(fname, [prog.p(x), prog.p(w), b, prog.p(out), str(C),
                                             str(H), str(W), str(OH), str(OW)], N * C, 9))
@@ -340,11 +342,32 @@ def _conv(prog: Program, i: int, n: Node) -> None:
                      f"{pw}, {dh}, {dw}, {OW}, {P}, 0, {CK}, 0, {OH});")
         src = "m->scratch"
     yq = f"{prog.p(out)} + q * {Og * P}"
-    lines.append("  " + _gemm_call(prog, str(Og), str(P), str(CK),
-                                   f"{prog.p(w)} + q % {G} * {Og * CK}", str(CK), src, str(P),
-                                   yq, str(P)))
+    call = _gemm_call(prog, str(Og), str(P), str(CK), f"{prog.p(w)} + q % {G} * {Og * CK}",
+                      str(CK), src, str(P), yq, str(P))
+    # the bias (one value per output channel: a row of this product), a conv_pointwise's
+    # activation and residual: the GEMM's epilogue, on each tile while it is in cache
+    epi = []
     if bias is not None:
-        lines.append(f"  tsr_add_row_bias({yq}, {b} + q % {G} * {Og}, {Og}, {P});")
+        epi.append(f"g.bias = {b} + q % {G} * {Og};")
+    flags = ["TSR_GEMM_BIAS_ROWS"]
+    act = n.attrs.get("activation")
+    if act == "relu":
+        epi.append("g.act = TSR_ACT_RELU;")
+    elif act == "clamp":
+        def lit(v: float) -> str:
+            return ("-INFINITY" if v < 0 else "INFINITY") if math.isinf(v) else f"{v!r}f"
+        lo, hi = n.attrs["bounds"]
+        epi.append(f"g.act = TSR_ACT_CLAMP; g.lo = {lit(lo)}; g.hi = {lit(hi)};")
+    elif act is not None:
+        raise _unsupported(n, f"activation {act!r}")
+    r = n.inputs[3] if len(n.inputs) > 3 else None
+    if isinstance(r, Value):
+        epi.append(f"g.r = {prog.p(r)} + q * {Og * P}; g.ldr = {P};")
+        if n.attrs.get("residual_first"):
+            flags.append("TSR_GEMM_RESIDUAL_FIRST")
+    epi.append(f"g.flags = {' | '.join(flags)};")
+    lines.append("  " + call.replace("g.isa = m->isa;", "g.isa = m->isa;\n  " + " ".join(epi),
+                                     1))
     prog.steps.append("\n".join(lines) + "\n}")
 
 
@@ -421,8 +444,8 @@ def _cat(prog: Program, i: int, n: Node) -> None:
 
 
 RULES = {"cat": _cat, "all": _all_any, "any": _all_any, "fused": _fused, "matmul": _matmul,
-         "conv": _conv, "max_pool_values": _max_pool, "interpolate": _interpolate,
-         "embedding": _embedding}
+         "conv": _conv, "conv_pointwise": _conv, "max_pool_values": _max_pool,
+         "interpolate": _interpolate, "embedding": _embedding}
 
 
 # ---- the program -------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from tessera.kernels.csource import defines, source
 from tessera.kernels.window import _SUFFIX, available, check_conv
 
 __all__ = ["threaded", "conv2d_threaded", "conv2d_input_grad_threaded",
-           "conv2d_weight_grad_threaded"]
+           "conv2d_weight_grad_threaded", "Epilogue", "epilogue", "EPILOGUE_ACTS"]
 
 class _Blas(NamedTuple):
     sgemm: int          # addresses of cblas_sgemm / cblas_dgemm
@@ -93,7 +93,7 @@ def _blas() -> _Blas | None:
 _WINO = {"wino": ("WINOGRAD", "WGEOMETRY", 16), "wino4": ("WINOGRAD4", "W4GEOMETRY", 36)}
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # the pointer arguments before (ws, next, g, gemm, t, t1) of each kind of driver
-_POINTERS = {"fwd": 5, "igrad": 4, "wgrad": 4, "wino_fwd": 6, "wide": 8}
+_POINTERS = {"fwd": 6, "igrad": 4, "wgrad": 4, "wino_fwd": 7, "wide": 9}
 
 
 @functools.cache
@@ -238,7 +238,8 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
         # the weight gradients keep OpenBLAS (see _own_sgemm)
         own = None if name.endswith("wgrad") else once(("conv", "own_sgemm"), _own_sgemm)
         gemm = own or blas.sgemm
-    args = tuple(None if a is None else a.ctypes.data for a in arrays) + (
+    args = tuple(None if a is None else ctypes.addressof(a) if isinstance(a, Epilogue)
+                 else a.ctypes.data for a in arrays) + (
         work.ctypes.data, ws, nxt.ctypes.data, g.ctypes.data, gemm)
     # the last argument: t + 1 for drivers taking items from the counter, the thread count
     # for the weight gradient, which splits images into fixed blocks (a deterministic sum)
@@ -254,6 +255,45 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
 
 
 _CONV_GEMM = os.environ.get("TESSERA_CONV_GEMM", "auto")
+
+
+class Epilogue(ctypes.Structure):
+    """What a forward convolution applies to its output after the bias, in the drivers
+    while each item's output is in cache (``c/conv.h``'s ``conv_epi``): made by
+    ``epilogue``."""
+    _fields_ = [("r", ctypes.c_void_p), ("egemm", ctypes.c_void_p), ("act", ctypes.c_int64),
+                ("first", ctypes.c_int64), ("lo", ctypes.c_double), ("hi", ctypes.c_double)]
+
+
+# the activations the drivers fuse, as c/gemm.h's TSR_ACT_ codes (relu6 and hardtanh are
+# clamps)
+EPILOGUE_ACTS = {None: 0, "relu": 1, "clamp": 4}
+
+
+def epilogue(y: np.ndarray, activation: str | None = None, bounds=(0.0, 0.0),
+             residual: np.ndarray | None = None, residual_first: bool = False) -> Epilogue:
+    """The epilogue ``y = act(y [+ residual]) [+ residual]`` of a forward convolution into
+    ``y``: ``activation`` ``"relu"``, ``"clamp"`` (to ``bounds``, lo and hi) or None; the
+    C-contiguous ``residual`` of ``y``'s shape and dtype inside the activation with
+    ``residual_first``, else after it. Keep ``residual`` alive while the convolution runs.
+
+    >>> e = epilogue(np.zeros((1, 2, 3, 3), np.float32), "clamp", (0.0, 6.0))
+    >>> e.act, e.hi, e.r
+    (4, 6.0, None)
+    """
+    if activation not in EPILOGUE_ACTS:
+        raise ValueError(f"conv epilogue: activation must be one of "
+                         f"{', '.join(map(repr, EPILOGUE_ACTS))}, got {activation!r}")
+    if residual is not None and (residual.shape != y.shape or residual.dtype != y.dtype
+                                 or not residual.flags.c_contiguous):
+        raise ValueError(f"conv epilogue: the residual must be C-contiguous {y.dtype} of the "
+                         f"output's shape {y.shape}, got {residual.dtype} {residual.shape}")
+    e = Epilogue(r=None if residual is None else residual.ctypes.data,
+                 act=EPILOGUE_ACTS[activation], first=int(bool(residual_first)),
+                 lo=float(bounds[0]), hi=float(bounds[1]))
+    if y.dtype == np.float32:
+        e.egemm = _OWN_EPI[0] if once(("conv", "own_sgemm"), _own_sgemm) else None
+    return e
 
 
 @functools.lru_cache(maxsize=1)
@@ -284,7 +324,11 @@ def _own_sgemm() -> int | None:
     lib.tsr_conv_gemm_init.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     lib.tsr_conv_gemm_init(ctypes.cast(gemm._lib().tsr_gemm_run, ctypes.c_void_p).value,
                            blas.sgemm, gemm._isa())
+    _OWN_EPI[0] = ctypes.cast(lib.tsr_conv_sgemm_epi, ctypes.c_void_p).value
     return ctypes.cast(lib.tsr_conv_sgemm, ctypes.c_void_p).value
+
+
+_OWN_EPI: list = [None]  # tsr_conv_sgemm_epi's address, set with _own_sgemm's
 
 
 _BLAS_LOCK = threading.Lock()
@@ -353,10 +397,11 @@ _SHARED_ROWS = True
 
 
 def conv2d_threaded(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation,
-                    y: np.ndarray) -> None:
+                    y: np.ndarray, epilogue: Epilogue | None = None) -> None:
     """``y`` (N, O, OH, OW) = the 2-d convolution of C-contiguous ``x`` (N, C, H, W) with
-    C-contiguous ``w`` (O, C, KH, KW) plus ``b`` (O,) if given; ``pads`` are the low
-    paddings; ``y`` C-contiguous."""
+    C-contiguous ``w`` (O, C, KH, KW) plus ``b`` (O,) if given, then ``epilogue``'s
+    activation and residual (``epilogue``); ``pads`` are the low paddings; ``y``
+    C-contiguous."""
     check_conv("conv2d", x.shape, w.shape, y.shape, stride, pads, dilation, (x, w, y), b)
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
@@ -374,7 +419,7 @@ def conv2d_threaded(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation,
         ob, rb = o, -(-oh // (2 * threads))
     work = _workspace(n * ck * oh * ow if shared else ws * threads, x.dtype)
     geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, rb, grp, ob, shared]
-    _run("fwd", x.dtype, (x, w, b, y), work, ws, geometry, threads)
+    _run("fwd", x.dtype, (x, w, b, y, epilogue), work, ws, geometry, threads)
 
 
 def conv2d_input_grad_threaded(g: np.ndarray, w: np.ndarray, stride, pads, dilation,

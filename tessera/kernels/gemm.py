@@ -3,11 +3,13 @@ the building block of a compiled model's dependency-free C library and of fused 
 layers.
 
 ``gemm(a, b)`` is ``alpha * op(a) @ op(b) + beta * out``, then a fused epilogue on each
-tile while it is in cache: ``bias`` (one value per column), ``activation`` (``"relu"``,
-``"gelu"``, ``"gelu_tanh"``) and ``residual`` (added after the activation, or before it
-with ``residual_first=True``). ``pack_b`` packs a constant right operand (a weight) once
-into the micro-kernel's panel layout, and ``gemm_packed`` multiplies by it as often as
-needed. Any 2-d float32 view is read in place (a transpose swaps the strides).
+tile while it is in cache: ``bias`` (one value per column, or per row with
+``bias_rows=True``: a convolution's output channels), ``activation`` (``"relu"``,
+``"relu6"``, ``"clamp"`` to ``bounds``, ``"silu"``, ``"gelu"``, ``"gelu_tanh"``) and
+``residual`` (added after the activation, or before it with ``residual_first=True``).
+``pack_b`` packs a constant right operand (a weight) once into the micro-kernel's panel
+layout, and ``gemm_packed`` multiplies by it as often as needed. Any 2-d float32 view
+is read in place (a transpose swaps the strides).
 
 The micro-kernel is picked from the CPU when the library loads: AVX-512, AVX2 with FMA, or
 portable C (``isa()`` says which). ``TESSERA_GEMM_ISA=avx512|avx2|portable`` forces one;
@@ -47,8 +49,9 @@ __all__ = ["gemm", "pack_b", "gemm_packed", "PackedB", "isa", "available", "ISAS
            "ACTIVATIONS", "default_threads"]
 
 ISAS = ("portable", "avx2", "avx512")          # c/gemm.h's TSR_GEMM_* in order
-ACTIVATIONS = {None: 0, "relu": 1, "gelu_tanh": 2, "gelu": 3}   # TSR_ACT_*
-_RESIDUAL_FIRST = 1
+ACTIVATIONS = {None: 0, "relu": 1, "gelu_tanh": 2, "gelu": 3, "clamp": 4, "silu": 5,
+               "relu6": 4}   # TSR_ACT_*; relu6 is clamp to [0, 6]
+_RESIDUAL_FIRST, _BIAS_ROWS = 1, 8
 _F32 = np.dtype(np.float32)
 
 
@@ -62,7 +65,8 @@ class _Gemm(ctypes.Structure):
                 ("alpha", ctypes.c_float), ("beta", ctypes.c_float),
                 ("act", ctypes.c_int32), ("flags", ctypes.c_int32), ("isa", ctypes.c_int32),
                 ("reserved", ctypes.c_int32),
-                ("mc", ctypes.c_int64), ("kc", ctypes.c_int64), ("nc", ctypes.c_int64)]
+                ("mc", ctypes.c_int64), ("kc", ctypes.c_int64), ("nc", ctypes.c_int64),
+                ("lo", ctypes.c_float), ("hi", ctypes.c_float)]
 
 
 def _flags() -> tuple[str, ...]:
@@ -233,12 +237,14 @@ def gemm(a: np.ndarray, b: np.ndarray, *, trans_a: bool = False, trans_b: bool =
          alpha: float = 1.0, beta: float = 0.0, bias: np.ndarray | None = None,
          activation: str | None = None, residual: np.ndarray | None = None,
          residual_first: bool = False, out: np.ndarray | None = None,
-         threads: int | None = None) -> np.ndarray:
+         threads: int | None = None, bias_rows: bool = False,
+         bounds: tuple[float, float] | None = None) -> np.ndarray:
     """``act(alpha * op(a) @ op(b) + beta * out + bias) + residual`` in float32 (the
     residual inside the activation with ``residual_first``), written into ``out`` when
     given (``beta`` scales its old value, which is not read when ``beta`` is 0), else into a
-    new array. ``op(x)`` is ``x.T`` when ``trans_x``. ``threads``: at most this many
-    (default: ``tessera.get_num_threads()``).
+    new array. ``op(x)`` is ``x.T`` when ``trans_x``. ``bias`` has one value per column,
+    or per row with ``bias_rows``; ``activation="clamp"`` clamps to ``bounds`` (lo, hi).
+    ``threads``: at most this many (default: ``tessera.get_num_threads()``).
 
     >>> x = np.ones((2, 3), np.float32)
     >>> gemm(x, np.full((3, 2), -1, np.float32), activation="relu",
@@ -251,14 +257,15 @@ def gemm(a: np.ndarray, b: np.ndarray, *, trans_a: bool = False, trans_b: bool =
         rsb, csb = csb, rsb
     kb, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
     return _run("gemm", a, trans_a, (b, rsb, csb), None, kb, n, alpha, beta, bias,
-                activation, residual, residual_first, out, threads)
+                activation, residual, residual_first, out, threads, bias_rows, bounds)
 
 
 def gemm_packed(a: np.ndarray, packed: PackedB, *, trans_a: bool = False, alpha: float = 1.0,
                 beta: float = 0.0, bias: np.ndarray | None = None,
                 activation: str | None = None, residual: np.ndarray | None = None,
                 residual_first: bool = False, out: np.ndarray | None = None,
-                threads: int | None = None) -> np.ndarray:
+                threads: int | None = None, bias_rows: bool = False,
+                bounds: tuple[float, float] | None = None) -> np.ndarray:
     """``gemm(a, b, ...)`` with ``b`` packed beforehand by ``pack_b``.
 
     >>> w = np.ones((3, 2), np.float32)
@@ -272,12 +279,12 @@ def gemm_packed(a: np.ndarray, packed: PackedB, *, trans_a: bool = False, alpha:
         raise ValueError(f"gemm_packed: b was packed for {ISAS[packed.isa_index]}, but the "
                          f"GEMM runs {isa()}; pack it again")
     return _run("gemm_packed", a, trans_a, None, packed, packed.k, packed.n, alpha, beta,
-                bias, activation, residual, residual_first, out, threads)
+                bias, activation, residual, residual_first, out, threads, bias_rows, bounds)
 
 
 def _run(fn: str, a, trans_a: bool, bview, packed: PackedB | None, kb: int, n: int,
          alpha: float, beta: float, bias, activation, residual, residual_first: bool,
-         out, threads) -> np.ndarray:
+         out, threads, bias_rows: bool = False, bounds=None) -> np.ndarray:
     a, rsa, csa = _strided(a, "a", fn)
     if trans_a:
         rsa, csa = csa, rsa
@@ -288,9 +295,16 @@ def _run(fn: str, a, trans_a: bool, bview, packed: PackedB | None, kb: int, n: i
     if activation not in ACTIVATIONS:
         raise ValueError(f"{fn}: activation must be one of "
                          f"{', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
+    if activation == "relu6":
+        bounds = (0.0, 6.0)
+    elif activation == "clamp":
+        if bounds is None or len(bounds) != 2:
+            raise ValueError(f"{fn}: activation 'clamp' needs bounds=(lo, hi), got {bounds!r}")
+    lo, hi = bounds if activation in ("clamp", "relu6") else (0.0, 0.0)
     g = _Gemm(m=m, n=n, k=k, a=a.ctypes.data, rsa=rsa, csa=csa, alpha=alpha, beta=beta,
-              act=ACTIVATIONS[activation], flags=_RESIDUAL_FIRST if residual_first else 0,
-              isa=_isa())
+              act=ACTIVATIONS[activation], isa=_isa(), lo=lo, hi=hi,
+              flags=(_RESIDUAL_FIRST if residual_first else 0) |
+              (_BIAS_ROWS if bias_rows else 0))
     keep = [a]   # the arrays the structure points into
     if packed is not None:
         g.bp = packed.data.ctypes.data
@@ -299,7 +313,7 @@ def _run(fn: str, a, trans_a: bool, bview, packed: PackedB | None, kb: int, n: i
         g.b = b.ctypes.data
         keep.append(b)
     if bias is not None:
-        bias = np.ascontiguousarray(_checked(bias, (n,), "bias", fn))
+        bias = np.ascontiguousarray(_checked(bias, (m,) if bias_rows else (n,), "bias", fn))
         g.bias = bias.ctypes.data
         keep.append(bias)
     if residual is not None:

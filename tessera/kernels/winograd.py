@@ -151,10 +151,12 @@ _L2_BYTES = 1 << 20
 _MIN_COLS = 256
 
 
-def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -> None:
+def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int,
+              epilogue=None) -> None:
     """``y`` = the stride-1 3x3 correlation of ``x`` (N, C, H, W) with the filters of ``w``
-    (turned and channel-swapped when ``flip``), low paddings ``pads``, plus ``b``: F(4x4)
-    where ``four`` says, else F(2x2)."""
+    (turned and channel-swapped when ``flip``), low paddings ``pads``, plus ``b``, then
+    ``epilogue`` (``tessera.kernels.conv.epilogue``): F(4x4) where ``four`` says, else
+    F(2x2)."""
     from tessera.kernels.conv import _run, _threads, _workspace
     n, c, h, wd = x.shape
     o, oh, ow = y.shape[1:]
@@ -168,12 +170,13 @@ def _winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray, flip: int) -
     u = _workspace(p * (o * c + 16), x.dtype, "winograd")
     geometry = [c, h, wd, o, *pads, oh, ow, n, rb, flip]
     if not wide:
-        _run(f"{v.name}_fwd", x.dtype, (x, w, u, b, y), work, ws, geometry, threads)
+        _run(f"{v.name}_fwd", x.dtype, (x, w, u, b, y, epilogue), work, ws, geometry, threads)
         return
     nc = rb * tc
     vm = _workspace(p * ((c + o) * nc + 32), x.dtype, "winograd_wide")
     vv, m = vm[:p * (c * nc + 16)], vm[p * (c * nc + 16):]
-    _run(f"{v.name}_wide", x.dtype, (x, w, u, vv, m, b, y), work, ws, geometry, threads)
+    _run(f"{v.name}_wide", x.dtype, (x, w, u, vv, m, b, y, epilogue), work, ws, geometry,
+         threads)
 
 
 def four(n: int, c: int, o: int, oh: int, ow: int) -> bool:
@@ -261,9 +264,11 @@ def conv2d_weight_grad_winograd(x: np.ndarray, g: np.ndarray, pads) -> np.ndarra
 _WGRAD_BYTES = 1 << 20  # v and z of an item: long sums that stay in cache (bench training: cnn)
 
 
-def conv2d_winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray) -> None:
+def conv2d_winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray,
+                    epilogue=None) -> None:
     """``y`` (N, O, OH, OW) = the stride-1 3x3 convolution of C-contiguous ``x`` (N, C, H, W)
-    with C-contiguous ``w`` (O, C, 3, 3) plus ``b`` (O,) if given; ``pads`` are the low
+    with C-contiguous ``w`` (O, C, 3, 3) plus ``b`` (O,) if given, then ``epilogue``
+    (``tessera.kernels.conv.epilogue``: activation, residual); ``pads`` are the low
     paddings (the output size gives the high ones); ``y`` C-contiguous.
 
     >>> x, w = np.ones((1, 2, 3, 3)), np.ones((1, 2, 3, 3))
@@ -275,7 +280,7 @@ def conv2d_winograd(x: np.ndarray, w: np.ndarray, b, pads, y: np.ndarray) -> Non
     _check_3x3("conv2d_winograd", w)
     check_conv("conv2d_winograd", x.shape, w.shape, y.shape, (1, 1), pads, (1, 1), (x, w, y),
                b)
-    _winograd(x, w, b, pads, y, 0)
+    _winograd(x, w, b, pads, y, 0, epilogue)
 
 
 def _check_3x3(op: str, w: np.ndarray) -> None:

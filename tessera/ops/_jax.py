@@ -251,6 +251,19 @@ def conv(jnp, lax, a, at):
     return out
 
 
+def conv_pointwise(jnp, lax, a, at):
+    x, w, b, r = a
+    y = conv(jnp, lax, (x, w, b), at)
+    first = r is not None and at["residual_first"]
+    if first:
+        y = y + r
+    if at["activation"] == "relu":
+        y = jnp.maximum(y, 0)
+    elif at["activation"] == "clamp":
+        y = jnp.minimum(jnp.maximum(y, at["bounds"][0]), at["bounds"][1])
+    return y + r if r is not None and not first else y
+
+
 def conv_input_grad(jnp, lax, a, at):
     import jax  # the transpose of the convolution, which XLA folds into one
     g, w = a

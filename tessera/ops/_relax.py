@@ -509,6 +509,20 @@ def conv(R, a, at):
     return out
 
 
+def conv_pointwise(R, a, at):
+    x, w, b, r = a
+    y = conv(R, (x, w, b), at)
+    first = r is not None and at["residual_first"]
+    if first:
+        y = R.add(y, r)
+    if at["activation"] == "relu":
+        y = R.maximum(y, _k(R, 0, y))
+    elif at["activation"] == "clamp":
+        lo, hi = at["bounds"]
+        y = R.minimum(R.maximum(y, _k(R, lo, y)), _k(R, hi, y))
+    return R.add(y, r) if r is not None and not first else y
+
+
 def conv_input_grad(R, a, at):
     """The transposed convolution, with output padding making up the rows the forward's
     stride left unread."""

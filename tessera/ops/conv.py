@@ -562,6 +562,151 @@ def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride, pads, dilatio
                     dilation=tuple(dilation), groups=int(groups))
 
 
+# ---- a convolution with its elementwise epilogue (inference graphs) ---------------------
+
+# the activations the epilogue applies: relu, and clamp to bounds (relu6, hardtanh)
+POINTWISE_ACTS = (None, "relu", "clamp")
+
+
+def epilogue_fusable(xshape, wshape, stride, pads, dilation, groups, xdtype, wdtype) -> bool:
+    """Whether a convolution of these shapes and dtypes (tessera dtypes) runs on the C
+    drivers that apply ``conv_pointwise``'s epilogue in cache (2-d, ungrouped, the im2col
+    or Winograd drivers): where the graph pass ``conv_epilogue`` makes one.
+
+    >>> from tessera import float32
+    >>> epilogue_fusable((1, 8, 9, 9), (8, 8, 1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1,
+    ...                  float32, float32) in (True, False)
+    True
+    """
+    dt = xdtype.np
+    if len(xshape) != 4 or len(wshape) != 4 or groups != 1 or xdtype is not wdtype or \
+            dt not in (np.float32, np.float64) or 0 in xshape or 0 in wshape:
+        return False
+    from tessera.kernels import window as kernels
+    if not kernels.available(dt):
+        return False
+    out_sp = _out_spatial(xshape, wshape[2:], stride, pads, dilation)
+    if 0 in out_sp or any(s <= 0 for s in out_sp):
+        return False
+    return _path("forward", tuple(xshape), tuple(wshape), stride, pads, dilation, out_sp,
+                 dt) in ("threaded", "winograd")
+
+
+def _pointwise_infer(x, w, b, r, stride, pads, dilation, groups, activation, bounds,
+                     residual_first):
+    out = _conv_infer(x, w, b, stride, pads, dilation, groups)
+    if activation not in POINTWISE_ACTS:
+        raise RuntimeError(f"conv_pointwise: activation must be one of {POINTWISE_ACTS}, "
+                           f"got {activation!r}")
+    if activation == "clamp" and not (len(bounds) == 2 and bounds[0] <= bounds[1]):
+        raise RuntimeError(f"conv_pointwise: clamp needs bounds (lo, hi), lo <= hi, got "
+                           f"{bounds!r}")
+    if r is not None and (tuple(r.shape) != tuple(out.shape) or r.dtype is not out.dtype):
+        raise RuntimeError(f"conv_pointwise: the residual must be {out.dtype} of the output's "
+                           f"shape {list(out.shape)}, got {r.dtype} {list(r.shape)}")
+    return out
+
+
+def _epilogue_numpy(y: np.ndarray, r, activation, bounds, residual_first) -> None:
+    """The epilogue on ``y`` in place, in NumPy (the paths without it in C)."""
+    if r is not None and residual_first:
+        y += r
+    if activation == "relu":
+        np.maximum(y, 0, out=y)
+    elif activation == "clamp":
+        np.clip(y, bounds[0], bounds[1], out=y)
+    if r is not None and not residual_first:
+        y += r
+
+
+def conv_pointwise_into(out, x, w, b, r, stride, pads, dilation, groups, activation, bounds,
+                        residual_first) -> None:
+    """``conv_pointwise``'s kernel writing into ``out``: a 2-d ungrouped convolution on the
+    im2col or Winograd drivers applies the epilogue to each item's output while it is in
+    cache (through tessera's GEMM epilogue where that runs the products); any other
+    convolution runs as ``conv`` and then the epilogue in NumPy."""
+    check_geometry("conv_pointwise", w.shape, stride, pads, dilation)
+    if r is not None and np.may_share_memory(out, r):
+        r = r.copy()  # the products write tiles of out before reading r's
+    out_sp = out.shape[2:]
+    path = None
+    if 0 not in out_sp and out.flags.c_contiguous and _native(x, w, groups):
+        path = _path("forward", x.shape, w.shape, stride, pads, dilation, out_sp, x.dtype)
+    if path in ("threaded", "winograd"):
+        from tessera.kernels.conv import conv2d_threaded, epilogue
+        if np.may_share_memory(out, x):
+            x = _private_copy(x)
+        x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
+        b = None if b is None else np.ascontiguousarray(b, x.dtype)
+        r = None if r is None else np.ascontiguousarray(r, x.dtype)
+        e = epilogue(out, activation, bounds, r, residual_first)
+        if path == "winograd":
+            from tessera.kernels.winograd import conv2d_winograd
+            conv2d_winograd(x, w, b, _lows(pads), out, e)
+        else:
+            conv2d_threaded(x, w, b, stride, _lows(pads), dilation, out, e)
+        return
+    conv_into(out, x, w, b, stride, pads, dilation, groups)
+    _epilogue_numpy(out, r, activation, bounds, residual_first)
+
+
+# the memory plan gives the output no input's buffer: the products write tiles of it while
+# windows of x and elements of the residual around them are still to be read
+conv_pointwise_into.reads_around = True  # type: ignore[attr-defined]  # read by the executor
+
+
+def _pointwise_kernel(x, w, b, r, stride, pads, dilation, groups, activation, bounds,
+                      residual_first):
+    out_sp = _out_spatial(x.shape, w.shape[2:], stride, pads, dilation)
+    y = np.empty((x.shape[0], w.shape[0]) + tuple(out_sp), np.result_type(x, w))
+    conv_pointwise_into(y, x, w, b, r, stride, pads, dilation, groups, activation, bounds,
+                        residual_first)
+    return y
+
+
+def _pointwise_sbp(x, w, b, r, stride, pads, dilation, groups, activation, bounds,
+                   residual_first):
+    """Batch split with broadcast weights, or everything broadcast."""
+    return [Signature((S(0), B, optional(b, B), optional(r, S(0))), (S(0),)),
+            Signature((B, B, optional(b, B), optional(r, B)), (B,))]
+
+
+def _pointwise_cost(ins, outs, **attrs) -> cost.Cost:
+    c = _conv_cost(ins[:3], outs, **attrs)
+    n = cost.numel(outs[0])
+    extra = n * ((attrs["activation"] is not None) + (ins[3] is not None))
+    return cost.Cost(c.flops + extra, *cost.io(ins, outs))
+
+
+_CONV_POINTWISE = defop(
+    "conv_pointwise", _pointwise_infer, _pointwise_kernel, grad=None,
+    sbp=SbpRule(_pointwise_sbp), cost=_pointwise_cost, traits={"out_form"},
+    inplace_kernels={"cpu": conv_pointwise_into}, to_jax=_jax.conv_pointwise,
+    to_relax=_relax.conv_pointwise)
+
+
+def conv_pointwise(x: Tensor, w: Tensor, b: Tensor | None = None, r: Tensor | None = None, *,
+                   stride, pads, dilation, groups, activation: str | None = None,
+                   bounds=(0.0, 0.0), residual_first: bool = False) -> Tensor:
+    """``act(conv(x, w, b) [+ r]) [+ r]`` as one op: the convolution with its elementwise
+    epilogue (PyTorch's ``mkldnn._convolution_pointwise``), which inference graphs make of
+    a convolution and the activation and residual add after it
+    (``tessera.graph.passes.conv_epilogue``). ``activation``: None, ``"relu"`` or
+    ``"clamp"`` (to ``bounds``: ReLU6, hardtanh); the residual ``r`` (the output's shape)
+    is added inside the activation with ``residual_first``, else after it.
+
+    >>> import tessera
+    >>> conv_pointwise(tessera.ones(1, 1, 3, 3), tessera.ones(1, 1, 1, 1), tessera.ones(1),
+    ...                stride=(1, 1), pads=((0, 0), (0, 0)), dilation=(1, 1), groups=1,
+    ...                activation="clamp", bounds=(0.0, 1.5)).flatten().tolist()[:3]
+    [1.5, 1.5, 1.5]
+    """
+    return dispatch(_CONV_POINTWISE, x, w, b, r, stride=tuple(stride),
+                    pads=tuple(map(tuple, pads)), dilation=tuple(dilation), groups=int(groups),
+                    activation=activation, bounds=tuple(float(v) for v in bounds),
+                    residual_first=bool(residual_first))
+
+
 # ---- gradient with respect to the input (= transposed convolution) ------------------
 
 def _input_grad_infer(g, w, input_shape, stride, pads, dilation, groups):

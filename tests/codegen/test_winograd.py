@@ -122,9 +122,9 @@ class Spy:
         self.calls = {0: 0, 1: 0, 2: 0}
         original, weight_grad = winograd._winograd, winograd.conv2d_weight_grad_winograd
 
-        def spy(x, w, b, pads, y, flip):
+        def spy(x, w, b, pads, y, flip, *epilogue):
             self.calls[flip] += 1
-            return original(x, w, b, pads, y, flip)
+            return original(x, w, b, pads, y, flip, *epilogue)
 
         def spy_weight_grad(*args):
             self.calls[2] += 1

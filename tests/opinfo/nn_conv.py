@@ -125,3 +125,47 @@ def _int_conv(rng, dtype):
 # integer convolution: exact (PyTorch computes it too)
 register(OpInfo("nn.functional.conv2d_int", _conv_fn("conv2d"), _int_conv,
                 dtypes=(np.int64,), covers=("conv",), differentiable=False))
+
+
+def _conv_pointwise(L, x, w, b, r, stride=1, padding=0, activation=None, bounds=(0.0, 0.0),
+                    residual_first=False):
+    """act(conv2d(x, w, b) [+ r]) [+ r]: tessera's fused op, PyTorch's ops one by one."""
+    if L.__name__ == "tessera":
+        from tessera.ops.conv import conv_pointwise
+        return conv_pointwise(x, w, b, r, stride=(stride, stride),
+                              pads=((padding, padding),) * 2, dilation=(1, 1), groups=1,
+                              activation=activation, bounds=bounds,
+                              residual_first=residual_first)
+    y = L.nn.functional.conv2d(x, w, b, stride=stride, padding=padding)
+    if r is not None and residual_first:
+        y = y + r
+    if activation == "relu":
+        y = L.relu(y)
+    elif activation == "clamp":
+        y = L.nn.functional.hardtanh(y, *bounds)
+    return y + r if r is not None and not residual_first else y
+
+
+def _pointwise_samples(rng, dtype):
+    # (x, w, stride, padding): a 1x1 on x itself, im2col with a stride, a 3x3 stride-1 the
+    # Winograd rule may take, and small ones the direct or NumPy paths run
+    for xs, ws, st, pd in [((1, 24, 14, 14), (40, 24, 1, 1), 1, 0),
+                           ((2, 8, 15, 13), (32, 8, 3, 3), 2, 1),
+                           ((1, 64, 14, 14), (64, 64, 3, 3), 1, 1),
+                           ((2, 3, 6, 5), (4, 3, 3, 3), 1, 1)]:
+        x, w = make(rng, xs, dtype), make(rng, ws, dtype)
+        b = make(rng, ws[:1], dtype)
+        n, _, h, wd = xs
+        out = (n, ws[0], (h + 2 * pd - ws[2]) // st + 1, (wd + 2 * pd - ws[3]) // st + 1)
+        r = make(rng, out, dtype)
+        for kw in (dict(activation="relu"), dict(activation="clamp", bounds=(0.0, 6.0)),
+                   dict(activation="relu", residual_first=True),
+                   dict(activation="clamp", bounds=(-1.0, 0.5))):
+            res = r if "residual_first" in kw or kw.get("bounds") == (-1.0, 0.5) else None
+            yield Sample((x, w, b, res), dict(kw, stride=st, padding=pd))
+        yield Sample((x, w, None, r), dict(stride=st, padding=pd))
+
+
+# float32 Winograd rounds differently from PyTorch's direct sums (|y| up to ~50 here)
+register(OpInfo("conv_pointwise", _conv_pointwise, _pointwise_samples, differentiable=False,
+                gradcheck=False, atol=2e-3, rtol=1e-5))

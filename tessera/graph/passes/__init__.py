@@ -35,10 +35,12 @@ __all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass", "register_pass
 # step) to just after its inputs, so gradients die early; remat plans recomputation on the
 # graph as it will run (a no-op unless nn.Graph.config.enable_remat set
 # ``PassContext.remat``); qdq turns
-# dequantize-compute-quantize groups into INT8 ops once constants are folded
+# dequantize-compute-quantize groups into INT8 ops once constants are folded; conv_epilogue
+# runs after it (a conv + relu before a quantization is qdq's) and before fuse (which would
+# take the activation and residual add into an elementwise region)
 PIPELINE = ["schedule_1f1b", "dce", "algebraic", "dce", "cse", "constfold", "bnfold", "qdq",
-            "dce", "decompose", "cse", "layout", "duplicate", "fuse", "outline", "early_updates",
-            "remat", "bucket_all_reduces"]
+            "conv_epilogue", "dce", "decompose", "cse", "layout", "duplicate", "fuse", "outline",
+            "early_updates", "remat", "bucket_all_reduces"]
 
 
 @dataclass

@@ -28,10 +28,75 @@ static inline void conv_wait(int64_t* done, int64_t total) {
     while (__atomic_load_n(done, __ATOMIC_ACQUIRE) < total) sched_yield();
 }
 
-/* the CBLAS GEMM's type, in the header of every translation unit of the library */
+/* A forward convolution's epilogue, applied to each item's output while it is in cache:
+   y = act(y + b [+ r]) [+ r], the residual r (N, O, OH, OW, as y) inside the activation
+   when first, else after it; act is one of gemm.h's TSR_ACT_ codes that the C here
+   knows: 0 none, 1 relu, 4 clamp to [lo, hi]. egemm: for float32, tessera's GEMM with that
+   epilogue fused (conv_gemm.c's tsr_conv_sgemm_epi), else NULL: the plain GEMM, then the
+   loops below. A NULL epilogue: the bias only. */
+typedef struct conv_epi {
+    const void* r;
+    void* egemm;
+    int64_t act, first;
+    double lo, hi;
+} conv_epi;
+
+/* the CBLAS GEMM's type, and the epilogue's loops, in every translation unit of the
+   library. egemm_S: C (m x n, rows ldc apart) = A (rows lda apart) @ B (rows ldb apart),
+   then the epilogue with bias[i] on row i, r's rows ldr apart; 0, or non-zero when it did
+   nothing (no scratch memory) */
 #define GEMM_TYPE(T, S)                                                                   \
 typedef void (*gemm_##S)(int, int, int, blasint, blasint, blasint, T, const T*, blasint,  \
-                         const T*, blasint, T, T*, blasint);
+                         const T*, blasint, T, T*, blasint);                              \
+typedef int (*egemm_##S)(int64_t, int64_t, int64_t, const T*, int64_t, const T*, int64_t, \
+                         T*, int64_t, const T*, const T*, int64_t, int64_t, int64_t, float, \
+                         float);                                                          \
+                                                                                          \
+/* d[q] = act(s[q] + bo [+ r[q]]) [+ r[q]], q < m (d may be s); NaN passes the act */    \
+static inline void conv_epi_row_##S(T* d, const T* s, const T* r, int64_t m, T bo,        \
+                                    const conv_epi* e) {                                  \
+    int act = e ? (int)e->act : 0, first = e && e->first;                                 \
+    T lo = e ? (T)e->lo : 0, hi = e ? (T)e->hi : 0;                                       \
+    if (!r) {                                                                             \
+        if (act == 1) { _Pragma("omp simd") for (int64_t q = 0; q < m; q++) {            \
+            T v = s[q] + bo; d[q] = v < 0 ? 0 : v; } }                                    \
+        else if (act == 4) { _Pragma("omp simd") for (int64_t q = 0; q < m; q++) {       \
+            T v = s[q] + bo; d[q] = v < lo ? lo : v > hi ? hi : v; } }                    \
+        else { _Pragma("omp simd") for (int64_t q = 0; q < m; q++) d[q] = s[q] + bo; }   \
+    } else if (first) {                                                                   \
+        if (act == 1) { _Pragma("omp simd") for (int64_t q = 0; q < m; q++) {            \
+            T v = s[q] + bo + r[q]; d[q] = v < 0 ? 0 : v; } }                             \
+        else if (act == 4) { _Pragma("omp simd") for (int64_t q = 0; q < m; q++) {       \
+            T v = s[q] + bo + r[q]; d[q] = v < lo ? lo : v > hi ? hi : v; } }             \
+        else { _Pragma("omp simd") for (int64_t q = 0; q < m; q++) d[q] = s[q] + bo + r[q]; } \
+    } else {                                                                              \
+        if (act == 1) { _Pragma("omp simd") for (int64_t q = 0; q < m; q++) {            \
+            T v = s[q] + bo; d[q] = (v < 0 ? 0 : v) + r[q]; } }                           \
+        else if (act == 4) { _Pragma("omp simd") for (int64_t q = 0; q < m; q++) {       \
+            T v = s[q] + bo; d[q] = (v < lo ? lo : v > hi ? hi : v) + r[q]; } }           \
+        else { _Pragma("omp simd") for (int64_t q = 0; q < m; q++) d[q] = s[q] + bo + r[q]; } \
+    }                                                                                     \
+}                                                                                         \
+                                                                                          \
+/* whether the epilogue does more than add the bias */                                    \
+static inline int conv_epi_more_##S(const conv_epi* e) { return e && (e->r || e->act); }  \
+                                                                                          \
+/* output channels [o0, o1) of yo (rows P apart, m columns each; r at yo's offset in y, or \
+   NULL) = their GEMM, w[o0:o1] (rows CK apart) @ src (rows ld apart), then bias b[o] and  \
+   the epilogue: fused into tessera's GEMM where given, else after the plain one */        \
+static void conv_product_##S(const T* w, const T* src, blasint ld, T* yo, const T* b,     \
+                             const T* r, int64_t o0, int64_t o1, int64_t m, int64_t CK,   \
+                             int64_t P, void* gemm, const conv_epi* e) {                  \
+    if (e && e->egemm && ((egemm_##S)e->egemm)(o1 - o0, m, CK, w + o0 * CK, CK, src, ld,  \
+                                                yo, P, b ? b + o0 : NULL, r, P, e->act,    \
+                                                e->first, (float)e->lo, (float)e->hi) == 0) \
+        return;                                                                           \
+    ((gemm_##S)gemm)(ROW, NT, NT, o1 - o0, m, CK, 1, w + o0 * CK, CK, src, ld, 0, yo, P);  \
+    if (!b && !conv_epi_more_##S(e)) return;                                              \
+    for (int64_t o = o0; o < o1; o++)                                                     \
+        conv_epi_row_##S(yo + (o - o0) * P, yo + (o - o0) * P, r ? r + (o - o0) * P : NULL, \
+                         m, b ? b[o] : (T)0, e);                                          \
+}
 
 #define DRIVERS(T, S)                                                                     \
 /* output rows [r0, r1) of image x (C, H, W) -> cols (CK, (r1-r0)*OW), rows LD apart */   \
@@ -47,22 +112,13 @@ static void col2im_##S(const T* cols, T* dx, const int64_t* g) {                
     col2im_plane_##S(cols, dx, C, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW, P, 0, C); \
 }                                                                                         \
                                                                                           \
-/* output channels [o0, o1) of yo (rows P apart, m columns each) += their bias b[o] */  \
-static inline void add_bias_##S(T* yo, const T* b, int64_t o0, int64_t o1, int64_t P,     \
-                                int64_t m) {                                              \
-    for (int64_t o = o0; o < o1; o++) {                                                   \
-        T bo = b[o], *r = yo + (o - o0) * P;                                              \
-        _Pragma("omp simd")                                                               \
-        for (int64_t q = 0; q < m; q++) r[q] += bo;                                       \
-    }                                                                                     \
-}                                                                                         \
-                                                                                          \
-/* y = w (*) x + b with the columns of all N images built once, in work, shared by the   \
+/* y = w (*) x + b (then the epilogue e) with the columns of all N images built once, in work, shared by the   \
    threads (fewer images than threads, too few rows for row blocks of their own: each     \
    thread building all the columns it multiplies spent an im2col a thread): items of      \
    SHARED rows of the columns, then of OB output channels by RB output rows of an image */ \
-static void conv_fwd_shared_##S(const T* x, const T* w, const T* b, T* y, T* work,        \
-                                int64_t* next, const int64_t* g, void* gemm) {            \
+static void conv_fwd_shared_##S(const T* x, const T* w, const T* b, T* y,                 \
+                                const conv_epi* e, T* work, int64_t* next,                \
+                                const int64_t* g, void* gemm) {                           \
     GEOMETRY;                                                                             \
     int64_t chunks = (CK + SHARED - 1) / SHARED, nob = (O + OB - 1) / OB;                 \
     int64_t nrb = (OH + RB - 1) / RB;                                                     \
@@ -81,24 +137,24 @@ static void conv_fwd_shared_##S(const T* x, const T* w, const T* b, T* y, T* wor
         int64_t o1 = o0 + OB < O ? o0 + OB : O, m = ((r0 + RB < OH ? r0 + RB : OH) - r0) * OW; \
         const T* src = (direct ? x + n * C * H * W : work + n * CK * P) + r0 * OW;        \
         T* yo = y + (n * O + o0) * P + r0 * OW;                                           \
-        ((gemm_##S)gemm)(ROW, NT, NT, o1 - o0, m, CK, 1, w + o0 * CK, CK, src, P, 0, yo, P); \
-        if (b) add_bias_##S(yo, b, o0, o1, P, m);                                         \
+        const T* r = e && e->r ? (const T*)e->r + (yo - y) : NULL;                        \
+        conv_product_##S(w, src, P, yo, b, r, o0, o1, m, CK, P, gemm, e);                 \
     }                                                                                     \
 }                                                                                         \
                                                                                           \
 /* y = w (*) x + b. Items: G images side by side (when G > 1, through a buffer after     \
    the columns), or OB output channels of RB output rows of one image (a thread keeps     \
    the columns it has for the next item); thread t's buffer is work + t * ws. */          \
-void tsr_conv_fwd_##S(const T* x, const T* w, const T* b, T* y, T* work, int64_t ws,      \
-                      int64_t* next, const int64_t* g, void* gemm, int64_t t,             \
-                      int64_t t1) {                                                       \
+void tsr_conv_fwd_##S(const T* x, const T* w, const T* b, T* y, const conv_epi* e,        \
+                      T* work, int64_t ws, int64_t* next, const int64_t* g, void* gemm,   \
+                      int64_t t, int64_t t1) {                                            \
     GEOMETRY;                                                                             \
     (void)t1;                                                                             \
     int64_t nblk = (OH + RB - 1) / RB, nob = (O + OB - 1) / OB, have = -1;                \
     int64_t items = G > 1 ? (N + G - 1) / G : N * nblk * nob;                             \
     T* cols = work + t * ws;                                                              \
     if (SHARED) {                                                                         \
-        conv_fwd_shared_##S(x, w, b, y, work, next, g, gemm);                             \
+        conv_fwd_shared_##S(x, w, b, y, e, work, next, g, gemm);                          \
         return;                                                                           \
     }                                                                                     \
     for (;;) {                                                                            \
@@ -113,10 +169,8 @@ void tsr_conv_fwd_##S(const T* x, const T* w, const T* b, T* y, T* work, int64_t
             for (int64_t j = 0; j < k; j++)                                               \
                 for (int64_t o = 0; o < O; o++) {                                         \
                     T* dst = y + ((n0 + j) * O + o) * P;                                  \
-                    const T* src = out + o * m + j * P;                                   \
-                    T bo = b ? b[o] : (T)0;                                               \
-                    _Pragma("omp simd")                                                   \
-                    for (int64_t q = 0; q < P; q++) dst[q] = src[q] + bo;                 \
+                    const T* r = e && e->r ? (const T*)e->r + (dst - y) : NULL;           \
+                    conv_epi_row_##S(dst, out + o * m + j * P, r, P, b ? b[o] : (T)0, e); \
                 }                                                                         \
             continue;                                                                     \
         }                                                                                 \
@@ -130,9 +184,8 @@ void tsr_conv_fwd_##S(const T* x, const T* w, const T* b, T* y, T* work, int64_t
             if (have != blk) im2col_##S(x + n * C * H * W, cols, g, r0, r1, m);           \
             have = blk; src = cols; ld = m;                                               \
         }                                                                                 \
-        ((gemm_##S)gemm)(ROW, NT, NT, o1 - o0, m, CK, 1, w + o0 * CK, CK, src, ld, 0, yo,  \
-                         P);                                                              \
-        if (b) add_bias_##S(yo, b, o0, o1, P, m);                                         \
+        const T* r = e && e->r ? (const T*)e->r + (yo - y) : NULL;                        \
+        conv_product_##S(w, src, ld, yo, b, r, o0, o1, m, CK, P, gemm, e);                \
     }                                                                                     \
 }                                                                                         \
                                                                                           \

@@ -53,6 +53,21 @@ static const int NRS[TSR_GEMM_ISAS] = {NR_P, NR_256, NR_512};
 int tsr_gemm_mr(int isa) { return isa >= 0 && isa < TSR_GEMM_ISAS ? MRS[isa] : 0; }
 int tsr_gemm_nr(int isa) { return isa >= 0 && isa < TSR_GEMM_ISAS ? NRS[isa] : 0; }
 
+/* ---- the epilogue's state, per tile -------------------------------------------------- */
+
+typedef struct {
+    float alpha, beta;
+    int overwrite;           /* C is not read (the first KC block with beta == 0) */
+    int last;                /* the last KC block: apply the epilogue */
+    int act, residual_first;
+    const float* bias;       /* at the tile's first column (first row with bias_rows), or
+                                NULL */
+    const float* r;          /* at the tile's first element, or NULL */
+    int64_t ldr;
+    int bias_rows;
+    float lo, hi;            /* TSR_ACT_CLAMP's bounds */
+} epi_t;
+
 /* ---- micro-kernels: c (MR x NR, rows ldc apart) = (add ? c : 0) + a panel (k x MR) @
    b panel (k x NR); c is a full tile of C, or the tile buffer (rows NR apart) */
 
@@ -80,9 +95,41 @@ int tsr_gemm_nr(int isa) { return isa >= 0 && isa < TSR_GEMM_ISAS ? NRS[isa] : 0
 #define TSR_ST256(i) _mm256_storeu_ps(c + i * ldc, c##i##0);                              \
                      _mm256_storeu_ps(c + i * ldc + 8, c##i##1);
 
+/* The epilogue in registers, for a full tile the micro-kernel writes straight into C
+   after the last KC block: act(acc + bias [+ r]) [+ r] for act none, relu or clamp, in the
+   order tile_update's loops take (so the result is the same either way). max(0, v) and
+   min(hi, v) give v itself when v is a NaN, as act_relu and act_clamp do. */
+#define TSR_EPI_ROW(V, ADD, MAX, MIN, LOADU, SET1, i, c0, c1, W)                          \
+    {                                                                                     \
+        V b0 = cb0, b1 = cb1;                                                             \
+        if (rowb) b0 = b1 = SET1(e->bias[i]);                                             \
+        c0 = ADD(c0, b0);                                                                 \
+        c1 = ADD(c1, b1);                                                                 \
+        const float* ri = e->r ? e->r + (i) * e->ldr : NULL;                              \
+        if (ri && first) { c0 = ADD(c0, LOADU(ri)); c1 = ADD(c1, LOADU(ri + W)); }        \
+        if (act == TSR_ACT_RELU) { c0 = MAX(zero, c0); c1 = MAX(zero, c1); }              \
+        else if (act == TSR_ACT_CLAMP) {                                                  \
+            c0 = MIN(vhi, MAX(vlo, c0));                                                  \
+            c1 = MIN(vhi, MAX(vlo, c1));                                                  \
+        }                                                                                 \
+        if (ri && !first) { c0 = ADD(c0, LOADU(ri)); c1 = ADD(c1, LOADU(ri + W)); }       \
+    }
+#define TSR_EPI512(i) TSR_EPI_ROW(__m512, _mm512_add_ps, _mm512_max_ps, _mm512_min_ps,    \
+                                  _mm512_loadu_ps, _mm512_set1_ps, i, c##i##0, c##i##1, 16)
+#define TSR_EPI256(i) TSR_EPI_ROW(__m256, _mm256_add_ps, _mm256_max_ps, _mm256_min_ps,    \
+                                  _mm256_loadu_ps, _mm256_set1_ps, i, c##i##0, c##i##1, 8)
+/* the registers the rows share: bias by column (or -0, which leaves every value as it is),
+   the clamp's bounds, zero */
+#define TSR_EPI_SETUP(V, SET1, LOADU, W)                                                  \
+    int rowb = e->bias && e->bias_rows, first = e->residual_first, act = e->act;          \
+    V cb0 = SET1(-0.0f), cb1 = cb0, zero = SET1(0.0f);                                    \
+    V vlo = SET1(e->lo), vhi = SET1(e->hi);                                               \
+    if (e->bias && !rowb) { cb0 = LOADU(e->bias); cb1 = LOADU(e->bias + W); }
+
 TSR_AVX512 TSR_INLINE void ukr_avx512_body(int64_t k, const float* restrict a, int64_t ars,
                                            int64_t acs, const float* restrict b,
-                                           float* restrict c, int64_t ldc, int add) {
+                                           float* restrict c, int64_t ldc, int add,
+                                           const epi_t* e) {
     for (int i = 0; i < MR_512; i++)   /* C's lines on their way while the loop runs */
         for (int j = 0; j < NR_512; j += 16)
             _mm_prefetch((const char*)(c + i * ldc + j), _MM_HINT_T0);
@@ -96,12 +143,17 @@ TSR_AVX512 TSR_INLINE void ukr_avx512_body(int64_t k, const float* restrict a, i
         b += NR_512;
     }
     if (add) { TSR_REP14(TSR_ADD512) }
+    if (e) {
+        TSR_EPI_SETUP(__m512, _mm512_set1_ps, _mm512_loadu_ps, 16)
+        TSR_REP14(TSR_EPI512)
+    }
     TSR_REP14(TSR_ST512)
 }
 
 TSR_AVX2 TSR_INLINE void ukr_avx2_body(int64_t k, const float* restrict a, int64_t ars,
                                        int64_t acs, const float* restrict b,
-                                       float* restrict c, int64_t ldc, int add) {
+                                       float* restrict c, int64_t ldc, int add,
+                                       const epi_t* e) {
     for (int i = 0; i < MR_256; i++) _mm_prefetch((const char*)(c + i * ldc), _MM_HINT_T0);
     TSR_REP6(TSR_Z256)
 #pragma GCC unroll 4
@@ -113,26 +165,52 @@ TSR_AVX2 TSR_INLINE void ukr_avx2_body(int64_t k, const float* restrict a, int64
         b += NR_256;
     }
     if (add) { TSR_REP6(TSR_ADD256) }
+    if (e) {
+        TSR_EPI_SETUP(__m256, _mm256_set1_ps, _mm256_loadu_ps, 8)
+        TSR_REP6(TSR_EPI256)
+    }
     TSR_REP6(TSR_ST256)
 }
 
 TSR_AVX512 static void ukr_avx512(int64_t k, const float* a, int64_t lda, const float* b,
                                   float* c, int64_t ldc, int add) {
     (void)lda;
-    ukr_avx512_body(k, a, 1, MR_512, b, c, ldc, add);
+    ukr_avx512_body(k, a, 1, MR_512, b, c, ldc, add, NULL);
 }
 TSR_AVX512 static void ukr_avx512_rows(int64_t k, const float* a, int64_t lda,
                                        const float* b, float* c, int64_t ldc, int add) {
-    ukr_avx512_body(k, a, lda, 1, b, c, ldc, add);
+    ukr_avx512_body(k, a, lda, 1, b, c, ldc, add, NULL);
 }
 TSR_AVX2 static void ukr_avx2(int64_t k, const float* a, int64_t lda, const float* b,
                               float* c, int64_t ldc, int add) {
     (void)lda;
-    ukr_avx2_body(k, a, 1, MR_256, b, c, ldc, add);
+    ukr_avx2_body(k, a, 1, MR_256, b, c, ldc, add, NULL);
 }
 TSR_AVX2 static void ukr_avx2_rows(int64_t k, const float* a, int64_t lda, const float* b,
                                    float* c, int64_t ldc, int add) {
-    ukr_avx2_body(k, a, lda, 1, b, c, ldc, add);
+    ukr_avx2_body(k, a, lda, 1, b, c, ldc, add, NULL);
+}
+/* the same with the epilogue e in registers (a full tile, the last KC block) */
+TSR_AVX512 static void ukr_avx512_epi(int64_t k, const float* a, int64_t lda,
+                                      const float* b, float* c, int64_t ldc, int add,
+                                      const epi_t* e) {
+    (void)lda;
+    ukr_avx512_body(k, a, 1, MR_512, b, c, ldc, add, e);
+}
+TSR_AVX512 static void ukr_avx512_rows_epi(int64_t k, const float* a, int64_t lda,
+                                           const float* b, float* c, int64_t ldc, int add,
+                                           const epi_t* e) {
+    ukr_avx512_body(k, a, lda, 1, b, c, ldc, add, e);
+}
+TSR_AVX2 static void ukr_avx2_epi(int64_t k, const float* a, int64_t lda, const float* b,
+                                  float* c, int64_t ldc, int add, const epi_t* e) {
+    (void)lda;
+    ukr_avx2_body(k, a, 1, MR_256, b, c, ldc, add, e);
+}
+TSR_AVX2 static void ukr_avx2_rows_epi(int64_t k, const float* a, int64_t lda,
+                                       const float* b, float* c, int64_t ldc, int add,
+                                       const epi_t* e) {
+    ukr_avx2_body(k, a, lda, 1, b, c, ldc, add, e);
 }
 
 /* R <= 4 rows (the last rows of A: a GEMV's one row, batch-1 inference): the full kernel
@@ -263,15 +341,6 @@ static void ukr_portable(int64_t k, const float* restrict a, int64_t lda,
 
 /* ---- the tile's write into C -------------------------------------------------------- */
 
-typedef struct {
-    float alpha, beta;
-    int overwrite;           /* C is not read (the first KC block with beta == 0) */
-    int last;                /* the last KC block: apply the epilogue */
-    int act, residual_first;
-    const float* bias;       /* at the tile's first column, or NULL */
-    const float* r;          /* at the tile's first element, or NULL */
-    int64_t ldr;
-} epi_t;
 
 /* gelu(x) = x Phi(x) (erf form) or PyTorch's tanh approximation */
 TSR_INLINE float gelu_tanh(float x) {
@@ -281,6 +350,9 @@ TSR_INLINE float gelu_tanh(float x) {
 TSR_INLINE float act_none(float x) { return x; }
 TSR_INLINE float act_relu(float x) { return x < 0.0f ? 0.0f : x; }   /* NaN passes */
 TSR_INLINE float act_gelu(float x) { return x * tsr_phif(x); }
+TSR_INLINE float act_silu(float x) { return x * tsr_sigmoidf(x); }
+/* NaN passes, as through torch.clamp and hardtanh */
+#define act_clamp(x) ((x) < lo ? lo : (x) > hi ? hi : (x))
 
 /* what an absent bias or residual adds: -0, which leaves every value as it is (-0 too) */
 static const float NEG_ZEROS[TILE_NR] __attribute__((aligned(64))) = {
@@ -295,11 +367,14 @@ static const float NEG_ZEROS[TILE_NR] __attribute__((aligned(64))) = {
     for (int64_t j = 0; j < nr; j++) c[j] = F(c[j] + bias[j] + pre[j]) + post[j];
 
 TSR_INLINE void epilogue_row(float* restrict c, int64_t nr, const float* restrict bias,
-                             const float* restrict pre, const float* restrict post, int act) {
+                             const float* restrict pre, const float* restrict post, int act,
+                             float lo, float hi) {
     switch (act) {
     case TSR_ACT_RELU: TSR_EPILOGUE_ROW(act_relu) break;
     case TSR_ACT_GELU_TANH: TSR_EPILOGUE_ROW(gelu_tanh) break;
     case TSR_ACT_GELU_ERF: TSR_EPILOGUE_ROW(act_gelu) break;
+    case TSR_ACT_CLAMP: TSR_EPILOGUE_ROW(act_clamp) break;
+    case TSR_ACT_SILU: TSR_EPILOGUE_ROW(act_silu) break;
     default: TSR_EPILOGUE_ROW(act_none)
     }
 }
@@ -311,7 +386,8 @@ TSR_INLINE void tile_update(const float* restrict t, int64_t NR, float* restrict
                             int64_t ldc, int64_t mr, int64_t nr, const epi_t* e) {
     float alpha = e->alpha, beta = e->beta;
     int epilogue = e->last && (e->bias || e->r || e->act != TSR_ACT_NONE);
-    const float* bias = e->bias ? e->bias : NEG_ZEROS;
+    const float* bias = e->bias && !e->bias_rows ? e->bias : NEG_ZEROS;
+    float row_bias[TILE_NR] __attribute__((aligned(64)));   /* a row's one value, spread */
     for (int64_t i = 0; i < mr; i++, t += t ? NR : 0, c += ldc) {
         if (!t) {
         } else if (e->overwrite) {
@@ -327,7 +403,13 @@ TSR_INLINE void tile_update(const float* restrict t, int64_t NR, float* restrict
         if (!epilogue) continue;
         const float* r = e->r ? e->r + i * e->ldr : NEG_ZEROS;
         int first = e->residual_first;
-        epilogue_row(c, nr, bias, first ? r : NEG_ZEROS, first ? NEG_ZEROS : r, e->act);
+        if (e->bias && e->bias_rows) {
+            float b = e->bias[i];
+            for (int64_t j = 0; j < nr; j++) row_bias[j] = b;
+            bias = row_bias;
+        }
+        epilogue_row(c, nr, bias, first ? r : NEG_ZEROS, first ? NEG_ZEROS : r, e->act,
+                     e->lo, e->hi);
     }
 }
 
@@ -347,6 +429,8 @@ static void update_portable(const float* t, float* c, int64_t ldc, int64_t mr, i
 }
 
 typedef void (*ukr_fn)(int64_t, const float*, int64_t, const float*, float*, int64_t, int);
+typedef void (*ukr_epi_fn)(int64_t, const float*, int64_t, const float*, float*, int64_t, int,
+                           const epi_t*);
 typedef void (*update_fn)(const float*, float*, int64_t, int64_t, int64_t, const epi_t*);
 
 #if TSR_X86
@@ -364,6 +448,10 @@ static const ukr_fn FEW_ROWS[TSR_GEMM_ISAS][FEW_MAX + 1] = {
                          ukr_avx512_few3_rows, ukr_avx512_few4_rows}};
 static const update_fn UPDATES[TSR_GEMM_ISAS] = {update_portable, update_avx2,
                                                  update_avx512};
+/* the full-tile kernels with the epilogue in registers (packed A, A in place) */
+static const ukr_epi_fn EPIS[TSR_GEMM_ISAS] = {NULL, ukr_avx2_epi, ukr_avx512_epi};
+static const ukr_epi_fn EPI_ROWS[TSR_GEMM_ISAS] = {NULL, ukr_avx2_rows_epi,
+                                                   ukr_avx512_rows_epi};
 #else
 static const ukr_fn UKRS[TSR_GEMM_ISAS] = {ukr_portable, ukr_portable, ukr_portable};
 static const ukr_fn ROWS[TSR_GEMM_ISAS] = {NULL, NULL, NULL};
@@ -371,6 +459,7 @@ enum { FEW_MAX = 4 };
 static const ukr_fn FEW[TSR_GEMM_ISAS][FEW_MAX + 1], FEW_ROWS[TSR_GEMM_ISAS][FEW_MAX + 1];
 static const update_fn UPDATES[TSR_GEMM_ISAS] = {update_portable, update_portable,
                                                  update_portable};
+static const ukr_epi_fn EPIS[TSR_GEMM_ISAS], EPI_ROWS[TSR_GEMM_ISAS];
 #endif
 
 /* ---- packing ------------------------------------------------------------------------ */
@@ -556,8 +645,11 @@ static void blocks(const tsr_gemm_t* g, int64_t jb, int64_t ib0, int64_t ib1, fl
     int in_place = rows && g->csa == 1 && !(g->flags & TSR_GEMM_PACK_A) &&
                    ((g->flags & TSR_GEMM_IN_PLACE_A) || nb <= IN_PLACE_MAX_PANELS * NR ||
                     g->rsa % 1024 != 0);
+    int bias_rows = (g->flags & TSR_GEMM_BIAS_ROWS) != 0;
+    int in_registers = g->act == TSR_ACT_NONE || g->act == TSR_ACT_RELU ||
+                       g->act == TSR_ACT_CLAMP;
     epi_t e = {g->alpha, g->beta, 0, 0, g->act, (g->flags & TSR_GEMM_RESIDUAL_FIRST) != 0,
-               NULL, NULL, g->ldr};
+               NULL, NULL, g->ldr, bias_rows, g->lo, g->hi};
     for (int64_t p0 = 0; p0 == 0 || p0 < K; p0 += kc) {
         int64_t kb = K - p0 < kc ? K - p0 : kc;
         const float* bp;
@@ -587,15 +679,23 @@ static void blocks(const tsr_gemm_t* g, int64_t jb, int64_t ib0, int64_t ib1, fl
             for (int64_t jr = 0; jr < nb; jr += NR) {
                 int64_t nr = nb - jr < NR ? nb - jr : NR;
                 const float* bq = bp + jr / NR * bstride;
-                e.bias = g->bias ? g->bias + j0 + jr : NULL;
+                e.bias = g->bias && !bias_rows ? g->bias + j0 + jr : NULL;
                 for (int64_t ir = 0; ir < mb; ir += MR) {
                     int64_t mr = mb - ir < MR ? mb - ir : MR;
+                    if (g->bias && bias_rows) e.bias = g->bias + i0 + ir;
                     float* c = g->c + (i0 + ir) * g->ldc + j0 + jr;
                     e.r = g->r ? g->r + (i0 + ir) * g->ldr + j0 + jr : NULL;
                     ukr_fn f = ir < full ? rows : mr < MR && few ? few : ukr;
                     const float* a = ir < full || (f == few && in_place) ? arow + ir * g->rsa
                                      : abuf + (ir - full) * kb;
                     if (direct && (mr == MR || f == few) && nr == NR) {   /* straight into C */
+                        ukr_epi_fn fe = !e.last || !epilogue || !in_registers ? NULL
+                                        : f == ukr ? EPIS[isa] : f == rows ? EPI_ROWS[isa]
+                                        : NULL;
+                        if (fe) {
+                            fe(kb, a, g->rsa, bq, c, g->ldc, !e.overwrite, &e);
+                            continue;
+                        }
                         f(kb, a, g->rsa, bq, c, g->ldc, !e.overwrite);
                         if (e.last && epilogue) update(NULL, c, g->ldc, mr, nr, &e);
                     } else {

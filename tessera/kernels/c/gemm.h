@@ -1,5 +1,5 @@
 /* Tessera's float32 GEMM (gemm.c): C = alpha * op(A) @ op(B) + beta * C, then a fused
-   epilogue (bias per column, activation, residual), row-major C.
+   epilogue (bias per column, or per row, activation, residual), row-major C.
 
    Dependency-free (libc, libm; the threads are the caller's): a compiled model's C library
    copies gemm.h, gemm.c and prelude.h as they are. The micro-kernel is chosen at run time
@@ -17,12 +17,15 @@
 #include <stdint.h>
 
 enum { TSR_GEMM_PORTABLE = 0, TSR_GEMM_AVX2 = 1, TSR_GEMM_AVX512 = 2, TSR_GEMM_ISAS = 3 };
-enum { TSR_ACT_NONE = 0, TSR_ACT_RELU = 1, TSR_ACT_GELU_TANH = 2, TSR_ACT_GELU_ERF = 3 };
+enum { TSR_ACT_NONE = 0, TSR_ACT_RELU = 1, TSR_ACT_GELU_TANH = 2, TSR_ACT_GELU_ERF = 3,
+       TSR_ACT_CLAMP = 4, TSR_ACT_SILU = 5 };   /* CLAMP: to [lo, hi] (relu6, hardtanh) */
 /* flags: add the residual before the activation (relu(x @ w + b + r), ResNet's blocks)
    instead of after it (act(x @ w + b) + r, a transformer's); pack A always, or never
    (when its rows are contiguous), instead of the default (A read in place when it meets
-   few panels of B: N small) */
-enum { TSR_GEMM_RESIDUAL_FIRST = 1, TSR_GEMM_PACK_A = 2, TSR_GEMM_IN_PLACE_A = 4 };
+   few panels of B: N small); bias per row of C (m values: a convolution's output channels,
+   C being (channels, positions)) instead of per column */
+enum { TSR_GEMM_RESIDUAL_FIRST = 1, TSR_GEMM_PACK_A = 2, TSR_GEMM_IN_PLACE_A = 4,
+       TSR_GEMM_BIAS_ROWS = 8 };
 
 typedef struct tsr_gemm {
     int64_t m, n, k;
@@ -30,11 +33,12 @@ typedef struct tsr_gemm {
     const float* b; int64_t rsb, csb;      /* op(B): k x n (unused when bp is set) */
     const float* bp;                       /* B packed by tsr_gemm_pack_b, or NULL */
     float* c; int64_t ldc;                 /* m x n, rows ldc apart */
-    const float* bias;                     /* n values, or NULL */
+    const float* bias;                     /* n values (m with BIAS_ROWS), or NULL */
     const float* r; int64_t ldr;           /* residual m x n, rows ldr apart, or NULL */
     float alpha, beta;                     /* beta == 0: C is not read (NaN there is fine) */
     int32_t act, flags, isa, reserved;
     int64_t mc, kc, nc;                    /* cache blocking; 0: tsr_gemm_plan chooses */
+    float lo, hi;                          /* TSR_ACT_CLAMP's bounds */
 } tsr_gemm_t;
 
 int tsr_gemm_isa_supported(int isa);       /* the CPU (and OS) can run this path */

@@ -51,9 +51,9 @@ static void V##_weight_##S(const T* w, T* u, const int64_t* wg, int64_t o) {    
    thread t's workspace work + t * ws holds the zeroed scratch of the transforms (WROWS),
    then v (NP, C, NC) and m (NP, O, NC), positions VS and MS apart. */
 #define WINO_FWD(T, S, V, GEOM, NP)                                                       \
-void tsr_conv_##V##_fwd_##S(const T* x, const T* w, T* u, const T* b, T* y, T* work,      \
-                            int64_t ws, int64_t* next, const int64_t* wg, void* gemm,     \
-                            int64_t t, int64_t t1) {                                      \
+void tsr_conv_##V##_fwd_##S(const T* x, const T* w, T* u, const T* b, T* y,               \
+                            const conv_epi* e, T* work, int64_t ws, int64_t* next,        \
+                            const int64_t* wg, void* gemm, int64_t t, int64_t t1) {       \
     GEOM;                                                                                 \
     (void)t1;                                                                             \
     T* rows = work + t * ws;                                                              \
@@ -77,7 +77,7 @@ void tsr_conv_##V##_fwd_##S(const T* x, const T* w, T* u, const T* b, T* y, T* w
         for (int p = 0; p < NP; p++)                                                      \
             ((gemm_##S)gemm)(ROW, NT, NT, O, cols, C, 1, u + p * US, C, v + p * VS, NC,   \
                              0, m + p * MS, NC);                                          \
-        V##_out_##S(m, b, y, rows, wg, r0, r1, 0, O);                                     \
+        V##_out_##S(m, b, y, e, rows, wg, r0, r1, 0, O);                                  \
     }                                                                                     \
 }
 
@@ -92,8 +92,8 @@ void tsr_conv_##V##_fwd_##S(const T* x, const T* w, T* u, const T* b, T* y, T* w
    work + t * ws. */
 #define WINO_WIDE(T, S, V, GEOM, NP)                                                      \
 void tsr_conv_##V##_wide_##S(const T* x, const T* w, T* u, T* v, T* m, const T* b, T* y,  \
-                             T* work, int64_t ws, int64_t* next, const int64_t* wg,       \
-                             void* gemm, int64_t t, int64_t t1) {                         \
+                             const conv_epi* e, T* work, int64_t ws, int64_t* next,       \
+                             const int64_t* wg, void* gemm, int64_t t, int64_t t1) {      \
     GEOM;                                                                                 \
     (void)t1;                                                                             \
     T* rows = work + t * ws;                                                              \
@@ -117,7 +117,7 @@ void tsr_conv_##V##_wide_##S(const T* x, const T* w, T* u, T* v, T* m, const T* 
     for (;;) {                                                                            \
         int64_t o = __atomic_fetch_add(next + 4, 1, __ATOMIC_RELAXED);                    \
         if (o >= O) break;                                                                \
-        V##_out_##S(m, b, y, rows, wg, 0, N * TH, o, o + 1);                              \
+        V##_out_##S(m, b, y, e, rows, wg, 0, N * TH, o, o + 1);                           \
     }                                                                                     \
 }
 
@@ -236,14 +236,18 @@ static void wino_in_##S(const T* x, T* v, T* pe, const int64_t* wg, int64_t r0, 
     }                                                                                     \
 }                                                                                         \
                                                                                           \
-/* m (16, O, NC) of tile rows [r0, r1) -> y (N, O, OH, OW) + bias: A^T m A. First each    \
+/* m (16, O, NC) of tile rows [r0, r1) -> y (N, O, OH, OW) + bias, then the epilogue e    \
+   on each output row as it is written: A^T m A. First each                               \
    channel's row of m at once (one long vector loop), each tile's 2x2 outputs going in    \
    place to positions 0-3; then row by row into y. The second row of a tile on an odd last \
    row goes to the spare row at the end of the thread's scratch buf, the second column of \
    one on an odd last column is not written. Output channels [o0, o1) only. */            \
-static void wino_out_##S(T* m, const T* bias, T* y, T* buf, const int64_t* wg,            \
-                         int64_t r0, int64_t r1, int64_t o0, int64_t o1) {                \
+static void wino_out_##S(T* m, const T* bias, T* y, const conv_epi* e, T* buf,            \
+                         const int64_t* wg, int64_t r0, int64_t r1, int64_t o0,           \
+                         int64_t o1) {                                                    \
     WGEOMETRY;                                                                            \
+    int more = conv_epi_more_##S(e);                                                      \
+    const T* res = more ? (const T*)e->r : NULL;                                          \
     T* spare = buf + WROWS - (OW + 1);                                                    \
     int64_t full = OW / 2, cols = (r1 - r0) * (TW + 1);                                   \
     for (int64_t o = o0; o < o1; o++) {                                                   \
@@ -279,6 +283,9 @@ static void wino_out_##S(T* m, const T* bias, T* y, T* buf, const int64_t* wg,  
                 y0[2 * full] = z[full] + bo;                                              \
                 y1[2 * full] = z[2 * MS + full] + bo;                                     \
             }                                                                             \
+            if (!more) continue;                                                          \
+            conv_epi_row_##S(y0, y0, res ? res + (y0 - y) : NULL, OW, 0, e);              \
+            if (y1 != spare) conv_epi_row_##S(y1, y1, res ? res + (y1 - y) : NULL, OW, 0, e); \
         }                                                                                 \
     }                                                                                     \
 }                                                                                         \

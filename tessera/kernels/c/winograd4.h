@@ -106,13 +106,17 @@ static void wino4_in_##S(const T* x, T* v, T* buf, const int64_t* wg, int64_t r0
     }                                                                                     \
 }                                                                                         \
                                                                                           \
-/* m (36, O, NC) of tile rows [r0, r1) -> y (N, O, OH, OW) + bias: A^T m A, each tile's   \
+/* m (36, O, NC) of tile rows [r0, r1) -> y (N, O, OH, OW) + bias, then the epilogue e    \
+   on each output row as it is written: A^T m A, each tile's                              \
    4x4 outputs in place to positions 0-15 (one loop over the item's tiles), then row by   \
    row into y, rows and columns past the output's edge dropped (buf, the thread's scratch, \
    unused: wino_out's signature). Output channels [o0, o1). */                            \
-static void wino4_out_##S(T* m, const T* bias, T* y, T* buf, const int64_t* wg,           \
-                          int64_t r0, int64_t r1, int64_t o0, int64_t o1) {               \
+static void wino4_out_##S(T* m, const T* bias, T* y, const conv_epi* e, T* buf,           \
+                          const int64_t* wg, int64_t r0, int64_t r1, int64_t o0,          \
+                          int64_t o1) {                                                   \
     W4GEOMETRY;                                                                           \
+    int more = conv_epi_more_##S(e);                                                      \
+    const T* res = more ? (const T*)e->r : NULL;                                          \
     (void)buf;                                                                            \
     int64_t full = OW / 4, cols = (r1 - r0) * TW;                                         \
     for (int64_t o = o0; o < o1; o++) {                                                   \
@@ -155,6 +159,7 @@ static void wino4_out_##S(T* m, const T* bias, T* y, T* buf, const int64_t* wg, 
                 }                                                                         \
                 for (int64_t j = 0; j < OW - 4 * full; j++)                               \
                     yr[4 * full + j] = zi[j * MS + full] + bo;                            \
+                if (more) conv_epi_row_##S(yr, yr, res ? res + (yr - y) : NULL, OW, 0, e); \
             }                                                                             \
         }                                                                                 \
     }                                                                                     \
