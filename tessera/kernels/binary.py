@@ -229,9 +229,18 @@ class _Conv:
         self.rows = np.ascontiguousarray(words.reshape(o, kh * kw * cw), np.uint64).view(
             np.uint32)
         self.words = words
+        # what the cached forms were made from: weights written in place since (copy_,
+        # load_state_dict) are prepared again, not read through stale blocked copies
+        self.src = np.array(words, np.uint64)
         self._corr: dict[tuple, np.ndarray] = {}
         self._plans: dict[tuple, _Direct] = {}
         self._blocked: np.ndarray | None = None
+
+    def current(self, words: np.ndarray) -> bool:
+        """Whether ``words`` still hold the values this was prepared from."""
+        if words.dtype == np.int64:
+            words = words.view(np.uint64)
+        return np.array_equal(self.src, words)
 
     def direct(self, h: int, w: int, padding, dilation, pad_value: int) -> _Direct:
         """The plan of the direct (stride 1) kernels for inputs of ``h`` x ``w``."""
@@ -279,6 +288,7 @@ class _Direct:
 
     def __init__(self, conv: _Conv, h: int, w: int, padding, dilation, pad_value: int):
         lib = _lib()
+        self.conv = conv
         nb = lib.tsr_bin_direct_block()
         ph, pw = padding
         hp, wp = h + 2 * ph, w + 2 * pw
@@ -325,7 +335,7 @@ def _prepared(words: np.ndarray, cin: int) -> _Conv:
         owner = owner.base
     key = (id(owner), _addr(words), words.shape, words.strides, cin)
     hit = _PACKED.get(key)
-    if hit is not None and hit[0]() is owner:
+    if hit is not None and hit[0]() is owner and hit[1].current(words):
         return hit[1]
     p = _Conv(words, cin)
 
@@ -382,7 +392,7 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
             hit = _SEEN.get((id(words), x.shape, cin, stride, padding, dilation, pad_value))
         except TypeError:  # lists for tuples: the long way
             hit = None
-        if hit is not None and hit[0]() is words:
+        if hit is not None and hit[0]() is words and hit[1].conv.current(words):
             if x.dtype != _F32 or not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x, np.float32)
             if scale is not None and (scale.dtype != _F32 or not scale.flags.c_contiguous):

@@ -216,6 +216,26 @@ def test_pack_gives_identical_outputs_and_checkpoints():
     assert tuple(sd["3.weight_packed"].shape) == (70, 3, 3, 1)
 
 
+@pytest.mark.parametrize("write", ["copy_", "load_state_dict"])
+def test_packed_weights_written_in_place_are_read_again(write):
+    """A packed layer's prepared weights follow its buffer: after ``copy_`` or
+    ``load_state_dict`` into it, the layer computes what a layer built from the new words
+    computes (and what PyTorch's convolution of the signs gives)."""
+    tessera.manual_seed(0)
+    a, b = (bnn.pack(bnn.BinaryConv2d(64, 64, 3, padding=1)) for _ in range(2))
+    x = tessera.randn(1, 64, 14, 14)
+    a(x)                                   # prepares a's words
+    if write == "copy_":
+        a.weight_packed.copy_(b.weight_packed)
+    else:
+        a.load_state_dict(b.state_dict())
+    w = torch.from_numpy(bnn.unpackbits(b.weight_packed, 64).numpy()).permute(0, 3, 1, 2)
+    xs = torch.from_numpy(x.numpy()).sign().where(torch.from_numpy(x.numpy()) != 0, 1.0)
+    ref = TF.conv2d(TF.pad(xs, (1, 1, 1, 1), value=-1.0), w.float())
+    np.testing.assert_array_equal(a(x).numpy(), ref.numpy())
+    np.testing.assert_array_equal(a(x).numpy(), b(x).numpy())
+
+
 def test_packed_model_in_nn_graph():
     packed = bnn.pack(_net())
 
