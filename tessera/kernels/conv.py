@@ -415,27 +415,31 @@ def conv2d_threaded_bound(xshape, wshape, stride, pads, dilation, out_sp, dtype)
     gemm = blas.dgemm if dt == np.float64 else \
         once(("conv", "own_sgemm"), _own_sgemm) or blas.sgemm
     nxt = np.zeros(8, np.int64)
-    state: list = [None, None, None]   # (pool threads, plan, geometry array), workspace
+    state: list = [None, None]   # (pool threads, its plan)
     ptr = [addresses() for _ in range(5)]
+    key = dt.str   # _workspace's
+    from tessera.kernels.threadpool import _threads as pool_threads
 
     def run(x, w, b, y) -> None:
-        if x.shape != xshape or w.shape != wshape or y.shape != yshape or x.dtype != dt \
-                or w.dtype != dt or y.dtype != dt or not (
-                    x.flags.c_contiguous and w.flags.c_contiguous and y.flags.c_contiguous):
-            conv2d_threaded(x, w, b, stride, pads, dilation, y)
+        if x.shape != xshape or w.shape != wshape or y.shape != yshape or x.dtype is not dt \
+                or w.dtype is not dt or y.dtype is not dt or not (
+                    x.flags.c_contiguous and w.flags.c_contiguous and y.flags.c_contiguous) \
+                or b is not None and (b.shape != wshape[:1] or b.dtype is not dt):
+            conv2d_threaded(x, w, b, stride, pads, dilation, y)  # or its error
             return
-        if b is not None and (b.shape != wshape[:1] or b.dtype != dt):
-            conv2d_threaded(x, w, b, stride, pads, dilation, y)  # raises its error
-            return
-        pool = _pool_threads()
+        pool = pool_threads()
         if state[0] != pool:
             threads, ws, size, geometry = _fwd_plan(xshape, wshape, stride, pads, dilation,
                                                     out_sp, dt.itemsize)
-            state[:] = [pool, (threads, ws, size), np.array(geometry, np.int64)]
-        threads, ws, size = state[1]
+            g = np.array(geometry, np.int64)
+            state[:] = [pool, (threads, ws, size, g, g.ctypes.data, nxt.ctypes.data)]
+        threads, ws, size, _, g_at, nxt_at = state[1]
+        work = _WORK.__dict__.get(key)
+        if work is None or work.size < size:
+            work = _workspace(size, dt)
         nxt.fill(0)
-        args = (ptr[0](x), ptr[1](w), ptr[2](b), ptr[3](y),
-                ptr[4](_workspace(size, dt)), ws, nxt.ctypes.data, state[2].ctypes.data, gemm)
+        args = (ptr[0](x), ptr[1](w), ptr[2](b), ptr[3](y), ptr[4](work), ws, nxt_at, g_at,
+                gemm)
         if threads < 2:
             f(*args, 0, 1)
             return

@@ -166,7 +166,8 @@ def depthwise_conv2d_bound(xshape, wshape, stride, pads, dilation, out_sp, dtype
                 or w.dtype != dt or y.dtype != dt or b is not None and (
                     b.shape != (c,) or b.dtype != dt or not b.flags.c_contiguous) or not (
                     x.flags.c_contiguous and w.flags.c_contiguous and y.flags.c_contiguous):
-            depthwise_conv2d(np.ascontiguousarray(x), w, b, stride, pads, dilation, out_sp, y)
+            depthwise_conv2d(np.ascontiguousarray(x), w, b, stride, pads, dilation, y.shape[2:],
+                             y)
             return
         split_call(f, (ptr[0](x), ptr[1](w), ptr[2](b), ptr[3](y), *sizes), n * c, work)
     return run

@@ -459,6 +459,9 @@ def conv_into_bound(x: Meta, w: Meta, b: Meta | None, out: Meta, stride, pads, d
     seen: list = [lambda: None, lambda: None, False]
 
     def bound(y, xa, wa, ba) -> None:
+        if not (xa.flags.c_contiguous and wa.flags.c_contiguous and y.flags.c_contiguous):
+            conv_into(y, xa, wa, ba, stride, pads, dilation, groups)
+            return
         if seen[0]() is not xa or seen[1]() is not y:
             seen[:] = [weakref.ref(xa), weakref.ref(y), np.may_share_memory(y, xa)]
         if seen[2]:  # the stencils and im2col read windows of x around written outputs
