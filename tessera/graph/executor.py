@@ -80,8 +80,10 @@ def out_form(node, kernel, casts):
         matmul_into.reads_around = True  # type: ignore[attr-defined]  # read by getattr
         return matmul_into
     if name == "conv":
-        from tessera.ops.conv import conv_into
-        return conv_into
+        from tessera.ops.conv import conv_into_bound
+        x, w, b = (Meta(v.shape, v.dtype) if isinstance(v, Value) else v
+                   for v in node.inputs)
+        return conv_into_bound(x, w, b, Meta(out.shape, out.dtype), **node.attrs)
     return None
 
 
@@ -125,14 +127,20 @@ class Executor:
         steps = []
         for i, n in enumerate(g.nodes):
             fn, casts = compiled[i]
-            template = [None if isinstance(v, Value) else v for v in n.inputs]
-            reads = tuple((k, slot_of(v), casts[k]) for k, v in enumerate(n.inputs)
-                          if isinstance(v, Value))
+            template: list | None = [None if isinstance(v, Value) else v for v in n.inputs]
+            reads: tuple = tuple((k, slot_of(v), casts[k]) for k, v in enumerate(n.inputs)
+                                 if isinstance(v, Value))
+            if len(reads) == len(n.inputs) and all(c is None for _, _, c in reads):
+                template, reads = None, tuple(s for _, s, _ in reads)  # slots, in order
             outs = tuple((slot_of(v), v.dtype.np) for v in n.outputs)
             multi = _is_multi(n)
             frees = tuple(slot[id(v)] for v in _dying(n, i, last_use))
-            steps.append((fn, template, reads, n.attrs, outs, frees, n,
-                          self._destination(i, n, outs_fn[i], slot_of), multi))
+            dest = self._destination(i, n, outs_fn[i], slot_of)
+            attrs = n.attrs
+            if dest is not None and getattr(dest[0], "bound_attrs", False):
+                attrs = {}  # fixed at compile time in the bound kernel
+            steps.append((fn, template, reads, attrs, outs, frees, n, dest, multi,
+                          "seed" in attrs))
         self.steps = steps
         self.output_slots = [slot_of(v) for v in g.outputs]
         self.assign_slots = [(name, slot_of(v)) for name, v in g.assigns]
@@ -173,12 +181,15 @@ class Executor:
             env[s] = a
         for name, s in self.var_slots:
             env[s] = variables[name]
-        for fn, template, reads, attrs, outs, frees, node, dest, multi in steps:
-            args = list(template)
-            for k, s, cast in reads:
-                a = env[s]
-                args[k] = a if cast is None else a.astype(cast)
-            if "seed" in attrs:  # dropout masks: a fresh seed every step, as eager draws
+        for fn, template, reads, attrs, outs, frees, node, dest, multi, seeded in steps:
+            if template is None:
+                args = [env[s] for s in reads]
+            else:
+                args = list(template)
+                for k, s, cast in reads:
+                    a = env[s]
+                    args[k] = a if cast is None else a.astype(cast)
+            if seeded:  # dropout masks: a fresh seed every step, as eager draws
                 traced = attrs["seed"]
                 if traced not in seeds:
                     seeds[traced] = fresh_seed()
@@ -212,8 +223,9 @@ class Executor:
         """The steps with each kernel, and each out-form kernel, replaced by
         ``wrap(fn, node, allocates)`` (``allocates``: the kernel returns new arrays)."""
         return [(wrap(fn, n, True), tpl, reads, attrs, outs, frees, n,
-                 dest if dest is None else (wrap(dest[0], n, False),) + dest[1:], multi)
-                for fn, tpl, reads, attrs, outs, frees, n, dest, multi in self.steps]
+                 dest if dest is None else (wrap(dest[0], n, False),) + dest[1:], multi,
+                 seeded)
+                for fn, tpl, reads, attrs, outs, frees, n, dest, multi, seeded in self.steps]
 
     def _run_recorded(self, session, inputs: list, variables: dict):
         """``run`` with each kernel recorded in the profiler's ``session`` under its node's

@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tessera.kernels.cc import addresses
 from tessera.kernels.csource import defines, source
 from tessera.kernels.window import _SUFFIX, available, check_conv
 
@@ -226,7 +227,6 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
          threads: int) -> None:
     """``tsr_conv_<name>`` on ``threads`` pool threads taking items from one counter, BLAS
     single-threaded meanwhile (with one thread, BLAS keeps its own threads)."""
-    from tessera.kernels import threadpool as runtime
     blas = _blas()
     assert blas is not None  # the drivers run only where it was found (``threaded``)
     s = _SUFFIX[np.dtype(dtype)]
@@ -247,6 +247,14 @@ def _run(name: str, dtype, arrays: tuple, work: np.ndarray, ws: int, geometry: l
     if threads < 2:
         f(*args, 0, 1)
         return
+    _launch(f, args, threads, last)
+
+
+def _launch(f, args: tuple, threads: int, last: Callable) -> None:
+    """Driver ``f`` on ``threads`` pool threads, BLAS single-threaded meanwhile."""
+    from tessera.kernels import threadpool as runtime
+    blas = _blas()
+    assert blas is not None
     _single_blas(blas, +1)
     try:
         runtime.fork_join(f, [(*args, t, last(t)) for t in range(threads)])
@@ -377,6 +385,11 @@ def _plan(n: int, o: int, oh: int, ow: int, ck: int, itemsize: int,
     return 1, oh, max(1, min(n, _WIDE_GEMM // p)), o
 
 
+def _pool_threads() -> int:
+    from tessera.kernels.threadpool import _threads as pool_threads
+    return pool_threads()
+
+
 def _threads(macs: int) -> int:
     """Threads for a convolution of ``macs`` multiply-adds: one below a size where handing
     items to the pool costs more than it saves (tiny images, as in the digits demo)."""
@@ -403,11 +416,20 @@ def conv2d_threaded(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation,
     activation and residual (``epilogue``); ``pads`` are the low paddings; ``y``
     C-contiguous."""
     check_conv("conv2d", x.shape, w.shape, y.shape, stride, pads, dilation, (x, w, y), b)
-    n, c, h, wd = x.shape
-    o, _, kh, kw = w.shape
-    oh, ow = y.shape[2:]
+    threads, ws, size, geometry = _fwd_plan(x.shape, w.shape, stride, pads, dilation,
+                                            y.shape[2:], x.itemsize)
+    _run("fwd", x.dtype, (x, w, b, y, epilogue), _workspace(size, x.dtype), ws, geometry,
+         threads)
+
+
+def _fwd_plan(xshape, wshape, stride, pads, dilation, out_sp, itemsize: int):
+    """(threads, column elements an item, workspace elements, geometry) of a forward
+    convolution at the current thread count."""
+    n, c, h, wd = xshape
+    o, _, kh, kw = wshape
+    oh, ow = out_sp
     ck = c * kh * kw
-    threads, rb, grp, ob = _plan(n, o, oh, ow, ck, x.itemsize, _threads(n * o * ck * oh * ow))
+    threads, rb, grp, ob = _plan(n, o, oh, ow, ck, itemsize, _threads(n * o * ck * oh * ow))
     ws = (ck + o) * grp * oh * ow if grp > 1 else ck * rb * ow
     # output channels split over threads: the images' columns built once and shared, in
     # items of column rows (four a thread an image)
@@ -417,9 +439,58 @@ def conv2d_threaded(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation,
         # BLAS packs (copies) the smaller operand, the filters, once an item rather than
         # all the columns (the 64 -> 128 stride-2 3x3 at 28x28: 3 MB packed, not 7.5)
         ob, rb = o, -(-oh // (2 * threads))
-    work = _workspace(n * ck * oh * ow if shared else ws * threads, x.dtype)
+    size = n * ck * oh * ow if shared else ws * threads
     geometry = [c, h, wd, o, kh, kw, *stride, *pads, *dilation, oh, ow, n, rb, grp, ob, shared]
-    _run("fwd", x.dtype, (x, w, b, y, epilogue), work, ws, geometry, threads)
+    return threads, ws, size, geometry
+
+
+def conv2d_threaded_bound(xshape, wshape, stride, pads, dilation, out_sp, dtype):
+    """``run(x, w, b, y)``: ``conv2d_threaded`` for one convolution's shapes and dtype with
+    its checks, plan, driver and geometry made once (again only when the thread count
+    changes), for a compiled graph's node; the arrays' addresses are remembered (a graph
+    passes the same arena views and variables every step). Arrays of other shapes, or not
+    C-contiguous, take ``conv2d_threaded``."""
+    dt = np.dtype(dtype)
+    xshape, wshape = tuple(xshape), tuple(wshape)
+    yshape = (xshape[0], wshape[0], *out_sp)
+    check_conv("conv2d", xshape, wshape, yshape, stride, pads, dilation,
+               (np.empty(0, dt),))
+    blas = _blas()
+    assert blas is not None  # bound only where the drivers run (``threaded``)
+    f = _driver("fwd", _SUFFIX[dt])
+    gemm = blas.dgemm if dt == np.float64 else \
+        once(("conv", "own_sgemm"), _own_sgemm) or blas.sgemm
+    nxt = np.zeros(8, np.int64)
+    state: list = [None, None]   # (pool threads, its plan)
+    ptr = [addresses() for _ in range(5)]
+    key = dt.str   # _workspace's
+    from tessera.kernels.threadpool import _threads as pool_threads
+
+    def run(x, w, b, y) -> None:
+        if x.shape != xshape or w.shape != wshape or y.shape != yshape or x.dtype is not dt \
+                or w.dtype is not dt or y.dtype is not dt or not (
+                    x.flags.c_contiguous and w.flags.c_contiguous and y.flags.c_contiguous) \
+                or b is not None and (b.shape != wshape[:1] or b.dtype is not dt):
+            conv2d_threaded(x, w, b, stride, pads, dilation, y)  # or its error
+            return
+        pool = pool_threads()
+        if state[0] != pool:
+            threads, ws, size, geometry = _fwd_plan(xshape, wshape, stride, pads, dilation,
+                                                    out_sp, dt.itemsize)
+            g = np.array(geometry, np.int64)
+            state[:] = [pool, (threads, ws, size, g, g.ctypes.data, nxt.ctypes.data)]
+        threads, ws, size, _, g_at, nxt_at = state[1]
+        work = _WORK.__dict__.get(key)
+        if work is None or work.size < size:
+            work = _workspace(size, dt)
+        nxt.fill(0)
+        args = (ptr[0](x), ptr[1](w), ptr[2](b), ptr[3](y), None, ptr[4](work), ws, nxt_at,
+                g_at, gemm)   # None: no epilogue (``conv_pointwise`` takes conv2d_threaded)
+        if threads < 2:
+            f(*args, 0, 1)
+            return
+        _launch(f, args, threads, lambda t: t + 1)
+    return run
 
 
 def conv2d_input_grad_threaded(g: np.ndarray, w: np.ndarray, stride, pads, dilation,

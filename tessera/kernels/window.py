@@ -30,8 +30,8 @@ import numpy as np
 
 from tessera.kernels.csource import defines, source
 
-__all__ = ["available", "im2col", "col2im", "depthwise_conv2d", "max_pool2d",
-           "max_pool2d_values", "max_pool2d_backward", "check_geometry", "check_conv"]
+__all__ = ["available", "im2col", "col2im", "depthwise_conv2d", "depthwise_conv2d_bound",
+           "max_pool2d", "max_pool2d_values", "max_pool2d_backward", "check_geometry", "check_conv"]
 
 
 # ---- the geometry every C window kernel trusts ------------------------------------------
@@ -139,6 +139,38 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, b, stride, pads, dilation, ou
     split_call(f, (x.ctypes.data, w.ctypes.data, None if b is None else b.ctypes.data,
                    y.ctypes.data, c, h, wd, *out_sp), n * c, y.size * w.shape[2] * w.shape[3])
     return y
+
+
+def depthwise_conv2d_bound(xshape, wshape, stride, pads, dilation, out_sp, dtype):
+    """``run(x, w, b, y)``: ``depthwise_conv2d`` for one convolution's shapes and dtype, its
+    checks and compiled kernel resolved once (for a compiled graph's node) and the arrays'
+    addresses remembered; arrays of other shapes or layouts take ``depthwise_conv2d``."""
+    from tessera.kernels.cc import addresses
+    from tessera.kernels.threadpool import split_call
+    dt = np.dtype(dtype)
+    xshape, wshape, out_sp = tuple(xshape), tuple(wshape), tuple(out_sp)
+    n, c, h, wd = xshape
+    yshape = (n, c, *out_sp)
+    if len(wshape) != 4 or wshape[:2] != (c, 1):
+        raise ValueError(f"depthwise_conv2d: filters {list(wshape)} for input {list(xshape)}")
+    check_conv("depthwise_conv2d", xshape, (c, c) + wshape[2:], yshape, stride, pads,
+               dilation, (np.empty(0, dt),))
+    f = _depthwise_fn(_SUFFIX[dt], *(tuple(map(int, a)) for a in
+                                     (wshape[2:], stride, pads, dilation)))
+    sizes = (c, h, wd, *out_sp)
+    work = int(np.prod(yshape)) * wshape[2] * wshape[3]
+    ptr = [addresses() for _ in range(4)]
+
+    def run(x, w, b, y) -> None:
+        if x.shape != xshape or w.shape != wshape or y.shape != yshape or x.dtype != dt \
+                or w.dtype != dt or y.dtype != dt or b is not None and (
+                    b.shape != (c,) or b.dtype != dt or not b.flags.c_contiguous) or not (
+                    x.flags.c_contiguous and w.flags.c_contiguous and y.flags.c_contiguous):
+            depthwise_conv2d(np.ascontiguousarray(x), w, b, stride, pads, dilation, y.shape[2:],
+                             y)
+            return
+        split_call(f, (ptr[0](x), ptr[1](w), ptr[2](b), ptr[3](y), *sizes), n * c, work)
+    return run
 
 
 @functools.lru_cache(maxsize=64)

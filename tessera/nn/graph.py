@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import operator
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
@@ -229,9 +230,37 @@ class _Compiled:
         self.n_outputs = n_outputs
         self.treedef = treedef
         self.versions: list = []  # (tensor, version) whose values were folded in
+        # ``versions`` as stale() reads it: (that list, its tensors, their versions)
+        self._checks: tuple = (None, [], [])
 
     def stale(self) -> bool:
-        return any(t._version[0] != v for t, v in self.versions)
+        if self._checks[0] is not self.versions:
+            self._checks = (self.versions, [t for t, _ in self.versions],
+                            [v for _, v in self.versions])
+        _, tensors, folded = self._checks
+        # C-level passes: a model folds in every BatchNorm's tensors (MobileNetV2: 200)
+        return list(map(_first, map(_counter, tensors))) != folded
+
+
+_first, _counter = operator.itemgetter(0), operator.attrgetter("_version")
+
+
+def _modes(roots) -> tuple:
+    """The ``training`` flags of ``roots`` and all their submodules, each module once, in
+    ``Module.modules()``'s order: what a call's signature checks (a walk without
+    ``named_modules``' name strings and generators, a step's largest cost after its
+    kernels on a small model)."""
+    seen: set = set()
+    out = []
+    stack = list(roots)[::-1]
+    while stack:
+        m = stack.pop()
+        if m is None or id(m) in seen:
+            continue
+        seen.add(id(m))
+        out.append(m.training)
+        stack.extend(list(m._modules.values())[::-1])
+    return tuple(out)
 
 
 class Graph:
@@ -307,7 +336,7 @@ class Graph:
         inputs = tuple((a._shape, a._dtype, a._device.type) + _global_key(a)
                        if isinstance(a, Tensor) else ("const", type(a).__name__, a)
                        for a in args)
-        modes = tuple(m.training for mod in self._modules.values() for m in mod.modules())
+        modes = _modes(self._modules.values())
         state = tuple(tuple(sorted((id(p), tuple(sorted(st))) for p, st in opt.state.items()))
                       for opt, _ in self._optimizers)
         backend = (self.config.backend, tuple(sorted(self.config.backend_options.items())))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 
 import numpy as np
 
@@ -412,6 +413,63 @@ def conv_into(out, x, w, b, stride, pads, dilation, groups) -> None:
 # the graph's memory plan gives conv's output no input's buffer (tessera/graph/memory.py):
 # the copy above then only guards other callers
 conv_into.reads_around = True  # type: ignore[attr-defined]  # read by the executor
+
+
+def conv_into_bound(x: Meta, w: Meta, b: Meta | None, out: Meta, stride, pads, dilation,
+                    groups):
+    """``conv_into`` for one node's input and output metas (a compiled graph's): the kernel
+    it would choose on every call, chosen once, with its plan and checks made once
+    (``conv2d_threaded_bound``, ``depthwise_conv2d_bound``); ``conv_into`` itself where no
+    bound form applies. Called as ``fn(out, x, w, b)``: ``bound_attrs`` tells the executor
+    to pass no attributes.
+
+    >>> import numpy as np
+    >>> from tessera import _dtype as D
+    >>> m = lambda *s: Meta(s, D.float32)
+    >>> fn = conv_into_bound(m(1, 2, 4, 4), m(2, 1, 3, 3), None, m(1, 2, 4, 4), (1, 1),
+    ...                      ((1, 1), (1, 1)), (1, 1), 2)
+    >>> y = np.empty((1, 2, 4, 4), np.float32)
+    >>> fn(y, np.ones((1, 2, 4, 4), np.float32), np.ones((2, 1, 3, 3), np.float32), None)
+    >>> y[0, 0, 1]
+    array([6., 9., 9., 6.], dtype=float32)
+    """
+    def generic(y, xa, wa, ba) -> None:
+        conv_into(y, xa, wa, ba, stride, pads, dilation, groups)
+    generic.reads_around = True  # type: ignore[attr-defined]  # as conv_into's
+    generic.bound_attrs = True  # type: ignore[attr-defined]
+    dt = x.dtype.np
+    out_sp = tuple(out.shape[2:])
+    if len(x.shape) != 4 or dt is None or w.dtype is not x.dtype or out.dtype is not x.dtype \
+            or b is not None and b.dtype is not x.dtype or 0 in x.shape or 0 in w.shape \
+            or 0 in out_sp:
+        return generic
+    from tessera.kernels import conv as conv_kernels, window
+    if not window.available(dt):
+        return generic
+    if groups == 1 and _path("forward", x.shape, w.shape, stride, pads, dilation, out_sp,
+                             dt) == "threaded":
+        kernel = conv_kernels.conv2d_threaded_bound(x.shape, w.shape, stride, _lows(pads),
+                                                    dilation, out_sp, dt)
+    elif groups > 1 and groups == x.shape[1] and w.shape[0] == groups:
+        kernel = window.depthwise_conv2d_bound(x.shape, w.shape, stride, _lows(pads),
+                                               dilation, out_sp, dt)
+    else:
+        return generic
+    # the last (x, out) pair, held weakly (cc.addresses), and whether they overlap
+    seen: list = [lambda: None, lambda: None, False]
+
+    def bound(y, xa, wa, ba) -> None:
+        if not (xa.flags.c_contiguous and wa.flags.c_contiguous and y.flags.c_contiguous):
+            conv_into(y, xa, wa, ba, stride, pads, dilation, groups)
+            return
+        if seen[0]() is not xa or seen[1]() is not y:
+            seen[:] = [weakref.ref(xa), weakref.ref(y), np.may_share_memory(y, xa)]
+        if seen[2]:  # the stencils and im2col read windows of x around written outputs
+            xa = _private_copy(xa)
+        kernel(xa, wa, ba, y)
+    bound.reads_around = True  # type: ignore[attr-defined]
+    bound.bound_attrs = True  # type: ignore[attr-defined]
+    return bound
 
 
 def _private_copy(x: np.ndarray) -> np.ndarray:
