@@ -16,6 +16,7 @@ and ``maxpool.c`` compiled for each window geometry.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,6 +58,7 @@ class Program:
     payload_bytes: int = 0
     packed: list = field(default_factory=list)      # (weight offset, k, n) packed at load
     kernels: list = field(default_factory=list)     # C text before the run function
+    regions: list = field(default_factory=list)     # the regions' C (units of their own)
     units: dict = field(default_factory=dict)       # extra translation unit file -> text
     prototypes: list = field(default_factory=list)
     steps: list = field(default_factory=list)       # C lines of the run function
@@ -171,11 +173,12 @@ def _region(prog: Program, i: int, body: Graph, ext: list, out: Value) -> None:
     func = next(f for f in lower(body, cname) if f.name == cname + "_c")
     # a kernel without a split loop ignores its range (the build has -Werror)
     text = render(func).replace("{\n", "{\n  (void)lo; (void)hi;\n", 1)
-    prog.kernels.append(text)
+    prog.regions.append(text)
+    call = f"(has_avx2() ? {cname}_c_avx2 : {cname}_c)"
     args = [prog.p(out)] + [prog.p(v) for v in ext]
     extent = func.split
     if not extent or out.numel < SPLIT_MIN // 8:
-        prog.steps.append(f"{cname}_c({', '.join(args)}, 0, {extent or 1});")
+        prog.steps.append(f"{call}({', '.join(args)}, 0, {extent or 1});")
         return
     casts = [f"({'const ' if q.const else ''}{q.ctype}*)(intptr_t)c[{k}]"
              for k, q in enumerate(func.params)]
@@ -183,7 +186,7 @@ def _region(prog: Program, i: int, body: Graph, ext: list, out: Value) -> None:
     prog.kernels.append(
         f"static int64_t {cname}_item(const int64_t* c, int64_t i) {{\n"
         f"    int64_t lo = c[{k + 1}] * i / c[{k}], hi = c[{k + 1}] * (i + 1) / c[{k}];\n"
-        f"    {cname}_c({', '.join(casts)}, lo, hi);\n    return 0;\n}}")
+        f"    {call}({', '.join(casts)}, lo, hi);\n    return 0;\n}}")
     ctx = ", ".join(f"(int64_t)(intptr_t){a}" for a in args)
     prog.steps.append(
         f"{{ int64_t n = m->threads < {extent} ? m->threads : {extent};\n"
@@ -254,10 +257,13 @@ def _matmul(prog: Program, i: int, n: Node) -> None:
         "\n}")
 
 
-# a window kernel compiled twice: for baseline x86-64 and, under GCC, for AVX2 and FMA (the
-# run picks by CPUID, as the GEMM does), so one binary is fast on every x86-64
+# a window kernel or a region compiled twice: for baseline x86-64 and, under GCC, for AVX2
+# and FMA (the run picks by CPUID, as the GEMM does), so one binary is fast on every x86-64.
+# Without trapping math GCC if-converts the selects of the prelude's erf and exponentials
+# (AVX2 has no masked arithmetic): the loops vectorise; no value changes
 _AVX2_UNIT = ("#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)\n"
-              "#pragma GCC target(\"avx2,fma\")\n#pragma GCC optimize(\"O3\")\n#endif\n")
+              "#pragma GCC target(\"avx2,fma\")\n"
+              "#pragma GCC optimize(\"O3\", \"no-trapping-math\")\n#endif\n")
 
 
 def _window_unit(prog: Program, kind: str, kh, kw, sh, sw, ph, pw, dh, dw) -> str:
@@ -295,6 +301,22 @@ def _window_unit(prog: Program, kind: str, kh, kw, sh, sw, ph, pw, dh, dw) -> st
         f"    if (has_avx2()) {fname}_avx2({args}, lo, hi);\n"
         f"    else {fname}({args}, lo, hi);\n    return 0;\n}}")
     return fname
+
+
+def _region_units(prog: Program) -> None:
+    """The regions' functions as two units, like the window kernels: baseline x86-64 and
+    AVX2 with FMA (without FMA, the prelude's exponentials and erf call libm's fmaf per
+    element and stay scalar). The run picks by CPUID (``has_avx2``)."""
+    if not prog.regions:
+        return
+    heads = [re.match(r"void (\w+)\(([^)]*)\)", text) for text in prog.regions]
+    for suffix, pre in (("", ""), ("_avx2", _AVX2_UNIT)):
+        texts = [text.replace(f"void {h[1]}(", f"void {h[1]}{suffix}(", 1)
+                 for text, h in zip(prog.regions, heads)]
+        prog.units[f"{prog.name}_regions{suffix}.c"] = (
+            f"/* the fused regions of {prog.name}{suffix and ', AVX2'} (tessera's code "
+            f"generator) */\n{pre}#include \"prelude.h\"\n\n" + "\n\n".join(texts) + "\n")
+        prog.prototypes += [f"void {h[1]}{suffix}({h[2]});" for h in heads]
 
 
 def _pool_run(fname: str, ctx: list[str], planes: int, last: int) -> str:
@@ -528,6 +550,7 @@ def emit(name: str, g: Graph, values: dict) -> Program:
         else:
             raise AssertionError(f"tessera.deploy: no buffer planned for {n}")
         _emit_node(prog, i, n, kinds[i], moves.get(i))
+    _region_units(prog)
     return prog
 
 
