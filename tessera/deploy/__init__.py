@@ -2,9 +2,10 @@
 
 ``export_c(model, example_inputs, out_dir, name=...)`` writes a folder that builds with a C
 compiler alone (``make``): ``<name>.h`` (the API: ``<name>_load``, ``_run``, ``_free``...),
-the generated program ``<name>.c``, the runtime and kernel sources it needs (copied in),
-``<name>.weights``, a ``Makefile`` for ``lib<name>.so``, ``lib<name>.a`` and the driver
-``run_<name>`` (which reads and writes ``.npy`` files), and a short README.
+the generated program ``<name>.c`` and its fused regions (``<name>_regions.c``, and
+``<name>_regions_avx2.c`` for CPUs with AVX2 and FMA), the runtime and kernel sources it
+needs (copied in), ``<name>.weights``, a ``Makefile`` for ``lib<name>.so``, ``lib<name>.a``
+and the driver ``run_<name>`` (which reads and writes ``.npy`` files), and a short README.
 
 The model is an ``nn.Module`` in eval mode or an inference ``nn.Graph`` (traced and
 optimised as ``nn.Graph`` does: conv+BN folding, fusion), or the path of an ONNX file
@@ -18,7 +19,7 @@ module it was called from.
 >>> d = tempfile.mkdtemp()
 >>> info = tessera.deploy.export_c(m, (tessera.randn(2, 4),), d, name="mlp")
 >>> sorted(p for p in info["files"] if p.startswith("mlp"))
-['mlp.c', 'mlp.h', 'mlp.weights', 'mlp_rename.h']
+['mlp.c', 'mlp.h', 'mlp.weights', 'mlp_regions.c', 'mlp_regions_avx2.c', 'mlp_rename.h']
 """
 from __future__ import annotations
 

@@ -16,7 +16,6 @@ import numpy as np
 from tessera._tensor import Tensor
 from tessera.graph.executor import compile_kernel
 from tessera.graph.ir import Graph, Value
-from tessera.nn.functional.attention import unfused_attention
 from tessera.nn.graph import Graph as NNGraph
 from tessera.nn.modules.module import Module
 
@@ -66,9 +65,7 @@ def capture(model, example_inputs) -> tuple[Graph, dict[str, np.ndarray]]:
         if model.training:
             raise ValueError("tessera.deploy.export_c: the nn.Graph has an optimizer (a "
                              "training step); export an inference graph")
-        # the library has C rules for attention's parts, not (yet) for the fused kernel
-        with unfused_attention():
-            model(*inputs)
+        model(*inputs)
         compiled = model._current()
         ir, tensors = compiled.ir, compiled.tensors
     g = Graph.parse(str(ir))

@@ -16,6 +16,7 @@ and ``maxpool.c`` compiled for each window geometry.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,10 +61,15 @@ class Program:
     payload_bytes: int = 0
     packed: list = field(default_factory=list)      # (weight offset, k, n) packed at load
     kernels: list = field(default_factory=list)     # C text before the run function
+    regions: list = field(default_factory=list)     # the regions' C (units of their own)
     units: dict = field(default_factory=dict)       # extra translation unit file -> text
     prototypes: list = field(default_factory=list)
     steps: list = field(default_factory=list)       # C lines of the run function
     scratch_bytes: int = 0                          # im2col columns (0: no im2col)
+    work_bytes: int = 0                             # attention's row sums and masks
+    attention: bool = False                         # the program calls tsr_attention_run
+    strided: dict = field(default_factory=dict)     # id(value) -> element strides (a move
+                                                    # its reader takes in place)
     arena_bytes: int = 0
     loc: dict = field(default_factory=dict)         # id(value) -> Loc
     source: str = ""
@@ -174,11 +180,12 @@ def _region(prog: Program, i: int, body: Graph, ext: list, out: Value) -> None:
     func = next(f for f in lower(body, cname) if f.name == cname + "_c")
     # a kernel without a split loop ignores its range (the build has -Werror)
     text = render(func).replace("{\n", "{\n  (void)lo; (void)hi;\n", 1)
-    prog.kernels.append(text)
+    prog.regions.append(text)
+    call = f"(has_avx2() ? {cname}_c_avx2 : {cname}_c)"
     args = [prog.p(out)] + [prog.p(v) for v in ext]
     extent = func.split
     if not extent or out.numel < SPLIT_MIN // 8:
-        prog.steps.append(f"{cname}_c({', '.join(args)}, 0, {extent or 1});")
+        prog.steps.append(f"{call}({', '.join(args)}, 0, {extent or 1});")
         return
     casts = [f"({'const ' if q.const else ''}{q.ctype}*)(intptr_t)c[{k}]"
              for k, q in enumerate(func.params)]
@@ -186,7 +193,7 @@ def _region(prog: Program, i: int, body: Graph, ext: list, out: Value) -> None:
     prog.kernels.append(
         f"static int64_t {cname}_item(const int64_t* c, int64_t i) {{\n"
         f"    int64_t lo = c[{k + 1}] * i / c[{k}], hi = c[{k + 1}] * (i + 1) / c[{k}];\n"
-        f"    {cname}_c({', '.join(casts)}, lo, hi);\n    return 0;\n}}")
+        f"    {call}({', '.join(casts)}, lo, hi);\n    return 0;\n}}")
     ctx = ", ".join(f"(int64_t)(intptr_t){a}" for a in args)
     prog.steps.append(
         f"{{ int64_t n = m->threads < {extent} ? m->threads : {extent};\n"
@@ -257,10 +264,13 @@ def _matmul(prog: Program, i: int, n: Node) -> None:
         "\n}")
 
 
-# a window kernel compiled twice: for baseline x86-64 and, under GCC, for AVX2 and FMA (the
-# run picks by CPUID, as the GEMM does), so one binary is fast on every x86-64
+# a window kernel or a region compiled twice: for baseline x86-64 and, under GCC, for AVX2
+# and FMA (the run picks by CPUID, as the GEMM does), so one binary is fast on every x86-64.
+# Without trapping math GCC if-converts the selects of the prelude's erf and exponentials
+# (AVX2 has no masked arithmetic): the loops vectorise; no value changes
 _AVX2_UNIT = ("#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)\n"
-              "#pragma GCC target(\"avx2,fma\")\n#pragma GCC optimize(\"O3\")\n#endif\n")
+              "#pragma GCC target(\"avx2,fma\")\n"
+              "#pragma GCC optimize(\"O3\", \"no-trapping-math\")\n#endif\n")
 
 
 def _window_unit(prog: Program, kind: str, kh, kw, sh, sw, ph, pw, dh, dw) -> str:
@@ -298,6 +308,26 @@ def _window_unit(prog: Program, kind: str, kh, kw, sh, sw, ph, pw, dh, dw) -> st
         f"    if (has_avx2()) {fname}_avx2({args}, lo, hi);\n"
         f"    else {fname}({args}, lo, hi);\n    return 0;\n}}")
     return fname
+
+
+def _region_units(prog: Program) -> None:
+    """The regions' functions as two units, like the window kernels: baseline x86-64 and
+    AVX2 with FMA (without FMA, the prelude's exponentials and erf call libm's fmaf per
+    element and stay scalar). The run picks by CPUID (``has_avx2``)."""
+    if not prog.regions:
+        return
+    heads = []   # (name, parameters) of each function
+    for text in prog.regions:
+        head = re.match(r"void (\w+)\(([^)]*)\)", text)
+        assert head is not None, text[:200]
+        heads.append((head[1], head[2]))
+    for suffix, pre in (("", ""), ("_avx2", _AVX2_UNIT)):
+        texts = [text.replace(f"void {h[0]}(", f"void {h[0]}{suffix}(", 1)
+                 for text, h in zip(prog.regions, heads)]
+        prog.units[f"{prog.name}_regions{suffix}.c"] = (
+            f"/* the fused regions of {prog.name}{suffix and ', AVX2'} (tessera's code "
+            f"generator) */\n{pre}#include \"prelude.h\"\n\n" + "\n\n".join(texts) + "\n")
+        prog.prototypes += [f"void {h[0]}{suffix}({h[1]});" for h in heads]
 
 
 def _pool_run(fname: str, ctx: list[str], planes: int, last: int) -> str:
@@ -369,6 +399,92 @@ def _conv(prog: Program, i: int, n: Node) -> None:
     lines.append("  " + call.replace("g.isa = m->isa;", "g.isa = m->isa;\n  " + " ".join(epi),
                                      1))
     prog.steps.append("\n".join(lines) + "\n}")
+
+
+def _strides(prog: Program, v: Value) -> list[int]:
+    """The element strides of v's buffer: a move read in place keeps its own."""
+    if id(v) in prog.strided:
+        return list(prog.strided[id(v)])
+    st, acc = [], 1
+    for size in reversed(v.shape):
+        st.append(acc if size != 1 else 0)
+        acc *= size
+    return st[::-1]
+
+
+def _padded(v: Value, st: list[int], rank: int) -> tuple[tuple, list[int]]:
+    """v's shape and strides with leading dims of size 1 up to ``rank``."""
+    pad = rank - len(v.shape)
+    return (1,) * pad + tuple(v.shape), [0] * pad + st
+
+
+def _batch_offsets(v: Value, st: list[int], batch: tuple, group: int) -> list[int]:
+    """The first element of each batch entry of the attention in v (whose last two dims
+    are the matrix): broadcast dims 0, and with grouped heads query head h reads v's head
+    h // group."""
+    nd = len(batch)
+    shape, full = _padded(v, st, nd + 2)
+    vb, vs = shape[:-2], full[:-2]
+    off = np.zeros(batch, np.int64)
+    for d in range(nd):
+        if vb[d] == 1:
+            continue
+        idx = np.arange(batch[d], dtype=np.int64) // (group if d == nd - 1 else 1)
+        off = off + (idx * vs[d]).reshape((batch[d],) + (1,) * (nd - d - 1))
+    return [int(x) for x in off.reshape(-1)]
+
+
+def _attention(prog: Program, i: int, n: Node) -> None:
+    q, k, v = n.inputs[:3]
+    mask = n.inputs[3] if len(n.inputs) > 3 else None
+    out = n.outputs[0]
+    at = n.attrs
+    if at.get("dropout_p", 0.0) > 0:
+        raise _unsupported(n, "dropout")
+    if isinstance(mask, Value) and mask.dtype.name not in ("float32", "bool"):
+        raise _unsupported(n, f"a {mask.dtype.name} mask")
+    batch = out.shape[:-2]
+    nb = math.prod(batch)
+    L, S, E, Ev = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    args = {"nb": nb, "L": L, "S": S, "E": E, "Ev": Ev}
+    consts = []
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        st = _strides(prog, x)
+        if x.shape[-1] > 1 and st[-1] != 1:
+            raise AssertionError(f"tessera.deploy: attention operand {x} without unit-stride "
+                                 "rows")
+        group = 1
+        if at.get("enable_gqa") and len(x.shape) >= 3 and x.shape[-3] not in (1, batch[-1]):
+            group = batch[-1] // x.shape[-3]
+        consts.append(f"{name}o[] = {{{', '.join(map(str, _batch_offsets(x, st, batch, group)))}}}")
+        args[name] = prog.p(x)
+        args[f"{name}off"] = f"{name}o"
+        args[f"{name}rs"] = st[-2]
+    lse = prog.work_bytes
+    work = lse + (nb * L * 4 + 63) // 64 * 64
+    pre = ""
+    if isinstance(mask, Value):
+        st = _strides(prog, mask)
+        mptr = prog.p(mask)
+        if mask.dtype.name == "bool":   # True: may attend; the kernel adds a float mask
+            pre = (f"for (int64_t j = 0; j < {mask.numel}; j++) "
+                   f"((float*)(m->work + {work}))[j] = {mptr}[j] ? 0.0f : -INFINITY;\n  ")
+            mptr = f"((float*)(m->work + {work}))"
+            work += (mask.numel * 4 + 63) // 64 * 64
+        full, fst = _padded(mask, st, len(batch) + 2)
+        consts.append(f"mo[] = {{{', '.join(map(str, _batch_offsets(mask, st, batch, 1)))}}}")
+        args.update(mask=mptr, moff="mo", mrs=fst[-2] if full[-2] > 1 else 0,
+                    mcs=fst[-1] if full[-1] > 1 else 0)
+    prog.work_bytes = work
+    prog.attention = True
+    args.update(o=prog.p(out), lse=f"((float*)(m->work + {lse}))", scale=f"{at['scale']!r}f",
+                causal=int(bool(at.get("is_causal"))), isa="m->isa")
+    fields = ", ".join(f".{f} = {x}" for f, x in args.items())
+    prog.steps.append(
+        f"{{ static const int64_t {', '.join(consts)};\n  {pre}"
+        f"tsr_attention_args a = {{{fields}}};\n"
+        f"  if (tsr_attention_run(&a, m->threads))\n"
+        f"    return fail(m, \"out of memory in attention\"); }}")
 
 
 def _max_pool(prog: Program, i: int, n: Node) -> None:
@@ -445,7 +561,8 @@ def _cat(prog: Program, i: int, n: Node) -> None:
 
 RULES = {"cat": _cat, "all": _all_any, "any": _all_any, "fused": _fused, "matmul": _matmul,
          "conv": _conv, "conv_pointwise": _conv, "max_pool_values": _max_pool,
-         "interpolate": _interpolate, "embedding": _embedding}
+         "interpolate": _interpolate, "embedding": _embedding,
+         "scaled_dot_product_attention": _attention}
 
 
 # ---- the program -------------------------------------------------------------------------
@@ -461,6 +578,41 @@ def _plan_layout(prog: Program) -> None:
     prog.payload_bytes = off
     for k, v in enumerate(g.inputs):
         prog.loc[id(v)] = Loc(f"((unsigned char*)(intptr_t)in[{k}])")
+
+
+def _attention_nodes(g: Graph) -> None:
+    """Attention's second result (the row sums' logarithms, kept for a backward) is dropped
+    where nothing reads it, so the node has one result like the others."""
+    read = {id(v) for n in g.nodes for v in n.tensor_inputs} | {id(v) for v in g.outputs}
+    for k, n in enumerate(g.nodes):
+        if n.op.name == "scaled_dot_product_attention" and len(n.outputs) == 2 and \
+                id(n.outputs[1]) not in read:
+            g.nodes[k] = Node(n.op, n.inputs, n.attrs, n.outputs[:1], n.name, n.notes)
+            n.outputs[0].producer = g.nodes[k]
+
+
+def _read_in_place(g: Graph, kinds: dict, moves: dict) -> set[int]:
+    """The moves (a head transpose) that only attention reads, as query, key or value with
+    unit-stride rows: the kernel reads their input in place, through the move's strides."""
+    readers: dict[int, list] = {}
+    for i, n in enumerate(g.nodes):
+        for pos, v in enumerate(n.inputs):
+            if isinstance(v, Value):
+                readers.setdefault(id(v), []).append((n, pos))
+    returned = {id(v) for v in g.outputs}
+    found = set()
+    for i, n in enumerate(g.nodes):
+        if kinds[i] != "move":
+            continue
+        out = n.outputs[0]
+        _, strides = moves[i]
+        if id(out) in returned or (out.shape[-1] > 1 and strides[-1] != 1) or \
+                len(out.shape) < 2:
+            continue
+        if all(r.op.name == "scaled_dot_product_attention" and pos < 3
+               for r, pos in readers.get(id(out), [None])):
+            found.add(i)
+    return found
 
 
 def _copy_outputs(g: Graph) -> None:
@@ -503,6 +655,7 @@ def emit(name: str, g: Graph, values: dict) -> Program:
             raise NotImplementedError(f"tessera.deploy.export_c: an output is {v.dtype.name};"
                                       " outputs must be float32")
     _split_movements(g)
+    _attention_nodes(g)
     _copy_outputs(g)
     prog = Program(name, g, values=values)
     _plan_layout(prog)
@@ -533,7 +686,10 @@ def emit(name: str, g: Graph, values: dict) -> Program:
             kinds[i] = "elementwise"
             continue
         raise _unsupported(n)
-    out_nodes = {i for i in range(len(g.nodes)) if kinds[i] != "view"}
+    for i in _read_in_place(g, kinds, moves):
+        kinds[i] = "strided"
+        views.add(i)
+    out_nodes = {i for i in range(len(g.nodes)) if kinds[i] not in ("view", "strided")}
     not_inplace = frozenset(i for i in out_nodes if not _in_place_ok(g.nodes[i], kinds[i]))
     plan = plan_memory(g, out_nodes, not_inplace, frozenset(views))
     prog.arena_bytes = plan.arena_bytes
@@ -545,6 +701,11 @@ def emit(name: str, g: Graph, values: dict) -> Program:
         if kinds[i] == "view":
             src = prog.loc[id(n.inputs[0])]
             prog.loc[id(out)] = Loc(src.base, src.offset + moves[i] * out.dtype.itemsize)
+        elif kinds[i] == "strided":
+            src = prog.loc[id(n.inputs[0])]
+            offset, strides = moves[i]
+            prog.loc[id(out)] = Loc(src.base, src.offset + offset * out.dtype.itemsize)
+            prog.strided[id(out)] = strides
         elif id(out) in returned:
             prog.loc[id(out)] = Loc(f"((unsigned char*)out[{returned[id(out)]}])")
         elif id(out) in plan.offsets:
@@ -554,13 +715,14 @@ def emit(name: str, g: Graph, values: dict) -> Program:
         else:
             raise AssertionError(f"tessera.deploy: no buffer planned for {n}")
         _emit_node(prog, i, n, kinds[i], moves.get(i))
+    _region_units(prog)
     return prog
 
 
 def _emit_node(prog: Program, i: int, n: Node, kind: str, move) -> None:
     out = n.outputs[0]
     prog.steps.append(f"/* {n.op.name} {n.name} -> {out.type_str()} */")
-    if kind == "view":
+    if kind in ("view", "strided"):
         return
     if kind == "copy":
         prog.steps.append(f"memcpy({prog.p(out)}, {prog.p(n.inputs[0])}, {out.nbytes});")

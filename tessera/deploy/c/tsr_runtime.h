@@ -23,6 +23,8 @@ uint64_t tsr_checksum(const void* data, size_t n);
    (missing, truncated, not a weights file, another model's, corrupt) */
 void* tsr_read_weights(const char* path, uint64_t fingerprint, uint64_t payload_bytes,
                        char* err, size_t errlen);
+/* n bytes on a 64-byte boundary (huge pages for large ones, where the OS has them); freed
+   by tsr_aligned_free only */
 void* tsr_aligned_alloc(size_t n);
 void tsr_aligned_free(void* p);
 
@@ -41,6 +43,22 @@ void tsr_adaptive_avg(const float* x, float* y, int64_t planes, int64_t H, int64
    [0, rows) plus one */
 int64_t tsr_gather_rows(const float* table, int64_t rows, int64_t width, const int64_t* ids,
                         int64_t n, float* y);
+/* fused attention (tsr_attention.c): o = softmax(q k^T scale + mask) v for nb (batch x
+   heads) entries of L query rows and S keys; entry b of x starts at x + xoff[b], its rows xrs
+   apart (unit-stride rows: a head's slice of a wider row reads in place); the mask is
+   additive, element (i, j) at mask + moff[b] + i mrs + j mcs, or NULL. o is (nb, L, Ev)
+   contiguous, lse (nb, L) each row's log-sum-exp. isa: 0 portable, 1 AVX2, 2 AVX-512 (the
+   GEMM's numbering). 0, or non-zero when the kernel's tiles could not be allocated. */
+typedef struct tsr_attention_args {
+    int64_t nb, L, S, E, Ev;
+    const float *q, *k, *v, *mask;
+    const int64_t *qoff, *koff, *voff, *moff;
+    int64_t qrs, krs, vrs, mrs, mcs;
+    float *o, *lse;
+    float scale;
+    int32_t causal, isa;
+} tsr_attention_args;
+int tsr_attention_run(const tsr_attention_args* a, int threads);
 /* y (rows x cols) += b[row] */
 void tsr_add_row_bias(float* y, const float* b, int64_t rows, int64_t cols);
 

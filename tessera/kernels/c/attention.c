@@ -203,6 +203,7 @@ int64_t tsr_attn_fwd_range(const tsr_attn_t* t, int64_t lo, int64_t hi) {
     return fwd_portable(t, lo, hi);
 }
 
+#ifndef TSR_ATTN_FORWARD_ONLY
 int64_t tsr_attn_bwd_range(const tsr_attn_t* t, int64_t lo, int64_t hi) {
 #if TSR_X86
     if (t->isa == TSR_ATTN_AVX512) return bwd_avx512(t, lo, hi);
@@ -210,6 +211,7 @@ int64_t tsr_attn_bwd_range(const tsr_attn_t* t, int64_t lo, int64_t hi) {
 #endif
     return bwd_portable(t, lo, hi);
 }
+#endif
 
 /* the parts each direction splits into (the threads' unit of work) */
 int64_t tsr_attn_fwd_parts(const tsr_attn_t* t) { return t->nb * ((t->L + BR - 1) / BR); }

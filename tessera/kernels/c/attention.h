@@ -120,6 +120,7 @@ TSR_INLINE int TSR_FN(fwd_body)(const tsr_attn_t* t, int64_t lo, int64_t hi, int
     return 0;
 }
 
+#ifndef TSR_ATTN_FORWARD_ONLY   /* an inference build (tessera.deploy) leaves it out */
 /* ---- backward: one part is one batch entry (its dK and dV sum over every row) -------- */
 
 TSR_INLINE int TSR_FN(bwd_body)(const tsr_attn_t* t, int64_t lo, int64_t hi, int RT, int NVT) {
@@ -199,10 +200,11 @@ TSR_INLINE int TSR_FN(bwd_body)(const tsr_attn_t* t, int64_t lo, int64_t hi, int
     return 0;
 }
 
-TSR_TARGET static int TSR_FN(fwd)(const tsr_attn_t* t, int64_t lo, int64_t hi) {
-    return TSR_FN(fwd_body)(t, lo, hi, TSR_RT, TSR_NVT);
-}
-
 TSR_TARGET static int TSR_FN(bwd)(const tsr_attn_t* t, int64_t lo, int64_t hi) {
     return TSR_FN(bwd_body)(t, lo, hi, TSR_RT, TSR_NVT);
+}
+#endif
+
+TSR_TARGET static int TSR_FN(fwd)(const tsr_attn_t* t, int64_t lo, int64_t hi) {
+    return TSR_FN(fwd_body)(t, lo, hi, TSR_RT, TSR_NVT);
 }
