@@ -5,7 +5,8 @@
 # make bench  -- side-by-side benchmarks (tessera vs PyTorch, torch.compile, JAX), not part
 #               of the tests; writes bench/RESULTS.md; `make bench SECTIONS="kernels
 #               training"` runs some of them; TESSERA_BENCH_ROUNDS=N sets the rounds the
-#               frameworks alternate over (training and models: 3 by default)
+#               frameworks alternate over (training and models: 3 by default);
+#               MAX_ISA=avx2 caps every framework to AVX2 (bench/isa.py)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -52,7 +53,8 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP) bytecode
-	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) -m bench $(SECTIONS)
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) -m bench \
+	    $(if $(MAX_ISA),--max-isa $(MAX_ISA)) $(SECTIONS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tessera tests bench examples

@@ -10,6 +10,9 @@ eager beside it.
 
 Run through ``make bench``, which unsets OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for this
 command only (a core type forced for another CPU can halve NumPy's SGEMM).
+
+``--max-isa avx2`` (or ``TESSERA_BENCH_MAX_ISA=avx2``; ``make bench MAX_ISA=avx2``) caps
+every framework to AVX2 (``bench/isa.py``), and the header says so.
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ import os
 import sys
 import time
 
-from bench.common import describe, environment, write_results
+from bench import isa
+from bench.common import _cpu_model, describe, environment, write_results
 
 RESULTS_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
 
@@ -37,7 +41,31 @@ def _module(name: str):
         raise
 
 
+def _max_isa(argv: list[str]) -> tuple[str | None, list[str]]:
+    """``--max-isa NAME`` (or ``--max-isa=NAME``) out of ``argv``: (NAME or None, the rest)."""
+    rest, name = [], None
+    it = iter(argv)
+    for a in it:
+        if a == "--max-isa":
+            name = next(it, "")
+        elif a.startswith("--max-isa="):
+            name = a.partition("=")[2]
+        else:
+            rest.append(a)
+    return name, rest
+
+
 def main(argv: list[str]) -> int:
+    name, argv = _max_isa(argv)
+    if name is not None and name != isa.cap():
+        if name not in isa.CAPS:
+            print(f"python -m bench: --max-isa {name!r}: expected one of {isa.CAPS}",
+                  file=sys.stderr)
+            return 2
+        # NumPy and tessera are loaded already (bench/__init__.py): start again capped
+        os.environ[isa.VARIABLE] = name
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "bench", *argv])
     unknown = [a for a in argv if a not in SECTIONS]
     if unknown:
         print(f"python -m bench: unknown section(s) {unknown}; choose from {SECTIONS}",
@@ -52,8 +80,12 @@ def main(argv: list[str]) -> int:
     header = describe() + [f"threads: {torch.get_num_threads()} per framework; "
                            "TESSERA_BENCH_ROUNDS="
                            f"{os.environ.get('TESSERA_BENCH_ROUNDS', '(unset)')}"]
+    capped = isa.header_line(_cpu_model())
+    if capped is not None:
+        header.insert(1, capped)
+        print(f"# {capped}")
     results = {"environment": environment(), "date": time.strftime("%Y-%m-%d %H:%M"),
-               "host": header}
+               "host": header, "max_isa": isa.cap()}
     tables = []
     for name in chosen:
         mod = _module(name)

@@ -227,7 +227,12 @@ def run(only: tuple = ()) -> list[dict]:
 
 def render(rows) -> str:
     from bench.common import round_ratio, table
+    from bench.isa import UNCAPPED, cap
     out, notes = [], []
+    # under an instruction-set cap, the peers that ignore it are shown but not compared
+    capped = cap()
+    peers = tuple(p for p in PEERS if capped is None or p not in UNCAPPED)
+    ort = "ort ms" if capped is None else "ort ms (AVX-512)"
 
     def ms(r, fw):
         return f"{r[fw]['ms']:.1f}" if "ms" in r[fw] else "-"
@@ -238,7 +243,7 @@ def render(rows) -> str:
                 notes.append(f"{r['workload']} {fw}: {err}")
         t, g, p = r["tessera"], r["graph"], r["torch"]
         ok = all("ms" in x for x in (t, g, p))
-        best = round_ratio(r, "graph", PEERS)
+        best = round_ratio(r, "graph", peers)
         out.append((r["workload"], *(ms(r, fw) for fw in FRAMEWORKS),
                     f"{t['ms'] / p['ms']:.2f}x" if ok else "-",
                     f"{g['ms'] / p['ms']:.2f}x" if ok else "-",
@@ -246,11 +251,14 @@ def render(rows) -> str:
                     f"{g['first_s']:.1f}" if "first_s" in g else "-"))
     n_rounds = max((len(r["graph"].get("rounds_ms", [])) for r in rows), default=0)
     return (table(out, ("workload", "eager ms", "graph ms", "torch ms", "t.compile ms",
-                        "jax ms", "ort ms", "eager/torch", "graph/torch",
+                        "jax ms", ort, "eager/torch", "graph/torch",
                         "graph/best peer", "graph 1st call s"))
             + f"\n  {n_rounds} round(s); graph/best peer: the median over rounds of graph / the "
-              "fastest of torch, torch.compile, jax and onnxruntime (ort: tessera's ONNX "
+              f"fastest of {', '.join(peers)} (ort: onnxruntime on tessera's ONNX "
               "export) in the same round, and the peer fastest most often"
+            + ("" if capped is None else f"\n  capped to {capped.upper()}: onnxruntime is not "
+               "(MLAS picks its kernels by CPUID), so its column ran AVX-512 kernels and the "
+               "best-peer ratio leaves it out")
             + "".join(f"\n  {n}" for n in notes))
 
 

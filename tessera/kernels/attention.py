@@ -15,8 +15,9 @@ and the kernel draws the same numbers (NumPy's PCG64 from that seed, float32, ro
 over the weights of shape ``batch + (L, S)``) and keeps ``u >= p``, in the forward and
 again in the backward.
 
-The instruction set is chosen from the CPU: AVX-512, AVX2 with FMA, or portable C;
-``TESSERA_ATTN_ISA=avx512|avx2|portable`` forces one (RuntimeError if the CPU lacks it).
+The instruction set is chosen from the CPU: AVX-512, AVX2 with FMA, or portable C, the widest
+within ``TESSERA_MAX_ISA``; ``TESSERA_ATTN_ISA=avx512|avx2|portable`` forces one
+(RuntimeError if the CPU lacks it or the cap excludes it).
 
 >>> import numpy as np
 >>> q = np.ones((1, 3, 4), np.float32); v = np.arange(12, dtype=np.float32).reshape(1, 3, 4)

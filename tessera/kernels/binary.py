@@ -16,7 +16,8 @@ taps' weight sums, an integer correction).
 
 The instruction set is chosen from the CPU (``isa()``): AVX-512 VPOPCNTDQ, AVX2 (nibble
 table popcount) or portable C. ``TESSERA_BINARY_ISA=vpopcnt|avx2|c|numpy`` forces one;
-forcing one this CPU lacks is an error.
+forcing one this CPU lacks is an error. ``TESSERA_MAX_ISA=avx2`` (``cc.max_isa()``) leaves
+the AVX-512 path out, and ``portable`` all but C and NumPy.
 
 >>> import numpy as np
 >>> packbits(np.array([[-1.0, 2.0, -0.5]])).tolist()
@@ -35,7 +36,7 @@ import weakref
 
 import numpy as np
 
-from tessera.kernels import threadpool
+from tessera.kernels import cc, threadpool
 
 __all__ = ["packbits", "unpackbits", "conv2d", "linear", "reference_conv2d",
            "reference_linear", "isa", "available", "ISAS", "PAD_VALUES"]
@@ -43,6 +44,8 @@ __all__ = ["packbits", "unpackbits", "conv2d", "linear", "reference_conv2d",
 # fastest first
 ISAS = ("vpopcnt", "avx2", "c", "numpy")
 _BITS = {"avx2": 1, "vpopcnt": 2}
+# each path's level in cc.ISA_LEVELS (portable, avx2, avx512), for TESSERA_MAX_ISA
+_LEVEL = {"vpopcnt": 2, "avx2": 1, "c": 0, "numpy": 0}
 PAD_VALUES = (-1, 0, 1)
 _TW = 16           # the kernels' tile width (columns)
 _SPLIT_OPS = 1 << 18  # word products below which one thread does the whole product
@@ -96,7 +99,7 @@ def _lib():
 
 @functools.lru_cache(maxsize=1)
 def available() -> tuple[str, ...]:
-    """The paths this CPU (and toolchain) can run, fastest first.
+    """The paths this CPU (and toolchain) can run within ``TESSERA_MAX_ISA``, fastest first.
 
     >>> available()[-1]
     'numpy'
@@ -105,7 +108,9 @@ def available() -> tuple[str, ...]:
     if lib is None:
         return ("numpy",)
     bits = lib.tsr_bin_cpu()
-    return tuple(n for n in ISAS if n in ("c", "numpy") or bits & _BITS[n])
+    cap = cc.ISA_LEVELS.index(cc.max_isa())
+    return tuple(n for n in ISAS if (n in ("c", "numpy") or bits & _BITS[n])
+                 and _LEVEL[n] <= cap)
 
 
 _ISA: list = [None, None]   # the last $TESSERA_BINARY_ISA read and the path it named
@@ -125,6 +130,9 @@ def isa() -> str:
         return have[0]
     if forced not in ISAS:
         raise ValueError(f"TESSERA_BINARY_ISA={forced!r}: expected one of {', '.join(ISAS)}")
+    if forced not in have and _LEVEL[forced] > cc.ISA_LEVELS.index(cc.max_isa()):
+        raise RuntimeError(f"TESSERA_BINARY_ISA={forced!r}: TESSERA_MAX_ISA={cc.max_isa()} "
+                           "excludes it")
     if forced not in have:
         raise RuntimeError(f"TESSERA_BINARY_ISA={forced!r}: this CPU (or C compiler) cannot "
                            f"run it; available: {', '.join(have)}")

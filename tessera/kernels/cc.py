@@ -1,10 +1,11 @@
 """The system C compiler, and a content-addressed cache of the libraries it builds.
 
 ``load(source)`` returns a ``ctypes.CDLL`` of ``source`` compiled with
-``cc -O3 -march=native -fopenmp-simd -shared -fPIC``. The library is cached on disk under
-``$TESSERA_CACHE_DIR`` (default ``~/.cache/tessera/kernels``) by the SHA-256 of everything
-that decides the binary: the source, the flags, the compiler's version line and this CPU's
-instruction-set flags (``-march=native`` code must not run on another CPU). A second
+``cc -O3 -march=native -fopenmp-simd -shared -fPIC`` (narrowed by ``TESSERA_MAX_ISA``, below).
+The library is cached on disk under ``$TESSERA_CACHE_DIR`` (default
+``~/.cache/tessera/kernels``) by the SHA-256 of everything that decides the binary: the
+source, the flags, the compiler's version line and this CPU's instruction-set flags
+(``-march=native`` code must not run on another CPU). A second
 process compiling the same graph loads the cached library in milliseconds.
 
 Writes are atomic (compile in a ``.build-<pid>-<host>-*`` folder, then ``os.replace``); the
@@ -29,6 +30,18 @@ its joined text), but a large one compiles as several translation units at once,
 header plus a share of the definitions, linked into one library: a cold compile of a big
 graph takes about 1/cores of the time. The definitions must then see only the header, not
 each other's static functions.
+
+``TESSERA_MAX_ISA`` caps the instruction set of every kernel family, to measure or test on an
+AVX-512 CPU what an AVX2 one runs: ``avx2`` (AVX2 and FMA as Haswell and Zen 3 have them: no
+AVX-512, no AVX-VNNI), ``portable`` (or ``none``: baseline x86-64), ``avx512`` (or unset:
+everything the CPU has). Under a cap the libraries compile with ``isa_flags()``
+(``-mno-avx512f -mno-avxvnni``, or ``-march=x86-64`` for baseline, and
+``-DTSR_MAX_ISA=<level>`` for the C that checks the CPU itself), which the cache key
+includes, and each family picks the widest of its paths within the cap. NumPy's
+BLAS is not tessera's to cap: ``OPENBLAS_CORETYPE=Haswell`` does that before NumPy loads.
+
+>>> max_isa() in ISA_LEVELS
+True
 """
 from __future__ import annotations
 
@@ -49,7 +62,7 @@ import weakref
 from collections.abc import Callable
 
 __all__ = ["CompileError", "compiler", "cache_dir", "load", "build", "entry", "FLAGS",
-           "last_build", "totals", "addresses"]
+           "last_build", "totals", "addresses", "max_isa", "isa_flags", "ISA_LEVELS"]
 
 # -fopenmp-simd: the simd pragmas only; threads come from the runtime, not an OpenMP library
 FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC", "-std=gnu11",
@@ -59,6 +72,11 @@ FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC", "-std=gnu1
          # integer overflow wraps as NumPy's does, instead of being undefined
          "-fwrapv")
 LIBS = ("-lm",)
+
+# TESSERA_MAX_ISA's values, narrowest first: a family's path of level i runs under cap j >= i
+ISA_LEVELS = ("portable", "avx2", "avx512")
+_ISA_ALIASES = {"": "avx512", "none": "portable", "native": "avx512"}
+_X86 = ("x86_64", "amd64", "i386", "i686")
 
 
 def addresses() -> Callable:
@@ -122,6 +140,39 @@ def _fingerprint() -> str:
     return "\n".join([cc, *version, " ".join(FLAGS + LIBS), cpu])
 
 
+def max_isa() -> str:
+    """The widest instruction set kernels may use, one of ``ISA_LEVELS``:
+    ``$TESSERA_MAX_ISA`` (ValueError for another name), ``"avx512"`` when unset (no cap)."""
+    raw = os.environ.get("TESSERA_MAX_ISA", "").strip().lower()
+    name = _ISA_ALIASES.get(raw, raw)
+    if name not in ISA_LEVELS:
+        raise ValueError(f"TESSERA_MAX_ISA={raw!r}: expected one of {', '.join(ISA_LEVELS)} "
+                         "or none")
+    return name
+
+
+def isa_flags() -> tuple[str, ...]:
+    """The compiler flags that keep a library within ``max_isa()`` (after ``FLAGS`` and a
+    library's own flags, so they win over ``-march=native``); none without a cap. Function
+    target attributes still compile wider bodies, which the families never pick.
+
+    >>> max_isa() != "avx512" or isa_flags() == ()
+    True
+    """
+    level = ISA_LEVELS.index(max_isa())
+    if level == len(ISA_LEVELS) - 1 or not _x86():
+        return ()
+    narrow = ("-mno-avx512f", "-mno-avxvnni") if level == 1 else \
+        ("-march=x86-64", "-mtune=generic")
+    return (*narrow, f"-DTSR_MAX_ISA={level}")
+
+
+@functools.cache
+def _x86() -> bool:
+    import platform
+    return platform.machine().lower() in _X86
+
+
 def cache_dir() -> str:
     """``$TESSERA_CACHE_DIR``, else ``$XDG_CACHE_HOME/tessera/kernels``, else
     ``~/.cache/tessera/kernels``."""
@@ -146,6 +197,7 @@ def load(source: str | list[str], extra: tuple[str, ...] = (), split: bool | Non
     large sources compile in parallel (see the module's docstring); ``split=True`` says the
     definitions are large whatever their length (macro instantiations)."""
     t0 = time.perf_counter()
+    extra = (*extra, *isa_flags())
     key = _key(_text(source), extra)
     lib = _LOADED.get(key)
     cached = True
@@ -162,6 +214,7 @@ def load(source: str | list[str], extra: tuple[str, ...] = (), split: bool | Non
 def build(source: str, extra: tuple[str, ...] = ()) -> str:
     """The path of ``source``'s compiled library, built unless the cache holds a sound
     copy, for loaders other than ctypes (a Python extension module, say)."""
+    extra = (*extra, *isa_flags())
     return _library(_key(source, extra), source, extra)[0]
 
 

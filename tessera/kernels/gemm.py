@@ -12,8 +12,9 @@ layout, and ``gemm_packed`` multiplies by it as often as needed. Any 2-d float32
 is read in place (a transpose swaps the strides).
 
 The micro-kernel is picked from the CPU when the library loads: AVX-512, AVX2 with FMA, or
-portable C (``isa()`` says which). ``TESSERA_GEMM_ISA=avx512|avx2|portable`` forces one;
-naming one the CPU lacks raises RuntimeError (never an illegal instruction). The library is
+portable C (``isa()`` says which), the widest within ``TESSERA_MAX_ISA`` (``cc.max_isa()``).
+``TESSERA_GEMM_ISA=avx512|avx2|portable`` forces one; naming one the CPU lacks, or one above
+the cap, raises RuntimeError (never an illegal instruction). The library is
 compiled for baseline x86-64 and each micro-kernel for its own instruction set, as a
 deployed C library is, so the same binary would run on any x86-64.
 
@@ -111,11 +112,18 @@ def available() -> bool:
 
 def select_isa(variable: str, best, supported) -> int:
     """The index in ``ISAS`` of the path a kernel family runs: ``$variable`` if set (ValueError
-    for an unknown name, RuntimeError when the CPU lacks it), else ``best()``; ``supported(i)``
-    asks the family's library. Shared by the families compiled per ISA (GEMM, attention)."""
+    for an unknown name, RuntimeError when the CPU lacks it or ``TESSERA_MAX_ISA`` excludes
+    it), else the widest path the CPU runs (``best()``) within ``TESSERA_MAX_ISA``;
+    ``supported(i)`` asks the family's library. Shared by the families compiled per ISA (GEMM,
+    attention), whose ``ISAS`` are ``cc.ISA_LEVELS``."""
+    from tessera.kernels.cc import max_isa
+    cap = ISAS.index(max_isa())
     forced = os.environ.get(variable, "")
     if not forced:
-        return int(best())
+        index = min(int(best()), cap)
+        while index > 0 and not supported(index):
+            index -= 1
+        return index
     if forced not in ISAS:
         raise ValueError(f"{variable}={forced!r}: expected one of {', '.join(ISAS)}")
     index = ISAS.index(forced)
@@ -123,6 +131,8 @@ def select_isa(variable: str, best, supported) -> int:
         need = {"avx2": "AVX2 and FMA", "avx512": "AVX-512F"}[forced]
         raise RuntimeError(f"{variable}={forced}: this CPU (or its OS) lacks {need}; "
                            f"it runs {ISAS[best()]}")
+    if index > cap:
+        raise RuntimeError(f"{variable}={forced}: TESSERA_MAX_ISA={ISAS[cap]} excludes it")
     return index
 
 
@@ -134,7 +144,7 @@ def _isa() -> int:
 
 def isa() -> str:
     """The micro-kernel in use: ``"avx512"``, ``"avx2"`` or ``"portable"`` (the fastest the
-    CPU runs, unless ``TESSERA_GEMM_ISA`` names another).
+    CPU runs within ``TESSERA_MAX_ISA``, unless ``TESSERA_GEMM_ISA`` names another).
 
     >>> isa() in ("avx512", "avx2", "portable")
     True

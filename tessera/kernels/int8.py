@@ -18,7 +18,8 @@ The instruction set is chosen at run time from the CPU (``isa()``): AVX-512 VNNI
 (``vpdpbusd`` on zmm), AVX-VNNI (on ymm), AVX2 (``vpmaddubsw`` + ``vpmaddwd``, whose int16
 pair sums saturate: activations of 7 bits, ``reduce_range``, keep it exact), or portable C.
 ``TESSERA_INT8_ISA=vnni512|avxvnni|avx2|c|numpy`` forces one; forcing one this CPU lacks
-is an error.
+is an error. ``TESSERA_MAX_ISA=avx2`` (``cc.max_isa()``) leaves the AVX-512 path out, and
+``portable`` all but C and NumPy.
 
 >>> import numpy as np
 >>> a = np.arange(6, dtype=np.uint8).reshape(2, 3); w = np.ones((2, 3), np.int8)
@@ -34,12 +35,17 @@ import weakref
 
 import numpy as np
 
+from tessera.kernels import cc
+
 __all__ = ["gemm", "reference", "isa", "available", "ISAS", "pack", "Packed", "forget",
            "conv2d", "add"]
 
 # fastest first
 ISAS = ("vnni512", "avxvnni", "avx2", "c", "numpy")
 _BITS = {"avx2": 1, "avxvnni": 2, "vnni512": 4}
+# each path's level in cc.ISA_LEVELS (portable, avx2, avx512), for TESSERA_MAX_ISA
+# (AVX-VNNI counts as above the avx2 cap: Haswell and Zen 3, what that cap stands for, lack it)
+_LEVEL = {"vnni512": 2, "avxvnni": 2, "avx2": 1, "c": 0, "numpy": 0}
 _NPARAMS = 20
 # rows x column blocks of 16 below which one thread does the whole product
 _SPLIT_MACS = 1 << 20
@@ -69,7 +75,7 @@ def _lib():
 
 
 def available() -> tuple[str, ...]:
-    """The paths this CPU (and toolchain) can run, fastest first.
+    """The paths this CPU (and toolchain) can run within ``TESSERA_MAX_ISA``, fastest first.
 
     >>> available()[-1]
     'numpy'
@@ -78,7 +84,9 @@ def available() -> tuple[str, ...]:
     if lib is None:
         return ("numpy",)
     bits = lib.tsr_int8_cpu()
-    return tuple(n for n in ISAS if n in ("c", "numpy") or bits & _BITS[n])
+    cap = cc.ISA_LEVELS.index(cc.max_isa())
+    return tuple(n for n in ISAS if (n in ("c", "numpy") or bits & _BITS[n])
+                 and _LEVEL[n] <= cap)
 
 
 def isa() -> str:
@@ -90,6 +98,9 @@ def isa() -> str:
         return have[0]
     if forced not in ISAS:
         raise ValueError(f"TESSERA_INT8_ISA={forced!r}: expected one of {', '.join(ISAS)}")
+    if forced not in have and _LEVEL[forced] > cc.ISA_LEVELS.index(cc.max_isa()):
+        raise RuntimeError(f"TESSERA_INT8_ISA={forced!r}: TESSERA_MAX_ISA={cc.max_isa()} "
+                           "excludes it")
     if forced not in have:
         raise RuntimeError(f"TESSERA_INT8_ISA={forced!r}: this CPU (or C compiler) cannot run "
                            f"it; available: {', '.join(have)}")

@@ -230,6 +230,9 @@ void tsr_bin_pack_planar(const float* x, int64_t C, int64_t HW, uint64_t* P) {
     if (avx512 < 0) {
         __builtin_cpu_init();
         avx512 = __builtin_cpu_supports("avx512f");
+#if defined(TSR_MAX_ISA) && TSR_MAX_ISA < 2   /* TESSERA_MAX_ISA leaves AVX-512 out */
+        avx512 = 0;
+#endif
     }
     if (avx512) {
         pack_planar_512(x, C, HW, P);
@@ -419,6 +422,9 @@ void tsr_bin_direct_pack(const int64_t* g, const float* x, uint64_t* img) {
     if (avx512 < 0) {
         __builtin_cpu_init();
         avx512 = __builtin_cpu_supports("avx512f");
+#if defined(TSR_MAX_ISA) && TSR_MAX_ISA < 2   /* TESSERA_MAX_ISA leaves AVX-512 out */
+        avx512 = 0;
+#endif
     }
     fill_border(g, img);
     if (avx512) {
