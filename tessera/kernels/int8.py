@@ -35,7 +35,7 @@ import weakref
 import numpy as np
 
 __all__ = ["gemm", "reference", "isa", "available", "ISAS", "pack", "Packed", "forget",
-           "conv2d", "add"]
+           "conv2d", "nhwc", "add"]
 
 # fastest first
 ISAS = ("vnni512", "avxvnni", "avx2", "c", "numpy")
@@ -60,7 +60,7 @@ def _lib():
         f = getattr(lib, f"tsr_int8_gemm_{name}")
         f.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 4
         f.restype = None
-    for name in ("nhwc", "im2col", "depthwise", "add"):
+    for name in ("nhwc", "im2col", "depthwise", "add", "im2col_nhwc", "dw_nhwc"):
         f = getattr(lib, f"tsr_int8_{name}")
         f.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         f.restype = None
@@ -178,15 +178,16 @@ def gemm(a: np.ndarray, w: np.ndarray, *, a_zp: int, mult: np.ndarray, out_zp: i
 
 def _gemm_packed(path: str, a: np.ndarray, pw: Packed, out: np.ndarray, *, a_zp: int,
                  mult: np.ndarray, out_zp: int, bias, lo: int, hi: int, bias_f=None,
-                 pix: int = 0, ntot: int = 0, noff: int = 0) -> None:
+                 pix: int = 0, ntot: int = 0, noff: int = 0, ldc: int = 0) -> None:
     """``out`` = requant(a @ w.T) for ``a`` uint8 (M, kp), C-contiguous. ``pix`` > 0: ``out``
-    is NCHW (images of ``pix`` pixels, ``ntot`` channels, these from channel ``noff``)."""
+    is NCHW (images of ``pix`` pixels, ``ntot`` channels, these from channel ``noff``);
+    else row-major, rows ``ldc`` wide (default N), these columns from ``noff``."""
     m = a.shape[0]
     keep = (_pad(bias, pw.np_, np.int32) if bias is not None else None,
             _pad(mult, pw.np_, np.float32), _pad(bias_f, pw.np_, np.float32))
     params = np.array([m, pw.n, pw.kp, a.ctypes.data, pw.kp, pw.data.ctypes.data,
                        pw.colsum.ctypes.data, 0 if keep[0] is None else keep[0].ctypes.data,
-                       keep[1].ctypes.data, out.ctypes.data, pw.n, a_zp, out_zp, lo, hi,
+                       keep[1].ctypes.data, out.ctypes.data, ldc or pw.n, a_zp, out_zp, lo, hi,
                        {"u": 0, "i": 1, "f": 2}[out.dtype.kind], keep[2].ctypes.data,
                        pix, ntot, noff], np.int64)
     if m == 0 or pw.n == 0:
@@ -269,6 +270,10 @@ class _Conv:
         self.depthwise = cg == 1 and groups > 1
         if self.depthwise:
             self.w = np.ascontiguousarray(w, np.int8)
+            # the NHWC kernel's operands: int32 [KH*KW][C], and each channel's sum
+            self.taps = np.ascontiguousarray(
+                self.w.reshape(cout, -1).T.astype(np.int32))
+            self.wsum = self.w.reshape(cout, -1).sum(1, dtype=np.int32)
             self.packed: list[Packed] = []
         else:
             og = self.og
@@ -299,12 +304,26 @@ def _conv_weights(w: np.ndarray, groups: int) -> _Conv:
     return c
 
 
+def nhwc(x: np.ndarray) -> np.ndarray:
+    """The NHWC array of an NCHW-shaped ``x``: a view when ``x`` is channels-last (what
+    ``conv2d`` returns), else a copy.
+
+    >>> nhwc(np.arange(4, dtype=np.uint8).reshape(1, 2, 1, 2)).tolist()
+    [[[[0, 2], [1, 3]]]]
+    """
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+
 def conv2d(x: np.ndarray, w: np.ndarray, *, stride, padding, dilation, groups: int,
            a_zp: int, mult: np.ndarray, out_zp: int, bias: np.ndarray | None,
            relu: bool, path: str | None = None) -> np.ndarray | None:
-    """The quantized convolution of an NCHW uint8 ``x`` with OIHW int8 ``w`` into an NCHW
-    uint8 result, requantized as ``gemm`` does: im2col in C and the GEMM writing NCHW, or the
-    depthwise kernel. None on the ``numpy`` path (the caller runs the reference).
+    """The quantized convolution of an NCHW-shaped uint8 ``x`` with OIHW int8 ``w``,
+    requantized as ``gemm`` does, into an NCHW-shaped uint8 result that is channels-last in
+    memory (an NHWC array's transposed view, as PyTorch's x86 quantized convolution gives):
+    the next convolution reads it as it is. A depthwise convolution has a kernel of its own,
+    the others are a GEMM over the output pixels (on the input itself for a 1x1 convolution
+    of stride 1, else on im2col's columns). None on the ``numpy`` path (the caller runs the
+    reference).
 
     >>> x = np.full((1, 1, 3, 3), 2, np.uint8); w = np.ones((1, 1, 3, 3), np.int8)
     >>> y = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1, a_zp=0,
@@ -321,44 +340,61 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, stride, padding, dilation, groups: i
     oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     ow = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
     lo, hi = _range(np.dtype(np.uint8), None, None, relu, out_zp)
-    x = np.ascontiguousarray(x, np.uint8)
-    out = np.empty((n, cout, oh, ow), np.uint8)
     cw = _conv_weights(w, groups)
-    geo = [cin, cg, h, wd, kh, kw, stride[0], stride[1], padding[0], padding[1],
-           dilation[0], dilation[1], oh, ow, x.ctypes.data, a_zp]
+    if cw.depthwise and cw.og != 1:
+        return _depthwise_nchw(lib, x, cw, stride, padding, dilation, oh, ow, a_zp, mult,
+                               out_zp, bias, lo, hi)
+    xn = nhwc(np.asarray(x, np.uint8))
+    out = np.empty((n, oh, ow, cout), np.uint8)
     if n * cout * oh * ow == 0:
-        return out
+        return out.transpose(0, 3, 1, 2)
+    geo = [cin, cg, h, wd, kh, kw, stride[0], stride[1], padding[0], padding[1],
+           dilation[0], dilation[1], oh, ow, xn.ctypes.data, a_zp]
     if cw.depthwise:
-        keep = (np.ascontiguousarray(mult, np.float32),
-                None if bias is None else np.ascontiguousarray(bias, np.int32))
-        params = np.array(geo + [0, 0, cw.w.ctypes.data,
-                                 0 if keep[1] is None else keep[1].ctypes.data,
-                                 keep[0].ctypes.data, out.ctypes.data, out_zp, lo, hi, cw.og,
-                                 0], np.int64)
-        _split(lib.tsr_int8_depthwise, params, n * cout, oh * ow * kh * kw * 4)
-        return out
+        off = cw.wsum * np.int32(-a_zp)
+        if bias is not None:
+            off += np.asarray(bias, np.int32)
+        keep = (np.ascontiguousarray(mult, np.float32), off)
+        params = np.array(geo + [0, 0, cw.taps.ctypes.data, off.ctypes.data,
+                                 keep[0].ctypes.data, out.ctypes.data, out_zp, lo, hi, 1, 0],
+                          np.int64)
+        _split(lib.tsr_int8_dw_nhwc, params, n * oh, ow * cout * kh * kw)
+        return out.transpose(0, 3, 1, 2)
     og, m = cout // groups, n * oh * ow
-    hp, wp = h + 2 * padding[0], wd + 2 * padding[1]
-    direct = kh == kw == 1 and stride == (1, 1) and padding == (0, 0)
+    direct = kh == kw == 1 and stride == (1, 1) and padding == (0, 0) and groups == 1
     for g, pw in enumerate(cw.packed):
-        # the group's channels as padded NHWC: the GEMM's rows for a 1x1 convolution of
-        # stride 1 (when they need no padding to 4 bytes), else what im2col copies from
-        nhwc = np.empty((n * hp * wp, cg), np.uint8)
-        geo[14] = x.ctypes.data + g * cg * h * wd
-        params = np.array(geo + [nhwc.ctypes.data, 0], np.int64)
-        _split(lib.tsr_int8_nhwc, params, n * hp, wp * cg)
         if direct and cg == pw.kp:
-            cols = nhwc
+            cols = xn.reshape(m, cg)
         else:
             cols = np.empty((m, pw.kp), np.uint8)
-            geo2 = list(geo)
-            geo2[14] = nhwc.ctypes.data
-            params = np.array(geo2 + [cols.ctypes.data, pw.kp], np.int64)
-            _split(lib.tsr_int8_im2col, params, m, pw.kp)
+            geo[14] = xn.ctypes.data + g * cg
+            params = np.array(geo + [cols.ctypes.data, pw.kp], np.int64)
+            _split(lib.tsr_int8_im2col_nhwc, params, m, pw.kp)
         sl = slice(g * og, (g + 1) * og)
         _gemm_packed(path, cols, pw, out, a_zp=a_zp, mult=mult[sl], out_zp=out_zp,
-                     bias=None if bias is None else bias[sl], lo=lo, hi=hi,
-                     pix=oh * ow, ntot=cout, noff=g * og)
+                     bias=None if bias is None else bias[sl], lo=lo, hi=hi, noff=g * og,
+                     ldc=cout)
+    return out.transpose(0, 3, 1, 2)
+
+
+def _depthwise_nchw(lib, x, cw, stride, padding, dilation, oh, ow, a_zp, mult, out_zp,
+                    bias, lo, hi) -> np.ndarray:
+    """A depthwise convolution of several outputs per channel, on NCHW planes."""
+    x = np.ascontiguousarray(x, np.uint8)
+    n, cin, h, wd = x.shape
+    cout, _, kh, kw = cw.w.shape
+    out = np.empty((n, cout, oh, ow), np.uint8)
+    if out.size == 0:
+        return out
+    geo = [cin, 1, h, wd, kh, kw, stride[0], stride[1], padding[0], padding[1],
+           dilation[0], dilation[1], oh, ow, x.ctypes.data, a_zp]
+    keep = (np.ascontiguousarray(mult, np.float32),
+            None if bias is None else np.ascontiguousarray(bias, np.int32))
+    params = np.array(geo + [0, 0, cw.w.ctypes.data,
+                             0 if keep[1] is None else keep[1].ctypes.data,
+                             keep[0].ctypes.data, out.ctypes.data, out_zp, lo, hi, cw.og,
+                             0], np.int64)
+    _split(lib.tsr_int8_depthwise, params, n * cout, oh * ow * kh * kw * 4)
     return out
 
 
@@ -374,6 +410,12 @@ def _split(f, params: np.ndarray, items: int, cost: int) -> None:
         if threadpool.run(f, parts) is not None:
             return
     f(ptr, 0, items)
+
+
+def _dense(a: np.ndarray) -> bool:
+    """Whether ``a``'s elements fill its memory with no gaps, in some order of its axes."""
+    order = sorted(range(a.ndim), key=lambda d: -a.strides[d])
+    return a.transpose(order).flags.c_contiguous
 
 
 def add(a: np.ndarray, b: np.ndarray, *, a_scale: float, a_zp: int, b_scale: float,
@@ -392,8 +434,9 @@ def add(a: np.ndarray, b: np.ndarray, *, a_scale: float, a_zp: int, b_scale: flo
     lib = _lib()
     if lib is None or isa() == "numpy" or a.dtype != b.dtype or a.shape != b.shape:
         return None
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    out = np.empty_like(a)
+    if a.strides != b.strides or not _dense(a):  # (same-layout operands: in memory order)
+        a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    out = np.empty_like(a)  # (in a's layout: channels-last stays channels-last)
     scales = np.array([a_scale, b_scale, out_scale], np.float32)
     params = np.array([a.ctypes.data, b.ctypes.data, out.ctypes.data, a_zp, b_zp,
                        scales.ctypes.data, out_zp, lo, hi, a.dtype == np.int8], np.int64)

@@ -801,21 +801,29 @@ def _qpool_infer(x, kernel_size, stride, padding):
 
 
 def _qpool_kernel(x, kernel_size, stride, padding):
-    """Max pooling on the integers: the maximum commutes with the monotone dequantization."""
+    """Max pooling on the integers: the maximum commutes with the monotone dequantization.
+    A channels-last input (a quantized convolution's) is pooled as NHWC and stays so."""
     low = np.iinfo(x.dtype).min
-    xp = np.pad(x, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2),
-                constant_values=low)
-    oh = (xp.shape[2] - kernel_size[0]) // stride[0] + 1
-    ow = (xp.shape[3] - kernel_size[1]) // stride[1] + 1
+    last = x.ndim == 4 and x.transpose(0, 2, 3, 1).flags.c_contiguous and x.shape[1] > 1
+    v = x.transpose(0, 2, 3, 1) if last else x     # the spatial axes: 1, 2 or 2, 3
+    ax = 1 if last else 2
+    pads = [(0, 0)] * 4
+    pads[ax], pads[ax + 1] = (padding[0],) * 2, (padding[1],) * 2
+    xp = np.pad(v, pads, constant_values=low)
+    oh = (xp.shape[ax] - kernel_size[0]) // stride[0] + 1
+    ow = (xp.shape[ax + 1] - kernel_size[1]) // stride[1] + 1
     # the maximum of the window's strided slices, one pass each (a reduction over a
     # sliding-window view walks the windows element by element)
-    out = None
+    out: np.ndarray | None = None
     for i in range(kernel_size[0]):
         for j in range(kernel_size[1]):
-            v = xp[:, :, i:i + stride[0] * (oh - 1) + 1:stride[0],
-                   j:j + stride[1] * (ow - 1) + 1:stride[1]]
-            out = v.copy() if out is None else np.maximum(out, v, out=out)
-    return out
+            idx: list = [slice(None)] * 4
+            idx[ax] = slice(i, i + stride[0] * (oh - 1) + 1, stride[0])
+            idx[ax + 1] = slice(j, j + stride[1] * (ow - 1) + 1, stride[1])
+            win = xp[tuple(idx)]
+            out = win.copy() if out is None else np.maximum(out, win, out=out)
+    assert out is not None
+    return out.transpose(0, 3, 1, 2) if last else out
 
 
 _QMAXPOOL = defop("quantized_max_pool2d", _qpool_infer, _qpool_kernel, grad=None,

@@ -61,21 +61,36 @@ static void epilogue(const int64_t* p, int64_t m0, int64_t rows, int64_t nb,
         }
         return;
     }
-    for (int64_t r = 0; r < rows; r++) {
-        const int32_t* a = acc + r * 16;
-        for (int64_t j = 0; j < ncol; j++) {
-            int32_t s = (int32_t)((uint32_t)a[j] - (uint32_t)(azp * colsum[j])
-                                  + (uint32_t)(bias ? bias[j] : 0));
-            float v = (float)s * mult[j];
-            if (mode == 2) {
-                ((float*)p[P_C])[(m0 + r) * ldc + n0 + j] = v + ((const float*)p[P_BIASF])[n0 + j];
-                continue;
+    if (mode == 2) {  /* dynamic quantization: float out */
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < ncol; j++) {
+                int32_t s = (int32_t)((uint32_t)acc[r * 16 + j] - (uint32_t)(azp * colsum[j])
+                                      + (uint32_t)(bias ? bias[j] : 0));
+                ((float*)p[P_C])[(m0 + r) * ldc + n0 + j] =
+                    (float)s * mult[j] + ((const float*)p[P_BIASF])[n0 + j];
             }
-            float q = nearbyintf(v);
-            q = q < lo ? lo : q > hi ? hi : q;
-            int32_t out = (int32_t)q + zp;
-            if (mode == 0) ((uint8_t*)p[P_C])[(m0 + r) * ldc + n0 + j] = (uint8_t)out;
-            else ((int8_t*)p[P_C])[(m0 + r) * ldc + n0 + j] = (int8_t)out;
+        return;
+    }
+    /* row-major (NHWC) out, columns from P_NOFF of rows P_LDC wide: all 16 lanes
+       branch-free, as above, then the row's columns stored */
+    int32_t off[16], q[MR][16];
+    for (int j = 0; j < 16; j++)
+        off[j] = (int32_t)((uint32_t)(azp * colsum[j]) - (uint32_t)(bias ? bias[j] : 0));
+    for (int64_t r = 0; r < rows; r++)
+        for (int j = 0; j < 16; j++) {
+            float v = nearbyintf((float)(int32_t)((uint32_t)acc[r * 16 + j] - (uint32_t)off[j])
+                                 * mult[j]);
+            v = v < lo ? lo : v > hi ? hi : v;
+            q[r][j] = (int32_t)v + zp;
+        }
+    const int64_t noff = p[P_NOFF] + n0;
+    for (int64_t r = 0; r < rows; r++) {
+        if (mode == 0) {
+            uint8_t* o = (uint8_t*)p[P_C] + (m0 + r) * ldc + noff;
+            for (int64_t j = 0; j < ncol; j++) o[j] = (uint8_t)q[r][j];
+        } else {
+            int8_t* o = (int8_t*)p[P_C] + (m0 + r) * ldc + noff;
+            for (int64_t j = 0; j < ncol; j++) o[j] = (int8_t)q[r][j];
         }
     }
 }
@@ -394,6 +409,185 @@ void tsr_int8_depthwise(const int64_t* p, int64_t q0, int64_t q1) {
     free(tmp);
     free(pad);
     free(acc);
+}
+
+/* ---- NHWC convolution ------------------------------------------------------------------
+   Activations stay NHWC between quantized convolutions: the GEMM's rows are the output
+   pixels, its row-major result the next layer's input. */
+
+/* Rows [r0, r1) of the (N*OH*OW) x (KH*KW*C) columns of an unpadded NHWC uint8 input
+   (G_X: the group's first channel, pixels G_CIMG bytes apart; G_C channels a tap): each
+   tap's channels one copy, a tap outside the input the zero point G_FILL (0.0). Rows are
+   G_LDK bytes, the tail zero. */
+void tsr_int8_im2col_nhwc(const int64_t* p, int64_t r0, int64_t r1) {
+    const int64_t cimg = p[G_CIMG], c = p[G_C], h = p[G_H], w = p[G_W], kh = p[G_KH],
+        kw = p[G_KW], sh = p[G_SH], sw = p[G_SW], ph = p[G_PH], pw = p[G_PW], dh = p[G_DH],
+        dw = p[G_DW], oh = p[G_OH], ow = p[G_OW], ldk = p[G_LDK];
+    const uint8_t* x = (const uint8_t*)p[G_X];
+    const uint8_t fill = (uint8_t)p[G_FILL];
+    uint8_t* cols = (uint8_t*)p[G_COLS];
+    const int64_t k = c * kh * kw;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t img = r / (oh * ow), rem = r - img * oh * ow, oy = rem / ow,
+            ox = rem - oy * ow;
+        uint8_t* row = cols + r * ldk;
+        for (int64_t i = 0; i < kh; i++) {
+            const int64_t iy = oy * sh - ph + i * dh;
+            for (int64_t j = 0; j < kw; j++) {
+                const int64_t ix = ox * sw - pw + j * dw;
+                uint8_t* dst = row + (i * kw + j) * c;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= w) memset(dst, fill, (size_t)c);
+                else memcpy(dst, x + ((img * h + iy) * w + ix) * cimg, (size_t)c);
+            }
+        }
+        if (ldk > k) memset(row + k, 0, (size_t)(ldk - k));
+    }
+}
+
+/* Depthwise convolution (one input and one output channel per group) of an NHWC uint8
+   input into the NHWC output rows [r0, r1) (row = image * OH + oy). G_WT: the weights as
+   int32 [KH*KW][C]; G_BIAS: int32 bias - zero point * sum of the channel's weights. A tap
+   inside the input adds x * w, one outside adds zero point * w (the padding is the zero
+   point), so the int32 sum is the GEMM's exactly; requantized as the GEMM's epilogue does.
+   The channels are the inner dimension of every operand: 16 of them are one vector (GCC's
+   and Clang's vector extensions, a zmm with AVX-512) whose sums stay in a register across
+   the taps; the channels past the last 16 are summed one by one. */
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+static inline v16i ld_i32(const int32_t* s) { v16i v; memcpy(&v, s, sizeof v); return v; }
+static inline v16i ld_u8(const uint8_t* s) {
+    /* (a loop GCC widens with one vpmovzxbd, where __builtin_convertvector goes lane by
+       lane) */
+    int32_t t[16];
+    for (int k = 0; k < 16; k++) t[k] = s[k];
+    v16i v;
+    memcpy(&v, t, sizeof v);
+    return v;
+}
+
+static inline void dw_requant(const int32_t* a, const float* mult, float lo, float hi,
+                              int32_t zp, int64_t n, uint8_t* out) {
+    for (int64_t k = 0; k < n; k++) {
+        float v = nearbyintf((float)a[k] * mult[k]);
+        v = v < lo ? lo : v > hi ? hi : v;
+        out[k] = (uint8_t)((int32_t)v + zp);
+    }
+}
+
+static inline void dw_requant16(v16i acc, const float* mult, float lo, float hi, int32_t zp,
+                                uint8_t* out) {
+    int32_t a[16];
+    memcpy(a, &acc, sizeof a);
+    for (int k = 0; k < 16; k++) {
+        float v = nearbyintf((float)a[k] * mult[k]);
+        v = v < lo ? lo : v > hi ? hi : v;
+        out[k] = (uint8_t)((int32_t)v + zp);
+    }
+}
+
+typedef struct {
+    int64_t c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+    const int32_t *wt, *off;
+    const float* mult;
+    int32_t azp, zp;
+    float lo, hi;
+} dwgeo;
+
+/* Output pixel (oy, ox) of an image's plane, channels [c0, c1), any taps outside */
+static void dw_pixel(const dwgeo* g, const uint8_t* plane, int64_t oy, int64_t ox,
+                     int64_t c0, int64_t c1, uint8_t* out) {
+    const int64_t c = g->c, x0 = ox * g->sw - g->pw;
+    for (; c0 < c1; c0 += 16) {
+        int32_t a[16];
+        const int64_t nc = c1 - c0 < 16 ? c1 - c0 : 16;
+        if (nc == 16) {
+            v16i acc = ld_i32(g->off + c0);
+            for (int64_t i = 0; i < g->kh; i++) {
+                const int64_t iy = oy * g->sh - g->ph + i * g->dh;
+                const int inside = iy >= 0 && iy < g->h;
+                for (int64_t j = 0; j < g->kw; j++) {
+                    const int64_t ix = x0 + j * g->dw;
+                    const v16i wv = ld_i32(g->wt + (i * g->kw + j) * c + c0);
+                    if (inside && ix >= 0 && ix < g->w)
+                        acc += ld_u8(plane + (iy * g->w + ix) * c + c0) * wv;
+                    else
+                        acc += g->azp * wv;
+                }
+            }
+            dw_requant16(acc, g->mult + c0, g->lo, g->hi, g->zp, out + c0);
+            continue;
+        }
+        for (int64_t k = 0; k < nc; k++) a[k] = g->off[c0 + k];
+        for (int64_t i = 0; i < g->kh; i++)
+            for (int64_t j = 0; j < g->kw; j++) {
+                const int64_t iy = oy * g->sh - g->ph + i * g->dh, ix = x0 + j * g->dw;
+                const int32_t* wv = g->wt + (i * g->kw + j) * c + c0;
+                const int in = iy >= 0 && iy < g->h && ix >= 0 && ix < g->w;
+                const uint8_t* src = plane + (iy * g->w + ix) * c + c0;
+                for (int64_t k = 0; k < nc; k++) a[k] += (in ? (int32_t)src[k] : g->azp) * wv[k];
+            }
+        dw_requant(a, g->mult + c0, g->lo, g->hi, g->zp, nc, out + c0);
+    }
+}
+
+/* Output pixels ox .. ox + 3 of row oy, every tap inside the input, channels [0, C/16*16):
+   each weight vector loaded once for the four pixels, no bounds tests */
+static void dw_pixels4(const dwgeo* g, const uint8_t* plane, int64_t oy, int64_t ox,
+                       uint8_t* out) {
+    const int64_t c = g->c, cv = c / 16 * 16, step = g->sw * c;
+    const uint8_t* base = plane + ((oy * g->sh - g->ph) * g->w + ox * g->sw - g->pw) * c;
+    for (int64_t c0 = 0; c0 < cv; c0 += 16) {
+        v16i a0 = ld_i32(g->off + c0), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t i = 0; i < g->kh; i++) {
+            const uint8_t* rp = base + i * g->dh * g->w * c + c0;
+            const int32_t* wr = g->wt + i * g->kw * c + c0;
+            for (int64_t j = 0; j < g->kw; j++) {
+                const v16i wv = ld_i32(wr + j * c);
+                const uint8_t* src = rp + j * g->dw * c;
+                a0 += ld_u8(src) * wv;
+                a1 += ld_u8(src + step) * wv;
+                a2 += ld_u8(src + 2 * step) * wv;
+                a3 += ld_u8(src + 3 * step) * wv;
+            }
+        }
+        dw_requant16(a0, g->mult + c0, g->lo, g->hi, g->zp, out + c0);
+        dw_requant16(a1, g->mult + c0, g->lo, g->hi, g->zp, out + c + c0);
+        dw_requant16(a2, g->mult + c0, g->lo, g->hi, g->zp, out + 2 * c + c0);
+        dw_requant16(a3, g->mult + c0, g->lo, g->hi, g->zp, out + 3 * c + c0);
+    }
+    for (int q = 0; q < 4 && cv < c; q++)
+        dw_pixel(g, plane, oy, ox + q, cv, c, out + q * c);
+}
+
+void tsr_int8_dw_nhwc(const int64_t* p, int64_t r0, int64_t r1) {
+    dwgeo g = {p[G_CIMG], p[G_H], p[G_W], p[G_KH], p[G_KW], p[G_SH], p[G_SW], p[G_PH],
+               p[G_PW], p[G_DH], p[G_DW], p[G_OH], p[G_OW], (const int32_t*)p[G_WT],
+               (const int32_t*)p[G_BIAS], (const float*)p[G_MULT], (int32_t)p[G_FILL],
+               (int32_t)p[G_ZP], 0, 0};
+    g.lo = (float)(p[G_LO] - g.zp);
+    g.hi = (float)(p[G_HI] - g.zp);
+    const int64_t c = g.c, oh = g.oh, ow = g.ow;
+    /* the output columns whose taps all fall inside the input: [xa, xb) */
+    const int64_t span = (g.kw - 1) * g.dw;
+    int64_t xa = (g.pw + g.sw - 1) / g.sw, xb = g.w - 1 - span + g.pw >= 0 ?
+        (g.w - 1 - span + g.pw) / g.sw + 1 : 0;
+    if (xb > ow) xb = ow;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t img = r / oh, oy = r - img * oh;
+        const uint8_t* plane = (const uint8_t*)p[G_X] + img * g.h * g.w * c;
+        uint8_t* out = (uint8_t*)p[G_OUT] + r * ow * c;
+        const int64_t y0 = oy * g.sh - g.ph, y1 = y0 + (g.kh - 1) * g.dh;
+        const int rows_in = y0 >= 0 && y1 < g.h;
+        int64_t ox = 0;
+        for (; ox < ow; ox++) {
+            if (rows_in && ox >= xa && ox + 4 <= xb) {
+                dw_pixels4(&g, plane, oy, ox, out + ox * c);
+                ox += 3;
+                continue;
+            }
+            dw_pixel(&g, plane, oy, ox, 0, c, out + ox * c);
+        }
+    }
 }
 
 /* Elements [i0, i1) of the quantized sum of two tensors: the operands dequantized in float
