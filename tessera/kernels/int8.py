@@ -68,6 +68,7 @@ def _lib():
     return lib
 
 
+@functools.lru_cache(maxsize=1)
 def available() -> tuple[str, ...]:
     """The paths this CPU (and toolchain) can run, fastest first.
 
@@ -110,6 +111,20 @@ class Packed:
             full.reshape(self.np_ // 16, 16, self.kp // 4, 4).transpose(0, 2, 1, 3))
         self.colsum = np.zeros(self.np_, np.int32)
         self.colsum[:n] = w.astype(np.int32).sum(1)
+        self._epilogues: dict = {}
+
+    def epilogue(self, mult, bias, bias_f) -> tuple:
+        """(int32 bias or None, float32 multipliers, float32 bias) padded to whole column
+        blocks, remembered by value: a layer passes the same ones at every call."""
+        key = tuple(None if v is None else np.asarray(v).tobytes() for v in (mult, bias, bias_f))
+        hit = self._epilogues.get(key)
+        if hit is None:
+            if len(self._epilogues) >= 64:
+                self._epilogues.clear()
+            hit = self._epilogues[key] = (
+                _pad(bias, self.np_, np.int32) if bias is not None else None,
+                _pad(mult, self.np_, np.float32), _pad(bias_f, self.np_, np.float32))
+        return hit
 
 
 _PACKED: dict[int, tuple[weakref.ref, Packed]] = {}
@@ -183,8 +198,7 @@ def _gemm_packed(path: str, a: np.ndarray, pw: Packed, out: np.ndarray, *, a_zp:
     is NCHW (images of ``pix`` pixels, ``ntot`` channels, these from channel ``noff``);
     else row-major, rows ``ldc`` wide (default N), these columns from ``noff``."""
     m = a.shape[0]
-    keep = (_pad(bias, pw.np_, np.int32) if bias is not None else None,
-            _pad(mult, pw.np_, np.float32), _pad(bias_f, pw.np_, np.float32))
+    keep = pw.epilogue(mult, bias, bias_f)
     params = np.array([m, pw.n, pw.kp, a.ctypes.data, pw.kp, pw.data.ctypes.data,
                        pw.colsum.ctypes.data, 0 if keep[0] is None else keep[0].ctypes.data,
                        keep[1].ctypes.data, out.ctypes.data, ldc or pw.n, a_zp, out_zp, lo, hi,
@@ -200,8 +214,11 @@ def _run(f, params: np.ndarray, m: int, nblocks: int, k: int) -> None:
     ptr = params.ctypes.data
     if m * nblocks * 16 * k >= _SPLIT_MACS and threadpool.usable():
         t = threadpool._threads()
-        if nblocks >= 2 * t or m < 16:  # split the columns (weights stay in each cache)
+        # split the columns (weights stay in each cache) where every part gets pairs of
+        # blocks (the 8 x 32 kernel's width), else the rows
+        if nblocks >= 4 * t or m < 16:
             step = -(-nblocks // (2 * t))
+            step += step % 2
             parts = [(ptr, 0, m, j, min(j + step, nblocks)) for j in range(0, nblocks, step)]
         else:
             step = -(-m // (2 * t))
@@ -215,9 +232,9 @@ def _run(f, params: np.ndarray, m: int, nblocks: int, k: int) -> None:
 def _range(out_dtype: np.dtype, qmin, qmax, relu: bool, out_zp: int) -> tuple[int, int]:
     if out_dtype.kind == "f":
         return 0, 0
-    info = np.iinfo(out_dtype)
-    lo = info.min if qmin is None else qmin
-    hi = info.max if qmax is None else qmax
+    lo0, hi0 = (0, 255) if out_dtype.kind == "u" else (-128, 127)
+    lo = lo0 if qmin is None else qmin
+    hi = hi0 if qmax is None else qmax
     if relu:
         lo = max(lo, out_zp)
     return lo, hi

@@ -573,8 +573,23 @@ def dequantize(input=None, *, tensors=None):
 
 # ---- the quantized ops of INT8 inference --------------------------------------------------
 
+_QPARAMS: dict = {}
+
+
 def _qparams(x_scale: float, w_scale: np.ndarray, out_scale: float | None, bias):
-    """(the requantization multipliers, the int32 bias) of a quantized product."""
+    """(the requantization multipliers, the int32 bias) of a quantized product, remembered
+    by value (a layer computes the same ones at every call)."""
+    key = (x_scale, out_scale, w_scale.dtype.str, w_scale.tobytes(),
+           None if bias is None else (bias.dtype.str, bias.tobytes()))
+    hit = _QPARAMS.get(key)
+    if hit is None:
+        if len(_QPARAMS) >= 1024:
+            _QPARAMS.clear()
+        hit = _QPARAMS[key] = _qparams_of(x_scale, w_scale, out_scale, bias)
+    return hit
+
+
+def _qparams_of(x_scale: float, w_scale: np.ndarray, out_scale: float | None, bias):
     acc_scale = np.float64(x_scale) * w_scale.astype(np.float64)
     mult = (acc_scale / (out_scale if out_scale is not None else 1.0)).astype(np.float32)
     b = None if bias is None else np.rint(bias.astype(np.float64) / acc_scale).astype(np.int32)
@@ -904,7 +919,8 @@ def linear(x: QTensor, w: QTensor, bias: Tensor | None, scale: float, zero_point
 def _w_scales(w: QTensor) -> Tensor:
     if w._qaxis is None:
         return Tensor._from_numpy(np.full(w.shape[0], w.q_scale(), np.float32))
-    return w._qscale.to(D.float32)
+    s = w._qscale
+    return s if s.dtype is D.float32 else s.to(D.float32)
 
 
 def conv2d(x: QTensor, w: QTensor, bias: Tensor | None, stride, padding, dilation,

@@ -84,6 +84,13 @@ static void epilogue(const int64_t* p, int64_t m0, int64_t rows, int64_t nb,
             q[r][j] = (int32_t)v + zp;
         }
     const int64_t noff = p[P_NOFF] + n0;
+    if (ncol == 16 && mode == 0) {  /* (constant bounds: one vector store a row) */
+        for (int64_t r = 0; r < rows; r++) {
+            uint8_t* o = (uint8_t*)p[P_C] + (m0 + r) * ldc + noff;
+            for (int j = 0; j < 16; j++) o[j] = (uint8_t)q[r][j];
+        }
+        return;
+    }
     for (int64_t r = 0; r < rows; r++) {
         if (mode == 0) {
             uint8_t* o = (uint8_t*)p[P_C] + (m0 + r) * ldc + noff;
@@ -431,10 +438,16 @@ void tsr_int8_im2col_nhwc(const int64_t* p, int64_t r0, int64_t r1) {
         const int64_t img = r / (oh * ow), rem = r - img * oh * ow, oy = rem / ow,
             ox = rem - oy * ow;
         uint8_t* row = cols + r * ldk;
+        const int64_t x0 = ox * sw - pw, x1 = x0 + (kw - 1) * dw;
         for (int64_t i = 0; i < kh; i++) {
             const int64_t iy = oy * sh - ph + i * dh;
+            if (dw == 1 && c == cimg && iy >= 0 && iy < h && x0 >= 0 && x1 < w) {
+                /* the kernel row's taps are adjacent pixels: one copy */
+                memcpy(row + i * kw * c, x + ((img * h + iy) * w + x0) * c, (size_t)(kw * c));
+                continue;
+            }
             for (int64_t j = 0; j < kw; j++) {
-                const int64_t ix = ox * sw - pw + j * dw;
+                const int64_t ix = x0 + j * dw;
                 uint8_t* dst = row + (i * kw + j) * c;
                 if (iy < 0 || iy >= h || ix < 0 || ix >= w) memset(dst, fill, (size_t)c);
                 else memcpy(dst, x + ((img * h + iy) * w + ix) * cimg, (size_t)c);
