@@ -7,12 +7,15 @@ and shifted by the output's zero point (uint8 or int8 out), or, for dynamic quan
 ``acc * mult + bias`` as float32. ``reference`` is the same computation in NumPy integers,
 the definition the C paths are tested against bit for bit.
 
-``conv2d`` is the quantized convolution (NCHW in and out) on the same kernels: the input
-copied once to padded NHWC (the border its zero point), each output pixel's columns
-gathered from it one tap's channels at a time (a 1x1 convolution of stride 1 multiplies
-the copy itself), and the GEMM's epilogue writing NCHW; a depthwise convolution has a
-kernel of its own (exact int32 sums over the taps). The weights are packed once per
-array (``forget`` drops them when they change in place). ``add`` is the quantized sum.
+``conv2d`` is the quantized convolution on the same kernels, NCHW-shaped in and out but
+channels-last in memory (as PyTorch's x86 quantized convolution), so that a network's
+activations stay NHWC from one layer to the next: each output pixel's columns gathered
+from the NHWC input one kernel row or tap at a time (the border its zero point; a 1x1
+convolution of stride 1 multiplies the input itself), and the GEMM's epilogue writing NHWC
+rows; a depthwise convolution has a kernel of its own (exact int32 sums over the taps,
+16 channels a vector). The weights are packed once per array (``forget`` drops them when
+they change in place). ``add`` is the quantized sum (in memory order for operands of one
+layout).
 
 The instruction set is chosen at run time from the CPU (``isa()``): AVX-512 VNNI
 (``vpdpbusd`` on zmm), AVX-VNNI (on ymm), AVX2 (``vpmaddubsw`` + ``vpmaddwd``, whose int16

@@ -28,6 +28,29 @@ enum { MR = 8 };
 
 static inline int32_t load4(const uint8_t* p) { int32_t v; memcpy(&v, p, 4); return v; }
 
+/* The requantization of 16 int32 sums into bytes (uint8, or int8's two's complement):
+   rint((float)s * mult), clamped to [lo, hi] (relative to the zero point), plus zp. One
+   zmm each step where the compiler targets AVX-512 (GCC splits the scalar loop below into
+   xmm pieces), the same operations in the same order otherwise. */
+static inline void requant16(const int32_t* s, const float* mult, float lo, float hi,
+                             int32_t zp, uint8_t* out) {
+#if defined(__AVX512F__)
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512((const void*)s)),
+                             _mm512_loadu_ps(mult));
+    v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+    _mm_storeu_si128((__m128i*)out, _mm512_cvtepi32_epi8(
+        _mm512_add_epi32(_mm512_cvtps_epi32(v), _mm512_set1_epi32(zp))));
+#else
+    for (int k = 0; k < 16; k++) {
+        float v = nearbyintf((float)s[k] * mult[k]);
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+        out[k] = (uint8_t)((int32_t)v + zp);
+    }
+#endif
+}
+
 /* the requantization of one tile of rows x 16 accumulators */
 static void epilogue(const int64_t* p, int64_t m0, int64_t rows, int64_t nb,
                      const int32_t* acc) {
@@ -49,7 +72,8 @@ static void epilogue(const int64_t* p, int64_t m0, int64_t rows, int64_t nb,
             for (int j = 0; j < 16; j++) {
                 float v = nearbyintf((float)(int32_t)((uint32_t)acc[r * 16 + j] - off[j])
                                      * mult[j]);
-                v = v < lo ? lo : v > hi ? hi : v;
+                v = v < lo ? lo : v;  /* (two selects: a max and a min) */
+                v = v > hi ? hi : v;
                 q[r][j] = (int32_t)v + zp;
             }
         const int64_t ntot = p[P_NTOT], noff = p[P_NOFF] + n0;
@@ -71,34 +95,23 @@ static void epilogue(const int64_t* p, int64_t m0, int64_t rows, int64_t nb,
             }
         return;
     }
-    /* row-major (NHWC) out, columns from P_NOFF of rows P_LDC wide: all 16 lanes
-       branch-free, as above, then the row's columns stored */
-    int32_t off[16], q[MR][16];
+    /* row-major (NHWC) out, columns from P_NOFF of rows P_LDC wide: all 16 lanes of a
+       row at once, then its columns stored */
+    int32_t off[16], sum[16];
+    uint8_t q[16];
     for (int j = 0; j < 16; j++)
         off[j] = (int32_t)((uint32_t)(azp * colsum[j]) - (uint32_t)(bias ? bias[j] : 0));
-    for (int64_t r = 0; r < rows; r++)
-        for (int j = 0; j < 16; j++) {
-            float v = nearbyintf((float)(int32_t)((uint32_t)acc[r * 16 + j] - (uint32_t)off[j])
-                                 * mult[j]);
-            v = v < lo ? lo : v > hi ? hi : v;
-            q[r][j] = (int32_t)v + zp;
-        }
     const int64_t noff = p[P_NOFF] + n0;
-    if (ncol == 16 && mode == 0) {  /* (constant bounds: one vector store a row) */
-        for (int64_t r = 0; r < rows; r++) {
-            uint8_t* o = (uint8_t*)p[P_C] + (m0 + r) * ldc + noff;
-            for (int j = 0; j < 16; j++) o[j] = (uint8_t)q[r][j];
-        }
-        return;
-    }
     for (int64_t r = 0; r < rows; r++) {
-        if (mode == 0) {
-            uint8_t* o = (uint8_t*)p[P_C] + (m0 + r) * ldc + noff;
-            for (int64_t j = 0; j < ncol; j++) o[j] = (uint8_t)q[r][j];
-        } else {
-            int8_t* o = (int8_t*)p[P_C] + (m0 + r) * ldc + noff;
-            for (int64_t j = 0; j < ncol; j++) o[j] = (int8_t)q[r][j];
+        for (int j = 0; j < 16; j++)
+            sum[j] = (int32_t)((uint32_t)acc[r * 16 + j] - (uint32_t)off[j]);
+        uint8_t* o = (uint8_t*)p[P_C] + (m0 + r) * ldc + noff;  /* (int8: the same bytes) */
+        if (ncol == 16) {
+            requant16(sum, mult, lo, hi, zp, o);
+            continue;
         }
+        requant16(sum, mult, lo, hi, zp, q);
+        memcpy(o, q, (size_t)ncol);
     }
 }
 
@@ -406,7 +419,8 @@ void tsr_int8_depthwise(const int64_t* p, int64_t q0, int64_t q1) {
                 }
             for (int64_t ox = 0; ox < ow; ox++) {
                 float v = nearbyintf((float)acc[ox] * mu);
-                v = v < lo ? lo : v > hi ? hi : v;
+                v = v < lo ? lo : v;  /* (two selects: a max and a min) */
+                v = v > hi ? hi : v;
                 const int32_t r = (int32_t)v + zp;
                 if (mode == 0) out[oy * ow + ox] = (uint8_t)r;
                 else ((int8_t*)out)[oy * ow + ox] = (int8_t)r;
@@ -482,7 +496,8 @@ static inline void dw_requant(const int32_t* a, const float* mult, float lo, flo
                               int32_t zp, int64_t n, uint8_t* out) {
     for (int64_t k = 0; k < n; k++) {
         float v = nearbyintf((float)a[k] * mult[k]);
-        v = v < lo ? lo : v > hi ? hi : v;
+        v = v < lo ? lo : v;  /* (two selects: a max and a min) */
+        v = v > hi ? hi : v;
         out[k] = (uint8_t)((int32_t)v + zp);
     }
 }
@@ -491,11 +506,7 @@ static inline void dw_requant16(v16i acc, const float* mult, float lo, float hi,
                                 uint8_t* out) {
     int32_t a[16];
     memcpy(a, &acc, sizeof a);
-    for (int k = 0; k < 16; k++) {
-        float v = nearbyintf((float)a[k] * mult[k]);
-        v = v < lo ? lo : v > hi ? hi : v;
-        out[k] = (uint8_t)((int32_t)v + zp);
-    }
+    requant16(a, mult, lo, hi, zp, out);
 }
 
 typedef struct {
