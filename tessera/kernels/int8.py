@@ -201,15 +201,27 @@ def _gemm_packed(path: str, a: np.ndarray, pw: Packed, out: np.ndarray, *, a_zp:
     is NCHW (images of ``pix`` pixels, ``ntot`` channels, these from channel ``noff``);
     else row-major, rows ``ldc`` wide (default N), these columns from ``noff``."""
     m = a.shape[0]
-    keep = pw.epilogue(mult, bias, bias_f)
-    params = np.array([m, pw.n, pw.kp, a.ctypes.data, pw.kp, pw.data.ctypes.data,
-                       pw.colsum.ctypes.data, 0 if keep[0] is None else keep[0].ctypes.data,
-                       keep[1].ctypes.data, out.ctypes.data, ldc or pw.n, a_zp, out_zp, lo, hi,
-                       {"u": 0, "i": 1, "f": 2}[out.dtype.kind], keep[2].ctypes.data,
-                       pix, ntot, noff], np.int64)
+    params = _gemm_params(pw, m, out.dtype, a_zp=a_zp, mult=mult, out_zp=out_zp, bias=bias,
+                          lo=lo, hi=hi, bias_f=bias_f, pix=pix, ntot=ntot, noff=noff, ldc=ldc)
+    params[_P_A], params[_P_C] = a.ctypes.data, out.ctypes.data
     if m == 0 or pw.n == 0:
         return
     _run(getattr(_lib(), f"tsr_int8_gemm_{path}"), params, m, pw.np_ // 16, pw.kp)
+
+
+_P_A, _P_C = 3, 9   # the operands' slots in the GEMM's parameters (P_A, P_C in int8.c)
+
+
+def _gemm_params(pw: Packed, m: int, out_dtype, *, a_zp: int, mult, out_zp: int, bias,
+                 lo: int, hi: int, bias_f=None, pix: int = 0, ntot: int = 0, noff: int = 0,
+                 ldc: int = 0) -> np.ndarray:
+    """The GEMM's parameters but for its operands' addresses (``_P_A``, ``_P_C``)."""
+    keep = pw.epilogue(mult, bias, bias_f)
+    return np.array([m, pw.n, pw.kp, 0, pw.kp, pw.data.ctypes.data,
+                     pw.colsum.ctypes.data, 0 if keep[0] is None else keep[0].ctypes.data,
+                     keep[1].ctypes.data, 0, ldc or pw.n, a_zp, out_zp, lo, hi,
+                     {"u": 0, "i": 1, "f": 2}[np.dtype(out_dtype).kind], keep[2].ctypes.data,
+                     pix, ntot, noff], np.int64)
 
 
 def _run(f, params: np.ndarray, m: int, nblocks: int, k: int) -> None:
@@ -287,6 +299,8 @@ class _Conv:
     def __init__(self, w: np.ndarray, groups: int):
         cout, cg = w.shape[:2]
         self.groups, self.og = groups, cout // groups
+        self.kernel = tuple(w.shape[2:])
+        self.plans: dict = {}
         self.depthwise = cg == 1 and groups > 1
         if self.depthwise:
             self.w = np.ascontiguousarray(w, np.int8)
@@ -354,50 +368,95 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, stride, padding, dilation, groups: i
     path = path or isa()
     if path == "numpy":
         return None
-    lib = _lib()
-    n, cin, h, wd = x.shape
-    cout, cg, kh, kw = w.shape
-    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    ow = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    lo, hi = _range(np.dtype(np.uint8), None, None, relu, out_zp)
     cw = _conv_weights(w, groups)
-    if cw.depthwise and cw.og != 1:
-        return _depthwise_nchw(lib, x, cw, stride, padding, dilation, oh, ow, a_zp, mult,
-                               out_zp, bias, lo, hi)
-    xn = nhwc(np.asarray(x, np.uint8))
-    out = np.empty((n, oh, ow, cout), np.uint8)
-    if n * cout * oh * ow == 0:
-        return out.transpose(0, 3, 1, 2)
-    geo = [cin, cg, h, wd, kh, kw, stride[0], stride[1], padding[0], padding[1],
-           dilation[0], dilation[1], oh, ow, xn.ctypes.data, a_zp]
-    if cw.depthwise:
-        off = cw.wsum * np.int32(-a_zp)
-        if bias is not None:
-            off += np.asarray(bias, np.int32)
-        keep = (np.ascontiguousarray(mult, np.float32), off)
-        params = np.array(geo + [0, 0, cw.taps.ctypes.data, off.ctypes.data,
-                                 keep[0].ctypes.data, out.ctypes.data, out_zp, lo, hi, 1, 0],
-                          np.int64)
-        _split(lib.tsr_int8_dw_nhwc, params, n * oh, ow * cout * kh * kw)
-        return out.transpose(0, 3, 1, 2)
-    og, m = cout // groups, n * oh * ow
-    direct = kh == kw == 1 and stride == (1, 1) and padding == (0, 0) and groups == 1
-    for g, pw in enumerate(cw.packed):
-        if direct and cg == pw.kp:
-            cols = xn.reshape(m, cg)
-        else:
-            cols = np.empty((m, pw.kp), np.uint8)
-            geo[14] = xn.ctypes.data + g * cg
-            params = np.array(geo + [cols.ctypes.data, pw.kp], np.int64)
-            _split(lib.tsr_int8_im2col_nhwc, params, m, pw.kp)
-        sl = slice(g * og, (g + 1) * og)
-        _gemm_packed(path, cols, pw, out, a_zp=a_zp, mult=mult[sl], out_zp=out_zp,
-                     bias=None if bias is None else bias[sl], lo=lo, hi=hi, noff=g * og,
-                     ldc=cout)
-    return out.transpose(0, 3, 1, 2)
+    key = (x.shape, tuple(stride), tuple(padding), tuple(dilation), a_zp, out_zp, relu, path,
+           np.asarray(mult).tobytes(), None if bias is None else np.asarray(bias).tobytes())
+    plan = cw.plans.get(key)
+    if plan is None:
+        if len(cw.plans) >= 16:
+            cw.plans.clear()
+        plan = cw.plans[key] = _ConvPlan(x.shape, cw, stride, padding, dilation, a_zp, mult,
+                                         out_zp, bias, relu, path)
+    return plan(x)
 
 
-def _depthwise_nchw(lib, x, cw, stride, padding, dilation, oh, ow, a_zp, mult, out_zp,
+class _ConvPlan:
+    """One convolution's calls into C for one input shape and set of quantization
+    parameters, made once: each call fills in the operands' addresses and runs them.
+    ``steps``: (C function, parameters, [(slot, buffer name, byte offset)], how to split)."""
+
+    def __init__(self, shape, cw: _Conv, stride, padding, dilation, a_zp, mult, out_zp,
+                 bias, relu, path):
+        lib = _lib()
+        n, cin, h, wd = shape
+        cout, cg, kh, kw = (len(cw.wsum) if cw.depthwise else cw.og * cw.groups,
+                            cin // cw.groups, *cw.kernel)
+        oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+        ow = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        lo, hi = _range(np.dtype(np.uint8), None, None, relu, out_zp)
+        self.nchw = cw.depthwise and cw.og != 1
+        self.args = (lib, cw, stride, padding, dilation, oh, ow, a_zp, mult, out_zp, bias,
+                     lo, hi)
+        self.shape = (n, oh, ow, cout)
+        self.steps: list = []
+        self.cols: list = []
+        self.keep: list = []
+        if self.nchw or n * cout * oh * ow == 0:
+            return
+        geo = [cin, cg, h, wd, kh, kw, stride[0], stride[1], padding[0], padding[1],
+               dilation[0], dilation[1], oh, ow, 0, a_zp]
+        if cw.depthwise:
+            off = cw.wsum * np.int32(-a_zp)
+            if bias is not None:
+                off += np.asarray(bias, np.int32)
+            m32 = np.ascontiguousarray(mult, np.float32)
+            self.keep += [off, m32]
+            params = np.array(geo + [0, 0, cw.taps.ctypes.data, off.ctypes.data,
+                                     m32.ctypes.data, 0, out_zp, lo, hi, 1, 0], np.int64)
+            self.steps.append((lib.tsr_int8_dw_nhwc, params, [(14, "x", 0), (21, "out", 0)],
+                               ("split", n * oh, ow * cout * kh * kw)))
+            return
+        og, m = cout // cw.groups, n * oh * ow
+        direct = kh == kw == 1 and stride == (1, 1) and padding == (0, 0) and cw.groups == 1
+        f = getattr(lib, f"tsr_int8_gemm_{path}")
+        for g, pw in enumerate(cw.packed):
+            src = "x"
+            if not (direct and cg == pw.kp):
+                src = f"cols{g}"
+                self.cols.append((src, (m, pw.kp)))
+                params = np.array(geo + [0, pw.kp], np.int64)
+                self.steps.append((lib.tsr_int8_im2col_nhwc, params,
+                                   [(14, "x", g * cg), (16, src, 0)], ("split", m, pw.kp)))
+            sl = slice(g * og, (g + 1) * og)
+            bsl = None if bias is None else bias[sl]
+            # (the arrays the parameters point at, held here should the cache drop them)
+            self.keep.append(pw.epilogue(mult[sl], bsl, None))
+            params = _gemm_params(pw, m, np.uint8, a_zp=a_zp, mult=mult[sl], out_zp=out_zp,
+                                  bias=bsl, lo=lo, hi=hi, noff=g * og, ldc=cout)
+            self.steps.append((f, params, [(_P_A, src, 0), (_P_C, "out", 0)],
+                               ("gemm", m, pw.np_ // 16, pw.kp)))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.nchw:
+            return _depthwise_nchw(x, *self.args)
+        xn = nhwc(np.asarray(x, np.uint8))
+        out = np.empty(self.shape, np.uint8)
+        bufs = {"x": xn, "out": out}
+        for name, shape in self.cols:
+            bufs[name] = np.empty(shape, np.uint8)
+        addr = {k: v.ctypes.data for k, v in bufs.items()}
+        for f, tmpl, fills, how in self.steps:
+            params = tmpl.copy()
+            for slot, name, offset in fills:
+                params[slot] = addr[name] + offset
+            if how[0] == "split":
+                _split(f, params, how[1], how[2])
+            else:
+                _run(f, params, *how[1:])
+        return out.transpose(0, 3, 1, 2)
+
+
+def _depthwise_nchw(x, lib, cw, stride, padding, dilation, oh, ow, a_zp, mult, out_zp,
                     bias, lo, hi) -> np.ndarray:
     """A depthwise convolution of several outputs per channel, on NCHW planes."""
     x = np.ascontiguousarray(x, np.uint8)
