@@ -209,7 +209,7 @@ static void tile_vnni512(const int64_t* p, int64_t m0, int64_t rows, int64_t nb,
    zmm (two column blocks, 16 accumulators), 8 x 16 on ymm. */
 #define ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
-__attribute__((target("avx512f,avx512bw,avx512vnni")))
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline))
 static void full_vnni512(const uint8_t* A, int64_t lda, const int8_t* B0, const int8_t* B1,
                          int64_t kq, int32_t* acc0, int32_t* acc1) {
 #define DECL(r) __m512i x##r = _mm512_setzero_si512(), y##r = x##r; \
@@ -228,6 +228,47 @@ static void full_vnni512(const uint8_t* A, int64_t lda, const int8_t* B0, const 
     ROWS8(STORE)
 #undef STORE
 #undef DECL
+}
+
+/* full_vnni512 with the requantization on the registers (row-major uint8/int8 out, both
+   column blocks whole): no int32 tile through memory. The same operations as requant16. */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static inline void q16(__m512i acc, __m512i off, __m512 mult, __m512 lo, __m512 hi,
+                       __m512i zp, uint8_t* o) {
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc, off)), mult);
+    v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+    _mm_storeu_si128((__m128i*)o, _mm512_cvtepi32_epi8(
+        _mm512_add_epi32(_mm512_cvtps_epi32(v), zp)));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void full_vnni512_q(const int64_t* p, int64_t m, int64_t nb) {
+    /* (the tile through an L1 array: with the requantization in the same function GCC
+       moves the accumulators between registers at every step of the k loop) */
+    int32_t acc0[MR * 16] __attribute__((aligned(64)));
+    int32_t acc1[MR * 16] __attribute__((aligned(64)));
+    const int64_t kq = p[P_K] / 4, lda = p[P_LDA], ldc = p[P_LDC], n0 = nb * 16;
+    const int8_t* B0 = (const int8_t*)p[P_B] + nb * kq * 64;
+    full_vnni512((const uint8_t*)p[P_A] + m * lda, lda, B0, B0 + kq * 64, kq, acc0, acc1);
+    const int32_t azp = (int32_t)p[P_AZP], zpi = (int32_t)p[P_ZP];
+    const int32_t* colsum = (const int32_t*)p[P_COLSUM] + n0;
+    const int32_t* bias = p[P_BIAS] ? (const int32_t*)p[P_BIAS] + n0 : 0;
+    int32_t off[32];
+    for (int j = 0; j < 32; j++)
+        off[j] = (int32_t)((uint32_t)(azp * colsum[j]) - (uint32_t)(bias ? bias[j] : 0));
+    const __m512i off0 = _mm512_loadu_si512((const void*)off),
+        off1 = _mm512_loadu_si512((const void*)(off + 16)), zp = _mm512_set1_epi32(zpi);
+    const float* mult = (const float*)p[P_MULT] + n0;
+    const __m512 mu0 = _mm512_loadu_ps(mult), mu1 = _mm512_loadu_ps(mult + 16),
+        lo = _mm512_set1_ps((float)(p[P_LO] - zpi)), hi = _mm512_set1_ps((float)(p[P_HI] - zpi));
+    uint8_t* out = (uint8_t*)p[P_C] + m * ldc + p[P_NOFF] + n0;
+    for (int r = 0; r < MR; r++) {
+        q16(_mm512_load_si512((const void*)(acc0 + r * 16)), off0, mu0, lo, hi, zp,
+            out + r * ldc);
+        q16(_mm512_load_si512((const void*)(acc1 + r * 16)), off1, mu1, lo, hi, zp,
+            out + r * ldc + 16);
+    }
 }
 
 __attribute__((target("avx2,avxvnni")))
@@ -260,6 +301,9 @@ typedef void (*full_fn)(const uint8_t*, int64_t, const int8_t*, const int8_t*, i
 
 static void run(tile_fn tile, full_fn full, int width, const int64_t* p, int64_t m0,
                 int64_t m1, int64_t nb0, int64_t nb1) {
+    /* the VNNI-512 tiles requantize on their registers where the epilogue writes
+       row-major integers */
+    const int fused = full == full_vnni512 && p[P_MODE] != 2 && p[P_PIX] == 0;
     int32_t acc[MR * 16] __attribute__((aligned(64)));
     int32_t acc1[MR * 16] __attribute__((aligned(64)));
     const int64_t kq = p[P_K] / 4, lda = p[P_LDA];
@@ -268,6 +312,10 @@ static void run(tile_fn tile, full_fn full, int width, const int64_t* p, int64_t
         int w = full && nb + width <= nb1 ? width : 1;
         for (int64_t m = m0; m < m1; m += MR) {
             int64_t rows = m1 - m < MR ? m1 - m : MR;
+            if (fused && w == 2 && rows == MR && (nb + 2) * 16 <= p[P_N]) {
+                full_vnni512_q(p, m, nb);
+                continue;
+            }
             if (w == width && rows == MR && full) {
                 full((const uint8_t*)p[P_A] + m * lda, lda, B + nb * kq * 64,
                      B + (nb + width - 1) * kq * 64, kq, acc, acc1);
