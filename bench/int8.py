@@ -13,6 +13,12 @@ Each framework initialises from the same seed-0 weights (tessera's copied into P
 calibrates on the same random batches; the timings do not depend on the values. Medians of
 ``REPEATS`` calls after a warm-up, each framework's float32 and INT8 models interleaved
 round by round, all in one process (2 threads for PyTorch and onnxruntime).
+
+Wall times on a shared host move with its load (a model's median can grow several times
+while a shorter one's barely does, which once made onnxruntime's INT8 MobileNetV2 look 11x
+faster than its float32); the last table is the work itself: CPU milliseconds per
+inference with every framework on one thread, in a child process (medians of
+``CPU_ROUNDS``, the frameworks interleaved).
 """
 from __future__ import annotations
 
@@ -205,16 +211,19 @@ def _torch_int8(model, calib):
         return tao.convert(p)
 
 
-def _ort(proto):
+def _ort(proto, threads: int = 2):
     import onnxruntime as ort
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 2
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
     so.log_severity_level = 3
     return ort.InferenceSession(proto.SerializeToString(), so,
                                 providers=["CPUExecutionProvider"])
 
 
-def _model_rows() -> list[dict]:
+def _calls(threads: int):
+    """For each model, its name and the calls of one batch-1 inference per framework and
+    precision ({"tessera_fp32": f, ...})."""
     import torch
     from torch.ao.nn.quantized import FloatFunctional as PFF
 
@@ -222,14 +231,13 @@ def _model_rows() -> list[dict]:
     import tessera.onnx
     from tessera.ao import quantization as tq
     from tessera.ao.nn.quantized import FloatFunctional as TFF
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     ours = _models(tessera, TFF, tq.QuantStub, tq.DeQuantStub)
     theirs = _models(torch, PFF, torch.ao.quantization.QuantStub,
                      torch.ao.quantization.DeQuantStub)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
     calib = [rng.standard_normal((2, 3, 224, 224)).astype(np.float32) for _ in range(2)]
-    rows = []
     for (name, ocls), tcls in zip((("resnet18", ours[0]), ("mobilenet_v2", ours[1])), theirs):
         tessera.manual_seed(0)
         om = ocls().eval()
@@ -240,8 +248,8 @@ def _model_rows() -> list[dict]:
         oq = _tessera_int8(copy.deepcopy(om), calib)
         tq8 = _torch_int8(copy.deepcopy(tm), calib)
         px = torch.from_numpy(x)
-        s8 = _ort(tessera.onnx.export(oq, tx))
-        s32 = _ort(tessera.onnx.export(om, tx))
+        s8 = _ort(tessera.onnx.export(oq, tx), threads)
+        s32 = _ort(tessera.onnx.export(om, tx), threads)
         feed8, feed32 = {s8.get_inputs()[0].name: x}, {s32.get_inputs()[0].name: x}
 
         def ours_(m):
@@ -255,19 +263,61 @@ def _model_rows() -> list[dict]:
                 with torch.no_grad():
                     m(px)
             return call
+        yield name, {"tessera_fp32": ours_(om), "tessera_int8": ours_(oq),
+                     "torch_fp32": theirs_(tm), "torch_int8": theirs_(tq8),
+                     "ort_fp32": lambda s=s32, f=feed32: s.run(None, f),
+                     "ort_int8": lambda s=s8, f=feed8: s.run(None, f)}
+
+
+def _model_rows() -> list[dict]:
+    rows = []
+    for name, c in _calls(2):
         # one framework at a time (PyTorch's and onnxruntime's threads spin on after a
         # call, taking the cores from whatever runs next), its two models interleaved
-        row = {"model": name,
-               **_interleaved_ms({"tessera_fp32": ours_(om), "tessera_int8": ours_(oq)}),
-               **_interleaved_ms({"torch_fp32": theirs_(tm), "torch_int8": theirs_(tq8)}),
-               **_interleaved_ms({"ort_fp32": lambda: s32.run(None, feed32),
-                                  "ort_int8": lambda: s8.run(None, feed8)})}
+        row = {"model": name}
+        for fw in ("tessera", "torch", "ort"):
+            row.update(_interleaved_ms({k: f for k, f in c.items() if k.startswith(fw)}))
         rows.append(row)
     return rows
 
 
+CPU_ROUNDS = 8
+
+
+def _cpu_child() -> list[dict]:
+    """CPU milliseconds per inference, every framework on one thread (its work all on
+    the calling thread), interleaved call by call; medians."""
+    import tessera
+    tessera.set_num_threads(1)
+    rows = []
+    for name, c in _calls(1):
+        for f in c.values():
+            f()
+        times: dict = {k: [] for k in c}
+        for _ in range(CPU_ROUNDS):
+            for k, f in c.items():
+                t0 = time.process_time()
+                f()
+                times[k].append((time.process_time() - t0) * 1000)
+        rows.append({"model": name, **{k: statistics.median(v) for k, v in times.items()}})
+    return rows
+
+
+def _cpu_rows() -> list[dict]:
+    import json
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "bench.int8", "--cpu-child"],
+                          capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        return [{"model": "error: " + (proc.stderr.strip().splitlines() or ["?"])[-1][:90]}]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run() -> dict:
-    return {"gemm": _gemm_rows(), "models": _model_rows()}
+    return {"gemm": _gemm_rows(), "models": _model_rows(), "cpu": _cpu_rows()}
 
 
 def render(results: dict) -> str:
@@ -281,8 +331,16 @@ def render(results: dict) -> str:
                 f"{r['tessera_fp32'] / r['tessera_int8']:.2f}x") for r in results["models"]],
               ("batch 1, ms", "tessera fp32", "tessera int8", "torch fp32", "torch int8",
                "ort fp32", "ort int8 (QDQ)", "tessera int8 speedup"))
-    return g + "\n\n" + m
+    cpu = results.get("cpu", [])
+    c = table([(r["model"], *(f"{r[k]:.1f}" if k in r else "-" for k in cols))
+               for r in cpu], ("one thread, CPU ms", *cols))
+    return g + "\n\n" + m + "\n\n" + c
 
 
 if __name__ == "__main__":
-    print(render(run()))
+    import sys
+    if sys.argv[1:] == ["--cpu-child"]:
+        import json
+        print(json.dumps(_cpu_child()))
+    else:
+        print(render(run()))

@@ -7,12 +7,15 @@ and shifted by the output's zero point (uint8 or int8 out), or, for dynamic quan
 ``acc * mult + bias`` as float32. ``reference`` is the same computation in NumPy integers,
 the definition the C paths are tested against bit for bit.
 
-``conv2d`` is the quantized convolution (NCHW in and out) on the same kernels: the input
-copied once to padded NHWC (the border its zero point), each output pixel's columns
-gathered from it one tap's channels at a time (a 1x1 convolution of stride 1 multiplies
-the copy itself), and the GEMM's epilogue writing NCHW; a depthwise convolution has a
-kernel of its own (exact int32 sums over the taps). The weights are packed once per
-array (``forget`` drops them when they change in place). ``add`` is the quantized sum.
+``conv2d`` is the quantized convolution on the same kernels, NCHW-shaped in and out but
+channels-last in memory (as PyTorch's x86 quantized convolution), so that a network's
+activations stay NHWC from one layer to the next: each output pixel's columns gathered
+from the NHWC input one kernel row or tap at a time (the border its zero point; a 1x1
+convolution of stride 1 multiplies the input itself), and the GEMM's epilogue writing NHWC
+rows; a depthwise convolution has a kernel of its own (exact int32 sums over the taps,
+16 channels a vector). The weights are packed once per array (``forget`` drops them when
+they change in place). ``add`` is the quantized sum (in memory order for operands of one
+layout).
 
 The instruction set is chosen at run time from the CPU (``isa()``): AVX-512 VNNI
 (``vpdpbusd`` on zmm), AVX-VNNI (on ymm), AVX2 (``vpmaddubsw`` + ``vpmaddwd``, whose int16
@@ -38,7 +41,7 @@ import numpy as np
 from tessera.kernels import cc
 
 __all__ = ["gemm", "reference", "isa", "available", "ISAS", "pack", "Packed", "forget",
-           "conv2d", "add"]
+           "conv2d", "nhwc", "add"]
 
 # fastest first
 ISAS = ("vnni512", "avxvnni", "avx2", "c", "numpy")
@@ -66,7 +69,7 @@ def _lib():
         f = getattr(lib, f"tsr_int8_gemm_{name}")
         f.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 4
         f.restype = None
-    for name in ("nhwc", "im2col", "depthwise", "add"):
+    for name in ("nhwc", "im2col", "depthwise", "add", "im2col_nhwc", "dw_nhwc"):
         f = getattr(lib, f"tsr_int8_{name}")
         f.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         f.restype = None
@@ -74,6 +77,7 @@ def _lib():
     return lib
 
 
+@functools.lru_cache(maxsize=1)
 def available() -> tuple[str, ...]:
     """The paths this CPU (and toolchain) can run within ``TESSERA_MAX_ISA``, fastest first.
 
@@ -121,6 +125,20 @@ class Packed:
             full.reshape(self.np_ // 16, 16, self.kp // 4, 4).transpose(0, 2, 1, 3))
         self.colsum = np.zeros(self.np_, np.int32)
         self.colsum[:n] = w.astype(np.int32).sum(1)
+        self._epilogues: dict = {}
+
+    def epilogue(self, mult, bias, bias_f) -> tuple:
+        """(int32 bias or None, float32 multipliers, float32 bias) padded to whole column
+        blocks, remembered by value: a layer passes the same ones at every call."""
+        key = tuple(None if v is None else np.asarray(v).tobytes() for v in (mult, bias, bias_f))
+        hit = self._epilogues.get(key)
+        if hit is None:
+            if len(self._epilogues) >= 64:
+                self._epilogues.clear()
+            hit = self._epilogues[key] = (
+                _pad(bias, self.np_, np.int32) if bias is not None else None,
+                _pad(mult, self.np_, np.float32), _pad(bias_f, self.np_, np.float32))
+        return hit
 
 
 _PACKED: dict[int, tuple[weakref.ref, Packed]] = {}
@@ -189,20 +207,32 @@ def gemm(a: np.ndarray, w: np.ndarray, *, a_zp: int, mult: np.ndarray, out_zp: i
 
 def _gemm_packed(path: str, a: np.ndarray, pw: Packed, out: np.ndarray, *, a_zp: int,
                  mult: np.ndarray, out_zp: int, bias, lo: int, hi: int, bias_f=None,
-                 pix: int = 0, ntot: int = 0, noff: int = 0) -> None:
+                 pix: int = 0, ntot: int = 0, noff: int = 0, ldc: int = 0) -> None:
     """``out`` = requant(a @ w.T) for ``a`` uint8 (M, kp), C-contiguous. ``pix`` > 0: ``out``
-    is NCHW (images of ``pix`` pixels, ``ntot`` channels, these from channel ``noff``)."""
+    is NCHW (images of ``pix`` pixels, ``ntot`` channels, these from channel ``noff``);
+    else row-major, rows ``ldc`` wide (default N), these columns from ``noff``."""
     m = a.shape[0]
-    keep = (_pad(bias, pw.np_, np.int32) if bias is not None else None,
-            _pad(mult, pw.np_, np.float32), _pad(bias_f, pw.np_, np.float32))
-    params = np.array([m, pw.n, pw.kp, a.ctypes.data, pw.kp, pw.data.ctypes.data,
-                       pw.colsum.ctypes.data, 0 if keep[0] is None else keep[0].ctypes.data,
-                       keep[1].ctypes.data, out.ctypes.data, pw.n, a_zp, out_zp, lo, hi,
-                       {"u": 0, "i": 1, "f": 2}[out.dtype.kind], keep[2].ctypes.data,
-                       pix, ntot, noff], np.int64)
+    params = _gemm_params(pw, m, out.dtype, a_zp=a_zp, mult=mult, out_zp=out_zp, bias=bias,
+                          lo=lo, hi=hi, bias_f=bias_f, pix=pix, ntot=ntot, noff=noff, ldc=ldc)
+    params[_P_A], params[_P_C] = a.ctypes.data, out.ctypes.data
     if m == 0 or pw.n == 0:
         return
     _run(getattr(_lib(), f"tsr_int8_gemm_{path}"), params, m, pw.np_ // 16, pw.kp)
+
+
+_P_A, _P_C = 3, 9   # the operands' slots in the GEMM's parameters (P_A, P_C in int8.c)
+
+
+def _gemm_params(pw: Packed, m: int, out_dtype, *, a_zp: int, mult, out_zp: int, bias,
+                 lo: int, hi: int, bias_f=None, pix: int = 0, ntot: int = 0, noff: int = 0,
+                 ldc: int = 0) -> np.ndarray:
+    """The GEMM's parameters but for its operands' addresses (``_P_A``, ``_P_C``)."""
+    keep = pw.epilogue(mult, bias, bias_f)
+    return np.array([m, pw.n, pw.kp, 0, pw.kp, pw.data.ctypes.data,
+                     pw.colsum.ctypes.data, 0 if keep[0] is None else keep[0].ctypes.data,
+                     keep[1].ctypes.data, 0, ldc or pw.n, a_zp, out_zp, lo, hi,
+                     {"u": 0, "i": 1, "f": 2}[np.dtype(out_dtype).kind], keep[2].ctypes.data,
+                     pix, ntot, noff], np.int64)
 
 
 def _run(f, params: np.ndarray, m: int, nblocks: int, k: int) -> None:
@@ -210,8 +240,11 @@ def _run(f, params: np.ndarray, m: int, nblocks: int, k: int) -> None:
     ptr = params.ctypes.data
     if m * nblocks * 16 * k >= _SPLIT_MACS and threadpool.usable():
         t = threadpool._threads()
-        if nblocks >= 2 * t or m < 16:  # split the columns (weights stay in each cache)
+        # split the columns (weights stay in each cache) where every part gets pairs of
+        # blocks (the 8 x 32 kernel's width), else the rows
+        if nblocks >= 4 * t or m < 16:
             step = -(-nblocks // (2 * t))
+            step += step % 2
             parts = [(ptr, 0, m, j, min(j + step, nblocks)) for j in range(0, nblocks, step)]
         else:
             step = -(-m // (2 * t))
@@ -225,9 +258,9 @@ def _run(f, params: np.ndarray, m: int, nblocks: int, k: int) -> None:
 def _range(out_dtype: np.dtype, qmin, qmax, relu: bool, out_zp: int) -> tuple[int, int]:
     if out_dtype.kind == "f":
         return 0, 0
-    info = np.iinfo(out_dtype)
-    lo = info.min if qmin is None else qmin
-    hi = info.max if qmax is None else qmax
+    lo0, hi0 = (0, 255) if out_dtype.kind == "u" else (-128, 127)
+    lo = lo0 if qmin is None else qmin
+    hi = hi0 if qmax is None else qmax
     if relu:
         lo = max(lo, out_zp)
     return lo, hi
@@ -277,9 +310,15 @@ class _Conv:
     def __init__(self, w: np.ndarray, groups: int):
         cout, cg = w.shape[:2]
         self.groups, self.og = groups, cout // groups
+        self.kernel = tuple(w.shape[2:])
+        self.plans: dict = {}
         self.depthwise = cg == 1 and groups > 1
         if self.depthwise:
             self.w = np.ascontiguousarray(w, np.int8)
+            # the NHWC kernel's operands: int32 [KH*KW][C], and each channel's sum
+            self.taps = np.ascontiguousarray(
+                self.w.reshape(cout, -1).T.astype(np.int32))
+            self.wsum = self.w.reshape(cout, -1).sum(1, dtype=np.int32)
             self.packed: list[Packed] = []
         else:
             og = self.og
@@ -310,12 +349,26 @@ def _conv_weights(w: np.ndarray, groups: int) -> _Conv:
     return c
 
 
+def nhwc(x: np.ndarray) -> np.ndarray:
+    """The NHWC array of an NCHW-shaped ``x``: a view when ``x`` is channels-last (what
+    ``conv2d`` returns), else a copy.
+
+    >>> nhwc(np.arange(4, dtype=np.uint8).reshape(1, 2, 1, 2)).tolist()
+    [[[[0, 2], [1, 3]]]]
+    """
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+
 def conv2d(x: np.ndarray, w: np.ndarray, *, stride, padding, dilation, groups: int,
            a_zp: int, mult: np.ndarray, out_zp: int, bias: np.ndarray | None,
            relu: bool, path: str | None = None) -> np.ndarray | None:
-    """The quantized convolution of an NCHW uint8 ``x`` with OIHW int8 ``w`` into an NCHW
-    uint8 result, requantized as ``gemm`` does: im2col in C and the GEMM writing NCHW, or the
-    depthwise kernel. None on the ``numpy`` path (the caller runs the reference).
+    """The quantized convolution of an NCHW-shaped uint8 ``x`` with OIHW int8 ``w``,
+    requantized as ``gemm`` does, into an NCHW-shaped uint8 result that is channels-last in
+    memory (an NHWC array's transposed view, as PyTorch's x86 quantized convolution gives):
+    the next convolution reads it as it is. A depthwise convolution has a kernel of its own,
+    the others are a GEMM over the output pixels (on the input itself for a 1x1 convolution
+    of stride 1, else on im2col's columns). None on the ``numpy`` path (the caller runs the
+    reference).
 
     >>> x = np.full((1, 1, 3, 3), 2, np.uint8); w = np.ones((1, 1, 3, 3), np.int8)
     >>> y = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1, a_zp=0,
@@ -326,50 +379,112 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, stride, padding, dilation, groups: i
     path = path or isa()
     if path == "numpy":
         return None
-    lib = _lib()
-    n, cin, h, wd = x.shape
-    cout, cg, kh, kw = w.shape
-    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    ow = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    lo, hi = _range(np.dtype(np.uint8), None, None, relu, out_zp)
-    x = np.ascontiguousarray(x, np.uint8)
-    out = np.empty((n, cout, oh, ow), np.uint8)
     cw = _conv_weights(w, groups)
-    geo = [cin, cg, h, wd, kh, kw, stride[0], stride[1], padding[0], padding[1],
+    key = (x.shape, tuple(stride), tuple(padding), tuple(dilation), a_zp, out_zp, relu, path,
+           np.asarray(mult).tobytes(), None if bias is None else np.asarray(bias).tobytes())
+    plan = cw.plans.get(key)
+    if plan is None:
+        if len(cw.plans) >= 16:
+            cw.plans.clear()
+        plan = cw.plans[key] = _ConvPlan(x.shape, cw, stride, padding, dilation, a_zp, mult,
+                                         out_zp, bias, relu, path)
+    return plan(x)
+
+
+class _ConvPlan:
+    """One convolution's calls into C for one input shape and set of quantization
+    parameters, made once: each call fills in the operands' addresses and runs them.
+    ``steps``: (C function, parameters, [(slot, buffer name, byte offset)], how to split)."""
+
+    def __init__(self, shape, cw: _Conv, stride, padding, dilation, a_zp, mult, out_zp,
+                 bias, relu, path):
+        lib = _lib()
+        n, cin, h, wd = shape
+        cout, cg, kh, kw = (len(cw.wsum) if cw.depthwise else cw.og * cw.groups,
+                            cin // cw.groups, *cw.kernel)
+        oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+        ow = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        lo, hi = _range(np.dtype(np.uint8), None, None, relu, out_zp)
+        self.nchw = cw.depthwise and cw.og != 1
+        self.args = (lib, cw, stride, padding, dilation, oh, ow, a_zp, mult, out_zp, bias,
+                     lo, hi)
+        self.shape = (n, oh, ow, cout)
+        self.steps: list = []
+        self.cols: list = []
+        self.keep: list = []
+        if self.nchw or n * cout * oh * ow == 0:
+            return
+        geo = [cin, cg, h, wd, kh, kw, stride[0], stride[1], padding[0], padding[1],
+               dilation[0], dilation[1], oh, ow, 0, a_zp]
+        if cw.depthwise:
+            off = cw.wsum * np.int32(-a_zp)
+            if bias is not None:
+                off += np.asarray(bias, np.int32)
+            m32 = np.ascontiguousarray(mult, np.float32)
+            self.keep += [off, m32]
+            params = np.array(geo + [0, 0, cw.taps.ctypes.data, off.ctypes.data,
+                                     m32.ctypes.data, 0, out_zp, lo, hi, 1, 0], np.int64)
+            self.steps.append((lib.tsr_int8_dw_nhwc, params, [(14, "x", 0), (21, "out", 0)],
+                               ("split", n * oh, ow * cout * kh * kw)))
+            return
+        og, m = cout // cw.groups, n * oh * ow
+        direct = kh == kw == 1 and stride == (1, 1) and padding == (0, 0) and cw.groups == 1
+        f = getattr(lib, f"tsr_int8_gemm_{path}")
+        for g, pw in enumerate(cw.packed):
+            src = "x"
+            if not (direct and cg == pw.kp):
+                src = f"cols{g}"
+                self.cols.append((src, (m, pw.kp)))
+                params = np.array(geo + [0, pw.kp], np.int64)
+                self.steps.append((lib.tsr_int8_im2col_nhwc, params,
+                                   [(14, "x", g * cg), (16, src, 0)], ("split", m, pw.kp)))
+            sl = slice(g * og, (g + 1) * og)
+            bsl = None if bias is None else bias[sl]
+            # (the arrays the parameters point at, held here should the cache drop them)
+            self.keep.append(pw.epilogue(mult[sl], bsl, None))
+            params = _gemm_params(pw, m, np.uint8, a_zp=a_zp, mult=mult[sl], out_zp=out_zp,
+                                  bias=bsl, lo=lo, hi=hi, noff=g * og, ldc=cout)
+            self.steps.append((f, params, [(_P_A, src, 0), (_P_C, "out", 0)],
+                               ("gemm", m, pw.np_ // 16, pw.kp)))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.nchw:
+            return _depthwise_nchw(x, *self.args)
+        xn = nhwc(np.asarray(x, np.uint8))
+        out = np.empty(self.shape, np.uint8)
+        bufs = {"x": xn, "out": out}
+        for name, shape in self.cols:
+            bufs[name] = np.empty(shape, np.uint8)
+        addr = {k: v.ctypes.data for k, v in bufs.items()}
+        for f, tmpl, fills, how in self.steps:
+            params = tmpl.copy()
+            for slot, name, offset in fills:
+                params[slot] = addr[name] + offset
+            if how[0] == "split":
+                _split(f, params, how[1], how[2])
+            else:
+                _run(f, params, *how[1:])
+        return out.transpose(0, 3, 1, 2)
+
+
+def _depthwise_nchw(x, lib, cw, stride, padding, dilation, oh, ow, a_zp, mult, out_zp,
+                    bias, lo, hi) -> np.ndarray:
+    """A depthwise convolution of several outputs per channel, on NCHW planes."""
+    x = np.ascontiguousarray(x, np.uint8)
+    n, cin, h, wd = x.shape
+    cout, _, kh, kw = cw.w.shape
+    out = np.empty((n, cout, oh, ow), np.uint8)
+    if out.size == 0:
+        return out
+    geo = [cin, 1, h, wd, kh, kw, stride[0], stride[1], padding[0], padding[1],
            dilation[0], dilation[1], oh, ow, x.ctypes.data, a_zp]
-    if n * cout * oh * ow == 0:
-        return out
-    if cw.depthwise:
-        keep = (np.ascontiguousarray(mult, np.float32),
-                None if bias is None else np.ascontiguousarray(bias, np.int32))
-        params = np.array(geo + [0, 0, cw.w.ctypes.data,
-                                 0 if keep[1] is None else keep[1].ctypes.data,
-                                 keep[0].ctypes.data, out.ctypes.data, out_zp, lo, hi, cw.og,
-                                 0], np.int64)
-        _split(lib.tsr_int8_depthwise, params, n * cout, oh * ow * kh * kw * 4)
-        return out
-    og, m = cout // groups, n * oh * ow
-    hp, wp = h + 2 * padding[0], wd + 2 * padding[1]
-    direct = kh == kw == 1 and stride == (1, 1) and padding == (0, 0)
-    for g, pw in enumerate(cw.packed):
-        # the group's channels as padded NHWC: the GEMM's rows for a 1x1 convolution of
-        # stride 1 (when they need no padding to 4 bytes), else what im2col copies from
-        nhwc = np.empty((n * hp * wp, cg), np.uint8)
-        geo[14] = x.ctypes.data + g * cg * h * wd
-        params = np.array(geo + [nhwc.ctypes.data, 0], np.int64)
-        _split(lib.tsr_int8_nhwc, params, n * hp, wp * cg)
-        if direct and cg == pw.kp:
-            cols = nhwc
-        else:
-            cols = np.empty((m, pw.kp), np.uint8)
-            geo2 = list(geo)
-            geo2[14] = nhwc.ctypes.data
-            params = np.array(geo2 + [cols.ctypes.data, pw.kp], np.int64)
-            _split(lib.tsr_int8_im2col, params, m, pw.kp)
-        sl = slice(g * og, (g + 1) * og)
-        _gemm_packed(path, cols, pw, out, a_zp=a_zp, mult=mult[sl], out_zp=out_zp,
-                     bias=None if bias is None else bias[sl], lo=lo, hi=hi,
-                     pix=oh * ow, ntot=cout, noff=g * og)
+    keep = (np.ascontiguousarray(mult, np.float32),
+            None if bias is None else np.ascontiguousarray(bias, np.int32))
+    params = np.array(geo + [0, 0, cw.w.ctypes.data,
+                             0 if keep[1] is None else keep[1].ctypes.data,
+                             keep[0].ctypes.data, out.ctypes.data, out_zp, lo, hi, cw.og,
+                             0], np.int64)
+    _split(lib.tsr_int8_depthwise, params, n * cout, oh * ow * kh * kw * 4)
     return out
 
 
@@ -385,6 +500,12 @@ def _split(f, params: np.ndarray, items: int, cost: int) -> None:
         if threadpool.run(f, parts) is not None:
             return
     f(ptr, 0, items)
+
+
+def _dense(a: np.ndarray) -> bool:
+    """Whether ``a``'s elements fill its memory with no gaps, in some order of its axes."""
+    order = sorted(range(a.ndim), key=lambda d: -a.strides[d])
+    return a.transpose(order).flags.c_contiguous
 
 
 def add(a: np.ndarray, b: np.ndarray, *, a_scale: float, a_zp: int, b_scale: float,
@@ -403,8 +524,9 @@ def add(a: np.ndarray, b: np.ndarray, *, a_scale: float, a_zp: int, b_scale: flo
     lib = _lib()
     if lib is None or isa() == "numpy" or a.dtype != b.dtype or a.shape != b.shape:
         return None
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    out = np.empty_like(a)
+    if a.strides != b.strides or not _dense(a):  # (same-layout operands: in memory order)
+        a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    out = np.empty_like(a)  # (in a's layout: channels-last stays channels-last)
     scales = np.array([a_scale, b_scale, out_scale], np.float32)
     params = np.array([a.ctypes.data, b.ctypes.data, out.ctypes.data, a_zp, b_zp,
                        scales.ctypes.data, out_zp, lo, hi, a.dtype == np.int8], np.int64)

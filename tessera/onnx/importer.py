@@ -106,10 +106,11 @@ class OnnxProgram:
                                   f"opsets {opset_range[0]}-{opset_range[1]}")
         from tessera.onnx.converters import DOMAINS
         from tessera.onnx.converters.binary import fuse_sign_conv
+        used = {n.domain for n in self.proto.graph.node}
         for o in self.proto.opset_import:
             if o.domain in DOMAINS:
                 DOMAINS[o.domain]()
-            elif o.domain not in ("", "ai.onnx"):
+            elif o.domain not in ("", "ai.onnx") and o.domain in used:
                 raise OnnxImportError(f"operator domain '{o.domain}' is not supported")
         g = self.proto.graph
         for i, node in enumerate(g.node):

@@ -255,7 +255,13 @@ def type_params(node, opset: int) -> list[str]:
     from onnx import defs
     s = defs.get_schema(node.op_type, opset, node.domain)
     params = s.inputs
-    return [params[min(k, len(params) - 1)].type_str for k in range(len(node.input))]
+    if not params:
+        return []
+    last = params[-1]
+    # each input of a heterogeneous variadic parameter has a type of its own
+    free = last.option == last.option.Variadic and not last.is_homogeneous
+    return [params[min(k, len(params) - 1)].type_str if k < len(params) - 1 or not free
+            else f"{last.type_str}#{k}" for k in range(len(node.input))]
 
 
 def _formal(s, k: int) -> str:

@@ -573,8 +573,23 @@ def dequantize(input=None, *, tensors=None):
 
 # ---- the quantized ops of INT8 inference --------------------------------------------------
 
+_QPARAMS: dict = {}
+
+
 def _qparams(x_scale: float, w_scale: np.ndarray, out_scale: float | None, bias):
-    """(the requantization multipliers, the int32 bias) of a quantized product."""
+    """(the requantization multipliers, the int32 bias) of a quantized product, remembered
+    by value (a layer computes the same ones at every call)."""
+    key = (x_scale, out_scale, w_scale.dtype.str, w_scale.tobytes(),
+           None if bias is None else (bias.dtype.str, bias.tobytes()))
+    hit = _QPARAMS.get(key)
+    if hit is None:
+        if len(_QPARAMS) >= 1024:
+            _QPARAMS.clear()
+        hit = _QPARAMS[key] = _qparams_of(x_scale, w_scale, out_scale, bias)
+    return hit
+
+
+def _qparams_of(x_scale: float, w_scale: np.ndarray, out_scale: float | None, bias):
     acc_scale = np.float64(x_scale) * w_scale.astype(np.float64)
     mult = (acc_scale / (out_scale if out_scale is not None else 1.0)).astype(np.float32)
     b = None if bias is None else np.rint(bias.astype(np.float64) / acc_scale).astype(np.int32)
@@ -801,21 +816,29 @@ def _qpool_infer(x, kernel_size, stride, padding):
 
 
 def _qpool_kernel(x, kernel_size, stride, padding):
-    """Max pooling on the integers: the maximum commutes with the monotone dequantization."""
+    """Max pooling on the integers: the maximum commutes with the monotone dequantization.
+    A channels-last input (a quantized convolution's) is pooled as NHWC and stays so."""
     low = np.iinfo(x.dtype).min
-    xp = np.pad(x, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2),
-                constant_values=low)
-    oh = (xp.shape[2] - kernel_size[0]) // stride[0] + 1
-    ow = (xp.shape[3] - kernel_size[1]) // stride[1] + 1
+    last = x.ndim == 4 and x.transpose(0, 2, 3, 1).flags.c_contiguous and x.shape[1] > 1
+    v = x.transpose(0, 2, 3, 1) if last else x     # the spatial axes: 1, 2 or 2, 3
+    ax = 1 if last else 2
+    pads = [(0, 0)] * 4
+    pads[ax], pads[ax + 1] = (padding[0],) * 2, (padding[1],) * 2
+    xp = np.pad(v, pads, constant_values=low)
+    oh = (xp.shape[ax] - kernel_size[0]) // stride[0] + 1
+    ow = (xp.shape[ax + 1] - kernel_size[1]) // stride[1] + 1
     # the maximum of the window's strided slices, one pass each (a reduction over a
     # sliding-window view walks the windows element by element)
-    out = None
+    out: np.ndarray | None = None
     for i in range(kernel_size[0]):
         for j in range(kernel_size[1]):
-            v = xp[:, :, i:i + stride[0] * (oh - 1) + 1:stride[0],
-                   j:j + stride[1] * (ow - 1) + 1:stride[1]]
-            out = v.copy() if out is None else np.maximum(out, v, out=out)
-    return out
+            idx: list = [slice(None)] * 4
+            idx[ax] = slice(i, i + stride[0] * (oh - 1) + 1, stride[0])
+            idx[ax + 1] = slice(j, j + stride[1] * (ow - 1) + 1, stride[1])
+            win = xp[tuple(idx)]
+            out = win.copy() if out is None else np.maximum(out, win, out=out)
+    assert out is not None
+    return out.transpose(0, 3, 1, 2) if last else out
 
 
 _QMAXPOOL = defop("quantized_max_pool2d", _qpool_infer, _qpool_kernel, grad=None,
@@ -896,7 +919,8 @@ def linear(x: QTensor, w: QTensor, bias: Tensor | None, scale: float, zero_point
 def _w_scales(w: QTensor) -> Tensor:
     if w._qaxis is None:
         return Tensor._from_numpy(np.full(w.shape[0], w.q_scale(), np.float32))
-    return w._qscale.to(D.float32)
+    s = w._qscale
+    return s if s.dtype is D.float32 else s.to(D.float32)
 
 
 def conv2d(x: QTensor, w: QTensor, bias: Tensor | None, stride, padding, dilation,

@@ -199,19 +199,60 @@ def test_onnxruntime_quantize_static_output_runs_in_tessera(tmp_path, fmt):
     name = ort_session(tessera.onnx.export(m, x)).get_inputs()[0].name
     oq.quantize_static(str(src), str(dst), _Reader(name, [_data(2, k).numpy() for k in range(6)]),
                        quant_format=getattr(oq.QuantFormat, fmt), per_channel=True,
-                       activation_type=oq.QuantType.QUInt8, weight_type=oq.QuantType.QInt8,
-                       # QOperator's QLinearAdd and QLinearGlobalAveragePool are
-                       # onnxruntime's own (com.microsoft) operators
-                       op_types_to_quantize=None if fmt == "QDQ" else ["Conv", "MatMul"])
+                       activation_type=oq.QuantType.QUInt8, weight_type=oq.QuantType.QInt8)
     import onnx
     proto = onnx.load(str(dst))
+    if fmt == "QOperator":  # onnxruntime's own (com.microsoft) operators among them
+        assert {"QLinearAdd", "QLinearGlobalAveragePool"} <= \
+            {n.op_type for n in proto.graph.node if n.domain == "com.microsoft"}
     want = ort_run(proto, [x.numpy()])[0]
     loaded = tessera.onnx.load(proto)
     got = loaded.run(x)[0].numpy()
     ops = {n.op.name for n in loaded.graph.nodes}
     assert "quantized_conv2d" in ops, ops
+    if fmt == "QOperator":
+        assert "quantized_add" in ops, ops
     # the runtimes round a few requantizations differently; those steps propagate
     assert np.abs(got - want).max() < 0.05 * (np.abs(want).max() + 1e-3)
+
+
+class _Heads(nn.Module):
+    """Concatenation, sigmoid and leaky ReLU after a convolution (float32)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        z = tessera.cat([y, x], dim=1)
+        return tessera.sigmoid(z) + nn.functional.leaky_relu(z, 0.1)
+
+
+def test_onnxruntime_qoperator_activations_and_concat_run_in_tessera(tmp_path):
+    """QLinearConcat, QLinearSigmoid and QLinearLeakyRelu (com.microsoft) import as
+    dequantize-compute-quantize and agree with onnxruntime to a quantization step."""
+    import onnx
+    from onnxruntime import quantization as oq
+    tessera.manual_seed(0)
+    m = _Heads().eval()
+    x = _data(1, 3)
+    src, dst = tmp_path / "f32.onnx", tmp_path / "int8.onnx"
+    tessera.onnx.export(m, x, str(src))
+    name = ort_session(tessera.onnx.export(m, x)).get_inputs()[0].name
+    oq.quantize_static(str(src), str(dst), _Reader(name, [_data(1, k).numpy() for k in range(4)]),
+                       quant_format=oq.QuantFormat.QOperator,
+                       activation_type=oq.QuantType.QUInt8, weight_type=oq.QuantType.QInt8)
+    proto = onnx.load(str(dst))
+    contrib = {n.op_type for n in proto.graph.node if n.domain == "com.microsoft"}
+    assert {"QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAdd"} <= contrib
+    want = ort_run(proto, [x.numpy()])[0]
+    got = tessera.onnx.load(proto).run(x)[0].numpy()
+    out_q = next(n for n in proto.graph.node if n.op_type == "DequantizeLinear")
+    step = float(onnx.numpy_helper.to_array(
+        next(t for t in proto.graph.initializer if t.name == out_q.input[1])))
+    # a step in each of the three requantizations before the last one
+    assert np.abs(got - want).max() <= 3 * step * 1.01
 
 
 def test_qlinear_matmul_and_dynamic_forms_import():
@@ -244,3 +285,35 @@ def test_qlinear_matmul_and_dynamic_forms_import():
     proto = tessera.onnx.export(dyn, x)
     got = tessera.onnx.load(proto).run(x)[0].numpy()
     np.testing.assert_allclose(got, ort_run(proto, [x.numpy()])[0], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("requantized", [True, False])
+def test_qgemm_imports_as_quantized_linear(requantized):
+    """com.microsoft QGemm (per-channel int8 weights, an int32 bias): ``quantized_linear``
+    when it requantizes, float32 otherwise; both as onnxruntime computes them."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(1)
+    consts = {"as": np.float32(0.02), "az": np.uint8(120),
+              "b": rng.integers(-127, 128, (16, 5)).astype(np.int8),
+              "bs": (rng.random(5) * 0.01 + 0.005).astype(np.float32),
+              "bz": np.zeros(5, np.int8), "c": rng.integers(-500, 500, 5).astype(np.int32),
+              "ys": np.float32(0.05), "yz": np.uint8(100)}
+    ins = ["a", "as", "az", "b", "bs", "bz", "c"] + (["ys", "yz"] if requantized else [])
+    out_t = TensorProto.UINT8 if requantized else TensorProto.FLOAT
+    g = helper.make_graph(
+        [helper.make_node("QGemm", ins, ["y"], domain="com.microsoft")], "qgemm",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [3, 16])],
+        [helper.make_tensor_value_info("y", out_t, [3, 5])],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()
+         if k in ins])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid("com.microsoft", 1)])
+    a = rng.integers(0, 256, (3, 16)).astype(np.uint8)
+    m = tessera.onnx.load(proto)
+    got, want = m.run(a)[0].numpy(), ort_run(proto, [a])[0]
+    if requantized:
+        ops = [n.op.name for n in m.graph.nodes]
+        assert "quantized_linear" in ops and "matmul" not in ops, ops
+        assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

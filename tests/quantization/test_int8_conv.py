@@ -1,5 +1,5 @@
-"""The quantized convolution in C (NHWC copy, im2col, the GEMM writing NCHW, the depthwise
-kernel) on every instruction set this CPU has, bit for bit against the NumPy im2col and
+"""The quantized convolution in C (im2col from NHWC, the GEMM writing NHWC, the depthwise
+kernels) on every instruction set this CPU has, bit for bit against the NumPy im2col and
 integer GEMM reference; and a quantized module's packed weights following its weights."""
 import numpy as np
 import pytest
@@ -21,6 +21,8 @@ CASES = [
     (1, 16, 10, 10, 16, 3, 3, (2, 1), (1, 2), (1, 1), 16),     # depthwise, mixed stride
     (1, 8, 9, 9, 24, 3, 3, (1, 1), (2, 2), (2, 2), 8),         # depthwise x3, dilated
     (1, 4, 1, 1, 4, 3, 3, (1, 1), (1, 1), (1, 1), 4),          # depthwise, 1x1 image
+    (1, 40, 9, 11, 40, 3, 3, (1, 1), (1, 1), (1, 1), 40),      # depthwise, 16 + 16 + 8
+    (1, 48, 13, 12, 48, 5, 5, (2, 2), (2, 2), (1, 1), 48),     # depthwise 5x5 stride 2
     (1, 3, 2, 3, 5, 3, 3, (2, 2), (2, 2), (1, 1), 1),          # mostly padding
 ]
 
@@ -42,6 +44,29 @@ def test_conv_bit_exact(monkeypatch, path, case):
         monkeypatch.setenv("TESSERA_INT8_ISA", path)
         got = Q._conv_kernel(x, *args)
         np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("path", [p for p in int8.available() if p != "numpy"])
+def test_channels_last_chain(monkeypatch, path):
+    """A convolution's result is channels-last in memory; the next convolution, the
+    quantized add and max pooling read it as it is and agree with a contiguous copy."""
+    monkeypatch.setenv("TESSERA_INT8_ISA", path)
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 128, (1, 16, 9, 9)).astype(np.uint8)
+    ws = np.full(32, 0.01, np.float32)
+    w1 = rng.integers(-128, 128, (32, 16, 1, 1)).astype(np.int8)
+    w2 = rng.integers(-128, 128, (32, 1, 3, 3)).astype(np.int8)
+    y = Q._conv_kernel(x, w1, ws, None, (1, 1), (0, 0), (1, 1), 1, 0.05, 3, 0.2, 4, False)
+    assert y.transpose(0, 2, 3, 1).flags.c_contiguous and not y.flags.c_contiguous
+    yc = np.ascontiguousarray(y)
+    args = (w2, ws, None, (1, 1), (1, 1), (1, 1), 32, 0.2, 4, 0.1, 0, True)
+    np.testing.assert_array_equal(Q._conv_kernel(y, *args), Q._conv_kernel(yc, *args))
+    add = (0.2, 4, 0.2, 4, 0.3, 2, False)
+    z = Q._qadd_kernel(y, y, *add)
+    assert z.strides == y.strides
+    np.testing.assert_array_equal(z, Q._qadd_kernel(yc, yc, *add))
+    pool = ((3, 3), (2, 2), (1, 1))
+    np.testing.assert_array_equal(Q._qpool_kernel(y, *pool), Q._qpool_kernel(yc, *pool))
 
 
 def test_depthwise_never_saturates(monkeypatch):

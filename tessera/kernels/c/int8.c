@@ -28,6 +28,29 @@ enum { MR = 8 };
 
 static inline int32_t load4(const uint8_t* p) { int32_t v; memcpy(&v, p, 4); return v; }
 
+/* The requantization of 16 int32 sums into bytes (uint8, or int8's two's complement):
+   rint((float)s * mult), clamped to [lo, hi] (relative to the zero point), plus zp. One
+   zmm each step where the compiler targets AVX-512 (GCC splits the scalar loop below into
+   xmm pieces), the same operations in the same order otherwise. */
+static inline void requant16(const int32_t* s, const float* mult, float lo, float hi,
+                             int32_t zp, uint8_t* out) {
+#if defined(__AVX512F__)
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512((const void*)s)),
+                             _mm512_loadu_ps(mult));
+    v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+    _mm_storeu_si128((__m128i*)out, _mm512_cvtepi32_epi8(
+        _mm512_add_epi32(_mm512_cvtps_epi32(v), _mm512_set1_epi32(zp))));
+#else
+    for (int k = 0; k < 16; k++) {
+        float v = nearbyintf((float)s[k] * mult[k]);
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+        out[k] = (uint8_t)((int32_t)v + zp);
+    }
+#endif
+}
+
 /* the requantization of one tile of rows x 16 accumulators */
 static void epilogue(const int64_t* p, int64_t m0, int64_t rows, int64_t nb,
                      const int32_t* acc) {
@@ -49,7 +72,8 @@ static void epilogue(const int64_t* p, int64_t m0, int64_t rows, int64_t nb,
             for (int j = 0; j < 16; j++) {
                 float v = nearbyintf((float)(int32_t)((uint32_t)acc[r * 16 + j] - off[j])
                                      * mult[j]);
-                v = v < lo ? lo : v > hi ? hi : v;
+                v = v < lo ? lo : v;  /* (two selects: a max and a min) */
+                v = v > hi ? hi : v;
                 q[r][j] = (int32_t)v + zp;
             }
         const int64_t ntot = p[P_NTOT], noff = p[P_NOFF] + n0;
@@ -61,22 +85,33 @@ static void epilogue(const int64_t* p, int64_t m0, int64_t rows, int64_t nb,
         }
         return;
     }
-    for (int64_t r = 0; r < rows; r++) {
-        const int32_t* a = acc + r * 16;
-        for (int64_t j = 0; j < ncol; j++) {
-            int32_t s = (int32_t)((uint32_t)a[j] - (uint32_t)(azp * colsum[j])
-                                  + (uint32_t)(bias ? bias[j] : 0));
-            float v = (float)s * mult[j];
-            if (mode == 2) {
-                ((float*)p[P_C])[(m0 + r) * ldc + n0 + j] = v + ((const float*)p[P_BIASF])[n0 + j];
-                continue;
+    if (mode == 2) {  /* dynamic quantization: float out */
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < ncol; j++) {
+                int32_t s = (int32_t)((uint32_t)acc[r * 16 + j] - (uint32_t)(azp * colsum[j])
+                                      + (uint32_t)(bias ? bias[j] : 0));
+                ((float*)p[P_C])[(m0 + r) * ldc + n0 + j] =
+                    (float)s * mult[j] + ((const float*)p[P_BIASF])[n0 + j];
             }
-            float q = nearbyintf(v);
-            q = q < lo ? lo : q > hi ? hi : q;
-            int32_t out = (int32_t)q + zp;
-            if (mode == 0) ((uint8_t*)p[P_C])[(m0 + r) * ldc + n0 + j] = (uint8_t)out;
-            else ((int8_t*)p[P_C])[(m0 + r) * ldc + n0 + j] = (int8_t)out;
+        return;
+    }
+    /* row-major (NHWC) out, columns from P_NOFF of rows P_LDC wide: all 16 lanes of a
+       row at once, then its columns stored */
+    int32_t off[16], sum[16];
+    uint8_t q[16];
+    for (int j = 0; j < 16; j++)
+        off[j] = (int32_t)((uint32_t)(azp * colsum[j]) - (uint32_t)(bias ? bias[j] : 0));
+    const int64_t noff = p[P_NOFF] + n0;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int j = 0; j < 16; j++)
+            sum[j] = (int32_t)((uint32_t)acc[r * 16 + j] - (uint32_t)off[j]);
+        uint8_t* o = (uint8_t*)p[P_C] + (m0 + r) * ldc + noff;  /* (int8: the same bytes) */
+        if (ncol == 16) {
+            requant16(sum, mult, lo, hi, zp, o);
+            continue;
         }
+        requant16(sum, mult, lo, hi, zp, q);
+        memcpy(o, q, (size_t)ncol);
     }
 }
 
@@ -174,7 +209,7 @@ static void tile_vnni512(const int64_t* p, int64_t m0, int64_t rows, int64_t nb,
    zmm (two column blocks, 16 accumulators), 8 x 16 on ymm. */
 #define ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
-__attribute__((target("avx512f,avx512bw,avx512vnni")))
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline))
 static void full_vnni512(const uint8_t* A, int64_t lda, const int8_t* B0, const int8_t* B1,
                          int64_t kq, int32_t* acc0, int32_t* acc1) {
 #define DECL(r) __m512i x##r = _mm512_setzero_si512(), y##r = x##r; \
@@ -193,6 +228,47 @@ static void full_vnni512(const uint8_t* A, int64_t lda, const int8_t* B0, const 
     ROWS8(STORE)
 #undef STORE
 #undef DECL
+}
+
+/* full_vnni512 with the requantization on the registers (row-major uint8/int8 out, both
+   column blocks whole): no int32 tile through memory. The same operations as requant16. */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static inline void q16(__m512i acc, __m512i off, __m512 mult, __m512 lo, __m512 hi,
+                       __m512i zp, uint8_t* o) {
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc, off)), mult);
+    v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+    _mm_storeu_si128((__m128i*)o, _mm512_cvtepi32_epi8(
+        _mm512_add_epi32(_mm512_cvtps_epi32(v), zp)));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void full_vnni512_q(const int64_t* p, int64_t m, int64_t nb) {
+    /* (the tile through an L1 array: with the requantization in the same function GCC
+       moves the accumulators between registers at every step of the k loop) */
+    int32_t acc0[MR * 16] __attribute__((aligned(64)));
+    int32_t acc1[MR * 16] __attribute__((aligned(64)));
+    const int64_t kq = p[P_K] / 4, lda = p[P_LDA], ldc = p[P_LDC], n0 = nb * 16;
+    const int8_t* B0 = (const int8_t*)p[P_B] + nb * kq * 64;
+    full_vnni512((const uint8_t*)p[P_A] + m * lda, lda, B0, B0 + kq * 64, kq, acc0, acc1);
+    const int32_t azp = (int32_t)p[P_AZP], zpi = (int32_t)p[P_ZP];
+    const int32_t* colsum = (const int32_t*)p[P_COLSUM] + n0;
+    const int32_t* bias = p[P_BIAS] ? (const int32_t*)p[P_BIAS] + n0 : 0;
+    int32_t off[32];
+    for (int j = 0; j < 32; j++)
+        off[j] = (int32_t)((uint32_t)(azp * colsum[j]) - (uint32_t)(bias ? bias[j] : 0));
+    const __m512i off0 = _mm512_loadu_si512((const void*)off),
+        off1 = _mm512_loadu_si512((const void*)(off + 16)), zp = _mm512_set1_epi32(zpi);
+    const float* mult = (const float*)p[P_MULT] + n0;
+    const __m512 mu0 = _mm512_loadu_ps(mult), mu1 = _mm512_loadu_ps(mult + 16),
+        lo = _mm512_set1_ps((float)(p[P_LO] - zpi)), hi = _mm512_set1_ps((float)(p[P_HI] - zpi));
+    uint8_t* out = (uint8_t*)p[P_C] + m * ldc + p[P_NOFF] + n0;
+    for (int r = 0; r < MR; r++) {
+        q16(_mm512_load_si512((const void*)(acc0 + r * 16)), off0, mu0, lo, hi, zp,
+            out + r * ldc);
+        q16(_mm512_load_si512((const void*)(acc1 + r * 16)), off1, mu1, lo, hi, zp,
+            out + r * ldc + 16);
+    }
 }
 
 __attribute__((target("avx2,avxvnni")))
@@ -225,6 +301,9 @@ typedef void (*full_fn)(const uint8_t*, int64_t, const int8_t*, const int8_t*, i
 
 static void run(tile_fn tile, full_fn full, int width, const int64_t* p, int64_t m0,
                 int64_t m1, int64_t nb0, int64_t nb1) {
+    /* the VNNI-512 tiles requantize on their registers where the epilogue writes
+       row-major integers */
+    const int fused = full == full_vnni512 && p[P_MODE] != 2 && p[P_PIX] == 0;
     int32_t acc[MR * 16] __attribute__((aligned(64)));
     int32_t acc1[MR * 16] __attribute__((aligned(64)));
     const int64_t kq = p[P_K] / 4, lda = p[P_LDA];
@@ -233,6 +312,10 @@ static void run(tile_fn tile, full_fn full, int width, const int64_t* p, int64_t
         int w = full && nb + width <= nb1 ? width : 1;
         for (int64_t m = m0; m < m1; m += MR) {
             int64_t rows = m1 - m < MR ? m1 - m : MR;
+            if (fused && w == 2 && rows == MR && (nb + 2) * 16 <= p[P_N]) {
+                full_vnni512_q(p, m, nb);
+                continue;
+            }
             if (w == width && rows == MR && full) {
                 full((const uint8_t*)p[P_A] + m * lda, lda, B + nb * kq * 64,
                      B + (nb + width - 1) * kq * 64, kq, acc, acc1);
@@ -384,7 +467,8 @@ void tsr_int8_depthwise(const int64_t* p, int64_t q0, int64_t q1) {
                 }
             for (int64_t ox = 0; ox < ow; ox++) {
                 float v = nearbyintf((float)acc[ox] * mu);
-                v = v < lo ? lo : v > hi ? hi : v;
+                v = v < lo ? lo : v;  /* (two selects: a max and a min) */
+                v = v > hi ? hi : v;
                 const int32_t r = (int32_t)v + zp;
                 if (mode == 0) out[oy * ow + ox] = (uint8_t)r;
                 else ((int8_t*)out)[oy * ow + ox] = (int8_t)r;
@@ -394,6 +478,188 @@ void tsr_int8_depthwise(const int64_t* p, int64_t q0, int64_t q1) {
     free(tmp);
     free(pad);
     free(acc);
+}
+
+/* ---- NHWC convolution ------------------------------------------------------------------
+   Activations stay NHWC between quantized convolutions: the GEMM's rows are the output
+   pixels, its row-major result the next layer's input. */
+
+/* Rows [r0, r1) of the (N*OH*OW) x (KH*KW*C) columns of an unpadded NHWC uint8 input
+   (G_X: the group's first channel, pixels G_CIMG bytes apart; G_C channels a tap): each
+   tap's channels one copy, a tap outside the input the zero point G_FILL (0.0). Rows are
+   G_LDK bytes, the tail zero. */
+void tsr_int8_im2col_nhwc(const int64_t* p, int64_t r0, int64_t r1) {
+    const int64_t cimg = p[G_CIMG], c = p[G_C], h = p[G_H], w = p[G_W], kh = p[G_KH],
+        kw = p[G_KW], sh = p[G_SH], sw = p[G_SW], ph = p[G_PH], pw = p[G_PW], dh = p[G_DH],
+        dw = p[G_DW], oh = p[G_OH], ow = p[G_OW], ldk = p[G_LDK];
+    const uint8_t* x = (const uint8_t*)p[G_X];
+    const uint8_t fill = (uint8_t)p[G_FILL];
+    uint8_t* cols = (uint8_t*)p[G_COLS];
+    const int64_t k = c * kh * kw;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t img = r / (oh * ow), rem = r - img * oh * ow, oy = rem / ow,
+            ox = rem - oy * ow;
+        uint8_t* row = cols + r * ldk;
+        const int64_t x0 = ox * sw - pw, x1 = x0 + (kw - 1) * dw;
+        for (int64_t i = 0; i < kh; i++) {
+            const int64_t iy = oy * sh - ph + i * dh;
+            if (dw == 1 && c == cimg && iy >= 0 && iy < h && x0 >= 0 && x1 < w) {
+                /* the kernel row's taps are adjacent pixels: one copy */
+                memcpy(row + i * kw * c, x + ((img * h + iy) * w + x0) * c, (size_t)(kw * c));
+                continue;
+            }
+            for (int64_t j = 0; j < kw; j++) {
+                const int64_t ix = x0 + j * dw;
+                uint8_t* dst = row + (i * kw + j) * c;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= w) memset(dst, fill, (size_t)c);
+                else memcpy(dst, x + ((img * h + iy) * w + ix) * cimg, (size_t)c);
+            }
+        }
+        if (ldk > k) memset(row + k, 0, (size_t)(ldk - k));
+    }
+}
+
+/* Depthwise convolution (one input and one output channel per group) of an NHWC uint8
+   input into the NHWC output rows [r0, r1) (row = image * OH + oy). G_WT: the weights as
+   int32 [KH*KW][C]; G_BIAS: int32 bias - zero point * sum of the channel's weights. A tap
+   inside the input adds x * w, one outside adds zero point * w (the padding is the zero
+   point), so the int32 sum is the GEMM's exactly; requantized as the GEMM's epilogue does.
+   The channels are the inner dimension of every operand: 16 of them are one vector (GCC's
+   and Clang's vector extensions, a zmm with AVX-512) whose sums stay in a register across
+   the taps; the channels past the last 16 are summed one by one. */
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+static inline v16i ld_i32(const int32_t* s) { v16i v; memcpy(&v, s, sizeof v); return v; }
+static inline v16i ld_u8(const uint8_t* s) {
+    /* (a loop GCC widens with one vpmovzxbd, where __builtin_convertvector goes lane by
+       lane) */
+    int32_t t[16];
+    for (int k = 0; k < 16; k++) t[k] = s[k];
+    v16i v;
+    memcpy(&v, t, sizeof v);
+    return v;
+}
+
+static inline void dw_requant(const int32_t* a, const float* mult, float lo, float hi,
+                              int32_t zp, int64_t n, uint8_t* out) {
+    for (int64_t k = 0; k < n; k++) {
+        float v = nearbyintf((float)a[k] * mult[k]);
+        v = v < lo ? lo : v;  /* (two selects: a max and a min) */
+        v = v > hi ? hi : v;
+        out[k] = (uint8_t)((int32_t)v + zp);
+    }
+}
+
+static inline void dw_requant16(v16i acc, const float* mult, float lo, float hi, int32_t zp,
+                                uint8_t* out) {
+    int32_t a[16];
+    memcpy(a, &acc, sizeof a);
+    requant16(a, mult, lo, hi, zp, out);
+}
+
+typedef struct {
+    int64_t c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+    const int32_t *wt, *off;
+    const float* mult;
+    int32_t azp, zp;
+    float lo, hi;
+} dwgeo;
+
+/* Output pixel (oy, ox) of an image's plane, channels [c0, c1), any taps outside */
+static void dw_pixel(const dwgeo* g, const uint8_t* plane, int64_t oy, int64_t ox,
+                     int64_t c0, int64_t c1, uint8_t* out) {
+    const int64_t c = g->c, x0 = ox * g->sw - g->pw;
+    for (; c0 < c1; c0 += 16) {
+        int32_t a[16];
+        const int64_t nc = c1 - c0 < 16 ? c1 - c0 : 16;
+        if (nc == 16) {
+            v16i acc = ld_i32(g->off + c0);
+            for (int64_t i = 0; i < g->kh; i++) {
+                const int64_t iy = oy * g->sh - g->ph + i * g->dh;
+                const int inside = iy >= 0 && iy < g->h;
+                for (int64_t j = 0; j < g->kw; j++) {
+                    const int64_t ix = x0 + j * g->dw;
+                    const v16i wv = ld_i32(g->wt + (i * g->kw + j) * c + c0);
+                    if (inside && ix >= 0 && ix < g->w)
+                        acc += ld_u8(plane + (iy * g->w + ix) * c + c0) * wv;
+                    else
+                        acc += g->azp * wv;
+                }
+            }
+            dw_requant16(acc, g->mult + c0, g->lo, g->hi, g->zp, out + c0);
+            continue;
+        }
+        for (int64_t k = 0; k < nc; k++) a[k] = g->off[c0 + k];
+        for (int64_t i = 0; i < g->kh; i++)
+            for (int64_t j = 0; j < g->kw; j++) {
+                const int64_t iy = oy * g->sh - g->ph + i * g->dh, ix = x0 + j * g->dw;
+                const int32_t* wv = g->wt + (i * g->kw + j) * c + c0;
+                const int in = iy >= 0 && iy < g->h && ix >= 0 && ix < g->w;
+                const uint8_t* src = plane + (iy * g->w + ix) * c + c0;
+                for (int64_t k = 0; k < nc; k++) a[k] += (in ? (int32_t)src[k] : g->azp) * wv[k];
+            }
+        dw_requant(a, g->mult + c0, g->lo, g->hi, g->zp, nc, out + c0);
+    }
+}
+
+/* Output pixels ox .. ox + 3 of row oy, every tap inside the input, channels [0, C/16*16):
+   each weight vector loaded once for the four pixels, no bounds tests */
+static void dw_pixels4(const dwgeo* g, const uint8_t* plane, int64_t oy, int64_t ox,
+                       uint8_t* out) {
+    const int64_t c = g->c, cv = c / 16 * 16, step = g->sw * c;
+    const uint8_t* base = plane + ((oy * g->sh - g->ph) * g->w + ox * g->sw - g->pw) * c;
+    for (int64_t c0 = 0; c0 < cv; c0 += 16) {
+        v16i a0 = ld_i32(g->off + c0), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t i = 0; i < g->kh; i++) {
+            const uint8_t* rp = base + i * g->dh * g->w * c + c0;
+            const int32_t* wr = g->wt + i * g->kw * c + c0;
+            for (int64_t j = 0; j < g->kw; j++) {
+                const v16i wv = ld_i32(wr + j * c);
+                const uint8_t* src = rp + j * g->dw * c;
+                a0 += ld_u8(src) * wv;
+                a1 += ld_u8(src + step) * wv;
+                a2 += ld_u8(src + 2 * step) * wv;
+                a3 += ld_u8(src + 3 * step) * wv;
+            }
+        }
+        dw_requant16(a0, g->mult + c0, g->lo, g->hi, g->zp, out + c0);
+        dw_requant16(a1, g->mult + c0, g->lo, g->hi, g->zp, out + c + c0);
+        dw_requant16(a2, g->mult + c0, g->lo, g->hi, g->zp, out + 2 * c + c0);
+        dw_requant16(a3, g->mult + c0, g->lo, g->hi, g->zp, out + 3 * c + c0);
+    }
+    for (int q = 0; q < 4 && cv < c; q++)
+        dw_pixel(g, plane, oy, ox + q, cv, c, out + q * c);
+}
+
+void tsr_int8_dw_nhwc(const int64_t* p, int64_t r0, int64_t r1) {
+    dwgeo g = {p[G_CIMG], p[G_H], p[G_W], p[G_KH], p[G_KW], p[G_SH], p[G_SW], p[G_PH],
+               p[G_PW], p[G_DH], p[G_DW], p[G_OH], p[G_OW], (const int32_t*)p[G_WT],
+               (const int32_t*)p[G_BIAS], (const float*)p[G_MULT], (int32_t)p[G_FILL],
+               (int32_t)p[G_ZP], 0, 0};
+    g.lo = (float)(p[G_LO] - g.zp);
+    g.hi = (float)(p[G_HI] - g.zp);
+    const int64_t c = g.c, oh = g.oh, ow = g.ow;
+    /* the output columns whose taps all fall inside the input: [xa, xb) */
+    const int64_t span = (g.kw - 1) * g.dw;
+    int64_t xa = (g.pw + g.sw - 1) / g.sw, xb = g.w - 1 - span + g.pw >= 0 ?
+        (g.w - 1 - span + g.pw) / g.sw + 1 : 0;
+    if (xb > ow) xb = ow;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t img = r / oh, oy = r - img * oh;
+        const uint8_t* plane = (const uint8_t*)p[G_X] + img * g.h * g.w * c;
+        uint8_t* out = (uint8_t*)p[G_OUT] + r * ow * c;
+        const int64_t y0 = oy * g.sh - g.ph, y1 = y0 + (g.kh - 1) * g.dh;
+        const int rows_in = y0 >= 0 && y1 < g.h;
+        int64_t ox = 0;
+        for (; ox < ow; ox++) {
+            if (rows_in && ox >= xa && ox + 4 <= xb) {
+                dw_pixels4(&g, plane, oy, ox, out + ox * c);
+                ox += 3;
+                continue;
+            }
+            dw_pixel(&g, plane, oy, ox, 0, c, out + ox * c);
+        }
+    }
 }
 
 /* Elements [i0, i1) of the quantized sum of two tensors: the operands dequantized in float

@@ -43,7 +43,8 @@ from tessera.onnx.converters.registry import (
 )
 
 # custom operator domains -> the function registering their schemas with onnx
-DOMAINS = {binary.DOMAIN: binary.register_schemas}
+DOMAINS = {binary.DOMAIN: binary.register_schemas,
+           quantized.MS_DOMAIN: quantized.register_schemas}
 
 __all__ = ["EXPORT", "IMPORT", "DOMAINS", "export_rule", "import_rule", "newest", "simple",
            "supported_onnx_ops"]

@@ -1,7 +1,9 @@
 """Quantization, both directions: fake quantization, quantize/dequantize and the INT8 ops
 of quantized inference (``tessera.ops.quantized``) as standard QDQ ONNX, and QDQ and
 QOperator models (QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,
-MatMulInteger, ConvInteger, DynamicQuantizeLinear) back into tessera's quantized ops.
+MatMulInteger, ConvInteger, DynamicQuantizeLinear, and onnxruntime's com.microsoft
+QLinearAdd, QGemm, QLinearGlobalAveragePool, QLinearConcat, QLinearSigmoid and
+QLinearLeakyRelu) back into tessera's quantized ops.
 
 Export writes the QDQ form onnxruntime's ``quantize_static`` writes: a quantized product is
 ``DequantizeLinear`` of its input and of its int8 weights (per output channel, axis 0),
@@ -21,6 +23,8 @@ quantize composite otherwise.
 (True, True)
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -137,6 +141,25 @@ def _fake_quantize_per_channel(b, n):
     q = _clip_ints(b, q, qdt, a["quant_min"], a["quant_max"])
     y = b.op("DequantizeLinear", [q, scale, zp], axis=a["axis"])
     return [b.cast(y, D.float32, n.out_dtype()), None]
+
+
+@export_rule("_fake_quantize_learnable_per_tensor_affine")
+def _fake_quantize_learnable(b, n):
+    """LSQ's fake quantization in inference: the scale and zero point are tensors of one
+    element (the zero point a float, rounded half up and clamped as the kernel does),
+    reshaped to the scalars QuantizeLinear takes."""
+    a = n.attrs
+    qdt = _fq_dtype(a["quant_min"], a["quant_max"])
+    scalar = b.ints([])
+    scale = b.op("Reshape", [operand(b, n, 1, D.float32), scalar])
+    zp = b.op("Floor", [b.op("Add", [operand(b, n, 2, D.float32), b.const(np.float32(0.5))])])
+    zp = b.op("Clip", [zp, b.const(np.float32(a["quant_min"])),
+                       b.const(np.float32(a["quant_max"]))])
+    zp = b.op("Reshape", [b.cast(zp, D.float32, _int_dtype(qdt)), scalar])
+    q = b.op("QuantizeLinear", [operand(b, n, 0, D.float32), scale, zp])
+    q = _clip_ints(b, q, qdt, a["quant_min"], a["quant_max"])
+    y = b.op("DequantizeLinear", [q, scale, zp])
+    return b.cast(y, D.float32, n.out_dtype())
 
 
 def _weight(b, n) -> str:
@@ -449,3 +472,136 @@ def _import_dynamic_quantize(c, x):
     zp = (-lo / s).round().clamp(0, 255)
     q = (x / s).round().add(zp).clamp(0, 255)
     return q.to(D.uint8), s, zp.to(D.uint8)
+
+
+# ---- onnxruntime's QOperator contrib ops (com.microsoft) ---------------------------------
+# ``quantize_static(..., quant_format=QOperator)`` writes these next to QLinearConv: the
+# residual adds, the global pooling, the classifier and a few activations. Each imports as
+# tessera's INT8 op where one computes it, else as dequantize-compute-quantize in float32.
+
+MS_DOMAIN = "com.microsoft"
+
+
+@functools.cache
+def register_schemas() -> None:
+    """Register the schemas of onnxruntime's quantized contrib ops with ``onnx`` (once).
+
+    >>> register_schemas()
+    >>> from onnx import defs
+    >>> defs.has("QLinearAdd", MS_DOMAIN)
+    True
+    """
+    from onnx import defs
+    if defs.has("QLinearAdd", MS_DOMAIN):
+        return
+    S = defs.OpSchema
+    opt, var = S.FormalParameterOption.Optional, S.FormalParameterOption.Variadic
+
+    def p(name, t, optional=False):
+        return S.FormalParameter(name, t, param_option=opt if optional else
+                                 S.FormalParameterOption.Single)
+    q8 = [("T", ["tensor(uint8)", "tensor(int8)"], "8-bit integers")]
+    f = "tensor(float)"
+
+    def schema(name, inputs, outputs, types=q8, attrs=()):
+        defs.register_schema(S(name, MS_DOMAIN, 1, doc=f"onnxruntime's {name}.",
+                               inputs=inputs, outputs=outputs, type_constraints=types,
+                               attributes=[S.Attribute(a, k, "", required=False)
+                                           for a, k in attrs]))
+    unary = [p("X", "T"), p("X_scale", f), p("X_zero_point", "T", True), p("Y_scale", f),
+             p("Y_zero_point", "T", True)]
+    schema("QLinearAdd", [p("A", "T"), p("A_scale", f), p("A_zero_point", "T", True),
+                          p("B", "T"), p("B_scale", f), p("B_zero_point", "T", True),
+                          p("C_scale", f), p("C_zero_point", "T", True)], [p("C", "T")])
+    schema("QLinearSigmoid", unary, [p("Y", "T")])
+    schema("QLinearLeakyRelu", unary, [p("Y", "T")], attrs=[("alpha", S.AttrType.FLOAT)])
+    schema("QLinearGlobalAveragePool", [p("X", "T"), p("x_scale", f), p("x_zero_point", "T"),
+                                        p("y_scale", f), p("y_zero_point", "T")],
+           [p("Y", "T")], attrs=[("channels_last", S.AttrType.INT)])
+    schema("QLinearConcat", [p("Y_scale", f), p("Y_zero_point", "T"),
+                             S.FormalParameter("inputs", "TV", param_option=var,
+                                               is_homogeneous=False)],
+           [p("Y", "T")], types=q8 + [("TV", ["tensor(uint8)", "tensor(int8)", f],
+                                       "the inputs, scales and zero points")],
+           attrs=[("axis", S.AttrType.INT)])
+    i8 = ["tensor(uint8)", "tensor(int8)"]
+    schema("QGemm", [p("A", "TA"), p("a_scale", f), p("a_zero_point", "TA"), p("B", "TB"),
+                     p("b_scale", f), p("b_zero_point", "TB"), p("C", "TC", True),
+                     p("y_scale", f, True), p("y_zero_point", "TYZ", True)], [p("Y", "TR")],
+           types=[("TA", i8, ""), ("TB", i8, ""), ("TC", ["tensor(int32)"], ""),
+                  ("TYZ", i8, ""), ("TR", i8 + [f], "")],
+           attrs=[("alpha", S.AttrType.FLOAT), ("transA", S.AttrType.INT),
+                  ("transB", S.AttrType.INT)])
+
+
+def _scalars(*ts) -> bool:
+    return _known(*ts) and all(t is None or t.numel() == 1 for t in ts)
+
+
+@import_rule("QLinearAdd")
+def _import_qlinear_add(c, a, as_, az, b, bs, bz, cs, cz=None):
+    if a.shape == b.shape and a.dtype is b.dtype and _scalars(as_, az, bs, bz, cs, cz):
+        t = dispatch(Q._QADD, _as_quantized(a), _as_quantized(b), a_scale=float(_item(as_)),
+                     a_zp=int(_item(az)), b_scale=float(_item(bs)), b_zp=int(_item(bz)),
+                     out_scale=float(_item(cs)), out_zp=int(_item(cz)), relu=False)
+        return _as_int(t)
+    return _q(_dq(a, as_, az) + _dq(b, bs, bz), cs, _zp_like(cz, a))
+
+
+def _zp_like(zp, x):
+    """An absent output zero point: 0 of the input's integer type."""
+    return zp if zp is not None else Tensor._from_numpy(np.zeros((), x.dtype.np))
+
+
+@import_rule("QLinearGlobalAveragePool")
+def _import_qlinear_gap(c, x, xs, xz, ys, yz):
+    dims = tuple(range(1, x.dim() - 1)) if c.attr("channels_last", 0) else \
+        tuple(range(2, x.dim()))
+    return _q(_dq(x, xs, xz).mean(dim=dims, keepdim=True), ys, yz)
+
+
+@import_rule("QLinearSigmoid")
+def _import_qlinear_sigmoid(c, x, xs, xz, ys, yz=None):
+    return _q(_dq(x, xs, xz).sigmoid(), ys, _zp_like(yz, x))
+
+
+@import_rule("QLinearLeakyRelu")
+def _import_qlinear_leaky_relu(c, x, xs, xz, ys, yz=None):
+    from tessera.nn.functional import leaky_relu
+    return _q(leaky_relu(_dq(x, xs, xz), c.attr("alpha", 0.01)), ys, _zp_like(yz, x))
+
+
+@import_rule("QLinearConcat")
+def _import_qlinear_concat(c, ys, yz, *inputs):
+    from tessera.ops.shape import cat
+    xs = [_dq(inputs[k], inputs[k + 1], inputs[k + 2]) for k in range(0, len(inputs), 3)]
+    return _q(cat(xs, c.axis("axis", inputs[0].dim())), ys, yz)
+
+
+@import_rule("QGemm")
+def _import_qgemm(c, a, as_, az, b, bs, bz, bias=None, ys=None, yz=None):
+    """``alpha * A @ B`` (each transposed where asked) plus the int32 bias ``C`` (of scale
+    ``alpha * a_scale * b_scale``), requantized to ``y_scale`` or float without it."""
+    from tessera.ops.linalg import matmul
+    alpha = float(c.attr("alpha", 1.0))
+    if c.attr("transA", 0):
+        a = a.transpose(0, 1)
+    acc = as_.float() * bs.float() * alpha
+    bf = None if bias is None else bias.float() * acc
+    wq = b if c.attr("transB", 0) else b.transpose(0, 1)   # (N, K)
+    if ys is not None and alpha == 1.0 and a.dim() == 2 and \
+            _direct(a, wq, bz, as_, az, ys, yz) and bs.numel() in (1, wq.shape[0]):
+        w = wq.contiguous() if is_symbolic(wq) else \
+            Tensor._from_numpy(np.ascontiguousarray(wq._to_numpy()))
+        scales = bs.float().reshape(-1).expand(w.shape[0]).contiguous()
+        t = dispatch(Q._QLINEAR, _as_quantized(a), _as_quantized(w), scales,
+                     None if bf is None else bf.reshape(-1),
+                     x_scale=float(_item(as_)), x_zp=int(_item(az)),
+                     out_scale=float(_item(ys)), out_zp=int(_item(yz)), relu=False)
+        return _as_int(t)
+    fa = _dq(a, as_, az)
+    fw = _dq(wq, bs, bz)   # per output channel along axis 0 of (N, K)
+    y = matmul(fa, fw.transpose(0, 1)) * alpha
+    if bf is not None:
+        y = y + bf
+    return y if ys is None else _q(y, ys, yz)

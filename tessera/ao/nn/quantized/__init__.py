@@ -92,15 +92,21 @@ class _Weighted(nn.Module):
         self.register_buffer("zero_point", tensor([int(zero_point)]))
 
     def _qweight(self) -> Q.QTensor:
-        v = self.weight._version[0]
+        weight, scale = self.weight, self.weight_scale
+        v = weight._version[0]
         if self.__dict__.get("_packed_version", v) != v:
             # written in place (load_state_dict, copy_): its packed form is stale
-            Q.forget_packed(self.weight._data)
+            Q.forget_packed(weight._data)
         self.__dict__["_packed_version"] = v
-        w = Tensor._make(self.weight._data, D.qint8, self.weight.device,
-                         tuple(self.weight.shape))
+        key = (v, id(weight._data), id(scale))
+        hit = self.__dict__.get("_qw")
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        w = Tensor._make(weight._data, D.qint8, weight.device, tuple(weight.shape))
         # the float32 scales as they are (no cast node when traced)
-        return Q.QTensor._wrap(w, self.weight_scale, self._weight_zp(), 0)
+        qw = Q.QTensor._wrap(w, scale, self._weight_zp(), 0)
+        self.__dict__["_qw"] = (key, qw)
+        return qw
 
     def _weight_zp(self) -> Tensor:
         return Tensor._from_numpy(np.zeros(self.weight.shape[0], np.int64))
