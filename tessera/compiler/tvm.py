@@ -40,8 +40,9 @@ from tessera.ops.registry import MissingRule
 __all__ = ["Builder", "supported", "lower", "build", "target", "compile_graph", "whole_graph",
            "TvmStep", "stats"]
 
-# what build() did in this process: compiles, cache hits, seconds spent (for the bench)
-stats: dict = {"compiled": 0, "cached": 0, "seconds": 0.0, "last": None}
+# what build() did in this process: compiles, cache hits, seconds spent, of which tuning
+# (MetaSchedule's search; for the bench)
+stats: dict = {"compiled": 0, "cached": 0, "seconds": 0.0, "tune_seconds": 0.0, "last": None}
 
 
 @functools.lru_cache(maxsize=1)
@@ -368,6 +369,7 @@ def _search(mod, tgt, trials: int, path: str) -> None:
         cost_model = "random"
     log = logging.getLogger("tvm.s_tir.meta_schedule")
     level = log.level
+    t0 = time.perf_counter()
     log.setLevel(logging.WARNING)  # its per-round tables are for people tuning by hand
     db = {k: "" for k in _DB_FILES}
     try:
@@ -393,6 +395,7 @@ def _search(mod, tgt, trials: int, path: str) -> None:
                                        f"candidate was built and measured{_first_error(work)}")
     finally:
         log.setLevel(level)
+        stats["tune_seconds"] += time.perf_counter() - t0
     with open(path, "w") as f:
         json.dump(db, f)
 
