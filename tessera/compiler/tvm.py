@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from tessera.compiler.partition import BackendStats
 from tessera.graph.executor import compile_kernel
 from tessera.graph.fused import body_graph
 from tessera.graph.ir import Graph, Node, Value
@@ -493,19 +494,22 @@ def compile_graph(g: Graph, **options):
     return run
 
 
-class TvmStep:
-    """A whole graph on TVM, with the executor's ``run``. Variables the step does not
-    assign (an inference graph's weights) stay converted between calls while their tensor
-    is unchanged."""
+class TvmStep(BackendStats):
+    """A whole graph on TVM, with the executor's ``run``, ``profile`` and ``memory_stats``.
+    Variables the step does not assign (an inference graph's weights) stay converted
+    between calls while their tensor is unchanged."""
 
     def __init__(self, g: Graph, tensors: dict, **options):
-        self.graph, self.tensors = g, tensors
+        self.graph, self.tensors, self.backend = g, tensors, "tvm"
         self.names = list(g.variables)
         self.fn = build(lower(g), _options(**options))["main"]
         self.resident: dict = {}  # name -> (TVM tensor, (id of the tensor's array, version))
 
     def describe(self) -> str:
         return f"backend tvm: the whole graph ({len(self.graph.nodes)} ops) in one cluster"
+
+    def _timed(self) -> list[tuple[object, str]]:
+        return [(self, "fn")]
 
     def _device(self, name: str, array):
         t = self.tensors.get(name)
