@@ -80,8 +80,7 @@ def _torch_model(name: str):
     import torch
 
     import tessera.models as tm
-    from tests.models import torch_text_refs as text
-    from tests.models import torch_vision_ref as ref
+    from tests.models import torch_text_refs as text, torch_vision_ref as ref
     torch.manual_seed(0)
     if name == "lenet5":
         return ref.LeNet5()

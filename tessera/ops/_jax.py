@@ -25,7 +25,8 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "gelu_backward", "silu_backward", "embedding_backward", "cumulative", "sort", "topk",
            "arg", "logical", "scatter", "scatter_add", "scatter_reduce", "cumulative_extremum",
            "index_add", "index_copy", "index_fill", "take", "index", "index_put", "constant_pad",
-           "pad", "group_norm", "tri", "constant", "rule"]
+           "pad", "group_norm", "tri", "constant", "extremum", "extremum_dim", "variance", "round_",
+           "squeeze", "roll", "rms_norm", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -742,6 +743,69 @@ def index_put(jnp, lax, a, at):
     ref = x.at[_np_key(at["key"], idx)]
     values = jnp.asarray(values, x.dtype)
     return ref.add(values) if at.get("accumulate") else ref.set(values)
+
+
+# ---- extrema, variance, rounding, squeeze, roll, RMS norm -----------------------------------
+
+def extremum(name: str):
+    """``max``/``min`` of every element (NaN wins, as jnp's)."""
+    return lambda jnp, lax, a, at: getattr(jnp, name)(a[0])
+
+
+def extremum_dim(name: str):
+    """``max_dim``/``min_dim``: values and the first index of the extremum along ``dim``
+    (the first NaN where there is one, as NumPy's argmax)."""
+    def rule(jnp, lax, a, at):
+        x = a[0]
+        if x.ndim == 0:
+            return x, jnp.zeros((), jnp.int64)
+        d, keep = at["dim"] % x.ndim, at.get("keepdim", False)
+        idx = getattr(jnp, "arg" + name)(x, axis=d, keepdims=True)
+        vals = jnp.take_along_axis(x, idx, d)
+        return (vals, idx) if keep else (jnp.squeeze(vals, d), jnp.squeeze(idx, d))
+    return rule
+
+
+def variance(root: bool):
+    """``var``/``std`` over ``dim``, dividing by max(N - correction, 0)."""
+    def rule(jnp, lax, a, at):
+        x = a[0]
+        dims, keep = _dims(x, at), at.get("keepdim", False)
+        n = math.prod(x.shape[d] for d in dims)
+        c = x - jnp.mean(x, axis=dims, keepdims=True)
+        v = jnp.sum(c * c, axis=dims, keepdims=keep) / max(n - at.get("correction", 1), 0)
+        return jnp.sqrt(v) if root else v
+    return rule
+
+
+def round_(jnp, lax, a, at):
+    """NumPy's ``rint`` (half to even); ``decimals`` scales first, as PyTorch."""
+    x, dec = a[0], at.get("decimals", 0)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return x
+    if dec > 0:
+        return jnp.rint(x * 10.0 ** dec) / 10.0 ** dec
+    if dec < 0:
+        return jnp.rint(x / 10.0 ** -dec) * 10.0 ** -dec
+    return jnp.rint(x)
+
+
+def squeeze(jnp, lax, a, at):
+    return jnp.squeeze(a[0], tuple(at["dims"]))
+
+
+def roll(jnp, lax, a, at):
+    dims = at["dims"]
+    if not dims:
+        return jnp.roll(a[0], at["shifts"][0])
+    return jnp.roll(a[0], tuple(at["shifts"]), tuple(d % a[0].ndim for d in dims))
+
+
+def rms_norm(jnp, lax, a, at):
+    x, w = a
+    axes = tuple(range(x.ndim - len(at["normalized_shape"]), x.ndim))
+    out = x * lax.rsqrt(jnp.mean(x * x, axis=axes, keepdims=True) + at["eps"])
+    return out if w is None else out * w
 
 
 def constant_pad(jnp, lax, a, at):

@@ -32,7 +32,8 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "log_softmax_backward", "lerp", "clamp", "gelu_backward", "silu_backward",
            "cumulative", "arg", "logical", "tri", "constant_pad", "group_norm", "constant", "sort",
            "topk", "cumulative_extremum", "scatter", "scatter_add", "scatter_reduce",
-           "index_add", "index_copy", "index_fill", "take", "index", "index_put", "rule"]
+           "index_add", "index_copy", "index_fill", "take", "index", "index_put", "extremum",
+           "extremum_dim", "variance", "round_", "squeeze", "roll", "rms_norm", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -1342,6 +1343,120 @@ def index_put(R, a, at):
     if perm == list(range(len(shape))):
         return out
     return R.permute_dims(out, [perm.index(d) for d in range(len(shape))])
+
+
+# ---- extrema, variance, rounding, squeeze, roll, RMS norm -----------------------------------
+
+def _nan_any(R, x, dims, keep):
+    return R.greater(R.max(R.astype(R.isnan(x), "int8"), dims, keep), R.const(0, "int8"))
+
+
+def extremum(name: str):
+    """``max``/``min`` of every element; NaN wins, as in NumPy and PyTorch."""
+    def rule(R, a, at):
+        x = a[0]
+        if R.dtype(x) == "bool":
+            x = R.astype(x, "int8")
+        dims = list(range(len(R.shape(x))))
+        if not dims:
+            return x
+        out = getattr(R, name)(x, dims)
+        if not R.dtype(x).startswith("float"):
+            return out
+        return R.where(_nan_any(R, x, dims, False), _k(R, float("nan"), x), out)
+    return rule
+
+
+def extremum_dim(name: str):
+    """``max_dim``/``min_dim``: values and the first index of the extremum along ``dim``
+    (the first NaN where there is one)."""
+    def rule(R, a, at):
+        x = a[0]
+        if R.dtype(x) == "bool":
+            x = R.astype(x, "int8")
+        shape = R.shape(x)
+        if not shape:
+            return x, R.zeros((), "int64")
+        d, keep = at["dim"] % len(shape), at.get("keepdim", False)
+        idx = (R.argmax if name == "max" else R.argmin)(x, d, True)
+        if R.dtype(x).startswith("float"):
+            nan = R.emit(R.astype(R.isnan(x), "int8"))
+            idx = R.where(_nan_any(R, x, [d], True), R.argmax(nan, d, True), idx)
+        idx = R.emit(R.astype(idx, "int64"))
+        vals = R.gather_elements(x, idx, axis=d)
+        if keep:
+            return vals, idx
+        return R.squeeze(vals, [d]), R.squeeze(idx, [d])
+    return rule
+
+
+def variance(root: bool):
+    """``var``/``std`` over ``dim``, dividing by max(N - correction, 0)."""
+    def rule(R, a, at):
+        x = a[0]
+        dims, keep = _dims(R, x, at), at.get("keepdim", False)
+        shape = R.shape(x)
+        n = math.prod(shape[d] for d in dims)
+        c = R.emit(R.subtract(x, R.mean(x, dims, True) if dims else x))
+        ss = R.sum(R.multiply(c, c), dims, keep) if dims else R.multiply(c, c)
+        free = n - at.get("correction", 1)
+        # no degrees of freedom: NumPy's 0/0 (NaN) or x/0 (inf); TVM rejects a constant 0
+        # divisor, so multiply by inf
+        v = R.divide(ss, _k(R, float(free), x)) if free > 0 \
+            else R.multiply(ss, _k(R, float("inf"), x))
+        return R.sqrt(v) if root else v
+    return rule
+
+
+def round_(R, a, at):
+    """Half to even, as NumPy's rint and PyTorch's nearbyint; ``decimals`` scales first."""
+    x, dec = a[0], at.get("decimals", 0)
+    if not R.dtype(x).startswith("float"):
+        return x
+    x = _wide(R, x)
+    if dec:
+        x = R.multiply(x, _k(R, 10.0 ** dec, x)) if dec > 0 \
+            else R.divide(x, _k(R, 10.0 ** -dec, x))
+    f = R.emit(R.floor(x))
+    diff = R.emit(R.subtract(x, f))
+    half, one = _k(R, 0.5, x), _k(R, 1.0, x)
+    r = R.where(R.greater(diff, half), R.add(f, one),
+                R.where(R.less(diff, half), f, R.add(f, R.floor_mod(f, _k(R, 2.0, x)))))
+    if dec:
+        r = R.divide(r, _k(R, 10.0 ** dec, x)) if dec > 0 \
+            else R.multiply(r, _k(R, 10.0 ** -dec, x))
+    return r
+
+
+def squeeze(R, a, at):
+    dims = at["dims"]
+    return R.reshape(a[0], [s for i, s in enumerate(R.shape(a[0])) if i not in dims])
+
+
+def roll(R, a, at):
+    """Two slices of each rolled dim, swapped; no dims rolls the flattened tensor."""
+    x, shifts, dims = a[0], at["shifts"], at["dims"]
+    shape = R.shape(x)
+    if not dims:
+        flat = roll(R, [R.reshape(x, [math.prod(shape)])], {"shifts": shifts[:1], "dims": [0]})
+        return R.reshape(flat, list(shape))
+    for s, d in zip(shifts, dims):
+        d = d % len(shape)
+        n = shape[d]
+        s = s % n if n else 0
+        if s:
+            x = R.emit(R.concat([_slice_dim(R, x, d, n - s, n), _slice_dim(R, x, d, 0, n - s)],
+                                axis=d))
+    return x
+
+
+def rms_norm(R, a, at):
+    x, w = a
+    nd = len(R.shape(x))
+    axes = list(range(nd - len(at["normalized_shape"]), nd))
+    ms = R.mean(R.multiply(x, x), axes, True)
+    out = R.multiply(x, R.rsqrt(R.add(ms, _k(R, at["eps"], x))))
+    return out if w is None else R.multiply(out, w)
 
 
 _TABLES = (UNARY, ACTIVATION, COMPARE, BINARY, REDUCE)

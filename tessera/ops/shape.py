@@ -515,7 +515,8 @@ def _roll_sbp(x, shifts, dims):
 _ROLL = defop("roll", _roll_infer, _roll_kernel, save=(),
               grad=lambda ctx, g: (roll(g, tuple(-s for s in ctx.attrs["shifts"]),
                                         ctx.attrs["dims"]),),
-              sbp=SbpRule(_roll_sbp), cost=cost.movement())
+              sbp=SbpRule(_roll_sbp), cost=cost.movement(), to_relax=_relax.roll,
+              to_jax=_jax.roll)
 
 
 def roll(input: Tensor, shifts, dims=None) -> Tensor:

@@ -324,7 +324,7 @@ def _round_float(x, decimals=0):
 
 
 _ROUND = defop("round", _round_infer, _same_kernel(_round_float), grad=_zero_grad, save=(),
-               sbp=POINTWISE, cost=ONE)
+               sbp=POINTWISE, cost=ONE, to_relax=_relax.round_, to_jax=_jax.round_)
 
 
 def round(input, *, decimals: int = 0, out=None):
