@@ -26,7 +26,7 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "arg", "logical", "scatter", "scatter_add", "scatter_reduce", "cumulative_extremum",
            "index_add", "index_copy", "index_fill", "take", "index", "index_put", "constant_pad",
            "pad", "group_norm", "tri", "constant", "extremum", "extremum_dim", "variance", "round_",
-           "squeeze", "roll", "rms_norm", "rule"]
+           "squeeze", "roll", "rms_norm", "logit", "nan_to_num", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -806,6 +806,21 @@ def rms_norm(jnp, lax, a, at):
     axes = tuple(range(x.ndim - len(at["normalized_shape"]), x.ndim))
     out = x * lax.rsqrt(jnp.mean(x * x, axis=axes, keepdims=True) + at["eps"])
     return out if w is None else out * w
+
+
+def logit(jnp, lax, a, at):
+    x, eps = a[0], at.get("eps")
+    if eps is not None:
+        x = jnp.clip(x, eps, 1 - eps)
+    return jnp.log(x / (1 - x))
+
+
+def nan_to_num(jnp, lax, a, at):
+    x = a[0]
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return x
+    return jnp.nan_to_num(x, nan=at.get("nan", 0.0), posinf=at.get("posinf"),
+                          neginf=at.get("neginf"))
 
 
 def constant_pad(jnp, lax, a, at):

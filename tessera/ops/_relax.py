@@ -33,7 +33,8 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "cumulative", "arg", "logical", "tri", "constant_pad", "group_norm", "constant", "sort",
            "topk", "cumulative_extremum", "scatter", "scatter_add", "scatter_reduce",
            "index_add", "index_copy", "index_fill", "take", "index", "index_put", "extremum",
-           "extremum_dim", "variance", "round_", "squeeze", "roll", "rms_norm", "rule"]
+           "extremum_dim", "variance", "round_", "squeeze", "roll", "rms_norm", "logit",
+           "nan_to_num", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -1457,6 +1458,28 @@ def rms_norm(R, a, at):
     ms = R.mean(R.multiply(x, x), axes, True)
     out = R.multiply(x, R.rsqrt(R.add(ms, _k(R, at["eps"], x))))
     return out if w is None else R.multiply(out, w)
+
+
+def logit(R, a, at):
+    """log(p / (1 - p)), p clamped to [eps, 1 - eps] when eps is given."""
+    x, eps = _wide(R, a[0]), at.get("eps")
+    if eps is not None:
+        x = R.minimum(R.maximum(x, _k(R, eps, x)), _k(R, 1 - eps, x))
+    x = R.emit(x)
+    return R.log(R.divide(x, R.subtract(_k(R, 1.0, x), x)))
+
+
+def nan_to_num(R, a, at):
+    x = a[0]
+    dt = R.dtype(x)
+    if not dt.startswith("float"):
+        return x
+    big = float(np.finfo(np.dtype(dt)).max)
+    pos, neg = at.get("posinf"), at.get("neginf")
+    x = R.emit(R.where(R.isnan(x), _k(R, at.get("nan", 0.0), x), x))
+    x = R.emit(R.where(R.logical_and(R.isinf(x), R.greater(x, _k(R, 0.0, x))),
+                       _k(R, big if pos is None else pos, x), x))
+    return R.where(R.isinf(x), _k(R, -big if neg is None else neg, x), x)
 
 
 _TABLES = (UNARY, ACTIVATION, COMPARE, BINARY, REDUCE)
