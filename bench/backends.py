@@ -10,10 +10,13 @@ on disk; XLA and onnxruntime compile again; torch.compile has its own cache). Co
 state) minus as many steady steps; step time = the median of the steady steps.
 
 The models are the zoo's (``tessera.models``) at small sizes; torch.compile runs the
-PyTorch references of the tests (``tests/models``) where there is one, onnxruntime the
-model exported by ``tessera.onnx``. ``TESSERA_BENCH_TVM_TRIALS`` (default 64) is the tuned
+PyTorch references of the tests (``tests/models``, same architecture and sizes),
+onnxruntime the model exported by ``tessera.onnx``. Steady steps stop early after
+``STEPS_BUDGET_S`` (the note gives their count); a tuned TVM's note gives the part of its
+cold compile spent tuning. ``TESSERA_BENCH_TVM_TRIALS`` (default 64) is the tuned
 TVM's trial budget; ``TESSERA_BENCH_BACKENDS`` (comma-separated workload names) runs a
-subset; ``TESSERA_BENCH_BACKENDS_TIMEOUT`` (s, default 1800) bounds each child process.
+subset; ``TESSERA_BENCH_BACKENDS_TIMEOUT`` (s, default 1800; three times that for tuned TVM)
+bounds each child process.
 """
 from __future__ import annotations
 
@@ -31,6 +34,9 @@ INFERENCE = ("lenet5", "resnet18", "mobilenet_v2", "vit_tiny", "gpt", "bert")
 TRAINING = ("mlp train", "cnn train", "transformer train")
 BACKENDS = ("tessera", "tvm", "tvm tuned", "xla", "torch.compile", "onnxruntime")
 STEPS = 5
+# steady steps stop early past this many seconds (at least one runs): untuned TVM's naive
+# loops take seconds to minutes a training step
+STEPS_BUDGET_S = 60.0
 # a child taking longer (untuned TVM's naive GEMM on the training workloads can take
 # minutes a step) is reported as timed out rather than holding up the others
 CHILD_TIMEOUT_S = int(os.environ.get("TESSERA_BENCH_BACKENDS_TIMEOUT", "1800"))
@@ -38,6 +44,11 @@ CHILD_TIMEOUT_S = int(os.environ.get("TESSERA_BENCH_BACKENDS_TIMEOUT", "1800"))
 
 def _trials() -> int:
     return int(os.environ.get("TESSERA_BENCH_TVM_TRIALS", "64"))
+
+
+def _timeout(backend: str) -> int:
+    """A tuned TVM child searches before its first step: three times the bound."""
+    return CHILD_TIMEOUT_S * (3 if backend == "tvm tuned" else 1)
 
 
 def _zoo(name: str):
@@ -69,15 +80,26 @@ def _main_output(out):
 
 
 def _torch_model(name: str):
+    """The tests' PyTorch reference of zoo model ``name`` at the sizes of ``_zoo``."""
+    import dataclasses
+
     import torch
 
-    from tests.models import torch_vision_ref as ref
+    import tessera.models as tm
+    from tests.models import torch_text_refs as text, torch_vision_ref as ref
     torch.manual_seed(0)
     if name == "lenet5":
         return ref.LeNet5()
     if name in ("resnet18", "mobilenet_v2"):
         return getattr(ref, name)(num_classes=10)
-    raise NotImplementedError(f"no PyTorch reference of {name} in the benchmark")
+    if name == "vit_tiny":
+        return ref.vit_tiny(num_classes=10, image_size=32, num_layers=4)
+    if name == "gpt":
+        return text.TorchGPT(vocab_size=512, block_size=64, n_layer=4, n_head=4, n_embd=128)
+    cfg = tm.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=4,
+                        num_attention_heads=4, intermediate_size=512,
+                        max_position_embeddings=128)
+    return text.TorchBert(dataclasses.asdict(cfg))
 
 
 def _step(name: str, backend: str):
@@ -148,13 +170,18 @@ def child(name: str, backend: str) -> dict:
     for _ in range(traces):
         step()
     first = time.perf_counter() - t0
-    times = []
-    for _ in range(STEPS):
+    times: list[float] = []
+    while len(times) < STEPS and sum(times) < STEPS_BUDGET_S:
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
-    return {"step_ms": med * 1000, "compile_s": max(0.0, first - traces * med)}
+    out = {"step_ms": med * 1000, "compile_s": max(0.0, first - traces * med),
+           "steps": len(times)}
+    if backend == "tvm tuned":
+        from tessera.compiler import tvm
+        out["tune_s"] = tvm.stats["tune_seconds"]
+    return out
 
 
 def _available(backend: str) -> str | None:
@@ -189,9 +216,9 @@ def run() -> list[dict]:
                         proc = subprocess.run([sys.executable, "-m", "bench.backends",
                                                "--child", name, backend], capture_output=True,
                                               text=True, env=env, check=False,
-                                              timeout=CHILD_TIMEOUT_S)
+                                              timeout=_timeout(backend))
                     except subprocess.TimeoutExpired:
-                        row[phase] = {"error": f"timed out after {CHILD_TIMEOUT_S} s"}
+                        row[phase] = {"error": f"timed out after {_timeout(backend)} s"}
                         continue
                     if proc.returncode != 0:
                         lines = proc.stderr.strip().splitlines() or ["?"]
@@ -199,6 +226,7 @@ def run() -> list[dict]:
                     else:
                         row[phase] = json.loads(proc.stdout.strip().splitlines()[-1])
             rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)  # progress of a long run
     return rows
 
 
@@ -210,12 +238,22 @@ def render(rows: list[dict]) -> str:
             out.append((r["workload"], r["backend"], "-", "-", "-", r["skip"]))
             continue
         c, w = r["cold"], r["warm"]
+        note, warm_compile = [], None
+        if c.get("error") and not w.get("error"):
+            # the cold process left nothing in the cache: the warm one compiled from scratch
+            note.append(f"cold: {c['error']}; warm compiled from scratch")
+            c, warm_compile = w, "-"
         err = c.get("error") or w.get("error")
         if err:
             out.append((r["workload"], r["backend"], "-", "-", "-", err[:70]))
             continue
+        if "tune_s" in c:
+            note.append(f"{c['tune_s']:.0f} s of the cold compile tuning")
+        if w.get("steps", STEPS) < STEPS:
+            note.append(f"median of {w['steps']} steps")
         out.append((r["workload"], r["backend"], f"{w['step_ms']:.2f}",
-                    f"{c['compile_s']:.2f}", f"{w['compile_s']:.2f}", ""))
+                    f"{c['compile_s']:.2f}", warm_compile or f"{w['compile_s']:.2f}",
+                    "; ".join(note)))
     return table(out, ("workload", "backend", "step ms", "compile cold s", "compile warm s",
                        "note"))
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from tessera.graph.executor import Executor
 from tessera.graph.ir import Graph, Node, Value
 
-__all__ = ["runs", "Segment", "Partitioned", "BackendUnsupported", "describe"]
+__all__ = ["runs", "Segment", "Partitioned", "BackendUnsupported", "BackendStats",
+           "describe"]
 
 
 class BackendUnsupported(NotImplementedError):
@@ -52,6 +53,7 @@ class Segment:
     writes: list
     nodes: list
     run: Callable | None = None
+    executor: Executor | None = None  # tessera's segments
 
 
 def _subgraph(nodes: list, later_reads: set) -> tuple[Graph, list, list]:
@@ -76,7 +78,69 @@ def _subgraph(nodes: list, later_reads: set) -> tuple[Graph, list, list]:
     return g, reads, writes
 
 
-class Partitioned:
+class BackendStats:
+    """``profile`` and ``memory_stats`` with the executor's signatures, for a step a backend
+    runs (whole or in part). The backend's compiled code is opaque: its calls are timed as
+    one entry under the backend's name; tessera's segments op by op, as the executor does.
+    A backend plans its own buffers, so memory counts the graph's intermediates (their sum
+    and the peak alive at once in node order) and the variables; the arena and plan fields
+    cover tessera's segments only (0 when the backend runs the whole graph)."""
+
+    backend: str
+    graph: Graph
+
+    def _timed(self) -> list[tuple[object, str]]:
+        """(object, attribute) of each backend function a step calls."""
+        raise NotImplementedError
+
+    def _executors(self) -> list[Executor]:
+        return []
+
+    def profile(self, run) -> dict[str, float]:
+        import time
+        spent: dict[str, float] = {}
+        saved = [(obj, attr, getattr(obj, attr)) for obj, attr in self._timed()]
+
+        def timed(fn):
+            def call(*args, **kwargs):
+                t0 = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    spent[self.backend] = spent.get(self.backend, 0.0) + \
+                        time.perf_counter() - t0
+            return call
+        for obj, attr, fn in saved:
+            setattr(obj, attr, timed(fn))
+        exs = self._executors()
+
+        def nested(i: int) -> None:  # each tessera segment's executor times its own ops
+            if i == len(exs):
+                run()
+                return
+            for k, v in exs[i].profile(lambda: nested(i + 1)).items():
+                spent[k] = spent.get(k, 0.0) + v
+        try:
+            nested(0)
+        finally:
+            for obj, attr, fn in saved:
+                setattr(obj, attr, fn)
+        return spent
+
+    def memory_stats(self, tensors: dict, optimizers=()) -> dict:
+        from tessera.graph.passes.remat import peak_bytes
+        parts = [ex.memory_stats({}) for ex in self._executors()]
+        out = {"backend": self.backend,
+               "intermediate_bytes_naive": sum(v.nbytes for n in self.graph.nodes
+                                               for v in n.outputs),
+               "intermediate_bytes_peak": peak_bytes(self.graph),
+               "variable_bytes": sum(t.numel() * t.dtype.itemsize for t in tensors.values())}
+        for k in ("arena_bytes", "planned_bytes", "inplace_nodes", "written_into_variables"):
+            out[k] = sum(p[k] for p in parts)
+        return out
+
+
+class Partitioned(BackendStats):
     """Runs a graph cut into segments: ``compile(subgraph) -> fn(input arrays) -> output
     arrays`` for the backend's, tessera's ``Executor`` for the rest. Same ``run`` as the
     executor."""
@@ -96,7 +160,7 @@ class Partitioned:
             if side == "backend":
                 seg.run = compile(sub)
             else:
-                ex = Executor(sub)
+                ex = seg.executor = Executor(sub)
                 seg.run = lambda arrays, ex=ex: ex.run(arrays, {})[0]
             self.segments.append(seg)
 
@@ -115,6 +179,12 @@ class Partitioned:
 
     def describe(self) -> str:
         return describe(self.backend, [(s.side, s.nodes) for s in self.segments])
+
+    def _timed(self) -> list[tuple[object, str]]:
+        return [(s, "run") for s in self.segments if s.side == "backend"]
+
+    def _executors(self) -> list[Executor]:
+        return [s.executor for s in self.segments if s.executor is not None]
 
 
 def describe(backend: str, parts: list) -> str:
@@ -136,7 +206,11 @@ def describe(backend: str, parts: list) -> str:
 def unsupported_error(backend: str, rule: str, nodes: list) -> BackendUnsupported:
     seen: dict[str, list] = {}
     for n in nodes:
-        seen.setdefault(n.op.name, []).append(n.name or "graph")
+        # a random op draws from tessera's generator (NumPy's PCG64 stream), which no
+        # backend reproduces: without strict it runs on tessera's executor, as eager draws
+        why = " (random: draws from tessera's generator)" if "generator" in n.attrs or \
+            "seed" in n.attrs else ""
+        seen.setdefault(n.op.name + why, []).append(n.name or "graph")
     what = "; ".join(f"{op} at {', '.join(sorted(set(paths))[:4])}"
                      for op, paths in sorted(seen.items()))
     return BackendUnsupported(f"nn.Graph backend '{backend}' (strict): no '{rule}' rule for "

@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from tessera.compiler.partition import BackendStats
 from tessera.graph.executor import compile_kernel
 from tessera.graph.fused import body_graph
 from tessera.graph.ir import Graph, Node, Value
@@ -40,8 +41,9 @@ from tessera.ops.registry import MissingRule
 __all__ = ["Builder", "supported", "lower", "build", "target", "compile_graph", "whole_graph",
            "TvmStep", "stats"]
 
-# what build() did in this process: compiles, cache hits, seconds spent (for the bench)
-stats: dict = {"compiled": 0, "cached": 0, "seconds": 0.0, "last": None}
+# what build() did in this process: compiles, cache hits, seconds spent, of which tuning
+# (MetaSchedule's search; for the bench)
+stats: dict = {"compiled": 0, "cached": 0, "seconds": 0.0, "tune_seconds": 0.0, "last": None}
 
 
 @functools.lru_cache(maxsize=1)
@@ -368,6 +370,7 @@ def _search(mod, tgt, trials: int, path: str) -> None:
         cost_model = "random"
     log = logging.getLogger("tvm.s_tir.meta_schedule")
     level = log.level
+    t0 = time.perf_counter()
     log.setLevel(logging.WARNING)  # its per-round tables are for people tuning by hand
     db = {k: "" for k in _DB_FILES}
     try:
@@ -393,6 +396,7 @@ def _search(mod, tgt, trials: int, path: str) -> None:
                                        f"candidate was built and measured{_first_error(work)}")
     finally:
         log.setLevel(level)
+        stats["tune_seconds"] += time.perf_counter() - t0
     with open(path, "w") as f:
         json.dump(db, f)
 
@@ -490,19 +494,22 @@ def compile_graph(g: Graph, **options):
     return run
 
 
-class TvmStep:
-    """A whole graph on TVM, with the executor's ``run``. Variables the step does not
-    assign (an inference graph's weights) stay converted between calls while their tensor
-    is unchanged."""
+class TvmStep(BackendStats):
+    """A whole graph on TVM, with the executor's ``run``, ``profile`` and ``memory_stats``.
+    Variables the step does not assign (an inference graph's weights) stay converted
+    between calls while their tensor is unchanged."""
 
     def __init__(self, g: Graph, tensors: dict, **options):
-        self.graph, self.tensors = g, tensors
+        self.graph, self.tensors, self.backend = g, tensors, "tvm"
         self.names = list(g.variables)
         self.fn = build(lower(g), _options(**options))["main"]
         self.resident: dict = {}  # name -> (TVM tensor, (id of the tensor's array, version))
 
     def describe(self) -> str:
         return f"backend tvm: the whole graph ({len(self.graph.nodes)} ops) in one cluster"
+
+    def _timed(self) -> list[tuple[object, str]]:
+        return [(self, "fn")]
 
     def _device(self, name: str, array):
         t = self.tensors.get(name)

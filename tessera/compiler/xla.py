@@ -21,6 +21,7 @@ import functools
 
 import numpy as np
 
+from tessera.compiler.partition import BackendStats
 from tessera.graph.executor import compile_kernel
 from tessera.graph.fused import body_graph
 from tessera.graph.ir import Graph, Node, Value
@@ -140,13 +141,13 @@ def compile_graph(g: Graph):
     return run
 
 
-class XlaStep:
-    """A whole graph on XLA, with the executor's ``run``. Variables live on XLA's side
-    between steps; those the step assigns are donated to it."""
+class XlaStep(BackendStats):
+    """A whole graph on XLA, with the executor's ``run``, ``profile`` and ``memory_stats``.
+    Variables live on XLA's side between steps; those the step assigns are donated to it."""
 
     def __init__(self, g: Graph, tensors: dict):
         jax, _, _ = _modules()
-        self.graph, self.tensors = g, tensors
+        self.graph, self.tensors, self.backend = g, tensors, "xla"
         self.names = list(g.variables)
         assigned = {k for k, _ in g.assigns}
         self.donated = [k for k in self.names if k in assigned]
@@ -164,6 +165,9 @@ class XlaStep:
 
     def describe(self) -> str:
         return f"backend xla: the whole graph ({len(self.graph.nodes)} ops) in one cluster"
+
+    def _timed(self) -> list[tuple[object, str]]:
+        return [(self, "jitted")]
 
     def _device(self, name: str, array):
         jax, _, _ = _modules()

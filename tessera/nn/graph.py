@@ -607,7 +607,9 @@ class Graph:
         """Run ``steps`` calls of this graph on ``args`` and return the seconds spent in
         each op's kernels, by op name (``fused`` for generated kernels, ``matmul`` for
         BLAS), per step; the graph must have run on inputs like these before. Timing each
-        kernel adds a little to every step.
+        kernel adds a little to every step. On another backend (``config.set_backend``) its
+        compiled code is one entry under the backend's name ("tvm", "xla"), the ops left to
+        tessera's executor by name.
 
         >>> import tessera
         >>> class G(tessera.nn.Graph):
@@ -630,7 +632,9 @@ class Graph:
         of live intermediates (``peak_bytes``, views sharing their base), the same without
         rematerialization, and the remat plan (``config.enable_remat``): the bytes of the
         forward values backward reads (saved activations) without it, its method,
-        recomputed FLOPs, solver time and status, and the MILP's optimality gap."""
+        recomputed FLOPs, solver time and status, and the MILP's optimality gap. On another
+        backend, which plans its own buffers, ``backend`` names it and the arena and plan
+        fields count the ops left to tessera's executor only."""
         from tessera.graph.passes.remat import peak_bytes
         c = self._current()
         tiles = {n: _tile_tensor(t) for n, t in c.tensors.items()}  # this rank's share

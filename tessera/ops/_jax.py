@@ -23,8 +23,10 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "interpolate", "split_view", "split_backward", "expand", "softmax", "log_softmax",
            "softmax_backward", "log_softmax_backward", "layer_norm", "lerp", "clamp",
            "gelu_backward", "silu_backward", "embedding_backward", "cumulative", "sort", "topk",
-           "arg", "logical", "scatter", "scatter_add", "constant_pad", "pad", "group_norm", "tri",
-           "constant", "rule"]
+           "arg", "logical", "scatter", "scatter_add", "scatter_reduce", "cumulative_extremum",
+           "index_add", "index_copy", "index_fill", "take", "index", "index_put", "constant_pad",
+           "pad", "group_norm", "tri", "constant", "extremum", "extremum_dim", "variance", "round_",
+           "squeeze", "roll", "rms_norm", "logit", "nan_to_num", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -641,6 +643,197 @@ def scatter(jnp, lax, a, at):
 
 def scatter_add(jnp, lax, a, at):
     return scatter(jnp, lax, a, dict(at, _add=True))
+
+
+def cumulative_extremum(name: str):
+    """``cummax``/``cummin``: an associative scan of (value, index) pairs along ``dim``; the
+    later element wins a tie and every NaN wins, as in PyTorch."""
+    largest = name == "cummax"
+
+    def rule(jnp, lax, a, at):
+        x = a[0]
+        if x.ndim == 0:
+            return x, jnp.zeros((), jnp.int64)
+        d = at["dim"] % x.ndim
+        x = x.astype(jnp.int8) if x.dtype == bool else x
+        shape = [1] * x.ndim
+        shape[d] = x.shape[d]
+        i = jnp.broadcast_to(jnp.arange(x.shape[d]).reshape(shape), x.shape)
+
+        def pick(early, late):
+            (ev, ei), (lv, li) = early, late
+            keep = lv >= ev if largest else lv <= ev
+            if jnp.issubdtype(x.dtype, jnp.floating):
+                keep = jnp.isnan(lv) | (~jnp.isnan(ev) & keep)
+            return jnp.where(keep, lv, ev), jnp.where(keep, li, ei)
+        return lax.associative_scan(pick, (x, i), axis=d)
+    return rule
+
+
+def scatter_reduce(jnp, lax, a, at):
+    """``include_self=False`` first writes the reduction's identity at the indexed places;
+    ``mean`` divides a sum by a scattered count (floor division for integers)."""
+    t, index, src = a
+    if index.size == 0:
+        return t
+    d = at["dim"] % t.ndim
+    reduce = at["reduce"]
+    key = _scatter_key(jnp, index, d)
+    src = src[tuple(slice(0, n) for n in index.shape)]
+    if not at.get("include_self", True):
+        if reduce in ("amax", "amin"):
+            big = jnp.inf if jnp.issubdtype(t.dtype, jnp.floating) else jnp.iinfo(t.dtype).max
+            init = -big if reduce == "amax" else big
+        else:
+            init = 1 if reduce == "prod" else 0
+        t = t.at[key].set(jnp.asarray(init, t.dtype))
+    ref = t.at[key]
+    if reduce == "sum":
+        return ref.add(src)
+    if reduce == "prod":
+        return ref.multiply(src)
+    if reduce == "amax":
+        return ref.max(src)
+    if reduce == "amin":
+        return ref.min(src)
+    total = ref.add(src)
+    count = jnp.full(t.shape, int(at.get("include_self", True)), t.dtype).at[key].add(1)
+    count = jnp.maximum(count, 1)
+    return total / count if jnp.issubdtype(t.dtype, jnp.floating) else total // count
+
+
+def _along(jnp, x, d, index):
+    return (slice(None),) * d + (index.reshape(-1),)
+
+
+def _index_write(mode):
+    """``index_add`` (``alpha`` times ``source`` added) and ``index_copy`` along ``dim``."""
+    def rule(jnp, lax, a, at):
+        x, index, src = a
+        if x.ndim == 0:
+            src = src.reshape(())
+            return x + src * at.get("alpha", 1) if mode == "add" else src
+        d = at["dim"] % x.ndim
+        k = index.size
+        src = src.reshape(x.shape[:d] + (k,) + x.shape[d + 1:])
+        ref = x.at[_along(jnp, x, d, index)]
+        if mode == "add":
+            alpha = at.get("alpha", 1)
+            return ref.add(src if alpha == 1 or x.dtype == bool
+                           else src * jnp.asarray(alpha, x.dtype))
+        return ref.set(src)
+    return rule
+
+
+index_add = _index_write("add")
+index_copy = _index_write("set")
+
+
+def index_fill(jnp, lax, a, at):
+    x, index, value = a
+    if x.ndim == 0:
+        return jnp.broadcast_to(jnp.asarray(value, x.dtype), ())
+    d = at["dim"] % x.ndim
+    return x.at[_along(jnp, x, d, index)].set(jnp.asarray(value).astype(x.dtype))
+
+
+def take(jnp, lax, a, at):
+    x, index = a
+    return jnp.take(x.reshape(-1), index, mode="wrap")
+
+
+def _np_key(key, idx):
+    it = iter(idx)
+    return tuple(k if isinstance(k, slice) else next(it) for k in key)
+
+
+def index(jnp, lax, a, at):
+    return a[0][_np_key(at["key"], a[1:])]
+
+
+def index_put(jnp, lax, a, at):
+    x, values, idx = a[0], a[1], a[2:]
+    ref = x.at[_np_key(at["key"], idx)]
+    values = jnp.asarray(values, x.dtype)
+    return ref.add(values) if at.get("accumulate") else ref.set(values)
+
+
+# ---- extrema, variance, rounding, squeeze, roll, RMS norm -----------------------------------
+
+def extremum(name: str):
+    """``max``/``min`` of every element (NaN wins, as jnp's)."""
+    return lambda jnp, lax, a, at: getattr(jnp, name)(a[0])
+
+
+def extremum_dim(name: str):
+    """``max_dim``/``min_dim``: values and the first index of the extremum along ``dim``
+    (the first NaN where there is one, as NumPy's argmax)."""
+    def rule(jnp, lax, a, at):
+        x = a[0]
+        if x.ndim == 0:
+            return x, jnp.zeros((), jnp.int64)
+        d, keep = at["dim"] % x.ndim, at.get("keepdim", False)
+        idx = getattr(jnp, "arg" + name)(x, axis=d, keepdims=True)
+        vals = jnp.take_along_axis(x, idx, d)
+        return (vals, idx) if keep else (jnp.squeeze(vals, d), jnp.squeeze(idx, d))
+    return rule
+
+
+def variance(root: bool):
+    """``var``/``std`` over ``dim``, dividing by max(N - correction, 0)."""
+    def rule(jnp, lax, a, at):
+        x = a[0]
+        dims, keep = _dims(x, at), at.get("keepdim", False)
+        n = math.prod(x.shape[d] for d in dims)
+        c = x - jnp.mean(x, axis=dims, keepdims=True)
+        v = jnp.sum(c * c, axis=dims, keepdims=keep) / max(n - at.get("correction", 1), 0)
+        return jnp.sqrt(v) if root else v
+    return rule
+
+
+def round_(jnp, lax, a, at):
+    """NumPy's ``rint`` (half to even); ``decimals`` scales first, as PyTorch."""
+    x, dec = a[0], at.get("decimals", 0)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return x
+    if dec > 0:
+        return jnp.rint(x * 10.0 ** dec) / 10.0 ** dec
+    if dec < 0:
+        return jnp.rint(x / 10.0 ** -dec) * 10.0 ** -dec
+    return jnp.rint(x)
+
+
+def squeeze(jnp, lax, a, at):
+    return jnp.squeeze(a[0], tuple(at["dims"]))
+
+
+def roll(jnp, lax, a, at):
+    dims = at["dims"]
+    if not dims:
+        return jnp.roll(a[0], at["shifts"][0])
+    return jnp.roll(a[0], tuple(at["shifts"]), tuple(d % a[0].ndim for d in dims))
+
+
+def rms_norm(jnp, lax, a, at):
+    x, w = a
+    axes = tuple(range(x.ndim - len(at["normalized_shape"]), x.ndim))
+    out = x * lax.rsqrt(jnp.mean(x * x, axis=axes, keepdims=True) + at["eps"])
+    return out if w is None else out * w
+
+
+def logit(jnp, lax, a, at):
+    x, eps = a[0], at.get("eps")
+    if eps is not None:
+        x = jnp.clip(x, eps, 1 - eps)
+    return jnp.log(x / (1 - x))
+
+
+def nan_to_num(jnp, lax, a, at):
+    x = a[0]
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return x
+    return jnp.nan_to_num(x, nan=at.get("nan", 0.0), posinf=at.get("posinf"),
+                          neginf=at.get("neginf"))
 
 
 def constant_pad(jnp, lax, a, at):

@@ -30,7 +30,11 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "index_select", "embedding", "embedding_backward", "where", "masked_fill",
            "addcmul", "addcdiv", "softmax", "log_softmax", "softmax_backward",
            "log_softmax_backward", "lerp", "clamp", "gelu_backward", "silu_backward",
-           "cumulative", "arg", "logical", "tri", "constant_pad", "group_norm", "constant", "rule"]
+           "cumulative", "arg", "logical", "tri", "constant_pad", "group_norm", "constant", "sort",
+           "topk", "cumulative_extremum", "scatter", "scatter_add", "scatter_reduce",
+           "index_add", "index_copy", "index_fill", "take", "index", "index_put", "extremum",
+           "extremum_dim", "variance", "round_", "squeeze", "roll", "rms_norm", "logit",
+           "nan_to_num", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -123,6 +127,103 @@ UNARY = {
     "isneginf": _one(lambda R, x: R.logical_and(R.isinf(x), R.less(x, _k(R, 0, x)))),
     "logical_not": _one(lambda R, x: R.logical_not(R.astype(x, "bool"))),
 }
+
+
+# ---- special functions: Relax has erf only; the rest are series in its elementwise ops --------
+
+def _poly(R, t, coeffs, like):
+    """Horner's ``coeffs[0] + t * (coeffs[1] + ...)``."""
+    p = _k(R, coeffs[-1], like)
+    for c in reversed(coeffs[:-1]):
+        p = R.add(_k(R, c, like), R.multiply(t, p))
+    return p
+
+
+# Numerical Recipes' erfcc: relative error below 1.2e-7 everywhere, the tail included
+_ERFC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
+         -1.13520398, 1.48851587, -0.82215223, 0.17087277)
+
+
+def _erfc(R, x):
+    z = R.emit(R.abs(x))
+    t = R.emit(R.divide(_k(R, 1.0, x), R.add(_k(R, 1.0, x), R.multiply(_k(R, 0.5, x), z))))
+    tail = R.emit(R.multiply(t, R.exp(R.add(R.negative(R.multiply(z, z)),
+                                            _poly(R, t, _ERFC, x)))))
+    return R.where(R.less(x, _k(R, 0.0, x)), R.subtract(_k(R, 2.0, x), tail), tail)
+
+
+# Giles's single-precision erfinv (two rational pieces in w = -log(1 - x^2))
+_ERFINV_LO = (1.50140941, 0.246640727, -0.00417768164, -0.00125372503, 0.00021858087,
+              -4.39150654e-06, -3.5233877e-06, 3.43273939e-07, 2.81022636e-08)
+_ERFINV_HI = (2.83297682, 1.00167406, 0.00943887047, -0.0076224613, 0.00573950773,
+              -0.00367342844, 0.00134934322, 0.000100950558, -0.000200214257)
+
+
+def _erfinv(R, x):
+    x = R.emit(R.astype(x, "float64"))  # then one Newton step on erf, which is exact enough
+    one = _k(R, 1.0, x)
+    w = R.emit(R.negative(R.log(R.multiply(R.subtract(one, x), R.add(one, x)))))
+    lo = _poly(R, R.subtract(w, _k(R, 2.5, x)), _ERFINV_LO, x)
+    hi = _poly(R, R.subtract(R.sqrt(w), _k(R, 3.0, x)), _ERFINV_HI, x)
+    y = R.emit(R.multiply(R.where(R.less(w, _k(R, 5.0, x)), lo, hi), x))
+    step = R.divide(R.subtract(R.erf(y), x),
+                    R.multiply(_k(R, 2 / math.sqrt(math.pi), x),
+                               R.exp(R.negative(R.multiply(y, y)))))
+    return R.where(R.less(R.abs(x), one), R.subtract(y, step), y)
+
+
+# Lanczos's approximation, g = 7, nine terms (double precision for x >= 1/2)
+_LANCZOS = (0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
+            -176.61502916214059, 12.507343278686905, -0.13857109526572012,
+            9.9843695780195716e-6, 1.5056327351493116e-7)
+
+
+def _pole(R, x):
+    """Where ``x`` is 0 or a negative integer."""
+    return R.logical_and(R.less_equal(x, _k(R, 0.0, x)), R.equal(x, R.floor(x)))
+
+
+def _lgamma(R, x):
+    x = R.emit(R.astype(x, "float64"))
+    half, one = _k(R, 0.5, x), _k(R, 1.0, x)
+    refl = R.emit(R.less(x, half))
+    w = R.emit(R.where(refl, R.subtract(one, x), x))  # log|gamma(x)| by reflection below 1/2
+    z = R.emit(R.subtract(w, one))
+    s = _k(R, _LANCZOS[0], x)
+    for i, c in enumerate(_LANCZOS[1:], 1):
+        s = R.add(s, R.divide(_k(R, c, x), R.add(z, _k(R, float(i), x))))
+    t = R.emit(R.add(z, _k(R, 7.5, x)))
+    lg = R.emit(R.add(R.subtract(R.multiply(R.add(z, half), R.log(t)), t),
+                      R.add(R.log(s), _k(R, 0.5 * math.log(2 * math.pi), x))))
+    sin = R.abs(R.sin(R.multiply(_k(R, math.pi, x), x)))
+    out = R.where(refl, R.subtract(R.log(R.divide(_k(R, math.pi, x), sin)), lg), lg)
+    inf = _k(R, float("inf"), x)
+    return R.where(R.logical_or(R.isinf(x), _pole(R, x)), inf, out)
+
+
+def _digamma(R, x):
+    x = R.emit(R.astype(x, "float64"))
+    one = _k(R, 1.0, x)
+    refl = R.emit(R.less(x, _k(R, 0.5, x)))
+    w = R.emit(R.where(refl, R.subtract(one, x), x))
+    # psi(w) = psi(w + 6) - sum 1/(w + k), then the asymptotic series at w + 6
+    shift = R.divide(one, w)
+    for k in range(1, 6):
+        shift = R.add(shift, R.divide(one, R.add(w, _k(R, float(k), x))))
+    y = R.emit(R.add(w, _k(R, 6.0, x)))
+    inv2 = R.emit(R.divide(one, R.multiply(y, y)))
+    series = R.multiply(inv2, _poly(R, inv2, (1 / 12, -1 / 120, 1 / 252, -1 / 240, 1 / 132), x))
+    psi = R.emit(R.subtract(R.subtract(R.subtract(R.log(y), R.divide(_k(R, 0.5, x), y)),
+                                       series), shift))
+    out = R.where(refl, R.subtract(psi, R.divide(_k(R, math.pi, x),
+                                                 R.tan(R.multiply(_k(R, math.pi, x), x)))), psi)
+    # PyTorch: -inf at 0, NaN at the negative integers
+    out = R.where(_pole(R, x), _k(R, float("nan"), x), out)
+    return R.where(R.equal(x, _k(R, 0.0, x)), _k(R, float("-inf"), x), out)
+
+
+UNARY.update({"erfc": _one(_erfc), "erfinv": _one(_erfinv), "lgamma": _one(_lgamma),
+              "digamma": _one(_digamma)})
 
 
 def _gelu(R, a, at):
@@ -523,39 +624,82 @@ def conv_pointwise(R, a, at):
     return R.add(y, r) if r is not None and not first else y
 
 
+def _dilate(R, g, stride):
+    """Zeros inserted between the spatial elements of ``g`` (``stride - 1`` after each but
+    the last): an expand, a pad and a reshape per strided dim."""
+    for i, s in enumerate(stride):
+        if s == 1:
+            continue
+        shape = list(R.shape(g))
+        d, n = 2 + i, shape[2 + i]
+        g = R.expand_dims(g, d + 1)
+        width = [0, 0] * (len(shape) + 1)
+        width[2 * (d + 1) + 1] = s - 1
+        g = R.nn.pad(g, width, "constant", 0.0)
+        g = R.reshape(g, shape[:d] + [n * s] + shape[d + 1:])
+        g = R.emit(_slice_dim(R, g, d, 0, (n - 1) * s + 1))
+    return g
+
+
+def _grouped_transpose(R, w, groups):
+    """A weight (out, in/groups, k...) as the weight of its transposed convolution
+    (in, out/groups, k...), its kernel flipped."""
+    shape = R.shape(w)
+    cout, cin_g, k = shape[0], shape[1], list(shape[2:])
+    w = R.reshape(w, [groups, cout // groups, cin_g] + k)
+    w = R.permute_dims(w, [0, 2, 1] + list(range(3, 3 + len(k))))
+    w = R.reshape(w, [groups * cin_g, cout // groups] + k)
+    for i in range(len(k)):
+        w = R.flip(w, 2 + i)
+    return w
+
+
 def conv_input_grad(R, a, at):
-    """The transposed convolution, with output padding making up the rows the forward's
-    stride left unread."""
+    """The transposed convolution: TVM's conv2d_transpose for 2-d, ungrouped convs; else a
+    stride-1 convolution of the dilated gradient with the transposed, flipped kernel
+    (padded, or cropped, so that the output has the input's size)."""
     g, w = a
     shape = tuple(at["input_shape"])
     nd = len(shape) - 2
-    if nd != 2 or at["groups"] != 1:
-        raise NotImplementedError("conv_input_grad: Relax rule for 2-d, ungrouped convs only")
-    st, dl, pads = list(at["stride"]), list(at["dilation"]), at["pads"]
+    if nd not in _CONV:
+        raise NotImplementedError(f"conv_input_grad: no Relax rule for {nd} spatial dims")
+    st, dl, pads, groups = list(at["stride"]), list(at["dilation"]), at["pads"], at["groups"]
     k, gs = R.shape(w)[2:], R.shape(g)[2:]
     extra = [shape[2 + i] - ((gs[i] - 1) * st[i] + dl[i] * (k[i] - 1) + 1 - pads[i][0]
                              - pads[i][1]) for i in range(nd)]
-    if any(e < 0 or e >= max(st[i], dl[i]) for i, e in enumerate(extra)):
-        raise NotImplementedError("conv_input_grad: no Relax rule for this padding")
-    padding = [lo for lo, _ in pads] + [hi for _, hi in pads]
-    return R.nn.conv2d_transpose(g, w, strides=st, padding=padding, output_padding=extra,
-                                 dilation=dl, kernel_layout="IOHW")
+    if nd == 2 and groups == 1 and all(0 <= e < max(st[i], dl[i]) for i, e in enumerate(extra)):
+        padding = [lo for lo, _ in pads] + [hi for _, hi in pads]
+        return R.nn.conv2d_transpose(g, w, strides=st, padding=padding, output_padding=extra,
+                                     dilation=dl, kernel_layout="IOHW")
+    gd = _dilate(R, g, st)
+    lo = [dl[i] * (k[i] - 1) - pads[i][0] for i in range(nd)]
+    hi = [dl[i] * (k[i] - 1) - pads[i][1] + extra[i] for i in range(nd)]
+    gd = constant_pad(R, [gd], {"pads": list(zip(lo, hi)), "value": 0.0})
+    return getattr(R.nn, _CONV[nd])(gd, _grouped_transpose(R, w, groups), strides=[1] * nd,
+                                    padding=[0] * (2 * nd), dilation=dl, groups=groups)
 
 
 def conv_weight_grad(R, a, at):
     """A convolution of the input with the gradient as its kernel, batch and channels
-    swapped (stride and dilation trade places), cropped to the kernel's size."""
+    swapped (stride and dilation trade places), cropped to the kernel's size. Grouped: the
+    input's channels of a group side by side with the batch, so that each group's gradient
+    channels see their own."""
     x, g = a
     wshape = tuple(at["weight_shape"])
     nd = len(wshape) - 2
-    if nd not in _CONV or at["groups"] != 1:
-        raise NotImplementedError("conv_weight_grad: Relax rule for ungrouped convs only")
-    perm = [1, 0] + list(range(2, nd + 2))
-    xt, gt = R.permute_dims(x, perm), R.permute_dims(g, perm)
+    if nd not in _CONV:
+        raise NotImplementedError(f"conv_weight_grad: no Relax rule for {nd} spatial dims")
+    groups = at["groups"]
+    xs = R.shape(x)
+    n, cin_g, sp = xs[0], xs[1] // groups, list(xs[2:])
+    xt = R.reshape(x, [n, groups, cin_g] + sp)  # -> (cin/groups, groups * n, ...)
+    xt = R.reshape(R.permute_dims(xt, [2, 1, 0] + list(range(3, 3 + nd))),
+                   [cin_g, groups * n] + sp)
+    gt = R.permute_dims(g, [1, 0] + list(range(2, nd + 2)))
     pads = [lo for lo, _ in at["pads"]] + [hi for _, hi in at["pads"]]
     out = getattr(R.nn, _CONV[nd])(xt, gt, strides=list(at["dilation"]), padding=pads,
-                                   dilation=list(at["stride"]))
-    out = R.emit(R.permute_dims(out, perm))
+                                   dilation=list(at["stride"]), groups=groups)
+    out = R.emit(R.permute_dims(out, [1, 0] + list(range(2, nd + 2))))
     have = R.shape(out)
     if have[2:] != wshape[2:]:
         out = R.strided_slice(out, list(range(2, nd + 2)), [0] * nd, list(wshape[2:]))
@@ -944,6 +1088,412 @@ def constant(kernel):
         v = np.asarray(kernel(*a, **at))
         return R.const(v, str(v.dtype))
     return rule
+
+
+# ---- sorting, scans of extrema ------------------------------------------------------------
+
+def _stable_order(R, x, d, descending):
+    """Stable argsort along ``d``, NaN the largest, as ``tessera.ops.sorting``'s kernel.
+    TVM's sort is stable but leaves NaN anywhere: floats sort by value with NaN read as
+    inf, then (stably) by whether they are NaN."""
+    if not R.dtype(x).startswith("float"):
+        return R.emit(R.argsort(x, d, descending, "int64"))
+    nan = R.emit(R.isnan(x))
+    by_value = R.emit(R.argsort(R.where(nan, _k(R, float("inf"), x), x), d, descending,
+                                "int64"))
+    flag = R.gather_elements(R.astype(nan, "int32"), by_value, axis=d)
+    return R.emit(R.gather_elements(by_value, R.argsort(flag, d, descending, "int64"), axis=d))
+
+
+def sort(R, a, at):
+    x = a[0]
+    shape = R.shape(x)
+    if not shape:
+        return x, R.zeros((), "int64")
+    d = at.get("dim", -1) % len(shape)
+    idx = _stable_order(R, x, d, at.get("descending", False))
+    return R.gather_elements(x, idx, axis=d), idx
+
+
+def topk(R, a, at):
+    """The first ``k`` of the stable order: ties keep their order, as tessera's kernel."""
+    x = a[0]
+    shape = R.shape(x)
+    if not shape:
+        return x, R.zeros((), "int64")
+    d = at.get("dim", -1) % len(shape)
+    idx = R.emit(_slice_dim(R, _stable_order(R, x, d, at.get("largest", True)), d, 0, at["k"]))
+    return R.gather_elements(x, idx, axis=d), idx
+
+
+def _low(R, x, largest: bool):
+    """The value every element beats in a running max (or min): -inf, or the int's least."""
+    dt = R.dtype(x)
+    if dt.startswith("float"):
+        return _k(R, float("-inf") if largest else float("inf"), x)
+    info = np.iinfo(np.dtype(dt))
+    return _k(R, int(info.min if largest else info.max), x)
+
+
+def cumulative_extremum(name: str):
+    """``cummax``/``cummin``: a log-step (Hillis-Steele) scan of (value, index) pairs along
+    ``dim``. The later element wins a tie and every NaN wins, as in PyTorch: the max of the
+    key (is NaN, value, index)."""
+    largest = name == "cummax"
+
+    def rule(R, a, at):
+        x = a[0]
+        if R.dtype(x) == "bool":
+            x = R.astype(x, "int8")
+        shape = R.shape(x)
+        if not shape:
+            return x, R.zeros((), "int64")
+        d, n = at["dim"] % len(shape), shape[at["dim"] % len(shape)]
+        pos = np.arange(n).reshape([-1 if i == d else 1 for i in range(len(shape))])
+        v = R.emit(x)
+        i = R.emit(R.broadcast_to(R.const(pos, "int64"), list(shape)))
+        low = _low(R, x, largest)
+        is_float = R.dtype(x).startswith("float")
+        s = 1
+        while s < n:
+            fill = list(shape[:d]) + [s] + list(shape[d + 1:])
+            pv = R.emit(R.concat([R.broadcast_to(low, fill),
+                                  _slice_dim(R, v, d, 0, n - s)], axis=d))
+            pi = R.emit(R.concat([R.zeros(fill, "int64"), _slice_dim(R, i, d, 0, n - s)],
+                                 axis=d))
+            keep = R.greater_equal(v, pv) if largest else R.less_equal(v, pv)
+            if is_float:
+                keep = R.logical_or(R.isnan(v), R.logical_and(R.logical_not(R.isnan(pv)), keep))
+            keep = R.emit(keep)
+            v, i = R.emit(R.where(keep, v, pv)), R.emit(R.where(keep, i, pi))
+            s *= 2
+        return v, i
+    return rule
+
+
+# ---- scatter, indexed writes, advanced indexing -------------------------------------------
+
+_SCATTER_REDUCTION = {None: "update", "add": "add", "multiply": "mul"}
+
+
+def _fit(R, src, shape, dt):
+    """``src`` (a number or a tensor at least ``shape``) as a tensor of ``shape``."""
+    if isinstance(src, (bool, int, float)):
+        return R.broadcast_to(R.const(src, dt), list(shape))
+    if R.shape(src) != tuple(shape):
+        src = R.strided_slice(src, list(range(len(shape))), [0] * len(shape), list(shape))
+    return src
+
+
+def scatter(R, a, at):
+    """``scatter`` (``reduce`` None, "add" or "multiply") and ``scatter_add``."""
+    t, index, src = a
+    reduce = "add" if at.get("_add") else at.get("reduce")
+    shape, ishape, dt = R.shape(t), R.shape(index), R.dtype(t)
+    if math.prod(ishape) == 0:
+        return t
+    if not shape or len(ishape) != len(shape):
+        raise NotImplementedError("scatter: Relax rule for index of the input's rank only")
+    return R.scatter_elements(t, index, _fit(R, src, ishape, dt), axis=at["dim"] % len(shape),
+                              reduction=_SCATTER_REDUCTION[reduce])
+
+
+def scatter_add(R, a, at):
+    return scatter(R, a, dict(at, _add=True))
+
+
+_REDUCE_INIT = {"sum": 0, "mean": 0, "prod": 1}
+
+
+def scatter_reduce(R, a, at):
+    """``include_self=False`` first writes the reduction's identity at the indexed places;
+    ``mean`` divides a sum by a scattered count (floor division for integers)."""
+    t, index, src = a
+    reduce, incl = at["reduce"], at.get("include_self", True)
+    shape, ishape, dt = R.shape(t), R.shape(index), R.dtype(t)
+    if math.prod(ishape) == 0:
+        return t
+    if not shape or len(ishape) != len(shape):
+        raise NotImplementedError("scatter_reduce: Relax rule for index of the input's rank "
+                                  "only")
+    d = at["dim"] % len(shape)
+    src = _fit(R, src, ishape, dt)
+    if not incl:
+        init = _REDUCE_INIT.get(reduce)
+        fill = _low(R, t, reduce == "amax") if init is None else R.const(init, dt)
+        t = R.emit(R.scatter_elements(t, index, R.broadcast_to(fill, list(ishape)), axis=d))
+    if reduce != "mean":
+        red = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}[reduce]
+        return R.scatter_elements(t, index, src, axis=d, reduction=red)
+    total = R.emit(R.scatter_elements(t, index, src, axis=d, reduction="add"))
+    count = R.scatter_elements(R.full(list(shape), R.const(int(incl), dt), dt), index,
+                               R.ones(list(ishape), dt), axis=d, reduction="add")
+    count = R.emit(R.maximum(count, R.const(1, dt)))
+    return R.divide(total, count) if dt.startswith("float") else R.floor_divide(total, count)
+
+
+def _along(R, index, d, shape):
+    """A 1-d (or 0-d) index of dim ``d`` broadcast over a tensor of ``shape``."""
+    k = shape[d]
+    lay = [k if i == d else 1 for i in range(len(shape))]
+    return R.broadcast_to(R.reshape(index, lay), list(shape))
+
+
+def _index_write(reduction):
+    """``index_add`` (``alpha`` times ``source`` added) and ``index_copy`` along ``dim``."""
+    def rule(R, a, at):
+        x, index, src = a
+        shape = R.shape(x)
+        if not shape:
+            raise NotImplementedError("index_add/index_copy: no Relax rule for a 0-d input")
+        d = at["dim"] % len(shape)
+        k = math.prod(R.shape(index))
+        if k == 0:
+            return x
+        sshape = list(shape[:d]) + [k] + list(shape[d + 1:])
+        src = R.reshape(src, sshape)
+        alpha = at.get("alpha", 1)
+        if alpha != 1 and R.dtype(x) != "bool":
+            src = R.multiply(src, R.const(alpha, R.dtype(x)))
+        return R.scatter_elements(x, _along(R, index, d, sshape), src, axis=d,
+                                  reduction=reduction)
+    return rule
+
+
+index_add = _index_write("add")
+index_copy = _index_write("update")
+
+
+def _wrapped(R, index, n):
+    """Negative indices counted from the end."""
+    index = R.emit(R.astype(index, "int64"))
+    return R.where(R.less(index, R.const(0, "int64")), R.add(index, R.const(n, "int64")), index)
+
+
+def index_fill(R, a, at):
+    x, index, value = a
+    shape = R.shape(x)
+    if not shape:
+        raise NotImplementedError("index_fill: no Relax rule for a 0-d input")
+    d = at["dim"] % len(shape)
+    n = shape[d]
+    flat = _wrapped(R, R.reshape(index, [math.prod(R.shape(index))]), n)
+    hit = R.max(R.astype(R.equal(R.expand_dims(flat, 1),
+                                 R.const(np.arange(n).reshape(1, n), "int64")), "int8"), [0])
+    mask = R.reshape(R.astype(hit, "bool"), [n if i == d else 1 for i in range(len(shape))])
+    v = R.const(value, R.dtype(x)) if isinstance(value, (bool, int, float)) \
+        else R.astype(value, R.dtype(x))
+    return R.where(mask, v, x)
+
+
+def take(R, a, at):
+    x, index = a
+    n = math.prod(R.shape(x))
+    return R.take(R.reshape(x, [n]), _wrapped(R, index, n), axis=0)
+
+
+def _key_dims(R, x, key, idx):
+    """For ``x[key]`` (full slices and one slot per index tensor): the indexed dims, the
+    other dims, the index tensors broadcast (negatives wrapped), and where NumPy puts their
+    broadcast dims in the result (in place when adjacent, else first)."""
+    shape = R.shape(x)
+    key = tuple(key) + (slice(None),) * (len(shape) - len(key))
+    pos = [i for i, k in enumerate(key) if not isinstance(k, slice)]
+    rest = [d for d in range(len(shape)) if d not in pos]
+    b = np.broadcast_shapes(*[R.shape(i) for i in idx])
+    idx = [R.broadcast_to(_wrapped(R, i, shape[p]), list(b)) for i, p in zip(idx, pos)]
+    at = pos[0] if pos[-1] - pos[0] == len(pos) - 1 else 0
+    return pos, rest, idx, tuple(b), at
+
+
+def _flat_rows(R, x, pos, rest, idx):
+    """``x`` with its indexed dims first and merged into one, and each index's row in it."""
+    shape = R.shape(x)
+    xt = R.permute_dims(x, pos + rest) if pos + rest != list(range(len(shape))) else x
+    rows = math.prod(shape[p] for p in pos)
+    xf = R.emit(R.reshape(xt, [rows] + [shape[d] for d in rest]))
+    lin, stride = None, 1
+    for i, p in reversed(list(zip(idx, pos))):
+        term = i if stride == 1 else R.multiply(i, R.const(stride, "int64"))
+        lin = term if lin is None else R.add(lin, term)
+        stride *= shape[p]
+    return xf, R.emit(lin)
+
+
+def index(R, a, at):
+    """Advanced indexing: a take of rows of ``x`` with its indexed dims merged."""
+    x, idx = a[0], list(a[1:])
+    pos, rest, idx, b, at_ = _key_dims(R, x, at["key"], idx)
+    xf, lin = _flat_rows(R, x, pos, rest, idx)
+    out = R.emit(R.take(xf, lin, axis=0))  # b + rest
+    nb = len(b)
+    if at_ == 0:
+        return out
+    order = list(range(nb, nb + at_)) + list(range(nb)) + list(range(nb + at_, nb + len(rest)))
+    return R.permute_dims(out, order)
+
+
+def index_put(R, a, at):
+    """``x[key] = values`` (``+=`` with ``accumulate``): a scatter of rows into ``x`` with its
+    indexed dims merged, then put back in place."""
+    x, values, idx = a[0], a[1], list(a[2:])
+    shape, dt = R.shape(x), R.dtype(x)
+    pos, rest, idx, b, at_ = _key_dims(R, x, at["key"], idx)
+    nb, n = len(b), math.prod(b)
+    if n == 0:
+        return x
+    xf, lin = _flat_rows(R, x, pos, rest, idx)
+    rest_shape = [shape[d] for d in rest]
+    sub = list(b) + rest_shape if at_ == 0 else rest_shape[:at_] + list(b) + rest_shape[at_:]
+    v = R.broadcast_to(R.const(values, dt) if isinstance(values, (bool, int, float))
+                       else values, sub)
+    if at_:
+        v = R.permute_dims(v, list(range(at_, at_ + nb)) + list(range(at_))
+                           + list(range(at_ + nb, len(sub))))
+    v = R.reshape(v, [n] + rest_shape)
+    red = "add" if at.get("accumulate") else "update"
+    out = R.emit(R.scatter_nd(xf, R.reshape(lin, [n, 1]), v, reduction=red))
+    out = R.reshape(out, [shape[p] for p in pos] + rest_shape)
+    perm = pos + rest
+    if perm == list(range(len(shape))):
+        return out
+    return R.permute_dims(out, [perm.index(d) for d in range(len(shape))])
+
+
+# ---- extrema, variance, rounding, squeeze, roll, RMS norm -----------------------------------
+
+def _nan_any(R, x, dims, keep):
+    return R.greater(R.max(R.astype(R.isnan(x), "int8"), dims, keep), R.const(0, "int8"))
+
+
+def extremum(name: str):
+    """``max``/``min`` of every element; NaN wins, as in NumPy and PyTorch."""
+    def rule(R, a, at):
+        x = a[0]
+        if R.dtype(x) == "bool":
+            x = R.astype(x, "int8")
+        dims = list(range(len(R.shape(x))))
+        if not dims:
+            return x
+        out = getattr(R, name)(x, dims)
+        if not R.dtype(x).startswith("float"):
+            return out
+        return R.where(_nan_any(R, x, dims, False), _k(R, float("nan"), x), out)
+    return rule
+
+
+def extremum_dim(name: str):
+    """``max_dim``/``min_dim``: values and the first index of the extremum along ``dim``
+    (the first NaN where there is one)."""
+    def rule(R, a, at):
+        x = a[0]
+        if R.dtype(x) == "bool":
+            x = R.astype(x, "int8")
+        shape = R.shape(x)
+        if not shape:
+            return x, R.zeros((), "int64")
+        d, keep = at["dim"] % len(shape), at.get("keepdim", False)
+        idx = (R.argmax if name == "max" else R.argmin)(x, d, True)
+        if R.dtype(x).startswith("float"):
+            nan = R.emit(R.astype(R.isnan(x), "int8"))
+            idx = R.where(_nan_any(R, x, [d], True), R.argmax(nan, d, True), idx)
+        idx = R.emit(R.astype(idx, "int64"))
+        vals = R.gather_elements(x, idx, axis=d)
+        if keep:
+            return vals, idx
+        return R.squeeze(vals, [d]), R.squeeze(idx, [d])
+    return rule
+
+
+def variance(root: bool):
+    """``var``/``std`` over ``dim``, dividing by max(N - correction, 0)."""
+    def rule(R, a, at):
+        x = a[0]
+        dims, keep = _dims(R, x, at), at.get("keepdim", False)
+        shape = R.shape(x)
+        n = math.prod(shape[d] for d in dims)
+        c = R.emit(R.subtract(x, R.mean(x, dims, True) if dims else x))
+        ss = R.sum(R.multiply(c, c), dims, keep) if dims else R.multiply(c, c)
+        free = n - at.get("correction", 1)
+        # no degrees of freedom: NumPy's 0/0 (NaN) or x/0 (inf); TVM rejects a constant 0
+        # divisor, so multiply by inf
+        v = R.divide(ss, _k(R, float(free), x)) if free > 0 \
+            else R.multiply(ss, _k(R, float("inf"), x))
+        return R.sqrt(v) if root else v
+    return rule
+
+
+def round_(R, a, at):
+    """Half to even, as NumPy's rint and PyTorch's nearbyint; ``decimals`` scales first."""
+    x, dec = a[0], at.get("decimals", 0)
+    if not R.dtype(x).startswith("float"):
+        return x
+    x = _wide(R, x)
+    if dec:
+        x = R.multiply(x, _k(R, 10.0 ** dec, x)) if dec > 0 \
+            else R.divide(x, _k(R, 10.0 ** -dec, x))
+    f = R.emit(R.floor(x))
+    diff = R.emit(R.subtract(x, f))
+    half, one = _k(R, 0.5, x), _k(R, 1.0, x)
+    r = R.where(R.greater(diff, half), R.add(f, one),
+                R.where(R.less(diff, half), f, R.add(f, R.floor_mod(f, _k(R, 2.0, x)))))
+    if dec:
+        r = R.divide(r, _k(R, 10.0 ** dec, x)) if dec > 0 \
+            else R.multiply(r, _k(R, 10.0 ** -dec, x))
+    return r
+
+
+def squeeze(R, a, at):
+    dims = at["dims"]
+    return R.reshape(a[0], [s for i, s in enumerate(R.shape(a[0])) if i not in dims])
+
+
+def roll(R, a, at):
+    """Two slices of each rolled dim, swapped; no dims rolls the flattened tensor."""
+    x, shifts, dims = a[0], at["shifts"], at["dims"]
+    shape = R.shape(x)
+    if not dims:
+        flat = roll(R, [R.reshape(x, [math.prod(shape)])], {"shifts": shifts[:1], "dims": [0]})
+        return R.reshape(flat, list(shape))
+    for s, d in zip(shifts, dims):
+        d = d % len(shape)
+        n = shape[d]
+        s = s % n if n else 0
+        if s:
+            x = R.emit(R.concat([_slice_dim(R, x, d, n - s, n), _slice_dim(R, x, d, 0, n - s)],
+                                axis=d))
+    return x
+
+
+def rms_norm(R, a, at):
+    x, w = a
+    nd = len(R.shape(x))
+    axes = list(range(nd - len(at["normalized_shape"]), nd))
+    ms = R.mean(R.multiply(x, x), axes, True)
+    out = R.multiply(x, R.rsqrt(R.add(ms, _k(R, at["eps"], x))))
+    return out if w is None else R.multiply(out, w)
+
+
+def logit(R, a, at):
+    """log(p / (1 - p)), p clamped to [eps, 1 - eps] when eps is given."""
+    x, eps = _wide(R, a[0]), at.get("eps")
+    if eps is not None:
+        x = R.minimum(R.maximum(x, _k(R, eps, x)), _k(R, 1 - eps, x))
+    x = R.emit(x)
+    return R.log(R.divide(x, R.subtract(_k(R, 1.0, x), x)))
+
+
+def nan_to_num(R, a, at):
+    x = a[0]
+    dt = R.dtype(x)
+    if not dt.startswith("float"):
+        return x
+    big = float(np.finfo(np.dtype(dt)).max)
+    pos, neg = at.get("posinf"), at.get("neginf")
+    x = R.emit(R.where(R.isnan(x), _k(R, at.get("nan", 0.0), x), x))
+    x = R.emit(R.where(R.logical_and(R.isinf(x), R.greater(x, _k(R, 0.0, x))),
+                       _k(R, big if pos is None else pos, x), x))
+    return R.where(R.isinf(x), _k(R, -big if neg is None else neg, x), x)
 
 
 _TABLES = (UNARY, ACTIVATION, COMPARE, BINARY, REDUCE)

@@ -509,10 +509,13 @@ def _linspace_infer(start, end, steps, dtype, device=None):
     return Meta((steps,), dtype)
 
 
-_LINSPACE = defop("linspace", _linspace_infer,
-                  lambda start, end, steps, dtype, device=None:
-                  np.linspace(start, end, steps).astype(dtype.np), grad=None,
-                  cost=cost.output_only(2))
+def _linspace_kernel(start, end, steps, dtype, device=None):
+    return np.linspace(start, end, steps).astype(dtype.np)
+
+
+_LINSPACE = defop("linspace", _linspace_infer, _linspace_kernel, grad=None,
+                  cost=cost.output_only(2), to_jax=_jax.constant(_linspace_kernel),
+                  to_relax=_relax.constant(_linspace_kernel))
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False,
@@ -544,8 +547,12 @@ def _eye_infer(n, m, dtype, device=None):
     return Meta((n, m), dtype)
 
 
-_EYE = defop("eye", _eye_infer, lambda n, m, dtype, device=None: np.eye(n, m, dtype=dtype.np),
-             grad=None, cost=cost.output_only())
+def _eye_kernel(n, m, dtype, device=None):
+    return np.eye(n, m, dtype=dtype.np)
+
+
+_EYE = defop("eye", _eye_infer, _eye_kernel, grad=None, cost=cost.output_only(),
+             to_jax=_jax.constant(_eye_kernel), to_relax=_relax.constant(_eye_kernel))
 
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, out=None) -> Tensor:

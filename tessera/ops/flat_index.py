@@ -20,7 +20,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import _tname
 from tessera._tensor import Tensor
-from tessera.ops import cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops._indexing import (
     as1,
     first_bad,
@@ -73,7 +73,7 @@ def _take_sbp(x, index):
 
 
 _TAKE = defop("take", _take_infer, _take_kernel, grad=_take_grad, sbp=SbpRule(_take_sbp),
-              cost=cost.movement())
+              cost=cost.movement(), to_jax=_jax.take, to_relax=_relax.take)
 
 
 def take(input, index, *, out=None) -> Tensor:

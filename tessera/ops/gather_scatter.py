@@ -235,7 +235,7 @@ def _scatter_grad(ctx, g):
 _scatter_kernel, _scatter_inplace = op_pair(_write_scatter)
 _SCATTER = defop("scatter", _scatter_infer, _scatter_kernel, grad=_scatter_grad,
                  inplace_kernels={"cpu": _scatter_inplace}, sbp=_SCATTER_SBP,
-                 cost=_scatter_cost, to_jax=_jax.scatter)
+                 cost=_scatter_cost, to_jax=_jax.scatter, to_relax=_relax.scatter)
 
 
 def scatter(input, dim=None, index=None, src=None, value=None, *, reduce=None, out=None,
@@ -282,7 +282,7 @@ _SCATTER_ADD = defop("scatter_add", _scatter_add_infer, _scatter_add_kernel,
                      grad=_scatter_add_grad, inplace_kernels={"cpu": _scatter_add_inplace},
                      sbp=_SCATTER_SBP,
                      cost=lambda ins, outs, **attrs: _scatter_cost(ins, outs, reduce="sum"),
-                     to_jax=_jax.scatter_add)
+                     to_jax=_jax.scatter_add, to_relax=_relax.scatter_add)
 
 
 def scatter_add(input, dim=None, index=None, src=None, *, out=None, axis=None) -> Tensor:
@@ -387,7 +387,8 @@ _scatter_reduce_kernel, _scatter_reduce_inplace = op_pair(_write_scatter_reduce)
 _SCATTER_REDUCE = defop("scatter_reduce", _scatter_reduce_infer, _scatter_reduce_kernel,
                         grad=_scatter_reduce_grad, save=("inputs", "outputs"),
                         inplace_kernels={"cpu": _scatter_reduce_inplace}, sbp=_SCATTER_SBP,
-                        cost=_scatter_cost)
+                        cost=_scatter_cost, to_jax=_jax.scatter_reduce,
+                        to_relax=_relax.scatter_reduce)
 
 
 def scatter_reduce(input, dim=None, index=None, src=None, reduce=None, *,

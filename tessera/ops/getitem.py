@@ -22,7 +22,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch, dispatch_inplace
 from tessera._tensor import Tensor
-from tessera.ops import cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops._elementwise import checked_scalar
 from tessera.ops._sbp import bshape
 from tessera.ops._util import broadcast_shapes, ensure_tensor, numel, sum_to
@@ -292,7 +292,8 @@ def _index_sbp(x, *idx, key):
 
 
 _INDEX = defop("index", _index_infer, _index_kernel, grad=_index_grad,
-               sbp=SbpRule(_index_sbp), cost=cost.movement())
+               sbp=SbpRule(_index_sbp), cost=cost.movement(), to_jax=_jax.index,
+               to_relax=_relax.index)
 
 
 def index(input: Tensor, indices, *, key=None) -> Tensor:
@@ -392,7 +393,8 @@ def _index_put_cost(ins, outs, key, accumulate=False) -> cost.Cost:
 
 
 _INDEX_PUT = defop("index_put", _index_put_infer, _index_put_kernel, grad=_index_put_grad,
-                   sbp=SbpRule(_index_put_sbp), cost=_index_put_cost,
+                   sbp=SbpRule(_index_put_sbp), cost=_index_put_cost, to_jax=_jax.index_put,
+                   to_relax=_relax.index_put,
                    inplace_kernels={"cpu": lambda t, x, values, *idx, key, accumulate=False:
                                     _put(t, values, idx, key, accumulate)})
 

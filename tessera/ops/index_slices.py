@@ -21,7 +21,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import _tname
 from tessera._tensor import Tensor
-from tessera.ops import _relax, cost
+from tessera.ops import _jax, _relax, cost
 from tessera.ops._elementwise import checked_scalar, checked_tensor_scalar
 from tessera.ops._indexing import (
     INT_INDEX,
@@ -186,7 +186,7 @@ def _index_add_grad(ctx, g):
 _index_add_kernel, _index_add_inplace = op_pair(_write_index_add)
 _INDEX_ADD = defop("index_add", _index_add_infer, _index_add_kernel, grad=_index_add_grad,
                    inplace_kernels={"cpu": _index_add_inplace}, sbp=_writes_sbp(True),
-                   cost=_index_add_cost)
+                   cost=_index_add_cost, to_jax=_jax.index_add, to_relax=_relax.index_add)
 
 
 def index_add(input, dim=None, index=None, source=None, *, alpha=1, out=None, axis=None) -> Tensor:
@@ -249,7 +249,7 @@ def _index_copy_grad(ctx, g):
 _index_copy_kernel, _index_copy_inplace = op_pair(_write_index_copy)
 _INDEX_COPY = defop("index_copy", _index_copy_infer, _index_copy_kernel, grad=_index_copy_grad,
                     inplace_kernels={"cpu": _index_copy_inplace}, sbp=_writes_sbp(True),
-                    cost=cost.movement())
+                    cost=cost.movement(), to_jax=_jax.index_copy, to_relax=_relax.index_copy)
 
 
 def index_copy(input, dim=None, index=None, source=None, *, out=None, axis=None) -> Tensor:
@@ -303,7 +303,7 @@ def _index_fill_grad(ctx, g):
 _index_fill_kernel, _index_fill_inplace = op_pair(_write_index_fill)
 _INDEX_FILL = defop("index_fill", _index_fill_infer, _index_fill_kernel, grad=_index_fill_grad,
                     inplace_kernels={"cpu": _index_fill_inplace}, sbp=_writes_sbp(False),
-                    cost=cost.movement())
+                    cost=cost.movement(), to_jax=_jax.index_fill, to_relax=_relax.index_fill)
 
 
 def index_fill(input, dim=None, index=None, value=None, *, out=None, axis=None) -> Tensor:

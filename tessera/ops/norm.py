@@ -658,7 +658,8 @@ def _rms_sbp(x, weight, normalized_shape, eps):
 
 # (the squares' sum (2) and the scaling (1) per element, one more for the weight)
 _RMS_NORM = defop("rms_norm", _rms_infer, _rms_kernel, grad=_rms_grad, sbp=SbpRule(_rms_sbp),
-                  cost=_norm_cost(3, affine=(1,)))
+                  cost=_norm_cost(3, affine=(1,)), to_relax=_relax.rms_norm,
+                  to_jax=_jax.rms_norm)
 
 
 def rms_norm(x: Tensor, weight, *, normalized_shape, eps: float) -> Tensor:

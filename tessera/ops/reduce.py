@@ -366,7 +366,7 @@ def _var_np(x, dims, keepdim, correction):
     return ss / _pymax(n - correction, 0), mu if keepdim else mu.reshape(ss.shape)
 
 
-def _var_family(name: str, root: bool, with_mean: bool):
+def _var_family(name: str, root: bool, with_mean: bool, **rules):
     def infer(x, dim=None, keepdim=False, correction=1):
         if x.dtype.category < 2:
             raise RuntimeError(f"{name}(): std and var only support floating point and "
@@ -396,7 +396,8 @@ def _var_family(name: str, root: bool, with_mean: bool):
     save = ("inputs", "outputs") if root else ("inputs",)
     # a sum for the mean, then a difference, a square and a sum per element
     return defop(name, infer, cpu, grad=grad, save=save,
-                 sbp=_sbp.reduction(nout=2 if with_mean else 1), cost=cost.reduction(4))
+                 sbp=_sbp.reduction(nout=2 if with_mean else 1), cost=cost.reduction(4),
+                 **rules)
 
 
 def _var_backward(gk, x, dims, correction, full: bool):
@@ -408,8 +409,10 @@ def _var_backward(gk, x, dims, correction, full: bool):
     return gk * (x - mu) * (2.0 / dof if dof != 0 else math.inf)
 
 
-_VAR = _var_family("var", False, False)
-_STD = _var_family("std", True, False)
+_VAR = _var_family("var", False, False, to_relax=_relax.variance(False),
+                   to_jax=_jax.variance(False))
+_STD = _var_family("std", True, False, to_relax=_relax.variance(True),
+                   to_jax=_jax.variance(True))
 _VAR_MEAN = _var_family("var_mean", False, True)
 _STD_MEAN = _var_family("std_mean", True, True)
 
@@ -694,7 +697,7 @@ def _select_grad(g: Tensor, idx: Tensor, shape, dim, keepdim: bool) -> Tensor:
     return where(pos == idx, g, 0.0)
 
 
-def _indexed(name: str, argf, check=None, flops=cost.reduction(1)):
+def _indexed(name: str, argf, check=None, flops=cost.reduction(1), **rules):
     """An op returning (values, indices) over one dim; ``argf(a, axis, **attrs)`` gives the
     indices in keepdim shape. The gradient goes to the returned index. ``flops``: its cost
     rule (a comparison per element by default)."""
@@ -712,10 +715,10 @@ def _indexed(name: str, argf, check=None, flops=cost.reduction(1)):
         return (_select_grad(g, ctx.outputs[1], ctx.input_metas[0].shape, ctx.attrs["dim"],
                              ctx.attrs.get("keepdim", False)),)
     return defop(name, infer, cpu, grad=grad, save=("outputs",), nondiff_outputs=(1,),
-                 sbp=_sbp.reduction(nout=2), cost=flops)
+                 sbp=_sbp.reduction(nout=2), cost=flops, **rules)
 
 
-def _whole(name: str, kernel, check=None):
+def _whole(name: str, kernel, check=None, **rules):
     """The no-dim form of max/min/median: one value; equal elements share the gradient."""
     def infer(x):
         if check is not None:
@@ -723,7 +726,7 @@ def _whole(name: str, kernel, check=None):
         return Meta((), x.dtype)
     return defop(name, infer, kernel, save=("inputs", "outputs"),
                  grad=lambda ctx, g: (_evenly(g, ctx.inputs[0], ctx.outputs[0]),),
-                 sbp=SbpRule(_sbp.full_reduction), cost=cost.reduction(1))
+                 sbp=SbpRule(_sbp.full_reduction), cost=cost.reduction(1), **rules)
 
 
 def _extremum_check(name):
@@ -732,10 +735,14 @@ def _extremum_check(name):
     return check
 
 
-_MAX = _whole("max", np.max, _extremum_check("max"))
-_MIN = _whole("min", np.min, _extremum_check("min"))
-_MAX_DIM = _indexed("max_dim", lambda a, d: np.argmax(a, axis=d, keepdims=True))
-_MIN_DIM = _indexed("min_dim", lambda a, d: np.argmin(a, axis=d, keepdims=True))
+_MAX = _whole("max", np.max, _extremum_check("max"), to_relax=_relax.extremum("max"),
+              to_jax=_jax.extremum("max"))
+_MIN = _whole("min", np.min, _extremum_check("min"), to_relax=_relax.extremum("min"),
+              to_jax=_jax.extremum("min"))
+_MAX_DIM = _indexed("max_dim", lambda a, d: np.argmax(a, axis=d, keepdims=True),
+                    to_relax=_relax.extremum_dim("max"), to_jax=_jax.extremum_dim("max"))
+_MIN_DIM = _indexed("min_dim", lambda a, d: np.argmin(a, axis=d, keepdims=True),
+                    to_relax=_relax.extremum_dim("min"), to_jax=_jax.extremum_dim("min"))
 
 
 def _extremum_call(ops, name, kind, binary, input, dim, keepdim, out):

@@ -498,7 +498,9 @@ def _cum_extremum(name: str, ufunc):
     def grad(ctx, g, gi=None):
         return (dispatch(_CUMEXT_BACKWARD, g, ctx.outputs[1], dim=ctx.attrs["dim"]),)
     return defop(name, infer, cpu, grad=grad, save=("outputs",), nondiff_outputs=(1,),
-                 sbp=_sbp.pointwise(nout=2, skip=("dim",)), cost=cost.reduction(1))
+                 sbp=_sbp.pointwise(nout=2, skip=("dim",)), cost=cost.reduction(1),
+                 to_jax=_jax.cumulative_extremum(name),
+                 to_relax=_relax.cumulative_extremum(name))
 
 
 _CUMMAX = _cum_extremum("cummax", np.maximum)

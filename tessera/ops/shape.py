@@ -515,7 +515,8 @@ def _roll_sbp(x, shifts, dims):
 _ROLL = defop("roll", _roll_infer, _roll_kernel, save=(),
               grad=lambda ctx, g: (roll(g, tuple(-s for s in ctx.attrs["shifts"]),
                                         ctx.attrs["dims"]),),
-              sbp=SbpRule(_roll_sbp), cost=cost.movement())
+              sbp=SbpRule(_roll_sbp), cost=cost.movement(), to_relax=_relax.roll,
+              to_jax=_jax.roll)
 
 
 def roll(input: Tensor, shifts, dims=None) -> Tensor:
@@ -585,7 +586,9 @@ def _repeat_sbp(x, repeats):
 
 
 _REPEAT = defop("repeat", _repeat_infer, lambda x, repeats: np.tile(x, repeats), save=(),
-                grad=_repeat_grad, sbp=SbpRule(_repeat_sbp), cost=cost.movement())
+                grad=_repeat_grad, sbp=SbpRule(_repeat_sbp), cost=cost.movement(),
+                to_relax=lambda R, a, at: R.tile(a[0], list(at["repeats"])),
+                to_jax=lambda jnp, lax, a, at: jnp.tile(a[0], tuple(at["repeats"])))
 
 
 def repeat(input: Tensor, *sizes, repeats=None) -> Tensor:

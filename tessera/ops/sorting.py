@@ -17,7 +17,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import _tname
 from tessera._tensor import Tensor
-from tessera.ops import _jax, _sbp, cost
+from tessera.ops import _jax, _relax, _sbp, cost
 from tessera.ops._util import call, ensure_tensor, promote, wrap_dim
 from tessera.ops.creation import copy, zeros
 from tessera.ops.gather_scatter import scatter
@@ -107,7 +107,7 @@ def _sort_kernel(x, dim=-1, descending=False):
 
 _SORT = defop("sort", _sort_infer, _sort_kernel, grad=_value_grad, save=("outputs",),
               nondiff_outputs=(1,), sbp=SbpRule(_sort_sbp), cost=cost.sorting(),
-              to_jax=_jax.sort)
+              to_jax=_jax.sort, to_relax=_relax.sort)
 
 
 def sort(input, dim: int = -1, descending: bool = False, *, stable: bool = False, out=None,
@@ -161,7 +161,7 @@ def _topk_kernel(x, k, dim=-1, largest=True):
 
 _TOPK = defop("topk", _topk_infer, _topk_kernel, grad=_value_grad, save=("outputs",),
               nondiff_outputs=(1,), sbp=SbpRule(_topk_sbp), cost=cost.sorting(),
-              to_jax=_jax.topk)
+              to_jax=_jax.topk, to_relax=_relax.topk)
 
 
 def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *, out=None,

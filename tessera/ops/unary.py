@@ -324,7 +324,7 @@ def _round_float(x, decimals=0):
 
 
 _ROUND = defop("round", _round_infer, _same_kernel(_round_float), grad=_zero_grad, save=(),
-               sbp=POINTWISE, cost=ONE)
+               sbp=POINTWISE, cost=ONE, to_relax=_relax.round_, to_jax=_jax.round_)
 
 
 def round(input, *, decimals: int = 0, out=None):
@@ -349,7 +349,8 @@ def _logit_grad(ctx, g):
 
 _LOGIT = defop("logit", lambda x, eps=None: _unary_infer("logit", True)(x),
                lambda x, eps=None: _float_kernel(lambda y: _logit_kernel(y, eps))(x),
-               grad=_logit_grad, sbp=POINTWISE, cost=cost.elementwise(3))
+               grad=_logit_grad, sbp=POINTWISE, cost=cost.elementwise(3),
+               to_relax=_relax.logit, to_jax=_jax.logit)
 
 
 def logit(input, eps: float | None = None, *, out=None):
@@ -369,7 +370,8 @@ def _nan_to_num_kernel(x, nan=0.0, posinf=None, neginf=None):
 
 
 _NAN_TO_NUM = defop("nan_to_num", _unary_infer("nan_to_num", False), _nan_to_num_kernel,
-                    grad=lambda c, g: (g * isfinite(c.inputs[0]),), sbp=POINTWISE, cost=ONE)
+                    grad=lambda c, g: (g * isfinite(c.inputs[0]),), sbp=POINTWISE, cost=ONE,
+                    to_relax=_relax.nan_to_num, to_jax=_jax.nan_to_num)
 
 
 def nan_to_num(input, nan: float = 0.0, posinf: float | None = None,

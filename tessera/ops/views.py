@@ -278,7 +278,7 @@ def _squeeze_sbp(x, dims):
 _SQUEEZE = defop("squeeze", lambda x, dims: Meta(tuple(
     s for i, s in enumerate(x.shape) if i not in dims), x.dtype), _squeeze_kernel,
     aliasing="view", save=(), grad=lambda ctx, g: (reshape(g, ctx.input_metas[0].shape),),
-    sbp=SbpRule(_squeeze_sbp), cost=cost.view())
+    sbp=SbpRule(_squeeze_sbp), cost=cost.view(), to_relax=_relax.squeeze, to_jax=_jax.squeeze)
 
 
 def squeeze(input: Tensor, dim=None, *, axis=None) -> Tensor:

@@ -9,13 +9,14 @@ import pytest
 import tessera
 from tessera import nn
 from tessera.compiler.partition import BackendUnsupported, Partitioned
+from tests.compiler.test_models import BACKENDS
 
 pytest.importorskip("jax")
 
 
-class Scan(nn.Module):  # roll has no to_jax rule
+class Scan(nn.Module):  # polygamma has no to_jax rule
     def forward(self, x):
-        return x.roll(1, 1)
+        return tessera.polygamma(1, x)
 
 
 class Net(nn.Module):
@@ -50,13 +51,13 @@ def test_cut_runs_and_matches_eager(capsys):
     assert isinstance(ex, Partitioned)
     assert [s.side for s in ex.segments] == ["backend", "tessera", "backend"]
     out = capsys.readouterr().out
-    assert "backend xla: 3 cluster(s)" in out and "roll (model.scan)" in out
+    assert "backend xla: 3 cluster(s)" in out and "polygamma (model.scan)" in out
 
 
 def test_strict_names_the_ops_and_paths():
     g = G(Net())
     g.config.set_backend("xla", strict=True)
-    with pytest.raises(BackendUnsupported, match=r"'to_jax' rule .*roll at model\.scan"):
+    with pytest.raises(BackendUnsupported, match=r"'to_jax' rule .*polygamma at model\.scan"):
         g(tessera.randn(3, 4))
 
 
@@ -87,3 +88,35 @@ def test_compile_retraces_on_new_shapes():
         tessera.compile(lambda x: x)
     with pytest.raises(ValueError, match="unknown backend"):
         tessera.compile(model, backend="inductor")
+
+
+class Noisy(nn.Graph):
+    def build(self, x):
+        return x + tessera.rand(4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_strict_names_random_ops(backend):
+    g = Noisy()
+    g.config.set_backend(backend, strict=True)
+    with pytest.raises(BackendUnsupported, match=r"rand \(random: draws from tessera's generator"):
+        g(tessera.ones(4))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cut", [False, True])
+def test_profile_and_memory_stats_on_a_backend(backend, cut):
+    """What tessera's own backend reports: the backend's compiled code under its name, the
+    ops left to tessera's executor by op name; the variables' bytes."""
+    tessera.manual_seed(0)
+    model, x = (Net() if cut else nn.Sequential(nn.Linear(4, 4), nn.ReLU())), tessera.randn(3, 4)
+    g = G(model)
+    g.config.set_backend(backend)
+    g(x)
+    prof = g.profile(x, steps=2)
+    assert backend in prof and all(v >= 0 for v in prof.values())
+    assert ("polygamma" in prof) == cut
+    stats = g.memory_stats()
+    assert stats["backend"] == backend
+    assert stats["variable_bytes"] == sum(p.numel() * 4 for p in model.parameters())
+    assert stats["intermediate_bytes_peak"] <= stats["intermediate_bytes_naive"]
