@@ -98,34 +98,41 @@ def _lib():
 
 
 @functools.lru_cache(maxsize=1)
+def _cpu_bits() -> int | None:
+    lib = _lib()
+    return None if lib is None else lib.tsr_bin_cpu()
+
+
 def available() -> tuple[str, ...]:
     """The paths this CPU (and toolchain) can run within ``TESSERA_MAX_ISA``, fastest first.
 
     >>> available()[-1]
     'numpy'
     """
-    lib = _lib()
-    if lib is None:
+    bits = _cpu_bits()
+    if bits is None:
         return ("numpy",)
-    bits = lib.tsr_bin_cpu()
     cap = cc.ISA_LEVELS.index(cc.max_isa())
     return tuple(n for n in ISAS if (n in ("c", "numpy") or bits & _BITS[n])
                  and _LEVEL[n] <= cap)
 
 
-_ISA: list = [None, None]   # the last $TESSERA_BINARY_ISA read and the path it named
+# the last ($TESSERA_BINARY_ISA, $TESSERA_MAX_ISA) read and the path they named
+_ISA: list = [None, None]
 
 
 def isa() -> str:
     """The path the kernels take: ``$TESSERA_BINARY_ISA`` if set (RuntimeError when this CPU
     lacks it), else the fastest available."""
-    env = os.environ.get("TESSERA_BINARY_ISA", "")
-    if env == _ISA[0]:
+    environ = os.environ
+    key = environ.get("TESSERA_BINARY_ISA", ""), environ.get("TESSERA_MAX_ISA", "")
+    if key == _ISA[0]:
         return _ISA[1]
+    env = key[0]
     forced = env.strip().lower()
     have = available()
     if forced in have or not forced:
-        _ISA[:] = env, forced or have[0]
+        _ISA[:] = key, forced or have[0]
     if not forced:
         return have[0]
     if forced not in ISAS:

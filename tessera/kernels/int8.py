@@ -78,16 +78,20 @@ def _lib():
 
 
 @functools.lru_cache(maxsize=1)
+def _cpu_bits() -> int | None:
+    lib = _lib()
+    return None if lib is None else lib.tsr_int8_cpu()
+
+
 def available() -> tuple[str, ...]:
     """The paths this CPU (and toolchain) can run within ``TESSERA_MAX_ISA``, fastest first.
 
     >>> available()[-1]
     'numpy'
     """
-    lib = _lib()
-    if lib is None:
+    bits = _cpu_bits()
+    if bits is None:
         return ("numpy",)
-    bits = lib.tsr_int8_cpu()
     cap = cc.ISA_LEVELS.index(cc.max_isa())
     return tuple(n for n in ISAS if (n in ("c", "numpy") or bits & _BITS[n])
                  and _LEVEL[n] <= cap)
