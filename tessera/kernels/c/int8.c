@@ -528,6 +528,11 @@ void tsr_int8_im2col_nhwc(const int64_t* p, int64_t r0, int64_t r1) {
    and Clang's vector extensions, a zmm with AVX-512) whose sums stay in a register across
    the taps; the channels past the last 16 are summed one by one. */
 typedef int32_t v16i __attribute__((vector_size(64)));
+#if defined(__GNUC__) && !defined(__clang__)
+/* 64-byte vectors pass only between static inline helpers of this file, never across a
+   library's boundary: GCC's note on their ABI without AVX-512 enabled does not apply */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 static inline v16i ld_i32(const int32_t* s) { v16i v; memcpy(&v, s, sizeof v); return v; }
 static inline v16i ld_u8(const uint8_t* s) {
