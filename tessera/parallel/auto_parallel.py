@@ -379,6 +379,9 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
         size = meta_bytes(meta)
         grad = g.nodes[u].requires_grad
         param = g.nodes[u].kind == "param"
+        # autograd keeps the tensor as it was before the conversion, so a backward that
+        # reads it (for another input's gradient: a matmul's weight) converts it again
+        again = _reread(g, v, iv)
         et = np.zeros((len(cands[u]), len(cands[v])))
         em = np.zeros_like(et)
         for a_i, cu in enumerate(cands[u]):
@@ -392,6 +395,8 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
                 for ax, n in enumerate(hier):
                     other = _shard(src[:ax] + src[ax + 1:], hier[:ax] + hier[ax + 1:])
                     t += _conv_seconds(src[ax], dst[ax], size / other, n, prof, grad)
+                    if again and _communicates(src[ax], dst[ax], n, _FWD):
+                        t += _conv_seconds(src[ax], dst[ax], size / other, n, prof, False)
                     if param and src[ax].kind == "B" and _distributes(cv, ax):
                         t += _grad_sync(size / _shard(src, hier), n, prof,
                                         zero and _zero_shards(meta, n, zero_min_size))
@@ -405,10 +410,26 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
                  zero_min_size)
 
 
+def _reread(g: OpGraph, v: int, i: int) -> bool:
+    """Whether op ``v``'s backward reads its argument ``i``: another argument needs a
+    gradient and the op is not linear in it alone (an addition's backward reads neither)."""
+    node = g.nodes[v]
+    if node.op is None or node.op.name in _LINEAR_OPS:
+        return False
+    return any(src is not None and k != i and g.nodes[src[0]].requires_grad
+               for k, src in enumerate(node.inputs))
+
+
+# ops whose backward reads none of their inputs
+_LINEAR_OPS = frozenset({"add", "sub", "neg", "view", "reshape", "permute", "transpose",
+                         "expand", "cast", "clone", "contiguous", "split_view", "slice",
+                         "squeeze", "unsqueeze", "cat", "stack", "sum", "mean"})
+
+
 def _grad_sync(nbytes: float, n: int, prof: Profile, zero: bool) -> float:
     """A broadcast parameter's gradient sync on an axis of ``n`` ranks, bucketed
     (graph_buckets): a step runs one collective for many gradients, so each pays its bytes
-    and its copy into the bucket, not a collective's latency (``_grad_runs``)."""
+    and its copy into the bucket, not a collective's latency (``_timeline``)."""
     t = 2 * prof.memory_seconds(nbytes)
     if zero:
         t += (n - 1) / n * nbytes / prof.alpha_beta("reduce_scatter", n)[1]
@@ -450,36 +471,48 @@ def _partial_grad(c: Costs, assign: list[int], p: int, ax: int) -> int:
 _BUCKET_BYTES = 25e6
 
 
-def _grad_runs(c: Costs, assign: list[int]) -> float:
-    """The gradient syncs' latency and ``sync``, as a compiled step issues them (the pass
-    ``graph_buckets``): backward runs the ops in reverse, each parameter's gradient is
-    synchronised where it is complete (at its first reader's backward), and consecutive
-    syncs of one kind share a collective of up to 25 MB, while any other collective in
-    between (a conversion's gradient, tensor parallelism's) starts a new one; under ZeRO a
-    sharded parameter's gradient is reduce-scattered and a small one's all-reduced, so the
-    two kinds alternate along the model, and the updated shards are all-gathered after
-    the update. Also the syncs the edges do not see (``_partial_grad`` 2): their bytes."""
+def _communicates(src: Sbp, dst: Sbp | None, n: int, table: dict) -> bool:
+    return n > 1 and dst is not None and src != dst and \
+        table.get((src.kind, dst.kind), "local") != "local"
+
+
+def _timeline(c: Costs, assign: list[int]) -> float:
+    """What the per-edge prices cannot see, from the order a compiled step runs in: the
+    forward's ops, then the backward's in reverse, each conversion a collective where its
+    consumer runs (forward) or its consumer's backward (the gradient's conversion).
+
+    * The gradient syncs (the pass ``graph_buckets``): a parameter's gradient is
+      synchronised where it is complete (at its first reader's backward) and consecutive
+      syncs of one kind share a collective of up to 25 MB, while any other collective in
+      between (a conversion's gradient, tensor parallelism's) starts a new one; under ZeRO
+      a sharded parameter's gradient is reduce-scattered and a small one's all-reduced, so
+      the two kinds alternate along the model, and the updated shards are all-gathered
+      after the update. Each such collective pays its latency and ``sync``; the syncs
+      whose bytes the edges do not see (``_partial_grad`` 2) their bytes too.
+    * ``sync`` by the computation since the previous collective (the profile's
+      ``sync_curve``): the edges charge each collective the profile's ``sync`` at a few
+      layers' computation; one right after another pays less, one after a long stretch
+      of computation more. Seconds added (or taken off)."""
     g, hier, prof = c.graph, c.hierarchy, c.prof
-    t = 0.0
-    breaks: list[int] = []  # positions of the backward's other collectives
+    outs = _consumers_of(c)
+    t, now, last = 0.0, 0.0, 0.0
+    nominal = [prof.sync_seconds(n) for n in hier]
+
+    def collective(axes, charged: bool) -> None:
+        nonlocal t, last
+        for ax in axes:
+            t += prof.sync_seconds(hier[ax], now - last) - (nominal[ax] if charged else 0.0)
+        last = now
+    into: list[list[tuple[int, int, int]]] = [[] for _ in g.nodes]
     for u, ou, v, iv in c.edges:
-        if not g.nodes[u].requires_grad:
+        into[v].append((u, ou, iv))
+    # the gradient syncs ready at each node's backward: (axis, kind, bytes)
+    ready: list[list[tuple[int, str, float]]] = [[] for _ in g.nodes]
+    gathered = [0.0] * len(hier)
+    for p, node in enumerate(g.nodes):
+        if node.kind != "param" or not node.requires_grad or not outs[p]:
             continue
         for ax, n in enumerate(hier):
-            src = c.cands[u][assign[u]][ax].outs[ou]
-            dst = c.cands[v][assign[v]][ax].ins[iv]
-            if n > 1 and dst is not None and src != dst and (src.kind, dst.kind) in _BWD:
-                breaks.append(v)
-                break
-    outs = _consumers_of(c)
-    for ax, n in enumerate(hier):
-        if n == 1:
-            continue
-        events: list[tuple[int, int, str, float]] = [(v, 0, "", 0.0) for v in breaks]
-        gathered = 0.0
-        for p, node in enumerate(g.nodes):
-            if node.kind != "param" or not node.requires_grad or not outs[p]:
-                continue
             how = _partial_grad(c, assign, p, ax)
             if not how:
                 continue
@@ -488,26 +521,61 @@ def _grad_runs(c: Costs, assign: list[int]) -> float:
             sharded = c.zero and _zero_shards(node.outs[0], n, c.zero_min_size)
             if how == 2:
                 t += _grad_sync(size, n, prof, sharded)
-            gathered += size if sharded else 0.0
-            events.append((min(outs[p]), 1, "reduce_scatter" if sharded else "all_reduce",
-                           size))
-        events.sort(key=lambda e: (-e[0], e[1]))
-        kind, held = "", 0.0
-        for _, _, k, size in events:
-            if k != kind or held + size > _BUCKET_BYTES:
-                if k:
-                    t += prof.alpha_beta(k, n)[0] + prof.sync_seconds(n)
-                kind, held = k, 0.0
-            held += size
-        if gathered:
-            t += math.ceil(gathered / _BUCKET_BYTES) * (prof.alpha_beta("all_gather", n)[0] +
-                                                        prof.sync_seconds(n))
+            gathered[ax] += size if sharded else 0.0
+            ready[min(outs[p])].append((ax, "reduce_scatter" if sharded else "all_reduce",
+                                        size))
+    ops = [v for v, node in enumerate(g.nodes) if node.kind == "op"]
+    for v in ops:  # forward
+        cand = c.cands[v][assign[v]]
+        for u, ou, iv in into[v]:
+            axes = [ax for ax, n in enumerate(hier) if _communicates(
+                c.cands[u][assign[u]][ax].outs[ou], cand[ax].ins[iv], n, _FWD)]
+            if axes:
+                collective(axes, True)
+        local = [ax for ax, n in enumerate(hier) if cand[ax].local is not None and n > 1]
+        if local:
+            collective(local, True)
+        now += float(c.node_t[v][assign[v]]) / _TRAIN
+    pending: list[list] = [["", 0.0] for _ in hier]  # per axis: the open bucket's kind, bytes
+
+    def flush(ax: int) -> None:
+        kind = pending[ax][0]
+        if kind:
+            nonlocal t
+            t += prof.alpha_beta(kind, hier[ax])[0]
+            collective([ax], False)
+        pending[ax] = ["", 0.0]
+    for v in reversed(ops):  # backward
+        now += float(c.node_t[v][assign[v]]) * (_TRAIN - 1) / _TRAIN
+        cand = c.cands[v][assign[v]]
+        for u, ou, iv in into[v]:
+            src = c.cands[u][assign[u]]
+            again = [ax for ax, n in enumerate(hier) if _reread(g, v, iv) and _communicates(
+                src[ax].outs[ou], cand[ax].ins[iv], n, _FWD)]
+            axes = [ax for ax, n in enumerate(hier) if g.nodes[u].requires_grad and
+                    _communicates(src[ax].outs[ou], cand[ax].ins[iv], n, _BWD)]
+            for each in (again, axes):
+                if each:
+                    for ax in range(len(hier)):
+                        flush(ax)
+                    collective(each, True)
+        for ax, kind, size in ready[v]:
+            if kind != pending[ax][0] or pending[ax][1] + size > _BUCKET_BYTES:
+                flush(ax)
+                pending[ax][0] = kind
+            pending[ax][1] += size
+    for ax, n in enumerate(hier):
+        flush(ax)
+        if gathered[ax]:
+            for _ in range(math.ceil(gathered[ax] / _BUCKET_BYTES)):
+                t += prof.alpha_beta("all_gather", n)[0]
+                collective([ax], False)
     return t
 
 
 def evaluate(c: Costs, assign: list[int]) -> tuple[float, float]:
     """(seconds, bytes per rank) of an assignment (a candidate index per node)."""
-    t = _grad_runs(c, assign) + sum(float(c.node_t[v][k]) for v, k in enumerate(assign))
+    t = _timeline(c, assign) + sum(float(c.node_t[v][k]) for v, k in enumerate(assign))
     m = sum(float(c.node_m[v][k]) for v, k in enumerate(assign))
     for e, (u, _, v, _) in enumerate(c.edges):
         t += float(c.edge_t[e][assign[u], assign[v]])
