@@ -18,7 +18,7 @@ One run per workload measures every plan in one launch, interleaved: rounds of a
 of each plan in turn (the order rotated each round), so a burst of the host's other load
 falls on one round of several plans rather than on every step of one; each plan's step is
 the median over rounds of the round's median step (the slowest rank's). The machine
-profile is measured (``calibrate --quick``) at the start and at the end of the run, and
+profile is measured (``calibrate``) at the start and at the end of the run, and
 the predictions are priced on their mean, so the prediction sees the load the steps saw.
 Reported per workload: each plan's step, its ratio to the best hand-written plan and its
 prediction; the Kendall tau of predicted against measured over the distinct plans
@@ -146,10 +146,10 @@ def _graph(name: str, plan, placement, profile: str):
 
 
 def _calibrate(path: str) -> None:
-    """A quick profile of the launched ranks, saved by rank 0 at ``path``."""
+    """A profile of the launched ranks, saved by rank 0 at ``path``."""
     import tessera.distributed as dist
     from tessera.distributed.calibrate import measure, save
-    prof = measure(quick=True)
+    prof = measure()
     if dist.get_rank() == 0:
         save(prof, path)
     dist.barrier()
@@ -242,7 +242,7 @@ def predict(name: str, ranks: int, specs: dict, profile) -> dict:
     names = dict(model.named_parameters())
     g = AP.record(lambda a, b: loss_fn(model, a, b), (x, y), names)
     p = tessera.placement("cpu", list(range(ranks)))
-    out = {}
+    out: dict[str, float | None] = {}
     for plan, (params, inputs, zero, zmin) in specs.items():
         try:
             t, _ = AP.price(g, p, {k: (AP._parse(s),) for k, s in params.items()},

@@ -362,16 +362,16 @@ def _sync_rank(comm, n: int, quick: bool, agree) -> list[tuple[float, float]]:
     a = np.ones((256, 256), np.float32)
     x = np.ones(64, np.float32)
 
-    def work(k: int) -> None:
+    def work(k: int, then=None) -> None:
         for _ in range(k):
             a @ a
-    rounds = 5 if quick else 9
-    bare = _rounds(lambda: comm.all_reduce(x, group), rounds, lambda: comm.barrier(group),
-                   agree)
-    fns: list = []
+        if then is not None:
+            then(x, group)
+    fns: list = [lambda: comm.all_reduce(x, group)]
     for k in _SYNC_GEMMS:
-        fns += [lambda k=k: work(k), lambda k=k: (work(k), comm.all_reduce(x, group))]
-    ts = _interleaved(fns, rounds, lambda: comm.barrier(group), agree, 0.05)
+        fns += [lambda k=k: work(k), lambda k=k: work(k, comm.all_reduce)]
+    # (rounds of several time slices: the skew is what a slice's preemption leaves)
+    bare, *ts = _interleaved(fns, 9, lambda: comm.barrier(group), agree, 0.1)
     return [(alone, max(both - alone - bare, 0.0)) for alone, both in zip(ts[::2], ts[1::2])]
 
 

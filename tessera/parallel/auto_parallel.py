@@ -10,9 +10,13 @@ inputs and parameters, take broadcast or a split of any dim), and prices:
   distributes the output, times 3 for forward and backward;
 * communication: the boxing between a producer's output SBP and the SBP its consumer's
   signature wants, ``boxing.cost``'s bytes priced by the profile's alpha-beta of that
-  collective, plus the conversion of the gradient back in backward; a broadcast parameter
-  consumed by a distributing signature pays its gradient's all-reduce (under ZeRO: the
-  reduce-scatter and the all-gather of the updated shard);
+  collective, plus the conversion of the gradient back in backward (and the conversion
+  again where backward reads the converted tensor); a broadcast parameter consumed by a
+  distributing signature pays its gradient's all-reduce (under ZeRO: the reduce-scatter
+  and the all-gather of the updated shard);
+* the step's order (``_timeline``): the gradient syncs bucketed as the compiled step
+  buckets them, a collective's latency per bucket, and each collective's ``sync`` by the
+  computation since the previous one;
 * memory per rank: parameters, gradients and optimizer state (sharded by the parameter's
   split, and by ZeRO over the data-parallel axes), the activations kept for backward at
   their tile sizes, and a boxed input that grows a tile (an all-gathered weight).
