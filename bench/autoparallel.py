@@ -18,8 +18,8 @@ One run per workload measures every plan in one launch, interleaved: rounds of a
 of each plan in turn (the order rotated each round), so a burst of the host's other load
 falls on one round of several plans rather than on every step of one; each plan's step is
 the median over rounds of the round's median step (the slowest rank's). The machine
-profile is measured (``calibrate``) at the start and at the end of the run, and
-the predictions are priced on their mean, so the prediction sees the load the steps saw.
+profile is measured (``calibrate``) at the start, the middle and the end of the run, and
+the predictions are priced on their median, so the prediction sees the load the steps saw.
 Reported per workload: each plan's step, its ratio to the best hand-written plan and its
 prediction; the Kendall tau of predicted against measured over the distinct plans
 (``auto`` left out when it is one of the hand-written plans); the solver's time; and for
@@ -163,14 +163,17 @@ def child(name: str, rounds: int, steps: int, out: str) -> None:
     from tessera.distributed import comm as C
     n = dist.get_world_size()
     p = tessera.placement("cpu", list(range(n)))
-    before, after = out + ".before.json", out + ".after.json"
-    _calibrate(before)
+    profiles = [f"{out}.profile{k}.json" for k in range(3)]
+    _calibrate(profiles[0])
+    before = profiles[0]
     names = [k for k, _ in _build(name)[0].named_parameters()]
     specs: dict = {"auto": "auto", **plans(name, names)}
     graphs = {k: _graph(name, spec, p, before) for k, spec in specs.items()}
     keys = list(graphs)
     times: dict = {k: [] for k in keys}
     for r in range(rounds):
+        if r == rounds // 2:
+            _calibrate(profiles[1])
         for k in keys[r % len(keys):] + keys[:r % len(keys)]:
             g, x, y = graphs[k]
             dist.barrier()
@@ -180,7 +183,7 @@ def child(name: str, rounds: int, steps: int, out: str) -> None:
                 g(x, y)
                 ts.append(time.perf_counter() - t0)
             times[k].append(ts)
-    _calibrate(after)
+    _calibrate(profiles[2])
     every = C.current().all_gather_object(times)
     if dist.get_rank() != 0:
         return
@@ -198,7 +201,7 @@ def child(name: str, rounds: int, steps: int, out: str) -> None:
     for k in keys[1:]:
         res[k].update(params=specs[k][0], inputs=specs[k][1], zero=specs[k][2])
     with open(out, "w") as f:
-        json.dump({"plans": res, "profiles": [before, after]}, f)
+        json.dump({"plans": res, "profiles": profiles}, f)
 
 
 def _launch(name: str, ranks: int, rounds: int, steps: int, tmp: str) -> dict:
@@ -218,19 +221,21 @@ def _launch(name: str, ranks: int, rounds: int, steps: int, tmp: str) -> dict:
         return json.load(f)
 
 
-def mean_profile(paths: list[str]):
-    """The mean of the saved profiles at ``paths`` (every figure averaged)."""
+def median_profile(paths: list[str]):
+    """The median of the saved profiles at ``paths``, figure by figure (as the steps are
+    medians over rounds: a burst of load during one calibration is left out)."""
     from tessera.distributed.calibrate import Profile, load
 
-    def mean(vals):
+    def median(vals):
         if isinstance(vals[0], dict):
-            return {k: mean([v[k] for v in vals]) for k in vals[0] if all(k in v for v in vals)}
+            return {k: median([v[k] for v in vals]) for k in vals[0]
+                    if all(k in v for v in vals)}
         if isinstance(vals[0], (list, tuple)):
-            return [mean(list(x)) for x in zip(*vals)]
+            return [median(list(x)) for x in zip(*vals)]
         if isinstance(vals[0], str):
             return vals[0]
-        return sum(vals) / len(vals)
-    return Profile.from_json(mean([load(p).to_json() for p in paths]))
+        return statistics.median(vals)
+    return Profile.from_json(median([load(p).to_json() for p in paths]))
 
 
 def predict(name: str, ranks: int, specs: dict, profile) -> dict:
@@ -270,6 +275,7 @@ def kendall_tau(a: list[float], b: list[float]) -> float:
 
 
 def run(rounds: int = 0, steps: int = 3) -> list[dict]:
+    from tessera.distributed.calibrate import load
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for ranks in _ranks():
@@ -283,7 +289,8 @@ def run(rounds: int = 0, steps: int = 3) -> list[dict]:
                     rows.append(row)
                     continue
                 plans_ = res["plans"]
-                prof = mean_profile(res["profiles"])
+                prof = median_profile(res["profiles"])
+                row["profiles"] = [load(p).to_json() for p in res["profiles"]]
                 specs = {k: (v["params"], v["inputs"], v["zero"],
                              1 if k == "auto" else _ZERO_MIN) for k, v in plans_.items()}
                 pred = predict(name, ranks, specs, prof)
@@ -334,9 +341,9 @@ def render(rows) -> str:
 
 TITLE = ("Auto-parallel vs hand-written plans (nn.Graph training step, AdamW; all plans of a "
          "workload in one launch, interleaved rounds of 3 steps, median; 1 thread per rank; "
-         "predicted: the cost model on the profile measured at the start and end of the "
-         "run; targets: auto <= 1.05 x the best hand plan, Kendall tau >= 0.8, solver within "
-         "10 s for GPT-mini)")
+         "predicted: the cost model on the median of the profiles measured at the start, "
+         "middle and end of the run; targets: auto <= 1.05 x the best hand plan, Kendall "
+         "tau >= 0.8, solver within 10 s for GPT-mini)")
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
