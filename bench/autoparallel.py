@@ -1,23 +1,30 @@
 """Auto-parallel against plans written by hand: the measured ``nn.Graph`` training step of
-each plan on 2 (and 4, oversubscribed on a small host) ranks started through the launcher,
-beside the cost model's prediction for it.
+each plan on 2 ranks (``TESSERA_BENCH_AUTOPAR_RANKS``, e.g. ``2,4``) started through the
+launcher, beside the cost model's prediction for it.
 
 Workloads: an MLP (512-2048-512, batch 64), a Transformer stack (2 encoder layers, d_model
 128, 4 heads, FFN 512, batch 8 x 64) and GPT-mini (minGPT's 6 layers, 6 heads, 192 wide;
 vocab 512, batch 8 x 64), each with AdamW. Plans: ``auto`` (``config.enable_auto_parallel``
-with the saved machine profile, ``python -m tessera.distributed.calibrate``, or the default
-one), ``dp`` (parameters broadcast, batch split), ``dp+zero`` (the same with
-``config.enable_zero(stage=2)``), and ``tp`` (Megatron by hand: the first linear of each
-MLP and the attention's input projection split by output features, the second and the
-attention's output projection by input features; batch broadcast).
+with the profile measured at the start of its run), and by hand: ``replicated`` (every
+rank the whole step), ``dp`` (parameters broadcast, batch split), ``dp+zero`` (the same
+with ``config.enable_zero(stage=2)``), ``tp`` (Megatron: the first linear of each MLP and
+the attention's input projection split by output features, the second and the
+attention's output projection by input features; batch broadcast), and per workload the
+mixes: for the MLP the column or row split alone and ``dp+tp`` (batch split as well); for
+the Transformer and GPT-mini tensor parallelism on the MLPs only (``tp-mlp``), on the
+attention only (``tp-attn``), on the first layer only (``tp-layer0``), and ``dp+tp-mlp``.
 
-Per workload and rank count: each plan's step (median of the measured steps after two
-warm-up steps), its ratio to the best hand-written plan, its prediction, the Kendall tau of
-predicted against measured over the distinct plans (``auto`` left out when it is one of
-the hand-written plans), and the solver's time; for ``auto``, what the
-measured guard did (it times the plan and data parallelism at the first call and keeps the
-faster, so ``auto`` is the kept plan). The profile is the saved one, else one measured at
-the start of the run under the launcher (the host's load then is the one the steps see).
+One run per workload measures every plan in one launch, interleaved: rounds of a few steps
+of each plan in turn (the order rotated each round), so a burst of the host's other load
+falls on one round of several plans rather than on every step of one; each plan's step is
+the median over rounds of the round's median step (the slowest rank's). The machine
+profile is measured (``calibrate``) at the start, the middle and the end of the run, and
+the predictions are priced on their median, so the prediction sees the load the steps saw.
+Reported per workload: each plan's step, its ratio to the best hand-written plan and its
+prediction; the Kendall tau of predicted against measured over the distinct plans
+(``auto`` left out when it is one of the hand-written plans); the solver's time; and for
+``auto`` what the measured guard did (it times the plan and data parallelism at the
+first call and keeps the faster).
 """
 from __future__ import annotations
 
@@ -30,17 +37,23 @@ import tempfile
 import time
 
 WORKLOADS = ("mlp", "transformer", "gpt-mini")
-PLANS = ("auto", "dp", "dp+zero", "tp")
-HAND = ("dp", "dp+zero", "tp")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# column- and row-parallel parameter names (Megatron by hand)
-_COLUMN = ("0.weight", "0.bias", "linear1.weight", "linear1.bias", "in_proj_weight",
-           "in_proj_bias", "c_attn.weight", "c_attn.bias", "c_fc.weight", "c_fc.bias")
-_ROW = ("2.weight", "linear2.weight", "out_proj.weight", "c_proj.weight")
+# Megatron's column- and row-parallel parameters, per workload
+_COLUMN = {"mlp": ("0.weight", "0.bias"),
+           "transformer": ("linear1.weight", "linear1.bias", "in_proj_weight", "in_proj_bias"),
+           "gpt-mini": ("c_attn.weight", "c_attn.bias", "c_fc.weight", "c_fc.bias")}
+_ROW = {"mlp": ("2.weight",), "transformer": ("linear2.weight", "out_proj.weight"),
+        "gpt-mini": ("attn.c_proj.weight", "mlp.c_proj.weight")}
+# the parts a mixed plan splits: names containing one of these
+_MLP_PART = {"transformer": ("linear1.", "linear2."), "gpt-mini": ("mlp.",)}
+_ATTN_PART = {"transformer": ("self_attn.",), "gpt-mini": ("attn.",)}
+_LAYER0 = {"transformer": "0.", "gpt-mini": "transformer.h.0."}
+# enable_zero's default shard_min_size, what a plan written by hand gets
+_ZERO_MIN = 1024
 
 
 def _ranks() -> tuple[int, ...]:
-    return tuple(int(r) for r in os.environ.get("TESSERA_BENCH_AUTOPAR_RANKS", "2,4").split(","))
+    return tuple(int(r) for r in os.environ.get("TESSERA_BENCH_AUTOPAR_RANKS", "2").split(","))
 
 
 def _build(name: str):
@@ -63,27 +76,46 @@ def _build(name: str):
         lib.randint(0, 512, (8, 64))
 
 
-def _hand(plan: str, names) -> tuple[dict, list]:
-    """Parameter SBPs (name -> short forms) and input SBPs of a hand-written plan."""
-    if plan == "tp":
-        def named(n, keys):
-            return any(n == k or n.endswith("." + k) for k in keys)
-        sbps = {n: ("S(0)",) if named(n, _COLUMN) else ("S(1)",) if named(n, _ROW)
-                else ("B",) for n in names}
-        return sbps, [("B",), ("B",)]
-    return {n: ("B",) for n in names}, [("S(0)",), ("S(0)",)]
+def _megatron(w: str, names, part=None, layer=None) -> dict:
+    """Megatron's parameter SBPs, on the parameters whose names contain one of ``part``
+    and start with ``layer`` (all when None); the rest broadcast."""
+    def named(n, keys):
+        return any(n == k or n.endswith("." + k) for k in keys)
+    out = {}
+    for n in names:
+        s = "S(0)" if named(n, _COLUMN[w]) else "S(1)" if named(n, _ROW[w]) else "B"
+        if (part is not None and not any(p in n for p in part)) or \
+                (layer is not None and not n.startswith(layer)):
+            s = "B"
+        out[n] = s
+    return out
 
 
-def child(name: str, plan: str, steps: int) -> dict | None:
-    """One rank's run of ``plan``; rank 0 returns the figures."""
+def plans(w: str, names) -> dict[str, tuple[dict, str, bool]]:
+    """The hand-written plans of workload ``w``: name -> (parameter name -> SBP, the
+    inputs' SBP, ZeRO)."""
+    bcast = {n: "B" for n in names}
+    out = {"replicated": (bcast, "B", False), "dp": (bcast, "S(0)", False),
+           "dp+zero": (bcast, "S(0)", True), "tp": (_megatron(w, names), "B", False)}
+    if w == "mlp":
+        out["col"] = ({**bcast, "0.weight": "S(0)", "0.bias": "S(0)"}, "B", False)
+        out["row"] = ({**bcast, "2.weight": "S(1)"}, "B", False)
+        out["dp+tp"] = (_megatron(w, names), "S(0)", False)
+    else:
+        out["tp-mlp"] = (_megatron(w, names, _MLP_PART[w]), "B", False)
+        out["tp-attn"] = (_megatron(w, names, _ATTN_PART[w]), "B", False)
+        out["tp-layer0"] = (_megatron(w, names, layer=_LAYER0[w]), "B", False)
+        out["dp+tp-mlp"] = (_megatron(w, names, _MLP_PART[w]), "S(0)", False)
+    return out
+
+
+def _graph(name: str, plan, placement, profile: str):
+    """(graph, x, y) of workload ``name`` under ``plan`` ((param SBPs, input SBP, ZeRO), or
+    "auto"), compiled by two warm-up calls."""
     import tessera
-    import tessera.distributed as dist
-    from tessera.distributed import comm as C
     from tessera.parallel.auto_parallel import _parse
-    n, rank = dist.get_world_size(), dist.get_rank()
     model, loss_fn, x, y = _build(name)
     opt = tessera.optim.AdamW(model.parameters(), lr=1e-4)
-    p = tessera.placement("cpu", list(range(n)))
 
     class TrainGraph(tessera.nn.Graph):
         def __init__(self):
@@ -97,70 +129,130 @@ def child(name: str, plan: str, steps: int) -> dict | None:
             return loss
     g = TrainGraph()
     if plan == "auto":
-        g.config.enable_auto_parallel(p, solver="ilp", time_limit=10)
+        from tessera.distributed.calibrate import load
+        g.config.enable_auto_parallel(placement, solver="ilp", time_limit=10,
+                                      profile=load(profile))
     else:
-        names = dict(model.named_parameters())
-        params, inputs = _hand(plan, names)
-        by_id = {id(t): tuple(_parse(s) for s in params[k]) for k, t in names.items()}
-        model.to_global(p, lambda t: by_id.get(id(t), (tessera.sbp.broadcast,)))
-        x, y = (a.to_global(p, tessera.sbp.broadcast).to_global(
-            sbp=tuple(_parse(s) for s in sb)) for a, sb in zip((x, y), inputs))
-        if plan == "dp+zero":
-            g.config.enable_zero(True, stage=2)
+        params, inputs, zero = plan
+        by_id = {id(t): (_parse(params[k]),) for k, t in model.named_parameters()}
+        model.to_global(placement, lambda t: by_id.get(id(t), (tessera.sbp.broadcast,)))
+        x, y = (a.to_global(placement, tessera.sbp.broadcast).to_global(sbp=(_parse(inputs),))
+                for a in (x, y))
+        if zero:
+            g.config.enable_zero(True, stage=2, shard_min_size=_ZERO_MIN)
     for _ in range(2):
         g(x, y)
+    return g, x, y
+
+
+def _calibrate(path: str) -> None:
+    """A profile of the launched ranks, saved by rank 0 at ``path``."""
+    import tessera.distributed as dist
+    from tessera.distributed.calibrate import measure, save
+    prof = measure()
+    if dist.get_rank() == 0:
+        save(prof, path)
     dist.barrier()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        g(x, y)
-        times.append(time.perf_counter() - t0)
-    times = [max(v) for v in zip(*C.current().all_gather_object(times))]
-    if rank != 0:
-        return None
-    out = {"ms": statistics.median(times) * 1000}
-    if plan == "auto":
-        ap = g.parallel_plan()
-        out.update(strategy=ap.strategy + (" + ZeRO" if ap.zero else ""),
-                   predicted_ms=ap.seconds * 1000, solve_s=ap.solve_seconds,
-                   guard=ap.guard)
-    return out
 
 
-def _launch(name: str, plan: str, ranks: int, steps: int) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "out.json")
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1",
-                   PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        cmd = [sys.executable, "-m", "tessera.distributed.launch", "--nproc-per-node",
-               str(ranks), "--threads-per-proc", "1", "-m", "bench.autoparallel",
-               "--child", name, plan, str(steps), out]
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                              check=False)
-        if proc.returncode != 0 or not os.path.exists(out):
-            lines = (proc.stderr or "?").strip().splitlines()
-            return {"error": next((ln for ln in reversed(lines) if "Error" in ln),
-                                  lines[-1] if lines else "?")}
-        with open(out) as f:
-            return json.load(f)
+def child(name: str, rounds: int, steps: int, out: str) -> None:
+    """All plans of workload ``name`` on the launched ranks, interleaved; rank 0 writes the
+    figures to ``out`` (JSON)."""
+    import tessera
+    import tessera.distributed as dist
+    from tessera.distributed import comm as C
+    n = dist.get_world_size()
+    p = tessera.placement("cpu", list(range(n)))
+    profiles = [f"{out}.profile{k}.json" for k in range(3)]
+    _calibrate(profiles[0])
+    before = profiles[0]
+    names = [k for k, _ in _build(name)[0].named_parameters()]
+    specs: dict = {"auto": "auto", **plans(name, names)}
+    graphs = {k: _graph(name, spec, p, before) for k, spec in specs.items()}
+    keys = list(graphs)
+    times: dict = {k: [] for k in keys}
+    for r in range(rounds):
+        if r == rounds // 2:
+            _calibrate(profiles[1])
+        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            g, x, y = graphs[k]
+            dist.barrier()
+            ts = []
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                g(x, y)
+                ts.append(time.perf_counter() - t0)
+            times[k].append(ts)
+    _calibrate(profiles[2])
+    every = C.current().all_gather_object(times)
+    if dist.get_rank() != 0:
+        return
+    res: dict = {}
+    for k in keys:
+        per_round = [statistics.median(max(t[k][r][s] for t in every) for s in range(steps))
+                     for r in range(rounds)]
+        res[k] = {"ms": statistics.median(per_round) * 1000}
+    ap = graphs["auto"][0].parallel_plan()
+    res["auto"].update(strategy=ap.strategy + (" + ZeRO" if ap.zero else ""),
+                       predicted_start_ms=ap.seconds * 1000, solve_s=ap.solve_seconds,
+                       guard=ap.guard, params={k.removeprefix("model."): v[0]
+                                                  for k, v in ap.param_sbps.items()},
+                       inputs=ap.input_sbps[0][0], zero=ap.zero)
+    for k in keys[1:]:
+        res[k].update(params=specs[k][0], inputs=specs[k][1], zero=specs[k][2])
+    with open(out, "w") as f:
+        json.dump({"plans": res, "profiles": profiles}, f)
 
 
-def _predict(name: str, ranks: int) -> dict:
-    """The cost model's step for each hand-written plan, in this process."""
+def _launch(name: str, ranks: int, rounds: int, steps: int, tmp: str) -> dict:
+    out = os.path.join(tmp, f"{name}-{ranks}.json")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "tessera.distributed.launch", "--nproc-per-node",
+           str(ranks), "--threads-per-proc", "1", "-m", "bench.autoparallel",
+           "--child", name, str(rounds), str(steps), out]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0 or not os.path.exists(out):
+        lines = (proc.stderr or "?").strip().splitlines()
+        return {"error": next((ln for ln in reversed(lines) if "Error" in ln),
+                              lines[-1] if lines else "?")}
+    with open(out) as f:
+        return json.load(f)
+
+
+def median_profile(paths: list[str]):
+    """The median of the saved profiles at ``paths``, figure by figure (as the steps are
+    medians over rounds: a burst of load during one calibration is left out)."""
+    from tessera.distributed.calibrate import Profile, load
+
+    def median(vals):
+        if isinstance(vals[0], dict):
+            return {k: median([v[k] for v in vals]) for k in vals[0]
+                    if all(k in v for v in vals)}
+        if isinstance(vals[0], (list, tuple)):
+            return [median(list(x)) for x in zip(*vals)]
+        if isinstance(vals[0], str):
+            return vals[0]
+        return statistics.median(vals)
+    return Profile.from_json(median([load(p).to_json() for p in paths]))
+
+
+def predict(name: str, ranks: int, specs: dict, profile) -> dict:
+    """The cost model's step (ms) for each plan of ``specs`` (name -> (param SBPs, input
+    SBP, ZeRO, ZeRO's shard_min_size)), in this process."""
     import tessera
     from tessera.parallel import auto_parallel as AP
     model, loss_fn, x, y = _build(name)
     names = dict(model.named_parameters())
     g = AP.record(lambda a, b: loss_fn(model, a, b), (x, y), names)
     p = tessera.placement("cpu", list(range(ranks)))
-    out = {}
-    for plan in HAND:
-        params, inputs = _hand(plan, names)
-        parse = AP._parse
+    out: dict[str, float | None] = {}
+    for plan, (params, inputs, zero, zmin) in specs.items():
         try:
-            t, _ = AP.price(g, p, {k: tuple(parse(s) for s in v) for k, v in params.items()},
-                            [tuple(parse(s) for s in sb) for sb in inputs],
-                            zero=plan == "dp+zero", optimizer="AdamW")
+            t, _ = AP.price(g, p, {k: (AP._parse(s),) for k, s in params.items()},
+                            [(AP._parse(inputs),)] * 2, zero=zero, optimizer="AdamW",
+                            profile=profile, zero_min_size=zmin)
             out[plan] = t * 1000
         except (ValueError, RuntimeError) as e:
             out[plan] = None
@@ -182,45 +274,41 @@ def kendall_tau(a: list[float], b: list[float]) -> float:
     return s / (n * (n - 1) / 2) if n > 1 else 0.0
 
 
-def _profile() -> str:
-    """The saved machine profile, or one measured now under the launcher on the most ranks
-    benchmarked (saved to a temporary file for this run)."""
-    from tessera.distributed.calibrate import profile_path
-    path = profile_path()
-    if os.path.exists(path):
-        return path
-    path = os.path.join(tempfile.mkdtemp(), "profile.json")
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1",
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    subprocess.run([sys.executable, "-m", "tessera.distributed.launch", "--nproc-per-node",
-                    str(max(_ranks())), "--threads-per-proc", "1", "-m",
-                    "tessera.distributed.calibrate", "--quick", "--out", path],
-                   cwd=ROOT, env=env, capture_output=True, check=False)
-    return path
-
-
-def run(steps: int = 5) -> list[dict]:
-    os.environ["TESSERA_PROFILE"] = _profile()  # the children and the predictions read it
+def run(rounds: int = 0, steps: int = 3) -> list[dict]:
+    from tessera.distributed.calibrate import load
     rows = []
-    for ranks in _ranks():
-        for name in WORKLOADS:
-            row: dict = {"workload": name, "ranks": ranks}
-            for plan in PLANS:
-                row[plan] = _launch(name, plan, ranks, steps)
-            pred = _predict(name, ranks)
-            for plan in HAND:
-                if "ms" in row[plan]:
-                    row[plan]["predicted_ms"] = pred.get(plan)
-            # over distinct plans: an auto plan predicted as a hand plan is that plan
-            # (its two measurements differ by the host's noise alone)
-            same = [k for k in HAND if "ms" in row[k] and "ms" in row["auto"] and
-                    row[k].get("predicted_ms") == row["auto"].get("predicted_ms")]
-            pairs = [(row[k]["predicted_ms"], row[k]["ms"]) for k in PLANS
-                     if "ms" in row[k] and row[k].get("predicted_ms") is not None
-                     and not (k == "auto" and same)]
-            row["tau"] = kendall_tau([p for p, _ in pairs], [m for _, m in pairs]) \
-                if len(pairs) > 1 else None
-            rows.append(row)
+    with tempfile.TemporaryDirectory() as tmp:
+        for ranks in _ranks():
+            for name in os.environ.get("TESSERA_BENCH_AUTOPAR_WORKLOADS",
+                                       ",".join(WORKLOADS)).split(","):
+                k = rounds or (12 if name == "mlp" else 8 if name == "transformer" else 5)
+                res = _launch(name, ranks, k, steps, tmp)
+                row: dict = {"workload": name, "ranks": ranks}
+                if "error" in res:
+                    row["error"] = res["error"]
+                    rows.append(row)
+                    continue
+                plans_ = res["plans"]
+                prof = median_profile(res["profiles"])
+                row["profiles"] = [load(p).to_json() for p in res["profiles"]]
+                specs = {k: (v["params"], v["inputs"], v["zero"],
+                             1 if k == "auto" else _ZERO_MIN) for k, v in plans_.items()}
+                pred = predict(name, ranks, specs, prof)
+                for k, v in plans_.items():
+                    v["predicted_ms"] = pred.get(k)
+                row["plans"] = plans_
+                row["profile"] = prof.to_json()
+                row["sync_ms"] = prof.sync_seconds(ranks) * 1000
+                # over distinct plans: an auto plan that is a hand plan is that plan (its
+                # two measurements differ by the host's noise alone)
+                same = [k for k in specs if k != "auto" and specs[k][:3] == specs["auto"][:3]]
+                keys = [k for k in plans_ if plans_[k].get("predicted_ms") is not None
+                        and not (k == "auto" and same)]
+                row["same"] = same[0] if same else None
+                row["tau"] = kendall_tau([plans_[k]["predicted_ms"] for k in keys],
+                                         [plans_[k]["ms"] for k in keys]) \
+                    if len(keys) > 1 else None
+                rows.append(row)
     return rows
 
 
@@ -228,40 +316,42 @@ def render(rows) -> str:
     from bench.common import table
     out, notes = [], []
     for r in rows:
-        hand = [r[k]["ms"] for k in HAND if "ms" in r[k]]
-        best = min(hand) if hand else None
-        for plan in PLANS:
-            res = r[plan]
-            if "error" in res:
-                notes.append(f"{r['workload']} x{r['ranks']} {plan}: {res['error'][:120]}")
-                out.append((r["workload"], str(r["ranks"]), plan, "-", "-", "-", "-", "-"))
-                continue
-            if res.get("guard"):
-                notes.append(f"{r['workload']} x{r['ranks']} auto: measured guard: "
-                             f"{res['guard']}")
-            pm = res.get("predicted_ms")
-            out.append((r["workload"], str(r["ranks"]), plan + (f" ({res['strategy']})"
-                                                               if "strategy" in res else ""),
-                        f"{res['ms']:.1f}", f"{res['ms'] / best:.2f}" if best else "-",
-                        f"{pm:.1f}" if pm is not None else "-",
-                        f"{r['tau']:.2f}" if plan == "auto" and r["tau"] is not None else "",
-                        f"{res['solve_s']:.2f}" if "solve_s" in res else ""))
+        if "error" in r:
+            notes.append(f"{r['workload']} x{r['ranks']}: {r['error'][:160]}")
+            continue
+        ps = r["plans"]
+        best = min(v["ms"] for k, v in ps.items() if k != "auto")
+        if ps["auto"].get("guard"):
+            notes.append(f"{r['workload']} x{r['ranks']} auto: measured guard: "
+                         f"{ps['auto']['guard']}")
+        notes.append(f"{r['workload']} x{r['ranks']}: Kendall tau {r['tau']:.2f} over "
+                     f"{len(ps) - (1 if r['same'] else 0)} distinct plans; profile sync "
+                     f"{r['sync_ms']:.2f} ms per collective")
+        for k, v in sorted(ps.items(), key=lambda kv: kv[1]["ms"]):
+            label = k + (f" ({v['strategy']}" + (f" = {r['same']}" if r["same"] else "")
+                         + ")" if k == "auto" else "")
+            pm = v.get("predicted_ms")
+            out.append((r["workload"], str(r["ranks"]), label, f"{v['ms']:.1f}",
+                        f"{v['ms'] / best:.2f}", f"{pm:.1f}" if pm is not None else "-",
+                        f"{v['solve_s']:.2f}" if "solve_s" in v else ""))
     return (table(out, ("workload", "ranks", "plan", "step ms", "vs best hand",
-                        "predicted ms", "Kendall tau", "solver s"))
+                        "predicted ms", "solver s"))
             + "".join(f"\n  {n}" for n in notes))
 
 
-TITLE = ("Auto-parallel vs hand-written plans (nn.Graph training step, median of 5 steps after "
-         "2 warm-up; 1 thread per rank; predicted: the cost model with the saved profile; "
-         "targets: auto <= 1.05 x the best hand plan, Kendall tau >= 0.8, solver within 10 s "
-         "for GPT-mini)")
+TITLE = ("Auto-parallel vs hand-written plans (nn.Graph training step, AdamW; all plans of a "
+         "workload in one launch, interleaved rounds of 3 steps, median; 1 thread per rank; "
+         "predicted: the cost model on the median of the profiles measured at the start, "
+         "middle and end of the run; targets: auto <= 1.05 x the best hand plan, Kendall "
+         "tau >= 0.8, solver within 10 s for GPT-mini)")
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        res = child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
-        if res is not None:
-            with open(sys.argv[5], "w") as f:
-                json.dump(res, f)
+        child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     else:
         print(TITLE)
-        print(render(run()))
+        rows = run()
+        print(render(rows))
+        if os.environ.get("TESSERA_BENCH_AUTOPAR_SAVE"):  # the raw figures, as JSON
+            with open(os.environ["TESSERA_BENCH_AUTOPAR_SAVE"], "w") as f:
+                json.dump(rows, f, indent=1)

@@ -62,6 +62,8 @@ class Profile:
     boxing: dict = dataclasses.field(default_factory=dict)
     # seconds a collective costs a step beyond its own time: the ranks' skew it absorbs
     sync: dict = dataclasses.field(default_factory=dict)
+    # the same by the computation since the previous collective: [(seconds, sync), ...]
+    sync_curve: dict = dataclasses.field(default_factory=dict)
     # alpha and beta for numbers of ranks not measured: per ring step, and bytes/s
     default_alpha: float = 2e-5
     default_beta: float = 2e9
@@ -105,16 +107,28 @@ class Profile:
         a, b = table[n] if n in table else table[min(table, key=lambda k: abs(k - n))]
         return a + nbytes / b
 
-    def sync_seconds(self, n: int) -> float:
-        """``sync`` for ``n`` ranks (the nearest measured count; 0 when none was)."""
+    def sync_seconds(self, n: int, gap: float | None = None) -> float:
+        """``sync`` for ``n`` ranks (the nearest measured count; 0 when none was); with
+        ``gap``, after that many seconds of computation since the previous collective
+        (``sync_curve``, interpolated, constant beyond its ends).
+
+        >>> p = Profile(sync={2: 1e-3}, sync_curve={2: [(1e-3, 2e-4), (4e-3, 1e-3)]})
+        >>> p.sync_seconds(2), round(p.sync_seconds(2, 2.5e-3), 6), p.sync_seconds(2, 1.0)
+        (0.001, 0.0006, 0.001)
+        """
         if n <= 1 or not self.sync:
             return 0.0
-        return float(self.sync[n] if n in self.sync else
-                     self.sync[min(self.sync, key=lambda k: abs(k - n))])
+        near = n if n in self.sync else min(self.sync, key=lambda k: abs(k - n))
+        curve = self.sync_curve.get(near)
+        if gap is None or not curve:
+            return float(self.sync[near])
+        xs, ys = zip(*sorted(curve))
+        return float(np.interp(gap, xs, ys))
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         d["sync"] = {str(n): v for n, v in self.sync.items()}
+        d["sync_curve"] = {str(n): [list(p) for p in v] for n, v in self.sync_curve.items()}
         for key in ("comm", "boxing"):
             d[key] = {k: {str(n): list(v) for n, v in t.items()}
                       for k, t in getattr(self, key).items()}
@@ -124,6 +138,8 @@ class Profile:
     def from_json(cls, d: dict) -> Profile:
         d = dict(d)
         d["sync"] = {int(n): float(v) for n, v in d.get("sync", {}).items()}
+        d["sync_curve"] = {int(n): [tuple(p) for p in v]
+                           for n, v in d.get("sync_curve", {}).items()}
         for key in ("comm", "boxing"):
             d[key] = {k: {int(n): tuple(v) for n, v in t.items()}
                       for k, t in d.get(key, {}).items()}
@@ -271,11 +287,20 @@ def _collective(comm, kind: str, x: np.ndarray, group: tuple):
 
 
 def _fit(points: list) -> tuple[float, float]:
-    """(alpha, beta) of ``time = alpha + bytes / beta``: beta the slope from the smallest
-    message to the largest, alpha the median of what each point leaves after its bytes
-    (robust to one slow point on a loaded host, which a least-squares line is not)."""
-    (x0, t0), (x1, t1) = min(points), max(points)
-    beta = (x1 - x0) / (t1 - t0) if t1 > t0 and x1 > x0 else DEFAULT.default_beta
+    """(alpha, beta) of ``time = alpha + bytes / beta``: ``1 / beta`` the median of the
+    slopes between every two points (Theil-Sen), alpha the median of what each point
+    leaves after its bytes (robust to one slow point on a loaded host, which a
+    least-squares line, or the line through the smallest and the largest, is not).
+
+    >>> a, b = _fit([(0, 1.0), (1e9, 2.0), (2e9, 3.0), (3e9, 4.0), (4e9, 12.0)])  # one slow
+    >>> round(a, 6), round(b / 1e9, 6)
+    (1.0, 1.0)
+    """
+    slopes = [(t1 - t0) / (x1 - x0) for (x0, t0), (x1, t1) in
+              ((a, b) for k, a in enumerate(sorted(points)) for b in sorted(points)[k + 1:])
+              if x1 > x0]
+    slope = float(np.median(slopes)) if slopes else 0.0
+    beta = 1.0 / slope if slope > 0 else DEFAULT.default_beta
     return max(float(np.median([t - x / beta for x, t in points])), 0.0), beta
 
 
@@ -301,43 +326,53 @@ def _boxing_rank(comm, n: int, quick: bool, agree) -> dict:
     i = group.index(comm.rank)
     kinds = {"S": split(0), "B": broadcast, "P": partial_sum}
     rows = [64, 512] if quick else [16, 256, 2048]
-    table = {}
+    fns = []
     for tr in TRANSITIONS:
         src, dst = kinds[tr[0]], kinds[tr[-1]]
         if tr[-1] == "S":
             dst = split(1)  # a new dim, so S->S moves data
-        fns = []
         for r in rows:
             shape = (r, 256)
             tile = (split_sizes(r, n)[i], 256) if src.kind == "S" else shape
             x = np.ones(tile, np.float32)
             fns.append(lambda x=x, src=src, dst=dst, shape=shape:
                        box_1d(x, shape, src, dst, group, i, comm))
-        ts = _interleaved(fns, 5 if quick else 9, lambda: comm.barrier(group), agree)
-        table[tr] = _fit([(r * 256 * 4.0, t) for r, t in zip(rows, ts)])
-    return table
+    # every transition's rounds interleaved: a burst of load falls on all of them alike
+    ts = _interleaved(fns, 5 if quick else 9, lambda: comm.barrier(group), agree)
+    k = len(rows)
+    return {tr: _fit([(r * 256 * 4.0, t) for r, t in zip(rows, ts[j * k:(j + 1) * k])])
+            for j, tr in enumerate(TRANSITIONS)}
 
 
-def _sync_rank(comm, n: int, quick: bool, agree) -> float:
+# the GEMMs (256 x 256) between two collectives at which ``sync`` is measured: a tensor-
+# parallel layer's gap, a few layers' and a data-parallel step's
+_SYNC_GEMMS = (1, 4, 16)
+
+
+def _sync_rank(comm, n: int, quick: bool, agree) -> list[tuple[float, float]]:
     """On this rank, among ranks ``0..n-1``: what a small all-reduce adds to a loop of
-    computations (a few milliseconds of GEMMs, a layer's scale) beyond the computations and
-    its own back-to-back time. On an idle host nearly nothing; on one shared with other work
-    the ranks are preempted at different times, and each collective waits for the slowest:
-    that skew, not the collective's microseconds, is what a step pays per collective."""
+    computations beyond the computations and its own back-to-back time, for computations
+    of a few lengths between two collectives (``_SYNC_GEMMS``): (the computation's seconds,
+    the collective's added seconds) each. On an idle host nearly nothing; on one shared
+    with other work the ranks are preempted at different times, and each collective waits
+    for the slowest: that skew, not the collective's microseconds, is what a step pays per
+    collective, and it grows with the computation since the previous collective (the
+    longer the ranks run apart, the further they drift), up to a time slice."""
     group = tuple(range(n))
     a = np.ones((256, 256), np.float32)
     x = np.ones(64, np.float32)
 
-    def work():
-        for _ in range(4):
+    def work(k: int, then=None) -> None:
+        for _ in range(k):
             a @ a
-    rounds = 5 if quick else 9
-    bare = _rounds(lambda: comm.all_reduce(x, group), rounds, lambda: comm.barrier(group),
-                   agree)
-    alone = _rounds(work, rounds, lambda: comm.barrier(group), agree, 0.05)
-    both = _rounds(lambda: (work(), comm.all_reduce(x, group)), rounds,
-                   lambda: comm.barrier(group), agree, 0.05)
-    return max(both - alone - bare, 0.0)
+        if then is not None:
+            then(x, group)
+    fns: list = [lambda: comm.all_reduce(x, group)]
+    for k in _SYNC_GEMMS:
+        fns += [lambda k=k: work(k), lambda k=k: work(k, comm.all_reduce)]
+    # (rounds of several time slices: the skew is what a slice's preemption leaves)
+    bare, *ts = _interleaved(fns, 9, lambda: comm.barrier(group), agree, 0.1)
+    return [(alone, max(both - alone - bare, 0.0)) for alone, both in zip(ts[::2], ts[1::2])]
 
 
 def _comm_rank(comm, ranks: list[int], quick: bool) -> dict:
@@ -351,23 +386,27 @@ def _comm_rank(comm, ranks: list[int], quick: bool) -> dict:
 
         def agree(k: int, group=group) -> int:
             return int(comm.all_reduce(np.array([k], np.int64), group, op="max")[0])
-        for kind in COLLECTIVES:
-            xs = [np.ones(s // 4, np.float32) for s in sizes]
-            ts = _interleaved([lambda x=x, kind=kind: _collective(comm, kind, x, group)
-                               for x in xs], 5 if quick else 9, lambda: comm.barrier(group),
-                              agree)
-            out[kind][n] = _fit([(_sent(kind, x.nbytes, n), t) for x, t in zip(xs, ts)])
+        xs = [np.ones(s // 4, np.float32) for s in sizes]
+        # every collective's rounds interleaved: a burst of load falls on all of them alike
+        ts = _interleaved([lambda x=x, kind=kind: _collective(comm, kind, x, group)
+                           for kind in COLLECTIVES for x in xs], 5 if quick else 9,
+                          lambda: comm.barrier(group), agree)
+        for j, kind in enumerate(COLLECTIVES):
+            out[kind][n] = _fit([(_sent(kind, x.nbytes, n), t)
+                                 for x, t in zip(xs, ts[j * len(xs):(j + 1) * len(xs)])])
     if comm.rank < max(ranks, default=0):
         n = max(ranks)
         out["boxing"] = {n: _boxing_rank(comm, n, quick, agree)}
-        out["sync"] = {n: _sync_rank(comm, n, quick, agree)}
+        out["sync_curve"] = {n: _sync_rank(comm, n, quick, agree)}
     return out
 
 
 def _apply(prof: Profile, res: dict) -> None:
     """``_comm_rank``'s figures into ``prof``."""
     res = dict(res)
-    prof.sync.update(res.pop("sync", {}))
+    for n, curve in res.pop("sync_curve", {}).items():
+        prof.sync_curve[n] = [tuple(p) for p in curve]
+        prof.sync[n] = curve[len(curve) // 2][1]  # at a few layers' computation
     for n, table in res.pop("boxing", {}).items():
         for tr, ab in table.items():
             prof.boxing.setdefault(tr, {})[n] = ab
@@ -427,7 +466,10 @@ def _describe(p: Profile, path: str) -> str:
         for n, (a, b) in sorted(table.items()):
             lines.append(f"{kind:>15} n={n}: alpha {a * 1e6:.1f} us, beta {b / 1e9:.2f} GB/s")
     for n, v in sorted(p.sync.items()):
-        lines.append(f"{'sync':>15} n={n}: {v * 1e6:.1f} us per collective in a step")
+        curve = ", ".join(f"{s * 1e6:.0f} us after {g * 1e3:.1f} ms"
+                          for g, s in p.sync_curve.get(n, []))
+        lines.append(f"{'sync':>15} n={n}: {v * 1e6:.1f} us per collective in a step"
+                     + (f" ({curve})" if curve else ""))
     for tr, table in p.boxing.items():
         for n, (a, b) in sorted(table.items()):
             lines.append(f"{'boxing ' + tr:>15} n={n}: alpha {a * 1e6:.1f} us, "

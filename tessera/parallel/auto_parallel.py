@@ -10,9 +10,13 @@ inputs and parameters, take broadcast or a split of any dim), and prices:
   distributes the output, times 3 for forward and backward;
 * communication: the boxing between a producer's output SBP and the SBP its consumer's
   signature wants, ``boxing.cost``'s bytes priced by the profile's alpha-beta of that
-  collective, plus the conversion of the gradient back in backward; a broadcast parameter
-  consumed by a distributing signature pays its gradient's all-reduce (under ZeRO: the
-  reduce-scatter and the all-gather of the updated shard);
+  collective, plus the conversion of the gradient back in backward (and the conversion
+  again where backward reads the converted tensor); a broadcast parameter consumed by a
+  distributing signature pays its gradient's all-reduce (under ZeRO: the reduce-scatter
+  and the all-gather of the updated shard);
+* the step's order (``_timeline``): the gradient syncs bucketed as the compiled step
+  buckets them, a collective's latency per bucket, and each collective's ``sync`` by the
+  computation since the previous one;
 * memory per rank: parameters, gradients and optimizer state (sharded by the parameter's
   split, and by ZeRO over the data-parallel axes), the activations kept for backward at
   their tile sizes, and a boxed input that grows a tile (an all-gathered weight).
@@ -230,10 +234,11 @@ class Costs:
     edge_t: list         # per edge: np.ndarray (cands u x cands v)
     edge_m: list
     comm_t: list         # per node: the communication part of node_t (gradient sync)
-    # seconds every assignment pays: the latency of the step's gradient buckets' collectives
-    const: float = 0.0
     prof: Any = None     # the profile priced with
-    params: list | None = None  # (param node, its consumers) with a gradient, made on use
+    # ZeRO shards a parameter's state only from this many elements (graph.config's
+    # ``shard_min_size``); smaller ones are all-reduced as in data parallelism
+    zero_min_size: int = 1
+    params: list | None = None  # per node: the nodes reading it, made on use
 
 
 def _leaf_sbps(meta: Meta, hier: tuple, param: bool) -> list[tuple]:
@@ -321,9 +326,18 @@ def _conv_seconds(src: Sbp, dst: Sbp, nbytes: float, n: int, prof: Profile, grad
     return t
 
 
+def _zero_shards(meta: Meta, dp: int, min_size: int) -> bool:
+    """Whether ZeRO shards a data-parallel parameter of ``meta`` over ``dp`` ranks
+    (``graph_zero``: at least ``min_size`` elements and a row for each rank)."""
+    return dp > 1 and math.prod(meta.shape) >= min_size and len(meta.shape) > 0 and \
+        meta.shape[0] >= dp
+
+
 def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
-                optimizer: str = "Adam") -> Costs:
-    """Every node's candidates and prices on a mesh of shape ``hier``."""
+                optimizer: str = "Adam", zero_min_size: int = 1) -> Costs:
+    """Every node's candidates and prices on a mesh of shape ``hier`` (``zero``: optimizer
+    state sharded over the data-parallel ranks, for parameters of at least
+    ``zero_min_size`` elements)."""
     state = _STATE.get(optimizer, 2)
     cands = [_candidates(n, hier) for n in g.nodes]
     node_t, node_m, comm_t = [], [], []
@@ -333,7 +347,11 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
             out_sbps = [tuple(s.outs[j] for s in cand) for j in range(len(node.outs))]
             if node.kind == "op":
                 f = math.prod(n for a, n in enumerate(hier) if _distributes(cand, a))
-                ts.append(_TRAIN * (_op_seconds(node, prof) / f + prof.op_overhead))
+                # a signature with its own local computation communicates (a mean over a
+                # split dim all-reduces its count, a loss its sum): a collective's latency
+                local = sum(prof.alpha_beta("all_reduce", n)[0] + prof.sync_seconds(n)
+                            for s, n in zip(cand, hier) if s.local is not None and n > 1)
+                ts.append(_TRAIN * (_op_seconds(node, prof) / f + prof.op_overhead) + local)
                 cs.append(0.0)
                 ms.append(sum(meta_bytes(m) / _shard(s, hier)
                               for m, s in zip(node.outs, out_sbps)))
@@ -341,7 +359,7 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
                 size = meta_bytes(node.outs[0])
                 sh = _shard(out_sbps[0], hier)
                 dp = math.prod(n for s, n in zip(out_sbps[0], hier) if s.kind == "B")
-                z = dp if zero else 1
+                z = dp if zero and _zero_shards(node.outs[0], dp, zero_min_size) else 1
                 # the parameter, its gradient (stage 2 shards it too) and the state; the
                 # update is not credited with ZeRO's smaller shard (its copies in and out of
                 # the shards cost about what it saves), so ZeRO is chosen for memory
@@ -365,6 +383,9 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
         size = meta_bytes(meta)
         grad = g.nodes[u].requires_grad
         param = g.nodes[u].kind == "param"
+        # autograd keeps the tensor as it was before the conversion, so a backward that
+        # reads it (for another input's gradient: a matmul's weight) converts it again
+        again = _reread(g, v, iv)
         et = np.zeros((len(cands[u]), len(cands[v])))
         em = np.zeros_like(et)
         for a_i, cu in enumerate(cands[u]):
@@ -378,34 +399,41 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
                 for ax, n in enumerate(hier):
                     other = _shard(src[:ax] + src[ax + 1:], hier[:ax] + hier[ax + 1:])
                     t += _conv_seconds(src[ax], dst[ax], size / other, n, prof, grad)
+                    if again and _communicates(src[ax], dst[ax], n, _FWD):
+                        t += _conv_seconds(src[ax], dst[ax], size / other, n, prof, False)
                     if param and src[ax].kind == "B" and _distributes(cv, ax):
-                        t += _grad_sync(size / _shard(src, hier), n, prof, zero)
+                        t += _grad_sync(size / _shard(src, hier), n, prof,
+                                        zero and _zero_shards(meta, n, zero_min_size))
                 et[a_i, b_i] = t
                 grow = size / _shard(dst, hier) - size / _shard(src, hier)
                 if grow > 0:
                     em[a_i, b_i] = grow
         edge_t.append(et)
         edge_m.append(em)
-    # the gradients' collectives run one per bucket (graph_buckets, 25 MB by default): the
-    # edges charge each gradient its bytes, the latency is charged here per bucket, twice
-    # with ZeRO (a reduce-scatter and an all-gather)
-    total = sum(meta_bytes(n.outs[0]) for n in g.nodes if n.kind == "param")
-    buckets = max(1, math.ceil(total / 25e6))
-    const = 0.0
-    for n in hier:
-        if n > 1:
-            const += buckets * (prof.alpha_beta("reduce_scatter", n)[0] +
-                                prof.alpha_beta("all_gather", n)[0] +
-                                2 * prof.sync_seconds(n) if zero else
-                                prof.alpha_beta("all_reduce", n)[0] + prof.sync_seconds(n))
-    return Costs(g, hier, zero, cands, node_t, node_m, edges, edge_t, edge_m, comm_t, const,
-                 prof)
+    return Costs(g, hier, zero, cands, node_t, node_m, edges, edge_t, edge_m, comm_t, prof,
+                 zero_min_size)
+
+
+def _reread(g: OpGraph, v: int, i: int) -> bool:
+    """Whether op ``v``'s backward reads its argument ``i``: another argument needs a
+    gradient and the op is not linear in it alone (an addition's backward reads neither)."""
+    node = g.nodes[v]
+    if node.op is None or node.op.name in _LINEAR_OPS:
+        return False
+    return any(src is not None and k != i and g.nodes[src[0]].requires_grad
+               for k, src in enumerate(node.inputs))
+
+
+# ops whose backward reads none of their inputs
+_LINEAR_OPS = frozenset({"add", "sub", "neg", "view", "reshape", "permute", "transpose",
+                         "expand", "cast", "clone", "contiguous", "split_view", "slice",
+                         "squeeze", "unsqueeze", "cat", "stack", "sum", "mean"})
 
 
 def _grad_sync(nbytes: float, n: int, prof: Profile, zero: bool) -> float:
     """A broadcast parameter's gradient sync on an axis of ``n`` ranks, bucketed
     (graph_buckets): a step runs one collective for many gradients, so each pays its bytes
-    and its copy into the bucket, not a collective's latency (``Costs.const``)."""
+    and its copy into the bucket, not a collective's latency (``_timeline``)."""
     t = 2 * prof.memory_seconds(nbytes)
     if zero:
         t += (n - 1) / n * nbytes / prof.alpha_beta("reduce_scatter", n)[1]
@@ -415,38 +443,143 @@ def _grad_sync(nbytes: float, n: int, prof: Profile, zero: bool) -> float:
     return t
 
 
-def _indirect_syncs(c: Costs, assign: list[int]) -> float:
-    """The gradient syncs the edges do not see: a broadcast parameter read first by ops
-    that do not distribute on an axis (a linear layer's transpose) and then by one that
-    does (its matmul on a split batch) gets a partial gradient there all the same."""
+def _consumers_of(c: Costs) -> list[list[int]]:
     if c.params is None:
         outs: list[list[int]] = [[] for _ in c.cands]
         for u, _, v, _ in c.edges:
             outs[u].append(v)
-        c.params = [(p, outs) for p, node in enumerate(c.graph.nodes)
-                    if node.kind == "param" and node.requires_grad]
-    t = 0.0
-    for p, outs in c.params:
-        node = c.graph.nodes[p]
-        sbps = [s.outs[0] for s in c.cands[p][assign[p]]]
-        for ax, n in enumerate(c.hierarchy):
-            if n == 1 or sbps[ax].kind != "B":
+        c.params = outs
+    return c.params
+
+
+def _partial_grad(c: Costs, assign: list[int], p: int, ax: int) -> int:
+    """How parameter ``p``'s gradient is partial on mesh axis ``ax``: 0 not (split there,
+    or no consumer distributes), 1 through a consumer that distributes (the edge prices its
+    bytes), 2 through views and casts first (a linear layer's transposed weight, which
+    the edges do not see)."""
+    outs = _consumers_of(c)
+    if c.hierarchy[ax] == 1 or c.cands[p][assign[p]][ax].outs[0].kind != "B":
+        return 0
+    if any(_distributes(c.cands[w][assign[w]], ax) for w in outs[p]):
+        return 1
+    front = outs[p]
+    for _ in range(3):  # views and casts between a parameter and its use
+        nxt = [x for w in front for x in outs[w]]
+        if any(_distributes(c.cands[x][assign[x]], ax) for x in nxt):
+            return 2
+        front = [x for x in nxt if not _distributes(c.cands[x][assign[x]], ax)]
+    return 0
+
+
+# the bytes of gradients one bucketed collective takes at most (graph_buckets' default cap)
+_BUCKET_BYTES = 25e6
+
+
+def _communicates(src: Sbp, dst: Sbp | None, n: int, table: dict) -> bool:
+    return n > 1 and dst is not None and src != dst and \
+        table.get((src.kind, dst.kind), "local") != "local"
+
+
+def _timeline(c: Costs, assign: list[int]) -> float:
+    """What the per-edge prices cannot see, from the order a compiled step runs in: the
+    forward's ops, then the backward's in reverse, each conversion a collective where its
+    consumer runs (forward) or its consumer's backward (the gradient's conversion).
+
+    * The gradient syncs (the pass ``graph_buckets``): a parameter's gradient is
+      synchronised where it is complete (at its first reader's backward) and consecutive
+      syncs of one kind share a collective of up to 25 MB, while any other collective in
+      between (a conversion's gradient, tensor parallelism's) starts a new one; under ZeRO
+      a sharded parameter's gradient is reduce-scattered and a small one's all-reduced, so
+      the two kinds alternate along the model, and the updated shards are all-gathered
+      after the update. Each such collective pays its latency and ``sync``; the syncs
+      whose bytes the edges do not see (``_partial_grad`` 2) their bytes too.
+    * ``sync`` by the computation since the previous collective (the profile's
+      ``sync_curve``): the edges charge each collective the profile's ``sync`` at a few
+      layers' computation; one right after another pays less, one after a long stretch
+      of computation more. Seconds added (or taken off)."""
+    g, hier, prof = c.graph, c.hierarchy, c.prof
+    outs = _consumers_of(c)
+    t, now, last = 0.0, 0.0, 0.0
+    nominal = [prof.sync_seconds(n) for n in hier]
+
+    def collective(axes, charged: bool) -> None:
+        nonlocal t, last
+        for ax in axes:
+            t += prof.sync_seconds(hier[ax], now - last) - (nominal[ax] if charged else 0.0)
+        last = now
+    into: list[list[tuple[int, int, int]]] = [[] for _ in g.nodes]
+    for u, ou, v, iv in c.edges:
+        into[v].append((u, ou, iv))
+    # the gradient syncs ready at each node's backward: (axis, kind, bytes)
+    ready: list[list[tuple[int, str, float]]] = [[] for _ in g.nodes]
+    gathered = [0.0] * len(hier)
+    for p, node in enumerate(g.nodes):
+        if node.kind != "param" or not node.requires_grad or not outs[p]:
+            continue
+        for ax, n in enumerate(hier):
+            how = _partial_grad(c, assign, p, ax)
+            if not how:
                 continue
-            front = [w for w in outs[p] if not _distributes(c.cands[w][assign[w]], ax)]
-            for _ in range(3):  # views and casts between a parameter and its use
-                nxt = [x for w in front for x in outs[w]]
-                if any(_distributes(c.cands[x][assign[x]], ax) for x in nxt):
-                    size = meta_bytes(node.outs[0]) / _shard(tuple(sbps), c.hierarchy)
-                    t += _grad_sync(size, n, c.prof, c.zero)
-                    break
-                front = [x for x in nxt if not _distributes(c.cands[x][assign[x]], ax)]
+            size = meta_bytes(node.outs[0]) / _shard(
+                tuple(s.outs[0] for s in c.cands[p][assign[p]]), hier)
+            sharded = c.zero and _zero_shards(node.outs[0], n, c.zero_min_size)
+            if how == 2:
+                t += _grad_sync(size, n, prof, sharded)
+            gathered[ax] += size if sharded else 0.0
+            ready[min(outs[p])].append((ax, "reduce_scatter" if sharded else "all_reduce",
+                                        size))
+    ops = [v for v, node in enumerate(g.nodes) if node.kind == "op"]
+    for v in ops:  # forward
+        cand = c.cands[v][assign[v]]
+        for u, ou, iv in into[v]:
+            axes = [ax for ax, n in enumerate(hier) if _communicates(
+                c.cands[u][assign[u]][ax].outs[ou], cand[ax].ins[iv], n, _FWD)]
+            if axes:
+                collective(axes, True)
+        local = [ax for ax, n in enumerate(hier) if cand[ax].local is not None and n > 1]
+        if local:
+            collective(local, True)
+        now += float(c.node_t[v][assign[v]]) / _TRAIN
+    pending: list[list] = [["", 0.0] for _ in hier]  # per axis: the open bucket's kind, bytes
+
+    def flush(ax: int) -> None:
+        kind = pending[ax][0]
+        if kind:
+            nonlocal t
+            t += prof.alpha_beta(kind, hier[ax])[0]
+            collective([ax], False)
+        pending[ax] = ["", 0.0]
+    for v in reversed(ops):  # backward
+        now += float(c.node_t[v][assign[v]]) * (_TRAIN - 1) / _TRAIN
+        cand = c.cands[v][assign[v]]
+        for u, ou, iv in into[v]:
+            src = c.cands[u][assign[u]]
+            again = [ax for ax, n in enumerate(hier) if _reread(g, v, iv) and _communicates(
+                src[ax].outs[ou], cand[ax].ins[iv], n, _FWD)]
+            axes = [ax for ax, n in enumerate(hier) if g.nodes[u].requires_grad and
+                    _communicates(src[ax].outs[ou], cand[ax].ins[iv], n, _BWD)]
+            for each in (again, axes):
+                if each:
+                    for ax in range(len(hier)):
+                        flush(ax)
+                    collective(each, True)
+        for ax, kind, size in ready[v]:
+            if kind != pending[ax][0] or pending[ax][1] + size > _BUCKET_BYTES:
+                flush(ax)
+                pending[ax][0] = kind
+            pending[ax][1] += size
+    for ax, n in enumerate(hier):
+        flush(ax)
+        if gathered[ax]:
+            for _ in range(math.ceil(gathered[ax] / _BUCKET_BYTES)):
+                t += prof.alpha_beta("all_gather", n)[0]
+                collective([ax], False)
     return t
 
 
 def evaluate(c: Costs, assign: list[int]) -> tuple[float, float]:
     """(seconds, bytes per rank) of an assignment (a candidate index per node)."""
-    t = c.const + _indirect_syncs(c, assign) + \
-        sum(float(c.node_t[v][k]) for v, k in enumerate(assign))
+    t = _timeline(c, assign) + sum(float(c.node_t[v][k]) for v, k in enumerate(assign))
     m = sum(float(c.node_m[v][k]) for v, k in enumerate(assign))
     for e, (u, _, v, _) in enumerate(c.edges):
         t += float(c.edge_t[e][assign[u], assign[v]])
@@ -881,14 +1014,16 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
 
 
 def price(g: OpGraph, placement, param_sbps: dict, input_sbps: list, zero: bool = False,
-          profile: Profile | None = None, optimizer: str = "Adam") -> tuple[float, float]:
+          profile: Profile | None = None, optimizer: str = "Adam",
+          zero_min_size: int = 1) -> tuple[float, float]:
     """(predicted seconds, bytes per rank) of a plan written by hand on the recorded step
     ``g``: ``param_sbps`` name -> SBP tuple (missing: broadcast), ``input_sbps`` an SBP
-    tuple per tensor input, ``zero`` the optimizer state sharded; each op's signature is
-    the one dispatch would choose."""
+    tuple per tensor input, ``zero`` the optimizer state sharded (for parameters of at least
+    ``zero_min_size`` elements, ``enable_zero``'s ``shard_min_size``); each op's signature
+    is the one dispatch would choose."""
     from tessera.distributed.calibrate import load as load_profile
     hier = tuple(placement.hierarchy)
-    c = build_costs(g, hier, profile or load_profile(), zero, optimizer)
+    c = build_costs(g, hier, profile or load_profile(), zero, optimizer, zero_min_size)
     leaves: dict[int, int] = {}
     k = 0
     for v, node in enumerate(g.nodes):

@@ -37,13 +37,13 @@ def _plan(model, batch, d, n, limit=None, solver="ilp"):
 
 # ---- the solvers --------------------------------------------------------------------------
 
-def _small_costs(n=2, limit_frac=None):
+def _small_costs(n=2, batch=8):
     tessera.manual_seed(0)
     w = nn.Parameter(tessera.randn(6, 8))
 
     def step(x):
         return F.linear(x, w).mean()
-    g = AP.record(step, (tessera.randn(8, 8),), {"w": w})
+    g = AP.record(step, (tessera.randn(batch, 8),), {"w": w})
     return AP.build_costs(g, (n,), DEFAULT)
 
 
@@ -61,7 +61,7 @@ def test_ilp_and_dp_equal_brute_force_on_a_small_graph(n):
 
 def test_ilp_equals_brute_force_under_a_memory_limit():
     import itertools
-    c = _small_costs(2)
+    c = _small_costs(2, batch=64)  # (a batch whose fastest plan is not the smallest)
     free, _ = AP.brute_force(c)
     least = min(AP.evaluate(c, list(a))[1]
                 for a in itertools.product(*(range(len(k)) for k in c.cands)))
