@@ -521,6 +521,42 @@ def _spans(a: Analysis, keepable: list, recompute: list,
     return keep, rec
 
 
+def _fixed(a: Analysis, droppable: list) -> list[int]:
+    """The profile with every droppable saved node dead after its last forward reader: the
+    bytes no decision changes."""
+    base = _profile(a.g.nodes, *_live(a.g))
+    for i in droppable:
+        for t in range(_last_fwd(a, i) + 1, a.late[i][-1] + 1):
+            base[t] -= a.size[i]
+    return base
+
+
+def _events(spans) -> dict:
+    """Original index -> [(column, bytes born (+) or freed (-))] of (first, last, column,
+    bytes) spans."""
+    events: dict = {}
+    for s0, s1, c, b in spans:
+        if b and s0 <= s1:
+            events.setdefault(s0, []).append((c, b))
+            events.setdefault(s1 + 1, []).append((c, -b))
+    return events
+
+
+def _memory_rows(row, events: dict, base: list, budget: int) -> None:
+    """One row per run of positions with the same live decisions: their bytes within the
+    budget less the run's most fixed bytes (a run that cannot pass the budget gets none)."""
+    active: dict = {}
+    marks = sorted(events) + [len(base)]
+    for m0, m1 in zip(marks, marks[1:]):
+        for c, v in events.get(m0, ()):
+            active[c] = active.get(c, 0) + v
+            if active[c] == 0:
+                del active[c]
+        seg = base[max(m0, 0):max(m1, 0)]
+        if seg and active and max(seg) + sum(active.values()) > budget:
+            row(list(active.items()), -float("inf"), float(budget - max(seg)))
+
+
 def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
     """Checkmate's program over this schedule: binary keep ``k_i`` (saved nodes, and the
     unsaved ones a copy may read: checkpoints) and recompute ``r_i``; ``k_i + r_i >= 1``
@@ -566,20 +602,11 @@ def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
                 row([(rcol[p], 1.0), (rcol[i], -1.0)], 0.0, np.inf)
     keep, rec = _spans(a, keepable, recompute)
     _, rec_low = _spans(a, keepable, recompute, pull=False)
-    base = _profile(a.g.nodes, *_live(a.g))
-    for i in droppable:       # the profile with every saved node dropped
-        s0, s1 = keep[i][0], a.late[i][-1]
-        for t in range(s0, s1 + 1):
-            base[t] -= a.size[i]
+    base = _fixed(a, droppable)
 
-    def changes(rec) -> dict:   # original index -> (column, bytes born (+) or freed (-))
-        events: dict = {}
-        for spans, col in ((keep, kcol), (rec, rcol)):
-            for i, (s0, s1) in spans.items():
-                if a.size[i] and s0 <= s1:
-                    events.setdefault(s0, []).append((col[i], a.size[i]))
-                    events.setdefault(s1 + 1, []).append((col[i], -a.size[i]))
-        return events
+    def changes(rec) -> dict:
+        return _events((s0, s1, col[i], a.size[i]) for spans, col in ((keep, kcol), (rec, rcol))
+                       for i, (s0, s1) in spans.items())
     n_dep = len(lo)
     cost = np.zeros(nvar)
     for i, c in rcol.items():
@@ -594,18 +621,8 @@ def plan_milp(a: Analysis, budget: int, time_limit: float) -> tuple[Plan, dict]:
     # fits as solved); if that leaves no plan, the optimistic one, tightened until its plan
     # passes the exact measurement
     for attempt in range(7):
-        events = changes(rec if attempt == 0 else rec_low)
-        marks = sorted(events) + [len(base)]
         del rows[dep[0]:], cols[dep[0]:], vals[dep[0]:], lo[dep[1]:], hi[dep[1]:]
-        active: dict = {}
-        for m0, m1 in zip(marks, marks[1:]):
-            for c, v in events.get(m0, ()):
-                active[c] = active.get(c, 0) + v
-                if active[c] == 0:
-                    del active[c]
-            seg = base[max(m0, 0):max(m1, 0)]
-            if seg and active and max(seg) + sum(active.values()) > model_budget:
-                row(list(active.items()), -np.inf, float(model_budget - max(seg)))
+        _memory_rows(row, changes(rec if attempt == 0 else rec_low), base, model_budget)
         A = coo_matrix((vals, (rows, cols)), shape=(len(lo), nvar)).tocsr()
         left = deadline - time.perf_counter()
         if left <= 0:
@@ -746,16 +763,8 @@ def _staged(a: Analysis, budget: int, deadline: float) -> tuple[Plan | None, dic
             spans.append((t, a.late[i][-1], c, a.size[i]))
         else:
             spans.append((t, t, c, a.size[i]))
-    base = _profile(a.g.nodes, *_live(a.g))
-    for i in droppable:
-        for s in range(_last_fwd(a, i) + 1, a.late[i][-1] + 1):
-            base[s] -= a.size[i]
-    events: dict = {}
-    for s0, s1, c, b in spans:
-        if b and s0 <= s1:
-            events.setdefault(s0, []).append((c, b))
-            events.setdefault(s1 + 1, []).append((c, -b))
-    marks = sorted(events) + [len(base)]
+    base = _fixed(a, droppable)
+    events = _events(spans)
     cost = np.zeros(nvar)
     for (t, i), c in rcol.items():
         cost[c] = a.cost[i][0]
@@ -763,15 +772,7 @@ def _staged(a: Analysis, budget: int, deadline: float) -> tuple[Plan | None, dic
     model_budget = budget
     for attempt in range(5):
         del rows[n_dep[0]:], cols[n_dep[0]:], vals[n_dep[0]:], lo[n_dep[1]:], hi[n_dep[1]:]
-        active: dict = {}
-        for m0, m1 in zip(marks, marks[1:]):
-            for c, v in events.get(m0, ()):
-                active[c] = active.get(c, 0) + v
-                if active[c] == 0:
-                    del active[c]
-            seg = base[max(m0, 0):max(m1, 0)]
-            if seg and active and max(seg) + sum(active.values()) > model_budget:
-                row(list(active.items()), -np.inf, float(model_budget - max(seg)))
+        _memory_rows(row, events, base, model_budget)
         left = deadline - time.perf_counter()
         if left <= 0:
             return None, info
