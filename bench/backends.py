@@ -14,9 +14,13 @@ PyTorch references of the tests (``tests/models``, same architecture and sizes),
 onnxruntime the model exported by ``tessera.onnx``. Steady steps stop early after
 ``STEPS_BUDGET_S`` (the note gives their count); a tuned TVM's note gives the part of its
 cold compile spent tuning. ``TESSERA_BENCH_TVM_TRIALS`` (default 64) is the tuned
-TVM's trial budget; ``TESSERA_BENCH_BACKENDS`` (comma-separated workload names) runs a
-subset; ``TESSERA_BENCH_BACKENDS_TIMEOUT`` (s, default 1800; three times that for tuned TVM)
-bounds each child process.
+TVM's trial budget; ``TESSERA_BENCH_BACKENDS`` (comma-separated workload and backend
+names, e.g. ``resnet18,cnn train,tvm tuned``) runs a subset; ``TESSERA_BENCH_BACKENDS_TIMEOUT``
+(s, default 1800; three times that for tuned TVM) bounds each child process.
+``TESSERA_BENCH_BACKENDS_ROWS`` names a JSON-lines file of finished rows: a row found there
+is not run again, and each new one is appended as it finishes, so a long run can stop and
+resume, or run in parts (the cheap backends first, tuned TVM later), and the table comes
+out whole at the end.
 """
 from __future__ import annotations
 
@@ -194,39 +198,66 @@ def _available(backend: str) -> str | None:
     return None
 
 
+def _selection() -> tuple[list[str], list[str]]:
+    """The workloads and backends ``TESSERA_BENCH_BACKENDS`` names (all of a kind it names
+    none of)."""
+    chosen = [c.strip() for c in os.environ.get("TESSERA_BENCH_BACKENDS", "").split(",")
+              if c.strip()]
+    names = [n for n in INFERENCE + TRAINING if n in chosen] or list(INFERENCE + TRAINING)
+    backends = [b for b in BACKENDS if b in chosen] or list(BACKENDS)
+    return names, backends
+
+
+def _done(path: str | None) -> dict:
+    """The rows a previous (partial) run left in ``path``, by (workload, backend)."""
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return {(r["workload"], r["backend"]): r for r in rows}
+
+
+def _measure(name: str, backend: str) -> dict:
+    row: dict = {"workload": name, "backend": backend}
+    why = _available(backend)
+    if why is None and name in TRAINING and backend in ("torch.compile", "onnxruntime"):
+        why = "inference only"
+    if why is not None:
+        row["skip"] = why
+        return row
+    with tempfile.TemporaryDirectory(prefix="tessera-bench-backends-") as cache:
+        env = dict(os.environ, TESSERA_CACHE_DIR=cache)
+        for phase in ("cold", "warm"):
+            try:
+                proc = subprocess.run([sys.executable, "-m", "bench.backends", "--child", name,
+                                       backend], capture_output=True, text=True, env=env,
+                                      check=False, timeout=_timeout(backend))
+            except subprocess.TimeoutExpired:
+                row[phase] = {"error": f"timed out after {_timeout(backend)} s"}
+                continue
+            if proc.returncode != 0:
+                lines = proc.stderr.strip().splitlines() or ["?"]
+                row[phase] = {"error": lines[-1][:100]}
+            else:
+                row[phase] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return row
+
+
 def run() -> list[dict]:
-    chosen = os.environ.get("TESSERA_BENCH_BACKENDS")
-    names = [n for n in INFERENCE + TRAINING
-             if not chosen or n in [c.strip() for c in chosen.split(",")]]
+    names, backends = _selection()
+    path = os.environ.get("TESSERA_BENCH_BACKENDS_ROWS")
+    done = _done(path)
     rows = []
     for name in names:
-        for backend in BACKENDS:
-            row: dict = {"workload": name, "backend": backend}
-            why = _available(backend)
-            if why is None and name in TRAINING and backend in ("torch.compile", "onnxruntime"):
-                why = "inference only"
-            if why is not None:
-                row["skip"] = why
-                rows.append(row)
-                continue
-            with tempfile.TemporaryDirectory(prefix="tessera-bench-backends-") as cache:
-                env = dict(os.environ, TESSERA_CACHE_DIR=cache)
-                for phase in ("cold", "warm"):
-                    try:
-                        proc = subprocess.run([sys.executable, "-m", "bench.backends",
-                                               "--child", name, backend], capture_output=True,
-                                              text=True, env=env, check=False,
-                                              timeout=_timeout(backend))
-                    except subprocess.TimeoutExpired:
-                        row[phase] = {"error": f"timed out after {_timeout(backend)} s"}
-                        continue
-                    if proc.returncode != 0:
-                        lines = proc.stderr.strip().splitlines() or ["?"]
-                        row[phase] = {"error": lines[-1][:100]}
-                    else:
-                        row[phase] = json.loads(proc.stdout.strip().splitlines()[-1])
+        for backend in backends:
+            row = done.get((name, backend))
+            if row is None:
+                row = _measure(name, backend)
+                if path:
+                    with open(path, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                print(json.dumps(row), file=sys.stderr, flush=True)  # progress of a long run
             rows.append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)  # progress of a long run
     return rows
 
 
