@@ -8,11 +8,11 @@ computes. The function takes the graph's inputs, then its variables, and returns
 outputs, then the new values of the variables it assigns (a training step's parameters and
 optimizer state). ``tvm.compile`` builds it for the host CPU (LLVM with this CPU's
 ``mcpu``), after MetaSchedule tuning when ``tune_trials`` is given (that many candidates
-built and measured in all, shared out among the fused kernels); the library, and the
-tuning database, are cached under the kernel cache (``tessera.kernels.cc.entry``: atomic
-writes, an entry failing its digest rebuilt) keyed by the module's text, the target and
-TVM's version, so a second process, or the same graph again, loads it without compiling or
-tuning.
+built and measured in all, shared out among the fused kernels; a kernel tuned before in the
+process is not searched again); the library, and the tuning database, are cached under
+the kernel cache (``tessera.kernels.cc.entry``: atomic writes, an entry failing its digest
+rebuilt) keyed by the module's text, the target and TVM's version, so a second process, or
+the same graph again, loads it without compiling or tuning.
 
 >>> import tessera
 >>> from tessera.graph.trace import trace
@@ -353,10 +353,18 @@ _MS_TIMEOUT = 300.0
 _DB_FILES = {"workloads": "database_workload.json", "records": "database_tuning_record.json"}
 
 
+# every kernel MetaSchedule measured in this process, per target and trial budget: a module
+# whose kernels were tuned for an earlier one (a training step's second trace, which adds
+# the optimizer's state) searches only the new ones, and its database takes the best known
+# record of each
+_SEEN: dict = {}
+
+
 def _search(mod, tgt, trials: int, path: str) -> None:
-    """MetaSchedule's search over ``mod``'s (lowered, fused) kernels, ``trials`` candidates
-    measured in all, shared out among the kernels; its database (the two files of a
-    ``JSONDatabase``) written to ``path`` as one JSON object."""
+    """MetaSchedule's search over ``mod``'s (lowered, fused) kernels not yet tuned in this
+    process, ``trials`` candidates measured in all, shared out among them; the best record
+    of each of ``mod``'s kernels (a ``JSONDatabase``'s two files) written to ``path`` as one
+    JSON object."""
     import json
     import logging
 
@@ -368,6 +376,7 @@ def _search(mod, tgt, trials: int, path: str) -> None:
         cost_model = "xgb"
     except ImportError:  # measured candidates still decide; the model only ranks them
         cost_model = "random"
+    seen = _SEEN.setdefault((str(tgt), trials), ms.database.MemoryDatabase())
     log = logging.getLogger("tvm.s_tir.meta_schedule")
     level = log.level
     t0 = time.perf_counter()
@@ -376,11 +385,12 @@ def _search(mod, tgt, trials: int, path: str) -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="tessera-tvm-tune-") as work:
             tasks = ri.extract_tasks(mod, tgt, {})
-            if tasks:  # none: nothing to tune (a graph of layout ops), an empty database
-                per_iter = max(1, min(64, trials // len(tasks)))
+            new = [t for t in tasks if not _best(seen, t.dispatched[0])]
+            if new:  # none: nothing to tune (a graph of layout ops), or tuned before
+                per_iter = max(1, min(64, trials // len(new)))
                 with _cpu_intrinsics():
                     contexts, weights = ri.extracted_tasks_to_tune_contexts(
-                        tasks, work, strategy=ms.search_strategy.EvolutionarySearch(
+                        new, work, strategy=ms.search_strategy.EvolutionarySearch(
                             population_size=max(64, 4 * per_iter)), num_threads=cores)
                     ms.tune_tasks(
                         tasks=contexts, task_weights=weights, work_dir=work,
@@ -390,15 +400,40 @@ def _search(mod, tgt, trials: int, path: str) -> None:
                         num_trials_per_iter=per_iter, builder=_ms_builder(cores),
                         runner=ms.runner.LocalRunner(timeout_sec=_MS_TIMEOUT),
                         cost_model=cost_model)
-                db = {k: _read(os.path.join(work, f)) for k, f in _DB_FILES.items()}
-                if not db["records"].strip():
+                files = {k: os.path.join(work, f) for k, f in _DB_FILES.items()}
+                if not _read(files["records"]).strip():
                     raise RuntimeError(f"nn.Graph backend 'tvm': tune_trials={trials}: no "
                                        f"candidate was built and measured{_first_error(work)}")
+                for rec in ms.database.JSONDatabase(
+                        files["workloads"], files["records"]).get_all_tuning_records():
+                    _commit(seen, rec.workload.mod, rec)
+            if tasks:
+                out = os.path.join(work, "out")
+                os.mkdir(out)
+                files = {k: os.path.join(out, f) for k, f in _DB_FILES.items()}
+                mine = ms.database.JSONDatabase(files["workloads"], files["records"])
+                for t in tasks:
+                    for rec in _best(seen, t.dispatched[0]):
+                        _commit(mine, t.dispatched[0], rec)
+                db = {k: _read(p) for k, p in files.items()}
     finally:
         log.setLevel(level)
         stats["tune_seconds"] += time.perf_counter() - t0
     with open(path, "w") as f:
         json.dump(db, f)
+
+
+def _best(db, workload_mod) -> list:
+    """The best measured record of kernel ``workload_mod`` in ``db`` (none or one)."""
+    if not db.has_workload(workload_mod):
+        return []
+    return db.get_top_k(db.commit_workload(workload_mod), 1)
+
+
+def _commit(db, workload_mod, rec) -> None:
+    from tvm.s_tir import meta_schedule as ms
+    db.commit_tuning_record(ms.database.TuningRecord(
+        rec.trace, db.commit_workload(workload_mod), rec.run_secs, rec.target, rec.args_info))
 
 
 def _read(path: str) -> str:
