@@ -26,7 +26,8 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "arg", "logical", "scatter", "scatter_add", "scatter_reduce", "cumulative_extremum",
            "index_add", "index_copy", "index_fill", "take", "index", "index_put", "constant_pad",
            "pad", "group_norm", "tri", "constant", "extremum", "extremum_dim", "variance", "round_",
-           "squeeze", "roll", "rms_norm", "logit", "nan_to_num", "rule"]
+           "squeeze", "roll", "rms_norm", "logit", "nan_to_num", "order_statistic",
+           "median_all", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -776,6 +777,73 @@ def extremum_dim(name: str):
         idx = getattr(jnp, "arg" + name)(x, axis=d, keepdims=True)
         vals = jnp.take_along_axis(x, idx, d)
         return (vals, idx) if keep else (jnp.squeeze(vals, d), jnp.squeeze(idx, d))
+    return rule
+
+
+def _keep(jnp, v, i, d, keep):
+    return (v, i) if keep else (jnp.squeeze(v, d), jnp.squeeze(i, d))
+
+
+def order_statistic(kind: str, all_equal_nth=None):
+    """``median_dim``, ``nanmedian_dim``, ``kthvalue``, ``mode``: (values, indices) along
+    ``dim`` from the stable order (NaN last), picking what tessera's kernels pick: the lower
+    median (a slice holding NaN: its first NaN), the median of the non-NaN values (an
+    all-NaN slice: ``all_equal_nth(n)``, libstdc++'s pick), the k-th, and the most frequent
+    value (the smallest among equally frequent ones) at its last occurrence."""
+    def rule(jnp, lax, a, at):
+        x = a[0]
+        if x.ndim == 0:
+            return x, jnp.zeros((), jnp.int64)
+        if x.dtype == jnp.bool_:
+            raise NotImplementedError(f"{kind} of bool")
+        d, keep = at["dim"] % x.ndim, at.get("keepdim", False)
+        n, flt = x.shape[d], jnp.issubdtype(x.dtype, jnp.floating)
+        order = jnp.argsort(x, axis=d, stable=True)
+        one = x.shape[:d] + (1,) + x.shape[d + 1:]
+        if kind == "mode":
+            m = jnp.moveaxis(order, d, -1)
+            s = jnp.take_along_axis(jnp.moveaxis(x, d, -1), m, -1)
+            neq = s[..., 1:] != s[..., :-1]  # NaN != NaN: each NaN a run of its own
+            end = jnp.concatenate([neq, jnp.ones(s.shape[:-1] + (1,), bool)], -1)
+            start = jnp.concatenate([jnp.ones(s.shape[:-1] + (1,), bool), neq], -1)
+            pos = jnp.arange(n)
+            first = lax.cummax(jnp.where(start, pos, 0), axis=s.ndim - 1)
+            best = jnp.argmax(jnp.where(end, pos - first + 1, 0), axis=-1, keepdims=True)
+            idx = jnp.moveaxis(jnp.take_along_axis(m, best, -1), -1, d)
+            return _keep(jnp, jnp.take_along_axis(x, idx, d), idx, d, keep)
+        if kind == "kthvalue":
+            place = jnp.full(one, at.get("k", 1) - 1)
+        elif kind == "median_dim":
+            place = jnp.full(one, (n - 1) // 2)
+        else:
+            count = jnp.sum(jnp.isnan(x), axis=d, keepdims=True) if flt else \
+                jnp.zeros(one, jnp.int64)
+            place = jnp.maximum((n - count - 1) // 2, 0)
+        idx = jnp.take_along_axis(order, place, d)
+        if kind == "median_dim" and flt:
+            nan = jnp.isnan(x)
+            idx = jnp.where(nan.any(axis=d, keepdims=True),
+                            jnp.argmax(nan, axis=d, keepdims=True), idx)
+        if kind == "nanmedian_dim" and n > 3:
+            idx = jnp.where(count == n, all_equal_nth(n), idx)
+        return _keep(jnp, jnp.take_along_axis(x, idx, d), idx, d, keep)
+    return rule
+
+
+def median_all(ignore_nan: bool):
+    """``median``/``nanmedian`` of every element: the lower median (NaN if the input holds
+    one; of the non-NaN values for ``nanmedian``)."""
+    def rule(jnp, lax, a, at):
+        f = a[0].reshape(-1)
+        if f.size == 0 or f.dtype == jnp.bool_:
+            raise NotImplementedError("median of an empty or bool tensor")
+        s = jnp.sort(f)
+        if not jnp.issubdtype(f.dtype, jnp.floating):
+            return s[(f.size - 1) // 2]
+        nan = jnp.isnan(f)
+        if ignore_nan:
+            return s[jnp.maximum((f.size - jnp.sum(nan) - 1) // 2, 0)]
+        return jnp.where(nan.any(), jnp.nan, s[(f.size - 1) // 2])
     return rule
 
 

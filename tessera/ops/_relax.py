@@ -34,7 +34,7 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "topk", "cumulative_extremum", "scatter", "scatter_add", "scatter_reduce",
            "index_add", "index_copy", "index_fill", "take", "index", "index_put", "extremum",
            "extremum_dim", "variance", "round_", "squeeze", "roll", "rms_norm", "logit",
-           "nan_to_num", "rule"]
+           "nan_to_num", "order_statistic", "median_all", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -1402,6 +1402,89 @@ def extremum_dim(name: str):
         if keep:
             return vals, idx
         return R.squeeze(vals, [d]), R.squeeze(idx, [d])
+    return rule
+
+
+def _keep(R, v, i, d, keep):
+    return (v, i) if keep else (R.squeeze(v, [d]), R.squeeze(i, [d]))
+
+
+def _full(R, shape, v, dtype="int64"):
+    return R.const(np.full(shape, v, dtype), dtype)
+
+
+def order_statistic(kind: str, all_equal_nth=None):
+    """``median_dim``, ``nanmedian_dim``, ``kthvalue``, ``mode``: (values, indices) along
+    ``dim`` from the stable order (NaN last), picking what tessera's kernels pick: the lower
+    median (a slice holding NaN: its first NaN), the median of the non-NaN values (an
+    all-NaN slice: ``all_equal_nth(n)``, libstdc++'s pick), the k-th, and the most frequent
+    value (the smallest among equally frequent ones) at its last occurrence: each sorted
+    element's count of equals (n x n comparisons a slice; a NaN counts once) is largest
+    first at the start of that value's run, which ends count - 1 places later."""
+    def rule(R, a, at):
+        x = a[0]
+        shape = R.shape(x)
+        if not shape:
+            return x, R.zeros((), "int64")
+        if R.dtype(x) == "bool":
+            raise NotImplementedError(f"{kind} of bool")
+        d, keep = at["dim"] % len(shape), at.get("keepdim", False)
+        n, flt = shape[d], R.dtype(x).startswith("float")
+        one = shape[:d] + (1,) + shape[d + 1:]
+        order = _stable_order(R, x, d, False)
+        if kind == "mode":
+            s = R.emit(R.gather_elements(x, order, axis=d))
+            cnt = R.sum(R.astype(R.equal(R.expand_dims(s, d), R.expand_dims(s, d + 1)),
+                                 "int64"), [d + 1])
+            if flt:
+                cnt = R.where(R.isnan(s), R.ones(shape, "int64"), cnt)
+            cnt = R.emit(cnt)
+            start = R.emit(R.astype(R.argmax(cnt, d, True), "int64"))
+            end = R.subtract(R.add(start, R.gather_elements(cnt, start, axis=d)),
+                             _full(R, one, 1))
+            idx = R.emit(R.gather_elements(order, end, axis=d))
+            return _keep(R, R.gather_elements(x, idx, axis=d), idx, d, keep)
+        if kind == "kthvalue":
+            place = _full(R, one, at.get("k", 1) - 1)
+        elif kind == "median_dim":
+            place = _full(R, one, (n - 1) // 2)
+        else:
+            count = R.emit(R.sum(R.astype(R.isnan(x), "int64"), [d], True)) if flt \
+                else _full(R, one, 0)
+            place = R.maximum(R.floor_divide(R.subtract(_full(R, one, n - 1), count),
+                                             _full(R, one, 2)), _full(R, one, 0))
+        idx = R.emit(R.gather_elements(order, place, axis=d))
+        if kind == "median_dim" and flt:
+            nan = R.emit(R.astype(R.isnan(x), "int8"))
+            idx = R.where(_nan_any(R, x, [d], True), R.astype(R.argmax(nan, d, True), "int64"),
+                          idx)
+        if kind == "nanmedian_dim" and n > 3:
+            idx = R.where(R.equal(count, _full(R, one, n)), _full(R, one, all_equal_nth(n)),
+                          idx)
+        idx = R.emit(idx)
+        return _keep(R, R.gather_elements(x, idx, axis=d), idx, d, keep)
+    return rule
+
+
+def median_all(ignore_nan: bool):
+    """``median``/``nanmedian`` of every element: the lower median (NaN if the input holds
+    one; of the non-NaN values for ``nanmedian``)."""
+    def rule(R, a, at):
+        x = a[0]
+        size = math.prod(R.shape(x))
+        if size == 0 or R.dtype(x) == "bool":
+            raise NotImplementedError("median of an empty or bool tensor")
+        f = R.emit(R.reshape(x, [size]))
+        s = R.emit(R.gather_elements(f, _stable_order(R, f, 0, False), axis=0))
+        mid = R.take(s, _full(R, (), (size - 1) // 2), 0)
+        if not R.dtype(x).startswith("float"):
+            return mid
+        nan = R.emit(R.sum(R.astype(R.isnan(f), "int64"), [0]))
+        if ignore_nan:
+            place = R.maximum(R.floor_divide(R.subtract(_full(R, (), size - 1), nan),
+                                             _full(R, (), 2)), _full(R, (), 0))
+            return R.take(s, place, 0)
+        return R.where(R.greater(nan, _full(R, (), 0)), _k(R, float("nan"), x), mid)
     return rule
 
 

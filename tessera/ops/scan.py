@@ -132,10 +132,19 @@ def _median_all(ignore_nan: bool):
     return whole
 
 
-_MEDIAN = _whole("median", _median_all(False), _no_bool("median"))
-_NANMEDIAN = _whole("nanmedian", _median_all(True), _no_bool("nanmedian"))
-_MEDIAN_DIM = _indexed("median_dim", _median_idx(False), _no_bool("median"))
-_NANMEDIAN_DIM = _indexed("nanmedian_dim", _median_idx(True), _no_bool("nanmedian"))
+def _order_rules(kind: str) -> dict:
+    return dict(to_jax=_jax.order_statistic(kind, _all_equal_nth),
+                to_relax=_relax.order_statistic(kind, _all_equal_nth))
+
+
+_MEDIAN = _whole("median", _median_all(False), _no_bool("median"),
+                 to_jax=_jax.median_all(False), to_relax=_relax.median_all(False))
+_NANMEDIAN = _whole("nanmedian", _median_all(True), _no_bool("nanmedian"),
+                    to_jax=_jax.median_all(True), to_relax=_relax.median_all(True))
+_MEDIAN_DIM = _indexed("median_dim", _median_idx(False), _no_bool("median"),
+                       **_order_rules("median_dim"))
+_NANMEDIAN_DIM = _indexed("nanmedian_dim", _median_idx(True), _no_bool("nanmedian"),
+                          **_order_rules("nanmedian_dim"))
 
 
 def _median_call(ops, name, kind, input, dim, keepdim, out):
@@ -179,7 +188,7 @@ def _mode_idx(a, d):
     return np.moveaxis(np.take_along_axis(order, best, -1), -1, d)
 
 
-_MODE = _indexed("mode", _mode_idx, flops=cost.sorting())
+_MODE = _indexed("mode", _mode_idx, flops=cost.sorting(), **_order_rules("mode"))
 
 
 def mode(input, dim: int = -1, keepdim: bool = False, *, out=None, axis=None, keepdims=None):
@@ -204,7 +213,7 @@ def _kth_idx(a, d, k=1):
     return _stable_kth(a, d, k - 1)
 
 
-_KTHVALUE = _indexed("kthvalue", _kth_idx, _kth_check)
+_KTHVALUE = _indexed("kthvalue", _kth_idx, _kth_check, **_order_rules("kthvalue"))
 
 
 def kthvalue(input, k: int, dim: int = -1, keepdim: bool = False, *, out=None, axis=None,
