@@ -47,6 +47,16 @@ __all__ = ["Symbol", "Tracer", "trace", "GraphTraceError", "is_symbolic", "is_tr
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _static(op, outs) -> None:
+    """A graph holds static shapes: an op whose output size depends on the data (``infer``
+    gives -1, as for ``nonzero``; ``one_hot`` only without ``num_classes``) cannot be
+    traced."""
+    if op.dynamic_shape and any(s < 0 for m in outs for s in m.shape):
+        raise GraphTraceError(f"nn.Graph: '{op.name}' has an output shape that depends "
+                              f"on the data, which a static graph cannot hold; at "
+                              f"{_user_frame()}")
+
+
 class GraphTraceError(RuntimeError):
     """Something in ``build()`` cannot be captured in a static graph."""
 
@@ -273,10 +283,6 @@ class Tracer:
                 metas.append(a)
                 inputs.append(a)
                 scalars = scalars or a is not None
-        if op.dynamic_shape:
-            raise GraphTraceError(f"nn.Graph: '{op.name}' has an output shape that depends "
-                                  f"on the data, which a static graph cannot hold; at "
-                                  f"{_user_frame()}")
         if dev is None:
             from tessera._tensor import _CPU
             dev = _CPU
@@ -286,6 +292,7 @@ class Tracer:
                                       f"'{k}', which a graph cannot hold; at {_user_frame()}")
         out = _infer(op, metas, attrs, scalars)
         outs = out if type(out) is tuple else (out,)
+        _static(op, outs)
         scope = ".".join(self.scope)
         values = self.graph.add_node(op, inputs, attrs, [(m.shape, m.dtype) for m in outs],
                                      name=scope)
@@ -319,12 +326,9 @@ class Tracer:
                 metas.append(a)
                 traced.append(a)
                 scalars = scalars or a is not None
-        if op.dynamic_shape:
-            raise GraphTraceError(f"nn.Graph: '{op.name}' has an output shape that depends "
-                                  f"on the data, which a static graph cannot hold; at "
-                                  f"{_user_frame()}")
         out = _infer(op, metas, attrs, scalars)
         outs = out if type(out) is tuple else (out,)
+        _static(op, outs)
         datas = run(op, tuple(traced), metas, attrs, outs)
         res = _finish(op, args, attrs, metas, out, datas, dev, grad)
         return self._scoped(res, ".".join(self.scope))

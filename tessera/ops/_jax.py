@@ -27,7 +27,7 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "index_add", "index_copy", "index_fill", "take", "index", "index_put", "constant_pad",
            "pad", "group_norm", "tri", "constant", "extremum", "extremum_dim", "variance", "round_",
            "squeeze", "roll", "rms_norm", "logit", "nan_to_num", "order_statistic",
-           "median_all", "rule"]
+           "median_all", "isclose", "one_hot", "searchsorted", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -84,6 +84,7 @@ UNARY = {
     "isneginf": _one(lambda jnp, lax, x: jnp.isneginf(x)),
     "signbit": _one(lambda jnp, lax, x: jnp.signbit(x)),
     "logical_not": _one(lambda jnp, lax, x: jnp.logical_not(x)),
+    "bitwise_not": _one(lambda jnp, lax, x: jnp.invert(x)),
 }
 
 
@@ -137,7 +138,27 @@ COMPARE = {
     "bitwise_and": lambda jnp, lax, a, at: jnp.bitwise_and(a[0], a[1]),
     "bitwise_or": lambda jnp, lax, a, at: jnp.bitwise_or(a[0], a[1]),
     "bitwise_xor": lambda jnp, lax, a, at: jnp.bitwise_xor(a[0], a[1]),
+    "bitwise_left_shift": lambda jnp, lax, a, at: _shift(jnp, a, True),
+    "bitwise_right_shift": lambda jnp, lax, a, at: _shift(jnp, a, False),
 }
+
+
+def _shift(jnp, a, left: bool):
+    """PyTorch's shifts: by a negative amount or by the bit width or more, 0 (left) or the
+    sign fill (right), as tessera's kernel."""
+    x, b = jnp.asarray(a[0]), jnp.asarray(a[1])
+    dt = jnp.result_type(x, b)
+    if dt == jnp.bool_:
+        raise NotImplementedError("shift of bool")
+    x, b = x.astype(dt), b.astype(dt)
+    bits = jnp.iinfo(dt).bits
+    ok = (b >= 0) & (b < bits)
+    safe = jnp.where(ok, b, 0)
+    if left:
+        return jnp.where(ok, jnp.left_shift(x, safe), 0).astype(dt)
+    fill = jnp.right_shift(x, bits - 1) if jnp.issubdtype(dt, jnp.signedinteger) else \
+        jnp.zeros_like(x)
+    return jnp.where(ok, jnp.right_shift(x, safe), fill)
 
 BINARY = {
     "maximum": lambda jnp, lax, a, at: jnp.maximum(a[0], a[1]),
@@ -172,7 +193,32 @@ REDUCE = {"sum": _reduce("sum"), "mean": _reduce("mean"), "amax": _reduce("max")
           "amin": _reduce("min"), "prod": _reduce("prod"), "nansum": _reduce("nansum"),
           "nanmean": _reduce("nanmean"), "all": _reduce("all"), "any": _reduce("any"),
           "logsumexp": lambda jnp, lax, a, at: _logsumexp(jnp, a[0], _dims(a[0], at),
-                                                          at.get("keepdim", False))}
+                                                          at.get("keepdim", False)),
+          "count_nonzero": lambda jnp, lax, a, at: jnp.sum(a[0] != 0, axis=_dims(a[0], at)),
+          "norm": lambda jnp, lax, a, at: _norm(jnp, a[0], at)}
+
+
+def _norm(jnp, x, at):
+    """The vector p-norm over ``dim`` (half precision accumulates in float32)."""
+    if jnp.iscomplexobj(x):
+        raise NotImplementedError("norm of a complex tensor")
+    if at.get("dtype") is not None:
+        x = x.astype(at["dtype"].np)
+    if x.dtype in (jnp.float16, jnp.bfloat16):
+        x = x.astype(jnp.float32)
+    ax, p, keep = _dims(x, at), at.get("ord", 2.0), at.get("keepdim", False)
+    a = jnp.abs(x)
+    if p == 2:
+        return jnp.sqrt(jnp.sum(a * a, axis=ax, keepdims=keep))
+    if p == 1:
+        return jnp.sum(a, axis=ax, keepdims=keep)
+    if p == math.inf:
+        return jnp.max(a, axis=ax, keepdims=keep)
+    if p == -math.inf:
+        return jnp.min(a, axis=ax, keepdims=keep)
+    if p == 0:
+        return jnp.sum(a != 0, axis=ax, keepdims=keep).astype(a.dtype)
+    return jnp.sum(a ** p, axis=ax, keepdims=keep) ** (1.0 / p)
 
 
 def _logsumexp(jnp, x, dims, keepdim):
@@ -778,6 +824,64 @@ def extremum_dim(name: str):
         vals = jnp.take_along_axis(x, idx, d)
         return (vals, idx) if keep else (jnp.squeeze(vals, d), jnp.squeeze(idx, d))
     return rule
+
+
+def isclose(jnp, lax, a, at):
+    """Equal, or a finite |a - b| (in the input dtype) within atol + |rtol * b| (in the
+    float type), as tessera's kernel."""
+    x, y = a
+    rtol, atol = at.get("rtol", 1e-5), at.get("atol", 1e-8)
+    close = x == y
+    flt = jnp.issubdtype(x.dtype, jnp.floating)
+    if at.get("equal_nan", False) and flt:
+        close = close | (jnp.isnan(x) & jnp.isnan(y))
+    if rtol == 0 and atol == 0:
+        return close
+    if x.dtype == jnp.bool_:
+        x, y = x.astype(jnp.float32), y.astype(jnp.float32)
+    ft = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
+    ft = jnp.float32 if ft in (jnp.float16, jnp.bfloat16) else ft
+    allowed = jnp.asarray(atol, ft) + jnp.abs(y.astype(ft) * jnp.asarray(rtol, ft))
+    actual = jnp.abs(x - y)
+    actual = actual.astype(ft) if x.dtype in (jnp.float16, jnp.bfloat16) else actual
+    fin = jnp.isfinite(actual) if jnp.issubdtype(actual.dtype, jnp.floating) else True
+    return close | (fin & (actual <= allowed))
+
+
+def one_hot(jnp, lax, a, at):
+    n = at.get("num_classes", -1)
+    if n < 0:
+        raise NotImplementedError("one_hot without num_classes: its shape depends on the data")
+    return (a[0][..., None] == jnp.arange(n)).astype(jnp.int64)
+
+
+def searchsorted(jnp, lax, a, at):
+    """The kernel's binary search, step for step (NaN goes last), vectorised over the
+    values: ceil(log2(n + 1)) + 1 rounds of a gather and a comparison."""
+    seq, v, sorter = a
+    right = at.get("right", False)
+    n = seq.shape[-1]
+    if n == 0:
+        raise NotImplementedError("searchsorted in an empty sequence")
+    if sorter is not None:
+        seq = jnp.take_along_axis(seq, sorter, axis=-1)
+    vv = jnp.asarray(v)
+    ct = jnp.result_type(seq, vv) if not isinstance(v, (int, float)) else \
+        (seq.dtype if isinstance(v, int) or jnp.issubdtype(seq.dtype, jnp.floating)
+         else jnp.float32)
+    seq, vv = seq.astype(ct), vv.astype(ct)
+    rows = seq[None] if seq.ndim == 1 else seq.reshape(-1, n)
+    vals = vv.reshape(rows.shape[0], -1)
+    lo = jnp.zeros(vals.shape, jnp.int32)
+    hi = jnp.full(vals.shape, n, jnp.int32)
+    for _ in range(n.bit_length() + 1):
+        active = lo < hi
+        mid = (lo + hi) >> 1
+        mv = jnp.take_along_axis(rows, jnp.minimum(mid, n - 1), axis=-1)
+        go = ~(mv > vals) if right else ~(mv >= vals)
+        lo = jnp.where(active & go, mid + 1, lo)
+        hi = jnp.where(active & ~go, mid, hi)
+    return lo.reshape(vv.shape)
 
 
 def _keep(jnp, v, i, d, keep):

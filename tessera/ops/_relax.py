@@ -34,7 +34,8 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "topk", "cumulative_extremum", "scatter", "scatter_add", "scatter_reduce",
            "index_add", "index_copy", "index_fill", "take", "index", "index_put", "extremum",
            "extremum_dim", "variance", "round_", "squeeze", "roll", "rms_norm", "logit",
-           "nan_to_num", "order_statistic", "median_all", "rule"]
+           "nan_to_num", "order_statistic", "median_all", "isclose",
+           "one_hot", "searchsorted", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -118,6 +119,8 @@ UNARY = {
     "ceil": _one(lambda R, x: R.ceil(x)),
     "trunc": _one(lambda R, x: R.trunc(x)),
     "frac": _one(lambda R, x: R.subtract(x, R.trunc(x))),
+    "bitwise_not": lambda R, a, at: R.bitwise_not(a[0]) if R.dtype(a[0]) != "bool"
+    else R.logical_not(a[0]),
     "square": _one(lambda R, x: R.multiply(x, x)),
     "relu": _one(lambda R, x: R.maximum(x, _k(R, 0, x))),
     "isnan": _one(lambda R, x: R.isnan(x)),
@@ -307,7 +310,25 @@ COMPARE = {
     "logical_xor": _logical("logical_xor"),
     "bitwise_and": _cmp("bitwise_and"), "bitwise_or": _cmp("bitwise_or"),
     "bitwise_xor": _cmp("bitwise_xor"),
+    "bitwise_left_shift": lambda R, a, at: _shift(R, a, True),
+    "bitwise_right_shift": lambda R, a, at: _shift(R, a, False),
 }
+
+
+def _shift(R, a, left: bool):
+    """PyTorch's shifts: by a negative amount or by the bit width or more, 0 (left) or the
+    sign fill (right), as tessera's kernel."""
+    x, b = R.pair(a[0], a[1])
+    dt = R.dtype(x)
+    if dt == "bool":
+        raise NotImplementedError("shift of bool")
+    bits = np.iinfo(np.dtype(dt)).bits
+    ok = R.emit(R.logical_and(R.greater_equal(b, _k(R, 0, b)), R.less(b, _k(R, bits, b))))
+    safe = R.where(ok, b, _k(R, 0, b))
+    if left:
+        return R.where(ok, R.left_shift(x, safe), _k(R, 0, x))
+    fill = R.right_shift(x, _k(R, bits - 1, x)) if dt.startswith("int") else _k(R, 0, x)
+    return R.where(ok, R.right_shift(x, safe), fill)
 
 
 def _fminmax(name):
@@ -393,9 +414,42 @@ def _logsumexp(R, a, at):
     return out if keep else R.squeeze(out, dims)
 
 
+def _count_nonzero(R, a, at):
+    x = a[0]
+    dims = _dims(R, x, at)
+    nz = R.astype(R.not_equal(x, _k(R, 0, x)), "int64")
+    return R.sum(nz, dims, False) if dims else nz
+
+
+def _norm(R, a, at):
+    """The vector p-norm over ``dim`` (half precision accumulates in float32; NaN wins the
+    inf-norms, as NumPy's max)."""
+    x = a[0]
+    if R.dtype(x).startswith("complex"):
+        raise NotImplementedError("norm of a complex tensor")
+    if at.get("dtype") is not None:
+        x = R.astype(x, str(at["dtype"].np))
+    x = _wide(R, x)
+    dims, p, keep = _dims(R, x, at), at.get("ord", 2.0), at.get("keepdim", False)
+    ab = R.emit(R.abs(x))
+    if not dims:  # a 0-d tensor: every p-norm of one element is its magnitude
+        return R.astype(R.not_equal(ab, _k(R, 0, ab)), R.dtype(ab)) if p == 0 else ab
+    if p == 2:
+        return R.sqrt(R.sum(R.multiply(ab, ab), dims, keep))
+    if p == 1:
+        return R.sum(ab, dims, keep)
+    if math.isinf(p):
+        m = (R.max if p > 0 else R.min)(ab, dims, keep)
+        return R.where(_nan_any(R, ab, dims, keep), _k(R, float("nan"), ab), m)
+    if p == 0:
+        return R.sum(R.astype(R.not_equal(ab, _k(R, 0, ab)), R.dtype(ab)), dims, keep)
+    return R.power(R.sum(R.power(ab, _k(R, p, ab)), dims, keep), _k(R, 1.0 / p, ab))
+
+
 REDUCE = {"sum": _reduce("sum"), "mean": _reduce("mean"), "amax": _reduce("max"),
           "amin": _reduce("min"), "prod": _reduce("prod"), "nansum": _nanreduce(False),
-          "nanmean": _nanreduce(True), "logsumexp": _logsumexp}
+          "nanmean": _nanreduce(True), "logsumexp": _logsumexp,
+          "count_nonzero": _count_nonzero, "norm": _norm}
 
 
 # ---- arithmetic ---------------------------------------------------------------------------
@@ -1403,6 +1457,72 @@ def extremum_dim(name: str):
             return vals, idx
         return R.squeeze(vals, [d]), R.squeeze(idx, [d])
     return rule
+
+
+def isclose(R, a, at):
+    """Equal, or a finite |a - b| (in the input dtype) within atol + |rtol * b| (in the
+    float type), as tessera's kernel."""
+    x, y = a
+    rtol, atol = at.get("rtol", 1e-5), at.get("atol", 1e-8)
+    close = R.emit(R.equal(x, y))
+    dt = R.dtype(x)
+    if at.get("equal_nan", False) and dt.startswith("float"):
+        close = R.emit(R.logical_or(close, R.logical_and(R.isnan(x), R.isnan(y))))
+    if rtol == 0 and atol == 0:
+        return close
+    if dt == "bool":
+        x, y, dt = R.astype(x, "float32"), R.astype(y, "float32"), "float32"
+    half = dt in ("float16", "bfloat16")
+    ft = "float32" if half or not dt.startswith("float") else dt
+    yf = R.astype(y, ft) if ft != dt else y
+    allowed = R.add(R.const(atol, ft), R.abs(R.multiply(yf, R.const(rtol, ft))))
+    actual = R.abs(R.subtract(x, y))
+    if half:
+        actual = R.astype(actual, ft)
+    actual = R.emit(actual)
+    if not R.dtype(actual).startswith("float"):
+        return R.logical_or(close, R.less_equal(R.astype(actual, ft), allowed))
+    return R.logical_or(close, R.logical_and(R.isfinite(actual), R.less_equal(actual, allowed)))
+
+
+def one_hot(R, a, at):
+    n = at.get("num_classes", -1)
+    if n < 0:
+        raise NotImplementedError("one_hot without num_classes: its shape depends on the data")
+    x = a[0]
+    return R.astype(R.equal(R.expand_dims(x, len(R.shape(x))), R.arange(0, n, 1, R.dtype(x))),
+                    "int64")
+
+
+def searchsorted(R, a, at):
+    """The kernel's binary search, step for step (NaN goes last), vectorised over the
+    values: ceil(log2(n + 1)) + 1 rounds of a gather and a comparison."""
+    seq, v, sorter = a
+    right = at.get("right", False)
+    shape = R.shape(seq)
+    n = shape[-1]
+    if n == 0:
+        raise NotImplementedError("searchsorted in an empty sequence")
+    if sorter is not None:
+        seq = R.gather_elements(seq, sorter, axis=len(shape) - 1)
+    seq, v = R.pair(seq, v)
+    vshape = R.shape(v)
+    rows = R.emit(R.reshape(seq, [1 if len(shape) == 1 else math.prod(shape[:-1]), n]))
+    b = R.shape(rows)[0]
+    m = math.prod(vshape) // b
+    vals = R.emit(R.reshape(v, [b, m]))
+    lo = R.zeros((b, m), "int64")
+    hi = _full(R, (b, m), n)
+    one, last = _full(R, (b, m), 1), _full(R, (b, m), n - 1)
+    for _ in range(n.bit_length() + 1):
+        active = R.emit(R.less(lo, hi))
+        mid = R.emit(R.right_shift(R.add(lo, hi), one))
+        mv = R.gather_elements(rows, R.minimum(mid, last), axis=1)
+        go = R.logical_not(R.greater(mv, vals) if right else R.greater_equal(mv, vals))
+        go = R.emit(go)
+        lo = R.emit(R.where(R.logical_and(active, go), R.add(mid, one), lo))
+        hi = R.emit(R.where(R.logical_and(active, R.logical_not(go)), mid, hi))
+    return R.reshape(lo, list(vshape))
 
 
 def _keep(R, v, i, d, keep):

@@ -176,7 +176,8 @@ def _bitwise_not_infer(x):
 
 _BITWISE_NOT = defop("bitwise_not", _bitwise_not_infer, np.invert, grad=None, sbp=POINTWISE,
                      cost=ONE, traits=_SINGLE_INT,
-                     to_c=lambda c, a, at: f"(~{a[0]})" if c.is_int else f"(!{a[0]})")
+                     to_c=lambda c, a, at: f"(~{a[0]})" if c.is_int else f"(!{a[0]})",
+                     to_jax=_jax.rule("bitwise_not"), to_relax=_relax.rule("bitwise_not"))
 
 
 def bitwise_not(input, *, out=None):
@@ -218,7 +219,7 @@ def _isclose_kernel(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
 
 # |a - b| <= atol + |rtol * b|, or a == b: six operations per element
 _ISCLOSE = defop("isclose", _isclose_infer, _isclose_kernel, grad=None, sbp=POINTWISE,
-                 cost=cost.elementwise(6))
+                 cost=cost.elementwise(6), to_jax=_jax.isclose, to_relax=_relax.isclose)
 
 
 def isclose(input, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):

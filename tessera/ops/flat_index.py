@@ -243,7 +243,8 @@ def _one_hot_kernel(x, num_classes=-1):
 
 
 _ONE_HOT = defop("one_hot", _one_hot_infer, _one_hot_kernel, grad=None, save=(),
-                 dynamic_shape=True, cost=cost.elementwise(1))  # a comparison per element
+                 dynamic_shape=True, cost=cost.elementwise(1),  # a comparison per element
+                 to_jax=_jax.one_hot, to_relax=_relax.one_hot)
 
 
 def one_hot(tensor, num_classes: int = -1) -> Tensor:

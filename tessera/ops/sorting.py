@@ -353,7 +353,8 @@ def _searchsorted_cost(ins, outs, **attrs) -> cost.Cost:
 
 
 _SEARCHSORTED = defop("searchsorted", _searchsorted_infer, _searchsorted_kernel, grad=None,
-                      save=(), sbp=SbpRule(_searchsorted_sbp), cost=_searchsorted_cost)
+                      save=(), sbp=SbpRule(_searchsorted_sbp), cost=_searchsorted_cost,
+                      to_jax=_jax.searchsorted, to_relax=_relax.searchsorted)
 
 
 def searchsorted(sorted_sequence, input, *, out_int32: bool = False, right: bool = False,

@@ -66,3 +66,40 @@ def test_convolution_and_its_gradients(backend, case):
     g.config.set_backend(backend, strict=True)
     for got, ref in zip(g(x, w, cot), want):
         np.testing.assert_allclose(got.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def _order_stats(x):
+    nm, md, mo, kv = x.nanmedian(1), x.median(1), x.mode(1), x.kthvalue(2, 1)
+    return (nm.values, nm.indices, md.values, md.indices, mo.values, mo.indices, kv.values,
+            kv.indices, x.nanmedian(), x.median())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_order_statistics_with_nan_and_ties(backend):
+    """All-NaN rows (the index libstdc++'s selection leaves), NaN among numbers, ties."""
+    nan = float("nan")
+    x = tessera.tensor([[nan, nan, nan, nan, nan], [3.0, nan, 1.0, 3.0, 1.0],
+                        [2.0, 2.0, 5.0, 5.0, 0.0], [1.0, 4.0, 4.0, 1.0, 4.0]])
+    g = _Fn(_order_stats)
+    g.config.set_backend(backend, strict=True)
+    for got, want in zip(g(x), _order_stats(x)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def _int_ops(a, b, v, seq):
+    return (a << b, a >> b, ~a, tessera.nn.functional.one_hot(v, 6),
+            tessera.searchsorted(seq, v.float()), tessera.searchsorted(seq, v.float(), right=True))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shifts_one_hot_and_searchsorted(backend):
+    """Shifts by negative amounts and past the bit width, one_hot with its class count
+    given, searchsorted with ties and NaN."""
+    a = tessera.tensor([-8, 5, 1, -1, 7, 3], dtype=tessera.int32)
+    b = tessera.tensor([1, 40, -2, 31, 0, 32], dtype=tessera.int32)
+    v = tessera.tensor([0, 2, 5, 2, 1, 3])
+    seq = tessera.tensor([0.0, 1.0, 2.0, 2.0, 3.0, float("nan")])
+    g = _Fn(_int_ops)
+    g.config.set_backend(backend, strict=True)
+    for got, want in zip(g(a, b, v, seq), _int_ops(a, b, v, seq)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
