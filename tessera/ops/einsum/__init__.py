@@ -136,7 +136,30 @@ def _operand_grad(b, i: int, g: Tensor, xs, free: list) -> Tensor:
     return r
 
 
-_EINSUM = defop("einsum", _infer, _kernel, grad=_grad, sbp=einsum_sbp, cost=einsum_cost)
+def _bound_operands(arrays, equation: str, shape, expand, dtype_of) -> tuple:
+    """(canonical equation, the operands with their broadcast size-1 dims expanded): the
+    compilers' einsums want every label one size."""
+    b = bind(parse(equation), [shape(x) for x in arrays])
+    if any(dtype_of(x) in ("bool", "complex64", "complex128") for x in arrays):
+        raise NotImplementedError("einsum of bool or complex operands")
+    xs = [x if tuple(shape(x)) == tuple(b.sizes[c] for c in t)
+          else expand(x, tuple(b.sizes[c] for c in t)) for x, t in zip(arrays, b.inputs)]
+    return b.canonical, xs
+
+
+def _to_jax(jnp, lax, a, at):
+    eq, xs = _bound_operands(a, at["equation"], lambda x: x.shape, jnp.broadcast_to,
+                             lambda x: str(x.dtype))
+    return jnp.einsum(eq, *xs, precision=lax.Precision.HIGHEST)
+
+
+def _to_relax(R, a, at):
+    eq, xs = _bound_operands(a, at["equation"], R.shape, R.broadcast_to, R.dtype)
+    return R.einsum(xs, eq)
+
+
+_EINSUM = defop("einsum", _infer, _kernel, grad=_grad, sbp=einsum_sbp, cost=einsum_cost,
+                to_jax=_to_jax, to_relax=_to_relax)
 
 
 # ---- the public functions ---------------------------------------------------------------
