@@ -31,7 +31,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
-from tessera.ops import cost
+from tessera.ops import _relax, cost
 from tessera.ops.registry import Meta, defop
 from tessera.sbp import SbpRule, Signature, broadcast as B, split as S
 
@@ -237,6 +237,215 @@ def _batch_sbp(ninputs: int, nout: int = 1):
     return SbpRule(rule)
 
 
+# ---- compiler rules ---------------------------------------------------------------------
+# The integer arithmetic exactly as the kernels do it: float32 products and sums (float64
+# for a float64 input), NumPy's round half to even, the clamp, then the integer dtype.
+
+def _jx_c(jnp, x):
+    return x if x.dtype == jnp.float64 else x.astype(jnp.float32)
+
+
+def _jx_channel(v, ndim: int, axis: int):
+    shape = [1] * ndim
+    shape[axis % ndim] = -1
+    return v.reshape(shape)
+
+
+def _jx_fq(jnp, x, inv, scale, zp, qmin, qmax):
+    c = _jx_c(jnp, x)
+    q = jnp.round(c * jnp.asarray(inv, c.dtype)) + jnp.asarray(zp, c.dtype)
+    mask = (q >= qmin) & (q <= qmax)
+    return ((jnp.clip(q, qmin, qmax) - jnp.asarray(zp, c.dtype)) * jnp.asarray(scale, c.dtype),
+            mask)
+
+
+def _jax_fq_pt(jnp, lax, a, at):
+    s = np.float32(at["scale"])
+    return _jx_fq(jnp, a[0], np.float32(1.0) / s, s, at["zero_point"], at["quant_min"],
+                  at["quant_max"])
+
+
+def _jx_zp(jnp, zp):
+    return jnp.round(zp) if jnp.issubdtype(zp.dtype, jnp.floating) else zp
+
+
+def _jax_fq_pc(jnp, lax, a, at):
+    x, scale, zp = a
+    n, axis = x.ndim, at["axis"]
+    s = _jx_channel(scale.astype(jnp.float32), n, axis)
+    return _jx_fq(jnp, x, jnp.float32(1.0) / s, s, _jx_channel(_jx_zp(jnp, zp), n, axis),
+                  at["quant_min"], at["quant_max"])
+
+
+def _jx_quantize(jnp, v, zp, dtype: str):
+    lo, hi = _RANGE[D._by_name(dtype)]
+    return jnp.clip(jnp.round(v) + zp, lo, hi).astype(D._by_name(dtype).np)
+
+
+def _jax_qpt(jnp, lax, a, at):
+    s = np.float32(at["scale"])
+    v = a[0].astype(jnp.float32) * (np.float32(1.0) / s)
+    return _jx_quantize(jnp, v, jnp.float32(at["zero_point"]), at["dtype"])
+
+
+def _jax_qpc(jnp, lax, a, at):
+    x, scale, zp = a
+    n, axis = x.ndim, at["axis"]
+    v = x.astype(jnp.float32) / _jx_channel(scale.astype(jnp.float32), n, axis)
+    return _jx_quantize(jnp, v, _jx_channel(zp, n, axis).astype(jnp.float32), at["dtype"])
+
+
+def _jx_deq(jnp, q, zp, scale):
+    return (q.astype(jnp.int32) - zp).astype(jnp.float32) * scale
+
+
+def _jax_deq(jnp, lax, a, at):
+    return _jx_deq(jnp, a[0], jnp.int32(at["zero_point"]), jnp.float32(at["scale"]))
+
+
+def _jax_deq_pc(jnp, lax, a, at):
+    q, scale, zp = a
+    n, axis = q.ndim, at["axis"]
+    return _jx_deq(jnp, q, _jx_channel(zp.astype(jnp.int32), n, axis),
+                   _jx_channel(scale.astype(jnp.float32), n, axis))
+
+
+def _add_range(dtype: str, out_zp: int, relu: bool):
+    lo, hi = (0, 255) if dtype == "uint8" else (-128, 127)
+    return (max(lo, out_zp) if relu else lo), hi
+
+
+def _jax_qadd(jnp, lax, a, at):
+    x, y = a
+    f = _jx_deq(jnp, x, jnp.int32(at["a_zp"]), jnp.float32(at["a_scale"])) + \
+        _jx_deq(jnp, y, jnp.int32(at["b_zp"]), jnp.float32(at["b_scale"]))
+    lo, hi = _add_range(str(x.dtype), at["out_zp"], at["relu"])
+    v = jnp.round(f / jnp.float32(at["out_scale"])) + jnp.float32(at["out_zp"])
+    return jnp.clip(v, lo, hi).astype(x.dtype)
+
+
+def _jax_qcat(jnp, lax, a, at):
+    lo, hi = (0, 255) if str(a[0].dtype) == "uint8" else (-128, 127)
+    parts = [jnp.clip(jnp.round(_jx_deq(jnp, x, jnp.int32(z), jnp.float32(s))
+                                / jnp.float32(at["out_scale"])) + jnp.float32(at["out_zp"]),
+                      lo, hi).astype(x.dtype)
+             for x, s, z in zip(a, at["scales"], at["zero_points"])]
+    return jnp.concatenate(parts, axis=at["dim"])
+
+
+def _jax_qmaxpool(jnp, lax, a, at):
+    x = a[0]
+    (kh, kw), (sh, sw), (ph, pw) = at["kernel_size"], at["stride"], at["padding"]
+    low = np.iinfo(np.dtype(str(x.dtype))).min
+    return lax.reduce_window(x, np.array(low, x.dtype), lax.max, (1, 1, kh, kw),
+                             (1, 1, sh, sw), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+
+
+def _rx_channel(R, v, ndim: int, axis: int):
+    shape = [1] * ndim
+    shape[axis % ndim] = -1
+    return R.reshape(v, shape)
+
+
+def _rx_c(R, x):
+    return x if R.dtype(x) == "float64" else R.astype(x, "float32")
+
+
+def _rx_fq(R, x, inv, scale, zp, qmin, qmax):
+    c = _rx_c(R, x)
+    dt = R.dtype(c)
+    cast = (lambda v: R.astype(v, dt) if R.dtype(v) != dt else v)
+    zp = R.emit(cast(zp))
+    q = R.emit(R.add(_relax.round_(R, [R.multiply(c, cast(inv))], {}), zp))
+    mask = R.logical_and(R.greater_equal(q, R.const(qmin, dt)), R.less_equal(q, R.const(qmax, dt)))
+    out = R.multiply(R.subtract(R.clip(q, qmin, qmax), zp), cast(scale))
+    return out, mask
+
+
+def _relax_fq_pt(R, a, at):
+    s = np.float32(at["scale"])
+    return _rx_fq(R, a[0], R.const(np.float32(1.0) / s, "float32"), R.const(s, "float32"),
+                  R.const(at["zero_point"], "float32"), at["quant_min"], at["quant_max"])
+
+
+def _relax_fq_pc(R, a, at):
+    x, scale, zp = a
+    n, axis = len(R.shape(x)), at["axis"]
+    s = R.emit(_rx_channel(R, R.astype(scale, "float32"), n, axis))
+    if R.dtype(zp).startswith("float"):
+        zp = _relax.round_(R, [zp], {})
+    return _rx_fq(R, x, R.divide(R.const(1.0, "float32"), s), s,
+                  _rx_channel(R, zp, n, axis), at["quant_min"], at["quant_max"])
+
+
+def _rx_quantize(R, v, zp, dtype: str):
+    lo, hi = _RANGE[D._by_name(dtype)]
+    q = R.add(_relax.round_(R, [v], {}), zp)
+    return R.astype(R.clip(q, lo, hi), str(D._by_name(dtype).np))
+
+
+def _relax_qpt(R, a, at):
+    s = np.float32(at["scale"])
+    v = R.multiply(R.astype(a[0], "float32"), R.const(np.float32(1.0) / s, "float32"))
+    return _rx_quantize(R, v, R.const(at["zero_point"], "float32"), at["dtype"])
+
+
+def _relax_qpc(R, a, at):
+    x, scale, zp = a
+    n, axis = len(R.shape(x)), at["axis"]
+    v = R.divide(R.astype(x, "float32"), _rx_channel(R, R.astype(scale, "float32"), n, axis))
+    return _rx_quantize(R, v, _rx_channel(R, R.astype(zp, "float32"), n, axis), at["dtype"])
+
+
+def _rx_deq(R, q, zp, scale):
+    return R.multiply(R.astype(R.subtract(R.astype(q, "int32"), zp), "float32"), scale)
+
+
+def _relax_deq(R, a, at):
+    return _rx_deq(R, a[0], R.const(at["zero_point"], "int32"),
+                   R.const(np.float32(at["scale"]), "float32"))
+
+
+def _relax_deq_pc(R, a, at):
+    q, scale, zp = a
+    n, axis = len(R.shape(q)), at["axis"]
+    return _rx_deq(R, q, _rx_channel(R, R.astype(zp, "int32"), n, axis),
+                   _rx_channel(R, R.astype(scale, "float32"), n, axis))
+
+
+def _rx_requantize(R, f, out_scale, out_zp, lo, hi, dtype):
+    v = _relax.round_(R, [R.divide(f, R.const(np.float32(out_scale), "float32"))], {})
+    return R.astype(R.clip(R.add(v, R.const(out_zp, "float32")), lo, hi), dtype)
+
+
+def _relax_qadd(R, a, at):
+    x, y = a
+    f = R.add(_rx_deq(R, x, R.const(at["a_zp"], "int32"),
+                      R.const(np.float32(at["a_scale"]), "float32")),
+              _rx_deq(R, y, R.const(at["b_zp"], "int32"),
+                      R.const(np.float32(at["b_scale"]), "float32")))
+    lo, hi = _add_range(R.dtype(x), at["out_zp"], at["relu"])
+    return _rx_requantize(R, f, at["out_scale"], at["out_zp"], lo, hi, R.dtype(x))
+
+
+def _relax_qcat(R, a, at):
+    lo, hi = (0, 255) if R.dtype(a[0]) == "uint8" else (-128, 127)
+    parts = [_rx_requantize(R, _rx_deq(R, x, R.const(z, "int32"),
+                                       R.const(np.float32(s), "float32")),
+                            at["out_scale"], at["out_zp"], lo, hi, R.dtype(x))
+             for x, s, z in zip(a, at["scales"], at["zero_points"])]
+    return R.concat(parts, at["dim"])
+
+
+def _relax_qmaxpool(R, a, at):
+    x = a[0]
+    (ph, pw) = at["padding"]
+    low = int(np.iinfo(np.dtype(R.dtype(x))).min)
+    if ph or pw:
+        x = R.nn.pad(x, [0, 0, 0, 0, ph, ph, pw, pw], "constant", low)
+    return R.nn.max_pool2d(x, list(at["kernel_size"]), list(at["stride"]), [0, 0, 0, 0])
+
+
 # ---- fake quantization ------------------------------------------------------------------
 
 def _fq(x: np.ndarray, inv_scale, scale, zp, qmin: int, qmax: int):
@@ -268,7 +477,7 @@ def _fq_grad(ctx, g, _gm):
 
 _FQ_PT = defop("fake_quantize_per_tensor_affine", _fq_pt_infer, _fq_pt_kernel, grad=_fq_grad,
                save=("outputs",), nondiff_outputs=(1,), sbp=_pointwise_sbp(),
-               cost=cost.elementwise(6))
+               cost=cost.elementwise(6), to_jax=_jax_fq_pt, to_relax=_relax_fq_pt)
 
 
 def fake_quantize_per_tensor_affine(input: Tensor, scale, zero_point, quant_min: int,
@@ -324,7 +533,7 @@ def _fq_pc_kernel(x, scale, zero_point, axis, quant_min, quant_max):
 
 _FQ_PC = defop("fake_quantize_per_channel_affine", _fq_pc_infer, _fq_pc_kernel, grad=_fq_grad,
                save=("outputs",), nondiff_outputs=(1,), sbp=_pointwise_sbp(2, "axis"),
-               cost=cost.elementwise(6))
+               cost=cost.elementwise(6), to_jax=_jax_fq_pc, to_relax=_relax_fq_pc)
 
 
 def fake_quantize_per_channel_affine(input: Tensor, scale: Tensor, zero_point: Tensor,
@@ -459,7 +668,8 @@ def _qpt_kernel(x, scale, zero_point, dtype):
 
 
 _QPT = defop("quantize_per_tensor", _qpt_infer, _qpt_kernel, grad=None,
-             sbp=_pointwise_sbp(), cost=cost.elementwise(3))
+             sbp=_pointwise_sbp(), cost=cost.elementwise(3), to_jax=_jax_qpt,
+             to_relax=_relax_qpt)
 
 
 def quantize_per_tensor(input=None, scale=None, zero_point=None, dtype=None, *, tensors=None,
@@ -497,7 +707,8 @@ def _qpc_kernel(x, scales, zero_points, axis, dtype):
 
 
 _QPC = defop("quantize_per_channel", _qpc_infer, _qpc_kernel, grad=None,
-             sbp=_pointwise_sbp(2, "axis"), cost=cost.elementwise(3))
+             sbp=_pointwise_sbp(2, "axis"), cost=cost.elementwise(3), to_jax=_jax_qpc,
+             to_relax=_relax_qpc)
 
 
 def quantize_per_channel(input: Tensor, scales: Tensor, zero_points: Tensor, axis: int,
@@ -538,7 +749,8 @@ def _deq_kernel(q, scale, zero_point):
 
 
 _DEQUANTIZE = defop("dequantize", _deq_infer, _deq_kernel, grad=None,
-                    sbp=_pointwise_sbp(), cost=cost.elementwise(2))
+                    sbp=_pointwise_sbp(), cost=cost.elementwise(2), to_jax=_jax_deq,
+                    to_relax=_relax_deq)
 
 
 def _deq_pc_infer(q, scales, zero_points, axis):
@@ -553,7 +765,8 @@ def _deq_pc_kernel(q, scales, zero_points, axis):
 
 
 _DEQUANTIZE_PC = defop("dequantize_per_channel", _deq_pc_infer, _deq_pc_kernel, grad=None,
-                       sbp=_pointwise_sbp(2, "axis"), cost=cost.elementwise(2))
+                       sbp=_pointwise_sbp(2, "axis"), cost=cost.elementwise(2),
+                       to_jax=_jax_deq_pc, to_relax=_relax_deq_pc)
 
 
 def dequantize(input=None, *, tensors=None):
@@ -796,7 +1009,8 @@ def add_reference(a, b, a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, relu):
 
 
 _QADD = defop("quantized_add", _qadd_infer, _qadd_kernel, grad=None,
-              sbp=_pointwise_sbp(1), cost=cost.elementwise(6))
+              sbp=_pointwise_sbp(1), cost=cost.elementwise(6), to_jax=_jax_qadd,
+              to_relax=_relax_qadd)
 
 
 def _qrelu_infer(x, zero_point):
@@ -805,7 +1019,11 @@ def _qrelu_infer(x, zero_point):
 
 _QRELU = defop("quantized_relu", _qrelu_infer,
                lambda x, zero_point: np.maximum(x, x.dtype.type(zero_point)), grad=None,
-               sbp=_pointwise_sbp(), cost=cost.elementwise(1))
+               sbp=_pointwise_sbp(), cost=cost.elementwise(1),
+               to_jax=lambda jnp, lax, a, at: jnp.maximum(a[0], np.array(at["zero_point"],
+                                                                         a[0].dtype)),
+               to_relax=lambda R, a, at: R.maximum(a[0], R.const(at["zero_point"],
+                                                                 R.dtype(a[0]))))
 
 
 def _qpool_infer(x, kernel_size, stride, padding):
@@ -842,7 +1060,8 @@ def _qpool_kernel(x, kernel_size, stride, padding):
 
 
 _QMAXPOOL = defop("quantized_max_pool2d", _qpool_infer, _qpool_kernel, grad=None,
-                  sbp=_batch_sbp(1), cost=cost.reduction(1))
+                  sbp=_batch_sbp(1), cost=cost.reduction(1), to_jax=_jax_qmaxpool,
+                  to_relax=_relax_qmaxpool)
 
 
 def _qavg_infer(x, output_size, zero_point):
@@ -886,7 +1105,7 @@ def _qcat_kernel(*args, dim, scales, zero_points, out_scale, out_zp):
 
 _QCAT = defop("quantized_cat", _qcat_infer, _qcat_kernel, grad=None,
               sbp=SbpRule(lambda *m, **a: [Signature((B,) * len(m), (B,))]),
-              cost=cost.movement())
+              cost=cost.movement(), to_jax=_jax_qcat, to_relax=_relax_qcat)
 
 
 # ---- the functions the quantized modules call ---------------------------------------------
