@@ -446,6 +446,172 @@ def _relax_qmaxpool(R, a, at):
     return R.nn.max_pool2d(x, list(at["kernel_size"]), list(at["stride"]), [0, 0, 0, 0])
 
 
+def _jx_qparams(jnp, w_scale, bias, x_scale, out_scale):
+    """``_qparams_of`` on the graph's tensors: the float32 multipliers and the int32 bias."""
+    acc = jnp.float64(x_scale) * w_scale.astype(jnp.float64)
+    mult = (acc / (out_scale if out_scale is not None else 1.0)).astype(jnp.float32)
+    b = None if bias is None else \
+        jnp.round(bias.astype(jnp.float64) / acc).astype(jnp.int32)
+    return mult, b
+
+
+def _jx_requant(jnp, acc, wsum, at, mult, b, shape):
+    """``int8.reference``'s epilogue on int32 sums ``acc`` (output channels along
+    ``shape``'s -1 axis)."""
+    acc = acc - jnp.int32(at["x_zp"]) * wsum.reshape(shape)
+    if b is not None:
+        acc = acc + b.reshape(shape)
+    v = acc.astype(jnp.float32) * mult.reshape(shape)
+    zp = at["out_zp"]
+    lo, hi = (max(0, zp) if at["relu"] else 0), 255
+    q = jnp.clip(jnp.round(v), jnp.float32(lo - zp), jnp.float32(hi - zp))
+    return (q.astype(jnp.int32) + zp).astype(jnp.uint8)
+
+
+def _jax_qlinear(jnp, lax, a, at):
+    x, w, w_scale, bias = a
+    mult, b = _jx_qparams(jnp, w_scale, bias, at["x_scale"], at["out_scale"])
+    w32 = w.astype(jnp.int32)
+    acc = jnp.matmul(x.astype(jnp.int32), w32.T, preferred_element_type=jnp.int32)
+    return _jx_requant(jnp, acc, w32.sum(1), at, mult, b, (-1,))
+
+
+def _jax_qconv(jnp, lax, a, at):
+    x, w, w_scale, bias = a
+    mult, b = _jx_qparams(jnp, w_scale, bias, at["x_scale"], at["out_scale"])
+    (ph, pw), zp = at["padding"], at["x_zp"]
+    xp = jnp.pad(x.astype(jnp.int32), ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=zp)
+    w32 = w.astype(jnp.int32)
+    acc = lax.conv_general_dilated(xp, w32, tuple(at["stride"]), "VALID",
+                                   rhs_dilation=tuple(at["dilation"]),
+                                   feature_group_count=at["groups"],
+                                   preferred_element_type=jnp.int32)
+    return _jx_requant(jnp, acc, w32.sum((1, 2, 3)), at, mult, b, (1, -1, 1, 1))
+
+
+def _jax_qavgpool(jnp, lax, a, at):
+    x = a[0]
+    _, _, h, w = x.shape
+    oh, ow = at["output_size"]
+    rows = []
+    for i in range(oh):
+        h0, h1 = (i * h) // oh, -(-((i + 1) * h) // oh)
+        row = []
+        for j in range(ow):
+            w0, w1 = (j * w) // ow, -(-((j + 1) * w) // ow)
+            row.append(jnp.round(jnp.mean(x[:, :, h0:h1, w0:w1].astype(jnp.float32),
+                                          axis=(-2, -1))))
+        rows.append(jnp.stack(row, -1))
+    return jnp.stack(rows, -2).astype(x.dtype)
+
+
+def _jax_qlinear_dyn(jnp, lax, a, at):
+    """``_lin_dyn_kernel``: the input's uint8 parameters from its range (``dynamic_qparams``
+    in float64, the scale then rounded to float32), then the float32 epilogue."""
+    x, w, w_scale, bias = a
+    k = x.shape[-1]
+    a2 = x.reshape(-1, k)
+    qmax = 127 if at["reduce_range"] else 255
+    lo = jnp.minimum(jnp.min(a2, initial=0.0).astype(jnp.float64), 0.0)
+    hi = jnp.maximum(jnp.max(a2, initial=0.0).astype(jnp.float64), 0.0)
+    scale = (hi - lo) / qmax
+    scale = jnp.where(scale == 0.0, 1.0, scale)
+    zp = jnp.clip(jnp.round(-lo / scale), 0, qmax).astype(jnp.int32)
+    s32 = scale.astype(jnp.float32)
+    aq = jnp.clip(jnp.round(a2.astype(jnp.float32) * (jnp.float32(1.0) / s32))
+                  + zp.astype(jnp.float32), 0, qmax).astype(jnp.int32)
+    w32 = w.astype(jnp.int32)
+    acc = jnp.matmul(aq, w32.T, preferred_element_type=jnp.int32) - zp * w32.sum(1)
+    y = acc.astype(jnp.float32) * (s32 * w_scale.astype(jnp.float32))
+    if bias is not None:
+        y = y + bias.astype(jnp.float32)
+    return y.reshape(x.shape[:-1] + (w.shape[0],))
+
+
+def _rx_qparams(R, w_scale, bias, x_scale, out_scale):
+    acc = R.emit(R.multiply(R.const(x_scale, "float64"), R.astype(w_scale, "float64")))
+    mult = R.astype(R.divide(acc, R.const(out_scale if out_scale is not None else 1.0,
+                                          "float64")), "float32")
+    b = None if bias is None else R.astype(
+        _relax.round_(R, [R.divide(R.astype(bias, "float64"), acc)], {}), "int32")
+    return mult, b
+
+
+def _rx_requant(R, acc, wsum, at, mult, b, shape):
+    acc = R.subtract(acc, R.multiply(R.const(at["x_zp"], "int32"), R.reshape(wsum, shape)))
+    if b is not None:
+        acc = R.add(acc, R.reshape(b, shape))
+    v = R.multiply(R.astype(acc, "float32"), R.reshape(mult, shape))
+    zp = at["out_zp"]
+    lo = max(0, zp) if at["relu"] else 0
+    q = R.clip(_relax.round_(R, [v], {}), lo - zp, 255 - zp)
+    return R.astype(R.add(R.astype(q, "int32"), R.const(zp, "int32")), "uint8")
+
+
+def _relax_qavgpool(R, a, at):
+    x = a[0]
+    _, _, h, w = R.shape(x)
+    oh, ow = at["output_size"]
+    xf = R.emit(R.astype(x, "float32"))
+    rows = []
+    for i in range(oh):
+        h0, h1 = (i * h) // oh, -(-((i + 1) * h) // oh)
+        row = []
+        for j in range(ow):
+            w0, w1 = (j * w) // ow, -(-((j + 1) * w) // ow)
+            win = R.strided_slice(xf, [2, 3], [h0, w0], [h1, w1])
+            row.append(_relax.round_(R, [R.mean(win, [2, 3], True)], {}))
+        rows.append(R.concat(row, 3))
+    return R.astype(R.concat(rows, 2), R.dtype(x))
+
+
+def _relax_qlinear_dyn(R, a, at):
+    """``_jax_qlinear_dyn`` in Relax."""
+    x, w, w_scale, bias = a
+    shape = R.shape(x)
+    a2 = R.emit(R.reshape(x, [-1, shape[-1]]))
+    qmax = 127 if at["reduce_range"] else 255
+    zero = R.const(0.0, "float64")
+    lo = R.emit(R.minimum(R.astype(R.min(a2), "float64"), zero))
+    hi = R.emit(R.maximum(R.astype(R.max(a2), "float64"), zero))
+    scale = R.emit(R.divide(R.subtract(hi, lo), R.const(qmax, "float64")))
+    scale = R.emit(R.where(R.equal(scale, zero), R.const(1.0, "float64"), scale))
+    zp = R.emit(R.clip(_relax.round_(R, [R.divide(R.negative(lo), scale)], {}), 0, qmax))
+    s32 = R.emit(R.astype(scale, "float32"))
+    inv = R.divide(R.const(1.0, "float32"), s32)
+    q = R.add(_relax.round_(R, [R.multiply(R.astype(a2, "float32"), inv)], {}),
+              R.astype(zp, "float32"))
+    aq = R.astype(R.clip(q, 0, qmax), "int32")
+    w32 = R.emit(R.astype(w, "int32"))
+    acc = R.subtract(R.matmul(aq, R.permute_dims(w32, [1, 0]), "int32"),
+                     R.multiply(R.astype(zp, "int32"), R.sum(w32, [1])))
+    y = R.multiply(R.astype(acc, "float32"), R.multiply(s32, R.astype(w_scale, "float32")))
+    if bias is not None:
+        y = R.add(y, R.astype(bias, "float32"))
+    return R.reshape(y, list(shape[:-1]) + [R.shape(w)[0]])
+
+
+def _relax_qlinear(R, a, at):
+    x, w, w_scale, bias = a
+    mult, b = _rx_qparams(R, w_scale, bias, at["x_scale"], at["out_scale"])
+    w32 = R.emit(R.astype(w, "int32"))
+    acc = R.matmul(R.astype(x, "int32"), R.permute_dims(w32, [1, 0]), "int32")
+    return _rx_requant(R, acc, R.sum(w32, [1]), at, mult, b, [-1])
+
+
+def _relax_qconv(R, a, at):
+    x, w, w_scale, bias = a
+    mult, b = _rx_qparams(R, w_scale, bias, at["x_scale"], at["out_scale"])
+    (ph, pw), zp = at["padding"], at["x_zp"]
+    xp = R.astype(x, "int32")
+    if ph or pw:
+        xp = R.nn.pad(xp, [0, 0, 0, 0, ph, ph, pw, pw], "constant", zp)
+    w32 = R.emit(R.astype(w, "int32"))
+    acc = R.nn.conv2d(xp, w32, list(at["stride"]), [0, 0, 0, 0], list(at["dilation"]),
+                      at["groups"], out_dtype="int32")
+    return _rx_requant(R, acc, R.sum(w32, [1, 2, 3]), at, mult, b, [1, -1, 1, 1])
+
+
 # ---- fake quantization ------------------------------------------------------------------
 
 def _fq(x: np.ndarray, inv_scale, scale, zp, qmin: int, qmax: int):
@@ -853,7 +1019,8 @@ def _gemm_cost(ins, outs, **attrs) -> cost.Cost:
 
 
 _QLINEAR = defop("quantized_linear", _linear_infer, _linear_kernel, grad=None,
-                 sbp=_batch_sbp(4), cost=_gemm_cost)
+                 sbp=_batch_sbp(4), cost=_gemm_cost, to_jax=_jax_qlinear,
+                 to_relax=_relax_qlinear)
 
 
 def _conv_infer(x, w, w_scale, bias, stride, padding, dilation, groups, x_scale, x_zp,
@@ -933,7 +1100,7 @@ def conv_reference(x, w, w_scale, bias, stride, padding, dilation, groups, x_sca
 
 
 _QCONV = defop("quantized_conv2d", _conv_infer, _conv_kernel, grad=None, sbp=_batch_sbp(4),
-               cost=_gemm_cost)
+               cost=_gemm_cost, to_jax=_jax_qconv, to_relax=_relax_qconv)
 
 
 def _lin_dyn_infer(x, w, w_scale, bias, reduce_range):
@@ -970,7 +1137,8 @@ def _lin_dyn_kernel(x, w, w_scale, bias, reduce_range):
 
 
 _QLINEAR_DYN = defop("quantized_linear_dynamic", _lin_dyn_infer, _lin_dyn_kernel, grad=None,
-                     sbp=_batch_sbp(4), cost=_gemm_cost)
+                     sbp=_batch_sbp(4), cost=_gemm_cost, to_jax=_jax_qlinear_dyn,
+                     to_relax=_relax_qlinear_dyn)
 
 
 def _qadd_infer(a, b, a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, relu):
@@ -1084,7 +1252,8 @@ def _qavg_kernel(x, output_size, zero_point):
 
 
 _QAVGPOOL = defop("quantized_adaptive_avg_pool2d", _qavg_infer, _qavg_kernel, grad=None,
-                  sbp=_batch_sbp(1), cost=cost.reduction(1))
+                  sbp=_batch_sbp(1), cost=cost.reduction(1), to_jax=_jax_qavgpool,
+                  to_relax=_relax_qavgpool)
 
 
 def _qcat_infer(*args, dim, scales, zero_points, out_scale, out_zp):
