@@ -27,7 +27,8 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "index_add", "index_copy", "index_fill", "take", "index", "index_put", "constant_pad",
            "pad", "group_norm", "tri", "constant", "extremum", "extremum_dim", "variance", "round_",
            "squeeze", "roll", "rms_norm", "logit", "nan_to_num", "order_statistic",
-           "median_all", "isclose", "one_hot", "searchsorted", "rule"]
+           "median_all", "isclose", "one_hot", "searchsorted", "variance_mean",
+           "aminmax", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -961,6 +962,26 @@ def variance(root: bool):
         v = jnp.sum(c * c, axis=dims, keepdims=keep) / max(n - at.get("correction", 1), 0)
         return jnp.sqrt(v) if root else v
     return rule
+
+
+def variance_mean(root: bool):
+    """``var_mean``/``std_mean``: the variance (or its root) and the mean over ``dim``."""
+    var = variance(root)
+
+    def rule(jnp, lax, a, at):
+        x = a[0]
+        return var(jnp, lax, a, at), jnp.mean(x, axis=_dims(x, at),
+                                              keepdims=at.get("keepdim", False))
+    return rule
+
+
+def aminmax(jnp, lax, a, at):
+    """(min, max) over one ``dim`` (all elements when None); NaN wins both."""
+    x, dim, keep = a[0], at.get("dim"), at.get("keepdim", False)
+    dims = tuple(range(x.ndim)) if dim is None else ((dim % x.ndim,) if x.ndim else ())
+    if not dims:
+        return x, x
+    return jnp.min(x, axis=dims, keepdims=keep), jnp.max(x, axis=dims, keepdims=keep)
 
 
 def round_(jnp, lax, a, at):

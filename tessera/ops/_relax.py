@@ -35,7 +35,7 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "index_add", "index_copy", "index_fill", "take", "index", "index_put", "extremum",
            "extremum_dim", "variance", "round_", "squeeze", "roll", "rms_norm", "logit",
            "nan_to_num", "order_statistic", "median_all", "isclose",
-           "one_hot", "searchsorted", "rule"]
+           "one_hot", "searchsorted", "variance_mean", "aminmax", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -1624,6 +1624,31 @@ def variance(root: bool):
             else R.multiply(ss, _k(R, float("inf"), x))
         return R.sqrt(v) if root else v
     return rule
+
+
+def variance_mean(root: bool):
+    """``var_mean``/``std_mean``: the variance (or its root) and the mean over ``dim``."""
+    var = variance(root)
+
+    def rule(R, a, at):
+        return var(R, a, at), REDUCE["mean"](R, a, at)
+    return rule
+
+
+def aminmax(R, a, at):
+    """(min, max) over one ``dim`` (all elements when None); NaN wins both."""
+    x, dim, keep = a[0], at.get("dim"), at.get("keepdim", False)
+    if R.dtype(x) == "bool":
+        x = R.astype(x, "int8")
+    nd = len(R.shape(x))
+    dims = list(range(nd)) if dim is None else ([dim % nd] if nd else [])
+    if not dims:
+        return x, x
+    lo, hi = R.min(x, dims, keep), R.max(x, dims, keep)
+    if not R.dtype(x).startswith("float"):
+        return lo, hi
+    nan = R.emit(_nan_any(R, x, dims, keep))
+    return (R.where(nan, _k(R, float("nan"), x), lo), R.where(nan, _k(R, float("nan"), x), hi))
 
 
 def round_(R, a, at):

@@ -413,8 +413,10 @@ _VAR = _var_family("var", False, False, to_relax=_relax.variance(False),
                    to_jax=_jax.variance(False))
 _STD = _var_family("std", True, False, to_relax=_relax.variance(True),
                    to_jax=_jax.variance(True))
-_VAR_MEAN = _var_family("var_mean", False, True)
-_STD_MEAN = _var_family("std_mean", True, True)
+_VAR_MEAN = _var_family("var_mean", False, True, to_relax=_relax.variance_mean(False),
+                        to_jax=_jax.variance_mean(False))
+_STD_MEAN = _var_family("std_mean", True, True, to_relax=_relax.variance_mean(True),
+                        to_jax=_jax.variance_mean(True))
 
 
 def _correction(op: str, dim, unbiased, correction):
@@ -841,7 +843,7 @@ def _aminmax_grad(ctx, gmin, gmax):
 
 _AMINMAX = defop("aminmax", _aminmax_infer, _aminmax_kernel, grad=_aminmax_grad,
                  save=("inputs", "outputs"), sbp=_sbp.reduction(nout=2),
-                 cost=cost.reduction(2))
+                 cost=cost.reduction(2), to_jax=_jax.aminmax, to_relax=_relax.aminmax)
 
 
 def aminmax(input, *, dim=None, keepdim: bool = False, out=None, axis=None, keepdims=None):
