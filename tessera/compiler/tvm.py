@@ -152,8 +152,11 @@ def supported(n: Node) -> bool:
     compiled; a rule may decline a case with ``NotImplementedError``)."""
     if not _has_rule(n):
         return False
-    if any(0 in v.shape for v in list(n.inputs) + list(n.outputs) if isinstance(v, Value)):
+    values = [v for v in list(n.inputs) + list(n.outputs) if isinstance(v, Value)]
+    if any(0 in v.shape for v in values):
         return False  # TVM's kernels assume non-empty buffers
+    if any(v.dtype.name.startswith("complex") for v in values):
+        return False  # TVM has no complex dtype
     key = (n.op.name, repr(sorted(n.attrs.items())),
            tuple((v.shape, v.dtype.name) if isinstance(v, Value) else repr(v)
                  for v in n.inputs))

@@ -28,7 +28,7 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "pad", "group_norm", "tri", "constant", "extremum", "extremum_dim", "variance", "round_",
            "squeeze", "roll", "rms_norm", "logit", "nan_to_num", "order_statistic",
            "median_all", "isclose", "one_hot", "searchsorted", "variance_mean",
-           "aminmax", "rule"]
+           "aminmax", "prelu", "vdot", "diagonal", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -982,6 +982,30 @@ def aminmax(jnp, lax, a, at):
     if not dims:
         return x, x
     return jnp.min(x, axis=dims, keepdims=keep), jnp.max(x, axis=dims, keepdims=keep)
+
+
+def prelu(jnp, lax, a, at):
+    """max(0, x) + w min(0, x), ``w`` one value or one per channel (dim 1)."""
+    x, w = a
+    if x.dtype in (jnp.float16, jnp.bfloat16):
+        x, w = x.astype(jnp.float32), w.astype(jnp.float32)
+    if w.size != 1 and x.ndim >= 2:
+        w = w.reshape((w.size,) + (1,) * (x.ndim - 2))
+    else:
+        w = w.reshape(())
+    return jnp.where(x > 0, x, w * x)
+
+
+def vdot(jnp, lax, a, at):
+    if jnp.iscomplexobj(a[0]):
+        raise NotImplementedError("vdot of complex tensors")
+    return jnp.dot(a[0], a[1], precision=lax.Precision.HIGHEST)
+
+
+def diagonal(jnp, lax, a, at):
+    x = a[0]
+    d1, d2 = at.get("dim1", 0) % x.ndim, at.get("dim2", 1) % x.ndim
+    return jnp.diagonal(x, at.get("offset", 0), d1, d2)
 
 
 def round_(jnp, lax, a, at):

@@ -35,7 +35,8 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "index_add", "index_copy", "index_fill", "take", "index", "index_put", "extremum",
            "extremum_dim", "variance", "round_", "squeeze", "roll", "rms_norm", "logit",
            "nan_to_num", "order_statistic", "median_all", "isclose",
-           "one_hot", "searchsorted", "variance_mean", "aminmax", "rule"]
+           "one_hot", "searchsorted", "variance_mean", "aminmax",
+           "prelu", "vdot", "diagonal", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -1649,6 +1650,35 @@ def aminmax(R, a, at):
         return lo, hi
     nan = R.emit(_nan_any(R, x, dims, keep))
     return (R.where(nan, _k(R, float("nan"), x), lo), R.where(nan, _k(R, float("nan"), x), hi))
+
+
+def prelu(R, a, at):
+    """max(0, x) + w min(0, x), ``w`` one value or one per channel (dim 1)."""
+    x, w = _wide(R, a[0]), _wide(R, a[1])
+    nd, n = len(R.shape(x)), math.prod(R.shape(w))
+    w = R.reshape(w, [n] + [1] * (nd - 2) if n != 1 and nd >= 2 else [])
+    return R.where(R.greater(x, _k(R, 0, x)), x, R.multiply(w, x))
+
+
+def vdot(R, a, at):
+    if R.dtype(a[0]).startswith("complex"):
+        raise NotImplementedError("vdot of complex tensors")
+    return R.sum(R.multiply(a[0], a[1]), [0])
+
+
+def diagonal(R, a, at):
+    """The diagonal of dims ``dim1``, ``dim2`` (from ``offset``), a last dim: both moved
+    last, flattened, and the diagonal's flat positions taken."""
+    x = a[0]
+    shape = R.shape(x)
+    nd, off = len(shape), at.get("offset", 0)
+    d1, d2 = at.get("dim1", 0) % nd, at.get("dim2", 1) % nd
+    n1, n2 = shape[d1], shape[d2]
+    rest = [i for i in range(nd) if i not in (d1, d2)]
+    flat = R.reshape(R.permute_dims(x, rest + [d1, d2]), [shape[i] for i in rest] + [n1 * n2])
+    i = np.arange(max(0, min(n1, n2 - off) if off >= 0 else min(n1 + off, n2)))
+    pos = (i * n2 + i + off) if off >= 0 else ((i - off) * n2 + i)
+    return R.take(flat, R.const(pos.astype("int64"), "int64"), len(rest))
 
 
 def round_(R, a, at):

@@ -575,7 +575,8 @@ def _prelu_sbp(x, w):
 
 
 _PRELU = defop("prelu", _prelu_infer, _prelu_kernel, grad=_prelu_grad,
-               sbp=SbpRule(_prelu_sbp), cost=cost.elementwise(2))
+               sbp=SbpRule(_prelu_sbp), cost=cost.elementwise(2), to_jax=_jax.prelu,
+               to_relax=_relax.prelu)
 
 
 def prelu(input, weight):

@@ -20,7 +20,7 @@ import numpy as np
 from tessera import _dtype as D
 from tessera._dispatch import _MODES, composite_args, dispatch
 from tessera._tensor import Tensor
-from tessera.ops import _relax, _sbp, cost
+from tessera.ops import _jax, _relax, _sbp, cost
 from tessera.ops._util import call, ensure_tensor, numel, sum_to
 from tessera.ops.arithmetic import add, mul
 from tessera.ops.reduce import sum as _sum
@@ -414,7 +414,8 @@ def _vdot_cost(ins, outs) -> cost.Cost:
 
 _VDOT = defop("vdot", _vdot_infer,
               lambda a, b: _matmul_kernel(np.conj(a) if a.dtype.kind == "c" else a, b),
-              grad=_vdot_grad, sbp=SbpRule(_vdot_sbp), cost=_vdot_cost)
+              grad=_vdot_grad, sbp=SbpRule(_vdot_sbp), cost=_vdot_cost, to_jax=_jax.vdot,
+              to_relax=_relax.vdot)
 
 
 def vdot(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor:

@@ -725,7 +725,8 @@ def _diagonal_sbp(x, offset=0, dim1=0, dim2=1):
 
 
 _DIAGONAL = defop("diagonal", _diagonal_infer, _diagonal_kernel, aliasing="view", save=(),
-                  grad=_diagonal_grad, sbp=SbpRule(_diagonal_sbp), cost=cost.view())
+                  grad=_diagonal_grad, sbp=SbpRule(_diagonal_sbp), cost=cost.view(),
+                  to_jax=_jax.diagonal, to_relax=_relax.diagonal)
 
 
 def diagonal(input: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
