@@ -612,6 +612,70 @@ def _relax_qconv(R, a, at):
     return _rx_requant(R, acc, R.sum(w32, [1, 2, 3]), at, mult, b, [1, -1, 1, 1])
 
 
+def _jx_lsq_params(jnp, scale, zero_point, qmin, qmax):
+    s = scale.reshape(()).astype(jnp.float32)
+    zp = jnp.clip(jnp.floor(zero_point.reshape(()).astype(jnp.float32) + jnp.float32(0.5)),
+                  qmin, qmax)
+    return s, jnp.float32(1.0) / s, zp
+
+
+def _jax_lsq(jnp, lax, a, at):
+    s, inv, zp = _jx_lsq_params(jnp, a[1], a[2], at["quant_min"], at["quant_max"])
+    return _jx_fq(jnp, a[0], inv, s, zp, at["quant_min"], at["quant_max"])[0]
+
+
+def _jax_lsq_backward(jnp, lax, a, at):
+    g, x, scale, zero_point = a
+    qmin, qmax = at["quant_min"], at["quant_max"]
+    s, inv, zp = _jx_lsq_params(jnp, scale, zero_point, qmin, qmax)
+    c, gc = _jx_c(jnp, x), _jx_c(jnp, g)
+    t = c.dtype
+    s, inv, zp = s.astype(t), inv.astype(t), zp.astype(t)
+    q = jnp.round(c * inv) + zp
+    inside = (q >= qmin) & (q <= qmax)
+    xfq = (jnp.clip(q, qmin, qmax) - zp) * s
+    end = jnp.where(q < qmin, qmin - zp, qmax - zp)
+    gf = jnp.asarray(at["grad_factor"], t)
+    ds = jnp.where(inside, gc * (xfq - c) * inv, gc * end) * gf
+    dz = jnp.where(inside, jnp.zeros((), t), -gc * s) * gf
+    return jnp.where(inside, gc, 0), ds.sum().reshape(1), dz.sum().reshape(1)
+
+
+def _rx_lsq_params(R, scale, zero_point, qmin, qmax):
+    s = R.emit(R.astype(R.reshape(scale, []), "float32"))
+    zp = R.floor(R.add(R.astype(R.reshape(zero_point, []), "float32"), R.const(0.5, "float32")))
+    return s, R.emit(R.divide(R.const(1.0, "float32"), s)), R.emit(R.clip(zp, qmin, qmax))
+
+
+def _relax_lsq(R, a, at):
+    s, inv, zp = _rx_lsq_params(R, a[1], a[2], at["quant_min"], at["quant_max"])
+    return _rx_fq(R, a[0], inv, s, zp, at["quant_min"], at["quant_max"])[0]
+
+
+def _relax_lsq_backward(R, a, at):
+    g, x, scale, zero_point = a
+    qmin, qmax = at["quant_min"], at["quant_max"]
+    s, inv, zp = _rx_lsq_params(R, scale, zero_point, qmin, qmax)
+    c, gc = R.emit(_rx_c(R, x)), R.emit(_rx_c(R, g))
+    t = R.dtype(c)
+    if t != "float32":
+        s, inv, zp = (R.emit(R.astype(v, t)) for v in (s, inv, zp))
+    q = R.emit(R.add(_relax.round_(R, [R.multiply(c, inv)], {}), zp))
+    inside = R.emit(R.logical_and(R.greater_equal(q, R.const(qmin, t)),
+                                  R.less_equal(q, R.const(qmax, t))))
+    xfq = R.multiply(R.subtract(R.clip(q, qmin, qmax), zp), s)
+    end = R.where(R.less(q, R.const(qmin, t)), R.subtract(R.const(qmin, t), zp),
+                  R.subtract(R.const(qmax, t), zp))
+    gf = R.const(at["grad_factor"], t)
+    zero = R.const(0.0, t)
+    ds = R.multiply(R.where(inside, R.multiply(R.multiply(gc, R.subtract(xfq, c)), inv),
+                            R.multiply(gc, end)), gf)
+    dz = R.multiply(R.where(inside, zero, R.negative(R.multiply(gc, s))), gf)
+    nd = list(range(len(R.shape(c))))
+    total = (lambda v: R.reshape(R.sum(v, nd), [1])) if nd else (lambda v: R.reshape(v, [1]))
+    return R.where(inside, gc, zero), total(ds), total(dz)
+
+
 # ---- fake quantization ------------------------------------------------------------------
 
 def _fq(x: np.ndarray, inv_scale, scale, zp, qmin: int, qmax: int):
@@ -746,7 +810,8 @@ def _lsq_grad(ctx, g):
 
 
 _LSQ = defop("_fake_quantize_learnable_per_tensor_affine", _lsq_infer, _lsq_kernel,
-             grad=_lsq_grad, sbp=_pointwise_sbp(2), cost=cost.elementwise(6))
+             grad=_lsq_grad, sbp=_pointwise_sbp(2), cost=cost.elementwise(6), to_jax=_jax_lsq,
+             to_relax=_relax_lsq)
 
 
 def _fake_quantize_learnable_per_tensor_affine(input: Tensor, scale: Tensor,
@@ -794,7 +859,8 @@ def _lsq_backward_kernel(g, x, scale, zero_point, quant_min, quant_max, grad_fac
 _LSQ_BACKWARD = defop("_fake_quantize_learnable_per_tensor_affine_backward",
                       _lsq_backward_infer, _lsq_backward_kernel, grad=None,
                       sbp=SbpRule(lambda *m, **a: [Signature((B,) * 4, (B,) * 3)]),
-                      cost=cost.elementwise(12))
+                      cost=cost.elementwise(12), to_jax=_jax_lsq_backward,
+                      to_relax=_relax_lsq_backward)
 
 
 def _fake_quantize_learnable_per_tensor_affine_backward(grad: Tensor, input: Tensor,
