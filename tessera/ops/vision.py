@@ -464,8 +464,20 @@ def _pad_grad(ctx, g):
     return (pad_backward(g, tuple(ctx.input_metas[0].shape), a["pads"], a["mode"]),)
 
 
+def _pad_to_relax(R, a, at):
+    """The kernel's gathers: each padded dim read at ``_pad_index``'s positions."""
+    x, pads = a[0], at["pads"]
+    shape = R.shape(x)
+    lead = len(shape) - len(pads)
+    for i, (lo, hi) in enumerate(pads):
+        if lo or hi:
+            idx = _pad_index(at["mode"], shape[lead + i], lo, hi).astype(np.int64)
+            x = R.take(x, R.const(idx, "int64"), lead + i)
+    return x
+
+
 _PAD = defop("pad", _pad_infer, _pad_kernel, grad=_pad_grad, save=(), sbp=SbpRule(_pad_sbp),
-             cost=cost.movement(), to_jax=_jax.pad)
+             cost=cost.movement(), to_jax=_jax.pad, to_relax=_pad_to_relax)
 
 
 def pad(x: Tensor, pads, mode: str) -> Tensor:
