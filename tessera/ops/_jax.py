@@ -28,7 +28,8 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "pad", "group_norm", "tri", "constant", "extremum", "extremum_dim", "variance", "round_",
            "squeeze", "roll", "rms_norm", "logit", "nan_to_num", "order_statistic",
            "median_all", "isclose", "one_hot", "searchsorted", "variance_mean",
-           "aminmax", "prelu", "vdot", "diagonal", "rule"]
+           "aminmax", "prelu", "vdot", "diagonal",
+           "binary_cross_entropy", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -1006,6 +1007,20 @@ def diagonal(jnp, lax, a, at):
     x = a[0]
     d1, d2 = at.get("dim1", 0) % x.ndim, at.get("dim2", 1) % x.ndim
     return jnp.diagonal(x, at.get("offset", 0), d1, d2)
+
+
+def binary_cross_entropy(jnp, lax, a, at):
+    """-(t log x + (1 - t) log(1 - x)), each log clamped at -100, weighted, reduced."""
+    x, t, w = a
+    if x.dtype in (jnp.float16, jnp.bfloat16):
+        x, t = x.astype(jnp.float32), t.astype(jnp.float32)
+    loss = (t - 1) * jnp.maximum(jnp.log1p(-x), -100) - t * jnp.maximum(jnp.log(x), -100)
+    if w is not None:
+        loss = loss * w.astype(loss.dtype)
+    red = at.get("reduction", "mean")
+    if red == "none":
+        return loss
+    return loss.sum() if red == "sum" else loss.sum() / loss.size
 
 
 def round_(jnp, lax, a, at):

@@ -36,7 +36,7 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "extremum_dim", "variance", "round_", "squeeze", "roll", "rms_norm", "logit",
            "nan_to_num", "order_statistic", "median_all", "isclose",
            "one_hot", "searchsorted", "variance_mean", "aminmax",
-           "prelu", "vdot", "diagonal", "rule"]
+           "prelu", "vdot", "diagonal", "binary_cross_entropy", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -1679,6 +1679,24 @@ def diagonal(R, a, at):
     i = np.arange(max(0, min(n1, n2 - off) if off >= 0 else min(n1 + off, n2)))
     pos = (i * n2 + i + off) if off >= 0 else ((i - off) * n2 + i)
     return R.take(flat, R.const(pos.astype("int64"), "int64"), len(rest))
+
+
+def binary_cross_entropy(R, a, at):
+    """-(t log x + (1 - t) log(1 - x)), each log clamped at -100, weighted, reduced."""
+    x, t, w = _wide(R, a[0]), _wide(R, a[1]), a[2]
+    low = _k(R, -100.0, x)
+    one = _k(R, 1.0, x)
+    loss = R.subtract(R.multiply(R.subtract(t, one), R.maximum(_log1p(R, R.negative(x)), low)),
+                      R.multiply(t, R.maximum(R.log(x), low)))
+    if w is not None:
+        loss = R.multiply(loss, R.astype(w, R.dtype(x)))
+    loss = R.emit(loss)
+    red = at.get("reduction", "mean")
+    if red == "none":
+        return loss
+    shape = R.shape(loss)
+    total = R.sum(loss, list(range(len(shape)))) if shape else loss
+    return total if red == "sum" else R.divide(total, _k(R, float(math.prod(shape)), x))
 
 
 def round_(R, a, at):

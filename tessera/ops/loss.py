@@ -371,7 +371,8 @@ def _bce_cost(ins, outs, reduction="mean", **attrs) -> cost.Cost:
 
 
 _BCE = defop("binary_cross_entropy", _bce_infer, _bce_kernel, grad=_bce_grad,
-             sbp=SbpRule(_bce_sbp), cost=_bce_cost)
+             sbp=SbpRule(_bce_sbp), cost=_bce_cost, to_jax=_jax.binary_cross_entropy,
+             to_relax=_relax.binary_cross_entropy)
 
 
 def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):

@@ -741,10 +741,47 @@ def _diag_embed_sbp(x, offset=0, dim1=-2, dim2=-1):
     return [Signature((S(d),), (S(free[d]),)) for d in range(n - 1)] + linear_identity()
 
 
+def _diag_embed_plan(shape: tuple, offset: int, dim1, dim2):
+    """(n, the mask of the diagonal in an (n, n) plane, whether a row takes x by column,
+    the permutation from (batch dims, row, column) to the output's dims)."""
+    nd = len(shape) + 1
+    d1, d2 = _diag_embed_dims(nd, dim1, dim2)
+    n = (shape[-1] if shape else 1) + abs(offset)
+    mask = np.eye(n, n, k=offset, dtype=bool)
+    free = iter(range(nd - 2))
+    perm = [nd - 2 if i == d1 else nd - 1 if i == d2 else next(free) for i in range(nd)]
+    return n, mask, offset < 0, perm
+
+
+def _diag_embed_jax(jnp, lax, a, at):
+    x = a[0] if a[0].ndim else a[0].reshape(1)
+    n, mask, by_col, perm = _diag_embed_plan(a[0].shape, at.get("offset", 0),
+                                             at.get("dim1", -2), at.get("dim2", -1))
+    xr = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, n - x.shape[-1])])
+    v = xr[..., None, :] if by_col else xr[..., :, None]
+    return jnp.transpose(jnp.where(mask, v, jnp.zeros((), x.dtype)), perm)
+
+
+def _diag_embed_relax(R, a, at):
+    x = a[0]
+    shape = R.shape(x)
+    if not shape:
+        x = R.reshape(x, [1])
+    n, mask, by_col, perm = _diag_embed_plan(shape, at.get("offset", 0), at.get("dim1", -2),
+                                             at.get("dim2", -1))
+    nd = len(R.shape(x))
+    m = R.shape(x)[-1]
+    xr = R.nn.pad(x, [0, 0] * (nd - 1) + [0, n - m]) if n > m else x
+    v = R.expand_dims(xr, nd - 1 if by_col else nd)
+    out = R.where(R.const(mask, "bool"), v, R.zeros((), R.dtype(x)))
+    return R.permute_dims(out, perm)
+
+
 _DIAG_EMBED = defop("diag_embed", _diag_embed_infer, _diag_embed_kernel, save=(),
                     grad=lambda ctx, g: (diagonal(g, ctx.attrs["offset"], ctx.attrs["dim1"],
                                                   ctx.attrs["dim2"]),),
-                    sbp=SbpRule(_diag_embed_sbp), cost=cost.movement())
+                    sbp=SbpRule(_diag_embed_sbp), cost=cost.movement(),
+                    to_jax=_diag_embed_jax, to_relax=_diag_embed_relax)
 
 
 def diag_embed(input: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
