@@ -638,14 +638,36 @@ def _rep_grad(ctx, g):
     from tessera.ops.getitem import T, _index_put
     x, repeats = ctx.inputs
     d = ctx.attrs["dim"]
-    src = repeat_interleave(arange(x.shape[d], device=g.device), repeats)
+    # the size is g's: static, so a graph can trace this backward
+    src = repeat_interleave(arange(x.shape[d], device=g.device), repeats,
+                            output_size=g.shape[d])
     z = zeros(x.shape, dtype=g.dtype, device=g.device)
     return _index_put(z, g, (src,), (slice(None),) * d + (T,), True), None
 
 
 # Per-element repeats make the output size depend on the data (PyTorch syncs on it too).
+def _rep_jax(jnp, lax, a, at):
+    """With ``output_size`` the shape is static: element j of the result reads the
+    element whose running count of repeats first exceeds j."""
+    size = at.get("output_size")
+    if size is None:
+        raise NotImplementedError("repeat_interleave without output_size")
+    return jnp.repeat(a[0], a[1], axis=at["dim"], total_repeat_length=size)
+
+
+def _rep_relax(R, a, at):
+    size = at.get("output_size")
+    if size is None:
+        raise NotImplementedError("repeat_interleave without output_size")
+    x, reps = a
+    ends = R.cumsum(R.astype(reps, "int64"), 0)
+    j = R.expand_dims(R.arange(0, size, 1, "int64"), 1)
+    src = R.sum(R.astype(R.less_equal(R.expand_dims(ends, 0), j), "int64"), [1])
+    return R.take(x, src, at["dim"])
+
+
 _REP = defop("repeat_interleave", _rep_infer, _rep_kernel, grad=_rep_grad,
-             dynamic_shape=True, cost=cost.movement())
+             dynamic_shape=True, cost=cost.movement(), to_jax=_rep_jax, to_relax=_rep_relax)
 
 
 def repeat_interleave(input: Tensor, repeats=None, dim: int | None = None, *,

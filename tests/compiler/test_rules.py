@@ -103,3 +103,24 @@ def test_shifts_one_hot_and_searchsorted(backend):
     g.config.set_backend(backend, strict=True)
     for got, want in zip(g(a, b, v, seq), _int_ops(a, b, v, seq)):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def _repeat(x, r):
+    return (x.repeat_interleave(r, 1, output_size=7), x.repeat_interleave(r, 1, output_size=7)
+            .sum())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_repeat_interleave_with_output_size(backend):
+    """A count of zero, and the gradient (the repeats summed back)."""
+    x = tessera.randn(2, 4).requires_grad_()
+    r = tessera.tensor([2, 0, 3, 2])
+
+    def fn(x, r):
+        y, total = _repeat(x, r)
+        return (y,) + tuple(tessera.autograd.grad([total], [x]))
+    want = fn(x, r)
+    g = _Fn(fn)
+    g.config.set_backend(backend)
+    for got, ref in zip(g(x, r), want):
+        np.testing.assert_allclose(got.numpy(), ref.detach().numpy(), rtol=1e-6)
