@@ -29,7 +29,7 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "squeeze", "roll", "rms_norm", "logit", "nan_to_num", "order_statistic",
            "median_all", "isclose", "one_hot", "searchsorted", "variance_mean",
            "aminmax", "prelu", "vdot", "diagonal",
-           "binary_cross_entropy", "rule"]
+           "binary_cross_entropy", "layer_norm_backward", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -1021,6 +1021,27 @@ def binary_cross_entropy(jnp, lax, a, at):
     if red == "none":
         return loss
     return loss.sum() if red == "sum" else loss.sum() / loss.size
+
+
+def layer_norm_backward(jnp, lax, a, at):
+    """(dx, dweight, dbias) of ``layer_norm``, as its fused backward kernel computes them
+    (half precision in float32)."""
+    g, x, w = a
+    half = x.dtype in (jnp.float16, jnp.bfloat16)
+    if half:
+        g, x = g.astype(jnp.float32), x.astype(jnp.float32)
+        w = None if w is None else w.astype(jnp.float32)
+    k = len(at["normalized_shape"])
+    d = tuple(range(x.ndim - k, x.ndim))
+    lead = tuple(range(x.ndim - k))
+    xc = x - jnp.mean(x, axis=d, keepdims=True)
+    rstd = 1.0 / jnp.sqrt(jnp.mean(xc * xc, axis=d, keepdims=True) + at["eps"])
+    xhat = xc * rstd
+    dw, db = jnp.sum(g * xhat, axis=lead), jnp.sum(g, axis=lead)
+    gw = g if w is None else g * w
+    c1 = jnp.mean(gw, axis=d, keepdims=True)
+    c2 = jnp.mean(gw * xhat, axis=d, keepdims=True)
+    return (gw - c1 - xhat * c2) * rstd, dw, db
 
 
 def round_(jnp, lax, a, at):

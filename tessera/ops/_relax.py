@@ -36,7 +36,8 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "extremum_dim", "variance", "round_", "squeeze", "roll", "rms_norm", "logit",
            "nan_to_num", "order_statistic", "median_all", "isclose",
            "one_hot", "searchsorted", "variance_mean", "aminmax",
-           "prelu", "vdot", "diagonal", "binary_cross_entropy", "rule"]
+           "prelu", "vdot", "diagonal", "binary_cross_entropy",
+           "layer_norm_backward", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -1697,6 +1698,25 @@ def binary_cross_entropy(R, a, at):
     shape = R.shape(loss)
     total = R.sum(loss, list(range(len(shape)))) if shape else loss
     return total if red == "sum" else R.divide(total, _k(R, float(math.prod(shape)), x))
+
+
+def layer_norm_backward(R, a, at):
+    """(dx, dweight, dbias) of ``layer_norm``, as its fused backward kernel computes them
+    (half precision in float32)."""
+    g, x, w = _wide(R, a[0]), _wide(R, a[1]), a[2]
+    w = None if w is None else _wide(R, w)
+    nd, k = len(R.shape(x)), len(at["normalized_shape"])
+    d, lead = list(range(nd - k, nd)), list(range(nd - k))
+    xc = R.emit(R.subtract(x, R.mean(x, d, True)))
+    rstd = R.emit(R.rsqrt(R.add(R.mean(R.multiply(xc, xc), d, True), _k(R, at["eps"], x))))
+    xhat = R.emit(R.multiply(xc, rstd))
+    gxh = R.emit(R.multiply(g, xhat))
+    dw = R.sum(gxh, lead) if lead else gxh
+    db = R.sum(g, lead) if lead else g
+    gw = R.emit(g if w is None else R.multiply(g, w))
+    c1 = R.mean(gw, d, True)
+    c2 = R.mean(R.multiply(gw, xhat), d, True)
+    return R.multiply(R.subtract(R.subtract(gw, c1), R.multiply(xhat, c2)), rstd), dw, db
 
 
 def round_(R, a, at):

@@ -530,7 +530,9 @@ def _ln_backward_cost(ins, outs, **attrs) -> cost.Cost:
 # Only plain (not create_graph) backwards use it, so it has no derivative of its own.
 _LAYER_NORM_BACKWARD = defop("layer_norm_backward", _ln_backward_infer, _ln_backward_kernel,
                              grad=None, sbp=SbpRule(_ln_backward_sbp),
-                             decompose=_ln_backward_decompose, cost=_ln_backward_cost)
+                             decompose=_ln_backward_decompose, cost=_ln_backward_cost,
+                             to_jax=_jax.layer_norm_backward,
+                             to_relax=_relax.layer_norm_backward)
 
 
 def layer_norm(x: Tensor, weight, bias, *, normalized_shape, eps: float) -> Tensor:
