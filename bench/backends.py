@@ -11,7 +11,8 @@ state) minus as many steady steps; step time = the median of the steady steps.
 
 The models are the zoo's (``tessera.models``) at small sizes; torch.compile runs the
 PyTorch references of the tests (``tests/models``, same architecture and sizes),
-onnxruntime the model exported by ``tessera.onnx``. Steady steps stop early after
+onnxruntime the model exported by ``tessera.onnx``. The note flags a row whose warm process
+ended with the host's 1-minute load average above its core count. Steady steps stop early after
 ``STEPS_BUDGET_S`` (the note gives their count); a tuned TVM's note gives the part of its
 cold compile spent tuning. ``TESSERA_BENCH_TVM_TRIALS`` (default 64) is the tuned
 TVM's trial budget; ``TESSERA_BENCH_BACKENDS`` (comma-separated workload and backend
@@ -153,7 +154,15 @@ def _ort_step(model, ins, arrays):
             import onnxruntime as ort
 
             import tessera.onnx
-            proto = tessera.onnx.export(model, tuple(ins))
+
+            class Main(tessera.nn.Module):  # the main output, as the graphs return it
+                def __init__(self):
+                    super().__init__()
+                    self.model = model
+
+                def forward(self, *x):
+                    return _main_output(self.model(*x))
+            proto = tessera.onnx.export(Main().eval(), tuple(ins))
             state["sess"] = ort.InferenceSession(proto.SerializeToString(),
                                                  providers=["CPUExecutionProvider"])
             state["feed"] = {i.name: a for i, a in zip(state["sess"].get_inputs(), arrays)}
@@ -181,7 +190,7 @@ def child(name: str, backend: str) -> dict:
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
     out = {"step_ms": med * 1000, "compile_s": max(0.0, first - traces * med),
-           "steps": len(times)}
+           "steps": len(times), "load": os.getloadavg()[0]}
     if backend == "tvm tuned":
         from tessera.compiler import tvm
         out["tune_s"] = tvm.stats["tune_seconds"]
@@ -282,6 +291,8 @@ def render(rows: list[dict]) -> str:
             note.append(f"{c['tune_s']:.0f} s of the cold compile tuning")
         if w.get("steps", STEPS) < STEPS:
             note.append(f"median of {w['steps']} steps")
+        if w.get("load", 0) > (os.cpu_count() or 1):
+            note.append(f"host loaded (load {w['load']:.0f})")
         out.append((r["workload"], r["backend"], f"{w['step_ms']:.2f}",
                     f"{c['compile_s']:.2f}", warm_compile or f"{w['compile_s']:.2f}",
                     "; ".join(note)))
