@@ -29,7 +29,8 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "squeeze", "roll", "rms_norm", "logit", "nan_to_num", "order_statistic",
            "median_all", "isclose", "one_hot", "searchsorted", "variance_mean",
            "aminmax", "prelu", "vdot", "diagonal",
-           "binary_cross_entropy", "layer_norm_backward", "rule"]
+           "binary_cross_entropy", "layer_norm_backward",
+           "batch_norm_backward", "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -1042,6 +1043,31 @@ def layer_norm_backward(jnp, lax, a, at):
     c1 = jnp.mean(gw, axis=d, keepdims=True)
     c2 = jnp.mean(gw * xhat, axis=d, keepdims=True)
     return (gw - c1 - xhat * c2) * rstd, dw, db
+
+
+def batch_norm_backward(jnp, lax, a, at):
+    """(dx, dweight, dbias) of ``batch_norm``, as its fused backward kernel computes them:
+    per-channel coefficients, then ``dx = k1 g + k2 xhat + k3`` (the last two in training)."""
+    g, x, w, rm, rv = a
+    if x.dtype in (jnp.float16, jnp.bfloat16):
+        g, x = g.astype(jnp.float32), x.astype(jnp.float32)
+    c = x.shape[1]
+    axes = (0,) + tuple(range(2, x.ndim))
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    if at["training"]:
+        xc = x - jnp.mean(x, axis=axes, keepdims=True)
+        var = jnp.mean(xc * xc, axis=axes)
+    else:
+        xc, var = x - rm.reshape(bshape).astype(x.dtype), rv.reshape(c).astype(x.dtype)
+    rstd = 1.0 / jnp.sqrt(var + jnp.asarray(at["eps"], x.dtype))
+    xhat = xc * rstd.reshape(bshape)
+    db, dw = jnp.sum(g, axis=axes), jnp.sum(g * xhat, axis=axes)
+    k = rstd if w is None else rstd * w.reshape(c).astype(x.dtype)
+    dx = g * k.reshape(bshape)
+    if at["training"]:
+        m = max(x.size // max(c, 1), 1)
+        dx = dx + xhat * (-k * dw / m).reshape(bshape) - (k * db / m).reshape(bshape)
+    return dx, dw, db
 
 
 def round_(jnp, lax, a, at):

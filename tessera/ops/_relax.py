@@ -37,7 +37,8 @@ __all__ = ["UNARY", "ACTIVATION", "COMPARE", "REDUCE", "BINARY", "add", "sub", "
            "nan_to_num", "order_statistic", "median_all", "isclose",
            "one_hot", "searchsorted", "variance_mean", "aminmax",
            "prelu", "vdot", "diagonal", "binary_cross_entropy",
-           "layer_norm_backward", "rule"]
+           "layer_norm_backward", "batch_norm_backward",
+           "rule"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
 _SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -1717,6 +1718,35 @@ def layer_norm_backward(R, a, at):
     c1 = R.mean(gw, d, True)
     c2 = R.mean(R.multiply(gw, xhat), d, True)
     return R.multiply(R.subtract(R.subtract(gw, c1), R.multiply(xhat, c2)), rstd), dw, db
+
+
+def batch_norm_backward(R, a, at):
+    """(dx, dweight, dbias) of ``batch_norm``, as its fused backward kernel computes them:
+    per-channel coefficients, then ``dx = k1 g + k2 xhat + k3`` (the last two in training)."""
+    g, x, w, rm, rv = a
+    g, x = _wide(R, g), _wide(R, x)
+    shape = R.shape(x)
+    c, nd, dt = shape[1], len(shape), R.dtype(x)
+    axes = [0] + list(range(2, nd))
+    bshape = [1, c] + [1] * (nd - 2)
+    if at["training"]:
+        xc = R.emit(R.subtract(x, R.mean(x, axes, True)))
+        var = R.mean(R.multiply(xc, xc), axes)
+    else:
+        xc = R.emit(R.subtract(x, R.reshape(R.astype(rm, dt), bshape)))
+        var = R.reshape(R.astype(rv, dt), [c])
+    rstd = R.emit(R.rsqrt(R.add(var, _k(R, at["eps"], x))))
+    xhat = R.emit(R.multiply(xc, R.reshape(rstd, bshape)))
+    db, dw = R.emit(R.sum(g, axes)), R.emit(R.sum(R.multiply(g, xhat), axes))
+    k = R.emit(rstd if w is None else R.multiply(rstd, R.reshape(R.astype(w, dt), [c])))
+    dx = R.multiply(g, R.reshape(k, bshape))
+    if at["training"]:
+        m = _k(R, float(max(math.prod(shape) // max(c, 1), 1)), x)
+        k2 = R.divide(R.negative(R.multiply(k, dw)), m)
+        k3 = R.divide(R.multiply(k, db), m)
+        dx = R.subtract(R.add(dx, R.multiply(xhat, R.reshape(k2, bshape))),
+                        R.reshape(k3, bshape))
+    return dx, dw, db
 
 
 def round_(R, a, at):

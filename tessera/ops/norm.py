@@ -356,7 +356,9 @@ def _bn_backward_cost(ins, outs, training, **attrs) -> cost.Cost:
 
 # Only plain (not create_graph) backwards use it, so it has no derivative of its own.
 _BATCH_NORM_BACKWARD = defop("batch_norm_backward", _bn_backward_infer, _bn_backward_kernel,
-                             grad=None, sbp=SbpRule(_bn_backward_sbp), cost=_bn_backward_cost)
+                             grad=None, sbp=SbpRule(_bn_backward_sbp), cost=_bn_backward_cost,
+                             to_jax=_jax.batch_norm_backward,
+                             to_relax=_relax.batch_norm_backward)
 
 
 def batch_norm(x: Tensor, weight, bias, running_mean, running_var, *, training: bool,
