@@ -658,11 +658,26 @@ def _fill_cost(ins, outs, **attrs):
     return cost.Cost(0, cost.nbytes(value) if value is not None else 0, cost.nbytes(outs[0]))
 
 
+def _fill_jax(jnp, lax, a, at):
+    x, value = a
+    if np.isscalar(value):  # a Python number (creation.py names dtypes float, int, ...)
+        return jnp.full(x.shape, _fill_value(value, np.dtype(str(x.dtype))), x.dtype)
+    return jnp.broadcast_to(value.astype(x.dtype), x.shape)
+
+
+def _fill_relax(R, a, at):
+    x, value = a
+    dt = R.dtype(x)
+    if np.isscalar(value):  # a Python number (creation.py names dtypes float, int, ...)
+        return R.const(np.full(R.shape(x), _fill_value(value, np.dtype(dt))), dt)
+    return R.broadcast_to(R.astype(value, dt), list(R.shape(x)))
+
+
 _FILL = defop("fill", _fill_infer,
               lambda x, value: np.full(x.shape, _fill_value(value, x.dtype), x.dtype),
               grad=lambda ctx, g: (g * 0, g.sum() if ctx.needs_input_grad[1] else None),
               save=(), sbp=pointwise(), cost=_fill_cost,
-              inplace_kernels={"cpu": _fill_kernel})
+              inplace_kernels={"cpu": _fill_kernel}, to_jax=_fill_jax, to_relax=_fill_relax)
 
 
 def fill(input: Tensor, value, *, out=None) -> Tensor:
