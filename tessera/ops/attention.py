@@ -17,6 +17,8 @@ tessera.Size([1, 3, 4])
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tessera import _dtype as D
 from tessera._dispatch import dispatch
 from tessera._tensor import Tensor
@@ -109,6 +111,79 @@ def _jax_backward(jnp, lax, a, at):
     return pull(g)
 
 
+def _relax_scores(R, q, k, v, mask, at):
+    """The composite in Relax: (probabilities, log-sum-exp with a kept last dim, dead rows
+    (a mask that allows nothing) or None, k and v with their heads repeated for
+    grouped-query attention)."""
+    if at["dropout_p"] > 0:
+        raise NotImplementedError("scaled_dot_product_attention: dropout on the TVM backend")
+    nd = len(R.shape(q))
+    if at["enable_gqa"]:
+        rep = R.shape(q)[-3] // R.shape(k)[-3]
+        k, v = R.repeat(k, rep, nd - 3), R.repeat(v, rep, nd - 3)
+    k, v = R.emit(k), R.emit(v)
+    f32 = R.dtype(q)
+    s = R.matmul(R.multiply(q, R.const(at["scale"], f32)), R.permute_dims(
+        k, list(range(len(R.shape(k)) - 2)) + [len(R.shape(k)) - 1, len(R.shape(k)) - 2]))
+    s = R.emit(s)
+    ninf = R.const(-np.inf, f32)
+    dead = None
+    if at["is_causal"]:
+        ls = R.shape(s)[-2:]
+        s = R.emit(R.where(R.const(np.tril(np.ones(ls, bool)), "bool"), s, ninf))
+    elif mask is not None:
+        m = R.where(mask, R.const(0.0, f32), ninf) if R.dtype(mask) == "bool" else mask
+        m = R.emit(m)
+        last = len(R.shape(m)) - 1
+        live = R.max(R.astype(R.not_equal(m, ninf), "int8"), [last], True)
+        dead = R.emit(R.equal(live, R.const(0, "int8")))
+        s = R.emit(R.add(s, R.where(dead, R.const(0.0, f32), m)))
+    last = len(R.shape(s)) - 1
+    top = R.emit(R.max(s, [last], True))
+    lse = R.emit(R.add(top, R.log(R.sum(R.exp(R.subtract(s, top)), [last], True))))
+    w = R.exp(R.subtract(s, lse))
+    if dead is not None:
+        w = R.where(dead, R.const(0.0, f32), w)
+        lse = R.where(dead, ninf, lse)
+    return R.emit(w), R.emit(lse), dead, k, v
+
+
+def _relax(R, a, at):
+    q, k, v, mask = a
+    w, lse, _, k, v = _relax_scores(R, q, k, v, mask, at)
+    return R.matmul(w, v), R.squeeze(lse, [len(R.shape(lse)) - 1])
+
+
+def _relax_backward(R, a, at):
+    """The forward's probabilities again, then dV = P^T g, dP = g V^T, dS = P (dP - D)
+    with D the rows of g * out summed, dQ = scale dS K, dK = scale dS^T Q (the heads a
+    key serves summed back for grouped-query attention)."""
+    q, k0, v0, mask, out, _lse, g = a
+    p, _, _, k, v = _relax_scores(R, q, k0, v0, mask, at)
+    nd = len(R.shape(q))
+
+    def t(x):
+        n = len(R.shape(x))
+        return R.permute_dims(x, list(range(n - 2)) + [n - 1, n - 2])
+    f32 = R.dtype(q)
+    dv = R.matmul(t(p), g)
+    dp = R.matmul(g, t(v))
+    dd = R.sum(R.multiply(g, out), [nd - 1], True)
+    ds = R.emit(R.multiply(p, R.subtract(dp, dd)))
+    sc = R.const(at["scale"], f32)
+    dq = R.multiply(R.matmul(ds, k), sc)
+    dk = R.multiply(R.matmul(t(ds), q), sc)
+    if at["enable_gqa"]:
+        hk, hq = R.shape(k0)[-3], R.shape(q)[-3]
+
+        def fold(x):
+            shape = R.shape(x)
+            return R.sum(R.reshape(x, list(shape[:-3]) + [hk, hq // hk] + list(shape[-2:])),
+                         [nd - 2])
+        dk, dv = fold(R.emit(dk)), fold(R.emit(dv))
+    return dq, dk, dv
+
+
 def _batch_sbp(tails: tuple[int, ...], nout: int):
     """Attention is independent across its batch dims (all but q's last two): each may be
     split, in every tensor that has it at full size (one that broadcasts there is
@@ -137,7 +212,7 @@ def _batch_sbp(tails: tuple[int, ...], nout: int):
 
 _FUSED = defop("scaled_dot_product_attention", _infer, _kernel, grad=_grad,
                save=("inputs", "outputs"), nondiff_outputs=(1,), cost=_cost, to_jax=_jax,
-               sbp=_batch_sbp((2, 2, 2, 2), 2))
+               to_relax=_relax, sbp=_batch_sbp((2, 2, 2, 2), 2))
 
 
 def _backward_infer(q, k, v, mask, out, lse, g, scale, is_causal, dropout_p, enable_gqa,
@@ -164,6 +239,7 @@ def _backward_cost(ins, outs, **attrs) -> cost.Cost:
 # op (the composite, for float64 or a mask that needs a gradient, has one)
 _BACKWARD = defop("scaled_dot_product_attention_backward", _backward_infer, _backward_kernel,
                   save=(), cost=_backward_cost, to_jax=_jax_backward,
+                  to_relax=_relax_backward,
                   sbp=_batch_sbp((2, 2, 2, 2, 2, 1, 2), 3))
 
 
