@@ -348,10 +348,11 @@ int tsr_bin_cpu(void) {
 
    The plan ``g`` (int64, built once per layer and input size by ``tessera.kernels.binary``):
    Cw, C, H, W, PH, PW, Hp, Wp, OH, OW, O, K, kbits, pad word, last channel word's pad word,
-   wb, corr (int32 (O, OH * OW) or null), base (corr + kbits as float32, or null), then K
-   offsets. The result is ``epilogue``'s: float32(kbits - 2 * sum + corr) * scale[n]. */
+   wb, corr (int32 (O, OH * OW) or null), base (corr + kbits as float32, or null), a copy
+   of the packed weights wb was made from and its size in bytes, then K offsets. The result
+   is ``epilogue``'s: float32(kbits - 2 * sum + corr) * scale[n]. */
 enum { D_CW, D_CIN, D_H, D_W, D_PH, D_PW, D_HP, D_WP, D_OH, D_OW, D_O, D_K, D_KBITS, D_PAD,
-       D_PADLAST, D_WB, D_CORR, D_BASE, D_OFF };
+       D_PADLAST, D_WB, D_CORR, D_BASE, D_SRC, D_SRC_BYTES, D_OFF };
 #ifndef NB
 #define NB 8
 #endif
@@ -664,12 +665,17 @@ void tsr_bin_direct_conv(const int64_t* g, int64_t path, const uint64_t* img,
 }
 
 /* Images [i0, i1) of x (N, C, H, W), each packed into ``img`` (scratch of Cw * Hp * Wp +
-   8 words) and convolved: out (N, O, OH, OW). One call per layer on one thread. */
-void tsr_bin_direct(const int64_t* g, int64_t path, const float* x, const float* scale,
-                    float* out, uint64_t* img, int64_t i0, int64_t i1) {
+   8 words) and convolved: out (N, O, OH, OW). One call per layer on one thread. With
+   ``words`` (the layer's packed weights as the caller has them now), first whether they
+   still hold what the plan was made from: 1 and nothing done if not (they were written in
+   place: the caller prepares them again), else 0. */
+int64_t tsr_bin_direct(const int64_t* g, int64_t path, const float* x, const float* scale,
+                       float* out, uint64_t* img, int64_t i0, int64_t i1, const void* words) {
+    if (words && memcmp(words, (const void*)g[D_SRC], (size_t)g[D_SRC_BYTES])) return 1;
     const int64_t in_size = g[D_CIN] * g[D_H] * g[D_W], out_size = g[D_O] * g[D_OH] * g[D_OW];
     for (int64_t i = i0; i < i1; i++) {
         tsr_bin_direct_pack(g, x + i * in_size, img);
         tsr_bin_direct_conv(g, path, img, scale, out + i * out_size, 0, g[D_O]);
     }
+    return 0;
 }
