@@ -44,6 +44,12 @@ def _clock(threads: int):
 
 
 def _forced(fn, path: str):
+    """``fn`` on the binary kernels' ``path``: as it is if that is the one they take (setting
+    the environment costs more than a small layer's call), else with it forced."""
+    from tessera.kernels import binary
+    if path == binary.isa():
+        return fn
+
     def call():
         old = os.environ.get("TESSERA_BINARY_ISA")
         os.environ["TESSERA_BINARY_ISA"] = path
@@ -78,9 +84,7 @@ def _conv_case(c: int, hw: int, threads: int) -> dict:
     with tessera.no_grad():
         fp32.weight.copy_(tw)
     ort_run = _ort(tessera.onnx.export(fp32, (tx,)), threads)
-    fns = {}
-    for path in K.available()[:-1]:
-        fns[f"binary_{path}"] = _forced(lambda: packed(tx), path)
+    fns = {f"binary_{path}": _forced(lambda: packed(tx), path) for path in K.available()[:-1]}
     fns["tessera"] = lambda: tessera.nn.functional.conv2d(tx, tw, padding=1)
     fns["torch"] = lambda: torch.nn.functional.conv2d(px, pw, padding=1)
     fns["onnxruntime"] = lambda: ort_run(x)
@@ -140,9 +144,7 @@ def _net_case(threads: int) -> dict:
     with tessera.no_grad():
         exact = bool(np.array_equal(packed(tx).numpy(), binary(tx).numpy()))
     ort_run = _ort(tessera.onnx.export(fp32, (tx,)), threads)
-    fns = {}
-    for path in K.available()[:-1]:
-        fns[f"binary_{path}"] = _forced(lambda: packed(tx), path)
+    fns = {f"binary_{path}": _forced(lambda: packed(tx), path) for path in K.available()[:-1]}
     fns["tessera"] = lambda: fp32(tx)
     fns["torch"] = lambda: tfp32(px)
     fns["onnxruntime"] = lambda: ort_run(x)
