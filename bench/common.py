@@ -7,15 +7,16 @@ import time
 from collections.abc import Callable
 
 
-def _inner_loop(fn: Callable[[], object], min_time: float) -> int:
+def _inner_loop(fn: Callable[[], object], min_time: float,
+                clock: Callable[[], float] = time.perf_counter) -> int:
     """Calls per timing round: doubled until one round takes ``min_time``."""
     fn()
     n = 1
     while True:
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(n):
             fn()
-        if time.perf_counter() - t0 >= min_time or n >= 1 << 20:
+        if clock() - t0 >= min_time or n >= 1 << 20:
             return n
         n *= 2
 
@@ -25,18 +26,21 @@ def per_call_us(fn: Callable[[], object], repeat: int = 7, min_time: float = 0.0
     return per_call_us_interleaved({"fn": fn}, repeat, min_time)["fn"]
 
 
-def per_call_us_interleaved(fns: dict, repeat: int = 9, min_time: float = 0.05) -> dict:
+def per_call_us_interleaved(fns: dict, repeat: int = 9, min_time: float = 0.05,
+                            clock: Callable[[], float] = time.perf_counter) -> dict:
     """``per_call_us`` of several functions with their rounds interleaved (a, b, a, b, ...),
-    so that load that comes and goes on a shared machine weighs on each alike."""
-    loops = {name: _inner_loop(fn, min_time) for name, fn in fns.items()}
+    so that load that comes and goes on a shared machine weighs on each alike. ``clock``:
+    wall time, or e.g. ``time.process_time`` for the CPU time of single-threaded calls
+    (what other processes on a loaded host take from the wall clock does not count)."""
+    loops = {name: _inner_loop(fn, min_time, clock) for name, fn in fns.items()}
     rounds: dict = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
             n = loops[name]
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(n):
                 fn()
-            rounds[name].append((time.perf_counter() - t0) / n * 1e6)
+            rounds[name].append((clock() - t0) / n * 1e6)
     return {name: statistics.median(r) for name, r in rounds.items()}
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import sys
 import threading
 import weakref
 
@@ -86,11 +87,12 @@ def _lib():
                                     ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
                                     ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
     P, I = ctypes.c_void_p, ctypes.c_int64
-    lib.tsr_bin_direct.argtypes = [P, I, P, P, P, P, I, I]
+    lib.tsr_bin_direct.argtypes = [P, I, P, P, P, P, I, I, P]
+    lib.tsr_bin_direct.restype = ctypes.c_int64
     lib.tsr_bin_direct_pack.argtypes = [P, P, P]
     lib.tsr_bin_direct_conv.argtypes = [P, I, P, P, P, I, I]
     for f in (lib.tsr_bin_pack_planar, lib.tsr_bin_pack_rows, lib.tsr_bin_columns,
-              lib.tsr_bin_direct, lib.tsr_bin_direct_pack, lib.tsr_bin_direct_conv):
+              lib.tsr_bin_direct_pack, lib.tsr_bin_direct_conv):
         f.restype = None
     lib.tsr_bin_direct_block.restype = ctypes.c_int64
     lib.tsr_bin_cpu.restype = ctypes.c_int
@@ -117,18 +119,31 @@ def available() -> tuple[str, ...]:
                  and _LEVEL[n] <= cap)
 
 
-# the last ($TESSERA_BINARY_ISA, $TESSERA_MAX_ISA) read and the path they named
+# the raw values of $TESSERA_BINARY_ISA and $TESSERA_MAX_ISA last read and the path they
+# named: a call compares them with one dict lookup each (``os.environ``'s own mapping of
+# encoded names, which every write through ``os.environ`` updates), not ``environ.get``'s
+# encoding and decoding
+_ENV = getattr(os.environ, "_data", None)
+if isinstance(_ENV, dict) and hasattr(os.environ, "encodekey"):
+    _env_get = _ENV.get
+    _ENV_KEYS = (os.environ.encodekey("TESSERA_BINARY_ISA"),
+                 os.environ.encodekey("TESSERA_MAX_ISA"))
+else:  # another Python's os.environ: its own get
+    _env_get, _ENV_KEYS = os.environ.get, ("TESSERA_BINARY_ISA", "TESSERA_MAX_ISA")
 _ISA: list = [None, None]
 
 
 def isa() -> str:
     """The path the kernels take: ``$TESSERA_BINARY_ISA`` if set (RuntimeError when this CPU
     lacks it), else the fastest available."""
-    environ = os.environ
-    key = environ.get("TESSERA_BINARY_ISA", ""), environ.get("TESSERA_MAX_ISA", "")
-    if key == _ISA[0]:
+    raw = _env_get(_ENV_KEYS[0]), _env_get(_ENV_KEYS[1])
+    if raw == _ISA[0]:
         return _ISA[1]
-    env = key[0]
+    return _isa(raw)
+
+
+def _isa(key: tuple) -> str:
+    env = os.environ.get("TESSERA_BINARY_ISA", "")
     forced = env.strip().lower()
     have = available()
     if forced in have or not forced:
@@ -245,17 +260,18 @@ class _Conv:
             np.uint32)
         self.words = words
         # what the cached forms were made from: weights written in place since (copy_,
-        # load_state_dict) are prepared again, not read through stale blocked copies
-        self.src = np.array(words, np.uint64)
+        # load_state_dict) are prepared again, not read through stale blocked copies; as
+        # bytes, whose comparison costs a tenth of np.array_equal's on a layer's words
+        self.src = np.ascontiguousarray(words).tobytes()
+        self.src_words = np.frombuffer(self.src, np.uint8)  # the same, for the C kernels
         self._corr: dict[tuple, np.ndarray] = {}
         self._plans: dict[tuple, _Direct] = {}
         self._blocked: np.ndarray | None = None
 
     def current(self, words: np.ndarray) -> bool:
-        """Whether ``words`` still hold the values this was prepared from."""
-        if words.dtype == np.int64:
-            words = words.view(np.uint64)
-        return np.array_equal(self.src, words)
+        """Whether ``words`` (uint64, or int64 holding the same bits) still hold the values
+        this was prepared from."""
+        return words.tobytes() == self.src
 
     def direct(self, h: int, w: int, padding, dilation, pad_value: int) -> _Direct:
         """The plan of the direct (stride 1) kernels for inputs of ``h`` x ``w``."""
@@ -326,7 +342,8 @@ class _Direct:
              conv.kw, pad - (1 << 64) if pad >> 63 else pad,
              pad_last - (1 << 64) if pad_last >> 63 else pad_last,
              self.wb.ctypes.data, 0 if self.corr is None else self.corr.ctypes.data,
-             0 if self.base is None else self.base.ctypes.data] + off
+             0 if self.base is None else self.base.ctypes.data, conv.src_words.ctypes.data,
+             conv.src_words.nbytes] + off
         self.g = np.array(g, np.int64)
         self.gp = self.g.ctypes.data
         self.img_words = conv.cw * hp * wp + 8
@@ -335,6 +352,7 @@ class _Direct:
         self.img_ptr = self.img.ctypes.data
         self.img_free = threading.Lock()
         self.out_shape = (conv.o, oh, ow)
+        self.out: np.ndarray | None = None  # the last output, reused once nothing holds it
         self.o = conv.o
         self.work = conv.o * oh * ow * k
 
@@ -407,12 +425,15 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
             hit = _SEEN.get((id(words), x.shape, cin, stride, padding, dilation, pad_value))
         except TypeError:  # lists for tuples: the long way
             hit = None
-        if hit is not None and hit[0]() is words and hit[1].conv.current(words):
+        if hit is not None and hit[0]() is words:
             if x.dtype != _F32 or not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x, np.float32)
             if scale is not None and (scale.dtype != _F32 or not scale.flags.c_contiguous):
                 scale = np.ascontiguousarray(scale, np.float32)
-            return _direct(_lib(), path, x, hit[1], scale)
+            # None: the weights were written in place since the plan was made
+            out = _direct(_lib(), path, x, hit[1], scale, words)
+            if out is not None:
+                return out
     key, words_in = (id(words), x.shape, cin, stride, padding, dilation, pad_value), words
     pad_value = _check_pad(pad_value)
     stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
@@ -430,7 +451,7 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
     if stride == (1, 1) and cin * pw.kh * pw.kw < 1 << 24:  # sums exact in float32
         plan = pw.direct(h, w, padding, dilation, pad_value)
         _remember(key, words_in, plan)
-        return _direct(lib, path, x, plan, scale)
+        return _direct(lib, path, x, plan, scale, None)  # type: ignore[return-value]
     m = oh * ow
     mip = -(-m // _TW) * _TW
     halves = 2 * pw.kh * pw.kw * pw.cw
@@ -451,23 +472,32 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
 
 
 _PATH = {"c": 0, "avx2": 1, "vpopcnt": 2}
+_refs = sys.getrefcount
 
 
-def _direct(lib, path: str, x: np.ndarray, plan: _Direct, scale: np.ndarray | None
-            ) -> np.ndarray:
+def _direct(lib, path: str, x: np.ndarray, plan: _Direct, scale: np.ndarray | None,
+            words: np.ndarray | None) -> np.ndarray | None:
     """The stride-1 convolution on the direct kernels: each image packed once into a padded
     image the kernels read in place; one C call on one thread, else the images (or, for one
-    image, the output channels) split over the kernel threads."""
+    image, the output channels) split over the kernel threads. With ``words``, None if they
+    no longer hold the values the plan was made from (checked in the C call on one thread).
+    The output is the plan's last one when nothing else holds it (an output the caller
+    still has, or any view of it, keeps it; then a new one)."""
     n = x.shape[0]
-    out = np.empty((n,) + plan.out_shape, np.float32)
+    # two references when nothing else holds it: the plan's and getrefcount's argument
+    if plan.out is None or _refs(plan.out) != 2 or plan.out.shape[0] != n:
+        plan.out = np.empty((n,) + plan.out_shape, np.float32)
+    out = plan.out
     sp = 0 if scale is None else _addr(scale)
     xp, op, code = _addr(x), _addr(out), _PATH[path]
     if n * plan.work >= _SPLIT_OPS and threadpool.usable():
+        if words is not None and not plan.conv.current(words):
+            return None
         t = threadpool._threads()
         if n >= t:
             step = -(-n // t)
             imgs = [np.empty(plan.img_words, np.uint64) for _ in range(0, n, step)]
-            parts = [(plan.gp, code, xp, sp, op, im.ctypes.data, i, min(i + step, n))
+            parts = [(plan.gp, code, xp, sp, op, im.ctypes.data, i, min(i + step, n), 0)
                      for im, i in zip(imgs, range(0, n, step))]
             if threadpool.run(lib.tsr_bin_direct, parts) is not None:
                 return out
@@ -486,15 +516,21 @@ def _direct(lib, path: str, x: np.ndarray, plan: _Direct, scale: np.ndarray | No
                     for c in chunks:
                         lib.tsr_bin_direct_conv(*c)
             return out
+    wp = 0
+    if words is not None:
+        if words.flags.c_contiguous:
+            wp = _addr(words)
+        elif not plan.conv.current(words):
+            return None
     if plan.img_free.acquire(blocking=False):
         try:
-            lib.tsr_bin_direct(plan.gp, code, xp, sp, op, plan.img_ptr, 0, n)
+            stale = lib.tsr_bin_direct(plan.gp, code, xp, sp, op, plan.img_ptr, 0, n, wp)
         finally:
             plan.img_free.release()
-        return out
-    img = np.empty(plan.img_words, np.uint64)
-    lib.tsr_bin_direct(plan.gp, code, xp, sp, op, img.ctypes.data, 0, n)
-    return out
+    else:
+        img = np.empty(plan.img_words, np.uint64)
+        stale = lib.tsr_bin_direct(plan.gp, code, xp, sp, op, img.ctypes.data, 0, n, wp)
+    return None if stale else out
 
 
 def _columns(lib, x: np.ndarray, c: int, geo: np.ndarray, fill: int, fill_last: int,

@@ -348,10 +348,11 @@ int tsr_bin_cpu(void) {
 
    The plan ``g`` (int64, built once per layer and input size by ``tessera.kernels.binary``):
    Cw, C, H, W, PH, PW, Hp, Wp, OH, OW, O, K, kbits, pad word, last channel word's pad word,
-   wb, corr (int32 (O, OH * OW) or null), base (corr + kbits as float32, or null), then K
-   offsets. The result is ``epilogue``'s: float32(kbits - 2 * sum + corr) * scale[n]. */
+   wb, corr (int32 (O, OH * OW) or null), base (corr + kbits as float32, or null), a copy
+   of the packed weights wb was made from and its size in bytes, then K offsets. The result
+   is ``epilogue``'s: float32(kbits - 2 * sum + corr) * scale[n]. */
 enum { D_CW, D_CIN, D_H, D_W, D_PH, D_PW, D_HP, D_WP, D_OH, D_OW, D_O, D_K, D_KBITS, D_PAD,
-       D_PADLAST, D_WB, D_CORR, D_BASE, D_OFF };
+       D_PADLAST, D_WB, D_CORR, D_BASE, D_SRC, D_SRC_BYTES, D_OFF };
 #ifndef NB
 #define NB 8
 #endif
@@ -582,11 +583,14 @@ T512 static inline __attribute__((always_inline)) void dtile_512(
         float* out, int64_t n, int nr, const dvec* v, int pv) {
     const int64_t K = g[D_K];
     const int64_t* off = g + D_OFF;
-    __m512i s[PV5][NB];
-    for (int u = 0; u < pv; u++)
-        for (int j = 0; j < NB; j++) s[u][j] = _mm512_setzero_si512();
-    for (int64_t k = 0; k < K; k++) {
-        __m512i a[PV5];
+    __m512i s[PV5][NB], a[PV5];
+    /* the first word's counts start the sums */
+    for (int u = 0; u < pv; u++) a[u] = _mm512_loadu_si512(img + v[u].src + off[0]);
+    for (int j = 0; j < NB; j++) {
+        const __m512i b = _mm512_set1_epi64((long long)w[j]);
+        for (int u = 0; u < pv; u++) s[u][j] = _mm512_popcnt_epi64(_mm512_xor_si512(a[u], b));
+    }
+    for (int64_t k = 1; k < K; k++) {
         for (int u = 0; u < pv; u++) a[u] = _mm512_loadu_si512(img + v[u].src + off[k]);
         for (int j = 0; j < NB; j++) {
             const __m512i b = _mm512_set1_epi64((long long)w[k * NB + j]);
@@ -602,25 +606,28 @@ T512 static inline __attribute__((always_inline)) void dtile_512(
     const __m512i pair = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
                                            28, 30);
     const __m512 kb = _mm512_set1_ps((float)g[D_KBITS]), m2 = _mm512_set1_ps(-2.0f);
+    __mmask8 m[PV5];
+    for (int u = 0; u < pv; u++) m[u] = (__mmask8)((1u << v[u].nv) - 1);
+#pragma GCC unroll 8
     for (int j = 0; j < nr; j += 2) {
         const int both = j + 1 < nr;
         const __m512 sc = scale ? _mm512_insertf32x8(_mm512_set1_ps(scale[n + j]),
                                                      _mm256_set1_ps(scale[n + j + both]), 1)
                                 : _mm512_set1_ps(1.0f);
+#pragma GCC unroll 4
         for (int u = 0; u < pv; u++) {
-            const __mmask8 m = (__mmask8)((1u << v[u].nv) - 1);
             float* o = out + (n + j) * ohw + v[u].pix;
             __m512 b = kb;
             if (base) {
                 const float* bp = base + (n + j) * ohw + v[u].pix;
-                b = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_maskz_loadu_ps(m, bp)),
-                                       _mm256_maskz_loadu_ps(m, bp + both * ohw), 1);
+                b = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_maskz_loadu_ps(m[u], bp)),
+                                       _mm256_maskz_loadu_ps(m[u], bp + both * ohw), 1);
             }
             __m512 f = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(s[u][j], pair,
                                                                     s[u][j + 1]));
             f = _mm512_mul_ps(_mm512_fmadd_ps(f, m2, b), sc);
-            _mm256_mask_storeu_ps(o, m, _mm512_castps512_ps256(f));
-            if (both) _mm256_mask_storeu_ps(o + ohw, m, _mm512_extractf32x8_ps(f, 1));
+            _mm256_mask_storeu_ps(o, m[u], _mm512_castps512_ps256(f));
+            if (both) _mm256_mask_storeu_ps(o + ohw, m[u], _mm512_extractf32x8_ps(f, 1));
         }
     }
 }
@@ -636,7 +643,9 @@ T512 static void direct_512(const int64_t* g, const uint64_t* img, const float* 
         for (; q + PV5 <= V; q += PV5) {
             dvec v[PV5];
             for (int u = 0; u < PV5; u++) v[u] = dnext(g, &oy, &ox);
-            dtile_512(g, img, w, scale, out, n, nr, v, PV5);
+            /* a whole block of channels: the epilogue unrolled, the sums kept in registers */
+            if (nr == NB) dtile_512(g, img, w, scale, out, n, NB, v, PV5);
+            else dtile_512(g, img, w, scale, out, n, nr, v, PV5);
         }
         for (; q < V; q++) {
             dvec v[PV5];
@@ -656,12 +665,17 @@ void tsr_bin_direct_conv(const int64_t* g, int64_t path, const uint64_t* img,
 }
 
 /* Images [i0, i1) of x (N, C, H, W), each packed into ``img`` (scratch of Cw * Hp * Wp +
-   8 words) and convolved: out (N, O, OH, OW). One call per layer on one thread. */
-void tsr_bin_direct(const int64_t* g, int64_t path, const float* x, const float* scale,
-                    float* out, uint64_t* img, int64_t i0, int64_t i1) {
+   8 words) and convolved: out (N, O, OH, OW). One call per layer on one thread. With
+   ``words`` (the layer's packed weights as the caller has them now), first whether they
+   still hold what the plan was made from: 1 and nothing done if not (they were written in
+   place: the caller prepares them again), else 0. */
+int64_t tsr_bin_direct(const int64_t* g, int64_t path, const float* x, const float* scale,
+                       float* out, uint64_t* img, int64_t i0, int64_t i1, const void* words) {
+    if (words && memcmp(words, (const void*)g[D_SRC], (size_t)g[D_SRC_BYTES])) return 1;
     const int64_t in_size = g[D_CIN] * g[D_H] * g[D_W], out_size = g[D_O] * g[D_OH] * g[D_OW];
     for (int64_t i = i0; i < i1; i++) {
         tsr_bin_direct_pack(g, x + i * in_size, img);
         tsr_bin_direct_conv(g, path, img, scale, out + i * out_size, 0, g[D_O]);
     }
+    return 0;
 }
