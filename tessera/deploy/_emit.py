@@ -168,7 +168,7 @@ def _contiguous(shape: tuple, strides: list) -> bool:
 def _elementwise_body(n: Node):
     if len(n.outputs) != 1:
         return None
-    body, ext, _ = _body([n])
+    body, ext, _ = _body([n], set())
     return (body, ext) if supported(body) is None else None
 
 
@@ -754,7 +754,7 @@ def _emit_node(prog: Program, i: int, n: Node, kind: str, move) -> None:
         RULES[n.op.name](prog, i, n)
     else:
         body, ext = _elementwise_body(n)
-        _region(prog, i, body, ext, out)
+        _region(prog, i, body, ext, [out])
 
 
 # the INT8 and binary rules register themselves into RULES

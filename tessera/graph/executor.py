@@ -170,7 +170,7 @@ class Executor:
             return fn, "fresh", Recycler(v.shape, v.dtype.np)
         return None
 
-    def _place(self, v: Value, slot_of) -> tuple:
+    def _place(self, v, slot_of) -> tuple:
         """(kind, where) of one output of a node with several: "var", "slot" and "arena"
         as in ``_destination``; "new" (an array made each step, its shape and dtype) for
         an output the plan left out (a step result, an empty one)."""
