@@ -1,9 +1,10 @@
 """One C library per graph, and the Python side of each kernel call.
 
 ``build(nodes)`` lowers every fused node it can, renders them all into one translation
-unit, loads it through the compile cache, and wraps each kernel as ``fn(out, *arrays)``:
-the contiguous variant when every input is C-contiguous, else the strided one with the
-inputs' strides (in elements, 0 where they broadcast).
+unit, loads it through the compile cache, and wraps each kernel as ``fn(out, *arrays)``
+(``out`` a tuple of arrays for a region with several outputs): the contiguous variant when
+every input is C-contiguous, else the strided one with the inputs' strides (in elements, 0
+where they broadcast).
 """
 from __future__ import annotations
 
@@ -81,8 +82,9 @@ def _timed(fn, name: str, where: str):
         fn(out, *arrays)
         if first[0]:
             first[0] = False
+            size = out[0].size if type(out) is tuple else out.size
             print(f"// {name} ({where or 'graph'}): {(time.perf_counter() - t0) * 1e3:.3f} ms "
-                  f"for {out.size} elements", file=sys.stderr)
+                  f"for {size} elements", file=sys.stderr)
     call.reads_around = getattr(fn, "reads_around", False)  # type: ignore[attr-defined]
     call.bound_attrs = True  # type: ignore[attr-defined]
     return call
@@ -111,6 +113,8 @@ def _refs(arrays) -> list:
 
 def _wrap(fc, fs, body, splits):
     """``fn(out, *arrays)`` calling the contiguous or the strided kernel."""
+    if len(body.outputs) > 1:
+        return _wrap_multi(fc, fs, body, splits)
     n_in = len(body.inputs)
     for f, extra in ((fc, 0), (fs, 1)):
         f.argtypes = [ctypes.c_void_p] * (1 + n_in + extra) + [ctypes.c_int64] * 2
@@ -153,5 +157,52 @@ def _wrap(fc, fs, body, splits):
             return
         st = np.array([s for a in arrays for s in strides(a)] or [0], np.int64)
         fs(out.ctypes.data, *[a.ctypes.data for a in arrays], st.ctypes.data)
+    call.bound_attrs = True  # type: ignore[attr-defined]  # the executor passes no body
+    return call
+
+
+def _wrap_multi(fc, fs, body, splits):
+    """``fn(outs, *arrays)`` for a region with several outputs (``outs``: a tuple of
+    C-contiguous arrays, one per output); as ``_wrap`` otherwise."""
+    n_in, n_out = len(body.inputs), len(body.outputs)
+    for f, extra in ((fc, 0), (fs, 1)):
+        f.argtypes = [ctypes.c_void_p] * (n_out + n_in + extra) + [ctypes.c_int64] * 2
+        f.restype = None
+    work = int(np.prod(iteration_shape(body)))
+    fc, fs = _runner(fc, splits[0], work), _runner(fs, splits[1], work)
+    full = iteration_shape(body)
+    nd = len(full)
+    if any(v.numel == 0 for v in body.outputs):
+        return lambda outs, *arrays, body=None: None
+    dims = [d for d in range(nd) if full[d] != 1]
+
+    def strides(a: np.ndarray) -> list[int]:
+        pad = nd - a.ndim
+        res = []
+        for d in dims:
+            j = d - pad
+            res.append(0 if j < 0 or a.shape[j] == 1 else a.strides[j] // a.itemsize)
+        return res
+
+    shapes = [v.shape for v in body.inputs]
+    out_shapes = [v.shape for v in body.outputs]
+    address = [cc.addresses() for _ in range(n_out + n_in)]
+    checked: list = [[], False]
+
+    def call(outs, *arrays, body=None):
+        if not _same((*outs, *arrays), checked[0]):
+            if [a.shape for a in arrays] != shapes or [o.shape for o in outs] != out_shapes:
+                raise ValueError(f"fused kernel: expected inputs {shapes} and outputs "
+                                 f"{out_shapes}, got {[a.shape for a in arrays]} and "
+                                 f"{[o.shape for o in outs]}")
+            if not all(o.flags.c_contiguous for o in outs):
+                raise ValueError("fused kernel: the output buffers must be C-contiguous")
+            checked[:] = [_refs((*outs, *arrays)), all(a.flags.c_contiguous for a in arrays)]
+        ptrs = [address[k](a) for k, a in enumerate((*outs, *arrays))]
+        if checked[1]:
+            fc(*ptrs)
+            return
+        st = np.array([s for a in arrays for s in strides(a)] or [0], np.int64)
+        fs(*ptrs, st.ctypes.data)
     call.bound_attrs = True  # type: ignore[attr-defined]  # the executor passes no body
     return call

@@ -51,7 +51,8 @@ from tessera.kernels.c_expr import CType, compute_dtype, exact_on_ints, is_logic
 from tessera.kernels.threadpool import SPLIT_MIN
 
 __all__ = ["Param", "Load", "Let", "Raw", "Store", "Loop", "If", "Func", "lower", "render",
-           "RENDER", "worth_splitting", "supported", "iteration_shape", "jam"]
+           "RENDER", "worth_splitting", "supported", "iteration_shape", "jam", "out_params",
+           "extra_targets"]
 
 DTYPES = frozenset({"float32", "float64", "bool", "int32", "int64"})
 
@@ -227,9 +228,11 @@ def node_expr(n, names: dict) -> str:
     return n.op.to_c(c, args, n.attrs)
 
 
-def _element_program(body: Graph, index: list[str], out_index: str | None) -> list:
+def _element_program(body: Graph, index: list[str], out_index: str | None,
+                     extra: dict | None = None) -> list:
     """Load, Let per node, Store (unless ``out_index`` is None): one element of the
-    region."""
+    region; ``extra``: id(value) -> (buffer, index) of the other values it writes (a
+    multi-output region's, stored after the result)."""
     stmts: list = []
     names: dict[int, str] = {}
     for k, v in enumerate(body.inputs):
@@ -242,7 +245,23 @@ def _element_program(body: Graph, index: list[str], out_index: str | None) -> li
         stmts.append(Let(names[id(out)], _var_ctype(out), expr))
     if out_index is not None:
         stmts.append(Store("out", out_index, names[id(body.outputs[0])]))
+    for vid, (buf, idx) in (extra or {}).items():
+        if vid in names:
+            stmts.append(Store(buf, idx, names[vid]))
     return stmts
+
+
+def out_params(body: Graph) -> list[Param]:
+    """The kernel's output buffers: ``out`` for the region's result, ``out1``... for the
+    other values it writes (a multi-output region)."""
+    return [Param("out" if j == 0 else f"out{j}", _ctype(v), const=False)
+            for j, v in enumerate(body.outputs)]
+
+
+def extra_targets(body: Graph, index: list[str]) -> dict:
+    """id(value) -> (buffer, index) for the outputs after the first (``index[j]``: output
+    ``j + 1``'s index expression)."""
+    return {id(v): (f"out{j + 1}", index[j]) for j, v in enumerate(body.outputs[1:])}
 
 
 def _contiguous_strides(shape: tuple, nd: int) -> list[int]:
@@ -397,19 +416,21 @@ def _reduce_nest(red, extents: list[int], kinds: list[bool], prog: list, value: 
 
 
 def _kernel(body: Graph, name: str, extents: list[int], in_idx: list[str], out_idx: str,
-            params: list[Param], pre: list, kinds: list[bool] | None = None) -> Func:
+            params: list[Param], pre: list, kinds: list[bool] | None = None,
+            extra: dict | None = None) -> Func:
     """One kernel: the element program inside loops over ``extents``; for a region ending
-    in a reduction (``kinds`` given) the accumulating nest around an init and a final pass."""
+    in a reduction (``kinds`` given) the accumulating nest around an init and a final pass.
+    ``extra``: where the element program stores the region's other outputs."""
     red = body.nodes[-1] if kinds is not None else None
     if red is None:
         total = body.outputs[0].numel
-        prog = _element_program(body, in_idx, out_idx)
+        prog = _element_program(body, in_idx, out_idx, extra)
         return Func(name, params, pre + _nest(extents, prog, total))
     out = body.outputs[0]
     src = red.inputs[0]
     head = Graph(inputs=body.inputs, nodes=body.nodes[:-1], outputs=[src])
-    prog = _element_program(head, in_idx, None)
-    value = prog[-1].var if prog else None
+    prog = _element_program(head, in_idx, None, extra)
+    value = next((p.var for p in reversed(prog) if isinstance(p, (Let, Load))), None)
     ident, _, wide = REDUCE[red.op.name]
     ct = _ctype(out)
     acc_t = "double" if wide else ct
@@ -447,8 +468,7 @@ def lower(body: Graph, name: str) -> list[Func]:
     red = body.nodes[-1] if body.nodes and body.nodes[-1].op.name in REDUCE else None
     full = iteration_shape(body)
     nd = len(full)
-    params = [Param("out", _ctype(out), const=False)] + \
-        [Param(f"in{k}", _ctype(v)) for k, v in enumerate(body.inputs)]
+    params = out_params(body) + [Param(f"in{k}", _ctype(v)) for k, v in enumerate(body.inputs)]
     if red is not None:  # where each point of the iteration space accumulates
         dims = _reduced_dims(red, nd)
         ostr = _contiguous_strides(tuple(1 if d in dims else full[d] for d in range(nd)), nd)
@@ -456,6 +476,11 @@ def lower(body: Graph, name: str) -> list[Func]:
         ostr = _contiguous_strides(out.shape, nd)
     return [_contiguous_kernel(body, name, full, ostr, params, red is not None),
             _strided_kernel(body, name, full, ostr, params, red is not None)]
+
+
+def _extra_strides(body: Graph, nd: int) -> list[list[int]]:
+    """The contiguous strides of the outputs after the first, in the iteration space."""
+    return [_contiguous_strides(v.shape, nd) for v in body.outputs[1:]]
 
 
 def _collapsed(full: tuple, access: list) -> list[tuple[int, list[int]]]:
@@ -477,13 +502,15 @@ def _contiguous_kernel(body: Graph, name: str, full: tuple, ostr: list[int], par
                        reduces: bool) -> Func:
     """``<name>_c``: every input C-contiguous, its dims collapsed where they line up."""
     nd = len(full)
-    access = [_contiguous_strides(v.shape, nd) for v in body.inputs] + [ostr]
+    n_in = len(body.inputs)
+    access = [_contiguous_strides(v.shape, nd) for v in body.inputs] + [ostr] + \
+        _extra_strides(body, nd)
     groups = _collapsed(full, access)
     vars_ = [f"i{d}" for d in range(len(groups))]
     idx = [_index(vars_, [g[1][k] for g in groups]) for k in range(len(access))]
-    kinds = [g[1][-1] == 0 for g in groups] if reduces else None
-    return _kernel(body, f"{name}_c", [g[0] for g in groups], idx[:-1], idx[-1], params, [],
-                   kinds)
+    kinds = [g[1][n_in] == 0 for g in groups] if reduces else None
+    return _kernel(body, f"{name}_c", [g[0] for g in groups], idx[:n_in], idx[n_in], params,
+                   [], kinds, extra_targets(body, idx[n_in + 1:]))
 
 
 def _strided_kernel(body: Graph, name: str, full: tuple, ostr: list[int], params: list,
@@ -496,9 +523,10 @@ def _strided_kernel(body: Graph, name: str, full: tuple, ostr: list[int], params
     sidx = [" + ".join(f"{v} * s{k}_{j}" for j, v in enumerate(svars)) or "0"
             for k in range(len(body.inputs))]
     oidx = _index(svars, [ostr[d] for d in dims_])
+    eidx = [_index(svars, [e[d] for d in dims_]) for e in _extra_strides(body, len(full))]
     skinds = [ostr[d] == 0 for d in dims_] if reduces else None
     return _kernel(body, f"{name}_s", [full[d] for d in dims_], sidx, oidx,
-                   params + [Param("st", "int64_t")], pre, skinds)
+                   params + [Param("st", "int64_t")], pre, skinds, extra_targets(body, eidx))
 
 
 def _no_convert(op) -> bool:

@@ -69,6 +69,7 @@ from tessera.codegen.loops import (
     iteration_shape,
     jam,
     node_expr,
+    out_params,
 )
 from tessera.graph.ir import Graph, Value
 from tessera.kernels.threadpool import SPLIT_MIN
@@ -171,8 +172,10 @@ class _Emitter:
 
 
 def _variant(body: Graph, name: str, groups: list[tuple[int, bool]], in_idx: list[str],
-             out_idx: str, params: list[Param], pre: list) -> Func:
-    """``groups``: (extent, reduced?) per loop, kept loops first."""
+             out_idx: str, params: list[Param], pre: list, extra_idx: list[str]) -> Func:
+    """``groups``: (extent, reduced?) per loop, kept loops first; ``extra_idx``: the index
+    of each output after the first (a multi-output region's: the values of a row's shape
+    are stored once the row is done, the full ones by the final loop over the row)."""
     full = iteration_shape(body)
     dims = next(_reduced_dims(n, len(full)) for n in body.nodes if n.op.name in REDUCE)
     em = _Emitter(body, in_idx, _kinds(body, full, dims))
@@ -234,16 +237,26 @@ def _variant(body: Graph, name: str, groups: list[tuple[int, bool]], in_idx: lis
         scope[id(n.outputs[0])] = res
         if n is last:
             row.append(Store("out", out_idx, res))
-    if last.op.name not in REDUCE:
+    extras = [(v, f"out{j + 1}", idx) for j, (v, idx) in enumerate(zip(body.outputs[1:],
+                                                                         extra_idx))]
+    full_extras = [e for e in extras if em.full[id(e[0])]]
+    if last.op.name not in REDUCE or full_extras:
         loop_scope = dict(scope)
         stmts = []
-        if kept_value is not None:
-            var = em.fresh()
-            stmts.append(Load(var, _ctype(kept_value), "out", out_idx))
-            loop_scope[id(kept_value)] = var
-        v = em.value(last.outputs[0], loop_scope, stmts, outer)
-        stmts.append(Store("out", out_idx, v))
-        row += inner_loops(stmts, None, simd=True)
+        stores = []
+        if last.op.name not in REDUCE:
+            if kept_value is not None:
+                var = em.fresh()
+                stmts.append(Load(var, _ctype(kept_value), "out", out_idx))
+                loop_scope[id(kept_value)] = var
+            v = em.value(last.outputs[0], loop_scope, stmts, outer)
+            stores.append(Store("out", out_idx, v))
+        for e, buf, idx in full_extras:   # after the result's: loads before stores
+            stores.append(Store(buf, idx, em.value(e, loop_scope, stmts, outer)))
+        row += inner_loops(stmts + stores, None, simd=True)
+    for e, buf, idx in extras:
+        if not em.full[id(e)]:   # the row's statistics, once nothing of the row is read
+            row.append(Store(buf, idx, em.value(e, scope, row, outer)))
     total = 1
     for e, _ in groups:
         total *= e
@@ -288,12 +301,10 @@ def _strided_index(v: Value, nd: int, dims_: list[int], k: int, pos: dict) -> st
 
 def lower_rowwise(body: Graph, name: str) -> list[Func]:
     """The contiguous and the strided kernel of a reduce-then-map region."""
-    out = body.outputs[0]
     full = iteration_shape(body)
     nd = len(full)
     dims = next(_reduced_dims(n, nd) for n in body.nodes if n.op.name in REDUCE)
-    params = [Param("out", _ctype(out), const=False)] + \
-        [Param(f"in{k}", _ctype(v)) for k, v in enumerate(body.inputs)]
+    params = out_params(body) + [Param(f"in{k}", _ctype(v)) for k, v in enumerate(body.inputs)]
     final_red = body.nodes[-1].op.name in REDUCE
     rstr = _contiguous_strides(tuple(1 if d in dims else full[d] for d in range(nd)), nd)
     ostr = rstr if final_red else _contiguous_strides(full, nd)
@@ -325,12 +336,14 @@ def _contiguous_rows(body: Graph, name: str, full: tuple, ostr: list[int], reduc
                      params: list) -> Func:
     """``<name>_c``: every input C-contiguous."""
     nd = len(full)
-    access = [_contiguous_strides(v.shape, nd) for v in body.inputs] + [ostr]
+    n_in = len(body.inputs)
+    access = [_contiguous_strides(v.shape, nd) for v in body.inputs] + [ostr] + \
+        [_contiguous_strides(v.shape, nd) for v in body.outputs[1:]]
     groups = _row_groups(full, reduced, access)
     vars_ = [f"i{j}" for j in range(len(groups))]
     idx = [_index(vars_, [g[2][k] for g in groups]) for k in range(len(access))]
-    return _variant(body, f"{name}_c", [(g[0], g[1]) for g in groups], idx[:-1], idx[-1],
-                    params, [])
+    return _variant(body, f"{name}_c", [(g[0], g[1]) for g in groups], idx[:n_in], idx[n_in],
+                    params, [], idx[n_in + 1:])
 
 
 def _strided_rows(body: Graph, name: str, full: tuple, ostr: list[int], reduced: list,
@@ -343,6 +356,9 @@ def _strided_rows(body: Graph, name: str, full: tuple, ostr: list[int], reduced:
     pre = [Let(f"s{k}_{j}", "const int64_t", f"st[{k * len(dims_) + j}]")
            for k in range(len(body.inputs)) for j in range(len(dims_))]
     sidx = [_strided_index(v, nd, dims_, k, pos) for k, v in enumerate(body.inputs)]
-    oidx = " + ".join(f"i{pos[j]} * {ostr[d]}" for j, d in enumerate(dims_) if ostr[d]) or "0"
+    def index(strides: list[int]) -> str:
+        return " + ".join(f"i{pos[j]} * {strides[d]}" for j, d in enumerate(dims_)
+                          if strides[d]) or "0"
+    eidx = [index(_contiguous_strides(v.shape, nd)) for v in body.outputs[1:]]
     return _variant(body, f"{name}_s", [(full[dims_[j]], reduced[dims_[j]]) for j in order],
-                    sidx, oidx, params + [Param("st", "int64_t")], pre)
+                    sidx, index(ostr), params + [Param("st", "int64_t")], pre, eidx)

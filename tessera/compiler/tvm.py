@@ -186,7 +186,7 @@ def lower_node(n: Node, args: list, R: Builder) -> tuple:
         body = body_graph(n.attrs["body"])
         env = dict(zip(body.inputs, args))
         run_nodes(body.nodes, env, R)
-        outs: tuple = (env[body.outputs[0]],)
+        outs: tuple = tuple(env[v] for v in body.outputs)
     else:
         rule = n.op.to_relax
         if rule is None:

@@ -83,7 +83,7 @@ def lower_node(n: Node, args: list, jnp, lax) -> tuple:
         body = body_graph(n.attrs["body"])
         env = dict(zip(body.inputs, args))
         run_nodes(body.nodes, env, jnp, lax)
-        outs: tuple = (env[body.outputs[0]],)
+        outs: tuple = tuple(env[v] for v in body.outputs)
     else:
         rule = n.op.to_jax
         if rule is None:

@@ -168,21 +168,23 @@ def _contiguous(shape: tuple, strides: list) -> bool:
 def _elementwise_body(n: Node):
     if len(n.outputs) != 1:
         return None
-    body, ext, _ = _body([n])
+    body, ext, _ = _body([n], set())
     return (body, ext) if supported(body) is None else None
 
 
 # ---- the rules -------------------------------------------------------------------------
 
-def _region(prog: Program, i: int, body: Graph, ext: list, out: Value) -> None:
-    """A region rendered by the graph's code generator, its split loop over the threads."""
+def _region(prog: Program, i: int, body: Graph, ext: list, outs: list) -> None:
+    """A region rendered by the graph's code generator, its split loop over the threads
+    (``outs``: its output values, several for a multi-output region)."""
     cname = f"{prog.name}_k{i}"
     func = next(f for f in lower(body, cname) if f.name == cname + "_c")
     # a kernel without a split loop ignores its range (the build has -Werror)
     text = render(func).replace("{\n", "{\n  (void)lo; (void)hi;\n", 1)
     prog.regions.append(text)
     call = f"(has_avx2() ? {cname}_c_avx2 : {cname}_c)"
-    args = [prog.p(out)] + [prog.p(v) for v in ext]
+    out = outs[0]
+    args = [prog.p(o) for o in outs] + [prog.p(v) for v in ext]
     extent = func.split
     if not extent or out.numel < SPLIT_MIN // 8:
         prog.steps.append(f"{call}({', '.join(args)}, 0, {extent or 1});")
@@ -207,7 +209,7 @@ def _fused(prog: Program, i: int, n: Node) -> None:
     why = supported(body)
     if why is not None:
         raise _unsupported(n, why)
-    _region(prog, i, body, n.tensor_inputs, n.outputs[0])
+    _region(prog, i, body, n.tensor_inputs, n.outputs)
 
 
 def _gemm_call(prog: Program, m_: str, n_: str, k_: str, a: str, rsa: str, b: str | None,
@@ -696,6 +698,11 @@ def emit(name: str, g: Graph, values: dict) -> Program:
     returned = {id(v): k for k, v in enumerate(g.outputs)}
     for i, n in enumerate(g.nodes):
         out = n.outputs[0] if len(n.outputs) == 1 else None
+        if out is None and n.op.name == "fused":   # a multi-output region
+            for v in n.outputs:
+                prog.loc[id(v)] = _planned_loc(v, returned, plan)
+            _emit_node(prog, i, n, kinds[i], moves.get(i))
+            continue
         if out is None:
             raise _unsupported(n, f"{len(n.outputs)} outputs")
         if kinds[i] == "view":
@@ -706,17 +713,23 @@ def emit(name: str, g: Graph, values: dict) -> Program:
             offset, strides = moves[i]
             prog.loc[id(out)] = Loc(src.base, src.offset + offset * out.dtype.itemsize)
             prog.strided[id(out)] = strides
-        elif id(out) in returned:
-            prog.loc[id(out)] = Loc(f"((unsigned char*)out[{returned[id(out)]}])")
-        elif id(out) in plan.offsets:
-            prog.loc[id(out)] = Loc("m->arena", plan.offsets[id(out)])
-        elif out.nbytes == 0:
-            prog.loc[id(out)] = Loc("m->arena", 0)
         else:
-            raise AssertionError(f"tessera.deploy: no buffer planned for {n}")
+            prog.loc[id(out)] = _planned_loc(out, returned, plan)
         _emit_node(prog, i, n, kinds[i], moves.get(i))
     _region_units(prog)
     return prog
+
+
+def _planned_loc(v: Value, returned: dict, plan) -> Loc:
+    """Where the memory plan put node output ``v``: a caller's output buffer, or the
+    arena."""
+    if id(v) in returned:
+        return Loc(f"((unsigned char*)out[{returned[id(v)]}])")
+    if id(v) in plan.offsets:
+        return Loc("m->arena", plan.offsets[id(v)])
+    if v.nbytes == 0:
+        return Loc("m->arena", 0)
+    raise AssertionError(f"tessera.deploy: no buffer planned for {v.producer}")
 
 
 def _emit_node(prog: Program, i: int, n: Node, kind: str, move) -> None:
@@ -741,7 +754,7 @@ def _emit_node(prog: Program, i: int, n: Node, kind: str, move) -> None:
         RULES[n.op.name](prog, i, n)
     else:
         body, ext = _elementwise_body(n)
-        _region(prog, i, body, ext, out)
+        _region(prog, i, body, ext, [out])
 
 
 # the INT8 and binary rules register themselves into RULES

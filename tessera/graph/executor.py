@@ -112,7 +112,7 @@ class Executor:
         for i, n in enumerate(g.nodes):
             if n in self.generated:  # a fused region compiled to C
                 outs_fn[i] = self.generated[n]
-                compiled[i] = (_allocating(outs_fn[i], n.outputs[0]), compiled[i][1])
+                compiled[i] = (_allocating(outs_fn[i], n.outputs), compiled[i][1])
         self.planned = plan
         # outputs written straight into the buffer their reader copies them into (a
         # collective's bucket): not the arena's
@@ -152,6 +152,8 @@ class Executor:
         large output the step returns, from its ``Recycler``; or its place in the buffer of
         the node that reads it, ``OpDef.input_buffers``); or None."""
         plan = self.plan
+        if fn is not None and len(n.outputs) > 1:
+            return fn, "multi", tuple(self._place(v, slot_of) for v in n.outputs)
         if i in self.buffered:
             return fn, "fresh", self.buffered[i]
         if i in plan.into_var:
@@ -167,6 +169,20 @@ class Executor:
                 and any(v is o for o in self.graph.outputs):
             return fn, "fresh", Recycler(v.shape, v.dtype.np)
         return None
+
+    def _place(self, v, slot_of) -> tuple:
+        """(kind, where) of one output of a node with several: "var", "slot" and "arena"
+        as in ``_destination``; "new" (an array made each step, its shape and dtype) for
+        an output the plan left out (a step result, an empty one)."""
+        plan, n = self.plan, v.producer
+        if id(v) in plan.value_var:
+            return "var", plan.value_var[id(v)]
+        if id(v) in plan.value_inplace:
+            return "slot", slot_of(n.inputs[plan.value_inplace[id(v)]])
+        if id(v) in plan.offsets:
+            off = plan.offsets[id(v)]
+            return "arena", self.arena[off:off + v.nbytes].view(v.dtype.np).reshape(v.shape)
+        return "new", (v.shape, v.dtype.np)
 
     def run(self, inputs: list, variables: dict):
         session = _profiler.ACTIVE
@@ -197,10 +213,18 @@ class Executor:
             try:
                 if dest is not None:
                     ofn, kind, where = dest
-                    out = where if kind == "arena" else env[where] if kind == "slot" \
-                        else variables[where] if kind == "var" else where.take()
-                    ofn(out, *args, **attrs)
-                    env[outs[0][0]] = out
+                    if kind == "multi":
+                        out = tuple(w if k == "arena" else env[w] if k == "slot" else
+                                    variables[w] if k == "var" else np.empty(*w)
+                                    for k, w in where)
+                        ofn(out, *args, **attrs)
+                        for (s, _), o in zip(outs, out):
+                            env[s] = o
+                    else:
+                        out = where if kind == "arena" else env[where] if kind == "slot" \
+                            else variables[where] if kind == "var" else where.take()
+                        ofn(out, *args, **attrs)
+                        env[outs[0][0]] = out
                     res: Any = None
                 else:
                     res = fn(*args, **attrs)
@@ -305,8 +329,8 @@ class Executor:
                 "intermediate_bytes_naive": self.plan.naive_bytes,
                 "planned_bytes": self.plan.planned_bytes,
                 "intermediate_bytes_peak": peak, "variable_bytes": params,
-                "inplace_nodes": len(self.plan.inplace),
-                "written_into_variables": len(self.plan.into_var)}
+                "inplace_nodes": len(self.plan.inplace) + len(self.plan.value_inplace),
+                "written_into_variables": len(self.plan.into_var) + len(self.plan.value_var)}
 
 
 def _generate(g: Graph) -> dict:
@@ -317,9 +341,17 @@ def _generate(g: Graph) -> dict:
     return backend.compile_fused(fused)
 
 
-def _allocating(fn, v: Value):
-    """``fn(out, *args)`` as a kernel that returns a new array."""
-    shape, dtype = v.shape, v.dtype.np
+def _allocating(fn, vs: list):
+    """``fn(out, *args)`` as a kernel that returns new arrays (``out``: one array, or a
+    tuple of them for several outputs ``vs``)."""
+    types = [(v.shape, v.dtype.np) for v in vs]
+    if len(types) > 1:
+        def multi(*args, **attrs):
+            outs = tuple(np.empty(shape, dtype) for shape, dtype in types)
+            fn(outs, *args)
+            return outs
+        return multi
+    shape, dtype = types[0]
 
     def kernel(*args, **attrs):
         out = np.empty(shape, dtype)

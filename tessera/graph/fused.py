@@ -1,7 +1,9 @@
 """``fused``: a region of elementwise ops run as one op (the outline pass makes them).
 
 Its ``body`` attribute is the region as a graph in the IR's text form, whose inputs are the
-op's inputs, in order, and whose one output is the op's output. The CPU kernel here is the
+op's inputs, in order, and whose outputs are the op's outputs: the region's result first,
+then every other value of the region that is used outside it (a value autograd saves for
+the backward, a second result; *multi-output fusion*). The CPU kernel here is the
 reference: it runs the body's nodes with their own NumPy kernels. ``tessera.codegen``
 compiles the same body to one C loop; the two are tested against each other.
 
@@ -34,8 +36,8 @@ __all__: list[str] = []  # no public function: graphs make fused nodes
 def body_graph(text: str):
     """The body graph of a fused node (parsed once per distinct text)."""
     g = Graph.parse(text)
-    if len(g.outputs) != 1 or g.variables or g.assigns:
-        raise ValueError("fused: the body must have one output and no variables")
+    if not g.outputs or g.variables or g.assigns:
+        raise ValueError("fused: the body must have outputs and no variables")
     return g
 
 
@@ -52,21 +54,28 @@ def _infer(*metas, body: str):
         if type(m) is not Meta or tuple(m.shape) != v.shape or m.dtype is not v.dtype:
             got = f"{m.dtype.name}{list(m.shape)}" if type(m) is Meta else type(m).__name__
             raise ValueError(f"fused: input {i} must be {v.type_str()}, got {got}")
-    out = g.outputs[0]
-    return Meta(out.shape, out.dtype)
+    metas = tuple(Meta(v.shape, v.dtype) for v in g.outputs)
+    return metas if len(metas) > 1 else metas[0]
 
 
 def _kernel(*arrays, body: str):
-    return _reference(body).run(list(arrays), {})[0][0]
+    outs = _reference(body).run(list(arrays), {})[0]
+    return tuple(outs) if len(outs) > 1 else outs[0]
 
 
 def _into(out, *arrays, body: str):
-    np.copyto(out, _kernel(*arrays, body=body))
+    """``out``: the output array, or a tuple of them for a body with several outputs."""
+    res = _kernel(*arrays, body=body)
+    if type(out) is tuple:
+        for o, r in zip(out, res):
+            np.copyto(o, r)
+    else:
+        np.copyto(out, res)
 
 
 def _cost(ins, outs, body: str) -> cost.Cost:
     """The body's operations (each node's own cost rule), reading the region's inputs once
-    and writing its one output: the intermediates stay in registers."""
+    and writing its outputs: the other intermediates stay in registers."""
     flops = 0
     for n in body_graph(body).nodes:
         metas = [Meta(v.shape, v.dtype) if isinstance(v, Value) else v for v in n.inputs]

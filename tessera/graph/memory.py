@@ -50,6 +50,10 @@ class MemoryPlan:
     into_var: dict = field(default_factory=dict)    # node index -> variable name written
     naive_bytes: int = 0                            # sum of all intermediates
     planned_bytes: int = 0                          # sum of the planned buffers' sizes
+    # a node with several outputs (a multi-output fused region) writes each one where
+    # these say, by id(value): in place of an input, into a variable (else: ``offsets``)
+    value_inplace: dict = field(default_factory=dict)   # id(value) -> input position
+    value_var: dict = field(default_factory=dict)       # id(value) -> variable name
 
 
 def _roots(g: Graph, views: frozenset | None = None) -> dict[int, Value]:
@@ -104,26 +108,37 @@ def plan_memory(g: Graph, out_nodes: set[int], not_inplace: frozenset = frozense
     owner: dict[int, int] = {}      # id(buffer root) -> id of the buffer it was merged into
     intervals: dict[int, list] = {}  # id(buffer) -> [start, end, nbytes]
     for i, n in enumerate(g.nodes):
-        if i not in out_nodes or len(n.outputs) != 1:
+        if i not in out_nodes:
             continue
-        out = n.outputs[0]
-        if out.nbytes == 0:
-            continue
-        name = assigned.get(id(out))
-        if name is not None and _var_free_after(g, name, i, root, end):
-            plan.into_var[i] = name
-            continue
-        if id(out) in returned:
-            continue
-        k = None if i in not_inplace else _reusable_input(n, i, root, end, intervals, owner)
-        if k is not None:
-            buf = owner[id(root[id(n.inputs[k])])]
-            owner[id(out)] = buf
-            intervals[buf][1] = max(intervals[buf][1], end.get(id(out), i))
-            plan.inplace[i] = k
-            continue
-        owner[id(out)] = id(out)
-        intervals[id(out)] = [i, end.get(id(out), i), out.nbytes]
+        single = len(n.outputs) == 1
+        taken: set[int] = set()    # buffers an earlier output of the node took over
+        for out in n.outputs:
+            if out.nbytes == 0:
+                continue
+            name = assigned.get(id(out))
+            if name is not None and _var_free_after(g, name, i, root, end) and not (
+                    i in not_inplace and g.variables[name] in n.inputs):
+                if single:
+                    plan.into_var[i] = name
+                else:
+                    plan.value_var[id(out)] = name
+                continue
+            if id(out) in returned:
+                continue
+            k = None if i in not_inplace else \
+                _reusable_input(n, out, i, root, end, intervals, owner, taken)
+            if k is not None:
+                buf = owner[id(root[id(n.inputs[k])])]
+                owner[id(out)] = buf
+                intervals[buf][1] = max(intervals[buf][1], end.get(id(out), i))
+                taken.add(buf)
+                if single:
+                    plan.inplace[i] = k
+                else:
+                    plan.value_inplace[id(out)] = k
+                continue
+            owner[id(out)] = id(out)
+            intervals[id(out)] = [i, end.get(id(out), i), out.nbytes]
     plan.offsets, plan.arena_bytes = _place(intervals)
     plan.planned_bytes = sum(s for _, _, s in intervals.values())
     for vid, buf in owner.items():
@@ -149,14 +164,13 @@ def _var_free_after(g: Graph, name: str, i: int, root: dict, end: dict) -> bool:
     return end.get(id(var), -1) <= i
 
 
-def _reusable_input(n, i, root, end, intervals, owner):
-    out = n.outputs[0]
+def _reusable_input(n, out, i, root, end, intervals, owner, taken):
     for k, v in enumerate(n.inputs):
         if not isinstance(v, Value) or v.kind != "node":
             continue
         r = root[id(v)]
         buf = owner.get(id(r))
-        if buf is None or end.get(id(r), -1) != i:
+        if buf is None or buf in taken or end.get(id(r), -1) != i:
             continue  # not a planned buffer, or read later
         if intervals[buf][2] == out.nbytes and v.dtype is out.dtype and v.shape == out.shape \
                 and r is v:

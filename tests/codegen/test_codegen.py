@@ -49,15 +49,20 @@ def _tolerance(dtype):
 
 
 def check(kernel, body: Graph, arrays):
-    out_v = body.outputs[0]
-    want = np.asarray(reference(*arrays, body=str(body)))
-    got = np.empty(out_v.shape, out_v.dtype.np)
-    kernel(got, *arrays)
+    """The kernel's outputs (every one of a multi-output body) equal the reference's."""
+    want = reference(*arrays, body=str(body))
+    got = tuple(np.empty(v.shape, v.dtype.np) for v in body.outputs)
+    if len(got) == 1:
+        want, got = (want,), got
+        kernel(got[0], *arrays)
+    else:
+        kernel(got, *arrays)
     values = [*body.inputs, *(v for n in body.nodes for v in n.outputs)]
     lowest = np.float32 if any(v.dtype is tessera.float32 for v in values) else \
         np.float64 if any(v.dtype is tessera.float64 for v in values) else np.int64
     rtol, atol = _tolerance(lowest)
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=rtol, atol=atol, equal_nan=True)
 
 
 # ---- every op with a C rule, on the op-info samples ------------------------------------------

@@ -1,9 +1,13 @@
 """Outline each fusion region (``notes["region"]`` from the fuse pass) into one ``fused``
 node whose ``body`` is the region as a graph; code generation compiles each body to one C
-loop. An elementwise node outside any region is outlined on its own when its NumPy kernel
-takes several passes over memory (``sigmoid``, ``gelu``, ``lerp``...); single-ufunc ops
-(trait ``single_pass``: ``add``, ``exp``...) stay as they are, NumPy runs them at memory
-speed already.
+loop. The fused node has an output for every value of its region that is read outside it
+(``tessera.graph.fused``); it stands where the region's last node stood, before every
+outside reader of its values (the fuse pass keeps that so).
+
+An elementwise node outside any region is outlined on its own when its NumPy kernel takes
+several passes over memory (``sigmoid``, ``gelu``, ``lerp``...); single-ufunc ops (trait
+``single_pass``: ``add``, ``exp``...) stay as they are, NumPy runs them at memory speed
+already.
 
 A region is outlined only when the code generator can lower it (float32/float64/bool values,
 every op with a ``to_c`` rule); otherwise its nodes stay and run one by one.
@@ -28,8 +32,10 @@ from tessera.ops.registry import REGISTRY
 __all__ = ["run"]
 
 
-def _body(nodes: list[Node]) -> tuple[Graph, list[Value], Value]:
-    """The region as a graph of its own; the outside values it reads; its result."""
+def _body(nodes: list[Node], used_outside: set) -> tuple[Graph, list[Value], list[Value]]:
+    """The region as a graph of its own; the outside values it reads; the values it
+    produces for the outside: its result (the one value no node of the region reads)
+    first, then, in program order, the others that ``used_outside`` holds (by id)."""
     inside = {id(v) for n in nodes for v in n.outputs}
     users_inside = {id(v) for n in nodes for v in n.inputs if isinstance(v, Value)}
     ext: list[Value]
@@ -41,13 +47,27 @@ def _body(nodes: list[Node]) -> tuple[Graph, list[Value], Value]:
                 ext.append(v)
     result = [v for n in nodes for v in n.outputs if id(v) not in users_inside]
     assert len(result) == 1, "a fusion region has one result"
+    result += [v for n in nodes for v in n.outputs
+               if id(v) in used_outside and v is not result[0]]
     for n in nodes:
         args = [remap[id(v)] if isinstance(v, Value) else v for v in n.inputs]
         outs = body.add_node(n.op, args, n.attrs, [(v.shape, v.dtype) for v in n.outputs])
         for v, new in zip(n.outputs, outs):
             remap[id(v)] = new
-    body.outputs = [remap[id(result[0])]]
-    return body, ext, result[0]
+    body.outputs = [remap[id(v)] for v in result]
+    return body, ext, result
+
+
+def _used_outside(g: Graph, groups: list) -> set:
+    """id(value) of the values a node outside their region reads, or the step returns."""
+    region = {id(n): k for k, grp in enumerate(groups) for n in grp}
+    out = {id(v) for v in g.live_roots()}
+    for n in g.nodes:
+        for v in n.inputs:
+            if isinstance(v, Value) and v.producer is not None and \
+                    region.get(id(v.producer)) != region.get(id(n), -1):
+                out.add(id(v))
+    return out
 
 
 def run(g: Graph, ctx) -> bool:
@@ -59,14 +79,16 @@ def run(g: Graph, ctx) -> bool:
                and "single_pass" not in n.op.traits
                and len(n.outputs) == 1]
     fused = REGISTRY["fused"]
+    used_outside = _used_outside(g, groups)
     replaced: dict[int, Node | None] = {}   # id(node) -> its fused node (or None: removed)
     for nodes in groups:
-        body, ext, result = _body(nodes)
+        body, ext, results = _body(nodes, used_outside)
         if supported(body) is not None:
             continue
-        last = result.producer
-        node = Node(fused, list(ext), {"body": str(body)}, [result], last.name)
-        result.producer, result.index = node, 0
+        last = nodes[-1]
+        node = Node(fused, list(ext), {"body": str(body)}, results, results[0].producer.name)
+        for k, v in enumerate(results):
+            v.producer, v.index = node, k
         for n in nodes:
             replaced[id(n)] = None
         replaced[id(last)] = node

@@ -1,14 +1,20 @@
 """Fusion grouping: mark chains of elementwise nodes as regions (``notes["region"]``).
 
-A producer joins its consumers' region when all its users are in that one region (and it
-is no step result) and it fits the region's loops: an elementwise op of the shape the
+A producer joins its consumers' region when it fits the region's loops and either all its
+users are in that one region (and it is no step result), or (*multi-output fusion*) every
+other use comes after the region's last node: a reader outside the region (a value autograd
+saves for the backward, a second result), or the step's results and assigns (an optimizer's
+new parameter and moments). The region's kernel then writes that value too, as one of its
+outputs; outside readers after the region keep regions in program order, so outlining them
+makes no cycle. A producer fits the loops when it is an elementwise op of the shape the
 region iterates over, or a ``keepdim`` reduction over it (a per-row statistic, like
 softmax's max and sum or layer norm's mean), or an elementwise op of the per-row shape. A
 region iterates over its root's output shape, or, when the root is a reduction (``sum``,
 ``mean``, ``amax``, ``amin`` over any dims), over the reduction's input: the chain feeding
 a reduction fuses into it. All reductions of a region reduce the same dims. The outline
 pass turns each region into one ``fused`` node, which code generation compiles to one C
-kernel.
+kernel. ``MULTI_OUTPUT = False`` turns multi-output fusion off (a region then ends at every
+value used outside it).
 
 >>> from tessera.graph.ir import Graph
 >>> g = Graph.parse('''graph(%x: float32[8]) {
@@ -48,16 +54,42 @@ def _dims(n, nd: int) -> frozenset:
     return frozenset(d % nd for d in (dim if isinstance(dim, (tuple, list)) else (dim,)))
 
 
-def _join(n, reduction: bool, users, roots, region_of, info) -> int | None:
-    """The region ``n`` joins: its consumers' one region, when ``n`` fits its loops."""
+# whether a producer also read outside a region may join it (its kernel writes the value)
+MULTI_OUTPUT = True
+
+
+def _candidate(n, users, roots, region_of, root_at, index) -> int | None:
+    """The region ``n`` may join: its users' one region; or, with other uses, the region
+    of its first user, when every use outside that region comes after the region's last
+    node and that node is no reduction. (A chain that feeds a reduction over other dims,
+    such as a bias gradient's sum over the batch, and is read elsewhere too, is better the
+    root of its own region: it can then take in its own per-row statistics, as layer
+    norm's backward does.)"""
     out = n.outputs[0]
     us = users.get(out, [])
-    if not us or id(out) in roots:
-        return None
     rs = {region_of.get(id(u)) for u in us}
-    if len(rs) != 1 or None in rs:
+    if len(rs) == 1 and None not in rs and id(out) not in roots:
+        return rs.pop()
+    if not MULTI_OUTPUT or not us:
         return None
-    r = rs.pop()
+    first = min(us, key=lambda u: index[id(u)])
+    r = region_of.get(id(first))
+    if r is None:
+        return None
+    end = root_at[r]
+    if end < 0:
+        return None
+    if all(region_of.get(id(u)) == r or index[id(u)] > end for u in us):
+        return r
+    return None
+
+
+def _join(n, reduction: bool, users, roots, region_of, info, root_at, index) -> int | None:
+    """The region ``n`` joins (``_candidate``), when ``n`` fits its loops."""
+    out = n.outputs[0]
+    r = _candidate(n, users, roots, region_of, root_at, index)
+    if r is None:
+        return None
     shape, dims = info[r]
     if reduction:  # a per-row statistic (softmax's max and sum, layer norm's mean)
         if not n.attrs.get("keepdim") or tuple(n.inputs[0].shape) != shape:
@@ -85,17 +117,20 @@ def _real(dims: frozenset, shape: tuple) -> frozenset:
 def run(g: Graph, ctx) -> bool:
     users = g.users()
     roots = {id(v) for v in g.live_roots()}
+    index = {id(n): i for i, n in enumerate(g.nodes)}
     region_of: dict[int, int] = {}
     info: dict[int, list] = {}   # region -> [the shape it iterates over, reduced dims]
+    root_at: dict[int, int] = {}  # region -> index of its root (-1: a reduction)
     count = 0
     changed = False
     for n in reversed(g.nodes):  # consumers first: a producer joins its consumers' region
         reduction = is_reduction_root(n)
         if not (reduction or is_elementwise(n)) or len(n.outputs) != 1:
             continue
-        region = _join(n, reduction, users, roots, region_of, info)
+        region = _join(n, reduction, users, roots, region_of, info, root_at, index)
         if region is None:
             region = count
+            root_at[region] = -1 if reduction else index[id(n)]
             count += 1
             src = n.inputs[0]
             info[region] = [tuple(src.shape), _real(_dims(n, len(src.shape)), src.shape)] \
@@ -129,4 +164,4 @@ def regions(g: Graph) -> dict[int, list]:
     return out
 
 
-__all__ = ["run", "regions", "is_elementwise"]
+__all__ = ["run", "regions", "is_elementwise", "MULTI_OUTPUT"]
