@@ -26,6 +26,7 @@ from tessera.ops import (
     getitem,
     index_slices,
     linalg,
+    nchwc,
     quantized,
     random,
     reduce,
@@ -40,6 +41,7 @@ from tessera.ops import (
 from tessera.ops.registry import REGISTRY
 
 _ = binary  # registers the binary-network ops (tessera.nn.binary is their public face)
+_ = nchwc  # registers the blocked-layout ops (tessera.graph.passes.nchwc makes them)
 
 # the families whose public functions are tessera.* (the package re-exports each __all__)
 FAMILIES = (creation, unary, arithmetic, comparison, ternary, views, getitem, reduce, scan,

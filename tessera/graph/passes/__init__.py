@@ -37,9 +37,11 @@ __all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass", "register_pass
 # ``PassContext.remat``); qdq turns
 # dequantize-compute-quantize groups into INT8 ops once constants are folded; conv_epilogue
 # runs after it (a conv + relu before a quantization is qdq's) and before fuse (which would
-# take the activation and residual add into an elementwise region)
+# take the activation and residual add into an elementwise region); nchwc blocks the
+# convolutional trunk of an inference graph after both (epilogues found, batch norms
+# folded) and before fusion (which then fuses the elementwise ops left on blocked values)
 PIPELINE = ["schedule_1f1b", "dce", "algebraic", "dce", "cse", "constfold", "bnfold", "qdq",
-            "conv_epilogue", "dce", "decompose", "cse", "layout", "duplicate", "fuse", "outline",
+            "conv_epilogue", "dce", "nchwc", "dce", "decompose", "cse", "layout", "duplicate", "fuse", "outline",
             "early_updates", "remat", "bucket_all_reduces"]
 
 
