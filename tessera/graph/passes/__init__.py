@@ -41,8 +41,8 @@ __all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass", "register_pass
 # convolutional trunk of an inference graph after both (epilogues found, batch norms
 # folded) and before fusion (which then fuses the elementwise ops left on blocked values)
 PIPELINE = ["schedule_1f1b", "dce", "algebraic", "dce", "cse", "constfold", "bnfold", "qdq",
-            "conv_epilogue", "dce", "nchwc", "dce", "decompose", "cse", "layout", "duplicate", "fuse", "outline",
-            "early_updates", "remat", "bucket_all_reduces"]
+            "conv_epilogue", "dce", "nchwc", "dce", "decompose", "cse", "layout", "duplicate",
+            "fuse", "outline", "early_updates", "remat", "bucket_all_reduces"]
 
 
 @dataclass

@@ -21,8 +21,9 @@ program order:
 * any other reader of a blocked value, and the graph's results, read a ``from_nchwc`` of
   it (one per value).
 
-Grouped convolutions other than depthwise, convolutions of other dtypes or ranks and
-weights that change (a training graph) are left alone. Only where the C kernels run
+Grouped convolutions other than depthwise, convolutions of other dtypes or ranks, of
+other padding modes (a ``pad`` before them) and weights that change (a training graph)
+are left alone. Only where the C kernels run
 (``tessera.kernels.nchwc.usable``); after ``bnfold`` and ``conv_epilogue`` (folded batch
 norms' shifts are biases, epilogues already found), before fusion.
 
@@ -151,6 +152,8 @@ class _Rewrite:
         c, groups = x.shape[1], a["groups"]
         if not (groups == 1 or groups == c == o and cg == 1):
             return False
+        if x.producer is not None and x.producer.op.name == "pad":
+            return False  # reflect, replicate or circular padding: a plain layer
         plain = groups == 1 and c <= PLAIN_CHANNELS and id(x) not in self.blocked
         xin = x if plain else self._blocked_input(x, n.name)
         geo = dict(stride=tuple(a["stride"]), pads=tuple(map(tuple, a["pads"])),
@@ -209,12 +212,15 @@ class _Rewrite:
         if n.attrs.get("alpha", 1) != 1 or len(n.inputs) != 2:
             return False
         a, b = n.inputs
-        if not all(isinstance(v, Value) and id(v) in self.blocked for v in (a, b)) or \
-                a.shape != b.shape or a.dtype is not b.dtype or n.outputs[0].shape != a.shape:
+        if not all(isinstance(v, Value) for v in (a, b)) or a.shape != b.shape or \
+                a.dtype is not b.dtype or n.outputs[0].shape != a.shape:
             return False
-        ab, bb = self.blocked[id(a)], self.blocked[id(b)]
+        # a plain operand already reordered for another reader counts as blocked
+        ab, bb = (self.blocked.get(id(v), self.to.get(id(v))) for v in (a, b))
+        if ab is None or bb is None or (id(a) not in self.blocked and id(b) not in self.blocked):
+            return False
         for v, other in ((a, bb), (b, ab)):
-            p = self._foldable(v, n)
+            p = self._foldable(v, n) if id(v) in self.blocked else None
             if p is not None and p.inputs[3] is None and other is not p.outputs[0]:
                 p.inputs[3] = other
                 p.attrs["residual_first"] = True
