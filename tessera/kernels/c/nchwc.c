@@ -1,0 +1,617 @@
+/* Blocked-layout (NCHWc) convolutions and pooling (the API: nchwc.h).
+
+   A convolution's work is a set of register tiles: NP consecutive output pixels of one row
+   x NB output-channel blocks (NP * NB vector accumulators). The tile's inner step loads the
+   NB weight vectors of one input channel and one tap (packed contiguous, in the order the
+   loop reads them), broadcasts the NP pixels' input values of that channel and FMAs. Tiles
+   whose taps all lie inside the image run without bounds checks; the border pixels of a
+   row (left and right padding) run one at a time over the taps inside; the rows above and
+   below narrow the tap rows once per row. A 1x1 stride-1 convolution is a GEMM over the
+   pixels: its plane is one long row. A depthwise convolution's tile is NP pixels of one
+   channel block, vectorised across the block's B channels. The epilogue (bias, residual
+   before or after the activation, relu or clamp, zeros in the padded output channels)
+   runs on the accumulators before the one store.
+
+   The x86 tiles are written once (a macro over the vector type and its intrinsics) and
+   instantiated per (NB, NP, input channels per step, stride) under their target attribute;
+   the portable tile is plain C with B a variable, which the compiler vectorises as it can. */
+#include "nchwc.h"
+#include "prelude.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define TSR_X86 1
+#include <immintrin.h>
+#define TSR_AVX512 __attribute__((target("avx512f,prefer-vector-width=512")))
+#define TSR_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define TSR_X86 0
+#endif
+
+/* ---- what the CPU runs -------------------------------------------------------------- */
+
+int tsr_nchwc_isa_supported(int isa) {
+    if (isa == TSR_GEMM_PORTABLE) return 1;
+#if TSR_X86
+    __builtin_cpu_init();
+    if (isa == TSR_GEMM_AVX2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (isa == TSR_GEMM_AVX512) return __builtin_cpu_supports("avx512f");
+#endif
+    return 0;
+}
+
+int tsr_nchwc_isa_best(void) {
+    for (int isa = TSR_GEMM_ISAS - 1; isa > 0; isa--)
+        if (tsr_nchwc_isa_supported(isa)) return isa;
+    return TSR_GEMM_PORTABLE;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* ---- one register tile -------------------------------------------------------------- */
+
+/* Everything a tile reads, its pointers at the tile's first tap, pixel and block */
+typedef struct {
+    const float* x;         /* input: first input block, first tap row and column inside */
+    const float* w;         /* weights: first output block, input block, tap */
+    float* y;               /* output at (first block, row, first pixel) */
+    const float* bias;      /* at the first block, or NULL */
+    const float* r;         /* residual, as y, or NULL */
+    int64_t ncb, cbs;       /* input blocks (plain input: channels) and their stride */
+    int64_t nky, rs;        /* tap rows and their stride in x (dilation included) */
+    int64_t nkx, cs;        /* tap columns and their stride in x */
+    int64_t ps;             /* one output pixel's step in x (stride included) */
+    int64_t kw;             /* taps per row of the packed weights */
+    int64_t wobs, wcbs;     /* weights: an output block's stride, an input block's */
+    int64_t yobs;           /* output and residual: an output block's stride */
+    int64_t oleft;          /* real output channels from the first block on */
+    int add, epi;           /* start from y (a later pass over the input blocks); last pass */
+    int act, first;         /* TSR_ACT_*; residual before the activation */
+    float lo, hi;
+} tile_t;
+
+typedef void (*tile_fn)(const tile_t*);
+
+enum { NB_MAX = 4, NP_MAX = 16, NP_DW_MAX = 16 };
+
+#if TSR_X86
+/* The epilogue on accumulators acc[p][j] (p < NP pixels, j < NB blocks): act(acc [+ r])
+   [+ r], then the padded channels of the last block zeroed. max(0, v) and min(hi, v) give v
+   itself when v is a NaN, as PyTorch's relu and clamp do. */
+#define TSR_EPILOGUE(V, BW, LOADU, STOREU, SET1, ADD, MAX, MIN, KEEP, acc, NB, NP)           \
+    if (t->epi) {                                                                          \
+        V zero_ = SET1(0.0f), lo_ = SET1(t->lo), hi_ = SET1(t->hi);                        \
+        for (int j = 0; j < NB; j++)                                                       \
+            for (int p = 0; p < NP; p++) {                                                 \
+                V v = acc[p][j];                                                           \
+                const float* rp = t->r ? t->r + j * t->yobs + p * BW : NULL;               \
+                if (rp && t->first) v = ADD(v, LOADU(rp));                                 \
+                if (t->act == TSR_ACT_RELU) v = MAX(zero_, v);                             \
+                else if (t->act == TSR_ACT_CLAMP) v = MIN(hi_, MAX(lo_, v));               \
+                if (rp && !t->first) v = ADD(v, LOADU(rp));                                \
+                acc[p][j] = v;                                                             \
+            }                                                                              \
+        if (t->oleft < NB * BW)                                                            \
+            for (int j = 0; j < NB; j++)                                                   \
+                for (int p = 0; p < NP; p++) acc[p][j] = KEEP(acc[p][j], t->oleft - j * BW); \
+    }                                                                                      \
+    for (int j = 0; j < NB; j++)                                                           \
+        for (int p = 0; p < NP; p++) STOREU(t->y + j * t->yobs + p * BW, acc[p][j]);
+
+/* a convolution tile: CI input channels per step (BW blocked, 1 plain), pixels SW input
+   columns apart (SW 0: t->ps, for single pixels) */
+#define TSR_TILE(ATTR, NAME, V, BW, LOADU, STOREU, SET1, FMA, ADD, MAX, MIN, KEEP)            \
+ATTR TSR_INLINE void NAME(const tile_t* t, const int NB, const int NP, const int CI,      \
+                          const int SW) {                                                \
+    V acc[NP_MAX][NB_MAX];                                                               \
+    _Pragma("GCC unroll 4") for (int j = 0; j < NB; j++) {                                \
+        V b0 = t->bias ? LOADU(t->bias + j * BW) : SET1(0.0f);                             \
+        _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++)                             \
+            acc[p][j] = t->add ? LOADU(t->y + j * t->yobs + p * BW) : b0;                  \
+    }                                                                                    \
+    const int64_t ps = SW ? (int64_t)SW * CI : t->ps;                                     \
+    for (int64_t cb = 0; cb < t->ncb; cb++)                                               \
+        for (int64_t ky = 0; ky < t->nky; ky++)                                           \
+            for (int64_t kx = 0; kx < t->nkx; kx++) {                                     \
+                const float* xt = t->x + cb * t->cbs + ky * t->rs + kx * t->cs;           \
+                const float* wt = t->w + cb * t->wcbs + (ky * t->kw + kx) * (CI * BW);    \
+                _Pragma("GCC unroll 16") for (int ci = 0; ci < CI; ci++) {                \
+                    V wv[NB_MAX];                                                         \
+                    _Pragma("GCC unroll 4") for (int j = 0; j < NB; j++)                  \
+                        wv[j] = LOADU(wt + j * t->wobs + ci * BW);                        \
+                    _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++) {               \
+                        V xb = SET1(xt[p * ps + ci]);                                     \
+                        _Pragma("GCC unroll 4") for (int j = 0; j < NB; j++)              \
+                            acc[p][j] = FMA(xb, wv[j], acc[p][j]);                        \
+                    }                                                                     \
+                }                                                                         \
+            }                                                                             \
+    TSR_EPILOGUE(V, BW, LOADU, STOREU, SET1, ADD, MAX, MIN, KEEP, acc, NB, NP)              \
+}
+
+/* a depthwise tile: NP pixels of one channel block, the B channels in the vector */
+#define TSR_DW_TILE(ATTR, NAME, V, BW, LOADU, STOREU, SET1, FMA, ADD, MAX, MIN, KEEP)         \
+ATTR TSR_INLINE void NAME(const tile_t* t, const int NP, const int SW) {                 \
+    V acc[NP_DW_MAX][1];                                                                 \
+    V b0 = t->bias ? LOADU(t->bias) : SET1(0.0f);                                          \
+    _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++) acc[p][0] = b0;                 \
+    const int64_t ps = SW ? (int64_t)SW * BW : t->ps;                                     \
+    for (int64_t ky = 0; ky < t->nky; ky++)                                               \
+        for (int64_t kx = 0; kx < t->nkx; kx++) {                                         \
+            const float* xt = t->x + ky * t->rs + kx * t->cs;                             \
+            V wv = LOADU(t->w + (ky * t->kw + kx) * BW);                                   \
+            _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++)                         \
+                acc[p][0] = FMA(LOADU(xt + p * ps), wv, acc[p][0]);                       \
+        }                                                                                 \
+    TSR_EPILOGUE(V, BW, LOADU, STOREU, SET1, ADD, MAX, MIN, KEEP, acc, 1, NP)               \
+}
+
+TSR_AVX512 TSR_INLINE __m512 keep512(__m512 v, int64_t n) {
+    __mmask16 m = n >= 16 ? 0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+    return _mm512_maskz_mov_ps(m, v);
+}
+static const int32_t KEEP_BITS[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+TSR_AVX2 TSR_INLINE __m256 keep256(__m256 v, int64_t n) {
+    n = n < 0 ? 0 : n > 8 ? 8 : n;
+    return _mm256_and_ps(v, _mm256_loadu_ps((const float*)(KEEP_BITS + 8 - n)));
+}
+
+TSR_TILE(TSR_AVX512, tile512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps,
+         _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps, _mm512_min_ps, keep512)
+TSR_TILE(TSR_AVX2, tile256, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,
+         _mm256_fmadd_ps, _mm256_add_ps, _mm256_max_ps, _mm256_min_ps, keep256)
+TSR_DW_TILE(TSR_AVX512, dw512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps,
+            _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps, _mm512_min_ps, keep512)
+TSR_DW_TILE(TSR_AVX2, dw256, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,
+            _mm256_fmadd_ps, _mm256_add_ps, _mm256_max_ps, _mm256_min_ps, keep256)
+
+/* The instances: NB output blocks x NP pixels, NP up to what the registers hold (32 on
+   AVX-512: NP * NB accumulators, NB weights and a broadcast; 16 on AVX2), for blocked input
+   (CI = B) and plain input (CI = 1), strides 1 and 2 (single pixels take any stride) */
+#define TSR_UP4(M, ...) M(1, __VA_ARGS__) M(2, __VA_ARGS__) M(3, __VA_ARGS__) M(4, __VA_ARGS__)
+#define TSR_UP6(M, ...) TSR_UP4(M, __VA_ARGS__) M(5, __VA_ARGS__) M(6, __VA_ARGS__)
+#define TSR_UP7(M, ...) TSR_UP6(M, __VA_ARGS__) M(7, __VA_ARGS__)
+#define TSR_UP8(M, ...) TSR_UP7(M, __VA_ARGS__) M(8, __VA_ARGS__)
+#define TSR_UP9(M, ...) TSR_UP8(M, __VA_ARGS__) M(9, __VA_ARGS__)
+#define TSR_UP12(M, ...) TSR_UP9(M, __VA_ARGS__) M(10, __VA_ARGS__) M(11, __VA_ARGS__) \
+                         M(12, __VA_ARGS__)
+#define TSR_UP14(M, ...) TSR_UP12(M, __VA_ARGS__) M(13, __VA_ARGS__) M(14, __VA_ARGS__)
+#define TSR_UP16(M, ...) TSR_UP14(M, __VA_ARGS__) M(15, __VA_ARGS__) M(16, __VA_ARGS__)
+
+#define TSR_ALL512(M, CI, SW) TSR_UP16(M, 1, CI, SW) TSR_UP14(M, 2, CI, SW) \
+                              TSR_UP9(M, 3, CI, SW) TSR_UP7(M, 4, CI, SW)
+#define TSR_ALL256(M, CI, SW) TSR_UP12(M, 1, CI, SW) TSR_UP6(M, 2, CI, SW) \
+                              TSR_UP4(M, 3, CI, SW) TSR_UP4(M, 4, CI, SW)
+static const int NP_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
+    [TSR_GEMM_PORTABLE] = {0, 8, 8, 8, 8}, [TSR_GEMM_AVX2] = {0, 12, 6, 4, 4},
+    [TSR_GEMM_AVX512] = {0, 16, 14, 9, 7}};
+
+#define TSR_K512(NP, NB, CI, SW) \
+    TSR_AVX512 static void k512_##CI##_##SW##_##NB##_##NP(const tile_t* t) { \
+        tile512(t, NB, NP, CI, SW); }
+#define TSR_E512(NP, NB, CI, SW) [NB][NP] = k512_##CI##_##SW##_##NB##_##NP,
+#define TSR_K256(NP, NB, CI, SW) \
+    TSR_AVX2 static void k256_##CI##_##SW##_##NB##_##NP(const tile_t* t) { \
+        tile256(t, NB, NP, CI, SW); }
+#define TSR_E256(NP, NB, CI, SW) [NB][NP] = k256_##CI##_##SW##_##NB##_##NP,
+
+TSR_ALL512(TSR_K512, 16, 1) TSR_ALL512(TSR_K512, 16, 2)
+TSR_ALL512(TSR_K512, 1, 1) TSR_ALL512(TSR_K512, 1, 2)
+TSR_ALL256(TSR_K256, 8, 1) TSR_ALL256(TSR_K256, 8, 2)
+TSR_ALL256(TSR_K256, 1, 1) TSR_ALL256(TSR_K256, 1, 2)
+
+/* [plain input][stride - 1][NB][NP] */
+static const tile_fn TILES512[2][2][NB_MAX + 1][NP_MAX + 1] = {
+    {{TSR_ALL512(TSR_E512, 16, 1)}, {TSR_ALL512(TSR_E512, 16, 2)}},
+    {{TSR_ALL512(TSR_E512, 1, 1)}, {TSR_ALL512(TSR_E512, 1, 2)}}};
+static const tile_fn TILES256[2][2][NB_MAX + 1][NP_MAX + 1] = {
+    {{TSR_ALL256(TSR_E256, 8, 1)}, {TSR_ALL256(TSR_E256, 8, 2)}},
+    {{TSR_ALL256(TSR_E256, 1, 1)}, {TSR_ALL256(TSR_E256, 1, 2)}}};
+/* single pixels at any stride (the borders, strides past 2) */
+TSR_AVX512 static void k512_one(const tile_t* t, int nb, int plain) {
+    switch (nb * 2 + plain) {
+    case 2: tile512(t, 1, 1, 16, 0); break;
+    case 3: tile512(t, 1, 1, 1, 0); break;
+    case 4: tile512(t, 2, 1, 16, 0); break;
+    case 5: tile512(t, 2, 1, 1, 0); break;
+    case 6: tile512(t, 3, 1, 16, 0); break;
+    case 7: tile512(t, 3, 1, 1, 0); break;
+    case 8: tile512(t, 4, 1, 16, 0); break;
+    default: tile512(t, 4, 1, 1, 0); break;
+    }
+}
+TSR_AVX2 static void k256_one(const tile_t* t, int nb, int plain) {
+    switch (nb * 2 + plain) {
+    case 2: tile256(t, 1, 1, 8, 0); break;
+    case 3: tile256(t, 1, 1, 1, 0); break;
+    case 4: tile256(t, 2, 1, 8, 0); break;
+    case 5: tile256(t, 2, 1, 1, 0); break;
+    case 6: tile256(t, 3, 1, 8, 0); break;
+    case 7: tile256(t, 3, 1, 1, 0); break;
+    case 8: tile256(t, 4, 1, 8, 0); break;
+    default: tile256(t, 4, 1, 1, 0); break;
+    }
+}
+
+#define TSR_D512(NP, SW) \
+    TSR_AVX512 static void d512_##SW##_##NP(const tile_t* t) { dw512(t, NP, SW); }
+#define TSR_DE512(NP, SW) [NP] = d512_##SW##_##NP,
+#define TSR_D256(NP, SW) \
+    TSR_AVX2 static void d256_##SW##_##NP(const tile_t* t) { dw256(t, NP, SW); }
+#define TSR_DE256(NP, SW) [NP] = d256_##SW##_##NP,
+TSR_UP16(TSR_D512, 1) TSR_UP16(TSR_D512, 2) TSR_UP8(TSR_D256, 1) TSR_UP8(TSR_D256, 2)
+TSR_AVX512 static void d512_one(const tile_t* t) { dw512(t, 1, 0); }
+TSR_AVX2 static void d256_one(const tile_t* t) { dw256(t, 1, 0); }
+static const tile_fn DW512[2][NP_DW_MAX + 1] = {{TSR_UP16(TSR_DE512, 1)},
+                                               {TSR_UP16(TSR_DE512, 2)}};
+static const tile_fn DW256[2][NP_DW_MAX + 1] = {{TSR_UP8(TSR_DE256, 1)},
+                                               {TSR_UP8(TSR_DE256, 2)}};
+static const int NP_DW_LIMIT[TSR_GEMM_ISAS] = {8, 8, 16};
+#else
+static const int NP_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
+    {0, 8, 8, 8, 8}, {0, 8, 8, 8, 8}, {0, 8, 8, 8, 8}};
+static const int NP_DW_LIMIT[TSR_GEMM_ISAS] = {8, 8, 8};
+#endif
+
+/* the portable tile: any B (<= 16), NB <= 4, NP <= 8, any stride; the epilogue as above */
+static void tile_portable(const tile_t* t, int B, int NB, int NP, int CI, int depthwise) {
+    float acc[8][NB_MAX][16];
+    for (int j = 0; j < NB; j++)
+        for (int p = 0; p < NP; p++)
+            for (int k = 0; k < B; k++)
+                acc[p][j][k] = t->add ? t->y[j * t->yobs + p * B + k]
+                               : t->bias ? t->bias[j * B + k] : 0.0f;
+    if (depthwise) {
+        for (int64_t ky = 0; ky < t->nky; ky++)
+            for (int64_t kx = 0; kx < t->nkx; kx++) {
+                const float* xt = t->x + ky * t->rs + kx * t->cs;
+                const float* wt = t->w + (ky * t->kw + kx) * B;
+                for (int p = 0; p < NP; p++)
+                    for (int k = 0; k < B; k++) acc[p][0][k] += xt[p * t->ps + k] * wt[k];
+            }
+    } else {
+        for (int64_t cb = 0; cb < t->ncb; cb++)
+            for (int64_t ky = 0; ky < t->nky; ky++)
+                for (int64_t kx = 0; kx < t->nkx; kx++) {
+                    const float* xt = t->x + cb * t->cbs + ky * t->rs + kx * t->cs;
+                    const float* wt = t->w + cb * t->wcbs + (ky * t->kw + kx) * (CI * B);
+                    for (int ci = 0; ci < CI; ci++)
+                        for (int j = 0; j < NB; j++) {
+                            const float* wv = wt + j * t->wobs + ci * B;
+                            for (int p = 0; p < NP; p++) {
+                                float xv = xt[p * t->ps + ci];
+                                for (int k = 0; k < B; k++) acc[p][j][k] += xv * wv[k];
+                            }
+                        }
+                }
+    }
+    for (int j = 0; j < NB; j++)
+        for (int p = 0; p < NP; p++)
+            for (int k = 0; k < B; k++) {
+                float v = acc[p][j][k];
+                if (t->epi) {
+                    const float* rp = t->r ? t->r + j * t->yobs + p * B + k : NULL;
+                    if (rp && t->first) v += *rp;
+                    if (t->act == TSR_ACT_RELU) v = v < 0.0f ? 0.0f : v;
+                    else if (t->act == TSR_ACT_CLAMP)
+                        v = v < t->lo ? t->lo : v > t->hi ? t->hi : v;
+                    if (rp && !t->first) v += *rp;
+                    if (j * B + k >= t->oleft) v = 0.0f;
+                }
+                t->y[j * t->yobs + p * B + k] = v;
+            }
+}
+
+/* ---- the driver --------------------------------------------------------------------- */
+
+/* the path a convolution runs: the isa's own tiles when B is its vector width */
+static int path_of(int isa, int B) {
+    if (isa == TSR_GEMM_AVX512 && B == 16) return TSR_GEMM_AVX512;
+    if (isa >= TSR_GEMM_AVX2 && B == 8) return TSR_GEMM_AVX2;
+    return TSR_GEMM_PORTABLE;
+}
+
+/* The geometry a range works with: a 1x1 stride-1 unpadded convolution's planes are one
+   row of h * w pixels (its tiles then cross the image's rows) */
+typedef struct {
+    int64_t B, CB, OB, H, W, OH, OW, xcb, wobs, wcbs, taps;
+    int path, plain, dw, flat;
+} geo_t;
+
+static geo_t geometry(const tsr_nchwc_conv_t* p) {
+    geo_t g;
+    g.B = p->block;
+    g.plain = (p->flags & TSR_NCHWC_PLAIN_INPUT) != 0;
+    g.dw = p->groups > 1;
+    g.CB = ceil_div(p->c, g.B);
+    g.OB = ceil_div(p->o, g.B);
+    g.flat = !g.plain && !g.dw && p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 &&
+             p->ph == 0 && p->pw == 0 && p->oh == p->h && p->ow == p->w;
+    g.H = g.flat ? 1 : p->h;
+    g.W = g.flat ? p->h * p->w : p->w;
+    g.OH = g.flat ? 1 : p->oh;
+    g.OW = g.flat ? p->oh * p->ow : p->ow;
+    g.path = path_of(p->isa, (int)g.B);
+    g.taps = p->kh * p->kw;
+    int64_t ci = g.plain ? 1 : g.B;                          /* input channels per step */
+    g.xcb = g.plain ? p->h * p->w : p->h * p->w * g.B;       /* an input block's stride */
+    g.wcbs = g.dw ? g.taps * g.B : g.taps * ci * g.B;
+    g.wobs = g.dw ? g.wcbs : (g.plain ? p->c : g.CB) * g.wcbs;
+    return g;
+}
+
+static void run_tile(const geo_t* g, const tile_t* t, int nb, int np, int sw) {
+    int isw = sw == 1 ? 0 : 1;
+#if TSR_X86
+    if (g->path == TSR_GEMM_AVX512) {
+        if (g->dw) (np == 1 ? d512_one : DW512[isw][np])(t);
+        else if (np == 1) k512_one(t, nb, g->plain);
+        else TILES512[g->plain][isw][nb][np](t);
+        return;
+    }
+    if (g->path == TSR_GEMM_AVX2) {
+        if (g->dw) (np == 1 ? d256_one : DW256[isw][np])(t);
+        else if (np == 1) k256_one(t, nb, g->plain);
+        else TILES256[g->plain][isw][nb][np](t);
+        return;
+    }
+#else
+    (void)isw;
+#endif
+    tile_portable(t, (int)g->B, nb, np, g->plain ? 1 : (int)g->B, g->dw);
+}
+
+/* output pixels [ox0, ox1) of row oy, output blocks [ob, ob + nb), input blocks
+   [cb0, cb0 + ncb) of batch element b */
+static void conv_row(const tsr_nchwc_conv_t* p, const geo_t* g, int np_tile, int64_t b,
+                     int64_t ob, int nb, int64_t cb0, int64_t ncb, int64_t oy, int64_t ox0,
+                     int64_t ox1) {
+    int64_t B = g->B, H = g->H, W = g->W, KW = p->kw, dh = p->dh, dw = p->dw;
+    int64_t sw = g->flat ? 1 : p->sw;
+    int64_t bx = g->plain ? 1 : B;   /* floats per input pixel of one block */
+    int64_t iy0 = oy * (g->flat ? 1 : p->sh) - (g->flat ? 0 : p->ph);
+    int64_t ky0 = iy0 < 0 ? ceil_div(-iy0, dh) : 0;
+    int64_t ky1 = H - iy0 > 0 ? min64(p->kh, ceil_div(H - iy0, dh)) : 0;
+    int64_t pw = g->flat ? 0 : p->pw;
+    tile_t t;
+    t.cbs = g->xcb;
+    t.ncb = g->dw ? 1 : ncb;
+    t.nky = ky1 > ky0 ? ky1 - ky0 : 0;
+    t.rs = dh * W * bx;
+    t.cs = dw * bx;
+    t.ps = sw * bx;
+    t.kw = KW;
+    t.wobs = g->wobs;
+    t.wcbs = g->wcbs;
+    t.yobs = g->OH * g->OW * B;
+    t.oleft = p->o - ob * B;
+    t.add = cb0 > 0;
+    t.epi = g->dw || cb0 + ncb >= (g->plain ? p->c : g->CB);
+    t.act = p->act;
+    t.first = (p->flags & TSR_GEMM_RESIDUAL_FIRST) != 0;
+    t.lo = p->lo;
+    t.hi = p->hi;
+    t.bias = p->bias && !t.add ? p->bias + ob * B : NULL;
+    const float* xb = p->x + (b * (g->plain ? p->c : g->CB) + (g->dw ? ob : cb0)) * g->xcb;
+    const float* wb = p->wp + ob * g->wobs + (g->dw ? 0 : cb0 * g->wcbs);
+    int64_t yoff = ((b * g->OB + ob) * g->OH + oy) * g->OW * B;
+    /* interior pixels: every tap column inside the image */
+    int64_t oxl = min64(ceil_div(pw, sw), g->OW), rhs = W - 1 + pw - (KW - 1) * dw;
+    int64_t oxr = rhs < 0 ? oxl : max64(oxl, min64(g->OW, rhs / sw + 1));
+    int64_t ci = g->plain ? 1 : B;
+    for (int64_t ox = ox0; ox < ox1;) {
+        int64_t ix0 = ox * sw - pw, kx0 = 0, kx1 = KW, np = 1;
+        if (ox >= oxl && ox < oxr) {
+            np = min64(min64(np_tile, oxr - ox), ox1 - ox);
+        } else {
+            kx0 = ix0 < 0 ? ceil_div(-ix0, dw) : 0;
+            kx1 = W - ix0 > 0 ? min64(KW, ceil_div(W - ix0, dw)) : 0;
+            if (kx1 < kx0) kx1 = kx0;
+        }
+        t.nkx = kx1 - kx0;
+        t.x = xb + (iy0 + ky0 * dh) * W * bx + (ix0 + kx0 * dw) * bx;
+        t.w = wb + (ky0 * KW + kx0) * (g->dw ? B : ci * B);
+        t.y = p->y + yoff + ox * B;
+        t.r = p->r ? p->r + yoff + ox * B : NULL;
+        run_tile(g, &t, nb, (int)np, (int)sw);
+        ox += np;
+    }
+}
+
+/* reserved: [0] output blocks per tile, [1] pixels per tile, [2] input blocks per pass, [3]
+   output rows per item (pixels, for a flat plane) */
+int64_t tsr_nchwc_conv_plan(tsr_nchwc_conv_t* p, int threads) {
+    int isa = p->isa, B = p->block;
+    if (isa < 0 || isa >= TSR_GEMM_ISAS || !tsr_nchwc_isa_supported(isa)) return -1;
+    if (B != 8 && B != 16) return -1;
+    if (p->n < 1 || p->c < 1 || p->h < 1 || p->w < 1 || p->o < 1 || p->oh < 1 || p->ow < 1 ||
+        p->kh < 1 || p->kw < 1 || p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 ||
+        p->ph < 0 || p->pw < 0)
+        return -1;
+    int plain = (p->flags & TSR_NCHWC_PLAIN_INPUT) != 0;
+    if (p->groups != 1 && !(p->groups == p->c && p->groups == p->o && !plain)) return -1;
+    if (p->act != TSR_ACT_NONE && p->act != TSR_ACT_RELU && p->act != TSR_ACT_CLAMP) return -1;
+    geo_t g = geometry(p);
+    int64_t *nb = &p->reserved[0], *np = &p->reserved[1], *chunk = &p->reserved[2],
+            *rows = &p->reserved[3];
+    if (*nb <= 0) *nb = g.dw ? 1 : min64(g.OB, 4);
+    if (g.dw) *nb = 1;
+    *nb = min64(*nb, NB_MAX);
+    int lim = g.dw ? NP_DW_LIMIT[g.path] : NP_LIMIT[g.path][*nb];
+    if (*np <= 0) *np = min64(lim, g.OW);
+    *np = min64(*np, lim);
+    int64_t cbs = plain ? p->c : g.CB;
+    if (*chunk <= 0) *chunk = cbs;
+    if (*rows <= 0) {
+        /* enough items for the threads to share evenly (work comes from one counter) */
+        int64_t groups = p->n * ceil_div(g.OB, *nb), want = threads > 1 ? 8 * threads : 1;
+        int64_t extent = g.flat ? g.OW : g.OH;
+        int64_t bands = min64(extent, max64(1, ceil_div(want, groups)));
+        *rows = ceil_div(extent, bands);
+        if (g.flat && *rows < extent) *rows = min64(extent, ceil_div(*rows, *np) * *np);
+    }
+    int64_t extent = g.flat ? g.OW : g.OH;
+    return p->n * ceil_div(g.OB, *nb) * ceil_div(extent, *rows);
+}
+
+void tsr_nchwc_conv_range(const tsr_nchwc_conv_t* p, int64_t lo, int64_t hi) {
+    geo_t g = geometry(p);
+    int64_t NB = p->reserved[0], NP = p->reserved[1], chunk = p->reserved[2],
+            rows = p->reserved[3];
+    if (NB <= 0 || NP <= 0 || chunk <= 0 || rows <= 0) return;
+    int64_t groups = ceil_div(g.OB, NB), extent = g.flat ? g.OW : g.OH;
+    int64_t bands = ceil_div(extent, rows), cbs = g.plain ? p->c : g.CB;
+    for (int64_t item = lo; item < hi; item++) {
+        int64_t b = item / (groups * bands), rest = item % (groups * bands);
+        int64_t ob0 = rest / bands * NB, band = rest % bands;
+        int64_t ob1 = min64(g.OB, ob0 + NB), e0 = band * rows, e1 = min64(extent, e0 + rows);
+        if (g.dw) {   /* one block at a time: each its own input plane */
+            for (int64_t ob = ob0; ob < ob1; ob++)
+                for (int64_t oy = e0; oy < e1; oy++)
+                    conv_row(p, &g, (int)NP, b, ob, 1, 0, 1, oy, 0, g.OW);
+            continue;
+        }
+        for (int64_t cb0 = 0; cb0 < cbs; cb0 += chunk) {
+            int64_t ncb = min64(chunk, cbs - cb0);
+            if (g.flat)
+                conv_row(p, &g, (int)NP, b, ob0, (int)(ob1 - ob0), cb0, ncb, 0, e0, e1);
+            else
+                for (int64_t oy = e0; oy < e1; oy++)
+                    conv_row(p, &g, (int)NP, b, ob0, (int)(ob1 - ob0), cb0, ncb, oy, 0, g.OW);
+        }
+    }
+}
+
+/* ---- weights ------------------------------------------------------------------------ */
+
+int64_t tsr_nchwc_packed_size(const tsr_nchwc_conv_t* p) {
+    int64_t B = p->block, taps = p->kh * p->kw;
+    if (B < 1) return -1;
+    if (p->groups > 1) return ceil_div(p->c, B) * taps * B;
+    if (p->flags & TSR_NCHWC_PLAIN_INPUT) return ceil_div(p->o, B) * p->c * taps * B;
+    return ceil_div(p->o, B) * ceil_div(p->c, B) * taps * B * B;
+}
+
+/* blocked: [ob][cb][ky][kx][ci][co]; plain input: [ob][c][ky][kx][co]; depthwise:
+   [cb][ky][kx][co] (co the B channels of a block, a vector; zeros past o and c) */
+void tsr_nchwc_pack_weights(const tsr_nchwc_conv_t* p, const float* w, float* dst) {
+    int64_t B = p->block, taps = p->kh * p->kw, O = p->o, C = p->c;
+    int64_t OB = ceil_div(O, B), CB = ceil_div(C, B);
+    memset(dst, 0, (size_t)tsr_nchwc_packed_size(p) * sizeof(float));
+    if (p->groups > 1) {
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t t = 0; t < taps; t++) dst[(o / B * taps + t) * B + o % B] = w[o * taps + t];
+        return;
+    }
+    int plain = (p->flags & TSR_NCHWC_PLAIN_INPUT) != 0;
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t t = 0; t < taps; t++) {
+                float v = w[(o * C + c) * taps + t];
+                int64_t at = plain ? (((o / B) * C + c) * taps + t) * B + o % B
+                                   : ((((o / B) * CB + c / B) * taps + t) * B + c % B) * B + o % B;
+                dst[at] = v;
+            }
+    (void)OB;
+}
+
+/* ---- layout changes ----------------------------------------------------------------- */
+
+void tsr_nchwc_to_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw,
+                          int block) {
+    int64_t B = block, CB = ceil_div(c, B);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t cb = 0; cb < CB; cb++) {
+            float* d = y + (b * CB + cb) * hw * B;
+            int64_t nc = min64(B, c - cb * B);
+            const float* s = x + (b * c + cb * B) * hw;
+            for (int64_t i = 0; i < hw; i++) {
+                for (int64_t k = 0; k < nc; k++) d[i * B + k] = s[k * hw + i];
+                for (int64_t k = nc; k < B; k++) d[i * B + k] = 0.0f;
+            }
+        }
+}
+
+void tsr_nchwc_from_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw,
+                            int block) {
+    int64_t B = block, CB = ceil_div(c, B);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t cb = 0; cb < CB; cb++) {
+            const float* s = x + (b * CB + cb) * hw * B;
+            int64_t nc = min64(B, c - cb * B);
+            float* d = y + (b * c + cb * B) * hw;
+            for (int64_t k = 0; k < nc; k++)
+                for (int64_t i = 0; i < hw; i++) d[k * hw + i] = s[i * B + k];
+        }
+}
+
+/* ---- pooling ------------------------------------------------------------------------ */
+
+int64_t tsr_nchwc_pool_plan(tsr_nchwc_pool_t* p, int threads) {
+    (void)threads;
+    if (p->block != 8 && p->block != 16) return -1;
+    if (p->isa < 0 || p->isa >= TSR_GEMM_ISAS || !tsr_nchwc_isa_supported(p->isa)) return -1;
+    if (p->n < 1 || p->cb < 1 || p->h < 1 || p->w < 1 || p->oh < 1 || p->ow < 1 ||
+        p->kh < 1 || p->kw < 1 || p->sh < 1 || p->sw < 1 || p->ph < 0 || p->pw < 0 ||
+        (p->kind != 0 && p->kind != 1))
+        return -1;
+    return p->n * p->cb * p->oh;
+}
+
+/* one output row: PyTorch's window (start clipped, end min(start + k, size + pad) for the
+   divisor counting padding, then clipped to the image) */
+#define TSR_POOL_ROW(ATTR, NAME, BW)                                                       \
+ATTR static void NAME(const tsr_nchwc_pool_t* p, int64_t item, int64_t B) {                \
+    const int64_t Bv = BW ? BW : B;                                                       \
+    int64_t plane = item / p->oh, oy = item % p->oh;                                      \
+    const float* x = p->x + plane * p->h * p->w * Bv;                                     \
+    float* y = p->y + (plane * p->oh + oy) * p->ow * Bv;                                  \
+    int64_t hs = oy * p->sh - p->ph, he = min64(hs + p->kh, p->h + p->ph);                \
+    int64_t hn = he - hs;                                                                 \
+    hs = max64(hs, 0);                                                                    \
+    he = min64(he, p->h);                                                                 \
+    for (int64_t ox = 0; ox < p->ow; ox++) {                                              \
+        int64_t ws = ox * p->sw - p->pw, we = min64(ws + p->kw, p->w + p->pw);            \
+        int64_t wn = we - ws;                                                             \
+        ws = max64(ws, 0);                                                                \
+        we = min64(we, p->w);                                                             \
+        float acc[16];                                                                    \
+        for (int64_t k = 0; k < Bv; k++) acc[k] = p->kind ? 0.0f : -INFINITY;             \
+        for (int64_t iy = hs; iy < he; iy++)                                              \
+            for (int64_t ix = ws; ix < we; ix++) {                                        \
+                const float* s = x + (iy * p->w + ix) * Bv;                               \
+                if (p->kind) {                                                            \
+                    for (int64_t k = 0; k < Bv; k++) acc[k] += s[k];                      \
+                } else {                                                                  \
+                    for (int64_t k = 0; k < Bv; k++)                                      \
+                        acc[k] = (s[k] > acc[k] || s[k] != s[k]) ? s[k] : acc[k];         \
+                }                                                                         \
+            }                                                                             \
+        if (p->kind) {                                                                    \
+            int64_t cnt = p->count_include_pad ? hn * wn : (he - hs) * (we - ws);         \
+            float den = cnt > 0 ? (float)cnt : 1.0f;                                      \
+            for (int64_t k = 0; k < Bv; k++) acc[k] /= den;                               \
+        }                                                                                 \
+        for (int64_t k = 0; k < Bv; k++) y[ox * Bv + k] = acc[k];                         \
+    }                                                                                     \
+}
+
+TSR_POOL_ROW(, pool_row_portable, 0)
+#if TSR_X86
+TSR_POOL_ROW(TSR_AVX512, pool_row512, 16)
+TSR_POOL_ROW(TSR_AVX2, pool_row256, 8)
+#endif
+
+void tsr_nchwc_pool_range(const tsr_nchwc_pool_t* p, int64_t lo, int64_t hi) {
+    int path = path_of(p->isa, p->block);
+    for (int64_t item = lo; item < hi; item++) {
+#if TSR_X86
+        if (path == TSR_GEMM_AVX512) { pool_row512(p, item, 16); continue; }
+        if (path == TSR_GEMM_AVX2) { pool_row256(p, item, 8); continue; }
+#endif
+        pool_row_portable(p, item, p->block);
+        (void)path;
+    }
+}
