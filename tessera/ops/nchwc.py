@@ -189,32 +189,44 @@ def from_nchwc(x: Tensor, channels: int) -> Tensor:
 
 # ---- conv2d_nchwc --------------------------------------------------------------------------
 
-def pack_conv_weight(w: np.ndarray, *, groups: int, block: int, plain_input: bool,
-                     stride, pads, dilation) -> np.ndarray:
+def pack_conv_weight(w: np.ndarray, *, groups: int, block: int,
+                     plain_input: bool) -> np.ndarray:
     """PyTorch's (O, C/groups, KH, KW) float32 weights packed for ``conv2d_nchwc`` (1-d,
     64-byte aligned): the C kernels' layout (``tessera.kernels.nchwc.pack_weights``), or
     the weights as they are where those do not run (the NumPy kernel reads either).
 
     >>> pack_conv_weight(np.ones((8, 8, 3, 3), np.float32), groups=1, block=8,
-    ...                  plain_input=False, stride=(1, 1), pads=((1, 1), (1, 1)),
-    ...                  dilation=(1, 1)).ndim
+    ...                  plain_input=False).ndim
     1
     """
     w = np.ascontiguousarray(w, np.float32)
     K = _kernels()
     if K is None:
         return w.reshape(-1).copy()
-    return K.pack_weights(w, groups=groups, block=block, plain_input=plain_input,
-                          stride=tuple(stride), pads=tuple(map(tuple, pads)),
-                          dilation=tuple(dilation))
+    return K.pack_weights(w, groups=groups, block=block, plain_input=plain_input)
+
+
+@functools.lru_cache(maxsize=64)
+def _packed_positions(weight_shape, groups, block, plain_input):
+    """(positions in the packed array, the weight element each holds): packing moves
+    elements, so packing the numbers 1..size (exact in float32 below 2**24) says where."""
+    size = math.prod(weight_shape)
+    if size >= 1 << 24:
+        raise RuntimeError(f"conv2d_nchwc: the NumPy kernel cannot unpack a weight of "
+                           f"{size} elements")
+    idx = np.arange(1, size + 1, dtype=np.float32).reshape(weight_shape)
+    packed = pack_conv_weight(idx, groups=groups, block=block, plain_input=plain_input)
+    where = np.flatnonzero(packed)
+    return where, packed[where].astype(np.int64) - 1
 
 
 def _unpack(wp: np.ndarray, weight_shape, groups, block, plain_input) -> np.ndarray:
-    K = _kernels()
-    if K is None:
+    if _kernels() is None:
         return wp.reshape(weight_shape)
-    return K.unpack_weights(wp, tuple(weight_shape), groups=groups, block=block,
-                            plain_input=plain_input)
+    where, src = _packed_positions(tuple(weight_shape), groups, block, plain_input)
+    w = np.zeros(math.prod(weight_shape), np.float32)
+    w[src] = wp[where]
+    return w.reshape(weight_shape)
 
 
 def pad_bias(b: np.ndarray, block: int) -> np.ndarray:
@@ -294,8 +306,23 @@ def _conv_runner(xshape, oshape, weight_shape, stride, pads, dilation, groups, b
     K = _kernels()
     if K is None:
         return None
-    return K.conv_bound(xshape, oshape, weight_shape, stride, pads, dilation, groups, block,
-                        plain_input, activation, bounds, residual_first)
+    o, cg = weight_shape[:2]
+    plain_x = xshape if plain_input else (xshape[0], cg * groups) + xshape[2:4]
+    (top, bottom), (left, right) = pads
+    return K.conv_bound(plain_x, (oshape[0], o) + oshape[2:4], weight_shape, stride,
+                        (top, left, bottom, right), dilation, groups, block, plain_input,
+                        activation, bounds, residual_first)
+
+
+def _aligned(a: np.ndarray) -> np.ndarray:
+    """``a`` itself when C-contiguous and 64-byte aligned (packed weights are), else a copy
+    that is."""
+    if a.flags.c_contiguous and a.ctypes.data % 64 == 0:
+        return a
+    raw = np.empty(a.size + 16, np.float32)
+    out = raw[(-raw.ctypes.data % 64) // 4:][:a.size].reshape(a.shape)
+    np.copyto(out, a)
+    return out
 
 
 def _conv_bind(x, wp, b, r, out, **attrs):
@@ -308,12 +335,13 @@ def _conv_bind(x, wp, b, r, out, **attrs):
                        tuple(a["bounds"]), a["residual_first"])
 
     def bound(y, xa, wa, ba, ra) -> None:
-        if run is None or not (y.flags.c_contiguous and xa.flags.c_contiguous):
+        if run is None or not y.flags.c_contiguous:
             np.copyto(y, _conv_reference(xa, wa, ba, ra, **attrs))
             return
         if ra is not None and np.may_share_memory(y, ra):
             ra = ra.copy()
-        run(xa, np.ascontiguousarray(wa), ba, ra, y)
+        run(np.ascontiguousarray(xa), _aligned(wa), None if ba is None else
+            np.ascontiguousarray(ba), None if ra is None else np.ascontiguousarray(ra), y)
     bound.reads_around = True  # type: ignore[attr-defined]  # read by the executor
     bound.bound_attrs = True  # type: ignore[attr-defined]
     return bound
@@ -368,7 +396,7 @@ def conv2d_nchwc(x: Tensor, wp: Tensor, b: Tensor | None = None, r: Tensor | Non
     >>> import numpy as np, tessera
     >>> geo = dict(stride=(1, 1), pads=((1, 1), (1, 1)), dilation=(1, 1))
     >>> w = np.ones((4, 3, 3, 3), np.float32)
-    >>> wp = tessera.from_numpy(pack_conv_weight(w, groups=1, block=8, plain_input=True, **geo))
+    >>> wp = tessera.from_numpy(pack_conv_weight(w, groups=1, block=8, plain_input=True))
     >>> y = conv2d_nchwc(tessera.ones(1, 3, 5, 5), wp, groups=1, block=8,
     ...                  weight_shape=(4, 3, 3, 3), plain_input=True, **geo)
     >>> from_nchwc(y, 4)[0, 0, 2].tolist()
@@ -423,27 +451,26 @@ def _pool_reference(x, kind, kernel_size, stride, padding, ceil_mode, count_incl
 
 
 @functools.lru_cache(maxsize=256)
-def _pool_runner(xshape, kind, kernel_size, stride, padding, count_include_pad):
+def _pool_runner(xshape, oshape, kind, kernel_size, stride, padding, count_include_pad):
     K = _kernels()
     if K is None:
         return None
-    return K.pool_bound(xshape, kernel_size, stride, padding, kind, count_include_pad,
-                        xshape[4])
+    n, cb, h, w, blk = xshape
+    return K.pool_bound((n, cb * blk, h, w), kernel_size, stride, padding, kind,
+                        count_include_pad, blk, oshape=(n, cb * blk) + oshape[2:4])
 
 
 def _pool_bind(x, out, **attrs):
     """``pool2d_nchwc``'s out-form for fixed metas (``fn(out, x)``, ``bound_attrs``)."""
     a = attrs
-    same = _pool_out(x.shape, a["kernel_size"], a["stride"], a["padding"], False) == \
-        tuple(out.shape[2:4])
-    run = _pool_runner(tuple(x.shape), a["kind"], tuple(a["kernel_size"]), tuple(a["stride"]),
-                       tuple(a["padding"]), bool(a["count_include_pad"])) if same else None
+    run = _pool_runner(tuple(x.shape), tuple(out.shape), a["kind"], tuple(a["kernel_size"]),
+                       tuple(a["stride"]), tuple(a["padding"]), bool(a["count_include_pad"]))
 
     def bound(y, xa) -> None:
-        if run is None or not (y.flags.c_contiguous and xa.flags.c_contiguous):
+        if run is None or not y.flags.c_contiguous:
             np.copyto(y, _pool_reference(xa, **attrs))
             return
-        run(xa, y)
+        run(np.ascontiguousarray(xa), y)
     bound.reads_around = True  # type: ignore[attr-defined]
     bound.bound_attrs = True  # type: ignore[attr-defined]
     return bound

@@ -44,8 +44,7 @@ def _conv_samples(rng, dtype):
         for xs, ws, st, pd, groups, plain in cases:
             x, w = make(rng, xs, dtype), make(rng, ws, dtype, -0.5, 0.5)
             b = make(rng, ws[:1], dtype)
-            geo = dict(stride=(st, st), pads=((pd, pd),) * 2, dilation=(1, 1))
-            wp = pack_conv_weight(w, groups=groups, block=block, plain_input=plain, **geo)
+            wp = pack_conv_weight(w, groups=groups, block=block, plain_input=plain)
             bp = pad_bias(b, block)
             n, _, h, wd = xs
             out = (n, ws[0], (h + 2 * pd - ws[2]) // st + 1, (wd + 2 * pd - ws[3]) // st + 1)
@@ -63,15 +62,16 @@ register(OpInfo("nchwc_conv2d", _conv, _conv_samples, dtypes=(np.float32,),
                 gradcheck=False, atol=1e-4, rtol=1e-5))
 
 
-def _pool(L, x, kind, kernel, stride, padding, count_include_pad=True, block=8):
+def _pool(L, x, kind, kernel, stride, padding, count_include_pad=True, block=8,
+          ceil_mode=False):
     if L.__name__ == "tessera":
         from tessera.ops import nchwc
         y = nchwc.pool2d_nchwc(nchwc.to_nchwc(x, block), kind, kernel, stride, padding,
-                               count_include_pad=count_include_pad)
+                               ceil_mode=ceil_mode, count_include_pad=count_include_pad)
         return nchwc.from_nchwc(y, x.shape[1])
     if kind == "max":
-        return L.nn.functional.max_pool2d(x, kernel, stride, padding)
-    return L.nn.functional.avg_pool2d(x, kernel, stride, padding,
+        return L.nn.functional.max_pool2d(x, kernel, stride, padding, ceil_mode=ceil_mode)
+    return L.nn.functional.avg_pool2d(x, kernel, stride, padding, ceil_mode=ceil_mode,
                                       count_include_pad=count_include_pad)
 
 
@@ -79,6 +79,9 @@ def _pool_samples(rng, dtype):
     for block in (8, 16):
         x = make(rng, (2, 11, 9, 7), dtype)
         yield Sample((x, "max", (3, 3), (2, 2), (1, 1)), dict(block=block))
+        yield Sample((x, "max", (2, 2), (2, 2), (0, 0)), dict(block=block, ceil_mode=True))
+        yield Sample((x, "avg", (2, 2), (2, 2), (1, 1)), dict(block=block, ceil_mode=True,
+                                                                count_include_pad=False))
         yield Sample((x, "avg", (3, 2), (2, 1), (1, 0)), dict(count_include_pad=False,
                                                                 block=block))
         yield Sample((x, "avg", (3, 3), (2, 2), (1, 1)), dict(block=block))

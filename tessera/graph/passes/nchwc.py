@@ -158,10 +158,10 @@ class _Rewrite:
         xin = x if plain else self._blocked_input(x, n.name)
         geo = dict(stride=tuple(a["stride"]), pads=tuple(map(tuple, a["pads"])),
                    dilation=tuple(a["dilation"]))
-        key = (id(w), plain, geo["stride"], geo["pads"], geo["dilation"])
+        key = (id(w), plain)
         if key not in self.packed:
             self.packed[key] = self._variable(ops.pack_conv_weight(
-                wv, groups=groups, block=self.block, plain_input=plain, **geo))
+                wv, groups=groups, block=self.block, plain_input=plain))
         bias = None if b is None else self._variable(ops.pad_bias(self._array(b).reshape(-1),
                                                                   self.block))
         rin = None if r is None else self._blocked_input(r, n.name)
@@ -237,14 +237,14 @@ class _Rewrite:
             return False
         xb = self.blocked[id(x)]
         attrs = dict(kind=kind, kernel_size=tuple(kernel), stride=tuple(stride),
-                     padding=tuple(padding), ceil_mode=False, count_include_pad=bool(include))
+                     padding=tuple(padding), ceil_mode=bool(ceil_mode),
+                     count_include_pad=bool(include))
         try:
             m = REGISTRY["pool2d_nchwc"].infer(Meta(xb.shape, xb.dtype), **attrs)
         except RuntimeError:
             return False
         if m.shape[2:4] != n.outputs[0].shape[2:]:
-            return False  # a ceil-mode window past the input: left to the plain kernel
-        del ceil_mode
+            return False
         out = self._add(_emit(self.g, "pool2d_nchwc", [xb], attrs, n.name))
         self._set(n.outputs[0], out, self.channels[id(xb)])
         return True
