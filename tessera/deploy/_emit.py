@@ -561,21 +561,19 @@ def _cat(prog: Program, i: int, n: Node) -> None:
 
 # ---- the blocked layout (kernels/c/nchwc.c): convolution, pooling, layout changes --------
 
-def _nchwc_unit(prog: Program) -> None:
-    """nchwc.c compiled as a unit of the folder, its header and the work item that runs a
-    planned convolution's or pooling's items on the kernel threads (once per program)."""
-    if "tsr_nchwc.c" in prog.units:
-        return
-    prog.units["tsr_nchwc.c"] = "/* the blocked-layout kernels (nchwc.c) */\n" \
-                                "#include \"nchwc.c\"\n"
-    prog.kernels.append(
-        "#include \"nchwc.h\"\n\n"
-        "static int64_t nchwc_conv_item(const int64_t* c, int64_t i) {\n"
-        "    tsr_nchwc_conv_range((const tsr_nchwc_conv_t*)(intptr_t)c[0], i, i + 1);\n"
-        "    return 0;\n}\n\n"
-        "static int64_t nchwc_pool_item(const int64_t* c, int64_t i) {\n"
-        "    tsr_nchwc_pool_range((const tsr_nchwc_pool_t*)(intptr_t)c[0], i, i + 1);\n"
-        "    return 0;\n}")
+def _nchwc_unit(prog: Program, kind: str = "") -> None:
+    """nchwc.c compiled as a unit of the folder and its header (once per program), and the
+    work item running a planned ``kind`` ("conv" or "pool") on the kernel threads."""
+    if "tsr_nchwc.c" not in prog.units:
+        prog.units["tsr_nchwc.c"] = "/* the blocked-layout kernels (nchwc.c) */\n" \
+                                    "#include \"nchwc.c\"\n"
+        prog.kernels.append("#include \"nchwc.h\"")
+    item = f"static int64_t nchwc_{kind}_item("
+    if kind and not any(k.startswith(item) for k in prog.kernels):
+        prog.kernels.append(
+            f"{item}const int64_t* c, int64_t i) {{\n"
+            f"    tsr_nchwc_{kind}_range((const tsr_nchwc_{kind}_t*)(intptr_t)c[0], i, i + 1);\n"
+            f"    return 0;\n}}")
 
 
 def _c_float(v: float) -> str:
@@ -587,7 +585,7 @@ def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
     out, a = n.outputs[0], n.attrs
     if not isinstance(wp, Value) or wp.kind != "var":
         raise _unsupported(n, "packed weights that are not a constant")
-    _nchwc_unit(prog)
+    _nchwc_unit(prog, "conv")
     o, cg, kh, kw = a["weight_shape"]
     (sh, sw), (dh, dw) = a["stride"], a["dilation"]
     (ph, _), (pw, _) = a["pads"]
@@ -618,7 +616,7 @@ def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
 
 def _nchwc_pool(prog: Program, i: int, n: Node) -> None:
     x, out, a = n.inputs[0], n.outputs[0], n.attrs
-    _nchwc_unit(prog)
+    _nchwc_unit(prog, "pool")
     N, CB, H, W, blk = x.shape
     (kh, kw), (sh, sw), (ph, pw) = a["kernel_size"], a["stride"], a["padding"]
     fields = dict(n=N, cb=CB, h=H, w=W, oh=out.shape[2], ow=out.shape[3], kh=kh, kw=kw,
