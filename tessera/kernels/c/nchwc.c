@@ -74,31 +74,32 @@ typedef struct {
 
 typedef void (*tile_fn)(const tile_t*);
 
-enum { NB_MAX = 4, NP_MAX = 16, NP_DW_MAX = 16 };
+enum { NB_MAX = 4, NP_MAX = 16, NP_DW_MAX = 16, WEIGHTS_L2 = 640 << 10 };
 
 #if TSR_X86
+/* S for each accumulator (p, j), fully unrolled: the accumulators stay in registers */
+#define TSR_EACH(NB, NP, S) { _Pragma("GCC unroll 4") for (int j = 0; j < NB; j++)           \
+                              _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++) { S; } }
+
+#define TSR_AT(ptr) ((ptr) + j * t->yobs + p * bw_)   /* (pixel p, block j) of y or r */
+
 /* The epilogue on accumulators acc[p][j] (p < NP pixels, j < NB blocks): act(acc [+ r])
    [+ r], then the padded channels of the last block zeroed. max(0, v) and min(hi, v) give v
    itself when v is a NaN, as PyTorch's relu and clamp do. */
 #define TSR_EPILOGUE(V, BW, LOADU, STOREU, SET1, ADD, MAX, MIN, KEEP, acc, NB, NP)           \
+    const int64_t bw_ = BW;                                                                \
     if (t->epi) {                                                                          \
-        V zero_ = SET1(0.0f), lo_ = SET1(t->lo), hi_ = SET1(t->hi);                        \
-        for (int j = 0; j < NB; j++)                                                       \
-            for (int p = 0; p < NP; p++) {                                                 \
-                V v = acc[p][j];                                                           \
-                const float* rp = t->r ? t->r + j * t->yobs + p * BW : NULL;               \
-                if (rp && t->first) v = ADD(v, LOADU(rp));                                 \
-                if (t->act == TSR_ACT_RELU) v = MAX(zero_, v);                             \
-                else if (t->act == TSR_ACT_CLAMP) v = MIN(hi_, MAX(lo_, v));               \
-                if (rp && !t->first) v = ADD(v, LOADU(rp));                                \
-                acc[p][j] = v;                                                             \
-            }                                                                              \
+        const float* r_ = t->r;                                                            \
+        V lo_ = SET1(t->act == TSR_ACT_RELU ? 0.0f : t->lo), hi_ = SET1(t->hi);            \
+        if (r_ && t->first) TSR_EACH(NB, NP, acc[p][j] = ADD(acc[p][j], LOADU(TSR_AT(r_))))   \
+        if (t->act == TSR_ACT_RELU) TSR_EACH(NB, NP, acc[p][j] = MAX(lo_, acc[p][j]))       \
+        else if (t->act == TSR_ACT_CLAMP)                                                  \
+            TSR_EACH(NB, NP, acc[p][j] = MIN(hi_, MAX(lo_, acc[p][j])))                    \
+        if (r_ && !t->first) TSR_EACH(NB, NP, acc[p][j] = ADD(acc[p][j], LOADU(TSR_AT(r_))))  \
         if (t->oleft < NB * BW)                                                            \
-            for (int j = 0; j < NB; j++)                                                   \
-                for (int p = 0; p < NP; p++) acc[p][j] = KEEP(acc[p][j], t->oleft - j * BW); \
+            TSR_EACH(NB, NP, acc[p][j] = KEEP(acc[p][j], t->oleft - j * BW))               \
     }                                                                                      \
-    for (int j = 0; j < NB; j++)                                                           \
-        for (int p = 0; p < NP; p++) STOREU(t->y + j * t->yobs + p * BW, acc[p][j]);
+    TSR_EACH(NB, NP, STOREU(TSR_AT(t->y), acc[p][j]))
 
 /* a convolution tile: CI input channels per step (BW blocked, 1 plain), pixels SW input
    columns apart (SW 0: t->ps, for single pixels) */
@@ -148,6 +149,28 @@ ATTR TSR_INLINE void NAME(const tile_t* t, const int NP, const int SW) {        
     TSR_EPILOGUE(V, BW, LOADU, STOREU, SET1, ADD, MAX, MIN, KEEP, acc, 1, NP)               \
 }
 
+/* a depthwise 3-wide tile (dilation 1, every tap column inside): each input vector of a
+   row is loaded once and multiplied into the up to 3 pixels that read it, instead of once
+   per pixel and tap (loads, not FMAs, bound the plain tile) */
+#define TSR_DW3_TILE(ATTR, NAME, V, BW, LOADU, STOREU, SET1, FMA, ADD, MAX, MIN, KEEP)        \
+ATTR TSR_INLINE void NAME(const tile_t* t, const int NP, const int SW) {                 \
+    V acc[NP_DW_MAX][1];                                                                 \
+    V b0 = t->bias ? LOADU(t->bias) : SET1(0.0f);                                          \
+    _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++) acc[p][0] = b0;                 \
+    for (int64_t ky = 0; ky < t->nky; ky++) {                                             \
+        const float* xr = t->x + ky * t->rs;                                              \
+        const float* wr = t->w + ky * t->kw * BW;                                         \
+        V w[3] = {LOADU(wr), LOADU(wr + BW), LOADU(wr + 2 * BW)};                          \
+        _Pragma("GCC unroll 40") for (int i = 0; i < (NP - 1) * SW + 3; i++) {            \
+            V v = LOADU(xr + i * BW);                                                     \
+            _Pragma("GCC unroll 3") for (int kx = 0; kx < 3; kx++)                        \
+                if (i >= kx && (i - kx) % SW == 0 && (i - kx) / SW < NP)                  \
+                    acc[(i - kx) / SW][0] = FMA(v, w[kx], acc[(i - kx) / SW][0]);         \
+        }                                                                                 \
+    }                                                                                     \
+    TSR_EPILOGUE(V, BW, LOADU, STOREU, SET1, ADD, MAX, MIN, KEEP, acc, 1, NP)               \
+}
+
 TSR_AVX512 TSR_INLINE __m512 keep512(__m512 v, int64_t n) {
     __mmask16 m = n >= 16 ? 0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
     return _mm512_maskz_mov_ps(m, v);
@@ -166,6 +189,12 @@ TSR_DW_TILE(TSR_AVX512, dw512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _m
             _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps, _mm512_min_ps, keep512)
 TSR_DW_TILE(TSR_AVX2, dw256, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,
             _mm256_fmadd_ps, _mm256_add_ps, _mm256_max_ps, _mm256_min_ps, keep256)
+
+TSR_DW3_TILE(TSR_AVX512, dw3_512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps,
+             _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps, _mm512_min_ps,
+             keep512)
+TSR_DW3_TILE(TSR_AVX2, dw3_256, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,
+             _mm256_fmadd_ps, _mm256_add_ps, _mm256_max_ps, _mm256_min_ps, keep256)
 
 /* The instances: NB output blocks x NP pixels, NP up to what the registers hold (32 on
    AVX-512: NP * NB accumulators, NB weights and a broadcast; 16 on AVX2), for blocked input
@@ -242,12 +271,23 @@ TSR_AVX2 static void k256_one(const tile_t* t, int nb, int plain) {
     TSR_AVX2 static void d256_##SW##_##NP(const tile_t* t) { dw256(t, NP, SW); }
 #define TSR_DE256(NP, SW) [NP] = d256_##SW##_##NP,
 TSR_UP16(TSR_D512, 1) TSR_UP16(TSR_D512, 2) TSR_UP8(TSR_D256, 1) TSR_UP8(TSR_D256, 2)
+#define TSR_T512(NP, SW) \
+    TSR_AVX512 static void t512_##SW##_##NP(const tile_t* t) { dw3_512(t, NP, SW); }
+#define TSR_TE512(NP, SW) [NP] = t512_##SW##_##NP,
+#define TSR_T256(NP, SW) \
+    TSR_AVX2 static void t256_##SW##_##NP(const tile_t* t) { dw3_256(t, NP, SW); }
+#define TSR_TE256(NP, SW) [NP] = t256_##SW##_##NP,
+TSR_UP16(TSR_T512, 1) TSR_UP16(TSR_T512, 2) TSR_UP8(TSR_T256, 1) TSR_UP8(TSR_T256, 2)
 TSR_AVX512 static void d512_one(const tile_t* t) { dw512(t, 1, 0); }
 TSR_AVX2 static void d256_one(const tile_t* t) { dw256(t, 1, 0); }
 static const tile_fn DW512[2][NP_DW_MAX + 1] = {{TSR_UP16(TSR_DE512, 1)},
                                                {TSR_UP16(TSR_DE512, 2)}};
 static const tile_fn DW256[2][NP_DW_MAX + 1] = {{TSR_UP8(TSR_DE256, 1)},
                                                {TSR_UP8(TSR_DE256, 2)}};
+static const tile_fn DW3_512[2][NP_DW_MAX + 1] = {{TSR_UP16(TSR_TE512, 1)},
+                                                {TSR_UP16(TSR_TE512, 2)}};
+static const tile_fn DW3_256[2][NP_DW_MAX + 1] = {{TSR_UP8(TSR_TE256, 1)},
+                                                {TSR_UP8(TSR_TE256, 2)}};
 static const int NP_DW_LIMIT[TSR_GEMM_ISAS] = {8, 8, 16};
 #else
 static const int NP_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
@@ -317,7 +357,7 @@ static int path_of(int isa, int B) {
    row of h * w pixels (its tiles then cross the image's rows) */
 typedef struct {
     int64_t B, CB, OB, H, W, OH, OW, xcb, wobs, wcbs, taps;
-    int path, plain, dw, flat;
+    int path, plain, dw, dw3, flat;
 } geo_t;
 
 static geo_t geometry(const tsr_nchwc_conv_t* p) {
@@ -325,6 +365,7 @@ static geo_t geometry(const tsr_nchwc_conv_t* p) {
     g.B = p->block;
     g.plain = (p->flags & TSR_NCHWC_PLAIN_INPUT) != 0;
     g.dw = p->groups > 1;
+    g.dw3 = g.dw && p->kw == 3 && p->dw == 1;
     g.CB = ceil_div(p->c, g.B);
     g.OB = ceil_div(p->o, g.B);
     g.flat = !g.plain && !g.dw && p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 &&
@@ -346,13 +387,15 @@ static void run_tile(const geo_t* g, const tile_t* t, int nb, int np, int sw) {
     int isw = sw == 1 ? 0 : 1;
 #if TSR_X86
     if (g->path == TSR_GEMM_AVX512) {
-        if (g->dw) (np == 1 ? d512_one : DW512[isw][np])(t);
+        if (g->dw) (np == 1 ? d512_one : g->dw3 && t->nkx == 3 ? DW3_512[isw][np]
+                    : DW512[isw][np])(t);
         else if (np == 1) k512_one(t, nb, g->plain);
         else TILES512[g->plain][isw][nb][np](t);
         return;
     }
     if (g->path == TSR_GEMM_AVX2) {
-        if (g->dw) (np == 1 ? d256_one : DW256[isw][np])(t);
+        if (g->dw) (np == 1 ? d256_one : g->dw3 && t->nkx == 3 ? DW3_256[isw][np]
+                    : DW256[isw][np])(t);
         else if (np == 1) k256_one(t, nb, g->plain);
         else TILES256[g->plain][isw][nb][np](t);
         return;
@@ -443,7 +486,14 @@ int64_t tsr_nchwc_conv_plan(tsr_nchwc_conv_t* p, int threads) {
     if (*np <= 0) *np = min64(lim, g.OW);
     *np = min64(*np, lim);
     int64_t cbs = plain ? p->c : g.CB;
-    if (*chunk <= 0) *chunk = cbs;
+    if (*chunk <= 0) {
+        /* the tile's weights for one pass over the output rows stay in L2 (1 MB a core on
+           Zen 5, half of it theirs): ResNet-18's 512-channel 3x3 layer reads 1.2 MB per
+           4 output blocks, 16% slower whole than in two passes (bench kernels: nchwc) */
+        int64_t per = *nb * g.wcbs * (int64_t)sizeof(float);
+        int64_t passes = ceil_div(per * cbs, WEIGHTS_L2);
+        *chunk = ceil_div(cbs, passes);
+    }
     if (*rows <= 0) {
         /* enough items for the threads to share evenly (work comes from one counter) */
         int64_t groups = p->n * ceil_div(g.OB, *nb), want = threads > 1 ? 8 * threads : 1;
@@ -502,7 +552,8 @@ void tsr_nchwc_pack_weights(const tsr_nchwc_conv_t* p, const float* w, float* ds
     memset(dst, 0, (size_t)tsr_nchwc_packed_size(p) * sizeof(float));
     if (p->groups > 1) {
         for (int64_t o = 0; o < O; o++)
-            for (int64_t t = 0; t < taps; t++) dst[(o / B * taps + t) * B + o % B] = w[o * taps + t];
+            for (int64_t t = 0; t < taps; t++)
+                dst[(o / B * taps + t) * B + o % B] = w[o * taps + t];
         return;
     }
     int plain = (p->flags & TSR_NCHWC_PLAIN_INPUT) != 0;
