@@ -444,6 +444,7 @@ static void conv_row(const tsr_nchwc_conv_t* p, const geo_t* g, int np_tile, int
     int64_t oxl = min64(ceil_div(pw, sw), g->OW), rhs = W - 1 + pw - (KW - 1) * dw;
     int64_t oxr = rhs < 0 ? oxl : max64(oxl, min64(g->OW, rhs / sw + 1));
     int64_t ci = g->plain ? 1 : B;
+    if (sw > 2 && g->path != TSR_GEMM_PORTABLE) np_tile = 1;   /* tiles exist for 1 and 2 */
     for (int64_t ox = ox0; ox < ox1;) {
         int64_t ix0 = ox * sw - pw, kx0 = 0, kx1 = KW, np = 1;
         if (ox >= oxl && ox < oxr) {
