@@ -306,3 +306,15 @@ def test_unknown_path_name():
     proc = _child(env)
     assert "ValueError: TESSERA_NCHWC_ISA='sse9': expected one of portable, avx2, avx512" \
         in proc.stderr
+
+
+def test_max_pool_propagates_nan(N, path):
+    block = 8 if path != "avx512" else 16
+    x = rand(1, 17, 9, 9, seed=5)
+    x[0, 3, 4, 4] = x[0, 16, 0, 0] = np.nan
+    want = TF.max_pool2d(torch.from_numpy(x), 3, 2, 1).numpy()
+    y = np.empty(N.blocked_shape(want.shape, block), np.float32)
+    N.pool_bound(x.shape, 3, 2, 1, "max", block=block)(N.to_blocked(x, block), y)
+    got = N.from_blocked(y, 17)
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(want).sum() == 2
+    close(got, want)

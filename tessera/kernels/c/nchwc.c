@@ -613,13 +613,15 @@ int64_t tsr_nchwc_pool_plan(tsr_nchwc_pool_t* p, int threads) {
 }
 
 /* one output row: PyTorch's window (start clipped, end min(start + k, size + pad) for the
-   divisor counting padding, then clipped to the image) */
-#define TSR_POOL_ROW(ATTR, NAME, BW)                                                       \
-ATTR static void NAME(const tsr_nchwc_pool_t* p, int64_t item, int64_t B) {                \
-    const int64_t Bv = BW ? BW : B;                                                       \
+   divisor counting padding, then clipped to the image). The x86 rows keep the maximum in a
+   vector and whether a NaN went by in a mask (vmaxps alone drops a NaN met before a number;
+   PyTorch's max pooling propagates it) */
+#define TSR_POOL_ROW(ATTR, NAME, V, BW, M, LOADU, STOREU, SET1, ADD, MAX, DIV, NANS, WITH_NAN) \
+ATTR static void NAME(const tsr_nchwc_pool_t* p, int64_t item) {                          \
+    const int64_t bw_ = BW;                                                               \
     int64_t plane = item / p->oh, oy = item % p->oh;                                      \
-    const float* x = p->x + plane * p->h * p->w * Bv;                                     \
-    float* y = p->y + (plane * p->oh + oy) * p->ow * Bv;                                  \
+    const float* x = p->x + plane * p->h * p->w * bw_;                                     \
+    float* y = p->y + (plane * p->oh + oy) * p->ow * bw_;                                  \
     int64_t hs = oy * p->sh - p->ph, he = min64(hs + p->kh, p->h + p->ph);                \
     int64_t hn = he - hs;                                                                 \
     hs = max64(hs, 0);                                                                    \
@@ -629,41 +631,81 @@ ATTR static void NAME(const tsr_nchwc_pool_t* p, int64_t item, int64_t B) {     
         int64_t wn = we - ws;                                                             \
         ws = max64(ws, 0);                                                                \
         we = min64(we, p->w);                                                             \
-        float acc[16];                                                                    \
-        for (int64_t k = 0; k < Bv; k++) acc[k] = p->kind ? 0.0f : -INFINITY;             \
-        for (int64_t iy = hs; iy < he; iy++)                                              \
-            for (int64_t ix = ws; ix < we; ix++) {                                        \
-                const float* s = x + (iy * p->w + ix) * Bv;                               \
-                if (p->kind) {                                                            \
-                    for (int64_t k = 0; k < Bv; k++) acc[k] += s[k];                      \
-                } else {                                                                  \
-                    for (int64_t k = 0; k < Bv; k++)                                      \
-                        acc[k] = (s[k] > acc[k] || s[k] != s[k]) ? s[k] : acc[k];         \
+        V acc = SET1(p->kind ? 0.0f : -INFINITY);                                         \
+        M nan = 0;                                                                        \
+        for (int64_t iy = hs; iy < he; iy++) {                                            \
+            const float* s = x + (iy * p->w + ws) * bw_;                                   \
+            if (p->kind)                                                                  \
+                for (int64_t ix = ws; ix < we; ix++, s += bw_) acc = ADD(acc, LOADU(s));   \
+            else                                                                          \
+                for (int64_t ix = ws; ix < we; ix++, s += bw_) {                           \
+                    V v = LOADU(s);                                                       \
+                    acc = MAX(v, acc);                                                    \
+                    nan |= NANS(v);                                                       \
                 }                                                                         \
-            }                                                                             \
+        }                                                                                 \
         if (p->kind) {                                                                    \
             int64_t cnt = p->count_include_pad ? hn * wn : (he - hs) * (we - ws);         \
-            float den = cnt > 0 ? (float)cnt : 1.0f;                                      \
-            for (int64_t k = 0; k < Bv; k++) acc[k] /= den;                               \
+            acc = DIV(acc, SET1(cnt > 0 ? (float)cnt : 1.0f));                            \
+        } else {                                                                          \
+            acc = WITH_NAN(acc, nan);                                                     \
         }                                                                                 \
-        for (int64_t k = 0; k < Bv; k++) y[ox * Bv + k] = acc[k];                         \
+        STOREU(y + ox * bw_, acc);                                                         \
     }                                                                                     \
 }
 
-TSR_POOL_ROW(, pool_row_portable, 0)
+/* the portable row: the B floats of a pixel (any B <= 16) as a "vector" */
+typedef struct { float v[16]; } pv_t;
+static pv_t pv_load_n(const float* s, int64_t n) {
+    pv_t r = {{0}};
+    memcpy(r.v, s, (size_t)n * sizeof(float));
+    return r;
+}
+static void pv_store_n(float* d, pv_t a, int64_t n) { memcpy(d, a.v, (size_t)n * sizeof(float)); }
+static pv_t pv_set1(float f) { pv_t r; for (int k = 0; k < 16; k++) r.v[k] = f; return r; }
+static pv_t pv_add(pv_t a, pv_t b) { for (int k = 0; k < 16; k++) a.v[k] += b.v[k]; return a; }
+static pv_t pv_div(pv_t a, pv_t b) { for (int k = 0; k < 16; k++) a.v[k] /= b.v[k]; return a; }
+static pv_t pv_max(pv_t a, pv_t b) {   /* a NaN in a wins, as in PyTorch's */
+    for (int k = 0; k < 16; k++) b.v[k] = a.v[k] > b.v[k] || a.v[k] != a.v[k] ? a.v[k] : b.v[k];
+    return b;
+}
+static int pv_nans(pv_t a) { (void)a; return 0; }
+static pv_t pv_with_nan(pv_t a, int m) { (void)m; return a; }
+#define pv_load(s) pv_load_n(s, bw_)
+#define pv_store(d, a) pv_store_n(d, a, bw_)
+
 #if TSR_X86
-TSR_POOL_ROW(TSR_AVX512, pool_row512, 16)
-TSR_POOL_ROW(TSR_AVX2, pool_row256, 8)
+TSR_AVX512 TSR_INLINE __mmask16 nans512(__m512 v) {
+    return _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+}
+TSR_AVX512 TSR_INLINE __m512 with_nan512(__m512 a, __mmask16 m) {
+    return _mm512_mask_mov_ps(a, m, _mm512_set1_ps(NAN));
+}
+TSR_AVX2 TSR_INLINE int nans256(__m256 v) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+TSR_AVX2 TSR_INLINE __m256 with_nan256(__m256 a, int m) {
+    __m256i bits = _mm256_and_si256(_mm256_set1_epi32(m),
+                                    _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128));
+    __m256 lanes = _mm256_castsi256_ps(_mm256_cmpgt_epi32(bits, _mm256_setzero_si256()));
+    return _mm256_blendv_ps(a, _mm256_set1_ps(NAN), lanes);
+}
+TSR_POOL_ROW(TSR_AVX512, pool_row512, __m512, 16, __mmask16, _mm512_loadu_ps, _mm512_storeu_ps,
+             _mm512_set1_ps, _mm512_add_ps, _mm512_max_ps, _mm512_div_ps, nans512, with_nan512)
+TSR_POOL_ROW(TSR_AVX2, pool_row256, __m256, 8, int, _mm256_loadu_ps, _mm256_storeu_ps,
+             _mm256_set1_ps, _mm256_add_ps, _mm256_max_ps, _mm256_div_ps, nans256, with_nan256)
 #endif
+TSR_POOL_ROW(, pool_row_portable, pv_t, p->block, int, pv_load, pv_store, pv_set1, pv_add,
+             pv_max, pv_div, pv_nans, pv_with_nan)
 
 void tsr_nchwc_pool_range(const tsr_nchwc_pool_t* p, int64_t lo, int64_t hi) {
     int path = path_of(p->isa, p->block);
     for (int64_t item = lo; item < hi; item++) {
 #if TSR_X86
-        if (path == TSR_GEMM_AVX512) { pool_row512(p, item, 16); continue; }
-        if (path == TSR_GEMM_AVX2) { pool_row256(p, item, 8); continue; }
+        if (path == TSR_GEMM_AVX512) { pool_row512(p, item); continue; }
+        if (path == TSR_GEMM_AVX2) { pool_row256(p, item); continue; }
 #endif
-        pool_row_portable(p, item, p->block);
+        pool_row_portable(p, item);
         (void)path;
     }
 }
