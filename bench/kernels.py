@@ -8,6 +8,12 @@
   into one loop approaches the triad's bandwidth; one that writes every intermediate
   moves ~6x more memory.
 
+The ``nchwc`` case (``python -m bench.kernels nchwc`` alone) times tessera's blocked-layout
+convolutions (``tessera.kernels.nchwc``) layer by layer on ResNet-18's and MobileNetV2's
+convolutions at batch 1, against tessera's current path (``tessera.nn.functional.conv2d``)
+and PyTorch's, and then ResNet-18's whole trunk as a chain of them: CPU time, one thread,
+the three interleaved in one process (medians).
+
 Every framework runs in its own subprocess (their thread pools never meet) on the same
 inputs (NumPy, seed 0), timing the median of ``REPEAT`` calls after warm-up. Frameworks
 that are not installed or do not work on the host (torch.compile needs a C++
@@ -185,11 +191,230 @@ def run() -> dict:
         ns = sorted(r["chain_ns_in_cache"] for r in got if r.get("chain_ns_in_cache"))
         if ns:
             out["chain_ns_in_cache"] = ns[(len(ns) - 1) // 2]
+    res["nchwc"] = nchwc_run()
     return res
+
+
+# ---- nchwc: the blocked-layout convolutions, per layer and as ResNet-18's trunk ---------
+
+# (name, c, h, o, k, stride, pad, groups, plain input, activation): each layer at batch 1;
+# activation as the network's (the blocked kernel applies it in registers, the others run
+# the convolution with its bias only)
+NCHWC_LAYERS = (
+    ("resnet18 conv1 7x7/2", 3, 224, 64, 7, 2, 3, 1, True, "relu"),
+    ("resnet18 3x3 64 56", 64, 56, 64, 3, 1, 1, 1, False, "relu"),
+    ("resnet18 3x3/2 64-128", 64, 56, 128, 3, 2, 1, 1, False, "relu"),
+    ("resnet18 3x3 128 28", 128, 28, 128, 3, 1, 1, 1, False, "relu"),
+    ("resnet18 1x1/2 64-128", 64, 56, 128, 1, 2, 0, 1, False, None),
+    ("resnet18 3x3/2 128-256", 128, 28, 256, 3, 2, 1, 1, False, "relu"),
+    ("resnet18 3x3 256 14", 256, 14, 256, 3, 1, 1, 1, False, "relu"),
+    ("resnet18 3x3/2 256-512", 256, 14, 512, 3, 2, 1, 1, False, "relu"),
+    ("resnet18 3x3 512 7", 512, 7, 512, 3, 1, 1, 1, False, "relu"),
+    ("resnet18 1x1/2 256-512", 256, 14, 512, 1, 2, 0, 1, False, None),
+    ("mobilenetv2 3x3/2 3-32", 3, 224, 32, 3, 2, 1, 1, True, "relu6"),
+    ("mobilenetv2 dw 32 112", 32, 112, 32, 3, 1, 1, 32, False, "relu6"),
+    ("mobilenetv2 1x1 32-16 112", 32, 112, 16, 1, 1, 0, 1, False, None),
+    ("mobilenetv2 1x1 16-96 112", 16, 112, 96, 1, 1, 0, 1, False, "relu6"),
+    ("mobilenetv2 dw/2 96 112", 96, 112, 96, 3, 2, 1, 96, False, "relu6"),
+    ("mobilenetv2 1x1 96-24 56", 96, 56, 24, 1, 1, 0, 1, False, None),
+    ("mobilenetv2 1x1 24-144 56", 24, 56, 144, 1, 1, 0, 1, False, "relu6"),
+    ("mobilenetv2 dw 144 56", 144, 56, 144, 3, 1, 1, 144, False, "relu6"),
+    ("mobilenetv2 dw/2 144 56", 144, 56, 144, 3, 2, 1, 144, False, "relu6"),
+    ("mobilenetv2 1x1 144-32 28", 144, 28, 32, 1, 1, 0, 1, False, None),
+    ("mobilenetv2 dw 384 14", 384, 14, 384, 3, 1, 1, 384, False, "relu6"),
+    ("mobilenetv2 1x1 384-64 14", 384, 14, 64, 1, 1, 0, 1, False, None),
+    ("mobilenetv2 1x1 576-96 14", 576, 14, 96, 1, 1, 0, 1, False, None),
+    ("mobilenetv2 dw 960 7", 960, 7, 960, 3, 1, 1, 960, False, "relu6"),
+    ("mobilenetv2 1x1 960-160 7", 960, 7, 160, 1, 1, 0, 1, False, None),
+    ("mobilenetv2 1x1 320-1280 7", 320, 7, 1280, 1, 1, 0, 1, False, "relu6"),
+)
+NCHWC_REPEAT = 15
+
+
+def _cpu_ms(fn, seconds: float = 0.02) -> callable:
+    """A timer of ``fn``: each call returns one sample of its CPU time in ms (process time,
+    so a loaded host's waiting is not counted), averaged over enough calls for ``seconds``."""
+    fn()
+    t0 = time.process_time()
+    fn()
+    reps = max(1, int(seconds / max(time.process_time() - t0, 1e-6)))
+
+    def sample() -> float:
+        t0 = time.process_time()
+        for _ in range(reps):
+            fn()
+        return (time.process_time() - t0) / reps * 1e3
+    return sample
+
+
+def _interleaved(timers: dict) -> dict:
+    """Each timer's median over NCHWC_REPEAT rounds, the timers taking turns."""
+    runs: dict = {k: [] for k in timers}
+    for _ in range(NCHWC_REPEAT):
+        for k, sample in timers.items():
+            runs[k].append(sample())
+    return {k: statistics.median(v) for k, v in runs.items()}
+
+
+def _nchwc_layer(N, torch, tessera, layer, rng) -> dict:
+    import numpy as np
+    name, c, h, o, k, s, p, g, plain, act = layer
+    B = N.block()
+    x = rng.standard_normal((1, c, h, h), np.float32)
+    w = rng.standard_normal((o, c // g, k, k), np.float32) * (2.0 / (c // g * k * k)) ** 0.5
+    b = rng.standard_normal(o, np.float32)
+    oh = N.conv_output_size(h, k, s, p, p, 1)
+    run = N.conv_bound(x.shape, (1, o, oh, oh), w.shape, s, p, 1, g, B, plain, act)
+    wp = N.pack_weights(w, groups=g, block=B, plain_input=plain)
+    xb = x if plain else N.to_blocked(x, B)
+    y = np.empty(N.blocked_shape((1, o, oh, oh), B), np.float32)
+    tx, tw, tb = (tessera.from_numpy(a) for a in (x, w, b))
+    px, pw, pb = (torch.from_numpy(a) for a in (x, w, b))
+    F, TF = tessera.nn.functional, torch.nn.functional
+    got = _cpu_ms(lambda: run(xb, wp, b, None, y))
+    return {"name": name, "gflop": 2 * o * (c // g) * k * k * oh * oh / 1e9,
+            **_interleaved({"nchwc": got,
+                            "tessera": _cpu_ms(lambda: F.conv2d(tx, tw, tb, s, p, 1, g)),
+                            "torch": _cpu_ms(lambda: TF.conv2d(px, pw, pb, s, p, 1, g))})}
+
+
+def _resnet18_trunk(N, torch, tessera, rng):
+    """ResNet-18's convolutional trunk at batch 1 (batch norm folded into the convolutions'
+    bias: conv1, max pool, 8 basic blocks, global average pool) three ways: blocked kernels
+    (the residual added before the relu in the second convolution's registers), tessera's
+    functional ops and PyTorch's. Returns {way: timer}, each checked against PyTorch."""
+    import numpy as np
+    B = N.block()
+    TF, F = torch.nn.functional, tessera.nn.functional
+    layers = []   # (c, o, k, stride, pad, h)
+
+    def conv(c, o, k, s, p, h):
+        w = rng.standard_normal((o, c, k, k), np.float32) * (2.0 / (c * k * k)) ** 0.5
+        layers.append((c, o, k, s, p, h, w, rng.standard_normal(o, np.float32) * 0.1))
+        return len(layers) - 1
+    blocks, h, c = [], 56, 64
+    stem = conv(3, 64, 7, 2, 3, 224)
+    for o, s in ((64, 1), (64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),
+                 (512, 1)):
+        a = conv(c, o, 3, s, 1, h)
+        b = conv(o, o, 3, 1, 1, (h - 1) // s + 1)
+        d = conv(c, o, 1, s, 0, h) if s != 1 or c != o else None
+        blocks.append((a, b, d))
+        h, c = (h - 1) // s + 1, o
+    x = rng.standard_normal((1, 3, 224, 224), np.float32)
+
+    # blocked: every buffer allocated once, as a compiled graph's arena would
+    bound = []
+    for (ci, o, k, s, p, hh, w, bias) in layers:
+        oh = (hh + 2 * p - k) // s + 1
+        plain = ci == 3
+        bound.append((N.conv_bound((1, ci, hh, hh), (1, o, oh, oh), w.shape, s, p, 1, 1, B,
+                                   plain, None if k == 1 else "relu", residual_first=True),
+                      N.pack_weights(w, groups=1, block=B, plain_input=plain), bias,
+                      np.empty(N.blocked_shape((1, o, oh, oh), B), np.float32)))
+    pool = N.pool_bound((1, 64, 112, 112), 3, 2, 1, "max", block=B)
+    pooled = np.empty(N.blocked_shape((1, 64, 56, 56), B), np.float32)
+    gap = N.pool_bound((1, 512, 7, 7), 7, 1, 0, "avg", block=B)
+    feat = np.empty(N.blocked_shape((1, 512, 1, 1), B), np.float32)
+    def blocked():
+        run, wp, bias, y = bound[stem]
+        run(x, wp, bias, None, y)
+        pool(y, pooled)
+        cur = pooled
+        for a, b, d in blocks:
+            ident = cur
+            if d is not None:
+                run_d, wp_d, bias_d, y_d = bound[d]
+                run_d(cur, wp_d, bias_d, None, y_d)   # the downsample: no relu
+                ident = y_d
+            run, wp, bias, y = bound[a]
+            run(cur, wp, bias, None, y)
+            run2, wp2, bias2, y2 = bound[b]
+            run2(y, wp2, bias2, ident, y2)   # relu(conv + bias + identity)
+            cur = y2
+        gap(cur, feat)
+        return feat
+
+    def functional(lib, F, asarray):
+        ws = [(asarray(w), asarray(b)) for (*_, w, b) in layers]
+
+        def net():
+            w, b = ws[stem]
+            t = F.relu(F.conv2d(asarray(x), w, b, 2, 3))
+            t = F.max_pool2d(t, 3, 2, 1)
+            for a, bb, d in blocks:
+                ident = t
+                if d is not None:
+                    ident = F.conv2d(t, *ws[d], layers[d][3], 0)
+                t = F.relu(F.conv2d(t, *ws[a], layers[a][3], 1))
+                t = F.relu(F.conv2d(t, *ws[bb], 1, 1) + ident)
+            return F.adaptive_avg_pool2d(t, 1)
+        return net
+    torch_net = functional(torch, TF, torch.from_numpy)
+    tessera_net = functional(tessera, F, tessera.from_numpy)
+    want = torch_net().numpy()
+    got = N.from_blocked(blocked(), 512)
+    if not np.allclose(got, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max())):
+        raise AssertionError("the blocked ResNet-18 trunk differs from PyTorch's")
+    return {"nchwc": _cpu_ms(blocked, 0.1), "tessera": _cpu_ms(tessera_net, 0.1),
+            "torch": _cpu_ms(torch_net, 0.1)}
+
+
+def nchwc_child() -> dict:
+    """Every layer and the trunk, one thread, in this process."""
+    import numpy as np
+    import torch
+
+    import tessera
+    from tessera.kernels import nchwc as N
+    torch.set_num_threads(1)
+    tessera.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    out = {"isa": N.isa(), "block": N.block(),
+           "layers": [_nchwc_layer(N, torch, tessera, layer, rng) for layer in NCHWC_LAYERS]}
+    out["resnet18_trunk"] = _interleaved(_resnet18_trunk(N, torch, tessera, rng))
+    return out
+
+
+def nchwc_run() -> dict:
+    proc = subprocess.run([sys.executable, "-m", "bench.kernels", "--nchwc-child"],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return {"error": ((proc.stderr.strip().splitlines() or ["?"])[-1])[:100]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def nchwc_render(res: dict) -> str:
+    from bench.common import table
+    if "error" in res:
+        return f"nchwc: {res['error']}"
+    rows = []
+    for r in res["layers"]:
+        gf = r["gflop"]
+        rows.append((r["name"], f"{gf:.3f}", *(f"{r[k]:.3f}" for k in ("nchwc", "tessera",
+                                                                       "torch")),
+                     *(f"{gf / r[k] * 1e3:.0f}" for k in ("nchwc", "tessera", "torch")),
+                     f"{r['tessera'] / r['nchwc']:.2f}x", f"{r['torch'] / r['nchwc']:.2f}x"))
+    t = res["resnet18_trunk"]
+    rows.append(("resnet18 trunk (1.82 GMAC)", "3.63", *(f"{t[k]:.2f}" for k in
+                                                        ("nchwc", "tessera", "torch")),
+                 *(f"{3.63 / t[k] * 1e3:.0f}" for k in ("nchwc", "tessera", "torch")),
+                 f"{t['tessera'] / t['nchwc']:.2f}x", f"{t['torch'] / t['nchwc']:.2f}x"))
+    return (f"blocked kernels: {res['isa']}, B = {res['block']}\n" +
+            table(rows, ("layer (batch 1)", "GFLOP", "nchwc ms", "tessera ms", "torch ms",
+                         "nchwc GFLOP/s", "tessera", "torch", "tessera / nchwc",
+                         "torch / nchwc")))
+
+
+NCHWC_TITLE = ("Blocked-layout (NCHWc) convolutions, one thread, CPU time (median of "
+               f"{NCHWC_REPEAT} interleaved): per layer (convolution + bias; the blocked "
+               "kernel also applies the activation) and ResNet-18's trunk")
 
 
 def render(res: dict) -> str:
     from bench.common import table
+    nchwc = res.get("nchwc")
+    res = {k: v for k, v in res.items() if k != "nchwc"}
     gemm_flop = 2 * N_GEMM ** 3
     triad_bytes, chain_bytes = 12 * N_STREAM, 8 * N_STREAM
     triads = [r["triad"]["ms"] for r in res.values() if "ms" in r.get("triad", {})]
@@ -224,7 +449,10 @@ def render(res: dict) -> str:
                      f"core, so at least {ns * N_STREAM / cores / 1e6:.1f} ms for "
                      f"{N_STREAM >> 20}M floats on {cores} (arithmetic alone); 60% of the "
                      f"best triad is {chain_bytes / (0.6 * best_triad) / 1e6:.1f} ms")
-    return text + "".join(f"\n  {n}" for n in notes)
+    text += "".join(f"\n  {n}" for n in notes)
+    if nchwc is not None:
+        text += "\n\n" + NCHWC_TITLE + "\n" + nchwc_render(nchwc)
+    return text
 
 
 TITLE = (f"Physical limits and a fused chain (median of {REPEAT}): SGEMM {N_GEMM}^3, "
@@ -233,6 +461,11 @@ TITLE = (f"Physical limits and a fused chain (median of {REPEAT}): SGEMM {N_GEMM
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         print(json.dumps(child(sys.argv[2])))
+    elif sys.argv[1:] == ["--nchwc-child"]:
+        print(json.dumps(nchwc_child()))
+    elif sys.argv[1:] == ["nchwc"]:
+        print(NCHWC_TITLE)
+        print(nchwc_render(nchwc_run()))
     else:
         print(TITLE)
         print(render(run()))

@@ -297,9 +297,12 @@ def conv_bound(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
     state = {"threads": 0, "items": 0, "parts": None}
     addr = ctypes.addressof(p)
 
+    from tessera.kernels.cc import addresses
+    from tessera.kernels.threadpool import _threads as pool_threads, fork_join
+    packed = int(lib.tsr_nchwc_packed_size(ctypes.byref(p)))
+
     def plan() -> None:
-        from tessera.kernels.threadpool import _threads
-        threads = _threads()
+        threads = pool_threads()
         if _tiles is None:
             p.reserved[:] = (0, 0, 0, 0)
         items = int(lib.tsr_nchwc_conv_plan(addr, threads))
@@ -310,39 +313,44 @@ def conv_bound(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
                      parts=[(addr, i, i + 1) for i in range(items)] if threads > 1 else None)
 
     plan()
-    pad_bias: dict = {}
+    pad_bias: list = [None, None]   # the last bias given with o values, and its padded copy
+    ax, aw, ab, ar, ay = (addresses() for _ in range(5))
+    call = lib.tsr_nchwc_conv_range
 
     def run(x, wp, bias, residual, y) -> None:
-        _expect(x, xs, "x", fn)
-        _expect(y, ys, "y", fn)
-        if residual is not None:
+        if not (type(x) is np.ndarray and x.dtype == _F32 and x.shape == xs
+                and x.flags.c_contiguous):
+            _expect(x, xs, "x", fn)
+        if not (type(y) is np.ndarray and y.dtype == _F32 and y.shape == ys
+                and y.flags.c_contiguous):
+            _expect(y, ys, "y", fn)
+        if residual is not None and not (type(residual) is np.ndarray and
+                                         residual.dtype == _F32 and residual.shape == ys and
+                                         residual.flags.c_contiguous):
             _expect(residual, ys, "residual", fn)
-        if not isinstance(wp, np.ndarray) or wp.dtype != _F32 or wp.ctypes.data % 64:
-            raise TypeError(f"{fn}: wp must be pack_weights' 64-byte aligned float32 array")
+        if type(wp) is not np.ndarray or wp.dtype != _F32 or wp.size != packed or \
+                aw(wp) % 64:
+            raise TypeError(f"{fn}: wp must be pack_weights' 64-byte aligned float32 array "
+                            f"of {packed} values")
         if bias is not None:
             if bias.shape == (o,) and o != ob:   # padded once per bias array
-                key = id(bias)
-                hit = pad_bias.get(key)
-                if hit is None or hit[0] is not bias:
+                if pad_bias[0] is not bias:
                     padded = np.zeros(ob, _F32)
                     padded[:o] = bias
-                    pad_bias.clear()
-                    hit = pad_bias[key] = (bias, padded)
-                bias = hit[1]
+                    pad_bias[:] = bias, padded
+                bias = pad_bias[1]
             elif bias.shape != (ob,) and bias.shape != (o,):
                 raise ValueError(f"{fn}: bias must have {o} or {ob} values, got {bias.shape}")
-            bias = _expect(bias, bias.shape, "bias", fn)
-        p.x, p.wp, p.y = x.ctypes.data, wp.ctypes.data, y.ctypes.data
-        p.bias = None if bias is None else bias.ctypes.data
-        p.r = None if residual is None else residual.ctypes.data
-        from tessera.kernels.threadpool import _threads
-        if _threads() != state["threads"]:
+            if type(bias) is not np.ndarray or bias.dtype != _F32 or \
+                    not bias.flags.c_contiguous:
+                _expect(bias, bias.shape, "bias", fn)
+        p.x, p.wp, p.y, p.bias, p.r = ax(x), aw(wp), ay(y), ab(bias), ar(residual)
+        if pool_threads() != state["threads"]:
             plan()
         if state["parts"] is None:
-            lib.tsr_nchwc_conv_range(addr, 0, state["items"])
+            call(addr, 0, state["items"])
         else:
-            from tessera.kernels.threadpool import fork_join
-            fork_join(lib.tsr_nchwc_conv_range, state["parts"])
+            fork_join(call, state["parts"])
     run.items = lambda: state["items"]     # type: ignore[attr-defined]
     run.tiles = lambda: tuple(p.reserved)  # type: ignore[attr-defined]
     return run

@@ -66,6 +66,7 @@ typedef struct {
     int64_t kw;             /* taps per row of the packed weights */
     int64_t wobs, wcbs;     /* weights: an output block's stride, an input block's */
     int64_t yobs;           /* output and residual: an output block's stride */
+    int64_t yps;            /* one output pixel's step (B along a row, a row down a column) */
     int64_t oleft;          /* real output channels from the first block on */
     int add, epi;           /* start from y (a later pass over the input blocks); last pass */
     int act, first;         /* TSR_ACT_*; residual before the activation */
@@ -74,31 +75,31 @@ typedef struct {
 
 typedef void (*tile_fn)(const tile_t*);
 
-enum { NB_MAX = 4, NP_MAX = 16, NP_DW_MAX = 16 };
+enum { NB_MAX = 4, NP_MAX = 16, NP_DW_MAX = 16, WEIGHTS_L2 = 640 << 10 };
 
 #if TSR_X86
+/* S for each accumulator (p, j), fully unrolled: the accumulators stay in registers */
+#define TSR_EACH(NB, NP, S) { _Pragma("GCC unroll 4") for (int j = 0; j < NB; j++)           \
+                              _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++) { S; } }
+
+#define TSR_AT(ptr) ((ptr) + j * t->yobs + p * yps_)   /* (pixel p, block j) of y or r */
+
 /* The epilogue on accumulators acc[p][j] (p < NP pixels, j < NB blocks): act(acc [+ r])
    [+ r], then the padded channels of the last block zeroed. max(0, v) and min(hi, v) give v
    itself when v is a NaN, as PyTorch's relu and clamp do. */
 #define TSR_EPILOGUE(V, BW, LOADU, STOREU, SET1, ADD, MAX, MIN, KEEP, acc, NB, NP)           \
     if (t->epi) {                                                                          \
-        V zero_ = SET1(0.0f), lo_ = SET1(t->lo), hi_ = SET1(t->hi);                        \
-        for (int j = 0; j < NB; j++)                                                       \
-            for (int p = 0; p < NP; p++) {                                                 \
-                V v = acc[p][j];                                                           \
-                const float* rp = t->r ? t->r + j * t->yobs + p * BW : NULL;               \
-                if (rp && t->first) v = ADD(v, LOADU(rp));                                 \
-                if (t->act == TSR_ACT_RELU) v = MAX(zero_, v);                             \
-                else if (t->act == TSR_ACT_CLAMP) v = MIN(hi_, MAX(lo_, v));               \
-                if (rp && !t->first) v = ADD(v, LOADU(rp));                                \
-                acc[p][j] = v;                                                             \
-            }                                                                              \
+        const float* r_ = t->r;                                                            \
+        V lo_ = SET1(t->act == TSR_ACT_RELU ? 0.0f : t->lo), hi_ = SET1(t->hi);            \
+        if (r_ && t->first) TSR_EACH(NB, NP, acc[p][j] = ADD(acc[p][j], LOADU(TSR_AT(r_))))   \
+        if (t->act == TSR_ACT_RELU) TSR_EACH(NB, NP, acc[p][j] = MAX(lo_, acc[p][j]))       \
+        else if (t->act == TSR_ACT_CLAMP)                                                  \
+            TSR_EACH(NB, NP, acc[p][j] = MIN(hi_, MAX(lo_, acc[p][j])))                    \
+        if (r_ && !t->first) TSR_EACH(NB, NP, acc[p][j] = ADD(acc[p][j], LOADU(TSR_AT(r_))))  \
         if (t->oleft < NB * BW)                                                            \
-            for (int j = 0; j < NB; j++)                                                   \
-                for (int p = 0; p < NP; p++) acc[p][j] = KEEP(acc[p][j], t->oleft - j * BW); \
+            TSR_EACH(NB, NP, acc[p][j] = KEEP(acc[p][j], t->oleft - j * BW))               \
     }                                                                                      \
-    for (int j = 0; j < NB; j++)                                                           \
-        for (int p = 0; p < NP; p++) STOREU(t->y + j * t->yobs + p * BW, acc[p][j]);
+    TSR_EACH(NB, NP, STOREU(TSR_AT(t->y), acc[p][j]))
 
 /* a convolution tile: CI input channels per step (BW blocked, 1 plain), pixels SW input
    columns apart (SW 0: t->ps, for single pixels) */
@@ -106,10 +107,11 @@ enum { NB_MAX = 4, NP_MAX = 16, NP_DW_MAX = 16 };
 ATTR TSR_INLINE void NAME(const tile_t* t, const int NB, const int NP, const int CI,      \
                           const int SW) {                                                \
     V acc[NP_MAX][NB_MAX];                                                               \
+    const int64_t yps_ = SW ? BW : t->yps;                                                \
     _Pragma("GCC unroll 4") for (int j = 0; j < NB; j++) {                                \
         V b0 = t->bias ? LOADU(t->bias + j * BW) : SET1(0.0f);                             \
         _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++)                             \
-            acc[p][j] = t->add ? LOADU(t->y + j * t->yobs + p * BW) : b0;                  \
+            acc[p][j] = t->add ? LOADU(TSR_AT(t->y)) : b0;                                 \
     }                                                                                    \
     const int64_t ps = SW ? (int64_t)SW * CI : t->ps;                                     \
     for (int64_t cb = 0; cb < t->ncb; cb++)                                               \
@@ -135,6 +137,7 @@ ATTR TSR_INLINE void NAME(const tile_t* t, const int NB, const int NP, const int
 #define TSR_DW_TILE(ATTR, NAME, V, BW, LOADU, STOREU, SET1, FMA, ADD, MAX, MIN, KEEP)         \
 ATTR TSR_INLINE void NAME(const tile_t* t, const int NP, const int SW) {                 \
     V acc[NP_DW_MAX][1];                                                                 \
+    const int64_t yps_ = SW ? BW : t->yps;                                                \
     V b0 = t->bias ? LOADU(t->bias) : SET1(0.0f);                                          \
     _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++) acc[p][0] = b0;                 \
     const int64_t ps = SW ? (int64_t)SW * BW : t->ps;                                     \
@@ -145,6 +148,29 @@ ATTR TSR_INLINE void NAME(const tile_t* t, const int NP, const int SW) {        
             _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++)                         \
                 acc[p][0] = FMA(LOADU(xt + p * ps), wv, acc[p][0]);                       \
         }                                                                                 \
+    TSR_EPILOGUE(V, BW, LOADU, STOREU, SET1, ADD, MAX, MIN, KEEP, acc, 1, NP)               \
+}
+
+/* a depthwise 3-wide tile (dilation 1, every tap column inside): each input vector of a
+   row is loaded once and multiplied into the up to 3 pixels that read it, instead of once
+   per pixel and tap (loads, not FMAs, bound the plain tile) */
+#define TSR_DW3_TILE(ATTR, NAME, V, BW, LOADU, STOREU, SET1, FMA, ADD, MAX, MIN, KEEP)        \
+ATTR TSR_INLINE void NAME(const tile_t* t, const int NP, const int SW) {                 \
+    V acc[NP_DW_MAX][1];                                                                 \
+    const int64_t yps_ = BW;                                                              \
+    V b0 = t->bias ? LOADU(t->bias) : SET1(0.0f);                                          \
+    _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++) acc[p][0] = b0;                 \
+    for (int64_t ky = 0; ky < t->nky; ky++) {                                             \
+        const float* xr = t->x + ky * t->rs;                                              \
+        const float* wr = t->w + ky * t->kw * BW;                                         \
+        V w[3] = {LOADU(wr), LOADU(wr + BW), LOADU(wr + 2 * BW)};                          \
+        _Pragma("GCC unroll 40") for (int i = 0; i < (NP - 1) * SW + 3; i++) {            \
+            V v = LOADU(xr + i * BW);                                                     \
+            _Pragma("GCC unroll 3") for (int kx = 0; kx < 3; kx++)                        \
+                if (i >= kx && (i - kx) % SW == 0 && (i - kx) / SW < NP)                  \
+                    acc[(i - kx) / SW][0] = FMA(v, w[kx], acc[(i - kx) / SW][0]);         \
+        }                                                                                 \
+    }                                                                                     \
     TSR_EPILOGUE(V, BW, LOADU, STOREU, SET1, ADD, MAX, MIN, KEEP, acc, 1, NP)               \
 }
 
@@ -166,6 +192,12 @@ TSR_DW_TILE(TSR_AVX512, dw512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _m
             _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps, _mm512_min_ps, keep512)
 TSR_DW_TILE(TSR_AVX2, dw256, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,
             _mm256_fmadd_ps, _mm256_add_ps, _mm256_max_ps, _mm256_min_ps, keep256)
+
+TSR_DW3_TILE(TSR_AVX512, dw3_512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps,
+             _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps, _mm512_min_ps,
+             keep512)
+TSR_DW3_TILE(TSR_AVX2, dw3_256, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,
+             _mm256_fmadd_ps, _mm256_add_ps, _mm256_max_ps, _mm256_min_ps, keep256)
 
 /* The instances: NB output blocks x NP pixels, NP up to what the registers hold (32 on
    AVX-512: NP * NB accumulators, NB weights and a broadcast; 16 on AVX2), for blocked input
@@ -209,31 +241,20 @@ static const tile_fn TILES512[2][2][NB_MAX + 1][NP_MAX + 1] = {
 static const tile_fn TILES256[2][2][NB_MAX + 1][NP_MAX + 1] = {
     {{TSR_ALL256(TSR_E256, 8, 1)}, {TSR_ALL256(TSR_E256, 8, 2)}},
     {{TSR_ALL256(TSR_E256, 1, 1)}, {TSR_ALL256(TSR_E256, 1, 2)}}};
-/* single pixels at any stride (the borders, strides past 2) */
-TSR_AVX512 static void k512_one(const tile_t* t, int nb, int plain) {
-    switch (nb * 2 + plain) {
-    case 2: tile512(t, 1, 1, 16, 0); break;
-    case 3: tile512(t, 1, 1, 1, 0); break;
-    case 4: tile512(t, 2, 1, 16, 0); break;
-    case 5: tile512(t, 2, 1, 1, 0); break;
-    case 6: tile512(t, 3, 1, 16, 0); break;
-    case 7: tile512(t, 3, 1, 1, 0); break;
-    case 8: tile512(t, 4, 1, 16, 0); break;
-    default: tile512(t, 4, 1, 1, 0); break;
-    }
-}
-TSR_AVX2 static void k256_one(const tile_t* t, int nb, int plain) {
-    switch (nb * 2 + plain) {
-    case 2: tile256(t, 1, 1, 8, 0); break;
-    case 3: tile256(t, 1, 1, 1, 0); break;
-    case 4: tile256(t, 2, 1, 8, 0); break;
-    case 5: tile256(t, 2, 1, 1, 0); break;
-    case 6: tile256(t, 3, 1, 8, 0); break;
-    case 7: tile256(t, 3, 1, 1, 0); break;
-    case 8: tile256(t, 4, 1, 8, 0); break;
-    default: tile256(t, 4, 1, 1, 0); break;
-    }
-}
+/* columns: pixels t->ps apart in x and t->yps in y (the border pixels of consecutive rows,
+   whose taps are the same; one pixel is a column of one), [plain input][NB][NP] */
+#define TSR_COL512(M, CI) TSR_UP8(M, 1, CI, 0) TSR_UP8(M, 2, CI, 0) TSR_UP8(M, 3, CI, 0) \
+                          TSR_UP7(M, 4, CI, 0)
+#define TSR_COL256(M, CI) TSR_UP8(M, 1, CI, 0) TSR_UP6(M, 2, CI, 0) TSR_UP4(M, 3, CI, 0) \
+                          TSR_UP4(M, 4, CI, 0)
+TSR_COL512(TSR_K512, 16) TSR_COL512(TSR_K512, 1) TSR_COL256(TSR_K256, 8) TSR_COL256(TSR_K256, 1)
+static const tile_fn COLS512[2][NB_MAX + 1][NP_MAX + 1] = {{TSR_COL512(TSR_E512, 16)},
+                                                          {TSR_COL512(TSR_E512, 1)}};
+static const tile_fn COLS256[2][NB_MAX + 1][NP_MAX + 1] = {{TSR_COL256(TSR_E256, 8)},
+                                                          {TSR_COL256(TSR_E256, 1)}};
+static const int NP_COL_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
+    [TSR_GEMM_PORTABLE] = {0, 8, 8, 8, 8}, [TSR_GEMM_AVX2] = {0, 8, 6, 4, 4},
+    [TSR_GEMM_AVX512] = {0, 8, 8, 8, 7}};
 
 #define TSR_D512(NP, SW) \
     TSR_AVX512 static void d512_##SW##_##NP(const tile_t* t) { dw512(t, NP, SW); }
@@ -242,15 +263,28 @@ TSR_AVX2 static void k256_one(const tile_t* t, int nb, int plain) {
     TSR_AVX2 static void d256_##SW##_##NP(const tile_t* t) { dw256(t, NP, SW); }
 #define TSR_DE256(NP, SW) [NP] = d256_##SW##_##NP,
 TSR_UP16(TSR_D512, 1) TSR_UP16(TSR_D512, 2) TSR_UP8(TSR_D256, 1) TSR_UP8(TSR_D256, 2)
-TSR_AVX512 static void d512_one(const tile_t* t) { dw512(t, 1, 0); }
-TSR_AVX2 static void d256_one(const tile_t* t) { dw256(t, 1, 0); }
-static const tile_fn DW512[2][NP_DW_MAX + 1] = {{TSR_UP16(TSR_DE512, 1)},
-                                               {TSR_UP16(TSR_DE512, 2)}};
-static const tile_fn DW256[2][NP_DW_MAX + 1] = {{TSR_UP8(TSR_DE256, 1)},
-                                               {TSR_UP8(TSR_DE256, 2)}};
+#define TSR_T512(NP, SW) \
+    TSR_AVX512 static void t512_##SW##_##NP(const tile_t* t) { dw3_512(t, NP, SW); }
+#define TSR_TE512(NP, SW) [NP] = t512_##SW##_##NP,
+#define TSR_T256(NP, SW) \
+    TSR_AVX2 static void t256_##SW##_##NP(const tile_t* t) { dw3_256(t, NP, SW); }
+#define TSR_TE256(NP, SW) [NP] = t256_##SW##_##NP,
+TSR_UP16(TSR_T512, 1) TSR_UP16(TSR_T512, 2) TSR_UP8(TSR_T256, 1) TSR_UP8(TSR_T256, 2)
+TSR_UP8(TSR_D512, 0) TSR_UP8(TSR_D256, 0)
+/* [columns, stride 1, stride 2][NP] */
+static const tile_fn DW512[3][NP_DW_MAX + 1] = {
+    {TSR_UP8(TSR_DE512, 0)}, {TSR_UP16(TSR_DE512, 1)}, {TSR_UP16(TSR_DE512, 2)}};
+static const tile_fn DW256[3][NP_DW_MAX + 1] = {
+    {TSR_UP8(TSR_DE256, 0)}, {TSR_UP8(TSR_DE256, 1)}, {TSR_UP8(TSR_DE256, 2)}};
+static const tile_fn DW3_512[2][NP_DW_MAX + 1] = {{TSR_UP16(TSR_TE512, 1)},
+                                                {TSR_UP16(TSR_TE512, 2)}};
+static const tile_fn DW3_256[2][NP_DW_MAX + 1] = {{TSR_UP8(TSR_TE256, 1)},
+                                                {TSR_UP8(TSR_TE256, 2)}};
 static const int NP_DW_LIMIT[TSR_GEMM_ISAS] = {8, 8, 16};
 #else
 static const int NP_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
+    {0, 8, 8, 8, 8}, {0, 8, 8, 8, 8}, {0, 8, 8, 8, 8}};
+static const int NP_COL_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
     {0, 8, 8, 8, 8}, {0, 8, 8, 8, 8}, {0, 8, 8, 8, 8}};
 static const int NP_DW_LIMIT[TSR_GEMM_ISAS] = {8, 8, 8};
 #endif
@@ -261,7 +295,7 @@ static void tile_portable(const tile_t* t, int B, int NB, int NP, int CI, int de
     for (int j = 0; j < NB; j++)
         for (int p = 0; p < NP; p++)
             for (int k = 0; k < B; k++)
-                acc[p][j][k] = t->add ? t->y[j * t->yobs + p * B + k]
+                acc[p][j][k] = t->add ? t->y[j * t->yobs + p * t->yps + k]
                                : t->bias ? t->bias[j * B + k] : 0.0f;
     if (depthwise) {
         for (int64_t ky = 0; ky < t->nky; ky++)
@@ -292,7 +326,7 @@ static void tile_portable(const tile_t* t, int B, int NB, int NP, int CI, int de
             for (int k = 0; k < B; k++) {
                 float v = acc[p][j][k];
                 if (t->epi) {
-                    const float* rp = t->r ? t->r + j * t->yobs + p * B + k : NULL;
+                    const float* rp = t->r ? t->r + j * t->yobs + p * t->yps + k : NULL;
                     if (rp && t->first) v += *rp;
                     if (t->act == TSR_ACT_RELU) v = v < 0.0f ? 0.0f : v;
                     else if (t->act == TSR_ACT_CLAMP)
@@ -300,7 +334,7 @@ static void tile_portable(const tile_t* t, int B, int NB, int NP, int CI, int de
                     if (rp && !t->first) v += *rp;
                     if (j * B + k >= t->oleft) v = 0.0f;
                 }
-                t->y[j * t->yobs + p * B + k] = v;
+                t->y[j * t->yobs + p * t->yps + k] = v;
             }
 }
 
@@ -316,8 +350,8 @@ static int path_of(int isa, int B) {
 /* The geometry a range works with: a 1x1 stride-1 unpadded convolution's planes are one
    row of h * w pixels (its tiles then cross the image's rows) */
 typedef struct {
-    int64_t B, CB, OB, H, W, OH, OW, xcb, wobs, wcbs, taps;
-    int path, plain, dw, flat;
+    int64_t B, CB, OB, H, W, OH, OW, sh, sw, ph, pw, bx, xcb, wobs, wcbs, taps;
+    int path, plain, dw, dw3, flat;
 } geo_t;
 
 static geo_t geometry(const tsr_nchwc_conv_t* p) {
@@ -325,6 +359,7 @@ static geo_t geometry(const tsr_nchwc_conv_t* p) {
     g.B = p->block;
     g.plain = (p->flags & TSR_NCHWC_PLAIN_INPUT) != 0;
     g.dw = p->groups > 1;
+    g.dw3 = g.dw && p->kw == 3 && p->dw == 1;
     g.CB = ceil_div(p->c, g.B);
     g.OB = ceil_div(p->o, g.B);
     g.flat = !g.plain && !g.dw && p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 &&
@@ -333,90 +368,124 @@ static geo_t geometry(const tsr_nchwc_conv_t* p) {
     g.W = g.flat ? p->h * p->w : p->w;
     g.OH = g.flat ? 1 : p->oh;
     g.OW = g.flat ? p->oh * p->ow : p->ow;
+    g.sh = g.flat ? 1 : p->sh;
+    g.sw = g.flat ? 1 : p->sw;
+    g.ph = g.flat ? 0 : p->ph;
+    g.pw = g.flat ? 0 : p->pw;
     g.path = path_of(p->isa, (int)g.B);
     g.taps = p->kh * p->kw;
-    int64_t ci = g.plain ? 1 : g.B;                          /* input channels per step */
-    g.xcb = g.plain ? p->h * p->w : p->h * p->w * g.B;       /* an input block's stride */
-    g.wcbs = g.dw ? g.taps * g.B : g.taps * ci * g.B;
+    g.bx = g.plain ? 1 : g.B;                                /* floats per input pixel */
+    g.xcb = p->h * p->w * g.bx;                              /* an input block's stride */
+    g.wcbs = g.dw ? g.taps * g.B : g.taps * g.bx * g.B;
     g.wobs = g.dw ? g.wcbs : (g.plain ? p->c : g.CB) * g.wcbs;
     return g;
 }
 
-static void run_tile(const geo_t* g, const tile_t* t, int nb, int np, int sw) {
-    int isw = sw == 1 ? 0 : 1;
+/* np pixels (a row's, or a column's when col) of nb output blocks */
+static void run_tile(const geo_t* g, const tile_t* t, int nb, int np, int col) {
+    int kind = col ? 0 : g->sw == 1 ? 1 : 2;
 #if TSR_X86
     if (g->path == TSR_GEMM_AVX512) {
-        if (g->dw) (np == 1 ? d512_one : DW512[isw][np])(t);
-        else if (np == 1) k512_one(t, nb, g->plain);
-        else TILES512[g->plain][isw][nb][np](t);
+        if (g->dw) (!col && g->dw3 && t->nkx == 3 ? DW3_512[kind - 1] : DW512[kind])[np](t);
+        else if (col) COLS512[g->plain][nb][np](t);
+        else TILES512[g->plain][kind - 1][nb][np](t);
         return;
     }
     if (g->path == TSR_GEMM_AVX2) {
-        if (g->dw) (np == 1 ? d256_one : DW256[isw][np])(t);
-        else if (np == 1) k256_one(t, nb, g->plain);
-        else TILES256[g->plain][isw][nb][np](t);
+        if (g->dw) (!col && g->dw3 && t->nkx == 3 ? DW3_256[kind - 1] : DW256[kind])[np](t);
+        else if (col) COLS256[g->plain][nb][np](t);
+        else TILES256[g->plain][kind - 1][nb][np](t);
         return;
     }
 #else
-    (void)isw;
+    (void)kind;
 #endif
-    tile_portable(t, (int)g->B, nb, np, g->plain ? 1 : (int)g->B, g->dw);
+    tile_portable(t, (int)g->B, nb, np, (int)g->bx, g->dw);
 }
 
-/* output pixels [ox0, ox1) of row oy, output blocks [ob, ob + nb), input blocks
-   [cb0, cb0 + ncb) of batch element b */
-static void conv_row(const tsr_nchwc_conv_t* p, const geo_t* g, int np_tile, int64_t b,
-                     int64_t ob, int nb, int64_t cb0, int64_t ncb, int64_t oy, int64_t ox0,
-                     int64_t ox1) {
-    int64_t B = g->B, H = g->H, W = g->W, KW = p->kw, dh = p->dh, dw = p->dw;
-    int64_t sw = g->flat ? 1 : p->sw;
-    int64_t bx = g->plain ? 1 : B;   /* floats per input pixel of one block */
-    int64_t iy0 = oy * (g->flat ? 1 : p->sh) - (g->flat ? 0 : p->ph);
+/* the parts of a tile that stay the same over a pass: output blocks [ob, ob + nb), input
+   blocks [cb0, cb0 + ncb) */
+static void tile_init(const tsr_nchwc_conv_t* p, const geo_t* g, tile_t* t, int64_t ob,
+                      int64_t cb0, int64_t ncb) {
+    t->cbs = g->xcb;
+    t->ncb = g->dw ? 1 : ncb;
+    t->rs = p->dh * g->W * g->bx;
+    t->cs = p->dw * g->bx;
+    t->ps = g->sw * g->bx;
+    t->kw = p->kw;
+    t->wobs = g->wobs;
+    t->wcbs = g->wcbs;
+    t->yobs = g->OH * g->OW * g->B;
+    t->yps = g->B;
+    t->oleft = p->o - ob * g->B;
+    t->add = cb0 > 0;
+    t->epi = g->dw || cb0 + ncb >= (g->plain ? p->c : g->CB);
+    t->act = p->act;
+    t->first = (p->flags & TSR_GEMM_RESIDUAL_FIRST) != 0;
+    t->lo = p->lo;
+    t->hi = p->hi;
+    t->bias = p->bias && !t->add ? p->bias + ob * g->B : NULL;
+}
+
+/* the tile's pointers and taps for output pixel (oy, ox) onwards: the taps inside the image */
+static void tile_place(const tsr_nchwc_conv_t* p, const geo_t* g, tile_t* t, int64_t b,
+                       int64_t ob, int64_t cb0, int64_t oy, int64_t ox) {
+    int64_t dh = p->dh, dw = p->dw, iy0 = oy * g->sh - g->ph, ix0 = ox * g->sw - g->pw;
     int64_t ky0 = iy0 < 0 ? ceil_div(-iy0, dh) : 0;
-    int64_t ky1 = H - iy0 > 0 ? min64(p->kh, ceil_div(H - iy0, dh)) : 0;
-    int64_t pw = g->flat ? 0 : p->pw;
-    tile_t t;
-    t.cbs = g->xcb;
-    t.ncb = g->dw ? 1 : ncb;
-    t.nky = ky1 > ky0 ? ky1 - ky0 : 0;
-    t.rs = dh * W * bx;
-    t.cs = dw * bx;
-    t.ps = sw * bx;
-    t.kw = KW;
-    t.wobs = g->wobs;
-    t.wcbs = g->wcbs;
-    t.yobs = g->OH * g->OW * B;
-    t.oleft = p->o - ob * B;
-    t.add = cb0 > 0;
-    t.epi = g->dw || cb0 + ncb >= (g->plain ? p->c : g->CB);
-    t.act = p->act;
-    t.first = (p->flags & TSR_GEMM_RESIDUAL_FIRST) != 0;
-    t.lo = p->lo;
-    t.hi = p->hi;
-    t.bias = p->bias && !t.add ? p->bias + ob * B : NULL;
+    int64_t ky1 = g->H - iy0 > 0 ? min64(p->kh, ceil_div(g->H - iy0, dh)) : 0;
+    int64_t kx0 = ix0 < 0 ? ceil_div(-ix0, dw) : 0;
+    int64_t kx1 = g->W - ix0 > 0 ? min64(p->kw, ceil_div(g->W - ix0, dw)) : 0;
+    t->nky = ky1 > ky0 ? ky1 - ky0 : 0;
+    t->nkx = kx1 > kx0 ? kx1 - kx0 : 0;
     const float* xb = p->x + (b * (g->plain ? p->c : g->CB) + (g->dw ? ob : cb0)) * g->xcb;
-    const float* wb = p->wp + ob * g->wobs + (g->dw ? 0 : cb0 * g->wcbs);
-    int64_t yoff = ((b * g->OB + ob) * g->OH + oy) * g->OW * B;
-    /* interior pixels: every tap column inside the image */
-    int64_t oxl = min64(ceil_div(pw, sw), g->OW), rhs = W - 1 + pw - (KW - 1) * dw;
-    int64_t oxr = rhs < 0 ? oxl : max64(oxl, min64(g->OW, rhs / sw + 1));
-    int64_t ci = g->plain ? 1 : B;
-    for (int64_t ox = ox0; ox < ox1;) {
-        int64_t ix0 = ox * sw - pw, kx0 = 0, kx1 = KW, np = 1;
-        if (ox >= oxl && ox < oxr) {
-            np = min64(min64(np_tile, oxr - ox), ox1 - ox);
-        } else {
-            kx0 = ix0 < 0 ? ceil_div(-ix0, dw) : 0;
-            kx1 = W - ix0 > 0 ? min64(KW, ceil_div(W - ix0, dw)) : 0;
-            if (kx1 < kx0) kx1 = kx0;
+    t->x = xb + ((iy0 + ky0 * dh) * g->W + ix0 + kx0 * dw) * g->bx;
+    t->w = p->wp + ob * g->wobs + (g->dw ? 0 : cb0 * g->wcbs) +
+           (ky0 * p->kw + kx0) * (g->dw ? g->B : g->bx * g->B);
+    int64_t yoff = ((b * g->OB + ob) * g->OH + oy) * g->OW * g->B + ox * g->B;
+    t->y = p->y + yoff;
+    t->r = p->r ? p->r + yoff : NULL;
+}
+
+/* output rows [oy0, oy1) (pixels [oy0, oy1) of a flat plane) of output blocks [ob, ob + nb)
+   over input blocks [cb0, cb0 + ncb) of batch element b. The interior pixels (every tap
+   column inside the image) run in tiles along each row; a border column's pixels in the
+   rows whose tap rows are all inside run in tiles down the column (they share their taps),
+   the rest one at a time. */
+static void conv_rows(const tsr_nchwc_conv_t* p, const geo_t* g, int np_tile, int64_t b,
+                      int64_t ob, int nb, int64_t cb0, int64_t ncb, int64_t oy0, int64_t oy1) {
+    tile_t t;
+    tile_init(p, g, &t, ob, cb0, ncb);
+    int64_t KH = p->kh, KW = p->kw, OW = g->OW, OH = g->OH;
+    int64_t oxl = min64(ceil_div(g->pw, g->sw), OW), rhs = g->W - 1 + g->pw - (KW - 1) * p->dw;
+    int64_t oxr = rhs < 0 ? oxl : max64(oxl, min64(OW, rhs / g->sw + 1));
+    int64_t oyl = min64(ceil_div(g->ph, g->sh), OH), bot = g->H - 1 + g->ph - (KH - 1) * p->dh;
+    int64_t oyr = bot < 0 ? oyl : max64(oyl, min64(OH, bot / g->sh + 1));
+    if (g->sw > 2 && g->path != TSR_GEMM_PORTABLE) np_tile = 1;   /* row tiles: strides 1, 2 */
+    if (g->flat) {
+        for (int64_t ox = oy0; ox < oy1; ox += np_tile) {
+            int np = (int)min64(np_tile, oy1 - ox);
+            tile_place(p, g, &t, b, ob, cb0, 0, ox);
+            run_tile(g, &t, nb, np, 0);
         }
-        t.nkx = kx1 - kx0;
-        t.x = xb + (iy0 + ky0 * dh) * W * bx + (ix0 + kx0 * dw) * bx;
-        t.w = wb + (ky0 * KW + kx0) * (g->dw ? B : ci * B);
-        t.y = p->y + yoff + ox * B;
-        t.r = p->r ? p->r + yoff + ox * B : NULL;
-        run_tile(g, &t, nb, (int)np, (int)sw);
-        ox += np;
+        return;
+    }
+    int col_max = g->dw ? 8 : NP_COL_LIMIT[g->path][nb];
+    for (int64_t oy = oy0; oy < oy1; oy++)
+        for (int64_t ox = oxl; ox < oxr; ox += np_tile) {
+            int np = (int)min64(np_tile, oxr - ox);
+            tile_place(p, g, &t, b, ob, cb0, oy, ox);
+            run_tile(g, &t, nb, np, 0);
+        }
+    t.ps = g->sh * g->W * g->bx;   /* columns */
+    t.yps = OW * g->B;
+    for (int64_t ox = 0; ox < OW; ox = ox + 1 == oxl ? max64(oxr, oxl) : ox + 1) {
+        if (ox >= oxl && ox < oxr) continue;   /* (no interior: every column a border) */
+        for (int64_t oy = oy0; oy < oy1;) {
+            int np = oy >= oyl && oy < oyr ? (int)min64(col_max, min64(oyr, oy1) - oy) : 1;
+            tile_place(p, g, &t, b, ob, cb0, oy, ox);
+            run_tile(g, &t, nb, np, 1);
+            oy += np;
+        }
     }
 }
 
@@ -443,7 +512,14 @@ int64_t tsr_nchwc_conv_plan(tsr_nchwc_conv_t* p, int threads) {
     if (*np <= 0) *np = min64(lim, g.OW);
     *np = min64(*np, lim);
     int64_t cbs = plain ? p->c : g.CB;
-    if (*chunk <= 0) *chunk = cbs;
+    if (*chunk <= 0) {
+        /* the tile's weights for one pass over the output rows stay in L2 (1 MB a core on
+           Zen 5, half of it theirs): ResNet-18's 512-channel 3x3 layer reads 1.2 MB per
+           4 output blocks, 16% slower whole than in two passes (bench kernels: nchwc) */
+        int64_t per = *nb * g.wcbs * (int64_t)sizeof(float);
+        int64_t passes = ceil_div(per * cbs, WEIGHTS_L2);
+        *chunk = ceil_div(cbs, passes);
+    }
     if (*rows <= 0) {
         /* enough items for the threads to share evenly (work comes from one counter) */
         int64_t groups = p->n * ceil_div(g.OB, *nb), want = threads > 1 ? 8 * threads : 1;
@@ -469,18 +545,12 @@ void tsr_nchwc_conv_range(const tsr_nchwc_conv_t* p, int64_t lo, int64_t hi) {
         int64_t ob1 = min64(g.OB, ob0 + NB), e0 = band * rows, e1 = min64(extent, e0 + rows);
         if (g.dw) {   /* one block at a time: each its own input plane */
             for (int64_t ob = ob0; ob < ob1; ob++)
-                for (int64_t oy = e0; oy < e1; oy++)
-                    conv_row(p, &g, (int)NP, b, ob, 1, 0, 1, oy, 0, g.OW);
+                conv_rows(p, &g, (int)NP, b, ob, 1, 0, 1, e0, e1);
             continue;
         }
-        for (int64_t cb0 = 0; cb0 < cbs; cb0 += chunk) {
-            int64_t ncb = min64(chunk, cbs - cb0);
-            if (g.flat)
-                conv_row(p, &g, (int)NP, b, ob0, (int)(ob1 - ob0), cb0, ncb, 0, e0, e1);
-            else
-                for (int64_t oy = e0; oy < e1; oy++)
-                    conv_row(p, &g, (int)NP, b, ob0, (int)(ob1 - ob0), cb0, ncb, oy, 0, g.OW);
-        }
+        for (int64_t cb0 = 0; cb0 < cbs; cb0 += chunk)
+            conv_rows(p, &g, (int)NP, b, ob0, (int)(ob1 - ob0), cb0, min64(chunk, cbs - cb0),
+                      e0, e1);
     }
 }
 
@@ -502,7 +572,8 @@ void tsr_nchwc_pack_weights(const tsr_nchwc_conv_t* p, const float* w, float* ds
     memset(dst, 0, (size_t)tsr_nchwc_packed_size(p) * sizeof(float));
     if (p->groups > 1) {
         for (int64_t o = 0; o < O; o++)
-            for (int64_t t = 0; t < taps; t++) dst[(o / B * taps + t) * B + o % B] = w[o * taps + t];
+            for (int64_t t = 0; t < taps; t++)
+                dst[(o / B * taps + t) * B + o % B] = w[o * taps + t];
         return;
     }
     int plain = (p->flags & TSR_NCHWC_PLAIN_INPUT) != 0;
@@ -561,13 +632,15 @@ int64_t tsr_nchwc_pool_plan(tsr_nchwc_pool_t* p, int threads) {
 }
 
 /* one output row: PyTorch's window (start clipped, end min(start + k, size + pad) for the
-   divisor counting padding, then clipped to the image) */
-#define TSR_POOL_ROW(ATTR, NAME, BW)                                                       \
-ATTR static void NAME(const tsr_nchwc_pool_t* p, int64_t item, int64_t B) {                \
-    const int64_t Bv = BW ? BW : B;                                                       \
+   divisor counting padding, then clipped to the image). The x86 rows keep the maximum in a
+   vector and whether a NaN went by in a mask (vmaxps alone drops a NaN met before a number;
+   PyTorch's max pooling propagates it) */
+#define TSR_POOL_ROW(ATTR, NAME, V, BW, M, LOADU, STOREU, SET1, ADD, MAX, DIV, NANS, WITH_NAN) \
+ATTR static void NAME(const tsr_nchwc_pool_t* p, int64_t item) {                          \
+    const int64_t bw_ = BW;                                                               \
     int64_t plane = item / p->oh, oy = item % p->oh;                                      \
-    const float* x = p->x + plane * p->h * p->w * Bv;                                     \
-    float* y = p->y + (plane * p->oh + oy) * p->ow * Bv;                                  \
+    const float* x = p->x + plane * p->h * p->w * bw_;                                     \
+    float* y = p->y + (plane * p->oh + oy) * p->ow * bw_;                                  \
     int64_t hs = oy * p->sh - p->ph, he = min64(hs + p->kh, p->h + p->ph);                \
     int64_t hn = he - hs;                                                                 \
     hs = max64(hs, 0);                                                                    \
@@ -577,41 +650,81 @@ ATTR static void NAME(const tsr_nchwc_pool_t* p, int64_t item, int64_t B) {     
         int64_t wn = we - ws;                                                             \
         ws = max64(ws, 0);                                                                \
         we = min64(we, p->w);                                                             \
-        float acc[16];                                                                    \
-        for (int64_t k = 0; k < Bv; k++) acc[k] = p->kind ? 0.0f : -INFINITY;             \
-        for (int64_t iy = hs; iy < he; iy++)                                              \
-            for (int64_t ix = ws; ix < we; ix++) {                                        \
-                const float* s = x + (iy * p->w + ix) * Bv;                               \
-                if (p->kind) {                                                            \
-                    for (int64_t k = 0; k < Bv; k++) acc[k] += s[k];                      \
-                } else {                                                                  \
-                    for (int64_t k = 0; k < Bv; k++)                                      \
-                        acc[k] = (s[k] > acc[k] || s[k] != s[k]) ? s[k] : acc[k];         \
+        V acc = SET1(p->kind ? 0.0f : -INFINITY);                                         \
+        M nan = 0;                                                                        \
+        for (int64_t iy = hs; iy < he; iy++) {                                            \
+            const float* s = x + (iy * p->w + ws) * bw_;                                   \
+            if (p->kind)                                                                  \
+                for (int64_t ix = ws; ix < we; ix++, s += bw_) acc = ADD(acc, LOADU(s));   \
+            else                                                                          \
+                for (int64_t ix = ws; ix < we; ix++, s += bw_) {                           \
+                    V v = LOADU(s);                                                       \
+                    acc = MAX(v, acc);                                                    \
+                    nan |= NANS(v);                                                       \
                 }                                                                         \
-            }                                                                             \
+        }                                                                                 \
         if (p->kind) {                                                                    \
             int64_t cnt = p->count_include_pad ? hn * wn : (he - hs) * (we - ws);         \
-            float den = cnt > 0 ? (float)cnt : 1.0f;                                      \
-            for (int64_t k = 0; k < Bv; k++) acc[k] /= den;                               \
+            acc = DIV(acc, SET1(cnt > 0 ? (float)cnt : 1.0f));                            \
+        } else {                                                                          \
+            acc = WITH_NAN(acc, nan);                                                     \
         }                                                                                 \
-        for (int64_t k = 0; k < Bv; k++) y[ox * Bv + k] = acc[k];                         \
+        STOREU(y + ox * bw_, acc);                                                         \
     }                                                                                     \
 }
 
-TSR_POOL_ROW(, pool_row_portable, 0)
+/* the portable row: the B floats of a pixel (any B <= 16) as a "vector" */
+typedef struct { float v[16]; } pv_t;
+static pv_t pv_load_n(const float* s, int64_t n) {
+    pv_t r = {{0}};
+    memcpy(r.v, s, (size_t)n * sizeof(float));
+    return r;
+}
+static void pv_store_n(float* d, pv_t a, int64_t n) { memcpy(d, a.v, (size_t)n * sizeof(float)); }
+static pv_t pv_set1(float f) { pv_t r; for (int k = 0; k < 16; k++) r.v[k] = f; return r; }
+static pv_t pv_add(pv_t a, pv_t b) { for (int k = 0; k < 16; k++) a.v[k] += b.v[k]; return a; }
+static pv_t pv_div(pv_t a, pv_t b) { for (int k = 0; k < 16; k++) a.v[k] /= b.v[k]; return a; }
+static pv_t pv_max(pv_t a, pv_t b) {   /* a NaN in a wins, as in PyTorch's */
+    for (int k = 0; k < 16; k++) b.v[k] = a.v[k] > b.v[k] || a.v[k] != a.v[k] ? a.v[k] : b.v[k];
+    return b;
+}
+static int pv_nans(pv_t a) { (void)a; return 0; }
+static pv_t pv_with_nan(pv_t a, int m) { (void)m; return a; }
+#define pv_load(s) pv_load_n(s, bw_)
+#define pv_store(d, a) pv_store_n(d, a, bw_)
+
 #if TSR_X86
-TSR_POOL_ROW(TSR_AVX512, pool_row512, 16)
-TSR_POOL_ROW(TSR_AVX2, pool_row256, 8)
+TSR_AVX512 TSR_INLINE __mmask16 nans512(__m512 v) {
+    return _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+}
+TSR_AVX512 TSR_INLINE __m512 with_nan512(__m512 a, __mmask16 m) {
+    return _mm512_mask_mov_ps(a, m, _mm512_set1_ps(NAN));
+}
+TSR_AVX2 TSR_INLINE int nans256(__m256 v) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+TSR_AVX2 TSR_INLINE __m256 with_nan256(__m256 a, int m) {
+    __m256i bits = _mm256_and_si256(_mm256_set1_epi32(m),
+                                    _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128));
+    __m256 lanes = _mm256_castsi256_ps(_mm256_cmpgt_epi32(bits, _mm256_setzero_si256()));
+    return _mm256_blendv_ps(a, _mm256_set1_ps(NAN), lanes);
+}
+TSR_POOL_ROW(TSR_AVX512, pool_row512, __m512, 16, __mmask16, _mm512_loadu_ps, _mm512_storeu_ps,
+             _mm512_set1_ps, _mm512_add_ps, _mm512_max_ps, _mm512_div_ps, nans512, with_nan512)
+TSR_POOL_ROW(TSR_AVX2, pool_row256, __m256, 8, int, _mm256_loadu_ps, _mm256_storeu_ps,
+             _mm256_set1_ps, _mm256_add_ps, _mm256_max_ps, _mm256_div_ps, nans256, with_nan256)
 #endif
+TSR_POOL_ROW(, pool_row_portable, pv_t, p->block, int, pv_load, pv_store, pv_set1, pv_add,
+             pv_max, pv_div, pv_nans, pv_with_nan)
 
 void tsr_nchwc_pool_range(const tsr_nchwc_pool_t* p, int64_t lo, int64_t hi) {
     int path = path_of(p->isa, p->block);
     for (int64_t item = lo; item < hi; item++) {
 #if TSR_X86
-        if (path == TSR_GEMM_AVX512) { pool_row512(p, item, 16); continue; }
-        if (path == TSR_GEMM_AVX2) { pool_row256(p, item, 8); continue; }
+        if (path == TSR_GEMM_AVX512) { pool_row512(p, item); continue; }
+        if (path == TSR_GEMM_AVX2) { pool_row256(p, item); continue; }
 #endif
-        pool_row_portable(p, item, p->block);
+        pool_row_portable(p, item);
         (void)path;
     }
 }
