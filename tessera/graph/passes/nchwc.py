@@ -28,9 +28,12 @@ are left alone. Only where the C kernels run
 norms' shifts are biases, epilogues already found), before fusion.
 
 ``TESSERA_NCHWC=0`` turns it off, ``=1`` on wherever it applies; by default (``auto``) it
-runs on graphs with at least two convolutions it can block (one lone convolution pays two
-layout changes for one kernel; ``python -m bench models``: ResNet-18 and MobileNetV2 at
-batch 1 and 8 run faster blocked).
+runs on graphs with at least two convolutions it can block (one lone convolution, a ViT's
+patch embedding, gains nothing) and leaves plain the large 3x3 layers the plain path runs
+as Winograd (``WINOGRAD_MACS``). Why, from ``python -m bench models`` (CPU time at one
+thread, blocked vs plain): ResNet-18 b1 16 vs 20 ms, b8 124 vs 131; MobileNetV2 b1 4.5 vs
+7.4, b8 35 vs 53; ResNet-50 b1 40 vs 55; LeNet-5 b1 0.09 vs 0.17; VGG-11's 0.9-1.9 G MAC
+layers 1.3-2.1x slower blocked than Winograd.
 
 >>> from tessera.graph.passes import nchwc
 >>> nchwc.mode() in ("0", "1", "auto")
@@ -54,6 +57,10 @@ __all__ = ["run", "mode", "block"]
 
 PLAIN_CHANNELS = 4   # a first convolution of at most this many channels reads plain input
 MIN_CONVS = 2        # auto mode: a graph needs this many blockable convolutions
+# auto mode: a 3x3 convolution the plain path runs as Winograd (2.25x fewer products) stays
+# plain from this many multiply-adds (bench models, vgg11_bn b1 at one thread: 0.9-1.9 G
+# MAC layers 1.3-2.1x faster plain; ResNet-18's 0.12 G and VGG's 0.46 G faster blocked)
+WINOGRAD_MACS = 600_000_000
 
 
 def mode() -> str:
@@ -94,8 +101,8 @@ def _zero_at_zero(n: Node) -> bool:
 
 
 class _Rewrite:
-    def __init__(self, g: Graph, ctx, known: dict, blk: int):
-        self.g, self.ctx, self.known, self.block = g, ctx, known, blk
+    def __init__(self, g: Graph, ctx, known: dict, blk: int, auto: bool):
+        self.g, self.ctx, self.known, self.block, self.auto = g, ctx, known, blk, auto
         self.users = g.users()
         self.roots = {id(v) for v in g.live_roots()}
         self.nodes: list[Node] = []
@@ -154,6 +161,8 @@ class _Rewrite:
             return False
         if x.producer is not None and x.producer.op.name == "pad":
             return False  # reflect, replicate or circular padding: a plain layer
+        if self.auto and _winograd_wins(x, w, n.outputs[0], a):
+            return False
         plain = groups == 1 and c <= PLAIN_CHANNELS and id(x) not in self.blocked
         xin = x if plain else self._blocked_input(x, n.name)
         geo = dict(stride=tuple(a["stride"]), pads=tuple(map(tuple, a["pads"])),
@@ -306,6 +315,16 @@ class _Rewrite:
         return self.convs > 0
 
 
+def _winograd_wins(x: Value, w: Value, y: Value, a: dict) -> bool:
+    """A large convolution the plain path runs as Winograd (``WINOGRAD_MACS``)."""
+    from tessera.ops.conv import _path
+    macs = int(np.prod(y.shape)) * int(np.prod(w.shape[1:]))
+    if a["groups"] != 1 or macs < WINOGRAD_MACS:
+        return False
+    return _path("forward", x.shape, w.shape, a["stride"], a["pads"], a["dilation"],
+                 y.shape[2:], np.float32) == "winograd"
+
+
 def _blockable_convs(g: Graph, known: dict) -> int:
     count = 0
     for n in g.nodes:
@@ -326,4 +345,4 @@ def run(g: Graph, ctx) -> bool:
         return False
     if m == "auto" and _blockable_convs(g, known) < MIN_CONVS:
         return False
-    return _Rewrite(g, ctx, known, blk).run()
+    return _Rewrite(g, ctx, known, blk, m == "auto").run()
