@@ -40,8 +40,9 @@ from tessera.ops import (
 )
 from tessera.ops.registry import REGISTRY
 
-_ = binary  # registers the binary-network ops (tessera.nn.binary is their public face)
-_ = nchwc  # registers the blocked-layout ops (tessera.graph.passes.nchwc makes them)
+# registers the binary-network ops (tessera.nn.binary is their public face) and the
+# blocked-layout ones (tessera.graph.passes.nchwc makes them)
+_ = (binary, nchwc)
 
 # the families whose public functions are tessera.* (the package re-exports each __all__)
 FAMILIES = (creation, unary, arithmetic, comparison, ternary, views, getitem, reduce, scan,

@@ -242,8 +242,9 @@ def pad_bias(b: np.ndarray, block: int) -> np.ndarray:
 
 def _conv_out(x_shape, weight_shape, stride, pads, dilation) -> tuple[int, int]:
     from tessera.ops.conv import out_size
-    return tuple(out_size(x_shape[2 + i], weight_shape[2 + i], stride[i], *pads[i],
-                          dilation[i]) for i in range(2))  # type: ignore[return-value]
+    (t, b), (left, right) = pads
+    return (out_size(x_shape[2], weight_shape[2], stride[0], t, b, dilation[0]),
+            out_size(x_shape[3], weight_shape[3], stride[1], left, right, dilation[1]))
 
 
 def _conv_infer(x, wp, b, r, stride, pads, dilation, groups, block, plain_input, activation,
@@ -348,8 +349,8 @@ def _conv_bind(x, wp, b, r, out, **attrs):
 
 
 def _conv_into(out, x, wp, b, r, **attrs) -> None:
-    metas = [None if a is None else Meta(a.shape, D.float32) for a in (x, wp, b, r)]
-    _conv_bind(*metas, Meta(out.shape, D.float32), **attrs)(out, x, wp, b, r)
+    xm, wm, bm, rm = (None if a is None else Meta(a.shape, D.float32) for a in (x, wp, b, r))
+    _conv_bind(xm, wm, bm, rm, Meta(out.shape, D.float32), **attrs)(out, x, wp, b, r)
 
 
 # the output never takes an input's buffer: the kernel reads windows of x around outputs it

@@ -171,8 +171,8 @@ class _Rewrite:
         if key not in self.packed:
             self.packed[key] = self._variable(ops.pack_conv_weight(
                 wv, groups=groups, block=self.block, plain_input=plain))
-        bias = None if b is None else self._variable(ops.pad_bias(self._array(b).reshape(-1),
-                                                                  self.block))
+        bv = self._array(b)
+        bias = None if bv is None else self._variable(ops.pad_bias(bv.reshape(-1), self.block))
         rin = None if r is None else self._blocked_input(r, n.name)
         attrs = dict(geo, groups=groups, block=self.block, plain_input=plain,
                      activation=a.get("activation"), bounds=tuple(a.get("bounds", (0.0, 0.0))),
