@@ -15,13 +15,14 @@ program order:
   (where that value has no other reader and the convolution no activation yet), and so
   does an add of two blocked values (as its residual); otherwise they run on the blocked
   values as they are, when they keep zero at zero (the padding channels stay zero);
-* max and average pooling (``max_pool_values``, ``avg_pool``) and adaptive average pooling
-  to sizes dividing the input (``interpolate`` in area mode: global pooling) of a blocked
-  value become ``pool2d_nchwc``;
+* max and average pooling (``max_pool_values``, ``avg_pool``), adaptive average pooling
+  to sizes dividing the input (``interpolate`` in area mode: global pooling) and a mean
+  over H and W of a blocked value become ``pool2d_nchwc``;
 * any other reader of a blocked value, and the graph's results, read a ``from_nchwc`` of
   it (one per value).
 
-Grouped convolutions other than depthwise, convolutions of other dtypes or ranks, of
+Graphs compiled for another backend (TVM, XLA) keep their layout (the ops are tessera's
+executor's and the C library's). Grouped convolutions other than depthwise, convolutions of other dtypes or ranks, of
 other padding modes (a ``pad`` before them) and weights that change (a training graph)
 are left alone. Only where the C kernels run
 (``tessera.kernels.nchwc.usable``); after ``bnfold`` and ``conv_epilogue`` (folded batch
@@ -282,6 +283,29 @@ class _Rewrite:
         k = (h // oh, w // ow)
         return self._pool(n, "avg", k, k, (0, 0), False, True)
 
+    def mean(self, n: Node) -> bool:
+        """A mean over H and W (global average pooling written as ``x.mean((2, 3))``)."""
+        x, a = n.inputs[0], n.attrs
+        if not isinstance(x, Value) or id(x) not in self.blocked or len(x.shape) != 4 or \
+                a.get("dtype") is not None or a.get("dim") is None:
+            return False
+        dims = a["dim"] if isinstance(a["dim"], (tuple, list)) else (a["dim"],)
+        if sorted(d % 4 for d in dims) != [2, 3] or len(dims) != 2:
+            return False
+        xb, (h, w) = self.blocked[id(x)], x.shape[2:]
+        pooled = self._add(_emit(self.g, "pool2d_nchwc", [xb], dict(
+            kind="avg", kernel_size=(h, w), stride=(h, w), padding=(0, 0), ceil_mode=False,
+            count_include_pad=True), n.name))
+        y, c = n.outputs[0], x.shape[1]
+        if a.get("keepdim"):
+            self._set(y, pooled, c)
+            return True
+        flat = self._add(_emit(self.g, "from_nchwc", [pooled], {"channels": c}, n.name))
+        view = Node(REGISTRY["view"], [flat], {"shape": tuple(y.shape)}, [y], n.name)
+        y.producer, y.index = view, 0
+        self.nodes.append(view)
+        return True
+
     # ---- the walk ----------------------------------------------------------------------
     def _plain(self, v: Value) -> None:
         """v (a value a blocked op now makes) computed again in the plain layout."""
@@ -299,7 +323,7 @@ class _Rewrite:
         rules = {"conv": self.conv, "conv_pointwise": self.conv, "relu": self.activation,
                  "hardtanh": self.activation, "clamp": self.activation, "add": self.add,
                  "max_pool_values": self.max_pool, "avg_pool": self.avg_pool,
-                 "interpolate": self.adaptive_avg}
+                 "interpolate": self.adaptive_avg, "mean": self.mean}
         for n in list(self.g.nodes):
             rule = rules.get(n.op.name)
             if rule is not None and rule(n):
@@ -337,7 +361,7 @@ def _blockable_convs(g: Graph, known: dict) -> int:
 
 def run(g: Graph, ctx) -> bool:
     m = mode()
-    if m == "0" or ctx is None or ctx.training:
+    if m == "0" or ctx is None or ctx.training or ctx.backend != "tessera":
         return False
     blk = block()
     known = known_variables(g, ctx)
