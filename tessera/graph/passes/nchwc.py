@@ -21,10 +21,10 @@ program order:
 * any other reader of a blocked value, and the graph's results, read a ``from_nchwc`` of
   it (one per value).
 
-Graphs compiled for another backend (TVM, XLA) keep their layout (the ops are tessera's
-executor's and the C library's). Grouped convolutions other than depthwise, convolutions of other dtypes or ranks, of
+Grouped convolutions other than depthwise, convolutions of other dtypes or ranks, of
 other padding modes (a ``pad`` before them) and weights that change (a training graph)
-are left alone. Only where the C kernels run
+are left alone, and so are graphs compiled for another backend (TVM, XLA: the ops are
+tessera's executor's and the C library's). Only where the C kernels run
 (``tessera.kernels.nchwc.usable``); after ``bnfold`` and ``conv_epilogue`` (folded batch
 norms' shifts are biases, epilogues already found), before fusion.
 
