@@ -231,7 +231,7 @@ NCHWC_LAYERS = (
 NCHWC_REPEAT = 15
 
 
-def _cpu_ms(fn, seconds: float = 0.02) -> callable:
+def _cpu_ms(fn, seconds: float = 0.02):
     """A timer of ``fn``: each call returns one sample of its CPU time in ms (process time,
     so a loaded host's waiting is not counted), averaged over enough calls for ``seconds``."""
     fn()

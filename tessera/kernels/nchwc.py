@@ -52,23 +52,31 @@ _RESIDUAL_FIRST, _PLAIN_INPUT = 1, 16
 _F32 = np.dtype(np.float32)
 
 
+def _conv_fields() -> list:
+    i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int32
+    return ([(n, i64) for n in ("n", "c", "h", "w", "o", "oh", "ow", "kh", "kw", "sh", "sw",
+                                "ph", "pw", "dh", "dw", "groups")]
+            + [("block", i32), ("isa", i32)]
+            + [(n, ptr) for n in ("x", "wp", "bias", "r", "y")]
+            + [("act", i32), ("flags", i32), ("lo", ctypes.c_float), ("hi", ctypes.c_float),
+               ("reserved", i64 * 4)])
+
+
+def _pool_fields() -> list:
+    return ([(n, ctypes.c_int64) for n in ("n", "cb", "h", "w", "oh", "ow", "kh", "kw", "sh",
+                                           "sw", "ph", "pw")]
+            + [(n, ctypes.c_int32) for n in ("block", "isa", "kind", "count_include_pad")]
+            + [("x", ctypes.c_void_p), ("y", ctypes.c_void_p)])
+
+
 class _Conv(ctypes.Structure):
     """c/nchwc.h's ``tsr_nchwc_conv_t``."""
-    _fields_ = ([(n, ctypes.c_int64) for n in ("n", "c", "h", "w", "o", "oh", "ow", "kh", "kw",
-                                               "sh", "sw", "ph", "pw", "dh", "dw", "groups")]
-                + [("block", ctypes.c_int32), ("isa", ctypes.c_int32)]
-                + [(n, ctypes.c_void_p) for n in ("x", "wp", "bias", "r", "y")]
-                + [("act", ctypes.c_int32), ("flags", ctypes.c_int32),
-                   ("lo", ctypes.c_float), ("hi", ctypes.c_float),
-                   ("reserved", ctypes.c_int64 * 4)])
+    _fields_ = _conv_fields()
 
 
 class _Pool(ctypes.Structure):
     """c/nchwc.h's ``tsr_nchwc_pool_t``."""
-    _fields_ = ([(n, ctypes.c_int64) for n in ("n", "cb", "h", "w", "oh", "ow", "kh", "kw",
-                                               "sh", "sw", "ph", "pw")]
-                + [(n, ctypes.c_int32) for n in ("block", "isa", "kind", "count_include_pad")]
-                + [("x", ctypes.c_void_p), ("y", ctypes.c_void_p)])
+    _fields_ = _pool_fields()
 
 
 @functools.lru_cache(maxsize=1)
@@ -294,7 +302,7 @@ def conv_bound(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
     xs = (n, c, h, w) if plain_input else blocked_shape((n, c, h, w), block)
     ys = blocked_shape((n, o, oh, ow), block)
     ob = ys[1] * block
-    state = {"threads": 0, "items": 0, "parts": None}
+    state: dict = {"threads": 0, "items": 0, "parts": None}
     addr = ctypes.addressof(p)
 
     from tessera.kernels.cc import addresses
