@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -249,7 +250,9 @@ def conv_bound(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
     padded (or None); ``residual`` (or None) is laid out as ``y``, added after the activation
     or, with ``residual_first``, before it. ``activation``: None, ``"relu"``, ``"relu6"`` or
     ``"clamp"`` to ``bounds``. Each call runs the plan's items on the kernel thread pool
-    (``tessera.get_num_threads()`` threads). One bound function runs one call at a time.
+    (``tessera.get_num_threads()`` threads). One bound function runs one call at a time; a
+    call with the same arrays as the last one skips their checks, and a bias of O values
+    is padded once per array (constant weights: pad it yourself if you change it in place).
 
     >>> run = conv_bound((1, 8, 4, 4), (1, 8, 2, 2), (8, 8, 1, 1), 2, 0, 1, 1, 8)
     >>> callable(run)
@@ -305,7 +308,6 @@ def conv_bound(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
     state: dict = {"threads": 0, "items": 0, "parts": None}
     addr = ctypes.addressof(p)
 
-    from tessera.kernels.cc import addresses
     from tessera.kernels.threadpool import _threads as pool_threads, fork_join
     packed = int(lib.tsr_nchwc_packed_size(ctypes.byref(p)))
 
@@ -322,43 +324,51 @@ def conv_bound(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
 
     plan()
     pad_bias: list = [None, None]   # the last bias given with o values, and its padded copy
-    ax, aw, ab, ar, ay = (addresses() for _ in range(5))
+    last: list = [None] * 5   # weak references to the last call's arrays (None for None)
     call = lib.tsr_nchwc_conv_range
 
+    def same(ref, a) -> bool:
+        return a is None if ref is None else ref() is a
+
     def run(x, wp, bias, residual, y) -> None:
-        if not (type(x) is np.ndarray and x.dtype == _F32 and x.shape == xs
-                and x.flags.c_contiguous):
-            _expect(x, xs, "x", fn)
-        if not (type(y) is np.ndarray and y.dtype == _F32 and y.shape == ys
-                and y.flags.c_contiguous):
-            _expect(y, ys, "y", fn)
-        if residual is not None and not (type(residual) is np.ndarray and
-                                         residual.dtype == _F32 and residual.shape == ys and
-                                         residual.flags.c_contiguous):
-            _expect(residual, ys, "residual", fn)
-        if type(wp) is not np.ndarray or wp.dtype != _F32 or wp.size != packed or \
-                aw(wp) % 64:
-            raise TypeError(f"{fn}: wp must be pack_weights' 64-byte aligned float32 array "
-                            f"of {packed} values")
-        if bias is not None:
-            if bias.shape == (o,) and o != ob:   # padded once per bias array
-                if pad_bias[0] is not bias:
-                    padded = np.zeros(ob, _F32)
-                    padded[:o] = bias
-                    pad_bias[:] = bias, padded
-                bias = pad_bias[1]
-            elif bias.shape != (ob,) and bias.shape != (o,):
-                raise ValueError(f"{fn}: bias must have {o} or {ob} values, got {bias.shape}")
-            if type(bias) is not np.ndarray or bias.dtype != _F32 or \
-                    not bias.flags.c_contiguous:
-                _expect(bias, bias.shape, "bias", fn)
-        p.x, p.wp, p.y, p.bias, p.r = ax(x), aw(wp), ay(y), ab(bias), ar(residual)
+        # a compiled graph passes the same arrays every step: checked once, their
+        # addresses already in the structure (shapes compared again: they can be reassigned)
+        if not (same(last[0], x) and same(last[1], wp) and same(last[2], bias) and
+                same(last[3], residual) and same(last[4], y) and x.shape == xs and
+                y.shape == ys):
+            bind(x, wp, bias, residual, y)
         if pool_threads() != state["threads"]:
             plan()
         if state["parts"] is None:
             call(addr, 0, state["items"])
         else:
             fork_join(call, state["parts"])
+
+    def bind(x, wp, bias, residual, y) -> None:
+        _expect(x, xs, "x", fn)
+        _expect(y, ys, "y", fn)
+        if residual is not None:
+            _expect(residual, ys, "residual", fn)
+        if type(wp) is not np.ndarray or wp.dtype != _F32 or wp.size != packed or \
+                wp.ctypes.data % 64:
+            raise TypeError(f"{fn}: wp must be pack_weights' 64-byte aligned float32 array "
+                            f"of {packed} values")
+        given = bias
+        if bias is not None:
+            if getattr(bias, "shape", None) == (o,) and o != ob:   # padded once
+                if pad_bias[0] is not bias:
+                    padded = np.zeros(ob, _F32)
+                    padded[:o] = bias
+                    pad_bias[:] = bias, padded
+                bias = pad_bias[1]
+            elif getattr(bias, "shape", None) not in ((ob,), (o,)):
+                raise ValueError(f"{fn}: bias must have {o} or {ob} values, got "
+                                 f"{getattr(bias, 'shape', type(bias).__name__)}")
+            _expect(bias, bias.shape, "bias", fn)
+        p.x, p.wp, p.y = x.ctypes.data, wp.ctypes.data, y.ctypes.data
+        p.bias = None if bias is None else bias.ctypes.data
+        p.r = None if residual is None else residual.ctypes.data
+        last[:] = [None if a is None else weakref.ref(a) for a in (x, wp, given, residual, y)]
     run.items = lambda: state["items"]     # type: ignore[attr-defined]
     run.tiles = lambda: tuple(p.reserved)  # type: ignore[attr-defined]
     return run

@@ -318,3 +318,19 @@ def test_max_pool_propagates_nan(N, path):
     got = N.from_blocked(y, 17)
     assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(want).sum() == 2
     close(got, want)
+
+
+def test_bound_call_rebinds_new_arrays(N):
+    """A bound convolution called again with other arrays (or without the residual) reads
+    those, not the last call's."""
+    B = N.block()
+    wt, bias = rand(24, 17, 3, 3, seed=20), rand(24, seed=21)
+    run = N.conv_bound((1, 17, 9, 9), (1, 24, 9, 9), wt.shape, 1, 1, 1, 1, B, False, "relu")
+    wp = N.pack_weights(wt, groups=1, block=B)
+    r = rand(1, 24, 9, 9, seed=22)
+    y = np.empty(N.blocked_shape((1, 24, 9, 9), B), np.float32)
+    for seed, residual in ((23, r), (24, r), (24, None)):
+        x = rand(1, 17, 9, 9, seed=seed)
+        run(N.to_blocked(x, B), wp, bias, None if residual is None else N.to_blocked(r, B), y)
+        close(N.from_blocked(y, 24), reference(x, wt, bias, (1, 1), (1, 1), (1, 1), 1, "relu",
+                                               residual=residual))
