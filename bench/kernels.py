@@ -347,7 +347,7 @@ def _trunk(N, torch, tessera, rng, steps: list) -> dict:
             oh = N.conv_output_size(h, k, s, p, p, 1)
             params.append(None)
             calls.append((N.pool_bound((1, c, h, h), k, s, p, "avg" if kind == "gap" else "max",
-                                       block=B),))
+                                       True, B),))
             shapes.append((c, oh))
     # an arena's reuse: a step's output takes a buffer of its shape freed by the steps
     # before it (its sources' last use). A fresh buffer per step would make every layer
