@@ -231,7 +231,7 @@ NCHWC_LAYERS = (
 NCHWC_REPEAT = 15
 
 
-def _cpu_ms(fn, seconds: float = 0.02) -> callable:
+def _cpu_ms(fn, seconds: float = 0.02):
     """A timer of ``fn``: each call returns one sample of its CPU time in ms (process time,
     so a loaded host's waiting is not counted), averaged over enough calls for ``seconds``."""
     fn()
@@ -278,84 +278,134 @@ def _nchwc_layer(N, torch, tessera, layer, rng) -> dict:
                             "torch": _cpu_ms(lambda: TF.conv2d(px, pw, pb, s, p, 1, g))})}
 
 
-def _resnet18_trunk(N, torch, tessera, rng):
-    """ResNet-18's convolutional trunk at batch 1 (batch norm folded into the convolutions'
-    bias: conv1, max pool, 8 basic blocks, global average pool) three ways: blocked kernels
-    (the residual added before the relu in the second convolution's registers), tessera's
-    functional ops and PyTorch's. Returns {way: timer}, each checked against PyTorch."""
-    import numpy as np
-    B = N.block()
-    TF, F = torch.nn.functional, tessera.nn.functional
-    layers = []   # (c, o, k, stride, pad, h)
-
-    def conv(c, o, k, s, p, h):
-        w = rng.standard_normal((o, c, k, k), np.float32) * (2.0 / (c * k * k)) ** 0.5
-        layers.append((c, o, k, s, p, h, w, rng.standard_normal(o, np.float32) * 0.1))
-        return len(layers) - 1
-    blocks, h, c = [], 56, 64
-    stem = conv(3, 64, 7, 2, 3, 224)
+def _resnet18_spec() -> list:
+    """ResNet-18's convolutional trunk (batch norm folded into the convolutions' bias) as
+    steps for ``_trunk``: ("conv", source, c, o, k, stride, pad, groups, activation,
+    residual source), ("maxpool", source, k, stride, pad), ("gap", source); a source is a
+    step's index, -1 the input."""
+    steps: list = [("conv", -1, 3, 64, 7, 2, 3, 1, "relu", None), ("maxpool", 0, 3, 2, 1)]
+    c = 64
     for o, s in ((64, 1), (64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),
                  (512, 1)):
-        a = conv(c, o, 3, s, 1, h)
-        b = conv(o, o, 3, 1, 1, (h - 1) // s + 1)
-        d = conv(c, o, 1, s, 0, h) if s != 1 or c != o else None
-        blocks.append((a, b, d))
-        h, c = (h - 1) // s + 1, o
+        src, ident = len(steps) - 1, len(steps) - 1
+        if s != 1 or c != o:
+            steps.append(("conv", src, c, o, 1, s, 0, 1, None, None))   # the downsample
+            ident = len(steps) - 1
+        steps.append(("conv", src, c, o, 3, s, 1, 1, "relu", None))
+        # relu(conv + bias + identity): the residual before the activation
+        steps.append(("conv", len(steps) - 1, o, o, 3, 1, 1, 1, "relu", ident))
+        c = o
+    steps.append(("gap", len(steps) - 1))
+    return steps
+
+
+def _mobilenet_v2_spec() -> list:
+    """MobileNetV2's convolutional trunk, as ``_resnet18_spec``: inverted residual blocks
+    (1x1 expansion, 3x3 depthwise, 1x1 projection with the block's input added after it)."""
+    steps: list = [("conv", -1, 3, 32, 3, 2, 1, 1, "relu6", None)]
+    c = 32
+    for t, o, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
+        for i in range(n):
+            stride, src, hidden = s if i == 0 else 1, len(steps) - 1, c * t
+            if t != 1:
+                steps.append(("conv", len(steps) - 1, c, hidden, 1, 1, 0, 1, "relu6", None))
+            steps.append(("conv", len(steps) - 1, hidden, hidden, 3, stride, 1, hidden,
+                          "relu6", None))
+            res = src if stride == 1 and c == o else None
+            steps.append(("conv", len(steps) - 1, hidden, o, 1, 1, 0, 1, None, res))
+            c = o
+    steps.append(("conv", len(steps) - 1, c, 1280, 1, 1, 0, 1, "relu6", None))
+    steps.append(("gap", len(steps) - 1))
+    return steps
+
+
+def _trunk(N, torch, tessera, rng, steps: list) -> dict:
+    """A network's trunk at batch 1 (224 x 224) three ways: blocked kernels (buffers
+    allocated once, as a compiled graph's arena; the first layer reads the plain input, the
+    residuals and activations run in the convolutions' registers), tessera's functional ops
+    and PyTorch's. Returns {way: timer}, after checking the blocked result against PyTorch."""
+    import numpy as np
+    B = N.block()
+    shapes, params, calls = [], [], []   # (c, h) per step; (w, b); the blocked calls
     x = rng.standard_normal((1, 3, 224, 224), np.float32)
+    for step in steps:
+        kind, src = step[0], step[1]
+        c, h = (3, 224) if src < 0 else shapes[src]
+        if kind == "conv":
+            _, _, ci, o, k, s, p, g, act, res = step
+            w = rng.standard_normal((o, ci // g, k, k), np.float32) * (2 / (ci // g * k * k)) ** .5
+            b = rng.standard_normal(o, np.float32) * 0.1
+            oh = N.conv_output_size(h, k, s, p, p, 1)
+            run = N.conv_bound((1, ci, h, h), (1, o, oh, oh), w.shape, s, p, 1, g, B, src < 0,
+                               act, residual_first=act == "relu")
+            params.append((w, b))
+            calls.append((run, N.pack_weights(w, groups=g, block=B, plain_input=src < 0), b))
+            shapes.append((o, oh))
+        else:
+            k, s, p = (h, 1, 0) if kind == "gap" else step[2:]
+            oh = N.conv_output_size(h, k, s, p, p, 1)
+            params.append(None)
+            calls.append((N.pool_bound((1, c, h, h), k, s, p, "avg" if kind == "gap" else "max",
+                                       True, B),))
+            shapes.append((c, oh))
+    # an arena's reuse: a step's output takes a buffer of its shape freed by the steps
+    # before it (its sources' last use). A fresh buffer per step would make every layer
+    # write cold memory (MobileNetV2's trunk 8% slower)
+    last = {}
+    for i, step in enumerate(steps):
+        for src in (step[1], step[9] if step[0] == "conv" else None):
+            if src is not None and src >= 0:
+                last[src] = i
+    free: dict = {}
+    outs = []
+    for i, (c, h) in enumerate(shapes):
+        shape = N.blocked_shape((1, c, h, h), B)
+        outs.append(free.get(shape, []).pop() if free.get(shape) else
+                    np.empty(shape, np.float32))
+        for src, end in last.items():
+            if end == i:
+                free.setdefault(outs[src].shape, []).append(outs[src])
 
-    # blocked: every buffer allocated once, as a compiled graph's arena would
-    bound = []
-    for (ci, o, k, s, p, hh, w, bias) in layers:
-        oh = (hh + 2 * p - k) // s + 1
-        plain = ci == 3
-        bound.append((N.conv_bound((1, ci, hh, hh), (1, o, oh, oh), w.shape, s, p, 1, 1, B,
-                                   plain, None if k == 1 else "relu", residual_first=True),
-                      N.pack_weights(w, groups=1, block=B, plain_input=plain), bias,
-                      np.empty(N.blocked_shape((1, o, oh, oh), B), np.float32)))
-    pool = N.pool_bound((1, 64, 112, 112), 3, 2, 1, "max", block=B)
-    pooled = np.empty(N.blocked_shape((1, 64, 56, 56), B), np.float32)
-    gap = N.pool_bound((1, 512, 7, 7), 7, 1, 0, "avg", block=B)
-    feat = np.empty(N.blocked_shape((1, 512, 1, 1), B), np.float32)
     def blocked():
-        run, wp, bias, y = bound[stem]
-        run(x, wp, bias, None, y)
-        pool(y, pooled)
-        cur = pooled
-        for a, b, d in blocks:
-            ident = cur
-            if d is not None:
-                run_d, wp_d, bias_d, y_d = bound[d]
-                run_d(cur, wp_d, bias_d, None, y_d)   # the downsample: no relu
-                ident = y_d
-            run, wp, bias, y = bound[a]
-            run(cur, wp, bias, None, y)
-            run2, wp2, bias2, y2 = bound[b]
-            run2(y, wp2, bias2, ident, y2)   # relu(conv + bias + identity)
-            cur = y2
-        gap(cur, feat)
-        return feat
+        for i, step in enumerate(steps):
+            src = x if step[1] < 0 else outs[step[1]]
+            if step[0] == "conv":
+                run, wp, b = calls[i]
+                run(src, wp, b, None if step[9] is None else outs[step[9]], outs[i])
+            else:
+                calls[i][0](src, outs[i])
+        return outs[-1]
 
-    def functional(lib, F, asarray):
-        ws = [(asarray(w), asarray(b)) for (*_, w, b) in layers]
+    def functional(F, asarray):
+        ws = [None if q is None else (asarray(q[0]), asarray(q[1])) for q in params]
+        xt = asarray(x)
 
         def net():
-            w, b = ws[stem]
-            t = F.relu(F.conv2d(asarray(x), w, b, 2, 3))
-            t = F.max_pool2d(t, 3, 2, 1)
-            for a, bb, d in blocks:
-                ident = t
-                if d is not None:
-                    ident = F.conv2d(t, *ws[d], layers[d][3], 0)
-                t = F.relu(F.conv2d(t, *ws[a], layers[a][3], 1))
-                t = F.relu(F.conv2d(t, *ws[bb], 1, 1) + ident)
-            return F.adaptive_avg_pool2d(t, 1)
+            vals: list = []
+            for i, step in enumerate(steps):
+                src = xt if step[1] < 0 else vals[step[1]]
+                if step[0] == "conv":
+                    _, _, _, _, _, s, p, g, act, res = step
+                    t = F.conv2d(src, *ws[i], s, p, 1, g)
+                    if res is not None and act == "relu":
+                        t = t + vals[res]
+                    t = F.relu(t) if act == "relu" else F.relu6(t) if act == "relu6" else t
+                    if res is not None and act != "relu":
+                        t = t + vals[res]
+                elif step[0] == "maxpool":
+                    t = F.max_pool2d(src, *step[2:])
+                else:
+                    t = F.adaptive_avg_pool2d(src, 1)
+                vals.append(t)
+            return vals[-1]
         return net
-    torch_net = functional(torch, TF, torch.from_numpy)
-    tessera_net = functional(tessera, F, tessera.from_numpy)
+    torch_net = functional(torch.nn.functional, torch.from_numpy)
+    tessera_net = functional(tessera.nn.functional, tessera.from_numpy)
     want = torch_net().numpy()
-    got = N.from_blocked(blocked(), 512)
+    got = N.from_blocked(blocked(), shapes[-1][0])
     if not np.allclose(got, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max())):
-        raise AssertionError("the blocked ResNet-18 trunk differs from PyTorch's")
+        raise AssertionError("the blocked trunk differs from PyTorch's")
     return {"nchwc": _cpu_ms(blocked, 0.1), "tessera": _cpu_ms(tessera_net, 0.1),
             "torch": _cpu_ms(torch_net, 0.1)}
 
@@ -372,7 +422,9 @@ def nchwc_child() -> dict:
     rng = np.random.default_rng(0)
     out = {"isa": N.isa(), "block": N.block(),
            "layers": [_nchwc_layer(N, torch, tessera, layer, rng) for layer in NCHWC_LAYERS]}
-    out["resnet18_trunk"] = _interleaved(_resnet18_trunk(N, torch, tessera, rng))
+    for name, spec in (("resnet18 trunk", _resnet18_spec()),
+                       ("mobilenetv2 trunk", _mobilenet_v2_spec())):
+        out[name] = _interleaved(_trunk(N, torch, tessera, rng, spec))
     return out
 
 
@@ -395,11 +447,12 @@ def nchwc_render(res: dict) -> str:
                                                                        "torch")),
                      *(f"{gf / r[k] * 1e3:.0f}" for k in ("nchwc", "tessera", "torch")),
                      f"{r['tessera'] / r['nchwc']:.2f}x", f"{r['torch'] / r['nchwc']:.2f}x"))
-    t = res["resnet18_trunk"]
-    rows.append(("resnet18 trunk (1.82 GMAC)", "3.63", *(f"{t[k]:.2f}" for k in
-                                                        ("nchwc", "tessera", "torch")),
-                 *(f"{3.63 / t[k] * 1e3:.0f}" for k in ("nchwc", "tessera", "torch")),
-                 f"{t['tessera'] / t['nchwc']:.2f}x", f"{t['torch'] / t['nchwc']:.2f}x"))
+    for name, gflop in (("resnet18 trunk", 3.63), ("mobilenetv2 trunk", 0.60)):
+        t = res[name]
+        rows.append((name, f"{gflop:.2f}", *(f"{t[k]:.2f}" for k in ("nchwc", "tessera",
+                                                                    "torch")),
+                     *(f"{gflop / t[k] * 1e3:.0f}" for k in ("nchwc", "tessera", "torch")),
+                     f"{t['tessera'] / t['nchwc']:.2f}x", f"{t['torch'] / t['nchwc']:.2f}x"))
     return (f"blocked kernels: {res['isa']}, B = {res['block']}\n" +
             table(rows, ("layer (batch 1)", "GFLOP", "nchwc ms", "tessera ms", "torch ms",
                          "nchwc GFLOP/s", "tessera", "torch", "tessera / nchwc",

@@ -269,9 +269,9 @@ def test_errors(N):
     with pytest.raises(ValueError, match="cannot read plain input"):
         N.pack_weights(rand(4, 1, 3, 3), groups=4, block=8, plain_input=True)
     with pytest.raises(ValueError, match="kind must be 'max' or 'avg'"):
-        N.pool_bound((1, 8, 4, 4), 2, 2, 0, "min", block=8)
+        N.pool_bound((1, 8, 4, 4), 2, 2, 0, "min", True, 8)
     with pytest.raises(RuntimeError, match="pad should be at most half"):
-        N.pool_bound((1, 8, 4, 4), 2, 2, 2, "max", block=8)
+        N.pool_bound((1, 8, 4, 4), 2, 2, 2, "max", True, 8)
     with pytest.raises(ValueError, match="do not fit"):
         N.from_blocked(np.zeros((1, 2, 1, 1, 8), np.float32), 3)
 
@@ -314,7 +314,23 @@ def test_max_pool_propagates_nan(N, path):
     x[0, 3, 4, 4] = x[0, 16, 0, 0] = np.nan
     want = TF.max_pool2d(torch.from_numpy(x), 3, 2, 1).numpy()
     y = np.empty(N.blocked_shape(want.shape, block), np.float32)
-    N.pool_bound(x.shape, 3, 2, 1, "max", block=block)(N.to_blocked(x, block), y)
+    N.pool_bound(x.shape, 3, 2, 1, "max", True, block)(N.to_blocked(x, block), y)
     got = N.from_blocked(y, 17)
     assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(want).sum() == 2
     close(got, want)
+
+
+def test_bound_call_rebinds_new_arrays(N):
+    """A bound convolution called again with other arrays (or without the residual) reads
+    those, not the last call's."""
+    B = N.block()
+    wt, bias = rand(24, 17, 3, 3, seed=20), rand(24, seed=21)
+    run = N.conv_bound((1, 17, 9, 9), (1, 24, 9, 9), wt.shape, 1, 1, 1, 1, B, False, "relu")
+    wp = N.pack_weights(wt, groups=1, block=B)
+    r = rand(1, 24, 9, 9, seed=22)
+    y = np.empty(N.blocked_shape((1, 24, 9, 9), B), np.float32)
+    for seed, residual in ((23, r), (24, r), (24, None)):
+        x = rand(1, 17, 9, 9, seed=seed)
+        run(N.to_blocked(x, B), wp, bias, None if residual is None else N.to_blocked(r, B), y)
+        close(N.from_blocked(y, 24), reference(x, wt, bias, (1, 1), (1, 1), (1, 1), 1, "relu",
+                                               residual=residual))
