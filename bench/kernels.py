@@ -8,6 +8,12 @@
   into one loop approaches the triad's bandwidth; one that writes every intermediate
   moves ~6x more memory.
 
+The ``nchwc`` case (``python -m bench.kernels nchwc`` alone) times tessera's blocked-layout
+convolutions (``tessera.kernels.nchwc``) layer by layer on ResNet-18's and MobileNetV2's
+convolutions at batch 1, against tessera's current path (``tessera.nn.functional.conv2d``)
+and PyTorch's, and then ResNet-18's whole trunk as a chain of them: CPU time, one thread,
+the three interleaved in one process (medians).
+
 Every framework runs in its own subprocess (their thread pools never meet) on the same
 inputs (NumPy, seed 0), timing the median of ``REPEAT`` calls after warm-up. Frameworks
 that are not installed or do not work on the host (torch.compile needs a C++
@@ -185,11 +191,283 @@ def run() -> dict:
         ns = sorted(r["chain_ns_in_cache"] for r in got if r.get("chain_ns_in_cache"))
         if ns:
             out["chain_ns_in_cache"] = ns[(len(ns) - 1) // 2]
+    res["nchwc"] = nchwc_run()
     return res
+
+
+# ---- nchwc: the blocked-layout convolutions, per layer and as ResNet-18's trunk ---------
+
+# (name, c, h, o, k, stride, pad, groups, plain input, activation): each layer at batch 1;
+# activation as the network's (the blocked kernel applies it in registers, the others run
+# the convolution with its bias only)
+NCHWC_LAYERS = (
+    ("resnet18 conv1 7x7/2", 3, 224, 64, 7, 2, 3, 1, True, "relu"),
+    ("resnet18 3x3 64 56", 64, 56, 64, 3, 1, 1, 1, False, "relu"),
+    ("resnet18 3x3/2 64-128", 64, 56, 128, 3, 2, 1, 1, False, "relu"),
+    ("resnet18 3x3 128 28", 128, 28, 128, 3, 1, 1, 1, False, "relu"),
+    ("resnet18 1x1/2 64-128", 64, 56, 128, 1, 2, 0, 1, False, None),
+    ("resnet18 3x3/2 128-256", 128, 28, 256, 3, 2, 1, 1, False, "relu"),
+    ("resnet18 3x3 256 14", 256, 14, 256, 3, 1, 1, 1, False, "relu"),
+    ("resnet18 3x3/2 256-512", 256, 14, 512, 3, 2, 1, 1, False, "relu"),
+    ("resnet18 3x3 512 7", 512, 7, 512, 3, 1, 1, 1, False, "relu"),
+    ("resnet18 1x1/2 256-512", 256, 14, 512, 1, 2, 0, 1, False, None),
+    ("mobilenetv2 3x3/2 3-32", 3, 224, 32, 3, 2, 1, 1, True, "relu6"),
+    ("mobilenetv2 dw 32 112", 32, 112, 32, 3, 1, 1, 32, False, "relu6"),
+    ("mobilenetv2 1x1 32-16 112", 32, 112, 16, 1, 1, 0, 1, False, None),
+    ("mobilenetv2 1x1 16-96 112", 16, 112, 96, 1, 1, 0, 1, False, "relu6"),
+    ("mobilenetv2 dw/2 96 112", 96, 112, 96, 3, 2, 1, 96, False, "relu6"),
+    ("mobilenetv2 1x1 96-24 56", 96, 56, 24, 1, 1, 0, 1, False, None),
+    ("mobilenetv2 1x1 24-144 56", 24, 56, 144, 1, 1, 0, 1, False, "relu6"),
+    ("mobilenetv2 dw 144 56", 144, 56, 144, 3, 1, 1, 144, False, "relu6"),
+    ("mobilenetv2 dw/2 144 56", 144, 56, 144, 3, 2, 1, 144, False, "relu6"),
+    ("mobilenetv2 1x1 144-32 28", 144, 28, 32, 1, 1, 0, 1, False, None),
+    ("mobilenetv2 dw 384 14", 384, 14, 384, 3, 1, 1, 384, False, "relu6"),
+    ("mobilenetv2 1x1 384-64 14", 384, 14, 64, 1, 1, 0, 1, False, None),
+    ("mobilenetv2 1x1 576-96 14", 576, 14, 96, 1, 1, 0, 1, False, None),
+    ("mobilenetv2 dw 960 7", 960, 7, 960, 3, 1, 1, 960, False, "relu6"),
+    ("mobilenetv2 1x1 960-160 7", 960, 7, 160, 1, 1, 0, 1, False, None),
+    ("mobilenetv2 1x1 320-1280 7", 320, 7, 1280, 1, 1, 0, 1, False, "relu6"),
+)
+NCHWC_REPEAT = 15
+
+
+def _cpu_ms(fn, seconds: float = 0.02):
+    """A timer of ``fn``: each call returns one sample of its CPU time in ms (process time,
+    so a loaded host's waiting is not counted), averaged over enough calls for ``seconds``."""
+    fn()
+    t0 = time.process_time()
+    fn()
+    reps = max(1, int(seconds / max(time.process_time() - t0, 1e-6)))
+
+    def sample() -> float:
+        t0 = time.process_time()
+        for _ in range(reps):
+            fn()
+        return (time.process_time() - t0) / reps * 1e3
+    return sample
+
+
+def _interleaved(timers: dict) -> dict:
+    """Each timer's median over NCHWC_REPEAT rounds, the timers taking turns."""
+    runs: dict = {k: [] for k in timers}
+    for _ in range(NCHWC_REPEAT):
+        for k, sample in timers.items():
+            runs[k].append(sample())
+    return {k: statistics.median(v) for k, v in runs.items()}
+
+
+def _nchwc_layer(N, torch, tessera, layer, rng) -> dict:
+    import numpy as np
+    name, c, h, o, k, s, p, g, plain, act = layer
+    B = N.block()
+    x = rng.standard_normal((1, c, h, h), np.float32)
+    w = rng.standard_normal((o, c // g, k, k), np.float32) * (2.0 / (c // g * k * k)) ** 0.5
+    b = rng.standard_normal(o, np.float32)
+    oh = N.conv_output_size(h, k, s, p, p, 1)
+    run = N.conv_bound(x.shape, (1, o, oh, oh), w.shape, s, p, 1, g, B, plain, act)
+    wp = N.pack_weights(w, groups=g, block=B, plain_input=plain)
+    xb = x if plain else N.to_blocked(x, B)
+    y = np.empty(N.blocked_shape((1, o, oh, oh), B), np.float32)
+    tx, tw, tb = (tessera.from_numpy(a) for a in (x, w, b))
+    px, pw, pb = (torch.from_numpy(a) for a in (x, w, b))
+    F, TF = tessera.nn.functional, torch.nn.functional
+    got = _cpu_ms(lambda: run(xb, wp, b, None, y))
+    return {"name": name, "gflop": 2 * o * (c // g) * k * k * oh * oh / 1e9,
+            **_interleaved({"nchwc": got,
+                            "tessera": _cpu_ms(lambda: F.conv2d(tx, tw, tb, s, p, 1, g)),
+                            "torch": _cpu_ms(lambda: TF.conv2d(px, pw, pb, s, p, 1, g))})}
+
+
+def _resnet18_spec() -> list:
+    """ResNet-18's convolutional trunk (batch norm folded into the convolutions' bias) as
+    steps for ``_trunk``: ("conv", source, c, o, k, stride, pad, groups, activation,
+    residual source), ("maxpool", source, k, stride, pad), ("gap", source); a source is a
+    step's index, -1 the input."""
+    steps: list = [("conv", -1, 3, 64, 7, 2, 3, 1, "relu", None), ("maxpool", 0, 3, 2, 1)]
+    c = 64
+    for o, s in ((64, 1), (64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),
+                 (512, 1)):
+        src, ident = len(steps) - 1, len(steps) - 1
+        if s != 1 or c != o:
+            steps.append(("conv", src, c, o, 1, s, 0, 1, None, None))   # the downsample
+            ident = len(steps) - 1
+        steps.append(("conv", src, c, o, 3, s, 1, 1, "relu", None))
+        # relu(conv + bias + identity): the residual before the activation
+        steps.append(("conv", len(steps) - 1, o, o, 3, 1, 1, 1, "relu", ident))
+        c = o
+    steps.append(("gap", len(steps) - 1))
+    return steps
+
+
+def _mobilenet_v2_spec() -> list:
+    """MobileNetV2's convolutional trunk, as ``_resnet18_spec``: inverted residual blocks
+    (1x1 expansion, 3x3 depthwise, 1x1 projection with the block's input added after it)."""
+    steps: list = [("conv", -1, 3, 32, 3, 2, 1, 1, "relu6", None)]
+    c = 32
+    for t, o, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
+        for i in range(n):
+            stride, src, hidden = s if i == 0 else 1, len(steps) - 1, c * t
+            if t != 1:
+                steps.append(("conv", len(steps) - 1, c, hidden, 1, 1, 0, 1, "relu6", None))
+            steps.append(("conv", len(steps) - 1, hidden, hidden, 3, stride, 1, hidden,
+                          "relu6", None))
+            res = src if stride == 1 and c == o else None
+            steps.append(("conv", len(steps) - 1, hidden, o, 1, 1, 0, 1, None, res))
+            c = o
+    steps.append(("conv", len(steps) - 1, c, 1280, 1, 1, 0, 1, "relu6", None))
+    steps.append(("gap", len(steps) - 1))
+    return steps
+
+
+def _trunk(N, torch, tessera, rng, steps: list) -> dict:
+    """A network's trunk at batch 1 (224 x 224) three ways: blocked kernels (buffers
+    allocated once, as a compiled graph's arena; the first layer reads the plain input, the
+    residuals and activations run in the convolutions' registers), tessera's functional ops
+    and PyTorch's. Returns {way: timer}, after checking the blocked result against PyTorch."""
+    import numpy as np
+    B = N.block()
+    shapes, params, calls = [], [], []   # (c, h) per step; (w, b); the blocked calls
+    x = rng.standard_normal((1, 3, 224, 224), np.float32)
+    for step in steps:
+        kind, src = step[0], step[1]
+        c, h = (3, 224) if src < 0 else shapes[src]
+        if kind == "conv":
+            _, _, ci, o, k, s, p, g, act, res = step
+            w = rng.standard_normal((o, ci // g, k, k), np.float32) * (2 / (ci // g * k * k)) ** .5
+            b = rng.standard_normal(o, np.float32) * 0.1
+            oh = N.conv_output_size(h, k, s, p, p, 1)
+            run = N.conv_bound((1, ci, h, h), (1, o, oh, oh), w.shape, s, p, 1, g, B, src < 0,
+                               act, residual_first=act == "relu")
+            params.append((w, b))
+            calls.append((run, N.pack_weights(w, groups=g, block=B, plain_input=src < 0), b))
+            shapes.append((o, oh))
+        else:
+            k, s, p = (h, 1, 0) if kind == "gap" else step[2:]
+            oh = N.conv_output_size(h, k, s, p, p, 1)
+            params.append(None)
+            calls.append((N.pool_bound((1, c, h, h), k, s, p, "avg" if kind == "gap" else "max",
+                                       True, B),))
+            shapes.append((c, oh))
+    # an arena's reuse: a step's output takes a buffer of its shape freed by the steps
+    # before it (its sources' last use). A fresh buffer per step would make every layer
+    # write cold memory (MobileNetV2's trunk 8% slower)
+    last = {}
+    for i, step in enumerate(steps):
+        for src in (step[1], step[9] if step[0] == "conv" else None):
+            if src is not None and src >= 0:
+                last[src] = i
+    free: dict = {}
+    outs = []
+    for i, (c, h) in enumerate(shapes):
+        shape = N.blocked_shape((1, c, h, h), B)
+        outs.append(free.get(shape, []).pop() if free.get(shape) else
+                    np.empty(shape, np.float32))
+        for src, end in last.items():
+            if end == i:
+                free.setdefault(outs[src].shape, []).append(outs[src])
+
+    def blocked():
+        for i, step in enumerate(steps):
+            src = x if step[1] < 0 else outs[step[1]]
+            if step[0] == "conv":
+                run, wp, b = calls[i]
+                run(src, wp, b, None if step[9] is None else outs[step[9]], outs[i])
+            else:
+                calls[i][0](src, outs[i])
+        return outs[-1]
+
+    def functional(F, asarray):
+        ws = [None if q is None else (asarray(q[0]), asarray(q[1])) for q in params]
+        xt = asarray(x)
+
+        def net():
+            vals: list = []
+            for i, step in enumerate(steps):
+                src = xt if step[1] < 0 else vals[step[1]]
+                if step[0] == "conv":
+                    _, _, _, _, _, s, p, g, act, res = step
+                    t = F.conv2d(src, *ws[i], s, p, 1, g)
+                    if res is not None and act == "relu":
+                        t = t + vals[res]
+                    t = F.relu(t) if act == "relu" else F.relu6(t) if act == "relu6" else t
+                    if res is not None and act != "relu":
+                        t = t + vals[res]
+                elif step[0] == "maxpool":
+                    t = F.max_pool2d(src, *step[2:])
+                else:
+                    t = F.adaptive_avg_pool2d(src, 1)
+                vals.append(t)
+            return vals[-1]
+        return net
+    torch_net = functional(torch.nn.functional, torch.from_numpy)
+    tessera_net = functional(tessera.nn.functional, tessera.from_numpy)
+    want = torch_net().numpy()
+    got = N.from_blocked(blocked(), shapes[-1][0])
+    if not np.allclose(got, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max())):
+        raise AssertionError("the blocked trunk differs from PyTorch's")
+    return {"nchwc": _cpu_ms(blocked, 0.1), "tessera": _cpu_ms(tessera_net, 0.1),
+            "torch": _cpu_ms(torch_net, 0.1)}
+
+
+def nchwc_child() -> dict:
+    """Every layer and the trunk, one thread, in this process."""
+    import numpy as np
+    import torch
+
+    import tessera
+    from tessera.kernels import nchwc as N
+    torch.set_num_threads(1)
+    tessera.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    out = {"isa": N.isa(), "block": N.block(),
+           "layers": [_nchwc_layer(N, torch, tessera, layer, rng) for layer in NCHWC_LAYERS]}
+    for name, spec in (("resnet18 trunk", _resnet18_spec()),
+                       ("mobilenetv2 trunk", _mobilenet_v2_spec())):
+        out[name] = _interleaved(_trunk(N, torch, tessera, rng, spec))
+    return out
+
+
+def nchwc_run() -> dict:
+    proc = subprocess.run([sys.executable, "-m", "bench.kernels", "--nchwc-child"],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return {"error": ((proc.stderr.strip().splitlines() or ["?"])[-1])[:100]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def nchwc_render(res: dict) -> str:
+    from bench.common import table
+    if "error" in res:
+        return f"nchwc: {res['error']}"
+    rows = []
+    for r in res["layers"]:
+        gf = r["gflop"]
+        rows.append((r["name"], f"{gf:.3f}", *(f"{r[k]:.3f}" for k in ("nchwc", "tessera",
+                                                                       "torch")),
+                     *(f"{gf / r[k] * 1e3:.0f}" for k in ("nchwc", "tessera", "torch")),
+                     f"{r['tessera'] / r['nchwc']:.2f}x", f"{r['torch'] / r['nchwc']:.2f}x"))
+    for name, gflop in (("resnet18 trunk", 3.63), ("mobilenetv2 trunk", 0.60)):
+        t = res[name]
+        rows.append((name, f"{gflop:.2f}", *(f"{t[k]:.2f}" for k in ("nchwc", "tessera",
+                                                                    "torch")),
+                     *(f"{gflop / t[k] * 1e3:.0f}" for k in ("nchwc", "tessera", "torch")),
+                     f"{t['tessera'] / t['nchwc']:.2f}x", f"{t['torch'] / t['nchwc']:.2f}x"))
+    return (f"blocked kernels: {res['isa']}, B = {res['block']}\n" +
+            table(rows, ("layer (batch 1)", "GFLOP", "nchwc ms", "tessera ms", "torch ms",
+                         "nchwc GFLOP/s", "tessera", "torch", "tessera / nchwc",
+                         "torch / nchwc")))
+
+
+NCHWC_TITLE = ("Blocked-layout (NCHWc) convolutions, one thread, CPU time (median of "
+               f"{NCHWC_REPEAT} interleaved): per layer (convolution + bias; the blocked "
+               "kernel also applies the activation) and ResNet-18's trunk")
 
 
 def render(res: dict) -> str:
     from bench.common import table
+    nchwc = res.get("nchwc")
+    res = {k: v for k, v in res.items() if k != "nchwc"}
     gemm_flop = 2 * N_GEMM ** 3
     triad_bytes, chain_bytes = 12 * N_STREAM, 8 * N_STREAM
     triads = [r["triad"]["ms"] for r in res.values() if "ms" in r.get("triad", {})]
@@ -224,7 +502,10 @@ def render(res: dict) -> str:
                      f"core, so at least {ns * N_STREAM / cores / 1e6:.1f} ms for "
                      f"{N_STREAM >> 20}M floats on {cores} (arithmetic alone); 60% of the "
                      f"best triad is {chain_bytes / (0.6 * best_triad) / 1e6:.1f} ms")
-    return text + "".join(f"\n  {n}" for n in notes)
+    text += "".join(f"\n  {n}" for n in notes)
+    if nchwc is not None:
+        text += "\n\n" + NCHWC_TITLE + "\n" + nchwc_render(nchwc)
+    return text
 
 
 TITLE = (f"Physical limits and a fused chain (median of {REPEAT}): SGEMM {N_GEMM}^3, "
@@ -233,6 +514,11 @@ TITLE = (f"Physical limits and a fused chain (median of {REPEAT}): SGEMM {N_GEMM
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         print(json.dumps(child(sys.argv[2])))
+    elif sys.argv[1:] == ["--nchwc-child"]:
+        print(json.dumps(nchwc_child()))
+    elif sys.argv[1:] == ["nchwc"]:
+        print(NCHWC_TITLE)
+        print(nchwc_render(nchwc_run()))
     else:
         print(TITLE)
         print(render(run()))

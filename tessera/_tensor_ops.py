@@ -26,6 +26,7 @@ from tessera.ops import (
     getitem,
     index_slices,
     linalg,
+    nchwc,
     quantized,
     random,
     reduce,
@@ -39,7 +40,9 @@ from tessera.ops import (
 )
 from tessera.ops.registry import REGISTRY
 
-_ = binary  # registers the binary-network ops (tessera.nn.binary is their public face)
+# registers the binary-network ops (tessera.nn.binary is their public face) and the
+# blocked-layout ones (tessera.graph.passes.nchwc makes them)
+_ = (binary, nchwc)
 
 # the families whose public functions are tessera.* (the package re-exports each __all__)
 FAMILIES = (creation, unary, arithmetic, comparison, ternary, views, getitem, reduce, scan,

@@ -561,10 +561,97 @@ def _cat(prog: Program, i: int, n: Node) -> None:
         at += chunk
 
 
+# ---- the blocked layout (kernels/c/nchwc.c): convolution, pooling, layout changes --------
+
+def _nchwc_unit(prog: Program, kind: str = "") -> None:
+    """nchwc.c compiled as a unit of the folder and its header (once per program), and the
+    work item running a planned ``kind`` ("conv" or "pool") on the kernel threads."""
+    if "tsr_nchwc.c" not in prog.units:
+        prog.units["tsr_nchwc.c"] = "/* the blocked-layout kernels (nchwc.c) */\n" \
+                                    "#include \"nchwc.c\"\n"
+        prog.kernels.append("#include \"nchwc.h\"")
+    item = f"static int64_t nchwc_{kind}_item("
+    if kind and not any(k.startswith(item) for k in prog.kernels):
+        prog.kernels.append(
+            f"{item}const int64_t* c, int64_t i) {{\n"
+            f"    tsr_nchwc_{kind}_range((const tsr_nchwc_{kind}_t*)(intptr_t)c[0], i, i + 1);\n"
+            f"    return 0;\n}}")
+
+
+def _c_float(v: float) -> str:
+    return ("-INFINITY" if v < 0 else "INFINITY") if math.isinf(v) else f"{float(v)!r}f"
+
+
+def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
+    x, wp, b, r = n.inputs
+    out, a = n.outputs[0], n.attrs
+    if not isinstance(wp, Value) or wp.kind != "var":
+        raise _unsupported(n, "packed weights that are not a constant")
+    _nchwc_unit(prog, "conv")
+    o, cg, kh, kw = a["weight_shape"]
+    (sh, sw), (dh, dw) = a["stride"], a["dilation"]
+    (ph, _), (pw, _) = a["pads"]
+    flags = ["0"]
+    if a["plain_input"]:
+        flags.append("TSR_NCHWC_PLAIN_INPUT")
+    if isinstance(r, Value) and a["residual_first"]:
+        flags.append("TSR_GEMM_RESIDUAL_FIRST")
+    act = {None: "TSR_ACT_NONE", "relu": "TSR_ACT_RELU", "clamp": "TSR_ACT_CLAMP"}
+    lo, hi = a["bounds"] if a["activation"] == "clamp" else (0.0, 0.0)
+    N, _, H, W = (x.shape if a["plain_input"] else x.shape[:4])
+    fields = dict(n=N, c=cg * a["groups"], h=H, w=W, o=o, oh=out.shape[2], ow=out.shape[3],
+                  kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw, groups=a["groups"],
+                  block=a["block"], isa="m->isa", x=prog.p(x), wp=prog.p(wp),
+                  bias=prog.p(b) if isinstance(b, Value) else "NULL",
+                  r=prog.p(r) if isinstance(r, Value) else "NULL", y=prog.p(out),
+                  act=act[a["activation"]], flags=" | ".join(flags), lo=_c_float(lo),
+                  hi=_c_float(hi))
+    sets = " ".join(f"p.{k} = {v};" for k, v in fields.items())
+    prog.steps.append(
+        f"{{ tsr_nchwc_conv_t p; memset(&p, 0, sizeof p);\n  {sets}\n"
+        f"  int64_t items = tsr_nchwc_conv_plan(&p, m->threads);\n"
+        f"  if (items < 0) return fail(m, \"{n.name or 'conv2d_nchwc'}: the blocked "
+        f"convolution kernels cannot run this geometry\");\n"
+        f"  int64_t c[] = {{(int64_t)(intptr_t)&p}};\n"
+        f"  tsr_pool_run(nchwc_conv_item, c, items, m->threads); }}")
+
+
+def _nchwc_pool(prog: Program, i: int, n: Node) -> None:
+    x, out, a = n.inputs[0], n.outputs[0], n.attrs
+    _nchwc_unit(prog, "pool")
+    N, CB, H, W, blk = x.shape
+    (kh, kw), (sh, sw), (ph, pw) = a["kernel_size"], a["stride"], a["padding"]
+    fields = dict(n=N, cb=CB, h=H, w=W, oh=out.shape[2], ow=out.shape[3], kh=kh, kw=kw,
+                  sh=sh, sw=sw, ph=ph, pw=pw, block=blk, isa="m->isa",
+                  kind=int(a["kind"] == "avg"), count_include_pad=int(a["count_include_pad"]),
+                  x=prog.p(x), y=prog.p(out))
+    sets = " ".join(f"p.{k} = {v};" for k, v in fields.items())
+    prog.steps.append(
+        f"{{ tsr_nchwc_pool_t p; memset(&p, 0, sizeof p);\n  {sets}\n"
+        f"  int64_t items = tsr_nchwc_pool_plan(&p, m->threads);\n"
+        f"  if (items < 0) return fail(m, \"{n.name or 'pool2d_nchwc'}: the blocked pooling "
+        f"kernels cannot run this window\");\n"
+        f"  int64_t c[] = {{(int64_t)(intptr_t)&p}};\n"
+        f"  tsr_pool_run(nchwc_pool_item, c, items, m->threads); }}")
+
+
+def _nchwc_layout(prog: Program, i: int, n: Node) -> None:
+    """to_nchwc / from_nchwc: one pass over the tensor (memory speed: not split)."""
+    x, out = n.inputs[0], n.outputs[0]
+    _nchwc_unit(prog)
+    if n.op.name == "to_nchwc":
+        (N, C, H, W), blk, fn = x.shape, n.attrs["block"], "tsr_nchwc_to_blocked"
+    else:
+        (N, C, H, W), blk, fn = out.shape, x.shape[4], "tsr_nchwc_from_blocked"
+    prog.steps.append(f"{fn}({prog.p(x)}, {prog.p(out)}, {N}, {C}, {H * W}, {blk});")
+
+
 RULES = {"cat": _cat, "all": _all_any, "any": _all_any, "fused": _fused, "matmul": _matmul,
          "conv": _conv, "conv_pointwise": _conv, "max_pool_values": _max_pool,
          "interpolate": _interpolate, "embedding": _embedding,
-         "scaled_dot_product_attention": _attention}
+         "scaled_dot_product_attention": _attention,
+         "conv2d_nchwc": _nchwc_conv, "pool2d_nchwc": _nchwc_pool,
+         "to_nchwc": _nchwc_layout, "from_nchwc": _nchwc_layout}
 
 
 # ---- the program -------------------------------------------------------------------------

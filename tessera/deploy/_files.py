@@ -17,7 +17,7 @@ __all__ = ["write_folder", "checksum", "RUNTIME_FILES"]
 HERE = pathlib.Path(__file__).resolve().parent / "c"
 # (file, where it comes from): the kernels' sources as they are, and the deploy runtime
 KERNEL_FILES = ("gemm.c", "gemm.h", "prelude.h", "window.h", "depthwise.c", "maxpool.c",
-                "threadpool.c", "int8.c", "binary.c")
+                "threadpool.c", "int8.c", "binary.c", "nchwc.c", "nchwc.h")
 RUNTIME_FILES = ("tsr_runtime.c", "tsr_runtime.h", "npy.h")
 CFLAGS = "-std=c11 -O2 -Wall -Wextra -Werror -fPIC -fopenmp-simd"
 MAGIC = b"TSRWGT1\0"
@@ -26,7 +26,7 @@ MAGIC = b"TSRWGT1\0"
 def _symbols() -> list[str]:
     """The runtime's external symbols, renamed per model so two models link together."""
     names: set[str] = set()
-    for f in ("gemm.h",):
+    for f in ("gemm.h", "nchwc.h"):
         names |= set(re.findall(r"\b(tsr_\w+)\s*\(", source(f)))
     for f in ("tsr_runtime.h",):
         names |= set(re.findall(r"\b(tsr_\w+)\s*\(", (HERE / f).read_text()))

@@ -67,7 +67,14 @@ def out_form(node, kernel, casts):
         return None
     name = node.op.name
     if "out_form" in node.op.traits:
-        return node.op.inplace_kernels["cpu"]
+        fn = node.op.inplace_kernels["cpu"]
+        bind = getattr(fn, "bind", None)
+        if bind is None:
+            return fn
+        # an out-form that plans once for fixed metas (a C kernel's blocking):
+        # bind(*input metas, output meta, **attrs) -> fn(out, *args), ``bound_attrs``
+        metas = [Meta(v.shape, v.dtype) if isinstance(v, Value) else v for v in node.inputs]
+        return bind(*metas, Meta(out.shape, out.dtype), **node.attrs)
     if isinstance(kernel, np.ufunc) and kernel.nout == 1 and not node.attrs:
         return lambda t, *a: kernel(*a, out=t)
     if name == "matmul" and all(len(v.shape) >= 2 for v in tensors):

@@ -19,6 +19,9 @@ knows nothing of tensors, dispatch or graphs. It holds
   writes the L x S scores (online softmax; dropout masks regenerated from their seed).
 * ``int8``, ``binary``: the INT8 products of quantized inference and the bit-packed
   xnor-popcount products of binary networks, each with its NumPy reference.
+* ``nchwc``: blocked-layout (N, C/B, H, W, B) inference convolutions and pooling, as MLAS
+  runs a convolutional trunk: direct convolutions over register tiles with bias,
+  activation and residual in registers, depthwise ones vectorised across a block.
 
 ``TESSERA_CODEGEN=0`` turns every compiled kernel off; the ops then run their NumPy kernels.
 

@@ -471,7 +471,8 @@ class Graph:
             dataclasses.replace(c.remat, stats={}, forward_outputs=n_outputs)
         run_pipeline(ir, c.passes, training=self.training, values=values,
                      stages=self._pipeline_stages(), micro_batches=c.gradient_accumulation_steps,
-                     bucket_cap=int(c.bucket_cap_mb * 2 ** 20), remat=remat)
+                     bucket_cap=int(c.bucket_cap_mb * 2 ** 20), remat=remat,
+                     backend=c.backend)
         return {} if remat is None else remat.stats
 
     def _build_executor(self, ir: IRGraph, traced: _Traced, tensors: dict, originals: dict,

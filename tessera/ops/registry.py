@@ -31,7 +31,8 @@ TRAITS = {
                    "such ops stays with NumPy (the outline pass)",
     "cheap": "cheaper to recompute at each reader than to store (the duplicate pass)",
     "out_form": "its cpu in-place kernel is a general out-form fn(out, *args, **attrs) that "
-                "the executor may point at any buffer",
+                "the executor may point at any buffer (with a ``bind(*metas, out_meta, **attrs)`` "
+                "attribute, the executor binds it once per node: its kernel planned ahead)",
     "c_int": "its to_c rule is exact on int32/int64 too (C's signed overflow wraps)",
     "compare": "a comparison: its C rule computes in the operands' promoted type",
     "logical": "a logical op: its C rule computes on bools",

@@ -9,6 +9,7 @@ from tests.opinfo import (  # noqa: F401  (each module registers its entries)
     getitem,
     indexing,
     linalg,
+    nchwc,
     nn_activation,
     nn_attention,
     nn_conv,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tessera.graph import backend
+from tessera.graph import backend as codegen_backend
 from tessera.graph.ir import Graph
 
 __all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass", "register_pass"]
@@ -37,10 +37,12 @@ __all__ = ["PIPELINE", "PassContext", "run_pipeline", "get_pass", "register_pass
 # ``PassContext.remat``); qdq turns
 # dequantize-compute-quantize groups into INT8 ops once constants are folded; conv_epilogue
 # runs after it (a conv + relu before a quantization is qdq's) and before fuse (which would
-# take the activation and residual add into an elementwise region)
+# take the activation and residual add into an elementwise region); nchwc blocks the
+# convolutional trunk of an inference graph after both (epilogues found, batch norms
+# folded) and before fusion (which then fuses the elementwise ops left on blocked values)
 PIPELINE = ["schedule_1f1b", "dce", "algebraic", "dce", "cse", "constfold", "bnfold", "qdq",
-            "conv_epilogue", "dce", "decompose", "cse", "layout", "duplicate", "fuse", "outline",
-            "early_updates", "remat", "bucket_all_reduces"]
+            "conv_epilogue", "dce", "nchwc", "dce", "decompose", "cse", "layout", "duplicate",
+            "fuse", "outline", "early_updates", "remat", "bucket_all_reduces"]
 
 
 @dataclass
@@ -56,6 +58,8 @@ class PassContext:
     micro_batches: int = 1       # gradient accumulation steps of one call
     bucket_cap: int = 0          # bytes of one bucket of merged collectives (0: none)
     remat: Any = None            # passes.remat.RematConfig: the memory budget (None: off)
+    backend: str = "tessera"     # who runs the graph (nn.Graph.config.set_backend): passes
+                                 # making ops only tessera's executor runs check it
 
 
 _REGISTERED: dict[str, Callable] = {}
@@ -100,15 +104,16 @@ def get_pass(name: str):
 
 def run_pipeline(g: Graph, names=None, training: bool = False, values=None,
                  codegen: bool | None = None, stages: tuple = (), micro_batches: int = 1,
-                 bucket_cap: int = 0, remat: Any = None) -> list[str]:
+                 bucket_cap: int = 0, remat: Any = None,
+                 backend: str = "tessera") -> list[str]:
     """Run the passes ``names`` (default ``PIPELINE``); returns those that changed g.
     ``codegen`` (default: whether the registered code generator is on) turns on the passes
     that prepare regions for generated kernels; ``stages``, ``micro_batches``,
-    ``bucket_cap`` and ``remat`` are ``PassContext``'s."""
+    ``bucket_cap``, ``remat`` and ``backend`` are ``PassContext``'s."""
     if codegen is None:
-        codegen = backend.enabled()
+        codegen = codegen_backend.enabled()
     ctx = PassContext(training, values, codegen, tuple(stages), micro_batches, bucket_cap,
-                      remat)
+                      remat, backend)
     debug = os.environ.get("TESSERA_DEBUG", "0") not in ("", "0")
     changed = []
     for name in (PIPELINE if names is None else names):

@@ -1,0 +1,735 @@
+/* Blocked-layout (NCHWc) convolutions and pooling (the API: nchwc.h).
+
+   A convolution's work is a set of register tiles: NP consecutive output pixels of one row
+   x NB output-channel blocks (NP * NB vector accumulators). The tile's inner step loads the
+   NB weight vectors of one input channel and one tap (packed contiguous, in the order the
+   loop reads them), broadcasts the NP pixels' input values of that channel and FMAs. Tiles
+   whose taps all lie inside the image run without bounds checks; the border pixels of a
+   row (left and right padding) run one at a time over the taps inside; the rows above and
+   below narrow the tap rows once per row. A 1x1 stride-1 convolution is a GEMM over the
+   pixels: its plane is one long row. A depthwise convolution's tile is NP pixels of one
+   channel block, vectorised across the block's B channels. The epilogue (bias, residual
+   before or after the activation, relu or clamp, zeros in the padded output channels)
+   runs on the accumulators before the one store.
+
+   The x86 tiles are written once (a macro over the vector type and its intrinsics) and
+   instantiated per (NB, NP, input channels per step, stride) under their target attribute;
+   the portable tile is plain C with B a variable, which the compiler vectorises as it can. */
+#include "nchwc.h"
+#include "prelude.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define TSR_X86 1
+#include <immintrin.h>
+#define TSR_AVX512 __attribute__((target("avx512f,prefer-vector-width=512")))
+#define TSR_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define TSR_X86 0
+#endif
+
+/* ---- what the CPU runs -------------------------------------------------------------- */
+
+int tsr_nchwc_isa_supported(int isa) {
+    if (isa == TSR_GEMM_PORTABLE) return 1;
+#if TSR_X86
+    __builtin_cpu_init();
+    if (isa == TSR_GEMM_AVX2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (isa == TSR_GEMM_AVX512) return __builtin_cpu_supports("avx512f");
+#endif
+    return 0;
+}
+
+int tsr_nchwc_isa_best(void) {
+    for (int isa = TSR_GEMM_ISAS - 1; isa > 0; isa--)
+        if (tsr_nchwc_isa_supported(isa)) return isa;
+    return TSR_GEMM_PORTABLE;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* ---- one register tile -------------------------------------------------------------- */
+
+/* Everything a tile reads, its pointers at the tile's first tap, pixel and block */
+typedef struct {
+    const float* x;         /* input: first input block, first tap row and column inside */
+    const float* w;         /* weights: first output block, input block, tap */
+    float* y;               /* output at (first block, row, first pixel) */
+    const float* bias;      /* at the first block, or NULL */
+    const float* r;         /* residual, as y, or NULL */
+    int64_t ncb, cbs;       /* input blocks (plain input: channels) and their stride */
+    int64_t nky, rs;        /* tap rows and their stride in x (dilation included) */
+    int64_t nkx, cs;        /* tap columns and their stride in x */
+    int64_t ps;             /* one output pixel's step in x (stride included) */
+    int64_t kw;             /* taps per row of the packed weights */
+    int64_t wobs, wcbs;     /* weights: an output block's stride, an input block's */
+    int64_t yobs;           /* output and residual: an output block's stride */
+    int64_t yps;            /* one output pixel's step (B along a row, a row down a column) */
+    int64_t oleft;          /* real output channels from the first block on */
+    int add, epi;           /* start from y (a later pass over the input blocks); last pass */
+    int act, first;         /* TSR_ACT_*; residual before the activation */
+    float lo, hi;
+} tile_t;
+
+typedef void (*tile_fn)(const tile_t*);
+
+enum { NB_MAX = 4, NP_MAX = 16, NP_DW_MAX = 16, WEIGHTS_L2 = 640 << 10 };
+
+#if TSR_X86
+/* S for each accumulator (p, j), fully unrolled: the accumulators stay in registers */
+#define TSR_EACH(NB, NP, S) { _Pragma("GCC unroll 4") for (int j = 0; j < NB; j++)           \
+                              _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++) { S; } }
+
+#define TSR_AT(ptr) ((ptr) + j * t->yobs + p * yps_)   /* (pixel p, block j) of y or r */
+
+/* The epilogue on accumulators acc[p][j] (p < NP pixels, j < NB blocks): act(acc [+ r])
+   [+ r], then the padded channels of the last block zeroed. max(0, v) and min(hi, v) give v
+   itself when v is a NaN, as PyTorch's relu and clamp do. */
+#define TSR_EPILOGUE(V, BW, LOADU, STOREU, SET1, ADD, MAX, MIN, KEEP, acc, NB, NP)           \
+    if (t->epi) {                                                                          \
+        const float* r_ = t->r;                                                            \
+        V lo_ = SET1(t->act == TSR_ACT_RELU ? 0.0f : t->lo), hi_ = SET1(t->hi);            \
+        if (r_ && t->first) TSR_EACH(NB, NP, acc[p][j] = ADD(acc[p][j], LOADU(TSR_AT(r_))))   \
+        if (t->act == TSR_ACT_RELU) TSR_EACH(NB, NP, acc[p][j] = MAX(lo_, acc[p][j]))       \
+        else if (t->act == TSR_ACT_CLAMP)                                                  \
+            TSR_EACH(NB, NP, acc[p][j] = MIN(hi_, MAX(lo_, acc[p][j])))                    \
+        if (r_ && !t->first) TSR_EACH(NB, NP, acc[p][j] = ADD(acc[p][j], LOADU(TSR_AT(r_))))  \
+        if (t->oleft < NB * BW)                                                            \
+            TSR_EACH(NB, NP, acc[p][j] = KEEP(acc[p][j], t->oleft - j * BW))               \
+    }                                                                                      \
+    TSR_EACH(NB, NP, STOREU(TSR_AT(t->y), acc[p][j]))
+
+/* a convolution tile: CI input channels per step (BW blocked, 1 plain), pixels SW input
+   columns apart (SW 0: t->ps, for single pixels) */
+#define TSR_TILE(ATTR, NAME, V, BW, LOADU, STOREU, SET1, FMA, ADD, MAX, MIN, KEEP)            \
+ATTR TSR_INLINE void NAME(const tile_t* t, const int NB, const int NP, const int CI,      \
+                          const int SW) {                                                \
+    V acc[NP_MAX][NB_MAX];                                                               \
+    const int64_t yps_ = SW ? BW : t->yps;                                                \
+    _Pragma("GCC unroll 4") for (int j = 0; j < NB; j++) {                                \
+        V b0 = t->bias ? LOADU(t->bias + j * BW) : SET1(0.0f);                             \
+        _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++)                             \
+            acc[p][j] = t->add ? LOADU(TSR_AT(t->y)) : b0;                                 \
+    }                                                                                    \
+    const int64_t ps = SW ? (int64_t)SW * CI : t->ps;                                     \
+    for (int64_t cb = 0; cb < t->ncb; cb++)                                               \
+        for (int64_t ky = 0; ky < t->nky; ky++)                                           \
+            for (int64_t kx = 0; kx < t->nkx; kx++) {                                     \
+                const float* xt = t->x + cb * t->cbs + ky * t->rs + kx * t->cs;           \
+                const float* wt = t->w + cb * t->wcbs + (ky * t->kw + kx) * (CI * BW);    \
+                _Pragma("GCC unroll 16") for (int ci = 0; ci < CI; ci++) {                \
+                    V wv[NB_MAX];                                                         \
+                    _Pragma("GCC unroll 4") for (int j = 0; j < NB; j++)                  \
+                        wv[j] = LOADU(wt + j * t->wobs + ci * BW);                        \
+                    _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++) {               \
+                        V xb = SET1(xt[p * ps + ci]);                                     \
+                        _Pragma("GCC unroll 4") for (int j = 0; j < NB; j++)              \
+                            acc[p][j] = FMA(xb, wv[j], acc[p][j]);                        \
+                    }                                                                     \
+                }                                                                         \
+            }                                                                             \
+    TSR_EPILOGUE(V, BW, LOADU, STOREU, SET1, ADD, MAX, MIN, KEEP, acc, NB, NP)              \
+}
+
+/* a depthwise tile: NP pixels of one channel block, the B channels in the vector */
+#define TSR_DW_TILE(ATTR, NAME, V, BW, LOADU, STOREU, SET1, FMA, ADD, MAX, MIN, KEEP)         \
+ATTR TSR_INLINE void NAME(const tile_t* t, const int NP, const int SW) {                 \
+    V acc[NP_DW_MAX][1];                                                                 \
+    const int64_t yps_ = SW ? BW : t->yps;                                                \
+    V b0 = t->bias ? LOADU(t->bias) : SET1(0.0f);                                          \
+    _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++) acc[p][0] = b0;                 \
+    const int64_t ps = SW ? (int64_t)SW * BW : t->ps;                                     \
+    for (int64_t ky = 0; ky < t->nky; ky++)                                               \
+        for (int64_t kx = 0; kx < t->nkx; kx++) {                                         \
+            const float* xt = t->x + ky * t->rs + kx * t->cs;                             \
+            V wv = LOADU(t->w + (ky * t->kw + kx) * BW);                                   \
+            _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++)                         \
+                acc[p][0] = FMA(LOADU(xt + p * ps), wv, acc[p][0]);                       \
+        }                                                                                 \
+    TSR_EPILOGUE(V, BW, LOADU, STOREU, SET1, ADD, MAX, MIN, KEEP, acc, 1, NP)               \
+}
+
+/* a depthwise 3-wide tile (dilation 1, every tap column inside): each input vector of a
+   row is loaded once and multiplied into the up to 3 pixels that read it, instead of once
+   per pixel and tap (loads, not FMAs, bound the plain tile) */
+#define TSR_DW3_TILE(ATTR, NAME, V, BW, LOADU, STOREU, SET1, FMA, ADD, MAX, MIN, KEEP)        \
+ATTR TSR_INLINE void NAME(const tile_t* t, const int NP, const int SW) {                 \
+    V acc[NP_DW_MAX][1];                                                                 \
+    const int64_t yps_ = BW;                                                              \
+    V b0 = t->bias ? LOADU(t->bias) : SET1(0.0f);                                          \
+    _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++) acc[p][0] = b0;                 \
+    for (int64_t ky = 0; ky < t->nky; ky++) {                                             \
+        const float* xr = t->x + ky * t->rs;                                              \
+        const float* wr = t->w + ky * t->kw * BW;                                         \
+        V w[3] = {LOADU(wr), LOADU(wr + BW), LOADU(wr + 2 * BW)};                          \
+        _Pragma("GCC unroll 40") for (int i = 0; i < (NP - 1) * SW + 3; i++) {            \
+            V v = LOADU(xr + i * BW);                                                     \
+            _Pragma("GCC unroll 3") for (int kx = 0; kx < 3; kx++)                        \
+                if (i >= kx && (i - kx) % SW == 0 && (i - kx) / SW < NP)                  \
+                    acc[(i - kx) / SW][0] = FMA(v, w[kx], acc[(i - kx) / SW][0]);         \
+        }                                                                                 \
+    }                                                                                     \
+    TSR_EPILOGUE(V, BW, LOADU, STOREU, SET1, ADD, MAX, MIN, KEEP, acc, 1, NP)               \
+}
+
+TSR_AVX512 TSR_INLINE __m512 keep512(__m512 v, int64_t n) {
+    __mmask16 m = n >= 16 ? 0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+    return _mm512_maskz_mov_ps(m, v);
+}
+static const int32_t KEEP_BITS[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+TSR_AVX2 TSR_INLINE __m256 keep256(__m256 v, int64_t n) {
+    n = n < 0 ? 0 : n > 8 ? 8 : n;
+    return _mm256_and_ps(v, _mm256_loadu_ps((const float*)(KEEP_BITS + 8 - n)));
+}
+
+TSR_TILE(TSR_AVX512, tile512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps,
+         _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps, _mm512_min_ps, keep512)
+TSR_TILE(TSR_AVX2, tile256, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,
+         _mm256_fmadd_ps, _mm256_add_ps, _mm256_max_ps, _mm256_min_ps, keep256)
+TSR_DW_TILE(TSR_AVX512, dw512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps,
+            _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps, _mm512_min_ps, keep512)
+TSR_DW_TILE(TSR_AVX2, dw256, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,
+            _mm256_fmadd_ps, _mm256_add_ps, _mm256_max_ps, _mm256_min_ps, keep256)
+
+TSR_DW3_TILE(TSR_AVX512, dw3_512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps,
+             _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps, _mm512_min_ps,
+             keep512)
+TSR_DW3_TILE(TSR_AVX2, dw3_256, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,
+             _mm256_fmadd_ps, _mm256_add_ps, _mm256_max_ps, _mm256_min_ps, keep256)
+
+/* The instances: NB output blocks x NP pixels, NP up to what the registers hold (32 on
+   AVX-512: NP * NB accumulators, NB weights and a broadcast; 16 on AVX2), for blocked input
+   (CI = B) and plain input (CI = 1), strides 1 and 2 (single pixels take any stride) */
+#define TSR_UP3(M, ...) M(1, __VA_ARGS__) M(2, __VA_ARGS__) M(3, __VA_ARGS__)
+#define TSR_UP4(M, ...) TSR_UP3(M, __VA_ARGS__) M(4, __VA_ARGS__)
+#define TSR_UP6(M, ...) TSR_UP4(M, __VA_ARGS__) M(5, __VA_ARGS__) M(6, __VA_ARGS__)
+#define TSR_UP7(M, ...) TSR_UP6(M, __VA_ARGS__) M(7, __VA_ARGS__)
+#define TSR_UP8(M, ...) TSR_UP7(M, __VA_ARGS__) M(8, __VA_ARGS__)
+#define TSR_UP9(M, ...) TSR_UP8(M, __VA_ARGS__) M(9, __VA_ARGS__)
+#define TSR_UP12(M, ...) TSR_UP9(M, __VA_ARGS__) M(10, __VA_ARGS__) M(11, __VA_ARGS__) \
+                         M(12, __VA_ARGS__)
+#define TSR_UP14(M, ...) TSR_UP12(M, __VA_ARGS__) M(13, __VA_ARGS__) M(14, __VA_ARGS__)
+#define TSR_UP16(M, ...) TSR_UP14(M, __VA_ARGS__) M(15, __VA_ARGS__) M(16, __VA_ARGS__)
+
+#define TSR_ALL512(M, CI, SW) TSR_UP16(M, 1, CI, SW) TSR_UP14(M, 2, CI, SW) \
+                              TSR_UP9(M, 3, CI, SW) TSR_UP7(M, 4, CI, SW)
+#define TSR_ALL256(M, CI, SW) TSR_UP12(M, 1, CI, SW) TSR_UP6(M, 2, CI, SW) \
+                              TSR_UP4(M, 3, CI, SW) TSR_UP3(M, 4, CI, SW)
+static const int NP_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
+    [TSR_GEMM_PORTABLE] = {0, 8, 8, 8, 8}, [TSR_GEMM_AVX2] = {0, 12, 6, 4, 3},
+    [TSR_GEMM_AVX512] = {0, 16, 14, 9, 7}};
+
+#define TSR_K512(NP, NB, CI, SW) \
+    TSR_AVX512 static void k512_##CI##_##SW##_##NB##_##NP(const tile_t* t) { \
+        tile512(t, NB, NP, CI, SW); }
+#define TSR_E512(NP, NB, CI, SW) [NB][NP] = k512_##CI##_##SW##_##NB##_##NP,
+#define TSR_K256(NP, NB, CI, SW) \
+    TSR_AVX2 static void k256_##CI##_##SW##_##NB##_##NP(const tile_t* t) { \
+        tile256(t, NB, NP, CI, SW); }
+#define TSR_E256(NP, NB, CI, SW) [NB][NP] = k256_##CI##_##SW##_##NB##_##NP,
+
+TSR_ALL512(TSR_K512, 16, 1) TSR_ALL512(TSR_K512, 16, 2)
+TSR_ALL512(TSR_K512, 1, 1) TSR_ALL512(TSR_K512, 1, 2)
+TSR_ALL256(TSR_K256, 8, 1) TSR_ALL256(TSR_K256, 8, 2)
+TSR_ALL256(TSR_K256, 1, 1) TSR_ALL256(TSR_K256, 1, 2)
+
+/* [plain input][stride - 1][NB][NP] */
+static const tile_fn TILES512[2][2][NB_MAX + 1][NP_MAX + 1] = {
+    {{TSR_ALL512(TSR_E512, 16, 1)}, {TSR_ALL512(TSR_E512, 16, 2)}},
+    {{TSR_ALL512(TSR_E512, 1, 1)}, {TSR_ALL512(TSR_E512, 1, 2)}}};
+static const tile_fn TILES256[2][2][NB_MAX + 1][NP_MAX + 1] = {
+    {{TSR_ALL256(TSR_E256, 8, 1)}, {TSR_ALL256(TSR_E256, 8, 2)}},
+    {{TSR_ALL256(TSR_E256, 1, 1)}, {TSR_ALL256(TSR_E256, 1, 2)}}};
+/* columns: pixels t->ps apart in x and t->yps in y (the border pixels of consecutive rows,
+   whose taps are the same; one pixel is a column of one), [plain input][NB][NP] */
+#define TSR_COL512(M, CI) TSR_UP8(M, 1, CI, 0) TSR_UP8(M, 2, CI, 0) TSR_UP8(M, 3, CI, 0) \
+                          TSR_UP7(M, 4, CI, 0)
+#define TSR_COL256(M, CI) TSR_UP8(M, 1, CI, 0) TSR_UP6(M, 2, CI, 0) TSR_UP4(M, 3, CI, 0) \
+                          TSR_UP3(M, 4, CI, 0)
+TSR_COL512(TSR_K512, 16) TSR_COL512(TSR_K512, 1) TSR_COL256(TSR_K256, 8) TSR_COL256(TSR_K256, 1)
+static const tile_fn COLS512[2][NB_MAX + 1][NP_MAX + 1] = {{TSR_COL512(TSR_E512, 16)},
+                                                          {TSR_COL512(TSR_E512, 1)}};
+static const tile_fn COLS256[2][NB_MAX + 1][NP_MAX + 1] = {{TSR_COL256(TSR_E256, 8)},
+                                                          {TSR_COL256(TSR_E256, 1)}};
+static const int NP_COL_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
+    [TSR_GEMM_PORTABLE] = {0, 8, 8, 8, 8}, [TSR_GEMM_AVX2] = {0, 8, 6, 4, 3},
+    [TSR_GEMM_AVX512] = {0, 8, 8, 8, 7}};
+
+#define TSR_D512(NP, SW) \
+    TSR_AVX512 static void d512_##SW##_##NP(const tile_t* t) { dw512(t, NP, SW); }
+#define TSR_DE512(NP, SW) [NP] = d512_##SW##_##NP,
+#define TSR_D256(NP, SW) \
+    TSR_AVX2 static void d256_##SW##_##NP(const tile_t* t) { dw256(t, NP, SW); }
+#define TSR_DE256(NP, SW) [NP] = d256_##SW##_##NP,
+TSR_UP16(TSR_D512, 1) TSR_UP16(TSR_D512, 2) TSR_UP8(TSR_D256, 1) TSR_UP8(TSR_D256, 2)
+#define TSR_T512(NP, SW) \
+    TSR_AVX512 static void t512_##SW##_##NP(const tile_t* t) { dw3_512(t, NP, SW); }
+#define TSR_TE512(NP, SW) [NP] = t512_##SW##_##NP,
+#define TSR_T256(NP, SW) \
+    TSR_AVX2 static void t256_##SW##_##NP(const tile_t* t) { dw3_256(t, NP, SW); }
+#define TSR_TE256(NP, SW) [NP] = t256_##SW##_##NP,
+TSR_UP16(TSR_T512, 1) TSR_UP16(TSR_T512, 2) TSR_UP8(TSR_T256, 1) TSR_UP8(TSR_T256, 2)
+TSR_UP8(TSR_D512, 0) TSR_UP8(TSR_D256, 0)
+/* [columns, stride 1, stride 2][NP] */
+static const tile_fn DW512[3][NP_DW_MAX + 1] = {
+    {TSR_UP8(TSR_DE512, 0)}, {TSR_UP16(TSR_DE512, 1)}, {TSR_UP16(TSR_DE512, 2)}};
+static const tile_fn DW256[3][NP_DW_MAX + 1] = {
+    {TSR_UP8(TSR_DE256, 0)}, {TSR_UP8(TSR_DE256, 1)}, {TSR_UP8(TSR_DE256, 2)}};
+static const tile_fn DW3_512[2][NP_DW_MAX + 1] = {{TSR_UP16(TSR_TE512, 1)},
+                                                {TSR_UP16(TSR_TE512, 2)}};
+static const tile_fn DW3_256[2][NP_DW_MAX + 1] = {{TSR_UP8(TSR_TE256, 1)},
+                                                {TSR_UP8(TSR_TE256, 2)}};
+static const int NP_DW_LIMIT[TSR_GEMM_ISAS] = {8, 8, 16};
+#else
+static const int NP_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
+    {0, 8, 8, 8, 8}, {0, 8, 8, 8, 8}, {0, 8, 8, 8, 8}};
+static const int NP_COL_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
+    {0, 8, 8, 8, 8}, {0, 8, 8, 8, 8}, {0, 8, 8, 8, 8}};
+static const int NP_DW_LIMIT[TSR_GEMM_ISAS] = {8, 8, 8};
+#endif
+
+/* the portable tile: any B (<= 16), NB <= 4, NP <= 8, any stride; the epilogue as above */
+static void tile_portable(const tile_t* t, int B, int NB, int NP, int CI, int depthwise) {
+    float acc[8][NB_MAX][16];
+    for (int j = 0; j < NB; j++)
+        for (int p = 0; p < NP; p++)
+            for (int k = 0; k < B; k++)
+                acc[p][j][k] = t->add ? t->y[j * t->yobs + p * t->yps + k]
+                               : t->bias ? t->bias[j * B + k] : 0.0f;
+    if (depthwise) {
+        for (int64_t ky = 0; ky < t->nky; ky++)
+            for (int64_t kx = 0; kx < t->nkx; kx++) {
+                const float* xt = t->x + ky * t->rs + kx * t->cs;
+                const float* wt = t->w + (ky * t->kw + kx) * B;
+                for (int p = 0; p < NP; p++)
+                    for (int k = 0; k < B; k++) acc[p][0][k] += xt[p * t->ps + k] * wt[k];
+            }
+    } else {
+        for (int64_t cb = 0; cb < t->ncb; cb++)
+            for (int64_t ky = 0; ky < t->nky; ky++)
+                for (int64_t kx = 0; kx < t->nkx; kx++) {
+                    const float* xt = t->x + cb * t->cbs + ky * t->rs + kx * t->cs;
+                    const float* wt = t->w + cb * t->wcbs + (ky * t->kw + kx) * (CI * B);
+                    for (int ci = 0; ci < CI; ci++)
+                        for (int j = 0; j < NB; j++) {
+                            const float* wv = wt + j * t->wobs + ci * B;
+                            for (int p = 0; p < NP; p++) {
+                                float xv = xt[p * t->ps + ci];
+                                for (int k = 0; k < B; k++) acc[p][j][k] += xv * wv[k];
+                            }
+                        }
+                }
+    }
+    for (int j = 0; j < NB; j++)
+        for (int p = 0; p < NP; p++)
+            for (int k = 0; k < B; k++) {
+                float v = acc[p][j][k];
+                if (t->epi) {
+                    const float* rp = t->r ? t->r + j * t->yobs + p * t->yps + k : NULL;
+                    if (rp && t->first) v += *rp;
+                    if (t->act == TSR_ACT_RELU) v = v < 0.0f ? 0.0f : v;
+                    else if (t->act == TSR_ACT_CLAMP)
+                        v = v < t->lo ? t->lo : v > t->hi ? t->hi : v;
+                    if (rp && !t->first) v += *rp;
+                    if (j * B + k >= t->oleft) v = 0.0f;
+                }
+                t->y[j * t->yobs + p * t->yps + k] = v;
+            }
+}
+
+/* ---- the driver --------------------------------------------------------------------- */
+
+/* the path a convolution runs: the isa's own tiles when B is its vector width */
+static int path_of(int isa, int B) {
+    if (isa == TSR_GEMM_AVX512 && B == 16) return TSR_GEMM_AVX512;
+    if (isa >= TSR_GEMM_AVX2 && B == 8) return TSR_GEMM_AVX2;
+    return TSR_GEMM_PORTABLE;
+}
+
+/* The geometry a range works with: a 1x1 stride-1 unpadded convolution's planes are one
+   row of h * w pixels (its tiles then cross the image's rows) */
+typedef struct {
+    int64_t B, CB, OB, H, W, OH, OW, sh, sw, ph, pw, bx, xcb, wobs, wcbs, taps;
+    int path, plain, dw, dw3, flat;
+} geo_t;
+
+static geo_t geometry(const tsr_nchwc_conv_t* p) {
+    geo_t g;
+    g.B = p->block;
+    g.plain = (p->flags & TSR_NCHWC_PLAIN_INPUT) != 0;
+    g.dw = p->groups > 1;
+    g.dw3 = g.dw && p->kw == 3 && p->dw == 1;
+    g.CB = ceil_div(p->c, g.B);
+    g.OB = ceil_div(p->o, g.B);
+    g.flat = !g.plain && !g.dw && p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 &&
+             p->ph == 0 && p->pw == 0 && p->oh == p->h && p->ow == p->w;
+    g.H = g.flat ? 1 : p->h;
+    g.W = g.flat ? p->h * p->w : p->w;
+    g.OH = g.flat ? 1 : p->oh;
+    g.OW = g.flat ? p->oh * p->ow : p->ow;
+    g.sh = g.flat ? 1 : p->sh;
+    g.sw = g.flat ? 1 : p->sw;
+    g.ph = g.flat ? 0 : p->ph;
+    g.pw = g.flat ? 0 : p->pw;
+    g.path = path_of(p->isa, (int)g.B);
+    g.taps = p->kh * p->kw;
+    g.bx = g.plain ? 1 : g.B;                                /* floats per input pixel */
+    g.xcb = p->h * p->w * g.bx;                              /* an input block's stride */
+    g.wcbs = g.dw ? g.taps * g.B : g.taps * g.bx * g.B;
+    g.wobs = g.dw ? g.wcbs : (g.plain ? p->c : g.CB) * g.wcbs;
+    return g;
+}
+
+/* np pixels (a row's, or a column's when col) of nb output blocks */
+static void run_tile(const geo_t* g, const tile_t* t, int nb, int np, int col) {
+    int kind = col ? 0 : g->sw == 1 ? 1 : 2;
+#if TSR_X86
+    if (g->path == TSR_GEMM_AVX512) {
+        if (g->dw) (!col && g->dw3 && t->nkx == 3 ? DW3_512[kind - 1] : DW512[kind])[np](t);
+        else if (col) COLS512[g->plain][nb][np](t);
+        else TILES512[g->plain][kind - 1][nb][np](t);
+        return;
+    }
+    if (g->path == TSR_GEMM_AVX2) {
+        if (g->dw) (!col && g->dw3 && t->nkx == 3 ? DW3_256[kind - 1] : DW256[kind])[np](t);
+        else if (col) COLS256[g->plain][nb][np](t);
+        else TILES256[g->plain][kind - 1][nb][np](t);
+        return;
+    }
+#else
+    (void)kind;
+#endif
+    tile_portable(t, (int)g->B, nb, np, (int)g->bx, g->dw);
+}
+
+/* the parts of a tile that stay the same over a pass: output blocks [ob, ob + nb), input
+   blocks [cb0, cb0 + ncb) */
+static void tile_init(const tsr_nchwc_conv_t* p, const geo_t* g, tile_t* t, int64_t ob,
+                      int64_t cb0, int64_t ncb) {
+    t->cbs = g->xcb;
+    t->ncb = g->dw ? 1 : ncb;
+    t->rs = p->dh * g->W * g->bx;
+    t->cs = p->dw * g->bx;
+    t->ps = g->sw * g->bx;
+    t->kw = p->kw;
+    t->wobs = g->wobs;
+    t->wcbs = g->wcbs;
+    t->yobs = g->OH * g->OW * g->B;
+    t->yps = g->B;
+    t->oleft = p->o - ob * g->B;
+    t->add = cb0 > 0;
+    t->epi = g->dw || cb0 + ncb >= (g->plain ? p->c : g->CB);
+    t->act = p->act;
+    t->first = (p->flags & TSR_GEMM_RESIDUAL_FIRST) != 0;
+    t->lo = p->lo;
+    t->hi = p->hi;
+    t->bias = p->bias && !t->add ? p->bias + ob * g->B : NULL;
+}
+
+/* the tile's pointers and taps for output pixel (oy, ox) onwards: the taps inside the image */
+static void tile_place(const tsr_nchwc_conv_t* p, const geo_t* g, tile_t* t, int64_t b,
+                       int64_t ob, int64_t cb0, int64_t oy, int64_t ox) {
+    int64_t dh = p->dh, dw = p->dw, iy0 = oy * g->sh - g->ph, ix0 = ox * g->sw - g->pw;
+    int64_t ky0 = iy0 < 0 ? ceil_div(-iy0, dh) : 0;
+    int64_t ky1 = g->H - iy0 > 0 ? min64(p->kh, ceil_div(g->H - iy0, dh)) : 0;
+    int64_t kx0 = ix0 < 0 ? ceil_div(-ix0, dw) : 0;
+    int64_t kx1 = g->W - ix0 > 0 ? min64(p->kw, ceil_div(g->W - ix0, dw)) : 0;
+    t->nky = ky1 > ky0 ? ky1 - ky0 : 0;
+    t->nkx = kx1 > kx0 ? kx1 - kx0 : 0;
+    const float* xb = p->x + (b * (g->plain ? p->c : g->CB) + (g->dw ? ob : cb0)) * g->xcb;
+    t->x = xb + ((iy0 + ky0 * dh) * g->W + ix0 + kx0 * dw) * g->bx;
+    t->w = p->wp + ob * g->wobs + (g->dw ? 0 : cb0 * g->wcbs) +
+           (ky0 * p->kw + kx0) * (g->dw ? g->B : g->bx * g->B);
+    int64_t yoff = ((b * g->OB + ob) * g->OH + oy) * g->OW * g->B + ox * g->B;
+    t->y = p->y + yoff;
+    t->r = p->r ? p->r + yoff : NULL;
+}
+
+/* output rows [oy0, oy1) (pixels [oy0, oy1) of a flat plane) of output blocks [ob, ob + nb)
+   over input blocks [cb0, cb0 + ncb) of batch element b. The interior pixels (every tap
+   column inside the image) run in tiles along each row; a border column's pixels in the
+   rows whose tap rows are all inside run in tiles down the column (they share their taps),
+   the rest one at a time. */
+static void conv_rows(const tsr_nchwc_conv_t* p, const geo_t* g, int np_tile, int64_t b,
+                      int64_t ob, int nb, int64_t cb0, int64_t ncb, int64_t oy0, int64_t oy1) {
+    tile_t t;
+    tile_init(p, g, &t, ob, cb0, ncb);
+    int64_t KH = p->kh, KW = p->kw, OW = g->OW, OH = g->OH;
+    int64_t oxl = min64(ceil_div(g->pw, g->sw), OW), rhs = g->W - 1 + g->pw - (KW - 1) * p->dw;
+    int64_t oxr = rhs < 0 ? oxl : max64(oxl, min64(OW, rhs / g->sw + 1));
+    int64_t oyl = min64(ceil_div(g->ph, g->sh), OH), bot = g->H - 1 + g->ph - (KH - 1) * p->dh;
+    int64_t oyr = bot < 0 ? oyl : max64(oyl, min64(OH, bot / g->sh + 1));
+    if (g->sw > 2 && g->path != TSR_GEMM_PORTABLE) np_tile = 1;   /* row tiles: strides 1, 2 */
+    if (g->flat) {
+        for (int64_t ox = oy0; ox < oy1; ox += np_tile) {
+            int np = (int)min64(np_tile, oy1 - ox);
+            tile_place(p, g, &t, b, ob, cb0, 0, ox);
+            run_tile(g, &t, nb, np, 0);
+        }
+        return;
+    }
+    int col_max = g->dw ? 8 : NP_COL_LIMIT[g->path][nb];
+    for (int64_t oy = oy0; oy < oy1; oy++)
+        for (int64_t ox = oxl; ox < oxr; ox += np_tile) {
+            int np = (int)min64(np_tile, oxr - ox);
+            tile_place(p, g, &t, b, ob, cb0, oy, ox);
+            run_tile(g, &t, nb, np, 0);
+        }
+    t.ps = g->sh * g->W * g->bx;   /* columns */
+    t.yps = OW * g->B;
+    for (int64_t ox = 0; ox < OW; ox = ox + 1 == oxl ? max64(oxr, oxl) : ox + 1) {
+        if (ox >= oxl && ox < oxr) continue;   /* (no interior: every column a border) */
+        for (int64_t oy = oy0; oy < oy1;) {
+            int np = oy >= oyl && oy < oyr ? (int)min64(col_max, min64(oyr, oy1) - oy) : 1;
+            tile_place(p, g, &t, b, ob, cb0, oy, ox);
+            run_tile(g, &t, nb, np, 1);
+            oy += np;
+        }
+    }
+}
+
+/* reserved: [0] output blocks per tile, [1] pixels per tile, [2] input blocks per pass, [3]
+   output rows per item (pixels, for a flat plane) */
+int64_t tsr_nchwc_conv_plan(tsr_nchwc_conv_t* p, int threads) {
+    int isa = p->isa, B = p->block;
+    if (isa < 0 || isa >= TSR_GEMM_ISAS || !tsr_nchwc_isa_supported(isa)) return -1;
+    if (B != 8 && B != 16) return -1;
+    if (p->n < 1 || p->c < 1 || p->h < 1 || p->w < 1 || p->o < 1 || p->oh < 1 || p->ow < 1 ||
+        p->kh < 1 || p->kw < 1 || p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 ||
+        p->ph < 0 || p->pw < 0)
+        return -1;
+    int plain = (p->flags & TSR_NCHWC_PLAIN_INPUT) != 0;
+    if (p->groups != 1 && !(p->groups == p->c && p->groups == p->o && !plain)) return -1;
+    if (p->act != TSR_ACT_NONE && p->act != TSR_ACT_RELU && p->act != TSR_ACT_CLAMP) return -1;
+    geo_t g = geometry(p);
+    int64_t *nb = &p->reserved[0], *np = &p->reserved[1], *chunk = &p->reserved[2],
+            *rows = &p->reserved[3];
+    /* 4 output blocks a tile (2 on AVX2: 4 x 3 pixels, 3 x 4 reach 90-95% of 2 x 6 on
+       ResNet-18's 3x3 layers), or 3 where they divide the blocks and those do not (no
+       tile of a lone block: MobileNetV2's 144-channel 1x1 convolutions 10% faster) */
+    int64_t nb_max = g.path == TSR_GEMM_AVX2 ? 2 : 4;
+    if (*nb <= 0) *nb = g.dw ? 1 : g.OB % nb_max && g.OB % 3 == 0 ? 3 : min64(g.OB, nb_max);
+    if (g.dw) *nb = 1;
+    *nb = min64(*nb, NB_MAX);
+    int lim = g.dw ? NP_DW_LIMIT[g.path] : NP_LIMIT[g.path][*nb];
+    if (*np <= 0) *np = min64(lim, g.OW);
+    *np = min64(*np, lim);
+    int64_t cbs = plain ? p->c : g.CB;
+    if (*chunk <= 0) {
+        /* the tile's weights for one pass over the output rows stay in L2 (1 MB a core on
+           Zen 5, half of it theirs): ResNet-18's 512-channel 3x3 layer reads 1.2 MB per
+           4 output blocks, 16% slower whole than in two passes (bench kernels: nchwc) */
+        int64_t per = *nb * g.wcbs * (int64_t)sizeof(float);
+        int64_t passes = ceil_div(per * cbs, WEIGHTS_L2);
+        *chunk = ceil_div(cbs, passes);
+    }
+    if (*rows <= 0) {
+        /* enough items for the threads to share evenly (work comes from one counter) */
+        int64_t groups = p->n * ceil_div(g.OB, *nb), want = threads > 1 ? 8 * threads : 1;
+        int64_t extent = g.flat ? g.OW : g.OH;
+        int64_t bands = min64(extent, max64(1, ceil_div(want, groups)));
+        *rows = ceil_div(extent, bands);
+        if (g.flat && *rows < extent) *rows = min64(extent, ceil_div(*rows, *np) * *np);
+    }
+    int64_t extent = g.flat ? g.OW : g.OH;
+    return p->n * ceil_div(g.OB, *nb) * ceil_div(extent, *rows);
+}
+
+void tsr_nchwc_conv_range(const tsr_nchwc_conv_t* p, int64_t lo, int64_t hi) {
+    geo_t g = geometry(p);
+    int64_t NB = p->reserved[0], NP = p->reserved[1], chunk = p->reserved[2],
+            rows = p->reserved[3];
+    if (NB <= 0 || NP <= 0 || chunk <= 0 || rows <= 0) return;
+    int64_t groups = ceil_div(g.OB, NB), extent = g.flat ? g.OW : g.OH;
+    int64_t bands = ceil_div(extent, rows), cbs = g.plain ? p->c : g.CB;
+    for (int64_t item = lo; item < hi; item++) {
+        int64_t b = item / (groups * bands), rest = item % (groups * bands);
+        int64_t ob0 = rest / bands * NB, band = rest % bands;
+        int64_t ob1 = min64(g.OB, ob0 + NB), e0 = band * rows, e1 = min64(extent, e0 + rows);
+        if (g.dw) {   /* one block at a time: each its own input plane */
+            for (int64_t ob = ob0; ob < ob1; ob++)
+                conv_rows(p, &g, (int)NP, b, ob, 1, 0, 1, e0, e1);
+            continue;
+        }
+        for (int64_t cb0 = 0; cb0 < cbs; cb0 += chunk)
+            conv_rows(p, &g, (int)NP, b, ob0, (int)(ob1 - ob0), cb0, min64(chunk, cbs - cb0),
+                      e0, e1);
+    }
+}
+
+/* ---- weights ------------------------------------------------------------------------ */
+
+int64_t tsr_nchwc_packed_size(const tsr_nchwc_conv_t* p) {
+    int64_t B = p->block, taps = p->kh * p->kw;
+    if (B < 1) return -1;
+    if (p->groups > 1) return ceil_div(p->c, B) * taps * B;
+    if (p->flags & TSR_NCHWC_PLAIN_INPUT) return ceil_div(p->o, B) * p->c * taps * B;
+    return ceil_div(p->o, B) * ceil_div(p->c, B) * taps * B * B;
+}
+
+/* blocked: [ob][cb][ky][kx][ci][co]; plain input: [ob][c][ky][kx][co]; depthwise:
+   [cb][ky][kx][co] (co the B channels of a block, a vector; zeros past o and c) */
+void tsr_nchwc_pack_weights(const tsr_nchwc_conv_t* p, const float* w, float* dst) {
+    int64_t B = p->block, taps = p->kh * p->kw, O = p->o, C = p->c;
+    int64_t OB = ceil_div(O, B), CB = ceil_div(C, B);
+    memset(dst, 0, (size_t)tsr_nchwc_packed_size(p) * sizeof(float));
+    if (p->groups > 1) {
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t t = 0; t < taps; t++)
+                dst[(o / B * taps + t) * B + o % B] = w[o * taps + t];
+        return;
+    }
+    int plain = (p->flags & TSR_NCHWC_PLAIN_INPUT) != 0;
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t t = 0; t < taps; t++) {
+                float v = w[(o * C + c) * taps + t];
+                int64_t at = plain ? (((o / B) * C + c) * taps + t) * B + o % B
+                                   : ((((o / B) * CB + c / B) * taps + t) * B + c % B) * B + o % B;
+                dst[at] = v;
+            }
+    (void)OB;
+}
+
+/* ---- layout changes ----------------------------------------------------------------- */
+
+void tsr_nchwc_to_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw,
+                          int block) {
+    int64_t B = block, CB = ceil_div(c, B);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t cb = 0; cb < CB; cb++) {
+            float* d = y + (b * CB + cb) * hw * B;
+            int64_t nc = min64(B, c - cb * B);
+            const float* s = x + (b * c + cb * B) * hw;
+            for (int64_t i = 0; i < hw; i++) {
+                for (int64_t k = 0; k < nc; k++) d[i * B + k] = s[k * hw + i];
+                for (int64_t k = nc; k < B; k++) d[i * B + k] = 0.0f;
+            }
+        }
+}
+
+void tsr_nchwc_from_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw,
+                            int block) {
+    int64_t B = block, CB = ceil_div(c, B);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t cb = 0; cb < CB; cb++) {
+            const float* s = x + (b * CB + cb) * hw * B;
+            int64_t nc = min64(B, c - cb * B);
+            float* d = y + (b * c + cb * B) * hw;
+            for (int64_t k = 0; k < nc; k++)
+                for (int64_t i = 0; i < hw; i++) d[k * hw + i] = s[i * B + k];
+        }
+}
+
+/* ---- pooling ------------------------------------------------------------------------ */
+
+int64_t tsr_nchwc_pool_plan(tsr_nchwc_pool_t* p, int threads) {
+    (void)threads;
+    if (p->block != 8 && p->block != 16) return -1;
+    if (p->isa < 0 || p->isa >= TSR_GEMM_ISAS || !tsr_nchwc_isa_supported(p->isa)) return -1;
+    if (p->n < 1 || p->cb < 1 || p->h < 1 || p->w < 1 || p->oh < 1 || p->ow < 1 ||
+        p->kh < 1 || p->kw < 1 || p->sh < 1 || p->sw < 1 || p->ph < 0 || p->pw < 0 ||
+        (p->kind != 0 && p->kind != 1))
+        return -1;
+    return p->n * p->cb * p->oh;
+}
+
+/* one output row: PyTorch's window (start clipped, end min(start + k, size + pad) for the
+   divisor counting padding, then clipped to the image). The x86 rows keep the maximum in a
+   vector and whether a NaN went by in a mask (vmaxps alone drops a NaN met before a number;
+   PyTorch's max pooling propagates it) */
+#define TSR_POOL_ROW(ATTR, NAME, V, BW, M, LOADU, STOREU, SET1, ADD, MAX, DIV, NANS, WITH_NAN) \
+ATTR static void NAME(const tsr_nchwc_pool_t* p, int64_t item) {                          \
+    const int64_t bw_ = BW;                                                               \
+    int64_t plane = item / p->oh, oy = item % p->oh;                                      \
+    const float* x = p->x + plane * p->h * p->w * bw_;                                     \
+    float* y = p->y + (plane * p->oh + oy) * p->ow * bw_;                                  \
+    int64_t hs = oy * p->sh - p->ph, he = min64(hs + p->kh, p->h + p->ph);                \
+    int64_t hn = he - hs;                                                                 \
+    hs = max64(hs, 0);                                                                    \
+    he = min64(he, p->h);                                                                 \
+    for (int64_t ox = 0; ox < p->ow; ox++) {                                              \
+        int64_t ws = ox * p->sw - p->pw, we = min64(ws + p->kw, p->w + p->pw);            \
+        int64_t wn = we - ws;                                                             \
+        ws = max64(ws, 0);                                                                \
+        we = min64(we, p->w);                                                             \
+        V acc = SET1(p->kind ? 0.0f : -INFINITY);                                         \
+        M nan = 0;                                                                        \
+        for (int64_t iy = hs; iy < he; iy++) {                                            \
+            const float* s = x + (iy * p->w + ws) * bw_;                                   \
+            if (p->kind)                                                                  \
+                for (int64_t ix = ws; ix < we; ix++, s += bw_) acc = ADD(acc, LOADU(s));   \
+            else                                                                          \
+                for (int64_t ix = ws; ix < we; ix++, s += bw_) {                           \
+                    V v = LOADU(s);                                                       \
+                    acc = MAX(v, acc);                                                    \
+                    nan |= NANS(v);                                                       \
+                }                                                                         \
+        }                                                                                 \
+        if (p->kind) {                                                                    \
+            int64_t cnt = p->count_include_pad ? hn * wn : (he - hs) * (we - ws);         \
+            acc = DIV(acc, SET1(cnt > 0 ? (float)cnt : 1.0f));                            \
+        } else {                                                                          \
+            acc = WITH_NAN(acc, nan);                                                     \
+        }                                                                                 \
+        STOREU(y + ox * bw_, acc);                                                         \
+    }                                                                                     \
+}
+
+/* the portable row: the B floats of a pixel (any B <= 16) as a "vector" */
+typedef struct { float v[16]; } pv_t;
+static pv_t pv_load_n(const float* s, int64_t n) {
+    pv_t r = {{0}};
+    memcpy(r.v, s, (size_t)n * sizeof(float));
+    return r;
+}
+static void pv_store_n(float* d, pv_t a, int64_t n) { memcpy(d, a.v, (size_t)n * sizeof(float)); }
+static pv_t pv_set1(float f) { pv_t r; for (int k = 0; k < 16; k++) r.v[k] = f; return r; }
+static pv_t pv_add(pv_t a, pv_t b) { for (int k = 0; k < 16; k++) a.v[k] += b.v[k]; return a; }
+static pv_t pv_div(pv_t a, pv_t b) { for (int k = 0; k < 16; k++) a.v[k] /= b.v[k]; return a; }
+static pv_t pv_max(pv_t a, pv_t b) {   /* a NaN in a wins, as in PyTorch's */
+    for (int k = 0; k < 16; k++) b.v[k] = a.v[k] > b.v[k] || a.v[k] != a.v[k] ? a.v[k] : b.v[k];
+    return b;
+}
+static int pv_nans(pv_t a) { (void)a; return 0; }
+static pv_t pv_with_nan(pv_t a, int m) { (void)m; return a; }
+#define pv_load(s) pv_load_n(s, bw_)
+#define pv_store(d, a) pv_store_n(d, a, bw_)
+
+#if TSR_X86
+TSR_AVX512 TSR_INLINE __mmask16 nans512(__m512 v) {
+    return _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+}
+TSR_AVX512 TSR_INLINE __m512 with_nan512(__m512 a, __mmask16 m) {
+    return _mm512_mask_mov_ps(a, m, _mm512_set1_ps(NAN));
+}
+TSR_AVX2 TSR_INLINE int nans256(__m256 v) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+TSR_AVX2 TSR_INLINE __m256 with_nan256(__m256 a, int m) {
+    __m256i bits = _mm256_and_si256(_mm256_set1_epi32(m),
+                                    _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128));
+    __m256 lanes = _mm256_castsi256_ps(_mm256_cmpgt_epi32(bits, _mm256_setzero_si256()));
+    return _mm256_blendv_ps(a, _mm256_set1_ps(NAN), lanes);
+}
+TSR_POOL_ROW(TSR_AVX512, pool_row512, __m512, 16, __mmask16, _mm512_loadu_ps, _mm512_storeu_ps,
+             _mm512_set1_ps, _mm512_add_ps, _mm512_max_ps, _mm512_div_ps, nans512, with_nan512)
+TSR_POOL_ROW(TSR_AVX2, pool_row256, __m256, 8, int, _mm256_loadu_ps, _mm256_storeu_ps,
+             _mm256_set1_ps, _mm256_add_ps, _mm256_max_ps, _mm256_div_ps, nans256, with_nan256)
+#endif
+TSR_POOL_ROW(, pool_row_portable, pv_t, p->block, int, pv_load, pv_store, pv_set1, pv_add,
+             pv_max, pv_div, pv_nans, pv_with_nan)
+
+void tsr_nchwc_pool_range(const tsr_nchwc_pool_t* p, int64_t lo, int64_t hi) {
+    int path = path_of(p->isa, p->block);
+    for (int64_t item = lo; item < hi; item++) {
+#if TSR_X86
+        if (path == TSR_GEMM_AVX512) { pool_row512(p, item); continue; }
+        if (path == TSR_GEMM_AVX2) { pool_row256(p, item); continue; }
+#endif
+        pool_row_portable(p, item);
+        (void)path;
+    }
+}

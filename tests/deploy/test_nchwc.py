@@ -1,0 +1,93 @@
+"""tessera.deploy.export_c of blocked-layout graphs (``tessera.graph.passes.nchwc``): the
+convolutions, pooling and layout changes as calls of kernels/c/nchwc.c, the packed weights
+in the weights file; built with -Werror, run on every instruction-set path the CPU has and
+on one and two threads, against tessera eager."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera import nn
+from tests.deploy.test_export import build, eager, run_driver
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None,
+                                reason="needs a C compiler and make")
+
+
+class Net(nn.Module):
+    """A plain-input stem, max pooling, a residual block, an inverted residual (depthwise,
+    relu6), a plain reader of a blocked value, average and global pooling."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 20, 3, 2, 1), nn.BatchNorm2d(20), nn.ReLU())
+        self.c1 = nn.Sequential(nn.Conv2d(20, 20, 3, 1, 1), nn.BatchNorm2d(20))
+        self.expand = nn.Sequential(nn.Conv2d(20, 40, 1), nn.ReLU6())
+        self.dw = nn.Sequential(nn.Conv2d(40, 40, 3, 1, 1, groups=40), nn.ReLU6())
+        self.project = nn.Conv2d(40, 20, 1)
+        self.head = nn.Linear(20, 10)
+
+    def forward(self, x):
+        x = nn.functional.max_pool2d(self.stem(x), 3, 2, 1)
+        x = (self.c1(x) + x).relu()
+        x = self.project(self.dw(self.expand(x))) + x
+        side = x.tanh().mean((2, 3))
+        x = nn.functional.avg_pool2d(x, 2, 2, ceil_mode=True, count_include_pad=False)
+        g = nn.functional.adaptive_avg_pool2d(x, 1).flatten(1)
+        return self.head(g) + self.head(side)
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory):
+    tessera.manual_seed(5)
+    model = Net().eval()
+    with tessera.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.copy_(tessera.randn(m.num_features) * 0.1)
+                m.running_var.copy_(tessera.rand(m.num_features) + 0.5)
+    x = tessera.randn(2, 3, 33, 31)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TESSERA_NCHWC", "1")
+    try:
+        out = build(model, (x,), tmp_path_factory.mktemp("nchwc"), "blk")
+    finally:
+        mp.undo()
+    return model, x, out
+
+
+def test_the_program_runs_the_blocked_kernels(net):
+    _, _, out = net
+    src = (out / "blk.c").read_text()
+    for call in ("tsr_nchwc_conv_plan", "tsr_nchwc_pool_plan", "tsr_nchwc_from_blocked"):
+        assert call in src, call
+    assert "TSR_NCHWC_PLAIN_INPUT" in src and "tsr_gemm_pack_b" in src
+    assert "im2col_f32(" not in src.replace("IM2COL_BLOCK(float, im2col_f32)", "")
+
+
+@pytest.mark.parametrize("isa", ["portable", "avx2", "avx512"])
+def test_every_path_and_thread_count(isa, net):
+    from tessera.kernels import gemm
+    model, x, out = net
+    if not gemm._lib().tsr_gemm_isa_supported(gemm.ISAS.index(isa)):
+        pytest.skip(f"this CPU lacks {isa}")
+    env = {**os.environ, "TESSERA_GEMM_ISA": isa}
+    for threads in (1, 2):
+        np.testing.assert_allclose(run_driver(out, "blk", (x,), env=env, threads=threads),
+                                   eager(model, (x,)), rtol=1e-4, atol=1e-5)
+
+
+def test_resnet18_matches_eager(tmp_path, monkeypatch):
+    monkeypatch.setenv("TESSERA_NCHWC", "1")
+    tessera.manual_seed(0)
+    model = tessera.models.resnet18().eval()
+    x = tessera.randn(1, 3, 64, 64)
+    out = build(model, (x,), tmp_path, "r18")
+    assert "tsr_nchwc_conv_plan" in (out / "r18.c").read_text()
+    want = eager(model, (x,))
+    np.testing.assert_allclose(run_driver(out, "r18", (x,), threads=2), want, rtol=1e-4,
+                               atol=1e-4 * np.abs(want).max())

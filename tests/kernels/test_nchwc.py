@@ -1,0 +1,336 @@
+"""tessera.kernels.nchwc against PyTorch's conv2d, max_pool2d and avg_pool2d (the blocked
+result unblocked): channels that are not a multiple of the block, images of 1 to 56 pixels,
+strides, padding, dilation, kernels 1 to 7, depthwise and plain-input first layers, every
+epilogue, both block sizes on every path the CPU runs (chosen in this process through the
+module's path choice), one thread against two, the path forced by TESSERA_NCHWC_ISA in a
+child process, and the errors of bad geometry."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+from tessera.kernels import cc
+
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
+
+ISAS = ("portable", "avx2", "avx512")
+
+
+@pytest.fixture(scope="module")
+def N():
+    from tessera.kernels import nchwc
+    if not nchwc.usable():
+        pytest.skip("code generation is off (TESSERA_CODEGEN=0)")
+    return nchwc
+
+
+@pytest.fixture(params=ISAS)
+def path(request, N, monkeypatch):
+    """Every path this CPU runs: the binding's choice replaced for the test."""
+    index = ISAS.index(request.param)
+    if not N._lib().tsr_nchwc_isa_supported(index):
+        pytest.skip(f"this CPU lacks the {request.param} path")
+    monkeypatch.setattr(N, "_isa", lambda: index)
+    return request.param
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def unblocked_pad(y, c):
+    """The channels past c of a blocked array, as (n, extra, h, w)."""
+    n, cb, h, w, b = y.shape
+    return y.transpose(0, 1, 4, 2, 3).reshape(n, cb * b, h, w)[:, c:]
+
+
+def conv(N, x, w, bias, stride, pads, dilation, groups, block, plain=False, act=None,
+         bounds=None, residual=None, residual_first=False):
+    """The blocked convolution of plain x: (plain result, the blocked output)."""
+    n, c, h, wd = x.shape
+    t, le, b, r = N._pads(pads, "test")
+    oh = N.conv_output_size(h, w.shape[2], stride[0], t, b, dilation[0])
+    ow = N.conv_output_size(wd, w.shape[3], stride[1], le, r, dilation[1])
+    o = w.shape[0]
+    run = N.conv_bound(x.shape, (n, o, oh, ow), w.shape, stride, pads, dilation, groups, block,
+                       plain, act, bounds, residual_first)
+    wp = N.pack_weights(w, groups=groups, block=block, plain_input=plain)
+    xb = np.ascontiguousarray(x) if plain else N.to_blocked(x, block)
+    y = np.full(N.blocked_shape((n, o, oh, ow), block), np.nan, np.float32)
+    rb = None if residual is None else N.to_blocked(residual, block)
+    run(xb, wp, bias, rb, y)
+    return N.from_blocked(y, o), y
+
+
+def reference(x, w, bias, stride, pads, dilation, groups, act=None, bounds=None,
+              residual=None, residual_first=False):
+    xt = torch.from_numpy(x)
+    if len(pads) == 4:   # (top, left, bottom, right): F.pad takes (left, right, top, bottom)
+        xt = TF.pad(xt, (pads[1], pads[3], pads[0], pads[2]))
+        pads = (0, 0)
+    y = TF.conv2d(xt, torch.from_numpy(w), None if bias is None else torch.from_numpy(bias),
+                  stride, pads, dilation, groups)
+    r = None if residual is None else torch.from_numpy(residual)
+    if r is not None and residual_first:
+        y = y + r
+    if act == "relu":
+        y = torch.relu(y)
+    elif act == "relu6":
+        y = TF.relu6(y)
+    elif act == "clamp":
+        y = y.clamp(*bounds)
+    if r is not None and not residual_first:
+        y = y + r
+    return y.numpy()
+
+
+def close(got, want):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
+
+
+# (n, c, h, w, o, k, stride, pads, dilation, groups, plain)
+SHAPES = [
+    (1, 64, 13, 13, 64, 3, 1, 1, 1, 1, False),
+    (1, 17, 13, 11, 24, 3, 2, 1, 1, 1, False),
+    (2, 24, 7, 7, 17, 1, 1, 0, 1, 1, False),        # 1x1 stride 1: one long row
+    (1, 96, 13, 13, 24, 1, 1, 0, 1, 1, False),
+    (1, 24, 13, 13, 40, 1, 2, 0, 1, 1, False),      # 1x1 stride 2 (a downsample)
+    (1, 3, 56, 56, 64, 7, 2, 3, 1, 1, True),        # ResNet's first layer, plain input
+    (1, 3, 13, 13, 17, 3, 1, 1, 1, 1, True),
+    (1, 4, 13, 7, 16, 5, 2, 2, 1, 1, True),
+    (1, 17, 1, 1, 17, 1, 1, 0, 1, 1, False),
+    (1, 17, 1, 1, 9, 3, 1, 1, 1, 1, False),         # every tap but the centre padding
+    (1, 16, 7, 7, 32, 5, 1, 2, 1, 1, False),
+    (1, 8, 13, 13, 8, 3, 1, 3, 1, 1, False),        # padding past the kernel's reach
+    (1, 17, 13, 13, 20, 3, 1, 2, 2, 1, False),      # dilation 2
+    (1, 17, 13, 13, 20, 7, 3, 3, 1, 1, False),      # stride 3
+    (1, 32, 56, 56, 32, 3, 1, 1, 1, 1, False),
+    (1, 144, 13, 13, 144, 3, 1, 1, 1, 144, False),  # depthwise
+    (1, 144, 13, 13, 144, 3, 2, 1, 1, 144, False),
+    (1, 17, 7, 7, 17, 5, 1, 2, 1, 17, False),
+    (1, 24, 56, 56, 24, 3, 2, 1, 1, 24, False),
+    (1, 3, 1, 1, 3, 3, 1, 1, 1, 3, False),
+    (1, 24, 13, 13, 24, 3, 1, 1, 2, 24, False),     # depthwise, dilation 2
+]
+EPILOGUES = [(None, False), ("relu", False), ("relu6", True), ("clamp", True),
+             ("relu", "first"), (None, True)]
+
+
+@pytest.mark.parametrize("block", [8, 16])
+@pytest.mark.parametrize("i", range(len(SHAPES)))
+def test_conv_shapes(N, path, i, block):
+    n, c, h, w, o, k, s, p, d, groups, plain = SHAPES[i]
+    act, res = EPILOGUES[i % len(EPILOGUES)]
+    x, wt = rand(n, c, h, w, seed=i), rand(o, c // groups, k, k, seed=100 + i)
+    bias = rand(o, seed=200 + i) if i % 3 else None
+    bounds = (-0.5, 0.7) if act == "clamp" else None
+    oh = N.conv_output_size(h, k, s, p, p, d)
+    ow = N.conv_output_size(w, k, s, p, p, d)
+    residual = rand(n, o, oh, ow, seed=300 + i) if res else None
+    kw = dict(act=act, bounds=bounds, residual=residual, residual_first=res == "first")
+    got, y = conv(N, x, wt, bias, (s, s), (p, p), (d, d), groups, block, plain, **kw)
+    close(got, reference(x, wt, bias, (s, s), (p, p), (d, d), groups, **kw))
+    assert not np.any(unblocked_pad(y, o)), "the padded output channels must be zero"
+
+
+@pytest.mark.parametrize("act,bounds", [(None, None), ("relu", None), ("relu6", None),
+                                        ("clamp", (0.25, 1.5))])
+@pytest.mark.parametrize("residual", [None, "after", "first"])
+@pytest.mark.parametrize("groups", [1, 24])
+def test_epilogues(N, path, act, bounds, residual, groups):
+    block = N.block() if path == "avx512" else 8
+    x, wt = rand(1, 24, 9, 9, seed=1), rand(24, 24 // groups, 3, 3, seed=2)
+    bias, r = rand(24, seed=3), rand(1, 24, 9, 9, seed=4)
+    kw = dict(act=act, bounds=bounds, residual=None if residual is None else r,
+              residual_first=residual == "first")
+    got, y = conv(N, x, wt, bias, (1, 1), (1, 1), (1, 1), groups, block, **kw)
+    close(got, reference(x, wt, bias, (1, 1), (1, 1), (1, 1), groups, **kw))
+    # clamp to [0.25, 1.5] would lift a padded channel to 0.25: it stays 0
+    assert not np.any(unblocked_pad(y, 24))
+
+
+def test_asymmetric_pads_and_padded_bias(N, path):
+    x, wt = rand(1, 17, 13, 12, seed=5), rand(20, 17, 3, 3, seed=6)
+    bias = rand(20, seed=7)
+    block = 8
+    padded = np.zeros(24, np.float32)
+    padded[:20] = bias
+    got, _ = conv(N, x, wt, padded, (2, 2), (0, 1, 1, 0), (1, 1), 1, block)
+    close(got, reference(x, wt, bias, (2, 2), (0, 1, 1, 0), (1, 1), 1))
+
+
+def test_channel_chunks(N, path):
+    """Several passes over the input blocks (forced small): the same result."""
+    x, wt = rand(1, 40, 7, 7, seed=8), rand(24, 40, 3, 3, seed=9)
+    bias, r = rand(24, seed=10), rand(1, 24, 7, 7, seed=11)
+    want = reference(x, wt, bias, (1, 1), (1, 1), (1, 1), 1, "relu", residual=r)
+    run = N.conv_bound(x.shape, (1, 24, 7, 7), wt.shape, 1, 1, 1, 1, 8, False, "relu",
+                       _tiles=(2, 3, 2, 3))
+    y = np.empty((1, 3, 7, 7, 8), np.float32)
+    run(N.to_blocked(x, 8), N.pack_weights(wt, groups=1, block=8), bias, N.to_blocked(r, 8), y)
+    close(N.from_blocked(y, 24), want)
+
+
+def test_two_threads_same_bits(N):
+    import tessera
+    x, wt = rand(1, 64, 14, 14, seed=12), rand(96, 64, 3, 3, seed=13)
+    B = N.block()
+    before = tessera.get_num_threads()
+    out = []
+    try:
+        for threads in (1, 2):
+            tessera.set_num_threads(threads)
+            out.append(conv(N, x, wt, rand(96, seed=14), (1, 1), (1, 1), (1, 1), 1, B,
+                            act="relu")[0])
+    finally:
+        tessera.set_num_threads(before)
+    assert np.array_equal(out[0], out[1])
+
+
+@pytest.mark.parametrize("kind,k,s,p,cip", [
+    ("max", 3, 2, 1, True), ("max", 2, 2, 0, True), ("max", 3, 1, 1, True),
+    ("avg", 3, 2, 1, True), ("avg", 3, 2, 1, False), ("avg", 2, 2, 0, True),
+    ("avg", 7, 1, 0, True), ("max", (3, 2), (1, 2), (1, 0), True)])
+@pytest.mark.parametrize("c,h,w", [(17, 13, 13), (64, 56, 56), (24, 7, 7), (3, 1, 1)])
+def test_pool(N, path, kind, k, s, p, cip, c, h, w):
+    kk = k if isinstance(k, tuple) else (k, k)
+    if kk[0] > h + 2 * (p if isinstance(p, int) else p[0]) or kk[1] > w + 2 * (
+            p if isinstance(p, int) else p[1]):
+        pytest.skip("window larger than the padded image")
+    block = 8 if path != "avx512" else 16
+    x = rand(2, c, h, w, seed=c)
+    xt = torch.from_numpy(x)
+    want = (TF.max_pool2d(xt, k, s, p) if kind == "max"
+            else TF.avg_pool2d(xt, k, s, p, count_include_pad=cip)).numpy()
+    run = N.pool_bound(x.shape, k, s, p, kind, cip, block)
+    y = np.full(N.blocked_shape(want.shape, block), np.nan, np.float32)
+    run(N.to_blocked(x, block), y)
+    close(N.from_blocked(y, c), want)
+    assert not np.any(unblocked_pad(y, c))
+
+
+def test_global_average(N):
+    B = N.block()
+    x = rand(1, 512, 7, 7, seed=3)
+    run = N.pool_bound(x.shape, (7, 7), 1, 0, "avg", True, B)
+    y = np.empty((1, 512 // B, 1, 1, B), np.float32)
+    run(N.to_blocked(x, B), y)
+    close(N.from_blocked(y, 512), x.mean(axis=(2, 3), keepdims=True))
+
+
+@pytest.mark.parametrize("block", [8, 16])
+@pytest.mark.parametrize("c", [1, 3, 8, 17, 24])
+def test_layout_round_trip(N, block, c):
+    x = rand(2, c, 5, 3, seed=c)
+    b = N.to_blocked(x, block)
+    assert b.shape == (2, -(-c // block), 5, 3, block)
+    assert np.array_equal(b.transpose(0, 1, 4, 2, 3).reshape(2, -1, 5, 3)[:, :c], x)
+    assert not np.any(unblocked_pad(b, c))
+    assert np.array_equal(N.from_blocked(b, c), x)
+
+
+def test_errors(N):
+    w = rand(8, 4, 3, 3)
+    with pytest.raises(RuntimeError, match="expected input.*to have 4 channels"):
+        N.conv_bound((1, 5, 8, 8), (1, 8, 8, 8), w.shape, 1, 1, 1, 1, 8)
+    with pytest.raises(RuntimeError, match="Kernel size can't be greater"):
+        N.conv_bound((1, 4, 2, 2), (1, 8, 0, 0), (8, 4, 5, 5), 1, 0, 1, 1, 8)
+    with pytest.raises(RuntimeError, match="does not match the geometry"):
+        N.conv_bound((1, 4, 8, 8), (1, 8, 7, 8), w.shape, 1, 1, 1, 1, 8)
+    with pytest.raises(ValueError, match="block must be 8 or 16, got 4"):
+        N.conv_bound((1, 4, 8, 8), (1, 8, 8, 8), w.shape, 1, 1, 1, 1, 4)
+    with pytest.raises(ValueError, match="groups must be 1 or equal the channels"):
+        N.conv_bound((1, 4, 8, 8), (1, 8, 8, 8), (8, 2, 3, 3), 1, 1, 1, 2, 8)
+    with pytest.raises(ValueError, match="stride"):
+        N.conv_bound((1, 4, 8, 8), (1, 8, 8, 8), w.shape, 0, 1, 1, 1, 8)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        N.conv_bound((1, 4, 8, 8), (1, 8, 8, 8), w.shape, 1, 1, 1, 1, 8, activation="gelu")
+    with pytest.raises(ValueError, match="needs bounds"):
+        N.conv_bound((1, 4, 8, 8), (1, 8, 8, 8), w.shape, 1, 1, 1, 1, 8, activation="clamp")
+    run = N.conv_bound((1, 4, 8, 8), (1, 8, 8, 8), w.shape, 1, 1, 1, 1, 8)
+    wp = N.pack_weights(w, groups=1, block=8)
+    y = np.empty((1, 1, 8, 8, 8), np.float32)
+    with pytest.raises(ValueError, match=r"x must have shape \(1, 1, 8, 8, 8\)"):
+        run(np.zeros((1, 4, 8, 8), np.float32), wp, None, None, y)
+    with pytest.raises(TypeError, match="x must be a float32"):
+        run(np.zeros((1, 1, 8, 8, 8)), wp, None, None, y)
+    run5 = N.conv_bound((1, 4, 8, 8), (1, 5, 8, 8), (5, 4, 3, 3), 1, 1, 1, 1, 8)
+    with pytest.raises(ValueError, match="bias must have 5 or 8 values"):
+        run5(np.zeros((1, 1, 8, 8, 8), np.float32), N.pack_weights(w[:5], groups=1, block=8),
+             np.zeros(3, np.float32), None, y)
+    with pytest.raises(TypeError, match="4-d float32"):
+        N.pack_weights(w.astype(np.float64), groups=1, block=8)
+    with pytest.raises(ValueError, match="cannot read plain input"):
+        N.pack_weights(rand(4, 1, 3, 3), groups=4, block=8, plain_input=True)
+    with pytest.raises(ValueError, match="kind must be 'max' or 'avg'"):
+        N.pool_bound((1, 8, 4, 4), 2, 2, 0, "min", True, 8)
+    with pytest.raises(RuntimeError, match="pad should be at most half"):
+        N.pool_bound((1, 8, 4, 4), 2, 2, 2, "max", True, 8)
+    with pytest.raises(ValueError, match="do not fit"):
+        N.from_blocked(np.zeros((1, 2, 1, 1, 8), np.float32), 3)
+
+
+def _child(env: dict) -> subprocess.CompletedProcess:
+    code = ("from tessera.kernels import nchwc; import numpy as np\n"
+            "x = np.ones((1, 3, 5, 5), np.float32); w = np.ones((4, 3, 3, 3), np.float32)\n"
+            "B = nchwc.block()\n"
+            "run = nchwc.conv_bound(x.shape, (1, 4, 5, 5), w.shape, 1, 1, 1, 1, B)\n"
+            "y = np.empty((1, 1, 5, 5, B), np.float32)\n"
+            "run(nchwc.to_blocked(x, B), nchwc.pack_weights(w, groups=1, block=B), None, "
+            "None, y)\n"
+            "print(nchwc.isa(), B, nchwc.from_blocked(y, 4)[0, 0, 2, 2])\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_path_forced(N, isa):
+    env = dict(os.environ, TESSERA_NCHWC_ISA=isa)
+    env.pop("TESSERA_MAX_ISA", None)
+    proc = _child(env)
+    if not N._lib().tsr_nchwc_isa_supported(ISAS.index(isa)):
+        assert proc.returncode != 0 and "RuntimeError" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [isa, "16" if isa == "avx512" else "8", "27.0"]
+
+
+def test_unknown_path_name():
+    env = dict(os.environ, TESSERA_NCHWC_ISA="sse9")
+    proc = _child(env)
+    assert "ValueError: TESSERA_NCHWC_ISA='sse9': expected one of portable, avx2, avx512" \
+        in proc.stderr
+
+
+def test_max_pool_propagates_nan(N, path):
+    block = 8 if path != "avx512" else 16
+    x = rand(1, 17, 9, 9, seed=5)
+    x[0, 3, 4, 4] = x[0, 16, 0, 0] = np.nan
+    want = TF.max_pool2d(torch.from_numpy(x), 3, 2, 1).numpy()
+    y = np.empty(N.blocked_shape(want.shape, block), np.float32)
+    N.pool_bound(x.shape, 3, 2, 1, "max", True, block)(N.to_blocked(x, block), y)
+    got = N.from_blocked(y, 17)
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(want).sum() == 2
+    close(got, want)
+
+
+def test_bound_call_rebinds_new_arrays(N):
+    """A bound convolution called again with other arrays (or without the residual) reads
+    those, not the last call's."""
+    B = N.block()
+    wt, bias = rand(24, 17, 3, 3, seed=20), rand(24, seed=21)
+    run = N.conv_bound((1, 17, 9, 9), (1, 24, 9, 9), wt.shape, 1, 1, 1, 1, B, False, "relu")
+    wp = N.pack_weights(wt, groups=1, block=B)
+    r = rand(1, 24, 9, 9, seed=22)
+    y = np.empty(N.blocked_shape((1, 24, 9, 9), B), np.float32)
+    for seed, residual in ((23, r), (24, r), (24, None)):
+        x = rand(1, 17, 9, 9, seed=seed)
+        run(N.to_blocked(x, B), wp, bias, None if residual is None else N.to_blocked(r, B), y)
+        close(N.from_blocked(y, 24), reference(x, wt, bias, (1, 1), (1, 1), (1, 1), 1, "relu",
+                                               residual=residual))
