@@ -65,7 +65,7 @@ class _Gemm(ctypes.Structure):
                 ("bias", ctypes.c_void_p), ("r", ctypes.c_void_p), ("ldr", ctypes.c_int64),
                 ("alpha", ctypes.c_float), ("beta", ctypes.c_float),
                 ("act", ctypes.c_int32), ("flags", ctypes.c_int32), ("isa", ctypes.c_int32),
-                ("reserved", ctypes.c_int32),
+                ("path", ctypes.c_int32),
                 ("mc", ctypes.c_int64), ("kc", ctypes.c_int64), ("nc", ctypes.c_int64),
                 ("lo", ctypes.c_float), ("hi", ctypes.c_float)]
 

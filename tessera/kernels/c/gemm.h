@@ -36,7 +36,8 @@ typedef struct tsr_gemm {
     const float* bias;                     /* n values (m with BIAS_ROWS), or NULL */
     const float* r; int64_t ldr;           /* residual m x n, rows ldr apart, or NULL */
     float alpha, beta;                     /* beta == 0: C is not read (NaN there is fine) */
-    int32_t act, flags, isa, reserved;
+    int32_t act, flags, isa;
+    int32_t path;                          /* set by tsr_gemm_plan: 0 blocked, 1 GEMV */
     int64_t mc, kc, nc;                    /* cache blocking; 0: tsr_gemm_plan chooses */
     float lo, hi;                          /* TSR_ACT_CLAMP's bounds */
 } tsr_gemm_t;
