@@ -744,5 +744,5 @@ def _emit_node(prog: Program, i: int, n: Node, kind: str, move) -> None:
         _region(prog, i, body, ext, out)
 
 
-# the INT8 and binary rules register themselves into RULES
-from tessera.deploy import _emit_lowp  # noqa: E402, F401
+# the INT8 and binary rules, and the rules of _emit_more, register themselves into RULES
+from tessera.deploy import _emit_lowp, _emit_more  # noqa: E402, F401
