@@ -15,6 +15,7 @@ and ``maxpool.c`` compiled for each window geometry.
 """
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass, field
@@ -716,7 +717,46 @@ def emit(name: str, g: Graph, values: dict) -> Program:
             raise AssertionError(f"tessera.deploy: no buffer planned for {n}")
         _emit_node(prog, i, n, kinds[i], moves.get(i))
     _region_units(prog)
+    _compact_payload(prog)
     return prog
+
+
+_WEIGHT_REF = re.compile(r"\(m->w \+ (\d+)\)")
+
+
+def _compact_payload(prog: Program) -> None:
+    """Only the tensors the program reads stay in the weights payload: a quantized layer's
+    int8 weight, say, which the library reads only as the panels packed from it at export,
+    is dropped, and the offsets in the C move down accordingly."""
+    refs = {int(r) for text in prog.steps + prog.kernels for r in _WEIGHT_REF.findall(text)}
+    refs |= {off for off, _, _ in prog.packed}
+    entries = []
+    for name, (off, arr) in prog.weights.items():
+        size = arr.nbytes if arr is not None else prog.graph.variables[name].nbytes
+        entries.append((off, size, name, arr))
+    entries.sort(key=lambda e: e[0])
+    starts = [e[0] for e in entries]
+    moved, weights, at = {}, {}, 0
+    for r in sorted(refs):
+        k = bisect.bisect_right(starts, r) - 1
+        off, size, name, arr = entries[k]
+        assert 0 <= k and r < off + max(size, 1), f"tessera.deploy: no weight at offset {r}"
+        if name not in weights:
+            weights[name] = (at, arr)
+            moved[off] = at
+            at += (size + ALIGN - 1) // ALIGN * ALIGN
+
+    def new(r: int) -> int:
+        off = starts[bisect.bisect_right(starts, r) - 1]
+        return moved[off] + r - off
+
+    def fix(text: str) -> str:
+        return _WEIGHT_REF.sub(lambda mt: f"(m->w + {new(int(mt[1]))})", text)
+    prog.steps = [fix(t) for t in prog.steps]
+    prog.kernels = [fix(t) for t in prog.kernels]
+    prog.packed = [(new(off), k, n) for off, k, n in prog.packed]
+    prog.weights = weights
+    prog.payload_bytes = at
 
 
 def _emit_node(prog: Program, i: int, n: Node, kind: str, move) -> None:
