@@ -20,8 +20,11 @@ deployed C library is, so the same binary would run on any x86-64.
 
 Threads: the blocks of the output (``MC`` rows by ``NC`` columns) are the parts of one job
 of ``tessera.kernels.threadpool``; a ``b`` that several blocks of rows share is packed
-once, in parallel, first. The result depends neither on the thread count nor on whether
-``b`` was packed beforehand (each element sums its products in the same order).
+once, in parallel, first. A product of at most 4 rows (batch-1 inference) is a GEMV: ``b``
+streams once from where it lies (packed panels, rows, or a transposed weight's rows read
+as dot products), never packed per call, the threads splitting its columns. The result
+depends neither on the thread count nor on whether ``b`` was packed beforehand (each
+element sums its products in the same order).
 
 >>> import numpy as np
 >>> a = np.arange(6, dtype=np.float32).reshape(2, 3)

@@ -10,7 +10,9 @@
    tsr_gemm_plan(&g, threads) for the number of blocks, then tsr_gemm_range(&g, lo, hi)
    over any partition of [0, blocks) on any threads (blocks write disjoint parts of C);
    tsr_gemm_run(&g) does both on the calling thread. A and B are strided views:
-   op(A)[i][p] = a[i*rsa + p*csa], so a transpose is a swap of the two strides. */
+   op(A)[i][p] = a[i*rsa + p*csa], so a transpose is a swap of the two strides. A product
+   of at most 4 rows (m <= 4: batch-1 inference) takes the GEMV path, its blocks ranges of
+   columns: B streams once from where it lies, packed or not. */
 #ifndef TSR_GEMM_H
 #define TSR_GEMM_H
 
