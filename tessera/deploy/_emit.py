@@ -369,8 +369,8 @@ def _conv(prog: Program, i: int, n: Node) -> None:
     if direct:
         src = xg
     else:
-        lines.append(f"  im2col_f32({xg}, m->scratch, {H}, {W}, {KH}, {KW}, {sh}, {sw}, {ph}, "
-                     f"{pw}, {dh}, {dw}, {OW}, {P}, 0, {CK}, 0, {OH});")
+        lines.append("  " + _im2col(prog, xg, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW,
+                                    CK))
         src = "m->scratch"
     yq = f"{prog.p(out)} + q * {Og * P}"
     call = _gemm_call(prog, str(Og), str(P), str(CK), f"{prog.p(w)} + q % {G} * {Og * CK}",
@@ -400,6 +400,33 @@ def _conv(prog: Program, i: int, n: Node) -> None:
     lines.append("  " + call.replace("g.isa = m->isa;", "g.isa = m->isa;\n  " + " ".join(epi),
                                      1))
     prog.steps.append("\n".join(lines) + "\n}")
+
+
+_IM2COL_ITEM = """/* rows [lo, hi) of im2col's columns, the threads taking a share each: c = x,
+   cols, the geometry (H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW), rows, parts */
+static int64_t im2col_item(const int64_t* c, int64_t i) {
+    const int64_t rows = c[14], parts = c[15];
+    im2col_f32((const float*)(intptr_t)c[0], (float*)(intptr_t)c[1], c[2], c[3], c[4], c[5],
+               c[6], c[7], c[8], c[9], c[10], c[11], c[13], c[12] * c[13], rows * i / parts,
+               rows * (i + 1) / parts, 0, c[12]);
+    return 0;
+}"""
+
+
+def _im2col(prog: Program, x: str, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW,
+            CK) -> str:
+    """im2col of one image (group) into the scratch, its rows split over the kernel threads
+    when it is big enough: it is memory-bound, and a serial share of every convolution
+    otherwise (Amdahl's limit on two threads)."""
+    if CK * OH * OW < SPLIT_MIN or CK < 2:
+        return (f"im2col_f32({x}, m->scratch, {H}, {W}, {KH}, {KW}, {sh}, {sw}, {ph}, {pw}, "
+                f"{dh}, {dw}, {OW}, {OH * OW}, 0, {CK}, 0, {OH});")
+    if _IM2COL_ITEM not in prog.kernels:
+        prog.kernels.append(_IM2COL_ITEM)
+    return (f"{{ int64_t parts = m->threads < {CK} ? m->threads : {CK};\n"
+            f"    int64_t c[] = {{(int64_t)(intptr_t)({x}), (int64_t)(intptr_t)m->scratch, {H}, "
+            f"{W}, {KH}, {KW}, {sh}, {sw}, {ph}, {pw}, {dh}, {dw}, {OH}, {OW}, {CK}, parts}};\n"
+            f"    tsr_pool_run(im2col_item, c, parts, m->threads); }}")
 
 
 def _strides(prog: Program, v: Value) -> list[int]:

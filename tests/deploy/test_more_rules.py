@@ -104,3 +104,13 @@ def test_average_pooling_and_padding(tmp_path):
                lambda s, x: F.pad(x, (2, 1), value=-0.5),
                lambda s, x: nn.ConstantPad3d((1, 0, 0, 1, 2, 0), 1.5)(x)),
           (2, 3, 7, 6), tmp_path, "pool")
+
+
+def test_im2col_split_over_threads(tmp_path):
+    """A convolution whose columns are big enough to be built by both threads (each a share
+    of the rows), with one thread and two."""
+    tessera.manual_seed(6)
+    conv = nn.Conv2d(16, 32, 3, padding=1)
+    check(Flat(lambda s, x: s.conv(x).relu(), conv=conv), (1, 16, 64, 64), tmp_path, "split",
+          threads=2)
+    check(Flat(lambda s, x: s.conv(x).relu(), conv=conv), (1, 16, 64, 64), tmp_path, "one")
