@@ -677,7 +677,8 @@ TSR_GEMV_P(gemv256_p, TSR_AVX2, __m256, 8, _mm256_set1_ps, _mm256_loadu_ps,
    c7)). Eight chains keep the FMAs of one row busy, and the order suits both forms of the
    product: B's rows (a panel, or a row-major B) multiply a broadcast a[p] into eight
    accumulators of 16 columns; a transposed B's columns are contiguous in p, and multiply
-   8 p at a time, two columns to a register (gemv512_dot), no transposition needed. */
+   8 p at a time, a column to a 256-bit register (gemv_dot8), no transposition needed. AVX2 sums one row
+   the same way (gemv256_one). */
 /* [x | x]: 8 floats twice (AVX-512F has no 256-bit broadcast of floats) */
 TSR_AVX512 TSR_INLINE __m512 twice256(__m256 x) {
     return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(x)));
@@ -730,7 +731,7 @@ TSR_AVX512 TSR_INLINE void gemv512_p8(int64_t k, const float* restrict a,
    lane one of the column's eight chains (no shuffle in the loop: 256-bit FMAs outrun the
    memory); then the tree of gemv512_tree across the lanes, the columns back in order, into
    t[0..8) */
-TSR_AVX512_FMA TSR_INLINE void gemv512_dot(int64_t k, const float* restrict a,
+TSR_AVX2 TSR_INLINE void gemv_dot8(int64_t k, const float* restrict a,
                                        const float* restrict w, int64_t csb, int64_t nc,
                                        float* restrict t) {
     const float* col[8];
@@ -794,7 +795,7 @@ TSR_AVX512_FMA static void gemv512_one(const tsr_gemm_t* g, int64_t j0, int64_t 
     if (!g->bp && g->rsb == 1 && g->csb != 1) {   /* a transposed B */
         for (int64_t j = j0; j < j1; j += 8) {
             int64_t nc = j1 - j < 8 ? j1 - j : 8;
-            gemv512_dot(K, a, g->b + j * g->csb, g->csb, nc, t);
+            gemv_dot8(K, a, g->b + j * g->csb, g->csb, nc, t);
             gemv_update(g, &e, t, 8, j, nc);
         }
         return;
@@ -806,6 +807,91 @@ TSR_AVX512_FMA static void gemv512_one(const tsr_gemm_t* g, int64_t j0, int64_t 
         int64_t bss[2] = {bs, bs};
         gemv512_p8(K, a, bv, bss, t, nc > 16 ? 2 : 1);
         gemv_update(g, &e, t, NR_512, j, nc);
+    }
+}
+
+
+/* AVX2: gemv512_tree's order, 8 columns to a register */
+TSR_AVX2 TSR_INLINE __m256 gemv256_tree(const __m256* c) {
+    return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c[0], c[4]), _mm256_add_ps(c[2], c[6])),
+                         _mm256_add_ps(_mm256_add_ps(c[1], c[5]), _mm256_add_ps(c[3], c[7])));
+}
+
+/* rows [p0, p1) of one row of A (contiguous) x 8 columns whose row p is at b + p * bs, into
+   the eight chains s8 (p0 a multiple of 8): a panel's last 8 columns or fewer */
+TSR_AVX2 TSR_INLINE void gemv256_p8(int64_t p0, int64_t p1, const float* restrict a,
+                                    const float* restrict b, int64_t bs, __m256* restrict s8) {
+    __m256 s[8];
+    _Pragma("GCC unroll 16")
+    for (int l = 0; l < 8; l++) s[l] = s8[l];
+    int64_t p = p0;
+    for (b += p0 * bs; p + 8 <= p1; p += 8, b += 8 * bs)
+        _Pragma("GCC unroll 16")
+        for (int l = 0; l < 8; l++) {
+            _mm_prefetch((const char*)(b + (l + GEMV_AHEAD) * bs), _MM_HINT_T0);
+            s[l] = _mm256_fmadd_ps(_mm256_set1_ps(a[p + l]), _mm256_loadu_ps(b + l * bs), s[l]);
+        }
+    for (int l = 0; p + l < p1; l++)
+        s[l] = _mm256_fmadd_ps(_mm256_set1_ps(a[p + l]), _mm256_loadu_ps(b + l * bs), s[l]);
+    _Pragma("GCC unroll 16")
+    for (int l = 0; l < 8; l++) s8[l] = s[l];
+}
+
+/* the same for 16 columns (a panel) at once: sixteen chains fill the registers, and the
+   broadcast of a[p] is one of B's operands instead */
+TSR_AVX2 TSR_INLINE void gemv256_p16(int64_t k, const float* restrict a,
+                                     const float* restrict b, int64_t bs,
+                                     __m256* restrict lo8, __m256* restrict hi8) {
+    __m256 s[16];
+    _Pragma("GCC unroll 16")
+    for (int l = 0; l < 16; l++) s[l] = _mm256_setzero_ps();
+    int64_t p = 0;
+    for (; p + 8 <= k; p += 8, b += 8 * bs)
+        _Pragma("GCC unroll 16")
+        for (int l = 0; l < 8; l++) {
+            _mm_prefetch((const char*)(b + (l + GEMV_AHEAD) * bs), _MM_HINT_T0);
+            __m256 al = _mm256_set1_ps(a[p + l]);
+            s[l] = _mm256_fmadd_ps(al, _mm256_loadu_ps(b + l * bs), s[l]);
+            s[8 + l] = _mm256_fmadd_ps(al, _mm256_loadu_ps(b + l * bs + 8), s[8 + l]);
+        }
+    for (int l = 0; p + l < k; l++) {
+        __m256 al = _mm256_set1_ps(a[p + l]);
+        s[l] = _mm256_fmadd_ps(al, _mm256_loadu_ps(b + l * bs), s[l]);
+        s[8 + l] = _mm256_fmadd_ps(al, _mm256_loadu_ps(b + l * bs + 8), s[8 + l]);
+    }
+    _Pragma("GCC unroll 16")
+    for (int l = 0; l < 8; l++) {
+        lo8[l] = s[l];
+        hi8[l] = s[8 + l];
+    }
+}
+
+/* the columns [j0, j1) of one row on AVX2, a panel (16 columns) at a time */
+TSR_AVX2 static void gemv256_one(const tsr_gemm_t* g, int64_t j0, int64_t j1, float* buf) {
+    epi_t e = gemv_epi(g);
+    int64_t K = g->k;
+    float *t = buf, *a = buf + TILE_MAX, *strips = a + (K + 15) / 16 * 16;
+    for (int64_t p = 0; p < K; p++) a[p] = g->a[p * g->csa];
+    for (int64_t p = K; p % 8; p++) a[p] = 0.0f;
+    if (!g->bp && g->rsb == 1 && g->csb != 1) {   /* a transposed B */
+        for (int64_t j = j0; j < j1; j += 8) {
+            int64_t nc = j1 - j < 8 ? j1 - j : 8;
+            gemv_dot8(K, a, g->b + j * g->csb, g->csb, nc, t);
+            gemv_update(g, &e, t, 8, j, nc);
+        }
+        return;
+    }
+    for (int64_t j = j0; j < j1; j += NR_256) {
+        int64_t bs, nc = j1 - j < NR_256 ? j1 - j : NR_256;
+        const float* src = gemv_strip(g, j, NR_256, TSR_GEMM_AVX2, strips, &bs);
+        __m256 s[2][8];
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 8; l++) s[h][l] = _mm256_setzero_ps();
+        if (nc > 8) gemv256_p16(K, a, src, bs, s[0], s[1]);
+        else gemv256_p8(0, K, a, src, bs, s[0]);
+        _mm256_storeu_ps(t, gemv256_tree(s[0]));
+        _mm256_storeu_ps(t + 8, gemv256_tree(s[1]));
+        gemv_update(g, &e, t, NR_256, j, nc);
     }
 }
 
@@ -1023,7 +1109,7 @@ ATTR static void NAME(const tsr_gemm_t* g, int64_t j0, int64_t j1, float* buf) {
 TSR_GEMV_DRIVER(gemv_avx512, TSR_AVX512, gemv512_p, gemv512_t, 16, NR_512, TSR_GEMM_AVX512,
                 TSR_VECS512, if (R == 1) { gemv512_one(g, j0, j1, buf); return; })
 TSR_GEMV_DRIVER(gemv_avx2, TSR_AVX2, gemv256_p, gemv256_t, 8, NR_256, TSR_GEMM_AVX2,
-                TSR_VECS256, (void)0;)
+                TSR_VECS256, if (R == 1) { gemv256_one(g, j0, j1, buf); return; })
 typedef void (*gemv_fn)(const tsr_gemm_t*, int64_t, int64_t, float*);
 static const gemv_fn GEMVS[TSR_GEMM_ISAS] = {gemv_portable, gemv_avx2, gemv_avx512};
 #else
