@@ -581,10 +581,11 @@ int tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, 
    blocked driver would pack B, or read its panels a tile at a time, for a handful of rows.
    Here B streams once from where it lies, a few vectors of columns at a time: the panels
    of a packed B, the rows of a row-major B, or the rows of a transposed B (a weight
-   (out, in) read as W^T), transposed 16 x 16 (AVX2: 8 x 8) in registers on the way. The
-   threads split the columns. Each element of C sums its products in two chains, even and
-   odd p, each in the order of p, then adds the two: the same sum whatever the layout of B,
-   its packing and the threads. */
+   (out, in) read as W^T). The threads split the columns. With 2 to 4 rows each element of
+   C sums its products in two chains, even and odd p, each in the order of p, then adds the
+   two (a transposed B is transposed 16 x 16, AVX2: 8 x 8, in registers on the way); one
+   row sums in eight chains (see gemv512_tree). Either way the sum is the same whatever the
+   layout of B, its packing and the threads. */
 enum { GEMV_MAX = 4, GEMV_VMAX = 4, GEMV_STRIPS = 2, GEMV_AHEAD = 32 };
 
 /* the columns [j, j + NR) of op(B) as rows bs apart: in place (a packed panel, or full
@@ -677,13 +678,8 @@ TSR_GEMV_P(gemv256_p, TSR_AVX2, __m256, 8, _mm256_set1_ps, _mm256_loadu_ps,
    c7)). Eight chains keep the FMAs of one row busy, and the order suits both forms of the
    product: B's rows (a panel, or a row-major B) multiply a broadcast a[p] into eight
    accumulators of 16 columns; a transposed B's columns are contiguous in p, and multiply
-   8 p at a time, a column to a 256-bit register (gemv_dot8), no transposition needed. AVX2 sums one row
-   the same way (gemv256_one). */
-/* [x | x]: 8 floats twice (AVX-512F has no 256-bit broadcast of floats) */
-TSR_AVX512 TSR_INLINE __m512 twice256(__m256 x) {
-    return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(x)));
-}
-
+   8 p at a time, a column to a 256-bit register (gemv_dot8), no transposition needed.
+   AVX2 sums one row the same way (gemv256_one). */
 TSR_AVX512 TSR_INLINE __m512 gemv512_tree(const __m512* c) {
     return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c[0], c[4]), _mm512_add_ps(c[2], c[6])),
                          _mm512_add_ps(_mm512_add_ps(c[1], c[5]), _mm512_add_ps(c[3], c[7])));
