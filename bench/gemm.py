@@ -3,7 +3,8 @@
 Cases: 2048^3 (``a @ b``), and the products of batch-1 inference as a linear layer runs
 them, ``x @ W.T`` with W of shape (out, in): ResNet-18's 3x3 convolutions as im2col GEMMs
 (one per stage), MiniLM's at sequence length 128 (attention projections, FFN up and down)
-and the MLP's first layer (batch 256, and batch 1: a matrix-vector product). tessera runs
+and the MLP's first layer (batch 256, and batch 1: a matrix-vector product), and the
+products of one row (ResNet-18's classifier, MiniLM's FFN on one token). tessera runs
 each unpacked (``gemm``: W^T packed within each call, as for any two matrices) and with W
 packed once beforehand (``gemm_packed``, as inference weights are).
 
@@ -35,6 +36,10 @@ CASES = [  # (name, M, N, K, W stored as (N, K) and used transposed)
     ("minilm ffn down", 128, 384, 1536, True),
     ("mlp fc1", 256, 1024, 784, True),
     ("mlp fc1 batch 1", 1, 1024, 784, True),
+    ("resnet18 fc batch 1", 1, 1000, 512, True),
+    ("minilm ffn up row", 1, 1536, 384, True),
+    ("minilm ffn down row", 1, 384, 1536, True),
+    ("mlp fc1 batch 2", 2, 1024, 784, True),
 ]
 THREADS = (1, 2)
 SAMPLE_S = 0.003     # one timing: as many calls as take about this long

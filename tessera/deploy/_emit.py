@@ -15,6 +15,7 @@ and ``maxpool.c`` compiled for each window geometry.
 """
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass, field
@@ -370,8 +371,8 @@ def _conv(prog: Program, i: int, n: Node) -> None:
     if direct:
         src = xg
     else:
-        lines.append(f"  im2col_f32({xg}, m->scratch, {H}, {W}, {KH}, {KW}, {sh}, {sw}, {ph}, "
-                     f"{pw}, {dh}, {dw}, {OW}, {P}, 0, {CK}, 0, {OH});")
+        lines.append("  " + _im2col(prog, xg, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW,
+                                    CK))
         src = "m->scratch"
     yq = f"{prog.p(out)} + q * {Og * P}"
     call = _gemm_call(prog, str(Og), str(P), str(CK), f"{prog.p(w)} + q % {G} * {Og * CK}",
@@ -401,6 +402,33 @@ def _conv(prog: Program, i: int, n: Node) -> None:
     lines.append("  " + call.replace("g.isa = m->isa;", "g.isa = m->isa;\n  " + " ".join(epi),
                                      1))
     prog.steps.append("\n".join(lines) + "\n}")
+
+
+_IM2COL_ITEM = """/* rows [lo, hi) of im2col's columns, the threads taking a share each: c = x,
+   cols, the geometry (H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW), rows, parts */
+static int64_t im2col_item(const int64_t* c, int64_t i) {
+    const int64_t rows = c[14], parts = c[15];
+    im2col_f32((const float*)(intptr_t)c[0], (float*)(intptr_t)c[1], c[2], c[3], c[4], c[5],
+               c[6], c[7], c[8], c[9], c[10], c[11], c[13], c[12] * c[13], rows * i / parts,
+               rows * (i + 1) / parts, 0, c[12]);
+    return 0;
+}"""
+
+
+def _im2col(prog: Program, x: str, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW,
+            CK) -> str:
+    """im2col of one image (group) into the scratch, its rows split over the kernel threads
+    when it is big enough: it is memory-bound, and a serial share of every convolution
+    otherwise (Amdahl's limit on two threads)."""
+    if CK * OH * OW < SPLIT_MIN or CK < 2:
+        return (f"im2col_f32({x}, m->scratch, {H}, {W}, {KH}, {KW}, {sh}, {sw}, {ph}, {pw}, "
+                f"{dh}, {dw}, {OW}, {OH * OW}, 0, {CK}, 0, {OH});")
+    if _IM2COL_ITEM not in prog.kernels:
+        prog.kernels.append(_IM2COL_ITEM)
+    return (f"{{ int64_t parts = m->threads < {CK} ? m->threads : {CK};\n"
+            f"    int64_t c[] = {{(int64_t)(intptr_t)({x}), (int64_t)(intptr_t)m->scratch, {H}, "
+            f"{W}, {KH}, {KW}, {sh}, {sw}, {ph}, {pw}, {dh}, {dw}, {OH}, {OW}, {CK}, parts}};\n"
+            f"    tsr_pool_run(im2col_item, c, parts, m->threads); }}")
 
 
 def _strides(prog: Program, v: Value) -> list[int]:
@@ -804,6 +832,7 @@ def emit(name: str, g: Graph, values: dict) -> Program:
             prog.loc[id(out)] = _planned_loc(out, returned, plan)
         _emit_node(prog, i, n, kinds[i], moves.get(i))
     _region_units(prog)
+    _compact_payload(prog)
     return prog
 
 
@@ -817,6 +846,44 @@ def _planned_loc(v: Value, returned: dict, plan) -> Loc:
     if v.nbytes == 0:
         return Loc("m->arena", 0)
     raise AssertionError(f"tessera.deploy: no buffer planned for {v.producer}")
+
+
+_WEIGHT_REF = re.compile(r"\(m->w \+ (\d+)\)")
+
+
+def _compact_payload(prog: Program) -> None:
+    """Only the tensors the program reads stay in the weights payload: a quantized layer's
+    int8 weight, say, which the library reads only as the panels packed from it at export,
+    is dropped, and the offsets in the C move down accordingly."""
+    refs = {int(r) for text in prog.steps + prog.kernels for r in _WEIGHT_REF.findall(text)}
+    refs |= {off for off, _, _ in prog.packed}
+    entries = []
+    for name, (off, arr) in prog.weights.items():
+        size = arr.nbytes if arr is not None else prog.graph.variables[name].nbytes
+        entries.append((off, size, name, arr))
+    entries.sort(key=lambda e: e[0])
+    starts = [e[0] for e in entries]
+    moved, weights, at = {}, {}, 0
+    for r in sorted(refs):
+        k = bisect.bisect_right(starts, r) - 1
+        off, size, name, arr = entries[k]
+        assert 0 <= k and r < off + max(size, 1), f"tessera.deploy: no weight at offset {r}"
+        if name not in weights:
+            weights[name] = (at, arr)
+            moved[off] = at
+            at += (size + ALIGN - 1) // ALIGN * ALIGN
+
+    def new(r: int) -> int:
+        off = starts[bisect.bisect_right(starts, r) - 1]
+        return moved[off] + r - off
+
+    def fix(text: str) -> str:
+        return _WEIGHT_REF.sub(lambda mt: f"(m->w + {new(int(mt[1]))})", text)
+    prog.steps = [fix(t) for t in prog.steps]
+    prog.kernels = [fix(t) for t in prog.kernels]
+    prog.packed = [(new(off), k, n) for off, k, n in prog.packed]
+    prog.weights = weights
+    prog.payload_bytes = at
 
 
 def _emit_node(prog: Program, i: int, n: Node, kind: str, move) -> None:
@@ -844,5 +911,5 @@ def _emit_node(prog: Program, i: int, n: Node, kind: str, move) -> None:
         _region(prog, i, body, ext, [out])
 
 
-# the INT8 and binary rules register themselves into RULES
-from tessera.deploy import _emit_lowp  # noqa: E402, F401
+# the INT8 and binary rules, and the rules of _emit_more, register themselves into RULES
+from tessera.deploy import _emit_lowp, _emit_more  # noqa: E402, F401

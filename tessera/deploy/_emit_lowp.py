@@ -134,25 +134,29 @@ void tsr_int8_depthwise(const int64_t*, int64_t, int64_t);
 void tsr_int8_add(const int64_t*, int64_t, int64_t);
 int tsr_int8_cpu(void);
 
-/* the INT8 path: 0 C, 1 AVX2, 2 AVX-VNNI, 3 AVX-512 VNNI, the best this CPU has or
-   TESSERA_INT8_ISA's (numpy: C, the same arithmetic); -1 an unknown name, -2 one this CPU
-   lacks. Chosen once (atomic: the kernel threads ask at once). */
+#define TSR_USES_INT8 1
+static const char *const I8_NAMES[] = {"c", "avx2", "avxvnni", "vnni512"};
+
+/* the INT8 path: 0 C, 1 AVX2, 2 AVX-VNNI, 3 AVX-512 VNNI, the best this CPU has within
+   TESSERA_MAX_ISA (avx2 stops at AVX2, as eager's cap does) or TESSERA_INT8_ISA's (numpy:
+   C, the same arithmetic); -1 an unknown name, -2 one this CPU lacks, -3 one above the cap.
+   Chosen once (atomic: the kernel threads ask at once). */
 static inline int i8_isa(void) {
-    static int known = -3;
+    static int known = -4;
     int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
-    if (k != -3) return k;
-    static const char *names[] = {"c", "avx2", "avxvnni", "vnni512"};
+    if (k != -4) return k;
     static const int need[] = {0, 1, 2, 4};
-    const int bits = tsr_int8_cpu();
+    const int bits = tsr_int8_cpu(), cap = max_isa() <= 0 ? 0 : max_isa() == 1 ? 1 : 3;
     const char *f = getenv("TESSERA_INT8_ISA");
     if (!f || !*f) {
-        for (k = 3; k > 0 && (bits & need[k]) != need[k]; k--) continue;
+        for (k = cap; k > 0 && (bits & need[k]) != need[k]; k--) continue;
     } else if (strcmp(f, "numpy") == 0) {
         k = 0;
     } else {
         k = -1;
         for (int i = 0; i < 4; i++)
-            if (strcmp(f, names[i]) == 0) k = (bits & need[i]) == need[i] ? i : -2;
+            if (strcmp(f, I8_NAMES[i]) == 0)
+                k = (bits & need[i]) != need[i] ? -2 : i > cap ? -3 : i;
     }
     __atomic_store_n(&known, k, __ATOMIC_RELAXED);
     return k;
@@ -162,8 +166,13 @@ static inline int i8_check(MODEL *m) {
     const int k = i8_isa();
     if (k >= 0) return 0;
     char msg[256];
-    snprintf(msg, sizeof msg, k == -1 ? "TESSERA_INT8_ISA=%s: expected vnni512, avxvnni, avx2 "
-             "or c" : "TESSERA_INT8_ISA=%s: this CPU lacks it", getenv("TESSERA_INT8_ISA"));
+    if (k == -3)
+        snprintf(msg, sizeof msg, "TESSERA_INT8_ISA=%s: TESSERA_MAX_ISA=%s excludes it",
+                 getenv("TESSERA_INT8_ISA"), ISA_NAMES[max_isa()]);
+    else
+        snprintf(msg, sizeof msg, k == -1 ? "TESSERA_INT8_ISA=%s: expected vnni512, avxvnni, "
+                 "avx2 or c" : "TESSERA_INT8_ISA=%s: this CPU lacks it",
+                 getenv("TESSERA_INT8_ISA"));
     return fail(m, msg);
 }
 
@@ -237,24 +246,28 @@ void tsr_bin_columns(const float*, int64_t, const int64_t*, uint64_t, uint64_t, 
                      uint32_t*, int64_t, int64_t);
 int tsr_bin_cpu(void);
 
-/* the binary path: 0 C, 1 AVX2, 2 AVX-512 VPOPCNTDQ, the best this CPU has or
-   TESSERA_BINARY_ISA's (numpy: C); -1 an unknown name, -2 one this CPU lacks */
+#define TSR_USES_BINARY 1
+static const char *const BIN_NAMES[] = {"c", "avx2", "vpopcnt"};
+
+/* the binary path: 0 C, 1 AVX2, 2 AVX-512 VPOPCNTDQ, the best this CPU has within
+   TESSERA_MAX_ISA or TESSERA_BINARY_ISA's (numpy: C); -1 an unknown name, -2 one this CPU
+   lacks, -3 one above the cap */
 static inline int bin_isa(void) {
-    static int known = -3;
+    static int known = -4;
     int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
-    if (k != -3) return k;
-    static const char *names[] = {"c", "avx2", "vpopcnt"};
+    if (k != -4) return k;
     static const int need[] = {0, 1, 2};
-    const int bits = tsr_bin_cpu();
+    const int bits = tsr_bin_cpu(), cap = max_isa() < 0 ? 0 : max_isa();
     const char *f = getenv("TESSERA_BINARY_ISA");
     if (!f || !*f) {
-        for (k = 2; k > 0 && (bits & need[k]) != need[k]; k--) continue;
+        for (k = cap; k > 0 && (bits & need[k]) != need[k]; k--) continue;
     } else if (strcmp(f, "numpy") == 0) {
         k = 0;
     } else {
         k = -1;
         for (int i = 0; i < 3; i++)
-            if (strcmp(f, names[i]) == 0) k = (bits & need[i]) == need[i] ? i : -2;
+            if (strcmp(f, BIN_NAMES[i]) == 0)
+                k = (bits & need[i]) != need[i] ? -2 : i > cap ? -3 : i;
     }
     __atomic_store_n(&known, k, __ATOMIC_RELAXED);
     return k;
@@ -264,8 +277,13 @@ static inline int bin_check(MODEL *m) {
     const int k = bin_isa();
     if (k >= 0) return 0;
     char msg[256];
-    snprintf(msg, sizeof msg, k == -1 ? "TESSERA_BINARY_ISA=%s: expected vpopcnt, avx2 or c"
-             : "TESSERA_BINARY_ISA=%s: this CPU lacks it", getenv("TESSERA_BINARY_ISA"));
+    if (k == -3)
+        snprintf(msg, sizeof msg, "TESSERA_BINARY_ISA=%s: TESSERA_MAX_ISA=%s excludes it",
+                 getenv("TESSERA_BINARY_ISA"), ISA_NAMES[max_isa()]);
+    else
+        snprintf(msg, sizeof msg, k == -1 ? "TESSERA_BINARY_ISA=%s: expected vpopcnt, avx2 "
+                 "or c" : "TESSERA_BINARY_ISA=%s: this CPU lacks it",
+                 getenv("TESSERA_BINARY_ISA"));
     return fail(m, msg);
 }
 

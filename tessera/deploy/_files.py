@@ -66,9 +66,16 @@ typedef struct {n}_model {n}_model;
 
 /* the weights file at weights_path, loaded and checked (missing, truncated, corrupt or
    another model's: NULL, and {n}_load_error() says which); matrix weights are packed for
-   this CPU's GEMM here, once. TESSERA_GEMM_ISA=avx512|avx2|portable forces the path of the
-   GEMM and of attention. */
+   this CPU's GEMM here, once. Each kernel family runs the widest instruction set the CPU
+   has, within TESSERA_MAX_ISA=avx512|avx2|portable (none: portable) when it is set.
+   TESSERA_GEMM_ISA=avx512|avx2|portable forces the path of the GEMM and of attention,
+   TESSERA_INT8_ISA=vnni512|avxvnni|avx2|c and TESSERA_BINARY_ISA=vpopcnt|avx2|c those of
+   the INT8 and binary layers (at the first run); a path the CPU lacks, one above the cap or
+   an unknown name is an error, never an illegal instruction. */
 {n}_model *{n}_load(const char *weights_path);
+/* the instruction set each kernel family of m runs, e.g. "gemm=avx2 int8=avx2
+   regions=avx2" (after a run for the INT8 and binary layers) */
+const char *{n}_paths(const {n}_model *m);
 /* why the last call on m failed ("" if none); m may be NULL after a failed load */
 const char *{n}_last_error(const {n}_model *m);
 /* why the last {n}_load returned NULL (per thread) */
@@ -155,14 +162,37 @@ static int64_t gemm_item(const int64_t *c, int64_t i) {{
     return 0;
 }}
 
-/* whether the AVX2 builds of the window kernels run here (x86-64 with AVX2 and FMA) */
+/* TESSERA_MAX_ISA (case and spaces aside): the widest instruction set any kernel may use,
+   0 portable ("portable", "none"), 1 AVX2 ("avx2"), 2 AVX-512 ("avx512", "native", or
+   unset: no cap); -1 another name. Read once (atomic: the kernel threads ask at once). */
+static int max_isa(void) {{
+    static int known = -2;
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (k != -2) return k;
+    const char *s = getenv("TESSERA_MAX_ISA");
+    char v[16] = "";
+    size_t j = 0;
+    for (; s && *s && j + 1 < sizeof v; s++)
+        if (*s != ' ') v[j++] = (char)(*s >= 'A' && *s <= 'Z' ? *s + 32 : *s);
+    v[j] = 0;
+    k = s && *s ? -1   /* longer than any name */
+        : !*v || !strcmp(v, "avx512") || !strcmp(v, "native") ? 2
+        : !strcmp(v, "avx2") ? 1 : !strcmp(v, "portable") || !strcmp(v, "none") ? 0 : -1;
+    __atomic_store_n(&known, k, __ATOMIC_RELAXED);
+    return k;
+}}
+
+static const char *const ISA_NAMES[] = {{"portable", "avx2", "avx512"}};
+
+/* whether the AVX2 builds of the window kernels and regions run here (x86-64 with AVX2 and
+   FMA, and TESSERA_MAX_ISA allowing AVX2) */
 static inline int has_avx2(void) {{
 #if defined(__x86_64__) && defined(__GNUC__)
     static int known = -1;  /* atomic: the kernel threads ask at once */
     int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
     if (k < 0) {{
         __builtin_cpu_init();
-        k = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        k = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && max_isa() >= 1;
         __atomic_store_n(&known, k, __ATOMIC_RELAXED);
     }}
     return k;
@@ -188,18 +218,50 @@ static int steps({n}_model *m, const float *const *in, float *const *out) {{
     return 0;
 }}
 
+/* the GEMM's (and attention's) path: TESSERA_GEMM_ISA's, else the widest this CPU runs
+   within TESSERA_MAX_ISA; -1 with why in err */
 static int pick_isa(char *err, size_t len) {{
     const char *forced = getenv("TESSERA_GEMM_ISA");
-    static const char *names[] = {{"portable", "avx2", "avx512"}};
-    if (!forced || !*forced) return tsr_gemm_isa_best();
+    const int cap = max_isa();
+    if (cap < 0) {{
+        snprintf(err, len, "{n}: TESSERA_MAX_ISA=%s: expected portable, avx2, avx512 or none",
+                 getenv("TESSERA_MAX_ISA"));
+        return -1;
+    }}
+    if (!forced || !*forced) {{
+        int i = tsr_gemm_isa_best() < cap ? tsr_gemm_isa_best() : cap;
+        while (i > 0 && !tsr_gemm_isa_supported(i)) i--;
+        return i;
+    }}
     for (int i = 0; i < 3; i++)
-        if (strcmp(forced, names[i]) == 0) {{
-            if (tsr_gemm_isa_supported(i)) return i;
-            snprintf(err, len, "{n}: TESSERA_GEMM_ISA=%s: this CPU lacks it", forced);
+        if (strcmp(forced, ISA_NAMES[i]) == 0) {{
+            if (!tsr_gemm_isa_supported(i))
+                snprintf(err, len, "{n}: TESSERA_GEMM_ISA=%s: this CPU lacks it", forced);
+            else if (i > cap)
+                snprintf(err, len, "{n}: TESSERA_GEMM_ISA=%s: TESSERA_MAX_ISA=%s excludes it",
+                         forced, ISA_NAMES[cap]);
+            else
+                return i;
             return -1;
         }}
     snprintf(err, len, "{n}: TESSERA_GEMM_ISA=%s: expected portable, avx2 or avx512", forced);
     return -1;
+}}
+
+const char *{n}_paths(const {n}_model *m) {{
+    static _Thread_local char text[96];
+    if (!m) return "";
+    int at = snprintf(text, sizeof text, "gemm=%s", ISA_NAMES[m->isa]);
+#ifdef TSR_USES_INT8
+    if (i8_isa() >= 0)
+        at += snprintf(text + at, sizeof text - (size_t)at, " int8=%s", I8_NAMES[i8_isa()]);
+#endif
+#ifdef TSR_USES_BINARY
+    if (bin_isa() >= 0)
+        at += snprintf(text + at, sizeof text - (size_t)at, " binary=%s", BIN_NAMES[bin_isa()]);
+#endif
+    snprintf(text + at, sizeof text - (size_t)at, " regions=%s", has_avx2() ? "avx2" : "portable");
+    return text;
 }}
 
 {n}_model *{n}_load(const char *weights_path) {{
@@ -339,8 +401,15 @@ libm and pthreads.
 The API is in `{n}.h`: `{n}_load` the weights file, `{n}_run` on C-contiguous
 buffers of the shapes the header lists, `{n}_free`. Every failure returns NULL or
 non-zero and `{n}_load_error()` / `{n}_last_error(m)` say why. `run_{n}.c` is a
-complete example. `TESSERA_GEMM_ISA=portable|avx2|avx512` forces the path of
-the GEMM and of attention.
+complete example.
+
+Each kernel family picks the widest instruction set the CPU has. `TESSERA_MAX_ISA=avx2`
+(or `portable`, also `none`) caps them all at load: the GEMM, attention, the INT8 and
+binary layers and the fused regions. `TESSERA_GEMM_ISA=portable|avx2|avx512` forces the
+path of the GEMM and of attention, `TESSERA_INT8_ISA=vnni512|avxvnni|avx2|c` and
+`TESSERA_BINARY_ISA=vpopcnt|avx2|c` those of the INT8 and binary layers; naming a path
+the CPU lacks, or one above the cap, is an error (`{n}_load_error()` or
+`{n}_last_error(m)`). `{n}_paths(m)` says which paths run.
 """
 
 

@@ -20,8 +20,11 @@ deployed C library is, so the same binary would run on any x86-64.
 
 Threads: the blocks of the output (``MC`` rows by ``NC`` columns) are the parts of one job
 of ``tessera.kernels.threadpool``; a ``b`` that several blocks of rows share is packed
-once, in parallel, first. The result depends neither on the thread count nor on whether
-``b`` was packed beforehand (each element sums its products in the same order).
+once, in parallel, first. A product of at most 4 rows (batch-1 inference) is a GEMV: ``b``
+streams once from where it lies (packed panels, rows, or a transposed weight's rows read
+as dot products), never packed per call, the threads splitting its columns. The result
+depends neither on the thread count nor on whether ``b`` was packed beforehand (each
+element sums its products in the same order).
 
 >>> import numpy as np
 >>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -65,7 +68,7 @@ class _Gemm(ctypes.Structure):
                 ("bias", ctypes.c_void_p), ("r", ctypes.c_void_p), ("ldr", ctypes.c_int64),
                 ("alpha", ctypes.c_float), ("beta", ctypes.c_float),
                 ("act", ctypes.c_int32), ("flags", ctypes.c_int32), ("isa", ctypes.c_int32),
-                ("reserved", ctypes.c_int32),
+                ("path", ctypes.c_int32),
                 ("mc", ctypes.c_int64), ("kc", ctypes.c_int64), ("nc", ctypes.c_int64),
                 ("lo", ctypes.c_float), ("hi", ctypes.c_float)]
 
@@ -88,7 +91,8 @@ def _lib():
             ("tsr_gemm_mr", [i32], i32), ("tsr_gemm_nr", [i32], i32),
             ("tsr_gemm_packed_size", [i32, I, I], I),
             ("tsr_gemm_pack_b_range", [i32, I, I, P, I, I, P, I, I], i32),
-            ("tsr_gemm_plan", [P, i32], I), ("tsr_gemm_range", [P, I, I], I)):
+            ("tsr_gemm_plan", [P, i32], I), ("tsr_gemm_range", [P, I, I], I),
+            ("tsr_gemm_run", [P], i32)):
         f = getattr(lib, name)
         f.argtypes, f.restype = args, res
     return lib
@@ -152,6 +156,33 @@ def isa() -> str:
     return ISAS[_isa()]
 
 
+def _probe_data_offset() -> int | None:
+    """Where an ndarray keeps its data pointer within its object: ``PyArrayObject_fields``'
+    ``data``, right after the object header. Reading it there (``_address``) costs a tenth
+    of ``x.ctypes.data``, which is most of a batch-1 product's call otherwise. None (use
+    ``ctypes.data``) when probes disagree, as on an interpreter of another layout."""
+    off = object.__basicsize__
+    try:
+        base = np.arange(12, dtype=_F32).reshape(3, 4)
+        for x in (base, base[1:, 2:], base.T, np.empty(0, _F32)):
+            if ctypes.c_void_p.from_address(id(x) + off).value != x.ctypes.data:
+                return None
+    except (ValueError, OverflowError):
+        return None
+    return off
+
+
+_DATA_OFFSET = _probe_data_offset()
+_VOID_P = ctypes.c_void_p
+
+
+def _address(x: np.ndarray) -> int:
+    """The address of ``x``'s first element."""
+    if _DATA_OFFSET is None:
+        return x.ctypes.data
+    return _VOID_P.from_address(id(x) + _DATA_OFFSET).value or 0
+
+
 def _aligned(floats: int) -> np.ndarray:
     """An uninitialised float32 array, 64-byte aligned (the micro-kernels' aligned loads)."""
     raw = np.empty(max(floats, 1) + 16, _F32)
@@ -163,13 +194,15 @@ def _strided(x, name: str, fn: str) -> tuple[np.ndarray, int, int]:
     """(``x`` as float32 2-d, its row stride, its column stride) in elements."""
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{fn}: {name} must be a NumPy array, got {type(x).__name__}")
-    if x.dtype != _F32:
+    if x.dtype is not _F32 and x.dtype != _F32:
         raise TypeError(f"{fn}: {name} must be float32, got {x.dtype}")
     if x.ndim != 2:
         raise ValueError(f"{fn}: {name} must be 2-d, got shape {x.shape}")
-    if any(s % 4 for s in x.strides):
+    rs, cs = x.strides
+    if rs % 4 or cs % 4:
         x = np.ascontiguousarray(x)
-    return x, x.strides[0] // 4, x.strides[1] // 4
+        rs, cs = x.strides
+    return x, rs // 4, cs // 4
 
 
 class PackedB:
@@ -183,6 +216,7 @@ class PackedB:
 
     def __init__(self, data: np.ndarray, k: int, n: int, isa_index: int):
         self.data, self.k, self.n, self.isa_index = data, k, n, isa_index
+        self.address = _address(data)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -238,6 +272,8 @@ def _threads(threads: int | None) -> int:
     if threads is None:
         from tessera.kernels.threadpool import _threads as pool_threads
         return pool_threads()
+    if threads.__class__ is int and threads >= 1:
+        return threads
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"gemm: threads must be a positive integer, got {threads!r}")
     return threads
@@ -310,30 +346,40 @@ def _run(fn: str, a, trans_a: bool, bview, packed: PackedB | None, kb: int, n: i
     elif activation == "clamp":
         if bounds is None or len(bounds) != 2:
             raise ValueError(f"{fn}: activation 'clamp' needs bounds=(lo, hi), got {bounds!r}")
-    lo, hi = bounds if activation in ("clamp", "relu6") else (0.0, 0.0)
-    g = _Gemm(m=m, n=n, k=k, a=a.ctypes.data, rsa=rsa, csa=csa, alpha=alpha, beta=beta,
-              act=ACTIVATIONS[activation], isa=_isa(), lo=lo, hi=hi,
-              flags=(_RESIDUAL_FIRST if residual_first else 0) |
-              (_BIAS_ROWS if bias_rows else 0))
+    # fields set one by one, the zero ones left: a batch-1 product takes microseconds, and
+    # the keyword constructor alone costs one
+    g = _Gemm()
+    g.m, g.n, g.k, g.rsa, g.csa, g.isa = m, n, k, rsa, csa, _isa()
+    g.a = _address(a)
+    if alpha != 0:
+        g.alpha = alpha
+    if beta != 0:
+        g.beta = beta
+    if activation is not None:
+        g.act = ACTIVATIONS[activation]
+        if activation in ("clamp", "relu6"):
+            g.lo, g.hi = bounds
+    if residual_first or bias_rows:
+        g.flags = (_RESIDUAL_FIRST if residual_first else 0) | (_BIAS_ROWS if bias_rows else 0)
     keep = [a]   # the arrays the structure points into
     if packed is not None:
-        g.bp = packed.data.ctypes.data
+        g.bp = packed.address
     else:
         b, g.rsb, g.csb = bview
-        g.b = b.ctypes.data
+        g.b = _address(b)
         keep.append(b)
     if bias is not None:
         bias = np.ascontiguousarray(_checked(bias, (m,) if bias_rows else (n,), "bias", fn))
-        g.bias = bias.ctypes.data
+        g.bias = _address(bias)
         keep.append(bias)
     if residual is not None:
         r = np.broadcast_to(_checked(residual, None, "residual", fn), (m, n))
         if r.strides[1] != 4 or r.strides[0] % 4:
             r = np.ascontiguousarray(r)
-        g.r, g.ldr = r.ctypes.data, r.strides[0] // 4
+        g.r, g.ldr = _address(r), r.strides[0] // 4
         keep.append(r)
     c = _output(out, m, n, beta, fn)
-    g.c, g.ldc = c.ctypes.data, c.strides[0] // 4
+    g.c, g.ldc = _address(c), c.strides[0] // 4
     _execute(g, packed is None, (b if packed is None else None), _threads(threads))
     if out is not None and c is not out:
         out[...] = c
@@ -364,6 +410,9 @@ def _output(out, m: int, n: int, beta: float, fn: str) -> np.ndarray:
 
 def _execute(g: _Gemm, unpacked: bool, b, threads: int) -> None:
     lib = _lib()
+    if threads < 2:
+        _raise(lib.tsr_gemm_run(ctypes.byref(g)), g)
+        return
     blocks = int(lib.tsr_gemm_plan(ctypes.byref(g), threads))
     addr = ctypes.addressof(g)
     if threads < 2 or blocks < 2:

@@ -98,6 +98,40 @@ def test_int8_lenet_is_eager_bit_for_bit(lenet_int8):
         np.testing.assert_array_equal(run_driver(out, "qlenet", (x,), threads=threads), ref)
 
 
+def test_int8_weights_are_stored_once(lenet_int8):
+    """The weights file holds the tensors the program reads and nothing else: a quantized
+    layer's int8 weight only as the panels packed from it, not also as stored."""
+    import re
+
+    from tessera.deploy._capture import capture
+    from tessera.deploy._emit import emit
+    from tessera.graph.memory import ALIGN
+    model, x, out = lenet_int8
+    g, values = capture(model, (x,))
+    prog = emit("qlenet", g, values)
+    text = "\n".join(prog.steps + prog.kernels)
+    reads = {int(r) for r in re.findall(r"\(m->w \+ (\d+)\)", text)}
+    reads |= {off for off, _, _ in prog.packed}
+    stored = {}   # offset -> bytes of each tensor in the payload
+    for name, (off, arr) in prog.weights.items():
+        stored[off] = arr.nbytes if arr is not None else g.variables[name].nbytes
+    starts = sorted(stored)
+    # each tensor stored is read, at its start or inside it, and each read is of one stored
+    assert {max(s for s in starts if s <= r) for r in reads} == set(starts)
+    assert all(r < s + max(stored[s], 1) for r in reads
+               for s in [max(t for t in starts if t <= r)])
+    blob = (out / "qlenet.weights").read_bytes()
+    payload = sum((b + ALIGN - 1) // ALIGN * ALIGN for b in stored.values())
+    assert len(blob) == 64 + payload
+    layers = [m for m in model.modules() if isinstance(m, (nnq.Linear, nnq.Conv2d))]
+    assert len(layers) == 5
+    for m in layers:
+        w = m.weight.numpy()
+        assert w.tobytes() not in blob
+        packed = K8._Conv(w, 1).packed[0] if w.ndim == 4 else K8.Packed(w)
+        assert packed.data.tobytes() in blob
+
+
 def test_int8_residual_block_is_eager_bit_for_bit(tmp_path):
     model = ptq(ResBlock(), (1, 3, 32, 32))
     x = tessera.randn(1, 3, 32, 32)

@@ -404,3 +404,66 @@ def test_c_files_build_and_run_alone(tmp_path):
     if os.uname().machine in ("x86_64", "amd64") and flags:
         assert (2 in ran) == ("avx512f" in flags)
         assert (1 in ran) == ({"avx2", "fma"} <= flags)
+
+
+_GEMV_CHILD = r"""
+import itertools
+import numpy as np
+from tessera.kernels import gemm
+print(gemm.isa())
+rng = np.random.default_rng(0)
+SIZES = (1, 7, 17, 63, 1000)
+for m, n, k in itertools.product((1, 2, 3, 4, 5), SIZES, SIZES):
+    if m == 5 and (n, k) != (63, 17):
+        continue   # (the blocked path past GEMV_MAX: one case)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    res = rng.standard_normal((m, n)).astype(np.float32)
+    pre = a.astype(np.float64) @ w.T.astype(np.float64) + bias
+    ref = np.maximum(pre, 0) + res
+    scale = np.abs(a.astype(np.float64)) @ np.abs(w.T.astype(np.float64)) + np.abs(bias)
+    tol = (k + 8) * 2.0 ** -24 * scale + 8 * 2.0 ** -24 * np.abs(ref) + 1e-30
+    kw = dict(bias=bias, activation="relu", residual=res)
+    wide = np.repeat(w, 2, axis=1)   # (n, 2k): every other column is w
+    layouts = {
+        "transposed": lambda t: gemm.gemm(a, w, trans_b=True, threads=t, **kw),
+        "row-major": lambda t: gemm.gemm(a, np.ascontiguousarray(w.T), threads=t, **kw),
+        "packed": lambda t: gemm.gemm_packed(a, gemm.pack_b(w, trans_b=True), threads=t, **kw),
+        "strided": lambda t: gemm.gemm(a, wide[:, ::2], trans_b=True, threads=t, **kw),
+        "strided rows": lambda t: gemm.gemm(a, np.ascontiguousarray(wide.T)[::2], threads=t,
+                                             **kw),
+        "a transposed": lambda t: gemm.gemm(np.ascontiguousarray(a.T), w, trans_a=True,
+                                             trans_b=True, threads=t, **kw),
+    }
+    first = None
+    for name, run in layouts.items():
+        for threads in (1, 2):
+            got = run(threads)
+            err = np.abs(got - ref)
+            assert np.all(err <= tol), (m, n, k, name, threads, err.max())
+            if first is None:
+                first = got
+            # the same sums in the same order, whatever the layout and the threads
+            assert np.array_equal(got, first), (m, n, k, name, threads)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+def test_gemv_each_path_and_layout(G, isa):
+    """A few rows (m <= 4: the GEMV path) against NumPy in float64 over odd shapes, B packed,
+    row-major, transposed and strided, with the epilogue, on one and two threads; every
+    layout and thread count gives the same bits."""
+    needs, name = _NEEDS[isa]
+    if isa != "portable" and os.uname().machine not in ("x86_64", "amd64"):
+        pytest.skip(f"{isa} is an x86-64 path")
+    if not needs <= _cpu_flags():
+        pytest.skip(f"this CPU lacks {name}")
+    env = dict(os.environ, TESSERA_GEMM_ISA=isa)
+    env.pop("TESSERA_MAX_ISA", None)
+    proc = subprocess.run([sys.executable, "-c", _GEMV_CHILD], env=env, capture_output=True,
+                          text=True, timeout=1200, cwd=os.path.dirname(os.path.dirname(
+                              os.path.dirname(os.path.abspath(__file__)))))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.split() == [isa, "ok"]

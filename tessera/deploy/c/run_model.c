@@ -1,12 +1,13 @@
 /* run_MODEL: the exported model MODEL on .npy files, and an example of its C API.
 
    run_MODEL MODEL.weights in0.npy [in1.npy ...] out0.npy [out1.npy ...] [--threads N]
-             [--repeat R]
+             [--repeat R] [--paths]
 
    The inputs come first (MODEL_num_inputs() of them), then the outputs. With --repeat R the
    model runs R times after one warm-up run and the median time is printed, with the
    process's CPU time per run (all threads': the latency only at one thread, but it does not
-   count time spent waiting for a busy machine's cores). */
+   count time spent waiting for a busy machine's cores). --paths prints the instruction set
+   each kernel family ran (MODEL_paths). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -32,17 +33,18 @@ static int cmp(const void* a, const void* b) {
 }
 
 int main(int argc, char** argv) {
-    int threads = 1, repeat = 0, npaths = 0;
+    int threads = 1, repeat = 0, npaths = 0, show_paths = 0;
     const char* paths[64];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--paths")) show_paths = 1;
         else if (npaths < 64) paths[npaths++] = argv[i];
     }
     int ni = MODEL_num_inputs(), no = MODEL_num_outputs();
     if (npaths != 1 + ni + no) {
         fprintf(stderr, "usage: %s MODEL.weights <%d inputs .npy> <%d outputs .npy> "
-                "[--threads N] [--repeat R]\n", argv[0], ni, no);
+                "[--threads N] [--repeat R] [--paths]\n", argv[0], ni, no);
         return 2;
     }
     double t0 = now_ms(), c0 = cpu_ms();
@@ -81,6 +83,7 @@ int main(int argc, char** argv) {
         fprintf(stderr, "%s\n", MODEL_last_error(m));
         goto done;
     }
+    if (show_paths) printf("paths %s\n", MODEL_paths(m));
     if (repeat > 0) {
         double* t = malloc(sizeof(double) * (size_t)repeat);
         if (!t) goto done;

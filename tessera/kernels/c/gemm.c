@@ -20,6 +20,8 @@
 #include <immintrin.h>
 #define TSR_AVX512 __attribute__((target("avx512f,prefer-vector-width=512")))
 #define TSR_AVX2 __attribute__((target("avx2,fma")))
+/* AVX-512 code that also multiplies 256-bit vectors (the GEMV of one row) */
+#define TSR_AVX512_FMA __attribute__((target("avx512f,fma,prefer-vector-width=512")))
 #else
 #define TSR_X86 0
 #endif
@@ -573,6 +575,544 @@ int tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, 
     return NR ? tsr_gemm_pack_b_range(isa, k, n, b, rsb, csb, dst, 0, (n + NR - 1) / NR) : -1;
 }
 
+/* ---- a few rows: the GEMV path ------------------------------------------------------ */
+
+/* m <= GEMV_MAX (batch-1 inference: a linear layer's one row, a classifier, a token): the
+   blocked driver would pack B, or read its panels a tile at a time, for a handful of rows.
+   Here B streams once from where it lies, a few vectors of columns at a time: the panels
+   of a packed B, the rows of a row-major B, or the rows of a transposed B (a weight
+   (out, in) read as W^T). The threads split the columns. With 2 to 4 rows each element of
+   C sums its products in two chains, even and odd p, each in the order of p, then adds the
+   two (a transposed B is transposed 16 x 16, AVX2: 8 x 8, in registers on the way); one
+   row sums in eight chains (see gemv512_tree). Either way the sum is the same whatever the
+   layout of B, its packing and the threads. */
+enum { GEMV_MAX = 4, GEMV_VMAX = 4, GEMV_STRIPS = 2, GEMV_AHEAD = 32 };
+
+/* the columns [j, j + NR) of op(B) as rows bs apart: in place (a packed panel, or full
+   rows of a row-major B), else packed into buf */
+TSR_INLINE const float* gemv_strip(const tsr_gemm_t* g, int64_t j, int NR, int isa,
+                                   float* buf, int64_t* bs) {
+    if (g->bp) { *bs = NR; return g->bp + j * g->k; }
+    if (g->csb == 1 && j + NR <= g->n) { *bs = g->rsb; return g->b + j; }
+    pack_b(g->b, g->rsb, g->csb, j, g->n - j < NR ? g->n - j : NR, 0, g->k, NR, isa, buf,
+           (int64_t)NR * g->k);
+    *bs = NR;
+    return buf;
+}
+
+/* the epilogue of a GEMV's tile (t: R rows ldt apart), as blocks() applies it */
+TSR_INLINE epi_t gemv_epi(const tsr_gemm_t* g) {
+    epi_t e = {g->alpha, g->beta, g->beta == 0.0f, 1, g->act,
+               (g->flags & TSR_GEMM_RESIDUAL_FIRST) != 0, NULL, NULL, g->ldr,
+               (g->flags & TSR_GEMM_BIAS_ROWS) != 0, g->lo, g->hi};
+    return e;
+}
+
+TSR_INLINE void gemv_update(const tsr_gemm_t* g, epi_t* e, const float* t, int64_t ldt,
+                            int64_t j, int64_t nc) {
+    for (int64_t q = 0; q < nc; q += TILE_NR) {   /* (NEG_ZEROS is a tile wide) */
+        e->bias = !g->bias ? NULL : e->bias_rows ? g->bias : g->bias + j + q;
+        e->r = g->r ? g->r + j + q : NULL;
+        tile_update(t + q, ldt, g->c + j + q, g->ldc, g->m, nc - q < TILE_NR ? nc - q : TILE_NR,
+                    e);
+    }
+}
+
+#if TSR_X86
+/* R rows x V vectors of W columns: t[r * ldt + v * W] = sum_p a[r][p] b_v[p], where row p
+   of vector v is at bv[v] + p * bs[v] */
+#define TSR_GEMV_P(NAME, ATTR, V_T, W, SET1, LOADU, FMADD, ADD, STOREU, ZERO)                \
+ATTR TSR_INLINE void NAME(int64_t k, const float* restrict a, int64_t ars, int64_t acs,      \
+                          const float* const* bv, const int64_t* bs, float* restrict t,      \
+                          int64_t ldt, int R, int V) {                                       \
+    V_T s[GEMV_MAX][GEMV_VMAX][2];                                                           \
+    const float* b[GEMV_VMAX];                                                               \
+    int64_t st[GEMV_VMAX];                                                                   \
+    _Pragma("GCC unroll 16")                                                                \
+    for (int v = 0; v < V; v++) {                                                            \
+        b[v] = bv[v];                                                                        \
+        st[v] = bs[v];                                                                       \
+        _Pragma("GCC unroll 16")                                                            \
+        for (int r = 0; r < R; r++) s[r][v][0] = s[r][v][1] = ZERO();                        \
+    }                                                                                        \
+    int64_t p = 0;                                                                           \
+    for (; p + 2 <= k; p += 2) {                                                             \
+        V_T a0[GEMV_MAX], a1[GEMV_MAX];                                                      \
+        _Pragma("GCC unroll 16")                                                            \
+        for (int r = 0; r < R; r++) {                                                        \
+            a0[r] = SET1(a[r * ars + p * acs]);                                              \
+            a1[r] = SET1(a[r * ars + (p + 1) * acs]);                                        \
+        }                                                                                    \
+        _Pragma("GCC unroll 16")                                                            \
+        for (int v = 0; v < V; v++) {                                                        \
+            V_T x0 = LOADU(b[v]), x1 = LOADU(b[v] + st[v]);                                  \
+            _mm_prefetch((const char*)(b[v] + 24 * st[v]), _MM_HINT_T0);                     \
+            _Pragma("GCC unroll 16")                                                        \
+            for (int r = 0; r < R; r++) {                                                    \
+                s[r][v][0] = FMADD(a0[r], x0, s[r][v][0]);                                   \
+                s[r][v][1] = FMADD(a1[r], x1, s[r][v][1]);                                   \
+            }                                                                                \
+            b[v] += 2 * st[v];                                                               \
+        }                                                                                    \
+    }                                                                                        \
+    if (p < k)                                                                               \
+        _Pragma("GCC unroll 16")                                                            \
+        for (int r = 0; r < R; r++) {                                                        \
+            V_T a0 = SET1(a[r * ars + p * acs]);                                             \
+            _Pragma("GCC unroll 16")                                                        \
+            for (int v = 0; v < V; v++) s[r][v][0] = FMADD(a0, LOADU(b[v]), s[r][v][0]);     \
+        }                                                                                    \
+    _Pragma("GCC unroll 16")                                                                \
+    for (int r = 0; r < R; r++)                                                              \
+        _Pragma("GCC unroll 16")                                                            \
+        for (int v = 0; v < V; v++)                                                          \
+            STOREU(t + r * ldt + v * W, ADD(s[r][v][0], s[r][v][1]));                        \
+}
+TSR_GEMV_P(gemv512_p, TSR_AVX512, __m512, 16, _mm512_set1_ps, _mm512_loadu_ps,
+           _mm512_fmadd_ps, _mm512_add_ps, _mm512_storeu_ps, _mm512_setzero_ps)
+TSR_GEMV_P(gemv256_p, TSR_AVX2, __m256, 8, _mm256_set1_ps, _mm256_loadu_ps,
+           _mm256_fmadd_ps, _mm256_add_ps, _mm256_storeu_ps, _mm256_setzero_ps)
+
+/* One row on AVX-512 (m = 1, the commonest case) sums in eight chains, p mod 8, each in
+   the order of p, then adds them pairwise: ((c0 + c4) + (c2 + c6)) + ((c1 + c5) + (c3 +
+   c7)). Eight chains keep the FMAs of one row busy, and the order suits both forms of the
+   product: B's rows (a panel, or a row-major B) multiply a broadcast a[p] into eight
+   accumulators of 16 columns; a transposed B's columns are contiguous in p, and multiply
+   8 p at a time, a column to a 256-bit register (gemv_dot8), no transposition needed.
+   AVX2 sums one row the same way (gemv256_one). */
+TSR_AVX512 TSR_INLINE __m512 gemv512_tree(const __m512* c) {
+    return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c[0], c[4]), _mm512_add_ps(c[2], c[6])),
+                         _mm512_add_ps(_mm512_add_ps(c[1], c[5]), _mm512_add_ps(c[3], c[7])));
+}
+
+/* one row (a[p], p < k, a contiguous) x V <= 2 vectors of 16 columns (row p of vector v
+   at bv[v] + p * bs[v]) into t[v * 16] */
+TSR_AVX512 TSR_INLINE void gemv512_p8(int64_t k, const float* restrict a,
+                                      const float* const* bv, const int64_t* bs,
+                                      float* restrict t, int V) {
+    __m512 s[2][8];
+    const float* b[2] = {bv[0], bv[V - 1]};
+    int64_t st[2] = {bs[0], bs[V - 1]};
+    _Pragma("GCC unroll 16")
+    for (int v = 0; v < V; v++)
+        _Pragma("GCC unroll 16")
+        for (int l = 0; l < 8; l++) s[v][l] = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + 8 <= k; p += 8) {
+        _Pragma("GCC unroll 16")
+        for (int l = 0; l < 8; l++) {
+            __m512 al = _mm512_set1_ps(a[p + l]);
+            _Pragma("GCC unroll 16")
+            for (int v = 0; v < V; v++) {
+                /* B streams by faster than the hardware prefetcher ramps up */
+                _mm_prefetch((const char*)(b[v] + (l + GEMV_AHEAD) * st[v]), _MM_HINT_T0);
+                s[v][l] = _mm512_fmadd_ps(al, _mm512_loadu_ps(b[v] + l * st[v]), s[v][l]);
+            }
+        }
+        _Pragma("GCC unroll 16")
+        for (int v = 0; v < V; v++) b[v] += 8 * st[v];
+    }
+    for (int l = 0; p + l < k; l++) {
+        __m512 al = _mm512_set1_ps(a[p + l]);
+        _Pragma("GCC unroll 16")
+        for (int v = 0; v < V; v++)
+            s[v][l] = _mm512_fmadd_ps(al, _mm512_loadu_ps(b[v] + l * st[v]), s[v][l]);
+    }
+    _Pragma("GCC unroll 16")
+    for (int v = 0; v < V; v++) _mm512_storeu_ps(t + 16 * v, gemv512_tree(s[v]));
+}
+
+/* one row (a: k floats, zero-padded to a multiple of 8) x the nc <= 8 columns whose p are
+   contiguous at w + j * csb (a transposed B): 8 p of a column to a 256-bit register, each
+   lane one of the column's eight chains (no shuffle in the loop: 256-bit FMAs outrun the
+   memory); then the tree of gemv512_tree across the lanes, the columns back in order, into
+   t[0..8) */
+TSR_AVX2 TSR_INLINE void gemv_dot8(int64_t k, const float* restrict a,
+                                       const float* restrict w, int64_t csb, int64_t nc,
+                                       float* restrict t) {
+    const float* col[8];
+    _Pragma("GCC unroll 16")
+    for (int j = 0; j < 8; j++) col[j] = w + (j < nc ? j : 0) * csb;
+    __m256 s[8];
+    _Pragma("GCC unroll 16")
+    for (int j = 0; j < 8; j++) s[j] = _mm256_setzero_ps();
+    int64_t p = 0;
+    for (; p + 16 <= k; p += 16) {   /* a line of each column per step */
+        __m256 a0 = _mm256_loadu_ps(a + p), a1 = _mm256_loadu_ps(a + p + 8);
+        _Pragma("GCC unroll 16")
+        for (int j = 0; j < 8; j++) {
+            _mm_prefetch((const char*)(col[j] + p + 64), _MM_HINT_T0);
+            s[j] = _mm256_fmadd_ps(a0, _mm256_loadu_ps(col[j] + p), s[j]);
+        }
+        _Pragma("GCC unroll 16")
+        for (int j = 0; j < 8; j++)
+            s[j] = _mm256_fmadd_ps(a1, _mm256_loadu_ps(col[j] + p + 8), s[j]);
+    }
+    if (p + 8 <= k) {
+        __m256 av = _mm256_loadu_ps(a + p);
+        _Pragma("GCC unroll 16")
+        for (int j = 0; j < 8; j++) s[j] = _mm256_fmadd_ps(av, _mm256_loadu_ps(col[j] + p), s[j]);
+        p += 8;
+    }
+    if (p < k) {   /* the last p, zero-padded (a is too): + 0 leaves each chain as it is */
+        float tail[8][8];
+        memset(tail, 0, sizeof tail);
+        for (int j = 0; j < 8; j++) memcpy(tail[j], col[j] + p, (size_t)(k - p) * sizeof(float));
+        __m256 av = _mm256_loadu_ps(a + p);
+        _Pragma("GCC unroll 16")
+        for (int j = 0; j < 8; j++) s[j] = _mm256_fmadd_ps(av, _mm256_loadu_ps(tail[j]), s[j]);
+    }
+    /* c_l + c_{l+4}: 128-bit halves added, two columns to a register (u[i]: columns 2i,
+       2i + 1 in its halves) */
+    __m256 u[4], y[2];
+    _Pragma("GCC unroll 16")
+    for (int i = 0; i < 4; i++)
+        u[i] = _mm256_add_ps(_mm256_permute2f128_ps(s[2 * i], s[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(s[2 * i], s[2 * i + 1], 0x31));
+    /* + the element two along: half h of y[i] holds columns 4i + h and 4i + 2 + h */
+    _Pragma("GCC unroll 16")
+    for (int i = 0; i < 2; i++)
+        y[i] = _mm256_add_ps(_mm256_shuffle_ps(u[2 * i], u[2 * i + 1], 0x44),
+                             _mm256_shuffle_ps(u[2 * i], u[2 * i + 1], 0xEE));
+    /* + the next element: half h holds columns h, 2 + h, 4 + h, 6 + h */
+    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(y[0], y[1], 0x88),
+                             _mm256_shuffle_ps(y[0], y[1], 0xDD));
+    _mm256_storeu_ps(t, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3,
+                                                                       7)));
+}
+
+/* the columns [j0, j1) of one row (see gemv512_tree) */
+TSR_AVX512_FMA static void gemv512_one(const tsr_gemm_t* g, int64_t j0, int64_t j1, float* buf) {
+    epi_t e = gemv_epi(g);
+    int64_t K = g->k;
+    float *t = buf, *a = buf + TILE_MAX, *strips = a + (K + 15) / 16 * 16;
+    for (int64_t p = 0; p < K; p++) a[p] = g->a[p * g->csa];
+    for (int64_t p = K; p % 8; p++) a[p] = 0.0f;
+    if (!g->bp && g->rsb == 1 && g->csb != 1) {   /* a transposed B */
+        for (int64_t j = j0; j < j1; j += 8) {
+            int64_t nc = j1 - j < 8 ? j1 - j : 8;
+            gemv_dot8(K, a, g->b + j * g->csb, g->csb, nc, t);
+            gemv_update(g, &e, t, 8, j, nc);
+        }
+        return;
+    }
+    for (int64_t j = j0; j < j1; j += NR_512) {
+        int64_t bs, nc = j1 - j < NR_512 ? j1 - j : NR_512;
+        const float* src = gemv_strip(g, j, NR_512, TSR_GEMM_AVX512, strips, &bs);
+        const float* bv[2] = {src, src + 16};
+        int64_t bss[2] = {bs, bs};
+        gemv512_p8(K, a, bv, bss, t, nc > 16 ? 2 : 1);
+        gemv_update(g, &e, t, NR_512, j, nc);
+    }
+}
+
+
+/* AVX2: gemv512_tree's order, 8 columns to a register */
+TSR_AVX2 TSR_INLINE __m256 gemv256_tree(const __m256* c) {
+    return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c[0], c[4]), _mm256_add_ps(c[2], c[6])),
+                         _mm256_add_ps(_mm256_add_ps(c[1], c[5]), _mm256_add_ps(c[3], c[7])));
+}
+
+/* rows [p0, p1) of one row of A (contiguous) x 8 columns whose row p is at b + p * bs, into
+   the eight chains s8 (p0 a multiple of 8): a panel's last 8 columns or fewer */
+TSR_AVX2 TSR_INLINE void gemv256_p8(int64_t p0, int64_t p1, const float* restrict a,
+                                    const float* restrict b, int64_t bs, __m256* restrict s8) {
+    __m256 s[8];
+    _Pragma("GCC unroll 16")
+    for (int l = 0; l < 8; l++) s[l] = s8[l];
+    int64_t p = p0;
+    for (b += p0 * bs; p + 8 <= p1; p += 8, b += 8 * bs)
+        _Pragma("GCC unroll 16")
+        for (int l = 0; l < 8; l++) {
+            _mm_prefetch((const char*)(b + (l + GEMV_AHEAD) * bs), _MM_HINT_T0);
+            s[l] = _mm256_fmadd_ps(_mm256_set1_ps(a[p + l]), _mm256_loadu_ps(b + l * bs), s[l]);
+        }
+    for (int l = 0; p + l < p1; l++)
+        s[l] = _mm256_fmadd_ps(_mm256_set1_ps(a[p + l]), _mm256_loadu_ps(b + l * bs), s[l]);
+    _Pragma("GCC unroll 16")
+    for (int l = 0; l < 8; l++) s8[l] = s[l];
+}
+
+/* the same for 16 columns (a panel) at once: sixteen chains fill the registers, and the
+   broadcast of a[p] is one of B's operands instead */
+TSR_AVX2 TSR_INLINE void gemv256_p16(int64_t k, const float* restrict a,
+                                     const float* restrict b, int64_t bs,
+                                     __m256* restrict lo8, __m256* restrict hi8) {
+    __m256 s[16];
+    _Pragma("GCC unroll 16")
+    for (int l = 0; l < 16; l++) s[l] = _mm256_setzero_ps();
+    int64_t p = 0;
+    for (; p + 8 <= k; p += 8, b += 8 * bs)
+        _Pragma("GCC unroll 16")
+        for (int l = 0; l < 8; l++) {
+            _mm_prefetch((const char*)(b + (l + GEMV_AHEAD) * bs), _MM_HINT_T0);
+            __m256 al = _mm256_set1_ps(a[p + l]);
+            s[l] = _mm256_fmadd_ps(al, _mm256_loadu_ps(b + l * bs), s[l]);
+            s[8 + l] = _mm256_fmadd_ps(al, _mm256_loadu_ps(b + l * bs + 8), s[8 + l]);
+        }
+    for (int l = 0; p + l < k; l++) {
+        __m256 al = _mm256_set1_ps(a[p + l]);
+        s[l] = _mm256_fmadd_ps(al, _mm256_loadu_ps(b + l * bs), s[l]);
+        s[8 + l] = _mm256_fmadd_ps(al, _mm256_loadu_ps(b + l * bs + 8), s[8 + l]);
+    }
+    _Pragma("GCC unroll 16")
+    for (int l = 0; l < 8; l++) {
+        lo8[l] = s[l];
+        hi8[l] = s[8 + l];
+    }
+}
+
+/* the columns [j0, j1) of one row on AVX2, a panel (16 columns) at a time */
+TSR_AVX2 static void gemv256_one(const tsr_gemm_t* g, int64_t j0, int64_t j1, float* buf) {
+    epi_t e = gemv_epi(g);
+    int64_t K = g->k;
+    float *t = buf, *a = buf + TILE_MAX, *strips = a + (K + 15) / 16 * 16;
+    for (int64_t p = 0; p < K; p++) a[p] = g->a[p * g->csa];
+    for (int64_t p = K; p % 8; p++) a[p] = 0.0f;
+    if (!g->bp && g->rsb == 1 && g->csb != 1) {   /* a transposed B */
+        for (int64_t j = j0; j < j1; j += 8) {
+            int64_t nc = j1 - j < 8 ? j1 - j : 8;
+            gemv_dot8(K, a, g->b + j * g->csb, g->csb, nc, t);
+            gemv_update(g, &e, t, 8, j, nc);
+        }
+        return;
+    }
+    for (int64_t j = j0; j < j1; j += NR_256) {
+        int64_t bs, nc = j1 - j < NR_256 ? j1 - j : NR_256;
+        const float* src = gemv_strip(g, j, NR_256, TSR_GEMM_AVX2, strips, &bs);
+        __m256 s[2][8];
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 8; l++) s[h][l] = _mm256_setzero_ps();
+        if (nc > 8) gemv256_p16(K, a, src, bs, s[0], s[1]);
+        else gemv256_p8(0, K, a, src, bs, s[0]);
+        _mm256_storeu_ps(t, gemv256_tree(s[0]));
+        _mm256_storeu_ps(t + 8, gemv256_tree(s[1]));
+        gemv_update(g, &e, t, NR_256, j, nc);
+    }
+}
+
+/* 16 x 16 in registers: x[q] lane i = x[i] lane q before (transpose16's shuffles) */
+TSR_AVX512 TSR_INLINE void transpose16_regs(__m512* x) {
+    __m512 t[16], u[16];
+    _Pragma("GCC unroll 16")
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(x[2 * i], x[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(x[2 * i], x[2 * i + 1]);
+    }
+    _Pragma("GCC unroll 16")
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    _Pragma("GCC unroll 16")
+    for (int c = 0; c < 4; c++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+        __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+        x[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+        x[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+        x[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
+        x[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
+    }
+}
+
+/* R rows x the nc <= 16 columns whose rows (p contiguous) start at w, csb apart: a
+   transposed B, 16 x 16 blocks transposed in registers into the order gemv512_p sums in */
+TSR_AVX512 TSR_INLINE void gemv512_t(int64_t k, const float* restrict a, int64_t ars,
+                                     int64_t acs, const float* restrict w, int64_t csb,
+                                     int64_t nc, float* restrict t, int64_t ldt, int R) {
+    __m512 s[GEMV_MAX][2];
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < R; r++) s[r][0] = s[r][1] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < k; p += 16) {
+        int64_t kb = k - p < 16 ? k - p : 16;
+        __mmask16 mask = (__mmask16)((1u << kb) - 1);
+        __m512 x[16];
+        _Pragma("GCC unroll 16")
+        for (int i = 0; i < 16; i++)
+            x[i] = i < nc ? _mm512_maskz_loadu_ps(mask, w + i * csb + p) : _mm512_setzero_ps();
+        if (p + 16 < k)
+            _Pragma("GCC unroll 16")
+            for (int i = 0; i < 16; i++)
+                if (i < nc) _mm_prefetch((const char*)(w + i * csb + p + 64), _MM_HINT_T0);
+        transpose16_regs(x);
+        if (kb == 16) {
+            _Pragma("GCC unroll 16")
+            for (int q = 0; q < 16; q++)
+                _Pragma("GCC unroll 16")
+                for (int r = 0; r < R; r++)
+                    s[r][q & 1] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * ars + (p + q) * acs]),
+                                                  x[q], s[r][q & 1]);
+        } else {
+            _Pragma("GCC unroll 16")
+            for (int q = 0; q < kb; q++)
+                _Pragma("GCC unroll 16")
+                for (int r = 0; r < R; r++)
+                    s[r][q & 1] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * ars + (p + q) * acs]),
+                                                  x[q], s[r][q & 1]);
+        }
+    }
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(t + r * ldt, _mm512_add_ps(s[r][0], s[r][1]));
+}
+
+/* the same with AVX2: 8 x 8 blocks */
+TSR_AVX2 TSR_INLINE void gemv256_t(int64_t k, const float* restrict a, int64_t ars,
+                                   int64_t acs, const float* restrict w, int64_t csb,
+                                   int64_t nc, float* restrict t, int64_t ldt, int R) {
+    static const int32_t ramp[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    __m256 s[GEMV_MAX][2];
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < R; r++) s[r][0] = s[r][1] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < k; p += 8) {
+        int64_t kb = k - p < 8 ? k - p : 8;
+        __m256i mask = _mm256_loadu_si256((const __m256i*)(ramp + 8 - kb));
+        __m256 x[8], u[8], o[8];
+        _Pragma("GCC unroll 16")
+        for (int i = 0; i < 8; i++)
+            x[i] = i >= nc ? _mm256_setzero_ps() : kb == 8 ? _mm256_loadu_ps(w + i * csb + p)
+                   : _mm256_maskload_ps(w + i * csb + p, mask);
+        _Pragma("GCC unroll 16")
+        for (int i = 0; i < 4; i++) {
+            u[2 * i] = _mm256_unpacklo_ps(x[2 * i], x[2 * i + 1]);
+            u[2 * i + 1] = _mm256_unpackhi_ps(x[2 * i], x[2 * i + 1]);
+        }
+        _Pragma("GCC unroll 16")
+        for (int i = 0; i < 2; i++) {
+            x[4 * i] = _mm256_shuffle_ps(u[4 * i], u[4 * i + 2], 0x44);
+            x[4 * i + 1] = _mm256_shuffle_ps(u[4 * i], u[4 * i + 2], 0xEE);
+            x[4 * i + 2] = _mm256_shuffle_ps(u[4 * i + 1], u[4 * i + 3], 0x44);
+            x[4 * i + 3] = _mm256_shuffle_ps(u[4 * i + 1], u[4 * i + 3], 0xEE);
+        }
+        _Pragma("GCC unroll 16")
+        for (int c = 0; c < 4; c++) {
+            o[c] = _mm256_permute2f128_ps(x[c], x[4 + c], 0x20);
+            o[4 + c] = _mm256_permute2f128_ps(x[c], x[4 + c], 0x31);
+        }
+        _Pragma("GCC unroll 16")
+        for (int q = 0; q < kb; q++)
+            _Pragma("GCC unroll 16")
+            for (int r = 0; r < R; r++)
+                s[r][q & 1] = _mm256_fmadd_ps(_mm256_set1_ps(a[r * ars + (p + q) * acs]), o[q],
+                                              s[r][q & 1]);
+    }
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(t + r * ldt, _mm256_add_ps(s[r][0], s[r][1]));
+}
+#endif
+
+/* the portable path: any strides of B (a packed panel is rows NR_P apart), columns
+   [0, nc <= NR_P) */
+static void gemv_portable_cols(int64_t k, const float* restrict a, int64_t ars, int64_t acs,
+                               int R, const float* restrict b, int64_t rs, int64_t cs,
+                               int64_t nc, float* restrict t, int64_t ldt) {
+    float s0[GEMV_MAX][NR_P] = {{0}}, s1[GEMV_MAX][NR_P] = {{0}};
+    int64_t p = 0;
+    for (; p + 2 <= k; p += 2)
+        _Pragma("GCC unroll 16")
+        for (int r = 0; r < R; r++) {
+            float a0 = a[r * ars + p * acs], a1 = a[r * ars + (p + 1) * acs];
+            for (int64_t j = 0; j < nc; j++) {
+                s0[r][j] += a0 * b[p * rs + j * cs];
+                s1[r][j] += a1 * b[(p + 1) * rs + j * cs];
+            }
+        }
+    if (p < k)
+        _Pragma("GCC unroll 16")
+        for (int r = 0; r < R; r++)
+            for (int64_t j = 0; j < nc; j++) s0[r][j] += a[r * ars + p * acs] * b[p * rs + j * cs];
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < R; r++)
+        for (int64_t j = 0; j < nc; j++) t[r * ldt + j] = s0[r][j] + s1[r][j];
+}
+
+/* columns [j0, j1) of C; buf: the tile (TILE_MAX floats), a copy of a row of A (k floats
+   rounded up to 16), then GEMV_STRIPS * NR * k floats for strips packed on the way */
+static void gemv_portable(const tsr_gemm_t* g, int64_t j0, int64_t j1, float* buf) {
+    epi_t e = gemv_epi(g);
+    float* t = buf;
+    int R = (int)g->m;
+    for (int64_t j = j0; j < j1; j += NR_P) {
+        int64_t nc = j1 - j < NR_P ? j1 - j : NR_P;
+        if (g->bp)
+            gemv_portable_cols(g->k, g->a, g->rsa, g->csa, R, g->bp + j * g->k, NR_P, 1, nc, t,
+                               NR_P);
+        else
+            gemv_portable_cols(g->k, g->a, g->rsa, g->csa, R, g->b + j * g->csb, g->rsb,
+                               g->csb, nc, t, NR_P);
+        gemv_update(g, &e, t, NR_P, j, nc);
+    }
+}
+
+#if TSR_X86
+/* vectors of W columns per call, by rows: as many accumulators as the registers hold */
+#define TSR_GEMV_DRIVER(NAME, ATTR, P, T, W, NR, ISA, VECS, ONE)                               \
+ATTR static void NAME(const tsr_gemm_t* g, int64_t j0, int64_t j1, float* buf) {            \
+    static const int vecs[GEMV_MAX + 1] = VECS;                                              \
+    epi_t e = gemv_epi(g);                                                                   \
+    int R = (int)g->m;                                                                       \
+    int64_t K = g->k;                                                                        \
+    float *t = buf, *strips = buf + TILE_MAX + (K + 15) / 16 * 16;                           \
+    ONE                                                                                      \
+    if (!g->bp && g->rsb == 1 && g->csb != 1) {   /* a transposed B */                       \
+        for (int64_t j = j0; j < j1; j += W) {                                               \
+            int64_t nc = j1 - j < W ? j1 - j : W;                                            \
+            switch (R) {                                                                     \
+            case 1: T(K, g->a, g->rsa, g->csa, g->b + j * g->csb, g->csb, nc, t, W, 1); break;\
+            case 2: T(K, g->a, g->rsa, g->csa, g->b + j * g->csb, g->csb, nc, t, W, 2); break;\
+            case 3: T(K, g->a, g->rsa, g->csa, g->b + j * g->csb, g->csb, nc, t, W, 3); break;\
+            default: T(K, g->a, g->rsa, g->csa, g->b + j * g->csb, g->csb, nc, t, W, 4);     \
+            }                                                                                \
+            gemv_update(g, &e, t, W, j, nc);                                                 \
+        }                                                                                    \
+        return;                                                                              \
+    }                                                                                        \
+    int V = vecs[R];                                                                         \
+    for (int64_t j = j0; j < j1; j += (int64_t)V * W) {                                      \
+        const float* bv[GEMV_VMAX] = {NULL};                                                 \
+        int64_t bs[GEMV_VMAX] = {0}, strip = -1, sbs = 0;                                    \
+        const float* src = NULL;                                                             \
+        _Pragma("GCC unroll 16")                                                            \
+        for (int v = 0; v < V; v++) {                                                        \
+            int64_t c = j + v * W < j1 ? j + v * W : j;   /* past the end: any vector */     \
+            if (c / NR != strip) {                                                           \
+                strip = c / NR;                                                              \
+                src = gemv_strip(g, strip * NR, NR, ISA, strips + (c - j) / NR * NR * K,          \
+                                 &sbs);                                                      \
+            }                                                                                \
+            bv[v] = src + c % NR;                                                            \
+            bs[v] = sbs;                                                                     \
+        }                                                                                    \
+        int64_t ldt = (int64_t)V * W;                                                        \
+        switch (R * 8 + V) {                                                                 \
+        case 8 + 4: P(K, g->a, g->rsa, g->csa, bv, bs, t, ldt, 1, 4); break;                \
+        case 8 + 2: P(K, g->a, g->rsa, g->csa, bv, bs, t, ldt, 1, 2); break;                \
+        case 16 + 4: P(K, g->a, g->rsa, g->csa, bv, bs, t, ldt, 2, 4); break;               \
+        case 16 + 2: P(K, g->a, g->rsa, g->csa, bv, bs, t, ldt, 2, 2); break;               \
+        case 24 + 2: P(K, g->a, g->rsa, g->csa, bv, bs, t, ldt, 3, 2); break;               \
+        case 24 + 1: P(K, g->a, g->rsa, g->csa, bv, bs, t, ldt, 3, 1); break;               \
+        case 32 + 2: P(K, g->a, g->rsa, g->csa, bv, bs, t, ldt, 4, 2); break;               \
+        default: P(K, g->a, g->rsa, g->csa, bv, bs, t, ldt, 4, 1);                           \
+        }                                                                                    \
+        gemv_update(g, &e, t, ldt, j, j1 - j < ldt ? j1 - j : ldt);                          \
+    }                                                                                        \
+}
+#define TSR_VECS512 {0, 4, 4, 2, 2}
+#define TSR_VECS256 {0, 4, 2, 1, 1}
+TSR_GEMV_DRIVER(gemv_avx512, TSR_AVX512, gemv512_p, gemv512_t, 16, NR_512, TSR_GEMM_AVX512,
+                TSR_VECS512, if (R == 1) { gemv512_one(g, j0, j1, buf); return; })
+TSR_GEMV_DRIVER(gemv_avx2, TSR_AVX2, gemv256_p, gemv256_t, 8, NR_256, TSR_GEMM_AVX2,
+                TSR_VECS256, if (R == 1) { gemv256_one(g, j0, j1, buf); return; })
+typedef void (*gemv_fn)(const tsr_gemm_t*, int64_t, int64_t, float*);
+static const gemv_fn GEMVS[TSR_GEMM_ISAS] = {gemv_portable, gemv_avx2, gemv_avx512};
+#else
+typedef void (*gemv_fn)(const tsr_gemm_t*, int64_t, int64_t, float*);
+static const gemv_fn GEMVS[TSR_GEMM_ISAS] = {gemv_portable, gemv_portable, gemv_portable};
+#endif
+
 /* ---- blocking and the driver -------------------------------------------------------- */
 
 /* defaults, per path. BLIS sizes KC for a KC x NR panel of B to stay in L1; measured here
@@ -590,6 +1130,18 @@ int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads) {
     int isa = g->isa;
     if (isa < 0 || isa >= TSR_GEMM_ISAS || !tsr_gemm_isa_supported(isa)) return -1;
     int64_t MR = MRS[isa], NR = NRS[isa];
+    g->path = 0;
+    if (g->m > 0 && g->m <= GEMV_MAX && g->mc <= 0 && g->kc <= 0 && g->nc <= 0) {
+        /* the GEMV path: blocks of whole panels of columns, a few per thread (the pool
+           hands them out as threads come free) */
+        int64_t panels = ceil_div(g->n > 0 ? g->n : 1, NR);
+        int64_t parts = threads > 1 ? (panels < 2 * threads ? panels : 2 * threads) : 1;
+        g->path = 1;
+        g->mc = g->m;
+        g->kc = g->k > 0 ? g->k : 1;
+        g->nc = ceil_div(panels, parts) * NR;
+        return ceil_div(panels * NR, g->nc);
+    }
     /* KC blocks of equal depth (no short last one); one block for a few rows (A is small,
        B best streamed whole), then B packed on the fly a narrower NC block at a time. The
        depth depends on the shape only, never on B's packing or the threads: each element
@@ -713,6 +1265,19 @@ int64_t tsr_gemm_range(const tsr_gemm_t* g, int64_t lo, int64_t hi) {
     /* not planned, or planned for a path this CPU lacks (tsr_gemm_plan said -1) */
     if (g->mc <= 0 || g->kc <= 0 || g->nc <= 0 || g->isa < 0 || g->isa >= TSR_GEMM_ISAS ||
         !tsr_gemm_isa_supported(g->isa)) return -1;
+    if (g->path == 1) {
+        int isa = g->isa;
+        int strips = g->bp || (g->rsb == 1 && g->csb != 1) || isa == TSR_GEMM_PORTABLE ? 0
+                     : GEMV_STRIPS;
+        int64_t k = g->k > 0 ? g->k : 1;
+        float* buf = scratch_for(TILE_MAX + round_up(k, 16) + strips * NRS[isa] * k);
+        if (!buf) return -2;
+        for (int64_t i = lo; i < hi; i++) {
+            int64_t j0 = i * g->nc, j1 = j0 + g->nc < g->n ? j0 + g->nc : g->n;
+            if (j0 < j1) GEMVS[isa](g, j0, j1, buf);
+        }
+        return 0;
+    }
     int64_t nmb = ceil_div(g->m, g->mc), kc = g->kc < g->k ? g->kc : (g->k ? g->k : 1);
     int64_t afloats = round_up(g->mc * kc, 16), bfloats = g->bp ? 0 : round_up(g->nc * kc, 16);
     float* buf = scratch_for(afloats + bfloats + TILE_MAX);

@@ -10,7 +10,9 @@
    tsr_gemm_plan(&g, threads) for the number of blocks, then tsr_gemm_range(&g, lo, hi)
    over any partition of [0, blocks) on any threads (blocks write disjoint parts of C);
    tsr_gemm_run(&g) does both on the calling thread. A and B are strided views:
-   op(A)[i][p] = a[i*rsa + p*csa], so a transpose is a swap of the two strides. */
+   op(A)[i][p] = a[i*rsa + p*csa], so a transpose is a swap of the two strides. A product
+   of at most 4 rows (m <= 4: batch-1 inference) takes the GEMV path, its blocks ranges of
+   columns: B streams once from where it lies, packed or not. */
 #ifndef TSR_GEMM_H
 #define TSR_GEMM_H
 
@@ -36,7 +38,8 @@ typedef struct tsr_gemm {
     const float* bias;                     /* n values (m with BIAS_ROWS), or NULL */
     const float* r; int64_t ldr;           /* residual m x n, rows ldr apart, or NULL */
     float alpha, beta;                     /* beta == 0: C is not read (NaN there is fine) */
-    int32_t act, flags, isa, reserved;
+    int32_t act, flags, isa;
+    int32_t path;                          /* set by tsr_gemm_plan: 0 blocked, 1 GEMV */
     int64_t mc, kc, nc;                    /* cache blocking; 0: tsr_gemm_plan chooses */
     float lo, hi;                          /* TSR_ACT_CLAMP's bounds */
 } tsr_gemm_t;
