@@ -461,7 +461,7 @@ def nchwc_render(res: dict) -> str:
 
 NCHWC_TITLE = ("Blocked-layout (NCHWc) convolutions, one thread, CPU time (median of "
                f"{NCHWC_REPEAT} interleaved): per layer (convolution + bias; the blocked "
-               "kernel also applies the activation) and ResNet-18's trunk")
+               "kernel also applies the activation) and the ResNet-18 and MobileNetV2 trunks")
 
 
 def render(res: dict) -> str:
