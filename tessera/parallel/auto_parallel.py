@@ -51,6 +51,7 @@ slower either.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import re
@@ -126,9 +127,14 @@ class Node:
 
 @dataclasses.dataclass
 class OpGraph:
-    """The recorded forward of a step: nodes in execution order."""
+    """The recorded forward of a step: nodes in execution order; and its backward, the ops
+    the grad rules ran (``Node``s whose inputs name forward outputs as ``(node, output)``
+    and backward ones as ``("b", op, output)``), with each gradient a parameter's hooks
+    saw: (parameter node, its producer, how many backward ops had run)."""
 
     nodes: list
+    backward: list = dataclasses.field(default_factory=list)
+    grads: list = dataclasses.field(default_factory=list)
 
     def edges(self) -> list[tuple[int, int, int, int]]:
         """(producer, output, consumer, argument) of every tensor an op reads."""
@@ -143,6 +149,7 @@ class _Recorder:
     def __init__(self, nodes: list, where: dict):
         self.nodes, self.where = nodes, where
         self.keep: list[Tensor] = []
+        self.backward: list[Node] = []
 
     def _run(self, fn, op, args, attrs, target=None):
         _dispatch.pop_mode()
@@ -150,9 +157,33 @@ class _Recorder:
             out = fn()
         finally:
             _dispatch.push_mode(self)
-        if STATE.enabled and op.sbp is not None:
-            self._note(op, args, attrs, out, target)
+        if op.sbp is not None:
+            if STATE.enabled:
+                self._note(op, args, attrs, out, target)
+            else:
+                self._note_backward(op, args, attrs, out)
         return out
+
+    def _note_backward(self, op, args, attrs, out):
+        metas, inputs = [], []
+        for a in args:
+            if isinstance(a, Tensor):
+                metas.append(Meta(tuple(a._shape), a._dtype))
+                # a tensor made outside any noted op (backward's seed) is the same on
+                # every rank: broadcast
+                inputs.append(self.where.get(id(a), "const" if a._shape != () else None))
+            else:
+                metas.append(a)
+                inputs.append(None)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        i = len(self.backward)
+        self.backward.append(Node(f"{op.name}.b{i}", "op", op, metas, dict(attrs),
+                                  [Meta(tuple(o._shape), o._dtype) for o in outs
+                                   if isinstance(o, Tensor)], inputs))
+        for k, o in enumerate(outs):
+            if isinstance(o, Tensor):
+                self.where[id(o)] = ("b", i, k)
+                self.keep.append(o)
 
     def _note(self, op, args, attrs, out, target):
         metas, inputs, rg = [], [], False
@@ -193,7 +224,8 @@ class _Recorder:
 
 
 def record(step, args, params: dict) -> OpGraph:
-    """The forward ops of ``step(*args)`` (``params``: name -> parameter). ``step`` runs
+    """The forward ops of ``step(*args)`` (``params``: name -> parameter), and the backward
+    ops (the step's own ``backward()``, or else one from what it returns). ``step`` runs
     once, eagerly; parameters' gradients are left as they were."""
     nodes: list[Node] = []
     where: dict = {}
@@ -207,14 +239,27 @@ def record(step, args, params: dict) -> OpGraph:
                           requires_grad=bool(p.requires_grad)))
     grads = {id(p): p._grad for p in params.values()}
     rec = _Recorder(nodes, where)
+    seen: list = []
+    hooks = [p.register_hook(functools.partial(_seen, seen, rec, v))
+             for v, p in enumerate(params.values(), len(nodes) - len(params))
+             if p.requires_grad]
     _dispatch.push_mode(rec)
     try:
-        step(*args)
+        out = step(*args)
+        if not rec.backward and isinstance(out, Tensor) and out.requires_grad:
+            out.backward()
     finally:
         _dispatch.pop_mode()
+        for h in hooks:
+            h.remove()
         for p in params.values():
             p._grad = grads[id(p)]
-    return OpGraph(nodes)
+    return OpGraph(nodes, rec.backward, seen)
+
+
+def _seen(seen: list, rec: _Recorder, v: int, grad: Tensor) -> None:
+    """A parameter hook while recording: parameter node ``v``'s gradient arrived."""
+    seen.append((v, rec.where.get(id(grad), "const"), len(rec.backward)))
 
 
 # ---- candidates and prices ---------------------------------------------------------------
@@ -233,7 +278,7 @@ class Costs:
     edges: list          # (u, ou, v, iv)
     edge_t: list         # per edge: np.ndarray (cands u x cands v)
     edge_m: list
-    comm_t: list         # per node: the communication part of node_t (gradient sync)
+    comm_t: list         # per node: the communication part of node_t (a local collective)
     prof: Any = None     # the profile priced with
     # ZeRO shards a parameter's state only from this many elements (graph.config's
     # ``shard_min_size``); smaller ones are all-reduced as in data parallelism
@@ -352,7 +397,7 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
                 local = sum(prof.alpha_beta("all_reduce", n)[0] + prof.sync_seconds(n)
                             for s, n in zip(cand, hier) if s.local is not None and n > 1)
                 ts.append(_TRAIN * (_op_seconds(node, prof) / f + prof.op_overhead) + local)
-                cs.append(0.0)
+                cs.append(local)
                 ms.append(sum(meta_bytes(m) / _shard(s, hier)
                               for m, s in zip(node.outs, out_sbps)))
             elif node.kind == "param":
@@ -797,9 +842,24 @@ def realise(c: Costs, leaves: dict[int, int]) -> list[int]:
     return assign
 
 
-def _score(c: Costs, assign: list[int], limit: float) -> tuple[float, float]:
+def realised(c: Costs, assign: list[int]) -> tuple[float, float]:
+    """(seconds, bytes per rank) of a realised assignment (each op's signature the one
+    dispatch picks): the step walked as the compiled step runs it, forward and backward
+    (``auto_parallel_step``), where the recorded graph has its backward; else
+    ``evaluate``."""
     t, m = evaluate(c, assign)
-    return max(m - limit, 0.0), t  # fitting first, then time
+    if c.graph.backward:
+        from tessera.parallel.auto_parallel_step import price as step_price
+        t = step_price(c, assign)
+    return t, m
+
+
+def _score(c: Costs, assign: list[int], limit: float, walk: bool = False
+           ) -> tuple[float, float]:
+    """Fitting first, then time: ``evaluate``'s (the polish's descent, which tries many
+    leaves; ``realised`` costs ten times more) or, ``walk``, ``realised``'s."""
+    t, m = realised(c, assign) if walk else evaluate(c, assign)
+    return max(m - limit, 0.0), t
 
 
 def polish(c: Costs, leaves: dict[int, int], limit: float, sweeps: int = 3,
@@ -984,10 +1044,10 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
             solved_by = used
             starts.insert(0, {v: a[v] for v, n in enumerate(g.nodes) if n.kind != "op"})
         polished = [polish(c, s, limit, deadline=deadline)[1] for s in starts]
-        real = min(polished, key=lambda x: _score(c, x, limit))
+        real = min(polished, key=lambda x: _score(c, x, limit, walk=True))
         cands["auto" + (" + ZeRO" if zero else "")] = (c, real, zero, a)
     solve_s = time.perf_counter() - t0
-    priced = {k: (*evaluate(c, a), ) for k, (c, a, _, _) in cands.items()}
+    priced = {k: realised(c, a) for k, (c, a, _, _) in cands.items()}
     alts = {k: (t, m, m <= limit) for k, (t, m) in priced.items()}
     fits = [k for k in cands if alts[k][2]]
     if not fits:
@@ -1045,7 +1105,7 @@ def price(g: OpGraph, placement, param_sbps: dict, input_sbps: list, zero: bool 
             raise ValueError(f"auto_parallel.price: {node.name} cannot take "
                              f"{[s.short() for s in want]}")
         leaves[v] = k_v
-    return evaluate(c, realise(c, leaves))
+    return realised(c, realise(c, leaves))
 
 
 def _describe(c: Costs, assign: list[int]) -> str:
