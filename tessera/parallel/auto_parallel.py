@@ -346,7 +346,7 @@ def _conv_seconds(src: Sbp, dst: Sbp, nbytes: float, n: int, prof: Profile, grad
         return 0.0
     k = (src.kind, dst.kind)
     # each collective also waits out the ranks' skew (the profile's sync)
-    sync = prof.sync_seconds(n) * ((_FWD.get(k, "local") != "local") +
+    sync = prof.sync_seconds(n, nbytes=nbytes) * ((_FWD.get(k, "local") != "local") +
                                    (grad and k in _BWD))
     fwd = prof.boxing_seconds(src.kind, dst.kind, n, nbytes)
     if fwd is not None:

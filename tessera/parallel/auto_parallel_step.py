@@ -256,17 +256,18 @@ def price(c: Costs, assign: list[int]) -> float:
             since += e.seconds
             continue
         n = hier[e.axis]
-        sync = prof.sync_seconds(n, since)
+        nbytes = e.nbytes + sum(m.nbytes for m in e.members)
+        # (a conversion's measured price holds sync after a nominal gap: this gap's instead)
+        sync = prof.sync_seconds(n, since, nbytes)
+        nominal = prof.sync_seconds(n, nbytes=nbytes)
         since = 0.0
         if e.what == "conversion":
-            t += _conv_seconds(e.src, e.dst, e.nbytes, n, prof, False) \
-                - prof.sync_seconds(n) + sync
+            t += _conv_seconds(e.src, e.dst, e.nbytes, n, prof, False) - nominal + sync
         elif e.what == "local":
             t += prof.alpha_beta("all_reduce", n)[0] + sync
         elif len(e.members) == 1:
             m = e.members[0]
-            t += _conv_seconds(m.src, m.dst, m.nbytes, n, prof, False) \
-                - prof.sync_seconds(n) + sync
+            t += _conv_seconds(m.src, m.dst, m.nbytes, n, prof, False) - nominal + sync
         else:
             kind = e.what.split()[0]
             beta = prof.alpha_beta(kind, n)[1]
