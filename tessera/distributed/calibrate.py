@@ -361,8 +361,10 @@ def _boxing_rank(comm, n: int, quick: bool, agree) -> dict:
 
 
 # the GEMMs (256 x 256) between two collectives at which ``sync`` is measured: a tensor-
-# parallel layer's gap, a few layers' and a data-parallel step's
-_SYNC_GEMMS = (1, 4, 16)
+# parallel layer's gap, a few layers', and a data-parallel step's forward and backward
+# (the skew keeps growing with the gap on a loaded host: beyond the longest measured the
+# curve is flat, which priced a collective after a whole backward at a third of its wait)
+_SYNC_GEMMS = (1, 4, 16, 64)
 
 
 def _sync_rank(comm, n: int, quick: bool, agree) -> dict[str, list[tuple[float, float]]]:

@@ -525,7 +525,7 @@ def _communicates(src: Sbp, dst: Sbp | None, n: int, table: dict) -> bool:
         table.get((src.kind, dst.kind), "local") != "local"
 
 
-def _timeline(c: Costs, assign: list[int], log: list | None = None) -> float:
+def _timeline(c: Costs, assign: list[int]) -> float:
     """What the per-edge prices cannot see, from the order a compiled step runs in: the
     forward's ops, then the backward's in reverse, each conversion a collective where its
     consumer runs (forward) or its consumer's backward (the gradient's conversion).
@@ -541,18 +541,14 @@ def _timeline(c: Costs, assign: list[int], log: list | None = None) -> float:
     * ``sync`` by the computation since the previous collective (the profile's
       ``sync_curve``): the edges charge each collective the profile's ``sync`` at a few
       layers' computation; one right after another pays less, one after a long stretch
-      of computation more. Seconds added (or taken off).
-
-    ``log``, when given, gets each collective of the step in order, as (kind, mesh axes)."""
+      of computation more. Seconds added (or taken off)."""
     g, hier, prof = c.graph, c.hierarchy, c.prof
     outs = _consumers_of(c)
     t, now, last = 0.0, 0.0, 0.0
     nominal = [prof.sync_seconds(n) for n in hier]
 
-    def collective(axes, charged: bool, kind: str = "") -> None:
+    def collective(axes, charged: bool) -> None:
         nonlocal t, last
-        if log is not None:
-            log.append((kind, tuple(axes)))
         for ax in axes:
             t += prof.sync_seconds(hier[ax], now - last) - (nominal[ax] if charged else 0.0)
         last = now
@@ -584,10 +580,10 @@ def _timeline(c: Costs, assign: list[int], log: list | None = None) -> float:
             axes = [ax for ax, n in enumerate(hier) if _communicates(
                 c.cands[u][assign[u]][ax].outs[ou], cand[ax].ins[iv], n, _FWD)]
             if axes:
-                collective(axes, True, "box")
+                collective(axes, True)
         local = [ax for ax, n in enumerate(hier) if cand[ax].local is not None and n > 1]
         if local:
-            collective(local, True, "local")
+            collective(local, True)
         now += float(c.node_t[v][assign[v]]) / _TRAIN
     pending: list[list] = [["", 0.0] for _ in hier]  # per axis: the open bucket's kind, bytes
 
@@ -596,7 +592,7 @@ def _timeline(c: Costs, assign: list[int], log: list | None = None) -> float:
         if kind:
             nonlocal t
             t += prof.alpha_beta(kind, hier[ax])[0]
-            collective([ax], False, kind + " bucket")
+            collective([ax], False)
         pending[ax] = ["", 0.0]
     for v in reversed(ops):  # backward
         now += float(c.node_t[v][assign[v]]) * (_TRAIN - 1) / _TRAIN
@@ -607,11 +603,11 @@ def _timeline(c: Costs, assign: list[int], log: list | None = None) -> float:
                 src[ax].outs[ou], cand[ax].ins[iv], n, _FWD)]
             axes = [ax for ax, n in enumerate(hier) if g.nodes[u].requires_grad and
                     _communicates(src[ax].outs[ou], cand[ax].ins[iv], n, _BWD)]
-            for each, what in ((again, "box again"), (axes, "grad box")):
+            for each in (again, axes):
                 if each:
                     for ax in range(len(hier)):
                         flush(ax)
-                    collective(each, True, what)
+                    collective(each, True)
         for ax, kind, size in ready[v]:
             if kind != pending[ax][0] or pending[ax][1] + size > _BUCKET_BYTES:
                 flush(ax)
@@ -622,7 +618,7 @@ def _timeline(c: Costs, assign: list[int], log: list | None = None) -> float:
         if gathered[ax]:
             for _ in range(math.ceil(gathered[ax] / _BUCKET_BYTES)):
                 t += prof.alpha_beta("all_gather", n)[0]
-                collective([ax], False, "all_gather bucket")
+                collective([ax], False)
     return t
 
 
