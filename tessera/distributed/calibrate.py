@@ -390,7 +390,7 @@ def _sync_rank(comm, n: int, quick: bool, agree) -> dict[str, list[tuple[float, 
         if x is not None:
             comm.all_reduce(x, group)
     fns: list = [lambda x=x: comm.all_reduce(x, group) for x in xs.values()]
-    for k in _SYNC_GEMMS:
+    for k in _SYNC_GEMMS[:3] if quick else _SYNC_GEMMS:  # (quick: not the longest gap)
         fns += [lambda k=k: work(k)] + [lambda k=k, x=x: work(k, x) for x in xs.values()]
     # (rounds of several time slices: the skew is what a slice's preemption leaves)
     ts = _interleaved(fns, 5 if quick else 9, lambda: comm.barrier(group), agree, 0.1)
