@@ -133,8 +133,8 @@ class Profile:
         curve = self.sync_curve.get(near)
         if nbytes >= SYNC_LARGE_BYTES and self.sync_large.get(near):
             curve = self.sync_large[near]
-            if gap is None:
-                return float(curve[len(curve) // 2][1])
+            if gap is None:  # (as ``sync``: after a few layers' computation)
+                return float(curve[min(1, len(curve) - 1)][1])
         if gap is None or not curve:
             return float(self.sync[near])
         xs, ys = zip(*sorted(curve))
@@ -435,7 +435,7 @@ def _apply(prof: Profile, res: dict) -> None:
     for n, curves in res.pop("sync_curve", {}).items():
         curve = curves["small"]
         prof.sync_curve[n] = [tuple(p) for p in curve]
-        prof.sync[n] = curve[len(curve) // 2][1]  # at a few layers' computation
+        prof.sync[n] = curve[min(1, len(curve) - 1)][1]  # after 4 GEMMs: a few layers'
         prof.sync_large[n] = [tuple(p) for p in curves["large"]]
     for n, table in res.pop("boxing", {}).items():
         for tr, ab in table.items():

@@ -54,7 +54,7 @@ def test_save_is_atomic_and_load_reuses_it(tmp_path, monkeypatch):
     assert K.load().boxing_seconds("P", "B", 4, 1e9) == pytest.approx(2e-5 + 1)
     assert K.load().boxing_seconds("S", "B", 2, 1e9) is None
     assert K.load().sync_seconds(8) == 1e-3 and K.DEFAULT.sync_seconds(2) == 0.0
-    # a large collective's on its own curve (the middle point without a gap)
+    # a large collective's on its own curve (its second point without a gap)
     assert K.load().sync_seconds(2, 4e-3, nbytes=1 << 20) == 3e-3
     assert K.load().sync_seconds(2, nbytes=1 << 20) == 3e-3
     assert K.load().sync_seconds(2, 4e-3, nbytes=1 << 10) == 1e-3
