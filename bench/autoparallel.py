@@ -56,24 +56,30 @@ def _ranks() -> tuple[int, ...]:
     return tuple(int(r) for r in os.environ.get("TESSERA_BENCH_AUTOPAR_RANKS", "2").split(","))
 
 
-def _build(name: str):
-    """(model, loss of (model, x, y), x, y) of workload ``name``."""
+def _build(name: str, small: bool = False):
+    """(model, loss of (model, x, y), x, y) of workload ``name`` (``small``: the same
+    structure at a few percent of the sizes, for tests)."""
     import tessera as lib
     nn = lib.nn
     lib.manual_seed(0)
     if name == "mlp":
-        model = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512))
+        d, h, b = (32, 64, 8) if small else (512, 2048, 64)
+        model = nn.Sequential(nn.Linear(d, h), nn.GELU(), nn.Linear(h, d))
         return model, (lambda m, x, y: nn.functional.mse_loss(m(x), y)), \
-            lib.randn(64, 512), lib.randn(64, 512)
+            lib.randn(b, d), lib.randn(b, d)
+    b, t = (2, 8) if small else (8, 64)
     if name == "transformer":
-        model = nn.Sequential(*[nn.TransformerEncoderLayer(128, 4, 512, dropout=0.0,
+        d, heads, ffn = (16, 2, 32) if small else (128, 4, 512)
+        model = nn.Sequential(*[nn.TransformerEncoderLayer(d, heads, ffn, dropout=0.0,
                                                            batch_first=True)
                                 for _ in range(2)])
         return model, (lambda m, x, y: nn.functional.mse_loss(m(x), y)), \
-            lib.randn(8, 64, 128), lib.randn(8, 64, 128)
-    model = lib.models.gpt("gpt-mini", vocab_size=512, block_size=64)
-    return model, (lambda m, x, y: m(x, y)[1]), lib.randint(0, 512, (8, 64)), \
-        lib.randint(0, 512, (8, 64))
+            lib.randn(b, t, d), lib.randn(b, t, d)
+    vocab = 32 if small else 512
+    sizes = dict(n_layer=2, n_head=2, n_embd=16) if small else {}
+    model = lib.models.gpt("gpt-mini", vocab_size=vocab, block_size=t, **sizes)
+    return model, (lambda m, x, y: m(x, y)[1]), lib.randint(0, vocab, (b, t)), \
+        lib.randint(0, vocab, (b, t))
 
 
 def _megatron(w: str, names, part=None, layer=None) -> dict:

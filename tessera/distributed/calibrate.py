@@ -41,6 +41,10 @@ __all__ = ["Profile", "DEFAULT", "COLLECTIVES", "TRANSITIONS", "profile_path", "
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 # the FLOPs of one product that separate the GEMM shape classes
 _SMALL, _LARGE = 2e6, 2e8
+# a collective of at least these bytes takes more than one meeting of the ranks (the MPI
+# communicator's all-reduce goes through shared memory between two barriers from 64 KiB,
+# MPICH's large messages move in pieces, each a rendezvous): its ``sync`` is measured apart
+SYNC_LARGE_BYTES = 1 << 16
 
 
 @dataclasses.dataclass
@@ -64,6 +68,8 @@ class Profile:
     sync: dict = dataclasses.field(default_factory=dict)
     # the same by the computation since the previous collective: [(seconds, sync), ...]
     sync_curve: dict = dataclasses.field(default_factory=dict)
+    # the same for a collective of at least SYNC_LARGE_BYTES (empty: as a small one's)
+    sync_large: dict = dataclasses.field(default_factory=dict)
     # alpha and beta for numbers of ranks not measured: per ring step, and bytes/s
     default_alpha: float = 2e-5
     default_beta: float = 2e9
@@ -107,19 +113,28 @@ class Profile:
         a, b = table[n] if n in table else table[min(table, key=lambda k: abs(k - n))]
         return a + nbytes / b
 
-    def sync_seconds(self, n: int, gap: float | None = None) -> float:
+    def sync_seconds(self, n: int, gap: float | None = None, nbytes: float = 0.0) -> float:
         """``sync`` for ``n`` ranks (the nearest measured count; 0 when none was); with
         ``gap``, after that many seconds of computation since the previous collective
-        (``sync_curve``, interpolated, constant beyond its ends).
+        (``sync_curve``, interpolated, constant beyond its ends); a collective of
+        ``nbytes`` of at least ``SYNC_LARGE_BYTES`` on ``sync_large``'s curve, where
+        measured (each meeting of the ranks it takes waits out their skew).
 
-        >>> p = Profile(sync={2: 1e-3}, sync_curve={2: [(1e-3, 2e-4), (4e-3, 1e-3)]})
+        >>> p = Profile(sync={2: 1e-3}, sync_curve={2: [(1e-3, 2e-4), (4e-3, 1e-3)]},
+        ...             sync_large={2: [(1e-3, 5e-4), (4e-3, 2e-3)]})
         >>> p.sync_seconds(2), round(p.sync_seconds(2, 2.5e-3), 6), p.sync_seconds(2, 1.0)
         (0.001, 0.0006, 0.001)
+        >>> p.sync_seconds(2, 4e-3, nbytes=1e6)
+        0.002
         """
         if n <= 1 or not self.sync:
             return 0.0
         near = n if n in self.sync else min(self.sync, key=lambda k: abs(k - n))
         curve = self.sync_curve.get(near)
+        if nbytes >= SYNC_LARGE_BYTES and self.sync_large.get(near):
+            curve = self.sync_large[near]
+            if gap is None:  # (as ``sync``: after a few layers' computation)
+                return float(curve[min(1, len(curve) - 1)][1])
         if gap is None or not curve:
             return float(self.sync[near])
         xs, ys = zip(*sorted(curve))
@@ -128,7 +143,8 @@ class Profile:
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         d["sync"] = {str(n): v for n, v in self.sync.items()}
-        d["sync_curve"] = {str(n): [list(p) for p in v] for n, v in self.sync_curve.items()}
+        for key in ("sync_curve", "sync_large"):
+            d[key] = {str(n): [list(p) for p in v] for n, v in getattr(self, key).items()}
         for key in ("comm", "boxing"):
             d[key] = {k: {str(n): list(v) for n, v in t.items()}
                       for k, t in getattr(self, key).items()}
@@ -138,8 +154,8 @@ class Profile:
     def from_json(cls, d: dict) -> Profile:
         d = dict(d)
         d["sync"] = {int(n): float(v) for n, v in d.get("sync", {}).items()}
-        d["sync_curve"] = {int(n): [tuple(p) for p in v]
-                           for n, v in d.get("sync_curve", {}).items()}
+        for key in ("sync_curve", "sync_large"):
+            d[key] = {int(n): [tuple(p) for p in v] for n, v in d.get(key, {}).items()}
         for key in ("comm", "boxing"):
             d[key] = {k: {int(n): tuple(v) for n, v in t.items()}
                       for k, t in d.get(key, {}).items()}
@@ -345,34 +361,46 @@ def _boxing_rank(comm, n: int, quick: bool, agree) -> dict:
 
 
 # the GEMMs (256 x 256) between two collectives at which ``sync`` is measured: a tensor-
-# parallel layer's gap, a few layers' and a data-parallel step's
-_SYNC_GEMMS = (1, 4, 16)
+# parallel layer's gap, a few layers', and a data-parallel step's forward and backward
+# (the skew keeps growing with the gap on a loaded host: beyond the longest measured the
+# curve is flat, which priced a collective after a whole backward at a third of its wait)
+_SYNC_GEMMS = (1, 4, 16, 64)
 
 
-def _sync_rank(comm, n: int, quick: bool, agree) -> list[tuple[float, float]]:
-    """On this rank, among ranks ``0..n-1``: what a small all-reduce adds to a loop of
+def _sync_rank(comm, n: int, quick: bool, agree) -> dict[str, list[tuple[float, float]]]:
+    """On this rank, among ranks ``0..n-1``: what an all-reduce adds to a loop of
     computations beyond the computations and its own back-to-back time, for computations
     of a few lengths between two collectives (``_SYNC_GEMMS``): (the computation's seconds,
-    the collective's added seconds) each. On an idle host nearly nothing; on one shared
-    with other work the ranks are preempted at different times, and each collective waits
-    for the slowest: that skew, not the collective's microseconds, is what a step pays per
-    collective, and it grows with the computation since the previous collective (the
-    longer the ranks run apart, the further they drift), up to a time slice."""
+    the collective's added seconds) each, for a small all-reduce (``"small"``, one meeting
+    of the ranks) and one of ``SYNC_LARGE_BYTES`` (``"large"``: the shared-memory path's
+    two barriers, as the steps' activations and gradient buckets take). On an idle host
+    nearly nothing; on one shared with other work the ranks are preempted at different
+    times, and each meeting waits for the slowest: that skew, not the collective's
+    microseconds, is what a step pays per collective, and it grows with the computation
+    since the previous collective (the longer the ranks run apart, the further they
+    drift), up to a time slice."""
     group = tuple(range(n))
     a = np.ones((256, 256), np.float32)
-    x = np.ones(64, np.float32)
+    xs = {"small": np.ones(64, np.float32),
+          "large": np.ones(SYNC_LARGE_BYTES // 4, np.float32)}
 
-    def work(k: int, then=None) -> None:
+    def work(k: int, x=None) -> None:
         for _ in range(k):
             a @ a
-        if then is not None:
-            then(x, group)
-    fns: list = [lambda: comm.all_reduce(x, group)]
-    for k in _SYNC_GEMMS:
-        fns += [lambda k=k: work(k), lambda k=k: work(k, comm.all_reduce)]
+        if x is not None:
+            comm.all_reduce(x, group)
+    fns: list = [lambda x=x: comm.all_reduce(x, group) for x in xs.values()]
+    for k in _SYNC_GEMMS[:3] if quick else _SYNC_GEMMS:  # (quick: not the longest gap)
+        fns += [lambda k=k: work(k)] + [lambda k=k, x=x: work(k, x) for x in xs.values()]
     # (rounds of several time slices: the skew is what a slice's preemption leaves)
-    bare, *ts = _interleaved(fns, 9, lambda: comm.barrier(group), agree, 0.1)
-    return [(alone, max(both - alone - bare, 0.0)) for alone, both in zip(ts[::2], ts[1::2])]
+    ts = _interleaved(fns, 5 if quick else 9, lambda: comm.barrier(group), agree, 0.1)
+    bare, rest = ts[:len(xs)], ts[len(xs):]
+    step = 1 + len(xs)
+    out = {}
+    for j, size in enumerate(xs):
+        out[size] = [(rest[i], max(rest[i + 1 + j] - rest[i] - bare[j], 0.0))
+                     for i in range(0, len(rest), step)]
+    return out
 
 
 def _comm_rank(comm, ranks: list[int], quick: bool) -> dict:
@@ -404,9 +432,11 @@ def _comm_rank(comm, ranks: list[int], quick: bool) -> dict:
 def _apply(prof: Profile, res: dict) -> None:
     """``_comm_rank``'s figures into ``prof``."""
     res = dict(res)
-    for n, curve in res.pop("sync_curve", {}).items():
+    for n, curves in res.pop("sync_curve", {}).items():
+        curve = curves["small"]
         prof.sync_curve[n] = [tuple(p) for p in curve]
-        prof.sync[n] = curve[len(curve) // 2][1]  # at a few layers' computation
+        prof.sync[n] = curve[min(1, len(curve) - 1)][1]  # after 4 GEMMs: a few layers'
+        prof.sync_large[n] = [tuple(p) for p in curves["large"]]
     for n, table in res.pop("boxing", {}).items():
         for tr, ab in table.items():
             prof.boxing.setdefault(tr, {})[n] = ab
@@ -470,6 +500,10 @@ def _describe(p: Profile, path: str) -> str:
                           for g, s in p.sync_curve.get(n, []))
         lines.append(f"{'sync':>15} n={n}: {v * 1e6:.1f} us per collective in a step"
                      + (f" ({curve})" if curve else ""))
+        large = ", ".join(f"{s * 1e6:.0f} us after {g * 1e3:.1f} ms"
+                          for g, s in p.sync_large.get(n, []))
+        if large:
+            lines.append(f"{'sync':>15} n={n}, {SYNC_LARGE_BYTES >> 10} KiB or more: {large}")
     for tr, table in p.boxing.items():
         for n, (a, b) in sorted(table.items()):
             lines.append(f"{'boxing ' + tr:>15} n={n}: alpha {a * 1e6:.1f} us, "

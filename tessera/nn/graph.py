@@ -171,16 +171,17 @@ class GraphConfig:
 
     def enable_auto_parallel(self, placement=None, *, memory_limit=None, solver: str = "ilp",
                              time_limit: float = 10.0, profile=None,
-                             guard_steps: int = 3) -> None:
+                             guard_steps: int = 32) -> None:
         """Let the first call choose how the step runs on ``placement``: each parameter's
         and input's SBP and whether optimizer state is sharded (ZeRO), by the cost model
         and search of ``tessera.parallel.auto_parallel`` within ``memory_limit`` per rank
         (bytes or ``"8GB"``), with ``solver`` ``"ilp"`` (HiGHS, within ``time_limit``
         seconds), ``"dp"`` or ``"greedy"``. Inputs are ordinary tensors, the same on
-        every rank. When the plan is not data parallelism, the first call also times
-        ``guard_steps`` steps of each (the trial steps' effects put back) and keeps the
-        faster (``guard_steps=0``: the prediction alone decides). ``parallel_plan()``
-        prints the plan; ``placement=None`` turns it off.
+        every rank. When the plan is not data parallelism, the first call also times it
+        against data parallelism, alternating one step of each for at most ``guard_steps``
+        rounds (the trial steps' effects put back), and keeps data parallelism only if the
+        plan is clearly slower (``guard_steps=0``: the prediction alone decides).
+        ``parallel_plan()`` prints the plan; ``placement=None`` turns it off.
 
         >>> import tessera
         >>> Graph().config.enable_auto_parallel(tessera.placement("cpu", [0]),

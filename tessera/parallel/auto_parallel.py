@@ -51,6 +51,7 @@ slower either.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import re
@@ -126,9 +127,14 @@ class Node:
 
 @dataclasses.dataclass
 class OpGraph:
-    """The recorded forward of a step: nodes in execution order."""
+    """The recorded forward of a step: nodes in execution order; and its backward, the ops
+    the grad rules ran (``Node``s whose inputs name forward outputs as ``(node, output)``
+    and backward ones as ``("b", op, output)``), with each gradient a parameter's hooks
+    saw: (parameter node, its producer, how many backward ops had run)."""
 
     nodes: list
+    backward: list = dataclasses.field(default_factory=list)
+    grads: list = dataclasses.field(default_factory=list)
 
     def edges(self) -> list[tuple[int, int, int, int]]:
         """(producer, output, consumer, argument) of every tensor an op reads."""
@@ -143,6 +149,7 @@ class _Recorder:
     def __init__(self, nodes: list, where: dict):
         self.nodes, self.where = nodes, where
         self.keep: list[Tensor] = []
+        self.backward: list[Node] = []
 
     def _run(self, fn, op, args, attrs, target=None):
         _dispatch.pop_mode()
@@ -150,9 +157,33 @@ class _Recorder:
             out = fn()
         finally:
             _dispatch.push_mode(self)
-        if STATE.enabled and op.sbp is not None:
-            self._note(op, args, attrs, out, target)
+        if op.sbp is not None:
+            if STATE.enabled:
+                self._note(op, args, attrs, out, target)
+            else:
+                self._note_backward(op, args, attrs, out)
         return out
+
+    def _note_backward(self, op, args, attrs, out):
+        metas, inputs = [], []
+        for a in args:
+            if isinstance(a, Tensor):
+                metas.append(Meta(tuple(a._shape), a._dtype))
+                # a tensor made outside any noted op (backward's seed) is the same on
+                # every rank: broadcast
+                inputs.append(self.where.get(id(a), "const" if a._shape != () else None))
+            else:
+                metas.append(a)
+                inputs.append(None)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        i = len(self.backward)
+        self.backward.append(Node(f"{op.name}.b{i}", "op", op, metas, dict(attrs),
+                                  [Meta(tuple(o._shape), o._dtype) for o in outs
+                                   if isinstance(o, Tensor)], inputs))
+        for k, o in enumerate(outs):
+            if isinstance(o, Tensor):
+                self.where[id(o)] = ("b", i, k)
+                self.keep.append(o)
 
     def _note(self, op, args, attrs, out, target):
         metas, inputs, rg = [], [], False
@@ -193,7 +224,8 @@ class _Recorder:
 
 
 def record(step, args, params: dict) -> OpGraph:
-    """The forward ops of ``step(*args)`` (``params``: name -> parameter). ``step`` runs
+    """The forward ops of ``step(*args)`` (``params``: name -> parameter), and the backward
+    ops (the step's own ``backward()``, or else one from what it returns). ``step`` runs
     once, eagerly; parameters' gradients are left as they were."""
     nodes: list[Node] = []
     where: dict = {}
@@ -207,14 +239,27 @@ def record(step, args, params: dict) -> OpGraph:
                           requires_grad=bool(p.requires_grad)))
     grads = {id(p): p._grad for p in params.values()}
     rec = _Recorder(nodes, where)
+    seen: list = []
+    hooks = [p.register_hook(functools.partial(_seen, seen, rec, v))
+             for v, p in enumerate(params.values(), len(nodes) - len(params))
+             if p.requires_grad]
     _dispatch.push_mode(rec)
     try:
-        step(*args)
+        out = step(*args)
+        if not rec.backward and isinstance(out, Tensor) and out.requires_grad:
+            out.backward()
     finally:
         _dispatch.pop_mode()
+        for h in hooks:
+            h.remove()
         for p in params.values():
             p._grad = grads[id(p)]
-    return OpGraph(nodes)
+    return OpGraph(nodes, rec.backward, seen)
+
+
+def _seen(seen: list, rec: _Recorder, v: int, grad: Tensor) -> None:
+    """A parameter hook while recording: parameter node ``v``'s gradient arrived."""
+    seen.append((v, rec.where.get(id(grad), "const"), len(rec.backward)))
 
 
 # ---- candidates and prices ---------------------------------------------------------------
@@ -233,7 +278,7 @@ class Costs:
     edges: list          # (u, ou, v, iv)
     edge_t: list         # per edge: np.ndarray (cands u x cands v)
     edge_m: list
-    comm_t: list         # per node: the communication part of node_t (gradient sync)
+    comm_t: list         # per node: the communication part of node_t (a local collective)
     prof: Any = None     # the profile priced with
     # ZeRO shards a parameter's state only from this many elements (graph.config's
     # ``shard_min_size``); smaller ones are all-reduced as in data parallelism
@@ -301,7 +346,7 @@ def _conv_seconds(src: Sbp, dst: Sbp, nbytes: float, n: int, prof: Profile, grad
         return 0.0
     k = (src.kind, dst.kind)
     # each collective also waits out the ranks' skew (the profile's sync)
-    sync = prof.sync_seconds(n) * ((_FWD.get(k, "local") != "local") +
+    sync = prof.sync_seconds(n, nbytes=nbytes) * ((_FWD.get(k, "local") != "local") +
                                    (grad and k in _BWD))
     fwd = prof.boxing_seconds(src.kind, dst.kind, n, nbytes)
     if fwd is not None:
@@ -352,7 +397,7 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
                 local = sum(prof.alpha_beta("all_reduce", n)[0] + prof.sync_seconds(n)
                             for s, n in zip(cand, hier) if s.local is not None and n > 1)
                 ts.append(_TRAIN * (_op_seconds(node, prof) / f + prof.op_overhead) + local)
-                cs.append(0.0)
+                cs.append(local)
                 ms.append(sum(meta_bytes(m) / _shard(s, hier)
                               for m, s in zip(node.outs, out_sbps)))
             elif node.kind == "param":
@@ -793,9 +838,24 @@ def realise(c: Costs, leaves: dict[int, int]) -> list[int]:
     return assign
 
 
-def _score(c: Costs, assign: list[int], limit: float) -> tuple[float, float]:
+def realised(c: Costs, assign: list[int]) -> tuple[float, float]:
+    """(seconds, bytes per rank) of a realised assignment (each op's signature the one
+    dispatch picks): the step walked as the compiled step runs it, forward and backward
+    (``auto_parallel_step``), where the recorded graph has its backward; else
+    ``evaluate``."""
     t, m = evaluate(c, assign)
-    return max(m - limit, 0.0), t  # fitting first, then time
+    if c.graph.backward:
+        from tessera.parallel.auto_parallel_step import price as step_price
+        t = step_price(c, assign)
+    return t, m
+
+
+def _score(c: Costs, assign: list[int], limit: float, walk: bool = False
+           ) -> tuple[float, float]:
+    """Fitting first, then time: ``evaluate``'s (the polish's descent, which tries many
+    leaves; ``realised`` costs ten times more) or, ``walk``, ``realised``'s."""
+    t, m = realised(c, assign) if walk else evaluate(c, assign)
+    return max(m - limit, 0.0), t
 
 
 def polish(c: Costs, leaves: dict[int, int], limit: float, sweeps: int = 3,
@@ -847,6 +907,8 @@ class Plan:
     baseline: Plan | None = None
     measured: dict = dataclasses.field(default_factory=dict)  # label -> measured step, s
     guard: str = ""              # what the measured guard did
+    # the guard's rounds: label -> the slowest rank's step in each round, s
+    guard_rounds: dict = dataclasses.field(default_factory=dict)
 
     def sbp_of(self, name: str) -> tuple:
         return tuple(_parse(s) for s in self.param_sbps[name])
@@ -978,10 +1040,10 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
             solved_by = used
             starts.insert(0, {v: a[v] for v, n in enumerate(g.nodes) if n.kind != "op"})
         polished = [polish(c, s, limit, deadline=deadline)[1] for s in starts]
-        real = min(polished, key=lambda x: _score(c, x, limit))
+        real = min(polished, key=lambda x: _score(c, x, limit, walk=True))
         cands["auto" + (" + ZeRO" if zero else "")] = (c, real, zero, a)
     solve_s = time.perf_counter() - t0
-    priced = {k: (*evaluate(c, a), ) for k, (c, a, _, _) in cands.items()}
+    priced = {k: realised(c, a) for k, (c, a, _, _) in cands.items()}
     alts = {k: (t, m, m <= limit) for k, (t, m) in priced.items()}
     fits = [k for k in cands if alts[k][2]]
     if not fits:
@@ -1039,7 +1101,7 @@ def price(g: OpGraph, placement, param_sbps: dict, input_sbps: list, zero: bool 
             raise ValueError(f"auto_parallel.price: {node.name} cannot take "
                              f"{[s.short() for s in want]}")
         leaves[v] = k_v
-    return evaluate(c, realise(c, leaves))
+    return realised(c, realise(c, leaves))
 
 
 def _describe(c: Costs, assign: list[int]) -> str:
@@ -1066,10 +1128,13 @@ class _State:
 
     def __init__(self, graph):
         from tessera.ops.random import default_generator
-        self.tensors = [t for m in graph._modules.values()
-                        for t in (*m.parameters(), *m.buffers()) if t is not None]
-        self.values = [np.array(_whole(t), copy=True) for t in self.tensors]
-        self.grads = [getattr(t, "_grad", None) for t in self.tensors]
+        self.params = [p for m in graph._modules.values() for p in m.parameters()]
+        self.values = [np.array(_whole(t), copy=True) for t in self.params]
+        self.grads = [getattr(t, "_grad", None) for t in self.params]
+        # buffers by owner: converting a module to global replaces its buffer objects
+        self.buffers = [(mod, k, b, np.array(_whole(b), copy=True))
+                        for m in graph._modules.values() for mod in m.modules()
+                        for k, b in mod._buffers.items() if b is not None]
         self.rng = default_generator.get_state()
         self.groups = [[{k: v for k, v in grp.items() if k != "params"}
                         for grp in o.param_groups] for o, _ in graph._optimizers]
@@ -1078,11 +1143,13 @@ class _State:
         self.graph = graph
 
     def restore(self) -> None:
+        """Everything as it was; the parameters keep their current SBPs (the buffers go
+        back to their objects, local as they were: the plan applied next converts them)."""
         from tessera.distributed._module import whole_to_global
         from tessera.distributed.global_tensor import is_global
         from tessera.ops.creation import tensor
         from tessera.ops.random import default_generator
-        for t, v, grad in zip(self.tensors, self.values, self.grads):
+        for t, v, grad in zip(self.params, self.values, self.grads):
             if is_global(t):
                 d = t._data
                 new = whole_to_global(tensor(v, dtype=t.dtype), d.placement, d.sbp)
@@ -1091,6 +1158,9 @@ class _State:
             else:
                 np.copyto(t._data, v)
             t._grad = grad
+        for mod, k, b, v in self.buffers:
+            np.copyto(b._data, v)
+            mod._buffers[k] = b
         default_generator.set_state(self.rng)
         for (o, sch), groups, sd in zip(self.graph._optimizers, self.groups, self.scheds):
             o.state.clear()
@@ -1124,29 +1194,94 @@ def _apply(graph, plan: Plan, params: dict, zero: tuple) -> None:
         module_to_global(mod, plan.placement, lambda t: by_id.get(id(t), b))
 
 
-def _timed(graph, args, plan: Plan, steps: int) -> float:
-    """The median seconds of ``steps`` calls of ``graph`` under ``plan`` after one that
-    compiles it, the slowest rank's (the same on every rank)."""
-    from tessera.distributed import comm as C
-    graph.__dict__["_auto_plan"] = plan
-    times = []
-    for _ in range(steps + 1):
-        t = time.perf_counter()
-        graph(*args)
-        times.append(time.perf_counter() - t)
-    mine = float(np.median(times[1:]))
-    comm = C.current()
-    if comm.world_size > 1:
-        return max(comm.all_gather_object(mine))
-    return mine
+# the measured guard: rounds of one step of each plan, at least this many before it decides
+_GUARD_MIN_ROUNDS = 8
+# it overturns the search when the plan's median ratio to data parallelism is at least
+# _GUARD_MIN_RATIO and _GUARD_Z robust standard errors above 1 (a clear measurement, not
+# noise); it stops early keeping the plan once the ratio is as clearly below _GUARD_WITHIN
+_GUARD_MIN_RATIO = 1.02
+_GUARD_WITHIN = 1.05
+_GUARD_Z = 2.5
+_GUARD_EVERY = 4
+
+
+def guard_decision(plan_s: list[float], base_s: list[float]) -> tuple[str | None, float, float]:
+    """The measured guard's verdict on rounds of paired steps (``plan_s[i]`` and
+    ``base_s[i]`` timed one after the other in round ``i``): ``"base"`` when the plan is
+    clearly slower than the baseline (data parallelism), ``"plan"`` when it is clearly
+    within 5% of it or faster, None while the rounds leave it open (after the last round
+    the plan is kept: only a clear measurement overturns the search); with the median
+    ratio and its z score.
+
+    Each round's ratio compares two steps run moments apart, so the host's load (which
+    drifts over seconds) falls on both; the 20%-trimmed mean of the log ratios, with its
+    standard error from the winsorized spread (Yuen's: a burst of load on one step moves
+    neither much), says whether the difference is more than the rounds' noise. It is
+    looked at every ``_GUARD_EVERY`` rounds (each look is a chance of a false alarm).
+
+    >>> guard_decision([1.2, 1.25, 1.18, 1.22] * 2, [1.0] * 8)[0]
+    'base'
+    >>> guard_decision([1.0, 1.3, 0.8, 1.1] * 2, [1.0, 1.0, 1.0, 1.2] * 2)[0] is None
+    True
+    """
+    logs = np.sort(np.log(np.asarray(plan_s) / np.asarray(base_s)))
+    n = len(logs)
+    g = int(0.2 * n)
+    mean = float(np.mean(logs[g:n - g]))
+    wins = np.clip(logs, logs[g], logs[n - 1 - g])
+    se = max(float(np.std(wins, ddof=1)) if n > 1 else 1.0, 1e-3) / \
+        ((1 - 2 * g / n) * math.sqrt(n))
+    ratio, z = math.exp(mean), mean / se
+    if n < _GUARD_MIN_ROUNDS or n % _GUARD_EVERY:
+        return None, ratio, z
+    # Student's t for the few rounds (Cornish-Fisher: its quantile from the normal's)
+    df = n - 2 * g - 1
+    t = _GUARD_Z + (_GUARD_Z ** 3 + _GUARD_Z) / (4 * df)
+    if z >= t and ratio >= _GUARD_MIN_RATIO:
+        return "base", ratio, z
+    if mean + t * se < math.log(_GUARD_WITHIN):
+        return "plan", ratio, z
+    return None, ratio, z
+
+
+def _step_seconds(graph, args) -> float:
+    """One call of ``graph``, in seconds on this rank (the tests inject timings here)."""
+    t = time.perf_counter()
+    graph(*args)
+    return time.perf_counter() - t
+
+
+class _Trial:
+    """One plan under trial: its compiled steps and optimizer state, swapped in and out so
+    that the guard can alternate plans step by step without compiling again."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.cache: dict = {}
+        self.state: list[dict] = []
+
+    def enter(self, graph, params: dict, zero: tuple) -> None:
+        _apply(graph, self.plan, params, zero)
+        graph.__dict__["_cache"] = self.cache
+        graph.__dict__["_auto_plan"] = self.plan
+        for (o, _), st in zip(graph._optimizers, self.state or [{}] * len(graph._optimizers)):
+            o.state.clear()
+            o.state.update(st)
+
+    def leave(self, graph) -> None:
+        self.state = [dict(o.state) for o, _ in graph._optimizers]
 
 
 def guard(graph, args, plan: Plan, params: dict, steps: int, zero: tuple) -> Plan:
-    """The measured guard: time ``steps`` training steps of data parallelism and of
-    ``plan`` (after one compiling call each), on the first call's arguments, and keep the
-    faster (data parallelism on a tie); everything the trial steps change is put back, so
-    training starts from the same state either way. Skipped when the optimizers already
-    hold state (it could not be put back as it was)."""
+    """The measured guard: alternate training steps of ``plan`` and of data parallelism
+    (``plan.baseline``) on the first call's arguments, in rounds of one step each (the
+    order flipped each round), after two compiling calls each; the median of the rounds'
+    ratios (the slowest rank's steps, the same on every rank) decides, at least
+    ``_GUARD_MIN_ROUNDS`` and at most ``steps`` rounds, and the search's plan is kept
+    unless it is clearly slower (``guard_decision``). Everything the trial steps change is
+    put back, so training starts from the same state either way. Skipped when the
+    optimizers already hold state (it could not be put back as it was)."""
+    from tessera.distributed import comm as C
     base = plan.baseline
     if base is None or steps <= 0:
         return plan
@@ -1154,37 +1289,59 @@ def guard(graph, args, plan: Plan, params: dict, steps: int, zero: tuple) -> Pla
         plan.guard = "skipped (the optimizer already holds state)"
         return plan
     state = _State(graph)
-    measured = {}
-    for p in (base, plan):  # the plan last: kept, it needs no conversion back
-        _apply(graph, p, params, zero)
-        graph.__dict__["_cache"] = {}  # compiled for the other plan's parameter SBPs
-        measured[id(p)] = _timed(graph, args, p, steps)
-        state.restore()
-    t_base, t_plan = measured[id(base)], measured[id(plan)]
-    keep = plan if t_plan < t_base else base
-    if keep is base:
-        _apply(graph, base, params, zero)
-        state.restore()
+    comm = C.current()
+    trials = {"auto": _Trial(plan), "data parallel": _Trial(base)}
+    for tr in trials.values():
+        tr.enter(graph, params, zero)
+        for _ in range(2):  # compiles the step that makes the state, then the next
+            graph(*args)
+        tr.leave(graph)
+    times: dict[str, list[float]] = {k: [] for k in trials}
+    verdict, ratio, z = None, 1.0, 0.0
+    for r in range(max(steps, 1)):
+        mine = {}
+        for k in (("auto", "data parallel") if r % 2 == 0 else ("data parallel", "auto")):
+            trials[k].enter(graph, params, zero)
+            comm.barrier()
+            mine[k] = _step_seconds(graph, args)
+            trials[k].leave(graph)
+        every = comm.all_gather_object(mine) if comm.world_size > 1 else [mine]
+        for k in times:
+            times[k].append(max(e[k] for e in every))
+        verdict, ratio, z = guard_decision(times["auto"], times["data parallel"])
+        if verdict is not None:
+            break
+    keep = base if verdict == "base" else plan
+    state.restore()
+    _apply(graph, keep, params, zero)
     # the compiled steps hold the trial's optimizer state: the kept plan compiles afresh
     graph.__dict__["_cache"] = {}
+    graph.__dict__["_auto_plan"] = None
+    t_plan, t_base = (float(np.median(times[k])) for k in ("auto", "data parallel"))
     keep.measured = {"auto": t_plan, "data parallel": t_base}
+    keep.guard_rounds = {k: list(v) for k, v in times.items()}
+
     def name(p: Plan) -> str:
         return p.strategy + (" + ZeRO" if p.zero else "")
-    keep.guard = (f"{steps} steps each: {name(plan)} {t_plan * 1e3:.1f} ms, "
-                  f"{name(base)} {t_base * 1e3:.1f} ms; kept {name(keep)}")
+    why = "clearly slower" if verdict == "base" else \
+        "not clearly slower" if verdict is None else "not slower"
+    keep.guard = (f"{len(times['auto'])} alternating rounds: {name(plan)} "
+                  f"{t_plan * 1e3:.1f} ms, {name(base)} {t_base * 1e3:.1f} ms, median "
+                  f"ratio {ratio:.3f} (z {z:+.1f}); {name(plan)} {why}: kept {name(keep)}")
     keep.alternatives = plan.alternatives
     return keep
 
 
 def plan_graph(graph, args, placement, memory_limit=None, solver: str = "ilp",
                time_limit: float = 10.0, profile: Profile | None = None,
-               guard_steps: int = 3) -> Plan:
+               guard_steps: int = 32) -> Plan:
     """``nn.Graph.config.enable_auto_parallel`` on the first call: record ``build``'s
     forward eagerly (gradients, buffers and the random state put back), search, and apply
     the plan: the modules' parameters made global with their SBPs (``Module.to_global``),
     ZeRO stage 2 switched on when the plan shards optimizer state. When the plan is not
-    data parallelism, ``guard`` measures both and keeps the faster (``guard_steps=0``:
-    the prediction alone decides)."""
+    data parallelism, ``guard`` times both in alternating rounds (at most ``guard_steps``)
+    and keeps data parallelism only if the plan is clearly slower (``guard_steps=0``: the
+    prediction alone decides)."""
     from tessera.ops.random import default_generator
     names = graph._names()
     params = {names.get(id(p), f"param{k}"): p for k, p in enumerate(graph._trainable())}

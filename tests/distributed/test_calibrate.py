@@ -23,6 +23,9 @@ def test_measure_on_the_simulated_world():
     assert sorted(p.boxing) == sorted(K.TRANSITIONS)
     assert all(sorted(t) == [3] and t[3][1] > 0 for t in p.boxing.values())
     assert sorted(p.sync) == [3] and p.sync[3] >= 0
+    # and a large collective's, by the same gaps
+    assert [g for g, _ in p.sync_large[3]] == [g for g, _ in p.sync_curve[3]]
+    assert all(s >= 0 for _, s in p.sync_large[3])
     assert p.boxing_seconds("S", "B", 3, 1 << 20) > p.boxing_seconds("S", "B", 3, 1 << 10)
     assert p.boxing_seconds("S", "B", 1, 1 << 20) == 0.0
     # a collective costs more with more bytes, nothing on one rank
@@ -33,7 +36,8 @@ def test_measure_on_the_simulated_world():
 def test_save_is_atomic_and_load_reuses_it(tmp_path, monkeypatch):
     p = K.Profile(gemm={"small": 1e9, "medium": 2e9, "large": 3e9}, bandwidth=4e9,
                   comm={"all_reduce": {2: (1e-5, 1e9), 4: (3e-5, 8e8)}}, source="test",
-                  boxing={"P->B": {2: (2e-5, 1e9)}}, sync={2: 1e-3})
+                  boxing={"P->B": {2: (2e-5, 1e9)}}, sync={2: 1e-3},
+                  sync_large={2: [(1e-3, 1e-3), (4e-3, 3e-3)]})
     path = str(tmp_path / "sub" / "profile.json")
     assert K.save(p, path) == path
     assert os.listdir(tmp_path / "sub") == ["profile.json"]  # no temporary file left
@@ -50,6 +54,10 @@ def test_save_is_atomic_and_load_reuses_it(tmp_path, monkeypatch):
     assert K.load().boxing_seconds("P", "B", 4, 1e9) == pytest.approx(2e-5 + 1)
     assert K.load().boxing_seconds("S", "B", 2, 1e9) is None
     assert K.load().sync_seconds(8) == 1e-3 and K.DEFAULT.sync_seconds(2) == 0.0
+    # a large collective's on its own curve (its second point without a gap)
+    assert K.load().sync_seconds(2, 4e-3, nbytes=1 << 20) == 3e-3
+    assert K.load().sync_seconds(2, nbytes=1 << 20) == 3e-3
+    assert K.load().sync_seconds(2, 4e-3, nbytes=1 << 10) == 1e-3
 
 
 def test_default_profile_when_none_was_measured(tmp_path):

@@ -286,3 +286,107 @@ def test_guard_steps_is_checked():
     g = TrainGraph(nn.Linear(2, 2), tessera.optim.SGD(nn.Linear(2, 2).parameters(), lr=1))
     with pytest.raises(ValueError, match="guard_steps must be a non-negative int"):
         g.config.enable_auto_parallel(_mesh(2), guard_steps=-1)
+
+
+# ---- the measured guard's decision ----------------------------------------------------------
+
+def _noisy(ratio, n, noise, seed):
+    """``n`` rounds of (plan, base) steps: base around 10 ms drifting with the host's load
+    (the same drift on both steps of a round), the plan ``ratio`` times it, each step with
+    its own multiplicative noise."""
+    r = np.random.default_rng(seed)
+    load = np.exp(r.normal(0, 0.3, n))  # the load moves between rounds, not within one
+    base = 0.01 * load * np.exp(r.normal(0, noise, n))
+    plan = ratio * 0.01 * load * np.exp(r.normal(0, noise, n))
+    return list(plan), list(base)
+
+
+def _verdict(ratio, noise, seed, rounds=32):
+    plan, base = _noisy(ratio, rounds, noise, seed)
+    for k in range(1, rounds + 1):
+        v, _, _ = AP.guard_decision(plan[:k], base[:k])
+        if v is not None:
+            return v, k
+    return None, rounds
+
+
+def test_guard_resolves_a_ten_percent_difference_on_a_noisy_host():
+    # steps with 10% noise each and a load drifting 30% between rounds (seeded draws):
+    # alternating rounds see through the drift; a plan 10% slower is overturned in most
+    # draws within the default 32 rounds, one 10% faster never
+    slower = [_verdict(1.10, 0.1, seed)[0] for seed in range(100)]
+    assert slower.count("base") >= 70
+    faster = [_verdict(0.90, 0.1, seed) for seed in range(100)]
+    assert all(v == "plan" for v, _ in faster)
+    assert np.mean([k for _, k in faster]) < 16  # (decided early)
+
+
+def test_guard_overturns_only_on_a_clear_measurement():
+    # equal plans, from quiet to very noisy: the search's plan stays in nearly every draw
+    for noise in (0.05, 0.1, 0.3):
+        wrong = sum(_verdict(1.0, noise, seed)[0] == "base" for seed in range(200))
+        assert wrong <= 10, noise
+    # a plan slower by less than the margin is kept however clear the measurement
+    assert AP.guard_decision([1.01] * 32, [1.0] * 32)[0] == "plan"
+    # and it takes the minimum number of rounds before deciding anything
+    assert AP.guard_decision([2.0] * 4, [1.0] * 4)[0] is None
+
+
+def test_guard_stops_early_when_the_plan_is_clearly_faster():
+    v, k = _verdict(0.6, 0.05, 0)
+    assert v == "plan" and k == AP._GUARD_MIN_ROUNDS
+
+
+def _guard_train(timings: dict, steps: int = 4):
+    """``train(True)`` on two ranks with the guard's trial steps timed by ``timings``
+    (strategy -> list of seconds per round, per rank) rather than a clock."""
+    tessera.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 3)).double()
+    opt = tessera.optim.AdamW(model.parameters(), lr=0.05)
+    g = TrainGraph(model, opt)
+    g.config.enable_auto_parallel(_mesh(2), profile=DEFAULT)
+    x, y = tessera.tensor(X), tessera.tensor(Y)
+    losses = [float(g(x, y).detach().numpy()) for _ in range(steps)]
+    params = [q.detach().numpy().copy() for q in model.parameters()]
+    return losses, params, g.parallel_plan()
+
+
+@pytest.mark.parametrize("slower", ["auto", "dp", "neither"])
+def test_guard_alternates_the_plans_and_decides_on_injected_timings(monkeypatch, slower):
+    limit = 0.9 * _data_parallel_memory()
+    real = AP.search
+
+    def search(step, args, params, placement, memory_limit, *rest, **kw):
+        dp = real(step, args, params, placement, None, *rest, **kw)
+        plan = real(step, args, params, placement, limit, *rest, **kw)
+        plan.baseline, dp.baseline = dp, None  # (which plan a step runs: its baseline)
+        return plan
+    seen: list = []
+
+    def step_seconds(graph, args):
+        graph(*args)
+        kind = "auto" if graph._auto_plan.baseline is not None else "dp"
+        rank = tessera.distributed.get_rank()
+        seen.append((rank, kind))
+        k = sum(1 for r, s in seen if r == rank and s == kind)
+        base = 0.01 * (1 + 0.05 * (k % 3)) * (1.5 if rank == 1 else 1)
+        return base * (1.25 if kind == slower else 1.0)
+    monkeypatch.setattr(AP, "search", search)
+    monkeypatch.setattr(AP, "_step_seconds", step_seconds)
+    want_losses, want_params, _ = train(False)
+    results = run(2, _guard_train, {})
+    for losses, params, _ in results:
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
+    plans = [r[2] for r in results]
+    assert len({(p.strategy, p.zero) for p in plans}) == 1  # the ranks agree
+    kept_base = "clearly slower" in plans[0].guard
+    assert kept_base == (slower == "auto"), plans[0].guard
+    assert plans[0].zero != kept_base  # (the plan under the limit shards the state)
+    # one step of each plan per round, in turn
+    order = [s for r, s in seen if r == 0]
+    rounds = len(plans[0].guard_rounds["auto"])
+    assert sorted(order[:2]) == ["auto", "dp"] and len(order) == 2 * rounds
+    assert order[0] != order[2] or order[1] != order[3]  # the order flips each round
+    assert rounds >= AP._GUARD_MIN_ROUNDS

@@ -1,0 +1,99 @@
+"""The step walk of auto-parallel's cost model (``tessera.parallel.auto_parallel_step``):
+the collectives it counts for a plan are the ones the compiled ``nn.Graph`` step runs,
+on every hand-written plan of the bench's workloads (at a few percent of their sizes)."""
+import collections
+
+import pytest
+
+import tessera
+from bench import autoparallel as BA
+from tessera.distributed.calibrate import DEFAULT
+from tessera.parallel import auto_parallel as AP, auto_parallel_step as W
+from tests.distributed._helpers import run
+
+pytest.importorskip("scipy")
+
+# the collective each communicating conversion runs (boxing.box_1d), and the graph ops
+_COLLECTIVE = {("P", "B"): "all_reduce", ("P", "S"): "reduce_scatter",
+               ("S", "B"): "all_gather", ("S", "S"): "all_to_all"}
+_NODES = {"all_reduce_bucket": "all_reduce", "reduce_scatter_bucket": "reduce_scatter",
+          "all_gather_bucket": "all_gather", "sbp_local": "local"}
+
+
+def _kind(src: str, dst: str) -> str | None:
+    return _COLLECTIVE.get((src[0], dst[0]))
+
+
+def _compiled(name: str, spec, n: int) -> list[str]:
+    """The collectives of the compiled training step of ``name`` under ``spec``, in order
+    (rank 0's program; every rank runs the same ones)."""
+    model, loss_fn, x, y = BA._build(name, small=True)
+    p = tessera.placement("cpu", list(range(n)))
+    opt = tessera.optim.AdamW(model.parameters(), lr=1e-4)
+
+    class Step(tessera.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(opt)
+
+        def build(self, x, y):
+            loss = loss_fn(self.model, x, y)
+            loss.backward()
+            return loss
+    g = Step()
+    params, inputs, zero = spec
+    by_id = {id(t): (AP._parse(params[k]),) for k, t in model.named_parameters()}
+    model.to_global(p, lambda t: by_id.get(id(t), (tessera.sbp.broadcast,)))
+    x, y = (a.to_global(p, tessera.sbp.broadcast).to_global(sbp=(AP._parse(inputs),))
+            for a in (x, y))
+    if zero:
+        g.config.enable_zero(True, stage=2, shard_min_size=BA._ZERO_MIN)
+    g(x, y)
+    out = []
+    for node in g.ir.nodes:
+        if node.op.name == "boxing":
+            kind = _kind(node.attrs["src"], node.attrs["dst"])
+            if kind is not None:
+                out.append(kind)
+        elif node.op.name in _NODES:
+            out.append(_NODES[node.op.name])
+    return out
+
+
+def _walked(name: str, spec, n: int) -> list[str]:
+    """The collectives the cost model's walk of the same plan counts, in order."""
+    model, loss_fn, x, y = BA._build(name, small=True)
+    g = AP.record(lambda a, b: loss_fn(model, a, b), (x, y), dict(model.named_parameters()))
+    params, inputs, zero = spec
+    c = AP.build_costs(g, (n,), DEFAULT, zero, "AdamW", BA._ZERO_MIN)
+    leaves = {}
+    for v, node in enumerate(g.nodes):
+        if node.kind in ("param", "input"):
+            want = (AP._parse(params[node.name] if node.kind == "param" else inputs),)
+            leaves[v] = next(k for k, cand in enumerate(c.cands[v])
+                             if tuple(s.outs[0] for s in cand) == want)
+    out = []
+    for e in W.walk(c, AP.realise(c, leaves)):
+        if e.what == "conversion":
+            out.append(_kind(e.src.short(), e.dst.short()))
+        elif e.what == "local":
+            out.append("local")
+        elif e.what != "compute":
+            out.append(e.what.split()[0])
+    return out
+
+
+def _plans():
+    for name in BA.WORKLOADS:
+        names = [k for k, _ in BA._build(name, small=True)[0].named_parameters()]
+        for plan, spec in BA.plans(name, names).items():
+            yield pytest.param(name, spec, id=f"{name}-{plan}")
+
+
+@pytest.mark.parametrize("name,spec", list(_plans()))
+def test_collectives_counted_are_the_compiled_steps(name, spec):
+    compiled = run(2, _compiled, name, spec, 2)[0]
+    walked = _walked(name, spec, 2)
+    assert len(walked) == len(compiled), (walked, compiled)
+    assert collections.Counter(walked) == collections.Counter(compiled), (walked, compiled)
