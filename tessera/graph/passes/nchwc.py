@@ -363,10 +363,14 @@ def run(g: Graph, ctx) -> bool:
     m = mode()
     if m == "0" or ctx is None or ctx.training or ctx.backend != "tessera":
         return False
-    blk = block()
     known = known_variables(g, ctx)
-    if blk is None or not known or _backward(g):
+    if not known or _backward(g):
         return False
-    if m == "auto" and _blockable_convs(g, known) < MIN_CONVS:
+    # counted before ``block()``: that builds the kernels, which a graph without
+    # convolutions must not wait for
+    if _blockable_convs(g, known) < (MIN_CONVS if m == "auto" else 1):
+        return False
+    blk = block()
+    if blk is None:
         return False
     return _Rewrite(g, ctx, known, blk, m == "auto").run()
