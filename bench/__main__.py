@@ -4,9 +4,9 @@ Sections: overhead, kernels, gemm, training, small_models, cputime, compile, dem
 einsum, distributed, remat, binary, int8, autoparallel, backends, deploy (all by default, in
 that order; ``python -m bench.onnx_simplify`` counts ONNX nodes separately).
 Prints one table per section and writes the tables, under a header naming the CPU, NumPy's
-BLAS and the versions compared, to ``bench/RESULTS.md`` (only the sections run); every
-figure goes to ``bench/results/<time>.json``, with a bar chart of the ratios to PyTorch
-eager beside it.
+BLAS and the versions compared, to ``bench/RESULTS.md`` (the sections run; the file's other
+sections are kept, marked as an earlier run's); every figure goes to
+``bench/results/<time>.json``, with a bar chart of the ratios to PyTorch eager beside it.
 
 Run through ``make bench``, which unsets OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for this
 command only (a core type forced for another CPU can halve NumPy's SGEMM).
@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
         tables.append((name, title, text))
         print("\n" + (title + "\n" if title else "") + text, flush=True)
     if tables:
-        write_results(RESULTS_MD, tables, header)
+        write_results(RESULTS_MD, tables, header, tuple(SECTIONS))
         print(f"\ntables written to {os.path.relpath(RESULTS_MD)}")
     os.makedirs("bench/results", exist_ok=True)
     path = f"bench/results/{time.strftime('%Y%m%d-%H%M%S')}"

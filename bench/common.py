@@ -153,10 +153,12 @@ def describe() -> list[str]:
 
 
 def write_results(path: str, sections: list[tuple[str, str | None, str]],
-                  header: list[str]) -> None:
+                  header: list[str], order: tuple[str, ...] = ()) -> None:
     """Write a run's tables as Markdown to ``path``, atomically (a temporary file beside it,
     then ``os.replace``): ``header`` lines as a list, then per section its name, its title
-    and its table as printed.
+    and its table as printed. A section of the file that this run did not run is kept,
+    marked with the header of the run that wrote it (a partial ``make bench SECTIONS=...``
+    then updates its sections only); ``order`` is the order of sections in the file.
 
     >>> import os, tempfile
     >>> d = tempfile.mkdtemp()
@@ -176,20 +178,80 @@ def write_results(path: str, sections: list[tuple[str, str | None, str]],
     a  b
     ```
     <BLANKLINE>
+    >>> write_results(os.path.join(d, "R.md"), [("other", None, "c")], ["CPU: y"],
+    ...               ("demo", "other"))
+    >>> print(open(os.path.join(d, "R.md")).read())  # doctest: +NORMALIZE_WHITESPACE
+    # Benchmark results
+    <BLANKLINE>
+    Written by `make bench` (`python -m bench other`).
+    <BLANKLINE>
+    - CPU: y
+    <BLANKLINE>
+    ## demo
+    <BLANKLINE>
+    Kept from an earlier run (CPU: x).
+    <BLANKLINE>
+    A title
+    <BLANKLINE>
+    ```text
+    a  b
+    ```
+    <BLANKLINE>
+    ## other
+    <BLANKLINE>
+    ```text
+    c
+    ```
+    <BLANKLINE>
     """
     names = " ".join(name for name, _, _ in sections)
+    blocks = {}
+    for name, title, text in sections:
+        lines = [f"## {name}", ""]
+        if title:
+            lines += [title, ""]
+        blocks[name] = lines + ["```text", text.rstrip("\n"), "```", ""]
+    for name, lines in _earlier_sections(path).items():
+        blocks.setdefault(name, lines)
+    rank = {name: i for i, name in enumerate(order)}
     lines = ["# Benchmark results", "",
              f"Written by `make bench` (`python -m bench {names}`).", ""]
     lines += [f"- {h}" for h in header] + [""]
-    for name, title, text in sections:
-        lines += [f"## {name}", ""]
-        if title:
-            lines += [title, ""]
-        lines += ["```text", text.rstrip("\n"), "```", ""]
+    for name in sorted(blocks, key=lambda k: rank.get(k, len(rank))):
+        lines += blocks[name]
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write("\n".join(lines))
     os.replace(tmp, path)
+
+
+def _earlier_sections(path: str) -> dict[str, list[str]]:
+    """The sections of an existing results file, each marked with the CPU of the run that
+    wrote it (a section kept before keeps its mark)."""
+    try:
+        with open(path) as f:
+            old = f.read().split("\n")
+    except OSError:
+        return {}
+    cpu = next((ln[2:] for ln in old if ln.startswith("- CPU:")), "")
+    mark = f"Kept from an earlier run{f' ({cpu})' if cpu else ''}."
+    out: dict[str, list[str]] = {}
+    name = None
+    for ln in old:
+        if ln.startswith("## "):
+            name = ln[3:].strip()
+            out[name] = [ln, ""]
+            continue
+        if name is None or (not out[name][-1] and not ln and len(out[name]) == 2):
+            continue
+        out[name].append(ln)
+    for lines in out.values():
+        if not any(ln.startswith("Kept from an earlier run") for ln in lines):
+            lines[2:2] = [mark, ""]
+        while len(lines) > 2 and lines[-1] == "":
+            lines.pop()
+        lines.append("")
+    return out
 
 
 def rounds(default: int = 1) -> int:
