@@ -622,6 +622,25 @@ def _c_float(v: float) -> str:
     return ("-INFINITY" if v < 0 else "INFINITY") if math.isinf(v) else f"{float(v)!r}f"
 
 
+def _nchwc_plan(n: Node) -> tuple[frozenset, int]:
+    """The register tiles a conv2d_nchwc node can run and its plan's passes over the input
+    blocks, on the x86 path of its block (kernels/nchwc.py: conv_tiles)."""
+    x, out, a = n.inputs[0], n.outputs[0], n.attrs
+    o, cg, kh, kw = a["weight_shape"]
+    N, _, H, W = (x.shape if a["plain_input"] else x.shape[:4])
+    return K.conv_tiles((N, cg * a["groups"], H, W), (N, o, out.shape[2], out.shape[3]),
+                        (o, cg, kh, kw), a["stride"], (a["pads"][0][0], a["pads"][1][0]),
+                        a["dilation"], a["groups"], a["block"], a["plain_input"])
+
+
+def _nchwc_over_residual(n: Node) -> bool:
+    """Whether a conv2d_nchwc's output may take over its residual's buffer: each tile reads
+    its residual values before it stores there, in a plan of one pass over the input blocks
+    (the kernel makes one where they alias; offered where it is one anyway)."""
+    return n.op.name == "conv2d_nchwc" and isinstance(n.inputs[3], Value) and \
+        _nchwc_selects() and _nchwc_plan(n)[1] == 1
+
+
 def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
     x, wp, b, r = n.inputs
     out, a = n.outputs[0], n.attrs
@@ -648,10 +667,7 @@ def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
                   hi=_c_float(hi))
     # the build compiles the tiles its layers can run (nchwc.c has ~350, 0.9 MB of code)
     if _nchwc_selects():
-        prog.nchwc_tiles |= K.conv_tiles((N, cg * a["groups"], H, W),
-                                         (N, o, out.shape[2], out.shape[3]), (o, cg, kh, kw),
-                                         (sh, sw), (ph, pw), (dh, dw), a["groups"], a["block"],
-                                         a["plain_input"])
+        prog.nchwc_tiles |= _nchwc_plan(n)[0]
     sets = " ".join(f"p.{k} = {v};" for k, v in fields.items())
     what = n.name or "conv2d_nchwc"
     prog.steps.append(
@@ -831,7 +847,8 @@ def emit(name: str, g: Graph, values: dict) -> Program:
         views.add(i)
     out_nodes = {i for i in range(len(g.nodes)) if kinds[i] not in ("view", "strided")}
     not_inplace = frozenset(i for i in out_nodes if not _in_place_ok(g.nodes[i], kinds[i]))
-    plan = plan_memory(g, out_nodes, not_inplace, frozenset(views))
+    plan = plan_memory(g, out_nodes, not_inplace, frozenset(views),
+                       {i: frozenset({3}) for i in out_nodes if _nchwc_over_residual(g.nodes[i])})
     prog.arena_bytes = plan.arena_bytes
     returned = {id(v): k for k, v in enumerate(g.outputs)}
     for i, n in enumerate(g.nodes):

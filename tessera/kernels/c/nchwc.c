@@ -599,6 +599,10 @@ static int64_t plan(tsr_nchwc_conv_t* p, int threads) {
         int64_t passes = ceil_div(per * cbs, WEIGHTS_L2);
         *chunk = ceil_div(cbs, passes);
     }
+    /* a residual in y's own buffer: a tile reads each residual value into its accumulator
+       before it stores there, but a pass over some of the input blocks stores partial sums
+       over it, so then one pass over them all */
+    if (p->r && p->r == p->y) *chunk = cbs;
     if (*rows <= 0) {
         /* enough items for the threads to share evenly (work comes from one counter) */
         int64_t groups = p->n * ceil_div(g.OB, *nb), want = threads > 1 ? 8 * threads : 1;
@@ -642,6 +646,7 @@ int tsr_nchwc_conv_tiles(const tsr_nchwc_conv_t* p, unsigned char* used) {
     memset(q.reserved, 0, sizeof q.reserved);
     if (plan(&q, 1) < 0) return -1;
     geo_t g = geometry(&q);
+    int64_t cbs = g.plain ? q.c : g.CB, passes = ceil_div(cbs, q.reserved[2]);
     dry_t dry = {used, 0};
     /* every split of the rows a thread count can give (any rows per item, a superset) */
     int64_t extent = g.flat ? g.OW : g.OH, prev = 0;
@@ -651,7 +656,7 @@ int tsr_nchwc_conv_tiles(const tsr_nchwc_conv_t* p, unsigned char* used) {
         prev = q.reserved[3];
         walk_items(&q, &dry);
     }
-    return 0;
+    return (int)passes;
 }
 
 void tsr_nchwc_conv_range(const tsr_nchwc_conv_t* p, int64_t lo, int64_t hi) {

@@ -32,7 +32,7 @@ typedef struct tsr_nchwc_conv {
     const float* x;                /* (n, ceil(c/B), h, w, B), or (n, c, h, w) with PLAIN   */
     const float* wp;               /* weights packed by tsr_nchwc_pack_weights              */
     const float* bias;             /* ceil(o/B)*B values, zero padded, or NULL              */
-    const float* r;                /* residual laid out like y, or NULL                     */
+    const float* r;                /* residual laid out like y (or y itself), or NULL       */
     float* y;                      /* (n, ceil(o/B), oh, ow, B)                             */
     int32_t act, flags;            /* TSR_ACT_NONE/RELU/CLAMP; TSR_GEMM_RESIDUAL_FIRST |    */
     float lo, hi;                  /*   TSR_NCHWC_PLAIN_INPUT; CLAMP bounds                 */
@@ -63,8 +63,10 @@ void tsr_nchwc_conv_range(const tsr_nchwc_conv_t* p, int64_t lo, int64_t hi);
    ((((kind * 2 + wide) * 2 + plain) * 3 + sub) * 5 + nb) * 17 + np with kind 0 a row tile,
    1 a column, 2 depthwise, 3 depthwise 3-wide; wide 1 on AVX-512; plain the plain-input
    flag; sub the stride (1, 2; 0 for a column); nb output blocks (1 for depthwise); np
-   pixels. 0, or -1 when the geometry is not supported. A build defining TSR_NCHWC_TILES
-   compiles only the tiles its header lists (an exported model: those of its layers). */
+   pixels. Returns the plan's passes over the input blocks (>= 1; more than one: y cannot
+   take over the residual's buffer without a slower plan), or -1 when the geometry is not
+   supported. A build defining TSR_NCHWC_TILES compiles only the tiles its header lists (an
+   exported model: those of its layers). */
 enum { TSR_NCHWC_TILE_IDS = 4 * 2 * 2 * 3 * 5 * 17 };
 int tsr_nchwc_conv_tiles(const tsr_nchwc_conv_t* p, unsigned char* used);
 
