@@ -27,6 +27,7 @@ from tessera.codegen.passes.outline import _body
 from tessera.codegen.rowwise import writes_before_reading
 from tessera.graph.ir import Graph, Node, Value
 from tessera.graph.memory import ALIGN, plan_memory
+from tessera.kernels import nchwc as K
 from tessera.kernels.c_expr import CType
 from tessera.kernels.threadpool import SPLIT_MIN
 from tessera.ops.registry import REGISTRY
@@ -72,6 +73,8 @@ class Program:
     strided: dict = field(default_factory=dict)     # id(value) -> element strides (a move
                                                     # its reader takes in place)
     arena_bytes: int = 0
+    nchwc_tiles: set = field(default_factory=set)   # the blocked convolutions' register tiles
+    nchwc_blocks: set = field(default_factory=set)  # and the blocks (8, 16) of the layout
     loc: dict = field(default_factory=dict)         # id(value) -> Loc
     source: str = ""
 
@@ -591,12 +594,21 @@ def _cat(prog: Program, i: int, n: Node) -> None:
 
 # ---- the blocked layout (kernels/c/nchwc.c): convolution, pooling, layout changes --------
 
-def _nchwc_unit(prog: Program, kind: str = "") -> None:
+def _nchwc_selects() -> bool:
+    """Whether the folder's nchwc.c compiles only the register tiles its layers can run
+    (``nchwc_tiles.h``, from the kernels' own plans: the binding must load here), not all."""
+    return K.usable()
+
+
+def _nchwc_unit(prog: Program, block: int, kind: str = "") -> None:
     """nchwc.c compiled as a unit of the folder and its header (once per program), and the
     work item running a planned ``kind`` ("conv" or "pool") on the kernel threads."""
+    prog.nchwc_blocks.add(block)
     if "tsr_nchwc.c" not in prog.units:
-        prog.units["tsr_nchwc.c"] = "/* the blocked-layout kernels (nchwc.c) */\n" \
-                                    "#include \"nchwc.c\"\n"
+        select = "#define TSR_NCHWC_TILES \"nchwc_tiles.h\"\n" if _nchwc_selects() else ""
+        prog.units["tsr_nchwc.c"] = ("/* the blocked-layout kernels (nchwc.c), with the "
+                                     "register tiles of this model's layers only */\n"
+                                     f"{select}#include \"nchwc.c\"\n")
         prog.kernels.append("#include \"nchwc.h\"")
     item = f"static int64_t nchwc_{kind}_item("
     if kind and not any(k.startswith(item) for k in prog.kernels):
@@ -610,12 +622,31 @@ def _c_float(v: float) -> str:
     return ("-INFINITY" if v < 0 else "INFINITY") if math.isinf(v) else f"{float(v)!r}f"
 
 
+def _nchwc_plan(n: Node) -> tuple[frozenset, int]:
+    """The register tiles a conv2d_nchwc node can run and its plan's passes over the input
+    blocks, on the x86 path of its block (kernels/nchwc.py: conv_tiles)."""
+    x, out, a = n.inputs[0], n.outputs[0], n.attrs
+    o, cg, kh, kw = a["weight_shape"]
+    N, _, H, W = (x.shape if a["plain_input"] else x.shape[:4])
+    return K.conv_tiles((N, cg * a["groups"], H, W), (N, o, out.shape[2], out.shape[3]),
+                        (o, cg, kh, kw), a["stride"], (a["pads"][0][0], a["pads"][1][0]),
+                        a["dilation"], a["groups"], a["block"], a["plain_input"])
+
+
+def _nchwc_over_residual(n: Node) -> bool:
+    """Whether a conv2d_nchwc's output may take over its residual's buffer: each tile reads
+    its residual values before it stores there, in a plan of one pass over the input blocks
+    (the kernel makes one where they alias; offered where it is one anyway)."""
+    return n.op.name == "conv2d_nchwc" and isinstance(n.inputs[3], Value) and \
+        _nchwc_selects() and _nchwc_plan(n)[1] == 1
+
+
 def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
     x, wp, b, r = n.inputs
     out, a = n.outputs[0], n.attrs
     if not isinstance(wp, Value) or wp.kind != "var":
         raise _unsupported(n, "packed weights that are not a constant")
-    _nchwc_unit(prog, "conv")
+    _nchwc_unit(prog, a["block"], "conv")
     o, cg, kh, kw = a["weight_shape"]
     (sh, sw), (dh, dw) = a["stride"], a["dilation"]
     (ph, _), (pw, _) = a["pads"]
@@ -634,11 +665,17 @@ def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
                   r=prog.p(r) if isinstance(r, Value) else "NULL", y=prog.p(out),
                   act=act[a["activation"]], flags=" | ".join(flags), lo=_c_float(lo),
                   hi=_c_float(hi))
+    # the build compiles the tiles its layers can run (nchwc.c has ~350, 0.9 MB of code)
+    if _nchwc_selects():
+        prog.nchwc_tiles |= _nchwc_plan(n)[0]
     sets = " ".join(f"p.{k} = {v};" for k, v in fields.items())
+    what = n.name or "conv2d_nchwc"
     prog.steps.append(
         f"{{ tsr_nchwc_conv_t p; memset(&p, 0, sizeof p);\n  {sets}\n"
         f"  int64_t items = tsr_nchwc_conv_plan(&p, m->threads);\n"
-        f"  if (items < 0) return fail(m, \"{n.name or 'conv2d_nchwc'}: the blocked "
+        f"  if (items == -2) return fail(m, \"{what}: a register tile of the blocked "
+        f"convolution left out of this build (nchwc_tiles.h)\");\n"
+        f"  if (items < 0) return fail(m, \"{what}: the blocked "
         f"convolution kernels cannot run this geometry\");\n"
         f"  int64_t c[] = {{(int64_t)(intptr_t)&p}};\n"
         f"  tsr_pool_run(nchwc_conv_item, c, items, m->threads); }}")
@@ -646,8 +683,8 @@ def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
 
 def _nchwc_pool(prog: Program, i: int, n: Node) -> None:
     x, out, a = n.inputs[0], n.outputs[0], n.attrs
-    _nchwc_unit(prog, "pool")
     N, CB, H, W, blk = x.shape
+    _nchwc_unit(prog, blk, "pool")
     (kh, kw), (sh, sw), (ph, pw) = a["kernel_size"], a["stride"], a["padding"]
     fields = dict(n=N, cb=CB, h=H, w=W, oh=out.shape[2], ow=out.shape[3], kh=kh, kw=kw,
                   sh=sh, sw=sw, ph=ph, pw=pw, block=blk, isa="m->isa",
@@ -657,6 +694,8 @@ def _nchwc_pool(prog: Program, i: int, n: Node) -> None:
     prog.steps.append(
         f"{{ tsr_nchwc_pool_t p; memset(&p, 0, sizeof p);\n  {sets}\n"
         f"  int64_t items = tsr_nchwc_pool_plan(&p, m->threads);\n"
+        f"  if (items == -2) return fail(m, \"{n.name or 'pool2d_nchwc'}: the blocked "
+        f"pooling's instruction set left out of this build (nchwc_tiles.h)\");\n"
         f"  if (items < 0) return fail(m, \"{n.name or 'pool2d_nchwc'}: the blocked pooling "
         f"kernels cannot run this window\");\n"
         f"  int64_t c[] = {{(int64_t)(intptr_t)&p}};\n"
@@ -666,11 +705,11 @@ def _nchwc_pool(prog: Program, i: int, n: Node) -> None:
 def _nchwc_layout(prog: Program, i: int, n: Node) -> None:
     """to_nchwc / from_nchwc: one pass over the tensor (memory speed: not split)."""
     x, out = n.inputs[0], n.outputs[0]
-    _nchwc_unit(prog)
     if n.op.name == "to_nchwc":
         (N, C, H, W), blk, fn = x.shape, n.attrs["block"], "tsr_nchwc_to_blocked"
     else:
         (N, C, H, W), blk, fn = out.shape, x.shape[4], "tsr_nchwc_from_blocked"
+    _nchwc_unit(prog, blk)
     prog.steps.append(f"{fn}({prog.p(x)}, {prog.p(out)}, {N}, {C}, {H * W}, {blk});")
 
 
@@ -808,7 +847,8 @@ def emit(name: str, g: Graph, values: dict) -> Program:
         views.add(i)
     out_nodes = {i for i in range(len(g.nodes)) if kinds[i] not in ("view", "strided")}
     not_inplace = frozenset(i for i in out_nodes if not _in_place_ok(g.nodes[i], kinds[i]))
-    plan = plan_memory(g, out_nodes, not_inplace, frozenset(views))
+    plan = plan_memory(g, out_nodes, not_inplace, frozenset(views),
+                       {i: frozenset({3}) for i in out_nodes if _nchwc_over_residual(g.nodes[i])})
     prog.arena_bytes = plan.arena_bytes
     returned = {id(v): k for k, v in enumerate(g.outputs)}
     for i, n in enumerate(g.nodes):

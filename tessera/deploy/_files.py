@@ -10,6 +10,7 @@ import struct
 import numpy as np
 
 from tessera.deploy._emit import Program
+from tessera.kernels import nchwc
 from tessera.kernels.csource import source
 
 __all__ = ["write_folder", "checksum", "RUNTIME_FILES"]
@@ -456,6 +457,8 @@ def write_folder(prog: Program, values: dict, out_dir: str) -> dict:
              "Makefile": _makefile(prog, sorted(prog.units)), "README.md": _readme(prog),
              f"run_{n}.c": (HERE / "run_model.c").read_text().replace("MODEL", n)}
     files.update(prog.units)
+    if "TSR_NCHWC_TILES" in prog.units.get("tsr_nchwc.c", ""):
+        files["nchwc_tiles.h"] = nchwc.tiles_header(prog.nchwc_tiles, prog.nchwc_blocks)
     for f in KERNEL_FILES:
         files[f] = source(f)
     if prog.attention:

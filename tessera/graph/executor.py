@@ -128,7 +128,10 @@ class Executor:
                                     if f is not None and i not in self.buffered}
                                 if plan else set(),
                                 frozenset(i for i, f in enumerate(outs_fn)
-                                          if getattr(f, "reads_around", False)))
+                                          if getattr(f, "reads_around", False)),
+                                inplace_inputs={i: frozenset(f.inplace_inputs)
+                                                for i, f in enumerate(outs_fn)
+                                                if getattr(f, "inplace_inputs", None)})
         self.arena = aligned_bytes(self.plan.arena_bytes)
         last_use = _last_uses(g)
         steps = []

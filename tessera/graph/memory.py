@@ -90,13 +90,17 @@ def _buffer_ends(g: Graph, root: dict) -> dict[int, int]:
 
 
 def plan_memory(g: Graph, out_nodes: set[int], not_inplace: frozenset = frozenset(),
-                views: frozenset | None = None) -> MemoryPlan:
+                views: frozenset | None = None, inplace_inputs: dict | None = None
+                ) -> MemoryPlan:
     """Plan buffers for the outputs of the nodes in ``out_nodes`` (indices into g.nodes).
     An output may take over the buffer of an input that dies at its node, except at the
     nodes in ``not_inplace``, whose kernels read inputs around what they already wrote (a
-    convolution's windows). ``views``: the nodes whose output shares its first input's
-    buffer (default: the ops with ``aliasing="view"``; a C program that copies some views
-    into buffers of their own says which it keeps)."""
+    convolution's windows), but for the input positions ``inplace_inputs`` gives such a
+    node (node index -> positions: a convolution's residual, read where it is written).
+    ``views``: the nodes whose output shares its first input's buffer (default: the ops with
+    ``aliasing="view"``; a C program that copies some views into buffers of their own says
+    which it keeps)."""
+    inplace_inputs = inplace_inputs or {}
     root = _roots(g, views)
     end = _buffer_ends(g, root)
     plan = MemoryPlan()
@@ -125,8 +129,9 @@ def plan_memory(g: Graph, out_nodes: set[int], not_inplace: frozenset = frozense
                 continue
             if id(out) in returned:
                 continue
-            k = None if i in not_inplace else \
-                _reusable_input(n, out, i, root, end, intervals, owner, taken)
+            only = inplace_inputs.get(i) if i in not_inplace else None
+            k = None if i in not_inplace and not only else \
+                _reusable_input(n, out, i, root, end, intervals, owner, taken, only)
             if k is not None:
                 buf = owner[id(root[id(n.inputs[k])])]
                 owner[id(out)] = buf
@@ -164,14 +169,19 @@ def _var_free_after(g: Graph, name: str, i: int, root: dict, end: dict) -> bool:
     return end.get(id(var), -1) <= i
 
 
-def _reusable_input(n, out, i, root, end, intervals, owner, taken):
+def _reusable_input(n, out, i, root, end, intervals, owner, taken, only=None):
+    # (only: the positions a kernel that reads its other inputs around its writes may take
+    # over, unless one of those others shares the buffer)
+    around = set() if only is None else \
+        {owner.get(id(root[id(v)])) for k, v in enumerate(n.inputs)
+         if isinstance(v, Value) and v.kind == "node" and k not in only}
     for k, v in enumerate(n.inputs):
-        if not isinstance(v, Value) or v.kind != "node":
+        if not isinstance(v, Value) or v.kind != "node" or (only is not None and k not in only):
             continue
         r = root[id(v)]
         buf = owner.get(id(r))
-        if buf is None or buf in taken or end.get(id(r), -1) != i:
-            continue  # not a planned buffer, or read later
+        if buf is None or buf in taken or buf in around or end.get(id(r), -1) != i:
+            continue  # not a planned buffer, read later or around the writes
         if intervals[buf][2] == out.nbytes and v.dtype is out.dtype and v.shape == out.shape \
                 and r is v:
             return k

@@ -45,7 +45,8 @@ import numpy as np
 from tessera.kernels.csource import source
 
 __all__ = ["block", "usable", "isa", "ISAS", "pack_weights", "conv_bound", "pool_bound",
-           "to_blocked", "from_blocked", "blocked_shape", "conv_output_size"]
+           "to_blocked", "from_blocked", "blocked_shape", "conv_output_size", "conv_tiles",
+           "tiles_header"]
 
 ISAS = ("portable", "avx2", "avx512")           # c/gemm.h's TSR_GEMM_* in order
 _ACTS = {None: 0, "relu": 1, "clamp": 4, "relu6": 4}   # TSR_ACT_*; relu6 is clamp to [0, 6]
@@ -92,7 +93,8 @@ def _lib():
             ("tsr_nchwc_conv_plan", [P, i32], I), ("tsr_nchwc_conv_range", [P, I, I], None),
             ("tsr_nchwc_to_blocked", [P, P, I, I, I, i32], None),
             ("tsr_nchwc_from_blocked", [P, P, I, I, I, i32], None),
-            ("tsr_nchwc_pool_plan", [P, i32], I), ("tsr_nchwc_pool_range", [P, I, I], None)):
+            ("tsr_nchwc_pool_plan", [P, i32], I), ("tsr_nchwc_pool_range", [P, I, I], None),
+            ("tsr_nchwc_conv_tiles", [P, P], i32)):
         f = getattr(lib, name)
         f.argtypes, f.restype = args, res
     return lib
@@ -243,16 +245,19 @@ def conv_bound(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
                residual_first: bool = False, *, _tiles=None) -> Callable:
     """A convolution of fixed geometry, planned once: ``run(x, wp, bias, residual, y)``.
 
-    ``xshape`` and ``oshape`` are the plain shapes ``(N, C, H, W)`` and ``(N, O, OH, OW)``
-    (the blocked arrays are ``blocked_shape`` of them; ``x`` is plain with ``plain_input``);
+    ``xshape`` and ``oshape`` are the plain shapes ``(N, C, H, W)`` and ``(N, O, OH, OW)`` (the
+    blocked arrays are ``blocked_shape`` of them; ``x`` is plain with ``plain_input``);
     ``wshape`` PyTorch's weight shape, ``wp`` its ``pack_weights``; ``pads`` an int, ``(ph,
     pw)`` or ``(top, left, bottom, right)``. ``bias`` has O values, or ``ceil(O/B)*B`` zero
     padded (or None); ``residual`` (or None) is laid out as ``y``, added after the activation
-    or, with ``residual_first``, before it. ``activation``: None, ``"relu"``, ``"relu6"`` or
-    ``"clamp"`` to ``bounds``. Each call runs the plan's items on the kernel thread pool
-    (``tessera.get_num_threads()`` threads). One bound function runs one call at a time; a
-    call with the same arrays as the last one skips their checks, and a bias of O values
-    is padded once per array (constant weights: pad it yourself if you change it in place).
+    or, with ``residual_first``, before it; it may be ``y`` itself (in place: each value is read
+    before it is written, in one pass over the input channels; ``run.single_pass()`` says
+    whether the plan is one anyway, else in place takes one at some cost in cache).
+    ``activation``: None, ``"relu"``, ``"relu6"`` or ``"clamp"`` to ``bounds``. Each call runs
+    the plan's items on the kernel thread pool (``tessera.get_num_threads()`` threads). One
+    bound function runs one call at a time; a call with the same arrays as the last one skips
+    their checks, and a bias of O values is padded once per array (constant weights: pad it
+    yourself if you change it in place).
 
     >>> run = conv_bound((1, 8, 4, 4), (1, 8, 2, 2), (8, 8, 1, 1), 2, 0, 1, 1, 8)
     >>> callable(run)
@@ -365,13 +370,85 @@ def conv_bound(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
                 raise ValueError(f"{fn}: bias must have {o} or {ob} values, got "
                                  f"{getattr(bias, 'shape', type(bias).__name__)}")
             _expect(bias, bias.shape, "bias", fn)
+        alias = p.r is not None and p.r == p.y
         p.x, p.wp, p.y = x.ctypes.data, wp.ctypes.data, y.ctypes.data
         p.bias = None if bias is None else bias.ctypes.data
         p.r = None if residual is None else residual.ctypes.data
+        if (p.r is not None and p.r == p.y) != alias:   # (the plan makes one pass then)
+            plan()
         last[:] = [None if a is None else weakref.ref(a) for a in (x, wp, given, residual, y)]
     run.items = lambda: state["items"]     # type: ignore[attr-defined]
     run.tiles = lambda: tuple(p.reserved)  # type: ignore[attr-defined]
+    cbs = c if plain_input else -(-c // block)
+    run.single_pass = lambda: p.reserved[2] >= cbs  # type: ignore[attr-defined]
     return run
+
+
+_TILE_IDS = 4 * 2 * 2 * 3 * 5 * 17   # c/nchwc.h's TSR_NCHWC_TILE_IDS
+_TILE_LISTS = ("K", "C", "D", "T")    # rows, columns, depthwise, depthwise 3-wide
+
+
+def conv_tiles(xshape, oshape, wshape, stride, pads, dilation, groups: int, block: int,
+               plain_input: bool = False) -> tuple[frozenset, int]:
+    """The register tiles a convolution (``conv_bound``'s geometry) can run at any thread
+    count on the x86 path of ``block`` (16: AVX-512, 8: AVX2; whatever this CPU has): the
+    instances of ``c/nchwc.c`` a build of this layer needs, as ``(list, args)`` pairs for
+    ``tiles_header`` (the portable path needs none); and the plan's passes over the input
+    channels (one: its output may take over its residual's buffer at no cost).
+
+    >>> conv_tiles((1, 16, 4, 4), (1, 16, 4, 4), (16, 16, 1, 1), 1, 0, 1, 1, 16)
+    (frozenset({('K512', (16, 1, 16, 1))}), 1)
+    """
+    fn = "nchwc.conv_tiles"
+    block = _block_arg(block, fn)
+    _check_groups(wshape, groups, plain_input, fn)
+    (sh, sw), (dh, dw) = _pair(stride, "stride", fn), _pair(dilation, "dilation", fn)
+    top, left, _, _ = _pads(pads, fn)
+    p = _Conv(n=int(xshape[0]), h=int(xshape[2]), w=int(xshape[3]), oh=int(oshape[2]),
+              ow=int(oshape[3]), sh=sh, sw=sw, ph=top, pw=left, dh=dh, dw=dw)
+    _geometry(p, wshape, groups, block, plain_input)
+    used = np.zeros(_TILE_IDS, np.uint8)
+    passes = int(_lib().tsr_nchwc_conv_tiles(ctypes.byref(p), used.ctypes.data))
+    if passes < 0:
+        raise RuntimeError(f"{fn}: the blocked kernels cannot run this convolution (input "
+                           f"{list(xshape)}, weight {list(wshape)}, block {block})")
+    out = set()
+    for i in np.flatnonzero(used).tolist():
+        i, np_ = divmod(i, 17)
+        i, nb = divmod(i, 5)
+        i, sub = divmod(i, 3)
+        i, plain = divmod(i, 2)
+        kind, wide = divmod(i, 2)
+        name = _TILE_LISTS[kind] + ("512" if wide else "256")
+        ci = 1 if plain else (16 if wide else 8)
+        out.add((name, (np_, nb, ci, sub) if kind < 2 else (np_, sub)))
+    return frozenset(out), passes
+
+
+def tiles_header(tiles, blocks) -> str:
+    """The header that makes a build of ``c/nchwc.c`` defining ``TSR_NCHWC_TILES`` compile
+    only ``tiles`` (a union of ``conv_tiles``): the X-macro list of each kind of tile, and
+    the x86 paths the ``blocks`` (8, 16) used run (the other one is left out).
+
+    >>> text = tiles_header({("K512", (16, 1, 16, 1))}, {16})
+    >>> text.splitlines()[1:3]
+    ['#define TSR_NCHWC_AVX512 1', '#define TSR_NCHWC_AVX2 0']
+    >>> text.splitlines()[4].strip()
+    'M(16, 1, 16, 1)'
+    """
+    lines = ["/* the register tiles this build of nchwc.c compiles (nchwc.h: "
+             "tsr_nchwc_conv_tiles) */",
+             f"#define TSR_NCHWC_AVX512 {int(16 in blocks)}",
+             f"#define TSR_NCHWC_AVX2 {int(8 in blocks)}"]
+    for kind in _TILE_LISTS:
+        for width in ("512", "256"):
+            name = kind + width
+            args = sorted(a for n, a in tiles if n == name)
+            calls = [f"M({', '.join(map(str, a))})" for a in args]
+            rows = [" ".join(calls[i:i + 6]) for i in range(0, len(calls), 6)]
+            lines.append(f"#define TSR_NCHWC_{name}(M)" +
+                         "".join(f" \\\n    {r}" for r in rows))
+    return "\n".join(lines) + "\n"
 
 
 def _expect(a, shape, name: str, fn: str) -> np.ndarray:

@@ -339,11 +339,17 @@ def _conv_bind(x, wp, b, r, out, **attrs):
         if run is None or not y.flags.c_contiguous:
             np.copyto(y, _conv_reference(xa, wa, ba, ra, **attrs))
             return
-        if ra is not None and np.may_share_memory(y, ra):
+        if ra is not None and np.may_share_memory(y, ra) and not (
+                ra.ctypes.data == y.ctypes.data and ra.shape == y.shape and
+                ra.flags.c_contiguous):   # (the residual's own buffer is fine)
             ra = ra.copy()
         run(np.ascontiguousarray(xa), _aligned(wa), None if ba is None else
             np.ascontiguousarray(ba), None if ra is None else np.ascontiguousarray(ra), y)
     bound.reads_around = True  # type: ignore[attr-defined]  # read by the executor
+    # but y may take over the residual's buffer: a tile reads each residual value before it
+    # stores there; offered where the plan is one pass over the input blocks anyway (else
+    # partial sums would be stored there first, and the kernel takes one pass, slower)
+    bound.inplace_inputs = (3,) if run is None or run.single_pass() else ()  # type: ignore
     bound.bound_attrs = True  # type: ignore[attr-defined]
     return bound
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -76,8 +77,67 @@ def test_every_path_and_thread_count(isa, net):
     if not gemm._lib().tsr_gemm_isa_supported(gemm.ISAS.index(isa)):
         pytest.skip(f"this CPU lacks {isa}")
     env = {**os.environ, "TESSERA_GEMM_ISA": isa}
-    for threads in (1, 2):
+    for threads in (1, 2, 3, 7):   # (the tiles compiled in serve every split of the rows)
         np.testing.assert_allclose(run_driver(out, "blk", (x,), env=env, threads=threads),
+                                   eager(model, (x,)), rtol=1e-4, atol=1e-5)
+
+
+def test_the_build_compiles_only_the_tiles_its_layers_run(net):
+    _, _, out = net
+    assert '#define TSR_NCHWC_TILES "nchwc_tiles.h"' in (out / "tsr_nchwc.c").read_text()
+    tiles = (out / "nchwc_tiles.h").read_text()
+    wide = "p.block = 16;" in (out / "blk.c").read_text()
+    assert f"#define TSR_NCHWC_AVX512 {int(wide)}" in tiles
+    assert f"#define TSR_NCHWC_AVX2 {int(not wide)}" in tiles
+    assert tiles.count("M(") < 60   # of ~350 instances
+
+
+def test_a_tile_left_out_is_an_error_not_a_crash(net, tmp_path):
+    from tessera.kernels import gemm
+    _, x, out = net
+    folder = tmp_path / "cut"
+    shutil.copytree(out, folder)
+    subprocess.run(["make", "-s", "-C", str(folder), "clean"], check=True)
+    head = folder / "nchwc_tiles.h"
+    lines = head.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("#define TSR_NCHWC_K"))
+    while lines[at].endswith("\\"):   # the row tiles' list emptied
+        del lines[at + 1]
+        lines[at] = lines[at].rstrip("\\").rstrip()
+    head.write_text("\n".join(lines) + "\n")
+    r = subprocess.run(["make", "-s", "-j2", "-C", str(folder)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    np.save(folder / "in0.npy", x.numpy())
+    isa = "avx512" if "TSR_NCHWC_AVX512 1" in head.read_text() else "avx2"
+    if not gemm._lib().tsr_gemm_isa_supported(gemm.ISAS.index(isa)):
+        pytest.skip(f"this CPU lacks {isa}")
+    r = subprocess.run([str(folder / "run_blk"), str(folder / "blk.weights"),
+                        str(folder / "in0.npy"), str(folder / "out.npy")], capture_output=True,
+                       text=True, env={**os.environ, "TESSERA_GEMM_ISA": isa})
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "register tile of the blocked convolution left out of this build" in r.stderr
+
+
+@pytest.mark.parametrize("isa", ["portable", "avx2", "avx512"])
+def test_a_model_of_8_channel_blocks(isa, tmp_path, monkeypatch):
+    """Exported where the AVX2 path runs (B = 8): its tiles, on every path (avx512 runs the
+    AVX2 tiles with B = 8)."""
+    from tessera.graph.passes import nchwc as nchwc_pass
+    from tessera.kernels import gemm
+    if not gemm._lib().tsr_gemm_isa_supported(gemm.ISAS.index(isa)):
+        pytest.skip(f"this CPU lacks {isa}")
+    monkeypatch.setenv("TESSERA_NCHWC", "1")
+    monkeypatch.setattr(nchwc_pass, "block", lambda: 8)
+    tessera.manual_seed(3)
+    model = Net().eval()
+    x = tessera.randn(1, 3, 29, 35)
+    out = build(model, (x,), tmp_path, "b8")
+    tiles = (out / "nchwc_tiles.h").read_text()
+    assert "#define TSR_NCHWC_AVX2 1" in tiles and "#define TSR_NCHWC_AVX512 0" in tiles
+    env = {**os.environ, "TESSERA_GEMM_ISA": isa}
+    for threads in (1, 2, 5):
+        np.testing.assert_allclose(run_driver(out, "b8", (x,), env=env, threads=threads),
                                    eager(model, (x,)), rtol=1e-4, atol=1e-5)
 
 

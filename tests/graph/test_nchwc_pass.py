@@ -103,6 +103,24 @@ def torch_like_relu(v):
     return v.relu()
 
 
+def test_a_residual_convolution_takes_over_its_residual(block, monkeypatch):
+    """The memory plan puts a residual convolution's output in its residual's buffer (read
+    where it is written), never in its input's (read around it): ResNet-18 as without."""
+    from tessera.kernels import nchwc as K
+    if not K.usable():
+        pytest.skip("the C kernels do not run here")
+    tessera.manual_seed(0)
+    m = tessera.models.resnet18().eval()
+    x = tessera.randn(1, 3, 64, 64)
+    _same(m, (x,), monkeypatch)
+    g = _G(m)
+    g(x)
+    compiled = g._current()
+    convs = {i for i, n in enumerate(compiled.ir.nodes) if n.op.name == "conv2d_nchwc"}
+    taken = {i: k for i, k in compiled.executor.plan.inplace.items() if i in convs}
+    assert taken and set(taken.values()) == {3}
+
+
 def test_odd_cases_border_or_stay_plain(block, monkeypatch):
     tessera.manual_seed(1)
     ir = _same(Odd().eval(), (tessera.randn(2, 3, 15, 13),), monkeypatch)

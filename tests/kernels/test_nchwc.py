@@ -177,6 +177,31 @@ def test_channel_chunks(N, path):
     close(N.from_blocked(y, 24), want)
 
 
+@pytest.mark.parametrize("tiles", [None, (2, 3, 2, 3)], ids=["planned", "chunks"])
+@pytest.mark.parametrize("first", [False, True])
+def test_residual_in_its_own_buffer(N, path, tiles, first):
+    """y over its residual (the same array): each tile reads a residual value before it
+    stores there; a plan of several passes over the input blocks makes one instead (partial
+    sums would overwrite the residual). On one and two threads."""
+    import tessera
+    x, wt = rand(1, 40, 9, 11, seed=30), rand(24, 40, 3, 3, seed=31)
+    bias, r = rand(24, seed=32), rand(1, 24, 9, 11, seed=33)
+    want = reference(x, wt, bias, (1, 1), (1, 1), (1, 1), 1, "relu", residual=r,
+                     residual_first=first)
+    run = N.conv_bound(x.shape, (1, 24, 9, 11), wt.shape, 1, 1, 1, 1, 8, False, "relu",
+                       residual_first=first, _tiles=tiles)
+    assert run.single_pass() == (tiles is None)
+    before = tessera.get_num_threads()
+    try:
+        for threads in (1, 2):
+            tessera.set_num_threads(threads)
+            y = N.to_blocked(r, 8)
+            run(N.to_blocked(x, 8), N.pack_weights(wt, groups=1, block=8), bias, y, y)
+            close(N.from_blocked(y, 24), want)
+    finally:
+        tessera.set_num_threads(before)
+
+
 def test_two_threads_same_bits(N):
     import tessera
     x, wt = rand(1, 64, 14, 14, seed=12), rand(96, 64, 3, 3, seed=13)

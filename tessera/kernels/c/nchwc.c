@@ -217,71 +217,95 @@ TSR_DW3_TILE(TSR_AVX2, dw3_256, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _m
                               TSR_UP9(M, 3, CI, SW) TSR_UP7(M, 4, CI, SW)
 #define TSR_ALL256(M, CI, SW) TSR_UP12(M, 1, CI, SW) TSR_UP6(M, 2, CI, SW) \
                               TSR_UP4(M, 3, CI, SW) TSR_UP3(M, 4, CI, SW)
-static const int NP_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
-    [TSR_GEMM_PORTABLE] = {0, 8, 8, 8, 8}, [TSR_GEMM_AVX2] = {0, 12, 6, 4, 3},
-    [TSR_GEMM_AVX512] = {0, 16, 14, 9, 7}};
-
-#define TSR_K512(NP, NB, CI, SW) \
-    TSR_AVX512 static void k512_##CI##_##SW##_##NB##_##NP(const tile_t* t) { \
-        tile512(t, NB, NP, CI, SW); }
-#define TSR_E512(NP, NB, CI, SW) [NB][NP] = k512_##CI##_##SW##_##NB##_##NP,
-#define TSR_K256(NP, NB, CI, SW) \
-    TSR_AVX2 static void k256_##CI##_##SW##_##NB##_##NP(const tile_t* t) { \
-        tile256(t, NB, NP, CI, SW); }
-#define TSR_E256(NP, NB, CI, SW) [NB][NP] = k256_##CI##_##SW##_##NB##_##NP,
-
-TSR_ALL512(TSR_K512, 16, 1) TSR_ALL512(TSR_K512, 16, 2)
-TSR_ALL512(TSR_K512, 1, 1) TSR_ALL512(TSR_K512, 1, 2)
-TSR_ALL256(TSR_K256, 8, 1) TSR_ALL256(TSR_K256, 8, 2)
-TSR_ALL256(TSR_K256, 1, 1) TSR_ALL256(TSR_K256, 1, 2)
-
-/* [plain input][stride - 1][NB][NP] */
-static const tile_fn TILES512[2][2][NB_MAX + 1][NP_MAX + 1] = {
-    {{TSR_ALL512(TSR_E512, 16, 1)}, {TSR_ALL512(TSR_E512, 16, 2)}},
-    {{TSR_ALL512(TSR_E512, 1, 1)}, {TSR_ALL512(TSR_E512, 1, 2)}}};
-static const tile_fn TILES256[2][2][NB_MAX + 1][NP_MAX + 1] = {
-    {{TSR_ALL256(TSR_E256, 8, 1)}, {TSR_ALL256(TSR_E256, 8, 2)}},
-    {{TSR_ALL256(TSR_E256, 1, 1)}, {TSR_ALL256(TSR_E256, 1, 2)}}};
 /* columns: pixels t->ps apart in x and t->yps in y (the border pixels of consecutive rows,
-   whose taps are the same; one pixel is a column of one), [plain input][NB][NP] */
+   whose taps are the same; one pixel is a column of one) */
 #define TSR_COL512(M, CI) TSR_UP8(M, 1, CI, 0) TSR_UP8(M, 2, CI, 0) TSR_UP8(M, 3, CI, 0) \
                           TSR_UP7(M, 4, CI, 0)
 #define TSR_COL256(M, CI) TSR_UP8(M, 1, CI, 0) TSR_UP6(M, 2, CI, 0) TSR_UP4(M, 3, CI, 0) \
                           TSR_UP3(M, 4, CI, 0)
-TSR_COL512(TSR_K512, 16) TSR_COL512(TSR_K512, 1) TSR_COL256(TSR_K256, 8) TSR_COL256(TSR_K256, 1)
-static const tile_fn COLS512[2][NB_MAX + 1][NP_MAX + 1] = {{TSR_COL512(TSR_E512, 16)},
-                                                          {TSR_COL512(TSR_E512, 1)}};
-static const tile_fn COLS256[2][NB_MAX + 1][NP_MAX + 1] = {{TSR_COL256(TSR_E256, 8)},
-                                                          {TSR_COL256(TSR_E256, 1)}};
+static const int NP_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
+    [TSR_GEMM_PORTABLE] = {0, 8, 8, 8, 8}, [TSR_GEMM_AVX2] = {0, 12, 6, 4, 3},
+    [TSR_GEMM_AVX512] = {0, 16, 14, 9, 7}};
 static const int NP_COL_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
     [TSR_GEMM_PORTABLE] = {0, 8, 8, 8, 8}, [TSR_GEMM_AVX2] = {0, 8, 6, 4, 3},
     [TSR_GEMM_AVX512] = {0, 8, 8, 8, 7}};
+static const int NP_DW_LIMIT[TSR_GEMM_ISAS] = {8, 8, 16};
 
+/* Which instances a build compiles: every one (tessera's kernel library), or those the
+   header named by TSR_NCHWC_TILES lists (an exported model: the tiles its convolutions can
+   reach, tsr_nchwc_conv_tiles; most of the code is tiles no layer runs). Each list applies
+   M to the arguments of its instances: rows (K) M(NP, NB, CI, SW), columns (C) M(NP, NB, CI,
+   0), depthwise (D: SW 0 for columns) and depthwise 3-wide (T) M(NP, SW). A tile left out is
+   NULL in its table: tsr_nchwc_conv_plan then returns -2 instead of running. TSR_NCHWC_AVX512
+   and TSR_NCHWC_AVX2 (0 or 1) say whether the path's code is built at all (a model of one
+   block size runs one of them, or portable C): the plans return -2 on one that is not. */
+#ifdef TSR_NCHWC_TILES
+#include TSR_NCHWC_TILES
+#else
+#define TSR_NCHWC_AVX512 1
+#define TSR_NCHWC_AVX2 1
+#define TSR_NCHWC_K512(M) TSR_ALL512(M, 16, 1) TSR_ALL512(M, 16, 2) TSR_ALL512(M, 1, 1) \
+                          TSR_ALL512(M, 1, 2)
+#define TSR_NCHWC_K256(M) TSR_ALL256(M, 8, 1) TSR_ALL256(M, 8, 2) TSR_ALL256(M, 1, 1) \
+                          TSR_ALL256(M, 1, 2)
+#define TSR_NCHWC_C512(M) TSR_COL512(M, 16) TSR_COL512(M, 1)
+#define TSR_NCHWC_C256(M) TSR_COL256(M, 8) TSR_COL256(M, 1)
+#define TSR_NCHWC_D512(M) TSR_UP8(M, 0) TSR_UP16(M, 1) TSR_UP16(M, 2)
+#define TSR_NCHWC_D256(M) TSR_UP8(M, 0) TSR_UP8(M, 1) TSR_UP8(M, 2)
+#define TSR_NCHWC_T512(M) TSR_UP16(M, 1) TSR_UP16(M, 2)
+#define TSR_NCHWC_T256(M) TSR_UP8(M, 1) TSR_UP8(M, 2)
+#endif
+
+#define TSR_K512(NP, NB, CI, SW) \
+    TSR_AVX512 static void k512_##CI##_##SW##_##NB##_##NP(const tile_t* t) { \
+        tile512(t, NB, NP, CI, SW); }
+#define TSR_K256(NP, NB, CI, SW) \
+    TSR_AVX2 static void k256_##CI##_##SW##_##NB##_##NP(const tile_t* t) { \
+        tile256(t, NB, NP, CI, SW); }
 #define TSR_D512(NP, SW) \
     TSR_AVX512 static void d512_##SW##_##NP(const tile_t* t) { dw512(t, NP, SW); }
-#define TSR_DE512(NP, SW) [NP] = d512_##SW##_##NP,
 #define TSR_D256(NP, SW) \
     TSR_AVX2 static void d256_##SW##_##NP(const tile_t* t) { dw256(t, NP, SW); }
-#define TSR_DE256(NP, SW) [NP] = d256_##SW##_##NP,
-TSR_UP16(TSR_D512, 1) TSR_UP16(TSR_D512, 2) TSR_UP8(TSR_D256, 1) TSR_UP8(TSR_D256, 2)
 #define TSR_T512(NP, SW) \
     TSR_AVX512 static void t512_##SW##_##NP(const tile_t* t) { dw3_512(t, NP, SW); }
-#define TSR_TE512(NP, SW) [NP] = t512_##SW##_##NP,
 #define TSR_T256(NP, SW) \
     TSR_AVX2 static void t256_##SW##_##NP(const tile_t* t) { dw3_256(t, NP, SW); }
-#define TSR_TE256(NP, SW) [NP] = t256_##SW##_##NP,
-TSR_UP16(TSR_T512, 1) TSR_UP16(TSR_T512, 2) TSR_UP8(TSR_T256, 1) TSR_UP8(TSR_T256, 2)
-TSR_UP8(TSR_D512, 0) TSR_UP8(TSR_D256, 0)
-/* [columns, stride 1, stride 2][NP] */
-static const tile_fn DW512[3][NP_DW_MAX + 1] = {
-    {TSR_UP8(TSR_DE512, 0)}, {TSR_UP16(TSR_DE512, 1)}, {TSR_UP16(TSR_DE512, 2)}};
-static const tile_fn DW256[3][NP_DW_MAX + 1] = {
-    {TSR_UP8(TSR_DE256, 0)}, {TSR_UP8(TSR_DE256, 1)}, {TSR_UP8(TSR_DE256, 2)}};
-static const tile_fn DW3_512[2][NP_DW_MAX + 1] = {{TSR_UP16(TSR_TE512, 1)},
-                                                {TSR_UP16(TSR_TE512, 2)}};
-static const tile_fn DW3_256[2][NP_DW_MAX + 1] = {{TSR_UP8(TSR_TE256, 1)},
-                                                {TSR_UP8(TSR_TE256, 2)}};
-static const int NP_DW_LIMIT[TSR_GEMM_ISAS] = {8, 8, 16};
+#if TSR_NCHWC_AVX512
+TSR_NCHWC_K512(TSR_K512) TSR_NCHWC_C512(TSR_K512) TSR_NCHWC_D512(TSR_D512)
+TSR_NCHWC_T512(TSR_T512)
+#endif
+#if TSR_NCHWC_AVX2
+TSR_NCHWC_K256(TSR_K256) TSR_NCHWC_C256(TSR_K256) TSR_NCHWC_D256(TSR_D256)
+TSR_NCHWC_T256(TSR_T256)
+#endif
+
+/* the tables (first entries NULL: a list may be empty): rows [plain input][stride - 1][NB]
+   [NP], columns [plain input][NB][NP], depthwise [columns, stride 1, stride 2][NP],
+   depthwise 3-wide [stride - 1][NP] */
+#define TSR_RE512(NP, NB, CI, SW) [(CI) == 1][(SW) - 1][NB][NP] = k512_##CI##_##SW##_##NB##_##NP,
+#define TSR_RE256(NP, NB, CI, SW) [(CI) == 1][(SW) - 1][NB][NP] = k256_##CI##_##SW##_##NB##_##NP,
+#define TSR_CE512(NP, NB, CI, SW) [(CI) == 1][NB][NP] = k512_##CI##_##SW##_##NB##_##NP,
+#define TSR_CE256(NP, NB, CI, SW) [(CI) == 1][NB][NP] = k256_##CI##_##SW##_##NB##_##NP,
+#define TSR_DE512(NP, SW) [SW][NP] = d512_##SW##_##NP,
+#define TSR_DE256(NP, SW) [SW][NP] = d256_##SW##_##NP,
+#define TSR_TE512(NP, SW) [(SW) - 1][NP] = t512_##SW##_##NP,
+#define TSR_TE256(NP, SW) [(SW) - 1][NP] = t256_##SW##_##NP,
+#if TSR_NCHWC_AVX512
+static const tile_fn TILES512[2][2][NB_MAX + 1][NP_MAX + 1] = {
+    [0][0][0][0] = NULL, TSR_NCHWC_K512(TSR_RE512)};
+static const tile_fn COLS512[2][NB_MAX + 1][NP_MAX + 1] = {
+    [0][0][0] = NULL, TSR_NCHWC_C512(TSR_CE512)};
+static const tile_fn DW512[3][NP_DW_MAX + 1] = {[0][0] = NULL, TSR_NCHWC_D512(TSR_DE512)};
+static const tile_fn DW3_512[2][NP_DW_MAX + 1] = {[0][0] = NULL, TSR_NCHWC_T512(TSR_TE512)};
+#endif
+#if TSR_NCHWC_AVX2
+static const tile_fn TILES256[2][2][NB_MAX + 1][NP_MAX + 1] = {
+    [0][0][0][0] = NULL, TSR_NCHWC_K256(TSR_RE256)};
+static const tile_fn COLS256[2][NB_MAX + 1][NP_MAX + 1] = {
+    [0][0][0] = NULL, TSR_NCHWC_C256(TSR_CE256)};
+static const tile_fn DW256[3][NP_DW_MAX + 1] = {[0][0] = NULL, TSR_NCHWC_D256(TSR_DE256)};
+static const tile_fn DW3_256[2][NP_DW_MAX + 1] = {[0][0] = NULL, TSR_NCHWC_T256(TSR_TE256)};
+#endif
 #else
 static const int NP_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
     {0, 8, 8, 8, 8}, {0, 8, 8, 8, 8}, {0, 8, 8, 8, 8}};
@@ -348,6 +372,15 @@ static int path_of(int isa, int B) {
     return TSR_GEMM_PORTABLE;
 }
 
+/* whether this build has the path's code (TSR_NCHWC_AVX512 / AVX2) */
+static int path_built(int path) {
+#if TSR_X86
+    if (path == TSR_GEMM_AVX512) return TSR_NCHWC_AVX512;
+    if (path == TSR_GEMM_AVX2) return TSR_NCHWC_AVX2;
+#endif
+    return path == TSR_GEMM_PORTABLE;
+}
+
 /* The geometry a range works with: a 1x1 stride-1 unpadded convolution's planes are one
    row of h * w pixels (its tiles then cross the image's rows) */
 typedef struct {
@@ -382,26 +415,52 @@ static geo_t geometry(const tsr_nchwc_conv_t* p) {
     return g;
 }
 
+/* A dry run of the driver (dry_t given): the tiles it would run, marked in used[] by
+   tile_id (when used is not NULL); missing set when one is not compiled in */
+typedef struct {
+    unsigned char* used;
+    int missing;
+} dry_t;
+
+/* kind: 0 a row tile, 1 a column, 2 depthwise, 3 depthwise 3-wide; sub: the stride index
+   of the tables (row tiles 1-2, depthwise 0-2 with 0 for a column, 3-wide 1-2; columns 0) */
+static int tile_id(int kind, int wide, int plain, int sub, int nb, int np) {
+    return ((((kind * 2 + wide) * 2 + plain) * 3 + sub) * (NB_MAX + 1) + nb) * 17 + np;
+}
+
 /* np pixels (a row's, or a column's when col) of nb output blocks */
-static void run_tile(const geo_t* g, const tile_t* t, int nb, int np, int col) {
-    int kind = col ? 0 : g->sw == 1 ? 1 : 2;
+static void run_tile(const geo_t* g, const tile_t* t, int nb, int np, int col, dry_t* dry) {
+    if (g->path == TSR_GEMM_PORTABLE) {   /* one function for every tile */
+        if (!dry) tile_portable(t, (int)g->B, nb, np, (int)g->bx, g->dw);
+        return;
+    }
+    int sub = col ? 0 : g->sw == 1 ? 1 : 2, wide = g->path == TSR_GEMM_AVX512;
+    int dw3 = g->dw && !col && g->dw3 && t->nkx == 3;
 #if TSR_X86
-    if (g->path == TSR_GEMM_AVX512) {
-        if (g->dw) (!col && g->dw3 && t->nkx == 3 ? DW3_512[kind - 1] : DW512[kind])[np](t);
-        else if (col) COLS512[g->plain][nb][np](t);
-        else TILES512[g->plain][kind - 1][nb][np](t);
-        return;
-    }
-    if (g->path == TSR_GEMM_AVX2) {
-        if (g->dw) (!col && g->dw3 && t->nkx == 3 ? DW3_256[kind - 1] : DW256[kind])[np](t);
-        else if (col) COLS256[g->plain][nb][np](t);
-        else TILES256[g->plain][kind - 1][nb][np](t);
-        return;
-    }
-#else
-    (void)kind;
+    tile_fn f = NULL;
+#if TSR_NCHWC_AVX512
+    if (wide)
+        f = g->dw ? (dw3 ? DW3_512[sub - 1] : DW512[sub])[np]
+            : col ? COLS512[g->plain][nb][np] : TILES512[g->plain][sub - 1][nb][np];
 #endif
-    tile_portable(t, (int)g->B, nb, np, (int)g->bx, g->dw);
+#if TSR_NCHWC_AVX2
+    if (!wide)
+        f = g->dw ? (dw3 ? DW3_256[sub - 1] : DW256[sub])[np]
+            : col ? COLS256[g->plain][nb][np] : TILES256[g->plain][sub - 1][nb][np];
+#endif
+    if (!dry) {
+        f(t);
+        return;
+    }
+    dry->missing |= f == NULL;
+#else
+    if (!dry) return;
+    dry->missing = 1;
+#endif
+    if (dry->used) {
+        int kind = g->dw ? 2 + dw3 : col;
+        dry->used[tile_id(kind, wide, g->plain, sub, g->dw ? 1 : nb, np)] = 1;
+    }
 }
 
 /* the parts of a tile that stay the same over a pass: output blocks [ob, ob + nb), input
@@ -451,9 +510,12 @@ static void tile_place(const tsr_nchwc_conv_t* p, const geo_t* g, tile_t* t, int
    over input blocks [cb0, cb0 + ncb) of batch element b. The interior pixels (every tap
    column inside the image) run in tiles along each row; a border column's pixels in the
    rows whose tap rows are all inside run in tiles down the column (they share their taps),
-   the rest one at a time. */
+   the rest one at a time. A dry run (dry given) walks only what picks distinct tiles: one
+   row (every row's tiles are the same), one border column (likewise), a flat plane's first
+   and last tile. */
 static void conv_rows(const tsr_nchwc_conv_t* p, const geo_t* g, int np_tile, int64_t b,
-                      int64_t ob, int nb, int64_t cb0, int64_t ncb, int64_t oy0, int64_t oy1) {
+                      int64_t ob, int nb, int64_t cb0, int64_t ncb, int64_t oy0, int64_t oy1,
+                      dry_t* dry) {
     tile_t t;
     tile_init(p, g, &t, ob, cb0, ncb);
     int64_t KH = p->kh, KW = p->kw, OW = g->OW, OH = g->OH;
@@ -464,18 +526,20 @@ static void conv_rows(const tsr_nchwc_conv_t* p, const geo_t* g, int np_tile, in
     if (g->sw > 2 && g->path != TSR_GEMM_PORTABLE) np_tile = 1;   /* row tiles: strides 1, 2 */
     if (g->flat) {
         for (int64_t ox = oy0; ox < oy1; ox += np_tile) {
+            if (dry && ox > oy0 && oy1 - ox >= np_tile)   /* to the last tile */
+                ox = oy1 - np_tile - (oy1 - oy0) % np_tile;
             int np = (int)min64(np_tile, oy1 - ox);
             tile_place(p, g, &t, b, ob, cb0, 0, ox);
-            run_tile(g, &t, nb, np, 0);
+            run_tile(g, &t, nb, np, 0, dry);
         }
         return;
     }
     int col_max = g->dw ? 8 : NP_COL_LIMIT[g->path][nb];
-    for (int64_t oy = oy0; oy < oy1; oy++)
+    for (int64_t oy = oy0; oy < (dry ? min64(oy1, oy0 + 1) : oy1); oy++)
         for (int64_t ox = oxl; ox < oxr; ox += np_tile) {
             int np = (int)min64(np_tile, oxr - ox);
             tile_place(p, g, &t, b, ob, cb0, oy, ox);
-            run_tile(g, &t, nb, np, 0);
+            run_tile(g, &t, nb, np, 0, dry);
         }
     t.ps = g->sh * g->W * g->bx;   /* columns */
     t.yps = OW * g->B;
@@ -483,19 +547,29 @@ static void conv_rows(const tsr_nchwc_conv_t* p, const geo_t* g, int np_tile, in
         if (ox >= oxl && ox < oxr) continue;   /* (no interior: every column a border) */
         for (int64_t oy = oy0; oy < oy1;) {
             int np = oy >= oyl && oy < oyr ? (int)min64(col_max, min64(oyr, oy1) - oy) : 1;
+            /* the rest of a column in tiles of 4, 2, 1: where an item's rows end varies
+               with the threads, and a build of some tiles (an exported model's) then needs
+               3 sizes, not col_max (columns are a small part of the work) */
+            if (np < col_max) np = np >= 4 ? 4 : np >= 2 ? 2 : 1;
             tile_place(p, g, &t, b, ob, cb0, oy, ox);
-            run_tile(g, &t, nb, np, 1);
+            run_tile(g, &t, nb, np, 1, dry);
             oy += np;
         }
+        if (dry) break;
     }
 }
 
-/* reserved: [0] output blocks per tile, [1] pixels per tile, [2] input blocks per pass, [3]
-   output rows per item (pixels, for a flat plane) */
-int64_t tsr_nchwc_conv_plan(tsr_nchwc_conv_t* p, int threads) {
+/* the rows (pixels, for a flat plane) of an item when the extent is cut into `bands` */
+static int64_t band_rows(const geo_t* g, int64_t np, int64_t bands) {
+    int64_t extent = g->flat ? g->OW : g->OH;
+    int64_t rows = ceil_div(extent, min64(extent, max64(1, bands)));
+    return g->flat && rows < extent ? min64(extent, ceil_div(rows, np) * np) : rows;
+}
+
+/* the plan without asking the CPU: the checks, then p->reserved (those not already set) */
+static int64_t plan(tsr_nchwc_conv_t* p, int threads) {
     int isa = p->isa, B = p->block;
-    if (isa < 0 || isa >= TSR_GEMM_ISAS || !tsr_nchwc_isa_supported(isa)) return -1;
-    if (B != 8 && B != 16) return -1;
+    if (isa < 0 || isa >= TSR_GEMM_ISAS || (B != 8 && B != 16)) return -1;
     if (p->n < 1 || p->c < 1 || p->h < 1 || p->w < 1 || p->o < 1 || p->oh < 1 || p->ow < 1 ||
         p->kh < 1 || p->kw < 1 || p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 ||
         p->ph < 0 || p->pw < 0)
@@ -525,16 +599,69 @@ int64_t tsr_nchwc_conv_plan(tsr_nchwc_conv_t* p, int threads) {
         int64_t passes = ceil_div(per * cbs, WEIGHTS_L2);
         *chunk = ceil_div(cbs, passes);
     }
+    /* a residual in y's own buffer: a tile reads each residual value into its accumulator
+       before it stores there, but a pass over some of the input blocks stores partial sums
+       over it, so then one pass over them all */
+    if (p->r && p->r == p->y) *chunk = cbs;
     if (*rows <= 0) {
-        /* enough items for the threads to share evenly (work comes from one counter) */
-        int64_t groups = p->n * ceil_div(g.OB, *nb), want = threads > 1 ? 8 * threads : 1;
-        int64_t extent = g.flat ? g.OW : g.OH;
-        int64_t bands = min64(extent, max64(1, ceil_div(want, groups)));
-        *rows = ceil_div(extent, bands);
-        if (g.flat && *rows < extent) *rows = min64(extent, ceil_div(*rows, *np) * *np);
+        /* enough items for the threads to share evenly (work comes from one counter): the
+           groups of output blocks when they give each thread two or more (each group's
+           weights then read by one item: rows cut into bands re-read them per band, 3-9%
+           more work on ResNet-18's 14x14 and 7x7 layers, bench kernels: nchwc), else bands
+           of rows, several per thread */
+        int64_t groups = p->n * ceil_div(g.OB, *nb);
+        int64_t want = threads < 2 ? 1 : groups >= 2 * threads ? groups : 8 * threads;
+        *rows = band_rows(&g, *np, ceil_div(want, groups));
     }
     int64_t extent = g.flat ? g.OW : g.OH;
     return p->n * ceil_div(g.OB, *nb) * ceil_div(extent, *rows);
+}
+
+/* a dry run of every item's tiles (one batch element, the first and the last group of
+   output blocks: the others run the same tiles) */
+static void walk_items(const tsr_nchwc_conv_t* p, dry_t* dry) {
+    geo_t g = geometry(p);
+    int64_t NB = p->reserved[0], NP = p->reserved[1], rows = p->reserved[3];
+    int64_t extent = g.flat ? g.OW : g.OH, last = (ceil_div(g.OB, NB) - 1) * NB;
+    for (int64_t e0 = 0; e0 < extent; e0 += rows)
+        for (int64_t ob0 = 0;; ob0 = last) {
+            int nb = g.dw ? 1 : (int)min64(NB, g.OB - ob0);
+            conv_rows(p, &g, (int)NP, 0, ob0, nb, 0, 1, e0, min64(extent, e0 + rows), dry);
+            if (ob0 == last) break;
+        }
+}
+
+int64_t tsr_nchwc_conv_plan(tsr_nchwc_conv_t* p, int threads) {
+    if (p->isa < 0 || p->isa >= TSR_GEMM_ISAS || !tsr_nchwc_isa_supported(p->isa)) return -1;
+    int64_t items = plan(p, threads);
+    if (items > 0 && !path_built(path_of(p->isa, p->block))) return -2;
+#ifdef TSR_NCHWC_TILES
+    if (items > 0) {   /* a build of some tiles: all this plan runs must be among them */
+        dry_t dry = {NULL, 0};
+        walk_items(p, &dry);
+        if (dry.missing) return -2;
+    }
+#endif
+    return items;
+}
+
+int tsr_nchwc_conv_tiles(const tsr_nchwc_conv_t* p, unsigned char* used) {
+    tsr_nchwc_conv_t q = *p;
+    q.isa = q.block == 16 ? TSR_GEMM_AVX512 : TSR_GEMM_AVX2;
+    memset(q.reserved, 0, sizeof q.reserved);
+    if (plan(&q, 1) < 0) return -1;
+    geo_t g = geometry(&q);
+    int64_t cbs = g.plain ? q.c : g.CB, passes = ceil_div(cbs, q.reserved[2]);
+    dry_t dry = {used, 0};
+    /* every split of the rows a thread count can give (any rows per item, a superset) */
+    int64_t extent = g.flat ? g.OW : g.OH, prev = 0;
+    for (int64_t bands = 1; bands <= extent; bands++) {
+        q.reserved[3] = band_rows(&g, q.reserved[1], bands);
+        if (q.reserved[3] == prev) continue;
+        prev = q.reserved[3];
+        walk_items(&q, &dry);
+    }
+    return (int)passes;
 }
 
 void tsr_nchwc_conv_range(const tsr_nchwc_conv_t* p, int64_t lo, int64_t hi) {
@@ -550,12 +677,12 @@ void tsr_nchwc_conv_range(const tsr_nchwc_conv_t* p, int64_t lo, int64_t hi) {
         int64_t ob1 = min64(g.OB, ob0 + NB), e0 = band * rows, e1 = min64(extent, e0 + rows);
         if (g.dw) {   /* one block at a time: each its own input plane */
             for (int64_t ob = ob0; ob < ob1; ob++)
-                conv_rows(p, &g, (int)NP, b, ob, 1, 0, 1, e0, e1);
+                conv_rows(p, &g, (int)NP, b, ob, 1, 0, 1, e0, e1, NULL);
             continue;
         }
         for (int64_t cb0 = 0; cb0 < cbs; cb0 += chunk)
             conv_rows(p, &g, (int)NP, b, ob0, (int)(ob1 - ob0), cb0, min64(chunk, cbs - cb0),
-                      e0, e1);
+                      e0, e1, NULL);
     }
 }
 
@@ -633,6 +760,7 @@ int64_t tsr_nchwc_pool_plan(tsr_nchwc_pool_t* p, int threads) {
         p->kh < 1 || p->kw < 1 || p->sh < 1 || p->sw < 1 || p->ph < 0 || p->pw < 0 ||
         (p->kind != 0 && p->kind != 1))
         return -1;
+    if (!path_built(path_of(p->isa, p->block))) return -2;
     return p->n * p->cb * p->oh;
 }
 
@@ -714,10 +842,14 @@ TSR_AVX2 TSR_INLINE __m256 with_nan256(__m256 a, int m) {
     __m256 lanes = _mm256_castsi256_ps(_mm256_cmpgt_epi32(bits, _mm256_setzero_si256()));
     return _mm256_blendv_ps(a, _mm256_set1_ps(NAN), lanes);
 }
+#if TSR_NCHWC_AVX512
 TSR_POOL_ROW(TSR_AVX512, pool_row512, __m512, 16, __mmask16, _mm512_loadu_ps, _mm512_storeu_ps,
              _mm512_set1_ps, _mm512_add_ps, _mm512_max_ps, _mm512_div_ps, nans512, with_nan512)
+#endif
+#if TSR_NCHWC_AVX2
 TSR_POOL_ROW(TSR_AVX2, pool_row256, __m256, 8, int, _mm256_loadu_ps, _mm256_storeu_ps,
              _mm256_set1_ps, _mm256_add_ps, _mm256_max_ps, _mm256_div_ps, nans256, with_nan256)
+#endif
 #endif
 TSR_POOL_ROW(, pool_row_portable, pv_t, p->block, int, pv_load, pv_store, pv_set1, pv_add,
              pv_max, pv_div, pv_nans, pv_with_nan)
@@ -725,8 +857,10 @@ TSR_POOL_ROW(, pool_row_portable, pv_t, p->block, int, pv_load, pv_store, pv_set
 void tsr_nchwc_pool_range(const tsr_nchwc_pool_t* p, int64_t lo, int64_t hi) {
     int path = path_of(p->isa, p->block);
     for (int64_t item = lo; item < hi; item++) {
-#if TSR_X86
+#if TSR_X86 && TSR_NCHWC_AVX512
         if (path == TSR_GEMM_AVX512) { pool_row512(p, item); continue; }
+#endif
+#if TSR_X86 && TSR_NCHWC_AVX2
         if (path == TSR_GEMM_AVX2) { pool_row256(p, item); continue; }
 #endif
         pool_row_portable(p, item);

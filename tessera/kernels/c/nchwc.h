@@ -32,7 +32,7 @@ typedef struct tsr_nchwc_conv {
     const float* x;                /* (n, ceil(c/B), h, w, B), or (n, c, h, w) with PLAIN   */
     const float* wp;               /* weights packed by tsr_nchwc_pack_weights              */
     const float* bias;             /* ceil(o/B)*B values, zero padded, or NULL              */
-    const float* r;                /* residual laid out like y, or NULL                     */
+    const float* r;                /* residual laid out like y (or y itself), or NULL       */
     float* y;                      /* (n, ceil(o/B), oh, ow, B)                             */
     int32_t act, flags;            /* TSR_ACT_NONE/RELU/CLAMP; TSR_GEMM_RESIDUAL_FIRST |    */
     float lo, hi;                  /*   TSR_NCHWC_PLAIN_INPUT; CLAMP bounds                 */
@@ -52,9 +52,23 @@ int64_t tsr_nchwc_packed_size(const tsr_nchwc_conv_t* p);   /* floats of packed 
 /* w: PyTorch's (o, c/groups, kh, kw) float32 weights, into dst (64-byte aligned) */
 void tsr_nchwc_pack_weights(const tsr_nchwc_conv_t* p, const float* w, float* dst);
 /* number of independent work items for `threads` threads (writes p->reserved), or -1 when
-   the geometry or isa is not supported (the caller then raises) */
+   the geometry or isa is not supported, -2 when this build left out a register tile the plan
+   runs (see tsr_nchwc_conv_tiles; the caller then raises) */
 int64_t tsr_nchwc_conv_plan(tsr_nchwc_conv_t* p, int threads);
 void tsr_nchwc_conv_range(const tsr_nchwc_conv_t* p, int64_t lo, int64_t hi);
+
+/* The register tiles (compiled instances in nchwc.c) a convolution's plans can run at any
+   thread count on the x86 path of its block (16: AVX-512, 8: AVX2; p->isa, the pointers and
+   the CPU are not consulted; the portable path needs none): used[id] = 1 for each, id =
+   ((((kind * 2 + wide) * 2 + plain) * 3 + sub) * 5 + nb) * 17 + np with kind 0 a row tile,
+   1 a column, 2 depthwise, 3 depthwise 3-wide; wide 1 on AVX-512; plain the plain-input
+   flag; sub the stride (1, 2; 0 for a column); nb output blocks (1 for depthwise); np
+   pixels. Returns the plan's passes over the input blocks (>= 1; more than one: y cannot
+   take over the residual's buffer without a slower plan), or -1 when the geometry is not
+   supported. A build defining TSR_NCHWC_TILES compiles only the tiles its header lists (an
+   exported model: those of its layers). */
+enum { TSR_NCHWC_TILE_IDS = 4 * 2 * 2 * 3 * 5 * 17 };
+int tsr_nchwc_conv_tiles(const tsr_nchwc_conv_t* p, unsigned char* used);
 
 /* layout changes: plain (n, c, hw) <-> blocked (n, ceil(c/B), hw, B), zero-filling padding */
 void tsr_nchwc_to_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw, int block);
