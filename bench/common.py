@@ -236,9 +236,12 @@ def _earlier_sections(path: str) -> dict[str, list[str]]:
     cpu = next((ln[2:] for ln in old if ln.startswith("- CPU:")), "")
     mark = f"Kept from an earlier run{f' ({cpu})' if cpu else ''}."
     out: dict[str, list[str]] = {}
-    name = None
+    name, fenced = None, False
     for ln in old:
-        if ln.startswith("## "):
+        fenced ^= ln.startswith("```")
+        # a "## " line right under a section's heading is its title (int8's, deploy's)
+        if ln.startswith("## ") and not fenced and (name is None or any(
+                x and not x.startswith("Kept from") for x in out[name][1:])):
             name = ln[3:].strip()
             out[name] = [ln, ""]
             continue
