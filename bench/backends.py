@@ -18,6 +18,10 @@ cold compile spent tuning. ``TESSERA_BENCH_TVM_TRIALS`` (default 64) is the tune
 TVM's trial budget; ``TESSERA_BENCH_BACKENDS`` (comma-separated workload and backend
 names, e.g. ``resnet18,cnn train,tvm tuned``) runs a subset; ``TESSERA_BENCH_BACKENDS_TIMEOUT``
 (s, default 1800; three times that for tuned TVM) bounds each child process.
+Every framework runs on ``TESSERA_BENCH_BACKENDS_THREADS`` kernel threads (default 1), and
+each step is timed twice: wall clock and the process's CPU time. At one thread the CPU time
+is the step's own work even when other processes share the cores (the wall clock then
+includes waiting for a core), so the table gives both.
 ``TESSERA_BENCH_BACKENDS_ROWS`` names a JSON-lines file of finished rows: a row found there
 is not run again, and each new one is appended as it finishes, so a long run can stop and
 resume, or run in parts (the cheap backends first, tuned TVM later), and the table comes
@@ -38,13 +42,23 @@ import numpy as np
 INFERENCE = ("lenet5", "resnet18", "mobilenet_v2", "vit_tiny", "gpt", "bert")
 TRAINING = ("mlp train", "cnn train", "transformer train")
 BACKENDS = ("tessera", "tvm", "tvm tuned", "xla", "torch.compile", "onnxruntime")
-STEPS = 5
+STEPS = 10
 # steady steps stop early past this many seconds (at least one runs): untuned TVM's naive
 # loops take seconds to minutes a training step
 STEPS_BUDGET_S = 60.0
 # a child taking longer (untuned TVM's naive GEMM on the training workloads can take
 # minutes a step) is reported as timed out rather than holding up the others
 CHILD_TIMEOUT_S = int(os.environ.get("TESSERA_BENCH_BACKENDS_TIMEOUT", "1800"))
+THREADS = int(os.environ.get("TESSERA_BENCH_BACKENDS_THREADS", "1"))
+
+
+def _thread_env() -> dict:
+    """Every runtime's own thread-count knob, for a child process (read at its start)."""
+    n = str(THREADS)
+    return {"OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "TVM_NUM_THREADS": n,
+            "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
+                          f" --xla_cpu_multi_thread_eigen={'true' if THREADS > 1 else 'false'}"
+                          f" intra_op_parallelism_threads={n}").strip()}
 
 
 def _trials() -> int:
@@ -163,7 +177,9 @@ def _ort_step(model, ins, arrays):
                 def forward(self, *x):
                     return _main_output(self.model(*x))
             proto = tessera.onnx.export(Main().eval(), tuple(ins))
-            state["sess"] = ort.InferenceSession(proto.SerializeToString(),
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = THREADS
+            state["sess"] = ort.InferenceSession(proto.SerializeToString(), opts,
                                                  providers=["CPUExecutionProvider"])
             state["feed"] = {i.name: a for i, a in zip(state["sess"].get_inputs(), arrays)}
         return state["sess"].run(None, state["feed"])
@@ -178,19 +194,27 @@ def _configure(g, backend: str) -> None:
 
 
 def child(name: str, backend: str) -> dict:
+    import torch
+
+    import tessera
+    tessera.set_num_threads(THREADS)
+    torch.set_num_threads(THREADS)
     step, traces = _step(name, backend)
     t0 = time.perf_counter()
     for _ in range(traces):
         step()
     first = time.perf_counter() - t0
     times: list[float] = []
+    cpu: list[float] = []
     while len(times) < STEPS and sum(times) < STEPS_BUDGET_S:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step()
         times.append(time.perf_counter() - t0)
-    med = statistics.median(times)
+        cpu.append(time.process_time() - c0)
+    med, med_cpu = statistics.median(times), statistics.median(cpu)
     out = {"step_ms": med * 1000, "compile_s": max(0.0, first - traces * med),
-           "steps": len(times), "load": os.getloadavg()[0]}
+           "step_cpu_ms": med_cpu * 1000,
+           "steps": len(times), "load": os.getloadavg()[0], "threads": THREADS}
     if backend == "tvm tuned":
         from tessera.compiler import tvm
         out["tune_s"] = tvm.stats["tune_seconds"]
@@ -235,7 +259,7 @@ def _measure(name: str, backend: str) -> dict:
         row["skip"] = why
         return row
     with tempfile.TemporaryDirectory(prefix="tessera-bench-backends-") as cache:
-        env = dict(os.environ, TESSERA_CACHE_DIR=cache)
+        env = dict(os.environ, TESSERA_CACHE_DIR=cache, **_thread_env())
         for phase in ("cold", "warm"):
             try:
                 proc = subprocess.run([sys.executable, "-m", "bench.backends", "--child", name,
@@ -275,7 +299,7 @@ def render(rows: list[dict]) -> str:
     out = []
     for r in rows:
         if "skip" in r:
-            out.append((r["workload"], r["backend"], "-", "-", "-", r["skip"]))
+            out.append((r["workload"], r["backend"], "-", "-", "-", "-", r["skip"]))
             continue
         c, w = r["cold"], r["warm"]
         note, warm_compile = [], None
@@ -285,7 +309,7 @@ def render(rows: list[dict]) -> str:
             c, warm_compile = w, "-"
         err = c.get("error") or w.get("error")
         if err:
-            out.append((r["workload"], r["backend"], "-", "-", "-", err[:70]))
+            out.append((r["workload"], r["backend"], "-", "-", "-", "-", err[:70]))
             continue
         if "tune_s" in c:
             note.append(f"{c['tune_s']:.0f} s of the cold compile tuning")
@@ -293,16 +317,18 @@ def render(rows: list[dict]) -> str:
             note.append(f"median of {w['steps']} steps")
         if w.get("load", 0) > (os.cpu_count() or 1):
             note.append(f"host loaded (load {w['load']:.0f})")
-        out.append((r["workload"], r["backend"], f"{w['step_ms']:.2f}",
+        cpu = f"{w['step_cpu_ms']:.2f}" if "step_cpu_ms" in w else "-"
+        out.append((r["workload"], r["backend"], f"{w['step_ms']:.2f}", cpu,
                     f"{c['compile_s']:.2f}", warm_compile or f"{w['compile_s']:.2f}",
                     "; ".join(note)))
-    return table(out, ("workload", "backend", "step ms", "compile cold s", "compile warm s",
-                       "note"))
+    return table(out, ("workload", "backend", "step ms", "step CPU ms", "compile cold s",
+                       "compile warm s", "note"))
 
 
-TITLE = ("nn.Graph compiler backends: step time (ms, median, warm process) and compile time "
-         "(s, cold and warm cache); tvm tuned = MetaSchedule with TESSERA_BENCH_TVM_TRIALS "
-         "trials (64 by default)")
+TITLE = ("nn.Graph compiler backends at TESSERA_BENCH_BACKENDS_THREADS threads (1 by default): "
+         "step time (ms, median, warm process; wall clock and the process's CPU time) and "
+         "compile time (s, wall clock, cold and warm cache); tvm tuned = MetaSchedule with "
+         "TESSERA_BENCH_TVM_TRIALS trials (64 by default)")
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
