@@ -1,7 +1,8 @@
 """int8: INT8 inference against float32 and against its peers.
 
 - GEMM: tessera's INT8 GEMM (``tessera.kernels.int8``, u8 x s8 -> s32 with the fused
-  requantization, on the CPU's best path) in GOP/s against tessera's float32 GEMM
+  requantization, on the CPU's best path: ``amx``, ``vnni512``, ``avxvnni``, ``avx2`` or
+  ``c``, the "int8 path" column) in GOP/s against tessera's float32 GEMM
   (``tessera.kernels.gemm``, weights packed) on ResNet-18's and MiniLM's shapes.
 - Models, batch 1, 224x224: quantizable ResNet-18 and MobileNetV2 (torchvision's quantizable
   structure: FloatFunctional residual adds, ReLU for ReLU6), calibrated post-training with

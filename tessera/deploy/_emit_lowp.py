@@ -3,7 +3,7 @@
 
 They run the kernels eager mode runs, ``kernels/c/int8.c`` and ``kernels/c/binary.c``,
 copied into the folder and compiled under the model's prefix; each picks its instruction set
-from the CPU once, at the first run (``TESSERA_INT8_ISA=vnni512|avxvnni|avx2|c`` and
+from the CPU once, at the first run (``TESSERA_INT8_ISA=amx|vnni512|avxvnni|avx2|c`` and
 ``TESSERA_BINARY_ISA=vpopcnt|avx2|c`` force one, as in eager mode; one this CPU lacks makes
 ``run`` fail with a message). The weights are prepared here, at export, exactly as eager
 mode prepares them (``kernels.int8.Packed``, ``ops.quantized._qparams``, the binary
@@ -128,6 +128,7 @@ void tsr_int8_gemm_c(const int64_t*, int64_t, int64_t, int64_t, int64_t);
 void tsr_int8_gemm_avx2(const int64_t*, int64_t, int64_t, int64_t, int64_t);
 void tsr_int8_gemm_avxvnni(const int64_t*, int64_t, int64_t, int64_t, int64_t);
 void tsr_int8_gemm_vnni512(const int64_t*, int64_t, int64_t, int64_t, int64_t);
+void tsr_int8_gemm_amx(const int64_t*, int64_t, int64_t, int64_t, int64_t);
 void tsr_int8_nhwc(const int64_t*, int64_t, int64_t);
 void tsr_int8_im2col(const int64_t*, int64_t, int64_t);
 void tsr_int8_depthwise(const int64_t*, int64_t, int64_t);
@@ -135,9 +136,10 @@ void tsr_int8_add(const int64_t*, int64_t, int64_t);
 int tsr_int8_cpu(void);
 
 #define TSR_USES_INT8 1
-static const char *const I8_NAMES[] = {"c", "avx2", "avxvnni", "vnni512"};
+static const char *const I8_NAMES[] = {"c", "avx2", "avxvnni", "vnni512", "amx"};
 
-/* the INT8 path: 0 C, 1 AVX2, 2 AVX-VNNI, 3 AVX-512 VNNI, the best this CPU has within
+/* the INT8 path: 0 C, 1 AVX2, 2 AVX-VNNI, 3 AVX-512 VNNI, 4 AMX (where the compiler built
+   it and the OS grants the tiles: tsr_int8_cpu's bit 8), the best this CPU has within
    TESSERA_MAX_ISA (avx2 stops at AVX2, as eager's cap does) or TESSERA_INT8_ISA's (numpy:
    C, the same arithmetic); -1 an unknown name, -2 one this CPU lacks, -3 one above the cap.
    Chosen once (atomic: the kernel threads ask at once). */
@@ -145,8 +147,8 @@ static inline int i8_isa(void) {
     static int known = -4;
     int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
     if (k != -4) return k;
-    static const int need[] = {0, 1, 2, 4};
-    const int bits = tsr_int8_cpu(), cap = max_isa() <= 0 ? 0 : max_isa() == 1 ? 1 : 3;
+    static const int need[] = {0, 1, 2, 4, 8};
+    const int bits = tsr_int8_cpu(), cap = max_isa() <= 0 ? 0 : max_isa() == 1 ? 1 : 4;
     const char *f = getenv("TESSERA_INT8_ISA");
     if (!f || !*f) {
         for (k = cap; k > 0 && (bits & need[k]) != need[k]; k--) continue;
@@ -154,7 +156,7 @@ static inline int i8_isa(void) {
         k = 0;
     } else {
         k = -1;
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 5; i++)
             if (strcmp(f, I8_NAMES[i]) == 0)
                 k = (bits & need[i]) != need[i] ? -2 : i > cap ? -3 : i;
     }
@@ -170,8 +172,8 @@ static inline int i8_check(MODEL *m) {
         snprintf(msg, sizeof msg, "TESSERA_INT8_ISA=%s: TESSERA_MAX_ISA=%s excludes it",
                  getenv("TESSERA_INT8_ISA"), ISA_NAMES[max_isa()]);
     else
-        snprintf(msg, sizeof msg, k == -1 ? "TESSERA_INT8_ISA=%s: expected vnni512, avxvnni, "
-                 "avx2 or c" : "TESSERA_INT8_ISA=%s: this CPU lacks it",
+        snprintf(msg, sizeof msg, k == -1 ? "TESSERA_INT8_ISA=%s: expected amx, vnni512, "
+                 "avxvnni, avx2 or c" : "TESSERA_INT8_ISA=%s: this CPU lacks it",
                  getenv("TESSERA_INT8_ISA"));
     return fail(m, msg);
 }
@@ -179,6 +181,7 @@ static inline int i8_check(MODEL *m) {
 static inline void i8_gemm_part(const int64_t *p, int64_t m0, int64_t m1, int64_t nb0,
                                 int64_t nb1) {
     switch (i8_isa()) {
+    case 4: tsr_int8_gemm_amx(p, m0, m1, nb0, nb1); break;
     case 3: tsr_int8_gemm_vnni512(p, m0, m1, nb0, nb1); break;
     case 2: tsr_int8_gemm_avxvnni(p, m0, m1, nb0, nb1); break;
     case 1: tsr_int8_gemm_avx2(p, m0, m1, nb0, nb1); break;

@@ -70,7 +70,7 @@ typedef struct {n}_model {n}_model;
    this CPU's GEMM here, once. Each kernel family runs the widest instruction set the CPU
    has, within TESSERA_MAX_ISA=avx512|avx2|portable (none: portable) when it is set.
    TESSERA_GEMM_ISA=avx512|avx2|portable forces the path of the GEMM and of attention,
-   TESSERA_INT8_ISA=vnni512|avxvnni|avx2|c and TESSERA_BINARY_ISA=vpopcnt|avx2|c those of
+   TESSERA_INT8_ISA=amx|vnni512|avxvnni|avx2|c and TESSERA_BINARY_ISA=vpopcnt|avx2|c those of
    the INT8 and binary layers (at the first run); a path the CPU lacks, one above the cap or
    an unknown name is an error, never an illegal instruction. */
 {n}_model *{n}_load(const char *weights_path);

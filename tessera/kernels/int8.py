@@ -17,12 +17,15 @@ rows; a depthwise convolution has a kernel of its own (exact int32 sums over the
 they change in place). ``add`` is the quantized sum (in memory order for operands of one
 layout).
 
-The instruction set is chosen at run time from the CPU (``isa()``): AVX-512 VNNI
-(``vpdpbusd`` on zmm), AVX-VNNI (on ymm), AVX2 (``vpmaddubsw`` + ``vpmaddwd``, whose int16
-pair sums saturate: activations of 7 bits, ``reduce_range``, keep it exact), or portable C.
-``TESSERA_INT8_ISA=vnni512|avxvnni|avx2|c|numpy`` forces one; forcing one this CPU lacks
-is an error. ``TESSERA_MAX_ISA=avx2`` (``cc.max_isa()``) leaves the AVX-512 path out, and
-``portable`` all but C and NumPy.
+The instruction set is chosen at run time from the CPU (``isa()``): AMX-INT8 (``tdpbusd``
+on tiles, where the CPU has it, the OS grants this process its tile state and the compiler
+knows it; ``c/int8_amx.h``), AVX-512 VNNI (``vpdpbusd`` on zmm), AVX-VNNI (on ymm), AVX2
+(``vpmaddubsw`` + ``vpmaddwd``, whose int16 pair sums saturate: activations of 7 bits,
+``reduce_range``, keep it exact), or portable C. ``TESSERA_INT8_ISA=amx|vnni512|avxvnni|avx2|
+c|numpy`` forces one; forcing one this CPU lacks is an error. ``TESSERA_MAX_ISA=avx2``
+(``cc.max_isa()``) leaves the AMX and AVX-512 paths out, and ``portable`` all but C and
+NumPy. ``amx-emulated`` (forced only, for tests) runs the AMX kernel on a C model of the
+tile instructions, on any CPU with AVX-512 VNNI: slow, but the AMX path's arithmetic.
 
 >>> import numpy as np
 >>> a = np.arange(6, dtype=np.uint8).reshape(2, 3); w = np.ones((2, 3), np.int8)
@@ -40,15 +43,17 @@ import numpy as np
 
 from tessera.kernels import cc
 
-__all__ = ["gemm", "reference", "isa", "available", "ISAS", "pack", "Packed", "forget",
-           "conv2d", "nhwc", "add"]
+__all__ = ["gemm", "reference", "isa", "available", "amx_built", "ISAS", "EMULATED", "pack",
+           "Packed", "forget", "conv2d", "nhwc", "add"]
 
 # fastest first
-ISAS = ("vnni512", "avxvnni", "avx2", "c", "numpy")
-_BITS = {"avx2": 1, "avxvnni": 2, "vnni512": 4}
+ISAS = ("amx", "vnni512", "avxvnni", "avx2", "c", "numpy")
+# the AMX kernel on emulated tiles: never chosen, only forced (tests)
+EMULATED = "amx-emulated"
+_BITS = {"avx2": 1, "avxvnni": 2, "vnni512": 4, "amx": 8}
 # each path's level in cc.ISA_LEVELS (portable, avx2, avx512), for TESSERA_MAX_ISA
 # (AVX-VNNI counts as above the avx2 cap: Haswell and Zen 3, what that cap stands for, lack it)
-_LEVEL = {"vnni512": 2, "avxvnni": 2, "avx2": 1, "c": 0, "numpy": 0}
+_LEVEL = {"amx": 2, "vnni512": 2, "avxvnni": 2, "avx2": 1, "c": 0, "numpy": 0, EMULATED: 2}
 _NPARAMS = 20
 # rows x column blocks of 16 below which one thread does the whole product
 _SPLIT_MACS = 1 << 20
@@ -65,7 +70,7 @@ def _lib():
         lib = cc.load(source("int8.c"), ("-ffp-contract=off",))
     except Exception:  # a broken toolchain: the NumPy reference still runs
         return None
-    for name in ("c", "avx2", "avxvnni", "vnni512"):
+    for name in ("c", "avx2", "avxvnni", "vnni512", "amx"):
         f = getattr(lib, f"tsr_int8_gemm_{name}")
         f.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 4
         f.restype = None
@@ -75,6 +80,45 @@ def _lib():
         f.restype = None
     lib.tsr_int8_cpu.restype = ctypes.c_int
     return lib
+
+
+@functools.lru_cache(maxsize=1)
+def _emulated():
+    """The GEMM of the AMX kernel on emulated tiles (``c/int8.c`` built with
+    ``-DTSR_INT8_AMX_EMULATE``), or None without a C compiler or an AVX-512 VNNI CPU (its
+    epilogue's instructions, which every AMX CPU has)."""
+    bits = _cpu_bits()
+    if bits is None or not bits & _BITS["vnni512"]:
+        return None
+    from tessera.kernels.csource import source
+    lib = cc.load(source("int8.c"), ("-ffp-contract=off", "-DTSR_INT8_AMX_EMULATE"))
+    f = lib.tsr_int8_gemm_amx_emulated
+    f.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 4
+    f.restype = None
+    return f
+
+
+def _gemm_fn(path: str):
+    """The C function of ``path``'s GEMM (a path ``available()`` lists, or ``EMULATED``)."""
+    if path == EMULATED:
+        f = _emulated()
+        if f is None:
+            raise RuntimeError(f"int8: the {EMULATED} path needs a C compiler and a CPU with "
+                               "AVX-512 VNNI")
+        return f
+    return getattr(_lib(), f"tsr_int8_gemm_{path}")
+
+
+@functools.lru_cache(maxsize=1)
+def amx_built() -> bool:
+    """Whether the compiled kernels hold the AMX path (False for a compiler without AMX,
+    whatever the CPU).
+
+    >>> amx_built() in (True, False)
+    True
+    """
+    lib = _lib()
+    return lib is not None and bool(lib.tsr_int8_amx_built())
 
 
 @functools.lru_cache(maxsize=1)
@@ -98,14 +142,17 @@ def available() -> tuple[str, ...]:
 
 
 def isa() -> str:
-    """The path ``gemm`` takes: ``$TESSERA_INT8_ISA`` if set (ValueError when this CPU lacks
+    """The path ``gemm`` takes: ``$TESSERA_INT8_ISA`` if set (RuntimeError when this CPU lacks
     it), else the fastest available."""
     forced = os.environ.get("TESSERA_INT8_ISA", "").strip().lower()
     have = available()
     if not forced:
         return have[0]
-    if forced not in ISAS:
+    if forced not in ISAS and forced != EMULATED:
         raise ValueError(f"TESSERA_INT8_ISA={forced!r}: expected one of {', '.join(ISAS)}")
+    if forced == EMULATED:
+        _gemm_fn(EMULATED)   # (raises where it cannot run)
+        return forced
     if forced not in have and _LEVEL[forced] > cc.ISA_LEVELS.index(cc.max_isa()):
         raise RuntimeError(f"TESSERA_INT8_ISA={forced!r}: TESSERA_MAX_ISA={cc.max_isa()} "
                            "excludes it")
@@ -189,8 +236,8 @@ def gemm(a: np.ndarray, w: np.ndarray, *, a_zp: int, mult: np.ndarray, out_zp: i
          bias_f: np.ndarray | None = None, path: str | None = None) -> np.ndarray:
     """``requant(a @ w.T)`` (see the module's docstring). ``a``: uint8 (M, K); ``w``: int8
     (N, K); ``mult``: float32 (N,); ``bias``: int32 (N,) or None. ``out_dtype`` uint8, int8
-    or float32 (then ``acc * mult + bias_f``, no rounding). ``path``: one of ``ISAS``
-    (default ``isa()``)."""
+    or float32 (then ``acc * mult + bias_f``, no rounding). ``path``: one of ``ISAS`` or
+    ``EMULATED`` (default ``isa()``)."""
     path = path or isa()
     out_dtype = np.dtype(out_dtype)
     lo, hi = _range(out_dtype, qmin, qmax, relu, out_zp)
@@ -221,7 +268,7 @@ def _gemm_packed(path: str, a: np.ndarray, pw: Packed, out: np.ndarray, *, a_zp:
     params[_P_A], params[_P_C] = a.ctypes.data, out.ctypes.data
     if m == 0 or pw.n == 0:
         return
-    _run(getattr(_lib(), f"tsr_int8_gemm_{path}"), params, m, pw.np_ // 16, pw.kp)
+    _run(_gemm_fn(path), params, m, pw.np_ // 16, pw.kp)
 
 
 _P_A, _P_C = 3, 9   # the operands' slots in the GEMM's parameters (P_A, P_C in int8.c)
@@ -433,7 +480,7 @@ class _ConvPlan:
             return
         og, m = cout // cw.groups, n * oh * ow
         direct = kh == kw == 1 and stride == (1, 1) and padding == (0, 0) and cw.groups == 1
-        f = getattr(lib, f"tsr_int8_gemm_{path}")
+        f = _gemm_fn(path)
         for g, pw in enumerate(cw.packed):
             src = "x"
             if not (direct and cg == pw.kp):

@@ -198,17 +198,36 @@ def test_binary_layers_are_eager_bit_for_bit(binary_first):
                                   eager(model, (x,)))
 
 
-@pytest.mark.parametrize("isa", ["vnni512", "avxvnni", "avx2", "c"])
+@pytest.mark.parametrize("isa", ["amx", "vnni512", "avxvnni", "avx2", "c"])
 def test_forced_int8_paths(isa, lenet_int8, monkeypatch):
     model, x, out = lenet_int8
     env = {**os.environ, "TESSERA_INT8_ISA": isa}
     if isa not in K8.available():
-        r = subprocess.run([str(out / "run_qlenet"), str(out / "qlenet.weights"), "a", "b"],
-                           capture_output=True, text=True, env=env)
-        assert r.returncode != 0 and "lacks" in r.stderr
+        r = _run_refused(out, "qlenet", x, env)
+        assert r.returncode != 0 and "lacks" in r.stderr, r.stderr
         return
     monkeypatch.setenv("TESSERA_INT8_ISA", isa)  # AVX2 saturates as eager's AVX2 path does
     np.testing.assert_array_equal(run_driver(out, "qlenet", (x,), env=env), eager(model, (x,)))
+
+
+def test_int8_library_without_amx(lenet_int8, tmp_path):
+    """Built as by a compiler that lacks AMX (its kernel compiled out): the library still
+    builds (-Werror), runs eager's arithmetic, and refuses TESSERA_INT8_ISA=amx."""
+    from tessera.deploy._files import CFLAGS
+    model, x, _ = lenet_int8
+    out = build(model, (x,), tmp_path, "qlenet", cflags=CFLAGS + " -DTSR_NO_AMX")
+    np.testing.assert_array_equal(run_driver(out, "qlenet", (x,)), eager(model, (x,)))
+    r = _run_refused(out, "qlenet", x, {**os.environ, "TESSERA_INT8_ISA": "amx"})
+    assert r.returncode != 0 and "TESSERA_INT8_ISA=amx: this CPU lacks it" in r.stderr, r.stderr
+
+
+def _run_refused(out, name: str, x, env) -> subprocess.CompletedProcess:
+    """The driver run on a real input (the path is checked at the first run, after the
+    input is read), for a forced path this CPU lacks."""
+    np.save(out / "in_refused.npy", x.numpy())
+    return subprocess.run([str(out / f"run_{name}"), str(out / f"{name}.weights"),
+                           str(out / "in_refused.npy"), str(out / "out_refused.npy")],
+                          capture_output=True, text=True, env=env)
 
 
 @pytest.mark.parametrize("isa", ["vpopcnt", "avx2", "c"])
@@ -216,9 +235,8 @@ def test_forced_binary_paths(isa, binary_first):
     model, x, out = binary_first
     env = {**os.environ, "TESSERA_BINARY_ISA": isa}
     if isa not in KB.available():
-        r = subprocess.run([str(out / "run_bfirst"), str(out / "bfirst.weights"), "a", "b"],
-                           capture_output=True, text=True, env=env)
-        assert r.returncode != 0 and "lacks" in r.stderr
+        r = _run_refused(out, "bfirst", x, env)
+        assert r.returncode != 0 and "lacks" in r.stderr, r.stderr
         return
     np.testing.assert_array_equal(run_driver(out, "bfirst", (x,), env=env), eager(model, (x,)))
 

@@ -1,6 +1,7 @@
 """The quantized convolution in C (im2col from NHWC, the GEMM writing NHWC, the depthwise
 kernels) on every instruction set this CPU has, bit for bit against the NumPy im2col and
-integer GEMM reference; and a quantized module's packed weights following its weights."""
+integer GEMM reference (and the AMX kernel on emulated tiles, where AVX-512 VNNI runs it);
+and a quantized module's packed weights following its weights."""
 import numpy as np
 import pytest
 
@@ -25,9 +26,11 @@ CASES = [
     (1, 48, 13, 12, 48, 5, 5, (2, 2), (2, 2), (1, 1), 48),     # depthwise 5x5 stride 2
     (1, 3, 2, 3, 5, 3, 3, (2, 2), (2, 2), (1, 1), 1),          # mostly padding
 ]
+PATHS = [p for p in int8.available() if p != "numpy"] + (
+    [int8.EMULATED] if (int8._cpu_bits() or 0) & 4 else [])
 
 
-@pytest.mark.parametrize("path", [p for p in int8.available() if p != "numpy"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_conv_bit_exact(monkeypatch, path, case):
     n, c, h, w, co, kh, kw, s, p, d, g = case
@@ -46,7 +49,7 @@ def test_conv_bit_exact(monkeypatch, path, case):
         np.testing.assert_array_equal(got, ref)
 
 
-@pytest.mark.parametrize("path", [p for p in int8.available() if p != "numpy"])
+@pytest.mark.parametrize("path", PATHS)
 def test_channels_last_chain(monkeypatch, path):
     """A convolution's result is channels-last in memory; the next convolution, the
     quantized add and max pooling read it as it is and agree with a contiguous copy."""

@@ -4,7 +4,8 @@
    (weights) packed by tsr_int8_pack as [N/16][K/4][16][4]: for each block of 16 output
    columns and each group of 4 k, 64 bytes, one 32-bit lane per column holding its 4
    weights. That is the operand of one vpdpbusd on a zmm (AVX-512 VNNI), of two on ymm
-   (AVX-VNNI), and of vpmaddubsw + vpmaddwd on ymm (AVX2).
+   (AVX-VNNI), and of vpmaddubsw + vpmaddwd on ymm (AVX2); 16 of those rows are one B tile
+   of tdpbusd (AMX-INT8, int8_amx.h).
 
    Every instruction set accumulates into an int32 tile, and one epilogue (in plain C, so
    that every path rounds the same way) requantizes it:
@@ -346,6 +347,8 @@ void tsr_int8_gemm_vnni512(const int64_t* p, int64_t m0, int64_t m1, int64_t nb0
                            int64_t nb1) {
     run(tile_vnni512, full_vnni512, 2, p, m0, m1, nb0, nb1);
 }
+
+#include "int8_amx.h"
 
 /* ---- convolution helpers ------------------------------------------------------------------
    The geometry of a convolution, shared by im2col and the depthwise kernel. */
@@ -694,12 +697,17 @@ void tsr_int8_add(const int64_t* p, int64_t i0, int64_t i1) {
     }
 }
 
-/* which instruction sets this CPU has: bit 0 AVX2, 1 AVX-VNNI, 2 AVX-512 VNNI */
+/* which instruction sets this CPU has: bit 0 AVX2, 1 AVX-VNNI, 2 AVX-512 VNNI, 3 AMX-INT8
+   (with the OS's grant of the tile state, AVX-512 VNNI for the epilogue, and a compiler
+   that built the AMX kernel) */
 int tsr_int8_cpu(void) {
     __builtin_cpu_init();
     int bits = 0;
     if (__builtin_cpu_supports("avx2")) bits |= 1;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avxvnni")) bits |= 2;
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) bits |= 4;
+#if defined(TSR_AMX)
+    if ((bits & 4) && amx_granted()) bits |= 8;
+#endif
     return bits;
 }
