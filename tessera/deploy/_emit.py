@@ -749,7 +749,7 @@ def _plan_layout(prog: Program) -> None:
 # one result like the others
 _BACKWARD_RESULTS = frozenset({"scaled_dot_product_attention", "batch_norm"})
 # rules that write several results (each planned a buffer of its own)
-MULTI_OUTPUT = {"fused", "topk"}
+MULTI_OUTPUT = {"fused", "topk", "max_dim", "min_dim"}
 # integer and bool outputs leave as int64_t, as integer inputs come in
 _WIDENED = frozenset({"bool", "uint8", "int8", "int16", "int32"})
 

@@ -1,5 +1,6 @@
 """Rules of the exported program for ops along one dimension and for index lookups,
-registered into ``_emit.RULES``: ``argmax`` and ``argmin``, ``cumsum``, ``topk`` (values
+registered into ``_emit.RULES``: ``argmax`` and ``argmin`` (and ``max``/``min`` along a
+dim, values and indices), ``cumsum``, ``topk`` (values
 and indices), ``gather`` (and ``take_along_dim``, which traces to it), ``index_select``,
 padding by reflection, replication or wrapping (``pad``), group norm and batch statistics
 norms (``batch_norm`` in training mode: instance norm), and max pooling of 1-d and 3-d
@@ -18,6 +19,7 @@ True
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 
@@ -68,12 +70,12 @@ def _arg_helper(prog: Program, kind: str, x: Value, n: Node) -> str:
     t, fname = _ctype(n, x), f"tsr_{kind}_{x.dtype.name}"
     op = ">" if kind == "argmax" else "<"
     # NaN wins (PyTorch's rule): the first NaN ends the search
-    nan = "if (v != v) { at = k; break; }\n            " if x.dtype.name in _FLOATS else ""
-    first = "if (best != best) { y[q] = 0; continue; }\n        " \
+    nan = "if (v != v) { best = v; at = k; break; }\n            " \
         if x.dtype.name in _FLOATS else ""
-    _once(prog, f"""/* y[o][i] = the first k with x[o][k][i] the {kind[3:]} (NaN first), rows
-   q = o inner + i in [lo, hi) */
-static void {fname}(const {t}* x, int64_t* y, int64_t r, int64_t inner, int64_t lo,
+    first = "if (best == best)\n        " if x.dtype.name in _FLOATS else ""
+    _once(prog, f"""/* y[o][i] = the first k with x[o][k][i] the {kind[3:]} (NaN first), and that
+   value in vals[o][i] (vals NULL: not), for the rows q = o inner + i in [lo, hi) */
+static void {fname}(const {t}* x, {t}* vals, int64_t* y, int64_t r, int64_t inner, int64_t lo,
                     int64_t hi) {{
     for (int64_t q = lo; q < hi; q++) {{
         const {t}* xs = x + q / inner * r * inner + q % inner;
@@ -84,18 +86,25 @@ static void {fname}(const {t}* x, int64_t* y, int64_t r, int64_t inner, int64_t 
             {nan}if (v {op} best) {{ best = v; at = k; }}
         }}
         y[q] = at;
+        if (vals) vals[q] = best;
     }}
 }}""")
     return fname
 
 
 def _argmax(prog: Program, i: int, n: Node) -> None:
-    x, out = n.inputs[0], n.outputs[0]
+    """argmax, argmin, and max and min along a dim (values and indices: max_dim,
+    min_dim)."""
+    x = n.inputs[0]
+    kind = "argmax" if n.op.name in ("argmax", "max_dim") else "argmin"
+    vals, out = (n.outputs if len(n.outputs) == 2 else (None, n.outputs[0]))
     outer, r, inner = _dims(x, n.attrs.get("dim"))
     if r == 0:
         raise _unsupported(n, "an empty dimension")
-    fname = _arg_helper(prog, n.op.name, x, n)
-    prog.steps.append(_split(prog, fname, [(f"const {_ctype(n, x)}*", prog.p(x)),
+    t = _ctype(n, x)
+    fname = _arg_helper(prog, kind, x, n)
+    prog.steps.append(_split(prog, fname, [(f"const {t}*", prog.p(x)),
+                                           (f"{t}*", prog.p(vals) if vals else "NULL"),
                                            ("int64_t*", prog.p(out)), ("int64_t", str(r)),
                                            ("int64_t", str(inner))],
                              outer * inner, x.numel))
@@ -304,7 +313,8 @@ static void {fname}(const {t}* x, {ty}* y, int64_t d, int64_t lo, int64_t hi) {{
 
 # ---- reflection, replication and circular padding --------------------------------------------
 
-_NP_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+_NP_MODES: dict[str, Literal["reflect", "edge", "wrap"]] = {
+    "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
 
 def _pad(prog: Program, i: int, n: Node) -> None:
@@ -522,7 +532,8 @@ def _max_pool(prog: Program, i: int, n: Node) -> None:
                out.numel * math.prod(at["kernel_size"])) + " }")
 
 
-RULES.update({"argmax": _argmax, "argmin": _argmax, "cumsum": _cumsum, "topk": _topk,
+RULES.update({"argmax": _argmax, "argmin": _argmax, "max_dim": _argmax, "min_dim": _argmax,
+              "cumsum": _cumsum, "topk": _topk,
               "gather": _gather, "index_select": _index_select, "remainder": _remainder,
               "pad": _pad,
               "group_norm": _group_norm, "batch_norm": _batch_norm,

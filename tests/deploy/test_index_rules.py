@@ -1,8 +1,9 @@
 """The rules of tessera/deploy/_emit_index.py and integer outputs, each exported, built with
 -Werror and run through the C driver (one thread and two) against tessera eager and PyTorch:
-argmax/argmin (keepdim, negative dims, ties, NaN), cumsum, topk (values and indices, ties,
-NaN), gather, index_select, take_along_dim, reflection/replication/circular padding, group
-and instance norms, 1-d and 3-d max pooling; int64, int32 and bool outputs."""
+argmax/argmin and max/min along a dim (keepdim, negative dims, ties, NaN), cumsum, topk
+(values and indices, ties, NaN), gather, index_select, take_along_dim, reflection,
+replication and circular padding, group and instance norms, 1-d and 3-d max pooling; int64,
+int32 and bool outputs."""
 from __future__ import annotations
 
 import ctypes
@@ -128,7 +129,11 @@ def test_argmax_argmin(tmp_path):
           lambda t, F, x: x.argmin(0),
           lambda t, F, x: x.argmax(-3, keepdim=True),
           lambda t, F, x: t.argmax(x[3], dim=-2),
-          lambda t, F, x: t.where(x != x, 0.0, x).argmin(1))
+          lambda t, F, x: t.where(x != x, 0.0, x).argmin(1),
+          lambda t, F, x: x.max(1)[0],
+          lambda t, F, x: x.max(1)[1],
+          lambda t, F, x: x.min(-1, keepdim=True)[0],
+          lambda t, F, x: x.min(-1, keepdim=True)[1])
 
 
 def test_argmax_of_integers(tmp_path):
