@@ -148,6 +148,8 @@ def _topk(prog: Program, i: int, n: Node) -> None:
     largest = bool(n.attrs.get("largest", True))
     if not 0 <= k <= r:
         raise _unsupported(n, f"k={k} for a dimension of {r}")
+    if k == 0 or x.numel == 0:
+        return
     op = ">" if largest else "<"
     if x.dtype.name in _FLOATS:   # NaN counts as the largest value, as in PyTorch
         better = f"((a != a && b == b) || a {op} b)" if largest else \

@@ -19,7 +19,7 @@ import tessera
 import tessera.deploy
 import tessera.nn.functional as F
 from tessera import nn
-from tests.deploy.test_export import build
+from tests.deploy.test_export import build, cycles
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None,
                                 reason="needs a C compiler and make")
@@ -285,3 +285,18 @@ def test_split_over_threads(tmp_path):
                    "tsr_gather_float32_int64", "tsr_pad_map_float32", "tsr_group_norm",
                    "tsr_channel_norm", "tsr_maxpool3d"):
         assert f"tsr_pool_run({helper}" in text, helper
+
+
+def test_sanitizers(tmp_path):
+    """The rules' C under ASan and UBSan: load/run/free cycles on zeros (index 0), one
+    thread and two."""
+    model = Fns(lambda t, F, x, i: x.topk(3, -1)[1],
+                lambda t, F, x, i: x.argmax(1),
+                lambda t, F, x, i: x.gather(2, i),
+                lambda t, F, x, i: x.index_select(1, i[0, 0]),
+                lambda t, F, x, i: F.pad(x, (2, 1), mode="reflect").cumsum(-1),
+                lambda t, F, x, i: F.group_norm(x, 2) + F.instance_norm(x),
+                lambda t, F, x, i: F.max_pool1d(x, 2) * F.max_pool3d(x[None, None], 2).sum(),
+                lambda t, F, x, i: i > 0).eval()
+    cycles(tmp_path, {"rules": (model, (tessera.randn(2, 4, 6),
+                                        tessera.randint(0, 4, (2, 4, 3))))}, 20)
