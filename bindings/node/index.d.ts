@@ -6,8 +6,11 @@ export class Model {
   readonly outputShapes: number[][];
   /** 'float32' (Float32Array) or 'int64' (BigInt64Array) per input. */
   readonly inputDtypes: Array<'float32' | 'int64'>;
+  /** 'int64' for integer and bool outputs (an argmax's indices). */
+  readonly outputDtypes: Array<'float32' | 'int64'>;
   setNumThreads(n: number): void;
-  run(inputs: Array<Float32Array | BigInt64Array>, outputs?: Float32Array[]): Float32Array[];
+  run(inputs: Array<Float32Array | BigInt64Array>,
+      outputs?: Array<Float32Array | BigInt64Array>): Array<Float32Array | BigInt64Array>;
   free(): void;
 }
 

@@ -57,6 +57,7 @@ function bind(libPath, name) {
     inputShape: fn('input_shape', 'int', ['int', 'int64_t *']),
     outputShape: fn('output_shape', 'int', ['int', 'int64_t *']),
     inputDtype: fn('input_dtype', 'int', ['int']),
+    outputDtype: fn('output_dtype', 'int', ['int']),
     setNumThreads: fn('set_num_threads', 'int', ['void *', 'int']),
     run: fn('run', 'int', ['void *', 'void **', 'void **']),
     free: fn('free', 'void', ['void *']),
@@ -87,6 +88,7 @@ class Model {
     this.inputShapes = Array.from({ length: nIn }, (_, i) => shapeOf(api.inputShape, i));
     this.outputShapes = Array.from({ length: nOut }, (_, i) => shapeOf(api.outputShape, i));
     this.inputDtypes = Array.from({ length: nIn }, (_, i) => DTYPES[api.inputDtype(i)]);
+    this.outputDtypes = Array.from({ length: nOut }, (_, i) => DTYPES[api.outputDtype(i)]);
     this._token = {};
     finalizer.register(this, { free: api.free, handle }, this._token);
   }
@@ -108,7 +110,8 @@ class Model {
   /**
    * Run the model once. `inputs`: one typed array per input, C-contiguous, of the exported
    * shape (Float32Array, or BigInt64Array where `inputDtypes[i]` is 'int64'). Returns one
-   * Float32Array per output; `outputs` may supply them to avoid allocating.
+   * typed array per output (BigInt64Array where `outputDtypes[i]` is 'int64': integer and
+   * bool outputs); `outputs` may supply them to avoid allocating.
    */
   run(inputs, outputs) {
     const h = this._live();
@@ -125,16 +128,18 @@ class Model {
           `got ${describe(x)}`);
       }
     });
-    const outs = outputs || this.outputShapes.map((s) => new Float32Array(numel(s)));
+    const outs = outputs ||
+      this.outputShapes.map((s, i) => new ARRAYS[this.outputDtypes[i]](numel(s)));
     if (!Array.isArray(outs) || outs.length !== this.outputShapes.length) {
       throw new TypeError(`tessera-deploy: ${this.name}.run expects ` +
         `${this.outputShapes.length} output array(s), got ${describe(outs)}`);
     }
     outs.forEach((y, i) => {
       const want = numel(this.outputShapes[i]);
-      if (!(y instanceof Float32Array) || y.length !== want) {
+      const kind = ARRAYS[this.outputDtypes[i]];
+      if (!(y instanceof kind) || y.length !== want) {
         throw new TypeError(`tessera-deploy: ${this.name}.run output ${i} must be a ` +
-          `Float32Array of ${want} elements, got ${describe(y)}`);
+          `${kind.name} of ${want} elements, got ${describe(y)}`);
       }
     });
     if (this._api.run(h, inputs, outs) !== 0) throw new Error(this._api.lastError(h));

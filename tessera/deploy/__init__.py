@@ -47,6 +47,11 @@ def export_c(model, example_inputs, out_dir: str, name: str = "model") -> dict:
     from tessera.deploy._files import write_folder
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
         raise ValueError(f"tessera.deploy.export_c: name must be a C identifier, got {name!r}")
+    from tessera.deploy._files import KERNEL_FILES, RUNTIME_FILES
+    if f"{name}.c" in KERNEL_FILES + RUNTIME_FILES or name in ("tsr_pool", "tsr_attention",
+                                                                 "tsr_nchwc"):
+        raise ValueError(f"tessera.deploy.export_c: name {name!r} is a file the folder "
+                         "already holds (one of the runtime's sources); choose another")
     g, values = capture(model, example_inputs)
     prog = emit(name, g, values)
     info = write_folder(prog, values, out_dir)

@@ -217,13 +217,44 @@ def _fused(prog: Program, i: int, n: Node) -> None:
 
 
 def _gemm_call(prog: Program, m_: str, n_: str, k_: str, a: str, rsa: str, b: str | None,
-               rsb: str, c: str, ldc: str, packed: int | None = None) -> str:
+               rsb: str, c: str, ldc: str, packed: int | None = None, csa: str = "1",
+               epilogue: str = "") -> str:
+    """One GEMM (c = a b, a's elements rsa and csa apart), ``epilogue`` setting the bias,
+    activation and residual fields of ``g`` (``_epilogue``)."""
     bpart = f"g.bp = m->packed[{packed}];" if packed is not None else \
         f"g.b = {b}; g.rsb = {rsb}; g.csb = 1;"
+    epi = f"\n  {epilogue}" if epilogue else ""
     return (f"{{ tsr_gemm_t g; memset(&g, 0, sizeof g); g.m = {m_}; g.n = {n_}; g.k = {k_};\n"
-            f"  g.a = {a}; g.rsa = {rsa}; g.csa = 1; {bpart}\n"
-            f"  g.c = {c}; g.ldc = {ldc}; g.alpha = 1; g.beta = 0; g.isa = m->isa;\n"
+            f"  g.a = {a}; g.rsa = {rsa}; g.csa = {csa}; {bpart}\n"
+            f"  g.c = {c}; g.ldc = {ldc}; g.alpha = 1; g.beta = 0; g.isa = m->isa;{epi}\n"
             f"  if (run_gemm(m, &g)) return fail(m, \"out of memory in a matrix product\"); }}")
+
+
+def _epilogue(prog: Program, n: Node, group: str, Og: int, P: int) -> str:
+    """The GEMM epilogue of a conv or conv_pointwise node whose product for image-group
+    ``q`` (weights group ``group``) is Og x P: the bias (one value per output channel, a row
+    of the product), a conv_pointwise's activation and residual, applied to each tile
+    while it is in cache."""
+    bias = n.inputs[2] if len(n.inputs) > 2 else None
+    epi = []
+    if isinstance(bias, Value):
+        epi.append(f"g.bias = {prog.p(bias)} + {group} * {Og};")
+    flags = ["TSR_GEMM_BIAS_ROWS"]
+    act = n.attrs.get("activation")
+    if act == "relu":
+        epi.append("g.act = TSR_ACT_RELU;")
+    elif act == "clamp":
+        lo, hi = n.attrs["bounds"]
+        epi.append(f"g.act = TSR_ACT_CLAMP; g.lo = {_c_float(lo)}; g.hi = {_c_float(hi)};")
+    elif act is not None:
+        raise _unsupported(n, f"activation {act!r}")
+    r = n.inputs[3] if len(n.inputs) > 3 else None
+    if isinstance(r, Value):
+        epi.append(f"g.r = {prog.p(r)} + q * {Og * P}; g.ldr = {P};")
+        if n.attrs.get("residual_first"):
+            flags.append("TSR_GEMM_RESIDUAL_FIRST")
+    epi.append(f"g.flags = {' | '.join(flags)};")
+    return " ".join(epi)
 
 
 def _matmul(prog: Program, i: int, n: Node) -> None:
@@ -378,32 +409,9 @@ def _conv(prog: Program, i: int, n: Node) -> None:
                                     CK))
         src = "m->scratch"
     yq = f"{prog.p(out)} + q * {Og * P}"
-    call = _gemm_call(prog, str(Og), str(P), str(CK), f"{prog.p(w)} + q % {G} * {Og * CK}",
-                      str(CK), src, str(P), yq, str(P))
-    # the bias (one value per output channel: a row of this product), a conv_pointwise's
-    # activation and residual: the GEMM's epilogue, on each tile while it is in cache
-    epi = []
-    if bias is not None:
-        epi.append(f"g.bias = {b} + q % {G} * {Og};")
-    flags = ["TSR_GEMM_BIAS_ROWS"]
-    act = n.attrs.get("activation")
-    if act == "relu":
-        epi.append("g.act = TSR_ACT_RELU;")
-    elif act == "clamp":
-        def lit(v: float) -> str:
-            return ("-INFINITY" if v < 0 else "INFINITY") if math.isinf(v) else f"{v!r}f"
-        lo, hi = n.attrs["bounds"]
-        epi.append(f"g.act = TSR_ACT_CLAMP; g.lo = {lit(lo)}; g.hi = {lit(hi)};")
-    elif act is not None:
-        raise _unsupported(n, f"activation {act!r}")
-    r = n.inputs[3] if len(n.inputs) > 3 else None
-    if isinstance(r, Value):
-        epi.append(f"g.r = {prog.p(r)} + q * {Og * P}; g.ldr = {P};")
-        if n.attrs.get("residual_first"):
-            flags.append("TSR_GEMM_RESIDUAL_FIRST")
-    epi.append(f"g.flags = {' | '.join(flags)};")
-    lines.append("  " + call.replace("g.isa = m->isa;", "g.isa = m->isa;\n  " + " ".join(epi),
-                                     1))
+    lines.append("  " + _gemm_call(prog, str(Og), str(P), str(CK),
+                                   f"{prog.p(w)} + q % {G} * {Og * CK}", str(CK), src, str(P),
+                                   yq, str(P), epilogue=_epilogue(prog, n, f"q % {G}", Og, P)))
     prog.steps.append("\n".join(lines) + "\n}")
 
 
@@ -736,15 +744,40 @@ def _plan_layout(prog: Program) -> None:
         prog.loc[id(v)] = Loc(f"((unsigned char*)(intptr_t)in[{k}])")
 
 
-def _attention_nodes(g: Graph) -> None:
-    """Attention's second result (the row sums' logarithms, kept for a backward) is dropped
-    where nothing reads it, so the node has one result like the others."""
+# ops whose later results are kept for a backward (attention's row sums' logarithms, a
+# training-mode batch norm's statistics): dropped where nothing reads them, so the node has
+# one result like the others
+_BACKWARD_RESULTS = frozenset({"scaled_dot_product_attention", "batch_norm"})
+# rules that write several results (each planned a buffer of its own)
+MULTI_OUTPUT = {"fused", "topk", "max_dim", "min_dim"}
+# integer and bool outputs leave as int64_t, as integer inputs come in
+_WIDENED = frozenset({"bool", "uint8", "int8", "int16", "int32"})
+
+
+def _unread_results(g: Graph) -> None:
     read = {id(v) for n in g.nodes for v in n.tensor_inputs} | {id(v) for v in g.outputs}
     for k, n in enumerate(g.nodes):
-        if n.op.name == "scaled_dot_product_attention" and len(n.outputs) == 2 and \
-                id(n.outputs[1]) not in read:
+        if n.op.name in _BACKWARD_RESULTS and len(n.outputs) > 1 and \
+                not any(id(v) in read for v in n.outputs[1:]):
             g.nodes[k] = Node(n.op, n.inputs, n.attrs, n.outputs[:1], n.name, n.notes)
             n.outputs[0].producer = g.nodes[k]
+
+
+def _integer_outputs(g: Graph) -> None:
+    """Outputs of a narrower integer dtype or bool become int64 (a cast node each, which
+    notes the dtype the model returns, for the header); any other non-float32 output has
+    no C rule."""
+    from tessera._dtype import int64
+    cast = REGISTRY["cast"]
+    for k, v in enumerate(list(g.outputs)):
+        if v.dtype.name in ("float32", "int64"):
+            continue
+        if v.dtype.name not in _WIDENED:
+            raise NotImplementedError(f"tessera.deploy.export_c: output {k} is {v.dtype.name};"
+                                      " outputs must be float32, an integer dtype or bool")
+        (new,) = g.add_node(cast, [v], {"dtype": int64}, [(v.shape, int64)], name="output")
+        g.nodes[-1].notes["returns"] = v.dtype.name
+        g.outputs[k] = new
 
 
 def _read_in_place(g: Graph, kinds: dict, moves: dict) -> set[int]:
@@ -806,12 +839,9 @@ def emit(name: str, g: Graph, values: dict) -> Program:
         if v.dtype.name not in ("float32", "int64"):
             raise NotImplementedError(f"tessera.deploy.export_c: input {v.name} is "
                                       f"{v.dtype.name}; inputs must be float32 or int64")
-    for v in g.outputs:
-        if v.dtype.name != "float32":
-            raise NotImplementedError(f"tessera.deploy.export_c: an output is {v.dtype.name};"
-                                      " outputs must be float32")
+    _integer_outputs(g)
     _split_movements(g)
-    _attention_nodes(g)
+    _unread_results(g)
     _copy_outputs(g)
     prog = Program(name, g, values=values)
     _plan_layout(prog)
@@ -853,7 +883,7 @@ def emit(name: str, g: Graph, values: dict) -> Program:
     returned = {id(v): k for k, v in enumerate(g.outputs)}
     for i, n in enumerate(g.nodes):
         out = n.outputs[0] if len(n.outputs) == 1 else None
-        if out is None and n.op.name == "fused":   # a multi-output region
+        if out is None and n.op.name in MULTI_OUTPUT:   # a region, topk
             for v in n.outputs:
                 prog.loc[id(v)] = _planned_loc(v, returned, plan)
             _emit_node(prog, i, n, kinds[i], moves.get(i))
@@ -951,5 +981,6 @@ def _emit_node(prog: Program, i: int, n: Node, kind: str, move) -> None:
         _region(prog, i, body, ext, [out])
 
 
-# the INT8 and binary rules, and the rules of _emit_more, register themselves into RULES
-from tessera.deploy import _emit_lowp, _emit_more  # noqa: E402, F401
+# the INT8 and binary rules, and those of _emit_more and _emit_index, register themselves
+# into RULES
+from tessera.deploy import _emit_index, _emit_lowp, _emit_more  # noqa: E402, F401

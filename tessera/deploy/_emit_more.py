@@ -18,8 +18,9 @@ import math
 
 import numpy as np
 
-from tessera.deploy._emit import RULES, Program, _unsupported
+from tessera.deploy._emit import RULES, Program, _epilogue, _gemm_call, _unsupported
 from tessera.graph.ir import Node, Value
+from tessera.kernels.threadpool import SPLIT_MIN
 
 __all__: list[str] = []
 
@@ -31,35 +32,39 @@ _HELPERS = {
 typedef struct { int64_t C, D, H, W, KD, KH, KW, OD, OH, OW, s[3], p[3], d[3]; } tsr_geo3;
 """,
     "im2col3d": r"""
-/* cols[(c, kd, kh, kw)][(od, oh, ow)] = x[c][od s - p + kd d]... (0 in the padding) */
-static void tsr_im2col3d(const float* x, float* cols, const tsr_geo3* g) {
+/* rows [lo, hi) of cols[(c, kd, kh, kw)][(od, oh, ow)] = x[c][od s - p + kd d]... (0 in
+   the padding) */
+static void tsr_im2col3d(const float* x, float* cols, const tsr_geo3* g, int64_t lo,
+                         int64_t hi) {
     int64_t P = g->OD * g->OH * g->OW;
-    for (int64_t c = 0; c < g->C; c++)
-        for (int64_t kd = 0; kd < g->KD; kd++)
-            for (int64_t kh = 0; kh < g->KH; kh++)
-                for (int64_t kw = 0; kw < g->KW; kw++, cols += P) {
-                    float* r = cols;
-                    for (int64_t od = 0; od < g->OD; od++) {
-                        int64_t id = od * g->s[0] - g->p[0] + kd * g->d[0];
-                        for (int64_t oh = 0; oh < g->OH; oh++) {
-                            int64_t ih = oh * g->s[1] - g->p[1] + kh * g->d[1];
-                            int inside = id >= 0 && id < g->D && ih >= 0 && ih < g->H;
-                            const float* xr = x + ((c * g->D + id) * g->H + ih) * g->W;
-                            for (int64_t ow = 0; ow < g->OW; ow++, r++) {
-                                int64_t iw = ow * g->s[2] - g->p[2] + kw * g->d[2];
-                                *r = inside && iw >= 0 && iw < g->W ? xr[iw] : 0.0f;
-                            }
-                        }
-                    }
+    for (int64_t row = lo; row < hi; row++) {
+        int64_t kw = row % g->KW, kh = row / g->KW % g->KH, kd = row / (g->KW * g->KH) % g->KD;
+        int64_t c = row / (g->KW * g->KH * g->KD);
+        float* r = cols + row * P;
+        for (int64_t od = 0; od < g->OD; od++) {
+            int64_t id = od * g->s[0] - g->p[0] + kd * g->d[0];
+            for (int64_t oh = 0; oh < g->OH; oh++) {
+                int64_t ih = oh * g->s[1] - g->p[1] + kh * g->d[1];
+                int inside = id >= 0 && id < g->D && ih >= 0 && ih < g->H;
+                const float* xr = x + ((c * g->D + id) * g->H + ih) * g->W;
+                for (int64_t ow = 0; ow < g->OW; ow++, r++) {
+                    int64_t iw = ow * g->s[2] - g->p[2] + kw * g->d[2];
+                    *r = inside && iw >= 0 && iw < g->W ? xr[iw] : 0.0f;
                 }
+            }
+        }
+    }
 }
 """,
     "col2im3d": r"""
-/* the adjoint of tsr_im2col3d: x (zeroed first) += cols at the positions im2col reads */
-static void tsr_col2im3d(const float* cols, float* x, const tsr_geo3* g) {
-    int64_t P = g->OD * g->OH * g->OW;
-    memset(x, 0, (size_t)(g->C * g->D * g->H * g->W) * sizeof(float));
-    for (int64_t c = 0; c < g->C; c++)
+/* the adjoint of tsr_im2col3d for channels [lo, hi): x (zeroed first) += cols at the
+   positions im2col reads (each channel's planes its own: the threads take channels) */
+static void tsr_col2im3d(const float* cols, float* x, const tsr_geo3* g, int64_t lo,
+                         int64_t hi) {
+    int64_t P = g->OD * g->OH * g->OW, plane = g->D * g->H * g->W;
+    memset(x + lo * plane, 0, (size_t)((hi - lo) * plane) * sizeof(float));
+    cols += lo * g->KD * g->KH * g->KW * P;
+    for (int64_t c = lo; c < hi; c++)
         for (int64_t kd = 0; kd < g->KD; kd++)
             for (int64_t kh = 0; kh < g->KH; kh++)
                 for (int64_t kw = 0; kw < g->KW; kw++, cols += P) {
@@ -81,20 +86,22 @@ static void tsr_col2im3d(const float* cols, float* x, const tsr_geo3* g) {
 """,
     "resample": r"""
 /* y[o][j][i] = sum_t x[o][idx[t][j]][i] w[t][j] (t in order, as eager sums its taps): one
-   dimension of a separable interpolation, (outer, n_in, inner) -> (outer, n_out, inner) */
-static void tsr_resample(const float* x, float* y, int64_t outer, int64_t n_in, int64_t n_out,
-                         int64_t inner, int64_t taps, const int64_t* idx, const float* w) {
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < n_out; j++) {
-            float* yr = y + (o * n_out + j) * inner;
-            const float* x0 = x + (o * n_in + idx[j]) * inner;
-            for (int64_t i = 0; i < inner; i++) yr[i] = x0[i] * w[j];
-            for (int64_t t = 1; t < taps; t++) {
-                const float* xt = x + (o * n_in + idx[t * n_out + j]) * inner;
-                float wt = w[t * n_out + j];
-                for (int64_t i = 0; i < inner; i++) yr[i] += xt[i] * wt;
-            }
+   dimension of a separable interpolation, (outer, n_in, inner) -> (outer, n_out, inner), for
+   the rows o * n_out + j in [lo, hi) */
+static void tsr_resample(const float* x, float* y, int64_t n_in, int64_t n_out, int64_t inner,
+                         int64_t taps, const int64_t* idx, const float* w, int64_t lo,
+                         int64_t hi) {
+    for (int64_t oj = lo; oj < hi; oj++) {
+        int64_t o = oj / n_out, j = oj % n_out;
+        float* yr = y + oj * inner;
+        const float* x0 = x + (o * n_in + idx[j]) * inner;
+        for (int64_t i = 0; i < inner; i++) yr[i] = x0[i] * w[j];
+        for (int64_t t = 1; t < taps; t++) {
+            const float* xt = x + (o * n_in + idx[t * n_out + j]) * inner;
+            float wt = w[t * n_out + j];
+            for (int64_t i = 0; i < inner; i++) yr[i] += xt[i] * wt;
         }
+    }
 }
 """,
     "pnorm": r"""
@@ -120,11 +127,14 @@ static void tsr_pnorm(const float* x, float* y, int64_t outer, int64_t r, int64_
 }
 """,
     "avgpool3d": r"""
-/* average pooling of planes (D, H, W) -> (OD, OH, OW): window sums over the input, divided
-   by the window clipped to the padded input (include_pad) or to the input, or by div > 0 */
-static void tsr_avgpool3d(const float* x, float* y, int64_t planes, const tsr_geo3* g,
-                          int include_pad, int64_t div) {
-    for (int64_t q = 0; q < planes; q++, x += g->D * g->H * g->W)
+/* average pooling of planes [lo, hi), (D, H, W) -> (OD, OH, OW): window sums over the input,
+   divided by the window clipped to the padded input (include_pad) or to the input, or by
+   div > 0 */
+static void tsr_avgpool3d(const float* x, float* y, const tsr_geo3* g, int64_t include_pad,
+                          int64_t div, int64_t lo, int64_t hi) {
+    x += lo * g->D * g->H * g->W;
+    y += lo * g->OD * g->OH * g->OW;
+    for (int64_t q = lo; q < hi; q++, x += g->D * g->H * g->W)
         for (int64_t od = 0; od < g->OD; od++)
             for (int64_t oh = 0; oh < g->OH; oh++)
                 for (int64_t ow = 0; ow < g->OW; ow++) {
@@ -156,6 +166,29 @@ def _helper(prog: Program, *names: str) -> None:
         text = _HELPERS[name]
         if text not in prog.kernels:
             prog.kernels.append(text)
+
+
+def _split(prog: Program, func: str, args: list[tuple[str, str]], extent: int,
+           work: int) -> str:
+    """C running ``func(args..., lo, hi)`` over [0, extent), split into a share per kernel
+    thread when ``work`` (elements touched) is worth it (``args``: (C type, expression);
+    the helper's work item is emitted once)."""
+    call = ", ".join(e for _, e in args)
+    if work < SPLIT_MIN or extent < 2:
+        return f"{func}({call}, 0, {extent});"
+    k = len(args)
+    item = f"static int64_t {func}_item("
+    if not any(t.startswith(item) for t in prog.kernels):
+        casts = ", ".join(f"c[{j}]" if t == "int64_t" else f"({t})(intptr_t)c[{j}]"
+                          for j, (t, _) in enumerate(args))
+        prog.kernels.append(
+            f"{item}const int64_t* c, int64_t i) {{\n"
+            f"    {func}({casts}, c[{k + 1}] * i / c[{k}], c[{k + 1}] * (i + 1) / c[{k}]);\n"
+            f"    return 0;\n}}")
+    ctx = ", ".join(e if t == "int64_t" else f"(int64_t)(intptr_t)({e})" for t, e in args)
+    return (f"{{ int64_t n = m->threads < {extent} ? m->threads : {extent};\n"
+            f"  int64_t c[] = {{{ctx}, n, {extent}}};\n"
+            f"  tsr_pool_run({func}_item, c, n, m->threads); }}")
 
 
 def _work(prog: Program, nbytes: int) -> str:
@@ -213,37 +246,6 @@ _CONV2D = RULES["conv"]
 _CONV2D_POINTWISE = RULES["conv_pointwise"]
 
 
-def _epilogue(n: Node, prog: Program, bias, group: str, Og: int, P: int) -> str:
-    """The GEMM's epilogue of a conv or conv_pointwise node, as ``_emit._conv`` sets it."""
-    epi = []
-    if isinstance(bias, Value):
-        epi.append(f"g.bias = {prog.p(bias)} + {group} * {Og};")
-    flags = ["TSR_GEMM_BIAS_ROWS"]
-    act = n.attrs.get("activation")
-    if act == "relu":
-        epi.append("g.act = TSR_ACT_RELU;")
-    elif act == "clamp":
-        lo, hi = n.attrs["bounds"]
-        epi.append(f"g.act = TSR_ACT_CLAMP; g.lo = {_float(lo)}; g.hi = {_float(hi)};")
-    elif act is not None:
-        raise _unsupported(n, f"activation {act!r}")
-    r = n.inputs[3] if len(n.inputs) > 3 else None
-    if isinstance(r, Value):
-        epi.append(f"g.r = {prog.p(r)} + q * {Og * P}; g.ldr = {P};")
-        if n.attrs.get("residual_first"):
-            flags.append("TSR_GEMM_RESIDUAL_FIRST")
-    epi.append(f"g.flags = {' | '.join(flags)};")
-    return " ".join(epi)
-
-
-def _gemm(m_: int, n_: int, k_: int, a: str, rsa: str, csa: str, b: str, c: str,
-          epilogue: str = "") -> str:
-    return (f"{{ tsr_gemm_t g; memset(&g, 0, sizeof g); g.m = {m_}; g.n = {n_}; g.k = {k_};\n"
-            f"  g.a = {a}; g.rsa = {rsa}; g.csa = {csa}; g.b = {b}; g.rsb = {n_}; g.csb = 1;\n"
-            f"  g.c = {c}; g.ldc = {n_}; g.alpha = 1; g.beta = 0; g.isa = m->isa; {epilogue}\n"
-            f"  if (run_gemm(m, &g)) return fail(m, \"out of memory in a matrix product\"); }}")
-
-
 def _conv_nd(prog: Program, i: int, n: Node) -> None:
     x, w = n.inputs[0], n.inputs[1]
     if len(x.shape) == 4:
@@ -262,15 +264,16 @@ def _conv_nd(prog: Program, i: int, n: Node) -> None:
     geo = _geometry(sp_in, sp_out, kernel, n.attrs["stride"], pads, n.attrs["dilation"])
     _helper(prog, "geometry", "im2col3d")
     cols = _work(prog, CK * P * 4)
-    bias = n.inputs[2] if len(n.inputs) > 2 else None
     S = math.prod(sp_in)
     prog.steps.append(
         f"{{ static const tsr_geo3 geo = {{{Cg}, {geo}}};\n"
         f"for (int64_t q = 0; q < {N * G}; q++) {{\n"
-        f"  tsr_im2col3d({prog.p(x)} + (q / {G} * {C} + q % {G} * {Cg}) * {S}, {cols}, &geo);\n"
-        "  " + _gemm(Og, P, CK, f"{prog.p(w)} + q % {G} * {Og * CK}", str(CK), "1", cols,
-                     f"{prog.p(out)} + q * {Og * P}",
-                     _epilogue(n, prog, bias, f"q % {G}", Og, P)) + "\n}}")
+        "  " + _split(prog, "tsr_im2col3d", [
+            ("const float*", f"{prog.p(x)} + (q / {G} * {C} + q % {G} * {Cg}) * {S}"),
+            ("float*", cols), ("const tsr_geo3*", "&geo")], CK, CK * P) + "\n"
+        "  " + _gemm_call(prog, str(Og), str(P), str(CK), f"{prog.p(w)} + q % {G} * {Og * CK}",
+                          str(CK), cols, str(P), f"{prog.p(out)} + q * {Og * P}", str(P),
+                          epilogue=_epilogue(prog, n, f"q % {G}", Og, P)) + "\n}}")
 
 
 def _conv_transposed(prog: Program, i: int, n: Node) -> None:
@@ -294,10 +297,13 @@ def _conv_transposed(prog: Program, i: int, n: Node) -> None:
     prog.steps.append(
         f"{{ static const tsr_geo3 geo = {{{Cg}, {geo}}};\n"
         f"for (int64_t q = 0; q < {N * G}; q++) {{\n"
-        "  " + _gemm(CK, Px, Og, f"{prog.p(w)} + q % {G} * {Og * CK}", "1", str(CK),
-                     f"{prog.p(x)} + (q / {G} * {O} + q % {G} * {Og}) * {Px}", cols) + "\n"
-        f"  tsr_col2im3d({cols}, {prog.p(out)} + (q / {G} * {C} + q % {G} * {Cg}) * {Sy}, "
-        "&geo);\n}}")
+        "  " + _gemm_call(prog, str(CK), str(Px), str(Og), f"{prog.p(w)} + q % {G} * {Og * CK}",
+                          "1", f"{prog.p(x)} + (q / {G} * {O} + q % {G} * {Og}) * {Px}",
+                          str(Px), cols, str(Px), csa=str(CK)) + "\n"
+        "  " + _split(prog, "tsr_col2im3d", [
+            ("const float*", cols),
+            ("float*", f"{prog.p(out)} + (q / {G} * {C} + q % {G} * {Cg}) * {Sy}"),
+            ("const tsr_geo3*", "&geo")], Cg, CK * Px) + "\n}}")
 
 
 # ---- interpolation, average pooling, constant padding ---------------------------------------
@@ -345,8 +351,12 @@ def _interpolate(prog: Program, i: int, n: Node) -> None:
         ws = ", ".join(f"{float(v)!r}f" for v in w.reshape(-1).tolist())
         lines.append(f"  {{ static const int64_t idx[] = {{{ids}}};\n"
                      f"    static const float w[] = {{{ws}}};\n"
-                     f"    tsr_resample({src}, {dst}, {outer}, {n_in}, {n_out}, {inner}, "
-                     f"{idx.shape[0]}, idx, w); }}")
+                     "    " + _split(prog, "tsr_resample", [
+                         ("const float*", src), ("float*", dst), ("int64_t", str(n_in)),
+                         ("int64_t", str(n_out)), ("int64_t", str(inner)),
+                         ("int64_t", str(idx.shape[0])), ("const int64_t*", "idx"),
+                         ("const float*", "w")], outer * n_out,
+                         outer * n_out * inner * idx.shape[0]) + " }")
         src = dst
     prog.steps.append("\n".join(lines) + "\n}")
 
@@ -364,10 +374,13 @@ def _avg_pool(prog: Program, i: int, n: Node) -> None:
                     (1,) * len(sp_in))
     _helper(prog, "geometry", "avgpool3d")
     div = at.get("divisor_override") or 0
+    planes = x.shape[0] * x.shape[1]
     prog.steps.append(
         f"{{ static const tsr_geo3 geo = {{1, {geo}}};\n"
-        f"  tsr_avgpool3d({prog.p(x)}, {prog.p(out)}, {x.shape[0] * x.shape[1]}, &geo, "
-        f"{int(bool(at['count_include_pad']))}, {div}); }}")
+        "  " + _split(prog, "tsr_avgpool3d", [
+            ("const float*", prog.p(x)), ("float*", prog.p(out)), ("const tsr_geo3*", "&geo"),
+            ("int64_t", str(int(bool(at["count_include_pad"])))), ("int64_t", str(div))],
+            planes, planes * math.prod(sp_out) * math.prod(at["kernel_size"])) + " }")
 
 
 def _constant_pad(prog: Program, i: int, n: Node) -> None:

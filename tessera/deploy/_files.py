@@ -44,16 +44,23 @@ def _header(prog: Program) -> str:
     ins = "\n".join(f"   input {k}: {shape(v)}"
                     + (" (int64_t values)" if v.dtype.name == "int64" else "")
                     for k, v in enumerate(g.inputs))
-    outs = "\n".join(f"   output {k}: {shape(v)}" for k, v in enumerate(g.outputs))
+    def returned(v):
+        model = v.producer.notes.get("returns") if v.producer is not None else None
+        if model is not None:
+            return f"{model}[{', '.join(map(str, v.shape))}] (as int64_t values" + \
+                (", 0 or 1)" if model == "bool" else ")")
+        return shape(v) + (" (int64_t values)" if v.dtype.name == "int64" else "")
+    outs = "\n".join(f"   output {k}: {returned(v)}" for k, v in enumerate(g.outputs))
     return f"""/* {n}: a model exported by tessera.deploy, as a C library.
 
 {ins}
 {outs}
 
    Inputs and outputs are C-contiguous; float32 ones are float, int64 ones (token ids) are
-   int64_t passed through the const float* const* array. A model may run from one thread at a
-   time; distinct models run concurrently. Nothing here aborts the process: failures return
-   NULL or non-zero, and the *_error functions say why. */
+   int64_t passed through the const float* const* array, and integer and bool outputs (an
+   argmax's indices) int64_t written through the float* const* array. A model may run from
+   one thread at a time; distinct models run concurrently. Nothing here aborts the process:
+   failures return NULL or non-zero, and the *_error functions say why. */
 #ifndef {n.upper()}_H
 #define {n.upper()}_H
 
@@ -89,6 +96,8 @@ int {n}_output_shape(int i, int64_t *dims);
 /* the element type of input i: 0 float32 (float), 1 int64 (int64_t), -1 no such input; for
    bindings that pass typed buffers (a C program reads the list above) */
 int {n}_input_dtype(int i);
+/* the element type of output i, numbered as the inputs' (integer and bool outputs: 1) */
+int {n}_output_dtype(int i);
 /* threads for the next runs (>= 1; default 1); 0, or -1 with a message */
 int {n}_set_num_threads({n}_model *m, int n);
 /* outputs = the model(inputs): 0, or non-zero with a message ({n}_last_error) */
@@ -110,8 +119,9 @@ def _source(prog: Program, fingerprint: int) -> str:
         ranks = ", ".join(str(len(v.shape)) for v in vals) or "0"
         shapes.append(f"static const int64_t {kind}_dims[][8] = {{{rows}}};\n"
                       f"static const int {kind}_rank[] = {{{ranks}}};")
-    codes = ", ".join("1" if v.dtype.name == "int64" else "0" for v in g.inputs) or "0"
-    shapes.append(f"static const int in_dtype[] = {{{codes}}};")
+    for kind, vals in (("in", g.inputs), ("out", g.outputs)):
+        codes = ", ".join("1" if v.dtype.name == "int64" else "0" for v in vals) or "0"
+        shapes.append(f"static const int {kind}_dtype[] = {{{codes}}};")
     packs = ", ".join(f"{{{o}, {k}, {nn}}}" for o, k, nn in prog.packed) or "{0, 0, 0}"
     steps = "\n".join("    " + line.replace("\n", "\n    ") for line in prog.steps)
     protos = "\n".join(prog.prototypes)
@@ -139,6 +149,7 @@ static const size_t ARENA_BYTES = {prog.arena_bytes}, SCRATCH_BYTES = {prog.scra
 {shapes[0]}
 {shapes[1]}
 {shapes[2]}
+{shapes[3]}
 /* weights packed at load: (byte offset in the payload, k, n) */
 static const int64_t PACKED[][3] = {{{packs}}};
 
@@ -215,6 +226,7 @@ static inline int run_gemm({n}_model *m, tsr_gemm_t *g) {{
 {kernels}
 
 static int steps({n}_model *m, const float *const *in, float *const *out) {{
+    (void)m; (void)in; (void)out;  /* a program may not need each */
 {steps}
     return 0;
 }}
@@ -326,6 +338,9 @@ int {n}_output_shape(int i, int64_t *dims) {{
 }}
 int {n}_input_dtype(int i) {{
     return i < 0 || i >= NUM_INPUTS ? -1 : in_dtype[i];
+}}
+int {n}_output_dtype(int i) {{
+    return i < 0 || i >= NUM_OUTPUTS ? -1 : out_dtype[i];
 }}
 
 int {n}_set_num_threads({n}_model *m, int n) {{

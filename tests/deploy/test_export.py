@@ -333,7 +333,7 @@ CYCLES = r"""
     for (int i = 0; i < NAME##_num_outputs(); i++) { \
         size_t n = 1; \
         for (int k = 0, r = NAME##_output_shape(i, d); k < r; k++) n *= (size_t)d[k]; \
-        outs[i] = calloc(n, sizeof(float)); \
+        outs[i] = calloc(n, NAME##_output_dtype(i) == 1 ? 8 : 4); \
     } \
     if (NAME##_run(m, (const float* const*)ins, outs)) { \
         fprintf(stderr, "%s\n", NAME##_last_error(m)); return 1; } \

@@ -114,3 +114,18 @@ def test_im2col_split_over_threads(tmp_path):
     check(Flat(lambda s, x: s.conv(x).relu(), conv=conv), (1, 16, 64, 64), tmp_path, "split",
           threads=2)
     check(Flat(lambda s, x: s.conv(x).relu(), conv=conv), (1, 16, 64, 64), tmp_path, "one")
+
+
+def test_loops_split_over_threads(tmp_path):
+    """1-d convolution's im2col, transposed convolution's col2im, interpolation and average
+    pooling big enough to share their rows out over two threads."""
+    tessera.manual_seed(7)
+    c1 = nn.Conv1d(32, 16, 3, padding=1)
+    t1 = nn.ConvTranspose1d(32, 16, 5, stride=2, padding=1)
+    model = Flat(lambda s, x: s.c1(x).relu(), lambda s, x: s.t1(x),
+                 lambda s, x: F.interpolate(x, scale_factor=2, mode="linear"),
+                 lambda s, x: F.avg_pool3d(x[:, None, None], (1, 2, 2), stride=1), c1=c1, t1=t1)
+    check(model, (2, 32, 4096), tmp_path, "loops", threads=2)
+    text = (tmp_path / "loops" / "loops.c").read_text()
+    for helper in ("tsr_im2col3d", "tsr_col2im3d", "tsr_resample", "tsr_avgpool3d"):
+        assert f"tsr_pool_run({helper}_item" in text, helper

@@ -63,7 +63,9 @@ fail:
     return NULL;
 }
 
-static int npy_write_f32(const char* path, const float* data, const int64_t* dims, int rank) {
+/* data (kind 'f': float32, 'i': int64) as a .npy file: 0, or -1 */
+static int npy_write(const char* path, const void* data, char kind, const int64_t* dims,
+                     int rank) {
     char shape[256] = "", hdr[512];
     int64_t count = 1;
     for (int d = 0; d < rank; d++) {
@@ -72,8 +74,8 @@ static int npy_write_f32(const char* path, const float* data, const int64_t* dim
         strcat(shape, one);
         count *= dims[d];
     }
-    int n = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }",
-                     shape);
+    int n = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
+                     kind == 'i' ? "<i8" : "<f4", shape);
     int total = 10 + n + 1, pad = (64 - total % 64) % 64;
     FILE* f = fopen(path, "wb");
     if (!f) return -1;
@@ -85,7 +87,7 @@ static int npy_write_f32(const char* path, const float* data, const int64_t* dim
     fwrite(hdr, 1, (size_t)n, f);
     for (int i = 0; i < pad; i++) fputc(' ', f);
     fputc('\n', f);
-    size_t wrote = fwrite(data, sizeof(float), (size_t)count, f);
+    size_t wrote = fwrite(data, kind == 'i' ? 8 : 4, (size_t)count, f);
     return fclose(f) == 0 && wrote == (size_t)count ? 0 : -1;
 }
 

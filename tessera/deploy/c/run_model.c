@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
         int rank = MODEL_output_shape(i, dims);
         int64_t count = 1;
         for (int d = 0; d < rank; d++) count *= dims[d];
-        outs[i] = malloc(sizeof(float) * (size_t)(count ? count : 1));
+        /* integer outputs are int64_t */
+        outs[i] = malloc((MODEL_output_dtype(i) == 1 ? 8 : 4) * (size_t)(count ? count : 1));
         if (!outs[i]) goto done;
     }
     if (MODEL_run(m, (const float* const*)ins, outs)) {
@@ -100,7 +101,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < no; i++) {
         int64_t dims[8];
         int rank = MODEL_output_shape(i, dims);
-        if (npy_write_f32(paths[1 + ni + i], outs[i], dims, rank)) {
+        if (npy_write(paths[1 + ni + i], outs[i], MODEL_output_dtype(i) == 1 ? 'i' : 'f', dims,
+                      rank)) {
             fprintf(stderr, "cannot write %s\n", paths[1 + ni + i]);
             goto done;
         }
