@@ -1005,5 +1005,6 @@ def _unflatten(flat, treedef):
     for n, d in defs:
         out.append(_unflatten(flat[i:i + n], d))
         i += n
-    return kind(out)
+    # a tuple subclass (the namedtuples of max/min, topk's values-indices pair) takes fields
+    return kind(out) if kind in (tuple, list) else kind(*out)
 
