@@ -373,4 +373,27 @@ def run(g: Graph, ctx) -> bool:
     blk = block()
     if blk is None:
         return False
-    return _Rewrite(g, ctx, known, blk, m == "auto").run()
+    if not _Rewrite(g, ctx, known, blk, m == "auto").run():
+        return False
+    _expect_tiles(g, blk)
+    return True
+
+
+def _expect_tiles(g: Graph, blk: int) -> None:
+    """Bind the graph's convolutions to one library of the register tiles they run
+    (``tessera.kernels.nchwc.expect_tiles``): a few seconds of compiling, not the half
+    minute of every tile."""
+    from tessera.kernels import nchwc as K
+    if not K.usable():   # (the NumPy kernels run the ops)
+        return
+    tiles: set = set()
+    for n in g.nodes:
+        if n.op.name != "conv2d_nchwc":
+            continue
+        x, y, a = n.inputs[0].shape, n.outputs[0].shape, n.attrs
+        o, cg = a["weight_shape"][:2]
+        (top, _), (left, _) = a["pads"]
+        tiles |= K.conv_tiles((x[0], cg * a["groups"], x[2], x[3]), (y[0], o, y[2], y[3]),
+                              a["weight_shape"], a["stride"], (top, left), a["dilation"],
+                              a["groups"], blk, a["plain_input"])[0]
+    K.expect_tiles(tiles, blk)
