@@ -47,7 +47,7 @@ def build(lib, name, graph: bool = False, compiled: bool = False):
     """A zero-argument training step of workload ``name`` for ``lib`` (tessera or torch):
     eager, as an nn.Graph (``graph``), or with ``torch.compile`` on the model (``compiled``).
     """
-    nn, F = lib.nn, lib.nn.functional
+    nn = lib.nn
     lib.manual_seed(0)
     if name == "mlp":
         model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),

@@ -98,13 +98,11 @@ def _lib():
     return _load(tiles_header((), (8, 16)), pooling=True)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tile_lib(tiles: frozenset, block: int):
     """``c/nchwc.c`` with the register tiles ``tiles`` of the x86 path of ``block`` only,
     and no pooling (``_lib``'s)."""
-    lib = _load(tiles_header(tiles, (block,)), pooling=False)
-    _LIBS.setdefault(block, []).append(tiles)
-    return lib
+    return _load(tiles_header(tiles, (block,)), pooling=False)
 
 
 def _load(header: str, pooling: bool):
@@ -498,11 +496,15 @@ def _conv_lib(p: _Conv):
     if passes < 0:           # (its plan says so)
         return _lib()
     with _LOCK:              # (one compile of a set, whichever thread binds first)
-        for tiles in _LIBS.get(p.block, ()):
+        loaded = _LIBS.setdefault(p.block, [])
+        for tiles in loaded:
             if need <= tiles:
                 return _tile_lib(tiles, p.block)
         cover = [t for t in _EXPECTED.get(p.block, ()) if need <= t]
-        return _tile_lib(min(cover, key=len) if cover else need, p.block)
+        tiles = min(cover, key=len) if cover else need
+        lib = _tile_lib(tiles, p.block)
+        loaded.append(tiles)
+        return lib
 
 
 def tiles_header(tiles, blocks) -> str:
