@@ -508,9 +508,11 @@ def _conv_lib(p: _Conv):
 
 
 def tiles_header(tiles, blocks) -> str:
-    """The header that makes a build of ``c/nchwc.c`` defining ``TSR_NCHWC_TILES`` compile
-    only ``tiles`` (a union of ``conv_tiles``): the X-macro list of each kind of tile, and
-    the x86 paths the ``blocks`` (8, 16) used run (the other one is left out).
+    """The header that makes a build of ``c/nchwc.c`` defining ``TSR_NCHWC_TILES`` (or one
+    with this text ahead of the file) compile only ``tiles`` (a union of ``conv_tiles``;
+    empty: a library of the portable path, pooling and the rest): the X-macro list of each
+    kind of tile, and the x86 paths the ``blocks`` (8, 16) used run (the other one is left
+    out).
 
     >>> text = tiles_header({("K512", (16, 1, 16, 1))}, {16})
     >>> text.splitlines()[1:3]
