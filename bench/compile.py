@@ -20,7 +20,8 @@ import sys
 import tempfile
 import time
 
-WORKLOADS = ("chain 16M", "mlp train", "cnn train", "transformer train", "resnet18 b1")
+WORKLOADS = ("chain 16M", "mlp train", "cnn train", "transformer train", "lenet5 b1",
+             "resnet18 b1")
 
 
 def _step(name: str):
@@ -37,10 +38,11 @@ def _step(name: str):
         return build(tessera, name.split()[0], graph=True), 2
     import tessera.models
     from bench.models import _inference_graph
-    model = tessera.models.resnet18().eval()
+    lenet = name.startswith("lenet5")
+    model = (tessera.models.lenet5() if lenet else tessera.models.resnet18()).eval()
     g = _inference_graph(tessera, model)
-    x = tessera.from_numpy(np.random.default_rng(0).standard_normal((1, 3, 224, 224),
-                                                                     np.float32))
+    shape = (1, 1, 28, 28) if lenet else (1, 3, 224, 224)
+    x = tessera.from_numpy(np.random.default_rng(0).standard_normal(shape, np.float32))
     return lambda: g(x), 1
 
 

@@ -24,11 +24,30 @@ FRAMEWORKS = ("tessera", "graph", "torch", "torch.compile", "jax")
 PEERS = ("torch", "torch.compile", "jax")
 
 
+def cnn(lib):
+    """The ``cnn`` workload's model (28x28 single-channel images, 10 classes)."""
+    nn, F = lib.nn, lib.nn.functional
+
+    class CNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(1, 32, 3, padding=1)
+            self.c2 = nn.Conv2d(32, 64, 3, padding=1)
+            self.f1 = nn.Linear(64 * 14 * 14, 128)
+            self.f2 = nn.Linear(128, 10)
+
+        def forward(self, t):
+            t = F.relu(self.c2(F.relu(self.c1(t))))
+            t = F.max_pool2d(t, 2).flatten(1)
+            return self.f2(F.relu(self.f1(t)))
+    return CNN()
+
+
 def build(lib, name, graph: bool = False, compiled: bool = False):
     """A zero-argument training step of workload ``name`` for ``lib`` (tessera or torch):
     eager, as an nn.Graph (``graph``), or with ``torch.compile`` on the model (``compiled``).
     """
-    nn, F = lib.nn, lib.nn.functional
+    nn = lib.nn
     lib.manual_seed(0)
     if name == "mlp":
         model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
@@ -37,19 +56,7 @@ def build(lib, name, graph: bool = False, compiled: bool = False):
         opt = lib.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = nn.CrossEntropyLoss()
     elif name == "cnn":
-        class CNN(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.c1 = nn.Conv2d(1, 32, 3, padding=1)
-                self.c2 = nn.Conv2d(32, 64, 3, padding=1)
-                self.f1 = nn.Linear(64 * 14 * 14, 128)
-                self.f2 = nn.Linear(128, 10)
-
-            def forward(self, t):
-                t = F.relu(self.c2(F.relu(self.c1(t))))
-                t = F.max_pool2d(t, 2).flatten(1)
-                return self.f2(F.relu(self.f1(t)))
-        model = CNN()
+        model = cnn(lib)
         x, y = lib.randn(64, 1, 28, 28), lib.randint(0, 10, (64,))
         opt = lib.optim.Adam(model.parameters(), lr=1e-3)
         loss_fn = nn.CrossEntropyLoss()

@@ -13,6 +13,13 @@ average is a window the size of the image); ``to_blocked`` and ``from_blocked`` 
 layout at a blocked region's borders. A first layer of a few channels reads its plain NCHW
 input (``plain_input=True``) instead of a blocked copy.
 
+The C compiles in parts, each cached by ``tessera.kernels.cc``: a library without
+register tiles (planning, packing, pooling, layout changes and the portable path: about a
+second of compiling) and, for the x86 paths, libraries of the tiles some convolutions run
+(``conv_tiles``): a compiled graph's layers announce theirs (``expect_tiles``) and share
+one; a convolution bound on its own gets one of its own tiles. Every tile at once would be
+a 1 MB library and half a minute of compiling.
+
 The instruction set is chosen from the CPU: AVX-512, AVX2 with FMA, or portable C, the widest
 within ``TESSERA_MAX_ISA``; ``TESSERA_NCHWC_ISA=avx512|avx2|portable`` forces one
 (RuntimeError if the CPU lacks it or the cap excludes it). Any path runs either block size
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 import weakref
 from collections.abc import Callable
 
@@ -46,7 +54,7 @@ from tessera.kernels.csource import source
 
 __all__ = ["block", "usable", "isa", "ISAS", "pack_weights", "conv_bound", "pool_bound",
            "to_blocked", "from_blocked", "blocked_shape", "conv_output_size", "conv_tiles",
-           "tiles_header"]
+           "tiles_header", "expect_tiles"]
 
 ISAS = ("portable", "avx2", "avx512")           # c/gemm.h's TSR_GEMM_* in order
 _ACTS = {None: 0, "relu": 1, "clamp": 4, "relu6": 4}   # TSR_ACT_*; relu6 is clamp to [0, 6]
@@ -83,9 +91,26 @@ class _Pool(ctypes.Structure):
 
 @functools.lru_cache(maxsize=1)
 def _lib():
+    """``c/nchwc.c`` without register tiles: the CPU checks, planning (``conv_tiles``),
+    weight packing, layout changes, pooling and the portable path's convolutions (about a
+    second of compiling, all the tiles 30 times that). An x86 convolution runs in a library
+    of the tiles it needs (``_conv_lib``)."""
+    return _load(tiles_header((), (8, 16)), pooling=True)
+
+
+@functools.cache
+def _tile_lib(tiles: frozenset, block: int):
+    """``c/nchwc.c`` with the register tiles ``tiles`` of the x86 path of ``block`` only,
+    and no pooling (``_lib``'s)."""
+    return _load(tiles_header(tiles, (block,)), pooling=False)
+
+
+def _load(header: str, pooling: bool):
     from tessera.kernels.cc import load
     from tessera.kernels.gemm import _flags
-    lib = load(source("nchwc.c"), _flags())   # baseline x86-64: only the tiles go wider
+    if not pooling:
+        header += "#define TSR_NCHWC_NO_POOLING 1\n"
+    lib = load(header + source("nchwc.c"), _flags())   # baseline x86-64: the tiles go wider
     P, I, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     for name, args, res in (
             ("tsr_nchwc_isa_supported", [i32], i32), ("tsr_nchwc_isa_best", [], i32),
@@ -93,8 +118,9 @@ def _lib():
             ("tsr_nchwc_conv_plan", [P, i32], I), ("tsr_nchwc_conv_range", [P, I, I], None),
             ("tsr_nchwc_to_blocked", [P, P, I, I, I, i32], None),
             ("tsr_nchwc_from_blocked", [P, P, I, I, I, i32], None),
-            ("tsr_nchwc_pool_plan", [P, i32], I), ("tsr_nchwc_pool_range", [P, I, I], None),
-            ("tsr_nchwc_conv_tiles", [P, P], i32)):
+            ("tsr_nchwc_conv_tiles", [P, P], i32)) + ((
+            ("tsr_nchwc_pool_plan", [P, i32], I),
+            ("tsr_nchwc_pool_range", [P, I, I], None)) if pooling else ()):
         f = getattr(lib, name)
         f.argtypes, f.restype = args, res
     return lib
@@ -306,7 +332,7 @@ def conv_bound(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
     if _tiles is not None:          # (bench: the register tile and blocking, 0 = planned)
         for i, v in enumerate(_tiles):
             p.reserved[i] = v
-    lib = _lib()
+    lib = _conv_lib(p)
     xs = (n, c, h, w) if plain_input else blocked_shape((n, c, h, w), block)
     ys = blocked_shape((n, o, oh, ow), block)
     ob = ys[1] * block
@@ -407,11 +433,18 @@ def conv_tiles(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
     p = _Conv(n=int(xshape[0]), h=int(xshape[2]), w=int(xshape[3]), oh=int(oshape[2]),
               ow=int(oshape[3]), sh=sh, sw=sw, ph=top, pw=left, dh=dh, dw=dw)
     _geometry(p, wshape, groups, block, plain_input)
-    used = np.zeros(_TILE_IDS, np.uint8)
-    passes = int(_lib().tsr_nchwc_conv_tiles(ctypes.byref(p), used.ctypes.data))
+    tiles, passes = _used(p)
     if passes < 0:
         raise RuntimeError(f"{fn}: the blocked kernels cannot run this convolution (input "
                            f"{list(xshape)}, weight {list(wshape)}, block {block})")
+    return tiles, passes
+
+
+def _used(p: _Conv) -> tuple[frozenset, int]:
+    """``conv_tiles`` of a filled structure (its blocking kept where set); passes -1 where
+    the geometry is not supported."""
+    used = np.zeros(_TILE_IDS, np.uint8)
+    passes = int(_lib().tsr_nchwc_conv_tiles(ctypes.byref(p), used.ctypes.data))
     out = set()
     for i in np.flatnonzero(used).tolist():
         i, np_ = divmod(i, 17)
@@ -425,10 +458,61 @@ def conv_tiles(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
     return frozenset(out), passes
 
 
+# the tile sets of the libraries loaded, and those compiled graphs announced, by block
+_LIBS: dict[int, list[frozenset]] = {}
+_EXPECTED: dict[int, list[frozenset]] = {}
+_LOCK = threading.Lock()
+
+
+def expect_tiles(tiles, block: int) -> None:
+    """Say that convolutions of ``block`` whose tiles are among ``tiles`` (a union of
+    ``conv_tiles``: a compiled graph's layers) are coming: ``conv_bound`` then runs each of
+    them in one library of exactly these tiles, compiled on the first (a second or two, or
+    loaded from the kernel cache), instead of one of each layer's own tiles.
+
+    >>> tiles, _ = conv_tiles((1, 16, 4, 4), (1, 16, 4, 4), (16, 16, 1, 1), 1, 0, 1, 1, 16)
+    >>> expect_tiles(tiles, 16)
+    """
+    tiles = frozenset(tiles)
+    known = _EXPECTED.setdefault(_block_arg(block, "nchwc.expect_tiles"), [])
+    if tiles not in known:
+        known.append(tiles)
+
+
+def _path(isa: int, block: int) -> int:
+    """c/nchwc.c's path_of: the isa's own tiles when B is its vector width."""
+    if isa == ISAS.index("avx512") and block == 16:
+        return isa
+    return ISAS.index("avx2") if isa >= ISAS.index("avx2") and block == 8 else 0
+
+
+def _conv_lib(p: _Conv):
+    """The library a convolution runs in: the one without tiles on the portable path; else a
+    loaded one holding its tiles, else the smallest set announced holding them
+    (``expect_tiles``), else its own tiles (a convolution called on its own)."""
+    if _path(p.isa, p.block) == 0:
+        return _lib()
+    need, passes = _used(p)
+    if passes < 0:           # (its plan says so)
+        return _lib()
+    with _LOCK:              # (one compile of a set, whichever thread binds first)
+        loaded = _LIBS.setdefault(p.block, [])
+        for tiles in loaded:
+            if need <= tiles:
+                return _tile_lib(tiles, p.block)
+        cover = [t for t in _EXPECTED.get(p.block, ()) if need <= t]
+        tiles = min(cover, key=len) if cover else need
+        lib = _tile_lib(tiles, p.block)
+        loaded.append(tiles)
+        return lib
+
+
 def tiles_header(tiles, blocks) -> str:
-    """The header that makes a build of ``c/nchwc.c`` defining ``TSR_NCHWC_TILES`` compile
-    only ``tiles`` (a union of ``conv_tiles``): the X-macro list of each kind of tile, and
-    the x86 paths the ``blocks`` (8, 16) used run (the other one is left out).
+    """The header that makes a build of ``c/nchwc.c`` defining ``TSR_NCHWC_TILES`` (or one
+    with this text ahead of the file) compile only ``tiles`` (a union of ``conv_tiles``;
+    empty: a library of the portable path, pooling and the rest): the X-macro list of each
+    kind of tile, and the x86 paths the ``blocks`` (8, 16) used run (the other one is left
+    out).
 
     >>> text = tiles_header({("K512", (16, 1, 16, 1))}, {16})
     >>> text.splitlines()[1:3]

@@ -121,6 +121,32 @@ def test_a_residual_convolution_takes_over_its_residual(block, monkeypatch):
     assert taken and set(taken.values()) == {3}
 
 
+def test_a_graph_compiles_one_library_of_its_convolutions_tiles(block, monkeypatch):
+    """The graph's blocked convolutions run in one library of the register tiles they
+    reach (``conv_tiles``), not every tile."""
+    from tessera.kernels import nchwc as K
+    from tessera.ops import nchwc as ops
+    if not K.usable():
+        pytest.skip("the C kernels do not run here")
+    monkeypatch.setattr(K, "_LIBS", {})
+    monkeypatch.setattr(K, "_EXPECTED", {})
+    ops._conv_runner.cache_clear()     # (bound earlier for the same shapes: bind again)
+    tessera.manual_seed(0)
+    ir = _same(Odd().eval(), (tessera.randn(2, 3, 15, 13),), monkeypatch)
+    want: set = set()
+    for n in ir.nodes:
+        if n.op.name == "conv2d_nchwc":
+            a, x, y = n.attrs, n.inputs[0].shape, n.outputs[0].shape
+            o, cg = a["weight_shape"][:2]
+            want |= K.conv_tiles((x[0], cg * a["groups"]) + tuple(x[2:4]), (y[0], o) + y[2:4],
+                                 a["weight_shape"], a["stride"], (a["pads"][0][0],
+                                 a["pads"][1][0]), a["dilation"], a["groups"], block,
+                                 a["plain_input"])[0]
+    assert K._EXPECTED == {block: [frozenset(want)]}
+    if K._path(K._isa(), block):    # (the portable path runs without tiles)
+        assert K._LIBS == {block: [frozenset(want)]}
+
+
 def test_odd_cases_border_or_stay_plain(block, monkeypatch):
     tessera.manual_seed(1)
     ir = _same(Odd().eval(), (tessera.randn(2, 3, 15, 13),), monkeypatch)

@@ -177,6 +177,39 @@ def test_channel_chunks(N, path):
     close(N.from_blocked(y, 24), want)
 
 
+def test_convolutions_run_in_libraries_of_their_own_tiles(N, path, monkeypatch):
+    """A convolution bound alone compiles the tiles ``conv_tiles`` names for it, and nothing
+    else; a set announced by ``expect_tiles`` is one library for the convolutions it holds
+    (a graph's), and one already loaded serves any convolution among its tiles."""
+    if path == "portable":
+        pytest.skip("the portable path has no register tiles")
+    block = 16 if path == "avx512" else 8
+    monkeypatch.setattr(N, "_LIBS", {})
+    monkeypatch.setattr(N, "_EXPECTED", {})
+    a = ((1, 24, 9, 11), (1, 40, 9, 11), (40, 24, 3, 3), 1, 1)
+    b = ((1, 40, 9, 11), (1, 40, 5, 6), (40, 40, 3, 3), 2, 1)
+    c = ((1, 40, 9, 11), (1, 40, 9, 11), (40, 40, 1, 1), 1, 0)
+
+    def bind(xs, ys, ws, stride, pad):
+        x, wt = rand(*xs, seed=40), rand(*ws, seed=41)
+        run = N.conv_bound(xs, ys, ws, stride, pad, 1, 1, block)
+        y = np.empty(N.blocked_shape(ys, block), np.float32)
+        run(N.to_blocked(x, block), N.pack_weights(wt, groups=1, block=block), None, None, y)
+        close(N.from_blocked(y, ys[1]), reference(x, wt, None, (stride,) * 2, (pad,) * 2,
+                                                    (1, 1), 1))
+
+    tiles = {k: N.conv_tiles(*g[:3], g[3], g[4], 1, 1, block)[0]
+             for k, g in (("a", a), ("b", b), ("c", c))}
+    assert len({tiles["a"], tiles["b"], tiles["c"]}) == 3
+    bind(*c)
+    assert N._LIBS == {block: [tiles["c"]]}
+    N.expect_tiles(tiles["a"] | tiles["b"], block)
+    bind(*a)
+    bind(*b)
+    bind(*c)
+    assert N._LIBS == {block: [tiles["c"], tiles["a"] | tiles["b"]]}
+
+
 @pytest.mark.parametrize("tiles", [None, (2, 3, 2, 3)], ids=["planned", "chunks"])
 @pytest.mark.parametrize("first", [False, True])
 def test_residual_in_its_own_buffer(N, path, tiles, first):

@@ -30,11 +30,18 @@ norms' shifts are biases, epilogues already found), before fusion.
 
 ``TESSERA_NCHWC=0`` turns it off, ``=1`` on wherever it applies; by default (``auto``) it
 runs on graphs with at least two convolutions it can block (one lone convolution, a ViT's
-patch embedding, gains nothing) and leaves plain the large 3x3 layers the plain path runs
-as Winograd (``WINOGRAD_MACS``). Why, from ``python -m bench models`` (CPU time at one
-thread, blocked vs plain): ResNet-18 b1 16 vs 20 ms, b8 124 vs 131; MobileNetV2 b1 4.5 vs
-7.4, b8 35 vs 53; ResNet-50 b1 40 vs 55; LeNet-5 b1 0.09 vs 0.17; VGG-11's 0.9-1.9 G MAC
-layers 1.3-2.1x slower blocked than Winograd.
+patch embedding, gains nothing), however few their channels, and leaves plain the large
+3x3 layers the plain path runs as Winograd (``WINOGRAD_MACS``). Why, from ``python -m bench
+models`` (CPU time at one thread, blocked vs plain): ResNet-18 b1 16 vs 20 ms, b8 124 vs
+131; MobileNetV2 b1 4.5 vs 7.4, b8 35 vs 53; ResNet-50 b1 40 vs 55; VGG-11's 0.9-1.9 G MAC
+layers 1.3-2.1x slower blocked than Winograd; and from ``python -m bench cputime`` (its
+blocked table): channels well under a block pay too, LeNet-5 (1->6, 6->16) b1 0.10 vs 0.19
+ms, b64 1.6 vs 2.1, the ``cnn`` workload's model (1->32, 32->64) b1 0.39 vs 0.71, b64 12.9
+vs 15.4.
+
+The graph's convolutions run in one C library of the register tiles they reach
+(``tessera.kernels.nchwc.expect_tiles``): a second or two of compiling on a cold kernel
+cache, where every tile takes half a minute.
 
 >>> from tessera.graph.passes import nchwc
 >>> nchwc.mode() in ("0", "1", "auto")
@@ -57,7 +64,9 @@ from tessera.ops.registry import REGISTRY, Meta
 __all__ = ["run", "mode", "block"]
 
 PLAIN_CHANNELS = 4   # a first convolution of at most this many channels reads plain input
-MIN_CONVS = 2        # auto mode: a graph needs this many blockable convolutions
+# auto mode: a graph needs this many blockable convolutions, of any size (one gains nothing;
+# LeNet-5's two of 1->6 and 6->16 channels run 1.9x faster blocked: bench cputime)
+MIN_CONVS = 2
 # auto mode: a 3x3 convolution the plain path runs as Winograd (2.25x fewer products) stays
 # plain from this many multiply-adds (bench models, vgg11_bn b1 at one thread: 0.9-1.9 G
 # MAC layers 1.3-2.1x faster plain; ResNet-18's 0.12 G and VGG's 0.46 G faster blocked)
@@ -373,4 +382,27 @@ def run(g: Graph, ctx) -> bool:
     blk = block()
     if blk is None:
         return False
-    return _Rewrite(g, ctx, known, blk, m == "auto").run()
+    if not _Rewrite(g, ctx, known, blk, m == "auto").run():
+        return False
+    _expect_tiles(g, blk)
+    return True
+
+
+def _expect_tiles(g: Graph, blk: int) -> None:
+    """Bind the graph's convolutions to one library of the register tiles they run
+    (``tessera.kernels.nchwc.expect_tiles``): a few seconds of compiling, not the half
+    minute of every tile."""
+    from tessera.kernels import nchwc as K
+    if not K.usable():   # (the NumPy kernels run the ops)
+        return
+    tiles: set = set()
+    for n in g.nodes:
+        if n.op.name != "conv2d_nchwc":
+            continue
+        x, y, a = n.inputs[0].shape, n.outputs[0].shape, n.attrs
+        o, cg = a["weight_shape"][:2]
+        (top, _), (left, _) = a["pads"]
+        tiles |= K.conv_tiles((x[0], cg * a["groups"], x[2], x[3]), (y[0], o, y[2], y[3]),
+                              a["weight_shape"], a["stride"], (top, left), a["dilation"],
+                              a["groups"], blk, a["plain_input"])[0]
+    K.expect_tiles(tiles, blk)

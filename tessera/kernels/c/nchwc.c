@@ -231,9 +231,11 @@ static const int NP_COL_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
     [TSR_GEMM_AVX512] = {0, 8, 8, 8, 7}};
 static const int NP_DW_LIMIT[TSR_GEMM_ISAS] = {8, 8, 16};
 
-/* Which instances a build compiles: every one (tessera's kernel library), or those the
-   header named by TSR_NCHWC_TILES lists (an exported model: the tiles its convolutions can
-   reach, tsr_nchwc_conv_tiles; most of the code is tiles no layer runs). Each list applies
+/* Which instances a build compiles: every one, or those the header named by
+   TSR_NCHWC_TILES lists, or the same lists defined ahead of this file (an exported model, a
+   compiled graph: the tiles its convolutions can reach, tsr_nchwc_conv_tiles; most of the
+   code is tiles no layer runs; none at all for the planning, packing, pooling and layout
+   changes, and the portable path). Each list applies
    M to the arguments of its instances: rows (K) M(NP, NB, CI, SW), columns (C) M(NP, NB, CI,
    0), depthwise (D: SW 0 for columns) and depthwise 3-wide (T) M(NP, SW). A tile left out is
    NULL in its table: tsr_nchwc_conv_plan then returns -2 instead of running. TSR_NCHWC_AVX512
@@ -241,7 +243,7 @@ static const int NP_DW_LIMIT[TSR_GEMM_ISAS] = {8, 8, 16};
    block size runs one of them, or portable C): the plans return -2 on one that is not. */
 #ifdef TSR_NCHWC_TILES
 #include TSR_NCHWC_TILES
-#else
+#elif !defined(TSR_NCHWC_K512)   /* (lists defined ahead of this file select as well) */
 #define TSR_NCHWC_AVX512 1
 #define TSR_NCHWC_AVX2 1
 #define TSR_NCHWC_K512(M) TSR_ALL512(M, 16, 1) TSR_ALL512(M, 16, 2) TSR_ALL512(M, 1, 1) \
@@ -635,7 +637,7 @@ int64_t tsr_nchwc_conv_plan(tsr_nchwc_conv_t* p, int threads) {
     if (p->isa < 0 || p->isa >= TSR_GEMM_ISAS || !tsr_nchwc_isa_supported(p->isa)) return -1;
     int64_t items = plan(p, threads);
     if (items > 0 && !path_built(path_of(p->isa, p->block))) return -2;
-#ifdef TSR_NCHWC_TILES
+#if defined(TSR_NCHWC_TILES) || defined(TSR_NCHWC_K512)
     if (items > 0) {   /* a build of some tiles: all this plan runs must be among them */
         dry_t dry = {NULL, 0};
         walk_items(p, &dry);
@@ -648,13 +650,16 @@ int64_t tsr_nchwc_conv_plan(tsr_nchwc_conv_t* p, int threads) {
 int tsr_nchwc_conv_tiles(const tsr_nchwc_conv_t* p, unsigned char* used) {
     tsr_nchwc_conv_t q = *p;
     q.isa = q.block == 16 ? TSR_GEMM_AVX512 : TSR_GEMM_AVX2;
-    memset(q.reserved, 0, sizeof q.reserved);
-    if (plan(&q, 1) < 0) return -1;
+    if (plan(&q, 1) < 0) return -1;   /* (the blocking p->reserved sets kept, as there) */
     geo_t g = geometry(&q);
     int64_t cbs = g.plain ? q.c : g.CB, passes = ceil_div(cbs, q.reserved[2]);
     dry_t dry = {used, 0};
     /* every split of the rows a thread count can give (any rows per item, a superset) */
     int64_t extent = g.flat ? g.OW : g.OH, prev = 0;
+    if (p->reserved[3] > 0) {   /* the rows per item fixed too */
+        walk_items(&q, &dry);
+        return (int)passes;
+    }
     for (int64_t bands = 1; bands <= extent; bands++) {
         q.reserved[3] = band_rows(&g, q.reserved[1], bands);
         if (q.reserved[3] == prev) continue;
@@ -751,6 +756,10 @@ void tsr_nchwc_from_blocked(const float* x, float* y, int64_t n, int64_t c, int6
 }
 
 /* ---- pooling ------------------------------------------------------------------------ */
+
+/* (left out of a build defining TSR_NCHWC_NO_POOLING: tessera's libraries of some tiles,
+   whose pooling is the library without tiles': 70% of its compile time) */
+#ifndef TSR_NCHWC_NO_POOLING
 
 int64_t tsr_nchwc_pool_plan(tsr_nchwc_pool_t* p, int threads) {
     (void)threads;
@@ -867,3 +876,4 @@ void tsr_nchwc_pool_range(const tsr_nchwc_pool_t* p, int64_t lo, int64_t hi) {
         (void)path;
     }
 }
+#endif

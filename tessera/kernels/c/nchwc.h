@@ -59,7 +59,8 @@ void tsr_nchwc_conv_range(const tsr_nchwc_conv_t* p, int64_t lo, int64_t hi);
 
 /* The register tiles (compiled instances in nchwc.c) a convolution's plans can run at any
    thread count on the x86 path of its block (16: AVX-512, 8: AVX2; p->isa, the pointers and
-   the CPU are not consulted; the portable path needs none): used[id] = 1 for each, id =
+   the CPU are not consulted; the portable path needs none), or with the blocking p->reserved
+   sets (0: planned; rows per item set: that split only): used[id] = 1 for each, id =
    ((((kind * 2 + wide) * 2 + plain) * 3 + sub) * 5 + nb) * 17 + np with kind 0 a row tile,
    1 a column, 2 depthwise, 3 depthwise 3-wide; wide 1 on AVX-512; plain the plain-input
    flag; sub the stride (1, 2; 0 for a column); nb output blocks (1 for depthwise); np
