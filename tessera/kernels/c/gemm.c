@@ -573,6 +573,10 @@ int tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, 
    row sums in eight chains (see gemv512_tree). Either way the sum is the same whatever the
    layout of B, its packing and the threads. */
 enum { GEMV_MAX = 4, GEMV_VMAX = 4, GEMV_STRIPS = 2, GEMV_AHEAD = 32 };
+/* multiply-adds below which a second thread saves less than the hand-over to it costs
+   (about a microsecond: a product of 2^17 takes some 3 us on one thread; bench gemm:
+   minilm qkv/out row, just above) */
+enum { GEMV_SPLIT_MIN = 1 << 17 };
 
 /* the columns [j, j + NR) of op(B) as rows bs apart: in place (a packed panel, or full
    rows of a row-major B), else packed into buf */
@@ -1136,9 +1140,10 @@ int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads) {
     g->path = 0;
     if (g->m > 0 && g->m <= GEMV_MAX && g->mc <= 0 && g->kc <= 0 && g->nc <= 0) {
         /* the GEMV path: blocks of whole panels of columns, a few per thread (the pool
-           hands them out as threads come free) */
+           hands them out as threads come free); one block below GEMV_SPLIT_MIN */
         int64_t panels = ceil_div(g->n > 0 ? g->n : 1, NR);
-        int64_t parts = threads > 1 ? (panels < 2 * threads ? panels : 2 * threads) : 1;
+        int split = threads > 1 && g->m * g->n * g->k >= GEMV_SPLIT_MIN;
+        int64_t parts = split ? (panels < 2 * threads ? panels : 2 * threads) : 1;
         g->path = 1;
         g->mc = g->m;
         g->kc = g->k > 0 ? g->k : 1;
