@@ -573,10 +573,10 @@ int tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, 
    row sums in eight chains (see gemv512_tree). Either way the sum is the same whatever the
    layout of B, its packing and the threads. */
 enum { GEMV_MAX = 4, GEMV_VMAX = 4, GEMV_STRIPS = 2, GEMV_AHEAD = 32 };
-/* multiply-adds below which a second thread saves less than the hand-over to it costs
-   (about a microsecond: a product of 2^17 takes some 3 us on one thread; bench gemm:
-   minilm qkv/out row, just above) */
-enum { GEMV_SPLIT_MIN = 1 << 17 };
+/* multiply-adds below which a second thread saves less than handing it half the columns
+   costs (a product of 2^18 takes some 5 us on one thread; the hand-over, a Python caller's
+   included, one or two): bench gemm's minilm qkv/out row, 1.1 x 2^17, runs faster on one */
+enum { GEMV_SPLIT_MIN = 1 << 18 };
 
 /* the columns [j, j + NR) of op(B) as rows bs apart: in place (a packed panel, or full
    rows of a row-major B), else packed into buf */
