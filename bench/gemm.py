@@ -4,9 +4,10 @@ Cases: 2048^3 (``a @ b``), and the products of batch-1 inference as a linear lay
 them, ``x @ W.T`` with W of shape (out, in): ResNet-18's 3x3 convolutions as im2col GEMMs
 (one per stage), MiniLM's at sequence length 128 (attention projections, FFN up and down)
 and the MLP's first layer (batch 256, and batch 1: a matrix-vector product), and the
-products of one row (ResNet-18's classifier, MiniLM's FFN on one token). tessera runs
-each unpacked (``gemm``: W^T packed within each call, as for any two matrices) and with W
-packed once beforehand (``gemm_packed``, as inference weights are).
+products of one row (ResNet-18's classifier, MiniLM's FFN and attention projections on
+one token: the last below the size from which tessera's GEMV splits over threads).
+tessera runs each unpacked (``gemm``: W^T packed within each call, as for any two
+matrices) and with W packed once beforehand (``gemm_packed``, as inference weights are).
 
 Each framework runs in its own process at 1 and 2 threads, both processes alive at once
 and timed in turn, a few milliseconds at a time (NumPy, tessera, tessera packed, NumPy,
@@ -39,6 +40,7 @@ CASES = [  # (name, M, N, K, W stored as (N, K) and used transposed)
     ("resnet18 fc batch 1", 1, 1000, 512, True),
     ("minilm ffn up row", 1, 1536, 384, True),
     ("minilm ffn down row", 1, 384, 1536, True),
+    ("minilm qkv/out row", 1, 384, 384, True),
     ("mlp fc1 batch 2", 2, 1024, 784, True),
 ]
 THREADS = (1, 2)

@@ -33,7 +33,8 @@ def _symbols() -> list[str]:
         names |= set(re.findall(r"\b(tsr_\w+)\s*\(", (HERE / f).read_text()))
     # attention.c's external functions (it has no header: tsr_attention.c includes it)
     names |= set(re.findall(r"^int(?:64_t)? (tsr_\w+)\(", source("attention.c"), re.M))
-    names |= {"tsr_pool_start", "tsr_pool_run", "tsr_pool_call_item", "tsr_pool_gemm_item"}
+    names |= {"tsr_pool_start", "tsr_pool_run", "tsr_pool_call_item", "tsr_pool_gemm_item",
+              "tsr_pool_range_item"}
     return sorted(names - {"tsr_item_fn"})
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import platform
 
 import numpy as np
 
@@ -63,20 +62,12 @@ class _Attn(ctypes.Structure):
 
 @functools.lru_cache(maxsize=1)
 def _lib():
-    from tessera.kernels.cc import load
-    # baseline x86-64, as gemm.c: only the target attributes of the bodies go wider
-    flags = (("-march=x86-64", "-mtune=generic")
-             if platform.machine().lower() in ("x86_64", "amd64") else ())
-    lib = load(source("attention.c"), flags)
+    from tessera.kernels.cc import load_dispatching
     P, I, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    for name, args, res in (("tsr_attn_isa_supported", [i32], i32),
-                            ("tsr_attn_isa_best", [], i32),
-                            ("tsr_attn_fwd_range", [P, I, I], I),
-                            ("tsr_attn_bwd_range", [P, I, I], I),
-                            ("tsr_attn_fwd_parts", [P], I)):
-        f = getattr(lib, name)
-        f.argtypes, f.restype = args, res
-    return lib
+    return load_dispatching(source("attention.c"), (
+        ("tsr_attn_isa_supported", [i32], i32), ("tsr_attn_isa_best", [], i32),
+        ("tsr_attn_fwd_range", [P, I, I], I), ("tsr_attn_bwd_range", [P, I, I], I),
+        ("tsr_attn_fwd_parts", [P], I)))
 
 
 def available() -> bool:

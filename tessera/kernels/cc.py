@@ -61,7 +61,8 @@ import warnings
 import weakref
 from collections.abc import Callable
 
-__all__ = ["CompileError", "compiler", "cache_dir", "load", "build", "entry", "FLAGS",
+__all__ = ["CompileError", "compiler", "cache_dir", "load", "load_dispatching",
+           "baseline_flags", "build", "entry", "FLAGS",
            "last_build", "totals", "addresses", "max_isa", "isa_flags", "ISA_LEVELS"]
 
 # -fopenmp-simd: the simd pragmas only; threads come from the runtime, not an OpenMP library
@@ -208,6 +209,36 @@ def load(source: str | list[str], extra: tuple[str, ...] = (), split: bool | Non
     last_build.update(key=key, cached=cached, seconds=seconds)
     totals.update(loads=totals["loads"] + 1, compiled=totals["compiled"] + (not cached),
                   seconds=totals["seconds"] + seconds)
+    return lib
+
+
+def baseline_flags() -> tuple[str, ...]:
+    """The flags of a library that picks its instruction set at run time (``load_dispatching``):
+    baseline x86-64, overriding ``FLAGS``' ``-march=native``, as a deployed library is built;
+    only its bodies' target attributes then use wider instructions. None off x86.
+
+    >>> baseline_flags() in ((), ("-march=x86-64", "-mtune=generic"))
+    True
+    """
+    return ("-march=x86-64", "-mtune=generic") if _x86() else ()
+
+
+def load_dispatching(source: str, signatures) -> ctypes.CDLL:
+    """The library of a kernel family compiled once per instruction set under target
+    attributes, which picks its path at run time (``gemm.c``, ``nchwc.c``, ``attention.c``):
+    ``source`` built with ``baseline_flags()``, each ``(name, argtypes, restype)`` of
+    ``signatures`` declared on it.
+
+    >>> import ctypes
+    >>> lib = load_dispatching("int tsr_twice(int x) { return 2 * x; }",
+    ...                        [("tsr_twice", [ctypes.c_int], ctypes.c_int)])  # doctest: +SKIP
+    >>> lib.tsr_twice(21)                                                     # doctest: +SKIP
+    42
+    """
+    lib = load(source, baseline_flags())
+    for name, args, res in signatures:
+        f = getattr(lib, name)
+        f.argtypes, f.restype = args, res
     return lib
 
 

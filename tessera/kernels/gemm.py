@@ -43,10 +43,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import platform
 
 import numpy as np
 
+from tessera.kernels import threadpool
 from tessera.kernels.csource import source
 
 __all__ = ["gemm", "pack_b", "gemm_packed", "PackedB", "isa", "available", "ISAS",
@@ -73,29 +73,17 @@ class _Gemm(ctypes.Structure):
                 ("lo", ctypes.c_float), ("hi", ctypes.c_float)]
 
 
-def _flags() -> tuple[str, ...]:
-    """Compile for baseline x86-64 (overriding the cache's -march=native), as a deployed
-    library is: only the target attributes of the micro-kernels use wider instructions."""
-    if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686"):
-        return ("-march=x86-64", "-mtune=generic")
-    return ()
-
-
 @functools.lru_cache(maxsize=1)
 def _lib():
-    from tessera.kernels.cc import load
-    lib = load(source("gemm.c"), _flags())
+    from tessera.kernels.cc import load_dispatching
     P, I, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    for name, args, res in (
-            ("tsr_gemm_isa_supported", [i32], i32), ("tsr_gemm_isa_best", [], i32),
-            ("tsr_gemm_mr", [i32], i32), ("tsr_gemm_nr", [i32], i32),
-            ("tsr_gemm_packed_size", [i32, I, I], I),
-            ("tsr_gemm_pack_b_range", [i32, I, I, P, I, I, P, I, I], i32),
-            ("tsr_gemm_plan", [P, i32], I), ("tsr_gemm_range", [P, I, I], I),
-            ("tsr_gemm_run", [P], i32)):
-        f = getattr(lib, name)
-        f.argtypes, f.restype = args, res
-    return lib
+    return load_dispatching(source("gemm.c"), (
+        ("tsr_gemm_isa_supported", [i32], i32), ("tsr_gemm_isa_best", [], i32),
+        ("tsr_gemm_mr", [i32], i32), ("tsr_gemm_nr", [i32], i32),
+        ("tsr_gemm_packed_size", [i32, I, I], I),
+        ("tsr_gemm_pack_b_range", [i32, I, I, P, I, I, P, I, I], i32),
+        ("tsr_gemm_plan", [P, i32], I), ("tsr_gemm_range", [P, I, I], I),
+        ("tsr_gemm_run", [P], i32)))
 
 
 def available() -> bool:
@@ -270,8 +258,7 @@ def default_threads() -> int:
 
 def _threads(threads: int | None) -> int:
     if threads is None:
-        from tessera.kernels.threadpool import _threads as pool_threads
-        return pool_threads()
+        return threadpool._threads()
     if threads.__class__ is int and threads >= 1:
         return threads
     if not isinstance(threads, int) or threads < 1:
@@ -418,14 +405,18 @@ def _execute(g: _Gemm, unpacked: bool, b, threads: int) -> None:
     if threads < 2 or blocks < 2:
         _raise(lib.tsr_gemm_range(addr, 0, blocks), g)
         return
-    from tessera.kernels.threadpool import fork_join
     packed = None
     if unpacked and -(-g.m // g.mc) > 1:
         # blocks of the same columns would each pack them: pack b once, in parallel
         packed = _pack(b, g.rsb, g.csb, g.k, g.n, threads)
         g.bp = packed.ctypes.data
-    for r in fork_join(lib.tsr_gemm_range, [(addr, i, i + 1) for i in range(blocks)]):
-        _raise(r, g)
+    code = threadpool.run_blocks(lib.tsr_gemm_range, addr, blocks, threads)
+    if code is None:   # no C pool: Python threads
+        for r in threadpool.fork_join(lib.tsr_gemm_range,
+                                      [(addr, i, i + 1) for i in range(blocks)]):
+            _raise(r, g)
+    else:
+        _raise(code, g)
 
 
 def _raise(code: int, g: _Gemm) -> None:

@@ -106,24 +106,19 @@ def _tile_lib(tiles: frozenset, block: int):
 
 
 def _load(header: str, pooling: bool):
-    from tessera.kernels.cc import load
-    from tessera.kernels.gemm import _flags
+    from tessera.kernels.cc import load_dispatching
     if not pooling:
         header += "#define TSR_NCHWC_NO_POOLING 1\n"
-    lib = load(header + source("nchwc.c"), _flags())   # baseline x86-64: the tiles go wider
     P, I, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    for name, args, res in (
-            ("tsr_nchwc_isa_supported", [i32], i32), ("tsr_nchwc_isa_best", [], i32),
-            ("tsr_nchwc_packed_size", [P], I), ("tsr_nchwc_pack_weights", [P, P, P], None),
-            ("tsr_nchwc_conv_plan", [P, i32], I), ("tsr_nchwc_conv_range", [P, I, I], None),
-            ("tsr_nchwc_to_blocked", [P, P, I, I, I, i32], None),
-            ("tsr_nchwc_from_blocked", [P, P, I, I, I, i32], None),
-            ("tsr_nchwc_conv_tiles", [P, P], i32)) + ((
-            ("tsr_nchwc_pool_plan", [P, i32], I),
-            ("tsr_nchwc_pool_range", [P, I, I], None)) if pooling else ()):
-        f = getattr(lib, name)
-        f.argtypes, f.restype = args, res
-    return lib
+    return load_dispatching(header + source("nchwc.c"), (
+        ("tsr_nchwc_isa_supported", [i32], i32), ("tsr_nchwc_isa_best", [], i32),
+        ("tsr_nchwc_packed_size", [P], I), ("tsr_nchwc_pack_weights", [P, P, P], None),
+        ("tsr_nchwc_conv_plan", [P, i32], I), ("tsr_nchwc_conv_range", [P, I, I], None),
+        ("tsr_nchwc_to_blocked", [P, P, I, I, I, i32], None),
+        ("tsr_nchwc_from_blocked", [P, P, I, I, I, i32], None),
+        ("tsr_nchwc_conv_tiles", [P, P], i32)) + ((
+        ("tsr_nchwc_pool_plan", [P, i32], I),
+        ("tsr_nchwc_pool_range", [P, I, I], None)) if pooling else ()))
 
 
 def usable() -> bool:

@@ -33,7 +33,7 @@ import numpy as np
 from tessera._runtime import threads as _runtime_threads
 from tessera.kernels.csource import defines, source
 
-__all__ = ["usable", "run", "gemm_batch", "fork_join", "split_call", "reset_threads",
+__all__ = ["usable", "run", "run_blocks", "gemm_batch", "fork_join", "split_call", "reset_threads",
            "MAX_ARGS", "SPLIT_MIN"]
 
 # elements: below this, handing chunks to threads costs more than it saves
@@ -60,6 +60,7 @@ def _lib():
     # the work items' addresses, kept on the library object they belong to
     lib.call_item = ctypes.cast(lib.tsr_pool_call_item, P).value  # type: ignore[attr-defined]
     lib.gemm_item = ctypes.cast(lib.tsr_pool_gemm_item, P).value  # type: ignore[attr-defined]
+    lib.range_item = ctypes.cast(lib.tsr_pool_range_item, P).value  # type: ignore[attr-defined]
     return lib
 
 
@@ -137,6 +138,22 @@ def run(f, parts: list[tuple]) -> list | None:
         return list(rets)
     bits = 8 * ctypes.sizeof(restype)   # a narrower int: its low bits, sign-extended
     return [(r + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1)) for r in rets]
+
+
+def run_blocks(f, arg: int, n: int, threads: int) -> int | None:
+    """``f(arg, i, i + 1)`` for ``i`` in ``[0, n)`` on the caller and at most ``threads`` - 1
+    of the pool's workers, ``f``
+    a C function of three integer or pointer parameters returning an integer (a kernel's
+    range of blocks: ``tsr_gemm_range``): a nonzero result if any, else 0; None when the C
+    pool cannot make the calls. One C call, where ``run`` builds a row of arguments per part
+    first: a batch-1 product's blocks take a few microseconds each."""
+    addr = _callable(f)
+    lib = _lib()
+    if addr is None or lib is None:
+        return None
+    ctx = (ctypes.c_int64 * 3)(addr, arg, 0)
+    lib.tsr_pool_run(lib.range_item, ctypes.addressof(ctx), n, min(threads, _threads_now(lib)))
+    return ctx[2]
 
 
 def gemm_batch(params: int, a: int, b: int, c: int, itemsize: int, n: int) -> None:

@@ -21,6 +21,11 @@ void twelve(int64_t* out, int64_t a, int64_t b, int64_t c, int64_t d, int64_t e,
     *out = a + 2 * b + 3 * c + 4 * d + 5 * e + 6 * f + 7 * g + 8 * h + 9 * i + 10 * j + 11 * k;
 }
 double half(double x) { return x / 2; }
+/* blocks [lo, hi) of a range kernel: cell i gets i + 1; block 5 fails (returns -2) */
+int64_t blocks(int64_t* cells, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; i++) cells[i] += i + 1;
+    return lo <= 5 && 5 < hi ? -2 : 0;
+}
 """
 
 
@@ -32,6 +37,8 @@ def lib():
     lib.twelve.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 11
     lib.twelve.restype = None
     lib.half.argtypes, lib.half.restype = [ctypes.c_double], ctypes.c_double
+    lib.blocks.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    lib.blocks.restype = ctypes.c_int64
     return lib
 
 
@@ -48,6 +55,13 @@ def test_every_part_runs_once_with_its_own_result(lib, two_threads, n):
     cells = np.zeros(n, np.int64)
     got = pool.run(lib.mark, [(cells.ctypes.data, i) for i in range(n)])
     assert got == [-i for i in range(n)]
+    assert cells.tolist() == list(range(1, n + 1))
+
+
+@pytest.mark.parametrize("n,error", [(1, 0), (5, 0), (6, -2), (64, -2)])
+def test_run_blocks_runs_each_block_once_and_reports_a_failure(lib, two_threads, n, error):
+    cells = np.zeros(n, np.int64)
+    assert pool.run_blocks(lib.blocks, cells.ctypes.data, n, 2) == error
     assert cells.tolist() == list(range(1, n + 1))
 
 

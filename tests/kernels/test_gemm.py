@@ -215,8 +215,10 @@ def test_packed_equals_unpacked(G, m, n, k, trans_b):
     assert np.array_equal(G.gemm_packed(x, packed), got)    # the packing is reusable
 
 
+# (196, 256, 600) and (201, 1024, 100): few blocks, which two threads share in even sizes
 @pytest.mark.parametrize("m,n,k", [(1000, 1000, 300), (49, 512, 2000), (3136, 64, 576),
-                                   (7, 17, 63), (1, 1000, 3000), (2, 64, 2100)])
+                                   (7, 17, 63), (1, 1000, 3000), (2, 64, 2100),
+                                   (196, 256, 600), (201, 1024, 100)])
 def test_threads_give_the_same_result(G, m, n, k):
     x, w = rand(m, k, seed=20), rand(k, n, seed=21)
     one = G.gemm(x, w, threads=1, bias=rand(n, seed=22), activation="gelu")

@@ -45,22 +45,9 @@ typedef struct {
 
 enum { TSR_ATTN_PORTABLE = 0, TSR_ATTN_AVX2 = 1, TSR_ATTN_AVX512 = 2, TSR_ATTN_ISAS = 3 };
 
-int tsr_attn_isa_supported(int isa) {
-    if (isa == TSR_ATTN_PORTABLE) return 1;
-#if TSR_X86
-    __builtin_cpu_init();
-    if (isa == TSR_ATTN_AVX2)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (isa == TSR_ATTN_AVX512) return __builtin_cpu_supports("avx512f");
-#endif
-    return 0;
-}
-
-int tsr_attn_isa_best(void) {
-    for (int isa = TSR_ATTN_ISAS - 1; isa > 0; isa--)
-        if (tsr_attn_isa_supported(isa)) return isa;
-    return TSR_ATTN_PORTABLE;
-}
+/* the paths are prelude.h's levels */
+int tsr_attn_isa_supported(int isa) { return isa < TSR_ATTN_ISAS && tsr_isa_supported(isa); }
+int tsr_attn_isa_best(void) { return tsr_isa_best(); }
 
 /* ---- the dropout mask: NumPy's PCG64 (XSL-RR output, 128-bit LCG) ---------------------- */
 

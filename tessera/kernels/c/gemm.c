@@ -31,23 +31,9 @@ enum { MR_512 = 14, NR_512 = 32, MR_256 = 6, NR_256 = 16, MR_P = 4, NR_P = 8,
 
 /* ---- what the CPU runs -------------------------------------------------------------- */
 
-int tsr_gemm_isa_supported(int isa) {
-    if (isa == TSR_GEMM_PORTABLE) return 1;
-#if TSR_X86
-    __builtin_cpu_init();
-    /* libgcc's CPU model checks the OS saves the wider registers (XCR0) too */
-    if (isa == TSR_GEMM_AVX2)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (isa == TSR_GEMM_AVX512) return __builtin_cpu_supports("avx512f");
-#endif
-    return 0;
-}
-
-int tsr_gemm_isa_best(void) {
-    for (int isa = TSR_GEMM_ISAS - 1; isa > 0; isa--)
-        if (tsr_gemm_isa_supported(isa)) return isa;
-    return TSR_GEMM_PORTABLE;
-}
+/* the paths are prelude.h's levels */
+int tsr_gemm_isa_supported(int isa) { return isa < TSR_GEMM_ISAS && tsr_isa_supported(isa); }
+int tsr_gemm_isa_best(void) { return tsr_isa_best(); }
 
 static const int MRS[TSR_GEMM_ISAS] = {MR_P, MR_256, MR_512};
 static const int NRS[TSR_GEMM_ISAS] = {NR_P, NR_256, NR_512};
@@ -587,6 +573,10 @@ int tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, 
    row sums in eight chains (see gemv512_tree). Either way the sum is the same whatever the
    layout of B, its packing and the threads. */
 enum { GEMV_MAX = 4, GEMV_VMAX = 4, GEMV_STRIPS = 2, GEMV_AHEAD = 32 };
+/* multiply-adds below which a second thread saves less than handing it half the columns
+   costs (a product of 2^18 takes some 5 us on one thread; the hand-over, a Python caller's
+   included, one or two): bench gemm's minilm qkv/out row, 1.1 x 2^17, runs faster on one */
+enum { GEMV_SPLIT_MIN = 1 << 18 };
 
 /* the columns [j, j + NR) of op(B) as rows bs apart: in place (a packed panel, or full
    rows of a row-major B), else packed into buf */
@@ -781,21 +771,32 @@ TSR_AVX2 TSR_INLINE void gemv_dot8(int64_t k, const float* restrict a,
                                                                        7)));
 }
 
+/* what one row's GEMV starts with on either path: its row of A copied to buf past the
+   tile, zero-padded to a multiple of 8 (gemv_dot8 reads 8 p at a time); then a transposed
+   B, multiplied 8 columns at a time (gemv_dot8): 1 when that did the columns [j0, j1), 0
+   when B's rows are for the path's own loop. Inlined into each path (its target's
+   epilogue) */
+TSR_AVX2 TSR_INLINE int gemv_one_start(const tsr_gemm_t* g, int64_t j0, int64_t j1,
+                                       float* buf, epi_t* e) {
+    int64_t K = g->k;
+    float *t = buf, *a = buf + TILE_MAX;
+    for (int64_t p = 0; p < K; p++) a[p] = g->a[p * g->csa];
+    for (int64_t p = K; p % 8; p++) a[p] = 0.0f;
+    if (g->bp || g->rsb != 1 || g->csb == 1) return 0;
+    for (int64_t j = j0; j < j1; j += 8) {
+        int64_t nc = j1 - j < 8 ? j1 - j : 8;
+        gemv_dot8(K, a, g->b + j * g->csb, g->csb, nc, t);
+        gemv_update(g, e, t, 8, j, nc);
+    }
+    return 1;
+}
+
 /* the columns [j0, j1) of one row (see gemv512_tree) */
 TSR_AVX512_FMA static void gemv512_one(const tsr_gemm_t* g, int64_t j0, int64_t j1, float* buf) {
     epi_t e = gemv_epi(g);
+    if (gemv_one_start(g, j0, j1, buf, &e)) return;
     int64_t K = g->k;
     float *t = buf, *a = buf + TILE_MAX, *strips = a + (K + 15) / 16 * 16;
-    for (int64_t p = 0; p < K; p++) a[p] = g->a[p * g->csa];
-    for (int64_t p = K; p % 8; p++) a[p] = 0.0f;
-    if (!g->bp && g->rsb == 1 && g->csb != 1) {   /* a transposed B */
-        for (int64_t j = j0; j < j1; j += 8) {
-            int64_t nc = j1 - j < 8 ? j1 - j : 8;
-            gemv_dot8(K, a, g->b + j * g->csb, g->csb, nc, t);
-            gemv_update(g, &e, t, 8, j, nc);
-        }
-        return;
-    }
     for (int64_t j = j0; j < j1; j += NR_512) {
         int64_t bs, nc = j1 - j < NR_512 ? j1 - j : NR_512;
         const float* src = gemv_strip(g, j, NR_512, TSR_GEMM_AVX512, strips, &bs);
@@ -865,18 +866,9 @@ TSR_AVX2 TSR_INLINE void gemv256_p16(int64_t k, const float* restrict a,
 /* the columns [j0, j1) of one row on AVX2, a panel (16 columns) at a time */
 TSR_AVX2 static void gemv256_one(const tsr_gemm_t* g, int64_t j0, int64_t j1, float* buf) {
     epi_t e = gemv_epi(g);
+    if (gemv_one_start(g, j0, j1, buf, &e)) return;
     int64_t K = g->k;
     float *t = buf, *a = buf + TILE_MAX, *strips = a + (K + 15) / 16 * 16;
-    for (int64_t p = 0; p < K; p++) a[p] = g->a[p * g->csa];
-    for (int64_t p = K; p % 8; p++) a[p] = 0.0f;
-    if (!g->bp && g->rsb == 1 && g->csb != 1) {   /* a transposed B */
-        for (int64_t j = j0; j < j1; j += 8) {
-            int64_t nc = j1 - j < 8 ? j1 - j : 8;
-            gemv_dot8(K, a, g->b + j * g->csb, g->csb, nc, t);
-            gemv_update(g, &e, t, 8, j, nc);
-        }
-        return;
-    }
     for (int64_t j = j0; j < j1; j += NR_256) {
         int64_t bs, nc = j1 - j < NR_256 ? j1 - j : NR_256;
         const float* src = gemv_strip(g, j, NR_256, TSR_GEMM_AVX2, strips, &bs);
@@ -1121,10 +1113,25 @@ static const gemv_fn GEMVS[TSR_GEMM_ISAS] = {gemv_portable, gemv_portable, gemv_
    fast enough. KC x NC of B is a few MB of L3. */
 static const int64_t KCS[TSR_GEMM_ISAS] = {256, 512, 1024};
 static const int64_t MCS[TSR_GEMM_ISAS] = {128, 120, 168};
-enum { NC_DEFAULT = 4096, IN_PLACE_MAX_PANELS = 4, FEW_B_FLOATS = 1 << 20 };
+enum { NC_DEFAULT = 4096, IN_PLACE_MAX_PANELS = 4, FEW_B_FLOATS = 1 << 20,
+       BALANCE_BLOCKS = 8, BALANCE_THREADS = 64 };
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+/* when blocks of mc x nc finish if the threads take them in order, each as it comes free
+   (the pool's counter): the largest of the threads' sums of block areas */
+static int64_t finish(int64_t m, int64_t n, int64_t mc, int64_t nc, int threads) {
+    int64_t load[BALANCE_THREADS] = {0}, most = 0;
+    for (int64_t j0 = 0; j0 < n; j0 += nc)
+        for (int64_t i0 = 0; i0 < m; i0 += mc) {
+            int t = 0;
+            for (int u = 1; u < threads; u++) t = load[u] < load[t] ? u : t;
+            load[t] += (m - i0 < mc ? m - i0 : mc) * (n - j0 < nc ? n - j0 : nc);
+            most = load[t] > most ? load[t] : most;
+        }
+    return most;
+}
 
 int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads) {
     int isa = g->isa;
@@ -1133,9 +1140,10 @@ int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads) {
     g->path = 0;
     if (g->m > 0 && g->m <= GEMV_MAX && g->mc <= 0 && g->kc <= 0 && g->nc <= 0) {
         /* the GEMV path: blocks of whole panels of columns, a few per thread (the pool
-           hands them out as threads come free) */
+           hands them out as threads come free); one block below GEMV_SPLIT_MIN */
         int64_t panels = ceil_div(g->n > 0 ? g->n : 1, NR);
-        int64_t parts = threads > 1 ? (panels < 2 * threads ? panels : 2 * threads) : 1;
+        int split = threads > 1 && g->m * g->n * g->k >= GEMV_SPLIT_MIN;
+        int64_t parts = split ? (panels < 2 * threads ? panels : 2 * threads) : 1;
         g->path = 1;
         g->mc = g->m;
         g->kc = g->k > 0 ? g->k : 1;
@@ -1161,6 +1169,20 @@ int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads) {
             if (nc > NR && (nc >= mc || mc <= MR)) nc = round_up(ceil_div(nc, 2), NR);
             else mc = round_up(ceil_div(mc, 2), MR);
         }
+    if (g->mc <= 0 && g->nc <= 0 && threads > 1 && threads <= BALANCE_THREADS &&
+        ceil_div(m, mc) * ceil_div(n, nc) < BALANCE_BLOCKS * threads) {
+        /* few blocks: the counts of each side, up to threads more, whose even blocks share
+           out best. 196 rows as blocks of 168 and 28 leave one of two threads idle for most
+           of the product (bench gemm: resnet18 conv4 3x3, 2 threads); blocks of 98 do not.
+           More blocks only for a gain of 1 / 32 or more (each packs its part of A) */
+        int64_t m0 = ceil_div(m, mc), n0 = ceil_div(n, nc), best = -1;
+        for (int64_t bm = m0; bm <= m0 + threads; bm++)
+            for (int64_t bn = n0; bn <= n0 + threads; bn++) {
+                int64_t mc1 = round_up(ceil_div(m, bm), MR), nc1 = round_up(ceil_div(n, bn), NR);
+                int64_t f = finish(m, n, mc1, nc1, threads);
+                if (best < 0 || f + f / 32 < best) { best = f; mc = mc1; nc = nc1; }
+            }
+    }
     g->mc = mc;
     g->nc = nc;
     return ceil_div(m, mc) * ceil_div(n, nc);

@@ -58,7 +58,9 @@ int tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, 
 int tsr_gemm_pack_b_range(int isa, int64_t k, int64_t n, const float* b, int64_t rsb,
                           int64_t csb, float* dst, int64_t q0, int64_t q1);
 /* fills the blocking left 0 (splitting the work into at least ``threads`` blocks where it
-   can) and returns the number of blocks, or -1 when g->isa does not run on this CPU */
+   can, few blocks into sizes the threads share evenly; a GEMV too small to gain from a
+   second thread into one) and returns the number of blocks, or -1 when g->isa does not
+   run on this CPU */
 int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads);
 /* blocks [lo, hi): 0, -1 when not planned (or planned for a path this CPU lacks), -2
    when the thread's scratch (a few MB, kept for its next product) cannot be allocated */

@@ -29,22 +29,8 @@
 
 /* ---- what the CPU runs -------------------------------------------------------------- */
 
-int tsr_nchwc_isa_supported(int isa) {
-    if (isa == TSR_GEMM_PORTABLE) return 1;
-#if TSR_X86
-    __builtin_cpu_init();
-    if (isa == TSR_GEMM_AVX2)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (isa == TSR_GEMM_AVX512) return __builtin_cpu_supports("avx512f");
-#endif
-    return 0;
-}
-
-int tsr_nchwc_isa_best(void) {
-    for (int isa = TSR_GEMM_ISAS - 1; isa > 0; isa--)
-        if (tsr_nchwc_isa_supported(isa)) return isa;
-    return TSR_GEMM_PORTABLE;
-}
+int tsr_nchwc_isa_supported(int isa) { return isa < TSR_GEMM_ISAS && tsr_isa_supported(isa); }
+int tsr_nchwc_isa_best(void) { return tsr_isa_best(); }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }

@@ -38,6 +38,26 @@
 
 #define TSR_INLINE static inline __attribute__((always_inline))
 
+/* The instruction sets of the kernel families that pick their path at run time (gemm.c,
+   nchwc.c, attention.c; tessera.kernels.cc.ISA_LEVELS): 0 baseline, 1 AVX2 with FMA, 2
+   AVX-512F. Whether this CPU runs level isa (libgcc's CPU model checks that the OS saves
+   the wider registers, XCR0, too), and the widest level it runs. */
+static inline int tsr_isa_supported(int isa) {
+    if (isa == 0) return 1;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (isa == 1) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (isa == 2) return __builtin_cpu_supports("avx512f");
+#endif
+    return 0;
+}
+
+static inline int tsr_isa_best(void) {
+    int isa = 2;
+    while (isa > 0 && !tsr_isa_supported(isa)) isa--;
+    return isa;
+}
+
 /* bit casts (memcpy: GCC turns these into register moves, in vector loops too) */
 TSR_INLINE int32_t tsr_fbits(float f) { int32_t i; memcpy(&i, &f, sizeof i); return i; }
 TSR_INLINE float tsr_bitsf(int32_t i) { float f; memcpy(&f, &i, sizeof f); return f; }

@@ -147,6 +147,15 @@ int64_t tsr_pool_call_item(const int64_t* ctx, int64_t i) {
 #undef T
 #undef A
 
+/* a kernel's blocks: ctx = [range, arg, error]; item i calls range(arg, i, i + 1), and a
+   nonzero result lands in error (the last one written): one C call hands over a job that
+   tsr_pool_call_item would need a row of arguments per item for (tsr_gemm_range) */
+int64_t tsr_pool_range_item(const int64_t* ctx, int64_t i) {
+    int64_t r = ((int64_t (*)(int64_t, int64_t, int64_t))(intptr_t)ctx[0])(ctx[1], i, i + 1);
+    if (r) __atomic_store_n((int64_t*)(intptr_t)&ctx[2], r, __ATOMIC_RELAXED);
+    return r;
+}
+
 /* one product of a batch: ctx = [p, a, b, c, itemsize], p[] = nb M N K transA transB lda
    ldb ldc strideA strideB strideC gemm (pointers and strides in elements) */
 #define GEMM(T, S)                                                                        \
