@@ -249,7 +249,7 @@ def _merged_pieces(n: Node, emit):
     if a["squeeze"] or d != len(out.shape) - 1 or any(v is None for v in views) or \
             not _is_partition(a["bounds"], out.shape[d]):
         return None
-    srcs = [v.inputs[0] for v in views]  # type: ignore[union-attr]
+    srcs = [v.inputs[0] for v in views]
     shape = srcs[0].shape
     if len(shape) <= d + 1 or any(s.shape != shape or s.dtype is not out.dtype
                                   for s in srcs) or tuple(shape[:d]) != tuple(out.shape[:d]):
