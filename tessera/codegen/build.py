@@ -4,7 +4,8 @@
 unit, loads it through the compile cache, and wraps each kernel as ``fn(out, *arrays)``
 (``out`` a tuple of arrays for a region with several outputs): the contiguous variant when
 every input is C-contiguous, else the strided one with the inputs' strides (in elements, 0
-where they broadcast).
+where they broadcast). A region's side sums (column sums it accumulates beside its result)
+come out of each chunk of the split loop as double partial sums, added in chunk order.
 """
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ import weakref
 
 import numpy as np
 
-from tessera.codegen.loops import iteration_shape, lower, render, supported
+from tessera.codegen.loops import iteration_shape, lower, render, side_sums, supported
 from tessera.codegen.rowwise import writes_before_reading
 from tessera.graph.fused import body_graph
 from tessera.kernels import cc
 from tessera.kernels.prelude import PRELUDE
-from tessera.kernels.threadpool import split_call
+from tessera.kernels.threadpool import chunks, fork_join, split_call
 
 __all__ = ["build", "stats"]
 
@@ -161,6 +162,29 @@ def _wrap(fc, fs, body, splits):
     return call
 
 
+def _side_runner(f, extent: int | None, work: int, sides: list[int]):
+    """``run(outs, *pointers)`` for a kernel with side sums (output ``j`` in ``sides``
+    takes each call's double partial sums): every chunk of the split loop gets partial
+    buffers of its own, added in chunk order (the same sums on every run) into ``outs[j]``."""
+    def run(outs, *ptrs):
+        parts = chunks(extent, work) if extent else [(0, 1)]
+        partial = {j: np.empty((len(parts), outs[j].size)) for j in sides}
+        calls = []
+        for c, (lo, hi) in enumerate(parts):
+            p = list(ptrs)
+            for j in sides:
+                p[j] = partial[j][c].ctypes.data
+            calls.append((*p, lo, hi))
+        if len(calls) == 1:
+            f(*calls[0])
+        else:
+            fork_join(f, calls)
+        for j in sides:
+            np.copyto(outs[j].reshape(-1), partial[j].sum(0) if len(parts) > 1
+                      else partial[j][0], casting="same_kind")
+    return run
+
+
 def _wrap_multi(fc, fs, body, splits):
     """``fn(outs, *arrays)`` for a region with several outputs (``outs``: a tuple of
     C-contiguous arrays, one per output); as ``_wrap`` otherwise."""
@@ -169,7 +193,14 @@ def _wrap_multi(fc, fs, body, splits):
         f.argtypes = [ctypes.c_void_p] * (n_out + n_in + extra) + [ctypes.c_int64] * 2
         f.restype = None
     work = int(np.prod(iteration_shape(body)))
-    fc, fs = _runner(fc, splits[0], work), _runner(fs, splits[1], work)
+    sums = side_sums(body)
+    sides = [j for j, v in enumerate(body.outputs) if v.producer in sums]
+    if sides:
+        fc, fs = _side_runner(fc, splits[0], work, sides), _side_runner(fs, splits[1], work,
+                                                                        sides)
+    else:
+        rc, rs = _runner(fc, splits[0], work), _runner(fs, splits[1], work)
+        fc, fs = (lambda outs, *ptrs: rc(*ptrs)), (lambda outs, *ptrs: rs(*ptrs))
     full = iteration_shape(body)
     nd = len(full)
     if any(v.numel == 0 for v in body.outputs):
@@ -200,9 +231,10 @@ def _wrap_multi(fc, fs, body, splits):
             checked[:] = [_refs((*outs, *arrays)), all(a.flags.c_contiguous for a in arrays)]
         ptrs = [address[k](a) for k, a in enumerate((*outs, *arrays))]
         if checked[1]:
-            fc(*ptrs)
+            fc(outs, *ptrs)
             return
         st = np.array([s for a in arrays for s in strides(a)] or [0], np.int64)
-        fs(*ptrs, st.ctypes.data)
+        fs(outs, *ptrs, st.ctypes.data)
     call.bound_attrs = True  # type: ignore[attr-defined]  # the executor passes no body
     return call
+

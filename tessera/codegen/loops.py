@@ -52,7 +52,8 @@ from tessera.kernels.threadpool import SPLIT_MIN
 
 __all__ = ["Param", "Load", "Let", "Raw", "Store", "Loop", "If", "Func", "lower", "render",
            "RENDER", "worth_splitting", "supported", "iteration_shape", "jam", "out_params",
-           "extra_targets"]
+           "extra_targets", "side_sums", "side_chain", "core", "output_strides", "side_program",
+           "side_init"]
 
 DTYPES = frozenset({"float32", "float64", "bool", "int32", "int64"})
 
@@ -169,8 +170,64 @@ def render(f: Func) -> str:
 
 # ---- lowering ------------------------------------------------------------------------------
 
+def side_sums(body: Graph) -> list:
+    """The body's side sums: column sums (``tessera.graph.passes.fuse``) that no node of the
+    body reads, which the kernel accumulates beside its result."""
+    from tessera.graph.passes.fuse import is_column_sum
+    if len(body.outputs) < 2:
+        return []
+    read = {id(v) for n in body.nodes for v in n.inputs if isinstance(v, Value)}
+    return [v.producer for v in body.outputs[1:] if v.producer is not None and
+            id(v) not in read and is_column_sum(v.producer, tuple(v.producer.inputs[0].shape))]
+
+
+def core(body: Graph) -> Graph:
+    """``body`` without its side sums and the nodes only they read (their values are
+    computed where the sums accumulate): the nodes its other outputs need, its result
+    last. The outputs stay all of the body's, in order (their buffers)."""
+    sides = side_sums(body)
+    if not sides:
+        return body
+    side_out = {id(n.outputs[0]) for n in sides}
+    needed: set[int] = set()
+    todo = [v for v in body.outputs if id(v) not in side_out]
+    while todo:
+        v = todo.pop()
+        if id(v) in needed or v.producer is None:
+            continue
+        needed.add(id(v))
+        todo += [a for a in v.producer.inputs if isinstance(a, Value)]
+    nodes = [n for n in body.nodes if id(n.outputs[0]) in needed]
+    return Graph(inputs=body.inputs, nodes=nodes, outputs=body.outputs)
+
+
+def side_chain(body: Graph) -> list:
+    """The nodes computing the side sums' inputs that ``body`` (a ``core``) leaves out,
+    producers first."""
+    inside = {id(n) for n in body.nodes}
+    out: list = []
+    seen: set[int] = set()
+
+    def visit(n) -> None:
+        if n is None or id(n) in inside or id(n) in seen:
+            return
+        seen.add(id(n))
+        for a in n.inputs:
+            if isinstance(a, Value):
+                visit(a.producer)
+        out.append(n)
+    for n in side_sums(body):
+        visit(n.inputs[0].producer)
+    return out
+
+
 def supported(body: Graph) -> str | None:
     """Why ``body`` cannot be lowered (None when it can)."""
+    sides = side_sums(body)
+    for n in sides:
+        if n.outputs[0].dtype.name not in ("float32", "float64"):
+            return f"a side sum of {n.outputs[0].dtype.name}"
+    body = core(body)
     for v in [*body.inputs, *(o for n in body.nodes for o in n.outputs)]:
         if v.dtype.name not in DTYPES:
             return f"dtype {v.dtype.name} of %{v.name}"
@@ -184,6 +241,8 @@ def supported(body: Graph) -> str | None:
                 why = check_rowwise(body)
                 if why is not None:
                     return why
+            continue
+        if n.op.name in BROADCASTS:
             continue
         if n.op.to_c is None:
             return f"op '{n.op.name}' has no to_c rule"
@@ -209,9 +268,16 @@ def _var_ctype(v) -> str:
     return "int32_t" if v.dtype.name == "bool" else CType.NAMES[v.dtype.name]
 
 
+# views that a body may hold, each output element its input's broadcast element: the loads
+# broadcast already (stride 0 along the dims the input lacks), so the value is the input's
+BROADCASTS = frozenset({"expand"})
+
+
 def node_expr(n, names: dict) -> str:
     """The C expression of elementwise node ``n`` over the variables ``names`` holds for
     its inputs (by id), converted to the op's compute type."""
+    if n.op.name in BROADCASTS:
+        return names[id(n.inputs[0])]
     out = n.outputs[0]
     tensor_dtypes = [a.dtype.name for a in n.inputs if isinstance(a, Value)]
     c = CType(compute_dtype(n.op, tensor_dtypes, out.dtype.name,
@@ -248,14 +314,28 @@ def _element_program(body: Graph, index: list[str], out_index: str | None,
     for vid, (buf, idx) in (extra or {}).items():
         if vid in names:
             stmts.append(Store(buf, idx, names[vid]))
+    if extra and side_sums(body):
+        def value(v) -> str:   # a side sum's input: its chain computed here
+            if id(v) not in names:
+                args = {id(a): value(a) for a in v.producer.inputs if isinstance(a, Value)}
+                names[id(v)] = f"v{len(names)}"
+                stmts.append(Let(names[id(v)], _var_ctype(v), node_expr(v.producer, args)))
+            return names[id(v)]
+        def fresh() -> str:
+            k = len(names)
+            names[-1 - k] = f"v{k}"   # the name taken, under a key no value's id is
+            return f"v{k}"
+        stmts += side_program(body, [i for _, i in extra.values()], value, fresh)
     return stmts
 
 
 def out_params(body: Graph) -> list[Param]:
     """The kernel's output buffers: ``out`` for the region's result, ``out1``... for the
-    other values it writes (a multi-output region)."""
-    return [Param("out" if j == 0 else f"out{j}", _ctype(v), const=False)
-            for j, v in enumerate(body.outputs)]
+    other values it writes (a multi-output region); a side sum's is the double partial sums
+    of the rows one call runs over (the caller adds those of its calls)."""
+    sides = {id(n.outputs[0]) for n in side_sums(body)}
+    return [Param("out" if j == 0 else f"out{j}", "double" if id(v) in sides else _ctype(v),
+                  const=False) for j, v in enumerate(body.outputs)]
 
 
 def extra_targets(body: Graph, index: list[str]) -> dict:
@@ -462,6 +542,7 @@ def lower(body: Graph, name: str) -> list[Func]:
     """The contiguous and the strided kernel of a fused region's body (a row-wise region:
     ``tessera.codegen.rowwise``)."""
     from tessera.codegen.rowwise import is_rowwise, lower_rowwise
+    body = core(body)
     if is_rowwise(body):
         return lower_rowwise(body, name)
     out = body.outputs[0]
@@ -478,9 +559,46 @@ def lower(body: Graph, name: str) -> list[Func]:
             _strided_kernel(body, name, full, ostr, params, red is not None)]
 
 
-def _extra_strides(body: Graph, nd: int) -> list[list[int]]:
-    """The contiguous strides of the outputs after the first, in the iteration space."""
-    return [_contiguous_strides(v.shape, nd) for v in body.outputs[1:]]
+def output_strides(body: Graph, nd: int) -> list[list[int]]:
+    """The contiguous strides of the outputs after the first, in the iteration space (a
+    side sum's: 0 along the dims it sums)."""
+    full = iteration_shape(body)
+    out = []
+    for v in body.outputs[1:]:
+        n = v.producer
+        if n is not None and n in side_sums(body):
+            dims = _reduced_dims(n, nd)
+            v_shape = tuple(1 if d in dims else full[d] for d in range(nd))
+            out.append(_contiguous_strides(v_shape, nd))
+        else:
+            out.append(_contiguous_strides(v.shape, nd))
+    return out
+
+
+def side_program(body: Graph, index: list[str], value, fresh) -> list:
+    """Statements adding each side sum's element into its partial sums (``index[j]``: output
+    ``j + 1``'s index); ``value(v)`` gives the variable holding ``v`` (computing it),
+    ``fresh()`` a new variable name (``v<k>``: a second stream renames it, see ``jam``)."""
+    stmts: list = []
+    for j, v in enumerate(body.outputs[1:]):
+        n = v.producer
+        if n is None or n not in side_sums(body):
+            continue
+        var = value(n.inputs[0])
+        acc = fresh()
+        stmts.append(Load(acc, "double", f"out{j + 1}", index[j]))
+        stmts.append(Store(f"out{j + 1}", index[j], f"({acc} + (double){var})"))
+    return stmts
+
+
+def side_init(body: Graph) -> list:
+    """Zero the partial sums of every side sum (before the loops)."""
+    out = []
+    for j, v in enumerate(body.outputs[1:]):
+        n = v.producer
+        if n is not None and n in side_sums(body):
+            out.append(Loop("o", max(v.numel, 1), [Store(f"out{j + 1}", "o", "0")]))
+    return out
 
 
 def _collapsed(full: tuple, access: list) -> list[tuple[int, list[int]]]:
@@ -504,13 +622,13 @@ def _contiguous_kernel(body: Graph, name: str, full: tuple, ostr: list[int], par
     nd = len(full)
     n_in = len(body.inputs)
     access = [_contiguous_strides(v.shape, nd) for v in body.inputs] + [ostr] + \
-        _extra_strides(body, nd)
+        output_strides(body, nd)
     groups = _collapsed(full, access)
     vars_ = [f"i{d}" for d in range(len(groups))]
     idx = [_index(vars_, [g[1][k] for g in groups]) for k in range(len(access))]
     kinds = [g[1][n_in] == 0 for g in groups] if reduces else None
     return _kernel(body, f"{name}_c", [g[0] for g in groups], idx[:n_in], idx[n_in], params,
-                   [], kinds, extra_targets(body, idx[n_in + 1:]))
+                   side_init(body), kinds, extra_targets(body, idx[n_in + 1:]))
 
 
 def _strided_kernel(body: Graph, name: str, full: tuple, ostr: list[int], params: list,
@@ -523,10 +641,11 @@ def _strided_kernel(body: Graph, name: str, full: tuple, ostr: list[int], params
     sidx = [" + ".join(f"{v} * s{k}_{j}" for j, v in enumerate(svars)) or "0"
             for k in range(len(body.inputs))]
     oidx = _index(svars, [ostr[d] for d in dims_])
-    eidx = [_index(svars, [e[d] for d in dims_]) for e in _extra_strides(body, len(full))]
+    eidx = [_index(svars, [e[d] for d in dims_]) for e in output_strides(body, len(full))]
     skinds = [ostr[d] == 0 for d in dims_] if reduces else None
     return _kernel(body, f"{name}_s", [full[d] for d in dims_], sidx, oidx,
-                   params + [Param("st", "int64_t")], pre, skinds, extra_targets(body, eidx))
+                   params + [Param("st", "int64_t")], pre + side_init(body), skinds,
+                   extra_targets(body, eidx))
 
 
 def _no_convert(op) -> bool:

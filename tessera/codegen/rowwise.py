@@ -66,10 +66,16 @@ from tessera.codegen.loops import (
     _index,
     _reduced_dims,
     _var_ctype,
+    core,
     iteration_shape,
     jam,
     node_expr,
     out_params,
+    output_strides,
+    side_chain,
+    side_init,
+    side_program,
+    side_sums,
 )
 from tessera.graph.ir import Graph, Value
 from tessera.kernels.threadpool import SPLIT_MIN
@@ -92,6 +98,7 @@ def writes_before_reading(body: Graph) -> bool:
     >>> writes_before_reading(g)
     True
     """
+    body = core(body)
     return is_rowwise(body) and _kept(body, body.nodes[-1]) is not None
 
 
@@ -131,7 +138,7 @@ def _kinds(body: Graph, full: tuple, dims: set[int]) -> dict[int, bool]:
         shape = (1,) * (nd - len(v.shape)) + tuple(v.shape)
         return any(shape[d] != 1 for d in real)
     out = {id(v): varies(v) for v in body.inputs}
-    for n in body.nodes:
+    for n in body.nodes + side_chain(body):   # (the side sums' chains too)
         out[id(n.outputs[0])] = False if n.op.name in REDUCE else varies(n.outputs[0])
     return out
 
@@ -237,10 +244,12 @@ def _variant(body: Graph, name: str, groups: list[tuple[int, bool]], in_idx: lis
         scope[id(n.outputs[0])] = res
         if n is last:
             row.append(Store("out", out_idx, res))
+    sides = side_sums(body)
     extras = [(v, f"out{j + 1}", idx) for j, (v, idx) in enumerate(zip(body.outputs[1:],
-                                                                         extra_idx))]
+                                                                         extra_idx))
+              if v.producer not in sides]
     full_extras = [e for e in extras if em.full[id(e[0])]]
-    if last.op.name not in REDUCE or full_extras:
+    if last.op.name not in REDUCE or full_extras or sides:
         loop_scope = dict(scope)
         stmts = []
         stores = []
@@ -253,6 +262,8 @@ def _variant(body: Graph, name: str, groups: list[tuple[int, bool]], in_idx: lis
             stores.append(Store("out", out_idx, v))
         for e, buf, idx in full_extras:   # after the result's: loads before stores
             stores.append(Store(buf, idx, em.value(e, loop_scope, stmts, outer)))
+        stores += side_program(body, extra_idx,
+                               lambda v: em.value(v, loop_scope, stmts, outer), em.fresh)
         row += inner_loops(stmts + stores, None, simd=True)
     for e, buf, idx in extras:
         if not em.full[id(e)]:   # the row's statistics, once nothing of the row is read
@@ -264,7 +275,7 @@ def _variant(body: Graph, name: str, groups: list[tuple[int, bool]], in_idx: lis
     for j in range(nk - 1, -1, -1):
         nest = [Loop(f"i{j}", kept[j][0], nest, parallel=j == 0 and total >= SPLIT_MIN)]
     # (each row is independent: the outer loop may be split across threads)
-    return Func(name, params, pre + nest)
+    return Func(name, params, pre + side_init(body) + nest)
 
 
 def _kept(body: Graph, last) -> Value | None:
@@ -338,7 +349,7 @@ def _contiguous_rows(body: Graph, name: str, full: tuple, ostr: list[int], reduc
     nd = len(full)
     n_in = len(body.inputs)
     access = [_contiguous_strides(v.shape, nd) for v in body.inputs] + [ostr] + \
-        [_contiguous_strides(v.shape, nd) for v in body.outputs[1:]]
+        output_strides(body, nd)
     groups = _row_groups(full, reduced, access)
     vars_ = [f"i{j}" for j in range(len(groups))]
     idx = [_index(vars_, [g[2][k] for g in groups]) for k in range(len(access))]
@@ -359,6 +370,6 @@ def _strided_rows(body: Graph, name: str, full: tuple, ostr: list[int], reduced:
     def index(strides: list[int]) -> str:
         return " + ".join(f"i{pos[j]} * {strides[d]}" for j, d in enumerate(dims_)
                           if strides[d]) or "0"
-    eidx = [index(_contiguous_strides(v.shape, nd)) for v in body.outputs[1:]]
+    eidx = [index(st) for st in output_strides(body, nd)]
     return _variant(body, f"{name}_s", [(full[dims_[j]], reduced[dims_[j]]) for j in order],
                     sidx, index(ostr), params + [Param("st", "int64_t")], pre, eidx)

@@ -33,7 +33,8 @@ import numpy as np
 from tessera._runtime import threads as _runtime_threads
 from tessera.kernels.csource import defines, source
 
-__all__ = ["usable", "run", "run_blocks", "gemm_batch", "fork_join", "split_call", "reset_threads",
+__all__ = ["usable", "run", "run_blocks", "gemm_batch", "fork_join", "split_call", "chunks",
+           "reset_threads",
            "MAX_ARGS", "SPLIT_MIN"]
 
 # elements: below this, handing chunks to threads costs more than it saves
@@ -222,16 +223,29 @@ def fork_join(f, parts: list[tuple]) -> list:
     return results
 
 
+def chunks(extent: int, work: int) -> list[tuple[int, int]]:
+    """The ``[lo, hi)`` chunks ``split_call`` runs ``[0, extent)`` in: one per kernel thread
+    when ``work`` (elements) is large enough, else one.
+
+    >>> chunks(10, 1)
+    [(0, 10)]
+    """
+    threads = min(_threads(), extent)
+    if threads < 2 or work < SPLIT_MIN:
+        return [(0, extent)]
+    bounds = [extent * k // threads for k in range(threads + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
 def split_call(f, args: tuple, extent: int, work: int):
     """``f(*args, lo, hi)`` over ``[0, extent)``: in chunks on the kernel threads when
     ``work`` (elements) is large enough, else in one call. ctypes releases the GIL during
     each call; idle pool threads sleep, so BLAS keeps its cores. Returns the first nonzero
     result (kernels report errors that way), else 0."""
-    threads = min(_threads(), extent)
-    if threads < 2 or work < SPLIT_MIN:
+    parts = chunks(extent, work)
+    if len(parts) == 1:
         return f(*args, 0, extent)
-    bounds = [extent * k // threads for k in range(threads + 1)]
-    results = fork_join(f, [(*args, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])])
+    results = fork_join(f, [(*args, lo, hi) for lo, hi in parts])
     return next((r for r in results if r), 0)
 
 

@@ -48,8 +48,9 @@ def _tolerance(dtype):
     return (1e-12, 1e-12) if dtype == np.float64 else (0, 0)
 
 
-def check(kernel, body: Graph, arrays):
-    """The kernel's outputs (every one of a multi-output body) equal the reference's."""
+def check(kernel, body: Graph, arrays, slack: float = 1):
+    """The kernel's outputs (every one of a multi-output body) equal the reference's (to
+    ``slack`` times the dtype's tolerance: long chains on random inputs round more)."""
     want = reference(*arrays, body=str(body))
     got = tuple(np.empty(v.shape, v.dtype.np) for v in body.outputs)
     if len(got) == 1:
@@ -60,7 +61,7 @@ def check(kernel, body: Graph, arrays):
     values = [*body.inputs, *(v for n in body.nodes for v in n.outputs)]
     lowest = np.float32 if any(v.dtype is tessera.float32 for v in values) else \
         np.float64 if any(v.dtype is tessera.float64 for v in values) else np.int64
-    rtol, atol = _tolerance(lowest)
+    rtol, atol = (t * slack for t in _tolerance(lowest))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, np.asarray(w), rtol=rtol, atol=atol, equal_nan=True)
 
@@ -273,8 +274,10 @@ def test_rowwise_regions_forward_and_backward(dtype):
         b = tessera.from_numpy(rng.standard_normal(7).astype(dtype.np))
 
         def step(x, w, b, fn=fn):
+            # (not (y * y).sum(): layer norm's input gradient of that is zero, rounding noise
+            # once the loss's broadcast gradient is part of the region)
             y = fn(x, w, b)
-            return (y, *tessera.autograd.grad((y * y).sum(), [x, w, b], allow_unused=True,
+            return (y, *tessera.autograd.grad((y * y * y).sum(), [x, w, b], allow_unused=True,
                                               materialize_grads=True))
         for t in (x, w, b):
             t.requires_grad_()
@@ -296,10 +299,10 @@ def test_rowwise_regions_forward_and_backward(dtype):
     for name, n in bodies:
         body = body_graph(n.attrs["body"])
         arrays = [rng.standard_normal(v.shape).astype(v.dtype.np) for v in body.inputs]
-        try:
-            check(kernels[n], body, arrays)
+        try:   # (the loss's gradient is in the region: its chains are long)
+            check(kernels[n], body, arrays, slack=8)
             check(kernels[n], body, [np.asfortranarray(a) if a.ndim >= 2 else a
-                                     for a in arrays])
+                                     for a in arrays], slack=8)
         except AssertionError as e:
             raise AssertionError(f"{name}: {e}") from None
 

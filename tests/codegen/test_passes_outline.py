@@ -66,3 +66,28 @@ def test_single_pass_ops_alone_stay_with_numpy():
       %1: float32[4, 8] = tanh(%0) [region=0]
       return (%1)
     }""", [fuse, outline], PassContext(codegen=False))
+
+
+def test_a_broadcast_input_comes_in_as_its_source():
+    """A region reading an ``expand`` (a loss gradient's scalar, a row's statistic) reads the
+    value it broadcasts and expands it in its body, so the kernel indexes a contiguous array
+    with stride 0 instead of taking its strided variant; an expand read elsewhere stays."""
+    body = ("graph(%a0: float32[], %a1: float32[4, 8], %a2: float32[4, 1]) {\\n"
+            "  %0: float32[4, 8] = expand(%a0) {shape=(4, 8)}\\n"
+            "  %1: float32[4, 8] = expand(%a2) {shape=(4, 8)}\\n"
+            "  %2: float32[4, 8] = mul(%0, %a1)\\n"
+            "  %3: float32[4, 8] = sub(%2, %1) {alpha=1}\\n"
+            "  %4: float32[4, 8] = exp(%3)\\n"
+            "  return (%4)\\n}")
+    check("""graph(%s: float32[], %x: float32[4, 8], %r: float32[4, 1]) {
+      %0: float32[4, 8] = expand(%s) {shape=(4, 8)}
+      %1: float32[4, 8] = mul(%0, %x)
+      %2: float32[4, 8] = expand(%r) {shape=(4, 8)}
+      %3: float32[4, 8] = sub(%1, %2) {alpha=1}
+      %4: float32[4, 8] = exp(%3)
+      return (%4, %2)
+    }""", f"""graph(%s: float32[], %x: float32[4, 8], %r: float32[4, 1]) {{
+      %2: float32[4, 8] = expand(%r) {{shape=(4, 8)}}
+      %4: float32[4, 8] = fused(%s, %x, %r) {{body='{body}'}}
+      return (%4, %2)
+    }}""", [fuse, outline], CODEGEN)

@@ -289,3 +289,48 @@ def test_training_equals_single_output_fusion_and_eager(name, monkeypatch):
     # against eager, the losses: Adam turns the rounding noise of a gradient that is zero in
     # exact arithmetic (attention's key bias) into whole steps of the learning rate
     np.testing.assert_allclose(multi[:10], eager[:10], rtol=1e-5)
+
+
+SIDE = ('''graph(%g: float32[{m}, 640], %h: float32[{m}, 640], %b: float32[640], '''
+        '''%w: float32[640, 16]) {{
+  %0: float32[{m}, 640] = add(%h, %b) {{alpha=1}}
+  %1: float32[{m}, 640] = gelu_backward(%g, %0) {{approximate='none'}}
+  %2: float32[640] = sum(%1) {{dim=(0,), keepdim=False, dtype=None}}
+  %3: float32[{m}, 640] = mul(%g, %h)
+  %4: float32[1, 640] = sum(%3) {{dim=(0,), keepdim=True, dtype=None}}
+  %5: float32[{m}, 16] = matmul(%1, %w)
+  return (%5, %2, %4)
+}}''')
+
+
+@pytest.mark.parametrize("rows", [8, 512])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_column_sums_are_side_sums_of_a_training_region(rows, threads):
+    """In a training step a bias gradient's sum over the rows (and another column sum of
+    values the region reads) is accumulated by the region's kernel: one kernel, every chunk
+    of its split loop with partial sums of its own, equal to NumPy's sums."""
+    text = SIDE.format(m=rows)
+    g = Graph.parse(text)
+    run_pipeline(g, codegen=True, training=True)
+    fused = _fused(g)
+    assert len(fused) == 1 and len(fused[0].outputs) == 3
+    assert "sum" not in [n.op.name for n in g.nodes]
+    rng = np.random.default_rng(6)
+    gr, h = (rng.standard_normal((rows, 640)).astype(np.float32) for _ in range(2))
+    b = rng.standard_normal(640).astype(np.float32)
+    w = rng.standard_normal((640, 16)).astype(np.float32)
+    saved = tessera.get_num_threads()
+    tessera.set_num_threads(threads)
+    try:
+        got, _ = _run(g, [gr, h, b, w])
+    finally:
+        tessera.set_num_threads(saved)
+    gt, ht = torch.from_numpy(gr), torch.from_numpy(h)
+    d = torch.ops.aten.gelu_backward(gt, ht + torch.from_numpy(b))
+    np.testing.assert_allclose(got[1], d.sum(0).numpy(), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(got[2], (gt * ht).sum(0, keepdim=True).numpy(), rtol=1e-5,
+                               atol=1e-4)
+    np.testing.assert_allclose(got[0], (d @ torch.from_numpy(w)).numpy(), rtol=1e-4, atol=1e-3)
+    plain = Graph.parse(text)
+    run_pipeline(plain, codegen=True)   # (no side sums outside training)
+    assert "sum" in [n.op.name for n in plain.nodes]

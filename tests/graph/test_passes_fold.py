@@ -284,6 +284,34 @@ def test_algebraic_neg_clone_positive():
     }""", [algebraic])
 
 
+def test_algebraic_concatenates_merged_heads_before_merging_them():
+    """Attention's q, k, v gradients, each (B, H, T, D) permuted to (B, T, H, D) and viewed as
+    (B, T, H*D), concatenated along the last dim: one concatenation of the permuted values
+    along H, viewed once (the views of permuted values would each need a copy); pieces
+    that are not such views, or split off unevenly, stay."""
+    head = "graph(%q: float32[2, 3, 5, 4], %k: float32[2, 3, 5, 4], %v: float32[2, 3, 5, 4]) {"
+    perms = [f"  %p{i}: float32[2, 5, 3, 4] = permute(%{x}) {{dims=(0, 2, 1, 3)}}"
+             for i, x in enumerate("qkv")]
+    views = [f"  %v{i}: float32[2, 5, 12] = view(%p{i}) {{shape=(2, 5, 12)}}" for i in range(3)]
+    before = [head, *perms, *views,
+              "  %c: float32[2, 5, 36] = split_backward(%v0, %v1, %v2) {shape=(2, 5, 36), "
+              "dim=2, bounds=((0, 12), (12, 24), (24, 36)), squeeze=False}",
+              "  return (%c)", "}"]
+    after = [head, *perms,
+             "  %0: float32[2, 5, 9, 4] = split_backward(%p0, %p1, %p2) {shape=(2, 5, 9, 4), "
+             "dim=2, bounds=((0, 3), (3, 6), (6, 9)), squeeze=False}",
+             "  %1: float32[2, 5, 36] = view(%0) {shape=(2, 5, 36)}",
+             "  return (%1)", "}"]
+    check("\n".join(before), "\n".join(after), [algebraic, dce])
+    uneven = "\n".join([
+        "graph(%x: float32[2, 5, 12], %y: float32[2, 5, 2, 3]) {",
+        "  %0: float32[2, 5, 6] = view(%y) {shape=(2, 5, 6)}",
+        "  %1: float32[2, 5, 18] = split_backward(%x, %0) {shape=(2, 5, 18), dim=2, "
+        "bounds=((0, 12), (12, 18)), squeeze=False}",
+        "  return (%1)", "}"])
+    check(uneven, uneven, [algebraic, dce])
+
+
 def test_algebraic_copy_is_its_source_when_it_neither_broadcasts_nor_casts():
     check("""graph(%x: float32[2, 3], %y: float32[2, 3], %r: float32[3], %h: float64[2, 3]) {
       %0: float32[2, 3] = neg(%y)

@@ -236,6 +236,43 @@ def _cast(n: Node, emit):
     return None
 
 
+def _merged_pieces(n: Node, emit):
+    """split_backward (a concatenation) of pieces that are each a ``view`` merging the
+    trailing dims of a value of one shape P (attention's heads: (B, T, H, D) -> (B, T, H*D))
+    -> a view of the concatenation of those values along P's dim: one copy, reading them
+    through their strides, instead of a contiguous copy of each (the views of permuted
+    values need one) and then the concatenation."""
+    a = n.attrs
+    out = n.outputs[0]
+    d = a["dim"] % len(out.shape) if out.shape else 0
+    views = [_producer(v, "view") for v in n.inputs]
+    if a["squeeze"] or d != len(out.shape) - 1 or any(v is None for v in views) or \
+            not _is_partition(a["bounds"], out.shape[d]):
+        return None
+    srcs = [v.inputs[0] for v in views]
+    shape = srcs[0].shape
+    if len(shape) <= d + 1 or any(s.shape != shape or s.dtype is not out.dtype
+                                  for s in srcs) or tuple(shape[:d]) != tuple(out.shape[:d]):
+        return None
+    inner = math.prod(shape[d + 1:])
+    if any(hi - lo != inner * shape[d] for lo, hi in a["bounds"]):
+        return None
+    bounds = tuple((lo // inner, hi // inner) for lo, hi in a["bounds"])
+    whole = tuple(shape[:d]) + (bounds[-1][1],) + tuple(shape[d + 1:])
+    cat = emit("split_backward", srcs, {"shape": whole, "dim": d, "bounds": bounds,
+                                        "squeeze": False})
+    return emit("view", [cat], {"shape": out.shape})
+
+
+def _is_partition(bounds, n: int) -> bool:
+    at = 0
+    for lo, hi in bounds:
+        if lo != at:
+            return False
+        at = hi
+    return at == n
+
+
 def _unused_indices(n: Node, emit):
     """max_pool whose indices nobody reads -> max_pool_values (no index bookkeeping)."""
     if emit.uses(n.outputs[1]) == 0:
@@ -259,6 +296,7 @@ RULES = {
     "expand": _expand,
     "cast": _cast,
     "max_pool": _unused_indices,
+    "split_backward": _merged_pieces,
 }
 
 

@@ -16,6 +16,13 @@ pass turns each region into one ``fused`` node, which code generation compiles t
 kernel. ``MULTI_OUTPUT = False`` turns multi-output fusion off (a region then ends at every
 value used outside it).
 
+In a training step, a ``sum`` over leading dims (keeping the last: a bias or layer norm
+weight gradient, *a column sum*) whose region reads values of another region of the same
+shape, or values that region reads too, joins that region as a *side sum*, when everything
+it reads exists where that region stands and everything reading it comes later: the
+region's kernel accumulates the column sums as it goes, instead of a second kernel reading
+the values back (``SIDE_SUMS``).
+
 >>> from tessera.graph.ir import Graph
 >>> g = Graph.parse('''graph(%x: float32[8]) {
 ...   %0: float32[8] = exp(%x)
@@ -56,6 +63,8 @@ def _dims(n, nd: int) -> frozenset:
 
 # whether a producer also read outside a region may join it (its kernel writes the value)
 MULTI_OUTPUT = True
+# whether a column sum in a training step joins the region whose values it reads
+SIDE_SUMS = True
 
 
 def _candidate(n, users, roots, region_of, root_at, index) -> int | None:
@@ -123,6 +132,9 @@ def run(g: Graph, ctx) -> bool:
     root_at: dict[int, int] = {}  # region -> index of its root (-1: a reduction)
     count = 0
     changed = False
+    for n in g.nodes:
+        if n.notes.pop("side", None) is not None:
+            changed = True
     for n in reversed(g.nodes):  # consumers first: a producer joins its consumers' region
         reduction = is_reduction_root(n)
         if not (reduction or is_elementwise(n)) or len(n.outputs) != 1:
@@ -136,6 +148,8 @@ def run(g: Graph, ctx) -> bool:
             info[region] = [tuple(src.shape), _real(_dims(n, len(src.shape)), src.shape)] \
                 if reduction else [n.outputs[0].shape, None]
         region_of[id(n)] = region
+    if SIDE_SUMS and ctx is not None and getattr(ctx, "training", False):
+        _side_sums(g, region_of, info, root_at, index, users)
     # singleton regions are not fusion; renumber the rest in program order
     sizes: dict[int, int] = {}
     for rid in region_of.values():
@@ -154,6 +168,57 @@ def run(g: Graph, ctx) -> bool:
     return changed
 
 
+def is_column_sum(n, shape: tuple) -> bool:
+    """Whether ``n`` sums a value of ``shape`` over leading dims only, keeping the last dim
+    of more than one element (so the loops' innermost dim is never summed)."""
+    if n.op.name != "sum" or not is_reduction_root(n) or tuple(n.inputs[0].shape) != shape:
+        return False
+    dims = _real(_dims(n, len(shape)), shape)
+    last = max((d for d in range(len(shape)) if shape[d] != 1), default=None)
+    return bool(dims) and last is not None and last not in dims
+
+
+def _side_sums(g: Graph, region_of: dict, info: dict, root_at: dict, index: dict,
+               users: dict) -> None:
+    """Each column-sum region (its root a ``sum`` over leading dims) joins a region it reads
+    values of, or one reading the same values: one that ends in a map over the same shape,
+    at whose root everything the sum's region reads exists and after which everything
+    reading the sum comes (the fused node stands at that root). Its nodes get the note
+    ``side`` (they are not the root)."""
+    members: dict[int, list] = {}
+    for n in g.nodes:
+        r = region_of.get(id(n))
+        if r is not None:
+            members.setdefault(r, []).append(n)
+    for r, nodes in members.items():
+        root = nodes[-1]
+        if root_at[r] >= 0 or not is_column_sum(root, info[r][0]):
+            continue
+        mine = {id(n) for n in nodes}
+        hosts: list[int] = []   # regions making what it reads, then regions reading it too
+        for pass_ in (0, 1):
+            for n in nodes:
+                for v in n.tensor_inputs:
+                    near = [v.producer] if pass_ == 0 else users.get(v, [])
+                    for m in near:
+                        h = region_of.get(id(m)) if m is not None else None
+                        if h is not None and h != r and h not in hosts:
+                            hosts.append(h)
+        for h in hosts:
+            end = root_at[h]
+            if end < 0 or info[h][0] != info[r][0]:
+                continue
+            ok = all(v.producer is None or id(v.producer) in mine or
+                     region_of.get(id(v.producer)) == h or index[id(v.producer)] < end
+                     for n in nodes for v in n.tensor_inputs)
+            ok = ok and all(index[id(u)] > end for u in users.get(root.outputs[0], []))
+            if ok:
+                for n in nodes:
+                    region_of[id(n)] = h
+                    n.notes["side"] = True   # not the region's root (outline)
+                break
+
+
 def regions(g: Graph) -> dict[int, list]:
     """region id -> its nodes, in program order."""
     out: dict[int, list] = {}
@@ -164,4 +229,4 @@ def regions(g: Graph) -> dict[int, list]:
     return out
 
 
-__all__ = ["run", "regions", "is_elementwise", "MULTI_OUTPUT"]
+__all__ = ["run", "regions", "is_elementwise", "is_column_sum", "MULTI_OUTPUT", "SIDE_SUMS"]
