@@ -953,7 +953,7 @@ def weight_table(prog: Program) -> list[str]:
         return k, r - starts[k]
 
     def fix(text: str) -> str:
-        return _WEIGHT_REF.sub(lambda mt: "(m->wt[%d] + %d)" % at(int(mt[1])), text)
+        return _WEIGHT_REF.sub(lambda mt: "(m->wt[{}] + {})".format(*at(int(mt[1]))), text)
     prog.steps = [fix(t) for t in prog.steps]
     prog.kernels = [fix(t) for t in prog.kernels]
     rows = []

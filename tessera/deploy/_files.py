@@ -121,7 +121,7 @@ def _source(prog: Program, fingerprint: int, table: list[str] | None = None) -> 
     # where a packed matrix's rows are
     src = "m->w + PACKED[j][0]" if table is None else "m->wt[PACKED[j][3]] + PACKED[j][0]"
     wt = "" if table is None else \
-        f"\n    unsigned char *wt[{len(table)} + 1];  /* the weights, where the caller keeps them */"
+        f"\n    unsigned char *wt[{len(table)} + 1];  /* the weights, the caller's buffers */"
     steps = "\n".join("    " + line.replace("\n", "\n    ") for line in prog.steps)
     protos = "\n".join(prog.prototypes)
     kernels = "\n\n".join(prog.kernels)
