@@ -195,7 +195,8 @@ class _Program:
         table = weight_table(prog)
         files, units, extra = program_files(prog, table)
         lib = cc.load_files(files, units, extra)
-        self.cached = cc.last_build.get("cached")
+        # the library's cache entry, and whether it was there already (for statistics)
+        self.key, self.cached = cc.last_build["key"], cc.last_build["cached"]
         P = ctypes.c_void_p
         lib.graph_bind.argtypes, lib.graph_bind.restype = [P], P
         lib.graph_run.argtypes, lib.graph_run.restype = [P, P, P], ctypes.c_int

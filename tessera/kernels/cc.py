@@ -535,8 +535,28 @@ def _build(source: str | list[str], path: str, extra: tuple[str, ...] = (),
         _install(lib, path, tmp)
 
 
+_QUOTED = re.compile(r'"([\w.-]+)"')
+
+
+def _closure(files: dict[str, str], unit: str, extra: tuple[str, ...]) -> list[str]:
+    """The files of ``files`` that compiling ``unit`` may read: it, and every file named in
+    quotes (an ``#include``, or a macro naming a header) by it, by ``extra`` (an
+    ``-include``) or by a file so found."""
+    seen, todo = set(), [unit, *(x for x in extra if x in files)]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in files:
+            continue
+        seen.add(name)
+        todo += _QUOTED.findall(files[name])
+    return sorted(seen)
+
+
 def _build_files(files: dict[str, str], units: list[str], path: str,
                  extra: tuple[str, ...]) -> None:
+    """Link the library of ``load_files``. Each unit's object is a cache entry of its own,
+    keyed by the files it may read: a unit that several libraries share (the GEMM of every
+    program) compiles once."""
     cc = compiler()
     if cc is None:
         raise CompileError("no C compiler found (set CC or install cc/gcc/clang)")
@@ -548,26 +568,43 @@ def _build_files(files: dict[str, str], units: list[str], path: str,
             with open(os.path.join(tmp, name), "w") as f:
                 f.write(text)
         flags = [*FLAGS, *extra, "-I", tmp]
-        objs = [os.path.join(tmp, u[:-2] + ".o") for u in units]
-        cmds = [[cc, *flags, "-c", os.path.join(tmp, u), "-o", o] for u, o in zip(units, objs)]
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-            else os.cpu_count() or 1
-        running: list[subprocess.Popen] = []
-        for cmd in cmds + [None] * cores:  # at most one compiler per core at a time
-            if cmd is not None:
-                running.append(subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                                stderr=subprocess.PIPE, text=True))
-            if len(running) >= cores or cmd is None and running:
-                err = _finish(running.pop(0))
-                if err is not None:
-                    for p in running:
-                        p.kill()
-                        p.communicate()
-                    raise CompileError(f"{os.path.basename(cc)} failed on generated code:\n"
-                                       f"{err[-4000:]}")
+        objs, cmds = [], []
+        for u in units:
+            seen = _closure(files, u, extra)
+            key = _key("".join(f"/* file {n} */\n{files[n]}" for n in seen) + f"/* unit {u} */",
+                       extra)
+            obj = os.path.join(d, f"tsr_{key}.o")
+            objs.append(obj)
+            if not _sound(obj):
+                built = os.path.join(tmp, f"{key}.o")
+                cmds.append(([cc, *flags, "-c", os.path.join(tmp, u), "-o", built], built, obj))
+        _compile_all(cmds, cc, tmp)
         lib = os.path.join(tmp, "k.so")
         _run([cc, *FLAGS, *extra, *objs, "-o", lib, *LIBS, "-lpthread"], cc)
         _install(lib, path, tmp)
+
+
+def _compile_all(cmds: list, cc: str, tmp: str) -> None:
+    """Run the compiler commands ``(command, output, entry)``, at most one per core at a
+    time, installing each output as its cache entry."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else os.cpu_count() or 1
+    running: list = []
+    for item in cmds + [None] * cores:
+        if item is not None:
+            proc = subprocess.Popen(item[0], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+            running.append((proc, item))
+        if running and (len(running) >= cores or item is None):
+            proc, (_, built, entry) = running.pop(0)
+            err = _finish(proc)
+            if err is not None:
+                for p, _ in running:
+                    p.kill()
+                    p.communicate()
+                raise CompileError(f"{os.path.basename(cc)} failed on generated code:\n"
+                                   f"{err[-4000:]}")
+            _install(built, entry, tmp)
 
 
 def _install(lib: str, path: str, tmp: str) -> None:
