@@ -15,6 +15,7 @@ from tessera import nn
 from tessera.deploy.program import ProgramStep
 from tessera.graph.executor import Executor
 from tessera.kernels import cc
+from tessera.profiler import profile
 from tests.models import test_bert as bert_case, test_vision as vision
 
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="needs a C compiler")
@@ -199,6 +200,10 @@ def test_auto_mode_runs_a_cnn_as_one_program(monkeypatch):
     got = _run(g, x).numpy()
     assert isinstance(_executor(g), ProgramStep)
     np.testing.assert_allclose(got, _run(model, x).numpy(), rtol=1e-4, atol=1e-5)
+    with profile() as prof:
+        _run(g, x)
+    counts = {a.key: a.count for a in prof.key_averages()}
+    assert counts["nn.Graph"] == 1 and counts["tessera::program"] == 1
 
 
 def _corrupt(path: str) -> None:
