@@ -116,6 +116,17 @@ from tessera.distributed import optim as _optim  # noqa: E402,F401  (torch.distr
 from tessera.distributed.placement import placement  # noqa: E402
 from tessera.nn import parallel as _parallel  # noqa: E402,F401  (torch.nn.parallel)
 from tessera.compiler import compile  # noqa: E402  (and nn.Graph's xla and tvm backends)
+from tessera.graph import backend as _graph_backend  # noqa: E402
+
+
+def _graph_program(*args):
+    """nn.Graph's programs (``tessera.deploy.program``): registered here, since deploy is
+    above the graph layer, and imported on the first inference graph that compiles."""
+    from tessera.deploy.program import make
+    return make(*args)
+
+
+_graph_backend.register_program(_graph_program)
 from tessera.nn.functional._toplevel import (  # noqa: E402  (torch.selu, torch.kl_div...)
     binary_cross_entropy_with_logits,
     cdist,

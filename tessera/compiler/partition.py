@@ -6,7 +6,9 @@ order, are cut into maximal runs of the same side; each run becomes a subgraph w
 are the values it reads from earlier runs (or the graph's inputs and variables) and whose
 outputs are the values later runs, the graph's outputs or its assignments read. A graph the
 backend covers whole is one run, given to it as it is (its variables and assignments kept,
-so the backend may update them in place).
+so the backend may update them in place). With ``variables=True`` every backend run keeps
+the variables it reads as variables (a backend that prepares its weights once, as a program
+packs its matrices), and is called with the step's variable arrays as well.
 
 >>> import tessera
 >>> from tessera.graph.trace import trace
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from tessera.graph.executor import Executor
 from tessera.graph.ir import Graph, Node, Value
 
-__all__ = ["runs", "Segment", "Partitioned", "BackendUnsupported", "BackendStats",
+__all__ = ["runs", "cut", "Segment", "Partitioned", "BackendUnsupported", "BackendStats",
            "describe"]
 
 
@@ -54,18 +56,25 @@ class Segment:
     nodes: list
     run: Callable | None = None
     executor: Executor | None = None  # tessera's segments
+    variables: bool = False  # run(arrays, variables): its graph keeps the variables it reads
 
 
-def _subgraph(nodes: list, later_reads: set) -> tuple[Graph, list, list]:
+def _subgraph(nodes: list, later_reads: set, variables: bool = False
+              ) -> tuple[Graph, list, list]:
     """``nodes`` as a graph of their own, with fresh values (so that tessera's memory plan
-    never writes over a value another run still reads)."""
+    never writes over a value another run still reads); ``variables``: the graph's
+    variables stay variables of the same names, not inputs."""
     g = Graph()
     made: dict[int, Value] = {}
     reads: list[Value] = []
     inside = {id(v) for n in nodes for v in n.outputs}
     for n in nodes:
         for v in n.inputs:
-            if isinstance(v, Value) and id(v) not in inside and id(v) not in made:
+            if not isinstance(v, Value) or id(v) in inside or id(v) in made:
+                continue
+            if variables and v.kind == "var":
+                made[id(v)] = g.add_variable(v.name, v.shape, v.dtype)
+            else:
                 made[id(v)] = g.add_input(f"in{len(reads)}", v.shape, v.dtype)
                 reads.append(v)
         ins = [made[id(v)] if isinstance(v, Value) else v for v in n.inputs]
@@ -76,6 +85,30 @@ def _subgraph(nodes: list, later_reads: set) -> tuple[Graph, list, list]:
     writes = [v for n in nodes for v in n.outputs if id(v) in later_reads]
     g.outputs = [made[id(v)] for v in writes]
     return g, reads, writes
+
+
+def cut(g: Graph, supported: Callable[[Node], bool], variables: bool = False
+        ) -> list[Segment]:
+    """``g``'s runs as segments (not compiled yet); ``variables``: the backend's keep the
+    variables they read (``Partitioned``).
+
+    >>> import tessera
+    >>> from tessera.graph.trace import trace
+    >>> g, _ = trace(lambda x: (x * 2).relu() + 1, tessera.ones(3))
+    >>> [(s.side, len(s.reads), len(s.writes)) for s in cut(g, lambda n: n.op.name != "relu")]
+    [('backend', 1, 1), ('tessera', 1, 1), ('backend', 1, 1)]
+    """
+    parts = runs(g.nodes, supported)
+    roots = {id(v) for v in g.live_roots()}
+    out = []
+    for k, (side, nodes) in enumerate(parts):
+        later = set(roots)
+        for _, rest in parts[k + 1:]:
+            later |= {id(v) for n in rest for v in n.inputs if isinstance(v, Value)}
+        keep = variables and side == "backend"
+        sub, reads, writes = _subgraph(nodes, later, keep)
+        out.append(Segment(side, sub, reads, writes, nodes, variables=keep))
+    return out
 
 
 class BackendStats:
@@ -142,27 +175,19 @@ class BackendStats:
 
 class Partitioned(BackendStats):
     """Runs a graph cut into segments: ``compile(subgraph) -> fn(input arrays) -> output
-    arrays`` for the backend's, tessera's ``Executor`` for the rest. Same ``run`` as the
-    executor."""
+    arrays`` for the backend's (``fn(input arrays, variable arrays)`` with ``variables``),
+    tessera's ``Executor`` for the rest. Same ``run`` as the executor."""
 
     def __init__(self, g: Graph, backend: str, supported: Callable[[Node], bool],
-                 compile: Callable[[Graph], Callable]):
+                 compile: Callable[[Graph], Callable], variables: bool = False):
         self.graph, self.backend = g, backend
-        parts = runs(g.nodes, supported)
-        roots = {id(v) for v in g.live_roots()}
-        self.segments: list[Segment] = []
-        for k, (side, nodes) in enumerate(parts):
-            later = set(roots)
-            for _, rest in parts[k + 1:]:
-                later |= {id(v) for n in rest for v in n.inputs if isinstance(v, Value)}
-            sub, reads, writes = _subgraph(nodes, later)
-            seg = Segment(side, sub, reads, writes, nodes)
-            if side == "backend":
-                seg.run = compile(sub)
+        self.segments = cut(g, supported, variables)
+        for seg in self.segments:
+            if seg.side == "backend":
+                seg.run = compile(seg.graph)
             else:
-                ex = seg.executor = Executor(sub)
+                ex = seg.executor = Executor(seg.graph)
                 seg.run = lambda arrays, ex=ex: ex.run(arrays, {})[0]
-            self.segments.append(seg)
 
     def run(self, inputs: list, variables: dict):
         g = self.graph
@@ -172,7 +197,8 @@ class Partitioned(BackendStats):
         for seg in self.segments:
             run = seg.run
             assert run is not None
-            outs = run([env[id(v)] for v in seg.reads])
+            arrays = [env[id(v)] for v in seg.reads]
+            outs = run(arrays, variables) if seg.variables else run(arrays)
             for v, a in zip(seg.writes, outs):
                 env[id(v)] = a
         return [env[id(v)] for v in g.outputs], [(n, env[id(v)]) for n, v in g.assigns]

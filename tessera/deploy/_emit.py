@@ -32,7 +32,7 @@ from tessera.kernels.c_expr import CType
 from tessera.kernels.threadpool import SPLIT_MIN
 from tessera.ops.registry import REGISTRY
 
-__all__ = ["Program", "emit"]
+__all__ = ["Program", "emit", "weight_table", "has_rule"]
 
 CTYPES = {**CType.NAMES, "uint8": "uint8_t", "int8": "int8_t", "quint8": "uint8_t",
           "qint8": "int8_t", "qint32": "int32_t"}
@@ -86,8 +86,10 @@ class Program:
 
 def _unsupported(n: Node, why: str = "") -> NotImplementedError:
     where = n.name or "the model"
-    return NotImplementedError(f"tessera.deploy.export_c: op '{n.op.name}' (at {where}) has "
-                               f"no C rule{': ' + why if why else ''}")
+    err = NotImplementedError(f"tessera.deploy.export_c: op '{n.op.name}' (at {where}) has "
+                              f"no C rule{': ' + why if why else ''}")
+    err.node = n  # type: ignore[attr-defined]  # which node (a graph's program cuts there)
+    return err
 
 
 # ---- classification: what each node becomes ---------------------------------------------
@@ -833,6 +835,17 @@ def _in_place_ok(n: Node, kind: str) -> bool:
     return not writes_before_reading(body)
 
 
+def has_rule(n: Node) -> bool:
+    """Whether ``emit`` has a way to write node ``n`` as C: a rule, a movement of its
+    input's elements (a view or a copy), or an elementwise loop. (A rule may still decline
+    a case, by dtype or geometry: ``emit`` then raises naming the node.)"""
+    if n.op.name in RULES:
+        return True
+    if (n.op.aliasing == "view" or n.op.name in MOVEMENT) and _index_maps(n) is not None:
+        return True
+    return _elementwise_body(n) is not None
+
+
 def emit(name: str, g: Graph, values: dict) -> Program:
     """The C program of graph ``g`` (its variables' values in ``values``)."""
     for v in g.inputs:
@@ -954,6 +967,31 @@ def _compact_payload(prog: Program) -> None:
     prog.packed = [(new(off), k, n) for off, k, n in prog.packed]
     prog.weights = weights
     prog.payload_bytes = at
+
+
+def weight_table(prog: Program) -> list[str]:
+    """Make the program read each weight from a table of pointers (``m->wt[k]``, in the
+    order of the names returned) instead of at its offset in one payload: a program run in
+    process reads its weights where the process keeps them. ``prog.packed`` rows gain the
+    weight's index: (byte offset in it, k, n, index)."""
+    entries = sorted((off, name) for name, (off, _) in prog.weights.items())
+    starts = [off for off, _ in entries]
+
+    def at(r: int) -> tuple[int, int]:
+        k = bisect.bisect_right(starts, r) - 1
+        assert k >= 0, f"tessera.deploy: no weight at offset {r}"
+        return k, r - starts[k]
+
+    def fix(text: str) -> str:
+        return _WEIGHT_REF.sub(lambda mt: "(m->wt[{}] + {})".format(*at(int(mt[1]))), text)
+    prog.steps = [fix(t) for t in prog.steps]
+    prog.kernels = [fix(t) for t in prog.kernels]
+    rows = []
+    for off, k, n in prog.packed:
+        w, d = at(off)
+        rows.append((d, k, n, w))
+    prog.packed = rows
+    return [name for _, name in entries]
 
 
 def _emit_node(prog: Program, i: int, n: Node, kind: str, move) -> None:

@@ -13,7 +13,7 @@ from tessera.deploy._emit import Program
 from tessera.kernels import nchwc
 from tessera.kernels.csource import source
 
-__all__ = ["write_folder", "checksum", "RUNTIME_FILES"]
+__all__ = ["write_folder", "program_files", "checksum", "RUNTIME_FILES"]
 
 HERE = pathlib.Path(__file__).resolve().parent / "c"
 # (file, where it comes from): the kernels' sources as they are, and the deploy runtime
@@ -112,7 +112,10 @@ void {n}_free({n}_model *m);
 """
 
 
-def _source(prog: Program, fingerprint: int) -> str:
+def _source(prog: Program, fingerprint: int, table: list[str] | None = None) -> str:
+    """The program's C. With ``table`` (``tessera.deploy._emit.weight_table``'s names) it
+    reads each weight where the caller keeps it (``<name>_bind``, in process) instead of
+    loading a weights file."""
     n, g = prog.name, prog.graph
     shapes = []
     for kind, vals in (("in", g.inputs), ("out", g.outputs)):
@@ -123,7 +126,13 @@ def _source(prog: Program, fingerprint: int) -> str:
     for kind, vals in (("in", g.inputs), ("out", g.outputs)):
         codes = ", ".join("1" if v.dtype.name == "int64" else "0" for v in vals) or "0"
         shapes.append(f"static const int {kind}_dtype[] = {{{codes}}};")
-    packs = ", ".join(f"{{{o}, {k}, {nn}}}" for o, k, nn in prog.packed) or "{0, 0, 0}"
+    width = 3 if table is None else 4   # in a table: (byte offset, k, n, weight)
+    packs = ", ".join("{" + ", ".join(map(str, row)) + "}" for row in prog.packed) or \
+        "{" + ", ".join(["0"] * width) + "}"
+    # where a packed matrix's rows are
+    src = "m->w + PACKED[j][0]" if table is None else "m->wt[PACKED[j][3]] + PACKED[j][0]"
+    wt = "" if table is None else \
+        f"\n    unsigned char *wt[{len(table)} + 1];  /* the weights, the caller's buffers */"
     steps = "\n".join("    " + line.replace("\n", "\n    ") for line in prog.steps)
     protos = "\n".join(prog.prototypes)
     kernels = "\n\n".join(prog.kernels)
@@ -151,11 +160,11 @@ static const size_t ARENA_BYTES = {prog.arena_bytes}, SCRATCH_BYTES = {prog.scra
 {shapes[1]}
 {shapes[2]}
 {shapes[3]}
-/* weights packed at load: (byte offset in the payload, k, n) */
-static const int64_t PACKED[][3] = {{{packs}}};
+/* weights packed at load: (byte offset in the payload, k, n{", weight" if table else ""}) */
+static const int64_t PACKED[][{width}] = {{{packs}}};
 
 struct {n}_model {{
-    unsigned char *w, *arena, *work;
+    unsigned char *w, *arena, *work;{wt}
     float *scratch, *packs;
     float *packed[NUM_PACKED + 1];
     int threads, isa;
@@ -163,6 +172,7 @@ struct {n}_model {{
 }};
 
 static _Thread_local char load_err[512];
+static int prepare({n}_model *m);
 
 static int fail({n}_model *m, const char *msg) {{
     snprintf(m->err, sizeof m->err, "{n}: %s", msg);
@@ -278,21 +288,9 @@ const char *{n}_paths(const {n}_model *m) {{
     return text;
 }}
 
-{n}_model *{n}_load(const char *weights_path) {{
-    char why[400];
-    load_err[0] = 0;
-    int isa = pick_isa(load_err, sizeof load_err);
-    if (isa < 0) return NULL;
-    {n}_model *m = calloc(1, sizeof *m);
-    if (!m) {{ snprintf(load_err, sizeof load_err, "{n}: out of memory"); return NULL; }}
-    m->threads = 1;
-    m->isa = isa;
-    m->w = tsr_read_weights(weights_path, FINGERPRINT, PAYLOAD_BYTES, why, sizeof why);
-    if (!m->w) {{
-        snprintf(load_err, sizeof load_err, "{n}: %s", why);
-        {n}_free(m);
-        return NULL;
-    }}
+{_load(n) if table is None else _bind(n, len(table))}
+/* the arena, the scratch and the packed matrices (0, or 1 out of memory) */
+static int prepare({n}_model *m) {{
     m->arena = tsr_aligned_alloc(ARENA_BYTES);
     m->scratch = tsr_aligned_alloc(SCRATCH_BYTES);
     m->work = tsr_aligned_alloc(WORK_BYTES);
@@ -300,23 +298,18 @@ const char *{n}_paths(const {n}_model *m) {{
     /* every packed matrix in one buffer (16-float aligned each) */
     size_t floats = 0;
     for (int j = 0; j < NUM_PACKED; j++)
-        floats += ((size_t)tsr_gemm_packed_size(isa, PACKED[j][1], PACKED[j][2]) + 15) / 16 * 16;
+        floats += ((size_t)tsr_gemm_packed_size(m->isa, PACKED[j][1], PACKED[j][2]) + 15) / 16
+            * 16;
     m->packs = tsr_aligned_alloc(floats * sizeof(float));
     ok = ok && m->packs;
     size_t at = 0;
     for (int j = 0; ok && j < NUM_PACKED; j++) {{
         int64_t k = PACKED[j][1], nn = PACKED[j][2];
         m->packed[j] = m->packs + at;
-        at += ((size_t)tsr_gemm_packed_size(isa, k, nn) + 15) / 16 * 16;
-        ok = tsr_gemm_pack_b(isa, k, nn, (const float *)(m->w + PACKED[j][0]), nn, 1,
-                             m->packed[j]) == 0;
+        at += ((size_t)tsr_gemm_packed_size(m->isa, k, nn) + 15) / 16 * 16;
+        ok = tsr_gemm_pack_b(m->isa, k, nn, (const float *)({src}), nn, 1, m->packed[j]) == 0;
     }}
-    if (!ok) {{
-        snprintf(load_err, sizeof load_err, "{n}: out of memory preparing the model");
-        {n}_free(m);
-        return NULL;
-    }}
-    return m;
+    return !ok;
 }}
 
 const char *{n}_last_error(const {n}_model *m) {{ return m ? m->err : load_err; }}
@@ -370,6 +363,55 @@ void {n}_free({n}_model *m) {{
     tsr_aligned_free(m->arena);
     tsr_aligned_free(m->w);
     free(m);
+}}
+"""
+
+
+def _load(n: str) -> str:
+    """``<n>_load``: the weights file read, then the model prepared."""
+    return f"""{n}_model *{n}_load(const char *weights_path) {{
+    char why[400];
+    load_err[0] = 0;
+    int isa = pick_isa(load_err, sizeof load_err);
+    if (isa < 0) return NULL;
+    {n}_model *m = calloc(1, sizeof *m);
+    if (!m) {{ snprintf(load_err, sizeof load_err, "{n}: out of memory"); return NULL; }}
+    m->threads = 1;
+    m->isa = isa;
+    m->w = tsr_read_weights(weights_path, FINGERPRINT, PAYLOAD_BYTES, why, sizeof why);
+    if (!m->w) {{
+        snprintf(load_err, sizeof load_err, "{n}: %s", why);
+        {n}_free(m);
+        return NULL;
+    }}
+    if (prepare(m)) {{
+        snprintf(load_err, sizeof load_err, "{n}: out of memory preparing the model");
+        {n}_free(m);
+        return NULL;
+    }}
+    return m;
+}}
+"""
+
+
+def _bind(n: str, count: int) -> str:
+    """``<n>_bind``: the model on weights the caller keeps (``wt``: ``count`` pointers, each
+    64-byte aligned, read while the model lives), its matrices packed now."""
+    return f"""{n}_model *{n}_bind(unsigned char *const *wt) {{
+    load_err[0] = 0;
+    int isa = pick_isa(load_err, sizeof load_err);
+    if (isa < 0) return NULL;
+    {n}_model *m = calloc(1, sizeof *m);
+    if (!m) {{ snprintf(load_err, sizeof load_err, "{n}: out of memory"); return NULL; }}
+    m->threads = 1;
+    m->isa = isa;
+    for (int k = 0; k < {count}; k++) m->wt[k] = wt[k];
+    if (prepare(m)) {{
+        snprintf(load_err, sizeof load_err, "{n}: out of memory preparing the model");
+        {n}_free(m);
+        return NULL;
+    }}
+    return m;
 }}
 """
 
@@ -457,21 +499,8 @@ def _weights_file(prog: Program, values: dict, fingerprint: int) -> bytes:
     return header + bytes(payload)
 
 
-def write_folder(prog: Program, values: dict, out_dir: str) -> dict:
-    """Write the folder; returns {what: path}."""
-    out = pathlib.Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    n = prog.name
-    body = _source(prog, 0)
-    fingerprint = int.from_bytes(hashlib.sha256(body.encode()).digest()[:8], "little")
-    files = {f"{n}.h": _header(prog), f"{n}.c": _source(prog, fingerprint),
-             f"{n}_rename.h": "/* the runtime's symbols, prefixed for this model */\n" +
-             "".join(f"#define {s} {n}_{s}\n" for s in _symbols()),
-             "tsr_pool.c": "/* the kernel threads (threadpool.c) for a C11 build */\n"
-                           "#define _GNU_SOURCE\n#define TSR_BLASINT int\n"
-                           "#include \"threadpool.c\"\n",
-             "Makefile": _makefile(prog, sorted(prog.units)), "README.md": _readme(prog),
-             f"run_{n}.c": (HERE / "run_model.c").read_text().replace("MODEL", n)}
+def _sources(prog: Program, files: dict) -> dict:
+    """``files`` with the program's units and the kernel and runtime sources they need."""
     files.update(prog.units)
     if "TSR_NCHWC_TILES" in prog.units.get("tsr_nchwc.c", ""):
         files["nchwc_tiles.h"] = nchwc.tiles_header(prog.nchwc_tiles, prog.nchwc_blocks)
@@ -482,7 +511,68 @@ def write_folder(prog: Program, values: dict, out_dir: str) -> dict:
         files["tsr_attention.c"] = (HERE / "tsr_attention.c").read_text()
     for f in RUNTIME_FILES:
         files[f] = (HERE / f).read_text()
+    return files
+
+
+def _rename(n: str) -> str:
+    return "/* the runtime's symbols, prefixed for this model */\n" + \
+        "".join(f"#define {s} {n}_{s}\n" for s in _symbols())
+
+
+def write_folder(prog: Program, values: dict, out_dir: str) -> dict:
+    """Write the folder; returns {what: path}."""
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    n = prog.name
+    body = _source(prog, 0)
+    fingerprint = int.from_bytes(hashlib.sha256(body.encode()).digest()[:8], "little")
+    files = _sources(prog, {
+        f"{n}.h": _header(prog), f"{n}.c": _source(prog, fingerprint),
+        f"{n}_rename.h": _rename(n),
+        "tsr_pool.c": "/* the kernel threads (threadpool.c) for a C11 build */\n"
+                      "#define _GNU_SOURCE\n#define TSR_BLASINT int\n"
+                      "#include \"threadpool.c\"\n",
+        "Makefile": _makefile(prog, sorted(prog.units)), "README.md": _readme(prog),
+        f"run_{n}.c": (HERE / "run_model.c").read_text().replace("MODEL", n)})
     for f, text in files.items():
         (out / f).write_text(text)
     (out / f"{n}.weights").write_bytes(_weights_file(prog, values, fingerprint))
     return {"folder": str(out), "weights": str(out / f"{n}.weights")}
+
+
+def program_files(prog: Program, table: list[str]) -> tuple[dict, list[str], tuple]:
+    """(files, translation units, compiler flags) of the program as a library a process
+    loads for itself (``tessera.kernels.cc.load_files``): its weights the caller's buffers
+    (``table``, ``<name>_bind``), its work items run on the process's kernel threads
+    (``<name>_set_pool`` hands it ``tessera.kernels.threadpool.c_pool``'s function)."""
+    n = prog.name
+    files = _sources(prog, {
+        f"{n}.h": _header(prog), f"{n}.c": _source(prog, 0, table),
+        f"{n}_rename.h": _rename(n), "tsr_pool.c": _POOL.replace("MODEL", n)})
+    extra = ["tsr_attention.c"] if prog.attention else []
+    units = [f"{n}.c", "gemm.c", "tsr_runtime.c", "tsr_pool.c", *extra, *sorted(prog.units)]
+    return files, units, ("-include", f"{n}_rename.h")
+
+
+# the kernel threads of a program run in process: the process's pool, whose run function
+# it is handed (one pool for the graph's kernels and its programs, following
+# tessera.set_num_threads; a pool of its own would spin beside it)
+_POOL = """/* the kernel threads: the process's (tessera/kernels/threadpool.c), handed over */
+#include <stdint.h>
+#include "tsr_runtime.h"
+
+typedef void (*run_fn)(tsr_item_fn, const int64_t*, int64_t, int);
+static run_fn pool;
+
+void MODEL_set_pool(intptr_t run) { pool = (run_fn)run; }
+
+int tsr_pool_start(int threads) { return threads > 1 ? threads - 1 : 0; }
+
+void tsr_pool_run(tsr_item_fn item, const int64_t* ctx, int64_t n, int threads) {
+    if (threads < 2 || !pool) {
+        for (int64_t i = 0; i < n; i++) item(ctx, i);
+        return;
+    }
+    pool(item, ctx, n, threads);
+}
+"""

@@ -62,7 +62,7 @@ import weakref
 from collections.abc import Callable
 
 __all__ = ["CompileError", "compiler", "cache_dir", "load", "load_dispatching",
-           "baseline_flags", "build", "entry", "FLAGS",
+           "load_files", "baseline_flags", "build", "entry", "FLAGS",
            "last_build", "totals", "addresses", "max_isa", "isa_flags", "ISA_LEVELS"]
 
 # -fopenmp-simd: the simd pragmas only; threads come from the runtime, not an OpenMP library
@@ -242,6 +242,36 @@ def load_dispatching(source: str, signatures) -> ctypes.CDLL:
     return lib
 
 
+def load_files(files: dict[str, str], units: list[str], extra: tuple[str, ...] = ()
+               ) -> ctypes.CDLL:
+    """The library linked from the translation units ``units``, files of one folder
+    ``files`` ({name: text}) that include each other (a deployed model's program and its
+    runtime), compiled at once (as many as there are cores) with ``FLAGS``, ``-I`` that
+    folder and ``extra``, and cached as ``load`` caches: the key is every file's name and
+    text, the units and the flags.
+
+    >>> lib = load_files({"a.h": "int f(void);", "a.c": '#include "a.h"\\nint f(void) '
+    ...                   '{ return 1; }'}, ["a.c"])   # doctest: +SKIP
+    >>> lib.f()                                         # doctest: +SKIP
+    1
+    """
+    t0 = time.perf_counter()
+    extra = (*extra, *isa_flags())
+    text = "".join(f"/* file {name} ({len(files[name])}) */\n{files[name]}"
+                   for name in sorted(files)) + f"/* units {' '.join(units)} */"
+    key = _key(text, extra)
+    lib = _LOADED.get(key)
+    cached = True
+    if lib is None:
+        path, cached = _cached_library(key, lambda p: _build_files(files, units, p, extra))
+        lib = _LOADED[key] = ctypes.CDLL(path)
+    seconds = time.perf_counter() - t0
+    last_build.update(key=key, cached=cached, seconds=seconds)
+    totals.update(loads=totals["loads"] + 1, compiled=totals["compiled"] + (not cached),
+                  seconds=totals["seconds"] + seconds)
+    return lib
+
+
 def build(source: str, extra: tuple[str, ...] = ()) -> str:
     """The path of ``source``'s compiled library, built unless the cache holds a sound
     copy, for loaders other than ctypes (a Python extension module, say)."""
@@ -292,15 +322,21 @@ def _key(source: str, extra: tuple[str, ...]) -> str:
 def _library(key: str, source: str | list[str], extra: tuple[str, ...],
              split: bool | None = None) -> tuple[str, bool]:
     """(path, whether it was in the cache already)."""
+    return _cached_library(key, lambda path: _build(source, path, extra, split))
+
+
+def _cached_library(key: str, make: Callable[[str], None]) -> tuple[str, bool]:
+    """(path, whether it was in the cache already) of library ``key``, which ``make(path)``
+    builds unless the cache holds a sound copy."""
     path = os.path.join(_folder(cache_dir()), f"tsr_{key}.so")
     if _sound(path):
         return path, True
     try:
-        _build(source, path, extra, split)
+        make(path)
     except _EntryBlocked:  # an entry that cannot be replaced: build it where nothing can be
         path = os.path.join(_private_temp("an entry there cannot be replaced"),
                             os.path.basename(path))
-        _build(source, path, extra, split)
+        make(path)
     return path, False
 
 
@@ -527,6 +563,78 @@ def _build(source: str | list[str], path: str, extra: tuple[str, ...] = (),
                                        f"{err[-4000:]}")
             _run([cc, *FLAGS, *extra, *objs, "-o", lib, *LIBS], cc)
         _install(lib, path, tmp)
+
+
+_QUOTED = re.compile(r'"([\w.-]+)"')
+
+
+def _closure(files: dict[str, str], unit: str, extra: tuple[str, ...]) -> list[str]:
+    """The files of ``files`` that compiling ``unit`` may read: it, and every file named in
+    quotes (an ``#include``, or a macro naming a header) by it, by ``extra`` (an
+    ``-include``) or by a file so found."""
+    seen, todo = set(), [unit, *(x for x in extra if x in files)]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in files:
+            continue
+        seen.add(name)
+        todo += _QUOTED.findall(files[name])
+    return sorted(seen)
+
+
+def _build_files(files: dict[str, str], units: list[str], path: str,
+                 extra: tuple[str, ...]) -> None:
+    """Link the library of ``load_files``. Each unit's object is a cache entry of its own,
+    keyed by the files it may read: a unit that several libraries share (the GEMM of every
+    program) compiles once."""
+    cc = compiler()
+    if cc is None:
+        raise CompileError("no C compiler found (set CC or install cc/gcc/clang)")
+    d = os.path.dirname(path)
+    _remove_stale_builds(d)
+    with tempfile.TemporaryDirectory(dir=d, prefix=f"{_BUILD_PREFIX}{os.getpid()}-{_host()}-"
+                                     ) as tmp:
+        for name, text in files.items():
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(text)
+        flags = [*FLAGS, *extra, "-I", tmp]
+        objs, cmds = [], []
+        for u in units:
+            seen = _closure(files, u, extra)
+            key = _key("".join(f"/* file {n} */\n{files[n]}" for n in seen) + f"/* unit {u} */",
+                       extra)
+            obj = os.path.join(d, f"tsr_{key}.o")
+            objs.append(obj)
+            if not _sound(obj):
+                built = os.path.join(tmp, f"{key}.o")
+                cmds.append(([cc, *flags, "-c", os.path.join(tmp, u), "-o", built], built, obj))
+        _compile_all(cmds, cc, tmp)
+        lib = os.path.join(tmp, "k.so")
+        _run([cc, *FLAGS, *extra, *objs, "-o", lib, *LIBS, "-lpthread"], cc)
+        _install(lib, path, tmp)
+
+
+def _compile_all(cmds: list, cc: str, tmp: str) -> None:
+    """Run the compiler commands ``(command, output, entry)``, at most one per core at a
+    time, installing each output as its cache entry."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else os.cpu_count() or 1
+    running: list = []
+    for item in cmds + [None] * cores:
+        if item is not None:
+            proc = subprocess.Popen(item[0], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+            running.append((proc, item))
+        if running and (len(running) >= cores or item is None):
+            proc, (_, built, entry) = running.pop(0)
+            err = _finish(proc)
+            if err is not None:
+                for p, _ in running:
+                    p.kill()
+                    p.communicate()
+                raise CompileError(f"{os.path.basename(cc)} failed on generated code:\n"
+                                   f"{err[-4000:]}")
+            _install(built, entry, tmp)
 
 
 def _install(lib: str, path: str, tmp: str) -> None:

@@ -34,8 +34,7 @@ from tessera._runtime import threads as _runtime_threads
 from tessera.kernels.csource import defines, source
 
 __all__ = ["usable", "run", "run_blocks", "gemm_batch", "fork_join", "split_call", "chunks",
-           "reset_threads",
-           "MAX_ARGS", "SPLIT_MIN"]
+           "reset_threads", "c_pool", "MAX_ARGS", "SPLIT_MIN"]
 
 # elements: below this, handing chunks to threads costs more than it saves
 SPLIT_MIN = 1 << 18
@@ -62,6 +61,7 @@ def _lib():
     lib.call_item = ctypes.cast(lib.tsr_pool_call_item, P).value  # type: ignore[attr-defined]
     lib.gemm_item = ctypes.cast(lib.tsr_pool_gemm_item, P).value  # type: ignore[attr-defined]
     lib.range_item = ctypes.cast(lib.tsr_pool_range_item, P).value  # type: ignore[attr-defined]
+    lib.run_address = ctypes.cast(lib.tsr_pool_run, P).value  # type: ignore[attr-defined]
     return lib
 
 
@@ -75,6 +75,21 @@ def _threads_now(lib) -> int:
     if t > _STARTED[0]:
         _STARTED[0] = max(lib.tsr_pool_start(t) + 1, _STARTED[0])
     return min(t, _STARTED[0])
+
+
+def c_pool() -> tuple[int, int]:
+    """(address of the pool's C ``tsr_pool_run(item, ctx, n, threads)``, the thread count
+    to pass it) for C code that runs its work items on these threads (a graph's program,
+    ``tessera.deploy``), the missing workers started; (0, 1) with one kernel thread or
+    without the C pool.
+
+    >>> c_pool()[1] >= 1
+    True
+    """
+    lib = _lib() if _threads() > 1 else None
+    if lib is None:
+        return 0, 1
+    return lib.run_address, _threads_now(lib)
 
 
 def usable() -> bool:

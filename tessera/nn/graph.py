@@ -50,6 +50,7 @@ from tessera import _dtype as D, sbp as Sbp
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import STATE
 from tessera.distributed.graph_ops import in_step
+from tessera.graph import backend as graph_backend
 from tessera.graph.executor import Executor
 from tessera.graph.ir import Graph as IRGraph
 from tessera.graph.passes import run_pipeline
@@ -482,7 +483,14 @@ class Graph:
         # of it), so it runs once: generated C would be compiled for nothing (the CNN's
         # training graph spends seconds of a cold compile on it), and NumPy kernels run it
         if self.config.backend == "tessera":
-            executor = Executor(ir, codegen=not created)
+            executor = None
+            if not self.training and not created and not ir.assigns:
+                # runs of nodes with C rules as one C call each (tessera.deploy registers it)
+                executor = graph_backend.program(ir, tensors)
+                if executor is not None and self._debug_level >= 0:
+                    print(f"[nn.Graph {type(self).__name__}] {executor.describe()}")
+            if executor is None:
+                executor = Executor(ir, codegen=not created)
         else:
             make = _BACKENDS[self.config.backend]
             executor = make(ir, tensors, dict(self.config.backend_options))

@@ -1,0 +1,232 @@
+"""nn.Graph inference as programs (tessera.deploy.program): zoo models against eager mode and
+PyTorch, new weights between calls, a graph cut around an op without a C rule, a corrupt cache
+entry, and the switch."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import tessera
+import tessera.models as M
+from tessera import nn
+from tessera.deploy.program import ProgramStep
+from tessera.graph.executor import Executor
+from tessera.kernels import cc
+from tessera.profiler import profile
+from tests.models import test_bert as bert_case, test_vision as vision
+
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="needs a C compiler")
+
+
+class Forward(nn.Graph):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def build(self, *args):
+        return self.model(*args)
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    monkeypatch.setenv("TESSERA_GRAPH_PROGRAM", "1")
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    n = tessera.get_num_threads()
+    yield
+    tessera.set_num_threads(n)
+
+
+def _run(graph, *args):
+    with tessera.no_grad():
+        return graph(*args)
+
+
+def _executor(graph):
+    return graph._current().executor
+
+
+@pytest.mark.parametrize("name", ["lenet5", "resnet18", "mobilenet_v2"])
+def test_vision_models_match_eager_and_torch(name, forced):
+    pair = vision.Pair(name)
+    model = pair.tess.eval()
+    x, _ = pair.inputs(np.float32)
+    g = Forward(model)
+    for threads in (1, 2):
+        tessera.set_num_threads(threads)
+        got = _run(g, tessera.from_numpy(x)).numpy()
+        assert isinstance(_executor(g), ProgramStep), _executor(g)
+        eager = _run(model, tessera.from_numpy(x)).numpy()
+        with torch.no_grad():
+            ref = pair.torch.eval()(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4 * np.abs(eager).max())
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+class Bert(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.bert = model
+
+    def forward(self, ids, mask):
+        hidden, pooled = self.bert(ids, attention_mask=mask)
+        return hidden, pooled
+
+
+def test_bert_matches_eager_and_torch(forced):
+    ref, model = bert_case._pair()
+    model = Bert(model).eval()
+    ids, mask, _ = bert_case._inputs(True, False)
+    args = (tessera.from_numpy(ids), tessera.from_numpy(mask))
+    g = Forward(model)
+    hidden, pooled = (t.numpy() for t in _run(g, *args))
+    assert "program" in _executor(g).describe(), _executor(g).describe()
+    e_hidden, e_pooled = (t.numpy() for t in _run(model, *args))
+    np.testing.assert_allclose(hidden, e_hidden, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(pooled, e_pooled, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        t_hidden, t_pooled = ref(torch.from_numpy(ids), torch.from_numpy(mask))
+    np.testing.assert_allclose(hidden, t_hidden.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(pooled, t_pooled.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_new_weights_between_calls(forced):
+    tessera.manual_seed(0)
+    model = M.resnet18(num_classes=10).eval()
+    x = tessera.randn(1, 3, 32, 32)
+    g = Forward(model)
+    first = _run(g, x).numpy()
+    tessera.manual_seed(1)
+    other = M.resnet18(num_classes=10).eval()
+    model.load_state_dict(other.state_dict())
+    second = _run(g, x).numpy()
+    assert isinstance(_executor(g), ProgramStep)
+    np.testing.assert_allclose(second, _run(other, x).numpy(), rtol=1e-4, atol=1e-5)
+    assert not np.allclose(first, second)
+    with tessera.no_grad():  # an in-place update of one parameter
+        model.fc.bias.add_(1.0)
+    np.testing.assert_allclose(_run(g, x).numpy(), second + 1.0, rtol=1e-4, atol=1e-4)
+
+
+def test_replaced_variable_array_is_bound_again(forced):
+    tessera.manual_seed(0)
+    model = MLP().eval()
+    x = tessera.randn(3, 20)
+    g = Forward(model)
+    _run(g, x)
+    c = g._current()
+    name = next(n for n, t in c.tensors.items() if t is model.fc2.weight)
+    arrays = {n: t._data for n, t in c.tensors.items()}
+    arrays[name] = np.zeros_like(arrays[name])  # the step reads another array for it
+    out, _ = c.executor.run([x._data], arrays)
+    b = model.fc2.bias.detach().numpy().astype(np.float64)
+    expect = np.broadcast_to(np.exp(b) / np.exp(b).sum(), out[0].shape)
+    np.testing.assert_allclose(out[0], expect, rtol=1e-5)
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(20, 32), nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x).relu()).softmax(-1)
+
+
+class Cut(nn.Module):
+    """Two convolution stacks around a cumulative sum (no C rule)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(*[nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.ReLU())
+                                 for _ in range(3)])
+        self.b = nn.Sequential(*[nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.Tanh())
+                                 for _ in range(3)])
+
+    def forward(self, x):
+        y = self.a(x)
+        return self.b(y.cumsum(2) * 0.1) + y
+
+
+def test_op_without_c_rule_cuts_the_graph(forced, capsys):
+    tessera.manual_seed(0)
+    model = Cut().eval()
+    x = tessera.randn(1, 4, 12, 12)
+    g = Forward(model)
+    g.debug(0)
+    got = _run(g, x).numpy()
+    text = _executor(g).describe()
+    assert text.count("program ") == 2 and "cumsum" in text, text
+    assert "programs:" in capsys.readouterr().out
+    np.testing.assert_allclose(got, _run(model, x).numpy(), rtol=1e-4, atol=1e-5)
+    assert _executor(g).profile(lambda: _run(g, x)).keys() >= {"program", "cumsum"}
+
+
+def test_short_runs_stay_on_the_executor_unless_forced(monkeypatch):
+    model = MLP().eval()
+    x = tessera.randn(3, 20)
+    monkeypatch.delenv("TESSERA_GRAPH_PROGRAM", raising=False)
+    g = Forward(model)
+    _run(g, x)
+    assert isinstance(_executor(g), Executor)  # a few kernels: not worth a compile
+    monkeypatch.setenv("TESSERA_GRAPH_PROGRAM", "1")
+    g = Forward(model)
+    got = _run(g, x).numpy()
+    assert isinstance(_executor(g), ProgramStep)
+    np.testing.assert_allclose(got, _run(model, x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_switch_off_runs_the_executor(monkeypatch):
+    monkeypatch.setenv("TESSERA_GRAPH_PROGRAM", "0")
+    model = M.resnet18(num_classes=10).eval()
+    g = Forward(model)
+    _run(g, tessera.randn(1, 3, 32, 32))
+    assert isinstance(_executor(g), Executor)
+    monkeypatch.setenv("TESSERA_GRAPH_PROGRAM", "sometimes")
+    with pytest.raises(ValueError, match="TESSERA_GRAPH_PROGRAM"):
+        _run(Forward(model), tessera.randn(1, 3, 32, 32))
+
+
+def test_auto_mode_runs_a_cnn_as_one_program(monkeypatch):
+    monkeypatch.delenv("TESSERA_GRAPH_PROGRAM", raising=False)
+    model = M.resnet18(num_classes=10).eval()
+    x = tessera.randn(1, 3, 32, 32)
+    g = Forward(model)
+    got = _run(g, x).numpy()
+    assert isinstance(_executor(g), ProgramStep)
+    np.testing.assert_allclose(got, _run(model, x).numpy(), rtol=1e-4, atol=1e-5)
+    with profile() as prof:
+        _run(g, x)
+    counts = {a.key: a.count for a in prof.key_averages()}
+    assert counts["nn.Graph"] == 1 and counts["tessera::program"] == 1
+
+
+def _corrupt(path: str) -> None:
+    """``path`` truncated to half, as by a crash or a full disk (a new file put in its place:
+    this process still maps the old one)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path + ".new", "wb") as f:
+        f.write(data[:len(data) // 2])
+    os.replace(path + ".new", path)
+
+
+def test_corrupt_library_is_rebuilt(forced, monkeypatch):
+    model = MLP().eval()
+    x = tessera.randn(5, 20)  # a program no other test loads into this process
+    expect = _run(model, x).numpy()
+    g = Forward(model)
+    np.testing.assert_allclose(_run(g, x).numpy(), expect, rtol=1e-5, atol=1e-6)
+    key = _executor(g).program.key
+    lib = os.path.join(cc._folder(cc.cache_dir()), f"tsr_{key}.so")
+    _corrupt(lib)
+    monkeypatch.delitem(cc._LOADED, key)  # as in a new process: not loaded yet
+    g = Forward(model)
+    got = _run(g, x).numpy()
+    assert _executor(g).program.key == key and _executor(g).program.cached is False
+    np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-6)
