@@ -64,7 +64,7 @@ from tessera import _dispatch
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import STATE
 from tessera.distributed import boxing
-from tessera.distributed.sbp_dispatch import _find, choose_index, choose_nd
+from tessera.distributed.sbp_dispatch import _find, _tiled, choose_index, choose_nd
 from tessera.ops.cost import nbytes as meta_bytes
 from tessera.ops.registry import Meta, OpDef
 from tessera.sbp import Signature, broadcast as B, sbp as Sbp, split as S
@@ -309,12 +309,28 @@ def _candidates(node: Node, hier: tuple) -> list[tuple]:
         return [tuple(Signature((), (s,)) for s in combo) for combo in sbps]
     assert node.op is not None and node.op.sbp is not None  # (recorded only with a rule)
     rule = node.op.sbp
-    per_axis = []
-    for a, n in enumerate(hier):
-        sigs = rule(*node.metas, mesh_size=n, **node.attrs)
-        last = a == len(hier) - 1
-        per_axis.append([s for s in sigs if last or s.local is None or rule.whole is not None])
-    out = list(itertools.product(*per_axis))
+    # as choose_nd sees them: axis k's rule on the tiles the outer axes' signatures leave
+    # (a view of a batch split on axis 0 may split another dim of the tile on axis 1), on
+    # every tile shape they make; a local computation on the last axis only
+    tensors = [() if isinstance(m, Meta) else None for m in node.metas]
+    out: list[tuple] = []
+
+    def extend(chosen: list) -> None:
+        axis = len(chosen)
+        if axis == len(hier):
+            out.append(tuple(chosen))
+            return
+        last = axis == len(hier) - 1
+        sigs: list | None = None
+        for coords in itertools.product(*(range(m) for m in hier[:axis])):
+            tiled, attrs = _tiled(node.op, node.metas, node.attrs, tensors, chosen, coords,
+                                  hier, node.outs)
+            got = [s for s in rule(*tiled, mesh_size=hier[axis], **attrs)
+                   if last or s.local is None or rule.whole is not None]
+            sigs = got if sigs is None else [s for s in sigs if _find(s, got) >= 0]
+        for s in sigs or ():
+            extend(chosen + [s])
+    extend([])
     return out[:64]
 
 
@@ -873,7 +889,10 @@ def polish(c: Costs, leaves: dict[int, int], limit: float, sweeps: int = 3,
                 if k == leaves[v] or time.perf_counter() > deadline:
                     continue
                 trial = {**leaves, v: k}
-                a = realise(c, trial)
+                try:
+                    a = realise(c, trial)
+                except (RuntimeError, NotImplementedError):
+                    continue  # leaves dispatch cannot run (or the model cannot price)
                 s = _score(c, a, limit)
                 if s < score:
                     leaves, best, score, changed = trial, a, s, True
@@ -1011,10 +1030,12 @@ def _dp_leaves(c: Costs) -> dict[int, int]:
 
 def search(step, args, params: dict, placement, memory_limit=None, solver: str = "ilp",
            time_limit: float = 10.0, optimizer: str = "Adam", profile: Profile | None = None,
-           graph: OpGraph | None = None) -> Plan:
+           graph: OpGraph | None = None, agree=None) -> Plan:
     """The plan for training ``step(*args)`` (the forward and loss; ``params``: name ->
     parameter) on ``placement``: see the module's docstring. ``placement`` may have more
-    ranks than the world (the cost model alone is used here)."""
+    ranks than the world (the cost model alone is used here). ``agree``: when every rank
+    searches, a collective that returns one rank's copy of what it is given (the search's
+    outcome, so that the ranks apply the same plan)."""
     if solver not in SOLVERS:
         raise ValueError(f"enable_auto_parallel: solver must be one of {list(SOLVERS)}, got "
                          f"{solver!r}")
@@ -1044,6 +1065,13 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
         cands["auto" + (" + ZeRO" if zero else "")] = (c, real, zero, a)
     solve_s = time.perf_counter() - t0
     priced = {k: realised(c, a) for k, (c, a, _, _) in cands.items()}
+    if agree is not None:
+        # the search stops at deadlines, so on a loaded host the ranks' searches can end
+        # apart: every rank takes one rank's assignments and prices (node and candidate
+        # numbers are the same on every rank: the recording and candidates are)
+        mine = (solved_by, solve_s, {k: (a, s) for k, (_, a, _, s) in cands.items()}, priced)
+        solved_by, solve_s, chosen, priced = agree(mine)
+        cands = {k: (c, chosen[k][0], z, chosen[k][1]) for k, (c, _, z, _) in cands.items()}
     alts = {k: (t, m, m <= limit) for k, (t, m) in priced.items()}
     fits = [k for k in cands if alts[k][2]]
     if not fits:
@@ -1356,8 +1384,12 @@ def plan_graph(graph, args, placement, memory_limit=None, solver: str = "ilp",
         for b, v in zip(buffers, saved):
             np.copyto(b._data, v)
         default_generator.set_state(rng)
+    from tessera.distributed import comm as C
+    comm = C.current()
+    agree = None if comm.world_size == 1 else \
+        (lambda obj: comm.all_gather_object(obj)[0])
     plan = search(None, args, params, placement, memory_limit, solver, time_limit,
-                  optimizer, profile, graph=g)
+                  optimizer, profile, graph=g, agree=agree)
     zero = (graph.config.zero_stage, graph.config.zero_shard_min_size)
     if plan.baseline is not None and guard_steps > 0:
         return guard(graph, args, plan, params, guard_steps, zero)
