@@ -80,6 +80,36 @@ def test_greedy_never_worse_than_its_start():
     assert used == "greedy" and AP.evaluate(c, a)[0] <= AP.evaluate(c, start)[0]
 
 
+def test_ilp_too_large_for_its_time_falls_back_without_building():
+    # the ILP checks its problem's size against its time before building it (no timing
+    # here: the decision is the size's): too large, it gives way to the DP on an in-tree
+    # and to greedy on a general graph
+    c = _small_costs(2)
+    budget = AP.ilp_nonzeros(c) * AP._ILP_SECONDS_PER_NONZERO
+    assert AP.solve_ilp(c, math.inf, 3.9 * budget) is None
+    start = AP.realise(c, {})
+    a, used = AP.solve(c, math.inf, "ilp", 3.9 * budget, start)
+    assert used == "dp" and AP.evaluate(c, a)[0] == pytest.approx(AP.brute_force(c)[1])
+    model = _mlp(8, 16)
+    g = AP.record(lambda x: F.mse_loss(model(x), x), (tessera.randn(8, 8),),
+                  dict(model.named_parameters()))
+    general = AP.build_costs(g, (2,), DEFAULT)
+    assert not AP.is_tree(general)  # (x is read twice)
+    a, used = AP.solve(general, math.inf, "ilp", 0.0, AP.realise(general, {}))
+    assert used == "greedy" and len(a) == len(general.cands)
+
+
+def test_search_without_time_still_plans():
+    # no time for any solver: the baselines are still priced and the plan is one of them
+    model = _mlp(64, 256)
+    plan = AP.search(lambda x, y: F.mse_loss(model(x), y),
+                     (tessera.randn(1024, 64), tessera.randn(1024, 64)),
+                     dict(model.named_parameters()), _mesh(8), time_limit=0.0,
+                     profile=DEFAULT)
+    assert "ilp" not in plan.solver
+    assert plan.seconds <= plan.alternatives["data parallel"][0]
+
+
 # ---- known answers on simulated meshes ----------------------------------------------------------
 
 @pytest.mark.parametrize("n", [8, 16, 64])
@@ -288,6 +318,25 @@ def test_graph_auto_plan_under_mpiexec(tmp_path):
         np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
         for p, q in zip(params, want_params):
             np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
+
+
+def test_graph_auto_plan_on_a_2x2_mesh_under_mpiexec(tmp_path):
+    # four processes (oversubscribed on a small host: correctness only), with too little
+    # room to replicate the weights; each rank's search may end apart, the plan is one
+    limit = 0.5 * _data_parallel_memory()
+    run_mpi(tmp_path, f"""
+        from tests.distributed._mpi import emit
+        from tests.parallel.test_auto_parallel import train
+        emit(train(True, {limit!r}, "ilp", mesh=[[0, 1], [2, 3]], guard_steps=2))
+    """, n=4, timeout=300)
+    want_losses, want_params, _ = train(False)
+    got = outputs(tmp_path, 4)
+    for losses, params, _ in got:
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
+    assert all(r[2] == got[0][2] for r in got)
+    assert any(x.startswith("S") for s in got[0][2][0].values() for x in s), got[0][2]
 
 
 def test_graph_debug_prints_the_plan_and_runner_ups(capsys):
