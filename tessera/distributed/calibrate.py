@@ -326,19 +326,19 @@ def _op_overhead(quick: bool) -> float:
     arithmetic, which is what a training step pays per op beyond the roofline. Measured on
     steps of chains of 2 x 2 matrix products (one node each: nothing fuses them), the
     slope between a short and a long chain (a step's own fixed work left out); an eager
-    op's dispatch, timed alone, is several times cheaper than a step's node."""
-    from tessera.nn.graph import Graph
+    op's dispatch, timed alone, is about a third of a step's node."""
+    from tessera.graph.executor import Executor
+    from tessera.graph.trace import trace
     from tessera.ops.creation import ones
 
     def chain(k: int):
-        class Chain(Graph):
-            def build(self, x):
-                for _ in range(k):
-                    x = x @ x
-                return x
-        g, a = Chain(), ones(2, 2) * 0.5
-        g(a)
-        return (lambda: g(a)), len(next(iter(g._cache.values())).executor.steps)
+        def build(x):
+            for _ in range(k):
+                x = x @ x
+            return x
+        a = ones(2, 2) * 0.5
+        ex = Executor(trace(build, a)[0])  # (what an nn.Graph step's executor runs)
+        return (lambda: ex.run([a._data], {})), len(ex.steps)
     (short, n0), (long, n1) = chain(_CHAIN), chain(4 * _CHAIN)
     t0, t1 = _interleaved([short, long], 5 if quick else 9)
     return max((t1 - t0) / max(n1 - n0, 1), 0.0)
