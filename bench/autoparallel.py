@@ -25,6 +25,9 @@ prediction; the Kendall tau of predicted against measured over the distinct plan
 (``auto`` left out when it is one of the hand-written plans); the solver's time; and for
 ``auto`` what the measured guard did (it times the plan and data parallelism at the
 first call and keeps the faster).
+
+``python -m bench.autoparallel --solver`` times the search itself on a graph of about
+2,000 nodes with each solver and time limit (``solver_times``).
 """
 from __future__ import annotations
 
@@ -345,6 +348,37 @@ def render(rows) -> str:
             + "".join(f"\n  {n}" for n in notes))
 
 
+def solver_times(layers: int = 40, limits=(1.0, 3.0, 10.0, 30.0)) -> str:
+    """The search on a graph of about 2,000 nodes (GPT of ``layers`` layers, 16 wide, traced)
+    on 2 ranks with each solver and time limit: the seconds it took against its limit and
+    the solver that gave the plan (the ILP falls back to greedy when its problem is too
+    large for its time or finds nothing in time)."""
+    import tessera
+    from bench.common import table
+    from tessera.distributed.calibrate import DEFAULT
+    from tessera.parallel import auto_parallel as AP
+    tessera.manual_seed(0)
+    model = tessera.models.gpt("gpt-mini", vocab_size=64, block_size=8, n_layer=layers,
+                               n_head=2, n_embd=16)
+    x, y = tessera.randint(0, 64, (8, 8)), tessera.randint(0, 64, (8, 8))
+    params = dict(model.named_parameters())
+    g = AP.record(lambda a, b: model(a, b)[1], (x, y), params)
+    c = AP.build_costs(g, (2,), DEFAULT)
+    rows = []
+    for solver in AP.SOLVERS:
+        for lim in limits:
+            t0 = time.perf_counter()
+            plan = AP.search(None, (x, y), params, tessera.placement("cpu", [0, 1]),
+                             solver=solver, time_limit=lim, profile=DEFAULT, graph=g)
+            took = time.perf_counter() - t0
+            rows.append((solver, f"{lim:g}", f"{took:.2f}", f"{took / lim:.2f}", plan.solver,
+                         plan.strategy, f"{plan.seconds * 1e3:.1f}"))
+    return (f"auto-parallel search on {len(g.nodes)} nodes ({AP.ilp_nonzeros(c)} ILP "
+            f"nonzeros), 2 ranks, load average {os.getloadavg()[0]:.1f}\n"
+            + table(rows, ("solver", "limit s", "took s", "/ limit", "used", "plan",
+                           "predicted ms")))
+
+
 TITLE = ("Auto-parallel vs hand-written plans (nn.Graph training step, AdamW; all plans of a "
          "workload in one launch, interleaved rounds of 3 steps, median; 1 thread per rank; "
          "predicted: the cost model on the median of the profiles measured at the start, "
@@ -352,7 +386,9 @@ TITLE = ("Auto-parallel vs hand-written plans (nn.Graph training step, AdamW; al
          "tau >= 0.8, solver within 10 s for GPT-mini)")
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+    if len(sys.argv) > 1 and sys.argv[1] == "--solver":
+        print(solver_times())
+    elif len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     else:
         print(TITLE)

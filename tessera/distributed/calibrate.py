@@ -321,10 +321,31 @@ def _fit(points: list) -> tuple[float, float]:
 
 
 def _op_overhead(quick: bool) -> float:
-    """Seconds of one tessera op on a tiny tensor: dispatch and the kernel call."""
+    """Seconds of one node of a compiled ``nn.Graph`` step on tiny tensors: the executor's
+    work per node (the kernel's call, its arguments and results) beside the kernel's own
+    arithmetic, which is what a training step pays per op beyond the roofline. Measured on
+    steps of chains of 2 x 2 matrix products (one node each: nothing fuses them), the
+    slope between a short and a long chain (a step's own fixed work left out); an eager
+    op's dispatch, timed alone, is about a third of a step's node."""
+    from tessera.graph.executor import Executor
+    from tessera.graph.trace import trace
     from tessera.ops.creation import ones
-    a = ones(4)
-    return _rounds(lambda: a + a, 5 if quick else 9)
+
+    def chain(k: int):
+        def build(x):
+            for _ in range(k):
+                x = x @ x
+            return x
+        a = ones(2, 2) * 0.5
+        ex = Executor(trace(build, a)[0])  # (what an nn.Graph step's executor runs)
+        return (lambda: ex.run([a._data], {})), len(ex.steps)
+    (short, n0), (long, n1) = chain(_CHAIN), chain(4 * _CHAIN)
+    t0, t1 = _interleaved([short, long], 5 if quick else 9)
+    return max((t1 - t0) / max(n1 - n0, 1), 0.0)
+
+
+# the nodes of _op_overhead's step
+_CHAIN = 64
 
 
 # the boxing transitions measured, by kind on one mesh axis (the dims measured: S(0), S(1))

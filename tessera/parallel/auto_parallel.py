@@ -64,7 +64,7 @@ from tessera import _dispatch
 from tessera._tensor import Tensor
 from tessera.autograd.grad_mode import STATE
 from tessera.distributed import boxing
-from tessera.distributed.sbp_dispatch import _find, choose_index, choose_nd
+from tessera.distributed.sbp_dispatch import _find, _tiled, choose_index, choose_nd
 from tessera.ops.cost import nbytes as meta_bytes
 from tessera.ops.registry import Meta, OpDef
 from tessera.sbp import Signature, broadcast as B, sbp as Sbp, split as S
@@ -309,12 +309,28 @@ def _candidates(node: Node, hier: tuple) -> list[tuple]:
         return [tuple(Signature((), (s,)) for s in combo) for combo in sbps]
     assert node.op is not None and node.op.sbp is not None  # (recorded only with a rule)
     rule = node.op.sbp
-    per_axis = []
-    for a, n in enumerate(hier):
-        sigs = rule(*node.metas, mesh_size=n, **node.attrs)
-        last = a == len(hier) - 1
-        per_axis.append([s for s in sigs if last or s.local is None or rule.whole is not None])
-    out = list(itertools.product(*per_axis))
+    # as choose_nd sees them: axis k's rule on the tiles the outer axes' signatures leave
+    # (a view of a batch split on axis 0 may split another dim of the tile on axis 1), on
+    # every tile shape they make; a local computation on the last axis only
+    tensors = [() if isinstance(m, Meta) else None for m in node.metas]
+    out: list[tuple] = []
+
+    def extend(chosen: list) -> None:
+        axis = len(chosen)
+        if axis == len(hier):
+            out.append(tuple(chosen))
+            return
+        last = axis == len(hier) - 1
+        sigs: list | None = None
+        for coords in itertools.product(*(range(m) for m in hier[:axis])):
+            tiled, attrs = _tiled(node.op, node.metas, node.attrs, tensors, chosen, coords,
+                                  hier, node.outs)
+            got = [s for s in rule(*tiled, mesh_size=hier[axis], **attrs)
+                   if last or s.local is None or rule.whole is not None]
+            sigs = got if sigs is None else [s for s in sigs if _find(s, got) >= 0]
+        for s in sigs or ():
+            extend(chosen + [s])
+    extend([])
     return out[:64]
 
 
@@ -423,6 +439,7 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
         comm_t.append(np.array(cs))
     edges = g.edges()
     edge_t, edge_m = [], []
+    seen: dict = {}
     for u, ou, v, iv in edges:
         meta = g.nodes[u].outs[ou]
         size = meta_bytes(meta)
@@ -431,32 +448,49 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
         # autograd keeps the tensor as it was before the conversion, so a backward that
         # reads it (for another input's gradient: a matmul's weight) converts it again
         again = _reread(g, v, iv)
-        et = np.zeros((len(cands[u]), len(cands[v])))
-        em = np.zeros_like(et)
-        for a_i, cu in enumerate(cands[u]):
-            src = tuple(s.outs[ou] for s in cu)
-            for b_i, cv in enumerate(cands[v]):
-                dst = tuple(s.ins[iv] for s in cv)
-                if any(d is None for d in dst):
-                    et[a_i, b_i] = 1e9  # the signature does not take a tensor here
-                    continue
-                t = 0.0
-                for ax, n in enumerate(hier):
-                    other = _shard(src[:ax] + src[ax + 1:], hier[:ax] + hier[ax + 1:])
-                    t += _conv_seconds(src[ax], dst[ax], size / other, n, prof, grad)
-                    if again and _communicates(src[ax], dst[ax], n, _FWD):
-                        t += _conv_seconds(src[ax], dst[ax], size / other, n, prof, False)
-                    if param and src[ax].kind == "B" and _distributes(cv, ax):
-                        t += _grad_sync(size / _shard(src, hier), n, prof,
-                                        zero and _zero_shards(meta, n, zero_min_size))
-                et[a_i, b_i] = t
-                grow = size / _shard(dst, hier) - size / _shard(src, hier)
-                if grow > 0:
-                    em[a_i, b_i] = grow
+        srcs = tuple(tuple(s.outs[ou] for s in cu) for cu in cands[u])
+        dsts = tuple(tuple(s.ins[iv] for s in cv) for cv in cands[v])
+        dist = tuple(tuple(_distributes(cv, ax) for ax in range(len(hier))) for cv in cands[v])
+        zs = tuple(zero and _zero_shards(meta, n, zero_min_size) for n in hier)
+        # a stack's layers repeat their edges: each distinct one is priced once
+        key = (srcs, dsts, dist, size, grad, param, again, zs)
+        if key not in seen:
+            seen[key] = _edge_prices(srcs, dsts, dist, size, grad, param, again, zs, hier,
+                                     prof)
+        et, em = seen[key]
         edge_t.append(et)
         edge_m.append(em)
     return Costs(g, hier, zero, cands, node_t, node_m, edges, edge_t, edge_m, comm_t, prof,
                  zero_min_size)
+
+
+def _edge_prices(srcs, dsts, dist, size: float, grad: bool, param: bool, again: bool, zs,
+                 hier: tuple, prof: Profile) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, bytes grown) of an edge carrying ``size`` bytes per candidate pair: the
+    producer's output SBPs ``srcs``, the consumer's input SBPs ``dsts`` and which mesh axes
+    its signature distributes (``dist``); ``grad``: the tensor has a gradient, ``param``:
+    it is a parameter (``zs``: ZeRO shards it, per axis), ``again``: the consumer's
+    backward reads it (converted again)."""
+    et = np.zeros((len(srcs), len(dsts)))
+    em = np.zeros_like(et)
+    for a_i, src in enumerate(srcs):
+        for b_i, dst in enumerate(dsts):
+            if any(d is None for d in dst):
+                et[a_i, b_i] = 1e9  # the signature does not take a tensor here
+                continue
+            t = 0.0
+            for ax, n in enumerate(hier):
+                other = _shard(src[:ax] + src[ax + 1:], hier[:ax] + hier[ax + 1:])
+                t += _conv_seconds(src[ax], dst[ax], size / other, n, prof, grad)
+                if again and _communicates(src[ax], dst[ax], n, _FWD):
+                    t += _conv_seconds(src[ax], dst[ax], size / other, n, prof, False)
+                if param and src[ax].kind == "B" and dist[b_i][ax]:
+                    t += _grad_sync(size / _shard(src, hier), n, prof, zs[ax])
+            et[a_i, b_i] = t
+            grow = size / _shard(dst, hier) - size / _shard(src, hier)
+            if grow > 0:
+                em[a_i, b_i] = grow
+    return et, em
 
 
 def _reread(g: OpGraph, v: int, i: int) -> bool:
@@ -634,8 +668,26 @@ def evaluate(c: Costs, assign: list[int]) -> tuple[float, float]:
 
 # ---- solvers ----------------------------------------------------------------------------------
 
+# building the ILP (its constraint matrix, in Python), seconds per nonzero: a loaded host's
+# rate, with room (2,000 nodes of a GPT stack: 150,000 nonzeros in 0.2 s)
+_ILP_SECONDS_PER_NONZERO = 2e-6
+
+
+def ilp_nonzeros(c: Costs) -> int:
+    """The nonzeros of the ILP's constraints on ``c``: a node's one-hot row, and each edge's
+    pair variables twice (its row and column sums) plus its ends' variables."""
+    return sum(len(k) for k in c.cands) + sum(
+        2 * et.size + et.shape[0] + et.shape[1] for et in c.edge_t)
+
+
 def solve_ilp(c: Costs, limit: float, time_limit: float) -> list[int] | None:
-    """Alpa's intra-op ILP by HiGHS; None when no feasible solution is found in time."""
+    """Alpa's intra-op ILP by HiGHS within ``time_limit`` seconds, building included; None
+    when no feasible solution is found in time, or at once when building the problem would
+    take more than a quarter of the time (``ilp_nonzeros`` at ``_ILP_SECONDS_PER_NONZERO``):
+    the caller falls back rather than overrunning."""
+    start = time.perf_counter()
+    if time_limit <= 0 or ilp_nonzeros(c) * _ILP_SECONDS_PER_NONZERO > 0.25 * time_limit:
+        return None
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
     offs, nvar = [], 0
@@ -681,9 +733,12 @@ def solve_ilp(c: Costs, limit: float, time_limit: float) -> list[int] | None:
         cons.append(LinearConstraint(mem.reshape(1, -1), -np.inf, limit))
     integrality = np.zeros(nvar)
     integrality[:eoffs[0] if eoffs else nvar] = 1  # pair variables follow their ends
+    left = time_limit - (time.perf_counter() - start)
+    if left <= 0:
+        return None
     # in nanoseconds: HiGHS's absolute gap would stop at once on costs of microseconds
     res = milp(cost * 1e9, integrality=integrality, bounds=Bounds(0, 1), constraints=cons,
-               options={"time_limit": float(time_limit), "disp": False,
+               options={"time_limit": float(left), "disp": False,
                         "mip_rel_gap": 1e-9})
     if res.x is None:
         return None
@@ -776,13 +831,15 @@ def _lagrange(c: Costs, limit: float, fn, deadline: float = math.inf) -> list[in
 
 def solve(c: Costs, limit: float, solver: str, time_limit: float, start: list[int],
           deadline: float = math.inf) -> tuple[list[int] | None, str]:
-    """An assignment by ``solver`` (falling back: the ILP to greedy when it finds nothing in
-    time, the DP to greedy on a graph that is not an in-tree), and the solver used."""
+    """An assignment by ``solver`` (falling back: the ILP, when it finds nothing in time or
+    its problem is too large to build in a quarter of ``time_limit``, to the DP on an
+    in-tree and to greedy otherwise; the DP to greedy on a graph that is not an in-tree),
+    and the solver used."""
     if solver == "ilp":
         a = solve_ilp(c, limit, time_limit)
         if a is not None:
             return a, "ilp"
-    elif solver == "dp" and is_tree(c):
+    if solver != "greedy" and is_tree(c):
         return _lagrange(c, limit, lambda lam: _dp(c, lam), deadline), "dp"
     return _lagrange(c, limit, lambda lam: _greedy(c, lam, start), deadline), "greedy"
 
@@ -873,7 +930,10 @@ def polish(c: Costs, leaves: dict[int, int], limit: float, sweeps: int = 3,
                 if k == leaves[v] or time.perf_counter() > deadline:
                     continue
                 trial = {**leaves, v: k}
-                a = realise(c, trial)
+                try:
+                    a = realise(c, trial)
+                except (RuntimeError, NotImplementedError):
+                    continue  # leaves dispatch cannot run (or the model cannot price)
                 s = _score(c, a, limit)
                 if s < score:
                     leaves, best, score, changed = trial, a, s, True
@@ -1011,10 +1071,12 @@ def _dp_leaves(c: Costs) -> dict[int, int]:
 
 def search(step, args, params: dict, placement, memory_limit=None, solver: str = "ilp",
            time_limit: float = 10.0, optimizer: str = "Adam", profile: Profile | None = None,
-           graph: OpGraph | None = None) -> Plan:
+           graph: OpGraph | None = None, agree=None) -> Plan:
     """The plan for training ``step(*args)`` (the forward and loss; ``params``: name ->
     parameter) on ``placement``: see the module's docstring. ``placement`` may have more
-    ranks than the world (the cost model alone is used here)."""
+    ranks than the world (the cost model alone is used here). ``agree``: when every rank
+    searches, a collective that returns one rank's copy of what it is given (the search's
+    outcome, so that the ranks apply the same plan)."""
     if solver not in SOLVERS:
         raise ValueError(f"enable_auto_parallel: solver must be one of {list(SOLVERS)}, got "
                          f"{solver!r}")
@@ -1024,26 +1086,52 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
     g = graph or record(step, args, params)
     hier = tuple(placement.hierarchy)
     cands: dict[str, tuple] = {}
+    priced: dict[str, tuple[float, float]] = {}
+    walks: dict = {}
+
+    def walked(c: Costs, a: list[int]) -> tuple[float, float]:
+        key = (c.zero, tuple(a))
+        if key not in walks:
+            walks[key] = realised(c, a)
+        return walks[key]
     t0 = time.perf_counter()
-    solved_by = solver
+    used_by: list[str] = []
     end = t0 + time_limit  # the whole search's budget, shared by ZeRO off and on
-    for i, zero in enumerate((False, True)):
-        c = build_costs(g, hier, prof, zero, optimizer)
+    # both problems first: the second's prices are not left to the first's leftover time
+    costs = [build_costs(g, hier, prof, zero, optimizer) for zero in (False, True)]
+    for i, (zero, c) in enumerate(zip((False, True), costs)):
         dp = _dp_leaves(c)
         base = realise(c, dp)
-        cands["data parallel" + (" + ZeRO" if zero else "")] = (c, base, zero, None)
-        share = max(end - time.perf_counter(), 0.0) / (2 - i)
-        deadline = time.perf_counter() + share
-        a, used = solve(c, limit, solver, max(0.5 * share, 0.1), base, deadline)
+        key = "data parallel" + (" + ZeRO" if zero else "")
+        tw = time.perf_counter()
+        priced[key] = walked(c, base)
+        walk_s = time.perf_counter() - tw
+        cands[key] = (c, base, zero, None)
+        now = time.perf_counter()
+        # this pass's share, less the walks of the (at most two) plans it ends with and
+        # a third for what runs past a deadline (HiGHS stops a little after its limit)
+        share = max(end - now, 0.0) / (2 - i)
+        deadline = now + max(share - 3 * walk_s, 0.0)
+        a, used = solve(c, limit, solver, 0.75 * (deadline - now), base, deadline)
         starts = [dp]
         if a is not None:
-            solved_by = used
+            used_by.append(used)
             starts.insert(0, {v: a[v] for v, n in enumerate(g.nodes) if n.kind != "op"})
         polished = [polish(c, s, limit, deadline=deadline)[1] for s in starts]
-        real = min(polished, key=lambda x: _score(c, x, limit, walk=True))
-        cands["auto" + (" + ZeRO" if zero else "")] = (c, real, zero, a)
+        real = min(polished, key=lambda x: (max(walked(c, x)[1] - limit, 0.0),
+                                            walked(c, x)[0]))
+        key = "auto" + (" + ZeRO" if zero else "")
+        cands[key] = (c, real, zero, a)
+        priced[key] = walked(c, real)
     solve_s = time.perf_counter() - t0
-    priced = {k: realised(c, a) for k, (c, a, _, _) in cands.items()}
+    solved_by = "/".join(dict.fromkeys(used_by)) or "none"
+    if agree is not None:
+        # the search stops at deadlines, so on a loaded host the ranks' searches can end
+        # apart: every rank takes one rank's assignments and prices (node and candidate
+        # numbers are the same on every rank: the recording and candidates are)
+        mine = (solved_by, solve_s, {k: (a, s) for k, (_, a, _, s) in cands.items()}, priced)
+        solved_by, solve_s, chosen, priced = agree(mine)
+        cands = {k: (c, chosen[k][0], z, chosen[k][1]) for k, (c, _, z, _) in cands.items()}
     alts = {k: (t, m, m <= limit) for k, (t, m) in priced.items()}
     fits = [k for k in cands if alts[k][2]]
     if not fits:
@@ -1356,8 +1444,12 @@ def plan_graph(graph, args, placement, memory_limit=None, solver: str = "ilp",
         for b, v in zip(buffers, saved):
             np.copyto(b._data, v)
         default_generator.set_state(rng)
+    from tessera.distributed import comm as C
+    comm = C.current()
+    agree = None if comm.world_size == 1 else \
+        (lambda obj: comm.all_gather_object(obj)[0])
     plan = search(None, args, params, placement, memory_limit, solver, time_limit,
-                  optimizer, profile, graph=g)
+                  optimizer, profile, graph=g, agree=agree)
     zero = (graph.config.zero_stage, graph.config.zero_shard_min_size)
     if plan.baseline is not None and guard_steps > 0:
         return guard(graph, args, plan, params, guard_steps, zero)

@@ -80,6 +80,36 @@ def test_greedy_never_worse_than_its_start():
     assert used == "greedy" and AP.evaluate(c, a)[0] <= AP.evaluate(c, start)[0]
 
 
+def test_ilp_too_large_for_its_time_falls_back_without_building():
+    # the ILP checks its problem's size against its time before building it (no timing
+    # here: the decision is the size's): too large, it gives way to the DP on an in-tree
+    # and to greedy on a general graph
+    c = _small_costs(2)
+    budget = AP.ilp_nonzeros(c) * AP._ILP_SECONDS_PER_NONZERO
+    assert AP.solve_ilp(c, math.inf, 3.9 * budget) is None
+    start = AP.realise(c, {})
+    a, used = AP.solve(c, math.inf, "ilp", 3.9 * budget, start)
+    assert used == "dp" and AP.evaluate(c, a)[0] == pytest.approx(AP.brute_force(c)[1])
+    model = _mlp(8, 16)
+    g = AP.record(lambda x: F.mse_loss(model(x), x), (tessera.randn(8, 8),),
+                  dict(model.named_parameters()))
+    general = AP.build_costs(g, (2,), DEFAULT)
+    assert not AP.is_tree(general)  # (x is read twice)
+    a, used = AP.solve(general, math.inf, "ilp", 0.0, AP.realise(general, {}))
+    assert used == "greedy" and len(a) == len(general.cands)
+
+
+def test_search_without_time_still_plans():
+    # no time for any solver: the baselines are still priced and the plan is one of them
+    model = _mlp(64, 256)
+    plan = AP.search(lambda x, y: F.mse_loss(model(x), y),
+                     (tessera.randn(1024, 64), tessera.randn(1024, 64)),
+                     dict(model.named_parameters()), _mesh(8), time_limit=0.0,
+                     profile=DEFAULT)
+    assert "ilp" not in plan.solver
+    assert plan.seconds <= plan.alternatives["data parallel"][0]
+
+
 # ---- known answers on simulated meshes ----------------------------------------------------------
 
 @pytest.mark.parametrize("n", [8, 16, 64])
@@ -176,15 +206,15 @@ class TrainGraph(nn.Graph):
         return loss
 
 
-def train(auto: bool, limit=None, solver="ilp", steps: int = 4):
+def train(auto: bool, limit=None, solver="ilp", steps: int = 4, mesh=None, guard_steps=32):
     tessera.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 3)).double()
     opt = tessera.optim.AdamW(model.parameters(), lr=0.05)
     g = TrainGraph(model, opt)
     if auto:
         world = tessera.distributed.get_world_size()
-        g.config.enable_auto_parallel(_mesh(world), memory_limit=limit, solver=solver,
-                                      profile=DEFAULT)
+        g.config.enable_auto_parallel(_mesh(mesh or world), memory_limit=limit, solver=solver,
+                                      profile=DEFAULT, guard_steps=guard_steps)
     x, y = tessera.tensor(X), tessera.tensor(Y)
     losses = [float(g(x, y).detach().numpy()) for _ in range(steps)]
     params = [q.detach().numpy().copy() for q in model.parameters()]
@@ -216,6 +246,59 @@ def test_graph_auto_plan_trains_like_one_process(solver, squeeze):
         assert any(s[0].startswith("S") for s in sbps.values()) or results[0][2][1], sbps
 
 
+@pytest.mark.parametrize("mesh", [4, [[0, 1], [2, 3]]], ids=["4", "2x2"])
+@pytest.mark.parametrize("squeeze", [False, True])
+def test_graph_auto_plan_on_four_ranks_trains_like_one_process(mesh, squeeze):
+    want_losses, want_params, _ = train(False)
+    # (half of what data parallelism needs on two ranks: the weights are split)
+    limit = 0.5 * _data_parallel_memory() if squeeze else None
+    # (two rounds of the measured guard: its trial steps run, and leave no trace)
+    results = run(4, train, True, limit, "ilp", mesh=mesh, guard_steps=2)
+    for losses, params, _ in results:
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
+    assert all(r[2] == results[0][2] for r in results)  # one plan on every rank
+    if squeeze:
+        assert any(x.startswith("S") for s in results[0][2][0].values() for x in s), \
+            results[0][2]
+
+
+def test_ranks_apply_one_plan_when_their_searches_end_apart(monkeypatch):
+    # a search stops at deadlines, so on a loaded host the ranks' searches can end with
+    # different plans (a deadlock or wrong tiles when each applies its own): here rank 1
+    # prices every plan upside down; every rank must apply rank 0's
+    real = AP.realised
+
+    def realised(c, assign):
+        t, m = real(c, assign)
+        return (-t if tessera.distributed.get_rank() == 1 else t), m
+    monkeypatch.setattr(AP, "realised", realised)
+    want_losses, want_params, _ = train(False)
+    results = run(2, train, True, None, "ilp", guard_steps=0)
+    for losses, params, _ in results:
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
+    assert results[0][2] == results[1][2]
+    monkeypatch.setattr(AP, "realised", real)
+    assert results[0][2] == run(2, train, True, None, "ilp", guard_steps=0)[0][2]
+
+
+def test_2d_mesh_candidates_hold_what_dispatch_chooses():
+    # on a 2-D mesh axis 1's rule sees the tiles axis 0 leaves (a view of a batch split on
+    # axis 0 and a sequence split on axis 1 splits dim 0 of the reshaped tile twice): the
+    # candidates must hold dispatch's choice for every leaf the descent tries
+    from bench import autoparallel as BA
+    model, loss_fn, x, y = BA._build("transformer", small=True)
+    g = AP.record(lambda a, b: loss_fn(model, a, b), (x, y), dict(model.named_parameters()))
+    c = AP.build_costs(g, (2, 2), DEFAULT)
+    dp = AP._dp_leaves(c)
+    for v in (v for v, node in enumerate(g.nodes) if node.kind == "input"):
+        for k in range(len(c.cands[v])):
+            AP.realise(c, {**dp, v: k})  # raises when dispatch's choice is not a candidate
+
+
 def test_graph_parallel_plan_before_a_call():
     g = TrainGraph(nn.Linear(2, 2), tessera.optim.SGD(nn.Linear(2, 2).parameters(), lr=1))
     with pytest.raises(RuntimeError, match="no plan yet"):
@@ -235,6 +318,25 @@ def test_graph_auto_plan_under_mpiexec(tmp_path):
         np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
         for p, q in zip(params, want_params):
             np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
+
+
+def test_graph_auto_plan_on_a_2x2_mesh_under_mpiexec(tmp_path):
+    # four processes (oversubscribed on a small host: correctness only), with too little
+    # room to replicate the weights; each rank's search may end apart, the plan is one
+    limit = 0.5 * _data_parallel_memory()
+    run_mpi(tmp_path, f"""
+        from tests.distributed._mpi import emit
+        from tests.parallel.test_auto_parallel import train
+        emit(train(True, {limit!r}, "ilp", mesh=[[0, 1], [2, 3]], guard_steps=2))
+    """, n=4, timeout=300)
+    want_losses, want_params, _ = train(False)
+    got = outputs(tmp_path, 4)
+    for losses, params, _ in got:
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
+    assert all(r[2] == got[0][2] for r in got)
+    assert any(x.startswith("S") for s in got[0][2][0].values() for x in s), got[0][2]
 
 
 def test_graph_debug_prints_the_plan_and_runner_ups(capsys):
