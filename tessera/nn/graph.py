@@ -215,6 +215,9 @@ class GraphConfig:
         """Accepted for OneFlow compatibility; fusion is decided by the pass pipeline."""
 
 
+_INPUT_TYPES = (Tensor, int, float, bool, str, type(None))
+
+
 class _Compiled:
     """One traced and compiled step for one input signature."""
 
@@ -231,20 +234,76 @@ class _Compiled:
         self.new_state = new_state      # [(optimizer, param, key)] created by this step
         self.n_outputs = n_outputs
         self.treedef = treedef
-        self.versions: list = []  # (tensor, version) whose values were folded in
-        # ``versions`` as stale() reads it: (that list, its tensors, their versions)
-        self._checks: tuple = (None, [], [])
+        # (tensor, version, its counter) whose values were folded in: ``t.data = ...``
+        # gives a tensor a new counter, maybe at the same value
+        self.versions: list = []
+        # ``versions`` as stale() reads it: (that list, its tensors, versions, counters)
+        self._checks: tuple = (None, [], [], [])
+        # the graph's module tree (Graph._tree's ids) when compiled, and the positions in it
+        # of the tensors this step reads: replacing one of those makes the step stale
+        self.tree: tuple = ((), ())
+        self._names = list(tensors)
+        self._tensors = list(tensors.values())
+        self._local = not any(map(_is_global, self._tensors))
+        self._arrays: list = []
+        self._variables: dict = {}
+        self.variable_ids: set = set()
 
     def stale(self) -> bool:
         if self._checks[0] is not self.versions:
-            self._checks = (self.versions, [t for t, _ in self.versions],
-                            [v for _, v in self.versions])
-        _, tensors, folded = self._checks
+            self._checks = (self.versions, [t for t, _, _ in self.versions],
+                            [v for _, v, _ in self.versions],
+                            [c for _, _, c in self.versions])
+        _, tensors, folded, counters = self._checks
         # C-level passes: a model folds in every BatchNorm's tensors (MobileNetV2: 200)
-        return list(map(_first, map(_counter, tensors))) != folded
+        now = list(map(_counter, tensors))
+        return any(map(operator.is_not, now, counters)) or list(map(_first, now)) != folded
+
+    def replaced(self, tree: tuple) -> bool:
+        """Whether a submodule, or a module tensor this step reads, is another object in
+        ``tree`` now."""
+        old, used = self.tree
+        if old is tree:
+            return False
+        if len(old) != len(tree) or any(old[k] != tree[k] for k in used):
+            return True
+        self.tree = (tree, used)  # the same tensors: no second look until the tree moves
+        return False
+
+    def variables(self) -> dict:
+        """Each variable's array (a global tensor's tile) by name: the dict is made again
+        only when a variable holds another array."""
+        arrays = list(map(_data_of if self._local else _tile, self._tensors))
+        if len(arrays) != len(self._arrays) or any(map(operator.is_not, arrays, self._arrays)):
+            self._arrays = arrays
+            self._variables = dict(zip(self._names, arrays))
+            self.variable_ids = set(map(id, arrays))
+        return self._variables
 
 
 _first, _counter = operator.itemgetter(0), operator.attrgetter("_version")
+_data_of = operator.attrgetter("_data")
+
+
+def _tree(roots) -> tuple:
+    """The ``training`` flags of ``roots`` and all their submodules (as ``_modes``), the ids
+    of each module and its parameters and buffers, and where the modules' are among them,
+    in one walk."""
+    seen: set = set()
+    modes, ids, at = [], [], []
+    stack = list(roots)[::-1]
+    while stack:
+        m = stack.pop()
+        if m is None or id(m) in seen:
+            continue
+        seen.add(id(m))
+        modes.append(m.training)
+        at.append(len(ids))
+        ids.append(id(m))
+        ids.extend(map(id, m._parameters.values()))
+        ids.extend(map(id, m._buffers.values()))
+        stack.extend(list(m._modules.values())[::-1])
+    return tuple(modes), tuple(ids), tuple(at)
 
 
 def _modes(roots) -> tuple:
@@ -289,8 +348,11 @@ class Graph:
         self.__dict__["_debug_level"] = -1
         self.__dict__["_stages"] = {}  # id(module) -> GraphModule (its stage, if any)
         self.__dict__["_auto_plan"] = None  # config.enable_auto_parallel's plan, once made
+        # (TREE_EPOCH, modes, ids, the modules' places) as last walked (``_tree``)
+        self.__dict__["_tree_cache"] = (-1, (), (), ())
 
     def __setattr__(self, name, value):
+        _module_mod.TREE_EPOCH[0] += 1
         if isinstance(value, Module):
             self._modules[name] = value
             value = ProxyModule(value, self._stages)  # OneFlow's: .to(GraphModule) works
@@ -316,7 +378,7 @@ class Graph:
 
     def __call__(self, *args):
         for a in args:
-            if not isinstance(a, (Tensor, int, float, bool, str, type(None))):
+            if not isinstance(a, _INPUT_TYPES):
                 raise TypeError(f"nn.Graph: inputs must be tensors or Python constants, got "
                                 f"{type(a).__name__}")
         if self.config.auto_parallel is not None:
@@ -324,21 +386,41 @@ class Graph:
         key = self._signature(args)
         compiled = self._cache.get(key)
         why = None
-        if compiled is not None and compiled.stale():
-            why, compiled = "variables folded in at compile time changed", None
+        if compiled is not None:
+            if compiled.replaced(self._tree_cache[2]):
+                why, compiled = "parameters, buffers or submodules replaced", None
+            elif compiled.stale():
+                why, compiled = "variables folded in at compile time changed", None
         if compiled is None:
             self._log_retrace(key, why)
             compiled = self._compile(args)
+            _, _, tree, modules = self._tree()  # (as the compile left the modules)
+            # (what it reads, and what it folded in)
+            used = set(map(id, compiled.tensors.values())) | \
+                {id(t) for t, _, _ in compiled.versions}
+            compiled.tree = (tree, tuple(sorted(
+                set(modules) | {k for k, i in enumerate(tree) if i in used})))
             self._cache[key] = compiled
         self.__dict__["_last_key"] = key
         return self._run(compiled, args)
 
     # ---- signature and debug --------------------------------------------------------
+    def _tree(self) -> tuple:
+        """(TREE_EPOCH, modes, ids, the modules' places in ids) of the graph's modules
+        (``_tree``): walked again only when a module tree changed since the last walk
+        (``Module.__setattr__``, ``train()``...)."""
+        t = self._tree_cache
+        epoch = _module_mod.TREE_EPOCH[0]
+        if t[0] != epoch:
+            t = (epoch,) + _tree(self._modules.values())
+            self.__dict__["_tree_cache"] = t
+        return t
+
     def _signature(self, args) -> tuple:
         inputs = tuple((a._shape, a._dtype, a._device.type) + _global_key(a)
                        if isinstance(a, Tensor) else ("const", type(a).__name__, a)
                        for a in args)
-        modes = _modes(self._modules.values())
+        modes = self._tree()[1]
         state = tuple(tuple(sorted((id(p), tuple(sorted(st))) for p, st in opt.state.items()))
                       for opt, _ in self._optimizers)
         backend = (self.config.backend, tuple(sorted(self.config.backend_options.items())))
@@ -505,7 +587,8 @@ class Graph:
             # inference graphs may fold variables into constants (conv+bn folding): a later
             # eager change to one of them makes this compiled step stale
             assigned = {name for name, _ in ir.assigns}
-            compiled.versions = [(t, t._version[0]) for name, t in originals.items()
+            compiled.versions = [(t, t._version[0], t._version)
+                                 for name, t in originals.items()
                                  if name not in assigned and t._data is not None]
         return compiled
 
@@ -569,7 +652,7 @@ class Graph:
                 lr = g["lr"]
                 lr = lr.item() if isinstance(lr, Tensor) else lr
                 inputs.append(np.asarray(lr, dtype=np.float64))
-        variables = {n: _tile(t) for n, t in c.tensors.items()}
+        variables = c.variables()
         with in_step():
             outs, assigns = c.executor.run(inputs, variables)
         for name, value in assigns:
@@ -580,9 +663,10 @@ class Graph:
         # an output the step allocated (or took from its recycler) is handed over as is;
         # one that may share memory with the arena, an input or a variable (a view, or the
         # array itself) is copied
-        shared = {id(a) for a in inputs} | {id(a) for a in variables.values()}
+        shared, held = set(map(id, inputs)), c.variable_ids
         owned = [o if type(o) is np.ndarray and (o.base is None or recycled(o))
-                 and id(o) not in shared else np.array(o, copy=True) for o in outs]
+                 and id(o) not in shared and id(o) not in held else np.array(o, copy=True)
+                 for o in outs]
         results = _wrap_outputs(owned, c.specs)
         extra = results[c.n_outputs:]
         for i, r in zip(c.written, extra):

@@ -1235,6 +1235,7 @@ class _State:
         back to their objects, local as they were: the plan applied next converts them)."""
         from tessera.distributed._module import whole_to_global
         from tessera.distributed.global_tensor import is_global
+        from tessera.nn.modules.module import tree_changed
         from tessera.ops.creation import tensor
         from tessera.ops.random import default_generator
         for t, v, grad in zip(self.params, self.values, self.grads):
@@ -1249,6 +1250,7 @@ class _State:
         for mod, k, b, v in self.buffers:
             np.copyto(b._data, v)
             mod._buffers[k] = b
+        tree_changed()
         default_generator.set_state(self.rng)
         for (o, sch), groups, sd in zip(self.graph._optimizers, self.groups, self.scheds):
             o.state.clear()

@@ -15,7 +15,7 @@ from itertools import chain, islice
 from typing import Any
 
 from tessera._tensor import Tensor
-from tessera.nn.modules.module import Module, _addindent
+from tessera.nn.modules.module import Module, _addindent, tree_changed
 from tessera.nn.parameter import Parameter
 
 __all__ = ["Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict"]
@@ -24,6 +24,7 @@ __all__ = ["Sequential", "ModuleList", "ModuleDict", "ParameterList", "Parameter
 def _renumber(module: Module) -> None:
     """After a deletion, keys go back to "0", "1", ... in order."""
     module._modules = OrderedDict((str(i), m) for i, m in enumerate(module._modules.values()))
+    tree_changed()
 
 
 def _abs_index(container, idx) -> str:
@@ -159,6 +160,7 @@ class Sequential(Module):
         for i in range(n, index, -1):
             self._modules[str(i)] = self._modules[str(i - 1)]
         self._modules[str(index)] = module
+        tree_changed()
         return self
 
     def extend(self, sequential: Iterable[Module]) -> Sequential:
@@ -232,6 +234,7 @@ class ModuleList(Module):
         for i in range(len(self._modules), index, -1):
             self._modules[str(i)] = self._modules[str(i - 1)]
         self._modules[str(index)] = module
+        tree_changed()
 
     def append(self, module: Module) -> ModuleList:
         self.add_module(str(len(self)), module)
@@ -294,6 +297,7 @@ class ModuleDict(Module):
 
     def __delitem__(self, key: str) -> None:
         del self._modules[key]
+        tree_changed()
 
     def __len__(self) -> int:
         return len(self._modules)
@@ -306,6 +310,7 @@ class ModuleDict(Module):
 
     def clear(self) -> None:
         self._modules.clear()
+        tree_changed()
 
     def pop(self, key: str) -> Module:
         v = self[key]

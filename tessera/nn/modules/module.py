@@ -61,6 +61,25 @@ def _addindent(s: str, n: int) -> str:
 
 _CALL_WRAPPERS: list = []  # wrappers of every module call (nn.Graph's scopes)
 
+# Moves on every change to a module tree that a compiled nn.Graph depends on: a submodule,
+# parameter or buffer assigned, registered or deleted, a ``training`` flag set (``train()``,
+# ``eval()``). nn.Graph walks its modules again only when it moved, not on every call.
+TREE_EPOCH = [0]
+
+
+def tree_changed() -> None:
+    """Tell compiled nn.Graphs to re-check their modules (for code that edits a module's
+    ``_modules``, ``_parameters`` or ``_buffers`` directly).
+
+    >>> before = TREE_EPOCH[0]; tree_changed(); TREE_EPOCH[0] > before
+    True
+    """
+    TREE_EPOCH[0] += 1
+
+
+_TREE_ATTRS = frozenset(("training", "_modules", "_parameters", "_buffers"))
+
+
 class Module:
     """Base class for all neural network modules; subclasses define ``forward``."""
 
@@ -112,6 +131,7 @@ class Module:
             persistent = tensor.persistent
             tensor = tensor.detach()
         self._buffers[name] = tensor
+        TREE_EPOCH[0] += 1
         if persistent:
             self._non_persistent_buffers_set.discard(name)
         else:
@@ -130,6 +150,7 @@ class Module:
             raise ValueError(f"Cannot assign non-leaf Tensor to parameter '{name}'. Model "
                              "parameters must be created explicitly.")
         self._parameters[name] = param
+        TREE_EPOCH[0] += 1
 
     def add_module(self, name: str, module: Module | None) -> None:
         if module is not None and not isinstance(module, Module):
@@ -138,11 +159,14 @@ class Module:
         if hasattr(self, name) and name not in self._modules:
             raise KeyError(f"attribute '{name}' already exists")
         self._modules[name] = module
+        TREE_EPOCH[0] += 1
 
     register_module = add_module
 
     def __setattr__(self, name: str, value: Any) -> None:
         d = self.__dict__
+        if name in _TREE_ATTRS:
+            TREE_EPOCH[0] += 1  # (a parameter, submodule or buffer: in the branches below)
         params = d.get("_parameters")
         if isinstance(value, Parameter):
             if params is None:
@@ -161,11 +185,13 @@ class Module:
             _remove_from(self, name, ("_parameters", "_buffers"))
             d.pop(name, None)
             self._modules[name] = value
+            TREE_EPOCH[0] += 1
         elif d.get("_modules") is not None and name in d["_modules"]:
             if value is not None:
                 raise TypeError(f"cannot assign '{type(value).__name__}' as child module "
                                 f"'{name}' (torch.nn.Module or None expected)")
             self._modules[name] = value
+            TREE_EPOCH[0] += 1
         elif isinstance(value, Buffer) or (d.get("_buffers") is not None and
                                            name in d["_buffers"]):
             if value is not None and not isinstance(value, Tensor):
@@ -176,6 +202,7 @@ class Module:
                 self.register_buffer(name, value, value.persistent)
             else:
                 self._buffers[name] = value
+                TREE_EPOCH[0] += 1
         else:
             object.__setattr__(self, name, value)
 
@@ -193,6 +220,7 @@ class Module:
             if s is not None and name in s:
                 del s[name]
                 self._non_persistent_buffers_set.discard(name)
+                TREE_EPOCH[0] += 1
                 return
         object.__delattr__(self, name)
 
@@ -346,6 +374,7 @@ class Module:
             for key, b in self._buffers.items():
                 if b is not None:
                     self._buffers[key] = fn(b)
+        TREE_EPOCH[0] += 1
         return self
 
     def to(self: _M, *args, **kwargs) -> _M:
@@ -562,6 +591,7 @@ class Module:
                         setattr(self, name, Parameter(value, param.requires_grad))
                     else:
                         self._buffers[name] = value
+                        TREE_EPOCH[0] += 1
                 else:
                     param.copy_(value)
         if strict:
