@@ -566,6 +566,7 @@ class Tensor(TensorMethods):
         self._data, self._shape, self._dtype = other._data, other._shape, other._dtype
         self._device = other._device
         self._version = [0]
+        DATA_SWAPS[0] += 1
         self._base = None
         self._view_chain = ()
 
@@ -919,6 +920,11 @@ def _wrap_dim(dim: int, ndim: int, op: str = "") -> int:
 
 
 _CPU = device("cpu")
+
+# Moves whenever ``t.data = ...`` gives a tensor a new version counter (at 0 again): a
+# cache that watches counters (nn.Graph's folded variables) re-checks which counter each
+# tensor holds only after it moved.
+DATA_SWAPS = [0]
 # numpy() reads these devices' data on the host (a global tensor's numpy() gathers the whole)
 _HOST_READABLE = ("cpu", "global")
 

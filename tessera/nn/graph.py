@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tessera import _dtype as D, sbp as Sbp
-from tessera._tensor import Tensor
+from tessera._tensor import DATA_SWAPS, Tensor
 from tessera.autograd.grad_mode import STATE
 from tessera.distributed.graph_ops import in_step
 from tessera.graph import backend as graph_backend
@@ -234,11 +234,10 @@ class _Compiled:
         self.new_state = new_state      # [(optimizer, param, key)] created by this step
         self.n_outputs = n_outputs
         self.treedef = treedef
-        # (tensor, version, its counter) whose values were folded in: ``t.data = ...``
-        # gives a tensor a new counter, maybe at the same value
-        self.versions: list = []
-        # ``versions`` as stale() reads it: (that list, its tensors, versions, counters)
-        self._checks: tuple = (None, [], [], [])
+        self.versions: list = []  # tensors whose values were folded in (``watch``)
+        # what stale() compares: those tensors, their versions and counters then, and
+        # DATA_SWAPS when their counters were last seen to be theirs
+        self._checks: tuple = ([], [], [], 0)
         # the graph's module tree (Graph._tree's ids) when compiled, and the positions in it
         # of the tensors this step reads: replacing one of those makes the step stale
         self.tree: tuple = ((), ())
@@ -249,15 +248,24 @@ class _Compiled:
         self._variables: dict = {}
         self.variable_ids: set = set()
 
+    def watch(self, tensors: list) -> None:
+        """Make the step stale when one of ``tensors`` (folded into it) changes."""
+        self.versions = tensors
+        self._checks = (tensors, [t._version[0] for t in tensors],
+                        [t._version for t in tensors], DATA_SWAPS[0])
+
     def stale(self) -> bool:
-        if self._checks[0] is not self.versions:
-            self._checks = (self.versions, [t for t, _, _ in self.versions],
-                            [v for _, v, _ in self.versions],
-                            [c for _, _, c in self.versions])
-        _, tensors, folded, counters = self._checks
-        # C-level passes: a model folds in every BatchNorm's tensors (MobileNetV2: 200)
-        now = list(map(_counter, tensors))
-        return any(map(operator.is_not, now, counters)) or list(map(_first, now)) != folded
+        tensors, folded, counters, swaps = self._checks
+        # C-level passes over the counters alone (MobileNetV2 folds 262 tensors in): the
+        # tensors themselves, cold in the cache after a step, are looked at only after a
+        # ``t.data = ...`` somewhere
+        if list(map(_first, counters)) != folded:
+            return True
+        if swaps != DATA_SWAPS[0]:
+            if any(map(operator.is_not, map(_counter, tensors), counters)):
+                return True
+            self._checks = (tensors, folded, counters, DATA_SWAPS[0])
+        return False
 
     def replaced(self, tree: tuple) -> bool:
         """Whether a submodule, or a module tensor this step reads, is another object in
@@ -397,7 +405,7 @@ class Graph:
             _, _, tree, modules = self._tree()  # (as the compile left the modules)
             # (what it reads, and what it folded in)
             used = set(map(id, compiled.tensors.values())) | \
-                {id(t) for t, _, _ in compiled.versions}
+                set(map(id, compiled.versions))
             compiled.tree = (tree, tuple(sorted(
                 set(modules) | {k for k, i in enumerate(tree) if i in used})))
             self._cache[key] = compiled
@@ -587,9 +595,8 @@ class Graph:
             # inference graphs may fold variables into constants (conv+bn folding): a later
             # eager change to one of them makes this compiled step stale
             assigned = {name for name, _ in ir.assigns}
-            compiled.versions = [(t, t._version[0], t._version)
-                                 for name, t in originals.items()
-                                 if name not in assigned and t._data is not None]
+            compiled.watch([t for name, t in originals.items()
+                            if name not in assigned and t._data is not None])
         return compiled
 
     def _build_traced(self, sym_args, tracer):
