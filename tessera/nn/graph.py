@@ -247,6 +247,10 @@ class _Compiled:
         self._arrays: list = []
         self._variables: dict = {}
         self.variable_ids: set = set()
+        # every variable is watched (folded in, or a constant the passes made) and none is
+        # written: a variable holding another array with the same values changes nothing,
+        # and new values make the step stale, so its arrays are looked up once
+        self.fixed = False
 
     def watch(self, tensors: list) -> None:
         """Make the step stale when one of ``tensors`` (folded into it) changes."""
@@ -281,6 +285,8 @@ class _Compiled:
     def variables(self) -> dict:
         """Each variable's array (a global tensor's tile) by name: the dict is made again
         only when a variable holds another array."""
+        if self.fixed and self._arrays:
+            return self._variables
         arrays = list(map(_data_of if self._local else _tile, self._tensors))
         if len(arrays) != len(self._arrays) or any(map(operator.is_not, arrays, self._arrays)):
             self._arrays = arrays
@@ -298,7 +304,9 @@ def _tree(roots) -> tuple:
     of each module and its parameters and buffers, and where the modules' are among them,
     in one walk."""
     seen: set = set()
-    modes, ids, at = [], [], []
+    modes: list[bool] = []
+    ids: list[int] = []
+    at: list[int] = []
     stack = list(roots)[::-1]
     while stack:
         m = stack.pop()
@@ -345,6 +353,7 @@ class Graph:
     _debug_level: int
     _stages: dict[int, GraphModule]  # id(module) -> GraphModule (its stage, if any)
     _auto_plan: Any  # config.enable_auto_parallel's plan (tessera.parallel.auto_parallel.Plan)
+    _tree_cache: tuple  # (TREE_EPOCH, modes, ids, the modules' places) as last walked
 
     def __init__(self):
         self.__dict__["_modules"] = OrderedDict()
@@ -597,6 +606,9 @@ class Graph:
             assigned = {name for name, _ in ir.assigns}
             compiled.watch([t for name, t in originals.items()
                             if name not in assigned and t._data is not None])
+            watched = set(map(id, compiled.versions))
+            compiled.fixed = compiled._local and not assigned and all(
+                id(t) in watched or name not in originals for name, t in tensors.items())
         return compiled
 
     def _build_traced(self, sym_args, tracer):
