@@ -490,7 +490,7 @@ def _collective_rank(comm, n: int, quick: bool, agree) -> float:
             a @ a
             if every and i % every == every - 1:
                 comm.all_reduce(x, group)
-    fns = [lambda: comm.all_reduce(x, group)]
+    fns: list = [lambda: comm.all_reduce(x, group)]
     fns += [lambda k=k: step(k) for k in _STEP_COLLECTIVES]
     # (rounds of several steps: the ranks drift within a round as within training)
     ts = _interleaved(fns, 3 if quick else 7, lambda: comm.barrier(group), agree,
