@@ -308,6 +308,7 @@ def run(rounds: int = 0, steps: int = 3) -> list[dict]:
                 row["plans"] = plans_
                 row["profile"] = prof.to_json()
                 row["sync_ms"] = prof.sync_seconds(ranks) * 1000
+                row["collective_ms"] = prof.collective_seconds(ranks) * 1000
                 # over distinct plans: an auto plan that is a hand plan is that plan (its
                 # two measurements differ by the host's noise alone)
                 same = [k for k in specs if k != "auto" and specs[k][:3] == specs["auto"][:3]]
@@ -335,7 +336,8 @@ def render(rows) -> str:
                          f"{ps['auto']['guard']}")
         notes.append(f"{r['workload']} x{r['ranks']}: Kendall tau {r['tau']:.2f} over "
                      f"{len(ps) - (1 if r['same'] else 0)} distinct plans; profile sync "
-                     f"{r['sync_ms']:.2f} ms per collective")
+                     f"{r['sync_ms']:.2f} ms per collective (of which the step's "
+                     f"per-collective cost {r.get('collective_ms', 0.0):.2f} ms)")
         for k, v in sorted(ps.items(), key=lambda kv: kv[1]["ms"]):
             label = k + (f" ({v['strategy']}" + (f" = {r['same']}" if r["same"] else "")
                          + ")" if k == "auto" else "")

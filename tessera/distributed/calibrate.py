@@ -55,7 +55,11 @@ class Profile:
     ``boxing[transition][n] = (alpha, beta)`` of a boxing step between SBP kinds
     (``"S->B"``, ``"P->B"``, ``"B->S"``, ``"S->S"``, ``"P->S"``) with bytes the whole
     tensor's; ``sync[n]`` what a collective adds to a step between computations on ``n``
-    ranks beyond its own time (the ranks' skew since the last one, which it waits out)."""
+    ranks beyond its own time (the ranks' skew since the last one, which it waits out);
+    ``collective[n]`` the fixed seconds each collective adds to a step on ``n`` ranks as a
+    compiled step pays it (computation between collectives, ranks not in step) beyond its
+    latency, the least ``sync`` it is charged: fitted from steps with and without
+    collectives (none measured, as in a profile saved before it was: 0)."""
 
     gemm: dict = dataclasses.field(default_factory=lambda: {
         "small": 2e9, "medium": 1e10, "large": 2e10})
@@ -70,6 +74,8 @@ class Profile:
     sync_curve: dict = dataclasses.field(default_factory=dict)
     # the same for a collective of at least SYNC_LARGE_BYTES (empty: as a small one's)
     sync_large: dict = dataclasses.field(default_factory=dict)
+    # seconds each collective costs a step whatever the computation around it
+    collective: dict = dataclasses.field(default_factory=dict)
     # alpha and beta for numbers of ranks not measured: per ring step, and bytes/s
     default_alpha: float = 2e-5
     default_beta: float = 2e9
@@ -118,7 +124,9 @@ class Profile:
         ``gap``, after that many seconds of computation since the previous collective
         (``sync_curve``, interpolated, constant beyond its ends); a collective of
         ``nbytes`` of at least ``SYNC_LARGE_BYTES`` on ``sync_large``'s curve, where
-        measured (each meeting of the ranks it takes waits out their skew).
+        measured (each meeting of the ranks it takes waits out their skew); at least the
+        per-collective cost of a step (``collective_seconds``), which holds the skew as a
+        whole step's collectives wait it out.
 
         >>> p = Profile(sync={2: 1e-3}, sync_curve={2: [(1e-3, 2e-4), (4e-3, 1e-3)]},
         ...             sync_large={2: [(1e-3, 5e-4), (4e-3, 2e-3)]})
@@ -126,8 +134,26 @@ class Profile:
         (0.001, 0.0006, 0.001)
         >>> p.sync_seconds(2, 4e-3, nbytes=1e6)
         0.002
+        >>> Profile(sync={2: 1e-3}, collective={2: 3e-3}).sync_seconds(2)
+        0.003
         """
-        if n <= 1 or not self.sync:
+        if n <= 1:
+            return 0.0
+        return max(self._skew(n, gap, nbytes), self.collective_seconds(n))
+
+    def collective_seconds(self, n: int) -> float:
+        """``collective`` for ``n`` ranks (the nearest measured count; 0 when none was).
+
+        >>> Profile(collective={2: 3e-3}).collective_seconds(4), Profile().collective_seconds(2)
+        (0.003, 0.0)
+        """
+        if n <= 1 or not self.collective:
+            return 0.0
+        near = n if n in self.collective else min(self.collective, key=lambda k: abs(k - n))
+        return float(self.collective[near])
+
+    def _skew(self, n: int, gap: float | None, nbytes: float) -> float:
+        if not self.sync:
             return 0.0
         near = n if n in self.sync else min(self.sync, key=lambda k: abs(k - n))
         curve = self.sync_curve.get(near)
@@ -142,7 +168,8 @@ class Profile:
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
-        d["sync"] = {str(n): v for n, v in self.sync.items()}
+        for key in ("sync", "collective"):
+            d[key] = {str(n): v for n, v in getattr(self, key).items()}
         for key in ("sync_curve", "sync_large"):
             d[key] = {str(n): [list(p) for p in v] for n, v in getattr(self, key).items()}
         for key in ("comm", "boxing"):
@@ -153,7 +180,8 @@ class Profile:
     @classmethod
     def from_json(cls, d: dict) -> Profile:
         d = dict(d)
-        d["sync"] = {int(n): float(v) for n, v in d.get("sync", {}).items()}
+        for key in ("sync", "collective"):
+            d[key] = {int(n): float(v) for n, v in d.get(key, {}).items()}
         for key in ("sync_curve", "sync_large"):
             d[key] = {int(n): [tuple(p) for p in v] for n, v in d.get(key, {}).items()}
         for key in ("comm", "boxing"):
@@ -312,12 +340,18 @@ def _fit(points: list) -> tuple[float, float]:
     >>> round(a, 6), round(b / 1e9, 6)
     (1.0, 1.0)
     """
+    slope = _slope(points)
+    beta = 1.0 / slope if slope > 0 else DEFAULT.default_beta
+    return max(float(np.median([t - x / beta for x, t in points])), 0.0), beta
+
+
+def _slope(points: list) -> float:
+    """The median of the slopes between every two of ``points`` (x, y) (Theil-Sen; 0 with
+    fewer than two distinct x)."""
     slopes = [(t1 - t0) / (x1 - x0) for (x0, t0), (x1, t1) in
               ((a, b) for k, a in enumerate(sorted(points)) for b in sorted(points)[k + 1:])
               if x1 > x0]
-    slope = float(np.median(slopes)) if slopes else 0.0
-    beta = 1.0 / slope if slope > 0 else DEFAULT.default_beta
-    return max(float(np.median([t - x / beta for x, t in points])), 0.0), beta
+    return float(np.median(slopes)) if slopes else 0.0
 
 
 def _op_overhead(quick: bool) -> float:
@@ -424,8 +458,50 @@ def _sync_rank(comm, n: int, quick: bool, agree) -> dict[str, list[tuple[float, 
     return out
 
 
-def _comm_rank(comm, ranks: list[int], quick: bool) -> dict:
-    """On this rank of ``comm``: (alpha, beta) of each collective for each group size."""
+# the collectives in a step of ``_STEP_GEMMS`` GEMMs (256 x 256, a small model's step) at
+# which ``collective`` is measured: none, one after every 16 GEMMs (a few layers') and
+# every 4 (a tensor-parallel layer's gap). The cost is not linear in the collectives: the
+# first few of a step wait out most of the ranks' drift, so the fit spans the range
+_STEP_COLLECTIVES = (0, 4, 16)
+_STEP_GEMMS = 64
+
+
+def _collective_rank(comm, n: int, quick: bool, agree) -> float:
+    """On this rank, among ranks ``0..n-1``: the seconds each collective adds to a step as
+    a compiled step pays it, beyond its own back-to-back time. Timed are steps of the same
+    computation (``_STEP_GEMMS`` products) with ``_STEP_COLLECTIVES`` all-reduces of
+    ``SYNC_LARGE_BYTES`` (an activation's or a gradient bucket's path) spread between the
+    products, run back to back as training steps are (no barrier between steps: the ranks
+    drift apart as the host's other load preempts them, and each collective waits for the
+    later rank); the cost is the slope of the step's time over its collectives
+    (Theil-Sen), less an all-reduce's own time. ``sync``, timed in rounds of one gap each,
+    sees one gap's skew; this sees what a whole step's collectives cost together, which on
+    a loaded host is a millisecond or more each."""
+    group = tuple(range(n))
+    # (quick: a quarter of the step in products of an eighth of the work, as a simulated
+    # world's threads run a product many times slower than a process does)
+    gemms, a = (_STEP_GEMMS // 4, np.ones((128, 128), np.float32)) if quick else \
+        (_STEP_GEMMS, np.ones((256, 256), np.float32))
+    x = np.ones(SYNC_LARGE_BYTES // 4, np.float32)
+
+    def step(k: int) -> None:
+        every = gemms // k if k else 0
+        for i in range(gemms):
+            a @ a
+            if every and i % every == every - 1:
+                comm.all_reduce(x, group)
+    fns: list = [lambda: comm.all_reduce(x, group)]
+    fns += [lambda k=k: step(k) for k in _STEP_COLLECTIVES]
+    # (rounds of several steps: the ranks drift within a round as within training)
+    ts = _interleaved(fns, 3 if quick else 7, lambda: comm.barrier(group), agree,
+                      0.1 if quick else 0.25)
+    bare, steps = ts[0], ts[1:]
+    return max(_slope(list(zip(_STEP_COLLECTIVES, steps))) - bare, 0.0)
+
+
+def _comm_rank(comm, ranks: list[int], quick: bool, steps: bool = True) -> dict:
+    """On this rank of ``comm``: (alpha, beta) of each collective for each group size (and,
+    with ``steps``, the per-collective cost of a step, ``_collective_rank``)."""
     sizes = [1 << 12, 1 << 16, 1 << 20] if quick else [1 << 10, 1 << 14, 1 << 18, 1 << 22]
     out: dict = {k: {} for k in COLLECTIVES}
     for n in ranks:
@@ -447,6 +523,8 @@ def _comm_rank(comm, ranks: list[int], quick: bool) -> dict:
         n = max(ranks)
         out["boxing"] = {n: _boxing_rank(comm, n, quick, agree)}
         out["sync_curve"] = {n: _sync_rank(comm, n, quick, agree)}
+        if steps:
+            out["collective"] = {n: _collective_rank(comm, n, quick, agree)}
     return out
 
 
@@ -458,6 +536,7 @@ def _apply(prof: Profile, res: dict) -> None:
         prof.sync_curve[n] = [tuple(p) for p in curve]
         prof.sync[n] = curve[min(1, len(curve) - 1)][1]  # after 4 GEMMs: a few layers'
         prof.sync_large[n] = [tuple(p) for p in curves["large"]]
+    prof.collective.update(res.pop("collective", {}))
     for n, table in res.pop("boxing", {}).items():
         for tr, ab in table.items():
             prof.boxing.setdefault(tr, {})[n] = ab
@@ -486,7 +565,9 @@ def measure(world: int | None = None, quick: bool = False) -> Profile:
     from tessera.distributed.comm.fake import FakeWorld
     n = world or 2
     _apply(prof, FakeWorld(n).run(
-        lambda: _comm_rank(C.current(), list(range(2, n + 1)), quick))[0])
+        # (no step cost: the simulated ranks are threads of one process, whose products
+        # take turns at the interpreter, which says nothing of a launched job's steps)
+        lambda: _comm_rank(C.current(), list(range(2, n + 1)), quick, False))[0])
     prof.source = f"measured (simulated world, {n} ranks)"
     return prof
 
@@ -525,6 +606,9 @@ def _describe(p: Profile, path: str) -> str:
                           for g, s in p.sync_large.get(n, []))
         if large:
             lines.append(f"{'sync':>15} n={n}, {SYNC_LARGE_BYTES >> 10} KiB or more: {large}")
+    for n, v in sorted(p.collective.items()):
+        lines.append(f"{'collective':>15} n={n}: {v * 1e6:.1f} us per collective in a step "
+                     "(beyond its latency and sync)")
     for tr, table in p.boxing.items():
         for n, (a, b) in sorted(table.items()):
             lines.append(f"{'boxing ' + tr:>15} n={n}: alpha {a * 1e6:.1f} us, "

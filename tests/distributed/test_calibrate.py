@@ -37,7 +37,7 @@ def test_save_is_atomic_and_load_reuses_it(tmp_path, monkeypatch):
     p = K.Profile(gemm={"small": 1e9, "medium": 2e9, "large": 3e9}, bandwidth=4e9,
                   comm={"all_reduce": {2: (1e-5, 1e9), 4: (3e-5, 8e8)}}, source="test",
                   boxing={"P->B": {2: (2e-5, 1e9)}}, sync={2: 1e-3},
-                  sync_large={2: [(1e-3, 1e-3), (4e-3, 3e-3)]})
+                  sync_large={2: [(1e-3, 1e-3), (4e-3, 3e-3)]}, collective={2: 5e-4})
     path = str(tmp_path / "sub" / "profile.json")
     assert K.save(p, path) == path
     assert os.listdir(tmp_path / "sub") == ["profile.json"]  # no temporary file left
@@ -58,6 +58,12 @@ def test_save_is_atomic_and_load_reuses_it(tmp_path, monkeypatch):
     assert K.load().sync_seconds(2, 4e-3, nbytes=1 << 20) == 3e-3
     assert K.load().sync_seconds(2, nbytes=1 << 20) == 3e-3
     assert K.load().sync_seconds(2, 4e-3, nbytes=1 << 10) == 1e-3
+    # the per-collective cost of a step: the nearest measured count, the least sync charged
+    assert K.load().collective_seconds(4) == 5e-4 and K.DEFAULT.collective_seconds(2) == 0.0
+    assert K.Profile(sync={2: 1e-4}, collective={2: 5e-4}).sync_seconds(2, 1.0) == 5e-4
+    # a profile saved before the per-collective cost was measured loads without one
+    old = {k: v for k, v in p.to_json().items() if k != "collective"}
+    assert K.Profile.from_json(old).collective == {}
 
 
 def test_default_profile_when_none_was_measured(tmp_path):
@@ -85,3 +91,5 @@ def test_command_line_under_mpiexec(tmp_path):
     """, n=2, timeout=120)
     p = K.load(str(out))
     assert "MPI" in p.source and sorted(p.comm["all_to_all"]) == [2]
+    # the per-collective cost of a step, measured on the launched ranks
+    assert sorted(p.collective) == [2] and p.collective[2] >= 0

@@ -2,12 +2,13 @@
 the collectives it counts for a plan are the ones the compiled ``nn.Graph`` step runs,
 on every hand-written plan of the bench's workloads (at a few percent of their sizes)."""
 import collections
+import dataclasses
 
 import pytest
 
 import tessera
 from bench import autoparallel as BA
-from tessera.distributed.calibrate import DEFAULT
+from tessera.distributed.calibrate import DEFAULT, Profile
 from tessera.graph.passes import fuse
 from tessera.parallel import auto_parallel as AP, auto_parallel_step as W
 from tests.distributed._helpers import run
@@ -105,3 +106,41 @@ def test_collectives_counted_are_the_compiled_steps(name, spec):
     walked = _walked(name, spec, 2)
     assert len(walked) == len(compiled), (walked, compiled)
     assert collections.Counter(walked) == collections.Counter(compiled), (walked, compiled)
+
+
+def _priced(name: str, spec, n: int, prof) -> tuple[float, int]:
+    """(the walk's price, its collectives) of a plan of ``name`` under profile ``prof``."""
+    model, loss_fn, x, y = BA._build(name, small=True)
+    g = AP.record(lambda a, b: loss_fn(model, a, b), (x, y), dict(model.named_parameters()))
+    params, inputs, zero = spec
+    c = AP.build_costs(g, (n,), prof, zero, "AdamW", BA._ZERO_MIN)
+    leaves = {}
+    for v, node in enumerate(g.nodes):
+        if node.kind in ("param", "input"):
+            want = (AP._parse(params[node.name] if node.kind == "param" else inputs),)
+            leaves[v] = next(k for k, cand in enumerate(c.cands[v])
+                             if tuple(s.outs[0] for s in cand) == want)
+    assign = AP.realise(c, leaves)
+    return W.price(c, assign), W.collectives(c, assign)
+
+
+def test_profile_collective_cost_is_charged_per_collective():
+    # the profile's per-collective cost of a step: each collective the walk counts pays it
+    # once (the default profile has no skew, so nothing else differs), and one large
+    # enough ranks the plan with more collectives below the one with fewer
+    names = [k for k, _ in BA._build("gpt-mini", small=True)[0].named_parameters()]
+    plans = BA.plans("gpt-mini", names)
+    few, many = plans["dp"], plans["tp"]
+    (t_few, k_few), (t_many, k_many) = (_priced("gpt-mini", s, 2, DEFAULT) for s in (few, many))
+    assert k_many > k_few
+    # the cost at which the two plans tie, from the model's own prices; twice that and more
+    tie = max((t_few - t_many) / (k_many - k_few), 1e-4)
+    cost = 2 * tie
+    prof = dataclasses.replace(DEFAULT, collective={2: cost})
+    (c_few, _), (c_many, _) = (_priced("gpt-mini", s, 2, prof) for s in (few, many))
+    assert c_few == pytest.approx(t_few + cost * k_few, rel=1e-9)
+    assert c_many == pytest.approx(t_many + cost * k_many, rel=1e-9)
+    assert c_many > c_few
+    # a profile saved before the field existed loads with none: the prices as before
+    old = {k: v for k, v in prof.to_json().items() if k != "collective"}
+    assert _priced("gpt-mini", few, 2, Profile.from_json(old))[0] == pytest.approx(t_few)
