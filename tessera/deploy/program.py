@@ -98,6 +98,9 @@ def _choose(g: Graph, values: dict, force: bool, declined: dict) -> list:
     for n in g.nodes:
         if id(n) in out:
             declined[id(n)] = "no C rule"
+        elif not force and _winograd(n):
+            out.add(id(n))
+            declined[id(n)] = "the executor runs it as Winograd"
     while True:
         segments = partition.cut(g, lambda n: id(n) not in out, variables=True)
         more = False
@@ -114,6 +117,17 @@ def _choose(g: Graph, values: dict, force: bool, declined: dict) -> list:
                 more = True
         if not more:
             return segments
+
+
+def _winograd(n: Node) -> bool:
+    """A large 3x3 convolution the blocked-layout pass left plain because the executor runs
+    it as Winograd, which programs lack (ResNet-18 at batch 8: 67 ms on the executor's
+    Winograd against 89 ms as a program; ``bench models``' "resnet18 infer b8")."""
+    from tessera.graph.passes.nchwc import _winograd_wins
+    if n.op.name != "conv" or len(n.inputs) < 2 or len(n.inputs[1].shape) != 4 or \
+            len(n.attrs.get("stride", ())) != 2:
+        return False
+    return _winograd_wins(n.inputs[0], n.inputs[1], n.outputs[0], n.attrs)
 
 
 def _boundary(seg) -> dict[int, str]:

@@ -230,3 +230,24 @@ def test_corrupt_library_is_rebuilt(forced, monkeypatch):
     got = _run(g, x).numpy()
     assert _executor(g).program.key == key and _executor(g).program.cached is False
     np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-6)
+
+
+def test_convolutions_run_as_winograd_stay_on_the_executor(monkeypatch):
+    """A 3x3 layer large enough for the executor's Winograd is cut out of the program in
+    auto mode (programs have no Winograd), and kept in it when forced."""
+    from tessera.deploy import program
+    from tessera.graph.passes.nchwc import WINOGRAD_MACS
+    from tessera.graph.trace import trace
+    w = tessera.randn(64, 64, 3, 3)
+    x = tessera.randn(8, 64, 56, 56)
+    g, _ = trace(lambda t: tessera.nn.functional.conv2d(t, w, padding=1), x)
+    conv = next(n for n in g.nodes if n.op.name == "conv")
+    assert 8 * 56 * 56 * 64 * 64 * 9 >= WINOGRAD_MACS and program._winograd(conv)
+    small, _ = trace(lambda t: tessera.nn.functional.conv2d(t, w, padding=1), x[:1, :, :8, :8])
+    assert not program._winograd(next(n for n in small.nodes if n.op.name == "conv"))
+    declined: dict = {}
+    program._choose(g, {}, False, declined)
+    assert declined[id(conv)] == "the executor runs it as Winograd"
+    declined = {}
+    program._choose(g, {}, True, declined)
+    assert declined.get(id(conv)) != "the executor runs it as Winograd"
