@@ -371,25 +371,14 @@ def _load(n: str) -> str:
     """``<n>_load``: the weights file read, then the model prepared."""
     return f"""{n}_model *{n}_load(const char *weights_path) {{
     char why[400];
-    load_err[0] = 0;
-    int isa = pick_isa(load_err, sizeof load_err);
-    if (isa < 0) return NULL;
-    {n}_model *m = calloc(1, sizeof *m);
-    if (!m) {{ snprintf(load_err, sizeof load_err, "{n}: out of memory"); return NULL; }}
-    m->threads = 1;
-    m->isa = isa;
+{_new_model(n)}
     m->w = tsr_read_weights(weights_path, FINGERPRINT, PAYLOAD_BYTES, why, sizeof why);
     if (!m->w) {{
         snprintf(load_err, sizeof load_err, "{n}: %s", why);
         {n}_free(m);
         return NULL;
     }}
-    if (prepare(m)) {{
-        snprintf(load_err, sizeof load_err, "{n}: out of memory preparing the model");
-        {n}_free(m);
-        return NULL;
-    }}
-    return m;
+{_prepared(n)}
 }}
 """
 
@@ -398,22 +387,32 @@ def _bind(n: str, count: int) -> str:
     """``<n>_bind``: the model on weights the caller keeps (``wt``: ``count`` pointers, each
     64-byte aligned, read while the model lives), its matrices packed now."""
     return f"""{n}_model *{n}_bind(unsigned char *const *wt) {{
-    load_err[0] = 0;
+{_new_model(n)}
+    for (int k = 0; k < {count}; k++) m->wt[k] = wt[k];
+{_prepared(n)}
+}}
+"""
+
+
+def _new_model(n: str) -> str:
+    """The start of ``_load`` and ``_bind``: the instruction set picked, ``m`` allocated."""
+    return f"""    load_err[0] = 0;
     int isa = pick_isa(load_err, sizeof load_err);
     if (isa < 0) return NULL;
     {n}_model *m = calloc(1, sizeof *m);
     if (!m) {{ snprintf(load_err, sizeof load_err, "{n}: out of memory"); return NULL; }}
     m->threads = 1;
-    m->isa = isa;
-    for (int k = 0; k < {count}; k++) m->wt[k] = wt[k];
-    if (prepare(m)) {{
+    m->isa = isa;"""
+
+
+def _prepared(n: str) -> str:
+    """The end of ``_load`` and ``_bind``: ``m`` prepared (its matrices packed) and returned."""
+    return f"""    if (prepare(m)) {{
         snprintf(load_err, sizeof load_err, "{n}: out of memory preparing the model");
         {n}_free(m);
         return NULL;
     }}
-    return m;
-}}
-"""
+    return m;"""
 
 
 def _makefile(prog: Program, units: list[str]) -> str:

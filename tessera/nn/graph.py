@@ -300,7 +300,7 @@ _data_of = operator.attrgetter("_data")
 
 
 def _tree(roots) -> tuple:
-    """The ``training`` flags of ``roots`` and all their submodules (as ``_modes``), the ids
+    """The ``training`` flags of ``roots`` and all their submodules, the ids
     of each module and its parameters and buffers, and where the modules' are among them,
     in one walk."""
     seen: set = set()
@@ -324,20 +324,8 @@ def _tree(roots) -> tuple:
 
 def _modes(roots) -> tuple:
     """The ``training`` flags of ``roots`` and all their submodules, each module once, in
-    ``Module.modules()``'s order: what a call's signature checks (a walk without
-    ``named_modules``' name strings and generators, a step's largest cost after its
-    kernels on a small model)."""
-    seen: set = set()
-    out = []
-    stack = list(roots)[::-1]
-    while stack:
-        m = stack.pop()
-        if m is None or id(m) in seen:
-            continue
-        seen.add(id(m))
-        out.append(m.training)
-        stack.extend(list(m._modules.values())[::-1])
-    return tuple(out)
+    ``Module.modules()``'s order."""
+    return _tree(roots)[0]
 
 
 class Graph:
