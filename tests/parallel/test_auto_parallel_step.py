@@ -70,20 +70,27 @@ def _compiled(name: str, spec, n: int) -> list[str]:
     return out
 
 
-def _walked(name: str, spec, n: int) -> list[str]:
-    """The collectives the cost model's walk of the same plan counts, in order."""
+def _realised(name: str, spec, n: int, prof) -> tuple:
+    """(the cost model's problem, the assignment) of the hand plan ``spec`` of ``name`` on
+    ``n`` ranks under profile ``prof``."""
     model, loss_fn, x, y = BA._build(name, small=True)
     g = AP.record(lambda a, b: loss_fn(model, a, b), (x, y), dict(model.named_parameters()))
     params, inputs, zero = spec
-    c = AP.build_costs(g, (n,), DEFAULT, zero, "AdamW", BA._ZERO_MIN)
+    c = AP.build_costs(g, (n,), prof, zero, "AdamW", BA._ZERO_MIN)
     leaves = {}
     for v, node in enumerate(g.nodes):
         if node.kind in ("param", "input"):
             want = (AP._parse(params[node.name] if node.kind == "param" else inputs),)
             leaves[v] = next(k for k, cand in enumerate(c.cands[v])
                              if tuple(s.outs[0] for s in cand) == want)
+    return c, AP.realise(c, leaves)
+
+
+def _walked(name: str, spec, n: int) -> list[str]:
+    """The collectives the cost model's walk of the same plan counts, in order."""
+    c, assign = _realised(name, spec, n, DEFAULT)
     out = []
-    for e in W.walk(c, AP.realise(c, leaves)):
+    for e in W.walk(c, assign):
         if e.what == "conversion":
             out.append(_kind(e.src.short(), e.dst.short()))
         elif e.what == "local":
@@ -110,17 +117,7 @@ def test_collectives_counted_are_the_compiled_steps(name, spec):
 
 def _priced(name: str, spec, n: int, prof) -> tuple[float, int]:
     """(the walk's price, its collectives) of a plan of ``name`` under profile ``prof``."""
-    model, loss_fn, x, y = BA._build(name, small=True)
-    g = AP.record(lambda a, b: loss_fn(model, a, b), (x, y), dict(model.named_parameters()))
-    params, inputs, zero = spec
-    c = AP.build_costs(g, (n,), prof, zero, "AdamW", BA._ZERO_MIN)
-    leaves = {}
-    for v, node in enumerate(g.nodes):
-        if node.kind in ("param", "input"):
-            want = (AP._parse(params[node.name] if node.kind == "param" else inputs),)
-            leaves[v] = next(k for k, cand in enumerate(c.cands[v])
-                             if tuple(s.outs[0] for s in cand) == want)
-    assign = AP.realise(c, leaves)
+    c, assign = _realised(name, spec, n, prof)
     return W.price(c, assign), W.collectives(c, assign)
 
 
