@@ -86,13 +86,16 @@ def _lib():
     lib.tsr_bin_columns.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                     ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
                                     ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    lib.tsr_bin_columns_bits.argtypes = lib.tsr_bin_columns.argtypes
     P, I = ctypes.c_void_p, ctypes.c_int64
-    lib.tsr_bin_direct.argtypes = [P, I, P, P, P, P, I, I, P]
+    lib.tsr_bin_direct.argtypes = [P, I, P, P, P, P, I, I, P, P]
     lib.tsr_bin_direct.restype = ctypes.c_int64
     lib.tsr_bin_direct_pack.argtypes = [P, P, P]
-    lib.tsr_bin_direct_conv.argtypes = [P, I, P, P, P, I, I]
+    lib.tsr_bin_direct_bits.argtypes = [P, P, P]
+    lib.tsr_bin_direct_conv.argtypes = [P, I, P, P, P, I, I, P]
     for f in (lib.tsr_bin_pack_planar, lib.tsr_bin_pack_rows, lib.tsr_bin_columns,
-              lib.tsr_bin_direct_pack, lib.tsr_bin_direct_conv):
+              lib.tsr_bin_columns_bits, lib.tsr_bin_direct_pack, lib.tsr_bin_direct_bits,
+              lib.tsr_bin_direct_conv):
         f.restype = None
     lib.tsr_bin_direct_block.restype = ctypes.c_int64
     lib.tsr_bin_cpu.restype = ctypes.c_int
@@ -346,13 +349,18 @@ class _Direct:
              conv.src_words.nbytes] + off
         self.g = np.array(g, np.int64)
         self.gp = self.g.ctypes.data
-        self.img_words = conv.cw * hp * wp + 8
+        # the image, then the thresholds' table of a thresholded call (``c/binary.c``)
+        ob = -(-conv.o // nb) * nb
+        self.img_words = conv.cw * hp * wp + 8 + ob + -(-ob // 64)
         # one packed image kept for the calls on one thread (a concurrent call makes its own)
         self.img = np.empty(self.img_words, np.uint64)
         self.img_ptr = self.img.ctypes.data
         self.img_free = threading.Lock()
         self.out_shape = (conv.o, oh, ow)
         self.out: np.ndarray | None = None  # the last output, reused once nothing holds it
+        self.bits_shape = (oh, ow, -(-conv.o // 64))
+        self.bout: np.ndarray | None = None  # the same, of a thresholded (bit-packed) call
+        self.in_bytes = (conv.cin * h * w * 4, h * w * conv.cw * 8)  # an image, float, bits
         self.o = conv.o
         self.work = conv.o * oh * ow * k
 
@@ -397,61 +405,106 @@ def _remember(key: tuple, words: np.ndarray, plan: _Direct) -> None:
 
 
 def _geometry(x, words, cin, stride, padding, dilation):
-    if x.ndim != 4 or x.shape[1] != cin or words.ndim != 4 or words.shape[3] * 64 < cin:
+    if _is_bits(x):   # bit-packed: (N, H, W, ceil(C / 64)) words
+        if x.ndim != 4 or x.shape[3] != -(-cin // 64) or words.ndim != 4 or \
+                words.shape[3] * 64 < cin:
+            raise RuntimeError(f"binary conv2d: bit-packed input {tuple(x.shape)} and packed "
+                               f"weights {tuple(words.shape)} for {cin} input channels do not "
+                               f"fit: expected (N, H, W, {-(-cin // 64)}) words")
+        hw = x.shape[1:3]
+    elif x.ndim != 4 or x.shape[1] != cin or words.ndim != 4 or words.shape[3] * 64 < cin:
         raise RuntimeError(f"binary conv2d: input {tuple(x.shape)} and packed weights "
                            f"{tuple(words.shape)} for {cin} input channels do not fit")
-    oh = _out_size(x.shape[2], words.shape[1], stride[0], padding[0], dilation[0])
-    ow = _out_size(x.shape[3], words.shape[2], stride[1], padding[1], dilation[1])
+    else:
+        hw = x.shape[2:]
+    oh = _out_size(hw[0], words.shape[1], stride[0], padding[0], dilation[0])
+    ow = _out_size(hw[1], words.shape[2], stride[1], padding[1], dilation[1])
     if oh <= 0 or ow <= 0:
         raise RuntimeError(f"binary conv2d: the output would be empty (input "
                            f"{tuple(x.shape)}, kernel {tuple(words.shape[1:3])})")
     return oh, ow
 
 
+def _is_bits(x: np.ndarray) -> bool:
+    """Whether ``x`` holds bit-packed words (64-bit integers) rather than values."""
+    return x.dtype.kind in "iu" and x.dtype.itemsize == 8
+
+
+def _check_threshold(threshold: np.ndarray | None, o: int) -> np.ndarray | None:
+    if threshold is None:
+        return None
+    if threshold.dtype != np.int64 or threshold.shape != (o, 2):
+        raise RuntimeError(f"binary: thresholds must be int64 of shape ({o}, 2), one (t, flip) "
+                           f"per output channel, got {threshold.shape} of {threshold.dtype}")
+    return np.ascontiguousarray(threshold)
+
+
 def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding=(0, 0),
            dilation=(1, 1), pad_value: int = -1, scale: np.ndarray | None = None,
-           path: str | None = None) -> np.ndarray:
-    """The binary convolution of float ``x`` (N, C, H, W), binarized, with packed weights
-    ``words`` (O, KH, KW, ceil(C/64)): float32 (N, O, OH, OW), ``float32(dot) * scale[o]``.
+           threshold: np.ndarray | None = None, path: str | None = None) -> np.ndarray:
+    """The binary convolution of ``x`` with packed weights ``words`` (O, KH, KW, ceil(C/64)).
+
+    ``x`` is float (N, C, H, W), binarized, or bit-packed words (int64 or uint64,
+    (N, H, W, ceil(C/64)): ``packbits`` of the channels, as a thresholded call writes them).
+    The result is float32 (N, O, OH, OW), ``float32(dot) * scale[o]``; or, with
+    ``threshold`` (int64 (O, 2): per channel ``(t, flip)``), the signs ``(dot < t) xor
+    flip`` (set: -1) bit-packed, int64 (N, OH, OW, ceil(O/64)).
 
     >>> x = np.ones((1, 1, 3, 3), np.float32); w = packbits(-np.ones((1, 3, 3, 1)))
     >>> conv2d(x, w, 1, padding=(1, 1), pad_value=-1)[0, 0, 0].tolist()  # 4 in, 5 padded
     [1.0, -3.0, 1.0]
+    >>> t = np.array([[0, 0]])                                          # dot < 0: -1
+    >>> conv2d(x, w, 1, padding=(1, 1), threshold=t)[0, 0].ravel().tolist()
+    [2, 3, 2]
     """
     path = path or isa()
     if path != "numpy":
         # a layer's next call at an input size it has seen: its plan holds the rest
         try:
-            hit = _SEEN.get((id(words), x.shape, cin, stride, padding, dilation, pad_value))
+            hit = _SEEN.get((id(words), x.shape, x.dtype.char, cin, stride, padding, dilation,
+                             pad_value))
         except TypeError:  # lists for tuples: the long way
             hit = None
         if hit is not None and hit[0]() is words:
-            if x.dtype != _F32 or not x.flags.c_contiguous:
+            bits = _is_bits(x)
+            if bits:
+                x = np.ascontiguousarray(x)
+            elif x.dtype != _F32 or not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x, np.float32)
             if scale is not None and (scale.dtype != _F32 or not scale.flags.c_contiguous):
                 scale = np.ascontiguousarray(scale, np.float32)
+            if threshold is not None:
+                threshold = _check_threshold(threshold, hit[1].o)
             # None: the weights were written in place since the plan was made
-            out = _direct(_lib(), path, x, hit[1], scale, words)
+            out = _direct(_lib(), path, x, hit[1], scale, words, threshold, bits)
             if out is not None:
                 return out
-    key, words_in = (id(words), x.shape, cin, stride, padding, dilation, pad_value), words
+    key = (id(words), x.shape, x.dtype.char, cin, stride, padding, dilation, pad_value)
+    words_in = words
     pad_value = _check_pad(pad_value)
     stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
     if words.dtype == np.int64:  # int64 tensors hold the words (``binary_pack``)
         words = words.view(np.uint64)
+    bits = _is_bits(x)
+    if bits:
+        x = np.ascontiguousarray(x).view(np.uint64)
     oh, ow = _geometry(x, words, cin, stride, padding, dilation)
+    threshold = _check_threshold(threshold, words.shape[0])
     scale = None if scale is None else np.ascontiguousarray(scale, np.float32)
     if path == "numpy":
         return reference_conv2d(x, words, cin, stride=stride, padding=padding,
-                                dilation=dilation, pad_value=pad_value, scale=scale)
+                                dilation=dilation, pad_value=pad_value, scale=scale,
+                                threshold=threshold)
     lib = _lib()
-    x = np.ascontiguousarray(x, np.float32)
-    n, c, h, w = x.shape
+    if not bits:
+        x = np.ascontiguousarray(x, np.float32)
+    n = x.shape[0]
+    h, w = x.shape[1:3] if bits else x.shape[2:]
     pw = _prepared(words, cin)
     if stride == (1, 1) and cin * pw.kh * pw.kw < 1 << 24:  # sums exact in float32
         plan = pw.direct(h, w, padding, dilation, pad_value)
         _remember(key, words_in, plan)
-        return _direct(lib, path, x, plan, scale, None)  # type: ignore[return-value]
+        return _direct(lib, path, x, plan, scale, None, threshold, bits)  # type: ignore
     m = oh * ow
     mip = -(-m // _TW) * _TW
     halves = 2 * pw.kh * pw.kw * pw.cw
@@ -466,7 +519,10 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
         corr = pw.corr(h, w, stride, padding, dilation, oh, ow)
     out = np.empty((n, pw.o, oh, ow), np.float32)
     kbits = cin * pw.kh * pw.kw
-    _columns(lib, x, c, geo, fill, fill_last, cols, pw.cw * h * w, halves * m)
+    _columns(lib, x, cin, geo, fill, fill_last, cols, pw.cw * h * w, halves * m, bits)
+    if threshold is not None:  # the exact dot products, then their signs
+        _gemm(path, cols, m, pw.rows, out, m, kbits, corr, None, False, pw.o * m)
+        return _signs_packed(out, threshold, 1)
     _gemm(path, cols, m, pw.rows, out, m, kbits, corr, scale, False, pw.o * m)
     return out
 
@@ -475,19 +531,39 @@ _PATH = {"c": 0, "avx2": 1, "vpopcnt": 2}
 _refs = sys.getrefcount
 
 
+def _signs_packed(dot: np.ndarray, threshold: np.ndarray, axis: int) -> np.ndarray:
+    """``(dot < t) xor flip`` along the channel ``axis`` of exact integer dot products,
+    moved last and bit-packed: int64 words."""
+    shape = [1] * dot.ndim
+    shape[axis] = -1
+    neg = (dot < threshold[:, 0].reshape(shape)) != (threshold[:, 1] & 1).astype(bool).reshape(
+        shape)
+    neg = np.moveaxis(neg, axis, -1)
+    return packbits(np.where(neg, -1.0, 1.0).astype(np.float32)).view(np.int64)
+
+
 def _direct(lib, path: str, x: np.ndarray, plan: _Direct, scale: np.ndarray | None,
-            words: np.ndarray | None) -> np.ndarray | None:
-    """The stride-1 convolution on the direct kernels: each image packed once into a padded
-    image the kernels read in place; one C call on one thread, else the images (or, for one
-    image, the output channels) split over the kernel threads. With ``words``, None if they
-    no longer hold the values the plan was made from (checked in the C call on one thread).
+            words: np.ndarray | None, threshold: np.ndarray | None = None,
+            bits: bool = False) -> np.ndarray | None:
+    """The stride-1 convolution on the direct kernels: each image packed once (or, bit-packed
+    already, copied) into a padded image the kernels read in place; one C call on one
+    thread, else the images (or, for one image, the output channels) split over the kernel
+    threads. With ``threshold``, the output is bit-packed. With ``words``, None if they no
+    longer hold the values the plan was made from (checked in the C call on one thread).
     The output is the plan's last one when nothing else holds it (an output the caller
     still has, or any view of it, keeps it; then a new one)."""
     n = x.shape[0]
     # two references when nothing else holds it: the plan's and getrefcount's argument
-    if plan.out is None or _refs(plan.out) != 2 or plan.out.shape[0] != n:
-        plan.out = np.empty((n,) + plan.out_shape, np.float32)
-    out = plan.out
+    if threshold is None:
+        out = plan.out
+        if out is None or _refs(out) != 2 or out.shape[0] != n:
+            plan.out = out = np.empty((n,) + plan.out_shape, np.float32)
+        tp = 0
+    else:
+        out = plan.bout
+        if out is None or _refs(out) != 2 or out.shape[0] != n:
+            plan.bout = out = np.empty((n,) + plan.bits_shape, np.int64)
+        tp = _addr(threshold)
     sp = 0 if scale is None else _addr(scale)
     xp, op, code = _addr(x), _addr(out), _PATH[path]
     if n * plan.work >= _SPLIT_OPS and threadpool.usable():
@@ -497,8 +573,8 @@ def _direct(lib, path: str, x: np.ndarray, plan: _Direct, scale: np.ndarray | No
         if n >= t:
             step = -(-n // t)
             imgs = [np.empty(plan.img_words, np.uint64) for _ in range(0, n, step)]
-            parts = [(plan.gp, code, xp, sp, op, im.ctypes.data, i, min(i + step, n), 0)
-                     for im, i in zip(imgs, range(0, n, step))]
+            parts = [(plan.gp, code | 4 * bits, xp, sp, op, im.ctypes.data, i,
+                      min(i + step, n), 0, tp) for im, i in zip(imgs, range(0, n, step))]
             if threadpool.run(lib.tsr_bin_direct, parts) is not None:
                 return out
         else:
@@ -506,11 +582,12 @@ def _direct(lib, path: str, x: np.ndarray, plan: _Direct, scale: np.ndarray | No
             img = np.empty(plan.img_words, np.uint64)
             ip = img.ctypes.data
             step = -(-plan.o // t)
-            step = -(-step // nb) * nb
-            osz = plan.o * plan.oh * plan.ow
+            step = -(-step // nb) * nb   # bit-packed: parts never share a byte
+            osz = out[0].nbytes
+            fill = lib.tsr_bin_direct_bits if bits else lib.tsr_bin_direct_pack
             for i in range(n):
-                lib.tsr_bin_direct_pack(plan.gp, xp + i * x[0].nbytes, ip)
-                chunks = [(plan.gp, code, ip, sp, op + i * osz * 4, j, min(j + step, plan.o))
+                fill(plan.gp, xp + i * plan.in_bytes[bits], ip)
+                chunks = [(plan.gp, code, ip, sp, op + i * osz, j, min(j + step, plan.o), tp)
                           for j in range(0, plan.o, step)]
                 if threadpool.run(lib.tsr_bin_direct_conv, chunks) is None:
                     for c in chunks:
@@ -522,54 +599,80 @@ def _direct(lib, path: str, x: np.ndarray, plan: _Direct, scale: np.ndarray | No
             wp = _addr(words)
         elif not plan.conv.current(words):
             return None
+    if bits:
+        code |= 4
     if plan.img_free.acquire(blocking=False):
         try:
-            stale = lib.tsr_bin_direct(plan.gp, code, xp, sp, op, plan.img_ptr, 0, n, wp)
+            stale = lib.tsr_bin_direct(plan.gp, code, xp, sp, op, plan.img_ptr, 0, n, wp, tp)
         finally:
             plan.img_free.release()
     else:
         img = np.empty(plan.img_words, np.uint64)
-        stale = lib.tsr_bin_direct(plan.gp, code, xp, sp, op, img.ctypes.data, 0, n, wp)
+        stale = lib.tsr_bin_direct(plan.gp, code, xp, sp, op, img.ctypes.data, 0, n, wp, tp)
     return None if stale else out
 
 
 def _columns(lib, x: np.ndarray, c: int, geo: np.ndarray, fill: int, fill_last: int,
-             cols: np.ndarray, plane: int, work: int) -> None:
-    """The binarized columns of every image of ``x``, split over the kernel threads."""
+             cols: np.ndarray, plane: int, work: int, bits: bool = False) -> None:
+    """The binarized columns of every image of ``x`` (float, or bit-packed words), split
+    over the kernel threads."""
     n = x.shape[0]
     from tessera.kernels import threadpool
     t = threadpool._threads() if n > 1 and n * work >= _SPLIT_OPS and threadpool.usable() else 1
     step = -(-n // t)
     bounds = list(range(0, n, step))
     scratch = [np.empty(plane, np.uint64) for _ in bounds]
+    f = lib.tsr_bin_columns_bits if bits else lib.tsr_bin_columns
     parts = [(x.ctypes.data, c, geo.ctypes.data, fill, fill_last, s.ctypes.data,
               cols.ctypes.data, i, min(i + step, n)) for i, s in zip(bounds, scratch)]
-    if len(parts) > 1 and threadpool.run(lib.tsr_bin_columns, parts) is not None:
+    if len(parts) > 1 and threadpool.run(f, parts) is not None:
         return
     for p in parts:
-        lib.tsr_bin_columns(*p)
+        f(*p)
+
+
+def _rows_of_bits(x: np.ndarray, cin: int) -> np.ndarray:
+    """Bit-packed rows as the product reads them: uint64, the last word's unused bits
+    cleared."""
+    rows = np.ascontiguousarray(x).view(np.uint64)
+    if cin % 64:
+        rows = rows.copy()
+        rows[:, -1] &= np.uint64((1 << (cin % 64)) - 1)
+    return rows
 
 
 def linear(x: np.ndarray, words: np.ndarray, cin: int, *, scale: np.ndarray | None = None,
-           path: str | None = None) -> np.ndarray:
-    """The binary product of float ``x`` (B, cin), binarized, and packed weights ``words``
-    (O, ceil(cin/64)): float32 (B, O), ``float32(dot) * scale[o]``."""
+           threshold: np.ndarray | None = None, path: str | None = None) -> np.ndarray:
+    """The binary product of ``x`` and packed weights ``words`` (O, ceil(cin/64)): ``x``
+    float (B, cin), binarized, or bit-packed words (int64 or uint64, (B, ceil(cin/64))).
+    The result is float32 (B, O), ``float32(dot) * scale[o]``, or with ``threshold``
+    (int64 (O, 2)) the signs ``(dot < t) xor flip`` bit-packed, int64 (B, ceil(O/64)).
+
+    >>> w = packbits(np.array([[1.0, -1.0, 1.0]]))
+    >>> linear(packbits(np.array([[-1.0, 2.0, -0.5]])), w, 3).tolist()
+    [[-3.0]]
+    """
     path = path or isa()
-    if x.ndim != 2 or x.shape[1] != cin or words.ndim != 2 or words.shape[1] * 64 < cin:
-        raise RuntimeError(f"binary linear: input {tuple(x.shape)} and packed weights "
+    bits = _is_bits(x)
+    width = -(-cin // 64) if bits else cin
+    if x.ndim != 2 or x.shape[1] != width or words.ndim != 2 or words.shape[1] * 64 < cin:
+        what = "bit-packed input" if bits else "input"
+        raise RuntimeError(f"binary linear: {what} {tuple(x.shape)} and packed weights "
                            f"{tuple(words.shape)} for {cin} inputs do not fit")
+    threshold = _check_threshold(threshold, words.shape[0])
     scale = None if scale is None else np.ascontiguousarray(scale, np.float32)
     if path == "numpy":
-        return reference_linear(x, words, cin, scale=scale)
-    rows = _rows_of(np.ascontiguousarray(x, np.float32))
+        return reference_linear(x, words, cin, scale=scale, threshold=threshold)
+    rows = _rows_of_bits(x, cin) if bits else _rows_of(np.ascontiguousarray(x, np.float32))
     o = words.shape[0]
     # the weights are the columns: a batch of one still fills the 16-wide tiles
     op = -(-o // _TW) * _TW
     a = np.zeros((2 * words.shape[1], op), np.uint32)
-    a[:, :o] = np.ascontiguousarray(words, np.uint64).view(np.uint32).T
+    a[:, :o] = np.ascontiguousarray(words).view(np.uint64).view(np.uint32).T
     out = np.empty((x.shape[0], o), np.float32)
-    _gemm(path, a, o, rows.view(np.uint32), out, o, cin, None, scale, True)
-    return out
+    _gemm(path, a, o, rows.view(np.uint32), out, o, cin, None,
+          None if threshold is not None else scale, True)
+    return out if threshold is None else _signs_packed(out, threshold, 1)
 
 
 # ---- the reference ---------------------------------------------------------------------------
@@ -581,9 +684,18 @@ def _scaled(dot: np.ndarray, scale: np.ndarray | None, axis_shape) -> np.ndarray
     return v
 
 
+def _signs_of(x: np.ndarray, cin: int) -> np.ndarray:
+    """-1/+1 int64 values (N, C, H, W) of float ``x`` or of bit-packed words
+    (N, H, W, ceil(C/64))."""
+    if _is_bits(x):
+        return unpackbits(x, cin).astype(np.int64).transpose(0, 3, 1, 2)
+    return np.where(np.asarray(x) < 0, -1, 1).astype(np.int64)
+
+
 def reference_conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1),
                      padding=(0, 0), dilation=(1, 1), pad_value: int = -1,
-                     scale: np.ndarray | None = None) -> np.ndarray:
+                     scale: np.ndarray | None = None,
+                     threshold: np.ndarray | None = None) -> np.ndarray:
     """The definition of ``conv2d`` in NumPy integers.
 
     >>> x = np.ones((1, 1, 3, 3), np.float32); w = packbits(-np.ones((1, 3, 3, 1)))
@@ -593,8 +705,7 @@ def reference_conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1
     pad_value = _check_pad(pad_value)
     oh, ow = _geometry(x, words, cin, stride, padding, dilation)
     o, kh, kw, _ = words.shape
-    xs = np.where(np.asarray(x) < 0, -1, 1).astype(np.int64)
-    xs = np.pad(xs, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2),
+    xs = np.pad(_signs_of(x, cin), ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2),
                 constant_values=pad_value)
     ws = unpackbits(words, cin).astype(np.int64)          # (O, KH, KW, C)
     dot = np.zeros((x.shape[0], o, oh, ow), np.int64)
@@ -604,16 +715,24 @@ def reference_conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1
             win = xs[:, :, y0:y0 + (oh - 1) * stride[0] + 1:stride[0],
                      x0:x0 + (ow - 1) * stride[1] + 1:stride[1]]
             dot += np.einsum("nchw,oc->nohw", win, ws[:, ky, kx])
+    if threshold is not None:
+        return _signs_packed(dot, _check_threshold(threshold, o), 1)
     return _scaled(dot, scale, (1, o, 1, 1))
 
 
 def reference_linear(x: np.ndarray, words: np.ndarray, cin: int, *,
-                     scale: np.ndarray | None = None) -> np.ndarray:
+                     scale: np.ndarray | None = None,
+                     threshold: np.ndarray | None = None) -> np.ndarray:
     """The definition of ``linear`` in NumPy integers.
 
     >>> reference_linear(np.array([[-1.0, 2.0]]), packbits(np.array([[1.0, 1.0]])), 2)
     array([[0.]], dtype=float32)
     """
-    xs = np.where(np.asarray(x) < 0, -1, 1).astype(np.int64)
+    if _is_bits(x):
+        xs = unpackbits(x, cin).astype(np.int64)
+    else:
+        xs = np.where(np.asarray(x) < 0, -1, 1).astype(np.int64)
     ws = unpackbits(words, cin).astype(np.int64)
+    if threshold is not None:
+        return _signs_packed(xs @ ws.T, _check_threshold(threshold, ws.shape[0]), 1)
     return _scaled(xs @ ws.T, scale, (1, -1))

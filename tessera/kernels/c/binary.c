@@ -319,6 +319,23 @@ void tsr_bin_columns(const float* x, int64_t C, const int64_t* g, uint64_t pad,
     }
 }
 
+/* tsr_bin_columns for bit-packed images: x (N, H, W, Cw) words, channel-last as
+   ``packbits`` lays them out, made planar (the last word's unused high bits cleared) and
+   laid out as columns. */
+void tsr_bin_columns_bits(const uint64_t* x, int64_t C, const int64_t* g, uint64_t pad,
+                          uint64_t padlast, uint64_t* P, uint32_t* A, int64_t i0, int64_t i1) {
+    const int64_t HW = g[1] * g[2], Cw = g[0];
+    const uint64_t last = C % 64 ? (1ull << (C % 64)) - 1 : ~0ull;
+    for (int64_t i = i0; i < i1; i++) {
+        const uint64_t* xi = x + i * HW * Cw;
+        for (int64_t w = 0; w < Cw; w++) {
+            const uint64_t keep = w == Cw - 1 ? last : ~0ull;
+            for (int64_t q = 0; q < HW; q++) P[w * HW + q] = xi[q * Cw + w] & keep;
+        }
+        im2col(P, g, pad, padlast, A + i * g[13]);
+    }
+}
+
 /* which instruction sets this CPU has: bit 0 AVX2, bit 1 AVX-512 VPOPCNTDQ (with DQ) */
 int tsr_bin_cpu(void) {
     __builtin_cpu_init();
@@ -449,8 +466,36 @@ void tsr_bin_direct_pack(const int64_t* g, const float* x, uint64_t* img) {
     }
 }
 
+/* One bit-packed image x (H, W, Cw): channel-last words, as ``packbits`` of the channels
+   (a binary layer's thresholded output) copied into the padded planar image ``img``; the
+   last word's unused high bits are cleared (they must count as nothing). */
+void tsr_bin_direct_bits(const int64_t* g, const uint64_t* x, uint64_t* img) {
+    const int64_t Cw = g[D_CW], cin = g[D_CIN], H = g[D_H], W = g[D_W], Hp = g[D_HP],
+                  Wp = g[D_WP];
+    const uint64_t last = cin % 64 ? (1ull << (cin % 64)) - 1 : ~0ull;
+    fill_border(g, img);
+    for (int64_t w = 0; w < Cw; w++) {
+        const uint64_t keep = w == Cw - 1 ? last : ~0ull;
+        for (int64_t y = 0; y < H; y++) {
+            uint64_t* dst = img + (w * Hp + y + g[D_PH]) * Wp + g[D_PW];
+            const uint64_t* src = x + y * W * Cw + w;
+            if (Cw == 1 && keep == ~0ull) memcpy(dst, src, sizeof(uint64_t) * (size_t)W);
+            else for (int64_t i = 0; i < W; i++) dst[i] = src[i * Cw] & keep;
+        }
+    }
+}
+
 /* where a vector of the output (8 pixels of one row) reads and writes */
 typedef struct { int64_t src, pix; int nv; } dvec;
+
+/* Where the results go. Float: out (O, OH, OW), float32(kbits - 2 * sum + corr) * scale[n].
+   Bits (th non-null): out (OH, OW, Cwo) words, Cwo = ceil(O / 64), channel-last as
+   ``packbits`` lays them out; bit n % 64 of word n / 64 of a pixel is set where
+   (D > th[n]) xor flip[n], D = 2 * sum - corr, or the sum alone when there is no corr (th
+   is then halved: 2 sum > t is sum > floor(t / 2)). The kernels write one byte (8
+   channels) of a word at a time, so that parts of a call that split the channels at
+   multiples of 8 never share a byte. */
+typedef struct { const float* scale; void* out; const int64_t* th; const uint8_t* flip; } dout;
 
 /* the vector at (*oy, *ox), then moves them on to the next (rows of OW pixels) */
 static inline dvec dnext(const int64_t* g, int64_t* oy, int64_t* ox) {
@@ -464,22 +509,36 @@ static inline dvec dnext(const int64_t* g, int64_t* oy, int64_t* ox) {
     return v;
 }
 
-/* the epilogue of one vector and channel: ``epilogue``'s arithmetic on nv pixels */
-static inline void dstore_c(const int64_t* g, const float* scale, float* out, int64_t n,
-                            dvec v, const int64_t* s) {
+/* the epilogue of one vector and channel: ``epilogue``'s arithmetic on nv pixels, or the
+   channel's bit of each pixel's word */
+static inline void dstore_c(const int64_t* g, const dout* o, int64_t n, dvec v,
+                            const int64_t* s) {
     const int32_t* corr = (const int32_t*)g[D_CORR];
     const int64_t ohw = g[D_OH] * g[D_OW];
+    if (o->th) {
+        const int64_t cwo = (g[D_O] + 63) / 64, t = o->th[n];
+        const int flip = (o->flip[n / 8] >> (n % 8)) & 1;
+        uint8_t* b = (uint8_t*)o->out + (v.pix * cwo + n / 64) * 8 + (n % 64) / 8;
+        for (int i = 0; i < v.nv; i++) {
+            const int64_t d = corr ? 2 * s[i] - corr[n * ohw + v.pix + i] : s[i];
+            const uint8_t bit = (uint8_t)(((d > t) ^ flip) << (n % 8));
+            uint8_t* p = b + i * cwo * 8;
+            *p = n % 8 ? (uint8_t)(*p | bit) : bit;   /* a byte's first channel starts it */
+        }
+        return;
+    }
+    float* out = (float*)o->out;
     for (int i = 0; i < v.nv; i++) {
         int32_t d = (int32_t)g[D_KBITS] - 2 * (int32_t)s[i] +
                     (corr ? corr[n * ohw + v.pix + i] : 0);
         float f = (float)d;
-        if (scale) f *= scale[n];
+        if (o->scale) f *= o->scale[n];
         out[n * ohw + v.pix + i] = f;
     }
 }
 
-static void direct_c(const int64_t* g, const uint64_t* img, const float* scale, float* out,
-                     int64_t n0, int64_t n1) {
+static void direct_c(const int64_t* g, const uint64_t* img, const dout* o, int64_t n0,
+                     int64_t n1) {
     const int64_t K = g[D_K], V = g[D_OH] * ((g[D_OW] + VW - 1) / VW);
     const uint64_t* wb = (const uint64_t*)g[D_WB];
     const int64_t* off = g + D_OFF;
@@ -495,7 +554,7 @@ static void direct_c(const int64_t* g, const uint64_t* img, const float* scale, 
                     t += __builtin_popcountll(img[v.src + off[k] + i] ^ w[k * NB]);
                 s[i] = t;
             }
-            dstore_c(g, scale, out, n, v, s);
+            dstore_c(g, o, n, v, s);
         }
     }
 }
@@ -506,8 +565,8 @@ enum { NR2 = 4, PV2 = 2 };
 
 __attribute__((target("avx2")))
 static inline __attribute__((always_inline)) void dtile_avx2(
-        const int64_t* g, const uint64_t* img, const uint64_t* w, const float* scale,
-        float* out, int64_t n, int nr, const dvec* v, int pv) {
+        const int64_t* g, const uint64_t* img, const uint64_t* w, const dout* o, int64_t n,
+        int nr, const dvec* v, int pv) {
     const int64_t K = g[D_K];
     const int64_t* off = g + D_OFF;
     const __m256i tbl = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4,
@@ -546,13 +605,13 @@ static inline __attribute__((always_inline)) void dtile_avx2(
             int64_t s[VW];
             _mm256_storeu_si256((__m256i*)s, q[2 * u][j]);
             _mm256_storeu_si256((__m256i*)(s + 4), q[2 * u + 1][j]);
-            dstore_c(g, scale, out, n + j, v[u], s);
+            dstore_c(g, o, n + j, v[u], s);
         }
 }
 
 __attribute__((target("avx2")))
-static void direct_avx2(const int64_t* g, const uint64_t* img, const float* scale, float* out,
-                        int64_t n0, int64_t n1) {
+static void direct_avx2(const int64_t* g, const uint64_t* img, const dout* o, int64_t n0,
+                        int64_t n1) {
     const int64_t K = g[D_K], V = g[D_OH] * ((g[D_OW] + VW - 1) / VW);
     const uint64_t* wb = (const uint64_t*)g[D_WB];
     for (int64_t n = n0; n < n1; n += NR2) {
@@ -562,12 +621,12 @@ static void direct_avx2(const int64_t* g, const uint64_t* img, const float* scal
         for (; q + PV2 <= V; q += PV2) {
             dvec v[PV2];
             for (int u = 0; u < PV2; u++) v[u] = dnext(g, &oy, &ox);
-            dtile_avx2(g, img, w, scale, out, n, nr, v, PV2);
+            dtile_avx2(g, img, w, o, n, nr, v, PV2);
         }
         for (; q < V; q++) {
             dvec v[PV2];
             v[0] = dnext(g, &oy, &ox);
-            dtile_avx2(g, img, w, scale, out, n, nr, v, 1);
+            dtile_avx2(g, img, w, o, n, nr, v, 1);
         }
     }
 }
@@ -578,12 +637,13 @@ static void direct_avx2(const int64_t* g, const uint64_t* img, const float* scal
 #endif
 #define T512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx512vpopcntdq")))
 
-T512 static inline __attribute__((always_inline)) void dtile_512(
-        const int64_t* g, const uint64_t* img, const uint64_t* w, const float* scale,
-        float* out, int64_t n, int nr, const dvec* v, int pv) {
+/* the tile's sums: s[u][j], pixels of vector u by channel n + j */
+T512 static inline __attribute__((always_inline)) void dsums_512(
+        const int64_t* g, const uint64_t* img, const uint64_t* w, const dvec* v, int pv,
+        __m512i s[PV5][NB]) {
     const int64_t K = g[D_K];
     const int64_t* off = g + D_OFF;
-    __m512i s[PV5][NB], a[PV5];
+    __m512i a[PV5];
     /* the first word's counts start the sums */
     for (int u = 0; u < pv; u++) a[u] = _mm512_loadu_si512(img + v[u].src + off[0]);
     for (int j = 0; j < NB; j++) {
@@ -599,6 +659,13 @@ T512 static inline __attribute__((always_inline)) void dtile_512(
                     _mm512_xor_si512(a[u], b)));
         }
     }
+}
+
+T512 static inline __attribute__((always_inline)) void dtile_512(
+        const int64_t* g, const uint64_t* img, const uint64_t* w, const float* scale,
+        float* out, int64_t n, int nr, const dvec* v, int pv) {
+    __m512i s[PV5][NB];
+    dsums_512(g, img, w, v, pv, s);
     /* two channels' sums at once: their low halves (the sums are < 2^24) in one register,
        converted, and kbits - 2 * sum (+ corr) formed in float, exactly, by one fma */
     const float* base = (const float*)g[D_BASE];
@@ -632,8 +699,39 @@ T512 static inline __attribute__((always_inline)) void dtile_512(
     }
 }
 
-T512 static void direct_512(const int64_t* g, const uint64_t* img, const float* scale,
-                            float* out, int64_t n0, int64_t n1) {
+/* the bit-packed epilogue: per vector, channel j's comparison or-ed in as bit j of each
+   pixel's lane, the block's flips applied, the lanes narrowed to bytes (vpmovqb) and each
+   byte stored into its pixel's word */
+T512 static inline __attribute__((always_inline)) void dtile_512_bits(
+        const int64_t* g, const uint64_t* img, const uint64_t* w, const dout* o, int64_t n,
+        int nr, const dvec* v, int pv) {
+    __m512i s[PV5][NB];
+    dsums_512(g, img, w, v, pv, s);
+    const int32_t* corr = (const int32_t*)g[D_CORR];
+    const int64_t ohw = g[D_OH] * g[D_OW], step = (g[D_O] + 63) / 64 * 8;
+    uint8_t* ob = (uint8_t*)o->out + (n / 64) * 8 + (n % 64) / 8;
+    const __m512i flip = _mm512_set1_epi64(o->flip[n / 8]);
+#pragma GCC unroll 4
+    for (int u = 0; u < pv; u++) {
+        const __mmask8 m = (__mmask8)((1u << v[u].nv) - 1);
+        __m512i acc = flip;
+#pragma GCC unroll 8
+        for (int j = 0; j < nr; j++) {
+            __m512i d = s[u][j];
+            if (corr)
+                d = _mm512_sub_epi64(_mm512_slli_epi64(d, 1), _mm512_cvtepi32_epi64(
+                    _mm256_maskz_loadu_epi32(m, corr + (n + j) * ohw + v[u].pix)));
+            const __mmask8 k = _mm512_cmpgt_epi64_mask(d, _mm512_set1_epi64(o->th[n + j]));
+            acc = _mm512_mask_xor_epi64(acc, k, acc, _mm512_set1_epi64(1ll << j));
+        }
+        uint64_t b = (uint64_t)_mm_cvtsi128_si64(_mm512_cvtepi64_epi8(acc));
+        uint8_t* p = ob + v[u].pix * step;
+        for (int i = 0; i < v[u].nv; i++, b >>= 8) p[i * step] = (uint8_t)b;
+    }
+}
+
+T512 static void direct_512(const int64_t* g, const uint64_t* img, const dout* o, int64_t n0,
+                            int64_t n1) {
     const int64_t K = g[D_K], V = g[D_OH] * ((g[D_OW] + VW - 1) / VW);
     const uint64_t* wb = (const uint64_t*)g[D_WB];
     for (int64_t n = n0; n < n1; n += NB) {
@@ -644,38 +742,85 @@ T512 static void direct_512(const int64_t* g, const uint64_t* img, const float* 
             dvec v[PV5];
             for (int u = 0; u < PV5; u++) v[u] = dnext(g, &oy, &ox);
             /* a whole block of channels: the epilogue unrolled, the sums kept in registers */
-            if (nr == NB) dtile_512(g, img, w, scale, out, n, NB, v, PV5);
-            else dtile_512(g, img, w, scale, out, n, nr, v, PV5);
+            if (o->th) {
+                if (nr == NB) dtile_512_bits(g, img, w, o, n, NB, v, PV5);
+                else dtile_512_bits(g, img, w, o, n, nr, v, PV5);
+            } else if (nr == NB) {
+                dtile_512(g, img, w, o->scale, (float*)o->out, n, NB, v, PV5);
+            } else {
+                dtile_512(g, img, w, o->scale, (float*)o->out, n, nr, v, PV5);
+            }
         }
         for (; q < V; q++) {
             dvec v[PV5];
             v[0] = dnext(g, &oy, &ox);
-            dtile_512(g, img, w, scale, out, n, nr, v, 1);
+            if (o->th) dtile_512_bits(g, img, w, o, n, nr, v, 1);
+            else dtile_512(g, img, w, o->scale, (float*)o->out, n, nr, v, 1);
         }
     }
 }
 
-/* The output channels [n0, n1) (n0 a multiple of NB) of one image, from its packed image:
-   out (O, OH, OW). path: 0 portable C, 1 AVX2, 2 AVX-512 VPOPCNTDQ. */
-void tsr_bin_direct_conv(const int64_t* g, int64_t path, const uint64_t* img,
-                         const float* scale, float* out, int64_t n0, int64_t n1) {
-    if (path == 2) direct_512(g, img, scale, out, n0, n1);
-    else if (path == 1) direct_avx2(g, img, scale, out, n0, n1);
-    else direct_c(g, img, scale, out, n0, n1);
+/* The thresholds of channels [n0, n1) as the kernels compare them, into ``tab`` (O rounded
+   up to NB int64, then as many flip bits): T (O, 2) int64 holds, per channel, (t, flip):
+   the bit is set where (dot < t) xor flip, dot = kbits - D. */
+static void thresholds(const int64_t* g, const int64_t* T, int64_t* tab, int64_t n0,
+                       int64_t n1) {
+    const int64_t ob = (g[D_O] + NB - 1) / NB * NB, kbits = g[D_KBITS];
+    uint8_t* flip = (uint8_t*)(tab + ob);
+    const int halve = !g[D_CORR];
+    for (int64_t n = n0; n < n1; n++) {
+        /* dot < t  <=>  D > kbits - t; clamped so that the constants stay constant */
+        int64_t t = T[2 * n];
+        t = t > (1ll << 40) ? 1ll << 40 : t < -(1ll << 40) ? -(1ll << 40) : t;
+        const int64_t d = kbits - t;
+        tab[n] = halve ? d >> 1 : d;   /* arithmetic: floor */
+        if (n % 8 == 0) flip[n / 8] = 0;
+        flip[n / 8] |= (uint8_t)((T[2 * n + 1] & 1) << (n % 8));
+    }
 }
 
-/* Images [i0, i1) of x (N, C, H, W), each packed into ``img`` (scratch of Cw * Hp * Wp +
-   8 words) and convolved: out (N, O, OH, OW). One call per layer on one thread. With
-   ``words`` (the layer's packed weights as the caller has them now), first whether they
-   still hold what the plan was made from: 1 and nothing done if not (they were written in
-   place: the caller prepares them again), else 0. */
-int64_t tsr_bin_direct(const int64_t* g, int64_t path, const float* x, const float* scale,
-                       float* out, uint64_t* img, int64_t i0, int64_t i1, const void* words) {
+/* The output channels [n0, n1) (n0 a multiple of NB) of one image, from its packed image:
+   out float (O, OH, OW), or, with thresholds T, bit-packed (OH, OW, ceil(O / 64)) words.
+   path: 0 portable C, 1 AVX2, 2 AVX-512 VPOPCNTDQ. The thresholds' table goes after the
+   image in ``img`` (its caller's scratch). */
+void tsr_bin_direct_conv(const int64_t* g, int64_t path, uint64_t* img, const float* scale,
+                         void* out, int64_t n0, int64_t n1, const int64_t* T) {
+    dout o = {scale, out, 0, 0};
+    if (T) {
+        int64_t* tab = (int64_t*)(img + g[D_CW] * g[D_HP] * g[D_WP] + SLACK);
+        thresholds(g, T, tab, n0, n1);
+        o.th = tab;
+        o.flip = (const uint8_t*)(tab + (g[D_O] + NB - 1) / NB * NB);
+    }
+    if (path == 2) direct_512(g, img, &o, n0, n1);
+    else if (path == 1) direct_avx2(g, img, &o, n0, n1);
+    else direct_c(g, img, &o, n0, n1);
+    const int64_t O = g[D_O], cwo = (O + 63) / 64, used = (O % 64 + 7) / 8;
+    if (T && n1 == O && O % 64 && used < 8) {   /* the last word's unused bytes: zero */
+        const int64_t ohw = g[D_OH] * g[D_OW];
+        for (int64_t q = 0; q < ohw; q++)
+            memset((uint8_t*)out + (q * cwo + cwo - 1) * 8 + used, 0, (size_t)(8 - used));
+    }
+}
+
+/* Images [i0, i1) of x, each packed into ``img`` (scratch of Cw * Hp * Wp + 8 words, and
+   with thresholds ceil(O / 8) * 9 + 1 more) and convolved. mode: the path (as above) plus 4
+   when x is bit-packed, (N, H, W, Cw) words, else float (N, C, H, W). The output: float
+   (N, O, OH, OW), or with thresholds T bit-packed (N, OH, OW, ceil(O / 64)). One call per
+   layer on one thread. With ``words`` (the layer's packed weights as the caller has them
+   now), first whether they still hold what the plan was made from: 1 and nothing done if
+   not (they were written in place: the caller prepares them again), else 0. */
+int64_t tsr_bin_direct(const int64_t* g, int64_t mode, const void* x, const float* scale,
+                       void* out, uint64_t* img, int64_t i0, int64_t i1, const void* words,
+                       const int64_t* T) {
     if (words && memcmp(words, (const void*)g[D_SRC], (size_t)g[D_SRC_BYTES])) return 1;
-    const int64_t in_size = g[D_CIN] * g[D_H] * g[D_W], out_size = g[D_O] * g[D_OH] * g[D_OW];
+    const int64_t ohw = g[D_OH] * g[D_OW];
+    const int64_t in_size = mode & 4 ? g[D_H] * g[D_W] * g[D_CW] : g[D_CIN] * g[D_H] * g[D_W];
+    const int64_t out_size = T ? ohw * ((g[D_O] + 63) / 64) * 8 : g[D_O] * ohw * 4;
     for (int64_t i = i0; i < i1; i++) {
-        tsr_bin_direct_pack(g, x + i * in_size, img);
-        tsr_bin_direct_conv(g, path, img, scale, out + i * out_size, 0, g[D_O]);
+        if (mode & 4) tsr_bin_direct_bits(g, (const uint64_t*)x + i * in_size, img);
+        else tsr_bin_direct_pack(g, (const float*)x + i * in_size, img);
+        tsr_bin_direct_conv(g, mode & 3, img, scale, (char*)out + i * out_size, 0, g[D_O], T);
     }
     return 0;
 }
