@@ -15,6 +15,11 @@ layer of a network stay in float.
 (``PackedBinaryConv2d``, ``PackedBinaryLinear``: weights as uint64 words in int64 tensors,
 dabnn's channel-last layout), which gives exactly the outputs of the float layers it
 replaces; its ``state_dict`` and ``tessera.save`` hold the packed bits (32x smaller).
+Where a binary layer is followed by a batch norm and then a binary layer that nothing else
+reads, as in XNOR-Net, dabnn and Larq Compute Engine, the activations between them stay bits:
+the batch norm and the next sign fold into one integer threshold per channel, the first layer
+writes bit-packed signs and the second reads them (``bitpacked_binary_conv2d``), with the
+same outputs, bit for bit.
 
 >>> import tessera
 >>> from tessera import nn
@@ -45,6 +50,8 @@ from tessera.ops.creation import empty, ones, zeros
 __all__ = ["sign", "approx_sign", "xnor_alpha", "BinaryConv2d", "BinaryLinear",
            "BiRealShortcut", "PackedBinaryConv2d", "PackedBinaryLinear", "pack", "packbits",
            "unpackbits", "SCALES"]
+
+_NEVER = 1 << 40   # a threshold no dot product reaches: a constant sign
 
 SCALES = (None, "channel")
 
@@ -227,6 +234,8 @@ class PackedBinaryConv2d(Module):
             out_channels, kh, kw, -(-in_channels // 64), dtype=D.int64))
         self.register_buffer("alpha", ones(out_channels) if scale else None)
         self.register_buffer("bias", zeros(out_channels) if bias else None)
+        # set by ``pack``: (t, flip) per output channel, the output's signs bit-packed
+        self.register_buffer("threshold", None)
 
     @classmethod
     def from_float(cls, m: BinaryConv2d) -> PackedBinaryConv2d:
@@ -240,18 +249,29 @@ class PackedBinaryConv2d(Module):
                 p.bias = m.bias.detach().clone()
         return p
 
+    input_bits = False  # set by ``pack``: the input is bit-packed, (N, H, W, ceil(C/64))
+
     def forward(self, input: Tensor) -> Tensor:
         b = self._buffers  # read once: a buffer by attribute costs a __getattr__ each
-        y = _B.packed_binary_conv2d(input, b["weight_packed"], b["alpha"], self.in_channels,
-                                    stride=self.stride, padding=self.padding,
-                                    dilation=self.dilation, pad_value=self.pad_value)
+        t = b.get("threshold")
+        geo = dict(stride=self.stride, padding=self.padding, dilation=self.dilation,
+                   pad_value=self.pad_value)
+        if t is not None:  # alpha, the bias and the batch norm are in the threshold
+            return _B.bitpacked_binary_conv2d(input, b["weight_packed"], None, t,
+                                              self.in_channels, **geo)
+        if self.input_bits:
+            y = _B.bitpacked_binary_conv2d(input, b["weight_packed"], b["alpha"], None,
+                                           self.in_channels, **geo)
+        else:
+            y = _B.packed_binary_conv2d(input, b["weight_packed"], b["alpha"],
+                                        self.in_channels, **geo)
         bias = b["bias"]
         return y if bias is None else y + bias.reshape(1, -1, 1, 1)
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
                 f"stride={self.stride}, padding={self.padding}, scale={self.scale!r}, "
-                f"pad_value={self.pad_value}")
+                f"pad_value={self.pad_value}{_bits_repr(self)}")
 
 
 class PackedBinaryLinear(Module):
@@ -271,6 +291,7 @@ class PackedBinaryLinear(Module):
             out_features, -(-in_features // 64), dtype=D.int64))
         self.register_buffer("alpha", ones(out_features) if scale else None)
         self.register_buffer("bias", zeros(out_features) if bias else None)
+        self.register_buffer("threshold", None)  # as PackedBinaryConv2d's
 
     @classmethod
     def from_float(cls, m: BinaryLinear) -> PackedBinaryLinear:
@@ -283,29 +304,65 @@ class PackedBinaryLinear(Module):
                 p.bias = m.bias.detach().clone()
         return p
 
+    input_bits = False  # set by ``pack``: the input is bit-packed, (B, ceil(I/64))
+
     def forward(self, input: Tensor) -> Tensor:
-        y = _B.packed_binary_linear(input, self.weight_packed, self.alpha, self.in_features)
-        return y if self.bias is None else y + self.bias
+        b = self._buffers
+        t = b.get("threshold")
+        if t is not None:
+            return _B.bitpacked_binary_linear(input, b["weight_packed"], None, t,
+                                              self.in_features)
+        if self.input_bits:
+            y = _B.bitpacked_binary_linear(input, b["weight_packed"], b["alpha"], None,
+                                           self.in_features)
+        else:
+            y = _B.packed_binary_linear(input, b["weight_packed"], b["alpha"], self.in_features)
+        bias = b["bias"]
+        return y if bias is None else y + bias
 
     def extra_repr(self) -> str:
-        return f"{self.in_features}, {self.out_features}, scale={self.scale!r}"
+        return f"{self.in_features}, {self.out_features}, scale={self.scale!r}{_bits_repr(self)}"
+
+
+def _bits_repr(m: Module) -> str:
+    return ((", input=bits" if m.input_bits else "") +
+            (", output=bits" if m._buffers.get("threshold") is not None else ""))
 
 
 _PACKED: dict[type, Any] = {BinaryConv2d: PackedBinaryConv2d, BinaryLinear: PackedBinaryLinear}
 
 
-def pack(model: Module) -> Module:
+def pack(model: Module, bitpacked: bool = True) -> Module:
     """A copy of ``model`` with every ``BinaryConv2d`` and ``BinaryLinear`` replaced by its
     packed form (the original is left as it is). Call it on a model in eval mode.
 
+    With ``bitpacked`` (the default), wherever a ``Sequential`` runs a binary layer, an
+    eval-mode batch norm and another binary layer of the same kind one after the other, the
+    activations between them stay bits: the batch norm becomes an ``Identity``, its
+    arithmetic and the next sign fold into the first layer's per-channel ``threshold``, and
+    the next layer reads bit-packed input. The outputs are those of the float path, bit for
+    bit. (Elsewhere, e.g. a batch norm whose output a shortcut also reads, the float path
+    stays.)
+
     >>> import tessera
+    >>> from tessera import nn
     >>> pack(BinaryLinear(3, 2))
     PackedBinaryLinear(3, 2, scale=None)
+    >>> net = nn.Sequential(BinaryConv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8),
+    ...                     BinaryConv2d(8, 4, 3, padding=1)).eval()
+    >>> p = pack(net)
+    >>> p[0].extra_repr().endswith("output=bits"), type(p[1]).__name__, p[2].input_bits
+    (True, 'Identity', True)
+    >>> x = tessera.randn(1, 3, 6, 6)
+    >>> bool((p(x) == net(x)).all())
+    True
     """
     model = copy.deepcopy(model)
     if type(model) in _PACKED:
         return _PACKED[type(model)].from_float(model)
     _swap(model)
+    if bitpacked:
+        _chain(model)
     return model
 
 
@@ -316,3 +373,91 @@ def _swap(module: Module) -> None:
             setattr(module, name, cls.from_float(child))
         else:
             _swap(child)
+
+
+def _chain(module: Module) -> None:
+    """Bit-packed activations between the binary layers of ``module``'s Sequentials that a
+    batch norm alone separates (see ``pack``)."""
+    from tessera.nn import BatchNorm1d, BatchNorm2d, Identity, Sequential
+    for child in module.children():
+        _chain(child)
+    if not isinstance(module, Sequential):
+        return
+    items = list(module.named_children())
+    for (_, a), (name, bn), (_, c) in zip(items, items[1:], items[2:]):
+        kind = type(a)
+        want = {PackedBinaryConv2d: BatchNorm2d, PackedBinaryLinear: BatchNorm1d}.get(kind)
+        if want is None or type(bn) is not want or type(c) is not kind:
+            continue
+        o = a.out_channels if kind is PackedBinaryConv2d else a.out_features
+        cin = c.in_channels if kind is PackedBinaryConv2d else c.in_features
+        if cin != o or bn.num_features != o:
+            continue
+        t = _fold(a, bn)
+        if t is None:
+            continue
+        a.threshold = t
+        c.input_bits = True
+        setattr(module, name, Identity())
+
+
+def _fold(layer, bn) -> Tensor | None:
+    """``layer``'s thresholds ``(t, flip)`` (int64 (O, 2)) such that the sign of ``bn``
+    applied to the layer's float output is -1 exactly where ``(dot < t) xor flip``; None
+    where that cannot be relied on (a batch norm in training, non-finite parameters,
+    float64 layers).
+
+    The float path computes ``z(dot) = bn(float32(dot) * alpha + bias)``, a chain of
+    float32 operations each monotone in its input (rounding is monotone): ``z`` is monotone
+    in the integer ``dot``, increasing or decreasing with the sign of the batch norm's scale
+    (or of alpha), constant where a scale is zero. So ``z < 0`` holds below or above one
+    point: found by bisection over ``[-kbits, kbits]`` on that very arithmetic (the modules'
+    own forward), so that every rounding is the float path's, and checked against every
+    ``dot`` where that is cheap."""
+    import numpy as np
+
+    from tessera.ops.creation import tensor
+    b = layer._buffers
+    params = [p for p in (b["alpha"], b["bias"], bn.weight, bn.bias, bn.running_mean,
+                          bn.running_var) if p is not None]
+    if bn.training or bn.running_mean is None or bn.running_var is None or any(
+            p.dtype is not D.float32 or not bool(p.isfinite().all()) for p in params):
+        return None
+    conv = isinstance(layer, PackedBinaryConv2d)
+    o = layer.out_channels if conv else layer.out_features
+    kbits = layer.in_channels * layer.kernel_size[0] * layer.kernel_size[1] if conv \
+        else layer.in_features
+
+    def negative(dot: np.ndarray) -> np.ndarray:
+        """z(dot) < 0 for a (M, O) array of integer dot products."""
+        y = dot.astype(np.float32)
+        if b["alpha"] is not None:
+            y = y * b["alpha"].numpy()
+        t = tensor(y.reshape(dot.shape + ((1, 1) if conv else ())))
+        if b["bias"] is not None:
+            t = t + (b["bias"].reshape(1, -1, 1, 1) if conv else b["bias"])
+        return (bn(t).numpy() < 0).reshape(dot.shape)
+
+    with no_grad():
+        lo, hi = np.full((1, o), -kbits), np.full((1, o), kbits)
+        neg_lo, neg_hi = negative(lo)[0], negative(hi)[0]
+        lo, hi = lo[0], hi[0]
+        moving = neg_lo != neg_hi
+        while True:
+            active = moving & (hi - lo > 1)
+            if not active.any():
+                break
+            mid = (lo + hi) // 2
+            same = negative(mid[None])[0] == neg_lo
+            lo = np.where(active & same, mid, lo)
+            hi = np.where(active & ~same, mid, hi)
+        # the first dot whose sign differs from -kbits' is hi: increasing, -1 below it
+        # (flip 0); decreasing, -1 from it on (flip 1); constant, a threshold never reached
+        t = np.where(moving, hi, _NEVER)
+        flip = (~neg_lo).astype(np.int64)
+        thr = np.stack([t, flip], 1).astype(np.int64)
+        if (2 * kbits + 1) * o <= 1 << 22:   # every dot product, where that is cheap
+            dots = np.arange(-kbits, kbits + 1)[:, None].repeat(o, 1)
+            if not np.array_equal(negative(dots), (dots < thr[:, 0]) != thr[:, 1].astype(bool)):
+                return None
+    return tensor(thr)

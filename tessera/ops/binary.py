@@ -14,6 +14,11 @@ Its gradients pass straight through the binarization of its inputs (the layers a
 ``binary_sign`` first, whose estimator clips); ``alpha`` (one scale per output channel,
 XNOR-Net's ``mean |w|``) gets the gradient of a product. The packed ops take weights as
 int64 tensors holding the bits of uint64 words (``binary_pack``), and have no gradient.
+The ``bitpacked_`` ops also take and give activations as bits, as a layer inside a binary
+network passes them on: the input may be ``binary_pack`` of the channels (channel-last
+words), and with ``threshold`` (per output channel ``(t, flip)``, which ``tessera.nn.binary``
+derives from the batch norm that follows) the output is the signs ``(dot < t) xor flip``
+(set: -1), bit-packed the same way.
 
 >>> import tessera
 >>> from tessera.ops.binary import binary_sign
@@ -33,7 +38,8 @@ from tessera.ops.registry import Meta, defop
 from tessera.sbp import SbpRule, Signature, broadcast as B, split as S
 
 __all__ = ["binary_sign", "binary_conv2d", "binary_linear", "packed_binary_conv2d",
-           "packed_binary_linear", "binary_pack", "binary_unpack", "ESTIMATORS"]
+           "packed_binary_linear", "bitpacked_binary_conv2d", "bitpacked_binary_linear",
+           "binary_pack", "binary_unpack", "ESTIMATORS"]
 
 ESTIMATORS = ("ste", "approx")
 
@@ -455,6 +461,133 @@ def packed_binary_linear(x: Tensor, words: Tensor, alpha: Tensor | None,
     [[0.0]]
     """
     return dispatch(_PLINEAR, x, words, alpha, in_features=int(in_features))
+
+
+# ---- bit-packed activations (inference) -----------------------------------------------------
+
+def _bits_in(op: str, x: Meta, n: int, spatial: int) -> Meta:
+    """The float meta a bit-packed input ``x`` stands for, or ``x`` when it is float."""
+    if x.dtype is D.int64:
+        cw = -(-n // 64)
+        if len(x.shape) != spatial + 2 or x.shape[-1] != cw:
+            want = "(N, H, W, {})" if spatial == 2 else "(B, {})"
+            raise RuntimeError(f"{op}: a bit-packed input holds {n} channels as int64 words "
+                               f"{want.format(cw)}, got {tuple(x.shape)}")
+        if spatial == 2:
+            return Meta((x.shape[0], n, x.shape[1], x.shape[2]), D.float32)
+        return Meta((x.shape[0], n), D.float32)
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"{op}: expected a floating point input or int64 bit-packed words, "
+                           f"got {x.dtype}")
+    return x
+
+
+def _threshold(op: str, t, alpha, o: int) -> None:
+    if t is None:
+        return
+    if t.dtype is not D.int64 or tuple(t.shape) != (o, 2):
+        raise RuntimeError(f"{op}: threshold must be int64 of shape ({o}, 2), one (t, flip) "
+                           f"per output channel, got {tuple(t.shape)} of {t.dtype}")
+    if alpha is not None:
+        raise RuntimeError(f"{op}: alpha scales a float output; with a threshold (a "
+                           f"bit-packed output) it is folded into the threshold: pass None")
+
+
+def _bconv_infer(x, words, alpha, threshold, in_channels, stride, padding, dilation,
+                 pad_value):
+    op = "bitpacked_binary_conv2d"
+    _words(op, words, 4, in_channels)
+    o, kh, kw, _ = words.shape
+    _threshold(op, threshold, alpha, o)
+    m = _conv_infer(_bits_in(op, x, in_channels, 2), Meta((o, in_channels, kh, kw), D.float32),
+                    alpha, stride, padding, dilation, pad_value, op=op)
+    if threshold is not None:
+        return Meta((m.shape[0], m.shape[2], m.shape[3], -(-o // 64)), D.int64)
+    return m
+
+
+def _bconv_kernel(x, words, alpha, threshold, in_channels, stride, padding, dilation,
+                  pad_value):
+    from tessera.kernels import binary as K
+    f32 = x.dtype in (np.float32, np.int64)
+    out = K.conv2d(x, words, in_channels, stride=stride, padding=padding, dilation=dilation,
+                   pad_value=pad_value, scale=alpha if f32 else None, threshold=threshold)
+    return out if f32 or threshold is not None else _scaled(out, alpha, x.dtype, (1, -1, 1, 1))
+
+
+def _bconv_cost(ins, outs, in_channels, **attrs) -> cost.Cost:
+    w, y = ins[1], outs[0]
+    pixels = cost.numel(y) // y.shape[-1] if ins[3] is not None else cost.numel(y) // w.shape[0]
+    macs = pixels * int(w.shape[0]) * in_channels * int(w.shape[1]) * int(w.shape[2])
+    return cost.Cost(2 * macs // 64, *cost.io(ins, outs))
+
+
+_BCONV = defop("bitpacked_binary_conv2d", _bconv_infer, _bconv_kernel, grad=None,
+               sbp=SbpRule(_batch_sbp), cost=_bconv_cost)
+
+
+def bitpacked_binary_conv2d(x: Tensor, words: Tensor, alpha: Tensor | None,
+                            threshold: Tensor | None, in_channels: int, *, stride=1,
+                            padding=0, dilation=1, pad_value: int = -1) -> Tensor:
+    """``packed_binary_conv2d`` whose input may be bit-packed (int64 ``(N, H, W,
+    ceil(C/64))``: ``binary_pack`` of the channels) and whose output, given ``threshold``
+    (int64 ``(O, 2)``: per channel ``(t, flip)``), is the signs ``(dot < t) xor flip``
+    bit-packed the same way, ``(N, OH, OW, ceil(O/64))``; else float ``dot * alpha``.
+
+    >>> import tessera
+    >>> words = binary_pack(-tessera.ones(1, 3, 3, 1))
+    >>> x = binary_pack(tessera.ones(1, 3, 3, 1))               # (N, H, W, words)
+    >>> bitpacked_binary_conv2d(x, words, None, None, 1, padding=1)[0, 0, 0]
+    tensor([ 1., -3.,  1.])
+    >>> t = tessera.tensor([[0, 0]])                            # -1 where dot < 0
+    >>> bitpacked_binary_conv2d(x, words, None, t, 1, padding=1)[0, 0].flatten().tolist()
+    [2, 3, 2]
+    """
+    return dispatch(_BCONV, x, words, alpha, threshold, in_channels=int(in_channels),
+                    stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
+                    pad_value=int(pad_value))
+
+
+def _blinear_infer(x, words, alpha, threshold, in_features):
+    op = "bitpacked_binary_linear"
+    _words(op, words, 2, in_features)
+    o = words.shape[0]
+    _threshold(op, threshold, alpha, o)
+    m = _linear_infer(_bits_in(op, x, in_features, 0), Meta((o, in_features), D.float32),
+                      alpha, op=op)
+    if len(m.shape) != 2:
+        raise RuntimeError(f"{op}: expected a 2-d input (B, features), got {tuple(x.shape)}")
+    return Meta((m.shape[0], -(-o // 64)), D.int64) if threshold is not None else m
+
+
+def _blinear_kernel(x, words, alpha, threshold, in_features):
+    from tessera.kernels import binary as K
+    f32 = x.dtype in (np.float32, np.int64)
+    out = K.linear(x if f32 else np.asarray(x, np.float32), words.view(np.uint64),
+                   in_features, scale=alpha if f32 else None, threshold=threshold)
+    return out if f32 or threshold is not None else _scaled(out, alpha, x.dtype, (1, -1))
+
+
+_BLINEAR = defop("bitpacked_binary_linear", _blinear_infer, _blinear_kernel, grad=None,
+                 sbp=SbpRule(_batch_sbp),
+                 cost=lambda ins, outs, in_features: cost.Cost(
+                     2 * ins[0].shape[0] * ins[1].shape[0] * in_features // 64,
+                     *cost.io(ins, outs)))
+
+
+def bitpacked_binary_linear(x: Tensor, words: Tensor, alpha: Tensor | None,
+                            threshold: Tensor | None, in_features: int) -> Tensor:
+    """``packed_binary_linear`` of a 2-d input that may be bit-packed (int64
+    ``(B, ceil(I/64))``), whose output, given ``threshold`` (int64 ``(O, 2)``), is the signs
+    ``(dot < t) xor flip`` bit-packed, ``(B, ceil(O/64))``; else float ``dot * alpha``.
+
+    >>> import tessera
+    >>> w = binary_pack(tessera.tensor([[3.0, 0.0]]))
+    >>> x = binary_pack(tessera.tensor([[-1.0, -2.0]]))
+    >>> bitpacked_binary_linear(x, w, None, None, 2).tolist()
+    [[-2.0]]
+    """
+    return dispatch(_BLINEAR, x, words, alpha, threshold, in_features=int(in_features))
 
 
 # ---- packing -------------------------------------------------------------------------------
