@@ -247,6 +247,8 @@ void tsr_bin_gemm_vpopcnt(const int64_t*, int64_t, int64_t, int64_t, int64_t);
 void tsr_bin_pack_rows(const float*, int64_t, int64_t, uint64_t*);
 void tsr_bin_columns(const float*, int64_t, const int64_t*, uint64_t, uint64_t, uint64_t*,
                      uint32_t*, int64_t, int64_t);
+void tsr_bin_columns_bits(const uint64_t*, int64_t, const int64_t*, uint64_t, uint64_t,
+                          uint64_t*, uint32_t*, int64_t, int64_t);
 int tsr_bin_cpu(void);
 
 #define TSR_USES_BINARY 1
@@ -695,6 +697,111 @@ def _blinear(prog: Program, i: int, n: Node) -> None:
         f"  bin_gemm(m, p, {op}, {rows}, {2 * CW}); }}")
 
 
+# ---- bit-packed activations between binary layers ----------------------------------------
+# Eager mode's column path (the direct kernels are its stride-1 fast path; the integers are
+# the same): a bit-packed input is made planar and laid out as columns, and a thresholded
+# output is the exact dot products' signs, (dot < t) xor flip, packed channel-last.
+
+def _signs_step(prog: Program, n: Node, dot: str, out: Value, images: int, o: int,
+                pixels: int) -> str:
+    """C that packs the signs of ``dot`` (float, (images, o, pixels): exact integers) into
+    ``out`` (int64 words, (images, pixels, ceil(o / 64)))."""
+    t = _value(prog, n.inputs[3], n, "threshold")
+    tp = _const(prog, t[:, 0].astype(np.int64), "const int64_t")
+    fp = _const(prog, (t[:, 1] & 1).astype(np.uint8), "const uint8_t")
+    cwo = -(-o // 64)
+    return (f"{{ const float *d = (const float*){dot}; uint64_t *y = (uint64_t*){prog.p(out)};\n"
+            f"  for (int64_t i = 0; i < {images}; i++) for (int64_t q = 0; q < {pixels}; q++)\n"
+            f"    for (int64_t w = 0; w < {cwo}; w++) {{ uint64_t word = 0;\n"
+            f"      for (int64_t c = 0; c < 64 && w * 64 + c < {o}; c++) {{\n"
+            f"        const int64_t k = w * 64 + c;\n"
+            f"        const double v = d[(i * {o} + k) * {pixels} + q];\n"
+            f"        word |= (uint64_t)((v < (double){tp}[k]) ^ {fp}[k]) << c; }}\n"
+            f"      y[(i * {pixels} + q) * {cwo} + w] = word; }} }}")
+
+
+def _bbconv(prog: Program, i: int, n: Node) -> None:
+    x, words, alpha, thr = n.inputs[:4]
+    out, at = n.outputs[0], n.attrs
+    bits = isinstance(thr, Value)
+    if x.dtype.name not in ("float32", "int64") or len(x.shape) != 4:
+        raise _unsupported(n, "only float32 or bit-packed int64 4-d inputs")
+    wv = _value(prog, words, n, "packed weight").view(np.uint64)
+    _maybe(prog, alpha, n, "alpha")
+    cin = at["in_channels"]
+    packed_in = x.dtype.name == "int64"
+    N, H, W = (x.shape[0], x.shape[1], x.shape[2]) if packed_in else \
+        (x.shape[0], x.shape[2], x.shape[3])
+    O, KH, KW, CW = wv.shape
+    OH, OW = out.shape[1:3] if bits else out.shape[2:]
+    (sh, sw), (ph, pw), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+    pad = at["pad_value"]
+    _binary(prog)
+    M = OH * OW
+    mip = -(-M // 16) * 16
+    halves = 2 * KH * KW * CW
+    planes, cols, dots = _scratch(prog, CW * H * W * 8, halves * N * mip * 4,
+                                  N * O * M * 4 if bits else 0)
+    last = cin - 64 * (CW - 1)
+    ones = (1 << 64) - 1
+    fill, fill_last = (ones, ones >> (64 - last)) if pad == -1 else (0, 0)
+    corr = None
+    if pad == 0 and any((ph, pw)):
+        c = KB._Conv(wv, cin).corr(H, W, (sh, sw), (ph, pw), (dh, dw), OH, OW)
+        corr = _const(prog, c, "const int32_t")
+    g = [CW, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, mip, N * mip]
+    dst = dots if bits else prog.p(out)
+    scale = _i(prog.p(alpha)) if isinstance(alpha, Value) and not bits else 0
+    prm = [M, N * mip, O, halves, _i(cols), _i(prog.p(words)), _i(dst), M, cin * KH * KW,
+           _i(corr) if corr else 0, scale, 0, M, mip, O * M]
+    columns = (f"tsr_bin_columns_bits((const uint64_t*){prog.p(x)}" if packed_in else
+               f"tsr_bin_columns({prog.p(x)}")
+    prog.steps.append(
+        f"{{ static const int64_t g[] = {{{', '.join(map(str, g))}}};\n"
+        f"  {columns}, {cin}, g, {fill}ull, {fill_last}ull, "
+        f"(uint64_t*){planes}, (uint32_t*){cols}, 0, {N});\n"
+        f"  const int64_t p[] = {{{', '.join(map(str, prm))}}};\n"
+        f"  bin_gemm(m, p, {N * mip}, {O}, {halves}); }}")
+    if bits:
+        prog.steps.append(_signs_step(prog, n, dots, out, N, O, M))
+
+
+def _bblinear(prog: Program, i: int, n: Node) -> None:
+    x, words, alpha, thr = n.inputs[:4]
+    out = n.outputs[0]
+    bits = isinstance(thr, Value)
+    if x.dtype.name not in ("float32", "int64") or len(x.shape) != 2:
+        raise _unsupported(n, "only float32 or bit-packed int64 2-d inputs")
+    wv = np.ascontiguousarray(_value(prog, words, n, "packed weight")).view(np.uint64)
+    _maybe(prog, alpha, n, "alpha")
+    cin = n.attrs["in_features"]
+    O, CW = wv.shape
+    rows = x.shape[0]
+    _binary(prog)
+    op = -(-O // 16) * 16
+    a = np.zeros((2 * CW, op), np.uint32)
+    a[:, :O] = wv.view(np.uint32).T
+    ap = _const(prog, a, "const uint32_t")
+    packed, dots = _scratch(prog, rows * CW * 8, rows * O * 4 if bits else 0)
+    dst = dots if bits else prog.p(out)
+    scale = _i(prog.p(alpha)) if isinstance(alpha, Value) and not bits else 0
+    prm = [O, op, rows, 2 * CW, _i(ap), _i(packed), _i(dst), O, cin, 0, scale, 1, O, op, 0]
+    if x.dtype.name == "int64":   # the words, the last one's unused bits cleared
+        keep = (1 << (cin % 64)) - 1 if cin % 64 else (1 << 64) - 1
+        fill = (f"{{ const uint64_t *s = (const uint64_t*){prog.p(x)}; "
+                f"uint64_t *r = (uint64_t*){packed};\n"
+                f"  for (int64_t k = 0; k < {rows * CW}; k++) "
+                f"r[k] = k % {CW} == {CW - 1} ? s[k] & {keep}ull : s[k]; }}")
+    else:
+        fill = f"tsr_bin_pack_rows({prog.p(x)}, {rows}, {cin}, (uint64_t*){packed});"
+    prog.steps.append(
+        f"{{ {fill}\n"
+        f"  const int64_t p[] = {{{', '.join(map(str, prm))}}};\n"
+        f"  bin_gemm(m, p, {op}, {rows}, {2 * CW}); }}")
+    if bits:  # the dots are (rows, O): as images of one pixel
+        prog.steps.append(_signs_step(prog, n, dots, out, rows, O, 1))
+
+
 # ---- float ops binary networks use -----------------------------------------------------------
 
 def _prelu(prog: Program, i: int, n: Node) -> None:
@@ -731,4 +838,5 @@ RULES.update({
     "quantized_adaptive_avg_pool2d": _qavgpool, "quantized_linear": _qlinear,
     "quantized_linear_dynamic": _qlinear_dynamic, "quantized_conv2d": _qconv,
     "packed_binary_conv2d": _bconv, "packed_binary_linear": _blinear,
+    "bitpacked_binary_conv2d": _bbconv, "bitpacked_binary_linear": _bblinear,
 })

@@ -118,6 +118,66 @@ def _linear_samples(rng, dt):
                       rng.uniform(0.1, 2.0, o).astype(dt)))
 
 
+def _bits_ref(torch, y, t):
+    """PyTorch's bit-packing of the signs ``(y < t) xor flip`` along dim 1, moved last:
+    int64 words (sums of distinct bits, bit 63 included, wrap as an or)."""
+    neg = (y < t[:, 0].reshape(1, -1, *([1] * (y.dim() - 2)))) != t[:, 1].bool().reshape(
+        1, -1, *([1] * (y.dim() - 2)))
+    neg = neg.movedim(1, -1).long()
+    c = neg.shape[-1]
+    cw = -(-c // 64)
+    neg = torch.nn.functional.pad(neg, (0, cw * 64 - c)).reshape(*neg.shape[:-1], cw, 64)
+    return (neg << torch.arange(64)).sum(-1)
+
+
+def _bitpacked_conv(L, x, w, a=None, t=None, stride=1, padding=0, dilation=1, pad_value=-1):
+    """Bit-packed input (float output with alpha), or float input and thresholded output."""
+    torch = _torch(L)
+    if torch is not None:
+        y = _conv_ref(torch, x, w, a if t is None else None, stride, padding, dilation,
+                      pad_value)
+        return y if t is None else _bits_ref(torch, y, t)
+    from tessera.ops.binary import binary_pack, bitpacked_binary_conv2d
+    words = binary_pack(w.permute(0, 2, 3, 1).contiguous())
+    if t is None:
+        x = binary_pack(x.permute(0, 2, 3, 1).contiguous())
+    return bitpacked_binary_conv2d(x, words, a if t is None else None, t, w.shape[1],
+                                   stride=stride, padding=padding, dilation=dilation,
+                                   pad_value=pad_value)
+
+
+def _thresholds(rng, o: int, k: int) -> np.ndarray:
+    t = np.stack([rng.integers(-k, k + 1, o), rng.integers(0, 2, o)], 1)
+    t[0, 0] = 1 << 40   # a constant sign
+    return t.astype(np.int64)
+
+
+def _bitpacked_conv_samples(rng, dt):
+    for s in _conv_samples(rng, dt):
+        yield s
+        x, w = s.args[:2]
+        yield Sample((x, w, None, _thresholds(rng, w.shape[0], int(np.prod(w.shape[1:])))),
+                     s.kwargs)
+
+
+def _bitpacked_linear(L, x, w, a=None, t=None):
+    torch = _torch(L)
+    if torch is not None:
+        y = _linear(L, x, w, a if t is None else None)
+        return y if t is None else _bits_ref(torch, y, t)
+    from tessera.ops.binary import binary_pack, bitpacked_binary_linear
+    if t is None:
+        x = binary_pack(x)
+    return bitpacked_binary_linear(x, binary_pack(w), a if t is None else None, t, w.shape[1])
+
+
+def _bitpacked_linear_samples(rng, dt):
+    for xs, o in [((3, 10), 4), ((1, 130), 70), ((2, 64), 5), ((0, 8), 3)]:
+        x, w = _away(rng, xs, dt), _away(rng, (o, xs[-1]), dt)
+        yield Sample((x, w, rng.uniform(0.1, 2.0, o).astype(dt)))
+        yield Sample((x, w, None, _thresholds(rng, o, xs[-1])))
+
+
 def _roundtrip(L, x):
     torch = _torch(L)
     if torch is not None:
@@ -142,6 +202,12 @@ register(
            covers=("packed_binary_conv2d", "binary_pack")),
     OpInfo("packed_binary_linear", _packed_linear, _linear_samples, dtypes=F32,
            differentiable=False, meta=False, atol=1e-4),
+    OpInfo("bitpacked_binary_conv2d", _bitpacked_conv, _bitpacked_conv_samples, dtypes=F32,
+           differentiable=False, noncontiguous=False, meta=False, atol=1e-4,
+           covers=("bitpacked_binary_conv2d", "binary_pack")),
+    OpInfo("bitpacked_binary_linear", _bitpacked_linear, _bitpacked_linear_samples,
+           dtypes=F32, differentiable=False, meta=False, atol=1e-4,
+           covers=("bitpacked_binary_linear", "binary_pack")),
     OpInfo("binary_unpack", _roundtrip, _pack_samples, differentiable=False, meta=False,
            covers=("binary_unpack", "binary_pack")),
 )
