@@ -258,3 +258,27 @@ def test_qdq_onnx_of_an_int8_model_exports_bit_for_bit(lenet_int8, tmp_path):
     tessera.onnx.export(model, (x,), str(tmp_path / "q.onnx"))
     out = build(str(tmp_path / "q.onnx"), (x,), tmp_path, "qonnx")
     np.testing.assert_array_equal(run_driver(out, "qonnx", (x,)), eager(model, (x,)))
+
+
+def test_bitpacked_binary_chain_is_eager_bit_for_bit(tmp_path):
+    """Binary layers that pass bits on (``pack`` folds the batch norms between them into
+    thresholds): the library's signs and outputs are eager's, bit for bit."""
+    tessera.manual_seed(4)
+    m = nn.Sequential(
+        bnn.BinaryConv2d(70, 40, 3, padding=1, scale="channel"), nn.BatchNorm2d(40),
+        bnn.BinaryConv2d(40, 66, 3, padding=1, pad_value=0), nn.BatchNorm2d(66),
+        bnn.BinaryConv2d(66, 16, 3, stride=2, padding=1, scale="channel"), nn.Flatten(),
+        bnn.BinaryLinear(16 * 5 * 5, 80, scale="channel"), nn.BatchNorm1d(80),
+        bnn.BinaryLinear(80, 10))
+    with tessera.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d)):
+                mod.running_mean.copy_(tessera.randn(mod.num_features))
+                mod.weight.copy_(tessera.randn(mod.num_features))
+    model = bnn.pack(m.eval())
+    assert model[2].input_bits and model[8].input_bits
+    x = tessera.randn(2, 70, 9, 9)
+    out = build(model, (x,), tmp_path, "bchain")
+    for threads in (1, 2):
+        np.testing.assert_array_equal(run_driver(out, "bchain", (x,), threads=threads),
+                                      eager(model, (x,)))

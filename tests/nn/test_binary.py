@@ -427,3 +427,238 @@ def test_binary_network_learns_mnist_and_packs_exactly():
     assert accuracy >= 0.97, accuracy
     np.testing.assert_array_equal(packed.argmax(1), logits.argmax(1))
     np.testing.assert_array_equal(packed, logits)
+
+
+# ---- bit-packed activations between binary layers ------------------------------------------
+
+def _chain_net(with_linear: bool = True):
+    """Binary layers separated by batch norms alone (their activations can stay bits), with
+    statistics far from the identity: negative and zero scales, shifts that cross zero."""
+    tessera.manual_seed(3)
+    layers = [nn.Conv2d(3, 64, 3, padding=1), nn.BatchNorm2d(64),
+              bnn.BinaryConv2d(64, 64, 3, padding=1, scale="channel"), nn.BatchNorm2d(64),
+              bnn.BinaryConv2d(64, 70, 3, padding=1, pad_value=0, bias=True), nn.BatchNorm2d(70),
+              bnn.BinaryConv2d(70, 130, 3, stride=2, padding=1, scale="channel"),
+              nn.BatchNorm2d(130),
+              bnn.BinaryConv2d(130, 16, 3, padding=1, pad_value=1), nn.BatchNorm2d(16)]
+    if with_linear:
+        layers += [nn.Flatten(), bnn.BinaryLinear(16 * 16, 100, scale="channel"),
+                   nn.BatchNorm1d(100), bnn.BinaryLinear(100, 10)]
+    m = nn.Sequential(*layers)
+    with tessera.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, nn.BatchNorm1d | nn.BatchNorm2d):
+                c = mod.num_features
+                mod.running_mean.copy_(tessera.randn(c) * 5)
+                mod.running_var.copy_(tessera.rand(c) * 3 + 0.1)
+                w = tessera.randn(c)
+                w[0], w[1] = 0.0, -1.5
+                mod.weight.copy_(w)
+                mod.bias.copy_(tessera.randn(c))
+    return m.eval()
+
+
+def test_pack_keeps_activations_as_bits_between_binary_layers():
+    model = _chain_net()
+    packed = bnn.pack(model)
+    convs = [packed[i] for i in (2, 4, 6, 8)]
+    assert [c.input_bits for c in convs] == [False, True, True, True]
+    assert [c.threshold is not None for c in convs] == [True, True, True, False]
+    assert all(type(packed[i]) is nn.Identity for i in (3, 5, 7, 12))
+    assert packed[11].threshold is not None and packed[13].input_bits
+    x = tessera.randn(3, 3, 8, 8)
+    with tessera.no_grad():
+        want = model(x).numpy()
+        np.testing.assert_array_equal(packed(x).numpy(), want)
+        np.testing.assert_array_equal(bnn.pack(model, bitpacked=False)(x).numpy(), want)
+        # the bits one layer writes are the signs of the float path's batch norm
+        bits = packed[:3](x)
+        assert bits.dtype is tessera.int64 and tuple(bits.shape) == (3, 8, 8, 1)
+        signs = model[:4](x).permute(0, 2, 3, 1).contiguous()
+        np.testing.assert_array_equal(bits.numpy(), bnn.packbits(signs).numpy())
+
+
+def test_bitpacked_chain_matches_pytorch():
+    """The packed chain against PyTorch running the float model on the signs."""
+    model = _chain_net(with_linear=False)
+    packed = bnn.pack(model)
+    x = tessera.randn(2, 3, 8, 8)
+    t = torch.from_numpy(x.numpy())
+
+    def sgn(v):
+        return torch.where(v < 0, -1.0, 1.0)
+
+    with torch.no_grad(), tessera.no_grad():
+        h = TF.batch_norm(TF.conv2d(t, torch.from_numpy(model[0].weight.detach().numpy()),
+                                    torch.from_numpy(model[0].bias.detach().numpy()), padding=1),
+                          *_bn_args(model[1]))
+        for i in (2, 4, 6, 8):
+            conv = model[i]
+            w = sgn(torch.from_numpy(conv.weight.detach().numpy()))
+            p = conv.padding[0]
+            y = TF.conv2d(TF.pad(sgn(h), (p,) * 4, value=float(conv.pad_value)), w,
+                          stride=conv.stride)
+            if conv.scale == "channel":
+                y = y * torch.from_numpy(bnn.xnor_alpha(conv.weight).numpy()).reshape(1, -1,
+                                                                                      1, 1)
+            if conv.bias is not None:
+                y = y + torch.from_numpy(conv.bias.detach().numpy()).reshape(1, -1, 1, 1)
+            h = TF.batch_norm(y, *_bn_args(model[i + 1]))
+    with tessera.no_grad():
+        got = packed(x).numpy()
+    # PyTorch's batch norm rounds its own way: the signs agree wherever the float path's
+    # value is not within rounding of 0, and the last layer's float output with them
+    np.testing.assert_allclose(got, h.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def _bn_args(bn):
+    return tuple(torch.from_numpy(t.detach().numpy()) for t in (
+        bn.running_mean, bn.running_var, bn.weight, bn.bias)) + (False, 0.0, bn.eps)
+
+
+def test_thresholds_follow_the_batch_norms_sign_exactly():
+    """Each channel's threshold gives the float path's sign for every possible dot product:
+    a positive, a negative and a zero batch-norm scale, at and around the boundary."""
+    tessera.manual_seed(0)
+    conv = bnn.BinaryConv2d(64, 4, 3, padding=1, scale="channel", bias=True)
+    bn = nn.BatchNorm2d(4)
+    with tessera.no_grad():
+        bn.weight.copy_(tessera.tensor([2.0, -0.7, 0.0, 1e-30]))
+        bn.bias.copy_(tessera.tensor([0.1, 0.3, -1.0, 0.0]))
+        bn.running_mean.copy_(tessera.tensor([3.0, -0.5, 0.0, 0.0]))
+        bn.running_var.copy_(tessera.tensor([2.0, 0.5, 1.0, 1.0]))
+    model = nn.Sequential(conv, bn, bnn.BinaryConv2d(4, 4, 3, padding=1)).eval()
+    layer = bnn.pack(model)[0]
+    t = layer.threshold.numpy()
+    assert t[2].tolist() == [1 << 40, 0]          # bn(y) = -1 everywhere: always -1
+    assert t[1, 1] == 1                            # a negative scale flips the comparison
+    kbits = 64 * 9
+    dots = np.arange(-kbits, kbits + 1)
+    y = tessera.tensor(dots.astype(np.float32)[None, :, None, None].repeat(4, 0).transpose(
+        1, 0, 2, 3))
+    with tessera.no_grad():
+        y = y * bnn.xnor_alpha(conv.weight).reshape(1, -1, 1, 1) + conv.bias.reshape(1, -1, 1, 1)
+        want = (bn.eval()(y).numpy() < 0)[:, :, 0, 0]
+    got = (dots[:, None] < t[:, 0]) != t[:, 1].astype(bool)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_pack_leaves_float_shortcuts_and_training_batch_norms_float():
+    tessera.manual_seed(0)
+    shortcut = nn.Sequential(
+        bnn.BiRealShortcut(bnn.BinaryConv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)),
+        bnn.BinaryConv2d(8, 8, 3, padding=1)).eval()
+    packed = bnn.pack(shortcut)
+    assert packed[0].body[0].threshold is None and not packed[1].input_bits
+    training = nn.Sequential(bnn.BinaryConv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8),
+                             bnn.BinaryConv2d(8, 8, 3, padding=1))
+    packed = bnn.pack(training)   # a batch norm in training mode: its statistics move
+    assert packed[0].threshold is None and isinstance(packed[1], nn.BatchNorm2d)
+
+
+def test_bitpacked_chain_in_nn_graph_and_checkpoints():
+    model = _chain_net()
+    packed = bnn.pack(model)
+
+    class Infer(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.m = packed
+
+        def build(self, x):
+            return self.m(x)
+
+    x = tessera.randn(2, 3, 8, 8)
+    with tessera.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_array_equal(Infer()(x).numpy(), want)
+    buf = io.BytesIO()
+    tessera.save(packed.state_dict(), buf)
+    buf.seek(0)
+    fresh = bnn.pack(_chain_net())
+    for m in fresh.modules():
+        if isinstance(m, bnn.PackedBinaryConv2d | bnn.PackedBinaryLinear):
+            m.weight_packed.zero_()
+            if m.threshold is not None:
+                m.threshold.zero_()
+    fresh.load_state_dict(tessera.load(buf))
+    with tessera.no_grad():
+        np.testing.assert_array_equal(fresh(x).numpy(), want)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_bitpacked_kernels_bit_exact_with_reference(path):
+    for xs, (o, kh, kw), s, p, d in GEOMETRIES:
+        x = rng.standard_normal(xs).astype(np.float32)
+        bits = K.packbits(x.transpose(0, 2, 3, 1)).view(np.int64)
+        words = K.packbits(rng.standard_normal((o, kh, kw, xs[1])))
+        kbits = xs[1] * kh * kw
+        t = np.stack([rng.integers(-kbits // 4, kbits // 4 + 1, o),
+                      rng.integers(0, 2, o)], 1).astype(np.int64)
+        t[0] = [1 << 40, 0]
+        for pv in K.PAD_VALUES:
+            kw_ = dict(stride=(s, s), padding=(p, p), dilation=(d, d), pad_value=pv)
+            dot = K.reference_conv2d(x, words, xs[1], **kw_)
+            for inp in (x, bits):
+                assert np.array_equal(K.conv2d(inp, words, xs[1], path=path, **kw_), dot)
+                want = K.reference_conv2d(inp, words, xs[1], threshold=t, **kw_)
+                neg = (dot < t[:, 0].reshape(1, -1, 1, 1)) != t[:, 1].astype(bool).reshape(
+                    1, -1, 1, 1)
+                signs = np.where(neg, -1.0, 1.0).transpose(0, 2, 3, 1)
+                assert np.array_equal(want, K.packbits(signs).view(np.int64))
+                for _ in range(2):  # the plan's first call and a repeat
+                    got = K.conv2d(inp, words, xs[1], path=path, threshold=t, **kw_)
+                    assert got.dtype == np.int64 and np.array_equal(got, want), (xs, pv)
+    for b, i, o in [(1, 100, 10), (7, 64, 70), (3, 300, 5)]:
+        x = rng.standard_normal((b, i)).astype(np.float32)
+        words = K.packbits(rng.standard_normal((o, i)))
+        t = np.stack([rng.integers(-i // 3, i // 3 + 1, o), rng.integers(0, 2, o)],
+                     1).astype(np.int64)
+        for inp in (x, K.packbits(x).view(np.int64)):
+            assert np.array_equal(K.linear(inp, words, i, path=path),
+                                  K.reference_linear(x, words, i))
+            assert np.array_equal(K.linear(inp, words, i, path=path, threshold=t),
+                                  K.reference_linear(x, words, i, threshold=t))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_bitpacked_conv_split_over_threads_bit_exact(path):
+    x = rng.standard_normal((3, 64, 24, 24)).astype(np.float32)
+    bits = K.packbits(x.transpose(0, 2, 3, 1)).view(np.int64)
+    words = K.packbits(rng.standard_normal((72, 3, 3, 64)))
+    t = np.stack([rng.integers(-100, 100, 72), rng.integers(0, 2, 72)], 1).astype(np.int64)
+    threads = tessera.get_num_threads()
+    tessera.set_num_threads(2)
+    try:
+        for xs in (bits, bits[:1], x[:1]):
+            for pv in K.PAD_VALUES:
+                kw_ = dict(padding=(1, 1), pad_value=pv, threshold=t)
+                assert np.array_equal(K.conv2d(xs, words, 64, path=path, **kw_),
+                                      K.reference_conv2d(xs, words, 64, **kw_))
+    finally:
+        tessera.set_num_threads(threads)
+
+
+def test_bitpacked_bad_inputs_name_the_op():
+    from tessera.ops.binary import binary_pack, bitpacked_binary_conv2d, bitpacked_binary_linear
+    words = binary_pack(tessera.randn(8, 3, 3, 70))
+    good = binary_pack(tessera.randn(1, 5, 5, 70))           # (1, 5, 5, 2)
+    with pytest.raises(RuntimeError, match=r"bitpacked_binary_conv2d: a bit-packed input "
+                                           r"holds 70 channels as int64 words \(N, H, W, 2\)"):
+        bitpacked_binary_conv2d(good[..., :1], words, None, None, 70, padding=1)
+    with pytest.raises(RuntimeError, match="bitpacked_binary_conv2d: expected a floating point "
+                                           "input or int64 bit-packed words, got tessera.int32"):
+        bitpacked_binary_conv2d(good.int(), words, None, None, 70, padding=1)
+    with pytest.raises(RuntimeError, match=r"threshold must be int64 of shape \(8, 2\)"):
+        bitpacked_binary_conv2d(good, words, None, tessera.zeros(8, 2), 70, padding=1)
+    with pytest.raises(RuntimeError, match="alpha scales a float output"):
+        bitpacked_binary_conv2d(good, words, tessera.ones(8),
+                                tessera.zeros(8, 2, dtype=tessera.int64), 70, padding=1)
+    lw = binary_pack(tessera.randn(4, 100))
+    with pytest.raises(RuntimeError, match=r"bitpacked_binary_linear: a bit-packed input "
+                                           r"holds 100 channels as int64 words \(B, 2\)"):
+        bitpacked_binary_linear(binary_pack(tessera.randn(3, 64)), lw, None, None, 100)
+    layer = bnn.pack(nn.Sequential(bnn.BinaryConv2d(70, 8, 3), nn.BatchNorm2d(8),
+                                   bnn.BinaryConv2d(8, 8, 3)).eval())[2]
+    with pytest.raises(RuntimeError, match="bitpacked_binary_conv2d"):
+        layer(tessera.randn(1, 8, 5, 5).long())
