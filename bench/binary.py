@@ -4,11 +4,17 @@
   tessera's packed binary convolution (``PackedBinaryConv2d``: binarizing and packing the
   float input, the xnor-popcount product and the scaled float output, all included) on
   each instruction set this CPU has, against tessera's, PyTorch's and onnxruntime's float32
-  convolution of the same shape;
+  convolution of the same shape ("float in/out" rows); and the same convolution as a layer
+  inside a binary network runs it ("bits in/out" rows): its input the previous binary
+  layer's bit-packed signs, its output its own signs through the thresholds that fold the
+  following batch norm, both ``(1, H, W, C / 64)`` words;
 - a ResNet-18-shaped binary network at batch 1 (224x224): float stem and classifier, every
-  other 3x3 convolution binary with Bi-Real shortcuts, float 1x1 downsampling shortcuts;
-  the packed network against the same architecture in float32 (tessera, PyTorch,
-  onnxruntime), and checked bit-exact against the unpacked model.
+  3x3 convolution binary, float 1x1 downsampling shortcuts; once with a Bi-Real shortcut
+  around each convolution (every activation is read by a float shortcut: no bit-packed
+  chain), once with ResNet's own shortcut around each pair (the first convolution of a
+  pair writes bits, the second reads them); the packed networks against the same
+  architecture in float32 (tessera, PyTorch, onnxruntime), and checked bit-exact against
+  their unpacked models.
 
 GOP/s counts 2 operations per multiply-add (binary ones alike, as dabnn and Larq count).
 Everything runs in one process on ``THREADS`` threads, the timings interleaved
@@ -85,6 +91,17 @@ def _conv_case(c: int, hw: int, threads: int) -> dict:
         fp32.weight.copy_(tw)
     ort_run = _ort(tessera.onnx.export(fp32, (tx,)), threads)
     fns = {f"binary_{path}": _forced(lambda: packed(tx), path) for path in K.available()[:-1]}
+    # the middle layer of binary conv -> BN -> binary conv -> BN -> binary conv, packed
+    layers = [bnn.BinaryConv2d(c, c, 3, padding=1, scale="channel") for _ in range(3)]
+    with tessera.no_grad():
+        layers[1].weight.copy_(tessera.tensor(w))
+    chain = list(bnn.pack(tessera.nn.Sequential(
+        layers[0], tessera.nn.BatchNorm2d(c), layers[1], tessera.nn.BatchNorm2d(c),
+        layers[2]).eval()).children())[2]
+    assert chain.input_bits and chain.threshold is not None
+    bx = bnn.packbits(tx.permute(0, 2, 3, 1).contiguous())
+    for path in K.available()[:-1]:
+        fns[f"bits_{path}"] = _forced(lambda: chain(bx), path)
     fns["tessera"] = lambda: tessera.nn.functional.conv2d(tx, tw, padding=1)
     fns["torch"] = lambda: torch.nn.functional.conv2d(px, pw, padding=1)
     fns["onnxruntime"] = lambda: ort_run(x)
@@ -94,34 +111,38 @@ def _conv_case(c: int, hw: int, threads: int) -> dict:
     return {"case": f"conv3x3 {c}ch {hw}x{hw}", "ops": ops, "us": us}
 
 
-def _resnet(nn, conv3, down_conv):
-    """ResNet-18's shape: stem, 4 stages of 2 blocks of two 3x3 convolutions, each with its
-    shortcut (Bi-Real: one per convolution), average pooling and a linear classifier."""
+def _resnet(nn, conv3, down_conv, pairs: bool = False):
+    """ResNet-18's shape: stem, 4 stages of 2 blocks of two 3x3 convolutions, average
+    pooling and a linear classifier; a shortcut around each convolution (Bi-Real), or with
+    ``pairs`` around each block of two (ResNet's: conv, BN, conv, BN)."""
     class Unit(nn.Module):
         def __init__(self, cin, cout, stride):
             super().__init__()
-            self.conv = conv3(cin, cout, stride)
-            self.bn = nn.BatchNorm2d(cout)
+            self.body = nn.Sequential(conv3(cin, cout, stride), nn.BatchNorm2d(cout))
+            if pairs:
+                self.body.extend([conv3(cout, cout, 1), nn.BatchNorm2d(cout)])
             self.short = None
             if stride != 1 or cin != cout:
                 self.short = nn.Sequential(nn.AvgPool2d(stride), down_conv(cin, cout),
                                            nn.BatchNorm2d(cout))
 
         def forward(self, x):
-            return self.bn(self.conv(x)) + (x if self.short is None else self.short(x))
+            return self.body(x) + (x if self.short is None else self.short(x))
 
     layers = [nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(64),
               nn.ReLU(), nn.MaxPool2d(3, stride=2, padding=1)]
     cin = 64
     for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
-        layers += [Unit(cin, cout, stride), Unit(cout, cout, 1), Unit(cout, cout, 1),
-                   Unit(cout, cout, 1)]
+        units = [Unit(cin, cout, stride), Unit(cout, cout, 1)]
+        if not pairs:
+            units += [Unit(cout, cout, 1), Unit(cout, cout, 1)]
+        layers += units
         cin = cout
     layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000)]
     return nn.Sequential(*layers)
 
 
-def _net_case(threads: int) -> dict:
+def _net_case(threads: int, pairs: bool = False) -> dict:
     import numpy as np
     import torch
 
@@ -132,13 +153,14 @@ def _net_case(threads: int) -> dict:
     from tessera.kernels import binary as K
     tessera.manual_seed(0)
     binary = _resnet(nn, lambda i, o, s: bnn.BinaryConv2d(i, o, 3, s, 1, scale="channel"),
-                     lambda i, o: nn.Conv2d(i, o, 1, bias=False)).eval()
+                     lambda i, o: nn.Conv2d(i, o, 1, bias=False), pairs).eval()
     packed = bnn.pack(binary)
+    chained = sum(1 for m in packed.modules() if getattr(m, "input_bits", False))
     fp32 = _resnet(nn, lambda i, o, s: nn.Conv2d(i, o, 3, s, 1, bias=False),
-                   lambda i, o: nn.Conv2d(i, o, 1, bias=False)).eval()
+                   lambda i, o: nn.Conv2d(i, o, 1, bias=False), pairs).eval()
     torch.manual_seed(0)
     tfp32 = _resnet(torch.nn, lambda i, o, s: torch.nn.Conv2d(i, o, 3, s, 1, bias=False),
-                    lambda i, o: torch.nn.Conv2d(i, o, 1, bias=False)).eval()
+                    lambda i, o: torch.nn.Conv2d(i, o, 1, bias=False), pairs).eval()
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     tx, px = tessera.tensor(x), torch.tensor(x)
     with tessera.no_grad():
@@ -150,8 +172,9 @@ def _net_case(threads: int) -> dict:
     fns["onnxruntime"] = lambda: ort_run(x)
     with tessera.no_grad(), torch.no_grad():
         us = per_call_us_interleaved(fns, repeat=5, clock=_clock(threads))
-    return {"case": "binary ResNet-18 b1 224", "ops": _resnet_binary_ops(), "us": us,
-            "exact": exact}
+    case = ("binary ResNet-18 b1 224, pair shortcuts (bits between a pair's convs: "
+            f"{chained} of 16)" if pairs else "binary ResNet-18 b1 224, Bi-Real shortcuts")
+    return {"case": case, "ops": _resnet_binary_ops(), "us": us, "exact": exact}
 
 
 def _resnet_binary_ops() -> int:
@@ -175,7 +198,15 @@ def run() -> list[dict]:
     torch.set_num_threads(THREADS)
     tessera.set_num_threads(THREADS)
     try:
-        rows = [_conv_case(c, hw, THREADS) for c, hw in CONVS] + [_net_case(THREADS)]
+        rows = []
+        for c, hw in CONVS:
+            r = _conv_case(c, hw, THREADS)
+            floats = {k: v for k, v in r["us"].items() if not k.startswith("bits_")}
+            bits = {("binary_" + k[5:] if k.startswith("bits_") else k): v
+                    for k, v in r["us"].items() if not k.startswith("binary_")}
+            rows += [dict(r, case=r["case"] + " float in/out", us=floats),
+                     dict(r, case=r["case"] + " bits in/out", us=bits)]
+        rows += [_net_case(THREADS), _net_case(THREADS, pairs=True)]
     finally:
         torch.set_num_threads(saved[0])
         tessera.set_num_threads(saved[1])
@@ -208,9 +239,10 @@ def render(rows: list[dict]) -> str:
                (f"{best[7:]}/torch", f"{best[7:]}/ort"))
     text = table(out, headers)
     net = [r for r in rows if "exact" in r]
+    exact = bool(net) and all(r["exact"] for r in net)
     loads = [r["load_avg"] for r in rows]
     text += (f"\n\nbinary network bit-exact with its unpacked model: "
-             f"{'yes' if net and net[0]['exact'] else 'NO'}; GOP/s of the network counts its "
+             f"{'yes' if exact else 'NO'}; GOP/s of the network counts its "
              f"binary 3x3 convolutions ({_resnet_binary_ops() / 1e9:.2f} GOP); "
              f"{rows[0]['threads']} thread(s) per framework; host load average "
              f"{min(loads):.1f}-{max(loads):.1f}")
@@ -218,7 +250,9 @@ def render(rows: list[dict]) -> str:
 
 
 TITLE = ("binary, batch 1, ms per call (median; CPU time on one thread; ratios > 1: binary "
-         "faster; target >= 10x tessera fp32 on AVX-512, >= 4x on AVX2)")
+         "faster; target >= 10x tessera fp32 on AVX-512 for a layer inside a binary network "
+         "(bits in/out rows), >= 4x on AVX2; float in/out rows also binarize and pack the "
+         "float input and write float output)")
 
 if __name__ == "__main__":
     print(TITLE)

@@ -454,8 +454,8 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
     >>> conv2d(x, w, 1, padding=(1, 1), pad_value=-1)[0, 0, 0].tolist()  # 4 in, 5 padded
     [1.0, -3.0, 1.0]
     >>> t = np.array([[0, 0]])                                          # dot < 0: -1
-    >>> conv2d(x, w, 1, padding=(1, 1), threshold=t)[0, 0].ravel().tolist()
-    [2, 3, 2]
+    >>> conv2d(x, w, 1, padding=(1, 1), threshold=t)[0, 0].ravel().tolist()  # one word each
+    [0, 1, 0]
     """
     path = path or isa()
     if path != "numpy":
@@ -708,6 +708,7 @@ def reference_conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1
     xs = np.pad(_signs_of(x, cin), ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2),
                 constant_values=pad_value)
     ws = unpackbits(words, cin).astype(np.int64)          # (O, KH, KW, C)
+    _check_threshold(threshold, o)
     dot = np.zeros((x.shape[0], o, oh, ow), np.int64)
     for ky in range(kh):
         for kx in range(kw):
@@ -716,7 +717,7 @@ def reference_conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1
                      x0:x0 + (ow - 1) * stride[1] + 1:stride[1]]
             dot += np.einsum("nchw,oc->nohw", win, ws[:, ky, kx])
     if threshold is not None:
-        return _signs_packed(dot, _check_threshold(threshold, o), 1)
+        return _signs_packed(dot, threshold, 1)
     return _scaled(dot, scale, (1, o, 1, 1))
 
 
@@ -734,5 +735,6 @@ def reference_linear(x: np.ndarray, words: np.ndarray, cin: int, *,
         xs = np.where(np.asarray(x) < 0, -1, 1).astype(np.int64)
     ws = unpackbits(words, cin).astype(np.int64)
     if threshold is not None:
-        return _signs_packed(xs @ ws.T, _check_threshold(threshold, ws.shape[0]), 1)
+        _check_threshold(threshold, ws.shape[0])
+        return _signs_packed(xs @ ws.T, threshold, 1)
     return _scaled(xs @ ws.T, scale, (1, -1))

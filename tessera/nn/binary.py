@@ -254,17 +254,19 @@ class PackedBinaryConv2d(Module):
     def forward(self, input: Tensor) -> Tensor:
         b = self._buffers  # read once: a buffer by attribute costs a __getattr__ each
         t = b.get("threshold")
-        geo = dict(stride=self.stride, padding=self.padding, dilation=self.dilation,
-                   pad_value=self.pad_value)
+        s, p, d, v = self.stride, self.padding, self.dilation, self.pad_value
         if t is not None:  # alpha, the bias and the batch norm are in the threshold
             return _B.bitpacked_binary_conv2d(input, b["weight_packed"], None, t,
-                                              self.in_channels, **geo)
+                                              self.in_channels, stride=s, padding=p,
+                                              dilation=d, pad_value=v)
         if self.input_bits:
             y = _B.bitpacked_binary_conv2d(input, b["weight_packed"], b["alpha"], None,
-                                           self.in_channels, **geo)
+                                           self.in_channels, stride=s, padding=p, dilation=d,
+                                           pad_value=v)
         else:
             y = _B.packed_binary_conv2d(input, b["weight_packed"], b["alpha"],
-                                        self.in_channels, **geo)
+                                        self.in_channels, stride=s, padding=p, dilation=d,
+                                        pad_value=v)
         bias = b["bias"]
         return y if bias is None else y + bias.reshape(1, -1, 1, 1)
 

@@ -541,7 +541,7 @@ def bitpacked_binary_conv2d(x: Tensor, words: Tensor, alpha: Tensor | None,
     tensor([ 1., -3.,  1.])
     >>> t = tessera.tensor([[0, 0]])                            # -1 where dot < 0
     >>> bitpacked_binary_conv2d(x, words, None, t, 1, padding=1)[0, 0].flatten().tolist()
-    [2, 3, 2]
+    [0, 1, 0]
     """
     return dispatch(_BCONV, x, words, alpha, threshold, in_channels=int(in_channels),
                     stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
