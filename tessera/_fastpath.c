@@ -2,8 +2,7 @@
  *
  * dispatch(op, *args, **attrs) here does exactly what the Python function does for one
  * case: every tensor input on the CPU with one float32/float64 dtype (or, for an op that
- * does not promote and with no input requiring grad, a float32/float64 first input and
- * others of any dtype), Python numbers or None beside them, one output, a memoised infer
+ * does not promote and with no input requiring grad, inputs of any dtypes), Python numbers or None beside them, one output, a memoised infer
  * result, and no dispatch mode installed.
  * Everything else (other devices and dtypes, mixed dtypes, tracing, global tensors,
  * large elementwise ops that the eager C kernels take, kernel errors) calls the Python
@@ -576,8 +575,10 @@ static PyObject *dispatch(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyTuple_SET_ITEM(key, 3 + 2 * i, Py_NewRef(k0));
         PyTuple_SET_ITEM(key, 4 + 2 * i, Py_NewRef(k1));
     }
-    if (first_dt == NULL || (first_dt != f32 && first_dt != f64))
+    if (first_dt == NULL)
         goto fall;
+    if (first_dt != f32 && first_dt != f64)
+        mixed = 1;  /* integer first input (bit-packed activations): as mixed dtypes below */
     if (mixed) {
         /* mixed dtypes: the Python path casts for a promoting op and records gradients;
            an op that takes its inputs as they are (packed weights, indices) with nothing
