@@ -151,7 +151,10 @@ def _split_movements(g: Graph) -> None:
     nodes = []
     clone = REGISTRY["clone"]
     for n in g.nodes:
-        maps = _index_maps(n) if len(n.outputs) > 1 else None
+        # only a view or a movement op: a rule's (sort's, topk's) kernel may also return
+        # an index array as a strided one (an integer arange sorts to itself)
+        moves = n.op.name not in RULES and (n.op.aliasing == "view" or n.op.name in MOVEMENT)
+        maps = _index_maps(n) if len(n.outputs) > 1 and moves else None
         if maps is None:
             nodes.append(n)
             continue
