@@ -27,6 +27,7 @@ from tessera.codegen.passes.outline import _body
 from tessera.codegen.rowwise import writes_before_reading
 from tessera.graph.ir import Graph, Node, Value
 from tessera.graph.memory import ALIGN, plan_memory
+from tessera.graph.passes.nchwc import _conv_plan
 from tessera.kernels import nchwc as K
 from tessera.kernels.c_expr import CType
 from tessera.kernels.threadpool import SPLIT_MIN
@@ -635,23 +636,12 @@ def _c_float(v: float) -> str:
     return ("-INFINITY" if v < 0 else "INFINITY") if math.isinf(v) else f"{float(v)!r}f"
 
 
-def _nchwc_plan(n: Node) -> tuple[frozenset, int]:
-    """The register tiles a conv2d_nchwc node can run and its plan's passes over the input
-    blocks, on the x86 path of its block (kernels/nchwc.py: conv_tiles)."""
-    x, out, a = n.inputs[0], n.outputs[0], n.attrs
-    o, cg, kh, kw = a["weight_shape"]
-    N, _, H, W = (x.shape if a["plain_input"] else x.shape[:4])
-    return K.conv_tiles((N, cg * a["groups"], H, W), (N, o, out.shape[2], out.shape[3]),
-                        (o, cg, kh, kw), a["stride"], (a["pads"][0][0], a["pads"][1][0]),
-                        a["dilation"], a["groups"], a["block"], a["plain_input"])
-
-
 def _nchwc_over_residual(n: Node) -> bool:
     """Whether a conv2d_nchwc's output may take over its residual's buffer: each tile reads
     its residual values before it stores there, in a plan of one pass over the input blocks
     (the kernel makes one where they alias; offered where it is one anyway)."""
     return n.op.name == "conv2d_nchwc" and isinstance(n.inputs[3], Value) and \
-        _nchwc_selects() and _nchwc_plan(n)[1] == 1
+        _nchwc_selects() and _conv_plan(n)[1] == 1
 
 
 def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
@@ -680,7 +670,7 @@ def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
                   hi=_c_float(hi))
     # the build compiles the tiles its layers can run (nchwc.c has ~350, 0.9 MB of code)
     if _nchwc_selects():
-        prog.nchwc_tiles |= _nchwc_plan(n)[0]
+        prog.nchwc_tiles |= _conv_plan(n)[0]
     sets = " ".join(f"p.{k} = {v};" for k, v in fields.items())
     what = n.name or "conv2d_nchwc"
     prog.steps.append(
