@@ -269,6 +269,8 @@ def _matmul(prog: Program, i: int, n: Node) -> None:
     if not all(isinstance(v, Value) and v.dtype.name == "float32" for v in (a, b)) or \
             len(a.shape) < 2 or len(b.shape) < 2:
         raise _unsupported(n, "only float32 products of matrices (or batches of them)")
+    if out.numel == 0:   # (an empty batch: no product to run)
+        return
     M, K = a.shape[-2:]
     N = b.shape[-1]
     if b.kind == "var" and len(b.shape) == 2:
@@ -570,7 +572,7 @@ def _embedding(prog: Program, i: int, n: Node) -> None:
 def _all_any(prog: Program, i: int, n: Node) -> None:
     x, out = n.inputs[0], n.outputs[0]
     dim = n.attrs.get("dim")
-    nd = len(x.shape)
+    nd = len(x.shape) or 1   # a 0-d input reduces as one element
     dims = [d % nd for d in (dim if isinstance(dim, (tuple, list)) else [dim])] \
         if dim is not None else list(range(nd))
     if x.dtype.name != "bool" or sorted(dims) != list(range(min(dims), max(dims) + 1)):
