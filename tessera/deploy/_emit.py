@@ -27,6 +27,7 @@ from tessera.codegen.passes.outline import _body
 from tessera.codegen.rowwise import writes_before_reading
 from tessera.graph.ir import Graph, Node, Value
 from tessera.graph.memory import ALIGN, plan_memory
+from tessera.graph.passes.nchwc import _conv_plan
 from tessera.kernels import nchwc as K
 from tessera.kernels.c_expr import CType
 from tessera.kernels.threadpool import SPLIT_MIN
@@ -151,7 +152,10 @@ def _split_movements(g: Graph) -> None:
     nodes = []
     clone = REGISTRY["clone"]
     for n in g.nodes:
-        maps = _index_maps(n) if len(n.outputs) > 1 else None
+        # only a view or a movement op: a rule's (sort's, topk's) kernel may also return
+        # an index array as a strided one (an integer arange sorts to itself)
+        moves = n.op.name not in RULES and (n.op.aliasing == "view" or n.op.name in MOVEMENT)
+        maps = _index_maps(n) if len(n.outputs) > 1 and moves else None
         if maps is None:
             nodes.append(n)
             continue
@@ -265,6 +269,8 @@ def _matmul(prog: Program, i: int, n: Node) -> None:
     if not all(isinstance(v, Value) and v.dtype.name == "float32" for v in (a, b)) or \
             len(a.shape) < 2 or len(b.shape) < 2:
         raise _unsupported(n, "only float32 products of matrices (or batches of them)")
+    if out.numel == 0:   # (an empty batch: no product to run)
+        return
     M, K = a.shape[-2:]
     N = b.shape[-1]
     if b.kind == "var" and len(b.shape) == 2:
@@ -566,7 +572,7 @@ def _embedding(prog: Program, i: int, n: Node) -> None:
 def _all_any(prog: Program, i: int, n: Node) -> None:
     x, out = n.inputs[0], n.outputs[0]
     dim = n.attrs.get("dim")
-    nd = len(x.shape)
+    nd = len(x.shape) or 1   # a 0-d input reduces as one element
     dims = [d % nd for d in (dim if isinstance(dim, (tuple, list)) else [dim])] \
         if dim is not None else list(range(nd))
     if x.dtype.name != "bool" or sorted(dims) != list(range(min(dims), max(dims) + 1)):
@@ -632,23 +638,12 @@ def _c_float(v: float) -> str:
     return ("-INFINITY" if v < 0 else "INFINITY") if math.isinf(v) else f"{float(v)!r}f"
 
 
-def _nchwc_plan(n: Node) -> tuple[frozenset, int]:
-    """The register tiles a conv2d_nchwc node can run and its plan's passes over the input
-    blocks, on the x86 path of its block (kernels/nchwc.py: conv_tiles)."""
-    x, out, a = n.inputs[0], n.outputs[0], n.attrs
-    o, cg, kh, kw = a["weight_shape"]
-    N, _, H, W = (x.shape if a["plain_input"] else x.shape[:4])
-    return K.conv_tiles((N, cg * a["groups"], H, W), (N, o, out.shape[2], out.shape[3]),
-                        (o, cg, kh, kw), a["stride"], (a["pads"][0][0], a["pads"][1][0]),
-                        a["dilation"], a["groups"], a["block"], a["plain_input"])
-
-
 def _nchwc_over_residual(n: Node) -> bool:
     """Whether a conv2d_nchwc's output may take over its residual's buffer: each tile reads
     its residual values before it stores there, in a plan of one pass over the input blocks
     (the kernel makes one where they alias; offered where it is one anyway)."""
     return n.op.name == "conv2d_nchwc" and isinstance(n.inputs[3], Value) and \
-        _nchwc_selects() and _nchwc_plan(n)[1] == 1
+        _nchwc_selects() and _conv_plan(n)[1] == 1
 
 
 def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
@@ -677,7 +672,7 @@ def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
                   hi=_c_float(hi))
     # the build compiles the tiles its layers can run (nchwc.c has ~350, 0.9 MB of code)
     if _nchwc_selects():
-        prog.nchwc_tiles |= _nchwc_plan(n)[0]
+        prog.nchwc_tiles |= _conv_plan(n)[0]
     sets = " ".join(f"p.{k} = {v};" for k, v in fields.items())
     what = n.name or "conv2d_nchwc"
     prog.steps.append(

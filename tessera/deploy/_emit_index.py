@@ -1,19 +1,20 @@
 """Rules of the exported program for ops along one dimension and for index lookups,
 registered into ``_emit.RULES``: ``argmax`` and ``argmin`` (and ``max``/``min`` along a
-dim, values and indices), ``cumsum``, ``topk`` (values
-and indices), ``gather`` (and ``take_along_dim``, which traces to it), ``index_select``,
-padding by reflection, replication or wrapping (``pad``), group norm and batch statistics
-norms (``batch_norm`` in training mode: instance norm), and max pooling of 1-d and 3-d
-windows.
+dim, values and indices), ``cumsum``, ``topk`` (values and indices), ``sort`` (values and
+indices; ``argsort`` and ``msort`` trace to it), ``gather`` (and ``take_along_dim``, which
+traces to it), ``index_select``, padding by reflection, replication or wrapping (``pad``),
+group norm and batch statistics norms (``batch_norm`` in training mode: instance norm), max
+pooling of 1-d and 3-d windows, and max pooling's indices (1-d to 3-d).
 
 Each helper is C text for one element type, emitted once into the program that uses it,
 with ``(lo, hi)`` bounds over its rows so that ``_emit_more._split`` shares big ones out
 over the kernel threads. The results are PyTorch's: the first extreme wins a tie, NaN is
 larger than any number (``argmax``/``argmin``/``topk`` pick NaN first, as max pooling does);
-``topk`` lists equal values in the order of their indices, as eager does.
+``topk`` lists equal values in the order of their indices, as eager does, and ``sort`` is
+stable.
 
 >>> from tessera.deploy._emit import RULES
->>> {"argmax", "cumsum", "topk", "gather", "index_select", "pad", "group_norm"} <= set(RULES)
+>>> {"argmax", "cumsum", "topk", "sort", "gather", "index_select", "pad", "max_pool"} <= set(RULES)
 True
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from tessera.deploy._emit import (
     CTYPES,
+    MULTI_OUTPUT,
     RULES,
     Program,
     _elementwise_body,
@@ -193,6 +195,93 @@ static void {fname}(const {t}* x, {t}* v, int64_t* ix, int64_t r, int64_t kk, in
                                            ("int64_t*", prog.p(indices)), ("int64_t", str(r)),
                                            ("int64_t", str(k)), ("int64_t", str(inner))],
                              outer * inner, x.numel * max(1, min(k, 8))))
+
+
+# ---- sort, argsort -------------------------------------------------------------------------
+
+def _sort_helper(prog: Program, n: Node, x: Value, descending: bool) -> str:
+    t = _ctype(n, x)
+    order = "desc" if descending else "asc"
+    fname = f"tsr_sort_{order}_{x.dtype.name}"
+    # a goes after b: NaN the largest value (all NaNs equal), equal values by their indices
+    if x.dtype.name in _FLOATS:
+        gt, eq = "(a != a ? b == b : a > b)", "(a != a ? b != b : a == b)"
+        lt = "(b != b ? a == a : a < b)"
+    else:
+        gt, eq, lt = "(a > b)", "(a == b)", "(a < b)"
+    after = lt if descending else gt
+    _once(prog, f"""/* whether (a, ia) sorts after (b, ib), {order}ending: the index breaks ties */
+static int {fname}_after({t} a, int64_t ia, {t} b, int64_t ib) {{
+    return {after} || ({eq} && ia > ib);
+}}
+
+/* the heap below position root of a heap over [0, end) of a row (elements inner apart)
+   restored: the pair that sorts last at the top */
+static void {fname}_sift({t}* vs, int64_t* is, int64_t inner, int64_t root, int64_t end) {{
+    {t} a = vs[root * inner];
+    int64_t ia = is[root * inner];
+    for (;;) {{
+        int64_t c = 2 * root + 1;
+        if (c >= end) break;
+        {t} b = vs[c * inner];
+        int64_t ib = is[c * inner];
+        if (c + 1 < end && {fname}_after(vs[(c + 1) * inner], is[(c + 1) * inner], b, ib)) {{
+            c++;
+            b = vs[c * inner];
+            ib = is[c * inner];
+        }}
+        if (!{fname}_after(b, ib, a, ia)) break;
+        vs[root * inner] = b;
+        is[root * inner] = ib;
+        root = c;
+    }}
+    vs[root * inner] = a;
+    is[root * inner] = ia;
+}}
+
+/* x[o][.][i] sorted ({order}ending, NaN the largest, equal values in the order of their
+   indices: a stable sort's result) into v and its indices into ix, for the rows
+   q = o inner + i in [lo, hi): a heap sort of (value, index) pairs, whose order is total,
+   in the output rows themselves */
+static void {fname}(const {t}* x, {t}* v, int64_t* ix, int64_t r, int64_t inner, int64_t lo,
+                    int64_t hi) {{
+    for (int64_t q = lo; q < hi; q++) {{
+        int64_t at = q / inner * r * inner + q % inner;
+        {t}* vs = v + at;
+        int64_t* is = ix + at;
+        for (int64_t j = 0; j < r; j++) {{
+            vs[j * inner] = x[at + j * inner];
+            is[j * inner] = j;
+        }}
+        for (int64_t j = r / 2 - 1; j >= 0; j--) {fname}_sift(vs, is, inner, j, r);
+        for (int64_t end = r - 1; end > 0; end--) {{
+            {t} b = vs[end * inner];
+            int64_t ib = is[end * inner];
+            vs[end * inner] = vs[0];
+            is[end * inner] = is[0];
+            vs[0] = b;
+            is[0] = ib;
+            {fname}_sift(vs, is, inner, 0, end);
+        }}
+    }}
+}}""")
+    return fname
+
+
+def _sort(prog: Program, i: int, n: Node) -> None:
+    """sort (values and indices; argsort and msort trace to it): stable, ascending or
+    descending, NaN the largest value, as PyTorch's (and eager's) stable sort."""
+    x = n.inputs[0]
+    values, indices = n.outputs
+    if x.numel == 0:
+        return
+    t = _ctype(n, x)
+    outer, r, inner = _dims(x, n.attrs.get("dim", -1))
+    fname = _sort_helper(prog, n, x, bool(n.attrs.get("descending", False)))
+    prog.steps.append(_split(prog, fname, [(f"const {t}*", prog.p(x)), (f"{t}*", prog.p(values)),
+                                           ("int64_t*", prog.p(indices)), ("int64_t", str(r)),
+                                           ("int64_t", str(inner))],
+                             outer * inner, x.numel * max(1, r.bit_length())))
 
 
 # ---- gather, index_select ----------------------------------------------------------------
@@ -534,9 +623,74 @@ def _max_pool(prog: Program, i: int, n: Node) -> None:
                out.numel * math.prod(at["kernel_size"])) + " }")
 
 
+_MAXPOOL_INDICES = r"""
+/* max pooling of planes [lo, hi), (D, H, W) -> (OD, OH, OW), with each maximum's position
+   in its plane (d H + h) W + w: PyTorch's rule, the window's first element inside the input
+   to start, then each larger value and each NaN (the last NaN wins) */
+static void tsr_maxpool_indices(const float* x, float* y, int64_t* ix, const tsr_geo3* g,
+                                int64_t lo, int64_t hi) {
+    for (int64_t q = lo; q < hi; q++) {
+        const float* xp = x + q * g->D * g->H * g->W;
+        float* yp = y + q * g->OD * g->OH * g->OW;
+        int64_t* ip = ix + q * g->OD * g->OH * g->OW;
+        for (int64_t od = 0; od < g->OD; od++)
+            for (int64_t oh = 0; oh < g->OH; oh++)
+                for (int64_t ow = 0; ow < g->OW; ow++) {
+                    float best = -INFINITY;
+                    int64_t at = -1;
+                    for (int64_t kd = 0; kd < g->KD; kd++) {
+                        int64_t d = od * g->s[0] - g->p[0] + kd * g->d[0];
+                        if (d < 0 || d >= g->D) continue;
+                        for (int64_t kh = 0; kh < g->KH; kh++) {
+                            int64_t h = oh * g->s[1] - g->p[1] + kh * g->d[1];
+                            if (h < 0 || h >= g->H) continue;
+                            for (int64_t kw = 0; kw < g->KW; kw++) {
+                                int64_t w = ow * g->s[2] - g->p[2] + kw * g->d[2];
+                                if (w < 0 || w >= g->W) continue;
+                                int64_t p = (d * g->H + h) * g->W + w;
+                                float v = xp[p];
+                                if (at < 0) at = p;
+                                if (v > best || v != v) {
+                                    best = v;
+                                    at = p;
+                                }
+                            }
+                        }
+                    }
+                    *yp++ = best;
+                    *ip++ = at;
+                }
+    }
+}
+"""
+
+
+def _max_pool_indices(prog: Program, i: int, n: Node) -> None:
+    """max_pool with its indices (``return_indices=True``), 1-d to 3-d: int64 positions in
+    each input plane, as PyTorch's."""
+    x = n.inputs[0]
+    out, idx = n.outputs
+    if x.dtype.name != "float32" or len(x.shape) not in (3, 4, 5):
+        raise _unsupported(n, "only float32 1-d, 2-d and 3-d max pooling")
+    if out.numel == 0:
+        return
+    at = n.attrs
+    geo = _geometry(x.shape[2:], out.shape[2:], at["kernel_size"], at["stride"], at["padding"],
+                    at["dilation"])
+    _helper(prog, "geometry")
+    _once(prog, _MAXPOOL_INDICES)
+    prog.steps.append(
+        f"{{ static const tsr_geo3 geo = {{1, {geo}}};\n  " +
+        _split(prog, "tsr_maxpool_indices", [
+            ("const float*", prog.p(x)), ("float*", prog.p(out)), ("int64_t*", prog.p(idx)),
+            ("const tsr_geo3*", "&geo")], x.shape[0] * x.shape[1],
+            out.numel * math.prod(at["kernel_size"])) + " }")
+
+
 RULES.update({"argmax": _argmax, "argmin": _argmax, "max_dim": _argmax, "min_dim": _argmax,
               "cumsum": _cumsum, "topk": _topk,
               "gather": _gather, "index_select": _index_select, "remainder": _remainder,
               "pad": _pad,
               "group_norm": _group_norm, "batch_norm": _batch_norm,
-              "max_pool_values": _max_pool})
+              "max_pool_values": _max_pool, "max_pool": _max_pool_indices, "sort": _sort})
+MULTI_OUTPUT.update({"max_pool", "sort"})

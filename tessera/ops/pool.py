@@ -182,8 +182,15 @@ def _max_pool_kernel(x, kernel_size, stride, padding, dilation, ceil_mode):
             return kernels.max_pool2d(np.ascontiguousarray(x), kernel_size, stride, padding,
                                       dilation, out_sp)
     pads = _hi_pads(in_sp, out_sp, kernel_size, stride, padding, dilation)
-    xp = pad_array(x, pads, _lowest(x.dtype))
+    low = _lowest(x.dtype)
+    xp = pad_array(x, pads, low)
     y, arg = _window_max(xp, kernel_size, out_sp, stride, dilation)
+    if any(lo or hi for lo, hi in pads) and (y == low).any():
+        # a window of the lowest value only: its first element inside the input, as in
+        # PyTorch, not the padding before it (which ties with it)
+        inside = pad_array(np.ones((1, 1) + tuple(in_sp), np.float32), pads, 0)
+        arg = np.where(y == low, _window_max(inside, kernel_size, out_sp, stride, dilation)[1],
+                       arg)
     idx = _flat_indices(arg, kernel_size, out_sp, in_sp, stride, padding, dilation)
     return y, idx
 

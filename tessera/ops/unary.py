@@ -369,8 +369,21 @@ def _nan_to_num_kernel(x, nan=0.0, posinf=None, neginf=None):
     return np.where(out == -np.inf, neginf, out).astype(x.dtype)
 
 
+def _nan_to_num_c(c, a, at):
+    if c.dtype not in ("float32", "float64"):   # integers and bools have no NaN or inf
+        return a[0]
+    big = _float_max(getattr(D, c.dtype))
+    posinf, neginf = at.get("posinf"), at.get("neginf")
+    nan, pos = c.lit(at.get("nan", 0.0)), c.lit(big if posinf is None else posinf)
+    neg = c.lit(-big if neginf is None else neginf)
+    inf = f"(({c.T})INFINITY)"
+    return f"({a[0]} != {a[0]} ? {nan} : ({a[0]} == {inf} ? {pos} : " \
+           f"({a[0]} == -{inf} ? {neg} : {a[0]})))"
+
+
 _NAN_TO_NUM = defop("nan_to_num", _unary_infer("nan_to_num", False), _nan_to_num_kernel,
                     grad=lambda c, g: (g * isfinite(c.inputs[0]),), sbp=POINTWISE, cost=ONE,
+                    to_c=_nan_to_num_c, traits={"c_int"},
                     to_relax=_relax.nan_to_num, to_jax=_jax.nan_to_num)
 
 

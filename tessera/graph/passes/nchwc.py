@@ -397,12 +397,19 @@ def _expect_tiles(g: Graph, blk: int) -> None:
         return
     tiles: set = set()
     for n in g.nodes:
-        if n.op.name != "conv2d_nchwc":
-            continue
-        x, y, a = n.inputs[0].shape, n.outputs[0].shape, n.attrs
-        o, cg = a["weight_shape"][:2]
-        (top, _), (left, _) = a["pads"]
-        tiles |= K.conv_tiles((x[0], cg * a["groups"], x[2], x[3]), (y[0], o, y[2], y[3]),
-                              a["weight_shape"], a["stride"], (top, left), a["dilation"],
-                              a["groups"], blk, a["plain_input"])[0]
+        if n.op.name == "conv2d_nchwc":
+            tiles |= _conv_plan(n)[0]
     K.expect_tiles(tiles, blk)
+
+
+def _conv_plan(n: Node) -> tuple[frozenset, int]:
+    """The register tiles a conv2d_nchwc node can run and its plan's passes over the input
+    blocks (``tessera.kernels.nchwc.conv_tiles``; the exported library's build reads them
+    too)."""
+    from tessera.kernels import nchwc as K
+    x, y, a = n.inputs[0].shape, n.outputs[0].shape, n.attrs
+    o, cg = a["weight_shape"][:2]
+    (top, _), (left, _) = a["pads"]
+    return K.conv_tiles((x[0], cg * a["groups"], x[2], x[3]), (y[0], o, y[2], y[3]),
+                        a["weight_shape"], a["stride"], (top, left), a["dilation"],
+                        a["groups"], a["block"], a["plain_input"])

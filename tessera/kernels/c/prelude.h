@@ -150,7 +150,7 @@ TSR_INLINE float tsr_logf(float x) {
     float xs = sub ? x * 8388608.0f : x;
     int32_t i = tsr_fbits(xs);
     int32_t k = (i - 0x3F3504F3) >> 23;
-    float f = tsr_bitsf(i - (k << 23)) - 1.0f;
+    float f = tsr_bitsf(i - (int32_t)((uint32_t)k << 23)) - 1.0f;   /* k < 0: unsigned shift */
     float e = (float)k - (sub ? 23.0f : 0.0f);
     float z = f * f;
     float z2 = z * z;
@@ -336,7 +336,7 @@ TSR_INLINE double tsr_log(double x) {
     int64_t u = (int64_t)((uint64_t)(i - 0x3FE6A09E667F3BCDLL + 0x3FF0000000000000LL) >> 52);
     double k = tsr_bitsd(u | 0x4330000000000000LL) - 4503599627371519.0;  /* u - 1023 */
     k = sub ? k - 54.0 : k;
-    double f = tsr_bitsd(i - ((u - 1023) << 52)) - 1.0;
+    double f = tsr_bitsd(i - (int64_t)((uint64_t)(u - 1023) << 52)) - 1.0;
     double s = f / (2.0 + f);
     double z = s * s;
     double z2 = z * z, z4 = z2 * z2;
