@@ -10,7 +10,7 @@ import struct
 import numpy as np
 
 from tessera.deploy._emit import Program
-from tessera.kernels import nchwc
+from tessera.kernels import cc, nchwc
 from tessera.kernels.csource import source
 
 __all__ = ["write_folder", "program_files", "checksum", "RUNTIME_FILES"]
@@ -550,7 +550,11 @@ def program_files(prog: Program, table: list[str]) -> tuple[dict, list[str], tup
         f"{n}_rename.h": _rename(n), "tsr_pool.c": _POOL.replace("MODEL", n)})
     extra = ["tsr_attention.c"] if prog.attention else []
     units = [f"{n}.c", "gemm.c", "tsr_runtime.c", "tsr_pool.c", *extra, *sorted(prog.units)]
-    return files, units, ("-include", f"{n}_rename.h")
+    # built as the exported library is (baseline x86-64; each kernel family's paths under
+    # their own target attributes): -march=native's -mtune makes GCC schedule the blocked
+    # convolutions' register tiles 2% slower (ResNet-18 batch 1, one thread, on Zen;
+    # bench models' "resnet18 infer b1")
+    return files, units, ("-include", f"{n}_rename.h", *cc.baseline_flags())
 
 
 # the kernel threads of a program run in process: the process's pool, whose run function

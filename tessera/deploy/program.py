@@ -202,6 +202,7 @@ class _Program:
         self.outputs = [(v.shape, v.dtype.np) for v in sub.outputs]
         self.model = None
         self.threads = self.pool = -1
+        self.seen: dict | None = None  # the variables dict last checked against the bound
         self._bind(values)
 
     def _bind(self, values: dict) -> None:
@@ -237,9 +238,13 @@ class _Program:
         self.outs = (ctypes.c_void_p * max(len(self.outputs), 1))()
 
     def run(self, arrays: list, variables: dict) -> list:
-        if self.names and any(map(operator.is_not, map(variables.__getitem__, self.names),
-                                  self.bound)):
-            self._bind(variables)  # a variable is another array now
+        # nn.Graph hands over the same dict until a variable holds another array (then a new
+        # one): looked through once per dict (MobileNetV2's 106 names, 10 us of a 2 ms step)
+        if variables is not self.seen:
+            if self.names and any(map(operator.is_not, map(variables.__getitem__,
+                                                           self.names), self.bound)):
+                self._bind(variables)  # a variable is another array now
+            self.seen = variables
         pool, threads = threadpool.c_pool()
         if pool != self.pool:
             self.lib.graph_set_pool(pool)

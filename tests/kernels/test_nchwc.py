@@ -251,6 +251,31 @@ def test_two_threads_same_bits(N):
     assert np.array_equal(out[0], out[1])
 
 
+@pytest.mark.parametrize("c,o,k,h,groups", [
+    (96, 320, 1, 7, 1),      # 20 blocks of 16: 5 groups of 4 (MobileNetV2's last 1x1)
+    (96, 576, 1, 14, 1),     # 36 blocks: 9 groups
+    (144, 144, 3, 14, 144),  # depthwise, 9 blocks of 16
+])
+def test_groups_not_dividing_among_threads(N, c, o, k, h, groups):
+    """A convolution whose output-block groups do not divide among two threads (its groups
+    cut into bands of rows then): the one-thread bits, and PyTorch's values."""
+    import tessera
+    x, wt = rand(1, c, h, h, seed=21), rand(o, c // groups, k, k, seed=22)
+    bias, pad = rand(o, seed=23), (k // 2, k // 2)
+    before = tessera.get_num_threads()
+    out = []
+    try:
+        for threads in (1, 2):
+            tessera.set_num_threads(threads)
+            out.append(conv(N, x, wt, bias, (1, 1), pad, (1, 1), groups, N.block(),
+                            act="relu")[0])
+    finally:
+        tessera.set_num_threads(before)
+    assert np.array_equal(out[0], out[1])
+    want = reference(x, wt, bias, (1, 1), pad, (1, 1), groups, act="relu")
+    np.testing.assert_allclose(out[1], want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("kind,k,s,p,cip", [
     ("max", 3, 2, 1, True), ("max", 2, 2, 0, True), ("max", 3, 1, 1, True),
     ("avg", 3, 2, 1, True), ("avg", 3, 2, 1, False), ("avg", 2, 2, 0, True),
