@@ -57,9 +57,9 @@ class Profile:
     tensor's; ``sync[n]`` what a collective adds to a step between computations on ``n``
     ranks beyond its own time (the ranks' skew since the last one, which it waits out);
     ``collective[n]`` the fixed seconds each collective adds to a step on ``n`` ranks as a
-    compiled step pays it (computation between collectives, ranks not in step) beyond its
-    latency, the least ``sync`` it is charged: fitted from steps with and without
-    collectives (none measured, as in a profile saved before it was: 0)."""
+    compiled step pays it (computation between collectives, ranks not in step) beyond the
+    price ``comm`` gives it, the least ``sync`` it is charged: fitted from steps with and
+    without collectives (none measured, as in a profile saved before it was: 0)."""
 
     gemm: dict = dataclasses.field(default_factory=lambda: {
         "small": 2e9, "medium": 1e10, "large": 2e10})
@@ -422,9 +422,13 @@ def _boxing_rank(comm, n: int, quick: bool, agree) -> dict:
 _SYNC_GEMMS = (1, 4, 16, 64)
 
 
-def _sync_rank(comm, n: int, quick: bool, agree) -> dict[str, list[tuple[float, float]]]:
+def _sync_rank(comm, n: int, quick: bool, agree, own: dict
+               ) -> dict[str, list[tuple[float, float]]]:
     """On this rank, among ranks ``0..n-1``: what an all-reduce adds to a loop of
-    computations beyond the computations and its own back-to-back time, for computations
+    computations beyond the computations and its own price (``own``, by size: what the
+    profile's fit charges it, so that price and sync together are what the loop paid; not
+    its back-to-back time measured apart, which on a loaded host is itself mostly waits
+    for the other rank and swings from a fraction of a millisecond to tens), for computations
     of a few lengths between two collectives (``_SYNC_GEMMS``): (the computation's seconds,
     the collective's added seconds) each, for a small all-reduce (``"small"``, one meeting
     of the ranks) and one of ``SYNC_LARGE_BYTES`` (``"large"``: the shared-memory path's
@@ -444,17 +448,16 @@ def _sync_rank(comm, n: int, quick: bool, agree) -> dict[str, list[tuple[float, 
             a @ a
         if x is not None:
             comm.all_reduce(x, group)
-    fns: list = [lambda x=x: comm.all_reduce(x, group) for x in xs.values()]
+    fns: list = []
     for k in _SYNC_GEMMS[:3] if quick else _SYNC_GEMMS:  # (quick: not the longest gap)
         fns += [lambda k=k: work(k)] + [lambda k=k, x=x: work(k, x) for x in xs.values()]
     # (rounds of several time slices: the skew is what a slice's preemption leaves)
     ts = _interleaved(fns, 5 if quick else 9, lambda: comm.barrier(group), agree, 0.1)
-    bare, rest = ts[:len(xs)], ts[len(xs):]
     step = 1 + len(xs)
     out = {}
     for j, size in enumerate(xs):
-        out[size] = [(rest[i], max(rest[i + 1 + j] - rest[i] - bare[j], 0.0))
-                     for i in range(0, len(rest), step)]
+        out[size] = [(ts[i], max(ts[i + 1 + j] - ts[i] - own[size], 0.0))
+                     for i in range(0, len(ts), step)]
     return out
 
 
@@ -466,17 +469,24 @@ _STEP_COLLECTIVES = (0, 4, 16)
 _STEP_GEMMS = 64
 
 
-def _collective_rank(comm, n: int, quick: bool, agree) -> float:
+def _collective_rank(comm, n: int, quick: bool, agree, own: float) -> float:
     """On this rank, among ranks ``0..n-1``: the seconds each collective adds to a step as
-    a compiled step pays it, beyond its own back-to-back time. Timed are steps of the same
+    a compiled step pays it, beyond its own price ``own`` (what the profile's fit charges
+    an all-reduce of its size: the model adds this beside it). Timed are steps of the same
     computation (``_STEP_GEMMS`` products) with ``_STEP_COLLECTIVES`` all-reduces of
     ``SYNC_LARGE_BYTES`` (an activation's or a gradient bucket's path) spread between the
     products, run back to back as training steps are (no barrier between steps: the ranks
     drift apart as the host's other load preempts them, and each collective waits for the
     later rank); the cost is the slope of the step's time over its collectives
-    (Theil-Sen), less an all-reduce's own time. ``sync``, timed in rounds of one gap each,
-    sees one gap's skew; this sees what a whole step's collectives cost together, which on
-    a loaded host is a millisecond or more each."""
+    (Theil-Sen), less ``own``. ``sync``, timed in rounds of one gap each, sees one gap's
+    skew; this sees what a whole step's collectives cost together, which on a loaded host
+    is milliseconds each: at a load of about 10 on 2 cores, about 10 ms for every
+    collective of a compiled GPT-mini step, whatever its kind and size (each meeting of
+    the ranks waits until both are scheduled at once). Subtracted is the fit's price, not
+    an all-reduce's back-to-back time timed beside the steps: on such a host that time is
+    itself mostly the same waits and swings from under a millisecond to more than the
+    slope (the difference was clamped at 0: a profile charging a collective its
+    microseconds)."""
     group = tuple(range(n))
     # (quick: a quarter of the step in products of an eighth of the work, as a simulated
     # world's threads run a product many times slower than a process does)
@@ -490,13 +500,11 @@ def _collective_rank(comm, n: int, quick: bool, agree) -> float:
             a @ a
             if every and i % every == every - 1:
                 comm.all_reduce(x, group)
-    fns: list = [lambda: comm.all_reduce(x, group)]
-    fns += [lambda k=k: step(k) for k in _STEP_COLLECTIVES]
+    fns: list = [lambda k=k: step(k) for k in _STEP_COLLECTIVES]
     # (rounds of several steps: the ranks drift within a round as within training)
     ts = _interleaved(fns, 3 if quick else 7, lambda: comm.barrier(group), agree,
                       0.1 if quick else 0.25)
-    bare, steps = ts[0], ts[1:]
-    return max(_slope(list(zip(_STEP_COLLECTIVES, steps))) - bare, 0.0)
+    return max(_slope(list(zip(_STEP_COLLECTIVES, ts))) - own, 0.0)
 
 
 def _comm_rank(comm, ranks: list[int], quick: bool, steps: bool = True) -> dict:
@@ -522,9 +530,15 @@ def _comm_rank(comm, ranks: list[int], quick: bool, steps: bool = True) -> dict:
     if comm.rank < max(ranks, default=0):
         n = max(ranks)
         out["boxing"] = {n: _boxing_rank(comm, n, quick, agree)}
-        out["sync_curve"] = {n: _sync_rank(comm, n, quick, agree)}
+        a, b = out["all_reduce"][n]
+
+        def own(nbytes: float) -> float:  # the fit's price of an all-reduce of nbytes
+            return a + _sent("all_reduce", nbytes, n) / b
+        out["sync_curve"] = {n: _sync_rank(comm, n, quick, agree,
+                                           {"small": own(256), "large": own(SYNC_LARGE_BYTES)})}
         if steps:
-            out["collective"] = {n: _collective_rank(comm, n, quick, agree)}
+            out["collective"] = {n: _collective_rank(comm, n, quick, agree,
+                                                     own(SYNC_LARGE_BYTES))}
     return out
 
 

@@ -394,53 +394,101 @@ def _zero_shards(meta: Meta, dp: int, min_size: int) -> bool:
         meta.shape[0] >= dp
 
 
+def _node_key(node: Node):
+    """A hashable key of what a node's candidates and prices depend on (its kind, op,
+    argument metas, outputs and attrs), or None (an attr that cannot be hashed)."""
+    items = tuple((k, tuple(v) if type(v) is list else v) for k, v in node.attrs.items())
+    key = (node.kind, id(node.op), tuple(node.metas), tuple(node.outs), items,
+           node.requires_grad)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _node_prices(node: Node, cands: list, hier: tuple, prof: Profile, zero: bool, state: int,
+                 zero_min_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(seconds, bytes per rank, the seconds' communication) of each of a node's
+    candidates."""
+    ts, ms, cs = [], [], []
+    op_s = _op_seconds(node, prof) if node.kind == "op" else 0.0
+    for cand in cands:
+        out_sbps = [tuple(s.outs[j] for s in cand) for j in range(len(node.outs))]
+        if node.kind == "op":
+            f = math.prod(n for a, n in enumerate(hier) if _distributes(cand, a))
+            # a signature with its own local computation communicates (a mean over a
+            # split dim all-reduces its count, a loss its sum): a collective's latency
+            local = sum(prof.alpha_beta("all_reduce", n)[0] + prof.sync_seconds(n)
+                        for s, n in zip(cand, hier) if s.local is not None and n > 1)
+            ts.append(_TRAIN * (op_s / f + prof.op_overhead) + local)
+            cs.append(local)
+            ms.append(sum(meta_bytes(m) / _shard(s, hier)
+                          for m, s in zip(node.outs, out_sbps)))
+        elif node.kind == "param":
+            size = meta_bytes(node.outs[0])
+            sh = _shard(out_sbps[0], hier)
+            dp = math.prod(n for s, n in zip(out_sbps[0], hier) if s.kind == "B")
+            z = dp if zero and _zero_shards(node.outs[0], dp, zero_min_size) else 1
+            # the parameter, its gradient (stage 2 shards it too) and the state; the
+            # update is not credited with ZeRO's smaller shard (its copies in and out of
+            # the shards cost about what it saves), so ZeRO is chosen for memory
+            ms.append(size / sh * (1 + (1 + state) / z))
+            # with ZeRO, also the gradient's and the parameter's copies into and out of
+            # the buckets of the reduce-scatter and the all-gather
+            ts.append(prof.memory_seconds(size / sh * (2 + 2 * state + (4 if z > 1 else 0))))
+            cs.append(0.0)
+        else:
+            ms.append(meta_bytes(node.outs[0]) / _shard(out_sbps[0], hier)
+                      if node.kind == "input" else 0.0)
+            ts.append(0.0)
+            cs.append(0.0)
+    return np.array(ts), np.array(ms), np.array(cs)
+
+
 def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
-                optimizer: str = "Adam", zero_min_size: int = 1) -> Costs:
+                optimizer: str = "Adam", zero_min_size: int = 1, like: Costs | None = None
+                ) -> Costs:
     """Every node's candidates and prices on a mesh of shape ``hier`` (``zero``: optimizer
     state sharded over the data-parallel ranks, for parameters of at least
-    ``zero_min_size`` elements)."""
+    ``zero_min_size`` elements). ``like``: the same problem with the other ZeRO setting
+    (the same graph, mesh, profile and optimizer), whose candidates, and the prices ZeRO
+    leaves alone, are taken as they are: only the parameters and the edges out of them
+    are priced again. A stack's layers repeat their nodes and edges: each distinct one is
+    priced once."""
     state = _STATE.get(optimizer, 2)
-    cands = [_candidates(n, hier) for n in g.nodes]
+    cands: list = []
     node_t, node_m, comm_t = [], [], []
+    known: dict = {}
     for v, node in enumerate(g.nodes):
-        ts, ms, cs = [], [], []
-        for cand in cands[v]:
-            out_sbps = [tuple(s.outs[j] for s in cand) for j in range(len(node.outs))]
-            if node.kind == "op":
-                f = math.prod(n for a, n in enumerate(hier) if _distributes(cand, a))
-                # a signature with its own local computation communicates (a mean over a
-                # split dim all-reduces its count, a loss its sum): a collective's latency
-                local = sum(prof.alpha_beta("all_reduce", n)[0] + prof.sync_seconds(n)
-                            for s, n in zip(cand, hier) if s.local is not None and n > 1)
-                ts.append(_TRAIN * (_op_seconds(node, prof) / f + prof.op_overhead) + local)
-                cs.append(local)
-                ms.append(sum(meta_bytes(m) / _shard(s, hier)
-                              for m, s in zip(node.outs, out_sbps)))
-            elif node.kind == "param":
-                size = meta_bytes(node.outs[0])
-                sh = _shard(out_sbps[0], hier)
-                dp = math.prod(n for s, n in zip(out_sbps[0], hier) if s.kind == "B")
-                z = dp if zero and _zero_shards(node.outs[0], dp, zero_min_size) else 1
-                # the parameter, its gradient (stage 2 shards it too) and the state; the
-                # update is not credited with ZeRO's smaller shard (its copies in and out of
-                # the shards cost about what it saves), so ZeRO is chosen for memory
-                ms.append(size / sh * (1 + (1 + state) / z))
-                # with ZeRO, also the gradient's and the parameter's copies into and out of
-                # the buckets of the reduce-scatter and the all-gather
-                ts.append(prof.memory_seconds(size / sh * (2 + 2 * state + (4 if z > 1 else 0))))
-                cs.append(0.0)
-            else:
-                ms.append(meta_bytes(node.outs[0]) / _shard(out_sbps[0], hier)
-                          if node.kind == "input" else 0.0)
-                ts.append(0.0)
-                cs.append(0.0)
-        node_t.append(np.array(ts))
-        node_m.append(np.array(ms))
-        comm_t.append(np.array(cs))
-    edges = g.edges()
+        if like is not None and node.kind != "param":
+            cands.append(like.cands[v])
+            node_t.append(like.node_t[v])
+            node_m.append(like.node_m[v])
+            comm_t.append(like.comm_t[v])
+            continue
+        key = _node_key(node)
+        hit = known.get(key) if key is not None else None
+        if hit is None:
+            cs = like.cands[v] if like is not None else _candidates(node, hier)
+            hit = (cs, *_node_prices(node, cs, hier, prof, zero, state, zero_min_size))
+            if key is not None:
+                known[key] = hit
+        cands.append(hit[0])
+        node_t.append(hit[1])
+        node_m.append(hit[2])
+        comm_t.append(hit[3])
+    edges = g.edges() if like is None else like.edges
     edge_t, edge_m = [], []
     seen: dict = {}
-    for u, ou, v, iv in edges:
+    # each node's output SBPs per candidate, its input SBPs and the axes it distributes
+    outs: dict = {}
+    ins: dict = {}
+    for e, (u, ou, v, iv) in enumerate(edges):
+        if like is not None and g.nodes[u].kind != "param":
+            edge_t.append(like.edge_t[e])
+            edge_m.append(like.edge_m[e])
+            continue
         meta = g.nodes[u].outs[ou]
         size = meta_bytes(meta)
         grad = g.nodes[u].requires_grad
@@ -448,11 +496,14 @@ def build_costs(g: OpGraph, hier: tuple, prof: Profile, zero: bool = False,
         # autograd keeps the tensor as it was before the conversion, so a backward that
         # reads it (for another input's gradient: a matmul's weight) converts it again
         again = _reread(g, v, iv)
-        srcs = tuple(tuple(s.outs[ou] for s in cu) for cu in cands[u])
-        dsts = tuple(tuple(s.ins[iv] for s in cv) for cv in cands[v])
-        dist = tuple(tuple(_distributes(cv, ax) for ax in range(len(hier))) for cv in cands[v])
+        if (u, ou) not in outs:
+            outs[(u, ou)] = tuple(tuple(s.outs[ou] for s in cu) for cu in cands[u])
+        if (v, iv) not in ins:
+            ins[(v, iv)] = (tuple(tuple(s.ins[iv] for s in cv) for cv in cands[v]),
+                            tuple(tuple(_distributes(cv, ax) for ax in range(len(hier)))
+                                  for cv in cands[v]))
+        srcs, (dsts, dist) = outs[(u, ou)], ins[(v, iv)]
         zs = tuple(zero and _zero_shards(meta, n, zero_min_size) for n in hier)
-        # a stack's layers repeat their edges: each distinct one is priced once
         key = (srcs, dsts, dist, size, grad, param, again, zs)
         if key not in seen:
             seen[key] = _edge_prices(srcs, dsts, dist, size, grad, param, again, zs, hier,
@@ -784,14 +835,18 @@ def _dp(c: Costs, lam: float) -> list[int]:
     return assign
 
 
-def _greedy(c: Costs, lam: float, start: list[int], sweeps: int = 8) -> list[int]:
-    """Coordinate descent on time + lam * memory from ``start``."""
+def _greedy(c: Costs, lam: float, start: list[int], sweeps: int = 8,
+            deadline: float = math.inf) -> list[int]:
+    """Coordinate descent on time + lam * memory from ``start`` (no sweep starts after
+    ``deadline``)."""
     assign = list(start)
     incident: list[list[int]] = [[] for _ in c.cands]
     for e, (u, _, v, _) in enumerate(c.edges):
         incident[u].append(e)
         incident[v].append(e)
-    for _ in range(sweeps):
+    for k in range(sweeps):
+        if k and time.perf_counter() > deadline:
+            break
         changed = False
         for v in range(len(c.cands)):
             tot = c.node_t[v] + lam * c.node_m[v]
@@ -841,7 +896,8 @@ def solve(c: Costs, limit: float, solver: str, time_limit: float, start: list[in
             return a, "ilp"
     if solver != "greedy" and is_tree(c):
         return _lagrange(c, limit, lambda lam: _dp(c, lam), deadline), "dp"
-    return _lagrange(c, limit, lambda lam: _greedy(c, lam, start), deadline), "greedy"
+    return _lagrange(c, limit, lambda lam: _greedy(c, lam, start, deadline=deadline),
+                     deadline), "greedy"
 
 
 def brute_force(c: Costs, limit: float = math.inf) -> tuple[list[int], float]:
@@ -1097,27 +1153,50 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
     t0 = time.perf_counter()
     used_by: list[str] = []
     end = t0 + time_limit  # the whole search's budget, shared by ZeRO off and on
-    # both problems first: the second's prices are not left to the first's leftover time
-    costs = [build_costs(g, hier, prof, zero, optimizer) for zero in (False, True)]
-    for i, (zero, c) in enumerate(zip((False, True), costs)):
-        dp = _dp_leaves(c)
-        base = realise(c, dp)
+    # data parallelism is priced first, whatever the time: the plan when nothing else is
+    # in time; the ZeRO problem is the first with its parameters priced again (cheap), and
+    # its data parallelism is priced while there is time or when nothing fits without it
+    problems = {False: build_costs(g, hier, prof, False, optimizer)}
+    bases: dict[bool, list[int]] = {}
+    walk_s = 0.0
+    for zero in (False, True):
+        if zero:
+            if time.perf_counter() + walk_s > end and priced["data parallel"][1] <= limit:
+                break
+            problems[True] = build_costs(g, hier, prof, True, optimizer, like=problems[False])
+        c = problems[zero]
+        bases[zero] = realise(c, _dp_leaves(c))
         key = "data parallel" + (" + ZeRO" if zero else "")
         tw = time.perf_counter()
-        priced[key] = walked(c, base)
-        walk_s = time.perf_counter() - tw
-        cands[key] = (c, base, zero, None)
+        priced[key] = walked(c, bases[zero])
+        walk_s = max(walk_s, time.perf_counter() - tw)
+        cands[key] = (c, bases[zero], zero, None)
+    for i, (zero, c) in enumerate(problems.items()):
         now = time.perf_counter()
-        # this pass's share, less the walks of the (at most two) plans it ends with and
-        # a third for what runs past a deadline (HiGHS stops a little after its limit)
-        share = max(end - now, 0.0) / (2 - i)
-        deadline = now + max(share - 3 * walk_s, 0.0)
-        a, used = solve(c, limit, solver, 0.75 * (deadline - now), base, deadline)
-        starts = [dp]
+        fit = any(m <= limit for _, m in priced.values())
+        if now >= end and fit:
+            break  # the best plan found so far: nothing more starts past the deadline
+        # this pass's share, less the walk of the plan it ends with and half of one for
+        # what runs past a deadline (HiGHS stops a little after its limit)
+        share = max(end - now, 0.0) / (len(problems) - i)
+        deadline = now + max(share - 1.5 * walk_s, 0.0)
+        if deadline <= now and fit:
+            continue
+        dp = _dp_leaves(c)
+        a, used = solve(c, limit, solver, 0.75 * (deadline - now), bases[zero], deadline)
+        starts = [] if a is None else \
+            [{v: a[v] for v, n in enumerate(g.nodes) if n.kind != "op"}]
         if a is not None:
             used_by.append(used)
-            starts.insert(0, {v: a[v] for v, n in enumerate(g.nodes) if n.kind != "op"})
-        polished = [polish(c, s, limit, deadline=deadline)[1] for s in starts]
+        if time.perf_counter() < deadline or not fit:
+            starts.append(dp)
+        polished = [polish(c, s, limit, deadline=deadline)[1] for s in starts
+                    if time.perf_counter() < deadline or not fit]
+        # each walked while there is time (a plan not walked in time is not taken)
+        polished = [x for x in polished if (zero, tuple(x)) in walks or
+                    time.perf_counter() < end or not fit]
+        if not polished:
+            continue
         real = min(polished, key=lambda x: (max(walked(c, x)[1] - limit, 0.0),
                                             walked(c, x)[0]))
         key = "auto" + (" + ZeRO" if zero else "")
@@ -1128,10 +1207,14 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
     if agree is not None:
         # the search stops at deadlines, so on a loaded host the ranks' searches can end
         # apart: every rank takes one rank's assignments and prices (node and candidate
-        # numbers are the same on every rank: the recording and candidates are)
-        mine = (solved_by, solve_s, {k: (a, s) for k, (_, a, _, s) in cands.items()}, priced)
+        # numbers are the same on every rank: the recording and candidates are; a problem
+        # this rank had no time for is built now)
+        mine = (solved_by, solve_s, {k: (a, z, s) for k, (_, a, z, s) in cands.items()},
+                priced)
         solved_by, solve_s, chosen, priced = agree(mine)
-        cands = {k: (c, chosen[k][0], z, chosen[k][1]) for k, (c, _, z, _) in cands.items()}
+        for z in {z for _, z, _ in chosen.values()} - set(problems):
+            problems[z] = build_costs(g, hier, prof, z, optimizer, like=problems[False])
+        cands = {k: (problems[z], a, z, s) for k, (a, z, s) in chosen.items()}
     alts = {k: (t, m, m <= limit) for k, (t, m) in priced.items()}
     fits = [k for k in cands if alts[k][2]]
     if not fits:

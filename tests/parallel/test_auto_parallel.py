@@ -108,6 +108,47 @@ def test_search_without_time_still_plans():
                      profile=DEFAULT)
     assert "ilp" not in plan.solver
     assert plan.seconds <= plan.alternatives["data parallel"][0]
+    assert list(plan.alternatives) == ["data parallel"]  # (it fits: nothing else priced)
+
+
+def test_search_starts_no_pricing_past_its_time_limit(monkeypatch):
+    # on a graph of 2,000 nodes, where pricing a plan takes a good part of a second: past
+    # the deadline nothing starts but data parallelism's own pricing (always done: the
+    # plan when nothing else is in time); before, both problems were priced whatever the
+    # limit. Counted, not timed, so a loaded host changes how much is done in time, not
+    # whether the search stops at its deadline
+    import time
+    tessera.manual_seed(0)
+    model = tessera.models.gpt("gpt-mini", vocab_size=64, block_size=8, n_layer=40, n_head=2,
+                               n_embd=16)
+    x, y = tessera.randint(0, 64, (8, 8)), tessera.randint(0, 64, (8, 8))
+    params = dict(model.named_parameters())
+    g = AP.record(lambda a, b: model(a, b)[1], (x, y), params)
+    assert len(g.nodes) > 2000
+    started = []
+
+    def noting(name, fn):
+        def call(*args, **kw):
+            started.append((name, time.perf_counter(), args))
+            return fn(*args, **kw)
+        return call
+    for name in ("build_costs", "realised", "solve", "polish"):
+        monkeypatch.setattr(AP, name, noting(name, getattr(AP, name)))
+    limit = 1.0
+    t0 = time.perf_counter()
+    plan = AP.search(None, (x, y), params, _mesh(2), time_limit=limit, profile=DEFAULT,
+                     graph=g)
+    # (slack for the moments between the search's clock and this one)
+    late = [(name, args) for name, t, args in started if t > t0 + limit + 0.05]
+    for name, args in late:
+        assert name in ("build_costs", "realised"), name
+        if name == "build_costs":
+            assert not args[3]  # (zero) data parallelism's problem
+        else:
+            c, a = args
+            assert not c.zero and a == AP.realise(c, AP._dp_leaves(c))
+    assert "data parallel" in plan.alternatives
+    assert plan.seconds <= plan.alternatives["data parallel"][0]
 
 
 # ---- known answers on simulated meshes ----------------------------------------------------------
