@@ -1316,3 +1316,20 @@ int tsr_gemm_run(tsr_gemm_t* g) {
     int64_t n = tsr_gemm_plan(g, 1);
     return n < 0 ? -1 : (int)tsr_gemm_range(g, 0, n);
 }
+
+/* one block on a pool's thread: ctx = {g, the last nonzero result} */
+static int64_t gemm_item(const int64_t* ctx, int64_t i) {
+    int64_t r = tsr_gemm_range((const tsr_gemm_t*)(intptr_t)ctx[0], i, i + 1);
+    if (r) __atomic_store_n((int64_t*)(intptr_t)&ctx[1], r, __ATOMIC_RELAXED);
+    return r;
+}
+
+int64_t tsr_gemm_exec(tsr_gemm_t* g, int threads, tsr_pool_run_fn run) {
+    if (!run || threads < 1) threads = 1;
+    int64_t blocks = tsr_gemm_plan(g, threads);
+    if (blocks < 0) return -1;
+    if (blocks < 2 || threads < 2) return tsr_gemm_range(g, 0, blocks);
+    int64_t ctx[2] = {(int64_t)(intptr_t)g, 0};
+    run(gemm_item, ctx, blocks, threads);
+    return ctx[1];
+}
