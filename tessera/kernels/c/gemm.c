@@ -574,9 +574,10 @@ int tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, 
    layout of B, its packing and the threads. */
 enum { GEMV_MAX = 4, GEMV_VMAX = 4, GEMV_STRIPS = 2, GEMV_AHEAD = 32 };
 /* multiply-adds below which a second thread saves less than handing it half the columns
-   costs (a product of 2^18 takes some 5 us on one thread; the hand-over, a Python caller's
-   included, one or two): bench gemm's minilm qkv/out row, 1.1 x 2^17, runs faster on one */
-enum { GEMV_SPLIT_MIN = 1 << 18 };
+   costs: a product of 2^17 takes some 3 us on one thread, the hand-over (tsr_gemm_exec to
+   a spinning worker, no Python between) a few tenths; bench gemm's minilm qkv/out row,
+   1.1 x 2^17, is the smallest split */
+enum { GEMV_SPLIT_MIN = 1 << 17 };
 
 /* the columns [j, j + NR) of op(B) as rows bs apart: in place (a packed panel, or full
    rows of a row-major B), else packed into buf */
