@@ -5,7 +5,7 @@ them, ``x @ W.T`` with W of shape (out, in): ResNet-18's 3x3 convolutions as im2
 (one per stage), MiniLM's at sequence length 128 (attention projections, FFN up and down)
 and the MLP's first layer (batch 256, and batch 1: a matrix-vector product), and the
 products of one row (ResNet-18's classifier, MiniLM's FFN and attention projections on
-one token: the last below the size from which tessera's GEMV splits over threads).
+one token: the last the smallest that tessera's GEMV splits over threads).
 tessera runs each unpacked (``gemm``: W^T packed within each call, as for any two
 matrices) and with W packed once beforehand (``gemm_packed``, as inference weights are).
 

@@ -46,6 +46,7 @@ import os
 
 import numpy as np
 
+from tessera._runtime import threads as _runtime_threads
 from tessera.kernels import threadpool
 from tessera.kernels.csource import source
 
@@ -77,13 +78,17 @@ class _Gemm(ctypes.Structure):
 def _lib():
     from tessera.kernels.cc import load_dispatching
     P, I, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    return load_dispatching(source("gemm.c"), (
+    return load_dispatching(source("gemm_py.c"), (
         ("tsr_gemm_isa_supported", [i32], i32), ("tsr_gemm_isa_best", [], i32),
         ("tsr_gemm_mr", [i32], i32), ("tsr_gemm_nr", [i32], i32),
         ("tsr_gemm_packed_size", [i32, I, I], I),
         ("tsr_gemm_pack_b_range", [i32, I, I, P, I, I, P, I, I], i32),
         ("tsr_gemm_plan", [P, i32], I), ("tsr_gemm_range", [P, I, I], I),
-        ("tsr_gemm_run", [P], i32)))
+        ("tsr_gemm_run", [P], i32), ("tsr_gemm_exec", [P, i32, P], I),
+        ("tsr_gemm_py_setup", [P, P], None), ("tsr_gemm_py_probe", [P, P], None),
+        # every parameter as c_void_p, ``how`` (an int64) included: ctypes converts an int
+        # to it in half the time it takes for c_int64, a fair part of a batch-1 call
+        ("tsr_gemm_py", [P, P, P, P], I), ("tsr_gemm_py_b", [P, P, P, P, P], I)))
 
 
 def available() -> bool:
@@ -193,6 +198,61 @@ def _strided(x, name: str, fn: str) -> tuple[np.ndarray, int, int]:
     return x, rs // 4, cs // 4
 
 
+def _template(isa_index: int, k: int = 0, n: int = 0, bp: int = 0) -> _Gemm:
+    g = _Gemm()
+    g.k, g.n, g.bp, g.isa, g.alpha = k, n, bp, isa_index, 1.0
+    return g
+
+
+@functools.cache
+def _plain(isa_index: int) -> int:
+    """The address of the template of ``gemm``'s plain products (B from the call)."""
+    g = _PLAIN[isa_index] = _template(isa_index)
+    return ctypes.addressof(g)
+
+
+_PLAIN: dict = {}   # isa index -> its template, kept alive
+
+
+_FAST: list = []   # _fast()'s answer, until the thread count changes
+
+
+def _fast() -> list:
+    """[``tsr_gemm_py``, ``tsr_gemm_py_b`` (``c/gemm_py.c``), ``how`` for the default thread
+    count], or [None] when they cannot be used: no C pool (the general path runs the threads
+    in Python then), or NumPy arrays whose object headers they would misread
+    (``tsr_gemm_py_probe`` checked against what NumPy says of a few arrays)."""
+    if _FAST:
+        return _FAST
+    lib, pool = _lib(), threadpool._lib()
+    _FAST[:] = [None]
+    if pool is None:
+        return _FAST
+    got = (ctypes.c_int64 * 7)()
+    base = np.arange(24, dtype=_F32).reshape(4, 6)
+    for x in (base, base[1:, 2:], base.T, base[::2, ::-3], np.empty((0, 3), _F32),
+              np.empty(5, _F32), np.ones((2, 3))):
+        lib.tsr_gemm_py_probe(id(x), got)
+        two = x.ndim == 2
+        want = (x.ctypes.data, x.ndim, *(x.shape if two else (-1, -1)),
+                *(x.strides if two else (-1, -1)), id(x.dtype))
+        if tuple(got) != want:
+            return _FAST
+    lib.tsr_gemm_py_setup(id(_F32), pool.run_address)
+    _FAST[:] = [lib.tsr_gemm_py, lib.tsr_gemm_py_b, 4 * threadpool.c_pool()[1]]
+    return _FAST
+
+
+_runtime_threads.on_change(_FAST.clear)
+
+
+def _how(fast: list, threads: int | None, trans_a: bool, trans_b: bool = False) -> int:
+    """``tsr_gemm_py``'s ``how``: the thread count (at most the kernel threads whose workers
+    run), then trans_a and trans_b as bits."""
+    how = fast[2] if threads is None else 4 * min(_threads(threads), fast[2] // 4)
+    return how + (2 if trans_a else 0) + (1 if trans_b else 0)
+
+
 class PackedB:
     """A right operand ``b`` (k x n) packed once into the panel layout of the micro-kernel
     in use; ``gemm_packed`` multiplies by it. Keeps no reference to the original.
@@ -205,6 +265,9 @@ class PackedB:
     def __init__(self, data: np.ndarray, k: int, n: int, isa_index: int):
         self.data, self.k, self.n, self.isa_index = data, k, n, isa_index
         self.address = _address(data)
+        # the product by this b, all but A and C filled in, as tsr_gemm_py copies it
+        self._template = _template(isa_index, k, n, self.address)
+        self.template = ctypes.addressof(self._template)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -285,6 +348,15 @@ def gemm(a: np.ndarray, b: np.ndarray, *, trans_a: bool = False, trans_b: bool =
     array([[1., 1.],
            [1., 1.]], dtype=float32)
     """
+    if (a.__class__ is np.ndarray and b.__class__ is np.ndarray and alpha == 1.0 and not beta
+            and bias is None and activation is None and residual is None and out is None
+            and a.ndim == 2 and b.ndim == 2 and (fast := _FAST or _fast())[0] is not None):
+        # the plain product in one C call (gemm_py.c), or 1 when it is not one it takes
+        c = np.empty((a.shape[1 if trans_a else 0], b.shape[0 if trans_b else 1]), _F32)
+        code = fast[1](_plain(_isa()), id(a), id(b), id(c), _how(fast, threads, trans_a, trans_b))
+        if code == 0:
+            return c
+        _raise_code(code, c.shape[0], c.shape[1], a.shape[0 if trans_a else 1])
     b, rsb, csb = _strided(b, "b", "gemm")
     if trans_b:
         rsb, csb = csb, rsb
@@ -305,6 +377,17 @@ def gemm_packed(a: np.ndarray, packed: PackedB, *, trans_a: bool = False, alpha:
     >>> gemm_packed(np.ones((1, 3), np.float32), pack_b(w), bias=np.ones(2, np.float32))
     array([[4., 4.]], dtype=float32)
     """
+    if (a.__class__ is np.ndarray and packed.__class__ is PackedB and alpha == 1.0 and not beta
+            and bias is None and activation is None and residual is None and out is None
+            and a.ndim == 2 and packed.isa_index == _isa()
+            and (fast := _FAST or _fast())[0] is not None):
+        # the plain product in one C call (gemm_py.c), or 1 when it is not one it takes
+        c = np.empty((a.shape[1 if trans_a else 0], packed.n), _F32)
+        code = fast[0](packed.template, id(a), id(c),
+                       fast[2] if threads is None and not trans_a else _how(fast, threads, trans_a))
+        if code == 0:
+            return c
+        _raise_code(code, c.shape[0], packed.n, packed.k)
     if not isinstance(packed, PackedB):
         raise TypeError(f"gemm_packed: expected a PackedB from pack_b, got "
                         f"{type(packed).__name__}")
@@ -420,7 +503,12 @@ def _execute(g: _Gemm, unpacked: bool, b, threads: int) -> None:
 
 
 def _raise(code: int, g: _Gemm) -> None:
+    _raise_code(code, g.m, g.n, g.k)
+
+
+def _raise_code(code: int, m: int, n: int, k: int) -> None:
+    """Nothing for 0 (done) and 1 (``tsr_gemm_py`` did not take the call), else the error."""
     if code == -2:
-        raise MemoryError(f"gemm: no memory for the scratch of a {g.m}x{g.n}x{g.k} product")
-    if code:
+        raise MemoryError(f"gemm: no memory for the scratch of a {m}x{n}x{k} product")
+    if code and code != 1:
         raise RuntimeError(f"gemm: the C library refused the product ({code})")

@@ -3,9 +3,11 @@ a microsecond.
 
 A kernel split over threads (a fused loop's chunks, a convolution driver's threads, a batch
 of small matrix products) is a list of *parts*, each one C call. ``run(f, parts)`` makes the
-calls on the calling thread and on the pool's workers: every thread takes part indices from
-one atomic counter, so a worker that is asleep or has lost its core costs nothing but its
-share, which the caller takes itself (it then waits only for parts a worker has started).
+calls on the calling thread and on the pool's workers: the caller runs part 0, then every
+thread takes part indices from one atomic counter, so a worker that is asleep or has lost
+its core costs nothing but its share, which the caller takes itself (it then waits only for
+parts a worker has started). A job of one part per thread thus gives each thread the same
+part from one call to the next (the share of a weight a core keeps in its cache).
 Workers spin for 50 us after a job, as OpenMP's and OpenBLAS's do, and then sleep on a
 futex; a job wakes sleeping ones. Python's ``ThreadPoolExecutor`` starts a part through a
 condition variable and then the GIL, which takes longer than many parts do (bench models:

@@ -11,6 +11,7 @@ from tessera.kernels import cc, threadpool as pool
 pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler")
 
 _SOURCE = r"""
+#include <pthread.h>
 #include <stdint.h>
 /* adds i + 1 into cell i of a counter array, returns -i: parts that run twice or never,
    or results returned for another part, show */
@@ -21,6 +22,8 @@ void twelve(int64_t* out, int64_t a, int64_t b, int64_t c, int64_t d, int64_t e,
     *out = a + 2 * b + 3 * c + 4 * d + 5 * e + 6 * f + 7 * g + 8 * h + 9 * i + 10 * j + 11 * k;
 }
 double half(double x) { return x / 2; }
+/* the thread a part runs on */
+int64_t thread_of(int64_t unused) { (void)unused; return (int64_t)pthread_self(); }
 /* blocks [lo, hi) of a range kernel: cell i gets i + 1; block 5 fails (returns -2) */
 int64_t blocks(int64_t* cells, int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; i++) cells[i] += i + 1;
@@ -39,6 +42,7 @@ def lib():
     lib.half.argtypes, lib.half.restype = [ctypes.c_double], ctypes.c_double
     lib.blocks.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
     lib.blocks.restype = ctypes.c_int64
+    lib.thread_of.argtypes, lib.thread_of.restype = [ctypes.c_int64], ctypes.c_int64
     return lib
 
 
@@ -63,6 +67,14 @@ def test_run_blocks_runs_each_block_once_and_reports_a_failure(lib, two_threads,
     cells = np.zeros(n, np.int64)
     assert pool.run_blocks(lib.blocks, cells.ctypes.data, n, 2) == error
     assert cells.tolist() == list(range(1, n + 1))
+
+
+@pytest.mark.parametrize("n", [1, 2, 7])
+def test_the_caller_runs_part_zero(lib, two_threads, n):
+    # (a product split one part per thread then keeps each share on one core)
+    caller = pool.run(lib.thread_of, [(0,)])   # one part: the caller's
+    for _ in range(20):
+        assert pool.run(lib.thread_of, [(i,) for i in range(n)])[0] == caller[0]
 
 
 def test_narrow_results_keep_their_sign(lib, two_threads):

@@ -231,6 +231,60 @@ def test_threads_give_the_same_result(G, m, n, k):
     check(G.gemm(x, w, threads=2), ref, scale, k)
 
 
+@pytest.mark.parametrize("m,n,k", [(1, 1000, 512), (1, 7, 3), (2, 300, 70), (4, 33, 1000),
+                                   (5, 64, 17), (200, 96, 130)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_plain_products_in_one_call_equal_the_general_path(G, monkeypatch, m, n, k, threads):
+    """gemm and gemm_packed with no options run in one C call (c/gemm_py.c, the arrays read
+    from their headers): the bits of the general path, for contiguous, transposed, strided
+    and negative-stride operands."""
+    if sys.implementation.name == "cpython":
+        assert G._fast()[0] is not None   # NumPy's headers read as gemm_py.c expects
+    x, w = rand(m, 2 * k, seed=30)[:, ::2], rand(n, k, seed=31)
+    packed = G.pack_b(w, trans_b=True)
+    cases = {
+        "packed": lambda: G.gemm_packed(x, packed, threads=threads),
+        "packed, a transposed": lambda: G.gemm_packed(np.ascontiguousarray(x.T), packed,
+                                                      trans_a=True, threads=threads),
+        "transposed": lambda: G.gemm(x, w, trans_b=True, threads=threads),
+        "row-major": lambda: G.gemm(x, np.ascontiguousarray(w.T), threads=threads),
+        "a transposed": lambda: G.gemm(np.ascontiguousarray(x.T), w, trans_a=True,
+                                       trans_b=True, threads=threads),
+        "negative strides": lambda: G.gemm(x[::-1], w[::-1], trans_b=True,
+                                           threads=threads)[::-1, ::-1],
+    }
+    fast = {name: run() for name, run in cases.items()}
+    ref, scale = reference(x, w, trans_b=True)
+    check(fast["packed"], ref, scale, k)
+    monkeypatch.setattr(G, "_FAST", [None])   # the general path only
+    for name, run in cases.items():
+        assert np.array_equal(fast[name], run()), name
+
+
+def test_plain_products_it_does_not_take_go_the_general_way(G):
+    """Operands the one-call path declines (strides not whole floats, another dtype, a
+    shape that does not fit) give the general path's result or its error."""
+    x, w = rand(3, 20, seed=32), rand(20, 6, seed=33)
+    rec = np.zeros((3, 20), dtype=[("v", "<f4"), ("pad", "u1")])   # strides of 5 bytes
+    rec["v"] = x
+    ref, scale = reference(x, w)
+    check(G.gemm(rec["v"], w), ref, scale, 20)
+    check(G.gemm_packed(rec["v"], G.pack_b(w)), ref, scale, 20)
+    with pytest.raises(TypeError, match="gemm_packed: a must be float32, got float64"):
+        G.gemm_packed(x.astype(np.float64), G.pack_b(w))
+    with pytest.raises(ValueError, match=r"gemm_packed: a must be 2-d, got shape \(20,\)"):
+        G.gemm_packed(x[0], G.pack_b(w))
+    with pytest.raises(RuntimeError, match=r"mat1 and mat2 shapes cannot be multiplied "
+                                           r"\(3x20 and 19x6\)"):
+        G.gemm_packed(x, G.pack_b(w[:19]))
+    with pytest.raises(RuntimeError, match=r"\(3x20 and 6x20\)"):
+        G.gemm(x, w, trans_b=True)
+    with pytest.raises(TypeError, match="gemm: a must be a NumPy array, got list"):
+        G.gemm(x.tolist(), w)
+    empty = G.gemm(np.zeros((0, 20), np.float32), w)
+    assert empty.shape == (0, 6) and empty.dtype == np.float32
+
+
 def _cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo") as f:
@@ -336,6 +390,12 @@ _MAIN_C = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include "gemm.h"
+/* a pool of one thread taking the items last first: a product's blocks in any order */
+static void backwards(tsr_item_fn item, const int64_t* ctx, int64_t n, int threads) {
+    (void)threads;
+    for (int64_t i = n - 1; i >= 0; i--) item(ctx, i);
+}
+
 /* x @ w^T + bias, relu, against plain loops in double: every path this CPU runs */
 int main(void) {
     enum { M = 37, N = 75, K = 130 };
@@ -364,7 +424,8 @@ int main(void) {
             }
             g.c = c; g.ldc = N; g.bias = bias; g.alpha = 1.0f; g.act = TSR_ACT_RELU;
             g.isa = isa;
-            if (tsr_gemm_run(&g)) return 6;
+            /* packed: the whole product in one call, its blocks through a pool */
+            if (pre ? tsr_gemm_exec(&g, 3, backwards) : tsr_gemm_run(&g)) return 6;
             for (int i = 0; i < M; i++)
                 for (int j = 0; j < N; j++) {
                     double s = bias[j], mag = fabs(bias[j]);

@@ -574,9 +574,10 @@ int tsr_gemm_pack_b(int isa, int64_t k, int64_t n, const float* b, int64_t rsb, 
    layout of B, its packing and the threads. */
 enum { GEMV_MAX = 4, GEMV_VMAX = 4, GEMV_STRIPS = 2, GEMV_AHEAD = 32 };
 /* multiply-adds below which a second thread saves less than handing it half the columns
-   costs (a product of 2^18 takes some 5 us on one thread; the hand-over, a Python caller's
-   included, one or two): bench gemm's minilm qkv/out row, 1.1 x 2^17, runs faster on one */
-enum { GEMV_SPLIT_MIN = 1 << 18 };
+   costs: a product of 2^17 takes some 3 us on one thread, the hand-over (tsr_gemm_exec to
+   a spinning worker, no Python between) a few tenths; bench gemm's minilm qkv/out row,
+   1.1 x 2^17, is the smallest split */
+enum { GEMV_SPLIT_MIN = 1 << 17 };
 
 /* the columns [j, j + NR) of op(B) as rows bs apart: in place (a packed panel, or full
    rows of a row-major B), else packed into buf */
@@ -1139,11 +1140,13 @@ int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads) {
     int64_t MR = MRS[isa], NR = NRS[isa];
     g->path = 0;
     if (g->m > 0 && g->m <= GEMV_MAX && g->mc <= 0 && g->kc <= 0 && g->nc <= 0) {
-        /* the GEMV path: blocks of whole panels of columns, a few per thread (the pool
-           hands them out as threads come free); one block below GEMV_SPLIT_MIN */
+        /* the GEMV path: one block of whole panels of columns per thread, which the pool
+           gives the same thread from one call to the next (the caller block 0): its share
+           of B stays in that core's cache (bench gemm: resnet18 fc batch 1, 2 MB of
+           weight, two 1 MB L2s). One block below GEMV_SPLIT_MIN */
         int64_t panels = ceil_div(g->n > 0 ? g->n : 1, NR);
         int split = threads > 1 && g->m * g->n * g->k >= GEMV_SPLIT_MIN;
-        int64_t parts = split ? (panels < 2 * threads ? panels : 2 * threads) : 1;
+        int64_t parts = split ? (panels < threads ? panels : threads) : 1;
         g->path = 1;
         g->mc = g->m;
         g->kc = g->k > 0 ? g->k : 1;
@@ -1315,4 +1318,21 @@ int64_t tsr_gemm_range(const tsr_gemm_t* g, int64_t lo, int64_t hi) {
 int tsr_gemm_run(tsr_gemm_t* g) {
     int64_t n = tsr_gemm_plan(g, 1);
     return n < 0 ? -1 : (int)tsr_gemm_range(g, 0, n);
+}
+
+/* one block on a pool's thread: ctx = {g, the last nonzero result} */
+static int64_t gemm_item(const int64_t* ctx, int64_t i) {
+    int64_t r = tsr_gemm_range((const tsr_gemm_t*)(intptr_t)ctx[0], i, i + 1);
+    if (r) __atomic_store_n((int64_t*)(intptr_t)&ctx[1], r, __ATOMIC_RELAXED);
+    return r;
+}
+
+int64_t tsr_gemm_exec(tsr_gemm_t* g, int threads, tsr_pool_run_fn run) {
+    if (!run || threads < 1) threads = 1;
+    int64_t blocks = tsr_gemm_plan(g, threads);
+    if (blocks < 0) return -1;
+    if (blocks < 2 || threads < 2) return tsr_gemm_range(g, 0, blocks);
+    int64_t ctx[2] = {(int64_t)(intptr_t)g, 0};
+    run(gemm_item, ctx, blocks, threads);
+    return ctx[1];
 }

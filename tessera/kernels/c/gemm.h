@@ -66,5 +66,12 @@ int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads);
    when the thread's scratch (a few MB, kept for its next product) cannot be allocated */
 int64_t tsr_gemm_range(const tsr_gemm_t* g, int64_t lo, int64_t hi);
 int tsr_gemm_run(tsr_gemm_t* g);           /* tsr_gemm_plan, then tsr_gemm_range: 0, -1, -2 */
+/* a pool that runs item(ctx, i) for i in [0, n) on the caller and up to threads - 1 other
+   threads, returning when all are done (tessera's threadpool.c: tsr_pool_run) */
+typedef int64_t (*tsr_item_fn)(const int64_t* ctx, int64_t i);
+typedef void (*tsr_pool_run_fn)(tsr_item_fn item, const int64_t* ctx, int64_t n, int threads);
+/* the whole product in one call: tsr_gemm_plan for threads, then the blocks through run
+   (NULL: on the caller alone). 0, -1, -2 as tsr_gemm_range */
+int64_t tsr_gemm_exec(tsr_gemm_t* g, int threads, tsr_pool_run_fn run);
 
 #endif

@@ -82,8 +82,8 @@ int tsr_pool_start(int threads) {
     return nworkers;
 }
 
-/* item(ctx, i) for i in [0, n) on the caller and up to ``threads`` - 1 workers; a call
-   made while another runs (from another thread) runs its items alone */
+/* item(ctx, i) for i in [0, n) on the caller (item 0 first) and up to ``threads`` - 1
+   workers; a call made while another runs (from another thread) runs its items alone */
 void tsr_pool_run(item_fn item, const int64_t* ctx, int64_t n, int threads) {
     int64_t mine = 0;
     if (threads < 2 || pthread_mutex_trylock(&busy) != 0) {
@@ -92,10 +92,17 @@ void tsr_pool_run(item_fn item, const int64_t* ctx, int64_t n, int threads) {
     }
     job.item = item; job.ctx = ctx; job.n = n; job.limit = threads - 1;
     atomic_store(&job.done, 0);
-    atomic_store(&job.next, 0);
+    /* item 0 is the caller's: a job of one item per thread (a batch-1 product's halves of
+       a weight) then keeps each share on the same core from one call to the next, in its
+       cache, where a spinning worker would otherwise take item 0 as often as not */
+    atomic_store(&job.next, 1);
     atomic_fetch_add(&gen, 1);                       /* open */
     if (atomic_load(&sleepers) > 0)
         syscall(SYS_futex, &gen, FUTEX_WAKE_PRIVATE, MAXW, NULL, NULL, 0);
+    if (n > 0) {
+        item(ctx, 0);
+        mine++;
+    }
     for (int64_t i; (i = atomic_fetch_add(&job.next, 1)) < n; mine++) item(ctx, i);
     int k = 0;                                        /* items a worker still runs */
     while (atomic_load(&job.done) + mine < n)
