@@ -98,6 +98,10 @@ def _lib():
               lib.tsr_bin_direct_conv):
         f.restype = None
     lib.tsr_bin_direct_block.restype = ctypes.c_int64
+    lib.tsr_bin_direct_scratch.argtypes = [P]
+    lib.tsr_bin_direct_scratch.restype = ctypes.c_int64
+    lib.tsr_bin_direct_nibbles.argtypes = [P, P]
+    lib.tsr_bin_direct_nibbles.restype = None
     lib.tsr_bin_cpu.restype = ctypes.c_int
     return lib
 
@@ -346,12 +350,14 @@ class _Direct:
              pad_last - (1 << 64) if pad_last >> 63 else pad_last,
              self.wb.ctypes.data, 0 if self.corr is None else self.corr.ctypes.data,
              0 if self.base is None else self.base.ctypes.data, conv.src_words.ctypes.data,
-             conv.src_words.nbytes] + off
+             conv.src_words.nbytes, 0] + off
         self.g = np.array(g, np.int64)
         self.gp = self.g.ctypes.data
-        # the image, then the thresholds' table of a thresholded call (``c/binary.c``)
-        ob = -(-conv.o // nb) * nb
-        self.img_words = conv.cw * hp * wp + 8 + ob + -(-ob // 64)
+        # the image, the thresholds' table of a thresholded call and the AVX2 path's nibble
+        # planes (``c/binary.c``)
+        self.img_words = lib.tsr_bin_direct_scratch(self.gp)
+        self.nb, self.k = nb, k
+        self.tables: np.ndarray | None = None  # the AVX2 path's, made on its first call
         # one packed image kept for the calls on one thread (a concurrent call makes its own)
         self.img = np.empty(self.img_words, np.uint64)
         self.img_ptr = self.img.ctypes.data
@@ -363,6 +369,17 @@ class _Direct:
         self.in_bytes = (conv.cin * h * w * 4, h * w * conv.cw * 8)  # an image, float, bits
         self.o = conv.o
         self.work = conv.o * oh * ow * k
+
+    def nibble_tables(self) -> None:
+        """The AVX2 path's tables (``D_NIB``): for each weight nibble ``w`` the 16 bytes
+        ``popcount(i xor w)``, at ``[o // nb, k, nibble, o % nb]``."""
+        if self.tables is None:
+            nib = (self.wb[..., None] >> (4 * np.arange(16, dtype=np.uint64))) & np.uint64(15)
+            nib = nib.astype(np.uint8).transpose(0, 1, 3, 2)         # (O / nb, K, 16, nb)
+            pop4 = np.array([bin(i).count("1") for i in range(16)], np.uint8)
+            self.tables = np.ascontiguousarray(pop4[nib[..., None] ^ np.arange(16,
+                                                                               dtype=np.uint8)])
+            self.g[_D_NIB] = self.tables.ctypes.data
 
 
 _PACKED: dict[tuple, tuple[weakref.ref, _Conv]] = {}
@@ -528,6 +545,7 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
 
 
 _PATH = {"c": 0, "avx2": 1, "vpopcnt": 2}
+_D_NIB = 20   # the plan's slot of the AVX2 tables (``D_NIB`` in ``c/binary.c``)
 _refs = sys.getrefcount
 
 
@@ -566,6 +584,8 @@ def _direct(lib, path: str, x: np.ndarray, plan: _Direct, scale: np.ndarray | No
         tp = _addr(threshold)
     sp = 0 if scale is None else _addr(scale)
     xp, op, code = _addr(x), _addr(out), _PATH[path]
+    if code == 1 and plan.tables is None:
+        plan.nibble_tables()
     if n * plan.work >= _SPLIT_OPS and threadpool.usable():
         if words is not None and not plan.conv.current(words):
             return None
@@ -587,6 +607,8 @@ def _direct(lib, path: str, x: np.ndarray, plan: _Direct, scale: np.ndarray | No
             fill = lib.tsr_bin_direct_bits if bits else lib.tsr_bin_direct_pack
             for i in range(n):
                 fill(plan.gp, xp + i * plan.in_bytes[bits], ip)
+                if code == 1:
+                    lib.tsr_bin_direct_nibbles(plan.gp, ip)
                 chunks = [(plan.gp, code, ip, sp, op + i * osz, j, min(j + step, plan.o), tp)
                           for j in range(0, plan.o, step)]
                 if threadpool.run(lib.tsr_bin_direct_conv, chunks) is None:

@@ -23,6 +23,7 @@
    nibbles through a 16-entry vpshufb table, summing bytes for up to 31 halves before
    vpmaddubsw/vpmaddwd widen them (Mula's method); portable C calls __builtin_popcount. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <immintrin.h>
 
@@ -369,7 +370,7 @@ int tsr_bin_cpu(void) {
    of the packed weights wb was made from and its size in bytes, then K offsets. The result
    is ``epilogue``'s: float32(kbits - 2 * sum + corr) * scale[n]. */
 enum { D_CW, D_CIN, D_H, D_W, D_PH, D_PW, D_HP, D_WP, D_OH, D_OW, D_O, D_K, D_KBITS, D_PAD,
-       D_PADLAST, D_WB, D_CORR, D_BASE, D_SRC, D_SRC_BYTES, D_OFF };
+       D_PADLAST, D_WB, D_CORR, D_BASE, D_SRC, D_SRC_BYTES, D_NIB, D_OFF };
 #ifndef NB
 #define NB 8
 #endif
@@ -434,19 +435,70 @@ static void dpack_512(const int64_t* g, const float* x, uint64_t* img) {
     }
 }
 
+/* dpack_512 on 8 pixels a ymm: the sign bits of channels c0 + 0..31 and c0 + 32..63 in
+   two registers of 32-bit lanes, interleaved into the pixels' words; the row's last W % 8
+   pixels one at a time */
+__attribute__((target("avx2")))
+static void dpack_avx2(const int64_t* g, const float* x, uint64_t* img) {
+    const int64_t Cw = g[D_CW], cin = g[D_CIN], H = g[D_H], W = g[D_W], Hp = g[D_HP],
+                  Wp = g[D_WP], HW = H * W;
+    const __m256 zero = _mm256_setzero_ps();
+    for (int64_t w = 0; w < Cw; w++) {
+        const int64_t c0 = w * 64, nc = cin - c0 < 64 ? cin - c0 : 64;
+        for (int64_t y = 0; y < H; y++) {
+            uint64_t* dst = img + (w * Hp + y + g[D_PH]) * Wp + g[D_PW];
+            const float* src = x + c0 * HW + y * W;
+            int64_t i = 0;
+            for (; i + 8 <= W; i += 8) {
+                __m256i half[2];
+                for (int h = 0; h < 2; h++) {
+                    __m256i bit = _mm256_set1_epi32(1), acc = _mm256_setzero_si256();
+                    const int64_t e = nc < 32 * (h + 1) ? nc : 32 * (h + 1);
+                    for (int64_t c = 32 * h; c < e; c++) {
+                        const __m256 v = _mm256_loadu_ps(src + c * HW + i);
+                        acc = _mm256_or_si256(acc, _mm256_and_si256(
+                            _mm256_castps_si256(_mm256_cmp_ps(v, zero, _CMP_LT_OQ)), bit));
+                        bit = _mm256_add_epi32(bit, bit);
+                    }
+                    half[h] = acc;
+                }
+                const __m256i lo = _mm256_unpacklo_epi32(half[0], half[1]);
+                const __m256i hi = _mm256_unpackhi_epi32(half[0], half[1]);
+                _mm256_storeu_si256((__m256i*)(dst + i), _mm256_permute2x128_si256(lo, hi, 0x20));
+                _mm256_storeu_si256((__m256i*)(dst + i + 4),
+                                    _mm256_permute2x128_si256(lo, hi, 0x31));
+            }
+            for (; i < W; i++) {
+                uint64_t word = 0;
+                for (int64_t c = 0; c < nc; c++)
+                    word |= (uint64_t)(src[c * HW + i] < 0.0f) << c;
+                dst[i] = word;
+            }
+        }
+    }
+}
+
 /* One image x (C, H, W) binarized into the padded planar image ``img``. */
 void tsr_bin_direct_pack(const int64_t* g, const float* x, uint64_t* img) {
-    static int avx512 = -1;
+    static int avx512 = -1, avx2 = -1;
     if (avx512 < 0) {
         __builtin_cpu_init();
         avx512 = __builtin_cpu_supports("avx512f");
+        avx2 = __builtin_cpu_supports("avx2");
 #if defined(TSR_MAX_ISA) && TSR_MAX_ISA < 2   /* TESSERA_MAX_ISA leaves AVX-512 out */
         avx512 = 0;
+#endif
+#if defined(TSR_MAX_ISA) && TSR_MAX_ISA < 1
+        avx2 = 0;
 #endif
     }
     fill_border(g, img);
     if (avx512) {
         dpack_512(g, x, img);
+        return;
+    }
+    if (avx2) {
+        dpack_avx2(g, x, img);
         return;
     }
     const int64_t Cw = g[D_CW], cin = g[D_CIN], H = g[D_H], W = g[D_W], Hp = g[D_HP],
@@ -559,76 +611,289 @@ static void direct_c(const int64_t* g, const uint64_t* img, const dout* o, int64
     }
 }
 
-/* AVX2: 4 pixels a ymm, NR2 channels a tile, byte counts widened by vpsadbw (one 64-bit
-   sum a lane) every 31 words */
-enum { NR2 = 4, PV2 = 2 };
+/* AVX2: byte-sliced nibble planes and per-weight tables.
 
+   AVX2 has no vector popcount; a nibble table (vpshufb) counts 4 bits a byte. Here the xor
+   goes into the table: the image is re-laid as nibble planes, plane q = cw * 16 + 2 b + h
+   holding nibble h of byte b of channel word cw of every position (one byte each, in the
+   padded image's linear order), so that a ymm of a plane is 32 neighbouring positions at
+   the same 4 input channels, all multiplied by the same 4 weight bits. For each weight
+   nibble w the plan holds the 16-byte table popcount(i xor w), and one vpshufb of the
+   table by the plane's bytes plus one vpaddb counts 128 products: 2 operations where the
+   nibble popcount of xor-ed words takes 8 for 256. The positions run over the padded width
+   (a vector may straddle rows; the Wp - OW positions past a row's end are computed and
+   dropped), the tables of channel n, word k, nibble q at ``tab[((n / NB * K + k) * 16 +
+   q) * NB + n % NB]`` (16 bytes each, ``D_NIB``). Byte counts (at most 4 a table) are
+   widened to 16 bits every NK2 words, to 32 bits every NK16. */
+enum { NR2 = 4, PV2 = 2, VW2 = 32, NK2 = 3, NK16 = 1020 };
+
+/* the stride of the nibble planes, in bytes: a tile's vectors read up to Wp + 96 bytes
+   past a plane's positions (into lanes that are dropped) */
+static inline int64_t nib_stride(const int64_t* g) {
+    return (g[D_HP] * g[D_WP] + g[D_WP] + 128 + 31) / 32 * 32;
+}
+
+/* where the nibble planes go in the scratch: after the image and the thresholds' table,
+   32-byte aligned */
+static inline uint8_t* nib_planes(const int64_t* g, uint64_t* img) {
+    const int64_t ob = (g[D_O] + NB - 1) / NB * NB;
+    const uintptr_t a = (uintptr_t)(img + g[D_CW] * g[D_HP] * g[D_WP] + SLACK + ob +
+                                    (ob + 63) / 64);
+    return (uint8_t*)((a + 31) & ~(uintptr_t)31);
+}
+
+/* the scratch an image needs, in words: the image, its slack, the thresholds' table and
+   the nibble planes */
+int64_t tsr_bin_direct_scratch(const int64_t* g) {
+    const int64_t ob = (g[D_O] + NB - 1) / NB * NB;
+    return g[D_CW] * g[D_HP] * g[D_WP] + SLACK + ob + (ob + 63) / 64 + 4 +
+           g[D_CW] * 16 * nib_stride(g) / 8;
+}
+
+/* the image's words as nibble planes: 32 positions at a time, their words' bytes
+   transposed in registers (pairs of positions' bytes side by side, then an 8 x 8
+   transposition of 16-bit units in each 128-bit lane: lane 0 holds positions 0..15, lane
+   1 16..31) */
 __attribute__((target("avx2")))
-static inline __attribute__((always_inline)) void dtile_avx2(
-        const int64_t* g, const uint64_t* img, const uint64_t* w, const dout* o, int64_t n,
-        int nr, const dvec* v, int pv) {
-    const int64_t K = g[D_K];
-    const int64_t* off = g + D_OFF;
-    const __m256i tbl = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4,
-                                         0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4);
-    const __m256i m4 = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
-    __m256i q[PV2 * 2][NR2];
-    for (int u = 0; u < PV2 * 2; u++)
-        for (int j = 0; j < NR2; j++) q[u][j] = zero;
-    for (int64_t k0 = 0; k0 < K; k0 += 31) {
-        const int64_t k1 = K - k0 < 31 ? K : k0 + 31;
-        __m256i c[PV2 * 2][NR2];
-        for (int u = 0; u < pv * 2; u++)
-            for (int j = 0; j < NR2; j++) c[u][j] = zero;
-        for (int64_t k = k0; k < k1; k++) {
-            __m256i a[PV2 * 2];
-            for (int u = 0; u < pv * 2; u++)
-                a[u] = _mm256_loadu_si256((const __m256i*)(img + v[u / 2].src + off[k] +
-                                                           (u & 1) * 4));
-            for (int j = 0; j < NR2; j++) {
-                const __m256i b = _mm256_set1_epi64x((long long)w[k * NB + j]);
-                for (int u = 0; u < pv * 2; u++) {
-                    const __m256i x = _mm256_xor_si256(a[u], b);
-                    c[u][j] = _mm256_add_epi8(c[u][j], _mm256_add_epi8(
-                        _mm256_shuffle_epi8(tbl, _mm256_and_si256(x, m4)),
-                        _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(x, 4),
-                                                                  m4))));
+static void nibbles_avx2(const int64_t* g, const uint64_t* img, uint8_t* nib) {
+    const int64_t Cw = g[D_CW], HW = g[D_HP] * g[D_WP], ps = nib_stride(g);
+    const __m256i pairs = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7,
+                                           15, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14,
+                                           7, 15);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int64_t cw = 0; cw < Cw; cw++) {
+        const uint64_t* src = img + cw * HW;
+        uint8_t* dst = nib + cw * 16 * ps;
+        int64_t p = 0;
+        for (; p + VW2 <= HW; p += VW2) {
+            __m256i r[8], t[8], u[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = _mm256_shuffle_epi8(_mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)(src + p + 2 * i))),
+                    _mm_loadu_si128((const __m128i*)(src + p + 16 + 2 * i)), 1), pairs);
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = _mm256_unpacklo_epi16(r[i], r[i + 1]);
+                t[i + 1] = _mm256_unpackhi_epi16(r[i], r[i + 1]);
+            }
+            for (int i = 0; i < 8; i += 4)
+                for (int h = 0; h < 2; h++) {
+                    u[i + 2 * h] = _mm256_unpacklo_epi32(t[i + h], t[i + h + 2]);
+                    u[i + 2 * h + 1] = _mm256_unpackhi_epi32(t[i + h], t[i + h + 2]);
                 }
+            /* u[0..3]: bytes 0-1, 2-3, 4-5, 6-7 of positions pairs 0..3; u[4..7] of 4..7 */
+            for (int b = 0; b < 8; b++) {
+                const __m256i v = b & 1 ? _mm256_unpackhi_epi64(u[b / 2], u[b / 2 + 4])
+                                        : _mm256_unpacklo_epi64(u[b / 2], u[b / 2 + 4]);
+                _mm256_storeu_si256((__m256i*)(dst + (2 * b) * ps + p), _mm256_and_si256(v, m4));
+                _mm256_storeu_si256((__m256i*)(dst + (2 * b + 1) * ps + p),
+                                    _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
             }
         }
-        for (int u = 0; u < pv * 2; u++)
-            for (int j = 0; j < NR2; j++)
-                q[u][j] = _mm256_add_epi64(q[u][j], _mm256_sad_epu8(c[u][j], zero));
+        for (; p < HW; p++)
+            for (int q = 0; q < 16; q++) dst[q * ps + p] = (uint8_t)((src[p] >> (4 * q)) & 15);
     }
-    for (int u = 0; u < pv; u++)
-        for (int j = 0; j < nr; j++) {
-            int64_t s[VW];
-            _mm256_storeu_si256((__m256i*)s, q[2 * u][j]);
-            _mm256_storeu_si256((__m256i*)(s + 4), q[2 * u + 1][j]);
-            dstore_c(g, o, n + j, v[u], s);
+}
+
+/* where the lanes of a vector of VW2 positions from p go: runs of lanes inside the rows */
+typedef struct { int lane, len; int64_t pix; int last; } nrun;
+
+static inline int nruns(const int64_t* g, int64_t p, nrun* r) {
+    const int64_t Wp = g[D_WP], OW = g[D_OW], OH = g[D_OH];
+    int64_t oy = p / Wp, ox = p - oy * Wp;
+    int n = 0, l = 0;
+    while (l < VW2 && oy < OH) {
+        if (ox < OW) {
+            const int len = (int)(OW - ox < VW2 - l ? OW - ox : VW2 - l);
+            r[n++] = (nrun){l, len, oy * OW + ox, oy == OH - 1};
+            l += len;
+            ox += len;
+        } else {
+            l += (int)(Wp - ox);
+            ox = 0;
+            oy++;
         }
+    }
+    return n;
+}
+
+/* a tile's sums: s[u][j][lane], vector u of positions p0 + VW2 u by channel n + j */
+__attribute__((target("avx2")))
+static inline __attribute__((always_inline)) void ntile_avx2(
+        const int64_t* g, const uint8_t* nib, const uint8_t* tab, const int64_t* noff,
+        int64_t p0, int pv, int32_t s[PV2][NR2][VW2]) {
+    const int64_t K = g[D_K], ps = nib_stride(g);
+    const __m256i lo8 = _mm256_set1_epi16(0xff);
+    __m256i h[PV2][NR2][2];
+    for (int64_t k16 = 0; k16 < K; k16 += NK16) {
+        const int64_t k16e = K - k16 < NK16 ? K : k16 + NK16;
+        for (int64_t k0 = k16; k0 < k16e; k0 += NK2) {
+            const int64_t k1 = k16e - k0 < NK2 ? k16e : k0 + NK2;
+            __m256i c[PV2][NR2];
+            for (int u = 0; u < PV2; u++)
+                for (int j = 0; j < NR2; j++) c[u][j] = _mm256_setzero_si256();
+            for (int64_t k = k0; k < k1; k++) {
+                const uint8_t* a = nib + noff[k] + p0;
+                const uint8_t* t = tab + k * 16 * NB * 16;
+#pragma GCC unroll 16
+                for (int q = 0; q < 16; q++) {
+                    __m256i x[PV2];
+                    for (int u = 0; u < pv; u++)
+                        x[u] = _mm256_loadu_si256((const __m256i*)(a + q * ps + u * VW2));
+                    for (int j = 0; j < NR2; j++) {
+                        const __m256i tb = _mm256_broadcastsi128_si256(
+                            _mm_loadu_si128((const __m128i*)(t + (q * NB + j) * 16)));
+                        for (int u = 0; u < pv; u++) {
+                            c[u][j] = _mm256_add_epi8(c[u][j], _mm256_shuffle_epi8(tb, x[u]));
+                            /* one chain a sum: GCC otherwise reassociates the adds into
+                               trees whose partial results spill */
+                            __asm__("" : "+x"(c[u][j]));
+                        }
+                    }
+                }
+            }
+            /* bytes to 16 bits: even positions, odd positions */
+            for (int u = 0; u < pv; u++)
+                for (int j = 0; j < NR2; j++) {
+                    const __m256i e = _mm256_and_si256(c[u][j], lo8);
+                    const __m256i o = _mm256_srli_epi16(c[u][j], 8);
+                    h[u][j][0] = k0 == k16 ? e : _mm256_add_epi16(h[u][j][0], e);
+                    h[u][j][1] = k0 == k16 ? o : _mm256_add_epi16(h[u][j][1], o);
+                }
+        }
+        /* 16 bits to 32 in order: lane 0 of the interleaves holds positions 0-7 and 8-15,
+           lane 1 16-23 and 24-31 */
+        for (int u = 0; u < pv; u++)
+            for (int j = 0; j < NR2; j++) {
+                const __m256i a = _mm256_unpacklo_epi16(h[u][j][0], h[u][j][1]);
+                const __m256i b = _mm256_unpackhi_epi16(h[u][j][0], h[u][j][1]);
+                __m256i w[4] = {_mm256_cvtepu16_epi32(_mm256_castsi256_si128(a)),
+                                _mm256_cvtepu16_epi32(_mm256_castsi256_si128(b)),
+                                _mm256_cvtepu16_epi32(_mm256_extracti128_si256(a, 1)),
+                                _mm256_cvtepu16_epi32(_mm256_extracti128_si256(b, 1))};
+                for (int i = 0; i < 4; i++) {
+                    __m256i* d = (__m256i*)(s[u][j] + 8 * i);
+                    _mm256_store_si256(d, k16 ? _mm256_add_epi32(_mm256_load_si256(d), w[i])
+                                              : w[i]);
+                }
+            }
+    }
+}
+
+/* float output: float32(kbits - 2 sum + corr) * scale, 8 lanes at a time; a run's last
+   8 may spill past its row's end into the next row's first outputs, which a later run
+   writes (not on the last row: there the tail goes one at a time) */
+__attribute__((target("avx2")))
+static inline void nstore_avx2(const int64_t* g, const dout* o, int64_t n, int nr,
+                               int32_t s[NR2][VW2], const nrun* r, int nrn) {
+    const int32_t* corr = (const int32_t*)g[D_CORR];
+    const int64_t ohw = g[D_OH] * g[D_OW];
+    const __m256i kb = _mm256_set1_epi32((int)g[D_KBITS]);
+    for (int j = 0; j < nr; j++) {
+        float* out = (float*)o->out + (n + j) * ohw;
+        const int32_t* cj = corr ? corr + (n + j) * ohw : 0;
+        const float sc = o->scale ? o->scale[n + j] : 1.0f;
+        const __m256 vs = _mm256_set1_ps(sc);
+        for (int i = 0; i < nrn; i++) {
+            const int32_t* sj = s[j] + r[i].lane;
+            int l = 0;
+            const int full = r[i].last ? r[i].len - 7 : r[i].len;
+            for (; l < full; l += 8) {
+                __m256i d = _mm256_sub_epi32(kb, _mm256_slli_epi32(
+                    _mm256_loadu_si256((const __m256i*)(sj + l)), 1));
+                if (cj) d = _mm256_add_epi32(d, _mm256_loadu_si256(
+                    (const __m256i*)(cj + r[i].pix + l)));
+                __m256 f = _mm256_cvtepi32_ps(d);
+                if (o->scale) f = _mm256_mul_ps(f, vs);
+                _mm256_storeu_ps(out + r[i].pix + l, f);
+            }
+            for (; l < r[i].len; l++) {
+                float f = (float)((int32_t)g[D_KBITS] - 2 * sj[l] + (cj ? cj[r[i].pix + l] : 0));
+                if (o->scale) f *= sc;
+                out[r[i].pix + l] = f;
+            }
+        }
+    }
+}
+
+/* bit-packed output: channel j's comparison as bit (n + j) % 8 of each position's byte,
+   the flips applied, the byte set (the first channels of a byte) or or-ed in */
+__attribute__((target("avx2")))
+static inline void nstore_bits_avx2(const int64_t* g, const dout* o, int64_t n, int nr,
+                                    int32_t s[NR2][VW2], const nrun* r, int nrn) {
+    const int32_t* corr = (const int32_t*)g[D_CORR];
+    const int64_t ohw = g[D_OH] * g[D_OW], step = (g[D_O] + 63) / 64 * 8;
+    __m256i acc[VW2 / 8];
+    for (int i = 0; i < VW2 / 8; i++) acc[i] = _mm256_setzero_si256();
+    int flip = 0;
+    for (int j = 0; j < nr; j++) {
+        int64_t t = o->th[n + j];
+        t = t > INT32_MAX ? INT32_MAX : t < INT32_MIN ? INT32_MIN : t;
+        const __m256i th = _mm256_set1_epi32((int32_t)t);
+        const __m256i bit = _mm256_set1_epi32(1 << ((n + j) % 8));
+        flip |= ((o->flip[(n + j) / 8] >> ((n + j) % 8)) & 1) << ((n + j) % 8);
+        if (corr) {   /* per position: the correction's lanes come from the runs */
+            int32_t d[VW2];
+            for (int l = 0; l < VW2; l++) d[l] = 0;
+            for (int i = 0; i < nrn; i++)
+                for (int l = 0; l < r[i].len; l++)
+                    d[r[i].lane + l] = 2 * s[j][r[i].lane + l] -
+                                       corr[(n + j) * ohw + r[i].pix + l];
+            for (int i = 0; i < VW2 / 8; i++)
+                acc[i] = _mm256_or_si256(acc[i], _mm256_and_si256(bit, _mm256_cmpgt_epi32(
+                    _mm256_loadu_si256((const __m256i*)(d + 8 * i)), th)));
+        } else {
+            for (int i = 0; i < VW2 / 8; i++)
+                acc[i] = _mm256_or_si256(acc[i], _mm256_and_si256(bit, _mm256_cmpgt_epi32(
+                    _mm256_load_si256((const __m256i*)(s[j] + 8 * i)), th)));
+        }
+    }
+    /* the lanes' bytes in order (the packs interleave 4-lane groups of the 128-bit lanes) */
+    const __m256i w = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(
+        _mm256_packus_epi32(acc[0], acc[1]), _mm256_packus_epi32(acc[2], acc[3])),
+        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    uint8_t b[VW2] __attribute__((aligned(32)));
+    _mm256_store_si256((__m256i*)b, _mm256_xor_si256(w, _mm256_set1_epi8((char)flip)));
+    uint8_t* ob = (uint8_t*)o->out + (n / 64) * 8 + (n % 64) / 8;
+    const int first = n % 8 == 0;
+    for (int i = 0; i < nrn; i++) {
+        uint8_t* p = ob + r[i].pix * step;
+        const uint8_t* bi = b + r[i].lane;
+        if (first) for (int l = 0; l < r[i].len; l++) p[l * step] = bi[l];
+        else for (int l = 0; l < r[i].len; l++) p[l * step] |= bi[l];
+    }
 }
 
 __attribute__((target("avx2")))
 static void direct_avx2(const int64_t* g, const uint64_t* img, const dout* o, int64_t n0,
                         int64_t n1) {
-    const int64_t K = g[D_K], V = g[D_OH] * ((g[D_OW] + VW - 1) / VW);
-    const uint64_t* wb = (const uint64_t*)g[D_WB];
+    const int64_t K = g[D_K], HW = g[D_HP] * g[D_WP], ps = nib_stride(g);
+    const int64_t np = (g[D_OH] - 1) * g[D_WP] + g[D_OW];   /* positions up to the last */
+    const int64_t nv = (np + VW2 - 1) / VW2;
+    const uint8_t* nib = nib_planes(g, (uint64_t*)img);
+    const uint8_t* tab = (const uint8_t*)g[D_NIB];
+    const int64_t* off = g + D_OFF;
+    int64_t noff_s[256];
+    int64_t* noff = K <= 256 ? noff_s : (int64_t*)malloc(sizeof(int64_t) * (size_t)K);
+    if (!noff) return;
+    for (int64_t k = 0; k < K; k++) noff[k] = off[k] / HW * 16 * ps + off[k] % HW;
+    int32_t s[PV2][NR2][VW2] __attribute__((aligned(32)));
+    nrun r[PV2][VW2 + 1];
+    int nrn[PV2];
     for (int64_t n = n0; n < n1; n += NR2) {
         const int nr = n1 - n < NR2 ? (int)(n1 - n) : NR2;
-        const uint64_t* w = wb + (n / NB) * K * NB + n % NB;
-        int64_t q = 0, oy = 0, ox = 0;
-        for (; q + PV2 <= V; q += PV2) {
-            dvec v[PV2];
-            for (int u = 0; u < PV2; u++) v[u] = dnext(g, &oy, &ox);
-            dtile_avx2(g, img, w, o, n, nr, v, PV2);
-        }
-        for (; q < V; q++) {
-            dvec v[PV2];
-            v[0] = dnext(g, &oy, &ox);
-            dtile_avx2(g, img, w, o, n, nr, v, 1);
+        const uint8_t* t = tab + ((n / NB) * K * 16 * NB + n % NB) * 16;
+        for (int64_t v = 0; v < nv; v += PV2) {
+            const int pv = nv - v < PV2 ? (int)(nv - v) : PV2;
+            if (pv == PV2) ntile_avx2(g, nib, t, noff, v * VW2, PV2, s);
+            else ntile_avx2(g, nib, t, noff, v * VW2, 1, s);
+            for (int u = 0; u < pv; u++) {
+                nrn[u] = nruns(g, (v + u) * VW2, r[u]);
+                if (o->th) nstore_bits_avx2(g, o, n, nr, s[u], r[u], nrn[u]);
+                else nstore_avx2(g, o, n, nr, s[u], r[u], nrn[u]);
+            }
         }
     }
+    if (noff != noff_s) free(noff);
 }
 
 /* AVX-512 VPOPCNTDQ: 8 pixels a zmm, PV5 vectors by NB channels a tile */
@@ -760,6 +1025,12 @@ T512 static void direct_512(const int64_t* g, const uint64_t* img, const dout* o
     }
 }
 
+/* The AVX2 path's nibble planes of the packed image in ``img`` (before its
+   tsr_bin_direct_conv calls). */
+void tsr_bin_direct_nibbles(const int64_t* g, uint64_t* img) {
+    nibbles_avx2(g, img, nib_planes(g, img));
+}
+
 /* The thresholds of channels [n0, n1) as the kernels compare them, into ``tab`` (O rounded
    up to NB int64, then as many flip bits): T (O, 2) int64 holds, per channel, (t, flip):
    the bit is set where (dot < t) xor flip, dot = kbits - D. */
@@ -820,6 +1091,7 @@ int64_t tsr_bin_direct(const int64_t* g, int64_t mode, const void* x, const floa
     for (int64_t i = i0; i < i1; i++) {
         if (mode & 4) tsr_bin_direct_bits(g, (const uint64_t*)x + i * in_size, img);
         else tsr_bin_direct_pack(g, (const float*)x + i * in_size, img);
+        if ((mode & 3) == 1) tsr_bin_direct_nibbles(g, img);
         tsr_bin_direct_conv(g, mode & 3, img, scale, (char*)out + i * out_size, 0, g[D_O], T);
     }
     return 0;
