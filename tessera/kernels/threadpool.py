@@ -8,7 +8,8 @@ thread takes part indices from one atomic counter, so a worker that is asleep or
 its core costs nothing but its share, which the caller takes itself (it then waits only for
 parts a worker has started). A job of one part per thread thus gives each thread the same
 part from one call to the next (the share of a weight a core keeps in its cache).
-Workers spin for 50 us after a job, as OpenMP's and OpenBLAS's do, and then sleep on a
+Workers spin for 50 us after a job (``TESSERA_POOL_SPIN_US``, read when the pool starts,
+as ``GOMP_SPINCOUNT`` for OpenMP), as OpenMP's and OpenBLAS's do, and then sleep on a
 futex; a job wakes sleeping ones. Python's ``ThreadPoolExecutor`` starts a part through a
 condition variable and then the GIL, which takes longer than many parts do (bench models:
 mobilenet_v2 infer b1).

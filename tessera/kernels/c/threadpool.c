@@ -3,6 +3,7 @@
    sleep on a futex. -DTSR_BLASINT is the CBLAS integer of the batched GEMM items: int, or
    int64_t for an ILP64 OpenBLAS. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <pthread.h>
 #include <sched.h>
@@ -31,7 +32,9 @@ static _Atomic uint32_t gen;
 static _Atomic int sleepers, active;
 static pthread_mutex_t busy = PTHREAD_MUTEX_INITIALIZER;
 static int nworkers;
-static const int64_t spin_ns = 50000;  /* how long a worker spins before sleeping */
+/* how long a worker spins after a job before sleeping on the futex (TESSERA_POOL_SPIN_US,
+   as GOMP_SPINCOUNT for OpenMP): a job that starts within it finds the worker awake */
+static int64_t spin_ns = 50000;
 
 static int64_t now_ns(void) {
     struct timespec t;
@@ -72,6 +75,9 @@ static void* worker(void* arg) {
 /* start workers up to ``threads`` - 1; returns how many run */
 int tsr_pool_start(int threads) {
     pthread_mutex_lock(&busy);
+    const char* spin = getenv("TESSERA_POOL_SPIN_US");
+    if (spin != NULL && nworkers == 0)
+        spin_ns = 1000 * (int64_t)strtol(spin, NULL, 10);
     while (nworkers < threads - 1 && nworkers < MAXW) {
         pthread_t t;
         if (pthread_create(&t, NULL, worker, (void*)(intptr_t)nworkers) != 0) break;
