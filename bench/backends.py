@@ -18,10 +18,12 @@ cold compile spent tuning. ``TESSERA_BENCH_TVM_TRIALS`` (default 64) is the tune
 TVM's trial budget; ``TESSERA_BENCH_BACKENDS`` (comma-separated workload and backend
 names, e.g. ``resnet18,cnn train,tvm tuned``) runs a subset; ``TESSERA_BENCH_BACKENDS_TIMEOUT``
 (s, default 1800; three times that for tuned TVM) bounds each child process.
-Every framework runs on ``TESSERA_BENCH_BACKENDS_THREADS`` kernel threads (default 1), and
-each step is timed twice: wall clock and the process's CPU time. At one thread the CPU time
-is the step's own work even when other processes share the cores (the wall clock then
-includes waiting for a core), so the table gives both.
+Every framework runs on ``TESSERA_BENCH_BACKENDS_THREADS`` kernel threads (default 1): each
+runtime's own knob is set, and the child process may run on that many cores only (its CPU
+affinity), so no runtime spreads a step over more. Each step is timed twice: wall clock and
+the process's CPU time. At one thread the CPU time is the step's own work even when other
+processes share the cores (the wall clock then includes waiting for a core), so the table
+gives both.
 ``TESSERA_BENCH_BACKENDS_ROWS`` names a JSON-lines file of finished rows: a row found there
 is not run again, and each new one is appended as it finishes, so a long run can stop and
 resume, or run in parts (the cheap backends first, tuned TVM later), and the table comes
@@ -53,12 +55,27 @@ THREADS = int(os.environ.get("TESSERA_BENCH_BACKENDS_THREADS", "1"))
 
 
 def _thread_env() -> dict:
-    """Every runtime's own thread-count knob, for a child process (read at its start)."""
+    """Every runtime's own thread-count knob, for a child process (read at its start). XLA's
+    CPU client sizes its thread pools by ``NPROC`` (else by the cores it may run on), which
+    ``--xla_cpu_multi_thread_eigen`` alone leaves at the core count: a step's independent
+    kernels then ran on two threads at once."""
     n = str(THREADS)
-    return {"OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "TVM_NUM_THREADS": n,
+    return {"OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "TVM_NUM_THREADS": n, "NPROC": n,
             "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
                           f" --xla_cpu_multi_thread_eigen={'true' if THREADS > 1 else 'false'}"
-                          f" intra_op_parallelism_threads={n}").strip()}
+                          ).strip()}
+
+
+def _pin() -> None:
+    """Holds this child process to ``THREADS`` cores when it may run on more, whatever its
+    runtimes' knobs do (a pool sized by the core count, a helper thread): its CPU time per
+    step then cannot exceed ``THREADS`` times the wall clock. Called before any runtime loads,
+    so those that size their pools by the cores they may run on see ``THREADS``."""
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if THREADS < len(cpus):
+        os.sched_setaffinity(0, cpus[:THREADS])
 
 
 def _trials() -> int:
@@ -214,7 +231,8 @@ def child(name: str, backend: str) -> dict:
     med, med_cpu = statistics.median(times), statistics.median(cpu)
     out = {"step_ms": med * 1000, "compile_s": max(0.0, first - traces * med),
            "step_cpu_ms": med_cpu * 1000,
-           "steps": len(times), "load": os.getloadavg()[0], "threads": THREADS}
+           "steps": len(times), "load": os.getloadavg()[0], "threads": THREADS,
+           "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
     if backend == "tvm tuned":
         from tessera.compiler import tvm
         out["tune_s"] = tvm.stats["tune_seconds"]
@@ -321,8 +339,52 @@ def render(rows: list[dict]) -> str:
         out.append((r["workload"], r["backend"], f"{w['step_ms']:.2f}", cpu,
                     f"{c['compile_s']:.2f}", warm_compile or f"{w['compile_s']:.2f}",
                     "; ".join(note)))
-    return table(out, ("workload", "backend", "step ms", "step CPU ms", "compile cold s",
+    text = table(out, ("workload", "backend", "step ms", "step CPU ms", "compile cold s",
                        "compile warm s", "note"))
+    return text + "".join(f"\n\n{line}" for line in _wins(rows))
+
+
+# why a backend's kernels beat tessera's where they do, from per-kernel profiles at one
+# thread: tessera's program timed node by node (clock reads around each node's C), its
+# executor with ``nn.Graph.profile``, onnxruntime with ``SessionOptions.enable_profiling``
+# and each product alone in a session of its own; CPU microseconds, medians
+WHY = {
+    ("vit_tiny", "onnxruntime"): (
+        "the GEMM on 5 rows (the class token and 4 patches) in each of the 17 products: "
+        "onnxruntime's MLAS SGEMM runs them as 5 rows, tessera's GEMM takes up to 4 rows on "
+        "its few-rows path and sends 5 through its 14-row AVX-512 micro-kernel, 9 rows of "
+        "zeros: 5 x 768 x 192 takes 17 us (4 rows: 2.9 us; onnxruntime: 7.7 us alone, 11.5 "
+        "with the model's weights in L3), 230 of the program's 275 us. The patch embedding "
+        "(192 channels x 4 pixels x 768) ran as 4 columns of 32-wide panels, 51 us against "
+        "onnxruntime's NCHWc convolution's 9 us; as the transposed product on the few-rows "
+        "path it takes 17 us"),
+    ("lenet5", "onnxruntime"): (
+        "below a program's 16 kernels LeNet-5 runs on tessera's executor, a Python call per "
+        "node (about 50 of its 170 us); fc1 (8 x 400 x 120) is again the GEMM past 4 rows "
+        "(20 us against onnxruntime's fused Gemm, 6 us), and conv2 in NCHWc blocks takes about "
+        "50 us against onnxruntime's NCHWc convolution's 27 us"),
+}
+
+
+def _wins(rows: list[dict]) -> list[str]:
+    """A line for each workload where another backend's step takes less CPU time than
+    tessera's: which backend, both times, and why (``WHY``) where profiled."""
+    cpu: dict = {}
+    for r in rows:
+        w = r.get("warm") or {}
+        if "step_cpu_ms" in w and not w.get("error"):
+            cpu.setdefault(r["workload"], {})[r["backend"]] = w["step_cpu_ms"]
+    lines = []
+    for name, by in cpu.items():
+        own = by.get("tessera")
+        if own is None:
+            continue
+        for backend, ms in sorted(by.items(), key=lambda kv: kv[1]):
+            if backend != "tessera" and ms < own:
+                why = WHY.get((name, backend), "not profiled yet")
+                lines.append(f"{name}: {backend} beats tessera ({ms:.3f} against {own:.3f} "
+                             f"CPU ms a step): {why}.")
+    return lines
 
 
 TITLE = ("nn.Graph compiler backends at TESSERA_BENCH_BACKENDS_THREADS threads (1 by default): "
@@ -332,6 +394,7 @@ TITLE = ("nn.Graph compiler backends at TESSERA_BENCH_BACKENDS_THREADS threads (
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _pin()
         print(json.dumps(child(sys.argv[2], sys.argv[3])))
     else:
         print(TITLE)

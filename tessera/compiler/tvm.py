@@ -417,7 +417,13 @@ def _search(mod, tgt, trials: int, path: str) -> None:
                 mine = ms.database.JSONDatabase(files["workloads"], files["records"])
                 for t in tasks:
                     for rec in _best(seen, t.dispatched[0]):
-                        _commit(mine, t.dispatched[0], rec)
+                        # under the kernel it was measured on: structural equality ignores
+                        # block names, a record's trace names its blocks (a training
+                        # step's second trace calls the bias gradient's reduction
+                        # "lv73_red" where the first said "lv69_red"), and the database
+                        # replays each trace on its own kernel when it loads, as
+                        # MetaScheduleApplyDatabase does to schedule any kernel equal to it
+                        _commit(mine, rec.workload.mod, rec)
                 db = {k: _read(p) for k, p in files.items()}
     finally:
         log.setLevel(level)

@@ -224,11 +224,11 @@ def _fused(prog: Program, i: int, n: Node) -> None:
 
 def _gemm_call(prog: Program, m_: str, n_: str, k_: str, a: str, rsa: str, b: str | None,
                rsb: str, c: str, ldc: str, packed: int | None = None, csa: str = "1",
-               epilogue: str = "") -> str:
-    """One GEMM (c = a b, a's elements rsa and csa apart), ``epilogue`` setting the bias,
-    activation and residual fields of ``g`` (``_epilogue``)."""
+               epilogue: str = "", csb: str = "1") -> str:
+    """One GEMM (c = a b, a's elements rsa and csa apart, b's rsb and csb), ``epilogue``
+    setting the bias, activation and residual fields of ``g`` (``_epilogue``)."""
     bpart = f"g.bp = m->packed[{packed}];" if packed is not None else \
-        f"g.b = {b}; g.rsb = {rsb}; g.csb = 1;"
+        f"g.b = {b}; g.rsb = {rsb}; g.csb = {csb};"
     epi = f"\n  {epilogue}" if epilogue else ""
     return (f"{{ tsr_gemm_t g; memset(&g, 0, sizeof g); g.m = {m_}; g.n = {n_}; g.k = {k_};\n"
             f"  g.a = {a}; g.rsa = {rsa}; g.csa = {csa}; {bpart}\n"
@@ -236,16 +236,17 @@ def _gemm_call(prog: Program, m_: str, n_: str, k_: str, a: str, rsa: str, b: st
             f"  if (run_gemm(m, &g)) return fail(m, \"out of memory in a matrix product\"); }}")
 
 
-def _epilogue(prog: Program, n: Node, group: str, Og: int, P: int) -> str:
+def _epilogue(prog: Program, n: Node, group: str, Og: int, P: int,
+              transposed: bool = False) -> str:
     """The GEMM epilogue of a conv or conv_pointwise node whose product for image-group
-    ``q`` (weights group ``group``) is Og x P: the bias (one value per output channel, a row
-    of the product), a conv_pointwise's activation and residual, applied to each tile
-    while it is in cache."""
+    ``q`` (weights group ``group``) is Og x P (``transposed``: P x Og, no residual): the
+    bias (one value per output channel, a row of the product, or a column), a
+    conv_pointwise's activation and residual, applied to each tile while it is in cache."""
     bias = n.inputs[2] if len(n.inputs) > 2 else None
     epi = []
     if isinstance(bias, Value):
         epi.append(f"g.bias = {prog.p(bias)} + {group} * {Og};")
-    flags = ["TSR_GEMM_BIAS_ROWS"]
+    flags = [] if transposed else ["TSR_GEMM_BIAS_ROWS"]
     act = n.attrs.get("activation")
     if act == "relu":
         epi.append("g.act = TSR_ACT_RELU;")
@@ -259,7 +260,7 @@ def _epilogue(prog: Program, n: Node, group: str, Og: int, P: int) -> str:
         epi.append(f"g.r = {prog.p(r)} + q * {Og * P}; g.ldr = {P};")
         if n.attrs.get("residual_first"):
             flags.append("TSR_GEMM_RESIDUAL_FIRST")
-    epi.append(f"g.flags = {' | '.join(flags)};")
+    epi.append(f"g.flags = {' | '.join(flags) or '0'};")
     return " ".join(epi)
 
 
@@ -417,10 +418,33 @@ def _conv(prog: Program, i: int, n: Node) -> None:
                                     CK))
         src = "m->scratch"
     yq = f"{prog.p(out)} + q * {Og * P}"
-    lines.append("  " + _gemm_call(prog, str(Og), str(P), str(CK),
-                                   f"{prog.p(w)} + q % {G} * {Og * CK}", str(CK), src, str(P),
-                                   yq, str(P), epilogue=_epilogue(prog, n, f"q % {G}", Og, P)))
+    wq = f"{prog.p(w)} + q % {G} * {Og * CK}"
+    if not direct and P <= FEW_PIXELS < Og and not isinstance(_residual(n), Value):
+        # few output pixels (a ViT's patch embedding, a small image's last stage): Og x P
+        # would be P columns of panels NR wide; its transpose, cols^T W^T, is P rows,
+        # which the GEMM runs on its few-rows path streaming W once (a 192 x 768 x 4
+        # patch embedding: 44 us -> 10 us), then P x Og back to Og x P
+        ct = (CK * P + 15) // 16 * 16
+        prog.scratch_bytes = max(prog.scratch_bytes, (ct + P * Og) * 4)
+        lines.append("  " + _gemm_call(
+            prog, str(P), str(Og), str(CK), src, "1", wq, "1", f"m->scratch + {ct}", str(Og),
+            csa=str(P), csb=str(CK), epilogue=_epilogue(prog, n, f"q % {G}", Og, P, True)))
+        lines.append(f"  {{ static const int64_t s[] = {{{Og}, {P}}}, t[] = {{1, {Og}}};\n"
+                     f"    tsr_strided_copy({yq}, m->scratch + {ct}, 2, s, t, 0, 4); }}")
+    else:
+        lines.append("  " + _gemm_call(prog, str(Og), str(P), str(CK), wq, str(CK), src,
+                                       str(P), yq, str(P),
+                                       epilogue=_epilogue(prog, n, f"q % {G}", Og, P)))
     prog.steps.append("\n".join(lines) + "\n}")
+
+
+# output pixels up to which a convolution's product runs transposed (``_conv``): the rows
+# the GEMM's few-rows path takes (GEMV_MAX in kernels/c/gemm.c)
+FEW_PIXELS = 4
+
+
+def _residual(n: Node):
+    return n.inputs[3] if len(n.inputs) > 3 else None
 
 
 _IM2COL_ITEM = """/* rows [lo, hi) of im2col's columns, the threads taking a share each: c = x,

@@ -173,6 +173,54 @@ def test_tuned_graph_matches_eager_or_says_why_it_cannot_tune(cache, monkeypatch
     assert json.loads(next(cache.glob("*.tuning.json")).read_text())["records"] == db_records
 
 
+def test_a_kernel_tuned_under_other_block_names_is_applied(cache, monkeypatch):
+    """A training step traces twice; a kernel of the second trace (a bias gradient's
+    column sums) equals one tuned for the first, but its blocks are named after other
+    variables. MetaSchedule's equality ignores block names and a record's trace names its
+    blocks: the record goes into the database under the kernel it was measured on, so the
+    database loads (its traces replayed on their own kernels) and the kernel equal to it
+    is scheduled by it, instead of "parallel_for_dynamic error with (not rendered)"."""
+    if T._tuning_broken() is not None:
+        pytest.skip("MetaSchedule cannot run with this TVM build")
+    import tvm
+    from tvm import relax, s_tir
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule import relax_integration as ri
+
+    def column_sums(name):
+        bb = relax.BlockBuilder()
+        x = relax.Var(name, relax.TensorType((64, 32), "float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                y = bb.emit_output(relax.op.sum(x, axis=[0]))
+            bb.emit_func_output(y)
+        return bb.get()
+    tgt, trials = T.target(True), 4
+    with tgt:
+        first = relax.pipeline.zero_pipeline()(column_sums("grad_a"))
+    [task] = ri.extract_tasks(first, tgt, {})
+    kernel = task.dispatched[0]
+    # the first trace's measured schedule (a trace naming block "grad_a_red")
+    sch = s_tir.Schedule(kernel)
+    sch.parallel(sch.get_loops(sch.get_sblock("grad_a_red"))[0])
+    seen = ms.database.MemoryDatabase()
+    monkeypatch.setattr(T, "_SEEN", {(str(tgt), trials): seen})
+    seen.commit_tuning_record(ms.database.TuningRecord(
+        sch.trace, seen.commit_workload(kernel), [1e-6], tgt,
+        ms.arg_info.ArgInfo.from_prim_func(kernel["main"])))
+
+    def tune_tasks(**kw):
+        raise AssertionError(f"searched again: {[c.task_name for c in kw['tasks']]}")
+    monkeypatch.setattr(ms, "tune_tasks", tune_tasks)
+    second = column_sums("grad_b")     # its block: "grad_b_red"
+    vm = T.build((second, second.script()), tune_trials=trials)
+    x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), x.sum(0),
+                               rtol=1e-5, atol=1e-5)
+    [db] = [p for p in cache.iterdir() if p.name.endswith(".tuning.json")]
+    assert "grad_a_red" in json.loads(db.read_text())["records"]
+
+
 def test_import_tessera_imports_neither_tvm_nor_jax():
     code = ("import sys, tessera; bad = [m for m in ('tvm', 'jax') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")

@@ -150,6 +150,33 @@ def test_variables_dict_checked_once_per_dict(forced):
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
 
 
+def _few_pixel_convs(lib):
+    """Convolutions with at most four output pixels (a patch embedding, a last stage, one
+    grouped and one without bias) that the program runs as the transposed product."""
+    n = lib.nn
+    return n.Sequential(n.Conv2d(3, 24, 8, 8), n.ReLU(), n.Conv2d(24, 40, 3, 2, 1),
+                        n.Conv2d(40, 40, 3, padding=1, groups=2, bias=False), n.ReLU6(),
+                        n.Conv2d(40, 16, 1))
+
+
+@pytest.mark.parametrize("nchwc", ["0", "auto"])   # "0": every one on the GEMM
+def test_convolutions_with_few_output_pixels_match_torch(nchwc, forced, monkeypatch):
+    monkeypatch.setenv("TESSERA_NCHWC", nchwc)
+    tessera.manual_seed(0)
+    model = _few_pixel_convs(tessera).eval()
+    ref = _few_pixel_convs(torch).eval()
+    ref.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in model.state_dict().items()})
+    x = tessera.randn(2, 3, 16, 16)
+    g = Forward(model)
+    with torch.no_grad():
+        want = ref(torch.from_numpy(x.numpy())).numpy()
+    for threads in (1, 2):
+        tessera.set_num_threads(threads)
+        got = _run(g, x).numpy()
+        assert isinstance(_executor(g), ProgramStep), _executor(g)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 class MLP(nn.Module):
     def __init__(self):
         super().__init__()
