@@ -259,6 +259,62 @@ TSR_AVX512 static void ukr_avx512_few##R##_rows(int64_t k, const float* a, int64
 }
 TSR_FEW512(1) TSR_FEW512(2) TSR_FEW512(3) TSR_FEW512(4)
 
+/* 5 to 8 rows (a class token and four patches, a small batch): one chain per element in
+   the order of p, as the full kernel sums (2R accumulators are chains enough to keep the
+   FMAs busy), so these rows get the full kernel's bits for a fraction of its work. */
+TSR_AVX512 TSR_INLINE void ukr_avx512_mid(int64_t k, const float* restrict a, int64_t ars,
+                                          int64_t acs, const float* restrict b,
+                                          float* restrict c, int64_t ldc, int add, int R) {
+    __m512 s[8][2];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < R; r++) s[r][0] = s[r][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < k; p++, a += acs, b += NR_512) {
+        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        _mm_prefetch((const char*)(b + 512), _MM_HINT_T0);
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < R; r++) {
+            __m512 ai = _mm512_set1_ps(a[r * ars]);
+            s[r][0] = _mm512_fmadd_ps(ai, b0, s[r][0]);
+            s[r][1] = _mm512_fmadd_ps(ai, b1, s[r][1]);
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < R; r++) {
+        if (add) {
+            s[r][0] = _mm512_add_ps(s[r][0], _mm512_loadu_ps(c + r * ldc));
+            s[r][1] = _mm512_add_ps(s[r][1], _mm512_loadu_ps(c + r * ldc + 16));
+        }
+        _mm512_storeu_ps(c + r * ldc, s[r][0]);
+        _mm512_storeu_ps(c + r * ldc + 16, s[r][1]);
+    }
+}
+
+/* R rows of A (at a, ars and acs apart) by the kernels of a few rows: 8 at a time, then
+   the rest */
+TSR_AVX512 TSR_INLINE void ukr_avx512_split(int64_t k, const float* a, int64_t ars,
+                                            int64_t acs, const float* b, float* c, int64_t ldc,
+                                            int add, int R) {
+    for (; R > 8; R -= 8, a += 8 * ars, c += 8 * ldc)
+        ukr_avx512_mid(k, a, ars, acs, b, c, ldc, add, 8);
+    if (R > 4) ukr_avx512_mid(k, a, ars, acs, b, c, ldc, add, R);
+    else ukr_avx512_few(k, a, ars, acs, b, c, ldc, add, R);
+}
+
+#define TSR_MID512(R)                                                                     \
+TSR_AVX512 static void ukr_avx512_few##R(int64_t k, const float* a, int64_t lda,         \
+                                         const float* b, float* c, int64_t ldc, int add) { \
+    (void)lda;                                                                            \
+    ukr_avx512_split(k, a, 1, MR_512, b, c, ldc, add, R);                                 \
+}                                                                                         \
+TSR_AVX512 static void ukr_avx512_few##R##_rows(int64_t k, const float* a, int64_t lda,  \
+                                                const float* b, float* c, int64_t ldc,    \
+                                                int add) {                                \
+    ukr_avx512_split(k, a, lda, 1, b, c, ldc, add, R);                                    \
+}
+TSR_MID512(5) TSR_MID512(6) TSR_MID512(7) TSR_MID512(8) TSR_MID512(9) TSR_MID512(10)
+TSR_MID512(11) TSR_MID512(12) TSR_MID512(13)
+
 /* the same for AVX2, 1 or 2 rows (16 registers: 4 R accumulators, 4 of B, 2 of A) */
 TSR_AVX2 TSR_INLINE void ukr_avx2_few(int64_t k, const float* restrict a, int64_t ars,
                                       int64_t acs, const float* restrict b, float* restrict c,
@@ -312,6 +368,48 @@ TSR_AVX2 static void ukr_avx2_few##R##_rows(int64_t k, const float* a, int64_t l
     ukr_avx2_few(k, a, lda, 1, b, c, ldc, add, R);                                        \
 }
 TSR_FEW256(1) TSR_FEW256(2)
+
+/* 3 to 5 rows: one chain per element, the full kernel's order (see ukr_avx512_mid) */
+TSR_AVX2 TSR_INLINE void ukr_avx2_mid(int64_t k, const float* restrict a, int64_t ars,
+                                      int64_t acs, const float* restrict b, float* restrict c,
+                                      int64_t ldc, int add, int R) {
+    __m256 s[5][2];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < R; r++) s[r][0] = s[r][1] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < k; p++, a += acs, b += NR_256) {
+        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        _mm_prefetch((const char*)(b + 256), _MM_HINT_T0);
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < R; r++) {
+            __m256 ai = _mm256_broadcast_ss(a + r * ars);
+            s[r][0] = _mm256_fmadd_ps(ai, b0, s[r][0]);
+            s[r][1] = _mm256_fmadd_ps(ai, b1, s[r][1]);
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < R; r++) {
+        if (add) {
+            s[r][0] = _mm256_add_ps(s[r][0], _mm256_loadu_ps(c + r * ldc));
+            s[r][1] = _mm256_add_ps(s[r][1], _mm256_loadu_ps(c + r * ldc + 8));
+        }
+        _mm256_storeu_ps(c + r * ldc, s[r][0]);
+        _mm256_storeu_ps(c + r * ldc + 8, s[r][1]);
+    }
+}
+
+#define TSR_MID256(R)                                                                     \
+TSR_AVX2 static void ukr_avx2_few##R(int64_t k, const float* a, int64_t lda,             \
+                                     const float* b, float* c, int64_t ldc, int add) {     \
+    (void)lda;                                                                            \
+    ukr_avx2_mid(k, a, 1, MR_256, b, c, ldc, add, R);                                     \
+}                                                                                         \
+TSR_AVX2 static void ukr_avx2_few##R##_rows(int64_t k, const float* a, int64_t lda,      \
+                                            const float* b, float* c, int64_t ldc,        \
+                                            int add) {                                    \
+    ukr_avx2_mid(k, a, lda, 1, b, c, ldc, add, R);                                        \
+}
+TSR_MID256(3) TSR_MID256(4) TSR_MID256(5)
 #endif
 
 static void ukr_portable(int64_t k, const float* restrict a, int64_t lda,
@@ -424,16 +522,24 @@ typedef void (*update_fn)(const float*, float*, int64_t, int64_t, int64_t, const
 #if TSR_X86
 static const ukr_fn UKRS[TSR_GEMM_ISAS] = {ukr_portable, ukr_avx2, ukr_avx512};
 static const ukr_fn ROWS[TSR_GEMM_ISAS] = {NULL, ukr_avx2_rows, ukr_avx512_rows};
-/* the kernels of 1 to FEW_MAX rows (index R), packed and in place, where a path has them */
-enum { FEW_MAX = 4 };
+/* the kernels of 1 to FEW_MAX rows (index R: a tile's rows past the last full one, the
+   whole of a product of fewer rows than MR), packed and in place, where a path has them */
+enum { FEW_MAX = MR_512 - 1 };
 static const ukr_fn FEW[TSR_GEMM_ISAS][FEW_MAX + 1] = {
-    [TSR_GEMM_AVX2] = {NULL, ukr_avx2_few1, ukr_avx2_few2},
+    [TSR_GEMM_AVX2] = {NULL, ukr_avx2_few1, ukr_avx2_few2, ukr_avx2_few3, ukr_avx2_few4,
+                       ukr_avx2_few5},
     [TSR_GEMM_AVX512] = {NULL, ukr_avx512_few1, ukr_avx512_few2, ukr_avx512_few3,
-                         ukr_avx512_few4}};
+                         ukr_avx512_few4, ukr_avx512_few5, ukr_avx512_few6, ukr_avx512_few7,
+                         ukr_avx512_few8, ukr_avx512_few9, ukr_avx512_few10,
+                         ukr_avx512_few11, ukr_avx512_few12, ukr_avx512_few13}};
 static const ukr_fn FEW_ROWS[TSR_GEMM_ISAS][FEW_MAX + 1] = {
-    [TSR_GEMM_AVX2] = {NULL, ukr_avx2_few1_rows, ukr_avx2_few2_rows},
+    [TSR_GEMM_AVX2] = {NULL, ukr_avx2_few1_rows, ukr_avx2_few2_rows, ukr_avx2_few3_rows,
+                       ukr_avx2_few4_rows, ukr_avx2_few5_rows},
     [TSR_GEMM_AVX512] = {NULL, ukr_avx512_few1_rows, ukr_avx512_few2_rows,
-                         ukr_avx512_few3_rows, ukr_avx512_few4_rows}};
+                         ukr_avx512_few3_rows, ukr_avx512_few4_rows, ukr_avx512_few5_rows,
+                         ukr_avx512_few6_rows, ukr_avx512_few7_rows, ukr_avx512_few8_rows,
+                         ukr_avx512_few9_rows, ukr_avx512_few10_rows, ukr_avx512_few11_rows,
+                         ukr_avx512_few12_rows, ukr_avx512_few13_rows}};
 static const update_fn UPDATES[TSR_GEMM_ISAS] = {update_portable, update_avx2,
                                                  update_avx512};
 /* the full-tile kernels with the epilogue in registers (packed A, A in place) */
@@ -443,7 +549,7 @@ static const ukr_epi_fn EPI_ROWS[TSR_GEMM_ISAS] = {NULL, ukr_avx2_rows_epi,
 #else
 static const ukr_fn UKRS[TSR_GEMM_ISAS] = {ukr_portable, ukr_portable, ukr_portable};
 static const ukr_fn ROWS[TSR_GEMM_ISAS] = {NULL, NULL, NULL};
-enum { FEW_MAX = 4 };
+enum { FEW_MAX = MR_512 - 1 };
 static const ukr_fn FEW[TSR_GEMM_ISAS][FEW_MAX + 1], FEW_ROWS[TSR_GEMM_ISAS][FEW_MAX + 1];
 static const update_fn UPDATES[TSR_GEMM_ISAS] = {update_portable, update_portable,
                                                  update_portable};
@@ -1157,7 +1263,7 @@ int64_t tsr_gemm_plan(tsr_gemm_t* g, int threads) {
        B best streamed whole), then B packed on the fly a narrower NC block at a time. The
        depth depends on the shape only, never on B's packing or the threads: each element
        of C sums its products in one order whatever they are. */
-    int few = g->m <= FEW_MAX && g->kc <= 0;
+    int few = g->m <= GEMV_MAX && g->kc <= 0;
     if (g->kc <= 0)
         g->kc = g->k <= 0 ? KCS[isa] : few ? g->k : ceil_div(g->k, ceil_div(g->k, KCS[isa]));
     int64_t mc = g->mc > 0 ? round_up(g->mc, MR) : MCS[isa];
