@@ -5,7 +5,9 @@ them, ``x @ W.T`` with W of shape (out, in): ResNet-18's 3x3 convolutions as im2
 (one per stage), MiniLM's at sequence length 128 (attention projections, FFN up and down)
 and the MLP's first layer (batch 256, and batch 1: a matrix-vector product), and the
 products of one row (ResNet-18's classifier, MiniLM's FFN and attention projections on
-one token: the last the smallest that tessera's GEMV splits over threads).
+one token: the last the smallest that tessera's GEMV splits over threads), and products of
+a few rows more than the GEMV takes (ViT-Tiny's attention projection at image size 32: a
+class token and four patches; LeNet-5's first linear layer at batch 8).
 tessera runs each unpacked (``gemm``: W^T packed within each call, as for any two
 matrices) and with W packed once beforehand (``gemm_packed``, as inference weights are).
 
@@ -42,6 +44,8 @@ CASES = [  # (name, M, N, K, W stored as (N, K) and used transposed)
     ("minilm ffn down row", 1, 384, 1536, True),
     ("minilm qkv/out row", 1, 384, 384, True),
     ("mlp fc1 batch 2", 2, 1024, 784, True),
+    ("vit_tiny qkv 5 rows", 5, 576, 192, True),
+    ("lenet5 fc1 batch 8", 8, 120, 400, True),
 ]
 THREADS = (1, 2)
 SAMPLE_S = 0.003     # one timing: as many calls as take about this long

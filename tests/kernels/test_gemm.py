@@ -530,3 +530,60 @@ def test_gemv_each_path_and_layout(G, isa):
                               os.path.dirname(os.path.abspath(__file__)))))
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.split() == [isa, "ok"]
+
+
+_ROWS_CHILD = r"""
+import numpy as np
+from tessera.kernels import gemm
+print(gemm.isa())
+rng = np.random.default_rng(0)
+for m in range(1, 17):
+    for n, k in [(33, 65), (192, 300), (40, 1100)]:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        bias = rng.standard_normal(n).astype(np.float32)
+        ref = np.maximum(a.astype(np.float64) @ w.T.astype(np.float64) + bias, 0)
+        scale = np.abs(a.astype(np.float64)) @ np.abs(w.T.astype(np.float64)) + np.abs(bias)
+        tol = (k + 8) * 2.0 ** -24 * scale + 8 * 2.0 ** -24 * np.abs(ref) + 1e-30
+        packed = gemm.pack_b(w, trans_b=True)
+        first = None
+        for threads in (1, 2):
+            for got in (gemm.gemm(a, w, trans_b=True, bias=bias, activation="relu",
+                                  threads=threads),
+                        gemm.gemm(a, np.ascontiguousarray(w.T), bias=bias, activation="relu",
+                                  threads=threads),
+                        gemm.gemm_packed(a, packed, bias=bias, activation="relu",
+                                         threads=threads),
+                        gemm.gemm(np.ascontiguousarray(a.T), w, trans_a=True, trans_b=True,
+                                  bias=bias, activation="relu", threads=threads)):
+                assert np.all(np.abs(got - ref) <= tol), (m, n, k, threads)
+                first = got if first is None else first
+                assert np.array_equal(got, first), (m, n, k, threads)
+        # the rows past the last full tile sum as the full tile's rows do: each row of a
+        # product of 14 (AVX-512) or 6 (AVX2) rows, alone, gives the same bits
+        mr = {"avx512": 14, "avx2": 6}.get(gemm.isa())
+        if mr and m == mr:
+            for i in range(5, m):   # (rows <= 4: the GEMV path sums in two chains)
+                part = gemm.gemm_packed(a[:i], packed, bias=bias, activation="relu")
+                assert np.array_equal(part, first[:i]), (m, i, n, k)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+def test_few_rows_each_path(G, isa):
+    """Products of 1 to 16 rows (the GEMV path, the kernels of fewer rows than the tile, a
+    tile and a few more) against NumPy in float64 with the epilogue, B transposed, row-major
+    and packed, A transposed, on one and two threads: every form gives the same bits."""
+    needs, name = _NEEDS[isa]
+    if isa != "portable" and os.uname().machine not in ("x86_64", "amd64"):
+        pytest.skip(f"{isa} is an x86-64 path")
+    if not needs <= _cpu_flags():
+        pytest.skip(f"this CPU lacks {name}")
+    env = dict(os.environ, TESSERA_GEMM_ISA=isa)
+    env.pop("TESSERA_MAX_ISA", None)
+    proc = subprocess.run([sys.executable, "-c", _ROWS_CHILD], env=env, capture_output=True,
+                          text=True, timeout=1200, cwd=os.path.dirname(os.path.dirname(
+                              os.path.dirname(os.path.abspath(__file__)))))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.split() == [isa, "ok"]

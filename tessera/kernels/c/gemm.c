@@ -259,9 +259,10 @@ TSR_AVX512 static void ukr_avx512_few##R##_rows(int64_t k, const float* a, int64
 }
 TSR_FEW512(1) TSR_FEW512(2) TSR_FEW512(3) TSR_FEW512(4)
 
-/* 5 to 8 rows (a class token and four patches, a small batch): one chain per element in
-   the order of p, as the full kernel sums (2R accumulators are chains enough to keep the
-   FMAs busy), so these rows get the full kernel's bits for a fraction of its work. */
+/* 4 to 8 rows (a class token and four patches, a small batch; half of 9 to 13): one chain
+   per element in the order of p, as the full kernel sums (2R accumulators are chains
+   enough to keep the FMAs busy), so these rows get the full kernel's bits (the same as in
+   a product of more rows) for a fraction of its work. */
 TSR_AVX512 TSR_INLINE void ukr_avx512_mid(int64_t k, const float* restrict a, int64_t ars,
                                           int64_t acs, const float* restrict b,
                                           float* restrict c, int64_t ldc, int add, int R) {
@@ -290,15 +291,20 @@ TSR_AVX512 TSR_INLINE void ukr_avx512_mid(int64_t k, const float* restrict a, in
     }
 }
 
-/* R rows of A (at a, ars and acs apart) by the kernels of a few rows: 8 at a time, then
-   the rest */
+/* 5 <= R < 14 rows of A (at a, ars and acs apart): more than 8 in two halves, the larger
+   first (9 = 5 + 4 ... 13 = 7 + 6: a little faster than 8 and the rest, and than the full
+   kernel), each summing as the full kernel does */
 TSR_AVX512 TSR_INLINE void ukr_avx512_split(int64_t k, const float* a, int64_t ars,
                                             int64_t acs, const float* b, float* c, int64_t ldc,
                                             int add, int R) {
-    for (; R > 8; R -= 8, a += 8 * ars, c += 8 * ldc)
-        ukr_avx512_mid(k, a, ars, acs, b, c, ldc, add, 8);
-    if (R > 4) ukr_avx512_mid(k, a, ars, acs, b, c, ldc, add, R);
-    else ukr_avx512_few(k, a, ars, acs, b, c, ldc, add, R);
+    if (R > 8) {
+        int h = (R + 1) / 2;
+        ukr_avx512_mid(k, a, ars, acs, b, c, ldc, add, h);
+        a += h * ars;
+        c += h * ldc;
+        R -= h;
+    }
+    ukr_avx512_mid(k, a, ars, acs, b, c, ldc, add, R);
 }
 
 #define TSR_MID512(R)                                                                     \
