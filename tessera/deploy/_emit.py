@@ -1038,6 +1038,6 @@ def _emit_node(prog: Program, i: int, n: Node, kind: str, move) -> None:
         _region(prog, i, body, ext, [out])
 
 
-# the INT8 and binary rules, and those of _emit_more and _emit_index, register themselves
-# into RULES
-from tessera.deploy import _emit_index, _emit_lowp, _emit_more  # noqa: E402, F401
+# the INT8 and binary rules, and those of _emit_more, _emit_index and _emit_extra, register
+# themselves into RULES
+from tessera.deploy import _emit_extra, _emit_index, _emit_lowp, _emit_more  # noqa: E402, F401

@@ -660,10 +660,21 @@ def _rms_sbp(x, weight, normalized_shape, eps):
     return [Signature((S(d), w), (S(d),)) for d in range(lead)] + [Signature((B, w), (B,))]
 
 
+def _rms_decompose(b, x, w, normalized_shape, eps):
+    """rms_norm as the kernel computes it (a reduction, then a map), for the code generator
+    to fuse."""
+    nd = len(x.shape)
+    d = tuple(range(nd - len(normalized_shape), nd))
+    if _numel(normalized_shape) == 0:
+        return None
+    y = b.mul(x, b.reciprocal(b.sqrt(b.add(b.mean(b.mul(x, x), d), eps))))
+    return y if w is None else b.mul(y, w)
+
+
 # (the squares' sum (2) and the scaling (1) per element, one more for the weight)
 _RMS_NORM = defop("rms_norm", _rms_infer, _rms_kernel, grad=_rms_grad, sbp=SbpRule(_rms_sbp),
                   cost=_norm_cost(3, affine=(1,)), to_relax=_relax.rms_norm,
-                  to_jax=_jax.rms_norm)
+                  to_jax=_jax.rms_norm, decompose=_rms_decompose)
 
 
 def rms_norm(x: Tensor, weight, *, normalized_shape, eps: float) -> Tensor:

@@ -139,13 +139,13 @@ def _ident(d, dtype=None):
 
 
 def _reduction(name, kernel, grad, out_dtype=_ident, save=(), check=None, quiet=False,
-               plain=None, sbp=None, flops=1):
+               plain=None, sbp=None, flops=1, decompose=None):
     """Register a reduction over ``dim``/``keepdim``; ``kernel(x, dims, keepdim, **kw)``.
     ``quiet``: the kernel calls ufuncs from tessera's own frames, whose inf/nan warnings the
     filter in ``_dispatch`` silences, so it needs no ``np.errstate``. ``plain(cpu)``: the
     kernel's form for float32/float64 inputs (dispatch's fast path), given the full one.
     ``sbp``: its rule (by default a kept dim may stay split); ``flops``: its operations per
-    input element, or a cost rule."""
+    input element, or a cost rule; ``decompose``: its rule for the code generator."""
     def infer(x, dim=None, keepdim=False, **kw):
         dims = _dims(name, dim, len(x.shape))
         if check is not None:
@@ -162,7 +162,7 @@ def _reduction(name, kernel, grad, out_dtype=_ident, save=(), check=None, quiet=
     return defop(name, infer, cpu, grad=grad, save=save,
                  sbp=_sbp.reduction() if sbp is None else sbp,
                  cost=cost.reduction(flops) if isinstance(flops, int) else flops,
-                 to_relax=_relax.rule(name), to_jax=_jax.rule(name))
+                 to_relax=_relax.rule(name), to_jax=_jax.rule(name), decompose=decompose)
 
 
 def _attrs(ctx):
@@ -366,6 +366,30 @@ def _var_np(x, dims, keepdim, correction):
     return ss / _pymax(n - correction, 0), mu if keepdim else mu.reshape(ss.shape)
 
 
+def _reduced(b, x, dims, keepdim: bool):
+    """x's reduced shape: the keepdim result ``x`` viewed without the reduced dims."""
+    if keepdim:
+        return x
+    return b.view(x, shape=tuple(s for d, s in enumerate(x.shape) if d not in dims))
+
+
+def _var_decompose(root: bool, with_mean: bool):
+    """var/std (and with the mean) as the NumPy kernel computes them, in two passes: the
+    mean, then the squared differences' sum over max(N - correction, 0); for the code
+    generator to fuse (None where a reduced extent is 0: the op's own rule)."""
+    def rule(b, x, dim=None, keepdim=False, correction=1):
+        dims = _dims("var", dim, len(x.shape))
+        n = numel([x.shape[d] for d in dims])
+        if n == 0 or x.dtype.is_complex:
+            return None
+        mu = b.mean(x, dims)
+        d = b.sub(x, mu)
+        v = b.div(b.sum(b.mul(d, d), dims, keepdim=keepdim), float(_pymax(n - correction, 0)))
+        v = b.sqrt(v) if root else v
+        return (v, _reduced(b, mu, dims, keepdim)) if with_mean else v
+    return rule
+
+
 def _var_family(name: str, root: bool, with_mean: bool, **rules):
     def infer(x, dim=None, keepdim=False, correction=1):
         if x.dtype.category < 2:
@@ -397,7 +421,7 @@ def _var_family(name: str, root: bool, with_mean: bool, **rules):
     # a sum for the mean, then a difference, a square and a sum per element
     return defop(name, infer, cpu, grad=grad, save=save,
                  sbp=_sbp.reduction(nout=2 if with_mean else 1), cost=cost.reduction(4),
-                 **rules)
+                 decompose=_var_decompose(root, with_mean), **rules)
 
 
 def _var_backward(gk, x, dims, correction, full: bool):
@@ -486,8 +510,21 @@ def _lse_grad(ctx, g):
     return (_kd(g, shape, dims, keepdim) * exp(x - _kd(out, shape, dims, keepdim)),)
 
 
+def _lse_decompose(b, x, dim=None, keepdim=False):
+    """As the kernel: the shift by the maximum is 0 where that is infinite (all -inf, or an
+    inf), so that no inf - inf makes a NaN."""
+    dims = _dims("logsumexp", dim, len(x.shape))
+    if 0 in [x.shape[d] for d in dims]:
+        return None
+    m = b.amax(x, dims)
+    m = b.where(b.isinf(m), 0.0, m)
+    r = b.add(b.log(b.sum(b.exp(b.sub(x, m)), dims)), m)
+    return _reduced(b, r, dims, keepdim)
+
+
 _LSE = _reduction("logsumexp", _lse_kernel, _lse_grad, lambda d: float_dtype(d),
-                  save=("inputs", "outputs"), flops=4)  # max, difference, exp, sum
+                  save=("inputs", "outputs"), flops=4,   # max, difference, exp, sum
+                  decompose=_lse_decompose)
 
 
 def logsumexp(input, dim=None, keepdim: bool = False, *, out=None, axis=None,
@@ -720,6 +757,15 @@ def _indexed(name: str, argf, check=None, flops=cost.reduction(1), **rules):
                  sbp=_sbp.reduction(nout=2), cost=flops, **rules)
 
 
+def _whole_decompose(reduction: str):
+    """max/min of all elements as amax/amin over every dim, a reduction regions end in."""
+    def rule(b, x):
+        if numel(x.shape) == 0:
+            return None
+        return getattr(b, reduction)(x, tuple(range(len(x.shape))), keepdim=False)
+    return rule
+
+
 def _whole(name: str, kernel, check=None, **rules):
     """The no-dim form of max/min/median: one value; equal elements share the gradient."""
     def infer(x):
@@ -738,9 +784,9 @@ def _extremum_check(name):
 
 
 _MAX = _whole("max", np.max, _extremum_check("max"), to_relax=_relax.extremum("max"),
-              to_jax=_jax.extremum("max"))
+              to_jax=_jax.extremum("max"), decompose=_whole_decompose("amax"))
 _MIN = _whole("min", np.min, _extremum_check("min"), to_relax=_relax.extremum("min"),
-              to_jax=_jax.extremum("min"))
+              to_jax=_jax.extremum("min"), decompose=_whole_decompose("amin"))
 _MAX_DIM = _indexed("max_dim", lambda a, d: np.argmax(a, axis=d, keepdims=True),
                     to_relax=_relax.extremum_dim("max"), to_jax=_jax.extremum_dim("max"))
 _MIN_DIM = _indexed("min_dim", lambda a, d: np.argmin(a, axis=d, keepdims=True),

@@ -323,8 +323,23 @@ def _round_float(x, decimals=0):
     return np.rint(x / p) * p
 
 
+def _round_c(c, a, at):
+    """As the kernel: rint (half to even in C's default rounding mode) of x times or over
+    the power of ten rounded to the dtype; an integer is its own rounding."""
+    d = at.get("decimals", 0)
+    if c.is_int:
+        return a[0]
+    if d == 0:
+        return f"{c.fn('rint')}({a[0]})"
+    ten = np.float32 if c.dtype == "float32" else np.float64
+    p = c.lit(float(ten(10.0 ** (d if d > 0 else -d))))
+    return f"({c.fn('rint')}({a[0]} * {p}) / {p})" if d > 0 else \
+        f"({c.fn('rint')}({a[0]} / {p}) * {p})"
+
+
 _ROUND = defop("round", _round_infer, _same_kernel(_round_float), grad=_zero_grad, save=(),
-               sbp=POINTWISE, cost=ONE, to_relax=_relax.round_, to_jax=_jax.round_)
+               sbp=POINTWISE, cost=ONE, to_relax=_relax.round_, to_jax=_jax.round_,
+               to_c=_round_c, traits={"c_int"})
 
 
 def round(input, *, decimals: int = 0, out=None):

@@ -123,9 +123,14 @@ def test_coverage_report(survey):
     print("cases a rule declines:")
     for why, entries in sorted(declined.items(), key=lambda kv: -len(kv[1])):
         print(f"  {len(entries):3} {why} (e.g. {', '.join(sorted(entries)[:3])})")
-    for op in ("sort", "max_pool", "nan_to_num"):
+    # (var, std, logsumexp, rms_norm and max/min of all elements decompose into regions;
+    # nan_to_num and round fuse into them; flip is a strided copy)
+    for op in ("sort", "max_pool", "nan_to_num", "max", "min", "aminmax", "repeat", "var",
+               "std", "var_mean", "std_mean", "logsumexp", "rms_norm", "adaptive_max_pool",
+               "roll", "round", "flip"):
         assert op not in missing, f"{op} has no C rule: {sorted(missing[op])}"
-    assert {"sort", "max_pool"} <= used   # (nan_to_num fuses into a region)
+    assert {"sort", "max_pool", "repeat", "roll", "adaptive_max_pool", "aminmax",
+            "flip"} <= used
 
 
 def _ops(case) -> set[str]:

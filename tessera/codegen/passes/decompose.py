@@ -20,7 +20,7 @@ from tessera.ops.registry import REGISTRY, Meta
 
 __all__ = ["run"]
 
-_REDUCTIONS = {"sum": {"dtype": None}, "mean": {"dtype": None}, "amax": {}}
+_REDUCTIONS = {"sum": {"dtype": None}, "mean": {"dtype": None}, "amax": {}, "amin": {}}
 
 
 class _Builder:
@@ -63,6 +63,9 @@ def run(g: Graph, ctx) -> bool:
             continue
         b = _Builder(g, n.name)
         outs = rule(b, *n.inputs, **n.attrs)
+        if outs is None:   # a case the rule leaves to the op's own kernel
+            new_nodes.append(n)
+            continue
         outs = outs if isinstance(outs, tuple) else (outs,)
         new_nodes += b.nodes
         for old, new in zip(n.outputs, outs):

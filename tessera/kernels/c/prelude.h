@@ -63,6 +63,10 @@ TSR_INLINE int32_t tsr_fbits(float f) { int32_t i; memcpy(&i, &f, sizeof i); ret
 TSR_INLINE float tsr_bitsf(int32_t i) { float f; memcpy(&f, &i, sizeof f); return f; }
 TSR_INLINE int64_t tsr_dbits(double f) { int64_t i; memcpy(&i, &f, sizeof i); return i; }
 TSR_INLINE double tsr_bitsd(int64_t i) { double f; memcpy(&f, &i, sizeof f); return f; }
+/* the power of two whose biased exponent is e (2^(e - 127), 2^(e - 1023)), shifted unsigned:
+   a NaN's garbage e must not be a left shift of a negative number or into the sign bit (UB) */
+TSR_INLINE float tsr_pow2f(int32_t e) { return tsr_bitsf((int32_t)((uint32_t)e << 23)); }
+TSR_INLINE double tsr_pow2d(int64_t e) { return tsr_bitsd((int64_t)((uint64_t)e << 52)); }
 
 /* ---- float32 ---------------------------------------------------------------------------- */
 
@@ -97,7 +101,7 @@ TSR_INLINE float tsr_exp_polyf(float r) {
 /* p 2^n as two normal factors: subnormal results round once, n = 128 overflows to inf */
 TSR_INLINE float tsr_scalef(float p, int32_t n) {
     int32_t a = n >> 1;
-    return p * tsr_bitsf((a + 127) << 23) * tsr_bitsf((n - a + 127) << 23);
+    return p * tsr_pow2f(a + 127) * tsr_pow2f(n - a + 127);
 }
 
 TSR_INLINE float tsr_expf(float x) {
@@ -114,7 +118,7 @@ TSR_INLINE float tsr_expm1f(float x) {
     TSR_REDUCEF(xc, n, ni, r);
     float em = tsr_em1_polyf(r);
     int32_t a = ni >> 1;
-    float s1 = tsr_bitsf((a + 127) << 23), s2 = tsr_bitsf((ni - a + 127) << 23);
+    float s1 = tsr_pow2f(a + 127), s2 = tsr_pow2f(ni - a + 127);
     float s = s1 * s2;
     /* 2^n (e^r - 1) + (2^n - 1) keeps the digits of small results; past n = 40 the -1 is
        below rounding and the exp form avoids 2^128 */
@@ -130,7 +134,7 @@ TSR_INLINE float tsr_sigmoidf(float x) {
     float y = -fabsf(x);
     y = -104.0f > y ? -104.0f : y;   /* a NaN passes */
     TSR_REDUCEF(y, n, ni, r);
-    float e64 = tsr_exp_polyf(r) * tsr_bitsf((ni + 191) << 23);
+    float e64 = tsr_exp_polyf(r) * tsr_pow2f(ni + 191);
     float s = 1.0f / fmaf(e64, 0x1p-64f, 1.0f);
     return x < 0.0f ? (e64 * s) * 0x1p-64f : s;
 }
@@ -190,7 +194,7 @@ TSR_INLINE float tsr_exp_hu64f(float h, float u) {
     float j = fmaf(h * u, 1.44269504088896341f, 12582912.0f);
     float n = j - 12582912.0f;
     float r = fmaf(n, 2.12194440e-4f, fmaf(h, u, n * -0.693359375f));
-    return tsr_exp_polyf(r) * tsr_bitsf((tsr_fbits(j) - 0x4B400000 + 191) << 23);
+    return tsr_exp_polyf(r) * tsr_pow2f(tsr_fbits(j) - 0x4B400000 + 191);
 }
 
 /* s Q(a) with Q(a) = e^(a^2/2) Phi(-a) = erfcx(a / sqrt2) / 2 for a in [0, 14.6], as a
@@ -289,8 +293,8 @@ TSR_INLINE double tsr_em1_poly(double r) {
 #define TSR_SCALES(n, ni, s1, s2) \
     double s1##_a = floor(n * 0.5); \
     int64_t s1##_i = tsr_dbits(s1##_a + 6755399441055744.0) - 0x4338000000000000LL; \
-    double s1 = tsr_bitsd((s1##_i + 1023) << 52); \
-    double s2 = tsr_bitsd((ni - s1##_i + 1023) << 52)
+    double s1 = tsr_pow2d(s1##_i + 1023); \
+    double s2 = tsr_pow2d(ni - s1##_i + 1023)
 
 TSR_INLINE double tsr_exp(double x) {
     x = 709.8 < x ? 709.8 : x;
