@@ -350,19 +350,18 @@ def render(rows: list[dict]) -> str:
 # and each product alone in a session of its own; CPU microseconds, medians
 WHY = {
     ("vit_tiny", "onnxruntime"): (
-        "the GEMM on 5 rows (the class token and 4 patches) in each of the 17 products: "
-        "onnxruntime's MLAS SGEMM runs them as 5 rows, tessera's GEMM takes up to 4 rows on "
-        "its few-rows path and sends 5 through its 14-row AVX-512 micro-kernel, 9 rows of "
-        "zeros: 5 x 768 x 192 takes 17 us (4 rows: 2.9 us; onnxruntime: 7.7 us alone, 11.5 "
-        "with the model's weights in L3), 230 of the program's 275 us. The patch embedding "
-        "(192 channels x 4 pixels x 768) ran as 4 columns of 32-wide panels, 51 us against "
-        "onnxruntime's NCHWc convolution's 9 us; as the transposed product on the few-rows "
-        "path it takes 17 us"),
+        "its 17 matrix products have 5 rows (the class token and 4 patches): tessera's GEMM "
+        "ran them through its 14-row AVX-512 micro-kernel, 9 rows of zeros (5 x 768 x 192 "
+        "packed: 19 us); with kernels of 5-13 rows it takes 7.5 us, as MLAS's 7.7, and the "
+        "step went from 0.28 to 0.24 CPU ms. The patch embedding (192 channels x 4 pixels x "
+        "768, as the transposed product) takes 17 us against onnxruntime's NCHWc "
+        "convolution's 9 us; the rest of the gap is not profiled yet"),
     ("lenet5", "onnxruntime"): (
-        "below a program's 16 kernels LeNet-5 runs on tessera's executor, a Python call per "
-        "node (about 50 of its 170 us); fc1 (8 x 400 x 120) is again the GEMM past 4 rows "
-        "(20 us against onnxruntime's fused Gemm, 6 us), and conv2 in NCHWc blocks takes about "
-        "50 us against onnxruntime's NCHWc convolution's 27 us"),
+        "below a program's 16 kernels (deploy.program.MIN_KERNELS: a program's compile "
+        "costs seconds) LeNet-5 runs on tessera's executor, a Python call per node: with "
+        "TESSERA_GRAPH_PROGRAM=1 it is one C call and takes 0.11 ms (cold compile 6.8 s "
+        "instead of 2.2); conv2 in NCHWc blocks takes about 50 us against onnxruntime's "
+        "NCHWc convolution's 27 us"),
 }
 
 
