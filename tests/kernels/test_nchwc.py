@@ -251,6 +251,27 @@ def test_two_threads_same_bits(N):
     assert np.array_equal(out[0], out[1])
 
 
+@pytest.mark.parametrize("o", [64, 48, 17])
+def test_plain_input_stem(N, path, o):
+    """A first layer reading plain NCHW (ResNet's 7x7/2 stem; on AVX-512 its 2-block x
+    14-pixel tiles, 3 blocks for 48 channels): PyTorch's values, the same bits on 1 and 2
+    threads."""
+    import tessera
+    block = 8 if path != "avx512" else 16
+    x, wt, bias = rand(1, 3, 61, 66, seed=21), rand(o, 3, 7, 7, seed=22), rand(o, seed=23)
+    before = tessera.get_num_threads()
+    out = []
+    try:
+        for threads in (1, 2):
+            tessera.set_num_threads(threads)
+            out.append(conv(N, x, wt, bias, (2, 2), (3, 3), (1, 1), 1, block, True,
+                            act="relu")[0])
+    finally:
+        tessera.set_num_threads(before)
+    assert np.array_equal(out[0], out[1])
+    close(out[0], reference(x, wt, bias, (2, 2), (3, 3), (1, 1), 1, act="relu"))
+
+
 @pytest.mark.parametrize("c,o,k,h,groups", [
     (96, 320, 1, 7, 1),      # 20 blocks of 16: 5 groups of 4 (MobileNetV2's last 1x1)
     (96, 576, 1, 14, 1),     # 36 blocks: 9 groups
@@ -389,6 +410,41 @@ def test_unknown_path_name():
     proc = _child(env)
     assert "ValueError: TESSERA_NCHWC_ISA='sse9': expected one of portable, avx2, avx512" \
         in proc.stderr
+
+
+@pytest.mark.parametrize("k,s,p,w", [(3, 2, 1, 40), (3, 1, 1, 21), (2, 2, 0, 36),
+                                     (3, 2, 0, 45), ((3, 2), (2, 1), (1, 0), 23)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_max_pool_interior_nan_and_inf(N, path, k, s, p, w, threads):
+    """Rows wide enough for the interior tiles (8 windows at once): NaN anywhere in a window
+    (its first, middle or last tap) wins over every number, -inf and +inf included; rows
+    with a NaN in every column, rows of +inf and -inf, windows of -inf only."""
+    import tessera
+    block = 8 if path != "avx512" else 16
+    rng = np.random.default_rng(7)
+    x = rand(2, 19, 9, w, seed=11)
+    flat = x.reshape(-1)
+    for v, frac in ((np.nan, 0.01), (-np.inf, 0.02), (np.inf, 0.01)):
+        flat[rng.choice(flat.size, int(flat.size * frac), replace=False)] = v
+    x[1, 2, 3] = np.nan                 # a whole row
+    x[1, 4, :, :5] = -np.inf            # windows of -inf only
+    x[0, 5, 2, ::2] = np.inf            # +inf and -inf in one row, no NaN
+    x[0, 5, 2, 1::2] = -np.inf
+    x[0, 5, 3] = -np.inf
+    want = TF.max_pool2d(torch.from_numpy(x), k, s, p).numpy()
+    run = N.pool_bound(x.shape, k, s, p, "max", True, block)
+    y = np.full(N.blocked_shape(want.shape, block), 5.0, np.float32)
+    before = tessera.get_num_threads()
+    try:
+        tessera.set_num_threads(threads)
+        run(N.to_blocked(x, block), y)
+    finally:
+        tessera.set_num_threads(before)
+    got = N.from_blocked(y, 19)
+    assert np.isnan(want).any() and np.isinf(want).any()
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got, want)
+    assert not np.any(unblocked_pad(y, 19))
 
 
 def test_max_pool_propagates_nan(N, path):

@@ -572,6 +572,11 @@ static int64_t plan(tsr_nchwc_conv_t* p, int threads) {
        ResNet-18's 3x3 layers), or 3 where they divide the blocks and those do not (no
        tile of a lone block: MobileNetV2's 144-channel 1x1 convolutions 10% faster) */
     int64_t nb_max = g.path == TSR_GEMM_AVX2 ? 2 : 4;
+    /* a plain-input (first) layer on AVX-512: 2 blocks x 14 pixels, since 4 x 7 with its 4
+       weights and the broadcast needs 33 vectors and spills an accumulator every step
+       (ResNet-18's 7x7/2 stem 5% faster, 2 x 12 and 4 x 6 in between; bench kernels:
+       nchwc) */
+    if (g.plain && g.path == TSR_GEMM_AVX512) nb_max = 2;
     if (*nb <= 0) *nb = g.dw ? 1 : g.OB % nb_max && g.OB % 3 == 0 ? 3 : min64(g.OB, nb_max);
     if (g.dw) *nb = 1;
     *nb = min64(*nb, NB_MAX);
@@ -766,12 +771,12 @@ int64_t tsr_nchwc_pool_plan(tsr_nchwc_pool_t* p, int threads) {
     return p->n * p->cb * p->oh;
 }
 
-/* one output row: PyTorch's window (start clipped, end min(start + k, size + pad) for the
-   divisor counting padding, then clipped to the image). The x86 rows keep the maximum in a
-   vector and whether a NaN went by in a mask (vmaxps alone drops a NaN met before a number;
-   PyTorch's max pooling propagates it) */
+/* output pixels [ox0, ox1) of one row: PyTorch's window (start clipped, end min(start + k,
+   size + pad) for the divisor counting padding, then clipped to the image). The x86 rows keep
+   the maximum in a vector and whether a NaN went by in a mask (vmaxps alone drops a NaN met
+   before a number; PyTorch's max pooling propagates it) */
 #define TSR_POOL_ROW(ATTR, NAME, V, BW, M, LOADU, STOREU, SET1, ADD, MAX, DIV, NANS, WITH_NAN) \
-ATTR static void NAME(const tsr_nchwc_pool_t* p, int64_t item) {                          \
+ATTR static void NAME(const tsr_nchwc_pool_t* p, int64_t item, int64_t ox0, int64_t ox1) { \
     const int64_t bw_ = BW;                                                               \
     int64_t plane = item / p->oh, oy = item % p->oh;                                      \
     const float* x = p->x + plane * p->h * p->w * bw_;                                     \
@@ -780,7 +785,7 @@ ATTR static void NAME(const tsr_nchwc_pool_t* p, int64_t item) {                
     int64_t hn = he - hs;                                                                 \
     hs = max64(hs, 0);                                                                    \
     he = min64(he, p->h);                                                                 \
-    for (int64_t ox = 0; ox < p->ow; ox++) {                                              \
+    for (int64_t ox = ox0; ox < ox1; ox++) {                                              \
         int64_t ws = ox * p->sw - p->pw, we = min64(ws + p->kw, p->w + p->pw);            \
         int64_t wn = we - ws;                                                             \
         ws = max64(ws, 0);                                                                \
@@ -806,6 +811,63 @@ ATTR static void NAME(const tsr_nchwc_pool_t* p, int64_t item) {                
         }                                                                                 \
         STOREU(y + ox * bw_, acc);                                                         \
     }                                                                                     \
+}
+
+/* Max pooling's interior on x86: POOL_NP output pixels of a row whose windows lie inside
+   the image's columns, KW taps SW apart (compile-time), over `rows` input rows rs apart.
+   Each input vector is loaded once and maxed into every window holding it: 6.4 loads an
+   output for 3x3/2 where the window-at-a-time row makes 9, each with its own NaN check.
+   Here max(v, acc) keeps a NaN already in acc but drops one in v; instead one unordered
+   compare of each pair of loads goes into the masks nan (two, for two short chains), and a
+   row whose masks come out set is run again by the exact row. (A checksum of the loads,
+   one add each, made a chain as long as the row: 5% slower on ResNet-18's pool.) */
+enum { POOL_NP = 8 };
+#define TSR_POOL_TILE(ATTR, NAME, V, BW, LOADU, STOREU, SET1, M, UNORD, MOR, MAX)             \
+ATTR TSR_INLINE void NAME(const float* x, float* y, int64_t rows, int64_t rs, M* nan,      \
+                          const int KW, const int SW) {                                  \
+    V acc[POOL_NP];                                                                      \
+    _Pragma("GCC unroll 8") for (int o = 0; o < POOL_NP; o++) acc[o] = SET1(-INFINITY);   \
+    for (int64_t r = 0; r < rows; r++, x += rs) {                                         \
+        V prev = SET1(0.0f);                                                              \
+        _Pragma("GCC unroll 24") for (int i = 0; i < (POOL_NP - 1) * SW + KW; i++) {      \
+            V v = LOADU(x + i * BW);                                                      \
+            if (i % 2) nan[(i / 2) % 2] = MOR(nan[(i / 2) % 2], UNORD(prev, v));           \
+            else if (i + 1 == (POOL_NP - 1) * SW + KW)                                    \
+                nan[0] = MOR(nan[0], UNORD(v, v));                                        \
+            prev = v;                                                                     \
+            _Pragma("GCC unroll 4") for (int kx = 0; kx < KW; kx++)                       \
+                if (i >= kx && (i - kx) % SW == 0 && (i - kx) / SW < POOL_NP)             \
+                    acc[(i - kx) / SW] = MAX(v, acc[(i - kx) / SW]);                      \
+        }                                                                                 \
+    }                                                                                     \
+    _Pragma("GCC unroll 8") for (int o = 0; o < POOL_NP; o++) STOREU(y + o * BW, acc[o]); \
+}
+
+/* a max pooling row: the exact row at the borders (and where a NaN was seen), the tiles
+   between, the last tile moved back to end with the interior (it writes some pixels twice,
+   the same values) */
+#define TSR_POOL_MAX_ROW(ATTR, NAME, BW, M, M0, MOR, ANY_NAN, ROW, TILE)                  \
+ATTR static void NAME(const tsr_nchwc_pool_t* p, int64_t item) {                          \
+    int64_t plane = item / p->oh, oy = item % p->oh, W = p->w, SW = p->sw, KW = p->kw;    \
+    int64_t oxl = min64(ceil_div(p->pw, SW), p->ow), end = W + p->pw - KW;                \
+    int64_t oxr = end < 0 ? oxl : max64(oxl, min64(p->ow, end / SW + 1));                 \
+    /* (the windows of ResNet's, MobileNet's and LeNet's pools; others window at a time) */ \
+    int fast = (KW == 3 && (SW == 1 || SW == 2)) || (KW == 2 && SW == 2);                 \
+    if (p->kind || !fast || oxr - oxl < POOL_NP) { ROW(p, item, 0, p->ow); return; }      \
+    ROW(p, item, 0, oxl);                                                                 \
+    ROW(p, item, oxr, p->ow);                                                             \
+    int64_t hs = max64(oy * p->sh - p->ph, 0), he = min64(oy * p->sh - p->ph + p->kh, p->h); \
+    const float* x = p->x + (plane * p->h + hs) * W * BW;                                  \
+    float* y = p->y + (plane * p->oh + oy) * p->ow * BW;                                   \
+    M s[2] = {M0, M0};                                                                    \
+    for (int64_t ox = oxl; ox < oxr; ox += POOL_NP) {                                     \
+        if (ox + POOL_NP > oxr) ox = oxr - POOL_NP;                                       \
+        const float* xt = x + (ox * SW - p->pw) * BW;                                     \
+        if (KW == 3 && SW == 2) TILE(xt, y + ox * BW, he - hs, W * BW, s, 3, 2);          \
+        else if (KW == 3) TILE(xt, y + ox * BW, he - hs, W * BW, s, 3, 1);                \
+        else TILE(xt, y + ox * BW, he - hs, W * BW, s, 2, 2);                             \
+    }                                                                                     \
+    if (ANY_NAN(MOR(s[0], s[1]))) ROW(p, item, oxl, oxr);                              \
 }
 
 /* the portable row: the B floats of a pixel (any B <= 16) as a "vector" */
@@ -847,10 +909,27 @@ TSR_AVX2 TSR_INLINE __m256 with_nan256(__m256 a, int m) {
 #if TSR_NCHWC_AVX512
 TSR_POOL_ROW(TSR_AVX512, pool_row512, __m512, 16, __mmask16, _mm512_loadu_ps, _mm512_storeu_ps,
              _mm512_set1_ps, _mm512_add_ps, _mm512_max_ps, _mm512_div_ps, nans512, with_nan512)
+TSR_AVX512 TSR_INLINE __mmask16 unord512(__m512 a, __m512 b) {
+    return _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
+}
+TSR_AVX512 TSR_INLINE __mmask16 mor512(__mmask16 a, __mmask16 b) { return a | b; }
+TSR_AVX512 TSR_INLINE int any512(__mmask16 a) { return a != 0; }
+TSR_POOL_TILE(TSR_AVX512, pool_tile512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps,
+              _mm512_set1_ps, __mmask16, unord512, mor512, _mm512_max_ps)
+TSR_POOL_MAX_ROW(TSR_AVX512, pool_max512, 16, __mmask16, 0, mor512, any512, pool_row512,
+                 pool_tile512)
 #endif
 #if TSR_NCHWC_AVX2
 TSR_POOL_ROW(TSR_AVX2, pool_row256, __m256, 8, int, _mm256_loadu_ps, _mm256_storeu_ps,
              _mm256_set1_ps, _mm256_add_ps, _mm256_max_ps, _mm256_div_ps, nans256, with_nan256)
+TSR_AVX2 TSR_INLINE __m256 unord256(__m256 a, __m256 b) {
+    return _mm256_cmp_ps(a, b, _CMP_UNORD_Q);
+}
+TSR_AVX2 TSR_INLINE int any256(__m256 a) { return _mm256_movemask_ps(a) != 0; }
+TSR_POOL_TILE(TSR_AVX2, pool_tile256, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps,
+              _mm256_set1_ps, __m256, unord256, _mm256_or_ps, _mm256_max_ps)
+TSR_POOL_MAX_ROW(TSR_AVX2, pool_max256, 8, __m256, _mm256_setzero_ps(), _mm256_or_ps, any256,
+                 pool_row256, pool_tile256)
 #endif
 #endif
 TSR_POOL_ROW(, pool_row_portable, pv_t, p->block, int, pv_load, pv_store, pv_set1, pv_add,
@@ -860,12 +939,12 @@ void tsr_nchwc_pool_range(const tsr_nchwc_pool_t* p, int64_t lo, int64_t hi) {
     int path = path_of(p->isa, p->block);
     for (int64_t item = lo; item < hi; item++) {
 #if TSR_X86 && TSR_NCHWC_AVX512
-        if (path == TSR_GEMM_AVX512) { pool_row512(p, item); continue; }
+        if (path == TSR_GEMM_AVX512) { pool_max512(p, item); continue; }
 #endif
 #if TSR_X86 && TSR_NCHWC_AVX2
-        if (path == TSR_GEMM_AVX2) { pool_row256(p, item); continue; }
+        if (path == TSR_GEMM_AVX2) { pool_max256(p, item); continue; }
 #endif
-        pool_row_portable(p, item);
+        pool_row_portable(p, item, 0, p->ow);
         (void)path;
     }
 }
