@@ -384,7 +384,11 @@ def _var_decompose(root: bool, with_mean: bool):
             return None
         mu = b.mean(x, dims)
         d = b.sub(x, mu)
-        v = b.div(b.sum(b.mul(d, d), dims, keepdim=keepdim), float(_pymax(n - correction, 0)))
+        ss = b.sum(b.mul(d, d), dims, keepdim=keepdim)
+        # no degree of freedom left: NumPy's 0/0 (NaN) or x/0 (inf) is ss * inf, where a
+        # division by a constant 0 is folded as an error by compiler backends (TVM)
+        free = n - correction
+        v = b.div(ss, float(free)) if free > 0 else b.mul(ss, float("inf"))
         v = b.sqrt(v) if root else v
         return (v, _reduced(b, mu, dims, keepdim)) if with_mean else v
     return rule
