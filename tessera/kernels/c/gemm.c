@@ -246,16 +246,21 @@ TSR_AVX512 TSR_INLINE void ukr_avx512_few(int64_t k, const float* restrict a, in
     }
 }
 
+/* one out-of-line copy per row count for both layouts of A (see mid512_ below) */
 #define TSR_FEW512(R)                                                                     \
-TSR_AVX512 static void ukr_avx512_few##R(int64_t k, const float* a, int64_t lda,         \
-                                         const float* b, float* c, int64_t ldc, int add) { \
-    (void)lda;                                                                            \
-    ukr_avx512_few(k, a, 1, MR_512, b, c, ldc, add, R);                                   \
+TSR_AVX512 __attribute__((noinline)) static void few512_##R(                             \
+        int64_t k, const float* a, int64_t ars, int64_t acs, const float* b, float* c,    \
+        int64_t ldc, int add) {                                                           \
+    ukr_avx512_few(k, a, ars, acs, b, c, ldc, add, R);                                    \
 }                                                                                         \
-TSR_AVX512 static void ukr_avx512_few##R##_rows(int64_t k, const float* a, int64_t lda,  \
-                                                const float* b, float* c, int64_t ldc,    \
-                                                int add) {                                \
-    ukr_avx512_few(k, a, lda, 1, b, c, ldc, add, R);                                      \
+static void ukr_avx512_few##R(int64_t k, const float* a, int64_t lda, const float* b,     \
+                              float* c, int64_t ldc, int add) {                           \
+    (void)lda;                                                                            \
+    few512_##R(k, a, 1, MR_512, b, c, ldc, add);                                          \
+}                                                                                         \
+static void ukr_avx512_few##R##_rows(int64_t k, const float* a, int64_t lda,              \
+                                     const float* b, float* c, int64_t ldc, int add) {    \
+    few512_##R(k, a, lda, 1, b, c, ldc, add);                                             \
 }
 TSR_FEW512(1) TSR_FEW512(2) TSR_FEW512(3) TSR_FEW512(4)
 
@@ -291,31 +296,44 @@ TSR_AVX512 TSR_INLINE void ukr_avx512_mid(int64_t k, const float* restrict a, in
     }
 }
 
+/* one out-of-line copy per row count, A's layout (ars, acs) taken at run time: the packed
+   and in-place table entries below share it, which keeps an exported library's code small
+   (bench deploy: "code KB", under 300 KB a model) */
+typedef void (*mid_fn)(int64_t, const float*, int64_t, int64_t, const float*, float*, int64_t,
+                       int);
+#define TSR_MIDR512(R)                                                                    \
+TSR_AVX512 __attribute__((noinline)) static void mid512_##R(                             \
+        int64_t k, const float* a, int64_t ars, int64_t acs, const float* b, float* c,    \
+        int64_t ldc, int add) {                                                           \
+    ukr_avx512_mid(k, a, ars, acs, b, c, ldc, add, R);                                    \
+}
+TSR_MIDR512(4) TSR_MIDR512(5) TSR_MIDR512(6) TSR_MIDR512(7) TSR_MIDR512(8)
+static const mid_fn MID512[9] = {[4] = mid512_4, [5] = mid512_5, [6] = mid512_6,
+                                 [7] = mid512_7, [8] = mid512_8};
+
 /* 5 <= R < 14 rows of A (at a, ars and acs apart): more than 8 in two halves, the larger
    first (9 = 5 + 4 ... 13 = 7 + 6: a little faster than 8 and the rest, and than the full
    kernel), each summing as the full kernel does */
-TSR_AVX512 TSR_INLINE void ukr_avx512_split(int64_t k, const float* a, int64_t ars,
-                                            int64_t acs, const float* b, float* c, int64_t ldc,
-                                            int add, int R) {
+static void ukr_avx512_split(int64_t k, const float* a, int64_t ars, int64_t acs,
+                             const float* b, float* c, int64_t ldc, int add, int R) {
     if (R > 8) {
         int h = (R + 1) / 2;
-        ukr_avx512_mid(k, a, ars, acs, b, c, ldc, add, h);
+        MID512[h](k, a, ars, acs, b, c, ldc, add);
         a += h * ars;
         c += h * ldc;
         R -= h;
     }
-    ukr_avx512_mid(k, a, ars, acs, b, c, ldc, add, R);
+    MID512[R](k, a, ars, acs, b, c, ldc, add);
 }
 
 #define TSR_MID512(R)                                                                     \
-TSR_AVX512 static void ukr_avx512_few##R(int64_t k, const float* a, int64_t lda,         \
-                                         const float* b, float* c, int64_t ldc, int add) { \
+static void ukr_avx512_few##R(int64_t k, const float* a, int64_t lda, const float* b,     \
+                              float* c, int64_t ldc, int add) {                           \
     (void)lda;                                                                            \
     ukr_avx512_split(k, a, 1, MR_512, b, c, ldc, add, R);                                 \
 }                                                                                         \
-TSR_AVX512 static void ukr_avx512_few##R##_rows(int64_t k, const float* a, int64_t lda,  \
-                                                const float* b, float* c, int64_t ldc,    \
-                                                int add) {                                \
+static void ukr_avx512_few##R##_rows(int64_t k, const float* a, int64_t lda,              \
+                                     const float* b, float* c, int64_t ldc, int add) {    \
     ukr_avx512_split(k, a, lda, 1, b, c, ldc, add, R);                                    \
 }
 TSR_MID512(5) TSR_MID512(6) TSR_MID512(7) TSR_MID512(8) TSR_MID512(9) TSR_MID512(10)
@@ -363,15 +381,19 @@ TSR_AVX2 TSR_INLINE void ukr_avx2_few(int64_t k, const float* restrict a, int64_
 }
 
 #define TSR_FEW256(R)                                                                     \
-TSR_AVX2 static void ukr_avx2_few##R(int64_t k, const float* a, int64_t lda,             \
-                                     const float* b, float* c, int64_t ldc, int add) {     \
-    (void)lda;                                                                            \
-    ukr_avx2_few(k, a, 1, MR_256, b, c, ldc, add, R);                                     \
+TSR_AVX2 __attribute__((noinline)) static void few256_##R(                               \
+        int64_t k, const float* a, int64_t ars, int64_t acs, const float* b, float* c,    \
+        int64_t ldc, int add) {                                                           \
+    ukr_avx2_few(k, a, ars, acs, b, c, ldc, add, R);                                      \
 }                                                                                         \
-TSR_AVX2 static void ukr_avx2_few##R##_rows(int64_t k, const float* a, int64_t lda,      \
-                                            const float* b, float* c, int64_t ldc,        \
-                                            int add) {                                    \
-    ukr_avx2_few(k, a, lda, 1, b, c, ldc, add, R);                                        \
+static void ukr_avx2_few##R(int64_t k, const float* a, int64_t lda, const float* b,       \
+                            float* c, int64_t ldc, int add) {                             \
+    (void)lda;                                                                            \
+    few256_##R(k, a, 1, MR_256, b, c, ldc, add);                                          \
+}                                                                                         \
+static void ukr_avx2_few##R##_rows(int64_t k, const float* a, int64_t lda, const float* b, \
+                                   float* c, int64_t ldc, int add) {                      \
+    few256_##R(k, a, lda, 1, b, c, ldc, add);                                             \
 }
 TSR_FEW256(1) TSR_FEW256(2)
 
@@ -404,18 +426,22 @@ TSR_AVX2 TSR_INLINE void ukr_avx2_mid(int64_t k, const float* restrict a, int64_
     }
 }
 
-#define TSR_MID256(R)                                                                     \
-TSR_AVX2 static void ukr_avx2_few##R(int64_t k, const float* a, int64_t lda,             \
-                                     const float* b, float* c, int64_t ldc, int add) {     \
-    (void)lda;                                                                            \
-    ukr_avx2_mid(k, a, 1, MR_256, b, c, ldc, add, R);                                     \
+#define TSR_MIDR256(R)                                                                    \
+TSR_AVX2 __attribute__((noinline)) static void mid256_##R(                               \
+        int64_t k, const float* a, int64_t ars, int64_t acs, const float* b, float* c,    \
+        int64_t ldc, int add) {                                                           \
+    ukr_avx2_mid(k, a, ars, acs, b, c, ldc, add, R);                                      \
 }                                                                                         \
-TSR_AVX2 static void ukr_avx2_few##R##_rows(int64_t k, const float* a, int64_t lda,      \
-                                            const float* b, float* c, int64_t ldc,        \
-                                            int add) {                                    \
-    ukr_avx2_mid(k, a, lda, 1, b, c, ldc, add, R);                                        \
+static void ukr_avx2_few##R(int64_t k, const float* a, int64_t lda, const float* b,       \
+                            float* c, int64_t ldc, int add) {                             \
+    (void)lda;                                                                            \
+    mid256_##R(k, a, 1, MR_256, b, c, ldc, add);                                          \
+}                                                                                         \
+static void ukr_avx2_few##R##_rows(int64_t k, const float* a, int64_t lda, const float* b, \
+                                   float* c, int64_t ldc, int add) {                      \
+    mid256_##R(k, a, lda, 1, b, c, ldc, add);                                             \
 }
-TSR_MID256(3) TSR_MID256(4) TSR_MID256(5)
+TSR_MIDR256(3) TSR_MIDR256(4) TSR_MIDR256(5)
 #endif
 
 static void ukr_portable(int64_t k, const float* restrict a, int64_t lda,
