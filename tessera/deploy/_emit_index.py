@@ -562,34 +562,10 @@ def _batch_norm(prog: Program, i: int, n: Node) -> None:
 # ---- max pooling of 1-d and 3-d windows -------------------------------------------------------
 
 _MAXPOOL3D = r"""
-/* max pooling of planes [lo, hi), (D, H, W) -> (OD, OH, OW): each window clipped to the
-   input (padding never wins), NaN propagating as in PyTorch */
+/* max pooling of planes [lo, hi), (D, H, W) -> (OD, OH, OW): the indexed kernel's values */
 static void tsr_maxpool3d(const float* x, float* y, const tsr_geo3* g, int64_t lo,
                           int64_t hi) {
-    for (int64_t q = lo; q < hi; q++) {
-        const float* xp = x + q * g->D * g->H * g->W;
-        float* yp = y + q * g->OD * g->OH * g->OW;
-        for (int64_t od = 0; od < g->OD; od++)
-            for (int64_t oh = 0; oh < g->OH; oh++)
-                for (int64_t ow = 0; ow < g->OW; ow++) {
-                    float best = -INFINITY;
-                    for (int64_t kd = 0; kd < g->KD; kd++) {
-                        int64_t d = od * g->s[0] - g->p[0] + kd * g->d[0];
-                        if (d < 0 || d >= g->D) continue;
-                        for (int64_t kh = 0; kh < g->KH; kh++) {
-                            int64_t h = oh * g->s[1] - g->p[1] + kh * g->d[1];
-                            if (h < 0 || h >= g->H) continue;
-                            for (int64_t kw = 0; kw < g->KW; kw++) {
-                                int64_t w = ow * g->s[2] - g->p[2] + kw * g->d[2];
-                                if (w < 0 || w >= g->W) continue;
-                                float v = xp[(d * g->H + h) * g->W + w];
-                                if (v > best || v != v) best = v;
-                            }
-                        }
-                    }
-                    *yp++ = best;
-                }
-    }
+    tsr_maxpool_indices(x, y, NULL, g, lo, hi);
 }
 """
 
@@ -614,6 +590,7 @@ def _max_pool(prog: Program, i: int, n: Node) -> None:
     geo = _geometry(x.shape[2:], out.shape[2:], at["kernel_size"], at["stride"], at["padding"],
                     at["dilation"])
     _helper(prog, "geometry")
+    _once(prog, _MAXPOOL_INDICES)
     _once(prog, _MAXPOOL3D)
     planes = x.shape[0] * x.shape[1]
     prog.steps.append(
@@ -626,13 +603,14 @@ def _max_pool(prog: Program, i: int, n: Node) -> None:
 _MAXPOOL_INDICES = r"""
 /* max pooling of planes [lo, hi), (D, H, W) -> (OD, OH, OW), with each maximum's position
    in its plane (d H + h) W + w: PyTorch's rule, the window's first element inside the input
-   to start, then each larger value and each NaN (the last NaN wins) */
+   to start, then each larger value and each NaN (the last NaN wins); ix NULL: values only,
+   each window clipped to the input (padding never wins), NaN propagating as in PyTorch */
 static void tsr_maxpool_indices(const float* x, float* y, int64_t* ix, const tsr_geo3* g,
                                 int64_t lo, int64_t hi) {
     for (int64_t q = lo; q < hi; q++) {
         const float* xp = x + q * g->D * g->H * g->W;
         float* yp = y + q * g->OD * g->OH * g->OW;
-        int64_t* ip = ix + q * g->OD * g->OH * g->OW;
+        int64_t* ip = ix ? ix + q * g->OD * g->OH * g->OW : NULL;
         for (int64_t od = 0; od < g->OD; od++)
             for (int64_t oh = 0; oh < g->OH; oh++)
                 for (int64_t ow = 0; ow < g->OW; ow++) {
@@ -658,7 +636,7 @@ static void tsr_maxpool_indices(const float* x, float* y, int64_t* ix, const tsr
                         }
                     }
                     *yp++ = best;
-                    *ip++ = at;
+                    if (ip) *ip++ = at;
                 }
     }
 }
