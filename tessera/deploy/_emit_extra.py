@@ -2,7 +2,7 @@
 extremes the fused regions leave, registered into ``_emit.RULES``: ``repeat`` (``tile``
 traces to it: a strided copy reading each input element once per repeat), ``roll`` (along
 given dims, or of the flattened tensor), ``adaptive_max_pool`` in 1 to 3 dims (values and
-indices: the first maximum of each window, a NaN first, as eager), and ``amax``/``amin``,
+indices: the first maximum of each window, or its last NaN, as PyTorch), and ``amax``/``amin``,
 ``max``/``min`` of all elements and ``aminmax`` over consecutive dims of any dtype the
 library takes (a float ``amax`` or ``amin`` stays the region the code generator renders).
 
@@ -117,7 +117,7 @@ def _roll(prog: Program, i: int, n: Node) -> None:
 
 _ADAPTIVE_MAX = r"""
 /* adaptive max pooling of planes [lo, hi), (D, H, W) -> (OD, OH, OW): window o of a dim of n
-   spans [o n / on, ceil((o + 1) n / on)); y its first maximum (the first NaN), idx that
+   spans [o n / on, ceil((o + 1) n / on)); y its first maximum (the last NaN), idx that
    element's position in the plane */
 static void tsr_adaptive_max(const float* x, float* y, int64_t* idx, const int64_t* g,
                              int64_t lo, int64_t hi) {
@@ -132,12 +132,12 @@ static void tsr_adaptive_max(const float* x, float* y, int64_t* idx, const int64
             int64_t w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
             int64_t at = (d0 * H + h0) * W + w0;
             float best = xq[at];
-            for (int64_t d = d0; d < d1 && best == best; d++)
-                for (int64_t h = h0; h < h1 && best == best; h++)
+            for (int64_t d = d0; d < d1; d++)
+                for (int64_t h = h0; h < h1; h++)
                     for (int64_t w = w0; w < w1; w++) {
                         int64_t p = (d * H + h) * W + w;
                         float v = xq[p];
-                        if (v > best || v != v) { best = v; at = p; if (v != v) break; }
+                        if (v > best || v != v) { best = v; at = p; }
                     }
             y[q * out + o] = best;
             if (idx) idx[q * out + o] = at;

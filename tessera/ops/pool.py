@@ -319,6 +319,11 @@ def _adaptive_max_kernel(x, output_size):
     win = x[(slice(None), slice(None)) + tuple(index)]              # (N, C, *O, *K)
     flat = win.reshape((n, c) + tuple(output_size) + (-1,))
     arg = flat.argmax(axis=-1)
+    # PyTorch's window scan replaces its maximum with every NaN it meets: the last NaN wins
+    nan = np.isnan(flat)
+    if nan.any():
+        last = flat.shape[-1] - 1 - nan[..., ::-1].argmax(axis=-1)
+        arg = np.where(nan.any(axis=-1), last, arg)
     y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
     ksize = [t.shape[1] for t in tables]
     idx = None
