@@ -287,23 +287,34 @@ PT static void pl_ints(const __m256i* c, int W, int32_t* out) {
     }
 }
 
-/* the output pixel of position i of slot u, or -1 (past the output) */
-static inline int64_t pl_pix(const int64_t* g, const int64_t* pl, int64_t u, int64_t i) {
+/* the output pixel of each position of a band (slots 4 band.. 4 band + 3), or -1 (past the
+   output), and per 8 positions how many from the first are consecutive pixels with none
+   after them (pix[256..]; -1: pixels of several rows) */
+static void pl_pixels(const int64_t* g, const int64_t* pl, int64_t band, int32_t* pix) {
     const int64_t OH = g[D_OH], OW = g[D_OW], s = pl[PL_S], sw = pl[PL_SW], J = pl[PL_J];
-    int64_t oy, ox;
-    if (s == 1) {
-        oy = u / J;
-        ox = (u - oy * J) * 64 + i;
-    } else {
-        oy = u * s + i / sw;
-        ox = i % sw;
+    for (int64_t j = 0; j < 4; j++) {   /* one division a slot: sw is a power of two */
+        const int64_t u = 4 * band + j, uy = u / J, ux = (u - uy * J) * 64;
+        const int lsw = __builtin_ctzll((unsigned long long)sw);
+        for (int64_t i = 0; i < 64; i++) {
+            const int64_t oy = s == 1 ? uy : u * s + (i >> lsw);
+            const int64_t ox = s == 1 ? ux + i : i & (sw - 1);
+            pix[64 * j + i] = oy < OH && ox < OW ? (int32_t)(oy * OW + ox) : -1;
+        }
     }
-    return oy < OH && ox < OW ? oy * OW + ox : -1;
+    for (int e = 0; e < 32; e++) {
+        const int32_t* px = pix + 8 * e;
+        int nv = 0;
+        if (px[0] >= 0)
+            for (nv = 1; nv < 8 && px[nv] == px[0] + nv; nv++) continue;
+        for (int l = nv; l < 8; l++)
+            if (px[l] >= 0) nv = -1;   /* positions of several rows: one at a time */
+        pix[256 + e] = nv;
+    }
 }
 
 /* bit-packed output: the 64 channels [G, G + 64)'s result vectors rows (those of channels
    outside [lo, hi) zero) transposed and stored as bytes lo..hi of each position's word */
-PT static void pl_store_bits(const int64_t* g, const int64_t* pl, const dout* o, int64_t band,
+PT static void pl_store_bits(const int64_t* g, const dout* o, const int32_t* pixels,
                              int64_t G, int64_t lo, int64_t hi, __m256i* rows) {
     pl_transpose(rows);
     const int64_t cwo = (g[D_O] + 63) / 64, b0 = (lo - G) / 8, b1 = (hi - G + 7) / 8;
@@ -311,7 +322,7 @@ PT static void pl_store_bits(const int64_t* g, const int64_t* pl, const dout* o,
     for (int i = 0; i < 64; i++) _mm256_store_si256((__m256i*)w[i], rows[i]);
     for (int j = 0; j < 4; j++)
         for (int i = 0; i < 64; i++) {
-            const int64_t pix = pl_pix(g, pl, 4 * band + j, i);
+            const int64_t pix = pixels[64 * j + i];
             if (pix < 0) continue;
             uint8_t* d = (uint8_t*)o->out + (pix * cwo + G / 64) * 8;
             if (b0 == 0 && b1 == 8) memcpy(d, &w[i][j], 8);
@@ -339,11 +350,11 @@ static const int32_t pl_lanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0,
    float32(kbits - 2 D + corr) * scale, or with thresholds the bits (2 D - corr > th) xor
    flip into ``row`` */
 PT static void pl_int_epilogue(const int64_t* g, const int64_t* pl, const dout* o, int64_t n,
-                               int64_t band, const int32_t* S, const int32_t* T,
+                               const int32_t* pixels, const int32_t* S, const int32_t* T,
                                __m256i* row) {
     const int64_t* ch = (const int64_t*)pl[PL_CH] + 4 * n;
     const int32_t* corr = (const int32_t*)g[D_CORR];
-    const int64_t ohw = g[D_OH] * g[D_OW], sw = pl[PL_SW], s = pl[PL_S];
+    const int64_t ohw = g[D_OH] * g[D_OW];
     const int mode = (int)ch[0];
     const __m256i n1 = _mm256_set1_epi32((int32_t)ch[1]);
     const __m256i kb = _mm256_set1_epi32((int32_t)g[D_KBITS]);
@@ -357,15 +368,12 @@ PT static void pl_int_epilogue(const int64_t* g, const int64_t* pl, const dout* 
         const __m256i tv = _mm256_load_si256((const __m256i*)(T + 8 * e));
         const __m256i x = _mm256_sub_epi32(_mm256_add_epi32(sv, sv), tv);
         const __m256i D = mode ? _mm256_sub_epi32(n1, x) : _mm256_add_epi32(n1, x);
-        const int64_t u = 4 * band + e / 8, i0 = 8 * (e % 8);
+        const int32_t* px = pixels + 8 * e;
         if (o->th) {
             __m256i d2 = _mm256_add_epi32(D, D);
             if (corr) {
                 int32_t cv[8];
-                for (int l = 0; l < 8; l++) {
-                    const int64_t pix = pl_pix(g, pl, u, i0 + l);
-                    cv[l] = pix < 0 ? 0 : corr[n * ohw + pix];
-                }
+                for (int l = 0; l < 8; l++) cv[l] = px[l] < 0 ? 0 : corr[n * ohw + px[l]];
                 d2 = _mm256_sub_epi32(d2, _mm256_loadu_si256((const __m256i*)cv));
             }
             bits[e] = (uint8_t)_mm256_movemask_ps(_mm256_castsi256_ps(
@@ -374,10 +382,10 @@ PT static void pl_int_epilogue(const int64_t* g, const int64_t* pl, const dout* 
         }
         const __m256i dot = _mm256_sub_epi32(kb, _mm256_add_epi32(D, D));
         float* out = (float*)o->out + n * ohw;
-        if (s == 1 || sw >= 8) {   /* 8 positions of one output row */
-            const int64_t pix = pl_pix(g, pl, u, i0);
-            if (pix < 0) continue;
-            const int64_t ox = pix % g[D_OW], nv = g[D_OW] - ox < 8 ? g[D_OW] - ox : 8;
+        const int nv = pixels[256 + e];
+        if (nv == 0) continue;
+        if (nv > 0) {   /* nv positions of one output row, then none */
+            const int64_t pix = px[0];
             const __m256i m = _mm256_loadu_si256((const __m256i*)(pl_lanes + 8 - nv));
             __m256i d = dot;
             if (corr)
@@ -389,11 +397,10 @@ PT static void pl_int_epilogue(const int64_t* g, const int64_t* pl, const dout* 
             int32_t dv[8];
             _mm256_storeu_si256((__m256i*)dv, dot);
             for (int l = 0; l < 8; l++) {
-                const int64_t pix = pl_pix(g, pl, u, i0 + l);
-                if (pix < 0) continue;
-                float f = (float)(dv[l] + (corr ? corr[n * ohw + pix] : 0));
+                if (px[l] < 0) continue;
+                float f = (float)(dv[l] + (corr ? corr[n * ohw + px[l]] : 0));
                 if (o->scale) f *= sc;
-                out[pix] = f;
+                out[px[l]] = f;
             }
         }
     }
@@ -422,6 +429,7 @@ PT static void planes_avx2(const int64_t* g, uint64_t* img, const dout* o, int64
     int64_t* base = (int64_t*)(mem + vbytes);
     int32_t* all = (int32_t*)(base + NP);
     int32_t Si[256] __attribute__((aligned(32))), Ti[256] __attribute__((aligned(32)));
+    int32_t pixels[256 + 32];
     __m256i rows[64];
     for (int64_t p = 0; p < NP; p++) {
         const int64_t c = p % C, tap = p / C, ky = tap / KW, kx = tap % KW;
@@ -433,6 +441,7 @@ PT static void planes_avx2(const int64_t* g, uint64_t* img, const dout* o, int64
         for (int64_t p = 0; p < NP; p++)
             _mm256_store_si256((__m256i*)(V + 32 * p),
                                _mm256_loadu_si256((const __m256i*)(R + base[p] + 4 * band)));
+        pl_pixels(g, pl, band, pixels);
         __m256i t[PW_MAX];
         for (int L = 0; L < W; L++) t[L] = zero;
         pl_count(V, all, NP, W, t);
@@ -448,7 +457,7 @@ PT static void planes_avx2(const int64_t* g, uint64_t* img, const dout* o, int64
                     for (int L = 0; L < W; L++) c[L] = zero;
                     pl_count(V, idx + ch[3], ch[2], W, c);
                     pl_ints(c, W, Si);
-                    pl_int_epilogue(g, pl, o, n, band, Si, Ti, &rows[n - G]);
+                    pl_int_epilogue(g, pl, o, n, pixels, Si, Ti, &rows[n - G]);
                     continue;
                 }
                 /* D > th  <=>  2 S - T >= m, the result flipped for mode 1 */
@@ -469,7 +478,7 @@ PT static void planes_avx2(const int64_t* g, uint64_t* img, const dout* o, int64
                 }
                 rows[n - G] = f ? _mm256_xor_si256(res, ones) : res;
             }
-            if (o->th) pl_store_bits(g, pl, o, band, G, lo, hi, rows);
+            if (o->th) pl_store_bits(g, o, pixels, G, lo, hi, rows);
         }
     }
     free(mem);
