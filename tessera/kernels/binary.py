@@ -350,12 +350,18 @@ class _Direct:
              pad_last - (1 << 64) if pad_last >> 63 else pad_last,
              self.wb.ctypes.data, 0 if self.corr is None else self.corr.ctypes.data,
              0 if self.base is None else self.base.ctypes.data, conv.src_words.ctypes.data,
-             conv.src_words.nbytes, 0] + off
+             conv.src_words.nbytes, 0, 0] + off
         self.g = np.array(g, np.int64)
         self.gp = self.g.ctypes.data
         # the image, the thresholds' table of a thresholded call and the AVX2 path's nibble
         # planes (``c/binary.c``)
         self.img_words = lib.tsr_bin_direct_scratch(self.gp)
+        # the AVX2 path's bit planes (``c/binary_planes.h``), when its counters fit 16 bits
+        self.geo = (h, w, ph, pw, hp, wp, tuple(dilation))
+        self.pl_words = 0
+        if conv.cin * conv.kh * conv.kw < 1 << 15:
+            self.pl_words = _planes_words(conv, self.geo, oh, ow)
+            self.img_words += self.pl_words + 8
         self.nb, self.k = nb, k
         self.tables: np.ndarray | None = None  # the AVX2 path's, made on its first call
         # one packed image kept for the calls on one thread (a concurrent call makes its own)
@@ -371,8 +377,13 @@ class _Direct:
         self.work = conv.o * oh * ow * k
 
     def nibble_tables(self) -> None:
-        """The AVX2 path's tables (``D_NIB``): for each weight nibble ``w`` the 16 bytes
-        ``popcount(i xor w)``, at ``[o // nb, k, nibble, o % nb]``."""
+        """The AVX2 path's tables: the bit planes' plan (``D_PLN``) where it applies, else
+        (``D_NIB``) for each weight nibble ``w`` the 16 bytes ``popcount(i xor w)``, at
+        ``[o // nb, k, nibble, o % nb]``."""
+        if self.tables is None and self.pl_words:
+            self.planes = _planes_plan(self.conv, self.geo, self.oh, self.ow)
+            self.tables = self.planes[0]
+            self.g[_D_PLN] = self.planes[0].ctypes.data
         if self.tables is None:
             nib = (self.wb[..., None] >> (4 * np.arange(16, dtype=np.uint64))) & np.uint64(15)
             nib = nib.astype(np.uint8).transpose(0, 1, 3, 2)         # (O / nb, K, 16, nb)
@@ -380,6 +391,56 @@ class _Direct:
             self.tables = np.ascontiguousarray(pop4[nib[..., None] ^ np.arange(16,
                                                                                dtype=np.uint8)])
             self.g[_D_NIB] = self.tables.ctypes.data
+
+
+def _planes_layout(conv: _Conv, geo: tuple, oh: int, ow: int) -> dict:
+    """The bit planes' geometry (``c/binary_planes.h``): segments a word ``s`` of width
+    ``sw``, words a row ``J``, words a padded input row ``JW``, the length of a source row
+    ``RS``, bands, the words of the source rows ``R`` and of the transposed rows."""
+    h, w, ph, pw, hp, wp, (dh, dw) = geo
+    if ow <= 32:
+        sw = 1 << (ow - 1).bit_length()
+        s, j = 64 // sw, 1
+        slots = -(-oh // s)
+    else:
+        sw, s, j = 64, 1, -(-ow // 64)
+        slots = oh * j
+    bands = -(-slots // 4)
+    hp4 = -(-hp // 4) * 4
+    jw = -(-wp // 64)
+    khc = 1 if s == 1 else conv.kh
+    rs = hp4 * j + 4 if s == 1 else 4 * bands
+    r = conv.cin * khc * conv.kw * rs
+    rw = 0 if s == 1 and jw == 1 else conv.cin * hp4 * (jw + 1)
+    return dict(s=s, sw=sw, j=j, jw=jw, rs=rs, bands=bands, khc=khc, hp4=hp4, r=r, rw=rw)
+
+
+def _planes_words(conv: _Conv, geo: tuple, oh: int, ow: int) -> int:
+    lay = _planes_layout(conv, geo, oh, ow)
+    return lay["r"] + lay["rw"]
+
+
+def _planes_plan(conv: _Conv, geo: tuple, oh: int, ow: int) -> tuple:
+    """The bit planes' plan ``pl`` and the arrays it points to: per output channel the
+    smaller of its sets of planes with weight bit 0 (mode 0) and 1 (mode 1), as byte offsets
+    of the planes, tap-major then channel, as the weights' bits."""
+    lay = _planes_layout(conv, geo, oh, ow)
+    dh, dw = geo[6]
+    ones = unpackbits(conv.words, conv.cin).reshape(conv.o, -1) < 0   # weight bit 1: -1
+    n_planes = ones.shape[1]
+    n1 = ones.sum(1)
+    mode = (n1 <= n_planes - n1).astype(np.int64)
+    chosen = np.where(mode[:, None] == 1, ones, ~ones)
+    cnt = chosen.sum(1)
+    start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
+    idx = (np.nonzero(chosen)[1] * 32).astype(np.int32)
+    chan = np.ascontiguousarray(np.stack([mode, n1, cnt, start], 1).astype(np.int64))
+    idx = np.ascontiguousarray(idx) if idx.size else np.zeros(1, np.int32)
+    width = max(5, int(n_planes).bit_length() + 1)
+    pl = np.array([conv.kh, conv.kw, dh, dw, lay["s"], lay["sw"], lay["j"], lay["jw"],
+                   lay["rs"], lay["bands"], width, n_planes, lay["khc"], lay["hp4"],
+                   chan.ctypes.data, idx.ctypes.data, lay["r"]], np.int64)
+    return pl, chan, idx
 
 
 _PACKED: dict[tuple, tuple[weakref.ref, _Conv]] = {}
@@ -546,6 +607,7 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
 
 _PATH = {"c": 0, "avx2": 1, "vpopcnt": 2}
 _D_NIB = 20   # the plan's slot of the AVX2 tables (``D_NIB`` in ``c/binary.c``)
+_D_PLN = 21   # and of the AVX2 bit planes' plan (``D_PLN``)
 _refs = sys.getrefcount
 
 

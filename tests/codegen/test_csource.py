@@ -29,7 +29,8 @@ _AFTER = {
 
 # files that are parts of another, which includes them after the definitions they use
 _PART_OF = {"winograd.h": "conv.h", "winograd4.h": "conv.h", "window.h": "window.c",
-            "attention.h": "attention.c", "int8_amx.h": "int8.c"}
+            "attention.h": "attention.c", "int8_amx.h": "int8.c",
+            "binary_planes.h": "binary.c"}
 
 
 def test_parts_are_included_by_their_file():

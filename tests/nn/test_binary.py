@@ -639,6 +639,59 @@ def test_bitpacked_conv_split_over_threads_bit_exact(path):
         tessera.set_num_threads(threads)
 
 
+# the AVX2 bit planes' layouts: rows of up to 32 outputs packed several to a word (widths
+# 1-32), a row a word, rows over several words; channels not a multiple of 64; 1x1, 3x3 and
+# 5x5 kernels, dilations; output channels over several 64-channel words
+PLANE_GEOMETRIES = [((1, 64, 56, 56), (64, 3, 3), 1, 1), ((2, 3, 5, 7), (5, 3, 3), 1, 1),
+                    ((1, 70, 9, 13), (65, 3, 3), 0, 1), ((1, 20, 6, 40), (130, 3, 3), 2, 1),
+                    ((1, 130, 20, 70), (9, 3, 3), 1, 2), ((1, 65, 33, 33), (8, 5, 5), 2, 1),
+                    ((1, 1, 1, 1), (3, 3, 3), 1, 1), ((1, 64, 3, 100), (16, 3, 3), 2, 1),
+                    ((1, 8, 5, 3), (8, 1, 1), 0, 1), ((1, 256, 14, 14), (72, 3, 3), 1, 1)]
+
+
+@pytest.mark.skipif("avx2" not in PATHS, reason="no AVX2")
+@pytest.mark.parametrize("geo", PLANE_GEOMETRIES)
+def test_avx2_bit_planes_bit_exact_with_reference(geo):
+    xs, (o, kh, kw), p, d = geo
+    x = rng.standard_normal(xs).astype(np.float32)
+    bits = K.packbits(x.transpose(0, 2, 3, 1)).view(np.int64)
+    words = K.packbits(rng.standard_normal((o, kh, kw, xs[1])))
+    scale = rng.uniform(0.1, 2.0, o).astype(np.float32)
+    kbits = xs[1] * kh * kw
+    t = np.stack([rng.integers(-kbits // 4, kbits // 4 + 1, o),
+                  rng.integers(0, 2, o)], 1).astype(np.int64)
+    t[0], t[-1] = [1 << 40, 0], [-(1 << 40), 1]   # constant signs
+    for pv in K.PAD_VALUES:
+        kw_ = dict(padding=(p, p), dilation=(d, d), pad_value=pv)
+        for inp in (x, bits):
+            for extra in (dict(scale=scale), dict(threshold=t)):
+                want = K.reference_conv2d(x, words, xs[1], **kw_, **extra)
+                got = K.conv2d(inp, words, xs[1], path="avx2", **kw_, **extra)
+                assert np.array_equal(got, want), (geo, pv, list(extra))
+        plan = K._prepared(words, xs[1]).direct(xs[2], xs[3], (p, p), (d, d), pv)
+        assert plan.g[K._D_PLN] != 0   # the bit planes ran, not the nibble tables
+
+
+@pytest.mark.skipif("avx2" not in PATHS, reason="no AVX2")
+def test_avx2_bit_planes_split_over_channels_bit_exact():
+    # one image's output channels split over the threads at multiples of 8, not of 64: the
+    # parts write their own bytes of the channel-last words
+    x = rng.standard_normal((1, 64, 30, 30)).astype(np.float32)
+    bits = K.packbits(x.transpose(0, 2, 3, 1)).view(np.int64)
+    words = K.packbits(rng.standard_normal((200, 3, 3, 64)))
+    t = np.stack([rng.integers(-100, 100, 200), rng.integers(0, 2, 200)], 1).astype(np.int64)
+    threads = tessera.get_num_threads()
+    tessera.set_num_threads(2)
+    try:
+        for pv in K.PAD_VALUES:
+            for extra in (dict(threshold=t), dict(scale=None)):
+                kw_ = dict(padding=(1, 1), pad_value=pv, **extra)
+                assert np.array_equal(K.conv2d(bits, words, 64, path="avx2", **kw_),
+                                      K.reference_conv2d(x, words, 64, **kw_))
+    finally:
+        tessera.set_num_threads(threads)
+
+
 def test_bitpacked_bad_inputs_name_the_op():
     from tessera.ops.binary import binary_pack, bitpacked_binary_conv2d, bitpacked_binary_linear
     words = binary_pack(tessera.randn(8, 3, 3, 70))

@@ -367,10 +367,12 @@ int tsr_bin_cpu(void) {
    The plan ``g`` (int64, built once per layer and input size by ``tessera.kernels.binary``):
    Cw, C, H, W, PH, PW, Hp, Wp, OH, OW, O, K, kbits, pad word, last channel word's pad word,
    wb, corr (int32 (O, OH * OW) or null), base (corr + kbits as float32, or null), a copy
-   of the packed weights wb was made from and its size in bytes, then K offsets. The result
+   of the packed weights wb was made from and its size in bytes, the AVX2 path's nibble
+   tables and its bit planes' plan (``binary_planes.h``; null: the nibble kernel), then K
+   offsets. The result
    is ``epilogue``'s: float32(kbits - 2 * sum + corr) * scale[n]. */
 enum { D_CW, D_CIN, D_H, D_W, D_PH, D_PW, D_HP, D_WP, D_OH, D_OW, D_O, D_K, D_KBITS, D_PAD,
-       D_PADLAST, D_WB, D_CORR, D_BASE, D_SRC, D_SRC_BYTES, D_NIB, D_OFF };
+       D_PADLAST, D_WB, D_CORR, D_BASE, D_SRC, D_SRC_BYTES, D_NIB, D_PLN, D_OFF };
 #ifndef NB
 #define NB 8
 #endif
@@ -1025,10 +1027,13 @@ T512 static void direct_512(const int64_t* g, const uint64_t* img, const dout* o
     }
 }
 
-/* The AVX2 path's nibble planes of the packed image in ``img`` (before its
-   tsr_bin_direct_conv calls). */
+#include "binary_planes.h"
+
+/* The AVX2 path's nibble planes of the packed image in ``img``, or with a planes plan
+   (``D_PLN``) its bit planes (before its tsr_bin_direct_conv calls). */
 void tsr_bin_direct_nibbles(const int64_t* g, uint64_t* img) {
-    nibbles_avx2(g, img, nib_planes(g, img));
+    if (g[D_PLN]) planes_prep(g, img);
+    else nibbles_avx2(g, img, nib_planes(g, img));
 }
 
 /* The thresholds of channels [n0, n1) as the kernels compare them, into ``tab`` (O rounded
@@ -1064,6 +1069,7 @@ void tsr_bin_direct_conv(const int64_t* g, int64_t path, uint64_t* img, const fl
         o.flip = (const uint8_t*)(tab + (g[D_O] + NB - 1) / NB * NB);
     }
     if (path == 2) direct_512(g, img, &o, n0, n1);
+    else if (path == 1 && g[D_PLN]) planes_avx2(g, img, &o, n0, n1);
     else if (path == 1) direct_avx2(g, img, &o, n0, n1);
     else direct_c(g, img, &o, n0, n1);
     const int64_t O = g[D_O], cwo = (O + 63) / 64, used = (O % 64 + 7) / 8;
