@@ -38,6 +38,7 @@ import weakref
 import numpy as np
 
 from tessera.kernels import cc, threadpool
+from tessera.kernels.gemm import _address
 
 __all__ = ["packbits", "unpackbits", "conv2d", "linear", "reference_conv2d",
            "reference_linear", "isa", "available", "ISAS", "PAD_VALUES"]
@@ -52,16 +53,9 @@ _TW = 16           # the kernels' tile width (columns)
 _SPLIT_OPS = 1 << 18  # word products below which one thread does the whole product
 
 
-_from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
-
-
-def _addr(a: np.ndarray) -> int:
-    """The address of ``a``'s data: through the buffer protocol, which costs a tenth of
-    ``a.ctypes.data`` (a per-call cost of small layers), or that for read-only arrays."""
-    try:
-        return _addressof(_from_buffer(a))  # type: ignore[arg-type]  # ndarray: a buffer
-    except (TypeError, ValueError, BufferError):
-        return a.ctypes.data
+# the address of an array's data, read from the array object (``gemm._address``: a tenth
+# of ``a.ctypes.data``, half of the buffer protocol's, a per-call cost of small layers)
+_addr = _address
 
 
 @functools.lru_cache(maxsize=1)

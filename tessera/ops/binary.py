@@ -506,10 +506,14 @@ def _bconv_infer(x, words, alpha, threshold, in_channels, stride, padding, dilat
     return m
 
 
+# compared as dtypes (identity first), not as NumPy scalar types (a conversion each)
+_F32_OR_BITS = (np.dtype(np.float32), np.dtype(np.int64))
+
+
 def _bconv_kernel(x, words, alpha, threshold, in_channels, stride, padding, dilation,
                   pad_value):
     from tessera.kernels import binary as K
-    f32 = x.dtype in (np.float32, np.int64)
+    f32 = x.dtype in _F32_OR_BITS
     out = K.conv2d(x, words, in_channels, stride=stride, padding=padding, dilation=dilation,
                    pad_value=pad_value, scale=alpha if f32 else None, threshold=threshold)
     return out if f32 or threshold is not None else _scaled(out, alpha, x.dtype, (1, -1, 1, 1))

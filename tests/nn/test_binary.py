@@ -622,6 +622,38 @@ def test_bitpacked_kernels_bit_exact_with_reference(path):
 
 
 @pytest.mark.parametrize("path", PATHS)
+def test_thresholded_conv_at_the_thresholds_edges(path):
+    """Thresholds equal to a dot product the layer produces (the comparison's boundary), one
+    above and one below it, flipped and not, and out of reach (a zero batch-norm scale):
+    every channel count that tiles the kernels' blocks of 8 channels differently (whole
+    groups, a remainder, a partial block, several output words), rows that are not whole
+    vectors of 8 pixels, each padding."""
+    for o, cin, h, w in [(8, 64, 5, 9), (16, 64, 4, 8), (24, 70, 3, 11), (40, 64, 6, 6),
+                         (64, 64, 7, 13), (70, 128, 4, 5), (136, 64, 3, 17), (200, 64, 2, 3)]:
+        x = rng.standard_normal((2, cin, h, w)).astype(np.float32)
+        bits = K.packbits(x.transpose(0, 2, 3, 1)).view(np.int64)
+        words = K.packbits(rng.standard_normal((o, 3, 3, cin)))
+        for pv in K.PAD_VALUES:
+            kw_ = dict(padding=(1, 1), pad_value=pv)
+            dot = K.reference_conv2d(x, words, cin, **kw_).astype(np.int64)
+            picked = dot[rng.integers(0, 2, o), np.arange(o), rng.integers(0, h, o),
+                         rng.integers(0, w, o)]
+            t = np.stack([picked + rng.integers(-1, 2, o), rng.integers(0, 2, o)], 1)
+            t[::5] = [1 << 40, 0]
+            t[1::7] = [1 << 40, 1]
+            t[2::9] = [-(1 << 40), 1]
+            t = t.astype(np.int64)
+            want = K.reference_conv2d(x, words, cin, threshold=t, **kw_)
+            neg = (dot < t[:, 0].reshape(1, -1, 1, 1)) != t[:, 1].astype(bool).reshape(
+                1, -1, 1, 1)
+            assert np.array_equal(want, K.packbits(np.where(neg, -1.0, 1.0).transpose(
+                0, 2, 3, 1)).view(np.int64))
+            for inp in (x, bits):
+                got = K.conv2d(inp, words, cin, path=path, threshold=t, **kw_)
+                assert np.array_equal(got, want), (o, cin, h, w, pv)
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_bitpacked_conv_split_over_threads_bit_exact(path):
     x = rng.standard_normal((3, 64, 24, 24)).astype(np.float32)
     bits = K.packbits(x.transpose(0, 2, 3, 1)).view(np.int64)

@@ -997,8 +997,96 @@ T512 static inline __attribute__((always_inline)) void dtile_512_bits(
     }
 }
 
+/* Bit-packed output without a correction (-1 or +1 padding), blocks of NB channels whole:
+   tiles laid the other way, lanes the NB channels of a block and each vector one pixel,
+   so that a comparison's mask is the pixel's byte of the output as it is stored. A tile is
+   VW pixels of a row by CB blocks (CB vectors of weights, the pixels' words broadcast from
+   the image as memory operands of the xors: VW x CB sums, the same three vector operations
+   per 512 products); its epilogue is one comparison per sum (vpcmpgtq against the block's
+   thresholds, a memory operand) and a store of the mask (kmovb), the flips, where a block
+   has any, a kxorb: no permutes, no gathering of bits, and the mask store costs no vector
+   operation. */
+enum { CB5 = 3 };
+
+T512 static inline __attribute__((always_inline)) void ctile_512(
+        const int64_t* g, const uint64_t* img, const uint64_t* w, const int64_t* th,
+        uint32_t flips, uint8_t* out, int64_t step, dvec v, int cb) {
+    const int64_t K = g[D_K];
+    const int64_t* off = g + D_OFF;
+    __m512i s[VW][CB5], wv[CB5];
+    /* the first word's counts start the sums */
+    const uint64_t* x = img + v.src + off[0];
+    for (int c = 0; c < cb; c++) wv[c] = _mm512_loadu_si512(w + c * K * NB);
+#pragma GCC unroll 8
+    for (int i = 0; i < VW; i++) {
+        const __m512i a = _mm512_set1_epi64((long long)x[i]);
+        for (int c = 0; c < cb; c++) s[i][c] = _mm512_popcnt_epi64(_mm512_xor_si512(wv[c], a));
+    }
+    for (int64_t k = 1; k < K; k++) {
+        x = img + v.src + off[k];
+        for (int c = 0; c < cb; c++) wv[c] = _mm512_loadu_si512(w + (c * K + k) * NB);
+#pragma GCC unroll 8
+        for (int i = 0; i < VW; i++) {
+            const __m512i a = _mm512_set1_epi64((long long)x[i]);
+            for (int c = 0; c < cb; c++)
+                s[i][c] = _mm512_add_epi64(s[i][c], _mm512_popcnt_epi64(
+                    _mm512_xor_si512(wv[c], a)));
+        }
+    }
+    uint8_t* o = out + v.pix * step;
+    if (v.nv == VW) {
+#pragma GCC unroll 8
+        for (int i = 0; i < VW; i++)
+            for (int c = 0; c < cb; c++) {
+                __mmask8 m = _mm512_cmpgt_epi64_mask(s[i][c], _mm512_loadu_si512(th + c * NB));
+                if (flips) m = _kxor_mask8(m, _cvtu32_mask8(flips >> (8 * c)));
+                _store_mask8((__mmask8*)(o + i * step + c), m);
+            }
+    } else {
+#pragma GCC unroll 8
+        for (int i = 0; i < VW; i++)
+            for (int c = 0; c < cb; c++) {
+                __mmask8 m = _mm512_cmpgt_epi64_mask(s[i][c], _mm512_loadu_si512(th + c * NB));
+                if (flips) m = _kxor_mask8(m, _cvtu32_mask8(flips >> (8 * c)));
+                if (i < v.nv) _store_mask8((__mmask8*)(o + i * step + c), m);
+            }
+    }
+}
+
+/* channels [n0, n1) (whole blocks) to bits on ctile_512's tiles: for each vector of pixels
+   every group of CB5 blocks, so that the vector's window stays in L1 and each pixel's
+   output bytes are written while its line is there */
+T512 static __attribute__((noinline)) void cblocks_512(
+        const int64_t* g, const uint64_t* img, const dout* o, int64_t n0, int64_t n1) {
+    const int64_t K = g[D_K], V = g[D_OH] * ((g[D_OW] + VW - 1) / VW);
+    const int64_t step = (g[D_O] + 63) / 64 * 8;
+    const uint64_t* wb = (const uint64_t*)g[D_WB];
+    int64_t oy = 0, ox = 0;
+    for (int64_t q = 0; q < V; q++) {
+        const dvec v = dnext(g, &oy, &ox);
+        for (int64_t n = n0; n < n1; n += CB5 * NB) {
+            const int cb = (n1 - n) / NB < CB5 ? (int)((n1 - n) / NB) : CB5;
+            const uint64_t* w = wb + (n / NB) * K * NB;
+            const int64_t* th = o->th + n;
+            /* the blocks' flip bytes, by value: the byte stores could alias a pointer's */
+            uint32_t flips = 0;
+            for (int c = 0; c < cb; c++) flips |= (uint32_t)o->flip[n / 8 + c] << (8 * c);
+            uint8_t* out = (uint8_t*)o->out + n / 8;
+            if (cb == 3 && !flips) ctile_512(g, img, w, th, 0, out, step, v, 3);
+            else if (cb == 3) ctile_512(g, img, w, th, flips, out, step, v, 3);
+            else if (cb == 2) ctile_512(g, img, w, th, flips, out, step, v, 2);
+            else ctile_512(g, img, w, th, flips, out, step, v, 1);
+        }
+    }
+}
+
 T512 static void direct_512(const int64_t* g, const uint64_t* img, const dout* o, int64_t n0,
                             int64_t n1) {
+    if (o->th && !g[D_CORR]) {   /* the whole blocks on the channel-lane tiles */
+        const int64_t whole = n0 + (n1 - n0) / NB * NB;
+        cblocks_512(g, img, o, n0, whole);
+        n0 = whole;
+    }
     const int64_t K = g[D_K], V = g[D_OH] * ((g[D_OW] + VW - 1) / VW);
     const uint64_t* wb = (const uint64_t*)g[D_WB];
     for (int64_t n = n0; n < n1; n += NB) {
