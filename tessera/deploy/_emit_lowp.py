@@ -7,13 +7,17 @@ from the CPU once, at the first run (``TESSERA_INT8_ISA=amx|vnni512|avxvnni|avx2
 ``TESSERA_BINARY_ISA=vpopcnt|avx2|c`` force one, as in eager mode; one this CPU lacks makes
 ``run`` fail with a message). The weights are prepared here, at export, exactly as eager
 mode prepares them (``kernels.int8.Packed``, ``ops.quantized._qparams``, the binary
-columns' zero-padding corrections), and stored in the weights file, so the library's
+convolutions' plans: where eager mode runs one on the direct kernels (stride 1,
+``kernels.binary._Conv.plan``), so does the library, on eager's plan made at export: the
+blocked weights, the zero padding's corrections and the AVX2 path's bit planes or nibble
+tables), and stored in the weights file, so the library's
 arithmetic is eager mode's, step for step: its results are bit for bit eager's on the same
 instruction set. The quantize, dequantize, requantizing concatenation, pooling and ReLU of
 quantized tensors are short loops written here, each the same float32 operations in the
 same order as the NumPy kernel it stands for.
 
-Scratch (im2col columns, bit-packed activations) is the model's scratch buffer, sized at
+Scratch (im2col columns, bit-packed activations, the direct kernels' padded images) is the
+model's scratch buffer, sized at
 export, so ``run`` allocates nothing beyond what the kernels do themselves (the INT8
 depthwise kernel's row buffers).
 
@@ -108,7 +112,15 @@ _FP_CONTRACT_OFF = ("#if defined(__clang__)\n#pragma STDC FP_CONTRACT OFF\n"
                     "#elif defined(__GNUC__)\n#pragma GCC optimize(\"fp-contract=off\")\n#endif\n")
 
 
-def _unit(prog: Program, kernel: str, helpers: str) -> None:
+# The direct binary kernels keep a tile's sums in registers only with their loops unrolled
+# whole, which GCC does at -O3: at the library's -O2 they run 3 times slower (a 64-channel
+# 3x3 convolution of 56x56). Their unit asks for -O3 (whose deeper inlining also makes GCC
+# think a tile's counters may be read unset: they are set before they are read).
+_O3 = ("#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC optimize(\"O3\")\n"
+       "#pragma GCC diagnostic ignored \"-Wmaybe-uninitialized\"\n#endif\n")
+
+
+def _unit(prog: Program, kernel: str, helpers: str, head: str = "") -> None:
     """``kernel`` (int8.c or binary.c) compiled once under this model's prefix, and the
     dispatch ``helpers`` in the program, on the first rule that needs them."""
     stem = kernel[:-2]
@@ -118,7 +130,7 @@ def _unit(prog: Program, kernel: str, helpers: str) -> None:
     syms = _symbols(source(kernel))
     renames = "".join(f"#define {s} {prog.name}_{s}\n" for s in syms)
     # products and sums round separately, as NumPy's do (-std=c11 already says so to GCC)
-    prog.units[fname] = (f"/* {kernel} under this model's prefix */\n{_FP_CONTRACT_OFF}"
+    prog.units[fname] = (f"/* {kernel} under this model's prefix */\n{head}{_FP_CONTRACT_OFF}"
                          f"{renames}#include \"{kernel}\"\n")
     prog.kernels.append(renames + helpers.replace("MODEL", f"{prog.name}_model"))
 
@@ -383,7 +395,7 @@ def _int8(prog: Program) -> None:
 
 
 def _binary(prog: Program) -> None:
-    _unit(prog, "binary.c", _BIN_HELPERS)
+    _unit(prog, "binary.c", _BIN_HELPERS, _O3)
     prog.steps.append("if (bin_check(m)) return 1;")
 
 
@@ -705,7 +717,7 @@ def _direct(prog: Program, n: Node, wv: np.ndarray, x: Value, out: Value, alpha,
     g[KB._D_WB] = _i(_const(prog, plan.wb, "const uint64_t"))
     g[KB._D_CORR] = g[KB._D_BASE] = g[KB._D_SRC] = g[KB._D_SRC_BYTES] = 0
     g[KB._D_NIB] = g[KB._D_PLN] = 0
-    if plan.corr is not None:
+    if plan.corr is not None and plan.base is not None:  # zero padding's corrections
         g[KB._D_CORR] = _i(_const(prog, plan.corr, "const int32_t"))
         g[KB._D_BASE] = _i(_const(prog, plan.base, "const float"))
     head = ""
@@ -716,7 +728,7 @@ def _direct(prog: Program, n: Node, wv: np.ndarray, x: Value, out: Value, alpha,
         pl[KB._PL_IDX] = _i(_const(prog, idx, "const int32_t"))
         head = f"const int64_t pl[] = {{{', '.join(map(str, pl))}}};\n  "
         g[KB._D_PLN] = _i("pl")
-    else:
+    elif plan.tables is not None:  # else its nibble tables
         g[KB._D_NIB] = _i(_const(prog, plan.tables, "const uint8_t"))
     (img,) = _scratch(prog, plan.img_words * 8)
     o, ohw = plan.o, plan.oh * plan.ow
