@@ -7,13 +7,17 @@ from the CPU once, at the first run (``TESSERA_INT8_ISA=amx|vnni512|avxvnni|avx2
 ``TESSERA_BINARY_ISA=vpopcnt|avx2|c`` force one, as in eager mode; one this CPU lacks makes
 ``run`` fail with a message). The weights are prepared here, at export, exactly as eager
 mode prepares them (``kernels.int8.Packed``, ``ops.quantized._qparams``, the binary
-columns' zero-padding corrections), and stored in the weights file, so the library's
+convolutions' plans: where eager mode runs one on the direct kernels (stride 1,
+``kernels.binary._Conv.plan``), so does the library, on eager's plan made at export: the
+blocked weights, the zero padding's corrections and the AVX2 path's bit planes or nibble
+tables), and stored in the weights file, so the library's
 arithmetic is eager mode's, step for step: its results are bit for bit eager's on the same
 instruction set. The quantize, dequantize, requantizing concatenation, pooling and ReLU of
 quantized tensors are short loops written here, each the same float32 operations in the
 same order as the NumPy kernel it stands for.
 
-Scratch (im2col columns, bit-packed activations) is the model's scratch buffer, sized at
+Scratch (im2col columns, bit-packed activations, the direct kernels' padded images) is the
+model's scratch buffer, sized at
 export, so ``run`` allocates nothing beyond what the kernels do themselves (the INT8
 depthwise kernel's row buffers).
 
@@ -101,14 +105,22 @@ def _ctype(n: Node, v: Value, kinds=_U8 + _S8) -> str:
 # ---- the kernels' units and their dispatch --------------------------------------------------
 
 def _symbols(text: str) -> list[str]:
-    return re.findall(r"^(?:void|int)\s+(tsr_\w+)\s*\(", text, re.M)
+    return re.findall(r"^(?:void|int|int64_t)\s+(tsr_\w+)\s*\(", text, re.M)
 
 
 _FP_CONTRACT_OFF = ("#if defined(__clang__)\n#pragma STDC FP_CONTRACT OFF\n"
                     "#elif defined(__GNUC__)\n#pragma GCC optimize(\"fp-contract=off\")\n#endif\n")
 
 
-def _unit(prog: Program, kernel: str, helpers: str) -> None:
+# The direct binary kernels keep a tile's sums in registers only with their loops unrolled
+# whole, which GCC does at -O3: at the library's -O2 they run 3 times slower (a 64-channel
+# 3x3 convolution of 56x56). Their unit asks for -O3 (whose deeper inlining also makes GCC
+# think a tile's counters may be read unset: they are set before they are read).
+_O3 = ("#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC optimize(\"O3\")\n"
+       "#pragma GCC diagnostic ignored \"-Wmaybe-uninitialized\"\n#endif\n")
+
+
+def _unit(prog: Program, kernel: str, helpers: str, head: str = "") -> None:
     """``kernel`` (int8.c or binary.c) compiled once under this model's prefix, and the
     dispatch ``helpers`` in the program, on the first rule that needs them."""
     stem = kernel[:-2]
@@ -118,7 +130,7 @@ def _unit(prog: Program, kernel: str, helpers: str) -> None:
     syms = _symbols(source(kernel))
     renames = "".join(f"#define {s} {prog.name}_{s}\n" for s in syms)
     # products and sums round separately, as NumPy's do (-std=c11 already says so to GCC)
-    prog.units[fname] = (f"/* {kernel} under this model's prefix */\n{_FP_CONTRACT_OFF}"
+    prog.units[fname] = (f"/* {kernel} under this model's prefix */\n{head}{_FP_CONTRACT_OFF}"
                          f"{renames}#include \"{kernel}\"\n")
     prog.kernels.append(renames + helpers.replace("MODEL", f"{prog.name}_model"))
 
@@ -325,6 +337,55 @@ static inline void bin_gemm(MODEL *m, const int64_t *p, int64_t mp, int64_t n, i
     int64_t c[] = {(int64_t)(intptr_t)p, mp, n, t, n >= 8 * t};
     tsr_pool_run(bin_gemm_item, c, t, m->threads);
 }
+
+int64_t tsr_bin_direct_block(void);
+void tsr_bin_direct_pack(const int64_t*, const float*, uint64_t*);
+void tsr_bin_direct_bits(const int64_t*, const uint64_t*, uint64_t*);
+void tsr_bin_direct_nibbles(const int64_t*, uint64_t*);
+void tsr_bin_direct_conv(const int64_t*, int64_t, uint64_t*, const float*, void*, int64_t,
+                         int64_t, const int64_t*);
+
+/* c: the plan, the path, the packed image, the scales, the output, the thresholds, the
+   output channels and a part's */
+static inline int64_t bin_direct_item(const int64_t *c, int64_t i) {
+    const int64_t n0 = i * c[7], n1 = n0 + c[7] < c[6] ? n0 + c[7] : c[6];
+    if (n0 < n1)
+        tsr_bin_direct_conv((const int64_t *)(intptr_t)c[0], c[1], (uint64_t *)(intptr_t)c[2],
+                            (const float *)(intptr_t)c[3], (void *)(intptr_t)c[4], n0, n1,
+                            (const int64_t *)(intptr_t)c[5]);
+    return 0;
+}
+
+/* A stride-1 convolution on the direct kernels, as eager mode runs it, on its plan g (made
+   at export by eager's code): each of the n images (float, or with bits bit-packed words;
+   in_bytes apart) packed into the padded image img (the model's scratch), the AVX2 path's
+   planes made from it, then its o output channels, on the kernel threads in parts of a
+   multiple of the kernels' block when the work is as large as eager's split (eager splits
+   the images among the threads when there are enough: the same integers) */
+static inline void bin_direct(MODEL *m, const int64_t *g, int bits, const void *x,
+                              int64_t in_bytes, const float *scale, void *out,
+                              int64_t out_bytes, const int64_t *T, uint64_t *img, int64_t n,
+                              int64_t o, int64_t work) {
+    const int64_t path = bin_isa(), t = m->threads, nb = tsr_bin_direct_block();
+    int64_t step = o;
+    if (t >= 2 && n * work >= BIN_SPLIT) step = ((o + t - 1) / t + nb - 1) / nb * nb;
+    const int64_t parts = (o + step - 1) / step;
+    for (int64_t i = 0; i < n; i++) {
+        const char *xi = (const char *)x + i * in_bytes;
+        char *oi = (char *)out + i * out_bytes;
+        if (bits) tsr_bin_direct_bits(g, (const uint64_t *)xi, img);
+        else tsr_bin_direct_pack(g, (const float *)xi, img);
+        if (path == 1) tsr_bin_direct_nibbles(g, img);
+        if (parts < 2) {
+            tsr_bin_direct_conv(g, path, img, scale, oi, 0, o, T);
+            continue;
+        }
+        const int64_t c[] = {(int64_t)(intptr_t)g, path, (int64_t)(intptr_t)img,
+                             (int64_t)(intptr_t)scale, (int64_t)(intptr_t)oi,
+                             (int64_t)(intptr_t)T, o, step};
+        tsr_pool_run(bin_direct_item, c, parts, (int)t);
+    }
+}
 """.replace("BIN_SPLIT", str(_BIN_SPLIT))
 
 
@@ -334,7 +395,7 @@ def _int8(prog: Program) -> None:
 
 
 def _binary(prog: Program) -> None:
-    _unit(prog, "binary.c", _BIN_HELPERS)
+    _unit(prog, "binary.c", _BIN_HELPERS, _O3)
     prog.steps.append("if (bin_check(m)) return 1;")
 
 
@@ -634,6 +695,55 @@ def _qconv(prog: Program, i: int, n: Node) -> None:
 
 # ---- the packed binary products -------------------------------------------------------------
 
+def _direct(prog: Program, n: Node, wv: np.ndarray, x: Value, out: Value, alpha,
+            thr) -> bool:
+    """The convolution on the direct kernels, where eager mode runs it there (its rule,
+    ``_Conv.plan``): True, the step written; False where the columns run it. The plan is
+    eager's, made by its code at export: the blocked weights, the zero padding's corrections
+    and the AVX2 path's bit planes (or nibble tables) as constants, the pointers of the
+    plan set in the step. The thresholds are the node's own, as eager's kernels read them."""
+    at = n.attrs
+    if KB._lib() is None:  # no compiler here: eager would not run them either
+        return False
+    cin, bits_in, bits_out = at["in_channels"], x.dtype.name == "int64", thr is not None
+    N, H, W = (x.shape[0], x.shape[1], x.shape[2]) if bits_in else \
+        (x.shape[0], x.shape[2], x.shape[3])
+    plan = KB._Conv(wv, cin).plan(H, W, at["stride"], at["padding"], at["dilation"],
+                                  at["pad_value"])
+    if plan is None:
+        return False
+    plan.nibble_tables()
+    g: list = [int(v) for v in plan.g]
+    g[KB._D_WB] = _i(_const(prog, plan.wb, "const uint64_t"))
+    g[KB._D_CORR] = g[KB._D_BASE] = g[KB._D_SRC] = g[KB._D_SRC_BYTES] = 0
+    g[KB._D_NIB] = g[KB._D_PLN] = 0
+    if plan.corr is not None and plan.base is not None:  # zero padding's corrections
+        g[KB._D_CORR] = _i(_const(prog, plan.corr, "const int32_t"))
+        g[KB._D_BASE] = _i(_const(prog, plan.base, "const float"))
+    head = ""
+    if plan.pl_words:  # the AVX2 path's bit planes: their plan, pointing at its tables
+        pl_arr, chan, idx = plan.planes
+        pl: list = [int(v) for v in pl_arr]
+        pl[KB._PL_CH] = _i(_const(prog, chan, "const int64_t"))
+        pl[KB._PL_IDX] = _i(_const(prog, idx, "const int32_t"))
+        head = f"const int64_t pl[] = {{{', '.join(map(str, pl))}}};\n  "
+        g[KB._D_PLN] = _i("pl")
+    elif plan.tables is not None:  # else its nibble tables
+        g[KB._D_NIB] = _i(_const(prog, plan.tables, "const uint8_t"))
+    (img,) = _scratch(prog, plan.img_words * 8)
+    o, ohw = plan.o, plan.oh * plan.ow
+    in_bytes = plan.in_bytes[int(bits_in)]
+    out_bytes = ohw * -(-o // 64) * 8 if bits_out else o * ohw * 4
+    scale = f"(const float*){prog.p(alpha)}" if isinstance(alpha, Value) and not bits_out \
+        else "0"
+    T = f"(const int64_t*){prog.p(thr)}" if bits_out else "0"
+    prog.steps.append(
+        f"{{ {head}const int64_t g[] = {{{', '.join(map(str, g))}}};\n"
+        f"  bin_direct(m, g, {int(bits_in)}, {prog.p(x)}, {in_bytes}, {scale}, "
+        f"{prog.p(out)}, {out_bytes}, {T}, (uint64_t*){img}, {N}, {o}, {plan.work}); }}")
+    return True
+
+
 def _bconv(prog: Program, i: int, n: Node) -> None:
     x, words, alpha = n.inputs[:3]
     out, at = n.outputs[0], n.attrs
@@ -648,6 +758,8 @@ def _bconv(prog: Program, i: int, n: Node) -> None:
     (sh, sw), (ph, pw), (dh, dw) = at["stride"], at["padding"], at["dilation"]
     pad = at["pad_value"]
     _binary(prog)
+    if _direct(prog, n, wv, x, out, alpha, None):
+        return
     M = OH * OW
     mip = -(-M // 16) * 16
     halves = 2 * KH * KW * CW
@@ -698,8 +810,8 @@ def _blinear(prog: Program, i: int, n: Node) -> None:
 
 
 # ---- bit-packed activations between binary layers ----------------------------------------
-# Eager mode's column path (the direct kernels are its stride-1 fast path; the integers are
-# the same): a bit-packed input is made planar and laid out as columns, and a thresholded
+# Stride 1 runs on the direct kernels (``_direct``), as in eager mode; otherwise eager's
+# column path: a bit-packed input is made planar and laid out as columns, and a thresholded
 # output is the exact dot products' signs, (dot < t) xor flip, packed channel-last.
 
 def _signs_step(prog: Program, n: Node, dot: str, out: Value, images: int, o: int,
@@ -737,6 +849,8 @@ def _bbconv(prog: Program, i: int, n: Node) -> None:
     (sh, sw), (ph, pw), (dh, dw) = at["stride"], at["padding"], at["dilation"]
     pad = at["pad_value"]
     _binary(prog)
+    if _direct(prog, n, wv, x, out, alpha, thr if bits else None):
+        return
     M = OH * OW
     mip = -(-M // 16) * 16
     halves = 2 * KH * KW * CW

@@ -274,6 +274,15 @@ class _Conv:
         this was prepared from."""
         return words.tobytes() == self.src
 
+    def plan(self, h: int, w: int, stride, padding, dilation, pad_value: int) -> _Direct | None:
+        """The direct kernels' plan for inputs of ``h`` x ``w``, or None where the columns
+        run instead: a stride other than 1, or sums of 2^24 products or more (the float
+        epilogue's are then no longer exact). The one rule, for eager calls and for the
+        programs ``tessera.deploy`` emits."""
+        if tuple(stride) != (1, 1) or self.cin * self.kh * self.kw >= 1 << 24:
+            return None
+        return self.direct(h, w, tuple(padding), tuple(dilation), pad_value)
+
     def direct(self, h: int, w: int, padding, dilation, pad_value: int) -> _Direct:
         """The plan of the direct (stride 1) kernels for inputs of ``h`` x ``w``."""
         key = (h, w, padding, dilation, pad_value)
@@ -573,8 +582,8 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
     n = x.shape[0]
     h, w = x.shape[1:3] if bits else x.shape[2:]
     pw = _prepared(words, cin)
-    if stride == (1, 1) and cin * pw.kh * pw.kw < 1 << 24:  # sums exact in float32
-        plan = pw.direct(h, w, padding, dilation, pad_value)
+    plan = pw.plan(h, w, stride, padding, dilation, pad_value)
+    if plan is not None:
         _remember(key, words_in, plan)
         return _direct(lib, path, x, plan, scale, None, threshold, bits)  # type: ignore
     m = oh * ow
@@ -600,8 +609,12 @@ def conv2d(x: np.ndarray, words: np.ndarray, cin: int, *, stride=(1, 1), padding
 
 
 _PATH = {"c": 0, "avx2": 1, "vpopcnt": 2}
-_D_NIB = 20   # the plan's slot of the AVX2 tables (``D_NIB`` in ``c/binary.c``)
-_D_PLN = 21   # and of the AVX2 bit planes' plan (``D_PLN``)
+# the slots of the plan ``g`` that hold pointers (``D_WB`` .. ``D_PLN`` in ``c/binary.c``):
+# the blocked weights, the padding's corrections, their float bases, the weights' copy and
+# its size, the AVX2 tables and the AVX2 bit planes' plan; and those of the planes' plan
+# (``PL_CH``, ``PL_IDX`` in ``c/binary_planes.h``)
+_D_WB, _D_CORR, _D_BASE, _D_SRC, _D_SRC_BYTES, _D_NIB, _D_PLN = range(15, 22)
+_PL_CH, _PL_IDX = 14, 15
 _refs = sys.getrefcount
 
 
