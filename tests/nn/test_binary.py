@@ -724,6 +724,32 @@ def test_avx2_bit_planes_split_over_channels_bit_exact():
         tessera.set_num_threads(threads)
 
 
+_TINY_OUTPUTS = """
+import numpy as np
+from tessera.kernels import binary as K
+rng = np.random.default_rng(3)
+# outputs narrower than a vector store: 8 lanes from a row's start must not pass the plane
+for c, (h, w) in ((32800, (3, 2)), (32800, (2, 2)), (32800, (5, 1)), (64, (3, 2)), (64, (1, 5))):
+    x = rng.standard_normal((1, c, h, w)).astype(np.float32)
+    words = K.packbits(rng.standard_normal((8, 1, 1, c)))
+    got = K.conv2d(x, words, c, path="avx2")
+    assert np.array_equal(got, K.reference_conv2d(x, words, c)), (c, h, w)
+    del got
+print("ok")
+"""
+
+
+@pytest.mark.skipif("avx2" not in PATHS, reason="no AVX2")
+def test_avx2_tiny_outputs_stay_in_their_buffer():
+    # a write past the output's end shows as heap corruption when the arrays are freed
+    import subprocess
+    import sys
+    env = dict(os.environ, MALLOC_CHECK_="3")
+    r = subprocess.run([sys.executable, "-c", _TINY_OUTPUTS], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
 def test_bitpacked_bad_inputs_name_the_op():
     from tessera.ops.binary import binary_pack, bitpacked_binary_conv2d, bitpacked_binary_linear
     words = binary_pack(tessera.randn(8, 3, 3, 70))

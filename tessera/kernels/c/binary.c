@@ -697,7 +697,7 @@ static void nibbles_avx2(const int64_t* g, const uint64_t* img, uint8_t* nib) {
 }
 
 /* where the lanes of a vector of VW2 positions from p go: runs of lanes inside the rows */
-typedef struct { int lane, len; int64_t pix; int last; } nrun;
+typedef struct { int lane, len; int64_t pix; } nrun;
 
 static inline int nruns(const int64_t* g, int64_t p, nrun* r) {
     const int64_t Wp = g[D_WP], OW = g[D_OW], OH = g[D_OH];
@@ -706,7 +706,7 @@ static inline int nruns(const int64_t* g, int64_t p, nrun* r) {
     while (l < VW2 && oy < OH) {
         if (ox < OW) {
             const int len = (int)(OW - ox < VW2 - l ? OW - ox : VW2 - l);
-            r[n++] = (nrun){l, len, oy * OW + ox, oy == OH - 1};
+            r[n++] = (nrun){l, len, oy * OW + ox};
             l += len;
             ox += len;
         } else {
@@ -782,8 +782,9 @@ static inline __attribute__((always_inline)) void ntile_avx2(
 }
 
 /* float output: float32(kbits - 2 sum + corr) * scale, 8 lanes at a time; a run's last
-   8 may spill past its row's end into the next row's first outputs, which a later run
-   writes (not on the last row: there the tail goes one at a time) */
+   8 may spill past its row's end into the next rows' first outputs, which a later run
+   writes, but never past the channel's plane (another thread's channel, or the buffer's
+   end): the 8 that would go one at a time */
 __attribute__((target("avx2")))
 static inline void nstore_avx2(const int64_t* g, const dout* o, int64_t n, int nr,
                                int32_t s[NR2][VW2], const nrun* r, int nrn) {
@@ -798,7 +799,8 @@ static inline void nstore_avx2(const int64_t* g, const dout* o, int64_t n, int n
         for (int i = 0; i < nrn; i++) {
             const int32_t* sj = s[j] + r[i].lane;
             int l = 0;
-            const int full = r[i].last ? r[i].len - 7 : r[i].len;
+            const int64_t room = ohw - r[i].pix - 7;
+            const int full = room < r[i].len ? (int)room : r[i].len;
             for (; l < full; l += 8) {
                 __m256i d = _mm256_sub_epi32(kb, _mm256_slli_epi32(
                     _mm256_loadu_si256((const __m256i*)(sj + l)), 1));
