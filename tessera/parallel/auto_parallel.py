@@ -5,9 +5,10 @@
 each node's candidates from its op's ``sbp`` rule (one signature per mesh axis; leaves, the
 inputs and parameters, take broadcast or a split of any dim), and prices:
 
-* compute: the op's ``cost`` rule (FLOPs, bytes) on the roofline of the machine profile
-  (``tessera.distributed.calibrate``), divided over the mesh axes whose signature
-  distributes the output, times 3 for forward and backward;
+* compute: the op's ``cost`` rule (FLOPs, bytes) on the tiles its signature gives each
+  input and output, on the roofline of the machine profile
+  (``tessera.distributed.calibrate``: a matrix product at one product's shape class, memory
+  at the rate of the bytes moved), times 3 for forward and backward;
 * communication: the boxing between a producer's output SBP and the SBP its consumer's
   signature wants, ``boxing.cost``'s bytes priced by the profile's alpha-beta of that
   collective, plus the conversion of the gradient back in backward (and the conversion
