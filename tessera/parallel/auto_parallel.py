@@ -286,6 +286,8 @@ class Costs:
     # ``shard_min_size``); smaller ones are all-reduced as in data parallelism
     zero_min_size: int = 1
     params: list | None = None  # per node: the nodes reading it, made on use
+    # the step walk's backward ops priced on their signatures' tiles, by what they depend on
+    tiles: dict = dataclasses.field(default_factory=dict)
 
 
 def _leaf_sbps(meta: Meta, hier: tuple, param: bool) -> list[tuple]:

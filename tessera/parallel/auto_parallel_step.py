@@ -172,7 +172,6 @@ class _Walk:
         return self.sbp[tuple(ref)]
 
     def backward(self) -> None:
-        from tessera.parallel.auto_parallel import _tile_seconds
         c, g, hier = self.c, self.c.graph, self.hier
         arrivals: dict[int, list] = {}
         for v, ref, at in g.grads:
@@ -197,8 +196,7 @@ class _Walk:
                 self.sbp[("b", i, k)] = tuple(s.outs[k] for s in chosen)
             if node.op.name == "clone" and node.inputs == ["const"] and i in arrivals:
                 continue  # eager autograd's copy of a gradient into .grad: not compiled
-            t = _tile_seconds(node, tuple(chosen), hier, c.prof) \
-                if node.op.cost is not None else 0.0
+            t = self.tile_seconds(node, tuple(chosen)) if node.op.cost is not None else 0.0
             self.compute(t + c.prof.op_overhead, node.op.name)
         for v, ref in arrivals.get(len(g.backward), ()):
             self.arrive(v, ref, len(g.backward))
@@ -207,6 +205,19 @@ class _Walk:
             meta = self.c.graph.nodes[v].outs[0]
             self.convert(meta, (S(0),) * len(hier), (B,) * len(hier), True)
         self.flush()
+
+    def tile_seconds(self, node, chosen: tuple) -> float:
+        """``_tile_seconds`` of a backward op, once per distinct op, metas, attrs and
+        signature (a stack's layers repeat theirs)."""
+        from tessera.parallel.auto_parallel import _node_key, _tile_seconds
+        key = _node_key(node)
+        if key is None:
+            return _tile_seconds(node, chosen, self.hier, self.c.prof)
+        key = (key, tuple((s.ins, s.outs) for s in chosen))
+        t = self.c.tiles.get(key)
+        if t is None:
+            t = self.c.tiles[key] = _tile_seconds(node, chosen, self.hier, self.c.prof)
+        return t
 
     def sharded(self, v: int) -> bool:
         from tessera.parallel.auto_parallel import _zero_shards
