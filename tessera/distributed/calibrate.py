@@ -64,6 +64,8 @@ class Profile:
     gemm: dict = dataclasses.field(default_factory=lambda: {
         "small": 2e9, "medium": 1e10, "large": 2e10})
     bandwidth: float = 5e9
+    # memory bytes/s by the bytes an op moves: [(bytes, bytes/s), ...] (empty: bandwidth)
+    bandwidth_curve: list = dataclasses.field(default_factory=list)
     comm: dict = dataclasses.field(default_factory=dict)
     # seconds each op (and each conversion between SBPs) adds whatever its size
     op_overhead: float = 1e-5
@@ -81,13 +83,34 @@ class Profile:
     default_beta: float = 2e9
     source: str = "default"
 
-    def gemm_seconds(self, flops: float) -> float:
-        """Seconds of a product of ``flops`` at its shape class's rate."""
-        cls = "small" if flops < _SMALL else "large" if flops >= _LARGE else "medium"
+    def gemm_seconds(self, flops: float, products: int = 1) -> float:
+        """Seconds of ``products`` matrix products of ``flops`` in all at the rate of one
+        product's shape class (a batch of small products, as attention's per head, runs at
+        the small products' rate, not at the rate of one product of the batch's FLOPs).
+
+        >>> p = Profile(gemm={"small": 1e9, "medium": 2e9, "large": 4e9})
+        >>> p.gemm_seconds(4e6), p.gemm_seconds(4e6, products=8)
+        (0.002, 0.004)
+        """
+        each = flops / max(products, 1)
+        cls = "small" if each < _SMALL else "large" if each >= _LARGE else "medium"
         return flops / self.gemm[cls]
 
     def memory_seconds(self, nbytes: float) -> float:
-        return nbytes / self.bandwidth
+        """Seconds of moving ``nbytes`` (read and written) at the rate of an op moving that
+        many (``bandwidth_curve``, interpolated in log bytes, constant beyond its ends:
+        what fits in the caches moves several times faster than a stream from memory),
+        or ``bandwidth`` when no curve was measured.
+
+        >>> p = Profile(bandwidth_curve=[(1e6, 1e11), (1e8, 1e10)])
+        >>> [round(p.memory_seconds(b), 6) for b in (1e6, 1e7, 1e8)]
+        [1e-05, 0.000316, 0.01]
+        """
+        if not self.bandwidth_curve or nbytes <= 0:
+            return nbytes / self.bandwidth
+        xs, ys = zip(*sorted(self.bandwidth_curve))
+        rate = float(np.exp(np.interp(np.log(nbytes), np.log(xs), np.log(ys))))
+        return nbytes / rate
 
     def alpha_beta(self, kind: str, n: int) -> tuple[float, float]:
         """(alpha, beta) of collective ``kind`` on ``n`` ranks: measured, else the nearest
@@ -109,11 +132,24 @@ class Profile:
         a, b = self.alpha_beta(kind, n)
         return a + nbytes / b
 
-    def boxing_seconds(self, src: str, dst: str, n: int, nbytes: float) -> float | None:
-        """Seconds of a boxing step from SBP kind ``src`` to ``dst`` (``"S"``, ``"B"``,
-        ``"P"``) of a tensor of ``nbytes`` on ``n`` ranks as measured (the nearest measured
-        count of ranks), or None when that transition was not measured."""
-        table = self.boxing.get(f"{src}->{dst}")
+    def boxing_seconds(self, src, dst, n: int, nbytes: float) -> float | None:
+        """Seconds of a boxing step from ``src`` to ``dst`` (SBPs, or kinds ``"S"``,
+        ``"B"``, ``"P"``) of a tensor of ``nbytes`` on ``n`` ranks as measured (the nearest
+        measured count of ranks), or None when that transition was not measured. A split
+        of a dim other than 0 takes the figure measured on dim 1 (``"S(1)->B"``), one of
+        dim 0 that of dim 0 (``"P->S(0)"``), where measured, else the kind's.
+
+        >>> p = Profile(boxing={"S->B": {2: (0.0, 1e9)}, "S(1)->B": {2: (0.0, 2.5e8)}})
+        >>> from tessera.sbp import broadcast, split
+        >>> [p.boxing_seconds(split(d), broadcast, 2, 1e6) for d in (0, 2)]
+        [0.001, 0.004]
+        """
+        def name(s) -> str:
+            if isinstance(s, str):
+                return s
+            return s.kind if s.kind != "S" else "S(0)" if s.dim == 0 else "S(1)"
+        a, b = name(src), name(dst)
+        table = self.boxing.get(f"{a}->{b}") or self.boxing.get(f"{a[0]}->{b[0]}")
         if n <= 1 or not table:
             return None if n > 1 else 0.0
         a, b = table[n] if n in table else table[min(table, key=lambda k: abs(k - n))]
@@ -172,6 +208,7 @@ class Profile:
             d[key] = {str(n): v for n, v in getattr(self, key).items()}
         for key in ("sync_curve", "sync_large"):
             d[key] = {str(n): [list(p) for p in v] for n, v in getattr(self, key).items()}
+        d["bandwidth_curve"] = [list(p) for p in self.bandwidth_curve]
         for key in ("comm", "boxing"):
             d[key] = {k: {str(n): list(v) for n, v in t.items()}
                       for k, t in getattr(self, key).items()}
@@ -184,6 +221,7 @@ class Profile:
             d[key] = {int(n): float(v) for n, v in d.get(key, {}).items()}
         for key in ("sync_curve", "sync_large"):
             d[key] = {int(n): [tuple(p) for p in v] for n, v in d.get(key, {}).items()}
+        d["bandwidth_curve"] = [tuple(p) for p in d.get("bandwidth_curve", [])]
         for key in ("comm", "boxing"):
             d[key] = {k: {int(n): tuple(v) for n, v in t.items()}
                       for k, t in d.get(key, {}).items()}
@@ -303,10 +341,22 @@ def _gemm(quick: bool) -> dict:
     return out
 
 
-def _bandwidth(quick: bool) -> float:
-    a = np.ones((1 << 22) if quick else (1 << 24), np.float32)
-    b = np.empty_like(a)
-    return 2.0 * a.nbytes / _rounds(lambda: np.copyto(b, a), 5 if quick else 9)
+# the arrays whose copy measures the memory rate (elements of float32): from a tile that
+# stays in the first caches to a stream from memory; an op's rate is the one of its bytes
+_BANDWIDTH_SIZES = (1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
+
+
+def _bandwidth(quick: bool) -> list[tuple[float, float]]:
+    """(bytes moved, bytes/s) of copies of arrays of ``_BANDWIDTH_SIZES``, interleaved:
+    a training step's elementwise ops and optimizer update move tensors of a few MB that
+    the caches hold, faster than a stream from memory (copies of 1 to 16 MB about three
+    times as fast as one of 64 MB; a compiled step's AdamW update of a 1M-element
+    parameter moved its 28 MB at 1.5 times the 64 MB copy's rate)."""
+    sizes = _BANDWIDTH_SIZES[:-1] if quick else _BANDWIDTH_SIZES
+    pairs = [(np.ones(n, np.float32), np.empty(n, np.float32)) for n in sizes]
+    ts = _interleaved([lambda a=a, b=b: np.copyto(b, a) for a, b in pairs],
+                      5 if quick else 9)
+    return [(2.0 * a.nbytes, 2.0 * a.nbytes / t) for (a, _), t in zip(pairs, ts)]
 
 
 def _sent(kind: str, nbytes: float, n: int) -> float:
@@ -382,32 +432,55 @@ def _op_overhead(quick: bool) -> float:
 _CHAIN = 64
 
 
-# the boxing transitions measured, by kind on one mesh axis (the dims measured: S(0), S(1))
-TRANSITIONS = ("S->B", "P->B", "B->S", "S->S", "P->S")
+# the boxing transitions measured on one mesh axis: by kind, from and to the dims a
+# kind's figure stands for (``S->B`` from S(0), ``P->S`` and ``B->S`` to S(1), ``S->S``
+# S(0) -> S(1)), and the other dim where it costs differently: a split of the leading dim
+# is contiguous rows, which the step gathers and reduce-scatters in place, while one of
+# another dim is strided and packed and unpacked around the collective (about three
+# times the leading dim's time for a tensor of a few MB)
+TRANSITIONS = ("S->B", "P->B", "B->S", "S->S", "P->S", "S(1)->B", "P->S(0)")
+
+
+def _transition(tr: str) -> tuple:
+    """The (source, destination) SBPs timed for transition ``tr`` of ``TRANSITIONS``."""
+    from tessera.sbp import broadcast, partial_sum, split
+
+    def one(text: str, default_dim: int):
+        if text == "B":
+            return broadcast
+        if text == "P":
+            return partial_sum
+        return split(int(text[2:-1]) if len(text) > 1 else default_dim)
+    a, b = tr.split("->")
+    return one(a, 0), one(b, 1)
 
 
 def _boxing_rank(comm, n: int, quick: bool, agree) -> dict:
     """On this rank, among ranks ``0..n-1``: (alpha, beta) of each boxing transition of
     ``TRANSITIONS`` in ``time = alpha + bytes / beta``, ``bytes`` the whole tensor's. Timed
-    is ``boxing.box_1d`` on a tile, what a compiled ``nn.Graph`` step's boxing node runs:
-    the collective with the slicing, packing and concatenation around it."""
-    from tessera.distributed.boxing import box_1d
-    from tessera.sbp import broadcast, partial_sum, split, split_sizes
+    is the kernel of a compiled ``nn.Graph`` step's boxing node on a tile: the collective
+    with the slicing, packing and concatenation around it (a split of the leading dim by
+    rows in the node's buffer)."""
+    from tessera.distributed.graph_ops import _box_kernel, in_step
+    from tessera.sbp import split_sizes
     group = tuple(range(n))
     i = group.index(comm.rank)
-    kinds = {"S": split(0), "B": broadcast, "P": partial_sum}
     rows = [64, 512] if quick else [16, 256, 2048]
-    fns = []
+    fns: list = []
     for tr in TRANSITIONS:
-        src, dst = kinds[tr[0]], kinds[tr[-1]]
-        if tr[-1] == "S":
-            dst = split(1)  # a new dim, so S->S moves data
+        src, dst = _transition(tr)
         for r in rows:
             shape = (r, 256)
-            tile = (split_sizes(r, n)[i], 256) if src.kind == "S" else shape
+            tile = list(shape)
+            if src.kind == "S":
+                tile[src.dim] = split_sizes(shape[src.dim], n)[i]
             x = np.ones(tile, np.float32)
-            fns.append(lambda x=x, src=src, dst=dst, shape=shape:
-                       box_1d(x, shape, src, dst, group, i, comm))
+            seq = -1 - len(fns)  # (each its own buffer, none a compiled step's)
+
+            def fn(x=x, src=src.short(), dst=dst.short(), shape=shape, seq=seq):
+                with in_step():
+                    _box_kernel(x, shape, src, dst, group, i, seq)
+            fns.append(fn)
     # every transition's rounds interleaved: a burst of load falls on all of them alike
     ts = _interleaved(fns, 5 if quick else 9, lambda: comm.barrier(group), agree)
     k = len(rows)
@@ -567,7 +640,8 @@ def measure(world: int | None = None, quick: bool = False) -> Profile:
     True
     """
     from tessera.distributed import comm as C
-    prof = Profile(gemm=_gemm(quick), bandwidth=_bandwidth(quick),
+    curve = _bandwidth(quick)
+    prof = Profile(gemm=_gemm(quick), bandwidth=curve[-1][1], bandwidth_curve=curve,
                    op_overhead=_op_overhead(quick), source="measured")
     if C.launched_by_mpi():
         comm = C.current()
@@ -606,7 +680,10 @@ def main(argv: list[str] | None = None) -> Profile:
 def _describe(p: Profile, path: str) -> str:
     lines = [f"profile ({p.source}) saved to {path}",
              "gemm GFLOP/s: " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in p.gemm.items()),
-             f"memory bandwidth: {p.bandwidth / 1e9:.2f} GB/s",
+             f"memory bandwidth: {p.bandwidth / 1e9:.2f} GB/s" + (
+                 " (" + ", ".join(f"{r / 1e9:.0f} at {b / 2 ** 20:.2g} MiB"
+                                  for b, r in p.bandwidth_curve) + ")"
+                 if p.bandwidth_curve else ""),
              f"op overhead: {p.op_overhead * 1e6:.1f} us"]
     for kind, table in p.comm.items():
         for n, (a, b) in sorted(table.items()):

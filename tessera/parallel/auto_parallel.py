@@ -5,9 +5,10 @@
 each node's candidates from its op's ``sbp`` rule (one signature per mesh axis; leaves, the
 inputs and parameters, take broadcast or a split of any dim), and prices:
 
-* compute: the op's ``cost`` rule (FLOPs, bytes) on the roofline of the machine profile
-  (``tessera.distributed.calibrate``), divided over the mesh axes whose signature
-  distributes the output, times 3 for forward and backward;
+* compute: the op's ``cost`` rule (FLOPs, bytes) on the tiles its signature gives each
+  input and output, on the roofline of the machine profile
+  (``tessera.distributed.calibrate``: a matrix product at one product's shape class, memory
+  at the rate of the bytes moved), times 3 for forward and backward;
 * communication: the boxing between a producer's output SBP and the SBP its consumer's
   signature wants, ``boxing.cost``'s bytes priced by the profile's alpha-beta of that
   collective, plus the conversion of the gradient back in backward (and the conversion
@@ -67,7 +68,7 @@ from tessera.distributed import boxing
 from tessera.distributed.sbp_dispatch import _find, _tiled, choose_index, choose_nd
 from tessera.ops.cost import nbytes as meta_bytes
 from tessera.ops.registry import Meta, OpDef
-from tessera.sbp import Signature, broadcast as B, sbp as Sbp, split as S
+from tessera.sbp import Signature, broadcast as B, partial_sum as P, sbp as Sbp, split as S
 
 if TYPE_CHECKING:  # (imported on use: ``python -m tessera.distributed.calibrate`` runs it)
     from tessera.distributed.calibrate import Profile
@@ -85,9 +86,10 @@ _FWD = {("P", "B"): "all_reduce", ("P", "S"): "reduce_scatter", ("S", "B"): "all
         ("S", "S"): "all_to_all", ("B", "P"): "local", ("S", "P"): "local"}
 _BWD = {("P", "S"): "all_gather", ("S", "B"): "reduce_scatter", ("S", "S"): "all_to_all",
         ("B", "S"): "all_gather"}
-# the same as the SBP kinds of the gradient's conversion (the profile's boxing transitions)
-_BWD_KINDS = {("P", "S"): ("S", "B"), ("S", "B"): ("P", "S"), ("S", "S"): ("S", "S"),
-              ("B", "S"): ("S", "B")}
+# the same as the gradient's conversion, (source, destination) of the forward's (the
+# profile's boxing transitions)
+_BWD_SBPS = {("P", "S"): lambda a, b: (b, B), ("S", "B"): lambda a, b: (P, a),
+             ("S", "S"): lambda a, b: (b, a), ("B", "S"): lambda a, b: (b, B)}
 
 
 def parse_bytes(v) -> float:
@@ -284,6 +286,8 @@ class Costs:
     # ``shard_min_size``); smaller ones are all-reduced as in data parallelism
     zero_min_size: int = 1
     params: list | None = None  # per node: the nodes reading it, made on use
+    # the step walk's backward ops priced on their signatures' tiles, by what they depend on
+    tiles: dict = dataclasses.field(default_factory=dict)
 
 
 def _leaf_sbps(meta: Meta, hier: tuple, param: bool) -> list[tuple]:
@@ -346,10 +350,55 @@ def _distributes(cand: tuple, axis: int) -> bool:
     return any(o.kind != "B" for o in cand[axis].outs)
 
 
+# ops whose FLOPs are matrix products, one per index of the output's leading dims (a
+# batched matmul, attention's per head): priced at the rate of one product's shape class
+_PRODUCTS = frozenset({"matmul", "scaled_dot_product_attention",
+                       "scaled_dot_product_attention_backward"})
+
+
+def _roofline(op, c, outs, prof: Profile) -> float:
+    # (an op's bytes at the stream's rate, not the caches' of the profile's curve: the
+    # compiled step's generated elementwise kernels moved theirs at under half a 64 MB
+    # copy's rate, a layer norm's four tensors of 256 KB in 60 us, while the curve's
+    # copies of the update's and the buckets' sizes match what those moved)
+    products = math.prod(outs[0].shape[:-2]) if op.name in _PRODUCTS and outs and \
+        len(outs[0].shape) > 2 else 1
+    return max(prof.gemm_seconds(c.flops, products),
+               (c.bytes_read + c.bytes_written) / prof.bandwidth)
+
+
 def _op_seconds(node: Node, prof: Profile) -> float:
     assert node.op is not None and node.op.cost is not None
     c = node.op.cost(list(node.metas), list(node.outs), **node.attrs)
-    return max(prof.gemm_seconds(c.flops), prof.memory_seconds(c.bytes_read + c.bytes_written))
+    return _roofline(node.op, c, node.outs, prof)
+
+
+def _tile_seconds(node: Node, cand: tuple, hier: tuple, prof: Profile) -> float:
+    """Seconds of op ``node`` on one rank under signature ``cand`` (one per mesh axis): its
+    cost rule on the tiles the signature gives each input and output. A split input shrinks
+    the work; a partial-sum or broadcast one does not, so an op reading a partial sum
+    (a matmul of a gradient left partial by the next op's backward) does all its FLOPs on
+    every rank although its output is not broadcast (dividing by the axes whose output is
+    not broadcast charged it half)."""
+    assert node.op is not None and node.op.cost is not None
+    zero = (0,) * len(hier)
+    metas = [m if not isinstance(m, Meta) or any(s.ins[i] is None for s in cand) else
+             m._replace(shape=boxing.tile_shape(tuple(m.shape), tuple(s.ins[i] for s in cand),
+                                                zero, hier))
+             for i, m in enumerate(node.metas)]
+    outs = [m._replace(shape=boxing.tile_shape(tuple(m.shape), tuple(s.outs[j] for s in cand),
+                                               zero, hier))
+            for j, m in enumerate(node.outs)]
+    attrs = node.attrs
+    names = [k for k in node.op.sbp.shape_attrs if k in attrs] if node.op.sbp else []
+    if names and outs:
+        attrs = dict(attrs, **{k: tuple(outs[0].shape) for k in names})
+    try:
+        c = node.op.cost(metas, outs, **attrs)
+    except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
+        f = math.prod(n for a, n in enumerate(hier) if _distributes(cand, a))
+        return _op_seconds(node, prof) / f
+    return _roofline(node.op, c, outs, prof)
 
 
 def _conv_seconds(src: Sbp, dst: Sbp, nbytes: float, n: int, prof: Profile, grad: bool
@@ -364,9 +413,9 @@ def _conv_seconds(src: Sbp, dst: Sbp, nbytes: float, n: int, prof: Profile, grad
     # each collective also waits out the ranks' skew (the profile's sync)
     sync = prof.sync_seconds(n, nbytes=nbytes) * ((_FWD.get(k, "local") != "local") +
                                    (grad and k in _BWD))
-    fwd = prof.boxing_seconds(src.kind, dst.kind, n, nbytes)
+    fwd = prof.boxing_seconds(src, dst, n, nbytes)
     if fwd is not None:
-        back = _BWD_KINDS.get(k)
+        back = _BWD_SBPS[k](src, dst) if k in _BWD_SBPS else None
         bwd = prof.boxing_seconds(*back, n, nbytes) if grad and back is not None else 0.0
         if bwd is not None:
             return fwd + bwd + sync
@@ -412,16 +461,16 @@ def _node_prices(node: Node, cands: list, hier: tuple, prof: Profile, zero: bool
     """(seconds, bytes per rank, the seconds' communication) of each of a node's
     candidates."""
     ts, ms, cs = [], [], []
-    op_s = _op_seconds(node, prof) if node.kind == "op" else 0.0
+    priced = node.kind == "op" and node.op is not None and node.op.cost is not None
     for cand in cands:
         out_sbps = [tuple(s.outs[j] for s in cand) for j in range(len(node.outs))]
         if node.kind == "op":
-            f = math.prod(n for a, n in enumerate(hier) if _distributes(cand, a))
             # a signature with its own local computation communicates (a mean over a
             # split dim all-reduces its count, a loss its sum): a collective's latency
             local = sum(prof.alpha_beta("all_reduce", n)[0] + prof.sync_seconds(n)
                         for s, n in zip(cand, hier) if s.local is not None and n > 1)
-            ts.append(_TRAIN * (op_s / f + prof.op_overhead) + local)
+            op_s = _tile_seconds(node, cand, hier, prof) if priced else 0.0
+            ts.append(_TRAIN * (op_s + prof.op_overhead) + local)
             cs.append(local)
             ms.append(sum(meta_bytes(m) / _shard(s, hier)
                           for m, s in zip(node.outs, out_sbps)))
@@ -430,13 +479,14 @@ def _node_prices(node: Node, cands: list, hier: tuple, prof: Profile, zero: bool
             sh = _shard(out_sbps[0], hier)
             dp = math.prod(n for s, n in zip(out_sbps[0], hier) if s.kind == "B")
             z = dp if zero and _zero_shards(node.outs[0], dp, zero_min_size) else 1
-            # the parameter, its gradient (stage 2 shards it too) and the state; the
-            # update is not credited with ZeRO's smaller shard (its copies in and out of
-            # the shards cost about what it saves), so ZeRO is chosen for memory
+            # the parameter, its gradient (stage 2 shards it too) and the state
             ms.append(size / sh * (1 + (1 + state) / z))
-            # with ZeRO, also the gradient's and the parameter's copies into and out of
-            # the buckets of the reduce-scatter and the all-gather
-            ts.append(prof.memory_seconds(size / sh * (2 + 2 * state + (4 if z > 1 else 0))))
+            # the update reads the parameter, its gradient and the state and writes the
+            # parameter and the state, of its shard: ZeRO's update runs on 1/z of the
+            # elements (the gradient's and the parameter's copies into and out of the
+            # reduce-scatter's and the all-gather's buckets are priced with those, as
+            # the step's buckets' copies)
+            ts.append(prof.memory_seconds(size / sh / z * (3 + 2 * state)))
             cs.append(0.0)
         else:
             ms.append(meta_bytes(node.outs[0]) / _shard(out_sbps[0], hier)

@@ -70,6 +70,7 @@ class Event:
     dst: Sbp = B
     nbytes: float = 0.0
     members: list = dataclasses.field(default_factory=list)
+    op: str = ""  # a compute's op (a backward op's name as its grad rule ran it)
 
 
 def _tile_bytes(meta, sbps, hier, skip: int) -> float:
@@ -142,10 +143,10 @@ class _Walk:
                 self.flush()
                 self.events.append(Event("local", ax))
 
-    def compute(self, seconds: float) -> None:
+    def compute(self, seconds: float, op: str = "") -> None:
         if self.read:  # the op reads its inputs' conversions: their bucket runs first
             self.flush()
-        self.events.append(Event("compute", seconds=seconds))
+        self.events.append(Event("compute", seconds=seconds, op=op))
 
     # ---- the step -------------------------------------------------------------------
     def forward(self) -> None:
@@ -161,7 +162,7 @@ class _Walk:
                                  tuple(s.ins[i] for s in cand), False)
             self.local(cand)
             t = float(c.node_t[v][self.assign[v]]) - float(c.comm_t[v][self.assign[v]])
-            self.compute(t / _TRAIN)
+            self.compute(t / _TRAIN, node.op.name if node.op is not None else "")
 
     def current(self, ref) -> tuple:
         """The SBP of a backward op's tensor argument: a recorded output's, or broadcast
@@ -171,7 +172,6 @@ class _Walk:
         return self.sbp[tuple(ref)]
 
     def backward(self) -> None:
-        from tessera.parallel.auto_parallel import _op_seconds
         c, g, hier = self.c, self.c.graph, self.hier
         arrivals: dict[int, list] = {}
         for v, ref, at in g.grads:
@@ -194,9 +194,10 @@ class _Walk:
             self.local(chosen)
             for k in range(len(node.outs)):
                 self.sbp[("b", i, k)] = tuple(s.outs[k] for s in chosen)
-            f = math.prod(n for s, n in zip(chosen, hier) if any(o.kind != "B" for o in s.outs))
-            t = _op_seconds(node, c.prof) / f if node.op.cost is not None else 0.0
-            self.compute(t + c.prof.op_overhead)
+            if node.op.name == "clone" and node.inputs == ["const"] and i in arrivals:
+                continue  # eager autograd's copy of a gradient into .grad: not compiled
+            t = self.tile_seconds(node, tuple(chosen)) if node.op.cost is not None else 0.0
+            self.compute(t + c.prof.op_overhead, node.op.name)
         for v, ref in arrivals.get(len(g.backward), ()):
             self.arrive(v, ref, len(g.backward))
         self.flush()
@@ -204,6 +205,19 @@ class _Walk:
             meta = self.c.graph.nodes[v].outs[0]
             self.convert(meta, (S(0),) * len(hier), (B,) * len(hier), True)
         self.flush()
+
+    def tile_seconds(self, node, chosen: tuple) -> float:
+        """``_tile_seconds`` of a backward op, once per distinct op, metas, attrs and
+        signature (a stack's layers repeat theirs)."""
+        from tessera.parallel.auto_parallel import _node_key, _tile_seconds
+        key = _node_key(node)
+        if key is None:
+            return _tile_seconds(node, chosen, self.hier, self.c.prof)
+        key = (key, tuple((s.ins, s.outs) for s in chosen))
+        t = self.c.tiles.get(key)
+        if t is None:
+            t = self.c.tiles[key] = _tile_seconds(node, chosen, self.hier, self.c.prof)
+        return t
 
     def sharded(self, v: int) -> bool:
         from tessera.parallel.auto_parallel import _zero_shards
@@ -245,8 +259,7 @@ def price(c: Costs, assign: list[int]) -> float:
     its conversion (a bucket of several: its latency once, each member's bytes and its
     copies into and out of the bucket), each collective's ``sync`` by the computation since
     the previous one, and the parameters' update."""
-    from tessera.parallel.auto_parallel import _conv_seconds
-    prof, hier = c.prof, c.hierarchy
+    prof = c.prof
     t = sum(float(c.node_t[v][k]) for v, (k, node) in enumerate(zip(assign, c.graph.nodes))
             if node.kind == "param")
     since = 0.0
@@ -255,24 +268,31 @@ def price(c: Costs, assign: list[int]) -> float:
             t += e.seconds
             since += e.seconds
             continue
-        n = hier[e.axis]
-        nbytes = e.nbytes + sum(m.nbytes for m in e.members)
-        # (a conversion's measured price holds sync after a nominal gap: this gap's instead)
-        sync = prof.sync_seconds(n, since, nbytes)
-        nominal = prof.sync_seconds(n, nbytes=nbytes)
+        t += event_seconds(prof, c.hierarchy, e, since)
         since = 0.0
-        if e.what == "conversion":
-            t += _conv_seconds(e.src, e.dst, e.nbytes, n, prof, False) - nominal + sync
-        elif e.what == "local":
-            t += prof.alpha_beta("all_reduce", n)[0] + sync
-        elif len(e.members) == 1:
-            m = e.members[0]
-            t += _conv_seconds(m.src, m.dst, m.nbytes, n, prof, False) - nominal + sync
-        else:
-            kind = e.what.split()[0]
-            beta = prof.alpha_beta(kind, n)[1]
-            t += prof.alpha_beta(kind, n)[0] + sync
-            for m in e.members:
-                sent = (2 if kind == "all_reduce" else 1) * (n - 1) / n * m.nbytes
-                t += sent / beta + 2 * prof.memory_seconds(m.nbytes)
+    return t
+
+
+def event_seconds(prof, hier: tuple, e: Event, since: float) -> float:
+    """Seconds of collective event ``e`` (not a compute) after ``since`` seconds of
+    computation since the previous collective, on a mesh of shape ``hier``."""
+    from tessera.parallel.auto_parallel import _conv_seconds
+    n = hier[e.axis]
+    nbytes = e.nbytes + sum(m.nbytes for m in e.members)
+    # (a conversion's measured price holds sync after a nominal gap: this gap's instead)
+    sync = prof.sync_seconds(n, since, nbytes)
+    nominal = prof.sync_seconds(n, nbytes=nbytes)
+    if e.what == "conversion":
+        return _conv_seconds(e.src, e.dst, e.nbytes, n, prof, False) - nominal + sync
+    if e.what == "local":
+        return prof.alpha_beta("all_reduce", n)[0] + sync
+    if len(e.members) == 1:
+        m = e.members[0]
+        return _conv_seconds(m.src, m.dst, m.nbytes, n, prof, False) - nominal + sync
+    kind = e.what.split()[0]
+    beta = prof.alpha_beta(kind, n)[1]
+    t = prof.alpha_beta(kind, n)[0] + sync
+    for m in e.members:
+        sent = (2 if kind == "all_reduce" else 1) * (n - 1) / n * m.nbytes
+        t += sent / beta + 2 * prof.memory_seconds(m.nbytes)
     return t

@@ -19,6 +19,10 @@ def test_measure_on_the_simulated_world():
         for alpha, beta in p.comm[kind].values():
             assert alpha >= 0 and beta > 0
     assert all(v > 0 for v in p.gemm.values()) and p.bandwidth > 0
+    # the memory rate by the bytes an op moves, from copies of growing arrays
+    moved = [b for b, _ in p.bandwidth_curve]
+    assert moved == sorted(moved) and all(r > 0 for _, r in p.bandwidth_curve)
+    assert p.bandwidth == p.bandwidth_curve[-1][1]
     # the boxing steps on the whole world, and the skew a collective waits out
     assert sorted(p.boxing) == sorted(K.TRANSITIONS)
     assert all(sorted(t) == [3] and t[3][1] > 0 for t in p.boxing.values())
@@ -113,3 +117,39 @@ def test_command_line_under_mpiexec(tmp_path):
     assert "MPI" in p.source and sorted(p.comm["all_to_all"]) == [2]
     # the per-collective cost of a step, measured on the launched ranks
     assert sorted(p.collective) == [2] and p.collective[2] >= 0
+
+
+def test_gemm_class_of_a_batch_is_one_products():
+    # 8 products of 64 x 64 x 32 (attention's per head) take the rate of one such product
+    # (2 * 64 * 64 * 32 FLOPs: the small class), not of one product of their sum
+    p = K.Profile(gemm={"small": 1e9, "medium": 4e9, "large": 8e9})
+    flops = 8 * 2 * 64 * 64 * 32
+    assert p.gemm_seconds(flops, products=8) == pytest.approx(flops / 1e9)
+    assert p.gemm_seconds(flops) == pytest.approx(flops / 4e9)
+
+
+def test_memory_rate_by_the_bytes_moved():
+    # interpolated in log bytes between measured points, constant beyond them; no curve:
+    # the single bandwidth
+    p = K.Profile(bandwidth=1e9, bandwidth_curve=[(1e6, 1e11), (1e8, 1e10)])
+    assert p.memory_seconds(1e5) == pytest.approx(1e5 / 1e11)
+    assert p.memory_seconds(1e9) == pytest.approx(1e9 / 1e10)
+    assert p.memory_seconds(1e7) == pytest.approx(1e7 / 10 ** 10.5)
+    assert K.Profile(bandwidth=1e9).memory_seconds(1e6) == pytest.approx(1e-3)
+    back = K.Profile.from_json(json.loads(json.dumps(p.to_json())))
+    assert back.memory_seconds(1e7) == pytest.approx(p.memory_seconds(1e7))
+
+
+def test_boxing_of_another_dim_takes_its_own_figure():
+    from tessera.sbp import broadcast, partial_sum, split
+    p = K.Profile(boxing={"S->B": {2: (0.0, 4e9)}, "S(1)->B": {2: (0.0, 1e9)},
+                          "P->S": {2: (0.0, 1e9)}, "P->S(0)": {2: (0.0, 4e9)}})
+    mb = 1e6
+    assert p.boxing_seconds(split(0), broadcast, 2, mb) == pytest.approx(mb / 4e9)
+    assert p.boxing_seconds(split(1), broadcast, 2, mb) == pytest.approx(mb / 1e9)
+    assert p.boxing_seconds(split(3), broadcast, 2, mb) == pytest.approx(mb / 1e9)
+    assert p.boxing_seconds(partial_sum, split(0), 2, mb) == pytest.approx(mb / 4e9)
+    assert p.boxing_seconds(partial_sum, split(1), 2, mb) == pytest.approx(mb / 1e9)
+    # a profile measured before the dims were: the kind's figure for every dim
+    old = K.Profile(boxing={"S->B": {2: (0.0, 4e9)}})
+    assert old.boxing_seconds(split(1), broadcast, 2, mb) == pytest.approx(mb / 4e9)

@@ -6,6 +6,7 @@ import textwrap
 import time
 
 import numpy as np
+import pytest
 
 from tests.distributed._mpi import ROOT, outputs, run_mpi
 
@@ -234,3 +235,25 @@ def test_mpi_2x2_mesh(tmp_path):
             np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
             np.testing.assert_allclose(w, want_w, rtol=1e-10, atol=1e-12)
             assert sbps == (B, S(0))
+
+
+def test_mpi_wait_yields_the_core_at_each_poll(monkeypatch):
+    # a rank polling a collective its peer has not joined yet gives the core away at each
+    # poll (with more runnable processes than cores the peer may be queued behind it)
+    pytest.importorskip("mpi4py")
+    from tessera.distributed.comm import mpi as M
+
+    class Request:
+        polls = 0
+
+        def Test(self):
+            Request.polls += 1
+            return Request.polls > 5
+
+    yields = []
+    monkeypatch.setattr(M.os, "sched_yield", lambda: yields.append(1))
+    comm = M.MPICommunicator.__new__(M.MPICommunicator)
+    comm._peer_left = lambda *a: False
+    comm._wait(Request(), "a test's collective")
+    # every poll that found it not done but the first (made before the waiting starts)
+    assert Request.polls == 6 and len(yields) == 4

@@ -10,7 +10,7 @@ import pytest
 import tessera
 import tessera.nn.functional as F
 from tessera import nn
-from tessera.distributed.calibrate import DEFAULT
+from tessera.distributed.calibrate import DEFAULT, Profile
 from tessera.parallel import auto_parallel as AP
 from tests.distributed._helpers import run
 from tests.distributed._mpi import outputs, run_mpi
@@ -533,3 +533,17 @@ def test_guard_alternates_the_plans_and_decides_on_injected_timings(monkeypatch,
     assert sorted(order[:2]) == ["auto", "dp"] and len(order) == 2 * rounds
     assert order[0] != order[2] or order[1] != order[3]  # the order flips each round
     assert rounds >= AP._GUARD_MIN_ROUNDS
+
+
+def test_zero_update_runs_on_the_shard():
+    # AdamW's update reads the parameter, its gradient and two states and writes the
+    # parameter and the states: 7 times the parameter's bytes, of its shard under ZeRO
+    model = nn.Sequential(nn.Linear(64, 64))
+    g = AP.record(lambda x: model(x).sum(), (tessera.randn(8, 64),),
+                  dict(model.named_parameters()))
+    prof = Profile(bandwidth=1e9)
+    for zero, z in ((False, 1), (True, 2)):
+        c = AP.build_costs(g, (2,), prof, zero, "AdamW", 1)
+        v = next(k for k, n in enumerate(g.nodes) if n.name == "0.weight")
+        b = next(k for k, cand in enumerate(c.cands[v]) if cand[0].outs[0].kind == "B")
+        assert c.node_t[v][b] == pytest.approx(7 * 64 * 64 * 4 / z / 1e9)

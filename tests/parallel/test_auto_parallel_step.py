@@ -3,6 +3,7 @@ the collectives it counts for a plan are the ones the compiled ``nn.Graph`` step
 on every hand-written plan of the bench's workloads (at a few percent of their sizes)."""
 import collections
 import dataclasses
+import math
 
 import pytest
 
@@ -141,3 +142,50 @@ def test_profile_collective_cost_is_charged_per_collective():
     # a profile saved before the field existed loads with none: the prices as before
     old = {k: v for k, v in prof.to_json().items() if k != "collective"}
     assert _priced("gpt-mini", few, 2, Profile.from_json(old))[0] == pytest.approx(t_few)
+
+
+def _compiled_matmul_flops(name: str, spec, n: int) -> float:
+    """The FLOPs of the matrix products one rank runs in the compiled training step of
+    ``name`` under ``spec`` (from the compiled graph's matmul nodes and their tiles)."""
+    model, loss_fn, x, y = BA._build(name, small=True)
+    p = tessera.placement("cpu", list(range(n)))
+    opt = tessera.optim.AdamW(model.parameters(), lr=1e-4)
+
+    class Step(tessera.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(opt)
+
+        def build(self, x, y):
+            loss = loss_fn(self.model, x, y)
+            loss.backward()
+            return loss
+    g = Step()
+    params, inputs, zero = spec
+    by_id = {id(t): (AP._parse(params[k]),) for k, t in model.named_parameters()}
+    model.to_global(p, lambda t: by_id.get(id(t), (tessera.sbp.broadcast,)))
+    x, y = (a.to_global(p, tessera.sbp.broadcast).to_global(sbp=(AP._parse(inputs),))
+            for a in (x, y))
+    g(x, y)
+    flops = 0.0
+    for node in g.ir.nodes:
+        if node.op.name == "matmul":
+            a, out = node.tensor_inputs[0], node.outputs[0]
+            flops += 2.0 * math.prod(out.shape) * a.shape[-1]
+    return flops
+
+
+@pytest.mark.parametrize("plan", ["replicated", "dp", "tp", "col", "row", "dp+tp"])
+def test_walk_prices_each_ranks_matmul_flops(plan):
+    # a profile whose GEMMs run at 1 FLOP/s and whose memory and ops cost nothing: the
+    # walk's matrix products cost their FLOPs on one rank's tiles, which must be what the
+    # compiled step's matmul nodes compute (a gradient left partial by the next op's
+    # backward is multiplied whole on every rank: the column split's second linear)
+    names = [k for k, _ in BA._build("mlp", small=True)[0].named_parameters()]
+    spec = BA.plans("mlp", names)[plan]
+    prof = Profile(gemm={"small": 1.0, "medium": 1.0, "large": 1.0}, bandwidth=1e30,
+                   op_overhead=0.0)
+    c, assign = _realised("mlp", spec, 2, prof)
+    walked = sum(e.seconds for e in W.walk(c, assign) if e.op == "matmul")
+    assert walked == pytest.approx(run(2, _compiled_matmul_flops, "mlp", spec, 2)[0], rel=1e-9)

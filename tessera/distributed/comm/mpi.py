@@ -263,12 +263,17 @@ class MPICommunicator(C.Communicator):
         # MPICH moves a non-blocking collective forward only inside Test: poll without
         # pause while the transfer is likely running (sleeping between polls stretched a
         # 7 MB all-reduce over many milliseconds), then back off, so a rank waiting for a
-        # late peer does not take a core from it
+        # late peer does not take a core from it. Each poll yields the core first: with
+        # more runnable processes than cores, the peer this rank waits for may be queued
+        # behind it, and a rank spinning through its time slice kept it there (on 2 cores
+        # shared with other work, tensor-parallel MLP steps took half the time yielding);
+        # with a core to spare, the yield returns at once
         busy_until = look_at = now + _SPIN_SECONDS
         doze_at = now + _DOZE_SECONDS
         glance_at = now + _GLANCE_SECONDS
         delay = 0.0
         while not req.Test():
+            os.sched_yield()
             now = time.monotonic()
             if now > busy_until:
                 time.sleep(delay)
