@@ -227,12 +227,11 @@ def run(only: tuple = ()) -> list[dict]:
 
 def render(rows) -> str:
     from bench.common import round_ratio, table
-    from bench.isa import UNCAPPED, cap
+    from bench.isa import UNCAPPED, cap, compared, label
     out, notes = [], []
     # under an instruction-set cap, the peers that ignore it are shown but not compared
     capped = cap()
-    peers = tuple(p for p in PEERS if capped is None or p not in UNCAPPED)
-    ort = "ort ms" if capped is None else "ort ms (AVX-512)"
+    peers = compared(PEERS)
 
     def ms(r, fw):
         return f"{r[fw]['ms']:.1f}" if "ms" in r[fw] else "-"
@@ -251,14 +250,16 @@ def render(rows) -> str:
                     f"{g['first_s']:.1f}" if "first_s" in g else "-"))
     n_rounds = max((len(r["graph"].get("rounds_ms", [])) for r in rows), default=0)
     return (table(out, ("workload", "eager ms", "graph ms", "torch ms", "t.compile ms",
-                        "jax ms", ort, "eager/torch", "graph/torch",
+                        label("jax ms", "jax"), label("ort ms", "onnxruntime"),
+                        "eager/torch", "graph/torch",
                         "graph/best peer", "graph 1st call s"))
             + f"\n  {n_rounds} round(s); graph/best peer: the median over rounds of graph / the "
               f"fastest of {', '.join(peers)} (ort: onnxruntime on tessera's ONNX "
               "export) in the same round, and the peer fastest most often"
-            + ("" if capped is None else f"\n  capped to {capped.upper()}: onnxruntime is not "
-               "(MLAS picks its kernels by CPUID), so its column ran AVX-512 kernels and the "
-               "best-peer ratio leaves it out")
+            + ("" if capped is None else f"\n  capped to {capped.upper()}: "
+               + "; ".join(f"{p} is not ({why})" for p, why in UNCAPPED.items())
+               + ", so their columns ran AVX-512 kernels and the best-peer ratio leaves them "
+               "out")
             + "".join(f"\n  {n}" for n in notes))
 
 

@@ -203,7 +203,10 @@ def run(steps: int = 10) -> list[dict]:
 
 def render(rows) -> str:
     from bench.common import round_ratio, table
+    from bench.isa import UNCAPPED, cap, compared, label
     out, notes = [], []
+    # under an instruction-set cap, the peers that ignore it are shown but not compared
+    peers = compared(PEERS)
 
     def ms(r, fw):
         return f"{r[fw]['ms']:.1f}" if "ms" in r[fw] else "-"
@@ -215,7 +218,7 @@ def render(rows) -> str:
         if not all("ms" in x for x in (t, g, p)):
             out.append((r["workload"], *(ms(r, fw) for fw in FRAMEWORKS)) + ("-",) * 5)
             continue
-        best = round_ratio(r, "graph", PEERS)
+        best = round_ratio(r, "graph", peers)
         mem = g.get("memory", {})
         out.append((r["workload"], *(ms(r, fw) for fw in FRAMEWORKS),
                     f"{t['ms'] / p['ms']:.2f}x", f"{g['ms'] / p['ms']:.2f}x",
@@ -243,10 +246,16 @@ def render(rows) -> str:
     threads = ", ".join(f"{fw} {rows[0][fw].get('threads', '?')}" for fw in FRAMEWORKS)
     n_rounds = max((len(r["graph"].get("rounds_ms", [])) for r in rows), default=0)
     notes.insert(0, f"{n_rounds} round(s); graph/best peer: the median over rounds of graph / "
-                    "the fastest of torch, torch.compile and jax in the same round, and the "
-                    "peer fastest most often")
+                    f"the fastest of {', '.join(peers)} in the same round, and the peer "
+                    "fastest most often")
+    if cap() is not None:
+        notes.insert(1, f"capped to {cap().upper()}: "
+                        + "; ".join(f"{p} is not ({why})" for p, why in UNCAPPED.items()
+                                    if p in FRAMEWORKS)
+                        + ", so its column ran AVX-512 kernels and the best-peer ratio leaves "
+                          "it out")
     return (table(out, ("workload", "eager ms", "graph ms", "torch ms", "t.compile ms",
-                        "jax ms", "eager/torch", "graph/torch", "graph/best peer",
+                        label("jax ms", "jax"), "eager/torch", "graph/torch", "graph/best peer",
                         "peak MB e/g/t", "plan MB peak/naive"))
             + f"\n  threads: {threads}" + "".join(f"\n  {n}" for n in notes))
 

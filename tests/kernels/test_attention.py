@@ -164,6 +164,13 @@ def test_keep_threshold_matches_numpy(A):
 def test_each_instruction_set(A, monkeypatch, isa):
     lib = A._lib()
     index = A.ISAS.index(isa)
+    if index > A.ISAS.index(cc.max_isa()):   # TESSERA_MAX_ISA=avx2 on an AVX-512 CPU
+        monkeypatch.setenv("TESSERA_ATTN_ISA", isa)
+        A._isa.cache_clear()
+        with pytest.raises(RuntimeError, match="excludes it"):
+            A.isa()
+        A._isa.cache_clear()
+        pytest.skip(f"TESSERA_MAX_ISA={cc.max_isa()} excludes {isa}")
     if not lib.tsr_attn_isa_supported(index):
         monkeypatch.setenv("TESSERA_ATTN_ISA", isa)
         A._isa.cache_clear()
@@ -171,13 +178,19 @@ def test_each_instruction_set(A, monkeypatch, isa):
             A.isa()
         A._isa.cache_clear()
         pytest.skip(f"this CPU cannot run {isa}")
-    q, k, v, g = _arrays(3, (2, 2, 63, 24), (2, 2, 129, 24), (2, 2, 129, 20), (2, 2, 63, 20))
-    want = _run(torch, q, k, v, g, is_causal=True)
+    # odd lengths and head sizes; then BERT's head size 32 and 64 values (K and V copied to
+    # their blocks 8 x 8 at a time) with 100 query rows, not a multiple of the row tiles
+    cases = [(_arrays(3, (2, 2, 63, 24), (2, 2, 129, 24), (2, 2, 129, 20), (2, 2, 63, 20)),
+              True),
+             (_arrays(4, (2, 3, 100, 32), (2, 3, 77, 32), (2, 3, 77, 64), (2, 3, 100, 64)),
+              False)]
+    wants = [_run(torch, *xs, is_causal=causal) for xs, causal in cases]
     monkeypatch.setenv("TESSERA_ATTN_ISA", isa)
     A._isa.cache_clear()
     try:
         assert A.isa() == isa
-        _close(_run(tessera, q, k, v, g, is_causal=True), want)
+        for (xs, causal), want in zip(cases, wants):
+            _close(_run(tessera, *xs, is_causal=causal), want)
     finally:
         monkeypatch.delenv("TESSERA_ATTN_ISA")
         A._isa.cache_clear()

@@ -2,7 +2,14 @@
    includes it defines TSR_V (a GCC vector of TSR_VW floats, the width of the target's
    registers: wider generic vectors go through memory), TSR_VU (its unaligned alias),
    TSR_FN(name) (the name with the set's suffix), TSR_TARGET (the target attribute) and the
-   register tile TSR_RT x TSR_NVT vectors. */
+   register tile TSR_RT x TSR_NVT vectors; TSR_LOAD_T, if defined, replaces load_t (the same
+   result, faster). */
+
+#ifdef TSR_LOAD_T
+#define TSR_LOAD_T_FN TSR_LOAD_T
+#else
+#define TSR_LOAD_T_FN load_t
+#endif
 
 /* ---- tile products: c (m x n, ldc) += op(a) (m x k, a[i * ars + p * acs]) @ b (k x n, ldb);
    n a multiple of TSR_VW, b's rows padded to it -------------------------------------------- */
@@ -41,11 +48,28 @@ TSR_INLINE void TSR_FN(mm_acc)(int RT, int NVT, int64_t m, int64_t n, int64_t k,
         for (; j < n; j += TSR_VW)
             TSR_FN(mm_tile)(RT, 1, k, a + i * ars, ars, acs, b + j, ldb, c + i * ldc + j, ldc);
     }
-    for (; i < m; i++) {
-        int64_t j = 0;
-        for (; j + 2 * TSR_VW <= n; j += 2 * TSR_VW)
-            TSR_FN(mm_tile)(1, 2, k, a + i * ars, ars, acs, b + j, ldb, c + i * ldc + j, ldc);
-        if (j < n) TSR_FN(mm_tile)(1, 1, k, a + i * ars, ars, acs, b + j, ldb, c + i * ldc + j, ldc);
+    /* the rows past the last full tile as one tile of that many rows (a constant for each
+       case, so that its accumulators stay in registers): row by row, two chains of FMAs
+       each would wait on the FMA's latency (64 query rows on AVX2: 10 tiles of 6, and 4
+       rows that took as long as 16) */
+    int64_t rest = m - i;
+    if (rest > 0 && rest < RT) {
+#define TSR_REST(R)                                                                         \
+        case R: {                                                                           \
+            int64_t j = 0;                                                                  \
+            for (; j + 2 * TSR_VW <= n; j += 2 * TSR_VW)                                    \
+                TSR_FN(mm_tile)(R, 2, k, a + i * ars, ars, acs, b + j, ldb, c + i * ldc + j, \
+                                ldc);                                                       \
+            if (j < n)                                                                      \
+                TSR_FN(mm_tile)(R, 1, k, a + i * ars, ars, acs, b + j, ldb, c + i * ldc + j, \
+                                ldc);                                                       \
+            break;                                                                          \
+        }
+        switch (rest) {
+        TSR_REST(1) TSR_REST(2) TSR_REST(3) TSR_REST(4) TSR_REST(5) TSR_REST(6) TSR_REST(7)
+        default: break;
+        }
+#undef TSR_REST
     }
 }
 
@@ -60,7 +84,7 @@ TSR_INLINE int TSR_FN(fwd_body)(const tsr_attn_t* t, int64_t lo, int64_t hi, int
     float* keep = malloc(sizeof(float) * BC);
     if (!kt || !keep) { free(kt); free(keep); return -2; }
     float *vp = kt + E * BC, *s = vp + BC * evp, *acc = s + BR * BC, *m = acc + BR * evp,
-          *l = m + BR;
+          *l = m + BR, mxs[BR], alphas[BR];
     for (int64_t part = lo; part < hi; part++) {
         int64_t b = part / qblocks, i0 = part % qblocks * BR, nr = L - i0 < BR ? L - i0 : BR;
         const float *q = t->q + t->qoff[b] + i0 * t->qrs, *k = t->k + t->koff[b],
@@ -70,7 +94,7 @@ TSR_INLINE int TSR_FN(fwd_body)(const tsr_attn_t* t, int64_t lo, int64_t hi, int
         int64_t jend = t->causal && i0 + nr < S ? i0 + nr : S;
         for (int64_t j0 = 0; j0 < jend; j0 += BC) {
             int64_t nc = jend - j0 < BC ? jend - j0 : BC;
-            load_t(k, t->krs, j0, nc, E, kt);
+            TSR_LOAD_T_FN(k, t->krs, j0, nc, E, kt);
             load_p(v, t->vrs, j0, nc, Ev, evp, vp);
             memset(s, 0, sizeof(float) * (size_t)(nr * BC));
             TSR_FN(mm_acc)(RT, NVT, nr, BC, E, q, t->qrs, 1, kt, BC, s, BC);
@@ -80,11 +104,20 @@ TSR_INLINE int TSR_FN(fwd_body)(const tsr_attn_t* t, int64_t lo, int64_t hi, int
                 float mx = m[r];
 #pragma omp simd reduction(max : mx)
                 for (int64_t c = 0; c < nc; c++) mx = sr[c] > mx ? sr[c] : mx;
+                mxs[r] = mx;
+            }
+            /* the rescale factors of every row at once: one exponential a row, scalar,
+               cost as much as a tenth of the forward at head size 32 */
+#pragma omp simd
+            for (int64_t r = 0; r < nr; r++) alphas[r] = tsr_expf(m[r] - mxs[r]);
+            for (int64_t r = 0; r < nr; r++) {
+                float* sr = s + r * BC;
+                float mx = mxs[r];
                 if (mx == -INFINITY) {       /* nothing to attend to yet */
                     for (int64_t c = 0; c < BC; c++) sr[c] = 0.0f;
                     continue;
                 }
-                float alpha = tsr_expf(m[r] - mx), sum = 0.0f;
+                float alpha = alphas[r], sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
                 for (int64_t c = 0; c < nc; c++) {
                     float p = tsr_expf(sr[c] - mx);
@@ -148,8 +181,8 @@ TSR_INLINE int TSR_FN(bwd_body)(const tsr_attn_t* t, int64_t lo, int64_t hi, int
         memset(dq, 0, sizeof(float) * (size_t)(L * E));
         for (int64_t j0 = 0; j0 < S; j0 += BC) {
             int64_t nc = S - j0 < BC ? S - j0 : BC;
-            load_t(k, t->krs, j0, nc, E, kt);
-            load_t(v, t->vrs, j0, nc, Ev, vt);
+            TSR_LOAD_T_FN(k, t->krs, j0, nc, E, kt);
+            TSR_LOAD_T_FN(v, t->vrs, j0, nc, Ev, vt);
             load_p(k, t->krs, j0, nc, E, ep, kp);
             memset(dk, 0, sizeof(float) * (size_t)(BC * ep));
             memset(dv, 0, sizeof(float) * (size_t)(BC * evp));
@@ -208,3 +241,4 @@ TSR_TARGET static int TSR_FN(bwd)(const tsr_attn_t* t, int64_t lo, int64_t hi) {
 TSR_TARGET static int TSR_FN(fwd)(const tsr_attn_t* t, int64_t lo, int64_t hi) {
     return TSR_FN(fwd_body)(t, lo, hi, TSR_RT, TSR_NVT);
 }
+#undef TSR_LOAD_T_FN
