@@ -71,6 +71,10 @@ MIN_CONVS = 2
 # plain from this many multiply-adds (bench models, vgg11_bn b1 at one thread: 0.9-1.9 G
 # MAC layers 1.3-2.1x faster plain; ResNet-18's 0.12 G and VGG's 0.46 G faster blocked)
 WINOGRAD_MACS = 600_000_000
+# blocked Winograd F(4x4, 3x3) (``TESSERA_NCHWC_WINOGRAD``): 3x3 stride-1 layers of at least
+# these channels in and out and this output extent (placeholder, measured below)
+WINOGRAD_MIN_CHANNELS = 16
+WINOGRAD_MIN_SIZE = 14
 
 
 def mode() -> str:
@@ -171,23 +175,24 @@ class _Rewrite:
             return False
         if x.producer is not None and x.producer.op.name == "pad":
             return False  # reflect, replicate or circular padding: a plain layer
-        if self.auto and _winograd_wins(x, w, n.outputs[0], a):
-            return False
         plain = groups == 1 and c <= PLAIN_CHANNELS and id(x) not in self.blocked
+        wino = not plain and _blocked_winograd(x.shape, w.shape, n.outputs[0].shape, a)
+        if self.auto and not wino and _winograd_wins(x, w, n.outputs[0], a):
+            return False
         xin = x if plain else self._blocked_input(x, n.name)
         geo = dict(stride=tuple(a["stride"]), pads=tuple(map(tuple, a["pads"])),
                    dilation=tuple(a["dilation"]))
-        key = (id(w), plain)
+        key = (id(w), plain, wino)
         if key not in self.packed:
             self.packed[key] = self._variable(ops.pack_conv_weight(
-                wv, groups=groups, block=self.block, plain_input=plain))
+                wv, groups=groups, block=self.block, plain_input=plain, winograd=wino))
         bv = self._array(b)
         bias = None if bv is None else self._variable(ops.pad_bias(bv.reshape(-1), self.block))
         rin = None if r is None else self._blocked_input(r, n.name)
         attrs = dict(geo, groups=groups, block=self.block, plain_input=plain,
                      activation=a.get("activation"), bounds=tuple(a.get("bounds", (0.0, 0.0))),
                      residual_first=bool(a.get("residual_first", False)),
-                     weight_shape=tuple(w.shape))
+                     weight_shape=tuple(w.shape), winograd=wino)
         out = self._add(_emit(self.g, "conv2d_nchwc", [xin, self.packed[key], bias, rin],
                               attrs, n.name))
         self._set(n.outputs[0], out, o)
@@ -348,6 +353,25 @@ class _Rewrite:
         return self.convs > 0
 
 
+def winograd_mode() -> str:
+    """``TESSERA_NCHWC_WINOGRAD``: "0" (every blocked 3x3 convolution direct), "1" (Winograd
+    wherever it applies) or "auto" (the default: where it wins, ``_blocked_winograd``)."""
+    v = os.environ.get("TESSERA_NCHWC_WINOGRAD", "auto").strip().lower()
+    return v if v in ("0", "1") else "auto"
+
+
+def _blocked_winograd(x: tuple, w: tuple, y: tuple, a: dict) -> bool:
+    """Whether a blocked convolution runs as Winograd F(4x4, 3x3) (an ungrouped 3x3
+    stride-1 undilated one of blocked input; ``WINOGRAD_MIN_*``)."""
+    m = winograd_mode()
+    if m == "0" or a["groups"] != 1 or tuple(w[2:]) != (3, 3) or \
+            tuple(a["stride"]) != (1, 1) or tuple(a["dilation"]) != (1, 1):
+        return False
+    if m == "1":
+        return True
+    return min(w[0], w[1]) >= WINOGRAD_MIN_CHANNELS and min(y[2:]) >= WINOGRAD_MIN_SIZE
+
+
 def _winograd_wins(x: Value, w: Value, y: Value, a: dict) -> bool:
     """A large convolution the plain path runs as Winograd (``WINOGRAD_MACS``)."""
     from tessera.ops.conv import _path
@@ -412,4 +436,4 @@ def _conv_plan(n: Node) -> tuple[frozenset, int]:
     (top, _), (left, _) = a["pads"]
     return K.conv_tiles((x[0], cg * a["groups"], x[2], x[3]), (y[0], o, y[2], y[3]),
                         a["weight_shape"], a["stride"], (top, left), a["dilation"],
-                        a["groups"], a["block"], a["plain_input"])
+                        a["groups"], a["block"], a["plain_input"], bool(a.get("winograd")))

@@ -571,9 +571,15 @@ static int64_t band_rows(const geo_t* g, int64_t np, int64_t bands) {
    the 36 products V[pos] U[pos] on the direct convolution's own register tiles (a 1x1
    convolution over T "pixels", NP at a time, into M (36, NB, T, B)) and the output
    transform with bias, residual and activation applied before the one store. T is a
-   multiple of NP (so a build needs the tiles of NP pixels and of the last item's rest) and
-   as many as keep V near 192 KB in L2 (WINO_V). */
-enum { WINO_V = 48 << 10 };   /* floats */
+   multiple of NP (so a build needs the tiles of NP pixels and of the last item's rest).
+   Each item reads all of U it uses (36 C O floats a layer, 4x the direct weights: 9 MB at
+   256 channels), so items are few: T as large as keeps V under WINO_V (the products of
+   one position read a slice of it, a fraction of L2), and where that leaves fewer than a
+   few items a thread, the output blocks' groups split into parts, each item one part of
+   one run of tiles (the input transform then made once per part, a few percent, and each
+   part of U read by one item: ResNet-18's 128-channel 28x28 layer at batch 1, 49 tiles,
+   reads its 2.4 MB of U twice on two threads where items of 7 tiles read it 7 times). */
+enum { WINO_V = 256 << 10 };   /* floats */
 
 #if TSR_NCHWC_WINO
 static _Thread_local float* wino_buf;
@@ -626,21 +632,21 @@ ATTR static void wino_in_##SUF(const tsr_nchwc_conv_t* p, const geo_t* g, float*
         for (int64_t cb = 0; cb < g->CB; cb++) {                                          \
             const float* x = p->x + ((b * g->CB + cb) * H + iy0) * W * bw_ + ix0 * bw_ + l0; \
             V d[6][6], r[6][6];                                                           \
-            for (int i = 0; i < 6; i++)                                                   \
-                for (int j = 0; j < 6; j++)                                               \
+            _Pragma("GCC unroll 6") for (int i = 0; i < 6; i++)                                                   \
+                _Pragma("GCC unroll 6") for (int j = 0; j < 6; j++)                                               \
                     d[i][j] = inside || (iy0 + i >= 0 && iy0 + i < H && ix0 + j >= 0 &&   \
                                          ix0 + j < W)                                     \
                         ? LOADU(x + (i * W + j) * bw_) : SET1(0.0f);                       \
-            for (int j = 0; j < 6; j++) {   /* down the columns, then along the rows */   \
+            _Pragma("GCC unroll 6") for (int j = 0; j < 6; j++) {   /* down the columns, then along the rows */   \
                 V c[6] = {d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j]}, o[6];    \
                 TSR_WINO_BT(c, o)                                                         \
-                for (int i = 0; i < 6; i++) r[i][j] = o[i];                               \
+                _Pragma("GCC unroll 6") for (int i = 0; i < 6; i++) r[i][j] = o[i];                               \
             }                                                                             \
             float* out = v + (cb * T + k) * bw_ + l0;                                     \
-            for (int i = 0; i < 6; i++) {                                                 \
+            _Pragma("GCC unroll 6") for (int i = 0; i < 6; i++) {                                                 \
                 V o[6];                                                                   \
                 TSR_WINO_BT(r[i], o)                                                      \
-                for (int j = 0; j < 6; j++) STOREU(out + (i * 6 + j) * vs, o[j]);         \
+                _Pragma("GCC unroll 6") for (int j = 0; j < 6; j++) STOREU(out + (i * 6 + j) * vs, o[j]);         \
             }                                                                             \
         }                                                                                 \
     }                                                                                     \
@@ -660,11 +666,11 @@ ATTR static void wino_out_##SUF(const tsr_nchwc_conv_t* p, const geo_t* g, const
             int64_t oy0 = tr / TW * 4, ox0 = tr % TW * 4;                                  \
             const float* mk = m + (j * T + k) * bw_ + l0;                                 \
             V r[4][6];                                                                    \
-            for (int c = 0; c < 6; c++) {   /* down the columns, then along the rows */   \
+            _Pragma("GCC unroll 6") for (int c = 0; c < 6; c++) {   /* down the columns, then along the rows */   \
                 V s[6], o[4];                                                             \
-                for (int i = 0; i < 6; i++) s[i] = LOADU(mk + (i * 6 + c) * ms);           \
+                _Pragma("GCC unroll 6") for (int i = 0; i < 6; i++) s[i] = LOADU(mk + (i * 6 + c) * ms);           \
                 TSR_WINO_AT(s, o)                                                         \
-                for (int i = 0; i < 4; i++) r[i][c] = o[i];                               \
+                _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) r[i][c] = o[i];                               \
             }                                                                             \
             int64_t off = ((b * g->OB + ob + j) * OH + oy0) * OW * bw_ + ox0 * bw_ + l0;  \
             int64_t ny = OH - oy0 < 4 ? OH - oy0 : 4, nx = OW - ox0 < 4 ? OW - ox0 : 4;   \
@@ -714,9 +720,10 @@ TSR_WINO(TSR_AVX2, 256, __m256, 8, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_
          _mm256_max_ps, _mm256_min_ps, keep256)
 #endif
 
-/* tiles [t0, t0 + nt) (an item's), or with dry the register tiles they run */
+/* tiles [t0, t0 + nt) into output blocks [ob0, ob1) (an item's), or with dry the register
+   tiles they run */
 static void wino_tiles(const tsr_nchwc_conv_t* p, const geo_t* g, float* buf, int64_t t0,
-                       int64_t nt, dry_t* dry) {
+                       int64_t nt, int64_t ob0, int64_t ob1, dry_t* dry) {
     int64_t B = g->B, CB = g->CB, OB = g->OB, NB = p->reserved[0], NP = p->reserved[1];
     int64_t T = p->reserved[2];
     if (dry) {   /* NP tiles, the rest of the last item */
@@ -740,8 +747,8 @@ static void wino_tiles(const tsr_nchwc_conv_t* p, const geo_t* g, float* buf, in
     memset(&t, 0, sizeof t);
     t.ncb = CB; t.cbs = T * B; t.nky = t.nkx = 1; t.ps = B; t.kw = 1;
     t.wobs = CB * B * B; t.wcbs = B * B; t.yps = B; t.yobs = T * B; t.oleft = p->o;
-    for (int64_t ob = 0; ob < OB; ob += NB) {
-        int nb = (int)min64(NB, OB - ob);
+    for (int64_t ob = ob0; ob < ob1; ob += NB) {
+        int nb = (int)min64(NB, ob1 - ob);
         for (int pos = 0; pos < 36; pos++)
             for (int64_t k = 0; k < nt; k += NP) {
                 t.x = v + (pos * CB * T + k) * B;
@@ -765,18 +772,24 @@ static int64_t wino_total(const tsr_nchwc_conv_t* p) {
     return p->n * ceil_div(p->oh, 4) * ceil_div(p->ow, 4);
 }
 
-/* T (tiles an item) for `threads`: V near WINO_V, a multiple of NP, the items a multiple of
-   the threads */
+/* T (tiles an item, reserved[2]) and the parts of the output blocks' groups (reserved[3])
+   for `threads`: V under WINO_V, T a multiple of NP; from two threads, runs of tiles a
+   multiple of the threads when there are 4 a thread or more, else the groups in as many
+   parts as make the items a multiple of the threads (as near as the groups allow) */
 static int64_t wino_plan(tsr_nchwc_conv_t* p, const geo_t* g, int threads) {
-    int64_t NP = p->reserved[1], total = wino_total(p);
-    if (p->reserved[2] <= 0) {
-        int64_t most = max64(NP, WINO_V / (36 * g->CB * g->B) / NP * NP);
-        int64_t items = ceil_div(total, most);
-        if (threads > 1) items = ceil_div(items, threads) * threads;
-        p->reserved[2] = ceil_div(ceil_div(total, items), NP) * NP;
+    int64_t NP = p->reserved[1], total = wino_total(p), groups = ceil_div(g->OB, p->reserved[0]);
+    int64_t runs = ceil_div(total, max64(NP, WINO_V / (36 * g->CB * g->B) / NP * NP));
+    int64_t parts = 1;
+    if (threads > 1 && runs >= 4 * threads) {
+        runs = ceil_div(runs, threads) * threads;
+    } else if (threads > 1) {
+        while (parts < groups && (runs * parts) % threads) parts++;
+        while (runs * parts < threads && runs < ceil_div(total, NP)) runs++;
     }
-    p->reserved[3] = 1;
-    return ceil_div(total, p->reserved[2]);
+    if (p->reserved[2] <= 0) p->reserved[2] = ceil_div(ceil_div(total, runs), NP) * NP;
+    if (p->reserved[3] <= 0) p->reserved[3] = parts;
+    p->reserved[3] = min64(p->reserved[3], groups);
+    return ceil_div(total, p->reserved[2]) * p->reserved[3];
 }
 
 /* the plan without asking the CPU: the checks, then p->reserved (those not already set) */
@@ -802,6 +815,12 @@ static int64_t plan(tsr_nchwc_conv_t* p, int threads) {
        (ResNet-18's 7x7/2 stem 5% faster, 2 x 12 and 4 x 6 in between; bench kernels:
        nchwc) */
     if (g.plain && g.path == TSR_GEMM_AVX512) nb_max = 2;
+    /* Winograd's products on AVX-512: 2 blocks x 14 tiles where 14 tiles' V fit WINO_V (64
+       channels: 1.5x faster than 4 x 7 on ResNet-18's 56x56 layer), else 4 x 7 (V of 14
+       tiles of 256 channels is 0.5 MB: 4 x 7 20% faster at 14x14; bench kernels: nchwc) */
+    if (*nb <= 0 && (p->flags & TSR_NCHWC_WINOGRAD) && g.path == TSR_GEMM_AVX512 &&
+        WINO_V / (36 * g.CB * g.B) >= 14)
+        *nb = min64(g.OB, 2);
     if (*nb <= 0) *nb = g.dw ? 1 : g.OB % nb_max && g.OB % 3 == 0 ? 3 : min64(g.OB, nb_max);
     if (g.dw) *nb = 1;
     *nb = min64(*nb, NB_MAX);
@@ -851,7 +870,7 @@ static void walk_items(const tsr_nchwc_conv_t* p, dry_t* dry) {
     geo_t g = geometry(p);
 #if TSR_NCHWC_WINO
     if (p->flags & TSR_NCHWC_WINOGRAD) {
-        wino_tiles(p, &g, NULL, 0, wino_total(p), dry);
+        wino_tiles(p, &g, NULL, 0, wino_total(p), 0, g.OB, dry);
         return;
     }
 #endif
@@ -914,7 +933,7 @@ void tsr_nchwc_conv_range(const tsr_nchwc_conv_t* p, int64_t lo, int64_t hi) {
     if (NB <= 0 || NP <= 0 || chunk <= 0 || rows <= 0) return;
 #if TSR_NCHWC_WINO
     if (p->flags & TSR_NCHWC_WINOGRAD) {
-        int64_t total = wino_total(p), T = chunk;
+        int64_t total = wino_total(p), T = chunk, parts = rows, groups = ceil_div(g.OB, NB);
         float* buf = wino_scratch(36 * T * g.B * (g.CB + NB));
         for (int64_t item = lo; item < hi; item++) {
             if (!buf) {   /* (no memory for the scratch: NaN, not garbage) */
@@ -922,7 +941,10 @@ void tsr_nchwc_conv_range(const tsr_nchwc_conv_t* p, int64_t lo, int64_t hi) {
                 for (int64_t i = 0; i < p->n * n; i++) p->y[i] = NAN;
                 return;
             }
-            wino_tiles(p, &g, buf, item * T, min64(T, total - item * T), NULL);
+            int64_t run = item / parts, part = item % parts;
+            int64_t ob0 = part * groups / parts * NB, ob1 = (part + 1) * groups / parts * NB;
+            wino_tiles(p, &g, buf, run * T, min64(T, total - run * T), ob0, min64(ob1, g.OB),
+                       NULL);
         }
         return;
     }
