@@ -615,12 +615,13 @@ static int wino_geometry(const tsr_nchwc_conv_t* p) {
     o[2] = (m[1] + m[2]) + 4.0f * (m[3] + m[4]);                                           \
     o[3] = (m[1] - m[2]) + 8.0f * (m[3] - m[4]) + m[5]; }
 
-/* The transforms on vectors V of the B channels of a pixel (GCC's vector arithmetic; BW its
-   width VW: lanes [l0, l0 + VW) of the B = BW a pixel, LOADU/STOREU of VW floats). IN: tiles [t0, t0 + nt) of the batch into v (36, CB,
-   T, B), input pixels outside the image zero. OUT: m (36, nb, T, B) of tiles [t0, t0 + nt)
-   into output blocks [ob, ob + nb), then the epilogue (as TSR_EPILOGUE's), the tile's
-   pixels inside the output stored. */
-#define TSR_WINO(ATTR, SUF, V, VW, BW, LOADU, STOREU, SET1, MAX, MIN, KEEP)                       \
+/* The transforms on vectors V of VW lanes (GCC's vector arithmetic): lanes [l0, l0 + VW) of
+   the BW = B channels of a pixel, LOADU/STOREU of VW floats. IN: tiles [t0, t0 + nt) of the
+   batch into v (36, CB, T, B), input pixels outside the image zero. OUT: m (36, nb, T, B) of
+   tiles [t0, t0 + nt) into output blocks [ob, ob + nb), then the epilogue (as
+   TSR_EPILOGUE's), the tile's pixels inside the output stored. */
+#define TSR_U6 _Pragma("GCC unroll 6")
+#define TSR_WINO(ATTR, SUF, V, VW, BW, LOADU, STOREU, SET1, MAX, MIN, KEEP)                    \
 ATTR static void wino_in_##SUF(const tsr_nchwc_conv_t* p, const geo_t* g, float* v,       \
                                int64_t t0, int64_t nt, int64_t T, int64_t l0) {            \
     const int64_t bw_ = BW, TW = ceil_div(p->ow, 4), TT = ceil_div(p->oh, 4) * TW;         \
@@ -630,23 +631,23 @@ ATTR static void wino_in_##SUF(const tsr_nchwc_conv_t* p, const geo_t* g, float*
         int64_t iy0 = tr / TW * 4 - p->ph, ix0 = tr % TW * 4 - p->pw;                       \
         int inside = iy0 >= 0 && ix0 >= 0 && iy0 + 6 <= H && ix0 + 6 <= W;                \
         for (int64_t cb = 0; cb < g->CB; cb++) {                                          \
-            const float* x = p->x + ((b * g->CB + cb) * H + iy0) * W * bw_ + ix0 * bw_ + l0; \
+            const float* x = p->x + (((b * g->CB + cb) * H + iy0) * W + ix0) * bw_ + l0;   \
             V d[6][6], r[6][6];                                                           \
-            _Pragma("GCC unroll 6") for (int i = 0; i < 6; i++)                                                   \
-                _Pragma("GCC unroll 6") for (int j = 0; j < 6; j++)                                               \
+            TSR_U6 for (int i = 0; i < 6; i++)                                            \
+                TSR_U6 for (int j = 0; j < 6; j++)                                        \
                     d[i][j] = inside || (iy0 + i >= 0 && iy0 + i < H && ix0 + j >= 0 &&   \
                                          ix0 + j < W)                                     \
                         ? LOADU(x + (i * W + j) * bw_) : SET1(0.0f);                       \
-            _Pragma("GCC unroll 6") for (int j = 0; j < 6; j++) {   /* down the columns, then along the rows */   \
+            TSR_U6 for (int j = 0; j < 6; j++) {   /* down the columns, then the rows */  \
                 V c[6] = {d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j]}, o[6];    \
                 TSR_WINO_BT(c, o)                                                         \
-                _Pragma("GCC unroll 6") for (int i = 0; i < 6; i++) r[i][j] = o[i];                               \
+                TSR_U6 for (int i = 0; i < 6; i++) r[i][j] = o[i];                        \
             }                                                                             \
             float* out = v + (cb * T + k) * bw_ + l0;                                     \
-            _Pragma("GCC unroll 6") for (int i = 0; i < 6; i++) {                                                 \
+            TSR_U6 for (int i = 0; i < 6; i++) {                                          \
                 V o[6];                                                                   \
                 TSR_WINO_BT(r[i], o)                                                      \
-                _Pragma("GCC unroll 6") for (int j = 0; j < 6; j++) STOREU(out + (i * 6 + j) * vs, o[j]);         \
+                TSR_U6 for (int j = 0; j < 6; j++) STOREU(out + (i * 6 + j) * vs, o[j]);  \
             }                                                                             \
         }                                                                                 \
     }                                                                                     \
@@ -666,13 +667,13 @@ ATTR static void wino_out_##SUF(const tsr_nchwc_conv_t* p, const geo_t* g, const
             int64_t oy0 = tr / TW * 4, ox0 = tr % TW * 4;                                  \
             const float* mk = m + (j * T + k) * bw_ + l0;                                 \
             V r[4][6];                                                                    \
-            _Pragma("GCC unroll 6") for (int c = 0; c < 6; c++) {   /* down the columns, then along the rows */   \
+            TSR_U6 for (int c = 0; c < 6; c++) {   /* down the columns, then the rows */  \
                 V s[6], o[4];                                                             \
-                _Pragma("GCC unroll 6") for (int i = 0; i < 6; i++) s[i] = LOADU(mk + (i * 6 + c) * ms);           \
+                TSR_U6 for (int i = 0; i < 6; i++) s[i] = LOADU(mk + (i * 6 + c) * ms);   \
                 TSR_WINO_AT(s, o)                                                         \
-                _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) r[i][c] = o[i];                               \
+                TSR_U6 for (int i = 0; i < 4; i++) r[i][c] = o[i];                        \
             }                                                                             \
-            int64_t off = ((b * g->OB + ob + j) * OH + oy0) * OW * bw_ + ox0 * bw_ + l0;  \
+            int64_t off = (((b * g->OB + ob + j) * OH + oy0) * OW + ox0) * bw_ + l0;      \
             int64_t ny = OH - oy0 < 4 ? OH - oy0 : 4, nx = OW - ox0 < 4 ? OW - ox0 : 4;   \
             for (int i = 0; i < ny; i++) {                                                \
                 V o[4];                                                                   \
@@ -815,11 +816,11 @@ static int64_t plan(tsr_nchwc_conv_t* p, int threads) {
        (ResNet-18's 7x7/2 stem 5% faster, 2 x 12 and 4 x 6 in between; bench kernels:
        nchwc) */
     if (g.plain && g.path == TSR_GEMM_AVX512) nb_max = 2;
-    /* Winograd's products on AVX-512: 2 blocks x 14 tiles where 14 tiles' V fit WINO_V (64
-       channels: 1.5x faster than 4 x 7 on ResNet-18's 56x56 layer), else 4 x 7 (V of 14
-       tiles of 256 channels is 0.5 MB: 4 x 7 20% faster at 14x14; bench kernels: nchwc) */
+    /* Winograd's products on AVX-512: 2 blocks x 14 tiles up to 64 input channels (ResNet-18's
+       56x56 layer 3% faster than 4 x 7), else 4 x 7 (10-20% faster at 128 and 256 channels,
+       28x28 and 14x14; bench kernels: nchwc_winograd) */
     if (*nb <= 0 && (p->flags & TSR_NCHWC_WINOGRAD) && g.path == TSR_GEMM_AVX512 &&
-        WINO_V / (36 * g.CB * g.B) >= 14)
+        g.CB * g.B <= 64)
         *nb = min64(g.OB, 2);
     if (*nb <= 0) *nb = g.dw ? 1 : g.OB % nb_max && g.OB % 3 == 0 ? 3 : min64(g.OB, nb_max);
     if (g.dw) *nb = 1;
