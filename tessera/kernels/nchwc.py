@@ -462,7 +462,7 @@ def _used(p: _Conv) -> tuple[frozenset, int]:
     the geometry is not supported."""
     used = np.zeros(_TILE_IDS, np.uint8)
     passes = int(_lib().tsr_nchwc_conv_tiles(ctypes.byref(p), used.ctypes.data))
-    out = set()
+    out: set[tuple[str, tuple]] = set()
     for i in np.flatnonzero(used).tolist():
         i, np_ = divmod(i, 17)
         i, nb = divmod(i, 5)

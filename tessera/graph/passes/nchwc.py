@@ -10,7 +10,10 @@ program order:
   fixed at compile time, become ``conv2d_nchwc``: the weights packed once into a new
   variable ``_nchwc.N`` (the bias zero-padded to a multiple of B); the input is the blocked
   value, else a ``to_nchwc`` of it, or (ungrouped, at most 4 channels: a first layer) the
-  plain input read as it is;
+  plain input read as it is. An ungrouped 3x3 stride-1 one of blocked input runs as
+  Winograd F(4x4, 3x3) (``winograd=True``, its weights packed transformed) where that wins
+  (``WINOGRAD_MIN_CHANNELS``, ``WINOGRAD_MIN_SIZE``; ``TESSERA_NCHWC_WINOGRAD=0`` never,
+  ``=1`` wherever it applies);
 * relu, hardtanh and clamp of a blocked value fold into the convolution that made it
   (where that value has no other reader and the convolution no activation yet), and so
   does an add of two blocked values (as its residual); otherwise they run on the blocked
@@ -31,7 +34,8 @@ norms' shifts are biases, epilogues already found), before fusion.
 ``TESSERA_NCHWC=0`` turns it off, ``=1`` on wherever it applies; by default (``auto``) it
 runs on graphs with at least two convolutions it can block (one lone convolution, a ViT's
 patch embedding, gains nothing), however few their channels, and leaves plain the large
-3x3 layers the plain path runs as Winograd (``WINOGRAD_MACS``). Why, from ``python -m bench
+3x3 layers the plain path runs as Winograd (``WINOGRAD_MACS``) unless the blocked Winograd
+takes them. Why, from ``python -m bench
 models`` (CPU time at one thread, blocked vs plain): ResNet-18 b1 16 vs 20 ms, b8 124 vs
 131; MobileNetV2 b1 4.5 vs 7.4, b8 35 vs 53; ResNet-50 b1 40 vs 55; VGG-11's 0.9-1.9 G MAC
 layers 1.3-2.1x slower blocked than Winograd; and from ``python -m bench cputime`` (its
@@ -71,8 +75,13 @@ MIN_CONVS = 2
 # plain from this many multiply-adds (bench models, vgg11_bn b1 at one thread: 0.9-1.9 G
 # MAC layers 1.3-2.1x faster plain; ResNet-18's 0.12 G and VGG's 0.46 G faster blocked)
 WINOGRAD_MACS = 600_000_000
-# blocked Winograd F(4x4, 3x3) (``TESSERA_NCHWC_WINOGRAD``): 3x3 stride-1 layers of at least
-# these channels in and out and this output extent (placeholder, measured below)
+# blocked Winograd F(4x4, 3x3) for 3x3 stride-1 layers of at least these channels in and
+# out and this output height and width. Why, ``python -m bench.kernels nchwc_winograd`` (CPU
+# time, one thread, AVX-512): ResNet-18's 64ch 56x56 layer 0.41x the direct one's time,
+# 128ch 28x28 0.43x, 256ch 14x14 0.67x, 512ch 7x7 1.7x (a 7x7 output is 4 tiles of 8x8, and
+# U, 4x the direct weights, is read for each); the whole graph (``bench models``) likewise
+# faster with the 14x14 layers than without, at batch 1 and 8. Fewer channels: the
+# transforms' share grows (16 keeps LeNet-sized layers direct).
 WINOGRAD_MIN_CHANNELS = 16
 WINOGRAD_MIN_SIZE = 14
 
