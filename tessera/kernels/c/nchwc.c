@@ -596,10 +596,6 @@ static float* wino_scratch(int64_t floats) {
 }
 #endif
 
-static int wino_geometry(const tsr_nchwc_conv_t* p) {
-    return p->groups == 1 && !(p->flags & TSR_NCHWC_PLAIN_INPUT) && p->kh == 3 && p->kw == 3 &&
-           p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1;
-}
 
 /* B^T d (6 points, a row or a column of an input tile) and A^T m (6 -> 4) */
 #define TSR_WINO_BT(d, o) {                                                                 \
@@ -633,11 +629,15 @@ ATTR static void wino_in_##SUF(const tsr_nchwc_conv_t* p, const geo_t* g, float*
         for (int64_t cb = 0; cb < g->CB; cb++) {                                          \
             const float* x = p->x + (((b * g->CB + cb) * H + iy0) * W + ix0) * bw_ + l0;   \
             V d[6][6], r[6][6];                                                           \
-            TSR_U6 for (int i = 0; i < 6; i++)                                            \
-                TSR_U6 for (int j = 0; j < 6; j++)                                        \
-                    d[i][j] = inside || (iy0 + i >= 0 && iy0 + i < H && ix0 + j >= 0 &&   \
-                                         ix0 + j < W)                                     \
-                        ? LOADU(x + (i * W + j) * bw_) : SET1(0.0f);                       \
+            if (inside)                                                                   \
+                TSR_U6 for (int i = 0; i < 6; i++)                                        \
+                    TSR_U6 for (int j = 0; j < 6; j++)                                    \
+                        d[i][j] = LOADU(x + (i * W + j) * bw_);                            \
+            else   /* (a border tile: a loop, not 36 checks in line) */                   \
+                for (int i = 0; i < 6; i++)                                               \
+                    for (int j = 0; j < 6; j++)                                           \
+                        d[i][j] = iy0 + i >= 0 && iy0 + i < H && ix0 + j >= 0 &&          \
+                                  ix0 + j < W ? LOADU(x + (i * W + j) * bw_) : SET1(0.0f); \
             TSR_U6 for (int j = 0; j < 6; j++) {   /* down the columns, then the rows */  \
                 V c[6] = {d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j]}, o[6];    \
                 TSR_WINO_BT(c, o)                                                         \
@@ -711,7 +711,14 @@ static wv4 wv_keep(wv4 a, int64_t n) {
     for (int k = 0; k < 4; k++) a[k] = k < n ? a[k] : 0.0f;
     return a;
 }
-TSR_WINO(, portable, wv4, 4, g->B, wv_load, wv_store, wv_set1, wv_max, wv_min, wv_keep)
+/* (loops, not unrolled, and out of line: the portable path is the fallback, not worth its
+   code in every library) */
+#undef TSR_U6
+#define TSR_U6
+TSR_WINO(__attribute__((noinline)), portable, wv4, 4, g->B, wv_load, wv_store, wv_set1, wv_max,
+         wv_min, wv_keep)
+#undef TSR_U6
+#define TSR_U6 _Pragma("GCC unroll 6")
 #if TSR_X86 && TSR_NCHWC_AVX512
 TSR_WINO(TSR_AVX512, 512, __m512, 16, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps,
          _mm512_max_ps, _mm512_min_ps, keep512)
@@ -768,6 +775,12 @@ static void wino_tiles(const tsr_nchwc_conv_t* p, const geo_t* g, float* buf, in
 }
 #endif
 
+#if TSR_NCHWC_WINO
+static int wino_geometry(const tsr_nchwc_conv_t* p) {
+    return p->groups == 1 && !(p->flags & TSR_NCHWC_PLAIN_INPUT) && p->kh == 3 && p->kw == 3 &&
+           p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1;
+}
+
 /* the tiles of the batch: 4x4 output pixels each */
 static int64_t wino_total(const tsr_nchwc_conv_t* p) {
     return p->n * ceil_div(p->oh, 4) * ceil_div(p->ow, 4);
@@ -778,7 +791,8 @@ static int64_t wino_total(const tsr_nchwc_conv_t* p) {
    multiple of the threads when there are 4 a thread or more, else the groups in as many
    parts as make the items a multiple of the threads (as near as the groups allow) */
 static int64_t wino_plan(tsr_nchwc_conv_t* p, const geo_t* g, int threads) {
-    int64_t NP = p->reserved[1], total = wino_total(p), groups = ceil_div(g->OB, p->reserved[0]);
+    int64_t NP = p->reserved[1], total = wino_total(p);
+    int64_t groups = ceil_div(g->OB, p->reserved[0]);
     int64_t runs = ceil_div(total, max64(NP, WINO_V / (36 * g->CB * g->B) / NP * NP));
     int64_t parts = 1;
     if (threads > 1 && runs >= 4 * threads) {
@@ -792,6 +806,7 @@ static int64_t wino_plan(tsr_nchwc_conv_t* p, const geo_t* g, int threads) {
     p->reserved[3] = min64(p->reserved[3], groups);
     return ceil_div(total, p->reserved[2]) * p->reserved[3];
 }
+#endif
 
 /* the plan without asking the CPU: the checks, then p->reserved (those not already set) */
 static int64_t plan(tsr_nchwc_conv_t* p, int threads) {
@@ -816,21 +831,21 @@ static int64_t plan(tsr_nchwc_conv_t* p, int threads) {
        (ResNet-18's 7x7/2 stem 5% faster, 2 x 12 and 4 x 6 in between; bench kernels:
        nchwc) */
     if (g.plain && g.path == TSR_GEMM_AVX512) nb_max = 2;
-    /* Winograd's products on AVX-512: 2 blocks x 14 tiles up to 64 input channels (ResNet-18's
-       56x56 layer 3% faster than 4 x 7), else 4 x 7 (10-20% faster at 128 and 256 channels,
-       28x28 and 14x14; bench kernels: nchwc_winograd) */
-    if (*nb <= 0 && (p->flags & TSR_NCHWC_WINOGRAD) && g.path == TSR_GEMM_AVX512 &&
-        g.CB * g.B <= 64)
-        *nb = min64(g.OB, 2);
     if (*nb <= 0) *nb = g.dw ? 1 : g.OB % nb_max && g.OB % 3 == 0 ? 3 : min64(g.OB, nb_max);
     if (g.dw) *nb = 1;
     *nb = min64(*nb, NB_MAX);
     int lim = g.dw ? NP_DW_LIMIT[g.path] : NP_LIMIT[g.path][*nb];
     int wino = (p->flags & TSR_NCHWC_WINOGRAD) != 0;
+#if TSR_NCHWC_WINO
     if (wino && !wino_geometry(p)) return -1;
+#endif
     if (*np <= 0) *np = wino ? lim : min64(lim, g.OW);   /* (Winograd's pixels are tiles) */
     *np = min64(*np, lim);
+#if TSR_NCHWC_WINO
     if (wino) return wino_plan(p, &g, threads);
+#else
+    if (wino) return -2;   /* (a build without the Winograd path) */
+#endif
     int64_t cbs = plain ? p->c : g.CB;
     if (*chunk <= 0) {
         /* the tile's weights for one pass over the output rows stay in L2 (1 MB a core on
@@ -889,7 +904,6 @@ int64_t tsr_nchwc_conv_plan(tsr_nchwc_conv_t* p, int threads) {
     if (p->isa < 0 || p->isa >= TSR_GEMM_ISAS || !tsr_nchwc_isa_supported(p->isa)) return -1;
     int64_t items = plan(p, threads);
     if (items > 0 && !path_built(path_of(p->isa, p->block))) return -2;
-    if (items > 0 && (p->flags & TSR_NCHWC_WINOGRAD) && !TSR_NCHWC_WINO) return -2;
 #if defined(TSR_NCHWC_TILES) || defined(TSR_NCHWC_K512)
     if (items > 0) {   /* a build of some tiles: all this plan runs must be among them */
         dry_t dry = {NULL, 0};
@@ -984,6 +998,7 @@ void tsr_nchwc_pack_weights(const tsr_nchwc_conv_t* p, const float* w, float* ds
     int64_t B = p->block, taps = p->kh * p->kw, O = p->o, C = p->c;
     int64_t OB = ceil_div(O, B), CB = ceil_div(C, B);
     memset(dst, 0, (size_t)tsr_nchwc_packed_size(p) * sizeof(float));
+#if TSR_NCHWC_WINO   /* (a model's build: packed at export) */
     if ((p->flags & TSR_NCHWC_WINOGRAD) && p->kh == 3 && p->kw == 3 && p->groups == 1) {
         /* U = G g G^T of each filter, at [pos][ob][cb][ci][co] */
         static const double G[6][3] = {{0.25, 0, 0}, {-1.0 / 6, -1.0 / 6, -1.0 / 6},
@@ -1007,6 +1022,7 @@ void tsr_nchwc_pack_weights(const tsr_nchwc_conv_t* p, const float* w, float* ds
             }
         return;
     }
+#endif
     if (p->groups > 1) {
         for (int64_t o = 0; o < O; o++)
             for (int64_t t = 0; t < taps; t++)
