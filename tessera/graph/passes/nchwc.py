@@ -35,7 +35,7 @@ norms' shifts are biases, epilogues already found), before fusion.
 runs on graphs with at least two convolutions it can block (one lone convolution, a ViT's
 patch embedding, gains nothing), however few their channels, and leaves plain the large
 3x3 layers the plain path runs as Winograd (``WINOGRAD_MACS``) unless the blocked Winograd
-takes them. Why, from ``python -m bench
+takes them or their output is under ``WINOGRAD_MIN_SIZE``. Why, from ``python -m bench
 models`` (CPU time at one thread, blocked vs plain): ResNet-18 b1 16 vs 20 ms, b8 124 vs
 131; MobileNetV2 b1 4.5 vs 7.4, b8 35 vs 53; ResNet-50 b1 40 vs 55; VGG-11's 0.9-1.9 G MAC
 layers 1.3-2.1x slower blocked than Winograd; and from ``python -m bench cputime`` (its
@@ -186,7 +186,11 @@ class _Rewrite:
             return False  # reflect, replicate or circular padding: a plain layer
         plain = groups == 1 and c <= PLAIN_CHANNELS and id(x) not in self.blocked
         wino = not plain and _blocked_winograd(x.shape, w.shape, n.outputs[0].shape, a)
-        if self.auto and not wino and _winograd_wins(x, w, n.outputs[0], a):
+        # (a large layer of a small output, ResNet-18's 7x7 ones at batch 8, runs no faster
+        # as the plain path's Winograd than blocked and direct, CPU time at one thread: it
+        # stays in the blocked program, which an executor layer would cut; bench models)
+        if self.auto and not wino and min(n.outputs[0].shape[2:]) >= WINOGRAD_MIN_SIZE and \
+                _winograd_wins(x, w, n.outputs[0], a):
             return False
         xin = x if plain else self._blocked_input(x, n.name)
         geo = dict(stride=tuple(a["stride"]), pads=tuple(map(tuple, a["pads"])),
