@@ -478,7 +478,7 @@ def winograd_child() -> dict:
     tessera.set_num_threads(1)
     rng = np.random.default_rng(0)
     B = N.block()
-    tiles = ((2, 14), (4, 7)) if B == 16 else ((2, 6), (1, 12))
+    tiles = ((2, 14), (1, 16)) if B == 16 else ((1, 12), (4, 3))
     rows = []
     for n in (1, 8):
         for c, h in WINOGRAD_LAYERS:

@@ -54,6 +54,7 @@ def net(tmp_path_factory):
     x = tessera.randn(2, 3, 33, 31)
     mp = pytest.MonkeyPatch()
     mp.setenv("TESSERA_NCHWC", "1")
+    mp.setenv("TESSERA_NCHWC_WINOGRAD", "0")   # (direct convolutions: ``wino`` is Winograd)
     try:
         out = build(model, (x,), tmp_path_factory.mktemp("nchwc"), "blk")
     finally:

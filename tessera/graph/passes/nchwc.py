@@ -12,7 +12,7 @@ program order:
   value, else a ``to_nchwc`` of it, or (ungrouped, at most 4 channels: a first layer) the
   plain input read as it is. An ungrouped 3x3 stride-1 one of blocked input runs as
   Winograd F(4x4, 3x3) (``winograd=True``, its weights packed transformed) where that wins
-  (``WINOGRAD_MIN_CHANNELS``, ``WINOGRAD_MIN_SIZE``; ``TESSERA_NCHWC_WINOGRAD=0`` never,
+  (``WINOGRAD_MIN_CHANNELS``, ``WINOGRAD_TILE_WEIGHTS``; ``TESSERA_NCHWC_WINOGRAD=0`` never,
   ``=1`` wherever it applies);
 * relu, hardtanh and clamp of a blocked value fold into the convolution that made it
   (where that value has no other reader and the convolution no activation yet), and so
@@ -35,7 +35,7 @@ norms' shifts are biases, epilogues already found), before fusion.
 runs on graphs with at least two convolutions it can block (one lone convolution, a ViT's
 patch embedding, gains nothing), however few their channels, and leaves plain the large
 3x3 layers the plain path runs as Winograd (``WINOGRAD_MACS``) unless the blocked Winograd
-takes them or their output is under ``WINOGRAD_MIN_SIZE``. Why, from ``python -m bench
+takes them. Why, from ``python -m bench
 models`` (CPU time at one thread, blocked vs plain): ResNet-18 b1 16 vs 20 ms, b8 124 vs
 131; MobileNetV2 b1 4.5 vs 7.4, b8 35 vs 53; ResNet-50 b1 40 vs 55; VGG-11's 0.9-1.9 G MAC
 layers 1.3-2.1x slower blocked than Winograd; and from ``python -m bench cputime`` (its
@@ -76,14 +76,16 @@ MIN_CONVS = 2
 # MAC layers 1.3-2.1x faster plain; ResNet-18's 0.12 G and VGG's 0.46 G faster blocked)
 WINOGRAD_MACS = 600_000_000
 # blocked Winograd F(4x4, 3x3) for 3x3 stride-1 layers of at least these channels in and
-# out and this output height and width. Why, ``python -m bench.kernels nchwc_winograd`` (CPU
-# time, one thread, AVX-512): ResNet-18's 64ch 56x56 layer 0.41x the direct one's time,
-# 128ch 28x28 0.43x, 256ch 14x14 0.67x, 512ch 7x7 1.7x (a 7x7 output is 4 tiles of 8x8, and
-# U, 4x the direct weights, is read for each); the whole graph (``bench models``) likewise
-# faster with the 14x14 layers than without, at batch 1 and 8. Fewer channels: the
-# transforms' share grows (16 keeps LeNet-sized layers direct).
+# out, and at most this many C x O weight pairs per 4x4 output tile of the batch: each item
+# reads U (36 C O floats, 4x the direct weights), which the tiles must amortize. Why,
+# ``python -m bench.kernels nchwc_winograd`` (CPU time, one thread, AVX-512): ResNet-18's
+# 64ch 56x56 layer at batch 1 (21 pairs a tile) 0.39x the direct one's time, 128ch 28x28
+# (334) 0.35x, 256ch 14x14 (4096) 0.48x, 512ch 7x7 (65536) 1.7x, at batch 8 (8192)
+# 0.78x; the whole ResNet-18 graph, one thread: batch 1 11.6 ms against 14.1 with its 7x7
+# layers too, batch 8 83 against 89 without them. Fewer channels: the transforms' share
+# grows (16 keeps LeNet-sized layers direct).
 WINOGRAD_MIN_CHANNELS = 16
-WINOGRAD_MIN_SIZE = 14
+WINOGRAD_TILE_WEIGHTS = 8192
 
 
 def mode() -> str:
@@ -186,11 +188,7 @@ class _Rewrite:
             return False  # reflect, replicate or circular padding: a plain layer
         plain = groups == 1 and c <= PLAIN_CHANNELS and id(x) not in self.blocked
         wino = not plain and _blocked_winograd(x.shape, w.shape, n.outputs[0].shape, a)
-        # (a large layer of a small output, ResNet-18's 7x7 ones at batch 8, runs no faster
-        # as the plain path's Winograd than blocked and direct, CPU time at one thread: it
-        # stays in the blocked program, which an executor layer would cut; bench models)
-        if self.auto and not wino and min(n.outputs[0].shape[2:]) >= WINOGRAD_MIN_SIZE and \
-                _winograd_wins(x, w, n.outputs[0], a):
+        if self.auto and not wino and _winograd_wins(x, w, n.outputs[0], a):
             return False
         xin = x if plain else self._blocked_input(x, n.name)
         geo = dict(stride=tuple(a["stride"]), pads=tuple(map(tuple, a["pads"])),
@@ -375,14 +373,17 @@ def winograd_mode() -> str:
 
 def _blocked_winograd(x: tuple, w: tuple, y: tuple, a: dict) -> bool:
     """Whether a blocked convolution runs as Winograd F(4x4, 3x3) (an ungrouped 3x3
-    stride-1 undilated one of blocked input; ``WINOGRAD_MIN_*``)."""
+    stride-1 undilated one of blocked input; ``WINOGRAD_MIN_CHANNELS``,
+    ``WINOGRAD_TILE_WEIGHTS``)."""
     m = winograd_mode()
     if m == "0" or a["groups"] != 1 or tuple(w[2:]) != (3, 3) or \
             tuple(a["stride"]) != (1, 1) or tuple(a["dilation"]) != (1, 1):
         return False
     if m == "1":
         return True
-    return min(w[0], w[1]) >= WINOGRAD_MIN_CHANNELS and min(y[2:]) >= WINOGRAD_MIN_SIZE
+    tiles = y[0] * -(-y[2] // 4) * -(-y[3] // 4)
+    return min(w[0], w[1]) >= WINOGRAD_MIN_CHANNELS and \
+        w[0] * w[1] <= WINOGRAD_TILE_WEIGHTS * tiles
 
 
 def _winograd_wins(x: Value, w: Value, y: Value, a: dict) -> bool:
