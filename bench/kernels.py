@@ -8,6 +8,10 @@
   into one loop approaches the triad's bandwidth; one that writes every intermediate
   moves ~6x more memory.
 
+The ``nchwc_winograd`` case (``python -m bench.kernels nchwc_winograd``) times ResNet-18's
+3x3 stride-1 layers at batch 1 and 8 as the blocked direct convolution and as its Winograd
+F(4x4, 3x3) plan (the nchwc pass's rule comes from it).
+
 The ``nchwc`` case (``python -m bench.kernels nchwc`` alone) times tessera's blocked-layout
 convolutions (``tessera.kernels.nchwc``) layer by layer on ResNet-18's and MobileNetV2's
 convolutions at batch 1, against tessera's current path (``tessera.nn.functional.conv2d``)
@@ -459,6 +463,50 @@ def nchwc_render(res: dict) -> str:
                          "torch / nchwc")))
 
 
+# ResNet-18's 3x3 stride-1 layers (channels, size), at batch 1 and 8: the blocked direct
+# convolution against its Winograd F(4x4, 3x3) plan (the nchwc pass's rule, WINOGRAD_MIN_*)
+WINOGRAD_LAYERS = ((64, 56), (128, 28), (256, 14), (512, 7))
+
+
+def winograd_child() -> dict:
+    """Each layer direct and as Winograd (planned, and with the products' other register
+    tiles), one thread, CPU time, interleaved."""
+    import numpy as np
+
+    import tessera
+    from tessera.kernels import nchwc as N
+    tessera.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    B = N.block()
+    tiles = ((2, 14), (1, 16)) if B == 16 else ((1, 12), (4, 3))
+    rows = []
+    for n in (1, 8):
+        for c, h in WINOGRAD_LAYERS:
+            x = rng.standard_normal((n, c, h, h), np.float32)
+            w = rng.standard_normal((c, c, 3, 3), np.float32) * (2.0 / (9 * c)) ** 0.5
+            b = rng.standard_normal(c, np.float32)
+            xb = N.to_blocked(x, B)
+            y = np.empty(N.blocked_shape(x.shape, B), np.float32)
+            timers = {}
+            for name, wino, tile in [("direct", False, None), ("winograd", True, None)] + \
+                    [(f"{a}x{t}", True, (a, t, 0, 0)) for a, t in tiles]:
+                run = N.conv_bound(x.shape, x.shape, w.shape, 1, 1, 1, 1, B, False, "relu",
+                                   winograd=wino, _tiles=tile)
+                wp = N.pack_weights(w, groups=1, block=B, winograd=wino)
+                timers[name] = _cpu_ms(lambda run=run, wp=wp: run(xb, wp, b, None, y))
+            rows.append({"layer": f"b{n} {c}ch {h}x{h}", **_interleaved(timers)})
+    return {"isa": N.isa(), "block": B, "rows": rows}
+
+
+def winograd_render(res: dict) -> str:
+    from bench.common import table
+    keys = [k for k in res["rows"][0] if k != "layer"]
+    rows = [(r["layer"], *(f"{r[k]:.3f}" for k in keys),
+             f"{r['direct'] / r['winograd']:.2f}x") for r in res["rows"]]
+    return (f"blocked kernels: {res['isa']}, B = {res['block']}\n" +
+            table(rows, ("layer", *(f"{k} ms" for k in keys), "direct / winograd")))
+
+
 NCHWC_TITLE = ("Blocked-layout (NCHWc) convolutions, one thread, CPU time (median of "
                f"{NCHWC_REPEAT} interleaved): per layer (convolution + bias; the blocked "
                "kernel also applies the activation) and the ResNet-18 and MobileNetV2 trunks")
@@ -516,6 +564,14 @@ if __name__ == "__main__":
         print(json.dumps(child(sys.argv[2])))
     elif sys.argv[1:] == ["--nchwc-child"]:
         print(json.dumps(nchwc_child()))
+    elif sys.argv[1:] == ["--winograd-child"]:
+        print(json.dumps(winograd_child()))
+    elif sys.argv[1:] == ["nchwc_winograd"]:
+        print("ResNet-18's 3x3 stride-1 layers blocked, direct and as Winograd F(4x4, 3x3) "
+              f"(relu epilogue), one thread, CPU time (median of {NCHWC_REPEAT} interleaved)")
+        proc = subprocess.run([sys.executable, "-m", "bench.kernels", "--winograd-child"],
+                              capture_output=True, text=True, check=True)
+        print(winograd_render(json.loads(proc.stdout.strip().splitlines()[-1])))
     elif sys.argv[1:] == ["nchwc"]:
         print(NCHWC_TITLE)
         print(nchwc_render(nchwc_run()))

@@ -684,6 +684,8 @@ def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
         flags.append("TSR_NCHWC_PLAIN_INPUT")
     if isinstance(r, Value) and a["residual_first"]:
         flags.append("TSR_GEMM_RESIDUAL_FIRST")
+    if a.get("winograd"):
+        flags.append("TSR_NCHWC_WINOGRAD")
     act = {None: "TSR_ACT_NONE", "relu": "TSR_ACT_RELU", "clamp": "TSR_ACT_CLAMP"}
     lo, hi = a["bounds"] if a["activation"] == "clamp" else (0.0, 0.0)
     N, _, H, W = (x.shape if a["plain_input"] else x.shape[:4])

@@ -58,7 +58,7 @@ __all__ = ["block", "usable", "isa", "ISAS", "pack_weights", "conv_bound", "pool
 
 ISAS = ("portable", "avx2", "avx512")           # c/gemm.h's TSR_GEMM_* in order
 _ACTS = {None: 0, "relu": 1, "clamp": 4, "relu6": 4}   # TSR_ACT_*; relu6 is clamp to [0, 6]
-_RESIDUAL_FIRST, _PLAIN_INPUT = 1, 16
+_RESIDUAL_FIRST, _PLAIN_INPUT, _WINOGRAD = 1, 16, 32
 _F32 = np.dtype(np.float32)
 
 
@@ -95,7 +95,7 @@ def _lib():
     weight packing, layout changes, pooling and the portable path's convolutions (about a
     second of compiling, all the tiles 30 times that). An x86 convolution runs in a library
     of the tiles it needs (``_conv_lib``)."""
-    return _load(tiles_header((), (8, 16)), pooling=True)
+    return _load(tiles_header({("W", ())}, (8, 16)), pooling=True)
 
 
 @functools.cache
@@ -217,20 +217,32 @@ def _pads(pads, fn: str) -> tuple[int, int, int, int]:
                      f"got {pads!r}")
 
 
-def _geometry(p: _Conv, wshape, groups: int, block: int, plain_input: bool) -> None:
+def _geometry(p: _Conv, wshape, groups: int, block: int, plain_input: bool,
+              winograd: bool = False) -> None:
     p.o, cg, p.kh, p.kw = (int(i) for i in wshape)
     p.groups, p.block = groups, block
     p.c = cg * groups
-    p.flags = _PLAIN_INPUT if plain_input else 0
+    p.flags = (_PLAIN_INPUT if plain_input else 0) | (_WINOGRAD if winograd else 0)
     p.isa = _isa()
 
 
-def pack_weights(w: np.ndarray, *, groups: int, block: int, plain_input: bool = False
-                 ) -> np.ndarray:
+def _check_winograd(wshape, groups: int, plain_input: bool, stride, dilation, fn: str) -> None:
+    if groups != 1 or plain_input or tuple(wshape[2:]) != (3, 3) or \
+            tuple(stride) != (1, 1) or tuple(dilation) != (1, 1):
+        raise ValueError(f"{fn}: winograd is for ungrouped 3x3 stride-1 undilated "
+                         f"convolutions of blocked input, got weight {list(wshape)}, groups="
+                         f"{groups}, stride {tuple(stride)}, dilation {tuple(dilation)}"
+                         + (", plain input" if plain_input else ""))
+
+
+def pack_weights(w: np.ndarray, *, groups: int, block: int, plain_input: bool = False,
+                 winograd: bool = False) -> np.ndarray:
     """PyTorch's convolution weight ``(o, c / groups, kh, kw)`` packed for the blocked
     kernels (1-D float32, 64-byte aligned): for each block of B output channels, its B
     weights contiguous in the order the tile reads them (zeros past o and c). ``groups`` is 1,
-    or ``c == o`` (depthwise); ``plain_input`` packs for a first layer reading plain NCHW.
+    or ``c == o`` (depthwise); ``plain_input`` packs for a first layer reading plain NCHW;
+    ``winograd`` (3x3 weights) packs the 36 Winograd F(4x4, 3x3) transforms ``G g G^T``
+    of each filter, for ``conv_bound(..., winograd=True)``.
 
     >>> pack_weights(np.ones((4, 3, 3, 3), np.float32), groups=1, block=8).shape
     (576,)
@@ -241,8 +253,10 @@ def pack_weights(w: np.ndarray, *, groups: int, block: int, plain_input: bool = 
         raise TypeError(f"{fn}: w must be a 4-d float32 NumPy array, got "
                         f"{getattr(w, 'dtype', type(w).__name__)} {getattr(w, 'shape', '')}")
     _check_groups(w.shape, groups, plain_input, fn)
+    if winograd:
+        _check_winograd(w.shape, groups, plain_input, (1, 1), (1, 1), fn)
     p = _Conv()
-    _geometry(p, w.shape, groups, block, plain_input)
+    _geometry(p, w.shape, groups, block, plain_input, winograd)
     lib = _lib()
     out = _aligned(int(lib.tsr_nchwc_packed_size(ctypes.byref(p))))
     w = np.ascontiguousarray(w)
@@ -263,7 +277,8 @@ def _check_groups(wshape, groups: int, plain_input: bool, fn: str) -> None:
 
 def conv_bound(xshape, oshape, wshape, stride, pads, dilation, groups: int, block: int,
                plain_input: bool = False, activation: str | None = None, bounds=None,
-               residual_first: bool = False, *, _tiles=None) -> Callable:
+               residual_first: bool = False, *, winograd: bool = False,
+               _tiles=None) -> Callable:
     """A convolution of fixed geometry, planned once: ``run(x, wp, bias, residual, y)``.
 
     ``xshape`` and ``oshape`` are the plain shapes ``(N, C, H, W)`` and ``(N, O, OH, OW)`` (the
@@ -274,6 +289,8 @@ def conv_bound(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
     or, with ``residual_first``, before it; it may be ``y`` itself (in place: each value is read
     before it is written, in one pass over the input channels; ``run.single_pass()`` says
     whether the plan is one anyway, else in place takes one at some cost in cache).
+    ``winograd``: a 3x3 stride-1 convolution run as Winograd F(4x4, 3x3) (``wp`` packed
+    with ``winograd=True``; 2.25x fewer products, for an input and an output transform).
     ``activation``: None, ``"relu"``, ``"relu6"`` or ``"clamp"`` to ``bounds``. Each call runs
     the plan's items on the kernel thread pool (``tessera.get_num_threads()`` threads). One
     bound function runs one call at a time; a call with the same arrays as the last one skips
@@ -319,9 +336,11 @@ def conv_bound(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
         if bounds is None or len(bounds) != 2:
             raise ValueError(f"{fn}: activation 'clamp' needs bounds=(lo, hi), got {bounds!r}")
         lo, hi = (float(b) for b in bounds)
+    if winograd:
+        _check_winograd(wshape, groups, plain_input, (sh, sw), (dh, dw), fn)
     p = _Conv(n=n, h=h, w=w, oh=oh, ow=ow, sh=sh, sw=sw, ph=top, pw=left, dh=dh, dw=dw,
               act=_ACTS[activation], lo=lo, hi=hi)
-    _geometry(p, wshape, groups, block, plain_input)
+    _geometry(p, wshape, groups, block, plain_input, winograd)
     if residual_first:
         p.flags |= _RESIDUAL_FIRST
     if _tiles is not None:          # (bench: the register tile and blocking, 0 = planned)
@@ -401,7 +420,7 @@ def conv_bound(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
     run.items = lambda: state["items"]     # type: ignore[attr-defined]
     run.tiles = lambda: tuple(p.reserved)  # type: ignore[attr-defined]
     cbs = c if plain_input else -(-c // block)
-    run.single_pass = lambda: p.reserved[2] >= cbs  # type: ignore[attr-defined]
+    run.single_pass = lambda: winograd or p.reserved[2] >= cbs  # type: ignore[attr-defined]
     return run
 
 
@@ -410,11 +429,12 @@ _TILE_LISTS = ("K", "C", "D", "T")    # rows, columns, depthwise, depthwise 3-wi
 
 
 def conv_tiles(xshape, oshape, wshape, stride, pads, dilation, groups: int, block: int,
-               plain_input: bool = False) -> tuple[frozenset, int]:
+               plain_input: bool = False, winograd: bool = False) -> tuple[frozenset, int]:
     """The register tiles a convolution (``conv_bound``'s geometry) can run at any thread
     count on the x86 path of ``block`` (16: AVX-512, 8: AVX2; whatever this CPU has): the
     instances of ``c/nchwc.c`` a build of this layer needs, as ``(list, args)`` pairs for
-    ``tiles_header`` (the portable path needs none); and the plan's passes over the input
+    ``tiles_header`` (the portable path needs none; ``("W", ())`` stands for the Winograd
+    transforms, with ``winograd``); and the plan's passes over the input
     channels (one: its output may take over its residual's buffer at no cost).
 
     >>> conv_tiles((1, 16, 4, 4), (1, 16, 4, 4), (16, 16, 1, 1), 1, 0, 1, 1, 16)
@@ -427,7 +447,9 @@ def conv_tiles(xshape, oshape, wshape, stride, pads, dilation, groups: int, bloc
     top, left, _, _ = _pads(pads, fn)
     p = _Conv(n=int(xshape[0]), h=int(xshape[2]), w=int(xshape[3]), oh=int(oshape[2]),
               ow=int(oshape[3]), sh=sh, sw=sw, ph=top, pw=left, dh=dh, dw=dw)
-    _geometry(p, wshape, groups, block, plain_input)
+    if winograd:
+        _check_winograd(wshape, groups, plain_input, (sh, sw), (dh, dw), fn)
+    _geometry(p, wshape, groups, block, plain_input, winograd)
     tiles, passes = _used(p)
     if passes < 0:
         raise RuntimeError(f"{fn}: the blocked kernels cannot run this convolution (input "
@@ -440,7 +462,7 @@ def _used(p: _Conv) -> tuple[frozenset, int]:
     the geometry is not supported."""
     used = np.zeros(_TILE_IDS, np.uint8)
     passes = int(_lib().tsr_nchwc_conv_tiles(ctypes.byref(p), used.ctypes.data))
-    out = set()
+    out: set[tuple[str, tuple]] = set()
     for i in np.flatnonzero(used).tolist():
         i, np_ = divmod(i, 17)
         i, nb = divmod(i, 5)
@@ -450,6 +472,8 @@ def _used(p: _Conv) -> tuple[frozenset, int]:
         name = _TILE_LISTS[kind] + ("512" if wide else "256")
         ci = 1 if plain else (16 if wide else 8)
         out.add((name, (np_, nb, ci, sub) if kind < 2 else (np_, sub)))
+    if p.flags & _WINOGRAD and passes > 0:
+        out.add(("W", ()))
     return frozenset(out), passes
 
 
@@ -507,7 +531,7 @@ def tiles_header(tiles, blocks) -> str:
     with this text ahead of the file) compile only ``tiles`` (a union of ``conv_tiles``;
     empty: a library of the portable path, pooling and the rest): the X-macro list of each
     kind of tile, and the x86 paths the ``blocks`` (8, 16) used run (the other one is left
-    out).
+    out), and whether the Winograd transforms are (``("W", ())`` among the tiles).
 
     >>> text = tiles_header({("K512", (16, 1, 16, 1))}, {16})
     >>> text.splitlines()[1:3]
@@ -527,6 +551,7 @@ def tiles_header(tiles, blocks) -> str:
             rows = [" ".join(calls[i:i + 6]) for i in range(0, len(calls), 6)]
             lines.append(f"#define TSR_NCHWC_{name}(M)" +
                          "".join(f" \\\n    {r}" for r in rows))
+    lines.append(f"#define TSR_NCHWC_WINO {int(('W', ()) in set(tiles))}")
     return "\n".join(lines) + "\n"
 
 

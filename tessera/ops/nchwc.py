@@ -190,10 +190,11 @@ def from_nchwc(x: Tensor, channels: int) -> Tensor:
 # ---- conv2d_nchwc --------------------------------------------------------------------------
 
 def pack_conv_weight(w: np.ndarray, *, groups: int, block: int,
-                     plain_input: bool) -> np.ndarray:
+                     plain_input: bool, winograd: bool = False) -> np.ndarray:
     """PyTorch's (O, C/groups, KH, KW) float32 weights packed for ``conv2d_nchwc`` (1-d,
-    64-byte aligned): the C kernels' layout (``tessera.kernels.nchwc.pack_weights``), or
-    the weights as they are where those do not run (the NumPy kernel reads either).
+    64-byte aligned): the C kernels' layout (``tessera.kernels.nchwc.pack_weights``; with
+    ``winograd`` the filters' Winograd transforms), or the weights as they are where those
+    do not run (the NumPy kernel reads either).
 
     >>> pack_conv_weight(np.ones((8, 8, 3, 3), np.float32), groups=1, block=8,
     ...                  plain_input=False).ndim
@@ -203,7 +204,8 @@ def pack_conv_weight(w: np.ndarray, *, groups: int, block: int,
     K = _kernels()
     if K is None:
         return w.reshape(-1).copy()
-    return K.pack_weights(w, groups=groups, block=block, plain_input=plain_input)
+    return K.pack_weights(w, groups=groups, block=block, plain_input=plain_input,
+                          winograd=winograd)
 
 
 @functools.lru_cache(maxsize=64)
@@ -220,9 +222,29 @@ def _packed_positions(weight_shape, groups, block, plain_input):
     return where, packed[where].astype(np.int64) - 1
 
 
-def _unpack(wp: np.ndarray, weight_shape, groups, block, plain_input) -> np.ndarray:
+# Winograd F(4x4, 3x3)'s filter transform G (U = G g G^T) and its rows 0, 1 and 5, which
+# give g back from U's positions {0, 1, 5} x {0, 1, 5}: g = Gs^-1 U_s Gs^-T
+_G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+               [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+_GS_INV = np.linalg.inv(_G[[0, 1, 5]])
+
+
+def _unpack_winograd(wp: np.ndarray, weight_shape, block) -> np.ndarray:
+    """The 3x3 weights of a Winograd packing (36, O/B, C/B, B ci, B co)."""
+    o, c = weight_shape[:2]
+    ob, cb = _blocks(o, block), _blocks(c, block)
+    u = wp.reshape(6, 6, ob, cb, block, block).transpose(2, 5, 3, 4, 0, 1)
+    u = u.reshape(ob * block, cb * block, 6, 6)[:o, :c].astype(np.float64)
+    us = u[:, :, [0, 1, 5]][:, :, :, [0, 1, 5]]
+    return np.einsum("ia,ocab,jb->ocij", _GS_INV, us, _GS_INV).astype(np.float32)
+
+
+def _unpack(wp: np.ndarray, weight_shape, groups, block, plain_input,
+            winograd: bool = False) -> np.ndarray:
     if _kernels() is None:
         return wp.reshape(weight_shape)
+    if winograd:
+        return _unpack_winograd(wp, weight_shape, block)
     where, src = _packed_positions(tuple(weight_shape), groups, block, plain_input)
     w = np.zeros(math.prod(weight_shape), np.float32)
     w[src] = wp[where]
@@ -248,7 +270,7 @@ def _conv_out(x_shape, weight_shape, stride, pads, dilation) -> tuple[int, int]:
 
 
 def _conv_infer(x, wp, b, r, stride, pads, dilation, groups, block, plain_input, activation,
-                bounds, residual_first, weight_shape):
+                bounds, residual_first, weight_shape, winograd=False):
     op = "conv2d_nchwc"
     _check_block(op, block)
     _float32(op, x, wp, b, r)
@@ -261,6 +283,12 @@ def _conv_infer(x, wp, b, r, stride, pads, dilation, groups, block, plain_input,
                            f"groups={groups} for weight {list(weight_shape)}")
     if plain_input and groups != 1:
         raise RuntimeError(f"{op}: a plain input is for ungrouped convolutions only")
+    if winograd and (groups != 1 or plain_input or (kh, kw) != (3, 3) or
+                     tuple(stride) != (1, 1) or tuple(dilation) != (1, 1)):
+        raise RuntimeError(f"{op}: winograd is for ungrouped 3x3 stride-1 undilated "
+                           f"convolutions of blocked input, got weight {list(weight_shape)}, "
+                           f"groups={groups}, stride {tuple(stride)}, dilation "
+                           f"{tuple(dilation)}")
     want = (x.shape[0], c) + tuple(x.shape[2:4]) if plain_input else \
         (x.shape[0], _blocks(c, block)) + tuple(x.shape[2:4]) + (block,)
     if len(x.shape) != (4 if plain_input else 5) or tuple(x.shape) != want:
@@ -289,12 +317,12 @@ def _conv_infer(x, wp, b, r, stride, pads, dilation, groups, block, plain_input,
 
 
 def _conv_reference(x, wp, b, r, stride, pads, dilation, groups, block, plain_input,
-                    activation, bounds, residual_first, weight_shape):
+                    activation, bounds, residual_first, weight_shape, winograd=False):
     """The meaning: unblock, ``conv_pointwise``, block."""
     from tessera.ops.conv import _pointwise_kernel
     o, cg = weight_shape[:2]
     xs = x if plain_input else unblock_array(x, cg * groups)
-    w = _unpack(wp, weight_shape, groups, block, plain_input)
+    w = _unpack(wp, weight_shape, groups, block, plain_input, winograd)
     y = _pointwise_kernel(np.ascontiguousarray(xs), w, None if b is None else b[:o],
                           None if r is None else unblock_array(r, o), stride, pads, dilation,
                           groups, activation, tuple(bounds), residual_first)
@@ -303,7 +331,7 @@ def _conv_reference(x, wp, b, r, stride, pads, dilation, groups, block, plain_in
 
 @functools.lru_cache(maxsize=512)
 def _conv_runner(xshape, oshape, weight_shape, stride, pads, dilation, groups, block,
-                 plain_input, activation, bounds, residual_first):
+                 plain_input, activation, bounds, residual_first, winograd):
     K = _kernels()
     if K is None:
         return None
@@ -312,7 +340,7 @@ def _conv_runner(xshape, oshape, weight_shape, stride, pads, dilation, groups, b
     (top, bottom), (left, right) = pads
     return K.conv_bound(plain_x, (oshape[0], o) + oshape[2:4], weight_shape, stride,
                         (top, left, bottom, right), dilation, groups, block, plain_input,
-                        activation, bounds, residual_first)
+                        activation, bounds, residual_first, winograd=winograd)
 
 
 def _aligned(a: np.ndarray) -> np.ndarray:
@@ -333,7 +361,7 @@ def _conv_bind(x, wp, b, r, out, **attrs):
     run = _conv_runner(tuple(x.shape), tuple(out.shape), tuple(a["weight_shape"]),
                        tuple(a["stride"]), tuple(map(tuple, a["pads"])), tuple(a["dilation"]),
                        a["groups"], a["block"], a["plain_input"], a["activation"],
-                       tuple(a["bounds"]), a["residual_first"])
+                       tuple(a["bounds"]), a["residual_first"], bool(a.get("winograd")))
 
     def bound(y, xa, wa, ba, ra) -> None:
         if run is None or not y.flags.c_contiguous:
@@ -394,11 +422,13 @@ _CONV = defop("conv2d_nchwc", _conv_infer, _conv_kernel, grad=_no_grad, sbp=SbpR
 def conv2d_nchwc(x: Tensor, wp: Tensor, b: Tensor | None = None, r: Tensor | None = None, *,
                  stride, pads, dilation, groups: int, block: int, weight_shape,
                  plain_input: bool = False, activation: str | None = None,
-                 bounds=(0.0, 0.0), residual_first: bool = False) -> Tensor:
+                 bounds=(0.0, 0.0), residual_first: bool = False,
+                 winograd: bool = False) -> Tensor:
     """``act(conv2d(x, W, b) [+ r]) [+ r]`` on blocked tensors (``conv_pointwise``'s
     epilogue): ``wp`` is W (of ``weight_shape``) packed by ``pack_conv_weight``, ``b`` the
     bias padded by ``pad_bias``; ``groups`` 1 or depthwise; with ``plain_input`` x is
-    plain (N, C, H, W).
+    plain (N, C, H, W); with ``winograd`` (3x3, stride 1, W packed with ``winograd``) it
+    runs as Winograd F(4x4, 3x3).
 
     >>> import numpy as np, tessera
     >>> geo = dict(stride=(1, 1), pads=((1, 1), (1, 1)), dilation=(1, 1))
@@ -413,7 +443,7 @@ def conv2d_nchwc(x: Tensor, wp: Tensor, b: Tensor | None = None, r: Tensor | Non
                     dilation=tuple(dilation), groups=int(groups), block=int(block),
                     plain_input=bool(plain_input), activation=activation,
                     bounds=tuple(float(v) for v in bounds), residual_first=bool(residual_first),
-                    weight_shape=tuple(int(d) for d in weight_shape))
+                    weight_shape=tuple(int(d) for d in weight_shape), winograd=bool(winograd))
 
 
 # ---- pool2d_nchwc --------------------------------------------------------------------------

@@ -54,6 +54,7 @@ def net(tmp_path_factory):
     x = tessera.randn(2, 3, 33, 31)
     mp = pytest.MonkeyPatch()
     mp.setenv("TESSERA_NCHWC", "1")
+    mp.setenv("TESSERA_NCHWC_WINOGRAD", "0")   # (direct convolutions: ``wino`` is Winograd)
     try:
         out = build(model, (x,), tmp_path_factory.mktemp("nchwc"), "blk")
     finally:
@@ -151,3 +152,49 @@ def test_resnet18_matches_eager(tmp_path, monkeypatch):
     want = eager(model, (x,))
     np.testing.assert_allclose(run_driver(out, "r18", (x,), threads=2), want, rtol=1e-4,
                                atol=1e-4 * np.abs(want).max())
+
+
+@pytest.fixture(scope="module")
+def wino(tmp_path_factory):
+    """``Net`` with its blocked 3x3 stride-1 layer run as Winograd (forced: its 9x8 output is
+    under the auto rule's size), on a batch whose runs of tiles cross images."""
+    tessera.manual_seed(6)
+    model = Net().eval()
+    x = tessera.randn(3, 3, 33, 31)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TESSERA_NCHWC", "1")
+    mp.setenv("TESSERA_NCHWC_WINOGRAD", "1")
+    try:
+        out = build(model, (x,), tmp_path_factory.mktemp("wino"), "win")
+    finally:
+        mp.undo()
+    return model, x, out
+
+
+def test_winograd_is_built_only_where_a_layer_runs_it(net, wino):
+    assert "TSR_NCHWC_WINOGRAD" not in (net[2] / "blk.c").read_text()
+    assert "#define TSR_NCHWC_WINO 0" in (net[2] / "nchwc_tiles.h").read_text()
+    assert "TSR_NCHWC_WINOGRAD" in (wino[2] / "win.c").read_text()
+    assert "#define TSR_NCHWC_WINO 1" in (wino[2] / "nchwc_tiles.h").read_text()
+
+
+@pytest.mark.parametrize("isa", ["portable", "avx2", "avx512"])
+def test_winograd_on_every_path_and_thread_count(isa, wino):
+    from tessera.kernels import gemm
+    model, x, out = wino
+    if not gemm._lib().tsr_gemm_isa_supported(gemm.ISAS.index(isa)):
+        pytest.skip(f"this CPU lacks {isa}")
+    env = {**os.environ, "TESSERA_GEMM_ISA": isa}
+    want = eager(model, (x,))
+    for threads in (1, 2, 3):
+        np.testing.assert_allclose(run_driver(out, "win", (x,), env=env, threads=threads),
+                                   want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_winograd_under_sanitizers(tmp_path, monkeypatch):
+    """The Winograd layers' scratch, transforms and tiles under ASan and UBSan."""
+    from tests.deploy.test_export import cycles
+    monkeypatch.setenv("TESSERA_NCHWC", "1")
+    monkeypatch.setenv("TESSERA_NCHWC_WINOGRAD", "1")
+    tessera.manual_seed(7)
+    cycles(tmp_path, {"wsan": (Net().eval(), (tessera.randn(2, 3, 33, 31),))}, 20)

@@ -215,3 +215,51 @@ def test_blocked_pooling_against_pytorch(block):
         want = torch.nn.functional.max_pool2d(t, k, s, p) if kind == "max" else \
             torch.nn.functional.avg_pool2d(t, k, s, p, count_include_pad=inc)
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+class _Residual3x3(nn.Module):
+    """3x3 stride-1 layers of 16 and 40 channels at 16x15 (Winograd in auto mode), a
+    residual, a stride-2 one (direct) and one of 8 output channels (direct in auto mode)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(16, 40, 3, 1, 1), nn.BatchNorm2d(40), nn.ReLU())
+        self.b = nn.Sequential(nn.Conv2d(40, 40, 3, 1, 1), nn.BatchNorm2d(40))
+        self.c = nn.Conv2d(40, 40, 3, 2, 1)
+        self.d = nn.Conv2d(40, 8, 3, 1, 1)
+
+    def forward(self, x):
+        x = self.a(x)
+        x = (self.b(x) + x).relu()
+        return self.d(self.c(x).clamp(-1, 1))
+
+
+@pytest.mark.parametrize("mode,expect", [("auto", [True, True, False, False]),
+                                         ("1", [True, True, False, True]),
+                                         ("0", [False] * 4)])
+def test_winograd_plan_by_layer(mode, expect, block, monkeypatch):
+    """``TESSERA_NCHWC_WINOGRAD``: the 3x3 stride-1 layers the rule takes run as blocked
+    Winograd (weights packed transformed), with the same outputs as the plain graph."""
+    monkeypatch.setenv("TESSERA_NCHWC_WINOGRAD", mode)
+    tessera.manual_seed(4)
+    m = _Residual3x3().eval()
+    with tessera.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                mod.running_mean.copy_(tessera.randn(mod.num_features) * 0.1)
+                mod.running_var.copy_(tessera.rand(mod.num_features) + 0.5)
+    ir = _same(m, (tessera.randn(2, 16, 16, 15),), monkeypatch)
+    convs = [n for n in ir.nodes if n.op.name == "conv2d_nchwc"]
+    assert [n.attrs["winograd"] for n in convs] == expect
+    assert convs[1].inputs[3] is not None   # the residual folded into the Winograd layer
+
+
+def test_winograd_weights_unpack_for_the_numpy_kernel():
+    """The NumPy kernel (where the C kernels do not run) reads Winograd-packed weights: the
+    filters come back from their transforms."""
+    from tessera.ops import nchwc as ops
+    w = np.random.default_rng(0).standard_normal((20, 12, 3, 3)).astype(np.float32)
+    wp = ops.pack_conv_weight(w, groups=1, block=8, plain_input=False, winograd=True)
+    if ops._kernels() is None:
+        pytest.skip("the C kernels do not run here: nothing packed")
+    np.testing.assert_allclose(ops._unpack(wp, w.shape, 1, 8, False, True), w, atol=1e-5)

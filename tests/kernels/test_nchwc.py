@@ -473,3 +473,98 @@ def test_bound_call_rebinds_new_arrays(N):
         run(N.to_blocked(x, B), wp, bias, None if residual is None else N.to_blocked(r, B), y)
         close(N.from_blocked(y, 24), reference(x, wt, bias, (1, 1), (1, 1), (1, 1), 1, "relu",
                                                residual=residual))
+
+
+# Winograd F(4x4, 3x3): (n, c, h, w, o, pads); outputs not a multiple of the 4x4 tile, runs
+# of tiles crossing images, channels not a multiple of the block, padding 0 to 2
+WINOGRAD = [
+    (1, 64, 14, 14, 64, 1),
+    (2, 20, 13, 11, 37, 1),
+    (3, 8, 5, 7, 8, 0),
+    (1, 16, 9, 9, 24, 2),
+    (2, 40, 6, 9, 17, (0, 1, 1, 0)),
+]
+
+
+def winograd(N, x, w, bias, pads, block, act=None, bounds=None, residual=None,
+             residual_first=False, tiles=None, inplace=False):
+    n, c, h, wd = x.shape
+    t, le, b, r = N._pads(pads, "test")
+    oh, ow = h + t + b - 2, wd + le + r - 2
+    o = w.shape[0]
+    run = N.conv_bound(x.shape, (n, o, oh, ow), w.shape, 1, pads, 1, 1, block, False, act,
+                       bounds, residual_first, winograd=True, _tiles=tiles)
+    wp = N.pack_weights(w, groups=1, block=block, winograd=True)
+    rb = None if residual is None else N.to_blocked(residual, block)
+    y = rb if inplace else np.full(N.blocked_shape((n, o, oh, ow), block), np.nan, np.float32)
+    run(N.to_blocked(x, block), wp, bias, rb, y)
+    return N.from_blocked(y, o), y
+
+
+@pytest.mark.parametrize("block", [8, 16])
+@pytest.mark.parametrize("i", range(len(WINOGRAD)))
+def test_winograd(N, path, i, block):
+    """The blocked Winograd plan against PyTorch's direct convolution: every epilogue, the
+    padded output channels zero."""
+    n, c, h, w, o, p = WINOGRAD[i]
+    act, res = EPILOGUES[i % len(EPILOGUES)] if i else ("clamp", "first")
+    pads = p if isinstance(p, tuple) else (p, p)
+    x, wt = rand(n, c, h, w, seed=i), rand(o, c, 3, 3, seed=100 + i)
+    bias = rand(o, seed=200 + i) if i % 3 else None
+    bounds = (-0.5, 0.7) if act == "clamp" else None
+    t, le, b, r = N._pads(pads, "test")
+    residual = rand(n, o, h + t + b - 2, w + le + r - 2, seed=300 + i) if res else None
+    kw = dict(act=act, bounds=bounds, residual=residual, residual_first=res == "first")
+    got, y = winograd(N, x, wt, bias, pads, block, **kw)
+    # Winograd's error scales with the sums before the epilogue (a clamp hides their size)
+    scale = np.abs(reference(x, wt, bias, (1, 1), pads, (1, 1), 1)).max()
+    np.testing.assert_allclose(got, reference(x, wt, bias, (1, 1), pads, (1, 1), 1, **kw),
+                               rtol=1e-4, atol=1e-4 * scale)
+    assert not np.any(unblocked_pad(y, o)), "the padded output channels must be zero"
+
+
+@pytest.mark.parametrize("tiles", [None, (1, 3, 6, 2), (2, 2, 4, 3)],
+                         ids=["planned", "parts2", "parts3"])
+def test_winograd_items_threads_and_in_place(N, path, tiles):
+    """Items of runs of tiles and parts of the output groups (forced), y over its residual,
+    on one and two threads: PyTorch's values, the same bits."""
+    import tessera
+    x, wt = rand(2, 24, 10, 13, seed=20), rand(40, 24, 3, 3, seed=21)
+    bias, r = rand(40, seed=22), rand(2, 40, 10, 13, seed=23)
+    want = reference(x, wt, bias, (1, 1), (1, 1), (1, 1), 1, "relu", residual=r)
+    before = tessera.get_num_threads()
+    out = []
+    try:
+        for threads in (1, 2):
+            tessera.set_num_threads(threads)
+            for inplace in (False, True):
+                got, _ = winograd(N, x, wt, bias, (1, 1), 8, "relu", residual=r, tiles=tiles,
+                                  inplace=inplace)
+                close(got, want)
+                out.append(got)
+    finally:
+        tessera.set_num_threads(before)
+    assert all(np.array_equal(out[0], o) for o in out[1:])
+
+
+def test_winograd_tiles_and_errors(N):
+    """A Winograd plan names its transforms among its tiles; other geometries are errors."""
+    B = N.block()
+    tiles, passes = N.conv_tiles((1, 64, 28, 28), (1, 64, 28, 28), (64, 64, 3, 3), 1, 1, 1,
+                                 1, B, winograd=True)
+    assert ("W", ()) in tiles and passes == 1
+    assert ("W", ()) not in N.conv_tiles((1, 64, 28, 28), (1, 64, 28, 28), (64, 64, 3, 3), 1,
+                                         1, 1, 1, B)[0]
+    assert "#define TSR_NCHWC_WINO 1" in N.tiles_header(tiles, {B})
+    assert "#define TSR_NCHWC_WINO 0" in N.tiles_header(tiles - {("W", ())}, {B})
+    w = rand(8, 8, 3, 3)
+    for kw in (dict(stride=2), dict(dilation=2), dict(groups=8)):
+        geo = dict(stride=1, dilation=1, groups=1) | kw
+        o = N.conv_output_size(9, 3, geo["stride"], 1, 1, geo["dilation"])
+        with pytest.raises(ValueError, match="winograd is for ungrouped 3x3 stride-1"):
+            N.conv_bound((1, 8, 9, 9), (1, 8, o, o), (8, 8 // geo["groups"], 3, 3),
+                         geo["stride"], 1, geo["dilation"], geo["groups"], B, winograd=True)
+    with pytest.raises(ValueError, match="winograd is for ungrouped 3x3 stride-1"):
+        N.pack_weights(rand(8, 8, 5, 5), groups=1, block=B, winograd=True)
+    with pytest.raises(ValueError, match="plain input"):
+        N.pack_weights(w[:, :3], groups=1, block=B, plain_input=True, winograd=True)

@@ -10,7 +10,10 @@ program order:
   fixed at compile time, become ``conv2d_nchwc``: the weights packed once into a new
   variable ``_nchwc.N`` (the bias zero-padded to a multiple of B); the input is the blocked
   value, else a ``to_nchwc`` of it, or (ungrouped, at most 4 channels: a first layer) the
-  plain input read as it is;
+  plain input read as it is. An ungrouped 3x3 stride-1 one of blocked input runs as
+  Winograd F(4x4, 3x3) (``winograd=True``, its weights packed transformed) where that wins
+  (``WINOGRAD_MIN_CHANNELS``, ``WINOGRAD_TILE_WEIGHTS``; ``TESSERA_NCHWC_WINOGRAD=0`` never,
+  ``=1`` wherever it applies);
 * relu, hardtanh and clamp of a blocked value fold into the convolution that made it
   (where that value has no other reader and the convolution no activation yet), and so
   does an add of two blocked values (as its residual); otherwise they run on the blocked
@@ -31,7 +34,8 @@ norms' shifts are biases, epilogues already found), before fusion.
 ``TESSERA_NCHWC=0`` turns it off, ``=1`` on wherever it applies; by default (``auto``) it
 runs on graphs with at least two convolutions it can block (one lone convolution, a ViT's
 patch embedding, gains nothing), however few their channels, and leaves plain the large
-3x3 layers the plain path runs as Winograd (``WINOGRAD_MACS``). Why, from ``python -m bench
+3x3 layers the plain path runs as Winograd (``WINOGRAD_MACS``) unless the blocked Winograd
+takes them. Why, from ``python -m bench
 models`` (CPU time at one thread, blocked vs plain): ResNet-18 b1 16 vs 20 ms, b8 124 vs
 131; MobileNetV2 b1 4.5 vs 7.4, b8 35 vs 53; ResNet-50 b1 40 vs 55; VGG-11's 0.9-1.9 G MAC
 layers 1.3-2.1x slower blocked than Winograd; and from ``python -m bench cputime`` (its
@@ -71,6 +75,17 @@ MIN_CONVS = 2
 # plain from this many multiply-adds (bench models, vgg11_bn b1 at one thread: 0.9-1.9 G
 # MAC layers 1.3-2.1x faster plain; ResNet-18's 0.12 G and VGG's 0.46 G faster blocked)
 WINOGRAD_MACS = 600_000_000
+# blocked Winograd F(4x4, 3x3) for 3x3 stride-1 layers of at least these channels in and
+# out, and at most this many C x O weight pairs per 4x4 output tile of the batch: each item
+# reads U (36 C O floats, 4x the direct weights), which the tiles must amortize. Why,
+# ``python -m bench.kernels nchwc_winograd`` (CPU time, one thread, AVX-512): ResNet-18's
+# 64ch 56x56 layer at batch 1 (21 pairs a tile) 0.39x the direct one's time, 128ch 28x28
+# (334) 0.35x, 256ch 14x14 (4096) 0.48x, 512ch 7x7 (65536) 1.7x, at batch 8 (8192)
+# 0.78x; the whole ResNet-18 graph, one thread: batch 1 11.6 ms against 14.1 with its 7x7
+# layers too, batch 8 83 against 89 without them. Fewer channels: the transforms' share
+# grows (16 keeps LeNet-sized layers direct).
+WINOGRAD_MIN_CHANNELS = 16
+WINOGRAD_TILE_WEIGHTS = 8192
 
 
 def mode() -> str:
@@ -171,23 +186,24 @@ class _Rewrite:
             return False
         if x.producer is not None and x.producer.op.name == "pad":
             return False  # reflect, replicate or circular padding: a plain layer
-        if self.auto and _winograd_wins(x, w, n.outputs[0], a):
-            return False
         plain = groups == 1 and c <= PLAIN_CHANNELS and id(x) not in self.blocked
+        wino = not plain and _blocked_winograd(x.shape, w.shape, n.outputs[0].shape, a)
+        if self.auto and not wino and _winograd_wins(x, w, n.outputs[0], a):
+            return False
         xin = x if plain else self._blocked_input(x, n.name)
         geo = dict(stride=tuple(a["stride"]), pads=tuple(map(tuple, a["pads"])),
                    dilation=tuple(a["dilation"]))
-        key = (id(w), plain)
+        key = (id(w), plain, wino)
         if key not in self.packed:
             self.packed[key] = self._variable(ops.pack_conv_weight(
-                wv, groups=groups, block=self.block, plain_input=plain))
+                wv, groups=groups, block=self.block, plain_input=plain, winograd=wino))
         bv = self._array(b)
         bias = None if bv is None else self._variable(ops.pad_bias(bv.reshape(-1), self.block))
         rin = None if r is None else self._blocked_input(r, n.name)
         attrs = dict(geo, groups=groups, block=self.block, plain_input=plain,
                      activation=a.get("activation"), bounds=tuple(a.get("bounds", (0.0, 0.0))),
                      residual_first=bool(a.get("residual_first", False)),
-                     weight_shape=tuple(w.shape))
+                     weight_shape=tuple(w.shape), winograd=wino)
         out = self._add(_emit(self.g, "conv2d_nchwc", [xin, self.packed[key], bias, rin],
                               attrs, n.name))
         self._set(n.outputs[0], out, o)
@@ -348,6 +364,28 @@ class _Rewrite:
         return self.convs > 0
 
 
+def winograd_mode() -> str:
+    """``TESSERA_NCHWC_WINOGRAD``: "0" (every blocked 3x3 convolution direct), "1" (Winograd
+    wherever it applies) or "auto" (the default: where it wins, ``_blocked_winograd``)."""
+    v = os.environ.get("TESSERA_NCHWC_WINOGRAD", "auto").strip().lower()
+    return v if v in ("0", "1") else "auto"
+
+
+def _blocked_winograd(x: tuple, w: tuple, y: tuple, a: dict) -> bool:
+    """Whether a blocked convolution runs as Winograd F(4x4, 3x3) (an ungrouped 3x3
+    stride-1 undilated one of blocked input; ``WINOGRAD_MIN_CHANNELS``,
+    ``WINOGRAD_TILE_WEIGHTS``)."""
+    m = winograd_mode()
+    if m == "0" or a["groups"] != 1 or tuple(w[2:]) != (3, 3) or \
+            tuple(a["stride"]) != (1, 1) or tuple(a["dilation"]) != (1, 1):
+        return False
+    if m == "1":
+        return True
+    tiles = y[0] * -(-y[2] // 4) * -(-y[3] // 4)
+    return min(w[0], w[1]) >= WINOGRAD_MIN_CHANNELS and \
+        w[0] * w[1] <= WINOGRAD_TILE_WEIGHTS * tiles
+
+
 def _winograd_wins(x: Value, w: Value, y: Value, a: dict) -> bool:
     """A large convolution the plain path runs as Winograd (``WINOGRAD_MACS``)."""
     from tessera.ops.conv import _path
@@ -412,4 +450,4 @@ def _conv_plan(n: Node) -> tuple[frozenset, int]:
     (top, _), (left, _) = a["pads"]
     return K.conv_tiles((x[0], cg * a["groups"], x[2], x[3]), (y[0], o, y[2], y[3]),
                         a["weight_shape"], a["stride"], (top, left), a["dilation"],
-                        a["groups"], a["block"], a["plain_input"])
+                        a["groups"], a["block"], a["plain_input"], bool(a.get("winograd")))

@@ -302,6 +302,12 @@ static const int NP_COL_LIMIT[TSR_GEMM_ISAS][NB_MAX + 1] = {
 static const int NP_DW_LIMIT[TSR_GEMM_ISAS] = {8, 8, 8};
 #endif
 
+/* whether the build has the Winograd F(4x4, 3x3) path (a tiles header says; a model's build
+   only where a layer runs it) */
+#ifndef TSR_NCHWC_WINO
+#define TSR_NCHWC_WINO 1
+#endif
+
 /* the portable tile: any B (<= 16), NB <= 4, NP <= 8, any stride; the epilogue as above */
 static void tile_portable(const tile_t* t, int B, int NB, int NP, int CI, int depthwise) {
     float acc[8][NB_MAX][16];
@@ -554,6 +560,255 @@ static int64_t band_rows(const geo_t* g, int64_t np, int64_t bands) {
     return g->flat && rows < extent ? min64(extent, ceil_div(rows, np) * np) : rows;
 }
 
+/* ---- Winograd F(4x4, 3x3) --------------------------------------------------------- */
+
+/* A 3x3 stride-1 convolution (TSR_NCHWC_WINOGRAD) as Winograd F(4x4, 3x3): each 4x4 block of
+   output pixels (a tile) is A^T [(G g G^T) * (B^T d B)] A of the 6x6 input pixels d under it,
+   36 products per tile and channel pair where the direct tile makes 144 (2.25x fewer, for
+   the transforms' cost). The weights are packed transformed, U (36, O/B, C/B, B, B). A work
+   item is T consecutive tiles of the batch (rows of tiles across the images): their input
+   transform V (36, C/B, T, B) in the thread's scratch, then per group of NB output blocks
+   the 36 products V[pos] U[pos] on the direct convolution's own register tiles (a 1x1
+   convolution over T "pixels", NP at a time, into M (36, NB, T, B)) and the output
+   transform with bias, residual and activation applied before the one store. T is a
+   multiple of NP (so a build needs the tiles of NP pixels and of the last item's rest).
+   Each item reads all of U it uses (36 C O floats a layer, 4x the direct weights: 9 MB at
+   256 channels), so items are few: T as large as keeps V under WINO_V (the products of
+   one position read a slice of it, a fraction of L2), and where that leaves fewer than a
+   few items a thread, the output blocks' groups split into parts, each item one part of
+   one run of tiles (the input transform then made once per part, a few percent, and each
+   part of U read by one item: ResNet-18's 128-channel 28x28 layer at batch 1, 49 tiles,
+   reads its 2.4 MB of U once on two threads, half an item, where items of 7 tiles read it
+   all 7 times: the whole graph 20% less CPU time). */
+enum { WINO_V = 256 << 10 };   /* floats */
+
+#if TSR_NCHWC_WINO
+static _Thread_local float* wino_buf;
+static _Thread_local int64_t wino_floats;
+
+static float* wino_scratch(int64_t floats) {
+    if (floats > wino_floats) {
+        free(wino_buf);
+        wino_floats = (floats + 4095) / 4096 * 4096;
+        wino_buf = aligned_alloc(64, (size_t)wino_floats * sizeof(float));
+        if (!wino_buf) wino_floats = 0;
+    }
+    return wino_buf;
+}
+#endif
+
+
+/* B^T d (6 points, a row or a column of an input tile) and A^T m (6 -> 4) */
+#define TSR_WINO_BT(d, o) {                                                                 \
+    o[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];                                               \
+    o[1] = (d[3] + d[4]) - 4.0f * (d[1] + d[2]);                                           \
+    o[2] = (d[4] - d[3]) + 4.0f * (d[1] - d[2]);                                           \
+    o[3] = (d[4] - d[2]) + 2.0f * (d[3] - d[1]);                                           \
+    o[4] = (d[4] - d[2]) - 2.0f * (d[3] - d[1]);                                           \
+    o[5] = 4.0f * d[1] - 5.0f * d[3] + d[5]; }
+#define TSR_WINO_AT(m, o) {                                                                 \
+    o[0] = m[0] + (m[1] + m[2]) + (m[3] + m[4]);                                           \
+    o[1] = (m[1] - m[2]) + 2.0f * (m[3] - m[4]);                                           \
+    o[2] = (m[1] + m[2]) + 4.0f * (m[3] + m[4]);                                           \
+    o[3] = (m[1] - m[2]) + 8.0f * (m[3] - m[4]) + m[5]; }
+
+/* The transforms on vectors V of VW lanes (GCC's vector arithmetic): lanes [l0, l0 + VW) of
+   the BW = B channels of a pixel, LOADU/STOREU of VW floats. IN: tiles [t0, t0 + nt) of the
+   batch into v (36, CB, T, B), input pixels outside the image zero. OUT: m (36, nb, T, B) of
+   tiles [t0, t0 + nt) into output blocks [ob, ob + nb), then the epilogue (as
+   TSR_EPILOGUE's), the tile's pixels inside the output stored. */
+#define TSR_U6 _Pragma("GCC unroll 6")
+#define TSR_WINO(ATTR, SUF, V, VW, BW, LOADU, STOREU, SET1, MAX, MIN, KEEP)                    \
+ATTR static void wino_in_##SUF(const tsr_nchwc_conv_t* p, const geo_t* g, float* v,       \
+                               int64_t t0, int64_t nt, int64_t T, int64_t l0) {            \
+    const int64_t bw_ = BW, TW = ceil_div(p->ow, 4), TT = ceil_div(p->oh, 4) * TW;         \
+    const int64_t H = p->h, W = p->w, vs = g->CB * T * bw_;                                 \
+    for (int64_t k = 0; k < nt; k++) {                                                    \
+        int64_t b = (t0 + k) / TT, tr = (t0 + k) % TT;                                     \
+        int64_t iy0 = tr / TW * 4 - p->ph, ix0 = tr % TW * 4 - p->pw;                       \
+        int inside = iy0 >= 0 && ix0 >= 0 && iy0 + 6 <= H && ix0 + 6 <= W;                \
+        for (int64_t cb = 0; cb < g->CB; cb++) {                                          \
+            const float* x = p->x + (((b * g->CB + cb) * H + iy0) * W + ix0) * bw_ + l0;   \
+            V d[6][6], r[6][6];                                                           \
+            if (inside)                                                                   \
+                TSR_U6 for (int i = 0; i < 6; i++)                                        \
+                    TSR_U6 for (int j = 0; j < 6; j++)                                    \
+                        d[i][j] = LOADU(x + (i * W + j) * bw_);                            \
+            else   /* (a border tile: a loop, not 36 checks in line) */                   \
+                for (int i = 0; i < 6; i++)                                               \
+                    for (int j = 0; j < 6; j++)                                           \
+                        d[i][j] = iy0 + i >= 0 && iy0 + i < H && ix0 + j >= 0 &&          \
+                                  ix0 + j < W ? LOADU(x + (i * W + j) * bw_) : SET1(0.0f); \
+            TSR_U6 for (int j = 0; j < 6; j++) {   /* down the columns, then the rows */  \
+                V c[6] = {d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j]}, o[6];    \
+                TSR_WINO_BT(c, o)                                                         \
+                TSR_U6 for (int i = 0; i < 6; i++) r[i][j] = o[i];                        \
+            }                                                                             \
+            float* out = v + (cb * T + k) * bw_ + l0;                                     \
+            TSR_U6 for (int i = 0; i < 6; i++) {                                          \
+                V o[6];                                                                   \
+                TSR_WINO_BT(r[i], o)                                                      \
+                TSR_U6 for (int j = 0; j < 6; j++) STOREU(out + (i * 6 + j) * vs, o[j]);  \
+            }                                                                             \
+        }                                                                                 \
+    }                                                                                     \
+}                                                                                         \
+ATTR static void wino_out_##SUF(const tsr_nchwc_conv_t* p, const geo_t* g, const float* m, \
+                                int64_t ob, int64_t nb, int64_t t0, int64_t nt,            \
+                                int64_t T, int64_t l0) {                                  \
+    const int64_t bw_ = BW, TW = ceil_div(p->ow, 4), TT = ceil_div(p->oh, 4) * TW;         \
+    const int64_t OH = p->oh, OW = p->ow, ms = nb * T * bw_;                                \
+    V lo_ = SET1(p->act == TSR_ACT_RELU ? 0.0f : p->lo), hi_ = SET1(p->hi);               \
+    int first = (p->flags & TSR_GEMM_RESIDUAL_FIRST) != 0;                                \
+    for (int64_t j = 0; j < nb; j++) {                                                    \
+        V bias = p->bias ? LOADU(p->bias + (ob + j) * bw_ + l0) : SET1(0.0f);              \
+        int64_t oleft = p->o - (ob + j) * bw_ - l0;                                        \
+        for (int64_t k = 0; k < nt; k++) {                                                \
+            int64_t b = (t0 + k) / TT, tr = (t0 + k) % TT;                                 \
+            int64_t oy0 = tr / TW * 4, ox0 = tr % TW * 4;                                  \
+            const float* mk = m + (j * T + k) * bw_ + l0;                                 \
+            V r[4][6];                                                                    \
+            TSR_U6 for (int c = 0; c < 6; c++) {   /* down the columns, then the rows */  \
+                V s[6], o[4];                                                             \
+                TSR_U6 for (int i = 0; i < 6; i++) s[i] = LOADU(mk + (i * 6 + c) * ms);   \
+                TSR_WINO_AT(s, o)                                                         \
+                TSR_U6 for (int i = 0; i < 4; i++) r[i][c] = o[i];                        \
+            }                                                                             \
+            int64_t off = (((b * g->OB + ob + j) * OH + oy0) * OW + ox0) * bw_ + l0;      \
+            int64_t ny = OH - oy0 < 4 ? OH - oy0 : 4, nx = OW - ox0 < 4 ? OW - ox0 : 4;   \
+            for (int i = 0; i < ny; i++) {                                                \
+                V o[4];                                                                   \
+                TSR_WINO_AT(r[i], o)                                                      \
+                for (int c = 0; c < nx; c++) {                                            \
+                    int64_t at = off + (i * OW + c) * bw_;                                 \
+                    V a = o[c] + bias;                                                    \
+                    if (p->r && first) a = a + LOADU(p->r + at);                           \
+                    if (p->act == TSR_ACT_RELU) a = MAX(lo_, a);                          \
+                    else if (p->act == TSR_ACT_CLAMP) a = MIN(hi_, MAX(lo_, a));          \
+                    if (p->r && !first) a = a + LOADU(p->r + at);                          \
+                    if (oleft < VW) a = KEEP(a, oleft);                                   \
+                    STOREU(p->y + at, a);                                                 \
+                }                                                                         \
+            }                                                                             \
+        }                                                                                 \
+    }                                                                                     \
+}
+
+#if TSR_NCHWC_WINO
+/* the portable transforms: 4 lanes at a time (SSE's width, what every x86-64 has) */
+typedef float wv4 __attribute__((vector_size(16)));
+static wv4 wv_load(const float* s) { wv4 r; memcpy(&r, s, sizeof r); return r; }
+static void wv_store(float* d, wv4 a) { memcpy(d, &a, sizeof a); }
+static wv4 wv_set1(float f) { return (wv4){f, f, f, f}; }
+static wv4 wv_max(wv4 a, wv4 b) {   /* b where it is a NaN, as max(0, v) in the tiles */
+    for (int k = 0; k < 4; k++) b[k] = a[k] > b[k] ? a[k] : b[k];
+    return b;
+}
+static wv4 wv_min(wv4 a, wv4 b) {
+    for (int k = 0; k < 4; k++) b[k] = a[k] < b[k] ? a[k] : b[k];
+    return b;
+}
+static wv4 wv_keep(wv4 a, int64_t n) {
+    for (int k = 0; k < 4; k++) a[k] = k < n ? a[k] : 0.0f;
+    return a;
+}
+/* (loops, not unrolled, and out of line: the portable path is the fallback, not worth its
+   code in every library) */
+#undef TSR_U6
+#define TSR_U6
+TSR_WINO(__attribute__((noinline)), portable, wv4, 4, g->B, wv_load, wv_store, wv_set1, wv_max,
+         wv_min, wv_keep)
+#undef TSR_U6
+#define TSR_U6 _Pragma("GCC unroll 6")
+#if TSR_X86 && TSR_NCHWC_AVX512
+TSR_WINO(TSR_AVX512, 512, __m512, 16, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps,
+         _mm512_max_ps, _mm512_min_ps, keep512)
+#endif
+#if TSR_X86 && TSR_NCHWC_AVX2
+TSR_WINO(TSR_AVX2, 256, __m256, 8, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,
+         _mm256_max_ps, _mm256_min_ps, keep256)
+#endif
+
+/* tiles [t0, t0 + nt) into output blocks [ob0, ob1) (an item's), or with dry the register
+   tiles they run */
+static void wino_tiles(const tsr_nchwc_conv_t* p, const geo_t* g, float* buf, int64_t t0,
+                       int64_t nt, int64_t ob0, int64_t ob1, dry_t* dry) {
+    int64_t B = g->B, CB = g->CB, OB = g->OB, NB = p->reserved[0], NP = p->reserved[1];
+    int64_t T = p->reserved[2];
+    if (dry) {   /* NP tiles, the rest of the last item */
+        for (int64_t ob = 0; ob < OB; ob += NB) {
+            run_tile(g, NULL, (int)min64(NB, OB - ob), (int)min64(NP, nt), 0, dry);
+            if (nt % NP) run_tile(g, NULL, (int)min64(NB, OB - ob), (int)(nt % NP), 0, dry);
+        }
+        return;
+    }
+    float *v = buf, *m = buf + 36 * CB * T * B;
+    {
+#if TSR_X86 && TSR_NCHWC_AVX512
+        if (g->path == TSR_GEMM_AVX512) wino_in_512(p, g, v, t0, nt, T, 0); else
+#endif
+#if TSR_X86 && TSR_NCHWC_AVX2
+        if (g->path == TSR_GEMM_AVX2) wino_in_256(p, g, v, t0, nt, T, 0); else
+#endif
+        for (int64_t l0 = 0; l0 < B; l0 += 4) wino_in_portable(p, g, v, t0, nt, T, l0);
+    }
+    tile_t t;
+    memset(&t, 0, sizeof t);
+    t.ncb = CB; t.cbs = T * B; t.nky = t.nkx = 1; t.ps = B; t.kw = 1;
+    t.wobs = CB * B * B; t.wcbs = B * B; t.yps = B; t.yobs = T * B; t.oleft = p->o;
+    for (int64_t ob = ob0; ob < ob1; ob += NB) {
+        int nb = (int)min64(NB, ob1 - ob);
+        for (int pos = 0; pos < 36; pos++)
+            for (int64_t k = 0; k < nt; k += NP) {
+                t.x = v + (pos * CB * T + k) * B;
+                t.w = p->wp + (pos * OB + ob) * CB * B * B;
+                t.y = m + (pos * nb * T + k) * B;
+                run_tile(g, &t, nb, (int)min64(NP, nt - k), 0, NULL);
+            }
+#if TSR_X86 && TSR_NCHWC_AVX512
+        if (g->path == TSR_GEMM_AVX512) wino_out_512(p, g, m, ob, nb, t0, nt, T, 0); else
+#endif
+#if TSR_X86 && TSR_NCHWC_AVX2
+        if (g->path == TSR_GEMM_AVX2) wino_out_256(p, g, m, ob, nb, t0, nt, T, 0); else
+#endif
+        for (int64_t l0 = 0; l0 < B; l0 += 4) wino_out_portable(p, g, m, ob, nb, t0, nt, T, l0);
+    }
+}
+#endif
+
+#if TSR_NCHWC_WINO
+static int wino_geometry(const tsr_nchwc_conv_t* p) {
+    return p->groups == 1 && !(p->flags & TSR_NCHWC_PLAIN_INPUT) && p->kh == 3 && p->kw == 3 &&
+           p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1;
+}
+
+/* the tiles of the batch: 4x4 output pixels each */
+static int64_t wino_total(const tsr_nchwc_conv_t* p) {
+    return p->n * ceil_div(p->oh, 4) * ceil_div(p->ow, 4);
+}
+
+/* T (tiles an item, reserved[2]) and the parts of the output blocks' groups (reserved[3])
+   for `threads`: V under WINO_V, T a multiple of NP; from two threads, runs of tiles a
+   multiple of the threads when there are 4 a thread or more, else the groups in as many
+   parts as make the items a multiple of the threads (as near as the groups allow) */
+static int64_t wino_plan(tsr_nchwc_conv_t* p, const geo_t* g, int threads) {
+    int64_t NP = p->reserved[1], total = wino_total(p);
+    int64_t groups = ceil_div(g->OB, p->reserved[0]);
+    int64_t runs = ceil_div(total, max64(NP, WINO_V / (36 * g->CB * g->B) / NP * NP));
+    int64_t parts = 1;
+    if (threads > 1 && runs >= 4 * threads) {
+        runs = ceil_div(runs, threads) * threads;
+    } else if (threads > 1) {
+        while (parts < groups && (runs * parts) % threads) parts++;
+        while (runs * parts < threads && runs < ceil_div(total, NP)) runs++;
+    }
+    if (p->reserved[2] <= 0) p->reserved[2] = ceil_div(ceil_div(total, runs), NP) * NP;
+    if (p->reserved[3] <= 0) p->reserved[3] = parts;
+    p->reserved[3] = min64(p->reserved[3], groups);
+    return ceil_div(total, p->reserved[2]) * p->reserved[3];
+}
+#endif
+
 /* the plan without asking the CPU: the checks, then p->reserved (those not already set) */
 static int64_t plan(tsr_nchwc_conv_t* p, int threads) {
     int isa = p->isa, B = p->block;
@@ -581,8 +836,17 @@ static int64_t plan(tsr_nchwc_conv_t* p, int threads) {
     if (g.dw) *nb = 1;
     *nb = min64(*nb, NB_MAX);
     int lim = g.dw ? NP_DW_LIMIT[g.path] : NP_LIMIT[g.path][*nb];
-    if (*np <= 0) *np = min64(lim, g.OW);
+    int wino = (p->flags & TSR_NCHWC_WINOGRAD) != 0;
+#if TSR_NCHWC_WINO
+    if (wino && !wino_geometry(p)) return -1;
+#endif
+    if (*np <= 0) *np = wino ? lim : min64(lim, g.OW);   /* (Winograd's pixels are tiles) */
     *np = min64(*np, lim);
+#if TSR_NCHWC_WINO
+    if (wino) return wino_plan(p, &g, threads);
+#else
+    if (wino) return -2;   /* (a build without the Winograd path) */
+#endif
     int64_t cbs = plain ? p->c : g.CB;
     if (*chunk <= 0) {
         /* the tile's weights for one pass over the output rows stay in L2 (1 MB a core on
@@ -621,6 +885,12 @@ static int64_t plan(tsr_nchwc_conv_t* p, int threads) {
    output blocks: the others run the same tiles) */
 static void walk_items(const tsr_nchwc_conv_t* p, dry_t* dry) {
     geo_t g = geometry(p);
+#if TSR_NCHWC_WINO
+    if (p->flags & TSR_NCHWC_WINOGRAD) {
+        wino_tiles(p, &g, NULL, 0, wino_total(p), 0, g.OB, dry);
+        return;
+    }
+#endif
     int64_t NB = p->reserved[0], NP = p->reserved[1], rows = p->reserved[3];
     int64_t extent = g.flat ? g.OW : g.OH, last = (ceil_div(g.OB, NB) - 1) * NB;
     for (int64_t e0 = 0; e0 < extent; e0 += rows)
@@ -650,6 +920,11 @@ int tsr_nchwc_conv_tiles(const tsr_nchwc_conv_t* p, unsigned char* used) {
     q.isa = q.block == 16 ? TSR_GEMM_AVX512 : TSR_GEMM_AVX2;
     if (plan(&q, 1) < 0) return -1;   /* (the blocking p->reserved sets kept, as there) */
     geo_t g = geometry(&q);
+    if (q.flags & TSR_NCHWC_WINOGRAD) {   /* (the same tiles at any thread count) */
+        dry_t wd = {used, 0};
+        walk_items(&q, &wd);
+        return 1;
+    }
     int64_t cbs = g.plain ? q.c : g.CB, passes = ceil_div(cbs, q.reserved[2]);
     dry_t dry = {used, 0};
     /* every split of the rows a thread count can give (any rows per item, a superset) */
@@ -672,6 +947,24 @@ void tsr_nchwc_conv_range(const tsr_nchwc_conv_t* p, int64_t lo, int64_t hi) {
     int64_t NB = p->reserved[0], NP = p->reserved[1], chunk = p->reserved[2],
             rows = p->reserved[3];
     if (NB <= 0 || NP <= 0 || chunk <= 0 || rows <= 0) return;
+#if TSR_NCHWC_WINO
+    if (p->flags & TSR_NCHWC_WINOGRAD) {
+        int64_t total = wino_total(p), T = chunk, parts = rows, groups = ceil_div(g.OB, NB);
+        float* buf = wino_scratch(36 * T * g.B * (g.CB + NB));
+        for (int64_t item = lo; item < hi; item++) {
+            if (!buf) {   /* (no memory for the scratch: NaN, not garbage) */
+                int64_t n = g.OB * p->oh * p->ow * g.B;
+                for (int64_t i = 0; i < p->n * n; i++) p->y[i] = NAN;
+                return;
+            }
+            int64_t run = item / parts, part = item % parts;
+            int64_t ob0 = part * groups / parts * NB, ob1 = (part + 1) * groups / parts * NB;
+            wino_tiles(p, &g, buf, run * T, min64(T, total - run * T), ob0, min64(ob1, g.OB),
+                       NULL);
+        }
+        return;
+    }
+#endif
     int64_t groups = ceil_div(g.OB, NB), extent = g.flat ? g.OW : g.OH;
     int64_t bands = ceil_div(extent, rows), cbs = g.plain ? p->c : g.CB;
     for (int64_t item = lo; item < hi; item++) {
@@ -694,6 +987,7 @@ void tsr_nchwc_conv_range(const tsr_nchwc_conv_t* p, int64_t lo, int64_t hi) {
 int64_t tsr_nchwc_packed_size(const tsr_nchwc_conv_t* p) {
     int64_t B = p->block, taps = p->kh * p->kw;
     if (B < 1) return -1;
+    if (p->flags & TSR_NCHWC_WINOGRAD) return 36 * ceil_div(p->o, B) * ceil_div(p->c, B) * B * B;
     if (p->groups > 1) return ceil_div(p->c, B) * taps * B;
     if (p->flags & TSR_NCHWC_PLAIN_INPUT) return ceil_div(p->o, B) * p->c * taps * B;
     return ceil_div(p->o, B) * ceil_div(p->c, B) * taps * B * B;
@@ -705,6 +999,31 @@ void tsr_nchwc_pack_weights(const tsr_nchwc_conv_t* p, const float* w, float* ds
     int64_t B = p->block, taps = p->kh * p->kw, O = p->o, C = p->c;
     int64_t OB = ceil_div(O, B), CB = ceil_div(C, B);
     memset(dst, 0, (size_t)tsr_nchwc_packed_size(p) * sizeof(float));
+#if TSR_NCHWC_WINO   /* (a model's build: packed at export) */
+    if ((p->flags & TSR_NCHWC_WINOGRAD) && p->kh == 3 && p->kw == 3 && p->groups == 1) {
+        /* U = G g G^T of each filter, at [pos][ob][cb][ci][co] */
+        static const double G[6][3] = {{0.25, 0, 0}, {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                       {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                       {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                       {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t c = 0; c < C; c++) {
+                const float* g = w + (o * C + c) * 9;
+                double a[6][3];
+                for (int i = 0; i < 6; i++)
+                    for (int j = 0; j < 3; j++)
+                        a[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
+                for (int i = 0; i < 6; i++)
+                    for (int j = 0; j < 6; j++) {
+                        double u = a[i][0] * G[j][0] + a[i][1] * G[j][1] + a[i][2] * G[j][2];
+                        int64_t at = ((((i * 6 + j) * OB + o / B) * CB + c / B) * B + c % B) * B
+                                     + o % B;
+                        dst[at] = (float)u;
+                    }
+            }
+        return;
+    }
+#endif
     if (p->groups > 1) {
         for (int64_t o = 0; o < O; o++)
             for (int64_t t = 0; t < taps; t++)

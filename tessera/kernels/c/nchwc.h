@@ -22,6 +22,9 @@
 #include "gemm.h"
 
 enum { TSR_NCHWC_PLAIN_INPUT = 16 };  /* flag: x is plain NCHW (a first layer, few channels) */
+/* flag: a 3x3 stride-1 ungrouped convolution of blocked input run as Winograd F(4x4, 3x3),
+   its weights packed transformed (36 (O/B) (C/B) B B floats) */
+enum { TSR_NCHWC_WINOGRAD = 32 };
 
 typedef struct tsr_nchwc_conv {
     int64_t n, c, h, w;            /* input: batch, channels (unpadded), height, width     */
