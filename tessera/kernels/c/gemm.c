@@ -246,22 +246,28 @@ TSR_AVX512 TSR_INLINE void ukr_avx512_few(int64_t k, const float* restrict a, in
     }
 }
 
-/* one out-of-line copy per row count for both layouts of A (see mid512_ below) */
-#define TSR_FEW512(R)                                                                     \
-TSR_AVX512 __attribute__((noinline)) static void few512_##R(                             \
+/* one out-of-line copy per row count for both layouts of A (see mid512_ below): NAME_R,
+   the kernel KERN at R rows with A's layout (ars, acs) taken at run time */
+#define TSR_OUTLINED(ATTR, NAME, KERN, R)                                                 \
+ATTR __attribute__((noinline)) static void NAME##_##R(                                   \
         int64_t k, const float* a, int64_t ars, int64_t acs, const float* b, float* c,    \
         int64_t ldc, int add) {                                                           \
-    ukr_avx512_few(k, a, ars, acs, b, c, ldc, add, R);                                    \
-}                                                                                         \
-static void ukr_avx512_few##R(int64_t k, const float* a, int64_t lda, const float* b,     \
-                              float* c, int64_t ldc, int add) {                           \
-    (void)lda;                                                                            \
-    few512_##R(k, a, 1, MR_512, b, c, ldc, add);                                          \
-}                                                                                         \
-static void ukr_avx512_few##R##_rows(int64_t k, const float* a, int64_t lda,              \
-                                     const float* b, float* c, int64_t ldc, int add) {    \
-    few512_##R(k, a, lda, 1, b, c, ldc, add);                                             \
+    KERN(k, a, ars, acs, b, c, ldc, add, R);                                              \
 }
+/* a row count's two table entries, A packed (MR apart) and A's rows in place, on FN */
+#define TSR_ROW_ENTRIES(ISA, R, FN, MR)                                                   \
+static void ukr_##ISA##_few##R(int64_t k, const float* a, int64_t lda, const float* b,    \
+                               float* c, int64_t ldc, int add) {                          \
+    (void)lda;                                                                            \
+    FN(k, a, 1, MR, b, c, ldc, add);                                                      \
+}                                                                                         \
+static void ukr_##ISA##_few##R##_rows(int64_t k, const float* a, int64_t lda,             \
+                                      const float* b, float* c, int64_t ldc, int add) {   \
+    FN(k, a, lda, 1, b, c, ldc, add);                                                     \
+}
+#define TSR_FEW512(R)                                                                     \
+    TSR_OUTLINED(TSR_AVX512, few512, ukr_avx512_few, R)                                   \
+    TSR_ROW_ENTRIES(avx512, R, few512_##R, MR_512)
 TSR_FEW512(1) TSR_FEW512(2) TSR_FEW512(3) TSR_FEW512(4)
 
 /* 4 to 8 rows (a class token and four patches, a small batch; half of 9 to 13): one chain
@@ -301,12 +307,7 @@ TSR_AVX512 TSR_INLINE void ukr_avx512_mid(int64_t k, const float* restrict a, in
    (bench deploy: "code KB", under 300 KB a model) */
 typedef void (*mid_fn)(int64_t, const float*, int64_t, int64_t, const float*, float*, int64_t,
                        int);
-#define TSR_MIDR512(R)                                                                    \
-TSR_AVX512 __attribute__((noinline)) static void mid512_##R(                             \
-        int64_t k, const float* a, int64_t ars, int64_t acs, const float* b, float* c,    \
-        int64_t ldc, int add) {                                                           \
-    ukr_avx512_mid(k, a, ars, acs, b, c, ldc, add, R);                                    \
-}
+#define TSR_MIDR512(R) TSR_OUTLINED(TSR_AVX512, mid512, ukr_avx512_mid, R)
 TSR_MIDR512(4) TSR_MIDR512(5) TSR_MIDR512(6) TSR_MIDR512(7) TSR_MIDR512(8)
 static const mid_fn MID512[9] = {[4] = mid512_4, [5] = mid512_5, [6] = mid512_6,
                                  [7] = mid512_7, [8] = mid512_8};
@@ -326,16 +327,13 @@ static void ukr_avx512_split(int64_t k, const float* a, int64_t ars, int64_t acs
     MID512[R](k, a, ars, acs, b, c, ldc, add);
 }
 
-#define TSR_MID512(R)                                                                     \
-static void ukr_avx512_few##R(int64_t k, const float* a, int64_t lda, const float* b,     \
-                              float* c, int64_t ldc, int add) {                           \
-    (void)lda;                                                                            \
-    ukr_avx512_split(k, a, 1, MR_512, b, c, ldc, add, R);                                 \
-}                                                                                         \
-static void ukr_avx512_few##R##_rows(int64_t k, const float* a, int64_t lda,              \
-                                     const float* b, float* c, int64_t ldc, int add) {    \
-    ukr_avx512_split(k, a, lda, 1, b, c, ldc, add, R);                                    \
+/* 5 to 13 rows over the two halves: ukr_avx512_split at a fixed R */
+#define TSR_SPLIT512(R)                                                                   \
+TSR_INLINE void split512_##R(int64_t k, const float* a, int64_t ars, int64_t acs,         \
+                            const float* b, float* c, int64_t ldc, int add) {            \
+    ukr_avx512_split(k, a, ars, acs, b, c, ldc, add, R);                                  \
 }
+#define TSR_MID512(R) TSR_SPLIT512(R) TSR_ROW_ENTRIES(avx512, R, split512_##R, MR_512)
 TSR_MID512(5) TSR_MID512(6) TSR_MID512(7) TSR_MID512(8) TSR_MID512(9) TSR_MID512(10)
 TSR_MID512(11) TSR_MID512(12) TSR_MID512(13)
 
@@ -381,20 +379,8 @@ TSR_AVX2 TSR_INLINE void ukr_avx2_few(int64_t k, const float* restrict a, int64_
 }
 
 #define TSR_FEW256(R)                                                                     \
-TSR_AVX2 __attribute__((noinline)) static void few256_##R(                               \
-        int64_t k, const float* a, int64_t ars, int64_t acs, const float* b, float* c,    \
-        int64_t ldc, int add) {                                                           \
-    ukr_avx2_few(k, a, ars, acs, b, c, ldc, add, R);                                      \
-}                                                                                         \
-static void ukr_avx2_few##R(int64_t k, const float* a, int64_t lda, const float* b,       \
-                            float* c, int64_t ldc, int add) {                             \
-    (void)lda;                                                                            \
-    few256_##R(k, a, 1, MR_256, b, c, ldc, add);                                          \
-}                                                                                         \
-static void ukr_avx2_few##R##_rows(int64_t k, const float* a, int64_t lda, const float* b, \
-                                   float* c, int64_t ldc, int add) {                      \
-    few256_##R(k, a, lda, 1, b, c, ldc, add);                                             \
-}
+    TSR_OUTLINED(TSR_AVX2, few256, ukr_avx2_few, R)                                       \
+    TSR_ROW_ENTRIES(avx2, R, few256_##R, MR_256)
 TSR_FEW256(1) TSR_FEW256(2)
 
 /* 3 to 5 rows: one chain per element, the full kernel's order (see ukr_avx512_mid) */
@@ -427,20 +413,8 @@ TSR_AVX2 TSR_INLINE void ukr_avx2_mid(int64_t k, const float* restrict a, int64_
 }
 
 #define TSR_MIDR256(R)                                                                    \
-TSR_AVX2 __attribute__((noinline)) static void mid256_##R(                               \
-        int64_t k, const float* a, int64_t ars, int64_t acs, const float* b, float* c,    \
-        int64_t ldc, int add) {                                                           \
-    ukr_avx2_mid(k, a, ars, acs, b, c, ldc, add, R);                                      \
-}                                                                                         \
-static void ukr_avx2_few##R(int64_t k, const float* a, int64_t lda, const float* b,       \
-                            float* c, int64_t ldc, int add) {                             \
-    (void)lda;                                                                            \
-    mid256_##R(k, a, 1, MR_256, b, c, ldc, add);                                          \
-}                                                                                         \
-static void ukr_avx2_few##R##_rows(int64_t k, const float* a, int64_t lda, const float* b, \
-                                   float* c, int64_t ldc, int add) {                      \
-    mid256_##R(k, a, lda, 1, b, c, ldc, add);                                             \
-}
+    TSR_OUTLINED(TSR_AVX2, mid256, ukr_avx2_mid, R)                                       \
+    TSR_ROW_ENTRIES(avx2, R, mid256_##R, MR_256)
 TSR_MIDR256(3) TSR_MIDR256(4) TSR_MIDR256(5)
 #endif
 
