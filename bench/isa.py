@@ -9,21 +9,15 @@ inherited by every child process:
   ``ONEDNN_MAX_CPU_ISA=AVX2`` (oneDNN) and ``MKL_ENABLE_INSTRUCTIONS=AVX2`` (MKL's GEMM)
 - JAX: ``--xla_cpu_max_isa=AVX2`` in ``XLA_FLAGS`` (the code XLA generates)
 
-Two peers run AVX-512 under a cap all the same (``UNCAPPED``): the results mark their
-columns and leave them out of the best-peer ratios (``compared``).
-
-- onnxruntime has no such switch: MLAS picks its kernels by CPUID.
-- JAX: ``--xla_cpu_max_isa`` narrows only the code XLA generates. XLA hands its dots (and
-  some reductions and transposes) to YNNPACK (``__ynn_fusion`` in the compiled HLO), whose
-  kernels are chosen by CPUID (cpuinfo) with no switch. Under the cap, ``perf record`` of
-  the training section's MLP step has 23% of its samples in
-  ``ynn::dot_fp32_5x64x1_1x16x1_avx512`` (an inner loop of ``vfmadd231ps`` on zmm
-  registers), more in ``ynn::transpose_x32_avx512`` and ``ynn::sum_kn_fp32_avx512``; that
-  step's 2.45 GFLOP of products in 8.9 ms on two Zen 5 cores at 4.1 GHz is 275 GFLOP/s,
-  above AVX2's FMA peak of 262 (two 8-lane FMAs a cycle and core). Turning YNNPACK off
-  (``--xla_cpu_experimental_ynn_fusion_type=``) sends the dots to Eigen instead, which
-  would measure a JAX no AVX2 machine runs (there YNNPACK picks its AVX2 kernels), so it
-  stays on and out of the ratio.
+Two peers have no such variable: onnxruntime (MLAS picks its kernels by CPUID) and JAX
+(``--xla_cpu_max_isa`` narrows only the code XLA generates; XLA hands its dots, and some
+reductions and transposes, to YNNPACK, whose kernels are chosen by CPUID: uncapped, ``perf``
+shows the MLP step in ``ynn::dot_fp32_5x64x1_1x16x1_avx512``). Both are capped by hiding
+the AVX-512 state from their libraries (``bench/xcr0.py``: XCR0 as an OS without AVX-512
+support reports it), after which MLAS runs its FMA3 kernels and YNNPACK
+``ynn::dot_fp32_6x16x1_1x8x1_fma3``; a 1024x1024 product runs 1.8-1.9x slower in each.
+Where that cannot be done (no objdump), they run AVX-512 (``uncapped``): the results mark
+their columns and leave them out of the best-peer ratios (``compared``).
 
 PyTorch is capped: under these variables its GEMM is MKL's ``mkl_blas_def_sgemm_kernel_0_zen``
 (ymm registers only), and torch.compile's generated kernels compile for AVX2.
@@ -36,17 +30,20 @@ figures as an AVX2 machine's.
 {}
 >>> compared(("torch", "jax", "onnxruntime"), None)
 ('torch', 'jax', 'onnxruntime')
->>> compared(("torch", "jax", "onnxruntime"), "avx2")
-('torch',)
+>>> compared(("torch", "jax", "onnxruntime"), "avx2", masked=("onnxruntime",))
+('torch', 'onnxruntime')
 """
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
-__all__ = ["CAPS", "environment", "apply_cap", "cap", "header_line", "UNCAPPED", "compared",
-           "label"]
+__all__ = ["CAPS", "environment", "apply_cap", "cap", "header_line", "UNCAPPED", "uncapped",
+           "compared", "label"]
 
 VARIABLE = "TESSERA_BENCH_MAX_ISA"
+MASKED = "TESSERA_BENCH_XCR0_MASKED"   # the peers whose AVX-512 state is hidden, set once
 CAPS = ("avx2",)
 # the peers no environment variable caps, and why (they choose kernels by CPUID)
 UNCAPPED = {"onnxruntime": "MLAS picks its kernels by CPUID",
@@ -75,20 +72,40 @@ def environment(name: str | None) -> dict[str, str]:
 
 
 def apply_cap() -> None:
-    """Set this process's (and so its children's) environment for ``cap()``."""
-    os.environ.update(environment(cap()))
+    """Set this process's (and so its children's) environment for ``cap()``, and hide the
+    AVX-512 state from the peers no variable caps (once: children inherit it)."""
+    name = cap()
+    os.environ.update(environment(name))
+    if name is not None and MASKED not in os.environ:
+        from bench import xcr0
+        try:
+            env, peers = xcr0.environment()
+        except (OSError, subprocess.SubprocessError, RuntimeError) as e:
+            print(f"# bench: AVX-512 state not hidden from {', '.join(UNCAPPED)}: {e}",
+                  file=sys.stderr)
+            env, peers = {}, ()
+        os.environ.update(env)
+        os.environ[MASKED] = ",".join(peers)
 
 
-def compared(peers: tuple, name: str | None = "") -> tuple:
+def uncapped(masked: tuple | None = None) -> dict[str, str]:
+    """The peers of ``UNCAPPED`` that still run AVX-512 under a cap: those whose AVX-512
+    state is not hidden (``masked``, default this run's)."""
+    if masked is None:
+        masked = tuple(p for p in os.environ.get(MASKED, "").split(",") if p)
+    return {p: why for p, why in UNCAPPED.items() if p not in masked}
+
+
+def compared(peers: tuple, name: str | None = "", masked: tuple | None = None) -> tuple:
     """``peers`` less those a cap ``name`` (default: this run's, ``cap()``) does not reach:
     the peers a best-peer ratio may compare with."""
     name = cap() if name == "" else name
-    return tuple(p for p in peers if name is None or p not in UNCAPPED)
+    return tuple(p for p in peers if name is None or p not in uncapped(masked))
 
 
 def label(column: str, peer: str) -> str:
     """A results column's heading, marked when ``peer`` ran AVX-512 under this run's cap."""
-    return column if cap() is None or peer not in UNCAPPED else f"{column} (AVX-512)"
+    return column if cap() is None or peer not in uncapped() else f"{column} (AVX-512)"
 
 
 def header_line(cpu: str) -> str | None:
@@ -97,7 +114,12 @@ def header_line(cpu: str) -> str | None:
     if name is None:
         return None
     env = ", ".join(f"{k}={v}" for k, v in environment(name).items() if k != "XLA_FLAGS")
+    masked = [p for p in UNCAPPED if p not in uncapped()]
+    left = uncapped()
     return (f"ISA: AVX-512 capped to {name.upper()} on {cpu} (an emulation of an AVX2 "
-            f"machine, not one: {env}, XLA_FLAGS={_XLA}); not capped: "
-            f"{'; '.join(f'{p} ({why})' for p, why in UNCAPPED.items())}: AVX-512 kernels, "
-            "marked in their columns and left out of the best-peer ratios")
+            f"machine, not one: {env}, XLA_FLAGS={_XLA}"
+            + (f"; {' and '.join(masked)} with XCR0's AVX-512 state hidden (bench/xcr0.py)"
+               if masked else "") + ")"
+            + (f"; not capped: {'; '.join(f'{p} ({why})' for p, why in left.items())}: "
+               "AVX-512 kernels, marked in their columns and left out of the best-peer ratios"
+               if left else ""))

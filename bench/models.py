@@ -227,7 +227,7 @@ def run(only: tuple = ()) -> list[dict]:
 
 def render(rows) -> str:
     from bench.common import round_ratio, table
-    from bench.isa import UNCAPPED, cap, compared, label
+    from bench.isa import cap, compared, label, uncapped
     out, notes = [], []
     # under an instruction-set cap, the peers that ignore it are shown but not compared
     capped = cap()
@@ -256,8 +256,8 @@ def render(rows) -> str:
             + f"\n  {n_rounds} round(s); graph/best peer: the median over rounds of graph / the "
               f"fastest of {', '.join(peers)} (ort: onnxruntime on tessera's ONNX "
               "export) in the same round, and the peer fastest most often"
-            + ("" if capped is None else f"\n  capped to {capped.upper()}: "
-               + "; ".join(f"{p} is not ({why})" for p, why in UNCAPPED.items())
+            + ("" if capped is None or not uncapped() else f"\n  capped to {capped.upper()}: "
+               + "; ".join(f"{p} is not ({why})" for p, why in uncapped().items())
                + ", so their columns ran AVX-512 kernels and the best-peer ratio leaves them "
                "out")
             + "".join(f"\n  {n}" for n in notes))

@@ -203,7 +203,7 @@ def run(steps: int = 10) -> list[dict]:
 
 def render(rows) -> str:
     from bench.common import round_ratio, table
-    from bench.isa import UNCAPPED, cap, compared, label
+    from bench.isa import cap, compared, label, uncapped
     out, notes = [], []
     # under an instruction-set cap, the peers that ignore it are shown but not compared
     peers = compared(PEERS)
@@ -248,9 +248,9 @@ def render(rows) -> str:
     notes.insert(0, f"{n_rounds} round(s); graph/best peer: the median over rounds of graph / "
                     f"the fastest of {', '.join(peers)} in the same round, and the peer "
                     "fastest most often")
-    if cap() is not None:
+    if cap() is not None and any(p in FRAMEWORKS for p in uncapped()):
         notes.insert(1, f"capped to {cap().upper()}: "
-                        + "; ".join(f"{p} is not ({why})" for p, why in UNCAPPED.items()
+                        + "; ".join(f"{p} is not ({why})" for p, why in uncapped().items()
                                     if p in FRAMEWORKS)
                         + ", so its column ran AVX-512 kernels and the best-peer ratio leaves "
                           "it out")
