@@ -63,11 +63,7 @@ def _i(ptr: str) -> str:
 
 def _const(prog: Program, array: np.ndarray, ctype: str) -> str:
     """``array`` appended to the weights payload; its C pointer in the loaded model."""
-    a = np.ascontiguousarray(array)
-    off = prog.payload_bytes
-    prog.weights[f"_lowp.{off}"] = (off, a)
-    prog.payload_bytes = off + (a.nbytes + ALIGN - 1) // ALIGN * ALIGN
-    return f"(({ctype}*)(m->w + {off}))"
+    return f"(({ctype}*)(m->w + {prog.constant(array)}))"
 
 
 def _scratch(prog: Program, *sizes: int) -> list[str]:
@@ -262,6 +258,8 @@ void tsr_bin_columns(const float*, int64_t, const int64_t*, uint64_t, uint64_t, 
 void tsr_bin_columns_bits(const uint64_t*, int64_t, const int64_t*, uint64_t, uint64_t,
                           uint64_t*, uint32_t*, int64_t, int64_t);
 int tsr_bin_cpu(void);
+int64_t tsr_bin_planes_lists(const uint64_t*, int64_t, int64_t, int64_t, int64_t, int64_t*,
+                             int32_t*);
 
 #define TSR_USES_BINARY 1
 static const char *const BIN_NAMES[] = {"c", "avx2", "vpopcnt"};
@@ -714,7 +712,8 @@ def _direct(prog: Program, n: Node, wv: np.ndarray, x: Value, out: Value, alpha,
         return False
     plan.nibble_tables()
     g: list = [int(v) for v in plan.g]
-    g[KB._D_WB] = _i(_const(prog, plan.wb, "const uint64_t"))
+    wb = prog.constant(plan.wb)
+    g[KB._D_WB] = _i(f"((const uint64_t*)(m->w + {wb}))")
     g[KB._D_CORR] = g[KB._D_BASE] = g[KB._D_SRC] = g[KB._D_SRC_BYTES] = 0
     g[KB._D_NIB] = g[KB._D_PLN] = 0
     if plan.corr is not None and plan.base is not None:  # zero padding's corrections
@@ -724,8 +723,17 @@ def _direct(prog: Program, n: Node, wv: np.ndarray, x: Value, out: Value, alpha,
     if plan.pl_words:  # the AVX2 path's bit planes: their plan, pointing at its tables
         pl_arr, chan, idx = plan.planes
         pl: list = [int(v) for v in pl_arr]
-        pl[KB._PL_CH] = _i(_const(prog, chan, "const int64_t"))
-        pl[KB._PL_IDX] = _i(_const(prog, idx, "const int32_t"))
+        if prog.library:  # its lists made at load where the AVX2 path runs (m->planes)
+            at = prog.planes_bytes
+            to = at + (chan.nbytes + ALIGN - 1) // ALIGN * ALIGN
+            prog.planes_bytes = to + (idx.nbytes + ALIGN - 1) // ALIGN * ALIGN
+            prog.planes.append((wb, plan.o, cin, wv.shape[3], wv.shape[1] * wv.shape[2], at,
+                                to))
+            pl[KB._PL_CH] = f"(int64_t)((intptr_t)m->planes + {at})"
+            pl[KB._PL_IDX] = f"(int64_t)((intptr_t)m->planes + {to})"
+        else:
+            pl[KB._PL_CH] = _i(_const(prog, chan, "const int64_t"))
+            pl[KB._PL_IDX] = _i(_const(prog, idx, "const int32_t"))
         head = f"const int64_t pl[] = {{{', '.join(map(str, pl))}}};\n  "
         g[KB._D_PLN] = _i("pl")
     elif plan.tables is not None:  # else its nibble tables
