@@ -1011,7 +1011,6 @@ static void wino_filters(const tsr_nchwc_conv_t* p, const float* w, float* dst) 
     const int64_t B = p->block, O = p->o, C = p->c, OB = ceil_div(O, B), CB = ceil_div(C, B);
     float t[9][16][16], ub[36][16] __attribute__((aligned(16)));
     float a[6][3][16];
-    const int stream = ((uintptr_t)dst & 15) == 0;
     for (int64_t ob = 0; ob < OB; ob++)
         for (int64_t cb = 0; cb < CB; cb++) {
             const int64_t no = min64(B, O - ob * B), nc = min64(B, C - cb * B);
@@ -1041,23 +1040,20 @@ static void wino_filters(const tsr_nchwc_conv_t* p, const float* w, float* dst) 
                         u[48 + co] = v3, u[64 + co] = v4, u[80 + co] = v5;
                     }
                 }
-                /* (U is written once here and first read by a run: not through the cache) */
-                for (int q = 0; q < 36; q++) {
+                /* (U is written once here and first read by a run: not through the cache;
+                   dst is 64-byte aligned) */
+                for (int q = 0; q < 36; q++)
+                    for (int64_t co = 0; co < B; co += 4)
 #if defined(__SSE2__)
-                    if (stream) {
-                        for (int64_t co = 0; co < B; co += 4)
-                            _mm_stream_ps(d + q * pos + co, _mm_load_ps(ub[q] + co));
-                        continue;
-                    }
+                        _mm_stream_ps(d + q * pos + co, _mm_load_ps(ub[q] + co));
+#else
+                        memcpy(d + q * pos + co, ub[q] + co, 4 * sizeof(float));
 #endif
-                    memcpy(d + q * pos, ub[q], sizeof(float) * (size_t)B);
-                }
             }
         }
 #if defined(__SSE2__)
     _mm_sfence();
 #endif
-    (void)stream;
 }
 #endif
 
