@@ -9,8 +9,9 @@ from the CPU once, at the first run (``TESSERA_INT8_ISA=amx|vnni512|avxvnni|avx2
 mode prepares them (``kernels.int8.Packed``, ``ops.quantized._qparams``, the binary
 convolutions' plans: where eager mode runs one on the direct kernels (stride 1,
 ``kernels.binary._Conv.plan``), so does the library, on eager's plan made at export: the
-blocked weights, the zero padding's corrections and the AVX2 path's bit planes or nibble
-tables), and stored in the weights file, so the library's
+blocked weights, the zero padding's corrections and the AVX2 path's nibble tables), and
+stored in the weights file (the AVX2 path's bit planes' index lists, 16x the packed bits,
+an exported library makes at load, by eager's C, where that path runs), so the library's
 arithmetic is eager mode's, step for step: its results are bit for bit eager's on the same
 instruction set. The quantize, dequantize, requantizing concatenation, pooling and ReLU of
 quantized tensors are short loops written here, each the same float32 operations in the
@@ -724,13 +725,13 @@ def _direct(prog: Program, n: Node, wv: np.ndarray, x: Value, out: Value, alpha,
         pl_arr, chan, idx = plan.planes
         pl: list = [int(v) for v in pl_arr]
         if prog.library:  # its lists made at load where the AVX2 path runs (m->planes)
-            at = prog.planes_bytes
-            to = at + (chan.nbytes + ALIGN - 1) // ALIGN * ALIGN
-            prog.planes_bytes = to + (idx.nbytes + ALIGN - 1) // ALIGN * ALIGN
-            prog.planes.append((wb, plan.o, cin, wv.shape[3], wv.shape[1] * wv.shape[2], at,
-                                to))
-            pl[KB._PL_CH] = f"(int64_t)((intptr_t)m->planes + {at})"
-            pl[KB._PL_IDX] = f"(int64_t)((intptr_t)m->planes + {to})"
+            ch_at = prog.planes_bytes
+            idx_at = ch_at + (chan.nbytes + ALIGN - 1) // ALIGN * ALIGN
+            prog.planes_bytes = idx_at + (idx.nbytes + ALIGN - 1) // ALIGN * ALIGN
+            prog.planes.append((wb, plan.o, cin, wv.shape[3], wv.shape[1] * wv.shape[2],
+                                ch_at, idx_at))
+            pl[KB._PL_CH] = f"(int64_t)((intptr_t)m->planes + {ch_at})"
+            pl[KB._PL_IDX] = f"(int64_t)((intptr_t)m->planes + {idx_at})"
         else:
             pl[KB._PL_CH] = _i(_const(prog, chan, "const int64_t"))
             pl[KB._PL_IDX] = _i(_const(prog, idx, "const int32_t"))

@@ -79,8 +79,9 @@ typedef struct {n}_model {n}_model;
    has, within TESSERA_MAX_ISA=avx512|avx2|portable (none: portable) when it is set.
    TESSERA_GEMM_ISA=avx512|avx2|portable forces the path of the GEMM and of attention,
    TESSERA_INT8_ISA=amx|vnni512|avxvnni|avx2|c and TESSERA_BINARY_ISA=vpopcnt|avx2|c those of
-   the INT8 and binary layers (at the first run); a path the CPU lacks, one above the cap or
-   an unknown name is an error, never an illegal instruction. */
+   the INT8 and binary layers (at the first run, or the binary path at load where its AVX2
+   plane lists are made); a path the CPU lacks, one above the cap or an unknown name is an
+   error, never an illegal instruction. */
 {n}_model *{n}_load(const char *weights_path);
 /* the instruction set each kernel family of m runs, e.g. "gemm=avx2 int8=avx2
    regions=avx2" (after a run for the INT8 and binary layers) */
