@@ -191,6 +191,28 @@ def test_winograd_filters_are_made_at_load(net, wino):
     assert size == direct - 32 * 32 * 9 * 4 + (20 * 20 * 9 * 4 + 63) // 64 * 64
 
 
+def test_winograd_filters_of_a_compiled_graph(wino, tmp_path, monkeypatch):
+    """An inference nn.Graph compiled before the export (its passes run then, not within
+    it) is compiled again for its Winograd layers' plain weights: the same file."""
+    model, x, out = wino
+    monkeypatch.setenv("TESSERA_NCHWC", "1")
+    monkeypatch.setenv("TESSERA_NCHWC_WINOGRAD", "1")
+
+    class Forward(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def build(self, x):
+            return self.model(x)
+    g = Forward()
+    g(x)
+    got = build(g, (x,), tmp_path, "wg")
+    assert (got / "wg.weights").stat().st_size == (out / "win.weights").stat().st_size
+    np.testing.assert_allclose(run_driver(got, "wg", (x,)), eager(model, (x,)), rtol=1e-4,
+                               atol=1e-5)
+
+
 def test_winograd_is_built_only_where_a_layer_runs_it(net, wino):
     assert "TSR_NCHWC_WINOGRAD" not in (net[2] / "blk.c").read_text()
     assert "#define TSR_NCHWC_WINO 0" in (net[2] / "nchwc_tiles.h").read_text()
