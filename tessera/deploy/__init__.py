@@ -52,8 +52,9 @@ def export_c(model, example_inputs, out_dir: str, name: str = "model") -> dict:
                                                                  "tsr_nchwc"):
         raise ValueError(f"tessera.deploy.export_c: name {name!r} is a file the folder "
                          "already holds (one of the runtime's sources); choose another")
-    g, values = capture(model, example_inputs)
-    prog = emit(name, g, values)
+    plain: dict = {}
+    g, values = capture(model, example_inputs, plain)
+    prog = emit(name, g, values, plain)
     info = write_folder(prog, values, out_dir)
     info["files"] = sorted(os.listdir(out_dir))
     return info

@@ -41,8 +41,25 @@ def _check_inputs(example_inputs) -> tuple:
     return inputs
 
 
-def capture(model, example_inputs) -> tuple[Graph, dict[str, np.ndarray]]:
-    """(graph, variable values) of ``model`` for ``example_inputs``."""
+def capture(model, example_inputs, plain: dict | None = None
+            ) -> tuple[Graph, dict[str, np.ndarray]]:
+    """(graph, variable values) of ``model`` for ``example_inputs``; into ``plain``, if
+    given, the plain weights of the Winograd layers' packed variables (by name: see
+    ``tessera.graph.passes.nchwc.plain_weights``)."""
+    from tessera.graph.passes.nchwc import plain_weights
+    with plain_weights() as found:
+        g, values = _capture(model, example_inputs, found)
+    if plain is not None:
+        plain.update((k, a) for k, a in found.items() if k in g.variables)
+    return g, values
+
+
+def _winograd_weights(ir: Graph) -> set[str]:
+    return {n.inputs[1].name for n in ir.nodes
+            if n.op.name == "conv2d_nchwc" and n.attrs.get("winograd")}
+
+
+def _capture(model, example_inputs, found: dict) -> tuple[Graph, dict[str, np.ndarray]]:
     if isinstance(model, (str, os.PathLike)):
         from tessera.graph.passes import run_pipeline
         from tessera.onnx import load
@@ -67,6 +84,10 @@ def capture(model, example_inputs) -> tuple[Graph, dict[str, np.ndarray]]:
                              "training step); export an inference graph")
         model(*inputs)
         compiled = model._current()
+        if not _winograd_weights(compiled.ir) <= found.keys():
+            # compiled before: again, to see the weights its Winograd layers were packed from
+            found.clear()
+            compiled = model._compile(inputs)
         ir, tensors = compiled.ir, compiled.tensors
     g = Graph.parse(str(ir))
     values = {name: np.ascontiguousarray(_array(tensors[name])) for name in g.variables}

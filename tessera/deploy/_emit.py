@@ -78,6 +78,28 @@ class Program:
     nchwc_blocks: set = field(default_factory=set)  # and the blocks (8, 16) of the layout
     loc: dict = field(default_factory=dict)         # id(value) -> Loc
     source: str = ""
+    # an exported library (``emit(..., plain=)``) makes some weights at load rather than
+    # store them: the Winograd layers' filters from their plain weights (``plain``: packed
+    # variable name -> (O, C, 3, 3) weights), into ``m->built``; the AVX2 binary kernel's
+    # plane lists, into ``m->planes`` (where that path runs)
+    library: bool = False
+    plain: dict = field(default_factory=dict)
+    wino: dict = field(default_factory=dict)        # packed variable name -> (plain weights'
+                                                    # byte offset, byte offset in m->built,
+                                                    # o, c, block)
+    built_bytes: int = 0
+    planes: list = field(default_factory=list)      # (blocked weights' byte offset, o, cin,
+                                                    # cw, taps, byte offsets of the channel
+                                                    # table and the index list in m->planes)
+    planes_bytes: int = 0
+
+    def constant(self, a: np.ndarray) -> int:
+        """``a`` appended to the weights payload; its byte offset there."""
+        a = np.ascontiguousarray(a)
+        off = self.payload_bytes
+        self.weights[f"_payload.{off}"] = (off, a)
+        self.payload_bytes = off + (a.nbytes + ALIGN - 1) // ALIGN * ALIGN
+        return off
 
     def p(self, v) -> str:
         if not isinstance(v, Value):
@@ -691,7 +713,7 @@ def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
     N, _, H, W = (x.shape if a["plain_input"] else x.shape[:4])
     fields = dict(n=N, c=cg * a["groups"], h=H, w=W, o=o, oh=out.shape[2], ow=out.shape[3],
                   kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw, groups=a["groups"],
-                  block=a["block"], isa="m->isa", x=prog.p(x), wp=prog.p(wp),
+                  block=a["block"], isa="m->isa", x=prog.p(x), wp=_nchwc_weights(prog, wp, a),
                   bias=prog.p(b) if isinstance(b, Value) else "NULL",
                   r=prog.p(r) if isinstance(r, Value) else "NULL", y=prog.p(out),
                   act=act[a["activation"]], flags=" | ".join(flags), lo=_c_float(lo),
@@ -710,6 +732,20 @@ def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
         f"convolution kernels cannot run this geometry\");\n"
         f"  int64_t c[] = {{(int64_t)(intptr_t)&p}};\n"
         f"  tsr_pool_run(nchwc_conv_item, c, items, m->threads); }}")
+
+
+def _nchwc_weights(prog: Program, wp: Value, a: dict) -> str:
+    """Where a blocked convolution reads its packed weights: in a library, a Winograd
+    layer's are made at load from its plain weights (4x fewer bytes in the weights file),
+    into ``m->built``; else the packed variable itself."""
+    if not (prog.library and a.get("winograd") and wp.name in prog.plain):
+        return prog.p(wp)
+    if wp.name not in prog.wino:
+        w = prog.plain[wp.name]
+        prog.wino[wp.name] = (prog.constant(w), prog.built_bytes, w.shape[0], w.shape[1],
+                              a["block"])
+        prog.built_bytes += (wp.nbytes + ALIGN - 1) // ALIGN * ALIGN
+    return f"((float*)(m->built + {prog.wino[wp.name][1]}))"
 
 
 def _nchwc_pool(prog: Program, i: int, n: Node) -> None:
@@ -867,8 +903,11 @@ def has_rule(n: Node) -> bool:
     return _elementwise_body(n) is not None
 
 
-def emit(name: str, g: Graph, values: dict) -> Program:
-    """The C program of graph ``g`` (its variables' values in ``values``)."""
+def emit(name: str, g: Graph, values: dict, plain: dict | None = None) -> Program:
+    """The C program of graph ``g`` (its variables' values in ``values``). With ``plain``
+    (packed variable name -> the plain weights packed into it), the program of an exported
+    library, which makes some weights at load (``Program.library``); without, one bound to
+    weights kept in process."""
     for v in g.inputs:
         if v.dtype.name not in ("float32", "int64"):
             raise NotImplementedError(f"tessera.deploy.export_c: input {v.name} is "
@@ -877,7 +916,7 @@ def emit(name: str, g: Graph, values: dict) -> Program:
     _split_movements(g)
     _unread_results(g)
     _copy_outputs(g)
-    prog = Program(name, g, values=values)
+    prog = Program(name, g, values=values, library=plain is not None, plain=plain or {})
     _plan_layout(prog)
     views, copies, moves, kinds = set(), set(), {}, {}
     for i, n in enumerate(g.nodes):
@@ -961,6 +1000,7 @@ def _compact_payload(prog: Program) -> None:
     is dropped, and the offsets in the C move down accordingly."""
     refs = {int(r) for text in prog.steps + prog.kernels for r in _WEIGHT_REF.findall(text)}
     refs |= {off for off, _, _ in prog.packed}
+    refs |= {row[0] for row in prog.wino.values()} | {row[0] for row in prog.planes}
     entries = []
     for name, (off, arr) in prog.weights.items():
         size = arr.nbytes if arr is not None else prog.graph.variables[name].nbytes
@@ -986,6 +1026,8 @@ def _compact_payload(prog: Program) -> None:
     prog.steps = [fix(t) for t in prog.steps]
     prog.kernels = [fix(t) for t in prog.kernels]
     prog.packed = [(new(off), k, n) for off, k, n in prog.packed]
+    prog.wino = {k: (new(row[0]),) + row[1:] for k, row in prog.wino.items()}
+    prog.planes = [(new(row[0]),) + row[1:] for row in prog.planes]
     prog.weights = weights
     prog.payload_bytes = at
 
@@ -995,6 +1037,7 @@ def weight_table(prog: Program) -> list[str]:
     order of the names returned) instead of at its offset in one payload: a program run in
     process reads its weights where the process keeps them. ``prog.packed`` rows gain the
     weight's index: (byte offset in it, k, n, index)."""
+    assert not prog.wino and not prog.planes, "tessera.deploy: a library's program"
     entries = sorted((off, name) for name, (off, _) in prog.weights.items())
     starts = [off for off, _ in entries]
 

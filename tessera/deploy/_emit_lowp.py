@@ -9,8 +9,9 @@ from the CPU once, at the first run (``TESSERA_INT8_ISA=amx|vnni512|avxvnni|avx2
 mode prepares them (``kernels.int8.Packed``, ``ops.quantized._qparams``, the binary
 convolutions' plans: where eager mode runs one on the direct kernels (stride 1,
 ``kernels.binary._Conv.plan``), so does the library, on eager's plan made at export: the
-blocked weights, the zero padding's corrections and the AVX2 path's bit planes or nibble
-tables), and stored in the weights file, so the library's
+blocked weights, the zero padding's corrections and the AVX2 path's nibble tables), and
+stored in the weights file (the AVX2 path's bit planes' index lists, 16x the packed bits,
+an exported library makes at load, by eager's C, where that path runs), so the library's
 arithmetic is eager mode's, step for step: its results are bit for bit eager's on the same
 instruction set. The quantize, dequantize, requantizing concatenation, pooling and ReLU of
 quantized tensors are short loops written here, each the same float32 operations in the
@@ -63,11 +64,7 @@ def _i(ptr: str) -> str:
 
 def _const(prog: Program, array: np.ndarray, ctype: str) -> str:
     """``array`` appended to the weights payload; its C pointer in the loaded model."""
-    a = np.ascontiguousarray(array)
-    off = prog.payload_bytes
-    prog.weights[f"_lowp.{off}"] = (off, a)
-    prog.payload_bytes = off + (a.nbytes + ALIGN - 1) // ALIGN * ALIGN
-    return f"(({ctype}*)(m->w + {off}))"
+    return f"(({ctype}*)(m->w + {prog.constant(array)}))"
 
 
 def _scratch(prog: Program, *sizes: int) -> list[str]:
@@ -262,6 +259,8 @@ void tsr_bin_columns(const float*, int64_t, const int64_t*, uint64_t, uint64_t, 
 void tsr_bin_columns_bits(const uint64_t*, int64_t, const int64_t*, uint64_t, uint64_t,
                           uint64_t*, uint32_t*, int64_t, int64_t);
 int tsr_bin_cpu(void);
+int64_t tsr_bin_planes_lists(const uint64_t*, int64_t, int64_t, int64_t, int64_t, int64_t*,
+                             int32_t*);
 
 #define TSR_USES_BINARY 1
 static const char *const BIN_NAMES[] = {"c", "avx2", "vpopcnt"};
@@ -714,7 +713,8 @@ def _direct(prog: Program, n: Node, wv: np.ndarray, x: Value, out: Value, alpha,
         return False
     plan.nibble_tables()
     g: list = [int(v) for v in plan.g]
-    g[KB._D_WB] = _i(_const(prog, plan.wb, "const uint64_t"))
+    wb = prog.constant(plan.wb)
+    g[KB._D_WB] = _i(f"((const uint64_t*)(m->w + {wb}))")
     g[KB._D_CORR] = g[KB._D_BASE] = g[KB._D_SRC] = g[KB._D_SRC_BYTES] = 0
     g[KB._D_NIB] = g[KB._D_PLN] = 0
     if plan.corr is not None and plan.base is not None:  # zero padding's corrections
@@ -724,8 +724,17 @@ def _direct(prog: Program, n: Node, wv: np.ndarray, x: Value, out: Value, alpha,
     if plan.pl_words:  # the AVX2 path's bit planes: their plan, pointing at its tables
         pl_arr, chan, idx = plan.planes
         pl: list = [int(v) for v in pl_arr]
-        pl[KB._PL_CH] = _i(_const(prog, chan, "const int64_t"))
-        pl[KB._PL_IDX] = _i(_const(prog, idx, "const int32_t"))
+        if prog.library:  # its lists made at load where the AVX2 path runs (m->planes)
+            ch_at = prog.planes_bytes
+            idx_at = ch_at + (chan.nbytes + ALIGN - 1) // ALIGN * ALIGN
+            prog.planes_bytes = idx_at + (idx.nbytes + ALIGN - 1) // ALIGN * ALIGN
+            prog.planes.append((wb, plan.o, cin, wv.shape[3], wv.shape[1] * wv.shape[2],
+                                ch_at, idx_at))
+            pl[KB._PL_CH] = f"(int64_t)((intptr_t)m->planes + {ch_at})"
+            pl[KB._PL_IDX] = f"(int64_t)((intptr_t)m->planes + {idx_at})"
+        else:
+            pl[KB._PL_CH] = _i(_const(prog, chan, "const int64_t"))
+            pl[KB._PL_IDX] = _i(_const(prog, idx, "const int32_t"))
         head = f"const int64_t pl[] = {{{', '.join(map(str, pl))}}};\n  "
         g[KB._D_PLN] = _i("pl")
     elif plan.tables is not None:  # else its nibble tables

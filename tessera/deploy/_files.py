@@ -79,8 +79,9 @@ typedef struct {n}_model {n}_model;
    has, within TESSERA_MAX_ISA=avx512|avx2|portable (none: portable) when it is set.
    TESSERA_GEMM_ISA=avx512|avx2|portable forces the path of the GEMM and of attention,
    TESSERA_INT8_ISA=amx|vnni512|avxvnni|avx2|c and TESSERA_BINARY_ISA=vpopcnt|avx2|c those of
-   the INT8 and binary layers (at the first run); a path the CPU lacks, one above the cap or
-   an unknown name is an error, never an illegal instruction. */
+   the INT8 and binary layers (at the first run, or the binary path at load where its AVX2
+   plane lists are made); a path the CPU lacks, one above the cap or an unknown name is an
+   error, never an illegal instruction. */
 {n}_model *{n}_load(const char *weights_path);
 /* the instruction set each kernel family of m runs, e.g. "gemm=avx2 int8=avx2
    regions=avx2" (after a run for the INT8 and binary layers) */
@@ -164,7 +165,7 @@ static const size_t ARENA_BYTES = {prog.arena_bytes}, SCRATCH_BYTES = {prog.scra
 static const int64_t PACKED[][{width}] = {{{packs}}};
 
 struct {n}_model {{
-    unsigned char *w, *arena, *work;{wt}
+    unsigned char *w, *arena, *work, *built, *planes;{wt}
     float *scratch, *packs;
     float *packed[NUM_PACKED + 1];
     int threads, isa;
@@ -308,7 +309,7 @@ static int prepare({n}_model *m) {{
         m->packed[j] = m->packs + at;
         at += ((size_t)tsr_gemm_packed_size(m->isa, k, nn) + 15) / 16 * 16;
         ok = tsr_gemm_pack_b(m->isa, k, nn, (const float *)({src}), nn, 1, m->packed[j]) == 0;
-    }}
+    }}{_made_at_load(prog)}
     return !ok;
 }}
 
@@ -358,6 +359,8 @@ int {n}_run({n}_model *m, const float *const *inputs, float *const *outputs) {{
 void {n}_free({n}_model *m) {{
     if (!m) return;
     tsr_aligned_free(m->packs);
+    tsr_aligned_free(m->built);
+    tsr_aligned_free(m->planes);
     tsr_aligned_free(m->scratch);
     tsr_aligned_free(m->work);
     tsr_aligned_free(m->arena);
@@ -365,6 +368,45 @@ void {n}_free({n}_model *m) {{
     free(m);
 }}
 """
+
+
+def _made_at_load(prog: Program) -> str:
+    """The part of ``prepare`` that makes what a library does not store (``Program.wino``,
+    ``Program.planes``): the Winograd layers' filters, and where the AVX2 binary kernel runs,
+    its bit planes' lists. Tables and loops, so that the code does not grow with the layers."""
+    text = ""
+    if prog.wino:
+        rows = ", ".join("{" + ", ".join(map(str, r)) + "}" for r in prog.wino.values())
+        text += f"""
+    /* the Winograd layers' filters U = G g G^T from their plain weights: (byte offset of g
+       in the payload, of U in built, o, c, block) */
+    static const int64_t WINO[][5] = {{{rows}}};
+    m->built = tsr_aligned_alloc({prog.built_bytes});
+    ok = ok && m->built;
+    for (size_t j = 0; ok && j < sizeof WINO / sizeof WINO[0]; j++) {{
+        tsr_nchwc_conv_t p;
+        memset(&p, 0, sizeof p);
+        p.o = WINO[j][2], p.c = WINO[j][3], p.kh = p.kw = 3, p.groups = 1;
+        p.block = (int32_t)WINO[j][4], p.flags = TSR_NCHWC_WINOGRAD;
+        tsr_nchwc_pack_weights(&p, (const float *)(m->w + WINO[j][0]),
+                               (float *)(m->built + WINO[j][1]));
+    }}"""
+    if prog.planes:
+        rows = ", ".join("{" + ", ".join(map(str, r)) + "}" for r in prog.planes)
+        text += f"""
+    /* the AVX2 binary kernel's bit planes' lists, where it runs: (byte offset of the blocked
+       weights in the payload, o, cin, cw, taps, byte offsets of the lists in planes) */
+    static const int64_t PLANES[][7] = {{{rows}}};
+    if (ok && bin_isa() == 1) {{
+        m->planes = tsr_aligned_alloc({prog.planes_bytes});
+        ok = m->planes != NULL;
+        for (size_t j = 0; ok && j < sizeof PLANES / sizeof PLANES[0]; j++) {{
+            const int64_t *r = PLANES[j];
+            tsr_bin_planes_lists((const uint64_t *)(m->w + r[0]), r[1], r[2], r[3], r[4],
+                                 (int64_t *)(m->planes + r[5]), (int32_t *)(m->planes + r[6]));
+        }}
+    }}"""
+    return text
 
 
 def _load(n: str) -> str:

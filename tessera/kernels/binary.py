@@ -97,6 +97,8 @@ def _lib():
     lib.tsr_bin_direct_nibbles.argtypes = [P, P]
     lib.tsr_bin_direct_nibbles.restype = None
     lib.tsr_bin_cpu.restype = ctypes.c_int
+    lib.tsr_bin_planes_lists.argtypes = [P, I, I, I, I, P, P]
+    lib.tsr_bin_planes_lists.restype = ctypes.c_int64
     return lib
 
 
@@ -384,7 +386,7 @@ class _Direct:
         (``D_NIB``) for each weight nibble ``w`` the 16 bytes ``popcount(i xor w)``, at
         ``[o // nb, k, nibble, o % nb]``."""
         if self.tables is None and self.pl_words:
-            self.planes = _planes_plan(self.conv, self.geo, self.oh, self.ow)
+            self.planes = _planes_plan(self.conv, self.wb, self.geo, self.oh, self.ow)
             self.tables = self.planes[0]
             self.g[_D_PLN] = self.planes[0].ctypes.data
         if self.tables is None:
@@ -423,22 +425,19 @@ def _planes_words(conv: _Conv, geo: tuple, oh: int, ow: int) -> int:
     return lay["r"] + lay["rw"]
 
 
-def _planes_plan(conv: _Conv, geo: tuple, oh: int, ow: int) -> tuple:
+def _planes_plan(conv: _Conv, wb: np.ndarray, geo: tuple, oh: int, ow: int) -> tuple:
     """The bit planes' plan ``pl`` and the arrays it points to: per output channel the
     smaller of its sets of planes with weight bit 0 (mode 0) and 1 (mode 1), as byte offsets
-    of the planes, tap-major then channel, as the weights' bits."""
+    of the planes, tap-major then channel, as the weights' bits (``tsr_bin_planes_lists``,
+    from the blocked weights ``wb``: the C a library runs at load)."""
     lay = _planes_layout(conv, geo, oh, ow)
     dh, dw = geo[6]
-    ones = unpackbits(conv.words, conv.cin).reshape(conv.o, -1) < 0   # weight bit 1: -1
-    n_planes = ones.shape[1]
-    n1 = ones.sum(1)
-    mode = (n1 <= n_planes - n1).astype(np.int64)
-    chosen = np.where(mode[:, None] == 1, ones, ~ones)
-    cnt = chosen.sum(1)
-    start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
-    idx = (np.nonzero(chosen)[1] * 32).astype(np.int32)
-    chan = np.ascontiguousarray(np.stack([mode, n1, cnt, start], 1).astype(np.int64))
-    idx = np.ascontiguousarray(idx) if idx.size else np.zeros(1, np.int32)
+    lib, taps = _lib(), conv.kh * conv.kw
+    chan = np.empty((conv.o, 4), np.int64)
+    args = (wb.ctypes.data, conv.o, conv.cin, conv.cw, taps, chan.ctypes.data)
+    idx = np.zeros(max(1, lib.tsr_bin_planes_lists(*args, None)), np.int32)
+    lib.tsr_bin_planes_lists(*args, idx.ctypes.data)
+    n_planes = taps * conv.cin
     width = max(5, int(n_planes).bit_length() + 1)
     pl = np.array([conv.kh, conv.kw, dh, dw, lay["s"], lay["sw"], lay["j"], lay["jw"],
                    lay["rs"], lay["bands"], width, n_planes, lay["khc"], lay["hp4"],

@@ -177,3 +177,23 @@ def test_forced_program_forms_are_eager_bit_for_bit(cap):
     r = subprocess.run([sys.executable, "-c", _PROGRAM], cwd=ROOT, env=env,
                        capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-4000:]
+
+
+def test_plane_lists_are_made_at_load(forms):
+    """The AVX2 kernel's plane lists (per channel, up to half its weight bits, as int32
+    offsets: 16x the packed bits) are made at load where that path runs, not stored: the
+    weights file is the packed model's size, plus the padding's corrections with pad 0."""
+    model, _, out = forms
+    text = (out / "bforms.c").read_text()
+    assert "tsr_bin_planes_lists(" in text and "bin_isa() == 1" in text
+    if model[0].pad_value == -1:
+        state = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        assert (out / "bforms.weights").stat().st_size <= 1.1 * state + 1024
+
+
+def test_plane_lists_under_sanitizers(tmp_path, monkeypatch):
+    """The plane lists made at load on the AVX2 path, run and freed, under ASan and UBSan."""
+    from tests.deploy.test_export import cycles
+    _skip_missing("avx2")
+    monkeypatch.setenv("TESSERA_MAX_ISA", "avx2")
+    cycles(tmp_path, {"bsan": (forms_net(-1), (tessera.randn(1, 70, 9, 10),))}, 20)

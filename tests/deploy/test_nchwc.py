@@ -149,6 +149,10 @@ def test_resnet18_matches_eager(tmp_path, monkeypatch):
     x = tessera.randn(1, 3, 64, 64)
     out = build(model, (x,), tmp_path, "r18")
     assert "tsr_nchwc_conv_plan" in (out / "r18.c").read_text()
+    # its Winograd layers' filters are made at load: the weights file is the parameters'
+    # size (batch norms folded), not 4x theirs
+    assert "TSR_NCHWC_WINOGRAD" in (out / "r18.c").read_text()
+    assert (out / "r18.weights").stat().st_size <= 1.005 * _state_bytes(model)
     want = eager(model, (x,))
     np.testing.assert_allclose(run_driver(out, "r18", (x,), threads=2), want, rtol=1e-4,
                                atol=1e-4 * np.abs(want).max())
@@ -169,6 +173,44 @@ def wino(tmp_path_factory):
     finally:
         mp.undo()
     return model, x, out
+
+
+def _state_bytes(model) -> int:
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+
+def test_winograd_filters_are_made_at_load(net, wino):
+    """The weights file holds the Winograd layer's plain 3x3 weights (20 x 20 x 9 floats),
+    not their transforms (36 x 32 x 32 floats: U of the 16-channel blocks): the file is the
+    direct convolutions' file (the same model) with that layer's blocked 3x3 weights (32 x 32
+    x 9 floats) in place of its plain ones."""
+    _, _, out = wino
+    size = (out / "win.weights").stat().st_size
+    assert "TSR_NCHWC_WINOGRAD" in (out / "win.c").read_text()
+    direct = (net[2] / "blk.weights").stat().st_size
+    assert size == direct - 32 * 32 * 9 * 4 + (20 * 20 * 9 * 4 + 63) // 64 * 64
+
+
+def test_winograd_filters_of_a_compiled_graph(wino, tmp_path, monkeypatch):
+    """An inference nn.Graph compiled before the export (its passes run then, not within
+    it) is compiled again for its Winograd layers' plain weights: the same file."""
+    model, x, out = wino
+    monkeypatch.setenv("TESSERA_NCHWC", "1")
+    monkeypatch.setenv("TESSERA_NCHWC_WINOGRAD", "1")
+
+    class Forward(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def build(self, x):
+            return self.model(x)
+    g = Forward()
+    g(x)
+    got = build(g, (x,), tmp_path, "wg")
+    assert (got / "wg.weights").stat().st_size == (out / "win.weights").stat().st_size
+    np.testing.assert_allclose(run_driver(got, "wg", (x,)), eager(model, (x,)), rtol=1e-4,
+                               atol=1e-5)
 
 
 def test_winograd_is_built_only_where_a_layer_runs_it(net, wino):

@@ -13,7 +13,8 @@ program order:
   plain input read as it is. An ungrouped 3x3 stride-1 one of blocked input runs as
   Winograd F(4x4, 3x3) (``winograd=True``, its weights packed transformed) where that wins
   (``WINOGRAD_MIN_CHANNELS``, ``WINOGRAD_TILE_WEIGHTS``; ``TESSERA_NCHWC_WINOGRAD=0`` never,
-  ``=1`` wherever it applies);
+  ``=1`` wherever it applies); within ``plain_weights()`` the plain weights of each such
+  layer are collected (an exported library transforms them at load);
 * relu, hardtanh and clamp of a blocked value fold into the convolution that made it
   (where that value has no other reader and the convolution no activation yet), and so
   does an add of two blocked values (as its residual); otherwise they run on the blocked
@@ -53,7 +54,10 @@ True
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -65,7 +69,7 @@ from tessera.graph.passes.conv_epilogue import _activation
 from tessera.ops import nchwc as ops
 from tessera.ops.registry import REGISTRY, Meta
 
-__all__ = ["run", "mode", "block"]
+__all__ = ["run", "mode", "block", "plain_weights"]
 
 PLAIN_CHANNELS = 4   # a first convolution of at most this many channels reads plain input
 # auto mode: a graph needs this many blockable convolutions, of any size (one gains nothing;
@@ -197,6 +201,9 @@ class _Rewrite:
         if key not in self.packed:
             self.packed[key] = self._variable(ops.pack_conv_weight(
                 wv, groups=groups, block=self.block, plain_input=plain, winograd=wino))
+            found = _PLAIN.get()
+            if wino and found is not None:
+                found[self.packed[key].name] = np.ascontiguousarray(wv, np.float32)
         bv = self._array(b)
         bias = None if bv is None else self._variable(ops.pad_bias(bv.reshape(-1), self.block))
         rin = None if r is None else self._blocked_input(r, n.name)
@@ -404,6 +411,30 @@ def _blockable_convs(g: Graph, known: dict) -> int:
             x, w, groups = n.inputs[0], n.inputs[1], n.attrs["groups"]
             count += groups == 1 or groups == x.shape[1] == w.shape[0]
     return count
+
+
+# where the pass records the Winograd layers' plain weights (``plain_weights``), if anywhere
+_PLAIN: contextvars.ContextVar[dict | None] = contextvars.ContextVar("nchwc_plain",
+                                                                      default=None)
+
+
+@contextlib.contextmanager
+def plain_weights() -> Iterator[dict]:
+    """Within: {packed variable name: the plain (O, C, 3, 3) float32 weights} of every
+    Winograd layer the pass packs, for an exporter that makes the transformed filters at
+    load (``tessera.deploy``) instead of storing them, four times as large.
+
+    >>> with plain_weights() as found:
+    ...     pass
+    >>> found
+    {}
+    """
+    found: dict = {}
+    token = _PLAIN.set(found)
+    try:
+        yield found
+    finally:
+        _PLAIN.reset(token)
 
 
 def run(g: Graph, ctx) -> bool:

@@ -1119,6 +1119,39 @@ T512 static void direct_512(const int64_t* g, const uint64_t* img, const dout* o
 
 #include "binary_planes.h"
 
+/* The bit planes' per-channel lists (``binary_planes.h``'s PL_CH and PL_IDX) of the blocked
+   weights wb (O channels of taps * Cw words, C input channels): per channel (mode, |S1|,
+   count, start) into chan, mode 1 where its weight bits 1 are at most half of the planes,
+   and into idx the byte offsets in V (32 a plane; planes tap-major, then channel) of the
+   set it adds, S1 or S0. Returns the lists' total length (with idx null, only that). Made
+   where the AVX2 kernel runs: by eager mode for a layer's plan, by a library at load. */
+int64_t tsr_bin_planes_lists(const uint64_t* wb, int64_t O, int64_t C, int64_t Cw,
+                             int64_t taps, int64_t* chan, int32_t* idx) {
+    const int64_t K = taps * Cw, np = taps * C, last = C - 64 * (Cw - 1);
+    const uint64_t keep = last == 64 ? ~0ull : (1ull << last) - 1;
+    int64_t at = 0;
+    for (int64_t n = 0; n < O; n++) {
+        const uint64_t* w = wb + n / NB * K * NB + n % NB;   /* word k: w[k * NB] */
+        int64_t n1 = 0;
+        for (int64_t k = 0; k < K; k++)
+            n1 += __builtin_popcountll(w[k * NB] & (k % Cw == Cw - 1 ? keep : ~0ull));
+        const int64_t mode = n1 <= np - n1, cnt = mode ? n1 : np - n1;
+        int64_t* ch = chan + 4 * n;
+        ch[0] = mode, ch[1] = n1, ch[2] = cnt, ch[3] = at;
+        if (!idx) {
+            at += cnt;
+            continue;
+        }
+        for (int64_t k = 0; k < K; k++) {   /* the set's bits of each word, in order */
+            const int64_t t = k / Cw, cw = k % Cw;
+            uint64_t x = (mode ? w[k * NB] : ~w[k * NB]) & (cw == Cw - 1 ? keep : ~0ull);
+            for (; x; x &= x - 1)
+                idx[at++] = (int32_t)((t * C + cw * 64 + __builtin_ctzll(x)) * 32);
+        }
+    }
+    return at;
+}
+
 /* The AVX2 path's nibble planes of the packed image in ``img``, or with a planes plan
    (``D_PLN``) its bit planes (before its tsr_bin_direct_conv calls). */
 void tsr_bin_direct_nibbles(const int64_t* g, uint64_t* img) {
