@@ -50,7 +50,7 @@ from tessera._runtime import threads as _runtime_threads
 from tessera.kernels import threadpool
 from tessera.kernels.csource import source
 
-__all__ = ["gemm", "pack_b", "gemm_packed", "PackedB", "isa", "available", "ISAS",
+__all__ = ["gemm", "gemm_into", "pack_b", "gemm_packed", "PackedB", "isa", "available", "ISAS",
            "ACTIVATIONS", "default_threads"]
 
 ISAS = ("portable", "avx2", "avx512")          # c/gemm.h's TSR_GEMM_* in order
@@ -363,6 +363,19 @@ def gemm(a: np.ndarray, b: np.ndarray, *, trans_a: bool = False, trans_b: bool =
     kb, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
     return _run("gemm", a, trans_a, (b, rsb, csb), None, kb, n, alpha, beta, bias,
                 activation, residual, residual_first, out, threads, bias_rows, bounds)
+
+
+def gemm_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """``out[...] = a @ b`` for 2-d float32 ``a`` and ``b`` of any strides (a transposed
+    view is read in place, never copied): a compiled graph's matrix products.
+
+    >>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    >>> out = np.empty((3, 3), np.float32)
+    >>> gemm_into(out, a.T, a)
+    >>> np.array_equal(out, a.T @ a)
+    True
+    """
+    gemm(a, b, out=out)
 
 
 def gemm_packed(a: np.ndarray, packed: PackedB, *, trans_a: bool = False, alpha: float = 1.0,

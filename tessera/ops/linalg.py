@@ -153,6 +153,10 @@ def _dot_check(a, b) -> D.dtype:
 def _matmul_kernel(a, b, out=None):
     if a.dtype.itemsize == 2 and a.dtype.kind != "i":  # float16/bfloat16: accumulate in fp32
         return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
+    if b.ndim == 2 and a.ndim >= 2 and a.dtype == _F32 and b.dtype == _F32:
+        res = _own_gemm(a, b, out)
+        if res is not None:
+            return res
     if a.ndim > 2:
         a = _blasable(a)
     if b.ndim > 2:
@@ -163,6 +167,43 @@ def _matmul_kernel(a, b, out=None):
             if res is not None:
                 return res
     return np.matmul(a, b, out=out)
+
+
+_F32 = np.dtype(np.float32)
+# multiply-adds below which NumPy's BLAS call costs less than tessera's GEMM's set-up, and
+# rows below which OpenBLAS's small-product kernels are faster than packing B (bench gemm:
+# lenet5 fc1 batch 8)
+OWN_GEMM_MIN, OWN_GEMM_ROWS = 1 << 15, 16
+
+
+def _own_gemm(a: np.ndarray, b: np.ndarray, out):
+    """``a @ b`` by tessera's GEMM (``tessera.kernels.gemm``) for float32 ``a`` (a matrix,
+    or a C-contiguous stack of rows) and matrix ``b``, transposed views read in place; None
+    where NumPy's BLAS takes it: a small product, code generation off, an ``out`` that is
+    not float32 or whose rows are not one matrix. Eager products and compiled graphs' share
+    this choice, so both give the same values. Unlike OpenBLAS's workers, which spin on
+    their core for milliseconds after a call, its threads are the pool the generated kernels
+    run on: the elementwise kernels between two products find both cores free."""
+    k, n = b.shape
+    m = a.shape[0] if a.ndim == 2 else a.size // max(k, 1)
+    if m < OWN_GEMM_ROWS or m * n * k < OWN_GEMM_MIN:
+        return None
+    shape = a.shape[:-1] + (n,)
+    if a.ndim > 2:
+        if not a.flags.c_contiguous:
+            return None
+        a = a.reshape(m, k)
+    if out is None:
+        res = np.empty(shape, _F32)
+    elif out.dtype != _F32 or (out.ndim > 2 and not out.flags.c_contiguous):
+        return None
+    else:
+        res = out
+    from tessera.kernels import gemm
+    if not gemm.available():
+        return None
+    gemm.gemm_into(res if res.ndim == 2 else res.reshape(m, n), a, b)
+    return res
 
 
 def _blasable(x: np.ndarray) -> np.ndarray:

@@ -120,6 +120,15 @@ def _picks(t2: np.ndarray, c: int, w, ignore_index: int, dtype):
 
 def _nll_kernel(x, t, w, reduction="mean", ignore_index=-100):
     x = upcast(x)
+    if w is None and x.ndim == 2 and t.ndim == 1 and x.shape[1] and t.shape[0] == x.shape[0] \
+            and t.shape[0] and not 0 <= ignore_index < x.shape[1]:
+        picked = _picked_rows(x, t)
+        if picked is not None:   # every target a class: no mask, no weights
+            loss = np.negative(picked)
+            if reduction == "none":
+                return loss
+            total = loss.sum(dtype=np.float64 if x.dtype == np.float32 else None)
+            return total if reduction == "sum" else total / loss.shape[0]
     n, c, k, t2 = _layout(x.shape, t)
     valid, safe, wt = _picks(t2, c, w, ignore_index, x.dtype)
     if c and n * k:
@@ -134,6 +143,17 @@ def _nll_kernel(x, t, w, reduction="mean", ignore_index=-100):
         if reduction == "sum":
             return total
         return total / wt.sum(dtype=np.float64 if x.dtype == np.float32 else None)
+
+
+def _picked_rows(x: np.ndarray, t: np.ndarray):
+    """``x[i, t[i]]`` for each row when every target is a class index of ``x``, else None
+    (an ignored or out-of-range target: the general path masks or raises). A classifier's
+    loss, in as few NumPy calls as it takes: in a compiled step it runs right after the
+    last matrix product, with the caches full of that product's operands."""
+    lo, hi = t.min(), t.max()
+    if lo < 0 or hi >= x.shape[1]:
+        return None
+    return x[np.arange(x.shape[0]), t]
 
 
 def _nll_grad(ctx, g):
