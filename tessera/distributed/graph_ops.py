@@ -62,6 +62,7 @@ from tessera.ops.registry import Meta, OpDef, register
 __all__ = ["BOXING_OP", "ALL_REDUCE_BUCKET_OP", "REDUCE_SCATTER_BUCKET_OP",
            "ALL_GATHER_BUCKET_OP", "SEND_OP", "RECV_OP", "SBP_LOCAL_OP",
            "traced_box", "traced_send", "traced_recv", "traced_local", "in_step",
+           "home_variables",
            "step_running", "step_serial"]
 
 _STEP = threading.local()  # per thread: FakeWorld ranks are threads
@@ -380,6 +381,80 @@ def _gather_bucket_kernel(*xs, shapes, group, index, seq):
     return _gather_rows(xs, tuple(tuple(s) for s in shapes), tuple(group), index, seq)
 
 
+def _gather_bucket_into(outs, *xs, shapes, group, index, seq):
+    """The out-form of ``all_gather_bucket``, which a compiled step uses when each result
+    goes into a variable (ZeRO's gathered parameters): the results written into ``outs``,
+    those variables. When they are the segments of one buffer of the bucket's layout
+    (``home_variables``), this rank's rows are written there and the others' gathered in
+    place: the parameters are the bucket, nothing is copied out of it. Otherwise gathered
+    as the kernel gathers, then copied into them."""
+    _check_step("all_gather_bucket")
+    shapes, group = tuple(tuple(s) for s in shapes), tuple(group)
+    offsets, ranges, total = _rows_layout(shapes, len(group))
+    flat = _home_of(outs, offsets, total)
+    if flat is None:
+        for o, r in zip(outs, _gather_rows(xs, shapes, group, index, seq)):
+            np.copyto(o, r)
+        return
+    for x, (a, b) in zip(xs, ranges[index]):
+        _put(flat[a:b].reshape(x.shape), x)
+    C.current().all_gather_ranges_(flat, ranges, group)
+
+
+def _home_of(outs, offsets: list, total: int) -> np.ndarray | None:
+    """The home buffer (``home_variables``) whose segments at ``offsets`` the arrays
+    ``outs`` are, or None."""
+    homes = C.current().__dict__.get("_graph_homes")
+    start = outs[0].ctypes.data if homes else None
+    flat = homes.get(start) if homes else None
+    if flat is None or flat.size != total or flat.dtype != outs[0].dtype:
+        return None
+    size = flat.itemsize
+    if all(o.flags.c_contiguous and o.dtype == flat.dtype and
+           o.ctypes.data == start + off * size for o, off in zip(outs, offsets)):
+        return flat
+    return None
+
+
+def home_variables(nodes, value_var: dict, tensors: dict, kept: dict) -> int:
+    """Give the variables that the compiled step's ``all_gather_bucket`` nodes write
+    (``value_var``: id(result) -> variable name, the memory plan's) a home: one flat buffer
+    per node from the communicator's ``reduce_buffer`` (shared memory under MPI on one
+    machine), each variable's tile the segment the node gathers it into, so the step
+    gathers the updated shards straight into the parameters (as the eager
+    ``ZeroBucket`` does). ``tensors``: variable name -> tensor; ``kept``: the homes made
+    for earlier compilations of the graph, by layout, reused (a home is allocated once).
+    Collective: every rank of a group makes its homes in the same order. Returns how many
+    variables were given one."""
+    comm, homed = C.current(), 0
+    for n in nodes:
+        if n.op is not ALL_GATHER_BUCKET_OP:
+            continue
+        names = [value_var.get(id(v)) for v in n.outputs]
+        ts = [tensors.get(k) for k in names]
+        if any(t is None or not t.is_global or type(t._data.local) is not np.ndarray
+               or t._data.local.shape != v.shape for t, v in zip(ts, n.outputs)):
+            continue
+        shapes = tuple(v.shape for v in n.outputs)
+        dtype = np.dtype(n.outputs[0].dtype.np)
+        group = tuple(n.attrs["group"])
+        offsets, _, total = _rows_layout(shapes, len(group))
+        key = (tuple(names), shapes, dtype, group)
+        if key not in kept:
+            kept[key] = comm.reduce_buffer(total, dtype, group)
+        flat = kept[key]
+        comm.__dict__.setdefault("_graph_homes", {})[flat.ctypes.data] = flat
+        for t, o, s in zip(ts, offsets, shapes):
+            assert t is not None  # (checked above)
+            seg = flat[o:o + int(np.prod(s, dtype=np.int64))].reshape(s)
+            if t._data.local.ctypes.data != seg.ctypes.data:
+                np.copyto(seg, t._data.local)
+                t._data.local = seg
+                t._version[0] += 1
+            homed += 1
+    return homed
+
+
 def _scatter_places(*xs: Meta, group, index, seq):
     offsets, _, total = _rows_layout(tuple(tuple(x.shape) for x in xs), len(group))
     return _places(xs, offsets, total, group, seq)
@@ -397,6 +472,7 @@ REDUCE_SCATTER_BUCKET_OP = register(OpDef(
 ALL_GATHER_BUCKET_OP = register(OpDef(
     "all_gather_bucket", _gather_bucket_infer, {"cpu": _gather_bucket_kernel}, grad=None,
     save=(), input_buffers=_gather_places, cost=cost.movement(),
+    inplace_kernels={"cpu": _gather_bucket_into}, traits=frozenset({"into_variables"}),
     doc="split(0) -> broadcast of several tiles as one all-gather (graph_bucket)"))
 
 # ---- send / recv ---------------------------------------------------------------------------
