@@ -13,8 +13,9 @@ kernel calls the communicator when the compiled step runs:
   (synchronised batch norm, the mean loss's global count, dropout's agreed seed);
 * ``all_reduce_bucket``: several partial_sum -> broadcast conversions over one group as a
   single all-reduce; ``reduce_scatter_bucket`` and ``all_gather_bucket`` the same for
-  ZeRO's partial_sum -> split(0) and split(0) -> broadcast (made by the ``graph_bucket``
-  pass, not by tracing).
+  ZeRO's partial_sum -> split(0) (with the partial_sum -> broadcast of the parameters it
+  leaves whole among them) and split(0) -> broadcast (made by the ``graph_bucket`` pass,
+  not by tracing).
 
 They are registered ops (``tessera.ops.REGISTRY``), not a second table beside it:
 DESIGN.md section 1 has eager execution, tracing, distributed execution and every
@@ -161,19 +162,45 @@ def _rows_layout(shapes: tuple, n: int) -> tuple[list[int], list[list], int]:
     return offsets, ranges, start
 
 
-def _scatter_rows(xs, group: tuple, index: int, seq: int) -> tuple:
+@functools.lru_cache(maxsize=256)
+def _scatter_layout(shapes: tuple, whole: tuple, n: int) -> tuple:
+    """``_rows_layout`` of a reduce-scatter bucket whose members at the positions ``whole``
+    are all-reduced (partial_sum -> broadcast): those are shared among the ``n`` members
+    by elements rather than by rows, and spread. (offsets, ranges, spread, size)."""
+    from tessera.sbp import split_range
+    offsets: list[int] = []
+    ranges: list[list] = [[] for _ in range(n)]
+    spread: list[list] = [[] for _ in range(n)]
+    start = 0
+    for j, shape in enumerate(shapes):
+        size = int(np.prod(shape, dtype=np.int64))
+        row = 1 if j in whole else _row(shape)
+        offsets.append(start)
+        for k in range(n):
+            a, b = split_range(size if j in whole else shape[0], n, k)
+            ranges[k].append((start + a * row, start + b * row))
+            if j in whole:
+                spread[k].append(ranges[k][-1])
+        start += size
+    return offsets, ranges, spread, start
+
+
+def _scatter_rows(xs, group: tuple, index: int, seq: int, whole: tuple = ()) -> tuple:
     """partial_sum -> split(0) of the tiles ``xs`` (ZeRO's gradients), each copied into the
     node's reduce buffer, which is reduce-scattered by rows in place: one collective for
     all of them. The results are views of this rank's rows (shared memory under MPI on one
-    machine: no messages)."""
-    shapes = tuple(x.shape for x in xs)
-    offsets, ranges, total = _rows_layout(shapes, len(group))
+    machine: no messages). The members at the positions ``whole`` are all-reduced in the
+    same collective (the gradients of parameters ZeRO leaves whole): their results are the
+    whole sums."""
+    shapes = tuple(tuple(x.shape) for x in xs)
+    offsets, ranges, spread, total = _scatter_layout(shapes, tuple(whole), len(group))
     flat = _reduce_buffer(total, xs[0].dtype, group, seq)
     for x, o in zip(xs, offsets):  # (a strided copy when a gradient is a transposed view)
         _put(flat[o:o + x.size].reshape(x.shape), x)
-    C.current().reduce_scatter_ranges_(flat, ranges, group)
-    return tuple(flat[a:b].reshape(((b - a) // _row(s),) + s[1:])
-                 for (a, b), s in zip(ranges[index], shapes))
+    C.current().reduce_scatter_ranges_(flat, ranges, group, spread=spread if whole else None)
+    return tuple(flat[o:o + x.size].reshape(s) if j in whole else
+                 flat[a:b].reshape(((b - a) // _row(s),) + s[1:])
+                 for j, (x, o, (a, b), s) in enumerate(zip(xs, offsets, ranges[index], shapes)))
 
 
 def _gather_rows(xs, shapes, group: tuple, index: int, seq: int) -> tuple:
@@ -348,17 +375,26 @@ def _rows_check(name: str, xs, shapes, group) -> None:
                          f"by rows over {len(group)} rank(s)")
 
 
-def _scatter_bucket_infer(*xs: Meta, group, index, seq):
+def _scatter_bucket_infer(*xs: Meta, group, index, seq, whole=()):
     from tessera.distributed.boxing import tile_shape
     from tessera.sbp import split
-    _rows_check("reduce_scatter_bucket", xs, [x.shape for x in xs], group)
-    return tuple(Meta(tile_shape(x.shape, (split(0),), (index,), (len(group),)), x.dtype)
-                 for x in xs)
+    if any(not 0 <= j < len(xs) for j in whole):
+        raise ValueError(f"reduce_scatter_bucket: whole={tuple(whole)} names members of a "
+                         f"bucket of {len(xs)}")
+    rows = [x for j, x in enumerate(xs) if j not in whole]
+    if rows or not xs:
+        _rows_check("reduce_scatter_bucket", rows, [x.shape for x in rows], group)
+    if any(xs[j].dtype is not xs[0].dtype or xs[j].dtype.np.char not in "fd"
+           for j in whole):
+        raise TypeError("reduce_scatter_bucket: needs float tiles of one dtype")
+    return tuple(x if j in whole else
+                 Meta(tile_shape(x.shape, (split(0),), (index,), (len(group),)), x.dtype)
+                 for j, x in enumerate(xs))
 
 
-def _scatter_bucket_kernel(*xs, group, index, seq):
+def _scatter_bucket_kernel(*xs, group, index, seq, whole=()):
     _check_step("reduce_scatter_bucket")
-    return _scatter_rows(xs, tuple(group), index, seq)
+    return _scatter_rows(xs, tuple(group), index, seq, tuple(whole))
 
 
 def _gather_bucket_infer(*xs: Meta, shapes, group, index, seq):
@@ -455,8 +491,9 @@ def home_variables(nodes, value_var: dict, tensors: dict, kept: dict) -> int:
     return homed
 
 
-def _scatter_places(*xs: Meta, group, index, seq):
-    offsets, _, total = _rows_layout(tuple(tuple(x.shape) for x in xs), len(group))
+def _scatter_places(*xs: Meta, group, index, seq, whole=()):
+    offsets, _, _, total = _scatter_layout(tuple(tuple(x.shape) for x in xs), tuple(whole),
+                                           len(group))
     return _places(xs, offsets, total, group, seq)
 
 
@@ -468,7 +505,8 @@ def _gather_places(*xs: Meta, shapes, group, index, seq):
 REDUCE_SCATTER_BUCKET_OP = register(OpDef(
     "reduce_scatter_bucket", _scatter_bucket_infer, {"cpu": _scatter_bucket_kernel},
     grad=None, save=(), input_buffers=_scatter_places, cost=_reducing,
-    doc="partial_sum -> split(0) of several tiles as one reduce-scatter (graph_bucket)"))
+    doc="partial_sum -> split(0) of several tiles as one reduce-scatter, with those at "
+        "``whole`` partial_sum -> broadcast in the same collective (graph_bucket)"))
 ALL_GATHER_BUCKET_OP = register(OpDef(
     "all_gather_bucket", _gather_bucket_infer, {"cpu": _gather_bucket_kernel}, grad=None,
     save=(), input_buffers=_gather_places, cost=cost.movement(),
