@@ -461,7 +461,11 @@ def home_variables(nodes, value_var: dict, tensors: dict, kept: dict) -> int:
     ``ZeroBucket`` does). ``tensors``: variable name -> tensor; ``kept``: the homes made
     for earlier compilations of the graph, by layout, reused (a home is allocated once).
     Collective: every rank of a group makes its homes in the same order. Returns how many
-    variables were given one."""
+    variables were given one.
+
+    >>> home_variables([], {}, {}, {})  # a step without an all-gather bucket
+    0
+    """
     comm, homed = C.current(), 0
     for n in nodes:
         if n.op is not ALL_GATHER_BUCKET_OP:

@@ -154,6 +154,8 @@ class Communicator:
         >>> buf = np.arange(5.0)  # a world of one: its ranges hold the sum of one value
         >>> SelfCommunicator().reduce_scatter_ranges_(buf, [[(0, 2), (3, 5)]]).tolist()
         [0.0, 1.0, 2.0, 3.0, 4.0]
+        >>> SelfCommunicator().reduce_scatter_ranges_(buf, [[(0, 5)]], spread=[[(3, 5)]]).tolist()
+        [0.0, 1.0, 2.0, 3.0, 4.0]
         """
         flat = buf.reshape(-1)
         me = self._group(group).index(self.rank)
