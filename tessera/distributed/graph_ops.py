@@ -13,8 +13,9 @@ kernel calls the communicator when the compiled step runs:
   (synchronised batch norm, the mean loss's global count, dropout's agreed seed);
 * ``all_reduce_bucket``: several partial_sum -> broadcast conversions over one group as a
   single all-reduce; ``reduce_scatter_bucket`` and ``all_gather_bucket`` the same for
-  ZeRO's partial_sum -> split(0) and split(0) -> broadcast (made by the ``graph_bucket``
-  pass, not by tracing).
+  ZeRO's partial_sum -> split(0) (with the partial_sum -> broadcast of the parameters it
+  leaves whole among them) and split(0) -> broadcast (made by the ``graph_bucket`` pass,
+  not by tracing).
 
 They are registered ops (``tessera.ops.REGISTRY``), not a second table beside it:
 DESIGN.md section 1 has eager execution, tracing, distributed execution and every
@@ -62,6 +63,7 @@ from tessera.ops.registry import Meta, OpDef, register
 __all__ = ["BOXING_OP", "ALL_REDUCE_BUCKET_OP", "REDUCE_SCATTER_BUCKET_OP",
            "ALL_GATHER_BUCKET_OP", "SEND_OP", "RECV_OP", "SBP_LOCAL_OP",
            "traced_box", "traced_send", "traced_recv", "traced_local", "in_step",
+           "home_variables",
            "step_running", "step_serial"]
 
 _STEP = threading.local()  # per thread: FakeWorld ranks are threads
@@ -160,19 +162,45 @@ def _rows_layout(shapes: tuple, n: int) -> tuple[list[int], list[list], int]:
     return offsets, ranges, start
 
 
-def _scatter_rows(xs, group: tuple, index: int, seq: int) -> tuple:
+@functools.lru_cache(maxsize=256)
+def _scatter_layout(shapes: tuple, whole: tuple, n: int) -> tuple:
+    """``_rows_layout`` of a reduce-scatter bucket whose members at the positions ``whole``
+    are all-reduced (partial_sum -> broadcast): those are shared among the ``n`` members
+    by elements rather than by rows, and spread. (offsets, ranges, spread, size)."""
+    from tessera.sbp import split_range
+    offsets: list[int] = []
+    ranges: list[list] = [[] for _ in range(n)]
+    spread: list[list] = [[] for _ in range(n)]
+    start = 0
+    for j, shape in enumerate(shapes):
+        size = int(np.prod(shape, dtype=np.int64))
+        row = 1 if j in whole else _row(shape)
+        offsets.append(start)
+        for k in range(n):
+            a, b = split_range(size if j in whole else shape[0], n, k)
+            ranges[k].append((start + a * row, start + b * row))
+            if j in whole:
+                spread[k].append(ranges[k][-1])
+        start += size
+    return offsets, ranges, spread, start
+
+
+def _scatter_rows(xs, group: tuple, index: int, seq: int, whole: tuple = ()) -> tuple:
     """partial_sum -> split(0) of the tiles ``xs`` (ZeRO's gradients), each copied into the
     node's reduce buffer, which is reduce-scattered by rows in place: one collective for
     all of them. The results are views of this rank's rows (shared memory under MPI on one
-    machine: no messages)."""
-    shapes = tuple(x.shape for x in xs)
-    offsets, ranges, total = _rows_layout(shapes, len(group))
+    machine: no messages). The members at the positions ``whole`` are all-reduced in the
+    same collective (the gradients of parameters ZeRO leaves whole): their results are the
+    whole sums."""
+    shapes = tuple(tuple(x.shape) for x in xs)
+    offsets, ranges, spread, total = _scatter_layout(shapes, tuple(whole), len(group))
     flat = _reduce_buffer(total, xs[0].dtype, group, seq)
     for x, o in zip(xs, offsets):  # (a strided copy when a gradient is a transposed view)
         _put(flat[o:o + x.size].reshape(x.shape), x)
-    C.current().reduce_scatter_ranges_(flat, ranges, group)
-    return tuple(flat[a:b].reshape(((b - a) // _row(s),) + s[1:])
-                 for (a, b), s in zip(ranges[index], shapes))
+    C.current().reduce_scatter_ranges_(flat, ranges, group, spread=spread if whole else None)
+    return tuple(flat[o:o + x.size].reshape(s) if j in whole else
+                 flat[a:b].reshape(((b - a) // _row(s),) + s[1:])
+                 for j, (x, o, (a, b), s) in enumerate(zip(xs, offsets, ranges[index], shapes)))
 
 
 def _gather_rows(xs, shapes, group: tuple, index: int, seq: int) -> tuple:
@@ -347,17 +375,26 @@ def _rows_check(name: str, xs, shapes, group) -> None:
                          f"by rows over {len(group)} rank(s)")
 
 
-def _scatter_bucket_infer(*xs: Meta, group, index, seq):
+def _scatter_bucket_infer(*xs: Meta, group, index, seq, whole=()):
     from tessera.distributed.boxing import tile_shape
     from tessera.sbp import split
-    _rows_check("reduce_scatter_bucket", xs, [x.shape for x in xs], group)
-    return tuple(Meta(tile_shape(x.shape, (split(0),), (index,), (len(group),)), x.dtype)
-                 for x in xs)
+    if any(not 0 <= j < len(xs) for j in whole):
+        raise ValueError(f"reduce_scatter_bucket: whole={tuple(whole)} names members of a "
+                         f"bucket of {len(xs)}")
+    rows = [x for j, x in enumerate(xs) if j not in whole]
+    if rows or not xs:
+        _rows_check("reduce_scatter_bucket", rows, [x.shape for x in rows], group)
+    if any(xs[j].dtype is not xs[0].dtype or xs[j].dtype.np.char not in "fd"
+           for j in whole):
+        raise TypeError("reduce_scatter_bucket: needs float tiles of one dtype")
+    return tuple(x if j in whole else
+                 Meta(tile_shape(x.shape, (split(0),), (index,), (len(group),)), x.dtype)
+                 for j, x in enumerate(xs))
 
 
-def _scatter_bucket_kernel(*xs, group, index, seq):
+def _scatter_bucket_kernel(*xs, group, index, seq, whole=()):
     _check_step("reduce_scatter_bucket")
-    return _scatter_rows(xs, tuple(group), index, seq)
+    return _scatter_rows(xs, tuple(group), index, seq, tuple(whole))
 
 
 def _gather_bucket_infer(*xs: Meta, shapes, group, index, seq):
@@ -380,8 +417,87 @@ def _gather_bucket_kernel(*xs, shapes, group, index, seq):
     return _gather_rows(xs, tuple(tuple(s) for s in shapes), tuple(group), index, seq)
 
 
-def _scatter_places(*xs: Meta, group, index, seq):
-    offsets, _, total = _rows_layout(tuple(tuple(x.shape) for x in xs), len(group))
+def _gather_bucket_into(outs, *xs, shapes, group, index, seq):
+    """The out-form of ``all_gather_bucket``, which a compiled step uses when each result
+    goes into a variable (ZeRO's gathered parameters): the results written into ``outs``,
+    those variables. When they are the segments of one buffer of the bucket's layout
+    (``home_variables``), this rank's rows are written there and the others' gathered in
+    place: the parameters are the bucket, nothing is copied out of it. Otherwise gathered
+    as the kernel gathers, then copied into them."""
+    _check_step("all_gather_bucket")
+    shapes, group = tuple(tuple(s) for s in shapes), tuple(group)
+    offsets, ranges, total = _rows_layout(shapes, len(group))
+    flat = _home_of(outs, offsets, total)
+    if flat is None:
+        for o, r in zip(outs, _gather_rows(xs, shapes, group, index, seq)):
+            np.copyto(o, r)
+        return
+    for x, (a, b) in zip(xs, ranges[index]):
+        _put(flat[a:b].reshape(x.shape), x)
+    C.current().all_gather_ranges_(flat, ranges, group)
+
+
+def _home_of(outs, offsets: list, total: int) -> np.ndarray | None:
+    """The home buffer (``home_variables``) whose segments at ``offsets`` the arrays
+    ``outs`` are, or None."""
+    homes = C.current().__dict__.get("_graph_homes")
+    start = outs[0].ctypes.data if homes else None
+    flat = homes.get(start) if homes else None
+    if flat is None or flat.size != total or flat.dtype != outs[0].dtype:
+        return None
+    size = flat.itemsize
+    if all(o.flags.c_contiguous and o.dtype == flat.dtype and
+           o.ctypes.data == start + off * size for o, off in zip(outs, offsets)):
+        return flat
+    return None
+
+
+def home_variables(nodes, value_var: dict, tensors: dict, kept: dict) -> int:
+    """Give the variables that the compiled step's ``all_gather_bucket`` nodes write
+    (``value_var``: id(result) -> variable name, the memory plan's) a home: one flat buffer
+    per node from the communicator's ``reduce_buffer`` (shared memory under MPI on one
+    machine), each variable's tile the segment the node gathers it into, so the step
+    gathers the updated shards straight into the parameters (as the eager
+    ``ZeroBucket`` does). ``tensors``: variable name -> tensor; ``kept``: the homes made
+    for earlier compilations of the graph, by layout, reused (a home is allocated once).
+    Collective: every rank of a group makes its homes in the same order. Returns how many
+    variables were given one.
+
+    >>> home_variables([], {}, {}, {})  # a step without an all-gather bucket
+    0
+    """
+    comm, homed = C.current(), 0
+    for n in nodes:
+        if n.op is not ALL_GATHER_BUCKET_OP:
+            continue
+        names = [value_var.get(id(v)) for v in n.outputs]
+        ts = [tensors.get(k) for k in names]
+        if any(t is None or not t.is_global or type(t._data.local) is not np.ndarray
+               or t._data.local.shape != v.shape for t, v in zip(ts, n.outputs)):
+            continue
+        shapes = tuple(v.shape for v in n.outputs)
+        dtype = np.dtype(n.outputs[0].dtype.np)
+        group = tuple(n.attrs["group"])
+        offsets, _, total = _rows_layout(shapes, len(group))
+        key = (tuple(names), shapes, dtype, group)
+        if key not in kept:
+            kept[key] = comm.reduce_buffer(total, dtype, group)
+        flat = kept[key]
+        comm.__dict__.setdefault("_graph_homes", {})[flat.ctypes.data] = flat
+        for t, o, s in zip(ts, offsets, shapes):
+            assert t is not None  # (checked above)
+            seg = flat[o:o + int(np.prod(s, dtype=np.int64))].reshape(s)
+            if t._data.local.ctypes.data != seg.ctypes.data:
+                np.copyto(seg, t._data.local)
+                t._data.local = seg
+                t._version[0] += 1
+            homed += 1
+    return homed
+
+
+def _scatter_places(*xs: Meta, group, index, seq, whole=()):
+    offsets, _, _, total = _scatter_layout(tuple(tuple(x.shape) for x in xs), tuple(whole),
+                                           len(group))
     return _places(xs, offsets, total, group, seq)
 
 
@@ -393,10 +509,12 @@ def _gather_places(*xs: Meta, shapes, group, index, seq):
 REDUCE_SCATTER_BUCKET_OP = register(OpDef(
     "reduce_scatter_bucket", _scatter_bucket_infer, {"cpu": _scatter_bucket_kernel},
     grad=None, save=(), input_buffers=_scatter_places, cost=_reducing,
-    doc="partial_sum -> split(0) of several tiles as one reduce-scatter (graph_bucket)"))
+    doc="partial_sum -> split(0) of several tiles as one reduce-scatter, with those at "
+        "``whole`` partial_sum -> broadcast in the same collective (graph_bucket)"))
 ALL_GATHER_BUCKET_OP = register(OpDef(
     "all_gather_bucket", _gather_bucket_infer, {"cpu": _gather_bucket_kernel}, grad=None,
     save=(), input_buffers=_gather_places, cost=cost.movement(),
+    inplace_kernels={"cpu": _gather_bucket_into}, traits=frozenset({"into_variables"}),
     doc="split(0) -> broadcast of several tiles as one all-gather (graph_bucket)"))
 
 # ---- send / recv ---------------------------------------------------------------------------

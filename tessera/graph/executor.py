@@ -124,14 +124,25 @@ class Executor:
         # outputs written straight into the buffer their reader copies them into (a
         # collective's bucket): not the arena's
         self.buffered = _buffered(g, outs_fn) if plan else {}
-        self.plan = plan_memory(g, {i for i, f in enumerate(outs_fn)
-                                    if f is not None and i not in self.buffered}
-                                if plan else set(),
-                                frozenset(i for i, f in enumerate(outs_fn)
-                                          if getattr(f, "reads_around", False)),
-                                inplace_inputs={i: frozenset(f.inplace_inputs)
-                                                for i, f in enumerate(outs_fn)
-                                                if getattr(f, "inplace_inputs", None)})
+        # nodes whose results may go straight into the variables they are assigned to:
+        # planned so where the plan puts every result into its variable, else not at all
+        into_vars = {i for i, n in enumerate(g.nodes) if "into_variables" in n.op.traits
+                     and len(n.outputs) > 1 and all(c is None for c in compiled[i][1])} \
+            if plan else set()
+        while True:
+            self.plan = plan_memory(
+                g, {i for i, f in enumerate(outs_fn) if (f is not None or i in into_vars)
+                    and i not in self.buffered} if plan else set(),
+                frozenset(i for i, f in enumerate(outs_fn) if getattr(f, "reads_around", False)),
+                inplace_inputs={i: frozenset(f.inplace_inputs) for i, f in enumerate(outs_fn)
+                                if getattr(f, "inplace_inputs", None)})
+            partly = {i for i in into_vars
+                      if not all(id(v) in self.plan.value_var for v in g.nodes[i].outputs)}
+            if not partly:
+                break
+            into_vars -= partly
+        for i in into_vars:
+            outs_fn[i] = g.nodes[i].op.inplace_kernels["cpu"]
         self.arena = aligned_bytes(self.plan.arena_bytes)
         last_use = _last_uses(g)
         steps = []

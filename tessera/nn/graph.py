@@ -49,7 +49,7 @@ import numpy as np
 from tessera import _dtype as D, sbp as Sbp
 from tessera._tensor import DATA_SWAPS, Tensor
 from tessera.autograd.grad_mode import STATE
-from tessera.distributed.graph_ops import in_step
+from tessera.distributed.graph_ops import home_variables, in_step
 from tessera.graph import backend as graph_backend
 from tessera.graph.executor import Executor
 from tessera.graph.ir import Graph as IRGraph
@@ -342,6 +342,7 @@ class Graph:
     _stages: dict[int, GraphModule]  # id(module) -> GraphModule (its stage, if any)
     _auto_plan: Any  # config.enable_auto_parallel's plan (tessera.parallel.auto_parallel.Plan)
     _tree_cache: tuple  # (TREE_EPOCH, modes, ids, the modules' places) as last walked
+    _homes: dict  # ZeRO's gathered parameters' buffers, by layout
 
     def __init__(self):
         self.__dict__["_modules"] = OrderedDict()
@@ -355,6 +356,8 @@ class Graph:
         self.__dict__["_auto_plan"] = None  # config.enable_auto_parallel's plan, once made
         # (TREE_EPOCH, modes, ids, the modules' places) as last walked (``_tree``)
         self.__dict__["_tree_cache"] = (-1, (), (), ())
+        # ZeRO's gathered parameters' buffers, by layout (``graph_ops.home_variables``)
+        self.__dict__["_homes"] = {}
 
     def __setattr__(self, name, value):
         _module_mod.TREE_EPOCH[0] += 1
@@ -578,6 +581,8 @@ class Graph:
                     print(f"[nn.Graph {type(self).__name__}] {executor.describe()}")
             if executor is None:
                 executor = Executor(ir, codegen=not created)
+                if self.training and not created:
+                    home_variables(ir.nodes, executor.plan.value_var, tensors, self._homes)
         else:
             make = _BACKENDS[self.config.backend]
             executor = make(ir, tensors, dict(self.config.backend_options))

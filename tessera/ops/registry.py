@@ -33,6 +33,10 @@ TRAITS = {
     "out_form": "its cpu in-place kernel is a general out-form fn(out, *args, **attrs) that "
                 "the executor may point at any buffer (with a ``bind(*metas, out_meta, **attrs)`` "
                 "attribute, the executor binds it once per node: its kernel planned ahead)",
+    "into_variables": "a kernel with several results whose cpu in-place kernel, "
+                      "fn(outs, *args, **attrs), writes them into ``outs``: the executor "
+                      "uses it when the memory plan puts every result into a variable (so "
+                      "nothing is copied into the variables after the step)",
     "c_int": "its to_c rule is exact on int32/int64 too (C's signed overflow wraps)",
     "compare": "a comparison: its C rule computes in the operands' promoted type",
     "logical": "a logical op: its C rule computes on bools",

@@ -12,9 +12,10 @@ what the compiled step does rather than a mirror of the forward. Then the gradie
 conversions to their parameters' SBPs (``Module.to_global``'s hook at each arrival; under
 ZeRO stage 2 a reduce-scatter into the shard once accumulated, and an all-gather of the
 updated shard after the step), and the pass ``graph_buckets``'s merging: runs of
-partial_sum -> broadcast, partial_sum -> split(0) and split(0) -> broadcast conversions
-become one collective until a reader of one of them, any other collective, another kind
-or group, or the bucket's cap.
+partial_sum -> broadcast and partial_sum -> split(0) conversions (one reduce-scatter when
+it holds any: ZeRO's whole parameters' all-reduces join its gradients' reduce-scatter),
+and of split(0) -> broadcast ones, become one collective until a reader of one of them,
+any other collective, another kind or group, or the bucket's cap.
 
 The walk yields the step's events in order: each op's compute (forward: its share of the
 recorded node's price; backward: the grad op's own cost rule on the tiles its signature
@@ -55,6 +56,14 @@ __all__ = ["Event", "walk", "price", "collectives"]
 _BUCKETED = {("P", "B"): "all_reduce", ("P", "S(0)"): "reduce_scatter",
              ("S(0)", "B"): "all_gather"}
 _BUCKET_BYTES = 25 * 2 ** 20
+
+
+def _family(kind: str) -> str:
+    """What a bucket of ``kind`` may take in: the all-reduces and the reduce-scatters share
+    one (``graph_buckets`` all-reduces the gradients ZeRO leaves whole within the
+    reduce-scatter)."""
+    kind = kind.split()[0]
+    return "reduce" if kind in ("all_reduce", "reduce_scatter") else kind
 
 
 @dataclasses.dataclass
@@ -129,10 +138,12 @@ class _Walk:
                 self.events.append(conv)
                 continue
             p = self.pending
-            if p is None or p.what != kind + " bucket" or p.axis != ax or \
+            if p is None or _family(p.what) != _family(kind) or p.axis != ax or \
                     sum(m.nbytes for m in p.members) + nbytes > _BUCKET_BYTES:
                 self.flush()
                 self.pending = p = Event(kind + " bucket", ax)
+            if kind == "reduce_scatter":  # all-reduces among scatters: one reduce-scatter
+                p.what = kind + " bucket"
             p.members.append(conv)
             if not deferred:
                 self.read.add(id(conv))
@@ -290,9 +301,31 @@ def event_seconds(prof, hier: tuple, e: Event, since: float) -> float:
         m = e.members[0]
         return _conv_seconds(m.src, m.dst, m.nbytes, n, prof, False) - nominal + sync
     kind = e.what.split()[0]
+    if kind != "all_reduce":
+        rows = _by_rows(prof, n, e.members)
+        if rows is not None:
+            return rows + sync
     beta = prof.alpha_beta(kind, n)[1]
     t = prof.alpha_beta(kind, n)[0] + sync
     for m in e.members:
         sent = (2 if kind == "all_reduce" else 1) * (n - 1) / n * m.nbytes
         t += sent / beta + 2 * prof.memory_seconds(m.nbytes)
     return t
+
+
+def _by_rows(prof, n: int, members: list) -> float | None:
+    """Seconds of ZeRO's reduce-scatter or all-gather bucket of ``members`` (without its
+    sync), or None when the profile has not measured their boxing: it runs on its reduce
+    buffer by rows, each member as the compiled step's boxing of that member runs it alone
+    (its copy into the buffer and its rows' sums or copies; the all-gather's buffer is the
+    parameters, so nothing is copied out of it), which the profile measured (``P->S(0)``,
+    ``S->B``, and ``P->B`` for the all-reduced members): each member's bytes at that rate,
+    the latency once."""
+    alpha, t = 0.0, 0.0
+    for m in members:
+        zero = prof.boxing_seconds(m.src, m.dst, n, 0.0)
+        full = prof.boxing_seconds(m.src, m.dst, n, m.nbytes)
+        if zero is None or full is None:
+            return None
+        alpha, t = max(alpha, zero), t + full - zero
+    return alpha + t

@@ -30,7 +30,13 @@ ZeRO's conversions are bucketed the same way, as DeepSpeed's ``reduce_bucket_siz
 ``reduce_scatter_bucket``, runs of split(0) -> broadcast (the updated shards) one
 ``all_gather_bucket``; each member's share of a bucket is its rows of every tensor in it.
 At stage 2 a gradient is then reduce-scattered with its bucket rather than at once, so
-the full gradients of up to one bucket live together, as in DDP.
+the full gradients of up to one bucket live together, as in DDP. The all-reduces of the
+gradients of the parameters ZeRO leaves whole (below ``shard_min_size``), which alternate
+with the reduce-scatters along a model of weights and biases, join the same run: a
+bucket holding any reduce-scatter is one ``reduce_scatter_bucket`` whose ``whole``
+members are all-reduced within that collective (each rank sums its share of them and
+writes it into every rank's buffer), so a step of ZeRO makes one collective of its
+gradients, as data parallelism does.
 
 >>> from tessera.graph.ir import Graph
 >>> g = Graph.parse('''graph(%a: float32[2, 3], %b: float32[4]) {
@@ -82,6 +88,9 @@ def _merged(g: Graph, bucket: list[Node], name: str) -> tuple[Node, dict[int, Va
              "seq": first.attrs["seq"]}
     if name == "all_gather_bucket":  # (a tile does not tell its tensor's shape)
         attrs = {"shapes": tuple(tuple(n.attrs["shape"]) for n in bucket), **attrs}
+    whole = tuple(j for j, n in enumerate(bucket) if n.attrs["dst"] == "B")
+    if name == "reduce_scatter_bucket" and whole:  # the all-reduces among the scatters
+        attrs["whole"] = whole
     node = Node(REGISTRY[name], [n.inputs[0] for n in bucket], attrs, [], "")
     rename = {}
     for i, n in enumerate(bucket):
@@ -114,8 +123,11 @@ def merge(g: Graph, cap_bytes: int) -> bool:
         if len(bucket) == 1:
             out.append(bucket[0])
         elif bucket:
-            kind = _bucket_op(bucket[0])
-            assert kind is not None  # a bucket holds collectives of one bucket op
+            kinds = {_bucket_op(n) for n in bucket}
+            # (a bucket holds collectives of one bucket op, or all-reduces among scatters)
+            kind = "reduce_scatter_bucket" if "reduce_scatter_bucket" in kinds else \
+                kinds.pop()
+            assert kind is not None
             node, new = _merged(g, bucket, kind)
             out.append(node)
             rename.update(new)
@@ -152,7 +164,13 @@ def _communicates(n: Node) -> bool:
 
 
 def _key(n: Node) -> tuple:
-    return _bucket_op(n), tuple(n.attrs["group"]), n.outputs[0].dtype
+    """What the members of one bucket share: ZeRO's reduce-scatters and the all-reduces of
+    float tensors share one (the parameters ZeRO leaves whole are all-reduced with the
+    others' reduce-scatter), and the group and dtype."""
+    op = _bucket_op(n)
+    if op == "all_reduce_bucket" and n.outputs[0].dtype.np.char in "fd":
+        op = "reduce_scatter_bucket"
+    return op, tuple(n.attrs["group"]), n.outputs[0].dtype
 
 
 def _bytes(n: Node) -> int:

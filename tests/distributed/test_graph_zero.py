@@ -12,8 +12,9 @@ from tests.distributed.test_graph_global import TrainGraph, X, Y, _data_parallel
 
 
 def train(zero_stage: int | None, steps: int = 4, micro_batches: int = 1,
-          bucket_cap_mb: float = 25.0):
-    """Data parallel over the world with AdamW in an nn.Graph (None: one process)."""
+          bucket_cap_mb: float = 25.0, min_size: int = 1):
+    """Data parallel over the world with AdamW in an nn.Graph (None: one process);
+    ``min_size``: ZeRO's ``shard_min_size``."""
     model = _mlp()
     x, y = tessera.tensor(X[:6]), tessera.tensor(Y[:6])
     if zero_stage is not None:
@@ -21,7 +22,7 @@ def train(zero_stage: int | None, steps: int = 4, micro_batches: int = 1,
     opt = tessera.optim.AdamW(model.parameters(), lr=0.05)
     g = TrainGraph(model, opt)
     if zero_stage:
-        g.config.enable_zero(True, stage=zero_stage, shard_min_size=1)
+        g.config.enable_zero(True, stage=zero_stage, shard_min_size=min_size)
     g.config.set_gradient_accumulation_steps(micro_batches)
     g.config.set_bucket_cap_mb(bucket_cap_mb)
     losses = [float(g(x, y).detach().numpy()) for _ in range(steps)]
@@ -81,6 +82,72 @@ def test_zero_graph_buckets_its_reduce_scatters_and_all_gathers(stage):
             i for i, o in enumerate(names) if o == "matmul")
         assert names.index("all_gather_bucket") > max(
             i for i, o in enumerate(names) if o not in ("all_gather_bucket", "copy"))
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_zero_all_reduces_the_whole_parameters_within_the_reduce_scatter(n):
+    """The biases below ``shard_min_size`` stay whole (their state too) and their gradients
+    are all-reduced within the weights' reduce-scatter: one collective of gradients a step,
+    the same values as one process."""
+    want_losses, want_params, *_ = train(None)
+    plain = run(n, train, 0)[0]
+    for losses, params, state, boxing, sbps, mem, ops in run(n, train, 2, min_size=10):
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
+        assert sbps == ["S(0)", "B", "S(0)", "B"] and state < plain[2]
+        names = [o[0] for o in ops]
+        assert names.count("reduce_scatter_bucket") == 1, ops
+        assert "all_reduce_bucket" not in names and ("P", "B") not in boxing, ops
+        assert names.count("all_gather_bucket") == 1, ops
+
+
+def gathered_in_place(steps: int = 4):
+    """ZeRO stage 2 with buckets: the losses and parameters, and per step whether each
+    parameter's array stayed the same object, whether the step's assigned value of each
+    parameter was that array itself (no copy into it afterwards), and the offsets of the
+    parameters' arrays from the first one's (bytes)."""
+    model = _mlp()
+    x, y = _data_parallel(model, tessera.tensor(X[:6]), tessera.tensor(Y[:6]))
+    g = TrainGraph(model, tessera.optim.AdamW(model.parameters(), lr=0.05))
+    g.config.enable_zero(True, stage=2, shard_min_size=1)
+    params = list(model.parameters())
+    names = [f"model.{k}" for k, _ in model.named_parameters()]
+    losses, same, assigned = [], [], []
+    for _ in range(steps):
+        tiles = [q._data.local for q in params]
+        c = g._cache.get(g._last_key) if g._last_key is not None else None
+        run_ = c.executor.run if c is not None else None
+        if c is not None:
+            def spy(inputs, variables, run_=run_):
+                outs, assigns = run_(inputs, variables)
+                got = dict(assigns)
+                assigned.append([got[k] is variables[k] for k in names])
+                return outs, assigns
+            c.executor.run = spy
+        losses.append(float(g(x, y).detach().numpy()))
+        if c is not None:
+            c.executor.run = run_
+            same.append([q._data.local is t for q, t in zip(params, tiles)])
+    start = params[0]._data.local.ctypes.data
+    offsets = [q._data.local.ctypes.data - start for q in params]
+    return losses, [q.detach().numpy().copy() for q in params], same, assigned, offsets
+
+
+def test_zero_gathers_the_updated_shards_into_the_parameters():
+    """The all-gather bucket gathers straight into the parameters' arrays, segments of one
+    buffer laid out as the bucket: each step's new parameter values are those arrays
+    themselves, so nothing is copied into the parameters after the step; the same values
+    as one process."""
+    want_losses, want_params, *_ = train(None)
+    for losses, params, same, assigned, offsets in run(2, gathered_in_place):
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
+        # the 8x6 weight, its 8 biases, the 3x8 weight, back to back (float64)
+        assert offsets == [0, 8 * 48, 8 * 56, 8 * 80], offsets
+        assert same and all(all(s) for s in same), same
+        assert assigned and all(all(a) for a in assigned), assigned
 
 
 def test_zero_stage2_with_micro_batches_on_three_ranks():
@@ -301,19 +368,24 @@ def test_mpi_zero_stage3_graph(tmp_path):
 @pytest.mark.parametrize("n", [2, 3])
 def test_mpi_zero_graph_boxes_rows_in_shared_memory(tmp_path, n):
     """Under mpiexec: a parameter's partial_sum -> split(0) and split(0) -> broadcast nodes
-    run on their own shared reduce buffers (a reduce-scatter and an all-gather by rows, no
-    messages), with the same values as one process, uneven splits (3 and 8 rows on 3
-    ranks) and micro-batches included."""
+    run on their own shared reduce buffers, or the all-gathers on the parameters' own (a
+    reduce-scatter and an all-gather by rows, no messages), with the same values as one
+    process, uneven splits (3 and 8 rows on 3 ranks) and micro-batches included."""
     run_mpi(tmp_path, """
         from tessera.distributed import comm as C
         from tests.distributed._mpi import emit
         from tests.distributed.test_graph_zero import train
-        got = [train(2)[:2], train(1)[:2], train(2, micro_batches=2)[:2]]
+        got = [train(2)[:2], train(1)[:2], train(2, micro_batches=2)[:2],
+               train(2, min_size=10)[:2]]
         comm = C.current()
         shared = [comm._shm[k[0]].owns(b) for k, b in comm._graph_buckets.items()]
+        # the gathered parameters' own buffers (home_variables): shared memory too
+        shared += [any(r.owns(b) for r in comm._shm.values() if r is not None)
+                   for b in comm._graph_homes.values()]
         emit((got, shared))
     """, n=n)
-    want = [train(None)[:2], train(None)[:2], train(None, micro_batches=2)[:2]]
+    want = [train(None)[:2], train(None)[:2], train(None, micro_batches=2)[:2],
+            train(None)[:2]]
     for got, shared in outputs(tmp_path, n):
         assert len(shared) >= 4 and all(shared)
         for (losses, params), (w_losses, w_params) in zip(got, want):

@@ -143,6 +143,31 @@ def _scatter_bucket(L, n, index, *xs):
                                            group=tuple(range(n)), index=k, seq=0))[index]
 
 
+def _scatter_bucket_whole(L, n, index, whole, *xs):
+    """The same bucket with the members at ``whole`` all-reduced within it (the gradients
+    of parameters ZeRO leaves whole): their whole sums, the others' rows."""
+    scale = n * (n + 1) // 2
+    if L.__name__ != "tessera":
+        return tuple((x * scale).clone() if j in whole else (x * scale).narrow(
+            0, *(lambda a, b: (a, b - a))(*_range(x.shape[0], n, index))).clone()
+            for j, x in enumerate(xs))
+    from tessera._dispatch import dispatch
+    from tessera.distributed.graph_ops import REDUCE_SCATTER_BUCKET_OP
+    return _on_ranks(n, lambda k: dispatch(REDUCE_SCATTER_BUCKET_OP, *[x * (k + 1) for x in xs],
+                                           group=tuple(range(n)), index=k, seq=0,
+                                           whole=whole))[index]
+
+
+def _scatter_whole_samples(rng, dt):
+    # (ranks, which rank's result, whole members, shapes): one rank first (as above), a
+    # whole member shorter than the ranks, a scalar one, one of more elements than rows
+    for n, index, whole, shapes in [(1, 0, (1,), [(2, 3), (4,)]),
+                                    (1, 0, (0,), [(3,), (2, 2)]),
+                                    (2, 1, (0, 2), [(1,), (4, 3), (), (5,)]),
+                                    (3, 2, (1,), [(3, 2, 2), (2, 5), (4, 5)])]:
+        yield Sample((n, index, whole) + tuple(make(rng, s, dt) for s in shapes))
+
+
 def _gather_bucket(L, n, index, *xs):
     """ZeRO's all-gather bucket over ``n`` ranks, each holding its rows of every ``x``: the
     whole tensors on rank ``index``."""
@@ -192,6 +217,8 @@ register(
            gradcheck=False),
     OpInfo("reduce_scatter_bucket", _scatter_bucket, _rows_bucket_samples,
            differentiable=False, gradcheck=False),
+    OpInfo("reduce_scatter_bucket whole", _scatter_bucket_whole, _scatter_whole_samples,
+           covers=("reduce_scatter_bucket",), differentiable=False, gradcheck=False),
     OpInfo("all_gather_bucket", _gather_bucket, _rows_bucket_samples, differentiable=False,
            gradcheck=False),
     OpInfo("send_recv", _send_recv, _send_recv_samples, covers=("send", "recv"),

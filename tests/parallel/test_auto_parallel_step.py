@@ -189,3 +189,28 @@ def test_walk_prices_each_ranks_matmul_flops(plan):
     c, assign = _realised("mlp", spec, 2, prof)
     walked = sum(e.seconds for e in W.walk(c, assign) if e.op == "matmul")
     assert walked == pytest.approx(run(2, _compiled_matmul_flops, "mlp", spec, 2)[0], rel=1e-9)
+
+
+def test_zero_buckets_are_priced_at_their_members_boxing():
+    # the small MLP under DP+ZeRO with the default shard_min_size: its two weights (2,048
+    # elements) are sharded, its biases (64 and 32) are not; the biases' all-reduces run
+    # within the weights' reduce-scatter (one collective of gradients), then one all-gather
+    # of the updated weights. A bucket by rows costs what its members' boxing steps cost
+    # alone (the profile's measured P->S(0), P->B, S->B, copies included: the all-gather's
+    # bucket is the parameters), its latency once
+    names = [k for k, _ in BA._build("mlp", small=True)[0].named_parameters()]
+    spec = BA.plans("mlp", names)["dp+zero"]
+    prof = Profile(boxing={"P->S(0)": {2: (3e-5, 1e9)}, "P->B": {2: (5e-5, 2e9)},
+                   "S->B": {2: (2e-5, 4e9)}})
+    c, assign = _realised("mlp", spec, 2, prof)
+    buckets = [e for e in W.walk(c, assign) if e.what.endswith("bucket")]
+    assert [e.what for e in buckets] == ["reduce_scatter bucket", "all_gather bucket"]
+    scatter, gather = buckets
+    got = sorted((m.src.short(), m.dst.short(), m.nbytes) for m in scatter.members)
+    assert got == [("P", "B", 32 * 4), ("P", "B", 64 * 4), ("P", "S(0)", 2048 * 4),
+                   ("P", "S(0)", 2048 * 4)]
+    assert sorted(m.nbytes for m in gather.members) == [2048 * 4, 2048 * 4]
+    want = 5e-5 + 2 * 2048 * 4 / 1e9 + (32 + 64) * 4 / 2e9
+    assert W.event_seconds(prof, (2,), scatter, 0.0) == pytest.approx(want, rel=1e-9)
+    assert W.event_seconds(prof, (2,), gather, 0.0) == \
+        pytest.approx(2e-5 + 2 * 2048 * 4 / 4e9, rel=1e-9)

@@ -138,23 +138,31 @@ class Communicator:
         raise NotImplementedError
 
     def reduce_scatter_ranges_(self, buf: np.ndarray, ranges: list, group=None,
-                               op: str = "sum") -> np.ndarray:
+                               op: str = "sum", spread: list | None = None) -> np.ndarray:
         """A reduce-scatter in place on a reduce buffer: ``ranges[i]`` lists the
         ``(start, stop)`` element ranges of the flat ``buf`` that group member ``i`` gets;
         afterwards this rank's ranges of its ``buf`` hold the reduction of every member's
         values there (the other ranges are left unspecified). ZeRO's flat gradient bucket
-        uses it: one member's share is its rows of every gradient, so many ranges. Under MPI
-        on one machine ``buf`` from ``reduce_buffer`` is reduced in shared memory, without
-        messages; here: the members' ranges packed for one ``reduce_scatter``.
+        uses it: one member's share is its rows of every gradient, so many ranges.
+        ``spread[i]``: those of member ``i``'s ranges whose reduction every rank gets too
+        (an all-reduce of those parts within the same collective: the gradients of the
+        parameters ZeRO leaves whole). Under MPI on one machine ``buf`` from
+        ``reduce_buffer`` is reduced in shared memory, without messages (the reducing rank
+        writes a spread range into every rank's buffer); here: the members' ranges packed
+        for one ``reduce_scatter``, then the spread ones all-gathered.
 
         >>> buf = np.arange(5.0)  # a world of one: its ranges hold the sum of one value
         >>> SelfCommunicator().reduce_scatter_ranges_(buf, [[(0, 2), (3, 5)]]).tolist()
+        [0.0, 1.0, 2.0, 3.0, 4.0]
+        >>> SelfCommunicator().reduce_scatter_ranges_(buf, [[(0, 5)]], spread=[[(3, 5)]]).tolist()
         [0.0, 1.0, 2.0, 3.0, 4.0]
         """
         flat = buf.reshape(-1)
         me = self._group(group).index(self.rank)
         mine = self.reduce_scatter([_packed(flat, rs) for rs in ranges], group, op)
         _unpack(flat, ranges[me], mine)
+        if spread is not None and any(spread):
+            self.all_gather_ranges_(buf, spread, group)
         return buf
 
     def all_gather_ranges_(self, buf: np.ndarray, ranges: list, group=None) -> np.ndarray:

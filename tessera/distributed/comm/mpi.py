@@ -423,11 +423,11 @@ class MPICommunicator(C.Communicator):
             return red
         return None
 
-    def reduce_scatter_ranges_(self, buf, ranges, group=None, op="sum"):
+    def reduce_scatter_ranges_(self, buf, ranges, group=None, op="sum", spread=None):
         red = self._shared(buf, group, op)
         if red is None:
-            return super().reduce_scatter_ranges_(buf, ranges, group, op)
-        return red.reduce_scatter_ranges_(buf, ranges, op)
+            return super().reduce_scatter_ranges_(buf, ranges, group, op, spread)
+        return red.reduce_scatter_ranges_(buf, ranges, op, spread)
 
     def all_gather_ranges_(self, buf, ranges, group=None):
         red = self._shared(buf, group)

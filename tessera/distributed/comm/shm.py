@@ -157,11 +157,13 @@ class ShmReducer:
             return buf
         return C.Work(wait=wait, test=lambda: advance(False))
 
-    def reduce_scatter_ranges_(self, buf: np.ndarray, ranges: list, op: str) -> np.ndarray:
+    def reduce_scatter_ranges_(self, buf: np.ndarray, ranges: list, op: str,
+                               spread: list | None = None) -> np.ndarray:
         """``Communicator.reduce_scatter_ranges_`` on one of this reducer's buffers: after a
         barrier, this rank sums its ``ranges`` over the ranks' buffers into its own (the
-        all-reduce's first half, with no copy to the others), then a barrier, so the caller
-        may refill ``buf`` as soon as it returns."""
+        all-reduce's first half, with no copy to the others but of its ``spread`` ranges,
+        which it writes into every rank's buffer: the all-reduce's second half), then a
+        barrier, so the caller may refill ``buf`` as soon as it returns."""
         views, flat, what = self._views(buf), buf.reshape(-1), \
             f"reduce_scatter({op}) on ranks {list(self.group)}"
         fn, r = _UFUNCS[op], self.rank
@@ -173,6 +175,10 @@ class ShmReducer:
                     fn(mine, views[q][a:b], out=mine)
             if op == "avg":
                 np.divide(mine, self.size, out=mine, casting="unsafe")
+        for a, b in spread[r] if spread is not None else ():
+            for q in range(self.size):
+                if q != r:
+                    views[q][a:b] = flat[a:b]
         self._fence(buf, what)
         return buf
 
