@@ -796,21 +796,21 @@ def _sample_runs(g: Graph, kinds: dict) -> list[tuple[int, int, int]]:
     return runs
 
 
-def _sample_boundaries(g: Graph, runs: list, kinds: dict, plan, returned: dict) -> dict:
-    """New arena offsets (id(value) -> offset past the plan's arena, which grows) for the
-    values a run reads from before it and those it leaves to nodes after it: the plan shares
-    a buffer between values whose lifetimes do not meet in the batch's order, but in a loop
-    over the samples, sample s of a value read or written outside the run would meet the
-    run's other values of the samples before and after it. Only a run whose boundary values
-    are buffers of their own (not views of another) loops (the others are dropped from
-    ``runs``)."""
+def _sample_boundaries(g: Graph, runs: list, kinds: dict, plan, returned: dict) -> None:
+    """Arena space of their own (past the plan's arena, which grows: ``plan.offsets``
+    rewritten) for the values a run reads from before it and those it leaves to nodes after
+    it: the plan shares a buffer between values whose lifetimes do not meet in the batch's
+    order, but in a loop over the samples, sample s of a value read or written outside the
+    run would meet the run's other values of the samples before and after it. Only a run
+    whose boundary values are buffers of their own (not views of another) loops (the others
+    are dropped from ``runs``)."""
     readers: dict[int, list[int]] = {}
     at = {id(n): i for i, n in enumerate(g.nodes)}
     for i, n in enumerate(g.nodes):
         for v in n.inputs:
             if isinstance(v, Value):
                 readers.setdefault(id(v), []).append(i)
-    moved: dict[int, int] = {}
+    moved: set[int] = set()
     for run in list(runs):
         i0, i1, _ = run
         made = {id(v) for n in g.nodes[i0:i1] for v in n.outputs}
@@ -823,9 +823,10 @@ def _sample_boundaries(g: Graph, runs: list, kinds: dict, plan, returned: dict) 
             continue
         for v in edge:
             if id(v) in plan.offsets and id(v) not in returned and id(v) not in moved:
-                moved[id(v)] = -(-plan.arena_bytes // ALIGN) * ALIGN
-                plan.arena_bytes = moved[id(v)] + v.nbytes
-    return moved
+                moved.add(id(v))
+                plan.offsets[id(v)] = -(-plan.arena_bytes // ALIGN) * ALIGN
+                plan.arena_bytes = plan.offsets[id(v)] + v.nbytes
+
 
 def _plan_layout(prog: Program) -> None:
     """Weights into the payload, then the graph outputs' and the arena's buffers."""
@@ -988,7 +989,7 @@ def emit(name: str, g: Graph, values: dict) -> Program:
                        {i: frozenset({3}) for i in out_nodes if _nchwc_over_residual(g.nodes[i])})
     returned = {id(v): k for k, v in enumerate(g.outputs)}
     runs = _sample_runs(g, kinds)
-    moved = _sample_boundaries(g, runs, kinds, plan, returned)
+    _sample_boundaries(g, runs, kinds, plan, returned)
     prog.arena_bytes = plan.arena_bytes
     starts, ends = {i0: N for i0, _, N in runs}, {i1 - 1 for _, i1, _ in runs}
     for i, n in enumerate(g.nodes):
@@ -1014,8 +1015,6 @@ def emit(name: str, g: Graph, values: dict) -> Program:
             prog.strided[id(out)] = strides
         else:
             prog.loc[id(out)] = _planned_loc(out, returned, plan)
-            if id(out) in moved:
-                prog.loc[id(out)] = Loc("m->arena", moved[id(out)])
         _emit_node(prog, i, n, kinds[i], moves.get(i))
         if i in ends:
             prog.steps.append("}")
