@@ -80,11 +80,15 @@ class Program:
     source: str = ""
     sample: int = 0                                 # the batch a loop over its samples
                                                     # runs the current node for (0: none)
+    edges: set = field(default_factory=set)         # id(value) read or written outside
+                                                    # such a loop (_sample_boundaries)
 
     def p(self, v) -> str:
         if not isinstance(v, Value):
             raise NotImplementedError(f"tessera.deploy: a constant operand {v!r}")
-        if self.sample and v.kind != "var":   # (sample s_ of the batch: _sample_runs)
+        if self.sample and (v.kind == "input" or id(v) in self.edges):
+            # (sample s_ of the batch: _sample_runs; a value the loop keeps to itself is
+            # one sample's, the same buffer for each)
             return f"({self.loc[id(v)].ptr(v)} + s_ * {v.numel // self.sample})"
         return self.loc[id(v)].ptr(v)
 
@@ -796,14 +800,16 @@ def _sample_runs(g: Graph, kinds: dict) -> list[tuple[int, int, int]]:
     return runs
 
 
-def _sample_boundaries(g: Graph, runs: list, kinds: dict, plan, returned: dict) -> None:
+def _sample_boundaries(g: Graph, runs: list, kinds: dict, plan, returned: dict) -> set:
     """Arena space of their own (past the plan's arena, which grows: ``plan.offsets``
     rewritten) for the values a run reads from before it and those it leaves to nodes after
     it: the plan shares a buffer between values whose lifetimes do not meet in the batch's
     order, but in a loop over the samples, sample s of a value read or written outside the
     run would meet the run's other values of the samples before and after it. Only a run
     whose boundary values are buffers of their own (not views of another) loops (the others
-    are dropped from ``runs``)."""
+    are dropped from ``runs``). Returns the ids of those values (the others of a run are
+    each one sample's in the loop: their first sample's part of their planned buffers, the
+    same for every sample, which stays in the caches from one sample to the next)."""
     readers: dict[int, list[int]] = {}
     at = {id(n): i for i, n in enumerate(g.nodes)}
     for i, n in enumerate(g.nodes):
@@ -817,15 +823,16 @@ def _sample_boundaries(g: Graph, runs: list, kinds: dict, plan, returned: dict) 
         edge = [v for n in g.nodes[i0:i1] for v in n.inputs
                 if isinstance(v, Value) and v.kind == "node" and id(v) not in made]
         edge += [v for n in g.nodes[i0:i1] for v in n.outputs
-                 if any(not i0 <= r < i1 for r in readers.get(id(v), ()))]
+                 if id(v) in returned or any(not i0 <= r < i1 for r in readers.get(id(v), ()))]
         if any(kinds[at[id(v.producer)]] in ("view", "strided") for v in edge):
             runs.remove(run)
             continue
         for v in edge:
             if id(v) in plan.offsets and id(v) not in returned and id(v) not in moved:
-                moved.add(id(v))
                 plan.offsets[id(v)] = -(-plan.arena_bytes // ALIGN) * ALIGN
                 plan.arena_bytes = plan.offsets[id(v)] + v.nbytes
+            moved.add(id(v))
+    return moved
 
 
 def _plan_layout(prog: Program) -> None:
@@ -989,7 +996,7 @@ def emit(name: str, g: Graph, values: dict) -> Program:
                        {i: frozenset({3}) for i in out_nodes if _nchwc_over_residual(g.nodes[i])})
     returned = {id(v): k for k, v in enumerate(g.outputs)}
     runs = _sample_runs(g, kinds)
-    _sample_boundaries(g, runs, kinds, plan, returned)
+    prog.edges = _sample_boundaries(g, runs, kinds, plan, returned)
     prog.arena_bytes = plan.arena_bytes
     starts, ends = {i0: N for i0, _, N in runs}, {i1 - 1 for _, i1, _ in runs}
     for i, n in enumerate(g.nodes):

@@ -200,10 +200,11 @@ def test_winograd_under_sanitizers(tmp_path, monkeypatch):
     cycles(tmp_path, {"wsan": (Net().eval(), (tessera.randn(2, 3, 33, 31),))}, 20)
 
 
-def _trunk(nn_, block=None):
+def _trunk(nn_, features=False):
     """An inverted-residual trunk in ``nn_`` (tessera.nn or torch.nn): a stem after an
     elementwise op (the trunk reads a buffer made before it), three blocks (a run of blocked
-    layers), an early block's output read after the trunk, and a head."""
+    layers), an early block's output read after the trunk, and a head; or (``features``)
+    the last block's output as the result (the trunk writes the caller's buffer)."""
 
     class Trunk(nn_.Module):
         def __init__(self):
@@ -220,12 +221,15 @@ def _trunk(nn_, block=None):
             a = self.blocks[0](x) + x
             b = self.blocks[1](a) + a
             c = self.blocks[2](b)
+            if features:
+                return c
             return self.head(c.mean((2, 3))) + a.tanh().mean((1, 2, 3))[:, None]
     return Trunk()
 
 
+@pytest.mark.parametrize("features", [False, True])
 @pytest.mark.parametrize("isa", ["portable", "avx2", "avx512"])
-def test_a_trunk_at_a_batch_runs_sample_by_sample(isa, tmp_path, monkeypatch):
+def test_a_trunk_at_a_batch_runs_sample_by_sample(isa, features, tmp_path, monkeypatch):
     """A run of blocked layers at batch 3 loops over the samples (the buffers it reads from
     before it and leaves to the nodes after it apart from the run's), against PyTorch on
     every path and thread count."""
@@ -236,8 +240,8 @@ def test_a_trunk_at_a_batch_runs_sample_by_sample(isa, tmp_path, monkeypatch):
         pytest.skip(f"this CPU lacks {isa}")
     monkeypatch.setenv("TESSERA_NCHWC", "1")
     tessera.manual_seed(8)
-    model = _trunk(nn).eval()
-    ref = _trunk(torch.nn).eval()
+    model = _trunk(nn, features).eval()
+    ref = _trunk(torch.nn, features).eval()
     ref.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in model.state_dict().items()})
     x = tessera.randn(3, 3, 30, 26)
     out = build(model, (x,), tmp_path, "trk")
