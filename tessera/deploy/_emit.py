@@ -78,6 +78,10 @@ class Program:
     nchwc_blocks: set = field(default_factory=set)  # and the blocks (8, 16) of the layout
     loc: dict = field(default_factory=dict)         # id(value) -> Loc
     source: str = ""
+    sample: int = 0                                 # the batch a loop over its samples
+                                                    # runs the current node for (0: none)
+    edges: set = field(default_factory=set)         # id(value) read or written outside
+                                                    # such a loop (_sample_boundaries)
     # an exported library (``emit(..., plain=)``) makes some weights at load rather than
     # store them: the Winograd layers' filters from their plain weights (``plain``: packed
     # variable name -> (O, C, 3, 3) weights), into ``m->built``; the AVX2 binary kernel's
@@ -104,7 +108,15 @@ class Program:
     def p(self, v) -> str:
         if not isinstance(v, Value):
             raise NotImplementedError(f"tessera.deploy: a constant operand {v!r}")
+        if self.sample and (v.kind == "input" or id(v) in self.edges):
+            # (sample s_ of the batch: _sample_runs; a value the loop keeps to itself is
+            # one sample's, the same buffer for each)
+            return f"({self.loc[id(v)].ptr(v)} + s_ * {v.numel // self.sample})"
         return self.loc[id(v)].ptr(v)
+
+    def batch(self, v: Value) -> int:
+        """The batch a node of ``v``'s runs over: 1 in a loop over the samples."""
+        return 1 if self.sample else v.shape[0]
 
 
 def _unsupported(n: Node, why: str = "") -> NotImplementedError:
@@ -710,10 +722,11 @@ def _nchwc_conv(prog: Program, i: int, n: Node) -> None:
         flags.append("TSR_NCHWC_WINOGRAD")
     act = {None: "TSR_ACT_NONE", "relu": "TSR_ACT_RELU", "clamp": "TSR_ACT_CLAMP"}
     lo, hi = a["bounds"] if a["activation"] == "clamp" else (0.0, 0.0)
-    N, _, H, W = (x.shape if a["plain_input"] else x.shape[:4])
-    fields = dict(n=N, c=cg * a["groups"], h=H, w=W, o=o, oh=out.shape[2], ow=out.shape[3],
-                  kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw, groups=a["groups"],
-                  block=a["block"], isa="m->isa", x=prog.p(x), wp=_nchwc_weights(prog, wp, a),
+    _, _, H, W = (x.shape if a["plain_input"] else x.shape[:4])
+    fields = dict(n=prog.batch(x), c=cg * a["groups"], h=H, w=W, o=o, oh=out.shape[2],
+                  ow=out.shape[3], kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw,
+                  groups=a["groups"], block=a["block"], isa="m->isa", x=prog.p(x),
+                  wp=_nchwc_weights(prog, wp, a),
                   bias=prog.p(b) if isinstance(b, Value) else "NULL",
                   r=prog.p(r) if isinstance(r, Value) else "NULL", y=prog.p(out),
                   act=act[a["activation"]], flags=" | ".join(flags), lo=_c_float(lo),
@@ -750,7 +763,8 @@ def _nchwc_weights(prog: Program, wp: Value, a: dict) -> str:
 
 def _nchwc_pool(prog: Program, i: int, n: Node) -> None:
     x, out, a = n.inputs[0], n.outputs[0], n.attrs
-    N, CB, H, W, blk = x.shape
+    _, CB, H, W, blk = x.shape
+    N = prog.batch(x)
     _nchwc_unit(prog, blk, "pool")
     (kh, kw), (sh, sw), (ph, pw) = a["kernel_size"], a["stride"], a["padding"]
     fields = dict(n=N, cb=CB, h=H, w=W, oh=out.shape[2], ow=out.shape[3], kh=kh, kw=kw,
@@ -773,9 +787,10 @@ def _nchwc_layout(prog: Program, i: int, n: Node) -> None:
     """to_nchwc / from_nchwc: one pass over the tensor (memory speed: not split)."""
     x, out = n.inputs[0], n.outputs[0]
     if n.op.name == "to_nchwc":
-        (N, C, H, W), blk, fn = x.shape, n.attrs["block"], "tsr_nchwc_to_blocked"
+        (_, C, H, W), blk, fn = x.shape, n.attrs["block"], "tsr_nchwc_to_blocked"
     else:
-        (N, C, H, W), blk, fn = out.shape, x.shape[4], "tsr_nchwc_from_blocked"
+        (_, C, H, W), blk, fn = out.shape, x.shape[4], "tsr_nchwc_from_blocked"
+    N = prog.batch(out)
     _nchwc_unit(prog, blk)
     prog.steps.append(f"{fn}({prog.p(x)}, {prog.p(out)}, {N}, {C}, {H * W}, {blk});")
 
@@ -789,6 +804,73 @@ RULES = {"cat": _cat, "all": _all_any, "any": _all_any, "fused": _fused, "matmul
 
 
 # ---- the program -------------------------------------------------------------------------
+
+# A run of at least SAMPLE_RUN blocked-layout nodes at a batch above 1 (a convolutional
+# trunk) runs sample by sample: each node over one sample, then the next node, the whole
+# run once per sample, so that a sample's activations stay in the caches from one layer to
+# the next where the batch's pass each layer through memory (MobileNetV2 at batch 8: its
+# 112x112 and 56x56 layers' activations are 5-40 MB a layer). Winograd layers stay out of
+# such runs: they amortize their transformed weights over the tiles of the whole batch.
+SAMPLE_RUN = 8
+_PER_SAMPLE = frozenset({"conv2d_nchwc", "pool2d_nchwc", "to_nchwc", "from_nchwc"})
+
+
+def _per_sample(n: Node, kind: str) -> int:
+    """The batch of a node a loop over the samples can run (every operand not a weight has
+    it first), else 0."""
+    if kind != "rule" or n.op.name not in _PER_SAMPLE or n.attrs.get("winograd"):
+        return 0
+    vals = [v for v in n.inputs if isinstance(v, Value) and v.kind != "var"] + n.outputs
+    N = n.outputs[0].shape[0] if n.outputs[0].shape else 0
+    return N if N > 1 and all(v.shape and v.shape[0] == N for v in vals) else 0
+
+
+def _sample_runs(g: Graph, kinds: dict) -> list[tuple[int, int, int]]:
+    """(first node, end, batch) of each run the program loops over the samples of."""
+    runs, start, batch = [], 0, 0
+    for i in range(len(g.nodes) + 1):
+        N = _per_sample(g.nodes[i], kinds[i]) if i < len(g.nodes) else 0
+        if N != batch:
+            if batch and i - start >= SAMPLE_RUN:
+                runs.append((start, i, batch))
+            start, batch = i, N
+    return runs
+
+
+def _sample_boundaries(g: Graph, runs: list, kinds: dict, plan, returned: dict) -> set:
+    """Arena space of their own (past the plan's arena, which grows: ``plan.offsets``
+    rewritten) for the values a run reads from before it and those it leaves to nodes after
+    it: the plan shares a buffer between values whose lifetimes do not meet in the batch's
+    order, but in a loop over the samples, sample s of a value read or written outside the
+    run would meet the run's other values of the samples before and after it. Only a run
+    whose boundary values are buffers of their own (not views of another) loops (the others
+    are dropped from ``runs``). Returns the ids of those values (the others of a run are
+    each one sample's in the loop: their first sample's part of their planned buffers, the
+    same for every sample, which stays in the caches from one sample to the next)."""
+    readers: dict[int, list[int]] = {}
+    at = {id(n): i for i, n in enumerate(g.nodes)}
+    for i, n in enumerate(g.nodes):
+        for v in n.inputs:
+            if isinstance(v, Value):
+                readers.setdefault(id(v), []).append(i)
+    moved: set[int] = set()
+    for run in list(runs):
+        i0, i1, _ = run
+        made = {id(v) for n in g.nodes[i0:i1] for v in n.outputs}
+        edge = [v for n in g.nodes[i0:i1] for v in n.inputs
+                if isinstance(v, Value) and v.kind == "node" and id(v) not in made]
+        edge += [v for n in g.nodes[i0:i1] for v in n.outputs
+                 if id(v) in returned or any(not i0 <= r < i1 for r in readers.get(id(v), ()))]
+        if any(kinds[at[id(v.producer)]] in ("view", "strided") for v in edge):
+            runs.remove(run)
+            continue
+        for v in edge:
+            if id(v) in plan.offsets and id(v) not in returned and id(v) not in moved:
+                plan.offsets[id(v)] = -(-plan.arena_bytes // ALIGN) * ALIGN
+                plan.arena_bytes = plan.offsets[id(v)] + v.nbytes
+            moved.add(id(v))
+    return moved
+
 
 def _plan_layout(prog: Program) -> None:
     """Weights into the payload, then the graph outputs' and the arena's buffers."""
@@ -952,9 +1034,16 @@ def emit(name: str, g: Graph, values: dict, plain: dict | None = None) -> Progra
     not_inplace = frozenset(i for i in out_nodes if not _in_place_ok(g.nodes[i], kinds[i]))
     plan = plan_memory(g, out_nodes, not_inplace, frozenset(views),
                        {i: frozenset({3}) for i in out_nodes if _nchwc_over_residual(g.nodes[i])})
-    prog.arena_bytes = plan.arena_bytes
     returned = {id(v): k for k, v in enumerate(g.outputs)}
+    runs = _sample_runs(g, kinds)
+    prog.edges = _sample_boundaries(g, runs, kinds, plan, returned)
+    prog.arena_bytes = plan.arena_bytes
+    starts, ends = {i0: N for i0, _, N in runs}, {i1 - 1 for _, i1, _ in runs}
     for i, n in enumerate(g.nodes):
+        if i in starts:
+            prog.sample = starts[i]
+            prog.steps.append(f"for (int64_t s_ = 0; s_ < {prog.sample}; s_++) {{  "
+                              "/* sample by sample (SAMPLE_RUN) */")
         out = n.outputs[0] if len(n.outputs) == 1 else None
         if out is None and n.op.name in MULTI_OUTPUT:   # a region, topk
             for v in n.outputs:
@@ -974,6 +1063,9 @@ def emit(name: str, g: Graph, values: dict, plain: dict | None = None) -> Progra
         else:
             prog.loc[id(out)] = _planned_loc(out, returned, plan)
         _emit_node(prog, i, n, kinds[i], moves.get(i))
+        if i in ends:
+            prog.steps.append("}")
+            prog.sample = 0
     _region_units(prog)
     _compact_payload(prog)
     return prog

@@ -471,7 +471,9 @@ def _used(p: _Conv) -> tuple[frozenset, int]:
         kind, wide = divmod(i, 2)
         name = _TILE_LISTS[kind] + ("512" if wide else "256")
         ci = 1 if plain else (16 if wide else 8)
-        out.add((name, (np_, nb, ci, sub) if kind < 2 else (np_, sub)))
+        # (a depthwise 3-wide tile's nb is 1 + its PAD: its row's padding columns)
+        out.add((name, (np_, nb, ci, sub) if kind < 2 else (np_, sub) if kind == 2
+                 else (np_, sub, nb - 1)))
     if p.flags & _WINOGRAD and passes > 0:
         out.add(("W", ()))
     return frozenset(out), passes

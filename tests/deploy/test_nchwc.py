@@ -240,3 +240,57 @@ def test_winograd_under_sanitizers(tmp_path, monkeypatch):
     monkeypatch.setenv("TESSERA_NCHWC_WINOGRAD", "1")
     tessera.manual_seed(7)
     cycles(tmp_path, {"wsan": (Net().eval(), (tessera.randn(2, 3, 33, 31),))}, 20)
+
+
+def _trunk(nn_, features=False):
+    """An inverted-residual trunk in ``nn_`` (tessera.nn or torch.nn): a stem after an
+    elementwise op (the trunk reads a buffer made before it), three blocks (a run of blocked
+    layers), an early block's output read after the trunk, and a head; or (``features``)
+    the last block's output as the result (the trunk writes the caller's buffer)."""
+
+    class Trunk(nn_.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn_.Sequential(nn_.Conv2d(3, 16, 3, 2, 1), nn_.ReLU6())
+            self.blocks = nn_.ModuleList(
+                nn_.Sequential(nn_.Conv2d(16, 40, 1), nn_.ReLU6(),
+                               nn_.Conv2d(40, 40, 3, s, 1, groups=40), nn_.ReLU6(),
+                               nn_.Conv2d(40, 16, 1)) for s in (1, 1, 2))
+            self.head = nn_.Linear(16, 5)
+
+        def forward(self, x):
+            x = self.stem(x * 2 - 1)
+            a = self.blocks[0](x) + x
+            b = self.blocks[1](a) + a
+            c = self.blocks[2](b)
+            if features:
+                return c
+            return self.head(c.mean((2, 3))) + a.tanh().mean((1, 2, 3))[:, None]
+    return Trunk()
+
+
+@pytest.mark.parametrize("features", [False, True])
+@pytest.mark.parametrize("isa", ["portable", "avx2", "avx512"])
+def test_a_trunk_at_a_batch_runs_sample_by_sample(isa, features, tmp_path, monkeypatch):
+    """A run of blocked layers at batch 3 loops over the samples (the buffers it reads from
+    before it and leaves to the nodes after it apart from the run's), against PyTorch on
+    every path and thread count."""
+    import torch
+
+    from tessera.kernels import gemm
+    if not gemm._lib().tsr_gemm_isa_supported(gemm.ISAS.index(isa)):
+        pytest.skip(f"this CPU lacks {isa}")
+    monkeypatch.setenv("TESSERA_NCHWC", "1")
+    tessera.manual_seed(8)
+    model = _trunk(nn, features).eval()
+    ref = _trunk(torch.nn, features).eval()
+    ref.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in model.state_dict().items()})
+    x = tessera.randn(3, 3, 30, 26)
+    out = build(model, (x,), tmp_path, "trk")
+    assert "for (int64_t s_ = 0; s_ < 3; s_++)" in (out / "trk.c").read_text()
+    with torch.no_grad():
+        want = ref(torch.from_numpy(x.numpy())).numpy()
+    env = {**os.environ, "TESSERA_GEMM_ISA": isa}
+    for threads in (1, 2, 3):
+        np.testing.assert_allclose(run_driver(out, "trk", (x,), env=env, threads=threads),
+                                   want, rtol=1e-4, atol=1e-5)

@@ -117,6 +117,14 @@ SHAPES = [
     (1, 24, 56, 56, 24, 3, 2, 1, 1, 24, False),
     (1, 3, 1, 1, 3, 3, 1, 1, 1, 3, False),
     (1, 24, 13, 13, 24, 3, 1, 1, 2, 24, False),     # depthwise, dilation 2
+    # depthwise 3x3 rows whole in tiles, their padding columns read as zeros: both ends,
+    # left only (stride 2, even width), none (no padding), a one-pixel row (both in one
+    # tile), and padding 2 (the border columns one at a time instead)
+    (1, 40, 9, 30, 40, 3, 1, 1, 1, 40, False),
+    (2, 24, 14, 14, 24, 3, 2, 1, 1, 24, False),
+    (1, 20, 7, 7, 20, 3, 1, 0, 1, 20, False),
+    (1, 33, 5, 1, 33, 3, 1, 1, 1, 33, False),
+    (1, 20, 8, 9, 20, 3, 1, 2, 1, 20, False),
 ]
 EPILOGUES = [(None, False), ("relu", False), ("relu6", True), ("clamp", True),
              ("relu", "first"), (None, True)]
