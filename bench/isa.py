@@ -86,6 +86,10 @@ def apply_cap() -> None:
             env, peers = {}, ()
         os.environ.update(env)
         os.environ[MASKED] = ",".join(peers)
+        if env:   # this process too (it imports onnxruntime itself in some sections)
+            import ctypes
+            sys.path.insert(0, env["PYTHONPATH"].split(os.pathsep)[0])
+            ctypes.CDLL(env["LD_PRELOAD"].split()[0])
 
 
 def uncapped(masked: tuple | None = None) -> dict[str, str]:

@@ -179,11 +179,12 @@ OWN_GEMM_MIN, OWN_GEMM_ROWS = 1 << 15, 16
 def _own_gemm(a: np.ndarray, b: np.ndarray, out):
     """``a @ b`` by tessera's GEMM (``tessera.kernels.gemm``) for float32 ``a`` (a matrix,
     or a C-contiguous stack of rows) and matrix ``b``, transposed views read in place; None
-    where NumPy's BLAS takes it: a small product, code generation off, an ``out`` that is
-    not float32 or whose rows are not one matrix. Eager products and compiled graphs' share
-    this choice, so both give the same values. Unlike OpenBLAS's workers, which spin on
-    their core for milliseconds after a call, its threads are the pool the generated kernels
-    run on: the elementwise kernels between two products find both cores free."""
+    where NumPy's BLAS takes it: a small product, code generation off, a CPU without
+    AVX-512, an ``out`` that is not float32 or whose rows are not one matrix. Eager products
+    and compiled graphs' share this choice, so both give the same values. Unlike OpenBLAS's
+    workers, which spin on their core for milliseconds after a call, its threads are the
+    pool the generated kernels run on: the elementwise kernels between two products find
+    both cores free."""
     k, n = b.shape
     m = a.shape[0] if a.ndim == 2 else a.size // max(k, 1)
     if m < OWN_GEMM_ROWS or m * n * k < OWN_GEMM_MIN:
@@ -200,7 +201,10 @@ def _own_gemm(a: np.ndarray, b: np.ndarray, out):
     else:
         res = out
     from tessera.kernels import gemm
-    if not gemm.available():
+    # AVX-512 only: on AVX2 OpenBLAS's Haswell kernel is the faster on the backward pass's
+    # products (a transposed A, k of 2048), and training steps with tessera's ran 3-10%
+    # slower (bench --max-isa avx2 training)
+    if not gemm.available() or gemm.isa() != "avx512":
         return None
     gemm.gemm_into(res if res.ndim == 2 else res.reshape(m, n), a, b)
     return res
