@@ -27,9 +27,9 @@ def _kind(src: str, dst: str) -> str | None:
     return _COLLECTIVE.get((src[0], dst[0]))
 
 
-def _compiled(name: str, spec, n: int) -> list[str]:
-    """The collectives of the compiled training step of ``name`` under ``spec``, in order
-    (rank 0's program; every rank runs the same ones)."""
+def _compiled_step(name: str, spec, n: int, multi_output: bool = True):
+    """The training step of ``name`` under the hand plan ``spec`` on ``n`` ranks, compiled
+    by one call (``multi_output``: with multi-output fusion)."""
     model, loss_fn, x, y = BA._build(name, small=True)
     p = tessera.placement("cpu", list(range(n)))
     opt = tessera.optim.AdamW(model.parameters(), lr=1e-4)
@@ -45,10 +45,6 @@ def _compiled(name: str, spec, n: int) -> list[str]:
             loss.backward()
             return loss
     g = Step()
-    # multi-output fusion can leave a collective dead (one whose value only a region's
-    # other outputs needed: 2 of 34 on the Transformer's Megatron plan, same losses), which
-    # the walk still counts; the walk models the step without it
-    fuse.MULTI_OUTPUT = False
     params, inputs, zero = spec
     by_id = {id(t): (AP._parse(params[k]),) for k, t in model.named_parameters()}
     model.to_global(p, lambda t: by_id.get(id(t), (tessera.sbp.broadcast,)))
@@ -56,10 +52,21 @@ def _compiled(name: str, spec, n: int) -> list[str]:
             for a in (x, y))
     if zero:
         g.config.enable_zero(True, stage=2, shard_min_size=BA._ZERO_MIN)
+    fuse.MULTI_OUTPUT = multi_output
     try:
         g(x, y)
     finally:
         fuse.MULTI_OUTPUT = True
+    return g
+
+
+def _compiled(name: str, spec, n: int) -> list[str]:
+    """The collectives of the compiled training step of ``name`` under ``spec``, in order
+    (rank 0's program; every rank runs the same ones)."""
+    # multi-output fusion can leave a collective dead (one whose value only a region's
+    # other outputs needed: 2 of 34 on the Transformer's Megatron plan, same losses), which
+    # the walk still counts; the walk models the step without it
+    g = _compiled_step(name, spec, n, multi_output=False)
     out = []
     for node in g.ir.nodes:
         if node.op.name == "boxing":
@@ -147,27 +154,7 @@ def test_profile_collective_cost_is_charged_per_collective():
 def _compiled_matmul_flops(name: str, spec, n: int) -> float:
     """The FLOPs of the matrix products one rank runs in the compiled training step of
     ``name`` under ``spec`` (from the compiled graph's matmul nodes and their tiles)."""
-    model, loss_fn, x, y = BA._build(name, small=True)
-    p = tessera.placement("cpu", list(range(n)))
-    opt = tessera.optim.AdamW(model.parameters(), lr=1e-4)
-
-    class Step(tessera.nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-            self.add_optimizer(opt)
-
-        def build(self, x, y):
-            loss = loss_fn(self.model, x, y)
-            loss.backward()
-            return loss
-    g = Step()
-    params, inputs, zero = spec
-    by_id = {id(t): (AP._parse(params[k]),) for k, t in model.named_parameters()}
-    model.to_global(p, lambda t: by_id.get(id(t), (tessera.sbp.broadcast,)))
-    x, y = (a.to_global(p, tessera.sbp.broadcast).to_global(sbp=(AP._parse(inputs),))
-            for a in (x, y))
-    g(x, y)
+    g = _compiled_step(name, spec, n)
     flops = 0.0
     for node in g.ir.nodes:
         if node.op.name == "matmul":
