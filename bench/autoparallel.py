@@ -290,7 +290,7 @@ def run(rounds: int = 0, steps: int = 3) -> list[dict]:
         for ranks in _ranks():
             for name in os.environ.get("TESSERA_BENCH_AUTOPAR_WORKLOADS",
                                        ",".join(WORKLOADS)).split(","):
-                k = rounds or (12 if name == "mlp" else 8 if name == "transformer" else 5)
+                k = rounds or (12 if name == "mlp" else 10 if name == "transformer" else 9)
                 res = _launch(name, ranks, k, steps, tmp)
                 row: dict = {"workload": name, "ranks": ranks}
                 if "error" in res:

@@ -1,11 +1,12 @@
 """The machine profile the auto-parallel cost model prices plans with, and its calibration.
 
-A ``Profile`` holds GEMM FLOP/s by shape class (``small``/``medium``/``large`` by the
-product's FLOPs), memory bandwidth, and, for each collective of the communicator and each
-number of ranks measured, its latency and bandwidth (``alpha`` seconds, ``beta`` bytes per
-second) in the model ``time = alpha + bytes / beta``, where ``bytes`` is what a rank sends
-in a ring algorithm (``tessera.distributed.boxing.cost``'s figure), so the profile and the
-boxing table price a conversion on one scale.
+A ``Profile`` holds GEMM FLOP/s by the product's FLOPs (a curve, measured on the product
+kernel the steps run; three shape classes in a profile saved before it), memory bandwidth,
+the fused optimizer update's rate by the bytes it moves, and, for each collective of the
+communicator and each number of ranks measured, its latency and bandwidth (``alpha``
+seconds, ``beta`` bytes per second) in the model ``time = alpha + bytes / beta``, where
+``bytes`` is what a rank sends in a ring algorithm (``tessera.distributed.boxing.cost``'s
+figure), so the profile and the boxing table price a conversion on one scale.
 
 Every figure is a median over rounds of calls lasting about a training step each, after
 warm-up calls, so that on a host shared with other work it is the rate a step sees, not an
@@ -63,10 +64,15 @@ class Profile:
 
     gemm: dict = dataclasses.field(default_factory=lambda: {
         "small": 2e9, "medium": 1e10, "large": 2e10})
+    # FLOP/s by one product's FLOPs: [(flops, flop/s), ...] (empty: the classes of ``gemm``)
+    gemm_curve: list = dataclasses.field(default_factory=list)
     bandwidth: float = 5e9
     # memory bytes/s by the bytes an op moves: [(bytes, bytes/s), ...] (empty: bandwidth)
     bandwidth_curve: list = dataclasses.field(default_factory=list)
     comm: dict = dataclasses.field(default_factory=dict)
+    # the optimizer update's bytes/s by the bytes it moves: [(bytes, bytes/s), ...] (empty:
+    # the memory curve's)
+    update_curve: list = dataclasses.field(default_factory=list)
     # seconds each op (and each conversion between SBPs) adds whatever its size
     op_overhead: float = 1e-5
     boxing: dict = dataclasses.field(default_factory=dict)
@@ -85,14 +91,20 @@ class Profile:
 
     def gemm_seconds(self, flops: float, products: int = 1) -> float:
         """Seconds of ``products`` matrix products of ``flops`` in all at the rate of one
-        product's shape class (a batch of small products, as attention's per head, runs at
-        the small products' rate, not at the rate of one product of the batch's FLOPs).
+        product of their size (a batch of small products, as attention's per head, runs at
+        the small products' rate, not at the rate of one product of the batch's FLOPs):
+        ``gemm_curve`` interpolated in log FLOPs (constant beyond its ends), else the rate of
+        the product's shape class.
 
         >>> p = Profile(gemm={"small": 1e9, "medium": 2e9, "large": 4e9})
         >>> p.gemm_seconds(4e6), p.gemm_seconds(4e6, products=8)
         (0.002, 0.004)
+        >>> round(Profile(gemm_curve=[(1e6, 1e9), (1e8, 4e9)]).gemm_seconds(1e7), 9)
+        0.005
         """
         each = flops / max(products, 1)
+        if self.gemm_curve and each > 0:
+            return flops / _loglog(self.gemm_curve, each)
         cls = "small" if each < _SMALL else "large" if each >= _LARGE else "medium"
         return flops / self.gemm[cls]
 
@@ -108,9 +120,21 @@ class Profile:
         """
         if not self.bandwidth_curve or nbytes <= 0:
             return nbytes / self.bandwidth
-        xs, ys = zip(*sorted(self.bandwidth_curve))
-        rate = float(np.exp(np.interp(np.log(nbytes), np.log(xs), np.log(ys))))
-        return nbytes / rate
+        return nbytes / _loglog(self.bandwidth_curve, nbytes)
+
+    def update_seconds(self, nbytes: float) -> float:
+        """Seconds of an optimizer update moving ``nbytes`` (a parameter's, its
+        gradient's and its state's reads and writes) at the fused update's measured rate
+        for that many (``update_curve``), else ``memory_seconds``: one pass of arithmetic
+        over a few streams keeps more loads in flight than a copy of one array, and moved
+        its bytes at about twice a copy's rate of the same size.
+
+        >>> round(Profile(update_curve=[(1e6, 1e10), (1e8, 1e10)]).update_seconds(2e7), 9)
+        0.002
+        """
+        if not self.update_curve or nbytes <= 0:
+            return self.memory_seconds(nbytes)
+        return nbytes / _loglog(self.update_curve, nbytes)
 
     def alpha_beta(self, kind: str, n: int) -> tuple[float, float]:
         """(alpha, beta) of collective ``kind`` on ``n`` ranks: measured, else the nearest
@@ -208,7 +232,8 @@ class Profile:
             d[key] = {str(n): v for n, v in getattr(self, key).items()}
         for key in ("sync_curve", "sync_large"):
             d[key] = {str(n): [list(p) for p in v] for n, v in getattr(self, key).items()}
-        d["bandwidth_curve"] = [list(p) for p in self.bandwidth_curve]
+        for key in _CURVES:
+            d[key] = [list(p) for p in getattr(self, key)]
         for key in ("comm", "boxing"):
             d[key] = {k: {str(n): list(v) for n, v in t.items()}
                       for k, t in getattr(self, key).items()}
@@ -221,7 +246,8 @@ class Profile:
             d[key] = {int(n): float(v) for n, v in d.get(key, {}).items()}
         for key in ("sync_curve", "sync_large"):
             d[key] = {int(n): [tuple(p) for p in v] for n, v in d.get(key, {}).items()}
-        d["bandwidth_curve"] = [tuple(p) for p in d.get("bandwidth_curve", [])]
+        for key in _CURVES:
+            d[key] = [tuple(p) for p in d.get(key, [])]
         for key in ("comm", "boxing"):
             d[key] = {k: {int(n): tuple(v) for n, v in t.items()}
                       for k, t in d.get(key, {}).items()}
@@ -230,6 +256,14 @@ class Profile:
 
 
 DEFAULT = Profile()
+_CURVES = ("bandwidth_curve", "gemm_curve", "update_curve")
+
+
+def _loglog(curve: list, x: float) -> float:
+    """``curve``'s rate at ``x``: interpolated in log-log between its points, constant
+    beyond its ends."""
+    xs, ys = zip(*sorted(curve))
+    return float(np.exp(np.interp(np.log(x), np.log(xs), np.log(ys))))
 
 
 def profile_path() -> str:
@@ -331,32 +365,58 @@ def _interleaved(fns: list, repeat: int, sync=None, agree=None,
     return [float(np.median(ts)) for ts in times]
 
 
-def _gemm(quick: bool) -> dict:
-    sizes = {"small": 64, "medium": 256, "large": 512 if quick else 1024}
-    out = {}
-    rng = np.random.default_rng(0)
-    for cls, n in sizes.items():
-        a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
-        out[cls] = 2.0 * n ** 3 / _rounds(lambda a=a, b=b: a @ b, 5 if quick else 9)
-    return out
-
-
+# the square products whose rates make the GEMM curve (a class's size among them)
+_GEMM_SIZES = (64, 128, 256, 512, 1024)
+_GEMM_CLASSES = {"small": 64, "medium": 256, "large": 1024}
 # the arrays whose copy measures the memory rate (elements of float32): from a tile that
 # stays in the first caches to a stream from memory; an op's rate is the one of its bytes
 _BANDWIDTH_SIZES = (1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
+# the parameters (elements) whose fused Adam update measures the update's rate
+_UPDATE_SIZES = (1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
+# what Adam's update moves per element, in elements: the parameter, its gradient and its
+# two moments read, the parameter and the moments written
+_ADAM_WORDS = 7
 
 
-def _bandwidth(quick: bool) -> list[tuple[float, float]]:
-    """(bytes moved, bytes/s) of copies of arrays of ``_BANDWIDTH_SIZES``, interleaved:
-    a training step's elementwise ops and optimizer update move tensors of a few MB that
-    the caches hold, faster than a stream from memory (copies of 1 to 16 MB about three
-    times as fast as one of 64 MB; a compiled step's AdamW update of a 1M-element
-    parameter moved its 28 MB at 1.5 times the 64 MB copy's rate)."""
-    sizes = _BANDWIDTH_SIZES[:-1] if quick else _BANDWIDTH_SIZES
-    pairs = [(np.ones(n, np.float32), np.empty(n, np.float32)) for n in sizes]
-    ts = _interleaved([lambda a=a, b=b: np.copyto(b, a) for a, b in pairs],
-                      5 if quick else 9)
-    return [(2.0 * a.nbytes, 2.0 * a.nbytes / t) for (a, _), t in zip(pairs, ts)]
+def _rates(quick: bool) -> dict:
+    """The per-rank rates: ``gemm`` (FLOP/s by class) and ``gemm_curve`` of square products
+    through the matrix product kernel the steps run (``ops.linalg``: tessera's GEMM or
+    NumPy's BLAS, as dispatch chooses); the ``bandwidth_curve`` of copies
+    (``_BANDWIDTH_SIZES``): a training step's elementwise ops move tensors of a few MB that
+    the caches hold, faster than a stream from memory; the ``update_curve`` of the fused
+    Adam update (``kernels.optim``, what an optimizer's step runs as one loop) by the bytes
+    it moves. Each kind's sizes are interleaved (a burst of the host's load falls on a
+    round of each size rather than on every round of one), the kinds apart: under MPI,
+    copies interleaved with products and updates measured a tenth of their rate at 0.5 MB.
+    Every rank measures at once, as the ranks of a step compute at once and share the
+    memory's rate."""
+    from tessera.kernels import optim
+    from tessera.ops.linalg import _matmul_kernel
+    rng = np.random.default_rng(0)
+    repeat = 5 if quick else 9
+    out: dict = {}
+    pairs = [(np.ones(n, np.float32), np.empty(n, np.float32))
+             for n in (_BANDWIDTH_SIZES[:-1] if quick else _BANDWIDTH_SIZES)]
+    ts = _interleaved([lambda a=a, b=b: np.copyto(b, a) for a, b in pairs], repeat)
+    out["bandwidth_curve"] = [(2.0 * a.nbytes, 2.0 * a.nbytes / t) for (a, _), t in zip(pairs, ts)]
+    sizes = _GEMM_SIZES[:-1] if quick else _GEMM_SIZES
+    mats = [(rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32),
+             np.empty((n, n), np.float32)) for n in sizes]
+    ts = _interleaved([lambda a=a, b=b, c=c: _matmul_kernel(a, b, c) for a, b, c in mats],
+                      repeat)
+    out["gemm_curve"] = [(2.0 * n ** 3, 2.0 * n ** 3 / t) for n, t in zip(sizes, ts)]
+    rate = dict(zip(sizes, (r for _, r in out["gemm_curve"])))
+    out["gemm"] = {cls: rate.get(n, out["gemm_curve"][-1][1]) for cls, n in _GEMM_CLASSES.items()}
+    out["update_curve"] = []
+    if optim.available(np.float32):
+        states = [tuple(np.full(n, 0.5, np.float32) for _ in range(4))
+                  for n in (_UPDATE_SIZES[:-1] if quick else _UPDATE_SIZES)]
+        ts = _interleaved([lambda p=p, g=g, m=m, v=v: optim.adam_step(
+            p, g, m, v, None, lr=1e-4, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01,
+            decoupled=True, maximize=False, step=1) for p, g, m, v in states], repeat)
+        out["update_curve"] = [(_ADAM_WORDS * st[0].nbytes, _ADAM_WORDS * st[0].nbytes / t)
+                               for st, t in zip(states, ts)]
+    return out
 
 
 def _sent(kind: str, nbytes: float, n: int) -> float:
@@ -640,11 +700,13 @@ def measure(world: int | None = None, quick: bool = False) -> Profile:
     True
     """
     from tessera.distributed import comm as C
-    curve = _bandwidth(quick)
-    prof = Profile(gemm=_gemm(quick), bandwidth=curve[-1][1], bandwidth_curve=curve,
+    comm = C.current() if C.launched_by_mpi() else None
+    rates = _rates(quick)
+    curve = rates["bandwidth_curve"]
+    prof = Profile(gemm=rates["gemm"], gemm_curve=rates["gemm_curve"], bandwidth=curve[-1][1],
+                   bandwidth_curve=curve, update_curve=rates["update_curve"],
                    op_overhead=_op_overhead(quick), source="measured")
-    if C.launched_by_mpi():
-        comm = C.current()
+    if comm is not None:
         res = _comm_rank(comm, list(range(2, comm.world_size + 1)), quick)
         comm.barrier()
         _apply(prof, res)
@@ -685,6 +747,12 @@ def _describe(p: Profile, path: str) -> str:
                                   for b, r in p.bandwidth_curve) + ")"
                  if p.bandwidth_curve else ""),
              f"op overhead: {p.op_overhead * 1e6:.1f} us"]
+    if p.gemm_curve:
+        lines.insert(2, "gemm curve: " + ", ".join(f"{r / 1e9:.0f} GFLOP/s at {f / 1e6:.3g} MFLOP"
+                                                    for f, r in p.gemm_curve))
+    if p.update_curve:
+        lines.append("optimizer update: " + ", ".join(
+            f"{r / 1e9:.0f} GB/s at {b / 2 ** 20:.2g} MiB" for b, r in p.update_curve))
     for kind, table in p.comm.items():
         for n, (a, b) in sorted(table.items()):
             lines.append(f"{kind:>15} n={n}: alpha {a * 1e6:.1f} us, beta {b / 1e9:.2f} GB/s")

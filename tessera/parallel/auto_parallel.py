@@ -486,7 +486,7 @@ def _node_prices(node: Node, cands: list, hier: tuple, prof: Profile, zero: bool
             # elements (the gradient's and the parameter's copies into and out of the
             # reduce-scatter's and the all-gather's buckets are priced with those, as
             # the step's buckets' copies)
-            ts.append(prof.memory_seconds(size / sh / z * (3 + 2 * state)))
+            ts.append(prof.update_seconds(size / sh / z * (3 + 2 * state)))
             cs.append(0.0)
         else:
             ms.append(meta_bytes(node.outs[0]) / _shard(out_sbps[0], hier)

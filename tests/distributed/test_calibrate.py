@@ -23,6 +23,14 @@ def test_measure_on_the_simulated_world():
     moved = [b for b, _ in p.bandwidth_curve]
     assert moved == sorted(moved) and all(r > 0 for _, r in p.bandwidth_curve)
     assert p.bandwidth == p.bandwidth_curve[-1][1]
+    # the GEMM's rate by the product's FLOPs (the classes are points of it), and the fused
+    # optimizer update's by the bytes it moves
+    flops = [f for f, _ in p.gemm_curve]
+    assert flops == sorted(flops) and len(flops) >= 3 and all(r > 0 for _, r in p.gemm_curve)
+    assert p.gemm["small"] == p.gemm_curve[0][1]
+    moved = [b for b, _ in p.update_curve]
+    assert moved == sorted(moved) and moved[0] == K._ADAM_WORDS * 4 * K._UPDATE_SIZES[0]
+    assert p.update_seconds(moved[-1]) == pytest.approx(moved[-1] / p.update_curve[-1][1])
     # the boxing steps on the whole world, and the skew a collective waits out
     assert sorted(p.boxing) == sorted(K.TRANSITIONS)
     assert all(sorted(t) == [3] and t[3][1] > 0 for t in p.boxing.values())
@@ -88,6 +96,29 @@ def test_save_is_atomic_and_load_reuses_it(tmp_path, monkeypatch):
     # a profile saved before the per-collective cost was measured loads without one
     old = {k: v for k, v in p.to_json().items() if k != "collective"}
     assert K.Profile.from_json(old).collective == {}
+
+
+def test_curves_price_between_and_beyond_their_points():
+    p = K.Profile(gemm={"small": 1e9, "medium": 1e9, "large": 1e9},
+                  gemm_curve=[(1e6, 1e10), (1e8, 1e11)],
+                  bandwidth_curve=[(1e6, 4e10), (1e8, 1e10)], update_curve=[(1e6, 8e10)])
+    # log-log between the points, the end's rate beyond them; the classes unused
+    assert p.gemm_seconds(1e7) == pytest.approx(1e7 / (1e10 * 10 ** 0.5))
+    assert p.gemm_seconds(1e9) == pytest.approx(1e9 / 1e11)
+    assert p.gemm_seconds(1e5) == pytest.approx(1e5 / 1e10)
+    # a batch of products at one product's rate
+    assert p.gemm_seconds(1e8, products=100) == pytest.approx(1e8 / 1e10)
+    assert p.update_seconds(1e7) == pytest.approx(1e7 / 8e10)
+    # no update measured: the copies' rate; nothing measured: the classes and bandwidth
+    assert K.Profile(bandwidth_curve=[(1e6, 4e10)]).update_seconds(1e6) == pytest.approx(2.5e-5)
+    assert K.Profile(gemm={"small": 1e9, "medium": 2e9, "large": 4e9}).gemm_seconds(1e7) == \
+        pytest.approx(5e-3)
+    # the curves survive the JSON round trip; a profile saved without them loads without
+    q = K.Profile.from_json(json.loads(json.dumps(p.to_json())))
+    assert q == p
+    old = {k: v for k, v in p.to_json().items() if k not in ("gemm_curve", "update_curve")}
+    assert K.Profile.from_json(old).gemm_curve == [] and \
+        K.Profile.from_json(old).gemm_seconds(1e7) == pytest.approx(1e-2)
 
 
 def test_default_profile_when_none_was_measured(tmp_path):

@@ -547,3 +547,8 @@ def test_zero_update_runs_on_the_shard():
         v = next(k for k, n in enumerate(g.nodes) if n.name == "0.weight")
         b = next(k for k, cand in enumerate(c.cands[v]) if cand[0].outs[0].kind == "B")
         assert c.node_t[v][b] == pytest.approx(7 * 64 * 64 * 4 / z / 1e9)
+    # at the fused update's measured rate where the profile has one (copies' otherwise):
+    # 10 GB/s up to 1 MB, 20 GB/s from 100 MB, between them by log-log
+    prof = Profile(bandwidth=1e9, update_curve=[(1e6, 1e10), (1e8, 2e10)])
+    c = AP.build_costs(g, (2,), prof, False, "AdamW", 1)
+    assert c.node_t[v][b] == pytest.approx(7 * 64 * 64 * 4 / 1e10)
