@@ -540,7 +540,8 @@ def test_guard_alternates_the_plans_and_decides_on_injected_timings(monkeypatch,
     assert rounds >= AP._GUARD_MIN_ROUNDS
 
 
-@pytest.mark.parametrize("case", ["runner-up fastest", "runner-up faster", "within noise"])
+@pytest.mark.parametrize("case", ["runner-up fastest", "runner-up faster", "within noise",
+                                  "data parallel fastest"])
 def test_guard_measures_the_runners_up(monkeypatch, case):
     # the plan under a memory limit, data parallelism and a runner-up (every parameter and
     # input broadcast: another plan that trains like one process), timed by injection
@@ -549,7 +550,8 @@ def test_guard_measures_the_runners_up(monkeypatch, case):
     kinds: dict = {}
     factor = {"runner-up fastest": dict(auto=1.3, dp=1.0, up=0.7),
               "runner-up faster": dict(auto=1.0, dp=1.0, up=0.7),
-              "within noise": dict(auto=1.0, dp=1.0, up=0.99)}[case]
+              "within noise": dict(auto=1.0, dp=1.0, up=0.99),
+              "data parallel fastest": dict(auto=1.3, dp=0.7, up=1.0)}[case]
 
     def search(step, args, params, placement, memory_limit, *rest, **kw):
         dp = real(step, args, params, placement, None, *rest, **kw)
@@ -580,7 +582,8 @@ def test_guard_measures_the_runners_up(monkeypatch, case):
     assert len({id(p) for p in plans}) == 2 and \
         len({(p.strategy, tuple(p.input_sbps), p.zero) for p in plans}) == 1  # they agree
     kept = {kinds[id(p)] for p in plans}
-    assert kept == ({"auto"} if case == "within noise" else {"up"}), plans[0].guard
+    want = {"within noise": "auto", "data parallel fastest": "dp"}.get(case, "up")
+    assert kept == {want}, plans[0].guard
     assert sorted(plans[0].measured) == ["auto", "data parallel", "runner-up 1"]
     assert plans[0].measured["runner-up 1"] == pytest.approx(
         factor["up"] / factor["dp"] * plans[0].measured["data parallel"])
