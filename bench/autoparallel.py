@@ -23,8 +23,9 @@ the predictions are priced on their median, so the prediction sees the load the 
 Reported per workload: each plan's step, its ratio to the best hand-written plan and its
 prediction; the Kendall tau of predicted against measured over the distinct plans
 (``auto`` left out when it is one of the hand-written plans); the solver's time; and for
-``auto`` what the measured guard did (it times the plan and data parallelism at the
-first call and keeps the faster).
+``auto`` what the measured guard did (at the first call it times the plan beside data
+parallelism and the plans predicted close to it, and keeps another only when clearly
+faster).
 
 ``python -m bench.autoparallel --solver`` times the search itself on a graph of about
 2,000 nodes with each solver and time limit (``solver_times``).

@@ -178,10 +178,11 @@ class GraphConfig:
         and search of ``tessera.parallel.auto_parallel`` within ``memory_limit`` per rank
         (bytes or ``"8GB"``), with ``solver`` ``"ilp"`` (HiGHS, within ``time_limit``
         seconds), ``"dp"`` or ``"greedy"``. Inputs are ordinary tensors, the same on
-        every rank. When the plan is not data parallelism, the first call also times it
-        against data parallelism, alternating one step of each for at most ``guard_steps``
-        rounds (the trial steps' effects put back), and keeps data parallelism only if the
-        plan is clearly slower (``guard_steps=0``: the prediction alone decides).
+        every rank. The first call also times the plan against data parallelism (when it
+        is another) and the plans predicted close to it, alternating one step of each for
+        at most ``guard_steps`` rounds (the trial steps' effects put back), and keeps
+        another only if the plan is clearly slower (``guard_steps=0``: the prediction alone
+        decides).
         ``parallel_plan()`` prints the plan; ``placement=None`` turns it off.
 
         >>> import tessera
@@ -453,7 +454,8 @@ class Graph:
     def parallel_plan(self):
         """The auto-parallel plan (``config.enable_auto_parallel``), made on the first call:
         printed, a table of each node's signature, compute, bytes moved and memory, with
-        the predicted step and memory per rank and the strategies it was compared with."""
+        the predicted step and memory per rank, the strategies it was compared with, the
+        runner-up plans and what the measured guard timed."""
         if self._auto_plan is None:
             raise RuntimeError("nn.Graph.parallel_plan: no plan yet; enable it with "
                                "config.enable_auto_parallel(placement) and call the graph")
@@ -478,7 +480,8 @@ class Graph:
     def debug(self, v_level: int = 0) -> None:
         """Print why each compile happened (first call, or which part of the signature
         changed), from now on; ``debug_log()`` returns the history. With auto-parallel:
-        the plan, and each non-trivial choice beside the cost of its runner-up."""
+        the plan, each non-trivial choice beside the cost of its runner-up, and the runner-up
+        plans the measured guard times."""
         self.__dict__["_debug_level"] = v_level
         if v_level >= 0 and self._auto_plan is not None:
             for line in self._auto_plan.explain():

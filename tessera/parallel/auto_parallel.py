@@ -33,9 +33,12 @@ The plan applied is the solution's leaves (each parameter's and input's SBP, and
 optimizer state is sharded): the global-tensor dispatch then picks each op's signature as it
 always does, and the plan's prediction is that realised assignment, priced the same way.
 Data parallelism (with and without ZeRO) is priced beside it and wins ties, so the applied
-plan is never predicted slower; and in ``nn.Graph``, a plan that is not data parallelism is
-measured against it at the first call (``guard``), the faster kept, so it is not measured
-slower either.
+plan is never predicted slower. The model cannot separate plans a few percent apart, so the
+plan keeps its runners-up (``plan.runners_up``): up to ``_RUNNERS_UP`` other plans predicted
+within ``_NEAR`` times its step (the other ZeRO setting's plans, the descent's best other
+leaves). In ``nn.Graph`` the first call measures the plan beside data parallelism and the
+runners-up (``guard``), and keeps another only when the plan is clearly slower than it, so
+the plan is not measured slower than data parallelism either.
 
 >>> import tessera
 >>> from tessera import nn
@@ -1022,13 +1025,18 @@ def _score(c: Costs, assign: list[int], limit: float, walk: bool = False
 
 
 def polish(c: Costs, leaves: dict[int, int], limit: float, sweeps: int = 3,
-           deadline: float = math.inf) -> tuple[dict[int, int], list[int]]:
+           deadline: float = math.inf, seen: dict | None = None
+           ) -> tuple[dict[int, int], list[int]]:
     """Coordinate descent over the leaves' SBPs on the cost of what dispatch realises from
     them (the solver's intermediate choices may differ from dispatch's); returns the leaves
-    and the realised assignment."""
+    and the realised assignment. ``seen``, when given, is filled with every distinct
+    realised assignment the descent visited (a tuple) and its score (the runners-up come
+    from its best)."""
     leaves = dict(leaves)
     best = realise(c, leaves)
     score = _score(c, best, limit)
+    if seen is not None:
+        seen[tuple(best)] = score
     for _ in range(sweeps):
         changed = False
         for v in leaves:
@@ -1041,6 +1049,8 @@ def polish(c: Costs, leaves: dict[int, int], limit: float, sweeps: int = 3,
                 except (RuntimeError, NotImplementedError):
                     continue  # leaves dispatch cannot run (or the model cannot price)
                 s = _score(c, a, limit)
+                if seen is not None:
+                    seen[tuple(a)] = s
                 if s < score:
                     leaves, best, score, changed = trial, a, s, True
         if not changed:
@@ -1049,6 +1059,12 @@ def polish(c: Costs, leaves: dict[int, int], limit: float, sweeps: int = 3,
 
 
 # ---- the plan -------------------------------------------------------------------------------
+
+# runners-up: plans predicted within this factor of the chosen one's step (the cost model
+# does not rank plans a few percent apart, so the measured guard times them as well)
+_NEAR = 1.25
+# at most this many (each costs the guard's first call two compilations and a step a round)
+_RUNNERS_UP = 3
 
 @dataclasses.dataclass
 class Plan:
@@ -1075,6 +1091,8 @@ class Plan:
     guard: str = ""              # what the measured guard did
     # the guard's rounds: label -> the slowest rank's step in each round, s
     guard_rounds: dict = dataclasses.field(default_factory=dict)
+    # other plans predicted within _NEAR of it, best first: the guard measures them too
+    runners_up: list = dataclasses.field(default_factory=list)
 
     def sbp_of(self, name: str) -> tuple:
         return tuple(_parse(s) for s in self.param_sbps[name])
@@ -1122,15 +1140,21 @@ class Plan:
         for k, (t, m, fits) in self.alternatives.items():
             lines.append(f"  {k:<22} {t * 1e3:>10.3f} ms {_mb(m):>12}"
                          f"{'' if fits else '  (over the limit)'}")
+        if self.runners_up:
+            lines.append(f"runners-up (measured by the guard): {self._runners_up()}")
         if self.guard:
             lines.append(f"measured guard: {self.guard}")
         return "\n".join(lines)
+
+    def _runners_up(self) -> str:
+        return ", ".join(f"{p.strategy}{' + ZeRO' if p.zero else ''} "
+                         f"{p.seconds * 1e3:.3f} ms" for p in self.runners_up)
 
     __str__ = table
 
     def explain(self) -> list[str]:
         """Each non-trivial choice with the cost of its runner-up (the best other candidate
-        of that node, the rest of the plan unchanged)."""
+        of that node, the rest of the plan unchanged); then the runner-up plans."""
         c, out = self.costs, []
         for v, node in enumerate(c.graph.nodes):
             if len(c.cands[v]) < 2 or node.kind == "const":
@@ -1148,6 +1172,9 @@ class Plan:
             over = "" if costs[r][1] <= self.memory_limit else " (over the memory limit)"
             out.append(f"{node.name}: {desc[0]} ({costs[k0][0] * 1e3:.3f} ms); runner-up "
                        f"{desc[1]} ({costs[r][0] * 1e3:.3f} ms{over})")
+        if self.runners_up:
+            out.append(f"runner-up plans, predicted within {_NEAR:g}x and measured by the "
+                       f"guard: {self._runners_up()}")
         return out
 
 
@@ -1209,6 +1236,7 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
     problems = {False: build_costs(g, hier, prof, False, optimizer)}
     bases: dict[bool, list[int]] = {}
     walk_s = 0.0
+    visited: dict[bool, dict] = {}  # per problem: the polish's realised assignments, scored
     for zero in (False, True):
         if zero:
             if time.perf_counter() + walk_s > end and priced["data parallel"][1] <= limit:
@@ -1240,7 +1268,8 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
             used_by.append(used)
         if time.perf_counter() < deadline or not fit:
             starts.append(dp)
-        polished = [polish(c, s, limit, deadline=deadline)[1] for s in starts
+        seen = visited.setdefault(zero, {})
+        polished = [polish(c, s, limit, deadline=deadline, seen=seen)[1] for s in starts
                     if time.perf_counter() < deadline or not fit]
         # each walked while there is time (a plan not walked in time is not taken)
         polished = [x for x in polished if (zero, tuple(x)) in walks or
@@ -1252,6 +1281,16 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
         key = "auto" + (" + ZeRO" if zero else "")
         cands[key] = (c, real, zero, a)
         priced[key] = walked(c, real)
+    # the runners-up the polish visited: its best other assignments that fit (by the
+    # per-edge prices), walked with what is left of the budget
+    taken = {(z, tuple(a)) for _, a, z, _ in cands.values()}
+    near = sorted(((sc[1], z, a) for z, seen in visited.items() for a, sc in seen.items()
+                   if sc[0] == 0 and (z, a) not in taken), key=lambda e: e[0])
+    pool: list[tuple[list[int], bool, tuple[float, float]]] = []
+    for _, z, a in near[:2 * _RUNNERS_UP]:  # (some may turn out the same as another plan)
+        if time.perf_counter() + walk_s > end:
+            break
+        pool.append((list(a), z, walked(problems[z], list(a))))
     solve_s = time.perf_counter() - t0
     solved_by = "/".join(dict.fromkeys(used_by)) or "none"
     if agree is not None:
@@ -1260,9 +1299,10 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
         # numbers are the same on every rank: the recording and candidates are; a problem
         # this rank had no time for is built now)
         mine = (solved_by, solve_s, {k: (a, z, s) for k, (_, a, z, s) in cands.items()},
-                priced)
-        solved_by, solve_s, chosen, priced = agree(mine)
-        for z in {z for _, z, _ in chosen.values()} - set(problems):
+                priced, pool)
+        solved_by, solve_s, chosen, priced, pool = agree(mine)
+        for z in ({z for _, z, _ in chosen.values()} | {z for _, z, _ in pool}) - \
+                set(problems):
             problems[z] = build_costs(g, hier, prof, z, optimizer, like=problems[False])
         cands = {k: (problems[z], a, z, s) for k, (a, z, s) in chosen.items()}
     alts = {k: (t, m, m <= limit) for k, (t, m) in priced.items()}
@@ -1274,9 +1314,8 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
                            f"{_mb(need)})")
     key = min(fits, key=lambda k: alts[k][0])  # first on ties: data parallelism
 
-    def make(key: str) -> Plan:
-        c, assign, zero, solved = cands[key]
-        strategy = _describe(c, assign) if key.startswith("auto") else "data parallel"
+    def make(c: Costs, assign: list, zero: bool, solved, t: float, m: float,
+             strategy: str) -> Plan:
         psbps, isbps = {}, []
         for v, node in enumerate(g.nodes):
             short = tuple(s.outs[0].short() for s in c.cands[v][assign[v]])
@@ -1284,16 +1323,38 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
                 psbps[node.name] = short
             elif node.kind == "input":
                 isbps.append(short)
-        return Plan(strategy, placement, zero, psbps, isbps, alts[key][0], alts[key][1],
-                    limit, solved_by, solve_s, alts, c, assign, solved)
-    plan = make(key)
+        return Plan(strategy, placement, zero, psbps, isbps, t, m, limit, solved_by,
+                    solve_s, alts, c, assign, solved)
+
+    def made(key: str) -> Plan:
+        c, assign, zero, solved = cands[key]
+        return make(c, assign, zero, solved, alts[key][0], alts[key][1],
+                    _describe(c, assign) if key.startswith("auto") else "data parallel")
+    plan = made(key)
     # the measured guard's baseline: data parallelism, with ZeRO only when it must be
     dp_key = "data parallel" if alts["data parallel"][2] else "data parallel + ZeRO"
-    dp_plan = make(dp_key)
-    if alts[dp_key][2] and (plan.param_sbps, plan.input_sbps, plan.zero) != \
-            (dp_plan.param_sbps, dp_plan.input_sbps, dp_plan.zero):
+    dp_plan = made(dp_key)
+    if alts[dp_key][2] and _leaves_of(plan) != _leaves_of(dp_plan):
         plan.baseline = dp_plan
+    # the runners-up: the other problem's plans and the polish's, predicted near the plan
+    near_plans = [(alts[k][0], made(k)) for k in cands if alts[k][2] and k not in (key, dp_key)]
+    near_plans += [(t, make(problems[z], a, z, None, t, m, _describe(problems[z], a)))
+                   for a, z, (t, m) in pool if m <= limit]
+    # (a ZeRO plan whose memory is its twin's without ZeRO shards nothing: the same plan)
+    seen_leaves = {_leaves_of(p): p.memory for p in (plan, dp_plan)}
+    for t, p in sorted(near_plans, key=lambda e: e[0]):
+        if t > _NEAR * plan.seconds or len(plan.runners_up) == _RUNNERS_UP:
+            break
+        twin = seen_leaves.get(_leaves_of(p)[:2] + (not p.zero,))
+        if _leaves_of(p) not in seen_leaves and (twin is None or twin != p.memory):
+            seen_leaves[_leaves_of(p)] = p.memory
+            plan.runners_up.append(p)
     return plan
+
+
+def _leaves_of(p: Plan) -> tuple:
+    """What applying ``p`` sets: its parameters' and inputs' SBPs and ZeRO."""
+    return tuple(sorted(p.param_sbps.items())), tuple(p.input_sbps), p.zero
 
 
 def price(g: OpGraph, placement, param_sbps: dict, input_sbps: list, zero: bool = False,
@@ -1496,34 +1557,39 @@ class _Trial:
 
 
 def guard(graph, args, plan: Plan, params: dict, steps: int, zero: tuple) -> Plan:
-    """The measured guard: alternate training steps of ``plan`` and of data parallelism
-    (``plan.baseline``) on the first call's arguments, in rounds of one step each (the
-    order flipped each round), after two compiling calls each; the median of the rounds'
-    ratios (the slowest rank's steps, the same on every rank) decides, at least
-    ``_GUARD_MIN_ROUNDS`` and at most ``steps`` rounds, and the search's plan is kept
-    unless it is clearly slower (``guard_decision``). Everything the trial steps change is
-    put back, so training starts from the same state either way. Skipped when the
-    optimizers already hold state (it could not be put back as it was)."""
+    """The measured guard: alternate training steps of ``plan``, of data parallelism
+    (``plan.baseline``) and of its runners-up (``plan.runners_up``) on the first call's
+    arguments, in rounds of one step of each (the order rotated each round), after two
+    compiling calls each; each alternative's verdict is ``guard_decision`` on the rounds
+    (the slowest rank's steps, the same on every rank), decided once, at least
+    ``_GUARD_MIN_ROUNDS`` and at most ``steps`` rounds. The search's plan is kept unless it
+    is clearly slower than an alternative; then the one of those with the least median
+    step is. Everything the trial steps change is put back, so training starts from the
+    same state either way. Skipped when the optimizers already hold state (it could not be
+    put back as it was)."""
     from tessera.distributed import comm as C
-    base = plan.baseline
-    if base is None or steps <= 0:
+    others = ([] if plan.baseline is None else [("data parallel", plan.baseline)]) + \
+        [(f"runner-up {i + 1}", p) for i, p in enumerate(plan.runners_up)]
+    if not others or steps <= 0:
         return plan
     if any(o.state for o, _ in graph._optimizers):
         plan.guard = "skipped (the optimizer already holds state)"
         return plan
     state = _State(graph)
     comm = C.current()
-    trials = {"auto": _Trial(plan), "data parallel": _Trial(base)}
+    trials = {"auto": _Trial(plan), **{k: _Trial(p) for k, p in others}}
     for tr in trials.values():
         tr.enter(graph, params, zero)
         for _ in range(2):  # compiles the step that makes the state, then the next
             graph(*args)
         tr.leave(graph)
+    labels = list(trials)
     times: dict[str, list[float]] = {k: [] for k in trials}
-    verdict, ratio, z = None, 1.0, 0.0
+    verdicts: dict[str, tuple[str | None, float, float]] = {k: (None, 1.0, 0.0)
+                                                            for k, _ in others}
     for r in range(max(steps, 1)):
         mine = {}
-        for k in (("auto", "data parallel") if r % 2 == 0 else ("data parallel", "auto")):
+        for k in labels[r % len(labels):] + labels[:r % len(labels)]:
             trials[k].enter(graph, params, zero)
             comm.barrier()
             mine[k] = _step_seconds(graph, args)
@@ -1531,27 +1597,36 @@ def guard(graph, args, plan: Plan, params: dict, steps: int, zero: tuple) -> Pla
         every = comm.all_gather_object(mine) if comm.world_size > 1 else [mine]
         for k in times:
             times[k].append(max(e[k] for e in every))
-        verdict, ratio, z = guard_decision(times["auto"], times["data parallel"])
-        if verdict is not None:
+        # (a verdict once decided stands: each pair's test stops at its decision)
+        verdicts = {k: v if v[0] is not None else guard_decision(times["auto"], times[k])
+                    for k, v in verdicts.items()}
+        if all(v[0] is not None for v in verdicts.values()):
             break
-    keep = base if verdict == "base" else plan
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    faster = [k for k, v in verdicts.items() if v[0] == "base"]
+    best = min(faster, key=lambda k: med[k]) if faster else "auto"
+    keep = trials[best].plan
     state.restore()
     _apply(graph, keep, params, zero)
     # the compiled steps hold the trial's optimizer state: the kept plan compiles afresh
     graph.__dict__["_cache"] = {}
     graph.__dict__["_auto_plan"] = None
-    t_plan, t_base = (float(np.median(times[k])) for k in ("auto", "data parallel"))
-    keep.measured = {"auto": t_plan, "data parallel": t_base}
+    keep.measured = med
     keep.guard_rounds = {k: list(v) for k, v in times.items()}
 
-    def name(p: Plan) -> str:
-        return p.strategy + (" + ZeRO" if p.zero else "")
-    why = "clearly slower" if verdict == "base" else \
-        "not clearly slower" if verdict is None else "not slower"
-    keep.guard = (f"{len(times['auto'])} alternating rounds: {name(plan)} "
-                  f"{t_plan * 1e3:.1f} ms, {name(base)} {t_base * 1e3:.1f} ms, median "
-                  f"ratio {ratio:.3f} (z {z:+.1f}); {name(plan)} {why}: kept {name(keep)}")
+    def name(k: str) -> str:
+        p = trials[k].plan
+        return ("" if k in ("auto", "data parallel") else f"{k}: ") + p.strategy + \
+            (" + ZeRO" if p.zero else "")
+    why = {"base": "clearly slower than", "plan": "not slower than", None: "undecided against"}
+    keep.guard = (f"{len(times['auto'])} rounds of {len(trials)} plans in turn: "
+                  + ", ".join(f"{name(k)} {med[k] * 1e3:.1f} ms" for k in labels) + "; "
+                  + "; ".join(f"{name('auto')} {why[v]} {name(k)} (median ratio {ratio:.3f}, "
+                              f"z {z:+.1f})" for k, (v, ratio, z) in verdicts.items())
+                  + f": kept {name(best)}")
     keep.alternatives = plan.alternatives
+    if keep is not plan:  # (what else was measured beside it; the plan is in the guard's text)
+        keep.runners_up = [p for p in plan.runners_up if p is not keep]
     return keep
 
 
@@ -1562,9 +1637,9 @@ def plan_graph(graph, args, placement, memory_limit=None, solver: str = "ilp",
     forward eagerly (gradients, buffers and the random state put back), search, and apply
     the plan: the modules' parameters made global with their SBPs (``Module.to_global``),
     ZeRO stage 2 switched on when the plan shards optimizer state. When the plan is not
-    data parallelism, ``guard`` times both in alternating rounds (at most ``guard_steps``)
-    and keeps data parallelism only if the plan is clearly slower (``guard_steps=0``: the
-    prediction alone decides)."""
+    data parallelism or has runners-up, ``guard`` times them all in alternating rounds (at
+    most ``guard_steps``) and keeps another only if the plan is clearly slower than it
+    (``guard_steps=0``: the prediction alone decides)."""
     from tessera.ops.random import default_generator
     names = graph._names()
     params = {names.get(id(p), f"param{k}"): p for k, p in enumerate(graph._trainable())}
@@ -1586,7 +1661,7 @@ def plan_graph(graph, args, placement, memory_limit=None, solver: str = "ilp",
     plan = search(None, args, params, placement, memory_limit, solver, time_limit,
                   optimizer, profile, graph=g, agree=agree)
     zero = (graph.config.zero_stage, graph.config.zero_shard_min_size)
-    if plan.baseline is not None and guard_steps > 0:
+    if (plan.baseline is not None or plan.runners_up) and guard_steps > 0:
         return guard(graph, args, plan, params, guard_steps, zero)
     _apply(graph, plan, params, zero)
     return plan

@@ -260,7 +260,8 @@ def train(auto: bool, limit=None, solver="ilp", steps: int = 4, mesh=None, guard
     losses = [float(g(x, y).detach().numpy()) for _ in range(steps)]
     params = [q.detach().numpy().copy() for q in model.parameters()]
     plan = g.parallel_plan() if auto else None
-    return losses, params, plan and (plan.param_sbps, plan.zero)
+    return losses, params, plan and (plan.param_sbps, plan.zero,
+                                     [AP._leaves_of(p) for p in plan.runners_up])
 
 
 def _data_parallel_memory() -> float:
@@ -321,7 +322,8 @@ def test_ranks_apply_one_plan_when_their_searches_end_apart(monkeypatch):
         np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
         for p, q in zip(params, want_params):
             np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
-    assert results[0][2] == results[1][2]
+    assert results[0][2] == results[1][2]  # the plan and its runners-up
+    assert results[0][2][2], "no runners-up to agree on"
     monkeypatch.setattr(AP, "realised", real)
     assert results[0][2] == run(2, train, True, None, "ilp", guard_steps=0)[0][2]
 
@@ -422,7 +424,9 @@ def test_measured_guard_keeps_a_plan_and_trains_like_one_process(monkeypatch, ot
             np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
     assert len(kept) == 2 and all("kept" in p.guard for p in kept)
     assert len({p.strategy for p in kept}) == 1  # the ranks agree
-    assert sorted(kept[0].measured) == ["auto", "data parallel"]
+    labels = set(kept[0].measured)
+    assert {"auto", "data parallel"} <= labels
+    assert all(k.startswith("runner-up ") for k in labels - {"auto", "data parallel"})
 
 
 def test_guard_steps_is_checked():
@@ -503,6 +507,7 @@ def test_guard_alternates_the_plans_and_decides_on_injected_timings(monkeypatch,
         dp = real(step, args, params, placement, None, *rest, **kw)
         plan = real(step, args, params, placement, limit, *rest, **kw)
         plan.baseline, dp.baseline = dp, None  # (which plan a step runs: its baseline)
+        plan.runners_up = []  # (the plan against data parallelism alone)
         return plan
     seen: list = []
 
@@ -533,6 +538,86 @@ def test_guard_alternates_the_plans_and_decides_on_injected_timings(monkeypatch,
     assert sorted(order[:2]) == ["auto", "dp"] and len(order) == 2 * rounds
     assert order[0] != order[2] or order[1] != order[3]  # the order flips each round
     assert rounds >= AP._GUARD_MIN_ROUNDS
+
+
+@pytest.mark.parametrize("case", ["runner-up fastest", "runner-up faster", "within noise",
+                                  "data parallel fastest"])
+def test_guard_measures_the_runners_up(monkeypatch, case):
+    # the plan under a memory limit, data parallelism and a runner-up (every parameter and
+    # input broadcast: another plan that trains like one process), timed by injection
+    limit = 0.9 * _data_parallel_memory()
+    real = AP.search
+    kinds: dict = {}
+    factor = {"runner-up fastest": dict(auto=1.3, dp=1.0, up=0.7),
+              "runner-up faster": dict(auto=1.0, dp=1.0, up=0.7),
+              "within noise": dict(auto=1.0, dp=1.0, up=0.99),
+              "data parallel fastest": dict(auto=1.3, dp=0.7, up=1.0)}[case]
+
+    def search(step, args, params, placement, memory_limit, *rest, **kw):
+        dp = real(step, args, params, placement, None, *rest, **kw)
+        plan = real(step, args, params, placement, limit, *rest, **kw)
+        up = dataclasses.replace(dp, strategy="replicated", input_sbps=[("B",), ("B",)],
+                                 runners_up=[], baseline=None)
+        plan.baseline, dp.baseline, dp.runners_up, plan.runners_up = dp, None, [], [up]
+        kinds.update({id(plan): "auto", id(dp): "dp", id(up): "up"})
+        return plan
+    seen: list = []
+
+    def step_seconds(graph, args):
+        graph(*args)
+        kind = kinds[id(graph._auto_plan)]
+        rank = tessera.distributed.get_rank()
+        seen.append((rank, kind))
+        k = sum(1 for r, s in seen if r == rank and s == kind)
+        return 0.01 * (1 + 0.05 * (k % 3)) * (1.5 if rank == 1 else 1) * factor[kind]
+    monkeypatch.setattr(AP, "search", search)
+    monkeypatch.setattr(AP, "_step_seconds", step_seconds)
+    want_losses, want_params, _ = train(False)
+    results = run(2, _guard_train, {})
+    for losses, params, _ in results:
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
+    plans = [r[2] for r in results]
+    assert len({id(p) for p in plans}) == 2 and \
+        len({(p.strategy, tuple(p.input_sbps), p.zero) for p in plans}) == 1  # they agree
+    kept = {kinds[id(p)] for p in plans}
+    want = {"within noise": "auto", "data parallel fastest": "dp"}.get(case, "up")
+    assert kept == {want}, plans[0].guard
+    assert sorted(plans[0].measured) == ["auto", "data parallel", "runner-up 1"]
+    assert plans[0].measured["runner-up 1"] == pytest.approx(
+        factor["up"] / factor["dp"] * plans[0].measured["data parallel"])
+    assert "runner-up 1: replicated" in plans[0].guard
+    # one step of each plan per round, the order rotated each round
+    order = [s for r, s in seen if r == 0]
+    rounds = len(plans[0].guard_rounds["auto"])
+    assert len(order) == 3 * rounds and rounds >= AP._GUARD_MIN_ROUNDS
+    assert all(sorted(order[3 * i:3 * i + 3]) == ["auto", "dp", "up"] for i in range(rounds))
+    assert len({order[3 * i] for i in range(3)}) == 3
+    # it stops once every verdict is decided (each before the last round here)
+    assert rounds < 32
+
+
+def test_search_lists_runners_up_near_the_plan():
+    # a small MLP on two simulated ranks: the search's plan is tensor parallel in some form;
+    # other plans the model prices within a few percent are listed for the guard to time
+    plan = _plan(_mlp(64, 256), 16, 64, 2)
+    ups = plan.runners_up
+    assert 1 <= len(ups) <= AP._RUNNERS_UP, plan.table()
+    assert plan.baseline is not None
+    mine, dp = AP._leaves_of(plan), AP._leaves_of(plan.baseline)
+    leaves = [AP._leaves_of(p) for p in ups]
+    assert len(set(leaves)) == len(leaves) and mine not in leaves and dp not in leaves
+    assert all(p.seconds <= AP._NEAR * plan.seconds for p in ups)
+    assert [p.seconds for p in ups] == sorted(p.seconds for p in ups)
+    # each priced as the search prices a plan: the step walked on its realised assignment
+    for p in ups:
+        assert AP.realise(p.costs, {v: p.assign[v] for v, n in enumerate(p.costs.graph.nodes)
+                                    if n.kind != "op"}) == p.assign
+        assert AP.realised(p.costs, p.assign)[0] == pytest.approx(p.seconds)
+        assert p.strategy == AP._describe(p.costs, p.assign)
+    assert "runners-up (measured by the guard)" in plan.table()
+    assert plan.explain()[-1].startswith("runner-up plans")
 
 
 def test_zero_update_runs_on_the_shard():
