@@ -36,7 +36,7 @@ Data parallelism (with and without ZeRO) is priced beside it and wins ties, so t
 plan is never predicted slower. The model cannot separate plans a few percent apart, so the
 plan keeps its runners-up (``plan.runners_up``): up to ``_RUNNERS_UP`` other plans predicted
 within ``_NEAR`` times its step (the other ZeRO setting's plans, the descent's best other
-leaves). In ``nn.Graph`` the first call measures the plan beside data parallelism and the
+leaves), each of another kind (``_kind_of``). In ``nn.Graph`` the first call measures the plan beside data parallelism and the
 runners-up (``guard``), and keeps another only when the plan is clearly slower than it, so
 the plan is not measured slower than data parallelism either.
 
@@ -1331,25 +1331,51 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
         return make(c, assign, zero, solved, alts[key][0], alts[key][1],
                     _describe(c, assign) if key.startswith("auto") else "data parallel")
     plan = made(key)
-    # the measured guard's baseline: data parallelism, with ZeRO only when it must be
     dp_key = "data parallel" if alts["data parallel"][2] else "data parallel + ZeRO"
     dp_plan = made(dp_key)
-    if alts[dp_key][2] and _leaves_of(plan) != _leaves_of(dp_plan):
-        plan.baseline = dp_plan
     # the runners-up: the other problem's plans and the polish's, predicted near the plan
     near_plans = [(alts[k][0], made(k)) for k in cands if alts[k][2] and k not in (key, dp_key)]
     near_plans += [(t, make(problems[z], a, z, None, t, m, _describe(problems[z], a)))
                    for a, z, (t, m) in pool if m <= limit]
+    # one the walk prices below the plan is the plan (the descent ranks leaves by the
+    # per-edge prices, the walk prices the step as it is compiled)
+    best = min(near_plans, key=lambda e: e[0], default=None)
+    if best is not None and best[0] < plan.seconds:
+        near_plans.remove(best)
+        near_plans.append((plan.seconds, plan))
+        plan = best[1]
+    # the measured guard's baseline: data parallelism, with ZeRO only when it must be
+    if alts[dp_key][2] and _leaves_of(plan) != _leaves_of(dp_plan):
+        plan.baseline = dp_plan
     # (a ZeRO plan whose memory is its twin's without ZeRO shards nothing: the same plan)
     seen_leaves = {_leaves_of(p): p.memory for p in (plan, dp_plan)}
+    sizes = {n.name: meta_bytes(n.outs[0]) for n in g.nodes if n.kind == "param"}
+    kinds = {_kind_of(p, sizes) for p in (plan, dp_plan)}
     for t, p in sorted(near_plans, key=lambda e: e[0]):
         if t > _NEAR * plan.seconds or len(plan.runners_up) == _RUNNERS_UP:
             break
         twin = seen_leaves.get(_leaves_of(p)[:2] + (not p.zero,))
-        if _leaves_of(p) not in seen_leaves and (twin is None or twin != p.memory):
+        if _leaves_of(p) not in seen_leaves and (twin is None or twin != p.memory) and \
+                _kind_of(p, sizes) not in kinds:
             seen_leaves[_leaves_of(p)] = p.memory
+            kinds.add(_kind_of(p, sizes))
             plan.runners_up.append(p)
     return plan
+
+
+# a parameter below this share of the parameters' bytes does not make a plan another kind
+_MINOR = 0.01
+
+
+def _kind_of(p: Plan, sizes: dict) -> tuple:
+    """What sets plan ``p`` apart as a kind of plan: the batch's (first input's) SBP, those
+    of the parameters of at least ``_MINOR`` of the parameters' bytes, and ZeRO; the
+    runners-up are of kinds other than the plan's, data parallelism's and each other's (a
+    plan that differs from another in a bias's or the targets' SBP alone is priced and
+    runs within noise of it: measuring both would spend the guard's rounds on a tie)."""
+    total = sum(sizes.values()) or 1.0
+    return (tuple(p.input_sbps[:1]), tuple(sorted((k, v) for k, v in p.param_sbps.items()
+                                           if sizes.get(k, 0.0) >= _MINOR * total)), p.zero)
 
 
 def _leaves_of(p: Plan) -> tuple:

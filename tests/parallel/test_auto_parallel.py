@@ -608,8 +608,13 @@ def test_search_lists_runners_up_near_the_plan():
     mine, dp = AP._leaves_of(plan), AP._leaves_of(plan.baseline)
     leaves = [AP._leaves_of(p) for p in ups]
     assert len(set(leaves)) == len(leaves) and mine not in leaves and dp not in leaves
-    assert all(p.seconds <= AP._NEAR * plan.seconds for p in ups)
+    assert all(plan.seconds <= p.seconds <= AP._NEAR * plan.seconds for p in ups)
     assert [p.seconds for p in ups] == sorted(p.seconds for p in ups)
+    # each of another kind: not the plan or data parallelism with a bias's or the
+    # targets' SBP changed
+    sizes = {k: t.numel() * 4 for k, t in _mlp(64, 256).named_parameters()}
+    kinds = [AP._kind_of(p, sizes) for p in [plan, plan.baseline] + ups]
+    assert len(set(kinds)) == len(kinds), kinds
     # each priced as the search prices a plan: the step walked on its realised assignment
     for p in ups:
         assert AP.realise(p.costs, {v: p.assign[v] for v, n in enumerate(p.costs.graph.nodes)
