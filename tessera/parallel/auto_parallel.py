@@ -36,9 +36,10 @@ Data parallelism (with and without ZeRO) is priced beside it and wins ties, so t
 plan is never predicted slower. The model cannot separate plans a few percent apart, so the
 plan keeps its runners-up (``plan.runners_up``): up to ``_RUNNERS_UP`` other plans predicted
 within ``_NEAR`` times its step (the other ZeRO setting's plans, the descent's best other
-leaves), each of another kind (``_kind_of``). In ``nn.Graph`` the first call measures the plan beside data parallelism and the
-runners-up (``guard``), and keeps another only when the plan is clearly slower than it, so
-the plan is not measured slower than data parallelism either.
+leaves), each of another kind (``_kind_of``). In ``nn.Graph`` the first call measures the
+plan beside data parallelism and the runners-up (``guard``), and keeps another only when
+the plan is clearly slower than it, so the plan is not measured slower than data
+parallelism either.
 
 >>> import tessera
 >>> from tessera import nn
@@ -1287,9 +1288,14 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
     near = sorted(((sc[1], z, a) for z, seen in visited.items() for a, sc in seen.items()
                    if sc[0] == 0 and (z, a) not in taken), key=lambda e: e[0])
     pool: list[tuple[list[int], bool, tuple[float, float]]] = []
-    for _, z, a in near[:2 * _RUNNERS_UP]:  # (some may turn out the same as another plan)
-        if time.perf_counter() + walk_s > end:
+    kinds = {_assign_kind(g, c.cands, a, z) for c, a, z, _ in cands.values()}
+    for _, z, a in near:  # the best of each kind not priced yet
+        kind = _assign_kind(g, problems[z].cands, a, z)
+        if kind in kinds:
+            continue
+        if len(pool) == 2 * _RUNNERS_UP or time.perf_counter() + walk_s > end:
             break
+        kinds.add(kind)
         pool.append((list(a), z, walked(problems[z], list(a))))
     solve_s = time.perf_counter() - t0
     solved_by = "/".join(dict.fromkeys(used_by)) or "none"
@@ -1367,15 +1373,26 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
 _MINOR = 0.01
 
 
+def _assign_kind(g: OpGraph, cands: list, assign, zero: bool) -> tuple:
+    """``_kind_of`` of an assignment: its inputs' SBPs, those of the parameters of at least
+    ``_MINOR`` of the parameters' bytes, and ZeRO."""
+    params = [v for v, n in enumerate(g.nodes) if n.kind == "param"]
+    total = sum(meta_bytes(g.nodes[v].outs[0]) for v in params) or 1.0
+    inputs = [v for v, n in enumerate(g.nodes) if n.kind == "input"]
+    major = [v for v in params if meta_bytes(g.nodes[v].outs[0]) >= _MINOR * total]
+    return tuple(tuple(s.outs[0].short() for s in cands[v][assign[v]])
+                 for v in inputs + major), zero
+
+
 def _kind_of(p: Plan, sizes: dict) -> tuple:
-    """What sets plan ``p`` apart as a kind of plan: the batch's (first input's) SBP, those
-    of the parameters of at least ``_MINOR`` of the parameters' bytes, and ZeRO; the
-    runners-up are of kinds other than the plan's, data parallelism's and each other's (a
-    plan that differs from another in a bias's or the targets' SBP alone is priced and
-    runs within noise of it: measuring both would spend the guard's rounds on a tie)."""
+    """What sets plan ``p`` apart as a kind of plan: its inputs' SBPs, those of the
+    parameters of at least ``_MINOR`` of the parameters' bytes, and ZeRO; the runners-up
+    are of kinds other than the plan's, data parallelism's and each other's (a plan that
+    differs from another in a bias's SBP alone is priced and runs within noise of it:
+    measuring both would spend the guard's rounds on a tie)."""
     total = sum(sizes.values()) or 1.0
-    return (tuple(p.input_sbps[:1]), tuple(sorted((k, v) for k, v in p.param_sbps.items()
-                                           if sizes.get(k, 0.0) >= _MINOR * total)), p.zero)
+    return (tuple(p.input_sbps), tuple(sorted((k, v) for k, v in p.param_sbps.items()
+                                              if sizes.get(k, 0.0) >= _MINOR * total)), p.zero)
 
 
 def _leaves_of(p: Plan) -> tuple:
