@@ -1659,7 +1659,8 @@ def guard(graph, args, plan: Plan, params: dict, steps: int, zero: tuple) -> Pla
 
     def name(k: str) -> str:
         p = trials[k].plan
-        return ("" if k in ("auto", "data parallel") else f"{k}: ") + p.strategy + \
+        # (the plan may be a variant of data parallelism: it is named as the plan)
+        return {"auto": "plan: ", "data parallel": ""}.get(k, f"{k}: ") + p.strategy + \
             (" + ZeRO" if p.zero else "")
     why = {"base": "clearly slower than", "plan": "not slower than", None: "undecided against"}
     keep.guard = (f"{len(times['auto'])} rounds of {len(trials)} plans in turn: "
