@@ -1607,7 +1607,8 @@ def guard(graph, args, plan: Plan, params: dict, steps: int, zero: tuple) -> Pla
     (the slowest rank's steps, the same on every rank), decided once, at least
     ``_GUARD_MIN_ROUNDS`` and at most ``steps`` rounds. The search's plan is kept unless it
     is clearly slower than an alternative; then the one of those with the least median
-    step is. Everything the trial steps change is put back, so training starts from the
+    step is (and, with none, a runner-up still undecided after the last round whose median
+    is below the plan's). Everything the trial steps change is put back, so training starts from the
     same state either way. Skipped when the optimizers already hold state (it could not be
     put back as it was)."""
     from tessera.distributed import comm as C
@@ -1647,6 +1648,12 @@ def guard(graph, args, plan: Plan, params: dict, steps: int, zero: tuple) -> Pla
             break
     med = {k: float(np.median(v)) for k, v in times.items()}
     faster = [k for k, v in verdicts.items() if v[0] == "base"]
+    if not faster:
+        # a runner-up is a plan the model priced as near as the plan itself: when the
+        # rounds ran out with no verdict, the lower median is the better guess (data
+        # parallelism, the safe default, still has to be clearly faster)
+        faster = [k for k, v in verdicts.items() if v[0] is None and
+                  k.startswith("runner-up") and med[k] < med["auto"]]
     best = min(faster, key=lambda k: med[k]) if faster else "auto"
     keep = trials[best].plan
     state.restore()
