@@ -484,6 +484,20 @@ def test_guard_stops_early_when_the_plan_is_clearly_faster():
     assert v == "plan" and k == AP._GUARD_MIN_ROUNDS
 
 
+def _guarded_like_one_process(monkeypatch, search, step_seconds) -> list:
+    """The plans two ranks keep when the guard's search is ``search`` and its trial steps
+    are timed by ``step_seconds``, after checking that both trained like one process."""
+    monkeypatch.setattr(AP, "search", search)
+    monkeypatch.setattr(AP, "_step_seconds", step_seconds)
+    want_losses, want_params, _ = train(False)
+    results = run(2, _guard_train, {})
+    for losses, params, _ in results:
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
+    return [r[2] for r in results]
+
+
 def _guard_train(timings: dict, steps: int = 4):
     """``train(True)`` on two ranks with the guard's trial steps timed by ``timings``
     (strategy -> list of seconds per round, per rank) rather than a clock."""
@@ -519,15 +533,7 @@ def test_guard_alternates_the_plans_and_decides_on_injected_timings(monkeypatch,
         k = sum(1 for r, s in seen if r == rank and s == kind)
         base = 0.01 * (1 + 0.05 * (k % 3)) * (1.5 if rank == 1 else 1)
         return base * (1.25 if kind == slower else 1.0)
-    monkeypatch.setattr(AP, "search", search)
-    monkeypatch.setattr(AP, "_step_seconds", step_seconds)
-    want_losses, want_params, _ = train(False)
-    results = run(2, _guard_train, {})
-    for losses, params, _ in results:
-        np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
-        for p, q in zip(params, want_params):
-            np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
-    plans = [r[2] for r in results]
+    plans = _guarded_like_one_process(monkeypatch, search, step_seconds)
     assert len({(p.strategy, p.zero) for p in plans}) == 1  # the ranks agree
     kept_base = "clearly slower" in plans[0].guard
     assert kept_base == (slower == "auto"), plans[0].guard
@@ -574,15 +580,7 @@ def test_guard_measures_the_runners_up(monkeypatch, case):
         noisy = (0.7, 1.0, 1.3)[k % 3] if case == "runner-up undecided" and kind == "up" \
             else 1.0
         return 0.01 * (1 + 0.05 * (k % 3)) * (1.5 if rank == 1 else 1) * factor[kind] * noisy
-    monkeypatch.setattr(AP, "search", search)
-    monkeypatch.setattr(AP, "_step_seconds", step_seconds)
-    want_losses, want_params, _ = train(False)
-    results = run(2, _guard_train, {})
-    for losses, params, _ in results:
-        np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
-        for p, q in zip(params, want_params):
-            np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-11)
-    plans = [r[2] for r in results]
+    plans = _guarded_like_one_process(monkeypatch, search, step_seconds)
     assert len({id(p) for p in plans}) == 2 and \
         len({(p.strategy, tuple(p.input_sbps), p.zero) for p in plans}) == 1  # they agree
     kept = {kinds[id(p)] for p in plans}
