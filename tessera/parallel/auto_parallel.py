@@ -1355,16 +1355,15 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
         plan.baseline = dp_plan
     # (a ZeRO plan whose memory is its twin's without ZeRO shards nothing: the same plan)
     seen_leaves = {_leaves_of(p): p.memory for p in (plan, dp_plan)}
-    sizes = {n.name: meta_bytes(n.outs[0]) for n in g.nodes if n.kind == "param"}
-    kinds = {_kind_of(p, sizes) for p in (plan, dp_plan)}
+    kinds = {_kind_of(p) for p in (plan, dp_plan)}
     for t, p in sorted(near_plans, key=lambda e: e[0]):
         if t > _NEAR * plan.seconds or len(plan.runners_up) == _RUNNERS_UP:
             break
         twin = seen_leaves.get(_leaves_of(p)[:2] + (not p.zero,))
         if _leaves_of(p) not in seen_leaves and (twin is None or twin != p.memory) and \
-                _kind_of(p, sizes) not in kinds:
+                _kind_of(p) not in kinds:
             seen_leaves[_leaves_of(p)] = p.memory
-            kinds.add(_kind_of(p, sizes))
+            kinds.add(_kind_of(p))
             plan.runners_up.append(p)
     return plan
 
@@ -1374,7 +1373,7 @@ _MINOR = 0.01
 
 
 def _assign_kind(g: OpGraph, cands: list, assign, zero: bool) -> tuple:
-    """``_kind_of`` of an assignment: its inputs' SBPs, those of the parameters of at least
+    """The kind of plan an assignment is: its inputs' SBPs, those of the parameters of at least
     ``_MINOR`` of the parameters' bytes, and ZeRO."""
     params = [v for v, n in enumerate(g.nodes) if n.kind == "param"]
     total = sum(meta_bytes(g.nodes[v].outs[0]) for v in params) or 1.0
@@ -1384,15 +1383,12 @@ def _assign_kind(g: OpGraph, cands: list, assign, zero: bool) -> tuple:
                  for v in inputs + major), zero
 
 
-def _kind_of(p: Plan, sizes: dict) -> tuple:
-    """What sets plan ``p`` apart as a kind of plan: its inputs' SBPs, those of the
-    parameters of at least ``_MINOR`` of the parameters' bytes, and ZeRO; the runners-up
-    are of kinds other than the plan's, data parallelism's and each other's (a plan that
-    differs from another in a bias's SBP alone is priced and runs within noise of it:
-    measuring both would spend the guard's rounds on a tie)."""
-    total = sum(sizes.values()) or 1.0
-    return (tuple(p.input_sbps), tuple(sorted((k, v) for k, v in p.param_sbps.items()
-                                              if sizes.get(k, 0.0) >= _MINOR * total)), p.zero)
+def _kind_of(p: Plan) -> tuple:
+    """What sets plan ``p`` apart as a kind of plan (``_assign_kind`` of its assignment):
+    the runners-up are of kinds other than the plan's, data parallelism's and each other's
+    (a plan that differs from another in a bias's SBP alone is priced and runs within noise
+    of it: measuring both would spend the guard's rounds on a tie)."""
+    return _assign_kind(p.costs.graph, p.costs.cands, p.assign, p.zero)
 
 
 def _leaves_of(p: Plan) -> tuple:

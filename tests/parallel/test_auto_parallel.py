@@ -617,8 +617,7 @@ def test_search_lists_runners_up_near_the_plan():
     assert [p.seconds for p in ups] == sorted(p.seconds for p in ups)
     # each of another kind: not the plan or data parallelism with a bias's or the
     # targets' SBP changed
-    sizes = {k: t.numel() * 4 for k, t in _mlp(64, 256).named_parameters()}
-    kinds = [AP._kind_of(p, sizes) for p in [plan, plan.baseline] + ups]
+    kinds = [AP._kind_of(p) for p in [plan, plan.baseline] + ups]
     assert len(set(kinds)) == len(kinds), kinds
     # each priced as the search prices a plan: the step walked on its realised assignment
     for p in ups:
