@@ -20,8 +20,8 @@ layout).
 The instruction set is chosen at run time from the CPU (``isa()``): AMX-INT8 (``tdpbusd``
 on tiles, where the CPU has it, the OS grants this process its tile state and the compiler
 knows it; ``c/int8_amx.h``), AVX-512 VNNI (``vpdpbusd`` on zmm), AVX-VNNI (on ymm), AVX2
-(``vpmaddubsw`` + ``vpmaddwd``, whose int16 pair sums saturate: activations of 7 bits,
-``reduce_range``, keep it exact), or portable C. ``TESSERA_INT8_ISA=amx|vnni512|avxvnni|avx2|
+(``vpmaddubsw`` + ``vpmaddwd``: exact, at twice the work for tiles whose activations use
+their 8th bit), or portable C. ``TESSERA_INT8_ISA=amx|vnni512|avxvnni|avx2|
 c|numpy`` forces one; forcing one this CPU lacks is an error. ``TESSERA_MAX_ISA=avx2``
 (``cc.max_isa()``) leaves the AMX and AVX-512 paths out, and ``portable`` all but C and
 NumPy. ``amx-emulated`` (forced only, for tests) runs the AMX kernel on a C model of the
@@ -320,25 +320,16 @@ def _range(out_dtype: np.dtype, qmin, qmax, relu: bool, out_zp: int) -> tuple[in
 def reference(a: np.ndarray, w: np.ndarray, *, a_zp: int, mult: np.ndarray, out_zp: int = 0,
               bias: np.ndarray | None = None, out_dtype=np.uint8, relu: bool = False,
               qmin: int | None = None, qmax: int | None = None,
-              bias_f: np.ndarray | None = None, saturate16: bool = False) -> np.ndarray:
-    """The definition of ``gemm`` in NumPy integers. ``saturate16``: AVX2's int16 saturation
-    of each sum of two adjacent products (k = 2j, 2j + 1).
+              bias_f: np.ndarray | None = None) -> np.ndarray:
+    """The definition of ``gemm`` in NumPy integers.
 
     >>> reference(np.full((1, 2), 200, np.uint8), np.full((1, 2), 100, np.int8), a_zp=0,
-    ...           mult=np.ones(1, np.float32), out_dtype=np.float32, saturate16=True)
-    array([[32767.]], dtype=float32)
+    ...           mult=np.ones(1, np.float32), out_dtype=np.float32)
+    array([[40000.]], dtype=float32)
     """
     out_dtype = np.dtype(out_dtype)
     a32, w32 = a.astype(np.int32), w.astype(np.int32)
-    if saturate16:
-        k = a.shape[1]
-        if k % 2:
-            a32 = np.pad(a32, ((0, 0), (0, 1)))
-            w32 = np.pad(w32, ((0, 0), (0, 1)))
-        pairs = a32[:, None, 0::2] * w32[None, :, 0::2] + a32[:, None, 1::2] * w32[None, :, 1::2]
-        acc = np.clip(pairs, -32768, 32767).sum(-1, dtype=np.int64).astype(np.int32)
-    else:
-        acc = (a32.astype(np.int64) @ w32.T.astype(np.int64)).astype(np.int32)
+    acc = (a32.astype(np.int64) @ w32.T.astype(np.int64)).astype(np.int32)
     with np.errstate(over="ignore"):
         acc = acc - np.int32(a_zp) * w32.sum(1, dtype=np.int32)
         if bias is not None:

@@ -4,19 +4,15 @@
    (weights) packed by tsr_int8_pack as [N/16][K/4][16][4]: for each block of 16 output
    columns and each group of 4 k, 64 bytes, one 32-bit lane per column holding its 4
    weights. That is the operand of one vpdpbusd on a zmm (AVX-512 VNNI), of two on ymm
-   (AVX-VNNI), and of vpmaddubsw + vpmaddwd on ymm (AVX2); 16 of those rows are one B tile
-   of tdpbusd (AMX-INT8, int8_amx.h).
+   (AVX-VNNI), and of vpmaddubsw + vpmaddwd on ymm (AVX2, made exact: see tile_avx2);
+   16 of those rows are one B tile of tdpbusd (AMX-INT8, int8_amx.h).
 
    Every instruction set accumulates into an int32 tile, and one epilogue (in plain C, so
    that every path rounds the same way) requantizes it:
      v = (float)acc * mult[n]          (mult = a_scale * w_scale[n] / out_scale)
      q = clamp(rint(v), lo - zp, hi - zp) + zp     -> uint8 or int8
    or, for dynamic quantization, writes the float v = (float)acc * mult[n] + bias_f[n].
-   Compiled with -ffp-contract=off, so that the product and sum round as NumPy's do.
-
-   AVX2's vpmaddubsw saturates each sum of two u8 x s8 products to int16: with activations
-   of 8 bits and large weights that overflows (255 * 127 * 2 > 32767), which is why x86
-   quantization keeps activations to 7 bits (reduce_range). */
+   Compiled with -ffp-contract=off, so that the product and sum round as NumPy's do. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,13 +128,33 @@ static void tile_c(const int64_t* p, int64_t m0, int64_t rows, int64_t nb, int32
             }
 }
 
-/* ---- AVX2: vpmaddubsw (saturating int16 pairs) + vpmaddwd ------------------------------ */
+/* ---- AVX2: vpmaddubsw + vpmaddwd, exact ----------------------------------------------- */
+/* vpmaddubsw saturates each sum of two u8 x s8 products to int16 (255 * -128 * 2 < -32768).
+   Activations below 128 cannot reach that; a tile whose rows hold a byte of 128 or more
+   splits each byte into its low 7 bits and its top bit, a = lo + 128 * hi: neither part's
+   pair sums saturate (127 * 128 * 2 and 1 * 128 * 2), and vpmaddwd multiplies the top
+   bit's by 128 in int32. So every activation is exact, at twice the work where needed. */
+__attribute__((target("avx2")))
+static int high_bit(const uint8_t* A, int64_t lda, int64_t rows, int64_t k) {
+    __m256i any = _mm256_setzero_si256();
+    uint8_t tail = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t* a = A + r * lda;
+        int64_t i = 0;
+        for (; i + 32 <= k; i += 32)
+            any = _mm256_or_si256(any, _mm256_loadu_si256((const __m256i*)(a + i)));
+        for (; i < k; i++) tail |= a[i];
+    }
+    return _mm256_movemask_epi8(any) != 0 || (tail & 0x80);
+}
+
 __attribute__((target("avx2")))
 static void tile_avx2(const int64_t* p, int64_t m0, int64_t rows, int64_t nb, int32_t* acc) {
     const int64_t kq = p[P_K] / 4, lda = p[P_LDA];
     const uint8_t* A = (const uint8_t*)p[P_A] + m0 * lda;
     const int8_t* B = (const int8_t*)p[P_B] + nb * kq * 64;
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1), k128 = _mm256_set1_epi16(128);
+    const int split = high_bit(A, lda, rows, kq * 4);
     __m256i c0[MR], c1[MR];
     for (int r = 0; r < MR; r++) { c0[r] = _mm256_setzero_si256(); c1[r] = c0[r]; }
     for (int64_t g = 0; g < kq; g++) {
@@ -146,9 +162,21 @@ static void tile_avx2(const int64_t* p, int64_t m0, int64_t rows, int64_t nb, in
         __m256i b1 = _mm256_loadu_si256((const __m256i*)(B + g * 64 + 32));
         for (int r = 0; r < MR; r++) {
             if (r >= rows) break;
-            __m256i a = _mm256_set1_epi32(load4(A + r * lda + g * 4));
-            c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b0), ones));
-            c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b1), ones));
+            int32_t v = load4(A + r * lda + g * 4);
+            if (!split) {
+                __m256i a = _mm256_set1_epi32(v);
+                c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b0), ones));
+                c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b1), ones));
+                continue;
+            }
+            __m256i lo = _mm256_set1_epi32(v & 0x7f7f7f7f);
+            __m256i hi = _mm256_set1_epi32((int32_t)(((uint32_t)v >> 7) & 0x01010101u));
+            c0[r] = _mm256_add_epi32(c0[r], _mm256_add_epi32(
+                _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b0), ones),
+                _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b0), k128)));
+            c1[r] = _mm256_add_epi32(c1[r], _mm256_add_epi32(
+                _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b1), ones),
+                _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b1), k128)));
         }
     }
     for (int r = 0; r < rows; r++) {
@@ -412,8 +440,7 @@ void tsr_int8_im2col(const int64_t* p, int64_t r0, int64_t r1) {
    NCHW uint8 planes [q0, q1) of the output (plane q = image * C * OG + channel): int32
    sums of (x - zero point) * w over the taps inside the input (the padding is the zero
    point, 0 after the shift), plus the int32 bias, requantized as the GEMM's epilogue
-   does. Exact integer sums, so bit for bit the GEMM's result (without AVX2's int16
-   saturation). */
+   does. Exact integer sums, so bit for bit the GEMM's result. */
 void tsr_int8_depthwise(const int64_t* p, int64_t q0, int64_t q1) {
     const int64_t c = p[G_CIMG], h = p[G_H], w = p[G_W], kh = p[G_KH], kw = p[G_KW],
         sh = p[G_SH], sw = p[G_SW], ph = p[G_PH], pw = p[G_PW], dh = p[G_DH], dw = p[G_DW],

@@ -1,6 +1,6 @@
 """Dynamically quantized modules (``torch.ao.nn.quantized.dynamic``): INT8 weights (per
 output channel), float activations quantized from their own range at each call, to 7 bits
-only where the CPU's INT8 kernels need it (``needs_reduce_range``).
+only where the CPU's INT8 kernels run 8 at twice the cost (``needs_reduce_range``).
 
 >>> import tessera
 >>> Linear.from_float(tessera.nn.Linear(4, 3))(tessera.ones(2, 4)).shape
@@ -18,10 +18,10 @@ __all__ = ["Linear", "needs_reduce_range"]
 
 
 def needs_reduce_range() -> bool:
-    """Whether activations must keep to 7 bits for the INT8 kernels this CPU runs: only on
-    AVX2 without VNNI, whose int16 pair sums would saturate at 8 (PyTorch always reduces
-    the range; with VNNI, or in portable C, the sums are exact and the 8th bit is free
-    precision).
+    """Whether activations keep to 7 bits by default on this CPU: only on AVX2 without
+    VNNI, whose kernel splits 8-bit activations in two to keep its int16 pair sums from
+    saturating, at twice the work (PyTorch always reduces the range; with VNNI, or in
+    portable C, the 8th bit is free precision). Either range gives exact integer sums.
 
     >>> needs_reduce_range() in (True, False)
     True
