@@ -1,7 +1,9 @@
 """The machine profile the auto-parallel cost model prices plans with, and its calibration.
 
 A ``Profile`` holds GEMM FLOP/s by the product's FLOPs (a curve, measured on the product
-kernel the steps run; three shape classes in a profile saved before it), memory bandwidth,
+kernel the steps run; three shape classes in a profile saved before it) and by its smallest
+dimension (a product with one small dimension, a batch's rows or a weight gradient's
+reduction over them, runs below a square one of its FLOPs), memory bandwidth,
 the fused optimizer update's rate by the bytes it moves, and, for each collective of the
 communicator and each number of ranks measured, its latency and bandwidth (``alpha``
 seconds, ``beta`` bytes per second) in the model ``time = alpha + bytes / beta``, where
@@ -66,6 +68,9 @@ class Profile:
         "small": 2e9, "medium": 1e10, "large": 2e10})
     # FLOP/s by one product's FLOPs: [(flops, flop/s), ...] (empty: the classes of ``gemm``)
     gemm_curve: list = dataclasses.field(default_factory=list)
+    # FLOP/s by a product's smallest dimension, the others large: [(dim, flop/s), ...]
+    # (empty: by FLOPs alone)
+    thin_curve: list = dataclasses.field(default_factory=list)
     bandwidth: float = 5e9
     # memory bytes/s by the bytes an op moves: [(bytes, bytes/s), ...] (empty: bandwidth)
     bandwidth_curve: list = dataclasses.field(default_factory=list)
@@ -89,22 +94,28 @@ class Profile:
     default_beta: float = 2e9
     source: str = "default"
 
-    def gemm_seconds(self, flops: float, products: int = 1) -> float:
+    def gemm_seconds(self, flops: float, products: int = 1, dim: int | None = None) -> float:
         """Seconds of ``products`` matrix products of ``flops`` in all at the rate of one
         product of their size (a batch of small products, as attention's per head, runs at
         the small products' rate, not at the rate of one product of the batch's FLOPs):
         ``gemm_curve`` interpolated in log FLOPs (constant beyond its ends), else the rate of
-        the product's shape class.
+        the product's shape class; with ``dim``, the product's smallest dimension, at most
+        ``thin_curve``'s rate there (interpolated likewise; no bound past its last point,
+        where a product is as good as square).
 
         >>> p = Profile(gemm={"small": 1e9, "medium": 2e9, "large": 4e9})
         >>> p.gemm_seconds(4e6), p.gemm_seconds(4e6, products=8)
         (0.002, 0.004)
-        >>> round(Profile(gemm_curve=[(1e6, 1e9), (1e8, 4e9)]).gemm_seconds(1e7), 9)
-        0.005
+        >>> q = Profile(gemm_curve=[(1e6, 1e9), (1e8, 4e9)], thin_curve=[(16, 1e9), (64, 3e9)])
+        >>> round(q.gemm_seconds(1e7), 9), round(q.gemm_seconds(1e7, dim=16), 9)
+        (0.005, 0.01)
         """
         each = flops / max(products, 1)
         if self.gemm_curve and each > 0:
-            return flops / _loglog(self.gemm_curve, each)
+            rate = _loglog(self.gemm_curve, each)
+            if dim is not None and self.thin_curve and dim <= max(self.thin_curve)[0]:
+                rate = min(rate, _loglog(self.thin_curve, max(dim, 1)))
+            return flops / rate
         cls = "small" if each < _SMALL else "large" if each >= _LARGE else "medium"
         return flops / self.gemm[cls]
 
@@ -256,7 +267,7 @@ class Profile:
 
 
 DEFAULT = Profile()
-_CURVES = ("bandwidth_curve", "gemm_curve", "update_curve")
+_CURVES = ("bandwidth_curve", "gemm_curve", "thin_curve", "update_curve")
 
 
 def _loglog(curve: list, x: float) -> float:
@@ -368,6 +379,9 @@ def _interleaved(fns: list, repeat: int, sync=None, agree=None,
 # the square products whose rates make the GEMM curve (a class's size among them)
 _GEMM_SIZES = (64, 128, 256, 512, 1024)
 _GEMM_CLASSES = {"small": 64, "medium": 256, "large": 1024}
+# the smallest dimensions of the thin products (the other two _THIN_WIDE): a data-parallel
+# MLP's 32 rows of 1024-wide layers run at under two thirds of a square product's rate
+_THIN_DIMS, _THIN_WIDE = (8, 16, 32, 64, 128, 256, 512), 1024
 # the arrays whose copy measures the memory rate (elements of float32): from a tile that
 # stays in the first caches to a stream from memory; an op's rate is the one of its bytes
 _BANDWIDTH_SIZES = (1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
@@ -381,7 +395,8 @@ _ADAM_WORDS = 7
 def _rates(quick: bool) -> dict:
     """The per-rank rates: ``gemm`` (FLOP/s by class) and ``gemm_curve`` of square products
     through the matrix product kernel the steps run (``ops.linalg``: tessera's GEMM or
-    NumPy's BLAS, as dispatch chooses); the ``bandwidth_curve`` of copies
+    NumPy's BLAS, as dispatch chooses), and ``thin_curve`` of products with one small
+    dimension (``_THIN_DIMS``) through it; the ``bandwidth_curve`` of copies
     (``_BANDWIDTH_SIZES``): a training step's elementwise ops move tensors of a few MB that
     the caches hold, faster than a stream from memory; the ``update_curve`` of the fused
     Adam update (``kernels.optim``, what an optimizer's step runs as one loop) by the bytes
@@ -407,6 +422,20 @@ def _rates(quick: bool) -> dict:
     out["gemm_curve"] = [(2.0 * n ** 3, 2.0 * n ** 3 / t) for n, t in zip(sizes, ts)]
     rate = dict(zip(sizes, (r for _, r in out["gemm_curve"])))
     out["gemm"] = {cls: rate.get(n, out["gemm_curve"][-1][1]) for cls, n in _GEMM_CLASSES.items()}
+    # a product with one small dimension in each of a training step's three places: the
+    # rows of a forward product (a weight read transposed), of an input's gradient, and the
+    # reduction of a weight's gradient over the rows
+    dims = _THIN_DIMS[:-1] if quick else _THIN_DIMS
+    wide = rng.standard_normal((_THIN_WIDE, _THIN_WIDE), np.float32)
+    thin = [(rng.standard_normal((d, _THIN_WIDE), np.float32),
+             rng.standard_normal((d, _THIN_WIDE), np.float32)) for d in dims]
+
+    def three(x, y):
+        _matmul_kernel(x, wide.T)
+        _matmul_kernel(x, wide)
+        _matmul_kernel(x.T, y)
+    ts = _interleaved([lambda x=x, y=y: three(x, y) for x, y in thin], repeat)
+    out["thin_curve"] = [(d, 3 * 2.0 * d * _THIN_WIDE ** 2 / t) for d, t in zip(dims, ts)]
     out["update_curve"] = []
     if optim.available(np.float32):
         states = [tuple(np.full(n, 0.5, np.float32) for _ in range(4))
@@ -703,7 +732,8 @@ def measure(world: int | None = None, quick: bool = False) -> Profile:
     comm = C.current() if C.launched_by_mpi() else None
     rates = _rates(quick)
     curve = rates["bandwidth_curve"]
-    prof = Profile(gemm=rates["gemm"], gemm_curve=rates["gemm_curve"], bandwidth=curve[-1][1],
+    prof = Profile(gemm=rates["gemm"], gemm_curve=rates["gemm_curve"],
+                   thin_curve=rates["thin_curve"], bandwidth=curve[-1][1],
                    bandwidth_curve=curve, update_curve=rates["update_curve"],
                    op_overhead=_op_overhead(quick), source="measured")
     if comm is not None:
@@ -750,6 +780,9 @@ def _describe(p: Profile, path: str) -> str:
     if p.gemm_curve:
         lines.insert(2, "gemm curve: " + ", ".join(f"{r / 1e9:.0f} GFLOP/s at {f / 1e6:.3g} MFLOP"
                                                     for f, r in p.gemm_curve))
+    if p.thin_curve:
+        lines.insert(3, "thin products: " + ", ".join(f"{r / 1e9:.0f} GFLOP/s at {d} wide"
+                                                       for d, r in p.thin_curve))
     if p.update_curve:
         lines.append("optimizer update: " + ", ".join(
             f"{r / 1e9:.0f} GB/s at {b / 2 ** 20:.2g} MiB" for b, r in p.update_curve))

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tessera.distributed import calibrate as K
@@ -28,6 +29,9 @@ def test_measure_on_the_simulated_world():
     flops = [f for f, _ in p.gemm_curve]
     assert flops == sorted(flops) and len(flops) >= 3 and all(r > 0 for _, r in p.gemm_curve)
     assert p.gemm["small"] == p.gemm_curve[0][1]
+    # by a product's smallest dimension (quick: all but the widest)
+    assert [d for d, _ in p.thin_curve] == list(K._THIN_DIMS[:-1])
+    assert all(r > 0 for _, r in p.thin_curve)
     moved = [b for b, _ in p.update_curve]
     assert moved == sorted(moved) and moved[0] == K._ADAM_WORDS * 4 * K._UPDATE_SIZES[0]
     assert p.update_seconds(moved[-1]) == pytest.approx(moved[-1] / p.update_curve[-1][1])
@@ -116,7 +120,8 @@ def test_curves_price_between_and_beyond_their_points():
     # the curves survive the JSON round trip; a profile saved without them loads without
     q = K.Profile.from_json(json.loads(json.dumps(p.to_json())))
     assert q == p
-    old = {k: v for k, v in p.to_json().items() if k not in ("gemm_curve", "update_curve")}
+    old = {k: v for k, v in p.to_json().items()
+           if k not in ("gemm_curve", "thin_curve", "update_curve")}
     assert K.Profile.from_json(old).gemm_curve == [] and \
         K.Profile.from_json(old).gemm_seconds(1e7) == pytest.approx(1e-2)
 
@@ -148,6 +153,32 @@ def test_command_line_under_mpiexec(tmp_path):
     assert "MPI" in p.source and sorted(p.comm["all_to_all"]) == [2]
     # the per-collective cost of a step, measured on the launched ranks
     assert sorted(p.collective) == [2] and p.collective[2] >= 0
+
+
+def test_a_thin_product_runs_at_its_smallest_dimensions_rate():
+    p = K.Profile(gemm_curve=[(1e6, 1e10), (1e9, 8e10)], thin_curve=[(8, 1e10), (64, 4e10)])
+    f = 2 * 32 * 1024 * 1024
+    square = p.gemm_seconds(f)
+    # below the curve's rate of its FLOPs: the thin curve's, log-log between its points
+    assert p.gemm_seconds(f, dim=32) == pytest.approx(f / (1e10 * 4 ** (2 / 3)))
+    assert p.gemm_seconds(f, dim=4) == pytest.approx(f / 1e10)
+    # never faster than the FLOPs' rate; past the thin curve, as square
+    assert p.gemm_seconds(2e6, dim=64) == p.gemm_seconds(2e6) > 2e6 / 4e10
+    assert p.gemm_seconds(f, dim=128) == square == p.gemm_seconds(f, dim=None)
+
+
+def test_the_cost_model_prices_a_product_by_its_smallest_dimension():
+    from tessera.ops.registry import Meta
+    from tessera.parallel import auto_parallel as AP
+
+    def meta(*shape):
+        return Meta(shape, np.dtype(np.float32))
+    assert AP._product_dim(type("Op", (), {"name": "matmul"}), [meta(32, 512), meta(512, 2048)],
+                           [meta(32, 2048)]) == 32
+    assert AP._product_dim(type("Op", (), {"name": "matmul"}), [meta(2048, 16), meta(16, 512)],
+                           [meta(2048, 512)]) == 16
+    assert AP._product_dim(type("Op", (), {"name": "matmul"}),
+                           [meta(8, 4, 64, 32), meta(8, 4, 32, 64)], [meta(8, 4, 64, 64)]) == 32
 
 
 def test_gemm_class_of_a_batch_is_one_products():
