@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import tempfile
@@ -390,6 +391,12 @@ _UPDATE_SIZES = (1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
 # what Adam's update moves per element, in elements: the parameter, its gradient and its
 # two moments read, the parameter and the moments written
 _ADAM_WORDS = 7
+# the elements of each of the four arrays the updates take their operands from in turn, so
+# that an update finds them out of the caches as a step's does (its moments untouched since
+# the previous step's update): 128 MB in all, past a server's last-level cache. A step's
+# updates of 1M-element parameters ran at the rate of 110 MB streams, 0.6x the rate of the
+# same update on arrays the caches held (bench autoparallel: the MLP's fused kernels)
+_COLD_WORDS = 1 << 23
 
 
 def _rates(quick: bool) -> dict:
@@ -400,11 +407,11 @@ def _rates(quick: bool) -> dict:
     (``_BANDWIDTH_SIZES``): a training step's elementwise ops move tensors of a few MB that
     the caches hold, faster than a stream from memory; the ``update_curve`` of the fused
     Adam update (``kernels.optim``, what an optimizer's step runs as one loop) by the bytes
-    it moves. Each kind's sizes are interleaved (a burst of the host's load falls on a
-    round of each size rather than on every round of one), the kinds apart: under MPI,
-    copies interleaved with products and updates measured a tenth of their rate at 0.5 MB.
-    Every rank measures at once, as the ranks of a step compute at once and share the
-    memory's rate."""
+    it moves, on operands out of the caches (``_COLD_WORDS``). Each kind's sizes are
+    interleaved (a burst of the host's load falls on a round of each size rather than on
+    every round of one), the kinds apart: under MPI, copies interleaved with products and
+    updates measured a tenth of their rate at 0.5 MB. Every rank measures at once, as the
+    ranks of a step compute at once and share the memory's rate."""
     from tessera.kernels import optim
     from tessera.ops.linalg import _matmul_kernel
     rng = np.random.default_rng(0)
@@ -438,13 +445,18 @@ def _rates(quick: bool) -> dict:
     out["thin_curve"] = [(d, 3 * 2.0 * d * _THIN_WIDE ** 2 / t) for d, t in zip(dims, ts)]
     out["update_curve"] = []
     if optim.available(np.float32):
-        states = [tuple(np.full(n, 0.5, np.float32) for _ in range(4))
-                  for n in (_UPDATE_SIZES[:-1] if quick else _UPDATE_SIZES)]
-        ts = _interleaved([lambda p=p, g=g, m=m, v=v: optim.adam_step(
-            p, g, m, v, None, lr=1e-4, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01,
-            decoupled=True, maximize=False, step=1) for p, g, m, v in states], repeat)
-        out["update_curve"] = [(_ADAM_WORDS * st[0].nbytes, _ADAM_WORDS * st[0].nbytes / t)
-                               for st, t in zip(states, ts)]
+        pool = [np.full(_COLD_WORDS, 0.5, np.float32) for _ in range(4)]
+        sizes = _UPDATE_SIZES[:-1] if quick else _UPDATE_SIZES
+
+        def update(n: int):
+            turns = itertools.cycle([tuple(a[i * n:(i + 1) * n] for a in pool)
+                                     for i in range(_COLD_WORDS // n)])
+            return lambda: optim.adam_step(
+                *next(turns), None, lr=1e-4, beta1=0.9, beta2=0.999, eps=1e-8,
+                weight_decay=0.01, decoupled=True, maximize=False, step=1)
+        ts = _interleaved([update(n) for n in sizes], repeat)
+        out["update_curve"] = [(_ADAM_WORDS * 4.0 * n, _ADAM_WORDS * 4.0 * n / t)
+                               for n, t in zip(sizes, ts)]
     return out
 
 
@@ -460,13 +472,24 @@ def _sent(kind: str, nbytes: float, n: int) -> float:
 def _collective(comm, kind: str, x: np.ndarray, group: tuple):
     n = len(group)
     if kind == "all_reduce":
-        return comm.all_reduce(x, group)
+        # in place on the communicator's reduce buffer, as a gradient bucket runs it (its
+        # copies in are priced apart; ``all_reduce`` copies in and out of a scratch buffer
+        # and allocates its result, which priced an 8 MB bucket at twice what it took)
+        key = (id(comm), comm.rank, x.size, group)
+        buf = _reduce_buffers.get(key)
+        if buf is None:
+            buf = _reduce_buffers[key] = comm.reduce_buffer(x.size, x.dtype, group)
+            buf[...] = 0   # (sums of zeros stay finite however many times it runs)
+        return comm.iall_reduce_(buf, group).wait()
     if kind == "all_gather":
         return comm.all_gather(x[: len(x) // n], group)
     chunks = np.array_split(x, n)
     if kind == "reduce_scatter":
         return comm.reduce_scatter(chunks, group)
     return comm.all_to_all(chunks, group)
+
+
+_reduce_buffers: dict = {}
 
 
 def _fit(points: list) -> tuple[float, float]:
@@ -554,7 +577,7 @@ def _boxing_rank(comm, n: int, quick: bool, agree) -> dict:
     from tessera.sbp import split_sizes
     group = tuple(range(n))
     i = group.index(comm.rank)
-    rows = [64, 512] if quick else [16, 256, 2048]
+    rows = [64, 512] if quick else [16, 256, 2048, 8192]   # (to 8 MB, a ZeRO bucket's)
     fns: list = []
     for tr in TRANSITIONS:
         src, dst = _transition(tr)
@@ -672,7 +695,9 @@ def _collective_rank(comm, n: int, quick: bool, agree, own: float) -> float:
 def _comm_rank(comm, ranks: list[int], quick: bool, steps: bool = True) -> dict:
     """On this rank of ``comm``: (alpha, beta) of each collective for each group size (and,
     with ``steps``, the per-collective cost of a step, ``_collective_rank``)."""
-    sizes = [1 << 12, 1 << 16, 1 << 20] if quick else [1 << 10, 1 << 14, 1 << 18, 1 << 22]
+    # (to 16 MB: a step's gradient bucket is several MB)
+    sizes = [1 << 12, 1 << 16, 1 << 20] if quick else [1 << 10, 1 << 14, 1 << 18, 1 << 22,
+                                                       1 << 24]
     out: dict = {k: {} for k in COLLECTIVES}
     for n in ranks:
         group = tuple(range(n))
