@@ -22,7 +22,10 @@ profile is measured (``calibrate``) at the start, the middle and the end of the 
 the predictions are priced on their median, so the prediction sees the load the steps saw.
 Reported per workload: each plan's step, its ratio to the best hand-written plan and its
 prediction; the Kendall tau of predicted against measured over the distinct plans
-(``auto`` left out when it is one of the hand-written plans); the solver's time; and for
+(``auto`` left out when it is one of the hand-written plans), as tau-a and as tau-b with
+the pairs of plans the interleaved rounds cannot order (``measured_ties``: their paired
+rounds within two robust standard errors, the guard's statistic) counted as ties; the
+solver's time; and for
 ``auto`` what the measured guard did (at the first call it times the plan beside data
 parallelism and the plans predicted close to it, and keeps another only when clearly
 faster).
@@ -201,7 +204,8 @@ def child(name: str, rounds: int, steps: int, out: str) -> None:
     for k in keys:
         per_round = [statistics.median(max(t[k][r][s] for t in every) for s in range(steps))
                      for r in range(rounds)]
-        res[k] = {"ms": statistics.median(per_round) * 1000}
+        res[k] = {"ms": statistics.median(per_round) * 1000,
+                  "rounds": [t * 1000 for t in per_round]}
     ap = graphs["auto"][0].parallel_plan()
     res["auto"].update(strategy=ap.strategy + (" + ZeRO" if ap.zero else ""),
                        predicted_start_ms=ap.seconds * 1000, solve_s=ap.solve_seconds,
@@ -284,6 +288,47 @@ def kendall_tau(a: list[float], b: list[float]) -> float:
     return s / (n * (n - 1) / 2) if n > 1 else 0.0
 
 
+def kendall_tau_b(a: list[float], b: list[float], tied: set) -> float:
+    """Kendall's tau-b of two rankings where the pairs ``(i, j)`` of ``tied`` (``i < j``)
+    count as ties of ``b`` as well as its equal values: (concordant - discordant) over
+    the geometric mean of the pairs untied in ``a`` and in ``b``.
+
+    >>> a, b = [1, 2, 3], [10, 30, 20]   # (plans 1 and 2 measured apart by noise alone)
+    >>> round(kendall_tau_b(a, b, {(1, 2)}), 3), round(kendall_tau(a, b), 3)
+    (0.816, 0.333)
+    """
+    n, s, ta, tb = len(a), 0, 0, 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            x, y = a[i] - a[j], 0.0 if (i, j) in tied else b[i] - b[j]
+            s += (x * y > 0) - (x * y < 0)
+            ta, tb = ta + (x == 0), tb + (y == 0)
+    pairs = n * (n - 1) / 2
+    return s / ((pairs - ta) * (pairs - tb)) ** 0.5 if pairs > max(ta, tb) else 0.0
+
+
+# a measured pair whose paired rounds differ by less than this many robust standard errors
+# (the guard's statistic) is a tie of the measurement: its order is the host's noise
+_TIE_Z = 2.0
+
+
+def measured_ties(rounds: list[list[float]]) -> set:
+    """The pairs ``(i, j)`` of plans whose steps the interleaved rounds cannot order
+    (``rounds[i][r]``: plan ``i``'s step in round ``r``; ``|z| < _TIE_Z``).
+
+    >>> sorted(measured_ties([[10, 11, 10, 11, 10], [11, 10, 11, 10, 10], [20] * 5]))
+    [(0, 1)]
+    """
+    from tessera.parallel.auto_parallel import _paired_log_ratio
+    out = set()
+    for i in range(len(rounds)):
+        for j in range(i + 1, len(rounds)):
+            mean, se = _paired_log_ratio(rounds[i], rounds[j])
+            if abs(mean / se) < _TIE_Z:
+                out.add((i, j))
+    return out
+
+
 def run(rounds: int = 0, steps: int = 3) -> list[dict]:
     from tessera.distributed.calibrate import load
     rows = []
@@ -316,9 +361,12 @@ def run(rounds: int = 0, steps: int = 3) -> list[dict]:
                 keys = [k for k in plans_ if plans_[k].get("predicted_ms") is not None
                         and not (k == "auto" and same)]
                 row["same"] = same[0] if same else None
-                row["tau"] = kendall_tau([plans_[k]["predicted_ms"] for k in keys],
-                                         [plans_[k]["ms"] for k in keys]) \
-                    if len(keys) > 1 else None
+                pred_ms = [plans_[k]["predicted_ms"] for k in keys]
+                meas_ms = [plans_[k]["ms"] for k in keys]
+                row["tau"] = kendall_tau(pred_ms, meas_ms) if len(keys) > 1 else None
+                tied = measured_ties([plans_[k]["rounds"] for k in keys])
+                row["tau_b"] = kendall_tau_b(pred_ms, meas_ms, tied) if len(keys) > 1 else None
+                row["ties"] = sorted((keys[i], keys[j]) for i, j in tied)
                 rows.append(row)
     return rows
 
@@ -335,7 +383,11 @@ def render(rows) -> str:
         if ps["auto"].get("guard"):
             notes.append(f"{r['workload']} x{r['ranks']} auto: measured guard: "
                          f"{ps['auto']['guard']}")
-        notes.append(f"{r['workload']} x{r['ranks']}: Kendall tau {r['tau']:.2f} over "
+        ties = r.get("ties") or []
+        tau_b = f" (tau-b {r['tau_b']:.2f} with the {len(ties)} pairs the rounds cannot " \
+            f"order as ties: " + ", ".join(f"{a} ~ {b}" for a, b in ties) + ")" \
+            if r.get("tau_b") is not None and ties else ""
+        notes.append(f"{r['workload']} x{r['ranks']}: Kendall tau {r['tau']:.2f}{tau_b} over "
                      f"{len(ps) - (1 if r['same'] else 0)} distinct plans; profile sync "
                      f"{r['sync_ms']:.2f} ms per collective (of which the step's "
                      f"per-collective cost {r.get('collective_ms', 0.0):.2f} ms)")
