@@ -646,3 +646,19 @@ def test_zero_update_runs_on_the_shard():
     prof = Profile(bandwidth=1e9, update_curve=[(1e6, 1e10), (1e8, 2e10)])
     c = AP.build_costs(g, (2,), prof, False, "AdamW", 1)
     assert c.node_t[v][b] == pytest.approx(7 * 64 * 64 * 4 / 1e10)
+
+
+def test_bench_counts_the_pairs_its_rounds_cannot_order_as_ties():
+    from bench import autoparallel as B
+    rng = np.random.default_rng(0)
+    base = 10 + rng.random(12)                       # the host's drift, round by round
+    a = base * (1 + 0.01 * rng.standard_normal(12))  # a and b: one plan's noise apart
+    b = base * (1 + 0.01 * rng.standard_normal(12))
+    c = base * 1.3                                   # c: clearly slower
+    assert B.measured_ties([list(a), list(b), list(c)]) == {(0, 1)}
+    pred = [1.0, 2.0, 3.0]
+    meas = [float(np.median(b)) + 1, float(np.median(b)), float(np.median(c))]
+    # tau-a counts the tie's order against the prediction; tau-b leaves it out
+    assert B.kendall_tau(pred, meas) == pytest.approx(1 / 3)
+    assert B.kendall_tau_b(pred, meas, {(0, 1)}) == pytest.approx(2 / 6 ** 0.5)
+    assert B.kendall_tau_b(pred, list(reversed(pred)), set()) == -1.0
