@@ -449,11 +449,14 @@ def _rates(quick: bool) -> dict:
         sizes = _UPDATE_SIZES[:-1] if quick else _UPDATE_SIZES
 
         def update(n: int):
-            turns = itertools.cycle([tuple(a[i * n:(i + 1) * n] for a in pool)
+            turns = itertools.cycle([[a[i * n:(i + 1) * n] for a in pool]
                                      for i in range(_COLD_WORDS // n)])
-            return lambda: optim.adam_step(
-                *next(turns), None, lr=1e-4, beta1=0.9, beta2=0.999, eps=1e-8,
-                weight_decay=0.01, decoupled=True, maximize=False, step=1)
+
+            def step() -> None:
+                p, g, m, v = next(turns)
+                optim.adam_step(p, g, m, v, None, lr=1e-4, beta1=0.9, beta2=0.999, eps=1e-8,
+                                weight_decay=0.01, decoupled=True, maximize=False, step=1)
+            return step
         ts = _interleaved([update(n) for n in sizes], repeat)
         out["update_curve"] = [(_ADAM_WORDS * 4.0 * n, _ADAM_WORDS * 4.0 * n / t)
                                for n, t in zip(sizes, ts)]
