@@ -280,12 +280,20 @@ def kendall_tau(a: list[float], b: list[float]) -> float:
     >>> kendall_tau([1, 2, 3], [10, 20, 30]), kendall_tau([1, 2, 3], [3, 2, 1])
     (1.0, -1.0)
     """
-    n, s = len(a), 0
+    s, _, _, pairs = _pair_counts(a, b, set())
+    return s / pairs if pairs else 0.0
+
+
+def _pair_counts(a: list[float], b: list[float], tied: set) -> tuple[int, int, int, int]:
+    """(concordant - discordant pairs, pairs tied in ``a``, pairs tied in ``b`` or listed in
+    ``tied``, pairs)."""
+    n, s, ta, tb = len(a), 0, 0, 0
     for i in range(n):
         for j in range(i + 1, n):
-            x, y = a[i] - a[j], b[i] - b[j]
+            x, y = a[i] - a[j], 0.0 if (i, j) in tied else b[i] - b[j]
             s += (x * y > 0) - (x * y < 0)
-    return s / (n * (n - 1) / 2) if n > 1 else 0.0
+            ta, tb = ta + (x == 0), tb + (y == 0)
+    return s, ta, tb, n * (n - 1) // 2
 
 
 def kendall_tau_b(a: list[float], b: list[float], tied: set) -> float:
@@ -297,13 +305,7 @@ def kendall_tau_b(a: list[float], b: list[float], tied: set) -> float:
     >>> round(kendall_tau_b(a, b, {(1, 2)}), 3), round(kendall_tau(a, b), 3)
     (0.816, 0.333)
     """
-    n, s, ta, tb = len(a), 0, 0, 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            x, y = a[i] - a[j], 0.0 if (i, j) in tied else b[i] - b[j]
-            s += (x * y > 0) - (x * y < 0)
-            ta, tb = ta + (x == 0), tb + (y == 0)
-    pairs = n * (n - 1) / 2
+    s, ta, tb, pairs = _pair_counts(a, b, tied)
     return s / ((pairs - ta) * (pairs - tb)) ** 0.5 if pairs > max(ta, tb) else 0.0
 
 

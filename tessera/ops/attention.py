@@ -71,7 +71,7 @@ def _cost(ins, outs, **attrs) -> cost.Cost:
     rows = cost.numel(outs[1])
     s = ins[1].shape[-2]
     flops = 2 * rows * s * (q.shape[-1] + v.shape[-1]) + 4 * rows * s
-    return cost.Cost(flops, *cost.io(ins, outs))
+    return cost.Cost(flops, *cost.io(ins, outs), min(q.shape[-2], s, q.shape[-1]))
 
 
 def _jax_forward(jnp, lax, q, k, v, mask, at):
@@ -232,7 +232,8 @@ def _backward_cost(ins, outs, **attrs) -> cost.Cost:
     and per score the exponential and the softmax's product rule (6)."""
     rows, s = cost.numel(ins[5]), ins[1].shape[-2]
     e, ev = ins[0].shape[-1], ins[2].shape[-1]
-    return cost.Cost(2 * rows * s * (3 * e + 2 * ev) + 6 * rows * s, *cost.io(ins, outs))
+    return cost.Cost(2 * rows * s * (3 * e + 2 * ev) + 6 * rows * s, *cost.io(ins, outs),
+                     min(ins[0].shape[-2], s, e))
 
 
 # no grad rule: a second derivative through fused attention raises MissingRule naming this

@@ -13,7 +13,7 @@ Sizes ``infer`` cannot know (-1: ``nonzero``, ``unique``) count as empty.
 >>> elementwise(2)([x, x], [x])
 Cost(flops=12, bytes_read=48, bytes_written=24)
 >>> cost_of("matmul", Meta((4, 3), tessera.float32), Meta((3, 5), tessera.float32))
-Cost(flops=120, bytes_read=108, bytes_written=80)
+Cost(flops=120, bytes_read=108, bytes_written=80, product_dim=3)
 """
 from __future__ import annotations
 
@@ -29,11 +29,19 @@ __all__ = ["Cost", "numel", "nbytes", "tensors", "io", "elementwise", "reduction
 
 class Cost(NamedTuple):
     """What one call of an op does: floating-point (or integer) operations, and bytes of
-    tensors read and written."""
+    tensors read and written; for an op whose FLOPs are matrix products, the smallest
+    dimension of one of them (rows, reduced size or columns), which bounds the rate a
+    product kernel reaches (``Profile.thin_curve``); 0 for other ops."""
 
     flops: int
     bytes_read: int
     bytes_written: int
+    product_dim: int = 0
+
+    def __repr__(self) -> str:   # (the product's dimension only where there is one)
+        dim = f", product_dim={self.product_dim}" if self.product_dim else ""
+        return (f"Cost(flops={self.flops}, bytes_read={self.bytes_read}, "
+                f"bytes_written={self.bytes_written}{dim})")
 
 
 def numel(m: Meta) -> int:

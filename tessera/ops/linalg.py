@@ -291,9 +291,13 @@ def _weight_grad(a: Tensor, g: Tensor, b: Tensor) -> Tensor:
 
 def _matmul_cost(ins, outs) -> cost.Cost:
     """2 * M * N * K per product (a multiply-add each): the output's elements times the
-    contracted size, which is the last dim of the first operand."""
-    k = ins[0].shape[-1] if ins[0].shape else 1
-    return cost.Cost(2 * cost.numel(outs[0]) * k, *cost.io(ins, outs))
+    contracted size, which is the last dim of the first operand; the product's smallest
+    of M, K and N (1 for a vector operand's side)."""
+    a, b, out = ins[0].shape, ins[1].shape, outs[0].shape
+    k = a[-1] if a else 1
+    m = out[-2] if len(out) > 1 and len(a) > 1 else 1
+    n = out[-1] if len(b) > 1 else 1
+    return cost.Cost(2 * cost.numel(outs[0]) * k, *cost.io(ins, outs), min(m, k, n))
 
 
 def _matmul_sbp(a, b):

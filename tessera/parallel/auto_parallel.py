@@ -360,40 +360,21 @@ _PRODUCTS = frozenset({"matmul", "scaled_dot_product_attention",
                        "scaled_dot_product_attention_backward"})
 
 
-def _roofline(op, c, metas, outs, prof: Profile) -> float:
+def _roofline(op, c, outs, prof: Profile) -> float:
     # (an op's bytes at the stream's rate, not the caches' of the profile's curve: the
     # compiled step's generated elementwise kernels moved theirs at under half a 64 MB
     # copy's rate, a layer norm's four tensors of 256 KB in 60 us, while the curve's
     # copies of the update's and the buckets' sizes match what those moved)
     products = math.prod(outs[0].shape[:-2]) if op.name in _PRODUCTS and outs and \
         len(outs[0].shape) > 2 else 1
-    dim = _product_dim(op, metas, outs) if op.name in _PRODUCTS else None
-    return max(prof.gemm_seconds(c.flops, products, dim),
+    return max(prof.gemm_seconds(c.flops, products, c.product_dim or None),
                (c.bytes_read + c.bytes_written) / prof.bandwidth)
-
-
-def _product_dim(op, metas, outs) -> int | None:
-    """The smallest dimension of one of a product op's matrix products (its rows, the
-    reduced dimension or its columns; for attention the sequences' lengths and the head
-    size), which bounds its rate (``Profile.thin_curve``), or None when the metas do not
-    say."""
-    shapes = [tuple(m.shape) for m in metas if isinstance(m, Meta)][:2]
-    if len(shapes) < 2 or not outs or min(len(shapes[0]), len(shapes[1])) < 1:
-        return None
-    a, b = shapes
-    out = tuple(outs[0].shape)
-    if op.name == "matmul":
-        dims = [a[-1], b[-2] if len(b) > 1 else 1]
-        dims += [out[-2] if len(out) > 1 and len(a) > 1 else 1, out[-1] if len(b) > 1 else 1]
-    else:  # attention: queries (.., L, E), keys (.., S, E)
-        dims = [a[-2], a[-1], b[-2]] if len(a) > 1 and len(b) > 1 else []
-    return min(dims) if dims else None
 
 
 def _op_seconds(node: Node, prof: Profile) -> float:
     assert node.op is not None and node.op.cost is not None
     c = node.op.cost(list(node.metas), list(node.outs), **node.attrs)
-    return _roofline(node.op, c, node.metas, node.outs, prof)
+    return _roofline(node.op, c, node.outs, prof)
 
 
 def _tile_seconds(node: Node, cand: tuple, hier: tuple, prof: Profile) -> float:
@@ -421,7 +402,7 @@ def _tile_seconds(node: Node, cand: tuple, hier: tuple, prof: Profile) -> float:
     except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
         f = math.prod(n for a, n in enumerate(hier) if _distributes(cand, a))
         return _op_seconds(node, prof) / f
-    return _roofline(node.op, c, metas, outs, prof)
+    return _roofline(node.op, c, outs, prof)
 
 
 def _conv_seconds(src: Sbp, dst: Sbp, nbytes: float, n: int, prof: Profile, grad: bool

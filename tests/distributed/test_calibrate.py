@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from tessera.distributed import calibrate as K
@@ -168,17 +167,16 @@ def test_a_thin_product_runs_at_its_smallest_dimensions_rate():
 
 
 def test_the_cost_model_prices_a_product_by_its_smallest_dimension():
-    from tessera.ops.registry import Meta
-    from tessera.parallel import auto_parallel as AP
+    import tessera
+    from tessera.ops.registry import REGISTRY, Meta
+    mm = REGISTRY["matmul"]
 
     def meta(*shape):
-        return Meta(shape, np.dtype(np.float32))
-    assert AP._product_dim(type("Op", (), {"name": "matmul"}), [meta(32, 512), meta(512, 2048)],
-                           [meta(32, 2048)]) == 32
-    assert AP._product_dim(type("Op", (), {"name": "matmul"}), [meta(2048, 16), meta(16, 512)],
-                           [meta(2048, 512)]) == 16
-    assert AP._product_dim(type("Op", (), {"name": "matmul"}),
-                           [meta(8, 4, 64, 32), meta(8, 4, 32, 64)], [meta(8, 4, 64, 64)]) == 32
+        return Meta(shape, tessera.float32)
+    assert mm.cost([meta(32, 512), meta(512, 2048)], [meta(32, 2048)]).product_dim == 32
+    assert mm.cost([meta(2048, 16), meta(16, 512)], [meta(2048, 512)]).product_dim == 16
+    assert mm.cost([meta(8, 4, 64, 32), meta(8, 4, 32, 64)],
+                   [meta(8, 4, 64, 64)]).product_dim == 32
 
 
 def test_gemm_class_of_a_batch_is_one_products():
