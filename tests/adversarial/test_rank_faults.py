@@ -125,6 +125,8 @@ def test_a_rank_that_leaves_early_fails_the_job_naming_it(jobs, runner, fault):
     if fault == "os_exit0" and runner == "mpiexec":
         assert re.search(r"rank 1 \(process \d+\) ended with status 0 without Python's exit "
                          "handlers", p.stderr), _report(p)
+    if fault == "raise":
+        assert "rank 1 ended with an uncaught ValueError" in p.stderr, _report(p)
     if fault == "hang":
         assert "CommTimeout" in p.stderr and "rank 1 did not join it" in p.stderr, _report(p)
     if fault == "sigkill":

@@ -41,6 +41,10 @@ def _abort_on_uncaught(comm) -> None:
 
     def hook(kind, value, tb):
         previous(kind, value, tb)
+        # named here, with the traceback: MPI's own abort message, printed as the job is torn
+        # down, can be lost on the way through the launcher
+        print(f"tessera: rank {comm.world.Get_rank()} ended with an uncaught "
+              f"{kind.__name__}; aborting the job", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
         time.sleep(0.5)  # let the launcher forward the traceback before the job is torn down
