@@ -351,9 +351,16 @@ def _interleaved(fns: list, repeat: int, sync=None, agree=None,
     on every round of one (it would bend the fitted line). The median, not the fastest: on
     a shared host the fastest round is an unloaded peak the training step does not see.
     ``sync`` (a barrier) starts each round on every rank together and ``agree`` (the
-    largest over the ranks) makes them run the same number of calls; collectives are
-    timed in a row, as a step runs them, not one per barrier, which would charge each call
-    a rank's late exit from it."""
+    largest over the ranks, of the negated batches) makes them run the same number of
+    calls, the slowest rank's, made smaller after a round whose calls were slower;
+    collectives are timed in a row, as a step runs them, not one per barrier, which would
+    charge each call a rank's late exit from it. Without ``agree`` a round runs until its
+    ``seconds`` have passed. (Batches from calls timed once ran rounds tens of times longer
+    than ``seconds`` on a loaded host, whose calls slow down as the rounds go on.)"""
+    def batch(per_call: float) -> int:
+        # (at most _MAX_BATCH: a call that was fast once may be slow the next thousand)
+        b = min(max(1, int(seconds / max(per_call, 1e-7))), _MAX_BATCH)
+        return -agree(-b) if agree is not None else b
     batches = []
     for fn in fns:
         fn()
@@ -362,18 +369,20 @@ def _interleaved(fns: list, repeat: int, sync=None, agree=None,
             t = time.perf_counter()
             fn()
             once.append(time.perf_counter() - t)
-        # (at most _MAX_BATCH: a call that was fast once may be slow the next thousand)
-        b = min(max(1, int(seconds / max(float(np.median(once)), 1e-7))), _MAX_BATCH)
-        batches.append(agree(b) if agree is not None else b)
+        batches.append(batch(float(np.median(once))))
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeat):
-        for k, (fn, batch) in enumerate(zip(fns, batches)):
+        for k, fn in enumerate(fns):
             if sync is not None:
                 sync()
-            t = time.perf_counter()
-            for _ in range(batch):
+            calls, t = 0, time.perf_counter()
+            while calls < batches[k] and (agree is not None or calls == 0 or
+                                          time.perf_counter() - t < seconds):
                 fn()
-            times[k].append((time.perf_counter() - t) / batch)
+                calls += 1
+            times[k].append((time.perf_counter() - t) / calls)
+            if agree is not None:  # (never larger: a fast round may precede slow ones)
+                batches[k] = min(batches[k], batch(times[k][-1]))
     return [float(np.median(ts)) for ts in times]
 
 
@@ -627,7 +636,8 @@ def _sync_rank(comm, n: int, quick: bool, agree, own: dict
     since the previous collective (the longer the ranks run apart, the further they
     drift), up to a time slice."""
     group = tuple(range(n))
-    a = np.ones((256, 256), np.float32)
+    # (quick: products of an eighth of the work, as in ``_collective_rank``)
+    a = np.ones((128, 128) if quick else (256, 256), np.float32)
     xs = {"small": np.ones(64, np.float32),
           "large": np.ones(SYNC_LARGE_BYTES // 4, np.float32)}
 
@@ -637,7 +647,7 @@ def _sync_rank(comm, n: int, quick: bool, agree, own: dict
         if x is not None:
             comm.all_reduce(x, group)
     fns: list = []
-    for k in _SYNC_GEMMS[:3] if quick else _SYNC_GEMMS:  # (quick: not the longest gap)
+    for k in _SYNC_GEMMS[:2] if quick else _SYNC_GEMMS:  # (quick: the shorter gaps)
         fns += [lambda k=k: work(k)] + [lambda k=k, x=x: work(k, x) for x in xs.values()]
     # (rounds of several time slices: the skew is what a slice's preemption leaves)
     ts = _interleaved(fns, 5 if quick else 9, lambda: comm.barrier(group), agree, 0.1)
