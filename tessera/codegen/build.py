@@ -38,15 +38,20 @@ def build(nodes: list) -> dict:
     t0 = time.perf_counter()
     chunks, plans = [PRELUDE], []
     skipped: dict[str, str] = {}
+    # a kernel's C after its name -> that name: regions alike (a model's repeated layers,
+    # same ops on the same shapes) share one compiled kernel, each node its own wrapper
+    names: dict[tuple[str, ...], str] = {}
     for j, node in enumerate(nodes):
         body = body_graph(node.attrs["body"])
         why = supported(body)
         if why is not None:
             skipped[node.name or f"fused{j}"] = why
             continue
-        name = f"tsr_f{j}"
-        funcs = lower(body, name)
-        chunks += [render(f) for f in funcs]
+        funcs = lower(body, f"tsr_f{j}")
+        texts = [render(f) for f in funcs]
+        name = names.setdefault(tuple(t.split("(", 1)[1] for t in texts), f"tsr_f{j}")
+        if name == f"tsr_f{j}":
+            chunks += texts
         plans.append((node, name, body, [f.split for f in funcs]))
     if not plans:
         return {}

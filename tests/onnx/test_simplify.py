@@ -86,27 +86,40 @@ def _cli(*args):
                           text=True, cwd=os.path.join(HERE, "..", ".."))
 
 
-def test_cli(tmp_path):
+def _main(capsys, *args):
+    """The command line's ``main`` in this process, as ``_cli``'s result: each command's
+    work without a fresh interpreter's start-up (``_cli`` runs the real command line)."""
+    from tessera.onnx.__main__ import main
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as e:   # argparse's --help
+        code = e.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out, err)
+
+
+def test_cli(tmp_path, capsys):
     path = str(tmp_path / "lenet.onnx")
     r = _cli("export", "tessera.models:lenet5", path, "--input-shape", "1,1,28,28")
     assert r.returncode == 0, r.stderr
-    r = _cli("inspect", path)
+    r = _main(capsys, "inspect", path)
     assert r.returncode == 0, r.stderr
     assert "opset 17" in r.stdout and "Conv" in r.stdout and "parameters:" in r.stdout
     simple = str(tmp_path / "s.onnx")
-    r = _cli("simplify", path, simple)
+    r = _main(capsys, "simplify", path, simple)
     assert r.returncode == 0 and "nodes ->" in r.stdout, r.stderr
-    r = _cli("run", simple, "--check", "--compiled")
+    r = _main(capsys, "run", simple, "--check", "--compiled")
     assert r.returncode == 0 and "onnxruntime" in r.stdout, r.stderr
     for cmd in ("export", "inspect", "simplify", "run"):
-        assert _cli(cmd, "--help").returncode == 0
+        assert _main(capsys, cmd, "--help").returncode == 0
 
 
-def test_cli_bad_files(tmp_path):
+def test_cli_bad_files(tmp_path, capsys):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00\x01garbage")
-    for args in (("inspect", str(bad)), ("run", str(tmp_path / "missing.onnx"))):
-        r = _cli(*args)
+    # the first through the real command line: nothing but the one error line on stderr
+    for r in (_cli("inspect", str(bad)), _main(capsys, "run", str(tmp_path / "missing.onnx"))):
         assert r.returncode == 1
         assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
     old = onnx.helper.make_model(onnx.helper.make_graph(
@@ -116,7 +129,7 @@ def test_cli_bad_files(tmp_path):
         opset_imports=[onnx.helper.make_opsetid("", 9)])
     p = tmp_path / "old.onnx"
     onnx.save(old, str(p))
-    r = _cli("run", str(p))
+    r = _main(capsys, "run", str(p))
     assert r.returncode == 1 and "opset 9 is not supported" in r.stderr
 
 
