@@ -18,6 +18,7 @@ True
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 
@@ -39,6 +40,37 @@ def _modules():
     except ImportError as e:
         raise ImportError("the XLA backend needs JAX: pip install 'tessera[xla]'") from e
     return jax, jnp, lax
+
+
+# XLA's CPU compiler (jax 0.10) hands reductions to YNNPACK fused with the library calls
+# around them: VGG-11's pooling before its 25088-wide product then ran about 90 times slower
+# than with the products and convolutions alone handed over (a 32x32 batch: 13 s, not 0.14;
+# tests/compiler/test_models.py's vgg11_bn on xla). A user's own XLA_FLAGS setting wins.
+_YNN_OPTION = "xla_cpu_experimental_ynn_fusion_type"
+_YNN_TYPES = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION"
+
+
+@functools.lru_cache(maxsize=1)
+def _compiler_options() -> dict:
+    """The options every ``jax.jit`` of this backend compiles with: YNNPACK's fusions
+    without reductions, where this JAX knows the option (probed once: older versions
+    reject it) and ``XLA_FLAGS`` does not set it."""
+    if _YNN_OPTION in os.environ.get("XLA_FLAGS", ""):
+        return {}
+    jax, jnp, _ = _modules()
+    options = {_YNN_OPTION: _YNN_TYPES}
+    try:
+        jax.jit(lambda x: x.sum(), compiler_options=options)(jnp.ones(2, jnp.float32))
+    except (TypeError, ValueError, RuntimeError):  # no such keyword, option or value
+        return {}
+    return options
+
+
+def _jit(fn, **kw):
+    """``jax.jit(fn, **kw)`` with the backend's compiler options."""
+    jax, _, _ = _modules()
+    options = _compiler_options()
+    return jax.jit(fn, **kw, **({"compiler_options": options} if options else {}))
 
 
 def _has_rule(n: Node) -> bool:
@@ -133,7 +165,7 @@ def compile_graph(g: Graph):
     """A segment's function: ``fn(input arrays) -> output arrays`` (NumPy in and out)."""
     jax, _, _ = _modules()
     with jax.enable_x64(True):
-        jitted = jax.jit(lambda ins: lower(g)(ins, [])[0])
+        jitted = _jit(lambda ins: lower(g)(ins, [])[0])
 
     def run(arrays):
         with jax.enable_x64(True):
@@ -160,7 +192,7 @@ class XlaStep(BackendStats):
             vs = list(donated) + list(kept)
             return fn(inputs, [vs[pos[k]] for k in self.names])
         with jax.enable_x64(True):
-            self.jitted = jax.jit(step, donate_argnums=(1,))
+            self.jitted = _jit(step, donate_argnums=(1,))
         self.resident: dict = {}  # name -> (device array, (id of the tensor's array, version))
 
     def describe(self) -> str:

@@ -120,3 +120,27 @@ def test_profile_and_memory_stats_on_a_backend(backend, cut):
     assert stats["backend"] == backend
     assert stats["variable_bytes"] == sum(p.numel() * 4 for p in model.parameters())
     assert stats["intermediate_bytes_peak"] <= stats["intermediate_bytes_naive"]
+
+
+def test_xla_compiles_without_ynnpack_reduction_fusions(monkeypatch):
+    """Every XLA compile of the backend leaves reductions out of YNNPACK's fusions (where
+    this JAX has the option), unless the user's XLA_FLAGS set them, and still matches eager
+    on a pooling before a linear layer (the shape VGG's classifier has)."""
+    from tessera.compiler import xla
+    xla._compiler_options.cache_clear()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=-reduce")
+    assert xla._compiler_options() == {}
+    xla._compiler_options.cache_clear()
+    monkeypatch.delenv("XLA_FLAGS")
+    import jax
+    import inspect
+    if "compiler_options" in inspect.signature(jax.jit).parameters:
+        assert xla._compiler_options() == {xla._YNN_OPTION: xla._YNN_TYPES}
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.AdaptiveAvgPool2d(7), nn.Flatten(), nn.Linear(8 * 49, 5)).eval()
+    x = tessera.randn(2, 3, 4, 4)
+    with tessera.no_grad():
+        want = model(x).numpy()
+    got = tessera.compile(model, backend="xla")(x).detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    xla._compiler_options.cache_clear()  # (the next compile reads the restored XLA_FLAGS)
