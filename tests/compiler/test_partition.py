@@ -132,8 +132,9 @@ def test_xla_compiles_without_ynnpack_reduction_fusions(monkeypatch):
     assert xla._compiler_options() == {}
     xla._compiler_options.cache_clear()
     monkeypatch.delenv("XLA_FLAGS")
-    import jax
     import inspect
+
+    import jax
     if "compiler_options" in inspect.signature(jax.jit).parameters:
         assert xla._compiler_options() == {xla._YNN_OPTION: xla._YNN_TYPES}
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
