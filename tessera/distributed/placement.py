@@ -28,7 +28,7 @@ _TYPES = ("cpu",)
 class placement:  # noqa: N801  (OneFlow's and the issue's name)
     """Where a global tensor lives: ``placement(type="cpu", ranks=[0, 1])``."""
 
-    __slots__ = ("_type", "_ranks", "_flat", "_key", "_coords", "_hier", "_device")
+    __slots__ = ("_type", "_ranks", "_flat", "_key", "_coords", "_hier", "_device", "_groups")
 
     def __init__(self, type: str = "cpu", ranks=None):
         if not isinstance(type, str):
@@ -64,6 +64,7 @@ class placement:  # noqa: N801  (OneFlow's and the issue's name)
         self._coords = {r: tuple(int(c) for c in np.unravel_index(i, arr.shape))
                         for i, r in enumerate(self._flat)}
         self._device: Device | None = None
+        self._groups: dict[tuple[int, int], tuple[int, ...]] = {}  # (rank, axis) -> group
 
     @classmethod
     def all(cls, type: str = "cpu") -> placement:
@@ -115,11 +116,15 @@ class placement:  # noqa: N801  (OneFlow's and the issue's name)
         return self._coords.get(rank)
 
     def group(self, rank: int, axis: int) -> tuple[int, ...]:
-        """The ranks that share ``rank``'s coordinates on every mesh axis but ``axis``."""
-        c = self.coords(rank)
-        assert c is not None, f"rank {rank} is not on {self}"
-        index = tuple(slice(None) if a == axis else c[a] for a in range(self.ndim))
-        return tuple(int(r) for r in self._ranks[index].flat)
+        """The ranks that share ``rank``'s coordinates on every mesh axis but ``axis``
+        (asked by every boxing step: made once per rank and axis)."""
+        g = self._groups.get((rank, axis))
+        if g is None:
+            c = self.coords(rank)
+            assert c is not None, f"rank {rank} is not on {self}"
+            index = tuple(slice(None) if a == axis else c[a] for a in range(self.ndim))
+            g = self._groups[(rank, axis)] = tuple(int(r) for r in self._ranks[index].flat)
+        return g
 
     # ---- value semantics ----------------------------------------------------------------
     def __eq__(self, other) -> bool:
