@@ -648,6 +648,23 @@ def test_zero_update_runs_on_the_shard():
     assert c.node_t[v][b] == pytest.approx(7 * 64 * 64 * 4 / 1e10)
 
 
+def test_bench_takes_each_rounds_load_out_of_the_steps():
+    from bench import autoparallel as B
+    rng = np.random.default_rng(1)
+    load = 1 + 2 * rng.random(15)                  # rounds at 1x to 3x the quiet step
+    true = {"a": 10.0, "b": 10.5, "c": 20.0}
+    rounds = {k: list(t * load * (1 + 0.005 * rng.standard_normal(15)))
+              for k, t in true.items()}
+    adj = B.round_adjusted(rounds)
+    # the ratios survive the load, which the plain medians mix in
+    assert adj["b"] / adj["a"] == pytest.approx(1.05, abs=0.01)
+    assert adj["c"] / adj["a"] == pytest.approx(2.0, abs=0.02)
+    assert sorted(adj, key=adj.get) == ["a", "b", "c"]
+    # on the run's scale: the geometric mean of the rounds' levels
+    scale = float(np.exp(np.mean(np.log(load))))
+    assert adj["a"] == pytest.approx(10 * scale, rel=0.02)
+
+
 def test_bench_counts_the_pairs_its_rounds_cannot_order_as_ties():
     from bench import autoparallel as B
     rng = np.random.default_rng(0)
