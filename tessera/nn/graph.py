@@ -521,6 +521,8 @@ class Graph:
         with _TraceSandbox(self._optimizers, params) as sandbox:
             with tracer, _module_scopes(self, tracer), zero, fused:
                 out = self._build_traced(sym_args, tracer)
+                if self.config.auto_parallel is not None:
+                    out = _whole(out)
                 if self.training:
                     self._trace_step(tracer, lrs, zero)
             traced = _collect_outputs(ir, tracer, out, sym_args, in_args, self._optimizers)
@@ -693,7 +695,10 @@ class Graph:
             opt._opt_called = True
             if sched is not None:
                 sched.step()
-        return _unflatten(results[:c.n_outputs], c.treedef)
+        outputs = results[:c.n_outputs]
+        if self.config.auto_parallel is not None:  # ordinary tensors in, ordinary out
+            outputs = [o.to_local() if _is_global(o) else o for o in outputs]
+        return _unflatten(outputs, c.treedef)
 
     # ---- introspection and state ----------------------------------------------------
     def _current(self) -> _Compiled:
@@ -847,6 +852,16 @@ def _wrap_outputs(arrays: list, specs: list) -> list[Tensor]:
         out.append(make_global(arrays[k] if here else None, dtype, placement, sbp, shape))
         k += here
     return out
+
+
+def _whole(out):
+    """build()'s results with each global tensor broadcast (traced: the step converts them,
+    a partial loss's all-reduce joining the gradients' bucket), so an auto-parallel graph,
+    given ordinary tensors, returns every rank the whole values as ordinary tensors, as
+    one process computes them."""
+    flat, treedef = _flatten(out)
+    return _unflatten([t.to_global(sbp=(Sbp.broadcast,) * t._data.placement.ndim)
+                       if _is_global(t) else t for t in flat], treedef)
 
 
 def _micro_batches(a: Tensor, n: int) -> list[Tensor]:

@@ -1617,10 +1617,10 @@ def guard(graph, args, plan: Plan, params: dict, steps: int, zero: tuple) -> Pla
     (the slowest rank's steps, the same on every rank), decided once, at least
     ``_GUARD_MIN_ROUNDS`` and at most ``steps`` rounds. The search's plan is kept unless it
     is clearly slower than an alternative; then the one of those with the least median
-    step is (and, with none, a runner-up still undecided after the last round whose median
-    is below the plan's). Everything the trial steps change is put back, so training starts from the
-    same state either way. Skipped when the optimizers already hold state (it could not be
-    put back as it was)."""
+    step is (and, with none, the alternative still undecided after the last round with the
+    least median below the plan's). Everything the trial steps change is put back, so
+    training starts from the same state either way. Skipped when the optimizers already
+    hold state (it could not be put back as it was)."""
     from tessera.distributed import comm as C
     others = ([] if plan.baseline is None else [("data parallel", plan.baseline)]) + \
         [(f"runner-up {i + 1}", p) for i, p in enumerate(plan.runners_up)]
@@ -1659,11 +1659,11 @@ def guard(graph, args, plan: Plan, params: dict, steps: int, zero: tuple) -> Pla
     med = {k: float(np.median(v)) for k, v in times.items()}
     faster = [k for k, v in verdicts.items() if v[0] == "base"]
     if not faster:
-        # a runner-up is a plan the model priced as near as the plan itself: when the
-        # rounds ran out with no verdict, the lower median is the better guess (data
-        # parallelism, the safe default, still has to be clearly faster)
-        faster = [k for k, v in verdicts.items() if v[0] is None and
-                  k.startswith("runner-up") and med[k] < med["auto"]]
+        # when the rounds ran out with no verdict, the lower median is the better guess:
+        # the alternatives are data parallelism and plans the model priced as near as the
+        # plan itself (a plan measured at twice data parallelism's step, too noisy for a
+        # verdict, gives way to it rather than to a runner-up slower than it)
+        faster = [k for k, v in verdicts.items() if v[0] is None and med[k] < med["auto"]]
     best = min(faster, key=lambda k: med[k]) if faster else "auto"
     keep = trials[best].plan
     state.restore()
