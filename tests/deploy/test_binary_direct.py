@@ -196,4 +196,4 @@ def test_plane_lists_under_sanitizers(tmp_path, monkeypatch):
     from tests.deploy.test_export import cycles
     _skip_missing("avx2")
     monkeypatch.setenv("TESSERA_MAX_ISA", "avx2")
-    cycles(tmp_path, {"bsan": (forms_net(-1), (tessera.randn(1, 70, 9, 10),))}, 20)
+    cycles(tmp_path, {"model": (forms_net(-1), (tessera.randn(1, 70, 9, 10),))}, 20)

@@ -16,15 +16,18 @@ import tessera
 import tessera.deploy
 import tessera.models as M
 from tessera import nn
+from tests.deploy import _cc_cache
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None,
                                 reason="needs a C compiler and make")
 
 
-def build(model, inputs, tmp_path, name, cflags=None):
-    out = tmp_path / name
+def build(model, inputs, tmp_path, name, cflags=None, folder=None):
+    """Export ``model`` as the library ``name`` into ``tmp_path / (folder or name)`` and
+    make it (through the run's compile cache: tests/deploy/_cc_cache.py)."""
+    out = tmp_path / (folder or name)
     tessera.deploy.export_c(model, inputs, str(out), name=name)
-    cmd = ["make", "-s", "-j2", "-C", str(out)]
+    cmd = ["make", "-s", "-j2", "-C", str(out), *_cc_cache.make_args()]
     if cflags:
         cmd.append(f"CFLAGS={cflags}")
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -359,7 +362,9 @@ SANITIZE = "-std=c11 -O1 -g -fno-var-tracking -Wall -Wextra -Werror -fPIC -fopen
 
 def cycles(tmp_path, models: dict, count: int) -> None:
     """Build each of ``models`` (name -> (module, inputs)) under ASan and UBSan, link them
-    into one program and run ``count`` load/run/free cycles of each."""
+    into one program and run ``count`` load/run/free cycles of each. The tests name a
+    single model "model": its sanitized runtime and gemm.c, which carry the name, then
+    compile once per run (tests/deploy/_cc_cache.py)."""
     outs = {name: build(m, inputs, tmp_path, name, cflags=SANITIZE)
             for name, (m, inputs) in models.items()}
     includes = " ".join(f'"{name}.h"' for name in models)
@@ -382,7 +387,7 @@ def test_sanitizers_two_models_1000_cycles(tmp_path):
     # two models in one program (each with its own prefixed runtime), one with attention
     # and int64 inputs: 1,000 load/run/free cycles each
     tessera.manual_seed(3)
-    cycles(tmp_path, {"mlp": (MLP().eval(), (tessera.randn(7, 20),)),
+    cycles(tmp_path, {"model": (MLP().eval(), (tessera.randn(7, 20),)),
                       "bert": (Bert().eval(), (tessera.randint(0, 100, (1, 8)),
                                                tessera.tensor([[1, 1, 1, 1, 1, 0, 0, 0]])))},
            1000)
@@ -391,4 +396,4 @@ def test_sanitizers_two_models_1000_cycles(tmp_path):
 def test_sanitizers_convolutions(tmp_path):
     # im2col, the window kernels and packed panels of a CNN: fewer cycles (a larger model)
     tessera.manual_seed(3)
-    cycles(tmp_path, {"lenet": (M.lenet5().eval(), (tessera.randn(1, 1, 28, 28),))}, 50)
+    cycles(tmp_path, {"model": (M.lenet5().eval(), (tessera.randn(1, 1, 28, 28),))}, 50)

@@ -66,13 +66,18 @@ def same(got, want, what, library=True):
                                    err_msg=what)
 
 
+LIB = "model"   # the library name of check()'s exports
+
+
 def check(tmp_path, name, arrays, *fns, torch_fns=None, threads=(1, 2), **modules):
     """Export Fns(*fns) for ``arrays``, run the library and compare every output with
     eager and with PyTorch (``torch_fns``: the same results from torch's modules, where
     they differ from ``fns``; None entries are not compared with PyTorch)."""
     model = Fns(*fns, **modules).eval()
     inputs = tuple(tessera.tensor(a) for a in arrays)
-    out = build(model, inputs, tmp_path, name)
+    # every check's library has one name (its folder is ``name``): the runtime and gemm.c,
+    # whose symbols carry the library's name, then compile once per run (_cc_cache)
+    out = build(model, inputs, tmp_path, LIB, folder=name)
     with tessera.no_grad():
         ref = [r.numpy() for r in model(*inputs)]
     tins = [torch.from_numpy(a) for a in arrays]
@@ -83,7 +88,7 @@ def check(tmp_path, name, arrays, *fns, torch_fns=None, threads=(1, 2), **module
         if t is not None:
             same(e, t, f"eager vs torch, output {k}", library=False)
     for n in threads:
-        got = run_outputs(out, name, arrays, len(fns), threads=n)
+        got = run_outputs(out, LIB, arrays, len(fns), threads=n)
         for k, (g, e) in enumerate(zip(got, ref)):
             same(g, e, f"library ({n} threads) vs eager, output {k}")
     return out
@@ -101,13 +106,13 @@ def test_integer_and_bool_outputs(tmp_path):
                 lambda t, F, x: x > 0,
                 lambda t, F, x: (x > 0).int(),
                 lambda t, F, x: x * 2)
-    header = (out / "ints.h").read_text()
+    header = (out / f"{LIB}.h").read_text()
     assert "output 0: int64[3] (int64_t values)" in header
     assert "output 1: bool[3, 5] (as int64_t values, 0 or 1)" in header
     assert "output 2: int32[3, 5] (as int64_t values)" in header
     assert "output 3: float32[3, 5]\n" in header
-    lib = ctypes.CDLL(str(out / "libints.so"))
-    assert [lib.ints_output_dtype(k) for k in range(5)] == [1, 1, 1, 0, -1]
+    lib = ctypes.CDLL(str(out / f"lib{LIB}.so"))
+    assert [lib.model_output_dtype(k) for k in range(5)] == [1, 1, 1, 0, -1]
 
 
 def test_non_integer_output_dtype_raises(tmp_path):
@@ -280,7 +285,7 @@ def test_split_over_threads(tmp_path):
                 lambda t, F, x, i: F.group_norm(x, 4),
                 lambda t, F, x, i: F.instance_norm(x),
                 lambda t, F, x, i: F.max_pool3d(x[None], 2))
-    text = (out / "split.c").read_text()
+    text = (out / f"{LIB}.c").read_text()
     for helper in ("tsr_argmax_float32", "tsr_cumsum_float32_float32", "tsr_topk_largest",
                    "tsr_gather_float32_int64", "tsr_pad_map_float32", "tsr_group_norm",
                    "tsr_channel_norm", "tsr_maxpool3d"):
@@ -298,5 +303,5 @@ def test_sanitizers(tmp_path):
                 lambda t, F, x, i: F.group_norm(x, 2) + F.instance_norm(x),
                 lambda t, F, x, i: F.max_pool1d(x, 2) * F.max_pool3d(x[None, None], 2).sum(),
                 lambda t, F, x, i: i > 0).eval()
-    cycles(tmp_path, {"rules": (model, (tessera.randn(2, 4, 6),
+    cycles(tmp_path, {"model": (model, (tessera.randn(2, 4, 6),
                                         tessera.randint(0, 4, (2, 4, 3))))}, 20)

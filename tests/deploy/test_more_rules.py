@@ -37,8 +37,10 @@ def check(model, shape, tmp_path, name, threads=1):
     tessera.manual_seed(3)
     model = model.eval()
     x = (tessera.randn(*shape),)
-    out = build(model, x, tmp_path, name)
-    np.testing.assert_allclose(run_driver(out, name, x, threads=threads), eager(model, x),
+    # one library name for every check (its folder is ``name``): the runtime and gemm.c
+    # then compile once per run (tests/deploy/_cc_cache.py)
+    out = build(model, x, tmp_path, "model", folder=name)
+    np.testing.assert_allclose(run_driver(out, "model", x, threads=threads), eager(model, x),
                                rtol=1e-4, atol=1e-5)
 
 
@@ -126,6 +128,6 @@ def test_loops_split_over_threads(tmp_path):
                  lambda s, x: F.interpolate(x, scale_factor=2, mode="linear"),
                  lambda s, x: F.avg_pool3d(x[:, None, None], (1, 2, 2), stride=1), c1=c1, t1=t1)
     check(model, (2, 32, 4096), tmp_path, "loops", threads=2)
-    text = (tmp_path / "loops" / "loops.c").read_text()
+    text = (tmp_path / "loops" / "model.c").read_text()
     for helper in ("tsr_im2col3d", "tsr_col2im3d", "tsr_resample", "tsr_avgpool3d"):
         assert f"tsr_pool_run({helper}_item" in text, helper

@@ -243,7 +243,7 @@ def test_winograd_under_sanitizers(tmp_path, monkeypatch):
     monkeypatch.setenv("TESSERA_NCHWC", "1")
     monkeypatch.setenv("TESSERA_NCHWC_WINOGRAD", "1")
     tessera.manual_seed(7)
-    cycles(tmp_path, {"wsan": (Net().eval(), (tessera.randn(2, 3, 33, 31),))}, 20)
+    cycles(tmp_path, {"model": (Net().eval(), (tessera.randn(2, 3, 33, 31),))}, 20)
 
 
 def _trunk(nn_, features=False):

@@ -31,7 +31,7 @@ def test_exponentials_of_nan_under_ubsan(tmp_path):
                 lambda t, F, x: nan(x).double().exp().float(),
                 lambda t, F, x: nan(x).double().expm1().float(),
                 lambda t, F, x: nan(x).double().sigmoid().float()).eval()   # (8 outputs)
-    cycles(tmp_path, {"nanexp": (model, (tessera.randn(3, 8),))}, 2)
+    cycles(tmp_path, {"model": (model, (tessera.randn(3, 8),))}, 2)
 
 
 def test_sanitizers(tmp_path):
@@ -42,7 +42,7 @@ def test_sanitizers(tmp_path):
                 lambda t, F, x: t.aminmax(x, dim=1)[1], lambda t, F, x: x.var(1),
                 lambda t, F, x: t.logsumexp(x.log(), 0), lambda t, F, x: x.round(decimals=1),
                 lambda t, F, x: F.rms_norm(x, (6,))).eval()
-    cycles(tmp_path, {"reduces": (model, (tessera.randn(2, 4, 6),))}, 20)
+    cycles(tmp_path, {"model": (model, (tessera.randn(2, 4, 6),))}, 20)
 
 
 def test_whole_max_min(tmp_path):

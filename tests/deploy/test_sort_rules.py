@@ -12,7 +12,7 @@ import pytest
 
 import tessera
 from tests.deploy.test_export import cycles
-from tests.deploy.test_index_rules import NAN, Fns, _ints, check
+from tests.deploy.test_index_rules import LIB, NAN, Fns, _ints, check
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None,
                                 reason="needs a C compiler and make")
@@ -96,7 +96,7 @@ def test_split_over_threads(tmp_path):
                 lambda t, F, x: t.sort(x, dim=2, descending=True, stable=True)[1],
                 lambda t, F, x: F.max_pool2d(x, 3, 2, 1, return_indices=True)[1],
                 lambda t, F, x: F.max_pool3d(x[None], 2, return_indices=True)[0])
-    text = (out / "bigsort.c").read_text()
+    text = (out / f"{LIB}.c").read_text()
     for helper in ("tsr_sort_asc_float32", "tsr_sort_desc_float32", "tsr_maxpool_indices"):
         assert f"tsr_pool_run({helper}" in text, helper
 
@@ -109,4 +109,4 @@ def test_sanitizers(tmp_path):
                 lambda t, F, x: F.max_pool1d(x, 2, return_indices=True)[1],
                 lambda t, F, x: F.max_pool3d(x[None], 2, padding=1, return_indices=True)[0],
                 lambda t, F, x: t.nan_to_num(x.log())).eval()
-    cycles(tmp_path, {"sorts": (model, (tessera.randn(2, 4, 6),))}, 20)
+    cycles(tmp_path, {"model": (model, (tessera.randn(2, 4, 6),))}, 20)
