@@ -41,7 +41,6 @@ faster).
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -250,9 +249,8 @@ def round_adjusted(rounds: dict[str, list[float]]) -> dict[str, float]:
     """
     plans_ = list(rounds)
     n = len(rounds[plans_[0]])
-    means = [math.exp(statistics.fmean(math.log(rounds[k][r]) for k in plans_))
-             for r in range(n)]
-    level = math.exp(statistics.fmean(math.log(m) for m in means))
+    means = [statistics.geometric_mean(rounds[k][r] for k in plans_) for r in range(n)]
+    level = statistics.geometric_mean(means)
     return {k: statistics.median(rounds[k][r] / means[r] for r in range(n)) * level
             for k in plans_}
 
