@@ -313,11 +313,15 @@ def _put(place: np.ndarray, x) -> None:
 class _Place:
     """Where member ``k`` of a bucket node goes in the node's reduce buffer (its
     ``input_buffers`` entry): ``take()`` is that part of the buffer, once the node's first
-    step has made it, else a fresh array (and the kernel copies it in, that once)."""
+    step has made it, else a fresh array (and the kernel copies it in, that once).
+    ``output``: (result, flat offset) where the node puts the member in its own results
+    (an all-gather's: this rank's rows), or None."""
 
-    def __init__(self, key: tuple, start: int, shape: tuple, dtype):
+    def __init__(self, key: tuple, start: int, shape: tuple, dtype,
+                 output: tuple[int, int] | None = None):
         self.key, self.start, self.shape, self.dtype = key, start, shape, np.dtype(dtype)
         self.stop = start + int(np.prod(shape, dtype=np.int64))
+        self.output = output
 
     def take(self) -> np.ndarray:
         buf = C.current().__dict__.get("_graph_buckets", {}).get(self.key)
@@ -326,10 +330,11 @@ class _Place:
         return buf[self.start:self.stop].reshape(self.shape)
 
 
-def _places(metas, starts, count: int, group, seq) -> list:
+def _places(metas, starts, count: int, group, seq, outputs=None) -> list:
     dt = metas[0].dtype.np
     key = _buffer_key(count, dt, group, seq)
-    return [_Place(key, a, tuple(m.shape), dt) for m, a in zip(metas, starts)]
+    outputs = outputs or [None] * len(metas)
+    return [_Place(key, a, tuple(m.shape), dt, o) for m, a, o in zip(metas, starts, outputs)]
 
 
 def _buffer_key(count: int, dtype, group, seq: int) -> tuple:
@@ -502,8 +507,11 @@ def _scatter_places(*xs: Meta, group, index, seq, whole=()):
 
 
 def _gather_places(*xs: Meta, shapes, group, index, seq):
-    _, ranges, total = _rows_layout(tuple(tuple(s) for s in shapes), len(group))
-    return _places(xs, [a for a, _ in ranges[index]], total, group, seq)
+    offsets, ranges, total = _rows_layout(tuple(tuple(s) for s in shapes), len(group))
+    starts = [a for a, _ in ranges[index]]
+    # each member is also this rank's rows of its own result (a parameter, under ZeRO)
+    return _places(xs, starts, total, group, seq,
+                   [(k, a - o) for k, (a, o) in enumerate(zip(starts, offsets))])
 
 
 REDUCE_SCATTER_BUCKET_OP = register(OpDef(

@@ -124,18 +124,20 @@ class Executor:
         # outputs written straight into the buffer their reader copies them into (a
         # collective's bucket): not the arena's
         self.buffered = _buffered(g, outs_fn) if plan else {}
+        unplanned = frozenset(id(g.nodes[i].outputs[k])
+                              for i, places in self.buffered.items() for k in places)
         # nodes whose results may go straight into the variables they are assigned to:
         # planned so where the plan puts every result into its variable, else not at all
         into_vars = {i for i, n in enumerate(g.nodes) if "into_variables" in n.op.traits
                      and len(n.outputs) > 1 and all(c is None for c in compiled[i][1])} \
             if plan else set()
+        around = frozenset(i for i, f in enumerate(outs_fn) if getattr(f, "reads_around", False))
         while True:
             self.plan = plan_memory(
-                g, {i for i, f in enumerate(outs_fn) if (f is not None or i in into_vars)
-                    and i not in self.buffered} if plan else set(),
-                frozenset(i for i, f in enumerate(outs_fn) if getattr(f, "reads_around", False)),
+                g, {i for i, f in enumerate(outs_fn) if f is not None or i in into_vars}
+                if plan else set(), around,
                 inplace_inputs={i: frozenset(f.inplace_inputs) for i, f in enumerate(outs_fn)
-                                if getattr(f, "inplace_inputs", None)})
+                                if getattr(f, "inplace_inputs", None)}, unplanned=unplanned)
             partly = {i for i in into_vars
                       if not all(id(v) in self.plan.value_var for v in g.nodes[i].outputs)}
             if not partly:
@@ -143,6 +145,9 @@ class Executor:
             into_vars -= partly
         for i in into_vars:
             outs_fn[i] = g.nodes[i].op.inplace_kernels["cpu"]
+        self._into_variables(around)
+        self._buffered_values = {id(g.nodes[i].outputs[k]): place for i, places in
+                                 self.buffered.items() for k, (_, place) in places.items()}
         self.arena = aligned_bytes(self.plan.arena_bytes)
         last_use = _last_uses(g)
         steps = []
@@ -167,16 +172,43 @@ class Executor:
         self.assign_slots = [(name, slot_of(v)) for name, v in g.assigns]
         self.n_slots = len(slot)
 
+    def _into_variables(self, around: frozenset) -> None:
+        """Turn the buffered places with an ``output`` (``OpDef.input_buffers``) whose
+        reader writes that result into a variable into ``_IntoVariable`` places, where
+        nothing reads the variable after the producer (which writes it early) and the
+        producer's kernel does not read around what it writes."""
+        from tessera.graph.memory import _buffer_ends, _roots
+        g, plan = self.graph, self.plan
+        end = None
+        for i, places in self.buffered.items():
+            for k, (j, place) in places.items():
+                out = getattr(place, "output", None)
+                if out is None or i in around:
+                    continue
+                reader = g.nodes[j]
+                result = reader.outputs[out[0]]
+                name = plan.value_var.get(id(result)) if len(reader.outputs) > 1 else \
+                    plan.into_var.get(j)
+                if name is None:
+                    continue
+                if end is None:
+                    end = _buffer_ends(g, _roots(g))
+                if end.get(id(g.variables[name]), -1) <= i:
+                    v = g.nodes[i].outputs[k]
+                    places[k] = (j, _IntoVariable(name, out[1], v.shape, v.dtype.np))
+
     def _destination(self, i, n, fn, slot_of):
         """Where node i writes: (out-form, kind, where) with kind "arena" (a fixed view),
-        "slot" (an input's buffer, in place), "var" (a variable's array) or "fresh" (a
+        "slot" (an input's buffer, in place), "var" (a variable's array), "fresh" (a
         large output the step returns, from its ``Recycler``; or its place in the buffer of
-        the node that reads it, ``OpDef.input_buffers``); or None."""
+        the node that reads it, ``OpDef.input_buffers``) or "into" (where its reader puts
+        it in a variable, ``_IntoVariable``); or None."""
         plan = self.plan
         if fn is not None and len(n.outputs) > 1:
             return fn, "multi", tuple(self._place(v, slot_of) for v in n.outputs)
         if i in self.buffered:
-            return fn, "fresh", self.buffered[i]
+            place = self.buffered[i][0][1]
+            return fn, "into" if type(place) is _IntoVariable else "fresh", place
         if i in plan.into_var:
             return fn, "var", plan.into_var[i]
         if i in plan.inplace:
@@ -192,10 +224,13 @@ class Executor:
         return None
 
     def _place(self, v, slot_of) -> tuple:
-        """(kind, where) of one output of a node with several: "var", "slot" and "arena"
-        as in ``_destination``; "new" (an array made each step, its shape and dtype) for
-        an output the plan left out (a step result, an empty one)."""
+        """(kind, where) of one output of a node with several: "var", "slot", "arena",
+        "fresh" and "into" as in ``_destination``; "new" (an array made each step, its
+        shape and dtype) for an output the plan left out (a step result, an empty one)."""
         plan, n = self.plan, v.producer
+        place = self._buffered_values.get(id(v))
+        if place is not None:
+            return "into" if type(place) is _IntoVariable else "fresh", place
         if id(v) in plan.value_var:
             return "var", plan.value_var[id(v)]
         if id(v) in plan.value_inplace:
@@ -236,14 +271,16 @@ class Executor:
                     ofn, kind, where = dest
                     if kind == "multi":
                         out = tuple(w if k == "arena" else env[w] if k == "slot" else
-                                    variables[w] if k == "var" else np.empty(*w)
+                                    variables[w] if k == "var" else np.empty(*w) if k == "new"
+                                    else w.take() if k == "fresh" else w.take(variables, args)
                                     for k, w in where)
                         ofn(out, *args, **attrs)
                         for (s, _), o in zip(outs, out):
                             env[s] = o
                     else:
                         out = where if kind == "arena" else env[where] if kind == "slot" \
-                            else variables[where] if kind == "var" else where.take()
+                            else variables[where] if kind == "var" else where.take() \
+                            if kind == "fresh" else where.take(variables, args)
                         ofn(out, *args, **attrs)
                         env[outs[0][0]] = out
                     res: Any = None
@@ -388,11 +425,34 @@ def _is_multi(n) -> bool:
     return type(n.op.infer(*metas, **n.attrs)) is tuple
 
 
+class _IntoVariable:
+    """Where a producer writes a result that its reader puts into variable ``name`` at a
+    flat ``offset`` (``OpDef.input_buffers``: ZeRO's updated shard, this rank's rows of its
+    parameter): ``take(variables, args)`` is that part of the variable's array, or a new
+    array when the array is not one block of the result's dtype, or when an argument of
+    the producer overlaps it other than exactly (an elementwise kernel may write over
+    what it reads only element for element)."""
+
+    def __init__(self, name: str, offset: int, shape: tuple, dtype):
+        self.name, self.offset, self.shape, self.dtype = name, offset, shape, np.dtype(dtype)
+        self.stop = offset + int(np.prod(shape, dtype=np.int64))
+
+    def take(self, variables: dict, args) -> np.ndarray:
+        a = variables[self.name]
+        if a.dtype == self.dtype and a.flags.c_contiguous and self.stop <= a.size:
+            out = a.reshape(-1)[self.offset:self.stop].reshape(self.shape)
+            if all(type(x) is not np.ndarray or not np.may_share_memory(x, out) or
+                   (x.ctypes.data == out.ctypes.data and x.strides == out.strides and
+                    x.shape == out.shape) for x in args):
+                return out
+        return np.empty(self.shape, self.dtype)
+
+
 def _buffered(g: Graph, outs_fn: list) -> dict:
-    """{producer index: place} for node outputs that may be written where their reader
-    would copy them (``OpDef.input_buffers``): made by an out-form kernel, read by that
-    node once, by no view and by nothing after it (the reader may overwrite its buffer),
-    and neither returned nor assigned."""
+    """{producer index: {output position: (reader index, place)}} for node outputs that
+    may be written where their reader would copy them (``OpDef.input_buffers``): made by
+    an out-form kernel, read by that node once, by no view and by nothing after it (the
+    reader may overwrite its buffer), and neither returned nor assigned."""
     index = {id(n): i for i, n in enumerate(g.nodes)}
     readers: dict[int, list] = {}
     for j, n in enumerate(g.nodes):
@@ -400,20 +460,21 @@ def _buffered(g: Graph, outs_fn: list) -> dict:
             if isinstance(v, Value):
                 readers.setdefault(id(v), []).append(j)
     live = {id(v) for v in g.live_roots()}
-    out = {}
+    out: dict[int, dict] = {}
     for j, n in enumerate(g.nodes):
         if n.op.input_buffers is None:
             continue
         metas = [Meta(v.shape, v.dtype) if isinstance(v, Value) else v for v in n.inputs]
         for v, place in zip(n.inputs, n.op.input_buffers(*metas, **n.attrs)):
             i = index.get(id(v.producer)) if isinstance(v, Value) and v.producer else None
-            if place is None or i is None or outs_fn[i] is None or len(v.producer.outputs) != 1 \
-                    or id(v) in live or v.nbytes == 0:
+            if place is None or i is None or outs_fn[i] is None or id(v) in live or \
+                    v.nbytes == 0:
                 continue
             others = [k for k in readers[id(v)] if k != j]
             if readers[id(v)].count(j) == 1 and all(
                     k < j and g.nodes[k].op.aliasing == "none" for k in others):
-                out[i] = place
+                k = next(k for k, o in enumerate(v.producer.outputs) if o is v)
+                out.setdefault(i, {})[k] = (j, place)
     return out
 
 

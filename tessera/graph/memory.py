@@ -90,8 +90,8 @@ def _buffer_ends(g: Graph, root: dict) -> dict[int, int]:
 
 
 def plan_memory(g: Graph, out_nodes: set[int], not_inplace: frozenset = frozenset(),
-                views: frozenset | None = None, inplace_inputs: dict | None = None
-                ) -> MemoryPlan:
+                views: frozenset | None = None, inplace_inputs: dict | None = None,
+                unplanned: frozenset = frozenset()) -> MemoryPlan:
     """Plan buffers for the outputs of the nodes in ``out_nodes`` (indices into g.nodes).
     An output may take over the buffer of an input that dies at its node, except at the
     nodes in ``not_inplace``, whose kernels read inputs around what they already wrote (a
@@ -99,7 +99,8 @@ def plan_memory(g: Graph, out_nodes: set[int], not_inplace: frozenset = frozense
     node (node index -> positions: a convolution's residual, read where it is written).
     ``views``: the nodes whose output shares its first input's buffer (default: the ops with
     ``aliasing="view"``; a C program that copies some views into buffers of their own says
-    which it keeps)."""
+    which it keeps). ``unplanned``: ids of outputs written elsewhere (into the buffer of the
+    node that reads them), left out."""
     inplace_inputs = inplace_inputs or {}
     root = _roots(g, views)
     end = _buffer_ends(g, root)
@@ -117,7 +118,7 @@ def plan_memory(g: Graph, out_nodes: set[int], not_inplace: frozenset = frozense
         single = len(n.outputs) == 1
         taken: set[int] = set()    # buffers an earlier output of the node took over
         for out in n.outputs:
-            if out.nbytes == 0:
+            if out.nbytes == 0 or id(out) in unplanned:
                 continue
             name = assigned.get(id(out))
             if name is not None and _var_free_after(g, name, i, root, end) and not (

@@ -93,7 +93,11 @@ class OpDef:
     into a buffer of its own (a collective's bucket), one entry per input: None, or an
     object whose ``take()`` gives the array the kernel would copy that input into. A
     compiled graph has the input's producer write there directly, and the kernel skips
-    the copy of an input already in place.
+    the copy of an input already in place. An entry whose ``output`` is ``(k, offset)``
+    says the kernel puts the input into its result ``k`` at that flat offset: where the
+    step writes that result into a variable (a parameter an all-gather assembles), the
+    producer writes into the variable there instead, when nothing reads the variable
+    after the producer.
 
     ``sbp(*metas, **attrs)``: the SBP signatures it runs with (a ``tessera.sbp.SbpRule``).
     ``cost(ins, outs, **attrs) -> Cost``: FLOPs and bytes read and written, from the input

@@ -80,6 +80,10 @@ class Event:
     nbytes: float = 0.0
     members: list = dataclasses.field(default_factory=list)
     op: str = ""  # a compute's op (a backward op's name as its grad rule ran it)
+    # a bucket member's tile is copied into the bucket's buffer: the compiled step has a
+    # product (a weight's gradient, an updated shard) write its result there, and copies
+    # the others (the sums that make 0-d and 1-d gradients: biases, norms' weights)
+    copied: bool = True
 
 
 def _tile_bytes(meta, sbps, hier, skip: int) -> float:
@@ -131,7 +135,8 @@ class _Walk:
             if not _communicates(a, b, n):
                 continue
             nbytes = _tile_bytes(meta, src, self.hier, ax)
-            conv = Event("conversion", ax, src=a, dst=b, nbytes=nbytes)
+            conv = Event("conversion", ax, src=a, dst=b, nbytes=nbytes,
+                         copied=len(meta.shape) < 2)
             kind = _BUCKETED.get((a.short(), b.short()))
             if kind is None:
                 self.flush()
@@ -267,9 +272,11 @@ def collectives(c: Costs, assign: list[int]) -> int:
 
 def price(c: Costs, assign: list[int]) -> float:
     """Seconds of the step's events: compute, each collective at the profile's price of
-    its conversion (a bucket of several: its latency once, each member's bytes and its
-    copies into and out of the bucket), each collective's ``sync`` by the computation since
-    the previous one, and the parameters' update."""
+    its conversion (a bucket of several: its latency once, each member's bytes and the
+    copy into the bucket of the members the step copies, its results views of the bucket;
+    a reduce-scatter's or all-gather's members packed for the collective and unpacked),
+    each collective's ``sync`` by the computation since the previous one, and the
+    parameters' update."""
     prof = c.prof
     t = sum(float(c.node_t[v][k]) for v, (k, node) in enumerate(zip(assign, c.graph.nodes))
             if node.kind == "param")
@@ -309,7 +316,9 @@ def event_seconds(prof, hier: tuple, e: Event, since: float) -> float:
     t = prof.alpha_beta(kind, n)[0] + sync
     for m in e.members:
         sent = (2 if kind == "all_reduce" else 1) * (n - 1) / n * m.nbytes
-        t += sent / beta + 2 * prof.memory_seconds(m.nbytes)
+        t += sent / beta + (prof.memory_seconds(m.nbytes) if m.copied else 0.0)
+        if kind != "all_reduce":  # its members' rows interleave: packed and unpacked
+            t += prof.memory_seconds(m.nbytes)
     return t
 
 
@@ -320,12 +329,15 @@ def _by_rows(prof, n: int, members: list) -> float | None:
     (its copy into the buffer and its rows' sums or copies; the all-gather's buffer is the
     parameters, so nothing is copied out of it), which the profile measured (``P->S(0)``,
     ``S->B``, and ``P->B`` for the all-reduced members): each member's bytes at that rate,
-    the latency once."""
+    less the copy of its tile into the buffer where its producer writes it there
+    (``Event.copied``), the latency once."""
     alpha, t = 0.0, 0.0
     for m in members:
         zero = prof.boxing_seconds(m.src, m.dst, n, 0.0)
         full = prof.boxing_seconds(m.src, m.dst, n, m.nbytes)
         if zero is None or full is None:
             return None
-        alpha, t = max(alpha, zero), t + full - zero
+        tile = m.nbytes / n if m.src.kind == "S" else m.nbytes
+        put = 0.0 if m.copied else min(prof.memory_seconds(tile), full - zero)
+        alpha, t = max(alpha, zero), t + full - zero - put
     return alpha + t

@@ -105,16 +105,35 @@ def test_zero_all_reduces_the_whole_parameters_within_the_reduce_scatter(n):
 def gathered_in_place(steps: int = 4):
     """ZeRO stage 2 with buckets: the losses and parameters, and per step whether each
     parameter's array stayed the same object, whether the step's assigned value of each
-    parameter was that array itself (no copy into it afterwards), and the offsets of the
-    parameters' arrays from the first one's (bytes)."""
+    parameter was that array itself (no copy into it afterwards), the offsets of the
+    parameters' arrays from the first one's (bytes), and per step the bytes copied into
+    the parameters' buffer before the all-gather (``graph_ops._put``)."""
+    from tessera.distributed import comm as C, graph_ops
+    real, copied = graph_ops._put, [0]
+
+    def put(place, x):
+        homes = C.current().__dict__.get("_graph_homes", {}).values()
+        if any(np.shares_memory(place, h) for h in homes) and not (
+                x.ctypes.data == place.ctypes.data and x.strides == place.strides):
+            copied[0] += place.nbytes
+        real(place, x)
+    graph_ops._put = put
+    try:
+        return _gathered_in_place(steps, copied)
+    finally:
+        graph_ops._put = real
+
+
+def _gathered_in_place(steps: int, copied: list):
     model = _mlp()
     x, y = _data_parallel(model, tessera.tensor(X[:6]), tessera.tensor(Y[:6]))
     g = TrainGraph(model, tessera.optim.AdamW(model.parameters(), lr=0.05))
     g.config.enable_zero(True, stage=2, shard_min_size=1)
     params = list(model.parameters())
     names = [f"model.{k}" for k, _ in model.named_parameters()]
-    losses, same, assigned = [], [], []
+    losses, same, assigned, copies = [], [], [], []
     for _ in range(steps):
+        copied[0] = 0
         tiles = [q._data.local for q in params]
         c = g._cache.get(g._last_key) if g._last_key is not None else None
         run_ = c.executor.run if c is not None else None
@@ -126,12 +145,14 @@ def gathered_in_place(steps: int = 4):
                 return outs, assigns
             c.executor.run = spy
         losses.append(float(g(x, y).detach().numpy()))
+        copies.append(copied[0])
         if c is not None:
             c.executor.run = run_
             same.append([q._data.local is t for q, t in zip(params, tiles)])
     start = params[0]._data.local.ctypes.data
     offsets = [q._data.local.ctypes.data - start for q in params]
-    return losses, [q.detach().numpy().copy() for q in params], same, assigned, offsets
+    return losses, [q.detach().numpy().copy() for q in params], same, assigned, offsets, \
+        copies
 
 
 def test_zero_gathers_the_updated_shards_into_the_parameters():
@@ -140,7 +161,7 @@ def test_zero_gathers_the_updated_shards_into_the_parameters():
     themselves, so nothing is copied into the parameters after the step; the same values
     as one process."""
     want_losses, want_params, *_ = train(None)
-    for losses, params, same, assigned, offsets in run(2, gathered_in_place):
+    for losses, params, same, assigned, offsets, _ in run(2, gathered_in_place):
         np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
         for p, q in zip(params, want_params):
             np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
@@ -148,6 +169,19 @@ def test_zero_gathers_the_updated_shards_into_the_parameters():
         assert offsets == [0, 8 * 48, 8 * 56, 8 * 80], offsets
         assert same and all(all(s) for s in same), same
         assert assigned and all(all(a) for a in assigned), assigned
+
+
+def test_zero_update_writes_its_shard_into_the_parameter():
+    """The optimizer's update of a parameter's shard writes straight into this rank's rows
+    of the parameter (the all-gather's ``input_buffers`` entry says where it puts the
+    shard), so nothing is copied into the parameters' buffer before the all-gather, from
+    the second step on; the same values as one process."""
+    want_losses, want_params, *_ = train(None)
+    for losses, params, *_, copies in run(2, gathered_in_place):
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-12)
+        for p, q in zip(params, want_params):
+            np.testing.assert_allclose(p, q, rtol=1e-10, atol=1e-13)
+        assert len(copies) == 4 and copies[1:] == [0, 0, 0], copies
 
 
 def test_zero_stage2_with_micro_batches_on_three_ranks():
