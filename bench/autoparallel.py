@@ -370,6 +370,7 @@ def measured_ties(rounds: list[list[float]]) -> set:
 
 def run(rounds: int = 0, steps: int = 3) -> list[dict]:
     from tessera.distributed.calibrate import load
+    from tessera.parallel.auto_parallel import ZERO_MIN_SIZE
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for ranks in _ranks():
@@ -386,7 +387,8 @@ def run(rounds: int = 0, steps: int = 3) -> list[dict]:
                 prof = median_profile(res["profiles"])
                 row["profiles"] = [load(p).to_json() for p in res["profiles"]]
                 specs = {k: (v["params"], v["inputs"], v["zero"],
-                             1 if k == "auto" else _ZERO_MIN) for k, v in plans_.items()}
+                             ZERO_MIN_SIZE if k == "auto" else _ZERO_MIN)
+                         for k, v in plans_.items()}
                 pred = predict(name, ranks, specs, prof)
                 for k, v in plans_.items():
                     v["predicted_ms"] = pred.get(k)

@@ -308,12 +308,15 @@ def event_seconds(prof, hier: tuple, e: Event, since: float) -> float:
         m = e.members[0]
         return _conv_seconds(m.src, m.dst, m.nbytes, n, prof, False) - nominal + sync
     kind = e.what.split()[0]
+    # each member is an array the bucket handles (put into its buffer, or found there;
+    # its range summed or copied; its view handed out): an op's overhead each
+    handling = len(e.members) * prof.op_overhead
     if kind != "all_reduce":
         rows = _by_rows(prof, n, e.members)
         if rows is not None:
-            return rows + sync
+            return rows + sync + handling
     beta = prof.alpha_beta(kind, n)[1]
-    t = prof.alpha_beta(kind, n)[0] + sync
+    t = prof.alpha_beta(kind, n)[0] + sync + handling
     for m in e.members:
         sent = (2 if kind == "all_reduce" else 1) * (n - 1) / n * m.nbytes
         t += sent / beta + (prof.memory_seconds(m.nbytes) if m.copied else 0.0)

@@ -297,16 +297,19 @@ def _ordinary_outputs(limit):
     loss = g(tessera.tensor(X), tessera.tensor(Y))
     # (one rank alone reads it: no collective left in the value)
     alone = loss.item() if tessera.distributed.get_rank() == 0 else None
-    return loss.is_global, alone, loss.item(), g.parallel_plan().input_sbps
+    plan = g.parallel_plan()
+    v = len(plan.costs.graph.nodes) - 1  # the loss
+    made = tuple(s.outs[0].short() for s in plan.costs.cands[v][plan.assign[v]])
+    return loss.is_global, alone, loss.item(), made
 
 
 def test_graph_auto_plan_returns_ordinary_tensors():
     # ordinary tensors in, ordinary tensors out: each rank gets the whole loss, as one
     # process computes it (under data parallelism a partial sum until the step sums it)
     want = train(False, steps=1)[0][0]
-    # (too little room to replicate the state: the batch is split)
+    # (too little room to replicate the state: the batch or the features are split)
     results = run(2, _ordinary_outputs, 0.9 * _data_parallel_memory())
-    assert results[0][3][0] == ("S(0)",), results[0][3]  # (the batch split: a partial loss)
+    assert results[0][3] == ("P",), results[0][3]  # (the plan makes a partial loss)
     assert [r[0] for r in results] == [False, False]
     assert results[0][1] == pytest.approx(want, rel=1e-12)
     assert [r[2] for r in results] == pytest.approx([want, want], rel=1e-12)
@@ -561,7 +564,7 @@ def test_guard_alternates_the_plans_and_decides_on_injected_timings(monkeypatch,
     assert len({(p.strategy, p.zero) for p in plans}) == 1  # the ranks agree
     kept_base = "clearly slower" in plans[0].guard
     assert kept_base == (slower == "auto"), plans[0].guard
-    assert plans[0].zero != kept_base  # (the plan under the limit shards the state)
+    assert (plans[0].baseline is None) == kept_base  # (the plan a step ran: its baseline)
     # one step of each plan per round, in turn
     order = [s for r, s in seen if r == 0]
     rounds = len(plans[0].guard_rounds["auto"])

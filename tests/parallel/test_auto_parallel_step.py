@@ -186,7 +186,8 @@ def test_zero_buckets_are_priced_at_their_members_boxing():
     # alone (the profile's measured P->S(0), P->B, S->B, copies into the buffer included),
     # its latency once, less the copies of the weights' tiles, which their producers (the
     # weight gradients' products, the update) write into the buffer: the all-gather's
-    # buffer is the parameters'; the biases' sums are copied in
+    # buffer is the parameters'; the biases' sums are copied in; each member an op's
+    # overhead
     names = [k for k, _ in BA._build("mlp", small=True)[0].named_parameters()]
     spec = BA.plans("mlp", names)["dp+zero"]
     prof = Profile(boxing={"P->S(0)": {2: (3e-5, 1e9)}, "P->B": {2: (5e-5, 2e9)},
@@ -200,21 +201,23 @@ def test_zero_buckets_are_priced_at_their_members_boxing():
                    ("P", "S(0)", 2048 * 4)]
     assert sorted(m.nbytes for m in gather.members) == [2048 * 4, 2048 * 4]
     copy = prof.memory_seconds  # (the default bandwidth: 5e9 bytes/s)
-    want = 5e-5 + 2 * (2048 * 4 / 1e9 - copy(2048 * 4)) + (32 + 64) * 4 / 2e9
+    want = 5e-5 + 2 * (2048 * 4 / 1e9 - copy(2048 * 4)) + (32 + 64) * 4 / 2e9 + \
+        4 * prof.op_overhead
     assert W.event_seconds(prof, (2,), scatter, 0.0) == pytest.approx(want, rel=1e-9)
-    assert W.event_seconds(prof, (2,), gather, 0.0) == \
-        pytest.approx(2e-5 + 2 * (2048 * 4 / 4e9 - copy(2048 * 4 / 2)), rel=1e-9)
+    assert W.event_seconds(prof, (2,), gather, 0.0) == pytest.approx(
+        2e-5 + 2 * (2048 * 4 / 4e9 - copy(2048 * 4 / 2)) + 2 * prof.op_overhead, rel=1e-9)
 
 
 def test_all_reduce_bucket_copies_in_only_the_sums():
     # the small MLP under data parallelism: one all-reduce of its four gradients, in place
     # on the bucket's buffer (the communicator's alpha-beta), its results views of it; the
-    # weights' gradients are products written into the buffer, the biases' sums copied in
+    # weights' gradients are products written into the buffer, the biases' sums copied in;
+    # each member an op's overhead
     names = [k for k, _ in BA._build("mlp", small=True)[0].named_parameters()]
-    prof = Profile(comm={"all_reduce": {2: (4e-5, 1e9)}}, bandwidth=2e9)
+    prof = Profile(comm={"all_reduce": {2: (4e-5, 1e9)}}, bandwidth=2e9, op_overhead=1e-5)
     c, assign = _realised("mlp", BA.plans("mlp", names)["dp"], 2, prof)
     [bucket] = [e for e in W.walk(c, assign) if e.what.endswith("bucket")]
     assert sorted((m.nbytes, m.copied) for m in bucket.members) == [
         (32 * 4, True), (64 * 4, True), (2048 * 4, False), (2048 * 4, False)]
-    want = 4e-5 + (2048 + 2048 + 64 + 32) * 4 / 1e9 + (64 + 32) * 4 / 2e9
+    want = 4e-5 + (2048 + 2048 + 64 + 32) * 4 / 1e9 + (64 + 32) * 4 / 2e9 + 4 * 1e-5
     assert W.event_seconds(prof, (2,), bucket, 0.0) == pytest.approx(want, rel=1e-9)
