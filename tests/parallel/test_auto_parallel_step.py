@@ -221,3 +221,24 @@ def test_all_reduce_bucket_copies_in_only_the_sums():
         (32 * 4, True), (64 * 4, True), (2048 * 4, False), (2048 * 4, False)]
     want = 4e-5 + (2048 + 2048 + 64 + 32) * 4 / 1e9 + (64 + 32) * 4 / 2e9 + 4 * 1e-5
     assert W.event_seconds(prof, (2,), bucket, 0.0) == pytest.approx(want, rel=1e-9)
+
+
+def test_minor_parameters_are_broadcast_where_the_walk_prices_it_lower():
+    # Megatron's MLP with the row-parallel layer's bias split by features: the layer's
+    # output is then reduce-scattered and all-gathered (two collectives, each waiting out
+    # the ranks' skew) where a broadcast bias leaves one all-reduce; the search's last
+    # step puts such a minor parameter back to broadcast on the walk's word
+    names = [k for k, _ in BA._build("mlp", small=True)[0].named_parameters()]
+    params, inputs, zero = BA.plans("mlp", names)["tp"]
+    assert params["2.bias"] == "B"
+    # (boxing rates of the kind a 2-core host measures: a reduce-scatter by features
+    # moves its bytes at about half an all-reduce's rate)
+    prof = Profile(sync={2: 1e-4}, collective={2: 1e-4},
+                   boxing={"P->B": {2: (7e-5, 4.6e9)}, "P->S": {2: (7e-5, 2.8e9)},
+                           "P->S(0)": {2: (1e-4, 6e9)}, "S->B": {2: (1e-4, 7.2e9)},
+                           "B->S": {2: (1e-5, 3.3e10)}})
+    c, megatron = _realised("mlp", (params, inputs, zero), 2, prof)
+    _, split = _realised("mlp", ({**params, "2.bias": "S(0)"}, inputs, zero), 2, prof)
+    assert AP.realised(c, megatron)[0] < AP.realised(c, split)[0]
+    assert AP._minor_broadcast(c, split) == megatron
+    assert AP._minor_broadcast(c, megatron) == megatron
