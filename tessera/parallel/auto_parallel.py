@@ -1433,8 +1433,8 @@ def _assign_kind(g: OpGraph, cands: list, assign, zero: bool) -> tuple:
 def _kind_of(p: Plan) -> tuple:
     """What sets plan ``p`` apart as a kind of plan (``_assign_kind`` of its assignment):
     the runners-up are of kinds other than the plan's, data parallelism's and each other's
-    (a plan that differs from another in a bias's SBP alone is priced and runs within noise
-    of it: measuring both would spend the guard's rounds on a tie)."""
+    (a bias's SBP is settled on the walk's word, ``_minor_broadcast``: the guard's rounds
+    are spent on plans of other kinds)."""
     return _assign_kind(p.costs.graph, p.costs.cands, p.assign, p.zero)
 
 
