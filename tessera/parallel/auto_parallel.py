@@ -1390,6 +1390,14 @@ def search(step, args, params: dict, placement, memory_limit=None, solver: str =
 _MINOR = 0.01
 
 
+def _minor(g: OpGraph) -> list[bool]:
+    """Per parameter node of ``g`` in order: whether it holds under ``_MINOR`` of the
+    parameters' bytes (a bias, a norm's weight)."""
+    sizes = [meta_bytes(n.outs[0]) for n in g.nodes if n.kind == "param"]
+    total = sum(sizes) or 1.0
+    return [b < _MINOR * total for b in sizes]
+
+
 def _minor_broadcast(c: Costs, a: list[int], walk=realised, limit: float = math.inf,
                     deadline: float = math.inf) -> list[int]:
     """Realised assignment ``a`` with each minor split parameter (under ``_MINOR`` of the
@@ -1401,12 +1409,11 @@ def _minor_broadcast(c: Costs, a: list[int], walk=realised, limit: float = math.
     autoparallel: the MLP's tensor-parallel plan so ran 6-7% slower)."""
     g = c.graph
     params = [v for v, n in enumerate(g.nodes) if n.kind == "param"]
-    total = sum(meta_bytes(g.nodes[v].outs[0]) for v in params) or 1.0
     best = walk(c, a)
-    for v in params:
+    for v, minor in zip(params, _minor(g)):
         whole = [i for i, cand in enumerate(c.cands[v])
                  if all(sg.outs[0].kind == "B" for sg in cand)]
-        if meta_bytes(g.nodes[v].outs[0]) >= _MINOR * total or not whole or a[v] in whole:
+        if not minor or not whole or a[v] in whole:
             continue
         if time.perf_counter() > deadline:
             break
@@ -1423,9 +1430,8 @@ def _assign_kind(g: OpGraph, cands: list, assign, zero: bool) -> tuple:
     """The kind of plan an assignment is: its inputs' SBPs, those of the parameters of at least
     ``_MINOR`` of the parameters' bytes, and ZeRO."""
     params = [v for v, n in enumerate(g.nodes) if n.kind == "param"]
-    total = sum(meta_bytes(g.nodes[v].outs[0]) for v in params) or 1.0
     inputs = [v for v, n in enumerate(g.nodes) if n.kind == "input"]
-    major = [v for v in params if meta_bytes(g.nodes[v].outs[0]) >= _MINOR * total]
+    major = [v for v, minor in zip(params, _minor(g)) if not minor]
     return tuple(tuple(s.outs[0].short() for s in cands[v][assign[v]])
                  for v in inputs + major), zero
 
