@@ -194,7 +194,8 @@ class Profile:
     def sync_seconds(self, n: int, gap: float | None = None, nbytes: float = 0.0) -> float:
         """``sync`` for ``n`` ranks (the nearest measured count; 0 when none was); with
         ``gap``, after that many seconds of computation since the previous collective
-        (``sync_curve``, interpolated, constant beyond its ends); a collective of
+        (``sync_curve``, interpolated, never lower after a longer computation, constant
+        beyond its ends); a collective of
         ``nbytes`` of at least ``SYNC_LARGE_BYTES`` on ``sync_large``'s curve, where
         measured (each meeting of the ranks it takes waits out their skew); at least the
         per-collective cost of a step (``collective_seconds``), which holds the skew as a
@@ -206,6 +207,9 @@ class Profile:
         (0.001, 0.0006, 0.001)
         >>> p.sync_seconds(2, 4e-3, nbytes=1e6)
         0.002
+        >>> Profile(sync={2: 1e-3}, sync_curve={2: [(1e-3, 1e-3), (4e-3, 2e-4)]}
+        ...         ).sync_seconds(2, 4e-3)
+        0.001
         >>> Profile(sync={2: 1e-3}, collective={2: 3e-3}).sync_seconds(2)
         0.003
         """
@@ -236,7 +240,9 @@ class Profile:
         if gap is None or not curve:
             return float(self.sync[near])
         xs, ys = zip(*sorted(curve))
-        return float(np.interp(gap, xs, ys))
+        # (the ranks drift at least as far in a longer computation as in a shorter one: a
+        # point below an earlier one is the noise of a difference of two timings)
+        return float(np.interp(gap, xs, np.maximum.accumulate(ys)))
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -408,7 +414,7 @@ _ADAM_WORDS = 7
 _COLD_WORDS = 1 << 23
 
 
-def _rates(quick: bool) -> dict:
+def _rates(quick: bool, sync=None) -> dict:
     """The per-rank rates: ``gemm`` (FLOP/s by class) and ``gemm_curve`` of square products
     through the matrix product kernel the steps run (``ops.linalg``: tessera's GEMM or
     NumPy's BLAS, as dispatch chooses), and ``thin_curve`` of products with one small
@@ -420,7 +426,11 @@ def _rates(quick: bool) -> dict:
     interleaved (a burst of the host's load falls on a round of each size rather than on
     every round of one), the kinds apart: under MPI, copies interleaved with products and
     updates measured a tenth of their rate at 0.5 MB. Every rank measures at once, as the
-    ranks of a step compute at once and share the memory's rate."""
+    ranks of a step compute at once and share the memory's rate and the cores: ``sync``
+    (a barrier of every rank) starts each kind on all of them together, and the rounds run
+    on back to back (a barrier between rounds lets the ranks that finish first give their
+    cores to the others: with more ranks than cores, products measured that way ran at
+    twice a step's rate)."""
     from tessera.kernels import optim
     from tessera.ops.linalg import _matmul_kernel
     rng = np.random.default_rng(0)
@@ -428,13 +438,16 @@ def _rates(quick: bool) -> dict:
     out: dict = {}
     pairs = [(np.ones(n, np.float32), np.empty(n, np.float32))
              for n in (_BANDWIDTH_SIZES[:-1] if quick else _BANDWIDTH_SIZES)]
-    ts = _interleaved([lambda a=a, b=b: np.copyto(b, a) for a, b in pairs], repeat)
+    def timed(fns: list) -> list[float]:
+        if sync is not None:
+            sync()
+        return _interleaved(fns, repeat)
+    ts = timed([lambda a=a, b=b: np.copyto(b, a) for a, b in pairs])
     out["bandwidth_curve"] = [(2.0 * a.nbytes, 2.0 * a.nbytes / t) for (a, _), t in zip(pairs, ts)]
     sizes = _GEMM_SIZES[:-1] if quick else _GEMM_SIZES
     mats = [(rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32),
              np.empty((n, n), np.float32)) for n in sizes]
-    ts = _interleaved([lambda a=a, b=b, c=c: _matmul_kernel(a, b, c) for a, b, c in mats],
-                      repeat)
+    ts = timed([lambda a=a, b=b, c=c: _matmul_kernel(a, b, c) for a, b, c in mats])
     out["gemm_curve"] = [(2.0 * n ** 3, 2.0 * n ** 3 / t) for n, t in zip(sizes, ts)]
     rate = dict(zip(sizes, (r for _, r in out["gemm_curve"])))
     out["gemm"] = {cls: rate.get(n, out["gemm_curve"][-1][1]) for cls, n in _GEMM_CLASSES.items()}
@@ -450,7 +463,7 @@ def _rates(quick: bool) -> dict:
         _matmul_kernel(x, wide.T)
         _matmul_kernel(x, wide)
         _matmul_kernel(x.T, y)
-    ts = _interleaved([lambda x=x, y=y: three(x, y) for x, y in thin], repeat)
+    ts = timed([lambda x=x, y=y: three(x, y) for x, y in thin])
     out["thin_curve"] = [(d, 3 * 2.0 * d * _THIN_WIDE ** 2 / t) for d, t in zip(dims, ts)]
     out["update_curve"] = []
     if optim.available(np.float32):
@@ -466,7 +479,7 @@ def _rates(quick: bool) -> dict:
                 optim.adam_step(p, g, m, v, None, lr=1e-4, beta1=0.9, beta2=0.999, eps=1e-8,
                                 weight_decay=0.01, decoupled=True, maximize=False, step=1)
             return step
-        ts = _interleaved([update(n) for n in sizes], repeat)
+        ts = timed([update(n) for n in sizes])
         out["update_curve"] = [(_ADAM_WORDS * 4.0 * n, _ADAM_WORDS * 4.0 * n / t)
                                for n, t in zip(sizes, ts)]
     return out
@@ -528,13 +541,15 @@ def _slope(points: list) -> float:
     return float(np.median(slopes)) if slopes else 0.0
 
 
-def _op_overhead(quick: bool) -> float:
+def _op_overhead(quick: bool, sync=None) -> float:
     """Seconds of one node of a compiled ``nn.Graph`` step on tiny tensors: the executor's
     work per node (the kernel's call, its arguments and results) beside the kernel's own
     arithmetic, which is what a training step pays per op beyond the roofline. Measured on
     steps of chains of 2 x 2 matrix products (one node each: nothing fuses them), the
     slope between a short and a long chain (a step's own fixed work left out); an eager
-    op's dispatch, timed alone, is about a third of a step's node."""
+    op's dispatch, timed alone, is about a third of a step's node. ``sync`` as in
+    ``_rates`` (measured while the other ranks waited, with more ranks than cores, it came
+    out half what it is while they all run)."""
     from tessera.graph.executor import Executor
     from tessera.graph.trace import trace
     from tessera.ops.creation import ones
@@ -548,6 +563,8 @@ def _op_overhead(quick: bool) -> float:
         ex = Executor(trace(build, a)[0])  # (what an nn.Graph step's executor runs)
         return (lambda: ex.run([a._data], {})), len(ex.steps)
     (short, n0), (long, n1) = chain(_CHAIN), chain(4 * _CHAIN)
+    if sync is not None:
+        sync()
     t0, t1 = _interleaved([short, long], 5 if quick else 9)
     return max((t1 - t0) / max(n1 - n0, 1), 0.0)
 
@@ -768,12 +785,13 @@ def measure(world: int | None = None, quick: bool = False) -> Profile:
     """
     from tessera.distributed import comm as C
     comm = C.current() if C.launched_by_mpi() else None
-    rates = _rates(quick)
+    sync = comm.barrier if comm is not None else None
+    rates = _rates(quick, sync)
     curve = rates["bandwidth_curve"]
     prof = Profile(gemm=rates["gemm"], gemm_curve=rates["gemm_curve"],
                    thin_curve=rates["thin_curve"], bandwidth=curve[-1][1],
                    bandwidth_curve=curve, update_curve=rates["update_curve"],
-                   op_overhead=_op_overhead(quick), source="measured")
+                   op_overhead=_op_overhead(quick, sync), source="measured")
     if comm is not None:
         res = _comm_rank(comm, list(range(2, comm.world_size + 1)), quick)
         comm.barrier()

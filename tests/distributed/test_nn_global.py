@@ -131,3 +131,34 @@ def test_module_gradients_take_their_parameters_sbp():
         assert (ws, bs) == ((S(0),), (B,))
         np.testing.assert_allclose(gw, lin.weight.grad.numpy(), rtol=1e-12)
         np.testing.assert_allclose(gb, lin.bias.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("sbp", [S(0), S(1), B], ids=["batch", "heads", "broadcast"])
+def test_attention_on_global_tensors_runs_the_fused_op(sbp, monkeypatch):
+    """scaled_dot_product_attention on global tensors of a CPU placement takes the fused
+    op (its SBP rule splits the batch and head dims: no conversion for a split of either)
+    and equals one process, forward and gradients, as PyTorch computes them."""
+    import torch
+
+    from tessera.nn.functional import attention
+    fused = []
+    real = attention.fused_attention
+    monkeypatch.setattr(attention, "fused_attention",
+                        lambda *a, **k: fused.append(1) or real(*a, **k))
+    q, k, v, w = (rng.standard_normal((4, 3, 5, 8)).astype(np.float32) for _ in range(4))
+    tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+    (want * torch.tensor(w)).sum().backward()
+
+    def body():
+        p = placement("cpu", [0, 1])
+        xs = [global_from(a, p, (sbp,), requires_grad=True) for a in (q, k, v)]
+        y = F.scaled_dot_product_attention(*xs, is_causal=True)
+        (y * tessera.tensor(w).to_global(p, B)).sum().backward()
+        return y.sbp, y.detach().numpy(), [x.grad.numpy() for x in xs]
+    for out_sbp, y, grads in run(2, body):
+        assert out_sbp == (sbp,)
+        np.testing.assert_allclose(y, want.detach().numpy(), rtol=1e-5, atol=1e-5)
+        for g, t in zip(grads, (tq, tk, tv)):
+            np.testing.assert_allclose(g, t.grad.numpy(), rtol=1e-4, atol=1e-5)
+    assert fused  # (the composite would give the same values)

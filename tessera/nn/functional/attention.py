@@ -185,7 +185,9 @@ def _fusable(query, key, value, attn_mask, dropout_p, gqa) -> bool:
     if _UNFUSED[0] or not (query.dtype is key.dtype is value.dtype is D.float32):
         return False
     tensors = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
-    if any(t.device.type != "cpu" for t in tensors):
+    # (a global tensor on a CPU placement runs the op on its tiles: the fused op's SBP
+    # rule splits attention's batch and head dims)
+    if any((t.placement.type if t.is_global else t.device.type) != "cpu" for t in tensors):
         return False
     if attn_mask is not None and (attn_mask.requires_grad or attn_mask.dtype not in
                                   (D.bool_, D.float32)):
