@@ -42,6 +42,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING
 
+from tessera.distributed.graph_ops import rows_bucketable
 from tessera.distributed.sbp_dispatch import choose_index, choose_nd
 from tessera.ops.cost import nbytes as meta_bytes
 from tessera.ops.registry import Meta
@@ -138,6 +139,9 @@ class _Walk:
             conv = Event("conversion", ax, src=a, dst=b, nbytes=nbytes,
                          copied=len(meta.shape) < 2)
             kind = _BUCKETED.get((a.short(), b.short()))
+            if kind in ("reduce_scatter", "all_gather") and \
+                    not rows_bucketable(meta, tuple(meta.shape), tuple(range(n))):
+                kind = None  # (fewer rows than ranks, or not float: boxed alone)
             if kind is None:
                 self.flush()
                 self.events.append(conv)
